@@ -1,0 +1,227 @@
+"""Kafka RecordBatch v2: header access, validation, in-place stamping, encode and decode.
+
+The batch is the unit everywhere (disk, replicas, S3, the binary HTTP type). Headers are parsed
+with one struct call per batch; records are built and decoded by aiokafka's C codec. This module
+depends on neither aiohttp nor the rest of the engine, so readers of segment files can use it alone.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Iterator, Sequence
+from typing import NamedTuple
+
+from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+from crc32c import crc32c
+
+from engine.errors import InvalidRecord
+
+HEADER = struct.Struct(">qiibIhiqqqhii")
+HEADER_SIZE = HEADER.size  # 61
+LOG_OVERHEAD = 12  # base offset (8) + batch length (4): the bytes not counted in `length`
+MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
+MAGIC = 2
+
+LEADER_EPOCH_AT = 12
+CRC_AT = 17
+ATTRIBUTES_AT = 21
+MAX_TIMESTAMP_AT = 35
+_OFFSET_FIELD = struct.Struct(">q")
+_EPOCH_FIELD = struct.Struct(">i")
+_CRC_FIELD = struct.Struct(">I")
+_ATTRIBUTES_FIELD = struct.Struct(">h")
+
+COMPRESSION_MASK = 0x07
+TIMESTAMP_TYPE_MASK = 0x08
+TRANSACTIONAL_MASK = 0x10
+CONTROL_MASK = 0x20
+
+COMPRESSION_CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+NO_TIMESTAMP = -1
+NO_EPOCH = -1
+
+
+class BatchHeader(NamedTuple):
+    """The 61-byte v2 batch header, field for field."""
+
+    base_offset: int
+    length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    first_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    @property
+    def size(self) -> int:
+        """Bytes the batch occupies in a log, header included."""
+        return self.length + LOG_OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def compression(self) -> int:
+        return self.attributes & COMPRESSION_MASK
+
+    @property
+    def log_append_time(self) -> bool:
+        return bool(self.attributes & TIMESTAMP_TYPE_MASK)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_MASK)
+
+
+class Record(NamedTuple):
+    """One decoded record; `headers` are (name, value) pairs as on the wire."""
+
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]]
+
+
+class RecordInput(NamedTuple):
+    """A record to encode; offsets come from its position in the batch."""
+
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]] = []  # noqa: RUF012 - never mutated
+    timestamp: int | None = None
+
+
+def read_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
+    return BatchHeader._make(HEADER.unpack_from(buf, pos))
+
+
+def crc_matches(buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader) -> bool:
+    """Check the CRC-32C that covers attributes through the end of the batch."""
+    view = memoryview(buf)[pos + ATTRIBUTES_AT : pos + header.size]
+    return bool(crc32c(view) == header.crc)
+
+
+class ScanResult(NamedTuple):
+    """What a validating scan found: the valid prefix and why it stopped, if early."""
+
+    headers: list[tuple[int, BatchHeader]]  # (position, header) of each valid batch
+    valid_bytes: int
+    error: str | None  # why the scan stopped at `valid_bytes`
+    needed: int = (
+        0  # when the buffer ends inside a batch: the bytes that batch needs from its start
+    )
+
+
+def scan(
+    buf: bytes | bytearray | memoryview,
+    *,
+    check_crc: bool = True,
+) -> ScanResult:
+    """Walk the batches in `buf`, stopping at the first incomplete or invalid one."""
+    found: list[tuple[int, BatchHeader]] = []
+    pos = 0
+    end = len(buf)
+    unpack = HEADER.unpack_from
+    make = BatchHeader._make
+    while pos < end:
+        if end - pos < HEADER_SIZE:
+            return ScanResult(found, pos, "truncated batch header", HEADER_SIZE)
+        header = make(unpack(buf, pos))
+        if header.magic != MAGIC:
+            return ScanResult(found, pos, f"unsupported magic {header.magic}")
+        if header.length < MIN_BATCH_LENGTH:
+            return ScanResult(found, pos, f"batch length {header.length} is too small")
+        if header.last_offset_delta < 0 or header.record_count < 0:
+            return ScanResult(found, pos, "negative record count")
+        if pos + header.size > end:
+            return ScanResult(found, pos, "truncated batch", header.size)
+        if check_crc and not crc_matches(buf, pos, header):
+            return ScanResult(found, pos, "CRC mismatch")
+        found.append((pos, header))
+        pos += header.size
+    return ScanResult(found, pos, None)
+
+
+def set_base_offset(buf: bytearray | memoryview, pos: int, offset: int) -> None:
+    """Stamp a base offset; it lies outside the CRC, so no checksum changes."""
+    _OFFSET_FIELD.pack_into(buf, pos, offset)
+
+
+def set_leader_epoch(buf: bytearray | memoryview, pos: int, epoch: int) -> None:
+    """Stamp the partition leader epoch; also outside the CRC."""
+    _EPOCH_FIELD.pack_into(buf, pos + LEADER_EPOCH_AT, epoch)
+
+
+def set_log_append_time(
+    buf: bytearray | memoryview, pos: int, header: BatchHeader, timestamp: int
+) -> None:
+    """Mark the batch LogAppendTime with `timestamp` as its max timestamp, then re-CRC it."""
+    _ATTRIBUTES_FIELD.pack_into(buf, pos + ATTRIBUTES_AT, header.attributes | TIMESTAMP_TYPE_MASK)
+    _OFFSET_FIELD.pack_into(buf, pos + MAX_TIMESTAMP_AT, timestamp)
+    crc = crc32c(memoryview(buf)[pos + ATTRIBUTES_AT : pos + header.size])
+    _CRC_FIELD.pack_into(buf, pos + CRC_AT, crc)
+
+
+def encode_batch(
+    records: Iterable[RecordInput],
+    *,
+    compression: int = 0,
+    base_offset: int = 0,
+    offsets: Sequence[int] | None = None,
+    default_timestamp: int | None = None,
+) -> bytearray:
+    """Build one v2 batch with the C codec; `offsets` (absolute) may have gaps, as after compaction.
+
+    Record offsets are `base_offset + i` unless `offsets` is given. Records without a timestamp
+    get `default_timestamp` (the current time when that is None too).
+    """
+    builder = DefaultRecordBatchBuilder(2, compression, 0, -1, -1, -1, 2**31 - 1)
+    append = builder.append
+    if offsets is None:
+        for delta, (key, value, headers, timestamp) in enumerate(records):
+            ts = default_timestamp if timestamp is None else timestamp
+            append(delta, ts, key, value, headers)
+    else:
+        base_offset = offsets[0]
+        for offset, (key, value, headers, timestamp) in zip(offsets, records, strict=True):
+            ts = default_timestamp if timestamp is None else timestamp
+            append(offset - base_offset, ts, key, value, headers)
+    out: bytearray = builder.build()
+    if base_offset:
+        set_base_offset(out, 0, base_offset)
+    return out
+
+
+def iter_records(buf: bytes | bytearray | memoryview) -> Iterator[Record]:
+    """Decode every record of every batch in `buf` (which must hold whole batches)."""
+    pos = 0
+    end = len(buf)
+    view = memoryview(buf)
+    while pos < end:
+        header = read_header(view, pos)
+        batch = DefaultRecordBatch(view[pos : pos + header.size])
+        try:
+            for rec in batch:
+                yield Record(rec.offset, rec.timestamp, rec.key, rec.value, rec.headers)
+        except Exception as exc:  # the C codec raises several types for malformed input
+            raise InvalidRecord(
+                f"malformed records in batch at offset {header.base_offset}: {exc}"
+            ) from exc
+        pos += header.size
+
+
+def batch_records(view: memoryview) -> DefaultRecordBatch:
+    """The C codec's view of one whole batch, for callers that iterate records themselves."""
+    return DefaultRecordBatch(view)

@@ -1,0 +1,154 @@
+"""Per-topic configuration with Kafka's names, defaults and validation rules."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from engine.errors import InvalidConfig, InvalidTopicName
+
+LONG_MAX = 2**63 - 1
+INT_MAX = 2**31 - 1
+MAX_TOPIC_NAME_LENGTH = 249
+_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
+
+CLEANUP_POLICIES = ("delete", "compact", "compact,delete")
+TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+
+
+def validate_topic_name(name: object) -> str:
+    """Apply Kafka's topic-name rules: [a-zA-Z0-9._-], 1..249 characters, not '.' or '..'."""
+    if not isinstance(name, str) or not name:
+        raise InvalidTopicName("topic name must be a non-empty string")
+    if name in (".", ".."):
+        raise InvalidTopicName(f"topic name cannot be {name!r}")
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise InvalidTopicName(
+            f"topic name is {len(name)} characters; the maximum is {MAX_TOPIC_NAME_LENGTH}"
+        )
+    if not _TOPIC_NAME.fullmatch(name):
+        raise InvalidTopicName(
+            f"topic name {name!r} may contain only ASCII letters, digits, '.', '_' and '-'"
+        )
+    return name
+
+
+def _as_int(name: str, value: object, minimum: int, maximum: int = LONG_MAX) -> int:
+    if isinstance(value, bool):
+        raise InvalidConfig(f"{name} must be an integer, got {value!r}")
+    if isinstance(value, str):
+        try:
+            value = int(value.strip())
+        except ValueError:
+            raise InvalidConfig(f"{name} must be an integer, got {value!r}") from None
+    if not isinstance(value, int):
+        raise InvalidConfig(f"{name} must be an integer, got {value!r}")
+    if not minimum <= value <= maximum:
+        raise InvalidConfig(f"{name} must be between {minimum} and {maximum}, got {value}")
+    return value
+
+
+def _as_ratio(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise InvalidConfig(f"{name} must be a number between 0 and 1, got {value!r}")
+    try:
+        ratio = float(value)
+    except ValueError:
+        raise InvalidConfig(f"{name} must be a number between 0 and 1, got {value!r}") from None
+    if not 0.0 <= ratio <= 1.0:
+        raise InvalidConfig(f"{name} must be between 0 and 1, got {ratio}")
+    return ratio
+
+
+def _as_choice(name: str, value: object, choices: tuple[str, ...]) -> str:
+    if isinstance(value, list):
+        value = ",".join(str(v) for v in value)
+    if not isinstance(value, str):
+        raise InvalidConfig(f"{name} must be one of {', '.join(choices)}, got {value!r}")
+    normalised = ",".join(sorted(part.strip() for part in value.split(",")))
+    if normalised not in choices:
+        raise InvalidConfig(f"{name} must be one of {', '.join(choices)}, got {value!r}")
+    return normalised
+
+
+def _int(minimum: int, maximum: int = LONG_MAX) -> Callable[[str, object], Any]:
+    return lambda name, value: _as_int(name, value, minimum, maximum)
+
+
+def _choice(choices: tuple[str, ...]) -> Callable[[str, object], Any]:
+    return lambda name, value: _as_choice(name, value, choices)
+
+
+# Kafka name -> (attribute, parser). Defaults live on the dataclass fields below.
+_SPEC: dict[str, tuple[str, Callable[[str, object], Any]]] = {
+    "segment.bytes": ("segment_bytes", _int(14, INT_MAX)),
+    "segment.ms": ("segment_ms", _int(1)),
+    "retention.ms": ("retention_ms", _int(-1)),
+    "retention.bytes": ("retention_bytes", _int(-1)),
+    "cleanup.policy": ("cleanup_policy", _choice(CLEANUP_POLICIES)),
+    "delete.retention.ms": ("delete_retention_ms", _int(0)),
+    "min.cleanable.dirty.ratio": ("min_cleanable_dirty_ratio", _as_ratio),
+    "index.interval.bytes": ("index_interval_bytes", _int(0)),
+    "flush.messages": ("flush_messages", _int(1)),
+    "flush.ms": ("flush_ms", _int(0)),
+    "max.message.bytes": ("max_message_bytes", _int(0, INT_MAX)),
+    "message.timestamp.type": ("message_timestamp_type", _choice(TIMESTAMP_TYPES)),
+}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TopicConfig:
+    """A topic's log configuration; defaults are Kafka's."""
+
+    segment_bytes: int = 1024 * 1024 * 1024
+    segment_ms: int = 7 * 24 * 3600 * 1000
+    retention_ms: int = 7 * 24 * 3600 * 1000
+    retention_bytes: int = -1
+    cleanup_policy: str = "delete"
+    delete_retention_ms: int = 24 * 3600 * 1000
+    min_cleanable_dirty_ratio: float = 0.5
+    index_interval_bytes: int = 4096
+    flush_messages: int = LONG_MAX
+    flush_ms: int = LONG_MAX
+    max_message_bytes: int = 1024 * 1024 + 12
+    message_timestamp_type: str = "CreateTime"
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.cleanup_policy
+
+    @property
+    def delete(self) -> bool:
+        return "delete" in self.cleanup_policy
+
+    @property
+    def log_append_time(self) -> bool:
+        return self.message_timestamp_type == "LogAppendTime"
+
+    def with_overrides(self, overrides: Mapping[str, object]) -> TopicConfig:
+        """Return a copy with Kafka-named overrides applied; unknown names or bad values raise."""
+        if not isinstance(overrides, Mapping):
+            raise InvalidConfig("configs must be an object of Kafka config names to values")
+        changes: dict[str, Any] = {}
+        for name, value in overrides.items():
+            spec = _SPEC.get(name)
+            if spec is None:
+                raise InvalidConfig(
+                    f"unknown topic config {name!r}; supported: {', '.join(sorted(_SPEC))}"
+                )
+            attribute, parse = spec
+            changes[attribute] = parse(name, value)
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, object]:
+        """Kafka-named values, as stored on disk and shown to users."""
+        return {name: getattr(self, attribute) for name, (attribute, _) in _SPEC.items()}
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, object]) -> TopicConfig:
+        return cls().with_overrides(values)
+
+
+CONFIG_NAMES = tuple(_SPEC)

@@ -1,0 +1,75 @@
+"""Engine errors: each carries a stable `code` the HTTP layer maps to a problem response."""
+
+from __future__ import annotations
+
+
+class EngineError(Exception):
+    """Base of every error the engine raises on purpose."""
+
+    code = "ENGINE_ERROR"
+
+
+class InvalidTopicName(EngineError):
+    code = "INVALID_TOPIC_NAME"
+
+
+class InvalidConfig(EngineError):
+    code = "INVALID_CONFIG"
+
+
+class InvalidPartitions(EngineError):
+    code = "INVALID_PARTITIONS"
+
+
+class TopicAlreadyExists(EngineError):
+    code = "TOPIC_ALREADY_EXISTS"
+
+
+class UnknownTopic(EngineError):
+    code = "UNKNOWN_TOPIC"
+
+
+class UnknownPartition(EngineError):
+    code = "UNKNOWN_PARTITION"
+
+
+class InvalidRecord(EngineError):
+    """A batch or record that fails validation (bad magic, sizes, CRC, missing key...)."""
+
+    code = "INVALID_RECORD"
+
+
+class CorruptRecord(InvalidRecord):
+    """Stored bytes fail their CRC: reported to the reader, never served."""
+
+    code = "CORRUPT_RECORD"
+
+    def __init__(self, message: str, offset: int) -> None:
+        super().__init__(message)
+        self.offset = offset
+
+
+class RecordTooLarge(EngineError):
+    code = "RECORD_TOO_LARGE"
+
+
+class OffsetOutOfRange(EngineError):
+    code = "OFFSET_OUT_OF_RANGE"
+
+    def __init__(self, offset: int, log_start_offset: int, log_end_offset: int) -> None:
+        super().__init__(
+            f"offset {offset} is outside the log [{log_start_offset}, {log_end_offset}]"
+        )
+        self.offset = offset
+        self.log_start_offset = log_start_offset
+        self.log_end_offset = log_end_offset
+
+
+class OffsetMismatch(EngineError):
+    """A follower append whose first offset is not the log end offset (a gap or an overlap)."""
+
+    code = "OFFSET_MISMATCH"
+
+
+class LogClosed(EngineError):
+    code = "LOG_CLOSED"

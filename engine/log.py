@@ -1,0 +1,565 @@
+"""PartitionLog: one partition's ordered segments, as Kafka's UnifiedLog.
+
+The core is synchronous. Mutations take a short lock (never held across I/O that can block for
+long: fsync and cleaning run outside it), so background threads can flush, clean and apply
+retention while the event loop appends and reads. Reads take no lock: the segment list is
+replaced, never mutated in place.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+from bisect import bisect_right
+from collections.abc import Callable
+from pathlib import Path
+from typing import NamedTuple
+
+from engine import batch as fmt
+from engine.config import INT_MAX, TopicConfig
+from engine.epoch_cache import LeaderEpochCache
+from engine.errors import (
+    InvalidRecord,
+    LogClosed,
+    OffsetMismatch,
+    OffsetOutOfRange,
+    RecordTooLarge,
+)
+from engine.segment import LogSegment
+
+EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+
+Listener = Callable[["PartitionLog"], None]
+RollListener = Callable[["PartitionLog", LogSegment], None]
+
+
+class AppendInfo(NamedTuple):
+    first_offset: int
+    last_offset: int
+    record_count: int
+    log_append_time: int  # -1 unless the topic uses LogAppendTime
+    flush_due: bool  # the flush policy asks for an fsync before acknowledging
+
+
+class ReadResult(NamedTuple):
+    data: memoryview  # whole batches, each CRC-checked
+    high_watermark: int
+    log_start_offset: int
+    log_end_offset: int
+
+
+class RecoveryReport(NamedTuple):
+    segments_scanned: int
+    truncated_bytes: int
+    segments_deleted: int
+    errors: list[str]
+
+
+def partition_dir_name(topic: str, partition: int) -> str:
+    return f"{topic}-{partition}"
+
+
+class PartitionLog:
+    """A partition's log: offsets, high watermark, log start, epochs, and its segments."""
+
+    def __init__(
+        self,
+        directory: Path,
+        topic: str,
+        partition: int,
+        config: TopicConfig,
+        *,
+        recovery_point: int = 0,
+        log_start_offset: int = 0,
+        high_watermark: int = 0,
+        trust_files: bool = False,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.directory = directory
+        self.topic = topic
+        self.partition = partition
+        self.config = config
+        self.clock = clock
+        self._lock = threading.RLock()
+        self._listeners: list[Listener] = []
+        self._roll_listeners: list[RollListener] = []
+        self._closed = False
+        directory.mkdir(parents=True, exist_ok=True)
+        self.epoch_cache = LeaderEpochCache(directory / EPOCH_CHECKPOINT)
+        self._segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        self.recovery = self._load(recovery_point, log_start_offset, trust_files)
+        self.log_end_offset = self._segments[-1].next_offset
+        self.log_start_offset = max(log_start_offset, self._segments[0].base_offset)
+        self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
+        self.high_watermark = min(max(high_watermark, self.log_start_offset), self.log_end_offset)
+        self.recovery_point = min(recovery_point, self.log_end_offset)
+        if trust_files:
+            self.recovery_point = self.log_end_offset
+        self.epoch_cache.truncate_from_end(self.log_end_offset)
+        self.epoch_cache.truncate_from_start(self.log_start_offset)
+        self._unflushed_messages = 0
+        self._last_flush_ms = self.now_ms()
+
+    # -- loading -------------------------------------------------------------------------------
+
+    def now_ms(self) -> int:
+        """The log's clock in milliseconds (injectable for tests)."""
+        return int(self.clock() * 1000)
+
+    def _new_segment(self, base_offset: int) -> LogSegment:
+        return LogSegment(self.directory, base_offset, self.config.index_interval_bytes)
+
+    def _set_segments(self, segments: list[LogSegment]) -> None:
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+
+    def _load(
+        self, recovery_point: int, log_start_offset: int, trust_files: bool
+    ) -> RecoveryReport:
+        """Open every segment; CRC-check those at or after the recovery point; cut a bad tail."""
+        finish_interrupted_swaps(self.directory)
+        bases = sorted(int(p.name[:-4]) for p in self.directory.glob("*.log") if p.stem.isdigit())
+        segments = [self._new_segment(base) for base in bases]
+        scanned = truncated = deleted = 0
+        errors: list[str] = []
+        for i, segment in enumerate(segments):
+            next_base = segments[i + 1].base_offset if i + 1 < len(segments) else None
+            needs_scan = not trust_files and (next_base is None or next_base > recovery_point)
+            if not needs_scan and segment.load():
+                continue
+            scanned += 1
+            result = segment.recover()
+            truncated += result.truncated_bytes
+            if result.error is not None:
+                errors.append(f"{segment.path.name}: {result.error}")
+                # Nothing after a corruption can be trusted: drop the later segments.
+                for later in segments[i + 1 :]:
+                    truncated += later.size
+                    later.delete()
+                    deleted += 1
+                segments = segments[: i + 1]
+                break
+        if not segments:
+            segments = [self._new_segment(log_start_offset)]
+        self._set_segments(segments)
+        return RecoveryReport(scanned, truncated, deleted, errors)
+
+    # -- appends -------------------------------------------------------------------------------
+
+    def append_as_leader(self, data: bytes | bytearray, leader_epoch: int) -> AppendInfo:
+        """Append producer batches: assign offsets, stamp the epoch and the timestamp type.
+
+        All batches in `data` are validated first and written in one call; a rejected request
+        leaves the log unchanged.
+        """
+        buf = data if isinstance(data, bytearray) else bytearray(data)
+        headers = self._validate(buf, leader=True)
+        now = self.now_ms()
+        config = self.config
+        with self._lock:
+            self._check_open()
+            first = offset = self.log_end_offset
+            stamped: list[tuple[int, fmt.BatchHeader]] = []
+            records = 0
+            for pos, header in headers:
+                fmt.set_base_offset(buf, pos, offset)
+                fmt.set_leader_epoch(buf, pos, leader_epoch)
+                max_ts = header.max_timestamp
+                if config.log_append_time:
+                    fmt.set_log_append_time(buf, pos, header, now)
+                    max_ts = now
+                stamped.append(
+                    (
+                        pos,
+                        header._replace(
+                            base_offset=offset,
+                            partition_leader_epoch=leader_epoch,
+                            max_timestamp=max_ts,
+                        ),
+                    )
+                )
+                offset += header.last_offset_delta + 1
+                records += header.record_count
+            self._write(buf, stamped, now)
+            self.epoch_cache.assign(leader_epoch, first)
+            info = AppendInfo(
+                first,
+                offset - 1,
+                records,
+                now if config.log_append_time else -1,
+                self._note_unflushed(records, now),
+            )
+        self._notify()
+        return info
+
+    def append_as_follower(self, data: bytes | bytearray | memoryview) -> AppendInfo:
+        """Append a leader's batches as they are; the first must start at the log end offset."""
+        headers = self._validate(data, leader=False)
+        now = self.now_ms()
+        with self._lock:
+            self._check_open()
+            expected = self.log_end_offset
+            records = 0
+            for _, header in headers:
+                if header.base_offset != expected:
+                    kind = "gap" if header.base_offset > expected else "overlap"
+                    raise OffsetMismatch(
+                        f"{kind}: batch starts at offset {header.base_offset}, expected {expected}"
+                    )
+                expected = header.next_offset
+                records += header.record_count
+            first = self.log_end_offset
+            self._write(data, headers, now)
+            for _, header in headers:
+                if header.partition_leader_epoch > self.epoch_cache.latest_epoch:
+                    self.epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
+            info = AppendInfo(first, expected - 1, records, -1, self._note_unflushed(records, now))
+        self._notify()
+        return info
+
+    def _validate(
+        self, data: bytes | bytearray | memoryview, *, leader: bool
+    ) -> list[tuple[int, fmt.BatchHeader]]:
+        result = fmt.scan(data, check_crc=True)
+        if result.error is not None:
+            raise InvalidRecord(result.error)
+        if not result.headers:
+            raise InvalidRecord("no record batch in the request")
+        limit = self.config.max_message_bytes
+        for i, (_, header) in enumerate(result.headers):
+            if header.size > limit:
+                raise RecordTooLarge(
+                    f"batch {i} is {header.size} bytes; max.message.bytes is {limit}"
+                )
+            if leader:
+                if header.is_control or header.attributes & fmt.TRANSACTIONAL_MASK:
+                    raise InvalidRecord(f"batch {i}: control and transactional batches are refused")
+                if header.record_count == 0 or header.record_count != header.last_offset_delta + 1:
+                    raise InvalidRecord(
+                        f"batch {i}: {header.record_count} records but last offset delta "
+                        f"{header.last_offset_delta}"
+                    )
+        if leader and self.config.compact:
+            for record in fmt.iter_records(data):
+                if record.key is None:
+                    raise InvalidRecord("a compacted topic needs a key on every record")
+        return result.headers
+
+    def _write(
+        self,
+        data: bytes | bytearray | memoryview,
+        headers: list[tuple[int, fmt.BatchHeader]],
+        now: int,
+    ) -> None:
+        last_offset = headers[-1][1].last_offset
+        segment = self._maybe_roll(len(data), last_offset, now)
+        segment.append(data, headers)
+        self.log_end_offset = segment.next_offset
+
+    def _note_unflushed(self, records: int, now: int) -> bool:
+        self._unflushed_messages += records
+        return (
+            self._unflushed_messages >= self.config.flush_messages
+            or now - self._last_flush_ms >= self.config.flush_ms
+        )
+
+    def _maybe_roll(self, size: int, last_offset: int, now: int) -> LogSegment:
+        active = self._segments[-1]
+        if active.empty:
+            return active
+        full = active.size + size > self.config.segment_bytes
+        aged = (
+            active.first_batch_timestamp is not None
+            and now - active.first_batch_timestamp > self.config.segment_ms
+        )
+        offsets_overflow = last_offset - active.base_offset > INT_MAX
+        if full or aged or offsets_overflow:
+            return self.roll()
+        return active
+
+    def roll(self) -> LogSegment:
+        """Close the active segment and start a new one at the log end offset."""
+        with self._lock:
+            self._check_open()
+            old = self._segments[-1]
+            if old.empty:
+                return old
+            old.flush(fsync=False)
+            new = self._new_segment(self.log_end_offset)
+            self._set_segments([*self._segments, new])
+        for listener in self._roll_listeners:
+            listener(self, old)
+        return new
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def read(
+        self,
+        offset: int,
+        max_bytes: int,
+        upper_offset: int | None = None,
+        min_one: bool = True,
+    ) -> ReadResult:
+        """Whole batches from the one holding `offset`, below `upper_offset` (default: the HW).
+
+        The first batch may start before `offset`; the caller skips those records.
+        """
+        if self._closed:
+            raise LogClosed(f"{self.topic}-{self.partition} is closed")
+        log_start, log_end, hw = self.log_start_offset, self.log_end_offset, self.high_watermark
+        if offset < log_start or offset > log_end:
+            raise OffsetOutOfRange(offset, log_start, log_end)
+        upper = hw if upper_offset is None else min(upper_offset, log_end)
+        segments = self._segments
+        i = max(bisect_right(self._bases, offset) - 1, 0)
+        data = memoryview(b"")
+        while i < len(segments) and offset < upper:
+            data = segments[i].read(offset, max_bytes, upper, min_one)
+            if data:
+                break
+            i += 1
+        return ReadResult(data, hw, log_start, log_end)
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first committed record with timestamp >= `timestamp`."""
+        for segment in self._segments:
+            if segment.max_timestamp < timestamp:
+                continue
+            found = segment.find_offset_by_timestamp(timestamp)
+            if found is None:
+                continue
+            offset, ts = found
+            if offset >= self.high_watermark:
+                return None
+            return max(offset, self.log_start_offset), ts
+        return None
+
+    # -- watermarks and truncation ---------------------------------------------------------
+
+    def advance_high_watermark(self, offset: int) -> bool:
+        """Move the high watermark forward (never past the log end); True if it moved."""
+        with self._lock:
+            target = min(offset, self.log_end_offset)
+            if target <= self.high_watermark:
+                return False
+            self.high_watermark = target
+        self._notify()
+        return True
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every batch holding an offset >= `offset` (a follower's divergent tail)."""
+        with self._lock:
+            self._check_open()
+            if offset >= self.log_end_offset:
+                return
+            if offset < self.log_start_offset:
+                self._truncate_fully(offset)
+            else:
+                keep = [s for s in self._segments if s.base_offset < offset]
+                for segment in self._segments[len(keep) :]:
+                    segment.delete()
+                if not keep:
+                    keep = [self._new_segment(offset)]
+                keep[-1].truncate_to(offset)
+                self._set_segments(keep)
+                self.log_end_offset = keep[-1].next_offset
+            self.high_watermark = min(self.high_watermark, self.log_end_offset)
+            self.recovery_point = min(self.recovery_point, self.log_end_offset)
+            self.epoch_cache.truncate_from_end(self.log_end_offset)
+        self._notify()
+
+    def _truncate_fully(self, offset: int) -> None:
+        for segment in self._segments:
+            segment.delete()
+        self._set_segments([self._new_segment(offset)])
+        self.log_start_offset = self.log_end_offset = offset
+        self.high_watermark = self.recovery_point = offset
+        self.epoch_cache.clear()
+
+    def delete_records(self, before_offset: int) -> int:
+        """Advance the log start offset (Kafka's DeleteRecords); returns the new log start."""
+        with self._lock:
+            self._check_open()
+            if before_offset > self.high_watermark or before_offset < 0:
+                raise OffsetOutOfRange(before_offset, self.log_start_offset, self.high_watermark)
+            if before_offset > self.log_start_offset:
+                self.log_start_offset = before_offset
+                self.epoch_cache.truncate_from_start(before_offset)
+                self._delete_prefix(lambda segment, following: following <= before_offset)
+            return self.log_start_offset
+
+    # -- retention -------------------------------------------------------------------------
+
+    def apply_retention(self) -> int:
+        """Delete closed segments past retention.ms / retention.bytes; returns how many."""
+        config = self.config
+        now = self.now_ms()
+        with self._lock:
+            self._check_open()
+            excess = self.size_bytes - config.retention_bytes
+
+            def expired(segment: LogSegment, following: int) -> bool:
+                nonlocal excess
+                if following <= self.log_start_offset:
+                    return True
+                if not config.delete:
+                    return False
+                if following > self.high_watermark:
+                    return False
+                if config.retention_ms >= 0 and segment.max_timestamp < now - config.retention_ms:
+                    excess -= segment.size
+                    return True
+                if config.retention_bytes >= 0 and excess - segment.size >= 0:
+                    excess -= segment.size
+                    return True
+                return False
+
+            return self._delete_prefix(expired)
+
+    def _delete_prefix(self, deletable: Callable[[LogSegment, int], bool]) -> int:
+        """Delete the longest run of closed segments, oldest first, that `deletable` accepts.
+
+        `deletable(segment, following_base)` sees each closed segment with the base offset of
+        the segment after it (its exclusive upper offset bound).
+        """
+        segments = self._segments
+        count = 0
+        while count < len(segments) - 1 and deletable(
+            segments[count], segments[count + 1].base_offset
+        ):
+            count += 1
+        if not count:
+            return 0
+        self._set_segments(segments[count:])
+        for segment in segments[:count]:
+            segment.delete()
+        if self._segments[0].base_offset > self.log_start_offset:
+            self.log_start_offset = self._segments[0].base_offset
+            self.epoch_cache.truncate_from_start(self.log_start_offset)
+        return count
+
+    # -- flush, listeners, lifecycle -------------------------------------------------------
+
+    def flush(self, up_to: int | None = None) -> None:
+        """fsync segments up to `up_to` (default: everything) and advance the recovery point."""
+        with self._lock:
+            if self._closed:
+                return
+            target = self.log_end_offset if up_to is None else min(up_to, self.log_end_offset)
+            pending = [s for s in self._segments if s.next_offset > self.recovery_point]
+            for segment in pending:
+                segment.flush(fsync=False)
+            self._unflushed_messages = 0
+            self._last_flush_ms = self.now_ms()
+        for segment in pending:
+            segment.fsync()
+        with self._lock:
+            self.recovery_point = max(self.recovery_point, target)
+
+    def flush_due_by_time(self) -> bool:
+        return (
+            self._unflushed_messages > 0
+            and self.now_ms() - self._last_flush_ms >= self.config.flush_ms
+        )
+
+    def add_listener(self, listener: Listener) -> None:
+        """Call `listener(log)` after every append, high-watermark move or truncation."""
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: Listener) -> None:
+        self._listeners.remove(listener)
+
+    def add_roll_listener(self, listener: RollListener) -> None:
+        """Call `listener(log, closed_segment)` when a segment rolls (tiering hooks here)."""
+        self._roll_listeners.append(listener)
+
+    def _notify(self) -> None:
+        for listener in self._listeners:
+            listener(self)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosed(f"{self.topic}-{self.partition} is closed")
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        return self._segments
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    def update_config(self, config: TopicConfig) -> None:
+        self.config = config
+
+    def close(self) -> None:
+        """Flush everything and release file descriptors."""
+        self.flush()
+        with self._lock:
+            for segment in self._segments:
+                segment.close()
+            self._closed = True
+
+    def delete(self) -> None:
+        """Close and remove the partition's directory."""
+        with self._lock:
+            for segment in self._segments:
+                segment.delete()
+            self._closed = True
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def replace_segment(self, old: LogSegment, expected_size: int) -> bool:
+        """Swap in the cleaned copy of closed segment `old`; False if the log changed meanwhile.
+
+        The cleaner has written `<name>.log.cleaned`, `.index.cleaned` and `.timeindex.cleaned`,
+        complete and fsynced. They become `.swap` files (the log last: its `.swap` marks a swap
+        that recovery must finish), then replace the originals (the log last again).
+        """
+        files = [old.index.path, old.time_index.path, old.path]
+        with self._lock:
+            current = self._segments[:-1]
+            if self._closed or old not in current or old.size != expected_size:
+                for path in files:
+                    path.with_name(path.name + CLEANED_SUFFIX).unlink(missing_ok=True)
+                return False
+            for path in files:
+                os.replace(
+                    path.with_name(path.name + CLEANED_SUFFIX),
+                    path.with_name(path.name + SWAP_SUFFIX),
+                )
+            for path in files:
+                os.replace(path.with_name(path.name + SWAP_SUFFIX), path)
+            fresh = self._new_segment(old.base_offset)
+            if not fresh.load():
+                fresh.recover()
+            self._set_segments([fresh if s is old else s for s in self._segments])
+        return True
+
+
+def finish_interrupted_swaps(directory: Path) -> None:
+    """Complete or discard a compaction interrupted by a crash.
+
+    `.cleaned` files may be partial: delete them. A `.log.swap` means every file of the cleaned
+    segment was complete: move it over its `.log` and drop that segment's index files and index
+    swaps, which the open rebuilds. Index swaps without a log swap are discarded.
+    """
+    names = {p.name for p in directory.iterdir()}
+    for name in names:
+        if name.endswith(".log" + SWAP_SUFFIX):
+            stem = name.split(".")[0]
+            for suffix in (
+                ".index",
+                ".timeindex",
+                ".index" + SWAP_SUFFIX,
+                ".timeindex" + SWAP_SUFFIX,
+            ):
+                (directory / f"{stem}{suffix}").unlink(missing_ok=True)
+            os.replace(directory / name, directory / f"{stem}.log")
+    for path in directory.iterdir():
+        if path.name.endswith((CLEANED_SUFFIX, SWAP_SUFFIX, ".tmp")):
+            path.unlink(missing_ok=True)

@@ -1,0 +1,304 @@
+"""LogSegment: one `.log` file of concatenated v2 batches with its offset and time indexes."""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+from engine import batch as fmt
+from engine.errors import CorruptRecord
+from engine.index import OffsetIndex, TimeIndex
+
+_HEADER_PROBE = 64 * 1024  # bytes read at once while walking batch headers
+_RECOVERY_CHUNK = 8 * 1024 * 1024
+
+
+def segment_name(base_offset: int) -> str:
+    return f"{base_offset:020d}"
+
+
+class RecoveryResult(NamedTuple):
+    truncated_bytes: int
+    error: str | None
+
+
+class LogSegment:
+    """Append-only batches for offsets [base_offset, next_offset), with sparse indexes.
+
+    The file is written with one `os.write` per append on an O_APPEND descriptor and read with
+    `os.pread`, so readers never disturb the writer. Sizes and offsets are tracked in memory;
+    `load`/`recover` derive them from the file on open.
+    """
+
+    def __init__(self, directory: Path, base_offset: int, index_interval_bytes: int) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        name = segment_name(base_offset)
+        self.path = directory / f"{name}.log"
+        self.index = OffsetIndex(directory / f"{name}.index", base_offset)
+        self.time_index = TimeIndex(directory / f"{name}.timeindex", base_offset)
+        # FileIO closes the descriptor when the last reference goes, so a reader still holding a
+        # deleted or swapped-out segment never sees its descriptor number reused.
+        self._file = io.FileIO(self.path, "a+")
+        self._fd = self._file.fileno()
+        self.size = os.fstat(self._fd).st_size
+        self.next_offset = base_offset
+        self.max_timestamp = fmt.NO_TIMESTAMP
+        self.first_batch_timestamp: int | None = None
+        self._bytes_since_index = 0
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def append(
+        self, data: bytes | bytearray | memoryview, headers: list[tuple[int, fmt.BatchHeader]]
+    ) -> None:
+        """Write whole batches (already stamped) in one call; on failure the file is unchanged.
+
+        `headers` holds each batch's position within `data` and its header as stamped.
+        """
+        start = self.size
+        try:
+            written = os.write(self._fd, data)
+            if written != len(data):
+                raise OSError(f"short write: {written} of {len(data)} bytes")
+        except BaseException:
+            os.ftruncate(self._fd, start)
+            raise
+        for pos, header in headers:
+            self._index_batch(start + pos, header)
+        self.size = start + len(data)
+
+    def _index_batch(self, position: int, header: fmt.BatchHeader) -> None:
+        if self.first_batch_timestamp is None:
+            self.first_batch_timestamp = header.max_timestamp
+        if self._bytes_since_index >= self.index_interval_bytes or not len(self.index):
+            self.index.append(header.base_offset, position)
+            self.time_index.maybe_append(header.max_timestamp, header.base_offset)
+            self._bytes_since_index = 0
+        self._bytes_since_index += header.size
+        if header.max_timestamp > self.max_timestamp:
+            self.max_timestamp = header.max_timestamp
+        self.next_offset = header.next_offset
+
+    def flush(self, fsync: bool = True) -> None:
+        """Write pending index entries; with `fsync`, also make the log and indexes durable."""
+        self.index.flush()
+        self.time_index.flush()
+        if fsync:
+            self.fsync()
+
+    def fsync(self) -> None:
+        """fsync the log and index files; safe from another thread (touches no memory state)."""
+        if self._file.closed:
+            return
+        os.fsync(self._fd)
+        for index in (self.index, self.time_index):
+            if index.path.exists():
+                fd = os.open(index.path, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def pread(self, length: int, position: int) -> bytes:
+        return os.pread(self._fd, length, position)
+
+    def translate(self, offset: int) -> tuple[int, fmt.BatchHeader] | None:
+        """Position and header of the first batch whose last offset is >= `offset`."""
+        _, position = self.index.lookup(offset)
+        size = self.size
+        while position < size:
+            chunk = os.pread(self._fd, min(_HEADER_PROBE, size - position), position)
+            pos = 0
+            while pos + fmt.HEADER_SIZE <= len(chunk):
+                header = fmt.read_header(chunk, pos)
+                if header.length < fmt.MIN_BATCH_LENGTH:
+                    raise CorruptRecord(
+                        f"invalid batch header in {self.path.name} at byte {position + pos}",
+                        offset,
+                    )
+                if header.last_offset >= offset:
+                    return position + pos, header
+                pos += header.size
+            if pos == 0:
+                return None
+            position += pos
+        return None
+
+    def read(self, offset: int, max_bytes: int, upper_offset: int, min_one: bool) -> memoryview:
+        """Whole batches from the one holding `offset`, ending before `upper_offset`.
+
+        At most `max_bytes`, except that with `min_one` the first batch is returned whole even if
+        larger (so a consumer always makes progress). Every batch returned passed its CRC; a
+        corrupt first batch raises CorruptRecord, a later one ends the read before it.
+        """
+        found = self.translate(offset)
+        if found is None:
+            return memoryview(b"")
+        position, first = found
+        if first.last_offset >= upper_offset:
+            return memoryview(b"")
+        length = min(max_bytes, self.size - position)
+        if min_one and first.size > length:
+            length = first.size
+        data = memoryview(os.pread(self._fd, length, position))
+        pos = 0
+        end = len(data)
+        while pos + fmt.HEADER_SIZE <= end:
+            header = fmt.read_header(data, pos)
+            if pos + header.size > end or header.last_offset >= upper_offset:
+                break
+            if header.magic != fmt.MAGIC or not fmt.crc_matches(data, pos, header):
+                if pos == 0:
+                    raise CorruptRecord(
+                        f"batch at offset {header.base_offset} in {self.path.name} failed its CRC",
+                        header.base_offset,
+                    )
+                break
+            pos += header.size
+        return data[:pos]
+
+    def batches(self) -> Iterator[tuple[fmt.BatchHeader, memoryview]]:
+        """Every batch in file order, CRC-checked; the first bad one raises CorruptRecord."""
+        position = 0
+        expected = self.base_offset
+        chunk_size = _RECOVERY_CHUNK
+        while position < self.size:
+            chunk = memoryview(self.pread(min(chunk_size, self.size - position), position))
+            result = fmt.scan(chunk, check_crc=True)
+            for pos, header in result.headers:
+                yield header, chunk[pos : pos + header.size]
+                expected = header.next_offset
+            position += result.valid_bytes
+            if result.error is None:
+                continue
+            if result.needed and position + result.needed <= self.size:
+                chunk_size = max(_RECOVERY_CHUNK, result.needed)  # a batch straddled the chunk
+                continue
+            raise CorruptRecord(f"{result.error} at byte {position} of {self.path.name}", expected)
+
+    def find_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with timestamp >= `timestamp` here."""
+        if self.max_timestamp < timestamp:
+            return None
+        start = self.time_index.lookup(timestamp)
+        found = self.translate(self.base_offset if start is None else start)
+        if found is None:
+            return None
+        position, header = found
+        while position < self.size:
+            header = fmt.read_header(self.pread(fmt.HEADER_SIZE, position))
+            if header.max_timestamp >= timestamp:
+                data = self.pread(header.size, position)
+                for record in fmt.iter_records(data):
+                    if record.timestamp >= timestamp:
+                        return record.offset, record.timestamp
+            position += header.size
+        return None
+
+    # -- recovery and truncation ---------------------------------------------------------------
+
+    def _reset_state(self) -> None:
+        self.next_offset = self.base_offset
+        self.max_timestamp = fmt.NO_TIMESTAMP
+        self._bytes_since_index = 0
+        first = (
+            fmt.read_header(self.pread(fmt.HEADER_SIZE, 0))
+            if self.size >= fmt.HEADER_SIZE
+            else None
+        )
+        self.first_batch_timestamp = None if first is None else first.max_timestamp
+        if self.time_index.keys:
+            self.max_timestamp = self.time_index.keys[-1]
+
+    def _replay_tail(self) -> bool:
+        """Walk the headers after the last index entry (no CRC) to restore in-memory state."""
+        self._reset_state()
+        _, position = self.index.lookup(2**63 - 1)
+        result = fmt.scan(self.pread(self.size - position, position), check_crc=False)
+        for pos, header in result.headers:
+            self._index_batch(position + pos, header)
+        return result.error is None
+
+    def load(self) -> bool:
+        """Trust the file (a clean shutdown or a flushed segment): load indexes, replay the tail.
+
+        Returns False when an index is unusable or the tail does not parse; the caller then runs
+        `recover`.
+        """
+        if not (self.index.load() and self.time_index.load()):
+            return False
+        if self.index.values and self.index.values[-1] >= self.size:
+            return False
+        if (
+            self.time_index.values
+            and self.index.keys
+            and (self.time_index.values[-1] > self.index.keys[-1])
+        ):
+            return False
+        return self._replay_tail()
+
+    def recover(self) -> RecoveryResult:
+        """CRC-check every batch, rebuild both indexes, cut the file after the last valid batch."""
+        self.index.clear()
+        self.time_index.clear()
+        self._reset_state()
+        position = 0
+        error: str | None = None
+        try:
+            for header, _ in self.batches():
+                if header.base_offset < self.next_offset:
+                    error = f"offset {header.base_offset} goes backwards at byte {position}"
+                    break
+                self._index_batch(position, header)
+                position += header.size
+        except CorruptRecord as exc:
+            error = str(exc)
+        truncated = self.size - position
+        if truncated:
+            os.ftruncate(self._fd, position)
+            self.size = position
+        self.index.rewrite()
+        self.time_index.rewrite()
+        return RecoveryResult(truncated, error)
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch whose last offset is >= `offset`; returns bytes removed."""
+        found = self.translate(offset)
+        if found is None:
+            return 0
+        position, header = found
+        removed = self.size - position
+        os.ftruncate(self._fd, position)
+        self.size = position
+        self.index.truncate_to_position(position)
+        self.time_index.truncate_to_offset(header.base_offset)
+        self._replay_tail()
+        return removed
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    @property
+    def empty(self) -> bool:
+        return self.size == 0
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self.index.flush()
+            self.time_index.flush()
+            self._file.close()
+
+    def delete(self) -> None:
+        """Unlink the files; readers holding this segment keep reading until they let go."""
+        self.path.unlink(missing_ok=True)
+        self.index.delete()
+        self.time_index.delete()
+
+    def __repr__(self) -> str:
+        return f"LogSegment({self.path}, next_offset={self.next_offset}, size={self.size})"

@@ -1,0 +1,324 @@
+"""LogManager: the topics and partition logs under one data directory.
+
+It owns what spans partitions: topic metadata (the commit point of create and delete), the
+checkpoint files, the clean-shutdown marker and a lock that keeps a second process out.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+
+from engine import checkpoint, cleaner
+from engine.config import TopicConfig, validate_topic_name
+from engine.errors import (
+    InvalidPartitions,
+    InvalidTopicName,
+    TopicAlreadyExists,
+    UnknownPartition,
+    UnknownTopic,
+)
+from engine.log import PartitionLog, partition_dir_name
+
+TOPICS_DIR = "topic-configs"
+LOCK_FILE = ".lock"
+CLEAN_SHUTDOWN = ".clean-shutdown"
+RECOVERY_POINTS = "recovery-point-offset-checkpoint"
+HIGH_WATERMARKS = "replication-offset-checkpoint"
+LOG_START_OFFSETS = "log-start-offset-checkpoint"
+CLEANER_OFFSETS = "cleaner-offset-checkpoint"
+MAX_PARTITIONS = 10_000
+_PARTITION_DIR = re.compile(r"(?P<topic>[a-zA-Z0-9._-]+)-(?P<partition>\d+)")
+
+
+@dataclass
+class Topic:
+    """A topic: its identity, configuration overrides and partition logs."""
+
+    name: str
+    topic_id: str
+    overrides: dict[str, object]
+    config: TopicConfig
+    partitions: list[PartitionLog] = field(default_factory=list)
+
+    def metadata(self) -> bytes:
+        return orjson.dumps(
+            {
+                "name": self.name,
+                "topic_id": self.topic_id,
+                "partitions": len(self.partitions),
+                "configs": self.overrides,
+            },
+            option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS,
+        )
+
+
+class DataDirLocked(Exception):
+    """Another process has this data directory open."""
+
+
+class LogManager:
+    """Creates, opens, alters and deletes topics; checkpoints and shuts down cleanly."""
+
+    def __init__(
+        self,
+        data_dir: Path | str,
+        *,
+        defaults: TopicConfig | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.defaults = defaults or TopicConfig()
+        self.clock = clock
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        (self.data_dir / TOPICS_DIR).mkdir(exist_ok=True)
+        self._lock_fd = os.open(self.data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_fd)
+            raise DataDirLocked(f"{self.data_dir} is in use by another process") from None
+        marker = self.data_dir / CLEAN_SHUTDOWN
+        self.had_clean_shutdown = marker.exists()
+        marker.unlink(missing_ok=True)
+        checkpoint.fsync_directory(self.data_dir)
+        self.cleaner_offsets = self._read_checkpoint(CLEANER_OFFSETS)
+        self.topics: dict[str, Topic] = {}
+        self._closed = False
+        self._load()
+
+    # -- loading -------------------------------------------------------------------------------
+
+    def _read_checkpoint(self, name: str) -> dict[tuple[str, int], int]:
+        try:
+            return checkpoint.read_offsets(self.data_dir / name)
+        except checkpoint.CheckpointError:
+            return {}
+
+    def _load(self) -> None:
+        recovery_points = self._read_checkpoint(RECOVERY_POINTS)
+        high_watermarks = self._read_checkpoint(HIGH_WATERMARKS)
+        log_starts = self._read_checkpoint(LOG_START_OFFSETS)
+        for path in sorted((self.data_dir / TOPICS_DIR).glob("*.json")):
+            meta = orjson.loads(path.read_bytes())
+            overrides = dict(meta.get("configs", {}))
+            topic = Topic(
+                meta["name"], meta["topic_id"], overrides, self.defaults.with_overrides(overrides)
+            )
+            for p in range(int(meta["partitions"])):
+                key = (topic.name, p)
+                topic.partitions.append(
+                    self._open_log(
+                        topic,
+                        p,
+                        recovery_point=recovery_points.get(key, 0),
+                        log_start_offset=log_starts.get(key, 0),
+                        high_watermark=high_watermarks.get(key, 0),
+                        trust_files=self.had_clean_shutdown,
+                    )
+                )
+            self.topics[topic.name] = topic
+        self._remove_orphans()
+
+    def _open_log(
+        self,
+        topic: Topic,
+        partition: int,
+        *,
+        recovery_point: int = 0,
+        log_start_offset: int = 0,
+        high_watermark: int = 0,
+        trust_files: bool = False,
+    ) -> PartitionLog:
+        return PartitionLog(
+            self.data_dir / partition_dir_name(topic.name, partition),
+            topic.name,
+            partition,
+            topic.config,
+            recovery_point=recovery_point,
+            log_start_offset=log_start_offset,
+            high_watermark=high_watermark,
+            trust_files=trust_files,
+            clock=self.clock,
+        )
+
+    def _remove_orphans(self) -> None:
+        """Delete partition directories no topic owns: a create or delete cut short by a crash."""
+        for path in self.data_dir.iterdir():
+            match = _PARTITION_DIR.fullmatch(path.name)
+            if not path.is_dir() or match is None:
+                continue
+            topic = self.topics.get(match["topic"])
+            if topic is None or int(match["partition"]) >= len(topic.partitions):
+                shutil.rmtree(path, ignore_errors=True)
+
+    # -- topics --------------------------------------------------------------------------------
+
+    def create_topic(
+        self, name: str, partitions: int = 1, configs: Mapping[str, object] | None = None
+    ) -> Topic:
+        """Create a topic; its metadata file, written last, commits the creation."""
+        validate_topic_name(name)
+        _check_partition_count(partitions)
+        overrides = dict(configs or {})
+        config = self.defaults.with_overrides(overrides)
+        if name in self.topics:
+            raise TopicAlreadyExists(f"topic {name!r} already exists")
+        collision = _collision_key(name)
+        for existing in self.topics:
+            if _collision_key(existing) == collision:
+                raise InvalidTopicName(
+                    f"topic {name!r} collides with existing topic {existing!r} "
+                    "('.' and '_' are interchangeable in metric names)"
+                )
+        topic = Topic(name, uuid.uuid4().hex, overrides, config)
+        for p in range(partitions):
+            shutil.rmtree(self.data_dir / partition_dir_name(name, p), ignore_errors=True)
+            topic.partitions.append(self._open_log(topic, p))
+        self._write_metadata(topic)
+        self.topics[name] = topic
+        return topic
+
+    def delete_topic(self, name: str) -> None:
+        """Delete a topic: its metadata goes first, so a crash cannot resurrect it."""
+        topic = self.topic(name)
+        (self.data_dir / TOPICS_DIR / f"{name}.json").unlink()
+        checkpoint.fsync_directory(self.data_dir / TOPICS_DIR)
+        del self.topics[name]
+        for log in topic.partitions:
+            log.delete()
+            self.cleaner_offsets.pop((name, log.partition), None)
+
+    def alter_topic_configs(self, name: str, changes: Mapping[str, object | None]) -> Topic:
+        """Set config overrides; a None value removes an override (back to the default)."""
+        topic = self.topic(name)
+        overrides = dict(topic.overrides)
+        for key, value in changes.items():
+            if value is None:
+                overrides.pop(key, None)
+            else:
+                overrides[key] = value
+        config = self.defaults.with_overrides(overrides)
+        topic.overrides, topic.config = overrides, config
+        self._write_metadata(topic)
+        for log in topic.partitions:
+            log.update_config(config)
+        return topic
+
+    def add_partitions(self, name: str, total: int) -> Topic:
+        """Grow a topic to `total` partitions (Kafka never shrinks one)."""
+        topic = self.topic(name)
+        _check_partition_count(total)
+        if total <= len(topic.partitions):
+            raise InvalidPartitions(
+                f"topic {name!r} has {len(topic.partitions)} partitions; "
+                f"the new count must be larger, got {total}"
+            )
+        for p in range(len(topic.partitions), total):
+            shutil.rmtree(self.data_dir / partition_dir_name(name, p), ignore_errors=True)
+            topic.partitions.append(self._open_log(topic, p))
+        self._write_metadata(topic)
+        return topic
+
+    def _write_metadata(self, topic: Topic) -> None:
+        path = self.data_dir / TOPICS_DIR / f"{topic.name}.json"
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "wb") as f:
+            f.write(topic.metadata())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        checkpoint.fsync_directory(path.parent)
+
+    def topic(self, name: str) -> Topic:
+        try:
+            return self.topics[name]
+        except KeyError:
+            raise UnknownTopic(f"topic {name!r} does not exist") from None
+
+    def log(self, topic: str, partition: int) -> PartitionLog:
+        logs = self.topic(topic).partitions
+        if not 0 <= partition < len(logs):
+            raise UnknownPartition(
+                f"topic {topic!r} has partitions 0..{len(logs) - 1}; {partition} does not exist"
+            )
+        return logs[partition]
+
+    def all_logs(self) -> list[PartitionLog]:
+        """A snapshot of every partition log (safe while the event loop adds topics)."""
+        topics = list(self.topics.values())
+        return [log for topic in topics for log in list(topic.partitions)]
+
+    # -- maintenance (synchronous; `engine.background` runs these off the event loop) -----------
+
+    def write_checkpoints(self) -> None:
+        logs = self.all_logs()
+        by_key = {(log.topic, log.partition): log for log in logs}
+        checkpoint.write_offsets(
+            self.data_dir / RECOVERY_POINTS, {k: v.recovery_point for k, v in by_key.items()}
+        )
+        checkpoint.write_offsets(
+            self.data_dir / HIGH_WATERMARKS, {k: v.high_watermark for k, v in by_key.items()}
+        )
+        checkpoint.write_offsets(
+            self.data_dir / LOG_START_OFFSETS, {k: v.log_start_offset for k, v in by_key.items()}
+        )
+        checkpoint.write_offsets(self.data_dir / CLEANER_OFFSETS, self.cleaner_offsets)
+
+    def flush_due_logs(self) -> int:
+        """fsync logs whose flush.ms has passed; returns how many were flushed."""
+        due = [log for log in self.all_logs() if log.flush_due_by_time()]
+        for log in due:
+            log.flush()
+        return len(due)
+
+    def apply_retention(self) -> int:
+        """Delete expired segments in every log; returns segments deleted."""
+        return sum(log.apply_retention() for log in self.all_logs())
+
+    def clean_logs(self, *, force: bool = False) -> list[cleaner.CleanStats]:
+        """One compaction pass over every compacted log that needs it."""
+        done = []
+        for log in self.all_logs():
+            if not log.config.compact:
+                continue
+            key = (log.topic, log.partition)
+            first_dirty = max(self.cleaner_offsets.get(key, 0), log.log_start_offset)
+            stats = cleaner.clean(log, first_dirty, force=force)
+            if stats is not None:
+                self.cleaner_offsets[key] = stats.cleaned_up_to
+                done.append(stats)
+        return done
+
+    def close(self) -> None:
+        """Flush every log, write checkpoints and mark the shutdown clean."""
+        if self._closed:
+            return
+        for log in self.all_logs():
+            log.close()
+        self.write_checkpoints()
+        marker = self.data_dir / CLEAN_SHUTDOWN
+        marker.touch()
+        checkpoint.fsync_directory(self.data_dir)
+        os.close(self._lock_fd)
+        self._closed = True
+
+
+def _check_partition_count(partitions: object) -> None:
+    if isinstance(partitions, bool) or not isinstance(partitions, int):
+        raise InvalidPartitions(f"partitions must be an integer, got {partitions!r}")
+    if not 1 <= partitions <= MAX_PARTITIONS:
+        raise InvalidPartitions(f"partitions must be between 1 and {MAX_PARTITIONS}")
+
+
+def _collision_key(name: str) -> str:
+    return name.replace(".", "_")

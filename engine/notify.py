@@ -1,0 +1,65 @@
+"""Wake asyncio waiters when a partition log changes (long-poll fetches, replica fetches).
+
+A parked waiter is one future in a set: it costs no CPU and a few hundred bytes. Appends may
+come from any thread; wake-ups are delivered on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from engine.log import PartitionLog
+
+
+class ChangeNotifier:
+    """Per-log sets of futures, resolved on the next append, high-watermark move or truncation."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self._loop = loop or asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
+        self._waiters: dict[PartitionLog, set[asyncio.Future[None]]] = {}
+        self._watched: set[PartitionLog] = set()
+
+    def watch(self, log: PartitionLog) -> None:
+        if log not in self._watched:
+            self._watched.add(log)
+            log.add_listener(self._changed)
+
+    def unwatch(self, log: PartitionLog) -> None:
+        if log in self._watched:
+            self._watched.discard(log)
+            log.remove_listener(self._changed)
+            self._wake(log)
+
+    @property
+    def parked(self) -> int:
+        """How many waiters are parked now (a metric)."""
+        return sum(len(w) for w in self._waiters.values())
+
+    async def wait(self, log: PartitionLog, timeout: float) -> bool:
+        """Wait for the log to change; False on timeout. Cancellation releases the waiter."""
+        self.watch(log)
+        future: asyncio.Future[None] = self._loop.create_future()
+        waiters = self._waiters.setdefault(log, set())
+        waiters.add(future)
+        try:
+            await asyncio.wait_for(future, timeout)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            waiters.discard(future)
+            if not waiters and self._waiters.get(log) is waiters:
+                del self._waiters[log]
+
+    def _changed(self, log: PartitionLog) -> None:
+        if threading.get_ident() == self._loop_thread:
+            self._wake(log)
+        else:
+            self._loop.call_soon_threadsafe(self._wake, log)
+
+    def _wake(self, log: PartitionLog) -> None:
+        for future in self._waiters.get(log, ()):
+            if not future.done():
+                future.set_result(None)

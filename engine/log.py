@@ -258,6 +258,8 @@ class PartitionLog:
     ) -> None:
         last_offset = headers[-1][1].last_offset
         segment = self._maybe_roll(len(data), last_offset, now)
+        if segment.rolling_base_ms is None:
+            segment.rolling_base_ms = now
         segment.append(data, headers)
         self.log_end_offset = segment.next_offset
 
@@ -274,8 +276,8 @@ class PartitionLog:
             return active
         full = active.size + size > self.config.segment_bytes
         aged = (
-            active.first_batch_timestamp is not None
-            and now - active.first_batch_timestamp > self.config.segment_ms
+            active.rolling_base_ms is not None
+            and now - active.rolling_base_ms > self.config.segment_ms
         )
         offsets_overflow = last_offset - active.base_offset > INT_MAX
         if full or aged or offsets_overflow:

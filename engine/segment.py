@@ -48,7 +48,11 @@ class LogSegment:
         self.size = os.fstat(self._fd).st_size
         self.next_offset = base_offset
         self.max_timestamp = fmt.NO_TIMESTAMP
-        self.first_batch_timestamp: int | None = None
+        # When segment.ms starts counting: the broker's clock at the first append (the file's
+        # mtime after a restart), not record timestamps, which producers may set far in the past.
+        self.rolling_base_ms: int | None = (
+            int(os.stat(self.path).st_mtime * 1000) if self.size else None
+        )
         self._bytes_since_index = 0
 
     # -- writing -------------------------------------------------------------------------------
@@ -73,8 +77,6 @@ class LogSegment:
         self.size = start + len(data)
 
     def _index_batch(self, position: int, header: fmt.BatchHeader) -> None:
-        if self.first_batch_timestamp is None:
-            self.first_batch_timestamp = header.max_timestamp
         if self._bytes_since_index >= self.index_interval_bytes or not len(self.index):
             self.index.append(header.base_offset, position)
             self.time_index.maybe_append(header.max_timestamp, header.base_offset)
@@ -208,12 +210,6 @@ class LogSegment:
         self.next_offset = self.base_offset
         self.max_timestamp = fmt.NO_TIMESTAMP
         self._bytes_since_index = 0
-        first = (
-            fmt.read_header(self.pread(fmt.HEADER_SIZE, 0))
-            if self.size >= fmt.HEADER_SIZE
-            else None
-        )
-        self.first_batch_timestamp = None if first is None else first.max_timestamp
         if self.time_index.keys:
             self.max_timestamp = self.time_index.keys[-1]
 

@@ -1,0 +1,63 @@
+"""The asyncio side: change notification for long-polls and background maintenance."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from engine.background import BackgroundTasks, Intervals
+from engine.manager import LogManager
+from engine.notify import ChangeNotifier
+from tests.engine.conftest import batch_of
+
+
+async def test_waiters_wake_on_append_and_time_out(tmp_path: Path) -> None:
+    manager = LogManager(tmp_path)
+    log = manager.create_topic("t").partitions[0]
+    notifier = ChangeNotifier()
+    waiters = [asyncio.create_task(notifier.wait(log, 30)) for _ in range(100)]
+    while notifier.parked < 100:
+        await asyncio.sleep(0)
+    log.append_as_leader(batch_of([b"x"]), 0)
+    assert await asyncio.gather(*waiters) == [True] * 100
+    assert notifier.parked == 0
+    assert await notifier.wait(log, 0.01) is False
+    manager.close()
+
+
+async def test_cancelled_waiter_is_released(tmp_path: Path) -> None:
+    manager = LogManager(tmp_path)
+    log = manager.create_topic("t").partitions[0]
+    notifier = ChangeNotifier()
+    task = asyncio.create_task(notifier.wait(log, 30))
+    while notifier.parked < 1:
+        await asyncio.sleep(0)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert notifier.parked == 0
+    manager.close()
+
+
+async def test_append_from_another_thread_wakes_the_loop(tmp_path: Path) -> None:
+    manager = LogManager(tmp_path)
+    log = manager.create_topic("t").partitions[0]
+    notifier = ChangeNotifier()
+    waiter = asyncio.create_task(notifier.wait(log, 30))
+    while notifier.parked < 1:
+        await asyncio.sleep(0)
+    await asyncio.to_thread(log.append_as_leader, batch_of([b"x"]), 0)
+    assert await waiter is True
+    manager.close()
+
+
+async def test_background_tasks_run_and_stop(tmp_path: Path) -> None:
+    manager = LogManager(tmp_path)
+    log = manager.create_topic("t", 1, {"flush.ms": 0}).partitions[0]
+    log.append_as_leader(batch_of([b"x"]), 0)
+    tasks = BackgroundTasks(manager, Intervals(0.001, 0.001, 0.001, 0.001))
+    tasks.start()
+    while log.recovery_point < 1:
+        await asyncio.sleep(0.001)
+    await tasks.stop()
+    assert (tmp_path / "recovery-point-offset-checkpoint").exists() or log.recovery_point == 1
+    manager.close()

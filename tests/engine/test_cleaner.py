@@ -1,0 +1,130 @@
+"""Compaction: latest record per key, tombstones, preserved offsets, concurrency with appends."""
+
+from __future__ import annotations
+
+import threading
+
+from engine import cleaner
+from engine.log import PartitionLog
+from tests.engine.conftest import FakeClock, LogFactory, batch_of, read_all
+
+COMPACT = {"cleanup.policy": "compact", "segment.bytes": 250, "index.interval.bytes": 1}
+
+
+def put(log: PartitionLog, key: bytes, value: bytes | None, ts: int) -> int:
+    info = log.append_as_leader(batch_of([value], keys=[key], timestamp=ts), 0)
+    log.advance_high_watermark(log.log_end_offset)
+    return info.first_offset
+
+
+def test_keeps_latest_per_key_with_offsets_and_order(
+    make_log: LogFactory, clock: FakeClock
+) -> None:
+    log = make_log(COMPACT)
+    written: list[tuple[bytes, int]] = []
+    for i in range(40):
+        key = b"k%d" % (i % 4)
+        written.append((key, put(log, key, b"v%02d" % i + b"." * 40, clock.ms)))
+    active_base = log.segments[-1].base_offset
+    # The active segment is not mapped (as in Kafka): only closed segments supersede.
+    latest = {key: offset for key, offset in written if offset < active_base}
+    stats = cleaner.clean(log, 0, force=True)
+    assert stats is not None and stats.records_removed > 0
+    assert stats.cleaned_up_to == active_base
+    records = read_all(log)
+    offsets = [r.offset for r in records]
+    assert offsets == sorted(offsets)
+    closed = [r for r in records if r.offset < active_base]
+    assert {(r.key, r.offset) for r in closed} <= set(latest.items())
+    for key, offset in latest.items():
+        assert any(r.key == key and r.offset == offset for r in records)
+    assert [r.offset for r in records if r.offset >= active_base] == list(range(active_base, 40))
+    assert log.log_end_offset == 40
+    assert put(log, b"k0", b"after", clock.ms) == 40
+
+
+def test_tombstones_removed_only_after_delete_retention(
+    make_log: LogFactory, clock: FakeClock
+) -> None:
+    log = make_log({**COMPACT, "delete.retention.ms": 1000})
+    put(log, b"gone", b"x" * 50, clock.ms)
+    put(log, b"gone", None, clock.ms)
+    for i in range(8):
+        put(log, b"other%d" % i, b"y" * 50, clock.ms)
+    cleaner.clean(log, 0, force=True)
+    gone = [r for r in read_all(log) if r.key == b"gone"]
+    assert [r.value for r in gone] == [None]
+    clock.advance(2000)
+    cleaner.clean(log, 0, force=True)
+    assert not [r for r in read_all(log) if r.key == b"gone"]
+
+
+def test_dirty_ratio_gates_a_pass(make_log: LogFactory, clock: FakeClock) -> None:
+    log = make_log({**COMPACT, "min.cleanable.dirty.ratio": 0.9})
+    for i in range(20):
+        put(log, b"k%d" % (i % 2), b"v" * 50, clock.ms)
+    first = cleaner.clean(log, 0)
+    assert first is not None
+    assert cleaner.clean(log, first.cleaned_up_to) is None
+    assert cleaner.dirty_ratio(log, first.cleaned_up_to) < 0.9
+
+
+def test_never_touches_the_active_segment_or_above_the_watermark(
+    make_log: LogFactory, clock: FakeClock
+) -> None:
+    log = make_log(COMPACT)
+    for _ in range(12):
+        log.append_as_leader(batch_of([b"v" * 50], keys=[b"same"], timestamp=clock.ms), 0)
+    assert [s.base_offset for s in log.segments[:2]] == [0, 2]
+    log.advance_high_watermark(3)
+    cleaner.clean(log, 0, force=True)
+    log.advance_high_watermark(log.log_end_offset)
+    # Only segment [0, 2) lies wholly below the watermark: just offset 0 is superseded.
+    assert [r.offset for r in read_all(log)] == list(range(1, 12))
+
+
+def test_reopen_after_compaction(make_log: LogFactory, clock: FakeClock) -> None:
+    log = make_log(COMPACT)
+    for i in range(30):
+        put(log, b"k%d" % (i % 3), b"v%d" % i + b"-" * 40, clock.ms)
+    cleaner.clean(log, 0, force=True)
+    expected = read_all(log)
+    log.close()
+    again = make_log(COMPACT, recovery_point=0, high_watermark=30)
+    assert not again.recovery.errors
+    assert read_all(again) == expected
+
+
+def test_appends_and_reads_continue_during_a_pass(make_log: LogFactory, clock: FakeClock) -> None:
+    log = make_log({**COMPACT, "segment.bytes": 4000})
+    for i in range(600):
+        put(log, b"k%d" % (i % 10), b"v" * 50, clock.ms)
+    done = threading.Event()
+    result: list[cleaner.CleanStats | None] = []
+
+    def run() -> None:
+        result.append(cleaner.clean(log, 0, force=True))
+        done.set()
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    appended = 0
+    while not done.is_set() or appended < 50:
+        put(log, b"new%d" % appended, b"n", clock.ms)
+        read_all(log, start=max(log.log_start_offset, log.high_watermark - 5))
+        appended += 1
+    worker.join()
+    assert result[0] is not None and result[0].records_removed > 0
+    records = read_all(log)
+    assert [r.key for r in records if r.offset >= 600] == [b"new%d" % i for i in range(appended)]
+    assert log.log_end_offset == 600 + appended
+
+
+def test_swap_is_refused_when_the_segment_changed(make_log: LogFactory, clock: FakeClock) -> None:
+    log = make_log(COMPACT)
+    for i in range(20):
+        put(log, b"k", b"v%d" % i + b"." * 40, clock.ms)
+    segment = log.segments[0]
+    log.truncate_to(0)
+    assert not log.replace_segment(segment, segment.size)
+    assert not list(log.directory.glob("*.cleaned"))

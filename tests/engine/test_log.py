@@ -1,0 +1,344 @@
+"""PartitionLog behaviour: appends, reads, rolls, watermarks, truncation, retention, flush."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine import batch as fmt
+from engine.errors import (
+    InvalidRecord,
+    OffsetMismatch,
+    OffsetOutOfRange,
+    RecordTooLarge,
+)
+from engine.log import PartitionLog
+from tests.engine.conftest import FakeClock, LogFactory, batch_of, read_all
+
+
+def fill(log: PartitionLog, batches: int, per_batch: int = 2, size: int = 20) -> None:
+    for b in range(batches):
+        log.append_as_leader(batch_of([b"%04d" % b + b"x" * size] * per_batch), 0)
+    log.advance_high_watermark(log.log_end_offset)
+
+
+def test_leader_append_assigns_consecutive_offsets(make_log: LogFactory) -> None:
+    log = make_log()
+    first = log.append_as_leader(batch_of([b"a", b"b", b"c"]), 0)
+    second = log.append_as_leader(batch_of([b"d"]), 0)
+    assert (first.first_offset, first.last_offset, first.record_count) == (0, 2, 3)
+    assert (second.first_offset, second.last_offset) == (3, 3)
+    assert log.log_end_offset == 4
+    assert log.high_watermark == 0
+    log.advance_high_watermark(10)
+    assert log.high_watermark == 4
+    assert [(r.offset, r.value) for r in read_all(log)] == [
+        (0, b"a"),
+        (1, b"b"),
+        (2, b"c"),
+        (3, b"d"),
+    ]
+
+
+def test_several_batches_in_one_append(make_log: LogFactory) -> None:
+    log = make_log()
+    info = log.append_as_leader(batch_of([b"a", b"b"]) + batch_of([b"c"]), 3)
+    assert (info.first_offset, info.last_offset, info.record_count) == (0, 2, 3)
+    headers = fmt.scan(log.read(0, 10_000, upper_offset=3).data).headers
+    assert [(h.base_offset, h.partition_leader_epoch) for _, h in headers] == [(0, 3), (2, 3)]
+    assert log.epoch_cache.latest_epoch == 3
+
+
+def test_reads_stop_at_the_high_watermark(make_log: LogFactory) -> None:
+    log = make_log()
+    log.append_as_leader(batch_of([b"a"]), 0)
+    log.advance_high_watermark(1)
+    log.append_as_leader(batch_of([b"b"]), 0)
+    assert [r.value for r in fmt.iter_records(log.read(0, 10_000).data)] == [b"a"]
+    assert not log.read(1, 10_000).data
+    upper = log.read(1, 10_000, upper_offset=log.log_end_offset).data
+    assert [r.value for r in fmt.iter_records(upper)] == [b"b"]
+
+
+def test_out_of_range_offsets(make_log: LogFactory) -> None:
+    log = make_log()
+    fill(log, 2)
+    assert not log.read(4, 100).data
+    for bad in (-1, 5):
+        with pytest.raises(OffsetOutOfRange) as err:
+            log.read(bad, 100)
+        assert (err.value.log_start_offset, err.value.log_end_offset) == (0, 4)
+
+
+def test_max_bytes_returns_whole_batches_and_at_least_one(make_log: LogFactory) -> None:
+    log = make_log()
+    fill(log, 5, per_batch=3, size=50)
+    size = fmt.read_header(log.read(0, 10).data).size
+    assert len(log.read(0, 10).data) == size
+    assert len(log.read(0, 10, min_one=False).data) == 0
+    assert len(log.read(0, size * 2 + 5).data) == size * 2
+    mid = log.read(4, 10_000).data
+    assert fmt.read_header(mid).base_offset == 3
+
+
+def test_rejected_batches_leave_the_log_unchanged(make_log: LogFactory) -> None:
+    log = make_log({"max.message.bytes": 200})
+    log.append_as_leader(batch_of([b"ok"]), 0)
+    before = log.segments[-1].path.read_bytes()
+    corrupt = batch_of([b"x"])
+    corrupt[-1] ^= 1
+    with pytest.raises(InvalidRecord, match="CRC"):
+        log.append_as_leader(batch_of([b"fine"]) + corrupt, 0)
+    with pytest.raises(RecordTooLarge, match=r"max\.message\.bytes"):
+        log.append_as_leader(batch_of([b"y" * 300]), 0)
+    with pytest.raises(InvalidRecord):
+        log.append_as_leader(b"", 0)
+    with pytest.raises(InvalidRecord):
+        log.append_as_leader(batch_of([b"a"])[:-3], 0)
+    assert log.segments[-1].path.read_bytes() == before
+    assert log.log_end_offset == 1
+
+
+def test_compacted_topics_refuse_keyless_records(make_log: LogFactory) -> None:
+    log = make_log({"cleanup.policy": "compact"})
+    with pytest.raises(InvalidRecord, match="key"):
+        log.append_as_leader(batch_of([b"v"], keys=[None]), 0)
+    log.append_as_leader(batch_of([b"v"], keys=[b"k"]), 0)
+    assert log.log_end_offset == 1
+
+
+def test_log_append_time_stamps_the_broker_clock(make_log: LogFactory, clock: FakeClock) -> None:
+    log = make_log({"message.timestamp.type": "LogAppendTime"})
+    info = log.append_as_leader(batch_of([b"a", b"b"], timestamp=5), 0)
+    log.advance_high_watermark(2)
+    assert info.log_append_time == clock.ms
+    assert {r.timestamp for r in read_all(log)} == {clock.ms}
+
+
+def test_create_time_is_kept(make_log: LogFactory) -> None:
+    log = make_log()
+    info = log.append_as_leader(batch_of([b"a"], timestamp=5), 0)
+    log.advance_high_watermark(1)
+    assert info.log_append_time == -1
+    assert read_all(log)[0].timestamp == 5
+
+
+@pytest.mark.parametrize("codec", [1, 2, 3, 4])
+def test_compressed_batches_stay_compressed(make_log: LogFactory, codec: int) -> None:
+    log = make_log()
+    log.append_as_leader(batch_of([b"abc" * 100] * 10, compression=codec), 0)
+    log.advance_high_watermark(10)
+    assert fmt.read_header(log.read(0, 100_000).data).compression == codec
+    assert [r.value for r in read_all(log)] == [b"abc" * 100] * 10
+
+
+def test_follower_append_keeps_offsets_and_rejects_gaps(make_log: LogFactory) -> None:
+    leader = make_log()
+    leader.append_as_leader(batch_of([b"a", b"b"]), 4)
+    leader.append_as_leader(batch_of([b"c"]), 5)
+    data = bytes(leader.read(0, 10_000, upper_offset=3).data)
+    first = fmt.read_header(data).size
+
+    from pathlib import Path
+
+    follower = PartitionLog(
+        Path(leader.directory.parent / "t-1"), "t", 1, leader.config, clock=leader.clock
+    )
+    with pytest.raises(OffsetMismatch, match="gap"):
+        follower.append_as_follower(data[first:])
+    follower.append_as_follower(data[:first])
+    with pytest.raises(OffsetMismatch, match="overlap"):
+        follower.append_as_follower(data[:first])
+    info = follower.append_as_follower(data[first:])
+    assert (info.first_offset, info.last_offset) == (2, 2)
+    assert follower.log_end_offset == 3
+    assert follower.epoch_cache.entries == leader.epoch_cache.entries
+    assert follower.segments[0].path.read_bytes() == leader.segments[0].path.read_bytes()
+
+
+def test_roll_by_size_and_lookup_across_segments(make_log: LogFactory) -> None:
+    log = make_log({"segment.bytes": 400, "index.interval.bytes": 100})
+    fill(log, 30, per_batch=2, size=40)
+    assert len(log.segments) > 5
+    bases = [s.base_offset for s in log.segments]
+    assert bases == sorted(bases) and bases[0] == 0
+    for seg, following in zip(log.segments, log.segments[1:], strict=False):
+        assert seg.next_offset == following.base_offset
+        assert seg.size <= 400
+    assert [r.offset for r in read_all(log)] == list(range(60))
+    for offset in (0, 13, 27, 59):
+        data = log.read(offset, 1).data
+        header = fmt.read_header(data)
+        assert header.base_offset <= offset <= header.last_offset
+
+
+def test_roll_by_age(make_log: LogFactory, clock: FakeClock) -> None:
+    log = make_log({"segment.ms": 1000})
+    log.append_as_leader(batch_of([b"a"], timestamp=clock.ms), 0)
+    clock.advance(500)
+    log.append_as_leader(batch_of([b"b"], timestamp=clock.ms), 0)
+    assert len(log.segments) == 1
+    clock.advance(600)
+    log.append_as_leader(batch_of([b"c"], timestamp=clock.ms), 0)
+    assert [s.base_offset for s in log.segments] == [0, 2]
+
+
+def test_roll_listener_gets_the_closed_segment(make_log: LogFactory) -> None:
+    log = make_log({"segment.bytes": 200})
+    rolled: list[tuple[int, int]] = []
+    log.add_roll_listener(lambda lg, seg: rolled.append((seg.base_offset, seg.next_offset)))
+    fill(log, 6, per_batch=1, size=80)
+    assert rolled and rolled[0][0] == 0
+    assert all(start < end for start, end in rolled)
+
+
+def test_listeners_hear_appends_watermarks_and_truncation(make_log: LogFactory) -> None:
+    log = make_log()
+    heard: list[tuple[int, int]] = []
+    listener = lambda lg: heard.append((lg.log_end_offset, lg.high_watermark))  # noqa: E731
+    log.add_listener(listener)
+    log.append_as_leader(batch_of([b"a"]), 0)
+    log.advance_high_watermark(1)
+    log.advance_high_watermark(1)
+    log.truncate_to(0)
+    assert heard == [(1, 0), (1, 1), (0, 0)]
+    log.remove_listener(listener)
+    log.append_as_leader(batch_of([b"b"]), 0)
+    assert len(heard) == 3
+
+
+def test_offset_for_timestamp(make_log: LogFactory) -> None:
+    log = make_log({"segment.bytes": 300, "index.interval.bytes": 1})
+    for i in range(20):
+        log.append_as_leader(batch_of([b"v" * 30] * 2, timestamp=1000 + 10 * i), 0)
+    log.advance_high_watermark(30)
+    assert log.offset_for_timestamp(0) == (0, 1000)
+    assert log.offset_for_timestamp(1000) == (0, 1000)
+    assert log.offset_for_timestamp(1001) == (2, 1010)
+    assert log.offset_for_timestamp(1140) == (28, 1140)
+    assert log.offset_for_timestamp(1150) is None  # beyond the high watermark
+    assert log.offset_for_timestamp(5000) is None
+
+
+def test_truncate_removes_whole_batches(make_log: LogFactory) -> None:
+    log = make_log({"segment.bytes": 300})
+    fill(log, 10, per_batch=3, size=30)
+    log.epoch_cache.assign(9, 21)
+    log.truncate_to(22)
+    assert log.log_end_offset == 21
+    assert log.high_watermark == 21
+    assert log.epoch_cache.latest_epoch == 0
+    assert [r.offset for r in read_all(log)] == list(range(21))
+    log.truncate_to(3)
+    assert log.log_end_offset == 3
+    assert all(s.base_offset < 3 for s in log.segments)
+    info = log.append_as_leader(batch_of([b"new"]), 1)
+    assert info.first_offset == 3
+
+
+def test_truncate_below_log_start_restarts_the_log(make_log: LogFactory) -> None:
+    log = make_log()
+    fill(log, 4)
+    log.delete_records(6)
+    log.truncate_to(2)
+    assert (log.log_start_offset, log.log_end_offset, log.high_watermark) == (2, 2, 2)
+    assert log.append_as_leader(batch_of([b"x"]), 0).first_offset == 2
+
+
+def test_delete_records_moves_log_start_and_drops_segments(make_log: LogFactory) -> None:
+    log = make_log({"segment.bytes": 300})
+    fill(log, 10, per_batch=2, size=40)
+    segments = len(log.segments)
+    assert log.delete_records(7) == 7
+    assert log.log_start_offset == 7
+    assert len(log.segments) < segments
+    assert log.segments[0].base_offset <= 7
+    with pytest.raises(OffsetOutOfRange):
+        log.read(6, 100)
+    assert read_all(log)[0].offset == 7
+    assert log.delete_records(3) == 7
+    with pytest.raises(OffsetOutOfRange):
+        log.delete_records(log.high_watermark + 1)
+
+
+def test_retention_by_time_spares_the_active_segment(
+    make_log: LogFactory, clock: FakeClock
+) -> None:
+    log = make_log({"segment.bytes": 300, "retention.ms": 1000})
+    for i in range(12):
+        log.append_as_leader(batch_of([b"x" * 60], timestamp=clock.ms + i), 0)
+    log.advance_high_watermark(log.log_end_offset)
+    assert log.apply_retention() == 0
+    clock.advance(2000)
+    deleted = log.apply_retention()
+    assert deleted > 0
+    assert len(log.segments) == 1
+    assert log.log_start_offset == log.segments[0].base_offset
+
+
+def test_retention_by_size(make_log: LogFactory) -> None:
+    log = make_log({"segment.bytes": 300, "retention.bytes": 700})
+    fill(log, 20, per_batch=1, size=80)
+    log.apply_retention()
+    assert log.size_bytes - log.segments[0].size < 700
+    assert log.size_bytes >= 700 or len(log.segments) == 1
+    assert read_all(log)[-1].offset == 19
+
+
+def test_retention_never_deletes_above_the_high_watermark(make_log: LogFactory) -> None:
+    log = make_log({"segment.bytes": 200, "retention.bytes": 0})
+    for _ in range(10):
+        log.append_as_leader(batch_of([b"x" * 80]), 0)
+    assert log.apply_retention() == 0
+    log.advance_high_watermark(5)
+    log.apply_retention()
+    assert log.segments[0].base_offset <= 5 and log.log_start_offset <= 5
+
+
+def test_compact_only_topics_ignore_time_retention(make_log: LogFactory, clock: FakeClock) -> None:
+    log = make_log({"segment.bytes": 200, "retention.ms": 1, "cleanup.policy": "compact"})
+    for i in range(8):
+        log.append_as_leader(batch_of([b"x" * 80], keys=[b"k%d" % i]), 0)
+    log.advance_high_watermark(log.log_end_offset)
+    clock.advance(10_000)
+    assert log.apply_retention() == 0
+
+
+def test_flush_policy_by_messages_and_time(make_log: LogFactory, clock: FakeClock) -> None:
+    log = make_log({"flush.messages": 3})
+    assert not log.append_as_leader(batch_of([b"a", b"b"]), 0).flush_due
+    assert log.append_as_leader(batch_of([b"c"]), 0).flush_due
+    log.flush()
+    assert log.recovery_point == 3
+    assert not log.append_as_leader(batch_of([b"d"]), 0).flush_due
+
+    timed = make_log({"flush.ms": 100})
+    timed.flush()
+    timed.append_as_leader(batch_of([b"e"]), 0)
+    assert not timed.flush_due_by_time()
+    clock.advance(150)
+    assert timed.flush_due_by_time()
+    timed.flush()
+    assert not timed.flush_due_by_time()
+
+
+def test_clean_reopen_trusts_files(make_log: LogFactory) -> None:
+    log = make_log({"segment.bytes": 300})
+    fill(log, 10)
+    expected = read_all(log)
+    log.close()
+    again = make_log({"segment.bytes": 300}, trust_files=True, high_watermark=20)
+    assert again.recovery.segments_scanned == 0
+    assert again.log_end_offset == 20 and again.recovery_point == 20
+    assert read_all(again) == expected
+
+
+def test_unclean_reopen_scans_from_the_recovery_point(make_log: LogFactory) -> None:
+    log = make_log({"segment.bytes": 300})
+    fill(log, 10)
+    log.flush()
+    fill(log, 3)
+    tail_segments = [s for s in log.segments if s.next_offset > 20]
+    again = make_log({"segment.bytes": 300}, recovery_point=20, high_watermark=26)
+    assert again.recovery.segments_scanned == len(tail_segments)
+    assert again.log_end_offset == 26
+    assert [r.offset for r in read_all(again)] == list(range(26))

@@ -1,0 +1,170 @@
+"""LogManager: topic lifecycle, persistence, checkpoints, orphans and the directory lock."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engine.errors import (
+    InvalidConfig,
+    InvalidPartitions,
+    InvalidTopicName,
+    TopicAlreadyExists,
+    UnknownPartition,
+    UnknownTopic,
+)
+from engine.manager import CLEAN_SHUTDOWN, TOPICS_DIR, DataDirLocked, LogManager
+from tests.engine.conftest import batch_of, read_all
+
+
+def test_create_describe_and_reopen(tmp_path: Path) -> None:
+    manager = LogManager(tmp_path)
+    topic = manager.create_topic("orders", 3, {"retention.ms": 1000})
+    assert [log.partition for log in topic.partitions] == [0, 1, 2]
+    assert topic.config.retention_ms == 1000
+    log = manager.log("orders", 1)
+    log.append_as_leader(batch_of([b"a", b"b"]), 0)
+    log.advance_high_watermark(2)
+    manager.close()
+    assert (tmp_path / CLEAN_SHUTDOWN).exists()
+
+    again = LogManager(tmp_path)
+    assert again.had_clean_shutdown
+    assert not (tmp_path / CLEAN_SHUTDOWN).exists()
+    reopened = again.topic("orders")
+    assert reopened.topic_id == topic.topic_id
+    assert reopened.overrides == {"retention.ms": 1000}
+    log = again.log("orders", 1)
+    assert (log.log_end_offset, log.high_watermark) == (2, 2)
+    assert [r.value for r in read_all(log)] == [b"a", b"b"]
+    again.close()
+
+
+def test_unclean_reopen_recovers_and_keeps_checkpointed_watermarks(tmp_path: Path) -> None:
+    manager = LogManager(tmp_path)
+    log = manager.create_topic("t").partitions[0]
+    log.append_as_leader(batch_of([b"a"]), 0)
+    log.advance_high_watermark(1)
+    manager.write_checkpoints()
+    log.append_as_leader(batch_of([b"b"]), 0)
+    log.advance_high_watermark(2)
+    # No close: the lock is dropped as if the process died.
+    import os
+
+    os.close(manager._lock_fd)
+    again = LogManager(tmp_path)
+    assert not again.had_clean_shutdown
+    log = again.log("t", 0)
+    assert log.log_end_offset == 2
+    assert log.high_watermark == 1  # from the checkpoint: the rest must be re-committed
+    assert log.recovery.segments_scanned == 1
+    again.close()
+
+
+def test_create_errors(tmp_path: Path) -> None:
+    manager = LogManager(tmp_path)
+    manager.create_topic("a.b")
+    with pytest.raises(TopicAlreadyExists):
+        manager.create_topic("a.b")
+    with pytest.raises(InvalidTopicName, match="collides"):
+        manager.create_topic("a_b")
+    with pytest.raises(InvalidTopicName):
+        manager.create_topic("bad name")
+    for bad in (0, -1, 10_001, "3", True):
+        with pytest.raises(InvalidPartitions):
+            manager.create_topic("p", bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidConfig):
+        manager.create_topic("c", 1, {"segment.bytes": 1})
+    assert sorted(manager.topics) == ["a.b"]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["a.b-0", TOPICS_DIR]
+    manager.close()
+
+
+def test_unknown_topic_and_partition(tmp_path: Path) -> None:
+    manager = LogManager(tmp_path)
+    manager.create_topic("t", 2)
+    with pytest.raises(UnknownTopic):
+        manager.log("nope", 0)
+    for bad in (-1, 2):
+        with pytest.raises(UnknownPartition):
+            manager.log("t", bad)
+    manager.close()
+
+
+def test_delete_topic_removes_everything(tmp_path: Path) -> None:
+    manager = LogManager(tmp_path)
+    manager.create_topic("t", 2)
+    manager.log("t", 0).append_as_leader(batch_of([b"x"]), 0)
+    manager.delete_topic("t")
+    assert "t" not in manager.topics
+    assert not (tmp_path / "t-0").exists() and not (tmp_path / TOPICS_DIR / "t.json").exists()
+    with pytest.raises(UnknownTopic):
+        manager.delete_topic("t")
+    recreated = manager.create_topic("t")
+    assert recreated.partitions[0].log_end_offset == 0
+    manager.close()
+
+
+def test_alter_configs_and_add_partitions_persist(tmp_path: Path) -> None:
+    manager = LogManager(tmp_path)
+    manager.create_topic("t", 1, {"retention.ms": 5})
+    topic = manager.alter_topic_configs("t", {"retention.ms": None, "segment.bytes": 1000})
+    assert topic.overrides == {"segment.bytes": 1000}
+    assert manager.log("t", 0).config.segment_bytes == 1000
+    assert manager.log("t", 0).config.retention_ms == 604800000
+    with pytest.raises(InvalidConfig):
+        manager.alter_topic_configs("t", {"retention.ms": "x"})
+    assert manager.topic("t").overrides == {"segment.bytes": 1000}
+    manager.add_partitions("t", 3)
+    with pytest.raises(InvalidPartitions):
+        manager.add_partitions("t", 3)
+    manager.close()
+    again = LogManager(tmp_path)
+    assert len(again.topic("t").partitions) == 3
+    assert again.topic("t").config.segment_bytes == 1000
+    again.close()
+
+
+def test_orphan_partition_directories_are_removed(tmp_path: Path) -> None:
+    (tmp_path / "ghost-0").mkdir()
+    (tmp_path / "ghost-0" / "00000000000000000000.log").write_bytes(b"")
+    (tmp_path / "notes").mkdir()
+    manager = LogManager(tmp_path)
+    manager.create_topic("t", 1)
+    manager.close()
+    (tmp_path / "t-5").mkdir()
+    manager = LogManager(tmp_path)
+    assert not (tmp_path / "ghost-0").exists()
+    assert not (tmp_path / "t-5").exists()
+    assert (tmp_path / "notes").exists()
+    manager.close()
+
+
+def test_second_process_is_locked_out(tmp_path: Path) -> None:
+    manager = LogManager(tmp_path)
+    with pytest.raises(DataDirLocked):
+        LogManager(tmp_path)
+    manager.close()
+    LogManager(tmp_path).close()
+
+
+def test_maintenance_passes(tmp_path: Path) -> None:
+    manager = LogManager(tmp_path)
+    manager.create_topic("kept", 1, {"segment.bytes": 200, "retention.bytes": 0})
+    manager.create_topic("compacted", 1, {"segment.bytes": 200, "cleanup.policy": "compact"})
+    manager.create_topic("flushed", 1, {"flush.ms": 0})
+    for name in ("kept", "compacted"):
+        log = manager.log(name, 0)
+        for i in range(10):
+            log.append_as_leader(batch_of([b"v" * 80], keys=[b"k%d" % (i % 2)]), 0)
+        log.advance_high_watermark(log.log_end_offset)
+    manager.log("flushed", 0).append_as_leader(batch_of([b"x"]), 0)
+    assert manager.apply_retention() > 0
+    stats = manager.clean_logs(force=True)
+    assert len(stats) == 1 and stats[0].records_removed > 0
+    assert manager.cleaner_offsets[("compacted", 0)] == stats[0].cleaned_up_to
+    assert manager.flush_due_logs() == 1
+    assert manager.log("flushed", 0).recovery_point == 1
+    manager.close()
+    assert LogManager(tmp_path).cleaner_offsets[("compacted", 0)] == stats[0].cleaned_up_to

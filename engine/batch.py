@@ -14,7 +14,7 @@ from typing import NamedTuple
 from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from crc32c import crc32c
 
-from engine.errors import InvalidRecord
+from engine.errors import InvalidRecord, RecordTooLarge
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
 HEADER_SIZE = HEADER.size  # 61
@@ -35,6 +35,12 @@ COMPRESSION_MASK = 0x07
 TIMESTAMP_TYPE_MASK = 0x08
 TRANSACTIONAL_MASK = 0x10
 CONTROL_MASK = 0x20
+# Sluice's own flag in a bit Kafka leaves unused (7-15): every value in the batch is a JSON
+# document, so a JSON fetch can embed values without parsing them. Kafka decoders ignore it.
+VALUES_JSON_MASK = 0x4000
+# Also Sluice's: the batch's first record carries an idempotency-key header, so a restart can
+# rebuild the dedupe window by reading batch headers and decoding only the flagged batches.
+IDEMPOTENT_MASK = 0x2000
 
 COMPRESSION_CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 NO_TIMESTAMP = -1
@@ -82,6 +88,14 @@ class BatchHeader(NamedTuple):
     @property
     def is_control(self) -> bool:
         return bool(self.attributes & CONTROL_MASK)
+
+    @property
+    def values_json(self) -> bool:
+        return bool(self.attributes & VALUES_JSON_MASK)
+
+    @property
+    def idempotent(self) -> bool:
+        return bool(self.attributes & IDEMPOTENT_MASK)
 
 
 class Record(NamedTuple):
@@ -168,8 +182,15 @@ def set_log_append_time(
     buf: bytearray | memoryview, pos: int, header: BatchHeader, timestamp: int
 ) -> None:
     """Mark the batch LogAppendTime with `timestamp` as its max timestamp, then re-CRC it."""
-    _ATTRIBUTES_FIELD.pack_into(buf, pos + ATTRIBUTES_AT, header.attributes | TIMESTAMP_TYPE_MASK)
     _OFFSET_FIELD.pack_into(buf, pos + MAX_TIMESTAMP_AT, timestamp)
+    set_attributes(buf, pos, header, header.attributes | TIMESTAMP_TYPE_MASK)
+
+
+def set_attributes(
+    buf: bytearray | memoryview, pos: int, header: BatchHeader, attributes: int
+) -> None:
+    """Rewrite the attributes field (inside the CRC), then recompute the CRC."""
+    _ATTRIBUTES_FIELD.pack_into(buf, pos + ATTRIBUTES_AT, attributes)
     crc = crc32c(memoryview(buf)[pos + ATTRIBUTES_AT : pos + header.size])
     _CRC_FIELD.pack_into(buf, pos + CRC_AT, crc)
 
@@ -201,6 +222,57 @@ def encode_batch(
     out: bytearray = builder.build()
     if base_offset:
         set_base_offset(out, 0, base_offset)
+    return out
+
+
+def encode_batches(
+    records: Sequence[RecordInput],
+    *,
+    max_batch_bytes: int,
+    compression: int = 0,
+    default_timestamp: int | None = None,
+    values_json: bool = False,
+    extra_attributes: int = 0,
+) -> bytearray:
+    """Encode records in order into as many batches as `max_batch_bytes` requires, concatenated.
+
+    A record that cannot fit in a batch of its own raises RecordTooLarge naming its index.
+    With `values_json`, each batch carries VALUES_JSON_MASK; `extra_attributes` go on the first.
+    """
+    out = bytearray()
+    builder: DefaultRecordBatchBuilder | None = None
+    count = 0
+    first_index = 0
+
+    def finish(builder: DefaultRecordBatchBuilder) -> None:
+        built: bytearray = builder.build()
+        header = read_header(built)
+        if header.size > max_batch_bytes:
+            raise RecordTooLarge(
+                f"record {first_index} encodes to {header.size} bytes with its batch header; "
+                f"max.message.bytes is {max_batch_bytes}",
+                first_index,
+            )
+        attributes = header.attributes | (VALUES_JSON_MASK if values_json else 0)
+        if not out:
+            attributes |= extra_attributes
+        if attributes != header.attributes:
+            set_attributes(built, 0, header, attributes)
+        out.extend(built)
+
+    for index, (key, value, headers, timestamp) in enumerate(records):
+        ts = default_timestamp if timestamp is None else timestamp
+        if builder is not None and builder.append(count, ts, key, value, headers) is not None:
+            count += 1
+            continue
+        if builder is not None:
+            finish(builder)
+        builder = DefaultRecordBatchBuilder(2, compression, 0, -1, -1, -1, max_batch_bytes)
+        builder.append(0, ts, key, value, headers)
+        count = 1
+        first_index = index
+    if builder is not None:
+        finish(builder)
     return out
 
 

@@ -52,6 +52,10 @@ class CorruptRecord(InvalidRecord):
 class RecordTooLarge(EngineError):
     code = "RECORD_TOO_LARGE"
 
+    def __init__(self, message: str, record_index: int | None = None) -> None:
+        super().__init__(message)
+        self.record_index = record_index
+
 
 class OffsetOutOfRange(EngineError):
     code = "OFFSET_OUT_OF_RANGE"

@@ -185,8 +185,13 @@ class PartitionLog:
                 )
                 offset += header.last_offset_delta + 1
                 records += header.record_count
-            self._write(buf, stamped, now)
+            # The epoch goes in first (as in Kafka), so no stamped batch outlives its entry.
             self.epoch_cache.assign(leader_epoch, first)
+            try:
+                self._write(buf, stamped, now)
+            except BaseException:
+                self.epoch_cache.truncate_from_end(self.log_end_offset)
+                raise
             info = AppendInfo(
                 first,
                 offset - 1,
@@ -214,10 +219,14 @@ class PartitionLog:
                 expected = header.next_offset
                 records += header.record_count
             first = self.log_end_offset
-            self._write(data, headers, now)
             for _, header in headers:
                 if header.partition_leader_epoch > self.epoch_cache.latest_epoch:
                     self.epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
+            try:
+                self._write(data, headers, now)
+            except BaseException:
+                self.epoch_cache.truncate_from_end(self.log_end_offset)
+                raise
             info = AppendInfo(first, expected - 1, records, -1, self._note_unflushed(records, now))
         self._notify()
         return info

@@ -168,9 +168,9 @@ class LogManager:
     ) -> Topic:
         """Create a topic; its metadata file, written last, commits the creation."""
         validate_topic_name(name)
-        _check_partition_count(partitions)
-        overrides = dict(configs or {})
-        config = self.defaults.with_overrides(overrides)
+        check_partition_count(partitions)
+        config = self.defaults.with_overrides(configs or {})
+        overrides = _normalised(config, configs or {})
         if name in self.topics:
             raise TopicAlreadyExists(f"topic {name!r} already exists")
         collision = _collision_key(name)
@@ -208,7 +208,7 @@ class LogManager:
             else:
                 overrides[key] = value
         config = self.defaults.with_overrides(overrides)
-        topic.overrides, topic.config = overrides, config
+        topic.overrides, topic.config = _normalised(config, overrides), config
         self._write_metadata(topic)
         for log in topic.partitions:
             log.update_config(config)
@@ -217,12 +217,7 @@ class LogManager:
     def add_partitions(self, name: str, total: int) -> Topic:
         """Grow a topic to `total` partitions (Kafka never shrinks one)."""
         topic = self.topic(name)
-        _check_partition_count(total)
-        if total <= len(topic.partitions):
-            raise InvalidPartitions(
-                f"topic {name!r} has {len(topic.partitions)} partitions; "
-                f"the new count must be larger, got {total}"
-            )
+        check_partition_count(total, more_than=len(topic.partitions))
         for p in range(len(topic.partitions), total):
             shutil.rmtree(self.data_dir / partition_dir_name(name, p), ignore_errors=True)
             topic.partitions.append(self._open_log(topic, p))
@@ -313,11 +308,23 @@ class LogManager:
         self._closed = True
 
 
-def _check_partition_count(partitions: object) -> None:
+def check_partition_count(partitions: object, more_than: int = 0) -> None:
+    """A partition count must be an integer in 1..MAX_PARTITIONS, above the current count."""
     if isinstance(partitions, bool) or not isinstance(partitions, int):
         raise InvalidPartitions(f"partitions must be an integer, got {partitions!r}")
     if not 1 <= partitions <= MAX_PARTITIONS:
         raise InvalidPartitions(f"partitions must be between 1 and {MAX_PARTITIONS}")
+    if partitions <= more_than:
+        raise InvalidPartitions(
+            f"the topic has {more_than} partitions; a new count must be larger (Kafka never "
+            f"removes partitions), got {partitions}"
+        )
+
+
+def _normalised(config: TopicConfig, overrides: Mapping[str, object]) -> dict[str, object]:
+    """Overrides as parsed values ("1000" -> 1000), as stored and shown."""
+    values = config.to_dict()
+    return {name: values[name] for name in overrides}
 
 
 def _collision_key(name: str) -> str:

@@ -20,6 +20,7 @@ class ChangeNotifier:
         self._loop_thread = threading.get_ident()
         self._waiters: dict[PartitionLog, set[asyncio.Future[None]]] = {}
         self._watched: set[PartitionLog] = set()
+        self.closing = False
 
     def watch(self, log: PartitionLog) -> None:
         if log not in self._watched:
@@ -52,6 +53,12 @@ class ChangeNotifier:
             waiters.discard(future)
             if not waiters and self._waiters.get(log) is waiters:
                 del self._waiters[log]
+
+    def wake_all(self) -> None:
+        """Release every waiter (shutdown): long-polls answer with what they have."""
+        self.closing = True
+        for log in list(self._waiters):
+            self._wake(log)
 
     def _changed(self, log: PartitionLog) -> None:
         if threading.get_ident() == self._loop_thread:

@@ -123,7 +123,12 @@ class LogSegment:
                 if header.length < fmt.MIN_BATCH_LENGTH:
                     raise CorruptRecord(
                         f"invalid batch header in {self.path.name} at byte {position + pos}",
-                        offset,
+                        header.base_offset,
+                    )
+                if position + pos + header.size > size:
+                    raise CorruptRecord(
+                        f"batch at byte {position + pos} of {self.path.name} runs past the end",
+                        header.base_offset,
                     )
                 if header.last_offset >= offset:
                     return position + pos, header
@@ -231,6 +236,11 @@ class LogSegment:
         if not (self.index.load() and self.time_index.load()):
             return False
         if self.index.values and self.index.values[-1] >= self.size:
+            return False
+        # Entries are monotonic (checked by load), so the first ones bound them from below.
+        if self.index.keys and (self.index.keys[0] < self.base_offset or self.index.values[0] < 0):
+            return False
+        if self.time_index.values and self.time_index.values[0] < self.base_offset:
             return False
         if (
             self.time_index.values

@@ -41,6 +41,7 @@ VALUES_JSON_MASK = 0x4000
 # Also Sluice's: the batch's first record carries an idempotency-key header, so a restart can
 # rebuild the dedupe window by reading batch headers and decoding only the flagged batches.
 IDEMPOTENT_MASK = 0x2000
+IDEMPOTENCY_HEADER = "sluice-idempotency-key"
 
 COMPRESSION_CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 NO_TIMESTAMP = -1
@@ -249,7 +250,7 @@ def encode_batches(
         header = read_header(built)
         if header.size > max_batch_bytes:
             raise RecordTooLarge(
-                f"record {first_index} encodes to {header.size} bytes with its batch header; "
+                f"the record alone encodes to a {header.size}-byte batch; "
                 f"max.message.bytes is {max_batch_bytes}",
                 first_index,
             )

@@ -284,6 +284,7 @@ class CpuClock(NamedTuple):
 
 
 def machine_info() -> dict[str, Any]:
+    """CPU model, cores, memory, kernel, page-cache writeback ratios and the load average."""
     model = "unknown"
     with open("/proc/cpuinfo") as f:
         for line in f:
@@ -355,7 +356,7 @@ class Bench:
             raws.append(raw_write(raw_path, self.pool, count))
             raw_path.unlink()
 
-        raw_write(raw_path, self.pool, count)  # prime: first-touched memory is slow on a VM
+        raw_write(raw_path, self.pool, count)  # untimed: a VM may back memory on first touch
         raw_path.unlink()
         self.alternate(append_run, raw_run)
         return appends, raws
@@ -547,8 +548,8 @@ def notes(params: Params) -> list[str]:
         "the base offset and leader epoch lie outside the CRC and are overwritten on every "
         "append, so each append validates and writes exactly the bytes a fresh copy would. "
         "Raw writes os.write the same chunks, in the same order, to a file in the same directory. "
-        "One untimed raw write of the same volume comes first (a fresh VM backs guest memory on "
-        "first touch, which slows the first pass over the page cache).",
+        "One untimed raw write of the same volume comes first (a fresh VM may back guest memory "
+        "on first touch; the first pass over the page cache was slower here).",
         "Throwaway logs and the raw file are deleted without fsync, so neither side pays for "
         "writeback (a run's volume should stay under vm.dirty_background_ratio of RAM, or "
         "background writeback overlaps it); the large log is filled with pre-encoded appends "

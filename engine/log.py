@@ -341,13 +341,13 @@ class PartitionLog:
         for segment in self._segments:
             if segment.max_timestamp < timestamp:
                 continue
-            found = segment.find_offset_by_timestamp(timestamp)
+            found = segment.find_offset_by_timestamp(timestamp, self.log_start_offset)
             if found is None:
                 continue
             offset, ts = found
             if offset >= self.high_watermark:
                 return None
-            return max(offset, self.log_start_offset), ts
+            return offset, ts
         return None
 
     # -- watermarks and truncation ---------------------------------------------------------

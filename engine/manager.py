@@ -19,8 +19,9 @@ from pathlib import Path
 import orjson
 
 from engine import checkpoint, cleaner
-from engine.config import TopicConfig, validate_topic_name
+from engine.config import CONFIG_NAMES, TopicConfig, validate_topic_name
 from engine.errors import (
+    InvalidConfig,
     InvalidPartitions,
     InvalidTopicName,
     TopicAlreadyExists,
@@ -204,6 +205,10 @@ class LogManager:
         overrides = dict(topic.overrides)
         for key, value in changes.items():
             if value is None:
+                if key not in CONFIG_NAMES:
+                    raise InvalidConfig(
+                        f"unknown topic config {key!r}; supported: {', '.join(CONFIG_NAMES)}"
+                    )
                 overrides.pop(key, None)
             else:
                 overrides[key] = value
@@ -226,7 +231,7 @@ class LogManager:
 
     def _write_metadata(self, topic: Topic) -> None:
         path = self.data_dir / TOPICS_DIR / f"{topic.name}.json"
-        tmp = path.with_name(path.name + ".tmp")
+        tmp = path.with_name(f".{topic.topic_id}.tmp")  # <name>.json.tmp could pass NAME_MAX
         with open(tmp, "wb") as f:
             f.write(topic.metadata())
             f.flush()

@@ -77,13 +77,15 @@ class LogSegment:
         self.size = start + len(data)
 
     def _index_batch(self, position: int, header: fmt.BatchHeader) -> None:
-        if self._bytes_since_index >= self.index_interval_bytes or not len(self.index):
-            self.index.append(header.base_offset, position)
-            self.time_index.maybe_append(header.max_timestamp, header.base_offset)
-            self._bytes_since_index = 0
-        self._bytes_since_index += header.size
         if header.max_timestamp > self.max_timestamp:
             self.max_timestamp = header.max_timestamp
+        if self._bytes_since_index >= self.index_interval_bytes or not len(self.index):
+            self.index.append(header.base_offset, position)
+            # Keyed by the segment's largest timestamp so far, as in Kafka: a batch between two
+            # entries may carry a larger one than either, and the last key is the max on reload.
+            self.time_index.maybe_append(self.max_timestamp, header.base_offset)
+            self._bytes_since_index = 0
+        self._bytes_since_index += header.size
         self.next_offset = header.next_offset
 
     def flush(self, fsync: bool = True) -> None:
@@ -190,12 +192,15 @@ class LogSegment:
                 continue
             raise CorruptRecord(f"{result.error} at byte {position} of {self.path.name}", expected)
 
-    def find_offset_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
-        """(offset, timestamp) of the first record with timestamp >= `timestamp` here."""
+    def find_offset_by_timestamp(
+        self, timestamp: int, start_offset: int = 0
+    ) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record here at or after `start_offset` (the log start)
+        with timestamp >= `timestamp`."""
         if self.max_timestamp < timestamp:
             return None
         start = self.time_index.lookup(timestamp)
-        found = self.translate(self.base_offset if start is None else start)
+        found = self.translate(max(self.base_offset if start is None else start, start_offset))
         if found is None:
             return None
         position, header = found
@@ -204,7 +209,7 @@ class LogSegment:
             if header.max_timestamp >= timestamp:
                 data = self.pread(header.size, position)
                 for record in fmt.iter_records(data):
-                    if record.timestamp >= timestamp:
+                    if record.offset >= start_offset and record.timestamp >= timestamp:
                         return record.offset, record.timestamp
             position += header.size
         return None

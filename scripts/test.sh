@@ -1,7 +1,19 @@
 #!/usr/bin/env bash
-# Install everything the tests need into .venv, then lint, type-check and run the whole suite.
+# Install everything the tests need (Debian packages, .venv), then lint, type-check and run
+# the whole suite. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# Outside clients the tests drive the server with: curl (HTTP/1.1, h2c, h2 over TLS) and h2load.
+missing=()
+command -v curl >/dev/null || missing+=(curl)
+command -v h2load >/dev/null || missing+=(nghttp2-client)
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" = 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
 
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
@@ -14,6 +26,6 @@ echo "== ruff"
 ruff check .
 ruff format --check .
 echo "== mypy"
-mypy engine
+mypy engine gateway loadtests openapi
 echo "== pytest"
 pytest -q "$@"

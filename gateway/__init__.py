@@ -1,0 +1,1 @@
+"""Network gateway: serves one aiohttp application over HTTP/1.1, h2c and HTTP/2 over TLS."""

@@ -1,0 +1,320 @@
+"""HTTP body formats: produce bodies -> records, and fetched batches -> response bodies.
+
+Media types:
+- `application/json`: `{"records": [{"key", "value", "headers", "partition", "timestamp"}]}`
+  in, `{"records": [...], "next_offset", "high_watermark"}` out;
+- `application/x-ndjson`: one JSON value per line in, one record object per line out;
+- `application/vnd.sluice.record-batch`: one or more Kafka RecordBatch v2, as stored.
+
+Values produced as JSON are stored as their JSON text in batches flagged VALUES_JSON_MASK, so a
+JSON fetch embeds them as they are (`orjson.Fragment`) instead of parsing them again.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+import msgspec
+import orjson
+
+from engine import batch as fmt
+from engine.batch import RecordInput
+from gateway.problems import Problem, bad_request
+
+JSON = "application/json"
+NDJSON = "application/x-ndjson"
+RECORD_BATCH = "application/vnd.sluice.record-batch"
+PRODUCE_TYPES = (JSON, NDJSON, RECORD_BATCH)
+FETCH_TYPES = (JSON, NDJSON, RECORD_BATCH)
+
+MAX_TIMESTAMP = 2**63 - 1
+
+
+@dataclass(slots=True)
+class ParsedRecords:
+    """A JSON produce body, validated: records in order and what they asked for."""
+
+    records: list[RecordInput]
+    partitions: list[int | None] | None  # per record; None when no record names a partition
+    not_json: set[int]  # indexes of records whose value was sent as base64
+
+
+def invalid(index: int, detail: str, field: str | None = None) -> Problem:
+    pointer = f"/records/{index}" + (f"/{field}" if field else "")
+    return bad_request(
+        f"records[{index}]: {detail}", "INVALID_RECORD", index=index, pointer=pointer
+    )
+
+
+NonNegative = Annotated[int, msgspec.Meta(ge=0)]
+Timestamp = Annotated[int, msgspec.Meta(ge=0, le=MAX_TIMESTAMP)]
+_NULL = b"null"
+
+
+class JsonRecord(msgspec.Struct, forbid_unknown_fields=True):
+    """One record of a JSON produce body; `value` stays raw JSON text, never parsed twice."""
+
+    key: str | None = None
+    value: msgspec.Raw = msgspec.Raw(_NULL)
+    headers: dict[str, str | None] | None = None
+    partition: NonNegative | None = None
+    timestamp: Timestamp | None = None
+    key_encoding: Literal["base64"] | None = None
+    value_encoding: Literal["base64"] | None = None
+
+
+class JsonProduceBody(msgspec.Struct, forbid_unknown_fields=True):
+    records: list[JsonRecord]
+
+
+_BODY = msgspec.json.Decoder(JsonProduceBody)
+_ERROR_PATH = re.compile(
+    r"^(?P<message>.*) - at `\$\.records\[(?P<index>\d+)\](?:\.(?P<field>\w+))?"
+)
+
+
+def _validation_problem(exc: msgspec.ValidationError) -> Problem:
+    match = _ERROR_PATH.match(str(exc))
+    if match is None:
+        return bad_request(f"invalid produce body: {exc}", "INVALID_JSON")
+    return invalid(int(match["index"]), match["message"], match["field"])
+
+
+def _base64(index: int, field: str, raw: bytes) -> bytes:
+    try:
+        return base64.b64decode(raw, validate=True)
+    except (binascii.Error, ValueError):
+        raise invalid(index, f"{field} is not valid base64", field) from None
+
+
+def parse_json_records(body: bytes) -> ParsedRecords:
+    """Validate a JSON produce body (in C, by msgspec); errors name the record and field."""
+    try:
+        doc = _BODY.decode(body)
+    except msgspec.ValidationError as exc:
+        raise _validation_problem(exc) from None
+    except msgspec.DecodeError as exc:
+        raise bad_request(f"malformed JSON: {exc}", "INVALID_JSON") from None
+    if not doc.records:
+        raise bad_request('"records" must not be empty', "INVALID_RECORD")
+    parsed = ParsedRecords([], None, set())
+    append = parsed.records.append
+    no_headers: list[tuple[str, bytes | None]] = []
+    for index, rec in enumerate(doc.records):
+        text = rec.key
+        key = None if text is None else text.encode()
+        value: bytes | None = bytes(rec.value)
+        if value == _NULL:
+            value = None
+        headers = rec.headers
+        if rec.key_encoding or rec.value_encoding or rec.partition is not None:
+            key, value = _special(index, rec, parsed, key, value)
+        append(
+            RecordInput(
+                key,
+                value,
+                [(k, None if v is None else v.encode()) for k, v in headers.items()]
+                if headers
+                else no_headers,
+                rec.timestamp,
+            )
+        )
+    if parsed.partitions is not None:
+        parsed.partitions.extend([None] * (len(parsed.records) - len(parsed.partitions)))
+    return parsed
+
+
+def _special(
+    index: int, rec: JsonRecord, parsed: ParsedRecords, key: bytes | None, value: bytes | None
+) -> tuple[bytes | None, bytes | None]:
+    """The rarer fields: base64 keys and values, and a partition named per record."""
+    if rec.key_encoding and key is not None:
+        key = _base64(index, "key", key)
+    if rec.value_encoding and value is not None:
+        text = msgspec.json.decode(value)
+        if not isinstance(text, str):
+            raise invalid(index, "value with base64 encoding must be a string", "value")
+        value = _base64(index, "value", text.encode())
+        parsed.not_json.add(index)
+    if rec.partition is not None:
+        if parsed.partitions is None:
+            parsed.partitions = []
+        parsed.partitions.extend([None] * (index - len(parsed.partitions)))
+        parsed.partitions.append(rec.partition)
+    return key, value
+
+
+def parse_ndjson_values(body: bytes) -> list[bytes]:
+    """One JSON value per line (blank lines skipped); errors name the 1-based line."""
+    values: list[bytes] = []
+    loads = orjson.loads
+    for number, raw in enumerate(body.split(b"\n"), 1):
+        line = raw.strip()
+        if not line:
+            continue
+        try:
+            loads(line)
+        except orjson.JSONDecodeError as exc:
+            raise bad_request(
+                f"line {number} is not a JSON value: {exc}", "INVALID_JSON", line=number
+            ) from None
+        values.append(line)
+    if not values:
+        raise bad_request("the body holds no records", "INVALID_RECORD")
+    return values
+
+
+def validate_record_batches(body: bytes) -> bytearray:
+    """Check binary batches (magic, sizes, CRC) and that every record decodes."""
+    result = fmt.scan(body, check_crc=True)
+    if result.error is not None:
+        raise bad_request(
+            f"invalid record batch at byte {result.valid_bytes}: {result.error}",
+            "INVALID_RECORD",
+            byte=result.valid_bytes,
+        )
+    if not result.headers:
+        raise bad_request("the body holds no record batch", "INVALID_RECORD")
+    view = memoryview(body)
+    for pos, header in result.headers:
+        if header.attributes & ~fmt.COMPRESSION_MASK:
+            raise bad_request(
+                f"batch at byte {pos} sets attribute bits 0x{header.attributes:04x}; a producer "
+                "may set only the compression codec (timestamp type, transactions, control "
+                "batches and Sluice's flags are the broker's)",
+                "INVALID_RECORD",
+                byte=pos,
+            )
+        try:
+            decoded = len(list(fmt.batch_records(view[pos : pos + header.size])))
+        except Exception as exc:  # the C codec raises several types for malformed records
+            raise bad_request(
+                f"batch at byte {pos} holds malformed records: {exc}", "INVALID_RECORD", byte=pos
+            ) from None
+        if decoded != header.record_count:
+            raise bad_request(
+                f"batch at byte {pos} declares {header.record_count} records but holds {decoded}",
+                "INVALID_RECORD",
+                byte=pos,
+            )
+    return bytearray(body)
+
+
+# -- fetch encoding ----------------------------------------------------------------------------
+
+
+def _text_or_base64(out: dict[str, Any], field: str, raw: bytes | None) -> None:
+    if raw is None:
+        out[field] = None
+        return
+    try:
+        out[field] = raw.decode()
+    except UnicodeDecodeError:
+        out[field] = base64.b64encode(raw).decode()
+        out[f"{field}_encoding"] = "base64"
+
+
+def _value(out: dict[str, Any], raw: bytes | None, known_json: bool) -> None:
+    if raw is None:
+        out["value"] = None
+    elif known_json:
+        out["value"] = orjson.Fragment(raw)
+    else:
+        try:
+            orjson.loads(raw)
+            out["value"] = orjson.Fragment(raw)
+        except orjson.JSONDecodeError:
+            out["value"] = base64.b64encode(raw).decode()
+            out["value_encoding"] = "base64"
+
+
+def _record_headers(out: dict[str, Any], headers: list[tuple[str, bytes | None]]) -> None:
+    try:
+        out["headers"] = {k: None if v is None else v.decode() for k, v in headers}
+    except UnicodeDecodeError:
+        out["headers"] = {
+            k: None if v is None else base64.b64encode(v).decode() for k, v in headers
+        }
+        out["headers_encoding"] = "base64"
+
+
+def iter_record_objects(
+    data: memoryview, start: int, max_records: int, extra: dict[str, Any] | None = None
+) -> Iterator[dict[str, Any]]:
+    """JSON-ready record objects from whole batches, skipping offsets below `start`."""
+    pos = 0
+    end = len(data)
+    emitted = 0
+    while pos < end and emitted < max_records:
+        header = fmt.read_header(data, pos)
+        view = data[pos : pos + header.size]
+        pos += header.size
+        if header.last_offset < start:
+            continue
+        known_json = header.values_json
+        internal = header.idempotent  # its first record carries Sluice's idempotency header
+        for rec in fmt.batch_records(view):
+            offset = rec.offset
+            if offset < start:
+                continue
+            item: dict[str, Any] = dict(extra) if extra else {}
+            item["offset"] = offset
+            item["timestamp"] = rec.timestamp
+            _text_or_base64(item, "key", rec.key)
+            _value(item, rec.value, known_json)
+            headers = rec.headers
+            if internal:
+                internal = False
+                headers = [h for h in headers if h[0] != fmt.IDEMPOTENCY_HEADER]
+            if headers:
+                _record_headers(item, headers)
+            else:
+                item["headers"] = {}
+            yield item
+            emitted += 1
+            if emitted >= max_records:
+                return
+
+
+def next_offset_after(data: memoryview, start: int, records: list[dict[str, Any]]) -> int:
+    """Where the consumer continues: after the last record returned, or past what was read."""
+    if records:
+        return int(records[-1]["offset"]) + 1
+    if not data:
+        return start
+    last = fmt.scan(data, check_crc=False).headers[-1][1]
+    return max(start, last.next_offset)
+
+
+def negotiate(accept: str, offered: tuple[str, ...], default: str) -> str | None:
+    """Pick the first offered type the Accept header allows (q=0 excluded); None if none."""
+    if not accept.strip():
+        return default
+    best: tuple[float, int, str] | None = None
+    for order, part in enumerate(accept.split(",")):
+        fields = [f.strip() for f in part.split(";")]
+        media = fields[0].lower()
+        q = 1.0
+        for param in fields[1:]:
+            if param.startswith("q="):
+                try:
+                    q = float(param[2:])
+                except ValueError:
+                    q = 0.0
+        if q <= 0:
+            continue
+        for candidate in offered:
+            if media in (candidate, "*/*") or (
+                media.endswith("/*") and candidate.startswith(media[:-1])
+            ):
+                chosen = default if media == "*/*" else candidate
+                rank = (-q, order, chosen)
+                if best is None or rank < best:
+                    best = rank
+                break
+    return None if best is None else best[2]

@@ -1,0 +1,757 @@
+"""HTTP/2 for aiohttp: one listening port serving HTTP/1.1, h2c (prior knowledge) and h2 over TLS.
+
+HTTP/1.1 connections go to aiohttp's own ``RequestHandler`` untouched. HTTP/2 connections are
+driven by the ``h2`` state machine; every stream becomes a real ``web.Request`` dispatched through
+the application's normal handler (router, middlewares, error handling, access log).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import ssl
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Final, NoReturn, cast
+
+from aiohttp import HttpVersion, web
+from aiohttp.http import RawRequestMessage
+from aiohttp.streams import EMPTY_PAYLOAD, StreamReader
+from aiohttp.tcp_helpers import tcp_keepalive
+from aiohttp.web_protocol import PayloadAccessError, RequestHandler
+from h2.config import H2Configuration
+from h2.connection import H2Connection
+from h2.errors import ErrorCodes
+from h2.events import (
+    ConnectionTerminated,
+    DataReceived,
+    Event,
+    RemoteSettingsChanged,
+    RequestReceived,
+    StreamEnded,
+    StreamReset,
+    WindowUpdated,
+)
+from h2.exceptions import DenialOfServiceError, ProtocolError
+from h2.settings import SettingCodes, Settings
+from hyperframe.frame import Frame, GoAwayFrame, HeadersFrame
+from multidict import CIMultiDict, CIMultiDictProxy
+from yarl import URL
+
+from .h2_stream import H2Stream, H2StreamWriter, Headers
+
+__all__ = ("H2Limits", "H2Protocol", "Http2Site", "HttpVersion20", "start_server")
+
+HttpVersion20: Final = HttpVersion(2, 0)
+PREFACE: Final = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+_ALPN_PROTOCOLS: Final = ["h2", "http/1.1"]
+_DEFAULT_WINDOW: Final = 65535
+# Controls (as aiohttp's HTTP/1.1 parser) plus space, which cannot occur in an HTTP/1.1 target.
+_FORBIDDEN_TARGET = re.compile(r"[\x00-\x20\x7f]")
+
+
+@dataclass(frozen=True, slots=True)
+class H2Limits:
+    """Per-connection HTTP/2 resource limits, advertised in SETTINGS and enforced locally.
+
+    A header block may not exceed ``max_header_list_size`` either encoded or decoded; while it
+    arrives, h2 buffers at most 64 CONTINUATION frames (``64 * max_frame_size`` bytes).
+    """
+
+    max_concurrent_streams: int = 256
+    max_header_list_size: int = 64 * 1024
+    initial_window_size: int = 1024 * 1024  # per-stream receive window: body bytes buffered
+    connection_window_size: int = 4 * 1024 * 1024  # receive window shared by all streams
+    max_frame_size: int = 16384  # largest frame accepted from clients
+    max_resets: int = 200  # Rapid Reset (CVE-2023-44487): more client RST_STREAMs than this ...
+    reset_window: float = 10.0  # ... within this many seconds -> GOAWAY ENHANCE_YOUR_CALM
+    preface_timeout: float = 10.0  # seconds a new connection may stay silent before we drop it
+
+    def __post_init__(self) -> None:
+        if self.max_concurrent_streams < 1 or self.max_header_list_size < 1:
+            raise ValueError("max_concurrent_streams and max_header_list_size must be positive")
+        if not 1 <= self.initial_window_size <= 2**31 - 1:
+            raise ValueError("initial_window_size must be in 1..2**31-1")
+        if not _DEFAULT_WINDOW <= self.connection_window_size <= 2**31 - 1:
+            raise ValueError("connection_window_size must be in 65535..2**31-1")
+        if not 2**14 <= self.max_frame_size <= 2**24 - 1:
+            raise ValueError("max_frame_size must be in 16384..16777215")
+        if self.max_resets < 0 or self.reset_window <= 0 or self.preface_timeout <= 0:
+            raise ValueError("max_resets, reset_window and preface_timeout must be positive")
+
+
+class _ConnectionTransport(asyncio.Transport):
+    """``request.transport`` on HTTP/2: the shared TCP/TLS connection, minus raw writes.
+
+    Raw bytes (or ``loop.sendfile``) would corrupt the multiplexed framing, so writes are refused.
+    """
+
+    @property
+    def _sendfile_compatible(self) -> NoReturn:
+        """Make ``loop.sendfile`` raise NotImplementedError: FileResponse then writes via h2."""
+        raise NotImplementedError
+
+    __slots__ = ("_transport",)
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        super().__init__()
+        self._transport = transport
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._transport.get_extra_info(name, default)
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+    def close(self) -> None:
+        self._transport.close()
+
+    def abort(self) -> None:
+        self._transport.abort()
+
+    def get_write_buffer_size(self) -> int:
+        return self._transport.get_write_buffer_size()
+
+    def write(self, data: Any) -> None:
+        raise RuntimeError("Cannot write raw bytes to a multiplexed HTTP/2 connection")
+
+    def writelines(self, list_of_data: Any) -> None:
+        raise RuntimeError("Cannot write raw bytes to a multiplexed HTTP/2 connection")
+
+
+class _H2Connection(H2Connection):
+    """h2 connection that rejects an encoded header block larger than the header list limit.
+
+    h2 otherwise HPACK-decodes up to 64 CONTINUATION frames (1 MiB) in pure Python, ~0.8 s of
+    CPU per block. An encoded block is never larger than its decoded size, so valid requests
+    within ``max_header_list_size`` always pass.
+    """
+
+    def __init__(self, config: H2Configuration, max_header_block: int) -> None:
+        super().__init__(config=config)
+        self._max_header_block = max_header_block
+
+    def _receive_headers_frame(self, frame: HeadersFrame) -> tuple[list[Frame], list[Event]]:
+        if len(frame.data) > self._max_header_block:
+            raise DenialOfServiceError("Header block exceeds SETTINGS_MAX_HEADER_LIST_SIZE")
+        return super()._receive_headers_frame(frame)
+
+
+def _build_message(headers: list[tuple[bytes, bytes]]) -> RawRequestMessage | None:
+    """Map an HTTP/2 header block to aiohttp's parsed-request tuple; None if malformed."""
+    method = path = authority = ""
+    fields: CIMultiDict[str] = CIMultiDict()
+    raw: list[tuple[bytes, bytes]] = []
+    for name, value in headers:
+        if name[:1] == b":":
+            if name == b":method":
+                method = value.decode("ascii", "surrogateescape")
+            elif name == b":path":
+                path = value.decode("utf-8", "surrogateescape")
+            elif name == b":authority":
+                authority = value.decode("utf-8", "surrogateescape")
+            continue
+        if name == b"host":
+            # RFC 9113 §8.3.1: :authority, when present, wins over Host.
+            authority = authority or value.decode("utf-8", "surrogateescape")
+            continue
+        raw.append((name, value))
+        fields.add(name.decode("ascii"), value.decode("utf-8", "surrogateescape"))
+    if authority:
+        raw.append((b"host", authority.encode("utf-8", "surrogateescape")))
+        fields["Host"] = authority
+    if _FORBIDDEN_TARGET.search(path):
+        return None
+    if path[:1] == "/":
+        target, _, fragment = path.partition("#")
+        target, _, query = target.partition("?")
+        url = URL.build(path=target, query_string=query, fragment=fragment, encoded=True)
+    elif path == "*" and method == "OPTIONS":
+        url = URL(path, encoded=True)
+    else:
+        return None
+    return RawRequestMessage(
+        method,
+        path,
+        HttpVersion20,
+        CIMultiDictProxy(fields),
+        tuple(raw),
+        False,
+        None,
+        False,
+        False,
+        url,
+    )
+
+
+class H2Protocol(RequestHandler):
+    """One HTTP/2 connection; each stream's handler runs as its own task.
+
+    It subclasses aiohttp's ``RequestHandler`` so that requests see a genuine ``request.protocol``,
+    the ``web.Server`` tracks it (``pre_shutdown``/``shutdown`` become GOAWAY and drain), and
+    request handling reuses aiohttp's own error handling and access logging.
+    """
+
+    __slots__ = (
+        "_blocked",
+        "_flush_scheduled",
+        "_goaway_sent",
+        "_h2",
+        "_idle_handle",
+        "_limits",
+        "_lingering",
+        "_resets",
+        "_streams",
+        "_transport",
+    )
+
+    def __init__(self, manager: web.Server, *, limits: H2Limits, **kwargs: Any) -> None:
+        super().__init__(manager, **kwargs)
+        self._limits = limits
+        config = H2Configuration(
+            client_side=False,
+            header_encoding=None,
+            validate_outbound_headers=False,
+            normalize_outbound_headers=False,
+        )
+        conn = _H2Connection(config, limits.max_header_list_size)
+        # Replace (rather than update) local settings so they bind from the first frame
+        # instead of after the client's SETTINGS ACK.
+        conn.local_settings = Settings(
+            client=False,
+            initial_values={
+                SettingCodes.MAX_CONCURRENT_STREAMS: limits.max_concurrent_streams,
+                SettingCodes.MAX_HEADER_LIST_SIZE: limits.max_header_list_size,
+                SettingCodes.INITIAL_WINDOW_SIZE: limits.initial_window_size,
+                SettingCodes.MAX_FRAME_SIZE: limits.max_frame_size,
+            },
+        )
+        conn.max_inbound_frame_size = limits.max_frame_size
+        conn.decoder.max_header_list_size = limits.max_header_list_size
+        self._h2: H2Connection = conn
+        self._transport: asyncio.Transport | None = None
+        self._streams: dict[int, H2Stream] = {}
+        self._lingering: dict[int, asyncio.TimerHandle] = {}
+        self._blocked: set[H2Stream] = set()
+        self._resets: deque[float] = deque()
+        self._goaway_sent = False
+        self._flush_scheduled = False
+        self._idle_handle: asyncio.TimerHandle | None = None
+
+    # -- connection lifecycle -------------------------------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        return self._transport is not None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        real = cast(asyncio.Transport, transport)
+        super(RequestHandler, self).connection_made(real)
+        self.transport = _ConnectionTransport(real)
+        self._transport = real
+        if self._tcp_keepalive:
+            tcp_keepalive(real)
+        assert self._manager is not None
+        self._manager.connection_made(self, real)
+        conn = self._h2
+        conn.initiate_connection()
+        window_delta = self._limits.connection_window_size - _DEFAULT_WINDOW
+        if window_delta:
+            conn.increment_flow_control_window(window_delta)
+        self._flush()
+        self._arm_idle_timer()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if self._manager is not None:
+            self._manager.connection_lost(self, exc)
+            self._manager = None
+        self._transport = None
+        self._cancel_idle_timer()
+        for handle in self._lingering.values():
+            handle.cancel()
+        self._lingering.clear()
+        error = ConnectionResetError("Connection lost")
+        for stream in self._streams.values():
+            self._abort_stream(stream, error)
+        super(RequestHandler, self).connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._transport is None:
+            return
+        try:
+            events = self._h2.receive_data(data)
+        except ProtocolError:
+            # h2 has already queued a GOAWAY carrying the right error code.
+            self._close_transport()
+            return
+        for event in events:
+            if self._transport is None:
+                return
+            if isinstance(event, RequestReceived):
+                self._on_request(event)
+            elif isinstance(event, DataReceived):
+                self._on_data(event)
+            elif isinstance(event, StreamEnded):
+                self._on_stream_ended(event)
+            elif isinstance(event, StreamReset):
+                self._on_reset(event)
+            elif isinstance(event, WindowUpdated):
+                self._on_window_update(event.stream_id)
+            elif isinstance(event, RemoteSettingsChanged):
+                self._on_window_update(0)
+            elif isinstance(event, ConnectionTerminated):
+                # After a client GOAWAY h2 refuses to send anything more, so just hang up.
+                self._close_transport()
+        self._flush()
+
+    def pause_writing(self) -> None:
+        """Stop reading while our output backs up, so frames h2 answers by itself stay bounded."""
+        super().pause_writing()
+        if self._transport is not None:
+            self._transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._transport is not None:
+            self._transport.resume_reading()
+
+    def close(self) -> None:
+        """Begin a graceful close: GOAWAY now, hang up once in-flight streams are done."""
+        self._close = True
+        self._send_goaway()
+        if not self._streams:
+            self._close_transport()
+
+    def force_close(self) -> None:
+        self._force_close = True
+        self._close_transport()
+
+    async def shutdown(self, timeout: float | None = 15.0) -> None:
+        """Send GOAWAY, let in-flight streams finish within ``timeout``, cancel the rest, close."""
+        self.close()
+        tasks = [stream.task for stream in self._streams.values() if stream.task is not None]
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=timeout)
+            for task in pending:
+                task.cancel()
+        self._close_transport()
+
+    # -- frame events ---------------------------------------------------------------------
+
+    def _on_request(self, event: RequestReceived) -> None:
+        stream_id = event.stream_id
+        conn = self._h2
+        if self._goaway_sent:
+            conn.reset_stream(stream_id, ErrorCodes.REFUSED_STREAM)
+            return
+        message = _build_message(event.headers)
+        if message is None:
+            conn.reset_stream(stream_id, ErrorCodes.PROTOCOL_ERROR)
+            return
+        stream = H2Stream(self, stream_id, self._loop)
+        if event.stream_ended:
+            payload: StreamReader = EMPTY_PAYLOAD
+            stream.remote_ended = True
+        else:
+            payload = stream.reader = StreamReader(
+                stream, self._limits.initial_window_size, loop=self._loop
+            )
+            if message.headers.get("expect", "").lower() == "100-continue":
+                conn.send_headers(stream_id, [(":status", "100")])
+        self._cancel_idle_timer()
+        self._streams[stream_id] = stream
+        stream.task = self._loop.create_task(self._run_stream(stream, message, payload))
+
+    def _on_data(self, event: DataReceived) -> None:
+        stream_id = event.stream_id
+        data = event.data
+        size = len(data)
+        padding = event.flow_controlled_length - size
+        stream = self._streams.get(stream_id)
+        if stream is None or stream.reader is None or stream.reset:
+            # Body nobody will read (e.g. a lingering upload): discard it, return the window.
+            self._h2.acknowledge_received_data(event.flow_controlled_length, stream_id)
+            return
+        if padding:
+            self._h2.acknowledge_received_data(padding, stream_id)
+        if size:
+            stream.received += size
+            stream.reader.feed_data(data)
+
+    def _on_stream_ended(self, event: StreamEnded) -> None:
+        self._stop_lingering(event.stream_id)
+        stream = self._streams.get(event.stream_id)
+        if stream is not None:
+            stream.remote_ended = True
+            if stream.reader is not None:
+                stream.reader.feed_eof()
+
+    def _on_reset(self, event: StreamReset) -> None:
+        if event.remote_reset and self._reset_flood():
+            self._enhance_your_calm()
+            return
+        self._stop_lingering(event.stream_id)
+        stream = self._streams.get(event.stream_id)
+        if stream is not None:
+            self._abort_stream(stream, ConnectionResetError("Stream reset by peer"))
+
+    def _reset_flood(self) -> bool:
+        """Record one client RST_STREAM; True if the rate exceeds the Rapid Reset limit."""
+        now = self._loop.time()
+        resets = self._resets
+        resets.append(now)
+        horizon = now - self._limits.reset_window
+        while resets[0] < horizon:
+            resets.popleft()
+        return len(resets) > self._limits.max_resets
+
+    def _on_window_update(self, stream_id: int) -> None:
+        if stream_id:
+            stream = self._streams.get(stream_id)
+            if stream is not None:
+                stream.wake()
+        else:
+            for stream in self._blocked:
+                stream.wake()
+
+    # -- per-stream request handling ------------------------------------------------------
+
+    async def _run_stream(
+        self, stream: H2Stream, message: RawRequestMessage, payload: StreamReader
+    ) -> None:
+        task = asyncio.current_task()
+        factory = self._request_factory
+        handler = self._request_handler
+        manager = self._manager
+        assert task is not None and factory is not None and handler is not None
+        if manager is not None:
+            manager.requests_count += 1
+        request: web.BaseRequest | None = None
+        try:
+            request = factory(message, payload, self, H2StreamWriter(self, stream), task)
+            start = self._loop.time() if self._logging_enabled else None
+            await self._handle_request(request, start, handler)
+        except ConnectionError:
+            self.log_debug("Ignored premature client disconnection")
+        except Exception as exc:
+            self.log_exception("Unhandled exception", exc_info=exc)
+        finally:
+            if request is not None:
+                request._task = None  # type: ignore[assignment]
+            self._finish_stream(stream, payload)
+
+    def _finish_stream(self, stream: H2Stream, payload: StreamReader) -> None:
+        """Release a stream after its handler ended: settle its state and flow-control credit."""
+        del self._streams[stream.stream_id]
+        self._blocked.discard(stream)
+        if payload is not EMPTY_PAYLOAD:
+            payload.set_exception(PayloadAccessError())
+        if self._transport is None:
+            return
+        conn = self._h2
+        stream_id = stream.stream_id
+        if not stream.reset:
+            if not stream.local_ended:
+                conn.reset_stream(stream_id, ErrorCodes.INTERNAL_ERROR)
+            elif not stream.remote_ended:
+                self._linger(stream_id)
+        unacked = stream.received - stream.acked
+        if unacked:
+            stream.acked = stream.received
+            conn.acknowledge_received_data(unacked, stream_id)
+        self._schedule_flush()
+        if not self._streams:
+            if self._goaway_sent:
+                self._close_transport()
+            else:
+                self._arm_idle_timer()
+
+    def _linger(self, stream_id: int) -> None:
+        """Response sent before the whole request body: keep accepting (and discarding) the rest.
+
+        This mirrors aiohttp's HTTP/1.1 lingering close; many clients mishandle an early
+        RST_STREAM. After ``lingering_time`` the upload is stopped with RST_STREAM(NO_ERROR).
+        """
+        if self._lingering_time > 0:
+            handle = self._loop.call_later(self._lingering_time, self._end_lingering, stream_id)
+            self._lingering[stream_id] = handle
+        else:
+            self._h2.reset_stream(stream_id, ErrorCodes.NO_ERROR)
+
+    def _end_lingering(self, stream_id: int) -> None:
+        if self._lingering.pop(stream_id, None) is not None and self._transport is not None:
+            self._h2.reset_stream(stream_id, ErrorCodes.NO_ERROR)
+            self._flush()
+
+    def _stop_lingering(self, stream_id: int) -> None:
+        handle = self._lingering.pop(stream_id, None)
+        if handle is not None:
+            handle.cancel()
+
+    def _abort_stream(self, stream: H2Stream, error: ConnectionError) -> None:
+        """The client or the connection went away: fail body reads and cancel the handler."""
+        stream.reset = True
+        if stream.reader is not None:
+            stream.reader.set_exception(error)
+        stream.wake()
+        if stream.task is not None:
+            stream.task.cancel()
+
+    # -- output path used by H2Stream / H2StreamWriter ------------------------------------
+
+    def body_consumed(self, stream: H2Stream) -> None:
+        """Return window for body bytes the handler has read since the last call."""
+        consumed = stream.received - stream.unconsumed
+        delta = consumed - stream.acked
+        if delta > 0 and self._transport is not None:
+            stream.acked = consumed
+            self._h2.acknowledge_received_data(delta, stream.stream_id)
+            self._schedule_flush()
+
+    def send_headers(self, stream: H2Stream, headers: Headers, *, end_stream: bool) -> None:
+        self._check_open(stream)
+        self._h2.send_headers(stream.stream_id, headers, end_stream=end_stream)
+        stream.local_ended = end_stream
+        self._schedule_flush()
+
+    async def send_data(
+        self, stream: H2Stream, data: bytes | bytearray | memoryview, *, end_stream: bool
+    ) -> None:
+        """Send a body chunk as DATA frames, waiting for flow-control window as needed."""
+        conn = self._h2
+        stream_id = stream.stream_id
+        view = memoryview(data).cast("B")
+        total = len(view)
+        pos = 0
+        while pos < total:
+            self._check_open(stream)
+            window = min(conn.local_flow_control_window(stream_id), conn.max_outbound_frame_size)
+            if window <= 0:
+                self._flush()
+                self._blocked.add(stream)
+                try:
+                    await stream.wait_for_window()
+                finally:
+                    self._blocked.discard(stream)
+                continue
+            end = min(total, pos + window)
+            conn.send_data(stream_id, view[pos:end], end_stream=end_stream and end == total)
+            pos = end
+        if end_stream:
+            if not total:
+                self._check_open(stream)
+                conn.end_stream(stream_id)
+            stream.local_ended = True
+        self._schedule_flush()
+        if self._paused:
+            await self.drain()
+
+    async def drain(self) -> None:
+        """Wait while the socket's write buffer is above its high-water mark."""
+        if self._paused and self.transport is not None:
+            await self._drain_helper()
+
+    # -- helpers --------------------------------------------------------------------------
+
+    def _check_open(self, stream: H2Stream) -> None:
+        if stream.reset or self._transport is None:
+            raise ConnectionResetError("HTTP/2 stream was reset or its connection closed")
+
+    def _schedule_flush(self) -> None:
+        """Coalesce frames from all streams into one socket write per event-loop iteration."""
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        data = self._h2.data_to_send()
+        if data and self._transport is not None:
+            self._transport.write(data)
+
+    def _send_goaway(self) -> None:
+        """Announce shutdown without entering h2's CLOSED state, so in-flight streams finish."""
+        if self._goaway_sent or self._transport is None:
+            return
+        self._goaway_sent = True
+        self._flush()
+        frame = GoAwayFrame(last_stream_id=self._h2.highest_inbound_stream_id)
+        self._transport.write(frame.serialize())
+
+    def _enhance_your_calm(self) -> None:
+        self._h2.close_connection(ErrorCodes.ENHANCE_YOUR_CALM)
+        self._close_transport()
+
+    def _close_transport(self) -> None:
+        transport = self._transport
+        if transport is not None:
+            self._flush()
+            self._transport = None
+            transport.close()
+
+    def _arm_idle_timer(self) -> None:
+        if self._keepalive_timeout > 0 and self._idle_handle is None:
+            self._idle_handle = self._loop.call_later(self._keepalive_timeout, self._on_idle)
+
+    def _cancel_idle_timer(self) -> None:
+        if self._idle_handle is not None:
+            self._idle_handle.cancel()
+            self._idle_handle = None
+
+    def _on_idle(self) -> None:
+        self._idle_handle = None
+        if not self._streams and self._transport is not None:
+            self._h2.close_connection(ErrorCodes.NO_ERROR)
+            self._close_transport()
+
+
+class _ProtocolSelector(asyncio.Protocol):
+    """Placeholder protocol of a fresh connection: picks HTTP/2 or HTTP/1.1, then steps aside.
+
+    TLS connections decide by ALPN; cleartext ones (and TLS without ALPN) by whether the first
+    bytes are the HTTP/2 client preface. Bytes read while sniffing are replayed to the winner.
+    """
+
+    __slots__ = ("_buffer", "_limits", "_server", "_timer", "_transport")
+
+    def __init__(self, server: web.Server, limits: H2Limits) -> None:
+        self._server = server
+        self._limits = limits
+        self._buffer = b""
+        self._timer: asyncio.TimerHandle | None = None
+        self._transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        real = cast(asyncio.Transport, transport)
+        self._transport = real
+        ssl_object = real.get_extra_info("ssl_object")
+        alpn = ssl_object.selected_alpn_protocol() if ssl_object is not None else None
+        if alpn == "h2":
+            self._hand_over(self._http2(), b"")
+        elif alpn == "http/1.1":
+            self._hand_over(self._server(), b"")
+        else:
+            loop = asyncio.get_running_loop()
+            self._timer = loop.call_later(self._limits.preface_timeout, real.close)
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self._buffer + data if self._buffer else data
+        size = min(len(buffer), len(PREFACE))
+        if buffer[:size] != PREFACE[:size]:
+            self._hand_over(self._server(), buffer)
+        elif size == len(PREFACE):
+            self._hand_over(self._http2(), buffer)
+        else:
+            self._buffer = buffer
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+    def _http2(self) -> H2Protocol:
+        server = self._server
+        loop = asyncio.get_running_loop()
+        # Same handler settings (access log, timeouts, limits) the Server gives RequestHandler.
+        kwargs: dict[str, Any] = server._kwargs
+        try:
+            return H2Protocol(server, loop=loop, limits=self._limits, **kwargs)
+        except TypeError:
+            return H2Protocol(server, loop=loop, limits=self._limits)
+
+    def _hand_over(self, protocol: asyncio.Protocol, data: bytes) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        transport = self._transport
+        assert transport is not None
+        self._transport = None
+        self._buffer = b""
+        transport.set_protocol(protocol)
+        protocol.connection_made(transport)
+        if data:
+            protocol.data_received(data)
+
+
+class Http2Site(web.TCPSite):
+    """A ``TCPSite`` that also speaks HTTP/2: h2c by prior knowledge, and h2 via ALPN under TLS.
+
+    Use it with ``web.AppRunner`` exactly like ``TCPSite``. The given ``ssl_context`` gets its
+    ALPN protocols set to ``h2, http/1.1``. ``runner.cleanup()`` shuts down gracefully: GOAWAY on
+    every HTTP/2 connection, then in-flight streams get the runner's ``shutdown_timeout``.
+    """
+
+    __slots__ = ("_limits",)
+
+    def __init__(
+        self,
+        runner: web.BaseRunner,
+        host: str | None = None,
+        port: int | None = None,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        limits: H2Limits | None = None,
+        backlog: int = 128,
+        reuse_address: bool | None = None,
+        reuse_port: bool | None = None,
+    ) -> None:
+        super().__init__(
+            runner,
+            host,
+            port,
+            ssl_context=ssl_context,
+            backlog=backlog,
+            reuse_address=reuse_address,
+            reuse_port=reuse_port,
+        )
+        if ssl_context is not None:
+            ssl_context.set_alpn_protocols(_ALPN_PROTOCOLS)
+        self._limits = limits or H2Limits()
+
+    @property
+    def runner(self) -> web.BaseRunner:
+        return self._runner
+
+    async def start(self) -> None:
+        await web.BaseSite.start(self)
+        loop = asyncio.get_running_loop()
+        server = self._runner.server
+        assert server is not None
+        limits = self._limits
+        self._server = await loop.create_server(
+            lambda: _ProtocolSelector(server, limits),
+            self._host,
+            self._port,
+            ssl=self._ssl_context,
+            backlog=self._backlog,
+            reuse_address=self._reuse_address,
+            reuse_port=self._reuse_port,
+        )
+        sockets = self._server.sockets
+        self._bound_port = sockets[0].getsockname()[1] if sockets else self._port
+
+
+async def start_server(
+    app: web.Application,
+    host: str,
+    port: int,
+    *,
+    ssl_context: ssl.SSLContext | None = None,
+    limits: H2Limits | None = None,
+    **runner_kwargs: Any,
+) -> Http2Site:
+    """Set up an ``AppRunner`` for ``app`` and start an :class:`Http2Site` on ``host:port``.
+
+    ``runner_kwargs`` go to ``web.AppRunner`` (e.g. ``shutdown_timeout``, ``access_log``);
+    ``handler_cancellation`` defaults to True so HTTP/1.1 disconnects cancel handlers as HTTP/2
+    resets do. The bound port is ``site.port``; stop with ``await site.runner.cleanup()``.
+    """
+    runner_kwargs.setdefault("handler_cancellation", True)
+    runner = web.AppRunner(app, **runner_kwargs)
+    await runner.setup()
+    site = Http2Site(runner, host, port, ssl_context=ssl_context, limits=limits)
+    try:
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    return site

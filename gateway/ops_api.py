@@ -1,0 +1,51 @@
+"""Operational routes: cluster description, health, readiness, metrics, the OpenAPI contract."""
+
+from __future__ import annotations
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from gateway.params import json_response
+from gateway.problems import Problem
+from gateway.state import gateway_of
+from openapi import SPEC
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_get("/v1/cluster", cluster)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/openapi.yaml", openapi)
+
+
+async def cluster(request: web.Request) -> web.Response:
+    gateway = gateway_of(request)
+    settings = gateway.settings
+    node = {"node_id": settings.node_id, "host": settings.host, "port": settings.port}
+    return json_response(
+        {"cluster_id": "sluice-local", "controller": settings.node_id, "nodes": [node]}
+    )
+
+
+async def healthz(request: web.Request) -> web.Response:
+    """The process answers: it is alive."""
+    return json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    """Ready once the logs are open, until shutdown starts."""
+    if not gateway_of(request).ready:
+        raise Problem(503, "NOT_READY", "the gateway is starting or shutting down")
+    return json_response({"status": "ready"})
+
+
+async def metrics(request: web.Request) -> web.Response:
+    registry = gateway_of(request).metrics.registry
+    response = web.Response(body=generate_latest(registry))
+    response.headers["Content-Type"] = CONTENT_TYPE_LATEST
+    return response
+
+
+async def openapi(request: web.Request) -> web.FileResponse:
+    return web.FileResponse(SPEC, headers={"Content-Type": "application/yaml"})

@@ -1,0 +1,94 @@
+"""Query-parameter and body-field parsing that answers 400 with the parameter's name."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from gateway.problems import Problem, bad_request
+from gateway.settings import Settings
+
+
+def int_param(request: web.Request, name: str, default: int, minimum: int, maximum: int) -> int:
+    raw = request.query.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise bad_request(f"{name} must be an integer, got {raw!r}", "INVALID_PARAMETER") from None
+    if not minimum <= value <= maximum:
+        raise bad_request(
+            f"{name} must be between {minimum} and {maximum}, got {value}", "INVALID_PARAMETER"
+        )
+    return value
+
+
+def choice_param(request: web.Request, name: str, default: str, choices: tuple[str, ...]) -> str:
+    value = request.query.get(name, default)
+    if value not in choices:
+        raise bad_request(
+            f"{name} must be one of {', '.join(choices)}, got {value!r}", "INVALID_PARAMETER"
+        )
+    return value
+
+
+def partition_param(request: web.Request) -> int:
+    raw = request.match_info["partition"]
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 9:
+        raise Problem(404, "UNKNOWN_PARTITION", f"partition {raw!r} does not exist")
+    return int(raw)
+
+
+async def read_body(request: web.Request, settings: Settings) -> bytes:
+    """The whole body, refusing an oversized one before reading it and a slow sender in time."""
+    limit = settings.max_request_bytes
+    if request.content_length is not None and request.content_length > limit:
+        raise Problem(
+            413,
+            "REQUEST_TOO_LARGE",
+            f"the body is {request.content_length} bytes; the maximum is {limit}",
+            headers={"Connection": "close"},
+        )
+    try:
+        async with asyncio.timeout(settings.body_read_timeout_s):
+            return await request.read()
+    except TimeoutError:
+        raise Problem(
+            408,
+            "REQUEST_TIMED_OUT",
+            f"the body did not arrive within {settings.body_read_timeout_s:g} s",
+            headers={"Connection": "close"},
+        ) from None
+    except web.HTTPRequestEntityTooLarge:
+        raise Problem(
+            413,
+            "REQUEST_TOO_LARGE",
+            f"the body is larger than the maximum of {limit} bytes",
+            headers={"Connection": "close"},
+        ) from None
+
+
+async def json_object(request: web.Request, settings: Settings) -> dict[str, Any]:
+    """The request body as a JSON object (415 unless application/json)."""
+    body = await read_body(request, settings)
+    if request.content_type != "application/json":
+        raise Problem(
+            415,
+            "UNSUPPORTED_MEDIA_TYPE",
+            f"expected application/json, got {request.content_type!r}",
+        )
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise bad_request(f"malformed JSON: {exc}", "INVALID_JSON") from None
+    if not isinstance(doc, dict):
+        raise bad_request("the body must be a JSON object", "INVALID_JSON")
+    return doc
+
+
+def json_response(body: object, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(body), status=status, content_type="application/json")

@@ -1,0 +1,137 @@
+"""RFC 9457 problem responses with stable codes, and the middleware that makes every error one.
+
+Handlers raise `Problem` (or let an engine error through); nothing answers 200 for a failure
+and bad input never becomes a 500.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from http import HTTPStatus
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from engine import errors
+
+PROBLEM_JSON = "application/problem+json"
+TYPE_BASE = "https://sluice.dev/problems/"
+
+log = logging.getLogger(__name__)
+
+
+class Problem(Exception):
+    """An error answer: HTTP status, stable code, human detail, optional extra members."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        detail: str,
+        *,
+        headers: dict[str, str] | None = None,
+        **extra: Any,
+    ) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.code = code
+        self.detail = detail
+        self.headers = headers or {}
+        self.extra = extra
+
+
+def problem_response(problem: Problem) -> web.Response:
+    body: dict[str, Any] = {
+        "type": TYPE_BASE + problem.code.lower().replace("_", "-"),
+        "title": HTTPStatus(problem.status).phrase,
+        "status": problem.status,
+        "detail": problem.detail,
+        "code": problem.code,
+        **problem.extra,
+    }
+    try:
+        encoded = orjson.dumps(body)
+    except orjson.JSONEncodeError:  # an extra member that JSON cannot carry: drop the extras
+        encoded = orjson.dumps({k: body[k] for k in ("type", "title", "status", "detail", "code")})
+    return web.Response(
+        status=problem.status,
+        body=encoded,
+        content_type=PROBLEM_JSON,
+        headers=problem.headers,
+    )
+
+
+_ENGINE_STATUS: dict[type[errors.EngineError], int] = {
+    errors.UnknownTopic: 404,
+    errors.UnknownPartition: 404,
+    errors.InvalidTopicName: 400,
+    errors.InvalidConfig: 400,
+    errors.InvalidPartitions: 400,
+    errors.TopicAlreadyExists: 409,
+    errors.CorruptRecord: 500,
+    errors.InvalidRecord: 400,
+    errors.RecordTooLarge: 413,
+    errors.OffsetOutOfRange: 416,
+    errors.OffsetMismatch: 409,
+    errors.LogClosed: 503,
+}
+
+
+def from_engine_error(exc: errors.EngineError) -> Problem:
+    status = next((s for cls, s in _ENGINE_STATUS.items() if isinstance(exc, cls)), 500)
+    extra: dict[str, Any] = {}
+    if isinstance(exc, errors.OffsetOutOfRange):
+        extra = {
+            "offset": exc.offset,
+            "log_start_offset": exc.log_start_offset,
+            "log_end_offset": exc.log_end_offset,
+        }
+    elif isinstance(exc, errors.CorruptRecord):
+        extra = {"offset": exc.offset}
+    return Problem(status, exc.code, str(exc), **extra)
+
+
+_HTTP_CODES = {
+    400: "BAD_REQUEST",
+    404: "NOT_FOUND",
+    405: "METHOD_NOT_ALLOWED",
+    408: "REQUEST_TIMED_OUT",
+    413: "REQUEST_TOO_LARGE",
+    415: "UNSUPPORTED_MEDIA_TYPE",
+    431: "REQUEST_HEADER_FIELDS_TOO_LARGE",
+}
+
+
+@web.middleware
+async def problem_middleware(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """Turn every failure into application/problem+json."""
+    try:
+        return await handler(request)
+    except Problem as problem:
+        return problem_response(problem)
+    except errors.EngineError as exc:
+        return problem_response(from_engine_error(exc))
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        code = _HTTP_CODES.get(exc.status, HTTPStatus(exc.status).name)
+        detail = exc.text if exc.text and not exc.text.startswith(f"{exc.status}:") else exc.reason
+        headers = {k: v for k, v in exc.headers.items() if k.lower() in ("allow", "retry-after")}
+        return problem_response(Problem(exc.status, code, detail or exc.reason, headers=headers))
+    except (ConnectionResetError, TimeoutError):
+        raise
+    except Exception:
+        log.exception("unhandled error in %s %s", request.method, request.path)
+        return problem_response(Problem(500, "INTERNAL_ERROR", "internal server error"))
+
+
+def bad_request(detail: str, code: str = "BAD_REQUEST", **extra: Any) -> Problem:
+    return Problem(400, code, detail, **extra)
+
+
+def json_body_error(exc: orjson.JSONDecodeError) -> Problem:
+    return bad_request(f"malformed JSON: {exc}", "INVALID_JSON")

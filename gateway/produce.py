@@ -1,0 +1,251 @@
+"""Produce: body -> per-partition batches -> appends, with acks and idempotency.
+
+Every partition's batches are built and checked before the first append, so a request that
+fails validation appends nothing. Records bound for one partition go into one append call, so
+they get consecutive offsets in request order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+from engine import batch as fmt
+from engine.batch import RecordInput
+from engine.errors import RecordTooLarge, UnknownPartition
+from engine.log import PartitionLog
+from engine.manager import LogManager, Topic
+from gateway import codecs, idempotency
+from gateway.idempotency import Entry, IdempotencyStore
+from gateway.metrics import Metrics
+from gateway.partitioner import StickyPartitioner, partition_for_key
+from gateway.problems import Problem, bad_request
+
+LEADER_EPOCH = 0  # a single node leads every partition in epoch 0 until replication arrives
+
+
+@dataclass(frozen=True)
+class ProduceRequest:
+    topic: str
+    partition: int | None  # from the path, if the URL names one
+    acks: str  # "0", "1" or "all"
+    timeout_ms: int
+    content_type: str
+    body: bytes
+    key: str | None  # NDJSON: the key for every line
+    idempotency_key: str | None
+    target: str  # path and query: part of what makes two requests the same
+
+
+@dataclass
+class PartitionBatch:
+    """What one partition receives: encoded batches and their record count."""
+
+    partition: int
+    data: bytearray
+    count: int
+
+
+class Producer:
+    """Turns produce requests into appends on the local logs."""
+
+    def __init__(
+        self,
+        manager: LogManager,
+        metrics: Metrics,
+        store: IdempotencyStore,
+    ) -> None:
+        self.manager = manager
+        self.metrics = metrics
+        self.store = store
+        self.sticky = StickyPartitioner()
+
+    async def produce(self, request: ProduceRequest) -> tuple[int, dict[str, object]]:
+        topic = self.manager.topic(request.topic)
+        if request.partition is not None:
+            self.manager.log(request.topic, request.partition)
+        if request.idempotency_key is None:
+            batches = self._build(topic, request, None, None)
+            results: dict[int, tuple[int, int]] = {}
+            await self._append(topic, batches, request, results)
+            return self._answer(request, results)
+        key = request.idempotency_key
+        digest = idempotency.body_hash(request.body, request.content_type, request.target)
+        entry = self.store.begin(topic.name, key, digest)
+        try:
+            if entry is None or not entry.complete:
+                batches = self._build(topic, request, key, digest)
+                if entry is None:
+                    entry = Entry(digest, len(batches), created=time.time())
+                missing = [b for b in batches if b.partition not in entry.results]
+                await self._append(topic, missing, request, entry.results)
+            return self._answer(request, entry.results)
+        finally:
+            # Remember whatever was appended, even on failure, so a retry never appends twice.
+            self.store.finish(topic.name, key, entry if entry and entry.results else None)
+
+    def _answer(
+        self, request: ProduceRequest, results: dict[int, tuple[int, int]]
+    ) -> tuple[int, dict[str, object]]:
+        body: dict[str, object] = {
+            "results": [
+                {"partition": p, "base_offset": base, "count": count}
+                for p, (base, count) in sorted(results.items())
+            ]
+        }
+        return (202 if request.acks == "0" else 200), body
+
+    # -- building ------------------------------------------------------------------------------
+
+    def _build(
+        self, topic: Topic, request: ProduceRequest, key: str | None, digest: str | None
+    ) -> list[PartitionBatch]:
+        partitions = len(topic.partitions)
+        pin = key.encode() if key is not None else None
+        groups: dict[int, list[RecordInput]]
+        json_groups: set[int]
+        owner: list[int] | None = None  # each record's partition, when there are several
+        if request.content_type == codecs.RECORD_BATCH:
+            data = codecs.validate_record_batches(request.body)
+            p = self._keyless_partition(request, partitions, pin)
+            headers = fmt.scan(data, check_crc=False).headers
+            count = sum(h.record_count for _, h in headers)
+            return [PartitionBatch(p, data, count)]
+        if request.content_type == codecs.NDJSON:
+            values = codecs.parse_ndjson_values(request.body)
+            record_key = None if request.key is None else request.key.encode()
+            if record_key is not None and request.partition is None:
+                p = partition_for_key(record_key, partitions)
+            else:
+                p = self._keyless_partition(request, partitions, pin)
+            groups = {p: [RecordInput(record_key, v) for v in values]}
+            json_groups = {p}
+        else:
+            groups, json_groups, owner = self._group_json(request, partitions, pin)
+        config = topic.config
+        if config.compact:
+            for records in groups.values():
+                if any(r.key is None for r in records):
+                    raise bad_request(
+                        f"topic {topic.name!r} is compacted: every record needs a key",
+                        "INVALID_RECORD",
+                    )
+        now = int(time.time() * 1000)
+        out = []
+        for p in sorted(groups):
+            records = groups[p]
+            extra = 0
+            if key is not None and digest is not None:
+                first = records[0]
+                marker = idempotency.header_value(key, digest, len(groups), len(records), now)
+                records = [
+                    first._replace(headers=[*first.headers, (fmt.IDEMPOTENCY_HEADER, marker)]),
+                    *records[1:],
+                ]
+                extra = fmt.IDEMPOTENT_MASK
+            try:
+                data = fmt.encode_batches(
+                    records,
+                    max_batch_bytes=config.max_message_bytes,
+                    default_timestamp=now,
+                    values_json=p in json_groups,
+                    extra_attributes=extra,
+                )
+            except RecordTooLarge as exc:
+                index = exc.record_index or 0
+                if owner is not None:  # the index within the partition -> within the request
+                    index = [i for i, o in enumerate(owner) if o == p][index]
+                raise Problem(
+                    413,
+                    "RECORD_TOO_LARGE",
+                    f"records[{index}]: {exc}",
+                    index=index,
+                ) from None
+            out.append(PartitionBatch(p, data, len(records)))
+        return out
+
+    def _keyless_partition(
+        self, request: ProduceRequest, partitions: int, pin: bytes | None
+    ) -> int:
+        if request.partition is not None:
+            return request.partition
+        return self.sticky.next_partition(partitions, pin)
+
+    def _group_json(
+        self, request: ProduceRequest, partitions: int, pin: bytes | None
+    ) -> tuple[dict[int, list[RecordInput]], set[int], list[int] | None]:
+        """Records per partition in request order, the partitions whose values are all JSON,
+        and each record's partition (None when they all share one)."""
+        parsed = codecs.parse_json_records(request.body)
+        records = parsed.records
+        chosen = parsed.partitions or [None] * len(records)
+        for index, partition in enumerate(chosen):
+            if partition is None:
+                continue
+            if request.partition is not None and partition != request.partition:
+                raise codecs.invalid(
+                    index, "partition differs from the partition in the URL", "partition"
+                )
+            if partition >= partitions:
+                raise Problem(
+                    404,
+                    UnknownPartition.code,
+                    f"records[{index}]: topic {request.topic!r} has partitions 0..{partitions - 1}",
+                    index=index,
+                )
+        groups: dict[int, list[RecordInput]]
+        if request.partition is not None:
+            groups = {request.partition: records}
+            owner = [request.partition] * len(records)
+        else:
+            keyless = self.sticky.next_partition(partitions, pin)
+            groups = {}
+            owner = []
+            for record, partition in zip(records, chosen, strict=True):
+                if partition is None:
+                    key = record.key
+                    partition = keyless if key is None else partition_for_key(key, partitions)
+                groups.setdefault(partition, []).append(record)
+                owner.append(partition)
+        not_json = {owner[i] for i in parsed.not_json}
+        return groups, set(groups) - not_json, owner if len(groups) > 1 else None
+
+    # -- appending -----------------------------------------------------------------------------
+
+    async def _append(
+        self,
+        topic: Topic,
+        batches: list[PartitionBatch],
+        request: ProduceRequest,
+        results: dict[int, tuple[int, int]],
+    ) -> None:
+        """Append every partition's batches in one synchronous step, then honour acks.
+
+        Each partition's (base offset, count) goes into `results` as soon as it is appended, so
+        an idempotent retry after a failure part-way never appends a partition twice.
+        """
+        to_flush: list[PartitionLog] = []
+        for item in batches:
+            log = topic.partitions[item.partition]
+            info = log.append_as_leader(item.data, LEADER_EPOCH)
+            log.advance_high_watermark(log.log_end_offset)
+            results[item.partition] = (info.first_offset, item.count)
+            self.metrics.records_in.labels(topic.name).inc(item.count)
+            self.metrics.bytes_in.labels(topic.name).inc(len(item.data))
+            if info.flush_due:
+                to_flush.append(log)
+        if to_flush:
+            flushing = asyncio.gather(*(asyncio.to_thread(log.flush) for log in to_flush))
+            if request.acks == "0":
+                flushing.add_done_callback(lambda f: f.exception())
+            else:
+                try:
+                    await asyncio.wait_for(asyncio.shield(flushing), request.timeout_ms / 1000)
+                except TimeoutError:
+                    raise Problem(
+                        504,
+                        "REQUEST_TIMED_OUT",
+                        "the records were appended but not yet flushed within timeout_ms; "
+                        "they may still become durable",
+                    ) from None

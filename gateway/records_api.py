@@ -1,0 +1,205 @@
+"""Record routes: produce, long-poll fetch, offset lookup by time, delete-records."""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+from aiohttp import web
+
+from engine import batch as fmt
+from engine.errors import LogClosed, UnknownTopic
+from gateway import codecs
+from gateway.fetch import long_poll
+from gateway.idempotency import validate_key
+from gateway.params import (
+    choice_param,
+    int_param,
+    json_object,
+    json_response,
+    partition_param,
+    read_body,
+)
+from gateway.problems import Problem, bad_request
+from gateway.produce import ProduceRequest
+from gateway.state import Gateway, gateway_of
+
+ACKS = ("0", "1", "all", "-1")
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_post("/v1/topics/{topic}/records", produce)
+    app.router.add_post("/v1/topics/{topic}/partitions/{partition}/records", produce)
+    app.router.add_get("/v1/topics/{topic}/partitions/{partition}/records", fetch)
+    app.router.add_get("/v1/topics/{topic}/partitions/{partition}/offsets", offsets)
+    app.router.add_post("/v1/topics/{topic}/partitions/{partition}/delete-records", delete_records)
+
+
+async def _ensure_topic(gateway: Gateway, name: str) -> None:
+    if name in gateway.manager.topics:
+        return
+    if not gateway.settings.auto_create_topics:
+        raise UnknownTopic(f"topic {name!r} does not exist")
+    await asyncio.to_thread(gateway.manager.create_topic, name, gateway.settings.default_partitions)
+
+
+async def produce(request: web.Request) -> web.Response:
+    gateway = gateway_of(request)
+    name = request.match_info["topic"]
+    partition = partition_param(request) if "partition" in request.match_info else None
+    if request.content_type not in codecs.PRODUCE_TYPES:
+        raise Problem(
+            415,
+            "UNSUPPORTED_MEDIA_TYPE",
+            f"Content-Type {request.content_type!r} is not one of "
+            f"{', '.join(codecs.PRODUCE_TYPES)}",
+        )
+    acks = choice_param(request, "acks", "all", ACKS)
+    timeout_ms = int_param(
+        request,
+        "timeout_ms",
+        gateway.settings.default_produce_timeout_ms,
+        0,
+        gateway.settings.max_wait_ms,
+    )
+    raw_key = request.headers.get("Idempotency-Key")
+    key = None if raw_key is None else validate_key(raw_key)
+    body = await read_body(request, gateway.settings)
+    await _ensure_topic(gateway, name)
+    status, answer = await gateway.producer.produce(
+        ProduceRequest(
+            topic=name,
+            partition=partition,
+            acks="all" if acks == "-1" else acks,
+            timeout_ms=timeout_ms,
+            content_type=request.content_type,
+            body=body,
+            key=request.query.get("key"),
+            idempotency_key=key,
+            target=request.path_qs,
+        )
+    )
+    return json_response(answer, status)
+
+
+def _start_offset(request: web.Request, log_start: int, high_watermark: int) -> int:
+    raw = request.query.get("offset", "earliest")
+    if raw == "earliest":
+        return log_start
+    if raw == "latest":
+        return high_watermark
+    try:
+        offset = int(raw)
+    except ValueError:
+        offset = None
+    if offset is None or not INT64_MIN <= offset <= INT64_MAX:
+        raise bad_request(
+            f"offset must be a 64-bit integer, earliest or latest, got {raw!r}",
+            "INVALID_PARAMETER",
+        )
+    return offset
+
+
+async def fetch(request: web.Request) -> web.StreamResponse:
+    gateway = gateway_of(request)
+    settings = gateway.settings
+    log = gateway.manager.log(request.match_info["topic"], partition_param(request))
+    accept = codecs.negotiate(request.headers.get("Accept", ""), codecs.FETCH_TYPES, codecs.JSON)
+    if accept is None:
+        raise Problem(
+            406,
+            "NOT_ACCEPTABLE",
+            f"Accept allows none of {', '.join(codecs.FETCH_TYPES)}",
+        )
+    offset = _start_offset(request, log.log_start_offset, log.high_watermark)
+    max_records = int_param(
+        request, "max_records", settings.default_fetch_records, 1, settings.max_fetch_records
+    )
+    max_bytes = int_param(
+        request, "max_bytes", settings.default_fetch_bytes, 1, settings.max_fetch_bytes
+    )
+    min_bytes = int_param(request, "min_bytes", 1, 0, settings.max_fetch_bytes)
+    timeout_ms = int_param(
+        request, "timeout_ms", settings.default_fetch_wait_ms, 0, settings.max_wait_ms
+    )
+    if gateway.notifier.parked >= settings.max_parked_fetches:
+        raise Problem(
+            503,
+            "TOO_MANY_WAITING_FETCHES",
+            "too many long-polls are parked on this node; retry shortly",
+            headers={"Retry-After": "1"},
+        )
+    try:
+        result = await long_poll(log, gateway.notifier, offset, max_bytes, min_bytes, timeout_ms)
+    except LogClosed:
+        raise UnknownTopic(f"topic {log.topic!r} was deleted") from None
+    data = result.data
+    metrics = gateway.metrics
+    if accept == codecs.RECORD_BATCH:
+        headers = fmt.scan(data, check_crc=False).headers
+        next_offset = headers[-1][1].next_offset if headers else offset
+        metrics.bytes_out.labels(log.topic).inc(len(data))
+        metrics.records_out.labels(log.topic).inc(sum(h.record_count for _, h in headers))
+        return web.Response(
+            body=bytes(data),
+            content_type=codecs.RECORD_BATCH,
+            headers={
+                "Sluice-Next-Offset": str(max(offset, next_offset)),
+                "Sluice-High-Watermark": str(result.high_watermark),
+            },
+        )
+    records = list(codecs.iter_record_objects(data, offset, max_records))
+    next_offset = codecs.next_offset_after(data, offset, records)
+    metrics.records_out.labels(log.topic).inc(len(records))
+    metrics.bytes_out.labels(log.topic).inc(len(data))
+    if accept == codecs.NDJSON:
+        body = b"".join(orjson.dumps(r) + b"\n" for r in records)
+        return web.Response(
+            body=body,
+            content_type=codecs.NDJSON,
+            headers={
+                "Sluice-Next-Offset": str(next_offset),
+                "Sluice-High-Watermark": str(result.high_watermark),
+            },
+        )
+    return json_response(
+        {"records": records, "next_offset": next_offset, "high_watermark": result.high_watermark}
+    )
+
+
+async def offsets(request: web.Request) -> web.Response:
+    """The first offset at or after a timestamp, like Kafka's ListOffsets."""
+    gateway = gateway_of(request)
+    log = gateway.manager.log(request.match_info["topic"], partition_param(request))
+    raw = request.query.get("timestamp", "latest")
+    if raw == "earliest":
+        return json_response({"offset": log.log_start_offset, "timestamp": None})
+    if raw == "latest":
+        return json_response({"offset": log.high_watermark, "timestamp": None})
+    try:
+        timestamp = int(raw)
+    except ValueError:
+        timestamp = -1
+    if not 0 <= timestamp <= INT64_MAX:
+        raise bad_request(
+            f"timestamp must be milliseconds since the epoch, earliest or latest, got {raw!r}",
+            "INVALID_PARAMETER",
+        )
+    found = await asyncio.to_thread(log.offset_for_timestamp, timestamp)
+    if found is None:
+        return json_response({"offset": log.high_watermark, "timestamp": None})
+    return json_response({"offset": found[0], "timestamp": found[1]})
+
+
+async def delete_records(request: web.Request) -> web.Response:
+    gateway = gateway_of(request)
+    log = gateway.manager.log(request.match_info["topic"], partition_param(request))
+    doc = await json_object(request, gateway.settings)
+    before = doc.get("before_offset")
+    if isinstance(before, bool) or not isinstance(before, int):
+        raise bad_request("before_offset must be an integer", "INVALID_PARAMETER")
+    if set(doc) - {"before_offset"}:
+        raise bad_request("the only field is before_offset", "INVALID_REQUEST")
+    start = await asyncio.to_thread(log.delete_records, before)
+    return json_response({"log_start_offset": start})

@@ -1,0 +1,30 @@
+"""Gateway settings: one frozen object built from the command line (or tests)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Settings:
+    data_dir: Path = Path("data")
+    host: str = "127.0.0.1"
+    port: int = 8080
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    max_request_bytes: int = 32 * 1024 * 1024
+    body_read_timeout_s: float = 30.0  # a client slower than this to send its body gets 408
+    auto_create_topics: bool = False
+    default_partitions: int = 1
+    max_fetch_bytes: int = 64 * 1024 * 1024
+    default_fetch_bytes: int = 1024 * 1024  # max.partition.fetch.bytes
+    default_fetch_records: int = 500  # max.poll.records
+    max_fetch_records: int = 100_000
+    default_fetch_wait_ms: int = 500  # fetch.max.wait.ms
+    max_wait_ms: int = 300_000
+    default_produce_timeout_ms: int = 30_000
+    max_parked_fetches: int = 10_000
+    idempotency_window_s: float = 3600.0
+    idempotency_max_entries: int = 100_000
+    node_id: int = 0

@@ -1,0 +1,1 @@
+"""HTTP API tests of the gateway: every route, good and bad input."""

@@ -1,0 +1,69 @@
+"""A real `sluice serve` process per test, found through the port it prints."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Server:
+    """A running gateway process."""
+
+    process: subprocess.Popen[str]
+    url: str
+    port: int
+    data_dir: Path
+
+    def stop(self) -> int:
+        """SIGTERM and wait: the exit status of a graceful shutdown."""
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout=30)
+
+    def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=30)
+
+
+def start_server(data_dir: Path, *extra: str) -> Server:
+    """Start `python -m gateway` on a free port; return once it has opened its logs."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "--data-dir", str(data_dir), "--port", "0", *extra],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    if not line.startswith("sluice listening on "):
+        process.kill()
+        raise RuntimeError(f"server did not start: {line!r}")
+    url = line.split()[-1]
+    port = int(url.rsplit(":", 1)[1])
+    return Server(process, url, port, data_dir)
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    running = start_server(tmp_path / "data")
+    yield running
+    if running.process.poll() is None:
+        assert running.stop() == 0
+
+
+def ready(url: str, **client: object) -> None:
+    """The listening line is printed once the logs are open; /readyz must agree."""
+    with httpx.Client(**client) as http:  # type: ignore[arg-type]
+        assert http.get(f"{url}/readyz").status_code == 200

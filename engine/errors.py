@@ -75,5 +75,17 @@ class OffsetMismatch(EngineError):
     code = "OFFSET_MISMATCH"
 
 
+class TooManyPartitions(EngineError):
+    """More partitions than this node's file-descriptor limit can keep open."""
+
+    code = "TOO_MANY_PARTITIONS"
+
+
+class StorageError(EngineError):
+    """The filesystem refused an operation (no descriptors, no space); nothing was kept."""
+
+    code = "STORAGE_ERROR"
+
+
 class LogClosed(EngineError):
     code = "LOG_CLOSED"

@@ -95,7 +95,10 @@ class PartitionLog:
         self.recovery = self._load(recovery_point, log_start_offset, trust_files)
         self.log_end_offset = self._segments[-1].next_offset
         self.log_start_offset = max(log_start_offset, self._segments[0].base_offset)
-        self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
+        if self.log_end_offset < self.log_start_offset:
+            # Recovery cut the log below its start (a torn batch straddled it). As Kafka's
+            # LogLoader, restart empty at the log start: offsets below it are never reused.
+            self._truncate_fully(self.log_start_offset)
         self.high_watermark = min(max(high_watermark, self.log_start_offset), self.log_end_offset)
         self.recovery_point = min(recovery_point, self.log_end_offset)
         if trust_files:
@@ -379,6 +382,10 @@ class PartitionLog:
                 keep[-1].truncate_to(offset)
                 self._set_segments(keep)
                 self.log_end_offset = keep[-1].next_offset
+                if self.log_end_offset < self.log_start_offset:
+                    # The cut took a batch straddling the log start: what is left lies wholly
+                    # below it, so the log is empty from the log start on (never below it).
+                    self._truncate_fully(self.log_start_offset)
             self.high_watermark = min(self.high_watermark, self.log_end_offset)
             self.recovery_point = min(self.recovery_point, self.log_end_offset)
             self.epoch_cache.truncate_from_end(self.log_end_offset)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+import resource
 import shutil
 import time
 import uuid
@@ -24,6 +25,8 @@ from engine.errors import (
     InvalidConfig,
     InvalidPartitions,
     InvalidTopicName,
+    StorageError,
+    TooManyPartitions,
     TopicAlreadyExists,
     UnknownPartition,
     UnknownTopic,
@@ -182,12 +185,35 @@ class LogManager:
                     "('.' and '_' are interchangeable in metric names)"
                 )
         topic = Topic(name, uuid.uuid4().hex, overrides, config)
-        for p in range(partitions):
-            shutil.rmtree(self.data_dir / partition_dir_name(name, p), ignore_errors=True)
-            topic.partitions.append(self._open_log(topic, p))
+        self._check_capacity(partitions)
+        self._open_new_partitions(topic, range(partitions))
         self._write_metadata(topic)
         self.topics[name] = topic
         return topic
+
+    def _check_capacity(self, new_partitions: int) -> None:
+        """Refuse partitions whose segments could not all stay open (one descriptor each)."""
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        budget = soft * 3 // 4  # the rest is for sockets, index writes and checkpoints
+        in_use = sum(len(log.segments) for log in self.all_logs())
+        if in_use + new_partitions > budget:
+            raise TooManyPartitions(
+                f"this node keeps {in_use} segments open and can hold {budget} with its "
+                f"file-descriptor limit of {soft}; {new_partitions} more partitions do not fit"
+            )
+
+    def _open_new_partitions(self, topic: Topic, numbers: range) -> None:
+        """Create empty partition logs; on failure remove every one made here and raise."""
+        made: list[PartitionLog] = []
+        try:
+            for p in numbers:
+                shutil.rmtree(self.data_dir / partition_dir_name(topic.name, p), ignore_errors=True)
+                made.append(self._open_log(topic, p))
+        except OSError as exc:
+            for log in made:
+                log.delete()
+            raise StorageError(f"could not create partitions of {topic.name!r}: {exc}") from exc
+        topic.partitions.extend(made)
 
     def delete_topic(self, name: str) -> None:
         """Delete a topic: its metadata goes first, so a crash cannot resurrect it."""
@@ -223,9 +249,8 @@ class LogManager:
         """Grow a topic to `total` partitions (Kafka never shrinks one)."""
         topic = self.topic(name)
         check_partition_count(total, more_than=len(topic.partitions))
-        for p in range(len(topic.partitions), total):
-            shutil.rmtree(self.data_dir / partition_dir_name(name, p), ignore_errors=True)
-            topic.partitions.append(self._open_log(topic, p))
+        self._check_capacity(total - len(topic.partitions))
+        self._open_new_partitions(topic, range(len(topic.partitions), total))
         self._write_metadata(topic)
         return topic
 

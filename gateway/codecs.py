@@ -292,13 +292,15 @@ def next_offset_after(data: memoryview, start: int, records: list[dict[str, Any]
 
 
 def negotiate(accept: str, offered: tuple[str, ...], default: str) -> str | None:
-    """Pick the first offered type the Accept header allows (q=0 excluded); None if none."""
+    """The offered type the Accept header prefers (ties: header order); None if none allowed.
+
+    A type listed with q=0 is refused even when a wildcard would admit it.
+    """
     if not accept.strip():
         return default
-    best: tuple[float, int, str] | None = None
-    for order, part in enumerate(accept.split(",")):
+    ranges: list[tuple[str, float]] = []
+    for part in accept.split(","):
         fields = [f.strip() for f in part.split(";")]
-        media = fields[0].lower()
         q = 1.0
         for param in fields[1:]:
             if param.startswith("q="):
@@ -306,14 +308,19 @@ def negotiate(accept: str, offered: tuple[str, ...], default: str) -> str | None
                     q = float(param[2:])
                 except ValueError:
                     q = 0.0
+        ranges.append((fields[0].lower(), q))
+    refused = {media for media, q in ranges if q <= 0 and media in offered}
+    allowed = [t for t in offered if t not in refused]
+    ordered = [default, *[t for t in allowed if t != default]] if default in allowed else allowed
+    best: tuple[float, int, str] | None = None
+    for order, (media, q) in enumerate(ranges):
         if q <= 0:
             continue
-        for candidate in offered:
+        for candidate in ordered:
             if media in (candidate, "*/*") or (
                 media.endswith("/*") and candidate.startswith(media[:-1])
             ):
-                chosen = default if media == "*/*" else candidate
-                rank = (-q, order, chosen)
+                rank = (-q, order, candidate)
                 if best is None or rank < best:
                     best = rank
                 break

@@ -22,7 +22,11 @@ def add_routes(app: web.Application) -> None:
 async def cluster(request: web.Request) -> web.Response:
     gateway = gateway_of(request)
     settings = gateway.settings
-    node = {"node_id": settings.node_id, "host": settings.host, "port": settings.port}
+    node = {
+        "node_id": settings.node_id,
+        "host": settings.host,
+        "port": gateway.port or settings.port,
+    }
     return json_response(
         {"cluster_id": "sluice-local", "controller": settings.node_id, "nodes": [node]}
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 import orjson
@@ -11,15 +12,21 @@ from aiohttp import web
 from gateway.problems import Problem, bad_request
 from gateway.settings import Settings
 
+_INTEGER = re.compile(r"-?[0-9]{1,19}")
+
+
+def parse_int(raw: str) -> int | None:
+    """A plain ASCII decimal integer ("+5", "1_0", " 5 " and other scripts' digits are not)."""
+    return int(raw) if _INTEGER.fullmatch(raw) else None
+
 
 def int_param(request: web.Request, name: str, default: int, minimum: int, maximum: int) -> int:
     raw = request.query.get(name)
     if raw is None or raw == "":
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise bad_request(f"{name} must be an integer, got {raw!r}", "INVALID_PARAMETER") from None
+    value = parse_int(raw)
+    if value is None:
+        raise bad_request(f"{name} must be an integer, got {raw!r}", "INVALID_PARAMETER")
     if not minimum <= value <= maximum:
         raise bad_request(
             f"{name} must be between {minimum} and {maximum}, got {value}", "INVALID_PARAMETER"

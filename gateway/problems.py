@@ -76,6 +76,8 @@ _ENGINE_STATUS: dict[type[errors.EngineError], int] = {
     errors.OffsetOutOfRange: 416,
     errors.OffsetMismatch: 409,
     errors.LogClosed: 503,
+    errors.TooManyPartitions: 422,
+    errors.StorageError: 503,
 }
 
 

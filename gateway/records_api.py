@@ -17,6 +17,7 @@ from gateway.params import (
     int_param,
     json_object,
     json_response,
+    parse_int,
     partition_param,
     read_body,
 )
@@ -89,10 +90,7 @@ def _start_offset(request: web.Request, log_start: int, high_watermark: int) -> 
         return log_start
     if raw == "latest":
         return high_watermark
-    try:
-        offset = int(raw)
-    except ValueError:
-        offset = None
+    offset = parse_int(raw)
     if offset is None or not INT64_MIN <= offset <= INT64_MAX:
         raise bad_request(
             f"offset must be a 64-bit integer, earliest or latest, got {raw!r}",
@@ -163,9 +161,12 @@ async def fetch(request: web.Request) -> web.StreamResponse:
                 "Sluice-High-Watermark": str(result.high_watermark),
             },
         )
-    return json_response(
+    response = json_response(
         {"records": records, "next_offset": next_offset, "high_watermark": result.high_watermark}
     )
+    response.headers["Sluice-Next-Offset"] = str(next_offset)
+    response.headers["Sluice-High-Watermark"] = str(result.high_watermark)
+    return response
 
 
 async def offsets(request: web.Request) -> web.Response:
@@ -177,11 +178,8 @@ async def offsets(request: web.Request) -> web.Response:
         return json_response({"offset": log.log_start_offset, "timestamp": None})
     if raw == "latest":
         return json_response({"offset": log.high_watermark, "timestamp": None})
-    try:
-        timestamp = int(raw)
-    except ValueError:
-        timestamp = -1
-    if not 0 <= timestamp <= INT64_MAX:
+    timestamp = parse_int(raw)
+    if timestamp is None or not 0 <= timestamp <= INT64_MAX:
         raise bad_request(
             f"timestamp must be milliseconds since the epoch, earliest or latest, got {raw!r}",
             "INVALID_PARAMETER",

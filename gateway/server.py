@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import resource
 import signal
 import ssl
 import sys
@@ -13,6 +14,7 @@ import uvloop
 from gateway.app import build_app
 from gateway.http2 import start_server
 from gateway.settings import Settings
+from gateway.state import GATEWAY
 
 SHUTDOWN_TIMEOUT_S = 10.0
 log = logging.getLogger("sluice")
@@ -39,6 +41,7 @@ async def serve(settings: Settings) -> None:
         shutdown_timeout=SHUTDOWN_TIMEOUT_S,
         access_log=None,
     )
+    app[GATEWAY].port = site.port
     scheme = "https" if settings.tls_cert else "http"
     # Tests and scripts read this line to learn the port (useful with --port 0).
     print(f"sluice listening on {scheme}://{settings.host}:{site.port}", flush=True)
@@ -51,7 +54,16 @@ async def serve(settings: Settings) -> None:
     await site.runner.cleanup()
 
 
+def raise_open_file_limit() -> int:
+    """Lift the soft descriptor limit to the hard one: each open segment holds a descriptor."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return hard
+
+
 def run(settings: Settings) -> None:
+    raise_open_file_limit()
     logging.basicConfig(
         level=logging.INFO,
         stream=sys.stderr,

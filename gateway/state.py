@@ -27,6 +27,7 @@ class Gateway:
     notifier: ChangeNotifier
     background: BackgroundTasks
     ready: bool = False
+    port: int = 0  # the bound port, once listening (settings.port may be 0)
 
 
 GATEWAY = web.AppKey("gateway", Gateway)

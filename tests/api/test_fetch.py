@@ -125,7 +125,7 @@ async def test_binary_fetch_at_the_end(client: Client) -> None:
         ("text/html, application/x-ndjson", NDJSON),
         ("application/x-ndjson;q=0.5, application/json", JSON),
         ("application/json;q=0.1, application/vnd.sluice.record-batch;q=0.9", RECORD_BATCH),
-        ("application/json;q=0, */*", JSON),
+        ("application/json;q=0, */*", NDJSON),  # q=0 refuses JSON even under */* (RFC 9110)
     ],
 )
 async def test_accept_negotiation(client: Client, accept: str | None, chosen: str) -> None:

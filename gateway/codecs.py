@@ -15,7 +15,6 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -23,7 +22,7 @@ import msgspec
 import orjson
 
 from engine import batch as fmt
-from engine.batch import RecordInput
+from engine.batch import RecordTuple
 from gateway.problems import Problem, bad_request
 
 JSON = "application/json"
@@ -39,7 +38,7 @@ MAX_TIMESTAMP = 2**63 - 1
 class ParsedRecords:
     """A JSON produce body, validated: records in order and what they asked for."""
 
-    records: list[RecordInput]
+    records: list[RecordTuple]
     partitions: list[int | None] | None  # per record; None when no record names a partition
     not_json: set[int]  # indexes of records whose value was sent as base64
 
@@ -115,7 +114,7 @@ def parse_json_records(body: bytes) -> ParsedRecords:
         if rec.key_encoding or rec.value_encoding or rec.partition is not None:
             key, value = _special(index, rec, parsed, key, value)
         append(
-            RecordInput(
+            (
                 key,
                 value,
                 [(k, None if v is None else v.encode()) for k, v in headers.items()]
@@ -149,10 +148,15 @@ def _special(
     return key, value
 
 
-def parse_ndjson_values(body: bytes) -> list[bytes]:
-    """One JSON value per line (blank lines skipped); errors name the 1-based line."""
-    values: list[bytes] = []
+def parse_ndjson_records(body: bytes, key: bytes | None) -> list[RecordTuple]:
+    """One JSON value per line (blank lines skipped), each a record with `key`.
+
+    Errors name the 1-based line.
+    """
+    records: list[RecordTuple] = []
+    append = records.append
     loads = orjson.loads
+    no_headers: list[tuple[str, bytes | None]] = []
     for number, raw in enumerate(body.split(b"\n"), 1):
         line = raw.strip()
         if not line:
@@ -163,10 +167,10 @@ def parse_ndjson_values(body: bytes) -> list[bytes]:
             raise bad_request(
                 f"line {number} is not a JSON value: {exc}", "INVALID_JSON", line=number
             ) from None
-        values.append(line)
-    if not values:
+        append((key, line, no_headers, None))
+    if not records:
         raise bad_request("the body holds no records", "INVALID_RECORD")
-    return values
+    return records
 
 
 def validate_record_batches(body: bytes) -> bytearray:
@@ -243,14 +247,18 @@ def _record_headers(out: dict[str, Any], headers: list[tuple[str, bytes | None]]
         out["headers_encoding"] = "base64"
 
 
-def iter_record_objects(
-    data: memoryview, start: int, max_records: int, extra: dict[str, Any] | None = None
-) -> Iterator[dict[str, Any]]:
-    """JSON-ready record objects from whole batches, skipping offsets below `start`."""
+def record_objects(data: memoryview, start: int, max_records: int) -> list[dict[str, Any]]:
+    """JSON-ready record objects from whole batches, skipping offsets below `start`.
+
+    The fetch hot path: a UTF-8 key, a value from a JSON-flagged batch and no headers take one
+    dict literal; anything else goes through the helpers that pick base64 where needed.
+    """
+    out: list[dict[str, Any]] = []
+    append = out.append
+    fragment = orjson.Fragment
     pos = 0
     end = len(data)
-    emitted = 0
-    while pos < end and emitted < max_records:
+    while pos < end and len(out) < max_records:
         header = fmt.read_header(data, pos)
         view = data[pos : pos + header.size]
         pos += header.size
@@ -258,27 +266,44 @@ def iter_record_objects(
             continue
         known_json = header.values_json
         internal = header.idempotent  # its first record carries Sluice's idempotency header
+        left = max_records - len(out)
         for rec in fmt.batch_records(view):
             offset = rec.offset
             if offset < start:
                 continue
-            item: dict[str, Any] = dict(extra) if extra else {}
-            item["offset"] = offset
-            item["timestamp"] = rec.timestamp
-            _text_or_base64(item, "key", rec.key)
-            _value(item, rec.value, known_json)
+            key = rec.key
+            value = rec.value
             headers = rec.headers
             if internal:
                 internal = False
                 headers = [h for h in headers if h[0] != fmt.IDEMPOTENCY_HEADER]
-            if headers:
-                _record_headers(item, headers)
+            try:
+                text = None if key is None else key.decode()
+            except UnicodeDecodeError:
+                text = None
+            if known_json and value is not None and not headers and (text or key is None):
+                append(
+                    {
+                        "offset": offset,
+                        "timestamp": rec.timestamp,
+                        "key": text,
+                        "value": fragment(value),
+                        "headers": {},
+                    }
+                )
             else:
-                item["headers"] = {}
-            yield item
-            emitted += 1
-            if emitted >= max_records:
-                return
+                item: dict[str, Any] = {"offset": offset, "timestamp": rec.timestamp}
+                _text_or_base64(item, "key", key)
+                _value(item, value, known_json)
+                if headers:
+                    _record_headers(item, headers)
+                else:
+                    item["headers"] = {}
+                append(item)
+            left -= 1
+            if not left:
+                break
+    return out
 
 
 def next_offset_after(data: memoryview, start: int, records: list[dict[str, Any]]) -> int:

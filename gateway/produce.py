@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 
 from engine import batch as fmt
-from engine.batch import RecordInput
+from engine.batch import RecordTuple
 from engine.errors import RecordTooLarge, UnknownPartition
 from engine.log import PartitionLog
 from engine.manager import LogManager, Topic
@@ -103,7 +103,7 @@ class Producer:
     ) -> list[PartitionBatch]:
         partitions = len(topic.partitions)
         pin = key.encode() if key is not None else None
-        groups: dict[int, list[RecordInput]]
+        groups: dict[int, list[RecordTuple]]
         json_groups: set[int]
         owner: list[int] | None = None  # each record's partition, when there are several
         if request.content_type == codecs.RECORD_BATCH:
@@ -113,20 +113,20 @@ class Producer:
             count = sum(h.record_count for _, h in headers)
             return [PartitionBatch(p, data, count)]
         if request.content_type == codecs.NDJSON:
-            values = codecs.parse_ndjson_values(request.body)
             record_key = None if request.key is None else request.key.encode()
+            records = codecs.parse_ndjson_records(request.body, record_key)
             if record_key is not None and request.partition is None:
                 p = partition_for_key(record_key, partitions)
             else:
                 p = self._keyless_partition(request, partitions, pin)
-            groups = {p: [RecordInput(record_key, v) for v in values]}
+            groups = {p: records}
             json_groups = {p}
         else:
             groups, json_groups, owner = self._group_json(request, partitions, pin)
         config = topic.config
         if config.compact:
             for records in groups.values():
-                if any(r.key is None for r in records):
+                if any(r[0] is None for r in records):
                     raise bad_request(
                         f"topic {topic.name!r} is compacted: every record needs a key",
                         "INVALID_RECORD",
@@ -137,12 +137,10 @@ class Producer:
             records = groups[p]
             extra = 0
             if key is not None and digest is not None:
-                first = records[0]
+                record_key, value, first_headers, timestamp = records[0]
                 marker = idempotency.header_value(key, digest, len(groups), len(records), now)
-                records = [
-                    first._replace(headers=[*first.headers, (fmt.IDEMPOTENCY_HEADER, marker)]),
-                    *records[1:],
-                ]
+                stamped = [*first_headers, (fmt.IDEMPOTENCY_HEADER, marker)]
+                records = [(record_key, value, stamped, timestamp), *records[1:]]
                 extra = fmt.IDEMPOTENT_MASK
             try:
                 data = fmt.encode_batches(
@@ -174,7 +172,7 @@ class Producer:
 
     def _group_json(
         self, request: ProduceRequest, partitions: int, pin: bytes | None
-    ) -> tuple[dict[int, list[RecordInput]], set[int], list[int] | None]:
+    ) -> tuple[dict[int, list[RecordTuple]], set[int], list[int] | None]:
         """Records per partition in request order, the partitions whose values are all JSON,
         and each record's partition (None when they all share one)."""
         parsed = codecs.parse_json_records(request.body)
@@ -194,7 +192,7 @@ class Producer:
                     f"records[{index}]: topic {request.topic!r} has partitions 0..{partitions - 1}",
                     index=index,
                 )
-        groups: dict[int, list[RecordInput]]
+        groups: dict[int, list[RecordTuple]]
         if request.partition is not None:
             groups = {request.partition: records}
             owner = [request.partition] * len(records)
@@ -204,8 +202,10 @@ class Producer:
             owner = []
             for record, partition in zip(records, chosen, strict=True):
                 if partition is None:
-                    key = record.key
-                    partition = keyless if key is None else partition_for_key(key, partitions)
+                    record_key = record[0]
+                    partition = (
+                        keyless if record_key is None else partition_for_key(record_key, partitions)
+                    )
                 groups.setdefault(partition, []).append(record)
                 owner.append(partition)
         not_json = {owner[i] for i in parsed.not_json}

@@ -147,7 +147,7 @@ async def fetch(request: web.Request) -> web.StreamResponse:
                 "Sluice-High-Watermark": str(result.high_watermark),
             },
         )
-    records = list(codecs.iter_record_objects(data, offset, max_records))
+    records = codecs.record_objects(data, offset, max_records)
     next_offset = codecs.next_offset_after(data, offset, records)
     metrics.records_out.labels(log.topic).inc(len(records))
     metrics.bytes_out.labels(log.topic).inc(len(data))

@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import datetime
 import ssl
 import subprocess
 from pathlib import Path
 
 import httpx
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from tests.e2e.conftest import Server, start_server
+from tests.tls import write_self_signed
 
 
 def test_everything_acknowledged_survives_sigkill(server: Server) -> None:
@@ -65,35 +61,8 @@ def test_everything_acknowledged_survives_sigkill(server: Server) -> None:
         assert again.stop() == 0
 
 
-def _self_signed(directory: Path) -> tuple[Path, Path]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_path, key_path
-
-
 def test_tls_negotiates_h2_and_http1(tmp_path: Path) -> None:
-    cert, key = _self_signed(tmp_path)
+    cert, key = write_self_signed(tmp_path)
     tls = start_server(tmp_path / "data", "--tls-cert", str(cert), "--tls-key", str(key))
     try:
         url = tls.url.replace("127.0.0.1", "localhost")

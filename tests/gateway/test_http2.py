@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import datetime
 import hashlib
-import ipaddress
 import json
 import os
 import re
@@ -20,10 +18,6 @@ from typing import Any
 import hpack
 import pytest
 from aiohttp import web
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from h2.errors import ErrorCodes
 from hyperframe.frame import (
     ContinuationFrame,
@@ -38,6 +32,7 @@ from hyperframe.frame import (
 )
 
 from gateway.http2 import PREFACE, H2Limits, Http2Site, start_server
+from tests.tls import write_self_signed
 
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("h2")
@@ -217,36 +212,7 @@ async def server() -> AsyncIterator[Served]:
 
 @pytest.fixture(scope="module")
 def tls_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-            ),
-            critical=False,
-        )
-        .sign(key, hashes.SHA256())
-    )
-    directory = tmp_path_factory.mktemp("tls")
-    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_path, key_path
+    return write_self_signed(tmp_path_factory.mktemp("tls"))
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ import threading
 import time
 from bisect import bisect_right
 from collections.abc import Callable
+from operator import attrgetter
 from pathlib import Path
 from typing import NamedTuple
 
@@ -34,6 +35,7 @@ CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 
 Listener = Callable[["PartitionLog"], None]
+_key_of = attrgetter("key")
 RollListener = Callable[["PartitionLog", LogSegment], None]
 
 
@@ -257,8 +259,14 @@ class PartitionLog:
                         f"{header.last_offset_delta}"
                     )
         if leader and self.config.compact:
-            for record in fmt.iter_records(data):
-                if record.key is None:
+            view = memoryview(data)
+            for pos, header in result.headers:
+                try:
+                    keys = map(_key_of, fmt.batch_records(view[pos : pos + header.size]))
+                    keyless = None in keys
+                except Exception as exc:  # the C codec raises several types for bad records
+                    raise InvalidRecord(f"batch {pos}: malformed records: {exc}") from exc
+                if keyless:
                     raise InvalidRecord("a compacted topic needs a key on every record")
         return result.headers
 
@@ -334,7 +342,11 @@ class PartitionLog:
         data = memoryview(b"")
         while i < len(segments) and offset < upper:
             data = segments[i].read(offset, max_bytes, upper, min_one)
-            if data:
+            # Move on only past a segment with nothing at or after `offset` (compaction can empty
+            # one): an empty answer from one that has (a first batch over max_bytes without
+            # min_one, or above the upper offset) must not skip it.
+            segment = segments[i]
+            if data or (not segment.empty and offset < segment.next_offset):
                 break
             i += 1
         return ReadResult(data, hw, log_start, log_end)

@@ -342,3 +342,13 @@ def test_unclean_reopen_scans_from_the_recovery_point(make_log: LogFactory) -> N
     assert again.recovery.segments_scanned == len(tail_segments)
     assert again.log_end_offset == 26
     assert [r.offset for r in read_all(again)] == list(range(26))
+
+
+def test_an_oversized_first_batch_without_min_one_is_not_skipped(make_log: LogFactory) -> None:
+    log = make_log({"segment.bytes": 300})
+    fill(log, 6, per_batch=2, size=60)
+    first, second = log.segments[0], log.segments[1]
+    size = fmt.read_header(log.read(first.base_offset, 10_000).data).size
+    assert not log.read(first.base_offset, size - 1, min_one=False).data
+    data = log.read(first.base_offset, size - 1).data
+    assert fmt.read_header(data).base_offset == first.base_offset < second.base_offset

@@ -346,9 +346,10 @@ def test_unclean_reopen_scans_from_the_recovery_point(make_log: LogFactory) -> N
 
 def test_an_oversized_first_batch_without_min_one_is_not_skipped(make_log: LogFactory) -> None:
     log = make_log({"segment.bytes": 300})
-    fill(log, 6, per_batch=2, size=60)
-    first, second = log.segments[0], log.segments[1]
-    size = fmt.read_header(log.read(first.base_offset, 10_000).data).size
-    assert not log.read(first.base_offset, size - 1, min_one=False).data
-    data = log.read(first.base_offset, size - 1).data
-    assert fmt.read_header(data).base_offset == first.base_offset < second.base_offset
+    log.append_as_leader(batch_of([b"x" * 200]), 0)
+    log.append_as_leader(batch_of([b"y"]), 0)
+    log.advance_high_watermark(2)
+    assert [s.base_offset for s in log.segments] == [0, 1]
+    # Offset 0's batch is over max_bytes; the small batch after it must not be served instead.
+    assert not log.read(0, 150, min_one=False).data
+    assert fmt.read_header(log.read(0, 150).data).base_offset == 0

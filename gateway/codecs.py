@@ -266,15 +266,22 @@ def _record_headers(out: dict[str, Any], headers: list[tuple[str, bytes | None]]
         out["headers_encoding"] = "base64"
 
 
-def record_objects(data: memoryview, start: int, max_records: int) -> list[dict[str, Any]]:
-    """JSON-ready record objects from whole batches, skipping offsets below `start`.
+_RECORD = b'{"offset":%d,"timestamp":%d,"key":%b,"value":%b,"headers":{}}'
 
-    The fetch hot path: a UTF-8 key, a value from a JSON-flagged batch and no headers take one
-    dict literal; anything else goes through the helpers that pick base64 where needed.
+
+def encode_records(data: memoryview, start: int, max_records: int) -> tuple[list[bytes], int]:
+    """Each record's JSON object, from whole batches, skipping offsets below `start`; and the
+    offset after the last one encoded (`start` if none).
+
+    The fetch hot path: a UTF-8 key, a value from a JSON-flagged batch (already JSON text) and
+    no headers are written straight into a byte template; anything else becomes a dict first,
+    through the helpers that pick base64 where needed.
     """
-    out: list[dict[str, Any]] = []
+    out: list[bytes] = []
     append = out.append
-    fragment = orjson.Fragment
+    dumps = orjson.dumps
+    template = _RECORD
+    next_offset = start
     pos = 0
     end = len(data)
     while pos < end and len(out) < max_records:
@@ -297,19 +304,11 @@ def record_objects(data: memoryview, start: int, max_records: int) -> list[dict[
                 internal = False
                 headers = [h for h in headers if h[0] != fmt.IDEMPOTENCY_HEADER]
             try:
-                text = None if key is None else key.decode()
+                key_json = b"null" if key is None else dumps(key.decode())
             except UnicodeDecodeError:
-                text = None
-            if known_json and value is not None and not headers and (text or key is None):
-                append(
-                    {
-                        "offset": offset,
-                        "timestamp": rec.timestamp,
-                        "key": text,
-                        "value": fragment(value),
-                        "headers": {},
-                    }
-                )
+                key_json = None
+            if known_json and value is not None and not headers and key_json is not None:
+                append(template % (offset, rec.timestamp, key_json, value))
             else:
                 item: dict[str, Any] = {"offset": offset, "timestamp": rec.timestamp}
                 _text_or_base64(item, "key", key)
@@ -318,21 +317,14 @@ def record_objects(data: memoryview, start: int, max_records: int) -> list[dict[
                     _record_headers(item, headers)
                 else:
                     item["headers"] = {}
-                append(item)
+                append(dumps(item))
+            next_offset = offset + 1
             left -= 1
             if not left:
                 break
-    return out
-
-
-def next_offset_after(data: memoryview, start: int, records: list[dict[str, Any]]) -> int:
-    """Where the consumer continues: after the last record returned, or past what was read."""
-    if records:
-        return int(records[-1]["offset"]) + 1
-    if not data:
-        return start
-    last = fmt.scan(data, check_crc=False).headers[-1][1]
-    return max(start, last.next_offset)
+    if not out and data:
+        next_offset = max(start, fmt.scan(data, check_crc=False).headers[-1][1].next_offset)
+    return out, next_offset
 
 
 def negotiate(accept: str, offered: tuple[str, ...], default: str) -> str | None:

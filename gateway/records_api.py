@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 
-import orjson
 from aiohttp import web
 
 from engine import batch as fmt
@@ -135,10 +134,10 @@ async def fetch(request: web.Request) -> web.StreamResponse:
     data = result.data
     metrics = gateway.metrics
     if accept == codecs.RECORD_BATCH:
-        headers = fmt.scan(data, check_crc=False).headers
-        next_offset = headers[-1][1].next_offset if headers else offset
+        batches = fmt.scan(data, check_crc=False).headers
+        next_offset = batches[-1][1].next_offset if batches else offset
         metrics.bytes_out.labels(log.topic).inc(len(data))
-        metrics.records_out.labels(log.topic).inc(sum(h.record_count for _, h in headers))
+        metrics.records_out.labels(log.topic).inc(sum(h.record_count for _, h in batches))
         return web.Response(
             body=bytes(data),
             content_type=codecs.RECORD_BATCH,
@@ -147,26 +146,22 @@ async def fetch(request: web.Request) -> web.StreamResponse:
                 "Sluice-High-Watermark": str(result.high_watermark),
             },
         )
-    records = codecs.record_objects(data, offset, max_records)
-    next_offset = codecs.next_offset_after(data, offset, records)
+    records, next_offset = codecs.encode_records(data, offset, max_records)
     metrics.records_out.labels(log.topic).inc(len(records))
     metrics.bytes_out.labels(log.topic).inc(len(data))
+    headers = {
+        "Sluice-Next-Offset": str(next_offset),
+        "Sluice-High-Watermark": str(result.high_watermark),
+    }
     if accept == codecs.NDJSON:
-        body = b"".join(orjson.dumps(r) + b"\n" for r in records)
-        return web.Response(
-            body=body,
-            content_type=codecs.NDJSON,
-            headers={
-                "Sluice-Next-Offset": str(next_offset),
-                "Sluice-High-Watermark": str(result.high_watermark),
-            },
-        )
-    response = json_response(
-        {"records": records, "next_offset": next_offset, "high_watermark": result.high_watermark}
+        body = b"".join(record + b"\n" for record in records)
+        return web.Response(body=body, content_type=codecs.NDJSON, headers=headers)
+    body = b'{"records":[%b],"next_offset":%d,"high_watermark":%d}' % (
+        b",".join(records),
+        next_offset,
+        result.high_watermark,
     )
-    response.headers["Sluice-Next-Offset"] = str(next_offset)
-    response.headers["Sluice-High-Watermark"] = str(result.high_watermark)
-    return response
+    return web.Response(body=body, content_type=codecs.JSON, headers=headers)
 
 
 async def offsets(request: web.Request) -> web.Response:

@@ -326,10 +326,12 @@ class PartitionLog:
         max_bytes: int,
         upper_offset: int | None = None,
         min_one: bool = True,
+        max_records: int | None = None,
     ) -> ReadResult:
         """Whole batches from the one holding `offset`, below `upper_offset` (default: the HW).
 
-        The first batch may start before `offset`; the caller skips those records.
+        The first batch may start before `offset`; the caller skips those records. With
+        `max_records`, batches the caller would not reach are not read past the first.
         """
         if self._closed:
             raise LogClosed(f"{self.topic}-{self.partition} is closed")
@@ -341,7 +343,7 @@ class PartitionLog:
         i = max(bisect_right(self._bases, offset) - 1, 0)
         data = memoryview(b"")
         while i < len(segments) and offset < upper:
-            data = segments[i].read(offset, max_bytes, upper, min_one)
+            data = segments[i].read(offset, max_bytes, upper, min_one, max_records)
             # Move on only past a segment with nothing at or after `offset` (compaction can empty
             # one): an empty answer from one that has (a first batch over max_bytes without
             # min_one, or above the upper offset) must not skip it.

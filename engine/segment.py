@@ -140,12 +140,21 @@ class LogSegment:
             position += pos
         return None
 
-    def read(self, offset: int, max_bytes: int, upper_offset: int, min_one: bool) -> memoryview:
+    def read(
+        self,
+        offset: int,
+        max_bytes: int,
+        upper_offset: int,
+        min_one: bool,
+        max_records: int | None = None,
+    ) -> memoryview:
         """Whole batches from the one holding `offset`, ending before `upper_offset`.
 
         At most `max_bytes`, except that with `min_one` the first batch is returned whole even if
-        larger (so a consumer always makes progress). Every batch returned passed its CRC; a
-        corrupt first batch raises CorruptRecord, a later one ends the read before it.
+        larger (so a consumer always makes progress). With `max_records`, batches starting at or
+        past `offset + max_records` are left out (the caller will not use them). Every batch
+        returned passed its CRC; a corrupt first batch raises CorruptRecord, a later one ends the
+        read before it.
         """
         found = self.translate(offset)
         if found is None:
@@ -157,11 +166,14 @@ class LogSegment:
         if min_one and first.size > length:
             length = first.size
         data = memoryview(os.pread(self._fd, length, position))
+        stop = upper_offset if max_records is None else min(upper_offset, offset + max_records)
         pos = 0
         end = len(data)
         while pos + fmt.HEADER_SIZE <= end:
             header = fmt.read_header(data, pos)
             if pos + header.size > end or header.last_offset >= upper_offset:
+                break
+            if pos and header.base_offset >= stop:
                 break
             if header.magic != fmt.MAGIC or not fmt.crc_matches(data, pos, header):
                 if pos == 0:

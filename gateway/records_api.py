@@ -128,7 +128,15 @@ async def fetch(request: web.Request) -> web.StreamResponse:
             headers={"Retry-After": "1"},
         )
     try:
-        result = await long_poll(log, gateway.notifier, offset, max_bytes, min_bytes, timeout_ms)
+        result = await long_poll(
+            log,
+            gateway.notifier,
+            offset,
+            max_bytes,
+            min_bytes,
+            timeout_ms,
+            None if accept == codecs.RECORD_BATCH else max_records,
+        )
     except LogClosed:
         raise UnknownTopic(f"topic {log.topic!r} was deleted") from None
     data = result.data

@@ -353,3 +353,12 @@ def test_an_oversized_first_batch_without_min_one_is_not_skipped(make_log: LogFa
     # Offset 0's batch is over max_bytes; the small batch after it must not be served instead.
     assert not log.read(0, 150, min_one=False).data
     assert fmt.read_header(log.read(0, 150).data).base_offset == 0
+
+
+def test_max_records_leaves_out_batches_the_caller_will_not_reach(make_log: LogFactory) -> None:
+    log = make_log()
+    fill(log, 10, per_batch=5)
+    starts = [h.base_offset for _, h in fmt.scan(log.read(7, 100_000, max_records=6).data).headers]
+    assert starts == [5, 10]  # 7..12 is needed: the batch holding 7, and the one starting at 10
+    assert len(fmt.scan(log.read(7, 100_000, max_records=1).data).headers) == 1
+    assert len(fmt.scan(log.read(7, 100_000).data).headers) == 9

@@ -7,7 +7,7 @@ Media types:
 - `application/vnd.sluice.record-batch`: one or more Kafka RecordBatch v2, as stored.
 
 Values produced as JSON are stored as their JSON text in batches flagged VALUES_JSON_MASK, so a
-JSON fetch embeds them as they are (`orjson.Fragment`) instead of parsing them again.
+JSON fetch embeds them as they are (`msgspec.Raw`) instead of parsing them again.
 """
 
 from __future__ import annotations
@@ -243,11 +243,11 @@ def _value(out: dict[str, Any], raw: bytes | None, known_json: bool) -> None:
     if raw is None:
         out["value"] = None
     elif known_json:
-        out["value"] = orjson.Fragment(raw)
+        out["value"] = msgspec.Raw(raw)
     else:
         try:
             orjson.loads(raw)
-            out["value"] = orjson.Fragment(raw)
+            out["value"] = msgspec.Raw(raw)
         except orjson.JSONDecodeError:
             out["value"] = base64.b64encode(raw).decode()
             out["value_encoding"] = "base64"
@@ -263,21 +263,41 @@ def _record_headers(out: dict[str, Any], headers: list[tuple[str, bytes | None]]
         out["headers_encoding"] = "base64"
 
 
-_RECORD = b'{"offset":%d,"timestamp":%d,"key":%b,"value":%b,"headers":{}}'
+class FetchedRecord(msgspec.Struct):
+    """A fetched record on the common path; `value` is stored JSON text, embedded as is."""
+
+    offset: int
+    timestamp: int
+    key: str | None
+    value: msgspec.Raw
+    headers: dict[str, str | None]
 
 
-def encode_records(data: memoryview, start: int, max_records: int) -> tuple[list[bytes], int]:
-    """Each record's JSON object, from whole batches, skipping offsets below `start`; and the
-    offset after the last one encoded (`start` if none).
+_FETCH_ENCODER = msgspec.json.Encoder()
+
+
+def encode_json_body(records: list[Any], next_offset: int, high_watermark: int) -> bytes:
+    return _FETCH_ENCODER.encode(
+        {"records": records, "next_offset": next_offset, "high_watermark": high_watermark}
+    )
+
+
+def encode_ndjson_body(records: list[Any]) -> bytes:
+    return _FETCH_ENCODER.encode_lines(records)
+
+
+def fetched_records(data: memoryview, start: int, max_records: int) -> tuple[list[Any], int]:
+    """The records of whole batches, skipping offsets below `start`, ready for the encoders;
+    and the offset after the last one (`start` if none).
 
     The fetch hot path: a UTF-8 key, a value from a JSON-flagged batch (already JSON text) and
-    no headers are written straight into a byte template; anything else becomes a dict first,
+    no headers become a FetchedRecord (built in C, encoded in C); anything else becomes a dict,
     through the helpers that pick base64 where needed.
     """
-    out: list[bytes] = []
+    out: list[Any] = []
     append = out.append
-    dumps = orjson.dumps
-    template = _RECORD
+    record = FetchedRecord
+    raw = msgspec.Raw
     next_offset = start
     pos = 0
     end = len(data)
@@ -301,11 +321,12 @@ def encode_records(data: memoryview, start: int, max_records: int) -> tuple[list
                 internal = False
                 headers = [h for h in headers if h[0] != fmt.IDEMPOTENCY_HEADER]
             try:
-                key_json = b"null" if key is None else dumps(key.decode())
+                text = None if key is None else key.decode()
+                plain = True
             except UnicodeDecodeError:
-                key_json = None
-            if known_json and value is not None and not headers and key_json is not None:
-                append(template % (offset, rec.timestamp, key_json, value))
+                text, plain = None, False
+            if known_json and value is not None and not headers and plain:
+                append(record(offset, rec.timestamp, text, raw(value), {}))
             else:
                 item: dict[str, Any] = {"offset": offset, "timestamp": rec.timestamp}
                 _text_or_base64(item, "key", key)
@@ -314,7 +335,7 @@ def encode_records(data: memoryview, start: int, max_records: int) -> tuple[list
                     _record_headers(item, headers)
                 else:
                     item["headers"] = {}
-                append(dumps(item))
+                append(item)
             next_offset = offset + 1
             left -= 1
             if not left:

@@ -154,7 +154,7 @@ async def fetch(request: web.Request) -> web.StreamResponse:
                 "Sluice-High-Watermark": str(result.high_watermark),
             },
         )
-    records, next_offset = codecs.encode_records(data, offset, max_records)
+    records, next_offset = codecs.fetched_records(data, offset, max_records)
     metrics.records_out.labels(log.topic).inc(len(records))
     metrics.bytes_out.labels(log.topic).inc(len(data))
     headers = {
@@ -162,13 +162,9 @@ async def fetch(request: web.Request) -> web.StreamResponse:
         "Sluice-High-Watermark": str(result.high_watermark),
     }
     if accept == codecs.NDJSON:
-        body = b"".join(record + b"\n" for record in records)
+        body = codecs.encode_ndjson_body(records)
         return web.Response(body=body, content_type=codecs.NDJSON, headers=headers)
-    body = b'{"records":[%b],"next_offset":%d,"high_watermark":%d}' % (
-        b",".join(records),
-        next_offset,
-        result.high_watermark,
-    )
+    body = codecs.encode_json_body(records, next_offset, result.high_watermark)
     return web.Response(body=body, content_type=codecs.JSON, headers=headers)
 
 

@@ -263,8 +263,12 @@ def _record_headers(out: dict[str, Any], headers: list[tuple[str, bytes | None]]
         out["headers_encoding"] = "base64"
 
 
-class FetchedRecord(msgspec.Struct):
-    """A fetched record on the common path; `value` is stored JSON text, embedded as is."""
+class FetchedRecord(msgspec.Struct, gc=False):
+    """A fetched record on the common path; `value` is stored JSON text, embedded as is.
+
+    Untracked by the garbage collector (it holds no cycles): a fetch makes a thousand of
+    these, and tracked ones trigger collections that walk the whole server heap.
+    """
 
     offset: int
     timestamp: int
@@ -274,6 +278,7 @@ class FetchedRecord(msgspec.Struct):
 
 
 _FETCH_ENCODER = msgspec.json.Encoder()
+_NO_HEADERS: dict[str, str | None] = {}  # shared by every header-less FetchedRecord; never mutated
 
 
 def encode_json_body(records: list[Any], next_offset: int, high_watermark: int) -> bytes:
@@ -326,7 +331,7 @@ def fetched_records(data: memoryview, start: int, max_records: int) -> tuple[lis
             except UnicodeDecodeError:
                 text, plain = None, False
             if known_json and value is not None and not headers and plain:
-                append(record(offset, rec.timestamp, text, raw(value), {}))
+                append(record(offset, rec.timestamp, text, raw(value), _NO_HEADERS))
             else:
                 item: dict[str, Any] = {"offset": offset, "timestamp": rec.timestamp}
                 _text_or_base64(item, "key", key)

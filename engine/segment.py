@@ -12,7 +12,7 @@ from engine import batch as fmt
 from engine.errors import CorruptRecord
 from engine.index import OffsetIndex, TimeIndex
 
-_HEADER_PROBE = 64 * 1024  # bytes read at once while walking batch headers
+_HEADER_PROBE = 8 * 1024  # bytes read at once while walking batch headers (> index interval)
 _RECOVERY_CHUNK = 8 * 1024 * 1024
 
 
@@ -163,6 +163,11 @@ class LogSegment:
         if first.last_offset >= upper_offset:
             return memoryview(b"")
         length = min(max_bytes, self.size - position)
+        if max_records is not None and first.record_count:
+            # Read about as many batches as max_records needs, sized like the first one,
+            # instead of copying all of max_bytes to use a fraction of it.
+            batches = -(-(max_records + offset - first.base_offset) // first.record_count)
+            length = min(length, batches * first.size)
         if min_one and first.size > length:
             length = first.size
         data = memoryview(os.pread(self._fd, length, position))

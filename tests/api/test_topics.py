@@ -16,21 +16,7 @@ from tests.api.support import (
     problem,
     produce,
 )
-
-KAFKA_DEFAULTS: dict[str, object] = {
-    "segment.bytes": 1073741824,
-    "segment.ms": 604800000,
-    "retention.ms": 604800000,
-    "retention.bytes": -1,
-    "cleanup.policy": "delete",
-    "delete.retention.ms": 86400000,
-    "min.cleanable.dirty.ratio": 0.5,
-    "index.interval.bytes": 4096,
-    "flush.messages": 9223372036854775807,
-    "flush.ms": 9223372036854775807,
-    "max.message.bytes": 1048588,
-    "message.timestamp.type": "CreateTime",
-}
+from tests.engine.test_config import KAFKA_DEFAULTS
 
 
 def empty_partition(partition: int, node: int = 0) -> dict[str, object]:

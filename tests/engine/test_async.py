@@ -54,10 +54,15 @@ async def test_background_tasks_run_and_stop(tmp_path: Path) -> None:
     manager = LogManager(tmp_path)
     log = manager.create_topic("t", 1, {"flush.ms": 0}).partitions[0]
     log.append_as_leader(batch_of([b"x"]), 0)
+    checkpoint = tmp_path / "recovery-point-offset-checkpoint"
     tasks = BackgroundTasks(manager, Intervals(0.001, 0.001, 0.001, 0.001))
     tasks.start()
-    while log.recovery_point < 1:
+    # The flush job moves the recovery point; the checkpoint job then writes it down.
+    while not (checkpoint.exists() and checkpoint.read_text().endswith("t 0 1\n")):
         await asyncio.sleep(0.001)
+    running = list(tasks._tasks)
     await tasks.stop()
-    assert (tmp_path / "recovery-point-offset-checkpoint").exists() or log.recovery_point == 1
+    assert log.recovery_point == 1
+    assert running and all(task.done() and not task.cancelled() for task in running)
+    assert not tasks._tasks
     manager.close()

@@ -9,6 +9,21 @@ import pytest
 from engine.config import CONFIG_NAMES, TopicConfig, validate_topic_name
 from engine.errors import InvalidConfig, InvalidTopicName
 
+KAFKA_DEFAULTS: dict[str, object] = {
+    "segment.bytes": 1073741824,
+    "segment.ms": 604800000,
+    "retention.ms": 604800000,
+    "retention.bytes": -1,
+    "cleanup.policy": "delete",
+    "delete.retention.ms": 86400000,
+    "min.cleanable.dirty.ratio": 0.5,
+    "index.interval.bytes": 4096,
+    "flush.messages": 9223372036854775807,
+    "flush.ms": 9223372036854775807,
+    "max.message.bytes": 1048588,
+    "message.timestamp.type": "CreateTime",
+}
+
 
 @pytest.mark.parametrize("name", ["a", "orders.v1", "A_b-C.9", "x" * 249, "__consumer_offsets"])
 def test_valid_topic_names(name: str) -> None:
@@ -24,21 +39,8 @@ def test_invalid_topic_names(name: object) -> None:
 
 
 def test_defaults_are_kafkas() -> None:
-    assert TopicConfig().to_dict() == {
-        "segment.bytes": 1073741824,
-        "segment.ms": 604800000,
-        "retention.ms": 604800000,
-        "retention.bytes": -1,
-        "cleanup.policy": "delete",
-        "delete.retention.ms": 86400000,
-        "min.cleanable.dirty.ratio": 0.5,
-        "index.interval.bytes": 4096,
-        "flush.messages": 9223372036854775807,
-        "flush.ms": 9223372036854775807,
-        "max.message.bytes": 1048588,
-        "message.timestamp.type": "CreateTime",
-    }
-    assert set(CONFIG_NAMES) == set(TopicConfig().to_dict())
+    assert TopicConfig().to_dict() == KAFKA_DEFAULTS
+    assert set(CONFIG_NAMES) == set(KAFKA_DEFAULTS)
 
 
 def test_overrides_accept_strings_like_kafka() -> None:

@@ -277,6 +277,18 @@ class FetchedRecord(msgspec.Struct, gc=False):
     headers: dict[str, str | None]
 
 
+class GroupFetchedRecord(msgspec.Struct, gc=False):
+    """A FetchedRecord that names its topic and partition, for a group member's fetch."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: str | None
+    value: msgspec.Raw
+    headers: dict[str, str | None]
+
+
 _FETCH_ENCODER = msgspec.json.Encoder()
 _NO_HEADERS: dict[str, str | None] = {}  # shared by every header-less FetchedRecord; never mutated
 
@@ -291,9 +303,12 @@ def encode_ndjson_body(records: list[Any]) -> bytes:
     return _FETCH_ENCODER.encode_lines(records)
 
 
-def fetched_records(data: memoryview, start: int, max_records: int) -> tuple[list[Any], int]:
+def fetched_records(
+    data: memoryview, start: int, max_records: int, source: tuple[str, int] | None = None
+) -> tuple[list[Any], int]:
     """The records of whole batches, skipping offsets below `start`, ready for the encoders;
-    and the offset after the last one (`start` if none).
+    and the offset after the last one (`start` if none). With `source` (topic, partition),
+    each record names them first, as a group member's fetch answers.
 
     The fetch hot path: a UTF-8 key, a value from a JSON-flagged batch (already JSON text) and
     no headers become a FetchedRecord (built in C, encoded in C); anything else becomes a dict,
@@ -303,6 +318,7 @@ def fetched_records(data: memoryview, start: int, max_records: int) -> tuple[lis
     append = out.append
     record = FetchedRecord
     raw = msgspec.Raw
+    topic_partition = () if source is None else (("topic", source[0]), ("partition", source[1]))
     next_offset = start
     pos = 0
     end = len(data)
@@ -331,9 +347,18 @@ def fetched_records(data: memoryview, start: int, max_records: int) -> tuple[lis
             except UnicodeDecodeError:
                 text, plain = None, False
             if known_json and value is not None and not headers and plain:
-                append(record(offset, rec.timestamp, text, raw(value), _NO_HEADERS))
+                if source is None:
+                    append(record(offset, rec.timestamp, text, raw(value), _NO_HEADERS))
+                else:
+                    append(
+                        GroupFetchedRecord(
+                            *source, offset, rec.timestamp, text, raw(value), _NO_HEADERS
+                        )
+                    )
             else:
-                item: dict[str, Any] = {"offset": offset, "timestamp": rec.timestamp}
+                item: dict[str, Any] = {} if source is None else dict(topic_partition)
+                item["offset"] = offset
+                item["timestamp"] = rec.timestamp
                 _text_or_base64(item, "key", key)
                 _value(item, value, known_json)
                 if headers:

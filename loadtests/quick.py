@@ -15,7 +15,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -25,37 +24,10 @@ import aiohttp
 import orjson
 
 from engine.batch import RecordInput, encode_batch
+from loadtests.common import cpu_seconds, rss_bytes, start_gateway
 
 RECORDS_PER_REQUEST = 1000
 VALUE = "x" * 88  # with the JSON quoting and a short key, ~100 bytes per record
-
-
-def start_gateway(data_dir: Path) -> tuple[subprocess.Popen[str], str]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "gateway", "--data-dir", str(data_dir), "--port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    if not line.startswith("sluice listening on "):
-        raise RuntimeError(f"gateway did not start: {line!r}")
-    return process, line.split()[-1]
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process, from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def rss_bytes(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS")
 
 
 def h2load(

@@ -1,0 +1,154 @@
+"""Shared by the load tools: start a gateway or redis-server; read a process's CPU and RSS."""
+
+from __future__ import annotations
+
+import os
+import re
+import resource
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+
+def start_gateway(data_dir: Path) -> tuple[subprocess.Popen[str], str]:
+    """Start `python -m gateway --port 0`; return the process and the URL it printed."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "--data-dir", str(data_dir), "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    if not line.startswith("sluice listening on "):
+        raise RuntimeError(f"gateway did not start: {line!r}")
+    return process, line.split()[-1]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS")
+
+
+def children_cpu_seconds() -> float:
+    """CPU of this process's reaped children (wrk, h2load, redis-benchmark runs)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def raise_fd_limit() -> None:
+    """Thousands of parked polls need thousands of sockets, here and in the servers we start."""
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def http_json(method: str, url: str, body: object = None, ok: tuple[int, ...] = ()) -> Any:
+    """One admin call (topic create/delete, probes): the decoded JSON answer, or raise."""
+    data = None if body is None else orjson.dumps(body)
+    request = urllib.request.Request(url, data=data, method=method)
+    if data is not None:
+        request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            raw = response.read()
+    except urllib.error.HTTPError as error:
+        if error.code in ok:
+            return None
+        raise RuntimeError(f"{method} {url} -> {error.code} {error.read()[:300]!r}") from None
+    return orjson.loads(raw) if raw else None
+
+
+@dataclass
+class RedisServer:
+    """A redis-server on a free loopback port, persistence off, with its own scratch directory."""
+
+    process: subprocess.Popen[bytes]
+    port: int
+
+    @classmethod
+    def start(cls, directory: Path) -> RedisServer:
+        if shutil.which("redis-server") is None:
+            raise RuntimeError("redis-server is needed: apt-get install redis-server")
+        directory.mkdir(parents=True, exist_ok=True)
+        port = free_port()
+        process = subprocess.Popen(
+            [
+                "redis-server",
+                "--port", str(port),
+                "--bind", "127.0.0.1",
+                "--save", "",
+                "--appendonly", "no",
+                "--dir", str(directory),
+                "--maxclients", "20000",
+                "--loglevel", "warning",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        server = cls(process, port)
+        deadline = time.monotonic() + 30
+        while server.command("PING") != "+PONG":
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("redis-server did not start")
+            time.sleep(0.05)
+        return server
+
+    def command(self, *args: str) -> str:
+        """One command over a fresh socket (setup and probes); the raw first reply line or ''."""
+        payload = f"*{len(args)}\r\n".encode() + b"".join(
+            f"${len(a.encode())}\r\n".encode() + a.encode() + b"\r\n" for a in args
+        )
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=30) as sock:
+                sock.sendall(payload)
+                reply = b""
+                while not reply.endswith(b"\r\n") or self._incomplete(reply):
+                    chunk = sock.recv(65536)
+                    if not chunk:
+                        break
+                    reply += chunk
+        except OSError:
+            return ""
+        return reply.decode(errors="replace").strip()
+
+    @staticmethod
+    def _incomplete(reply: bytes) -> bool:
+        match = re.match(rb"\$(\d+)\r\n", reply)
+        return match is not None and len(reply) < match.end() + int(match.group(1)) + 2
+
+    def info(self, section: str) -> dict[str, str]:
+        out = {}
+        for line in self.command("INFO", section).splitlines():
+            name, sep, value = line.partition(":")
+            if sep:
+                out[name] = value.strip()
+        return out
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=30)

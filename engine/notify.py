@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Iterable
 
 from engine.log import PartitionLog
 
@@ -35,24 +36,40 @@ class ChangeNotifier:
 
     @property
     def parked(self) -> int:
-        """How many waiters are parked now (a metric)."""
-        return sum(len(w) for w in self._waiters.values())
+        """How many waiters are parked now (a metric); one spanning several logs counts once."""
+        return len(set().union(*self._waiters.values()))
 
     async def wait(self, log: PartitionLog, timeout: float) -> bool:
         """Wait for the log to change; False on timeout. Cancellation releases the waiter."""
-        self.watch(log)
-        future: asyncio.Future[None] = self._loop.create_future()
-        waiters = self._waiters.setdefault(log, set())
-        waiters.add(future)
+        return await self.wait_any((log,), timeout)
+
+    async def wait_any(
+        self,
+        logs: Iterable[PartitionLog],
+        timeout: float,
+        also: asyncio.Future[None] | None = None,
+    ) -> bool:
+        """Wait for any of the logs to change, or `also` to be resolved; False on timeout.
+
+        One future parked on several logs: a group member's fetch spans its partitions.
+        """
+        future: asyncio.Future[None] = self._loop.create_future() if also is None else also
+        parked: list[tuple[PartitionLog, set[asyncio.Future[None]]]] = []
+        for log in logs:
+            self.watch(log)
+            waiters = self._waiters.setdefault(log, set())
+            waiters.add(future)
+            parked.append((log, waiters))
         try:
-            await asyncio.wait_for(future, timeout)
+            await asyncio.wait_for(asyncio.shield(future) if also is not None else future, timeout)
             return True
         except TimeoutError:
             return False
         finally:
-            waiters.discard(future)
-            if not waiters and self._waiters.get(log) is waiters:
-                del self._waiters[log]
+            for log, waiters in parked:
+                waiters.discard(future)
+                if not waiters and self._waiters.get(log) is waiters:
+                    del self._waiters[log]
 
     def wake_all(self) -> None:
         """Release every waiter (shutdown): long-polls answer with what they have."""

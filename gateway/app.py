@@ -8,10 +8,12 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from engine import offsets_topic
 from engine.background import BackgroundTasks
 from engine.manager import LogManager
 from engine.notify import ChangeNotifier
-from gateway import ops_api, records_api, topics_api
+from gateway import groups_api, ops_api, records_api, topics_api
+from gateway.group_coordinator import GroupCoordinator
 from gateway.idempotency import IdempotencyStore
 from gateway.metrics import Metrics
 from gateway.problems import problem_middleware
@@ -37,6 +39,7 @@ def build_app(settings: Settings) -> web.Application:
     app.on_cleanup.append(_close)
     topics_api.add_routes(app)
     records_api.add_routes(app)
+    groups_api.add_routes(app)
     ops_api.add_routes(app)
     return app
 
@@ -58,6 +61,15 @@ async def _open(app: web.Application) -> None:
     metrics = Metrics(manager, lambda: notifier)
     store = IdempotencyStore(settings.idempotency_window_s, settings.idempotency_max_entries)
     rebuilt = await asyncio.to_thread(store.rebuild, manager)
+    groups = GroupCoordinator(
+        manager,
+        notifier,
+        settings.offsets_topic_partitions,
+        settings.group_min_session_timeout_ms,
+        settings.group_max_session_timeout_ms,
+    )
+    stored = await asyncio.to_thread(offsets_topic.replay, groups.offsets.partitions)
+    groups.restore(stored)
     gateway = Gateway(
         settings=settings,
         manager=manager,
@@ -66,16 +78,18 @@ async def _open(app: web.Application) -> None:
         producer=Producer(manager, metrics, store),
         notifier=notifier,
         background=BackgroundTasks(manager),
+        groups=groups,
     )
     app[GATEWAY] = gateway
     gateway.background.start()
     gateway.ready = True
     log.info(
-        "data directory %s opened (%s), %d topics, %d idempotency keys",
+        "data directory %s opened (%s), %d topics, %d idempotency keys, %d groups",
         settings.data_dir,
         "after a clean shutdown" if manager.had_clean_shutdown else "recovered or new",
         len(manager.topics),
         rebuilt,
+        len(stored),
     )
 
 
@@ -83,6 +97,7 @@ async def _release_long_polls(app: web.Application) -> None:
     gateway = app[GATEWAY]
     gateway.ready = False
     gateway.notifier.wake_all()
+    gateway.groups.close()
 
 
 async def _close(app: web.Application) -> None:

@@ -28,3 +28,6 @@ class Settings:
     idempotency_window_s: float = 3600.0
     idempotency_max_entries: int = 100_000
     node_id: int = 0
+    offsets_topic_partitions: int = 50  # offsets.topic.num.partitions
+    group_min_session_timeout_ms: int = 1_000  # group.min.session.timeout.ms (Kafka: 6 s)
+    group_max_session_timeout_ms: int = 1_800_000  # group.max.session.timeout.ms

@@ -9,6 +9,7 @@ from aiohttp import web
 from engine.background import BackgroundTasks
 from engine.manager import LogManager
 from engine.notify import ChangeNotifier
+from gateway.group_coordinator import GroupCoordinator
 from gateway.idempotency import IdempotencyStore
 from gateway.metrics import Metrics
 from gateway.produce import Producer
@@ -26,6 +27,7 @@ class Gateway:
     producer: Producer
     notifier: ChangeNotifier
     background: BackgroundTasks
+    groups: GroupCoordinator
     ready: bool = False
     port: int = 0  # the bound port, once listening (settings.port may be 0)
 

@@ -1,0 +1,136 @@
+"""The internal `__consumer_offsets` topic: how group offsets and group metadata are stored in
+it, which of its partitions holds a group, and the replay that rebuilds them on start.
+
+Keys and values are JSON (the batches are flagged as JSON values, so a fetch of the topic reads
+naturally); a key is the same bytes for the same thing, so compaction keeps only the latest.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from engine import batch as fmt
+from engine.errors import InvalidRecord
+from engine.log import PartitionLog
+from engine.manager import LogManager, Topic
+
+OFFSETS_TOPIC = "__consumer_offsets"
+DEFAULT_PARTITIONS = 50  # offsets.topic.num.partitions
+TOPIC_CONFIGS: dict[str, object] = {
+    "cleanup.policy": "compact",
+    "segment.bytes": 100 * 1024 * 1024,  # offsets.topic.segment.bytes
+}
+READ_CHUNK_BYTES = 4 * 1024 * 1024
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class CommittedOffset:
+    offset: int
+    metadata: str
+    commit_timestamp: int
+
+
+@dataclass
+class StoredGroup:
+    """What the topic holds for one group: committed offsets and the last metadata written."""
+
+    offsets: dict[TopicPartition, CommittedOffset] = field(default_factory=dict)
+    metadata: dict[str, Any] | None = None
+
+
+def partition_for(group: str, partitions: int) -> int:
+    """Kafka's choice, `Utils.abs(groupId.hashCode) % partitions`, with Java's String.hashCode."""
+    units = group.encode("utf-16-be")
+    h = 0
+    for i in range(0, len(units), 2):
+        h = (31 * h + (units[i] << 8 | units[i + 1])) & 0xFFFFFFFF
+    signed = h - (1 << 32) if h & 0x80000000 else h
+    return (0 if signed == -(2**31) else abs(signed)) % partitions
+
+
+def offset_key(group: str, topic: str, partition: int) -> bytes:
+    return orjson.dumps(["offset", group, topic, partition])
+
+
+def offset_value(committed: CommittedOffset) -> bytes:
+    return orjson.dumps(
+        {
+            "offset": committed.offset,
+            "metadata": committed.metadata,
+            "commit_timestamp": committed.commit_timestamp,
+        }
+    )
+
+
+def group_key(group: str) -> bytes:
+    return orjson.dumps(["group", group])
+
+
+def encode(records: Iterable[tuple[bytes, bytes | None]], max_batch_bytes: int) -> bytearray:
+    """Batches for (key, value) records; a None value is a tombstone."""
+    return fmt.encode_batches(
+        [(key, value, [], None) for key, value in records],
+        max_batch_bytes=max_batch_bytes,
+        values_json=True,
+    )
+
+
+def ensure_topic(manager: LogManager, partitions: int) -> Topic:
+    """The offsets topic, created compacted on first start; an existing one keeps its size."""
+    if OFFSETS_TOPIC not in manager.topics:
+        manager.create_topic(OFFSETS_TOPIC, partitions, TOPIC_CONFIGS)
+    return manager.topic(OFFSETS_TOPIC)
+
+
+def replay(partition_logs: Iterable[PartitionLog]) -> dict[str, StoredGroup]:
+    """Every group's latest offsets and metadata, read from the committed records."""
+    groups: dict[str, StoredGroup] = {}
+    for partition_log in partition_logs:
+        offset = partition_log.log_start_offset
+        while offset < partition_log.high_watermark:
+            data = partition_log.read(offset, READ_CHUNK_BYTES).data
+            if not data:
+                break
+            for record in fmt.iter_records(data):
+                if record.offset >= offset:
+                    _apply(groups, record.key, record.value, partition_log)
+                    offset = record.offset + 1
+            offset = max(offset, fmt.scan(data, check_crc=False).headers[-1][1].next_offset)
+    return {name: stored for name, stored in groups.items() if stored.offsets or stored.metadata}
+
+
+def _apply(
+    groups: dict[str, StoredGroup],
+    key: bytes | None,
+    value: bytes | None,
+    where: PartitionLog,
+) -> None:
+    try:
+        parts = orjson.loads(key or b"")
+        doc = None if value is None else orjson.loads(value)
+        match parts:
+            case ["offset", str(group), str(topic), int(partition)]:
+                stored = groups.setdefault(group, StoredGroup())
+                if doc is None:
+                    stored.offsets.pop((topic, partition), None)
+                else:
+                    stored.offsets[(topic, partition)] = CommittedOffset(
+                        int(doc["offset"]), str(doc["metadata"]), int(doc["commit_timestamp"])
+                    )
+            case ["group", str(group)]:
+                groups.setdefault(group, StoredGroup()).metadata = (
+                    doc if isinstance(doc, dict) else None
+                )
+            case _:
+                raise InvalidRecord(f"unknown key {key!r}")
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, InvalidRecord) as exc:
+        log.warning("%s-%d: skipped an unreadable record: %s", where.topic, where.partition, exc)

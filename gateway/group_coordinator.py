@@ -1,0 +1,631 @@
+"""Consumer groups: membership, assignment, hand-over of partitions, fetch and commit.
+
+The coordinator owns the groups whose `__consumer_offsets` partition is on this node. Every
+membership change and every commit is written to that topic before it is acknowledged, so a
+restarted node (or, later, the next coordinator) takes the groups over as they were: members
+carry on with their ids, and positions restart from the committed offsets.
+
+A partition has at most one owner. When a rebalance moves it, the old owner gives it up at its
+next fetch (after that fetch's auto-commit) or at once if it is parked in a fetch; only then does
+the new owner start, from the committed offset. A group that only grows, shrinks by leaving and
+commits as it goes therefore delivers every record once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import orjson
+
+from engine import offsets_topic
+from engine.errors import LogClosed, OffsetOutOfRange, UnknownTopic
+from engine.log import PartitionLog
+from engine.manager import LogManager
+from engine.notify import ChangeNotifier
+from engine.offsets_topic import CommittedOffset, StoredGroup, TopicPartition
+from gateway import codecs
+from gateway.assignors import ASSIGNORS
+from gateway.problems import Problem
+
+OFFSET_RESETS = ("earliest", "latest", "none")
+LEADER_EPOCH = 0
+
+
+def unknown_member(group: str, member_id: str) -> Problem:
+    return Problem(
+        404,
+        "UNKNOWN_MEMBER",
+        f"group {group!r} has no member {member_id!r} (it left, expired or never joined); "
+        "join again",
+    )
+
+
+@dataclass
+class Member:
+    member_id: str
+    topics: tuple[str, ...]
+    session_timeout_ms: int
+    auto_offset_reset: str
+    auto_commit: bool
+    target: set[TopicPartition] = field(default_factory=set)  # what the assignor gives it
+    owned: set[TopicPartition] = field(default_factory=set)  # what it may read now
+    positions: dict[TopicPartition, int] = field(default_factory=dict)  # next to deliver
+    fetching: int = 0
+    fetch_turn: int = 0  # a newer fetch supersedes a parked older one
+    rotation: int = 0  # where the next fetch starts among the owned partitions
+    wake: asyncio.Future[None] | None = None
+    expiry: asyncio.TimerHandle | None = None
+
+    def assignment(self) -> list[dict[str, Any]]:
+        return assignment_doc(self.target)
+
+    def stored(self) -> dict[str, Any]:
+        return {
+            "member_id": self.member_id,
+            "topics": list(self.topics),
+            "session_timeout_ms": self.session_timeout_ms,
+            "auto_offset_reset": self.auto_offset_reset,
+            "auto_commit": self.auto_commit,
+            "assignment": self.assignment(),
+        }
+
+    def poke(self) -> None:
+        """Wake the member's parked fetch, if any, to look at its partitions again."""
+        if self.wake is not None and not self.wake.done():
+            self.wake.set_result(None)
+
+
+@dataclass
+class Group:
+    name: str
+    assignor: str = "range"
+    generation: int = 0
+    members: dict[str, Member] = field(default_factory=dict)
+    offsets: dict[TopicPartition, CommittedOffset] = field(default_factory=dict)
+    owners: dict[TopicPartition, str] = field(default_factory=dict)
+    partition_counts: dict[str, int] = field(default_factory=dict)  # as last assigned
+
+    @property
+    def state(self) -> Literal["Empty", "Rebalancing", "Stable"]:
+        if not self.members:
+            return "Empty"
+        settled = all(m.owned == m.target for m in self.members.values())
+        return "Stable" if settled else "Rebalancing"
+
+    def subscribed(self) -> set[str]:
+        return {t for m in self.members.values() for t in m.topics}
+
+
+def assignment_doc(partitions: Iterable[TopicPartition]) -> list[dict[str, Any]]:
+    by_topic: dict[str, list[int]] = {}
+    for topic, p in sorted(partitions):
+        by_topic.setdefault(topic, []).append(p)
+    return [{"topic": t, "partitions": ps} for t, ps in by_topic.items()]
+
+
+@dataclass(frozen=True)
+class FetchLimits:
+    max_records: int
+    max_bytes: int
+    min_bytes: int
+    timeout_ms: int
+
+
+@dataclass
+class PartitionReads:
+    """What one pass over a member's partitions found, before it is delivered."""
+
+    records: list[Any]
+    next_offsets: dict[TopicPartition, int]
+    counts: dict[str, int]  # records per topic, for metrics
+    bytes_read: int
+
+
+@dataclass
+class GroupFetch:
+    """A member's fetch answer: records ready for the JSON encoder and the member's view."""
+
+    records: list[Any]
+    assignment: list[dict[str, Any]]
+    generation: int
+    bytes_read: int
+    counts: dict[str, int]  # records per topic, for metrics
+
+
+class GroupCoordinator:
+    """Every group this node coordinates, their members, and their committed offsets."""
+
+    def __init__(
+        self,
+        manager: LogManager,
+        notifier: ChangeNotifier,
+        offsets_partitions: int,
+        min_session_timeout_ms: int,
+        max_session_timeout_ms: int,
+    ) -> None:
+        self.manager = manager
+        self.notifier = notifier
+        self.offsets = offsets_topic.ensure_topic(manager, offsets_partitions)
+        self.min_session_timeout_ms = min_session_timeout_ms
+        self.max_session_timeout_ms = max_session_timeout_ms
+        self.groups: dict[str, Group] = {}
+        self._loop = asyncio.get_running_loop()
+
+    # -- start ---------------------------------------------------------------------------------
+
+    def restore(self, stored: Mapping[str, StoredGroup]) -> None:
+        """Take over groups as the offsets topic left them: offsets, generation and members,
+        each member with a fresh session and the partitions it was assigned."""
+        for name, saved in stored.items():
+            group = Group(name, offsets=dict(saved.offsets))
+            meta = saved.metadata or {}
+            group.generation = int(meta.get("generation", 0))
+            group.assignor = str(meta.get("assignor", "range"))
+            group.partition_counts = {
+                str(t): int(n) for t, n in dict(meta.get("partition_counts", {})).items()
+            }
+            for doc in meta.get("members", []):
+                member = Member(
+                    str(doc["member_id"]),
+                    tuple(doc["topics"]),
+                    int(doc["session_timeout_ms"]),
+                    str(doc["auto_offset_reset"]),
+                    bool(doc["auto_commit"]),
+                )
+                member.target = {
+                    (str(a["topic"]), int(p)) for a in doc["assignment"] for p in a["partitions"]
+                }
+                group.members[member.member_id] = member
+                for tp in member.target:
+                    member.owned.add(tp)
+                    group.owners[tp] = member.member_id
+                self._schedule_expiry(group, member)
+            self.groups[name] = group
+
+    def close(self) -> None:
+        for group in self.groups.values():
+            for member in group.members.values():
+                if member.expiry is not None:
+                    member.expiry.cancel()
+                member.poke()
+
+    # -- membership ----------------------------------------------------------------------------
+
+    def join(
+        self,
+        name: str,
+        topics: tuple[str, ...],
+        session_timeout_ms: int,
+        auto_offset_reset: str,
+        auto_commit: bool,
+        assignor: str | None,
+    ) -> tuple[Group, Member]:
+        for topic in topics:
+            self.manager.topic(topic)
+        group = self.groups.get(name) or Group(name)
+        if assignor is not None and assignor != group.assignor:
+            if group.members:
+                raise Problem(
+                    409,
+                    "INCONSISTENT_ASSIGNOR",
+                    f"group {name!r} uses the {group.assignor!r} assignor while it has "
+                    f"members; {assignor!r} can be chosen once it is empty",
+                )
+            group.assignor = assignor
+        self.groups[name] = group
+        member = Member(
+            uuid.uuid4().hex, topics, session_timeout_ms, auto_offset_reset, auto_commit
+        )
+        group.members[member.member_id] = member
+        self._rebalance(group)
+        self._schedule_expiry(group, member)
+        return group, member
+
+    def leave(self, name: str, member_id: str) -> None:
+        """A member leaves: with auto_commit, what it was delivered is committed first."""
+        group, member = self._member(name, member_id)
+        if member.auto_commit:
+            self._commit_positions(group, member)
+        self._remove(group, member)
+
+    def _expire(self, group: Group, member: Member) -> None:
+        if group.members.get(member.member_id) is member and not member.fetching:
+            self._remove(group, member)
+
+    def _remove(self, group: Group, member: Member) -> None:
+        if member.expiry is not None:
+            member.expiry.cancel()
+        del group.members[member.member_id]
+        for tp in list(member.owned):
+            self._release(group, member, tp)
+        member.poke()
+        self._rebalance(group)
+
+    def _schedule_expiry(self, group: Group, member: Member) -> None:
+        if member.expiry is not None:
+            member.expiry.cancel()
+        member.expiry = self._loop.call_later(
+            member.session_timeout_ms / 1000, self._expire, group, member
+        )
+
+    def topics_changed(self, deleted: str | None = None) -> None:
+        """Partitions were added or a topic deleted: rebalance the groups that read them; a
+        deleted topic's committed offsets go too (tombstones), as in Kafka."""
+        for group in list(self.groups.values()):
+            if deleted is not None:
+                gone = [tp for tp in group.offsets if tp[0] == deleted]
+                if gone:
+                    self._write(group.name, [(self._key(group.name, tp), None) for tp in gone])
+                    for tp in gone:
+                        del group.offsets[tp]
+            if group.members and group.partition_counts != self._partition_counts(group):
+                self._rebalance(group)
+
+    # -- assignment ----------------------------------------------------------------------------
+
+    def _partition_counts(self, group: Group) -> dict[str, int]:
+        topics = self.manager.topics
+        return {t: len(topics[t].partitions) for t in sorted(group.subscribed()) if t in topics}
+
+    def _rebalance(self, group: Group) -> None:
+        """A new generation: new targets; partitions move now where nothing is at stake, the
+        rest as their owners fetch."""
+        group.generation += 1
+        group.partition_counts = self._partition_counts(group)
+        targets = ASSIGNORS[group.assignor](
+            {m.member_id: m.topics for m in group.members.values()}, group.partition_counts
+        )
+        for member_id, partitions in targets.items():
+            group.members[member_id].target = set(partitions)
+        for member in group.members.values():
+            for tp in member.owned - member.target:
+                if member.wake is not None or not self._uncommitted(group, member, tp):
+                    self._release(group, member, tp)
+        for tp in [tp for tp, owner in group.owners.items() if owner not in group.members]:
+            del group.owners[tp]
+        for member in group.members.values():
+            self._acquire_free(group, member)
+            member.poke()
+        self._write_metadata(group)
+
+    def _uncommitted(self, group: Group, member: Member, tp: TopicPartition) -> bool:
+        position = member.positions.get(tp)
+        committed = group.offsets.get(tp)
+        return position is not None and (committed is None or committed.offset != position)
+
+    def _release(self, group: Group, member: Member, tp: TopicPartition) -> None:
+        member.owned.discard(tp)
+        member.positions.pop(tp, None)
+        if group.owners.get(tp) == member.member_id:
+            del group.owners[tp]
+        for other in group.members.values():
+            if tp in other.target and other is not member:
+                self._acquire_free(group, other)
+                other.poke()
+
+    def _acquire_free(self, group: Group, member: Member) -> None:
+        for tp in member.target - member.owned:
+            if tp not in group.owners:
+                group.owners[tp] = member.member_id
+                member.owned.add(tp)
+
+    def _reconcile(self, group: Group, member: Member) -> None:
+        """At a fetch: give up what was moved away, take what has been freed."""
+        if group.members and group.partition_counts != self._partition_counts(group):
+            self._rebalance(group)
+        for tp in member.owned - member.target:
+            self._release(group, member, tp)
+        self._acquire_free(group, member)
+
+    # -- fetch ---------------------------------------------------------------------------------
+
+    async def fetch(self, name: str, member_id: str, limits: FetchLimits) -> GroupFetch:
+        """Long-poll across the member's partitions; counts as a heartbeat.
+
+        With auto_commit, what the previous fetch delivered is committed first. Until a member
+        owns a partition (the join settling) it waits, up to the timeout, rather than answer
+        empty. A newer fetch by the same member answers an older parked one at once, empty.
+        """
+        group, member = self._member(name, member_id)
+        member.fetch_turn += 1
+        turn = member.fetch_turn
+        member.poke()
+        member.fetching += 1
+        if member.expiry is not None:
+            member.expiry.cancel()
+            member.expiry = None
+        try:
+            if member.auto_commit:
+                self._commit_positions(group, member)
+            deadline = self._loop.time() + limits.timeout_ms / 1000
+            while True:
+                if group.members.get(member_id) is not member:
+                    raise unknown_member(name, member_id)
+                if member.fetch_turn != turn:
+                    return GroupFetch([], member.assignment(), group.generation, 0, {})
+                self._reconcile(group, member)
+                answer = self._read(group, member, limits)
+                remaining = deadline - self._loop.time()
+                if (
+                    answer.bytes_read >= limits.min_bytes
+                    or len(answer.records) >= limits.max_records
+                    or remaining <= 0
+                    or self.notifier.closing
+                ):
+                    return self._deliver(group, member, answer)
+                member.wake = self._loop.create_future()
+                try:
+                    await self.notifier.wait_any(self._logs(member.owned), remaining, member.wake)
+                finally:
+                    member.wake = None
+        finally:
+            member.fetching -= 1
+            if group.members.get(member_id) is member and not member.fetching:
+                self._schedule_expiry(group, member)
+
+    def _logs(self, partitions: Iterable[TopicPartition]) -> list[PartitionLog]:
+        out = []
+        for topic, p in partitions:
+            try:
+                out.append(self.manager.log(topic, p))
+            except UnknownTopic:
+                continue
+        return out
+
+    def _position(self, group: Group, member: Member, tp: TopicPartition, log: PartitionLog) -> int:
+        position = member.positions.get(tp)
+        if position is None:
+            committed = group.offsets.get(tp)
+            position = self._reset(member, tp, log) if committed is None else committed.offset
+            member.positions[tp] = position
+        if not log.log_start_offset <= position <= log.high_watermark:
+            position = member.positions[tp] = self._reset(member, tp, log, position)
+        return position
+
+    def _reset(
+        self, member: Member, tp: TopicPartition, log: PartitionLog, out_of_range: int | None = None
+    ) -> int:
+        if member.auto_offset_reset == "earliest":
+            return log.log_start_offset
+        if member.auto_offset_reset == "latest":
+            return log.high_watermark
+        if out_of_range is None:
+            raise Problem(
+                409,
+                "NO_COMMITTED_OFFSET",
+                f"{tp[0]}-{tp[1]} has no committed offset and auto_offset_reset is none; "
+                "commit a starting offset for it",
+                topic=tp[0],
+                partition=tp[1],
+            )
+        raise OffsetOutOfRange(out_of_range, log.log_start_offset, log.high_watermark)
+
+    def _read(self, group: Group, member: Member, limits: FetchLimits) -> PartitionReads:
+        owned = sorted(member.owned)
+        start = member.rotation % len(owned) if owned else 0
+        out = PartitionReads([], {}, {}, 0)
+        records = out.records
+        for tp in itertools.chain(owned[start:], owned[:start]):
+            left = limits.max_records - len(records)
+            if left <= 0 or out.bytes_read >= limits.max_bytes:
+                break
+            try:
+                log = self.manager.log(*tp)
+                position = self._position(group, member, tp, log)
+                if position >= log.high_watermark:
+                    continue
+                data = log.read(
+                    position,
+                    limits.max_bytes - out.bytes_read,
+                    min_one=not records,
+                    max_records=left,
+                ).data
+            except (UnknownTopic, LogClosed):
+                continue
+            got, next_offset = codecs.fetched_records(data, position, left, tp)
+            if got:
+                records.extend(got)
+                out.next_offsets[tp] = next_offset
+                out.counts[tp[0]] = out.counts.get(tp[0], 0) + len(got)
+                out.bytes_read += len(data)
+        return out
+
+    def _deliver(self, group: Group, member: Member, answer: PartitionReads) -> GroupFetch:
+        member.positions.update(answer.next_offsets)
+        member.rotation += 1
+        return GroupFetch(
+            answer.records, member.assignment(), group.generation, answer.bytes_read, answer.counts
+        )
+
+    # -- offsets -------------------------------------------------------------------------------
+
+    def commit(
+        self,
+        name: str,
+        member_id: str,
+        offsets: list[tuple[TopicPartition, int, str]] | None,
+        generation: int | None,
+    ) -> list[tuple[TopicPartition, int]]:
+        """Commit the given offsets, or everything delivered; only owned partitions."""
+        group, member = self._member(name, member_id)
+        if not member.fetching:
+            self._schedule_expiry(group, member)
+        if generation is not None and generation != group.generation:
+            raise Problem(
+                409,
+                "STALE_GENERATION",
+                f"generation {generation} is not the group's current one ({group.generation}); "
+                "fetch to learn the new assignment",
+                generation=group.generation,
+            )
+        if offsets is None:
+            return self._commit_positions(group, member)
+        for (topic, p), offset, _ in offsets:
+            if (topic, p) not in member.owned:
+                raise Problem(
+                    409,
+                    "PARTITION_NOT_ASSIGNED",
+                    f"{topic}-{p} is not assigned to member {member_id!r} in generation "
+                    f"{group.generation}",
+                    topic=topic,
+                    partition=p,
+                    generation=group.generation,
+                )
+            log = self.manager.log(topic, p)
+            if not log.log_start_offset <= offset <= log.high_watermark:
+                raise OffsetOutOfRange(offset, log.log_start_offset, log.high_watermark)
+        self._store_offsets(group, [(tp, offset, meta) for tp, offset, meta in offsets])
+        return [(tp, offset) for tp, offset, _ in offsets]
+
+    def _commit_positions(self, group: Group, member: Member) -> list[tuple[TopicPartition, int]]:
+        positions = sorted((tp, pos) for tp, pos in member.positions.items() if tp in member.owned)
+        changed = [
+            (tp, pos, "")
+            for tp, pos in positions
+            if (c := group.offsets.get(tp)) is None or c.offset != pos
+        ]
+        self._store_offsets(group, changed)
+        return positions
+
+    def reset_offsets(
+        self, name: str, topic: str, partitions: list[int] | None, to: object
+    ) -> list[tuple[TopicPartition, int]]:
+        """Set committed offsets while the group has no members (Kafka's --reset-offsets)."""
+        group = self.groups.get(name) or Group(name)
+        if group.members:
+            raise Problem(
+                409,
+                "GROUP_NOT_EMPTY",
+                f"group {name!r} has {len(group.members)} active members; offsets can be reset "
+                "only when it has none",
+            )
+        count = len(self.manager.topic(topic).partitions)
+        chosen = list(range(count)) if partitions is None else partitions
+        new: list[tuple[TopicPartition, int, str]] = []
+        for p in chosen:
+            log = self.manager.log(topic, p)
+            new.append(((topic, p), self._resolve(log, to), ""))
+        self.groups[name] = group
+        self._store_offsets(group, new)
+        return [(tp, offset) for tp, offset, _ in new]
+
+    @staticmethod
+    def _resolve(log: PartitionLog, to: object) -> int:
+        if to == "earliest":
+            return log.log_start_offset
+        if to == "latest":
+            return log.high_watermark
+        if isinstance(to, dict):
+            found = log.offset_for_timestamp(int(to["timestamp"]))
+            return log.high_watermark if found is None else found[0]
+        assert isinstance(to, int)
+        if not log.log_start_offset <= to <= log.high_watermark:
+            raise OffsetOutOfRange(to, log.log_start_offset, log.high_watermark)
+        return to
+
+    def _store_offsets(self, group: Group, offsets: list[tuple[TopicPartition, int, str]]) -> None:
+        if not offsets:
+            return
+        now = int(time.time() * 1000)
+        committed = [(tp, CommittedOffset(offset, meta, now)) for tp, offset, meta in offsets]
+        self._write(
+            group.name,
+            [(self._key(group.name, tp), offsets_topic.offset_value(c)) for tp, c in committed],
+        )
+        group.offsets.update(committed)
+
+    # -- the offsets topic ---------------------------------------------------------------------
+
+    @staticmethod
+    def _key(group: str, tp: TopicPartition) -> bytes:
+        return offsets_topic.offset_key(group, *tp)
+
+    def _write_metadata(self, group: Group) -> None:
+        doc = {
+            "generation": group.generation,
+            "assignor": group.assignor,
+            "partition_counts": group.partition_counts,
+            "members": [m.stored() for m in group.members.values()],
+        }
+        self._write(group.name, [(offsets_topic.group_key(group.name), orjson.dumps(doc))])
+
+    def _write(self, group: str, records: list[tuple[bytes, bytes | None]]) -> None:
+        """Append to the group's offsets partition; on this single node, committed at once."""
+        log = self.offsets.partitions[
+            offsets_topic.partition_for(group, len(self.offsets.partitions))
+        ]
+        data = offsets_topic.encode(records, self.offsets.config.max_message_bytes)
+        log.append_as_leader(data, LEADER_EPOCH)
+        log.advance_high_watermark(log.log_end_offset)
+
+    # -- views ---------------------------------------------------------------------------------
+
+    def _member(self, name: str, member_id: str) -> tuple[Group, Member]:
+        group = self.groups.get(name)
+        member = None if group is None else group.members.get(member_id)
+        if group is None or member is None:
+            raise unknown_member(name, member_id)
+        return group, member
+
+    def group(self, name: str) -> Group:
+        group = self.groups.get(name)
+        if group is None or not (group.members or group.offsets):
+            raise Problem(404, "UNKNOWN_GROUP", f"group {name!r} does not exist")
+        return group
+
+    def describe(self, name: str) -> dict[str, Any]:
+        group = self.group(name)
+        topics = self.manager.topics
+        partitions: set[TopicPartition] = set(group.offsets)
+        for topic in group.subscribed():
+            if topic in topics:
+                partitions.update((topic, p) for p in range(len(topics[topic].partitions)))
+        rows = []
+        total = 0
+        for topic, p in sorted(partitions):
+            if topic not in topics or p >= len(topics[topic].partitions):
+                continue
+            end = topics[topic].partitions[p].high_watermark
+            committed = group.offsets.get((topic, p))
+            lag = None if committed is None else max(end - committed.offset, 0)
+            total += lag or 0
+            rows.append(
+                {
+                    "topic": topic,
+                    "partition": p,
+                    "committed_offset": None if committed is None else committed.offset,
+                    "log_end_offset": end,
+                    "lag": lag,
+                    "owner": group.owners.get((topic, p)),
+                }
+            )
+        return {
+            "group": name,
+            "state": group.state,
+            "generation": group.generation,
+            "assignor": group.assignor,
+            "members": [
+                {
+                    "member_id": m.member_id,
+                    "topics": list(m.topics),
+                    "session_timeout_ms": m.session_timeout_ms,
+                    "assignment": m.assignment(),
+                }
+                for m in sorted(group.members.values(), key=lambda m: m.member_id)
+            ],
+            "partitions": rows,
+            "lag": total,
+        }
+
+    def list_groups(self) -> list[dict[str, Any]]:
+        return [
+            {"group": g.name, "state": g.state, "members": len(g.members)}
+            for g in sorted(self.groups.values(), key=lambda g: g.name)
+            if g.members or g.offsets
+        ]

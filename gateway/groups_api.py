@@ -1,0 +1,247 @@
+"""Consumer-group routes: join, long-poll records, commit, leave, list, describe, reset offsets.
+
+Every input is checked here; the coordinator (gateway.group_coordinator) does the rest.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from aiohttp import web
+
+from engine.config import validate_topic_name
+from engine.errors import InvalidTopicName
+from gateway import codecs
+from gateway.assignors import ASSIGNORS
+from gateway.group_coordinator import OFFSET_RESETS, FetchLimits, GroupCoordinator
+from gateway.params import int_param, json_object, json_response, read_body
+from gateway.problems import Problem, bad_request
+from gateway.state import gateway_of
+
+MAX_GROUP_ID = 255
+MAX_TOPICS = 1000
+MAX_METADATA = 4096  # offset.metadata.max.bytes
+INT64_MAX = 2**63 - 1
+DEFAULT_SESSION_TIMEOUT_MS = 45_000  # session.timeout.ms
+_ENCODER = msgspec.json.Encoder()
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_get("/v1/groups", list_groups)
+    app.router.add_get("/v1/groups/{group}", describe_group)
+    app.router.add_put("/v1/groups/{group}/offsets", reset_offsets)
+    app.router.add_post("/v1/groups/{group}/members", join)
+    app.router.add_get("/v1/groups/{group}/members/{member}/records", fetch)
+    app.router.add_post("/v1/groups/{group}/members/{member}/commit", commit)
+    app.router.add_delete("/v1/groups/{group}/members/{member}", leave)
+
+
+def _coordinator(request: web.Request) -> GroupCoordinator:
+    return gateway_of(request).groups
+
+
+def _group(request: web.Request) -> str:
+    name = request.match_info["group"]
+    if not 1 <= len(name) <= MAX_GROUP_ID or not name.isprintable():
+        raise bad_request(
+            f"a group id is 1 to {MAX_GROUP_ID} printable characters", "INVALID_GROUP_ID"
+        )
+    return name
+
+
+def _fields(doc: dict[str, Any], allowed: set[str]) -> None:
+    unknown = sorted(set(doc) - allowed)
+    if unknown:
+        raise bad_request(
+            f"unknown fields {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}",
+            "INVALID_REQUEST",
+        )
+
+
+def _int(doc: dict[str, Any], name: str, minimum: int, maximum: int, where: str = "") -> int:
+    value = doc.get(name)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise bad_request(f"{where}{name} must be an integer", "INVALID_PARAMETER")
+    if not minimum <= value <= maximum:
+        raise bad_request(
+            f"{where}{name} must be between {minimum} and {maximum}, got {value}",
+            "INVALID_PARAMETER",
+        )
+    return value
+
+
+def _topic(value: object, where: str) -> str:
+    try:
+        return validate_topic_name(value)
+    except InvalidTopicName as exc:
+        raise bad_request(f"{where}: {exc}", "INVALID_TOPIC_NAME") from None
+
+
+async def join(request: web.Request) -> web.Response:
+    gateway = gateway_of(request)
+    settings = gateway.settings
+    name = _group(request)
+    doc = await json_object(request, settings)
+    _fields(doc, {"topics", "session_timeout_ms", "auto_offset_reset", "auto_commit", "assignor"})
+    topics = doc.get("topics")
+    if not isinstance(topics, list) or not 1 <= len(topics) <= MAX_TOPICS:
+        raise bad_request(f"topics must be a list of 1 to {MAX_TOPICS} topic names")
+    names = tuple(dict.fromkeys(_topic(t, f"topics[{i}]") for i, t in enumerate(topics)))
+    session = DEFAULT_SESSION_TIMEOUT_MS
+    if "session_timeout_ms" in doc:
+        session = _int(
+            doc,
+            "session_timeout_ms",
+            settings.group_min_session_timeout_ms,
+            settings.group_max_session_timeout_ms,
+        )
+    reset = doc.get("auto_offset_reset", "latest")
+    if reset not in OFFSET_RESETS:
+        raise bad_request(
+            f"auto_offset_reset must be one of {', '.join(OFFSET_RESETS)}", "INVALID_PARAMETER"
+        )
+    auto_commit = doc.get("auto_commit", True)
+    if not isinstance(auto_commit, bool):
+        raise bad_request("auto_commit must be true or false", "INVALID_PARAMETER")
+    assignor = doc.get("assignor")
+    if assignor is not None and assignor not in ASSIGNORS:
+        raise bad_request(f"assignor must be one of {', '.join(ASSIGNORS)}", "INVALID_PARAMETER")
+    group, member = _coordinator(request).join(name, names, session, reset, auto_commit, assignor)
+    return json_response(
+        {
+            "member_id": member.member_id,
+            "generation": group.generation,
+            "assignment": member.assignment(),
+            "assignor": group.assignor,
+            "session_timeout_ms": member.session_timeout_ms,
+        },
+        201,
+    )
+
+
+async def fetch(request: web.Request) -> web.Response:
+    gateway = gateway_of(request)
+    settings = gateway.settings
+    name = _group(request)
+    accept = codecs.negotiate(request.headers.get("Accept", ""), (codecs.JSON,), codecs.JSON)
+    if accept is None:
+        raise Problem(406, "NOT_ACCEPTABLE", f"Accept allows none of {codecs.JSON}")
+    limits = FetchLimits(
+        max_records=int_param(
+            request, "max_records", settings.default_fetch_records, 1, settings.max_fetch_records
+        ),
+        max_bytes=int_param(
+            request, "max_bytes", settings.default_fetch_bytes, 1, settings.max_fetch_bytes
+        ),
+        min_bytes=int_param(request, "min_bytes", 1, 0, settings.max_fetch_bytes),
+        timeout_ms=int_param(
+            request, "timeout_ms", settings.default_fetch_wait_ms, 0, settings.max_wait_ms
+        ),
+    )
+    if gateway.notifier.parked >= settings.max_parked_fetches:
+        raise Problem(
+            503,
+            "TOO_MANY_WAITING_FETCHES",
+            "too many long-polls are parked on this node; retry shortly",
+            headers={"Retry-After": "1"},
+        )
+    answer = await _coordinator(request).fetch(name, request.match_info["member"], limits)
+    metrics = gateway.metrics
+    for topic, count in answer.counts.items():
+        metrics.records_out.labels(topic).inc(count)
+    body = _ENCODER.encode(
+        {
+            "records": answer.records,
+            "assignment": answer.assignment,
+            "generation": answer.generation,
+        }
+    )
+    return web.Response(body=body, content_type=codecs.JSON)
+
+
+def _offsets(doc: dict[str, Any]) -> list[tuple[tuple[str, int], int, str]]:
+    _fields(doc, {"offsets", "generation"})
+    items = doc.get("offsets")
+    if not isinstance(items, list) or not items:
+        raise bad_request("offsets must be a non-empty list of {topic, partition, offset}")
+    out: dict[tuple[str, int], tuple[tuple[str, int], int, str]] = {}
+    for i, item in enumerate(items):
+        where = f"offsets[{i}]."
+        if not isinstance(item, dict):
+            raise bad_request(f"offsets[{i}] must be an object")
+        _fields(item, {"topic", "partition", "offset", "metadata"})
+        topic = _topic(item.get("topic"), f"offsets[{i}].topic")
+        partition = _int(item, "partition", 0, 2**31 - 1, where)
+        offset = _int(item, "offset", 0, INT64_MAX, where)
+        metadata = item.get("metadata", "")
+        if not isinstance(metadata, str) or len(metadata.encode()) > MAX_METADATA:
+            raise bad_request(f"{where}metadata must be a string of at most {MAX_METADATA} bytes")
+        out[(topic, partition)] = ((topic, partition), offset, metadata)
+    return list(out.values())
+
+
+async def commit(request: web.Request) -> web.Response:
+    gateway = gateway_of(request)
+    name = _group(request)
+    body = await read_body(request, gateway.settings)
+    offsets = None
+    generation = None
+    if body.strip():
+        doc = await json_object(request, gateway.settings)
+        if "generation" in doc:
+            generation = _int(doc, "generation", 0, INT64_MAX)
+        if "offsets" in doc or set(doc) - {"generation"}:
+            offsets = _offsets(doc)
+    committed = _coordinator(request).commit(
+        name, request.match_info["member"], offsets, generation
+    )
+    return json_response(
+        {"offsets": [{"topic": t, "partition": p, "offset": o} for (t, p), o in committed]}
+    )
+
+
+async def leave(request: web.Request) -> web.Response:
+    _coordinator(request).leave(_group(request), request.match_info["member"])
+    return web.Response(status=204)
+
+
+async def list_groups(request: web.Request) -> web.Response:
+    return json_response({"groups": _coordinator(request).list_groups()})
+
+
+async def describe_group(request: web.Request) -> web.Response:
+    return json_response(_coordinator(request).describe(_group(request)))
+
+
+async def reset_offsets(request: web.Request) -> web.Response:
+    gateway = gateway_of(request)
+    name = _group(request)
+    doc = await json_object(request, gateway.settings)
+    _fields(doc, {"topic", "partitions", "to"})
+    topic = _topic(doc.get("topic"), "topic")
+    partitions = doc.get("partitions")
+    if partitions is not None:
+        if not isinstance(partitions, list) or not partitions:
+            raise bad_request("partitions must be a non-empty list of partition numbers")
+        for i, p in enumerate(partitions):
+            if isinstance(p, bool) or not isinstance(p, int) or p < 0:
+                raise bad_request(f"partitions[{i}] must be a partition number")
+        partitions = sorted(set(partitions))
+    to = doc.get("to")
+    if isinstance(to, dict):
+        _fields(to, {"timestamp"})
+        _int(to, "timestamp", 0, INT64_MAX, "to.")
+    elif isinstance(to, bool) or not (
+        to in ("earliest", "latest") or (isinstance(to, int) and 0 <= to <= INT64_MAX)
+    ):
+        raise bad_request(
+            'to must be "earliest", "latest", an offset or {"timestamp": ms}', "INVALID_PARAMETER"
+        )
+    reset = _coordinator(request).reset_offsets(name, topic, partitions, to)
+    return json_response(
+        {
+            "group": name,
+            "offsets": [{"topic": t, "partition": p, "offset": o} for (t, p), o in reset],
+        }
+    )

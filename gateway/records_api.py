@@ -23,6 +23,7 @@ from gateway.params import (
 from gateway.problems import Problem, bad_request
 from gateway.produce import ProduceRequest
 from gateway.state import Gateway, gateway_of
+from gateway.topics_api import refuse_internal
 
 ACKS = ("0", "1", "all", "-1")
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -47,6 +48,7 @@ async def _ensure_topic(gateway: Gateway, name: str) -> None:
 async def produce(request: web.Request) -> web.Response:
     gateway = gateway_of(request)
     name = request.match_info["topic"]
+    refuse_internal(name, "producing to it")
     partition = partition_param(request) if "partition" in request.match_info else None
     if request.content_type not in codecs.PRODUCE_TYPES:
         raise Problem(
@@ -192,6 +194,7 @@ async def offsets(request: web.Request) -> web.Response:
 async def delete_records(request: web.Request) -> web.Response:
     gateway = gateway_of(request)
     log = gateway.manager.log(request.match_info["topic"], partition_param(request))
+    refuse_internal(log.topic, "deleting its records")
     doc = await json_object(request, gateway.settings)
     before = doc.get("before_offset")
     if isinstance(before, bool) or not isinstance(before, int):

@@ -8,12 +8,14 @@ from typing import Any
 from aiohttp import web
 
 from engine.manager import Topic, check_partition_count
-from gateway.params import json_object, json_response
+from engine.offsets_topic import OFFSETS_TOPIC
+from gateway.params import choice_param, json_object, json_response
 from gateway.problems import Problem, bad_request
 from gateway.state import gateway_of
 
 _CREATE_FIELDS = {"name", "partitions", "replication_factor", "configs"}
 _ALTER_FIELDS = {"partitions", "configs"}
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
 
 
 def add_routes(app: web.Application) -> None:
@@ -81,13 +83,24 @@ async def create_topic(request: web.Request) -> web.Response:
     return json_response(describe(topic, gateway.settings.node_id), status=201)
 
 
+def refuse_internal(name: str, action: str) -> None:
+    """The offsets topic is written only by the group coordinator, and its partition count
+    decides where every group lives."""
+    if name in INTERNAL_TOPICS:
+        raise Problem(403, "INTERNAL_TOPIC", f"{name!r} is an internal topic; {action} is refused")
+
+
 async def list_topics(request: web.Request) -> web.Response:
+    """User topics; `internal=true` adds the internal ones (kafka-topics' --exclude-internal,
+    the other way round)."""
     topics = gateway_of(request).manager.topics
+    internal = choice_param(request, "internal", "false", ("true", "false")) == "true"
     return json_response(
         {
             "topics": [
                 {"name": t.name, "partitions": len(t.partitions)}
                 for t in sorted(topics.values(), key=lambda t: t.name)
+                if internal or t.name not in INTERNAL_TOPICS
             ]
         }
     )
@@ -109,6 +122,8 @@ async def alter_topic(request: web.Request) -> web.Response:
     grow = False
     if "partitions" in doc:
         check_partition_count(doc["partitions"])
+        if doc["partitions"] != len(topic.partitions):
+            refuse_internal(name, "changing its partition count")
         grow = doc["partitions"] != len(topic.partitions)
         if grow:
             check_partition_count(doc["partitions"], more_than=len(topic.partitions))
@@ -116,6 +131,7 @@ async def alter_topic(request: web.Request) -> web.Response:
         topic = gateway.manager.alter_topic_configs(name, _configs(doc))
     if grow:
         topic = await asyncio.to_thread(gateway.manager.add_partitions, name, doc["partitions"])
+        gateway.groups.topics_changed()
     return json_response(describe(topic, gateway.settings.node_id))
 
 
@@ -123,8 +139,10 @@ async def delete_topic(request: web.Request) -> web.Response:
     gateway = gateway_of(request)
     name = request.match_info["topic"]
     topic = gateway.manager.topic(name)
+    refuse_internal(name, "deleting it")
     await asyncio.to_thread(gateway.manager.delete_topic, name)
     for log in topic.partitions:
         gateway.notifier.unwatch(log)
     gateway.idempotency.forget_topic(name)
+    gateway.groups.topics_changed(deleted=name)
     return web.Response(status=204)

@@ -105,7 +105,7 @@ async def join(request: web.Request) -> web.Response:
     if not isinstance(auto_commit, bool):
         raise bad_request("auto_commit must be true or false", "INVALID_PARAMETER")
     assignor = doc.get("assignor")
-    if assignor is not None and assignor not in ASSIGNORS:
+    if assignor is not None and (not isinstance(assignor, str) or assignor not in ASSIGNORS):
         raise bad_request(f"assignor must be one of {', '.join(ASSIGNORS)}", "INVALID_PARAMETER")
     group, member = _coordinator(request).join(name, names, session, reset, auto_commit, assignor)
     return json_response(

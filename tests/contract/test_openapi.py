@@ -54,6 +54,8 @@ FETCH_ACCEPTS = ("application/json", NDJSON, RECORD_BATCH, "*/*", "text/csv")
 MAX_CREATED_PARTITIONS = 8  # generated partition counts are folded into 1..8 (see _adapt)
 MAX_FETCH_WAIT_MS = 50  # generated long-poll waits are folded into 0..49 (see _adapt)
 VALID_IDEMPOTENCY_KEY = re.compile(r"[!-~]([ -~]*[!-~])?")
+GROUP = "contract-group"  # joined by MEMBERS at the start; generated group ids mostly become it
+MEMBERS: list[str] = []  # its members' ids (long sessions), filled by _seed_group
 
 # -- schemathesis: the spec, the two non-JSON media types and the checks ---------------------
 
@@ -189,6 +191,8 @@ def _adapt(case: Case) -> None:
         _adapt_fetch(case)
     if isinstance(case.body, dict) and path in ("/v1/topics", "/v1/topics/{topic}"):
         _adapt_topic_body(case.body)
+    if isinstance(case.body, dict) and path.startswith("/v1/groups/"):
+        _adapt_group_body(case.body)
     key = case.headers.get("Idempotency-Key") if case.headers else None
     if isinstance(key, str) and VALID_IDEMPOTENCY_KEY.fullmatch(key):
         case.headers["Idempotency-Key"] = f"{key[:200]}-{next(_unique)}"
@@ -203,6 +207,23 @@ def _adapt_path(params: dict[str, Any] | None, *, topic_admin: bool) -> None:
         params["topic"] = _pick_topic(params["topic"], pool)
     if "partition" in params:
         params["partition"] = _fold(params["partition"], 4)
+    if "group" in params:
+        params["group"] = _pick_topic(params["group"], (GROUP,))
+    if "member" in params and MEMBERS:
+        params["member"] = _pick_topic(params["member"], tuple(MEMBERS))
+
+
+def _adapt_group_body(body: dict[str, Any]) -> None:
+    """Joins and commits name the fixture topics (mostly); members join with long sessions."""
+    if isinstance(body.get("topics"), list):
+        body["topics"] = [_pick_topic(t, FIXTURE_TOPICS) for t in body["topics"]]
+    if "topic" in body:
+        body["topic"] = _pick_topic(body["topic"], FIXTURE_TOPICS)
+    for item in body.get("offsets") or []:
+        if isinstance(item, dict) and "topic" in item:
+            item["topic"] = _pick_topic(item["topic"], FIXTURE_TOPICS)
+            item["partition"] = _fold(item.get("partition"), 4)
+            item["offset"] = _fold(item.get("offset"), 16)
 
 
 def _adapt_fetch(case: Case) -> None:
@@ -357,6 +378,18 @@ def _seed_topics(server: Server) -> None:
                 _produce_samples(client, name, partition)
 
 
+def _seed_group(server: Server) -> None:
+    """GROUP with two members on the fixture topics, for generated group requests to hit."""
+    with httpx.Client(base_url=server.url, timeout=10.0) as client:
+        for _ in range(2):
+            answer = client.post(
+                f"/v1/groups/{GROUP}/members",
+                json={"topics": list(FIXTURE_TOPICS), "session_timeout_ms": 1_800_000},
+            )
+            assert answer.status_code == 201, answer.text
+            MEMBERS.append(answer.json()["member_id"])
+
+
 def _produce_samples(client: httpx.Client, topic: str, partition: int) -> None:
     """JSON values, a tombstone, raw bytes and non-UTF-8 keys and headers, in every format."""
     url = f"/v1/topics/{topic}/partitions/{partition}/records"
@@ -388,6 +421,7 @@ def _produce_samples(client: httpx.Client, topic: str, partition: int) -> None:
 def live(server: Server) -> Server:
     """The module's gateway, with its topics created and seeded."""
     _seed_topics(server)
+    _seed_group(server)
     return server
 
 
@@ -436,6 +470,41 @@ def test_fetch_formats_conform(live: Server, accept: str) -> None:
         assert records[3]["value_encoding"] == "base64"
         assert base64.b64decode(records[3]["value"]) == b"\xff\x00raw"
         assert records[4]["key_encoding"] == "base64"
+
+
+def test_group_answers_conform(live: Server) -> None:
+    """A member's join, fetch (JSON, tombstones, raw bytes), commit and the group views."""
+    base = f"{live.url}/v1/groups/contract-samples-group"
+    joined = requests.post(
+        f"{base}/members",
+        json={"topics": [SAMPLES], "auto_offset_reset": "earliest", "auto_commit": False},
+        timeout=10,
+    )
+    schema["/v1/groups/{group}/members"]["POST"].validate_response(joined)
+    member = joined.json()["member_id"]
+    fetched = requests.get(f"{base}/members/{member}/records", params={"timeout_ms": 0}, timeout=10)
+    schema["/v1/groups/{group}/members/{member}/records"]["GET"].validate_response(fetched)
+    records = fetched.json()["records"]
+    assert records[0]["topic"] == SAMPLES
+    assert records[0]["value"] == {"n": 1, "tags": ["a", "b"]}
+    assert records[3]["value_encoding"] == "base64"
+    committed = requests.post(f"{base}/members/{member}/commit", timeout=10)
+    schema["/v1/groups/{group}/members/{member}/commit"]["POST"].validate_response(committed)
+    assert committed.json()["offsets"] == [
+        {"topic": SAMPLES, "partition": 0, "offset": records[-1]["offset"] + 1}
+    ]
+    described = requests.get(base, timeout=10)
+    schema["/v1/groups/{group}"]["GET"].validate_response(described)
+    assert described.json()["state"] == "Stable"
+    listed = requests.get(f"{live.url}/v1/groups", timeout=10)
+    schema["/v1/groups"]["GET"].validate_response(listed)
+    refused = requests.put(f"{base}/offsets", json={"topic": SAMPLES, "to": 0}, timeout=10)
+    schema["/v1/groups/{group}/offsets"]["PUT"].validate_response(refused)
+    assert refused.status_code == 409
+    assert requests.delete(f"{base}/members/{member}", timeout=10).status_code == 204
+    reset = requests.put(f"{base}/offsets", json={"topic": SAMPLES, "to": "earliest"}, timeout=10)
+    schema["/v1/groups/{group}/offsets"]["PUT"].validate_response(reset)
+    assert reset.json()["offsets"][0]["offset"] == 0
 
 
 def test_problem_members_conform(live: Server) -> None:

@@ -259,6 +259,9 @@ class GroupCoordinator:
         deleted topic's committed offsets go too (tombstones), as in Kafka."""
         for group in list(self.groups.values()):
             if deleted is not None:
+                for member in group.members.values():
+                    for tp in [tp for tp in member.owned if tp[0] == deleted]:
+                        self._release(group, member, tp)
                 gone = [tp for tp in group.offsets if tp[0] == deleted]
                 if gone:
                     self._write(group.name, [(self._key(group.name, tp), None) for tp in gone])
@@ -359,11 +362,12 @@ class GroupCoordinator:
                     or self.notifier.closing
                 ):
                     return self._deliver(group, member, answer)
-                member.wake = self._loop.create_future()
+                wake = member.wake = self._loop.create_future()
                 try:
-                    await self.notifier.wait_any(self._logs(member.owned), remaining, member.wake)
+                    await self.notifier.wait_any(self._logs(member.owned), remaining, wake)
                 finally:
-                    member.wake = None
+                    if member.wake is wake:
+                        member.wake = None
         finally:
             member.fetching -= 1
             if group.members.get(member_id) is member and not member.fetching:

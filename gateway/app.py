@@ -67,6 +67,7 @@ async def _open(app: web.Application) -> None:
         settings.offsets_topic_partitions,
         settings.group_min_session_timeout_ms,
         settings.group_max_session_timeout_ms,
+        settings.group_max_members,
     )
     stored = await asyncio.to_thread(offsets_topic.replay, groups.offsets.partitions)
     groups.restore(stored)

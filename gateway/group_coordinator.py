@@ -35,6 +35,7 @@ from gateway.problems import Problem
 
 OFFSET_RESETS = ("earliest", "latest", "none")
 LEADER_EPOCH = 0
+METADATA_OVERHEAD = 4096  # the batch and record headers, the key, and slack
 
 
 def unknown_member(group: str, member_id: str) -> Problem:
@@ -148,12 +149,14 @@ class GroupCoordinator:
         offsets_partitions: int,
         min_session_timeout_ms: int,
         max_session_timeout_ms: int,
+        max_members: int,
     ) -> None:
         self.manager = manager
         self.notifier = notifier
         self.offsets = offsets_topic.ensure_topic(manager, offsets_partitions)
         self.min_session_timeout_ms = min_session_timeout_ms
         self.max_session_timeout_ms = max_session_timeout_ms
+        self.max_members = max_members
         self.groups: dict[str, Group] = {}
         self._loop = asyncio.get_running_loop()
 
@@ -209,23 +212,51 @@ class GroupCoordinator:
         for topic in topics:
             self.manager.topic(topic)
         group = self.groups.get(name) or Group(name)
-        if assignor is not None and assignor != group.assignor:
-            if group.members:
-                raise Problem(
-                    409,
-                    "INCONSISTENT_ASSIGNOR",
-                    f"group {name!r} uses the {group.assignor!r} assignor while it has "
-                    f"members; {assignor!r} can be chosen once it is empty",
-                )
-            group.assignor = assignor
-        self.groups[name] = group
+        if assignor is not None and assignor != group.assignor and group.members:
+            raise Problem(
+                409,
+                "INCONSISTENT_ASSIGNOR",
+                f"group {name!r} uses the {group.assignor!r} assignor while it has "
+                f"members; {assignor!r} can be chosen once it is empty",
+            )
         member = Member(
             uuid.uuid4().hex, topics, session_timeout_ms, auto_offset_reset, auto_commit
         )
+        self._check_room(group, member)
+        if assignor is not None:
+            group.assignor = assignor
+        self.groups[name] = group
         group.members[member.member_id] = member
         self._rebalance(group)
         self._schedule_expiry(group, member)
         return group, member
+
+    def _check_room(self, group: Group, member: Member) -> None:
+        """Refuse a member the group cannot hold: past `max_members`, or one whose group
+        metadata record would outgrow the offsets topic's max.message.bytes."""
+        if len(group.members) >= self.max_members:
+            raise Problem(
+                409,
+                "GROUP_MAX_SIZE_REACHED",
+                f"group {group.name!r} has {len(group.members)} members, the most it may have",
+            )
+        topics = self.manager.topics
+        assignment_bytes = 12 * sum(len(topics[t].partitions) for t in member.topics)
+        size = (
+            len(orjson.dumps(self._metadata(group)))
+            + len(orjson.dumps(member.stored()))
+            + assignment_bytes
+            + METADATA_OVERHEAD
+        )
+        limit = self.offsets.config.max_message_bytes
+        if size > limit:
+            raise Problem(
+                413,
+                "GROUP_METADATA_TOO_LARGE",
+                f"with this member, group {group.name!r}'s metadata would take about {size} "
+                f"bytes, more than the {limit} bytes a record of {offsets_topic.OFFSETS_TOPIC} "
+                "may have",
+            )
 
     def leave(self, name: str, member_id: str) -> None:
         """A member leaves: with auto_commit, what it was delivered is committed first."""
@@ -550,14 +581,18 @@ class GroupCoordinator:
     def _key(group: str, tp: TopicPartition) -> bytes:
         return offsets_topic.offset_key(group, *tp)
 
-    def _write_metadata(self, group: Group) -> None:
-        doc = {
+    @staticmethod
+    def _metadata(group: Group) -> dict[str, Any]:
+        return {
             "generation": group.generation,
             "assignor": group.assignor,
             "partition_counts": group.partition_counts,
             "members": [m.stored() for m in group.members.values()],
         }
-        self._write(group.name, [(offsets_topic.group_key(group.name), orjson.dumps(doc))])
+
+    def _write_metadata(self, group: Group) -> None:
+        doc = orjson.dumps(self._metadata(group))
+        self._write(group.name, [(offsets_topic.group_key(group.name), doc)])
 
     def _write(self, group: str, records: list[tuple[bytes, bytes | None]]) -> None:
         """Append to the group's offsets partition; on this single node, committed at once."""

@@ -31,3 +31,4 @@ class Settings:
     offsets_topic_partitions: int = 50  # offsets.topic.num.partitions
     group_min_session_timeout_ms: int = 1_000  # group.min.session.timeout.ms (Kafka: 6 s)
     group_max_session_timeout_ms: int = 1_800_000  # group.max.session.timeout.ms
+    group_max_members: int = 1_000  # group.max.size (Kafka: unbounded)

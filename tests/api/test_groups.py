@@ -613,3 +613,30 @@ async def test_groups_survive_a_restart(start: Start) -> None:
     c = (await join(client))["member_id"]
     assert (await describe_group(client))["generation"] == before["generation"] + 1
     assert c != a
+
+
+async def test_group_size_is_bounded(start: Start) -> None:
+    client = await start(group_max_members=2)
+    await create_topic(client, "t", 1)
+    await join(client)
+    await join(client)
+    await problem(
+        await client.post(f"{G}/members", json={"topics": ["t"]}), 409, "GROUP_MAX_SIZE_REACHED"
+    )
+    assert len((await describe_group(client))["members"]) == 2
+
+
+async def test_group_metadata_must_fit_one_record(client: Client) -> None:
+    """A member whose group record would pass max.message.bytes is refused, nothing changed."""
+    names = [f"topic-{i:03d}-{'x' * 200}" for i in range(100)]
+    for name in names:
+        await create_topic(client, name, 1)
+    resp = await client.patch(
+        f"/v1/topics/{OFFSETS_TOPIC}", json={"configs": {"max.message.bytes": 20_000}}
+    )
+    assert resp.status == 200, await resp.text()
+    await join(client, topics=names[:10])
+    resp = await client.post(f"{G}/members", json={"topics": names})
+    await problem(resp, 413, "GROUP_METADATA_TOO_LARGE")
+    described = await describe_group(client)
+    assert (len(described["members"]), described["generation"]) == (1, 1)

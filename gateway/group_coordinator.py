@@ -111,6 +111,16 @@ def assignment_doc(partitions: Iterable[TopicPartition]) -> list[dict[str, Any]]
 
 
 @dataclass(frozen=True)
+class JoinRequest:
+    topics: tuple[str, ...]
+    session_timeout_ms: int
+    auto_offset_reset: str
+    auto_commit: bool
+    assignor: str | None = None  # None: the group's
+    instance_id: str | None = None  # a static member's chosen id (Kafka's group.instance.id)
+
+
+@dataclass(frozen=True)
 class FetchLimits:
     max_records: int
     max_bytes: int
@@ -200,19 +210,17 @@ class GroupCoordinator:
 
     # -- membership ----------------------------------------------------------------------------
 
-    def join(
-        self,
-        name: str,
-        topics: tuple[str, ...],
-        session_timeout_ms: int,
-        auto_offset_reset: str,
-        auto_commit: bool,
-        assignor: str | None,
-    ) -> tuple[Group, Member]:
-        for topic in topics:
+    def join(self, name: str, request: JoinRequest) -> tuple[Group, Member]:
+        """Add a member and rebalance. A static member (`instance_id`) joining again is the
+        same member restarted: it keeps its partitions, without a rebalance unless its topics
+        changed, and what it was delivered but did not commit comes again."""
+        for topic in request.topics:
             self.manager.topic(topic)
         group = self.groups.get(name) or Group(name)
-        if assignor is not None and assignor != group.assignor and group.members:
+        existing = group.members.get(request.instance_id or "")
+        others = len(group.members) - (existing is not None)
+        assignor = request.assignor
+        if assignor is not None and assignor != group.assignor and others:
             raise Problem(
                 409,
                 "INCONSISTENT_ASSIGNOR",
@@ -220,21 +228,39 @@ class GroupCoordinator:
                 f"members; {assignor!r} can be chosen once it is empty",
             )
         member = Member(
-            uuid.uuid4().hex, topics, session_timeout_ms, auto_offset_reset, auto_commit
+            request.instance_id or uuid.uuid4().hex,
+            request.topics,
+            request.session_timeout_ms,
+            request.auto_offset_reset,
+            request.auto_commit,
         )
-        self._check_room(group, member)
+        self._check_room(group, member, existing)
+        reassign = existing is None or existing.topics != member.topics
         if assignor is not None:
+            reassign = reassign or assignor != group.assignor
             group.assignor = assignor
         self.groups[name] = group
+        if existing is not None:
+            existing.fetch_turn += 1  # a fetch parked by the previous process answers empty
+            existing.poke()
+            existing.positions.clear()
+            existing.topics = member.topics
+            existing.session_timeout_ms = member.session_timeout_ms
+            existing.auto_offset_reset = member.auto_offset_reset
+            existing.auto_commit = member.auto_commit
+            member = existing
         group.members[member.member_id] = member
-        self._rebalance(group)
+        if reassign:
+            self._rebalance(group)
+        else:
+            self._write_metadata(group)
         self._schedule_expiry(group, member)
         return group, member
 
-    def _check_room(self, group: Group, member: Member) -> None:
+    def _check_room(self, group: Group, member: Member, replacing: Member | None) -> None:
         """Refuse a member the group cannot hold: past `max_members`, or one whose group
         metadata record would outgrow the offsets topic's max.message.bytes."""
-        if len(group.members) >= self.max_members:
+        if replacing is None and len(group.members) >= self.max_members:
             raise Problem(
                 409,
                 "GROUP_MAX_SIZE_REACHED",

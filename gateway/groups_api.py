@@ -14,7 +14,7 @@ from engine.config import validate_topic_name
 from engine.errors import InvalidTopicName
 from gateway import codecs
 from gateway.assignors import ASSIGNORS
-from gateway.group_coordinator import OFFSET_RESETS, FetchLimits, GroupCoordinator
+from gateway.group_coordinator import OFFSET_RESETS, FetchLimits, GroupCoordinator, JoinRequest
 from gateway.params import int_param, json_object, json_response, read_body
 from gateway.problems import Problem, bad_request
 from gateway.state import gateway_of
@@ -24,6 +24,14 @@ MAX_TOPICS = 1000
 MAX_METADATA = 4096  # offset.metadata.max.bytes
 INT64_MAX = 2**63 - 1
 DEFAULT_SESSION_TIMEOUT_MS = 45_000  # session.timeout.ms
+JOIN_FIELDS = {
+    "topics",
+    "session_timeout_ms",
+    "auto_offset_reset",
+    "auto_commit",
+    "assignor",
+    "instance_id",
+}
 _ENCODER = msgspec.json.Encoder()
 
 
@@ -41,11 +49,21 @@ def _coordinator(request: web.Request) -> GroupCoordinator:
     return gateway_of(request).groups
 
 
+def _valid_id(value: object) -> bool:
+    return (
+        isinstance(value, str)
+        and 1 <= len(value) <= MAX_GROUP_ID
+        and value.isprintable()
+        and "/" not in value
+    )
+
+
 def _group(request: web.Request) -> str:
     name = request.match_info["group"]
-    if not 1 <= len(name) <= MAX_GROUP_ID or not name.isprintable():
+    if not _valid_id(name):
         raise bad_request(
-            f"a group id is 1 to {MAX_GROUP_ID} printable characters", "INVALID_GROUP_ID"
+            f"a group id is 1 to {MAX_GROUP_ID} printable characters without '/'",
+            "INVALID_GROUP_ID",
         )
     return name
 
@@ -83,7 +101,7 @@ async def join(request: web.Request) -> web.Response:
     settings = gateway.settings
     name = _group(request)
     doc = await json_object(request, settings)
-    _fields(doc, {"topics", "session_timeout_ms", "auto_offset_reset", "auto_commit", "assignor"})
+    _fields(doc, JOIN_FIELDS)
     topics = doc.get("topics")
     if not isinstance(topics, list) or not 1 <= len(topics) <= MAX_TOPICS:
         raise bad_request(f"topics must be a list of 1 to {MAX_TOPICS} topic names")
@@ -107,7 +125,15 @@ async def join(request: web.Request) -> web.Response:
     assignor = doc.get("assignor")
     if assignor is not None and (not isinstance(assignor, str) or assignor not in ASSIGNORS):
         raise bad_request(f"assignor must be one of {', '.join(ASSIGNORS)}", "INVALID_PARAMETER")
-    group, member = _coordinator(request).join(name, names, session, reset, auto_commit, assignor)
+    instance_id = doc.get("instance_id")
+    if instance_id is not None and not _valid_id(instance_id):
+        raise bad_request(
+            f"instance_id must be 1 to {MAX_GROUP_ID} printable characters without '/'",
+            "INVALID_PARAMETER",
+        )
+    group, member = _coordinator(request).join(
+        name, JoinRequest(names, session, reset, auto_commit, assignor, instance_id)
+    )
     return json_response(
         {
             "member_id": member.member_id,

@@ -640,3 +640,30 @@ async def test_group_metadata_must_fit_one_record(client: Client) -> None:
     await problem(resp, 413, "GROUP_METADATA_TOO_LARGE")
     described = await describe_group(client)
     assert (len(described["members"]), described["generation"]) == (1, 1)
+
+
+async def test_a_static_member_rejoins_without_a_rebalance(client: Client) -> None:
+    """instance_id (Kafka's group.instance.id) names the member; joining again with it is a
+    restarted client: same partitions, same generation, uncommitted records again."""
+    await create_topic(client, "t", 2)
+    await create_topic(client, "u", 1)
+    await fill(client, 2, 2)
+    first = await join(client, instance_id="worker-1", auto_commit=False)
+    other = await join(client, instance_id="worker-2")
+    assert (first["member_id"], other["member_id"]) == ("worker-1", "worker-2")
+    await poll(client, "worker-2")
+    delivered = await poll(client, "worker-1")
+    assert len(delivered["records"]) == 2
+    parked = asyncio.ensure_future(poll(client, "worker-1", timeout_ms=10_000))
+    await wait_until(lambda: parked_member(client, "worker-1"))
+    again = await join(client, instance_id="worker-1", auto_commit=False)
+    assert (await parked)["records"] == []  # the old process's fetch ends
+    assert again["generation"] == other["generation"]
+    assert partitions(again) == partitions(delivered)
+    assert seen((await poll(client, "worker-1"))["records"]) == seen(delivered["records"])
+    moved = await join(client, instance_id="worker-1", topics=["t", "u"])
+    assert moved["generation"] == other["generation"] + 1
+    assert ("u", 0) in partitions(moved)
+    for bad in ("", "a/b", "x" * 256, 7, "tab\there"):
+        resp = await client.post(f"{G}/members", json={"topics": ["t"], "instance_id": bad})
+        await problem(resp, 400, "INVALID_PARAMETER")

@@ -103,6 +103,7 @@ async def _release_long_polls(app: web.Application) -> None:
 
 async def _close(app: web.Application) -> None:
     gateway = app[GATEWAY]
+    gateway.groups.flush()
     await gateway.background.stop()
     await asyncio.to_thread(gateway.manager.close)
     log.info("data directory closed cleanly")

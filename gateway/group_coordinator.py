@@ -17,7 +17,7 @@ import asyncio
 import itertools
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -35,6 +35,7 @@ from gateway.problems import Problem
 
 OFFSET_RESETS = ("earliest", "latest", "none")
 LEADER_EPOCH = 0
+AUTO_COMMIT_WRITE_S = 1.0  # auto-commits reach the log within this (auto.commit.interval.ms)
 METADATA_OVERHEAD = 4096  # the batch and record headers, the key, and slack
 
 
@@ -91,6 +92,8 @@ class Group:
     offsets: dict[TopicPartition, CommittedOffset] = field(default_factory=dict)
     owners: dict[TopicPartition, str] = field(default_factory=dict)
     partition_counts: dict[str, int] = field(default_factory=dict)  # as last assigned
+    unwritten: dict[TopicPartition, CommittedOffset] = field(default_factory=dict)
+    write_timer: asyncio.TimerHandle | None = None
 
     @property
     def state(self) -> Literal["Empty", "Rebalancing", "Stable"]:
@@ -168,6 +171,7 @@ class GroupCoordinator:
         self.max_session_timeout_ms = max_session_timeout_ms
         self.max_members = max_members
         self.groups: dict[str, Group] = {}
+        self._offsets_logs: dict[str, PartitionLog] = {}  # each group's partition, once found
         self._loop = asyncio.get_running_loop()
 
     # -- start ---------------------------------------------------------------------------------
@@ -202,6 +206,7 @@ class GroupCoordinator:
             self.groups[name] = group
 
     def close(self) -> None:
+        """Shutting down: no more expiries; parked member fetches answer now."""
         for group in self.groups.values():
             for member in group.members.values():
                 if member.expiry is not None:
@@ -324,6 +329,7 @@ class GroupCoordinator:
                     self._write(group.name, [(self._key(group.name, tp), None) for tp in gone])
                     for tp in gone:
                         del group.offsets[tp]
+                        group.unwritten.pop(tp, None)
             if group.members and group.partition_counts != self._partition_counts(group):
                 self._rebalance(group)
 
@@ -402,7 +408,7 @@ class GroupCoordinator:
             member.expiry = None
         try:
             if member.auto_commit:
-                self._commit_positions(group, member)
+                self._commit_positions(group, member, durable=False)
             deadline = self._loop.time() + limits.timeout_ms / 1000
             while True:
                 if group.members.get(member_id) is not member:
@@ -544,14 +550,16 @@ class GroupCoordinator:
         self._store_offsets(group, [(tp, offset, meta) for tp, offset, meta in offsets])
         return [(tp, offset) for tp, offset, _ in offsets]
 
-    def _commit_positions(self, group: Group, member: Member) -> list[tuple[TopicPartition, int]]:
+    def _commit_positions(
+        self, group: Group, member: Member, *, durable: bool = True
+    ) -> list[tuple[TopicPartition, int]]:
         positions = sorted((tp, pos) for tp, pos in member.positions.items() if tp in member.owned)
         changed = [
             (tp, pos, "")
             for tp, pos in positions
             if (c := group.offsets.get(tp)) is None or c.offset != pos
         ]
-        self._store_offsets(group, changed)
+        self._store_offsets(group, changed, durable=durable)
         return positions
 
     def reset_offsets(
@@ -590,16 +598,45 @@ class GroupCoordinator:
             raise OffsetOutOfRange(to, log.log_start_offset, log.high_watermark)
         return to
 
-    def _store_offsets(self, group: Group, offsets: list[tuple[TopicPartition, int, str]]) -> None:
+    def _store_offsets(
+        self,
+        group: Group,
+        offsets: list[tuple[TopicPartition, int, str]],
+        *,
+        durable: bool = True,
+    ) -> None:
+        """Commit offsets: at once in memory (hand-overs and views use them); in the log now,
+        or, for auto-commits (`durable=False`), with the group's next write, at most
+        AUTO_COMMIT_WRITE_S later, as Kafka's consumers auto-commit on an interval."""
         if not offsets:
             return
         now = int(time.time() * 1000)
-        committed = [(tp, CommittedOffset(offset, meta, now)) for tp, offset, meta in offsets]
-        self._write(
-            group.name,
-            [(self._key(group.name, tp), offsets_topic.offset_value(c)) for tp, c in committed],
-        )
+        committed = {tp: CommittedOffset(offset, meta, now) for tp, offset, meta in offsets}
         group.offsets.update(committed)
+        group.unwritten.update(committed)
+        if durable:
+            self._write_offsets(group)
+        elif group.write_timer is None:
+            group.write_timer = self._loop.call_later(
+                AUTO_COMMIT_WRITE_S, self._write_offsets, group
+            )
+
+    def _write_offsets(self, group: Group) -> None:
+        if group.write_timer is not None:
+            group.write_timer.cancel()
+            group.write_timer = None
+        if group.unwritten:
+            records = [
+                (self._key(group.name, tp), offsets_topic.offset_value(c))
+                for tp, c in group.unwritten.items()
+            ]
+            group.unwritten.clear()
+            self._write(group.name, records)
+
+    def flush(self) -> None:
+        """Write every auto-commit still held in memory (at shutdown)."""
+        for group in self.groups.values():
+            self._write_offsets(group)
 
     # -- the offsets topic ---------------------------------------------------------------------
 
@@ -620,11 +657,14 @@ class GroupCoordinator:
         doc = orjson.dumps(self._metadata(group))
         self._write(group.name, [(offsets_topic.group_key(group.name), doc)])
 
-    def _write(self, group: str, records: list[tuple[bytes, bytes | None]]) -> None:
+    def _write(self, group: str, records: Sequence[tuple[bytes, bytes | None]]) -> None:
         """Append to the group's offsets partition; on this single node, committed at once."""
-        log = self.offsets.partitions[
-            offsets_topic.partition_for(group, len(self.offsets.partitions))
-        ]
+        log = self._offsets_logs.get(group)
+        if log is None:
+            log = self.offsets.partitions[
+                offsets_topic.partition_for(group, len(self.offsets.partitions))
+            ]
+            self._offsets_logs[group] = log
         data = offsets_topic.encode(records, self.offsets.config.max_message_bytes)
         log.append_as_leader(data, LEADER_EPOCH)
         log.advance_high_watermark(log.log_end_offset)

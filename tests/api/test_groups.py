@@ -667,3 +667,23 @@ async def test_a_static_member_rejoins_without_a_rebalance(client: Client) -> No
     for bad in ("", "a/b", "x" * 256, 7, "tab\there"):
         resp = await client.post(f"{G}/members", json={"topics": ["t"], "instance_id": bad})
         await problem(resp, 400, "INVALID_PARAMETER")
+
+
+async def test_auto_commits_reach_the_log_in_time_and_at_shutdown(start: Start) -> None:
+    client = await start()
+    await create_topic(client, "t", 1)
+    await fill(client, 3, 1)
+    a = (await join(client))["member_id"]
+    await poll(client, a)
+    offsets_log = gateway(client).manager.log(OFFSETS_TOPIC, partition_for("g", 50))
+    end = offsets_log.log_end_offset
+    await poll(client, a)  # commits 3, in memory at once, in the log within a second
+    assert (await describe_group(client))["partitions"][0]["committed_offset"] == 3
+    assert offsets_log.log_end_offset == end
+    await wait_until(lambda: offsets_log.log_end_offset > end)
+    await fill(client, 2, 1, first=3)
+    await poll(client, a)
+    await poll(client, a)  # commits 5 in memory; a clean shutdown writes it
+    await client.close()
+    client = await start()
+    assert (await describe_group(client))["partitions"][0]["committed_offset"] == 5

@@ -687,3 +687,19 @@ async def test_auto_commits_reach_the_log_in_time_and_at_shutdown(start: Start) 
     await client.close()
     client = await start()
     assert (await describe_group(client))["partitions"][0]["committed_offset"] == 5
+
+
+async def test_a_member_waiting_for_partitions_counts_as_parked(client: Client) -> None:
+    await create_topic(client, "t", 2)
+    await fill(client, 1, 2)
+    a = (await join(client))["member_id"]
+    await poll(client, a)  # a was delivered offset 0 of both and has not committed them
+    joined = await join(client)  # b owns nothing until a fetches again
+    b, ((_, moved),) = joined["member_id"], partitions(joined)
+    waiting = asyncio.ensure_future(poll(client, b, timeout_ms=10_000))
+    await wait_until(lambda: parked_member(client, b))
+    assert gateway(client).notifier.parked == 1
+    await fill(client, 1, 2, first=1)
+    await poll(client, a)  # commits, gives `moved` up: b wakes
+    assert seen((await waiting)["records"]) == [(moved, 1)]
+    assert gateway(client).notifier.parked == 0

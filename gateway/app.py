@@ -58,7 +58,6 @@ async def _open(app: web.Application) -> None:
         # A single replica is its own ISR: as leader, everything in its log is committed.
         partition_log.advance_high_watermark(partition_log.log_end_offset)
     notifier = ChangeNotifier()
-    metrics = Metrics(manager, lambda: notifier)
     store = IdempotencyStore(settings.idempotency_window_s, settings.idempotency_max_entries)
     rebuilt = await asyncio.to_thread(store.rebuild, manager)
     groups = GroupCoordinator(
@@ -71,6 +70,7 @@ async def _open(app: web.Application) -> None:
     )
     stored = await asyncio.to_thread(offsets_topic.replay, groups.offsets.partitions)
     groups.restore(stored)
+    metrics = Metrics(manager, lambda: notifier, lambda: groups)
     gateway = Gateway(
         settings=settings,
         manager=manager,

@@ -1,4 +1,5 @@
-"""Prometheus metrics: per-route request counts and latency, traffic per topic, log sizes."""
+"""Prometheus metrics: per-route request counts and latency, traffic per topic, log sizes,
+consumer groups."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from prometheus_client.registry import Collector
 
 from engine.manager import LogManager
 from engine.notify import ChangeNotifier
+from gateway.group_coordinator import GroupCoordinator
 
 
 class LogCollector(Collector):
@@ -37,10 +39,39 @@ class LogCollector(Collector):
         return [end, hw, start, size]
 
 
+class GroupCollector(Collector):
+    """Each consumer group's members, generation and total lag, read at scrape time."""
+
+    def __init__(self, groups: Callable[[], GroupCoordinator | None]) -> None:
+        self.groups = groups
+
+    def collect(self) -> Iterable[Metric]:
+        members = GaugeMetricFamily("sluice_group_members", "Group members", labels=["group"])
+        generation = GaugeMetricFamily(
+            "sluice_group_generation", "Group generation", labels=["group"]
+        )
+        lag = GaugeMetricFamily(
+            "sluice_group_lag", "Records not yet committed by the group", labels=["group"]
+        )
+        coordinator = self.groups()
+        if coordinator is not None:
+            for row in coordinator.list_groups():
+                described = coordinator.describe(row["group"])
+                members.add_metric([row["group"]], row["members"])
+                generation.add_metric([row["group"]], described["generation"])
+                lag.add_metric([row["group"]], described["lag"])
+        return [members, generation, lag]
+
+
 class Metrics:
     """The gateway's registry (one per app, so tests can run several apps in one process)."""
 
-    def __init__(self, manager: LogManager, notifier: Callable[[], ChangeNotifier | None]) -> None:
+    def __init__(
+        self,
+        manager: LogManager,
+        notifier: Callable[[], ChangeNotifier | None],
+        groups: Callable[[], GroupCoordinator | None],
+    ) -> None:
         self.registry = CollectorRegistry()
         self.requests = Counter(
             "sluice_http_requests",
@@ -88,6 +119,7 @@ class Metrics:
         )
         parked.set_function(lambda: float(n.parked) if (n := notifier()) else 0.0)
         self.registry.register(LogCollector(manager))
+        self.registry.register(GroupCollector(groups))
 
     async def observe(
         self,

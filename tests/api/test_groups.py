@@ -16,6 +16,7 @@ from tests.api.support import (
     Start,
     create_topic,
     gateway,
+    metrics,
     now_ms,
     problem,
     produce,
@@ -703,3 +704,16 @@ async def test_a_member_waiting_for_partitions_counts_as_parked(client: Client) 
     await poll(client, a)  # commits, gives `moved` up: b wakes
     assert seen((await waiting)["records"]) == [(moved, 1)]
     assert gateway(client).notifier.parked == 0
+
+
+async def test_group_metrics(client: Client) -> None:
+    await create_topic(client, "t", 2)
+    await fill(client, 3, 2)
+    a = (await join(client, auto_commit=False))["member_id"]
+    await poll(client, a, max_records=4)
+    await client.post(f"{G}/members/{a}/commit")
+    scraped = await metrics(client)
+    group = frozenset({("group", "g")})
+    assert scraped[("sluice_group_members", group)] == 1
+    assert scraped[("sluice_group_generation", group)] == 1
+    assert scraped[("sluice_group_lag", group)] == 2

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -35,6 +36,7 @@ from gateway.problems import Problem
 
 OFFSET_RESETS = ("earliest", "latest", "none")
 LEADER_EPOCH = 0
+logger = logging.getLogger(__name__)
 AUTO_COMMIT_WRITE_S = 1.0  # auto-commits reach the log within this (auto.commit.interval.ms)
 METADATA_OVERHEAD = 4096  # the batch and record headers, the key, and slack
 
@@ -178,32 +180,43 @@ class GroupCoordinator:
 
     def restore(self, stored: Mapping[str, StoredGroup]) -> None:
         """Take over groups as the offsets topic left them: offsets, generation and members,
-        each member with a fresh session and the partitions it was assigned."""
+        each member with a fresh session and the partitions it was assigned. Unreadable
+        metadata costs the group its members (they join again), never its offsets."""
         for name, saved in stored.items():
             group = Group(name, offsets=dict(saved.offsets))
-            meta = saved.metadata or {}
-            group.generation = int(meta.get("generation", 0))
-            group.assignor = str(meta.get("assignor", "range"))
-            group.partition_counts = {
-                str(t): int(n) for t, n in dict(meta.get("partition_counts", {})).items()
-            }
-            for doc in meta.get("members", []):
-                member = Member(
-                    str(doc["member_id"]),
-                    tuple(doc["topics"]),
-                    int(doc["session_timeout_ms"]),
-                    str(doc["auto_offset_reset"]),
-                    bool(doc["auto_commit"]),
-                )
-                member.target = {
-                    (str(a["topic"]), int(p)) for a in doc["assignment"] for p in a["partitions"]
-                }
-                group.members[member.member_id] = member
-                for tp in member.target:
-                    member.owned.add(tp)
-                    group.owners[tp] = member.member_id
+            try:
+                self._restore_metadata(group, saved.metadata or {})
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                logger.warning("group %r: unreadable metadata, members dropped: %r", name, exc)
+                group = Group(name, offsets=dict(saved.offsets))
+            if group.assignor not in ASSIGNORS:
+                group.assignor = "range"
+            for member in group.members.values():
                 self._schedule_expiry(group, member)
             self.groups[name] = group
+
+    @staticmethod
+    def _restore_metadata(group: Group, meta: Mapping[str, Any]) -> None:
+        group.generation = int(meta.get("generation", 0))
+        group.assignor = str(meta.get("assignor", "range"))
+        group.partition_counts = {
+            str(t): int(n) for t, n in dict(meta.get("partition_counts", {})).items()
+        }
+        for doc in meta.get("members", []):
+            member = Member(
+                str(doc["member_id"]),
+                tuple(str(t) for t in doc["topics"]),
+                int(doc["session_timeout_ms"]),
+                str(doc["auto_offset_reset"]),
+                bool(doc["auto_commit"]),
+            )
+            member.target = {
+                (str(a["topic"]), int(p)) for a in doc["assignment"] for p in a["partitions"]
+            }
+            group.members[member.member_id] = member
+            for tp in member.target - set(group.owners):
+                member.owned.add(tp)
+                group.owners[tp] = member.member_id
 
     def close(self) -> None:
         """Shutting down: no more expiries; parked member fetches answer now."""

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from engine.offsets_topic import OFFSETS_TOPIC, partition_for
+from engine.offsets_topic import OFFSETS_TOPIC, group_key, partition_for
 from gateway.assignors import range_assign, round_robin_assign
 from gateway.group_coordinator import Member
 from tests.api.support import (
@@ -717,3 +717,19 @@ async def test_group_metrics(client: Client) -> None:
     assert scraped[("sluice_group_members", group)] == 1
     assert scraped[("sluice_group_generation", group)] == 1
     assert scraped[("sluice_group_lag", group)] == 2
+
+
+async def test_unreadable_group_metadata_keeps_the_offsets(start: Start) -> None:
+    """A group record a newer or broken writer left behind costs the members, not offsets."""
+    client = await start()
+    await create_topic(client, "t", 1)
+    await fill(client, 2, 1)
+    resp = await client.put(f"{G}/offsets", json={"topic": "t", "to": 1})
+    assert resp.status == 200
+    coordinator = gateway(client).groups
+    coordinator._write("g", [(group_key("g"), b'{"generation": 3, "members": [{"id": 1}]}')])
+    await client.close()
+    client = await start()
+    described = await describe_group(client)
+    assert described["members"] == []
+    assert described["partitions"][0]["committed_offset"] == 1

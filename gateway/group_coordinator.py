@@ -173,6 +173,7 @@ class GroupCoordinator:
         self.max_session_timeout_ms = max_session_timeout_ms
         self.max_members = max_members
         self.groups: dict[str, Group] = {}
+        self.closing = False  # shutting down: sessions stop running out
         self._offsets_logs: dict[str, PartitionLog] = {}  # each group's partition, once found
         self._loop = asyncio.get_running_loop()
 
@@ -220,6 +221,7 @@ class GroupCoordinator:
 
     def close(self) -> None:
         """Shutting down: no more expiries; parked member fetches answer now."""
+        self.closing = True
         for group in self.groups.values():
             for member in group.members.values():
                 if member.expiry is not None:
@@ -325,6 +327,9 @@ class GroupCoordinator:
     def _schedule_expiry(self, group: Group, member: Member) -> None:
         if member.expiry is not None:
             member.expiry.cancel()
+            member.expiry = None
+        if self.closing:
+            return
         member.expiry = self._loop.call_later(
             member.session_timeout_ms / 1000, self._expire, group, member
         )

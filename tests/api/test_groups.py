@@ -733,3 +733,12 @@ async def test_unreadable_group_metadata_keeps_the_offsets(start: Start) -> None
     described = await describe_group(client)
     assert described["members"] == []
     assert described["partitions"][0]["committed_offset"] == 1
+
+
+async def test_sessions_stop_running_out_at_shutdown(client: Client) -> None:
+    """Once shutdown begins no member expires, so a restart finds every member."""
+    await create_topic(client, "t", 1)
+    a = (await join(client))["member_id"]
+    gateway(client).groups.close()
+    await poll(client, a)  # a request that ends during the drain
+    assert member_state(client, a).expiry is None

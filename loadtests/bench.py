@@ -1,0 +1,634 @@
+"""The benchmark harness (issue 5): Sluice and Redis Streams, side by side, in one run.
+
+Starts a fresh gateway (`python -m gateway --port 0`) and a redis-server (loopback, persistence
+off), runs produce, fetch, group-consume, open-loop latency and scaling scenarios on both, and
+writes DIR/bench-report.json, DIR/bench-report.md and PNG plots. Compiled generators (wrk,
+h2load, redis-benchmark) or several client processes drive the load; every figure carries the
+CPU seconds of its generator and of the server. Run: `python -m loadtests.bench [--out DIR]
+[--quick]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from engine.batch import RecordInput, encode_batch
+from loadtests import generators, parked, report
+from loadtests.common import (
+    RedisServer,
+    http_json,
+    raise_fd_limit,
+    start_gateway,
+)
+from loadtests.consumers import run_workers
+from loadtests.openloop import run_latency
+
+VALUE = b'"' + b"x" * 98 + b'"'  # a 100-byte JSON string: the payload of every record
+MEDIA = {
+    "json": "application/json",
+    "ndjson": "application/x-ndjson",
+    "binary": "application/vnd.sluice.record-batch",
+}
+BINARY = MEDIA["binary"]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How much of each scenario to run."""
+
+    seconds: float
+    produce_cells: list[tuple[str, int, str, str]]  # format, batch, acks, protocol
+    fetch_records: int
+    consume_partitions: int
+    consume_records_per_partition: int
+    latency_seconds: float
+    partition_counts: list[int]
+    parked_steps: list[int]
+
+
+def _all_produce_cells() -> list[tuple[str, int, str, str]]:
+    return [
+        (fmt, batch, acks, protocol)
+        for protocol in ("http/1.1", "h2c")
+        for fmt in ("json", "ndjson", "binary")
+        for batch in (1, 100, 1000)
+        for acks in ("0", "1", "all")
+    ]
+
+
+FULL = Plan(
+    seconds=3,
+    produce_cells=_all_produce_cells(),
+    fetch_records=200_000,
+    consume_partitions=8,
+    consume_records_per_partition=100_000,
+    latency_seconds=10,
+    partition_counts=[1, 10, 100, 1000],
+    parked_steps=[1, 10, 100, 1000, 5000],
+)
+QUICK = Plan(
+    seconds=1,
+    produce_cells=[
+        ("json", 1, "1", "http/1.1"),
+        ("json", 100, "1", "http/1.1"),
+        ("ndjson", 1000, "all", "http/1.1"),
+        ("binary", 1000, "1", "http/1.1"),
+        ("json", 100, "0", "h2c"),
+        ("binary", 100, "all", "h2c"),
+    ],
+    fetch_records=20_000,
+    consume_partitions=4,
+    consume_records_per_partition=10_000,
+    latency_seconds=2,
+    partition_counts=[1, 10],
+    parked_steps=[1, 100],
+)
+
+
+def body_for(fmt: str, batch: int) -> bytes:
+    """A produce body of `batch` records with the same 100-byte value, in one format."""
+    if fmt == "json":
+        return orjson.dumps({"records": [{"value": orjson.Fragment(VALUE)}] * batch})
+    if fmt == "ndjson":
+        return (VALUE + b"\n") * batch
+    return bytes(encode_batch([RecordInput(None, VALUE)] * batch))
+
+
+def _rates(run: generators.Run, records_per_request: int, body_bytes: int) -> dict[str, Any]:
+    """The figures every throughput row carries."""
+    records_per_s = run.requests_per_s * records_per_request
+    row: dict[str, Any] = {
+        "records_per_s": round(records_per_s),
+        "payload_mb_per_s": round(records_per_s * len(VALUE) / 1e6, 2),
+        "requests_per_s": round(run.requests_per_s, 1),
+        "request_mb_per_s": round(run.requests_per_s * body_bytes / 1e6, 2),
+        "requests": run.requests,
+        "seconds": round(run.seconds, 3),
+        "failures": run.failures,
+        "generator_cpu_s": run.generator_cpu_s,
+        "server_cpu_s": run.server_cpu_s,
+        **run.extra,
+    }
+    if run.failures:
+        row["error"] = f"{run.failures} requests failed"
+    return row
+
+
+class Bench:
+    """One run: the two servers, the scratch directory and the report being built."""
+
+    def __init__(self, plan: Plan, scratch: Path) -> None:
+        self.plan = plan
+        self.scratch = scratch
+        self.gateway, self.url = start_gateway(scratch / "data")
+        self.port = int(self.url.rsplit(":", 1)[1])
+        self.redis = RedisServer.start(scratch / "redis")
+        self.report: dict[str, Any] = {"errors": []}
+        self.serial = 0
+
+    def close(self) -> None:
+        self.gateway.terminate()
+        self.gateway.wait(timeout=60)
+        self.redis.stop()
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def topic(self, prefix: str, partitions: int = 1) -> str:
+        """A fresh topic, so no figure depends on what an earlier one wrote."""
+        self.serial += 1
+        name = f"{prefix}-{self.serial}"
+        http_json("POST", f"{self.url}/v1/topics", {"name": name, "partitions": partitions})
+        return name
+
+    def drop(self, topic: str) -> None:
+        http_json("DELETE", f"{self.url}/v1/topics/{topic}", ok=(404,))
+
+    def file(self, name: str, data: bytes) -> Path:
+        path = self.scratch / name
+        path.write_bytes(data)
+        return path
+
+    def prefill(self, topic: str, partition: int, records: int) -> None:
+        """Fill a partition with 1000-record NDJSON requests (JSON values)."""
+        body = body_for("ndjson", 1000)
+        target = f"{self.url}/v1/topics/{topic}/partitions/{partition}/records?acks=1"
+        for _ in range(records // 1000):
+            request = urllib.request.Request(
+                target, data=body, method="POST", headers={"Content-Type": MEDIA["ndjson"]}
+            )
+            with urllib.request.urlopen(request, timeout=60) as response:
+                response.read()
+
+    def redis_fill(self, stream: str, records: int) -> None:
+        generators.redis_benchmark(
+            self.redis.port,
+            ["XADD", stream, "*", "v", VALUE.decode()],
+            requests=records,
+            server_pid=self.redis.process.pid,
+            pipeline=1000,
+            clients=1,
+            threads=1,
+        )
+
+    def redis_run(
+        self, args: list[str], pipeline: int, keyspace: int | None = None, probe: int = 20_000
+    ) -> generators.Run:
+        """redis-benchmark sized to last about `seconds`: a short calibration run first."""
+        pid = self.redis.process.pid
+        calibration = generators.redis_benchmark(
+            self.redis.port,
+            args,
+            requests=max(probe, pipeline * 200),
+            server_pid=pid,
+            pipeline=pipeline,
+            keyspace=keyspace,
+        )
+        requests = max(calibration.requests, int(calibration.requests_per_s * self.plan.seconds))
+        return generators.redis_benchmark(
+            self.redis.port,
+            args,
+            requests=requests,
+            server_pid=pid,
+            pipeline=pipeline,
+            keyspace=keyspace,
+        )
+
+    def guarded(
+        self, scenario: str, what: dict[str, Any], run: Callable[[], dict[str, Any]]
+    ) -> dict[str, Any]:
+        """Run one cell; a failure becomes an error row in the report, never a figure."""
+        try:
+            row = {**what, **run()}
+        except Exception as error:
+            row = {**what, "error": f"{type(error).__name__}: {error}"}
+            traceback.print_exc(file=sys.stderr)
+        if "error" in row:
+            self.report["errors"].append({"scenario": scenario, **what, "error": row["error"]})
+        print(
+            f"[{time.strftime('%H:%M:%S')}] {scenario} {orjson.dumps(row).decode()}",
+            file=sys.stderr,
+        )
+        return row
+
+    # -- scenarios -----------------------------------------------------------------------
+
+    def produce(self) -> None:
+        """1. Produce throughput per format, batch size, acks and protocol; Redis XADD pipelines."""
+        rows = []
+        for fmt, batch, acks, protocol in self.plan.produce_cells:
+
+            def cell(
+                fmt: str = fmt, batch: int = batch, acks: str = acks, protocol: str = protocol
+            ) -> dict[str, Any]:
+                topic = self.topic("produce")
+                body = body_for(fmt, batch)
+                path = self.file(f"body-{fmt}-{batch}", body)
+                target = f"/v1/topics/{topic}/partitions/0/records?acks={acks}"
+                headers = {"Content-Type": MEDIA[fmt]}
+                try:
+                    if protocol == "h2c":
+                        run = generators.h2load(
+                            [self.url + target],
+                            seconds=self.plan.seconds,
+                            server_pid=self.gateway.pid,
+                            body=path,
+                            headers=headers,
+                        )
+                    else:
+                        run = generators.wrk(
+                            self.url,
+                            [target],
+                            seconds=self.plan.seconds,
+                            server_pid=self.gateway.pid,
+                            method="POST",
+                            body=path,
+                            headers=headers,
+                        )
+                finally:
+                    self.drop(topic)
+                return {
+                    "generator": "h2load" if protocol == "h2c" else "wrk",
+                    **_rates(run, batch, len(body)),
+                }
+
+            what = {"format": fmt, "batch": batch, "acks": acks, "protocol": protocol}
+            rows.append(self.guarded("produce", what, cell))
+        self.report["produce"] = rows
+        redis_rows = []
+        for batch in sorted({cell[1] for cell in self.plan.produce_cells}):
+
+            def redis_cell(batch: int = batch) -> dict[str, Any]:
+                stream = f"produce-{batch}"
+                run = self.redis_run(["XADD", stream, "*", "v", VALUE.decode()], batch)
+                self.redis.command("DEL", stream)
+                return {"generator": "redis-benchmark", **_rates(run, 1, len(VALUE))}
+
+            redis_rows.append(self.guarded("redis_produce", {"pipeline": batch}, redis_cell))
+        self.report["redis_produce"] = redis_rows
+
+    def fetch(self) -> None:
+        """2a. Fetch throughput: 1000 records per request across a prefilled partition."""
+        topic = self.topic("fetch")
+        self.prefill(topic, 0, self.plan.fetch_records)
+        offsets = range(0, self.plan.fetch_records, 1000)
+        rows = []
+        for fmt in ("json", "binary"):
+            for protocol in ("http/1.1", "h2c"):
+
+                def cell(fmt: str = fmt, protocol: str = protocol) -> dict[str, Any]:
+                    limit = "max_records=1000" if fmt == "json" else "max_bytes=1"
+                    paths = [
+                        f"/v1/topics/{topic}/partitions/0/records?offset={o}&{limit}&timeout_ms=0"
+                        for o in offsets
+                    ]
+                    headers = {"Accept": MEDIA[fmt]}
+                    per_request, size = self.records_per_fetch(paths[0], headers)
+                    if protocol == "h2c":
+                        run = generators.h2load(
+                            [self.url + p for p in paths],
+                            seconds=self.plan.seconds,
+                            server_pid=self.gateway.pid,
+                            headers=headers,
+                        )
+                    else:
+                        run = generators.wrk(
+                            self.url,
+                            paths,
+                            seconds=self.plan.seconds,
+                            server_pid=self.gateway.pid,
+                            headers=headers,
+                        )
+                    return {
+                        "generator": "h2load" if protocol == "h2c" else "wrk",
+                        **_rates(run, per_request, size),
+                    }
+
+                rows.append(self.guarded("fetch", {"format": fmt, "protocol": protocol}, cell))
+        self.drop(topic)
+        self.report["fetch"] = rows
+
+        def redis_cell() -> dict[str, Any]:
+            self.redis_fill("fetch", self.plan.fetch_records)
+            run = self.redis_run(["XRANGE", "fetch", "-", "+", "COUNT", "1000"], 1, probe=200)
+            self.redis.command("DEL", "fetch")
+            return {
+                "generator": "redis-benchmark",
+                "command": "XRANGE - + COUNT 1000",
+                **_rates(run, 1000, 0),
+            }
+
+        self.report["redis_fetch"] = self.guarded("redis_fetch", {}, redis_cell)
+
+    def records_per_fetch(self, path: str, headers: dict[str, str]) -> tuple[int, int]:
+        """One probe request: how many records (and bytes) each fetch of this shape returns."""
+        request = urllib.request.Request(self.url + path, headers=headers)
+        with urllib.request.urlopen(request, timeout=60) as response:
+            body = response.read()
+            offset = int(path.split("offset=")[1].split("&")[0])
+            return int(response.headers["Sluice-Next-Offset"]) - offset, len(body)
+
+    def consume(self) -> None:
+        """2b. Group consume against per-partition fetch of the same data; XREAD, XREADGROUP."""
+        partitions, each = self.plan.consume_partitions, self.plan.consume_records_per_partition
+        total = partitions * each
+        topic = self.topic("consume", partitions)
+        for partition in range(partitions):
+            self.prefill(topic, partition, each)
+        halves = [list(range(partitions))[i::2] for i in range(2)]
+        rows: dict[str, Any] = {"partitions": partitions, "records": total, "processes": 2}
+        for fmt in ("json", "binary"):
+            params = [
+                {
+                    "url": self.url,
+                    "topic": topic,
+                    "accept": MEDIA[fmt],
+                    "max_records": 1000,
+                    "ranges": [(p, 0, each) for p in half],
+                }
+                for half in halves
+            ]
+
+            def fetch_cell(params: list[dict[str, Any]] = params) -> dict[str, Any]:
+                return run_workers("sluice_partition_fetch", params, total, self.gateway.pid)
+
+            rows[f"partition_fetch_{fmt}"] = self.guarded(
+                "partition_fetch", {"format": fmt}, fetch_cell
+            )
+        group = [
+            {
+                "url": self.url,
+                "topic": topic,
+                "group": f"bench-{self.serial}",
+                "members": len(half),
+                "max_records": 1000,
+            }
+            for half in halves
+        ]
+        rows["group_consume"] = self.guarded(
+            "group_consume",
+            {"members": partitions},
+            lambda: run_workers("sluice_group_consume", group, total, self.gateway.pid),
+        )
+        self.drop(topic)
+        group_row, fetch_row = rows["group_consume"], rows["partition_fetch_json"]
+        if "error" not in group_row and "error" not in fetch_row:
+            ratio = group_row["records_per_s"] / fetch_row["records_per_s"]
+            rows["group_to_partition_fetch"] = round(ratio, 3)
+        streams = [f"consume:{p}" for p in range(partitions)]
+        for stream in streams:
+            self.redis_fill(stream, each)
+        redis_pid = self.redis.process.pid
+        xread = [
+            {
+                "port": self.redis.port,
+                "max_records": 1000,
+                "streams": [(streams[p], each) for p in half],
+            }
+            for half in halves
+        ]
+        rows["redis_xread"] = self.guarded(
+            "redis_xread", {}, lambda: run_workers("redis_xread", xread, total, redis_pid)
+        )
+        for stream in streams:
+            self.redis.command("XGROUP", "CREATE", stream, "bench", "0")
+        xreadgroup = [
+            {
+                "port": self.redis.port,
+                "max_records": 1000,
+                "group": "bench",
+                "streams": streams,
+                "consumers": [f"c{p}" for p in half],
+            }
+            for half in halves
+        ]
+        rows["redis_xreadgroup"] = self.guarded(
+            "redis_xreadgroup",
+            {},
+            lambda: run_workers("redis_xreadgroup", xreadgroup, total, redis_pid),
+        )
+        self.redis.command("DEL", *streams)
+        self.report["consume"] = rows
+
+    def max_single_record_rate(self) -> float:
+        """The measured maximum single-record produce rate (JSON, acks=1, HTTP/1.1)."""
+        for row in self.report.get("produce", []):
+            if (row["format"], row["batch"], row["acks"], row["protocol"]) == (
+                "json",
+                1,
+                "1",
+                "http/1.1",
+            ) and "error" not in row:
+                return float(row["records_per_s"])
+        raise RuntimeError("no single-record JSON produce figure to take the latency rates from")
+
+    def latency(self) -> None:
+        """3. Open-loop produce -> long-poll latency at 10%, 50% and 90% of the maximum rate."""
+        rows = []
+        try:
+            maximum = self.max_single_record_rate()
+        except RuntimeError as error:
+            self.report["errors"].append({"scenario": "latency", "error": str(error)})
+            self.report["latency"] = [{"error": str(error)}]
+            return
+        for share in (0.1, 0.5, 0.9):
+            rate = max(1, round(maximum * share))
+            what = {"share_of_max": share, "rate": rate}
+
+            def sluice_cell(rate: int = rate) -> dict[str, Any]:
+                topic = self.topic("latency")
+                params = {
+                    "system": "sluice",
+                    "url": self.url,
+                    "port": self.port,
+                    "topic": topic,
+                    "rate": rate,
+                    "seconds": self.plan.latency_seconds,
+                }
+                try:
+                    return run_latency(params, self.gateway.pid)
+                finally:
+                    self.drop(topic)
+
+            def redis_cell(rate: int = rate) -> dict[str, Any]:
+                params = {
+                    "system": "redis",
+                    "port": self.redis.port,
+                    "stream": f"latency-{rate}",
+                    "rate": rate,
+                    "seconds": self.plan.latency_seconds,
+                }
+                try:
+                    return run_latency(params, self.redis.process.pid)
+                finally:
+                    self.redis.command("DEL", f"latency-{rate}")
+
+            rows.append(
+                {
+                    **what,
+                    "sluice": self.guarded("latency", {**what, "system": "sluice"}, sluice_cell),
+                    "redis": self.guarded("latency", {**what, "system": "redis"}, redis_cell),
+                }
+            )
+        self.report["latency"] = rows
+        self.report["latency_max_rate"] = maximum
+
+    def scaling(self) -> None:
+        """4. Throughput against partitions; memory per parked long-poll."""
+        body = body_for("json", 100)
+        path = self.file("body-scaling", body)
+        rows = []
+        for count in self.plan.partition_counts:
+
+            def sluice_cell(count: int = count) -> dict[str, Any]:
+                topic = self.topic("scaling", count)
+                paths = [f"/v1/topics/{topic}/partitions/{p}/records?acks=1" for p in range(count)]
+                try:
+                    run = generators.wrk(
+                        self.url,
+                        paths,
+                        seconds=self.plan.seconds,
+                        server_pid=self.gateway.pid,
+                        method="POST",
+                        body=path,
+                        headers={"Content-Type": MEDIA["json"]},
+                    )
+                finally:
+                    self.drop(topic)
+                return {"generator": "wrk", **_rates(run, 100, len(body))}
+
+            def redis_cell(count: int = count) -> dict[str, Any]:
+                run = self.redis_run(
+                    ["XADD", "scaling:__rand_int__", "*", "v", VALUE.decode()], 100, keyspace=count
+                )
+                self.redis.command("FLUSHALL")
+                return {"generator": "redis-benchmark", **_rates(run, 1, len(VALUE))}
+
+            rows.append(
+                {
+                    "partitions": count,
+                    "sluice": self.guarded(
+                        "partitions", {"partitions": count, "system": "sluice"}, sluice_cell
+                    ),
+                    "redis": self.guarded(
+                        "partitions", {"partitions": count, "system": "redis"}, redis_cell
+                    ),
+                }
+            )
+        self.report["partitions"] = rows
+        steps = self.plan.parked_steps
+
+        def sluice_parked() -> dict[str, Any]:
+            topic = self.topic("parked")
+            try:
+                return {
+                    "steps": asyncio.run(
+                        parked.sluice_parked(self.url, topic, self.gateway.pid, steps)
+                    )
+                }
+            finally:
+                self.drop(topic)
+
+        def redis_parked() -> dict[str, Any]:
+            return {"steps": asyncio.run(parked.redis_parked(self.redis, "parked", steps))}
+
+        self.report["parked"] = {
+            "sluice": self.guarded("parked", {"system": "sluice"}, sluice_parked),
+            "redis": self.guarded("parked", {"system": "redis"}, redis_parked),
+        }
+
+
+def _tool_version(command: list[str]) -> str:
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=10)
+    except OSError:
+        return "missing"
+    return (
+        (done.stdout or done.stderr).strip().splitlines()[0]
+        if (done.stdout or done.stderr)
+        else "?"
+    )
+
+
+def machine() -> dict[str, Any]:
+    model = ""
+    for line in subprocess.run(
+        ["lscpu"], capture_output=True, text=True, check=False
+    ).stdout.splitlines():
+        if line.startswith("Model name:"):
+            model = line.split(":", 1)[1].strip()
+    return {
+        "nproc": os.cpu_count(),
+        "cpu_model": model,
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "tools": {
+            "wrk": _tool_version(["wrk", "-v"]),
+            "h2load": _tool_version(["h2load", "--version"]),
+            "redis-server": _tool_version(["redis-server", "--version"]),
+        },
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--out", type=Path, default=Path("bench-out"), help="report directory")
+    parser.add_argument(
+        "--quick", action="store_true", help="a smoke run: every scenario, small and short"
+    )
+    args = parser.parse_args()
+    for tool in ("wrk", "h2load", "redis-server", "redis-benchmark"):
+        if shutil.which(tool) is None:
+            raise SystemExit(f"{tool} is needed: apt-get install wrk nghttp2-client redis-server")
+    raise_fd_limit()
+    args.out.mkdir(parents=True, exist_ok=True)
+    plan = QUICK if args.quick else FULL
+    started = time.time()
+    meta = {
+        "command": "python -m loadtests.bench" + (" --quick" if args.quick else ""),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+        "quick": args.quick,
+        "machine": machine(),
+        "record_value_bytes": len(VALUE),
+        "seconds_per_cell": plan.seconds,
+    }
+    scratch = Path(tempfile.mkdtemp(prefix="sluice-bench-"))
+    bench = Bench(plan, scratch)
+    try:
+        for scenario in (bench.produce, bench.fetch, bench.consume, bench.latency, bench.scaling):
+            scenario()
+    finally:
+        bench.close()
+        shutil.rmtree(scratch, ignore_errors=True)
+    meta["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
+    meta["wall_seconds"] = round(time.time() - started, 1)
+    doc = {"meta": meta, **bench.report}
+    doc["ratios"] = report.ratios(doc)
+    (args.out / "bench-report.json").write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+    report.plots(doc, args.out)
+    (args.out / "bench-report.md").write_text(report.markdown(doc))
+    print(
+        f"wrote {args.out}/bench-report.json, bench-report.md and plots in {meta['wall_seconds']} s"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -16,6 +16,7 @@ import base64
 import binascii
 import collections
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -25,6 +26,12 @@ import orjson
 from engine import batch as fmt
 from engine.batch import RecordTuple
 from gateway.problems import Problem, bad_request
+
+_batch_json: Callable[[memoryview, int, int, bytes, type[msgspec.Raw]], Any] | None
+try:
+    from gateway._fetchjson import batch_json as _batch_json
+except ImportError:  # built without a C compiler: fetches take the equivalent Python path
+    _batch_json = None
 
 JSON = "application/json"
 NDJSON = "application/x-ndjson"
@@ -310,15 +317,22 @@ def fetched_records(
     and the offset after the last one (`start` if none). With `source` (topic, partition),
     each record names them first, as a group member's fetch answers.
 
-    The fetch hot path: a UTF-8 key, a value from a JSON-flagged batch (already JSON text) and
-    no headers become a FetchedRecord (built in C, encoded in C); anything else becomes a dict,
-    through the helpers that pick base64 where needed.
+    The fetch hot path: a batch of JSON values whose records carry no headers is written to
+    JSON in C (gateway/_fetchjson.c), a msgspec.Raw per record. Other batches are decoded here,
+    a FetchedRecord per common record (UTF-8 key, JSON value, no headers) and a dict, through
+    the helpers that pick base64 where needed, for the rest; both give the same JSON.
     """
     out: list[Any] = []
     append = out.append
     record = FetchedRecord
     raw = msgspec.Raw
-    topic_partition = () if source is None else (("topic", source[0]), ("partition", source[1]))
+    batch_json = _batch_json
+    if source is None:
+        topic_partition: tuple[tuple[str, Any], ...] = ()
+        prefix = b"{"
+    else:
+        topic_partition = (("topic", source[0]), ("partition", source[1]))
+        prefix = _FETCH_ENCODER.encode(dict(topic_partition))[:-1] + b","
     next_offset = start
     pos = 0
     end = len(data)
@@ -328,9 +342,16 @@ def fetched_records(
         pos += header.size
         if header.last_offset < start:
             continue
+        left = max_records - len(out)
+        if batch_json is not None:
+            done = batch_json(view, start, left, prefix, raw)
+            if done is not None:
+                if done[0]:
+                    out += done[0]
+                    next_offset = done[1]
+                continue
         known_json = header.values_json
         internal = header.idempotent  # its first record carries Sluice's idempotency header
-        left = max_records - len(out)
         for rec in fmt.batch_records(view):
             offset = rec.offset
             if offset < start:

@@ -160,11 +160,13 @@ def _plot_consume(doc: dict[str, Any], path: Path) -> None:
         "group_consume": "Sluice group consume",
         "redis_xread": "Redis XREAD BLOCK",
         "redis_xreadgroup": "Redis XREADGROUP + XACK",
+        "redis_xreadgroup_compiled": "Redis XREADGROUP, one stream",
     }
     consume = doc.get("consume", {})
     for key, label in names.items():
         if _ok(consume.get(key)):
-            bars.append((f"{label} (Python clients)", consume[key]["records_per_s"]))
+            client = "compiled" if key.endswith("compiled") else "Python clients"
+            bars.append((f"{label} ({client})", consume[key]["records_per_s"]))
     figure, axes = plt.subplots(figsize=(10, 5))
     axes.barh(
         [b[0] for b in bars],

@@ -4,10 +4,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Outside clients the tests drive the server with: curl (HTTP/1.1, h2c, h2 over TLS) and h2load.
+# Outside clients the tests drive the server with: curl (HTTP/1.1, h2c, h2 over TLS) and h2load;
+# the benchmark harness also needs wrk and redis-server (its Redis Streams peer).
 missing=()
 command -v curl >/dev/null || missing+=(curl)
 command -v h2load >/dev/null || missing+=(nghttp2-client)
+command -v wrk >/dev/null || missing+=(wrk)
+command -v redis-server >/dev/null || missing+=(redis-server)
 if [ ${#missing[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" = 0 ] || sudo="sudo"

@@ -5,10 +5,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
+import signal
 import sys
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 import orjson
@@ -16,10 +20,16 @@ import orjson
 from gateway.settings import Settings
 
 DEFAULT_URL = "http://localhost:8080"
+FETCH_WAIT_MS = "5000"
+FETCH_RECORDS = 1000
 
 
 class CommandError(Exception):
-    """A failed request, printed as the server's problem detail."""
+    """A failed request, printed as the server's problem detail; `code` is the problem's."""
+
+    def __init__(self, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 def _config_pairs(pairs: Sequence[str]) -> dict[str, str]:
@@ -36,12 +46,14 @@ async def _call(session: aiohttp.ClientSession, method: str, url: str, **kwargs:
     async with session.request(method, url, **kwargs) as response:
         body = await response.read()
         if response.status >= 400:
+            code = None
             try:
                 problem = orjson.loads(body)
-                detail = f"{problem.get('code')}: {problem.get('detail')}"
+                code = problem.get("code")
+                detail = f"{code}: {problem.get('detail')}"
             except orjson.JSONDecodeError:
                 detail = body.decode(errors="replace")
-            raise CommandError(f"{method} {url} -> {response.status} {detail}")
+            raise CommandError(f"{method} {url} -> {response.status} {detail}", code)
         return orjson.loads(body) if body else None
 
 
@@ -149,10 +161,86 @@ async def _follow_partition(
         offset = str(answer["next_offset"])
 
 
+async def _join(session: aiohttp.ClientSession, members: str, args: argparse.Namespace) -> str:
+    body: dict[str, object] = {
+        "topics": [args.topic],
+        "auto_offset_reset": args.offset,
+        "auto_commit": False,  # commits follow the printing instead
+    }
+    if args.session_timeout_ms is not None:
+        body["session_timeout_ms"] = args.session_timeout_ms
+    if args.assignor is not None:
+        body["assignor"] = args.assignor
+    member_id: str = (await _call(session, "POST", members, json=body))["member_id"]
+    return member_id
+
+
+def _printed_offsets(records: list[dict[str, Any]]) -> list[dict[str, object]]:
+    """The offsets to commit after printing `records`: one past the last, per partition."""
+    after: dict[tuple[str, int], int] = {}
+    for record in records:
+        after[(record["topic"], record["partition"])] = record["offset"] + 1
+    return [{"topic": t, "partition": p, "offset": o} for (t, p), o in after.items()]
+
+
+async def group_consume(args: argparse.Namespace) -> None:
+    """Consume as a member of --group: print each batch, then commit exactly what was printed;
+    leave the group on the way out (--max-records, Ctrl-C, SIGTERM) so its partitions move
+    to the other members at once."""
+    members = f"{args.url}/v1/groups/{quote(args.group, safe='')}/members"
+    task = asyncio.current_task()
+    assert task is not None
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+    remaining = args.max_records
+    async with aiohttp.ClientSession() as session:
+        member = await _join(session, members, args)
+        try:
+            while remaining is None or remaining > 0:
+                limit = FETCH_RECORDS if remaining is None else min(remaining, FETCH_RECORDS)
+                params = {"timeout_ms": FETCH_WAIT_MS, "max_records": str(limit)}
+                try:
+                    answer = await _call(
+                        session, "GET", f"{members}/{member}/records", params=params
+                    )
+                    records = answer["records"]
+                    for record in records:
+                        print(_format(record, args.print_key, args.key_separator))
+                    sys.stdout.flush()
+                    if records:
+                        offsets = _printed_offsets(records)
+                        await _call(
+                            session,
+                            "POST",
+                            f"{members}/{member}/commit",
+                            json={"offsets": offsets},
+                        )
+                except CommandError as exc:
+                    if exc.code != "UNKNOWN_MEMBER":
+                        raise
+                    # The session expired (a stalled pipe, a paused process): what was printed
+                    # but not committed comes again, as at-least-once delivery promises.
+                    print(f"sluice: {exc}; joining again", file=sys.stderr)
+                    member = await _join(session, members, args)
+                    continue
+                if remaining is not None:
+                    remaining -= len(records)
+        finally:
+            with contextlib.suppress(CommandError, aiohttp.ClientError):
+                await _call(session, "DELETE", f"{members}/{member}")
+
+
 async def consume_command(args: argparse.Namespace) -> None:
     """Print records as they arrive (long-poll) until interrupted or --max-records."""
     if args.from_beginning and args.offset == "latest":
         args.offset = "earliest"
+    if args.group is not None:
+        if args.partition is not None or args.offset not in ("earliest", "latest", "none"):
+            raise CommandError(
+                "with --group the group chooses partitions and offsets; --offset can only say "
+                "where to start without a committed offset: earliest, latest or none"
+            )
+        await group_consume(args)
+        return
     async with aiohttp.ClientSession() as session:
         if args.partition is not None:
             partitions = [args.partition]
@@ -172,6 +260,75 @@ async def consume_command(args: argparse.Namespace) -> None:
         for task in finished:
             if task is not waiter and task.exception() is not None:
                 raise task.exception()  # type: ignore[misc]
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """Left-aligned columns two spaces apart; None shows as "-" (as Kafka's tools print)."""
+    cells = [list(header), *[["-" if c is None else str(c) for c in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
+    )
+
+
+def _reset_target(args: argparse.Namespace) -> object:
+    if args.to_earliest:
+        return "earliest"
+    if args.to_latest:
+        return "latest"
+    if args.to_offset is not None:
+        return args.to_offset
+    if args.to_timestamp is not None:
+        return {"timestamp": args.to_timestamp}
+    try:
+        when = datetime.fromisoformat(args.to_datetime)
+    except ValueError:
+        raise CommandError(
+            f"--to-datetime takes an ISO 8601 time, got {args.to_datetime!r}"
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return {"timestamp": int(when.timestamp() * 1000)}
+
+
+def _partition_list(text: str) -> list[int]:
+    try:
+        return [int(p) for p in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected partition numbers like 0,1,2, got {text!r}"
+        ) from None
+
+
+async def groups_command(args: argparse.Namespace) -> None:
+    base = f"{args.url}/v1/groups"
+    async with aiohttp.ClientSession() as session:
+        if args.action == "list":
+            for group in (await _call(session, "GET", base))["groups"]:
+                print(f"{group['group']}\t{group['state']}\t{group['members']}")
+            return
+        url = f"{base}/{quote(args.group, safe='')}"
+        if args.action == "describe":
+            doc = await _call(session, "GET", url)
+            if args.json:
+                _print_json(doc)
+                return
+            members = len(doc["members"])
+            print(
+                f"group {doc['group']} ({doc['state']}, generation {doc['generation']}, "
+                f"{doc['assignor']} assignor): {members} member{'s' * (members != 1)}, "
+                f"total lag {doc['lag']}\n"
+            )
+            header = ("TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "OWNER")
+            keys = ("topic", "partition", "committed_offset", "log_end_offset", "lag", "owner")
+            print(_table(header, [[row[k] for k in keys] for row in doc["partitions"]]))
+        elif args.action == "reset-offsets":
+            body: dict[str, object] = {"topic": args.topic, "to": _reset_target(args)}
+            if args.partitions is not None:
+                body["partitions"] = args.partitions
+            answer = await _call(session, "PUT", f"{url}/offsets", json=body)
+            rows = [[o["topic"], o["partition"], o["offset"]] for o in answer["offsets"]]
+            print(_table(("TOPIC", "PARTITION", "NEW-OFFSET"), rows))
 
 
 def parser() -> argparse.ArgumentParser:
@@ -197,7 +354,11 @@ def parser() -> argparse.ArgumentParser:
     )
 
     def with_url(sub: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        sub.add_argument("--url", default=DEFAULT_URL, help=f"gateway URL (default {DEFAULT_URL})")
+        sub.add_argument(
+            "--url",
+            default=os.environ.get("SLUICE_URL", DEFAULT_URL),
+            help=f"gateway URL (default $SLUICE_URL, else {DEFAULT_URL})",
+        )
         return sub
 
     topics = with_url(commands.add_parser("topics", help="create, list, describe, alter, delete"))
@@ -218,11 +379,40 @@ def parser() -> argparse.ArgumentParser:
     consume = with_url(commands.add_parser("consume", help="print records as they arrive"))
     consume.add_argument("topic")
     consume.add_argument("--partition", type=int)
-    consume.add_argument("--offset", default="latest", help="an offset, earliest or latest")
-    consume.add_argument("--from-beginning", action="store_true")
-    consume.add_argument("--max-records", type=int)
+    consume.add_argument(
+        "--offset",
+        default="latest",
+        help="an offset, earliest or latest; with --group, where to start in partitions the "
+        "group has no committed offset for: earliest, latest or none",
+    )
+    consume.add_argument("--from-beginning", action="store_true", help="same as --offset earliest")
+    consume.add_argument("--max-records", "--max-messages", type=int)
     consume.add_argument("--print-key", action="store_true")
     consume.add_argument("--key-separator", default="\t")
+    consume.add_argument("--group", help="consume as a member of this consumer group")
+    consume.add_argument("--session-timeout-ms", type=int, help="with --group (server default)")
+    consume.add_argument("--assignor", choices=["range", "roundrobin"], help="with --group")
+
+    groups = commands.add_parser("groups", help="list, describe, reset-offsets")
+    group_actions = groups.add_subparsers(dest="action", required=True)
+    with_url(group_actions.add_parser("list", help="every group, its state and member count"))
+    describe = with_url(group_actions.add_parser("describe", help="offsets, lag and owners"))
+    describe.add_argument("group")
+    describe.add_argument("--json", action="store_true", help="the server's answer as JSON")
+    reset = with_url(
+        group_actions.add_parser("reset-offsets", help="set committed offsets of an empty group")
+    )
+    reset.add_argument("group")
+    reset.add_argument("--topic", required=True)
+    reset.add_argument("--partitions", type=_partition_list, help="e.g. 0,1 (default: all)")
+    to = reset.add_mutually_exclusive_group(required=True)
+    to.add_argument("--to-earliest", action="store_true")
+    to.add_argument("--to-latest", action="store_true")
+    to.add_argument("--to-offset", type=int, metavar="N")
+    to.add_argument("--to-timestamp", type=int, metavar="MS", help="milliseconds since the epoch")
+    to.add_argument(
+        "--to-datetime", metavar="ISO", help="e.g. 2026-01-31T12:00:00 (UTC unless it says)"
+    )
     return root
 
 
@@ -249,9 +439,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit(f"sluice topics {args.action} needs a topic name")
     if args.command == "topics" and args.action == "create" and args.partitions is None:
         args.partitions = 1
-    command = {"topics": topics_command, "produce": produce_command, "consume": consume_command}
+    command = {
+        "topics": topics_command,
+        "produce": produce_command,
+        "consume": consume_command,
+        "groups": groups_command,
+    }
     try:
-        with contextlib.suppress(KeyboardInterrupt):
+        # Ctrl-C, and SIGTERM for a group consumer, cancel the command: exit quietly.
+        with contextlib.suppress(KeyboardInterrupt, asyncio.CancelledError):
             asyncio.run(command[args.command](args))
     except (CommandError, aiohttp.ClientError) as exc:
         raise SystemExit(f"sluice: {exc}") from None

@@ -1,12 +1,20 @@
-"""The console tools against a real server: topics, produce from stdin, consume."""
+"""The console tools against a real server: topics, produce from stdin, consume, groups."""
 
 from __future__ import annotations
 
+import io
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable
+from typing import Any
 
+import httpx
 import orjson
+import pytest
 
+from gateway.cli import main
 from tests.e2e.conftest import REPO, Server
 
 
@@ -98,3 +106,153 @@ def test_errors_are_reported(server: Server) -> None:
     assert missing.returncode != 0 and "UNKNOWN_TOPIC" in missing.stderr
     bad = sluice(server, "produce", "ghost", stdin="x\n")
     assert bad.returncode != 0 and "404" in bad.stderr
+
+
+def _describe(server: Server, group: str) -> dict[str, Any]:
+    done = sluice(server, "groups", "describe", group, "--json")
+    assert done.returncode == 0, done.stderr
+    doc: dict[str, Any] = orjson.loads(done.stdout)
+    return doc
+
+
+def _until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 15
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_group_consumers_take_turns(server: Server) -> None:
+    """Each run prints what the last one left, commits exactly what it printed, and leaves."""
+    sluice(server, "topics", "create", "t", "--partitions", "2")
+    sluice(server, "produce", "t", "--partition", "0", stdin="a\nb\nc\nd\n")
+    sluice(server, "produce", "t", "--partition", "1", stdin="e\nf\n")
+    once = ("consume", "t", "--group", "g", "--from-beginning", "--max-messages", "3")
+    first = sluice(server, *once)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.splitlines() == ["a", "b", "c"]
+    doc = _describe(server, "g")
+    assert doc["state"] == "Empty" and doc["members"] == []
+    assert [(r["partition"], r["committed_offset"]) for r in doc["partitions"]] == [(0, 3)]
+    table = sluice(server, "groups", "describe", "g").stdout.splitlines()
+    assert table[0] == "group g (Empty, generation 2, range assignor): 0 members, total lag 1"
+    assert [line.split() for line in table[2:]] == [
+        ["TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "OWNER"],
+        ["t", "0", "3", "4", "1", "-"],
+    ]
+    # --from-beginning only applies where the group has no committed offset (partition 1).
+    second = sluice(server, *once)
+    assert sorted(second.stdout.splitlines()) == ["d", "e", "f"]
+    assert sluice(server, "groups", "list").stdout == "g\tEmpty\t0\n"
+    doc = _describe(server, "g")
+    assert doc["lag"] == 0
+    assert {r["partition"]: r["committed_offset"] for r in doc["partitions"]} == {0: 4, 1: 2}
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
+def test_group_consumer_leaves_when_stopped(server: Server, stop: signal.Signals) -> None:
+    """A running group consumer follows new records; Ctrl-C or SIGTERM makes it leave."""
+    with httpx.Client(base_url=server.url) as http:
+        http.post("/v1/topics", json={"name": "t", "partitions": 3})
+
+        def produce(values: range) -> None:
+            records = [{"value": v, "partition": v % 3} for v in values]
+            assert http.post("/v1/topics/t/records", json={"records": records}).status_code == 200
+
+        def committed(total: int) -> bool:
+            answer = http.get("/v1/groups/g")
+            rows = answer.json()["partitions"] if answer.status_code == 200 else []
+            return sum(r["committed_offset"] or 0 for r in rows) == total
+
+        produce(range(30))
+        consumer = subprocess.Popen(
+            [
+                *(sys.executable, "-c", "from gateway.cli import main; main()", "consume", "t"),
+                *("--group", "g", "--from-beginning", "--session-timeout-ms", "60000"),
+                *("--url", server.url),
+            ],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            _until(lambda: committed(30), "the first 30 to be printed and committed")
+            produce(range(30, 40))
+            _until(lambda: committed(40), "the next 10 to be printed and committed")
+            assert len(http.get("/v1/groups/g").json()["members"]) == 1
+            consumer.send_signal(stop)
+            out, err = consumer.communicate(timeout=30)
+        finally:
+            if consumer.poll() is None:
+                consumer.kill()
+                consumer.wait()
+        assert consumer.returncode == 0, err
+        assert sorted(int(line) for line in out.splitlines()) == list(range(40))
+        doc = http.get("/v1/groups/g").json()
+        assert doc["state"] == "Empty" and doc["members"] == [] and doc["lag"] == 0
+        assert [r["committed_offset"] for r in doc["partitions"]] == [14, 13, 13]
+
+
+def test_reset_offsets(
+    server: Server, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every --to-* form; the CLI runs in this process, as there are many calls."""
+
+    def run(*args: str, stdin: str = "") -> tuple[int, str, str]:
+        monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+        code = 0
+        try:
+            main([*args, "--url", server.url])
+        except SystemExit as exc:
+            code = 1 if exc.code else 0
+            if isinstance(exc.code, str):
+                print(exc.code, file=sys.stderr)
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    def offsets() -> dict[int, int]:
+        return {r["partition"]: r["committed_offset"] for r in _describe(server, "g")["partitions"]}
+
+    run("topics", "create", "t", "--partitions", "2")
+    for p in ("0", "1"):
+        run("produce", "t", "--partition", p, stdin="a\nb\nc\n")
+    run("consume", "t", "--group", "g", "--from-beginning", "--max-messages", "6")
+    reset = ("groups", "reset-offsets", "g", "--topic", "t")
+    code, out, err = run(*reset, "--to-earliest")
+    assert code == 0, err
+    assert [line.split() for line in out.splitlines()] == [
+        ["TOPIC", "PARTITION", "NEW-OFFSET"],
+        ["t", "0", "0"],
+        ["t", "1", "0"],
+    ]
+    run(*reset, "--partitions", "1", "--to-offset", "2")
+    assert offsets() == {0: 0, 1: 2}
+    run(*reset, "--to-latest")
+    assert offsets() == {0: 3, 1: 3}
+    run(*reset, "--partitions", "0,1", "--to-timestamp", "0")
+    assert offsets() == {0: 0, 1: 0}
+    run(*reset, "--partitions", "0", "--to-datetime", "2100-01-01T00:00:00")
+    assert offsets() == {0: 3, 1: 0}
+    run(*reset, "--to-datetime", "1970-01-01T01:00:00+01:00")
+    assert offsets() == {0: 0, 1: 0}
+
+    code, _, err = run(*reset, "--to-offset", "9")
+    assert code != 0 and "OFFSET_OUT_OF_RANGE" in err
+    joined = httpx.post(f"{server.url}/v1/groups/g/members", json={"topics": ["t"]})
+    assert joined.status_code == 201
+    code, _, err = run(*reset, "--to-earliest")
+    assert code != 0 and "GROUP_NOT_EMPTY" in err
+    code, _, err = run(*reset, "--to-datetime", "yesterday")
+    assert code != 0 and "ISO 8601" in err
+
+
+def test_group_errors_are_reported(server: Server) -> None:
+    missing = sluice(server, "groups", "describe", "ghost")
+    assert missing.returncode != 0 and "UNKNOWN_GROUP" in missing.stderr
+    no_topic = sluice(server, "consume", "ghost", "--group", "g")
+    assert no_topic.returncode != 0 and "UNKNOWN_TOPIC" in no_topic.stderr
+    sluice(server, "topics", "create", "t")
+    pinned = sluice(server, "consume", "t", "--group", "g", "--partition", "0")
+    assert pinned.returncode != 0 and "--group" in pinned.stderr
+    assert sluice(server, "groups", "list").stdout == ""

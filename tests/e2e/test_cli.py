@@ -194,6 +194,61 @@ def test_group_consumer_leaves_when_stopped(server: Server, stop: signal.Signals
         assert [r["committed_offset"] for r in doc["partitions"]] == [14, 13, 13]
 
 
+def test_group_consumer_rejoins_after_its_session_ran_out(server: Server) -> None:
+    """A consumer paused past its session (SIGSTOP) finds itself forgotten when it resumes:
+    it joins again, and what it printed but could not commit comes again (at least once)."""
+    with httpx.Client(base_url=server.url) as http:
+        http.post("/v1/topics", json={"name": "t", "partitions": 2})
+
+        def produce(values: range) -> None:
+            records = [{"value": v, "partition": v % 2} for v in values]
+            assert http.post("/v1/topics/t/records", json={"records": records}).status_code == 200
+
+        def group() -> dict[str, Any]:
+            answer = http.get("/v1/groups/g")
+            return answer.json() if answer.status_code == 200 else {"members": [], "lag": -1}
+
+        def caught_up(total: int) -> bool:
+            doc = group()
+            done = sum(r["committed_offset"] or 0 for r in doc.get("partitions", []))
+            return bool(doc["members"]) and done == total
+
+        def parked() -> bool:
+            metrics = http.get("/metrics").text.splitlines()
+            return "sluice_parked_fetches 1.0" in metrics
+
+        produce(range(10))
+        consumer = subprocess.Popen(
+            [
+                *(sys.executable, "-c", "from gateway.cli import main; main()", "consume", "t"),
+                *("--group", "g", "--from-beginning", "--session-timeout-ms", "1000"),
+                *("--url", server.url),
+            ],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            _until(lambda: caught_up(10), "the first 10 to be printed and committed")
+            _until(parked, "the consumer's next fetch to be waiting")
+            consumer.send_signal(signal.SIGSTOP)
+            produce(range(10, 20))  # answers the parked fetch; nobody prints or commits them
+            _until(lambda: not group()["members"], "the paused member to expire")
+            consumer.send_signal(signal.SIGCONT)
+            _until(lambda: caught_up(20), "the rejoined member to catch up")
+            consumer.send_signal(signal.SIGTERM)
+            out, err = consumer.communicate(timeout=30)
+        finally:
+            if consumer.poll() is None:
+                consumer.send_signal(signal.SIGCONT)
+                consumer.kill()
+                consumer.wait()
+    assert consumer.returncode == 0, err
+    assert "UNKNOWN_MEMBER" in err and "joining again" in err
+    assert sorted(int(line) for line in out.splitlines()) == sorted([*range(20), *range(10, 20)])
+
+
 def test_reset_offsets(
     server: Server, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

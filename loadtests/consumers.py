@@ -140,7 +140,7 @@ async def _sluice_group_consume(
                 "topics": [params["topic"]],
                 "session_timeout_ms": 30000,
                 "auto_offset_reset": "earliest",
-                "auto_commit": True,
+                "auto_commit": params.get("auto_commit", True),
             }
             async with http.post(base, json=join) as response:
                 body = await response.read()

@@ -320,6 +320,48 @@ async def test_committed_offsets_and_members_survive_sigkill(server: Server) -> 
         assert again.stop() == 0
 
 
+async def test_members_consuming_through_a_sigkill_lose_nothing(server: Server) -> None:
+    """Three auto-commit members are fetching when the gateway is killed; after the restart
+    they go on with their old ids. Auto-commits reach the log within a second, so much may
+    come again, but nothing is lost."""
+    total = 1200
+    async with aiohttp.ClientSession(server.url) as http:
+        await create_topic(http, "t", PARTITIONS)
+        await produce(http, "t", range(total), PARTITIONS)
+        members = [await join(http, "g", "t", session_timeout_ms=60_000) for _ in range(3)]
+        tally = Tally()
+        stop = asyncio.Event()
+
+        async def consume(member: Member) -> None:
+            while not stop.is_set():
+                try:
+                    records = await member.fetch()
+                except aiohttp.ClientError:
+                    await asyncio.sleep(0.01)  # the gateway is down: retry (at its new address)
+                    continue
+                await tally.add(member.member_id, records)
+
+        tasks = [asyncio.create_task(consume(m)) for m in members]
+        await tally.reach(lambda: len(tally.processed) >= total // 2, "half delivered")
+        server.kill()
+        again = start_server(server.data_dir)
+        try:
+            async with aiohttp.ClientSession(again.url) as fresh:
+                for member in members:
+                    member.http = fresh
+                await tally.reach(lambda: tally.distinct() == total, "every record delivered")
+                stop.set()
+                await asyncio.gather(*tasks)
+                counts = tally.values()
+                assert sorted(counts) == list(range(total)), "a record was lost"
+                duplicates = sum(n - 1 for n in counts.values())
+                print(f"\n{duplicates} duplicates of {total} records across a SIGKILL")
+                await drained(members)
+                fully_committed(await describe(fresh, "g"), total // PARTITIONS)
+        finally:
+            assert again.stop() == 0
+
+
 async def test_concurrent_commits_all_land(server: Server) -> None:
     """Three members commit at once, each repeatedly and in parallel bursts, while others try
     to commit partitions they do not own: describe shows every owner's last commit."""

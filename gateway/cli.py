@@ -171,6 +171,8 @@ async def _join(session: aiohttp.ClientSession, members: str, args: argparse.Nam
         body["session_timeout_ms"] = args.session_timeout_ms
     if args.assignor is not None:
         body["assignor"] = args.assignor
+    if args.instance_id is not None:
+        body["instance_id"] = args.instance_id
     member_id: str = (await _call(session, "POST", members, json=body))["member_id"]
     return member_id
 
@@ -186,7 +188,8 @@ def _printed_offsets(records: list[dict[str, Any]]) -> list[dict[str, object]]:
 async def group_consume(args: argparse.Namespace) -> None:
     """Consume as a member of --group: print each batch, then commit exactly what was printed;
     leave the group on the way out (--max-records, Ctrl-C, SIGTERM) so its partitions move
-    to the other members at once."""
+    to the other members at once. A static member (--instance-id) stays, as in Kafka: run
+    again within the session timeout, it carries on with the same partitions."""
     members = f"{args.url}/v1/groups/{quote(args.group, safe='')}/members"
     task = asyncio.current_task()
     assert task is not None
@@ -225,8 +228,9 @@ async def group_consume(args: argparse.Namespace) -> None:
                 if remaining is not None:
                     remaining -= len(records)
         finally:
-            with contextlib.suppress(CommandError, aiohttp.ClientError):
-                await _call(session, "DELETE", f"{members}/{member}")
+            if args.instance_id is None:
+                with contextlib.suppress(CommandError, aiohttp.ClientError):
+                    await _call(session, "DELETE", f"{members}/{member}")
 
 
 async def consume_command(args: argparse.Namespace) -> None:
@@ -392,6 +396,10 @@ def parser() -> argparse.ArgumentParser:
     consume.add_argument("--group", help="consume as a member of this consumer group")
     consume.add_argument("--session-timeout-ms", type=int, help="with --group (server default)")
     consume.add_argument("--assignor", choices=["range", "roundrobin"], help="with --group")
+    consume.add_argument(
+        "--instance-id",
+        help="with --group: a static member's id (group.instance.id); it does not leave on exit",
+    )
 
     groups = commands.add_parser("groups", help="list, describe, reset-offsets")
     group_actions = groups.add_subparsers(dest="action", required=True)

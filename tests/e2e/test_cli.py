@@ -149,6 +149,22 @@ def test_group_consumers_take_turns(server: Server) -> None:
     assert {r["partition"]: r["committed_offset"] for r in doc["partitions"]} == {0: 4, 1: 2}
 
 
+def test_static_group_consumer_keeps_its_place(server: Server) -> None:
+    """With --instance-id the consumer stays a member when it exits; run again, it carries on
+    with the same partitions, without a rebalance."""
+    sluice(server, "topics", "create", "t", "--partitions", "2")
+    sluice(server, "produce", "t", "--partition", "0", stdin="a\nb\nc\nd\n")
+    run = ("consume", "t", "--group", "g", "--instance-id", "w1", "--from-beginning")
+    first = sluice(server, *run, "--max-messages", "2")
+    assert first.returncode == 0, first.stderr
+    before = _describe(server, "g")
+    assert [m["member_id"] for m in before["members"]] == ["w1"]
+    second = sluice(server, *run, "--max-messages", "2")
+    assert (first.stdout + second.stdout).splitlines() == ["a", "b", "c", "d"]
+    after = _describe(server, "g")
+    assert after["generation"] == before["generation"] and after["lag"] == 0
+
+
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
 def test_group_consumer_leaves_when_stopped(server: Server, stop: signal.Signals) -> None:
     """A running group consumer follows new records; Ctrl-C or SIGTERM makes it leave."""

@@ -343,11 +343,11 @@ class GroupCoordinator:
                     for tp in [tp for tp in member.owned if tp[0] == deleted]:
                         self._release(group, member, tp)
                 gone = [tp for tp in group.offsets if tp[0] == deleted]
+                for tp in gone:
+                    del group.offsets[tp]
+                    group.unwritten.pop(tp, None)
                 if gone:
-                    self._write(group.name, [(self._key(group.name, tp), None) for tp in gone])
-                    for tp in gone:
-                        del group.offsets[tp]
-                        group.unwritten.pop(tp, None)
+                    self._write_group(group, [(self._key(group.name, tp), None) for tp in gone])
             if group.members and group.partition_counts != self._partition_counts(group):
                 self._rebalance(group)
 
@@ -633,28 +633,29 @@ class GroupCoordinator:
         group.offsets.update(committed)
         group.unwritten.update(committed)
         if durable:
-            self._write_offsets(group)
+            self._write_group(group)
         elif group.write_timer is None:
-            group.write_timer = self._loop.call_later(
-                AUTO_COMMIT_WRITE_S, self._write_offsets, group
-            )
+            group.write_timer = self._loop.call_later(AUTO_COMMIT_WRITE_S, self._write_group, group)
 
-    def _write_offsets(self, group: Group) -> None:
+    def _write_group(
+        self, group: Group, records: Sequence[tuple[bytes, bytes | None]] = ()
+    ) -> None:
+        """One append: the group's auto-commits not yet in the log, then `records`."""
         if group.write_timer is not None:
             group.write_timer.cancel()
             group.write_timer = None
-        if group.unwritten:
-            records = [
-                (self._key(group.name, tp), offsets_topic.offset_value(c))
-                for tp, c in group.unwritten.items()
-            ]
-            group.unwritten.clear()
-            self._write(group.name, records)
+        pending = [
+            (self._key(group.name, tp), offsets_topic.offset_value(c))
+            for tp, c in group.unwritten.items()
+        ]
+        group.unwritten.clear()
+        if pending or records:
+            self._write(group.name, [*pending, *records])
 
     def flush(self) -> None:
         """Write every auto-commit still held in memory (at shutdown)."""
         for group in self.groups.values():
-            self._write_offsets(group)
+            self._write_group(group)
 
     # -- the offsets topic ---------------------------------------------------------------------
 
@@ -673,7 +674,7 @@ class GroupCoordinator:
 
     def _write_metadata(self, group: Group) -> None:
         doc = orjson.dumps(self._metadata(group))
-        self._write(group.name, [(offsets_topic.group_key(group.name), doc)])
+        self._write_group(group, [(offsets_topic.group_key(group.name), doc)])
 
     def _write(self, group: str, records: Sequence[tuple[bytes, bytes | None]]) -> None:
         """Append to the group's offsets partition; on this single node, committed at once."""

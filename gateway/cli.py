@@ -161,7 +161,10 @@ async def _follow_partition(
         offset = str(answer["next_offset"])
 
 
-async def _join(session: aiohttp.ClientSession, members: str, args: argparse.Namespace) -> str:
+async def _join(
+    session: aiohttp.ClientSession, members: str, args: argparse.Namespace
+) -> tuple[str, int]:
+    """Join; the member id and the first cursor."""
     body: dict[str, object] = {
         "topics": [args.topic],
         "auto_offset_reset": args.offset,
@@ -173,8 +176,8 @@ async def _join(session: aiohttp.ClientSession, members: str, args: argparse.Nam
         body["assignor"] = args.assignor
     if args.instance_id is not None:
         body["instance_id"] = args.instance_id
-    member_id: str = (await _call(session, "POST", members, json=body))["member_id"]
-    return member_id
+    joined = await _call(session, "POST", members, json=body)
+    return str(joined["member_id"]), int(joined["cursor"])
 
 
 def _printed_offsets(records: list[dict[str, Any]]) -> list[dict[str, object]]:
@@ -196,16 +199,21 @@ async def group_consume(args: argparse.Namespace) -> None:
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
     remaining = args.max_records
     async with aiohttp.ClientSession() as session:
-        member = await _join(session, members, args)
+        member, cursor = await _join(session, members, args)
         try:
             while remaining is None or remaining > 0:
                 limit = FETCH_RECORDS if remaining is None else min(remaining, FETCH_RECORDS)
-                params = {"timeout_ms": FETCH_WAIT_MS, "max_records": str(limit)}
+                params = {
+                    "timeout_ms": FETCH_WAIT_MS,
+                    "max_records": str(limit),
+                    "cursor": str(cursor),  # an answer lost on the way comes again
+                }
                 try:
                     answer = await _call(
                         session, "GET", f"{members}/{member}/records", params=params
                     )
                     records = answer["records"]
+                    cursor = answer["cursor"]
                     for record in records:
                         print(_format(record, args.print_key, args.key_separator))
                     sys.stdout.flush()
@@ -223,7 +231,7 @@ async def group_consume(args: argparse.Namespace) -> None:
                     # The session expired (a stalled pipe, a paused process): what was printed
                     # but not committed comes again, as at-least-once delivery promises.
                     print(f"sluice: {exc}; joining again", file=sys.stderr)
-                    member = await _join(session, members, args)
+                    member, cursor = await _join(session, members, args)
                     continue
                 if remaining is not None:
                     remaining -= len(records)

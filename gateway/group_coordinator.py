@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import random
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -38,6 +39,7 @@ OFFSET_RESETS = ("earliest", "latest", "none")
 LEADER_EPOCH = 0
 logger = logging.getLogger(__name__)
 AUTO_COMMIT_WRITE_S = 1.0  # auto-commits reach the log within this (auto.commit.interval.ms)
+CURSOR_MASK = 2**31 - 1
 METADATA_OVERHEAD = 4096  # the batch and record headers, the key, and slack
 
 
@@ -62,6 +64,8 @@ class Member:
     positions: dict[TopicPartition, int] = field(default_factory=dict)  # next to deliver
     fetching: int = 0
     fetch_turn: int = 0  # a newer fetch supersedes a parked older one
+    cursor: int = field(default_factory=lambda: random.getrandbits(31))  # the last delivery's
+    before_last: dict[TopicPartition, int] = field(default_factory=dict)  # positions it moved
     rotation: int = 0  # where the next fetch starts among the owned partitions
     wake: asyncio.Future[None] | None = None
     expiry: asyncio.TimerHandle | None = None
@@ -152,6 +156,7 @@ class GroupFetch:
     generation: int
     bytes_read: int
     counts: dict[str, int]  # records per topic, for metrics
+    cursor: int  # the client echoes it on its next fetch, proving it received this answer
 
 
 class GroupCoordinator:
@@ -409,14 +414,20 @@ class GroupCoordinator:
 
     # -- fetch ---------------------------------------------------------------------------------
 
-    async def fetch(self, name: str, member_id: str, limits: FetchLimits) -> GroupFetch:
+    async def fetch(
+        self, name: str, member_id: str, limits: FetchLimits, cursor: int | None = None
+    ) -> GroupFetch:
         """Long-poll across the member's partitions; counts as a heartbeat.
 
         With auto_commit, what the previous fetch delivered is committed first. Until a member
         owns a partition (the join settling) it waits, up to the timeout, rather than answer
         empty. A newer fetch by the same member answers an older parked one at once, empty.
+        A `cursor` other than the last answer's means that answer was lost on the way: its
+        records are delivered again (see _rewind).
         """
         group, member = self._member(name, member_id)
+        if cursor is not None and cursor != member.cursor:
+            self._rewind(member, cursor)
         member.fetch_turn += 1
         turn = member.fetch_turn
         member.poke()
@@ -432,7 +443,9 @@ class GroupCoordinator:
                 if group.members.get(member_id) is not member:
                     raise unknown_member(name, member_id)
                 if member.fetch_turn != turn:
-                    return GroupFetch([], member.assignment(), group.generation, 0, {})
+                    return GroupFetch(
+                        [], member.assignment(), group.generation, 0, {}, member.cursor
+                    )
                 self._reconcile(group, member)
                 answer = self._read(group, member, limits)
                 remaining = deadline - self._loop.time()
@@ -522,11 +535,32 @@ class GroupCoordinator:
         return out
 
     def _deliver(self, group: Group, member: Member, answer: PartitionReads) -> GroupFetch:
-        member.positions.update(answer.next_offsets)
+        if answer.records:
+            member.before_last = {tp: member.positions[tp] for tp in answer.next_offsets}
+            member.positions.update(answer.next_offsets)
+            member.cursor = (member.cursor + 1) & CURSOR_MASK
         member.rotation += 1
         return GroupFetch(
-            answer.records, member.assignment(), group.generation, answer.bytes_read, answer.counts
+            answer.records,
+            member.assignment(),
+            group.generation,
+            answer.bytes_read,
+            answer.counts,
+            member.cursor,
         )
+
+    @staticmethod
+    def _rewind(member: Member, cursor: int) -> None:
+        """The client's cursor is not the last answer's. The one before it: only the last
+        answer was lost, so its partitions go back to where it started. Anything else (several
+        answers lost, a restarted gateway): back to the committed offsets."""
+        if cursor == (member.cursor - 1) & CURSOR_MASK and member.before_last:
+            for tp, position in member.before_last.items():
+                if tp in member.owned:
+                    member.positions[tp] = position
+        else:
+            member.positions.clear()
+        member.before_last = {}
 
     # -- offsets -------------------------------------------------------------------------------
 

@@ -14,7 +14,13 @@ from engine.config import validate_topic_name
 from engine.errors import InvalidTopicName
 from gateway import codecs
 from gateway.assignors import ASSIGNORS
-from gateway.group_coordinator import OFFSET_RESETS, FetchLimits, GroupCoordinator, JoinRequest
+from gateway.group_coordinator import (
+    CURSOR_MASK,
+    OFFSET_RESETS,
+    FetchLimits,
+    GroupCoordinator,
+    JoinRequest,
+)
 from gateway.params import int_param, json_object, json_response, read_body
 from gateway.problems import Problem, bad_request
 from gateway.state import gateway_of
@@ -141,6 +147,7 @@ async def join(request: web.Request) -> web.Response:
             "assignment": member.assignment(),
             "assignor": group.assignor,
             "session_timeout_ms": member.session_timeout_ms,
+            "cursor": member.cursor,
         },
         201,
     )
@@ -172,7 +179,10 @@ async def fetch(request: web.Request) -> web.Response:
             "too many long-polls are parked on this node; retry shortly",
             headers={"Retry-After": "1"},
         )
-    answer = await _coordinator(request).fetch(name, request.match_info["member"], limits)
+    cursor = int_param(request, "cursor", -1, 0, CURSOR_MASK)
+    answer = await _coordinator(request).fetch(
+        name, request.match_info["member"], limits, None if cursor < 0 else cursor
+    )
     metrics = gateway.metrics
     for topic, count in answer.counts.items():
         metrics.records_out.labels(topic).inc(count)
@@ -181,6 +191,7 @@ async def fetch(request: web.Request) -> web.Response:
             "records": answer.records,
             "assignment": answer.assignment,
             "generation": answer.generation,
+            "cursor": answer.cursor,
         }
     )
     return web.Response(body=body, content_type=codecs.JSON)

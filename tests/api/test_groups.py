@@ -742,3 +742,35 @@ async def test_sessions_stop_running_out_at_shutdown(client: Client) -> None:
     gateway(client).groups.close()
     await poll(client, a)  # a request that ends during the drain
     assert member_state(client, a).expiry is None
+
+
+async def test_a_lost_answer_is_delivered_again_when_the_cursor_says_so(client: Client) -> None:
+    """Positions live on the server: a client that echoes the cursor of the last answer it
+    received gets a lost answer's records again, and auto-commit never commits them."""
+    await create_topic(client, "t", 1)
+    await fill(client, 10, 1)
+    joined = await join(client)
+    a, cursor = joined["member_id"], joined["cursor"]
+
+    async def offsets(cursor: int) -> tuple[list[int], int]:
+        got = await poll(client, a, max_records=2, cursor=cursor)
+        return [r["offset"] for r in got["records"]], got["cursor"]
+
+    async def committed() -> int | None:
+        value: int | None = (await describe_group(client))["partitions"][0]["committed_offset"]
+        return value
+
+    first, c1 = await offsets(cursor)
+    assert (first, c1) == ([0, 1], (cursor + 1) % 2**31)
+    assert (await offsets(c1))[0] == [2, 3]  # this answer is lost on the way
+    again, c3 = await offsets(c1)
+    assert again == [2, 3]
+    assert await committed() == 2
+    # the answers after c3 are lost twice in a row: back to the committed offset
+    assert (await offsets(c3))[0] == [4, 5]
+    assert (await offsets(c3))[0] == [4, 5]
+    assert await committed() == 4
+    assert (await offsets(c3))[0] == [4, 5]
+    for bad in ("-1", "x", str(2**31)):
+        resp = await client.get(f"{G}/members/{a}/records", params={"cursor": bad})
+        await problem(resp, 400, "INVALID_PARAMETER")

@@ -15,7 +15,7 @@ import pytest
 
 from tests.e2e.conftest import REPO, Server
 
-VOLATILE = {"timestamp", "topic_id"}
+VOLATILE = {"timestamp", "topic_id", "cursor"}
 
 
 def examples() -> list[tuple[str, str]]:

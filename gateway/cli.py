@@ -343,6 +343,14 @@ async def groups_command(args: argparse.Namespace) -> None:
             print(_table(("TOPIC", "PARTITION", "NEW-OFFSET"), rows))
 
 
+def _positive(raw: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    value = int(raw)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog="sluice", description=__doc__)
     commands = root.add_subparsers(dest="command", required=True)
@@ -364,6 +372,23 @@ def parser() -> argparse.ArgumentParser:
         default=Settings.idempotency_window_s,
         help="seconds an Idempotency-Key is remembered",
     )
+    serve.add_argument(
+        "--offsets-topic-partitions",
+        type=_positive,
+        default=Settings.offsets_topic_partitions,
+        help="partitions of __consumer_offsets when it is first created",
+    )
+    serve.add_argument(
+        "--group-min-session-timeout-ms",
+        type=_positive,
+        default=Settings.group_min_session_timeout_ms,
+    )
+    serve.add_argument(
+        "--group-max-session-timeout-ms",
+        type=_positive,
+        default=Settings.group_max_session_timeout_ms,
+    )
+    serve.add_argument("--group-max-members", type=_positive, default=Settings.group_max_members)
 
     def with_url(sub: argparse.ArgumentParser) -> argparse.ArgumentParser:
         sub.add_argument(
@@ -435,6 +460,8 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> None:
     args = parser().parse_args(argv)
     if args.command == "serve":
+        if args.group_min_session_timeout_ms > args.group_max_session_timeout_ms:
+            raise SystemExit("--group-min-session-timeout-ms is above the maximum")
         from gateway.server import run
 
         run(
@@ -448,6 +475,10 @@ def main(argv: Sequence[str] | None = None) -> None:
                 auto_create_topics=args.auto_create_topics,
                 default_partitions=args.default_partitions,
                 idempotency_window_s=args.idempotency_window,
+                offsets_topic_partitions=args.offsets_topic_partitions,
+                group_min_session_timeout_ms=args.group_min_session_timeout_ms,
+                group_max_session_timeout_ms=args.group_max_session_timeout_ms,
+                group_max_members=args.group_max_members,
             )
         )
         return

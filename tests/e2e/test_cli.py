@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -15,7 +16,7 @@ import orjson
 import pytest
 
 from gateway.cli import main
-from tests.e2e.conftest import REPO, Server
+from tests.e2e.conftest import REPO, Server, start_server
 
 
 def sluice(
@@ -327,3 +328,37 @@ def test_group_errors_are_reported(server: Server) -> None:
     pinned = sluice(server, "consume", "t", "--group", "g", "--partition", "0")
     assert pinned.returncode != 0 and "--group" in pinned.stderr
     assert sluice(server, "groups", "list").stdout == ""
+
+
+def test_serve_group_options(tmp_path: Path) -> None:
+    """The offsets topic's size and the group limits come from `sluice serve`'s options."""
+    running = start_server(
+        tmp_path / "data",
+        "--offsets-topic-partitions",
+        "3",
+        "--group-min-session-timeout-ms",
+        "100",
+        "--group-max-members",
+        "1",
+    )
+    try:
+        with httpx.Client(base_url=running.url) as http:
+            topics = http.get("/v1/topics", params={"internal": "true"}).json()["topics"]
+            assert {"name": "__consumer_offsets", "partitions": 3} in topics
+            http.post("/v1/topics", json={"name": "t"}).raise_for_status()
+            body = {"topics": ["t"], "session_timeout_ms": 100}
+            assert http.post("/v1/groups/g/members", json=body).status_code == 201
+            refused = http.post("/v1/groups/g/members", json=body)
+            assert refused.json()["code"] == "GROUP_MAX_SIZE_REACHED"
+    finally:
+        assert running.stop() == 0
+    for bad in (["--offsets-topic-partitions", "0"], ["--group-max-members", "x"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "gateway", "--data-dir", str(tmp_path / "d2"), *bad],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 2 and bad[0] in done.stderr

@@ -21,7 +21,7 @@ import tempfile
 import time
 import traceback
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ from engine.batch import RecordInput, encode_batch
 from loadtests import generators, parked, report
 from loadtests.common import (
     RedisServer,
+    cpu_seconds,
     http_json,
     raise_fd_limit,
     start_gateway,
@@ -174,6 +175,12 @@ class Bench:
             )
             with urllib.request.urlopen(request, timeout=60) as response:
                 response.read()
+
+    def warm(self, paths: list[str]) -> None:
+        """One record to each partition first: a partition's first append writes its leader-epoch
+        checkpoint (with fsyncs), a one-off cost that would otherwise dominate 1000 partitions."""
+        for target in paths:
+            http_json("POST", self.url + target, {"records": [{"value": 0}]})
 
     def redis_fill(self, stream: str, records: int) -> None:
         generators.redis_benchmark(
@@ -524,6 +531,7 @@ class Bench:
                 topic = self.topic("scaling", count)
                 paths = [f"/v1/topics/{topic}/partitions/{p}/records?acks=1" for p in range(count)]
                 try:
+                    self.warm(paths)
                     run = generators.wrk(
                         self.url,
                         paths,
@@ -561,21 +569,35 @@ class Bench:
         def sluice_parked() -> dict[str, Any]:
             topic = self.topic("parked")
             try:
-                return {
-                    "steps": asyncio.run(
-                        parked.sluice_parked(self.url, topic, self.gateway.pid, steps)
-                    )
-                }
+                return _with_cpu(
+                    self.gateway.pid,
+                    lambda: parked.sluice_parked(self.url, topic, self.gateway.pid, steps),
+                )
             finally:
                 self.drop(topic)
 
         def redis_parked() -> dict[str, Any]:
-            return {"steps": asyncio.run(parked.redis_parked(self.redis, "parked", steps))}
+            return _with_cpu(
+                self.redis.process.pid, lambda: parked.redis_parked(self.redis, "parked", steps)
+            )
 
         self.report["parked"] = {
             "sluice": self.guarded("parked", {"system": "sluice"}, sluice_parked),
             "redis": self.guarded("parked", {"system": "redis"}, redis_parked),
         }
+
+
+def _with_cpu(
+    server_pid: int, steps: Callable[[], Coroutine[Any, Any, list[dict[str, Any]]]]
+) -> dict[str, Any]:
+    """Run an in-process generator; its steps with this process's and the server's CPU seconds."""
+    server_before, own_before = cpu_seconds(server_pid), time.process_time()
+    rows = asyncio.run(steps())
+    return {
+        "steps": rows,
+        "generator_cpu_s": round(time.process_time() - own_before, 2),
+        "server_cpu_s": round(cpu_seconds(server_pid) - server_before, 2),
+    }
 
 
 def _tool_version(command: list[str]) -> str:

@@ -340,6 +340,12 @@ def markdown(doc: dict[str, Any]) -> str:
         out += _table(
             steps, ["system", "polls", "rss_delta_bytes", "bytes_per_parked_poll", "error"]
         )
+        if "server_cpu_s" in row:
+            out += [
+                "",
+                f"CPU over all steps: generator {row['generator_cpu_s']} s, "
+                f"server {row['server_cpu_s']} s.",
+            ]
         out.append("")
     out += ["## Sluice / Redis", ""]
     out += _table(doc.get("ratios", []), ["figure", "unit", "sluice", "redis", "ratio", "better"])

@@ -64,12 +64,18 @@ be_i16(const unsigned char *p)
 }
 
 /* A zigzag varint of at most `max_bytes` bytes below `end`; -1 if truncated or longer. */
-static int
+static inline int
 read_varint(const unsigned char *buf, Py_ssize_t end, Py_ssize_t *pos, int max_bytes,
             int64_t *out)
 {
     uint64_t value = 0;
     Py_ssize_t p = *pos;
+    if (p < end && buf[p] < 0x80) { /* one byte: most fields of a small record */
+        value = buf[p];
+        *pos = p + 1;
+        *out = (int64_t)(value >> 1) ^ -(int64_t)(value & 1);
+        return 0;
+    }
     for (int i = 0; i < max_bytes; i++) {
         if (p >= end) {
             return -1;
@@ -89,7 +95,7 @@ read_varint(const unsigned char *buf, Py_ssize_t end, Py_ssize_t *pos, int max_b
 }
 
 /* An int32 field (Kafka's varint): at most 5 bytes and within int32's range. */
-static int
+static inline int
 read_varint32(const unsigned char *buf, Py_ssize_t end, Py_ssize_t *pos, int64_t *out)
 {
     if (read_varint(buf, end, pos, 5, out) < 0 || *out < INT32_MIN || *out > INT32_MAX) {
@@ -185,24 +191,55 @@ write_literal(char *w, const char *s)
     return w + n;
 }
 
+/* An integer's decimal text, kept from one record to the next: a batch's records mostly share
+ * a timestamp, and their offsets count up by one. */
+struct int_text {
+    int valid;
+    int len;
+    int64_t value;
+    char text[20]; /* "-9223372036854775808" */
+};
+
 static char *
-write_int(char *w, int64_t v)
+write_int(char *w, struct int_text *t, int64_t v)
 {
-    char digits[20];
-    int n = 0;
-    uint64_t u = (uint64_t)v;
-    if (v < 0) {
-        *w++ = '-';
-        u = (uint64_t)0 - u;
+    if (!t->valid || v != t->value) {
+        if (t->valid && t->value >= 0 && t->value < INT64_MAX && v == t->value + 1) {
+            int i = t->len - 1;
+            while (i >= 0 && t->text[i] == '9') {
+                t->text[i--] = '0';
+            }
+            if (i >= 0) {
+                t->text[i]++;
+            }
+            else { /* 99 -> 100: at most 19 digits become 20 characters */
+                memmove(t->text + 1, t->text, (size_t)t->len);
+                t->text[0] = '1';
+                t->len++;
+            }
+        }
+        else {
+            char digits[20];
+            int n = 0, len = 0;
+            uint64_t u = (uint64_t)v;
+            if (v < 0) {
+                t->text[len++] = '-';
+                u = (uint64_t)0 - u;
+            }
+            do {
+                digits[n++] = (char)('0' + u % 10);
+                u /= 10;
+            } while (u);
+            while (n) {
+                t->text[len++] = digits[--n];
+            }
+            t->len = len;
+        }
+        t->value = v;
+        t->valid = 1;
     }
-    do {
-        digits[n++] = (char)('0' + u % 10);
-        u /= 10;
-    } while (u);
-    while (n) {
-        *w++ = digits[--n];
-    }
-    return w;
+    memcpy(w, t->text, (size_t)t->len);
+    return w + t->len;
 }
 
 /* A JSON string, escaped as msgspec escapes it: quote, backslash and control characters;
@@ -269,6 +306,7 @@ encode_records(const unsigned char *buf, Py_ssize_t end, int64_t start, Py_ssize
     if (count < 0) {
         return PYTHON;
     }
+    struct int_text offset_text = {0}, timestamp_text = {0};
     Py_ssize_t pos = HEADER_SIZE;
     for (int32_t i = 0; i < count && PyList_GET_SIZE(records) < limit; i++) {
         int64_t length, attrs, timestamp_delta, offset_delta, key_len, value_len, headers;
@@ -324,9 +362,9 @@ encode_records(const unsigned char *buf, Py_ssize_t end, int64_t start, Py_ssize
         memcpy(w, prefix, (size_t)prefix_len);
         w += prefix_len;
         w = write_literal(w, "\"offset\":");
-        w = write_int(w, offset);
+        w = write_int(w, &offset_text, offset);
         w = write_literal(w, ",\"timestamp\":");
-        w = write_int(w, timestamp);
+        w = write_int(w, &timestamp_text, timestamp);
         w = write_literal(w, ",\"key\":");
         if (key_len < 0) {
             w = write_literal(w, "null");

@@ -227,6 +227,15 @@ def test_plain_batches_take_the_c_path() -> None:
     assert _fetchjson.batch_json(view, 100, 5, b"{", msgspec.Raw) == ([], 100)
 
 
+@pytest.mark.parametrize("base_offset", [0, 8, 9_998, 999_999_999_999_999_998, 2**63 - 5])
+def test_offsets_carry_across_powers_of_ten(base_offset: int) -> None:
+    """The C path counts offsets up in decimal text; carries must match a fresh format."""
+    data = bytes(plain_batch(4, base_offset=base_offset))
+    native, python = both_paths(data, base_offset, 10, None)
+    assert native == python
+    assert native[2] == base_offset + 4
+
+
 def test_other_batches_are_left_to_python() -> None:
     not_json = fmt.encode_batch([fmt.RecordInput(b"k", b"1")])
     with_headers = fmt.encode_batches(

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
-import multiprocessing.synchronize
 import queue
 import re
 import threading
@@ -31,9 +30,6 @@ from loadtests.common import cpu_seconds
 
 DEADLINE_S = 300.0
 POLL_MS = 200
-# The Sluice clients count records without building them (the fetch's next-offset header; the
-# group answer's "offset" keys, after one full parse per member checks the shape), so they stay
-# cheaper per record than the gateway; bench values never contain that key.
 CONTENT_LENGTH = re.compile(rb"content-length:\s*(\d+)", re.I)
 NEXT_OFFSET = re.compile(rb"sluice-next-offset:\s*(\d+)", re.I)
 
@@ -71,11 +67,10 @@ class Shared:
     counter: Synchronized[int]
     expected: int
 
-    def add(self, n: int) -> bool:
-        """Count `n` delivered records; True once the run has everything."""
+    def add(self, n: int) -> None:
+        """Count `n` delivered records."""
         with self.counter.get_lock():
             self.counter.value += n
-            return self.counter.value >= self.expected
 
     def done(self) -> bool:
         return self.counter.value >= self.expected
@@ -110,7 +105,7 @@ async def _sluice_partition_fetch(
             found = NEXT_OFFSET.search(head)
             if status != 200 or found is None:
                 raise RuntimeError(f"fetch -> {status} {body[:200]!r}")
-            next_offset = int(found.group(1))
+            next_offset = int(found.group(1))  # the header counts records: no body parsing
             count = min(next_offset, end) - offset
             offset = next_offset
             total += count
@@ -160,6 +155,8 @@ async def _sluice_group_consume(
                 status, _, body = await http.get(target)
                 if status != 200:
                     raise RuntimeError(f"GET {target} -> {status} {body[:300]!r}")
+                # Count records without building them, so the client stays cheaper per record
+                # than the gateway; one full parse per member first checks the answer's shape.
                 count = body.count(b'"offset":') if checked else len(orjson.loads(body)["records"])
                 checked = True
                 total += count

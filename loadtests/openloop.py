@@ -21,6 +21,7 @@ from typing import Any
 import aiohttp
 import orjson
 import redis.asyncio as aioredis
+import uvloop
 
 from loadtests.common import cpu_seconds
 
@@ -180,8 +181,6 @@ def _role_main(
 ) -> None:
     """Process entry for the producer or the consumer; every failure goes back to the bench."""
     try:
-        import uvloop
-
         runner = _produce if role == "producer" else _consume
         results.put((role, uvloop.run(runner(params, barrier))))
     except BaseException as error:  # report every failure to the bench, then end the process

@@ -8,7 +8,8 @@
  * (except the idempotency key Sluice puts on an idempotent batch's first record), keys that are
  * null or UTF-8. For anything else, including anything malformed, it returns None and the
  * caller decodes the batch in Python, which is the reference: for the batches this accepts the
- * output is byte for byte the same (tests/test_fetchjson.py checks it on arbitrary batches).
+ * output is byte for byte the same (tests/gateway/test_fetchjson.py checks it on arbitrary
+ * and damaged batches).
  *
  * Every read is bounds-checked against the buffer, and within a record against its length.
  */

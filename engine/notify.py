@@ -21,8 +21,8 @@ class ChangeNotifier:
         self._loop_thread = threading.get_ident()
         self._waiters: dict[PartitionLog, set[asyncio.Future[None]]] = {}
         self._watched: set[PartitionLog] = set()
-        self._unbound: set[asyncio.Future[None]] = set()  # parked on no log, only on `also`
         self.closing = False
+        self.parked = 0  # waiters parked now (a metric, and the limit's count): one per wait
 
     def watch(self, log: PartitionLog) -> None:
         if log not in self._watched:
@@ -34,11 +34,6 @@ class ChangeNotifier:
             self._watched.discard(log)
             log.remove_listener(self._changed)
             self._wake(log)
-
-    @property
-    def parked(self) -> int:
-        """How many waiters are parked now (a metric); one spanning several logs counts once."""
-        return len(set().union(*self._waiters.values())) + len(self._unbound)
 
     async def wait(self, log: PartitionLog, timeout: float) -> bool:
         """Wait for the log to change; False on timeout. Cancellation releases the waiter."""
@@ -61,15 +56,14 @@ class ChangeNotifier:
             waiters = self._waiters.setdefault(log, set())
             waiters.add(future)
             parked.append((log, waiters))
-        if not parked:
-            self._unbound.add(future)
+        self.parked += 1
         try:
             await asyncio.wait_for(asyncio.shield(future) if also is not None else future, timeout)
             return True
         except TimeoutError:
             return False
         finally:
-            self._unbound.discard(future)
+            self.parked -= 1
             for log, waiters in parked:
                 waiters.discard(future)
                 if not waiters and self._waiters.get(log) is waiters:

@@ -68,10 +68,15 @@ class Member:
     before_last: dict[TopicPartition, int] = field(default_factory=dict)  # positions it moved
     rotation: int = 0  # where the next fetch starts among the owned partitions
     wake: asyncio.Future[None] | None = None
-    expiry: asyncio.TimerHandle | None = None
+    expiry: asyncio.TimerHandle | None = None  # fires at or before `deadline`
+    deadline: float = 0.0  # loop time when the session runs out, if no request is in flight
+    _assignment: tuple[set[TopicPartition], list[dict[str, Any]]] | None = None
 
     def assignment(self) -> list[dict[str, Any]]:
-        return assignment_doc(self.target)
+        """The target as the API shows it; kept until a rebalance gives a new target."""
+        if self._assignment is None or self._assignment[0] is not self.target:
+            self._assignment = (self.target, assignment_doc(self.target))
+        return self._assignment[1]
 
     def stored(self) -> dict[str, Any]:
         return {
@@ -231,6 +236,7 @@ class GroupCoordinator:
             for member in group.members.values():
                 if member.expiry is not None:
                     member.expiry.cancel()
+                    member.expiry = None
                 member.poke()
 
     # -- membership ----------------------------------------------------------------------------
@@ -317,7 +323,12 @@ class GroupCoordinator:
         self._remove(group, member)
 
     def _expire(self, group: Group, member: Member) -> None:
-        if group.members.get(member.member_id) is member and not member.fetching:
+        member.expiry = None
+        if group.members.get(member.member_id) is not member or member.fetching or self.closing:
+            return  # gone, or a request in flight: its end arms the timer again
+        if self._loop.time() < member.deadline:
+            member.expiry = self._loop.call_at(member.deadline, self._expire, group, member)
+        else:
             self._remove(group, member)
 
     def _remove(self, group: Group, member: Member) -> None:
@@ -330,14 +341,16 @@ class GroupCoordinator:
         self._rebalance(group)
 
     def _schedule_expiry(self, group: Group, member: Member) -> None:
-        if member.expiry is not None:
-            member.expiry.cancel()
-            member.expiry = None
+        """Renew the session. One timer per member, moved only when it fires early (a request
+        renews the session with a float, not a new timer)."""
         if self.closing:
             return
-        member.expiry = self._loop.call_later(
-            member.session_timeout_ms / 1000, self._expire, group, member
-        )
+        member.deadline = self._loop.time() + member.session_timeout_ms / 1000
+        if member.expiry is not None and member.expiry.when() > member.deadline:
+            member.expiry.cancel()  # a rejoin with a shorter session
+            member.expiry = None
+        if member.expiry is None:
+            member.expiry = self._loop.call_at(member.deadline, self._expire, group, member)
 
     def topics_changed(self, deleted: str | None = None) -> None:
         """Partitions were added or a topic deleted: rebalance the groups that read them; a
@@ -432,9 +445,6 @@ class GroupCoordinator:
         turn = member.fetch_turn
         member.poke()
         member.fetching += 1
-        if member.expiry is not None:
-            member.expiry.cancel()
-            member.expiry = None
         try:
             if member.auto_commit:
                 self._commit_positions(group, member, durable=False)

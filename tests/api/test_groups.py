@@ -774,3 +774,18 @@ async def test_a_lost_answer_is_delivered_again_when_the_cursor_says_so(client: 
     for bad in ("-1", "x", str(2**31)):
         resp = await client.get(f"{G}/members/{a}/records", params={"cursor": bad})
         await problem(resp, 400, "INVALID_PARAMETER")
+
+
+async def test_requests_renew_the_session(start: Start) -> None:
+    """Back-to-back fetches keep a member with a 200 ms session for far longer than that; a
+    static member rejoining with a shorter session expires by the shorter one."""
+    client = await start(group_min_session_timeout_ms=50)
+    await create_topic(client, "t", 1)
+    a = (await join(client, session_timeout_ms=200))["member_id"]
+    for _ in range(6):
+        await poll(client, a, timeout_ms=100)
+    assert a in gateway(client).groups.groups["g"].members
+    await join(client, instance_id="s", session_timeout_ms=60_000)
+    await join(client, instance_id="s", session_timeout_ms=100)
+    members = gateway(client).groups.groups["g"].members
+    await wait_until(lambda: "s" not in members, timeout=5)

@@ -33,6 +33,7 @@ from engine.notify import ChangeNotifier
 from engine.offsets_topic import CommittedOffset, StoredGroup, TopicPartition
 from gateway import codecs
 from gateway.assignors import ASSIGNORS
+from gateway.fetch import FetchLimits
 from gateway.problems import Problem
 
 OFFSET_RESETS = ("earliest", "latest", "none")
@@ -132,14 +133,6 @@ class JoinRequest:
     auto_commit: bool
     assignor: str | None = None  # None: the group's
     instance_id: str | None = None  # a static member's chosen id (Kafka's group.instance.id)
-
-
-@dataclass(frozen=True)
-class FetchLimits:
-    max_records: int
-    max_bytes: int
-    min_bytes: int
-    timeout_ms: int
 
 
 @dataclass

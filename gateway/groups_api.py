@@ -14,10 +14,10 @@ from engine.config import validate_topic_name
 from engine.errors import InvalidTopicName
 from gateway import codecs
 from gateway.assignors import ASSIGNORS
+from gateway.fetch import fetch_limits, refuse_when_full
 from gateway.group_coordinator import (
     CURSOR_MASK,
     OFFSET_RESETS,
-    FetchLimits,
     GroupCoordinator,
     JoinRequest,
 )
@@ -160,25 +160,8 @@ async def fetch(request: web.Request) -> web.Response:
     accept = codecs.negotiate(request.headers.get("Accept", ""), (codecs.JSON,), codecs.JSON)
     if accept is None:
         raise Problem(406, "NOT_ACCEPTABLE", f"Accept allows none of {codecs.JSON}")
-    limits = FetchLimits(
-        max_records=int_param(
-            request, "max_records", settings.default_fetch_records, 1, settings.max_fetch_records
-        ),
-        max_bytes=int_param(
-            request, "max_bytes", settings.default_fetch_bytes, 1, settings.max_fetch_bytes
-        ),
-        min_bytes=int_param(request, "min_bytes", 1, 0, settings.max_fetch_bytes),
-        timeout_ms=int_param(
-            request, "timeout_ms", settings.default_fetch_wait_ms, 0, settings.max_wait_ms
-        ),
-    )
-    if gateway.notifier.parked >= settings.max_parked_fetches:
-        raise Problem(
-            503,
-            "TOO_MANY_WAITING_FETCHES",
-            "too many long-polls are parked on this node; retry shortly",
-            headers={"Retry-After": "1"},
-        )
+    limits = fetch_limits(request, settings)
+    refuse_when_full(gateway.notifier, settings)
     cursor = int_param(request, "cursor", -1, 0, CURSOR_MASK)
     answer = await _coordinator(request).fetch(
         name, request.match_info["member"], limits, None if cursor < 0 else cursor

@@ -9,7 +9,7 @@ from aiohttp import web
 from engine import batch as fmt
 from engine.errors import LogClosed, UnknownTopic
 from gateway import codecs
-from gateway.fetch import long_poll
+from gateway.fetch import fetch_limits, long_poll, refuse_when_full
 from gateway.idempotency import validate_key
 from gateway.params import (
     choice_param,
@@ -112,32 +112,17 @@ async def fetch(request: web.Request) -> web.StreamResponse:
             f"Accept allows none of {', '.join(codecs.FETCH_TYPES)}",
         )
     offset = _start_offset(request, log.log_start_offset, log.high_watermark)
-    max_records = int_param(
-        request, "max_records", settings.default_fetch_records, 1, settings.max_fetch_records
-    )
-    max_bytes = int_param(
-        request, "max_bytes", settings.default_fetch_bytes, 1, settings.max_fetch_bytes
-    )
-    min_bytes = int_param(request, "min_bytes", 1, 0, settings.max_fetch_bytes)
-    timeout_ms = int_param(
-        request, "timeout_ms", settings.default_fetch_wait_ms, 0, settings.max_wait_ms
-    )
-    if gateway.notifier.parked >= settings.max_parked_fetches:
-        raise Problem(
-            503,
-            "TOO_MANY_WAITING_FETCHES",
-            "too many long-polls are parked on this node; retry shortly",
-            headers={"Retry-After": "1"},
-        )
+    limits = fetch_limits(request, settings)
+    refuse_when_full(gateway.notifier, settings)
     try:
         result = await long_poll(
             log,
             gateway.notifier,
             offset,
-            max_bytes,
-            min_bytes,
-            timeout_ms,
-            None if accept == codecs.RECORD_BATCH else max_records,
+            limits.max_bytes,
+            limits.min_bytes,
+            limits.timeout_ms,
+            None if accept == codecs.RECORD_BATCH else limits.max_records,
         )
     except LogClosed:
         raise UnknownTopic(f"topic {log.topic!r} was deleted") from None
@@ -156,7 +141,7 @@ async def fetch(request: web.Request) -> web.StreamResponse:
                 "Sluice-High-Watermark": str(result.high_watermark),
             },
         )
-    records, next_offset = codecs.fetched_records(data, offset, max_records)
+    records, next_offset = codecs.fetched_records(data, offset, limits.max_records)
     metrics.records_out.labels(log.topic).inc(len(records))
     metrics.bytes_out.labels(log.topic).inc(len(data))
     headers = {

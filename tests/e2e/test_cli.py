@@ -123,6 +123,20 @@ def _until(condition: Callable[[], bool], what: str) -> None:
         time.sleep(0.05)
 
 
+def _group_consumer(server: Server, *extra: str) -> subprocess.Popen[str]:
+    """`sluice consume t --group g --from-beginning` as a process of its own."""
+    return subprocess.Popen(
+        [
+            *(sys.executable, "-c", "from gateway.cli import main; main()", "consume", "t"),
+            *("--group", "g", "--from-beginning", *extra, "--url", server.url),
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 def test_group_consumers_take_turns(server: Server) -> None:
     """Each run prints what the last one left, commits exactly what it printed, and leaves."""
     sluice(server, "topics", "create", "t", "--partitions", "2")
@@ -182,17 +196,7 @@ def test_group_consumer_leaves_when_stopped(server: Server, stop: signal.Signals
             return sum(r["committed_offset"] or 0 for r in rows) == total
 
         produce(range(30))
-        consumer = subprocess.Popen(
-            [
-                *(sys.executable, "-c", "from gateway.cli import main; main()", "consume", "t"),
-                *("--group", "g", "--from-beginning", "--session-timeout-ms", "60000"),
-                *("--url", server.url),
-            ],
-            cwd=REPO,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        consumer = _group_consumer(server, "--session-timeout-ms", "60000")
         try:
             _until(lambda: committed(30), "the first 30 to be printed and committed")
             produce(range(30, 40))
@@ -235,17 +239,7 @@ def test_group_consumer_rejoins_after_its_session_ran_out(server: Server) -> Non
             return "sluice_parked_fetches 1.0" in metrics
 
         produce(range(10))
-        consumer = subprocess.Popen(
-            [
-                *(sys.executable, "-c", "from gateway.cli import main; main()", "consume", "t"),
-                *("--group", "g", "--from-beginning", "--session-timeout-ms", "1000"),
-                *("--url", server.url),
-            ],
-            cwd=REPO,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        consumer = _group_consumer(server, "--session-timeout-ms", "1000")
         try:
             _until(lambda: caught_up(10), "the first 10 to be printed and committed")
             _until(parked, "the consumer's next fetch to be waiting")

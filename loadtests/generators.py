@@ -22,10 +22,10 @@ done = function(summary, latency, requests)
   local e = summary.errors
   io.write(string.format(
     'WRKJSON {"requests": %d, "duration_us": %d, "bytes": %d, "errors": %d, "non_2xx": %d,'
-    .. ' "p50_ms": %.3f, "p99_ms": %.3f}\\n',
+    .. ' "p50_ms": %.3f, "p99_ms": %.3f, "max_ms": %.3f}\\n',
     summary.requests, summary.duration, summary.bytes,
     e.connect + e.read + e.write + e.timeout, e.status,
-    latency:percentile(50) / 1000, latency:percentile(99) / 1000))
+    latency:percentile(50) / 1000, latency:percentile(99) / 1000, latency.max / 1000))
 end
 """
 
@@ -103,7 +103,11 @@ end
         failures=summary["errors"] + summary["non_2xx"],
         generator_cpu_s=generator_cpu,
         server_cpu_s=server_cpu,
-        extra={"p50_ms": summary["p50_ms"], "p99_ms": summary["p99_ms"]},
+        extra={
+            "p50_ms": summary["p50_ms"],
+            "p99_ms": summary["p99_ms"],
+            "max_ms": summary["max_ms"],
+        },
     )
 
 

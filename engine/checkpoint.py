@@ -16,15 +16,28 @@ class CheckpointError(Exception):
     """A checkpoint file that does not parse; callers fall back to the safe default."""
 
 
-def write_lines(path: Path, entries: Iterable[tuple[object, ...]]) -> None:
+def write_lines(path: Path, entries: Iterable[tuple[object, ...]], *, durable: bool = True) -> None:
+    """Replace the file; `durable=False` skips the fsyncs (see `sync` for doing them later)."""
     rows = [" ".join(str(field) for field in entry) for entry in entries]
     text = "\n".join([str(VERSION), str(len(rows)), *rows]) + "\n"
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", encoding="ascii") as f:
         f.write(text)
         f.flush()
-        os.fsync(f.fileno())
+        if durable:
+            os.fsync(f.fileno())
     os.replace(tmp, path)
+    if durable:
+        fsync_directory(path.parent)
+
+
+def sync(path: Path) -> None:
+    """fsync a file written with `durable=False`, and its directory (for the rename)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
     fsync_directory(path.parent)
 
 

@@ -25,6 +25,7 @@ class LeaderEpochCache:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.unsynced = False  # written by `assign` without fsync; `sync` makes it durable
         try:
             rows = checkpoint.read_lines(path, 2)
             self.entries = [EpochEntry(int(e), int(o)) for e, o in rows]
@@ -41,7 +42,18 @@ class LeaderEpochCache:
             return
         kept = [e for e in self.entries if e.start_offset < start_offset]
         kept.append(EpochEntry(epoch, start_offset))
-        self._store(kept)
+        # On the append path: no fsync here (milliseconds on the event loop). The log's flush
+        # syncs the file before its recovery point passes `start_offset`, and recovery above the
+        # recovery point rebuilds the entries from the batches, as Kafka's recoverSegment does.
+        self.entries = kept
+        checkpoint.write_lines(self.path, kept, durable=False)
+        self.unsynced = True
+
+    def sync(self) -> None:
+        """Make what `assign` wrote durable (from the log's flush, off the event loop)."""
+        if self.unsynced:
+            self.unsynced = False
+            checkpoint.sync(self.path)
 
     def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
         """(largest epoch <= `epoch`, the offset where it ends); KIP-279's answer to a follower.
@@ -87,3 +99,4 @@ class LeaderEpochCache:
     def _store(self, entries: list[EpochEntry]) -> None:
         self.entries = entries
         checkpoint.write_lines(self.path, entries)
+        self.unsynced = False

@@ -140,6 +140,9 @@ class PartitionLog:
             scanned += 1
             result = segment.recover()
             truncated += result.truncated_bytes
+            for epoch, start in result.epochs:  # the checkpoint may not have been synced
+                if epoch > self.epoch_cache.latest_epoch:
+                    self.epoch_cache.assign(epoch, start)
             if result.error is not None:
                 errors.append(f"{segment.path.name}: {result.error}")
                 # Nothing after a corruption can be trusted: drop the later segments.
@@ -490,6 +493,7 @@ class PartitionLog:
             self._last_flush_ms = self.now_ms()
         for segment in pending:
             segment.fsync()
+        self.epoch_cache.sync()
         with self._lock:
             self.recovery_point = max(self.recovery_point, target)
 

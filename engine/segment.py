@@ -23,6 +23,7 @@ def segment_name(base_offset: int) -> str:
 class RecoveryResult(NamedTuple):
     truncated_bytes: int
     error: str | None
+    epochs: list[tuple[int, int]]  # (leader epoch, first offset) where each epoch starts
 
 
 class LogSegment:
@@ -279,6 +280,7 @@ class LogSegment:
         self._reset_state()
         position = 0
         error: str | None = None
+        epochs: list[tuple[int, int]] = []
         try:
             for header, _ in self.batches():
                 if header.base_offset < self.next_offset:
@@ -286,6 +288,8 @@ class LogSegment:
                     break
                 self._index_batch(position, header)
                 position += header.size
+                if not epochs or header.partition_leader_epoch > epochs[-1][0]:
+                    epochs.append((header.partition_leader_epoch, header.base_offset))
         except CorruptRecord as exc:
             error = str(exc)
         truncated = self.size - position
@@ -294,7 +298,7 @@ class LogSegment:
             self.size = position
         self.index.rewrite()
         self.time_index.rewrite()
-        return RecoveryResult(truncated, error)
+        return RecoveryResult(truncated, error, epochs)
 
     def truncate_to(self, offset: int) -> int:
         """Remove every batch whose last offset is >= `offset`; returns bytes removed."""

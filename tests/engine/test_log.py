@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from engine import batch as fmt
+from engine import checkpoint
 from engine.errors import (
     InvalidRecord,
     OffsetMismatch,
@@ -362,3 +365,34 @@ def test_max_records_leaves_out_batches_the_caller_will_not_reach(make_log: LogF
     assert starts == [5, 10]  # 7..12 is needed: the batch holding 7, and the one starting at 10
     assert len(fmt.scan(log.read(7, 100_000, max_records=1).data).headers) == 1
     assert len(fmt.scan(log.read(7, 100_000).data).headers) == 9
+
+
+def test_the_epoch_checkpoint_is_synced_by_flush_not_by_the_append(
+    make_log: LogFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new epoch's first append does no fsync (it runs on the event loop); the log's flush,
+    which runs in a worker thread, makes the checkpoint durable before the recovery point."""
+    log = make_log()
+    synced: list[int] = []
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(fd))
+    log.append_as_leader(batch_of([b"a"]), 0)
+    log.append_as_leader(batch_of([b"b"]), 3)
+    assert synced == []
+    assert log.epoch_cache.entries == [(0, 0), (3, 1)]
+    log.flush()
+    assert synced  # segment, epoch checkpoint and its directory
+    assert not log.epoch_cache.unsynced
+
+
+def test_recovery_rebuilds_epochs_above_the_recovery_point(make_log: LogFactory) -> None:
+    """A crash that lost the unsynced epoch checkpoint: the scan of the batches restores it."""
+    log = make_log()
+    log.append_as_leader(batch_of([b"a", b"b"]), 0)
+    log.flush()
+    log.append_as_leader(batch_of([b"c"]), 2)
+    log.append_as_leader(batch_of([b"d"]), 5)
+    log.close()
+    checkpoint.write_lines(log.epoch_cache.path, [(0, 0)])  # the file as last synced
+    again = make_log(recovery_point=2)
+    assert again.epoch_cache.entries == [(0, 0), (2, 2), (5, 3)]
+    assert again.epoch_cache.end_offset_for(2, again.log_end_offset) == (2, 3)

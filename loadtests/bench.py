@@ -180,8 +180,8 @@ class Bench:
                 response.read()
 
     def warm(self, paths: list[str]) -> None:
-        """One record to each partition first: a partition's first append writes its leader-epoch
-        checkpoint (with fsyncs), a one-off cost that would otherwise dominate 1000 partitions."""
+        """One record to each partition first, so the figure is the steady state: a partition's
+        first append creates its leader-epoch checkpoint, a one-off cost per partition."""
         for target in paths:
             http_json("POST", self.url + target, {"records": [{"value": 0}]})
 

@@ -70,6 +70,7 @@ async def _open(app: web.Application) -> None:
     )
     stored = await asyncio.to_thread(offsets_topic.replay, groups.offsets.partitions)
     groups.restore(stored)
+    groups.topics_changed()  # the topics as they are now, not as the groups last saw them
     metrics = Metrics(manager, lambda: notifier, lambda: groups)
     gateway = Gateway(
         settings=settings,

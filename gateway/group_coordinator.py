@@ -346,8 +346,9 @@ class GroupCoordinator:
             member.expiry = self._loop.call_at(member.deadline, self._expire, group, member)
 
     def topics_changed(self, deleted: str | None = None) -> None:
-        """Partitions were added or a topic deleted: rebalance the groups that read them; a
-        deleted topic's committed offsets go too (tombstones), as in Kafka."""
+        """A topic was created, grown or deleted (or the gateway started): rebalance the groups
+        whose topics' partitions no longer match their assignment; a deleted topic's committed
+        offsets go too (tombstones), as in Kafka. Fetches never poll for this."""
         for group in list(self.groups.values()):
             if deleted is not None:
                 for member in group.members.values():
@@ -412,8 +413,6 @@ class GroupCoordinator:
 
     def _reconcile(self, group: Group, member: Member) -> None:
         """At a fetch: give up what was moved away, take what has been freed."""
-        if group.members and group.partition_counts != self._partition_counts(group):
-            self._rebalance(group)
         for tp in member.owned - member.target:
             self._release(group, member, tp)
         self._acquire_free(group, member)

@@ -43,6 +43,7 @@ async def _ensure_topic(gateway: Gateway, name: str) -> None:
     if not gateway.settings.auto_create_topics:
         raise UnknownTopic(f"topic {name!r} does not exist")
     await asyncio.to_thread(gateway.manager.create_topic, name, gateway.settings.default_partitions)
+    gateway.groups.topics_changed()
 
 
 async def produce(request: web.Request) -> web.Response:

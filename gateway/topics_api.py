@@ -80,6 +80,7 @@ async def create_topic(request: web.Request) -> web.Response:
     topic = await asyncio.to_thread(
         gateway.manager.create_topic, name, doc.get("partitions", 1), _configs(doc)
     )
+    gateway.groups.topics_changed()  # a deleted topic that a group still reads, made again
     return json_response(describe(topic, gateway.settings.node_id), status=201)
 
 

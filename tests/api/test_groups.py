@@ -789,3 +789,19 @@ async def test_requests_renew_the_session(start: Start) -> None:
     await join(client, instance_id="s", session_timeout_ms=100)
     members = gateway(client).groups.groups["g"].members
     await wait_until(lambda: "s" not in members, timeout=5)
+
+
+async def test_a_topic_made_again_is_assigned_again(client: Client) -> None:
+    """A group keeps reading a deleted topic's name: when the topic is created again, the next
+    fetch carries its partitions (the rebalance comes from the create, not from polling)."""
+    await create_topic(client, "t", 1)
+    await create_topic(client, "u", 1)
+    a = (await join(client, topics=["t", "u"]))["member_id"]
+    await poll(client, a)
+    assert (await client.delete("/v1/topics/u")).status == 204
+    assert partitions(await poll(client, a)) == {("t", 0)}
+    await create_topic(client, "u", 2)
+    await produce(client, [{"value": 1}], topic="u", partition=1)
+    got = await poll(client, a, timeout_ms=5_000)
+    assert partitions(got) == {("t", 0), ("u", 0), ("u", 1)}
+    assert seen(got["records"]) == [(1, 0)]

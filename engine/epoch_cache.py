@@ -45,9 +45,7 @@ class LeaderEpochCache:
         # On the append path: no fsync here (milliseconds on the event loop). The log's flush
         # syncs the file before its recovery point passes `start_offset`, and recovery above the
         # recovery point rebuilds the entries from the batches, as Kafka's recoverSegment does.
-        self.entries = kept
-        checkpoint.write_lines(self.path, kept, durable=False)
-        self.unsynced = True
+        self._store(kept, durable=False)
 
     def sync(self) -> None:
         """Make what `assign` wrote durable (from the log's flush, off the event loop)."""
@@ -96,7 +94,7 @@ class LeaderEpochCache:
     def clear(self) -> None:
         self._store([])
 
-    def _store(self, entries: list[EpochEntry]) -> None:
+    def _store(self, entries: list[EpochEntry], *, durable: bool = True) -> None:
         self.entries = entries
-        checkpoint.write_lines(self.path, entries)
-        self.unsynced = False
+        checkpoint.write_lines(self.path, entries, durable=durable)
+        self.unsynced = not durable

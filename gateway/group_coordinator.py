@@ -152,7 +152,6 @@ class GroupFetch:
     records: list[Any]
     assignment: list[dict[str, Any]]
     generation: int
-    bytes_read: int
     counts: dict[str, int]  # records per topic, for metrics
     cursor: int  # the client echoes it on its next fetch, proving it received this answer
 
@@ -445,9 +444,7 @@ class GroupCoordinator:
                 if group.members.get(member_id) is not member:
                     raise unknown_member(name, member_id)
                 if member.fetch_turn != turn:
-                    return GroupFetch(
-                        [], member.assignment(), group.generation, 0, {}, member.cursor
-                    )
+                    return GroupFetch([], member.assignment(), group.generation, {}, member.cursor)
                 self._reconcile(group, member)
                 answer = self._read(group, member, limits)
                 remaining = deadline - self._loop.time()
@@ -546,7 +543,6 @@ class GroupCoordinator:
             answer.records,
             member.assignment(),
             group.generation,
-            answer.bytes_read,
             answer.counts,
             member.cursor,
         )

@@ -19,10 +19,11 @@ from typing import Any
 import orjson
 
 
-def start_gateway(data_dir: Path) -> tuple[subprocess.Popen[str], str]:
-    """Start `python -m gateway --port 0`; return the process and the URL it printed."""
+def start_gateway(data_dir: Path, *extra: str) -> tuple[subprocess.Popen[str], str]:
+    """Start `python -m gateway --port 0` (plus `extra` options); return the process and the
+    URL it printed once its logs were open."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "gateway", "--data-dir", str(data_dir), "--port", "0"],
+        [sys.executable, "-m", "gateway", "--data-dir", str(data_dir), "--port", "0", *extra],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -31,6 +32,7 @@ def start_gateway(data_dir: Path) -> tuple[subprocess.Popen[str], str]:
     assert process.stdout is not None
     line = process.stdout.readline()
     if not line.startswith("sluice listening on "):
+        process.kill()
         raise RuntimeError(f"gateway did not start: {line!r}")
     return process, line.split()[-1]
 

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
+
+from loadtests.common import start_gateway
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -37,20 +37,7 @@ class Server:
 
 def start_server(data_dir: Path, *extra: str) -> Server:
     """Start `python -m gateway` on a free port; return once it has opened its logs."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "gateway", "--data-dir", str(data_dir), "--port", "0", *extra],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    if not line.startswith("sluice listening on "):
-        process.kill()
-        raise RuntimeError(f"server did not start: {line!r}")
-    url = line.split()[-1]
+    process, url = start_gateway(data_dir, *extra)
     port = int(url.rsplit(":", 1)[1])
     return Server(process, url, port, data_dir)
 

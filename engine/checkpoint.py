@@ -33,11 +33,7 @@ def write_lines(path: Path, entries: Iterable[tuple[object, ...]], *, durable: b
 
 def sync(path: Path) -> None:
     """fsync a file written with `durable=False`, and its directory (for the rename)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    _fsync_path(path)
     fsync_directory(path.parent)
 
 
@@ -71,7 +67,11 @@ def read_offsets(path: Path) -> dict[tuple[str, int], int]:
 
 def fsync_directory(directory: Path) -> None:
     """Make renames and creations in `directory` durable."""
-    fd = os.open(directory, os.O_RDONLY)
+    _fsync_path(directory)
+
+
+def _fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:

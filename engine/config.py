@@ -73,6 +73,14 @@ def _as_choice(name: str, value: object, choices: tuple[str, ...]) -> str:
     return normalised
 
 
+def _as_bool(name: str, value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise InvalidConfig(f"{name} must be true or false, got {value!r}")
+
+
 def _int(minimum: int, maximum: int = LONG_MAX) -> Callable[[str, object], Any]:
     return lambda name, value: _as_int(name, value, minimum, maximum)
 
@@ -95,6 +103,8 @@ _SPEC: dict[str, tuple[str, Callable[[str, object], Any]]] = {
     "flush.ms": ("flush_ms", _int(0)),
     "max.message.bytes": ("max_message_bytes", _int(0, INT_MAX)),
     "message.timestamp.type": ("message_timestamp_type", _choice(TIMESTAMP_TYPES)),
+    "min.insync.replicas": ("min_insync_replicas", _int(1, INT_MAX)),
+    "unclean.leader.election.enable": ("unclean_leader_election_enable", _as_bool),
 }
 
 
@@ -114,6 +124,8 @@ class TopicConfig:
     flush_ms: int = LONG_MAX
     max_message_bytes: int = 1024 * 1024 + 12
     message_timestamp_type: str = "CreateTime"
+    min_insync_replicas: int = 1  # acks=all needs this many in-sync replicas
+    unclean_leader_election_enable: bool = False  # may elect outside the ISR, losing records
 
     @property
     def compact(self) -> bool:

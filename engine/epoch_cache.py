@@ -37,10 +37,12 @@ class LeaderEpochCache:
         return self.entries[-1].epoch if self.entries else UNDEFINED_EPOCH
 
     def assign(self, epoch: int, start_offset: int) -> None:
-        """Record that `epoch` starts at `start_offset`; a no-op for an epoch already known."""
-        if epoch < 0 or (self.entries and epoch <= self.entries[-1].epoch):
+        """Record that `epoch` starts at `start_offset`; a no-op for the latest epoch. As in
+        Kafka, entries that conflict (an epoch >= it, or starting at or after it) go: a
+        demoted leader's empty epoch must not outlive the older-epoch records copied after it."""
+        if epoch < 0 or (self.entries and epoch == self.entries[-1].epoch):
             return
-        kept = [e for e in self.entries if e.start_offset < start_offset]
+        kept = [e for e in self.entries if e.epoch < epoch and e.start_offset < start_offset]
         kept.append(EpochEntry(epoch, start_offset))
         # On the append path: no fsync here (milliseconds on the event loop). The log's flush
         # syncs the file before its recovery point passes `start_offset`, and recovery above the

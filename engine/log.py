@@ -2,8 +2,8 @@
 
 The core is synchronous. Mutations take a short lock (never held across I/O that can block for
 long: fsync and cleaning run outside it), so background threads can flush, clean and apply
-retention while the event loop appends and reads. Reads take no lock: the segment list is
-replaced, never mutated in place.
+retention while the event loop appends and reads. Reads take no lock: the segments and their
+base offsets are one immutable snapshot, replaced in a single assignment, never mutated.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import shutil
 import threading
 import time
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from operator import attrgetter
 from pathlib import Path
 from typing import NamedTuple
@@ -54,6 +54,13 @@ class ReadResult(NamedTuple):
     log_end_offset: int
 
 
+class SegmentView(NamedTuple):
+    """The segments and their base offsets, published together so lock-free readers pair them."""
+
+    segments: tuple[LogSegment, ...]
+    bases: tuple[int, ...]
+
+
 class RecoveryReport(NamedTuple):
     segments_scanned: int
     truncated_bytes: int
@@ -92,11 +99,10 @@ class PartitionLog:
         self._closed = False
         directory.mkdir(parents=True, exist_ok=True)
         self.epoch_cache = LeaderEpochCache(directory / EPOCH_CHECKPOINT)
-        self._segments: list[LogSegment] = []
-        self._bases: list[int] = []
+        self._view = SegmentView((), ())
         self.recovery = self._load(recovery_point, log_start_offset, trust_files)
-        self.log_end_offset = self._segments[-1].next_offset
-        self.log_start_offset = max(log_start_offset, self._segments[0].base_offset)
+        self.log_end_offset = self._view.segments[-1].next_offset
+        self.log_start_offset = max(log_start_offset, self._view.segments[0].base_offset)
         if self.log_end_offset < self.log_start_offset:
             # Recovery cut the log below its start (a torn batch straddled it). As Kafka's
             # LogLoader, restart empty at the log start: offsets below it are never reused.
@@ -119,9 +125,10 @@ class PartitionLog:
     def _new_segment(self, base_offset: int) -> LogSegment:
         return LogSegment(self.directory, base_offset, self.config.index_interval_bytes)
 
-    def _set_segments(self, segments: list[LogSegment]) -> None:
-        self._segments = segments
-        self._bases = [s.base_offset for s in segments]
+    def _set_segments(self, segments: Iterable[LogSegment]) -> None:
+        """Publish a new segment list in one assignment (callers hold the lock)."""
+        frozen = tuple(segments)
+        self._view = SegmentView(frozen, tuple(s.base_offset for s in frozen))
 
     def _load(
         self, recovery_point: int, log_start_offset: int, trust_files: bool
@@ -228,7 +235,7 @@ class PartitionLog:
                 records += header.record_count
             first = self.log_end_offset
             for _, header in headers:
-                if header.partition_leader_epoch > self.epoch_cache.latest_epoch:
+                if header.partition_leader_epoch != self.epoch_cache.latest_epoch:
                     self.epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
             try:
                 self._write(data, headers, now)
@@ -294,7 +301,7 @@ class PartitionLog:
         )
 
     def _maybe_roll(self, size: int, last_offset: int, now: int) -> LogSegment:
-        active = self._segments[-1]
+        active = self._view.segments[-1]
         if active.empty:
             return active
         full = active.size + size > self.config.segment_bytes
@@ -311,12 +318,12 @@ class PartitionLog:
         """Close the active segment and start a new one at the log end offset."""
         with self._lock:
             self._check_open()
-            old = self._segments[-1]
+            old = self._view.segments[-1]
             if old.empty:
                 return old
             old.flush(fsync=False)
             new = self._new_segment(self.log_end_offset)
-            self._set_segments([*self._segments, new])
+            self._set_segments([*self._view.segments, new])
         for listener in self._roll_listeners:
             listener(self, old)
         return new
@@ -342,8 +349,8 @@ class PartitionLog:
         if offset < log_start or offset > log_end:
             raise OffsetOutOfRange(offset, log_start, log_end)
         upper = hw if upper_offset is None else min(upper_offset, log_end)
-        segments = self._segments
-        i = max(bisect_right(self._bases, offset) - 1, 0)
+        segments, bases = self._view
+        i = max(bisect_right(bases, offset) - 1, 0)
         data = memoryview(b"")
         while i < len(segments) and offset < upper:
             data = segments[i].read(offset, max_bytes, upper, min_one, max_records)
@@ -358,7 +365,7 @@ class PartitionLog:
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first committed record with timestamp >= `timestamp`."""
-        for segment in self._segments:
+        for segment in self._view.segments:
             if segment.max_timestamp < timestamp:
                 continue
             found = segment.find_offset_by_timestamp(timestamp, self.log_start_offset)
@@ -391,8 +398,9 @@ class PartitionLog:
             if offset < self.log_start_offset:
                 self._truncate_fully(offset)
             else:
-                keep = [s for s in self._segments if s.base_offset < offset]
-                for segment in self._segments[len(keep) :]:
+                segments = self._view.segments
+                keep = [s for s in segments if s.base_offset < offset]
+                for segment in segments[len(keep) :]:
                     segment.delete()
                 if not keep:
                     keep = [self._new_segment(offset)]
@@ -408,8 +416,16 @@ class PartitionLog:
             self.epoch_cache.truncate_from_end(self.log_end_offset)
         self._notify()
 
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Empty the log and restart it at `offset` (a follower behind the leader's log start,
+        as Kafka's truncateFullyAndStartAt)."""
+        with self._lock:
+            self._check_open()
+            self._truncate_fully(offset)
+        self._notify()
+
     def _truncate_fully(self, offset: int) -> None:
-        for segment in self._segments:
+        for segment in self._view.segments:
             segment.delete()
         self._set_segments([self._new_segment(offset)])
         self.log_start_offset = self.log_end_offset = offset
@@ -462,7 +478,7 @@ class PartitionLog:
         `deletable(segment, following_base)` sees each closed segment with the base offset of
         the segment after it (its exclusive upper offset bound).
         """
-        segments = self._segments
+        segments = self._view.segments
         count = 0
         while count < len(segments) - 1 and deletable(
             segments[count], segments[count + 1].base_offset
@@ -473,8 +489,8 @@ class PartitionLog:
         self._set_segments(segments[count:])
         for segment in segments[:count]:
             segment.delete()
-        if self._segments[0].base_offset > self.log_start_offset:
-            self.log_start_offset = self._segments[0].base_offset
+        if segments[count].base_offset > self.log_start_offset:
+            self.log_start_offset = segments[count].base_offset
             self.epoch_cache.truncate_from_start(self.log_start_offset)
         return count
 
@@ -486,7 +502,7 @@ class PartitionLog:
             if self._closed:
                 return
             target = self.log_end_offset if up_to is None else min(up_to, self.log_end_offset)
-            pending = [s for s in self._segments if s.next_offset > self.recovery_point]
+            pending = [s for s in self._view.segments if s.next_offset > self.recovery_point]
             for segment in pending:
                 segment.flush(fsync=False)
             self._unflushed_messages = 0
@@ -523,12 +539,13 @@ class PartitionLog:
             raise LogClosed(f"{self.topic}-{self.partition} is closed")
 
     @property
-    def segments(self) -> list[LogSegment]:
-        return self._segments
+    def segments(self) -> tuple[LogSegment, ...]:
+        """The current segments, oldest first: an immutable snapshot, safe to hold unlocked."""
+        return self._view.segments
 
     @property
     def size_bytes(self) -> int:
-        return sum(s.size for s in self._segments)
+        return sum(s.size for s in self._view.segments)
 
     def update_config(self, config: TopicConfig) -> None:
         self.config = config
@@ -537,14 +554,14 @@ class PartitionLog:
         """Flush everything and release file descriptors."""
         self.flush()
         with self._lock:
-            for segment in self._segments:
+            for segment in self._view.segments:
                 segment.close()
             self._closed = True
 
     def delete(self) -> None:
         """Close and remove the partition's directory."""
         with self._lock:
-            for segment in self._segments:
+            for segment in self._view.segments:
                 segment.delete()
             self._closed = True
         shutil.rmtree(self.directory, ignore_errors=True)
@@ -558,7 +575,7 @@ class PartitionLog:
         """
         files = [old.index.path, old.time_index.path, old.path]
         with self._lock:
-            current = self._segments[:-1]
+            current = self._view.segments[:-1]
             if self._closed or old not in current or old.size != expected_size:
                 for path in files:
                     path.with_name(path.name + CLEANED_SUFFIX).unlink(missing_ok=True)
@@ -573,7 +590,7 @@ class PartitionLog:
             fresh = self._new_segment(old.base_offset)
             if not fresh.load():
                 fresh.recover()
-            self._set_segments([fresh if s is old else s for s in self._segments])
+            self._set_segments([fresh if s is old else s for s in self._view.segments])
         return True
 
 

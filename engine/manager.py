@@ -1,7 +1,8 @@
 """LogManager: the topics and partition logs under one data directory.
 
 It owns what spans partitions: topic metadata (the commit point of create and delete), the
-checkpoint files, the clean-shutdown marker and a lock that keeps a second process out.
+checkpoint files, the clean-shutdown marker and a lock that keeps a second process out. Topic
+mutations run on worker threads; one lock serializes them, each check with its act.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import os
 import re
 import resource
 import shutil
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -97,6 +99,7 @@ class LogManager:
         checkpoint.fsync_directory(self.data_dir)
         self.cleaner_offsets = self._read_checkpoint(CLEANER_OFFSETS)
         self.topics: dict[str, Topic] = {}
+        self._topics_lock = threading.Lock()
         self._closed = False
         self._load()
 
@@ -168,28 +171,38 @@ class LogManager:
     # -- topics --------------------------------------------------------------------------------
 
     def create_topic(
-        self, name: str, partitions: int = 1, configs: Mapping[str, object] | None = None
+        self,
+        name: str,
+        partitions: int = 1,
+        configs: Mapping[str, object] | None = None,
+        *,
+        topic_id: str | None = None,
     ) -> Topic:
-        """Create a topic; its metadata file, written last, commits the creation."""
+        """Create a topic; its metadata file, written last, commits the creation.
+
+        `topic_id` keeps an identity assigned elsewhere (the cluster controller's); default: new.
+        """
         validate_topic_name(name)
         check_partition_count(partitions)
         config = self.defaults.with_overrides(configs or {})
         overrides = _normalised(config, configs or {})
-        if name in self.topics:
-            raise TopicAlreadyExists(f"topic {name!r} already exists")
-        collision = _collision_key(name)
-        for existing in self.topics:
-            if _collision_key(existing) == collision:
-                raise InvalidTopicName(
-                    f"topic {name!r} collides with existing topic {existing!r} "
-                    "('.' and '_' are interchangeable in metric names)"
-                )
-        topic = Topic(name, uuid.uuid4().hex, overrides, config)
-        self._check_capacity(partitions)
-        self._open_new_partitions(topic, range(partitions))
-        self._write_metadata(topic)
-        self.topics[name] = topic
-        return topic
+        with self._topics_lock:
+            if name in self.topics:
+                raise TopicAlreadyExists(f"topic {name!r} already exists")
+            collision = _collision_key(name)
+            for existing in self.topics:
+                if _collision_key(existing) == collision:
+                    raise InvalidTopicName(
+                        f"topic {name!r} collides with existing topic {existing!r} "
+                        "('.' and '_' are interchangeable in metric names)"
+                    )
+            identity = uuid.uuid4().hex if topic_id is None else topic_id
+            topic = Topic(name, identity, overrides, config)
+            self._check_capacity(partitions)
+            self._open_new_partitions(topic, range(partitions))
+            self._write_metadata(topic)
+            self.topics[name] = topic
+            return topic
 
     def _check_capacity(self, new_partitions: int) -> None:
         """Refuse partitions whose segments could not all stay open (one descriptor each)."""
@@ -216,43 +229,49 @@ class LogManager:
         topic.partitions.extend(made)
 
     def delete_topic(self, name: str) -> None:
-        """Delete a topic: its metadata goes first, so a crash cannot resurrect it."""
-        topic = self.topic(name)
-        (self.data_dir / TOPICS_DIR / f"{name}.json").unlink()
-        checkpoint.fsync_directory(self.data_dir / TOPICS_DIR)
-        del self.topics[name]
-        for log in topic.partitions:
-            log.delete()
-            self.cleaner_offsets.pop((name, log.partition), None)
+        """Delete a topic: its metadata goes first, so a crash cannot resurrect it.
+
+        The directories go under the lock too: a create of the same name must not race them.
+        """
+        with self._topics_lock:
+            topic = self.topic(name)
+            (self.data_dir / TOPICS_DIR / f"{name}.json").unlink()
+            checkpoint.fsync_directory(self.data_dir / TOPICS_DIR)
+            del self.topics[name]
+            for log in topic.partitions:
+                log.delete()
+                self.cleaner_offsets.pop((name, log.partition), None)
 
     def alter_topic_configs(self, name: str, changes: Mapping[str, object | None]) -> Topic:
         """Set config overrides; a None value removes an override (back to the default)."""
-        topic = self.topic(name)
-        overrides = dict(topic.overrides)
-        for key, value in changes.items():
-            if value is None:
-                if key not in CONFIG_NAMES:
-                    raise InvalidConfig(
-                        f"unknown topic config {key!r}; supported: {', '.join(CONFIG_NAMES)}"
-                    )
-                overrides.pop(key, None)
-            else:
-                overrides[key] = value
-        config = self.defaults.with_overrides(overrides)
-        topic.overrides, topic.config = _normalised(config, overrides), config
-        self._write_metadata(topic)
-        for log in topic.partitions:
-            log.update_config(config)
-        return topic
+        with self._topics_lock:
+            topic = self.topic(name)
+            overrides = dict(topic.overrides)
+            for key, value in changes.items():
+                if value is None:
+                    if key not in CONFIG_NAMES:
+                        raise InvalidConfig(
+                            f"unknown topic config {key!r}; supported: {', '.join(CONFIG_NAMES)}"
+                        )
+                    overrides.pop(key, None)
+                else:
+                    overrides[key] = value
+            config = self.defaults.with_overrides(overrides)
+            topic.overrides, topic.config = _normalised(config, overrides), config
+            self._write_metadata(topic)
+            for log in topic.partitions:
+                log.update_config(config)
+            return topic
 
     def add_partitions(self, name: str, total: int) -> Topic:
         """Grow a topic to `total` partitions (Kafka never shrinks one)."""
-        topic = self.topic(name)
-        check_partition_count(total, more_than=len(topic.partitions))
-        self._check_capacity(total - len(topic.partitions))
-        self._open_new_partitions(topic, range(len(topic.partitions), total))
-        self._write_metadata(topic)
-        return topic
+        with self._topics_lock:
+            topic = self.topic(name)
+            check_partition_count(total, more_than=len(topic.partitions))
+            self._check_capacity(total - len(topic.partitions))
+            self._open_new_partitions(topic, range(len(topic.partitions), total))
+            self._write_metadata(topic)
+            return topic
 
     def _write_metadata(self, topic: Topic) -> None:
         path = self.data_dir / TOPICS_DIR / f"{topic.name}.json"

@@ -69,6 +69,10 @@ class ChangeNotifier:
                 if not waiters and self._waiters.get(log) is waiters:
                     del self._waiters[log]
 
+    def wake(self, log: PartitionLog) -> None:
+        """Wake the log's waiters to look again (a role or ISR change, not a log change)."""
+        self._wake(log)
+
     def wake_all(self) -> None:
         """Release every waiter (shutdown): long-polls answer with what they have."""
         self.closing = True

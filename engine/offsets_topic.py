@@ -10,14 +10,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
 from engine import batch as fmt
 from engine.errors import InvalidRecord
-from engine.log import PartitionLog
-from engine.manager import LogManager, Topic
+from engine.log import ReadResult
 
 OFFSETS_TOPIC = "__consumer_offsets"
 DEFAULT_PARTITIONS = 50  # offsets.topic.num.partitions
@@ -84,14 +83,25 @@ def encode(records: Iterable[tuple[bytes, bytes | None]], max_batch_bytes: int) 
     )
 
 
-def ensure_topic(manager: LogManager, partitions: int) -> Topic:
-    """The offsets topic, created compacted on first start; an existing one keeps its size."""
-    if OFFSETS_TOPIC not in manager.topics:
-        manager.create_topic(OFFSETS_TOPIC, partitions, TOPIC_CONFIGS)
-    return manager.topic(OFFSETS_TOPIC)
+class CommittedLog(Protocol):
+    """What a replay reads: a partition's committed range and whole batches from an offset."""
+
+    @property
+    def topic(self) -> str: ...
+
+    @property
+    def partition(self) -> int: ...
+
+    @property
+    def log_start_offset(self) -> int: ...
+
+    @property
+    def high_watermark(self) -> int: ...
+
+    def read(self, offset: int, max_bytes: int) -> ReadResult: ...
 
 
-def replay(partition_logs: Iterable[PartitionLog]) -> dict[str, StoredGroup]:
+def replay(partition_logs: Iterable[CommittedLog]) -> dict[str, StoredGroup]:
     """Every group's latest offsets and metadata, read from the committed records."""
     groups: dict[str, StoredGroup] = {}
     for partition_log in partition_logs:
@@ -112,7 +122,7 @@ def _apply(
     groups: dict[str, StoredGroup],
     key: bytes | None,
     value: bytes | None,
-    where: PartitionLog,
+    where: CommittedLog,
 ) -> None:
     try:
         parts = orjson.loads(key or b"")

@@ -22,6 +22,8 @@ KAFKA_DEFAULTS: dict[str, object] = {
     "flush.ms": 9223372036854775807,
     "max.message.bytes": 1048588,
     "message.timestamp.type": "CreateTime",
+    "min.insync.replicas": 1,
+    "unclean.leader.election.enable": False,
 }
 
 

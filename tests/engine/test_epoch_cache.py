@@ -25,11 +25,18 @@ def test_end_offset_of_largest_epoch_at_or_below(tmp_path: Path) -> None:
     assert cache.end_offset_for(9, 40) == (6, 40)
 
 
-def test_assign_ignores_old_epochs_and_persists(tmp_path: Path) -> None:
-    cache = cache_with(tmp_path, (2, 0), (2, 5), (1, 9), (4, 12))
+def test_assign_keeps_the_latest_epoch_and_persists(tmp_path: Path) -> None:
+    cache = cache_with(tmp_path, (2, 0), (2, 5), (4, 12))
     assert cache.entries == [EpochEntry(2, 0), EpochEntry(4, 12)]
     assert LeaderEpochCache(cache.path).entries == cache.entries
     assert cache.epoch_for_offset(11) == 2 and cache.epoch_for_offset(12) == 4
+
+
+def test_an_older_epoch_replaces_the_newer_entries_it_conflicts_with(tmp_path: Path) -> None:
+    """Kafka's rule: a demoted leader's epoch 5, begun at 10 with nothing written, must go
+    when the new leader's epoch-4 records arrive from offset 10."""
+    cache = cache_with(tmp_path, (3, 0), (5, 10), (4, 10))
+    assert cache.entries == [EpochEntry(3, 0), EpochEntry(4, 10)]
 
 
 def test_assign_drops_entries_at_or_after_the_new_start(tmp_path: Path) -> None:

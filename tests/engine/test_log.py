@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import queue
+import threading
 
 import pytest
 
@@ -396,3 +398,46 @@ def test_recovery_rebuilds_epochs_above_the_recovery_point(make_log: LogFactory)
     again = make_log(recovery_point=2)
     assert again.epoch_cache.entries == [(0, 0), (2, 2), (5, 3)]
     assert again.epoch_cache.end_offset_for(2, again.log_end_offset) == (2, 3)
+
+
+def test_a_read_racing_delete_records_gets_the_batch_holding_its_offset(
+    make_log: LogFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pause delete_records after each attribute it stores and read from another thread there.
+
+    Segments and their base offsets must be published together, or the read misses offset 10.
+    """
+    log = make_log({"segment.bytes": 14})
+    fill(log, 12)  # one two-record batch per segment: bases 0, 2, 4, ..., 22
+    assert [s.base_offset for s in log.segments] == list(range(0, 24, 2))
+    stored: queue.Queue[str | None] = queue.Queue()
+    resume: queue.Queue[None] = queue.Queue()
+    store = PartitionLog.__setattr__
+
+    def pausing_store(self: PartitionLog, name: str, value: object) -> None:
+        store(self, name, value)
+        if threading.current_thread() is writer:
+            stored.put(name)
+            resume.get(timeout=10)
+
+    def delete_records() -> None:
+        try:
+            log.delete_records(8)
+        finally:
+            stored.put(None)
+
+    monkeypatch.setattr(PartitionLog, "__setattr__", pausing_store)
+    writer = threading.Thread(target=delete_records, daemon=True)
+    writer.start()
+    seen: list[tuple[str, int, int]] = []
+    while (name := stored.get(timeout=10)) is not None:
+        try:
+            first = fmt.read_header(log.read(10, 10_000).data)
+            seen.append((name, first.base_offset, first.next_offset))
+        finally:
+            resume.put(None)
+    writer.join(timeout=10)
+    assert not writer.is_alive()
+    assert len(seen) >= 2  # the log start, then the segments
+    assert [(name, base) for name, base, following in seen if not base <= 10 < following] == []
+    assert log.log_start_offset == log.segments[0].base_offset == 8

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -168,3 +170,96 @@ def test_maintenance_passes(tmp_path: Path) -> None:
     assert manager.log("flushed", 0).recovery_point == 1
     manager.close()
     assert LogManager(tmp_path).cleaner_offsets[("compacted", 0)] == stats[0].cleaned_up_to
+
+
+def _run_together(calls: list[Callable[[], object]]) -> list[Exception | None]:
+    """Release every call at once from its own thread; each one's exception, or None."""
+    barrier = threading.Barrier(len(calls))
+    outcomes: list[Exception | None] = [None] * len(calls)
+
+    def run(i: int) -> None:
+        barrier.wait()
+        try:
+            calls[i]()
+        except Exception as exc:  # collected, and checked by the caller
+            outcomes[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return outcomes
+
+
+def _assert_topics_live(manager: LogManager, data_dir: Path) -> None:
+    """Every topic's partitions are numbered 0..n-1, have their directories and take appends."""
+    for name, topic in manager.topics.items():
+        assert [log.partition for log in topic.partitions] == list(range(len(topic.partitions)))
+        assert (data_dir / TOPICS_DIR / f"{name}.json").exists()
+        for log in topic.partitions:
+            assert log.segments[-1].path.exists()
+            end = log.log_end_offset
+            log.append_as_leader(batch_of([name.encode()]), 0)
+            log.advance_high_watermark(log.log_end_offset)
+            assert [r.value for r in read_all(log, end)] == [name.encode()]
+    owned = {f"{log.topic}-{log.partition}" for log in manager.all_logs()}
+    assert {p.name for p in data_dir.iterdir() if p.is_dir()} == owned | {TOPICS_DIR}
+
+
+def test_concurrent_creates_of_one_name_make_exactly_one_topic(tmp_path: Path) -> None:
+    manager = LogManager(tmp_path)
+    outcomes = _run_together([lambda: manager.create_topic("t", 3)] * 6)
+    assert outcomes.count(None) == 1
+    assert all(isinstance(o, TopicAlreadyExists) for o in outcomes if o is not None)
+    assert len(manager.topic("t").partitions) == 3
+    _assert_topics_live(manager, tmp_path)
+    manager.close()
+
+
+def test_concurrent_creates_deletes_and_partition_adds_stay_consistent(tmp_path: Path) -> None:
+    manager = LogManager(tmp_path)
+    manager.create_topic("gone", 2)
+    manager.create_topic("grown", 1)
+    outcomes = _run_together(
+        [
+            lambda: manager.create_topic("new", 2),
+            lambda: manager.create_topic("new", 2),
+            lambda: manager.delete_topic("gone"),
+            lambda: manager.create_topic("gone", 3),
+            lambda: manager.add_partitions("grown", 4),
+            lambda: manager.add_partitions("grown", 4),
+            lambda: manager.alter_topic_configs("grown", {"retention.ms": 1000}),
+        ]
+    )
+    create_new, create_new_again, delete_gone, recreate_gone, grow, grow_again, alter = outcomes
+    assert [create_new, create_new_again].count(None) == 1
+    assert isinstance(create_new or create_new_again, TopicAlreadyExists)
+    assert delete_gone is None and alter is None
+    if recreate_gone is None:  # the delete ran first
+        assert len(manager.topic("gone").partitions) == 3
+    else:
+        assert isinstance(recreate_gone, TopicAlreadyExists)
+        assert "gone" not in manager.topics
+    assert [grow, grow_again].count(None) == 1
+    assert isinstance(grow or grow_again, InvalidPartitions)
+    assert len(manager.topic("grown").partitions) == 4
+    _assert_topics_live(manager, tmp_path)
+    expected = {name: len(topic.partitions) for name, topic in manager.topics.items()}
+    manager.close()
+    again = LogManager(tmp_path)
+    assert {name: len(topic.partitions) for name, topic in again.topics.items()} == expected
+    assert again.topic("grown").config.retention_ms == 1000
+    again.close()
+
+
+def test_create_keeps_a_given_topic_id(tmp_path: Path) -> None:
+    manager = LogManager(tmp_path)
+    assert manager.create_topic("t", topic_id="0123456789abcdef0123456789abcdef").topic_id == (
+        "0123456789abcdef0123456789abcdef"
+    )
+    assert len(manager.create_topic("u").topic_id) == 32
+    manager.close()
+    again = LogManager(tmp_path)
+    assert again.topic("t").topic_id == "0123456789abcdef0123456789abcdef"
+    again.close()

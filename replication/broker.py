@@ -1,0 +1,212 @@
+"""Broker: one node's storage and partition layer, started and stopped as a unit.
+
+It opens the data directory, joins the cluster's metadata store (etcd, or memory for the
+embedded single node), runs for the controller election, and keeps the replica manager and
+the follower fetchers in step with the metadata. Nothing here knows HTTP; the gateway serves
+what this holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine.background import BackgroundTasks
+from engine.errors import TopicAlreadyExists
+from engine.manager import LogManager
+from engine.notify import ChangeNotifier
+from replication.controller import Controller
+from replication.errors import NotController
+from replication.fetcher import ReplicaFetchers
+from replication.memory_store import MemoryBackend, MemoryMetadataStore
+from replication.metadata import ClusterView, MetadataStore, NodeInfo, PartitionState, TopicSpec
+from replication.replica_client import ReplicaClient
+from replication.replica_manager import ReplicaManager, ReplicationSettings
+
+log = logging.getLogger(__name__)
+ENSURE_RECHECK_S = 5.0
+
+
+@dataclass(frozen=True)
+class BrokerSettings:
+    data_dir: Path
+    node_id: int = 0
+    url: str = "http://127.0.0.1:8080"  # advertised to the other nodes
+    cluster: tuple[str, ...] = ()  # etcd endpoints; empty: the embedded single node
+    etcd_prefix: str = "/sluice"
+    lease_ttl_s: float = 3.0
+    replication: ReplicationSettings = field(default_factory=ReplicationSettings)
+    topic_wait_s: float = 10.0  # how long a topic change waits to reach this node's disk
+
+
+class Broker:
+    """The data directory, the metadata store, the controller and the replica manager."""
+
+    def __init__(self, settings: BrokerSettings) -> None:
+        self.settings = settings
+        self._background: BackgroundTasks | None = None
+
+    async def open(self) -> None:
+        """Open the logs and join the cluster's metadata; roles are taken up by start(), so
+        the services over the partitions can register their listeners in between."""
+        settings = self.settings
+        self.manager = await asyncio.to_thread(LogManager, settings.data_dir)
+        self.notifier = ChangeNotifier()
+        self.store = self._store()
+        await self.store.start(NodeInfo(settings.node_id, settings.url))
+        self.controller = Controller(self.store, settings.node_id, self.manager.defaults)
+        if not settings.cluster:
+            await self._adopt_local_topics()
+        self.replicas = ReplicaManager(
+            self.manager, self.store, settings.node_id, self.notifier, settings.replication
+        )
+        self.client = ReplicaClient()
+        self.fetchers = ReplicaFetchers(self.store, self.client, settings.node_id)
+        self.replicas.add_role_listener(self.fetchers.role_changed)
+
+    async def start(self) -> None:
+        """Run for controller, take up this node's roles, start the background jobs."""
+        self.controller.start()
+        await self.replicas.start()
+        self._background = BackgroundTasks(self.manager)
+        self._background.start()
+        log.info(
+            "node %d: data directory %s opened (%s), %d topics on disk",
+            self.settings.node_id,
+            self.settings.data_dir,
+            "after a clean shutdown" if self.manager.had_clean_shutdown else "recovered or new",
+            len(self.manager.topics),
+        )
+
+    async def ensure_topic(
+        self, name: str, partitions: int, factor: int, configs: Mapping[str, object]
+    ) -> None:
+        """Have an internal topic exist: whichever node is controller creates it once `factor`
+        nodes are alive (Kafka's offsets.topic.replication.factor); returns once it exists."""
+        node_id = self.settings.node_id
+
+        def actionable(view: ClusterView) -> bool:
+            return name in view.topics or (view.controller == node_id and len(view.live) >= factor)
+
+        while name not in self.store.view.topics:
+            if not await self.store.wait_for(actionable, ENSURE_RECHECK_S):
+                continue
+            with contextlib.suppress(TopicAlreadyExists, NotController):
+                if name not in self.store.view.topics:
+                    await self.create_topic(name, partitions, factor, configs)
+
+    def _store(self) -> MetadataStore:
+        settings = self.settings
+        if not settings.cluster:
+            return MemoryMetadataStore(MemoryBackend())
+        from replication.etcd_store import EtcdMetadataStore
+
+        return EtcdMetadataStore(
+            settings.cluster, prefix=settings.etcd_prefix, lease_ttl_s=settings.lease_ttl_s
+        )
+
+    async def _adopt_local_topics(self) -> None:
+        """A single node's topics live on its disk: publish them as the cluster of one's
+        metadata, each partition led by this node in the epoch its log last recorded."""
+        node_id = self.settings.node_id
+        fence = await self.store.campaign()
+        for topic in list(self.manager.topics.values()):
+            spec = TopicSpec(topic.name, topic.topic_id, len(topic.partitions), 1, topic.overrides)
+            states = [
+                PartitionState(
+                    node_id, max(log_.epoch_cache.latest_epoch, 0), (node_id,), (node_id,)
+                )
+                for log_ in topic.partitions
+            ]
+            await self.store.create_topic(fence, spec, states)
+
+    async def bound(self, url: str) -> None:
+        """The single node learned the URL it listens on (it may have asked for port 0); a
+        cluster node advertises what it was told."""
+        if not self.settings.cluster:
+            await self.store.start(NodeInfo(self.settings.node_id, url))
+
+    async def stop(self) -> None:
+        """Leave the cluster, stop the background work, flush and close the logs."""
+        self.notifier.wake_all()
+        await self.fetchers.close()
+        await self.replicas.close()
+        await self.client.close()
+        await self.controller.close()
+        await self.store.close()
+        if self._background is not None:
+            await self._background.stop()
+        await asyncio.to_thread(self.manager.close)
+
+    # -- topic changes (the controller's; NotController elsewhere) ----------------------------
+
+    @property
+    def is_controller(self) -> bool:
+        return self.store.view.controller == self.settings.node_id
+
+    async def create_topic(
+        self,
+        name: str,
+        partitions: int,
+        replication_factor: int | None,
+        configs: Mapping[str, object],
+    ) -> TopicSpec:
+        """Create a topic (as controller) and wait until this node holds its replicas."""
+        self._check_controller()
+        factor = replication_factor or min(3, len(self.store.view.live))
+        spec = await self.controller.create_topic(name, partitions, factor, configs)
+        await self._settled(spec.name)
+        return self.replicas.topic(spec.name)
+
+    async def alter_topic(
+        self,
+        name: str,
+        partitions: int | None,
+        configs: Mapping[str, object | None] | None,
+    ) -> TopicSpec:
+        self._check_controller()
+        spec = await self.controller.alter_topic(name, partitions=partitions, configs=configs)
+        await self._settled(spec.name)
+        return self.replicas.topic(spec.name)
+
+    async def delete_topic(self, name: str) -> None:
+        self._check_controller()
+        await self.controller.delete_topic(name)
+        await self.replicas.applied(
+            lambda: name not in self.manager.topics, self.settings.topic_wait_s
+        )
+
+    def _check_controller(self) -> None:
+        if not self.is_controller:
+            raise NotController(
+                f"node {self.settings.node_id} is not the controller "
+                f"(node {self.store.view.controller} is)"
+            )
+
+    async def _settled(self, name: str) -> None:
+        """Wait until this node's disk matches the view for `name` (if it hosts it)."""
+
+        def done() -> bool:
+            view = self.store.view
+            spec = view.topics.get(name)
+            if spec is None:
+                return True
+            hosted = any(
+                self.settings.node_id in state.replicas
+                for (topic, _), state in view.partitions.items()
+                if topic == name
+            )
+            local = self.manager.topics.get(name)
+            if not hosted:
+                return local is None
+            return (
+                local is not None
+                and len(local.partitions) == spec.partitions
+                and dict(local.overrides) == dict(spec.configs)
+            )
+
+        await self.replicas.applied(done, self.settings.topic_wait_s)

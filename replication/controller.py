@@ -1,0 +1,466 @@
+"""The controller: the one elected node that creates, alters and deletes topics and moves
+partition leadership (off lost nodes, and back to preferred replicas), through the store.
+
+Kafka's design (its ControllerEventManager): all controller work runs in one task, so two
+elections or a topic change and an election never interleave. Callers' requests are queued to
+that task; a change of the metadata view wakes it. The decisions themselves are plain
+functions of a partition's state (`elect_leader`, `elect_preferred`, `assign_replicas`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any, TypeVar
+
+from engine.config import CONFIG_NAMES, TopicConfig, validate_topic_name
+from engine.errors import InvalidConfig, InvalidTopicName, TopicAlreadyExists, UnknownTopic
+from engine.manager import _collision_key, _normalised, check_partition_count
+from replication.errors import (
+    FencedController,
+    InvalidReplicationFactor,
+    MetadataUnavailable,
+    NotController,
+)
+from replication.metadata import (
+    NO_LEADER,
+    ClusterView,
+    Fence,
+    MetadataStore,
+    PartitionState,
+    TopicSpec,
+)
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Job = Callable[[Fence], Awaitable[Any]]
+
+TOPIC_WRITE_ATTEMPTS = 5  # compare-and-set tries of a topic record before MetadataUnavailable
+VIEW_CATCH_UP_S = 5.0  # how long a write waits for this node's view to show it
+STORE_RETRY_S = 1.0  # pause before the next pass when the store is unavailable
+
+
+def assign_replicas(
+    nodes: Sequence[int], start: int, partitions: range, replication_factor: int
+) -> list[tuple[int, ...]]:
+    """Partition p gets nodes[(start + p + j) % n] for j < replication_factor.
+
+    Kafka's assignReplicasToBrokers without its shift of later replicas: preferred leaders are
+    spread evenly, at the cost of a lost node's leaderships all falling to the next node."""
+    n = len(nodes)
+    return [
+        tuple(nodes[(start + p + j) % n] for j in range(replication_factor)) for p in partitions
+    ]
+
+
+def elect_leader(
+    state: PartitionState, live: frozenset[int], unclean: bool
+) -> PartitionState | None:
+    """The partition's next state if its leader is not live, else None (nothing to do).
+
+    The first replica that is live and in the ISR leads, with the dead dropped from the ISR;
+    failing that, with `unclean`, the first live replica alone; else the partition is offline
+    with its last ISR kept, so that it comes back when an ISR member does."""
+    if state.leader in live:
+        return None
+    epoch = state.leader_epoch + 1
+    clean = next((r for r in state.replicas if r in live and r in state.isr), None)
+    if clean is not None:
+        isr = tuple(r for r in state.isr if r in live)
+        return replace(state, leader=clean, leader_epoch=epoch, isr=isr)
+    fallback = next((r for r in state.replicas if r in live), None) if unclean else None
+    if fallback is not None:
+        return replace(state, leader=fallback, leader_epoch=epoch, isr=(fallback,))
+    if state.leader == NO_LEADER:
+        return None
+    return replace(state, leader=NO_LEADER, leader_epoch=epoch)
+
+
+def elect_preferred(state: PartitionState, live: frozenset[int]) -> PartitionState | None:
+    """Leadership back to the preferred replica if it is live, in the ISR and not leading."""
+    preferred = state.replicas[0]
+    if state.leader == preferred or preferred not in live or preferred not in state.isr:
+        return None
+    return replace(state, leader=preferred, leader_epoch=state.leader_epoch + 1)
+
+
+def merged_overrides(
+    overrides: Mapping[str, object], changes: Mapping[str, object | None]
+) -> dict[str, object]:
+    """Overrides after `changes`, where None removes one (LogManager.alter_topic_configs' rule)."""
+    merged = dict(overrides)
+    for name, value in changes.items():
+        if value is not None:
+            merged[name] = value
+        elif name in CONFIG_NAMES:
+            merged.pop(name, None)
+        else:
+            raise InvalidConfig(
+                f"unknown topic config {name!r}; supported: {', '.join(CONFIG_NAMES)}"
+            )
+    return merged
+
+
+class Controller:
+    """Campaigns for the controller role and, while elected, does all of its work in one task.
+
+    `leader_imbalance_check_interval_s` is how often leadership moves back to preferred
+    replicas (Kafka's auto.leader.rebalance.enable; None turns it off). Kafka checks every 300 s;
+    we check every 30 s, as a scan of the view costs nothing and a restarted node gets its
+    leaderships back sooner."""
+
+    def __init__(
+        self,
+        store: MetadataStore,
+        node_id: int,
+        defaults: TopicConfig,
+        *,
+        leader_imbalance_check_interval_s: float | None = 30.0,
+    ) -> None:
+        self.store = store
+        self.node_id = node_id
+        self.defaults = defaults
+        self.leader_imbalance_check_interval_s = leader_imbalance_check_interval_s
+        self._jobs: deque[tuple[Job, asyncio.Future[Any]]] = deque()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[Any] | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Run the controller loop in a task of its own (see run)."""
+        self._task = asyncio.create_task(self.run())
+
+    async def run(self) -> None:
+        """Campaign, lead while the fence holds, campaign again when it fails; until close()."""
+        self._task = asyncio.current_task()
+        self.store.add_listener(self._on_view)
+        try:
+            while True:
+                fence = await self.store.campaign()
+                if not await self.store.wait_for(
+                    lambda view: view.controller == self.node_id, VIEW_CATCH_UP_S
+                ):
+                    continue  # elected, but the view has not caught up yet: campaign again
+                log.info("node %d is the controller", self.node_id)
+                try:
+                    await self._lead(fence)
+                except FencedController:
+                    log.warning("node %d is no longer the controller", self.node_id)
+                finally:
+                    self._fail_jobs()
+        finally:
+            self.store.remove_listener(self._on_view)
+            self._fail_jobs()
+
+    async def close(self) -> None:
+        """Stop campaigning or leading; the store's close() gives up the election key."""
+        task = self._task
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait({task})
+
+    def _on_view(self, view: ClusterView) -> None:
+        self._wake.set()
+
+    async def _lead(self, fence: Fence) -> None:
+        """Elect leaders wherever needed, then run one queued request or a rebalance; repeat on
+        every view change. Raises FencedController once another node is the controller."""
+        loop = asyncio.get_running_loop()
+        next_rebalance = self._next_rebalance()
+        while True:
+            self._wake.clear()
+            if self.store.view.controller != self.node_id:
+                raise FencedController(f"node {self.node_id} lost the controller election")
+            try:
+                await self._elect_leaders(fence)
+                if self._jobs:
+                    await self._run_job(fence, *self._jobs.popleft())
+                    if self._jobs:
+                        self._wake.set()
+                if next_rebalance is not None and loop.time() >= next_rebalance:
+                    await self._rebalance(fence)
+                    next_rebalance = self._next_rebalance()
+            except MetadataUnavailable as exc:
+                log.warning("controller pass failed, retrying in %.0f s: %s", STORE_RETRY_S, exc)
+                await asyncio.sleep(STORE_RETRY_S)
+                self._wake.set()
+            timeout = None if next_rebalance is None else max(0.0, next_rebalance - loop.time())
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout):
+                    await self._wake.wait()
+
+    def _next_rebalance(self) -> float | None:
+        interval = self.leader_imbalance_check_interval_s
+        return None if interval is None else asyncio.get_running_loop().time() + interval
+
+    # -- requests ------------------------------------------------------------------------------
+
+    async def create_topic(
+        self,
+        name: str,
+        partitions: int,
+        replication_factor: int,
+        configs: Mapping[str, object] | None = None,
+    ) -> TopicSpec:
+        """Create a topic, its replicas assigned round-robin over the live nodes; the stored
+        record is returned once this node's view shows it."""
+        return await self._submit(
+            lambda fence: self._create_topic(
+                fence, name, partitions, replication_factor, configs or {}
+            )
+        )
+
+    async def alter_topic(
+        self,
+        name: str,
+        *,
+        partitions: int | None = None,
+        configs: Mapping[str, object | None] | None = None,
+    ) -> TopicSpec:
+        """Grow a topic's partitions and/or change its config overrides (None removes one)."""
+        return await self._submit(lambda fence: self._alter_topic(fence, name, partitions, configs))
+
+    async def delete_topic(self, name: str) -> None:
+        """Delete a topic and its partitions' states."""
+        await self._submit(lambda fence: self._delete_topic(fence, name))
+
+    async def rebalance_preferred_leaders(self) -> int:
+        """Move leadership back to preferred replicas now; returns how many partitions moved."""
+        return await self._submit(self._rebalance)
+
+    async def _submit(self, job: Callable[[Fence], Awaitable[T]]) -> T:
+        """Queue `job` to the controller task and wait for its outcome. A node the view shows
+        as controller queues it even before its task has taken up the role."""
+        running = self._task is not None and not self._task.done()
+        if not running or self.store.view.controller != self.node_id:
+            raise self._not_controller()
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._jobs.append((job, future))
+        self._wake.set()
+        return await future
+
+    async def _run_job(self, fence: Fence, job: Job, future: asyncio.Future[Any]) -> None:
+        """Run one request and hand its outcome to the caller; a lost fence ends the leading."""
+        if future.cancelled():
+            return
+        try:
+            result = await job(fence)
+        except FencedController:
+            if not future.done():
+                future.set_exception(self._not_controller())
+            raise
+        except Exception as exc:
+            if not future.done():
+                future.set_exception(exc)
+        else:
+            if not future.done():
+                future.set_result(result)
+
+    def _fail_jobs(self) -> None:
+        while self._jobs:
+            _, future = self._jobs.popleft()
+            if not future.done():
+                future.set_exception(self._not_controller())
+
+    def _not_controller(self) -> NotController:
+        controller = self.store.view.controller
+        where = "no node is" if controller is None else f"node {controller} is"
+        return NotController(f"node {self.node_id} is not the controller; {where}")
+
+    # -- topics --------------------------------------------------------------------------------
+
+    async def _create_topic(
+        self,
+        fence: Fence,
+        name: str,
+        partitions: int,
+        replication_factor: int,
+        configs: Mapping[str, object],
+    ) -> TopicSpec:
+        validate_topic_name(name)
+        check_partition_count(partitions)
+        overrides = _normalised(self.defaults.with_overrides(configs), configs)
+        view = self.store.view
+        if name in view.topics:
+            raise TopicAlreadyExists(f"topic {name!r} already exists")
+        for existing in view.topics:
+            if _collision_key(existing) == _collision_key(name):
+                raise InvalidTopicName(
+                    f"topic {name!r} collides with existing topic {existing!r} "
+                    "('.' and '_' are interchangeable in metric names)"
+                )
+        nodes = _replica_nodes(view, replication_factor)
+        # Each topic starts where the cluster's partitions so far leave off, so that preferred
+        # leaders stay spread over the nodes as topics come and go.
+        start = sum(topic.partitions for topic in view.topics.values()) % len(nodes)
+        spec = TopicSpec(name, uuid.uuid4().hex, partitions, replication_factor, overrides)
+        states = [
+            _initial_state(replicas)
+            for replicas in assign_replicas(nodes, start, range(partitions), replication_factor)
+        ]
+        await self.store.create_topic(fence, spec, states)
+        return await self._stored(name, lambda topic: topic.topic_id == spec.topic_id)
+
+    async def _alter_topic(
+        self,
+        fence: Fence,
+        name: str,
+        partitions: int | None,
+        configs: Mapping[str, object | None] | None,
+    ) -> TopicSpec:
+        for _ in range(TOPIC_WRITE_ATTEMPTS):
+            stored = await self._try_alter_topic(fence, name, partitions, configs)
+            if stored is not None:
+                return stored
+        raise MetadataUnavailable(
+            f"topic {name!r} changed under every one of {TOPIC_WRITE_ATTEMPTS} attempts to alter it"
+        )
+
+    async def _try_alter_topic(
+        self,
+        fence: Fence,
+        name: str,
+        partitions: int | None,
+        configs: Mapping[str, object | None] | None,
+    ) -> TopicSpec | None:
+        """One compare-and-set of the topic's record; None if it changed since this node read it
+        (after waiting for the view to show the newer record)."""
+        view = self.store.view
+        spec = view.topics.get(name)
+        if spec is None:
+            raise UnknownTopic(f"topic {name!r} does not exist")
+        overrides = spec.configs
+        if configs is not None:
+            merged = merged_overrides(spec.configs, configs)
+            overrides = _normalised(self.defaults.with_overrides(merged), merged)
+        new_states: dict[int, PartitionState] = {}
+        if partitions is not None:
+            check_partition_count(partitions, more_than=spec.partitions)
+            nodes = _replica_nodes(view, spec.replication_factor)
+            added = range(spec.partitions, partitions)
+            assigned = assign_replicas(
+                nodes, _start_index(view, name, nodes), added, spec.replication_factor
+            )
+            new_states = {p: _initial_state(r) for p, r in zip(added, assigned, strict=True)}
+        total = spec.partitions if partitions is None else partitions
+        if await self.store.update_topic(
+            fence, replace(spec, partitions=total, configs=overrides), new_states
+        ):
+            return await self._stored(name, lambda topic: topic.version > spec.version)
+        await self.store.wait_for(
+            lambda view: view.topics.get(name, spec).version != spec.version, VIEW_CATCH_UP_S
+        )
+        return None
+
+    async def _delete_topic(self, fence: Fence, name: str) -> None:
+        if name not in self.store.view.topics:
+            raise UnknownTopic(f"topic {name!r} does not exist")
+        await self.store.delete_topic(fence, name)
+        if not await self.store.wait_for(lambda v: name not in v.topics, VIEW_CATCH_UP_S):
+            raise MetadataUnavailable(
+                f"topic {name!r} was deleted, but this node's view still shows it"
+            )
+
+    async def _stored(self, name: str, written: Callable[[TopicSpec], bool]) -> TopicSpec:
+        """The topic's record once this node's view shows the write `written` recognises."""
+
+        def shown(view: ClusterView) -> bool:
+            topic = view.topics.get(name)
+            return topic is not None and written(topic)
+
+        if not await self.store.wait_for(shown, VIEW_CATCH_UP_S):
+            raise MetadataUnavailable(
+                f"topic {name!r} was written, but this node's view has not shown it "
+                f"within {VIEW_CATCH_UP_S:.0f} s"
+            )
+        return self.store.view.topics[name]
+
+    # -- leadership ----------------------------------------------------------------------------
+
+    async def _elect_leaders(self, fence: Fence) -> None:
+        """Give every partition whose leader is not live a new leader (or take it offline)."""
+        configs: dict[str, TopicConfig] = {}
+        for topic, partition in list(self.store.view.partitions):
+            view = self.store.view
+            state = view.partition(topic, partition)
+            spec = view.topics.get(topic)
+            if state is None or spec is None or state.leader in view.live:
+                continue
+            if topic not in configs:
+                configs[topic] = self.defaults.with_overrides(spec.configs)
+            unclean = configs[topic].unclean_leader_election_enable
+            new = elect_leader(state, view.live, unclean)
+            if new is not None:
+                await self._write(fence, topic, partition, state, new)
+
+    async def _rebalance(self, fence: Fence) -> int:
+        moved = 0
+        for topic, partition in list(self.store.view.partitions):
+            view = self.store.view
+            state = view.partition(topic, partition)
+            if state is None:
+                continue
+            new = elect_preferred(state, view.live)
+            if new is not None and await self._write(fence, topic, partition, state, new):
+                moved += 1
+        return moved
+
+    async def _write(
+        self, fence: Fence, topic: str, partition: int, old: PartitionState, new: PartitionState
+    ) -> bool:
+        """Store a leadership change; False if the state moved since it was read (the change
+        that moved it wakes the next pass, which decides again from the newer state)."""
+        stored = await self.store.set_partition(topic, partition, new, fence)
+        if stored is None:
+            log.info("%s-%d changed while electing; deciding again", topic, partition)
+            return False
+        log.info(
+            "%s-%d: leader %d -> %d in epoch %d, isr %s",
+            topic,
+            partition,
+            old.leader,
+            stored.leader,
+            stored.leader_epoch,
+            list(stored.isr),
+        )
+        return True
+
+
+def _replica_nodes(view: ClusterView, replication_factor: object) -> list[int]:
+    """The live nodes to place replicas on, sorted; checks the replication factor against them."""
+    if (
+        isinstance(replication_factor, bool)
+        or not isinstance(replication_factor, int)
+        or replication_factor < 1
+    ):
+        raise InvalidReplicationFactor(
+            f"replication factor must be an integer of at least 1, got {replication_factor!r}"
+        )
+    nodes = sorted(view.live)
+    if replication_factor > len(nodes):
+        raise InvalidReplicationFactor(
+            f"replication factor {replication_factor} is larger than the number of live nodes "
+            f"({len(nodes)})"
+        )
+    return nodes
+
+
+def _start_index(view: ClusterView, topic: str, nodes: Sequence[int]) -> int:
+    """Where a topic's round-robin starts: the first node at or above partition 0's preferred
+    leader (Kafka's rule when it adds partitions)."""
+    first = view.partition(topic, 0)
+    if first is None:
+        return 0
+    return next((i for i, node in enumerate(nodes) if node >= first.replicas[0]), 0)
+
+
+def _initial_state(replicas: tuple[int, ...]) -> PartitionState:
+    """A new partition: led by its preferred replica in epoch 0, every replica in sync."""
+    return PartitionState(leader=replicas[0], leader_epoch=0, replicas=replicas, isr=replicas)

@@ -1,0 +1,91 @@
+"""Domain errors of the partition layer; each has a stable `code` the gateway maps to HTTP."""
+
+from __future__ import annotations
+
+from engine.errors import EngineError
+
+
+class ReplicationError(EngineError):
+    """Base of the partition layer's errors."""
+
+    code = "REPLICATION_ERROR"
+
+
+class NotLeader(ReplicationError):
+    """This node does not lead the partition (Kafka's NOT_LEADER_OR_FOLLOWER)."""
+
+    code = "NOT_LEADER_OR_FOLLOWER"
+
+    def __init__(self, message: str, leader: int | None = None) -> None:
+        super().__init__(message)
+        self.leader = leader
+
+
+class LeaderNotAvailable(ReplicationError):
+    """The partition has no leader now (an election is under way, or every ISR node is down)."""
+
+    code = "LEADER_NOT_AVAILABLE"
+
+
+class NotController(ReplicationError):
+    """A controller-only change reached a node that is not the controller."""
+
+    code = "NOT_CONTROLLER"
+
+
+class NotEnoughReplicas(ReplicationError):
+    """acks=all with the ISR below min.insync.replicas: nothing was appended."""
+
+    code = "NOT_ENOUGH_REPLICAS"
+
+
+class NotEnoughReplicasAfterAppend(ReplicationError):
+    """The ISR shrank below min.insync.replicas after the append: the records may be committed."""
+
+    code = "NOT_ENOUGH_REPLICAS_AFTER_APPEND"
+
+
+class RequestTimedOut(ReplicationError):
+    """The wait for acks passed timeout_ms: the records may still be committed."""
+
+    code = "REQUEST_TIMED_OUT"
+
+
+class FencedLeaderEpoch(ReplicationError):
+    """A request carried an older leader epoch than the partition's: the sender is stale."""
+
+    code = "FENCED_LEADER_EPOCH"
+
+
+class UnknownLeaderEpoch(ReplicationError):
+    """A request carried a newer leader epoch than this node knows yet: retry shortly."""
+
+    code = "UNKNOWN_LEADER_EPOCH"
+
+
+class InvalidReplicationFactor(ReplicationError):
+    code = "INVALID_REPLICATION_FACTOR"
+
+
+class MetadataUnavailable(ReplicationError):
+    """The cluster metadata store (etcd) cannot be reached or refused a write."""
+
+    code = "METADATA_UNAVAILABLE"
+
+
+class FencedController(ReplicationError):
+    """A controller write failed its fence: this node lost the controller election."""
+
+    code = "NOT_CONTROLLER"
+
+
+class NodeUnreachable(ReplicationError):
+    """Another node did not answer (connection refused, reset or timed out)."""
+
+    code = "NODE_UNREACHABLE"
+
+
+class NotAReplica(ReplicationError):
+    """A replica fetch from a node that is not one of the partition's followers."""
+
+    code = "NOT_A_REPLICA"

@@ -1,0 +1,431 @@
+"""Cluster metadata in etcd: nodes registered under a lease, controller election by lowest
+create revision, topics and partition states; one watch keeps the published view current."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import dataclasses
+import functools
+import logging
+import math
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+
+import msgspec
+
+from engine.errors import TopicAlreadyExists, UnknownTopic
+from replication.errors import FencedController, MetadataUnavailable
+from replication.etcd_client import (
+    Compare,
+    Delete,
+    EtcdClient,
+    Events,
+    Get,
+    KeyValue,
+    LeaseNotFound,
+    Put,
+    Snapshot,
+    TxnResult,
+    WatchUpdate,
+    prefix_end,
+)
+from replication.metadata import (
+    ClusterView,
+    Fence,
+    MetadataStore,
+    NodeInfo,
+    PartitionState,
+    TopicPartition,
+    TopicSpec,
+)
+
+log = logging.getLogger(__name__)
+
+
+class _NodeRecord(msgspec.Struct):
+    node_id: int
+    url: str
+
+
+class _TopicRecord(msgspec.Struct):
+    topic_id: str
+    partitions: int
+    replication_factor: int
+    configs: dict[str, object]
+
+
+class _PartitionRecord(msgspec.Struct):
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
+def _new_cluster_id() -> str:
+    """A random id in Kafka's format: a UUID as unpadded URL-safe base64."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+
+
+class EtcdMetadataStore(MetadataStore):
+    """The metadata store of a real cluster, under `prefix` in etcd.
+
+    Layout: cluster_id, nodes/<id> (permanent), live/<id> and controller/<lease hex> (under
+    this node's lease), topics/<name>, partitions/<name>/<p>; versions are mod revisions."""
+
+    def __init__(
+        self,
+        endpoints: Sequence[str],
+        *,
+        prefix: str = "/sluice",
+        lease_ttl_s: float = 3.0,
+        cluster_id: str | None = None,
+    ) -> None:
+        super().__init__(
+            ClusterView(
+                cluster_id=cluster_id or "",
+                controller=None,
+                nodes={},
+                live=frozenset(),
+                topics={},
+                partitions={},
+            )
+        )
+        self._client = EtcdClient(endpoints)
+        self._root = prefix.rstrip("/") + "/"
+        self._lease_ttl_s = lease_ttl_s
+        self._configured_cluster_id = cluster_id
+        self._node: NodeInfo | None = None
+        self._lease = 0
+        self._keepalive_s = lease_ttl_s / 3
+        self._tasks: list[asyncio.Task[None]] = []
+        self._closed = False
+        self._wakeup = asyncio.Event()
+        # What the watch has seen, folded key by key; each change publishes a copy.
+        self._cluster: str = cluster_id or ""
+        self._nodes: dict[int, NodeInfo] = {}
+        self._live: set[int] = set()
+        self._election: dict[str, tuple[int, int]] = {}  # key -> (create revision, node id)
+        self._topics: dict[str, TopicSpec] = {}
+        self._partitions: dict[TopicPartition, PartitionState] = {}
+
+    def _key(self, *parts: str | int) -> bytes:
+        return (self._root + "/".join(str(p) for p in parts)).encode()
+
+    async def start(self, node: NodeInfo) -> None:
+        self._node = node
+        try:
+            await self._ensure_cluster_id()
+            await self._register()
+            kvs, revision = await self._client.get_prefix(self._root.encode())
+        except BaseException:
+            await self.close()
+            raise
+        self._update(Snapshot(tuple(kvs), revision))
+        self._tasks = [
+            asyncio.create_task(self._watch(revision + 1), name=f"etcd-watch-{node.node_id}"),
+            asyncio.create_task(self._keep_alive(), name=f"etcd-keepalive-{node.node_id}"),
+        ]
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._wake()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        if self._lease:
+            try:
+                await self._client.revoke(self._lease)
+            except LeaseNotFound:
+                pass  # expired or revoked already: the node is gone either way
+            except MetadataUnavailable as exc:
+                log.warning("could not revoke the etcd lease (it will expire): %s", exc)
+        await self._client.close()
+
+    async def _ensure_cluster_id(self) -> None:
+        """Create the cluster id once (first writer wins) and check it against ours."""
+        key = self._key("cluster_id")
+        wanted = self._configured_cluster_id or _new_cluster_id()
+        result = await self._client.txn(
+            [Compare(key, "CREATE", 0)], [Put(key, wanted.encode())], [Get(key)]
+        )
+        stored = result.gets[0] if not result.succeeded else None
+        cluster_id = stored.value.decode() if stored is not None else wanted
+        configured = self._configured_cluster_id
+        if configured is not None and cluster_id != configured:
+            raise MetadataUnavailable(
+                f"etcd prefix {self._root!r} holds cluster {cluster_id}, not {configured}"
+            )
+        self._cluster = cluster_id
+
+    async def _register(self) -> None:
+        """Take a new lease and publish this node: nodes/<id> for good, live/<id> under it."""
+        node = self._require_node()
+        lease = await self._client.grant(max(1, math.ceil(self._lease_ttl_s)))
+        record = msgspec.json.encode(_NodeRecord(node.node_id, node.url))
+        await self._client.txn(
+            [],
+            [
+                Put(self._key("nodes", node.node_id), record),
+                Put(self._key("live", node.node_id), record, lease.id),
+            ],
+        )
+        self._lease, self._keepalive_s = lease.id, lease.ttl_s / 3
+        self._wake()
+
+    async def _keep_alive(self) -> None:
+        """Refresh the lease every third of its TTL; once it is lost, register again."""
+        unreachable = False
+        delay = self._keepalive_s
+        while True:
+            await asyncio.sleep(delay)
+            delay = self._keepalive_s
+            try:
+                if await self._client.keepalive(self._lease, self._keepalive_s) <= 0:
+                    log.warning(
+                        "node %d lost its etcd lease %x (expired or revoked); registering again",
+                        self._node_id,
+                        self._lease,
+                    )
+                    await self._register()
+                    log.info("node %d registered under lease %x", self._node_id, self._lease)
+                if unreachable:
+                    log.info("etcd reachable again; lease %x refreshed", self._lease)
+                unreachable = False
+            except MetadataUnavailable as exc:
+                if not unreachable:
+                    log.warning("cannot refresh the etcd lease %x: %s", self._lease, exc)
+                    delay = 0  # at once, on the next endpoint: the TTL is running out
+                unreachable = True
+
+    async def _watch(self, start_revision: int) -> None:
+        watch = self._client.watch_prefix(self._root.encode(), start_revision)
+        async with contextlib.aclosing(watch) as updates:
+            async for update in updates:
+                try:
+                    self._update(update)
+                except Exception:
+                    log.exception("a metadata listener failed")
+
+    def _update(self, update: WatchUpdate) -> None:
+        """Fold a snapshot or a batch of events into the state and publish the new view."""
+        if isinstance(update, Events):
+            for event in update.events:
+                self._apply(event.kv.key, event.kv if event.type == "PUT" else None)
+        else:
+            self._nodes.clear()
+            self._live.clear()
+            self._election.clear()
+            self._topics.clear()
+            self._partitions.clear()
+            for kv in update.kvs:
+                self._apply(kv.key, kv)
+        self._wake()
+        self.publish(self._view(update.revision))
+
+    def _apply(self, key: bytes, kv: KeyValue | None) -> None:
+        """Fold one key's new value (None: deleted) into the state; skip what does not parse."""
+        try:
+            kind, _, rest = key.decode()[len(self._root) :].partition("/")
+            if kind == "cluster_id" and kv is not None:
+                self._cluster = kv.value.decode()
+            elif kind == "nodes":
+                self._apply_node(int(rest), kv)
+            elif kind == "live" and kv is not None:
+                self._live.add(int(rest))
+            elif kind == "live":
+                self._live.discard(int(rest))
+            elif kind == "controller" and kv is not None:
+                self._election[key.decode()] = (kv.create_revision, int(kv.value))
+            elif kind == "controller":
+                self._election.pop(key.decode(), None)
+            elif kind == "topics":
+                self._apply_topic(rest, kv)
+            elif kind == "partitions":
+                topic, _, partition = rest.rpartition("/")
+                self._apply_partition((topic, int(partition)), kv)
+        except (ValueError, msgspec.DecodeError) as exc:
+            log.warning("ignoring malformed etcd metadata at %r: %s", key, exc)
+
+    def _apply_node(self, node_id: int, kv: KeyValue | None) -> None:
+        if kv is None:
+            self._nodes.pop(node_id, None)
+            return
+        record = msgspec.json.decode(kv.value, type=_NodeRecord)
+        self._nodes[node_id] = NodeInfo(record.node_id, record.url)
+
+    def _apply_topic(self, name: str, kv: KeyValue | None) -> None:
+        if kv is None:
+            self._topics.pop(name, None)
+            return
+        record = msgspec.json.decode(kv.value, type=_TopicRecord)
+        self._topics[name] = TopicSpec(
+            name=name,
+            topic_id=record.topic_id,
+            partitions=record.partitions,
+            replication_factor=record.replication_factor,
+            configs=record.configs,
+            version=kv.mod_revision,
+        )
+
+    def _apply_partition(self, tp: TopicPartition, kv: KeyValue | None) -> None:
+        if kv is None:
+            self._partitions.pop(tp, None)
+            return
+        record = msgspec.json.decode(kv.value, type=_PartitionRecord)
+        self._partitions[tp] = PartitionState(
+            leader=record.leader,
+            leader_epoch=record.leader_epoch,
+            replicas=record.replicas,
+            isr=record.isr,
+            version=kv.mod_revision,
+        )
+
+    def _view(self, revision: int) -> ClusterView:
+        controller = min(self._election.values())[1] if self._election else None
+        return ClusterView(
+            cluster_id=self._cluster,
+            controller=controller,
+            nodes=dict(self._nodes),
+            live=frozenset(self._live),
+            topics=dict(self._topics),
+            partitions=dict(self._partitions),
+            revision=revision,
+        )
+
+    def _wake(self) -> None:
+        """Wake every `_until` waiter to re-check its condition."""
+        self._wakeup.set()
+        self._wakeup = asyncio.Event()
+
+    async def _until(self, condition: Callable[[], bool]) -> None:
+        """Wait, without polling, until `condition` holds after a change of state."""
+        while not condition():
+            if self._closed:
+                raise MetadataUnavailable("the metadata store is closed")
+            await self._wakeup.wait()
+
+    def _require_node(self) -> NodeInfo:
+        if self._node is None:
+            raise RuntimeError("start() the metadata store first")
+        return self._node
+
+    @property
+    def _node_id(self) -> int:
+        return self._require_node().node_id
+
+    async def campaign(self) -> Fence:
+        """etcd's election recipe: put controller/<lease> under our lease, then wait until no
+        key with a lower create revision is left (each predecessor deleted or expired)."""
+        node_id = self._node_id
+        while True:
+            lease = self._lease
+            key = self._key("controller", f"{lease:x}")
+            try:
+                result = await self._client.txn(
+                    [Compare(key, "CREATE", 0)],
+                    [Put(key, str(node_id).encode(), lease)],
+                    [Get(key)],
+                )
+            except LeaseNotFound:
+                await self._until(functools.partial(self._lease_changed, lease))
+                continue
+            existing = result.gets[0] if not result.succeeded else None
+            created = existing.create_revision if existing is not None else result.revision
+            name = key.decode()
+            await self._until(functools.partial(self._decided, name, created))
+            if self._election.get(name, (0, 0))[0] == created:
+                return Fence(node_id, name, created)
+            log.info("node %d lost its election key %s; campaigning again", node_id, name)
+
+    def _lease_changed(self, lease: int) -> bool:
+        return self._lease != lease
+
+    def _decided(self, key: str, created: int) -> bool:
+        """Whether the election key `key` (created at `created`) is the lowest, or gone."""
+        if self.view.revision < created:
+            return False  # the watch has not caught up with the key yet
+        if self._election.get(key, (0, 0))[0] != created:
+            return True
+        return min(self._election.values())[0] == created
+
+    async def _fenced_txn(
+        self, fence: Fence, compares: Sequence[Compare], success: Sequence[Put | Delete]
+    ) -> TxnResult:
+        """A controller transaction, also guarded by the fence; FencedController if that failed.
+
+        On failure, gets[1:] read the keys of `compares`, for the caller to tell why."""
+        fence_key = fence.key.encode()
+        result = await self._client.txn(
+            [Compare(fence_key, "CREATE", fence.create_revision), *compares],
+            success,
+            [Get(fence_key), *(Get(c.key) for c in compares)],
+        )
+        if not result.succeeded:
+            held = result.gets[0]
+            if held is None or held.create_revision != fence.create_revision:
+                raise FencedController(
+                    f"node {fence.node_id} is no longer the controller: its election key "
+                    f"{fence.key} of revision {fence.create_revision} is gone"
+                )
+        return result
+
+    def _put_topic(self, spec: TopicSpec) -> Put:
+        record = _TopicRecord(
+            spec.topic_id, spec.partitions, spec.replication_factor, dict(spec.configs)
+        )
+        return Put(self._key("topics", spec.name), msgspec.json.encode(record))
+
+    def _put_partition(self, topic: str, partition: int, state: PartitionState) -> Put:
+        record = _PartitionRecord(state.leader, state.leader_epoch, state.replicas, state.isr)
+        return Put(self._key("partitions", topic, partition), msgspec.json.encode(record))
+
+    async def create_topic(
+        self, fence: Fence, spec: TopicSpec, states: Sequence[PartitionState]
+    ) -> None:
+        topic_key = self._key("topics", spec.name)
+        puts = [self._put_partition(spec.name, p, state) for p, state in enumerate(states)]
+        result = await self._fenced_txn(
+            fence, [Compare(topic_key, "CREATE", 0)], [self._put_topic(spec), *puts]
+        )
+        if not result.succeeded:
+            raise TopicAlreadyExists(f"topic {spec.name!r} already exists")
+
+    async def update_topic(
+        self, fence: Fence, spec: TopicSpec, new_states: Mapping[int, PartitionState]
+    ) -> bool:
+        topic_key = self._key("topics", spec.name)
+        puts = [self._put_partition(spec.name, p, state) for p, state in new_states.items()]
+        result = await self._fenced_txn(
+            fence, [Compare(topic_key, "MOD", spec.version)], [self._put_topic(spec), *puts]
+        )
+        if not result.succeeded and result.gets[1] is None:
+            raise UnknownTopic(f"topic {spec.name!r} does not exist")
+        return result.succeeded
+
+    async def delete_topic(self, fence: Fence, name: str) -> None:
+        topic_key = self._key("topics", name)
+        partitions = self._key("partitions", name) + b"/"
+        result = await self._fenced_txn(
+            fence,
+            [Compare(topic_key, "VERSION", 0, "GREATER")],
+            [Delete(topic_key), Delete(partitions, prefix_end(partitions))],
+        )
+        if not result.succeeded:
+            raise UnknownTopic(f"topic {name!r} does not exist")
+
+    async def set_partition(
+        self, topic: str, partition: int, state: PartitionState, fence: Fence | None = None
+    ) -> PartitionState | None:
+        key = self._key("partitions", topic, partition)
+        compares = [Compare(key, "CREATE", 0, "GREATER"), Compare(key, "MOD", state.version)]
+        if fence is not None:
+            compares.append(Compare(fence.key.encode(), "CREATE", fence.create_revision))
+        result = await self._client.txn(compares, [self._put_partition(topic, partition, state)])
+        if not result.succeeded:
+            return None
+        return dataclasses.replace(state, version=result.revision)

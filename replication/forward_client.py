@@ -1,0 +1,99 @@
+"""Forwarding: a request this node cannot serve goes, once, to the node that can (the
+partition's leader, the group's coordinator, the controller), over pooled connections; the
+answer comes back as it was, status and error code unchanged."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+import orjson
+
+from replication.errors import NodeUnreachable, ReplicationError
+
+FORWARDED_BY = "Sluice-Forwarded-By"  # set on a forwarded request: it is never forwarded again
+RECORD_BATCH = "application/vnd.sluice.record-batch"
+# What a forwarded request carries over and what its answer brings back.
+REQUEST_HEADERS = ("Content-Type", "Accept", "Idempotency-Key", "Authorization")
+ANSWER_HEADERS = ("Content-Type", "Retry-After", "Location", "Allow")
+ANSWER_PREFIX = "sluice-"
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+
+class RemoteError(ReplicationError):
+    """A forwarded call answered with a problem: its status, code and members, unchanged."""
+
+    def __init__(self, status: int, problem: Mapping[str, Any]) -> None:
+        super().__init__(str(problem.get("detail", f"HTTP {status}")))
+        self.status = status
+        self.code = str(problem.get("code", "REMOTE_ERROR"))
+        self.extra = {
+            k: v
+            for k, v in problem.items()
+            if k not in ("type", "title", "status", "detail", "code")
+        }
+
+
+class ForwardClient:
+    """One session, connections pooled per node; no total timeout (a long-poll forwarded
+    waits at the leader, which bounds it), a bounded connect."""
+
+    def __init__(self, node_id: int, connect_timeout_s: float = 5.0) -> None:
+        self.node_id = node_id
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=60),
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s),
+            auto_decompress=False,
+        )
+
+    async def close(self) -> None:
+        await self._session.close()
+
+    async def forward(
+        self, url: str, method: str, path_qs: str, headers: Mapping[str, str], body: bytes
+    ) -> Answer:
+        """Send the request to the node at `url` and return its answer as it is."""
+        sent = {name: headers[name] for name in REQUEST_HEADERS if name in headers}
+        sent[FORWARDED_BY] = str(self.node_id)
+        try:
+            async with self._session.request(
+                method, url + path_qs, headers=sent, data=body or None
+            ) as response:
+                data = await response.read()
+                kept = {
+                    name: value
+                    for name, value in response.headers.items()
+                    if name in ANSWER_HEADERS or name.lower().startswith(ANSWER_PREFIX)
+                }
+                return Answer(response.status, kept, data)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise NodeUnreachable(f"forwarding to {url} failed: {exc!r}") from exc
+
+    async def produce_batches(
+        self,
+        url: str,
+        topic: str,
+        partition: int,
+        data: bytes | bytearray,
+        acks: str,
+        timeout_ms: int,
+    ) -> int:
+        """Append ready-made batches at the partition's leader; returns their base offset."""
+        path = f"/v1/topics/{quote(topic, safe='')}/partitions/{partition}/records"
+        query = f"?acks={acks}&timeout_ms={timeout_ms}"
+        answer = await self.forward(
+            url, "POST", path + query, {"Content-Type": RECORD_BATCH}, bytes(data)
+        )
+        doc = orjson.loads(answer.body) if answer.body else {}
+        if answer.status >= 400:
+            raise RemoteError(answer.status, doc if isinstance(doc, dict) else {})
+        return int(doc["results"][0]["base_offset"])

@@ -1,0 +1,199 @@
+"""The metadata store in memory, with etcd's semantics: one node's store, or a simulated cluster
+in tests (several stores sharing one `MemoryBackend`, each acting as one node)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+
+from engine.errors import TopicAlreadyExists, UnknownTopic
+from replication.errors import FencedController
+from replication.metadata import (
+    ClusterView,
+    Fence,
+    MetadataStore,
+    NodeInfo,
+    PartitionState,
+    TopicPartition,
+    TopicSpec,
+)
+
+ELECTION_PREFIX = "election/"
+
+
+class MemoryBackend:
+    """The shared keyspace: nodes, leases, election keys, topics and partition states.
+
+    Every change takes the next revision of one counter (etcd's) as the version of what it
+    wrote, and is published to every store attached to the backend."""
+
+    def __init__(self, cluster_id: str | None = None) -> None:
+        self.cluster_id = cluster_id or uuid.uuid4().hex
+        self.revision = 0
+        self.nodes: dict[int, NodeInfo] = {}
+        self.live: set[int] = set()
+        self.election: dict[int, int] = {}  # node id -> create revision of its election key
+        self.topics: dict[str, TopicSpec] = {}
+        self.partitions: dict[TopicPartition, PartitionState] = {}
+        self.stores: list[MemoryMetadataStore] = []
+        self._changed: asyncio.Event | None = None
+
+    def expire(self, node_id: int) -> None:
+        """Simulate a lost lease: the node leaves `live` and its election key is deleted."""
+        with self.transaction():
+            self.live.discard(node_id)
+            self.election.pop(node_id, None)
+
+    def revive(self, node_id: int) -> None:
+        """Simulate an expired node coming back under a new lease (live, not campaigning)."""
+        with self.transaction():
+            self.live.add(node_id)
+
+    def controller(self) -> int | None:
+        """The campaigning node with the lowest election create revision."""
+        return min(self.election, key=self.election.__getitem__, default=None)
+
+    def fence_holds(self, fence: Fence) -> bool:
+        return (
+            fence.key == election_key(fence.node_id)
+            and self.election.get(fence.node_id) == fence.create_revision
+        )
+
+    def snapshot(self) -> ClusterView:
+        return ClusterView(
+            cluster_id=self.cluster_id,
+            controller=self.controller(),
+            nodes=dict(self.nodes),
+            live=frozenset(self.live),
+            topics=dict(self.topics),
+            partitions=dict(self.partitions),
+            revision=self.revision,
+        )
+
+    @contextmanager
+    def transaction(self) -> Iterator[int]:
+        """Yield the revision this change takes; if the body returns, commit and publish it."""
+        yield self.revision + 1
+        self.revision += 1
+        view = self.snapshot()
+        for store in list(self.stores):
+            store.publish(view)
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
+
+    async def changed(self) -> None:
+        """Wait for the next committed change."""
+        if self._changed is None:
+            self._changed = asyncio.Event()
+        await self._changed.wait()
+
+
+def election_key(node_id: int) -> str:
+    return f"{ELECTION_PREFIX}{node_id}"
+
+
+class MemoryMetadataStore(MetadataStore):
+    """A MetadataStore over a `MemoryBackend` (a private one by default).
+
+    The store sees the backend's views from construction (unstarted, it is an observer);
+    start() registers its node. Every write yields to the event loop once before it applies,
+    as a round trip to etcd would, so tests meet the interleavings a real store allows."""
+
+    def __init__(self, backend: MemoryBackend | None = None) -> None:
+        self.backend = backend or MemoryBackend()
+        super().__init__(self.backend.snapshot())
+        self.node: NodeInfo | None = None
+        self.backend.stores.append(self)
+
+    async def start(self, node: NodeInfo) -> None:
+        self.node = node
+        with self.backend.transaction():
+            self.backend.nodes[node.node_id] = node
+            self.backend.live.add(node.node_id)
+
+    async def close(self) -> None:
+        if self in self.backend.stores:
+            self.backend.stores.remove(self)
+        if self.node is not None:
+            self.backend.expire(self.node.node_id)
+            self.node = None
+
+    async def campaign(self) -> Fence:
+        if self.node is None:
+            raise RuntimeError("start() the store before campaigning")
+        node_id = self.node.node_id
+        backend = self.backend
+        while True:
+            if node_id in backend.live and node_id not in backend.election:
+                with backend.transaction() as revision:
+                    backend.election[node_id] = revision
+            if backend.controller() == node_id:
+                return Fence(node_id, election_key(node_id), backend.election[node_id])
+            await backend.changed()
+
+    async def create_topic(
+        self, fence: Fence, spec: TopicSpec, states: Sequence[PartitionState]
+    ) -> None:
+        await asyncio.sleep(0)
+        self._check_fence(fence)
+        backend = self.backend
+        if spec.name in backend.topics:
+            raise TopicAlreadyExists(f"topic {spec.name!r} already exists")
+        with backend.transaction() as revision:
+            backend.topics[spec.name] = replace(spec, version=revision)
+            for partition, state in enumerate(states):
+                backend.partitions[(spec.name, partition)] = replace(state, version=revision)
+
+    async def update_topic(
+        self, fence: Fence, spec: TopicSpec, new_states: Mapping[int, PartitionState]
+    ) -> bool:
+        await asyncio.sleep(0)
+        self._check_fence(fence)
+        backend = self.backend
+        current = backend.topics.get(spec.name)
+        if current is None:
+            raise UnknownTopic(f"topic {spec.name!r} does not exist")
+        if current.version != spec.version:
+            return False
+        with backend.transaction() as revision:
+            backend.topics[spec.name] = replace(spec, version=revision)
+            for partition, state in new_states.items():
+                backend.partitions[(spec.name, partition)] = replace(state, version=revision)
+        return True
+
+    async def delete_topic(self, fence: Fence, name: str) -> None:
+        await asyncio.sleep(0)
+        self._check_fence(fence)
+        backend = self.backend
+        if name not in backend.topics:
+            raise UnknownTopic(f"topic {name!r} does not exist")
+        with backend.transaction():
+            del backend.topics[name]
+            for key in [key for key in backend.partitions if key[0] == name]:
+                del backend.partitions[key]
+
+    async def set_partition(
+        self, topic: str, partition: int, state: PartitionState, fence: Fence | None = None
+    ) -> PartitionState | None:
+        await asyncio.sleep(0)
+        backend = self.backend
+        if fence is not None and not backend.fence_holds(fence):
+            return None
+        current = backend.partitions.get((topic, partition))
+        if current is None or current.version != state.version:
+            return None
+        with backend.transaction() as revision:
+            stored = replace(state, version=revision)
+            backend.partitions[(topic, partition)] = stored
+        return stored
+
+    def _check_fence(self, fence: Fence) -> None:
+        if not self.backend.fence_holds(fence):
+            raise FencedController(
+                f"node {fence.node_id} is no longer the controller: its election key "
+                f"{fence.key!r} of revision {fence.create_revision} is gone"
+            )

@@ -1,0 +1,159 @@
+"""Cluster metadata: who the nodes are, which one is controller, the topics and each partition's
+replicas, leader, leader epoch and ISR, and the store that holds them (etcd, or memory for a
+single node).
+
+Every change goes through the store; every node watches it and takes up its roles from the
+view it publishes. A controller's writes carry a `Fence` (its election key's create revision),
+and every partition write is a compare-and-set on the version it was read at.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+NO_LEADER = -1
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    node_id: int
+    url: str  # the advertised base URL other nodes and clients use, e.g. http://10.0.0.2:8080
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    topic_id: str
+    partitions: int
+    replication_factor: int
+    configs: Mapping[str, object]  # the topic's overrides, normalised (engine.config)
+    version: int = 0  # the store's revision of this record; 0 before it is stored
+
+
+@dataclass(frozen=True)
+class PartitionState:
+    leader: int  # NO_LEADER while the partition is offline
+    leader_epoch: int
+    replicas: tuple[int, ...]  # the first is the preferred leader
+    isr: tuple[int, ...]
+    version: int = 0  # the store's revision of this record (etcd mod_revision); 0 before stored
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """One consistent snapshot of the metadata, as of `revision`."""
+
+    cluster_id: str
+    controller: int | None
+    nodes: Mapping[int, NodeInfo]  # every node that ever registered
+    live: frozenset[int]  # the nodes whose lease is alive
+    topics: Mapping[str, TopicSpec]
+    partitions: Mapping[TopicPartition, PartitionState]
+    revision: int = 0
+
+    def partition(self, topic: str, partition: int) -> PartitionState | None:
+        return self.partitions.get((topic, partition))
+
+
+@dataclass(frozen=True)
+class Fence:
+    """A controller's proof of election: its election key and the key's create revision.
+
+    A write guarded by a fence succeeds only while that key still exists with that revision
+    (etcd's Jepsen analysis: revisions are safe where its locks are not)."""
+
+    node_id: int
+    key: str
+    create_revision: int
+
+
+Listener = Callable[[ClusterView], None]
+
+
+class MetadataStore(ABC):
+    """Where the cluster's metadata lives; `view` is the latest snapshot this node has seen.
+
+    Listeners run on the event loop after every change of the view, in order of registration.
+    """
+
+    def __init__(self, view: ClusterView) -> None:
+        self.view = view
+        self._listeners: list[Listener] = []
+        self._changed: asyncio.Event | None = None
+
+    def add_listener(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: Listener) -> None:
+        self._listeners.remove(listener)
+
+    def publish(self, view: ClusterView) -> None:
+        """Install a new view and tell the listeners (implementations call this)."""
+        self.view = view
+        for listener in list(self._listeners):
+            listener(view)
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
+
+    async def wait_for(self, predicate: Callable[[ClusterView], bool], timeout: float) -> bool:
+        """Wait until the view satisfies `predicate`; False if `timeout` seconds pass first."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not predicate(self.view):
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            if self._changed is None:
+                self._changed = asyncio.Event()
+            try:
+                await asyncio.wait_for(self._changed.wait(), remaining)
+            except TimeoutError:
+                return predicate(self.view)
+        return True
+
+    @abstractmethod
+    async def start(self, node: NodeInfo) -> None:
+        """Register this node (under a lease, kept alive in the background) and load the view."""
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Leave: revoke the lease (the node is gone at once) and stop watching."""
+
+    @abstractmethod
+    async def campaign(self) -> Fence:
+        """Wait until this node is elected controller (lowest create revision under the
+        election prefix); the fence guards every controller write."""
+
+    @abstractmethod
+    async def create_topic(
+        self, fence: Fence, spec: TopicSpec, states: Sequence[PartitionState]
+    ) -> None:
+        """Store a new topic and its partitions' states in one fenced transaction.
+
+        Raises engine.errors.TopicAlreadyExists if the name is taken, FencedController if the
+        fence no longer holds."""
+
+    @abstractmethod
+    async def update_topic(
+        self, fence: Fence, spec: TopicSpec, new_states: Mapping[int, PartitionState]
+    ) -> bool:
+        """Replace a topic's record (configs, a larger partition count) and add the new
+        partitions' states; a compare-and-set on `spec.version`. False if it changed."""
+
+    @abstractmethod
+    async def delete_topic(self, fence: Fence, name: str) -> None:
+        """Remove a topic and its partitions' states (UnknownTopic if there is none)."""
+
+    @abstractmethod
+    async def set_partition(
+        self, topic: str, partition: int, state: PartitionState, fence: Fence | None = None
+    ) -> PartitionState | None:
+        """Compare-and-set a partition's state on `state.version` (the version it was read
+        at), also guarded by `fence` when the controller writes. Returns the stored state
+        with its new version, or None if the version or the fence no longer matched."""

@@ -1,0 +1,291 @@
+"""Partition: one partition's log on this node and its role in the current leader epoch.
+
+As leader it appends producer batches stamped with its epoch, tracks its followers' progress
+(a sans-IO `LeaderState`), moves the high watermark and serves reads below it. As follower it
+appends the leader's batches as they are and takes the leader's high watermark. Everything
+here is synchronous and runs on the event loop; waiting (acks, long-polls, ISR writes) is the
+replica manager's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from typing import NamedTuple
+
+from engine.batch import BatchHeader
+from engine.config import TopicConfig
+from engine.errors import OffsetOutOfRange
+from engine.log import AppendInfo, PartitionLog, ReadResult
+from replication.errors import (
+    FencedLeaderEpoch,
+    NotAReplica,
+    NotEnoughReplicas,
+    NotLeader,
+    UnknownLeaderEpoch,
+)
+from replication.metadata import NO_LEADER, PartitionState
+from replication.replica_state import LeaderState
+
+
+class ReplicationHealth(NamedTuple):
+    """A leader's view of its followers, for the metrics."""
+
+    under_replicated: bool
+    max_lag_records: int
+    max_lag_ms: int
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Partition:
+    """A partition replica on this node: leader, follower, or not yet assigned a role."""
+
+    def __init__(
+        self, log: PartitionLog, node_id: int, clock_ms: Callable[[], int] = _now_ms
+    ) -> None:
+        self.log = log
+        self.node_id = node_id
+        self.clock_ms = clock_ms
+        self.state: PartitionState | None = None
+        self.leader_state: LeaderState | None = None
+
+    @property
+    def topic(self) -> str:
+        return self.log.topic
+
+    @property
+    def partition(self) -> int:
+        return self.log.partition
+
+    @property
+    def config(self) -> TopicConfig:
+        return self.log.config
+
+    @property
+    def leader_epoch(self) -> int:
+        return -1 if self.state is None else self.state.leader_epoch
+
+    @property
+    def leader(self) -> int:
+        return NO_LEADER if self.state is None else self.state.leader
+
+    @property
+    def is_leader(self) -> bool:
+        return self.leader_state is not None
+
+    @property
+    def isr(self) -> tuple[int, ...]:
+        if self.leader_state is not None:
+            return self.leader_state.isr
+        return () if self.state is None else self.state.isr
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.log.log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.log.log_end_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log.high_watermark
+
+    @property
+    def size_bytes(self) -> int:
+        return self.log.size_bytes
+
+    def replication_health(self) -> ReplicationHealth | None:
+        """As leader: whether the ISR lacks replicas, and the largest follower lag."""
+        leading = self.leader_state
+        if leading is None or self.state is None:
+            return None
+        records, ms = leading.largest_lag(self.log.log_end_offset, self.clock_ms())
+        return ReplicationHealth(len(leading.isr) < len(self.state.replicas), records, ms)
+
+    # -- roles ---------------------------------------------------------------------------------
+
+    def make_leader(self, state: PartitionState) -> None:
+        """Lead in `state.leader_epoch`: the epoch starts at the log end offset (KIP-101), and
+        followers are tracked from now, the ISR's as caught up."""
+        log = self.log
+        log.epoch_cache.assign(state.leader_epoch, log.log_end_offset)
+        self.state = state
+        self.leader_state = LeaderState(
+            self.node_id,
+            state.leader_epoch,
+            state.replicas,
+            state.isr,
+            log.log_end_offset,
+            log.high_watermark,
+            self.clock_ms(),
+        )
+        self.update_high_watermark()
+
+    def make_follower(self, state: PartitionState) -> None:
+        """Follow `state.leader` (or nobody, while the partition is offline)."""
+        self.state = state
+        self.leader_state = None
+
+    def update_state(self, state: PartitionState) -> None:
+        """A newer version of the same epoch's state (an ISR change stored by this leader)."""
+        self.state = state
+
+    # -- leader --------------------------------------------------------------------------------
+
+    def _leading(self) -> LeaderState:
+        if self.leader_state is None:
+            raise NotLeader(
+                f"node {self.node_id} does not lead {self.topic}-{self.partition}",
+                None if self.leader == NO_LEADER else self.leader,
+            )
+        return self.leader_state
+
+    def check_leader(self) -> None:
+        """Raise NotLeader unless this node leads the partition."""
+        self._leading()
+
+    def append(self, data: bytes | bytearray, acks: str) -> AppendInfo:
+        """Append producer batches in this epoch. acks=all with the ISR below
+        min.insync.replicas appends nothing (Kafka's NOT_ENOUGH_REPLICAS)."""
+        leading = self._leading()
+        required = self.config.min_insync_replicas
+        if acks == "all" and not leading.min_isr_satisfied(required):
+            raise NotEnoughReplicas(
+                f"{self.topic}-{self.partition} has {len(leading.isr)} in-sync replicas "
+                f"{list(leading.isr)}; min.insync.replicas is {required}; nothing was appended"
+            )
+        info = self.log.append_as_leader(data, leading.leader_epoch)
+        self.update_high_watermark()
+        return info
+
+    def update_high_watermark(self) -> bool:
+        """Move the high watermark to the minimum log end over the ISR; True if it moved."""
+        if self.leader_state is None:
+            return False
+        return self.log.advance_high_watermark(
+            self.leader_state.high_watermark(self.log.log_end_offset)
+        )
+
+    def replica_fetch(
+        self, replica: int, fetch_offset: int, leader_epoch: int, max_bytes: int
+    ) -> tuple[ReadResult, tuple[int, ...] | None]:
+        """A follower's fetch from its log end: note its progress, move the high watermark,
+        and read up to the log end. Also returns an ISR expansion to propose, if any."""
+        leading = self._leading()
+        self.check_epoch(leader_epoch)
+        if replica not in leading.followers:
+            raise NotAReplica(
+                f"node {replica} is not a follower of {self.topic}-{self.partition} "
+                f"(replicas {list(leading.replicas)})"
+            )
+        log = self.log
+        end = log.log_end_offset
+        if fetch_offset > end:
+            raise OffsetOutOfRange(fetch_offset, log.log_start_offset, end)
+        leading.on_follower_fetch(replica, fetch_offset, end, self.clock_ms())
+        self.update_high_watermark()
+        expand = leading.expand_proposal(replica, end)
+        result = log.read(fetch_offset, max_bytes, upper_offset=end)
+        return result, expand
+
+    def check_epoch(self, leader_epoch: int) -> None:
+        """Fence a request from an older epoch; ask one from a newer epoch to retry."""
+        if leader_epoch < self.leader_epoch:
+            raise FencedLeaderEpoch(
+                f"{self.topic}-{self.partition}: epoch {leader_epoch} is older than "
+                f"the current {self.leader_epoch}"
+            )
+        if leader_epoch > self.leader_epoch:
+            raise UnknownLeaderEpoch(
+                f"{self.topic}-{self.partition}: epoch {leader_epoch} is newer than "
+                f"{self.leader_epoch}, which this node knows"
+            )
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """KIP-279: (the largest epoch <= `epoch` this leader has, the offset where it ends)."""
+        self._leading()
+        return self.log.epoch_cache.end_offset_for(epoch, self.log.log_end_offset)
+
+    def shrink_proposal(self, lag_max_ms: int) -> tuple[int, ...] | None:
+        """The ISR without followers that have not caught up for `lag_max_ms`, if any lag."""
+        if self.leader_state is None:
+            return None
+        return self.leader_state.shrink_proposal(
+            self.clock_ms(), self.log.log_end_offset, lag_max_ms
+        )
+
+    def stored_isr(self, state: PartitionState) -> None:
+        """The store took this leader's ISR change: adopt it and recompute the watermark."""
+        self.state = state
+        if self.leader_state is not None:
+            self.leader_state.isr_change_committed(state.isr)
+            self.update_high_watermark()
+
+    def isr_state(self, isr: tuple[int, ...]) -> PartitionState:
+        """The current state with `isr`, to write to the store (compare-and-set on version)."""
+        assert self.state is not None
+        return replace(self.state, isr=isr)
+
+    # -- follower ------------------------------------------------------------------------------
+
+    def append_from_leader(
+        self, data: bytes | memoryview, leader_high_watermark: int, leader_log_start: int
+    ) -> None:
+        """Append the leader's batches as they are; take its high watermark and log start."""
+        log = self.log
+        if data:
+            log.append_as_follower(data)
+        log.advance_high_watermark(min(leader_high_watermark, log.log_end_offset))
+        start = min(leader_log_start, log.high_watermark)
+        if start > log.log_start_offset:
+            log.delete_records(start)
+
+    def epoch_entries(self) -> list[tuple[int, int]]:
+        """This replica's (leader epoch, start offset) entries, oldest first."""
+        return [(e.epoch, e.start_offset) for e in self.log.epoch_cache.entries]
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop the local records at and after `offset` (a follower's divergent tail)."""
+        self.log.truncate_to(offset)
+
+    def restart_at(self, offset: int) -> None:
+        """Empty the log and start it at `offset` (the leader's log start is past this end)."""
+        self.log.truncate_fully_and_start_at(offset)
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def read(
+        self,
+        offset: int,
+        max_bytes: int,
+        *,
+        min_one: bool = True,
+        max_records: int | None = None,
+    ) -> ReadResult:
+        """Whole batches from `offset`, never at or past the high watermark (leader only)."""
+        self._leading()
+        return self.log.read(offset, max_bytes, min_one=min_one, max_records=max_records)
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        self._leading()
+        return self.log.offset_for_timestamp(timestamp)
+
+    def recent_batches(self, since: float) -> Iterator[tuple[BatchHeader, memoryview]]:
+        """Committed batches of the segments written to since `since` (a file mtime), in order;
+        a corrupt batch raises CorruptRecord. For rebuilding what the log itself records."""
+        for segment in self.log.segments:
+            if segment.path.stat().st_mtime < since:
+                continue
+            for header, data in segment.batches():
+                if header.base_offset >= self.log.high_watermark:
+                    return
+                yield header, data
+
+    def delete_records(self, before_offset: int) -> int:
+        self._leading()
+        return self.log.delete_records(before_offset)

@@ -1,0 +1,502 @@
+"""ReplicaManager: this node's partitions, kept in step with the cluster metadata.
+
+It turns every metadata view into local facts (topics created, grown, reconfigured or deleted
+on disk; each partition made leader or follower in its epoch), and it is the one way in for
+what the gateway and the group coordinator do to a partition: append and wait for acks, read
+below the high watermark with long-polling, answer followers' fetches, and write the ISR
+changes a leader decides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from engine import batch as fmt
+from engine.config import TopicConfig
+from engine.errors import LogClosed, UnknownPartition, UnknownTopic
+from engine.log import AppendInfo, ReadResult
+from engine.manager import LogManager
+from engine.notify import ChangeNotifier
+from replication.errors import (
+    LeaderNotAvailable,
+    NotEnoughReplicasAfterAppend,
+    NotLeader,
+    RequestTimedOut,
+)
+from replication.metadata import (
+    NO_LEADER,
+    ClusterView,
+    MetadataStore,
+    PartitionState,
+    TopicPartition,
+    TopicSpec,
+)
+from replication.partition import Partition
+
+log = logging.getLogger(__name__)
+
+TopicsListener = Callable[[set[str]], None]  # called with the names of deleted topics
+RoleListener = Callable[[Partition], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class ReplicationSettings:
+    replica_lag_time_max_ms: int = 30_000  # replica.lag.time.max.ms
+    leader_wait_ms: int = 5_000  # how long a request waits for a partition's leader to appear
+
+
+@dataclass
+class ReplicationCounters:
+    """What the metrics read: ISR changes stored by this node's leaders, acks=all waiters."""
+
+    shrinks: int = 0
+    expands: int = 0
+    acks_waiting: int = 0
+
+
+class ReplicaManager:
+    """The partitions this node holds, their roles, and every operation on them."""
+
+    def __init__(
+        self,
+        manager: LogManager,
+        store: MetadataStore,
+        node_id: int,
+        notifier: ChangeNotifier,
+        settings: ReplicationSettings | None = None,
+    ) -> None:
+        self.manager = manager
+        self.store = store
+        self.node_id = node_id
+        self.notifier = notifier
+        self.settings = settings or ReplicationSettings()
+        self.partitions: dict[TopicPartition, Partition] = {}
+        self.counters = ReplicationCounters()
+        self._topics_listeners: list[TopicsListener] = []
+        self._role_listeners: list[RoleListener] = []
+        self._pending: ClusterView | None = None
+        self._applying: asyncio.Task[None] | None = None
+        self._applied = asyncio.Event()
+        self._isr_task: asyncio.Task[None] | None = None
+        self._isr_writes: set[TopicPartition] = set()
+        self._tasks: set[asyncio.Future[object]] = set()
+        self._closing = False
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Take up the roles of the current view, then follow every change."""
+        self.store.add_listener(self._view_changed)
+        await self._apply(self.store.view)
+        self._isr_task = asyncio.create_task(self._check_isr_every())
+
+    async def close(self) -> None:
+        self._closing = True
+        self.store.remove_listener(self._view_changed)
+        tasks: list[asyncio.Future[Any]] = [*self._tasks]
+        tasks.extend(t for t in (self._applying, self._isr_task) if t is not None)
+        if self._isr_task is not None:
+            self._isr_task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def add_topics_listener(self, listener: TopicsListener) -> None:
+        """Call `listener(deleted)` after topics were created, grown or deleted locally."""
+        self._topics_listeners.append(listener)
+
+    def add_role_listener(self, listener: RoleListener) -> None:
+        """Await `listener(partition)` after a partition on this node changed role or epoch."""
+        self._role_listeners.append(listener)
+
+    # -- applying the metadata -----------------------------------------------------------------
+
+    def _view_changed(self, view: ClusterView) -> None:
+        self._pending = view
+        if self._applying is None or self._applying.done():
+            self._applying = asyncio.create_task(self._apply_pending())
+
+    async def _apply_pending(self) -> None:
+        while self._pending is not None and not self._closing:
+            view, self._pending = self._pending, None
+            try:
+                await self._apply(view)
+            except Exception:
+                log.exception("applying cluster metadata revision %d failed", view.revision)
+
+    async def applied(self, predicate: Callable[[], bool], timeout: float) -> bool:
+        """Wait until `predicate()` holds after a view was applied; False on timeout."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not predicate():
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            self._applied.clear()
+            try:
+                await asyncio.wait_for(self._applied.wait(), remaining)
+            except TimeoutError:
+                return predicate()
+        return True
+
+    async def _apply(self, view: ClusterView) -> None:
+        deleted = await self._apply_topics(view)
+        changed = []
+        for (topic, p), state in view.partitions.items():
+            if self.node_id not in state.replicas or topic not in self.manager.topics:
+                continue
+            partition = self.partitions.get((topic, p))
+            if partition is None:
+                partition = self.partitions[(topic, p)] = Partition(
+                    self.manager.log(topic, p), self.node_id
+                )
+            if self._take(partition, state):
+                changed.append(partition)
+        if deleted or changed:
+            for topics_listener in self._topics_listeners:
+                topics_listener(deleted)
+        for partition in changed:
+            for role_listener in self._role_listeners:
+                await role_listener(partition)
+        self._applied.set()
+
+    async def _apply_topics(self, view: ClusterView) -> set[str]:
+        """Create, grow, reconfigure and delete local topics to match the view's; returns
+        the names deleted here."""
+        manager = self.manager
+        hosted = {t for (t, _), s in view.partitions.items() if self.node_id in s.replicas}
+        deleted: set[str] = set()
+        for name in list(manager.topics):
+            spec = view.topics.get(name)
+            if spec is None or name not in hosted or manager.topics[name].topic_id != spec.topic_id:
+                await self._delete_local(name)
+                deleted.add(name)
+        for name in sorted(hosted):
+            spec = view.topics.get(name)
+            if spec is None:
+                continue
+            topic = manager.topics.get(name)
+            if topic is None:
+                await asyncio.to_thread(
+                    manager.create_topic,
+                    name,
+                    spec.partitions,
+                    dict(spec.configs),
+                    topic_id=spec.topic_id,
+                )
+                deleted.discard(name)
+                continue
+            if dict(topic.overrides) != dict(spec.configs):
+                changes: dict[str, object | None] = {k: None for k in topic.overrides}
+                changes.update(spec.configs)
+                manager.alter_topic_configs(name, changes)
+            if len(topic.partitions) < spec.partitions:
+                await asyncio.to_thread(manager.add_partitions, name, spec.partitions)
+        return deleted
+
+    async def _delete_local(self, name: str) -> None:
+        topic = self.manager.topics[name]
+        for log_ in topic.partitions:
+            partition = self.partitions.pop((name, log_.partition), None)
+            if partition is not None:
+                partition.make_follower(PartitionState(NO_LEADER, partition.leader_epoch, (), ()))
+        await asyncio.to_thread(self.manager.delete_topic, name)
+        for log_ in topic.partitions:
+            self.notifier.unwatch(log_)
+
+    def _take(self, partition: Partition, state: PartitionState) -> bool:
+        """Adopt `state`; True if the role or the epoch changed."""
+        current = partition.state
+        if current is not None and state.leader_epoch < current.leader_epoch:
+            return False  # an older view than the one applied
+        if (
+            current is not None
+            and state.leader_epoch == current.leader_epoch
+            and state.leader == current.leader
+        ):
+            if state.version > current.version:
+                # A leader's ISR changes only through its own writes (change_isr); this keeps
+                # the version it compares against current.
+                partition.update_state(state)
+                self.notifier.wake(partition.log)
+            return False
+        if state.leader == self.node_id:
+            partition.make_leader(state)
+            log.info(
+                "%s-%d: leader in epoch %d, ISR %s",
+                partition.topic,
+                partition.partition,
+                state.leader_epoch,
+                list(state.isr),
+            )
+        else:
+            partition.make_follower(state)
+        self.notifier.wake(partition.log)
+        return True
+
+    # -- lookups -------------------------------------------------------------------------------
+
+    def topic(self, name: str) -> TopicSpec:
+        spec = self.store.view.topics.get(name)
+        if spec is None:
+            raise UnknownTopic(f"topic {name!r} does not exist")
+        return spec
+
+    def topic_config(self, name: str) -> TopicConfig:
+        local = self.manager.topics.get(name)
+        if local is not None:
+            return local.config
+        return self.manager.defaults.with_overrides(self.topic(name).configs)
+
+    def check_partition(self, topic: str, partition: int) -> TopicSpec:
+        spec = self.topic(topic)
+        if not 0 <= partition < spec.partitions:
+            raise UnknownPartition(
+                f"topic {topic!r} has partitions 0..{spec.partitions - 1}; "
+                f"{partition} does not exist"
+            )
+        return spec
+
+    def state(self, topic: str, partition: int) -> PartitionState:
+        self.check_partition(topic, partition)
+        state = self.store.view.partition(topic, partition)
+        if state is None:
+            raise LeaderNotAvailable(f"{topic}-{partition} has no state yet")
+        return state
+
+    def local(self, topic: str, partition: int) -> Partition | None:
+        """This node's replica of the partition, if it holds one."""
+        return self.partitions.get((topic, partition))
+
+    async def leader(self, topic: str, partition: int) -> Partition:
+        """This node's replica, which must lead the partition: waits (bounded) while a new
+        leader is being elected or the view is being applied. NotLeader names the leader."""
+        state = self.state(topic, partition)
+
+        def settled() -> bool:
+            local = self.partitions.get((topic, partition))
+            leader = self.store.view.partitions.get((topic, partition), state).leader
+            return (local is not None and local.is_leader) or leader not in (
+                NO_LEADER,
+                self.node_id,
+            )
+
+        await self.applied(settled, self.settings.leader_wait_ms / 1000)
+        state = self.state(topic, partition)
+        local = self.partitions.get((topic, partition))
+        if local is not None and local.is_leader:
+            return local
+        if state.leader not in (NO_LEADER, self.node_id):
+            raise NotLeader(
+                f"node {state.leader} leads {topic}-{partition}, not node {self.node_id}",
+                state.leader,
+            )
+        raise LeaderNotAvailable(
+            f"{topic}-{partition} has no leader now (epoch {state.leader_epoch}); retry shortly"
+        )
+
+    # -- produce -------------------------------------------------------------------------------
+
+    async def append(
+        self, topic: str, partition: int, data: bytes | bytearray, acks: str, timeout_ms: int
+    ) -> AppendInfo:
+        """Append producer batches as leader and honour acks (one partition's whole produce)."""
+        leader = await self.leader(topic, partition)
+        info = leader.append(data, acks)
+        await self.acknowledge(leader, info, acks, timeout_ms)
+        return info
+
+    async def acknowledge(
+        self, leader: Partition, info: AppendInfo, acks: str, timeout_ms: int
+    ) -> None:
+        """After `leader.append`: "0" and "1" return at once (after an fsync the flush policy
+        asks for, with "1"), "all" once the high watermark passes the last record."""
+        if info.flush_due:
+            await self._flush(leader, acks, timeout_ms)
+        if acks == "all":
+            self.counters.acks_waiting += 1
+            try:
+                await self.wait_committed(leader, info.last_offset, timeout_ms)
+            finally:
+                self.counters.acks_waiting -= 1
+
+    async def _flush(self, partition: Partition, acks: str, timeout_ms: int) -> None:
+        flushing = asyncio.ensure_future(asyncio.to_thread(partition.log.flush))
+        if acks == "0":
+            flushing.add_done_callback(lambda f: f.exception())
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(flushing), timeout_ms / 1000)
+        except TimeoutError:
+            raise RequestTimedOut(
+                "the records were appended but not yet flushed within timeout_ms; "
+                "they may still become durable"
+            ) from None
+
+    async def wait_committed(self, partition: Partition, last_offset: int, timeout_ms: int) -> None:
+        """Wait until the high watermark passes `last_offset` (Kafka's acks=all)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_ms / 1000
+        name = f"{partition.topic}-{partition.partition}"
+        while True:
+            if partition.high_watermark > last_offset:
+                required = partition.config.min_insync_replicas
+                if len(partition.isr) < required:
+                    raise NotEnoughReplicasAfterAppend(
+                        f"{name}: the records are committed by {list(partition.isr)}, fewer "
+                        f"than min.insync.replicas={required}; they may be kept"
+                    )
+                return
+            if not partition.is_leader:
+                raise NotLeader(
+                    f"{name}: this node stopped leading before the records were replicated; "
+                    "they may still be committed by the new leader",
+                    None if partition.leader == NO_LEADER else partition.leader,
+                )
+            remaining = deadline - loop.time()
+            if remaining <= 0 or self.notifier.closing:
+                raise RequestTimedOut(
+                    f"{name}: not every in-sync replica had the records within timeout_ms; "
+                    "they may still be committed"
+                )
+            await self.notifier.wait(partition.log, remaining)
+
+    # -- consume -------------------------------------------------------------------------------
+
+    async def fetch(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_bytes: int,
+        min_bytes: int,
+        timeout_ms: int,
+        max_records: int | None = None,
+    ) -> ReadResult:
+        """Read from `offset` below the high watermark; with less than `min_bytes` there, park
+        until more is committed or `timeout_ms` passes. A parked request costs one future."""
+        leader = await self.leader(topic, partition)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_ms / 1000
+        while True:
+            if not leader.is_leader:  # deleted, or led elsewhere since the fetch parked
+                leader = await self.leader(topic, partition)
+            try:
+                result = leader.read(offset, max_bytes, max_records=max_records)
+            except LogClosed:
+                raise UnknownTopic(f"topic {topic!r} was deleted") from None
+            remaining = deadline - loop.time()
+            if len(result.data) >= min_bytes or remaining <= 0 or self.notifier.closing:
+                return result
+            if max_records is not None and covers(result.data, offset + max_records):
+                return result
+            await self.notifier.wait(leader.log, remaining)
+
+    async def wait_any(
+        self,
+        partitions: Iterable[Partition],
+        timeout: float,
+        also: asyncio.Future[None] | None = None,
+    ) -> bool:
+        """Park until any of the partitions changes, or `also` resolves; False on timeout."""
+        return await self.notifier.wait_any((p.log for p in partitions), timeout, also)
+
+    # -- followers -----------------------------------------------------------------------------
+
+    async def replica_fetch(
+        self,
+        topic: str,
+        partition: int,
+        *,
+        replica: int,
+        leader_epoch: int,
+        offset: int,
+        known_high_watermark: int,
+        max_bytes: int,
+        timeout_ms: int,
+    ) -> tuple[ReadResult, Partition]:
+        """A follower's long-poll: batches from `offset` up to the log end, answered at once
+        when there are any or the high watermark has passed what the follower knows."""
+        leader = self._hosted(topic, partition)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_ms / 1000
+        while True:
+            result, expand = leader.replica_fetch(replica, offset, leader_epoch, max_bytes)
+            if expand is not None:
+                self._background(self.change_isr(leader, expand))
+            remaining = deadline - loop.time()
+            if (
+                result.data
+                or leader.high_watermark > known_high_watermark
+                or remaining <= 0
+                or self.notifier.closing
+            ):
+                return result, leader
+            await self.notifier.wait(leader.log, remaining)
+
+    def epoch_end(
+        self, topic: str, partition: int, leader_epoch: int, epoch: int
+    ) -> tuple[int, int]:
+        """KIP-279's answer to a follower of `leader_epoch` asking where `epoch` ends."""
+        leader = self._hosted(topic, partition)
+        leader.check_epoch(leader_epoch)
+        return leader.end_offset_for_epoch(epoch)
+
+    def _hosted(self, topic: str, partition: int) -> Partition:
+        local = self.partitions.get((topic, partition))
+        if local is None:
+            self.check_partition(topic, partition)
+            raise NotLeader(f"node {self.node_id} holds no replica of {topic}-{partition}")
+        return local
+
+    def _background(self, work: Awaitable[object]) -> None:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- the ISR -------------------------------------------------------------------------------
+
+    async def _check_isr_every(self) -> None:
+        interval = self.settings.replica_lag_time_max_ms / 2000
+        while True:
+            await asyncio.sleep(interval)
+            for partition in list(self.partitions.values()):
+                proposal = partition.shrink_proposal(self.settings.replica_lag_time_max_ms)
+                if proposal is not None:
+                    await self.change_isr(partition, proposal)
+
+    async def change_isr(self, partition: Partition, isr: tuple[int, ...]) -> bool:
+        """Write a leader's ISR change to the store; the leader adopts it only once stored."""
+        key = (partition.topic, partition.partition)
+        leading = partition.leader_state
+        if leading is None or key in self._isr_writes:
+            return False
+        self._isr_writes.add(key)
+        leading.begin_isr_change(isr)
+        try:
+            stored = await self.store.set_partition(key[0], key[1], partition.isr_state(isr))
+        except Exception:
+            leading.isr_change_failed()
+            log.exception("%s-%d: ISR change to %s failed", key[0], key[1], list(isr))
+            return False
+        finally:
+            self._isr_writes.discard(key)
+        if stored is None or partition.leader_state is not leading:
+            leading.isr_change_failed()
+            return False
+        log.info("%s-%d: ISR is now %s", key[0], key[1], list(isr))
+        if len(isr) < len(leading.isr):
+            self.counters.shrinks += 1
+        else:
+            self.counters.expands += 1
+        partition.stored_isr(stored)
+        self.notifier.wake(partition.log)
+        return True
+
+
+def covers(data: memoryview, end_offset: int) -> bool:
+    """Whether the batches reach `end_offset`: all the records the caller asked for are there."""
+    headers = fmt.scan(data, check_crc=False).headers
+    return bool(headers) and headers[-1][1].next_offset >= end_offset

@@ -1,0 +1,542 @@
+"""The controller over the in-memory metadata store: topic changes, leader elections on node
+loss, fencing, preferred-leader rebalancing, and leadership invariants under random failures.
+
+Several stores share one MemoryBackend, each acting as one node with its own Controller."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from engine.config import TopicConfig
+from engine.errors import (
+    InvalidConfig,
+    InvalidPartitions,
+    InvalidTopicName,
+    TopicAlreadyExists,
+    UnknownTopic,
+)
+from replication.controller import Controller
+from replication.errors import FencedController, InvalidReplicationFactor, NotController
+from replication.memory_store import MemoryBackend, MemoryMetadataStore
+from replication.metadata import (
+    NO_LEADER,
+    ClusterView,
+    Fence,
+    NodeInfo,
+    PartitionState,
+    TopicPartition,
+    TopicSpec,
+)
+
+NODES = (1, 2, 3)
+TIMEOUT = 5.0
+
+
+@dataclass
+class Cluster:
+    backend: MemoryBackend
+    observer: MemoryMetadataStore  # attached but not started: sees every view, is no node
+    stores: dict[int, MemoryMetadataStore]
+    controllers: dict[int, Controller]
+
+    @property
+    def view(self) -> ClusterView:
+        return self.observer.view
+
+    def state(self, topic: str, partition: int) -> PartitionState:
+        state = self.view.partition(topic, partition)
+        assert state is not None
+        return state
+
+    async def until(self, predicate: Callable[[ClusterView], bool], what: str) -> None:
+        assert await self.observer.wait_for(predicate, TIMEOUT), f"timed out waiting for {what}"
+
+
+@contextlib.asynccontextmanager
+async def running_cluster(
+    nodes: tuple[int, ...] = NODES, leader_imbalance_check_interval_s: float | None = None
+) -> AsyncIterator[Cluster]:
+    """Nodes registered and their controllers running; the first node is the controller."""
+    backend = MemoryBackend()
+    cluster = Cluster(backend, MemoryMetadataStore(backend), {}, {})
+    tasks = []
+    for node in nodes:
+        store = cluster.stores[node] = MemoryMetadataStore(backend)
+        await store.start(NodeInfo(node, f"http://node{node}:8080"))
+        controller = cluster.controllers[node] = Controller(
+            store,
+            node,
+            TopicConfig(),
+            leader_imbalance_check_interval_s=leader_imbalance_check_interval_s,
+        )
+        tasks.append(asyncio.create_task(controller.run()))
+        if node == nodes[0]:
+            await cluster.until(lambda view: view.controller == nodes[0], "the first controller")
+    try:
+        yield cluster
+    finally:
+        for controller in cluster.controllers.values():
+            await controller.close()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for store in cluster.stores.values():
+            await store.close()
+
+
+def leader_is(topic: str, partition: int, leader: int) -> Callable[[ClusterView], bool]:
+    def check(view: ClusterView) -> bool:
+        state = view.partition(topic, partition)
+        return state is not None and state.leader == leader
+
+    return check
+
+
+# -- topics ------------------------------------------------------------------------------------
+
+
+async def test_create_assigns_replicas_round_robin_and_balances_leaders() -> None:
+    async with running_cluster() as c:
+        spec = await c.controllers[1].create_topic("orders", 6, 2)
+        assert (spec.name, spec.partitions, spec.replication_factor) == ("orders", 6, 2)
+        assert spec.version > 0 and c.view.topics["orders"] == spec
+        replicas = [c.state("orders", p).replicas for p in range(6)]
+        assert replicas == [(1, 2), (2, 3), (3, 1), (1, 2), (2, 3), (3, 1)]
+        for p in range(6):
+            state = c.state("orders", p)
+            assert (state.leader, state.leader_epoch, state.isr) == (replicas[p][0], 0, replicas[p])
+        assert Counter(c.state("orders", p).leader for p in range(6)) == {1: 2, 2: 2, 3: 2}
+
+        # Each new topic starts where the cluster's partitions left off.
+        for name in ("a", "b", "c"):
+            await c.controllers[1].create_topic(name, 1, 3)
+        assert [c.state(name, 0).replicas for name in ("a", "b", "c")] == [
+            (1, 2, 3),
+            (2, 3, 1),
+            (3, 1, 2),
+        ]
+
+
+async def test_create_stores_normalised_overrides() -> None:
+    async with running_cluster() as c:
+        spec = await c.controllers[1].create_topic(
+            "t", 1, 1, {"retention.ms": "1000", "unclean.leader.election.enable": "TRUE"}
+        )
+        assert spec.configs == {"retention.ms": 1000, "unclean.leader.election.enable": True}
+        assert c.stores[3].view.topics["t"] == spec
+
+
+@pytest.mark.parametrize(
+    ("name", "partitions", "replication_factor", "configs", "error", "message"),
+    [
+        ("has space", 1, 1, {}, InvalidTopicName, "may contain only"),
+        ("", 1, 1, {}, InvalidTopicName, "non-empty"),
+        ("t", 0, 1, {}, InvalidPartitions, "between 1 and"),
+        ("t", "3", 1, {}, InvalidPartitions, "must be an integer"),
+        ("t", 1, 4, {}, InvalidReplicationFactor, r"larger than the number of live nodes \(3\)"),
+        ("t", 1, 0, {}, InvalidReplicationFactor, "at least 1, got 0"),
+        ("t", 1, True, {}, InvalidReplicationFactor, "at least 1, got True"),
+        ("t", 1, 1, {"retention.msec": 1}, InvalidConfig, "unknown topic config 'retention.msec'"),
+        ("t", 1, 1, {"unclean.leader.election.enable": "yes"}, InvalidConfig, "true or false"),
+    ],
+)
+async def test_bad_input_is_refused(
+    name: str,
+    partitions: int,
+    replication_factor: int,
+    configs: dict[str, object],
+    error: type[Exception],
+    message: str,
+) -> None:
+    async with running_cluster() as c:
+        with pytest.raises(error, match=message):
+            await c.controllers[1].create_topic(name, partitions, replication_factor, configs)
+        assert c.view.topics == {}
+
+
+async def test_names_must_be_new_and_not_collide() -> None:
+    async with running_cluster() as c:
+        await c.controllers[1].create_topic("a.b", 1, 1)
+        with pytest.raises(TopicAlreadyExists, match="'a.b' already exists"):
+            await c.controllers[1].create_topic("a.b", 1, 1)
+        with pytest.raises(InvalidTopicName, match="collides with existing topic 'a.b'"):
+            await c.controllers[1].create_topic("a_b", 1, 1)
+
+
+async def test_replication_factor_counts_live_nodes_only() -> None:
+    async with running_cluster() as c:
+        c.backend.expire(3)
+        await c.until(lambda view: 3 not in view.live, "node 3 to leave")
+        with pytest.raises(InvalidReplicationFactor, match=r"live nodes \(2\)"):
+            await c.controllers[1].create_topic("t", 1, 3)
+        spec = await c.controllers[1].create_topic("t", 2, 2)
+        assert {c.state("t", p).replicas for p in range(spec.partitions)} == {(1, 2), (2, 1)}
+
+
+async def test_only_the_controller_changes_topics() -> None:
+    async with running_cluster() as c:
+        await c.controllers[1].create_topic("t", 1, 1)
+        with pytest.raises(NotController, match="node 2 is not the controller; node 1 is"):
+            await c.controllers[2].create_topic("u", 1, 1)
+        with pytest.raises(NotController):
+            await c.controllers[3].alter_topic("t", partitions=2)
+        with pytest.raises(NotController):
+            await c.controllers[3].delete_topic("t")
+        assert set(c.view.topics) == {"t"} and c.view.topics["t"].partitions == 1
+
+
+async def test_alter_grows_partitions_like_kafka_and_changes_configs() -> None:
+    async with running_cluster() as c:
+        await c.controllers[1].create_topic("t", 2, 2)
+        spec = await c.controllers[1].alter_topic("t", partitions=5)
+        assert spec.partitions == 5
+        # New partitions continue the round-robin from partition 0's preferred leader.
+        assert [c.state("t", p).replicas for p in range(5)] == [
+            (1, 2),
+            (2, 3),
+            (3, 1),
+            (1, 2),
+            (2, 3),
+        ]
+        assert all(c.state("t", p).isr == c.state("t", p).replicas for p in range(2, 5))
+
+        spec = await c.controllers[1].alter_topic("t", configs={"retention.ms": "5"})
+        assert spec.configs == {"retention.ms": 5}
+        spec = await c.controllers[1].alter_topic(
+            "t", configs={"retention.ms": None, "cleanup.policy": "compact"}
+        )
+        assert spec.configs == {"cleanup.policy": "compact"} and spec.partitions == 5
+        assert c.view.topics["t"] == spec
+
+
+async def test_alter_refuses_bad_changes() -> None:
+    async with running_cluster() as c:
+        await c.controllers[1].create_topic("t", 3, 3)
+        with pytest.raises(InvalidPartitions, match="must be larger"):
+            await c.controllers[1].alter_topic("t", partitions=3)
+        with pytest.raises(InvalidPartitions, match="must be larger"):
+            await c.controllers[1].alter_topic("t", partitions=2)
+        with pytest.raises(UnknownTopic, match="'nope' does not exist"):
+            await c.controllers[1].alter_topic("nope", partitions=4)
+        with pytest.raises(InvalidConfig, match="unknown topic config 'nope'"):
+            await c.controllers[1].alter_topic("t", configs={"nope": None})
+        with pytest.raises(InvalidConfig, match="retention.ms"):
+            await c.controllers[1].alter_topic("t", configs={"retention.ms": "soon"})
+        c.backend.expire(3)
+        await c.until(lambda view: 3 not in view.live, "node 3 to leave")
+        with pytest.raises(InvalidReplicationFactor, match=r"live nodes \(2\)"):
+            await c.controllers[1].alter_topic("t", partitions=4)
+        assert c.view.topics["t"].partitions == 3 and c.view.topics["t"].configs == {}
+
+
+async def test_delete_topic_removes_its_partitions() -> None:
+    async with running_cluster() as c:
+        await c.controllers[1].create_topic("t", 2, 2)
+        await c.controllers[1].create_topic("u", 1, 1)
+        await c.controllers[1].delete_topic("t")
+        assert set(c.view.topics) == {"u"} and set(c.view.partitions) == {("u", 0)}
+        with pytest.raises(UnknownTopic):
+            await c.controllers[1].delete_topic("t")
+
+
+# -- leader elections --------------------------------------------------------------------------
+
+
+async def test_node_loss_elects_the_next_isr_member_in_the_next_epoch() -> None:
+    async with running_cluster() as c:
+        await c.controllers[1].create_topic("t", 3, 3)
+        c.backend.expire(2)
+        await c.until(leader_is("t", 1, 3), "partition 1 to move to node 3")
+        state = c.state("t", 1)
+        assert (state.replicas, state.leader_epoch, state.isr) == ((2, 3, 1), 1, (3, 1))
+        # Only leadership changes: partitions led elsewhere keep their epoch and ISR.
+        for p in (0, 2):
+            state = c.state("t", p)
+            assert state.leader == state.replicas[0] and state.leader_epoch == 0
+            assert state.isr == state.replicas
+
+
+async def shrunk_to_leader(c: Cluster, topic: str, partition: int) -> PartitionState:
+    """The leader drops its followers from the ISR (they fell behind), through its own store."""
+    state = c.state(topic, partition)
+    stored = await c.stores[state.leader].set_partition(
+        topic, partition, replace(state, isr=(state.leader,))
+    )
+    assert stored is not None
+    return stored
+
+
+async def test_no_live_isr_member_takes_the_partition_offline_until_one_returns() -> None:
+    async with running_cluster() as c:
+        await c.controllers[1].create_topic("t", 2, 2)  # partition 1: replicas (2, 3)
+        await shrunk_to_leader(c, "t", 1)
+        c.backend.expire(2)
+        await c.until(leader_is("t", 1, NO_LEADER), "partition 1 to go offline")
+        state = c.state("t", 1)
+        assert (state.leader_epoch, state.isr) == (1, (2,))  # node 3 is live but not in sync
+
+        c.backend.revive(2)
+        await c.until(leader_is("t", 1, 2), "partition 1 back on node 2")
+        state = c.state("t", 1)
+        assert (state.leader_epoch, state.isr) == (2, (2,))
+
+
+async def test_unclean_election_elects_a_replica_outside_the_isr() -> None:
+    async with running_cluster() as c:
+        await c.controllers[1].create_topic("t", 2, 2, {"unclean.leader.election.enable": True})
+        await shrunk_to_leader(c, "t", 1)
+        c.backend.expire(2)
+        await c.until(leader_is("t", 1, 3), "an unclean election of node 3")
+        state = c.state("t", 1)
+        assert (state.leader_epoch, state.isr) == (1, (3,))
+
+
+async def test_enabling_unclean_election_brings_an_offline_partition_online() -> None:
+    async with running_cluster() as c:
+        await c.controllers[1].create_topic("t", 2, 2)
+        await shrunk_to_leader(c, "t", 1)
+        c.backend.expire(2)
+        await c.until(leader_is("t", 1, NO_LEADER), "partition 1 to go offline")
+        await c.controllers[1].alter_topic("t", configs={"unclean.leader.election.enable": "true"})
+        await c.until(leader_is("t", 1, 3), "an unclean election of node 3")
+        assert c.state("t", 1).leader_epoch == 2
+
+
+async def test_a_new_controller_takes_over_and_handles_the_next_loss() -> None:
+    async with running_cluster() as c:
+        await c.controllers[1].create_topic("t", 3, 3)
+        c.backend.expire(1)
+        await c.until(lambda view: view.controller == 2, "node 2 to become controller")
+        await c.until(leader_is("t", 0, 2), "partition 0 to move to node 2")
+        assert (c.state("t", 0).leader_epoch, c.state("t", 0).isr) == (1, (2, 3))
+
+        c.backend.expire(3)
+        await c.until(leader_is("t", 2, 2), "partition 2 to move to node 2")
+        state = c.state("t", 2)
+        assert (state.replicas, state.leader_epoch, state.isr) == ((3, 1, 2), 1, (2,))
+        spec = await c.controllers[2].create_topic("u", 1, 1)
+        assert c.state("u", 0).replicas == (2,) and spec.version > 0
+
+
+async def test_a_stale_controller_is_fenced() -> None:
+    async with running_cluster() as c:
+        await c.controllers[1].create_topic("t", 1, 3)
+        stale = await c.stores[1].campaign()  # node 1's fence: it holds the election now
+        c.backend.expire(1)
+        await c.until(
+            lambda view: view.controller == 2 and leader_is("t", 0, 2)(view), "a new controller"
+        )
+        state = c.state("t", 0)
+        takeover = replace(state, leader=1, leader_epoch=state.leader_epoch + 1)
+        assert await c.stores[1].set_partition("t", 0, takeover, stale) is None
+        spec = TopicSpec("u", "id", 1, 1, {})
+        with pytest.raises(FencedController, match="node 1 is no longer the controller"):
+            await c.stores[1].create_topic(stale, spec, [PartitionState(1, 0, (1,), (1,))])
+        with pytest.raises(FencedController):
+            await c.stores[1].update_topic(stale, c.view.topics["t"], {})
+        with pytest.raises(FencedController):
+            await c.stores[1].delete_topic(stale, "t")
+
+        c.backend.revive(1)  # back, campaigning behind nodes 2 and 3: the old fence stays dead
+        await c.until(lambda view: 1 in view.live, "node 1 to return")
+        assert await c.stores[1].set_partition("t", 0, takeover, stale) is None
+        with pytest.raises(NotController, match="node 2 is"):
+            await c.controllers[1].create_topic("u", 1, 1)
+        assert c.view.controller == 2 and c.state("t", 0) == state
+
+
+async def test_a_concurrent_change_makes_the_controller_decide_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with running_cluster() as c:
+        await c.controllers[1].create_topic("t", 3, 3)  # partition 1: replicas (2, 3, 1)
+        raced = False
+        set_partition = c.stores[1].set_partition
+
+        async def racing(
+            topic: str, partition: int, state: PartitionState, fence: Fence | None = None
+        ) -> PartitionState | None:
+            nonlocal raced
+            if not raced:
+                raced = True  # the dead leader's last ISR change lands first: node 3 is out
+                current = c.state(topic, partition)
+                assert await c.stores[2].set_partition(
+                    topic, partition, replace(current, isr=(2, 1))
+                )
+            return await set_partition(topic, partition, state, fence)
+
+        monkeypatch.setattr(c.stores[1], "set_partition", racing)
+        c.backend.expire(2)
+        await c.until(leader_is("t", 1, 1), "partition 1 to move to node 1")
+        state = c.state("t", 1)
+        assert raced and (state.leader_epoch, state.isr) == (1, (1,))
+
+
+async def test_rebalance_moves_leadership_back_to_preferred_replicas() -> None:
+    async with running_cluster() as c:
+        await c.controllers[1].create_topic("t", 3, 3)  # partition 2: replicas (3, 1, 2)
+        c.backend.expire(3)
+        await c.until(leader_is("t", 2, 1), "partition 2 to move to node 1")
+        c.backend.revive(3)
+        await c.until(lambda view: 3 in view.live, "node 3 to return")
+        assert await c.controllers[1].rebalance_preferred_leaders() == 0  # 3 is not in sync
+
+        state = c.state("t", 2)
+        assert await c.stores[1].set_partition("t", 2, replace(state, isr=(1, 2, 3)))
+        assert await c.controllers[1].rebalance_preferred_leaders() == 1
+        state = c.state("t", 2)
+        assert (state.leader, state.leader_epoch, state.isr) == (3, 2, (1, 2, 3))
+        assert all(c.state("t", p).leader_epoch == 0 for p in (0, 1))
+        assert await c.controllers[1].rebalance_preferred_leaders() == 0
+
+
+async def test_run_rebalances_on_its_interval() -> None:
+    async with running_cluster(leader_imbalance_check_interval_s=0.05) as c:
+        await c.controllers[1].create_topic("t", 3, 3)
+        c.backend.expire(3)
+        await c.until(leader_is("t", 2, 1), "partition 2 to move to node 1")
+        c.backend.revive(3)
+        state = c.state("t", 2)
+        assert await c.stores[1].set_partition("t", 2, replace(state, isr=(1, 2, 3)))
+        await c.until(leader_is("t", 2, 3), "partition 2 back on its preferred replica")
+        assert c.state("t", 2).leader_epoch == 2
+
+
+async def test_a_closed_controller_refuses_requests() -> None:
+    async with running_cluster() as c:
+        await c.controllers[1].close()
+        with pytest.raises(NotController):
+            await c.controllers[1].create_topic("t", 1, 1)
+
+
+# -- one node ----------------------------------------------------------------------------------
+
+
+async def test_a_single_node_is_its_own_controller() -> None:
+    store = MemoryMetadataStore()
+    await store.start(NodeInfo(0, "http://localhost:8080"))
+    fence = await store.campaign()
+    assert store.view.controller == 0 and fence.node_id == 0
+    controller = Controller(store, 0, TopicConfig())
+    task = asyncio.create_task(controller.run())
+    try:
+        assert await store.wait_for(lambda view: view.controller == 0, TIMEOUT)
+        spec = await controller.create_topic("t", 3, 1)
+        assert [store.view.partitions[("t", p)].replicas for p in range(3)] == [(0,)] * 3
+        assert spec.version == store.view.revision
+        with pytest.raises(InvalidReplicationFactor, match=r"\(1\)"):
+            await controller.create_topic("u", 1, 2)
+    finally:
+        await controller.close()
+        await task
+        await store.close()
+
+
+async def test_set_partition_is_a_compare_and_set_on_the_version() -> None:
+    store = MemoryMetadataStore()
+    await store.start(NodeInfo(0, "http://localhost:8080"))
+    fence = await store.campaign()
+    spec = TopicSpec("t", "id", 1, 1, {})
+    await store.create_topic(fence, spec, [PartitionState(0, 0, (0,), (0,))])
+    read = store.view.partitions[("t", 0)]
+    stored = await store.set_partition("t", 0, replace(read, leader_epoch=1))
+    assert stored is not None and stored.version > read.version
+    assert store.view.partitions[("t", 0)] == stored
+    assert await store.set_partition("t", 0, replace(read, leader_epoch=2)) is None
+    assert not await store.update_topic(fence, spec, {})  # version 0: never the stored one
+    await store.close()
+
+
+# -- invariants under random failures ------------------------------------------------------------
+
+Op = tuple[str, int, bool]  # (kill | revive | expand, node, wait until elections settle)
+
+
+def settled(unclean: bool) -> Callable[[ClusterView], bool]:
+    """A controller is elected and no partition awaits a leader it could have."""
+
+    def check(view: ClusterView) -> bool:
+        if view.controller is None:
+            return False
+        for state in view.partitions.values():
+            eligible = state.replicas if unclean else state.isr
+            if state.leader not in view.live and any(r in view.live for r in eligible):
+                return False
+            if state.leader != NO_LEADER and state.leader not in view.live:
+                return False
+        return True
+
+    return check
+
+
+async def expand_isrs(c: Cluster, node: int) -> None:
+    """Node's partitions take every live replica back into their ISR (they caught up)."""
+    view = c.stores[node].view
+    for (topic, partition), state in view.partitions.items():
+        if state.leader == node and node in view.live:
+            isr = state.isr + tuple(
+                r for r in state.replicas if r in view.live and r not in state.isr
+            )
+            await c.stores[node].set_partition(topic, partition, replace(state, isr=isr))
+
+
+def check_history(history: list[ClusterView], unclean: bool) -> None:
+    leaders: dict[tuple[TopicPartition, int], int] = {}
+    last: dict[TopicPartition, PartitionState] = {}
+    for view in history:
+        for key, state in view.partitions.items():
+            assert state.leader == NO_LEADER or state.leader in state.replicas
+            assert state.isr and set(state.isr) <= set(state.replicas)
+            assert leaders.setdefault((key, state.leader_epoch), state.leader) == state.leader
+            before = last.get(key)
+            if before is not None and before.version != state.version:
+                assert state.leader_epoch >= before.leader_epoch
+                if state.leader != before.leader:
+                    assert state.leader_epoch > before.leader_epoch
+                    if not unclean and state.leader != NO_LEADER:
+                        assert state.leader in before.isr
+            last[key] = state
+
+
+async def random_failures(ops: list[Op], unclean: bool) -> None:
+    async with running_cluster() as c:
+        history: list[ClusterView] = []
+        c.observer.add_listener(history.append)
+        configs = {"unclean.leader.election.enable": unclean}
+        await c.controllers[1].create_topic("t", 6, 2, configs)
+        for op, node, settle in ops:
+            if op == "kill":
+                c.backend.expire(node)
+            elif op == "revive":
+                c.backend.revive(node)
+            else:
+                await expand_isrs(c, node)
+            if settle and c.view.live:
+                await c.until(settled(unclean), f"elections after {op} {node}")
+        for node in NODES:
+            c.backend.revive(node)
+        await c.until(settled(unclean), "elections with every node back")
+        assert all(state.leader in c.view.live for state in c.view.partitions.values())
+        check_history(history, unclean)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    ops=st.lists(
+        st.tuples(
+            st.sampled_from(("kill", "revive", "expand")), st.sampled_from(NODES), st.booleans()
+        ),
+        max_size=30,
+    ),
+    unclean=st.booleans(),
+)
+def test_leadership_invariants_hold_over_random_failures(ops: list[Op], unclean: bool) -> None:
+    asyncio.run(random_failures(ops, unclean))

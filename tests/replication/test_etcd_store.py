@@ -1,0 +1,324 @@
+"""EtcdMetadataStore and EtcdClient against a real etcd: membership, leases, election, fenced
+and compare-and-set writes, the watch, failover between endpoints and etcd restarts."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import socket
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+
+import aiohttp
+import pytest
+
+from engine.errors import TopicAlreadyExists, UnknownTopic
+from replication.errors import FencedController, MetadataUnavailable
+from replication.etcd_client import EtcdClient, Events, Put, Snapshot
+from replication.etcd_store import EtcdMetadataStore
+from replication.metadata import ClusterView, NodeInfo, PartitionState, TopicSpec
+from tests.replication.conftest import EtcdProcess, FreezingProxy
+
+WAIT_S = 10.0
+
+StoreFactory = Callable[..., Awaitable[EtcdMetadataStore]]
+
+
+@pytest.fixture
+def prefix() -> str:
+    return f"/test-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+async def client(etcd_server: EtcdProcess) -> AsyncIterator[EtcdClient]:
+    """An out-of-band client, to act on etcd behind the stores' backs."""
+    etcd = EtcdClient([etcd_server.url])
+    yield etcd
+    await etcd.close()
+
+
+@pytest.fixture
+async def make_store(etcd_server: EtcdProcess, prefix: str) -> AsyncIterator[StoreFactory]:
+    """Start stores under the test's prefix (on the module's etcd unless told otherwise)."""
+    stores: list[EtcdMetadataStore] = []
+
+    async def make(
+        node_id: int, endpoints: Sequence[str] | None = None, cluster_id: str | None = None
+    ) -> EtcdMetadataStore:
+        store = EtcdMetadataStore(
+            endpoints or [etcd_server.url], prefix=prefix, cluster_id=cluster_id
+        )
+        stores.append(store)
+        await store.start(NodeInfo(node_id, f"http://127.0.0.1:{9000 + node_id}"))
+        return store
+
+    yield make
+    for store in stores:
+        await store.close()
+
+
+@contextlib.contextmanager
+def dead_endpoint() -> Iterator[str]:
+    """A loopback URL nothing listens on (the port stays bound, so nothing else takes it)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+def topic(name: str, partitions: int = 2, version: int = 0) -> TopicSpec:
+    return TopicSpec(name, uuid.uuid4().hex, partitions, 2, {"retention.ms": 1000}, version)
+
+
+def states(partitions: int = 2) -> list[PartitionState]:
+    return [PartitionState(1, 0, (1, 2), (1, 2)) for _ in range(partitions)]
+
+
+async def live_lease(client: EtcdClient, prefix: str, node_id: int) -> int:
+    kv = await client.get(f"{prefix}/live/{node_id}".encode())
+    assert kv is not None
+    return kv.lease
+
+
+async def test_start_registers_the_node_and_close_leaves_the_live_set(
+    make_store: StoreFactory,
+) -> None:
+    one = await make_store(1)
+    two = await make_store(2)
+    assert await one.wait_for(lambda view: view.live == {1, 2}, WAIT_S)
+    assert one.view.nodes[2] == NodeInfo(2, "http://127.0.0.1:9002")
+    assert one.view.cluster_id and one.view.cluster_id == two.view.cluster_id
+    await two.close()
+    assert await one.wait_for(lambda view: view.live == {1}, WAIT_S)
+    assert set(one.view.nodes) == {1, 2}  # a dead node's URL stays known
+    await one.close()
+    assert [t for t in asyncio.all_tasks() if t is not asyncio.current_task()] == []
+
+
+async def test_cluster_id_is_created_once_and_must_match(make_store: StoreFactory) -> None:
+    first = await make_store(1)
+    second = await make_store(2, cluster_id=first.view.cluster_id)
+    assert second.view.cluster_id == first.view.cluster_id
+    with pytest.raises(MetadataUnavailable, match="holds cluster"):
+        await make_store(3, cluster_id="another-cluster")
+    assert [t for t in asyncio.all_tasks() if t.get_name() == "etcd-watch-3"] == []
+
+
+async def test_a_lost_lease_leaves_the_live_set_then_registers_again(
+    make_store: StoreFactory, client: EtcdClient, prefix: str
+) -> None:
+    one = await make_store(1)
+    two = await make_store(2)
+    assert await two.wait_for(lambda view: view.live == {1, 2}, WAIT_S)
+    seen: list[frozenset[int]] = []
+    two.add_listener(lambda view: seen.append(view.live))
+    old_lease = await live_lease(client, prefix, 1)
+    await client.revoke(old_lease)
+    assert await two.wait_for(lambda view: 1 not in view.live, WAIT_S)
+    assert await two.wait_for(lambda view: view.live == {1, 2}, WAIT_S)
+    assert frozenset({2}) in seen
+    assert await live_lease(client, prefix, 1) != old_lease
+    assert await one.wait_for(lambda view: view.live == {1, 2}, WAIT_S)
+
+
+async def test_one_controller_and_the_next_takes_over_when_it_leaves(
+    make_store: StoreFactory, client: EtcdClient, prefix: str
+) -> None:
+    one = await make_store(1)
+    two = await make_store(2)
+    fence = await one.campaign()
+    assert fence.node_id == 1 and fence.key.startswith(f"{prefix}/controller/")
+    _, revision = await client.get_prefix(prefix.encode())
+    election = client.watch_prefix(f"{prefix}/controller/".encode(), revision + 1)
+    second = asyncio.create_task(two.campaign())
+    created = await anext(election)  # two's election key: two waits behind one
+    await election.aclose()
+    assert await two.wait_for(lambda view: view.revision >= created.revision, WAIT_S)
+    assert one.view.controller == two.view.controller == 1
+    assert not second.done()
+    await one.close()
+    fence_two = await asyncio.wait_for(second, WAIT_S)
+    assert fence_two.node_id == 2 and fence_two.create_revision > fence.create_revision
+    assert await two.wait_for(lambda view: view.controller == 2, WAIT_S)
+
+
+async def test_a_write_after_losing_the_election_is_fenced(
+    make_store: StoreFactory, client: EtcdClient, prefix: str
+) -> None:
+    one = await make_store(1)
+    two = await make_store(2)
+    stale = await one.campaign()
+    second = asyncio.create_task(two.campaign())
+    await client.revoke(await live_lease(client, prefix, 1))
+    fence = await asyncio.wait_for(second, WAIT_S)
+    with pytest.raises(FencedController):
+        await one.create_topic(stale, topic("t"), states())
+    with pytest.raises(FencedController):
+        await one.update_topic(stale, topic("t"), {})
+    with pytest.raises(FencedController):
+        await one.delete_topic(stale, "t")
+    await two.create_topic(fence, topic("t"), states())
+    assert await two.wait_for(lambda view: view.partition("t", 0) is not None, WAIT_S)
+    current = two.view.partition("t", 0)
+    assert current is not None
+    assert await one.set_partition("t", 0, current, stale) is None
+    assert await two.set_partition("t", 0, current, fence) is not None
+    # One campaigns again under its new lease, and waits behind two.
+    assert await one.wait_for(lambda view: view.live == {1, 2}, WAIT_S)
+    again = asyncio.create_task(one.campaign())
+    await two.close()
+    assert (await asyncio.wait_for(again, WAIT_S)).node_id == 1
+
+
+async def test_create_topic_twice_raises_topic_already_exists(make_store: StoreFactory) -> None:
+    one = await make_store(1)
+    fence = await one.campaign()
+    await one.create_topic(fence, topic("orders", 3), states(3))
+    with pytest.raises(TopicAlreadyExists):
+        await one.create_topic(fence, topic("orders", 1), states(1))
+    assert await one.wait_for(lambda view: "orders" in view.topics, WAIT_S)
+    spec = one.view.topics["orders"]
+    assert (spec.partitions, spec.replication_factor) == (3, 2)
+    assert spec.configs == {"retention.ms": 1000}
+    assert spec.version == one.view.partitions[("orders", 2)].version > 0
+
+
+async def test_set_partition_is_a_compare_and_set_on_the_version(
+    make_store: StoreFactory,
+) -> None:
+    one = await make_store(1)
+    fence = await one.campaign()
+    await one.create_topic(fence, topic("t"), states())
+    assert await one.wait_for(lambda view: view.partition("t", 1) is not None, WAIT_S)
+    read = one.view.partition("t", 1)
+    assert read is not None
+    shrunk = PartitionState(1, 0, (1, 2), (1,), read.version)
+    stored = await one.set_partition("t", 1, shrunk)
+    assert stored is not None and stored.version > read.version and stored.isr == (1,)
+    assert await one.set_partition("t", 1, PartitionState(2, 1, (1, 2), (2,), read.version)) is None
+    assert await one.set_partition("t", 9, PartitionState(1, 0, (1,), (1,))) is None
+    assert await one.wait_for(lambda view: view.partition("t", 1) == stored, WAIT_S)
+
+
+async def test_update_topic_is_a_compare_and_set_on_the_version(
+    make_store: StoreFactory,
+) -> None:
+    one = await make_store(1)
+    fence = await one.campaign()
+    await one.create_topic(fence, topic("t"), states())
+    assert await one.wait_for(lambda view: "t" in view.topics, WAIT_S)
+    read = one.view.topics["t"]
+    grown = TopicSpec("t", read.topic_id, 3, 2, {}, read.version)
+    assert await one.update_topic(fence, grown, {2: PartitionState(2, 0, (2, 1), (2, 1))})
+    assert not await one.update_topic(fence, grown, {})
+    assert await one.wait_for(lambda view: view.topics["t"].partitions == 3, WAIT_S)
+    assert one.view.partition("t", 2) == PartitionState(
+        2, 0, (2, 1), (2, 1), one.view.topics["t"].version
+    )
+    with pytest.raises(UnknownTopic):
+        await one.update_topic(fence, topic("missing", version=5), {})
+
+
+async def test_the_watch_delivers_changes_made_by_another_store(
+    make_store: StoreFactory,
+) -> None:
+    one = await make_store(1)
+    two = await make_store(2)
+    views: list[ClusterView] = []
+    two.add_listener(views.append)
+    fence = await one.campaign()
+    spec = topic("t")
+    await one.create_topic(fence, spec, states())
+    assert await two.wait_for(lambda view: view.partition("t", 1) is not None, WAIT_S)
+    assert two.view.topics["t"].topic_id == spec.topic_id
+    assert views[-1] is two.view
+    assert all(a.revision < b.revision for a, b in itertools.pairwise(views))
+
+
+async def test_delete_topic_removes_the_topic_and_its_partitions(
+    make_store: StoreFactory,
+) -> None:
+    one = await make_store(1)
+    two = await make_store(2)
+    fence = await one.campaign()
+    await one.create_topic(fence, topic("gone"), states(2))
+    await one.create_topic(fence, topic("gone2"), states(1))  # shares the name as a prefix
+    assert await two.wait_for(lambda view: ("gone2", 0) in view.partitions, WAIT_S)
+    await one.delete_topic(fence, "gone")
+    assert await two.wait_for(lambda view: "gone" not in view.topics, WAIT_S)
+    assert set(two.view.partitions) == {("gone2", 0)}
+    with pytest.raises(UnknownTopic):
+        await one.delete_topic(fence, "gone")
+
+
+async def test_a_dead_first_endpoint_is_skipped(
+    make_store: StoreFactory, etcd_server: EtcdProcess
+) -> None:
+    with dead_endpoint() as dead:
+        one = await make_store(1, [dead, etcd_server.url])
+        two = await make_store(2, [dead, etcd_server.url])
+        fence = await one.campaign()
+        await one.create_topic(fence, topic("t"), states())
+        assert await two.wait_for(lambda view: "t" in view.topics and view.live == {1, 2}, WAIT_S)
+
+
+async def test_no_reachable_endpoint_fails_start_with_metadata_unavailable(
+    make_store: StoreFactory,
+) -> None:
+    with dead_endpoint() as dead, pytest.raises(MetadataUnavailable, match="reachable"):
+        await make_store(1, [dead])
+
+
+async def test_a_hung_endpoint_moves_the_watch_to_the_next(
+    make_store: StoreFactory, etcd_server: EtcdProcess, freezing_proxy: FreezingProxy
+) -> None:
+    one = await make_store(1)
+    two = await make_store(2, [freezing_proxy.url, etcd_server.url])
+    freezing_proxy.freeze()
+    fence = await one.campaign()
+    await one.create_topic(fence, topic("t"), states())
+    # two's next keepalive times out on the frozen endpoint, which also restarts its watch.
+    assert await two.wait_for(lambda view: "t" in view.topics, WAIT_S)
+    assert await one.wait_for(lambda view: view.live == {1, 2}, WAIT_S)
+
+
+async def test_the_store_recovers_when_etcd_restarts_mid_watch(
+    own_etcd: EtcdProcess, make_store: StoreFactory
+) -> None:
+    one = await make_store(1, [own_etcd.url])
+    two = await make_store(2, [own_etcd.url])
+    fence = await one.campaign()
+    await one.create_topic(fence, topic("before"), states())
+    assert await two.wait_for(lambda view: "before" in view.topics, WAIT_S)
+    own_etcd.stop()
+    own_etcd.start()
+    await one.create_topic(fence, topic("after"), states())
+    assert await two.wait_for(lambda view: "after" in view.topics, WAIT_S)
+    assert two.view.live == {1, 2} and two.view.controller == 1
+
+
+async def test_a_watch_from_a_compacted_revision_reloads_a_snapshot(
+    client: EtcdClient, etcd_server: EtcdProcess, prefix: str
+) -> None:
+    key = f"{prefix}/k".encode()
+    first = await client.txn([], [Put(key, b"1")])
+    latest = await client.txn([], [Put(key, b"2")])
+    async with aiohttp.ClientSession() as http:
+        compact = {"revision": latest.revision, "physical": True}
+        async with http.post(f"{etcd_server.url}/v3/kv/compaction", json=compact) as response:
+            assert response.status == 200
+    watch = client.watch_prefix(f"{prefix}/".encode(), first.revision)
+    update = await anext(watch)
+    assert isinstance(update, Snapshot) and update.revision >= latest.revision
+    assert [(kv.key, kv.value) for kv in update.kvs] == [(key, b"2")]
+    await client.txn([], [Put(key, b"3")])
+    update = await anext(watch)
+    assert isinstance(update, Events) and update.events[0].kv.value == b"3"
+    await watch.aclose()
+
+
+async def test_a_too_large_transaction_names_the_etcd_limit(make_store: StoreFactory) -> None:
+    one = await make_store(1)
+    fence = await one.campaign()
+    with pytest.raises(MetadataUnavailable, match="max-txn-ops"):
+        await one.create_topic(fence, topic("wide", 200), states(200))

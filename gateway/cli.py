@@ -71,9 +71,10 @@ async def topics_command(args: argparse.Namespace) -> None:
             body = {
                 "name": args.topic,
                 "partitions": args.partitions,
-                "replication_factor": args.replication_factor,
                 "configs": _config_pairs(args.config),
             }
+            if args.replication_factor is not None:
+                body["replication_factor"] = args.replication_factor
             _print_json(await _call(session, "POST", base, json=body))
         elif args.action == "describe":
             _print_json(await _call(session, "GET", f"{base}/{args.topic}"))
@@ -351,11 +352,35 @@ def _positive(raw: str) -> int:
     return value
 
 
+def _non_negative(raw: str) -> int:
+    """An argparse type: a whole number of at least 0."""
+    value = int(raw)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0, got {value}")
+    return value
+
+
+def etcd_endpoints(raw: str) -> tuple[str, ...]:
+    """`etcd://host:port[,host:port...]` -> the endpoints' http URLs (an argparse type)."""
+    scheme, sep, rest = raw.partition("://")
+    if not sep or scheme != "etcd" or not rest:
+        raise argparse.ArgumentTypeError(f"expected etcd://HOST:PORT[,HOST:PORT...], got {raw!r}")
+    endpoints = []
+    for part in rest.split(","):
+        host, colon, port = part.rpartition(":")
+        if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise argparse.ArgumentTypeError(f"{part!r} is not HOST:PORT")
+        endpoints.append(f"http://{host}:{port}")
+    return tuple(endpoints)
+
+
 def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog="sluice", description=__doc__)
     commands = root.add_subparsers(dest="command", required=True)
 
-    serve = commands.add_parser("serve", help="run a single-node gateway")
+    serve = commands.add_parser(
+        "serve", help="run a node: the embedded single node, or one of a cluster (--cluster)"
+    )
     serve.add_argument("--data-dir", type=Path, default=Path("data"))
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8080)
@@ -389,6 +414,38 @@ def parser() -> argparse.ArgumentParser:
         default=Settings.group_max_session_timeout_ms,
     )
     serve.add_argument("--group-max-members", type=_positive, default=Settings.group_max_members)
+    serve.add_argument("--node-id", type=_non_negative, default=Settings.node_id)
+    serve.add_argument(
+        "--cluster",
+        type=etcd_endpoints,
+        metavar="etcd://HOST:PORT[,HOST:PORT...]",
+        help="join the cluster whose metadata is in this etcd (default: the embedded single node)",
+    )
+    serve.add_argument(
+        "--advertise",
+        metavar="URL",
+        help="the URL other nodes and forwarded requests reach this node at "
+        "(default http://HOST:PORT; required with --cluster when HOST is 0.0.0.0)",
+    )
+    serve.add_argument(
+        "--lease-ttl",
+        type=float,
+        default=Settings.lease_ttl_s,
+        help="seconds after which a silent node counts as gone",
+    )
+    serve.add_argument(
+        "--replica-lag-time-max-ms",
+        type=_positive,
+        default=Settings.replica_lag_time_max_ms,
+        help="a follower not caught up for this long leaves the ISR",
+    )
+
+    dev = commands.add_parser(
+        "dev-cluster", help="run a local etcd and N nodes on loopback until Ctrl-C"
+    )
+    dev.add_argument("--nodes", type=_positive, default=3)
+    dev.add_argument("--data-dir", type=Path, default=Path("dev-cluster"))
+    dev.add_argument("--base-port", type=_positive, default=8080, help="node i listens on P+i")
 
     def with_url(sub: argparse.ArgumentParser) -> argparse.ArgumentParser:
         sub.add_argument(
@@ -402,7 +459,9 @@ def parser() -> argparse.ArgumentParser:
     topics.add_argument("action", choices=["create", "list", "describe", "alter", "delete"])
     topics.add_argument("topic", nargs="?")
     topics.add_argument("--partitions", type=int)
-    topics.add_argument("--replication-factor", type=int, default=1)
+    topics.add_argument(
+        "--replication-factor", type=int, help="default: the server's (3, or fewer live nodes)"
+    )
     topics.add_argument("--config", action="append", default=[], metavar="NAME=VALUE")
     topics.add_argument("--delete-config", action="append", default=[], metavar="NAME")
 
@@ -462,6 +521,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.command == "serve":
         if args.group_min_session_timeout_ms > args.group_max_session_timeout_ms:
             raise SystemExit("--group-min-session-timeout-ms is above the maximum")
+        if args.cluster and args.advertise is None and args.host in ("0.0.0.0", "::"):
+            raise SystemExit("--cluster with --host 0.0.0.0 needs --advertise URL")
         from gateway.server import run
 
         run(
@@ -479,8 +540,18 @@ def main(argv: Sequence[str] | None = None) -> None:
                 group_min_session_timeout_ms=args.group_min_session_timeout_ms,
                 group_max_session_timeout_ms=args.group_max_session_timeout_ms,
                 group_max_members=args.group_max_members,
+                node_id=args.node_id,
+                cluster=args.cluster or (),
+                advertise=args.advertise,
+                lease_ttl_s=args.lease_ttl,
+                replica_lag_time_max_ms=args.replica_lag_time_max_ms,
             )
         )
+        return
+    if args.command == "dev-cluster":
+        from gateway.devcluster import run_dev_cluster
+
+        run_dev_cluster(args.nodes, args.data_dir, args.base_port)
         return
     if args.command == "topics" and args.action != "list" and not args.topic:
         raise SystemExit(f"sluice topics {args.action} needs a topic name")

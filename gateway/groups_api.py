@@ -1,6 +1,6 @@
 """Consumer-group routes: join, long-poll records, commit, leave, list, describe, reset offsets.
 
-Every input is checked here; the coordinator (gateway.group_coordinator) does the rest.
+Every input is checked here; the coordinator (gateway.groups.coordinator) does the rest.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from aiohttp import web
 from engine.config import validate_topic_name
 from engine.errors import InvalidTopicName
 from gateway import codecs
-from gateway.assignors import ASSIGNORS
 from gateway.fetch import fetch_limits, refuse_when_full
-from gateway.group_coordinator import (
+from gateway.groups.assignors import ASSIGNORS
+from gateway.groups.coordinator import (
     CURSOR_MASK,
     OFFSET_RESETS,
     GroupCoordinator,

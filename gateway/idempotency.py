@@ -15,13 +15,13 @@ import hashlib
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from engine import batch as fmt
 from engine.errors import CorruptRecord
-from engine.log import PartitionLog
-from engine.manager import LogManager
 from gateway.problems import Problem
+from replication.partition import Partition
 
 MAX_KEY_LENGTH = 255
 log = logging.getLogger(__name__)
@@ -126,34 +126,24 @@ class IdempotencyStore:
         while len(self._entries) > self.max_entries:
             self._entries.popitem(last=False)
 
-    def rebuild(self, manager: LogManager) -> int:
-        """Reload the window's entries from the logs; returns how many."""
+    def rebuild(self, partitions: Iterable[Partition]) -> int:
+        """Reload the window's entries from the partitions' logs; returns how many."""
         since = time.time() - self.window_s
         found: dict[tuple[str, str], Entry] = {}
-        for partition_log in manager.all_logs():
-            self._scan(partition_log, since, found)
+        for partition in partitions:
+            try:
+                for header, data in partition.recent_batches(since):
+                    if header.idempotent:
+                        self._note(partition, header, data, since, found)
+            except (CorruptRecord, FileNotFoundError) as exc:
+                log.warning("idempotency keys after a bad batch are not restored: %s", exc)
         for slot, entry in sorted(found.items(), key=lambda item: item[1].created):
             self._remember(slot, entry)
         return len(found)
 
-    def _scan(
-        self, partition_log: PartitionLog, since: float, found: dict[tuple[str, str], Entry]
-    ) -> None:
-        for segment in partition_log.segments:
-            try:
-                if segment.path.stat().st_mtime < since:
-                    continue
-                for header, data in segment.batches():
-                    if header.base_offset >= partition_log.high_watermark:
-                        break
-                    if header.idempotent:
-                        self._note(partition_log, header, data, since, found)
-            except (CorruptRecord, FileNotFoundError) as exc:
-                log.warning("idempotency keys after a bad batch are not restored: %s", exc)
-
     @staticmethod
     def _note(
-        partition_log: PartitionLog,
+        partition: Partition,
         header: fmt.BatchHeader,
         data: memoryview,
         since: float,
@@ -166,9 +156,9 @@ class IdempotencyStore:
             return
         key, digest, partitions, count, created_ms = parsed
         entry = found.setdefault(
-            (partition_log.topic, key), Entry(digest, partitions, created=created_ms / 1000)
+            (partition.topic, key), Entry(digest, partitions, created=created_ms / 1000)
         )
-        entry.results[partition_log.partition] = (header.base_offset, count)
+        entry.results[partition.partition] = (header.base_offset, count)
 
     def __len__(self) -> int:
         return len(self._entries)

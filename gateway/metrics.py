@@ -8,19 +8,22 @@ from collections.abc import Awaitable, Callable, Iterable
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from engine.manager import LogManager
 from engine.notify import ChangeNotifier
-from gateway.group_coordinator import GroupCoordinator
+from gateway.groups.coordinator import GroupCoordinator
+from replication.metadata import NO_LEADER
+from replication.replica_manager import ReplicaManager
 
 
-class LogCollector(Collector):
-    """Partition end offsets, high watermarks and sizes, read at scrape time."""
+class PartitionCollector(Collector):
+    """Each hosted partition's offsets and size, and the node's replication health (the
+    seeds' operations talk: under-replicated and offline partitions, ISR churn, follower lag,
+    leadership), read at scrape time."""
 
-    def __init__(self, manager: LogManager) -> None:
-        self.manager = manager
+    def __init__(self, replicas: Callable[[], ReplicaManager | None]) -> None:
+        self.replicas = replicas
 
     def collect(self) -> Iterable[Metric]:
         labels = ["topic", "partition"]
@@ -30,13 +33,66 @@ class LogCollector(Collector):
             "sluice_partition_log_start_offset", "Log start offset", labels=labels
         )
         size = GaugeMetricFamily("sluice_partition_size_bytes", "Bytes on disk", labels=labels)
-        for log in self.manager.all_logs():
-            values = [log.topic, str(log.partition)]
-            end.add_metric(values, log.log_end_offset)
-            hw.add_metric(values, log.high_watermark)
-            start.add_metric(values, log.log_start_offset)
-            size.add_metric(values, log.size_bytes)
-        return [end, hw, start, size]
+        lag_records = GaugeMetricFamily(
+            "sluice_replica_max_lag_records",
+            "Largest follower lag behind this leader, in records",
+            labels=labels,
+        )
+        lag_ms = GaugeMetricFamily(
+            "sluice_replica_max_lag_ms",
+            "Largest time a follower of this leader has not been caught up, in ms",
+            labels=labels,
+        )
+        families: list[Metric] = [end, hw, start, size, lag_records, lag_ms]
+        replicas = self.replicas()
+        if replicas is None:
+            return families
+        leaders = under = 0
+        for partition in list(replicas.partitions.values()):
+            values = [partition.topic, str(partition.partition)]
+            end.add_metric(values, partition.log_end_offset)
+            hw.add_metric(values, partition.high_watermark)
+            start.add_metric(values, partition.log_start_offset)
+            size.add_metric(values, partition.size_bytes)
+            health = partition.replication_health()
+            if health is not None:
+                leaders += 1
+                under += health.under_replicated
+                lag_records.add_metric(values, health.max_lag_records)
+                lag_ms.add_metric(values, health.max_lag_ms)
+        view = replicas.store.view
+        node = replicas.node_id
+        gauges = {
+            "sluice_leader_partitions": ("Partitions this node leads", leaders),
+            "sluice_partitions": ("Partition replicas on this node", len(replicas.partitions)),
+            "sluice_under_replicated_partitions": (
+                "Partitions led here whose ISR is smaller than their replica set",
+                under,
+            ),
+            "sluice_offline_partitions": (
+                "Partitions without a leader (reported by the controller only)",
+                sum(1 for s in view.partitions.values() if s.leader == NO_LEADER)
+                if view.controller == node
+                else 0,
+            ),
+            "sluice_is_controller": ("1 if this node is the controller", view.controller == node),
+            "sluice_acks_all_waiting": (
+                "Produce requests waiting for acks=all",
+                replicas.counters.acks_waiting,
+            ),
+        }
+        for name, (doc, value) in gauges.items():
+            families.append(GaugeMetricFamily(name, doc, value=float(value)))
+        for name, doc, value in (
+            ("sluice_isr_shrinks", "ISR shrinks stored by this leader", replicas.counters.shrinks),
+            (
+                "sluice_isr_expands",
+                "ISR expansions stored by this leader",
+                replicas.counters.expands,
+            ),
+        ):
+            families.append(CounterMetricFamily(name, doc, value=value))
+        return families
 
 
 class GroupCollector(Collector):
@@ -68,7 +124,7 @@ class Metrics:
 
     def __init__(
         self,
-        manager: LogManager,
+        replicas: Callable[[], ReplicaManager | None],
         notifier: Callable[[], ChangeNotifier | None],
         groups: Callable[[], GroupCoordinator | None],
     ) -> None:
@@ -118,7 +174,7 @@ class Metrics:
             "sluice_parked_fetches", "Long-poll fetches waiting for data", registry=self.registry
         )
         parked.set_function(lambda: float(n.parked) if (n := notifier()) else 0.0)
-        self.registry.register(LogCollector(manager))
+        self.registry.register(PartitionCollector(replicas))
         self.registry.register(GroupCollector(groups))
 
     async def observe(

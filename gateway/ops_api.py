@@ -20,15 +20,17 @@ def add_routes(app: web.Application) -> None:
 
 
 async def cluster(request: web.Request) -> web.Response:
-    gateway = gateway_of(request)
-    settings = gateway.settings
-    node = {
-        "node_id": settings.node_id,
-        "host": settings.host,
-        "port": gateway.port or settings.port,
-    }
+    """The cluster as this node sees it: its id, the controller, every node and its liveness."""
+    view = gateway_of(request).broker.store.view
     return json_response(
-        {"cluster_id": "sluice-local", "controller": settings.node_id, "nodes": [node]}
+        {
+            "cluster_id": view.cluster_id,
+            "controller": view.controller,
+            "nodes": [
+                {"node_id": node.node_id, "url": node.url, "alive": node.node_id in view.live}
+                for node in sorted(view.nodes.values(), key=lambda n: n.node_id)
+            ],
+        }
     )
 
 

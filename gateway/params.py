@@ -20,9 +20,14 @@ def parse_int(raw: str) -> int | None:
     return int(raw) if _INTEGER.fullmatch(raw) else None
 
 
-def int_param(request: web.Request, name: str, default: int, minimum: int, maximum: int) -> int:
+def int_param(
+    request: web.Request, name: str, default: int | None, minimum: int, maximum: int
+) -> int:
+    """An integer query parameter in [minimum, maximum]; required where `default` is None."""
     raw = request.query.get(name)
     if raw is None or raw == "":
+        if default is None:
+            raise bad_request(f"the query parameter {name} is required", "INVALID_PARAMETER")
         return default
     value = parse_int(raw)
     if value is None:

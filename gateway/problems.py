@@ -15,6 +15,9 @@ import orjson
 from aiohttp import web
 
 from engine import errors
+from gateway.groups.errors import GroupError
+from replication import errors as replication
+from replication.forward_client import RemoteError
 
 PROBLEM_JSON = "application/problem+json"
 TYPE_BASE = "https://sluice.dev/problems/"
@@ -78,11 +81,49 @@ _ENGINE_STATUS: dict[type[errors.EngineError], int] = {
     errors.LogClosed: 503,
     errors.TooManyPartitions: 422,
     errors.StorageError: 503,
+    replication.NotLeader: 421,
+    replication.LeaderNotAvailable: 503,
+    replication.NotController: 421,
+    replication.NotEnoughReplicas: 503,
+    replication.NotEnoughReplicasAfterAppend: 503,
+    replication.RequestTimedOut: 504,
+    replication.FencedLeaderEpoch: 409,
+    replication.UnknownLeaderEpoch: 503,
+    replication.InvalidReplicationFactor: 400,
+    replication.MetadataUnavailable: 503,
+    replication.NotAReplica: 400,
+    replication.NodeUnreachable: 502,
+}
+# Errors a retry may cure shortly: their answers carry Retry-After.
+_RETRIABLE = (
+    replication.LeaderNotAvailable,
+    replication.NotEnoughReplicas,
+    replication.UnknownLeaderEpoch,
+    replication.MetadataUnavailable,
+)
+_GROUP_STATUS = {
+    "UNKNOWN_MEMBER": 404,
+    "UNKNOWN_GROUP": 404,
+    "INCONSISTENT_ASSIGNOR": 409,
+    "GROUP_MAX_SIZE_REACHED": 409,
+    "GROUP_METADATA_TOO_LARGE": 413,
+    "NO_COMMITTED_OFFSET": 409,
+    "STALE_GENERATION": 409,
+    "PARTITION_NOT_ASSIGNED": 409,
+    "GROUP_NOT_EMPTY": 409,
+    "COORDINATOR_NOT_AVAILABLE": 503,
 }
 
 
 def from_engine_error(exc: errors.EngineError) -> Problem:
+    if isinstance(exc, RemoteError):
+        return Problem(exc.status, exc.code, str(exc), **exc.extra)
+    if isinstance(exc, GroupError):
+        status = _GROUP_STATUS.get(exc.code, 500)
+        retry = {"Retry-After": "1"} if status == 503 else None
+        return Problem(status, exc.code, str(exc), headers=retry, **exc.extra)
     status = next((s for cls, s in _ENGINE_STATUS.items() if isinstance(exc, cls)), 500)
+    headers = {"Retry-After": "1"} if isinstance(exc, _RETRIABLE) else None
     extra: dict[str, Any] = {}
     if isinstance(exc, errors.OffsetOutOfRange):
         extra = {
@@ -92,7 +133,9 @@ def from_engine_error(exc: errors.EngineError) -> Problem:
         }
     elif isinstance(exc, errors.CorruptRecord):
         extra = {"offset": exc.offset}
-    return Problem(status, exc.code, str(exc), **extra)
+    elif isinstance(exc, replication.NotLeader) and exc.leader is not None:
+        extra = {"leader": exc.leader}
+    return Problem(status, exc.code, str(exc), headers=headers, **extra)
 
 
 _HTTP_CODES = {

@@ -14,15 +14,16 @@ from dataclasses import dataclass
 from engine import batch as fmt
 from engine.batch import RecordTuple
 from engine.errors import RecordTooLarge, UnknownPartition
-from engine.log import PartitionLog
-from engine.manager import LogManager, Topic
 from gateway import codecs, idempotency
 from gateway.idempotency import Entry, IdempotencyStore
 from gateway.metrics import Metrics
 from gateway.partitioner import StickyPartitioner, partition_for_key
 from gateway.problems import Problem, bad_request
-
-LEADER_EPOCH = 0  # a single node leads every partition in epoch 0 until replication arrives
+from replication.errors import NotLeader
+from replication.forward_client import ForwardClient
+from replication.metadata import TopicSpec
+from replication.partition import Partition
+from replication.replica_manager import ReplicaManager
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ class ProduceRequest:
     key: str | None  # NDJSON: the key for every line
     idempotency_key: str | None
     target: str  # path and query: part of what makes two requests the same
+    forwarded: bool = False  # from another node: never forwarded again
 
 
 @dataclass
@@ -52,19 +54,21 @@ class Producer:
 
     def __init__(
         self,
-        manager: LogManager,
+        replicas: ReplicaManager,
         metrics: Metrics,
         store: IdempotencyStore,
+        forwarder: ForwardClient,
     ) -> None:
-        self.manager = manager
+        self.replicas = replicas
+        self.forwarder = forwarder
         self.metrics = metrics
         self.store = store
         self.sticky = StickyPartitioner()
 
     async def produce(self, request: ProduceRequest) -> tuple[int, dict[str, object]]:
-        topic = self.manager.topic(request.topic)
+        topic = self.replicas.topic(request.topic)
         if request.partition is not None:
-            self.manager.log(request.topic, request.partition)
+            self.replicas.check_partition(request.topic, request.partition)
         if request.idempotency_key is None:
             batches = self._build(topic, request, None, None)
             results: dict[int, tuple[int, int]] = {}
@@ -99,9 +103,9 @@ class Producer:
     # -- building ------------------------------------------------------------------------------
 
     def _build(
-        self, topic: Topic, request: ProduceRequest, key: str | None, digest: str | None
+        self, topic: TopicSpec, request: ProduceRequest, key: str | None, digest: str | None
     ) -> list[PartitionBatch]:
-        partitions = len(topic.partitions)
+        partitions = topic.partitions
         pin = key.encode() if key is not None else None
         groups: dict[int, list[RecordTuple]]
         json_groups: set[int]
@@ -123,7 +127,7 @@ class Producer:
             json_groups = {p}
         else:
             groups, json_groups, owner = self._group_json(request, partitions, pin)
-        config = topic.config
+        config = self.replicas.topic_config(topic.name)
         if config.compact:
             for records in groups.values():
                 if any(r[0] is None for r in records):
@@ -215,7 +219,7 @@ class Producer:
 
     async def _append(
         self,
-        topic: Topic,
+        topic: TopicSpec,
         batches: list[PartitionBatch],
         request: ProduceRequest,
         results: dict[int, tuple[int, int]],
@@ -225,27 +229,42 @@ class Producer:
         Each partition's (base offset, count) goes into `results` as soon as it is appended, so
         an idempotent retry after a failure part-way never appends a partition twice.
         """
-        to_flush: list[PartitionLog] = []
+        local: list[tuple[PartitionBatch, Partition]] = []
+        remote: list[tuple[PartitionBatch, str]] = []
         for item in batches:
-            log = topic.partitions[item.partition]
-            info = log.append_as_leader(item.data, LEADER_EPOCH)
-            log.advance_high_watermark(log.log_end_offset)
+            try:
+                local.append((item, await self.replicas.leader(topic.name, item.partition)))
+            except NotLeader as exc:
+                # One partition: the whole request goes to its leader (the middleware forwards
+                # it as it came). Several: each batch goes to its own leader, once.
+                node = self.replicas.store.view.nodes.get(-1 if exc.leader is None else exc.leader)
+                if node is None or request.forwarded or len(batches) == 1:
+                    raise
+                remote.append((item, node.url))
+        appended = []
+        for item, leader in local:
+            info = leader.append(item.data, request.acks)
             results[item.partition] = (info.first_offset, item.count)
             self.metrics.records_in.labels(topic.name).inc(item.count)
             self.metrics.bytes_in.labels(topic.name).inc(len(item.data))
-            if info.flush_due:
-                to_flush.append(log)
-        if to_flush:
-            flushing = asyncio.gather(*(asyncio.to_thread(log.flush) for log in to_flush))
-            if request.acks == "0":
-                flushing.add_done_callback(lambda f: f.exception())
-            else:
-                try:
-                    await asyncio.wait_for(asyncio.shield(flushing), request.timeout_ms / 1000)
-                except TimeoutError:
-                    raise Problem(
-                        504,
-                        "REQUEST_TIMED_OUT",
-                        "the records were appended but not yet flushed within timeout_ms; "
-                        "they may still become durable",
-                    ) from None
+            appended.append((leader, info))
+        await asyncio.gather(
+            *(
+                self.replicas.acknowledge(leader, info, request.acks, request.timeout_ms)
+                for leader, info in appended
+            ),
+            *(self._forward(topic.name, item, url, request, results) for item, url in remote),
+        )
+
+    async def _forward(
+        self,
+        topic: str,
+        item: PartitionBatch,
+        url: str,
+        request: ProduceRequest,
+        results: dict[int, tuple[int, int]],
+    ) -> None:
+        base = await self.forwarder.produce_batches(
+            url, topic, item.partition, item.data, request.acks, request.timeout_ms
+        )
+        results[item.partition] = (base, item.count)

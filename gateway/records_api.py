@@ -7,9 +7,9 @@ import asyncio
 from aiohttp import web
 
 from engine import batch as fmt
-from engine.errors import LogClosed, UnknownTopic
+from engine.errors import UnknownTopic
 from gateway import codecs
-from gateway.fetch import fetch_limits, long_poll, refuse_when_full
+from gateway.fetch import fetch_limits, refuse_when_full
 from gateway.idempotency import validate_key
 from gateway.params import (
     choice_param,
@@ -24,6 +24,7 @@ from gateway.problems import Problem, bad_request
 from gateway.produce import ProduceRequest
 from gateway.state import Gateway, gateway_of
 from gateway.topics_api import refuse_internal
+from replication.forward_client import FORWARDED_BY
 
 ACKS = ("0", "1", "all", "-1")
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -38,12 +39,11 @@ def add_routes(app: web.Application) -> None:
 
 
 async def _ensure_topic(gateway: Gateway, name: str) -> None:
-    if name in gateway.manager.topics:
+    if name in gateway.broker.store.view.topics:
         return
     if not gateway.settings.auto_create_topics:
         raise UnknownTopic(f"topic {name!r} does not exist")
-    await asyncio.to_thread(gateway.manager.create_topic, name, gateway.settings.default_partitions)
-    gateway.groups.topics_changed()
+    await gateway.broker.create_topic(name, gateway.settings.default_partitions, None, {})
 
 
 async def produce(request: web.Request) -> web.Response:
@@ -81,6 +81,7 @@ async def produce(request: web.Request) -> web.Response:
             key=request.query.get("key"),
             idempotency_key=key,
             target=request.path_qs,
+            forwarded=FORWARDED_BY in request.headers,
         )
     )
     return json_response(answer, status)
@@ -104,7 +105,8 @@ def _start_offset(request: web.Request, log_start: int, high_watermark: int) -> 
 async def fetch(request: web.Request) -> web.StreamResponse:
     gateway = gateway_of(request)
     settings = gateway.settings
-    log = gateway.manager.log(request.match_info["topic"], partition_param(request))
+    topic, partition = request.match_info["topic"], partition_param(request)
+    leader = await gateway.replicas.leader(topic, partition)
     accept = codecs.negotiate(request.headers.get("Accept", ""), codecs.FETCH_TYPES, codecs.JSON)
     if accept is None:
         raise Problem(
@@ -112,28 +114,25 @@ async def fetch(request: web.Request) -> web.StreamResponse:
             "NOT_ACCEPTABLE",
             f"Accept allows none of {', '.join(codecs.FETCH_TYPES)}",
         )
-    offset = _start_offset(request, log.log_start_offset, log.high_watermark)
+    offset = _start_offset(request, leader.log_start_offset, leader.high_watermark)
     limits = fetch_limits(request, settings)
     refuse_when_full(gateway.notifier, settings)
-    try:
-        result = await long_poll(
-            log,
-            gateway.notifier,
-            offset,
-            limits.max_bytes,
-            limits.min_bytes,
-            limits.timeout_ms,
-            None if accept == codecs.RECORD_BATCH else limits.max_records,
-        )
-    except LogClosed:
-        raise UnknownTopic(f"topic {log.topic!r} was deleted") from None
+    result = await gateway.replicas.fetch(
+        topic,
+        partition,
+        offset,
+        limits.max_bytes,
+        limits.min_bytes,
+        limits.timeout_ms,
+        None if accept == codecs.RECORD_BATCH else limits.max_records,
+    )
     data = result.data
     metrics = gateway.metrics
     if accept == codecs.RECORD_BATCH:
         batches = fmt.scan(data, check_crc=False).headers
         next_offset = batches[-1][1].next_offset if batches else offset
-        metrics.bytes_out.labels(log.topic).inc(len(data))
-        metrics.records_out.labels(log.topic).inc(sum(h.record_count for _, h in batches))
+        metrics.bytes_out.labels(topic).inc(len(data))
+        metrics.records_out.labels(topic).inc(sum(h.record_count for _, h in batches))
         return web.Response(
             body=bytes(data),
             content_type=codecs.RECORD_BATCH,
@@ -143,8 +142,8 @@ async def fetch(request: web.Request) -> web.StreamResponse:
             },
         )
     records, next_offset = codecs.fetched_records(data, offset, limits.max_records)
-    metrics.records_out.labels(log.topic).inc(len(records))
-    metrics.bytes_out.labels(log.topic).inc(len(data))
+    metrics.records_out.labels(topic).inc(len(records))
+    metrics.bytes_out.labels(topic).inc(len(data))
     headers = {
         "Sluice-Next-Offset": str(next_offset),
         "Sluice-High-Watermark": str(result.high_watermark),
@@ -159,33 +158,34 @@ async def fetch(request: web.Request) -> web.StreamResponse:
 async def offsets(request: web.Request) -> web.Response:
     """The first offset at or after a timestamp, like Kafka's ListOffsets."""
     gateway = gateway_of(request)
-    log = gateway.manager.log(request.match_info["topic"], partition_param(request))
+    leader = await gateway.replicas.leader(request.match_info["topic"], partition_param(request))
     raw = request.query.get("timestamp", "latest")
     if raw == "earliest":
-        return json_response({"offset": log.log_start_offset, "timestamp": None})
+        return json_response({"offset": leader.log_start_offset, "timestamp": None})
     if raw == "latest":
-        return json_response({"offset": log.high_watermark, "timestamp": None})
+        return json_response({"offset": leader.high_watermark, "timestamp": None})
     timestamp = parse_int(raw)
     if timestamp is None or not 0 <= timestamp <= INT64_MAX:
         raise bad_request(
             f"timestamp must be milliseconds since the epoch, earliest or latest, got {raw!r}",
             "INVALID_PARAMETER",
         )
-    found = await asyncio.to_thread(log.offset_for_timestamp, timestamp)
+    found = await asyncio.to_thread(leader.offset_for_timestamp, timestamp)
     if found is None:
-        return json_response({"offset": log.high_watermark, "timestamp": None})
+        return json_response({"offset": leader.high_watermark, "timestamp": None})
     return json_response({"offset": found[0], "timestamp": found[1]})
 
 
 async def delete_records(request: web.Request) -> web.Response:
     gateway = gateway_of(request)
-    log = gateway.manager.log(request.match_info["topic"], partition_param(request))
-    refuse_internal(log.topic, "deleting its records")
+    topic = request.match_info["topic"]
+    refuse_internal(topic, "deleting its records")
+    leader = await gateway.replicas.leader(topic, partition_param(request))
     doc = await json_object(request, gateway.settings)
     before = doc.get("before_offset")
     if isinstance(before, bool) or not isinstance(before, int):
         raise bad_request("before_offset must be an integer", "INVALID_PARAMETER")
     if set(doc) - {"before_offset"}:
         raise bad_request("the only field is before_offset", "INVALID_REQUEST")
-    start = await asyncio.to_thread(log.delete_records, before)
+    start = await asyncio.to_thread(leader.delete_records, before)
     return json_response({"log_start_offset": start})

@@ -42,11 +42,13 @@ async def serve(settings: Settings) -> None:
         shutdown_timeout=SHUTDOWN_TIMEOUT_S,
         access_log=None,
     )
-    app[GATEWAY].port = site.port
+    gateway = app[GATEWAY]
+    gateway.port = site.port
+    scheme = "https" if settings.tls_cert else "http"
+    await gateway.broker.bound(f"{scheme}://{settings.host}:{site.port}")
     # Long-lived objects (modules, routes, the engine's state) leave the collector's view, so
     # the collections that per-request garbage triggers stay short.
     gc.freeze()
-    scheme = "https" if settings.tls_cert else "http"
     # Tests and scripts read this line to learn the port (useful with --port 0).
     print(f"sluice listening on {scheme}://{settings.host}:{site.port}", flush=True)
     stop = asyncio.Event()

@@ -28,7 +28,14 @@ class Settings:
     idempotency_window_s: float = 3600.0
     idempotency_max_entries: int = 100_000
     node_id: int = 0
+    cluster: tuple[str, ...] = ()  # etcd endpoints (host:port); empty: the embedded single node
+    advertise: str | None = None  # the URL other nodes reach this one at (default: host:port)
+    etcd_prefix: str = "/sluice"
+    lease_ttl_s: float = 2.0  # a node silent this long is gone (etcd's lease minimum is ~1.5 s)
+    leader_wait_ms: int = 5_000  # a request waits this long for a partition's new leader
+    replica_lag_time_max_ms: int = 30_000  # replica.lag.time.max.ms
     offsets_topic_partitions: int = 50  # offsets.topic.num.partitions
+    offsets_topic_replication_factor: int = 3  # offsets.topic.replication.factor (a cluster's)
     group_min_session_timeout_ms: int = 1_000  # group.min.session.timeout.ms (Kafka: 6 s)
     group_max_session_timeout_ms: int = 1_800_000  # group.max.session.timeout.ms
     group_max_members: int = 1_000  # group.max.size (Kafka: unbounded)

@@ -1,19 +1,26 @@
-"""The gateway's shared state, reachable from every handler through the Application."""
+"""The gateway's shared state, reachable from every handler through the Application, and how
+it is opened and closed (plain asyncio: nothing here needs aiohttp's server)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+import logging
+from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from engine.background import BackgroundTasks
-from engine.manager import LogManager
+from engine import offsets_topic
 from engine.notify import ChangeNotifier
-from gateway.group_coordinator import GroupCoordinator
+from gateway.groups.coordinator import GroupCoordinator
 from gateway.idempotency import IdempotencyStore
 from gateway.metrics import Metrics
 from gateway.produce import Producer
 from gateway.settings import Settings
+from replication.broker import Broker, BrokerSettings
+from replication.forward_client import ForwardClient
+from replication.replica_manager import ReplicaManager, ReplicationSettings
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -21,15 +28,96 @@ class Gateway:
     """Everything a request handler needs; built at startup, closed at cleanup."""
 
     settings: Settings
-    manager: LogManager
+    broker: Broker
     metrics: Metrics
     idempotency: IdempotencyStore
     producer: Producer
-    notifier: ChangeNotifier
-    background: BackgroundTasks
     groups: GroupCoordinator
+    forwarder: ForwardClient
     ready: bool = False
     port: int = 0  # the bound port, once listening (settings.port may be 0)
+    tasks: set[asyncio.Task[None]] = field(default_factory=set)
+
+    @property
+    def replicas(self) -> ReplicaManager:
+        return self.broker.replicas
+
+    @property
+    def notifier(self) -> ChangeNotifier:
+        return self.broker.notifier
+
+    @classmethod
+    async def open(cls, settings: Settings) -> Gateway:
+        """Open the broker, build the domain services over it (groups, idempotency), then let
+        the broker take up its roles, which the services follow from the first one."""
+        broker = Broker(broker_settings(settings))
+        await broker.open()
+        replicas = broker.replicas
+        groups = GroupCoordinator(
+            replicas,
+            settings.group_min_session_timeout_ms,
+            settings.group_max_session_timeout_ms,
+            settings.group_max_members,
+        )
+        store = IdempotencyStore(settings.idempotency_window_s, settings.idempotency_max_entries)
+        replicas.add_role_listener(groups.role_changed)
+        replicas.add_topics_listener(lambda deleted: _topics_changed(groups, store, deleted))
+        await broker.start()
+        leaders = [p for p in replicas.partitions.values() if p.is_leader]
+        rebuilt = await asyncio.to_thread(store.rebuild, leaders)
+        metrics = Metrics(lambda: replicas, lambda: broker.notifier, lambda: groups)
+        forwarder = ForwardClient(settings.node_id)
+        gateway = cls(
+            settings=settings,
+            broker=broker,
+            metrics=metrics,
+            idempotency=store,
+            producer=Producer(replicas, metrics, store, forwarder),
+            groups=groups,
+            forwarder=forwarder,
+        )
+        offsets = broker.ensure_topic(
+            offsets_topic.OFFSETS_TOPIC,
+            settings.offsets_topic_partitions,
+            settings.offsets_topic_replication_factor if settings.cluster else 1,
+            offsets_topic.TOPIC_CONFIGS,
+        )
+        if settings.cluster:
+            gateway.tasks.add(asyncio.create_task(offsets))
+        else:
+            await offsets
+        log.info("%d idempotency keys restored, %d groups", rebuilt, len(groups.groups))
+        return gateway
+
+    async def close(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        self.groups.flush()
+        await self.forwarder.close()
+        await self.broker.stop()
+
+
+def _topics_changed(groups: GroupCoordinator, store: IdempotencyStore, deleted: set[str]) -> None:
+    for name in deleted:
+        store.forget_topic(name)
+        groups.topics_changed(deleted=name)
+    groups.topics_changed()
+
+
+def broker_settings(settings: Settings) -> BrokerSettings:
+    return BrokerSettings(
+        data_dir=settings.data_dir,
+        node_id=settings.node_id,
+        url=settings.advertise or f"http://{settings.host}:{settings.port}",
+        cluster=settings.cluster,
+        etcd_prefix=settings.etcd_prefix,
+        lease_ttl_s=settings.lease_ttl_s,
+        replication=ReplicationSettings(
+            replica_lag_time_max_ms=settings.replica_lag_time_max_ms,
+            leader_wait_ms=settings.leader_wait_ms,
+        ),
+    )
 
 
 GATEWAY = web.AppKey("gateway", Gateway)

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from aiohttp import web
 
-from engine.manager import Topic, check_partition_count
+from engine.manager import check_partition_count
 from engine.offsets_topic import OFFSETS_TOPIC
 from gateway.params import choice_param, json_object, json_response
 from gateway.problems import Problem, bad_request
 from gateway.state import gateway_of
+from replication.metadata import NO_LEADER
+from replication.replica_manager import ReplicaManager
 
 _CREATE_FIELDS = {"name", "partitions", "replication_factor", "configs"}
 _ALTER_FIELDS = {"partitions", "configs"}
@@ -26,25 +27,33 @@ def add_routes(app: web.Application) -> None:
     app.router.add_delete("/v1/topics/{topic}", delete_topic)
 
 
-def describe(topic: Topic, node_id: int) -> dict[str, Any]:
-    return {
-        "name": topic.name,
-        "topic_id": topic.topic_id,
-        "configs": topic.config.to_dict(),
-        "overrides": topic.overrides,
-        "partitions": [
+def describe(replicas: ReplicaManager, name: str) -> dict[str, Any]:
+    """A topic with each partition's leader, replicas and ISR, and the offsets of this node's
+    replica of it (null where this node holds none)."""
+    spec = replicas.topic(name)
+    view = replicas.store.view
+    rows = []
+    for p in range(spec.partitions):
+        state = view.partition(name, p)
+        local = replicas.local(name, p)
+        rows.append(
             {
-                "partition": log.partition,
-                "leader": node_id,
-                "replicas": [node_id],
-                "isr": [node_id],
-                "log_start_offset": log.log_start_offset,
-                "high_watermark": log.high_watermark,
-                "log_end_offset": log.log_end_offset,
-                "size_bytes": log.size_bytes,
+                "partition": p,
+                "leader": None if state is None or state.leader == NO_LEADER else state.leader,
+                "replicas": [] if state is None else list(state.replicas),
+                "isr": [] if state is None else list(state.isr),
+                "log_start_offset": None if local is None else local.log_start_offset,
+                "high_watermark": None if local is None else local.high_watermark,
+                "log_end_offset": None if local is None else local.log_end_offset,
+                "size_bytes": None if local is None else local.size_bytes,
             }
-            for log in topic.partitions
-        ],
+        )
+    return {
+        "name": spec.name,
+        "topic_id": spec.topic_id,
+        "configs": replicas.topic_config(name).to_dict(),
+        "overrides": dict(spec.configs),
+        "partitions": rows,
     }
 
 
@@ -65,23 +74,18 @@ async def create_topic(request: web.Request) -> web.Response:
     gateway = gateway_of(request)
     doc = await json_object(request, gateway.settings)
     _unknown_fields(doc, _CREATE_FIELDS)
-    replication = doc.get("replication_factor", 1)
-    if isinstance(replication, bool) or not isinstance(replication, int) or replication < 1:
+    replication = doc.get("replication_factor")
+    if "replication_factor" in doc and (
+        isinstance(replication, bool) or not isinstance(replication, int) or replication < 1
+    ):
         raise bad_request("replication_factor must be a positive integer", "INVALID_REQUEST")
-    if replication > 1:
-        raise Problem(
-            400,
-            "INVALID_REPLICATION_FACTOR",
-            f"replication_factor {replication} is larger than the 1 available broker",
-        )
     name = doc.get("name")
     if not isinstance(name, str):
         raise Problem(400, "INVALID_TOPIC_NAME", "name must be a string")
-    topic = await asyncio.to_thread(
-        gateway.manager.create_topic, name, doc.get("partitions", 1), _configs(doc)
-    )
-    gateway.groups.topics_changed()  # a deleted topic that a group still reads, made again
-    return json_response(describe(topic, gateway.settings.node_id), status=201)
+    partitions = doc.get("partitions", 1)
+    check_partition_count(partitions)
+    spec = await gateway.broker.create_topic(name, partitions, replication, _configs(doc))
+    return json_response(describe(gateway.replicas, spec.name), status=201)
 
 
 def refuse_internal(name: str, action: str) -> None:
@@ -94,12 +98,12 @@ def refuse_internal(name: str, action: str) -> None:
 async def list_topics(request: web.Request) -> web.Response:
     """User topics; `internal=true` adds the internal ones (kafka-topics' --exclude-internal,
     the other way round)."""
-    topics = gateway_of(request).manager.topics
+    topics = gateway_of(request).broker.store.view.topics
     internal = choice_param(request, "internal", "false", ("true", "false")) == "true"
     return json_response(
         {
             "topics": [
-                {"name": t.name, "partitions": len(t.partitions)}
+                {"name": t.name, "partitions": t.partitions}
                 for t in sorted(topics.values(), key=lambda t: t.name)
                 if internal or t.name not in INTERNAL_TOPICS
             ]
@@ -109,41 +113,33 @@ async def list_topics(request: web.Request) -> web.Response:
 
 async def describe_topic(request: web.Request) -> web.Response:
     gateway = gateway_of(request)
-    topic = gateway.manager.topic(request.match_info["topic"])
-    return json_response(describe(topic, gateway.settings.node_id))
+    return json_response(describe(gateway.replicas, request.match_info["topic"]))
 
 
 async def alter_topic(request: web.Request) -> web.Response:
     """Set or remove (null) config overrides, and/or grow the partition count."""
     gateway = gateway_of(request)
     name = request.match_info["topic"]
-    topic = gateway.manager.topic(name)
+    spec = gateway.replicas.topic(name)
     doc = await json_object(request, gateway.settings)
     _unknown_fields(doc, _ALTER_FIELDS)
-    grow = False
+    partitions = None
     if "partitions" in doc:
         check_partition_count(doc["partitions"])
-        if doc["partitions"] != len(topic.partitions):
+        if doc["partitions"] != spec.partitions:
             refuse_internal(name, "changing its partition count")
-        grow = doc["partitions"] != len(topic.partitions)
-        if grow:
-            check_partition_count(doc["partitions"], more_than=len(topic.partitions))
-    if "configs" in doc:
-        topic = gateway.manager.alter_topic_configs(name, _configs(doc))
-    if grow:
-        topic = await asyncio.to_thread(gateway.manager.add_partitions, name, doc["partitions"])
-        gateway.groups.topics_changed()
-    return json_response(describe(topic, gateway.settings.node_id))
+            check_partition_count(doc["partitions"], more_than=spec.partitions)
+            partitions = doc["partitions"]
+    configs = _configs(doc) if "configs" in doc else None
+    if partitions is not None or configs is not None:
+        await gateway.broker.alter_topic(name, partitions, configs)
+    return json_response(describe(gateway.replicas, name))
 
 
 async def delete_topic(request: web.Request) -> web.Response:
     gateway = gateway_of(request)
     name = request.match_info["topic"]
-    topic = gateway.manager.topic(name)
+    gateway.replicas.topic(name)
     refuse_internal(name, "deleting it")
-    await asyncio.to_thread(gateway.manager.delete_topic, name)
-    for log in topic.partitions:
-        gateway.notifier.unwatch(log)
-    gateway.idempotency.forget_topic(name)
-    gateway.groups.topics_changed(deleted=name)
+    await gateway.broker.delete_topic(name)
     return web.Response(status=204)

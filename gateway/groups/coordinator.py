@@ -26,27 +26,26 @@ from typing import Any, Literal
 import orjson
 
 from engine import offsets_topic
-from engine.errors import LogClosed, OffsetOutOfRange, UnknownTopic
-from engine.log import PartitionLog
-from engine.manager import LogManager
-from engine.notify import ChangeNotifier
+from engine.errors import LogClosed, OffsetOutOfRange, UnknownPartition, UnknownTopic
 from engine.offsets_topic import CommittedOffset, StoredGroup, TopicPartition
 from gateway import codecs
-from gateway.assignors import ASSIGNORS
 from gateway.fetch import FetchLimits
-from gateway.problems import Problem
+from gateway.groups.assignors import ASSIGNORS
+from gateway.groups.errors import GroupError
+from replication.errors import LeaderNotAvailable, NotLeader, ReplicationError
+from replication.metadata import NO_LEADER
+from replication.partition import Partition
+from replication.replica_manager import ReplicaManager
 
 OFFSET_RESETS = ("earliest", "latest", "none")
-LEADER_EPOCH = 0
 logger = logging.getLogger(__name__)
 AUTO_COMMIT_WRITE_S = 1.0  # auto-commits reach the log within this (auto.commit.interval.ms)
 CURSOR_MASK = 2**31 - 1
 METADATA_OVERHEAD = 4096  # the batch and record headers, the key, and slack
 
 
-def unknown_member(group: str, member_id: str) -> Problem:
-    return Problem(
-        404,
+def unknown_member(group: str, member_id: str) -> GroupError:
+    return GroupError(
         "UNKNOWN_MEMBER",
         f"group {group!r} has no member {member_id!r} (it left, expired or never joined); "
         "join again",
@@ -156,27 +155,35 @@ class GroupFetch:
     cursor: int  # the client echoes it on its next fetch, proving it received this answer
 
 
+def partition_count(replicas: ReplicaManager) -> int:
+    """The offsets topic's partition count; until the controller has created the topic, no
+    node can coordinate a group (Kafka's COORDINATOR_NOT_AVAILABLE)."""
+    spec = replicas.store.view.topics.get(offsets_topic.OFFSETS_TOPIC)
+    if spec is None:
+        raise GroupError(
+            "COORDINATOR_NOT_AVAILABLE",
+            f"{offsets_topic.OFFSETS_TOPIC} does not exist yet (the controller creates it once "
+            "enough nodes are alive); retry shortly",
+        )
+    return spec.partitions
+
+
 class GroupCoordinator:
     """Every group this node coordinates, their members, and their committed offsets."""
 
     def __init__(
         self,
-        manager: LogManager,
-        notifier: ChangeNotifier,
-        offsets_partitions: int,
+        replicas: ReplicaManager,
         min_session_timeout_ms: int,
         max_session_timeout_ms: int,
         max_members: int,
     ) -> None:
-        self.manager = manager
-        self.notifier = notifier
-        self.offsets = offsets_topic.ensure_topic(manager, offsets_partitions)
+        self.replicas = replicas
         self.min_session_timeout_ms = min_session_timeout_ms
         self.max_session_timeout_ms = max_session_timeout_ms
         self.max_members = max_members
         self.groups: dict[str, Group] = {}
         self.closing = False  # shutting down: sessions stop running out
-        self._offsets_logs: dict[str, PartitionLog] = {}  # each group's partition, once found
         self._loop = asyncio.get_running_loop()
 
     # -- start ---------------------------------------------------------------------------------
@@ -197,6 +204,37 @@ class GroupCoordinator:
             for member in group.members.values():
                 self._schedule_expiry(group, member)
             self.groups[name] = group
+
+    async def role_changed(self, partition: Partition) -> None:
+        """An offsets partition came to this node (replay its groups from the log) or left it
+        (its groups are coordinated elsewhere now; their parked fetches answer)."""
+        if partition.topic != offsets_topic.OFFSETS_TOPIC:
+            return
+        if partition.is_leader:
+            stored = await asyncio.to_thread(offsets_topic.replay, [partition])
+            if partition.is_leader:
+                self.restore(stored)
+                self.topics_changed()
+            return
+        count = partition_count(self.replicas)
+        for name in [
+            n for n in self.groups if offsets_topic.partition_for(n, count) == partition.partition
+        ]:
+            group = self.groups.pop(name)
+            if group.write_timer is not None:
+                group.write_timer.cancel()
+            for member in group.members.values():
+                if member.expiry is not None:
+                    member.expiry.cancel()
+                member.poke()
+
+    def coordinator(self, name: str) -> Partition:
+        """The offsets partition holding group `name`, which this node must lead: NotLeader
+        names the node that does (the gateway forwards there)."""
+        topic = offsets_topic.OFFSETS_TOPIC
+        return self._leader(
+            topic, offsets_topic.partition_for(name, partition_count(self.replicas))
+        )
 
     @staticmethod
     def _restore_metadata(group: Group, meta: Mapping[str, Any]) -> None:
@@ -237,15 +275,15 @@ class GroupCoordinator:
         """Add a member and rebalance. A static member (`instance_id`) joining again is the
         same member restarted: it keeps its partitions, without a rebalance unless its topics
         changed, and what it was delivered but did not commit comes again."""
+        self.coordinator(name)
         for topic in request.topics:
-            self.manager.topic(topic)
+            self.replicas.topic(topic)
         group = self.groups.get(name) or Group(name)
         existing = group.members.get(request.instance_id or "")
         others = len(group.members) - (existing is not None)
         assignor = request.assignor
         if assignor is not None and assignor != group.assignor and others:
-            raise Problem(
-                409,
+            raise GroupError(
                 "INCONSISTENT_ASSIGNOR",
                 f"group {name!r} uses the {group.assignor!r} assignor while it has "
                 f"members; {assignor!r} can be chosen once it is empty",
@@ -284,23 +322,21 @@ class GroupCoordinator:
         """Refuse a member the group cannot hold: past `max_members`, or one whose group
         metadata record would outgrow the offsets topic's max.message.bytes."""
         if replacing is None and len(group.members) >= self.max_members:
-            raise Problem(
-                409,
+            raise GroupError(
                 "GROUP_MAX_SIZE_REACHED",
                 f"group {group.name!r} has {len(group.members)} members, the most it may have",
             )
-        topics = self.manager.topics
-        assignment_bytes = 12 * sum(len(topics[t].partitions) for t in member.topics)
+        topics = self.replicas.store.view.topics
+        assignment_bytes = 12 * sum(topics[t].partitions for t in member.topics)
         size = (
             len(orjson.dumps(self._metadata(group)))
             + len(orjson.dumps(member.stored()))
             + assignment_bytes
             + METADATA_OVERHEAD
         )
-        limit = self.offsets.config.max_message_bytes
+        limit = self.replicas.topic_config(offsets_topic.OFFSETS_TOPIC).max_message_bytes
         if size > limit:
-            raise Problem(
-                413,
+            raise GroupError(
                 "GROUP_METADATA_TOO_LARGE",
                 f"with this member, group {group.name!r}'s metadata would take about {size} "
                 f"bytes, more than the {limit} bytes a record of {offsets_topic.OFFSETS_TOPIC} "
@@ -365,8 +401,8 @@ class GroupCoordinator:
     # -- assignment ----------------------------------------------------------------------------
 
     def _partition_counts(self, group: Group) -> dict[str, int]:
-        topics = self.manager.topics
-        return {t: len(topics[t].partitions) for t in sorted(group.subscribed()) if t in topics}
+        topics = self.replicas.store.view.topics
+        return {t: topics[t].partitions for t in sorted(group.subscribed()) if t in topics}
 
     def _rebalance(self, group: Group) -> None:
         """A new generation: new targets; partitions move now where nothing is at stake, the
@@ -441,6 +477,8 @@ class GroupCoordinator:
                 self._commit_positions(group, member, durable=False)
             deadline = self._loop.time() + limits.timeout_ms / 1000
             while True:
+                if self.groups.get(name) is not group:
+                    self.coordinator(name)  # the group moved to another node: NotLeader
                 if group.members.get(member_id) is not member:
                     raise unknown_member(name, member_id)
                 if member.fetch_turn != turn:
@@ -452,12 +490,12 @@ class GroupCoordinator:
                     answer.bytes_read >= limits.min_bytes
                     or len(answer.records) >= limits.max_records
                     or remaining <= 0
-                    or self.notifier.closing
+                    or self.replicas.notifier.closing
                 ):
                     return self._deliver(group, member, answer)
                 wake = member.wake = self._loop.create_future()
                 try:
-                    await self.notifier.wait_any(self._logs(member.owned), remaining, wake)
+                    await self.replicas.wait_any(self._leaders(member.owned), remaining, wake)
                 finally:
                     if member.wake is wake:
                         member.wake = None
@@ -466,16 +504,21 @@ class GroupCoordinator:
             if group.members.get(member_id) is member and not member.fetching:
                 self._schedule_expiry(group, member)
 
-    def _logs(self, partitions: Iterable[TopicPartition]) -> list[PartitionLog]:
-        out = []
-        for topic, p in partitions:
-            try:
-                out.append(self.manager.log(topic, p))
-            except UnknownTopic:
-                continue
-        return out
+    def _leaders(self, partitions: Iterable[TopicPartition]) -> list[Partition]:
+        found = (self.replicas.local(topic, p) for topic, p in partitions)
+        return [partition for partition in found if partition is not None]
 
-    def _position(self, group: Group, member: Member, tp: TopicPartition, log: PartitionLog) -> int:
+    def _leader(self, topic: str, p: int) -> Partition:
+        """This node's replica of a partition the group reads or commits; it must lead it."""
+        state = self.replicas.state(topic, p)
+        partition = self.replicas.local(topic, p)
+        if partition is not None and partition.is_leader:
+            return partition
+        if state.leader not in (NO_LEADER, self.replicas.node_id):
+            raise NotLeader(f"node {state.leader} leads {topic}-{p}", state.leader)
+        raise LeaderNotAvailable(f"{topic}-{p} has no leader on this node yet; retry shortly")
+
+    def _position(self, group: Group, member: Member, tp: TopicPartition, log: Partition) -> int:
         position = member.positions.get(tp)
         if position is None:
             committed = group.offsets.get(tp)
@@ -486,15 +529,14 @@ class GroupCoordinator:
         return position
 
     def _reset(
-        self, member: Member, tp: TopicPartition, log: PartitionLog, out_of_range: int | None = None
+        self, member: Member, tp: TopicPartition, log: Partition, out_of_range: int | None = None
     ) -> int:
         if member.auto_offset_reset == "earliest":
             return log.log_start_offset
         if member.auto_offset_reset == "latest":
             return log.high_watermark
         if out_of_range is None:
-            raise Problem(
-                409,
+            raise GroupError(
                 "NO_COMMITTED_OFFSET",
                 f"{tp[0]}-{tp[1]} has no committed offset and auto_offset_reset is none; "
                 "commit a starting offset for it",
@@ -513,7 +555,7 @@ class GroupCoordinator:
             if left <= 0 or out.bytes_read >= limits.max_bytes:
                 break
             try:
-                log = self.manager.log(*tp)
+                log = self._leader(*tp)
                 position = self._position(group, member, tp, log)
                 if position >= log.high_watermark:
                     continue
@@ -523,7 +565,7 @@ class GroupCoordinator:
                     min_one=not records,
                     max_records=left,
                 ).data
-            except (UnknownTopic, LogClosed):
+            except (UnknownTopic, UnknownPartition, LogClosed, ReplicationError):
                 continue
             got, next_offset = codecs.fetched_records(data, position, left, tp)
             if got:
@@ -574,8 +616,7 @@ class GroupCoordinator:
         if not member.fetching:
             self._schedule_expiry(group, member)
         if generation is not None and generation != group.generation:
-            raise Problem(
-                409,
+            raise GroupError(
                 "STALE_GENERATION",
                 f"generation {generation} is not the group's current one ({group.generation}); "
                 "fetch to learn the new assignment",
@@ -585,8 +626,7 @@ class GroupCoordinator:
             return self._commit_positions(group, member)
         for (topic, p), offset, _ in offsets:
             if (topic, p) not in member.owned:
-                raise Problem(
-                    409,
+                raise GroupError(
                     "PARTITION_NOT_ASSIGNED",
                     f"{topic}-{p} is not assigned to member {member_id!r} in generation "
                     f"{group.generation}",
@@ -594,7 +634,7 @@ class GroupCoordinator:
                     partition=p,
                     generation=group.generation,
                 )
-            log = self.manager.log(topic, p)
+            log = self._leader(topic, p)
             if not log.log_start_offset <= offset <= log.high_watermark:
                 raise OffsetOutOfRange(offset, log.log_start_offset, log.high_watermark)
         self._store_offsets(group, [(tp, offset, meta) for tp, offset, meta in offsets])
@@ -616,26 +656,26 @@ class GroupCoordinator:
         self, name: str, topic: str, partitions: list[int] | None, to: object
     ) -> list[tuple[TopicPartition, int]]:
         """Set committed offsets while the group has no members (Kafka's --reset-offsets)."""
+        self.coordinator(name)
         group = self.groups.get(name) or Group(name)
         if group.members:
-            raise Problem(
-                409,
+            raise GroupError(
                 "GROUP_NOT_EMPTY",
                 f"group {name!r} has {len(group.members)} active members; offsets can be reset "
                 "only when it has none",
             )
-        count = len(self.manager.topic(topic).partitions)
+        count = self.replicas.topic(topic).partitions
         chosen = list(range(count)) if partitions is None else partitions
         new: list[tuple[TopicPartition, int, str]] = []
         for p in chosen:
-            log = self.manager.log(topic, p)
+            log = self._leader(topic, p)
             new.append(((topic, p), self._resolve(log, to), ""))
         self.groups[name] = group
         self._store_offsets(group, new)
         return [(tp, offset) for tp, offset, _ in new]
 
     @staticmethod
-    def _resolve(log: PartitionLog, to: object) -> int:
+    def _resolve(log: Partition, to: object) -> int:
         if to == "earliest":
             return log.log_start_offset
         if to == "latest":
@@ -710,19 +750,14 @@ class GroupCoordinator:
 
     def _write(self, group: str, records: Sequence[tuple[bytes, bytes | None]]) -> None:
         """Append to the group's offsets partition; on this single node, committed at once."""
-        log = self._offsets_logs.get(group)
-        if log is None:
-            log = self.offsets.partitions[
-                offsets_topic.partition_for(group, len(self.offsets.partitions))
-            ]
-            self._offsets_logs[group] = log
-        data = offsets_topic.encode(records, self.offsets.config.max_message_bytes)
-        log.append_as_leader(data, LEADER_EPOCH)
-        log.advance_high_watermark(log.log_end_offset)
+        partition = self.coordinator(group)
+        limit = partition.config.max_message_bytes
+        partition.append(offsets_topic.encode(records, limit), "1")
 
     # -- views ---------------------------------------------------------------------------------
 
     def _member(self, name: str, member_id: str) -> tuple[Group, Member]:
+        self.coordinator(name)
         group = self.groups.get(name)
         member = None if group is None else group.members.get(member_id)
         if group is None or member is None:
@@ -730,26 +765,28 @@ class GroupCoordinator:
         return group, member
 
     def group(self, name: str) -> Group:
+        self.coordinator(name)
         group = self.groups.get(name)
         if group is None or not (group.members or group.offsets):
-            raise Problem(404, "UNKNOWN_GROUP", f"group {name!r} does not exist")
+            raise GroupError("UNKNOWN_GROUP", f"group {name!r} does not exist")
         return group
 
     def describe(self, name: str) -> dict[str, Any]:
         group = self.group(name)
-        topics = self.manager.topics
+        topics = self.replicas.store.view.topics
         partitions: set[TopicPartition] = set(group.offsets)
         for topic in group.subscribed():
             if topic in topics:
-                partitions.update((topic, p) for p in range(len(topics[topic].partitions)))
+                partitions.update((topic, p) for p in range(topics[topic].partitions))
         rows = []
         total = 0
         for topic, p in sorted(partitions):
-            if topic not in topics or p >= len(topics[topic].partitions):
+            if topic not in topics or p >= topics[topic].partitions:
                 continue
-            end = topics[topic].partitions[p].high_watermark
+            local = self.replicas.local(topic, p)
+            end = None if local is None else local.high_watermark
             committed = group.offsets.get((topic, p))
-            lag = None if committed is None else max(end - committed.offset, 0)
+            lag = None if committed is None or end is None else max(end - committed.offset, 0)
             total += lag or 0
             rows.append(
                 {

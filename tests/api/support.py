@@ -244,7 +244,7 @@ class BlockedFlush:
     """Makes a partition's fsync block until released, to hold acks=all requests open."""
 
     def __init__(self, client: Client, topic: str = "t", partition: int = 0) -> None:
-        self.log = gateway(client).manager.log(topic, partition)
+        self.log = gateway(client).broker.manager.log(topic, partition)
         self.entered = threading.Event()
         self.release = threading.Event()
         self._flush: Callable[..., None] = self.log.flush

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from engine.offsets_topic import OFFSETS_TOPIC, group_key, partition_for
-from gateway.assignors import range_assign, round_robin_assign
-from gateway.group_coordinator import Member
+from gateway.groups.assignors import range_assign, round_robin_assign
+from gateway.groups.coordinator import Member
 from tests.api.support import (
     Client,
     Start,
@@ -677,7 +677,7 @@ async def test_auto_commits_reach_the_log_in_time_and_at_shutdown(start: Start) 
     await fill(client, 3, 1)
     a = (await join(client))["member_id"]
     await poll(client, a)
-    offsets_log = gateway(client).manager.log(OFFSETS_TOPIC, partition_for("g", 50))
+    offsets_log = gateway(client).broker.manager.log(OFFSETS_TOPIC, partition_for("g", 50))
     end = offsets_log.log_end_offset
     await poll(client, a)  # commits 3, in memory at once, in the log within a second
     assert (await describe_group(client))["partitions"][0]["committed_offset"] == 3

@@ -1,0 +1,273 @@
+"""A local cluster of child processes: one etcd and N `sluice serve --cluster` nodes on
+loopback. `sluice dev-cluster` runs one until Ctrl-C; the cluster tests and the benchmark
+drive one (kill, pause, restart nodes) through the same classes."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+START_DEADLINE_S = 30.0
+# One transaction creates a topic with all its partitions; etcd's default allows 128 ops.
+ETCD_MAX_TXN_OPS = 10_240
+
+
+class ClusterError(Exception):
+    """A process of the local cluster failed to start or to become ready."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _get_json(url: str, timeout: float = 2.0) -> Any:
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        return json.load(response)
+
+
+class EtcdServer:
+    """A single-member etcd on loopback with its data in `workdir`."""
+
+    def __init__(self, workdir: Path, client_port: int | None = None) -> None:
+        binary = shutil.which("etcd")
+        if binary is None:
+            raise ClusterError(
+                "the etcd binary is missing: install Debian's etcd-server package "
+                "(apt-get install etcd-server)"
+            )
+        self.binary = binary
+        self.workdir = workdir
+        self.url = f"http://127.0.0.1:{client_port or free_port()}"
+        self.peer_url = f"http://127.0.0.1:{free_port()}"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def endpoint(self) -> str:
+        """The `--cluster` value the nodes are given."""
+        return "etcd://" + self.url.removeprefix("http://")
+
+    def start(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        command = [
+            self.binary,
+            "--name=sluice",
+            f"--data-dir={self.workdir / 'etcd-data'}",
+            f"--listen-client-urls={self.url}",
+            f"--advertise-client-urls={self.url}",
+            f"--listen-peer-urls={self.peer_url}",
+            f"--initial-advertise-peer-urls={self.peer_url}",
+            f"--initial-cluster=sluice={self.peer_url}",
+            f"--max-txn-ops={ETCD_MAX_TXN_OPS}",
+        ]
+        with (self.workdir / "etcd.log").open("ab") as log:
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + START_DEADLINE_S
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise ClusterError(f"etcd exited; see {self.workdir / 'etcd.log'}")
+            with contextlib.suppress(OSError, ValueError):
+                if _get_json(f"{self.url}/health", 1.0).get("health") == "true":
+                    return
+            time.sleep(0.05)
+        raise ClusterError("etcd did not become healthy")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+
+class Node:
+    """One `sluice serve --cluster` process; its port and data directory survive restarts."""
+
+    def __init__(
+        self,
+        node_id: int,
+        data_dir: Path,
+        etcd_endpoint: str,
+        port: int | None = None,
+        extra: Sequence[str] = (),
+        host: str = "127.0.0.1",
+    ) -> None:
+        self.node_id = node_id
+        self.data_dir = data_dir
+        self.etcd_endpoint = etcd_endpoint
+        self.host = host
+        self.port = port or free_port(host)
+        self.extra = list(extra)
+        self.url = f"http://{host}:{self.port}"
+        self.process: subprocess.Popen[str] | None = None
+
+    def start(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        command = [
+            sys.executable,
+            "-m",
+            "gateway",
+            "--node-id",
+            str(self.node_id),
+            "--cluster",
+            self.etcd_endpoint,
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            "--advertise",
+            self.url,
+            "--data-dir",
+            str(self.data_dir),
+            *self.extra,
+        ]
+        log = (self.data_dir.parent / f"node-{self.node_id}.log").open("a")
+        self.process = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        log.close()
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if not line.startswith("sluice listening on "):
+            self.process.kill()
+            self.process.wait()
+            raise ClusterError(f"node {self.node_id} did not start: {line!r}")
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL: the node dies without leaving; its lease runs out."""
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+            self.process = None
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """SIGTERM: a clean shutdown."""
+        if self.process is not None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+            self.process = None
+
+    def pause(self) -> None:
+        if self.process is not None:
+            self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.process is not None:
+            self.process.send_signal(signal.SIGCONT)
+
+
+class LocalCluster:
+    """etcd and `size` nodes under `workdir`; nodes listen on `base_port + i` if given."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        size: int = 3,
+        *,
+        base_port: int | None = None,
+        node_options: Sequence[str] = (),
+    ) -> None:
+        self.workdir = workdir
+        self.etcd = EtcdServer(workdir)
+        self.nodes = [
+            Node(
+                i,
+                workdir / f"node-{i}",
+                self.etcd.endpoint,
+                None if base_port is None else base_port + i,
+                node_options,
+            )
+            for i in range(size)
+        ]
+
+    def start(self) -> None:
+        self.etcd.start()
+        try:
+            for node in self.nodes:
+                node.start()
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+
+    def wait_ready(self, timeout: float = START_DEADLINE_S) -> dict[str, Any]:
+        """Wait until every running node sees all running nodes alive and one controller."""
+        deadline = time.monotonic() + timeout
+        expected = {n.node_id for n in self.nodes if n.running}
+        last: Any = None
+        while time.monotonic() < deadline:
+            views = []
+            for node in self.nodes:
+                if not node.running:
+                    continue
+                with contextlib.suppress(OSError, ValueError, urllib.error.URLError):
+                    views.append(_get_json(f"{node.url}/v1/cluster"))
+            if len(views) == len(expected) and all(
+                v["controller"] is not None
+                and {n["node_id"] for n in v["nodes"] if n["alive"]} == expected
+                for v in views
+            ):
+                return dict(views[0])
+            last = views
+            time.sleep(0.05)
+        raise ClusterError(f"the cluster did not settle: {last}")
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+        self.etcd.stop()
+
+
+def run_dev_cluster(size: int, workdir: Path, base_port: int) -> None:
+    """`sluice dev-cluster`: start, print the URLs, wait for Ctrl-C, stop everything."""
+    cluster = LocalCluster(workdir, size, base_port=base_port)
+    try:
+        cluster.start()
+    except ClusterError as exc:
+        raise SystemExit(f"sluice dev-cluster: {exc}") from None
+    print(f"etcd   {cluster.etcd.url}", flush=True)
+    for node in cluster.nodes:
+        print(f"node {node.node_id} {node.url}", flush=True)
+    print("Ctrl-C stops the cluster", flush=True)
+    stop = False
+
+    def on_signal(signum: int, frame: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        while not stop:
+            signal.pause()
+    finally:
+        cluster.stop()

@@ -1,0 +1,47 @@
+"""Any node serves any request: what only another node can do (a partition's leader, a
+group's coordinator, the controller) is forwarded there once, and its answer relayed as is."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from gateway.params import read_body
+from gateway.state import gateway_of
+from replication.errors import LeaderNotAvailable, NodeUnreachable, NotController, NotLeader
+from replication.forward_client import FORWARDED_BY
+
+
+@web.middleware
+async def forwarding_middleware(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """On NotLeader or NotController, send the request to the node named; a request that was
+    forwarded already is answered here (no loops: a stale view shows as 421 or 503). If that
+    node is down, wait (bounded) for the cluster to notice and choose another, and try again."""
+    gateway = gateway_of(request)
+    view = gateway.broker.store.view
+    error: NotLeader | NotController
+    try:
+        return await handler(request)
+    except NotLeader as exc:
+        target, error = exc.leader, exc
+    except NotController as exc:
+        target, error = view.controller, exc
+    node = None if target is None else view.nodes.get(target)
+    if node is None or FORWARDED_BY in request.headers or target == gateway.settings.node_id:
+        raise error
+    body = await read_body(request, gateway.settings)
+    try:
+        answer = await gateway.forwarder.forward(
+            node.url, request.method, request.path_qs, request.headers, body
+        )
+    except NodeUnreachable:
+        wait_s = gateway.settings.leader_wait_ms / 1000
+        if not await gateway.broker.store.wait_for(lambda v: target not in v.live, wait_s):
+            raise LeaderNotAvailable(
+                f"node {target} does not answer and is still in the cluster; retry shortly"
+            ) from None
+        return await forwarding_middleware(request, handler)
+    return web.Response(status=answer.status, body=answer.body, headers=answer.headers)

@@ -1,0 +1,204 @@
+"""The leader's side of replication, in process: the internal replica-fetch and epoch routes,
+followers' progress moving the high watermark, ISR expansion and shrinking, and acks=all.
+
+Node 1 is a follower on paper only (a partition state naming it, written to the metadata
+store); the test plays it by calling the internal routes as its fetcher would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from typing import Any
+
+from engine import batch as fmt
+from replication.metadata import PartitionState
+from replication.partition import Partition
+from replication.replica_client import HIGH_WATERMARK, LOG_START_OFFSET, replica_path
+from tests.api.support import (
+    Client,
+    Start,
+    create_topic,
+    describe,
+    fetch,
+    gateway,
+    metrics,
+    problem,
+    produce,
+    records_path,
+    sample,
+    wait_until,
+)
+
+FOLLOWER = 1
+
+
+async def add_follower(client: Client, topic: str = "t") -> PartitionState:
+    """Make node 1 a replica of topic-0 outside the ISR, in a new leader epoch."""
+    broker = gateway(client).broker
+    fence = await broker.store.campaign()
+    state = broker.store.view.partition(topic, 0)
+    assert state is not None
+    new = replace(state, leader_epoch=state.leader_epoch + 1, replicas=(0, FOLLOWER), isr=(0,))
+    stored = await broker.store.set_partition(topic, 0, new, fence)
+    assert stored is not None
+    await wait_until(lambda: leader_of(client, topic).leader_epoch == stored.leader_epoch)
+    return stored
+
+
+def leader_of(client: Client, topic: str = "t") -> Partition:
+    partition = gateway(client).replicas.local(topic, 0)
+    assert partition is not None
+    return partition
+
+
+async def replica_fetch(
+    client: Client, offset: int, epoch: int, topic: str = "t", **extra: Any
+) -> Any:
+    params = {
+        "replica": FOLLOWER,
+        "leader_epoch": epoch,
+        "offset": offset,
+        "max_bytes": 1 << 20,
+        "timeout_ms": 0,
+        **extra,
+    }
+    return await client.get(
+        replica_path(topic, 0, "records"), params={k: str(v) for k, v in params.items()}
+    )
+
+
+async def test_bad_internal_requests_are_problems(client: Client) -> None:
+    await create_topic(client)
+    path = replica_path("t", 0, "records")
+    await problem(await client.get(path), 400, "INVALID_PARAMETER")
+    await problem(await client.get(path, params={"replica": "x"}), 400, "INVALID_PARAMETER")
+    # The leader itself is no follower.
+    resp = await client.get(
+        path, params={"replica": "0", "leader_epoch": "0", "offset": "0", "max_bytes": "10"}
+    )
+    await problem(resp, 400, "NOT_A_REPLICA")
+    unknown = replica_path("nope", 0, "records")
+    resp = await client.get(
+        unknown, params={"replica": "1", "leader_epoch": "0", "offset": "0", "max_bytes": "10"}
+    )
+    await problem(resp, 404, "UNKNOWN_TOPIC")
+    await problem(await client.get(replica_path("t", 0, "epoch-end")), 400, "INVALID_PARAMETER")
+
+
+async def test_epochs_fence_stale_and_future_followers(client: Client) -> None:
+    await create_topic(client)
+    state = await add_follower(client)
+    stale = await replica_fetch(client, 0, state.leader_epoch - 1)
+    await problem(stale, 409, "FENCED_LEADER_EPOCH")
+    future = await replica_fetch(client, 0, state.leader_epoch + 1)
+    body = await problem(future, 503, "UNKNOWN_LEADER_EPOCH")
+    assert future.headers["Retry-After"] == "1", body
+    epoch_end = replica_path("t", 0, "epoch-end")
+    resp = await client.get(
+        epoch_end, params={"leader_epoch": str(state.leader_epoch - 1), "epoch": "0"}
+    )
+    await problem(resp, 409, "FENCED_LEADER_EPOCH")
+
+
+async def test_follower_progress_moves_the_high_watermark_and_joins_the_isr(
+    client: Client,
+) -> None:
+    await create_topic(client)
+    await produce(client, [{"value": i} for i in range(3)], params={"acks": "1"})
+    state = await add_follower(client)
+    epoch = state.leader_epoch
+    # The new epoch starts at the leader's log end: KIP-279's answer for any older epoch.
+    resp = await client.get(
+        replica_path("t", 0, "epoch-end"), params={"leader_epoch": str(epoch), "epoch": "0"}
+    )
+    assert await resp.json() == {"epoch": 0, "end_offset": 3}
+    # An acks=1 produce in the new epoch: the follower is outside the ISR, the HW moves alone.
+    await produce(client, [{"value": 3}], params={"acks": "1"})
+    assert (await describe(client))["partitions"][0]["high_watermark"] == 4
+    resp = await replica_fetch(client, 0, epoch)
+    assert resp.status == 200
+    data = await resp.read()
+    headers = fmt.scan(data, check_crc=True).headers
+    assert [h.base_offset for _, h in headers] == [0, 3]
+    assert [h.partition_leader_epoch for _, h in headers] == [0, epoch]
+    assert resp.headers[HIGH_WATERMARK] == "4" and resp.headers[LOG_START_OFFSET] == "0"
+    # Caught up to the HW (and past the epoch start): the leader stores the larger ISR.
+    assert (await replica_fetch(client, 4, epoch)).status == 200
+    await wait_until(lambda: leader_of(client).isr == (0, FOLLOWER))
+    assert (await describe(client))["partitions"][0]["isr"] == [0, FOLLOWER]
+    scraped = await metrics(client)
+    assert sample(scraped, "sluice_isr_expands_total") == 1
+    assert sample(scraped, "sluice_under_replicated_partitions") == 0
+
+
+async def test_acks_all_waits_for_the_follower(client: Client) -> None:
+    await create_topic(client)
+    state = await add_follower(client)
+    epoch = state.leader_epoch
+    assert (await replica_fetch(client, 0, epoch)).status == 200
+    await wait_until(lambda: leader_of(client).isr == (0, FOLLOWER))
+    task = asyncio.ensure_future(
+        client.post(
+            records_path("t", 0), json={"records": [{"value": "x"}]}, params={"acks": "all"}
+        )
+    )
+    await wait_until(lambda: gateway(client).replicas.counters.acks_waiting == 1)
+    assert not task.done()
+    assert (await fetch(client))["records"] == []  # appended, not committed: not served
+    # The follower's next fetch carries the record; the one after acknowledges it.
+    first = await replica_fetch(client, 0, epoch)
+    assert len(await first.read()) > 0
+    assert not task.done()
+    await replica_fetch(client, 1, epoch)
+    resp = await asyncio.wait_for(task, 5)
+    assert resp.status == 200, await resp.text()
+    assert (await resp.json())["results"] == [{"partition": 0, "base_offset": 0, "count": 1}]
+    assert [r["value"] for r in (await fetch(client))["records"]] == ["x"]
+
+
+async def test_acks_all_times_out_saying_the_records_may_commit(client: Client) -> None:
+    await create_topic(client)
+    state = await add_follower(client)
+    assert (await replica_fetch(client, 0, state.leader_epoch)).status == 200
+    await wait_until(lambda: leader_of(client).isr == (0, FOLLOWER))
+    resp = await client.post(
+        records_path("t", 0),
+        json={"records": [{"value": "x"}]},
+        params={"acks": "all", "timeout_ms": "50"},
+    )
+    body = await problem(resp, 504, "REQUEST_TIMED_OUT")
+    assert "may still be committed" in body["detail"]
+
+
+async def test_min_insync_replicas_refuses_acks_all_and_appends_nothing(client: Client) -> None:
+    await create_topic(client, configs={"min.insync.replicas": 2})
+    await add_follower(client)
+    resp = await client.post(
+        records_path("t", 0), json={"records": [{"value": "x"}]}, params={"acks": "all"}
+    )
+    body = await problem(resp, 503, "NOT_ENOUGH_REPLICAS")
+    assert resp.headers["Retry-After"] == "1", body
+    assert (await describe(client))["partitions"][0]["log_end_offset"] == 0
+    # acks=1 does not need the ISR.
+    ok = await client.post(
+        records_path("t", 0), json={"records": [{"value": "y"}]}, params={"acks": "1"}
+    )
+    assert ok.status == 200
+
+
+async def test_a_follower_that_stops_fetching_leaves_the_isr(start: Start) -> None:
+    client = await start(replica_lag_time_max_ms=200)
+    await create_topic(client)
+    state = await add_follower(client)
+    assert (await replica_fetch(client, 0, state.leader_epoch)).status == 200
+    leader = leader_of(client)
+    await wait_until(lambda: leader.isr == (0, FOLLOWER))
+    await produce(client, [{"value": 1}], params={"acks": "1"})
+    # The follower never fetches the record: after replica.lag.time.max.ms it is dropped,
+    # and the HW moves on without it.
+    await wait_until(lambda: leader.isr == (0,), timeout=5)
+    await wait_until(lambda: leader.high_watermark == 1)
+    scraped = await metrics(client)
+    assert sample(scraped, "sluice_isr_shrinks_total") == 1
+    assert sample(scraped, "sluice_under_replicated_partitions") == 1

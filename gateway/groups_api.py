@@ -258,7 +258,7 @@ async def reset_offsets(request: web.Request) -> web.Response:
         raise bad_request(
             'to must be "earliest", "latest", an offset or {"timestamp": ms}', "INVALID_PARAMETER"
         )
-    reset = _coordinator(request).reset_offsets(name, topic, partitions, to)
+    reset = await _coordinator(request).reset_offsets(name, topic, partitions, to)
     return json_response(
         {
             "group": name,

@@ -53,8 +53,10 @@ class Gateway:
         broker = Broker(broker_settings(settings))
         await broker.open()
         replicas = broker.replicas
+        forwarder = ForwardClient(settings.node_id)
         groups = GroupCoordinator(
             replicas,
+            forwarder,
             settings.group_min_session_timeout_ms,
             settings.group_max_session_timeout_ms,
             settings.group_max_members,
@@ -66,7 +68,6 @@ class Gateway:
         leaders = [p for p in replicas.partitions.values() if p.is_leader]
         rebuilt = await asyncio.to_thread(store.rebuild, leaders)
         metrics = Metrics(lambda: replicas, lambda: broker.notifier, lambda: groups)
-        forwarder = ForwardClient(settings.node_id)
         gateway = cls(
             settings=settings,
             broker=broker,

@@ -14,6 +14,7 @@ commits as it goes therefore delivers every record once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import random
@@ -26,13 +27,15 @@ from typing import Any, Literal
 import orjson
 
 from engine import offsets_topic
-from engine.errors import LogClosed, OffsetOutOfRange, UnknownPartition, UnknownTopic
+from engine.errors import EngineError, LogClosed, OffsetOutOfRange, UnknownPartition, UnknownTopic
 from engine.offsets_topic import CommittedOffset, StoredGroup, TopicPartition
 from gateway import codecs
 from gateway.fetch import FetchLimits
+from gateway.groups import remote
 from gateway.groups.assignors import ASSIGNORS
 from gateway.groups.errors import GroupError
 from replication.errors import LeaderNotAvailable, NotLeader, ReplicationError
+from replication.forward_client import ForwardClient
 from replication.metadata import NO_LEADER
 from replication.partition import Partition
 from replication.replica_manager import ReplicaManager
@@ -174,11 +177,13 @@ class GroupCoordinator:
     def __init__(
         self,
         replicas: ReplicaManager,
+        forwarder: ForwardClient,
         min_session_timeout_ms: int,
         max_session_timeout_ms: int,
         max_members: int,
     ) -> None:
         self.replicas = replicas
+        self.forwarder = forwarder
         self.min_session_timeout_ms = min_session_timeout_ms
         self.max_session_timeout_ms = max_session_timeout_ms
         self.max_members = max_members
@@ -484,7 +489,9 @@ class GroupCoordinator:
                 if member.fetch_turn != turn:
                     return GroupFetch([], member.assignment(), group.generation, {}, member.cursor)
                 self._reconcile(group, member)
-                answer = self._read(group, member, limits)
+                elsewhere = self._led_elsewhere(member)
+                fetched = await self._read_remote(group, member, elsewhere, limits)
+                answer = self._read(group, member, limits, fetched)
                 remaining = deadline - self._loop.time()
                 if (
                     answer.bytes_read >= limits.min_bytes
@@ -494,9 +501,15 @@ class GroupCoordinator:
                 ):
                     return self._deliver(group, member, answer)
                 wake = member.wake = self._loop.create_future()
+                polls = [
+                    asyncio.ensure_future(self._poll_remote(member, tp, url, limits, remaining))
+                    for tp, url in elsewhere.items()
+                ]
                 try:
                     await self.replicas.wait_any(self._leaders(member.owned), remaining, wake)
                 finally:
+                    for poll in polls:
+                        poll.cancel()
                     if member.wake is wake:
                         member.wake = None
         finally:
@@ -506,7 +519,81 @@ class GroupCoordinator:
 
     def _leaders(self, partitions: Iterable[TopicPartition]) -> list[Partition]:
         found = (self.replicas.local(topic, p) for topic, p in partitions)
-        return [partition for partition in found if partition is not None]
+        return [partition for partition in found if partition is not None and partition.is_leader]
+
+    def _led_elsewhere(self, member: Member) -> dict[TopicPartition, str]:
+        """The member's partitions another node leads, with that node's URL."""
+        view = self.replicas.store.view
+        out = {}
+        for tp in member.owned:
+            state = view.partitions.get(tp)
+            node = None if state is None else view.nodes.get(state.leader)
+            if node is not None and state is not None and state.leader != self.replicas.node_id:
+                out[tp] = node.url
+        return out
+
+    async def _read_remote(
+        self,
+        group: Group,
+        member: Member,
+        elsewhere: Mapping[TopicPartition, str],
+        limits: FetchLimits,
+    ) -> dict[TopicPartition, remote.RemoteRead]:
+        """Fetch each partition led elsewhere at the member's position, all at once."""
+        reads = await asyncio.gather(
+            *(self._fetch_remote(group, member, tp, url, limits) for tp, url in elsewhere.items()),
+            return_exceptions=True,
+        )
+        out = {}
+        for tp, read in zip(elsewhere, reads, strict=True):
+            if isinstance(read, remote.RemoteRead):
+                out[tp] = read
+            elif isinstance(read, GroupError):
+                raise read
+            elif not isinstance(read, EngineError | asyncio.CancelledError):
+                logger.warning("reading %s-%d from its leader failed: %r", tp[0], tp[1], read)
+        return out
+
+    async def _fetch_remote(
+        self, group: Group, member: Member, tp: TopicPartition, url: str, limits: FetchLimits
+    ) -> remote.RemoteRead:
+        position = member.positions.get(tp)
+        if position is None:
+            committed = group.offsets.get(tp)
+            if committed is None:
+                position = await self._remote_reset(member, tp, url, None)
+            else:
+                position = committed.offset
+            member.positions[tp] = position
+        try:
+            return await remote.fetch(self.forwarder, url, *tp, position, limits.max_bytes, 0)
+        except OffsetOutOfRange as exc:
+            position = member.positions[tp] = await self._remote_reset(member, tp, url, exc)
+            return await remote.fetch(self.forwarder, url, *tp, position, limits.max_bytes, 0)
+
+    async def _remote_reset(
+        self, member: Member, tp: TopicPartition, url: str, out_of_range: OffsetOutOfRange | None
+    ) -> int:
+        if member.auto_offset_reset in ("earliest", "latest"):
+            return await remote.offset(self.forwarder, url, *tp, member.auto_offset_reset)
+        if out_of_range is None:
+            raise self._no_committed_offset(tp)
+        raise out_of_range
+
+    async def _poll_remote(
+        self, member: Member, tp: TopicPartition, url: str, limits: FetchLimits, wait_s: float
+    ) -> None:
+        """Park at the leader until it has records at the member's position, then wake the
+        member's fetch (which reads them in its next pass)."""
+        position = member.positions.get(tp)
+        if position is None:
+            return
+        with contextlib.suppress(EngineError):
+            read = await remote.fetch(
+                self.forwarder, url, *tp, position, limits.max_bytes, int(wait_s * 1000)
+            )
+            if read.data:
+                member.poke()
 
     def _leader(self, topic: str, p: int) -> Partition:
         """This node's replica of a partition the group reads or commits; it must lead it."""
@@ -536,16 +623,28 @@ class GroupCoordinator:
         if member.auto_offset_reset == "latest":
             return log.high_watermark
         if out_of_range is None:
-            raise GroupError(
-                "NO_COMMITTED_OFFSET",
-                f"{tp[0]}-{tp[1]} has no committed offset and auto_offset_reset is none; "
-                "commit a starting offset for it",
-                topic=tp[0],
-                partition=tp[1],
-            )
+            raise self._no_committed_offset(tp)
         raise OffsetOutOfRange(out_of_range, log.log_start_offset, log.high_watermark)
 
-    def _read(self, group: Group, member: Member, limits: FetchLimits) -> PartitionReads:
+    @staticmethod
+    def _no_committed_offset(tp: TopicPartition) -> GroupError:
+        return GroupError(
+            "NO_COMMITTED_OFFSET",
+            f"{tp[0]}-{tp[1]} has no committed offset and auto_offset_reset is none; "
+            "commit a starting offset for it",
+            topic=tp[0],
+            partition=tp[1],
+        )
+
+    def _read(
+        self,
+        group: Group,
+        member: Member,
+        limits: FetchLimits,
+        fetched: Mapping[TopicPartition, remote.RemoteRead],
+    ) -> PartitionReads:
+        """One pass over the member's partitions, from where a rotation left off: led here,
+        read in place; led elsewhere, what `fetched` brought at the member's position."""
         owned = sorted(member.owned)
         start = member.rotation % len(owned) if owned else 0
         out = PartitionReads([], {}, {}, 0)
@@ -554,19 +653,16 @@ class GroupCoordinator:
             left = limits.max_records - len(records)
             if left <= 0 or out.bytes_read >= limits.max_bytes:
                 break
-            try:
-                log = self._leader(*tp)
-                position = self._position(group, member, tp, log)
-                if position >= log.high_watermark:
+            elsewhere = fetched.get(tp)
+            if elsewhere is not None:
+                if elsewhere.position != member.positions.get(tp) or not elsewhere.data:
                     continue
-                data = log.read(
-                    position,
-                    limits.max_bytes - out.bytes_read,
-                    min_one=not records,
-                    max_records=left,
-                ).data
-            except (UnknownTopic, UnknownPartition, LogClosed, ReplicationError):
-                continue
+                data, position = elsewhere.data, elsewhere.position
+            else:
+                read = self._read_local(group, member, tp, limits, out, left)
+                if read is None:
+                    continue
+                data, position = read
             got, next_offset = codecs.fetched_records(data, position, left, tp)
             if got:
                 records.extend(got)
@@ -574,6 +670,31 @@ class GroupCoordinator:
                 out.counts[tp[0]] = out.counts.get(tp[0], 0) + len(got)
                 out.bytes_read += len(data)
         return out
+
+    def _read_local(
+        self,
+        group: Group,
+        member: Member,
+        tp: TopicPartition,
+        limits: FetchLimits,
+        out: PartitionReads,
+        left: int,
+    ) -> tuple[memoryview, int] | None:
+        """Batches at the member's position of a partition led here (None: nothing to read)."""
+        try:
+            log = self._leader(*tp)
+            position = self._position(group, member, tp, log)
+            if position >= log.high_watermark:
+                return None
+            data = log.read(
+                position,
+                limits.max_bytes - out.bytes_read,
+                min_one=not out.records,
+                max_records=left,
+            ).data
+        except (UnknownTopic, UnknownPartition, LogClosed, ReplicationError):
+            return None
+        return data, position
 
     def _deliver(self, group: Group, member: Member, answer: PartitionReads) -> GroupFetch:
         if answer.records:
@@ -634,7 +755,11 @@ class GroupCoordinator:
                     partition=p,
                     generation=group.generation,
                 )
-            log = self._leader(topic, p)
+            # Checked where the log is at hand; a partition led elsewhere takes it as given,
+            # as Kafka's coordinator takes every commit.
+            log = self.replicas.local(topic, p)
+            if log is None or not log.is_leader:
+                continue
             if not log.log_start_offset <= offset <= log.high_watermark:
                 raise OffsetOutOfRange(offset, log.log_start_offset, log.high_watermark)
         self._store_offsets(group, [(tp, offset, meta) for tp, offset, meta in offsets])
@@ -652,11 +777,16 @@ class GroupCoordinator:
         self._store_offsets(group, changed, durable=durable)
         return positions
 
-    def reset_offsets(
+    async def reset_offsets(
         self, name: str, topic: str, partitions: list[int] | None, to: object
     ) -> list[tuple[TopicPartition, int]]:
         """Set committed offsets while the group has no members (Kafka's --reset-offsets)."""
         self.coordinator(name)
+        count = self.replicas.topic(topic).partitions
+        chosen = list(range(count)) if partitions is None else partitions
+        new: list[tuple[TopicPartition, int, str]] = []
+        for p in chosen:
+            new.append(((topic, p), await self._resolve(topic, p, to), ""))
         group = self.groups.get(name) or Group(name)
         if group.members:
             raise GroupError(
@@ -664,29 +794,42 @@ class GroupCoordinator:
                 f"group {name!r} has {len(group.members)} active members; offsets can be reset "
                 "only when it has none",
             )
-        count = self.replicas.topic(topic).partitions
-        chosen = list(range(count)) if partitions is None else partitions
-        new: list[tuple[TopicPartition, int, str]] = []
-        for p in chosen:
-            log = self._leader(topic, p)
-            new.append(((topic, p), self._resolve(log, to), ""))
         self.groups[name] = group
         self._store_offsets(group, new)
         return [(tp, offset) for tp, offset, _ in new]
 
-    @staticmethod
-    def _resolve(log: Partition, to: object) -> int:
+    async def _resolve(self, topic: str, p: int, to: object) -> int:
+        """The offset `to` names in a partition (earliest, latest, {timestamp} or an offset
+        within the log), asked of its leader wherever that is."""
+        local = self.replicas.local(topic, p)
+        if local is None or not local.is_leader:
+            url = self._led_elsewhere_url(topic, p)
+            if isinstance(to, int):
+                start = await remote.offset(self.forwarder, url, topic, p, "earliest")
+                end = await remote.offset(self.forwarder, url, topic, p, "latest")
+                if not start <= to <= end:
+                    raise OffsetOutOfRange(to, start, end)
+                return to
+            at = int(to["timestamp"]) if isinstance(to, dict) else str(to)
+            return await remote.offset(self.forwarder, url, topic, p, at)
         if to == "earliest":
-            return log.log_start_offset
+            return local.log_start_offset
         if to == "latest":
-            return log.high_watermark
+            return local.high_watermark
         if isinstance(to, dict):
-            found = log.offset_for_timestamp(int(to["timestamp"]))
-            return log.high_watermark if found is None else found[0]
+            found = await asyncio.to_thread(local.offset_for_timestamp, int(to["timestamp"]))
+            return local.high_watermark if found is None else found[0]
         assert isinstance(to, int)
-        if not log.log_start_offset <= to <= log.high_watermark:
-            raise OffsetOutOfRange(to, log.log_start_offset, log.high_watermark)
+        if not local.log_start_offset <= to <= local.high_watermark:
+            raise OffsetOutOfRange(to, local.log_start_offset, local.high_watermark)
         return to
+
+    def _led_elsewhere_url(self, topic: str, p: int) -> str:
+        state = self.replicas.state(topic, p)
+        node = self.replicas.store.view.nodes.get(state.leader)
+        if node is None:
+            raise LeaderNotAvailable(f"{topic}-{p} has no leader now; retry shortly")
+        return node.url
 
     def _store_offsets(
         self,

@@ -43,7 +43,14 @@ def _get_json(url: str, timeout: float = 2.0) -> Any:
 class EtcdServer:
     """A single-member etcd on loopback with its data in `workdir`."""
 
-    def __init__(self, workdir: Path, client_port: int | None = None) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        client_port: int | None = None,
+        listen_hosts: Sequence[str] = (),
+    ) -> None:
+        """`listen_hosts`: addresses to serve clients on besides 127.0.0.1, on the same port
+        (e.g. the host's end of links to nodes in network namespaces)."""
         binary = shutil.which("etcd")
         if binary is None:
             raise ClusterError(
@@ -52,7 +59,9 @@ class EtcdServer:
             )
         self.binary = binary
         self.workdir = workdir
-        self.url = f"http://127.0.0.1:{client_port or free_port()}"
+        self.client_port = client_port or free_port()
+        self.url = f"http://127.0.0.1:{self.client_port}"
+        self.listen_urls = [self.url, *(f"http://{h}:{self.client_port}" for h in listen_hosts)]
         self.peer_url = f"http://127.0.0.1:{free_port()}"
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -61,13 +70,17 @@ class EtcdServer:
         """The `--cluster` value the nodes are given."""
         return "etcd://" + self.url.removeprefix("http://")
 
+    def endpoint_at(self, host: str) -> str:
+        """The `--cluster` value for a node that reaches etcd at `host` (a listen host)."""
+        return f"etcd://{host}:{self.client_port}"
+
     def start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         command = [
             self.binary,
             "--name=sluice",
             f"--data-dir={self.workdir / 'etcd-data'}",
-            f"--listen-client-urls={self.url}",
+            f"--listen-client-urls={','.join(self.listen_urls)}",
             f"--advertise-client-urls={self.url}",
             f"--listen-peer-urls={self.peer_url}",
             f"--initial-advertise-peer-urls={self.peer_url}",
@@ -98,7 +111,11 @@ class EtcdServer:
 
 
 class Node:
-    """One `sluice serve --cluster` process; its port and data directory survive restarts."""
+    """One `sluice serve --cluster` process; its port and data directory survive restarts.
+
+    `wrapper` is a command prefix the node runs under (e.g. `ip netns exec NS`, which execs the
+    node in place, so signals still reach it); `advertise` is the URL the node gives the
+    cluster when others reach it elsewhere than `host:port` (a proxy, NAT)."""
 
     def __init__(
         self,
@@ -108,6 +125,9 @@ class Node:
         port: int | None = None,
         extra: Sequence[str] = (),
         host: str = "127.0.0.1",
+        *,
+        wrapper: Sequence[str] = (),
+        advertise: str | None = None,
     ) -> None:
         self.node_id = node_id
         self.data_dir = data_dir
@@ -115,12 +135,14 @@ class Node:
         self.host = host
         self.port = port or free_port(host)
         self.extra = list(extra)
-        self.url = f"http://{host}:{self.port}"
+        self.wrapper = list(wrapper)
+        self.url = advertise or f"http://{host}:{self.port}"
         self.process: subprocess.Popen[str] | None = None
 
     def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         command = [
+            *self.wrapper,
             sys.executable,
             "-m",
             "gateway",

@@ -92,6 +92,7 @@ _ENGINE_STATUS: dict[type[errors.EngineError], int] = {
     replication.InvalidReplicationFactor: 400,
     replication.MetadataUnavailable: 503,
     replication.NotAReplica: 400,
+    replication.IdempotencyKeyReused: 422,
     replication.NodeUnreachable: 502,
 }
 # Errors a retry may cure shortly: their answers carry Retry-After.

@@ -15,12 +15,13 @@ from engine import batch as fmt
 from engine.batch import RecordTuple
 from engine.errors import RecordTooLarge, UnknownPartition
 from gateway import codecs, idempotency
-from gateway.idempotency import Entry, IdempotencyStore
+from gateway.idempotency import InFlight
 from gateway.metrics import Metrics
 from gateway.partitioner import StickyPartitioner, partition_for_key
 from gateway.problems import Problem, bad_request
 from replication.errors import NotLeader
 from replication.forward_client import ForwardClient
+from replication.idempotency import Marker
 from replication.metadata import TopicSpec
 from replication.partition import Partition
 from replication.replica_manager import ReplicaManager
@@ -56,38 +57,30 @@ class Producer:
         self,
         replicas: ReplicaManager,
         metrics: Metrics,
-        store: IdempotencyStore,
+        in_flight: InFlight,
         forwarder: ForwardClient,
     ) -> None:
         self.replicas = replicas
         self.forwarder = forwarder
         self.metrics = metrics
-        self.store = store
+        self.in_flight = in_flight
         self.sticky = StickyPartitioner()
 
     async def produce(self, request: ProduceRequest) -> tuple[int, dict[str, object]]:
         topic = self.replicas.topic(request.topic)
         if request.partition is not None:
             self.replicas.check_partition(request.topic, request.partition)
-        if request.idempotency_key is None:
-            batches = self._build(topic, request, None, None)
-            results: dict[int, tuple[int, int]] = {}
-            await self._append(topic, batches, request, results)
-            return self._answer(request, results)
         key = request.idempotency_key
+        results: dict[int, tuple[int, int]] = {}
+        if key is None:
+            await self._append(topic, self._build(topic, request, None, None), request, results)
+            return self._answer(request, results)
         digest = idempotency.body_hash(request.body, request.content_type, request.target)
-        entry = self.store.begin(topic.name, key, digest)
-        try:
-            if entry is None or not entry.complete:
-                batches = self._build(topic, request, key, digest)
-                if entry is None:
-                    entry = Entry(digest, len(batches), created=time.time())
-                missing = [b for b in batches if b.partition not in entry.results]
-                await self._append(topic, missing, request, entry.results)
-            return self._answer(request, entry.results)
-        finally:
-            # Remember whatever was appended, even on failure, so a retry never appends twice.
-            self.store.finish(topic.name, key, entry if entry and entry.results else None)
+        # Each partition's leader answers a repeated request with the first attempt's offsets
+        # (replication.idempotency); here, only a second copy in flight on this node waits.
+        with self.in_flight.claim(topic.name, key):
+            await self._append(topic, self._build(topic, request, key, digest), request, results)
+        return self._answer(request, results)
 
     def _answer(
         self, request: ProduceRequest, results: dict[int, tuple[int, int]]
@@ -110,13 +103,19 @@ class Producer:
         groups: dict[int, list[RecordTuple]]
         json_groups: set[int]
         owner: list[int] | None = None  # each record's partition, when there are several
+        compression = 0
         if request.content_type == codecs.RECORD_BATCH:
             data = codecs.validate_record_batches(request.body)
             p = self._keyless_partition(request, partitions, pin)
             headers = fmt.scan(data, check_crc=False).headers
-            count = sum(h.record_count for _, h in headers)
-            return [PartitionBatch(p, data, count)]
-        if request.content_type == codecs.NDJSON:
+            if key is None:
+                return [PartitionBatch(p, data, sum(h.record_count for _, h in headers))]
+            # The marker goes on the first record: the client's batches are encoded again,
+            # with their codec (only idempotent binary produces pay for this).
+            groups = {p: [(r.key, r.value, r.headers, r.timestamp) for r in fmt.iter_records(data)]}
+            json_groups = set()
+            compression = headers[0][1].compression
+        elif request.content_type == codecs.NDJSON:
             record_key = None if request.key is None else request.key.encode()
             records = codecs.parse_ndjson_records(request.body, record_key)
             if record_key is not None and request.partition is None:
@@ -142,7 +141,7 @@ class Producer:
             extra = 0
             if key is not None and digest is not None:
                 record_key, value, first_headers, timestamp = records[0]
-                marker = idempotency.header_value(key, digest, len(groups), len(records), now)
+                marker = Marker(key, digest, len(groups), len(records), now).encode()
                 stamped = [*first_headers, (fmt.IDEMPOTENCY_HEADER, marker)]
                 records = [(record_key, value, stamped, timestamp), *records[1:]]
                 extra = fmt.IDEMPOTENT_MASK
@@ -150,6 +149,7 @@ class Producer:
                 data = fmt.encode_batches(
                     records,
                     max_batch_bytes=config.max_message_bytes,
+                    compression=compression,
                     default_timestamp=now,
                     values_json=p in json_groups,
                     extra_attributes=extra,

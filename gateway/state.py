@@ -12,7 +12,7 @@ from aiohttp import web
 from engine import offsets_topic
 from engine.notify import ChangeNotifier
 from gateway.groups.coordinator import GroupCoordinator
-from gateway.idempotency import IdempotencyStore
+from gateway.idempotency import InFlight
 from gateway.metrics import Metrics
 from gateway.produce import Producer
 from gateway.settings import Settings
@@ -30,7 +30,6 @@ class Gateway:
     settings: Settings
     broker: Broker
     metrics: Metrics
-    idempotency: IdempotencyStore
     producer: Producer
     groups: GroupCoordinator
     forwarder: ForwardClient
@@ -61,19 +60,16 @@ class Gateway:
             settings.group_max_session_timeout_ms,
             settings.group_max_members,
         )
-        store = IdempotencyStore(settings.idempotency_window_s, settings.idempotency_max_entries)
+        in_flight = InFlight()
         replicas.add_role_listener(groups.role_changed)
-        replicas.add_topics_listener(lambda deleted: _topics_changed(groups, store, deleted))
+        replicas.add_topics_listener(lambda deleted: _topics_changed(groups, deleted))
         await broker.start()
-        leaders = [p for p in replicas.partitions.values() if p.is_leader]
-        rebuilt = await asyncio.to_thread(store.rebuild, leaders)
         metrics = Metrics(lambda: replicas, lambda: broker.notifier, lambda: groups)
         gateway = cls(
             settings=settings,
             broker=broker,
             metrics=metrics,
-            idempotency=store,
-            producer=Producer(replicas, metrics, store, forwarder),
+            producer=Producer(replicas, metrics, in_flight, forwarder),
             groups=groups,
             forwarder=forwarder,
         )
@@ -87,7 +83,8 @@ class Gateway:
             gateway.tasks.add(asyncio.create_task(offsets))
         else:
             await offsets
-        log.info("%d idempotency keys restored, %d groups", rebuilt, len(groups.groups))
+        keys = sum(len(p.idempotency) for p in replicas.partitions.values())
+        log.info("%d idempotency keys restored, %d groups", keys, len(groups.groups))
         return gateway
 
     async def close(self) -> None:
@@ -99,9 +96,8 @@ class Gateway:
         await self.broker.stop()
 
 
-def _topics_changed(groups: GroupCoordinator, store: IdempotencyStore, deleted: set[str]) -> None:
+def _topics_changed(groups: GroupCoordinator, deleted: set[str]) -> None:
     for name in deleted:
-        store.forget_topic(name)
         groups.topics_changed(deleted=name)
     groups.topics_changed()
 
@@ -117,6 +113,8 @@ def broker_settings(settings: Settings) -> BrokerSettings:
         replication=ReplicationSettings(
             replica_lag_time_max_ms=settings.replica_lag_time_max_ms,
             leader_wait_ms=settings.leader_wait_ms,
+            idempotency_window_s=settings.idempotency_window_s,
+            idempotency_max_entries=settings.idempotency_max_entries,
         ),
     )
 

@@ -89,3 +89,9 @@ class NotAReplica(ReplicationError):
     """A replica fetch from a node that is not one of the partition's followers."""
 
     code = "NOT_A_REPLICA"
+
+
+class IdempotencyKeyReused(ReplicationError):
+    """An Idempotency-Key already used in this topic with a different request."""
+
+    code = "IDEMPOTENCY_KEY_REUSED"

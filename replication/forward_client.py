@@ -16,6 +16,7 @@ from replication.errors import NodeUnreachable, ReplicationError
 
 FORWARDED_BY = "Sluice-Forwarded-By"  # set on a forwarded request: it is never forwarded again
 RECORD_BATCH = "application/vnd.sluice.record-batch"
+APPEND_PREFIX = "/internal/v1/partitions"
 # What a forwarded request carries over and what its answer brings back.
 REQUEST_HEADERS = ("Content-Type", "Accept", "Idempotency-Key", "Authorization")
 ANSWER_HEADERS = ("Content-Type", "Retry-After", "Location", "Allow")
@@ -87,8 +88,9 @@ class ForwardClient:
         acks: str,
         timeout_ms: int,
     ) -> int:
-        """Append ready-made batches at the partition's leader; returns their base offset."""
-        path = f"/v1/topics/{quote(topic, safe='')}/partitions/{partition}/records"
+        """Append batches a front node built (flags and all) at the partition's leader, through
+        its internal append route; returns their base offset."""
+        path = f"{APPEND_PREFIX}/{quote(topic, safe='')}/{partition}/append"
         query = f"?acks={acks}&timeout_ms={timeout_ms}"
         answer = await self.forward(
             url, "POST", path + query, {"Content-Type": RECORD_BATCH}, bytes(data)
@@ -96,4 +98,4 @@ class ForwardClient:
         doc = orjson.loads(answer.body) if answer.body else {}
         if answer.status >= 400:
             raise RemoteError(answer.status, doc if isinstance(doc, dict) else {})
-        return int(doc["results"][0]["base_offset"])
+        return int(doc["base_offset"])

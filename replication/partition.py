@@ -10,21 +10,22 @@ replica manager's.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from typing import NamedTuple
 
-from engine.batch import BatchHeader
 from engine.config import TopicConfig
 from engine.errors import OffsetOutOfRange
 from engine.log import AppendInfo, PartitionLog, ReadResult
 from replication.errors import (
     FencedLeaderEpoch,
+    IdempotencyKeyReused,
     NotAReplica,
     NotEnoughReplicas,
     NotLeader,
     UnknownLeaderEpoch,
 )
+from replication.idempotency import IdempotencyIndex, first_marker
 from replication.metadata import NO_LEADER, PartitionState
 from replication.replica_state import LeaderState
 
@@ -45,10 +46,15 @@ class Partition:
     """A partition replica on this node: leader, follower, or not yet assigned a role."""
 
     def __init__(
-        self, log: PartitionLog, node_id: int, clock_ms: Callable[[], int] = _now_ms
+        self,
+        log: PartitionLog,
+        node_id: int,
+        idempotency: IdempotencyIndex,
+        clock_ms: Callable[[], int] = _now_ms,
     ) -> None:
         self.log = log
         self.node_id = node_id
+        self.idempotency = idempotency
         self.clock_ms = clock_ms
         self.state: PartitionState | None = None
         self.leader_state: LeaderState | None = None
@@ -151,8 +157,19 @@ class Partition:
 
     def append(self, data: bytes | bytearray, acks: str) -> AppendInfo:
         """Append producer batches in this epoch. acks=all with the ISR below
-        min.insync.replicas appends nothing (Kafka's NOT_ENOUGH_REPLICAS)."""
+        min.insync.replicas appends nothing (Kafka's NOT_ENOUGH_REPLICAS). A marked request
+        this log already holds appends nothing and answers where its records are."""
         leading = self._leading()
+        marker = first_marker(data)
+        if marker is not None:
+            found = self.idempotency.lookup(marker.key)
+            if found is not None:
+                if found.digest != marker.digest:
+                    raise IdempotencyKeyReused(
+                        "this Idempotency-Key was used with a different request"
+                    )
+                last = found.base_offset + found.count - 1
+                return AppendInfo(found.base_offset, last, found.count, -1, False)
         required = self.config.min_insync_replicas
         if acks == "all" and not leading.min_isr_satisfied(required):
             raise NotEnoughReplicas(
@@ -160,6 +177,8 @@ class Partition:
                 f"{list(leading.isr)}; min.insync.replicas is {required}; nothing was appended"
             )
         info = self.log.append_as_leader(data, leading.leader_epoch)
+        if marker is not None:
+            self.idempotency.note(marker, info.first_offset)
         self.update_high_watermark()
         return info
 
@@ -240,6 +259,7 @@ class Partition:
         log = self.log
         if data:
             log.append_as_follower(data)
+            self.idempotency.note_batches(data)
         log.advance_high_watermark(min(leader_high_watermark, log.log_end_offset))
         start = min(leader_log_start, log.high_watermark)
         if start > log.log_start_offset:
@@ -252,10 +272,12 @@ class Partition:
     def truncate_to(self, offset: int) -> None:
         """Drop the local records at and after `offset` (a follower's divergent tail)."""
         self.log.truncate_to(offset)
+        self.idempotency.truncate(offset)
 
     def restart_at(self, offset: int) -> None:
         """Empty the log and start it at `offset` (the leader's log start is past this end)."""
         self.log.truncate_fully_and_start_at(offset)
+        self.idempotency.clear()
 
     # -- reads ---------------------------------------------------------------------------------
 
@@ -275,16 +297,16 @@ class Partition:
         self._leading()
         return self.log.offset_for_timestamp(timestamp)
 
-    def recent_batches(self, since: float) -> Iterator[tuple[BatchHeader, memoryview]]:
-        """Committed batches of the segments written to since `since` (a file mtime), in order;
-        a corrupt batch raises CorruptRecord. For rebuilding what the log itself records."""
-        for segment in self.log.segments:
-            if segment.path.stat().st_mtime < since:
-                continue
-            for header, data in segment.batches():
-                if header.base_offset >= self.log.high_watermark:
-                    return
-                yield header, data
+    def rebuild_idempotency(self) -> None:
+        """Index the markers of the segments written within the window (by file mtime: the
+        broker's clock, not record timestamps, which producers choose)."""
+        since = time.time() - self.idempotency.window_ms / 1000
+        self.idempotency.rebuild(
+            batch
+            for segment in self.log.segments
+            if segment.path.stat().st_mtime >= since
+            for batch in segment.batches()
+        )
 
     def delete_records(self, before_offset: int) -> int:
         self._leading()

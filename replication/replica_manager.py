@@ -27,6 +27,7 @@ from replication.errors import (
     NotLeader,
     RequestTimedOut,
 )
+from replication.idempotency import IdempotencyIndex
 from replication.metadata import (
     NO_LEADER,
     ClusterView,
@@ -47,6 +48,8 @@ RoleListener = Callable[[Partition], Awaitable[None]]
 class ReplicationSettings:
     replica_lag_time_max_ms: int = 30_000  # replica.lag.time.max.ms
     leader_wait_ms: int = 5_000  # how long a request waits for a partition's leader to appear
+    idempotency_window_s: float = 3600.0  # how long an Idempotency-Key is remembered
+    idempotency_max_entries: int = 100_000  # keys remembered per partition
 
 
 @dataclass
@@ -143,17 +146,20 @@ class ReplicaManager:
 
     async def _apply(self, view: ClusterView) -> None:
         deleted = await self._apply_topics(view)
+        hosted = [
+            (key, state)
+            for key, state in view.partitions.items()
+            if self.node_id in state.replicas and key[0] in self.manager.topics
+        ]
+        new = [self._new_partition(*key) for key, _ in hosted if key not in self.partitions]
+        if new:
+            await asyncio.to_thread(_rebuild_idempotency, new)
+            for partition in new:
+                self.partitions[(partition.topic, partition.partition)] = partition
         changed = []
-        for (topic, p), state in view.partitions.items():
-            if self.node_id not in state.replicas or topic not in self.manager.topics:
-                continue
-            partition = self.partitions.get((topic, p))
-            if partition is None:
-                partition = self.partitions[(topic, p)] = Partition(
-                    self.manager.log(topic, p), self.node_id
-                )
-            if self._take(partition, state):
-                changed.append(partition)
+        for key, state in hosted:
+            if self._take(self.partitions[key], state):
+                changed.append(self.partitions[key])
         if deleted or changed:
             for topics_listener in self._topics_listeners:
                 topics_listener(deleted)
@@ -161,6 +167,11 @@ class ReplicaManager:
             for role_listener in self._role_listeners:
                 await role_listener(partition)
         self._applied.set()
+
+    def _new_partition(self, topic: str, partition: int) -> Partition:
+        settings = self.settings
+        index = IdempotencyIndex(settings.idempotency_window_s, settings.idempotency_max_entries)
+        return Partition(self.manager.log(topic, partition), self.node_id, index)
 
     async def _apply_topics(self, view: ClusterView) -> set[str]:
         """Create, grow, reconfigure and delete local topics to match the view's; returns
@@ -494,6 +505,11 @@ class ReplicaManager:
         partition.stored_isr(stored)
         self.notifier.wake(partition.log)
         return True
+
+
+def _rebuild_idempotency(partitions: list[Partition]) -> None:
+    for partition in partitions:
+        partition.rebuild_idempotency()
 
 
 def covers(data: memoryview, end_offset: int) -> bool:

@@ -5,9 +5,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Outside clients the tests drive the server with: curl (HTTP/1.1, h2c, h2 over TLS) and h2load;
-# the benchmark harness also needs wrk and redis-server (its Redis Streams peer).
+# the cluster tests need etcd (the metadata store) and iproute2 (network namespaces); the
+# benchmark harness also needs wrk, redis-server and nats-server (its Redis Streams and NATS
+# JetStream peers).
 missing=()
 command -v curl >/dev/null || missing+=(curl)
+command -v etcd >/dev/null || missing+=(etcd-server)
+command -v ip >/dev/null || missing+=(iproute2)
+command -v nats-server >/dev/null || missing+=(nats-server)
 command -v h2load >/dev/null || missing+=(nghttp2-client)
 command -v wrk >/dev/null || missing+=(wrk)
 command -v redis-server >/dev/null || missing+=(redis-server)
@@ -29,6 +34,6 @@ echo "== ruff"
 ruff check .
 ruff format --check .
 echo "== mypy"
-mypy engine gateway loadtests openapi
+mypy engine replication gateway loadtests openapi
 echo "== pytest"
 pytest -q "$@"

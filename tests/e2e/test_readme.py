@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import re
+import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,16 +15,18 @@ from typing import Any
 import orjson
 import pytest
 
+from gateway.devcluster import LocalCluster, free_port
 from tests.e2e.conftest import REPO, Server
 
 VOLATILE = {"timestamp", "topic_id", "cursor"}
+CLUSTER_VOLATILE = VOLATILE | {"cluster_id", "controller"}
 
 
-def examples() -> list[tuple[str, str]]:
-    """(command, expected output) pairs from the README's console blocks, in order."""
+def examples(kind: str = "console") -> list[tuple[str, str]]:
+    """(command, expected output) pairs from the README's `kind` blocks, in order."""
     text = (REPO / "README.md").read_text()
     pairs: list[tuple[str, str]] = []
-    for block in re.findall(r"```console\n(.*?)```", text, flags=re.S):
+    for block in re.findall(rf"```{kind}\n(.*?)```", text, flags=re.S):
         command: str | None = None
         output: list[str] = []
         for line in block.splitlines():
@@ -37,7 +41,7 @@ def examples() -> list[tuple[str, str]]:
     return pairs
 
 
-def normalise(text: str) -> Any:
+def normalise(text: str, volatile: set[str] = VOLATILE) -> Any:
     """JSON (or NDJSON, a list of lines) with the volatile fields blanked; other text (the
     console tools' tables) as the words of each non-blank line, so alignment does not count."""
     lines = [line for line in text.splitlines() if line.strip()]
@@ -48,14 +52,14 @@ def normalise(text: str) -> Any:
             doc = [orjson.loads(line) for line in lines]
         except orjson.JSONDecodeError:
             return [line.split() for line in lines]
-    return _blank(doc)
+    return _blank(doc, volatile)
 
 
-def _blank(doc: Any) -> Any:
+def _blank(doc: Any, volatile: set[str]) -> Any:
     if isinstance(doc, dict):
-        return {k: "*" if k in VOLATILE else _blank(v) for k, v in doc.items()}
+        return {k: "*" if k in volatile else _blank(v, volatile) for k, v in doc.items()}
     if isinstance(doc, list):
-        return [_blank(v) for v in doc]
+        return [_blank(v, volatile) for v in doc]
     return doc
 
 
@@ -94,3 +98,98 @@ def test_both_protocols_answer_alike(server: Server, flag: str) -> None:
         )
         outputs.append(done.stdout.splitlines()[0].split()[1])
     assert outputs == ["200", "404", "404"]
+
+
+def _three_free_ports() -> int:
+    """A base port P with P, P+1 and P+2 free (the README's 8080-8082, moved)."""
+    for _ in range(50):
+        base = free_port()
+        if base + 2 < 65536 and all(_port_free(base + i) for i in range(3)):
+            return base
+    raise AssertionError("no three consecutive free ports")
+
+
+def _port_free(port: int) -> bool:
+    """Nothing listens on it (connections left in TIME_WAIT do not count)."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def test_readme_cluster_examples(tmp_path: Path) -> None:
+    """The cluster section's examples, in order, on a fresh three-node cluster and its etcd."""
+    assert len(examples("console-cluster")) >= 4
+    base = _three_free_ports()
+    cluster = LocalCluster(tmp_path, 3, base_port=base)
+    cluster.start()
+    try:
+        for command, expected in examples("console-cluster"):
+            live, shown = command, expected
+            for i in range(3):
+                live = live.replace(f":{8080 + i}", f":{base + i}")
+                shown = shown.replace(f":{8080 + i}", f":{base + i}")
+            done = subprocess.run(
+                ["bash", "-c", live], capture_output=True, text=True, timeout=30, check=False
+            )
+            assert done.returncode == 0, (command, done.stderr)
+            assert normalise(done.stdout, CLUSTER_VOLATILE) == normalise(shown, CLUSTER_VOLATILE), (
+                command
+            )
+    finally:
+        cluster.stop()
+
+
+def test_dev_cluster_runs_until_interrupted(tmp_path: Path) -> None:
+    """`sluice dev-cluster` prints etcd's and the nodes' URLs, serves, and stops them all on
+    Ctrl-C (SIGINT)."""
+    base = _three_free_ports()
+    sluice = Path(sys.executable).parent / "sluice"
+    process = subprocess.Popen(
+        [
+            str(sluice),
+            "dev-cluster",
+            "--nodes",
+            "2",
+            "--data-dir",
+            str(tmp_path),
+            "--base-port",
+            str(base),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    lines = [process.stdout.readline() for _ in range(4)]
+    try:
+        assert lines[0].startswith("etcd ") and lines[3].startswith("Ctrl-C")
+        assert lines[1].split() == ["node", "0", f"http://127.0.0.1:{base}"]
+        view = orjson.loads(
+            subprocess.run(
+                ["curl", "-s", f"http://127.0.0.1:{base + 1}/v1/cluster"],
+                capture_output=True,
+                check=True,
+            ).stdout
+        )
+        assert [n["alive"] for n in view["nodes"]] == [True, True]
+    finally:
+        process.send_signal(signal.SIGINT)
+        assert process.wait(30) == 0
+    for i in range(2):
+        assert _port_free(base + i), "a node outlived dev-cluster"
+
+
+def test_dev_cluster_without_etcd_names_the_package(tmp_path: Path) -> None:
+    sluice = Path(sys.executable).parent / "sluice"
+    done = subprocess.run(
+        [str(sluice), "dev-cluster", "--data-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, "PATH": str(Path(sys.executable).parent)},
+    )
+    assert done.returncode != 0
+    assert "etcd-server" in done.stderr

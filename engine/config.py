@@ -164,3 +164,31 @@ class TopicConfig:
 
 
 CONFIG_NAMES = tuple(_SPEC)
+
+
+def merged_overrides(
+    overrides: Mapping[str, object], changes: Mapping[str, object | None]
+) -> dict[str, object]:
+    """Overrides after `changes`, where a None value removes one (back to the default)."""
+    merged = dict(overrides)
+    for name, value in changes.items():
+        if value is not None:
+            merged[name] = value
+        elif name in CONFIG_NAMES:
+            merged.pop(name, None)
+        else:
+            raise InvalidConfig(
+                f"unknown topic config {name!r}; supported: {', '.join(CONFIG_NAMES)}"
+            )
+    return merged
+
+
+def normalised_overrides(config: TopicConfig, overrides: Mapping[str, object]) -> dict[str, object]:
+    """Overrides as parsed values ("1000" -> 1000), as stored and shown."""
+    values = config.to_dict()
+    return {name: values[name] for name in overrides}
+
+
+def collision_key(name: str) -> str:
+    """Kafka refuses two topics that differ only by '.' against '_' (metric names)."""
+    return name.replace(".", "_")

@@ -22,9 +22,14 @@ from pathlib import Path
 import orjson
 
 from engine import checkpoint, cleaner
-from engine.config import CONFIG_NAMES, TopicConfig, validate_topic_name
+from engine.config import (
+    TopicConfig,
+    collision_key,
+    merged_overrides,
+    normalised_overrides,
+    validate_topic_name,
+)
 from engine.errors import (
-    InvalidConfig,
     InvalidPartitions,
     InvalidTopicName,
     StorageError,
@@ -185,13 +190,13 @@ class LogManager:
         validate_topic_name(name)
         check_partition_count(partitions)
         config = self.defaults.with_overrides(configs or {})
-        overrides = _normalised(config, configs or {})
+        overrides = normalised_overrides(config, configs or {})
         with self._topics_lock:
             if name in self.topics:
                 raise TopicAlreadyExists(f"topic {name!r} already exists")
-            collision = _collision_key(name)
+            collision = collision_key(name)
             for existing in self.topics:
-                if _collision_key(existing) == collision:
+                if collision_key(existing) == collision:
                     raise InvalidTopicName(
                         f"topic {name!r} collides with existing topic {existing!r} "
                         "('.' and '_' are interchangeable in metric names)"
@@ -246,18 +251,9 @@ class LogManager:
         """Set config overrides; a None value removes an override (back to the default)."""
         with self._topics_lock:
             topic = self.topic(name)
-            overrides = dict(topic.overrides)
-            for key, value in changes.items():
-                if value is None:
-                    if key not in CONFIG_NAMES:
-                        raise InvalidConfig(
-                            f"unknown topic config {key!r}; supported: {', '.join(CONFIG_NAMES)}"
-                        )
-                    overrides.pop(key, None)
-                else:
-                    overrides[key] = value
+            overrides = merged_overrides(topic.overrides, changes)
             config = self.defaults.with_overrides(overrides)
-            topic.overrides, topic.config = _normalised(config, overrides), config
+            topic.overrides, topic.config = normalised_overrides(config, overrides), config
             self._write_metadata(topic)
             for log in topic.partitions:
                 log.update_config(config)
@@ -368,13 +364,3 @@ def check_partition_count(partitions: object, more_than: int = 0) -> None:
             f"the topic has {more_than} partitions; a new count must be larger (Kafka never "
             f"removes partitions), got {partitions}"
         )
-
-
-def _normalised(config: TopicConfig, overrides: Mapping[str, object]) -> dict[str, object]:
-    """Overrides as parsed values ("1000" -> 1000), as stored and shown."""
-    values = config.to_dict()
-    return {name: values[name] for name in overrides}
-
-
-def _collision_key(name: str) -> str:
-    return name.replace(".", "_")

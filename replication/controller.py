@@ -18,9 +18,15 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from engine.config import CONFIG_NAMES, TopicConfig, validate_topic_name
-from engine.errors import InvalidConfig, InvalidTopicName, TopicAlreadyExists, UnknownTopic
-from engine.manager import _collision_key, _normalised, check_partition_count
+from engine.config import (
+    TopicConfig,
+    collision_key,
+    merged_overrides,
+    normalised_overrides,
+    validate_topic_name,
+)
+from engine.errors import InvalidTopicName, TopicAlreadyExists, UnknownTopic
+from engine.manager import check_partition_count
 from replication.errors import (
     FencedController,
     InvalidReplicationFactor,
@@ -43,7 +49,7 @@ Job = Callable[[Fence], Awaitable[Any]]
 
 TOPIC_WRITE_ATTEMPTS = 5  # compare-and-set tries of a topic record before MetadataUnavailable
 VIEW_CATCH_UP_S = 5.0  # how long a write waits for this node's view to show it
-STORE_RETRY_S = 1.0  # pause before the next pass when the store is unavailable
+STORE_RETRY_S = 1.0  # pause before campaigning or electing again when the store is unavailable
 
 
 def assign_replicas(
@@ -90,23 +96,6 @@ def elect_preferred(state: PartitionState, live: frozenset[int]) -> PartitionSta
     return replace(state, leader=preferred, leader_epoch=state.leader_epoch + 1)
 
 
-def merged_overrides(
-    overrides: Mapping[str, object], changes: Mapping[str, object | None]
-) -> dict[str, object]:
-    """Overrides after `changes`, where None removes one (LogManager.alter_topic_configs' rule)."""
-    merged = dict(overrides)
-    for name, value in changes.items():
-        if value is not None:
-            merged[name] = value
-        elif name in CONFIG_NAMES:
-            merged.pop(name, None)
-        else:
-            raise InvalidConfig(
-                f"unknown topic config {name!r}; supported: {', '.join(CONFIG_NAMES)}"
-            )
-    return merged
-
-
 class Controller:
     """Campaigns for the controller role and, while elected, does all of its work in one task.
 
@@ -130,6 +119,7 @@ class Controller:
         self._jobs: deque[tuple[Job, asyncio.Future[Any]]] = deque()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[Any] | None = None
+        self._closed = False
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -142,8 +132,13 @@ class Controller:
         self._task = asyncio.current_task()
         self.store.add_listener(self._on_view)
         try:
-            while True:
-                fence = await self.store.campaign()
+            while not self._closed:
+                try:
+                    fence = await self.store.campaign()
+                except MetadataUnavailable as exc:
+                    log.warning("campaign failed, retrying in %.0f s: %s", STORE_RETRY_S, exc)
+                    await asyncio.sleep(STORE_RETRY_S)
+                    continue
                 if not await self.store.wait_for(
                     lambda view: view.controller == self.node_id, VIEW_CATCH_UP_S
                 ):
@@ -161,10 +156,12 @@ class Controller:
 
     async def close(self) -> None:
         """Stop campaigning or leading; the store's close() gives up the election key."""
+        self._closed = True
         task = self._task
         if task is not None and not task.done():
             task.cancel()
             await asyncio.wait({task})
+        self._fail_jobs()
 
     def _on_view(self, view: ClusterView) -> None:
         self._wake.set()
@@ -238,8 +235,7 @@ class Controller:
     async def _submit(self, job: Callable[[Fence], Awaitable[T]]) -> T:
         """Queue `job` to the controller task and wait for its outcome. A node the view shows
         as controller queues it even before its task has taken up the role."""
-        running = self._task is not None and not self._task.done()
-        if not running or self.store.view.controller != self.node_id:
+        if self._closed or self.store.view.controller != self.node_id:
             raise self._not_controller()
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         self._jobs.append((job, future))
@@ -286,12 +282,12 @@ class Controller:
     ) -> TopicSpec:
         validate_topic_name(name)
         check_partition_count(partitions)
-        overrides = _normalised(self.defaults.with_overrides(configs), configs)
+        overrides = normalised_overrides(self.defaults.with_overrides(configs), configs)
         view = self.store.view
         if name in view.topics:
             raise TopicAlreadyExists(f"topic {name!r} already exists")
         for existing in view.topics:
-            if _collision_key(existing) == _collision_key(name):
+            if collision_key(existing) == collision_key(name):
                 raise InvalidTopicName(
                     f"topic {name!r} collides with existing topic {existing!r} "
                     "('.' and '_' are interchangeable in metric names)"
@@ -339,7 +335,7 @@ class Controller:
         overrides = spec.configs
         if configs is not None:
             merged = merged_overrides(spec.configs, configs)
-            overrides = _normalised(self.defaults.with_overrides(merged), merged)
+            overrides = normalised_overrides(self.defaults.with_overrides(merged), merged)
         new_states: dict[int, PartitionState] = {}
         if partitions is not None:
             check_partition_count(partitions, more_than=spec.partitions)

@@ -112,7 +112,10 @@ class MetadataStore(ABC):
             if self._changed is None:
                 self._changed = asyncio.Event()
             try:
-                await asyncio.wait_for(self._changed.wait(), remaining)
+                # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation
+                # that arrives as the event fires.
+                async with asyncio.timeout(remaining):
+                    await self._changed.wait()
             except TimeoutError:
                 return predicate(self.view)
         return True

@@ -202,3 +202,24 @@ async def test_a_follower_that_stops_fetching_leaves_the_isr(start: Start) -> No
     scraped = await metrics(client)
     assert sample(scraped, "sluice_isr_shrinks_total") == 1
     assert sample(scraped, "sluice_under_replicated_partitions") == 1
+
+
+async def test_an_isr_that_shrinks_after_the_append_says_the_records_may_commit(
+    start: Start,
+) -> None:
+    """Kafka's NOT_ENOUGH_REPLICAS_AFTER_APPEND: the follower stops after the append, the ISR
+    shrinks to the leader alone, the high watermark passes the records, and min.insync=2 is
+    no longer met: 503, and the records are there."""
+    client = await start(replica_lag_time_max_ms=200)
+    await create_topic(client, configs={"min.insync.replicas": 2})
+    state = await add_follower(client)
+    assert (await replica_fetch(client, 0, state.leader_epoch)).status == 200
+    leader = leader_of(client)
+    await wait_until(lambda: leader.isr == (0, FOLLOWER))
+    resp = await client.post(
+        records_path("t", 0), json={"records": [{"value": "x"}]}, params={"acks": "all"}
+    )
+    body = await problem(resp, 503, "NOT_ENOUGH_REPLICAS_AFTER_APPEND")
+    assert "may be kept" in body["detail"]
+    assert leader.isr == (0,)
+    assert [r["value"] for r in (await fetch(client))["records"]] == ["x"]

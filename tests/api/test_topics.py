@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -360,3 +361,17 @@ async def test_a_recreated_topic_starts_empty(client: Client) -> None:
     result = await produce(client, [{"value": "new"}])
     assert result == {"results": [{"partition": 0, "base_offset": 0, "count": 1}]}
     assert [r["value"] for r in await fetch_all(client)] == ["new"]
+
+
+async def test_concurrent_creates_of_one_topic_make_it_once(client: Client) -> None:
+    """Six creates of one name at once: one 201, five 409s, and the topic works."""
+    answers = await asyncio.gather(
+        *(client.post("/v1/topics", json={"name": "race", "partitions": 2}) for _ in range(6))
+    )
+    statuses = sorted(resp.status for resp in answers)
+    assert statuses == [201, 409, 409, 409, 409, 409]
+    for resp in answers:
+        if resp.status == 409:
+            await problem(resp, 409, "TOPIC_ALREADY_EXISTS")
+    await produce(client, [{"value": 1}], topic="race", partition=1)
+    assert await end_offsets(client, "race") == [0, 1]

@@ -21,7 +21,7 @@ from engine.manager import LogManager
 from engine.notify import ChangeNotifier
 from replication.controller import Controller
 from replication.errors import NotController
-from replication.fetcher import ReplicaFetchers
+from replication.fetcher import FetcherSettings, ReplicaFetchers
 from replication.memory_store import MemoryBackend, MemoryMetadataStore
 from replication.metadata import ClusterView, MetadataStore, NodeInfo, PartitionState, TopicSpec
 from replication.replica_client import ReplicaClient
@@ -65,7 +65,11 @@ class Broker:
             self.manager, self.store, settings.node_id, self.notifier, settings.replication
         )
         self.client = ReplicaClient()
-        self.fetchers = ReplicaFetchers(self.store, self.client, settings.node_id)
+        # A parked fetch must come back well within replica.lag.time.max.ms.
+        wait_ms = min(FetcherSettings.wait_ms, settings.replication.replica_lag_time_max_ms // 3)
+        self.fetchers = ReplicaFetchers(
+            self.store, self.client, settings.node_id, FetcherSettings(wait_ms=wait_ms)
+        )
         self.replicas.add_role_listener(self.fetchers.role_changed)
 
     async def start(self) -> None:

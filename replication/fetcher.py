@@ -32,7 +32,11 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class FetcherSettings:
     max_bytes: int = 1024 * 1024  # replica.fetch.max.bytes
-    wait_ms: int = 500  # replica.fetch.wait.max.ms
+    # How long a follower's fetch parks at an idle leader. The leader answers at once when
+    # records arrive or its high watermark moves, and a caught-up follower never counts as
+    # lagging, so a long wait costs nothing but saves the idle round trips (one partition per
+    # request: with 500 ms, a node following 33 partitions spent 6% of a core doing nothing).
+    wait_ms: int = 5_000
     backoff_ms: int = 100  # replica.fetch.backoff.ms; doubles up to max_backoff_ms
     max_backoff_ms: int = 1_000
 

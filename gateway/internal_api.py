@@ -54,7 +54,6 @@ async def replica_fetch(request: web.Request) -> web.Response:
         replica=int_param(request, "replica", None, 0, INT32_MAX),
         leader_epoch=int_param(request, "leader_epoch", None, 0, INT32_MAX),
         offset=int_param(request, "offset", None, 0, INT64_MAX),
-        known_high_watermark=int_param(request, "high_watermark", 0, 0, INT64_MAX),
         max_bytes=int_param(request, "max_bytes", None, 1, settings.max_fetch_bytes),
         timeout_ms=int_param(request, "timeout_ms", 0, 0, settings.max_wait_ms),
     )

@@ -235,10 +235,10 @@ class Producer:
             try:
                 local.append((item, await self.replicas.leader(topic.name, item.partition)))
             except NotLeader as exc:
-                # One partition: the whole request goes to its leader (the middleware forwards
-                # it as it came). Several: each batch goes to its own leader, once.
+                # The batches are built: each goes to its leader as it is (the leader need not
+                # parse the body again), once.
                 node = self.replicas.store.view.nodes.get(-1 if exc.leader is None else exc.leader)
-                if node is None or request.forwarded or len(batches) == 1:
+                if node is None or request.forwarded:
                     raise
                 remote.append((item, node.url))
         appended = []
@@ -268,3 +268,5 @@ class Producer:
             url, topic, item.partition, item.data, request.acks, request.timeout_ms
         )
         results[item.partition] = (base, item.count)
+        self.metrics.records_in.labels(topic).inc(item.count)
+        self.metrics.bytes_in.labels(topic).inc(len(item.data))

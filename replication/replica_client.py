@@ -70,17 +70,14 @@ class ReplicaClient:
         replica: int,
         leader_epoch: int,
         offset: int,
-        known_high_watermark: int,
         max_bytes: int,
         timeout_ms: int,
     ) -> ReplicaFetch:
-        """Long-poll the leader for batches from `offset`; it answers at once when it has any
-        or when its high watermark is past `known_high_watermark`."""
+        """Long-poll the leader for batches from `offset`; it answers as soon as it has any."""
         params = {
             "replica": str(replica),
             "leader_epoch": str(leader_epoch),
             "offset": str(offset),
-            "high_watermark": str(known_high_watermark),
             "max_bytes": str(max_bytes),
             "timeout_ms": str(timeout_ms),
         }

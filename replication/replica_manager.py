@@ -424,12 +424,12 @@ class ReplicaManager:
         replica: int,
         leader_epoch: int,
         offset: int,
-        known_high_watermark: int,
         max_bytes: int,
         timeout_ms: int,
     ) -> tuple[ReadResult, Partition]:
-        """A follower's long-poll: batches from `offset` up to the log end, answered at once
-        when there are any or the high watermark has passed what the follower knows."""
+        """A follower's long-poll: batches from `offset` up to the log end, answered as soon as
+        there are any. A high watermark that moved alone waits for the next answer (as in
+        Kafka): waking every follower on each move would double the fetches behind acks=all."""
         leader = self._hosted(topic, partition)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_ms / 1000
@@ -438,12 +438,7 @@ class ReplicaManager:
             if expand is not None:
                 self._background(self.change_isr(leader, expand))
             remaining = deadline - loop.time()
-            if (
-                result.data
-                or leader.high_watermark > known_high_watermark
-                or remaining <= 0
-                or self.notifier.closing
-            ):
+            if result.data or remaining <= 0 or self.notifier.closing:
                 return result, leader
             await self.notifier.wait(leader.log, remaining)
 

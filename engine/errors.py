@@ -28,6 +28,10 @@ class TopicAlreadyExists(EngineError):
 class UnknownTopic(EngineError):
     code = "UNKNOWN_TOPIC"
 
+    def __init__(self, message: str, topic: str | None = None) -> None:
+        super().__init__(message)
+        self.topic = topic  # the name, where a cluster node should confirm it with the store
+
 
 class UnknownPartition(EngineError):
     code = "UNKNOWN_PARTITION"

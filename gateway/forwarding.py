@@ -7,9 +7,16 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from engine.errors import UnknownTopic
 from gateway.params import read_body
 from gateway.state import gateway_of
-from replication.errors import LeaderNotAvailable, NodeUnreachable, NotController, NotLeader
+from replication.errors import (
+    LeaderNotAvailable,
+    MetadataUnavailable,
+    NodeUnreachable,
+    NotController,
+    NotLeader,
+)
 from replication.forward_client import FORWARDED_BY
 
 
@@ -25,6 +32,8 @@ async def forwarding_middleware(
     error: NotLeader | NotController
     try:
         return await handler(request)
+    except UnknownTopic as exc:
+        return await _confirm_unknown(request, handler, exc)
     except NotLeader as exc:
         target, error = exc.leader, exc
     except NotController as exc:
@@ -45,3 +54,23 @@ async def forwarding_middleware(
             ) from None
         return await forwarding_middleware(request, handler)
     return web.Response(status=answer.status, body=answer.body, headers=answer.headers)
+
+
+async def _confirm_unknown(
+    request: web.Request,
+    handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
+    exc: UnknownTopic,
+) -> web.StreamResponse:
+    """A topic this node's view lacks may have just been created through another node (the
+    view follows the store's watch): ask the store before answering 404, and if it is there,
+    wait (bounded) for the view and serve the request."""
+    store = gateway_of(request).broker.store
+    name = exc.topic
+    if name is None or name in store.view.topics or not await store.topic_exists(name):
+        raise exc
+    wait_s = gateway_of(request).settings.leader_wait_ms / 1000
+    if not await store.wait_for(lambda v: name in v.topics, wait_s):
+        raise MetadataUnavailable(
+            f"topic {name!r} exists but this node has not caught up with it yet; retry shortly"
+        ) from None
+    return await forwarding_middleware(request, handler)

@@ -93,6 +93,8 @@ _ENGINE_STATUS: dict[type[errors.EngineError], int] = {
     replication.MetadataUnavailable: 503,
     replication.NotAReplica: 400,
     replication.IdempotencyKeyReused: 422,
+    replication.ControllerNotAvailable: 503,
+    replication.LeaderChangedAfterAppend: 503,
     replication.NodeUnreachable: 502,
 }
 # Errors a retry may cure shortly: their answers carry Retry-After.
@@ -101,6 +103,8 @@ _RETRIABLE = (
     replication.NotEnoughReplicas,
     replication.UnknownLeaderEpoch,
     replication.MetadataUnavailable,
+    replication.ControllerNotAvailable,
+    replication.LeaderChangedAfterAppend,
 )
 _GROUP_STATUS = {
     "UNKNOWN_MEMBER": 404,

@@ -241,6 +241,12 @@ class Producer:
                 if node is None or request.forwarded:
                     raise
                 remote.append((item, node.url))
+        if request.acks == "all":
+            # Every partition's ISR first: a refused request appends nothing anywhere.
+            for _, leader in local:
+                leader.check_enough_replicas()
+            for item, _ in remote:
+                self.replicas.check_enough_replicas(topic.name, item.partition)
         appended = []
         for item, leader in local:
             info = leader.append(item.data, request.acks)

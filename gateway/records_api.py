@@ -42,7 +42,7 @@ async def _ensure_topic(gateway: Gateway, name: str) -> None:
     if name in gateway.broker.store.view.topics:
         return
     if not gateway.settings.auto_create_topics:
-        raise UnknownTopic(f"topic {name!r} does not exist")
+        raise UnknownTopic(f"topic {name!r} does not exist", name)
     await gateway.broker.create_topic(name, gateway.settings.default_partitions, None, {})
 
 

@@ -20,7 +20,7 @@ from engine.errors import TopicAlreadyExists
 from engine.manager import LogManager
 from engine.notify import ChangeNotifier
 from replication.controller import Controller
-from replication.errors import NotController
+from replication.errors import ControllerNotAvailable, NotController
 from replication.fetcher import FetcherSettings, ReplicaFetchers
 from replication.memory_store import MemoryBackend, MemoryMetadataStore
 from replication.metadata import ClusterView, MetadataStore, NodeInfo, PartitionState, TopicSpec
@@ -99,7 +99,7 @@ class Broker:
         while name not in self.store.view.topics:
             if not await self.store.wait_for(actionable, ENSURE_RECHECK_S):
                 continue
-            with contextlib.suppress(TopicAlreadyExists, NotController):
+            with contextlib.suppress(TopicAlreadyExists, NotController, ControllerNotAvailable):
                 if name not in self.store.view.topics:
                     await self.create_topic(name, partitions, factor, configs)
 

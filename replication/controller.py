@@ -28,6 +28,7 @@ from engine.config import (
 from engine.errors import InvalidTopicName, TopicAlreadyExists, UnknownTopic
 from engine.manager import check_partition_count
 from replication.errors import (
+    ControllerNotAvailable,
     FencedController,
     InvalidReplicationFactor,
     MetadataUnavailable,
@@ -49,6 +50,7 @@ Job = Callable[[Fence], Awaitable[Any]]
 
 TOPIC_WRITE_ATTEMPTS = 5  # compare-and-set tries of a topic record before MetadataUnavailable
 VIEW_CATCH_UP_S = 5.0  # how long a write waits for this node's view to show it
+LEADING_WAIT_S = 5.0  # how long a request waits for this node's election to finish
 STORE_RETRY_S = 1.0  # pause before campaigning or electing again when the store is unavailable
 
 
@@ -68,13 +70,19 @@ def assign_replicas(
 def elect_leader(
     state: PartitionState, live: frozenset[int], unclean: bool
 ) -> PartitionState | None:
-    """The partition's next state if its leader is not live, else None (nothing to do).
+    """The partition's next state when a node it counts on is gone, else None.
 
-    The first replica that is live and in the ISR leads, with the dead dropped from the ISR;
-    failing that, with `unclean`, the first live replica alone; else the partition is offline
-    with its last ISR kept, so that it comes back when an ISR member does."""
+    A live leader keeps leading, with the dead dropped from the ISR at once (Kafka's
+    controller on a broker's session loss; else acks=all would wait out
+    replica.lag.time.max.ms). A dead leader: the first replica that is live and in the ISR
+    leads, with the dead dropped from the ISR; failing that, with `unclean`, the first live
+    replica alone; else the partition is offline with its last ISR kept, so that it comes
+    back when an ISR member does. Every change is a new leader epoch."""
     if state.leader in live:
-        return None
+        isr = tuple(r for r in state.isr if r in live)
+        if isr == state.isr:
+            return None
+        return replace(state, leader_epoch=state.leader_epoch + 1, isr=isr)
     epoch = state.leader_epoch + 1
     clean = next((r for r in state.replicas if r in live and r in state.isr), None)
     if clean is not None:
@@ -119,6 +127,7 @@ class Controller:
         self._jobs: deque[tuple[Job, asyncio.Future[Any]]] = deque()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[Any] | None = None
+        self._leading = asyncio.Event()  # set while this run holds the controller's fence
         self._closed = False
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -144,11 +153,13 @@ class Controller:
                 ):
                     continue  # elected, but the view has not caught up yet: campaign again
                 log.info("node %d is the controller", self.node_id)
+                self._leading.set()
                 try:
                     await self._lead(fence)
                 except FencedController:
                     log.warning("node %d is no longer the controller", self.node_id)
                 finally:
+                    self._leading.clear()
                     self._fail_jobs()
         finally:
             self.store.remove_listener(self._on_view)
@@ -234,9 +245,18 @@ class Controller:
 
     async def _submit(self, job: Callable[[Fence], Awaitable[T]]) -> T:
         """Queue `job` to the controller task and wait for its outcome. A node the view shows
-        as controller queues it even before its task has taken up the role."""
+        as controller waits (bounded) for its task to take up the role: a new run whose
+        previous run's election key has not expired yet, or an election under way."""
         if self._closed or self.store.view.controller != self.node_id:
             raise self._not_controller()
+        if not self._leading.is_set():
+            try:
+                async with asyncio.timeout(LEADING_WAIT_S):
+                    await self._leading.wait()
+            except TimeoutError:
+                raise ControllerNotAvailable(
+                    f"node {self.node_id} is being elected controller; retry shortly"
+                ) from None
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         self._jobs.append((job, future))
         self._wake.set()
@@ -381,13 +401,14 @@ class Controller:
     # -- leadership ----------------------------------------------------------------------------
 
     async def _elect_leaders(self, fence: Fence) -> None:
-        """Give every partition whose leader is not live a new leader (or take it offline)."""
+        """Give every partition whose leader is not live a new leader (or take it offline),
+        and drop dead nodes from the ISR of the others."""
         configs: dict[str, TopicConfig] = {}
         for topic, partition in list(self.store.view.partitions):
             view = self.store.view
             state = view.partition(topic, partition)
             spec = view.topics.get(topic)
-            if state is None or spec is None or state.leader in view.live:
+            if state is None or spec is None:
                 continue
             if topic not in configs:
                 configs[topic] = self.defaults.with_overrides(spec.configs)

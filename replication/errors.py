@@ -95,3 +95,18 @@ class IdempotencyKeyReused(ReplicationError):
     """An Idempotency-Key already used in this topic with a different request."""
 
     code = "IDEMPOTENCY_KEY_REUSED"
+
+
+class ControllerNotAvailable(ReplicationError):
+    """This node is being elected controller (or its previous run's election key has not
+    expired yet): retry shortly."""
+
+    code = "CONTROLLER_NOT_AVAILABLE"
+
+
+class LeaderChangedAfterAppend(ReplicationError):
+    """The leader lost its role after appending and before the records were committed: they
+    may still be committed by the new leader. Never retried by the server (it could append
+    them twice); a client retry with an Idempotency-Key is safe."""
+
+    code = "LEADER_CHANGED"

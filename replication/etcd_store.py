@@ -318,6 +318,9 @@ class EtcdMetadataStore(MetadataStore):
     def _node_id(self) -> int:
         return self._require_node().node_id
 
+    async def topic_exists(self, name: str) -> bool:
+        return await self._client.get(self._key("topics", name)) is not None
+
     async def campaign(self) -> Fence:
         """etcd's election recipe: put controller/<lease> under our lease, then wait until no
         key with a lower create revision is left (each predecessor deleted or expired)."""

@@ -122,6 +122,9 @@ class MemoryMetadataStore(MetadataStore):
             self.backend.expire(self.node.node_id)
             self.node = None
 
+    async def topic_exists(self, name: str) -> bool:
+        return name in self.backend.topics
+
     async def campaign(self) -> Fence:
         if self.node is None:
             raise RuntimeError("start() the store before campaigning")

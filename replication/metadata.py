@@ -129,6 +129,11 @@ class MetadataStore(ABC):
         """Leave: revoke the lease (the node is gone at once) and stop watching."""
 
     @abstractmethod
+    async def topic_exists(self, name: str) -> bool:
+        """Whether the store holds the topic now (read from the store, not the view, which
+        may lag a change made through another node)."""
+
+    @abstractmethod
     async def campaign(self) -> Fence:
         """Wait until this node is elected controller (lowest create revision under the
         election prefix); the fence guards every controller write."""

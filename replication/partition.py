@@ -170,17 +170,23 @@ class Partition:
                     )
                 last = found.base_offset + found.count - 1
                 return AppendInfo(found.base_offset, last, found.count, -1, False)
-        required = self.config.min_insync_replicas
-        if acks == "all" and not leading.min_isr_satisfied(required):
-            raise NotEnoughReplicas(
-                f"{self.topic}-{self.partition} has {len(leading.isr)} in-sync replicas "
-                f"{list(leading.isr)}; min.insync.replicas is {required}; nothing was appended"
-            )
+        if acks == "all":
+            self.check_enough_replicas()
         info = self.log.append_as_leader(data, leading.leader_epoch)
         if marker is not None:
             self.idempotency.note(marker, info.first_offset)
         self.update_high_watermark()
         return info
+
+    def check_enough_replicas(self) -> None:
+        """acks=all needs min.insync.replicas in the ISR (Kafka's NOT_ENOUGH_REPLICAS)."""
+        leading = self._leading()
+        required = self.config.min_insync_replicas
+        if not leading.min_isr_satisfied(required):
+            raise NotEnoughReplicas(
+                f"{self.topic}-{self.partition} has {len(leading.isr)} in-sync replicas "
+                f"{list(leading.isr)}; min.insync.replicas is {required}; nothing was appended"
+            )
 
     def update_high_watermark(self) -> bool:
         """Move the high watermark to the minimum log end over the ISR; True if it moved."""

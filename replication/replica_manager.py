@@ -22,7 +22,9 @@ from engine.log import AppendInfo, ReadResult
 from engine.manager import LogManager
 from engine.notify import ChangeNotifier
 from replication.errors import (
+    LeaderChangedAfterAppend,
     LeaderNotAvailable,
+    NotEnoughReplicas,
     NotEnoughReplicasAfterAppend,
     NotLeader,
     RequestTimedOut,
@@ -252,7 +254,7 @@ class ReplicaManager:
     def topic(self, name: str) -> TopicSpec:
         spec = self.store.view.topics.get(name)
         if spec is None:
-            raise UnknownTopic(f"topic {name!r} does not exist")
+            raise UnknownTopic(f"topic {name!r} does not exist", name)
         return spec
 
     def topic_config(self, name: str) -> TopicConfig:
@@ -276,6 +278,17 @@ class ReplicaManager:
         if state is None:
             raise LeaderNotAvailable(f"{topic}-{partition} has no state yet")
         return state
+
+    def check_enough_replicas(self, topic: str, partition: int) -> None:
+        """acks=all's check for a partition led elsewhere, on the stored ISR (the leader stores
+        an ISR change before it acts on it)."""
+        state = self.state(topic, partition)
+        required = self.topic_config(topic).min_insync_replicas
+        if len(state.isr) < required:
+            raise NotEnoughReplicas(
+                f"{topic}-{partition} has {len(state.isr)} in-sync replicas {list(state.isr)}; "
+                f"min.insync.replicas is {required}; nothing was appended"
+            )
 
     def local(self, topic: str, partition: int) -> Partition | None:
         """This node's replica of the partition, if it holds one."""
@@ -361,10 +374,10 @@ class ReplicaManager:
                     )
                 return
             if not partition.is_leader:
-                raise NotLeader(
+                raise LeaderChangedAfterAppend(
                     f"{name}: this node stopped leading before the records were replicated; "
-                    "they may still be committed by the new leader",
-                    None if partition.leader == NO_LEADER else partition.leader,
+                    "they may still be committed by the new leader (a retry with an "
+                    "Idempotency-Key appends them at most once)"
                 )
             remaining = deadline - loop.time()
             if remaining <= 0 or self.notifier.closing:

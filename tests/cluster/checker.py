@@ -1,0 +1,423 @@
+"""The checker: judges one schedule's whole history (client calls and outcomes, consumer reads,
+each node's reports, the replicas' logs on disk, the partition states' history in etcd).
+
+Properties (each violation names one):
+- lost: a record acknowledged (200) is not in the final log at the offset its answer gave;
+  every node keeps its data dir, so one ISR replica always survives.
+- refused-but-appended: records appended by an attempt that was answered with a definite
+  refusal (NOT_ENOUGH_REPLICAS "appends nothing", 4xx): the request's marker in the log holds
+  the clock of the node that built the batch, which falls within that attempt only; or records
+  of a request whose every attempt was refused.
+- duplicate: a record of one request appears more than once (with an Idempotency-Key, however
+  often it was retried; without one, it was sent once).
+- divergence: two replicas (or one replica at two times) differ at an offset below both high
+  watermarks; consumer reads count as replicas below the leader's high watermark.
+- read-changed: a record a consumer read is not in the final log at its offset.
+- offsets: a replica's log is not contiguous, increasing offsets; epochs not monotonic.
+- hw-regressed: a high watermark reported by one node in one run went back (describe reports of
+  its own replica, and fetches pinned to it as leader, ordered in real time).
+- epoch / leader-per-epoch / isr / unclean-leader: the partition states stored in etcd: epochs
+  only rise, one leader per epoch, the ISR never empty, within the replicas and holding the
+  leader, every new leader from the previous ISR (unclean election is off); every epoch a log
+  holds was stored with a leader.
+- out-of-range / idempotency-reuse: a committed offset answered 416; an identical retry answered
+  IDEMPOTENCY_KEY_REUSED.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests.cluster.harness import NO_LEADER, LogRecord, PartitionState
+from tests.cluster.workload import History, ProduceOp
+
+Content = tuple[str | None, str]  # (record key, canonical JSON of the value)
+
+
+@dataclass(frozen=True)
+class Violation:
+    kind: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"[{self.kind}] {self.detail}"
+
+
+@dataclass
+class Verdict:
+    violations: list[Violation] = field(default_factory=list)
+    acknowledged: int = 0  # records acknowledged
+    lost: int = 0
+    divergences: int = 0
+    duplicates: int = 0  # extra copies of records
+    ops: Counter[str] = field(default_factory=Counter)  # op outcomes
+    attempts: int = 0
+
+    def add(self, kind: str, detail: str) -> None:
+        self.violations.append(Violation(kind, detail))
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _disk_content(record: LogRecord) -> Content:
+    key = None if record.key is None else record.key.decode(errors="replace")
+    value: Any = None
+    if record.value is not None:
+        try:
+            value = json.loads(record.value)
+        except ValueError:
+            value = record.value.decode(errors="replace")
+    return key, _canonical(value)
+
+
+def _identity(content: Content) -> tuple[str, int] | None:
+    """(op key, record index) of a workload record."""
+    try:
+        value = json.loads(content[1])
+        return str(value["op"]), int(value["i"])
+    except (ValueError, TypeError, KeyError):
+        return None
+
+
+class _Reference:
+    """Per partition, the committed content at each offset, from whoever showed it first."""
+
+    def __init__(self, verdict: Verdict) -> None:
+        self.verdict = verdict
+        self.seen: dict[int, dict[int, tuple[Content, str]]] = defaultdict(dict)
+        self.reported: set[tuple[int, int]] = set()
+
+    def observe(self, partition: int, offset: int, content: Content, source: str) -> None:
+        known = self.seen[partition].get(offset)
+        if known is None:
+            self.seen[partition][offset] = (content, source)
+        elif known[0] != content and (partition, offset) not in self.reported:
+            self.reported.add((partition, offset))
+            self.verdict.divergences += 1
+            self.verdict.add(
+                "divergence",
+                f"p{partition} offset {offset}: {known[1]} has {known[0]}, {source} has {content}",
+            )
+
+
+def check(
+    history: History,
+    final_logs: dict[int, dict[int, list[LogRecord]]],  # node -> partition -> records
+    final_end: dict[int, int],  # partition -> log end (= high watermark) once in sync
+    etcd_changes: dict[int, list[PartitionState | None]],  # partition -> states in order
+) -> Verdict:
+    verdict = Verdict()
+    verdict.attempts = sum(len(op.attempts) for op in history.ops)
+    verdict.ops = Counter(op.outcome for op in history.ops)
+    reference = _Reference(verdict)
+    for kind, detail in history.anomalies:
+        verdict.add(kind, detail)
+    _check_logs(history, final_logs, final_end, reference, verdict)
+    _check_reads(history, final_end, reference, verdict)
+    _check_ops(history, final_logs, verdict)
+    _check_high_watermarks(history, verdict)
+    _check_states(history, etcd_changes, final_logs, verdict)
+    return verdict
+
+
+def _check_logs(
+    history: History,
+    final_logs: dict[int, dict[int, list[LogRecord]]],
+    final_end: dict[int, int],
+    reference: _Reference,
+    verdict: Verdict,
+) -> None:
+    # Final logs first: they are the reference the others are compared with.
+    for node, partitions in sorted(final_logs.items()):
+        for p, records in sorted(partitions.items()):
+            offsets = [r.offset for r in records]
+            if offsets != list(range(final_end[p])):
+                verdict.add(
+                    "offsets",
+                    f"node {node} p{p}: offsets are not 0..{final_end[p] - 1} in order "
+                    f"({len(offsets)} records, first {offsets[:3]}, last {offsets[-3:]})",
+                )
+            epochs = [r.epoch for r in records]
+            if any(b < a for a, b in itertools.pairwise(epochs)):
+                verdict.add("offsets", f"node {node} p{p}: leader epochs go back along the log")
+            for r in records:
+                reference.observe(p, r.offset, _disk_content(r), f"node {node} (final log)")
+    for snap in history.snapshots:
+        source = (
+            f"node {snap.node} run {snap.run} on disk at {snap.time:.2f}s "
+            f"(hw {snap.high_watermark})"
+        )
+        offsets = [r.offset for r in snap.records]
+        if offsets and offsets != list(range(offsets[0], offsets[0] + len(offsets))):
+            verdict.add("offsets", f"{source} p{snap.partition}: offsets not contiguous")
+        if snap.high_watermark > 0 and (not offsets or offsets[-1] < snap.high_watermark - 1):
+            verdict.add(
+                "lost",
+                f"{source} p{snap.partition}: the log ends at "
+                f"{offsets[-1] + 1 if offsets else 0}, below its high watermark",
+            )
+        for r in snap.records:
+            reference.observe(snap.partition, r.offset, _disk_content(r), source)
+
+
+def _check_reads(
+    history: History, final_end: dict[int, int], reference: _Reference, verdict: Verdict
+) -> None:
+    for read in history.reads:
+        source = f"a read through node {read.node} at {read.start:.2f}s"
+        offsets = [o for o, _, _ in read.records]
+        if offsets and (
+            offsets[0] != read.offset
+            or offsets != list(range(read.offset, read.offset + len(offsets)))
+        ):
+            verdict.add(
+                "offsets",
+                f"{source} p{read.partition} from {read.offset}: offsets {offsets[:5]}...",
+            )
+        if offsets and read.next_offset != offsets[-1] + 1:
+            verdict.add("offsets", f"{source}: next_offset {read.next_offset} after {offsets[-1]}")
+        if offsets and offsets[-1] >= read.high_watermark:
+            verdict.add(
+                "offsets", f"{source}: record {offsets[-1]} at or past hw {read.high_watermark}"
+            )
+        for offset, key, value in read.records:
+            if offset >= final_end[read.partition]:
+                verdict.add(
+                    "read-changed",
+                    f"p{read.partition} offset {offset} read by {source} is past the final log "
+                    f"end {final_end[read.partition]}: it disappeared",
+                )
+                continue
+            reference.observe(read.partition, offset, (key, _canonical(value)), source)
+
+
+def _check_ops(
+    history: History, final_logs: dict[int, dict[int, list[LogRecord]]], verdict: Verdict
+) -> None:
+    # All final logs are equal if there is no divergence; judge against each node's anyway.
+    ops = {op.key: op for op in history.ops}
+    for node, partitions in sorted(final_logs.items()):
+        at: dict[tuple[int, int], tuple[str, int] | None] = {}
+        copies: Counter[tuple[str, int]] = Counter()
+        where: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)
+        markers: list[tuple[int, LogRecord]] = []
+        for p, records in partitions.items():
+            for r in records:
+                ident = _identity(_disk_content(r))
+                at[(p, r.offset)] = ident
+                if ident is not None:
+                    copies[ident] += 1
+                    where[ident].append((p, r.offset))
+                if r.idempotency is not None:
+                    markers.append((p, r))
+        first_node = node == min(final_logs)
+        for op in history.ops:
+            acked = op.acked
+            if acked is not None:
+                if first_node:
+                    verdict.acknowledged += len(op.records)
+                _check_acked(op, acked, at, node, verdict, count=first_node)
+            elif op.outcome == "failed":
+                present = [i for i in range(len(op.records)) if copies[(op.key, i)]]
+                if present:
+                    verdict.add(
+                        "refused-but-appended",
+                        f"node {node}: op {op.key} had every attempt refused definitely, yet "
+                        f"records {present} are in the log at "
+                        f"{[where[(op.key, i)] for i in present]}; attempts: "
+                        + "; ".join(map(str, op.attempts)),
+                    )
+        if not first_node:
+            continue
+        for p, record in markers:
+            _check_marker(p, record, ops, verdict)
+        for ident, count in sorted(copies.items()):
+            if count > 1:
+                sent = ops.get(ident[0])
+                attempts = sent.attempts if sent is not None else []
+                if sent is not None and not sent.idempotent:
+                    cause = "sent once without Idempotency-Key: the server appended it twice"
+                elif len(attempts) == 1:
+                    cause = "one client attempt: the server appended it twice"
+                else:
+                    cause = f"{len(attempts)} attempts with the same Idempotency-Key"
+                verdict.duplicates += count - 1
+                verdict.add(
+                    "duplicate",
+                    f"record {ident} is in the log {count} times at {where[ident]} ({cause}): "
+                    + "; ".join(map(str, attempts)),
+                )
+
+
+MARKER_SLACK_S = 0.005
+
+
+def _check_marker(p: int, record: LogRecord, ops: dict[str, ProduceOp], verdict: Verdict) -> None:
+    """The attempt that appended a request's batch (its marker holds the clock of the node that
+    built it, during that attempt) must not have been answered with a definite refusal."""
+    assert record.idempotency is not None
+    try:
+        key, _digest, _parts, _count, created_ms = record.idempotency.decode().split("\n")
+        created = int(created_ms) / 1000
+    except ValueError:
+        verdict.add("offsets", f"p{p} offset {record.offset}: unreadable marker")
+        return
+    op = ops.get(key)
+    if op is None:
+        return
+    candidates = [
+        a
+        for a in op.attempts
+        if a.wall[0] - MARKER_SLACK_S <= created
+        and (created <= a.wall[1] + MARKER_SLACK_S or a.outcome == "unknown")
+    ]
+    where = f"p{p} offset {record.offset}"
+    if not candidates:
+        verdict.add(
+            "unattributed-append",
+            f"{where}: op {key}'s batch was built at {created:.3f}, during none of its attempts: "
+            + "; ".join(f"{a} [{a.wall[0]:.3f}, {a.wall[1]:.3f}]" for a in op.attempts),
+        )
+    elif all(a.outcome == "failed" for a in candidates):
+        verdict.add(
+            "refused-but-appended",
+            f"{where}: op {key} ({op.path}) had its records appended by an attempt answered "
+            + " / ".join(f"{a.status} {a.code} (node {a.node})" for a in candidates)
+            + f", which promises nothing was appended. Batch built at {created:.3f}; attempts: "
+            + "; ".join(f"{a} [{a.wall[0]:.3f}, {a.wall[1]:.3f}]" for a in op.attempts),
+        )
+
+
+def _check_acked(
+    op: ProduceOp,
+    acked: list[tuple[int, int, int]],
+    at: dict[tuple[int, int], tuple[str, int] | None],
+    node: int,
+    verdict: Verdict,
+    count: bool,
+) -> None:
+    expected: dict[int, list[int]] = defaultdict(list)
+    for p, i in op.records:
+        expected[p].append(i)
+    answered = {p for p, _, _ in acked}
+    if answered != set(expected):
+        verdict.add("lost", f"op {op.key}: answered partitions {answered}, sent {set(expected)}")
+    for p, base, n in acked:
+        indices = expected.get(p, [])
+        if n != len(indices):
+            verdict.add("lost", f"op {op.key} p{p}: answered count {n}, sent {len(indices)}")
+        for k, i in enumerate(indices):
+            found = at.get((p, base + k))
+            if found != (op.key, i):
+                if count:
+                    verdict.lost += 1
+                verdict.add(
+                    "lost",
+                    f"node {node}: acknowledged record {(op.key, i)} should be at p{p} offset "
+                    f"{base + k}; the log has {found} there. Attempts: "
+                    + "; ".join(map(str, op.attempts)),
+                )
+
+
+def _check_high_watermarks(history: History, verdict: Verdict) -> None:
+    """Per (node, run, partition): a report that started after another ended has a high
+    watermark at least as high."""
+    events: dict[tuple[int, int, int], list[tuple[float, float, int, str]]] = defaultdict(list)
+    for obs in history.observations:
+        for row in obs.rows:
+            if row["high_watermark"] is not None:
+                events[(obs.node, obs.run, row["partition"])].append(
+                    (obs.start, obs.end, row["high_watermark"], "describe")
+                )
+    for read in history.reads:
+        if read.pinned:
+            events[(read.node, read.run, read.partition)].append(
+                (read.start, read.end, read.high_watermark, "pinned fetch")
+            )
+    for (node, run, p), seen in sorted(events.items()):
+        by_end = sorted(seen, key=lambda e: e[1])
+        best: tuple[float, float, int, str] | None = None
+        k = 0
+        for event in sorted(seen):
+            while k < len(by_end) and by_end[k][1] < event[0]:
+                if best is None or by_end[k][2] > best[2]:
+                    best = by_end[k]
+                k += 1
+            if best is not None and event[2] < best[2]:
+                verdict.add(
+                    "hw-regressed",
+                    f"node {node} run {run} p{p}: high watermark {best[2]} ({best[3]} ending "
+                    f"{best[1]:.2f}s), then {event[2]} ({event[3]} at {event[0]:.2f}s)",
+                )
+                break
+
+
+def _check_states(
+    history: History,
+    etcd_changes: dict[int, list[PartitionState | None]],
+    final_logs: dict[int, dict[int, list[LogRecord]]],
+    verdict: Verdict,
+) -> None:
+    for p, states in sorted(etcd_changes.items()):
+        stored = [s for s in states if s is not None]
+        leaders: dict[int, set[int]] = defaultdict(set)
+        prev: PartitionState | None = None
+        for s in stored:
+            leaders[s.leader_epoch].add(s.leader)
+            where = (
+                f"p{p} rev {s.revision} (epoch {s.leader_epoch}, leader {s.leader}, "
+                f"isr {list(s.isr)})"
+            )
+            if not s.isr:
+                verdict.add("isr", f"{where}: empty ISR")
+            if not set(s.isr) <= set(s.replicas) or len(set(s.isr)) != len(s.isr):
+                verdict.add("isr", f"{where}: ISR not a set within replicas {list(s.replicas)}")
+            if s.leader != NO_LEADER and s.leader not in s.isr:
+                verdict.add("isr", f"{where}: the leader is not in the ISR")
+            if prev is not None:
+                if s.leader_epoch < prev.leader_epoch:
+                    verdict.add("epoch", f"{where}: epoch fell from {prev.leader_epoch}")
+                if s.leader != prev.leader and s.leader_epoch <= prev.leader_epoch:
+                    verdict.add("epoch", f"{where}: new leader without a higher epoch")
+                if (
+                    s.leader_epoch > prev.leader_epoch
+                    and s.leader != NO_LEADER
+                    and s.leader not in prev.isr
+                ):
+                    verdict.add(
+                        "unclean-leader",
+                        f"{where}: leader {s.leader} was not in the ISR {list(prev.isr)}",
+                    )
+            prev = s
+        for epoch, who in sorted(leaders.items()):
+            if len(who) > 1:
+                verdict.add("leader-per-epoch", f"p{p} epoch {epoch} had leaders {sorted(who)}")
+        led = {e for e, who in leaders.items() if who - {NO_LEADER}}
+        for node, partitions in sorted(final_logs.items()):
+            in_log = {r.epoch for r in partitions.get(p, [])}
+            for epoch in sorted(in_log - led):
+                verdict.add(
+                    "epoch",
+                    f"node {node} p{p}: the log holds epoch {epoch}, never stored with a leader",
+                )
+    for obs in history.observations:
+        for row in obs.rows:
+            isr, replicas = row["isr"], row["replicas"]
+            if not isr or not set(isr) <= set(replicas):
+                verdict.add(
+                    "isr",
+                    f"node {obs.node} at {obs.start:.2f}s reported p{row['partition']} with ISR "
+                    f"{isr} (replicas {replicas})",
+                )
+            if row["leader"] is not None and row["leader"] not in isr:
+                verdict.add(
+                    "isr",
+                    f"node {obs.node} at {obs.start:.2f}s reported p{row['partition']} led by "
+                    f"{row['leader']} outside its ISR {isr}",
+                )

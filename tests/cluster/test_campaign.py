@@ -1,0 +1,224 @@
+"""The fault campaign: random, seeded fault schedules against the shared cluster, each over a
+fresh topic with acks=all producers (Idempotency-Key retries to any node), partition consumers
+and pollers; after each schedule every fault is healed, the ISR must fill again, and the
+checker judges the whole history (see checker.py for the properties).
+
+`pytest tests/cluster/test_campaign.py --schedules 200 --fault-seed 7` runs a longer campaign
+or repeats one; the figures are printed at the end of the run and the full report (every
+violation, each failing schedule's fault timeline) is written next to the cluster's data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import aiohttp
+import pytest
+
+from tests.cluster.checker import Verdict, check
+from tests.cluster.conftest import SUMMARY, option
+from tests.cluster.harness import ETCD_PREFIX, Cluster, LogRecord, PartitionState, WaitTimeout
+from tests.cluster.schedule import FaultLog, FaultRunner, Schedule, make_schedule
+from tests.cluster.workload import ATTEMPT_TIMEOUT_S, History, Workload
+
+PARTITIONS = 3  # preferred leaders on every node
+DRAIN_S = 30.0  # after healing, how long producers may still retry before it counts as stuck
+FINAL_READ_S = 30.0
+SHOWN_PER_SCHEDULE = 8
+
+
+@dataclass
+class Campaign:
+    seed: int
+    mechanism: str
+    schedules: int = 0
+    faults: Counter[str] = field(default_factory=Counter)
+    skipped: Counter[str] = field(default_factory=Counter)
+    ops: Counter[str] = field(default_factory=Counter)
+    attempts: int = 0
+    acknowledged: int = 0
+    lost: int = 0
+    divergences: int = 0
+    duplicates: int = 0
+    violations: Counter[str] = field(default_factory=Counter)
+    failing: list[str] = field(default_factory=list)  # report of each schedule with violations
+    report: list[str] = field(default_factory=list)
+
+    def add(self, index: int, schedule: Schedule, faults: FaultLog, verdict: Verdict) -> None:
+        self.schedules += 1
+        self.faults.update(faults.injected)
+        self.skipped.update(faults.skipped)
+        self.ops.update(verdict.ops)
+        self.attempts += verdict.attempts
+        self.acknowledged += verdict.acknowledged
+        self.lost += verdict.lost
+        self.divergences += verdict.divergences
+        self.duplicates += verdict.duplicates
+        self.violations.update(v.kind for v in verdict.violations)
+        self.report.append(f"schedule {index} ({schedule})")
+        self.report += ["  " + e for e in faults.events]
+        self.report += [f"  VIOLATION {v}" for v in verdict.violations]
+        if verdict.violations:
+            kinds = Counter(v.kind for v in verdict.violations)
+            self.failing.append(
+                f"schedule {index} ({schedule}): "
+                + ", ".join(f"{k} x{n}" for k, n in sorted(kinds.items()))
+            )
+
+    def figures(self, wall_s: float) -> list[str]:
+        faults = ", ".join(f"{k} {n}" for k, n in sorted(self.faults.items())) or "none"
+        ops = ", ".join(f"{k} {n}" for k, n in sorted(self.ops.items()))
+        kinds = ", ".join(f"{k} {n}" for k, n in sorted(self.violations.items())) or "none"
+        lines = [
+            f"fault campaign: seed {self.seed}, partitions cut by {self.mechanism}, "
+            f"{wall_s:.0f} s wall time",
+            f"  schedules: {self.schedules}",
+            f"  faults injected: {sum(self.faults.values())} ({faults})",
+            f"  produce requests: {sum(self.ops.values())} ({ops}), {self.attempts} attempts",
+            f"  records acknowledged: {self.acknowledged}",
+            f"  lost: {self.lost}",
+            f"  divergences: {self.divergences}",
+            f"  duplicates: {self.duplicates}",
+            f"  violations by kind: {kinds}",
+        ]
+        if self.skipped:
+            lines.append(f"  faults skipped (no target up): {dict(self.skipped)}")
+        lines += ["  " + f for f in self.failing[:20]]
+        return lines
+
+
+def _states(
+    changes: list[tuple[bytes, bytes | None, int]], topic: str
+) -> dict[int, list[PartitionState | None]]:
+    prefix = f"{ETCD_PREFIX}/partitions/{topic}/".encode()
+    out: dict[int, list[PartitionState | None]] = {p: [] for p in range(PARTITIONS)}
+    for key, value, revision in changes:
+        p = int(key[len(prefix) :])
+        out[p].append(None if value is None else PartitionState.parse(value, revision))
+    return out
+
+
+def _stuck(what: str, cluster: Cluster, topic: str) -> Verdict:
+    verdict = Verdict()
+    states = []
+    for p in range(PARTITIONS):
+        try:
+            states.append(str(cluster.etcd.partition(topic, p)))
+        except Exception as exc:
+            states.append(repr(exc))
+    verdict.add("stuck", f"{what}; etcd states: {states}")
+    return verdict
+
+
+async def run_schedule(
+    cluster: Cluster,
+    session: aiohttp.ClientSession,
+    index: int,
+    seed: int,
+) -> tuple[Schedule, FaultLog, Verdict]:
+    rng = random.Random(seed)
+    schedule = make_schedule(seed, PARTITIONS)
+    topic = f"campaign-{index}-{seed}"
+    start_revision = await asyncio.to_thread(cluster.etcd.revision)
+    await asyncio.to_thread(
+        cluster.create_topic, topic, PARTITIONS, via=rng.randrange(cluster.size)
+    )
+    await asyncio.to_thread(cluster.wait_topic_everywhere, topic)
+    history = History(topic, PARTITIONS)
+    faults = FaultLog()
+    workload = Workload(cluster, history, rng, session)
+    runner = FaultRunner(cluster, topic, random.Random(seed + 1), faults, history.now)
+
+    async def snapshot_midway() -> None:
+        for at in sorted(rng.uniform(1.0, 5.0) for _ in range(2)):
+            await asyncio.sleep(max(0.0, at - history.now()))  # timers of the schedule
+            await workload.snapshot()
+
+    workload.start()
+    final_end: dict[int, int] | None = None
+    stuck: Verdict | None = None
+    try:
+        await asyncio.gather(runner.run(schedule), snapshot_midway())
+        workload.stop_new.set()
+        faults.events.append(f"{history.now():6.2f}s heal everything")
+        await asyncio.to_thread(cluster.heal)
+        workload.give_up_at = time.monotonic() + DRAIN_S
+        if not await workload.producers_done(DRAIN_S + ATTEMPT_TIMEOUT_S + 1):
+            stuck = _stuck(f"producers still failing {DRAIN_S:.0f} s after healing", cluster, topic)
+        else:
+            try:
+                rows = await asyncio.to_thread(cluster.wait_in_sync, topic, PARTITIONS)
+            except WaitTimeout as exc:
+                stuck = _stuck(str(exc), cluster, topic)
+            else:
+                final_end = {row["partition"]: row["end"] for row in rows}
+                workload.read_until = final_end
+                if not await workload.consumers_done(FINAL_READ_S):
+                    stuck = _stuck("consumers could not read up to the log end", cluster, topic)
+    finally:
+        await workload.close()
+    if stuck is not None or final_end is None:
+        verdict = stuck or Verdict()
+        verdict.ops = Counter(op.outcome for op in history.ops)
+        return schedule, faults, verdict
+    final_logs: dict[int, dict[int, list[LogRecord]]] = {
+        node: {
+            p: [r for r in cluster.replica_log(node, topic, p) if r.offset < final_end[p]]
+            for p in range(PARTITIONS)
+        }
+        for node in range(cluster.size)
+    }
+    changes = await asyncio.to_thread(
+        cluster.etcd.history, f"{ETCD_PREFIX}/partitions/{topic}/".encode(), start_revision + 1
+    )
+    verdict = check(history, final_logs, final_end, _states(changes, topic))
+    if not verdict.violations:
+        response = await asyncio.to_thread(
+            cluster.http.delete, cluster.url(0) + f"/v1/topics/{topic}"
+        )
+        assert response.status_code == 204, response.text
+    return schedule, faults, verdict
+
+
+async def run_campaign(cluster: Cluster, campaign: Campaign, schedules: int) -> None:
+    seeds = random.Random(campaign.seed)
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+        for index in range(schedules):
+            schedule_seed = seeds.randrange(2**31)
+            try:
+                schedule, faults, verdict = await run_schedule(
+                    cluster, session, index, schedule_seed
+                )
+            except Exception as exc:  # the schedule could not run to its end: say so, go on
+                schedule, faults = make_schedule(schedule_seed, PARTITIONS), FaultLog()
+                verdict = Verdict()
+                verdict.add("error", f"{type(exc).__name__}: {exc}")
+            campaign.add(index, schedule, faults, verdict)
+            if any(v.kind in ("stuck", "error") for v in verdict.violations):
+                await asyncio.to_thread(cluster.heal)  # if even this fails, the campaign stops
+
+
+def test_fault_campaign(cluster: Cluster, request: pytest.FixtureRequest) -> None:
+    schedules = int(str(option(request.config, "schedules", 30)))
+    given = option(request.config, "fault_seed", None)
+    seed = int(str(given)) if given is not None else random.SystemRandom().randrange(2**31)
+    cluster.heal()
+    campaign = Campaign(seed, cluster.topology.mechanism)
+    started = time.monotonic()
+    report = cluster.workdir / "campaign-report.txt"
+    try:
+        asyncio.run(run_campaign(cluster, campaign, schedules))
+    finally:
+        report.write_text("\n".join(campaign.report) + "\n")
+        SUMMARY.extend(campaign.figures(time.monotonic() - started))
+        SUMMARY.append(f"  full report: {report}")
+    assert campaign.schedules == schedules
+    assert not campaign.violations, (
+        f"{sum(campaign.violations.values())} violations over {schedules} schedules "
+        f"(seed {seed}; rerun with --fault-seed {seed}): {dict(campaign.violations)}; "
+        f"see {report}\n" + "\n".join(campaign.failing[:20])
+    )

@@ -1,0 +1,190 @@
+"""The checker itself, on small made-up histories (no cluster): a clean history passes, and each
+property fires on a history that breaks it."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from tests.cluster.checker import Verdict, check
+from tests.cluster.harness import LogRecord, PartitionState
+from tests.cluster.workload import Attempt, History, Observation, ProduceOp, Read
+
+T0 = 1_000_000.0  # wall clock of the first attempt
+
+
+def marker(op: str, created: float) -> bytes:
+    return f"{op}\ndigest\n1\n2\n{int(created * 1000)}".encode()
+
+
+def rec(offset: int, op: str, i: int, epoch: int = 0, mark: bytes | None = None) -> LogRecord:
+    value = json.dumps({"op": op, "i": i}).encode()
+    return LogRecord(offset, epoch, f"{op}#{i}".encode(), value, mark)
+
+
+def attempt(outcome: str, results: list[tuple[int, int, int]] | None, wall: float) -> Attempt:
+    status, code = {
+        "ok": (200, None),
+        "failed": (503, "NOT_ENOUGH_REPLICAS"),
+        "unknown": (None, None),
+    }[outcome]
+    return Attempt(0, 0.0, 0.1, status, code, outcome, results, None, (wall, wall + 0.1))
+
+
+def state(leader: int, epoch: int, isr: tuple[int, ...], revision: int) -> PartitionState:
+    return PartitionState(leader, epoch, (0, 1), isr, revision)
+
+
+def clean() -> tuple[
+    History,
+    dict[int, dict[int, list[LogRecord]]],
+    dict[int, int],
+    dict[int, list[PartitionState | None]],
+]:
+    """Two records of one request, acknowledged at 0; both replicas agree; clean elections."""
+    history = History("t", 1)
+    history.ops.append(
+        ProduceOp("o1", "/p", b"{}", [(0, 0), (0, 1)], [attempt("ok", [(0, 0, 2)], T0)])
+    )
+    history.reads.append(
+        Read(0, 0, 1, True, 1.0, 1.1, 0, [(0, "o1#0", {"op": "o1", "i": 0})], 1, 1)
+    )
+    history.observations += [
+        Observation(0, 1, 0.5, 0.6, [row(1)]),
+        Observation(0, 1, 2.0, 2.1, [row(2)]),
+    ]
+    log = [rec(0, "o1", 0, mark=marker("o1", T0 + 0.05)), rec(1, "o1", 1)]
+    logs = {0: {0: log}, 1: {0: list(log)}}
+    states: list[PartitionState | None] = [
+        state(0, 0, (0, 1), 10),
+        state(0, 0, (0,), 11),
+        state(0, 0, (0, 1), 12),
+        state(1, 1, (1,), 13),
+    ]
+    return history, logs, {0: 2}, {0: states}
+
+
+def row(hw: int, isr: list[int] | None = None, leader: int = 0) -> dict[str, object]:
+    return {
+        "partition": 0,
+        "leader": leader,
+        "replicas": [0, 1],
+        "isr": [0, 1] if isr is None else isr,
+        "high_watermark": hw,
+        "log_end_offset": hw,
+    }
+
+
+def kinds(verdict: Verdict) -> set[str]:
+    return {v.kind for v in verdict.violations}
+
+
+def test_a_clean_history_passes() -> None:
+    verdict = check(*clean())
+    assert verdict.violations == []
+    assert (verdict.acknowledged, verdict.lost, verdict.duplicates) == (2, 0, 0)
+
+
+def test_a_lost_acknowledged_record() -> None:
+    history, logs, _, states = clean()
+    for node in logs:
+        logs[node][0] = logs[node][0][:1]
+    verdict = check(history, logs, {0: 1}, states)
+    assert "lost" in kinds(verdict) and verdict.lost == 1
+
+
+def test_a_duplicate() -> None:
+    history, logs, _, states = clean()
+    for node in logs:
+        logs[node][0].append(rec(2, "o1", 1))
+    verdict = check(history, logs, {0: 3}, states)
+    assert kinds(verdict) == {"duplicate"} and verdict.duplicates == 1
+
+
+def test_a_duplicate_of_a_request_sent_once_without_a_key() -> None:
+    history, logs, _, states = clean()
+    history.ops[0].idempotent = False
+    for node in logs:
+        logs[node][0].append(rec(2, "o1", 0))
+    verdict = check(history, logs, {0: 3}, states)
+    assert kinds(verdict) == {"duplicate"}
+    assert "sent once without Idempotency-Key" in verdict.violations[0].detail
+
+
+def test_replicas_that_differ_below_the_high_watermark() -> None:
+    history, logs, end, states = clean()
+    logs[1][0][1] = rec(1, "other", 0)
+    verdict = check(history, logs, end, states)
+    assert "divergence" in kinds(verdict) and verdict.divergences == 1
+
+
+def test_a_read_that_changed_or_disappeared() -> None:
+    history, logs, end, states = clean()
+    history.reads.append(Read(0, 1, 1, False, 1.0, 1.1, 1, [(1, "o1#1", "else")], 2, 2))
+    history.reads.append(Read(0, 1, 1, False, 1.0, 1.1, 2, [(2, "x#0", "gone")], 3, 3))
+    assert {"divergence", "read-changed"} <= kinds(check(history, logs, end, states))
+
+
+def test_a_high_watermark_that_goes_back_within_one_run() -> None:
+    history, logs, end, states = clean()
+    history.observations.append(Observation(0, 1, 3.0, 3.1, [row(1)]))
+    assert kinds(check(history, logs, end, states)) == {"hw-regressed"}
+    # The same in a later run of the node is a restart, which may reload an older mark.
+    history.observations[-1] = Observation(0, 2, 3.0, 3.1, [row(1)])
+    assert check(history, logs, end, states).violations == []
+
+
+@pytest.mark.parametrize(
+    ("bad", "kind"),
+    [
+        (state(1, 0, (1,), 14), "epoch"),  # epoch falls; leader changes without a higher epoch
+        (state(0, 1, (0,), 14), "leader-per-epoch"),  # epoch 1 had leader 1 already
+        (state(1, 2, (), 14), "isr"),
+        (state(1, 2, (1, 5), 14), "isr"),
+        (state(0, 2, (1,), 14), "isr"),  # the leader outside its ISR
+    ],
+)
+def test_stored_partition_states(bad: PartitionState, kind: str) -> None:
+    history, logs, end, states = clean()
+    states[0].append(bad)
+    assert kind in kinds(check(history, logs, end, states))
+
+
+def test_a_leader_elected_from_outside_the_isr() -> None:
+    history, logs, end, states = clean()
+    states[0][1:] = [state(0, 0, (0,), 11), state(1, 1, (1,), 12)]
+    assert kinds(check(history, logs, end, states)) == {"unclean-leader"}
+
+
+def test_a_log_epoch_never_stored_with_a_leader() -> None:
+    history, logs, end, states = clean()
+    for node in logs:
+        logs[node][0][1] = dataclasses.replace(logs[node][0][1], epoch=7)
+    assert "epoch" in kinds(check(history, logs, end, states))
+
+
+def test_offsets_with_a_gap() -> None:
+    history, logs, _, states = clean()
+    for node in logs:
+        logs[node][0][1] = dataclasses.replace(logs[node][0][1], offset=2)
+    assert "offsets" in kinds(check(history, logs, {0: 3}, states))
+
+
+def test_records_appended_by_an_attempt_answered_not_enough_replicas() -> None:
+    """The first attempt was refused (nothing appended, says the answer), the retry got the
+    first attempt's offsets: the marker's time shows the refused attempt appended them."""
+    history, logs, end, states = clean()
+    op = history.ops[0]
+    op.attempts = [attempt("failed", None, T0), attempt("ok", [(0, 0, 2)], T0 + 1)]
+    assert kinds(check(history, logs, end, states)) == {"refused-but-appended"}
+    # Appended by the retry instead: fine.
+    op.attempts = [attempt("failed", None, T0 - 1), attempt("ok", [(0, 0, 2)], T0)]
+    assert check(history, logs, end, states).violations == []
+
+
+def test_records_of_a_request_refused_every_time() -> None:
+    history, logs, end, states = clean()
+    history.ops[0].attempts = [attempt("failed", None, T0 - 1)]
+    assert "refused-but-appended" in kinds(check(history, logs, end, states))

@@ -1,0 +1,417 @@
+"""The campaign's clients and what they record: acks=all producers retrying each request with
+its Idempotency-Key, partition consumers, pollers of every node's view of the topic, and
+snapshots of the replicas' logs read from disk. Every call and its outcome goes into a
+`History`, which the checker judges after the schedule."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from tests.cluster.harness import Cluster, LogRecord, read_replica_log
+
+FORWARDED_BY = "Sluice-Forwarded-By"  # a request carrying it is answered where it lands
+PRODUCE_TIMEOUT_MS = 2500  # the server's wait for acks
+ATTEMPT_TIMEOUT_S = 4.0  # the client's wait for any answer (a paused node never answers)
+FETCH_WAIT_MS = 300
+POLL_INTERVAL_S = 0.25
+
+# Answers after which the attempt surely appended nothing: validation happens before the
+# append, a retry while the first attempt runs is refused, and NOT_ENOUGH_REPLICAS is raised
+# "before appending anything" (its documented contract, which the checker holds it to).
+DEFINITE_STATUSES = {400, 404, 413, 415, 422}
+DEFINITE_CODES = {(409, "IDEMPOTENCY_KEY_IN_FLIGHT"), (503, "NOT_ENOUGH_REPLICAS")}
+
+
+def classify(status: int | None, code: str | None) -> str:
+    """ok, failed (surely not appended by this attempt) or unknown (may have been appended)."""
+    if status == 200:
+        return "ok"
+    if status is None:
+        return "unknown"
+    if status in DEFINITE_STATUSES or (status, code) in DEFINITE_CODES:
+        return "failed"
+    return "unknown"
+
+
+@dataclass
+class Attempt:
+    node: int
+    start: float
+    end: float
+    status: int | None  # None: no answer (timeout, refused or reset connection)
+    code: str | None
+    outcome: str
+    results: list[tuple[int, int, int]] | None  # (partition, base offset, count) when ok
+    error: str | None = None
+    wall: tuple[float, float] = (0.0, 0.0)  # time.time() at start and end (the nodes' clock)
+
+    def __str__(self) -> str:
+        what = self.status if self.status is not None else self.error
+        answer = f"{what} {self.code or ''} {self.results or ''}".strip()
+        return f"node {self.node} {self.start:.2f}-{self.end:.2f}s: {answer}"
+
+
+@dataclass
+class ProduceOp:
+    """One logical produce: the same path, body and Idempotency-Key on every attempt."""
+
+    key: str
+    path: str
+    body: bytes
+    records: list[tuple[int, int]]  # (partition, index) of each record, in request order
+    attempts: list[Attempt] = field(default_factory=list)
+    idempotent: bool = True  # sent with Idempotency-Key `key` (and retried); else sent once
+
+    @property
+    def outcome(self) -> str:
+        outcomes = {a.outcome for a in self.attempts}
+        if "ok" in outcomes:
+            return "ok"
+        if outcomes == {"failed"}:
+            return "failed"
+        return "unknown"
+
+    @property
+    def acked(self) -> list[tuple[int, int, int]] | None:
+        """The results of the first attempt answered 200."""
+        return next((a.results for a in self.attempts if a.results is not None), None)
+
+
+@dataclass
+class Read:
+    """One consumer fetch answered 200."""
+
+    partition: int
+    node: int
+    run: int
+    pinned: bool  # sent with Sluice-Forwarded-By: answered by `node` itself, as leader
+    start: float
+    end: float
+    offset: int
+    records: list[tuple[int, str | None, Any]]  # (offset, key, value)
+    next_offset: int
+    high_watermark: int
+
+
+@dataclass
+class Observation:
+    """One node's describe of the topic: each partition's leader and ISR in its view, and its
+    own replica's high watermark and log end."""
+
+    node: int
+    run: int
+    start: float
+    end: float
+    rows: list[dict[str, Any]]
+
+
+@dataclass
+class Snapshot:
+    """A replica's log read from disk, kept below the high watermark that node reported just
+    before (a high watermark never goes back, so that part is committed and must not change)."""
+
+    node: int
+    run: int
+    time: float
+    partition: int
+    high_watermark: int
+    records: list[LogRecord]
+
+
+@dataclass
+class History:
+    topic: str
+    partitions: int
+    t0: float = field(default_factory=time.monotonic)
+    ops: list[ProduceOp] = field(default_factory=list)
+    reads: list[Read] = field(default_factory=list)
+    observations: list[Observation] = field(default_factory=list)
+    snapshots: list[Snapshot] = field(default_factory=list)
+    anomalies: list[tuple[str, str]] = field(default_factory=list)  # (kind, detail)
+    fetch_errors: int = 0
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+
+def record_value(op_key: str, index: int) -> dict[str, Any]:
+    return {"op": op_key, "i": index}
+
+
+class Workload:
+    """Producers, consumers and pollers over one topic, driven until told to stop."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        history: History,
+        rng: random.Random,
+        session: aiohttp.ClientSession,
+        producers: int = 4,
+        keyless: float = 0.15,
+    ) -> None:
+        self.cluster = cluster
+        self.history = history
+        self.rng = rng
+        self.session = session
+        self.producers = producers
+        self.keyless = keyless  # the share of requests sent once without Idempotency-Key
+        self.stop_new = asyncio.Event()  # producers start no new request
+        self.stop_polls = asyncio.Event()
+        self.give_up_at = float("inf")  # monotonic time after which producers stop retrying
+        self.read_until: dict[int, int] | None = None  # consumers stop at these offsets
+        self.positions = dict.fromkeys(range(history.partitions), 0)
+        self.leader_hint: dict[int, int] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._producer_tasks: list[asyncio.Task[None]] = []
+        self._consumer_tasks: list[asyncio.Task[None]] = []
+        self._out_of_range: set[tuple[int, int]] = set()
+
+    def start(self) -> None:
+        self._producer_tasks = [
+            asyncio.create_task(self._producer(w)) for w in range(self.producers)
+        ]
+        self._consumer_tasks = [
+            asyncio.create_task(self._consumer(p)) for p in range(self.history.partitions)
+        ]
+        self._tasks = [
+            *self._producer_tasks,
+            *self._consumer_tasks,
+            *(asyncio.create_task(self._poller(i)) for i in range(self.cluster.size)),
+        ]
+
+    async def producers_done(self, timeout: float) -> bool:
+        done, _ = await asyncio.wait(self._producer_tasks, timeout=timeout)
+        return len(done) == len(self._producer_tasks)
+
+    async def consumers_done(self, timeout: float) -> bool:
+        done, _ = await asyncio.wait(self._consumer_tasks, timeout=timeout)
+        return len(done) == len(self._consumer_tasks)
+
+    async def close(self) -> None:
+        self.stop_new.set()
+        self.stop_polls.set()
+        self.give_up_at = 0.0
+        for task in self._tasks:
+            task.cancel()
+        results = await asyncio.gather(*self._tasks, return_exceptions=True)
+        for result in results:
+            if isinstance(result, Exception):
+                raise result
+
+    def _url(self, node: int) -> str:
+        return self.cluster.url(node)
+
+    # -- producers ---------------------------------------------------------------------------------
+
+    def _new_op(self, worker: int, n: int) -> ProduceOp:
+        key = f"{self.history.topic}/w{worker}/{n}"
+        topic = self.history.topic
+        parts = self.history.partitions
+        if parts > 1 and self.rng.random() < 0.25:
+            # One request to several partitions: each partition gets its own batch.
+            chosen = [p % parts for p in range(self.rng.randint(2, 3))]
+            path = f"/v1/topics/{topic}/records"
+            entries = [
+                {"key": f"{key}#{i}", "value": record_value(key, i), "partition": p}
+                for i, p in enumerate(chosen)
+            ]
+        else:
+            p = self.rng.randrange(parts)
+            chosen = [p] * self.rng.randint(1, 3)
+            path = f"/v1/topics/{topic}/partitions/{p}/records"
+            entries = [
+                {"key": f"{key}#{i}", "value": record_value(key, i)} for i in range(len(chosen))
+            ]
+        path += f"?acks=all&timeout_ms={PRODUCE_TIMEOUT_MS}"
+        body = json.dumps({"records": entries}).encode()
+        idempotent = self.rng.random() >= self.keyless
+        return ProduceOp(key, path, body, [(p, i) for i, p in enumerate(chosen)], [], idempotent)
+
+    async def _producer(self, worker: int) -> None:
+        n = 0
+        while not self.stop_new.is_set():
+            op = self._new_op(worker, n)
+            n += 1
+            self.history.ops.append(op)
+            while op.outcome != "ok" and time.monotonic() < self.give_up_at:
+                await self._attempt(op)
+                if not op.idempotent:
+                    break  # without an Idempotency-Key a retry could duplicate: sent once
+                if op.outcome != "ok":
+                    await asyncio.sleep(self.rng.uniform(0.05, 0.2))  # retry backoff
+            if not self.stop_new.is_set():
+                await asyncio.sleep(self.rng.uniform(0.0, 0.03))  # pacing between requests
+
+    async def _attempt(self, op: ProduceOp) -> None:
+        node = self.rng.randrange(self.cluster.size)
+        start = self.history.now()
+        status: int | None = None
+        code: str | None = None
+        results: list[tuple[int, int, int]] | None = None
+        error: str | None = None
+        headers = {"Content-Type": "application/json"}
+        if op.idempotent:
+            headers["Idempotency-Key"] = op.key
+        wall_start = time.time()
+        try:
+            async with self.session.post(
+                self._url(node) + op.path,
+                data=op.body,
+                headers=headers,
+                timeout=aiohttp.ClientTimeout(total=ATTEMPT_TIMEOUT_S),
+            ) as response:
+                raw = await response.read()
+                status = response.status
+                with contextlib.suppress(ValueError):
+                    doc = json.loads(raw)
+                    if status == 200:
+                        results = [
+                            (r["partition"], r["base_offset"], r["count"]) for r in doc["results"]
+                        ]
+                    elif isinstance(doc, dict):
+                        code = doc.get("code")
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            error = type(exc).__name__
+        outcome = classify(status, code)
+        if outcome == "ok" and results is None:
+            outcome, error = "unknown", "unparsable 200 answer"
+        op.attempts.append(
+            Attempt(
+                node,
+                start,
+                self.history.now(),
+                status,
+                code,
+                outcome,
+                results,
+                error,
+                (wall_start, time.time()),
+            )
+        )
+
+    # -- consumers ---------------------------------------------------------------------------------
+
+    async def _consumer(self, partition: int) -> None:
+        history = self.history
+        while True:
+            target = self.read_until
+            if target is not None and self.positions[partition] >= target[partition]:
+                return
+            pinned = self.rng.random() < 0.5
+            node = self.leader_hint.get(partition, 0) if pinned else None
+            if node is None:
+                node = self.rng.randrange(self.cluster.size)
+            run = self.cluster.runs[node]
+            offset = self.positions[partition]
+            headers = {FORWARDED_BY: "client"} if pinned else {}
+            start = history.now()
+            try:
+                async with self.session.get(
+                    f"{self._url(node)}/v1/topics/{history.topic}/partitions/{partition}/records",
+                    params={"offset": str(offset), "timeout_ms": str(FETCH_WAIT_MS)},
+                    headers=headers,
+                    timeout=aiohttp.ClientTimeout(total=3.0),
+                ) as response:
+                    raw = await response.read()
+                    status = response.status
+            except (aiohttp.ClientError, TimeoutError):
+                history.fetch_errors += 1
+                await asyncio.sleep(0.05)
+                continue
+            end = history.now()
+            doc = json.loads(raw) if raw else {}
+            if status == 200:
+                records = [(r["offset"], r["key"], r["value"]) for r in doc["records"]]
+                if self.cluster.runs[node] == run:
+                    history.reads.append(
+                        Read(
+                            partition,
+                            node,
+                            run,
+                            pinned,
+                            start,
+                            end,
+                            offset,
+                            records,
+                            doc["next_offset"],
+                            doc["high_watermark"],
+                        )
+                    )
+                    self.positions[partition] = max(offset, doc["next_offset"])
+                continue
+            history.fetch_errors += 1
+            if status == 421 and isinstance(doc.get("leader"), int):
+                self.leader_hint[partition] = doc["leader"]
+            elif status == 416 and (partition, offset) not in self._out_of_range:
+                self._out_of_range.add((partition, offset))
+                history.anomalies.append(
+                    (
+                        "out-of-range",
+                        f"p{partition}: fetch at {offset}, which a consumer had reached, through "
+                        f"node {node} answered 416 ({doc.get('detail')})",
+                    )
+                )
+            elif pinned:
+                self.leader_hint.pop(partition, None)
+            await asyncio.sleep(0.05)
+
+    # -- pollers -----------------------------------------------------------------------------------
+
+    async def _poller(self, node: int) -> None:
+        history = self.history
+        while not self.stop_polls.is_set():
+            run = self.cluster.runs[node]
+            start = history.now()
+            with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError, KeyError):
+                async with self.session.get(
+                    f"{self._url(node)}/v1/topics/{history.topic}",
+                    timeout=aiohttp.ClientTimeout(total=1.0),
+                ) as response:
+                    if response.status == 200:
+                        doc = await response.json()
+                        if self.cluster.runs[node] == run:
+                            history.observations.append(
+                                Observation(node, run, start, history.now(), doc["partitions"])
+                            )
+                            for row in doc["partitions"]:
+                                if row["leader"] is not None:
+                                    self.leader_hint[row["partition"]] = row["leader"]
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stop_polls.wait(), POLL_INTERVAL_S)
+
+    # -- snapshots ---------------------------------------------------------------------------------
+
+    async def snapshot(self, final_end: dict[int, int] | None = None) -> None:
+        """Read every replica's log from disk, each below the high watermark its node reported
+        last in its current run (or below `final_end` once the cluster is in sync)."""
+        history = self.history
+        for node in range(self.cluster.size):
+            run = self.cluster.runs[node]
+            for p in range(history.partitions):
+                if final_end is not None:
+                    hw = final_end[p]
+                else:
+                    seen = [
+                        o.rows[p]["high_watermark"]
+                        for o in history.observations
+                        if o.node == node
+                        and o.run == run
+                        and o.rows[p]["high_watermark"] is not None
+                    ]
+                    if not seen:
+                        continue
+                    hw = seen[-1]
+                data_dir = self.cluster.nodes[node].data_dir
+                records = await asyncio.to_thread(read_replica_log, data_dir, history.topic, p)
+                history.snapshots.append(
+                    Snapshot(node, run, history.now(), p, hw, [r for r in records if r.offset < hw])
+                )

@@ -4,8 +4,9 @@ Starts a fresh gateway (`python -m gateway --port 0`) and a redis-server (loopba
 off), runs produce, fetch, group-consume, open-loop latency and scaling scenarios on both, and
 writes DIR/bench-report.json, DIR/bench-report.md and PNG plots. Compiled generators (wrk,
 h2load, redis-benchmark) or several client processes drive the load; every figure carries the
-CPU seconds of its generator and of the server. Run: `python -m loadtests.bench [--out DIR]
-[--quick]`.
+CPU seconds of its generator and of the server. Then the cluster section (issue 9,
+`cluster_bench`): three Sluice nodes against three NATS JetStream servers. Run:
+`python -m loadtests.bench [--out DIR] [--quick]`.
 """
 
 from __future__ import annotations
@@ -28,8 +29,7 @@ from typing import Any
 
 import orjson
 
-from engine.batch import RecordInput, encode_batch
-from loadtests import generators, parked, report
+from loadtests import cluster_bench, cluster_report, generators, parked, report
 from loadtests.common import (
     RedisServer,
     cpu_seconds,
@@ -39,14 +39,7 @@ from loadtests.common import (
 )
 from loadtests.consumers import run_workers
 from loadtests.openloop import run_latency
-
-VALUE = b'"' + b"x" * 98 + b'"'  # a 100-byte JSON string: the payload of every record
-MEDIA = {
-    "json": "application/json",
-    "ndjson": "application/x-ndjson",
-    "binary": "application/vnd.sluice.record-batch",
-}
-BINARY = MEDIA["binary"]
+from loadtests.rows import MEDIA, VALUE, body_for, median_cell, rates
 
 
 @dataclass(frozen=True)
@@ -62,6 +55,7 @@ class Plan:
     latency_seconds: float
     partition_counts: list[int]
     parked_steps: list[int]
+    cluster: cluster_bench.ClusterPlan
 
 
 def _all_produce_cells() -> list[tuple[str, int, str, str]]:
@@ -84,6 +78,7 @@ FULL = Plan(
     latency_seconds=10,
     partition_counts=[1, 10, 100, 1000],
     parked_steps=[1, 10, 100, 1000, 5000],
+    cluster=cluster_bench.FULL,
 )
 QUICK = Plan(
     seconds=1,
@@ -102,36 +97,8 @@ QUICK = Plan(
     latency_seconds=2,
     partition_counts=[1, 10],
     parked_steps=[1, 100],
+    cluster=cluster_bench.QUICK,
 )
-
-
-def body_for(fmt: str, batch: int) -> bytes:
-    """A produce body of `batch` records with the same 100-byte value, in one format."""
-    if fmt == "json":
-        return orjson.dumps({"records": [{"value": orjson.Fragment(VALUE)}] * batch})
-    if fmt == "ndjson":
-        return (VALUE + b"\n") * batch
-    return bytes(encode_batch([RecordInput(None, VALUE)] * batch))
-
-
-def _rates(run: generators.Run, records_per_request: int, body_bytes: int) -> dict[str, Any]:
-    """The figures every throughput row carries."""
-    records_per_s = run.requests_per_s * records_per_request
-    row: dict[str, Any] = {
-        "records_per_s": round(records_per_s),
-        "payload_mb_per_s": round(records_per_s * len(VALUE) / 1e6, 2),
-        "requests_per_s": round(run.requests_per_s, 1),
-        "request_mb_per_s": round(run.requests_per_s * body_bytes / 1e6, 2),
-        "requests": run.requests,
-        "seconds": round(run.seconds, 3),
-        "failures": run.failures,
-        "generator_cpu_s": run.generator_cpu_s,
-        "server_cpu_s": run.server_cpu_s,
-        **run.extra,
-    }
-    if run.failures:
-        row["error"] = f"{run.failures} requests failed"
-    return row
 
 
 class Bench:
@@ -274,7 +241,7 @@ class Bench:
                     self.drop(topic)
                 return {
                     "generator": "h2load" if protocol == "h2c" else "wrk",
-                    **_rates(run, batch, len(body)),
+                    **rates(run, batch, len(body)),
                 }
 
             what = {"format": fmt, "batch": batch, "acks": acks, "protocol": protocol}
@@ -287,7 +254,7 @@ class Bench:
                 stream = f"produce-{batch}"
                 run = self.redis_run(["XADD", stream, "*", "v", VALUE.decode()], batch)
                 self.redis.command("DEL", stream)
-                return {"generator": "redis-benchmark", **_rates(run, 1, len(VALUE))}
+                return {"generator": "redis-benchmark", **rates(run, 1, len(VALUE))}
 
             redis_rows.append(self.guarded("redis_produce", {"pipeline": batch}, redis_cell))
         self.report["redis_produce"] = redis_rows
@@ -326,7 +293,7 @@ class Bench:
                         )
                     return {
                         "generator": "h2load" if protocol == "h2c" else "wrk",
-                        **_rates(run, per_request, size),
+                        **rates(run, per_request, size),
                     }
 
                 rows.append(self.guarded("fetch", {"format": fmt, "protocol": protocol}, cell))
@@ -340,7 +307,7 @@ class Bench:
             return {
                 "generator": "redis-benchmark",
                 "command": "XRANGE - + COUNT 1000",
-                **_rates(run, 1000, 0),
+                **rates(run, 1000, 0),
             }
 
         self.report["redis_fetch"] = self.guarded("redis_fetch", {}, redis_cell)
@@ -401,7 +368,7 @@ class Bench:
                 self.guarded("group_consume", {"members": partitions}, group_cell)
             )
         for name, cells in runs.items():
-            rows[name] = _median_cell(cells)
+            rows[name] = median_cell(cells)
         rows["partition_fetch_binary"] = self.guarded(
             "partition_fetch", {"format": "binary"}, lambda: fetch_cell("binary")
         )
@@ -467,7 +434,7 @@ class Bench:
                 requests=each // 1000,
                 server_pid=redis_pid,
             )
-            return {"generator": "redis-benchmark", "stream": streams[0], **_rates(run, 1000, 0)}
+            return {"generator": "redis-benchmark", "stream": streams[0], **rates(run, 1000, 0)}
 
         rows["redis_xreadgroup_compiled"] = self.guarded(
             "redis_xreadgroup_compiled", {}, compiled_group
@@ -561,14 +528,14 @@ class Bench:
                     )
                 finally:
                     self.drop(topic)
-                return {"generator": "wrk", **_rates(run, 100, len(body))}
+                return {"generator": "wrk", **rates(run, 100, len(body))}
 
             def redis_cell(count: int = count) -> dict[str, Any]:
                 run = self.redis_run(
                     ["XADD", "scaling:__rand_int__", "*", "v", VALUE.decode()], 100, keyspace=count
                 )
                 self.redis.command("FLUSHALL")
-                return {"generator": "redis-benchmark", **_rates(run, 1, len(VALUE))}
+                return {"generator": "redis-benchmark", **rates(run, 1, len(VALUE))}
 
             rows.append(
                 {
@@ -604,16 +571,11 @@ class Bench:
             "redis": self.guarded("parked", {"system": "redis"}, redis_parked),
         }
 
-
-def _median_cell(cells: list[dict[str, Any]]) -> dict[str, Any]:
-    """The median round by records/s, with every round's figure; an error if none ran."""
-    good = sorted((c for c in cells if "error" not in c), key=lambda c: c["records_per_s"])
-    if not good:
-        return cells[0]
-    return {
-        **good[(len(good) - 1) // 2],
-        "rounds_records_per_s": [c["records_per_s"] for c in good],
-    }
+    def cluster(self) -> None:
+        """5. Three Sluice nodes against three JetStream servers (after the single node stopped)."""
+        self.report["cluster"] = cluster_bench.run(
+            self.plan.cluster, self.scratch / "cluster", self.guarded
+        )
 
 
 def _with_cpu(
@@ -658,6 +620,8 @@ def machine() -> dict[str, Any]:
             "wrk": _tool_version(["wrk", "-v"]),
             "h2load": _tool_version(["h2load", "--version"]),
             "redis-server": _tool_version(["redis-server", "--version"]),
+            "etcd": _tool_version(["etcd", "--version"]),
+            "nats-server": _tool_version(["nats-server", "--version"]),
         },
     }
 
@@ -689,10 +653,19 @@ def main() -> None:
     scratch = Path(tempfile.mkdtemp(prefix="sluice-bench-"))
     bench = Bench(plan, scratch)
     try:
-        for scenario in (bench.produce, bench.fetch, bench.consume, bench.latency, bench.scaling):
-            scenario()
+        try:
+            for scenario in (
+                bench.produce,
+                bench.fetch,
+                bench.consume,
+                bench.latency,
+                bench.scaling,
+            ):
+                scenario()
+        finally:
+            bench.close()
+        bench.cluster()
     finally:
-        bench.close()
         shutil.rmtree(scratch, ignore_errors=True)
     meta["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
     meta["wall_seconds"] = round(time.time() - started, 1)
@@ -700,7 +673,10 @@ def main() -> None:
     doc["ratios"] = report.ratios(doc)
     (args.out / "bench-report.json").write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
     report.plots(doc, args.out)
-    (args.out / "bench-report.md").write_text(report.markdown(doc))
+    cluster_report.plot(doc["cluster"], args.out / "cluster.png")
+    (args.out / "bench-report.md").write_text(
+        report.markdown(doc) + cluster_report.markdown(doc["cluster"])
+    )
     print(
         f"wrote {args.out}/bench-report.json, bench-report.md and plots in {meta['wall_seconds']} s"
     )

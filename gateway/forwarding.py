@@ -46,7 +46,9 @@ async def forwarding_middleware(
         answer = await gateway.forwarder.forward(
             node.url, request.method, request.path_qs, request.headers, body
         )
-    except NodeUnreachable:
+    except NodeUnreachable as unreachable:
+        if unreachable.delivered:
+            raise  # it may have been served: running it again could do it twice
         wait_s = gateway.settings.leader_wait_ms / 1000
         if not await gateway.broker.store.wait_for(lambda v: target not in v.live, wait_s):
             raise LeaderNotAvailable(

@@ -137,9 +137,11 @@ async def join(request: web.Request) -> web.Response:
             f"instance_id must be 1 to {MAX_GROUP_ID} printable characters without '/'",
             "INVALID_PARAMETER",
         )
-    group, member = _coordinator(request).join(
+    coordinator = _coordinator(request)
+    group, member = coordinator.join(
         name, JoinRequest(names, session, reset, auto_commit, assignor, instance_id)
     )
+    await _durable(request, name)
     return json_response(
         {
             "member_id": member.member_id,
@@ -216,14 +218,23 @@ async def commit(request: web.Request) -> web.Response:
     committed = _coordinator(request).commit(
         name, request.match_info["member"], offsets, generation
     )
+    await _durable(request, name)
     return json_response(
         {"offsets": [{"topic": t, "partition": p, "offset": o} for (t, p), o in committed]}
     )
 
 
 async def leave(request: web.Request) -> web.Response:
-    _coordinator(request).leave(_group(request), request.match_info["member"])
+    name = _group(request)
+    _coordinator(request).leave(name, request.match_info["member"])
+    await _durable(request, name)
     return web.Response(status=204)
+
+
+async def _durable(request: web.Request, name: str) -> None:
+    """Answer a group change only once its offsets partition's replicas all have it."""
+    timeout_ms = gateway_of(request).settings.default_produce_timeout_ms
+    await _coordinator(request).durable(name, timeout_ms)
 
 
 async def list_groups(request: web.Request) -> web.Response:
@@ -259,6 +270,7 @@ async def reset_offsets(request: web.Request) -> web.Response:
             'to must be "earliest", "latest", an offset or {"timestamp": ms}', "INVALID_PARAMETER"
         )
     reset = await _coordinator(request).reset_offsets(name, topic, partitions, to)
+    await _durable(request, name)
     return json_response(
         {
             "group": name,

@@ -19,10 +19,10 @@ from gateway.idempotency import InFlight
 from gateway.metrics import Metrics
 from gateway.partitioner import StickyPartitioner, partition_for_key
 from gateway.problems import Problem, bad_request
-from replication.errors import NotLeader
+from replication.errors import LeaderNotAvailable, NodeUnreachable, NotLeader
 from replication.forward_client import ForwardClient
 from replication.idempotency import Marker
-from replication.metadata import TopicSpec
+from replication.metadata import ClusterView, TopicSpec
 from replication.partition import Partition
 from replication.replica_manager import ReplicaManager
 
@@ -262,6 +262,28 @@ class Producer:
             *(self._forward(topic.name, item, url, request, results) for item, url in remote),
         )
 
+    async def _next_leader(self, topic: str, partition: int, dead_url: str) -> Partition | str:
+        """The partition's leader once it is no longer the node at `dead_url`: this node's
+        replica, or another node's URL. LeaderNotAvailable if none comes in time."""
+        store = self.replicas.store
+
+        def moved(view: ClusterView) -> bool:
+            state = view.partition(topic, partition)
+            if state is None or state.leader not in view.live:
+                return False
+            node = view.nodes.get(state.leader)
+            return node is not None and node.url != dead_url
+
+        if not await store.wait_for(moved, self.replicas.settings.leader_wait_ms / 1000):
+            raise LeaderNotAvailable(f"{topic}-{partition}: its leader is down; retry shortly")
+        try:
+            return await self.replicas.leader(topic, partition)
+        except NotLeader as exc:
+            node = store.view.nodes.get(-1 if exc.leader is None else exc.leader)
+            if node is None:
+                raise
+            return node.url
+
     async def _forward(
         self,
         topic: str,
@@ -270,9 +292,24 @@ class Producer:
         request: ProduceRequest,
         results: dict[int, tuple[int, int]],
     ) -> None:
-        base = await self.forwarder.produce_batches(
-            url, topic, item.partition, item.data, request.acks, request.timeout_ms
-        )
+        try:
+            base = await self.forwarder.produce_batches(
+                url, topic, item.partition, item.data, request.acks, request.timeout_ms
+            )
+        except NodeUnreachable as exc:
+            if exc.delivered:
+                raise
+            # The leader is down and never saw the batches: once the cluster has another
+            # leader (bounded wait), append there instead.
+            leader = await self._next_leader(topic, item.partition, url)
+            if isinstance(leader, str):
+                base = await self.forwarder.produce_batches(
+                    leader, topic, item.partition, item.data, request.acks, request.timeout_ms
+                )
+            else:
+                info = leader.append(item.data, request.acks)
+                await self.replicas.acknowledge(leader, info, request.acks, request.timeout_ms)
+                base = info.first_offset
         results[item.partition] = (base, item.count)
         self.metrics.records_in.labels(topic).inc(item.count)
         self.metrics.bytes_in.labels(topic).inc(len(item.data))

@@ -44,6 +44,7 @@ OFFSET_RESETS = ("earliest", "latest", "none")
 logger = logging.getLogger(__name__)
 AUTO_COMMIT_WRITE_S = 1.0  # auto-commits reach the log within this (auto.commit.interval.ms)
 CURSOR_MASK = 2**31 - 1
+REPLAY_WAIT_MS = 30_000  # how long a new coordinator waits for its offsets log to commit
 METADATA_OVERHEAD = 4096  # the batch and record headers, the key, and slack
 
 
@@ -188,6 +189,7 @@ class GroupCoordinator:
         self.max_session_timeout_ms = max_session_timeout_ms
         self.max_members = max_members
         self.groups: dict[str, Group] = {}
+        self._written: dict[str, tuple[Partition, int]] = {}  # each group's last write
         self.closing = False  # shutting down: sessions stop running out
         self._loop = asyncio.get_running_loop()
 
@@ -216,6 +218,12 @@ class GroupCoordinator:
         if partition.topic != offsets_topic.OFFSETS_TOPIC:
             return
         if partition.is_leader:
+            # A new leader's high watermark trails its log until the followers fetch from
+            # it; the log is the truth from now on, so replay it once it is all committed.
+            end = partition.log_end_offset
+            if partition.high_watermark < end:
+                with contextlib.suppress(EngineError):
+                    await self.replicas.wait_committed(partition, end - 1, REPLAY_WAIT_MS)
             stored = await asyncio.to_thread(offsets_topic.replay, [partition])
             if partition.is_leader:
                 self.restore(stored)
@@ -892,10 +900,20 @@ class GroupCoordinator:
         self._write_group(group, [(offsets_topic.group_key(group.name), doc)])
 
     def _write(self, group: str, records: Sequence[tuple[bytes, bytes | None]]) -> None:
-        """Append to the group's offsets partition; on this single node, committed at once."""
+        """Append to the group's offsets partition (`durable` waits for its replicas)."""
         partition = self.coordinator(group)
         limit = partition.config.max_message_bytes
-        partition.append(offsets_topic.encode(records, limit), "1")
+        info = partition.append(offsets_topic.encode(records, limit), "1")
+        self._written[group] = (partition, info.last_offset)
+
+    async def durable(self, name: str, timeout_ms: int) -> None:
+        """Wait until the group's last write is on every in-sync replica of its offsets
+        partition (Kafka's offsets.commit.required.acks=-1), so that a new coordinator
+        replays it: a commit or a join is answered only then."""
+        written = self._written.pop(name, None)
+        if written is not None:
+            partition, last_offset = written
+            await self.replicas.wait_committed(partition, last_offset, timeout_ms)
 
     # -- views ---------------------------------------------------------------------------------
 

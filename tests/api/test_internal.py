@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from engine import batch as fmt
+from replication.memory_store import MemoryMetadataStore
 from replication.metadata import PartitionState
 from replication.partition import Partition
 from replication.replica_client import HIGH_WATERMARK, LOG_START_OFFSET, replica_path
@@ -34,8 +35,11 @@ FOLLOWER = 1
 
 
 async def add_follower(client: Client, topic: str = "t") -> PartitionState:
-    """Make node 1 a replica of topic-0 outside the ISR, in a new leader epoch."""
+    """Make node 1 a live replica of topic-0 outside the ISR, in a new leader epoch (a node
+    the store does not count as live leaves every ISR at once)."""
     broker = gateway(client).broker
+    assert isinstance(broker.store, MemoryMetadataStore)
+    broker.store.backend.revive(FOLLOWER)
     fence = await broker.store.campaign()
     state = broker.store.view.partition(topic, 0)
     assert state is not None

@@ -80,9 +80,15 @@ class FencedController(ReplicationError):
 
 
 class NodeUnreachable(ReplicationError):
-    """Another node did not answer (connection refused, reset or timed out)."""
+    """Another node did not answer (connection refused, reset or timed out). `delivered`
+    is False when the request surely never reached it (the connection was refused), so that
+    sending it elsewhere cannot make it happen twice."""
 
     code = "NODE_UNREACHABLE"
+
+    def __init__(self, message: str, *, delivered: bool = True) -> None:
+        super().__init__(message)
+        self.delivered = delivered
 
 
 class NotAReplica(ReplicationError):

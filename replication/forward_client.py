@@ -76,6 +76,10 @@ class ForwardClient:
                     if name in ANSWER_HEADERS or name.lower().startswith(ANSWER_PREFIX)
                 }
                 return Answer(response.status, kept, data)
+        except aiohttp.ClientConnectorError as exc:
+            raise NodeUnreachable(
+                f"{url} refused the connection: {exc!r}", delivered=False
+            ) from exc
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise NodeUnreachable(f"forwarding to {url} failed: {exc!r}") from exc
 

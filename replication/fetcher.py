@@ -78,9 +78,6 @@ class ReplicaFetchers:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
-    def following(self) -> int:
-        return len(self._tasks)
-
     # -- one partition -------------------------------------------------------------------------
 
     def _leader_url(self, state: PartitionState) -> str | None:

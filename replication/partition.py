@@ -151,10 +151,6 @@ class Partition:
             )
         return self.leader_state
 
-    def check_leader(self) -> None:
-        """Raise NotLeader unless this node leads the partition."""
-        self._leading()
-
     def append(self, data: bytes | bytearray, acks: str) -> AppendInfo:
         """Append producer batches in this epoch. acks=all with the ISR below
         min.insync.replicas appends nothing (Kafka's NOT_ENOUGH_REPLICAS). A marked request

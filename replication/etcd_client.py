@@ -311,8 +311,8 @@ class EtcdClient:
             return body
         raise MetadataUnavailable(f"no etcd endpoint reachable ({'; '.join(refused)})")
 
-    async def get(self, key: bytes) -> KeyValue | None:
-        body = await self._call("v3/kv/range", {"key": key})
+    async def get(self, key: bytes, timeout_s: float | None = None) -> KeyValue | None:
+        body = await self._call("v3/kv/range", {"key": key}, timeout_s)
         kvs = _decode(body, _RangeResponse, "range").kvs
         return kvs[0] if kvs else None
 

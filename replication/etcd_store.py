@@ -68,6 +68,17 @@ def _new_cluster_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
 
 
+def _partition_state(kv: KeyValue) -> PartitionState:
+    record = msgspec.json.decode(kv.value, type=_PartitionRecord)
+    return PartitionState(
+        leader=record.leader,
+        leader_epoch=record.leader_epoch,
+        replicas=record.replicas,
+        isr=record.isr,
+        version=kv.mod_revision,
+    )
+
+
 class EtcdMetadataStore(MetadataStore):
     """The metadata store of a real cluster, under `prefix` in etcd.
 
@@ -276,14 +287,7 @@ class EtcdMetadataStore(MetadataStore):
         if kv is None:
             self._partitions.pop(tp, None)
             return
-        record = msgspec.json.decode(kv.value, type=_PartitionRecord)
-        self._partitions[tp] = PartitionState(
-            leader=record.leader,
-            leader_epoch=record.leader_epoch,
-            replicas=record.replicas,
-            isr=record.isr,
-            version=kv.mod_revision,
-        )
+        self._partitions[tp] = _partition_state(kv)
 
     def _view(self, revision: int) -> ClusterView:
         controller = min(self._election.values())[1] if self._election else None
@@ -320,6 +324,12 @@ class EtcdMetadataStore(MetadataStore):
 
     async def topic_exists(self, name: str) -> bool:
         return await self._client.get(self._key("topics", name)) is not None
+
+    async def read_partition(
+        self, topic: str, partition: int, timeout_s: float
+    ) -> PartitionState | None:
+        kv = await self._client.get(self._key("partitions", topic, partition), timeout_s)
+        return None if kv is None else _partition_state(kv)
 
     async def campaign(self) -> Fence:
         """etcd's election recipe: put controller/<lease> under our lease, then wait until no

@@ -125,6 +125,11 @@ class MemoryMetadataStore(MetadataStore):
     async def topic_exists(self, name: str) -> bool:
         return name in self.backend.topics
 
+    async def read_partition(
+        self, topic: str, partition: int, timeout_s: float
+    ) -> PartitionState | None:
+        return self.backend.partitions.get((topic, partition))
+
     async def campaign(self) -> Fence:
         if self.node is None:
             raise RuntimeError("start() the store before campaigning")

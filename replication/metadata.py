@@ -134,6 +134,13 @@ class MetadataStore(ABC):
         may lag a change made through another node)."""
 
     @abstractmethod
+    async def read_partition(
+        self, topic: str, partition: int, timeout_s: float
+    ) -> PartitionState | None:
+        """A partition's state read from the store now (not the view, which a node cut off
+        from the store cannot know is stale); MetadataUnavailable past `timeout_s`."""
+
+    @abstractmethod
     async def campaign(self) -> Fence:
         """Wait until this node is elected controller (lowest create revision under the
         election prefix); the fence guards every controller write."""

@@ -17,13 +17,14 @@ from typing import Any
 
 from engine import batch as fmt
 from engine.config import TopicConfig
-from engine.errors import LogClosed, UnknownPartition, UnknownTopic
+from engine.errors import LogClosed, OffsetOutOfRange, UnknownPartition, UnknownTopic
 from engine.log import AppendInfo, ReadResult
 from engine.manager import LogManager
 from engine.notify import ChangeNotifier
 from replication.errors import (
     LeaderChangedAfterAppend,
     LeaderNotAvailable,
+    MetadataUnavailable,
     NotEnoughReplicas,
     NotEnoughReplicasAfterAppend,
     NotLeader,
@@ -321,6 +322,34 @@ class ReplicaManager:
             f"{topic}-{partition} has no leader now (epoch {state.leader_epoch}); retry shortly"
         )
 
+    async def confirm_leadership(self, leader: Partition) -> None:
+        """Check with the store, not the view, that this node still leads `leader`'s
+        partition in its epoch: a node cut off from the store (or just resumed from a pause)
+        may lead in its own view only, while a newer leader has committed past this log's end.
+        Raises NotLeader (naming the newer leader) or LeaderNotAvailable; else returns."""
+        topic, partition = leader.topic, leader.partition
+        timeout_s = self.settings.leader_wait_ms / 1000
+        try:
+            stored = await self.store.read_partition(topic, partition, timeout_s)
+        except MetadataUnavailable as exc:
+            raise LeaderNotAvailable(
+                f"node {self.node_id} cannot confirm that it still leads {topic}-{partition} "
+                f"({exc}); retry shortly"
+            ) from None
+        if stored is None:
+            raise UnknownTopic(f"topic {topic!r} was deleted", topic=topic)
+        if stored.leader == self.node_id and stored.leader_epoch == leader.leader_epoch:
+            return
+        if stored.leader in (NO_LEADER, self.node_id):
+            raise LeaderNotAvailable(
+                f"{topic}-{partition} is in epoch {stored.leader_epoch} now; retry shortly"
+            )
+        raise NotLeader(
+            f"node {stored.leader} leads {topic}-{partition} in epoch {stored.leader_epoch}, "
+            f"not node {self.node_id}",
+            stored.leader,
+        )
+
     # -- produce -------------------------------------------------------------------------------
 
     async def append(
@@ -411,6 +440,10 @@ class ReplicaManager:
                 result = leader.read(offset, max_bytes, max_records=max_records)
             except LogClosed:
                 raise UnknownTopic(f"topic {topic!r} was deleted") from None
+            except OffsetOutOfRange as exc:
+                if exc.offset > exc.log_end_offset:
+                    await self.confirm_leadership(leader)
+                raise
             remaining = deadline - loop.time()
             if len(result.data) >= min_bytes or remaining <= 0 or self.notifier.closing:
                 return result

@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from engine import batch as fmt
+from replication.errors import MetadataUnavailable
 from replication.memory_store import MemoryMetadataStore
 from replication.metadata import PartitionState
 from replication.partition import Partition
@@ -227,3 +228,48 @@ async def test_an_isr_that_shrinks_after_the_append_says_the_records_may_commit(
     assert "may be kept" in body["detail"]
     assert leader.isr == (0,)
     assert [r["value"] for r in (await fetch(client))["records"]] == ["x"]
+
+
+async def test_a_fetch_past_the_log_end_confirms_leadership_with_the_store(
+    client: Client,
+) -> None:
+    """A node cut off from the store leads in its own view only: a newer leader may have
+    committed past this log's end, so a fetch there is no 416 until the store confirms it."""
+    await create_topic(client)
+    await produce(client, [{"value": 1}])
+    broker = gateway(client).broker
+    assert isinstance(broker.store, MemoryMetadataStore)
+    backend = broker.store.backend
+    past_end = {"offset": "5", "timeout_ms": "0"}
+
+    await problem(
+        await client.get(records_path("t", 0), params=past_end), 416, "OFFSET_OUT_OF_RANGE"
+    )
+
+    async def unreachable(topic: str, partition: int, timeout_s: float) -> PartitionState | None:
+        raise MetadataUnavailable("etcd range at http://etcd: connection timed out")
+
+    real_read = broker.store.read_partition
+    broker.store.read_partition = unreachable  # type: ignore[method-assign]
+    await problem(
+        await client.get(records_path("t", 0), params=past_end), 503, "LEADER_NOT_AVAILABLE"
+    )
+    broker.store.read_partition = real_read  # type: ignore[method-assign]
+
+    # The cluster moves on without this node: its view no longer follows the store.
+    backend.stores.remove(broker.store)
+    with backend.transaction() as revision:
+        state = backend.partitions[("t", 0)]
+        backend.partitions[("t", 0)] = replace(
+            state,
+            leader=FOLLOWER,
+            leader_epoch=state.leader_epoch + 1,
+            isr=(FOLLOWER,),
+            version=revision,
+        )
+    body = await problem(
+        await client.get(records_path("t", 0), params=past_end), 421, "NOT_LEADER_OR_FOLLOWER"
+    )
+    assert body["leader"] == FOLLOWER
+    # Below the log end this node still answers what it has committed.
+    assert [r["offset"] for r in (await fetch(client))["records"]] == [0]

@@ -96,6 +96,7 @@ _ENGINE_STATUS: dict[type[errors.EngineError], int] = {
     replication.ControllerNotAvailable: 503,
     replication.LeaderChangedAfterAppend: 503,
     replication.NodeUnreachable: 502,
+    replication.PartiallyAppended: 503,
 }
 # Errors a retry may cure shortly: their answers carry Retry-After.
 _RETRIABLE = (
@@ -105,6 +106,7 @@ _RETRIABLE = (
     replication.MetadataUnavailable,
     replication.ControllerNotAvailable,
     replication.LeaderChangedAfterAppend,
+    replication.PartiallyAppended,
 )
 _GROUP_STATUS = {
     "UNKNOWN_MEMBER": 404,
@@ -140,6 +142,15 @@ def from_engine_error(exc: errors.EngineError) -> Problem:
         extra = {"offset": exc.offset}
     elif isinstance(exc, replication.NotLeader) and exc.leader is not None:
         extra = {"leader": exc.leader}
+    elif isinstance(exc, replication.PartiallyAppended):
+        extra = {
+            "results": [
+                {"partition": p, "base_offset": base, "count": count}
+                for p, (base, count) in sorted(exc.appended.items())
+            ],
+            "refused_partitions": exc.refused,
+            "cause": exc.cause_code,
+        }
     return Problem(status, exc.code, str(exc), headers=headers, **extra)
 
 

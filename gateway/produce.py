@@ -19,7 +19,7 @@ from gateway.idempotency import InFlight
 from gateway.metrics import Metrics
 from gateway.partitioner import StickyPartitioner, partition_for_key
 from gateway.problems import Problem, bad_request
-from replication.errors import LeaderNotAvailable, NodeUnreachable, NotLeader
+from replication.errors import LeaderNotAvailable, NodeUnreachable, NotLeader, PartiallyAppended
 from replication.forward_client import ForwardClient
 from replication.idempotency import Marker
 from replication.metadata import ClusterView, TopicSpec
@@ -254,13 +254,23 @@ class Producer:
             self.metrics.records_in.labels(topic.name).inc(item.count)
             self.metrics.bytes_in.labels(topic.name).inc(len(item.data))
             appended.append((leader, info))
-        await asyncio.gather(
+        partitions = [leader.partition for leader, _ in appended] + [i.partition for i, _ in remote]
+        outcomes = await asyncio.gather(
             *(
                 self.replicas.acknowledge(leader, info, request.acks, request.timeout_ms)
                 for leader, info in appended
             ),
             *(self._forward(topic.name, item, url, request, results) for item, url in remote),
+            return_exceptions=True,
         )
+        failed = [(p, o) for p, o in zip(partitions, outcomes, strict=True) if o is not None]
+        if not failed:
+            return
+        refused = [p for p, _ in failed if p not in results]
+        if refused and results:
+            # A definite refusal for some partitions must not hide that others have records.
+            raise PartiallyAppended(dict(results), refused, failed[0][1])
+        raise failed[0][1]
 
     async def _next_leader(self, topic: str, partition: int, dead_url: str) -> Partition | str:
         """The partition's leader once it is no longer the node at `dead_url`: this node's

@@ -116,3 +116,21 @@ class LeaderChangedAfterAppend(ReplicationError):
     them twice); a client retry with an Idempotency-Key is safe."""
 
     code = "LEADER_CHANGED"
+
+
+class PartiallyAppended(ReplicationError):
+    """A produce to several partitions appended some and was refused for others: a retry with
+    the same Idempotency-Key appends only what is missing."""
+
+    code = "PARTIALLY_APPENDED"
+
+    def __init__(
+        self, appended: dict[int, tuple[int, int]], refused: list[int], cause: BaseException
+    ) -> None:
+        super().__init__(
+            f"records went to partitions {sorted(appended)}, but partitions {sorted(refused)} "
+            f"refused them ({getattr(cause, 'code', type(cause).__name__)}: {cause})"
+        )
+        self.appended = appended
+        self.refused = refused
+        self.cause_code = str(getattr(cause, "code", type(cause).__name__))

@@ -11,10 +11,12 @@ import asyncio
 from dataclasses import replace
 from typing import Any
 
+from aiohttp import web
+
 from engine import batch as fmt
 from replication.errors import MetadataUnavailable
 from replication.memory_store import MemoryMetadataStore
-from replication.metadata import PartitionState
+from replication.metadata import NodeInfo, PartitionState
 from replication.partition import Partition
 from replication.replica_client import HIGH_WATERMARK, LOG_START_OFFSET, replica_path
 from tests.api.support import (
@@ -273,3 +275,53 @@ async def test_a_fetch_past_the_log_end_confirms_leadership_with_the_store(
     assert body["leader"] == FOLLOWER
     # Below the log end this node still answers what it has committed.
     assert [r["offset"] for r in (await fetch(client))["records"]] == [0]
+
+
+async def test_a_refusal_for_one_partition_does_not_hide_another_one_appended(
+    client: Client, aiohttp_raw_server: Any
+) -> None:
+    """Partition 1 is led by another node, which refuses (its ISR shrank after this node's
+    view last saw it); partition 0, led here, has appended: the answer must say so."""
+
+    async def refuse(request: web.BaseRequest) -> web.Response:
+        body = {
+            "type": "https://sluice.dev/problems/not-enough-replicas",
+            "title": "Service Unavailable",
+            "status": 503,
+            "detail": "t-1 has 1 in-sync replicas [1]; min.insync.replicas is 2",
+            "code": "NOT_ENOUGH_REPLICAS",
+        }
+        return web.json_response(body, status=503, content_type="application/problem+json")
+
+    other = await aiohttp_raw_server(refuse)
+    await create_topic(client, partitions=2)
+    broker = gateway(client).broker
+    assert isinstance(broker.store, MemoryMetadataStore)
+    backend = broker.store.backend
+    with backend.transaction() as revision:
+        backend.nodes[FOLLOWER] = NodeInfo(FOLLOWER, str(other.make_url("")).rstrip("/"))
+        backend.live.add(FOLLOWER)
+        state = backend.partitions[("t", 1)]
+        backend.partitions[("t", 1)] = replace(
+            state,
+            leader=FOLLOWER,
+            leader_epoch=state.leader_epoch + 1,
+            replicas=(FOLLOWER, 0),
+            isr=(FOLLOWER, 0),
+            version=revision,
+        )
+    follower = gateway(client).replicas.local("t", 1)
+    assert follower is not None
+    await wait_until(lambda: not follower.is_leader)
+
+    response = await client.post(
+        records_path("t"),
+        params={"acks": "all"},
+        json={"records": [{"value": 0, "partition": 0}, {"value": 1, "partition": 1}]},
+    )
+    body = await problem(response, 503, "PARTIALLY_APPENDED")
+    assert body["results"] == [{"partition": 0, "base_offset": 0, "count": 1}]
+    assert body["refused_partitions"] == [1]
+    assert body["cause"] == "NOT_ENOUGH_REPLICAS"
+    assert response.headers["Retry-After"] == "1"
+    assert [r["value"] for r in (await fetch(client, "t", 0))["records"]] == [0]

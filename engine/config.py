@@ -105,7 +105,15 @@ _SPEC: dict[str, tuple[str, Callable[[str, object], Any]]] = {
     "message.timestamp.type": ("message_timestamp_type", _choice(TIMESTAMP_TYPES)),
     "min.insync.replicas": ("min_insync_replicas", _int(1, INT_MAX)),
     "unclean.leader.election.enable": ("unclean_leader_election_enable", _as_bool),
+    "remote.storage.enable": ("remote_storage_enable", _as_bool),
+    "local.retention.ms": ("local_retention_ms", _int(-2)),
+    "local.retention.bytes": ("local_retention_bytes", _int(-2)),
 }
+
+KAFKA_SEGMENT_MS = 7 * 24 * 3600 * 1000
+# A tiered topic rolls its active segment at least this often unless segment.ms says otherwise,
+# so a record reaches S3 within ~10 minutes: well inside the hour an hourly batch job waits.
+TIERED_SEGMENT_MS = 10 * 60 * 1000
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -113,7 +121,7 @@ class TopicConfig:
     """A topic's log configuration; defaults are Kafka's."""
 
     segment_bytes: int = 1024 * 1024 * 1024
-    segment_ms: int = 7 * 24 * 3600 * 1000
+    segment_ms: int = KAFKA_SEGMENT_MS
     retention_ms: int = 7 * 24 * 3600 * 1000
     retention_bytes: int = -1
     cleanup_policy: str = "delete"
@@ -126,6 +134,9 @@ class TopicConfig:
     message_timestamp_type: str = "CreateTime"
     min_insync_replicas: int = 1  # acks=all needs this many in-sync replicas
     unclean_leader_election_enable: bool = False  # may elect outside the ISR, losing records
+    remote_storage_enable: bool = False  # closed segments are copied to S3
+    local_retention_ms: int = -2  # -2: as retention.ms (how long data stays on local disk)
+    local_retention_bytes: int = -2  # -2: as retention.bytes
 
     @property
     def compact(self) -> bool:
@@ -138,6 +149,15 @@ class TopicConfig:
     @property
     def log_append_time(self) -> bool:
         return self.message_timestamp_type == "LogAppendTime"
+
+    @property
+    def local_retention(self) -> tuple[int, int]:
+        """(ms, bytes) that data stays on local disk; Kafka's -2 means the total retention."""
+        ms = self.retention_ms if self.local_retention_ms == -2 else self.local_retention_ms
+        size = (
+            self.retention_bytes if self.local_retention_bytes == -2 else self.local_retention_bytes
+        )
+        return ms, size
 
     def with_overrides(self, overrides: Mapping[str, object]) -> TopicConfig:
         """Return a copy with Kafka-named overrides applied; unknown names or bad values raise."""
@@ -152,7 +172,16 @@ class TopicConfig:
                 )
             attribute, parse = spec
             changes[attribute] = parse(name, value)
-        return dataclasses.replace(self, **changes)
+        config = dataclasses.replace(self, **changes)
+        if config.remote_storage_enable:
+            if config.compact:
+                raise InvalidConfig(
+                    "remote.storage.enable is not supported with cleanup.policy "
+                    f"{config.cleanup_policy!r} (as in Kafka: compaction would rewrite tiered data)"
+                )
+            if "segment.ms" not in overrides and config.segment_ms == KAFKA_SEGMENT_MS:
+                config = dataclasses.replace(config, segment_ms=TIERED_SEGMENT_MS)
+        return config
 
     def to_dict(self) -> dict[str, object]:
         """Kafka-named values, as stored on disk and shown to users."""

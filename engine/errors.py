@@ -73,6 +73,20 @@ class OffsetOutOfRange(EngineError):
         self.log_end_offset = log_end_offset
 
 
+class OffsetMovedToTieredStorage(EngineError):
+    """The offset is in the log, but only on S3 now (Kafka's OFFSET_MOVED_TO_TIERED_STORAGE):
+    the partition layer reads it from there."""
+
+    code = "OFFSET_MOVED_TO_TIERED_STORAGE"
+
+    def __init__(self, offset: int, local_log_start_offset: int) -> None:
+        super().__init__(
+            f"offset {offset} is below the local log start {local_log_start_offset} (on S3)"
+        )
+        self.offset = offset
+        self.local_log_start_offset = local_log_start_offset
+
+
 class OffsetMismatch(EngineError):
     """A follower append whose first offset is not the log end offset (a gap or an overlap)."""
 

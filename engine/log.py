@@ -25,6 +25,7 @@ from engine.errors import (
     InvalidRecord,
     LogClosed,
     OffsetMismatch,
+    OffsetMovedToTieredStorage,
     OffsetOutOfRange,
     RecordTooLarge,
 )
@@ -102,7 +103,14 @@ class PartitionLog:
         self._view = SegmentView((), ())
         self.recovery = self._load(recovery_point, log_start_offset, trust_files)
         self.log_end_offset = self._view.segments[-1].next_offset
-        self.log_start_offset = max(log_start_offset, self._view.segments[0].base_offset)
+        local_start = self._view.segments[0].base_offset
+        # A tiered log's logical start may lie below its first local segment (the rest is on S3).
+        self.log_start_offset = (
+            log_start_offset if config.remote_storage_enable else max(log_start_offset, local_start)
+        )
+        # The offset after the last one S3 holds (the manifest's end), as the tiering layer
+        # learned it; local retention deletes only segments below it.
+        self.remote_end_offset: int | None = None
         if self.log_end_offset < self.log_start_offset:
             # Recovery cut the log below its start (a torn batch straddled it). As Kafka's
             # LogLoader, restart empty at the log start: offsets below it are never reused.
@@ -314,6 +322,16 @@ class PartitionLog:
             return self.roll()
         return active
 
+    def roll_if_aged(self) -> bool:
+        """Roll a non-empty active segment older than segment.ms even without an append (a
+        tiered log's records must reach S3 in bounded time); True if it rolled."""
+        active = self._view.segments[-1]
+        base = active.rolling_base_ms
+        if active.empty or base is None or self.now_ms() - base <= self.config.segment_ms:
+            return False
+        self.roll()
+        return True
+
     def roll(self) -> LogSegment:
         """Close the active segment and start a new one at the log end offset."""
         with self._lock:
@@ -348,6 +366,9 @@ class PartitionLog:
         log_start, log_end, hw = self.log_start_offset, self.log_end_offset, self.high_watermark
         if offset < log_start or offset > log_end:
             raise OffsetOutOfRange(offset, log_start, log_end)
+        local_start = self.local_log_start_offset
+        if offset < local_start:
+            raise OffsetMovedToTieredStorage(offset, local_start)
         upper = hw if upper_offset is None else min(upper_offset, log_end)
         segments, bases = self._view
         i = max(bisect_right(bases, offset) - 1, 0)
@@ -446,10 +467,30 @@ class PartitionLog:
 
     # -- retention -------------------------------------------------------------------------
 
+    @property
+    def local_log_start_offset(self) -> int:
+        """The first offset on local disk; a tiered log holds [log start, this) on S3 only."""
+        return max(self.log_start_offset, self._view.segments[0].base_offset)
+
+    def adopt_remote_log_start(self, offset: int) -> None:
+        """A tiered follower that started over at its leader's local start learns the logical
+        start from the leader: the records between are on S3."""
+        with self._lock:
+            if self.config.remote_storage_enable and offset < self.log_start_offset:
+                self.log_start_offset = offset
+
+    def mark_uploaded(self, remote_end_offset: int | None) -> None:
+        """The tiering layer's word on what S3 holds: offsets below `remote_end_offset`."""
+        self.remote_end_offset = remote_end_offset
+
     def apply_retention(self) -> int:
-        """Delete closed segments past retention.ms / retention.bytes; returns how many."""
+        """Delete closed segments past retention.ms / retention.bytes; returns how many. A
+        tiered log deletes by local.retention.* instead, and only segments S3 already holds:
+        its logical start moves with the remote retention (`delete_records`)."""
         config = self.config
         now = self.now_ms()
+        if config.remote_storage_enable:
+            return self._apply_local_retention(now)
         with self._lock:
             self._check_open()
             excess = self.size_bytes - config.retention_bytes
@@ -472,7 +513,32 @@ class PartitionLog:
 
             return self._delete_prefix(expired)
 
-    def _delete_prefix(self, deletable: Callable[[LogSegment, int], bool]) -> int:
+    def _apply_local_retention(self, now: int) -> int:
+        retention_ms, retention_bytes = self.config.local_retention
+        with self._lock:
+            self._check_open()
+            uploaded = self.remote_end_offset
+            excess = self.size_bytes - retention_bytes
+
+            def expired(segment: LogSegment, following: int) -> bool:
+                nonlocal excess
+                if following <= self.log_start_offset:
+                    return True
+                if uploaded is None or following > uploaded:
+                    return False
+                if retention_ms >= 0 and segment.max_timestamp < now - retention_ms:
+                    excess -= segment.size
+                    return True
+                if retention_bytes >= 0 and excess - segment.size >= 0:
+                    excess -= segment.size
+                    return True
+                return False
+
+            return self._delete_prefix(expired, move_start=False)
+
+    def _delete_prefix(
+        self, deletable: Callable[[LogSegment, int], bool], *, move_start: bool = True
+    ) -> int:
         """Delete the longest run of closed segments, oldest first, that `deletable` accepts.
 
         `deletable(segment, following_base)` sees each closed segment with the base offset of
@@ -489,7 +555,7 @@ class PartitionLog:
         self._set_segments(segments[count:])
         for segment in segments[:count]:
             segment.delete()
-        if segments[count].base_offset > self.log_start_offset:
+        if move_start and segments[count].base_offset > self.log_start_offset:
             self.log_start_offset = segments[count].base_offset
             self.epoch_cache.truncate_from_start(self.log_start_offset)
         return count

@@ -439,6 +439,25 @@ def parser() -> argparse.ArgumentParser:
         default=Settings.replica_lag_time_max_ms,
         help="a follower not caught up for this long leaves the ISR",
     )
+    serve.add_argument(
+        "--s3-endpoint",
+        metavar="URL",
+        help="S3 endpoint for tiered storage (default: AWS's; credentials from boto3's chain: "
+        "environment, profile, instance role)",
+    )
+    serve.add_argument(
+        "--s3-bucket", metavar="B", help="turn on tiered storage into this bucket (must exist)"
+    )
+    serve.add_argument(
+        "--s3-prefix", metavar="P", default="", help="key prefix of the tiered objects"
+    )
+    serve.add_argument(
+        "--tiering-interval",
+        type=float,
+        default=Settings.tiering_interval_s,
+        metavar="S",
+        help="seconds between passes that upload closed segments",
+    )
 
     dev = commands.add_parser(
         "dev-cluster", help="run a local etcd and N nodes on loopback until Ctrl-C"
@@ -523,6 +542,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             raise SystemExit("--group-min-session-timeout-ms is above the maximum")
         if args.cluster and args.advertise is None and args.host in ("0.0.0.0", "::"):
             raise SystemExit("--cluster with --host 0.0.0.0 needs --advertise URL")
+        if (args.s3_endpoint or args.s3_prefix) and not args.s3_bucket:
+            raise SystemExit("--s3-endpoint and --s3-prefix need --s3-bucket")
+        if args.tiering_interval <= 0:
+            raise SystemExit("--tiering-interval must be positive")
         from gateway.server import run
 
         run(
@@ -545,6 +568,10 @@ def main(argv: Sequence[str] | None = None) -> None:
                 advertise=args.advertise,
                 lease_ttl_s=args.lease_ttl,
                 replica_lag_time_max_ms=args.replica_lag_time_max_ms,
+                s3_endpoint=args.s3_endpoint,
+                s3_bucket=args.s3_bucket,
+                s3_prefix=args.s3_prefix.strip("/"),
+                tiering_interval_s=args.tiering_interval,
             )
         )
         return

@@ -95,6 +95,58 @@ class PartitionCollector(Collector):
         return families
 
 
+class TieringCollector(Collector):
+    """S3 tiering: what went up, what waits (records and seconds), remote reads and the cache,
+    remote bytes per topic; empty when the node has no bucket."""
+
+    def __init__(self, replicas: Callable[[], ReplicaManager | None]) -> None:
+        self.replicas = replicas
+
+    def collect(self) -> Iterable[Metric]:
+        replicas = self.replicas()
+        tiering = None if replicas is None else replicas.tiering
+        if tiering is None:
+            return []
+        counters, reader = tiering.counters, tiering.reader
+        families: list[Metric] = [
+            CounterMetricFamily(name, doc, value=value)
+            for name, doc, value in (
+                ("sluice_tier_segments_uploaded", "Segments uploaded", counters.segments_uploaded),
+                ("sluice_tier_bytes_uploaded", "Segment bytes uploaded", counters.bytes_uploaded),
+                (
+                    "sluice_tier_segments_deleted",
+                    "Remote segments deleted",
+                    counters.segments_deleted,
+                ),
+                ("sluice_tier_failures", "Failed tiering passes", counters.failures),
+                ("sluice_tier_remote_fetches", "Ranged GETs of segment data", reader.fetches),
+                ("sluice_tier_remote_fetch_bytes", "Bytes read from S3", reader.bytes_read),
+                ("sluice_tier_cache_hits", "Remote reads served from the cache", reader.cache.hits),
+            )
+        ]
+        labels = ["topic", "partition"]
+        lag_records = GaugeMetricFamily(
+            "sluice_tier_upload_lag_records",
+            "Committed records not on S3 yet",
+            labels=labels,
+        )
+        lag_s = GaugeMetricFamily(
+            "sluice_tier_upload_lag_seconds",
+            "Age of the oldest segment with records not on S3 yet",
+            labels=labels,
+        )
+        for (topic, partition), (records, seconds) in list(counters.backlog.items()):
+            lag_records.add_metric([topic, str(partition)], records)
+            lag_s.add_metric([topic, str(partition)], seconds)
+        remote = GaugeMetricFamily(
+            "sluice_tier_remote_bytes", "Bytes of a topic on S3", labels=["topic"]
+        )
+        for topic, size in list(counters.remote_bytes.items()):
+            remote.add_metric([topic], size)
+        families.extend([lag_records, lag_s, remote])
+        return families
+
+
 class GroupCollector(Collector):
     """Each consumer group's members, generation and total lag, read at scrape time."""
 
@@ -175,6 +227,7 @@ class Metrics:
         )
         parked.set_function(lambda: float(n.parked) if (n := notifier()) else 0.0)
         self.registry.register(PartitionCollector(replicas))
+        self.registry.register(TieringCollector(replicas))
         self.registry.register(GroupCollector(groups))
 
     async def observe(

@@ -41,9 +41,23 @@ async def healthz(request: web.Request) -> web.Response:
 
 async def readyz(request: web.Request) -> web.Response:
     """Ready once the logs are open, until shutdown starts."""
-    if not gateway_of(request).ready:
+    gateway = gateway_of(request)
+    if not gateway.ready:
         raise Problem(503, "NOT_READY", "the gateway is starting or shutting down")
-    return json_response({"status": "ready"})
+    tiering = gateway.broker.tiering
+    if tiering is None:
+        return json_response({"status": "ready"})
+    backlog = tiering.counters.backlog.values()
+    return json_response(
+        {
+            "status": "ready",
+            "tiering": {
+                "upload_lag_records": sum(records for records, _ in backlog),
+                "upload_lag_seconds": max((seconds for _, seconds in backlog), default=0.0),
+                "last_error": tiering.counters.last_error,
+            },
+        }
+    )
 
 
 async def metrics(request: web.Request) -> web.Response:

@@ -170,7 +170,7 @@ async def offsets(request: web.Request) -> web.Response:
             f"timestamp must be milliseconds since the epoch, earliest or latest, got {raw!r}",
             "INVALID_PARAMETER",
         )
-    found = await asyncio.to_thread(leader.offset_for_timestamp, timestamp)
+    found = await gateway.replicas.offset_for_timestamp(leader, timestamp)
     if found is None:
         return json_response({"offset": leader.high_watermark, "timestamp": None})
     return json_response({"offset": found[0], "timestamp": found[1]})

@@ -34,6 +34,10 @@ class Settings:
     lease_ttl_s: float = 2.0  # a node silent this long is gone (etcd's lease minimum is ~1.5 s)
     leader_wait_ms: int = 5_000  # a request waits this long for a partition's new leader
     replica_lag_time_max_ms: int = 30_000  # replica.lag.time.max.ms
+    s3_endpoint: str | None = None  # None: AWS's endpoints (credentials: boto3's chain)
+    s3_bucket: str | None = None  # tiered storage is on when set
+    s3_prefix: str = ""
+    tiering_interval_s: float = 5.0  # between passes uploading closed segments
     offsets_topic_partitions: int = 50  # offsets.topic.num.partitions
     offsets_topic_replication_factor: int = 3  # offsets.topic.replication.factor (a cluster's)
     group_min_session_timeout_ms: int = 1_000  # group.min.session.timeout.ms (Kafka: 6 s)

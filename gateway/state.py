@@ -11,6 +11,7 @@ from aiohttp import web
 
 from engine import offsets_topic
 from engine.notify import ChangeNotifier
+from engine.tiered.remote import S3Location
 from gateway.groups.coordinator import GroupCoordinator
 from gateway.idempotency import InFlight
 from gateway.metrics import Metrics
@@ -19,6 +20,7 @@ from gateway.settings import Settings
 from replication.broker import Broker, BrokerSettings
 from replication.forward_client import ForwardClient
 from replication.replica_manager import ReplicaManager, ReplicationSettings
+from replication.tiering import TieringSettings
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +117,12 @@ def broker_settings(settings: Settings) -> BrokerSettings:
             leader_wait_ms=settings.leader_wait_ms,
             idempotency_window_s=settings.idempotency_window_s,
             idempotency_max_entries=settings.idempotency_max_entries,
+        ),
+        tiering=None
+        if settings.s3_bucket is None
+        else TieringSettings(
+            S3Location(settings.s3_endpoint, settings.s3_bucket, settings.s3_prefix),
+            interval_s=settings.tiering_interval_s,
         ),
     )
 

@@ -16,9 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.background import BackgroundTasks
-from engine.errors import TopicAlreadyExists
+from engine.config import TopicConfig
+from engine.errors import InvalidConfig, TopicAlreadyExists
 from engine.manager import LogManager
 from engine.notify import ChangeNotifier
+from engine.tiered.remote import RemoteStorage
 from replication.controller import Controller
 from replication.errors import ControllerNotAvailable, NotController
 from replication.fetcher import FetcherSettings, ReplicaFetchers
@@ -26,6 +28,7 @@ from replication.memory_store import MemoryBackend, MemoryMetadataStore
 from replication.metadata import ClusterView, MetadataStore, NodeInfo, PartitionState, TopicSpec
 from replication.replica_client import ReplicaClient
 from replication.replica_manager import ReplicaManager, ReplicationSettings
+from replication.tiering import TieringService, TieringSettings
 
 log = logging.getLogger(__name__)
 ENSURE_RECHECK_S = 5.0
@@ -41,6 +44,7 @@ class BrokerSettings:
     lease_ttl_s: float = 3.0
     replication: ReplicationSettings = field(default_factory=ReplicationSettings)
     topic_wait_s: float = 10.0  # how long a topic change waits to reach this node's disk
+    tiering: TieringSettings | None = None  # S3 for topics with remote.storage.enable
 
 
 class Broker:
@@ -49,6 +53,7 @@ class Broker:
     def __init__(self, settings: BrokerSettings) -> None:
         self.settings = settings
         self._background: BackgroundTasks | None = None
+        self._deletions: set[asyncio.Task[int]] = set()  # S3 objects of deleted topics
 
     async def open(self) -> None:
         """Open the logs and join the cluster's metadata; roles are taken up by start(), so
@@ -61,8 +66,17 @@ class Broker:
         self.controller = Controller(self.store, settings.node_id, self.manager.defaults)
         if not settings.cluster:
             await self._adopt_local_topics()
+        self.tiering = None
+        if settings.tiering is not None:
+            storage = RemoteStorage(settings.tiering.location)
+            self.tiering = TieringService(storage, settings.tiering)
         self.replicas = ReplicaManager(
-            self.manager, self.store, settings.node_id, self.notifier, settings.replication
+            self.manager,
+            self.store,
+            settings.node_id,
+            self.notifier,
+            settings.replication,
+            self.tiering,
         )
         self.client = ReplicaClient()
         # A parked fetch must come back well within replica.lag.time.max.ms.
@@ -78,6 +92,8 @@ class Broker:
         await self.replicas.start()
         self._background = BackgroundTasks(self.manager)
         self._background.start()
+        if self.tiering is not None:
+            self.tiering.start(self.replicas.partitions, self._topic_id)
         log.info(
             "node %d: data directory %s opened (%s), %d topics on disk",
             self.settings.node_id,
@@ -134,9 +150,17 @@ class Broker:
         if not self.settings.cluster:
             await self.store.start(NodeInfo(self.settings.node_id, url))
 
+    def _topic_id(self, name: str) -> str | None:
+        spec = self.store.view.topics.get(name)
+        return None if spec is None else spec.topic_id
+
     async def stop(self) -> None:
         """Leave the cluster, stop the background work, flush and close the logs."""
         self.notifier.wake_all()
+        if self.tiering is not None:
+            await self.tiering.close()
+        for task in self._deletions:
+            task.cancel()
         await self.fetchers.close()
         await self.replicas.close()
         await self.client.close()
@@ -161,6 +185,7 @@ class Broker:
     ) -> TopicSpec:
         """Create a topic (as controller) and wait until this node holds its replicas."""
         self._check_controller()
+        self._check_tiering(configs.get("remote.storage.enable"))
         factor = replication_factor or min(3, len(self.store.view.live))
         spec = await self.controller.create_topic(name, partitions, factor, configs)
         await self._settled(spec.name)
@@ -173,16 +198,44 @@ class Broker:
         configs: Mapping[str, object | None] | None,
     ) -> TopicSpec:
         self._check_controller()
+        if configs is not None and "remote.storage.enable" in configs:
+            self._check_tiering(configs["remote.storage.enable"], self.replicas.topic_config(name))
         spec = await self.controller.alter_topic(name, partitions=partitions, configs=configs)
         await self._settled(spec.name)
         return self.replicas.topic(spec.name)
 
     async def delete_topic(self, name: str) -> None:
         self._check_controller()
+        tiered = self.replicas.topic_config(name).remote_storage_enable
         await self.controller.delete_topic(name)
+        if tiered and self.tiering is not None:
+            task = asyncio.create_task(self.tiering.delete_topic(name), name=f"s3-delete-{name}")
+            self._deletions.add(task)
+            task.add_done_callback(self._deletions.discard)
         await self.replicas.applied(
             lambda: name not in self.manager.topics, self.settings.topic_wait_s
         )
+
+    def _check_tiering(self, value: object, current: TopicConfig | None = None) -> None:
+        """remote.storage.enable needs a bucket, and once on stays on (Kafka's rule: turning
+        it off would strand what S3 holds)."""
+        wanted = (
+            False
+            if value is None
+            else TopicConfig()
+            .with_overrides({"remote.storage.enable": value})
+            .remote_storage_enable
+        )
+        if wanted and self.tiering is None:
+            raise InvalidConfig(
+                "remote.storage.enable needs S3: start the nodes with --s3-bucket "
+                "(and --s3-endpoint for a non-AWS endpoint)"
+            )
+        if current is not None and current.remote_storage_enable and not wanted:
+            raise InvalidConfig(
+                "remote.storage.enable cannot be turned off once on (S3 holds the topic's "
+                "oldest records); delete the topic instead"
+            )
 
     def _check_controller(self) -> None:
         if not self.is_controller:

@@ -94,6 +94,11 @@ class Partition:
         return self.log.log_start_offset
 
     @property
+    def local_log_start_offset(self) -> int:
+        """Below it (and from the log start) the records are on S3 only."""
+        return self.log.local_log_start_offset
+
+    @property
     def log_end_offset(self) -> int:
         return self.log.log_end_offset
 
@@ -208,6 +213,9 @@ class Partition:
         end = log.log_end_offset
         if fetch_offset > end:
             raise OffsetOutOfRange(fetch_offset, log.log_start_offset, end)
+        if fetch_offset < log.local_log_start_offset:
+            # Tiered away: the follower starts over at the local start (S3 has the rest).
+            raise OffsetOutOfRange(fetch_offset, log.local_log_start_offset, end)
         leading.on_follower_fetch(replica, fetch_offset, end, self.clock_ms())
         self.update_high_watermark()
         expand = leading.expand_proposal(replica, end)
@@ -266,6 +274,8 @@ class Partition:
         start = min(leader_log_start, log.high_watermark)
         if start > log.log_start_offset:
             log.delete_records(start)
+        elif start < log.log_start_offset and log.config.remote_storage_enable:
+            log.adopt_remote_log_start(start)
 
     def epoch_entries(self) -> list[tuple[int, int]]:
         """This replica's (leader epoch, start offset) entries, oldest first."""

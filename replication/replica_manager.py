@@ -17,7 +17,13 @@ from typing import Any
 
 from engine import batch as fmt
 from engine.config import TopicConfig
-from engine.errors import LogClosed, OffsetOutOfRange, UnknownPartition, UnknownTopic
+from engine.errors import (
+    LogClosed,
+    OffsetMovedToTieredStorage,
+    OffsetOutOfRange,
+    UnknownPartition,
+    UnknownTopic,
+)
 from engine.log import AppendInfo, ReadResult
 from engine.manager import LogManager
 from engine.notify import ChangeNotifier
@@ -40,6 +46,7 @@ from replication.metadata import (
     TopicSpec,
 )
 from replication.partition import Partition
+from replication.tiering import TieringService
 
 log = logging.getLogger(__name__)
 
@@ -74,12 +81,14 @@ class ReplicaManager:
         node_id: int,
         notifier: ChangeNotifier,
         settings: ReplicationSettings | None = None,
+        tiering: TieringService | None = None,
     ) -> None:
         self.manager = manager
         self.store = store
         self.node_id = node_id
         self.notifier = notifier
         self.settings = settings or ReplicationSettings()
+        self.tiering = tiering  # S3, when the node has a bucket
         self.partitions: dict[TopicPartition, Partition] = {}
         self.counters = ReplicationCounters()
         self._topics_listeners: list[TopicsListener] = []
@@ -438,6 +447,8 @@ class ReplicaManager:
                 leader = await self.leader(topic, partition)
             try:
                 result = leader.read(offset, max_bytes, max_records=max_records)
+            except OffsetMovedToTieredStorage as exc:
+                return await self._read_tiered(leader, offset, max_bytes, exc)
             except LogClosed:
                 raise UnknownTopic(f"topic {topic!r} was deleted") from None
             except OffsetOutOfRange as exc:
@@ -450,6 +461,30 @@ class ReplicaManager:
             if max_records is not None and covers(result.data, offset + max_records):
                 return result
             await self.notifier.wait(leader.log, remaining)
+
+    async def _read_tiered(
+        self, leader: Partition, offset: int, max_bytes: int, exc: OffsetMovedToTieredStorage
+    ) -> ReadResult:
+        """Batches below the local log start, from S3; where S3 has nothing there (a gap from
+        before tiering was on), the first local batches."""
+        if self.tiering is None:
+            raise OffsetOutOfRange(offset, exc.local_log_start_offset, leader.log_end_offset)
+        data = await self.tiering.read(leader, offset, max_bytes)
+        log_ = leader.log
+        if data:
+            return ReadResult(data, log_.high_watermark, log_.log_start_offset, log_.log_end_offset)
+        return leader.read(log_.local_log_start_offset, max_bytes)
+
+    async def offset_for_timestamp(
+        self, leader: Partition, timestamp: int
+    ) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first committed record at or after `timestamp`: on S3
+        first for a tiered partition, then on local disk."""
+        if self.tiering is not None and leader.config.remote_storage_enable:
+            found = await self.tiering.offset_for_timestamp(leader, timestamp)
+            if found is not None:
+                return found
+        return await asyncio.to_thread(leader.offset_for_timestamp, timestamp)
 
     async def wait_any(
         self,

@@ -27,7 +27,14 @@ from typing import Any, Literal
 import orjson
 
 from engine import offsets_topic
-from engine.errors import EngineError, LogClosed, OffsetOutOfRange, UnknownPartition, UnknownTopic
+from engine.errors import (
+    EngineError,
+    LogClosed,
+    OffsetMovedToTieredStorage,
+    OffsetOutOfRange,
+    UnknownPartition,
+    UnknownTopic,
+)
 from engine.offsets_topic import CommittedOffset, StoredGroup, TopicPartition
 from gateway import codecs
 from gateway.fetch import FetchLimits
@@ -530,15 +537,26 @@ class GroupCoordinator:
         return [partition for partition in found if partition is not None and partition.is_leader]
 
     def _led_elsewhere(self, member: Member) -> dict[TopicPartition, str]:
-        """The member's partitions another node leads, with that node's URL."""
+        """The member's partitions another node leads, with that node's URL; and those led
+        here whose member position is on S3 only, read through this node's own fetch route
+        (which serves tiered offsets) like any remote read."""
         view = self.replicas.store.view
         out = {}
         for tp in member.owned:
             state = view.partitions.get(tp)
             node = None if state is None else view.nodes.get(state.leader)
-            if node is not None and state is not None and state.leader != self.replicas.node_id:
+            if node is None or state is None:
+                continue
+            if state.leader != self.replicas.node_id or self._tiered(member, tp):
                 out[tp] = node.url
         return out
+
+    def _tiered(self, member: Member, tp: TopicPartition) -> bool:
+        local = self.replicas.local(*tp)
+        position = member.positions.get(tp)
+        return (
+            local is not None and position is not None and position < local.local_log_start_offset
+        )
 
     async def _read_remote(
         self,
@@ -700,7 +718,13 @@ class GroupCoordinator:
                 min_one=not out.records,
                 max_records=left,
             ).data
-        except (UnknownTopic, UnknownPartition, LogClosed, ReplicationError):
+        except (
+            UnknownTopic,
+            UnknownPartition,
+            LogClosed,
+            OffsetMovedToTieredStorage,
+            ReplicationError,
+        ):
             return None
         return data, position
 

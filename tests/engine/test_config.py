@@ -24,6 +24,9 @@ KAFKA_DEFAULTS: dict[str, object] = {
     "message.timestamp.type": "CreateTime",
     "min.insync.replicas": 1,
     "unclean.leader.election.enable": False,
+    "remote.storage.enable": False,
+    "local.retention.ms": -2,
+    "local.retention.bytes": -2,
 }
 
 
@@ -95,3 +98,19 @@ def test_round_trip() -> None:
     config = TopicConfig().with_overrides({"message.timestamp.type": "LogAppendTime"})
     assert TopicConfig.from_dict(config.to_dict()) == config
     assert config.log_append_time
+
+
+def test_remote_storage_rolls_segments_sooner_and_refuses_compaction() -> None:
+    tiered = TopicConfig().with_overrides({"remote.storage.enable": "true"})
+    assert tiered.segment_ms == 10 * 60 * 1000  # records reach S3 within ~10 minutes
+    assert tiered.local_retention == (tiered.retention_ms, tiered.retention_bytes)
+    chosen = TopicConfig().with_overrides({"remote.storage.enable": True, "segment.ms": 5000})
+    assert chosen.segment_ms == 5000
+    local = TopicConfig().with_overrides(
+        {"remote.storage.enable": True, "local.retention.ms": 1000, "local.retention.bytes": 0}
+    )
+    assert local.local_retention == (1000, 0)
+    with pytest.raises(InvalidConfig, match="cleanup.policy"):
+        TopicConfig().with_overrides({"remote.storage.enable": True, "cleanup.policy": "compact"})
+    with pytest.raises(InvalidConfig, match="local.retention.ms"):
+        TopicConfig().with_overrides({"local.retention.ms": -3})

@@ -1,0 +1,230 @@
+"""Tiering, the partition layer's side (Kafka's RemoteLogManager): each partition this node
+leads uploads its closed segments and applies total retention to S3; each it follows learns
+from the manifest what S3 holds, so its local retention may delete those segments too. Reads
+below a leader's local log start are served from S3. All S3 work runs in threads."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from engine import batch as fmt
+from engine.errors import EngineError
+from engine.tiered.manifest import Manifest, empty_manifest, partition_prefix
+from engine.tiered.reader import RemoteReader
+from engine.tiered.remote import RemoteStorage, S3Location
+from engine.tiered.uploader import PartitionTier
+from replication.metadata import TopicPartition
+from replication.partition import Partition
+
+log = logging.getLogger(__name__)
+TopicIds = Callable[[str], str | None]  # a topic's id in the current metadata, if it exists
+
+
+@dataclass(frozen=True)
+class TieringSettings:
+    location: S3Location
+    interval_s: float = 5.0  # between passes over the tiered partitions
+    follower_refresh_s: float = 30.0  # how often a follower re-reads a manifest
+    max_concurrent: int = 2  # partitions uploading (or reading S3) at once
+    cache_bytes: int = 32 << 20  # remote reads' LRU
+    backoff_max_s: float = 30.0  # the longest wait between retries of a failing partition
+
+
+@dataclass
+class TieringCounters:
+    segments_uploaded: int = 0
+    bytes_uploaded: int = 0
+    segments_deleted: int = 0
+    failures: int = 0
+    last_error: str | None = None
+    backlog: dict[TopicPartition, tuple[int, float]] = field(default_factory=dict)
+    remote_bytes: dict[str, int] = field(default_factory=dict)  # per topic, from the manifests
+
+
+@dataclass
+class _Retry:
+    failures: int = 0
+    not_before: float = 0.0
+
+
+class TieringService:
+    """Uploads, remote retention, manifest refreshes and remote reads for one node."""
+
+    def __init__(self, storage: RemoteStorage, settings: TieringSettings) -> None:
+        self.storage = storage
+        self.settings = settings
+        self.reader = RemoteReader(storage, settings.location.prefix, settings.cache_bytes)
+        self.counters = TieringCounters()
+        self._tiers: dict[TopicPartition, PartitionTier] = {}
+        self._retries: dict[TopicPartition, _Retry] = {}
+        self._refreshed: dict[TopicPartition, float] = {}
+        self._threads = asyncio.Semaphore(settings.max_concurrent)
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self, partitions: dict[TopicPartition, Partition], topic_id: TopicIds) -> None:
+        """Run passes over `partitions` (the replica manager's, live) until close()."""
+        self._task = asyncio.create_task(self._run(partitions, topic_id), name="tiering")
+
+    def poke(self) -> None:
+        """Run the next pass now (a segment rolled, a partition changed role)."""
+        self._wake.set()
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self, partitions: dict[TopicPartition, Partition], topic_id: TopicIds) -> None:
+        while True:
+            tiered = [p for p in list(partitions.values()) if p.config.remote_storage_enable]
+            for gone in set(self._tiers) - {(p.topic, p.partition) for p in tiered}:
+                self._forget(gone)
+            await asyncio.gather(*(self._pass(p, topic_id) for p in tiered))
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.settings.interval_s)
+
+    def _forget(self, tp: TopicPartition) -> None:
+        self._tiers.pop(tp, None)
+        self._retries.pop(tp, None)
+        self._refreshed.pop(tp, None)
+        self.counters.backlog.pop(tp, None)
+
+    async def _pass(self, partition: Partition, topic_ids: TopicIds) -> None:
+        tp = (partition.topic, partition.partition)
+        retry = self._retries.setdefault(tp, _Retry())
+        now = time.monotonic()
+        if now < retry.not_before:
+            return
+        topic_id = topic_ids(partition.topic)
+        if topic_id is None:
+            return
+        tier = self._tiers.get(tp)
+        if tier is None or tier.log is not partition.log:
+            tier = self._tiers[tp] = PartitionTier(
+                self.storage, self.settings.location.prefix, partition.log, topic_id
+            )
+        try:
+            async with self._threads:
+                if partition.is_leader:
+                    await asyncio.to_thread(self._lead, tier, partition.leader_epoch)
+                elif now - self._refreshed.get(tp, 0.0) >= self.settings.follower_refresh_s:
+                    await asyncio.to_thread(tier.refresh)
+                    self._refreshed[tp] = now
+                    await asyncio.to_thread(partition.log.apply_retention)
+        except EngineError as exc:
+            retry.failures += 1
+            delay = min(self.settings.backoff_max_s, self.settings.interval_s * 2**retry.failures)
+            retry.not_before = time.monotonic() + delay
+            self.counters.failures += 1
+            self.counters.last_error = f"{partition.topic}-{partition.partition}: {exc}"
+            log.warning("tiering %s-%d failed (retry in %.0f s): %s", *tp, delay, exc)
+        else:
+            retry.failures, retry.not_before = 0, 0.0
+        self._note_backlog(tier)
+
+    def _lead(self, tier: PartitionTier, leader_epoch: int) -> None:
+        """One leader pass (in a thread): roll an aged segment, upload what is closed and
+        committed, apply total retention, then local retention."""
+        log_ = tier.log
+        if tier.manifest is None or tier.manifest.leader_epoch < leader_epoch:
+            tier.refresh()  # a new leader continues from what S3 holds
+        log_.roll_if_aged()
+        for segment in tier.pending():
+            remote = tier.upload(segment, leader_epoch)
+            self.counters.segments_uploaded += 1
+            self.counters.bytes_uploaded += remote.size
+        self.counters.segments_deleted += tier.expire(leader_epoch, log_.now_ms())
+        log_.apply_retention()
+
+    def _note_backlog(self, tier: PartitionTier) -> None:
+        """Records and seconds that committed data waits for S3 (the closed-segment lag)."""
+        log_ = tier.log
+        manifest = tier.manifest
+        end = manifest.end_offset if manifest is not None else None
+        uploaded_to = log_.log_start_offset if end is None else end
+        lag_records = max(0, log_.high_watermark - uploaded_to)
+        waiting = [
+            s.rolling_base_ms
+            for s in log_.segments
+            if s.next_offset > uploaded_to and s.rolling_base_ms is not None
+        ]
+        lag_s = max(0.0, (log_.now_ms() - min(waiting)) / 1000) if waiting and lag_records else 0.0
+        self.counters.backlog[(log_.topic, log_.partition)] = (lag_records, lag_s)
+        if manifest is not None:
+            topic_bytes = self.counters.remote_bytes
+            sizes = [
+                sum(s.size for s in t.manifest.segments)
+                for t in self._tiers.values()
+                if t.log.topic == log_.topic and t.manifest is not None
+            ]
+            topic_bytes[log_.topic] = sum(sizes)
+
+    async def delete_topic(self, topic: str) -> int:
+        """Delete every object of a deleted topic (Kafka deletes its remote segments too);
+        retried with backoff while S3 fails. Returns how many objects went."""
+        root = self.settings.location.prefix.strip("/")
+        prefix = f"{root}/{topic}/" if root else f"{topic}/"
+        delay = self.settings.interval_s
+        while True:
+            try:
+                keys = await asyncio.to_thread(self.storage.list_keys, prefix)
+                await asyncio.to_thread(self.storage.delete, keys)
+                return len(keys)
+            except EngineError as exc:
+                log.warning(
+                    "deleting s3 objects of topic %s failed (retry in %.0f s): %s",
+                    topic,
+                    delay,
+                    exc,
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.settings.backoff_max_s)
+
+    # -- reads -------------------------------------------------------------------------------
+
+    async def manifest(self, partition: Partition) -> Manifest:
+        """The partition's manifest: as the last pass left it, else read from S3 now."""
+        tier = self._tiers.get((partition.topic, partition.partition))
+        if tier is not None and tier.manifest is not None and tier.log is partition.log:
+            return tier.manifest
+        key = partition_prefix(self.settings.location.prefix, partition.topic, partition.partition)
+        found = await asyncio.to_thread(self.storage.read_manifest, key + "manifest.json")
+        if found is None:
+            return empty_manifest(partition.topic, partition.partition, "", -1)
+        return found[0]
+
+    async def read(self, partition: Partition, offset: int, max_bytes: int) -> memoryview:
+        """Whole batches from S3 from the one holding `offset` (below the local log start)."""
+        manifest = await self.manifest(partition)
+        async with self._threads:
+            data = await asyncio.to_thread(self.reader.read, manifest, offset, max_bytes)
+        return memoryview(data)
+
+    async def offset_for_timestamp(
+        self, partition: Partition, timestamp: int
+    ) -> tuple[int, int] | None:
+        """The first record at or after `timestamp` that only S3 holds, if any."""
+        manifest = await self.manifest(partition)
+        local_start = partition.log.local_log_start_offset
+        start = partition.log_start_offset
+        for segment in manifest.segments:
+            if segment.max_timestamp < timestamp or segment.last_offset < start:
+                continue
+            offset = max(segment.base_offset, start)
+            while offset <= segment.last_offset and offset < local_start:
+                data = await self.read(partition, offset, 1 << 20)
+                if not data:
+                    break
+                for record in fmt.iter_records(data):
+                    if record.offset >= offset and record.timestamp >= timestamp:
+                        return record.offset, record.timestamp
+                offset = fmt.scan(data, check_crc=False).headers[-1][1].next_offset
+        return None

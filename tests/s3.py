@@ -1,0 +1,161 @@
+"""A real S3 endpoint for tests (`moto_server`, started on a free port), and a TCP proxy in
+front of it that can refuse connections (S3 down) or hold a request (a node killed while it
+uploads), so tests choose exactly when S3 fails."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import boto3
+import httpx
+
+MOTO_SERVER = Path(sys.executable).with_name("moto_server")
+CREDENTIALS = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class MotoServer:
+    """`moto_server` in its own process; objects live in its memory until it stops."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.process = subprocess.Popen(
+            [str(MOTO_SERVER), "-H", "127.0.0.1", "-p", str(self.port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(self.url + "/moto-api/", timeout=1.0)
+                break
+            except httpx.TransportError:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"moto_server did not start on {self.url}") from None
+                time.sleep(0.05)  # polling the port until it answers: no fixed wait
+
+    def client(self, endpoint: str | None = None) -> Any:
+        return boto3.client(
+            "s3",
+            endpoint_url=endpoint or self.url,
+            region_name="us-east-1",
+            aws_access_key_id="test",
+            aws_secret_access_key="test",
+        )
+
+    def new_bucket(self) -> str:
+        name = f"sluice-{uuid.uuid4().hex[:12]}"
+        self.client().create_bucket(Bucket=name)
+        return name
+
+    def close(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=10)
+
+
+class S3Proxy:
+    """A TCP proxy to `target` on its own port and thread. `down()` refuses and cuts every
+    connection until `up()`; `hold(pattern)` stops forwarding the connection whose request
+    bytes contain `pattern` (the request never completes) and sets `held`."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.held = threading.Event()
+        self._hold: bytes | None = None
+        self._loop = asyncio.new_event_loop()
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+        self.up()
+
+    def _call(self, coroutine: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout=10)
+
+    def up(self) -> None:
+        self._call(self._listen())
+
+    def down(self) -> None:
+        self._call(self._close())
+
+    def hold(self, pattern: bytes | None) -> None:
+        self._hold = pattern
+        self.held.clear()
+
+    async def _listen(self) -> None:
+        if self._server is None:
+            self._server = await asyncio.start_server(
+                self._serve, "127.0.0.1", self.port, reuse_address=True
+            )
+
+    async def _close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        for writer in list(self._writers):
+            writer.transport.abort()
+        self._writers.clear()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+        except OSError:
+            writer.transport.abort()
+            return
+        self._writers.update((writer, up_writer))
+        await asyncio.gather(
+            self._pipe(reader, up_writer, requests=True),
+            self._pipe(up_reader, writer, requests=False),
+            return_exceptions=True,
+        )
+        self._writers.difference_update((writer, up_writer))
+
+    async def _pipe(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, requests: bool
+    ) -> None:
+        try:
+            while data := await reader.read(65536):
+                if requests and self._hold is not None and self._hold in data:
+                    self.held.set()
+                    await asyncio.Event().wait()  # never forwarded
+                writer.write(data)
+                await writer.drain()
+        finally:
+            with contextlib.suppress(Exception):
+                writer.close()
+
+    async def _cancel_all(self) -> None:
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def close(self) -> None:
+        self.down()
+        self._call(self._cancel_all())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+
+
+def s3_environment() -> dict[str, str]:
+    """The environment a node needs to reach moto (boto3's chain reads these)."""
+    return {**os.environ, **CREDENTIALS}

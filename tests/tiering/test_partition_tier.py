@@ -1,0 +1,145 @@
+"""The engine's side of tiering against moto_server: uploads and the manifest as the commit
+point, conditional writes that a stale leader cannot win, a new leader whose segments are cut
+elsewhere continuing from the manifest, local retention waiting for S3, and remote reads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engine import batch as fmt
+from engine.config import TopicConfig
+from engine.errors import OffsetMovedToTieredStorage
+from engine.log import PartitionLog
+from engine.tiered.manifest import decode_manifest
+from engine.tiered.reader import RemoteReader
+from engine.tiered.remote import ManifestConflict, RemoteStorage, S3Location
+from engine.tiered.uploader import PartitionTier, StaleLeader
+from tests.s3 import MotoServer
+
+TIERED = {"remote.storage.enable": True, "local.retention.bytes": 0}
+
+
+def make_log(directory: Path, segment_bytes: int) -> PartitionLog:
+    config = TopicConfig().with_overrides({**TIERED, "segment.bytes": segment_bytes})
+    return PartitionLog(directory, "t", 0, config)
+
+
+def fill(log: PartitionLog, batches: int, epoch: int = 0, per_batch: int = 5) -> None:
+    for b in range(batches):
+        values = [b"v%d-%d" % (b, i) for i in range(per_batch)]
+        log.append_as_leader(
+            fmt.encode_batch([fmt.RecordInput(None, v, [], 1_795_000_000_000) for v in values]),
+            epoch,
+        )
+    log.advance_high_watermark(log.log_end_offset)
+
+
+def copy_batches(source: PartitionLog, target: PartitionLog) -> None:
+    """Give `target` the same batches, appended as a follower (its own segment cuts)."""
+    for segment in source.segments:
+        for _, data in segment.batches():
+            target.append_as_follower(data)
+    target.advance_high_watermark(target.log_end_offset)
+
+
+@pytest.fixture
+def storage(moto: MotoServer, bucket: str) -> RemoteStorage:
+    return RemoteStorage(S3Location(moto.url, bucket, "p"))
+
+
+def test_uploads_commit_through_the_manifest_and_local_retention_waits(
+    tmp_path: Path, storage: RemoteStorage, moto: MotoServer, bucket: str
+) -> None:
+    log = make_log(tmp_path / "a", 600)
+    fill(log, 20)
+    closed = len(log.segments) - 1
+    assert closed >= 3
+    assert log.apply_retention() == 0  # nothing is on S3 yet: nothing local may go
+    tier = PartitionTier(storage, "p", log, "id-1")
+    for segment in tier.pending():
+        tier.upload(segment, 0)
+    manifest = decode_manifest(
+        moto.client().get_object(Bucket=bucket, Key="p/t/0/manifest.json")["Body"].read()
+    )
+    assert len(manifest.segments) == closed
+    assert manifest.end_offset == log.segments[-1].base_offset == log.remote_end_offset
+    assert tier.pending() == []
+    assert log.apply_retention() == closed
+    assert log.local_log_start_offset == manifest.end_offset and log.log_start_offset == 0
+    with pytest.raises(OffsetMovedToTieredStorage):
+        log.read(0, 1024)
+
+    reader = RemoteReader(storage, "p", cache_bytes=1 << 20)
+    offset, seen = 0, []
+    while offset < manifest.end_offset:
+        data = reader.read(manifest, offset, 100)  # smaller than a batch: one whole batch
+        assert data
+        for record in fmt.iter_records(data):
+            if record.offset >= offset:
+                seen.append(record.offset)
+        offset = fmt.scan(data, check_crc=False).headers[-1][1].next_offset
+    assert seen == list(range(manifest.end_offset))
+    assert reader.read(manifest, manifest.end_offset, 100) == b""
+    assert reader.cache.hits > 0
+
+
+def test_a_stale_leader_cannot_overwrite_a_newer_manifest(
+    tmp_path: Path, storage: RemoteStorage
+) -> None:
+    old = make_log(tmp_path / "old", 600)
+    fill(old, 20, epoch=0)
+    new = make_log(tmp_path / "new", 600)
+    copy_batches(old, new)
+    stale, current = PartitionTier(storage, "p", old, "id"), PartitionTier(storage, "p", new, "id")
+    stale.refresh()
+    current.refresh()
+    first = current.pending()[0]
+    current.upload(first, 3)  # the new leader, in epoch 3
+    with pytest.raises(ManifestConflict):
+        stale.upload(stale.pending()[0], 0)  # read before the new leader wrote: ETag moved
+    with pytest.raises(StaleLeader):
+        stale.upload(stale.pending()[0], 0)  # re-read: written in a newer epoch
+    assert [s.base_offset for s in current.refresh().segments] == [first.base_offset]
+
+
+def test_a_new_leader_continues_from_the_manifest_where_its_segments_differ(
+    tmp_path: Path, storage: RemoteStorage
+) -> None:
+    leader = make_log(tmp_path / "leader", 600)
+    fill(leader, 12)
+    follower = make_log(tmp_path / "follower", 1000)  # other segment boundaries
+    copy_batches(leader, follower)
+    tier = PartitionTier(storage, "p", leader, "id")
+    tier.upload(tier.pending()[0], 0)
+    uploaded_to = tier.manifest.end_offset if tier.manifest else None
+    assert uploaded_to is not None
+    successor = PartitionTier(storage, "p", follower, "id")
+    successor.refresh()
+    for segment in successor.pending():
+        successor.upload(segment, 1)
+    manifest = successor.refresh()
+    starts = [s.base_offset for s in manifest.segments]
+    assert starts[0] == 0 and starts[1] == uploaded_to  # cut mid-segment, at a batch
+    for before, after in zip(manifest.segments, manifest.segments[1:], strict=False):
+        assert after.base_offset == before.next_offset
+    assert manifest.leader_epoch == 1
+    reader = RemoteReader(storage, "p")
+    data = reader.read(manifest, uploaded_to, 1 << 20)
+    assert fmt.read_header(data).base_offset == uploaded_to
+
+
+def test_an_earlier_topic_of_the_same_name_is_not_continued(
+    tmp_path: Path, storage: RemoteStorage
+) -> None:
+    log = make_log(tmp_path / "a", 600)
+    fill(log, 6)
+    first = PartitionTier(storage, "p", log, "old-id")
+    first.upload(first.pending()[0], 0)
+    again = make_log(tmp_path / "b", 600)
+    fill(again, 6)
+    second = PartitionTier(storage, "p", again, "new-id")
+    assert second.refresh().segments == []
+    second.upload(second.pending()[0], 0)
+    assert second.refresh().topic_id == "new-id"

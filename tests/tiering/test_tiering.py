@@ -1,0 +1,240 @@
+"""Tiered storage through the gateway, in process, against moto_server: closed segments go to
+S3 under their deterministic keys, local retention deletes only what S3 holds, the oldest
+offsets are served back from S3, and an S3 outage delays uploads without losing anything."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from kafka.record.default_records import DefaultRecordBatch
+
+from engine.tiered.manifest import Manifest, decode_manifest
+from gateway.codecs import RECORD_BATCH
+from replication.partition import Partition
+from tests.api.support import (
+    Client,
+    Start,
+    create_topic,
+    fetch,
+    gateway,
+    metrics,
+    problem,
+    produce,
+    records_path,
+    sample,
+    wait_until,
+)
+from tests.s3 import MotoServer, S3Proxy
+
+PREFIX = "pre/fix"
+BASE_TS = 1_795_000_000_000
+TIERED = {"remote.storage.enable": True, "segment.bytes": 2048, "local.retention.bytes": 0}
+UPLOAD_WAIT_S = 30.0
+
+
+async def tiered_gateway(start: Start, proxy: S3Proxy, bucket: str) -> Client:
+    return await start(
+        s3_endpoint=proxy.url, s3_bucket=bucket, s3_prefix=PREFIX, tiering_interval_s=0.05
+    )
+
+
+async def produce_numbered(client: Client, count: int, first: int = 0) -> None:
+    for start in range(first, first + count, 10):
+        batch = [
+            {"key": f"k{n}", "value": {"n": n}, "timestamp": BASE_TS + n * 1000}
+            for n in range(start, min(start + 10, first + count))
+        ]
+        await produce(client, batch)
+
+
+def local(client: Client, topic: str = "t") -> Partition:
+    partition = gateway(client).replicas.local(topic, 0)
+    assert partition is not None
+    return partition
+
+
+def read_manifest(moto: MotoServer, bucket: str, topic: str = "t") -> Manifest:
+    body = moto.client().get_object(Bucket=bucket, Key=f"{PREFIX}/{topic}/0/manifest.json")
+    return decode_manifest(body["Body"].read())
+
+
+def get(moto: MotoServer, bucket: str, key: str) -> bytes:
+    data: bytes = moto.client().get_object(Bucket=bucket, Key=key)["Body"].read()
+    return data
+
+
+async def fetch_everything(client: Client, offset: int = 0) -> list[dict[str, Any]]:
+    records: list[dict[str, Any]] = []
+    while True:
+        answer = await fetch(client, offset=offset, max_records=7)
+        records.extend(answer["records"])
+        if answer["next_offset"] >= answer["high_watermark"]:
+            return records
+        offset = answer["next_offset"]
+
+
+async def test_closed_segments_go_to_s3_and_old_offsets_come_back(
+    start: Start, s3_proxy: S3Proxy, moto: MotoServer, bucket: str
+) -> None:
+    client = await tiered_gateway(start, s3_proxy, bucket)
+    await create_topic(client, configs=TIERED)
+    await produce_numbered(client, 200)
+    partition = local(client)
+    await wait_until(lambda: partition.local_log_start_offset >= 100, UPLOAD_WAIT_S)
+
+    manifest = read_manifest(moto, bucket)
+    assert manifest.topic == "t" and manifest.partition == 0 and manifest.log_start_offset == 0
+    expected = 0
+    for segment in manifest.segments:
+        assert segment.base_offset == expected
+        expected = segment.next_offset
+        key = f"{PREFIX}/t/0/{segment.base_offset:020d}-{segment.last_offset:020d}"
+        log_object = get(moto, bucket, key + ".log")
+        assert len(log_object) == segment.size
+        assert hashlib.sha256(log_object).hexdigest() == segment.sha256
+        # Any Kafka decoder reads the object: kafka-python's pure-Python one here.
+        offsets, position = [], 0
+        while position < len(log_object):
+            size = DefaultRecordBatch(log_object[position:]).size_in_bytes
+            batch = DefaultRecordBatch(log_object[position : position + size])
+            assert batch.validate_crc()
+            offsets.extend(record.offset for record in batch)
+            position += batch.size_in_bytes
+        assert offsets == list(range(segment.base_offset, segment.next_offset))
+        assert segment.records == len(offsets)
+        assert get(moto, bucket, key + ".epochs") == b"0 %d\n" % segment.base_offset
+        assert get(moto, bucket, key + ".index")[:8] == bytes(8)  # relative 0 at position 0
+    assert partition.local_log_start_offset <= expected  # nothing deleted before S3 had it
+    assert partition.log_start_offset == 0
+
+    # The oldest offsets come back from S3: the same bytes, the same records.
+    first = manifest.segments[0]
+    response = await client.get(
+        records_path("t", 0), params={"offset": "0"}, headers={"Accept": RECORD_BATCH}
+    )
+    assert response.status == 200
+    body = await response.read()
+    first_object = get(moto, bucket, f"{PREFIX}/t/0/{first.name}.log")
+    assert body and first_object.startswith(body)
+    records = await fetch_everything(client)
+    assert [r["offset"] for r in records] == list(range(200))
+    assert [r["value"] for r in records] == [{"n": n} for n in range(200)]
+    middle = await fetch(client, offset=first.base_offset + 3, max_records=2)
+    assert [r["offset"] for r in middle["records"]] == [
+        first.base_offset + 3,
+        first.base_offset + 4,
+    ]
+
+    offsets = await client.get(
+        records_path("t", 0).replace("/records", "/offsets"), params={"timestamp": "earliest"}
+    )
+    assert (await offsets.json())["offset"] == 0
+    by_time = await client.get(
+        records_path("t", 0).replace("/records", "/offsets"),
+        params={"timestamp": str(BASE_TS + 5 * 1000)},
+    )
+    assert (await by_time.json()) == {"offset": 5, "timestamp": BASE_TS + 5 * 1000}
+
+    scraped = await metrics(client)
+    assert (sample(scraped, "sluice_tier_segments_uploaded_total") or 0) >= len(manifest.segments)
+    assert (sample(scraped, "sluice_tier_remote_fetches_total") or 0) >= 1
+    ready = await (await client.get("/readyz")).json()
+    assert ready["tiering"]["last_error"] is None
+
+
+async def test_an_s3_outage_delays_uploads_and_local_deletion_and_loses_nothing(
+    start: Start, s3_proxy: S3Proxy, moto: MotoServer, bucket: str
+) -> None:
+    client = await tiered_gateway(start, s3_proxy, bucket)
+    await create_topic(client, configs=TIERED)
+    s3_proxy.down()
+    await produce_numbered(client, 150)
+    partition = local(client)
+    tiering = gateway(client).broker.tiering
+    assert tiering is not None
+    await wait_until(lambda: tiering.counters.failures >= 2, UPLOAD_WAIT_S)
+    assert partition.local_log_start_offset == 0  # local deletion waits for S3
+    ready = await (await client.get("/readyz")).json()
+    assert ready["status"] == "ready"
+    assert ready["tiering"]["last_error"] and ready["tiering"]["upload_lag_records"] > 0
+
+    s3_proxy.up()
+    await wait_until(lambda: partition.local_log_start_offset >= 100, UPLOAD_WAIT_S)
+    records = await fetch_everything(client)
+    assert [r["value"] for r in records] == [{"n": n} for n in range(150)]
+    manifest = read_manifest(moto, bucket)
+    assert manifest.segments[0].base_offset == 0
+
+
+async def test_remote_retention_deletes_objects_and_moves_the_log_start(
+    start: Start, s3_proxy: S3Proxy, moto: MotoServer, bucket: str
+) -> None:
+    client = await tiered_gateway(start, s3_proxy, bucket)
+    await create_topic(client, configs=TIERED)
+    await produce_numbered(client, 300)
+    partition = local(client)
+    await wait_until(lambda: partition.local_log_start_offset >= 200, UPLOAD_WAIT_S)
+    before = read_manifest(moto, bucket)
+    assert len(before.segments) >= 3
+
+    # Records older than a day before "now" expire (their timestamps are in 2026-11).
+    response = await client.patch("/v1/topics/t", json={"configs": {"retention.ms": 1000}})
+    assert response.status == 200, await response.text()
+    await wait_until(lambda: partition.log_start_offset > 0, UPLOAD_WAIT_S)
+    after = read_manifest(moto, bucket)
+    assert after.log_start_offset == partition.log_start_offset
+    assert len(after.segments) == 1  # the newest stays: it marks where S3 ends
+    keys = {o["Key"] for o in moto.client().list_objects_v2(Bucket=bucket)["Contents"]}
+    for dropped in before.segments[:-1]:
+        assert f"{PREFIX}/t/0/{dropped.name}.log" not in keys
+    await problem(
+        await client.get(records_path("t", 0), params={"offset": "0"}), 416, "OFFSET_OUT_OF_RANGE"
+    )
+
+
+async def test_remote_storage_configs_are_checked(
+    start: Start, s3_proxy: S3Proxy, bucket: str
+) -> None:
+    plain = await start()
+    response = await plain.post(
+        "/v1/topics", json={"name": "t", "configs": {"remote.storage.enable": True}}
+    )
+    body = await problem(response, 400, "INVALID_CONFIG")
+    assert "--s3-bucket" in body["detail"]
+    await plain.close()
+
+    client = await tiered_gateway(start, s3_proxy, bucket)
+    response = await client.post(
+        "/v1/topics",
+        json={"name": "c", "configs": {"remote.storage.enable": True, "cleanup.policy": "compact"}},
+    )
+    await problem(response, 400, "INVALID_CONFIG")
+    await create_topic(client, configs=TIERED)
+    response = await client.patch(
+        "/v1/topics/t", json={"configs": {"remote.storage.enable": False}}
+    )
+    body = await problem(response, 400, "INVALID_CONFIG")
+    assert "cannot be turned off" in body["detail"]
+
+
+async def test_deleting_a_tiered_topic_deletes_its_objects(
+    start: Start, s3_proxy: S3Proxy, moto: MotoServer, bucket: str
+) -> None:
+    client = await tiered_gateway(start, s3_proxy, bucket)
+    await create_topic(client, configs=TIERED)
+    await create_topic(client, "t2", configs=TIERED)  # a prefix of neither: must stay
+    await produce_numbered(client, 100)
+    for n in range(20):
+        await produce(client, [{"value": n}] * 10, topic="t2")
+    partition = local(client)
+    await wait_until(lambda: partition.local_log_start_offset > 0, UPLOAD_WAIT_S)
+
+    def keys() -> set[str]:
+        listed = moto.client().list_objects_v2(Bucket=bucket).get("Contents", [])
+        return {item["Key"] for item in listed}
+
+    await wait_until(lambda: any(k.startswith(f"{PREFIX}/t2/") for k in keys()), UPLOAD_WAIT_S)
+    assert (await client.delete("/v1/topics/t")).status == 204
+    await wait_until(lambda: not any(k.startswith(f"{PREFIX}/t/") for k in keys()), UPLOAD_WAIT_S)
+    assert any(k.startswith(f"{PREFIX}/t2/") for k in keys())

@@ -35,6 +35,7 @@ COPY engine ./engine
 COPY gateway ./gateway
 COPY openapi ./openapi
 COPY replication ./replication
+COPY spark_ingest ./spark_ingest
 
 RUN pip wheel --wheel-dir /wheels . \
     && python -c "import glob, sys, zipfile; \

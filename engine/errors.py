@@ -87,6 +87,12 @@ class OffsetMovedToTieredStorage(EngineError):
         self.local_log_start_offset = local_log_start_offset
 
 
+class RemoteStorageError(EngineError):
+    """S3 refused or could not be reached; the caller retries later, nothing is lost."""
+
+    code = "REMOTE_STORAGE_UNAVAILABLE"
+
+
 class OffsetMismatch(EngineError):
     """A follower append whose first offset is not the log end offset (a gap or an overlap)."""
 

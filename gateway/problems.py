@@ -81,6 +81,7 @@ _ENGINE_STATUS: dict[type[errors.EngineError], int] = {
     errors.LogClosed: 503,
     errors.TooManyPartitions: 422,
     errors.StorageError: 503,
+    errors.RemoteStorageError: 503,
     replication.NotLeader: 421,
     replication.LeaderNotAvailable: 503,
     replication.NotController: 421,
@@ -100,6 +101,7 @@ _ENGINE_STATUS: dict[type[errors.EngineError], int] = {
 }
 # Errors a retry may cure shortly: their answers carry Retry-After.
 _RETRIABLE = (
+    errors.RemoteStorageError,
     replication.LeaderNotAvailable,
     replication.NotEnoughReplicas,
     replication.UnknownLeaderEpoch,

@@ -10,8 +10,9 @@ from bisect import bisect_right
 from collections import OrderedDict
 
 from engine import batch as fmt
+from engine.errors import RemoteStorageError
 from engine.tiered.manifest import Manifest, RemoteSegment, partition_prefix
-from engine.tiered.remote import RemoteStorage, RemoteStorageError
+from engine.tiered.remote import RemoteStorage
 
 _OFFSET_ENTRY = struct.Struct(">ii")
 MIN_RANGE = 256 * 1024  # the smallest GET: a read in order finds its next batches cached

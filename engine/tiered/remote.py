@@ -12,18 +12,12 @@ import botocore.exceptions
 from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 
-from engine.errors import EngineError
+from engine.errors import EngineError, RemoteStorageError
 from engine.tiered.manifest import Manifest, decode_manifest
 
 MULTIPART_BYTES = 16 * 1024 * 1024  # segments above this go up in parts of this size
 UPLOAD_THREADS = 4  # parts in flight per upload: bounds memory to about 4 x 16 MiB
 DELETE_BATCH = 1000  # S3's DeleteObjects limit
-
-
-class RemoteStorageError(EngineError):
-    """S3 refused or could not be reached; the caller retries later, nothing is lost."""
-
-    code = "REMOTE_STORAGE_UNAVAILABLE"
 
 
 class ManifestConflict(EngineError):

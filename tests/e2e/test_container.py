@@ -530,8 +530,15 @@ def test_compose_nodes_are_sluice_serve_invocations_that_agree_with_the_topology
     host_ports = [host for s in compose["services"].values() for host, _ in published(s)]
     assert len(host_ports) == len(set(host_ports)), "published ports collide"
     assert sorted(h for s in nodes.values() for h, _ in published(s)) == [8080, 8081, 8082]
-    s3 = [s for s in compose["services"].values() if "motoserver/moto" in str(s.get("image"))]
-    assert len(s3) == 1 and (5000, 5000) in published(s3[0])
+    s3 = [n for n, s in compose["services"].items() if "motoserver/moto" in str(s.get("image"))]
+    assert len(s3) == 1 and (5000, 5000) in published(compose["services"][s3[0]])
+    bucket = compose["services"]["s3-bucket"]
+    assert bucket["command"][-1] == f"http://{s3[0]}:5000/sluice"
+    for name, service in nodes.items():
+        args = serve_args(final, service)
+        assert (args.s3_endpoint, args.s3_bucket) == (f"http://{s3[0]}:5000", "sluice"), name
+        assert service["depends_on"]["s3-bucket"]["condition"] == "service_completed_successfully"
+        assert {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} <= set(service["environment"])
 
 
 class Loopback:

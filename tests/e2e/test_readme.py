@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,8 @@ import orjson
 import pytest
 
 from gateway.devcluster import LocalCluster, free_port
-from tests.e2e.conftest import REPO, Server
+from tests.e2e.conftest import REPO, Server, start_server
+from tests.s3 import CREDENTIALS, MotoServer
 
 VOLATILE = {"timestamp", "topic_id", "cursor"}
 CLUSTER_VOLATILE = VOLATILE | {"cluster_id", "controller"}
@@ -193,3 +195,44 @@ def test_dev_cluster_without_etcd_names_the_package(tmp_path: Path) -> None:
     )
     assert done.returncode != 0
     assert "etcd-server" in done.stderr
+
+
+TIERED_VOLATILE = VOLATILE | {"sha256", "first_timestamp", "max_timestamp", "uploaded_ms"}
+
+
+def test_readme_tiered_examples(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tiered-storage section on a fresh server with a moto_server: each command is
+    repeated until it prints what is shown (uploads happen in the background), up to 30 s."""
+    assert len(examples("console-tiered")) >= 4
+    for name, value in CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
+    moto = MotoServer()
+    server = start_server(
+        tmp_path / "data",
+        "--s3-endpoint",
+        moto.url,
+        "--s3-bucket",
+        "sluice-demo",
+        "--s3-prefix",
+        "demo",
+        "--tiering-interval",
+        "1",
+    )
+    try:
+        for command, expected in examples("console-tiered"):
+            live = command.replace("localhost:8080", f"localhost:{server.port}")
+            live = live.replace("localhost:9000", f"localhost:{moto.port}")
+            deadline = time.monotonic() + 30
+            while True:
+                done = subprocess.run(
+                    ["bash", "-c", live], capture_output=True, text=True, timeout=30, check=False
+                )
+                assert done.returncode == 0, (command, done.stderr)
+                shown = normalise(expected, TIERED_VOLATILE)
+                if normalise(done.stdout, TIERED_VOLATILE) == shown:
+                    break
+                assert time.monotonic() < deadline, (command, done.stdout)
+                time.sleep(0.2)  # the background upload has not happened yet: ask again
+    finally:
+        server.stop()
+        moto.close()

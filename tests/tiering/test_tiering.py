@@ -161,6 +161,14 @@ async def test_an_s3_outage_delays_uploads_and_local_deletion_and_loses_nothing(
 
     s3_proxy.up()
     await wait_until(lambda: partition.local_log_start_offset >= 100, UPLOAD_WAIT_S)
+    s3_proxy.down()  # reads of what only S3 holds fail clearly, and may be retried
+    body = await problem(
+        await client.get(records_path("t", 0), params={"offset": "0"}),
+        503,
+        "REMOTE_STORAGE_UNAVAILABLE",
+    )
+    assert "s3://" in body["detail"]
+    s3_proxy.up()
     records = await fetch_everything(client)
     assert [r["value"] for r in records] == [{"n": n} for n in range(150)]
     manifest = read_manifest(moto, bucket)

@@ -32,6 +32,11 @@ class PartitionCollector(Collector):
         start = GaugeMetricFamily(
             "sluice_partition_log_start_offset", "Log start offset", labels=labels
         )
+        local_start = GaugeMetricFamily(
+            "sluice_partition_local_log_start_offset",
+            "First offset on local disk (below it, a tiered partition's records are on S3)",
+            labels=labels,
+        )
         size = GaugeMetricFamily("sluice_partition_size_bytes", "Bytes on disk", labels=labels)
         lag_records = GaugeMetricFamily(
             "sluice_replica_max_lag_records",
@@ -43,7 +48,7 @@ class PartitionCollector(Collector):
             "Largest time a follower of this leader has not been caught up, in ms",
             labels=labels,
         )
-        families: list[Metric] = [end, hw, start, size, lag_records, lag_ms]
+        families: list[Metric] = [end, hw, start, local_start, size, lag_records, lag_ms]
         replicas = self.replicas()
         if replicas is None:
             return families
@@ -53,6 +58,7 @@ class PartitionCollector(Collector):
             end.add_metric(values, partition.log_end_offset)
             hw.add_metric(values, partition.high_watermark)
             start.add_metric(values, partition.log_start_offset)
+            local_start.add_metric(values, partition.local_log_start_offset)
             size.add_metric(values, partition.size_bytes)
             health = partition.replication_health()
             if health is not None:

@@ -12,6 +12,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -154,3 +155,47 @@ class RedisServer:
     def stop(self) -> None:
         self.process.terminate()
         self.process.wait(timeout=30)
+
+
+class MotoServer:
+    """`moto_server` (PyPI `moto[server]`, an S3 API) on a free loopback port; it keeps the
+    objects in its memory until it stops. Any access key is accepted."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        binary = Path(sys.executable).with_name("moto_server")
+        self.process = subprocess.Popen(
+            [str(binary), "-H", "127.0.0.1", "-p", str(self.port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(self.url + "/moto-api/", timeout=1.0):
+                    break
+            except OSError:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"moto_server did not start on {self.url}") from None
+                time.sleep(0.05)  # polling the port until it answers: no fixed wait
+
+    def client(self, endpoint: str | None = None) -> Any:
+        import boto3
+
+        return boto3.client(
+            "s3",
+            endpoint_url=endpoint or self.url,
+            region_name="us-east-1",
+            aws_access_key_id="test",
+            aws_secret_access_key="test",
+        )
+
+    def new_bucket(self) -> str:
+        name = f"sluice-{uuid.uuid4().hex[:12]}"
+        self.client().create_bucket(Bucket=name)
+        return name
+
+    def close(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=10)

@@ -80,6 +80,7 @@ class TieringService:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        self.reader.close()
 
     async def _run(self, partitions: dict[TopicPartition, Partition], topic_id: TopicIds) -> None:
         while True:

@@ -7,67 +7,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import socket
-import subprocess
-import sys
 import threading
-import time
-import uuid
-from pathlib import Path
 from typing import Any
 
-import boto3
-import httpx
+from loadtests.common import MotoServer, free_port
 
-MOTO_SERVER = Path(sys.executable).with_name("moto_server")
+__all__ = ["CREDENTIALS", "MotoServer", "S3Proxy", "s3_environment"]
+
+
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-class MotoServer:
-    """`moto_server` in its own process; objects live in its memory until it stops."""
-
-    def __init__(self) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.process = subprocess.Popen(
-            [str(MOTO_SERVER), "-H", "127.0.0.1", "-p", str(self.port)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                httpx.get(self.url + "/moto-api/", timeout=1.0)
-                break
-            except httpx.TransportError:
-                if self.process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"moto_server did not start on {self.url}") from None
-                time.sleep(0.05)  # polling the port until it answers: no fixed wait
-
-    def client(self, endpoint: str | None = None) -> Any:
-        return boto3.client(
-            "s3",
-            endpoint_url=endpoint or self.url,
-            region_name="us-east-1",
-            aws_access_key_id="test",
-            aws_secret_access_key="test",
-        )
-
-    def new_bucket(self) -> str:
-        name = f"sluice-{uuid.uuid4().hex[:12]}"
-        self.client().create_bucket(Bucket=name)
-        return name
-
-    def close(self) -> None:
-        self.process.terminate()
-        self.process.wait(timeout=10)
 
 
 class S3Proxy:

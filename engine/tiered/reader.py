@@ -1,6 +1,7 @@
 """Reads of tiered offsets from S3: the segment's offset index locates the batch, a ranged GET
-brings whole batches from there. A small LRU cache holds indexes and recent ranges, so
-consumers reading old data in order do not fetch each range twice."""
+brings whole batches from there. A small LRU cache holds indexes and recent ranges, and the
+range after the one a consumer is reading is fetched ahead, so a consumer reading old data in
+order mostly finds it in memory."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import struct
 import threading
 from bisect import bisect_right
 from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from engine import batch as fmt
 from engine.errors import RemoteStorageError
@@ -15,41 +17,56 @@ from engine.tiered.manifest import Manifest, RemoteSegment, partition_prefix
 from engine.tiered.remote import RemoteStorage
 
 _OFFSET_ENTRY = struct.Struct(">ii")
-MIN_RANGE = 256 * 1024  # the smallest GET: a read in order finds its next batches cached
+RANGE = 2 * 1024 * 1024  # the smallest GET; a consumer halfway through one gets the next read ahead
 
 
 class _Cache:
-    """Bytes-bounded LRU, shared by the threads reading S3."""
+    """Bytes-bounded LRU over objects, each with its two latest byte ranges (the one being
+    read and the one read ahead), shared by the threads reading S3."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self._items: OrderedDict[tuple[str, int], bytes] = OrderedDict()
+        self._items: OrderedDict[str, list[tuple[int, bytes]]] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
         self.hits = self.misses = 0
 
-    def get(self, key: tuple[str, int]) -> bytes | None:
+    def get(
+        self, key: str, start: int, length: int, *, count: bool = True
+    ) -> tuple[int, bytes] | None:
+        """The cached range of object `key` holding [start, start + length), as (its start,
+        its bytes); `count` False for a probe that is no read."""
         with self._lock:
-            value = self._items.get(key)
-            if value is None:
-                self.misses += 1
+            for first, data in self._items.get(key, ()):
+                if first <= start and start + length <= first + len(data):
+                    self._items.move_to_end(key)
+                    self.hits += count
+                    return first, data
+            self.misses += count
+            return None
+
+    def whole(self, key: str) -> bytes | None:
+        """An object cached whole (an index)."""
+        with self._lock:
+            ranges = self._items.get(key)
+            if not ranges:
                 return None
             self._items.move_to_end(key)
-            self.hits += 1
-            return value
+            return ranges[-1][1]
 
-    def put(self, key: tuple[str, int], value: bytes) -> None:
+    def put(self, key: str, start: int, value: bytes) -> None:
         if len(value) > self.max_bytes:
             return
         with self._lock:
-            old = self._items.pop(key, None)
-            if old is not None:
-                self._bytes -= len(old)
-            self._items[key] = value
+            ranges = [r for r in self._items.pop(key, []) if r[0] != start]
+            ranges.append((start, value))
             self._bytes += len(value)
+            for _, dropped in ranges[:-2]:
+                self._bytes -= len(dropped)
+            self._items[key] = ranges[-2:]
             while self._bytes > self.max_bytes:
                 _, evicted = self._items.popitem(last=False)
-                self._bytes -= len(evicted)
+                self._bytes -= sum(len(data) for _, data in evicted)
 
 
 class RemoteReader:
@@ -59,6 +76,9 @@ class RemoteReader:
         self.storage = storage
         self.prefix = prefix
         self.cache = _Cache(cache_bytes)
+        self._pool = ThreadPoolExecutor(2, thread_name_prefix="s3-read-ahead")
+        self._ahead: dict[tuple[str, int], Future[bytes]] = {}
+        self._lock = threading.Lock()
         self.fetches = 0  # ranged GETs of segment data
         self.bytes_read = 0
 
@@ -72,7 +92,7 @@ class RemoteReader:
         key = base + ".log"
         position = self._position(base + ".index", segment, max(offset, segment.base_offset))
         while position < segment.size:
-            data = memoryview(self._range(key, position, max(max_bytes, MIN_RANGE), segment.size))
+            data = memoryview(self._range(key, position, max_bytes, segment.size))
             pos, kept_from = 0, None
             while pos + fmt.HEADER_SIZE <= len(data):
                 header = fmt.read_header(data, pos)
@@ -80,6 +100,8 @@ class RemoteReader:
                 if pos + header.size > len(data):  # the range ends inside this batch
                     if kept_from is None and wanted:
                         return self._range(key, position + pos, header.size, segment.size)
+                    if kept_from is None:
+                        pos += header.size  # below `offset`: read on after it
                     break
                 if wanted:
                     if kept_from is None:
@@ -95,10 +117,10 @@ class RemoteReader:
         return b""
 
     def _position(self, key: str, segment: RemoteSegment, offset: int) -> int:
-        index = self.cache.get((key, -1))
+        index = self.cache.whole(key)
         if index is None:
             index = self.storage.get(key)
-            self.cache.put((key, -1), index)
+            self.cache.put(key, 0, index)
         entries = [
             (relative + segment.base_offset, position)
             for relative, position in _OFFSET_ENTRY.iter_unpack(index)
@@ -110,11 +132,36 @@ class RemoteReader:
         length = min(length, size - start)
         if length <= 0:
             raise RemoteStorageError(f"{key}: position {start} is past its {size} bytes")
-        cached = self.cache.get((key, start))
-        if cached is not None and len(cached) >= length:
-            return cached
+        cached = self.cache.get(key, start, length)
+        if cached is None:
+            ahead = self._ahead.get((key, start))
+            if ahead is not None:  # the range is being read ahead: wait for it
+                ahead.result()
+                cached = self.cache.get(key, start, length)
+        if cached is None:
+            cached = start, self._get(key, start, max(length, RANGE))
+        first, data = cached
+        end = first + len(data)
+        if start + length > first + len(data) // 2 and end < size:
+            self._read_ahead(key, end)
+        offset = start - first
+        return data[offset : offset + length]
+
+    def _get(self, key: str, start: int, length: int) -> bytes:
         data = self.storage.get_range(key, start, length)
         self.fetches += 1
         self.bytes_read += len(data)
-        self.cache.put((key, start), data)
+        self.cache.put(key, start, data)
         return data
+
+    def _read_ahead(self, key: str, start: int) -> None:
+        """GET the range after the one a consumer is halfway through, in the background."""
+        with self._lock:
+            if (key, start) in self._ahead or self.cache.get(key, start, 1, count=False):
+                return
+            future = self._pool.submit(self._get, key, start, RANGE)
+            self._ahead[(key, start)] = future
+        future.add_done_callback(lambda _: self._ahead.pop((key, start), None))
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)

@@ -15,8 +15,8 @@ from botocore.config import Config
 from engine.errors import EngineError, RemoteStorageError
 from engine.tiered.manifest import Manifest, decode_manifest
 
-MULTIPART_BYTES = 16 * 1024 * 1024  # segments above this go up in parts of this size
-UPLOAD_THREADS = 4  # parts in flight per upload: bounds memory to about 4 x 16 MiB
+MULTIPART_BYTES = 8 * 1024 * 1024  # segments above this go up in parts of this size
+UPLOAD_THREADS = 4  # parts in flight per upload: bounds memory to about 4 x 8 MiB
 DELETE_BATCH = 1000  # S3's DeleteObjects limit
 
 
@@ -66,13 +66,22 @@ class RemoteStorage:
         """Fail with RemoteStorageError unless the bucket answers."""
         self._call(self._s3.head_bucket, Bucket=self.bucket)
 
+    def upload_file(self, key: str, path: str) -> None:
+        """Upload a whole file, in parallel parts past MULTIPART_BYTES (read per part)."""
+        self._transfer_call(key, self._s3.upload_file, path)
+
     def upload_stream(self, key: str, stream: Any) -> None:
         """Upload a readable stream, in parts past MULTIPART_BYTES (a few parts buffered)."""
+        self._transfer_call(key, self._s3.upload_fileobj, stream)
+
+    def _transfer_call(self, key: str, method: Any, source: Any) -> None:
         try:
-            self._s3.upload_fileobj(stream, self.bucket, key, Config=self._transfer)
-        except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
-            raise RemoteStorageError(f"upload of s3://{self.bucket}/{key} failed: {exc}") from exc
-        except boto3.exceptions.S3UploadFailedError as exc:
+            method(source, self.bucket, key, Config=self._transfer)
+        except (
+            botocore.exceptions.BotoCoreError,
+            botocore.exceptions.ClientError,
+            boto3.exceptions.S3UploadFailedError,
+        ) as exc:
             raise RemoteStorageError(f"upload of s3://{self.bucket}/{key} failed: {exc}") from exc
 
     def put(self, key: str, data: bytes) -> None:

@@ -10,6 +10,7 @@ import io
 import logging
 import struct
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from engine import batch as fmt
@@ -171,13 +172,32 @@ class PartitionTier:
         self._check_epoch(manifest, leader_epoch)
         end = manifest.end_offset
         start_offset = segment.base_offset if end is None else max(end, segment.base_offset)
-        scanned = scan_segment(segment, start_offset, self.log.config.index_interval_bytes)
-        remote = scanned.segment
-        self.storage.put(self.key(remote, ".index"), scanned.index)
-        self.storage.put(self.key(remote, ".timeindex"), scanned.time_index)
-        self.storage.put(self.key(remote, ".epochs"), scanned.epochs)
-        body = _FileRange(segment, scanned.start_position, remote.size)
-        self.storage.upload_stream(self.key(remote, ".log"), body)
+        interval = self.log.config.index_interval_bytes
+        # The objects go up in parallel: the whole file's name is known before the scan that
+        # checksums it, and the indexes as soon as the scan is done. The manifest comes last.
+        with ThreadPoolExecutor(4) as pool:
+            sent = []
+            if start_offset == segment.base_offset:
+                name = f"{segment.base_offset:020d}-{segment.next_offset - 1:020d}"
+                path = str(segment.path)
+                sent.append(pool.submit(self.storage.upload_file, f"{self.prefix}{name}.log", path))
+                scanned = scan_segment(segment, start_offset, interval)
+                if (scanned.segment.name, scanned.segment.size) != (name, segment.size):
+                    raise ManifestError(f"{segment.path.name} changed while it was uploaded")
+            else:  # a new leader's segment that starts before the manifest's end
+                scanned = scan_segment(segment, start_offset, interval)
+                body = _FileRange(segment, scanned.start_position, scanned.segment.size)
+                key = self.key(scanned.segment, ".log")
+                sent.append(pool.submit(self.storage.upload_stream, key, body))
+            remote = scanned.segment
+            for suffix, data in (
+                (".index", scanned.index),
+                (".timeindex", scanned.time_index),
+                (".epochs", scanned.epochs),
+            ):
+                sent.append(pool.submit(self.storage.put, self.key(remote, suffix), data))
+            for future in sent:
+                future.result()
         log_start = manifest.log_start_offset if manifest.segments else remote.base_offset
         self._commit(
             Manifest(

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 # Outside clients the tests drive the server with: curl (HTTP/1.1, h2c, h2 over TLS) and h2load;
 # the cluster tests need etcd (the metadata store) and iproute2 (network namespaces); the
 # benchmark harness also needs wrk, redis-server and nats-server (its Redis Streams and NATS
-# JetStream peers).
+# JetStream peers); the Spark ingest tests need a Java runtime (Spark's local mode).
 missing=()
 command -v curl >/dev/null || missing+=(curl)
 command -v etcd >/dev/null || missing+=(etcd-server)
@@ -16,6 +16,7 @@ command -v nats-server >/dev/null || missing+=(nats-server)
 command -v h2load >/dev/null || missing+=(nghttp2-client)
 command -v wrk >/dev/null || missing+=(wrk)
 command -v redis-server >/dev/null || missing+=(redis-server)
+command -v java >/dev/null || missing+=(openjdk-17-jre-headless)
 if [ ${#missing[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" = 0 ] || sudo="sudo"

@@ -506,6 +506,7 @@ class GroupCoordinator:
                 self._reconcile(group, member)
                 elsewhere = self._led_elsewhere(member)
                 fetched = await self._read_remote(group, member, elsewhere, limits)
+                fetched.update(await self._read_tiered(group, member, limits))
                 answer = self._read(group, member, limits, fetched)
                 remaining = deadline - self._loop.time()
                 if (
@@ -537,26 +538,42 @@ class GroupCoordinator:
         return [partition for partition in found if partition is not None and partition.is_leader]
 
     def _led_elsewhere(self, member: Member) -> dict[TopicPartition, str]:
-        """The member's partitions another node leads, with that node's URL; and those led
-        here whose member position is on S3 only, read through this node's own fetch route
-        (which serves tiered offsets) like any remote read."""
+        """The member's partitions another node leads, with that node's URL."""
         view = self.replicas.store.view
         out = {}
         for tp in member.owned:
             state = view.partitions.get(tp)
             node = None if state is None else view.nodes.get(state.leader)
-            if node is None or state is None:
-                continue
-            if state.leader != self.replicas.node_id or self._tiered(member, tp):
+            if node is not None and state is not None and state.leader != self.replicas.node_id:
                 out[tp] = node.url
         return out
 
+    async def _read_tiered(
+        self, group: Group, member: Member, limits: FetchLimits
+    ) -> dict[TopicPartition, remote.RemoteRead]:
+        """The member's partitions led here whose position is on S3 only, read from there
+        (the partition layer's fetch serves tiered offsets), like reads of other leaders."""
+        out = {}
+        for tp in sorted(member.owned):
+            local = self.replicas.local(*tp)
+            if local is None or not local.is_leader or not self._tiered(member, tp):
+                continue
+            try:
+                position = self._position(group, member, tp, local)
+                read = await self.replicas.fetch(*tp, position, limits.max_bytes, 0, 0)
+            except EngineError:
+                continue
+            out[tp] = remote.RemoteRead(position, read.data, read.high_watermark)
+        return out
+
     def _tiered(self, member: Member, tp: TopicPartition) -> bool:
+        """Whether the member's position (or, before it has one, the partition's start) is
+        on S3 only."""
         local = self.replicas.local(*tp)
-        position = member.positions.get(tp)
-        return (
-            local is not None and position is not None and position < local.local_log_start_offset
-        )
+        if local is None:
+            return False
+        position = member.positions.get(tp, local.log_start_offset)
+        return position < local.local_log_start_offset
 
     async def _read_remote(
         self,

@@ -246,3 +246,29 @@ async def test_deleting_a_tiered_topic_deletes_its_objects(
     assert (await client.delete("/v1/topics/t")).status == 204
     await wait_until(lambda: not any(k.startswith(f"{PREFIX}/t/") for k in keys()), UPLOAD_WAIT_S)
     assert any(k.startswith(f"{PREFIX}/t2/") for k in keys())
+
+
+async def test_a_group_member_reads_what_only_s3_holds(
+    start: Start, s3_proxy: S3Proxy, bucket: str
+) -> None:
+    client = await tiered_gateway(start, s3_proxy, bucket)
+    await create_topic(client, configs=TIERED)
+    await produce_numbered(client, 120)
+    partition = local(client)
+    await wait_until(lambda: partition.local_log_start_offset >= 60, UPLOAD_WAIT_S)
+    joined = await client.post(
+        "/v1/groups/g/members", json={"topics": ["t"], "auto_offset_reset": "earliest"}
+    )
+    assert joined.status == 201, await joined.text()
+    member = (await joined.json())["member_id"]
+    values: list[int] = []
+    while len(values) < 120:
+        response = await client.get(
+            f"/v1/groups/g/members/{member}/records",
+            params={"timeout_ms": "2000", "max_records": "25"},
+        )
+        assert response.status == 200, await response.text()
+        records = (await response.json())["records"]
+        assert records, f"no records after {len(values)}"
+        values.extend(r["value"]["n"] for r in records)
+    assert values == list(range(120))

@@ -27,9 +27,17 @@ FETCH_RECORDS = 1000
 class CommandError(Exception):
     """A failed request, printed as the server's problem detail; `code` is the problem's."""
 
-    def __init__(self, message: str, code: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        code: str | None = None,
+        status: int | None = None,
+        problem: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__(message)
         self.code = code
+        self.status = status
+        self.problem = problem
 
 
 def _config_pairs(pairs: Sequence[str]) -> dict[str, str]:
@@ -46,14 +54,16 @@ async def _call(session: aiohttp.ClientSession, method: str, url: str, **kwargs:
     async with session.request(method, url, **kwargs) as response:
         body = await response.read()
         if response.status >= 400:
-            code = None
+            code, problem = None, None
             try:
                 problem = orjson.loads(body)
                 code = problem.get("code")
                 detail = f"{code}: {problem.get('detail')}"
-            except orjson.JSONDecodeError:
-                detail = body.decode(errors="replace")
-            raise CommandError(f"{method} {url} -> {response.status} {detail}", code)
+            except (orjson.JSONDecodeError, AttributeError):
+                problem, detail = None, body.decode(errors="replace")
+            raise CommandError(
+                f"{method} {url} -> {response.status} {detail}", code, response.status, problem
+            )
         return orjson.loads(body) if body else None
 
 
@@ -140,6 +150,32 @@ def _format(record: dict[str, Any], print_key: bool, separator: str) -> str:
     return text
 
 
+RETRY_FIRST_S = 0.2  # a consumer's first retry after a lost connection or a 503
+RETRY_MAX_S = 5.0
+
+
+async def _call_retrying(
+    session: aiohttp.ClientSession, method: str, url: str, **kwargs: Any
+) -> Any:
+    """A consumer's call (a fetch, a commit: both safe to repeat); a lost connection, a
+    restarting server or a 503 is retried with backoff (said once on stderr per outage), so
+    a consumer outlives a server restart."""
+    delay = RETRY_FIRST_S
+    while True:
+        try:
+            return await _call(session, method, url, **kwargs)
+        except aiohttp.ClientConnectionError as exc:
+            reason = _connection_error(exc)
+        except CommandError as exc:
+            if exc.status != 503:
+                raise
+            reason = str(exc)
+        if delay == RETRY_FIRST_S:
+            print(f"sluice: {reason}; retrying", file=sys.stderr, flush=True)
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, RETRY_MAX_S)
+
+
 async def _follow_partition(
     session: aiohttp.ClientSession,
     args: argparse.Namespace,
@@ -147,19 +183,61 @@ async def _follow_partition(
     remaining: list[int],
     done: asyncio.Event,
 ) -> None:
+    """Print one partition's records from --offset on. An offset past the end waits for the
+    log to reach it; one below the start goes where --reset says."""
     url = f"{args.url}/v1/topics/{args.topic}/partitions/{partition}/records"
     offset = args.offset
+    wanted = int(offset) if offset.isdigit() else None  # print nothing below it
     while not done.is_set():
         params = {"offset": offset, "timeout_ms": "10000", "max_records": "1000"}
-        answer = await _call(session, "GET", url, params=params)
+        try:
+            answer = await _call_retrying(session, "GET", url, params=params)
+        except CommandError as exc:
+            if exc.code != "OFFSET_OUT_OF_RANGE" or exc.problem is None:
+                raise
+            offset = _out_of_range(args, partition, int(offset), exc.problem)
+            continue
         for record in answer["records"]:
             if remaining[0] == 0:
                 break
+            if wanted is not None and record["offset"] < wanted:
+                continue
             print(_format(record, args.print_key, args.key_separator), flush=True)
             remaining[0] -= 1
         if remaining[0] == 0:
             done.set()
         offset = str(answer["next_offset"])
+
+
+def _out_of_range(
+    args: argparse.Namespace, partition: int, offset: int, problem: dict[str, Any]
+) -> str:
+    """Where to read from after a 416: the log end to wait at, or --reset's choice."""
+    start, end = int(problem["log_start_offset"]), int(problem["log_end_offset"])
+    if offset > end:
+        return str(end)  # wait there until the log reaches `offset`
+    if args.reset == "none":
+        raise CommandError(
+            f"offset {offset} of {args.topic}-{partition} is below the log start {start} "
+            "(deleted by retention); --reset earliest or latest says where to go instead",
+            "OFFSET_OUT_OF_RANGE",
+        )
+    print(
+        f"sluice: offset {offset} of {args.topic}-{partition} is below the log start {start}; "
+        f"reading from {args.reset}",
+        file=sys.stderr,
+        flush=True,
+    )
+    return str(args.reset)
+
+
+def _connection_error(exc: aiohttp.ClientConnectionError) -> str:
+    """A lost connection in a line (aiohttp's own names `ssl:default` for plain http)."""
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        error = exc.os_error
+        reason = os.strerror(error.errno) if error.errno else (error.strerror or repr(error))
+        return f"cannot connect to {exc.host}:{exc.port}: {reason}"
+    return f"connection lost ({str(exc) or type(exc).__name__})"
 
 
 async def _join(
@@ -210,7 +288,7 @@ async def group_consume(args: argparse.Namespace) -> None:
                     "cursor": str(cursor),  # an answer lost on the way comes again
                 }
                 try:
-                    answer = await _call(
+                    answer = await _call_retrying(
                         session, "GET", f"{members}/{member}/records", params=params
                     )
                     records = answer["records"]
@@ -220,7 +298,7 @@ async def group_consume(args: argparse.Namespace) -> None:
                     sys.stdout.flush()
                     if records:
                         offsets = _printed_offsets(records)
-                        await _call(
+                        await _call_retrying(
                             session,
                             "POST",
                             f"{members}/{member}/commit",
@@ -501,6 +579,13 @@ def parser() -> argparse.ArgumentParser:
         "group has no committed offset for: earliest, latest or none",
     )
     consume.add_argument("--from-beginning", action="store_true", help="same as --offset earliest")
+    consume.add_argument(
+        "--reset",
+        choices=["earliest", "latest", "none"],
+        default="earliest",
+        help="where to go when --offset is below the log start (deleted): earliest (default), "
+        "latest, or none (stop with an error); an offset past the end waits for it",
+    )
     consume.add_argument("--max-records", "--max-messages", type=int)
     consume.add_argument("--print-key", action="store_true")
     consume.add_argument("--key-separator", default="\t")
@@ -594,5 +679,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         # Ctrl-C, and SIGTERM for a group consumer, cancel the command: exit quietly.
         with contextlib.suppress(KeyboardInterrupt, asyncio.CancelledError):
             asyncio.run(command[args.command](args))
-    except (CommandError, aiohttp.ClientError) as exc:
+    except CommandError as exc:
+        raise SystemExit(f"sluice: {exc}") from None
+    except aiohttp.ClientConnectionError as exc:
+        raise SystemExit(f"sluice: {_connection_error(exc)}") from None
+    except aiohttp.ClientError as exc:
         raise SystemExit(f"sluice: {exc}") from None

@@ -356,3 +356,89 @@ def test_serve_group_options(tmp_path: Path) -> None:
             check=False,
         )
         assert done.returncode == 2 and bad[0] in done.stderr
+
+
+def _consumer(url: str, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", "from gateway.cli import main; main()", "consume", *args,
+         "--url", url],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+
+
+def test_an_offset_past_the_end_waits_for_the_log_to_reach_it(server: Server) -> None:
+    sluice(server, "topics", "create", "w")
+    sluice(server, "produce", "w", "--partition", "0", stdin="a\nb\n")
+    consumer = _consumer(server.url, "w", "--partition", "0", "--offset", "4", "--max-records", "2")
+    try:
+        _until(lambda: server_parked(server) >= 1, "the consumer to park at the log end")
+        sluice(server, "produce", "w", "--partition", "0", stdin="c\nd\ne\nf\ng\n")
+        out, err = consumer.communicate(timeout=30)
+    finally:
+        consumer.kill()
+    assert consumer.returncode == 0, err
+    assert out.splitlines() == ["e", "f"]  # offsets 4 and 5
+
+
+def server_parked(server: Server) -> float:
+    text = httpx.get(f"{server.url}/metrics").text
+    line = next(x for x in text.splitlines() if x.startswith("sluice_parked_fetches "))
+    return float(line.split()[1])
+
+
+def test_an_offset_below_the_start_follows_reset(server: Server) -> None:
+    sluice(server, "topics", "create", "r")
+    sluice(server, "produce", "r", "--partition", "0", stdin="a\nb\nc\nd\ne\n")
+    deleted = httpx.post(
+        f"{server.url}/v1/topics/r/partitions/0/delete-records", json={"before_offset": 3}
+    )
+    assert deleted.status_code == 200, deleted.text
+    early = sluice(
+        server, "consume", "r", "--partition", "0", "--offset", "1", "--max-records", "2"
+    )
+    assert early.returncode == 0, early.stderr
+    assert early.stdout.splitlines() == ["d", "e"]
+    assert "below the log start 3; reading from earliest" in early.stderr
+    refused = sluice(server, "consume", "r", "--partition", "0", "--offset", "1", "--reset", "none")
+    assert refused.returncode != 0
+    assert refused.stderr.strip().splitlines() == [refused.stderr.strip()]  # one line
+    assert "below the log start 3" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_a_consumer_outlives_a_server_restart(tmp_path: Path) -> None:
+    first = start_server(tmp_path / "data")
+    consumer = _consumer(first.url, "t", "--partition", "0", "--offset", "0", "--max-records", "2")
+    try:
+        httpx.post(f"{first.url}/v1/topics", json={"name": "t"}).raise_for_status()
+        httpx.post(
+            f"{first.url}/v1/topics/t/records", json={"records": [{"value": "before"}]}
+        ).raise_for_status()
+        assert consumer.stdout is not None
+        assert consumer.stdout.readline() == "before\n"
+        assert first.stop() == 0
+        second = start_server(tmp_path / "data", "--port", str(first.port))
+        try:
+            httpx.post(
+                f"{second.url}/v1/topics/t/records", json={"records": [{"value": "after"}]}
+            ).raise_for_status()
+            out, err = consumer.communicate(timeout=60)
+        finally:
+            second.stop()
+    finally:
+        consumer.kill()
+    assert consumer.returncode == 0, err
+    assert out.splitlines() == ["after"]
+    assert "retrying" in err and "Traceback" not in err
+
+
+def test_a_connection_error_is_one_clear_line(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", "from gateway.cli import main; main()", "topics", "list",
+         "--url", "http://127.0.0.1:9"],
+        cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert done.stderr.strip() == "sluice: cannot connect to 127.0.0.1:9: Connection refused"

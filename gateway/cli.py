@@ -420,6 +420,9 @@ async def groups_command(args: argparse.Namespace) -> None:
             answer = await _call(session, "PUT", f"{url}/offsets", json=body)
             rows = [[o["topic"], o["partition"], o["offset"]] for o in answer["offsets"]]
             print(_table(("TOPIC", "PARTITION", "NEW-OFFSET"), rows))
+        elif args.action == "delete":
+            await _call(session, "DELETE", url)
+            print(f"deleted group {args.group}")
 
 
 def _positive(raw: str) -> int:
@@ -597,8 +600,12 @@ def parser() -> argparse.ArgumentParser:
         help="with --group: a static member's id (group.instance.id); it does not leave on exit",
     )
 
-    groups = commands.add_parser("groups", help="list, describe, reset-offsets")
+    groups = commands.add_parser("groups", help="list, describe, reset-offsets, delete")
     group_actions = groups.add_subparsers(dest="action", required=True)
+    delete_group = with_url(
+        group_actions.add_parser("delete", help="forget a group without members and its offsets")
+    )
+    delete_group.add_argument("group")
     with_url(group_actions.add_parser("list", help="every group, its state and member count"))
     describe = with_url(group_actions.add_parser("describe", help="offsets, lag and owners"))
     describe.add_argument("group")

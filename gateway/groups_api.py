@@ -24,6 +24,7 @@ from gateway.groups.coordinator import (
 from gateway.params import int_param, json_object, json_response, read_body
 from gateway.problems import Problem, bad_request
 from gateway.state import gateway_of
+from gateway.topics_api import refuse_internal
 
 MAX_GROUP_ID = 255
 MAX_TOPICS = 1000
@@ -44,6 +45,7 @@ _ENCODER = msgspec.json.Encoder()
 def add_routes(app: web.Application) -> None:
     app.router.add_get("/v1/groups", list_groups)
     app.router.add_get("/v1/groups/{group}", describe_group)
+    app.router.add_delete("/v1/groups/{group}", delete_group)
     app.router.add_put("/v1/groups/{group}/offsets", reset_offsets)
     app.router.add_post("/v1/groups/{group}/members", join)
     app.router.add_get("/v1/groups/{group}/members/{member}/records", fetch)
@@ -112,6 +114,8 @@ async def join(request: web.Request) -> web.Response:
     if not isinstance(topics, list) or not 1 <= len(topics) <= MAX_TOPICS:
         raise bad_request(f"topics must be a list of 1 to {MAX_TOPICS} topic names")
     names = tuple(dict.fromkeys(_topic(t, f"topics[{i}]") for i, t in enumerate(topics)))
+    for topic in names:
+        refuse_internal(topic, "consuming it in a group")
     session = DEFAULT_SESSION_TIMEOUT_MS
     if "session_timeout_ms" in doc:
         session = _int(
@@ -243,6 +247,14 @@ async def list_groups(request: web.Request) -> web.Response:
 
 async def describe_group(request: web.Request) -> web.Response:
     return json_response(_coordinator(request).describe(_group(request)))
+
+
+async def delete_group(request: web.Request) -> web.Response:
+    """Delete a group that has no members: its committed offsets and metadata."""
+    name = _group(request)
+    _coordinator(request).delete_group(name)
+    await _durable(request, name)
+    return web.Response(status=204)
 
 
 async def reset_offsets(request: web.Request) -> web.Response:

@@ -847,6 +847,27 @@ class GroupCoordinator:
         self._store_offsets(group, new)
         return [(tp, offset) for tp, offset, _ in new]
 
+    def delete_group(self, name: str) -> None:
+        """Delete a group without members (Kafka's DeleteGroups): tombstones for its metadata
+        and every committed offset, so that a new coordinator's replay forgets it too."""
+        group = self.group(name)
+        if group.members:
+            raise GroupError(
+                "GROUP_NOT_EMPTY",
+                f"group {name!r} has {len(group.members)} active members; a group can be "
+                "deleted only when it has none",
+            )
+        if group.write_timer is not None:
+            group.write_timer.cancel()
+            group.write_timer = None
+        group.unwritten.clear()
+        tombstones: list[tuple[bytes, bytes | None]] = [
+            (self._key(name, tp), None) for tp in sorted(group.offsets)
+        ]
+        tombstones.append((offsets_topic.group_key(name), None))
+        self._write(name, tombstones)
+        del self.groups[name]
+
     async def _resolve(self, topic: str, p: int, to: object) -> int:
         """The offset `to` names in a partition (earliest, latest, {timestamp} or an offset
         within the log), asked of its leader wherever that is."""
@@ -866,7 +887,7 @@ class GroupCoordinator:
         if to == "latest":
             return local.high_watermark
         if isinstance(to, dict):
-            found = await asyncio.to_thread(local.offset_for_timestamp, int(to["timestamp"]))
+            found = await self.replicas.offset_for_timestamp(local, int(to["timestamp"]))
             return local.high_watermark if found is None else found[0]
         assert isinstance(to, int)
         if not local.log_start_offset <= to <= local.high_watermark:

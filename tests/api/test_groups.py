@@ -806,3 +806,36 @@ async def test_a_topic_made_again_is_assigned_again(client: Client) -> None:
     got = await poll(client, a, timeout_ms=5_000)
     assert partitions(got) == {("t", 0), ("u", 0), ("u", 1)}
     assert seen(got["records"]) == [(1, 0)]
+
+
+async def test_an_empty_group_is_deleted_for_good(start: Start) -> None:
+    client = await start()
+    await create_topic(client, "t", 2)
+    await fill(client, 2, 2)
+    member = (await join(client, auto_commit=False))["member_id"]
+    await poll(client, member)
+    await client.post(
+        f"{G}/members/{member}/commit",
+        json={"offsets": [{"topic": "t", "partition": 0, "offset": 1}]},
+    )
+    busy = await client.delete(G)
+    body = await problem(busy, 409, "GROUP_NOT_EMPTY")
+    assert "1 active members" in body["detail"]
+    assert (await client.delete(f"{G}/members/{member}")).status == 204
+    assert (await client.delete(G)).status == 204
+    await problem(await client.get(G), 404, "UNKNOWN_GROUP")
+    await problem(await client.delete(G), 404, "UNKNOWN_GROUP")
+    await client.close()
+    client = await start()  # the replay of __consumer_offsets forgets it too
+    await problem(await client.get(G), 404, "UNKNOWN_GROUP")
+    assert (await (await client.get("/v1/groups")).json())["groups"] == []
+    again = await join(client, auto_offset_reset="earliest")
+    assert (await describe_group(client))["generation"] == 1
+    assert again["member_id"]
+
+
+async def test_a_group_cannot_consume_an_internal_topic(client: Client) -> None:
+    await create_topic(client, "t")
+    response = await client.post(f"{G}/members", json={"topics": ["t", "__consumer_offsets"]})
+    await problem(response, 403, "INTERNAL_TOPIC")
+    await problem(await client.get(G), 404, "UNKNOWN_GROUP")

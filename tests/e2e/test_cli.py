@@ -442,3 +442,16 @@ def test_a_connection_error_is_one_clear_line(tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode != 0
     assert done.stderr.strip() == "sluice: cannot connect to 127.0.0.1:9: Connection refused"
+
+
+def test_groups_delete(server: Server) -> None:
+    sluice(server, "topics", "create", "t")
+    sluice(server, "produce", "t", stdin="a\n")
+    consumed = sluice(server, "consume", "t", "--group", "gone", "--from-beginning",
+                      "--max-records", "1")  # fmt: skip
+    assert consumed.returncode == 0, consumed.stderr
+    deleted = sluice(server, "groups", "delete", "gone")
+    assert deleted.returncode == 0, deleted.stderr
+    assert deleted.stdout == "deleted group gone\n"
+    again = sluice(server, "groups", "delete", "gone")
+    assert again.returncode != 0 and "UNKNOWN_GROUP" in again.stderr

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from engine import batch as fmt
 from engine.errors import EngineError
-from engine.tiered.manifest import Manifest, empty_manifest, partition_prefix
+from engine.tiered.manifest import Manifest, empty_manifest, partition_prefix, topic_prefix
 from engine.tiered.reader import RemoteReader
 from engine.tiered.remote import RemoteStorage, S3Location
 from engine.tiered.uploader import PartitionTier
@@ -171,8 +171,7 @@ class TieringService:
     async def delete_topic(self, topic: str) -> int:
         """Delete every object of a deleted topic (Kafka deletes its remote segments too);
         retried with backoff while S3 fails. Returns how many objects went."""
-        root = self.settings.location.prefix.strip("/")
-        prefix = f"{root}/{topic}/" if root else f"{topic}/"
+        prefix = topic_prefix(self.settings.location.prefix, topic)
         delay = self.settings.interval_s
         while True:
             try:

@@ -35,6 +35,6 @@ echo "== ruff"
 ruff check .
 ruff format --check .
 echo "== mypy"
-mypy engine replication gateway loadtests openapi
+mypy engine replication gateway loadtests openapi spark_ingest
 echo "== pytest"
 pytest -q "$@"

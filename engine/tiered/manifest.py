@@ -85,7 +85,12 @@ def decode_manifest(data: bytes) -> Manifest:
     return manifest
 
 
-def partition_prefix(prefix: str, topic: str, partition: int) -> str:
-    """`<prefix>/<topic>/<partition>/` (no leading slash; an empty prefix is the bucket root)."""
+def topic_prefix(prefix: str, topic: str) -> str:
+    """`<prefix>/<topic>/` (no leading slash; an empty prefix is the bucket root)."""
     root = prefix.strip("/")
-    return f"{root}/{topic}/{partition}/" if root else f"{topic}/{partition}/"
+    return f"{root}/{topic}/" if root else f"{topic}/"
+
+
+def partition_prefix(prefix: str, topic: str, partition: int) -> str:
+    """`<prefix>/<topic>/<partition>/`, where a partition's objects and manifest live."""
+    return f"{topic_prefix(prefix, topic)}{partition}/"

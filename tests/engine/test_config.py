@@ -110,7 +110,7 @@ def test_remote_storage_rolls_segments_sooner_and_refuses_compaction() -> None:
         {"remote.storage.enable": True, "local.retention.ms": 1000, "local.retention.bytes": 0}
     )
     assert local.local_retention == (1000, 0)
-    with pytest.raises(InvalidConfig, match="cleanup.policy"):
+    with pytest.raises(InvalidConfig, match=r"cleanup\.policy"):
         TopicConfig().with_overrides({"remote.storage.enable": True, "cleanup.policy": "compact"})
-    with pytest.raises(InvalidConfig, match="local.retention.ms"):
+    with pytest.raises(InvalidConfig, match=r"local\.retention\.ms"):
         TopicConfig().with_overrides({"local.retention.ms": -3})

@@ -1,0 +1,225 @@
+"""Spark ingest throughput: tiered segments on S3 -> hourly Parquet, against spark.read.json.
+
+    python -m loadtests.ingest_bench --records 1000000 --out DIR [--cores 2] [--unflagged]
+
+N records (a key, a ~90-byte JSON object value, one timestamp a second) are written through
+the engine as segments of --segment-records records, spread over --partitions partitions,
+and uploaded with their manifests to a local moto_server. Then, in one Spark session on
+local[--cores]:
+
+- ingest: the job (`spark_ingest.job.run`) over those segments: download, verify, decode,
+  write hourly Parquet under deterministic names, finalize, commit;
+- json: the same records as JSON lines on local disk, one file per segment, read with
+  `spark.read.schema(...).json(...)` (an explicit schema: the job infers nothing either) and
+  written with `.write.parquet(...)`.
+
+Both paths write Parquet (zstd) to local disk. A tiny warm-up of both runs first, so neither
+pays the JVM's and Python workers' start-up. Records/s per core is records / wall seconds /
+cores. By default values sit in batches flagged as JSON (the gateway's JSON produce), so the
+job trusts them; --unflagged makes it validate each value with json.loads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import boto3
+
+from engine import batch as fmt
+from engine.config import TopicConfig
+from engine.log import PartitionLog
+from spark_ingest import job
+
+T0 = 1_795_000_000_000 - 1_795_000_000_000 % 3_600_000
+CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "bench",
+    "AWS_SECRET_ACCESS_KEY": "bench",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+BUCKET = "ingest-bench"
+JSON_DDL = "partition INT, offset BIGINT, timestamp TIMESTAMP, key STRING, value STRING"
+
+
+def start_moto() -> tuple[subprocess.Popen[str], str]:
+    """moto_server on a port the OS picks; its URL once it says where it listens."""
+    process = subprocess.Popen(
+        [str(Path(sys.executable).with_name("moto_server")), "-H", "127.0.0.1", "-p", "0"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stderr is not None
+    for line in process.stderr:
+        found = re.search(r"Running on (http://127\.0\.0\.1:\d+)", line)
+        if found:
+            threading.Thread(target=process.stderr.read, daemon=True).start()
+            return process, found.group(1)
+    raise RuntimeError(f"moto_server exited with {process.wait()}")
+
+
+def value_of(n: int) -> bytes:
+    return json.dumps(
+        {"id": n, "customer": f"c-{n % 9973}", "amount": n % 1000, "status": "paid"}
+    ).encode()
+
+
+def make_segments(
+    root: Path, s3: Any, topic: str, records: int, partitions: int, per_segment: int, flagged: bool
+) -> list[Path]:
+    """Write the records through engine logs, upload segments + manifests; return JSON files.
+
+    Each segment also becomes one JSON-lines file with the same records, for the json path.
+    """
+    json_dir = root / "json"
+    json_dir.mkdir(parents=True)
+    files: list[Path] = []
+    per_partition = records // partitions
+    for p in range(partitions):
+        log = PartitionLog(root / "logs" / f"{topic}-{p}", topic, p, TopicConfig())
+        entries: list[dict[str, Any]] = []
+        for first in range(0, per_partition, per_segment):
+            begin = p * per_partition + first
+            rows: list[tuple[bytes, bytes, fmt.Headers, int]] = [
+                (f"k{n % 1000}".encode(), value_of(n), [], T0 + n * 1000)
+                for n in range(begin, min(begin + per_segment, (p + 1) * per_partition))
+            ]
+            data = fmt.encode_batches(rows, max_batch_bytes=1 << 20, values_json=flagged)
+            info = log.append_as_leader(data, 1)
+            log.roll()
+            segment = log.segments[-2]
+            body = segment.path.read_bytes()
+            name = f"{info.first_offset:020d}-{info.last_offset:020d}"
+            s3.put_object(Bucket=BUCKET, Key=f"{topic}/{p}/{name}.log", Body=body)
+            entries.append(
+                {
+                    "base_offset": info.first_offset,
+                    "last_offset": info.last_offset,
+                    "records": len(rows),
+                    "size": len(body),
+                    "first_timestamp": rows[0][3],
+                    "max_timestamp": rows[-1][3],
+                    "sha256": hashlib.sha256(body).hexdigest(),
+                    "epochs": [[1, info.first_offset]],
+                    "uploaded_ms": int(time.time() * 1000),
+                }
+            )
+            path = json_dir / f"{topic}-{p}-{name}.json"
+            with path.open("w") as out:
+                for offset, (key, value, _, ts) in enumerate(rows, info.first_offset):
+                    line = {
+                        "partition": p,
+                        "offset": offset,
+                        "timestamp": dt.datetime.fromtimestamp(ts / 1000, dt.UTC).isoformat(),
+                        "key": key.decode(),
+                        "value": json.loads(value),
+                    }
+                    out.write(json.dumps(line) + "\n")
+            files.append(path)
+        log.close()
+        manifest = {
+            "format": 1,
+            "topic": topic,
+            "partition": p,
+            "topic_id": hashlib.md5(topic.encode()).hexdigest(),
+            "leader_epoch": 1,
+            "log_start_offset": 0,
+            "segments": entries,
+        }
+        s3.put_object(Bucket=BUCKET, Key=f"{topic}/{p}/manifest.json", Body=json.dumps(manifest))
+    return files
+
+
+def run_ingest(spark: Any, endpoint: str, topic: str, out: Path) -> tuple[float, int]:
+    options = job.JobOptions(
+        endpoint=endpoint,
+        bucket=BUCKET,
+        prefix="",
+        topics=(topic,),
+        out=str(out / "parquet"),
+        checkpoint=str(out / "offsets.json"),
+    )
+    began = time.perf_counter()
+    rows = int(job.run(options, spark)["rows"])
+    return time.perf_counter() - began, rows
+
+
+def run_json(spark: Any, files: list[Path], out: Path) -> tuple[float, int]:
+    began = time.perf_counter()
+    df = spark.read.schema(JSON_DDL).json([str(f) for f in files])
+    df.write.mode("overwrite").option("compression", "zstd").parquet(str(out))
+    seconds = time.perf_counter() - began
+    return seconds, int(spark.read.parquet(str(out)).count())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--cores", type=int, default=2)
+    parser.add_argument("--partitions", type=int, default=2)
+    parser.add_argument("--segment-records", type=int, default=100_000)
+    parser.add_argument("--unflagged", action="store_true", help="values not flagged as JSON")
+    args = parser.parse_args()
+
+    os.environ.update(CREDENTIALS)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    shutil.rmtree(args.out, ignore_errors=True)
+    args.out.mkdir(parents=True)
+    moto, endpoint = start_moto()
+    try:
+        s3 = boto3.client("s3", endpoint_url=endpoint)
+        s3.create_bucket(Bucket=BUCKET)
+        began = time.perf_counter()
+        flagged = not args.unflagged
+        files = make_segments(
+            args.out / "data", s3, "bench", args.records, args.partitions,
+            args.segment_records, flagged,
+        )  # fmt: skip
+        warm = make_segments(args.out / "warm", s3, "warmup", 2000, 2, 1000, flagged)
+        print(f"made and uploaded {args.records} records in {time.perf_counter() - began:.1f}s")
+
+        spark = job.start_spark(f"local[{args.cores}]")
+        run_ingest(spark, endpoint, "warmup", args.out / "warm")
+        run_json(spark, warm, args.out / "warm" / "json-parquet")
+
+        ingest_s, ingest_rows = run_ingest(spark, endpoint, "bench", args.out / "ingest")
+        json_s, json_rows = run_json(spark, files, args.out / "json-parquet")
+        spark.stop()
+    finally:
+        moto.terminate()
+        moto.wait()
+
+    report = {
+        "records": args.records,
+        "cores": args.cores,
+        "values": "flagged JSON" if flagged else "unflagged (validated per record)",
+        "ingest": {
+            "seconds": round(ingest_s, 2),
+            "rows": ingest_rows,
+            "records_per_s_per_core": round(ingest_rows / ingest_s / args.cores),
+        },
+        "spark_read_json": {
+            "seconds": round(json_s, 2),
+            "rows": json_rows,
+            "records_per_s_per_core": round(json_rows / json_s / args.cores),
+        },
+        "ratio_ingest_over_json": round(json_s / ingest_s, 2),
+    }
+    (args.out / "ingest_bench.json").write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,395 @@
+"""One ingest run: plan from the checkpoint and the manifests, write hourly Parquet, commit.
+
+The order makes every crash recoverable by a plain rerun:
+1. plan the ranges (checkpoint -> newest manifest entry) and store them as `pending`;
+2. Spark reads the segments (`sluice` source) and writes files named by offsets;
+3. each touched hour's `_SUCCESS` is merged with the files written to it;
+4. the summary is stored, then the checkpoint commits the plan.
+A rerun that finds `pending` redoes that exact plan with the same settings: it rewrites the
+same names with the same bytes, merges the same `_SUCCESS` entries, and commits.
+Spark is started only when there is something to read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import sys
+import tempfile
+import time
+import zoneinfo
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import DataType, StructType
+
+from spark_ingest import checkpoint as ckpt
+from spark_ingest import layout, manifest, sink, source, storage, summary
+from spark_ingest.errors import IngestError
+from spark_ingest.faults import KillSwitch
+from spark_ingest.manifest import Manifest
+from spark_ingest.plan import Gap, Offsets, Range, offsets_to_json, plan_ranges
+from spark_ingest.writer import WrittenFile
+
+log = logging.getLogger("spark_ingest")
+
+# The source's columns; JSON fields that collide with them (case-insensitively) get a prefix.
+FIXED_COLUMNS = frozenset(f.name.lower() for f in source.SCHEMA.fields)
+COLLISION_PREFIX = "json_"
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """What `python -m spark_ingest` was asked to do."""
+
+    endpoint: str | None
+    bucket: str
+    prefix: str
+    topics: tuple[str, ...]
+    out: str
+    checkpoint: str
+    time_zone: str = "UTC"
+    master: str = "local[*]"
+    json_schema: str | None = None  # None, "infer" or a schema file
+    start_offsets: Offsets = field(default_factory=dict)  # for partitions not checkpointed yet
+    kill: KillSwitch = field(default_factory=lambda: KillSwitch(None, 0))
+
+    @property
+    def json_mode(self) -> str:
+        if self.json_schema is None:
+            return "none"
+        return "infer" if self.json_schema == "infer" else "file"
+
+    def settings(self) -> ckpt.Settings:
+        return ckpt.Settings(tuple(sorted(set(self.topics))), self.time_zone, self.json_mode)
+
+
+def check_options(options: JobOptions) -> None:
+    """Reject bad options before touching S3 or starting Spark."""
+    if not options.bucket:
+        raise IngestError("--bucket is required")
+    for topic in options.topics:
+        manifest.check_topic(topic)
+    if not options.topics:
+        raise IngestError("--topics needs at least one topic")
+    try:
+        zoneinfo.ZoneInfo(options.time_zone)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError) as exc:
+        raise IngestError(f"unknown --time-zone {options.time_zone!r}") from exc
+    if options.json_mode == "file" and not Path(str(options.json_schema)).is_file():
+        raise IngestError(f"--json-schema: no such file {options.json_schema!r}")
+
+
+def start_spark(master: str) -> SparkSession:
+    """A session for the job: workers run this interpreter, no console progress bars."""
+    # Read by the JVM at launch, also for the data source planning workers (which ignore
+    # spark.pyspark.python): without it they run whatever `python3` is first on PATH.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    spark = (
+        SparkSession.builder.master(master)
+        .appName("sluice-ingest")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+@contextlib.contextmanager
+def spark_errors() -> Iterator[None]:
+    """Re-raise an IngestError from inside Spark (a task or a planning worker) as itself.
+
+    Spark wraps Python errors in its own exceptions with the worker's traceback as text.
+    """
+    try:
+        yield
+    except Exception as exc:
+        found = re.search(r"spark_ingest\.errors\.IngestError: (.+)", str(exc))
+        if found is None:
+            raise
+        raise IngestError(found.group(1).strip()) from exc
+
+
+def register(spark: SparkSession) -> None:
+    """Make `format("sluice")` and the job's writer known to `spark`."""
+    spark.dataSource.register(source.SluiceDataSource)
+    spark.dataSource.register(sink.HourlySink)
+
+
+def schema_from_file(spark: SparkSession, path: str) -> StructType:
+    """A Spark DDL string ("id BIGINT, name STRING") or Spark's JSON form of a struct."""
+    text = Path(path).read_text()
+    try:
+        parsed: DataType = (
+            StructType.fromJson(json.loads(text))
+            if text.lstrip().startswith("{")
+            else DataType.fromDDL(text)
+        )
+    except Exception as exc:  # JSON, DDL parse and analysis errors all mean a bad file
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+        raise IngestError(f"--json-schema {path}: not a schema ({first_line})") from exc
+    if not isinstance(parsed, StructType):
+        raise IngestError(f"--json-schema {path}: expected a struct of fields, not {parsed}")
+    return parsed
+
+
+def infer_schema(spark: SparkSession, df: DataFrame) -> StructType:
+    """Spark's JSON schema inference over every JSON value of the run.
+
+    Values that are not objects (`[1, 2]`, `"text"`) are left out of the inference rather
+    than adding Spark's `_corrupt_record` column.
+    """
+    texts = df.where(F.col("value").isNotNull()).select("value").rdd.map(lambda row: row[0])
+    inferred: StructType = spark.read.option("mode", "DROPMALFORMED").json(texts).schema
+    return inferred
+
+
+def expand(df: DataFrame, schema: StructType) -> DataFrame:
+    """The source's columns plus one column per field of the JSON values (null if not JSON)."""
+    parsed = F.from_json(F.col("value"), schema)
+    extra = [
+        parsed.getField(f.name).alias(
+            COLLISION_PREFIX + f.name if f.name.lower() in FIXED_COLUMNS else f.name
+        )
+        for f in schema.fields
+    ]
+    return df.select(*[F.col(c) for c in df.columns], *extra)
+
+
+def read_frame(spark: SparkSession, options: JobOptions, ranges: list[Range]) -> DataFrame:
+    """The `sluice` source over exactly `ranges` (log start not re-applied: see source.py)."""
+    assign: dict[str, list[int]] = {}
+    start: Offsets = {}
+    end: Offsets = {}
+    for r in ranges:
+        assign.setdefault(r.topic, []).append(r.partition)
+        start.setdefault(r.topic, {})[r.partition] = r.start
+        end.setdefault(r.topic, {})[r.partition] = r.end
+    return (
+        spark.read.format(source.NAME)
+        .option("endpoint", options.endpoint or "")
+        .option("bucket", options.bucket)
+        .option("prefix", options.prefix)
+        .option("assign", json.dumps(assign))
+        .option("start_offsets", json.dumps(offsets_to_json(start)))
+        .option("end_offsets", json.dumps(offsets_to_json(end)))
+        .option("apply_log_start", "false")
+        .load()
+    )
+
+
+def write_files(df: DataFrame, options: JobOptions) -> list[WrittenFile]:
+    """Run the Spark write and return the files it reports."""
+    with tempfile.TemporaryDirectory(prefix="sluice-ingest-") as tmp:
+        results = Path(tmp) / "results.json"
+        (
+            df.write.format(sink.NAME)
+            .mode("append")
+            .option("out", options.out)
+            .option("endpoint", options.endpoint or "")
+            .option("time_zone", options.time_zone)
+            .option("results", str(results))
+            .option("kill_at", options.kill.point or "")
+            .option("kill_group", str(options.kill.job_group))
+            .save()
+        )
+        return sink.read_results(results)
+
+
+def finalize_hours(out: storage.Location, files: list[WrittenFile], kill: KillSwitch) -> list[str]:
+    """Merge each touched hour's `_SUCCESS` with the files written to it; return the hours."""
+    by_dir: dict[str, dict[str, int]] = {}
+    for f in files:
+        directory, _, name = f.path.rpartition("/")
+        by_dir.setdefault(directory, {})[name] = f.rows
+    for directory in sorted(by_dir):
+        marker = out.child(directory, layout.SUCCESS)
+        parts = layout.success_parts(marker.read())
+        parts.update(by_dir[directory])
+        marker.write(layout.success_bytes(parts))
+        log.info("finalized %s: %d rows in %d files", directory, sum(parts.values()), len(parts))
+        kill.at(f"after:{directory}/{layout.SUCCESS}")
+    return sorted(by_dir)
+
+
+def resume_gaps(manifests: list[Manifest], pending: ckpt.Pending) -> list[Gap]:
+    """Offsets of the interrupted run whose segments retention removed before the rerun."""
+    by_partition = {(m.topic, m.partition): m for m in manifests}
+    gaps: list[Gap] = []
+    for r in pending.ranges:
+        m = by_partition.get((r.topic, r.partition))
+        if m is None or m.end_offset < r.end:
+            raise IngestError(
+                f"the manifest of {r.topic}/{r.partition} no longer reaches offset {r.end} "
+                "that the interrupted run planned"
+            )
+        first = m.segments[0].base_offset if m.segments else m.end_offset
+        if r.start < r.end and first > r.start:
+            gaps.append(
+                Gap(
+                    r.topic,
+                    r.partition,
+                    r.start,
+                    min(first, r.end),
+                    "removed by retention between the interrupted run and its rerun "
+                    "(files the interrupted run wrote for them remain)",
+                )
+            )
+    return gaps
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a run does: its number, ranges, gaps and (for a rerun) its stored JSON schema."""
+
+    run: int
+    ranges: tuple[Range, ...]
+    gaps: tuple[Gap, ...]
+    schema: str | None
+    resumed: bool
+
+    @property
+    def reading(self) -> list[Range]:
+        """The ranges with offsets to read (the others only move a checkpoint past a gap)."""
+        return [r for r in self.ranges if r.start < r.end]
+
+    @property
+    def active(self) -> bool:
+        """Whether the run changes anything: data to read or offsets to move."""
+        return bool(self.ranges or self.gaps)
+
+
+def make_plan(options: JobOptions, state: ckpt.Checkpoint, manifests: list[Manifest]) -> Plan:
+    """Redo the unfinished run if there is one, else plan from the checkpoint to the end."""
+    pending = state.pending
+    if pending is not None:
+        if pending.settings != options.settings():
+            raise IngestError(
+                f"the checkpoint holds an unfinished run with {pending.settings}; rerun with "
+                "the same --topics, --time-zone and --json-schema to finish it"
+            )
+        log.info("redoing unfinished run %d", pending.run)
+        gaps = (*pending.gaps, *resume_gaps(manifests, pending))
+        return Plan(pending.run, pending.ranges, gaps, pending.schema, resumed=True)
+    planned, found = plan_ranges(manifests, state.offsets, options.start_offsets)
+    moving = tuple(
+        r
+        for r in planned
+        if r.start < r.end or state.offsets.get(r.topic, {}).get(r.partition) != r.start
+    )
+    return Plan(state.run + 1, moving, tuple(found), None, resumed=False)
+
+
+def prepare(spark: SparkSession, options: JobOptions, plan: Plan) -> tuple[DataFrame, str | None]:
+    """The frame to write (JSON fields expanded if asked) and the expansion schema used."""
+    # Only from_json's parsing of zone-less timestamps depends on it; pin it for stable bytes.
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    register(spark)
+    with spark_errors():
+        frame = read_frame(spark, options, plan.reading)
+        schema = resolve_schema(spark, options, frame, plan)
+    if schema is None:
+        return frame, None
+    return expand(frame, schema), schema.json()
+
+
+def execute(
+    options: JobOptions,
+    plan: Plan,
+    state: ckpt.Checkpoint,
+    spark: SparkSession | None,
+) -> tuple[list[WrittenFile], list[str]]:
+    """Store the plan as pending, write its files, finalize its hours; return both."""
+    out = storage.location(options.out, options.endpoint)
+    frame: DataFrame | None = None
+    schema = plan.schema
+    if plan.reading:
+        frame, schema = prepare(spark or start_spark(options.master), options, plan)
+    if not plan.resumed:
+        pending = ckpt.Pending(plan.run, options.settings(), schema, plan.ranges, plan.gaps)
+        ckpt.save(checkpoint_location(options), state.planned(str(out), pending))
+    options.kill.at("planned")
+    files: list[WrittenFile] = []
+    if frame is not None:
+        with spark_errors():
+            files = write_files(frame, options)
+        log.info("wrote %d files, %d rows", len(files), sum(f.rows for f in files))
+    return files, finalize_hours(out, files, options.kill)
+
+
+def checkpoint_location(options: JobOptions) -> storage.Location:
+    return storage.location(options.checkpoint, options.endpoint)
+
+
+def run(options: JobOptions, spark: SparkSession | None = None) -> dict[str, Any]:
+    """Ingest once; return the summary. `spark` defaults to a new session on options.master."""
+    began = time.monotonic()
+    check_options(options)
+    out = str(storage.location(options.out, options.endpoint))
+    where = checkpoint_location(options)
+    state = ckpt.load(where)
+    if state.out is not None and state.out != out:
+        raise IngestError(f"checkpoint {where} belongs to output {state.out}, not {out}")
+    manifests = manifest.load_topics(
+        options.endpoint, options.bucket, options.prefix, options.topics
+    )
+    plan = make_plan(options, state, manifests)
+    for g in plan.gaps:
+        log.warning("gap %s/%d [%d, %d): %s", g.topic, g.partition, g.start, g.end, g.reason)
+    log.info(
+        "run %d: %d partitions to read, %d offsets",
+        plan.run,
+        len(plan.reading),
+        sum(r.end - r.start for r in plan.reading),
+    )
+    files, hours = execute(options, plan, state, spark) if plan.active else ([], [])
+    result = summary.build(
+        run=plan.run if plan.active else state.run,
+        out=out,
+        time_zone=options.time_zone,
+        ranges=plan.reading,
+        gaps=plan.gaps,
+        files=files,
+        hours=hours,
+        resumed=plan.resumed,
+        seconds=time.monotonic() - began,
+    )
+    summary.location_for(where).write(summary.to_bytes(result))
+    options.kill.at("summary")
+    if plan.active:
+        ckpt.save(where, state.committed(out, plan.run, plan.ranges))
+        log.info("committed run %d to %s", plan.run, where)
+    options.kill.at("committed")
+    return result
+
+
+def schema_from_json(text: str) -> StructType:
+    """A schema stored by a plan (Spark's JSON form)."""
+    parsed = StructType.fromJson(json.loads(text))
+    return parsed
+
+
+def resolve_schema(
+    spark: SparkSession, options: JobOptions, df: DataFrame, plan: Plan
+) -> StructType | None:
+    """The JSON expansion schema: none, the file's, or inferred (a rerun reuses its plan's)."""
+    if options.json_mode == "none":
+        return None
+    if options.json_mode == "infer":
+        if plan.schema is not None:
+            return schema_from_json(plan.schema)
+        log.info("inferring the JSON schema")
+        return infer_schema(spark, df)
+    schema = schema_from_file(spark, str(options.json_schema))
+    if plan.resumed and plan.schema != schema.json():
+        raise IngestError(
+            f"--json-schema {options.json_schema} changed since the unfinished run was planned"
+        )
+    return schema

@@ -1,0 +1,117 @@
+"""Real components for the ingest tests: one moto_server (S3) and one local Spark session.
+
+Both live as long as this package's tests (package scope: the environment they need is
+restored before other packages run). Nothing is skipped: without Java or pyspark the Spark
+fixture fails. `--ingest-kills N` sets how many crash points the exactly-once test tries
+(default 10).
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from pyspark.sql import SparkSession
+
+from loadtests.common import MotoServer
+from spark_ingest import job
+from tests.spark_ingest.support import CREDENTIALS, SUBMIT_ARGS
+from tests.spark_ingest.tiered import Partition
+
+MOTO_SERVER = Path(sys.executable).with_name("moto_server")
+_buckets = itertools.count()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.getgroup("sluice-ingest", "Sluice Spark ingest tests").addoption(
+        "--ingest-kills",
+        type=int,
+        default=10,
+        help="crash points the exactly-once ingest test kills the job at (default 10)",
+    )
+
+
+def ingest_kills(config: pytest.Config) -> int:
+    """The option, or its default when pytest did not load this file at start-up."""
+    try:
+        return int(config.getoption("--ingest-kills"))
+    except ValueError:
+        return 10
+
+
+@pytest.fixture(scope="package")
+def aws_env() -> Iterator[dict[str, str]]:
+    """Dummy credentials in the environment, for boto3 here and in Spark's workers, which
+    also must run this interpreter (the JVM reads PYSPARK_PYTHON when it starts)."""
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in CREDENTIALS.items():
+            mp.setenv(name, value)
+        mp.setenv("PYSPARK_PYTHON", sys.executable)
+        mp.setenv("PYSPARK_SUBMIT_ARGS", SUBMIT_ARGS)
+        yield CREDENTIALS
+
+
+@pytest.fixture(scope="package")
+def moto(aws_env: dict[str, str]) -> Iterator[str]:
+    """moto_server (the S3 endpoint of the tests) on a free port; its URL."""
+    server = MotoServer()
+    yield server.url
+    server.close()
+
+
+@pytest.fixture(scope="package")
+def s3(moto: str) -> Any:
+    return boto3.client("s3", endpoint_url=moto)
+
+
+@pytest.fixture
+def bucket(s3: Any) -> str:
+    """A fresh bucket per test."""
+    name = f"tier-{next(_buckets)}"
+    s3.create_bucket(Bucket=name)
+    return name
+
+
+@pytest.fixture(scope="package")
+def spark(aws_env: dict[str, str]) -> Iterator[SparkSession]:
+    """One local Spark for all the tests: two cores, no UI, few shuffle partitions."""
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("sluice-ingest-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    job.register(session)
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def partitions(tmp_path: Path, s3: Any, bucket: str) -> Iterator[Any]:
+    """A factory of engine-backed partitions uploading to this test's bucket (prefix `tier`)."""
+    made: list[Partition] = []
+
+    def make(topic: str, partition: int = 0, prefix: str = "tier", **configs: object) -> Partition:
+        """Topic configs by their Kafka names with '_' for '.' (message_timestamp_type=...)."""
+        overrides = {name.replace("_", "."): value for name, value in configs.items()}
+        p = Partition(tmp_path / "logs", s3, bucket, prefix, topic, partition, overrides)
+        made.append(p)
+        return p
+
+    yield make
+    for p in made:
+        p.close()
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "kill_index" in metafunc.fixturenames:
+        metafunc.parametrize("kill_index", range(ingest_kills(metafunc.config)))

@@ -26,11 +26,8 @@ import datetime as dt
 import hashlib
 import json
 import os
-import re
 import shutil
-import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -40,6 +37,7 @@ import boto3
 from engine import batch as fmt
 from engine.config import TopicConfig
 from engine.log import PartitionLog
+from loadtests.common import MotoServer
 from spark_ingest import job
 
 T0 = 1_795_000_000_000 - 1_795_000_000_000 % 3_600_000
@@ -50,23 +48,6 @@ CREDENTIALS = {
 }
 BUCKET = "ingest-bench"
 JSON_DDL = "partition INT, offset BIGINT, timestamp TIMESTAMP, key STRING, value STRING"
-
-
-def start_moto() -> tuple[subprocess.Popen[str], str]:
-    """moto_server on a port the OS picks; its URL once it says where it listens."""
-    process = subprocess.Popen(
-        [str(Path(sys.executable).with_name("moto_server")), "-H", "127.0.0.1", "-p", "0"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert process.stderr is not None
-    for line in process.stderr:
-        found = re.search(r"Running on (http://127\.0\.0\.1:\d+)", line)
-        if found:
-            threading.Thread(target=process.stderr.read, daemon=True).start()
-            return process, found.group(1)
-    raise RuntimeError(f"moto_server exited with {process.wait()}")
 
 
 def value_of(n: int) -> bytes:
@@ -177,7 +158,8 @@ def main() -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     shutil.rmtree(args.out, ignore_errors=True)
     args.out.mkdir(parents=True)
-    moto, endpoint = start_moto()
+    moto = MotoServer()
+    endpoint = moto.url
     try:
         s3 = boto3.client("s3", endpoint_url=endpoint)
         s3.create_bucket(Bucket=BUCKET)
@@ -198,8 +180,7 @@ def main() -> None:
         json_s, json_rows = run_json(spark, files, args.out / "json-parquet")
         spark.stop()
     finally:
-        moto.terminate()
-        moto.wait()
+        moto.close()
 
     report = {
         "records": args.records,

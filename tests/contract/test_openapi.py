@@ -221,7 +221,8 @@ def _adapt_group_body(body: dict[str, Any]) -> None:
         body["topics"] = [_pick_topic(t, FIXTURE_TOPICS) for t in body["topics"]]
     if "topic" in body:
         body["topic"] = _pick_topic(body["topic"], FIXTURE_TOPICS)
-    for item in body.get("offsets") or []:
+    offsets = body.get("offsets")
+    for item in offsets if isinstance(offsets, list) else []:
         if isinstance(item, dict) and "topic" in item:
             item["topic"] = _pick_topic(item["topic"], FIXTURE_TOPICS)
             item["partition"] = _fold(item.get("partition"), 4)

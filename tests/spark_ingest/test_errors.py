@@ -112,7 +112,7 @@ def test_pending_run_needs_the_same_settings(
     p.append(mixed_records(5, T0, 1_000, seed=5))
     p.upload()
     with pytest.MonkeyPatch.context() as mp:  # a run that dies right after planning
-        mp.setattr(job, "write_files", lambda *_: (_ for _ in ()).throw(KeyboardInterrupt))
+        mp.setattr(job, "ingest_direct", lambda *_: (_ for _ in ()).throw(KeyboardInterrupt))
         with pytest.raises(KeyboardInterrupt):
             job.run(crashed, spark)
     assert '"pending": {' in checkpoint.read_text() and checkpoint.read_text() != text

@@ -68,6 +68,7 @@ def test_uploads_commit_through_the_manifest_and_local_retention_waits(
     assert tier.pending() == []
     assert log.apply_retention() == closed
     assert log.local_log_start_offset == manifest.end_offset and log.log_start_offset == 0
+    assert [(e.epoch, e.start_offset) for e in log.epoch_cache.entries] == [(0, 0)]  # kept
     with pytest.raises(OffsetMovedToTieredStorage):
         log.read(0, 1024)
 

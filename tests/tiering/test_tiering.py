@@ -158,6 +158,9 @@ async def test_an_s3_outage_delays_uploads_and_local_deletion_and_loses_nothing(
     ready = await (await client.get("/readyz")).json()
     assert ready["status"] == "ready"
     assert ready["tiering"]["last_error"] and ready["tiering"]["upload_lag_records"] > 0
+    scraped = await metrics(client)
+    assert (sample(scraped, "sluice_tier_upload_lag_records", topic="t", partition="0") or 0) > 0
+    assert (sample(scraped, "sluice_tier_failures_total") or 0) >= 2
 
     s3_proxy.up()
     await wait_until(lambda: partition.local_log_start_offset >= 100, UPLOAD_WAIT_S)

@@ -1,0 +1,118 @@
+"""Tiering in a three-node cluster (real etcd, real node processes, moto_server): only the
+leader uploads; when it is killed, the new leader continues the same manifest in its own
+epoch from where it ends, and every record stays readable from offset 0 through any node."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import botocore.exceptions
+import httpx
+import pytest
+
+from engine.tiered.manifest import Manifest, decode_manifest
+from gateway.devcluster import LocalCluster
+from tests.s3 import CREDENTIALS, MotoServer
+
+CONFIGS = {
+    "remote.storage.enable": True,
+    "segment.bytes": 1024,
+    "local.retention.bytes": 0,
+    "min.insync.replicas": 2,
+}
+
+
+def until(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)  # polling other processes' progress
+
+
+def test_a_new_leader_continues_the_manifest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
+    moto = MotoServer()
+    bucket = moto.new_bucket()
+    cluster = LocalCluster(
+        tmp_path,
+        3,
+        node_options=(
+            "--s3-endpoint",
+            moto.url,
+            "--s3-bucket",
+            bucket,
+            "--tiering-interval",
+            "0.2",
+        ),
+    )
+    cluster.start()
+    http = httpx.Client(timeout=30)
+
+    def manifest() -> Manifest | None:
+        try:
+            body = moto.client().get_object(Bucket=bucket, Key="t/0/manifest.json")["Body"]
+        except botocore.exceptions.ClientError:
+            return None
+        return decode_manifest(body.read())
+
+    def produce(url: str, first: int) -> None:
+        for start in range(first, first + 100, 10):
+            records = [{"value": {"n": n}} for n in range(start, start + 10)]
+            answer = http.post(
+                f"{url}/v1/topics/t/partitions/0/records",
+                params={"acks": "all"},
+                json={"records": records},
+            )
+            assert answer.status_code == 200, answer.text
+
+    try:
+        urls = [node.url for node in cluster.nodes]
+        created = http.post(
+            f"{urls[0]}/v1/topics",
+            json={"name": "t", "replication_factor": 3, "configs": CONFIGS},
+        )
+        assert created.status_code == 201, created.text
+        leader = created.json()["partitions"][0]["leader"]
+        produce(urls[0], 0)
+        until(lambda: (m := manifest()) is not None and len(m.segments) >= 1, "first uploads")
+        before = manifest()
+        assert before is not None
+
+        cluster.nodes[leader].kill()
+        other = urls[(leader + 1) % 3]
+
+        def new_leader() -> int | None:
+            row = http.get(f"{other}/v1/topics/t").json()["partitions"][0]
+            return int(row["leader"]) if row["leader"] not in (None, leader) else None
+
+        until(lambda: new_leader() is not None, "a new leader")
+        produce(other, 100)
+        until(
+            lambda: (m := manifest()) is not None and m.leader_epoch > before.leader_epoch,
+            "the new leader's uploads",
+        )
+        after = manifest()
+        assert after is not None
+        assert after.segments[: len(before.segments)] == before.segments
+        for earlier, later in zip(after.segments, after.segments[1:], strict=False):
+            assert later.base_offset == earlier.next_offset
+        assert after.end_offset is not None and after.end_offset > 100
+
+        offset, values = 0, []
+        while offset < 200:
+            answer = http.get(
+                f"{other}/v1/topics/t/partitions/0/records",
+                params={"offset": offset, "max_records": 50, "timeout_ms": 0},
+            ).json()
+            values.extend(r["value"]["n"] for r in answer["records"])
+            offset = answer["next_offset"]
+        assert values == list(range(200))
+    finally:
+        http.close()
+        cluster.stop()
+        moto.close()

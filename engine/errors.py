@@ -111,5 +111,12 @@ class StorageError(EngineError):
     code = "STORAGE_ERROR"
 
 
+class InsufficientStorage(StorageError):
+    """The data directory's disk is full: nothing of the request was written (the segment
+    is cut back to where it was), and appends work again once there is space."""
+
+    code = "INSUFFICIENT_STORAGE"
+
+
 class LogClosed(EngineError):
     code = "LOG_CLOSED"

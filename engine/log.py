@@ -8,6 +8,7 @@ base offsets are one immutable snapshot, replaced in a single assignment, never 
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import threading
@@ -22,12 +23,14 @@ from engine import batch as fmt
 from engine.config import INT_MAX, TopicConfig
 from engine.epoch_cache import LeaderEpochCache
 from engine.errors import (
+    InsufficientStorage,
     InvalidRecord,
     LogClosed,
     OffsetMismatch,
     OffsetMovedToTieredStorage,
     OffsetOutOfRange,
     RecordTooLarge,
+    StorageError,
 )
 from engine.segment import LogSegment
 
@@ -295,10 +298,20 @@ class PartitionLog:
         now: int,
     ) -> None:
         last_offset = headers[-1][1].last_offset
-        segment = self._maybe_roll(len(data), last_offset, now)
+        try:
+            segment = self._maybe_roll(len(data), last_offset, now)
+            segment.append(data, headers)
+        except OSError as exc:
+            where = f"{self.topic}-{self.partition}"
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise InsufficientStorage(
+                    f"{where}: the data directory's disk is full; nothing was appended"
+                ) from exc
+            raise StorageError(
+                f"{where}: writing the log failed ({exc}); nothing was appended"
+            ) from exc
         if segment.rolling_base_ms is None:
             segment.rolling_base_ms = now
-        segment.append(data, headers)
         self.log_end_offset = segment.next_offset
 
     def _note_unflushed(self, records: int, now: int) -> bool:

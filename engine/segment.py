@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 from collections.abc import Iterator
@@ -67,9 +68,13 @@ class LogSegment:
         """
         start = self.size
         try:
-            written = os.write(self._fd, data)
-            if written != len(data):
-                raise OSError(f"short write: {written} of {len(data)} bytes")
+            view = memoryview(data)
+            written = os.write(self._fd, view)
+            while written < len(view):  # a short write: the next one says why (ENOSPC...)
+                more = os.write(self._fd, view[written:])
+                if more == 0:
+                    raise OSError(errno.EIO, f"short write: {written} of {len(view)} bytes")
+                written += more
         except BaseException:
             os.ftruncate(self._fd, start)
             raise

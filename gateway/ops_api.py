@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import shutil
+
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from engine.config import TopicConfig
 from gateway.params import json_response
 from gateway.problems import Problem
 from gateway.state import gateway_of
@@ -44,20 +47,21 @@ async def readyz(request: web.Request) -> web.Response:
     gateway = gateway_of(request)
     if not gateway.ready:
         raise Problem(503, "NOT_READY", "the gateway is starting or shutting down")
+    free = shutil.disk_usage(gateway.settings.data_dir).free
+    doc: dict[str, object] = {
+        "status": "ready",
+        # Full: a record of the default max.message.bytes would not fit (produce answers 507).
+        "storage": {"free_bytes": free, "full": free < TopicConfig().max_message_bytes},
+    }
     tiering = gateway.broker.tiering
-    if tiering is None:
-        return json_response({"status": "ready"})
-    backlog = tiering.counters.backlog.values()
-    return json_response(
-        {
-            "status": "ready",
-            "tiering": {
-                "upload_lag_records": sum(records for records, _ in backlog),
-                "upload_lag_seconds": max((seconds for _, seconds in backlog), default=0.0),
-                "last_error": tiering.counters.last_error,
-            },
+    if tiering is not None:
+        backlog = tiering.counters.backlog.values()
+        doc["tiering"] = {
+            "upload_lag_records": sum(records for records, _ in backlog),
+            "upload_lag_seconds": max((seconds for _, seconds in backlog), default=0.0),
+            "last_error": tiering.counters.last_error,
         }
-    )
+    return json_response(doc)
 
 
 async def metrics(request: web.Request) -> web.Response:

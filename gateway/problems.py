@@ -80,6 +80,7 @@ _ENGINE_STATUS: dict[type[errors.EngineError], int] = {
     errors.OffsetMismatch: 409,
     errors.LogClosed: 503,
     errors.TooManyPartitions: 422,
+    errors.InsufficientStorage: 507,
     errors.StorageError: 503,
     errors.RemoteStorageError: 503,
     replication.NotLeader: 421,
@@ -101,6 +102,7 @@ _ENGINE_STATUS: dict[type[errors.EngineError], int] = {
 }
 # Errors a retry may cure shortly: their answers carry Retry-After.
 _RETRIABLE = (
+    errors.InsufficientStorage,
     errors.RemoteStorageError,
     replication.LeaderNotAvailable,
     replication.NotEnoughReplicas,

@@ -48,7 +48,9 @@ async def test_healthz(client: Client) -> None:
 async def test_readyz(client: Client) -> None:
     resp = await client.get("/readyz")
     assert resp.status == 200
-    assert await resp.json() == {"status": "ready"}
+    doc = await resp.json()
+    assert doc["status"] == "ready" and set(doc) == {"status", "storage"}
+    assert doc["storage"]["full"] is False and doc["storage"]["free_bytes"] > 0
     gateway(client).ready = False  # as during startup or shutdown
     await problem(await client.get("/readyz"), 503, "NOT_READY")
     resp = await client.get("/healthz")

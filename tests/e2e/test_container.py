@@ -426,7 +426,7 @@ def test_the_image_command_serves_and_stops_on_sigterm(
     url = f"http://127.0.0.1:{port}"
     watched = [(server, log)]
     assert wait_for("/healthz", answering(f"{url}/healthz"), watched) == {"status": "ok"}
-    assert wait_for("/readyz", answering(f"{url}/readyz"), watched) == {"status": "ready"}
+    assert wait_for("/readyz", answering(f"{url}/readyz"), watched)["status"] == "ready"
     assert data.is_dir() and any(data.iterdir()), "the node keeps its data in --data-dir"
 
     check = healthcheck_command(only(final, "HEALTHCHECK"))

@@ -71,11 +71,57 @@ def _print_json(doc: object) -> None:
     sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
 
 
+def _as_table(args: argparse.Namespace) -> bool:
+    """--output, else a table on a terminal and JSON when piped (for scripts and jq)."""
+    if args.output is not None:
+        return bool(args.output == "table")
+    return sys.stdout.isatty()
+
+
+def _print_topic(doc: dict[str, Any], table: bool) -> None:
+    """A topic's description: JSON, or a summary line and kafka-topics --describe's table."""
+    if not table:
+        _print_json(doc)
+        return
+    rows = doc["partitions"]
+    overrides = ",".join(f"{k}={v}" for k, v in sorted(doc["overrides"].items())) or "-"
+    factor = len(rows[0]["replicas"]) if rows else 0
+    print(
+        f"topic {doc['name']}  id {doc['topic_id']}  partitions {len(rows)}  "
+        f"replication factor {factor}  configs {overrides}\n"
+    )
+    header = ("PARTITION", "LEADER", "REPLICAS", "ISR", "LOG-START", "HIGH-WATERMARK",
+              "LOG-END", "SIZE")  # fmt: skip
+    print(
+        _table(
+            header,
+            [
+                [
+                    r["partition"],
+                    r["leader"],
+                    ",".join(map(str, r["replicas"])),
+                    ",".join(map(str, r["isr"])),
+                    r["log_start_offset"],
+                    r["high_watermark"],
+                    r["log_end_offset"],
+                    r["size_bytes"],
+                ]
+                for r in rows
+            ],
+        )
+    )
+
+
 async def topics_command(args: argparse.Namespace) -> None:
     base = f"{args.url}/v1/topics"
+    table = _as_table(args)
     async with aiohttp.ClientSession() as session:
         if args.action == "list":
-            for topic in (await _call(session, "GET", base))["topics"]:
+            topics = (await _call(session, "GET", base))["topics"]
+            if args.output == "json":
+                _print_json(topics)
+                return
+            for topic in topics:
                 print(f"{topic['name']}\t{topic['partitions']}")
         elif args.action == "create":
             body = {
@@ -85,9 +131,9 @@ async def topics_command(args: argparse.Namespace) -> None:
             }
             if args.replication_factor is not None:
                 body["replication_factor"] = args.replication_factor
-            _print_json(await _call(session, "POST", base, json=body))
+            _print_topic(await _call(session, "POST", base, json=body), table)
         elif args.action == "describe":
-            _print_json(await _call(session, "GET", f"{base}/{args.topic}"))
+            _print_topic(await _call(session, "GET", f"{base}/{args.topic}"), table)
         elif args.action == "alter":
             changes: dict[str, object] = {}
             configs: dict[str, object] = dict(_config_pairs(args.config))
@@ -96,7 +142,7 @@ async def topics_command(args: argparse.Namespace) -> None:
                 changes["configs"] = configs
             if args.partitions is not None:
                 changes["partitions"] = args.partitions
-            _print_json(await _call(session, "PATCH", f"{base}/{args.topic}", json=changes))
+            _print_topic(await _call(session, "PATCH", f"{base}/{args.topic}", json=changes), table)
         elif args.action == "delete":
             await _call(session, "DELETE", f"{base}/{args.topic}")
             print(f"deleted {args.topic}")
@@ -564,6 +610,12 @@ def parser() -> argparse.ArgumentParser:
     )
     topics.add_argument("--config", action="append", default=[], metavar="NAME=VALUE")
     topics.add_argument("--delete-config", action="append", default=[], metavar="NAME")
+    topics.add_argument(
+        "--output",
+        choices=["table", "json"],
+        help="default: a table on a terminal, JSON when piped (`list` prints name and "
+        "partitions either way, a JSON array with --output json)",
+    )
 
     produce = with_url(commands.add_parser("produce", help="stdin lines -> records"))
     produce.add_argument("topic")

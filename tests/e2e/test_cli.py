@@ -455,3 +455,21 @@ def test_groups_delete(server: Server) -> None:
     assert deleted.stdout == "deleted group gone\n"
     again = sluice(server, "groups", "delete", "gone")
     assert again.returncode != 0 and "UNKNOWN_GROUP" in again.stderr
+
+
+def test_topics_print_a_table_or_json(server: Server) -> None:
+    created = sluice(server, "topics", "create", "tab", "--partitions", "2", "--config",
+                     "retention.ms=1000", "--output", "table")  # fmt: skip
+    assert created.returncode == 0, created.stderr
+    lines = created.stdout.splitlines()
+    assert lines[0].split()[:2] == ["topic", "tab"] and "retention.ms=1000" in lines[0]
+    assert lines[2].split() == ["PARTITION", "LEADER", "REPLICAS", "ISR", "LOG-START",
+                                "HIGH-WATERMARK", "LOG-END", "SIZE"]  # fmt: skip
+    assert [line.split() for line in lines[3:]] == [
+        ["0", "0", "0", "0", "0", "0", "0", "0"],
+        ["1", "0", "0", "0", "0", "0", "0", "0"],
+    ]
+    piped = sluice(server, "topics", "describe", "tab")  # not a terminal: JSON
+    assert orjson.loads(piped.stdout)["name"] == "tab"
+    listed = sluice(server, "topics", "list", "--output", "json")
+    assert orjson.loads(listed.stdout) == [{"name": "tab", "partitions": 2}]

@@ -73,8 +73,9 @@ def _print_json(doc: object) -> None:
 
 def _as_table(args: argparse.Namespace) -> bool:
     """--output, else a table on a terminal and JSON when piped (for scripts and jq)."""
-    if args.output is not None:
-        return bool(args.output == "table")
+    output = getattr(args, "output", None)
+    if output is not None:
+        return bool(output == "table")
     return sys.stdout.isatty()
 
 
@@ -439,15 +440,20 @@ def _partition_list(text: str) -> list[int]:
 
 async def groups_command(args: argparse.Namespace) -> None:
     base = f"{args.url}/v1/groups"
+    table = _as_table(args)
     async with aiohttp.ClientSession() as session:
         if args.action == "list":
-            for group in (await _call(session, "GET", base))["groups"]:
+            groups = (await _call(session, "GET", base))["groups"]
+            if not table:
+                _print_json(groups)
+                return
+            for group in groups:
                 print(f"{group['group']}\t{group['state']}\t{group['members']}")
             return
         url = f"{base}/{quote(args.group, safe='')}"
         if args.action == "describe":
             doc = await _call(session, "GET", url)
-            if args.json:
+            if not table:
                 _print_json(doc)
                 return
             members = len(doc["members"])
@@ -464,6 +470,9 @@ async def groups_command(args: argparse.Namespace) -> None:
             if args.partitions is not None:
                 body["partitions"] = args.partitions
             answer = await _call(session, "PUT", f"{url}/offsets", json=body)
+            if not table:
+                _print_json(answer)
+                return
             rows = [[o["topic"], o["partition"], o["offset"]] for o in answer["offsets"]]
             print(_table(("TOPIC", "PARTITION", "NEW-OFFSET"), rows))
         elif args.action == "delete":
@@ -654,16 +663,35 @@ def parser() -> argparse.ArgumentParser:
 
     groups = commands.add_parser("groups", help="list, describe, reset-offsets, delete")
     group_actions = groups.add_subparsers(dest="action", required=True)
+
+    def with_output(sub: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        sub.add_argument(
+            "--output",
+            choices=["table", "json"],
+            help="default: a table on a terminal, JSON (the server's answer) when piped",
+        )
+        return sub
+
     delete_group = with_url(
         group_actions.add_parser("delete", help="forget a group without members and its offsets")
     )
     delete_group.add_argument("group")
-    with_url(group_actions.add_parser("list", help="every group, its state and member count"))
-    describe = with_url(group_actions.add_parser("describe", help="offsets, lag and owners"))
+    with_output(
+        with_url(group_actions.add_parser("list", help="every group, its state and member count"))
+    )
+    describe = with_output(
+        with_url(group_actions.add_parser("describe", help="offsets, lag and owners"))
+    )
     describe.add_argument("group")
-    describe.add_argument("--json", action="store_true", help="the server's answer as JSON")
-    reset = with_url(
-        group_actions.add_parser("reset-offsets", help="set committed offsets of an empty group")
+    describe.add_argument(
+        "--json", dest="output", action="store_const", const="json", help="same as --output json"
+    )
+    reset = with_output(
+        with_url(
+            group_actions.add_parser(
+                "reset-offsets", help="set committed offsets of an empty group"
+            )
+        )
     )
     reset.add_argument("group")
     reset.add_argument("--topic", required=True)

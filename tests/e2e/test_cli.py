@@ -149,7 +149,7 @@ def test_group_consumers_take_turns(server: Server) -> None:
     doc = _describe(server, "g")
     assert doc["state"] == "Empty" and doc["members"] == []
     assert [(r["partition"], r["committed_offset"]) for r in doc["partitions"]] == [(0, 3)]
-    table = sluice(server, "groups", "describe", "g").stdout.splitlines()
+    table = sluice(server, "groups", "describe", "g", "--output", "table").stdout.splitlines()
     assert table[0] == "group g (Empty, generation 2, range assignor): 0 members, total lag 1"
     assert [line.split() for line in table[2:]] == [
         ["TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "OWNER"],
@@ -158,7 +158,9 @@ def test_group_consumers_take_turns(server: Server) -> None:
     # --from-beginning only applies where the group has no committed offset (partition 1).
     second = sluice(server, *once)
     assert sorted(second.stdout.splitlines()) == ["d", "e", "f"]
-    assert sluice(server, "groups", "list").stdout == "g\tEmpty\t0\n"
+    assert sluice(server, "groups", "list", "--output", "table").stdout == "g\tEmpty\t0\n"
+    listed = orjson.loads(sluice(server, "groups", "list").stdout)  # piped: JSON
+    assert listed == [{"group": "g", "state": "Empty", "members": 0}]
     doc = _describe(server, "g")
     assert doc["lag"] == 0
     assert {r["partition"]: r["committed_offset"] for r in doc["partitions"]} == {0: 4, 1: 2}
@@ -285,7 +287,7 @@ def test_reset_offsets(
         run("produce", "t", "--partition", p, stdin="a\nb\nc\n")
     run("consume", "t", "--group", "g", "--from-beginning", "--max-messages", "6")
     reset = ("groups", "reset-offsets", "g", "--topic", "t")
-    code, out, err = run(*reset, "--to-earliest")
+    code, out, err = run(*reset, "--to-earliest", "--output", "table")
     assert code == 0, err
     assert [line.split() for line in out.splitlines()] == [
         ["TOPIC", "PARTITION", "NEW-OFFSET"],
@@ -321,7 +323,7 @@ def test_group_errors_are_reported(server: Server) -> None:
     sluice(server, "topics", "create", "t")
     pinned = sluice(server, "consume", "t", "--group", "g", "--partition", "0")
     assert pinned.returncode != 0 and "--group" in pinned.stderr
-    assert sluice(server, "groups", "list").stdout == ""
+    assert sluice(server, "groups", "list", "--output", "table").stdout == ""
 
 
 def test_serve_group_options(tmp_path: Path) -> None:

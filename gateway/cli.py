@@ -17,6 +17,7 @@ from urllib.parse import quote
 import aiohttp
 import orjson
 
+from gateway import config
 from gateway.settings import Settings
 
 DEFAULT_URL = "http://localhost:8080"
@@ -480,36 +481,6 @@ async def groups_command(args: argparse.Namespace) -> None:
             print(f"deleted group {args.group}")
 
 
-def _positive(raw: str) -> int:
-    """An argparse type: a whole number of at least 1."""
-    value = int(raw)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def _non_negative(raw: str) -> int:
-    """An argparse type: a whole number of at least 0."""
-    value = int(raw)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be at least 0, got {value}")
-    return value
-
-
-def etcd_endpoints(raw: str) -> tuple[str, ...]:
-    """`etcd://host:port[,host:port...]` -> the endpoints' http URLs (an argparse type)."""
-    scheme, sep, rest = raw.partition("://")
-    if not sep or scheme != "etcd" or not rest:
-        raise argparse.ArgumentTypeError(f"expected etcd://HOST:PORT[,HOST:PORT...], got {raw!r}")
-    endpoints = []
-    for part in rest.split(","):
-        host, colon, port = part.rpartition(":")
-        if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise argparse.ArgumentTypeError(f"{part!r} is not HOST:PORT")
-        endpoints.append(f"http://{host}:{port}")
-    return tuple(endpoints)
-
-
 def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog="sluice", description=__doc__)
     commands = root.add_subparsers(dest="command", required=True)
@@ -517,90 +488,21 @@ def parser() -> argparse.ArgumentParser:
     serve = commands.add_parser(
         "serve", help="run a node: the embedded single node, or one of a cluster (--cluster)"
     )
-    serve.add_argument("--data-dir", type=Path, default=Path("data"))
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8080)
-    serve.add_argument("--tls-cert", type=Path)
-    serve.add_argument("--tls-key", type=Path)
-    serve.add_argument("--max-request-bytes", type=int, default=Settings.max_request_bytes)
-    serve.add_argument(
-        "--auto-create-topics", action="store_true", help="create unknown topics on produce"
+    config.add_arguments(serve)
+    show = commands.add_parser(
+        "config", help="show: the effective settings of `serve` and where each came from"
     )
-    serve.add_argument("--default-partitions", type=int, default=1)
-    serve.add_argument(
-        "--idempotency-window",
-        type=float,
-        default=Settings.idempotency_window_s,
-        help="seconds an Idempotency-Key is remembered",
-    )
-    serve.add_argument(
-        "--offsets-topic-partitions",
-        type=_positive,
-        default=Settings.offsets_topic_partitions,
-        help="partitions of __consumer_offsets when it is first created",
-    )
-    serve.add_argument(
-        "--group-min-session-timeout-ms",
-        type=_positive,
-        default=Settings.group_min_session_timeout_ms,
-    )
-    serve.add_argument(
-        "--group-max-session-timeout-ms",
-        type=_positive,
-        default=Settings.group_max_session_timeout_ms,
-    )
-    serve.add_argument("--group-max-members", type=_positive, default=Settings.group_max_members)
-    serve.add_argument("--node-id", type=_non_negative, default=Settings.node_id)
-    serve.add_argument(
-        "--cluster",
-        type=etcd_endpoints,
-        metavar="etcd://HOST:PORT[,HOST:PORT...]",
-        help="join the cluster whose metadata is in this etcd (default: the embedded single node)",
-    )
-    serve.add_argument(
-        "--advertise",
-        metavar="URL",
-        help="the URL other nodes and forwarded requests reach this node at "
-        "(default http://HOST:PORT; required with --cluster when HOST is 0.0.0.0)",
-    )
-    serve.add_argument(
-        "--lease-ttl",
-        type=float,
-        default=Settings.lease_ttl_s,
-        help="seconds after which a silent node counts as gone",
-    )
-    serve.add_argument(
-        "--replica-lag-time-max-ms",
-        type=_positive,
-        default=Settings.replica_lag_time_max_ms,
-        help="a follower not caught up for this long leaves the ISR",
-    )
-    serve.add_argument(
-        "--s3-endpoint",
-        metavar="URL",
-        help="S3 endpoint for tiered storage (default: AWS's; credentials from boto3's chain: "
-        "environment, profile, instance role)",
-    )
-    serve.add_argument(
-        "--s3-bucket", metavar="B", help="turn on tiered storage into this bucket (must exist)"
-    )
-    serve.add_argument(
-        "--s3-prefix", metavar="P", default="", help="key prefix of the tiered objects"
-    )
-    serve.add_argument(
-        "--tiering-interval",
-        type=float,
-        default=Settings.tiering_interval_s,
-        metavar="S",
-        help="seconds between passes that upload closed segments",
-    )
+    show.add_argument("action", choices=["show", "reference"])
+    config.add_arguments(show)
 
     dev = commands.add_parser(
         "dev-cluster", help="run a local etcd and N nodes on loopback until Ctrl-C"
     )
-    dev.add_argument("--nodes", type=_positive, default=3)
+    dev.add_argument("--nodes", type=config.positive, default=3)
     dev.add_argument("--data-dir", type=Path, default=Path("dev-cluster"))
-    dev.add_argument("--base-port", type=_positive, default=8080, help="node i listens on P+i")
+    dev.add_argument(
+        "--base-port", type=config.positive, default=8080, help="node i listens on P+i"
+    )
 
     def with_url(sub: argparse.ArgumentParser) -> argparse.ArgumentParser:
         sub.add_argument(
@@ -707,45 +609,33 @@ def parser() -> argparse.ArgumentParser:
     return root
 
 
+def check_settings(settings: Settings) -> None:
+    """What no single setting can check alone."""
+    if settings.group_min_session_timeout_ms > settings.group_max_session_timeout_ms:
+        raise SystemExit("sluice: --group-min-session-timeout-ms is above the maximum")
+    if settings.cluster and settings.advertise is None and settings.host in ("0.0.0.0", "::"):
+        raise SystemExit("sluice: --cluster with --host 0.0.0.0 needs --advertise URL")
+    if (settings.s3_endpoint or settings.s3_prefix) and not settings.s3_bucket:
+        raise SystemExit("sluice: --s3-endpoint and --s3-prefix need --s3-bucket")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = parser().parse_args(argv)
-    if args.command == "serve":
-        if args.group_min_session_timeout_ms > args.group_max_session_timeout_ms:
-            raise SystemExit("--group-min-session-timeout-ms is above the maximum")
-        if args.cluster and args.advertise is None and args.host in ("0.0.0.0", "::"):
-            raise SystemExit("--cluster with --host 0.0.0.0 needs --advertise URL")
-        if (args.s3_endpoint or args.s3_prefix) and not args.s3_bucket:
-            raise SystemExit("--s3-endpoint and --s3-prefix need --s3-bucket")
-        if args.tiering_interval <= 0:
-            raise SystemExit("--tiering-interval must be positive")
+    if args.command in ("serve", "config"):
+        if args.command == "config" and args.action == "reference":
+            print("\n".join(config.reference()))
+            return
+        try:
+            settings, sources = config.resolve(args)
+        except config.ConfigError as exc:
+            raise SystemExit(f"sluice: {exc}") from None
+        check_settings(settings)
+        if args.command == "config":
+            print("\n".join(config.describe(settings, sources)))
+            return
         from gateway.server import run
 
-        run(
-            Settings(
-                data_dir=args.data_dir,
-                host=args.host,
-                port=args.port,
-                tls_cert=args.tls_cert,
-                tls_key=args.tls_key,
-                max_request_bytes=args.max_request_bytes,
-                auto_create_topics=args.auto_create_topics,
-                default_partitions=args.default_partitions,
-                idempotency_window_s=args.idempotency_window,
-                offsets_topic_partitions=args.offsets_topic_partitions,
-                group_min_session_timeout_ms=args.group_min_session_timeout_ms,
-                group_max_session_timeout_ms=args.group_max_session_timeout_ms,
-                group_max_members=args.group_max_members,
-                node_id=args.node_id,
-                cluster=args.cluster or (),
-                advertise=args.advertise,
-                lease_ttl_s=args.lease_ttl,
-                replica_lag_time_max_ms=args.replica_lag_time_max_ms,
-                s3_endpoint=args.s3_endpoint,
-                s3_bucket=args.s3_bucket,
-                s3_prefix=args.s3_prefix.strip("/"),
-                tiering_interval_s=args.tiering_interval,
-            )
-        )
+        run(settings)
         return
     if args.command == "dev-cluster":
         from gateway.devcluster import run_dev_cluster

@@ -1,0 +1,316 @@
+"""`sluice serve`'s configuration: one definition per setting (name, type, default, help),
+reachable as a flag, an environment variable (SLUICE_...) and a key of a TOML file
+(--config FILE). Flags beat the environment, which beats the file, which beats the default;
+`sluice config show` says where each value came from."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gateway.settings import Settings
+
+Parse = Callable[[str], Any]
+
+
+def positive(raw: str) -> int:
+    """A whole number of at least 1."""
+    value = int(raw)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def non_negative(raw: str) -> int:
+    """A whole number of at least 0."""
+    value = int(raw)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0, got {value}")
+    return value
+
+
+def positive_float(raw: str) -> float:
+    value = float(raw)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, got {value}")
+    return value
+
+
+def boolean(raw: str) -> bool:
+    text = raw.strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {raw!r}")
+
+
+def etcd_endpoints(raw: str) -> tuple[str, ...]:
+    """`etcd://host:port[,host:port...]` -> the endpoints' http URLs."""
+    scheme, sep, rest = raw.partition("://")
+    if not sep or scheme != "etcd" or not rest:
+        raise argparse.ArgumentTypeError(f"expected etcd://HOST:PORT[,HOST:PORT...], got {raw!r}")
+    endpoints = []
+    for part in rest.split(","):
+        host, colon, port = part.rpartition(":")
+        if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise argparse.ArgumentTypeError(f"{part!r} is not HOST:PORT")
+        endpoints.append(f"http://{host}:{port}")
+    return tuple(endpoints)
+
+
+def _show_cluster(value: tuple[str, ...]) -> str:
+    return "etcd://" + ",".join(url.removeprefix("http://") for url in value) if value else ""
+
+
+@dataclass(frozen=True)
+class Option:
+    """One setting of `sluice serve`."""
+
+    flag: str  # without the leading dashes
+    field: str  # the Settings attribute
+    group: str
+    help: str
+    parse: Parse = str
+    metavar: str | None = None
+    kafka: str | None = None  # Kafka's name for the same setting, also accepted in the file
+    show: Callable[[Any], str] = str
+
+    @property
+    def env(self) -> str:
+        return "SLUICE_" + self.flag.upper().replace("-", "_")
+
+    @property
+    def default(self) -> Any:
+        return getattr(Settings(), self.field)
+
+    @property
+    def is_switch(self) -> bool:
+        return self.parse is boolean
+
+
+def _path(raw: str) -> Path:
+    return Path(raw)
+
+
+OPTIONS: tuple[Option, ...] = (
+    # -- where it listens and keeps its data
+    Option("data-dir", "data_dir", "node", "where the logs live (one process per directory)",
+           _path, "DIR", "log.dirs"),
+    Option("host", "host", "node", "listening address", metavar="HOST"),
+    Option("port", "port", "node", "listening port (0 picks a free one)", non_negative, "PORT"),
+    Option("tls-cert", "tls_cert", "node", "serve TLS (HTTP/1.1 and h2 via ALPN) with this "
+           "certificate chain", _path, "FILE"),
+    Option("tls-key", "tls_key", "node", "the TLS private key", _path, "FILE"),
+    # -- requests
+    Option("max-request-bytes", "max_request_bytes", "requests", "largest request body",
+           positive, "N", "socket.request.max.bytes"),
+    Option("body-read-timeout", "body_read_timeout_s", "requests", "seconds a client may take "
+           "to send its body before 408", positive_float, "S"),
+    Option("auto-create-topics", "auto_create_topics", "requests", "create an unknown topic on "
+           "its first produce", boolean, kafka="auto.create.topics.enable"),
+    Option("default-partitions", "default_partitions", "requests", "partitions of an "
+           "auto-created topic", positive, "N", "num.partitions"),
+    Option("max-fetch-bytes", "max_fetch_bytes", "requests", "largest max_bytes a fetch may ask",
+           positive, "N", "fetch.max.bytes"),
+    Option("default-fetch-bytes", "default_fetch_bytes", "requests", "a fetch's max_bytes when "
+           "it gives none", positive, "N", "max.partition.fetch.bytes"),
+    Option("default-fetch-records", "default_fetch_records", "requests", "a fetch's "
+           "max_records when it gives none", positive, "N", "max.poll.records"),
+    Option("max-fetch-records", "max_fetch_records", "requests", "largest max_records a fetch "
+           "may ask", positive, "N"),
+    Option("default-fetch-wait-ms", "default_fetch_wait_ms", "requests", "a fetch's timeout_ms "
+           "when it gives none", non_negative, "MS", "fetch.max.wait.ms"),
+    Option("max-wait-ms", "max_wait_ms", "requests", "longest timeout_ms a fetch or produce may "
+           "ask", positive, "MS"),
+    Option("default-produce-timeout-ms", "default_produce_timeout_ms", "requests", "how long "
+           "acks=all waits when the produce gives no timeout_ms", positive, "MS",
+           "request.timeout.ms"),
+    Option("max-parked-fetches", "max_parked_fetches", "requests", "long-polls parked at once; "
+           "past it, fetches answer 503 with Retry-After", positive, "N"),
+    Option("idempotency-window", "idempotency_window_s", "requests", "seconds an "
+           "Idempotency-Key is remembered", positive_float, "S"),
+    Option("idempotency-max-entries", "idempotency_max_entries", "requests", "keys remembered "
+           "per partition", positive, "N"),
+    # -- consumer groups
+    Option("offsets-topic-partitions", "offsets_topic_partitions", "groups", "partitions of "
+           "__consumer_offsets when it is first created", positive, "N",
+           "offsets.topic.num.partitions"),
+    Option("offsets-topic-replication-factor", "offsets_topic_replication_factor", "groups",
+           "replicas of __consumer_offsets in a cluster (a single node: 1)", positive, "N",
+           "offsets.topic.replication.factor"),
+    Option("group-min-session-timeout-ms", "group_min_session_timeout_ms", "groups", "the "
+           "shortest session_timeout_ms a member may ask", positive, "MS",
+           "group.min.session.timeout.ms"),
+    Option("group-max-session-timeout-ms", "group_max_session_timeout_ms", "groups", "the "
+           "longest session_timeout_ms a member may ask", positive, "MS",
+           "group.max.session.timeout.ms"),
+    Option("group-max-members", "group_max_members", "groups", "members per consumer group",
+           positive, "N", "group.max.size"),
+    # -- cluster
+    Option("node-id", "node_id", "cluster", "this node's id in a cluster (stable across "
+           "restarts)", non_negative, "N", "node.id"),
+    Option("cluster", "cluster", "cluster", "join the cluster whose metadata is in this etcd "
+           "(default: the embedded single node)", etcd_endpoints,
+           "etcd://HOST:PORT[,HOST:PORT...]", show=_show_cluster),
+    Option("advertise", "advertise", "cluster", "the URL other nodes and forwarded requests "
+           "reach this node at (default http://HOST:PORT; needed with --cluster when HOST is "
+           "0.0.0.0)", metavar="URL", kafka="advertised.listeners"),
+    Option("etcd-prefix", "etcd_prefix", "cluster", "the key prefix of this cluster in etcd",
+           metavar="PREFIX"),
+    Option("lease-ttl", "lease_ttl_s", "cluster", "seconds after which a silent node counts "
+           "as gone", positive_float, "S"),
+    Option("leader-wait-ms", "leader_wait_ms", "cluster", "how long a request waits for a "
+           "partition's new leader", positive, "MS"),
+    Option("replica-lag-time-max-ms", "replica_lag_time_max_ms", "cluster", "a follower not "
+           "caught up for this long leaves the ISR", positive, "MS", "replica.lag.time.max.ms"),
+    # -- tiered storage
+    Option("s3-bucket", "s3_bucket", "tiering", "turn on tiered storage into this (existing) "
+           "bucket", metavar="BUCKET"),
+    Option("s3-endpoint", "s3_endpoint", "tiering", "S3 endpoint URL (default: AWS's; "
+           "credentials from boto3's chain: environment, profile, instance role)",
+           metavar="URL"),
+    Option("s3-prefix", "s3_prefix", "tiering", "key prefix of the tiered objects",
+           lambda raw: raw.strip("/"), "PREFIX"),
+    Option("tiering-interval", "tiering_interval_s", "tiering", "seconds between passes that "
+           "upload closed segments", positive_float, "S"),
+)  # fmt: skip
+GROUPS = {
+    "node": "where it listens and keeps its data",
+    "requests": "requests and their limits",
+    "groups": "consumer groups",
+    "cluster": "cluster (etcd)",
+    "tiering": "tiered storage (S3)",
+}
+BY_KEY = {
+    **{o.flag: o for o in OPTIONS},
+    **{o.flag.replace("-", "_"): o for o in OPTIONS},
+    **{o.kafka: o for o in OPTIONS if o.kafka},
+}
+
+
+def shown(option: Option, value: Any) -> str:
+    return "" if value is None else option.show(value)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """`serve`'s flags, grouped, each naming its default, variable and Kafka name."""
+    parser.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="a TOML file of settings (keys: the flag names, or Kafka's names)",
+    )
+    for group, title in GROUPS.items():
+        section = parser.add_argument_group(title)
+        for option in (o for o in OPTIONS if o.group == group):
+            notes = [f"default: {shown(option, option.default) or 'none'}", f"${option.env}"]
+            if option.kafka:
+                notes.append(f"Kafka: {option.kafka}")
+            text = f"{option.help} ({'; '.join(notes)})".replace("%", "%%")
+            if option.is_switch:
+                section.add_argument(
+                    f"--{option.flag}",
+                    dest=option.field,
+                    action="store_true",
+                    default=argparse.SUPPRESS,
+                    help=text,
+                )
+            else:
+                section.add_argument(
+                    f"--{option.flag}",
+                    dest=option.field,
+                    type=option.parse,
+                    metavar=option.metavar,
+                    default=argparse.SUPPRESS,
+                    help=text,
+                )
+
+
+class ConfigError(Exception):
+    """A bad file, key or value: the message names where it came from."""
+
+
+def _from_file(path: Path) -> dict[str, tuple[Any, str]]:
+    try:
+        with path.open("rb") as f:
+            doc = tomllib.load(f)
+    except OSError as exc:
+        raise ConfigError(f"--config {path}: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"--config {path}: not TOML ({exc})") from None
+    values: dict[str, tuple[Any, str]] = {}
+    for key, raw in doc.items():
+        option = BY_KEY.get(key)
+        if option is None:
+            raise ConfigError(f"--config {path}: unknown setting {key!r}")
+        text = ",".join(raw) if isinstance(raw, list) and option.field == "cluster" else raw
+        text = str(text).lower() if isinstance(text, bool) else str(text)
+        values[option.field] = (_parse(option, text, f"{path}: {key}"), f"file {path}")
+    return values
+
+
+def _parse(option: Option, text: str, where: str) -> Any:
+    try:
+        return option.parse(text)
+    except (ValueError, argparse.ArgumentTypeError) as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def resolve(
+    args: argparse.Namespace, environ: Mapping[str, str] | None = None
+) -> tuple[Settings, dict[str, str]]:
+    """Settings from the defaults, the file, the environment and the flags (the latter wins
+    each time), and where each value came from."""
+    environ = os.environ if environ is None else environ
+    values: dict[str, tuple[Any, str]] = {}
+    config = getattr(args, "config", None) or (
+        Path(environ["SLUICE_CONFIG"]) if environ.get("SLUICE_CONFIG") else None
+    )
+    if config is not None:
+        values.update(_from_file(config))
+    for option in OPTIONS:
+        if option.env in environ:
+            values[option.field] = (
+                _parse(option, environ[option.env], f"${option.env}"),
+                f"env {option.env}",
+            )
+        if option.field in vars(args):
+            values[option.field] = (getattr(args, option.field), f"flag --{option.flag}")
+    settings = dataclasses.replace(Settings(), **{k: v for k, (v, _) in values.items()})
+    sources = {o.field: values.get(o.field, (None, "default"))[1] for o in OPTIONS}
+    return settings, sources
+
+
+def describe(settings: Settings, sources: Mapping[str, str]) -> list[str]:
+    """TOML lines of the effective settings, each with where it came from."""
+    lines = []
+    for option in OPTIONS:
+        value = getattr(settings, option.field)
+        if value is None or value == ():
+            lines.append(f"# {option.flag} is not set  # {sources[option.field]}")
+            continue
+        if isinstance(value, bool):
+            text = str(value).lower()
+        elif isinstance(value, int | float):
+            text = str(value)
+        else:
+            text = '"' + shown(option, value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+        lines.append(f"{option.flag} = {text}  # {sources[option.field]}")
+    return lines
+
+
+def reference() -> list[str]:
+    """The Markdown table of every setting (the README's Configuration reference)."""
+    rows = ["| flag | variable | default | what |", "|---|---|---|---|"]
+    for option in OPTIONS:
+        default = shown(option, option.default) or "none"
+        what = option.help + (f" (Kafka: `{option.kafka}`)" if option.kafka else "")
+        rows.append(f"| `--{option.flag}` | `{option.env}` | {default} | {what} |")
+    return rows

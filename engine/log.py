@@ -70,6 +70,7 @@ class RecoveryReport(NamedTuple):
     truncated_bytes: int
     segments_deleted: int
     errors: list[str]
+    seconds: float  # how long opening (and checking) the segments took
 
 
 def partition_dir_name(topic: str, partition: int) -> str:
@@ -145,6 +146,7 @@ class PartitionLog:
         self, recovery_point: int, log_start_offset: int, trust_files: bool
     ) -> RecoveryReport:
         """Open every segment; CRC-check those at or after the recovery point; cut a bad tail."""
+        started = time.monotonic()
         finish_interrupted_swaps(self.directory)
         bases = sorted(int(p.name[:-4]) for p in self.directory.glob("*.log") if p.stem.isdigit())
         segments = [self._new_segment(base) for base in bases]
@@ -173,7 +175,7 @@ class PartitionLog:
         if not segments:
             segments = [self._new_segment(log_start_offset)]
         self._set_segments(segments)
-        return RecoveryReport(scanned, truncated, deleted, errors)
+        return RecoveryReport(scanned, truncated, deleted, errors, time.monotonic() - started)
 
     # -- appends -------------------------------------------------------------------------------
 

@@ -73,6 +73,41 @@ class Topic:
         )
 
 
+@dataclass(frozen=True)
+class StartupReport:
+    """What opening the data directory found: the start-up log line and metrics."""
+
+    clean_shutdown: bool
+    topics: int
+    partitions: int
+    checked: int  # partitions whose segments were CRC-checked (after a crash)
+    truncated: list[tuple[str, int, int, int]]  # (topic, partition, bytes cut, segments dropped)
+    errors: list[str]
+    seconds: float
+
+    @property
+    def truncated_bytes(self) -> int:
+        return sum(cut for _, _, cut, _ in self.truncated)
+
+    def summary(self) -> str:
+        how = "after a clean shutdown" if self.clean_shutdown else "after a crash (or new)"
+        line = (
+            f"{_count(self.topics, 'topic')}, {_count(self.partitions, 'partition')} opened "
+            f"{how} in {self.seconds:.2f} s"
+        )
+        if not self.clean_shutdown:
+            line += (
+                f": {_count(self.checked, 'partition')} checked, "
+                f"{_count(len(self.truncated), 'partition')} cut back by "
+                f"{self.truncated_bytes} bytes"
+            )
+        return line
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 class DataDirLocked(Exception):
     """Another process has this data directory open."""
 
@@ -106,7 +141,9 @@ class LogManager:
         self.topics: dict[str, Topic] = {}
         self._topics_lock = threading.Lock()
         self._closed = False
+        started = time.monotonic()
         self._load()
+        self.startup = self._report(time.monotonic() - started)
 
     # -- loading -------------------------------------------------------------------------------
 
@@ -140,6 +177,25 @@ class LogManager:
                 )
             self.topics[topic.name] = topic
         self._remove_orphans()
+
+    def _report(self, seconds: float) -> StartupReport:
+        logs = self.all_logs()
+        truncated = [
+            (log.topic, log.partition, log.recovery.truncated_bytes, log.recovery.segments_deleted)
+            for log in logs
+            if log.recovery.truncated_bytes or log.recovery.segments_deleted
+        ]
+        return StartupReport(
+            clean_shutdown=self.had_clean_shutdown,
+            topics=len(self.topics),
+            partitions=len(logs),
+            checked=sum(1 for log in logs if log.recovery.segments_scanned),
+            truncated=truncated,
+            errors=[
+                f"{log.topic}-{log.partition}: {e}" for log in logs for e in log.recovery.errors
+            ],
+            seconds=seconds,
+        )
 
     def _open_log(
         self,

@@ -68,7 +68,8 @@ class PartitionCollector(Collector):
                 lag_ms.add_metric(values, health.max_lag_ms)
         view = replicas.store.view
         node = replicas.node_id
-        gauges = {
+        startup = replicas.manager.startup
+        gauges: dict[str, tuple[str, float]] = {
             "sluice_leader_partitions": ("Partitions this node leads", leaders),
             "sluice_partitions": ("Partition replicas on this node", len(replicas.partitions)),
             "sluice_under_replicated_partitions": (
@@ -85,6 +86,19 @@ class PartitionCollector(Collector):
             "sluice_acks_all_waiting": (
                 "Produce requests waiting for acks=all",
                 replicas.counters.acks_waiting,
+            ),
+            "sluice_startup_seconds": ("Time opening the data directory took", startup.seconds),
+            "sluice_startup_clean": (
+                "1 if the last shutdown was clean (no recovery scan)",
+                startup.clean_shutdown,
+            ),
+            "sluice_startup_checked_partitions": (
+                "Partitions whose segments recovery CRC-checked at start-up",
+                startup.checked,
+            ),
+            "sluice_startup_truncated_bytes": (
+                "Bytes of torn or corrupt tails recovery cut at start-up",
+                startup.truncated_bytes,
             ),
         }
         for name, (doc, value) in gauges.items():

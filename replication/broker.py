@@ -94,13 +94,18 @@ class Broker:
         self._background.start()
         if self.tiering is not None:
             self.tiering.start(self.replicas.partitions, self._topic_id)
-        log.info(
-            "node %d: data directory %s opened (%s), %d topics on disk",
-            self.settings.node_id,
-            self.settings.data_dir,
-            "after a clean shutdown" if self.manager.had_clean_shutdown else "recovered or new",
-            len(self.manager.topics),
-        )
+        report = self.manager.startup
+        log.info("node %d: %s: %s", self.settings.node_id, self.settings.data_dir, report.summary())
+        for topic, partition, cut, dropped in report.truncated:
+            log.warning(
+                "%s-%d: recovery cut %d bytes of a torn or corrupt tail (%d segments dropped)",
+                topic,
+                partition,
+                cut,
+                dropped,
+            )
+        for error in report.errors:
+            log.warning("recovery: %s", error)
 
     async def ensure_topic(
         self, name: str, partitions: int, factor: int, configs: Mapping[str, object]

@@ -74,6 +74,13 @@ async def test_openapi_document_lists_every_route(client: Client) -> None:
         assert route.method.lower() in spec["paths"][path], (route.method, path)
 
 
+async def test_startup_metrics(client: Client) -> None:
+    scraped = await metrics(client)
+    assert sample(scraped, "sluice_startup_clean") == 0.0  # a new data directory
+    assert sample(scraped, "sluice_startup_truncated_bytes") == 0.0
+    assert (sample(scraped, "sluice_startup_seconds") or -1) >= 0
+
+
 async def test_metrics_after_traffic(client: Client) -> None:
     """Request counts and latency by route template and status, traffic and log gauges."""
     await create_topic(client, partitions=2)

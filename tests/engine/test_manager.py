@@ -263,3 +263,29 @@ def test_create_keeps_a_given_topic_id(tmp_path: Path) -> None:
     again = LogManager(tmp_path)
     assert again.topic("t").topic_id == "0123456789abcdef0123456789abcdef"
     again.close()
+
+
+def test_the_startup_report_says_what_recovery_did(tmp_path: Path) -> None:
+    empty = LogManager(tmp_path / "empty")
+    assert empty.startup.summary().startswith("0 topics, 0 partitions opened after a crash")
+    empty.close()
+    again = LogManager(tmp_path / "empty")
+    assert again.startup.summary().startswith("0 topics, 0 partitions opened after a clean")
+    again.close()
+
+    manager = LogManager(tmp_path / "data")
+    log = manager.create_topic("t", 2).partitions[0]
+    log.append_as_leader(batch_of([b"a"]), 0)
+    segment = log.segments[-1].path
+    import os
+
+    os.close(manager._lock_fd)  # the process dies here
+    with segment.open("ab") as f:
+        f.write(b"\x00" * 7)  # a torn batch
+    reopened = LogManager(tmp_path / "data")
+    report = reopened.startup
+    assert (report.clean_shutdown, report.topics, report.partitions) == (False, 1, 2)
+    assert report.truncated == [("t", 0, 7, 0)] and report.truncated_bytes == 7
+    assert report.summary().startswith("1 topic, 2 partitions opened after a crash (or new) in")
+    assert report.summary().endswith("2 partitions checked, 1 partition cut back by 7 bytes")
+    reopened.close()

@@ -153,6 +153,12 @@ OPTIONS: tuple[Option, ...] = (
            "group.max.session.timeout.ms"),
     Option("group-max-members", "group_max_members", "groups", "members per consumer group",
            positive, "N", "group.max.size"),
+    Option("offsets-retention-minutes", "offsets_retention_minutes", "groups", "committed "
+           "offsets of a group without members are dropped this long after their commit",
+           positive, "MIN", "offsets.retention.minutes"),
+    Option("offsets-retention-check-interval-ms", "offsets_retention_check_interval_ms",
+           "groups", "how often expired offsets are looked for", positive, "MS",
+           "offsets.retention.check.interval.ms"),
     # -- cluster
     Option("node-id", "node_id", "cluster", "this node's id in a cluster (stable across "
            "restarts)", non_negative, "N", "node.id"),

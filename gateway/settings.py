@@ -43,3 +43,5 @@ class Settings:
     group_min_session_timeout_ms: int = 1_000  # group.min.session.timeout.ms (Kafka: 6 s)
     group_max_session_timeout_ms: int = 1_800_000  # group.max.session.timeout.ms
     group_max_members: int = 1_000  # group.max.size (Kafka: unbounded)
+    offsets_retention_minutes: int = 7 * 24 * 60  # offsets.retention.minutes
+    offsets_retention_check_interval_ms: int = 600_000  # offsets.retention.check.interval.ms

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass, field
 
 from aiohttp import web
 
 from engine import offsets_topic
+from engine.errors import EngineError
 from engine.notify import ChangeNotifier
 from engine.tiered.remote import S3Location
 from gateway.groups.coordinator import GroupCoordinator
@@ -85,6 +87,7 @@ class Gateway:
             gateway.tasks.add(asyncio.create_task(offsets))
         else:
             await offsets
+        gateway.tasks.add(asyncio.create_task(_expire_offsets(groups, settings)))
         keys = sum(len(p.idempotency) for p in replicas.partitions.values())
         log.info("%d idempotency keys restored, %d groups", keys, len(groups.groups))
         return gateway
@@ -96,6 +99,17 @@ class Gateway:
         self.groups.flush()
         await self.forwarder.close()
         await self.broker.stop()
+
+
+async def _expire_offsets(groups: GroupCoordinator, settings: Settings) -> None:
+    """Kafka's offsets retention: every check interval, drop old offsets of empty groups."""
+    retention_ms = settings.offsets_retention_minutes * 60_000
+    while True:
+        await asyncio.sleep(settings.offsets_retention_check_interval_ms / 1000)
+        try:
+            groups.expire_offsets(int(time.time() * 1000), retention_ms)
+        except EngineError as exc:  # the offsets partition refused the write: next time
+            log.warning("offsets retention pass failed: %s", exc)
 
 
 def _topics_changed(groups: GroupCoordinator, deleted: set[str]) -> None:

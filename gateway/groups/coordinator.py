@@ -847,6 +847,37 @@ class GroupCoordinator:
         self._store_offsets(group, new)
         return [(tp, offset) for tp, offset, _ in new]
 
+    def expire_offsets(self, now_ms: int, retention_ms: int) -> int:
+        """Drop the committed offsets of groups without members that are older than
+        `retention_ms` (Kafka's offsets.retention.minutes), with tombstones; a group left
+        with no offsets is forgotten. Returns how many offsets went."""
+        expired = 0
+        for group in list(self.groups.values()):
+            if group.members or self.closing:
+                continue
+            old = sorted(
+                tp for tp, c in group.offsets.items() if now_ms - c.commit_timestamp > retention_ms
+            )
+            if not old:
+                continue
+            try:
+                self.coordinator(group.name)
+            except ReplicationError:
+                continue  # coordinated elsewhere now
+            records: list[tuple[bytes, bytes | None]] = [
+                (self._key(group.name, tp), None) for tp in old
+            ]
+            for tp in old:
+                del group.offsets[tp]
+                group.unwritten.pop(tp, None)
+            if not group.offsets:
+                records.append((offsets_topic.group_key(group.name), None))
+                del self.groups[group.name]
+            self._write(group.name, records)
+            expired += len(old)
+            logger.info("group %r: %d committed offsets expired", group.name, len(old))
+        return expired
+
     def delete_group(self, name: str) -> None:
         """Delete a group without members (Kafka's DeleteGroups): tombstones for its metadata
         and every committed offset, so that a new coordinator's replay forgets it too."""

@@ -839,3 +839,28 @@ async def test_a_group_cannot_consume_an_internal_topic(client: Client) -> None:
     response = await client.post(f"{G}/members", json={"topics": ["t", "__consumer_offsets"]})
     await problem(response, 403, "INTERNAL_TOPIC")
     await problem(await client.get(G), 404, "UNKNOWN_GROUP")
+
+
+async def test_offsets_of_empty_groups_expire(start: Start) -> None:
+    """Kafka's offsets.retention.minutes: old offsets of a group without members go (with
+    tombstones, so a restart forgets them too); a group with members keeps its own."""
+    client = await start()
+    await create_topic(client, "t", 2)
+    for name in ("idle", "busy"):
+        member = (await join(client, group=name, auto_commit=False))["member_id"]
+        committed = await client.post(
+            f"/v1/groups/{name}/members/{member}/commit",
+            json={"offsets": [{"topic": "t", "partition": 0, "offset": 0}]},
+        )
+        assert committed.status == 200, await committed.text()
+        if name == "idle":
+            assert (await client.delete(f"/v1/groups/{name}/members/{member}")).status == 204
+    groups = gateway(client).groups
+    later = groups.groups["idle"].offsets[("t", 0)].commit_timestamp + 60_001
+    assert groups.expire_offsets(later - 2, retention_ms=60_000) == 0  # not old enough yet
+    assert groups.expire_offsets(later, retention_ms=60_000) == 1
+    await problem(await client.get("/v1/groups/idle"), 404, "UNKNOWN_GROUP")
+    assert (await describe_group(client, "busy"))["partitions"][0]["committed_offset"] == 0
+    await client.close()
+    client = await start()
+    await problem(await client.get("/v1/groups/idle"), 404, "UNKNOWN_GROUP")

@@ -614,3 +614,38 @@ def test_out_of_file_descriptors_is_not_a_server_error(tmp_path: Path) -> None:
         assert answer.status_code < 500, answer.text
     finally:
         assert server.stop() == 0, server.log_tail()
+
+
+def test_a_log_that_outgrows_the_file_descriptors_is_not_a_server_error(tmp_path: Path) -> None:
+    """Issue 11's reproduction: one partition rolling tiny segments until descriptors run out
+    answered 500 from index.flush; the answer is 503 STORAGE_ERROR, and what was appended
+    before stays readable."""
+    server = start_server(tmp_path / "data", preexec=limit_open_files(256))
+    try:
+        with httpx.Client(base_url=server.url, timeout=30.0) as client:
+            created = client.post(
+                "/v1/topics", json={"name": "tiny", "configs": {"segment.bytes": 16384}}
+            )
+            assert created.status_code == 201, created.text
+            value = "x" * 4000
+            refused = None
+            acknowledged = 0
+            for _ in range(400):
+                answer = client.post(
+                    "/v1/topics/tiny/records", json={"records": [{"value": value}] * 4}
+                )
+                if answer.status_code != 200:
+                    refused = answer
+                    break
+                acknowledged += 4
+            assert refused is not None, "the descriptors never ran out"
+            assert refused.status_code == 503, refused.text
+            assert refused.json()["code"] == "STORAGE_ERROR"
+            assert "nothing was appended" in refused.json()["detail"]
+            last = client.get(
+                "/v1/topics/tiny/partitions/0/offsets", params={"timestamp": "latest"}
+            ).json()
+            assert last["offset"] == acknowledged
+    finally:
+        server.process.kill()
+        server.process.wait()

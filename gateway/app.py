@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from gateway import groups_api, internal_api, ops_api, records_api, topics_api
+from gateway.backpressure import INFLIGHT, InflightBodies, backpressure_middleware
 from gateway.forwarding import forwarding_middleware
 from gateway.problems import problem_middleware
 from gateway.settings import Settings
@@ -21,11 +22,17 @@ def build_app(settings: Settings) -> web.Application:
     """A ready-to-run Application; the engine opens in on_startup and closes in on_cleanup."""
     app = web.Application(
         client_max_size=settings.max_request_bytes,
-        middlewares=[_metrics_middleware, problem_middleware, forwarding_middleware],
+        middlewares=[
+            _metrics_middleware,
+            problem_middleware,
+            backpressure_middleware,
+            forwarding_middleware,
+        ],
         # After answering early (413, 408), read and drop the unsent body only this long.
         handler_args={"lingering_time": LINGERING_S},
     )
     app[SETTINGS] = settings
+    app[INFLIGHT] = InflightBodies(settings)
     app.on_startup.append(_open)
     app.on_shutdown.append(_release_long_polls)
     app.on_cleanup.append(_close)

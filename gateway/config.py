@@ -111,6 +111,10 @@ OPTIONS: tuple[Option, ...] = (
     # -- requests
     Option("max-request-bytes", "max_request_bytes", "requests", "largest request body",
            positive, "N", "socket.request.max.bytes"),
+    Option("max-inflight-request-bytes", "max_inflight_request_bytes", "requests", "the "
+           "bodies of all requests being served together (chunked ones count as "
+           "--max-request-bytes); past it, 503 SERVER_BUSY with Retry-After", positive, "N",
+           "queued.max.request.bytes"),
     Option("body-read-timeout", "body_read_timeout_s", "requests", "seconds a client may take "
            "to send its body before 408", positive_float, "S"),
     Option("auto-create-topics", "auto_create_topics", "requests", "create an unknown topic on "

@@ -14,6 +14,7 @@ class Settings:
     tls_cert: Path | None = None
     tls_key: Path | None = None
     max_request_bytes: int = 32 * 1024 * 1024
+    max_inflight_request_bytes: int = 512 * 1024 * 1024  # all bodies being served, together
     body_read_timeout_s: float = 30.0  # a client slower than this to send its body gets 408
     auto_create_topics: bool = False
     default_partitions: int = 1

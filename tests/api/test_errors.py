@@ -13,6 +13,7 @@ import pytest
 
 from engine import batch as fmt
 from engine.batch import RecordInput
+from gateway.backpressure import INFLIGHT
 from tests.api.support import (
     JSON,
     NDJSON,
@@ -28,6 +29,7 @@ from tests.api.support import (
     produce,
     raw_request,
     records_path,
+    wait_until,
 )
 
 # -- JSON produce bodies ------------------------------------------------------------------------
@@ -620,3 +622,32 @@ async def test_requests_keep_working_after_errors(client: Client) -> None:
         *(client.post(records_path("t"), json={"records": [{"value": i}]}) for i in range(5))
     )
     assert sorted(r["value"] for r in await fetch_all(client)) == [0, 1, 2, 3, 4]
+
+
+async def test_request_bodies_in_progress_are_bounded(start: Start) -> None:
+    """A body that would take the bodies being served past max_inflight_request_bytes is
+    refused before it is read (503 SERVER_BUSY, Retry-After); once the others finish, it
+    goes through."""
+    client = await start(max_request_bytes=4096, max_inflight_request_bytes=6000)
+    await create_topic(client)
+    release = asyncio.Event()
+
+    async def slow_body() -> Any:
+        yield b'{"records": [{"value": '
+        await release.wait()
+        yield b"1}]}"
+
+    slow = asyncio.ensure_future(
+        client.post(
+            "/v1/topics/t/records", data=slow_body(), headers={"Content-Type": "application/json"}
+        )
+    )
+    inflight = client.server.app[INFLIGHT]
+    await wait_until(lambda: inflight.reserved >= 4096)
+    body = {"records": [{"value": "x" * 2500}]}
+    busy = await client.post("/v1/topics/t/records", json=body)
+    problem_doc = await problem(busy, 503, "SERVER_BUSY")
+    assert busy.headers["Retry-After"] == "1" and "4096 of 6000" in problem_doc["detail"]
+    release.set()
+    assert (await slow).status == 200
+    assert (await client.post("/v1/topics/t/records", json=body)).status == 200

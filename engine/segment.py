@@ -68,12 +68,11 @@ class LogSegment:
         """
         start = self.size
         try:
-            view = memoryview(data)
-            written = os.write(self._fd, view)
-            while written < len(view):  # a short write: the next one says why (ENOSPC...)
-                more = os.write(self._fd, view[written:])
+            written = os.write(self._fd, data)
+            while written < len(data):  # a short write: the next one says why (ENOSPC...)
+                more = os.write(self._fd, memoryview(data)[written:])
                 if more == 0:
-                    raise OSError(errno.EIO, f"short write: {written} of {len(view)} bytes")
+                    raise OSError(errno.EIO, f"short write: {written} of {len(data)} bytes")
                 written += more
         except BaseException:
             os.ftruncate(self._fd, start)

@@ -161,7 +161,7 @@ class TieringCollector(Collector):
         remote = GaugeMetricFamily(
             "sluice_tier_remote_bytes", "Bytes of a topic on S3", labels=["topic"]
         )
-        for topic, size in list(counters.remote_bytes.items()):
+        for topic, size in tiering.remote_bytes().items():
             remote.add_metric([topic], size)
         families.extend([lag_records, lag_s, remote])
         return families

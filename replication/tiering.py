@@ -43,7 +43,6 @@ class TieringCounters:
     failures: int = 0
     last_error: str | None = None
     backlog: dict[TopicPartition, tuple[int, float]] = field(default_factory=dict)
-    remote_bytes: dict[str, int] = field(default_factory=dict)  # per topic, from the manifests
 
 
 @dataclass
@@ -159,14 +158,15 @@ class TieringService:
         ]
         lag_s = max(0.0, (log_.now_ms() - min(waiting)) / 1000) if waiting and lag_records else 0.0
         self.counters.backlog[(log_.topic, log_.partition)] = (lag_records, lag_s)
-        if manifest is not None:
-            topic_bytes = self.counters.remote_bytes
-            sizes = [
-                sum(s.size for s in t.manifest.segments)
-                for t in self._tiers.values()
-                if t.log.topic == log_.topic and t.manifest is not None
-            ]
-            topic_bytes[log_.topic] = sum(sizes)
+
+    def remote_bytes(self) -> dict[str, int]:
+        """Bytes S3 holds per topic, by the manifests this node last read or wrote."""
+        out: dict[str, int] = {}
+        for tier in list(self._tiers.values()):
+            if tier.manifest is not None:
+                size = sum(s.size for s in tier.manifest.segments)
+                out[tier.log.topic] = out.get(tier.log.topic, 0) + size
+        return out
 
     async def delete_topic(self, topic: str) -> int:
         """Delete every object of a deleted topic (Kafka deletes its remote segments too);

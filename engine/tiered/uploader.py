@@ -13,6 +13,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+import msgspec
+
 from engine import batch as fmt
 from engine.log import PartitionLog
 from engine.segment import LogSegment
@@ -200,15 +202,10 @@ class PartitionTier:
                 future.result()
         log_start = manifest.log_start_offset if manifest.segments else remote.base_offset
         self._commit(
-            Manifest(
-                manifest.format,
-                manifest.topic,
-                manifest.partition,
-                self.topic_id,
-                max(manifest.leader_epoch, leader_epoch),
-                max(log_start, self.log.log_start_offset),
-                [*manifest.segments, remote],
-            )
+            manifest,
+            leader_epoch,
+            max(log_start, self.log.log_start_offset),
+            [*manifest.segments, remote],
         )
         return remote
 
@@ -242,17 +239,7 @@ class PartitionTier:
         new_start = max(start, dropped[-1].next_offset if dropped else start)
         if not dropped and new_start == manifest.log_start_offset:
             return 0
-        self._commit(
-            Manifest(
-                manifest.format,
-                manifest.topic,
-                manifest.partition,
-                self.topic_id,
-                max(manifest.leader_epoch, leader_epoch),
-                new_start,
-                kept,
-            )
-        )
+        self._commit(manifest, leader_epoch, new_start, kept)
         self.storage.delete(
             self.key(s, suffix)
             for s in dropped
@@ -269,9 +256,23 @@ class PartitionTier:
                 f"after this node's {leader_epoch}"
             )
 
-    def _commit(self, manifest: Manifest) -> None:
-        """Write the manifest if nobody else did since it was read; on a conflict, forget it
-        (the next step re-reads it) and let ManifestConflict through."""
+    def _commit(
+        self,
+        read: Manifest,
+        leader_epoch: int,
+        log_start_offset: int,
+        segments: list[RemoteSegment],
+    ) -> None:
+        """Write the manifest read, with these segments and log start, in this epoch, if
+        nobody else wrote it since; on a conflict, forget it (the next step re-reads it) and
+        let ManifestConflict through."""
+        manifest = msgspec.structs.replace(
+            read,
+            topic_id=self.topic_id,
+            leader_epoch=max(read.leader_epoch, leader_epoch),
+            log_start_offset=log_start_offset,
+            segments=segments,
+        )
         try:
             self._etag = self.storage.write_manifest(self.manifest_key, manifest, self._etag)
         except Exception:

@@ -139,6 +139,8 @@ async def test_closed_segments_go_to_s3_and_old_offsets_come_back(
     scraped = await metrics(client)
     assert (sample(scraped, "sluice_tier_segments_uploaded_total") or 0) >= len(manifest.segments)
     assert (sample(scraped, "sluice_tier_remote_fetches_total") or 0) >= 1
+    remote_bytes = sample(scraped, "sluice_tier_remote_bytes", topic="t")
+    assert remote_bytes == sum(s.size for s in read_manifest(moto, bucket).segments)
     ready = await (await client.get("/readyz")).json()
     assert ready["tiering"]["last_error"] is None
 

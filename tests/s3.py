@@ -107,3 +107,17 @@ class S3Proxy:
 def s3_environment() -> dict[str, str]:
     """The environment a node needs to reach moto (boto3's chain reads these)."""
     return {**os.environ, **CREDENTIALS}
+
+
+def manifest_of(moto: MotoServer, bucket: str, prefix: str, topic: str, partition: int) -> Any:
+    """The partition's manifest.json as the engine reads it, or None while there is none."""
+    import botocore.exceptions
+
+    from engine.tiered.manifest import decode_manifest, partition_prefix
+
+    key = partition_prefix(prefix, topic, partition) + "manifest.json"
+    try:
+        answer = moto.client().get_object(Bucket=bucket, Key=key)
+    except botocore.exceptions.ClientError:
+        return None
+    return decode_manifest(answer["Body"].read())

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import signal
 import subprocess
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -54,3 +56,24 @@ def ready(url: str, **client: object) -> None:
     """The listening line is printed once the logs are open; /readyz must agree."""
     with httpx.Client(**client) as http:  # type: ignore[arg-type]
         assert http.get(f"{url}/readyz").status_code == 200
+
+
+def until(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    """Poll another process's progress until `condition()` holds (bounded)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def read_values(http: httpx.Client, url: str, topic: str, end: int) -> list[Any]:
+    """Every record value of partition 0 from offset 0 up to `end`, over JSON fetches."""
+    offset, values = 0, []
+    while offset < end:
+        answer = http.get(
+            f"{url}/v1/topics/{topic}/partitions/0/records",
+            params={"offset": offset, "max_records": 50, "timeout_ms": 0},
+        ).json()
+        values.extend(r["value"] for r in answer["records"])
+        offset = answer["next_offset"]
+    return values

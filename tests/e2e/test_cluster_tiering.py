@@ -4,17 +4,15 @@ epoch from where it ends, and every record stays readable from offset 0 through 
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from pathlib import Path
 
-import botocore.exceptions
 import httpx
 import pytest
 
-from engine.tiered.manifest import Manifest, decode_manifest
+from engine.tiered.manifest import Manifest
 from gateway.devcluster import LocalCluster
-from tests.s3 import CREDENTIALS, MotoServer
+from tests.e2e.conftest import read_values, until
+from tests.s3 import CREDENTIALS, MotoServer, manifest_of
 
 CONFIGS = {
     "remote.storage.enable": True,
@@ -22,13 +20,6 @@ CONFIGS = {
     "local.retention.bytes": 0,
     "min.insync.replicas": 2,
 }
-
-
-def until(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)  # polling other processes' progress
 
 
 def test_a_new_leader_continues_the_manifest(
@@ -54,11 +45,8 @@ def test_a_new_leader_continues_the_manifest(
     http = httpx.Client(timeout=30)
 
     def manifest() -> Manifest | None:
-        try:
-            body = moto.client().get_object(Bucket=bucket, Key="t/0/manifest.json")["Body"]
-        except botocore.exceptions.ClientError:
-            return None
-        return decode_manifest(body.read())
+        found: Manifest | None = manifest_of(moto, bucket, "", "t", 0)
+        return found
 
     def produce(url: str, first: int) -> None:
         for start in range(first, first + 100, 10):
@@ -103,15 +91,7 @@ def test_a_new_leader_continues_the_manifest(
             assert later.base_offset == earlier.next_offset
         assert after.end_offset is not None and after.end_offset > 100
 
-        offset, values = 0, []
-        while offset < 200:
-            answer = http.get(
-                f"{other}/v1/topics/t/partitions/0/records",
-                params={"offset": offset, "max_records": 50, "timeout_ms": 0},
-            ).json()
-            values.extend(r["value"]["n"] for r in answer["records"])
-            offset = answer["next_offset"]
-        assert values == list(range(200))
+        assert read_values(http, other, "t", 200) == [{"n": n} for n in range(200)]
     finally:
         http.close()
         cluster.stop()

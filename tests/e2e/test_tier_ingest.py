@@ -7,21 +7,18 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import botocore.exceptions
 import httpx
 import orjson
 import pyarrow.parquet as pq
 import pytest
 
-from engine.tiered.manifest import Manifest, decode_manifest
-from tests.e2e.conftest import start_server
-from tests.s3 import CREDENTIALS, MotoServer
+from tests.e2e.conftest import start_server, until
+from tests.s3 import CREDENTIALS, MotoServer, manifest_of
 
 PREFIX = "tiers"
 HOUR_MS = 3_600_000
@@ -32,16 +29,6 @@ CONFIGS = {
     "segment.ms": 500,  # the last segment rolls too, so everything reaches S3
     "local.retention.bytes": 0,
 }
-
-
-def manifest_of(moto: MotoServer, bucket: str, partition: int) -> Manifest | None:
-    try:
-        answer = moto.client().get_object(
-            Bucket=bucket, Key=f"{PREFIX}/events/{partition}/manifest.json"
-        )
-    except botocore.exceptions.ClientError:
-        return None
-    return decode_manifest(answer["Body"].read())
 
 
 def test_produce_tier_fetch_and_ingest_exactly_once(
@@ -81,13 +68,13 @@ def test_produce_tier_fetch_and_ingest_exactly_once(
                 produced[(partition, base + i)] = (record["value"], ts)
         ends = {p: max(o for q, o in produced if q == p) + 1 for p in (0, 1)}
 
-        deadline = time.monotonic() + 60
-        while True:  # everything reaches S3 (the last segments roll after segment.ms)
-            manifests = {p: manifest_of(moto, bucket, p) for p in (0, 1)}
-            if all(m is not None and m.end_offset == ends[p] for p, m in manifests.items()):
-                break
-            assert time.monotonic() < deadline, manifests
-            time.sleep(0.1)  # polling the uploads of another process
+        def on_s3(p: int) -> bool:
+            found = manifest_of(moto, bucket, PREFIX, "events", p)
+            return found is not None and bool(found.end_offset == ends[p])
+
+        # Everything reaches S3: the last segments roll after segment.ms.
+        until(lambda: on_s3(0) and on_s3(1), "every record on S3")
+        manifests = {p: manifest_of(moto, bucket, PREFIX, "events", p) for p in (0, 1)}
 
         # The oldest offsets come back over HTTP from S3, byte for byte the uploaded batches.
         manifest = manifests[0]

@@ -5,16 +5,13 @@ from offset 0, once."""
 from __future__ import annotations
 
 import hashlib
-import time
-from collections.abc import Callable
 from pathlib import Path
 
-import botocore.exceptions
 import httpx
 
-from engine.tiered.manifest import Manifest, decode_manifest
-from tests.e2e.conftest import Server, start_server
-from tests.s3 import MotoServer, S3Proxy
+from engine.tiered.manifest import Manifest
+from tests.e2e.conftest import Server, read_values, start_server, until
+from tests.s3 import MotoServer, S3Proxy, manifest_of
 
 PREFIX = "crash"
 CONFIGS = {"remote.storage.enable": True, "segment.bytes": 2048, "local.retention.bytes": 0}
@@ -34,19 +31,9 @@ def node(data_dir: Path, proxy: S3Proxy, bucket: str) -> Server:
     )
 
 
-def manifest_of(moto: MotoServer, bucket: str) -> Manifest | None:
-    try:
-        answer = moto.client().get_object(Bucket=bucket, Key=f"{PREFIX}/t/0/manifest.json")
-    except botocore.exceptions.ClientError:
-        return None
-    return decode_manifest(answer["Body"].read())
-
-
-def until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.02)  # polling an outside process's progress
+def manifest(moto: MotoServer, bucket: str) -> Manifest | None:
+    found: Manifest | None = manifest_of(moto, bucket, PREFIX, "t", 0)
+    return found
 
 
 def produce(http: httpx.Client, url: str, first: int, count: int) -> None:
@@ -80,8 +67,8 @@ def test_a_node_killed_mid_upload_leaves_a_consistent_manifest(
         )
         assert response.status_code == 201, response.text
         produce(http, server.url, 0, 100)
-        until(lambda: manifest_of(moto, bucket) is not None)
-        committed = manifest_of(moto, bucket)
+        until(lambda: manifest(moto, bucket) is not None, "the first upload")
+        committed = manifest(moto, bucket)
         assert committed is not None
 
         s3_proxy.hold(b".log HTTP/1.1")  # the next segment's data never arrives
@@ -90,31 +77,25 @@ def test_a_node_killed_mid_upload_leaves_a_consistent_manifest(
         server.kill()
         s3_proxy.hold(None)
 
-        after_kill = manifest_of(moto, bucket)
+        after_kill = manifest(moto, bucket)
         assert after_kill is not None
         check_manifest(moto, bucket, after_kill)
 
         server = node(data_dir, s3_proxy, bucket)
         until(
             lambda: (
-                (m := manifest_of(moto, bucket)) is not None
+                (m := manifest(moto, bucket)) is not None
                 and m.end_offset is not None
                 and m.end_offset >= 150
-            )
+            ),
+            "the uploads after the restart",
         )
-        final = manifest_of(moto, bucket)
+        final = manifest(moto, bucket)
         assert final is not None
         check_manifest(moto, bucket, final)
         assert final.segments[: len(committed.segments)] == committed.segments
-        values, offset = [], 0
-        while offset < 200:
-            answer = http.get(
-                f"{server.url}/v1/topics/t/partitions/0/records",
-                params={"offset": offset, "max_records": 50, "timeout_ms": 0},
-            ).json()
-            values.extend(r["value"]["n"] for r in answer["records"])
-            offset = answer["next_offset"]
-        assert values == list(range(200))
+        values = read_values(http, server.url, "t", 200)
+        assert values == [{"n": n} for n in range(200)]
     finally:
         http.close()
         if server.process.poll() is None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from engine import batch as fmt
+from engine.file_cache import FileGone
 from engine.log import CLEANED_SUFFIX, PartitionLog
 from engine.segment import LogSegment
 
@@ -71,10 +72,13 @@ def clean(
             continue
         if len(latest) >= max_keys:
             break
-        for _, data in segment.batches():
-            for record in fmt.iter_records(data):
-                if record.offset >= first_dirty_offset:
-                    latest[record.key] = record.offset
+        try:
+            for _, data in segment.batches():
+                for record in fmt.iter_records(data):
+                    if record.offset >= first_dirty_offset:
+                        latest[record.key] = record.offset
+        except FileGone:
+            continue  # retention deleted it meanwhile: its records are gone
         end = segment.next_offset
     if end <= first_dirty_offset:
         return None
@@ -89,7 +93,10 @@ def clean(
             if segment.base_offset >= end:
                 break
             size = segment.size
-            dropped = _rewrite(segment, latest, horizon, scratch)
+            try:
+                dropped = _rewrite(segment, latest, horizon, scratch)
+            except FileGone:
+                continue  # retention deleted it meanwhile
             if dropped == 0:
                 continue
             if log.replace_segment(segment, size):
@@ -137,7 +144,8 @@ def _rewrite(
             pending.append((rebuilt_header, memoryview(rebuilt)))
     if dropped == 0:
         return 0
-    out = LogSegment(scratch, segment.base_offset, segment.index_interval_bytes)
+    out = LogSegment(scratch, segment.base_offset, segment.index_interval_bytes, segment.files)
+    out.activate()
     for header, data in pending:
         out.append(data, [(0, header)])
     out.flush(fsync=True)

@@ -3,7 +3,9 @@
 The core is synchronous. Mutations take a short lock (never held across I/O that can block for
 long: fsync and cleaning run outside it), so background threads can flush, clean and apply
 retention while the event loop appends and reads. Reads take no lock: the segments and their
-base offsets are one immutable snapshot, replaced in a single assignment, never mutated.
+base offsets are one immutable snapshot, replaced in a single assignment, never mutated. A read
+that reaches a segment removed meanwhile waits for the change to be published, then reads the
+new snapshot.
 """
 
 from __future__ import annotations
@@ -14,12 +16,13 @@ import shutil
 import threading
 import time
 from bisect import bisect_right
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from operator import attrgetter
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from engine import batch as fmt
+from engine import file_cache
 from engine.config import INT_MAX, TopicConfig
 from engine.epoch_cache import LeaderEpochCache
 from engine.errors import (
@@ -32,6 +35,7 @@ from engine.errors import (
     RecordTooLarge,
     StorageError,
 )
+from engine.file_cache import FileCache, FileGone
 from engine.segment import LogSegment
 
 EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
@@ -41,6 +45,7 @@ SWAP_SUFFIX = ".swap"
 Listener = Callable[["PartitionLog"], None]
 _key_of = attrgetter("key")
 RollListener = Callable[["PartitionLog", LogSegment], None]
+T = TypeVar("T")
 
 
 class AppendInfo(NamedTuple):
@@ -92,8 +97,10 @@ class PartitionLog:
         high_watermark: int = 0,
         trust_files: bool = False,
         clock: Callable[[], float] = time.time,
+        files: FileCache | None = None,
     ) -> None:
         self.directory = directory
+        self.files = file_cache.shared if files is None else files
         self.topic = topic
         self.partition = partition
         self.config = config
@@ -135,7 +142,12 @@ class PartitionLog:
         return int(self.clock() * 1000)
 
     def _new_segment(self, base_offset: int) -> LogSegment:
-        return LogSegment(self.directory, base_offset, self.config.index_interval_bytes)
+        return LogSegment(self.directory, base_offset, self.config.index_interval_bytes, self.files)
+
+    def _new_active_segment(self, base_offset: int) -> LogSegment:
+        segment = self._new_segment(base_offset)
+        segment.activate()
+        return segment
 
     def _set_segments(self, segments: Iterable[LogSegment]) -> None:
         """Publish a new segment list in one assignment (callers hold the lock)."""
@@ -145,15 +157,21 @@ class PartitionLog:
     def _load(
         self, recovery_point: int, log_start_offset: int, trust_files: bool
     ) -> RecoveryReport:
-        """Open every segment; CRC-check those at or after the recovery point; cut a bad tail."""
+        """Open the segments one at a time (each closed one is sealed before the next, so the
+        file cache bounds what is open); CRC-check those at or after the recovery point; cut a
+        bad tail."""
         started = time.monotonic()
         finish_interrupted_swaps(self.directory)
         bases = sorted(int(p.name[:-4]) for p in self.directory.glob("*.log") if p.stem.isdigit())
-        segments = [self._new_segment(base) for base in bases]
+        segments: list[LogSegment] = []
         scanned = truncated = deleted = 0
         errors: list[str] = []
-        for i, segment in enumerate(segments):
-            next_base = segments[i + 1].base_offset if i + 1 < len(segments) else None
+        for i, base in enumerate(bases):
+            if segments:
+                segments[-1].seal()
+            segment = self._new_segment(base)
+            segments.append(segment)
+            next_base = bases[i + 1] if i + 1 < len(bases) else None
             needs_scan = not trust_files and (next_base is None or next_base > recovery_point)
             if not needs_scan and segment.load():
                 continue
@@ -166,14 +184,16 @@ class PartitionLog:
             if result.error is not None:
                 errors.append(f"{segment.path.name}: {result.error}")
                 # Nothing after a corruption can be trusted: drop the later segments.
-                for later in segments[i + 1 :]:
+                for later_base in bases[i + 1 :]:
+                    later = self._new_segment(later_base)
                     truncated += later.size
                     later.delete()
                     deleted += 1
-                segments = segments[: i + 1]
                 break
-        if not segments:
-            segments = [self._new_segment(log_start_offset)]
+        if segments:
+            segments[-1].activate()
+        else:
+            segments = [self._new_active_segment(log_start_offset)]
         self._set_segments(segments)
         return RecoveryReport(scanned, truncated, deleted, errors, time.monotonic() - started)
 
@@ -186,14 +206,35 @@ class PartitionLog:
         leaves the log unchanged.
         """
         buf = data if isinstance(data, bytearray) else bytearray(data)
-        headers = self._validate(buf, leader=True)
+        return self.append_checked_as_leader([(buf, self.check_as_leader(buf))], leader_epoch)[0]
+
+    def check_as_leader(self, data: bytes | bytearray) -> list[tuple[int, fmt.BatchHeader]]:
+        """Validate producer batches as `append_as_leader` would, without appending; their
+        headers, for `append_checked_as_leader`."""
+        return self._validate(data, leader=True)
+
+    def append_checked_as_leader(
+        self,
+        requests: Sequence[tuple[bytearray, list[tuple[int, fmt.BatchHeader]]]],
+        leader_epoch: int,
+    ) -> list[AppendInfo]:
+        """Append several checked producer requests (bytes and headers from `check_as_leader`)
+        in one write: consecutive offsets in request order, one AppendInfo per request."""
+        if len(requests) == 1:
+            buf, headers = requests[0]
+        else:
+            buf = bytearray().join(part for part, _ in requests)
+            headers = []
+            shift = 0
+            for part, part_headers in requests:
+                headers.extend((pos + shift, header) for pos, header in part_headers)
+                shift += len(part)
         now = self.now_ms()
         config = self.config
         with self._lock:
             self._check_open()
             first = offset = self.log_end_offset
             stamped: list[tuple[int, fmt.BatchHeader]] = []
-            records = 0
             for pos, header in headers:
                 fmt.set_base_offset(buf, pos, offset)
                 fmt.set_leader_epoch(buf, pos, leader_epoch)
@@ -212,7 +253,6 @@ class PartitionLog:
                     )
                 )
                 offset += header.last_offset_delta + 1
-                records += header.record_count
             # The epoch goes in first (as in Kafka), so no stamped batch outlives its entry.
             self.epoch_cache.assign(leader_epoch, first)
             try:
@@ -220,15 +260,17 @@ class PartitionLog:
             except BaseException:
                 self.epoch_cache.truncate_from_end(self.log_end_offset)
                 raise
-            info = AppendInfo(
-                first,
-                offset - 1,
-                records,
-                now if config.log_append_time else -1,
-                self._note_unflushed(records, now),
-            )
+            records = sum(header.record_count for _, header in headers)
+            flush_due = self._note_unflushed(records, now)
+            append_time = now if config.log_append_time else -1
+            infos = []
+            start = first
+            for _, part_headers in requests:
+                count = sum(header.record_count for _, header in part_headers)
+                infos.append(AppendInfo(start, start + count - 1, count, append_time, flush_due))
+                start += count
         self._notify()
-        return info
+        return infos
 
     def append_as_follower(self, data: bytes | bytearray | memoryview) -> AppendInfo:
         """Append a leader's batches as they are; the first must start at the log end offset."""
@@ -355,8 +397,10 @@ class PartitionLog:
             if old.empty:
                 return old
             old.flush(fsync=False)
-            new = self._new_segment(self.log_end_offset)
-            self._set_segments([*self._view.segments, new])
+            new = self._new_active_segment(self.log_end_offset)  # may fail: old stays active
+            old.seal()
+            segments, bases = self._view  # one more at the end: no walk over all of them
+            self._view = SegmentView((*segments, new), (*bases, new.base_offset))
         for listener in self._roll_listeners:
             listener(self, old)
         return new
@@ -376,6 +420,18 @@ class PartitionLog:
         The first batch may start before `offset`; the caller skips those records. With
         `max_records`, batches the caller would not reach are not read past the first.
         """
+        return self._lock_free(
+            lambda: self._read(offset, max_bytes, upper_offset, min_one, max_records)
+        )
+
+    def _read(
+        self,
+        offset: int,
+        max_bytes: int,
+        upper_offset: int | None,
+        min_one: bool,
+        max_records: int | None,
+    ) -> ReadResult:
         if self._closed:
             raise LogClosed(f"{self.topic}-{self.partition} is closed")
         log_start, log_end, hw = self.log_start_offset, self.log_end_offset, self.high_watermark
@@ -401,6 +457,9 @@ class PartitionLog:
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first committed record with timestamp >= `timestamp`."""
+        return self._lock_free(lambda: self._offset_for_timestamp(timestamp))
+
+    def _offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         for segment in self._view.segments:
             if segment.max_timestamp < timestamp:
                 continue
@@ -412,6 +471,25 @@ class PartitionLog:
                 return None
             return offset, ts
         return None
+
+    def _lock_free(self, read: Callable[[], T]) -> T:
+        """Run `read` over the current segments without the lock. If a segment it reaches went
+        meanwhile (retention, truncation, compaction: all publish their new segments under the
+        lock), wait for that change and read again. A failing filesystem (no descriptor left to
+        open a closed segment with, an I/O error) is a StorageError."""
+        while True:
+            view = self._view
+            try:
+                return read()
+            except FileGone:
+                with self._lock:
+                    self._check_open()
+                    if self._view is view:
+                        raise
+            except OSError as exc:
+                raise StorageError(
+                    f"{self.topic}-{self.partition}: reading the log failed ({exc})"
+                ) from exc
 
     # -- watermarks and truncation ---------------------------------------------------------
 
@@ -436,11 +514,12 @@ class PartitionLog:
             else:
                 segments = self._view.segments
                 keep = [s for s in segments if s.base_offset < offset]
+                if keep:
+                    keep[-1].truncate_to(offset)  # opens it for appends if it was closed
                 for segment in segments[len(keep) :]:
                     segment.delete()
                 if not keep:
-                    keep = [self._new_segment(offset)]
-                keep[-1].truncate_to(offset)
+                    keep = [self._new_active_segment(offset)]
                 self._set_segments(keep)
                 self.log_end_offset = keep[-1].next_offset
                 if self.log_end_offset < self.log_start_offset:
@@ -463,7 +542,7 @@ class PartitionLog:
     def _truncate_fully(self, offset: int) -> None:
         for segment in self._view.segments:
             segment.delete()
-        self._set_segments([self._new_segment(offset)])
+        self._set_segments([self._new_active_segment(offset)])
         self.log_start_offset = self.log_end_offset = offset
         self.high_watermark = self.recovery_point = offset
         self.epoch_cache.clear()
@@ -661,6 +740,7 @@ class PartitionLog:
                 for path in files:
                     path.with_name(path.name + CLEANED_SUFFIX).unlink(missing_ok=True)
                 return False
+            old.close()  # its paths are about to name the cleaned files: never reopen them
             for path in files:
                 os.replace(
                     path.with_name(path.name + CLEANED_SUFFIX),
@@ -671,6 +751,7 @@ class PartitionLog:
             fresh = self._new_segment(old.base_offset)
             if not fresh.load():
                 fresh.recover()
+            fresh.seal()
             self._set_segments([fresh if s is old else s for s in self._view.segments])
         return True
 

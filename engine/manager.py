@@ -18,10 +18,11 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import orjson
 
-from engine import checkpoint, cleaner
+from engine import checkpoint, cleaner, file_cache
 from engine.config import (
     TopicConfig,
     collision_key,
@@ -73,24 +74,46 @@ class Topic:
         )
 
 
+class PartitionRecovery(NamedTuple):
+    """A partition whose segments were CRC-checked at start-up, and what that found."""
+
+    topic: str
+    partition: int
+    truncated_bytes: int  # of a torn or corrupt tail, and of the segments after a corruption
+    segments_deleted: int
+    seconds: float
+
+
 @dataclass(frozen=True)
 class StartupReport:
-    """What opening the data directory found: the start-up log line and metrics."""
+    """What opening the data directory found: the start-up log lines and metrics."""
 
+    new: bool  # the directory held no Sluice data yet
     clean_shutdown: bool
     topics: int
     partitions: int
-    checked: int  # partitions whose segments were CRC-checked (after a crash)
-    truncated: list[tuple[str, int, int, int]]  # (topic, partition, bytes cut, segments dropped)
+    recovered: list[PartitionRecovery]  # the partitions checked (after an unclean shutdown)
     errors: list[str]
     seconds: float
 
     @property
+    def checked(self) -> int:
+        return len(self.recovered)
+
+    @property
+    def truncated(self) -> list[PartitionRecovery]:
+        """The partitions recovery cut back."""
+        return [r for r in self.recovered if r.truncated_bytes or r.segments_deleted]
+
+    @property
     def truncated_bytes(self) -> int:
-        return sum(cut for _, _, cut, _ in self.truncated)
+        return sum(r.truncated_bytes for r in self.recovered)
 
     def summary(self) -> str:
-        how = "after a clean shutdown" if self.clean_shutdown else "after a crash (or new)"
+        """One line: what was opened, after what kind of shutdown, and what recovery did."""
+        if self.new:
+            return f"a new data directory, nothing to recover (opened in {self.seconds:.2f} s)"
+        how = "after a clean shutdown" if self.clean_shutdown else "after an unclean shutdown"
         line = (
             f"{_count(self.topics, 'topic')}, {_count(self.partitions, 'partition')} opened "
             f"{how} in {self.seconds:.2f} s"
@@ -101,6 +124,9 @@ class StartupReport:
                 f"{_count(len(self.truncated), 'partition')} cut back by "
                 f"{self.truncated_bytes} bytes"
             )
+            if self.recovered:
+                slowest = max(self.recovered, key=lambda r: r.seconds)
+                line += f"; slowest {slowest.topic}-{slowest.partition} ({slowest.seconds:.2f} s)"
         return line
 
 
@@ -121,11 +147,19 @@ class LogManager:
         *,
         defaults: TopicConfig | None = None,
         clock: Callable[[], float] = time.time,
+        file_cache_size: int | None = None,
     ) -> None:
+        """`file_cache_size` bounds the descriptors of closed segments kept open (process-wide;
+        default: `file_cache.default_capacity()`, from the descriptor limit)."""
         self.data_dir = Path(data_dir)
+        self.files = file_cache.shared
+        self.files.resize(
+            file_cache.default_capacity() if file_cache_size is None else file_cache_size
+        )
         self.defaults = defaults or TopicConfig()
         self.clock = clock
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.new_data_dir = not (self.data_dir / TOPICS_DIR).exists()
         (self.data_dir / TOPICS_DIR).mkdir(exist_ok=True)
         self._lock_fd = os.open(self.data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -180,17 +214,22 @@ class LogManager:
 
     def _report(self, seconds: float) -> StartupReport:
         logs = self.all_logs()
-        truncated = [
-            (log.topic, log.partition, log.recovery.truncated_bytes, log.recovery.segments_deleted)
-            for log in logs
-            if log.recovery.truncated_bytes or log.recovery.segments_deleted
-        ]
         return StartupReport(
+            new=self.new_data_dir,
             clean_shutdown=self.had_clean_shutdown,
             topics=len(self.topics),
             partitions=len(logs),
-            checked=sum(1 for log in logs if log.recovery.segments_scanned),
-            truncated=truncated,
+            recovered=[
+                PartitionRecovery(
+                    log.topic,
+                    log.partition,
+                    log.recovery.truncated_bytes,
+                    log.recovery.segments_deleted,
+                    log.recovery.seconds,
+                )
+                for log in logs
+                if log.recovery.segments_scanned
+            ],
             errors=[
                 f"{log.topic}-{log.partition}: {e}" for log in logs for e in log.recovery.errors
             ],
@@ -217,6 +256,7 @@ class LogManager:
             high_watermark=high_watermark,
             trust_files=trust_files,
             clock=self.clock,
+            files=self.files,
         )
 
     def _remove_orphans(self) -> None:
@@ -266,14 +306,16 @@ class LogManager:
             return topic
 
     def _check_capacity(self, new_partitions: int) -> None:
-        """Refuse partitions whose segments could not all stay open (one descriptor each)."""
+        """Refuse partitions whose active segments could not all stay open (one descriptor
+        each; closed segments share the file cache's)."""
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-        budget = soft * 3 // 4  # the rest is for sockets, index writes and checkpoints
-        in_use = sum(len(log.segments) for log in self.all_logs())
+        budget = soft * 3 // 4  # the rest: the file cache, sockets, index writes, checkpoints
+        in_use = len(self.all_logs())
         if in_use + new_partitions > budget:
             raise TooManyPartitions(
-                f"this node keeps {in_use} segments open and can hold {budget} with its "
-                f"file-descriptor limit of {soft}; {new_partitions} more partitions do not fit"
+                f"this node keeps the active segments of {in_use} partitions open and can hold "
+                f"{budget} with its file-descriptor limit of {soft}; {new_partitions} more "
+                "partitions do not fit"
             )
 
     def _open_new_partitions(self, topic: Topic, numbers: range) -> None:

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import errno
-import io
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
 from engine import batch as fmt
+from engine import file_cache
 from engine.errors import CorruptRecord
+from engine.file_cache import CachedFile, FileCache, FileGone
 from engine.index import OffsetIndex, TimeIndex
 
 _HEADER_PROBE = 8 * 1024  # bytes read at once while walking batch headers (> index interval)
@@ -30,32 +32,100 @@ class RecoveryResult(NamedTuple):
 class LogSegment:
     """Append-only batches for offsets [base_offset, next_offset), with sparse indexes.
 
-    The file is written with one `os.write` per append on an O_APPEND descriptor and read with
-    `os.pread`, so readers never disturb the writer. Sizes and offsets are tracked in memory;
-    `load`/`recover` derive them from the file on open.
+    The active segment (`activate`) keeps its file open: one `os.write` per append on an
+    O_APPEND descriptor. A closed one (`seal`) keeps only sizes, offsets and timestamps in
+    memory: its files are opened on demand through the process-wide file cache and its indexes
+    are looked up in their files. Reads use `os.pread`, so they never disturb the writer;
+    `load`/`recover` derive the in-memory state from the files on open.
     """
 
-    def __init__(self, directory: Path, base_offset: int, index_interval_bytes: int) -> None:
+    __slots__ = (
+        "_bytes_since_index",
+        "_fd",
+        "_log",
+        "base_offset",
+        "directory",
+        "files",
+        "index",
+        "index_interval_bytes",
+        "max_timestamp",
+        "next_offset",
+        "rolling_base_ms",
+        "size",
+        "time_index",
+    )
+
+    def __init__(
+        self,
+        directory: Path,
+        base_offset: int,
+        index_interval_bytes: int,
+        files: FileCache | None = None,
+    ) -> None:
+        """A segment as its files are (none yet: an empty one); nothing is opened here."""
         self.directory = directory
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
-        name = segment_name(base_offset)
-        self.path = directory / f"{name}.log"
-        self.index = OffsetIndex(directory / f"{name}.index", base_offset)
-        self.time_index = TimeIndex(directory / f"{name}.timeindex", base_offset)
-        # FileIO closes the descriptor when the last reference goes, so a reader still holding a
-        # deleted or swapped-out segment never sees its descriptor number reused.
-        self._file = io.FileIO(self.path, "a+")
-        self._fd = self._file.fileno()
-        self.size = os.fstat(self._fd).st_size
+        self.files = file_cache.shared if files is None else files
+        stem = os.path.join(directory, segment_name(base_offset))
+        self._log = CachedFile(stem + ".log")
+        self._fd = -1  # the active segment's descriptor for appends
+        self.index = OffsetIndex(stem + ".index", base_offset, self.files)
+        self.time_index = TimeIndex(stem + ".timeindex", base_offset, self.files)
+        try:
+            stat = os.stat(self._log.path)
+            self.size, mtime = stat.st_size, stat.st_mtime
+        except FileNotFoundError:
+            self.size, mtime = 0, 0.0
         self.next_offset = base_offset
         self.max_timestamp = fmt.NO_TIMESTAMP
         # When segment.ms starts counting: the broker's clock at the first append (the file's
         # mtime after a restart), not record timestamps, which producers may set far in the past.
-        self.rolling_base_ms: int | None = (
-            int(os.stat(self.path).st_mtime * 1000) if self.size else None
-        )
+        self.rolling_base_ms: int | None = int(mtime * 1000) if self.size else None
         self._bytes_since_index = 0
+
+    @property
+    def path(self) -> Path:
+        return Path(self._log.path)
+
+    # -- open for appends, or closed -----------------------------------------------------------
+
+    def activate(self) -> None:
+        """Open the file for appends (creating it) and keep it open: this is now the active
+        segment. Released indexes come back into memory (or are rebuilt)."""
+        if self._log.writer:
+            return
+        writer = CachedFile(self._log.path)
+        self._fd = self.files.open_writer(writer)
+        stale, self._log = self._log, writer
+        self.files.forget(stale)
+        if (self.index.released or self.time_index.released) and not self.load():
+            self.recover()
+
+    def seal(self) -> None:
+        """Closed for appends: release the indexes to their files and hand the log's descriptor
+        to the file cache, which closes it when it needs the room."""
+        self.index.release()
+        self.time_index.release()
+        if self._log.writer:
+            self._fd = -1
+            self.files.seal(self._log)
+
+    @contextmanager
+    def _pinned(self) -> Iterator[int]:
+        """The log's descriptor, held open for the block (from the cache if closed)."""
+        file = self._log
+        try:
+            fd = self.files.pin(file)
+        except FileGone:
+            if file is self._log:
+                raise
+            file = self._log  # it became the active segment meanwhile: read the new descriptor
+            fd = self.files.pin(file)
+        try:
+            yield fd
+        finally:
+            self.files.unpin(file)
 
     # -- writing -------------------------------------------------------------------------------
 
@@ -102,9 +172,11 @@ class LogSegment:
 
     def fsync(self) -> None:
         """fsync the log and index files; safe from another thread (touches no memory state)."""
-        if self._file.closed:
-            return
-        os.fsync(self._fd)
+        try:
+            with self._pinned() as fd:
+                os.fsync(fd)
+        except FileGone:
+            return  # closed, deleted or replaced meanwhile: nothing of it is left to sync
         for index in (self.index, self.time_index):
             if index.path.exists():
                 fd = os.open(index.path, os.O_RDONLY)
@@ -116,14 +188,19 @@ class LogSegment:
     # -- reading -------------------------------------------------------------------------------
 
     def pread(self, length: int, position: int) -> bytes:
-        return os.pread(self._fd, length, position)
+        with self._pinned() as fd:
+            return os.pread(fd, length, position)
 
     def translate(self, offset: int) -> tuple[int, fmt.BatchHeader] | None:
         """Position and header of the first batch whose last offset is >= `offset`."""
+        with self._pinned() as fd:
+            return self._translate(fd, offset)
+
+    def _translate(self, fd: int, offset: int) -> tuple[int, fmt.BatchHeader] | None:
         _, position = self.index.lookup(offset)
         size = self.size
         while position < size:
-            chunk = os.pread(self._fd, min(_HEADER_PROBE, size - position), position)
+            chunk = os.pread(fd, min(_HEADER_PROBE, size - position), position)
             pos = 0
             while pos + fmt.HEADER_SIZE <= len(chunk):
                 header = fmt.read_header(chunk, pos)
@@ -161,21 +238,22 @@ class LogSegment:
         returned passed its CRC; a corrupt first batch raises CorruptRecord, a later one ends the
         read before it.
         """
-        found = self.translate(offset)
-        if found is None:
-            return memoryview(b"")
-        position, first = found
-        if first.last_offset >= upper_offset:
-            return memoryview(b"")
-        length = min(max_bytes, self.size - position)
-        if max_records is not None and first.record_count:
-            # Read about as many batches as max_records needs, sized like the first one,
-            # instead of copying all of max_bytes to use a fraction of it.
-            batches = -(-(max_records + offset - first.base_offset) // first.record_count)
-            length = min(length, batches * first.size)
-        if min_one and first.size > length:
-            length = first.size
-        data = memoryview(os.pread(self._fd, length, position))
+        with self._pinned() as fd:
+            found = self._translate(fd, offset)
+            if found is None:
+                return memoryview(b"")
+            position, first = found
+            if first.last_offset >= upper_offset:
+                return memoryview(b"")
+            length = min(max_bytes, self.size - position)
+            if max_records is not None and first.record_count:
+                # Read about as many batches as max_records needs, sized like the first one,
+                # instead of copying all of max_bytes to use a fraction of it.
+                batches = -(-(max_records + offset - first.base_offset) // first.record_count)
+                length = min(length, batches * first.size)
+            if min_one and first.size > length:
+                length = first.size
+            data = memoryview(os.pread(fd, length, position))
         stop = upper_offset if max_records is None else min(upper_offset, offset + max_records)
         pos = 0
         end = len(data)
@@ -222,18 +300,21 @@ class LogSegment:
         if self.max_timestamp < timestamp:
             return None
         start = self.time_index.lookup(timestamp)
-        found = self.translate(max(self.base_offset if start is None else start, start_offset))
-        if found is None:
-            return None
-        position, header = found
-        while position < self.size:
-            header = fmt.read_header(self.pread(fmt.HEADER_SIZE, position))
-            if header.max_timestamp >= timestamp:
-                data = self.pread(header.size, position)
-                for record in fmt.iter_records(data):
-                    if record.offset >= start_offset and record.timestamp >= timestamp:
-                        return record.offset, record.timestamp
-            position += header.size
+        with self._pinned() as fd:
+            found = self._translate(
+                fd, max(self.base_offset if start is None else start, start_offset)
+            )
+            if found is None:
+                return None
+            position, header = found
+            while position < self.size:
+                header = fmt.read_header(os.pread(fd, fmt.HEADER_SIZE, position))
+                if header.max_timestamp >= timestamp:
+                    data = os.pread(fd, header.size, position)
+                    for record in fmt.iter_records(data):
+                        if record.offset >= start_offset and record.timestamp >= timestamp:
+                            return record.offset, record.timestamp
+                position += header.size
         return None
 
     # -- recovery and truncation ---------------------------------------------------------------
@@ -298,14 +379,16 @@ class LogSegment:
             error = str(exc)
         truncated = self.size - position
         if truncated:
-            os.ftruncate(self._fd, position)
+            os.truncate(self._log.path, position)
             self.size = position
         self.index.rewrite()
         self.time_index.rewrite()
         return RecoveryResult(truncated, error, epochs)
 
     def truncate_to(self, offset: int) -> int:
-        """Remove every batch whose last offset is >= `offset`; returns bytes removed."""
+        """Remove every batch whose last offset is >= `offset`; returns bytes removed. The
+        segment becomes (or stays) the active one."""
+        self.activate()
         found = self.translate(offset)
         if found is None:
             return 0
@@ -325,13 +408,19 @@ class LogSegment:
         return self.size == 0
 
     def close(self) -> None:
-        if not self._file.closed:
-            self.index.flush()
-            self.time_index.flush()
-            self._file.close()
+        """Write pending index entries and let go of the files: a read of this segment that
+        does not hold them already raises FileGone."""
+        self.index.flush()
+        self.time_index.flush()
+        self._fd = -1
+        for file in (self._log, self.index.file, self.time_index.file):
+            self.files.forget(file)
 
     def delete(self) -> None:
-        """Unlink the files; readers holding this segment keep reading until they let go."""
+        """Unlink the files; a read holding them keeps reading until it lets go, a later one
+        raises FileGone."""
+        self._fd = -1
+        self.files.forget(self._log)
         self.path.unlink(missing_ok=True)
         self.index.delete()
         self.time_index.delete()

@@ -267,7 +267,8 @@ def test_create_keeps_a_given_topic_id(tmp_path: Path) -> None:
 
 def test_the_startup_report_says_what_recovery_did(tmp_path: Path) -> None:
     empty = LogManager(tmp_path / "empty")
-    assert empty.startup.summary().startswith("0 topics, 0 partitions opened after a crash")
+    assert empty.startup.new and not empty.startup.clean_shutdown
+    assert empty.startup.summary().startswith("a new data directory, nothing to recover")
     empty.close()
     again = LogManager(tmp_path / "empty")
     assert again.startup.summary().startswith("0 topics, 0 partitions opened after a clean")
@@ -285,7 +286,12 @@ def test_the_startup_report_says_what_recovery_did(tmp_path: Path) -> None:
     reopened = LogManager(tmp_path / "data")
     report = reopened.startup
     assert (report.clean_shutdown, report.topics, report.partitions) == (False, 1, 2)
-    assert report.truncated == [("t", 0, 7, 0)] and report.truncated_bytes == 7
-    assert report.summary().startswith("1 topic, 2 partitions opened after a crash (or new) in")
-    assert report.summary().endswith("2 partitions checked, 1 partition cut back by 7 bytes")
+    assert [
+        (r.topic, r.partition, r.truncated_bytes, r.segments_deleted) for r in report.truncated
+    ] == [("t", 0, 7, 0)]
+    assert report.truncated_bytes == 7 and report.checked == 2 and not report.new
+    assert all(r.seconds >= 0 for r in report.recovered)
+    summary = report.summary()
+    assert summary.startswith("1 topic, 2 partitions opened after an unclean shutdown in")
+    assert "2 partitions checked, 1 partition cut back by 7 bytes; slowest t-" in summary
     reopened.close()

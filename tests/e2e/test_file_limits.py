@@ -1,0 +1,57 @@
+"""Issue 11 end to end: a server allowed 256 file descriptors keeps accepting produces to one
+partition of 16 KiB segments long after it holds more segments than descriptors, and serves
+the whole log from offset 0."""
+
+from __future__ import annotations
+
+import os
+import resource
+from pathlib import Path
+
+import httpx
+
+from tests.e2e.conftest import read_values, start_server
+
+LIMIT = 256  # soft and hard: `sluice serve` raises the soft limit to the hard one
+CACHE = LIMIT // 8  # the file cache's default at this limit
+PRODUCES = 2_000
+PER_PRODUCE = 4
+
+
+def limit_open_files() -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (LIMIT, LIMIT))
+
+
+def open_fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def test_a_log_of_far_more_segments_than_descriptors_is_written_and_read_whole(
+    tmp_path: Path,
+) -> None:
+    server = start_server(tmp_path / "data", preexec=limit_open_files)
+    try:
+        with httpx.Client(base_url=server.url, timeout=30.0) as http:
+            created = http.post(
+                "/v1/topics", json={"name": "tiny", "configs": {"segment.bytes": 16384}}
+            )
+            assert created.status_code == 201, created.text
+            before = open_fds(server.process.pid)
+            pad = "x" * 1000
+            for n in range(PRODUCES):
+                records = [{"value": {"n": n, "i": i, "pad": pad}} for i in range(PER_PRODUCE)]
+                answer = http.post("/v1/topics/tiny/records", json={"records": records})
+                assert answer.status_code == 200, (n, answer.text)
+            end = PRODUCES * PER_PRODUCE
+            segments = list((server.data_dir / "tiny-0").glob("*.log"))
+            assert len(segments) > 2 * LIMIT, len(segments)
+            values = read_values(http, server.url, "tiny", end)
+            assert [(v["n"], v["i"]) for v in values] == [
+                (n, i) for n in range(PRODUCES) for i in range(PER_PRODUCE)
+            ]
+            # The closed segments share the cache; the active one holds one more.
+            assert open_fds(server.process.pid) <= before + CACHE + 1
+        assert server.stop() == 0
+    finally:
+        if server.process.poll() is None:
+            server.kill()

@@ -3,18 +3,23 @@ consumer groups."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from engine.manager import StartupReport
 from engine.notify import ChangeNotifier
 from gateway.groups.coordinator import GroupCoordinator
+from gateway.request_metrics import RequestLatency, TopicTraffic
 from replication.metadata import NO_LEADER
 from replication.replica_manager import ReplicaManager
+
+CLIENT_CLOSED = 499  # the status label of a request whose client left before its answer
 
 
 class PartitionCollector(Collector):
@@ -103,6 +108,7 @@ class PartitionCollector(Collector):
         }
         for name, (doc, value) in gauges.items():
             families.append(GaugeMetricFamily(name, doc, value=float(value)))
+        families.extend(_startup_partitions(startup))
         for name, doc, value in (
             ("sluice_isr_shrinks", "ISR shrinks stored by this leader", replicas.counters.shrinks),
             (
@@ -110,9 +116,39 @@ class PartitionCollector(Collector):
                 "ISR expansions stored by this leader",
                 replicas.counters.expands,
             ),
+            (
+                "sluice_produce_writes",
+                "Log writes made for produce requests (one per partition and loop turn)",
+                replicas.appends.writes,
+            ),
+            (
+                "sluice_produce_requests_written",
+                "Produce requests those writes carried",
+                replicas.appends.requests,
+            ),
         ):
             families.append(CounterMetricFamily(name, doc, value=value))
         return families
+
+
+def _startup_partitions(startup: StartupReport) -> list[Metric]:
+    """Per partition recovery checked at start-up (after an unclean shutdown): its time and
+    the bytes it cut; a clean start has none."""
+    labels = ["topic", "partition"]
+    seconds = GaugeMetricFamily(
+        "sluice_startup_partition_recovery_seconds",
+        "Time recovery took to check a partition's segments at start-up",
+        labels=labels,
+    )
+    cut = GaugeMetricFamily(
+        "sluice_startup_partition_truncated_bytes",
+        "Bytes of a torn or corrupt tail recovery cut from a partition at start-up",
+        labels=labels,
+    )
+    for r in startup.recovered:
+        seconds.add_metric([r.topic, str(r.partition)], r.seconds)
+        cut.add_metric([r.topic, str(r.partition)], r.truncated_bytes)
+    return [seconds, cut]
 
 
 class TieringCollector(Collector):
@@ -201,47 +237,10 @@ class Metrics:
         groups: Callable[[], GroupCoordinator | None],
     ) -> None:
         self.registry = CollectorRegistry()
-        self.requests = Counter(
-            "sluice_http_requests",
-            "HTTP requests",
-            ["route", "method", "status"],
-            registry=self.registry,
-        )
-        self.latency = Histogram(
-            "sluice_http_request_duration_seconds",
-            "HTTP request latency",
-            ["route", "method", "status"],
-            buckets=(
-                0.0005,
-                0.001,
-                0.0025,
-                0.005,
-                0.01,
-                0.025,
-                0.05,
-                0.1,
-                0.25,
-                0.5,
-                1,
-                2.5,
-                5,
-                10,
-                30,
-            ),
-            registry=self.registry,
-        )
-        self.records_in = Counter(
-            "sluice_records_in", "Records produced", ["topic"], registry=self.registry
-        )
-        self.bytes_in = Counter(
-            "sluice_bytes_in", "Record batch bytes produced", ["topic"], registry=self.registry
-        )
-        self.records_out = Counter(
-            "sluice_records_out", "Records fetched", ["topic"], registry=self.registry
-        )
-        self.bytes_out = Counter(
-            "sluice_bytes_out", "Record batch bytes fetched", ["topic"], registry=self.registry
-        )
+        self.latency = RequestLatency()
+        self.traffic = TopicTraffic()
+        self.registry.register(self.latency)
+        self.registry.register(self.traffic)
         parked = Gauge(
             "sluice_parked_fetches", "Long-poll fetches waiting for data", registry=self.registry
         )
@@ -255,16 +254,18 @@ class Metrics:
         request: web.Request,
         handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
     ) -> web.StreamResponse:
-        """Count and time each request under its route template, never its raw path."""
+        """Count and time each request under its route template, never its raw path; a client
+        that went away before its answer counts as status 499 (nginx's "client closed")."""
         started = time.perf_counter()
         status = 500
         try:
             response = await handler(request)
             status = response.status
             return response
+        except (asyncio.CancelledError, ConnectionError):
+            status = CLIENT_CLOSED
+            raise
         finally:
             resource = request.match_info.route.resource
             route = resource.canonical if resource is not None else "unmatched"
-            self.requests.labels(route, request.method, str(status)).inc()
-            elapsed = time.perf_counter() - started
-            self.latency.labels(route, request.method, str(status)).observe(elapsed)
+            self.latency.observe(route, request.method, str(status), time.perf_counter() - started)

@@ -8,7 +8,9 @@ they get consecutive offsets in request order.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from engine import batch as fmt
@@ -25,6 +27,16 @@ from replication.idempotency import Marker
 from replication.metadata import ClusterView, TopicSpec
 from replication.partition import Partition
 from replication.replica_manager import ReplicaManager
+
+JsonBatches = Callable[
+    [bytes, int, int | None, Callable[[], int], int, int, bool],
+    list[tuple[int, bytearray, int]] | None,
+]
+_json_batches: JsonBatches | None
+try:
+    from gateway._producejson import json_batches as _json_batches
+except ImportError:  # built without a C compiler: JSON produces take the equivalent Python path
+    _json_batches = None
 
 
 @dataclass(frozen=True)
@@ -59,12 +71,14 @@ class Producer:
         metrics: Metrics,
         in_flight: InFlight,
         forwarder: ForwardClient,
+        keyless_led_here: bool = False,
     ) -> None:
         self.replicas = replicas
         self.forwarder = forwarder
         self.metrics = metrics
         self.in_flight = in_flight
         self.sticky = StickyPartitioner()
+        self.keyless_led_here = keyless_led_here  # workers: key-less records stay local
 
     async def produce(self, request: ProduceRequest) -> tuple[int, dict[str, object]]:
         topic = self.replicas.topic(request.topic)
@@ -100,6 +114,8 @@ class Producer:
     ) -> list[PartitionBatch]:
         partitions = topic.partitions
         pin = key.encode() if key is not None else None
+        config = self.replicas.topic_config(topic.name)
+        now = int(time.time() * 1000)
         groups: dict[int, list[RecordTuple]]
         json_groups: set[int]
         owner: list[int] | None = None  # each record's partition, when there are several
@@ -125,8 +141,28 @@ class Producer:
             groups = {p: records}
             json_groups = {p}
         else:
-            groups, json_groups, owner = self._group_json(request, partitions, pin)
-        config = self.replicas.topic_config(topic.name)
+            # Both paths ask for the sticky partition once the body proved valid; cached, so a
+            # body the C path hands back gets the partition it already chose.
+            keyless = functools.cache(
+                functools.partial(self._keyless, request.topic, partitions, pin)
+            )
+            if key is None and _json_batches is not None:
+                # The common JSON body, straight to batches in C (gateway/_producejson.c); None
+                # for any other body, including every refused one: the Python path below is the
+                # reference, byte for byte, and gives the errors. Idempotent requests always
+                # take the Python path, which puts the marker on their first record.
+                built = _json_batches(
+                    request.body,
+                    partitions,
+                    request.partition,
+                    keyless,
+                    config.max_message_bytes,
+                    now,
+                    config.compact,
+                )
+                if built is not None:
+                    return [PartitionBatch(p, data, count) for p, data, count in built]
+            groups, json_groups, owner = self._group_json(request, partitions, keyless)
         if config.compact:
             for records in groups.values():
                 if any(r[0] is None for r in records):
@@ -134,7 +170,6 @@ class Producer:
                         f"topic {topic.name!r} is compacted: every record needs a key",
                         "INVALID_RECORD",
                     )
-        now = int(time.time() * 1000)
         out = []
         for p in sorted(groups):
             records = groups[p]
@@ -172,13 +207,30 @@ class Producer:
     ) -> int:
         if request.partition is not None:
             return request.partition
+        return self._keyless(request.topic, partitions, pin)
+
+    def _keyless(self, topic: str, partitions: int, pin: bytes | None) -> int:
+        """The sticky partition of key-less records. A worker rotates over the partitions it
+        leads, if any: the kernel spreads connections over the workers, so every partition
+        still gets its share, and the records skip the hop to another worker. Idempotent
+        requests (`pin`) keep their deterministic partition, so a retry lands where the
+        first attempt did whichever worker it reaches."""
+        if pin is None and self.keyless_led_here:
+            led = [
+                p
+                for p in range(partitions)
+                if (local := self.replicas.local(topic, p)) is not None and local.is_leader
+            ]
+            if led:
+                return led[self.sticky.next_partition(len(led))]
         return self.sticky.next_partition(partitions, pin)
 
     def _group_json(
-        self, request: ProduceRequest, partitions: int, pin: bytes | None
+        self, request: ProduceRequest, partitions: int, keyless: Callable[[], int]
     ) -> tuple[dict[int, list[RecordTuple]], set[int], list[int] | None]:
         """Records per partition in request order, the partitions whose values are all JSON,
-        and each record's partition (None when they all share one)."""
+        and each record's partition (None when they all share one); `keyless()` gives the
+        partition of key-less records."""
         parsed = codecs.parse_json_records(request.body)
         records = parsed.records
         chosen = parsed.partitions or [None] * len(records)
@@ -201,14 +253,16 @@ class Producer:
             groups = {request.partition: records}
             owner = [request.partition] * len(records)
         else:
-            keyless = self.sticky.next_partition(partitions, pin)
+            keyless_partition = keyless()
             groups = {}
             owner = []
             for record, partition in zip(records, chosen, strict=True):
                 if partition is None:
                     record_key = record[0]
                     partition = (
-                        keyless if record_key is None else partition_for_key(record_key, partitions)
+                        keyless_partition
+                        if record_key is None
+                        else partition_for_key(record_key, partitions)
                     )
                 groups.setdefault(partition, []).append(record)
                 owner.append(partition)
@@ -224,7 +278,7 @@ class Producer:
         request: ProduceRequest,
         results: dict[int, tuple[int, int]],
     ) -> None:
-        """Append every partition's batches in one synchronous step, then honour acks.
+        """Append every partition's batches in this loop turn's writes, then honour acks.
 
         Each partition's (base offset, count) goes into `results` as soon as it is appended, so
         an idempotent retry after a failure part-way never appends a partition twice.
@@ -247,23 +301,42 @@ class Producer:
                 leader.check_enough_replicas()
             for item, _ in remote:
                 self.replicas.check_enough_replicas(topic.name, item.partition)
-        appended = []
-        for item, leader in local:
-            info = leader.append(item.data, request.acks)
+        if len(local) == 1 and not remote:
+            # The common case, without gather's tasks: one partition, led here.
+            item, leader = local[0]
+            info = await self.replicas.appends.append(leader, item.data, request.acks)
             results[item.partition] = (info.first_offset, item.count)
-            self.metrics.records_in.labels(topic.name).inc(item.count)
-            self.metrics.bytes_in.labels(topic.name).inc(len(item.data))
-            appended.append((leader, info))
-        partitions = [leader.partition for leader, _ in appended] + [i.partition for i, _ in remote]
+            self.metrics.traffic.produced(topic.name, item.count, len(item.data))
+            if info.flush_due or request.acks == "all":
+                await self.replicas.acknowledge(leader, info, request.acks, request.timeout_ms)
+            return
+        # Every local partition's append joins this loop turn's write before any is awaited.
+        appending = [
+            self.replicas.appends.append(leader, i.data, request.acks) for i, leader in local
+        ]
+        landed = await asyncio.gather(*appending, return_exceptions=True)
+        failed: list[tuple[int, BaseException]] = []
+        acknowledging = []
+        for (item, leader), landing in zip(local, landed, strict=True):
+            if isinstance(landing, BaseException):
+                failed.append((item.partition, landing))
+                continue
+            info = landing
+            results[item.partition] = (info.first_offset, item.count)
+            self.metrics.traffic.produced(topic.name, item.count, len(item.data))
+            acknowledging.append((leader, info))
+        partitions = [leader.partition for leader, _ in acknowledging] + [
+            item.partition for item, _ in remote
+        ]
         outcomes = await asyncio.gather(
             *(
                 self.replicas.acknowledge(leader, info, request.acks, request.timeout_ms)
-                for leader, info in appended
+                for leader, info in acknowledging
             ),
             *(self._forward(topic.name, item, url, request, results) for item, url in remote),
             return_exceptions=True,
         )
-        failed = [(p, o) for p, o in zip(partitions, outcomes, strict=True) if o is not None]
+        failed += [(p, o) for p, o in zip(partitions, outcomes, strict=True) if o is not None]
         if not failed:
             return
         refused = [p for p, _ in failed if p not in results]
@@ -317,9 +390,8 @@ class Producer:
                     leader, topic, item.partition, item.data, request.acks, request.timeout_ms
                 )
             else:
-                info = leader.append(item.data, request.acks)
+                info = await self.replicas.appends.append(leader, item.data, request.acks)
                 await self.replicas.acknowledge(leader, info, request.acks, request.timeout_ms)
                 base = info.first_offset
         results[item.partition] = (base, item.count)
-        self.metrics.records_in.labels(topic).inc(item.count)
-        self.metrics.bytes_in.labels(topic).inc(len(item.data))
+        self.metrics.traffic.produced(topic, item.count, len(item.data))

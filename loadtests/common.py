@@ -13,6 +13,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,15 +21,19 @@ from typing import Any
 import orjson
 
 
-def start_gateway(data_dir: Path, *extra: str) -> tuple[subprocess.Popen[str], str]:
-    """Start `python -m gateway --port 0` (plus `extra` options); return the process and the
-    URL it printed once its logs were open."""
+def start_gateway(
+    data_dir: Path, *extra: str, preexec: Callable[[], None] | None = None
+) -> tuple[subprocess.Popen[str], str]:
+    """Start `python -m gateway --port 0` (plus `extra` options, `preexec` run in the child
+    before it starts: limits); return the process and the URL it printed once its logs were
+    open."""
     process = subprocess.Popen(
         [sys.executable, "-m", "gateway", "--data-dir", str(data_dir), "--port", "0", *extra],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        preexec_fn=preexec,
     )
     assert process.stdout is not None
     line = process.stdout.readline()
@@ -39,9 +44,35 @@ def start_gateway(data_dir: Path, *extra: str) -> tuple[subprocess.Popen[str], s
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process, from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """User + system CPU time of a server: the process, its live descendants (worker
+    processes) and the children it has reaped, from /proc."""
+    stats = _proc_stats()
+    children: dict[int, list[int]] = {}
+    for child, (parent, _) in stats.items():
+        children.setdefault(parent, []).append(child)
+    total, todo = 0, [pid]
+    while todo:
+        current = todo.pop()
+        if current in stats:
+            total += stats[current][1]
+            todo.extend(children.get(current, ()))
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def _proc_stats() -> dict[int, tuple[int, int]]:
+    """Every process: pid -> (parent pid, clock ticks of its own and its reaped children's CPU)."""
+    stats = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # it exited while we looked
+            continue
+        # After the name: state, ppid, ... utime (12th), stime, cutime, cstime.
+        ticks = int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
+        stats[int(entry.name)] = (int(fields[1]), ticks)
+    return stats
 
 
 def rss_bytes(pid: int) -> int:

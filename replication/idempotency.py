@@ -54,11 +54,12 @@ def batch_marker(batch: memoryview) -> Marker | None:
 
 def first_marker(data: bytes | bytearray | memoryview) -> Marker | None:
     """The marker of a request's batches: on the first batch, when it is flagged."""
-    headers = fmt.scan(data, check_crc=False).headers
-    if not headers or not headers[0][1].idempotent:
+    if len(data) < fmt.HEADER_SIZE:
         return None
-    pos, header = headers[0]
-    return batch_marker(memoryview(data)[pos : pos + header.size])
+    header = fmt.read_header(data)
+    if not header.idempotent or header.size > len(data):
+        return None
+    return batch_marker(memoryview(data)[: header.size])
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,11 @@ replica manager's.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import NamedTuple
 
+from engine.batch import BatchHeader
 from engine.config import TopicConfig
 from engine.errors import OffsetOutOfRange
 from engine.log import AppendInfo, PartitionLog, ReadResult
@@ -25,7 +26,7 @@ from replication.errors import (
     NotLeader,
     UnknownLeaderEpoch,
 )
-from replication.idempotency import IdempotencyIndex, first_marker
+from replication.idempotency import IdempotencyIndex, Marker, first_marker
 from replication.metadata import NO_LEADER, PartitionState
 from replication.replica_state import LeaderState
 
@@ -163,14 +164,9 @@ class Partition:
         leading = self._leading()
         marker = first_marker(data)
         if marker is not None:
-            found = self.idempotency.lookup(marker.key)
-            if found is not None:
-                if found.digest != marker.digest:
-                    raise IdempotencyKeyReused(
-                        "this Idempotency-Key was used with a different request"
-                    )
-                last = found.base_offset + found.count - 1
-                return AppendInfo(found.base_offset, last, found.count, -1, False)
+            repeat = self._repeat(marker)
+            if repeat is not None:
+                return repeat
         if acks == "all":
             self.check_enough_replicas()
         info = self.log.append_as_leader(data, leading.leader_epoch)
@@ -178,6 +174,75 @@ class Partition:
             self.idempotency.note(marker, info.first_offset)
         self.update_high_watermark()
         return info
+
+    def append_together(
+        self, requests: Sequence[tuple[bytes | bytearray, str]]
+    ) -> list[AppendInfo | Exception]:
+        """Append several produce requests (data, acks) in one write, each judged alone: a
+        repeat answers with its first attempt's offsets, a refused one gets its own error, the
+        rest get consecutive offsets in request order."""
+        leading = self._leading()
+        outcomes: list[AppendInfo | Exception | None] = [None] * len(requests)
+        checked: list[tuple[int, bytearray, list[tuple[int, BatchHeader]]]] = []
+        markers: dict[int, Marker] = {}
+        later: list[int] = []  # a second request with a key already in this write: after it
+        for i, (data, acks) in enumerate(requests):
+            try:
+                marker = first_marker(data)
+                if marker is not None:
+                    if any(m.key == marker.key for m in markers.values()):
+                        later.append(i)
+                        continue
+                    repeat = self._repeat(marker)
+                    if repeat is not None:
+                        outcomes[i] = repeat
+                        continue
+                if acks == "all":
+                    self.check_enough_replicas()
+                buf = data if isinstance(data, bytearray) else bytearray(data)
+                checked.append((i, buf, self.log.check_as_leader(buf)))
+            except Exception as exc:  # this request's own refusal; the others go on
+                outcomes[i] = exc
+                continue
+            if marker is not None:
+                markers[i] = marker
+        if checked:
+            try:
+                infos: list[AppendInfo] | None = self.log.append_checked_as_leader(
+                    [(buf, headers) for _, buf, headers in checked], leading.leader_epoch
+                )
+            except Exception as exc:  # the write failed: nothing of it was appended
+                for i, _, _ in checked:
+                    outcomes[i] = exc
+                infos = None
+            if infos is not None:
+                for (i, _, _), info in zip(checked, infos, strict=True):
+                    marker = markers.get(i)
+                    if marker is not None:
+                        self.idempotency.note(marker, info.first_offset)
+                    outcomes[i] = info
+                self.update_high_watermark()
+        for i in later:
+            try:
+                outcomes[i] = self.append(*requests[i])
+            except Exception as exc:
+                outcomes[i] = exc
+        done: list[AppendInfo | Exception] = []
+        for outcome in outcomes:
+            if outcome is None:
+                raise RuntimeError("a request of the write was left without an outcome")
+            done.append(outcome)
+        return done
+
+    def _repeat(self, marker: Marker) -> AppendInfo | None:
+        """Where a request this log already holds put its records; None for a new request."""
+        found = self.idempotency.lookup(marker.key)
+        if found is None:
+            return None
+        if found.digest != marker.digest:
+            raise IdempotencyKeyReused("this Idempotency-Key was used with a different request")
+        last = found.base_offset + found.count - 1
+        return AppendInfo(found.base_offset, last, found.count, -1, False)
 
     def check_enough_replicas(self) -> None:
         """acks=all needs min.insync.replicas in the ISR (Kafka's NOT_ENOUGH_REPLICAS)."""

@@ -36,6 +36,7 @@ from replication.errors import (
     NotLeader,
     RequestTimedOut,
 )
+from replication.group_commit import AppendGroups, FlushGroups
 from replication.idempotency import IdempotencyIndex
 from replication.metadata import (
     NO_LEADER,
@@ -100,6 +101,8 @@ class ReplicaManager:
         self._isr_writes: set[TopicPartition] = set()
         self._tasks: set[asyncio.Future[object]] = set()
         self._closing = False
+        self.appends = AppendGroups()  # produces of one loop turn: one write per partition
+        self.flushes = FlushGroups()
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -168,10 +171,20 @@ class ReplicaManager:
             await asyncio.to_thread(_rebuild_idempotency, new)
             for partition in new:
                 self.partitions[(partition.topic, partition.partition)] = partition
+        first = {(partition.topic, partition.partition) for partition in new}
         changed = []
         for key, state in hosted:
             if self._take(self.partitions[key], state):
                 changed.append(self.partitions[key])
+                # A partition's first role (at start-up, or its topic created or grown here)
+                # is in the summary below; a later change (a failover) is news: a line each.
+                (log.debug if key in first else log.info)(_role(self.partitions[key]))
+        if first:
+            log.info(
+                "took up %d partitions: %s",
+                len(first),
+                _roles([p for p in changed if (p.topic, p.partition) in first]),
+            )
         if deleted or changed:
             for topics_listener in self._topics_listeners:
                 topics_listener(deleted)
@@ -247,13 +260,6 @@ class ReplicaManager:
             return False
         if state.leader == self.node_id:
             partition.make_leader(state)
-            log.info(
-                "%s-%d: leader in epoch %d, ISR %s",
-                partition.topic,
-                partition.partition,
-                state.leader_epoch,
-                list(state.isr),
-            )
         else:
             partition.make_follower(state)
         self.notifier.wake(partition.log)
@@ -307,6 +313,9 @@ class ReplicaManager:
     async def leader(self, topic: str, partition: int) -> Partition:
         """This node's replica, which must lead the partition: waits (bounded) while a new
         leader is being elected or the view is being applied. NotLeader names the leader."""
+        local = self.partitions.get((topic, partition))
+        if local is not None and local.is_leader:  # the common case, at once
+            return local
         state = self.state(topic, partition)
 
         def settled() -> bool:
@@ -366,7 +375,7 @@ class ReplicaManager:
     ) -> AppendInfo:
         """Append producer batches as leader and honour acks (one partition's whole produce)."""
         leader = await self.leader(topic, partition)
-        info = leader.append(data, acks)
+        info = await self.appends.append(leader, data, acks)
         await self.acknowledge(leader, info, acks, timeout_ms)
         return info
 
@@ -376,7 +385,7 @@ class ReplicaManager:
         """After `leader.append`: "0" and "1" return at once (after an fsync the flush policy
         asks for, with "1"), "all" once the high watermark passes the last record."""
         if info.flush_due:
-            await self._flush(leader, acks, timeout_ms)
+            await self._flush(leader, info.last_offset, acks, timeout_ms)
         if acks == "all":
             self.counters.acks_waiting += 1
             try:
@@ -384,13 +393,13 @@ class ReplicaManager:
             finally:
                 self.counters.acks_waiting -= 1
 
-    async def _flush(self, partition: Partition, acks: str, timeout_ms: int) -> None:
-        flushing = asyncio.ensure_future(asyncio.to_thread(partition.log.flush))
+    async def _flush(self, partition: Partition, offset: int, acks: str, timeout_ms: int) -> None:
+        flushing = self.flushes.flush_through(partition, offset)
         if acks == "0":
-            flushing.add_done_callback(lambda f: f.exception())
+            self._background(flushing)
             return
         try:
-            await asyncio.wait_for(asyncio.shield(flushing), timeout_ms / 1000)
+            await asyncio.wait_for(flushing, timeout_ms / 1000)
         except TimeoutError:
             raise RequestTimedOut(
                 "the records were appended but not yet flushed within timeout_ms; "
@@ -581,6 +590,47 @@ class ReplicaManager:
         partition.stored_isr(stored)
         self.notifier.wake(partition.log)
         return True
+
+
+def _role(partition: Partition) -> str:
+    """`orders-0: leader in epoch 3, ISR [0, 1]`, `... follower of node 2 ...` or `... no
+    leader ...`."""
+    state = partition.state
+    assert state is not None
+    if state.leader == partition.node_id:
+        role = "leader"
+    elif state.leader == NO_LEADER:
+        role = "no leader"
+    else:
+        role = f"follower of node {state.leader}"
+    where = f"{partition.topic}-{partition.partition}"
+    return f"{where}: {role} in epoch {state.leader_epoch}, ISR {list(state.isr)}"
+
+
+def _roles(partitions: list[Partition]) -> str:
+    """`leader of orders[0-2,5], t[0]; follower of orders[3-4]`: partitions by role, then
+    topic, consecutive numbers as ranges."""
+    roles = ("leader of", "follower of", "no leader for")
+    by_role: dict[str, dict[str, list[int]]] = {role: {} for role in roles}
+    for p in partitions:
+        role = roles[0] if p.leader == p.node_id else roles[2 if p.leader == NO_LEADER else 1]
+        by_role[role].setdefault(p.topic, []).append(p.partition)
+    return "; ".join(
+        f"{role} " + ", ".join(f"{t}[{_spans(sorted(ns))}]" for t, ns in sorted(topics.items()))
+        for role, topics in by_role.items()
+        if topics
+    )
+
+
+def _spans(numbers: list[int]) -> str:
+    """[0, 1, 2, 5] -> `0-2,5`."""
+    spans: list[list[int]] = []
+    for n in numbers:
+        if spans and n == spans[-1][1] + 1:
+            spans[-1][1] = n
+        else:
+            spans.append([n, n])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
 
 
 def _rebuild_idempotency(partitions: list[Partition]) -> None:

@@ -26,11 +26,13 @@ from tests.api.support import (
     end_offsets,
     fetch,
     fetch_all,
+    metrics,
     now_ms,
     problem,
     produce,
     produce_raw,
     records_path,
+    sample,
     wait_until,
 )
 
@@ -485,6 +487,51 @@ async def test_acks_all_waits_for_the_flush_policy(client: Client) -> None:
         assert await resp.json() == {"results": [{"partition": 0, "base_offset": 0, "count": 1}]}
 
 
+async def test_produces_waiting_for_an_fsync_share_the_next_one(client: Client) -> None:
+    """Group commit: requests appended while a flush is under way wait for it, or share the
+    next one, instead of each starting its own."""
+    await create_topic(client, configs={"flush.messages": 1})
+    flushes: list[int | None] = []
+    with BlockedFlush(client) as blocked:
+        flush = blocked._flush
+
+        def counted(up_to: int | None = None) -> None:
+            flushes.append(up_to)
+            flush(up_to)
+
+        blocked._flush = counted
+        first = asyncio.create_task(
+            client.post(records_path("t"), json={"records": [{"value": 0}]})
+        )
+        await wait_until(blocked.entered.is_set)
+        later = [
+            asyncio.create_task(client.post(records_path("t"), json={"records": [{"value": v}]}))
+            for v in range(1, 6)
+        ]
+        await wait_until(lambda: blocked.log.log_end_offset == 6)
+        assert not any(task.done() for task in [first, *later])
+        blocked.release.set()
+        answers = [await (await task).json() for task in [first, *later]]
+    assert sorted(a["results"][0]["base_offset"] for a in answers) == list(range(6))
+    # The held flush had not yet begun when the five were appended, so it covered them all;
+    # without group commit each request would have started its own.
+    assert len(flushes) == 1
+
+
+async def test_concurrent_one_record_produces_get_distinct_consecutive_offsets(
+    client: Client,
+) -> None:
+    await create_topic(client)
+    answers = await asyncio.gather(*(produce(client, [{"value": v}]) for v in range(50)))
+    offsets = {a["results"][0]["base_offset"]: v for v, a in enumerate(answers)}
+    assert sorted(offsets) == list(range(50))
+    assert values(await fetch_all(client)) == [offsets[o] for o in range(50)]
+    samples = await metrics(client)
+    assert sample(samples, "sluice_produce_requests_written_total") == 50
+    writes = sample(samples, "sluice_produce_writes_total")
+    assert writes is not None and 1 <= writes <= 50
+
+
 async def test_acks_all_times_out_with_504_and_says_the_record_may_commit(client: Client) -> None:
     await create_topic(client, configs={"flush.messages": 1})
     with BlockedFlush(client):
@@ -594,3 +641,41 @@ async def test_record_too_large_names_the_request_index_across_partitions(
     )
     assert body["index"] == 1
     assert await end_offsets(client) == [0, 0]
+
+
+async def test_a_batch_whose_record_offsets_skip_is_refused(client: Client) -> None:
+    """Offsets are assigned by stamping the base offset, so the records' deltas must run
+    0..count-1: a batch claiming deltas 0..1 that holds records at 0 and 5 would be served out
+    of order and twice."""
+    await create_topic(client)
+    data = fmt.encode_batch(
+        [fmt.RecordInput(None, b"a"), fmt.RecordInput(None, b"b")], offsets=[0, 5]
+    )
+    last_offset_delta_at = 23  # after attributes (int16 at 21)
+    data[last_offset_delta_at : last_offset_delta_at + 4] = (1).to_bytes(4, "big")
+    header = fmt.read_header(data)
+    fmt.set_attributes(data, 0, header, header.attributes)  # a valid CRC again
+    status, body, _ = await produce_raw(client, bytes(data), RECORD_BATCH)
+    assert (status, body["code"]) == (400, "INVALID_RECORD"), body
+    assert "offset deltas" in body["detail"]
+    assert await end_offsets(client) == [0]
+
+
+@pytest.mark.parametrize(
+    ("body", "media", "said"),
+    [
+        (b'{"records": [{"value": "\xff"}]}', "application/json", "not UTF-8"),
+        (b'{"records": [{"key": "\xff", "value": 1}]}', "application/json", "not UTF-8"),
+        (b'1\n"\xfe"\n', NDJSON, "line 2"),
+    ],
+)
+async def test_a_body_that_is_not_utf8_is_refused(
+    client: Client, body: bytes, media: str, said: str
+) -> None:
+    """Stored as sent, such a value would make every later JSON fetch of the partition
+    unreadable."""
+    await create_topic(client)
+    status, answer, _ = await produce_raw(client, body, media)
+    assert (status, answer["code"]) == (400, "INVALID_JSON"), answer
+    assert said in answer["detail"]
+    assert await end_offsets(client) == [0]

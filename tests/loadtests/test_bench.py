@@ -7,6 +7,8 @@ figure with its generator and server CPU, or, for latency under a starved machin
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -32,14 +34,19 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, An
         timeout=600,
     )
     assert done.returncode == 0, done.stderr[-5000:]
+    (out / "stdout.txt").write_text(done.stdout)
+    (out / "stderr.txt").write_text(done.stderr)
     return out, json.loads((out / "bench-report.json").read_text())
 
 
 def _figure(row: dict[str, Any]) -> None:
+    """A figure, and CPU that both sides really spent: more than nothing, and no more than
+    every core of the machine over the cell (plus the tools' start-up)."""
     assert "error" not in row, row
     assert row["records_per_s"] > 0
-    assert row["generator_cpu_s"] >= 0
-    assert row["server_cpu_s"] >= 0
+    ceiling = (row.get("seconds", 0) + 5) * (os.cpu_count() or 1)
+    for side in ("generator_cpu_s", "server_cpu_s"):
+        assert 0 < row[side] <= ceiling, (side, row)
 
 
 def test_every_output_file_is_written(report: tuple[Path, dict[str, Any]]) -> None:
@@ -50,6 +57,20 @@ def test_every_output_file_is_written(report: tuple[Path, dict[str, Any]]) -> No
     for heading in ("## Produce", "## Fetch", "## Consume", "## End-to-end latency", "## Scaling"):
         assert heading in markdown
     assert "## Sluice / Redis" in markdown
+
+
+def test_progress_is_plain_lines_on_a_pipe(report: tuple[Path, dict[str, Any]]) -> None:
+    """stderr piped: `scenario i of n` as each starts, a line as each ends (and every 10 s at
+    most in between); stdout keeps only the closing line."""
+    out = report[0]
+    names = ["produce", "fetch", "consume", "latency", "scaling", "cluster"]
+    lines = (out / "stderr.txt").read_text().splitlines()
+    starts = [line for line in lines if line.startswith("bench: scenario ")]
+    assert starts == [f"bench: scenario {i} of 6: {name}" for i, name in enumerate(names, 1)]
+    counts = [int(m[1]) for line in lines if (m := re.match(r"bench: (\d) of 6 scenarios", line))]
+    assert counts == sorted(counts) and set(range(1, 7)) <= set(counts)
+    assert any(line.startswith("bench: 6 of 6 scenarios (100%)") for line in lines)
+    assert (out / "stdout.txt").read_text().startswith(f"wrote {out}/bench-report.json")
 
 
 def test_meta_records_machine_and_load(report: tuple[Path, dict[str, Any]]) -> None:

@@ -1,0 +1,185 @@
+"""Issue 11's per-request figures, all from one gateway in one run (ratios, not absolutes).
+
+h2load (compiled, HTTP/1.1 with --h1 or h2c with prior knowledge) against one gateway process:
+`GET /healthz` (the framework's floor) and one-record JSON produces with acks=1 to a single
+partition, from 64 and 256 connections, one request in flight each. Cells alternate over the
+rounds and the median is the figure. Server-side batching shows as produce requests per log
+write, read from the gateway's own counters around each cell.
+
+    python -m loadtests.request_cost [--quick] [--rounds N] [--seconds S] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from loadtests import generators
+from loadtests.bench import machine
+from loadtests.common import http_json, start_gateway
+from loadtests.rows import rates
+
+ONE_RECORD = orjson.dumps({"records": [{"value": {"event": "click", "user": 42}}]})
+CELLS = [  # (what, protocol, connections)
+    ("healthz", "http/1.1", 64),
+    ("produce", "http/1.1", 64),
+    ("healthz", "h2c", 64),
+    ("produce", "h2c", 64),
+    ("produce", "http/1.1", 256),
+]
+
+
+def _written(url: str) -> tuple[float, float]:
+    """The gateway's (produce requests written, log writes) counters."""
+    counters = {"sluice_produce_requests_written_total": 0.0, "sluice_produce_writes_total": 0.0}
+    for line in http_text(url + "/metrics").splitlines():
+        name, _, value = line.partition(" ")
+        if name in counters:
+            counters[name] = float(value)
+    return (
+        counters["sluice_produce_requests_written_total"],
+        counters["sluice_produce_writes_total"],
+    )
+
+
+def http_text(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=30) as response:
+        return str(response.read().decode())
+
+
+def run_cell(
+    url: str, pid: int, body: Path, what: str, protocol: str, connections: int, seconds: float
+) -> dict[str, Any]:
+    """One h2load run; for produce, a fresh topic and the requests each write carried."""
+    if what == "healthz":
+        target, headers, payload = url + "/healthz", {}, None
+    else:
+        topic = f"cost-{protocol.replace('/', '')}-{connections}-{time.monotonic_ns()}"
+        http_json("POST", url + "/v1/topics", {"name": topic, "partitions": 1})
+        target = url + f"/v1/topics/{topic}/partitions/0/records?acks=1"
+        headers, payload = {"Content-Type": "application/json"}, body
+    before = _written(url)
+    run = generators.h2load(
+        [target],
+        seconds=seconds,
+        server_pid=pid,
+        body=payload,
+        headers=headers,
+        clients=connections,
+        http1=protocol == "http/1.1",
+    )
+    after = _written(url)
+    row = {"what": what, "protocol": protocol, "connections": connections, **rates(run, 1, 0)}
+    if what == "produce":
+        writes = after[1] - before[1]
+        row["requests_per_write"] = round((after[0] - before[0]) / writes, 2) if writes else None
+        http_json("DELETE", url + f"/v1/topics/{topic}")
+    return row
+
+
+def run(rounds: int, seconds: float, scratch: Path) -> dict[str, Any]:
+    """Every cell `rounds` times, alternating; the median round of each and the targets."""
+    process, url = start_gateway(scratch / "data")
+    body = scratch / "one-record.json"
+    body.write_bytes(ONE_RECORD)
+    results: dict[tuple[str, str, int], list[dict[str, Any]]] = {c: [] for c in CELLS}
+    try:
+        for _ in range(rounds):
+            for cell in CELLS:
+                results[cell].append(run_cell(url, process.pid, body, *cell, seconds))
+    finally:
+        process.terminate()
+        process.wait(30)
+    rows = []
+    for runs in results.values():
+        runs.sort(key=lambda r: r["requests_per_s"])
+        rows.append(
+            {
+                **runs[(len(runs) - 1) // 2],
+                "rounds_requests_per_s": [r["requests_per_s"] for r in runs],
+            }
+        )
+    return {"cells": rows, "targets": targets(rows)}
+
+
+def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Issue 11's figures for one worker, each with its target and whether this run met it."""
+    rate = {(r["what"], r["protocol"], r["connections"]): r["requests_per_s"] for r in rows}
+    produce = rate[("produce", "http/1.1", 64)]
+    figures = [
+        (
+            "one-record produce / GET /healthz, HTTP/1.1, 64 connections",
+            produce / rate[("healthz", "http/1.1", 64)],
+            0.7,
+        ),
+        ("one-record produce, HTTP/1.1, 64 connections (records/s)", produce, 10_000),
+        (
+            "one-record produce, HTTP/1.1, 256 connections (records/s)",
+            rate[("produce", "http/1.1", 256)],
+            30_000,
+        ),
+        (
+            "one-record produce h2c / HTTP/1.1, 64 connections",
+            rate[("produce", "h2c", 64)] / produce,
+            0.8,
+        ),
+    ]
+    return [
+        {"figure": name, "value": round(value, 3), "target": target, "met": value >= target}
+        for name, value, target in figures
+    ]
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    out = [
+        "## Request cost (issue 11)",
+        "",
+        "| request | protocol | connections | requests/s (median) | rounds | server CPU s | "
+        "generator CPU s | requests per write |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in doc["cells"]:
+        out.append(
+            f"| {r['what']} | {r['protocol']} | {r['connections']} | {r['requests_per_s']:,.0f} | "
+            f"{', '.join(f'{x:,.0f}' for x in r['rounds_requests_per_s'])} | {r['server_cpu_s']} | "
+            f"{r['generator_cpu_s']} | {r.get('requests_per_write', '')} |"
+        )
+    out += ["", "| figure | this run | target | met |", "|---|---|---|---|"]
+    for t in doc["targets"]:
+        out.append(f"| {t['figure']} | {t['value']:,} | {t['target']:,} | {t['met']} |")
+    return "\n".join(out) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="one short round (CI)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=5.0, help="per cell")
+    parser.add_argument("--out", type=Path, default=Path("bench-out"))
+    args = parser.parse_args()
+    rounds, seconds = (1, 1.0) if args.quick else (args.rounds, args.seconds)
+    with tempfile.TemporaryDirectory(prefix="sluice-cost-") as scratch:
+        doc = run(rounds, seconds, Path(scratch))
+    doc["meta"] = {
+        "command": "python -m loadtests.request_cost" + (" --quick" if args.quick else ""),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "rounds": rounds,
+        "seconds_per_cell": seconds,
+        "machine": machine(),
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "request-cost.json").write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+    (args.out / "request-cost.md").write_text(markdown(doc))
+    print(markdown(doc))
+
+
+if __name__ == "__main__":
+    main()

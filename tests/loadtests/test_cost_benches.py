@@ -1,0 +1,73 @@
+"""`loadtests.request_cost` and `loadtests.auth_bench` in their quick modes: every cell gives a
+figure with the CPU both sides spent, and each ratio is computed from the same run. Speed is
+never judged here."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _quick(module: str, out: Path, report: str) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, "-m", module, "--quick", "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-5000:]
+    doc: dict[str, Any] = json.loads((out / report).read_text())
+    return doc
+
+
+def _spent(row: dict[str, Any]) -> None:
+    assert row["records_per_s"] > 0, row
+    assert row["generator_cpu_s"] > 0, row
+    assert row["server_cpu_s"] > 0, row
+
+
+def test_request_cost_reports_every_cell_and_target(tmp_path: Path) -> None:
+    doc = _quick("loadtests.request_cost", tmp_path, "request-cost.json")
+    cells = {(c["what"], c["protocol"], c["connections"]): c for c in doc["cells"]}
+    assert set(cells) == {
+        ("healthz", "http/1.1", 64),
+        ("produce", "http/1.1", 64),
+        ("healthz", "h2c", 64),
+        ("produce", "h2c", 64),
+        ("produce", "http/1.1", 256),
+    }
+    for cell in cells.values():
+        _spent(cell)
+    for what, protocol, connections in cells:
+        if what == "produce":  # the gateway's own counters: every request was written
+            assert cells[(what, protocol, connections)]["requests_per_write"] >= 1
+    ratio = doc["targets"][0]
+    assert ratio["value"] == pytest.approx(
+        cells[("produce", "http/1.1", 64)]["requests_per_s"]
+        / cells[("healthz", "http/1.1", 64)]["requests_per_s"],
+        abs=1e-3,
+    )
+    assert [t["met"] for t in doc["targets"]] == [t["value"] >= t["target"] for t in doc["targets"]]
+
+
+def test_auth_bench_compares_the_same_cells_with_and_without_auth(tmp_path: Path) -> None:
+    doc = _quick("loadtests.auth_bench", tmp_path, "auth-bench.json")
+    assert [f["cell"] for f in doc["figures"]] == [
+        "produce binary 1000",
+        "fetch json 1000",
+        "produce json 1",
+    ]
+    for figure in doc["figures"]:
+        _spent(figure["open"])
+        _spent(figure["auth"])
+        assert figure["ratio"] == pytest.approx(
+            figure["auth"]["records_per_s"] / figure["open"]["records_per_s"], abs=1e-3
+        )

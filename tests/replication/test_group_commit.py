@@ -1,0 +1,201 @@
+"""Group commit: one loop turn's produces to a partition share one write and one fsync, and
+each still gets its own offsets, its own idempotent answer and its own error."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from engine import batch as fmt
+from engine.config import TopicConfig
+from engine.errors import InvalidRecord, RecordTooLarge
+from engine.log import AppendInfo, PartitionLog
+from engine.segment import LogSegment
+from replication.errors import IdempotencyKeyReused, NotEnoughReplicas, NotLeader
+from replication.group_commit import AppendGroups, FlushGroups
+from replication.idempotency import IdempotencyIndex, Marker
+from replication.metadata import PartitionState
+from replication.partition import Partition
+from tests.replication.test_idempotency import marked
+
+
+def records(*values: bytes) -> bytearray:
+    return fmt.encode_batches([(None, v, [], None) for v in values], max_batch_bytes=1 << 20)
+
+
+def marker(key: str, digest: str = "d", count: int = 1) -> Marker:
+    return Marker(key, digest, 1, count, int(time.time() * 1000))
+
+
+@pytest.fixture
+def leader(tmp_path: Path) -> Iterator[Partition]:
+    config = TopicConfig().with_overrides({"max.message.bytes": 4096, "flush.messages": 1})
+    log = PartitionLog(tmp_path / "t-0", "t", 0, config)
+    partition = Partition(log, 0, IdempotencyIndex(3600, 1000))
+    partition.make_leader(PartitionState(0, 3, (0,), (0,)))
+    yield partition
+    log.close()
+
+
+@pytest.fixture
+def writes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The size of every write to a segment file."""
+    sizes: list[int] = []
+    original = LogSegment.append
+
+    def counted(self: LogSegment, data: bytes | bytearray | memoryview, *args: object) -> None:
+        sizes.append(len(data))
+        original(self, data, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(LogSegment, "append", counted)
+    return sizes
+
+
+def values_of(log: PartitionLog) -> list[bytes | None]:
+    data = log.read(0, 1 << 20, upper_offset=log.log_end_offset).data
+    return [record.value for record in fmt.iter_records(data)]
+
+
+async def test_one_turns_produces_share_one_write_with_their_own_offsets(
+    leader: Partition, writes: list[int]
+) -> None:
+    groups = AppendGroups()
+    bodies = [records(b"a"), records(b"b", b"c"), records(b"d")]
+    infos = await asyncio.gather(*(groups.append(leader, body, "1") for body in bodies))
+    assert [(i.first_offset, i.last_offset, i.record_count) for i in infos] == [
+        (0, 0, 1),
+        (1, 2, 2),
+        (3, 3, 1),
+    ]
+    assert writes == [sum(len(body) for body in bodies)]
+    assert values_of(leader.log) == [b"a", b"b", b"c", b"d"]
+    batches = fmt.scan(leader.log.read(0, 1 << 20, upper_offset=4).data, check_crc=True)
+    assert [h.partition_leader_epoch for _, h in batches.headers] == [3, 3, 3]
+
+
+async def test_an_idle_partition_writes_in_the_turn_it_is_asked(leader: Partition) -> None:
+    landing = AppendGroups().append(leader, records(b"a"), "1")
+    assert not landing.done()
+    await asyncio.sleep(0)  # one loop turn: the write is scheduled with call_soon
+    assert landing.done()
+    assert landing.result().first_offset == 0
+
+
+async def test_a_refused_request_fails_alone(leader: Partition, writes: list[int]) -> None:
+    groups = AppendGroups()
+    corrupt = records(b"x")
+    corrupt[-1] ^= 0xFF  # its CRC no longer matches
+    too_large = records(b"y" * 5000)
+    outcomes = await asyncio.gather(
+        groups.append(leader, records(b"a"), "1"),
+        groups.append(leader, corrupt, "1"),
+        groups.append(leader, too_large, "1"),
+        groups.append(leader, records(b"b"), "1"),
+        return_exceptions=True,
+    )
+    assert isinstance(outcomes[1], InvalidRecord)
+    assert isinstance(outcomes[2], RecordTooLarge)
+    good = [o for o in outcomes if isinstance(o, AppendInfo)]
+    assert [(o.first_offset, o.record_count) for o in good] == [(0, 1), (1, 1)]
+    assert len(writes) == 1
+    assert values_of(leader.log) == [b"a", b"b"]
+
+
+async def test_acks_all_below_min_insync_is_refused_per_request(tmp_path: Path) -> None:
+    config = TopicConfig().with_overrides({"min.insync.replicas": 2})
+    log = PartitionLog(tmp_path / "t-0", "t", 0, config)
+    partition = Partition(log, 0, IdempotencyIndex(3600, 1000))
+    partition.make_leader(PartitionState(0, 1, (0, 1), (0,)))
+    groups = AppendGroups()
+    outcomes = await asyncio.gather(
+        groups.append(partition, records(b"a"), "all"),
+        groups.append(partition, records(b"b"), "1"),
+        return_exceptions=True,
+    )
+    assert isinstance(outcomes[0], NotEnoughReplicas)
+    assert isinstance(outcomes[1], AppendInfo) and outcomes[1].first_offset == 0
+    log.close()
+
+
+async def test_idempotent_requests_in_one_write_keep_exactly_once(
+    leader: Partition, writes: list[int]
+) -> None:
+    groups = AppendGroups()
+    first = marked(marker("k1"), [b"a"])
+    outcomes = await asyncio.gather(
+        groups.append(leader, first, "1"),
+        groups.append(leader, marked(marker("k2"), [b"b"]), "1"),
+        groups.append(leader, marked(marker("k1"), [b"a"]), "1"),  # a retry, in the same turn
+        groups.append(leader, marked(marker("k2", digest="other"), [b"z"]), "1"),
+        return_exceptions=True,
+    )
+    assert isinstance(outcomes[0], AppendInfo) and isinstance(outcomes[1], AppendInfo)
+    assert isinstance(outcomes[2], AppendInfo)
+    assert outcomes[2].first_offset == outcomes[0].first_offset == 0
+    assert outcomes[1].first_offset == 1
+    assert isinstance(outcomes[3], IdempotencyKeyReused)
+    assert values_of(leader.log) == [b"a", b"b"]
+    # A retry in a later turn is answered from the index, without a write.
+    again = await groups.append(leader, marked(marker("k2"), [b"b"]), "1")
+    assert again.first_offset == 1
+    assert len(writes) == 1
+
+
+async def test_a_follower_refuses_the_whole_turn(leader: Partition) -> None:
+    leader.make_follower(PartitionState(1, 4, (0, 1), (0, 1)))
+    groups = AppendGroups()
+    outcomes = await asyncio.gather(
+        groups.append(leader, records(b"a"), "1"),
+        groups.append(leader, records(b"b"), "1"),
+        return_exceptions=True,
+    )
+    assert all(isinstance(o, NotLeader) for o in outcomes)
+    assert leader.log.log_end_offset == 0
+
+
+async def test_a_cancelled_request_does_not_stop_the_others(leader: Partition) -> None:
+    groups = AppendGroups()
+    gone = groups.append(leader, records(b"a"), "1")
+    kept = groups.append(leader, records(b"b"), "1")
+    gone.cancel()
+    assert (await kept).first_offset == 1  # the cancelled one was still written: its client left
+    assert values_of(leader.log) == [b"a", b"b"]
+
+
+async def test_flushes_asked_for_while_one_runs_share_the_next(
+    leader: Partition, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    targets: list[int] = []
+    entered = asyncio.Event()
+    release = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    flush, fsync = PartitionLog.flush, LogSegment.fsync
+
+    def counted_flush(log: PartitionLog, up_to: int | None = None) -> None:
+        targets.append(log.log_end_offset)
+        flush(log, up_to)
+
+    def gated_fsync(segment: LogSegment) -> None:
+        if len(targets) == 1:  # hold the first fsync until the later appends are made
+            loop.call_soon_threadsafe(entered.set)
+            asyncio.run_coroutine_threadsafe(release.wait(), loop).result()
+        fsync(segment)
+
+    monkeypatch.setattr(PartitionLog, "flush", counted_flush)
+    monkeypatch.setattr(LogSegment, "fsync", gated_fsync)
+    flushes = FlushGroups()
+    leader.append(records(b"a"), "1")
+    first = asyncio.ensure_future(flushes.flush_through(leader, 0))
+    await entered.wait()
+    later = []
+    for value in (b"b", b"c", b"d"):
+        info = leader.append(records(value), "1")
+        later.append(asyncio.ensure_future(flushes.flush_through(leader, info.last_offset)))
+    release.set()
+    await asyncio.gather(first, *later)
+    assert targets == [1, 4]  # two fsyncs for four requests: the three later ones share one
+    assert leader.log.recovery_point == 4

@@ -24,7 +24,7 @@ _CONNECTION_SPECIFIC = frozenset(
 # Same rule aiohttp's HTTP/1.1 serializer applies, so an app fails alike on both protocols.
 _FORBIDDEN_CHARS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
-Headers = list[tuple[str, str]]
+Headers = list[tuple[bytes, bytes]]
 
 
 def response_headers(status_line: str, headers: CIMultiDict[str]) -> tuple[Headers, int]:
@@ -32,15 +32,18 @@ def response_headers(status_line: str, headers: CIMultiDict[str]) -> tuple[Heade
 
     The size mirrors what aiohttp's HTTP/1.1 writer would count in ``output_size``.
     """
-    out: Headers = [(":status", status_line.split(" ", 2)[1])]
+    out: Headers = [(b":status", status_line.split(" ", 2)[1].encode())]
     size = len(status_line) + 4
+    text: list[str] = []
     for name, value in headers.items():
-        if _FORBIDDEN_CHARS.search(name) or _FORBIDDEN_CHARS.search(value):
-            raise ValueError("Forbidden control character detected in headers.")
+        text += (name, value)
         lname = name.lower()
         if lname not in _CONNECTION_SPECIFIC:
-            out.append((lname, value))
+            out.append((lname.encode(), value.encode()))
             size += len(name) + len(value) + 4
+    # One search over every name and value: a tab, allowed in values, cannot join two controls.
+    if _FORBIDDEN_CHARS.search("\t".join(text)):
+        raise ValueError("Forbidden control character detected in headers.")
     return out, size
 
 
@@ -61,6 +64,7 @@ class H2Stream(BaseProtocol):
         "received",
         "remote_ended",
         "reset",
+        "started",
         "stream_id",
         "task",
     )
@@ -77,6 +81,7 @@ class H2Stream(BaseProtocol):
         self.remote_ended = False
         self.local_ended = False
         self.reset = False
+        self.started = False  # whether the handler's task has taken its first step
 
     @property
     def connected(self) -> bool:

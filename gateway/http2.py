@@ -1,7 +1,8 @@
 """HTTP/2 for aiohttp: one listening port serving HTTP/1.1, h2c (prior knowledge) and h2 over TLS.
 
 HTTP/1.1 connections go to aiohttp's own ``RequestHandler`` untouched. HTTP/2 connections are
-driven by the ``h2`` state machine; every stream becomes a real ``web.Request`` dispatched through
+driven by libnghttp2 through ``ngh2``, a sans-IO binding (framing, HPACK, flow control and the
+protocol's validation run in C); every stream becomes a real ``web.Request`` dispatched through
 the application's normal handler (router, middlewares, error handling, access log).
 """
 
@@ -10,8 +11,10 @@ from __future__ import annotations
 import asyncio
 import re
 import ssl
+import struct
 from collections import deque
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any, Final, NoReturn, cast
 
 from aiohttp import HttpVersion, web
@@ -19,23 +22,25 @@ from aiohttp.http import RawRequestMessage
 from aiohttp.streams import EMPTY_PAYLOAD, StreamReader
 from aiohttp.tcp_helpers import tcp_keepalive
 from aiohttp.web_protocol import PayloadAccessError, RequestHandler
-from h2.config import H2Configuration
-from h2.connection import H2Connection
-from h2.errors import ErrorCodes
-from h2.events import (
-    ConnectionTerminated,
+from multidict import CIMultiDict, CIMultiDictProxy
+from ngh2 import (
+    Configuration,
+    Connection,
+    ConnectionClosed,
     DataReceived,
-    Event,
-    RemoteSettingsChanged,
+    DenialOfServiceError,
+    ErrorCode,
+    GoAwayReceived,
+    NGH2Error,
     RequestReceived,
-    StreamEnded,
+    Role,
+    Setting,
+    SettingsReceived,
+    StreamClosed,
     StreamReset,
+    TrailersReceived,
     WindowUpdated,
 )
-from h2.exceptions import DenialOfServiceError, ProtocolError
-from h2.settings import SettingCodes, Settings
-from hyperframe.frame import Frame, GoAwayFrame, HeadersFrame
-from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 from .h2_stream import H2Stream, H2StreamWriter, Headers
@@ -48,14 +53,18 @@ _ALPN_PROTOCOLS: Final = ["h2", "http/1.1"]
 _DEFAULT_WINDOW: Final = 65535
 # Controls (as aiohttp's HTTP/1.1 parser) plus space, which cannot occur in an HTTP/1.1 target.
 _FORBIDDEN_TARGET = re.compile(r"[\x00-\x20\x7f]")
+# A response body's bytes waiting for the client's window before its handler's write() waits.
+_QUEUED_HIGH_WATER: Final = 256 * 1024
+# GOAWAY frame: 24-bit length 8, type 7, no flags, stream 0; last stream id and error code.
+_GOAWAY = struct.Struct(">HBBBIII")
 
 
 @dataclass(frozen=True, slots=True)
 class H2Limits:
     """Per-connection HTTP/2 resource limits, advertised in SETTINGS and enforced locally.
 
-    A header block may not exceed ``max_header_list_size`` either encoded or decoded; while it
-    arrives, h2 buffers at most 64 CONTINUATION frames (``64 * max_frame_size`` bytes).
+    A header block may not exceed ``max_header_list_size`` decoded (RFC 9113 sizes: name, value
+    and 32 bytes a field), nor take more than 8 CONTINUATION frames to arrive.
     """
 
     max_concurrent_streams: int = 256
@@ -65,7 +74,7 @@ class H2Limits:
     max_frame_size: int = 16384  # largest frame accepted from clients
     max_resets: int = 200  # Rapid Reset (CVE-2023-44487): more client RST_STREAMs than this ...
     reset_window: float = 10.0  # ... within this many seconds -> GOAWAY ENHANCE_YOUR_CALM
-    preface_timeout: float = 10.0  # seconds a new connection may stay silent before we drop it
+    preface_timeout: float = 10.0  # seconds for a connection's first bytes, then its SETTINGS
 
     def __post_init__(self) -> None:
         if self.max_concurrent_streams < 1 or self.max_header_list_size < 1:
@@ -79,6 +88,16 @@ class H2Limits:
         if self.max_resets < 0 or self.reset_window <= 0 or self.preface_timeout <= 0:
             raise ValueError("max_resets, reset_window and preface_timeout must be positive")
 
+    def bounded(self, connection_bytes: int) -> H2Limits:
+        """These limits with receive windows of at most ``connection_bytes`` (65535 at least):
+        what a client may send ahead of the handlers stays within one connection's share."""
+        window = max(_DEFAULT_WINDOW, min(self.connection_window_size, connection_bytes))
+        return replace(
+            self,
+            connection_window_size=window,
+            initial_window_size=min(self.initial_window_size, window),
+        )
+
 
 class _ConnectionTransport(asyncio.Transport):
     """``request.transport`` on HTTP/2: the shared TCP/TLS connection, minus raw writes.
@@ -88,7 +107,7 @@ class _ConnectionTransport(asyncio.Transport):
 
     @property
     def _sendfile_compatible(self) -> NoReturn:
-        """Make ``loop.sendfile`` raise NotImplementedError: FileResponse then writes via h2."""
+        """Make ``loop.sendfile`` raise NotImplementedError: FileResponse then writes frames."""
         raise NotImplementedError
 
     __slots__ = ("_transport",)
@@ -119,25 +138,7 @@ class _ConnectionTransport(asyncio.Transport):
         raise RuntimeError("Cannot write raw bytes to a multiplexed HTTP/2 connection")
 
 
-class _H2Connection(H2Connection):
-    """h2 connection that rejects an encoded header block larger than the header list limit.
-
-    h2 otherwise HPACK-decodes up to 64 CONTINUATION frames (1 MiB) in pure Python, ~0.8 s of
-    CPU per block. An encoded block is never larger than its decoded size, so valid requests
-    within ``max_header_list_size`` always pass.
-    """
-
-    def __init__(self, config: H2Configuration, max_header_block: int) -> None:
-        super().__init__(config=config)
-        self._max_header_block = max_header_block
-
-    def _receive_headers_frame(self, frame: HeadersFrame) -> tuple[list[Frame], list[Event]]:
-        if len(frame.data) > self._max_header_block:
-            raise DenialOfServiceError("Header block exceeds SETTINGS_MAX_HEADER_LIST_SIZE")
-        return super()._receive_headers_frame(frame)
-
-
-def _build_message(headers: list[tuple[bytes, bytes]]) -> RawRequestMessage | None:
+def _build_message(headers: tuple[tuple[bytes, bytes], ...]) -> RawRequestMessage | None:
     """Map an HTTP/2 header block to aiohttp's parsed-request tuple; None if malformed."""
     method = path = authority = ""
     fields: CIMultiDict[str] = CIMultiDict()
@@ -198,9 +199,12 @@ class H2Protocol(RequestHandler):
         "_goaway_sent",
         "_h2",
         "_idle_handle",
+        "_idle_since",
+        "_last_stream_id",
         "_limits",
         "_lingering",
         "_resets",
+        "_settings_handle",
         "_streams",
         "_transport",
     )
@@ -208,27 +212,11 @@ class H2Protocol(RequestHandler):
     def __init__(self, manager: web.Server, *, limits: H2Limits, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
         self._limits = limits
-        config = H2Configuration(
-            client_side=False,
-            header_encoding=None,
-            validate_outbound_headers=False,
-            normalize_outbound_headers=False,
+        config = Configuration(
+            auto_window_update=False,  # window goes back as handlers read (body_consumed)
+            max_inbound_header_list_size=limits.max_header_list_size,
         )
-        conn = _H2Connection(config, limits.max_header_list_size)
-        # Replace (rather than update) local settings so they bind from the first frame
-        # instead of after the client's SETTINGS ACK.
-        conn.local_settings = Settings(
-            client=False,
-            initial_values={
-                SettingCodes.MAX_CONCURRENT_STREAMS: limits.max_concurrent_streams,
-                SettingCodes.MAX_HEADER_LIST_SIZE: limits.max_header_list_size,
-                SettingCodes.INITIAL_WINDOW_SIZE: limits.initial_window_size,
-                SettingCodes.MAX_FRAME_SIZE: limits.max_frame_size,
-            },
-        )
-        conn.max_inbound_frame_size = limits.max_frame_size
-        conn.decoder.max_header_list_size = limits.max_header_list_size
-        self._h2: H2Connection = conn
+        self._h2 = Connection(Role.SERVER, config)
         self._transport: asyncio.Transport | None = None
         self._streams: dict[int, H2Stream] = {}
         self._lingering: dict[int, asyncio.TimerHandle] = {}
@@ -236,7 +224,10 @@ class H2Protocol(RequestHandler):
         self._resets: deque[float] = deque()
         self._goaway_sent = False
         self._flush_scheduled = False
+        self._last_stream_id = 0
+        self._idle_since = 0.0
         self._idle_handle: asyncio.TimerHandle | None = None
+        self._settings_handle: asyncio.TimerHandle | None = None
 
     # -- connection lifecycle -------------------------------------------------------------
 
@@ -253,59 +244,65 @@ class H2Protocol(RequestHandler):
             tcp_keepalive(real)
         assert self._manager is not None
         self._manager.connection_made(self, real)
+        limits = self._limits
         conn = self._h2
-        conn.initiate_connection()
-        window_delta = self._limits.connection_window_size - _DEFAULT_WINDOW
-        if window_delta:
-            conn.increment_flow_control_window(window_delta)
+        conn.initiate_connection(
+            {
+                Setting.MAX_CONCURRENT_STREAMS: limits.max_concurrent_streams,
+                Setting.MAX_HEADER_LIST_SIZE: limits.max_header_list_size,
+                Setting.INITIAL_WINDOW_SIZE: limits.initial_window_size,
+                Setting.MAX_FRAME_SIZE: limits.max_frame_size,
+                Setting.NO_RFC7540_PRIORITIES: 1,
+            }
+        )
+        if limits.connection_window_size != _DEFAULT_WINDOW:
+            conn.set_local_window_size(limits.connection_window_size)
         self._flush()
-        self._arm_idle_timer()
+        self._idle_since = self._loop.time()
+        if self._keepalive_timeout > 0:
+            self._idle_handle = self._loop.call_later(self._keepalive_timeout, self._on_idle)
+        # The client's SETTINGS must follow its preface: a client dribbling it is cut off.
+        self._settings_handle = self._loop.call_later(
+            limits.preface_timeout, self._on_settings_timeout
+        )
 
     def connection_lost(self, exc: BaseException | None) -> None:
         if self._manager is not None:
             self._manager.connection_lost(self, exc)
             self._manager = None
         self._transport = None
-        self._cancel_idle_timer()
+        if self._idle_handle is not None:
+            self._idle_handle.cancel()
+            self._idle_handle = None
+        self._settings_received()
         for handle in self._lingering.values():
             handle.cancel()
         self._lingering.clear()
-        error = ConnectionResetError("Connection lost")
-        for stream in self._streams.values():
-            self._abort_stream(stream, error)
+        self._abort_streams()
         super(RequestHandler, self).connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
         if self._transport is None:
             return
+        conn = self._h2
         try:
-            events = self._h2.receive_data(data)
-        except ProtocolError:
-            # h2 has already queued a GOAWAY carrying the right error code.
-            self._close_transport()
+            conn.receive_data(data)
+        except NGH2Error as exc:
+            # The engine dropped the connection (a resource limit, a fatal protocol error) and
+            # can write nothing more: say why ourselves, then hang up.
+            code = (
+                ErrorCode.ENHANCE_YOUR_CALM
+                if isinstance(exc, DenialOfServiceError)
+                else ErrorCode.PROTOCOL_ERROR
+            )
+            self._abandon(code)
             return
-        for event in events:
-            if self._transport is None:
-                return
-            if isinstance(event, RequestReceived):
-                self._on_request(event)
-            elif isinstance(event, DataReceived):
-                self._on_data(event)
-            elif isinstance(event, StreamEnded):
-                self._on_stream_ended(event)
-            elif isinstance(event, StreamReset):
-                self._on_reset(event)
-            elif isinstance(event, WindowUpdated):
-                self._on_window_update(event.stream_id)
-            elif isinstance(event, RemoteSettingsChanged):
-                self._on_window_update(0)
-            elif isinstance(event, ConnectionTerminated):
-                # After a client GOAWAY h2 refuses to send anything more, so just hang up.
-                self._close_transport()
+        self._on_events()
         self._flush()
 
     def pause_writing(self) -> None:
-        """Stop reading while our output backs up, so frames h2 answers by itself stay bounded."""
+        """Stop reading while our output backs up, so the frames the engine answers (PING and
+        SETTINGS acknowledgements) stay bounded."""
         super().pause_writing()
         if self._transport is not None:
             self._transport.pause_reading()
@@ -338,18 +335,53 @@ class H2Protocol(RequestHandler):
 
     # -- frame events ---------------------------------------------------------------------
 
+    def _on_events(self) -> None:
+        """Act on what the engine made of the bytes received (or sent) since the last call."""
+        events = self._h2.events()
+        if events and type(events[-1]) is ConnectionClosed:
+            # The engine has ended the connection (it is always the last event): nothing in
+            # this batch can be answered any more.
+            self._close_transport()
+            return
+        try:
+            for event in events:
+                if self._transport is None:
+                    return
+                kind = type(event)
+                if kind is RequestReceived:
+                    self._on_request(cast(RequestReceived, event))
+                elif kind is DataReceived:
+                    self._on_data(cast(DataReceived, event))
+                elif kind is StreamClosed:
+                    self._on_closed(cast(StreamClosed, event).stream_id)
+                elif kind is WindowUpdated:
+                    self._on_window_update(cast(WindowUpdated, event).stream_id)
+                elif kind is StreamReset:
+                    self._on_reset(cast(StreamReset, event).stream_id)
+                elif kind is TrailersReceived:
+                    self._on_stream_ended(cast(TrailersReceived, event).stream_id)
+                elif kind is SettingsReceived:
+                    self._settings_received()
+                    self._on_window_update(0)
+                elif kind is GoAwayReceived:
+                    self.close()
+        except NGH2Error:
+            # The engine refuses new work while it closes the connection (its GOAWAY queued).
+            self._close_transport()
+
     def _on_request(self, event: RequestReceived) -> None:
         stream_id = event.stream_id
         conn = self._h2
         if self._goaway_sent:
-            conn.reset_stream(stream_id, ErrorCodes.REFUSED_STREAM)
+            conn.reset_stream(stream_id, ErrorCode.REFUSED_STREAM)
             return
+        self._last_stream_id = stream_id
         message = _build_message(event.headers)
         if message is None:
-            conn.reset_stream(stream_id, ErrorCodes.PROTOCOL_ERROR)
+            conn.reset_stream(stream_id, ErrorCode.PROTOCOL_ERROR)
             return
         stream = H2Stream(self, stream_id, self._loop)
-        if event.stream_ended:
+        if event.end_stream:
             payload: StreamReader = EMPTY_PAYLOAD
             stream.remote_ended = True
         else:
@@ -357,43 +389,50 @@ class H2Protocol(RequestHandler):
                 stream, self._limits.initial_window_size, loop=self._loop
             )
             if message.headers.get("expect", "").lower() == "100-continue":
-                conn.send_headers(stream_id, [(":status", "100")])
-        self._cancel_idle_timer()
+                conn.send_informational_response(stream_id, [(b":status", b"100")])
         self._streams[stream_id] = stream
         stream.task = self._loop.create_task(self._run_stream(stream, message, payload))
 
     def _on_data(self, event: DataReceived) -> None:
         stream_id = event.stream_id
         data = event.data
-        size = len(data)
-        padding = event.flow_controlled_length - size
         stream = self._streams.get(stream_id)
         if stream is None or stream.reader is None or stream.reset:
             # Body nobody will read (e.g. a lingering upload): discard it, return the window.
-            self._h2.acknowledge_received_data(event.flow_controlled_length, stream_id)
-            return
-        if padding:
-            self._h2.acknowledge_received_data(padding, stream_id)
-        if size:
-            stream.received += size
+            if data:
+                self._h2.acknowledge_received_data(len(data), stream_id)
+        elif data:
+            stream.received += len(data)
             stream.reader.feed_data(data)
+        if event.end_stream:
+            self._on_stream_ended(stream_id)
 
-    def _on_stream_ended(self, event: StreamEnded) -> None:
-        self._stop_lingering(event.stream_id)
-        stream = self._streams.get(event.stream_id)
+    def _on_stream_ended(self, stream_id: int) -> None:
+        self._stop_lingering(stream_id)
+        stream = self._streams.get(stream_id)
         if stream is not None:
             stream.remote_ended = True
             if stream.reader is not None:
                 stream.reader.feed_eof()
 
-    def _on_reset(self, event: StreamReset) -> None:
-        if event.remote_reset and self._reset_flood():
-            self._enhance_your_calm()
+    def _on_reset(self, stream_id: int) -> None:
+        if self._reset_flood():
+            self._terminate(ErrorCode.ENHANCE_YOUR_CALM)
             return
-        self._stop_lingering(event.stream_id)
-        stream = self._streams.get(event.stream_id)
+        self._stop_lingering(stream_id)
+        stream = self._streams.get(stream_id)
         if stream is not None:
             self._abort_stream(stream, ConnectionResetError("Stream reset by peer"))
+
+    def _on_closed(self, stream_id: int) -> None:
+        """The engine closed a stream: both sides ended, or a reset (ours, the peer's, its own)."""
+        self._stop_lingering(stream_id)
+        stream = self._streams.get(stream_id)
+        if stream is not None and not stream.reset:
+            # After its answer, a handler is only finishing up: fail reads, let it end.
+            self._abort_stream(
+                stream, ConnectionResetError("HTTP/2 stream closed"), cancel=not stream.local_ended
+            )
 
     def _reset_flood(self) -> bool:
         """Record one client RST_STREAM; True if the rate exceeds the Rapid Reset limit."""
@@ -419,6 +458,7 @@ class H2Protocol(RequestHandler):
     async def _run_stream(
         self, stream: H2Stream, message: RawRequestMessage, payload: StreamReader
     ) -> None:
+        stream.started = True
         task = asyncio.current_task()
         factory = self._request_factory
         handler = self._request_handler
@@ -452,7 +492,7 @@ class H2Protocol(RequestHandler):
         stream_id = stream.stream_id
         if not stream.reset:
             if not stream.local_ended:
-                conn.reset_stream(stream_id, ErrorCodes.INTERNAL_ERROR)
+                conn.reset_stream(stream_id, ErrorCode.INTERNAL_ERROR)
             elif not stream.remote_ended:
                 self._linger(stream_id)
         unacked = stream.received - stream.acked
@@ -464,7 +504,7 @@ class H2Protocol(RequestHandler):
             if self._goaway_sent:
                 self._close_transport()
             else:
-                self._arm_idle_timer()
+                self._idle_since = self._loop.time()
 
     def _linger(self, stream_id: int) -> None:
         """Response sent before the whole request body: keep accepting (and discarding) the rest.
@@ -476,31 +516,40 @@ class H2Protocol(RequestHandler):
             handle = self._loop.call_later(self._lingering_time, self._end_lingering, stream_id)
             self._lingering[stream_id] = handle
         else:
-            self._h2.reset_stream(stream_id, ErrorCodes.NO_ERROR)
+            self._h2.reset_stream(stream_id, ErrorCode.NO_ERROR)
 
     def _end_lingering(self, stream_id: int) -> None:
         if self._lingering.pop(stream_id, None) is not None and self._transport is not None:
-            self._h2.reset_stream(stream_id, ErrorCodes.NO_ERROR)
+            self._h2.reset_stream(stream_id, ErrorCode.NO_ERROR)
             self._flush()
 
     def _stop_lingering(self, stream_id: int) -> None:
-        handle = self._lingering.pop(stream_id, None)
-        if handle is not None:
-            handle.cancel()
+        if self._lingering:
+            handle = self._lingering.pop(stream_id, None)
+            if handle is not None:
+                handle.cancel()
 
-    def _abort_stream(self, stream: H2Stream, error: ConnectionError) -> None:
+    def _abort_stream(
+        self, stream: H2Stream, error: ConnectionError, *, cancel: bool = True
+    ) -> None:
         """The client or the connection went away: fail body reads and cancel the handler."""
         stream.reset = True
         if stream.reader is not None:
             stream.reader.set_exception(error)
         stream.wake()
-        if stream.task is not None:
+        if cancel and stream.task is not None:
             stream.task.cancel()
+            if not stream.started:
+                # Cancelled before its first step, the task never reaches _run_stream's finally.
+                self._finish_stream(stream, stream.reader or EMPTY_PAYLOAD)
 
     # -- output path used by H2Stream / H2StreamWriter ------------------------------------
 
     def body_consumed(self, stream: H2Stream) -> None:
-        """Return window for body bytes the handler has read since the last call."""
+        """Return window for body bytes the handler has read since the last call.
+
+        The engine batches it: WINDOW_UPDATE goes out once half a window has been consumed.
+        """
         consumed = stream.received - stream.unconsumed
         delta = consumed - stream.acked
         if delta > 0 and self._transport is not None:
@@ -510,38 +559,38 @@ class H2Protocol(RequestHandler):
 
     def send_headers(self, stream: H2Stream, headers: Headers, *, end_stream: bool) -> None:
         self._check_open(stream)
-        self._h2.send_headers(stream.stream_id, headers, end_stream=end_stream)
+        try:
+            self._h2.send_response(stream.stream_id, headers, end_stream=end_stream)
+        except NGH2Error as exc:
+            raise ConnectionResetError("HTTP/2 stream closed") from exc
         stream.local_ended = end_stream
         self._schedule_flush()
 
     async def send_data(
         self, stream: H2Stream, data: bytes | bytearray | memoryview, *, end_stream: bool
     ) -> None:
-        """Send a body chunk as DATA frames, waiting for flow-control window as needed."""
+        """Queue a body chunk; the engine frames it as the peer's windows allow.
+
+        A handler that writes more waits while its stream's unsent bytes pass a high-water mark.
+        """
+        self._check_open(stream)
         conn = self._h2
         stream_id = stream.stream_id
-        view = memoryview(data).cast("B")
-        total = len(view)
-        pos = 0
-        while pos < total:
-            self._check_open(stream)
-            window = min(conn.local_flow_control_window(stream_id), conn.max_outbound_frame_size)
-            if window <= 0:
-                self._flush()
+        try:
+            conn.send_data(stream_id, data, end_stream=end_stream)
+        except NGH2Error as exc:
+            raise ConnectionResetError("HTTP/2 stream closed") from exc
+        if end_stream:
+            stream.local_ended = True
+        elif conn.queued_body_size(stream_id) > _QUEUED_HIGH_WATER:
+            self._flush()
+            while conn.queued_body_size(stream_id) > _QUEUED_HIGH_WATER:
+                self._check_open(stream)
                 self._blocked.add(stream)
                 try:
                     await stream.wait_for_window()
                 finally:
                     self._blocked.discard(stream)
-                continue
-            end = min(total, pos + window)
-            conn.send_data(stream_id, view[pos:end], end_stream=end_stream and end == total)
-            pos = end
-        if end_stream:
-            if not total:
-                self._check_open(stream)
-                conn.end_stream(stream_id)
-            stream.local_ended = True
         self._schedule_flush()
         if self._paused:
             await self.drain()
@@ -555,6 +604,10 @@ class H2Protocol(RequestHandler):
 
     def _check_open(self, stream: H2Stream) -> None:
         if stream.reset or self._transport is None:
+            task = stream.task
+            if task is not None and task.cancelling() and asyncio.current_task() is task:
+                # The reset cancelled the handler: end it that way, not as a failed write (500).
+                raise asyncio.CancelledError
             raise ConnectionResetError("HTTP/2 stream was reset or its connection closed")
 
     def _schedule_flush(self) -> None:
@@ -565,44 +618,84 @@ class H2Protocol(RequestHandler):
 
     def _flush(self) -> None:
         self._flush_scheduled = False
+        transport = self._transport
+        if transport is None:
+            return
         data = self._h2.data_to_send()
-        if data and self._transport is not None:
-            self._transport.write(data)
+        if data:
+            transport.write(data)
+        # Sending can close streams (both sides ended) or, after a GOAWAY, the connection.
+        self._on_events()
 
     def _send_goaway(self) -> None:
-        """Announce shutdown without entering h2's CLOSED state, so in-flight streams finish."""
+        """Announce shutdown without ending the engine's session, so in-flight streams finish.
+
+        Streams the client opens after it are refused (``_on_request``).
+        """
         if self._goaway_sent or self._transport is None:
             return
         self._goaway_sent = True
         self._flush()
-        frame = GoAwayFrame(last_stream_id=self._h2.highest_inbound_stream_id)
-        self._transport.write(frame.serialize())
+        if self._transport is not None:
+            self._transport.write(_goaway_frame(self._last_stream_id, ErrorCode.NO_ERROR))
 
-    def _enhance_your_calm(self) -> None:
-        self._h2.close_connection(ErrorCodes.ENHANCE_YOUR_CALM)
+    def _terminate(self, error_code: int) -> None:
+        """Close with a final GOAWAY (never naming a stream above one announced before)."""
+        self._h2.terminate_connection(error_code, last_stream_id=self._last_stream_id)
         self._close_transport()
+
+    def _abandon(self, error_code: int) -> None:
+        """Hang up on a connection whose engine failed, with a GOAWAY of our own."""
+        transport = self._transport
+        if transport is not None:
+            self._transport = None
+            transport.write(_goaway_frame(self._last_stream_id, error_code))
+            transport.close()
+            self._abort_streams()
 
     def _close_transport(self) -> None:
         transport = self._transport
         if transport is not None:
-            self._flush()
             self._transport = None
+            data = self._h2.data_to_send()
+            if data:
+                transport.write(data)
             transport.close()
+            self._abort_streams()
 
-    def _arm_idle_timer(self) -> None:
-        if self._keepalive_timeout > 0 and self._idle_handle is None:
-            self._idle_handle = self._loop.call_later(self._keepalive_timeout, self._on_idle)
+    def _abort_streams(self) -> None:
+        """The connection is closed: fail the body reads and cancel the handlers still running."""
+        error = ConnectionResetError("Connection lost")
+        for stream in list(self._streams.values()):
+            if not stream.reset:
+                self._abort_stream(stream, error)
 
-    def _cancel_idle_timer(self) -> None:
-        if self._idle_handle is not None:
-            self._idle_handle.cancel()
-            self._idle_handle = None
+    def _settings_received(self) -> None:
+        if self._settings_handle is not None:
+            self._settings_handle.cancel()
+            self._settings_handle = None
+
+    def _on_settings_timeout(self) -> None:
+        self._settings_handle = None
+        if self._transport is not None:
+            self._terminate(ErrorCode.SETTINGS_TIMEOUT)
 
     def _on_idle(self) -> None:
+        """Keep-alive timer, armed once: closes the connection or re-arms for the time left."""
         self._idle_handle = None
-        if not self._streams and self._transport is not None:
-            self._h2.close_connection(ErrorCodes.NO_ERROR)
-            self._close_transport()
+        if self._transport is None:
+            return
+        due = self._idle_since + self._keepalive_timeout
+        now = self._loop.time()
+        if not self._streams and now >= due:
+            self._terminate(ErrorCode.NO_ERROR)
+            return
+        delay = self._keepalive_timeout if self._streams else due - now
+        self._idle_handle = self._loop.call_later(delay, self._on_idle)
+
+
+def _goaway_frame(last_stream_id: int, error_code: int) -> bytes:
+    return _GOAWAY.pack(0, 8, 0x7, 0, 0, last_stream_id, error_code)
 
 
 class _ProtocolSelector(asyncio.Protocol):
@@ -612,11 +705,19 @@ class _ProtocolSelector(asyncio.Protocol):
     bytes are the HTTP/2 client preface. Bytes read while sniffing are replayed to the winner.
     """
 
-    __slots__ = ("_buffer", "_limits", "_server", "_timer", "_transport")
+    __slots__ = ("_buffer", "_http1", "_http2_class", "_limits", "_server", "_timer", "_transport")
 
-    def __init__(self, server: web.Server, limits: H2Limits) -> None:
+    def __init__(
+        self,
+        server: web.Server,
+        limits: H2Limits,
+        http1: Callable[..., RequestHandler] | None,
+        http2: type[H2Protocol],
+    ) -> None:
         self._server = server
         self._limits = limits
+        self._http1 = http1
+        self._http2_class = http2
         self._buffer = b""
         self._timer: asyncio.TimerHandle | None = None
         self._transport: asyncio.Transport | None = None
@@ -629,7 +730,7 @@ class _ProtocolSelector(asyncio.Protocol):
         if alpn == "h2":
             self._hand_over(self._http2(), b"")
         elif alpn == "http/1.1":
-            self._hand_over(self._server(), b"")
+            self._hand_over(self._http11(), b"")
         else:
             loop = asyncio.get_running_loop()
             self._timer = loop.call_later(self._limits.preface_timeout, real.close)
@@ -638,7 +739,7 @@ class _ProtocolSelector(asyncio.Protocol):
         buffer = self._buffer + data if self._buffer else data
         size = min(len(buffer), len(PREFACE))
         if buffer[:size] != PREFACE[:size]:
-            self._hand_over(self._server(), buffer)
+            self._hand_over(self._http11(), buffer)
         elif size == len(PREFACE):
             self._hand_over(self._http2(), buffer)
         else:
@@ -648,15 +749,21 @@ class _ProtocolSelector(asyncio.Protocol):
         if self._timer is not None:
             self._timer.cancel()
 
+    def _http11(self) -> RequestHandler:
+        if self._http1 is None:
+            return self._server()
+        return self._http1(self._server, loop=asyncio.get_running_loop(), **self._server._kwargs)
+
     def _http2(self) -> H2Protocol:
         server = self._server
         loop = asyncio.get_running_loop()
         # Same handler settings (access log, timeouts, limits) the Server gives RequestHandler.
         kwargs: dict[str, Any] = server._kwargs
+        protocol = self._http2_class
         try:
-            return H2Protocol(server, loop=loop, limits=self._limits, **kwargs)
+            return protocol(server, loop=loop, limits=self._limits, **kwargs)
         except TypeError:
-            return H2Protocol(server, loop=loop, limits=self._limits)
+            return protocol(server, loop=loop, limits=self._limits)
 
     def _hand_over(self, protocol: asyncio.Protocol, data: bytes) -> None:
         if self._timer is not None:
@@ -678,9 +785,11 @@ class Http2Site(web.TCPSite):
     Use it with ``web.AppRunner`` exactly like ``TCPSite``. The given ``ssl_context`` gets its
     ALPN protocols set to ``h2, http/1.1``. ``runner.cleanup()`` shuts down gracefully: GOAWAY on
     every HTTP/2 connection, then in-flight streams get the runner's ``shutdown_timeout``.
+    ``http1`` makes HTTP/1.1 connections' protocols (called as ``web.Server`` calls
+    ``RequestHandler``; default: the server's own), ``http2`` is the HTTP/2 protocol class.
     """
 
-    __slots__ = ("_limits",)
+    __slots__ = ("_http1", "_http2", "_limits")
 
     def __init__(
         self,
@@ -690,6 +799,8 @@ class Http2Site(web.TCPSite):
         *,
         ssl_context: ssl.SSLContext | None = None,
         limits: H2Limits | None = None,
+        http1: Callable[..., RequestHandler] | None = None,
+        http2: type[H2Protocol] = H2Protocol,
         backlog: int = 128,
         reuse_address: bool | None = None,
         reuse_port: bool | None = None,
@@ -706,6 +817,8 @@ class Http2Site(web.TCPSite):
         if ssl_context is not None:
             ssl_context.set_alpn_protocols(_ALPN_PROTOCOLS)
         self._limits = limits or H2Limits()
+        self._http1 = http1
+        self._http2 = http2
 
     @property
     def runner(self) -> web.BaseRunner:
@@ -716,9 +829,9 @@ class Http2Site(web.TCPSite):
         loop = asyncio.get_running_loop()
         server = self._runner.server
         assert server is not None
-        limits = self._limits
+        limits, http1, http2 = self._limits, self._http1, self._http2
         self._server = await loop.create_server(
-            lambda: _ProtocolSelector(server, limits),
+            lambda: _ProtocolSelector(server, limits, http1, http2),
             self._host,
             self._port,
             ssl=self._ssl_context,
@@ -737,18 +850,32 @@ async def start_server(
     *,
     ssl_context: ssl.SSLContext | None = None,
     limits: H2Limits | None = None,
+    http1: Callable[..., RequestHandler] | None = None,
+    http2: type[H2Protocol] = H2Protocol,
+    reuse_port: bool = False,
     **runner_kwargs: Any,
 ) -> Http2Site:
     """Set up an ``AppRunner`` for ``app`` and start an :class:`Http2Site` on ``host:port``.
 
     ``runner_kwargs`` go to ``web.AppRunner`` (e.g. ``shutdown_timeout``, ``access_log``);
+    ``http1`` and ``http2`` choose the connections' protocols (see :class:`Http2Site`);
+    ``reuse_port`` (SO_REUSEPORT) lets processes share the port, the kernel spreading connections;
     ``handler_cancellation`` defaults to True so HTTP/1.1 disconnects cancel handlers as HTTP/2
     resets do. The bound port is ``site.port``; stop with ``await site.runner.cleanup()``.
     """
     runner_kwargs.setdefault("handler_cancellation", True)
     runner = web.AppRunner(app, **runner_kwargs)
     await runner.setup()
-    site = Http2Site(runner, host, port, ssl_context=ssl_context, limits=limits)
+    site = Http2Site(
+        runner,
+        host,
+        port,
+        ssl_context=ssl_context,
+        limits=limits,
+        http1=http1,
+        http2=http2,
+        reuse_port=reuse_port,
+    )
     try:
         await site.start()
     except BaseException:

@@ -41,6 +41,7 @@ CURL = shutil.which("curl")
 H2LOAD = shutil.which("h2load")
 MAX_BODY = 6 * 1024 * 1024
 STREAM_LINES = 1000
+BIG_CHUNK, BIG_CHUNKS = 64 * 1024, 20
 TIMEOUT = 30.0
 
 
@@ -59,6 +60,7 @@ class AppState:
     cancelled_count: int = 0
     peers: set[Any] = field(default_factory=set)
     body_gate: asyncio.Event = field(default_factory=asyncio.Event)
+    written: int = 0
 
 
 STATE = web.AppKey("state", AppState)
@@ -122,6 +124,16 @@ async def stream(request: web.Request) -> web.StreamResponse:
     return response
 
 
+async def big_stream(request: web.Request) -> web.StreamResponse:
+    response = web.StreamResponse()
+    await response.prepare(request)
+    for i in range(BIG_CHUNKS):
+        await response.write(b"%07d\n" % i * (BIG_CHUNK // 8))
+        request.app[STATE].written += 1
+    await response.write_eof()
+    return response
+
+
 async def wait(request: web.Request) -> web.Response:
     state = request.app[STATE]
     transport = request.transport
@@ -170,6 +182,7 @@ def make_app() -> web.Application:
     app.router.add_post("/digest", digest)
     app.router.add_post("/hold", hold)
     app.router.add_get("/stream", stream)
+    app.router.add_get("/big-stream", big_stream)
     app.router.add_get("/wait", wait)
     app.router.add_post("/wake", wake)
     app.router.add_get("/missing", missing)
@@ -291,6 +304,8 @@ class RawH2:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         client = cls(reader, writer)
         client.write(PREFACE, SettingsFrame(0, settings or {}))
+        # The server's SETTINGS (acknowledged by frame()) bind only from that ACK on.
+        await client.until(lambda f: isinstance(f, SettingsFrame) and "ACK" not in f.flags)
         return client
 
     def write(self, *items: bytes | Frame) -> None:
@@ -522,6 +537,21 @@ async def test_response_waits_for_client_window(server: Served) -> None:
     await client.close()
 
 
+async def test_a_streaming_handler_waits_for_the_client_window(server: Served) -> None:
+    client = await RawH2.connect(server.site.port, {SettingsFrame.INITIAL_WINDOW_SIZE: 0})
+    client.write(client.headers(1, "/big-stream"))
+    await client.until(lambda f: isinstance(f, HeadersFrame) and f.stream_id == 1)
+    # Nothing can be sent: the handler stops once its unsent bytes pass the high-water mark
+    # (256 KiB) instead of queueing its whole answer.
+    assert server.state.written * BIG_CHUNK <= 256 * 1024 + BIG_CHUNK
+    total = BIG_CHUNK * BIG_CHUNKS
+    client.write(WindowUpdateFrame(0, 2 * total), WindowUpdateFrame(1, 2 * total))
+    body = body_of(await client.until(ends(1)), 1)
+    assert body == b"".join(b"%07d\n" % i * (BIG_CHUNK // 8) for i in range(BIG_CHUNKS))
+    assert server.state.written == BIG_CHUNKS
+    await client.close()
+
+
 @pytest.mark.skipif(H2LOAD is None, reason="h2load (nghttp2-client) not installed")
 async def test_h2load_hello(server: Served) -> None:
     assert H2LOAD is not None
@@ -575,12 +605,17 @@ async def test_rapid_reset_gets_enhance_your_calm() -> None:
 
 
 @pytest.mark.parametrize(
-    "extra",
-    [[("x-big", "a" * 99_000)], [("x-bomb", "b" * 4000)] * 20],
-    ids=["large-block", "hpack-bomb"],
+    ("extra", "error_code"),
+    [
+        # One field over the HPACK decoder's own limit (64 KiB).
+        ([("x-big", "a" * 99_000)], ErrorCodes.COMPRESSION_ERROR),
+        ([(f"x-big-{i}", "a" * 30_000) for i in range(3)], ErrorCodes.ENHANCE_YOUR_CALM),
+        ([("x-bomb", "b" * 4000)] * 20, ErrorCodes.ENHANCE_YOUR_CALM),
+    ],
+    ids=["large-field", "large-block", "hpack-bomb"],
 )
 async def test_oversized_header_list_is_a_connection_error(
-    server: Served, extra: list[tuple[str, str]]
+    server: Served, extra: list[tuple[str, str]], error_code: ErrorCodes
 ) -> None:
     client = await RawH2.connect(server.site.port)
     fields = [(":method", "GET"), (":scheme", "http"), (":path", "/hello"), *extra]
@@ -592,20 +627,163 @@ async def test_oversized_header_list_is_a_connection_error(
     frames[-1].flags.add("END_HEADERS")
     client.write(*frames)
     goaway = await client.until(lambda f: isinstance(f, GoAwayFrame))
-    assert goaway[-1].error_code == ErrorCodes.ENHANCE_YOUR_CALM
+    assert goaway[-1].error_code == error_code
     assert await client.frame() is None
     await client.close()
 
 
 async def test_continuation_flood_is_a_connection_error(server: Served) -> None:
+    """A header block may take at most 8 CONTINUATION frames."""
     client = await RawH2.connect(server.site.port)
     frames: list[Frame] = [HeadersFrame(1, b"\x82", flags=("END_STREAM",))]
-    frames += [ContinuationFrame(1, b"\x00" * 16) for _ in range(100)]
+    frames += [ContinuationFrame(1, b"\x86") for _ in range(100)]
     client.write(*frames)
     goaway = await client.until(lambda f: isinstance(f, GoAwayFrame))
-    assert goaway[-1].error_code == ErrorCodes.PROTOCOL_ERROR
+    assert goaway[-1].error_code == ErrorCodes.ENHANCE_YOUR_CALM
     assert await client.frame() is None
     await client.close()
+
+
+async def test_streams_beyond_the_limit_are_a_connection_error() -> None:
+    served = await serve(limits=H2Limits(max_concurrent_streams=2))
+    served.state.waiting_target = 2
+    try:
+        client = await RawH2.connect(served.site.port)
+        client.write(client.headers(1, "/wait"), client.headers(3, "/wait"))
+        await asyncio.wait_for(served.state.all_waiting.wait(), TIMEOUT)
+        client.write(client.headers(5, "/wait"))
+        goaway = await client.until(lambda f: isinstance(f, GoAwayFrame))
+        assert goaway[-1].error_code == ErrorCodes.PROTOCOL_ERROR
+        assert await client.frame() is None
+        assert served.state.waiting == 2
+        await client.close()
+    finally:
+        await served.site.runner.cleanup()
+
+
+BASE_FIELDS = [(":method", "GET"), (":scheme", "http"), (":authority", "test"), (":path", "/hello")]
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        [*BASE_FIELDS, ("X-Upper", "1")],
+        [*BASE_FIELDS, ("connection", "keep-alive")],
+        [*BASE_FIELDS, ("keep-alive", "5")],
+        [*BASE_FIELDS, ("proxy-connection", "keep-alive")],
+        [*BASE_FIELDS, ("transfer-encoding", "chunked")],
+        [*BASE_FIELDS, ("upgrade", "h2c")],
+        [*BASE_FIELDS, ("te", "gzip")],
+        [*BASE_FIELDS[:2], ("x-a", "1"), *BASE_FIELDS[2:]],
+        [*BASE_FIELDS, (":path", "/hello")],
+        [*BASE_FIELDS[:3], (":foo", "bar"), BASE_FIELDS[3]],
+        [(":status", "200"), *BASE_FIELDS],
+        BASE_FIELDS[:3],
+        BASE_FIELDS[1:],
+        [BASE_FIELDS[0], *BASE_FIELDS[2:]],
+        [*BASE_FIELDS[:3], (":path", "")],
+        [*BASE_FIELDS[:3], (":path", "hello")],
+        [*BASE_FIELDS[:3], (":path", "/he llo")],
+        [(":method", "GE T"), *BASE_FIELDS[1:]],
+        [*BASE_FIELDS, ("x-a", "a\rb")],
+        [*BASE_FIELDS, ("x-a", "a\nb")],
+        [*BASE_FIELDS, ("x-a", "a\x00b")],
+        [*BASE_FIELDS, ("x-a", " a")],
+        [*BASE_FIELDS, ("x a", "1")],
+        [*BASE_FIELDS, ("x:a", "1")],
+        [*BASE_FIELDS, ("", "1")],
+    ],
+    ids=[
+        "uppercase-name",
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "transfer-encoding",
+        "upgrade",
+        "te-not-trailers",
+        "pseudo-after-regular",
+        "duplicate-pseudo",
+        "unknown-pseudo",
+        "response-pseudo",
+        "no-path",
+        "no-method",
+        "no-scheme",
+        "empty-path",
+        "relative-path",
+        "space-in-path",
+        "space-in-method",
+        "cr-in-value",
+        "lf-in-value",
+        "nul-in-value",
+        "surrounding-whitespace",
+        "space-in-name",
+        "colon-in-name",
+        "empty-name",
+    ],
+)
+async def test_malformed_request_headers_reset_the_stream(
+    server: Served, fields: list[tuple[str, str]]
+) -> None:
+    """Each is refused (RST_STREAM PROTOCOL_ERROR) before a handler runs; the connection lives."""
+    client = await RawH2.connect(server.site.port)
+    block = client.encoder.encode(fields, huffman=False)
+    client.write(HeadersFrame(1, block, flags=("END_HEADERS", "END_STREAM")))
+    frames = await client.until(lambda f: isinstance(f, RstStreamFrame))
+    assert frames[-1].stream_id == 1 and frames[-1].error_code == ErrorCodes.PROTOCOL_ERROR
+    assert not [f for f in frames if isinstance(f, (HeadersFrame, DataFrame))]
+    client.write(client.headers(3, "/hello"))
+    assert client.status(await client.until(ends(3)), 3) == 200
+    await client.close()
+
+
+@pytest.mark.parametrize("body", [b"0123456789", b"0123"], ids=["longer", "shorter"])
+async def test_body_not_of_its_content_length_resets_the_stream(
+    server: Served, body: bytes
+) -> None:
+    client = await RawH2.connect(server.site.port)
+    block = client.encoder.encode(
+        [*BASE_FIELDS[:3], (":method", "POST"), (":path", "/echo"), ("content-length", "5")]
+    )
+    request = HeadersFrame(1, block, flags=("END_HEADERS",))
+    client.write(request, DataFrame(1, body, flags=("END_STREAM",)))
+    frames = await client.until(lambda f: isinstance(f, RstStreamFrame))
+    assert frames[-1].stream_id == 1 and frames[-1].error_code == ErrorCodes.PROTOCOL_ERROR
+    assert not [f for f in frames if isinstance(f, HeadersFrame)]
+    await client.close()
+
+
+async def test_data_beyond_the_stream_window_is_a_connection_error() -> None:
+    """A client cannot make a stream buffer more body than its window."""
+    served = await serve(limits=H2Limits(initial_window_size=100_000))
+    try:
+        client = await RawH2.connect(served.site.port)
+        frames = [client.headers(1, "/hold?n=200000", "POST", end_stream=False)]
+        frames += [DataFrame(1, b"x" * 16384) for _ in range(7)]  # 114,688 bytes
+        client.write(*frames)
+        goaway = await client.until(lambda f: isinstance(f, GoAwayFrame))
+        assert goaway[-1].error_code == ErrorCodes.FLOW_CONTROL_ERROR
+        assert await client.frame() is None
+        await client.close()
+    finally:
+        await served.site.runner.cleanup()
+
+
+async def test_client_goaway_lets_its_streams_finish(server: Served) -> None:
+    client = await RawH2.connect(server.site.port)
+    client.write(client.headers(1, "/wait"))
+    await asyncio.wait_for(server.state.all_waiting.wait(), TIMEOUT)
+    client.write(GoAwayFrame(0, last_stream_id=0, error_code=ErrorCodes.NO_ERROR))
+    goaway = (await client.until(lambda f: isinstance(f, GoAwayFrame)))[-1]
+    assert goaway.error_code == ErrorCodes.NO_ERROR and goaway.last_stream_id == 1
+    waker = await RawH2.connect(server.site.port)
+    waker.write(waker.headers(1, "/wake", "POST"))
+    assert waker.status(await waker.until(ends(1)), 1) == 200
+    answer = await client.until(ends(1))
+    assert client.status(answer, 1) == 200
+    assert await client.frame() is None
+    assert server.state.cancelled_count == 0
+    await client.close()
+    await waker.close()
 
 
 async def test_graceful_shutdown_sends_goaway_and_finishes_in_flight() -> None:
@@ -652,3 +830,11 @@ def test_limits_are_validated() -> None:
         H2Limits(max_frame_size=1000)
     with pytest.raises(ValueError):
         H2Limits(initial_window_size=2**31)
+
+
+def test_receive_windows_stay_within_a_connection_share() -> None:
+    limits = H2Limits()
+    assert limits.bounded(64 * 1024 * 1024) == limits
+    small = limits.bounded(200_000)
+    assert small.connection_window_size == small.initial_window_size == 200_000
+    assert limits.bounded(1000).connection_window_size == 65535

@@ -23,8 +23,9 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
 
-# setup.py builds gateway/_fetchjson.c; it is optional there, so the check below makes a
-# missing compiler fail the build instead of silently shipping the slower Python path.
+# setup.py builds the C extensions (gateway/_fetchjson.c, gateway/_producejson.c); they are
+# optional there, so the check below makes a missing compiler fail the build instead of
+# silently shipping the slower Python paths.
 RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc libc6-dev \
     && rm -rf /var/lib/apt/lists/*
@@ -40,8 +41,9 @@ COPY spark_ingest ./spark_ingest
 RUN pip wheel --wheel-dir /wheels . \
     && python -c "import glob, sys, zipfile; \
 names = zipfile.ZipFile(glob.glob('/wheels/sluice-*.whl')[0]).namelist(); \
-sys.exit(0 if any(n.startswith('gateway/_fetchjson.') and n.endswith('.so') for n in names) \
-else 'the sluice wheel lacks its C extension gateway._fetchjson')"
+lacking = [m for m in ('_fetchjson', '_producejson') \
+if not any(n.startswith(f'gateway/{m}.') and n.endswith('.so') for n in names)]; \
+sys.exit(f'the sluice wheel lacks its C extensions {lacking}' if lacking else 0)"
 
 # ---- runtime: the wheels installed, no compiler, no source tree ------------------------------
 FROM ${PYTHON_IMAGE}
@@ -67,7 +69,7 @@ RUN groupadd --system --gid 10001 sluice \
 # wheels themselves never become a layer of this image.
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
     pip install --no-index --find-links=/wheels sluice \
-    && python -c "import gateway._fetchjson"
+    && python -c "import gateway._fetchjson, gateway._producejson"
 
 USER sluice:sluice
 WORKDIR /data

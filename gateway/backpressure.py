@@ -1,6 +1,8 @@
 """Bounded request memory: the bodies of requests being served (HTTP/1.1 and every HTTP/2
-stream) may hold at most `max_inflight_request_bytes` in all. A request that would go past
-it is answered 503 SERVER_BUSY with Retry-After before its body is read."""
+stream) may hold at most `max_inflight_request_bytes` in all, and those of one connection (its
+HTTP/2 streams) at most `max_connection_inflight_bytes`. A request that would go past either
+is answered 503 (SERVER_BUSY, CONNECTION_BUSY) with Retry-After before its body is read; the
+first body of a connection always fits its connection's share, so every client progresses."""
 
 from __future__ import annotations
 
@@ -17,17 +19,19 @@ class InflightBodies:
 
     def __init__(self, settings: Settings) -> None:
         self.limit = settings.max_inflight_request_bytes
+        self.connection_limit = settings.max_connection_inflight_bytes
         self.max_body = settings.max_request_bytes
         self.reserved = 0
+        self.by_connection: dict[object, int] = {}  # protocol -> bytes, while above 0
 
 
 INFLIGHT = web.AppKey("inflight_bodies", InflightBodies)
 
 
 def reserve_size(request: web.Request, max_request_bytes: int) -> int:
-    """What a request's body may occupy: its Content-Length, else (chunked) the most that
-    the size limit lets through; nothing for a request without a body."""
-    if request.content_length is not None:
+    """What a request's body may occupy: its Content-Length, else (chunked, or decoded from a
+    Content-Encoding) the most that the size limit lets through; nothing without a body."""
+    if request.content_length is not None and "Content-Encoding" not in request.headers:
         return min(request.content_length, max_request_bytes)
     return max_request_bytes if request.body_exists else 0
 
@@ -40,6 +44,16 @@ async def backpressure_middleware(
     size = reserve_size(request, inflight.max_body)
     if not size:
         return await handler(request)
+    connection = request.protocol
+    held = inflight.by_connection.get(connection, 0)
+    if held and held + size > inflight.connection_limit:
+        raise Problem(
+            503,
+            "CONNECTION_BUSY",
+            f"request bodies in progress on this connection hold {held} of "
+            f"{inflight.connection_limit} bytes; this one needs {size}: retry shortly",
+            headers={"Retry-After": "1"},
+        )
     if inflight.reserved + size > inflight.limit:
         raise Problem(
             503,
@@ -49,7 +63,11 @@ async def backpressure_middleware(
             headers={"Retry-After": "1", "Connection": "close"},
         )
     inflight.reserved += size
+    inflight.by_connection[connection] = held + size
     try:
         return await handler(request)
     finally:
         inflight.reserved -= size
+        left = inflight.by_connection.pop(connection) - size
+        if left:
+            inflight.by_connection[connection] = left

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import base64
 import binascii
-import collections
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -40,6 +40,7 @@ PRODUCE_TYPES = (JSON, NDJSON, RECORD_BATCH)
 FETCH_TYPES = (JSON, NDJSON, RECORD_BATCH)
 
 MAX_TIMESTAMP = 2**63 - 1
+_offset_of = attrgetter("offset")
 
 
 @dataclass(slots=True)
@@ -99,16 +100,53 @@ def _base64(index: int, field: str, raw: bytes) -> bytes:
         raise invalid(index, f"{field} is not valid base64", field) from None
 
 
+# A number too large for a double (1e309, or 309 digits and more) has an exponent after a digit
+# or a run of 309 digits: a body with neither, found in C, needs no second parse.
+_NUMBER_CHARS = bytes.maketrans(b"123456789E", b"000000000e")
+_LONG_DIGITS = b"0" * 309
+
+
+def _may_overflow(body: bytes) -> bool:
+    chars = body.translate(_NUMBER_CHARS)
+    return b"0e" in chars or _LONG_DIGITS in chars
+
+
+def _too_deep() -> Problem:
+    return bad_request("the body nests JSON deeper than the parser allows", "INVALID_JSON")
+
+
+def _is_utf8(body: bytes) -> bool:
+    if body.isascii():
+        return True
+    try:
+        body.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _require_utf8(body: bytes) -> None:
+    """JSON is UTF-8 (RFC 8259): msgspec keeps raw values as sent, so a string that is not
+    would be stored and break every later JSON fetch of its partition."""
+    if not _is_utf8(body):
+        raise bad_request("the body is not UTF-8", "INVALID_JSON")
+
+
 def parse_json_records(body: bytes) -> ParsedRecords:
     """Validate a JSON produce body (in C, by msgspec); errors name the record and field."""
+    _require_utf8(body)
     try:
         doc = _BODY.decode(body)
     except msgspec.ValidationError as exc:
         raise _validation_problem(exc) from None
     except msgspec.DecodeError as exc:
         raise bad_request(f"malformed JSON: {exc}", "INVALID_JSON") from None
+    except RecursionError:
+        raise _too_deep() from None
     if not doc.records:
         raise bad_request('"records" must not be empty', "INVALID_RECORD")
+    if _may_overflow(body):
+        _refuse_infinite_values(doc.records)
     parsed = ParsedRecords([], None, set())
     append = parsed.records.append
     no_headers: list[tuple[str, bytes | None]] = []
@@ -134,6 +172,16 @@ def parse_json_records(body: bytes) -> ParsedRecords:
     if parsed.partitions is not None:
         parsed.partitions.extend([None] * (len(parsed.records) - len(parsed.partitions)))
     return parsed
+
+
+def _refuse_infinite_values(records: list[JsonRecord]) -> None:
+    """Refuse a value holding a number that is infinite as a double: every other route and
+    most JSON decoders (orjson among them) refuse one, so no consumer could read it back."""
+    for index, rec in enumerate(records):
+        try:
+            orjson.loads(memoryview(rec.value))
+        except orjson.JSONDecodeError as exc:
+            raise invalid(index, f"value: {exc} (numbers must be finite)", "value") from None
 
 
 def _special(
@@ -163,14 +211,18 @@ def parse_ndjson_records(body: bytes, key: bytes | None) -> list[RecordTuple]:
     """One JSON value per line (blank lines skipped), each a record with `key`.
 
     msgspec validates every line in one C call; it also accepts two values on one line, so
-    its answer is used only when it found exactly one value per non-empty line. Otherwise the
-    line-by-line check runs, and its errors name the 1-based line.
+    its answer is used only when it found exactly one value per non-empty line and no number
+    can be too large for a double (which orjson refuses). Otherwise the line-by-line check runs,
+    and its errors name the 1-based line. msgspec keeps values as sent, unchecked for UTF-8:
+    a body that is not UTF-8 takes the line-by-line check too, which names the line.
     """
     try:
         values = _LINES.decode_lines(body)
     except msgspec.DecodeError:
         values = None
-    if values is not None:
+    except RecursionError:
+        raise _too_deep() from None
+    if values is not None and not _may_overflow(body) and _is_utf8(body):
         lines = body.splitlines()
         if values and len(values) == len(lines) - lines.count(b""):
             no_headers: list[tuple[str, bytes | None]] = []
@@ -224,11 +276,19 @@ def validate_record_batches(body: bytes) -> bytearray:
         try:
             # Consuming every record checks the structure: aiokafka's iterator raises when the
             # records do not match the declared count or leave bytes over.
-            collections.deque(fmt.batch_records(view[pos : pos + header.size]), maxlen=0)
+            offsets = list(map(_offset_of, fmt.batch_records(view[pos : pos + header.size])))
         except Exception as exc:  # the C codec raises several types for malformed records
             raise bad_request(
                 f"batch at byte {pos} holds malformed records: {exc}", "INVALID_RECORD", byte=pos
             ) from None
+        # Offsets are assigned by stamping the base offset: the records' deltas must be
+        # 0..count-1, or a fetch would see offsets out of order and twice.
+        if offsets != list(range(header.base_offset, header.base_offset + len(offsets))):
+            raise bad_request(
+                f"batch at byte {pos}: its records' offset deltas are not 0..{len(offsets) - 1}",
+                "INVALID_RECORD",
+                byte=pos,
+            )
     return bytearray(body)
 
 

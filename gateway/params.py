@@ -8,8 +8,10 @@ from typing import Any
 
 import orjson
 from aiohttp import web
+from aiohttp.http import HttpProcessingError
 
-from gateway.problems import Problem, bad_request
+from gateway.bodies import content_codings, inflate
+from gateway.problems import Problem, bad_request, malformed
 from gateway.settings import Settings
 
 _INTEGER = re.compile(r"-?[0-9]{1,19}")
@@ -55,8 +57,15 @@ def partition_param(request: web.Request) -> int:
     return int(raw)
 
 
+BODY = web.RequestKey("sluice_body", bytes)
+
+
 async def read_body(request: web.Request, settings: Settings) -> bytes:
-    """The whole body, refusing an oversized one before reading it and a slow sender in time."""
+    """The whole body, its Content-Encoding undone (in a worker thread): an unsupported coding
+    or charset and an oversized body are refused before reading, a slow sender in time."""
+    if BODY in request:
+        return request[BODY]
+    codings = content_codings(request)
     limit = settings.max_request_bytes
     if request.content_length is not None and request.content_length > limit:
         raise Problem(
@@ -67,7 +76,7 @@ async def read_body(request: web.Request, settings: Settings) -> bytes:
         )
     try:
         async with asyncio.timeout(settings.body_read_timeout_s):
-            return await request.read()
+            body = await request.read()
     except TimeoutError:
         raise Problem(
             408,
@@ -82,6 +91,12 @@ async def read_body(request: web.Request, settings: Settings) -> bytes:
             f"the body is larger than the maximum of {limit} bytes",
             headers={"Connection": "close"},
         ) from None
+    except HttpProcessingError as exc:  # a malformed chunk size, say (gateway.connections)
+        raise malformed(exc.message) from None
+    if codings:
+        body = await asyncio.to_thread(inflate, body, codings, limit)
+    request[BODY] = body
+    return body
 
 
 async def json_object(request: web.Request, settings: Settings) -> dict[str, Any]:

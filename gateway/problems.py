@@ -46,6 +46,16 @@ class Problem(Exception):
 
 
 def problem_response(problem: Problem) -> web.Response:
+    return web.Response(
+        status=problem.status,
+        body=problem_body(problem),
+        content_type=PROBLEM_JSON,
+        headers=problem.headers,
+    )
+
+
+def problem_body(problem: Problem) -> bytes:
+    """The problem's JSON document."""
     body: dict[str, Any] = {
         "type": TYPE_BASE + problem.code.lower().replace("_", "-"),
         "title": HTTPStatus(problem.status).phrase,
@@ -55,15 +65,9 @@ def problem_response(problem: Problem) -> web.Response:
         **problem.extra,
     }
     try:
-        encoded = orjson.dumps(body)
+        return orjson.dumps(body)
     except orjson.JSONEncodeError:  # an extra member that JSON cannot carry: drop the extras
-        encoded = orjson.dumps({k: body[k] for k in ("type", "title", "status", "detail", "code")})
-    return web.Response(
-        status=problem.status,
-        body=encoded,
-        content_type=PROBLEM_JSON,
-        headers=problem.headers,
-    )
+        return orjson.dumps({k: body[k] for k in ("type", "title", "status", "detail", "code")})
 
 
 _ENGINE_STATUS: dict[type[errors.EngineError], int] = {
@@ -169,6 +173,11 @@ _HTTP_CODES = {
 }
 
 
+def status_code(status: int) -> str:
+    """The stable code of an error answered by HTTP status alone."""
+    return _HTTP_CODES.get(status, HTTPStatus(status).name)
+
+
 @web.middleware
 async def problem_middleware(
     request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -183,7 +192,7 @@ async def problem_middleware(
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        code = _HTTP_CODES.get(exc.status, HTTPStatus(exc.status).name)
+        code = status_code(exc.status)
         detail = exc.text if exc.text and not exc.text.startswith(f"{exc.status}:") else exc.reason
         headers = {k: v for k, v in exc.headers.items() if k.lower() in ("allow", "retry-after")}
         return problem_response(Problem(exc.status, code, detail or exc.reason, headers=headers))
@@ -200,3 +209,21 @@ def bad_request(detail: str, code: str = "BAD_REQUEST", **extra: Any) -> Problem
 
 def json_body_error(exc: orjson.JSONDecodeError) -> Problem:
     return bad_request(f"malformed JSON: {exc}", "INVALID_JSON")
+
+
+def one_line(text: str, limit: int = 200) -> str:
+    """An HTTP parser's message (the text, the bytes at fault, a caret line) on one short line,
+    fit for a problem detail and a log line."""
+    parts = (line.strip() for line in text.splitlines())
+    return " ".join(p for p in parts if p and p.strip("^ ")).rstrip(":")[:limit]
+
+
+def malformed(message: str) -> Problem:
+    """400 MALFORMED_REQUEST for bytes the HTTP parser refused; the connection closes, since
+    where the next request starts is unknown."""
+    return Problem(
+        400,
+        "MALFORMED_REQUEST",
+        one_line(message) or "malformed request",
+        headers={"Connection": "close"},
+    )

@@ -51,7 +51,8 @@ def replica_path(topic: str, partition: int, what: str) -> str:
 class ReplicaClient:
     """One session for every call to other nodes (connections are pooled per node)."""
 
-    def __init__(self, request_timeout_s: float = 30.0) -> None:
+    def __init__(self, request_timeout_s: float = 30.0, authorization: str | None = None) -> None:
+        self.authorization = authorization  # the Authorization header of every call, if any
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=60),
             timeout=aiohttp.ClientTimeout(total=request_timeout_s),
@@ -60,6 +61,9 @@ class ReplicaClient:
 
     async def close(self) -> None:
         await self._session.close()
+
+    def _headers(self) -> dict[str, str]:
+        return {} if self.authorization is None else {"Authorization": self.authorization}
 
     async def fetch(
         self,
@@ -83,7 +87,7 @@ class ReplicaClient:
         }
         url = leader_url + replica_path(topic, partition, "records")
         try:
-            async with self._session.get(url, params=params) as response:
+            async with self._session.get(url, params=params, headers=self._headers()) as response:
                 if response.status != 200:
                     raise await _error(response)
                 data = await response.read()
@@ -102,7 +106,7 @@ class ReplicaClient:
         params = {"leader_epoch": str(leader_epoch), "epoch": str(epoch)}
         url = leader_url + replica_path(topic, partition, "epoch-end")
         try:
-            async with self._session.get(url, params=params) as response:
+            async with self._session.get(url, params=params, headers=self._headers()) as response:
                 if response.status != 200:
                     raise await _error(response)
                 doc = orjson.loads(await response.read())

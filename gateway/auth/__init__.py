@@ -1,0 +1,1 @@
+"""Authentication (API keys, JWT, HTTP Basic, mutual TLS) and Kafka's ACL authorization."""

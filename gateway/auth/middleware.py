@@ -1,0 +1,103 @@
+"""The auth middleware: authenticate every request (401 problem+json with WWW-Authenticate),
+check what its route needs (403 ACL_DENIED), and the checks handlers make on top."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from aiohttp import hdrs, web
+
+from gateway.auth.acl import CLUSTER, Operation, ResourceType
+from gateway.auth.credentials import INTERNAL_PRINCIPAL
+from gateway.auth.route_operations import access
+from gateway.problems import Problem
+from gateway.state import gateway_of
+
+PRINCIPAL = web.RequestKey("principal", str)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _preflight(request: web.Request) -> bool:
+    """A CORS preflight: browsers send it without credentials."""
+    return (
+        request.method == hdrs.METH_OPTIONS
+        and hdrs.ORIGIN in request.headers
+        and hdrs.ACCESS_CONTROL_REQUEST_METHOD in request.headers
+    )
+
+
+def denied(principal: str, resource_type: ResourceType, name: str, operation: Operation) -> Problem:
+    return Problem(
+        403,
+        "ACL_DENIED",
+        f"principal {principal!r} may not {operation} {resource_type} {name!r}",
+        principal=principal,
+        resource_type=resource_type,
+        resource_name=name,
+        operation=operation,
+    )
+
+
+@web.middleware
+async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Registered only with --auth; runs inside problem_middleware, so its refusals are
+    problem+json and metrics count them."""
+    auth = gateway_of(request).auth
+    match_info = request.match_info
+    resource = match_info.route.resource
+    template = None if resource is None else resource.canonical
+    if template in auth.public or (request.method == hdrs.METH_OPTIONS and _preflight(request)):
+        return await handler(request)
+    principal = await auth.authenticator.authenticate(request)
+    if principal is None:
+        raise Problem(
+            401,
+            "UNAUTHENTICATED",
+            "this route needs credentials: Authorization: Bearer <API key or JWT>"
+            + (", HTTP Basic" if auth.authenticator.basic else "")
+            + (" or a client certificate" if auth.authenticator.certificate_source else ""),
+            headers={hdrs.WWW_AUTHENTICATE: auth.authenticator.challenge},
+        )
+    request[PRINCIPAL] = principal
+    rule = None if template is None else access(request.method, template)
+    if rule is None:
+        return await handler(request)  # no such route: 404 or 405, to an authenticated caller
+    if rule.audience == "internal" and principal != INTERNAL_PRINCIPAL:
+        raise Problem(403, "INTERNAL_ONLY", "internal routes answer other nodes only")
+    if rule.audience == "super_user" and principal not in auth.super_users:
+        raise Problem(403, "SUPER_USER_ONLY", f"principal {principal!r} is not a super user")
+    authorizer = auth.authorizer
+    for need in rule.needs:
+        name = need.name(match_info)
+        if not authorizer.allowed(principal, need.resource_type, name, need.operation):
+            raise denied(principal, need.resource_type, name, need.operation)
+    return await handler(request)
+
+
+def may(request: web.Request, resource_type: ResourceType, name: str, operation: Operation) -> bool:
+    """Whether the request's principal may do `operation` (always, with auth off)."""
+    principal = request.get(PRINCIPAL)
+    if principal is None:
+        return True
+    return gateway_of(request).auth.allowed(principal, resource_type, name, operation)
+
+
+def require(
+    request: web.Request, resource_type: ResourceType, name: str, operation: Operation
+) -> None:
+    """A handler's check on a resource named by the body or its own state: 403 ACL_DENIED."""
+    principal = request.get(PRINCIPAL)
+    if principal is not None and not may(request, resource_type, name, operation):
+        raise denied(principal, resource_type, name, operation)
+
+
+def principal_of(request: web.Request) -> str | None:
+    """The authenticated principal (None with auth off, and on public routes)."""
+    return request.get(PRINCIPAL)
+
+
+def require_create_topic(request: web.Request, name: str) -> None:
+    """Kafka's rule for creating a topic: create on the cluster, or on the topic."""
+    if not may(request, "cluster", CLUSTER, "create"):
+        require(request, "topic", name, "create")

@@ -1,0 +1,101 @@
+"""What each route needs, in Kafka's terms: the (resource type, name, operation) triples the
+auth middleware checks before the handler runs, and what the handler checks on top from the
+body or its own state. tests/auth/test_route_operations.py holds this against the OpenAPI
+contract and the app's routes, so no route is forgotten."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from aiohttp.web import UrlMappingMatchInfo
+
+from gateway.auth.acl import CLUSTER, Operation, ResourceType
+
+Audience = Literal["acl", "authenticated", "ops", "public", "super_user", "internal"]
+
+
+@dataclass(frozen=True)
+class Need:
+    """One operation on one resource, named by a path parameter (None: the cluster)."""
+
+    resource_type: ResourceType
+    operation: Operation
+    param: str | None = None
+
+    def name(self, match_info: UrlMappingMatchInfo) -> str:
+        return CLUSTER if self.param is None else match_info[self.param]
+
+
+@dataclass(frozen=True)
+class Access:
+    """Who may call a route: `acl` checks `needs` (and the handler checks `also`);
+    `authenticated` asks only for valid credentials; `ops` is `authenticated` unless made
+    public (--auth-public-metrics, --auth-public-readyz); `super_user` and `internal` name
+    principals, not ACLs."""
+
+    needs: tuple[Need, ...] = ()
+    audience: Audience = "acl"
+    also: str = ""
+
+
+def _on(resource_type: ResourceType, operation: Operation, param: str | None) -> tuple[Need]:
+    return (Need(resource_type, operation, param),)
+
+
+_TOPIC_RECORDS = "/v1/topics/{topic}/partitions/{partition}"
+_MEMBER = "/v1/groups/{group}/members/{member}"
+ROUTES: dict[tuple[str, str], Access] = {
+    ("POST", "/v1/topics"): Access(also="create on the named topic, or on the cluster"),
+    ("GET", "/v1/topics"): Access(also="lists only the topics the principal may describe"),
+    ("GET", "/v1/topics/{topic}"): Access(_on("topic", "describe", "topic")),
+    ("PATCH", "/v1/topics/{topic}"): Access(_on("topic", "alter", "topic")),
+    ("DELETE", "/v1/topics/{topic}"): Access(_on("topic", "delete", "topic")),
+    ("POST", "/v1/topics/{topic}/records"): Access(
+        _on("topic", "write", "topic"), also="create on the topic or cluster to auto-create it"
+    ),
+    ("POST", f"{_TOPIC_RECORDS}/records"): Access(_on("topic", "write", "topic")),
+    ("GET", f"{_TOPIC_RECORDS}/records"): Access(_on("topic", "read", "topic")),
+    ("GET", f"{_TOPIC_RECORDS}/offsets"): Access(_on("topic", "describe", "topic")),
+    ("POST", f"{_TOPIC_RECORDS}/delete-records"): Access(_on("topic", "delete", "topic")),
+    ("GET", "/v1/groups"): Access(also="lists only the groups the principal may describe"),
+    ("GET", "/v1/groups/{group}"): Access(_on("group", "describe", "group")),
+    ("DELETE", "/v1/groups/{group}"): Access(_on("group", "delete", "group")),
+    ("PUT", "/v1/groups/{group}/offsets"): Access(
+        _on("group", "read", "group"), also="read on the topic"
+    ),
+    ("POST", "/v1/groups/{group}/members"): Access(
+        _on("group", "read", "group"), also="read on each topic"
+    ),
+    ("GET", f"{_MEMBER}/records"): Access(
+        _on("group", "read", "group"), also="read on each of the member's topics"
+    ),
+    ("POST", f"{_MEMBER}/commit"): Access(
+        _on("group", "read", "group"), also="read on each topic committed"
+    ),
+    ("DELETE", _MEMBER): Access(_on("group", "read", "group")),
+    ("GET", "/v1/cluster"): Access(_on("cluster", "describe", None)),
+    ("GET", "/v1/acls"): Access(_on("cluster", "describe", None)),
+    ("POST", "/v1/acls"): Access(_on("cluster", "alter", None)),
+    ("DELETE", "/v1/acls"): Access(_on("cluster", "alter", None)),
+    ("GET", "/v1/auth/keys"): Access(audience="super_user"),
+    ("POST", "/v1/auth/keys"): Access(audience="super_user"),
+    ("DELETE", "/v1/auth/keys/{key_id}"): Access(audience="super_user"),
+    ("GET", "/healthz"): Access(audience="public"),
+    ("GET", "/readyz"): Access(audience="ops"),
+    ("GET", "/metrics"): Access(audience="ops"),
+    ("GET", "/openapi.yaml"): Access(audience="authenticated"),
+    ("GET", "/internal/v1/replicas/{topic}/{partition}/records"): Access(audience="internal"),
+    ("GET", "/internal/v1/replicas/{topic}/{partition}/epoch-end"): Access(audience="internal"),
+    ("POST", "/internal/v1/partitions/{topic}/{partition}/append"): Access(audience="internal"),
+    ("GET", "/internal/v1/ready"): Access(audience="internal"),
+    ("GET", "/internal/v1/metrics"): Access(audience="internal"),
+}
+
+
+_RULES = {**ROUTES, **{("HEAD", path): rule for (m, path), rule in ROUTES.items() if m == "GET"}}
+
+
+def access(method: str, template: str) -> Access | None:
+    """The route's access rule (HEAD is GET's); None for a path no route serves."""
+    return _RULES.get((method, template))

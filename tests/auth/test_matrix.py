@@ -1,0 +1,215 @@
+"""The authorization matrix, generated from openapi/openapi.yaml: every operation called with
+no credentials, as a principal without ACLs, and as a principal holding exactly the ACLs the
+operation needs. Refusals must be the statuses and problems the contract declares."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jsonschema_rs
+import pytest
+import yaml
+
+from engine import batch as fmt
+from gateway.auth.acl import CLUSTER
+from gateway.auth.route_operations import access
+from openapi import SPEC
+from tests.api.support import Client, Start
+from tests.auth.support import bearer, binding, grant, make_key
+
+CONTRACT: dict[str, Any] = yaml.safe_load(SPEC.read_text())
+METHODS = ("get", "put", "post", "patch", "delete")
+OPERATIONS = sorted(
+    (method.upper(), path)
+    for path, item in CONTRACT["paths"].items()
+    for method in METHODS
+    if method in item
+)
+INTERNAL_KEY = "matrix-internal-key-0123456789abcdef"
+TOPIC, GROUP = "m-topic", "m-group"
+
+
+@dataclass(frozen=True)
+class Sample:
+    """A request that reaches the operation's handler once authorized."""
+
+    params: dict[str, str] = field(default_factory=dict)
+    query: str = ""
+    json: Any = None
+    data: bytes | None = None
+    content_type: str | None = None
+    also: tuple[tuple[str, str, str], ...] = ()  # what the handler checks on top
+
+
+BATCH = bytes(fmt.encode_batch([fmt.RecordInput(None, b"1", [], None)]))
+ACL = binding("m-someone", "topic", TOPIC, "read")
+READ_TOPIC = (("topic", TOPIC, "read"),)
+REPLICA = "replica=0&leader_epoch=0&offset=0&max_bytes=1024&timeout_ms=0"
+SAMPLES: dict[tuple[str, str], Sample] = {
+    ("GET", "/v1/topics"): Sample(),
+    ("POST", "/v1/topics"): Sample(json={"name": "m-new"}, also=(("topic", "m-new", "create"),)),
+    ("GET", "/v1/topics/{topic}"): Sample(),
+    ("PATCH", "/v1/topics/{topic}"): Sample(json={"configs": {}}),
+    ("DELETE", "/v1/topics/{topic}"): Sample(params={"topic": "m-doomed"}),
+    ("POST", "/v1/topics/{topic}/records"): Sample(json={"records": [{"value": 1}]}),
+    ("POST", "/v1/topics/{topic}/partitions/{partition}/records"): Sample(
+        json={"records": [{"value": 1}]}
+    ),
+    ("GET", "/v1/topics/{topic}/partitions/{partition}/records"): Sample(
+        query="offset=0&timeout_ms=0"
+    ),
+    ("GET", "/v1/topics/{topic}/partitions/{partition}/offsets"): Sample(),
+    ("POST", "/v1/topics/{topic}/partitions/{partition}/delete-records"): Sample(
+        json={"before_offset": 0}
+    ),
+    ("GET", "/v1/groups"): Sample(),
+    ("GET", "/v1/groups/{group}"): Sample(),
+    ("DELETE", "/v1/groups/{group}"): Sample(params={"group": "m-empty"}),
+    ("PUT", "/v1/groups/{group}/offsets"): Sample(
+        params={"group": "m-empty"}, json={"topic": TOPIC, "to": "earliest"}, also=READ_TOPIC
+    ),
+    ("POST", "/v1/groups/{group}/members"): Sample(json={"topics": [TOPIC]}, also=READ_TOPIC),
+    ("GET", "/v1/groups/{group}/members/{member}/records"): Sample(
+        query="timeout_ms=0", also=READ_TOPIC
+    ),
+    ("POST", "/v1/groups/{group}/members/{member}/commit"): Sample(also=READ_TOPIC),
+    ("DELETE", "/v1/groups/{group}/members/{member}"): Sample(),
+    ("GET", "/v1/cluster"): Sample(),
+    ("GET", "/v1/acls"): Sample(),
+    ("POST", "/v1/acls"): Sample(json=ACL),
+    ("DELETE", "/v1/acls"): Sample(json=ACL),
+    ("GET", "/v1/auth/keys"): Sample(),
+    ("POST", "/v1/auth/keys"): Sample(json={"principal": "m-made"}),
+    ("DELETE", "/v1/auth/keys/{key_id}"): Sample(),
+    ("GET", "/healthz"): Sample(),
+    ("GET", "/readyz"): Sample(),
+    ("GET", "/metrics"): Sample(),
+    ("GET", "/openapi.yaml"): Sample(),
+    ("GET", "/internal/v1/replicas/{topic}/{partition}/records"): Sample(query=REPLICA),
+    ("GET", "/internal/v1/replicas/{topic}/{partition}/epoch-end"): Sample(
+        query="leader_epoch=0&epoch=0"
+    ),
+    ("POST", "/internal/v1/partitions/{topic}/{partition}/append"): Sample(
+        query="acks=1", data=BATCH, content_type="application/vnd.sluice.record-batch"
+    ),
+    ("GET", "/internal/v1/ready"): Sample(),
+    ("GET", "/internal/v1/metrics"): Sample(),
+}
+
+
+def test_every_contract_operation_has_a_sample() -> None:
+    assert set(SAMPLES) == set(OPERATIONS)
+
+
+def _declared(method: str, path: str, status: int) -> dict[str, Any] | None:
+    """The response the contract declares for this status (its $ref followed)."""
+    response = CONTRACT["paths"][path][method.lower()]["responses"].get(str(status))
+    if response is not None and "$ref" in response:
+        response = CONTRACT["components"]["responses"][response["$ref"].rsplit("/", 1)[1]]
+    return response
+
+
+def _check_declared(method: str, path: str, status: int, body: Any) -> None:
+    response = _declared(method, path, status)
+    assert response is not None, f"{method} {path} does not declare {status}"
+    schema = response["content"]["application/problem+json"]["schema"]
+    validator = jsonschema_rs.Draft202012Validator({**schema, "components": CONTRACT["components"]})
+    error = next(validator.iter_errors(body), None)
+    assert error is None, (method, path, status, error and error.message)
+
+
+async def _world(start: Start, data_dir: Path, tmp_path: Path) -> tuple[Client, dict[str, str]]:
+    """A gateway with auth on, its topics, a group with two members, and keys."""
+    keys = {name: make_key(data_dir, name) for name in ("admin", "mallory", "right", "doomed")}
+    internal = tmp_path / "internal.key"
+    internal.write_text(INTERNAL_KEY)
+    client = await start(auth=True, super_users=("admin",), internal_key_file=internal)
+    admin = bearer(keys["admin"])
+    for name in (TOPIC, "m-doomed"):
+        assert (await client.post("/v1/topics", json={"name": name}, headers=admin)).status == 201
+    for _ in range(2):
+        joined = await client.post(
+            f"/v1/groups/{GROUP}/members", json={"topics": [TOPIC]}, headers=admin
+        )
+        assert joined.status == 201
+        keys.setdefault("member", (await joined.json())["member_id"])
+    listed = await (await client.get("/v1/auth/keys", headers=admin)).json()
+    keys["key_id"] = next(k["key_id"] for k in listed["keys"] if k["principal"] == "doomed")
+    return client, keys
+
+
+def _needs(method: str, path: str, params: dict[str, str]) -> list[tuple[str, str, str]]:
+    rule = access(method, path)
+    assert rule is not None
+    sample = SAMPLES[(method, path)]
+    named = [
+        (n.resource_type, CLUSTER if n.param is None else params[n.param], n.operation)
+        for n in rule.needs
+    ]
+    return [*named, *sample.also]
+
+
+@pytest.mark.parametrize(("method", "path"), OPERATIONS, ids=[f"{m} {p}" for m, p in OPERATIONS])
+async def test_authorization_matrix(
+    start: Start, data_dir: Path, tmp_path: Path, method: str, path: str
+) -> None:
+    client, keys = await _world(start, data_dir, tmp_path)
+    sample = SAMPLES[(method, path)]
+    params = {"topic": TOPIC, "partition": "0", "group": GROUP, "member": keys["member"],
+              "key_id": keys["key_id"], **sample.params}  # fmt: skip
+    url = re.sub(r"\{(\w+)\}", lambda m: params[m.group(1)], path)
+    url += f"?{sample.query}" if sample.query else ""
+    rule = access(method, path)
+    assert rule is not None, f"{method} {path} is in the contract but has no access rule"
+
+    async def call(headers: dict[str, str]) -> tuple[int, Any]:
+        if sample.content_type is not None:
+            headers = {**headers, "Content-Type": sample.content_type}
+        answer = await client.request(
+            method, url, headers=headers, json=sample.json, data=sample.data
+        )
+        text = await answer.text()
+        is_problem = answer.content_type == "application/problem+json"
+        return answer.status, (await answer.json(content_type=None)) if is_problem else text
+
+    # no credentials
+    status, body = await call({})
+    if rule.audience == "public":
+        assert status == 200
+    else:
+        assert status == 401 and body["code"] == "UNAUTHENTICATED", body
+        _check_declared(method, path, 401, body)
+
+    # the wrong principal: authenticated, no ACLs
+    status, body = await call(bearer(keys["mallory"]))
+    needs_nothing = rule.audience == "acl" and not rule.needs and not sample.also
+    if rule.audience in ("public", "authenticated", "ops") or needs_nothing:
+        assert status == 200, body
+        if path in ("/v1/topics", "/v1/groups"):
+            assert body in ('{"topics":[]}', '{"groups":[]}'), body
+    else:
+        assert status == 403, body
+        _check_declared(method, path, 403, body)
+
+    # the right principal: exactly what the operation needs
+    if rule.audience == "internal":
+        headers = bearer(INTERNAL_KEY)
+    elif rule.audience == "super_user":
+        headers = bearer(keys["admin"])
+    else:
+        principal = "right"
+        await grant(
+            client,
+            keys["admin"],
+            *(
+                binding(principal, kind, name, op)
+                for kind, name, op in _needs(method, path, params)
+            ),
+        )
+        headers = bearer(keys[principal])
+    status, body = await call(headers)
+    assert status not in (401, 403), (status, body)
+    assert status < 500, (status, body)

@@ -1,0 +1,92 @@
+"""The C paths built with AddressSanitizer and UndefinedBehaviorSanitizer, and a fuzz target
+run against that build: `python -m tests.fuzz.sanitizers [TARGET] [libFuzzer flags and corpus
+directories]`, TARGET one of SANITIZED (fetch_json, the default, for gateway/_fetchjson.c;
+json_produce_native for gateway/_producejson.c).
+
+CPython itself is not instrumented, so the ASan runtime is preloaded, the interpreter's
+allocator is plain malloc (every buffer is then ASan's to check) and leak checking is off.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SANITIZED = {"fetch_json": "_fetchjson", "json_produce_native": "_producejson"}  # target: C path
+FLAGS = [
+    "-fsanitize=address,undefined",
+    "-fno-sanitize-recover=all",
+    "-fno-omit-frame-pointer",
+    # _producejson's portable CRC-32C (what machines without SSE4.2 run), which this build
+    # then checks against the Python path too.
+    "-DPRODUCEJSON_PORTABLE_CRC32C",
+]
+
+
+class Unavailable(Exception):
+    """No C compiler with the sanitizer runtimes here."""
+
+
+def runtime(compiler: str) -> str:
+    """The ASan runtime the compiler links against, to preload."""
+    found = subprocess.run(
+        [compiler, "-print-file-name=libasan.so"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    if not os.path.isabs(found):
+        raise Unavailable(f"{compiler} has no libasan.so")
+    return found
+
+
+def build(out_dir: Path, extension: str = "_fetchjson") -> tuple[Path, dict[str, str]]:
+    """The sanitized extension (gateway/EXTENSION.c), and the environment a Python process
+    loading it needs."""
+    compiler = shutil.which(os.environ.get("CC", "cc"))
+    if compiler is None:
+        raise Unavailable("no C compiler (cc)")
+    native = out_dir / f"{extension}{sysconfig.get_config_var('EXT_SUFFIX')}"
+    source = REPO / "gateway" / f"{extension}.c"
+    include = sysconfig.get_paths()["include"]
+    subprocess.run(
+        [compiler, "-shared", "-fPIC", "-g", "-O1", *FLAGS, f"-I{include}", str(source), "-o",
+         str(native)],
+        check=True,
+    )  # fmt: skip
+    env = {
+        **os.environ,
+        "LD_PRELOAD": runtime(compiler),
+        "PYTHONMALLOC": "malloc",
+        "ASAN_OPTIONS": "detect_leaks=0:allocator_may_return_null=1",
+        "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1",
+    }
+    return native, env
+
+
+def load_native(path: str) -> None:
+    """Make `import gateway.NAME` load the extension built at `path` (named NAME.<suffix>)."""
+    name = "gateway." + Path(path).name.split(".")[0]
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules[name] = module
+
+
+def main(flags: list[str]) -> int:
+    target = flags.pop(0) if flags[:1] and flags[0] in SANITIZED else "fetch_json"
+    with tempfile.TemporaryDirectory() as tmp:
+        native, env = build(Path(tmp), SANITIZED[target])
+        command = [sys.executable, "-m", "tests.fuzz.runner", target, "--native", str(native)]
+        # Blind (no coverage): keep the seeds, which libFuzzer would otherwise drop.
+        command.append("-keep_seed=1")
+        return subprocess.run([*command, *flags], cwd=REPO, env=env, check=False).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

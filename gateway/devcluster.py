@@ -5,6 +5,7 @@ drive one (kill, pause, restart nodes) through the same classes."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import shutil
@@ -28,6 +29,16 @@ class ClusterError(Exception):
     """A process of the local cluster failed to start or to become ready."""
 
 
+_PR_SET_PDEATHSIG = 1
+_prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: a child only calls it
+
+
+def die_with_parent() -> None:
+    """A child's `preexec_fn`: SIGTERM it when the thread that started it dies, even by
+    SIGKILL, so that nothing a supervisor started outlives it."""
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
         sock.bind((host, 0))
@@ -48,9 +59,13 @@ class EtcdServer:
         workdir: Path,
         client_port: int | None = None,
         listen_hosts: Sequence[str] = (),
+        *,
+        own_session: bool = False,
     ) -> None:
         """`listen_hosts`: addresses to serve clients on besides 127.0.0.1, on the same port
-        (e.g. the host's end of links to nodes in network namespaces)."""
+        (e.g. the host's end of links to nodes in network namespaces). `own_session`: etcd
+        runs in a session of its own (a terminal's Ctrl-C reaches only us, which stop it
+        last) and dies with the thread that starts it."""
         binary = shutil.which("etcd")
         if binary is None:
             raise ClusterError(
@@ -64,6 +79,7 @@ class EtcdServer:
         self.listen_urls = [self.url, *(f"http://{h}:{self.client_port}" for h in listen_hosts)]
         self.peer_url = f"http://127.0.0.1:{free_port()}"
         self.process: subprocess.Popen[bytes] | None = None
+        self.own_session = own_session
 
     @property
     def endpoint(self) -> str:
@@ -88,7 +104,13 @@ class EtcdServer:
             f"--max-txn-ops={ETCD_MAX_TXN_OPS}",
         ]
         with (self.workdir / "etcd.log").open("ab") as log:
-            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+            self.process = subprocess.Popen(
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=self.own_session,
+                preexec_fn=die_with_parent if self.own_session else None,
+            )
         deadline = time.monotonic() + START_DEADLINE_S
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

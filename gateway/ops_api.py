@@ -6,11 +6,14 @@ import shutil
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import Collector
 
 from engine.config import TopicConfig
+from engine.offsets_topic import OFFSETS_TOPIC
+from gateway import workerview
 from gateway.params import json_response
 from gateway.problems import Problem
-from gateway.state import gateway_of
+from gateway.state import Gateway, gateway_of
 from openapi import SPEC
 
 
@@ -20,6 +23,8 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/openapi.yaml", openapi)
+    app.router.add_get(workerview.OWN_READY, own_ready)
+    app.router.add_get(workerview.OWN_METRICS, own_metrics)
 
 
 async def cluster(request: web.Request) -> web.Response:
@@ -43,10 +48,29 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
-    """Ready once the logs are open, until shutdown starts."""
+    """Ready once the logs are open, until shutdown starts; with workers, once all are."""
     gateway = gateway_of(request)
+    own = own_readiness(gateway)
+    if gateway.settings.workers > 1:
+        return json_response(await workerview.readiness(gateway, own))
+    return json_response(own)
+
+
+async def own_ready(request: web.Request) -> web.Response:
+    """This process's own readiness (a worker's part of /readyz)."""
+    return json_response(own_readiness(gateway_of(request)))
+
+
+def own_readiness(gateway: Gateway) -> dict[str, object]:
+    """This process: its logs open and not shutting down; a worker also waits for the
+    controller and the groups' topic (created once every worker is up)."""
+    view = gateway.broker.store.view
     if not gateway.ready:
         raise Problem(503, "NOT_READY", "the gateway is starting or shutting down")
+    if gateway.settings.workers > 1 and (
+        view.controller is None or OFFSETS_TOPIC not in view.topics
+    ):
+        raise Problem(503, "NOT_READY", "the workers are still starting")
     free = shutil.disk_usage(gateway.settings.data_dir).free
     doc: dict[str, object] = {
         "status": "ready",
@@ -61,12 +85,23 @@ async def readyz(request: web.Request) -> web.Response:
             "upload_lag_seconds": max((seconds for _, seconds in backlog), default=0.0),
             "last_error": tiering.counters.last_error,
         }
-    return json_response(doc)
+    return doc
 
 
 async def metrics(request: web.Request) -> web.Response:
-    registry = gateway_of(request).metrics.registry
+    """This process's metrics; with workers, every worker's merged (gateway.workerview)."""
+    gateway = gateway_of(request)
+    registry: Collector = gateway.metrics.registry
+    if gateway.settings.workers > 1:
+        registry = await workerview.metrics(gateway)
     response = web.Response(body=generate_latest(registry))
+    response.headers["Content-Type"] = CONTENT_TYPE_LATEST
+    return response
+
+
+async def own_metrics(request: web.Request) -> web.Response:
+    """This process's own metrics (a worker's part of /metrics)."""
+    response = web.Response(body=generate_latest(gateway_of(request).metrics.registry))
     response.headers["Content-Type"] = CONTENT_TYPE_LATEST
     return response
 

@@ -4,23 +4,27 @@ answer comes back as it was, status and error code unchanged."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-import aiohttp
 import orjson
 
 from replication.errors import NodeUnreachable, ReplicationError
+from replication.http1 import ConnectFailed, Http1Pool
 
 FORWARDED_BY = "Sluice-Forwarded-By"  # set on a forwarded request: it is never forwarded again
+# The principal the front node authenticated, trusted only with the cluster's internal key.
+ON_BEHALF_OF = "Sluice-Principal"
 RECORD_BATCH = "application/vnd.sluice.record-batch"
 APPEND_PREFIX = "/internal/v1/partitions"
 # What a forwarded request carries over and what its answer brings back.
-REQUEST_HEADERS = ("Content-Type", "Accept", "Idempotency-Key", "Authorization")
+REQUEST_HEADERS = ("Content-Type", "Accept", "Idempotency-Key", "Authorization", ON_BEHALF_OF)
 ANSWER_HEADERS = ("Content-Type", "Retry-After", "Location", "Allow")
 ANSWER_PREFIX = "sluice-"
+_ANSWER_HEADERS = frozenset(name.lower() for name in ANSWER_HEADERS)
 
 
 @dataclass(frozen=True)
@@ -45,19 +49,18 @@ class RemoteError(ReplicationError):
 
 
 class ForwardClient:
-    """One session, connections pooled per node; no total timeout (a long-poll forwarded
-    waits at the leader, which bounds it), a bounded connect."""
+    """Keep-alive connections pooled per node (replication.http1); no total timeout (a
+    long-poll forwarded waits at the leader, which bounds it), a bounded connect."""
 
-    def __init__(self, node_id: int, connect_timeout_s: float = 5.0) -> None:
+    def __init__(
+        self, node_id: int, connect_timeout_s: float = 5.0, authorization: str | None = None
+    ) -> None:
         self.node_id = node_id
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=60),
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s),
-            auto_decompress=False,
-        )
+        self.authorization = authorization  # when set, it replaces the client's on every call
+        self._pool = Http1Pool(connect_timeout_s)
 
     async def close(self) -> None:
-        await self._session.close()
+        await self._pool.close()
 
     async def forward(
         self, url: str, method: str, path_qs: str, headers: Mapping[str, str], body: bytes
@@ -65,23 +68,20 @@ class ForwardClient:
         """Send the request to the node at `url` and return its answer as it is."""
         sent = {name: headers[name] for name in REQUEST_HEADERS if name in headers}
         sent[FORWARDED_BY] = str(self.node_id)
+        if self.authorization is not None:
+            sent["Authorization"] = self.authorization
         try:
-            async with self._session.request(
-                method, url + path_qs, headers=sent, data=body or None
-            ) as response:
-                data = await response.read()
-                kept = {
-                    name: value
-                    for name, value in response.headers.items()
-                    if name in ANSWER_HEADERS or name.lower().startswith(ANSWER_PREFIX)
-                }
-                return Answer(response.status, kept, data)
-        except aiohttp.ClientConnectorError as exc:
-            raise NodeUnreachable(
-                f"{url} refused the connection: {exc!r}", delivered=False
-            ) from exc
-        except (aiohttp.ClientError, TimeoutError) as exc:
+            reply = await self._pool.request(url, method, path_qs, sent, body)
+        except ConnectFailed as exc:
+            raise NodeUnreachable(f"{url} refused the connection: {exc}", delivered=False) from exc
+        except (OSError, ValueError, asyncio.IncompleteReadError) as exc:
             raise NodeUnreachable(f"forwarding to {url} failed: {exc!r}") from exc
+        kept = {
+            name: value
+            for name, value in reply.headers
+            if name.lower() in _ANSWER_HEADERS or name.lower().startswith(ANSWER_PREFIX)
+        }
+        return Answer(reply.status, kept, reply.body)
 
     async def produce_batches(
         self,

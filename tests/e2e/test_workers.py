@@ -1,0 +1,452 @@
+"""`sluice serve --workers 2`: one port, two worker processes and their etcd, started for real.
+
+The kernel spreads connections over the workers (SO_REUSEPORT), so each test opens
+connections until it has one on each worker (`/readyz` names the worker that answered), then
+checks that every feature behaves as on one process whichever worker a request lands on.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import ssl
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from engine.batch import RecordInput, encode_batch
+from tests.e2e.conftest import REPO, until
+from tests.tls import write_self_signed
+
+pytestmark = pytest.mark.skipif(
+    not all(os.path.exists(p) for p in ("/usr/bin/etcd", "/usr/bin/curl")),
+    reason="needs etcd (etcd-server) and curl",
+)
+
+RECORD_BATCH = "application/vnd.sluice.record-batch"
+WORKER_OPTIONS = ("--workers", "2", "--offsets-topic-partitions", "4")
+
+
+@dataclass
+class Supervisor:
+    """A running `sluice serve --workers 2` and the log its processes share."""
+
+    process: subprocess.Popen[str]
+    url: str
+    data_dir: Path
+    log: Path
+
+    def descendants(self) -> dict[int, str]:
+        """pid -> command line of every live process under the supervisor (workers, etcd)."""
+        parents = {}
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                    parents[int(entry.name)] = int(stat[1])
+                except OSError:
+                    continue
+        found, todo = {}, [self.process.pid]
+        while todo:
+            parent = todo.pop()
+            for pid, ppid in parents.items():
+                if ppid == parent:
+                    try:
+                        found[pid] = (Path(f"/proc/{pid}/cmdline").read_bytes()).decode()
+                    except OSError:
+                        continue
+                    todo.append(pid)
+        return found
+
+    def worker_pid(self, node_id: int) -> int:
+        for pid, command in self.descendants().items():
+            args = command.split("\0")
+            if "--supervised" in args and args[args.index("--node-id") + 1] == str(node_id):
+                return pid
+        raise AssertionError(f"no worker {node_id} under the supervisor")
+
+    def stop(self) -> int:
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout=60)
+
+
+def start_supervisor(data_dir: Path, *extra: str) -> Supervisor:
+    log = data_dir.parent / f"{data_dir.name}.log"
+    with log.open("a") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "--data-dir", str(data_dir), "--port", "0",
+             *WORKER_OPTIONS, *extra],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=stderr, text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )  # fmt: skip
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    if not line.startswith("sluice listening on "):
+        process.kill()
+        raise AssertionError(f"did not start: {line!r}\n{log.read_text()[-3000:]}")
+    return Supervisor(process, line.split()[-1], data_dir, log)
+
+
+@pytest.fixture(scope="module")
+def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Supervisor]:
+    supervisor = start_supervisor(tmp_path_factory.mktemp("workers") / "data")
+    yield supervisor
+    if supervisor.process.poll() is None:
+        assert supervisor.stop() == 0
+
+
+def on_worker(url: str, worker: int, **options: Any) -> httpx.Client:
+    """A client whose (kept-alive) connection landed on `worker`."""
+    for _ in range(200):
+        client = httpx.Client(base_url=url, timeout=30, **options)
+        if client.get("/readyz").json()["worker"] == worker:
+            return client
+        client.close()
+    raise AssertionError(f"200 connections and none on worker {worker}")
+
+
+@pytest.fixture
+def pair(workers: Supervisor) -> Iterator[tuple[httpx.Client, httpx.Client]]:
+    """A connection on worker 0 and one on worker 1."""
+    first, second = on_worker(workers.url, 0), on_worker(workers.url, 1)
+    yield first, second
+    first.close()
+    second.close()
+
+
+def create_topic(http: httpx.Client, name: str, partitions: int = 2) -> dict[int, int]:
+    """Create the topic; its partitions' leaders (both workers lead some)."""
+    answer = http.post("/v1/topics", json={"name": name, "partitions": partitions})
+    assert answer.status_code == 201, answer.text
+    leaders = {p["partition"]: p["leader"] for p in answer.json()["partitions"]}
+    assert set(leaders.values()) == {0, 1}, leaders
+    return leaders
+
+
+def values(http: httpx.Client, topic: str, partition: int) -> list[Any]:
+    answer = http.get(
+        f"/v1/topics/{topic}/partitions/{partition}/records",
+        params={"offset": 0, "max_records": 1000, "timeout_ms": 0},
+    )
+    assert answer.status_code == 200, answer.text
+    return [r["value"] for r in answer.json()["records"]]
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    selector = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    pattern = rf"^{re.escape(name)}{re.escape('{' + selector + '}') if labels else ''} (\S+)$"
+    found = re.search(pattern, text, re.M)
+    assert found is not None, f"{name} {labels} not in /metrics"
+    return float(found.group(1))
+
+
+def test_topic_admin_produce_and_fetch_through_either_worker(
+    pair: tuple[httpx.Client, httpx.Client],
+) -> None:
+    zero, one = pair
+    leaders = create_topic(zero, "admin")
+    assert one.get("/v1/topics/admin").json()["name"] == "admin"
+    assert {t["name"] for t in one.get("/v1/topics").json()["topics"]} >= {"admin"}
+    patched = one.patch("/v1/topics/admin", json={"configs": {"retention.ms": 60000}})
+    assert patched.status_code == 200 and patched.json()["overrides"] == {"retention.ms": 60000}
+    sent: dict[int, list[Any]] = {0: [], 1: []}
+    for n, (client, acks) in enumerate([(zero, "1"), (one, "all"), (zero, "all"), (one, "1")]):
+        for partition in leaders:  # each partition through its leader and through the other
+            answer = client.post(
+                f"/v1/topics/admin/partitions/{partition}/records",
+                params={"acks": acks},
+                json={"records": [{"value": {"n": n, "p": partition}}]},
+            )
+            assert answer.status_code == 200, answer.text
+            sent[partition].append({"n": n, "p": partition})
+        batch = encode_batch([RecordInput(None, b'"bin-%d"' % n)])
+        answer = client.post(
+            "/v1/topics/admin/partitions/1/records",
+            params={"acks": acks},
+            content=bytes(batch),
+            headers={"Content-Type": RECORD_BATCH},
+        )
+        assert answer.status_code == 200, answer.text
+        sent[1].append(f"bin-{n}")
+    for client in pair:
+        for partition in leaders:
+            assert values(client, "admin", partition) == sent[partition]
+        described = client.get("/v1/topics/admin").json()["partitions"]
+        assert [p["high_watermark"] for p in described] == [len(sent[0]), len(sent[1])]
+    binary = one.get(
+        "/v1/topics/admin/partitions/0/records",
+        params={"offset": 0, "timeout_ms": 0},
+        headers={"Accept": RECORD_BATCH},
+    )
+    assert binary.status_code == 200 and binary.headers["Sluice-Next-Offset"] == "4"
+    assert zero.delete("/v1/topics/admin").status_code == 204
+    assert one.get("/v1/topics/admin").status_code == 404
+
+
+def test_an_idempotent_retry_on_the_other_worker_appends_nothing(
+    pair: tuple[httpx.Client, httpx.Client],
+) -> None:
+    zero, one = pair
+    create_topic(zero, "retries", partitions=4)
+    keyed = {"records": [{"key": f"k{i}", "value": i} for i in range(20)]}  # every partition
+    keyless = {"records": [{"value": "once"}]}
+    for body in (keyed, keyless):
+        for first, retry in ((zero, one), (one, zero)):
+            key = f"{len(body['records'])}-{id(first)}"
+            headers = {"Idempotency-Key": key}
+            answer = first.post("/v1/topics/retries/records", json=body, headers=headers)
+            assert answer.status_code == 200, answer.text
+            again = retry.post("/v1/topics/retries/records", json=body, headers=headers)
+            assert again.status_code == 200, again.text
+            assert again.json() == answer.json()
+    stored = [v for p in range(4) for v in values(zero, "retries", p)]
+    assert sorted(v for v in stored if v != "once") == sorted(list(range(20)) * 2)
+    assert stored.count("once") == 2  # one per key: each retry appended nothing
+
+
+@pytest.mark.parametrize("poll_on_leader", [True, False])
+def test_a_long_poll_on_one_worker_wakes_for_a_produce_on_the_other(
+    workers: Supervisor, pair: tuple[httpx.Client, httpx.Client], poll_on_leader: bool
+) -> None:
+    zero, one = pair
+    topic = f"poll-{poll_on_leader}"
+    leaders = create_topic(zero, topic)
+    partition = next(p for p, leader in leaders.items() if leader == 0)
+    poller, producer = (zero, one) if poll_on_leader else (one, zero)
+    result: dict[str, Any] = {}
+
+    def poll() -> None:
+        started = time.monotonic()
+        answer = poller.get(
+            f"/v1/topics/{topic}/partitions/{partition}/records",
+            params={"offset": 0, "timeout_ms": 30000},
+        )
+        result["answer"], result["seconds"] = answer, time.monotonic() - started
+
+    with httpx.Client(base_url=workers.url) as probe:
+
+        def parked() -> bool:
+            return metric(probe.get("/metrics").text, "sluice_parked_fetches") >= 1
+
+        thread = threading.Thread(target=poll)
+        thread.start()
+        until(parked, "the long-poll to park")
+    answer = producer.post(
+        f"/v1/topics/{topic}/partitions/{partition}/records",
+        json={"records": [{"value": "wake"}]},
+    )
+    assert answer.status_code == 200, answer.text
+    thread.join(30)
+    assert result["answer"].status_code == 200
+    assert [r["value"] for r in result["answer"].json()["records"]] == ["wake"]
+    assert result["seconds"] < 20
+
+
+def test_a_group_through_connections_on_both_workers(
+    pair: tuple[httpx.Client, httpx.Client],
+) -> None:
+    zero, one = pair
+    create_topic(zero, "grouped")
+    records = {"records": [{"key": f"k{i}", "value": i} for i in range(30)]}
+    assert one.post("/v1/topics/grouped/records", json=records).status_code == 200
+    join = {"topics": ["grouped"], "instance_id": "m", "auto_offset_reset": "earliest"}
+    joined = zero.post("/v1/groups/g/members", json=join)
+    assert joined.status_code == 201, joined.text
+    assert joined.json()["assignment"] == [{"topic": "grouped", "partitions": [0, 1]}]
+    seen: list[int] = []
+    cursor = joined.json()["cursor"]
+    deadline = time.monotonic() + 60
+    turn = 0
+    while len(seen) < 30:
+        assert time.monotonic() < deadline, f"only {sorted(seen)} arrived"
+        client = pair[turn % 2]
+        turn += 1
+        answer = client.get(
+            "/v1/groups/g/members/m/records",
+            params={"max_records": 7, "timeout_ms": 200, "cursor": cursor},
+        )
+        assert answer.status_code == 200, answer.text
+        cursor = answer.json()["cursor"]
+        seen.extend(r["value"] for r in answer.json()["records"])
+    assert sorted(seen) == list(range(30))
+    committed = one.post("/v1/groups/g/members/m/commit")
+    assert committed.status_code == 200, committed.text
+    for client in pair:
+        described = client.get("/v1/groups/g").json()
+        assert described["lag"] == 0 and described["members"][0]["member_id"] == "m"
+        assert sum(p["log_end_offset"] for p in described["partitions"]) == 30
+        assert "g" in {g["group"] for g in client.get("/v1/groups").json()["groups"]}
+    assert one.delete("/v1/groups/g/members/m").status_code == 204
+    assert zero.get("/v1/groups/g").json()["state"] == "Empty"
+
+
+def curl(*args: str) -> str:
+    done = subprocess.run(["curl", "-s", *args], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_one_http2_connection_serves_partitions_of_both_workers(workers: Supervisor) -> None:
+    with httpx.Client(base_url=workers.url) as http:
+        create_topic(http, "h2")
+    for n in range(20):
+        produced = curl(
+            "--http2-prior-knowledge", "-X", "POST", f"{workers.url}/v1/topics/h2/records",
+            "-H", "Content-Type: application/json",
+            "-d", f'{{"records": [{{"key": "k{n}", "value": {n}}}]}}',
+        )  # fmt: skip
+        assert '"count":1' in produced
+    landed = set()
+    for _ in range(100):
+        # One HTTP/2 connection (prior knowledge): the worker it reached, then both
+        # partitions through it, whichever worker leads each.
+        with httpx.Client(base_url=workers.url, http1=False, http2=True) as h2:
+            ready = h2.get("/readyz")
+            assert ready.http_version == "HTTP/2"
+            landed.add(ready.json()["worker"])
+            fetched: list[int] = []
+            for partition in (0, 1):
+                answer = h2.get(
+                    f"/v1/topics/h2/partitions/{partition}/records",
+                    params={"offset": 0, "max_records": 100, "timeout_ms": 0},
+                )
+                assert answer.http_version == "HTTP/2" and answer.status_code == 200
+                fetched.extend(r["value"] for r in answer.json()["records"])
+            assert sorted(fetched) == list(range(20))
+        if landed == {0, 1}:
+            break
+    assert landed == {0, 1}
+
+
+def test_metrics_and_readiness_are_one_view_over_the_workers(
+    workers: Supervisor, pair: tuple[httpx.Client, httpx.Client]
+) -> None:
+    create_topic(pair[0], "counted")
+    for client in pair:
+        for _ in range(5):
+            body = {"records": [{"value": 1}, {"value": 2}, {"value": 3}]}
+            assert client.post("/v1/topics/counted/records", json=body).status_code == 200
+    for client in pair:
+        text = client.get("/metrics").text
+        assert metric(text, "sluice_records_in_total", topic="counted") == 30
+        assert metric(text, "sluice_metrics_missing_workers") == 0
+        assert metric(text, "sluice_is_controller") == 1
+        ends = sum(
+            metric(text, "sluice_partition_log_end_offset", topic="counted", partition=str(p))
+            for p in (0, 1)
+        )
+        assert ends == 30
+        ready = client.get("/readyz").json()
+        assert ready["status"] == "ready" and ready["workers"] == 2
+
+
+def test_a_killed_worker_is_restarted_and_keeps_every_acknowledged_record(
+    workers: Supervisor, pair: tuple[httpx.Client, httpx.Client]
+) -> None:
+    zero, one = pair
+    leaders = create_topic(zero, "survivor")
+    acknowledged: dict[int, list[Any]] = {0: [], 1: []}
+    for n in range(20):
+        partition = n % 2
+        client = pair[n % 2]
+        acks = "1" if n % 4 < 2 else "all"
+        answer = client.post(
+            f"/v1/topics/survivor/partitions/{partition}/records",
+            params={"acks": acks},
+            json={"records": [{"value": n}]},
+        )
+        assert answer.status_code == 200, answer.text
+        acknowledged[partition].append(n)
+    one.close()
+    victim = workers.worker_pid(1)
+    os.kill(victim, signal.SIGKILL)
+    survivor = next(p for p, leader in leaders.items() if leader == 0)
+    # The other worker keeps serving what it leads while worker 1 is down or restarting.
+    answer = zero.post(
+        f"/v1/topics/survivor/partitions/{survivor}/records",
+        json={"records": [{"value": "meanwhile"}]},
+    )
+    assert answer.status_code == 200, answer.text
+    acknowledged[survivor].append("meanwhile")
+    ready = zero.get("/readyz")
+    assert ready.status_code == 503 and 1 in ready.json()["not_ready"], ready.text
+
+    def back() -> bool:
+        return zero.get("/readyz").status_code == 200
+
+    until(back, "worker 1 to be restarted")
+    assert workers.worker_pid(1) != victim
+    assert f"worker 1 (pid {victim}) exited on signal 9" in workers.log.read_text()
+    fresh = on_worker(workers.url, 1)
+    for client in (zero, fresh):
+        for partition, expected in acknowledged.items():
+            assert values(client, "survivor", partition) == expected
+    fresh.close()
+
+
+def test_sigterm_stops_every_process_and_the_worker_count_is_kept(tmp_path: Path) -> None:
+    cert, key = write_self_signed(tmp_path)
+    tls = ("--tls-cert", str(cert), "--tls-key", str(key))
+    trust = ssl.create_default_context(cafile=str(cert))
+    supervisor = start_supervisor(tmp_path / "data", *tls)
+    assert supervisor.url.startswith("https://")
+    with httpx.Client(base_url=supervisor.url, verify=trust, http2=True) as http:
+        leaders = create_topic(http, "kept")
+        answer = http.post("/v1/topics/kept/records", json={"records": [{"key": "a", "value": 1}]})
+        assert answer.status_code == 200 and answer.http_version == "HTTP/2"  # h2 by ALPN
+    pids = supervisor.descendants()
+    programs = sorted(Path(c.split("\0")[0]).name for c in pids.values())
+    assert len(pids) == 3 and programs.count("etcd") == 1, pids
+    # A long-poll that worker 0 forwarded to worker 1 is answered, not cut, by the shutdown.
+    elsewhere = next(p for p, leader in leaders.items() if leader == 1)
+    poller = on_worker(supervisor.url, 0, verify=trust)
+    result: dict[str, httpx.Response] = {}
+
+    def poll() -> None:
+        result["answer"] = poller.get(
+            f"/v1/topics/kept/partitions/{elsewhere}/records",
+            params={"offset": "latest", "timeout_ms": 60000},
+        )
+
+    thread = threading.Thread(target=poll)
+    thread.start()
+    with httpx.Client(base_url=supervisor.url, verify=trust) as probe:
+        until(
+            lambda: metric(probe.get("/metrics").text, "sluice_parked_fetches") >= 1,
+            "the long-poll to park",
+        )
+    assert supervisor.stop() == 0
+    thread.join(30)
+    poller.close()
+    assert result["answer"].status_code == 200 and result["answer"].json()["records"] == []
+    for pid in pids:
+        assert not Path(f"/proc/{pid}").exists() or _zombie(pid), f"{pids[pid]} outlived it"
+    for count in ("1", "3"):
+        done = subprocess.run(
+            [sys.executable, "-m", "gateway", "--data-dir", str(tmp_path / "data"),
+             "--port", "0", "--workers", count],
+            cwd=REPO, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 1
+        assert f"holds the topics of --workers 2, not --workers {count}" in done.stderr
+    again = start_supervisor(tmp_path / "data", *tls)
+    with httpx.Client(base_url=again.url, verify=trust) as http:
+        partitions = http.get("/v1/topics/kept").json()["partitions"]
+        assert sum(p["high_watermark"] for p in partitions) == 1
+    assert again.stop() == 0
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True

@@ -29,6 +29,7 @@ from typing import Any
 
 import orjson
 
+from gateway.progress import Progress
 from loadtests import cluster_bench, cluster_report, generators, parked, report
 from loadtests.common import (
     RedisServer,
@@ -104,9 +105,10 @@ QUICK = Plan(
 class Bench:
     """One run: the two servers, the scratch directory and the report being built."""
 
-    def __init__(self, plan: Plan, scratch: Path) -> None:
+    def __init__(self, plan: Plan, scratch: Path, progress: Progress) -> None:
         self.plan = plan
         self.scratch = scratch
+        self.progress = progress  # scenarios done, and the cell running beside it
         self.gateway, self.url = start_gateway(scratch / "data")
         self.port = int(self.url.rsplit(":", 1)[1])
         self.redis = RedisServer.start(scratch / "redis")
@@ -190,6 +192,7 @@ class Bench:
         self, scenario: str, what: dict[str, Any], run: Callable[[], dict[str, Any]]
     ) -> dict[str, Any]:
         """Run one cell; a failure becomes an error row in the report, never a figure."""
+        self.progress.advance(0, " ".join([scenario, *map(str, what.values())]))
         try:
             row = {**what, **run()}
         except Exception as error:
@@ -651,21 +654,24 @@ def main() -> None:
         "seconds_per_cell": plan.seconds,
     }
     scratch = Path(tempfile.mkdtemp(prefix="sluice-bench-"))
-    bench = Bench(plan, scratch)
+    names = ["produce", "fetch", "consume", "latency", "scaling", "cluster"]
+    progress = Progress("bench", len(names), unit="scenarios")
+    bench = Bench(plan, scratch, progress)
+
+    def scenario(name: str) -> None:
+        progress.describe(f"scenario {names.index(name) + 1} of {len(names)}: {name}")
+        getattr(bench, name)()
+        progress.advance()
+
     try:
         try:
-            for scenario in (
-                bench.produce,
-                bench.fetch,
-                bench.consume,
-                bench.latency,
-                bench.scaling,
-            ):
-                scenario()
+            for name in names[:-1]:
+                scenario(name)
         finally:
             bench.close()
-        bench.cluster()
+        scenario("cluster")  # once the single node has stopped
     finally:
+        progress.close()
         shutil.rmtree(scratch, ignore_errors=True)
     meta["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
     meta["wall_seconds"] = round(time.time() - started, 1)

@@ -48,6 +48,7 @@ from spark_ingest.plan import (
     plan_ranges,
     segment_tasks,
 )
+from spark_ingest.progress import Counter, spark_tasks
 from spark_ingest.writer import WrittenFile, write_hour_files
 
 log = logging.getLogger("spark_ingest")
@@ -226,24 +227,30 @@ def ingest_segment(
     return write_hour_files(table, location, time_zone, lambda path: kill.at(f"after:{path}"))
 
 
-def ingest_direct(
-    spark: SparkSession, options: JobOptions, manifests: list[Manifest], ranges: list[Range]
-) -> list[WrittenFile]:
-    """Without JSON expansion, Spark only schedules: a task per segment reads and writes it
-    (the rows never cross into the JVM and back, which costs more than decoding them)."""
+def plan_segments(
+    options: JobOptions, manifests: list[Manifest], ranges: list[Range]
+) -> list[SegmentTask]:
+    """The segments that hold the offsets of `ranges`: one Spark task each."""
     wanted = {(r.topic, r.partition) for r in ranges}
     start: Offsets = {}
     end: Offsets = {}
     for r in ranges:
         start.setdefault(r.topic, {})[r.partition] = r.start
         end.setdefault(r.topic, {})[r.partition] = r.end
-    tasks = segment_tasks(
+    return segment_tasks(
         [m for m in manifests if (m.topic, m.partition) in wanted],
         manifest.clean_prefix(options.prefix),
         start,
         end,
         apply_log_start=False,
     )
+
+
+def ingest_direct(
+    spark: SparkSession, options: JobOptions, tasks: list[SegmentTask]
+) -> list[WrittenFile]:
+    """Without JSON expansion, Spark only schedules: a task per segment reads and writes it
+    (the rows never cross into the JVM and back, which costs more than decoding them)."""
     if not tasks:
         return []
     work = functools.partial(
@@ -260,13 +267,19 @@ def finalize_hours(out: storage.Location, files: list[WrittenFile], kill: KillSw
     for f in files:
         directory, _, name = f.path.rpartition("/")
         by_dir.setdefault(directory, {})[name] = f.rows
-    for directory in sorted(by_dir):
-        marker = out.child(directory, layout.SUCCESS)
-        parts = layout.success_parts(marker.read())
-        parts.update(by_dir[directory])
-        marker.write(layout.success_bytes(parts))
-        log.info("finalized %s: %d rows in %d files", directory, sum(parts.values()), len(parts))
-        kill.at(f"after:{directory}/{layout.SUCCESS}")
+    counter = Counter("finalizing", len(by_dir), "hours")
+    try:
+        for done, directory in enumerate(sorted(by_dir), 1):
+            marker = out.child(directory, layout.SUCCESS)
+            parts = layout.success_parts(marker.read())
+            parts.update(by_dir[directory])
+            marker.write(layout.success_bytes(parts))
+            log.debug("finalized %s: %d rows in %d files", directory, sum(parts.values()),
+                      len(parts))  # fmt: skip
+            kill.at(f"after:{directory}/{layout.SUCCESS}")
+            counter.update(done)
+    finally:
+        counter.close()
     return sorted(by_dir)
 
 
@@ -373,11 +386,13 @@ def execute(
     files: list[WrittenFile] = []
     if plan.reading:
         assert spark is not None
-        with spark_errors():
+        segments = plan_segments(options, manifests, plan.reading)
+        log.info("writing run %d: %d segments", plan.run, len(segments))
+        with spark_errors(), spark_tasks(spark, "writing", len(segments)):
             if frame is not None:
                 files = write_files(frame, options)
             else:
-                files = ingest_direct(spark, options, manifests, plan.reading)
+                files = ingest_direct(spark, options, segments)
         log.info("wrote %d files, %d rows", len(files), sum(f.rows for f in files))
     return files, finalize_hours(out, files, options.kill)
 
@@ -395,14 +410,20 @@ def run(options: JobOptions, spark: SparkSession | None = None) -> dict[str, Any
     state = ckpt.load(where)
     if state.out is not None and state.out != out:
         raise IngestError(f"checkpoint {where} belongs to output {state.out}, not {out}")
+    log.info("listing the manifests of %s", ", ".join(sorted(set(options.topics))))
     manifests = manifest.load_topics(
         options.endpoint, options.bucket, options.prefix, options.topics
+    )
+    log.info(
+        "listed %d partitions, %d segments",
+        len(manifests),
+        sum(len(m.segments) for m in manifests),
     )
     plan = make_plan(options, state, manifests)
     for g in plan.gaps:
         log.warning("gap %s/%d [%d, %d): %s", g.topic, g.partition, g.start, g.end, g.reason)
     log.info(
-        "run %d: %d partitions to read, %d offsets",
+        "planned run %d: %d partitions to read, %d offsets",
         plan.run,
         len(plan.reading),
         sum(r.end - r.start for r in plan.reading),

@@ -37,9 +37,10 @@ class Server:
         self.process.wait(timeout=30)
 
 
-def start_server(data_dir: Path, *extra: str) -> Server:
-    """Start `python -m gateway` on a free port; return once it has opened its logs."""
-    process, url = start_gateway(data_dir, *extra)
+def start_server(data_dir: Path, *extra: str, preexec: Callable[[], None] | None = None) -> Server:
+    """Start `python -m gateway` on a free port (`preexec`: run in the child first, to set
+    limits); return once it has opened its logs."""
+    process, url = start_gateway(data_dir, *extra, preexec=preexec)
     port = int(url.rsplit(":", 1)[1])
     return Server(process, url, port, data_dir)
 

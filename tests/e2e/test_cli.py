@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import io
+import os
+import pty
+import re
+import shlex
 import signal
+import struct
 import subprocess
 import sys
+import termios
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -268,7 +276,7 @@ def test_reset_offsets(
     """Every --to-* form; the CLI runs in this process, as there are many calls."""
 
     def run(*args: str, stdin: str = "") -> tuple[int, str, str]:
-        monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin.encode())))
         code = 0
         try:
             main([*args, "--url", server.url])
@@ -452,7 +460,7 @@ def test_groups_delete(server: Server) -> None:
     consumed = sluice(server, "consume", "t", "--group", "gone", "--from-beginning",
                       "--max-records", "1")  # fmt: skip
     assert consumed.returncode == 0, consumed.stderr
-    deleted = sluice(server, "groups", "delete", "gone")
+    deleted = sluice(server, "groups", "delete", "gone", "--output", "table")
     assert deleted.returncode == 0, deleted.stderr
     assert deleted.stdout == "deleted group gone\n"
     again = sluice(server, "groups", "delete", "gone")
@@ -475,3 +483,92 @@ def test_topics_print_a_table_or_json(server: Server) -> None:
     assert orjson.loads(piped.stdout)["name"] == "tab"
     listed = sluice(server, "topics", "list", "--output", "json")
     assert orjson.loads(listed.stdout) == [{"name": "tab", "partitions": 2}]
+
+
+def _produce(server: Server, stdin: Any, stderr: Any, *args: str) -> subprocess.Popen[bytes]:
+    """`sluice produce bulk` reading `stdin` (a file or a pipe) and writing stderr there."""
+    return subprocess.Popen(
+        [sys.executable, "-c", "from gateway.cli import main; main()", "produce", "bulk", *args,
+         "--url", server.url],
+        cwd=REPO, stdin=stdin, stdout=subprocess.PIPE, stderr=stderr,
+        env={**os.environ, "TERM": "xterm-256color"},
+    )  # fmt: skip
+
+
+PROGRESS = re.compile(r"produce bulk: [\d.]+ kB of [\d.]+ kB \((\d+)%\), ([\d,]+) records")
+
+
+def test_produce_from_a_file_prints_progress_lines_when_piped(
+    server: Server, tmp_path: Path
+) -> None:
+    """Piped stderr: a plain line at each tenth of the file; stdout stays empty."""
+    assert sluice(server, "topics", "create", "bulk").returncode == 0
+    data = tmp_path / "bulk.ndjson"
+    data.write_text("".join(f'{{"n": {i}, "pad": "{"x" * 40}"}}\n' for i in range(1000)))
+    with data.open("rb") as stdin:
+        process = _produce(server, stdin, subprocess.PIPE, "--batch-size", "50")
+        out, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err
+    assert out == b""
+    lines = err.decode().splitlines()
+    assert lines[-1] == "produced 1000 records"
+    found = [PROGRESS.fullmatch(line) for line in lines[:-1]]
+    assert all(found), lines
+    percents = [int(m.group(1)) for m in found if m]
+    assert len(percents) == 10 and percents == sorted(percents) and percents[-1] == 100
+    assert found[-1] is not None and found[-1].group(2) == "1,000"
+    hw = httpx.get(f"{server.url}/v1/topics/bulk/partitions/0/offsets").json()["offset"]
+    assert hw == 1000
+
+    piped = sluice(server, "produce", "bulk", stdin="a\nb\n")  # a pipe: no size, one line
+    assert piped.stderr.splitlines() == ["produce bulk: 4 bytes, 2 records", "produced 2 records"]
+
+
+def test_produce_shows_a_bar_on_a_terminal(server: Server, tmp_path: Path) -> None:
+    """stderr a terminal (a pty): a rich bar that ends at 100%."""
+    assert sluice(server, "topics", "create", "bulk").returncode == 0
+    data = tmp_path / "bulk.ndjson"
+    data.write_text("".join(f'{{"n": {i}}}\n' for i in range(1000)))
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))
+    with data.open("rb") as stdin:
+        process = _produce(server, stdin, follower, "--batch-size", "100")
+    os.close(follower)
+    screen = b""
+    with contextlib.suppress(OSError):  # EIO once the process closed the terminal
+        while chunk := os.read(leader, 65536):
+            screen += chunk
+    os.close(leader)
+    assert process.wait(60) == 0
+    assert process.stdout is not None and process.stdout.read() == b""
+    text = screen.decode()
+    assert "\u2501" in text  # the bar's line drawing
+    assert "100%" in text and "1,000 records" in text and "produced 1000 records" in text
+    assert "produce bulk: " not in text  # no plain lines on a terminal
+
+
+def test_produce_refuses_input_that_is_not_utf8(server: Server) -> None:
+    assert sluice(server, "topics", "create", "bulk").returncode == 0
+    done = subprocess.run(
+        [sys.executable, "-c", "from gateway.cli import main; main()", "produce", "bulk",
+         "--url", server.url],
+        cwd=REPO, input=b"ok\n\xff\n", capture_output=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode != 0
+    last = done.stderr.decode().splitlines()[-1]
+    assert last.startswith("sluice: line 2 of the input is not UTF-8: ")
+
+
+def test_a_reader_that_stops_early_ends_the_command_quietly(server: Server) -> None:
+    """`sluice consume ... | head -1`: no BrokenPipeError traceback, a non-zero exit."""
+    assert sluice(server, "topics", "create", "bulk").returncode == 0
+    lines = "".join(f"{i} {'x' * 200}\n" for i in range(2000))
+    assert sluice(server, "produce", "bulk", stdin=lines).returncode == 0
+    done = subprocess.run(
+        ["bash", "-c", f"set -o pipefail; {shlex.quote(sys.executable)} -c 'from gateway.cli "
+         f"import main; main()' consume bulk --from-beginning --max-records 2000 --url "
+         f"{server.url} | head -1"],
+        cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.stdout == f"0 {'x' * 200}\n"
+    assert done.returncode == 1 and done.stderr == ""

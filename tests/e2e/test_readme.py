@@ -3,6 +3,7 @@ shown."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -44,17 +45,26 @@ def examples(kind: str = "console") -> list[tuple[str, str]]:
 
 
 def normalise(text: str, volatile: set[str] = VOLATILE) -> Any:
-    """JSON (or NDJSON, a list of lines) with the volatile fields blanked; other text (the
-    console tools' tables) as the words of each non-blank line, so alignment does not count."""
-    lines = [line for line in text.splitlines() if line.strip()]
+    """JSON (or several JSON documents, as NDJSON or one after another: a list) with the
+    volatile fields blanked; other text (the console tools' tables) as the words of each
+    non-blank line, so alignment does not count."""
     try:
         doc = orjson.loads(text)
     except orjson.JSONDecodeError:
         try:
-            doc = [orjson.loads(line) for line in lines]
-        except orjson.JSONDecodeError:
-            return [line.split() for line in lines]
+            doc = _documents(text)
+        except json.JSONDecodeError:
+            return [line.split() for line in text.splitlines() if line.strip()]
     return _blank(doc, volatile)
+
+
+def _documents(text: str) -> list[Any]:
+    """The JSON documents that follow one another in `text` (whitespace between them)."""
+    decoder, docs, end = json.JSONDecoder(), [], 0
+    while (start := len(text) - len(text[end:].lstrip())) < len(text):
+        doc, end = decoder.raw_decode(text, start)
+        docs.append(doc)
+    return docs
 
 
 def _blank(doc: Any, volatile: set[str]) -> Any:
@@ -68,12 +78,14 @@ def _blank(doc: Any, volatile: set[str]) -> Any:
 def test_the_readme_has_curl_examples() -> None:
     commands = [command for command, _ in examples()]
     assert len(commands) >= 10
-    programs = [re.sub(r"^(SLUICE_\w+=\S+ )+", "", command) for command in commands]
+    # Past an environment setting or a shell variable taking a command's output.
+    programs = [re.sub(r"^(SLUICE_\w+=\S+ |\w+=\$\()+", "", command) for command in commands]
     assert all(p.startswith(("curl ", "printf ", "sluice ")) for p in programs)
 
 
 def test_readme_examples(server: Server, tmp_path: Path) -> None:
-    """In order, on one server: the console tools' examples continue the curl ones."""
+    """In order, on one server and in one scratch directory: the console tools' examples
+    continue the curl ones."""
     env = {
         **os.environ,
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
@@ -82,8 +94,9 @@ def test_readme_examples(server: Server, tmp_path: Path) -> None:
     for command, expected in examples():
         live = command.replace("localhost:8080", f"localhost:{server.port}")
         done = subprocess.run(
-            ["bash", "-c", live], capture_output=True, text=True, timeout=30, check=False, env=env
-        )
+            ["bash", "-c", live],
+            capture_output=True, text=True, timeout=30, check=False, env=env, cwd=tmp_path,
+        )  # fmt: skip
         assert done.returncode == 0, (command, done.stderr)
         assert normalise(done.stdout) == normalise(expected), command
 

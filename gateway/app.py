@@ -7,7 +7,9 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from gateway import groups_api, internal_api, ops_api, records_api, topics_api
+from gateway import cors, groups_api, internal_api, ops_api, records_api, topics_api
+from gateway.auth import api as auth_api
+from gateway.auth.middleware import auth_middleware
 from gateway.backpressure import INFLIGHT, InflightBodies, backpressure_middleware
 from gateway.forwarding import forwarding_middleware
 from gateway.problems import problem_middleware
@@ -25,14 +27,22 @@ def build_app(settings: Settings) -> web.Application:
         middlewares=[
             _metrics_middleware,
             problem_middleware,
+            *([auth_middleware] if settings.auth else []),  # refusals rendered and counted
             backpressure_middleware,
             forwarding_middleware,
         ],
-        # After answering early (413, 408), read and drop the unsent body only this long.
-        handler_args={"lingering_time": LINGERING_S},
+        handler_args={
+            # After answering early (413, 408), read and drop the unsent body only this long.
+            "lingering_time": LINGERING_S,
+            # Bodies arrive as sent: read_body undoes Content-Encoding off the event loop and
+            # bounded, where aiohttp's parser would inflate inline and answer in plain text.
+            "auto_decompress": False,
+            "keepalive_timeout": settings.keepalive_timeout_s,
+        },
     )
     app[SETTINGS] = settings
     app[INFLIGHT] = InflightBodies(settings)
+    cors.setup(app)  # outermost: preflights carry no credentials
     app.on_startup.append(_open)
     app.on_shutdown.append(_release_long_polls)
     app.on_cleanup.append(_close)
@@ -41,6 +51,7 @@ def build_app(settings: Settings) -> web.Application:
     groups_api.add_routes(app)
     ops_api.add_routes(app)
     internal_api.add_routes(app)
+    auth_api.add_routes(app)
     return app
 
 

@@ -5,19 +5,24 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import io
 import os
 import signal
+import stat
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 from urllib.parse import quote
 
 import aiohttp
+import msgspec
 import orjson
 
 from gateway import config
+from gateway.auth import cli as auth_cli
+from gateway.progress import Progress
 from gateway.settings import Settings
 
 DEFAULT_URL = "http://localhost:8080"
@@ -51,7 +56,14 @@ def _config_pairs(pairs: Sequence[str]) -> dict[str, str]:
     return out
 
 
-async def _call(session: aiohttp.ClientSession, method: str, url: str, **kwargs: Any) -> Any:
+async def _call(
+    session: aiohttp.ClientSession,
+    method: str,
+    url: str,
+    *,
+    decode: Callable[[bytes], Any] = orjson.loads,
+    **kwargs: Any,
+) -> Any:
     async with session.request(method, url, **kwargs) as response:
         body = await response.read()
         if response.status >= 400:
@@ -65,11 +77,57 @@ async def _call(session: aiohttp.ClientSession, method: str, url: str, **kwargs:
             raise CommandError(
                 f"{method} {url} -> {response.status} {detail}", code, response.status, problem
             )
-        return orjson.loads(body) if body else None
+        return decode(body) if body else None
+
+
+class StoredText(str):
+    """A fetched value no JSON decoder here can read (a number too large for a double, stored
+    before the gateway refused them), kept as the JSON text the gateway sent."""
+
+
+def _records_answer(body: bytes) -> Any:
+    """A fetch's answer. A value that cannot be decoded becomes its StoredText, with a one-line
+    warning on stderr, so one bad record in the log never stops a consumer."""
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        fields = msgspec.json.decode(body, type=dict[str, msgspec.Raw])
+        raw_records = msgspec.json.decode(fields.pop("records"), type=list[dict[str, msgspec.Raw]])
+    except (msgspec.DecodeError, KeyError) as exc:
+        raise CommandError(f"the gateway's answer is not a fetch answer: {exc}") from None
+    answer: dict[str, Any] = {name: orjson.loads(memoryview(raw)) for name, raw in fields.items()}
+    answer["records"] = records = []
+    for raw_record in raw_records:
+        record: dict[str, Any] = {}
+        for name, raw in raw_record.items():
+            try:
+                record[name] = orjson.loads(memoryview(raw))
+            except orjson.JSONDecodeError as exc:
+                record[name] = StoredText(bytes(raw).decode(errors="replace"))
+                where = f"offset {record.get('offset', '?')}"
+                print(f"sluice: {where}: {name} printed as stored ({exc})", file=sys.stderr)
+        records.append(record)
+    return answer
+
+
+def _session(args: argparse.Namespace) -> aiohttp.ClientSession:
+    """A client session; with --key (or $SLUICE_KEY) every request carries it as a bearer."""
+    key = getattr(args, "key", None)
+    return aiohttp.ClientSession(headers={"Authorization": f"Bearer {key}"} if key else None)
 
 
 def _print_json(doc: object) -> None:
     sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
+
+
+def _print_deleted(doc: dict[str, object], line: str, table: bool) -> None:
+    """A delete has no answer body: a line for people, an object for scripts."""
+    if table:
+        print(line)
+    else:
+        _print_json(doc)
 
 
 def _as_table(args: argparse.Namespace) -> bool:
@@ -117,7 +175,7 @@ def _print_topic(doc: dict[str, Any], table: bool) -> None:
 async def topics_command(args: argparse.Namespace) -> None:
     base = f"{args.url}/v1/topics"
     table = _as_table(args)
-    async with aiohttp.ClientSession() as session:
+    async with _session(args) as session:
         if args.action == "list":
             topics = (await _call(session, "GET", base))["topics"]
             if args.output == "json":
@@ -147,7 +205,7 @@ async def topics_command(args: argparse.Namespace) -> None:
             _print_topic(await _call(session, "PATCH", f"{base}/{args.topic}", json=changes), table)
         elif args.action == "delete":
             await _call(session, "DELETE", f"{base}/{args.topic}")
-            print(f"deleted {args.topic}")
+            _print_deleted({"topic": args.topic, "deleted": True}, f"deleted {args.topic}", table)
 
 
 def _record(line: str, separator: str | None) -> dict[str, object]:
@@ -163,35 +221,65 @@ def _record(line: str, separator: str | None) -> dict[str, object]:
     return {"key": key, "value": value}
 
 
+def _line(raw: bytes, number: int) -> str:
+    """A line of input as text, without its line ending."""
+    try:
+        return raw.decode().rstrip("\r\n")
+    except UnicodeDecodeError as exc:
+        raise CommandError(f"line {number} of the input is not UTF-8: {exc}") from None
+
+
+def _input_size(stream: BinaryIO) -> int | None:
+    """The bytes left to read from a file given as stdin (`< FILE`); None from a pipe."""
+    try:
+        fd = stream.fileno()
+    except io.UnsupportedOperation:
+        return None
+    info = os.fstat(fd)
+    return info.st_size - os.lseek(fd, 0, os.SEEK_CUR) if stat.S_ISREG(info.st_mode) else None
+
+
+async def _send(
+    session: aiohttp.ClientSession, url: str, records: list[dict[str, object]], acks: str
+) -> int:
+    """Produce `records`; how many."""
+    await _call(session, "POST", url, json={"records": records}, params={"acks": acks})
+    return len(records)
+
+
 async def produce_command(args: argparse.Namespace) -> None:
-    """stdin lines -> records; a JSON line is sent as that JSON value, anything else as a string."""
+    """stdin lines -> records; a JSON line is sent as that JSON value, anything else as a string.
+    Input that is not typed at a terminal shows its progress on stderr."""
     path = f"/v1/topics/{args.topic}" + (
         f"/partitions/{args.partition}" if args.partition is not None else ""
     )
     url = f"{args.url}{path}/records"
-    batch_size = 1 if sys.stdin.isatty() else args.batch_size
+    typed = sys.stdin.isatty()
+    batch_size = 1 if typed else args.batch_size
+    stdin = sys.stdin.buffer
     sent = 0
-    async with aiohttp.ClientSession() as session:
-        batch: list[dict[str, object]] = []
-        for raw in sys.stdin:
-            line = raw.rstrip("\n")
-            if not line:
-                continue
-            batch.append(_record(line, args.key_separator))
-            if len(batch) >= batch_size:
-                await _call(
-                    session, "POST", url, json={"records": batch}, params={"acks": args.acks}
-                )
-                sent += len(batch)
-                batch = []
-        if batch:
-            await _call(session, "POST", url, json={"records": batch}, params={"acks": args.acks})
-            sent += len(batch)
+    size = _input_size(stdin)
+    with Progress(f"produce {args.topic}", size, unit="bytes", show=not typed) as progress:
+        async with _session(args) as session:
+            batch: list[dict[str, object]] = []
+            read = 0  # bytes of input since the last request
+            for number, raw in enumerate(stdin, 1):
+                read += len(raw)
+                line = _line(raw, number)
+                if line:
+                    batch.append(_record(line, args.key_separator))
+                if len(batch) >= batch_size:
+                    sent += await _send(session, url, batch, args.acks)
+                    progress.advance(read, f"{sent:,} records")
+                    batch, read = [], 0
+            if batch:
+                sent += await _send(session, url, batch, args.acks)
+            progress.advance(read, f"{sent:,} records")
     print(f"produced {sent} records", file=sys.stderr)
 
 
 def _format(record: dict[str, Any], print_key: bool, separator: str) -> str:
-    value = record["value"]
+    value = record["value"]  # a StoredText is a str: printed as the gateway sent it
     text = value if isinstance(value, str) else orjson.dumps(value).decode()
     if print_key:
         return f"{record['key']}{separator}{text}"
@@ -239,7 +327,9 @@ async def _follow_partition(
     while not done.is_set():
         params = {"offset": offset, "timeout_ms": "10000", "max_records": "1000"}
         try:
-            answer = await _call_retrying(session, "GET", url, params=params)
+            answer = await _call_retrying(
+                session, "GET", url, params=params, decode=_records_answer
+            )
         except CommandError as exc:
             if exc.code != "OFFSET_OUT_OF_RANGE" or exc.problem is None:
                 raise
@@ -325,7 +415,7 @@ async def group_consume(args: argparse.Namespace) -> None:
     assert task is not None
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
     remaining = args.max_records
-    async with aiohttp.ClientSession() as session:
+    async with _session(args) as session:
         member, cursor = await _join(session, members, args)
         try:
             while remaining is None or remaining > 0:
@@ -337,7 +427,11 @@ async def group_consume(args: argparse.Namespace) -> None:
                 }
                 try:
                     answer = await _call_retrying(
-                        session, "GET", f"{members}/{member}/records", params=params
+                        session,
+                        "GET",
+                        f"{members}/{member}/records",
+                        params=params,
+                        decode=_records_answer,
                     )
                     records = answer["records"]
                     cursor = answer["cursor"]
@@ -380,7 +474,7 @@ async def consume_command(args: argparse.Namespace) -> None:
             )
         await group_consume(args)
         return
-    async with aiohttp.ClientSession() as session:
+    async with _session(args) as session:
         if args.partition is not None:
             partitions = [args.partition]
         else:
@@ -442,7 +536,7 @@ def _partition_list(text: str) -> list[int]:
 async def groups_command(args: argparse.Namespace) -> None:
     base = f"{args.url}/v1/groups"
     table = _as_table(args)
-    async with aiohttp.ClientSession() as session:
+    async with _session(args) as session:
         if args.action == "list":
             groups = (await _call(session, "GET", base))["groups"]
             if not table:
@@ -478,7 +572,9 @@ async def groups_command(args: argparse.Namespace) -> None:
             print(_table(("TOPIC", "PARTITION", "NEW-OFFSET"), rows))
         elif args.action == "delete":
             await _call(session, "DELETE", url)
-            print(f"deleted group {args.group}")
+            _print_deleted(
+                {"group": args.group, "deleted": True}, f"deleted group {args.group}", table
+            )
 
 
 def parser() -> argparse.ArgumentParser:
@@ -489,6 +585,8 @@ def parser() -> argparse.ArgumentParser:
         "serve", help="run a node: the embedded single node, or one of a cluster (--cluster)"
     )
     config.add_arguments(serve)
+    # Not a setting: how the supervisor of --workers starts each of its workers.
+    serve.add_argument("--supervised", action="store_true", help=argparse.SUPPRESS)
     show = commands.add_parser(
         "config", help="show: the effective settings of `serve` and where each came from"
     )
@@ -510,6 +608,11 @@ def parser() -> argparse.ArgumentParser:
             default=os.environ.get("SLUICE_URL", DEFAULT_URL),
             help=f"gateway URL (default $SLUICE_URL, else {DEFAULT_URL})",
         )
+        sub.add_argument(
+            "--key",
+            default=os.environ.get("SLUICE_KEY"),
+            help="an API key (or JWT) sent as a bearer token (default $SLUICE_KEY)",
+        )
         return sub
 
     topics = with_url(commands.add_parser("topics", help="create, list, describe, alter, delete"))
@@ -525,7 +628,8 @@ def parser() -> argparse.ArgumentParser:
         "--output",
         choices=["table", "json"],
         help="default: a table on a terminal, JSON when piped (`list` prints name and "
-        "partitions either way, a JSON array with --output json)",
+        "partitions either way, a JSON array with --output json; `delete` a line or "
+        '{"topic", "deleted"})',
     )
 
     produce = with_url(commands.add_parser("produce", help="stdin lines -> records"))
@@ -574,8 +678,12 @@ def parser() -> argparse.ArgumentParser:
         )
         return sub
 
-    delete_group = with_url(
-        group_actions.add_parser("delete", help="forget a group without members and its offsets")
+    delete_group = with_output(
+        with_url(
+            group_actions.add_parser(
+                "delete", help="forget a group without members and its offsets"
+            )
+        )
     )
     delete_group.add_argument("group")
     with_output(
@@ -606,20 +714,48 @@ def parser() -> argparse.ArgumentParser:
     to.add_argument(
         "--to-datetime", metavar="ISO", help="e.g. 2026-01-31T12:00:00 (UTC unless it says)"
     )
+    auth_cli.add_commands(commands, with_url)
     return root
 
 
-def check_settings(settings: Settings) -> None:
-    """What no single setting can check alone."""
+def check_settings(settings: Settings, supervised: bool = False) -> None:
+    """What no single setting can check alone (`supervised`: a worker of --workers)."""
+    if settings.workers > 1 and not supervised:
+        if settings.cluster or settings.advertise:
+            raise SystemExit(
+                "sluice: --workers runs its own cluster on this host: no --cluster or --advertise"
+            )
+        if settings.auth:
+            raise SystemExit("sluice: --auth is not available with --workers above 1 yet")
     if settings.group_min_session_timeout_ms > settings.group_max_session_timeout_ms:
         raise SystemExit("sluice: --group-min-session-timeout-ms is above the maximum")
     if settings.cluster and settings.advertise is None and settings.host in ("0.0.0.0", "::"):
         raise SystemExit("sluice: --cluster with --host 0.0.0.0 needs --advertise URL")
     if (settings.s3_endpoint or settings.s3_prefix) and not settings.s3_bucket:
         raise SystemExit("sluice: --s3-endpoint and --s3-prefix need --s3-bucket")
+    if settings.cors_allow_credentials and set(settings.cors_origins) <= {"*"}:
+        raise SystemExit("sluice: --cors-allow-credentials needs --cors-origins listed by name")
+    if settings.auth and settings.cluster and settings.internal_key_file is None:
+        raise SystemExit("sluice: --auth with --cluster needs --internal-key-file (nodes' key)")
+    if settings.tls_client_ca is not None and settings.tls_cert is None:
+        raise SystemExit("sluice: --tls-client-ca needs --tls-cert and --tls-key")
+    jwt_options = (settings.jwt_issuer, settings.jwt_audience)
+    if settings.jwt_jwks is None and any(o is not None for o in jwt_options):
+        raise SystemExit("sluice: --jwt-issuer and --jwt-audience need --jwt-jwks")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    """Run a command; a reader that stops early (`| head`) ends it quietly, as for cat."""
+    try:
+        _main(argv)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Python would report the failed flush of stdout at exit: point it at nothing first.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(1) from None
+
+
+def _main(argv: Sequence[str] | None) -> None:
     args = parser().parse_args(argv)
     if args.command in ("serve", "config"):
         if args.command == "config" and args.action == "reference":
@@ -629,10 +765,18 @@ def main(argv: Sequence[str] | None = None) -> None:
             settings, sources = config.resolve(args)
         except config.ConfigError as exc:
             raise SystemExit(f"sluice: {exc}") from None
-        check_settings(settings)
+        supervised = getattr(args, "supervised", False)
+        check_settings(settings, supervised)
         if args.command == "config":
             print("\n".join(config.describe(settings, sources)))
             return
+        from gateway import workers
+
+        if settings.workers > 1 and not supervised:
+            workers.supervise(settings)
+            return
+        if not supervised:
+            workers.check_layout(settings.data_dir, settings.workers)
         from gateway.server import run
 
         run(settings)
@@ -651,6 +795,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         "produce": produce_command,
         "consume": consume_command,
         "groups": groups_command,
+        "auth": auth_cli.auth_command,
+        "acls": auth_cli.acls_command,
     }
     try:
         # Ctrl-C, and SIGTERM for a group consumer, cancel the command: exit quietly.

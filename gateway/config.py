@@ -8,11 +8,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from gateway.settings import Settings
 
@@ -32,6 +34,24 @@ def non_negative(raw: str) -> int:
     value = int(raw)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be at least 0, got {value}")
+    return value
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask, not the machine's count)."""
+    return len(os.sched_getaffinity(0))
+
+
+def worker_count(raw: str) -> int:
+    """`auto` (one per usable CPU) or 1 to four per usable CPU."""
+    cpus = usable_cpus()
+    if raw.strip().lower() == "auto":
+        return cpus
+    value = positive(raw)
+    if value > 4 * cpus:
+        raise argparse.ArgumentTypeError(
+            f"at most {4 * cpus} (4 per CPU this process may use: {cpus}), got {value}"
+        )
     return value
 
 
@@ -69,6 +89,66 @@ def _show_cluster(value: tuple[str, ...]) -> str:
     return "etcd://" + ",".join(url.removeprefix("http://") for url in value) if value else ""
 
 
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+_TOKEN = re.compile(r"[!#$%&'+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 tchar, less "*"
+
+
+def origins(raw: str) -> tuple[str, ...]:
+    """`*` or `scheme://host[:port]` origins, comma-separated."""
+    parts = filter(None, (p.strip() for p in raw.split(",")))
+    return tuple(part if part == "*" else _origin(part) for part in parts)
+
+
+def _origin(text: str) -> str:
+    """An origin as browsers send it: lower case, without the scheme's default port."""
+    url = urlsplit(text.removesuffix("/"))
+    try:
+        port = url.port
+    except ValueError:  # not a number, or out of range
+        port = -1
+    extra = url.path or url.query or url.fragment or url.username is not None
+    if not url.scheme or not url.hostname or extra or port == -1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not * or SCHEME://HOST[:PORT]")
+    host = f"[{url.hostname}]" if ":" in url.hostname else url.hostname
+    suffix = "" if port in (None, _DEFAULT_PORTS.get(url.scheme)) else f":{port}"
+    return f"{url.scheme}://{host}{suffix}"
+
+
+def tokens(raw: str) -> tuple[str, ...]:
+    """HTTP method or header names, comma-separated (no `*`: list them)."""
+    found = tuple(filter(None, (p.strip() for p in raw.split(","))))
+    for token in found:
+        if not _TOKEN.fullmatch(token):
+            raise argparse.ArgumentTypeError(f"{token!r} is not a method or header name")
+    return found
+
+
+def methods(raw: str) -> tuple[str, ...]:
+    return tuple(m.upper() for m in tokens(raw))
+
+
+def _show_list(value: tuple[str, ...]) -> str:
+    return ",".join(value)
+
+
+def principals(raw: str) -> tuple[str, ...]:
+    """Principal names, comma-separated."""
+    return tuple(filter(None, (p.strip() for p in raw.split(","))))
+
+
+def non_negative_float(raw: str) -> float:
+    value = float(raw)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0, got {value}")
+    return value
+
+
+def certificate_principal(raw: str) -> str:
+    if raw not in ("cn", "san"):
+        raise argparse.ArgumentTypeError(f"expected cn or san, got {raw!r}")
+    return raw
+
+
 @dataclass(frozen=True)
 class Option:
     """One setting of `sluice serve`."""
@@ -81,6 +161,7 @@ class Option:
     metavar: str | None = None
     kafka: str | None = None  # Kafka's name for the same setting, also accepted in the file
     show: Callable[[Any], str] = str
+    repeatable: bool = False  # the flag may be given again to add values (a tuple setting)
 
     @property
     def env(self) -> str:
@@ -103,8 +184,14 @@ OPTIONS: tuple[Option, ...] = (
     # -- where it listens and keeps its data
     Option("data-dir", "data_dir", "node", "where the logs live (one process per directory)",
            _path, "DIR", "log.dirs"),
+    Option("file-cache-size", "file_cache_size", "node", "files of closed segments kept open at "
+           "most, whatever their number (unset: an eighth of the descriptor limit, at most "
+           "1024)", positive, "N"),
     Option("host", "host", "node", "listening address", metavar="HOST"),
     Option("port", "port", "node", "listening port (0 picks a free one)", non_negative, "PORT"),
+    Option("workers", "workers", "node", "processes serving the port, for more cores: auto (one "
+           "per CPU this process may use) or 1 to 4 per CPU; above 1 they run as a cluster "
+           "over an embedded etcd (etcd must be installed)", worker_count, "N|auto"),
     Option("tls-cert", "tls_cert", "node", "serve TLS (HTTP/1.1 and h2 via ALPN) with this "
            "certificate chain", _path, "FILE"),
     Option("tls-key", "tls_key", "node", "the TLS private key", _path, "FILE"),
@@ -142,6 +229,16 @@ OPTIONS: tuple[Option, ...] = (
            "Idempotency-Key is remembered", positive_float, "S"),
     Option("idempotency-max-entries", "idempotency_max_entries", "requests", "keys remembered "
            "per partition", positive, "N"),
+    Option("max-connection-inflight-bytes", "max_connection_inflight_bytes", "requests", "the "
+           "bodies being served on one connection together (its HTTP/2 streams; counted as "
+           "for --max-inflight-request-bytes); past it, 503 CONNECTION_BUSY with Retry-After",
+           positive, "N"),
+    Option("header-read-timeout", "header_read_timeout_s", "requests", "seconds a client may "
+           "take to send a request's headers (HTTP/2: its connection preface and SETTINGS) "
+           "before the connection is closed", positive_float, "S"),
+    Option("keepalive-timeout", "keepalive_timeout_s", "requests", "seconds a connection "
+           "without a request in progress stays open (keep it above a load balancer's idle "
+           "timeout)", positive_float, "S"),
     # -- consumer groups
     Option("offsets-topic-partitions", "offsets_topic_partitions", "groups", "partitions of "
            "__consumer_offsets when it is first created", positive, "N",
@@ -174,6 +271,9 @@ OPTIONS: tuple[Option, ...] = (
            "0.0.0.0)", metavar="URL", kafka="advertised.listeners"),
     Option("etcd-prefix", "etcd_prefix", "cluster", "the key prefix of this cluster in etcd",
            metavar="PREFIX"),
+    Option("default-replication-factor", "default_replication_factor", "cluster", "replicas "
+           "of a topic created without replication_factor (unset: 3, or the live nodes when "
+           "fewer; with --workers: 1)", positive, "N", "default.replication.factor"),
     Option("lease-ttl", "lease_ttl_s", "cluster", "seconds after which a silent node counts "
            "as gone", positive_float, "S"),
     Option("leader-wait-ms", "leader_wait_ms", "cluster", "how long a request waits for a "
@@ -190,6 +290,46 @@ OPTIONS: tuple[Option, ...] = (
            lambda raw: raw.strip("/"), "PREFIX"),
     Option("tiering-interval", "tiering_interval_s", "tiering", "seconds between passes that "
            "upload closed segments", positive_float, "S"),
+    # -- browser clients
+    Option("cors-origins", "cors_origins", "cors", "browser origins allowed to call the API "
+           "(SCHEME://HOST[:PORT], comma-separated; * for any, never with credentials); none: "
+           "no CORS headers at all", origins, "ORIGIN[,ORIGIN...]", show=_show_list),
+    Option("cors-methods", "cors_methods", "cors", "methods a cross-origin request may use",
+           methods, "METHOD[,METHOD...]", show=_show_list),
+    Option("cors-headers", "cors_headers", "cors", "request headers a cross-origin request may "
+           "send", tokens, "NAME[,NAME...]", show=_show_list),
+    Option("cors-allow-credentials", "cors_allow_credentials", "cors", "let the origins listed "
+           "by name (not *) send cookies and HTTP authentication", boolean),
+    Option("cors-max-age", "cors_max_age_s", "cors", "seconds a browser may cache a preflight "
+           "answer", non_negative, "S"),
+    # -- authentication and ACLs
+    Option("auth", "auth", "auth", "require credentials on every route but /healthz (a bearer "
+           "API key or JWT, HTTP Basic, or a client certificate) and enforce the ACLs", boolean),
+    Option("super-user", "super_users", "auth", "a principal every ACL allows (repeat the "
+           "flag, or comma-separate)", principals, "NAME", show=_show_list, repeatable=True),
+    Option("auth-basic", "auth_basic", "auth", "also accept HTTP Basic (secrets from `sluice "
+           "auth create-key --type basic`)", boolean),
+    Option("auth-public-metrics", "auth_public_metrics", "auth", "serve /metrics without "
+           "credentials", boolean),
+    Option("auth-public-readyz", "auth_public_readyz", "auth", "serve /readyz without "
+           "credentials", boolean),
+    Option("internal-key-file", "internal_key_file", "auth", "the cluster's inter-node key "
+           "(the first line is sent, every line is accepted; needed with --auth and --cluster)",
+           _path, "FILE"),
+    Option("jwt-jwks", "jwt_jwks", "auth", "accept JWTs signed by the keys of this JWKS file or "
+           "URL", metavar="FILE|URL"),
+    Option("jwt-issuer", "jwt_issuer", "auth", "the iss a JWT must carry", metavar="ISS"),
+    Option("jwt-audience", "jwt_audience", "auth", "the aud a JWT must carry", metavar="AUD"),
+    Option("jwt-leeway", "jwt_leeway_s", "auth", "seconds of clock skew allowed on a JWT's exp "
+           "and nbf", non_negative_float, "S"),
+    Option("jwt-principal-claim", "jwt_principal_claim", "auth", "the JWT claim naming the "
+           "principal", metavar="CLAIM"),
+    Option("tls-client-ca", "tls_client_ca", "auth", "verify client certificates against these "
+           "CAs (mutual TLS; a certificate is optional, a bearer token still works)", _path,
+           "FILE"),
+    Option("tls-principal", "tls_principal", "auth", "a client certificate's principal: its "
+           "subject's common name (cn) or its first e-mail, DNS or URI name (san)",
+           certificate_principal, "cn|san"),
 )  # fmt: skip
 GROUPS = {
     "node": "where it listens and keeps its data",
@@ -197,6 +337,8 @@ GROUPS = {
     "groups": "consumer groups",
     "cluster": "cluster (etcd)",
     "tiering": "tiered storage (S3)",
+    "cors": "browser clients (CORS)",
+    "auth": "authentication and ACLs",
 }
 BY_KEY = {
     **{o.flag: o for o in OPTIONS},
@@ -237,6 +379,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                     f"--{option.flag}",
                     dest=option.field,
                     type=option.parse,
+                    action="extend" if option.repeatable else "store",
                     metavar=option.metavar,
                     default=argparse.SUPPRESS,
                     help=text,
@@ -256,14 +399,26 @@ def _from_file(path: Path) -> dict[str, tuple[Any, str]]:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"--config {path}: not TOML ({exc})") from None
     values: dict[str, tuple[Any, str]] = {}
-    for key, raw in doc.items():
+    for key, raw in _dotted(doc):
         option = BY_KEY.get(key)
         if option is None:
             raise ConfigError(f"--config {path}: unknown setting {key!r}")
-        text = ",".join(raw) if isinstance(raw, list) and option.field == "cluster" else raw
+        text = ",".join(map(str, raw)) if isinstance(raw, list) else raw
         text = str(text).lower() if isinstance(text, bool) else str(text)
         values[option.field] = (_parse(option, text, f"{path}: {key}"), f"file {path}")
     return values
+
+
+def _dotted(doc: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    """The file's keys and values, a Kafka name written bare (`group.max.size = 7`, a table
+    in TOML) back as its dotted name."""
+    pairs: list[tuple[str, Any]] = []
+    for key, value in doc.items():
+        if isinstance(value, Mapping):
+            pairs.extend(_dotted(value, f"{prefix}{key}."))
+        else:
+            pairs.append((f"{prefix}{key}", value))
+    return pairs
 
 
 def _parse(option: Option, text: str, where: str) -> Any:
@@ -292,7 +447,9 @@ def resolve(
                 f"env {option.env}",
             )
         if option.field in vars(args):
-            values[option.field] = (getattr(args, option.field), f"flag --{option.flag}")
+            value = getattr(args, option.field)
+            value = tuple(value) if option.repeatable else value
+            values[option.field] = (value, f"flag --{option.flag}")
     settings = dataclasses.replace(Settings(), **{k: v for k, (v, _) in values.items()})
     sources = {o.field: values.get(o.field, (None, "default"))[1] for o in OPTIONS}
     return settings, sources

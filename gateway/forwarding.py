@@ -6,8 +6,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
+from multidict import CIMultiDict
 
 from engine.errors import UnknownTopic
+from gateway.auth.middleware import principal_of
 from gateway.params import read_body
 from gateway.state import gateway_of
 from replication.errors import (
@@ -17,7 +19,7 @@ from replication.errors import (
     NotController,
     NotLeader,
 )
-from replication.forward_client import FORWARDED_BY
+from replication.forward_client import FORWARDED_BY, ON_BEHALF_OF
 
 
 @web.middleware
@@ -42,9 +44,13 @@ async def forwarding_middleware(
     if node is None or FORWARDED_BY in request.headers or target == gateway.settings.node_id:
         raise error
     body = await read_body(request, gateway.settings)
+    headers = CIMultiDict(request.headers)
+    principal = principal_of(request)
+    if principal is not None:  # authenticated here: the other node takes our word for it
+        headers[ON_BEHALF_OF] = principal
     try:
         answer = await gateway.forwarder.forward(
-            node.url, request.method, request.path_qs, request.headers, body
+            node.url, request.method, request.path_qs, headers, body
         )
     except NodeUnreachable as unreachable:
         if unreachable.delivered:

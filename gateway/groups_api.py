@@ -12,7 +12,8 @@ from aiohttp import web
 
 from engine.config import validate_topic_name
 from engine.errors import InvalidTopicName
-from gateway import codecs
+from gateway import codecs, workerview
+from gateway.auth.middleware import may, require
 from gateway.fetch import fetch_limits, refuse_when_full
 from gateway.groups.assignors import ASSIGNORS
 from gateway.groups.coordinator import (
@@ -116,6 +117,7 @@ async def join(request: web.Request) -> web.Response:
     names = tuple(dict.fromkeys(_topic(t, f"topics[{i}]") for i, t in enumerate(topics)))
     for topic in names:
         refuse_internal(topic, "consuming it in a group")
+        require(request, "topic", topic, "read")
     session = DEFAULT_SESSION_TIMEOUT_MS
     if "session_timeout_ms" in doc:
         session = _int(
@@ -169,12 +171,13 @@ async def fetch(request: web.Request) -> web.Response:
     limits = fetch_limits(request, settings)
     refuse_when_full(gateway.notifier, settings)
     cursor = int_param(request, "cursor", -1, 0, CURSOR_MASK)
+    _require_member_topics(request, name)
     answer = await _coordinator(request).fetch(
         name, request.match_info["member"], limits, None if cursor < 0 else cursor
     )
     metrics = gateway.metrics
     for topic, count in answer.counts.items():
-        metrics.records_out.labels(topic).inc(count)
+        metrics.traffic.fetched(topic, count, 0)
     body = _ENCODER.encode(
         {
             "records": answer.records,
@@ -184,6 +187,15 @@ async def fetch(request: web.Request) -> web.Response:
         }
     )
     return web.Response(body=body, content_type=codecs.JSON)
+
+
+def _require_member_topics(request: web.Request, name: str) -> None:
+    """Read on each topic the member consumes, where its group is coordinated here (elsewhere,
+    the coordinator checks the forwarded request)."""
+    group = _coordinator(request).groups.get(name)
+    member = None if group is None else group.members.get(request.match_info["member"])
+    for topic in () if member is None else member.topics:
+        require(request, "topic", topic, "read")
 
 
 def _offsets(doc: dict[str, Any]) -> list[tuple[tuple[str, int], int, str]]:
@@ -219,6 +231,10 @@ async def commit(request: web.Request) -> web.Response:
             generation = _int(doc, "generation", 0, INT64_MAX)
         if "offsets" in doc or set(doc) - {"generation"}:
             offsets = _offsets(doc)
+    if offsets is None:
+        _require_member_topics(request, name)
+    for (topic, _), _, _ in offsets or ():
+        require(request, "topic", topic, "read")
     committed = _coordinator(request).commit(
         name, request.match_info["member"], offsets, generation
     )
@@ -242,11 +258,20 @@ async def _durable(request: web.Request, name: str) -> None:
 
 
 async def list_groups(request: web.Request) -> web.Response:
-    return json_response({"groups": _coordinator(request).list_groups()})
+    """The groups this node coordinates; with workers, every worker's."""
+    groups = _coordinator(request).list_groups()
+    if workerview.merging(request):
+        groups = await workerview.all_groups(gateway_of(request), groups)
+    return json_response(
+        {"groups": [g for g in groups if may(request, "group", g["group"], "describe")]}
+    )
 
 
 async def describe_group(request: web.Request) -> web.Response:
-    return json_response(_coordinator(request).describe(_group(request)))
+    doc = _coordinator(request).describe(_group(request))
+    if gateway_of(request).settings.workers > 1:  # asks topic descriptions: no loop
+        await workerview.fill_lag(gateway_of(request), doc)
+    return json_response(doc)
 
 
 async def delete_group(request: web.Request) -> web.Response:
@@ -263,6 +288,7 @@ async def reset_offsets(request: web.Request) -> web.Response:
     doc = await json_object(request, gateway.settings)
     _fields(doc, {"topic", "partitions", "to"})
     topic = _topic(doc.get("topic"), "topic")
+    require(request, "topic", topic, "read")
     partitions = doc.get("partitions")
     if partitions is not None:
         if not isinstance(partitions, list) or not partitions:

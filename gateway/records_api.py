@@ -9,6 +9,7 @@ from aiohttp import web
 from engine import batch as fmt
 from engine.errors import UnknownTopic
 from gateway import codecs
+from gateway.auth.middleware import require_create_topic
 from gateway.fetch import fetch_limits, refuse_when_full
 from gateway.idempotency import validate_key
 from gateway.params import (
@@ -38,11 +39,12 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post("/v1/topics/{topic}/partitions/{partition}/delete-records", delete_records)
 
 
-async def _ensure_topic(gateway: Gateway, name: str) -> None:
+async def _ensure_topic(request: web.Request, gateway: Gateway, name: str) -> None:
     if name in gateway.broker.store.view.topics:
         return
     if not gateway.settings.auto_create_topics:
         raise UnknownTopic(f"topic {name!r} does not exist", name)
+    require_create_topic(request, name)
     await gateway.broker.create_topic(name, gateway.settings.default_partitions, None, {})
 
 
@@ -69,7 +71,7 @@ async def produce(request: web.Request) -> web.Response:
     raw_key = request.headers.get("Idempotency-Key")
     key = None if raw_key is None else validate_key(raw_key)
     body = await read_body(request, gateway.settings)
-    await _ensure_topic(gateway, name)
+    await _ensure_topic(request, gateway, name)
     status, answer = await gateway.producer.produce(
         ProduceRequest(
             topic=name,
@@ -131,8 +133,7 @@ async def fetch(request: web.Request) -> web.StreamResponse:
     if accept == codecs.RECORD_BATCH:
         batches = fmt.scan(data, check_crc=False).headers
         next_offset = batches[-1][1].next_offset if batches else offset
-        metrics.bytes_out.labels(topic).inc(len(data))
-        metrics.records_out.labels(topic).inc(sum(h.record_count for _, h in batches))
+        metrics.traffic.fetched(topic, sum(h.record_count for _, h in batches), len(data))
         return web.Response(
             body=bytes(data),
             content_type=codecs.RECORD_BATCH,
@@ -142,8 +143,7 @@ async def fetch(request: web.Request) -> web.StreamResponse:
             },
         )
     records, next_offset = codecs.fetched_records(data, offset, limits.max_records)
-    metrics.records_out.labels(topic).inc(len(records))
-    metrics.bytes_out.labels(topic).inc(len(data))
+    metrics.traffic.fetched(topic, len(records), len(data))
     headers = {
         "Sluice-Next-Offset": str(next_offset),
         "Sluice-High-Watermark": str(result.high_watermark),

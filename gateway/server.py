@@ -1,67 +1,157 @@
-"""`sluice serve`: run the gateway on uvloop until SIGTERM/SIGINT, then shut down cleanly."""
+"""`sluice serve`: run the gateway on uvloop until SIGTERM/SIGINT, then shut down cleanly;
+SIGHUP reloads certificates, keys and the auth files without dropping connections."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import resource
 import signal
 import ssl
 import sys
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+from urllib.parse import urlsplit
 
 import uvloop
 
 from gateway.app import build_app
-from gateway.http2 import start_server
+from gateway.auth.tls import ServerTls
+from gateway.connections import Http1Connection, Http2Connection
+from gateway.http2 import H2Limits, Http2Site, start_server
 from gateway.settings import Settings
-from gateway.state import GATEWAY
+from gateway.state import GATEWAY, Gateway
 
 SHUTDOWN_TIMEOUT_S = 10.0
 log = logging.getLogger("sluice")
 
 
-def tls_context(settings: Settings) -> ssl.SSLContext | None:
+def server_tls(settings: Settings) -> ServerTls | None:
     if settings.tls_cert is None and settings.tls_key is None:
         return None
     if settings.tls_cert is None or settings.tls_key is None:
         raise SystemExit("--tls-cert and --tls-key go together")
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(settings.tls_cert, settings.tls_key)
-    return context
+    return ServerTls(settings.tls_cert, settings.tls_key, settings.tls_client_ca)
+
+
+def _reload(tls: ServerTls | None, gateway: Gateway) -> None:
+    """SIGHUP: new handshakes get the reloaded certificate; open connections keep theirs."""
+    if tls is not None:
+        try:
+            tls.reload()
+        except (OSError, ssl.SSLError) as exc:
+            log.error("TLS reload failed, keeping the previous certificate: %s", exc)
+    task = asyncio.create_task(gateway.reload())
+    gateway.tasks.add(task)
+    task.add_done_callback(_reloaded(gateway))
+
+
+def _reloaded(gateway: Gateway) -> Callable[[asyncio.Task[None]], None]:
+    def done(task: asyncio.Task[None]) -> None:
+        gateway.tasks.discard(task)
+        if not task.cancelled() and task.exception() is None:
+            log.info("reloaded on SIGHUP")
+        elif not task.cancelled():
+            log.error("reload on SIGHUP failed: %s", task.exception())
+
+    return done
 
 
 async def serve(settings: Settings) -> None:
-    """Listen until a signal; then stop accepting, wake long-polls, drain, flush, close."""
+    """Listen until a signal; then stop accepting, wake long-polls, drain, flush, close.
+
+    A worker (--workers above 1, started by the supervisor) listens twice: on the shared
+    --host/--port (SO_REUSEPORT, with TLS if set) and, plain, on its private --advertise
+    address, where the other workers forward requests and replicate."""
     app = build_app(settings)
+    tls = server_tls(settings)
+    context = None if tls is None else tls.context
+    protocols: dict[str, Any] = {
+        "limits": H2Limits(preface_timeout=settings.header_read_timeout_s).bounded(
+            settings.max_connection_inflight_bytes
+        ),
+        "http1": partial(Http1Connection, header_timeout=settings.header_read_timeout_s),
+        "http2": Http2Connection,
+    }
+    private = private_address(settings) if settings.workers > 1 else None
+    host, port = private or (settings.host, settings.port)
     site = await start_server(
         app,
-        settings.host,
-        settings.port,
-        ssl_context=tls_context(settings),
+        host,
+        port,
+        ssl_context=None if private else context,
         shutdown_timeout=SHUTDOWN_TIMEOUT_S,
         access_log=None,
+        **protocols,
     )
+    public = site
+    if private is not None:
+        public = Http2Site(
+            site.runner, settings.host, settings.port, ssl_context=context, reuse_port=True,
+            **protocols,
+        )  # fmt: skip
+        await public.start()
     gateway = app[GATEWAY]
-    gateway.port = site.port
+    gateway.port = public.port
     scheme = "https" if settings.tls_cert else "http"
-    await gateway.broker.bound(f"{scheme}://{settings.host}:{site.port}")
+    await gateway.broker.bound(f"{scheme}://{settings.host}:{public.port}")
     # Long-lived objects (modules, routes, the engine's state) leave the collector's view, so
     # the collections that per-request garbage triggers stay short.
     gc.freeze()
-    # Tests and scripts read this line to learn the port (useful with --port 0).
-    print(f"sluice listening on {scheme}://{settings.host}:{site.port}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, _reload, tls, gateway)
+    # Tests and scripts read this line to learn the port (useful with --port 0); a signal
+    # sent as soon as they read it already means a clean shutdown.
+    print(f"sluice listening on {scheme}://{settings.host}:{public.port}", flush=True)
     await stop.wait()
     log.info("shutting down")
+    if private is not None:
+        stop.clear()
+        await _drain(public, gateway)
+        # The supervisor's second SIGTERM says every worker has drained: none forwards here.
+        print("sluice drained", flush=True)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), SHUTDOWN_TIMEOUT_S)
     await site.runner.cleanup()
 
 
+def private_address(settings: Settings) -> tuple[str, int]:
+    """A worker's own address, where the others reach it: its --advertise URL's."""
+    url = urlsplit(settings.advertise or "")
+    if url.scheme != "http" or url.hostname is None or url.port is None:
+        raise SystemExit("sluice: a worker needs --advertise http://HOST:PORT (its own address)")
+    return url.hostname, url.port
+
+
+async def _drain(public: Http2Site, gateway: Gateway) -> None:
+    """A worker's first phase of shutdown: stop taking connections on the shared port and let
+    the requests on them finish (long-polls answer now), while still serving what the other
+    workers forward, since their own clients' requests may need this worker to finish."""
+    await public.stop()
+    gateway.ready = False
+    gateway.notifier.wake_all()
+    gateway.groups.close()
+    server = public.runner.server
+    if server is None:
+        return
+    mine = [
+        handler
+        for handler in server.connections
+        if handler.transport is not None
+        and (handler.transport.get_extra_info("sockname") or ("", -1))[1] == public.port
+    ]
+    await asyncio.gather(*(handler.shutdown(SHUTDOWN_TIMEOUT_S) for handler in mine))
+
+
 def raise_open_file_limit() -> int:
-    """Lift the soft descriptor limit to the hard one: each open segment holds a descriptor."""
+    """Lift the soft descriptor limit to the hard one: each partition's active segment holds
+    a descriptor, and the file cache of closed segments is sized from the limit."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -70,9 +160,11 @@ def raise_open_file_limit() -> int:
 
 def run(settings: Settings) -> None:
     raise_open_file_limit()
+    # Workers share the supervisor's stderr: each line says whose it is.
+    worker = f"worker {settings.node_id} " if settings.workers > 1 else ""
     logging.basicConfig(
         level=logging.INFO,
         stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+        format=f"%(asctime)s %(levelname)s {worker}%(name)s %(message)s",
     )
     uvloop.run(serve(settings))

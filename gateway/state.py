@@ -14,6 +14,7 @@ from engine import offsets_topic
 from engine.errors import EngineError
 from engine.notify import ChangeNotifier
 from engine.tiered.remote import S3Location
+from gateway.auth.service import AuthService
 from gateway.groups.coordinator import GroupCoordinator
 from gateway.idempotency import InFlight
 from gateway.metrics import Metrics
@@ -37,6 +38,7 @@ class Gateway:
     producer: Producer
     groups: GroupCoordinator
     forwarder: ForwardClient
+    auth: AuthService
     ready: bool = False
     port: int = 0  # the bound port, once listening (settings.port may be 0)
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
@@ -53,10 +55,15 @@ class Gateway:
     async def open(cls, settings: Settings) -> Gateway:
         """Open the broker, build the domain services over it (groups, idempotency), then let
         the broker take up its roles, which the services follow from the first one."""
-        broker = Broker(broker_settings(settings))
-        await broker.open()
+        auth = await AuthService.open(settings)
+        broker = Broker(broker_settings(settings, auth.authorization))
+        try:
+            await broker.open()
+        except BaseException:
+            await auth.close()
+            raise
         replicas = broker.replicas
-        forwarder = ForwardClient(settings.node_id)
+        forwarder = ForwardClient(settings.node_id, authorization=auth.authorization)
         groups = GroupCoordinator(
             replicas,
             forwarder,
@@ -73,15 +80,19 @@ class Gateway:
             settings=settings,
             broker=broker,
             metrics=metrics,
-            producer=Producer(replicas, metrics, in_flight, forwarder),
+            producer=Producer(
+                replicas, metrics, in_flight, forwarder, keyless_led_here=settings.workers > 1
+            ),
             groups=groups,
             forwarder=forwarder,
+            auth=auth,
         )
         offsets = broker.ensure_topic(
             offsets_topic.OFFSETS_TOPIC,
             settings.offsets_topic_partitions,
             settings.offsets_topic_replication_factor if settings.cluster else 1,
             offsets_topic.TOPIC_CONFIGS,
+            min_live=settings.workers,  # workers: the groups' coordinators spread over all
         )
         if settings.cluster:
             gateway.tasks.add(asyncio.create_task(offsets))
@@ -99,6 +110,13 @@ class Gateway:
         self.groups.flush()
         await self.forwarder.close()
         await self.broker.stop()
+        await self.auth.close()
+
+    async def reload(self) -> None:
+        """SIGHUP: what the auth settings name is read again; calls to other nodes carry the
+        (possibly new) first internal key."""
+        await self.auth.reload()
+        self.forwarder.authorization = self.broker.client.authorization = self.auth.authorization
 
 
 async def _expire_offsets(groups: GroupCoordinator, settings: Settings) -> None:
@@ -118,14 +136,16 @@ def _topics_changed(groups: GroupCoordinator, deleted: set[str]) -> None:
     groups.topics_changed()
 
 
-def broker_settings(settings: Settings) -> BrokerSettings:
+def broker_settings(settings: Settings, authorization: str | None = None) -> BrokerSettings:
     return BrokerSettings(
         data_dir=settings.data_dir,
+        file_cache_size=settings.file_cache_size,
         node_id=settings.node_id,
         url=settings.advertise or f"http://{settings.host}:{settings.port}",
         cluster=settings.cluster,
         etcd_prefix=settings.etcd_prefix,
         lease_ttl_s=settings.lease_ttl_s,
+        default_replication_factor=settings.default_replication_factor,
         replication=ReplicationSettings(
             replica_lag_time_max_ms=settings.replica_lag_time_max_ms,
             leader_wait_ms=settings.leader_wait_ms,
@@ -138,6 +158,7 @@ def broker_settings(settings: Settings) -> BrokerSettings:
             S3Location(settings.s3_endpoint, settings.s3_bucket, settings.s3_prefix),
             interval_s=settings.tiering_interval_s,
         ),
+        authorization=authorization,
     )
 
 

@@ -8,6 +8,8 @@ from aiohttp import web
 
 from engine.manager import check_partition_count
 from engine.offsets_topic import OFFSETS_TOPIC
+from gateway import workerview
+from gateway.auth.middleware import may, require_create_topic
 from gateway.params import choice_param, json_object, json_response
 from gateway.problems import Problem, bad_request
 from gateway.state import gateway_of
@@ -82,10 +84,20 @@ async def create_topic(request: web.Request) -> web.Response:
     name = doc.get("name")
     if not isinstance(name, str):
         raise Problem(400, "INVALID_TOPIC_NAME", "name must be a string")
+    require_create_topic(request, name)
     partitions = doc.get("partitions", 1)
     check_partition_count(partitions)
     spec = await gateway.broker.create_topic(name, partitions, replication, _configs(doc))
-    return json_response(describe(gateway.replicas, spec.name), status=201)
+    return json_response(await _described(request, spec.name), status=201)
+
+
+async def _described(request: web.Request, name: str) -> dict[str, Any]:
+    """describe(), with the offsets of partitions held by other workers filled in."""
+    gateway = gateway_of(request)
+    doc = describe(gateway.replicas, name)
+    if workerview.merging(request):
+        await workerview.fill_partitions(gateway, doc)
+    return doc
 
 
 def refuse_internal(name: str, action: str) -> None:
@@ -97,7 +109,7 @@ def refuse_internal(name: str, action: str) -> None:
 
 async def list_topics(request: web.Request) -> web.Response:
     """User topics; `internal=true` adds the internal ones (kafka-topics' --exclude-internal,
-    the other way round)."""
+    the other way round). With auth, only those the principal may describe."""
     topics = gateway_of(request).broker.store.view.topics
     internal = choice_param(request, "internal", "false", ("true", "false")) == "true"
     return json_response(
@@ -105,15 +117,15 @@ async def list_topics(request: web.Request) -> web.Response:
             "topics": [
                 {"name": t.name, "partitions": t.partitions}
                 for t in sorted(topics.values(), key=lambda t: t.name)
-                if internal or t.name not in INTERNAL_TOPICS
+                if (internal or t.name not in INTERNAL_TOPICS)
+                and may(request, "topic", t.name, "describe")
             ]
         }
     )
 
 
 async def describe_topic(request: web.Request) -> web.Response:
-    gateway = gateway_of(request)
-    return json_response(describe(gateway.replicas, request.match_info["topic"]))
+    return json_response(await _described(request, request.match_info["topic"]))
 
 
 async def alter_topic(request: web.Request) -> web.Response:
@@ -133,7 +145,7 @@ async def alter_topic(request: web.Request) -> web.Response:
     configs = _configs(doc) if "configs" in doc else None
     if partitions is not None or configs is not None:
         await gateway.broker.alter_topic(name, partitions, configs)
-    return json_response(describe(gateway.replicas, name))
+    return json_response(await _described(request, name))
 
 
 async def delete_topic(request: web.Request) -> web.Response:

@@ -37,14 +37,17 @@ ENSURE_RECHECK_S = 5.0
 @dataclass(frozen=True)
 class BrokerSettings:
     data_dir: Path
+    file_cache_size: int | None = None  # closed segments' descriptors kept open; None: derived
     node_id: int = 0
     url: str = "http://127.0.0.1:8080"  # advertised to the other nodes
     cluster: tuple[str, ...] = ()  # etcd endpoints; empty: the embedded single node
     etcd_prefix: str = "/sluice"
     lease_ttl_s: float = 3.0
+    default_replication_factor: int | None = None  # None: 3, or the live nodes when fewer
     replication: ReplicationSettings = field(default_factory=ReplicationSettings)
     topic_wait_s: float = 10.0  # how long a topic change waits to reach this node's disk
     tiering: TieringSettings | None = None  # S3 for topics with remote.storage.enable
+    authorization: str | None = None  # the Authorization header of calls to other nodes
 
 
 class Broker:
@@ -59,7 +62,23 @@ class Broker:
         """Open the logs and join the cluster's metadata; roles are taken up by start(), so
         the services over the partitions can register their listeners in between."""
         settings = self.settings
-        self.manager = await asyncio.to_thread(LogManager, settings.data_dir)
+        self.manager = await asyncio.to_thread(
+            LogManager, settings.data_dir, file_cache_size=settings.file_cache_size
+        )
+        report = self.manager.startup
+        log.info("node %d: %s: %s", self.settings.node_id, self.settings.data_dir, report.summary())
+        for r in report.truncated:  # the partitions checked intact are only counted above
+            log.warning(
+                "%s-%d: recovery cut %d bytes of a torn or corrupt tail (%d segments dropped) "
+                "in %.2f s",
+                r.topic,
+                r.partition,
+                r.truncated_bytes,
+                r.segments_deleted,
+                r.seconds,
+            )
+        for error in report.errors:
+            log.warning("recovery: %s", error)
         self.notifier = ChangeNotifier()
         self.store = self._store()
         await self.store.start(NodeInfo(settings.node_id, settings.url))
@@ -78,7 +97,7 @@ class Broker:
             settings.replication,
             self.tiering,
         )
-        self.client = ReplicaClient()
+        self.client = ReplicaClient(authorization=settings.authorization)
         # A parked fetch must come back well within replica.lag.time.max.ms.
         wait_ms = min(FetcherSettings.wait_ms, settings.replication.replica_lag_time_max_ms // 3)
         self.fetchers = ReplicaFetchers(
@@ -94,28 +113,23 @@ class Broker:
         self._background.start()
         if self.tiering is not None:
             self.tiering.start(self.replicas.partitions, self._topic_id)
-        report = self.manager.startup
-        log.info("node %d: %s: %s", self.settings.node_id, self.settings.data_dir, report.summary())
-        for topic, partition, cut, dropped in report.truncated:
-            log.warning(
-                "%s-%d: recovery cut %d bytes of a torn or corrupt tail (%d segments dropped)",
-                topic,
-                partition,
-                cut,
-                dropped,
-            )
-        for error in report.errors:
-            log.warning("recovery: %s", error)
 
     async def ensure_topic(
-        self, name: str, partitions: int, factor: int, configs: Mapping[str, object]
+        self,
+        name: str,
+        partitions: int,
+        factor: int,
+        configs: Mapping[str, object],
+        min_live: int = 1,
     ) -> None:
         """Have an internal topic exist: whichever node is controller creates it once `factor`
-        nodes are alive (Kafka's offsets.topic.replication.factor); returns once it exists."""
+        nodes (Kafka's offsets.topic.replication.factor) and `min_live` nodes (so that its
+        partitions spread over them) are alive; returns once it exists."""
         node_id = self.settings.node_id
+        needed = max(factor, min_live)
 
         def actionable(view: ClusterView) -> bool:
-            return name in view.topics or (view.controller == node_id and len(view.live) >= factor)
+            return name in view.topics or (view.controller == node_id and len(view.live) >= needed)
 
         while name not in self.store.view.topics:
             if not await self.store.wait_for(actionable, ENSURE_RECHECK_S):
@@ -191,7 +205,11 @@ class Broker:
         """Create a topic (as controller) and wait until this node holds its replicas."""
         self._check_controller()
         self._check_tiering(configs.get("remote.storage.enable"))
-        factor = replication_factor or min(3, len(self.store.view.live))
+        factor = (
+            replication_factor
+            or self.settings.default_replication_factor
+            or min(3, len(self.store.view.live))
+        )
         spec = await self.controller.create_topic(name, partitions, factor, configs)
         await self._settled(spec.name)
         return self.replicas.topic(spec.name)

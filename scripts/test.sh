@@ -7,8 +7,15 @@ cd "$(dirname "$0")/.."
 # Outside clients the tests drive the server with: curl (HTTP/1.1, h2c, h2 over TLS) and h2load;
 # the cluster tests need etcd (the metadata store) and iproute2 (network namespaces); the
 # benchmark harness also needs wrk, redis-server and nats-server (its Redis Streams and NATS
-# JetStream peers); the Spark ingest tests need a Java runtime (Spark's local mode).
+# JetStream peers); the Spark ingest tests need a Java runtime (Spark's local mode). The C
+# extensions (setup.py) need a compiler and Python's headers (without them pip still installs,
+# and the tests of the C paths skip); gcc also brings the ASan and UBSan runtimes their
+# sanitizer tests load.
 missing=()
+command -v gcc >/dev/null || missing+=(gcc libc6-dev)
+python3 -c 'import os, sys, sysconfig
+sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' ||
+  missing+=(python3-dev)
 command -v curl >/dev/null || missing+=(curl)
 command -v etcd >/dev/null || missing+=(etcd-server)
 command -v ip >/dev/null || missing+=(iproute2)

@@ -35,6 +35,7 @@ def test_flags_beat_the_environment_which_beats_the_file(tmp_path: Path) -> None
     file.write_text(
         'port = 9001\nmax-request-bytes = 1024\n"group.max.size" = 7\n'
         'cluster = ["etcd://a:2379", "b:2379"]\nauto-create-topics = true\n'
+        "offsets.retention.minutes = 60\n"  # a Kafka name unquoted: a table in TOML
     )
     settings, sources = resolve(
         ["--config", str(file), "--port", "9003"], {"SLUICE_MAX_REQUEST_BYTES": "2048"}
@@ -45,6 +46,7 @@ def test_flags_beat_the_environment_which_beats_the_file(tmp_path: Path) -> None
     assert settings.group_max_members == 7 and sources["group_max_members"] == f"file {file}"
     assert settings.cluster == ("http://a:2379", "http://b:2379")
     assert settings.auto_create_topics is True
+    assert settings.offsets_retention_minutes == 60
     assert settings.host == "127.0.0.1" and sources["host"] == "default"
 
 
@@ -89,3 +91,66 @@ def test_the_readme_reference_is_generated_from_the_definitions() -> None:
     readme = (REPO / "README.md").read_text()
     table = "\n".join(config.reference())
     assert table in readme, "regenerate it: sluice config reference"
+
+
+def test_cors_settings_from_flags_environment_and_file(tmp_path: Path) -> None:
+    file = tmp_path / "sluice.toml"
+    file.write_text('cors-origins = ["https://App.example.com/", "http://localhost:3000"]\n')
+    settings, _ = resolve(
+        ["--config", str(file), "--cors-methods", "get, post", "--cors-allow-credentials"],
+        {"SLUICE_CORS_HEADERS": "Content-Type,X-Trace"},
+    )
+    assert settings.cors_origins == ("https://app.example.com", "http://localhost:3000")
+    assert settings.cors_methods == ("GET", "POST")
+    assert settings.cors_headers == ("Content-Type", "X-Trace")
+    assert settings.cors_allow_credentials is True
+    assert resolve(["--cors-origins", "https://a.example:443,*"])[0].cors_origins == (
+        "https://a.example",
+        "*",
+    )
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [
+        ("--cors-origins", "app.example.com"),
+        ("--cors-origins", "https://app.example.com/path"),
+        ("--cors-origins", "https://app.example.com:99999"),
+        ("--cors-methods", "*"),
+        ("--cors-headers", "X Trace"),
+    ],
+)
+def test_bad_cors_values_are_refused(
+    flag: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        resolve([flag, value])
+    assert flag in capsys.readouterr().err
+
+
+def test_credentials_need_an_origin_listed_by_name() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "gateway", "--cors-origins", "*", "--cors-allow-credentials"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert "--cors-allow-credentials needs --cors-origins listed by name" in done.stderr
+
+
+def test_serve_help_lists_every_setting_in_its_group_with_its_default() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "gateway", "--help"],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    text = " ".join(done.stdout.split())  # as if unwrapped
+    unspaced = "".join(text.split())  # long values are wrapped at their hyphens too
+    starts = [text.index(f"{title}:") for title in config.GROUPS.values()]
+    assert starts == sorted(starts)
+    sections = dict(zip(config.GROUPS, starts, strict=True))
+    ends = dict(zip(config.GROUPS, [*starts[1:], len(text)], strict=True))
+    for option in config.OPTIONS:
+        default = config.shown(option, option.default) or "none"
+        assert "".join(f"(default: {default}; ${option.env}".split()) in unspaced, option.flag
+        section = text[sections[option.group] : ends[option.group]]
+        assert f" --{option.flag} " in section, option.flag
+    assert "(default: 8080; $SLUICE_PORT)" in text

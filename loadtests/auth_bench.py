@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from loadtests import generators
+from loadtests import generators, report
 from loadtests.bench import machine
 from loadtests.common import start_gateway
 from loadtests.rows import body_for, rates
@@ -203,6 +203,11 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "auth-bench.json").write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
     (args.out / "auth-bench.md").write_text(markdown(doc))
+    targets = [
+        {"figure": f"{f['cell']}: with / without auth", "value": f["ratio"], "target": 0.95}
+        for f in doc["figures"]
+    ]
+    report.plot_ratios(targets, "Authentication and ACLs (issue 12)", args.out / "auth-bench.png")
     print(markdown(doc))
 
 

@@ -355,3 +355,24 @@ def markdown(doc: dict[str, Any]) -> str:
     out += ["", "## Plots", ""]
     out += [f"![{name}]({file})" for name, file in PLOTS.items()]
     return "\n".join(out) + "\n"
+
+
+def plot_ratios(figures: list[dict[str, Any]], title: str, path: Path) -> None:
+    """One bar per figure (`figure`, `value`, `target`), each with its target as a tick: the
+    issue figures whose units differ (ratios, records/s) are drawn as value / target."""
+    names = [f["figure"] for f in figures]
+    shares = [f["value"] / f["target"] if f["target"] else 0.0 for f in figures]
+    figure, axes = plt.subplots(figsize=(9, 1.2 + 0.6 * len(figures)))
+    colours = ["tab:green" if share >= 1 else "tab:red" for share in shares]
+    axes.barh(range(len(names)), shares, color=colours)
+    axes.axvline(1.0, color="black", linewidth=1)
+    axes.set_yticks(range(len(names)))
+    axes.set_yticklabels(names, fontsize=7)
+    axes.invert_yaxis()
+    for i, f in enumerate(figures):
+        axes.text(
+            shares[i], i, f"  {f['value']:,} (target {f['target']:,})", va="center", fontsize=7
+        )
+    axes.set_xlabel("this run / target (1 = met)")
+    axes.set_title(title)
+    _save(figure, path)

@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from loadtests import generators
+from loadtests import generators, report
 from loadtests.bench import machine
 from loadtests.common import http_json, start_gateway
 from loadtests.rows import rates
@@ -178,6 +178,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "request-cost.json").write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
     (args.out / "request-cost.md").write_text(markdown(doc))
+    report.plot_ratios(doc["targets"], "Request cost (issue 11)", args.out / "request-cost.png")
     print(markdown(doc))
 
 

@@ -30,7 +30,7 @@ from typing import Any
 import orjson
 
 from engine.batch import RecordInput, encode_batch
-from loadtests import generators
+from loadtests import generators, report
 from loadtests.common import cpu_seconds, http_json, raise_fd_limit, start_gateway
 
 TOPIC = "bench"
@@ -297,6 +297,11 @@ def main() -> None:
             orjson.dumps(doc, option=orjson.OPT_INDENT_2)
         )
         (args.out / "workers-report.md").write_text(text)
+        targets = [
+            {"figure": f"{name}: --workers 2 / 1", "value": cell["ratio"], "target": 1.6}
+            for name, cell in doc["scenarios"].items()
+        ]
+        report.plot_ratios(targets, "Workers (issue 11)", args.out / "workers.png")
     print(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
     print(text)
 

@@ -36,6 +36,7 @@ def _spent(row: dict[str, Any]) -> None:
 
 def test_request_cost_reports_every_cell_and_target(tmp_path: Path) -> None:
     doc = _quick("loadtests.request_cost", tmp_path, "request-cost.json")
+    assert (tmp_path / "request-cost.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     cells = {(c["what"], c["protocol"], c["connections"]): c for c in doc["cells"]}
     assert set(cells) == {
         ("healthz", "http/1.1", 64),
@@ -60,6 +61,7 @@ def test_request_cost_reports_every_cell_and_target(tmp_path: Path) -> None:
 
 def test_auth_bench_compares_the_same_cells_with_and_without_auth(tmp_path: Path) -> None:
     doc = _quick("loadtests.auth_bench", tmp_path, "auth-bench.json")
+    assert (tmp_path / "auth-bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert [f["cell"] for f in doc["figures"]] == [
         "produce binary 1000",
         "fetch json 1000",

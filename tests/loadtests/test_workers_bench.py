@@ -36,6 +36,7 @@ def test_quick_run_reports_both_servers_with_their_cpu(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr[-5000:]
     doc = json.loads((tmp_path / "workers-report.json").read_text())
+    assert (tmp_path / "workers.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| produce_binary_1000 | **2 / 1** |" in (tmp_path / "workers-report.md").read_text()
     meta = doc["meta"]
     assert meta["quick"] is True and meta["command"].endswith("--quick")

@@ -40,13 +40,17 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, An
 
 
 def _figure(row: dict[str, Any]) -> None:
-    """A figure, and CPU that both sides really spent: more than nothing, and no more than
-    every core of the machine over the cell (plus the tools' start-up)."""
+    """A figure, and CPU that both sides really spent: no more than every core of the machine
+    over the cell (plus the tools' start-up), and more than nothing once the cell lasted long
+    enough for /proc's 10 ms ticks to see it."""
     assert "error" not in row, row
     assert row["records_per_s"] > 0
-    ceiling = (row.get("seconds", 0) + 5) * (os.cpu_count() or 1)
+    seconds = row.get("seconds", 0)
+    ceiling = (seconds + 5) * (os.cpu_count() or 1)
     for side in ("generator_cpu_s", "server_cpu_s"):
-        assert 0 < row[side] <= ceiling, (side, row)
+        assert 0 <= row[side] <= ceiling, (side, row)
+        if seconds >= 0.5:
+            assert row[side] > 0, (side, row)
 
 
 def test_every_output_file_is_written(report: tuple[Path, dict[str, Any]]) -> None:

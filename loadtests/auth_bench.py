@@ -10,19 +10,15 @@ of 1000 records per request, one-record JSON produce. The figure is with / witho
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
-import tempfile
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from loadtests import generators, report
-from loadtests.bench import machine
+from loadtests import generators, ratio_cli, report
 from loadtests.common import start_gateway
 from loadtests.rows import body_for, rates
 
@@ -182,33 +178,13 @@ def markdown(doc: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--quick", action="store_true", help="one short round (CI)")
-    parser.add_argument("--rounds", type=int, default=4)
-    parser.add_argument("--seconds", type=float, default=3.0, help="per cell")
-    parser.add_argument("--out", type=Path, default=Path("bench-out"))
-    args = parser.parse_args()
-    rounds, seconds = (1, 1.0) if args.quick else (args.rounds, args.seconds)
-    with tempfile.TemporaryDirectory(prefix="sluice-auth-bench-") as scratch:
-        doc = run(rounds, seconds, Path(scratch))
-    doc["meta"] = {
-        "command": "python -m loadtests.auth_bench" + (" --quick" if args.quick else ""),
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "rounds": rounds,
-        "seconds_per_cell": seconds,
-        "machine": machine(),
-    }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "auth-bench.json").write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
-    (args.out / "auth-bench.md").write_text(markdown(doc))
+    out, doc = ratio_cli.run_rounds(__doc__ or "", "loadtests.auth_bench", 4, 3.0, run)
+    ratio_cli.write(out, "auth-bench", doc, markdown(doc))
     targets = [
         {"figure": f"{f['cell']}: with / without auth", "value": f["ratio"], "target": 0.95}
         for f in doc["figures"]
     ]
-    report.plot_ratios(targets, "Authentication and ACLs (issue 12)", args.out / "auth-bench.png")
-    print(markdown(doc))
+    report.plot_ratios(targets, "Authentication and ACLs (issue 12)", out / "auth-bench.png")
 
 
 if __name__ == "__main__":

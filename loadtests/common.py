@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import resource
@@ -22,24 +23,30 @@ import orjson
 
 
 def start_gateway(
-    data_dir: Path, *extra: str, preexec: Callable[[], None] | None = None
+    data_dir: Path,
+    *extra: str,
+    preexec: Callable[[], None] | None = None,
+    log: Path | None = None,
 ) -> tuple[subprocess.Popen[str], str]:
     """Start `python -m gateway --port 0` (plus `extra` options, `preexec` run in the child
-    before it starts: limits); return the process and the URL it printed once its logs were
-    open."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "gateway", "--data-dir", str(data_dir), "--port", "0", *extra],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        preexec_fn=preexec,
-    )
+    before it starts: limits; its stderr to `log` if given); return the process and the URL it
+    printed once its logs were open."""
+    with contextlib.ExitStack() as files:
+        stderr = subprocess.DEVNULL if log is None else files.enter_context(log.open("w"))
+        process = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "--data-dir", str(data_dir), "--port", "0", *extra],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            preexec_fn=preexec,
+        )
     assert process.stdout is not None
     line = process.stdout.readline()
     if not line.startswith("sluice listening on "):
         process.kill()
-        raise RuntimeError(f"gateway did not start: {line!r}")
+        said = "" if log is None else "\n" + log.read_text()
+        raise RuntimeError(f"gateway did not start: {line!r}{said}")
     return process, line.split()[-1]
 
 

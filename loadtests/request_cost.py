@@ -11,8 +11,6 @@ write, read from the gateway's own counters around each cell.
 
 from __future__ import annotations
 
-import argparse
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -20,8 +18,7 @@ from typing import Any
 
 import orjson
 
-from loadtests import generators, report
-from loadtests.bench import machine
+from loadtests import generators, ratio_cli, report
 from loadtests.common import http_json, start_gateway
 from loadtests.rows import rates
 
@@ -157,29 +154,9 @@ def markdown(doc: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--quick", action="store_true", help="one short round (CI)")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--seconds", type=float, default=5.0, help="per cell")
-    parser.add_argument("--out", type=Path, default=Path("bench-out"))
-    args = parser.parse_args()
-    rounds, seconds = (1, 1.0) if args.quick else (args.rounds, args.seconds)
-    with tempfile.TemporaryDirectory(prefix="sluice-cost-") as scratch:
-        doc = run(rounds, seconds, Path(scratch))
-    doc["meta"] = {
-        "command": "python -m loadtests.request_cost" + (" --quick" if args.quick else ""),
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "rounds": rounds,
-        "seconds_per_cell": seconds,
-        "machine": machine(),
-    }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "request-cost.json").write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
-    (args.out / "request-cost.md").write_text(markdown(doc))
-    report.plot_ratios(doc["targets"], "Request cost (issue 11)", args.out / "request-cost.png")
-    print(markdown(doc))
+    out, doc = ratio_cli.run_rounds(__doc__ or "", "loadtests.request_cost", 3, 5.0, run)
+    ratio_cli.write(out, "request-cost", doc, markdown(doc))
+    report.plot_ratios(doc["targets"], "Request cost (issue 11)", out / "request-cost.png")
 
 
 if __name__ == "__main__":

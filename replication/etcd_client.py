@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, Awaitable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
@@ -398,6 +398,18 @@ class EtcdClient:
             failing = True
             await asyncio.sleep(delay)
             delay = min(delay * 2, RETRY_MAX_S)
+
+    async def follow_prefix(
+        self, prefix: bytes, start_revision: int, fold: Callable[[WatchUpdate], None], what: str
+    ) -> None:
+        """Fold every update under `prefix` into a store's state, for ever; a failing `fold`
+        is logged (naming `what`) and the watch goes on."""
+        async with contextlib.aclosing(self.watch_prefix(prefix, start_revision)) as updates:
+            async for update in updates:
+                try:
+                    fold(update)
+                except Exception:
+                    log.exception("%s failed", what)
 
     async def _watch_once(self, prefix: bytes, start_revision: int) -> AsyncGenerator[Events, None]:
         """One watch stream on the current endpoint, until it ends or fails."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import dataclasses
 import functools
 import logging
@@ -214,13 +213,9 @@ class EtcdMetadataStore(MetadataStore):
                 unreachable = True
 
     async def _watch(self, start_revision: int) -> None:
-        watch = self._client.watch_prefix(self._root.encode(), start_revision)
-        async with contextlib.aclosing(watch) as updates:
-            async for update in updates:
-                try:
-                    self._update(update)
-                except Exception:
-                    log.exception("a metadata listener failed")
+        await self._client.follow_prefix(
+            self._root.encode(), start_revision, self._update, "a metadata listener"
+        )
 
     def _update(self, update: WatchUpdate) -> None:
         """Fold a snapshot or a batch of events into the state and publish the new view."""

@@ -76,13 +76,9 @@ class EtcdAuthStore(AuthStore):
         """The watch keeps the state current."""
 
     async def _watch(self, start_revision: int) -> None:
-        watch = self._client.watch_prefix(self._root.encode(), start_revision)
-        async with contextlib.aclosing(watch) as updates:
-            async for update in updates:
-                try:
-                    self._update(update)
-                except Exception:
-                    log.exception("an auth listener failed")
+        await self._client.follow_prefix(
+            self._root.encode(), start_revision, self._update, "an auth listener"
+        )
 
     def _update(self, update: WatchUpdate) -> None:
         if isinstance(update, Events):

@@ -37,10 +37,15 @@ class Server:
         self.process.wait(timeout=30)
 
 
-def start_server(data_dir: Path, *extra: str, preexec: Callable[[], None] | None = None) -> Server:
+def start_server(
+    data_dir: Path,
+    *extra: str,
+    preexec: Callable[[], None] | None = None,
+    log: Path | None = None,
+) -> Server:
     """Start `python -m gateway` on a free port (`preexec`: run in the child first, to set
-    limits); return once it has opened its logs."""
-    process, url = start_gateway(data_dir, *extra, preexec=preexec)
+    limits; `log`: where its stderr goes); return once it has opened its logs."""
+    process, url = start_gateway(data_dir, *extra, preexec=preexec, log=log)
     port = int(url.rsplit(":", 1)[1])
     return Server(process, url, port, data_dir)
 

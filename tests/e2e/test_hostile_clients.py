@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import gzip
-import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -29,7 +28,7 @@ from engine import batch as fmt
 from gateway.connections import BAD_REQUESTS_PER_MINUTE
 from gateway.http2 import PREFACE
 from replication.forward_client import APPEND_PREFIX
-from tests.e2e.conftest import REPO, Server
+from tests.e2e.conftest import REPO, Server, start_server
 
 PROBLEM = "application/problem+json"
 WAIT_S = 30.0  # a bound on every wait for the server, far above the timeouts under test
@@ -52,23 +51,7 @@ Launch = Callable[..., Logged]  # the `launch` fixture: options -> a started gat
 def start_logged(tmp_path: Path, *extra: str) -> Logged:
     tmp_path.mkdir(parents=True, exist_ok=True)
     log = tmp_path / "gateway.log"
-    data_dir = tmp_path / "data"
-    with log.open("w") as stderr:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "gateway", "--data-dir", str(data_dir), "--port", "0", *extra],
-            cwd=REPO,
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    if not line.startswith("sluice listening on "):
-        process.kill()
-        raise RuntimeError(f"gateway did not start: {line!r}\n{log.read_text()}")
-    url = line.split()[-1]
-    return Logged(Server(process, url, int(url.rsplit(":", 1)[1]), data_dir), log)
+    return Logged(start_server(tmp_path / "data", *extra, log=log), log)
 
 
 @pytest.fixture

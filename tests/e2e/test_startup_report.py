@@ -3,34 +3,21 @@ after a crash that tore a partition's tail, and after a clean shutdown."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e.conftest import REPO
+from tests.e2e.conftest import start_server
 
 
 def start(data_dir: Path, log: Path) -> tuple[subprocess.Popen[str], str]:
     """`python -m gateway` on a free port logging to `log`; returns once it listens (its
     start-up lines are written by then)."""
-    with log.open("w") as stderr:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "gateway", "--data-dir", str(data_dir), "--port", "0"],
-            cwd=REPO,
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    assert line.startswith("sluice listening on "), log.read_text()
-    return process, line.split()[-1]
+    server = start_server(data_dir, log=log)
+    return server.process, server.url
 
 
 def startup_samples(url: str) -> dict[tuple[str, str, str], float]:

@@ -9,6 +9,8 @@ import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from engine.fsync import checked_fsync
+
 VERSION = 0
 
 
@@ -25,7 +27,7 @@ def write_lines(path: Path, entries: Iterable[tuple[object, ...]], *, durable: b
         f.write(text)
         f.flush()
         if durable:
-            os.fsync(f.fileno())
+            checked_fsync(f.fileno(), tmp)
     os.replace(tmp, path)
     if durable:
         fsync_directory(path.parent)
@@ -73,6 +75,6 @@ def fsync_directory(directory: Path) -> None:
 def _fsync_path(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
-        os.fsync(fd)
+        checked_fsync(fd, path)
     finally:
         os.close(fd)

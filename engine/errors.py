@@ -118,5 +118,20 @@ class InsufficientStorage(StorageError):
     code = "INSUFFICIENT_STORAGE"
 
 
+class KafkaStorageError(StorageError):
+    """A partition's files failed (an I/O error, a read-only filesystem, a failed fsync): the
+    partition is offline, as Kafka takes a failed log directory offline. Nothing is appended,
+    read or flushed there again until the node restarts, whose recovery CRC-checks the log:
+    unlike a full disk this does not heal by itself, and after a failed fsync the page cache
+    no longer says what the disk holds."""
+
+    code = "KAFKA_STORAGE_ERROR"
+
+    def __init__(self, message: str, topic: str, partition: int) -> None:
+        super().__init__(message)
+        self.topic = topic
+        self.partition = partition
+
+
 class LogClosed(EngineError):
     code = "LOG_CLOSED"

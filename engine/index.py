@@ -18,6 +18,7 @@ from pathlib import Path
 
 from engine import file_cache
 from engine.file_cache import CachedFile, FileCache
+from engine.fsync import checked_fsync
 
 _RELEASED = (array("q"), array("q"))  # what a released index holds in memory: nothing, shared
 
@@ -100,7 +101,7 @@ class SparseIndex:
             f.write(chunk)
             if fsync:
                 f.flush()
-                os.fsync(f.fileno())
+                checked_fsync(f.fileno(), self.file.path)
         self._persisted = end
 
     def release(self) -> None:

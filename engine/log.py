@@ -6,17 +6,27 @@ retention while the event loop appends and reads. Reads take no lock: the segmen
 base offsets are one immutable snapshot, replaced in a single assignment, never mutated. A read
 that reaches a segment removed meanwhile waits for the change to be published, then reads the
 new snapshot.
+
+A failing filesystem is classified where it shows (`PartitionLog._failed`). A full disk
+(ENOSPC, EDQUOT) refuses the request and heals by itself, as does a process out of descriptors
+or memory. Anything else (EIO, EROFS, a failed fsync whatever its errno, an append that could
+not be cut back) takes the partition offline, as Kafka takes a failed log directory offline:
+every later append, read, flush, roll or truncation raises KafkaStorageError, and only a restart
+brings it back, through recovery's CRC check. Retrying after a failed fsync could acknowledge
+data the kernel has already dropped.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import logging
 import os
 import shutil
 import threading
 import time
 from bisect import bisect_right
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from operator import attrgetter
 from pathlib import Path
 from typing import NamedTuple, TypeVar
@@ -28,6 +38,7 @@ from engine.epoch_cache import LeaderEpochCache
 from engine.errors import (
     InsufficientStorage,
     InvalidRecord,
+    KafkaStorageError,
     LogClosed,
     OffsetMismatch,
     OffsetMovedToTieredStorage,
@@ -36,9 +47,11 @@ from engine.errors import (
     StorageError,
 )
 from engine.file_cache import FileCache, FileGone
+from engine.fsync import FileStateUnknown
 from engine.segment import LogSegment
 
 EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+_NOTHING_APPENDED = "nothing was appended"
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 
@@ -46,6 +59,12 @@ Listener = Callable[["PartitionLog"], None]
 _key_of = attrgetter("key")
 RollListener = Callable[["PartitionLog", LogSegment], None]
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
+
+# A full disk refuses the request and heals by itself once there is space again.
+_DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
+# The process is out of descriptors or memory: the request is refused, the files are sound.
+_SHORT_OF_RESOURCES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM})
 
 
 class AppendInfo(NamedTuple):
@@ -109,6 +128,10 @@ class PartitionLog:
         self._listeners: list[Listener] = []
         self._roll_listeners: list[RollListener] = []
         self._closed = False
+        self._closing = False
+        # Why the log went offline (None while its storage works): see `_failed`.
+        self.failure: str | None = None
+        self._flush_lock = threading.Lock()  # one fsync at a time (see `flush`)
         directory.mkdir(parents=True, exist_ok=True)
         self.epoch_cache = LeaderEpochCache(directory / EPOCH_CHECKPOINT)
         self._view = SegmentView((), ())
@@ -232,7 +255,7 @@ class PartitionLog:
         now = self.now_ms()
         config = self.config
         with self._lock:
-            self._check_open()
+            self._check_open(_NOTHING_APPENDED)
             first = offset = self.log_end_offset
             stamped: list[tuple[int, fmt.BatchHeader]] = []
             for pos, header in headers:
@@ -254,11 +277,12 @@ class PartitionLog:
                 )
                 offset += header.last_offset_delta + 1
             # The epoch goes in first (as in Kafka), so no stamped batch outlives its entry.
-            self.epoch_cache.assign(leader_epoch, first)
+            with self._io("writing the leader epoch checkpoint", _NOTHING_APPENDED):
+                self.epoch_cache.assign(leader_epoch, first)
             try:
                 self._write(buf, stamped, now)
             except BaseException:
-                self.epoch_cache.truncate_from_end(self.log_end_offset)
+                self._drop_epochs_past_end()
                 raise
             records = sum(header.record_count for _, header in headers)
             flush_due = self._note_unflushed(records, now)
@@ -277,7 +301,7 @@ class PartitionLog:
         headers = self._validate(data, leader=False)
         now = self.now_ms()
         with self._lock:
-            self._check_open()
+            self._check_open(_NOTHING_APPENDED)
             expected = self.log_end_offset
             records = 0
             for _, header in headers:
@@ -289,13 +313,14 @@ class PartitionLog:
                 expected = header.next_offset
                 records += header.record_count
             first = self.log_end_offset
-            for _, header in headers:
-                if header.partition_leader_epoch != self.epoch_cache.latest_epoch:
-                    self.epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
+            with self._io("writing the leader epoch checkpoint", _NOTHING_APPENDED):
+                for _, header in headers:
+                    if header.partition_leader_epoch != self.epoch_cache.latest_epoch:
+                        self.epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
             try:
                 self._write(data, headers, now)
             except BaseException:
-                self.epoch_cache.truncate_from_end(self.log_end_offset)
+                self._drop_epochs_past_end()
                 raise
             info = AppendInfo(first, expected - 1, records, -1, self._note_unflushed(records, now))
         self._notify()
@@ -342,18 +367,9 @@ class PartitionLog:
         now: int,
     ) -> None:
         last_offset = headers[-1][1].last_offset
-        try:
+        with self._io("writing the log", _NOTHING_APPENDED):
             segment = self._maybe_roll(len(data), last_offset, now)
             segment.append(data, headers)
-        except OSError as exc:
-            where = f"{self.topic}-{self.partition}"
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise InsufficientStorage(
-                    f"{where}: the data directory's disk is full; nothing was appended"
-                ) from exc
-            raise StorageError(
-                f"{where}: writing the log failed ({exc}); nothing was appended"
-            ) from exc
         if segment.rolling_base_ms is None:
             segment.rolling_base_ms = now
         self.log_end_offset = segment.next_offset
@@ -376,8 +392,31 @@ class PartitionLog:
         )
         offsets_overflow = last_offset - active.base_offset > INT_MAX
         if full or aged or offsets_overflow:
-            return self.roll()
+            return self._roll()
         return active
+
+    def _drop_epochs_past_end(self) -> None:
+        """After a failed append: forget the epoch entries it added. A checkpoint that cannot be
+        written then is left to recovery, which drops entries past the log end; the append's own
+        error is the one raised."""
+        try:
+            self.epoch_cache.truncate_from_end(self.log_end_offset)
+        except OSError as exc:
+            self._failed("writing the leader epoch checkpoint", exc)
+
+    def assign_epoch(self, epoch: int, start_offset: int) -> None:
+        """A new leader's epoch starts at `start_offset` (KIP-101). Never raises for the disk:
+        a checkpoint that cannot be written is left to recovery, which rebuilds the entries from
+        the batches, and an I/O error takes the log offline, where requests then find it."""
+        with self._lock:
+            if self.failure is not None:
+                return
+            try:
+                with self._io("writing the leader epoch checkpoint"):
+                    self.epoch_cache.assign(epoch, start_offset)
+            except StorageError as exc:
+                if self.failure is None:  # going offline logged itself
+                    logger.warning("%s", exc)
 
     def roll_if_aged(self) -> bool:
         """Roll a non-empty active segment older than segment.ms even without an append (a
@@ -391,6 +430,10 @@ class PartitionLog:
 
     def roll(self) -> LogSegment:
         """Close the active segment and start a new one at the log end offset."""
+        with self._io("rolling a new segment"):
+            return self._roll()
+
+    def _roll(self) -> LogSegment:
         with self._lock:
             self._check_open()
             old = self._view.segments[-1]
@@ -475,9 +518,12 @@ class PartitionLog:
     def _lock_free(self, read: Callable[[], T]) -> T:
         """Run `read` over the current segments without the lock. If a segment it reaches went
         meanwhile (retention, truncation, compaction: all publish their new segments under the
-        lock), wait for that change and read again. A failing filesystem (no descriptor left to
-        open a closed segment with, an I/O error) is a StorageError."""
+        lock), wait for that change and read again. A failing filesystem is a StorageError: no
+        descriptor left to open a closed segment with refuses this read; an I/O error takes the
+        log offline (what the disk returns can no longer be trusted)."""
         while True:
+            if not self._closed:  # a closed log says so (LogClosed), offline or not
+                self.check_online()
             view = self._view
             try:
                 return read()
@@ -487,9 +533,7 @@ class PartitionLog:
                     if self._view is view:
                         raise
             except OSError as exc:
-                raise StorageError(
-                    f"{self.topic}-{self.partition}: reading the log failed ({exc})"
-                ) from exc
+                raise self._failed("reading the log", exc) from exc
 
     # -- watermarks and truncation ---------------------------------------------------------
 
@@ -505,7 +549,7 @@ class PartitionLog:
 
     def truncate_to(self, offset: int) -> None:
         """Remove every batch holding an offset >= `offset` (a follower's divergent tail)."""
-        with self._lock:
+        with self._lock, self._io("truncating the log"):
             self._check_open()
             if offset >= self.log_end_offset:
                 return
@@ -534,7 +578,7 @@ class PartitionLog:
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Empty the log and restart it at `offset` (a follower behind the leader's log start,
         as Kafka's truncateFullyAndStartAt)."""
-        with self._lock:
+        with self._lock, self._io("truncating the log"):
             self._check_open()
             self._truncate_fully(offset)
         self._notify()
@@ -549,7 +593,7 @@ class PartitionLog:
 
     def delete_records(self, before_offset: int) -> int:
         """Advance the log start offset (Kafka's DeleteRecords); returns the new log start."""
-        with self._lock:
+        with self._lock, self._io("deleting segments"):
             self._check_open()
             if before_offset > self.high_watermark or before_offset < 0:
                 raise OffsetOutOfRange(before_offset, self.log_start_offset, self.high_watermark)
@@ -585,7 +629,7 @@ class PartitionLog:
         now = self.now_ms()
         if config.remote_storage_enable:
             return self._apply_local_retention(now)
-        with self._lock:
+        with self._lock, self._io("deleting segments past retention"):
             self._check_open()
             excess = self.size_bytes - config.retention_bytes
 
@@ -609,7 +653,7 @@ class PartitionLog:
 
     def _apply_local_retention(self, now: int) -> int:
         retention_ms, retention_bytes = self.config.local_retention
-        with self._lock:
+        with self._lock, self._io("deleting segments past local retention"):
             self._check_open()
             uploaded = self.remote_end_offset
             excess = self.size_bytes - retention_bytes
@@ -657,21 +701,31 @@ class PartitionLog:
     # -- flush, listeners, lifecycle -------------------------------------------------------
 
     def flush(self, up_to: int | None = None) -> None:
-        """fsync segments up to `up_to` (default: everything) and advance the recovery point."""
-        with self._lock:
-            if self._closed:
-                return
-            target = self.log_end_offset if up_to is None else min(up_to, self.log_end_offset)
-            pending = [s for s in self._view.segments if s.next_offset > self.recovery_point]
-            for segment in pending:
-                segment.flush(fsync=False)
-            self._unflushed_messages = 0
-            self._last_flush_ms = self.now_ms()
-        for segment in pending:
-            segment.fsync()
-        self.epoch_cache.sync()
-        with self._lock:
-            self.recovery_point = max(self.recovery_point, target)
+        """fsync segments up to `up_to` (default: everything) and advance the recovery point.
+
+        A failed fsync takes the log offline and raises; it is never retried. fsyncs of one log
+        run one at a time: of two at once on one file, the kernel may report a write-back error
+        to one only, and the other would advance the recovery point over the lost data.
+        """
+        with self._flush_lock:
+            with self._lock:
+                if self._closed:
+                    return
+                self.check_online()
+                target = self.log_end_offset if up_to is None else min(up_to, self.log_end_offset)
+                pending = [s for s in self._view.segments if s.next_offset > self.recovery_point]
+                with self._io("writing the indexes"):
+                    for segment in pending:
+                        segment.flush(fsync=False)
+                self._unflushed_messages = 0
+                self._last_flush_ms = self.now_ms()
+            with self._io("flushing the log to disk"):
+                for segment in pending:
+                    segment.fsync()
+                self.epoch_cache.sync()
+            with self._lock:
+                self.check_online()  # an append failed meanwhile: acknowledge nothing more
+                self.recovery_point = max(self.recovery_point, target)
 
     def flush_due_by_time(self) -> bool:
         return (
@@ -694,9 +748,73 @@ class PartitionLog:
         for listener in self._listeners:
             listener(self)
 
-    def _check_open(self) -> None:
+    def _check_open(self, outcome: str = "") -> None:
         if self._closed:
             raise LogClosed(f"{self.topic}-{self.partition} is closed")
+        self.check_online(outcome)
+
+    # -- storage failures ------------------------------------------------------------------
+
+    @property
+    def offline(self) -> bool:
+        """Whether a storage failure took the log offline (until a restart)."""
+        return self.failure is not None
+
+    def check_online(self, outcome: str = "") -> None:
+        """Raise KafkaStorageError if the log is offline; `outcome` says what became of the
+        request ("nothing was appended")."""
+        if self.failure is not None:
+            raise self._offline_error(outcome)
+
+    def _offline_error(self, outcome: str = "") -> KafkaStorageError:
+        what = f"; {outcome}" if outcome else ""
+        return KafkaStorageError(
+            f"{self.topic}-{self.partition} is offline after a storage failure "
+            f"({self.failure}){what}; restart the node once its disk is fixed",
+            self.topic,
+            self.partition,
+        )
+
+    def _failed(self, action: str, exc: OSError, outcome: str = "") -> StorageError:
+        """The error to raise for `exc`, met while `action`. A full disk and a process short of
+        descriptors refuse the request only; anything else (EIO, EROFS, a failed fsync, a
+        file left in an unknown state) takes the log offline first."""
+        where = f"{self.topic}-{self.partition}"
+        what = f"; {outcome}" if outcome else ""
+        if not isinstance(exc, FileStateUnknown):
+            if exc.errno in _DISK_FULL:
+                return InsufficientStorage(f"{where}: the data directory's disk is full{what}")
+            if exc.errno in _SHORT_OF_RESOURCES:
+                return StorageError(f"{where}: {action} failed ({exc}){what}")
+        self.go_offline(f"{action} failed: {exc}")
+        return self._offline_error(outcome)
+
+    def go_offline(self, failure: str) -> None:
+        """Take the log offline for good (this run): appends, reads, flushes, rolls and
+        truncations raise KafkaStorageError from now on. Waiters are woken to see it. The first
+        failure is the one kept."""
+        with self._lock:
+            if self.failure is not None:
+                return
+            self.failure = failure
+        # At shutdown the manager sums up the logs that could not be closed.
+        logger.log(
+            logging.DEBUG if self._closing else logging.ERROR,
+            "%s-%d is offline: %s. Nothing is written or read there until a restart; fix the "
+            "disk, then restart the node (recovery checks the log)",
+            self.topic,
+            self.partition,
+            failure,
+        )
+        self._notify()
+
+    @contextlib.contextmanager
+    def _io(self, action: str, outcome: str = "") -> Iterator[None]:
+        """Turn an OSError of the block into the StorageError `_failed` says."""
+        try:
+            yield
+        except OSError as exc:
+            raise self._failed(action, exc, outcome) from exc
 
     @property
     def segments(self) -> tuple[LogSegment, ...]:
@@ -711,18 +829,33 @@ class PartitionLog:
         self.config = config
 
     def close(self) -> None:
-        """Flush everything and release file descriptors."""
-        self.flush()
+        """Flush everything and release file descriptors. An offline log (or one whose flush
+        fails now) only lets go of its files, then raises: what they hold is for recovery to
+        check at the next start."""
+        error: StorageError | None = None
+        self._closing = True
+        try:
+            self.flush()
+        except StorageError as exc:
+            error = exc
         with self._lock:
             for segment in self._view.segments:
-                segment.close()
+                try:
+                    segment.close(write_indexes=self.failure is None)
+                except OSError as exc:
+                    error = error or self._failed("closing the log", exc)
             self._closed = True
+        if error is not None:
+            raise error
 
     def delete(self) -> None:
         """Close and remove the partition's directory."""
         with self._lock:
             for segment in self._view.segments:
-                segment.delete()
+                # A failed disk: what is left goes with the directory, or at the next start
+                # (the manager removes partition directories no topic owns).
+                with contextlib.suppress(OSError):
+                    segment.delete()
             self._closed = True
         shutil.rmtree(self.directory, ignore_errors=True)
 
@@ -740,18 +873,24 @@ class PartitionLog:
                 for path in files:
                     path.with_name(path.name + CLEANED_SUFFIX).unlink(missing_ok=True)
                 return False
+            self.check_online()
             old.close()  # its paths are about to name the cleaned files: never reopen them
-            for path in files:
-                os.replace(
-                    path.with_name(path.name + CLEANED_SUFFIX),
-                    path.with_name(path.name + SWAP_SUFFIX),
-                )
-            for path in files:
-                os.replace(path.with_name(path.name + SWAP_SUFFIX), path)
-            fresh = self._new_segment(old.base_offset)
-            if not fresh.load():
-                fresh.recover()
-            fresh.seal()
+            try:
+                for path in files:
+                    os.replace(
+                        path.with_name(path.name + CLEANED_SUFFIX),
+                        path.with_name(path.name + SWAP_SUFFIX),
+                    )
+                for path in files:
+                    os.replace(path.with_name(path.name + SWAP_SUFFIX), path)
+                fresh = self._new_segment(old.base_offset)
+                if not fresh.load():
+                    fresh.recover()
+                fresh.seal()
+            except OSError as exc:
+                # Half swapped: the next start finishes or discards it (finish_interrupted_swaps).
+                self.go_offline(f"swapping in a cleaned segment failed: {exc}")
+                raise self._offline_error() from exc
             self._set_segments([fresh if s is old else s for s in self._view.segments])
         return True
 

@@ -8,6 +8,7 @@ mutations run on worker threads; one lock serializes them, each check with its a
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import re
 import resource
@@ -49,6 +50,7 @@ HIGH_WATERMARKS = "replication-offset-checkpoint"
 LOG_START_OFFSETS = "log-start-offset-checkpoint"
 CLEANER_OFFSETS = "cleaner-offset-checkpoint"
 MAX_PARTITIONS = 10_000
+logger = logging.getLogger(__name__)
 _PARTITION_DIR = re.compile(r"(?P<topic>[a-zA-Z0-9._-]+)-(?P<partition>\d+)")
 
 
@@ -175,6 +177,7 @@ class LogManager:
         self.topics: dict[str, Topic] = {}
         self._topics_lock = threading.Lock()
         self._closed = False
+        self.closed_cleanly = False  # set by `close` when it marks the shutdown clean
         started = time.monotonic()
         self._load()
         self.startup = self._report(time.monotonic() - started)
@@ -396,6 +399,10 @@ class LogManager:
         topics = list(self.topics.values())
         return [log for topic in topics for log in list(topic.partitions)]
 
+    def offline_logs(self) -> list[PartitionLog]:
+        """The logs a storage failure took offline (until a restart)."""
+        return [log for log in self.all_logs() if log.offline]
+
     # -- maintenance (synchronous; `engine.background` runs these off the event loop) -----------
 
     def write_checkpoints(self) -> None:
@@ -413,21 +420,37 @@ class LogManager:
         checkpoint.write_offsets(self.data_dir / CLEANER_OFFSETS, self.cleaner_offsets)
 
     def flush_due_logs(self) -> int:
-        """fsync logs whose flush.ms has passed; returns how many were flushed."""
-        due = [log for log in self.all_logs() if log.flush_due_by_time()]
-        for log in due:
-            log.flush()
-        return len(due)
+        """fsync logs whose flush.ms has passed; returns how many were flushed. A log that
+        fails does not keep the others from their flush; an offline one is skipped."""
+        flushed = 0
+        for partition_log in self.all_logs():
+            if partition_log.offline or not partition_log.flush_due_by_time():
+                continue
+            try:
+                partition_log.flush()
+            except StorageError as exc:
+                logger.warning("flush failed: %s", exc)
+            else:
+                flushed += 1
+        return flushed
 
     def apply_retention(self) -> int:
-        """Delete expired segments in every log; returns segments deleted."""
-        return sum(log.apply_retention() for log in self.all_logs())
+        """Delete expired segments in every online log; returns segments deleted."""
+        deleted = 0
+        for partition_log in self.all_logs():
+            if partition_log.offline:
+                continue
+            try:
+                deleted += partition_log.apply_retention()
+            except StorageError as exc:
+                logger.warning("retention failed: %s", exc)
+        return deleted
 
     def clean_logs(self, *, force: bool = False) -> list[cleaner.CleanStats]:
         """One compaction pass over every compacted log that needs it."""
         done = []
         for log in self.all_logs():
-            if not log.config.compact:
+            if not log.config.compact or log.offline:
                 continue
             key = (log.topic, log.partition)
             first_dirty = max(self.cleaner_offsets.get(key, 0), log.log_start_offset)
@@ -438,15 +461,35 @@ class LogManager:
         return done
 
     def close(self) -> None:
-        """Flush every log, write checkpoints and mark the shutdown clean."""
+        """Flush every log, write checkpoints and mark the shutdown clean. With a log offline
+        (or failing now) the shutdown is not marked clean: the next start CRC-checks the logs
+        from their recovery points, as after a crash."""
         if self._closed:
             return
-        for log in self.all_logs():
-            log.close()
-        self.write_checkpoints()
-        marker = self.data_dir / CLEAN_SHUTDOWN
-        marker.touch()
-        checkpoint.fsync_directory(self.data_dir)
+        failed: list[str] = []  # the logs that were offline or failed now
+        for partition_log in self.all_logs():
+            try:
+                partition_log.close()
+            except StorageError as exc:  # each names its partition
+                failed.append(str(exc))
+        problems = []
+        if failed:
+            shown = "; ".join(failed[:3]) + (f"; and {len(failed) - 3} more" if failed[3:] else "")
+            problems.append(f"{len(failed)} partitions could not be closed ({shown})")
+        try:
+            self.write_checkpoints()
+            if not failed:
+                (self.data_dir / CLEAN_SHUTDOWN).touch()
+                checkpoint.fsync_directory(self.data_dir)
+                self.closed_cleanly = True
+        except OSError as exc:
+            self.closed_cleanly = False
+            problems.append(f"writing the checkpoints failed: {exc}")
+        if problems:
+            logger.error(
+                "the shutdown is not clean, the next start checks the logs: %s",
+                "; ".join(problems),
+            )
         os.close(self._lock_fd)
         self._closed = True
 

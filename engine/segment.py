@@ -13,6 +13,7 @@ from engine import batch as fmt
 from engine import file_cache
 from engine.errors import CorruptRecord
 from engine.file_cache import CachedFile, FileCache, FileGone
+from engine.fsync import FileStateUnknown, checked_fsync
 from engine.index import OffsetIndex, TimeIndex
 
 _HEADER_PROBE = 8 * 1024  # bytes read at once while walking batch headers (> index interval)
@@ -144,8 +145,16 @@ class LogSegment:
                 if more == 0:
                     raise OSError(errno.EIO, f"short write: {written} of {len(data)} bytes")
                 written += more
-        except BaseException:
-            os.ftruncate(self._fd, start)
+        except BaseException as exc:
+            try:
+                os.ftruncate(self._fd, start)
+            except OSError as cut:
+                # The file may end in part of a batch: nothing may be appended after it.
+                first = exc if isinstance(exc, OSError) else cut
+                raise FileStateUnknown(
+                    first.errno,
+                    f"{first.strerror}, and cutting {self.path.name} back failed: {cut.strerror}",
+                ) from exc
             raise
         for pos, header in headers:
             self._index_batch(start + pos, header)
@@ -174,16 +183,18 @@ class LogSegment:
         """fsync the log and index files; safe from another thread (touches no memory state)."""
         try:
             with self._pinned() as fd:
-                os.fsync(fd)
+                checked_fsync(fd, self._log.path)
         except FileGone:
             return  # closed, deleted or replaced meanwhile: nothing of it is left to sync
         for index in (self.index, self.time_index):
-            if index.path.exists():
+            try:
                 fd = os.open(index.path, os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+            except FileNotFoundError:
+                continue  # not written yet, or deleted meanwhile (retention)
+            try:
+                checked_fsync(fd, index.path)
+            finally:
+                os.close(fd)
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -407,14 +418,18 @@ class LogSegment:
     def empty(self) -> bool:
         return self.size == 0
 
-    def close(self) -> None:
-        """Write pending index entries and let go of the files: a read of this segment that
-        does not hold them already raises FileGone."""
-        self.index.flush()
-        self.time_index.flush()
-        self._fd = -1
-        for file in (self._log, self.index.file, self.time_index.file):
-            self.files.forget(file)
+    def close(self, write_indexes: bool = True) -> None:
+        """Write pending index entries (not for an offline log: its files are left as they are
+        for recovery) and let go of the files, even if that write fails: a read of this
+        segment that does not hold them already raises FileGone."""
+        try:
+            if write_indexes:
+                self.index.flush()
+                self.time_index.flush()
+        finally:
+            self._fd = -1
+            for file in (self._log, self.index.file, self.time_index.file):
+                self.files.forget(file)
 
     def delete(self) -> None:
         """Unlink the files; a read holding them keeps reading until it lets go, a later one

@@ -75,5 +75,9 @@ async def _release_long_polls(app: web.Application) -> None:
 
 
 async def _close(app: web.Application) -> None:
-    await app[GATEWAY].close()
-    log.info("data directory closed cleanly")
+    gateway = app[GATEWAY]
+    await gateway.close()
+    if gateway.broker.manager.closed_cleanly:
+        log.info("data directory closed cleanly")
+    else:  # a storage failure: the engine said which partitions (KAFKA_STORAGE_ERROR)
+        log.error("data directory closed, not cleanly: the next start checks the logs")

@@ -87,6 +87,11 @@ class PartitionCollector(Collector):
                 if view.controller == node
                 else 0,
             ),
+            "sluice_storage_offline_partitions": (
+                "Partitions on this node a storage failure took offline (EIO, a read-only disk, "
+                "a failed fsync): they answer KAFKA_STORAGE_ERROR until the node restarts",
+                len(replicas.offline_partitions()),
+            ),
             "sluice_is_controller": ("1 if this node is the controller", view.controller == node),
             "sluice_acks_all_waiting": (
                 "Produce requests waiting for acks=all",

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import shutil
+from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
 from engine.config import TopicConfig
+from engine.errors import KafkaStorageError
 from engine.offsets_topic import OFFSETS_TOPIC
 from gateway import workerview
 from gateway.params import json_response
@@ -48,12 +50,29 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
-    """Ready once the logs are open, until shutdown starts; with workers, once all are."""
+    """Ready once the logs are open, until shutdown starts; with workers, once all are. Not
+    ready (503 KAFKA_STORAGE_ERROR, with the storage section) while a storage failure keeps
+    partitions offline: unlike a full disk, that lasts until the node restarts."""
     gateway = gateway_of(request)
-    own = own_readiness(gateway)
+    doc = own_readiness(gateway)
     if gateway.settings.workers > 1:
-        return json_response(await workerview.readiness(gateway, own))
-    return json_response(own)
+        doc = await workerview.readiness(gateway, doc)
+    storage = doc["storage"]
+    offline = storage["offline_partitions"] if isinstance(storage, dict) else None
+    if offline:
+        raise Problem(503, KafkaStorageError.code, offline_detail(offline), storage=storage)
+    return json_response(doc)
+
+
+def offline_detail(offline: list[dict[str, Any]], shown: int = 5) -> str:
+    """`2 partitions are offline after a storage failure: t-0 (...), t-1 (...); restart...`."""
+    named = ", ".join(f"{p['topic']}-{p['partition']} ({p['error']})" for p in offline[:shown])
+    more = f" and {len(offline) - shown} more" if len(offline) > shown else ""
+    count = "1 partition is" if len(offline) == 1 else f"{len(offline)} partitions are"
+    return (
+        f"{count} offline after a storage failure: {named}{more}; "
+        "restart the node once its disk is fixed"
+    )
 
 
 async def own_ready(request: web.Request) -> web.Response:
@@ -74,8 +93,16 @@ def own_readiness(gateway: Gateway) -> dict[str, object]:
     free = shutil.disk_usage(gateway.settings.data_dir).free
     doc: dict[str, object] = {
         "status": "ready",
-        # Full: a record of the default max.message.bytes would not fit (produce answers 507).
-        "storage": {"free_bytes": free, "full": free < TopicConfig().max_message_bytes},
+        "storage": {
+            "free_bytes": free,
+            # A record of the default max.message.bytes would not fit (produce answers 507).
+            "full": free < TopicConfig().max_message_bytes,
+            # A storage failure (EIO, EROFS, a failed fsync) took them offline until a restart.
+            "offline_partitions": [
+                {"topic": topic, "partition": partition, "error": error}
+                for topic, partition, error in gateway.replicas.offline_partitions()
+            ],
+        },
     }
     tiering = gateway.broker.tiering
     if tiering is not None:

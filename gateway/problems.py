@@ -85,6 +85,7 @@ _ENGINE_STATUS: dict[type[errors.EngineError], int] = {
     errors.LogClosed: 503,
     errors.TooManyPartitions: 422,
     errors.InsufficientStorage: 507,
+    errors.KafkaStorageError: 503,  # offline until a restart: no Retry-After
     errors.StorageError: 503,
     errors.RemoteStorageError: 503,
     replication.NotLeader: 421,
@@ -148,6 +149,8 @@ def from_engine_error(exc: errors.EngineError) -> Problem:
         }
     elif isinstance(exc, errors.CorruptRecord):
         extra = {"offset": exc.offset}
+    elif isinstance(exc, errors.KafkaStorageError):
+        extra = {"topic": exc.topic, "partition": exc.partition}
     elif isinstance(exc, replication.NotLeader) and exc.leader is not None:
         extra = {"leader": exc.leader}
     elif isinstance(exc, replication.PartiallyAppended):

@@ -125,6 +125,9 @@ async def readiness(gateway: Gateway, own: dict[str, Any]) -> dict[str, Any]:
         "storage": {
             "free_bytes": min(doc["storage"]["free_bytes"] for doc in ready),
             "full": any(doc["storage"]["full"] for doc in ready),
+            "offline_partitions": [
+                p for doc in ready for p in doc["storage"].get("offline_partitions", [])
+            ],
         },
     }
     tiering = [doc["tiering"] for doc in ready if "tiering" in doc]

@@ -15,7 +15,7 @@ import contextlib
 import logging
 from dataclasses import dataclass
 
-from engine.errors import OffsetMismatch, OffsetOutOfRange
+from engine.errors import KafkaStorageError, OffsetMismatch, OffsetOutOfRange
 from replication.errors import (
     FencedLeaderEpoch,
     NotLeader,
@@ -85,6 +85,20 @@ class ReplicaFetchers:
         return None if node is None else node.url
 
     async def _follow(self, partition: Partition, state: PartitionState) -> None:
+        """Follow until the role changes; a log a storage failure took offline stops here (it
+        takes nothing more until the node restarts)."""
+        try:
+            await self._follow_leader(partition, state)
+        except KafkaStorageError as exc:
+            log.error(
+                "%s-%d stops following node %d: %s",
+                partition.topic,
+                partition.partition,
+                state.leader,
+                exc,
+            )
+
+    async def _follow_leader(self, partition: Partition, state: PartitionState) -> None:
         name = f"{partition.topic}-{partition.partition}"
         backoff = self.settings.backoff_ms
         truncated = False

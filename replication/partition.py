@@ -125,7 +125,7 @@ class Partition:
         """Lead in `state.leader_epoch`: the epoch starts at the log end offset (KIP-101), and
         followers are tracked from now, the ISR's as caught up."""
         log = self.log
-        log.epoch_cache.assign(state.leader_epoch, log.log_end_offset)
+        log.assign_epoch(state.leader_epoch, log.log_end_offset)
         self.state = state
         self.leader_state = LeaderState(
             self.node_id,
@@ -160,8 +160,10 @@ class Partition:
     def append(self, data: bytes | bytearray, acks: str) -> AppendInfo:
         """Append producer batches in this epoch. acks=all with the ISR below
         min.insync.replicas appends nothing (Kafka's NOT_ENOUGH_REPLICAS). A marked request
-        this log already holds appends nothing and answers where its records are."""
+        this log already holds appends nothing and answers where its records are. An offline
+        log (a storage failure) refuses every request, repeats included."""
         leading = self._leading()
+        self.log.check_online("nothing was appended")
         marker = first_marker(data)
         if marker is not None:
             repeat = self._repeat(marker)
@@ -182,6 +184,7 @@ class Partition:
         repeat answers with its first attempt's offsets, a refused one gets its own error, the
         rest get consecutive offsets in request order."""
         leading = self._leading()
+        self.log.check_online("nothing was appended")
         outcomes: list[AppendInfo | Exception | None] = [None] * len(requests)
         checked: list[tuple[int, bytearray, list[tuple[int, BatchHeader]]]] = []
         markers: dict[int, Marker] = {}
@@ -266,9 +269,12 @@ class Partition:
         self, replica: int, fetch_offset: int, leader_epoch: int, max_bytes: int
     ) -> tuple[ReadResult, tuple[int, ...] | None]:
         """A follower's fetch from its log end: note its progress, move the high watermark,
-        and read up to the log end. Also returns an ISR expansion to propose, if any."""
+        and read up to the log end. Also returns an ISR expansion to propose, if any. An
+        offline log answers KafkaStorageError before noting any progress: its high watermark
+        no longer moves."""
         leading = self._leading()
         self.check_epoch(leader_epoch)
+        self.log.check_online()
         if replica not in leading.followers:
             raise NotAReplica(
                 f"node {replica} is not a follower of {self.topic}-{self.partition} "

@@ -306,6 +306,12 @@ class ReplicaManager:
                 f"min.insync.replicas is {required}; nothing was appended"
             )
 
+    def offline_partitions(self) -> list[tuple[str, int, str]]:
+        """This node's partitions a storage failure took offline (until a restart): topic,
+        partition and the failure."""
+        offline = self.manager.offline_logs()
+        return [(log_.topic, log_.partition, log_.failure or "") for log_ in offline]
+
     def local(self, topic: str, partition: int) -> Partition | None:
         """This node's replica of the partition, if it holds one."""
         return self.partitions.get((topic, partition))
@@ -420,6 +426,10 @@ class ReplicaManager:
                         f"than min.insync.replicas={required}; they may be kept"
                     )
                 return
+            # The log went offline after the append: its high watermark will not move again.
+            partition.log.check_online(
+                "the records were appended before it and are not acknowledged"
+            )
             if not partition.is_leader:
                 raise LeaderChangedAfterAppend(
                     f"{name}: this node stopped leading before the records were replicated; "

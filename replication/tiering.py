@@ -83,7 +83,11 @@ class TieringService:
 
     async def _run(self, partitions: dict[TopicPartition, Partition], topic_id: TopicIds) -> None:
         while True:
-            tiered = [p for p in list(partitions.values()) if p.config.remote_storage_enable]
+            tiered = [
+                p
+                for p in list(partitions.values())
+                if p.config.remote_storage_enable and not p.log.offline
+            ]
             for gone in set(self._tiers) - {(p.topic, p.partition) for p in tiered}:
                 self._forget(gone)
             await asyncio.gather(*(self._pass(p, topic_id) for p in tiered))
@@ -119,7 +123,7 @@ class TieringService:
                     await asyncio.to_thread(tier.refresh)
                     self._refreshed[tp] = now
                     await asyncio.to_thread(partition.log.apply_retention)
-        except EngineError as exc:
+        except (EngineError, OSError) as exc:  # OSError: reading a segment to upload failed
             retry.failures += 1
             delay = min(self.settings.backoff_max_s, self.settings.interval_s * 2**retry.failures)
             retry.not_before = time.monotonic() + delay

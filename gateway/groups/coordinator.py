@@ -969,9 +969,13 @@ class GroupCoordinator:
             self._write(group.name, [*pending, *records])
 
     def flush(self) -> None:
-        """Write every auto-commit still held in memory (at shutdown)."""
+        """Write every auto-commit still held in memory (at shutdown); a group whose offsets
+        partition refuses (offline, a full disk) does not keep the others from theirs."""
         for group in self.groups.values():
-            self._write_group(group)
+            try:
+                self._write_group(group)
+            except EngineError as exc:
+                logger.warning("group %r: its auto-commits were not written: %s", group.name, exc)
 
     # -- the offsets topic ---------------------------------------------------------------------
 

@@ -189,6 +189,10 @@ OPTIONS: tuple[Option, ...] = (
            "1024)", positive, "N"),
     Option("host", "host", "node", "listening address", metavar="HOST"),
     Option("port", "port", "node", "listening port (0 picks a free one)", non_negative, "PORT"),
+    Option("listen-backlog", "listen_backlog", "node", "connections the kernel completes and "
+           "queues for the gateway to accept (capped by net.core.somaxconn); a burst of new "
+           "connections past it waits for the client's retries or is lost", positive, "N",
+           "socket.listen.backlog.size"),
     Option("workers", "workers", "node", "processes serving the port, for more cores: auto (one "
            "per CPU this process may use) or 1 to 4 per CPU; above 1 they run as a cluster "
            "over an embedded etcd (etcd must be installed)", worker_count, "N|auto"),

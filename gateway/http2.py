@@ -853,6 +853,7 @@ async def start_server(
     http1: Callable[..., RequestHandler] | None = None,
     http2: type[H2Protocol] = H2Protocol,
     reuse_port: bool = False,
+    backlog: int = 128,
     **runner_kwargs: Any,
 ) -> Http2Site:
     """Set up an ``AppRunner`` for ``app`` and start an :class:`Http2Site` on ``host:port``.
@@ -860,6 +861,7 @@ async def start_server(
     ``runner_kwargs`` go to ``web.AppRunner`` (e.g. ``shutdown_timeout``, ``access_log``);
     ``http1`` and ``http2`` choose the connections' protocols (see :class:`Http2Site`);
     ``reuse_port`` (SO_REUSEPORT) lets processes share the port, the kernel spreading connections;
+    ``backlog`` is the listen queue (connections the kernel completed, not yet accepted);
     ``handler_cancellation`` defaults to True so HTTP/1.1 disconnects cancel handlers as HTTP/2
     resets do. The bound port is ``site.port``; stop with ``await site.runner.cleanup()``.
     """
@@ -874,6 +876,7 @@ async def start_server(
         limits=limits,
         http1=http1,
         http2=http2,
+        backlog=backlog,
         reuse_port=reuse_port,
     )
     try:

@@ -83,6 +83,7 @@ async def serve(settings: Settings) -> None:
         host,
         port,
         ssl_context=None if private else context,
+        backlog=settings.listen_backlog,
         shutdown_timeout=SHUTDOWN_TIMEOUT_S,
         access_log=None,
         **protocols,
@@ -91,7 +92,7 @@ async def serve(settings: Settings) -> None:
     if private is not None:
         public = Http2Site(
             site.runner, settings.host, settings.port, ssl_context=context, reuse_port=True,
-            **protocols,
+            backlog=settings.listen_backlog, **protocols,
         )  # fmt: skip
         await public.start()
     gateway = app[GATEWAY]

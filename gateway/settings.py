@@ -12,6 +12,7 @@ class Settings:
     file_cache_size: int | None = None  # closed segments' descriptors kept open; None: derived
     host: str = "127.0.0.1"
     port: int = 8080
+    listen_backlog: int = 4096  # socket.listen.backlog.size; the kernel caps it at somaxconn
     workers: int = 1  # processes serving the port; above 1, a supervisor runs them as a cluster
     tls_cert: Path | None = None
     tls_key: Path | None = None

@@ -9,7 +9,9 @@ from aiohttp import web
 
 from gateway import cors, groups_api, internal_api, ops_api, records_api, topics_api
 from gateway.auth import api as auth_api
+from gateway.auth import quota_api
 from gateway.auth.middleware import auth_middleware
+from gateway.auth.throttle import quota_middleware
 from gateway.backpressure import INFLIGHT, InflightBodies, backpressure_middleware
 from gateway.forwarding import forwarding_middleware
 from gateway.problems import problem_middleware
@@ -28,6 +30,7 @@ def build_app(settings: Settings) -> web.Application:
             _metrics_middleware,
             problem_middleware,
             *([auth_middleware] if settings.auth else []),  # refusals rendered and counted
+            quota_middleware,  # by the principal auth found, before any body is read
             backpressure_middleware,
             forwarding_middleware,
         ],
@@ -52,6 +55,7 @@ def build_app(settings: Settings) -> web.Application:
     ops_api.add_routes(app)
     internal_api.add_routes(app)
     auth_api.add_routes(app)
+    quota_api.add_routes(app)
     return app
 
 

@@ -22,6 +22,7 @@ import orjson
 
 from gateway import config
 from gateway.auth import cli as auth_cli
+from gateway.auth import quota_cli
 from gateway.progress import Progress
 from gateway.settings import Settings
 
@@ -62,6 +63,29 @@ async def _call(
     url: str,
     *,
     decode: Callable[[bytes], Any] = orjson.loads,
+    **kwargs: Any,
+) -> Any:
+    """One request; a 429 QUOTA_EXCEEDED (nothing was done) is sent again after the wait the
+    gateway names, as a Kafka client obeys its throttle time."""
+    told = False
+    while True:
+        try:
+            return await _call_once(session, method, url, decode=decode, **kwargs)
+        except CommandError as exc:
+            if exc.status != 429 or exc.problem is None or exc.code != "QUOTA_EXCEEDED":
+                raise
+            if not told:
+                print(f"sluice: {exc.problem.get('detail')}; waiting", file=sys.stderr)
+                told = True
+            await asyncio.sleep(int(exc.problem.get("retry_after_ms", 1000)) / 1000)
+
+
+async def _call_once(
+    session: aiohttp.ClientSession,
+    method: str,
+    url: str,
+    *,
+    decode: Callable[[bytes], Any],
     **kwargs: Any,
 ) -> Any:
     async with session.request(method, url, **kwargs) as response:
@@ -715,18 +739,16 @@ def parser() -> argparse.ArgumentParser:
         "--to-datetime", metavar="ISO", help="e.g. 2026-01-31T12:00:00 (UTC unless it says)"
     )
     auth_cli.add_commands(commands, with_url)
+    quota_cli.add_commands(commands, with_url)
     return root
 
 
 def check_settings(settings: Settings, supervised: bool = False) -> None:
     """What no single setting can check alone (`supervised`: a worker of --workers)."""
-    if settings.workers > 1 and not supervised:
-        if settings.cluster or settings.advertise:
-            raise SystemExit(
-                "sluice: --workers runs its own cluster on this host: no --cluster or --advertise"
-            )
-        if settings.auth:
-            raise SystemExit("sluice: --auth is not available with --workers above 1 yet")
+    if settings.workers > 1 and not supervised and (settings.cluster or settings.advertise):
+        raise SystemExit(
+            "sluice: --workers runs its own cluster on this host: no --cluster or --advertise"
+        )
     if settings.group_min_session_timeout_ms > settings.group_max_session_timeout_ms:
         raise SystemExit("sluice: --group-min-session-timeout-ms is above the maximum")
     if settings.cluster and settings.advertise is None and settings.host in ("0.0.0.0", "::"):
@@ -797,6 +819,7 @@ def _main(argv: Sequence[str] | None) -> None:
         "groups": groups_command,
         "auth": auth_cli.auth_command,
         "acls": auth_cli.acls_command,
+        "quotas": quota_cli.quotas_command,
     }
     try:
         # Ctrl-C, and SIGTERM for a group consumer, cancel the command: exit quietly.

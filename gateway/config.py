@@ -143,6 +143,12 @@ def non_negative_float(raw: str) -> float:
     return value
 
 
+def quota_mode(raw: str) -> str:
+    if raw not in ("reject", "delay"):
+        raise argparse.ArgumentTypeError(f"expected reject or delay, got {raw!r}")
+    return raw
+
+
 def certificate_principal(raw: str) -> str:
     if raw not in ("cn", "san"):
         raise argparse.ArgumentTypeError(f"expected cn or san, got {raw!r}")
@@ -334,6 +340,13 @@ OPTIONS: tuple[Option, ...] = (
     Option("tls-principal", "tls_principal", "auth", "a client certificate's principal: its "
            "subject's common name (cn) or its first e-mail, DNS or URI name (san)",
            certificate_principal, "cn|san"),
+    Option("quota-mode", "quota_mode", "quotas", "a request over its principal's quota is "
+           "refused with 429 and Retry-After (reject), or answered after the throttle time "
+           "(delay, Kafka's way)", quota_mode, "reject|delay"),
+    Option("quota-window", "quota_window_s", "quotas", "a quota's burst: a principal may spend "
+           "this many seconds of its rate at once", positive_float, "S"),
+    Option("quota-max-delay", "quota_max_delay_s", "quotas", "with --quota-mode delay, a "
+           "throttle time above this is refused with 429 instead", non_negative_float, "S"),
 )  # fmt: skip
 GROUPS = {
     "node": "where it listens and keeps its data",
@@ -343,6 +356,7 @@ GROUPS = {
     "tiering": "tiered storage (S3)",
     "cors": "browser clients (CORS)",
     "auth": "authentication and ACLs",
+    "quotas": "quotas (per principal; set with `sluice quotas`)",
 }
 BY_KEY = {
     **{o.flag: o for o in OPTIONS},

@@ -71,3 +71,6 @@ class Settings:
     jwt_principal_claim: str = "sub"
     tls_client_ca: Path | None = None  # verify client certificates against these CAs (mTLS)
     tls_principal: str = "cn"  # a client certificate's principal: its subject CN, or first SAN
+    quota_mode: str = "reject"  # over a quota: 429 with Retry-After, or "delay" the answer
+    quota_window_s: float = 1.0  # a quota's burst: this many seconds of its rate at once
+    quota_max_delay_s: float = 30.0  # delay mode: a longer throttle is refused with 429

@@ -14,6 +14,7 @@ from engine import offsets_topic
 from engine.errors import EngineError
 from engine.notify import ChangeNotifier
 from engine.tiered.remote import S3Location
+from gateway.auth.quota_metrics import QuotaCollector
 from gateway.auth.service import AuthService
 from gateway.groups.coordinator import GroupCoordinator
 from gateway.idempotency import InFlight
@@ -76,6 +77,7 @@ class Gateway:
         replicas.add_topics_listener(lambda deleted: _topics_changed(groups, deleted))
         await broker.start()
         metrics = Metrics(lambda: replicas, lambda: broker.notifier, lambda: groups)
+        metrics.registry.register(QuotaCollector(lambda: auth.quotas))
         gateway = cls(
             settings=settings,
             broker=broker,

@@ -7,6 +7,10 @@ what it leads. Every worker also listens on the shared --host/--port (SO_REUSEPO
 kernel spreads connections over them. The supervisor restarts a worker that exits (with
 backoff), relays SIGHUP, and on SIGTERM/SIGINT shuts down in two phases (every worker drains
 its own clients while still serving the others, then all close), then stops etcd.
+
+With --auth the workers share the --data-dir's auth files (gateway.auth.shared_store) and
+call each other with an internal key: --internal-key-file, else one generated once into
+`<data-dir>/workers/internal.key` (mode 0600).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import fcntl
 import json
 import logging
 import os
+import secrets
 import signal
 import socket
 import sys
@@ -29,11 +34,13 @@ import aiohttp
 
 from engine.manager import TOPICS_DIR
 from gateway import config
+from gateway.auth.credentials import write_atomically
 from gateway.devcluster import ClusterError, EtcdServer, die_with_parent, free_port
 from gateway.settings import Settings
 
 ROOT = "workers"  # under --data-dir: etcd/, worker-<i>/, workers.json, settings.toml
 MARKER = "workers.json"  # how many workers wrote the directory
+INTERNAL_KEY = "internal.key"  # under ROOT: the workers' key for each other, with --auth
 START_DEADLINE_S = 60.0  # a worker's start (its logs open) and the whole group's readiness
 DRAIN_DEADLINE_S = 15.0  # phase one (a worker's SHUTDOWN_TIMEOUT_S, plus margin)
 EXIT_DEADLINE_S = 30.0  # phase two, then SIGKILL
@@ -68,6 +75,33 @@ def check_layout(data_dir: Path, workers: int) -> None:
             f"{workers}; start it with --workers {recorded} (docs/workers.md: changing the "
             "number of workers)"
         )
+
+
+def shared_data_dir(worker_dir: Path) -> Path:
+    """The --data-dir of the supervisor, from a worker's own (`<data-dir>/workers/worker-<i>`):
+    where what all workers share lives (auth/, as a single node keeps it)."""
+    return worker_dir.parent.parent
+
+
+def internal_key_file(settings: Settings, root: Path) -> Path | None:
+    """With --auth, the file of the key the workers call each other with: --internal-key-file
+    if given (checked now, not by each worker), else `<root>/internal.key`, made once (mode
+    0600, 32 random bytes in hex) and kept. The key itself is never logged."""
+    from gateway.auth.service import AuthConfigError, read_internal_keys
+
+    if not settings.auth:
+        return None
+    path = settings.internal_key_file
+    if path is None:
+        path = root / INTERNAL_KEY
+        if not path.exists():
+            write_atomically(path, (secrets.token_hex(32) + "\n").encode())
+        os.chmod(path, 0o600)  # as made, even if a copy or restore loosened it
+    try:
+        read_internal_keys(path)
+    except AuthConfigError as exc:
+        raise SystemExit(f"sluice: {exc}") from None
+    return path
 
 
 def hold_port(host: str, port: int) -> socket.socket:
@@ -111,11 +145,19 @@ class Supervisor:
     """Runs the workers until a signal: start, wait for all to be ready, restart the ones
     that exit, and shut down in order."""
 
-    def __init__(self, settings: Settings, root: Path, etcd: EtcdServer, port: int) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        root: Path,
+        etcd: EtcdServer,
+        port: int,
+        internal_key: Path | None = None,
+    ) -> None:
         self.settings = settings
         self.root = root
         self.etcd = etcd
         self.port = port
+        self.internal_key = internal_key  # with --auth: the workers' key (a file's path)
         self.workers = [
             Worker(i, root / f"worker-{i}", free_port()) for i in range(settings.workers)
         ]
@@ -132,6 +174,7 @@ class Supervisor:
             "--data-dir", str(worker.data_dir), "--port", str(self.port),
             "--advertise", worker.url, "--default-replication-factor", str(factor),
             "--offsets-topic-replication-factor", "1",
+            *(["--internal-key-file", str(self.internal_key)] if self.internal_key else []),
         ]  # fmt: skip
 
     async def run(self) -> int:
@@ -177,7 +220,7 @@ class Supervisor:
             if isinstance(result, BaseException):
                 raise result
         deadline = time.monotonic() + START_DEADLINE_S
-        async with aiohttp.ClientSession() as http:
+        async with aiohttp.ClientSession(headers=self._authorization()) as http:
             while time.monotonic() < deadline:
                 with contextlib.suppress(aiohttp.ClientError, OSError):
                     async with http.get(f"{self.workers[0].url}/readyz") as answer:
@@ -187,6 +230,13 @@ class Supervisor:
                     return "a worker exited while the workers were starting; see its log above"
                 await asyncio.sleep(0.05)
         return f"the workers were not ready within {START_DEADLINE_S:.0f} s"
+
+    def _authorization(self) -> dict[str, str]:
+        """With --auth, the internal key as the workers expect it from one another."""
+        from gateway.auth.service import read_internal_keys
+
+        keys = read_internal_keys(self.internal_key)
+        return {"Authorization": f"Bearer {keys[0]}"} if keys else {}
 
     async def _start(self, worker: Worker) -> None:
         """Start the worker and wait for its listening line (its logs are open)."""
@@ -335,6 +385,7 @@ def supervise(settings: Settings) -> None:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         raise SystemExit(f"sluice: {settings.data_dir} is in use by another process") from None
+    internal_key = internal_key_file(settings, root)
     held = hold_port(settings.host, settings.port)
     try:
         etcd.start()
@@ -343,7 +394,8 @@ def supervise(settings: Settings) -> None:
     try:
         (root / MARKER).write_text(json.dumps({"workers": settings.workers}) + "\n")
         _write_settings(settings, root / "settings.toml")
-        status = asyncio.run(Supervisor(settings, root, etcd, held.getsockname()[1]).run())
+        supervisor = Supervisor(settings, root, etcd, held.getsockname()[1], internal_key)
+        status = asyncio.run(supervisor.run())
     finally:
         etcd.stop()
         held.close()

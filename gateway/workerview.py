@@ -1,10 +1,12 @@
 """One view over the workers of `sluice serve --workers N`: the worker a client reaches answers
 /readyz, /metrics, topic and group descriptions and the group list for all of them, from the
-other workers' own answers (asked in parallel, with a short timeout)."""
+other workers' own answers (asked in parallel, with a short timeout); and a change of keys or
+ACLs made through one worker is read by the others before it is acknowledged."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Iterable
 from typing import Any
 from urllib.parse import quote
@@ -23,11 +25,13 @@ from replication.forward_client import FORWARDED_BY, Answer
 
 OWN_READY = "/internal/v1/ready"
 OWN_METRICS = "/internal/v1/metrics"
+AUTH_REFRESH = "/internal/v1/auth/refresh"
 PEER_TIMEOUT_S = 2.0  # a worker slower than this to answer counts as not ready / missing
 # Gauges that are not summed over workers: the slowest start-up, and clean only if all were.
 LARGEST = frozenset({"sluice_startup_seconds"})
 SMALLEST = frozenset({"sluice_startup_clean"})
 PARTITION_OFFSETS = ("log_start_offset", "high_watermark", "log_end_offset", "size_bytes")
+log = logging.getLogger(__name__)
 
 
 async def _ask(gateway: Gateway, node_id: int, path: str) -> Answer | None:
@@ -48,6 +52,19 @@ async def _peers(gateway: Gateway, path: str) -> dict[int, Answer | None]:
     ids = [i for i in range(gateway.settings.workers) if i != me]
     answers = await asyncio.gather(*(_ask(gateway, i, path) for i in ids))
     return dict(zip(ids, answers, strict=True))
+
+
+async def auth_changed(gateway: Gateway) -> None:
+    """After this worker changed the keys or ACLs (in the files they share), before the change
+    is acknowledged: every other worker reads them again, so the client that made it finds it
+    on whichever worker its next request lands. A worker that does not answer in time
+    (restarting) reads the files as it starts, or at its next look (at most 0.5 s later)."""
+    if gateway.settings.workers < 2:
+        return
+    for node_id, answer in (await _peers(gateway, AUTH_REFRESH)).items():
+        if answer is None or answer.status != 204:
+            status = "no answer" if answer is None else f"status {answer.status}"
+            log.warning("worker %d did not confirm the auth change (%s)", node_id, status)
 
 
 def merging(request: web.Request) -> bool:

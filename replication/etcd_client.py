@@ -316,6 +316,15 @@ class EtcdClient:
         kvs = _decode(body, _RangeResponse, "range").kvs
         return kvs[0] if kvs else None
 
+    async def last_put(self, prefix: bytes) -> int:
+        """The revision of the latest write of a key now under `prefix` (0: none), by a
+        linearizable read of one key's name: a put acknowledged before this call is at or below
+        it (a delete leaves no key, so it is not counted)."""
+        request = {"key": prefix, "range_end": prefix_end(prefix), "limit": 1,
+                   "sort_order": "DESCEND", "sort_target": "MOD", "keys_only": True}  # fmt: skip
+        kvs = _decode(await self._call("v3/kv/range", request), _RangeResponse, "range").kvs
+        return kvs[0].mod_revision if kvs else 0
+
     async def get_prefix(self, prefix: bytes) -> tuple[list[KeyValue], int]:
         """Every key under `prefix` and the revision they were read at (pages, one revision)."""
         start, end, revision = prefix, prefix_end(prefix), 0

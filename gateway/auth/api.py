@@ -1,5 +1,6 @@
 """Admin routes: ACL bindings (`/v1/acls`, Kafka's CreateAcls/DescribeAcls/DeleteAcls) and
-credentials (`/v1/auth/keys`, super users only, with --auth; a secret is shown once)."""
+credentials (`/v1/auth/keys`, super users only, with --auth; a secret is shown once); and,
+between workers, the reading again of what another worker changed."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 
 from aiohttp import web
 
+from gateway import workerview
 from gateway.auth.acl import FIELDS, AclBinding, AclError
 from gateway.auth.credentials import KINDS, CredentialError, Kind, new_credential
 from gateway.params import json_object, json_response
@@ -21,6 +23,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/v1/auth/keys", list_keys)
     app.router.add_post("/v1/auth/keys", create_key)
     app.router.add_delete("/v1/auth/keys/{key_id}", revoke_key)
+    app.router.add_get(workerview.AUTH_REFRESH, refresh)
 
 
 async def _binding(request: web.Request) -> AclBinding:
@@ -46,6 +49,8 @@ async def add_acl(request: web.Request) -> web.Response:
     """201 with the binding; 200 if it was there already."""
     binding = await _binding(request)
     created = await gateway_of(request).auth.store.add_acl(binding)
+    if created:
+        await workerview.auth_changed(gateway_of(request))
     return json_response(binding.to_dict(), status=201 if created else 200)
 
 
@@ -53,6 +58,7 @@ async def remove_acl(request: web.Request) -> web.Response:
     binding = await _binding(request)
     if not await gateway_of(request).auth.store.remove_acl(binding):
         raise Problem(404, "ACL_NOT_FOUND", "no such binding", acl=binding.to_dict())
+    await workerview.auth_changed(gateway_of(request))
     return web.Response(status=204)
 
 
@@ -92,6 +98,7 @@ async def create_key(request: web.Request) -> web.Response:
     except CredentialError as exc:
         raise bad_request(str(exc), "INVALID_PRINCIPAL") from None
     await gateway_of(request).auth.store.add_credential(record)
+    await workerview.auth_changed(gateway_of(request))
     return json_response({**record.public(), "secret": secret}, status=201)
 
 
@@ -104,4 +111,12 @@ async def revoke_key(request: web.Request) -> web.Response:
     key_id = request.match_info["key_id"]
     if not await gateway_of(request).auth.store.remove_credential(key_id):
         raise Problem(404, "KEY_NOT_FOUND", f"no credential has the id {key_id!r}")
+    await workerview.auth_changed(gateway_of(request))
+    return web.Response(status=204)
+
+
+async def refresh(request: web.Request) -> web.Response:
+    """Another worker changed the keys or ACLs: read them again (the shared files; in a
+    cluster, etcd's latest put of a key, as on an unknown key) before answering 204."""
+    await gateway_of(request).auth.store.refresh()
     return web.Response(status=204)

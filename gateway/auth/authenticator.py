@@ -81,6 +81,14 @@ class Authenticator:
             return await self._basic(value)
         return None
 
+    def from_node(self, request: web.Request) -> bool:
+        """Whether the request carries one of the cluster's internal keys."""
+        scheme, _, token = request.headers.get(hdrs.AUTHORIZATION, "").partition(" ")
+        if scheme.lower() != "bearer" or not token.strip() or not self._internal:
+            return False
+        digest = key_digest(token.strip())
+        return any(hmac.compare_digest(digest, key) for key in self._internal)
+
     async def _bearer(self, token: str, request: web.Request, header: str) -> str | None:
         digest = key_digest(token)
         if self._internal and any(hmac.compare_digest(digest, key) for key in self._internal):

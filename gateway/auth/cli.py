@@ -1,15 +1,17 @@
-"""`sluice auth` (credentials: offline on a single node's --data-dir, or through a running
-node's /v1/auth/keys) and `sluice acls` (a running node's /v1/acls, like kafka-acls.sh)."""
+"""`sluice auth` (credentials: in the files of a --data-dir, a single node's or --workers',
+running or not; in a cluster's etcd with --cluster; or through a running node's
+/v1/auth/keys) and `sluice acls` (a running node's /v1/acls, like kafka-acls.sh)."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gateway import cli
+from gateway import cli, config
 from gateway.auth.acl import CLUSTER, OPERATIONS
 from gateway.auth.credentials import KINDS, CredentialError, KeyFile, Kind, new_credential
 
@@ -50,10 +52,24 @@ def add_commands(commands: Any, with_url: AddUrl) -> None:
 
 
 def _with_place(sub: argparse.ArgumentParser, with_url: AddUrl) -> argparse.ArgumentParser:
-    sub.add_argument(
+    place = sub.add_mutually_exclusive_group()
+    place.add_argument(
         "--data-dir",
         type=Path,
-        help="a single node's data directory, changed offline (else: --url)",
+        help="the --data-dir of `sluice serve` on a single node or with --workers, changed "
+        "directly, whether it runs or not (else: --url)",
+    )
+    place.add_argument(
+        "--cluster",
+        type=config.etcd_endpoints,
+        metavar="etcd://HOST:PORT[,HOST:PORT...]",
+        help="a cluster's etcd, changed directly, whether the nodes run or not (else: --url)",
+    )
+    sub.add_argument(
+        "--etcd-prefix",
+        default=os.environ.get("SLUICE_ETCD_PREFIX", "/sluice"),
+        help="with --cluster: the cluster's key prefix, as given to `sluice serve` "
+        "(default $SLUICE_ETCD_PREFIX, else /sluice)",
     )
     return with_url(sub)
 
@@ -76,6 +92,9 @@ def _output(sub: argparse.ArgumentParser) -> None:
 async def auth_command(args: argparse.Namespace) -> None:
     if args.data_dir is not None:
         _offline(args)
+        return
+    if args.cluster is not None:
+        await _in_etcd(args)
         return
     base = f"{args.url}/v1/auth/keys"
     async with cli._session(args) as session:
@@ -108,6 +127,38 @@ def _offline(args: argparse.Namespace) -> None:
             print(f"revoked {args.key_id}")
     except CredentialError as exc:
         raise cli.CommandError(str(exc)) from None
+
+
+async def _in_etcd(args: argparse.Namespace) -> None:
+    """The keys in a cluster's etcd, where every node follows them (a new key is known to a
+    node as soon as a request shows it)."""
+    from gateway.auth.etcd_store import EtcdAuthStore
+    from replication.errors import MetadataUnavailable
+
+    where = "etcd://" + ",".join(url.removeprefix("http://") for url in args.cluster)
+    store = EtcdAuthStore(args.cluster, args.etcd_prefix)
+    try:
+        await store.start()
+    except MetadataUnavailable as exc:
+        raise cli.CommandError(f"cannot reach etcd at {where}: {exc}") from None
+    try:
+        if args.action == "create-key":
+            kind: Kind = "basic" if args.type == "basic" else "api-key"
+            secret, record = new_credential(args.principal, kind)
+            await store.add_credential(record)
+            _created(secret, record.key_id, record.principal, record.kind)
+        elif args.action == "list-keys":
+            _print_keys([r.public() for r in store.state.credentials.records])
+        elif not await store.remove_credential(args.key_id):
+            raise cli.CommandError(f"no credential has the id {args.key_id!r}", "KEY_NOT_FOUND")
+        else:
+            print(f"revoked {args.key_id}")
+    except CredentialError as exc:
+        raise cli.CommandError(str(exc)) from None
+    except MetadataUnavailable as exc:
+        raise cli.CommandError(f"etcd at {where}: {exc}") from None
+    finally:
+        await store.close()
 
 
 def _created(secret: str, key_id: str, principal: str, kind: str) -> None:

@@ -1,5 +1,6 @@
 """The cluster's AuthStore in etcd, beside its metadata: `<prefix>-auth/acls/<sha256 of the
-binding>` and `<prefix>-auth/credentials/<key id>`. Every node follows the prefix with a watch,
+binding>`, `<prefix>-auth/credentials/<key id>` and `<prefix>-auth/quotas/<sha256 of the
+principal>`. Every node follows the prefix with a watch,
 so a change made through any node is enforced by all of them."""
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ import orjson
 
 from gateway.auth.acl import AclBinding, AclError
 from gateway.auth.credentials import Credential, Credentials, decode_credential, encode_credential
+from gateway.auth.quotas import Quota, QuotaError
 from gateway.auth.store import AuthState, AuthStore
+from replication.errors import MetadataUnavailable
 from replication.etcd_client import (
     Compare,
     Delete,
@@ -36,6 +39,12 @@ def auth_prefix(metadata_prefix: str) -> str:
     return metadata_prefix.rstrip("/") + "-auth/"
 
 
+def _retrieved(task: asyncio.Task[int]) -> None:
+    """A read whose callers all went away: its failure is not worth a warning at exit."""
+    if not task.cancelled():
+        task.exception()
+
+
 class EtcdAuthStore(AuthStore):
     """Bindings and credentials in etcd, followed by a watch from the revision first read."""
 
@@ -45,9 +54,13 @@ class EtcdAuthStore(AuthStore):
         self._root = auth_prefix(metadata_prefix)
         self._acls: dict[bytes, AclBinding] = {}
         self._credentials: dict[bytes, Credential] = {}
+        self._quotas: dict[bytes, tuple[str, Quota]] = {}
         self.revision = 0
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        # refresh(): the read of etcd in flight, and the next one (callers arriving now).
+        self._reading: asyncio.Task[int] | None = None
+        self._next_read: asyncio.Task[int] | None = None
 
     def _acl_key(self, binding: AclBinding) -> bytes:
         canonical = orjson.dumps(binding.to_dict(), option=orjson.OPT_SORT_KEYS)
@@ -55,6 +68,9 @@ class EtcdAuthStore(AuthStore):
 
     def _credential_key(self, key_id: str) -> bytes:
         return f"{self._root}credentials/{key_id}".encode()
+
+    def _quota_key(self, entity: str) -> bytes:
+        return f"{self._root}quotas/{hashlib.sha256(entity.encode()).hexdigest()}".encode()
 
     async def start(self) -> None:
         try:
@@ -66,14 +82,38 @@ class EtcdAuthStore(AuthStore):
         self._task = asyncio.create_task(self._watch(revision + 1), name="etcd-auth-watch")
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        for task in (self._task, self._reading, self._next_read):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, MetadataUnavailable):
+                    await task
         await self._client.close()
 
     async def refresh(self, force: bool = False) -> None:
-        """The watch keeps the state current."""
+        """The watch keeps the state current; this catches up with a key written just before
+        (`sluice auth create-key --cluster`, another node) that the watch may not have shown
+        yet: etcd's latest put under the prefix, read now, and the watch awaited up to it
+        (bounded). Callers arriving while a read is in flight share the next one, so unknown
+        keys cost etcd one small read at a time; if etcd is unreachable, the state stays."""
+        if self._next_read is None:
+            self._next_read = asyncio.create_task(self._read_last_put(self._reading))
+            self._next_read.add_done_callback(_retrieved)
+        try:
+            revision = await asyncio.shield(self._next_read)
+        except MetadataUnavailable as exc:
+            log.debug("auth: etcd not read, keeping what the watch has: %s", exc)
+            return
+        await self._seen(revision)
+
+    async def _read_last_put(self, previous: asyncio.Task[int] | None) -> int:
+        if previous is not None:
+            await asyncio.wait({previous})  # it may have read before its callers' keys existed
+        self._reading, self._next_read = self._next_read, None
+        try:
+            return await self._client.last_put(self._root.encode())
+        finally:
+            if self._reading is asyncio.current_task():
+                self._reading = None
 
     async def _watch(self, start_revision: int) -> None:
         await self._client.follow_prefix(
@@ -87,11 +127,16 @@ class EtcdAuthStore(AuthStore):
         else:
             self._acls.clear()
             self._credentials.clear()
+            self._quotas.clear()
             for kv in update.kvs:
                 self._apply(kv.key, kv)
         self.revision = update.revision
         self.publish(
-            AuthState(frozenset(self._acls.values()), Credentials(self._credentials.values()))
+            AuthState(
+                frozenset(self._acls.values()),
+                Credentials(self._credentials.values()),
+                dict(self._quotas.values()),
+            )
         )
         self._changed.set()
         self._changed = asyncio.Event()
@@ -109,7 +154,21 @@ class EtcdAuthStore(AuthStore):
                     self._credentials.pop(key, None)
                 else:
                     self._credentials[key] = decode_credential(kv.value)
-        except (orjson.JSONDecodeError, msgspec.DecodeError, AclError, AttributeError) as exc:
+            elif kind == b"quotas":
+                if kv is None:
+                    self._quotas.pop(key, None)
+                else:
+                    doc = orjson.loads(kv.value)
+                    self._quotas[key] = (doc["principal"], Quota.from_dict(doc["quota"]))
+        except (
+            orjson.JSONDecodeError,
+            msgspec.DecodeError,
+            AclError,
+            QuotaError,
+            AttributeError,
+            KeyError,
+            TypeError,
+        ) as exc:
             log.warning("ignoring malformed auth record at %r: %s", key, exc)
 
     async def _seen(self, revision: int) -> None:
@@ -143,6 +202,18 @@ class EtcdAuthStore(AuthStore):
 
     async def remove_credential(self, key_id: str) -> bool:
         key = self._credential_key(key_id)
+        result = await self._client.txn([Compare(key, "VERSION", 0, "GREATER")], [Delete(key)])
+        await self._seen(result.revision)
+        return result.succeeded
+
+    async def set_quota(self, entity: str, quota: Quota) -> None:
+        key = self._quota_key(entity)
+        value = orjson.dumps({"principal": entity, "quota": quota.to_dict()})
+        result = await self._client.txn([], [Put(key, value)])
+        await self._seen(result.revision)
+
+    async def remove_quota(self, entity: str) -> bool:
+        key = self._quota_key(entity)
         result = await self._client.txn([Compare(key, "VERSION", 0, "GREATER")], [Delete(key)])
         await self._seen(result.revision)
         return result.succeeded

@@ -78,6 +78,10 @@ ROUTES: dict[tuple[str, str], Access] = {
     ("GET", "/v1/acls"): Access(_on("cluster", "describe", None)),
     ("POST", "/v1/acls"): Access(_on("cluster", "alter", None)),
     ("DELETE", "/v1/acls"): Access(_on("cluster", "alter", None)),
+    ("GET", "/v1/quotas"): Access(_on("cluster", "describe", None)),
+    ("GET", "/v1/quotas/{principal}"): Access(_on("cluster", "describe", None)),
+    ("PUT", "/v1/quotas/{principal}"): Access(_on("cluster", "alter", None)),
+    ("DELETE", "/v1/quotas/{principal}"): Access(_on("cluster", "alter", None)),
     ("GET", "/v1/auth/keys"): Access(audience="super_user"),
     ("POST", "/v1/auth/keys"): Access(audience="super_user"),
     ("DELETE", "/v1/auth/keys/{key_id}"): Access(audience="super_user"),
@@ -90,6 +94,7 @@ ROUTES: dict[tuple[str, str], Access] = {
     ("POST", "/internal/v1/partitions/{topic}/{partition}/append"): Access(audience="internal"),
     ("GET", "/internal/v1/ready"): Access(audience="internal"),
     ("GET", "/internal/v1/metrics"): Access(audience="internal"),
+    ("GET", "/internal/v1/auth/refresh"): Access(audience="internal"),
 }
 
 

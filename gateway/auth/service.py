@@ -1,9 +1,11 @@
 """A node's authentication and authorization, built at startup from the settings: the store
-(etcd in a cluster, files on a single node), the authenticator and the current ACL decisions."""
+(etcd in a cluster, files on a single node, the --data-dir's files shared by the workers of
+`--workers N`), the authenticator and the current ACL decisions."""
 
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 import jwt
@@ -13,8 +15,11 @@ from gateway.auth.authenticator import Authenticator
 from gateway.auth.credentials import INTERNAL_PRINCIPAL
 from gateway.auth.etcd_store import EtcdAuthStore
 from gateway.auth.jwt_verifier import JwtVerifier
+from gateway.auth.quotas import QuotaBook
+from gateway.auth.shared_store import SharedFileAuthStore
 from gateway.auth.store import AuthState, AuthStore, FileAuthStore
 from gateway.settings import Settings
+from gateway.workers import shared_data_dir
 
 log = logging.getLogger(__name__)
 MIN_INTERNAL_KEY = 16
@@ -50,6 +55,13 @@ class AuthService:
         self.settings = settings
         self.super_users = frozenset(settings.super_users) | {INTERNAL_PRINCIPAL}
         self.authorizer = Authorizer(store.state.acls, self.super_users)
+        # Each of N workers holds a principal to 1/N of its rates: the node, to all of them.
+        self.quotas = QuotaBook(
+            store.state.quotas,
+            settings.quota_window_s,
+            time.monotonic,
+            share=1 / settings.workers,
+        )
         self.internal_keys = read_internal_keys(settings.internal_key_file)
         self.jwt = (
             None
@@ -78,11 +90,14 @@ class AuthService:
 
     @classmethod
     async def open(cls, settings: Settings) -> AuthService:
-        store: AuthStore = (
-            EtcdAuthStore(settings.cluster, settings.etcd_prefix)
-            if settings.cluster
-            else FileAuthStore(settings.data_dir)
-        )
+        store: AuthStore
+        if settings.workers > 1 and settings.cluster:
+            # A worker of `sluice serve --workers N`: the files of the --data-dir they share.
+            store = SharedFileAuthStore(shared_data_dir(settings.data_dir))
+        elif settings.cluster:
+            store = EtcdAuthStore(settings.cluster, settings.etcd_prefix)
+        else:
+            store = FileAuthStore(settings.data_dir)
         await store.start()
         try:
             return cls(settings, store)
@@ -98,6 +113,8 @@ class AuthService:
     def _changed(self, state: AuthState) -> None:
         if state.acls != self.authorizer.bindings:
             self.authorizer = Authorizer(state.acls, self.super_users)
+        if state.quotas != self.quotas.quotas:
+            self.quotas.configure(state.quotas)
 
     def allowed(
         self, principal: str, resource_type: ResourceType, name: str, operation: Operation

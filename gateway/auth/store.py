@@ -1,4 +1,4 @@
-"""Where ACL bindings and credentials live, the same for every node: `AuthStore`, with a
+"""Where ACL bindings, credentials and quotas live, the same for every node: `AuthStore`, with a
 file-backed implementation for the single node (`<data_dir>/auth/`); etcd's is in
 gateway.auth.etcd_store. Every change publishes a new `AuthState` to the listeners."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,16 +21,19 @@ from gateway.auth.credentials import (
     KeyFile,
     write_atomically,
 )
+from gateway.auth.quotas import Quota, QuotaError
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class AuthState:
-    """One consistent snapshot: the ACL bindings and the stored credentials."""
+    """One consistent snapshot: the ACL bindings, the stored credentials and the quotas (by
+    principal, or `<default>`)."""
 
     acls: frozenset[AclBinding] = frozenset()
     credentials: Credentials = field(default_factory=Credentials)
+    quotas: Mapping[str, Quota] = field(default_factory=dict)
 
 
 Listener = Callable[[AuthState], None]
@@ -75,6 +78,14 @@ class AuthStore(ABC):
         """Revoke a credential; False if there was none with that id."""
 
     @abstractmethod
+    async def set_quota(self, entity: str, quota: Quota) -> None:
+        """Store a principal's (or `<default>`'s) quota, replacing the one it had."""
+
+    @abstractmethod
+    async def remove_quota(self, entity: str) -> bool:
+        """Remove a quota; False if there was none."""
+
+    @abstractmethod
     async def refresh(self, force: bool = False) -> None:
         """Pick up changes made behind the store's back (`sluice auth create-key` on the data
         directory); nothing to do where a watch keeps the state current."""
@@ -98,21 +109,41 @@ def load_acls(path: Path) -> frozenset[AclBinding]:
         raise CredentialError(f"{path}: {exc}") from None
 
 
+class _QuotaFile(msgspec.Struct):
+    format: int = 1
+    quotas: dict[str, dict[str, float | None]] = msgspec.field(default_factory=dict)
+
+
+def load_quotas(path: Path) -> dict[str, Quota]:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return {}
+    try:
+        doc = msgspec.json.decode(raw, type=_QuotaFile)
+        return {entity: Quota.from_dict(quota) for entity, quota in doc.quotas.items()}
+    except (msgspec.DecodeError, QuotaError) as exc:
+        raise CredentialError(f"{path}: {exc}") from None
+
+
 class FileAuthStore(AuthStore):
-    """The single node's store: `acls.json` (written by this node only) and `keys.json`
-    (also written by `sluice auth create-key`, so it is re-read when it changes)."""
+    """The single node's store: `acls.json` and `quotas.json` (written by this node only) and
+    `keys.json` (also written by `sluice auth create-key`, so it is re-read when it changes)."""
 
     def __init__(self, data_dir: Path) -> None:
         super().__init__()
         directory = data_dir / "auth"
         self.acl_path = directory / "acls.json"
+        self.quota_path = directory / "quotas.json"
         self.keys = KeyFile(directory / "keys.json")
         self._signature: tuple[int, int, int] | None = None
         self._lock = asyncio.Lock()
 
     async def start(self) -> None:
         self._signature = self.keys.signature()
-        self.publish(AuthState(load_acls(self.acl_path), self.keys.load()))
+        self.publish(
+            AuthState(load_acls(self.acl_path), self.keys.load(), load_quotas(self.quota_path))
+        )
 
     async def close(self) -> None:
         pass
@@ -126,11 +157,12 @@ class FileAuthStore(AuthStore):
         try:
             credentials = self.keys.load()
             acls = load_acls(self.acl_path) if force else self.state.acls
+            quotas = load_quotas(self.quota_path) if force else self.state.quotas
         except CredentialError as exc:
-            log.warning("keeping the credentials and ACLs already loaded: %s", exc)
+            log.warning("keeping the credentials, ACLs and quotas already loaded: %s", exc)
             return
         self._signature = signature
-        self.publish(AuthState(acls, credentials))
+        self.publish(AuthState(acls, credentials, quotas))
 
     async def add_acl(self, binding: AclBinding) -> bool:
         async with self._lock:
@@ -150,7 +182,24 @@ class FileAuthStore(AuthStore):
         doc = _AclFile(acls=[b.to_dict() for b in sorted(acls)])
         self.acl_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         await asyncio.to_thread(write_atomically, self.acl_path, msgspec.json.encode(doc))
-        self.publish(AuthState(acls, self.state.credentials))
+        self.publish(AuthState(acls, self.state.credentials, self.state.quotas))
+
+    async def set_quota(self, entity: str, quota: Quota) -> None:
+        async with self._lock:
+            await self._write_quotas({**self.state.quotas, entity: quota})
+
+    async def remove_quota(self, entity: str) -> bool:
+        async with self._lock:
+            if entity not in self.state.quotas:
+                return False
+            await self._write_quotas({k: v for k, v in self.state.quotas.items() if k != entity})
+            return True
+
+    async def _write_quotas(self, quotas: dict[str, Quota]) -> None:
+        doc = _QuotaFile(quotas={entity: quotas[entity].to_dict() for entity in sorted(quotas)})
+        self.quota_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        await asyncio.to_thread(write_atomically, self.quota_path, msgspec.json.encode(doc))
+        self.publish(AuthState(self.state.acls, self.state.credentials, quotas))
 
     async def add_credential(self, record: Credential) -> None:
         await self._change_keys(lambda held: held.with_added(record))
@@ -170,4 +219,4 @@ class FileAuthStore(AuthStore):
         async with self._lock:
             credentials = await asyncio.to_thread(self.keys.update, change)
             self._signature = self.keys.signature()
-            self.publish(AuthState(self.state.acls, credentials))
+            self.publish(AuthState(self.state.acls, credentials, self.state.quotas))

@@ -108,3 +108,46 @@ def test_acls_made_on_one_node_are_enforced_by_the_other(cluster: LocalCluster) 
         lambda: call("GET", f"{first}/v1/cluster", alice["secret"]).status_code == 401,
         "the first node forgetting the revoked key",
     )
+
+
+def test_quotas_set_through_one_node_hold_on_both_charged_once(cluster: LocalCluster) -> None:
+    """A quota lives in etcd beside the ACLs; a request forwarded to the partition's leader is
+    charged only on the node it came in through."""
+    first, second = cluster.nodes
+    admin = call("POST", f"{first.url}/v1/auth/keys", INTERNAL_KEY,
+                 json={"principal": "admin"}).json()["secret"]  # fmt: skip
+    alice = call("POST", f"{first.url}/v1/auth/keys", admin,
+                 json={"principal": "alice"}).json()["secret"]  # fmt: skip
+    created = call("POST", f"{first.url}/v1/topics", admin,
+                   json={"name": "q", "partitions": 2, "replication_factor": 1})  # fmt: skip
+    assert created.status_code == 201, created.text
+    acl = {"principal": "alice", "resource_type": "topic", "resource_name": "q",
+           "pattern_type": "literal", "operation": "write", "permission": "allow"}  # fmt: skip
+    assert call("POST", f"{first.url}/v1/acls", admin, json=acl).status_code == 201
+    leaders = {p["partition"]: p["leader"] for p in
+               call("GET", f"{first.url}/v1/topics/q", admin).json()["partitions"]}  # fmt: skip
+    led_by_first = next(p for p, leader in leaders.items() if leader == first.node_id)
+    produce = f"/v1/topics/q/partitions/{led_by_first}/records?acks=1"
+    records = {"records": [{"value": 1}]}
+    # every node allows alice (the ACL through etcd) before a quota makes retries costly
+    for node in cluster.nodes:
+        until(lambda node=node: call("POST", node.url + produce, alice, json=records)
+              .status_code == 200, f"node {node.node_id} allowing alice")  # fmt: skip
+    put = call("PUT", f"{first.url}/v1/quotas/alice", admin, json={"requests_per_second": 0.01})
+    assert put.status_code == 200, put.text
+    until(
+        lambda: call("GET", f"{second.url}/v1/quotas/alice", admin).json()["quota"] is not None,
+        "the second node knowing the quota set through the first",
+    )
+    # through the second node, forwarded to the first: charged on the second only
+    assert call("POST", second.url + produce, alice, json=records).status_code == 200
+    refused = call("POST", second.url + produce, alice, json=records)
+    assert refused.status_code == 429 and refused.json()["code"] == "QUOTA_EXCEEDED"
+    assert int(refused.headers["Retry-After"]) >= 90
+    assert call("POST", first.url + produce, alice, json=records).status_code == 200
+    assert call("POST", first.url + produce, alice, json=records).status_code == 429
+    assert call("DELETE", f"{second.url}/v1/quotas/alice", admin).status_code == 204
+    until(
+        lambda: call("POST", first.url + produce, alice, json=records).status_code == 200,
+        "the first node dropping the quota removed through the second",
+    )

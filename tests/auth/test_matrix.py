@@ -81,6 +81,12 @@ SAMPLES: dict[tuple[str, str], Sample] = {
     ("GET", "/v1/acls"): Sample(),
     ("POST", "/v1/acls"): Sample(json=ACL),
     ("DELETE", "/v1/acls"): Sample(json=ACL),
+    ("GET", "/v1/quotas"): Sample(),
+    ("GET", "/v1/quotas/{principal}"): Sample(params={"principal": "m-someone"}),
+    ("PUT", "/v1/quotas/{principal}"): Sample(
+        params={"principal": "m-someone"}, json={"requests_per_second": 1000}
+    ),
+    ("DELETE", "/v1/quotas/{principal}"): Sample(params={"principal": "m-someone"}),
     ("GET", "/v1/auth/keys"): Sample(),
     ("POST", "/v1/auth/keys"): Sample(json={"principal": "m-made"}),
     ("DELETE", "/v1/auth/keys/{key_id}"): Sample(),
@@ -97,6 +103,7 @@ SAMPLES: dict[tuple[str, str], Sample] = {
     ),
     ("GET", "/internal/v1/ready"): Sample(),
     ("GET", "/internal/v1/metrics"): Sample(),
+    ("GET", "/internal/v1/auth/refresh"): Sample(),
 }
 
 

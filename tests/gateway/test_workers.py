@@ -13,7 +13,14 @@ from engine.manager import TOPICS_DIR
 from gateway import config
 from gateway.cli import check_settings
 from gateway.settings import Settings
-from gateway.workers import MARKER, ROOT, check_layout
+from gateway.workers import (
+    INTERNAL_KEY,
+    MARKER,
+    ROOT,
+    check_layout,
+    internal_key_file,
+    shared_data_dir,
+)
 
 
 def test_auto_is_the_usable_cpus_and_a_number_is_bounded() -> None:
@@ -52,7 +59,6 @@ def test_a_single_process_directory_is_not_taken_by_workers(tmp_path: Path) -> N
     [
         ({"cluster": ("http://e:2379",)}, "no --cluster or --advertise"),
         ({"advertise": "http://h:1"}, "no --cluster or --advertise"),
-        ({"auth": True}, "--auth is not available with --workers"),
     ],
 )
 def test_what_workers_do_not_combine_with(changes: dict[str, object], message: str) -> None:
@@ -60,3 +66,25 @@ def test_what_workers_do_not_combine_with(changes: dict[str, object], message: s
     with pytest.raises(SystemExit, match=message):
         check_settings(settings)
     check_settings(Settings(workers=2, cluster=("http://e:2379",)), supervised=True)
+
+
+def test_auth_is_for_workers_too_with_their_own_internal_key(tmp_path: Path) -> None:
+    check_settings(Settings(workers=2, auth=True))
+    settings = Settings(data_dir=tmp_path, workers=2, auth=True)
+    root = tmp_path / ROOT
+    root.mkdir()
+    made = internal_key_file(settings, root)
+    assert made == root / INTERNAL_KEY
+    assert made.stat().st_mode & 0o777 == 0o600
+    key = made.read_text()
+    assert len(key.strip()) == 64
+    made.chmod(0o644)
+    assert internal_key_file(settings, root) == made  # kept, and private again
+    assert made.read_text() == key and made.stat().st_mode & 0o777 == 0o600
+    given = tmp_path / "given.key"
+    given.write_text("short\n")
+    with pytest.raises(SystemExit, match="at least 16 characters"):
+        internal_key_file(Settings(workers=2, auth=True, internal_key_file=given), root)
+    assert internal_key_file(Settings(workers=2), root) is None  # without --auth: none
+    worker = Settings(data_dir=root / "worker-1", workers=2, cluster=("http://e:2379",))
+    assert shared_data_dir(worker.data_dir) == tmp_path

@@ -1,5 +1,7 @@
 """The calls one node makes to another's internal routes: a follower's long-poll fetch and
-its leader-epoch query (KIP-279), over one pooled aiohttp session.
+its leader-epoch query (KIP-279), over pooled keep-alive connections (replication.http1: a
+follower fetches once per replication round trip, so what a call costs is paid by every
+acks=all produce).
 
 The routes' answers are the contract: batches as `application/vnd.kafka.record-batch`, the
 leader's high watermark and log start in headers, errors as problem+json with the codes of
@@ -8,15 +10,16 @@ leader's high watermark and log start in headers, errors as problem+json with th
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
-import aiohttp
 import orjson
 
 from engine.errors import EngineError, OffsetOutOfRange
 from replication import errors
+from replication.http1 import ConnectFailed, Http1Pool, Reply
 
 REPLICA_PREFIX = "/internal/v1/replicas"
 HIGH_WATERMARK = "Sluice-High-Watermark"
@@ -49,21 +52,31 @@ def replica_path(topic: str, partition: int, what: str) -> str:
 
 
 class ReplicaClient:
-    """One session for every call to other nodes (connections are pooled per node)."""
+    """Every call to other nodes' internal routes (connections pooled per node)."""
 
     def __init__(self, request_timeout_s: float = 30.0, authorization: str | None = None) -> None:
         self.authorization = authorization  # the Authorization header of every call, if any
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=60),
-            timeout=aiohttp.ClientTimeout(total=request_timeout_s),
-            auto_decompress=False,
-        )
+        self.request_timeout_s = request_timeout_s
+        self._pool = Http1Pool()
 
     async def close(self) -> None:
-        await self._session.close()
+        await self._pool.close()
 
-    def _headers(self) -> dict[str, str]:
-        return {} if self.authorization is None else {"Authorization": self.authorization}
+    async def _get(self, url: str, path: str, params: dict[str, str]) -> Reply:
+        """GET `path` at the node at `url`; a problem answer raised as its exception."""
+        headers = {} if self.authorization is None else {"Authorization": self.authorization}
+        try:
+            async with asyncio.timeout(self.request_timeout_s):
+                reply = await self._pool.request(
+                    url, "GET", f"{path}?{urlencode(params)}", headers, b""
+                )
+        except ConnectFailed as exc:
+            raise errors.NodeUnreachable(f"{url}: {exc}", delivered=False) from exc
+        except (OSError, ValueError, asyncio.IncompleteReadError, TimeoutError) as exc:
+            raise errors.NodeUnreachable(f"{url}: {exc!r}") from exc
+        if reply.status != 200:
+            raise _error(reply)
+        return reply
 
     async def fetch(
         self,
@@ -85,45 +98,40 @@ class ReplicaClient:
             "max_bytes": str(max_bytes),
             "timeout_ms": str(timeout_ms),
         }
-        url = leader_url + replica_path(topic, partition, "records")
+        reply = await self._get(leader_url, replica_path(topic, partition, "records"), params)
+        marks = {name.lower(): value for name, value in reply.headers}
         try:
-            async with self._session.get(url, params=params, headers=self._headers()) as response:
-                if response.status != 200:
-                    raise await _error(response)
-                data = await response.read()
-                return ReplicaFetch(
-                    data,
-                    int(response.headers[HIGH_WATERMARK]),
-                    int(response.headers[LOG_START_OFFSET]),
-                )
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise errors.NodeUnreachable(f"{leader_url}: {exc!r}") from exc
+            return ReplicaFetch(
+                reply.body,
+                int(marks[HIGH_WATERMARK.lower()]),
+                int(marks[LOG_START_OFFSET.lower()]),
+            )
+        except (KeyError, ValueError) as exc:
+            raise errors.ReplicationError(f"{leader_url}: a fetch answer without {exc}") from None
 
     async def epoch_end(
         self, leader_url: str, topic: str, partition: int, *, leader_epoch: int, epoch: int
     ) -> tuple[int, int]:
         """KIP-279: the leader's (largest epoch <= `epoch`, the offset where it ends)."""
         params = {"leader_epoch": str(leader_epoch), "epoch": str(epoch)}
-        url = leader_url + replica_path(topic, partition, "epoch-end")
+        reply = await self._get(leader_url, replica_path(topic, partition, "epoch-end"), params)
         try:
-            async with self._session.get(url, params=params, headers=self._headers()) as response:
-                if response.status != 200:
-                    raise await _error(response)
-                doc = orjson.loads(await response.read())
-                return int(doc["epoch"]), int(doc["end_offset"])
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise errors.NodeUnreachable(f"{leader_url}: {exc!r}") from exc
+            doc = orjson.loads(reply.body)
+            return int(doc["epoch"]), int(doc["end_offset"])
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise errors.ReplicationError(f"{leader_url}: malformed epoch answer: {exc}") from None
 
 
-async def _error(response: aiohttp.ClientResponse) -> EngineError:
+def _error(reply: Reply) -> EngineError:
     """The exception a problem+json answer stands for (a generic one for an unknown code)."""
-    raw = await response.content.read(MAX_ERROR_BYTES)
     try:
-        problem: dict[str, Any] = orjson.loads(raw)
+        problem: dict[str, Any] = orjson.loads(reply.body[:MAX_ERROR_BYTES])
     except orjson.JSONDecodeError:
         problem = {}
+    if not isinstance(problem, dict):
+        problem = {}
     code = str(problem.get("code", ""))
-    detail = str(problem.get("detail", f"HTTP {response.status}"))
+    detail = str(problem.get("detail", f"HTTP {reply.status}"))
     if code == OffsetOutOfRange.code:
         return OffsetOutOfRange(
             int(problem.get("offset", -1)),
@@ -136,4 +144,4 @@ async def _error(response: aiohttp.ClientResponse) -> EngineError:
         return errors.NotLeader(detail, leader if isinstance(leader, int) else None)
     if cls is not None:
         return cls(detail)
-    return errors.ReplicationError(f"{response.status} {code}: {detail}")
+    return errors.ReplicationError(f"{reply.status} {code}: {detail}")

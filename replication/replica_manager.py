@@ -107,9 +107,14 @@ class ReplicaManager:
     # -- lifecycle -----------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Take up the roles of the current view, then follow every change."""
+        """Take up the roles of the current view, then follow every change. Views are applied
+        one at a time: one that arrives while the first is applied (reading the logs'
+        idempotency markers can take a while) waits for it, as every later one does."""
+        self._applying = first = asyncio.create_task(self._apply(self.store.view))
         self.store.add_listener(self._view_changed)
-        await self._apply(self.store.view)
+        await first
+        if self._pending is not None and self._applying is first:
+            self._applying = asyncio.create_task(self._apply_pending())
         self._isr_task = asyncio.create_task(self._check_isr_every())
 
     async def close(self) -> None:

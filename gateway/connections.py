@@ -100,6 +100,11 @@ class Http1Connection(_ProblemErrors):
 
     def data_received(self, data: bytes) -> None:
         queued = len(self._messages)
+        body = self._last_payload
+        # Bytes that only end a body (it arrived in several segments) start no deadline:
+        # they are not the next request's headers, and a connection then idle would be
+        # answered a 408 nobody asked for (read by its client as the next request's answer).
+        reading_body = body is not None and not body.is_eof()
         super().data_received(data)
         new = [self._messages[i] for i in range(queued, len(self._messages))]
         if new:
@@ -113,6 +118,7 @@ class Http1Connection(_ProblemErrors):
         if (
             data
             and not new
+            and not reading_body
             and self._header_deadline is None
             and not self._close
             and (body is None or body.is_eof())

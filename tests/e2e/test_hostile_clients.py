@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -209,6 +210,37 @@ async def test_headers_sent_a_byte_at_a_time_are_cut_off(launch: Launch) -> None
         writer.close()
     assert problem_code(answer, 408) == "REQUEST_TIMED_OUT"
     assert b"headers did not arrive within 0.5 s" in answer
+
+
+async def test_a_body_in_several_segments_starts_no_header_deadline(launch: Launch) -> None:
+    """The end of a body that came in pieces is not the start of the next request's headers:
+    the connection, idle after its answer, must not be sent a 408 past the header deadline
+    (a pooled client, another node's forwarding one, read that stale 408 as the answer to its
+    next request)."""
+    gateway = launch("--header-read-timeout", "0.5", "--keepalive-timeout", "300")
+    reader, writer = await asyncio.open_connection("127.0.0.1", gateway.server.port)
+    body = b'{"name": "split"}'
+    try:
+        writer.write(
+            b"POST /v1/topics HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body[:5])
+        )
+        await writer.drain()
+        await asyncio.sleep(0.1)  # the client's pace: the rest of the body in a later segment
+        writer.write(body[5:])
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), WAIT_S)
+        assert head.startswith(b"HTTP/1.1 201"), head
+        length = int(re.search(rb"Content-Length: (\d+)", head, re.I).group(1))  # type: ignore[union-attr]
+        await reader.readexactly(length)
+        # Idle for four header deadlines: nothing may arrive (a bounded wait for what must
+        # not happen), and the connection still serves the next request.
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(reader.read(1), 2.0)
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        answer = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), WAIT_S)
+        assert answer.startswith(b"HTTP/1.1 200"), answer
+    finally:
+        writer.close()
 
 
 async def test_an_idle_keep_alive_connection_is_closed(launch: Launch) -> None:

@@ -16,6 +16,7 @@ from engine.manager import StartupReport
 from engine.notify import ChangeNotifier
 from gateway.groups.coordinator import GroupCoordinator
 from gateway.request_metrics import RequestLatency, TopicTraffic
+from replication.forwarded_appends import ForwardedAppends
 from replication.metadata import NO_LEADER
 from replication.replica_manager import ReplicaManager
 
@@ -230,6 +231,27 @@ class GroupCollector(Collector):
                 generation.add_metric([row["group"]], described["generation"])
                 lag.add_metric([row["group"]], described["lag"])
         return [members, generation, lag]
+
+
+class ForwardedCollector(Collector):
+    """How much joining forwarded appends does (replication.forwarded_appends)."""
+
+    def __init__(self, forwarded: ForwardedAppends) -> None:
+        self._forwarded = forwarded
+
+    def collect(self) -> Iterable[Metric]:
+        return [
+            CounterMetricFamily(
+                "sluice_forwarded_appends",
+                "Internal appends sent to other nodes' partitions for produces taken here",
+                value=self._forwarded.sends,
+            ),
+            CounterMetricFamily(
+                "sluice_forwarded_produce_requests",
+                "Produce requests (one partition's part each) those appends carried",
+                value=self._forwarded.requests,
+            ),
+        ]
 
 
 class Metrics:

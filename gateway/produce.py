@@ -23,6 +23,7 @@ from gateway.partitioner import StickyPartitioner, partition_for_key
 from gateway.problems import Problem, bad_request
 from replication.errors import LeaderNotAvailable, NodeUnreachable, NotLeader, PartiallyAppended
 from replication.forward_client import ForwardClient
+from replication.forwarded_appends import ForwardedAppends
 from replication.idempotency import Marker
 from replication.metadata import ClusterView, TopicSpec
 from replication.partition import Partition
@@ -75,6 +76,7 @@ class Producer:
     ) -> None:
         self.replicas = replicas
         self.forwarder = forwarder
+        self.forwarded = ForwardedAppends(forwarder)
         self.metrics = metrics
         self.in_flight = in_flight
         self.sticky = StickyPartitioner()
@@ -376,9 +378,15 @@ class Producer:
         results: dict[int, tuple[int, int]],
     ) -> None:
         try:
-            base = await self.forwarder.produce_batches(
-                url, topic, item.partition, item.data, request.acks, request.timeout_ms
-            )
+            if request.idempotency_key is None:  # joined with this turn's others
+                base = await self.forwarded.append(
+                    url, topic, item.partition, item.data, item.count, request.acks,
+                    request.timeout_ms,
+                )  # fmt: skip
+            else:
+                base = await self.forwarder.produce_batches(
+                    url, topic, item.partition, item.data, request.acks, request.timeout_ms
+                )
         except NodeUnreachable as exc:
             if exc.delivered:
                 raise

@@ -18,7 +18,7 @@ from gateway.auth.quota_metrics import QuotaCollector
 from gateway.auth.service import AuthService
 from gateway.groups.coordinator import GroupCoordinator
 from gateway.idempotency import InFlight
-from gateway.metrics import Metrics
+from gateway.metrics import ForwardedCollector, Metrics
 from gateway.produce import Producer
 from gateway.settings import Settings
 from replication.broker import Broker, BrokerSettings
@@ -89,6 +89,7 @@ class Gateway:
             forwarder=forwarder,
             auth=auth,
         )
+        metrics.registry.register(ForwardedCollector(gateway.producer.forwarded))
         offsets = broker.ensure_topic(
             offsets_topic.OFFSETS_TOPIC,
             settings.offsets_topic_partitions,
@@ -110,6 +111,7 @@ class Gateway:
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
         self.groups.flush()
+        await self.producer.forwarded.close()
         await self.forwarder.close()
         await self.broker.stop()
         await self.auth.close()

@@ -186,6 +186,35 @@ def test_acks_all_through_a_non_leader_and_fetch_through_any_node(healthy: Clust
         assert [r.offset for r in cluster.replica_log(node, topic, 0)] == [0, 1]
 
 
+def test_concurrent_produces_through_a_non_leader_each_get_their_own_offsets(
+    healthy: Cluster,
+) -> None:
+    """The front node joins one loop turn's forwarded appends into one internal request
+    (replication.forwarded_appends); each produce still answers where its own records are."""
+    cluster = healthy
+    topic = new_topic("joined")
+    cluster.create_topic(topic, 1)
+    cluster.wait_topic_everywhere(topic)
+    leader = leader_state(cluster, topic).leader
+    front = next(i for i in range(cluster.size) if i != leader)
+
+    def send(n: int) -> tuple[int, dict[str, Any]]:
+        acks = "all" if n % 2 else "1"
+        response = produce(cluster, front, topic, 0, [[n, i] for i in range(n % 3 + 1)], acks=acks)
+        assert response.status_code == 200, response.text
+        return n, response.json()["results"][0]
+
+    with ThreadPoolExecutor(24) as pool:
+        answers = list(pool.map(send, range(96)))
+    cluster.wait_in_sync(topic, 1)
+    stored = values_at(fetch_all(cluster, leader, topic, 0))
+    assert len(stored) == sum(n % 3 + 1 for n in range(96))
+    for n, result in answers:
+        assert result["count"] == n % 3 + 1
+        at = [stored[result["base_offset"] + i] for i in range(result["count"])]
+        assert at == [[n, i] for i in range(n % 3 + 1)], (n, result)
+
+
 # -- leader loss -----------------------------------------------------------------------------------
 
 

@@ -49,10 +49,9 @@ class QuotaCollector(Collector):
             row[0] += usage.requests
             row[1] += usage.produce_bytes
             row[2] += usage.fetch_bytes
-            if usage.throttled is not None and usage.throttle_s is not None:
-                for i, kind in enumerate(KINDS):
-                    row[3 + i] += usage.throttled[kind]
-                    row[3 + len(KINDS) + i] += usage.throttle_s[kind]
+            for i, kind in enumerate(KINDS):
+                row[3 + i] += usage.throttled[kind]
+                row[3 + len(KINDS) + i] += usage.throttle_s[kind]
         for label, row in rows.items():
             requests.add_metric([label], row[0])
             produced.add_metric([label], row[1])

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 QuotaKind = Literal["produce_bytes", "fetch_bytes", "requests"]
@@ -113,12 +113,10 @@ class PrincipalUsage:
     requests: int = 0
     produce_bytes: int = 0
     fetch_bytes: int = 0
-    throttled: dict[QuotaKind, int] | None = None
-    throttle_s: dict[QuotaKind, float] | None = None
+    throttled: dict[QuotaKind, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
+    throttle_s: dict[QuotaKind, float] = field(default_factory=lambda: dict.fromkeys(KINDS, 0.0))
 
     def note_throttled(self, kind: QuotaKind, seconds: float) -> None:
-        if self.throttled is None or self.throttle_s is None:
-            self.throttled, self.throttle_s = dict.fromkeys(KINDS, 0), dict.fromkeys(KINDS, 0.0)
         self.throttled[kind] += 1
         self.throttle_s[kind] += seconds
 

@@ -65,11 +65,12 @@ async def quota_middleware(request: web.Request, handler: Handler) -> web.Stream
         if settings.quota_mode == "reject" or throttle.wait_s > settings.quota_max_delay_s:
             usage.note_throttled(throttle.kind, throttle.wait_s)
             raise _over_quota(throttle)
-        delayed = throttle.wait_s
+        kind, delayed = throttle.kind, 0.0
         while throttle is not None:  # others may have spent the tokens meanwhile
-            usage.note_throttled(throttle.kind, throttle.wait_s)
             await asyncio.sleep(throttle.wait_s)
+            delayed += throttle.wait_s
             throttle = book.check(usage, charged)
+        usage.note_throttled(kind, delayed)  # one delayed request, its whole delay
     response = await _serve(request, handler, book, usage, charged)
     if delayed is not None:
         response.headers[THROTTLE_HEADER] = str(math.ceil(delayed * 1000))

@@ -297,6 +297,11 @@ async def test_delay_mode_answers_after_the_throttle_time(start: Start) -> None:
     assert all(a.status == 200 for a in answers)
     delayed = [int(a.headers[THROTTLE_HEADER]) for a in answers if THROTTLE_HEADER in a.headers]
     assert delayed and all(0 < ms <= 100 for ms in delayed)
+    seen = await metrics(client)
+    labels = {"principal": ANONYMOUS, "quota": "requests_per_second"}
+    assert sample(seen, "sluice_quota_throttled_requests_total", **labels) == len(delayed)
+    waited = sample(seen, "sluice_quota_throttle_seconds_total", **labels)
+    assert waited is not None and abs(waited * 1000 - sum(delayed)) <= len(delayed)
 
 
 async def test_delay_mode_refuses_a_throttle_past_its_maximum(start: Start) -> None:

@@ -8,6 +8,7 @@ import contextlib
 import ctypes
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -39,11 +40,37 @@ def die_with_parent() -> None:
     _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
+_LOWEST_PORT = 10_000
+_handed_out: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768
+
+
 def free_port(host: str = "127.0.0.1") -> int:
+    """A port free now, for a child process to listen on.
+
+    Chosen at random below the kernel's ephemeral range, so no outgoing connection can take
+    it before the child binds it (a port from `bind(0)` can be, on a busy machine), and never
+    one this process handed out before."""
+    low = _ephemeral_low()
+    for _ in range(200 if low > _LOWEST_PORT + 1000 else 0):
+        port = random.randrange(_LOWEST_PORT, low)
+        if port in _handed_out:
+            continue
+        with socket.socket() as sock, contextlib.suppress(OSError):
+            sock.bind((host, port))
+            _handed_out.add(port)
+            return port
     with socket.socket() as sock:
         sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
+        chosen: int = sock.getsockname()[1]
+        _handed_out.add(chosen)
+        return chosen
 
 
 def _get_json(url: str, timeout: float = 2.0) -> Any:
@@ -182,21 +209,26 @@ class Node:
             str(self.data_dir),
             *self.extra,
         ]
-        log = (self.data_dir.parent / f"node-{self.node_id}.log").open("a")
-        self.process = subprocess.Popen(
-            command,
-            stdout=subprocess.PIPE,
-            stderr=log,
-            text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-        log.close()
+        log_path = self.data_dir.parent / f"node-{self.node_id}.log"
+        logged_before = log_path.stat().st_size if log_path.exists() else 0
+        with log_path.open("a") as log:
+            self.process = subprocess.Popen(
+                command,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
         assert self.process.stdout is not None
         line = self.process.stdout.readline()
         if not line.startswith("sluice listening on "):
             self.process.kill()
             self.process.wait()
-            raise ClusterError(f"node {self.node_id} did not start: {line!r}")
+            self.process = None
+            with log_path.open("rb") as log:
+                log.seek(logged_before)
+                said = log.read().decode(errors="replace").strip()[-2000:]
+            raise ClusterError(f"node {self.node_id} did not start: {line!r}; its log: {said}")
 
     @property
     def running(self) -> bool:

@@ -24,6 +24,7 @@ from gateway.connections import Http1Connection, Http2Connection
 from gateway.http2 import H2Limits, Http2Site, start_server
 from gateway.settings import Settings
 from gateway.state import GATEWAY, Gateway
+from replication.errors import MetadataUnavailable
 
 SHUTDOWN_TIMEOUT_S = 10.0
 log = logging.getLogger("sluice")
@@ -78,16 +79,21 @@ async def serve(settings: Settings) -> None:
     }
     private = private_address(settings) if settings.workers > 1 else None
     host, port = private or (settings.host, settings.port)
-    site = await start_server(
-        app,
-        host,
-        port,
-        ssl_context=None if private else context,
-        backlog=settings.listen_backlog,
-        shutdown_timeout=SHUTDOWN_TIMEOUT_S,
-        access_log=None,
-        **protocols,
-    )
+    try:
+        site = await start_server(
+            app,
+            host,
+            port,
+            ssl_context=None if private else context,
+            backlog=settings.listen_backlog,
+            shutdown_timeout=SHUTDOWN_TIMEOUT_S,
+            access_log=None,
+            **protocols,
+        )
+    except MetadataUnavailable as exc:
+        raise SystemExit(f"sluice: cannot start: {exc}") from None
+    except OSError as exc:
+        raise SystemExit(f"sluice: cannot listen: {exc.strerror or exc}") from None
     public = site
     if private is not None:
         public = Http2Site(

@@ -21,6 +21,8 @@ from typing import Any
 
 import orjson
 
+from gateway.devcluster import free_port
+
 
 def start_gateway(
     data_dir: Path,
@@ -93,13 +95,6 @@ def children_cpu_seconds() -> float:
     """CPU of this process's reaped children (wrk, h2load, redis-benchmark runs)."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def raise_fd_limit() -> None:

@@ -25,8 +25,8 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, StorageType, StreamConfig
 
+from gateway.devcluster import free_port
 from loadtests import consumers
-from loadtests.common import free_port
 from loadtests.consumers import Clock, Shared
 from loadtests.failover import ATTEMPT_S, first_ack
 from loadtests.rows import VALUE

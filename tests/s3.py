@@ -10,7 +10,8 @@ import os
 import threading
 from typing import Any
 
-from loadtests.common import MotoServer, free_port
+from gateway.devcluster import free_port
+from loadtests.common import MotoServer
 
 __all__ = ["CREDENTIALS", "MotoServer", "S3Proxy", "s3_environment"]
 

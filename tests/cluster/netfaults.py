@@ -26,7 +26,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 from abc import ABC, abstractmethod
@@ -34,6 +33,8 @@ from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
+
+from gateway.devcluster import free_port
 
 NETNS_PREFIX = "sluicet"  # namespaces: sluicet-<pid>-n<i>; <pid> is the owning test process
 _NETNS_RE = re.compile(rf"^{NETNS_PREFIX}-(\d+)-")
@@ -438,13 +439,6 @@ class NamespaceTopology(Topology):
 # -- TCP proxies -----------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def _socket_inodes_by_local_port() -> dict[int, set[str]]:
     """Local port -> inodes of the TCP sockets bound to it (IPv4 and IPv6 tables)."""
     found: dict[int, set[str]] = {}
@@ -483,9 +477,9 @@ class ProxyTopology(Topology):
 
     def __init__(self, size: int) -> None:
         super().__init__(size)
-        self.real_ports = [_free_port() for _ in range(size)]
-        self.node_proxy_ports = [_free_port() for _ in range(size)]
-        self.etcd_proxy_ports = [_free_port() for _ in range(size)]
+        self.real_ports = [free_port() for _ in range(size)]
+        self.node_proxy_ports = [free_port() for _ in range(size)]
+        self.etcd_proxy_ports = [free_port() for _ in range(size)]
         self._pids: Callable[[], dict[int, int]] = dict
         self._blocked: set[tuple[int | str, int | str]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None

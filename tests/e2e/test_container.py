@@ -14,7 +14,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -31,7 +30,7 @@ import pytest
 import yaml  # type: ignore[import-untyped]
 
 from gateway.cli import parser
-from gateway.devcluster import ETCD_MAX_TXN_OPS
+from gateway.devcluster import ETCD_MAX_TXN_OPS, free_port
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO / "Dockerfile"
@@ -148,20 +147,6 @@ def option_value(argv: Sequence[str], option: str) -> str:
         if arg.startswith(option + "="):
             return arg.split("=", 1)[1]
     raise AssertionError(f"{option} is not in {argv}")
-
-
-_ports_taken: set[int] = set()
-
-
-def free_port() -> int:
-    """A free loopback port, never one handed out before in this run."""
-    while True:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port: int = sock.getsockname()[1]
-        if port not in _ports_taken:
-            _ports_taken.add(port)
-            return port
 
 
 def get(url: str) -> tuple[int, Any]:

@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import json
 import shutil
-import socket
 import subprocess
 import time
 import urllib.request
@@ -16,14 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from gateway.devcluster import free_port
+
 HEALTHY_DEADLINE_S = 20.0
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class EtcdProcess:
@@ -40,8 +34,8 @@ class EtcdProcess:
             )
         self.binary = binary
         self.workdir = workdir
-        self.url = f"http://127.0.0.1:{_free_port()}"
-        self.peer_url = f"http://127.0.0.1:{_free_port()}"
+        self.url = f"http://127.0.0.1:{free_port()}"
+        self.peer_url = f"http://127.0.0.1:{free_port()}"
         self.log_path = workdir / "etcd.log"
         self._process: subprocess.Popen[bytes] | None = None
 

@@ -2,24 +2,17 @@
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
 
+from gateway.devcluster import free_port
 from spark_ingest import job
 from spark_ingest.errors import IngestError
 from tests.spark_ingest.support import cli, options
 from tests.spark_ingest.tiered import T0, mixed_records
-
-
-def unused_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def run_cli(tmp_path: Path, endpoint: str, bucket: str, *extra: str) -> tuple[int, str]:
@@ -62,7 +55,7 @@ def test_bad_offsets_json(tmp_path: Path, moto: str, bucket: str) -> None:
 
 
 def test_unreachable_endpoint(tmp_path: Path) -> None:
-    endpoint = f"http://127.0.0.1:{unused_port()}"
+    endpoint = f"http://127.0.0.1:{free_port()}"
     code, err = run_cli(tmp_path, endpoint, "bucket", "--topics", "orders")
     assert_one_line(code, err, f'Could not connect to the endpoint URL: "{endpoint}/')
 

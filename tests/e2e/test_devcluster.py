@@ -1,0 +1,53 @@
+"""Start-up failures and the local cluster's plumbing: the ports it picks, and one clear line
+(no traceback) when a node cannot reach etcd or listen."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gateway.devcluster import ClusterError, Node, free_port
+
+
+def test_free_ports_are_distinct_and_below_the_ephemeral_range() -> None:
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    ports = [free_port() for _ in range(200)]
+    assert len(set(ports)) == len(ports)
+    assert all(port < low for port in ports)
+    for port in ports[:20]:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", port))
+
+
+def test_a_node_that_cannot_reach_etcd_says_so_in_one_line(tmp_path: Path) -> None:
+    node = Node(0, tmp_path / "node-0", f"etcd://127.0.0.1:{free_port()}")
+    with pytest.raises(ClusterError) as caught:
+        node.start()
+    said = str(caught.value)
+    assert "node 0 did not start" in said
+    assert "sluice: cannot start: no etcd endpoint reachable" in said
+    assert "Traceback" not in said
+    assert not node.running
+
+
+def test_a_taken_port_is_one_line_and_the_data_directory_is_closed(tmp_path: Path) -> None:
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "gateway", "--port", str(port), "--data-dir", str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("sluice: cannot listen: ")
+    assert "address already in use" in last
+    assert "Traceback" not in done.stderr
+    assert "data directory closed cleanly" in done.stderr

@@ -321,6 +321,7 @@ def markdown(doc: dict[str, Any]) -> str:
             "p99_ms",
             "p999_ms",
             "max_ms",
+            "send_late_p99_ms",
             "generator_cpu_s",
             "server_cpu_s",
             "error",

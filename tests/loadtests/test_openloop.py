@@ -1,0 +1,52 @@
+"""The open-loop producer's pacing: it sleeps at least a timer tick between sends (a shorter
+sleep returns at once on uvloop, and the generator would spin a core away from the server it
+measures), still sends every record at its schedule's rate, and reports how late it sent."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+
+from loadtests import openloop
+
+OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"
+
+
+async def _answer_every_request(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """A server that answers each pipelined single-record produce with 200."""
+    while True:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+        except asyncio.IncompleteReadError:
+            break
+        length = openloop.CONTENT_LENGTH.search(head)
+        await reader.readexactly(int(length.group(1)) if length else 0)
+        writer.write(OK)
+    writer.close()
+
+
+async def test_the_producer_never_sleeps_below_a_tick(monkeypatch: pytest.MonkeyPatch) -> None:
+    server = await asyncio.start_server(_answer_every_request, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    sleeps: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def recorded(delay: float, *args: Any) -> Any:
+        sleeps.append(delay)
+        return await real_sleep(delay, *args)
+
+    monkeypatch.setattr(openloop.asyncio, "sleep", recorded)
+    barrier = threading.Barrier(1)
+    params = {"system": "sluice", "port": port, "topic": "t", "rate": 5_000, "seconds": 0.3}
+    async with server:
+        result = await openloop._produce(params, barrier)
+    assert result["sent"] == result["acknowledged"] == 1_500
+    assert result["failures"] == 0
+    pacing = [delay for delay in sleeps if delay != openloop.DRAIN_POLL_S]
+    assert pacing and min(pacing) >= 0.001  # uvloop's timers tick in milliseconds
+    assert len(pacing) <= result["sent"] / 2  # several records fall due per tick
+    assert set(result["send_late"]) == {"p50_ms", "p99_ms", "p999_ms", "max_ms"}
+    assert result["send_late"]["p50_ms"] >= 0

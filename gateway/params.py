@@ -74,8 +74,10 @@ async def read_body(request: web.Request, settings: Settings) -> bytes:
             f"the body is {request.content_length} bytes; the maximum is {limit}",
             headers={"Connection": "close"},
         )
+    # A body that came whole with its headers (most do) needs no deadline, and no timer.
+    deadline = None if request.content.is_eof() else settings.body_read_timeout_s
     try:
-        async with asyncio.timeout(settings.body_read_timeout_s):
+        async with asyncio.timeout(deadline):
             body = await request.read()
     except TimeoutError:
         raise Problem(

@@ -117,9 +117,13 @@ class PartitionLog:
         trust_files: bool = False,
         clock: Callable[[], float] = time.time,
         files: FileCache | None = None,
+        on_offline: Listener | None = None,
     ) -> None:
+        """`on_offline(log)` is called once, from whichever thread met the failure, when a
+        storage failure takes the log offline."""
         self.directory = directory
         self.files = file_cache.shared if files is None else files
+        self._on_offline = on_offline
         self.topic = topic
         self.partition = partition
         self.config = config
@@ -791,8 +795,8 @@ class PartitionLog:
 
     def go_offline(self, failure: str) -> None:
         """Take the log offline for good (this run): appends, reads, flushes, rolls and
-        truncations raise KafkaStorageError from now on. Waiters are woken to see it. The first
-        failure is the one kept."""
+        truncations raise KafkaStorageError from now on. Waiters are woken to see it, and
+        `on_offline` is called. The first failure is the one kept."""
         with self._lock:
             if self.failure is not None:
                 return
@@ -807,6 +811,8 @@ class PartitionLog:
             failure,
         )
         self._notify()
+        if self._on_offline is not None:
+            self._on_offline(self)
 
     @contextlib.contextmanager
     def _io(self, action: str, outcome: str = "") -> Iterator[None]:

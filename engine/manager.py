@@ -40,7 +40,7 @@ from engine.errors import (
     UnknownPartition,
     UnknownTopic,
 )
-from engine.log import PartitionLog, partition_dir_name
+from engine.log import Listener, PartitionLog, partition_dir_name
 
 TOPICS_DIR = "topic-configs"
 LOCK_FILE = ".lock"
@@ -175,6 +175,7 @@ class LogManager:
         checkpoint.fsync_directory(self.data_dir)
         self.cleaner_offsets = self._read_checkpoint(CLEANER_OFFSETS)
         self.topics: dict[str, Topic] = {}
+        self._offline_listeners: list[Listener] = []
         self._topics_lock = threading.Lock()
         self._closed = False
         self.closed_cleanly = False  # set by `close` when it marks the shutdown clean
@@ -260,7 +261,20 @@ class LogManager:
             trust_files=trust_files,
             clock=self.clock,
             files=self.files,
+            on_offline=self._went_offline,
         )
+
+    def add_offline_listener(self, listener: Listener) -> None:
+        """Call `listener(log)` when a storage failure takes a log offline, from whichever
+        thread met the failure."""
+        self._offline_listeners.append(listener)
+
+    def remove_offline_listener(self, listener: Listener) -> None:
+        self._offline_listeners.remove(listener)
+
+    def _went_offline(self, log: PartitionLog) -> None:
+        for listener in list(self._offline_listeners):
+            listener(log)
 
     def _remove_orphans(self) -> None:
         """Delete partition directories no topic owns: a create or delete cut short by a crash."""

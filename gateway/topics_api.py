@@ -30,8 +30,9 @@ def add_routes(app: web.Application) -> None:
 
 
 def describe(replicas: ReplicaManager, name: str) -> dict[str, Any]:
-    """A topic with each partition's leader, replicas and ISR, and the offsets of this node's
-    replica of it (null where this node holds none)."""
+    """A topic with each partition's leader, replicas, ISR and the replicas whose log a
+    storage failure took offline, and the offsets of this node's replica of it (null where
+    this node holds none)."""
     spec = replicas.topic(name)
     view = replicas.store.view
     rows = []
@@ -44,6 +45,7 @@ def describe(replicas: ReplicaManager, name: str) -> dict[str, Any]:
                 "leader": None if state is None or state.leader == NO_LEADER else state.leader,
                 "replicas": [] if state is None else list(state.replicas),
                 "isr": [] if state is None else list(state.isr),
+                "offline_replicas": sorted(view.offline_replicas(name, p)),
                 "log_start_offset": None if local is None else local.log_start_offset,
                 "high_watermark": None if local is None else local.high_watermark,
                 "log_end_offset": None if local is None else local.log_end_offset,

@@ -96,6 +96,7 @@ class Broker:
             self.notifier,
             settings.replication,
             self.tiering,
+            report_offline=bool(settings.cluster),
         )
         self.client = ReplicaClient(authorization=settings.authorization)
         # A parked fetch must come back well within replica.lag.time.max.ms.

@@ -1,5 +1,6 @@
 """The controller: the one elected node that creates, alters and deletes topics and moves
-partition leadership (off lost nodes, and back to preferred replicas), through the store.
+partition leadership (off lost nodes and failed disks, and back to preferred replicas),
+through the store.
 
 Kafka's design (its ControllerEventManager): all controller work runs in one task, so two
 elections or a topic change and an election never interleave. Callers' requests are queued to
@@ -68,27 +69,33 @@ def assign_replicas(
 
 
 def elect_leader(
-    state: PartitionState, live: frozenset[int], unclean: bool
+    state: PartitionState,
+    live: frozenset[int],
+    unclean: bool,
+    offline: frozenset[int] = frozenset(),
 ) -> PartitionState | None:
-    """The partition's next state when a node it counts on is gone, else None.
+    """The partition's next state when a replica it counts on is gone, else None.
 
-    A live leader keeps leading, with the dead dropped from the ISR at once (Kafka's
-    controller on a broker's session loss; else acks=all would wait out
-    replica.lag.time.max.ms). A dead leader: the first replica that is live and in the ISR
-    leads, with the dead dropped from the ISR; failing that, with `unclean`, the first live
-    replica alone; else the partition is offline with its last ISR kept, so that it comes
-    back when an ISR member does. Every change is a new leader epoch."""
-    if state.leader in live:
-        isr = tuple(r for r in state.isr if r in live)
+    A replica is available if its node is live and does not report the partition's log
+    `offline` (KIP-112: a failed disk takes only its replicas out). An available leader keeps
+    leading, with the unavailable dropped from the ISR at once (Kafka's controller on a
+    broker's session loss; else acks=all would wait out replica.lag.time.max.ms). Otherwise
+    the first available replica in the ISR leads, with the unavailable dropped from the ISR;
+    failing that, with `unclean`, the first available replica alone; else the partition is
+    offline with its last ISR kept, so that it comes back when an ISR member does. Every
+    change is a new leader epoch."""
+    available = live - offline
+    if state.leader in available:
+        isr = tuple(r for r in state.isr if r in available)
         if isr == state.isr:
             return None
         return replace(state, leader_epoch=state.leader_epoch + 1, isr=isr)
     epoch = state.leader_epoch + 1
-    clean = next((r for r in state.replicas if r in live and r in state.isr), None)
+    clean = next((r for r in state.replicas if r in available and r in state.isr), None)
     if clean is not None:
-        isr = tuple(r for r in state.isr if r in live)
+        isr = tuple(r for r in state.isr if r in available)
         return replace(state, leader=clean, leader_epoch=epoch, isr=isr)
-    fallback = next((r for r in state.replicas if r in live), None) if unclean else None
+    fallback = next((r for r in state.replicas if r in available), None) if unclean else None
     if fallback is not None:
         return replace(state, leader=fallback, leader_epoch=epoch, isr=(fallback,))
     if state.leader == NO_LEADER:
@@ -96,10 +103,18 @@ def elect_leader(
     return replace(state, leader=NO_LEADER, leader_epoch=epoch)
 
 
-def elect_preferred(state: PartitionState, live: frozenset[int]) -> PartitionState | None:
-    """Leadership back to the preferred replica if it is live, in the ISR and not leading."""
+def elect_preferred(
+    state: PartitionState, live: frozenset[int], offline: frozenset[int] = frozenset()
+) -> PartitionState | None:
+    """Leadership back to the preferred replica if it is live, does not report the
+    partition `offline`, is in the ISR and is not leading."""
     preferred = state.replicas[0]
-    if state.leader == preferred or preferred not in live or preferred not in state.isr:
+    if (
+        state.leader == preferred
+        or preferred not in live
+        or preferred in offline
+        or preferred not in state.isr
+    ):
         return None
     return replace(state, leader=preferred, leader_epoch=state.leader_epoch + 1)
 
@@ -401,8 +416,9 @@ class Controller:
     # -- leadership ----------------------------------------------------------------------------
 
     async def _elect_leaders(self, fence: Fence) -> None:
-        """Give every partition whose leader is not live a new leader (or take it offline),
-        and drop dead nodes from the ISR of the others."""
+        """Give every partition whose leader is not available (not live, or reporting the
+        partition offline) a new leader, or take it offline; drop the unavailable replicas
+        from the ISR of the others."""
         configs: dict[str, TopicConfig] = {}
         for topic, partition in list(self.store.view.partitions):
             view = self.store.view
@@ -413,9 +429,10 @@ class Controller:
             if topic not in configs:
                 configs[topic] = self.defaults.with_overrides(spec.configs)
             unclean = configs[topic].unclean_leader_election_enable
-            new = elect_leader(state, view.live, unclean)
+            offline = view.offline_replicas(topic, partition)
+            new = elect_leader(state, view.live, unclean, offline)
             if new is not None:
-                await self._write(fence, topic, partition, state, new)
+                await self._write(fence, topic, partition, state, new, offline)
 
     async def _rebalance(self, fence: Fence) -> int:
         moved = 0
@@ -424,28 +441,38 @@ class Controller:
             state = view.partition(topic, partition)
             if state is None:
                 continue
-            new = elect_preferred(state, view.live)
+            new = elect_preferred(state, view.live, view.offline_replicas(topic, partition))
             if new is not None and await self._write(fence, topic, partition, state, new):
                 moved += 1
         return moved
 
     async def _write(
-        self, fence: Fence, topic: str, partition: int, old: PartitionState, new: PartitionState
+        self,
+        fence: Fence,
+        topic: str,
+        partition: int,
+        old: PartitionState,
+        new: PartitionState,
+        offline: frozenset[int] = frozenset(),
     ) -> bool:
         """Store a leadership change; False if the state moved since it was read (the change
-        that moved it wakes the next pass, which decides again from the newer state)."""
+        that moved it wakes the next pass, which decides again from the newer state).
+        `offline`: the replicas reporting the partition offline, named if they caused it."""
         stored = await self.store.set_partition(topic, partition, new, fence)
         if stored is None:
             log.info("%s-%d changed while electing; deciding again", topic, partition)
             return False
-        log.info(
-            "%s-%d: leader %d -> %d in epoch %d, isr %s",
+        failed = sorted(offline & {old.leader, *old.isr})
+        log.log(
+            logging.WARNING if failed else logging.INFO,
+            "%s-%d: leader %d -> %d in epoch %d, isr %s%s",
             topic,
             partition,
             old.leader,
             stored.leader,
             stored.leader_epoch,
             list(stored.isr),
+            f" (nodes {failed} report its log offline)" if failed else "",
         )
         return True
 

@@ -1,5 +1,6 @@
 """Cluster metadata in etcd: nodes registered under a lease, controller election by lowest
-create revision, topics and partition states; one watch keeps the published view current."""
+create revision, topics and partition states, nodes' offline reports; one watch keeps the
+published view current."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import functools
 import logging
 import math
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import msgspec
 
@@ -41,6 +42,9 @@ from replication.metadata import (
 )
 
 log = logging.getLogger(__name__)
+
+REPORT_RETRY_S = 0.1  # the first pause before writing the offline report again; doubles
+REPORT_RETRY_MAX_S = 2.0
 
 
 class _NodeRecord(msgspec.Struct):
@@ -81,8 +85,9 @@ def _partition_state(kv: KeyValue) -> PartitionState:
 class EtcdMetadataStore(MetadataStore):
     """The metadata store of a real cluster, under `prefix` in etcd.
 
-    Layout: cluster_id, nodes/<id> (permanent), live/<id> and controller/<lease hex> (under
-    this node's lease), topics/<name>, partitions/<name>/<p>; versions are mod revisions."""
+    Layout: cluster_id, nodes/<id> (permanent), live/<id>, offline/<id> and
+    controller/<lease hex> (under this node's lease), topics/<name>, partitions/<name>/<p>;
+    versions are mod revisions."""
 
     def __init__(
         self,
@@ -112,10 +117,13 @@ class EtcdMetadataStore(MetadataStore):
         self._tasks: list[asyncio.Task[None]] = []
         self._closed = False
         self._wakeup = asyncio.Event()
+        self._reported: frozenset[TopicPartition] = frozenset()  # this node's offline report
+        self._report_changed = asyncio.Event()
         # What the watch has seen, folded key by key; each change publishes a copy.
         self._cluster: str = cluster_id or ""
         self._nodes: dict[int, NodeInfo] = {}
         self._live: set[int] = set()
+        self._offline: dict[int, frozenset[TopicPartition]] = {}
         self._election: dict[str, tuple[int, int]] = {}  # key -> (create revision, node id)
         self._topics: dict[str, TopicSpec] = {}
         self._partitions: dict[TopicPartition, PartitionState] = {}
@@ -136,6 +144,7 @@ class EtcdMetadataStore(MetadataStore):
         self._tasks = [
             asyncio.create_task(self._watch(revision + 1), name=f"etcd-watch-{node.node_id}"),
             asyncio.create_task(self._keep_alive(), name=f"etcd-keepalive-{node.node_id}"),
+            asyncio.create_task(self._write_reports(), name=f"etcd-report-{node.node_id}"),
         ]
 
     async def close(self) -> None:
@@ -173,17 +182,18 @@ class EtcdMetadataStore(MetadataStore):
         self._cluster = cluster_id
 
     async def _register(self) -> None:
-        """Take a new lease and publish this node: nodes/<id> for good, live/<id> under it."""
+        """Take a new lease and publish this node: nodes/<id> for good, live/<id> and its
+        offline report (if any) under it."""
         node = self._require_node()
         lease = await self._client.grant(max(1, math.ceil(self._lease_ttl_s)))
         record = msgspec.json.encode(_NodeRecord(node.node_id, node.url))
-        await self._client.txn(
-            [],
-            [
-                Put(self._key("nodes", node.node_id), record),
-                Put(self._key("live", node.node_id), record, lease.id),
-            ],
-        )
+        puts = [
+            Put(self._key("nodes", node.node_id), record),
+            Put(self._key("live", node.node_id), record, lease.id),
+        ]
+        if self._reported:
+            puts.append(self._put_report(lease.id))
+        await self._client.txn([], puts)
         self._lease, self._keepalive_s = lease.id, lease.ttl_s / 3
         self._wake()
 
@@ -212,6 +222,33 @@ class EtcdMetadataStore(MetadataStore):
                     delay = 0  # at once, on the next endpoint: the TTL is running out
                 unreachable = True
 
+    def report_offline(self, partitions: Iterable[TopicPartition]) -> None:
+        self._reported = frozenset(partitions)
+        self._report_changed.set()
+
+    def _put_report(self, lease: int) -> Put:
+        value = msgspec.json.encode(sorted(self._reported))
+        return Put(self._key("offline", self._node_id), value, lease)
+
+    async def _write_reports(self) -> None:
+        """Write this node's offline report under its lease each time it changes, retrying
+        with backoff while etcd is unavailable (or the lease just lapsed: the next one takes
+        it). A lease lost later takes the key with it; `_register` writes it again."""
+        backoff = REPORT_RETRY_S
+        while True:
+            await self._report_changed.wait()
+            self._report_changed.clear()
+            try:
+                await self._client.txn([], [self._put_report(self._lease)])
+            except MetadataUnavailable as exc:
+                if backoff == REPORT_RETRY_S:
+                    log.warning("cannot write node %d's offline report yet: %s", self._node_id, exc)
+                self._report_changed.set()
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, REPORT_RETRY_MAX_S)
+            else:
+                backoff = REPORT_RETRY_S
+
     async def _watch(self, start_revision: int) -> None:
         await self._client.follow_prefix(
             self._root.encode(), start_revision, self._update, "a metadata listener"
@@ -225,6 +262,7 @@ class EtcdMetadataStore(MetadataStore):
         else:
             self._nodes.clear()
             self._live.clear()
+            self._offline.clear()
             self._election.clear()
             self._topics.clear()
             self._partitions.clear()
@@ -245,6 +283,8 @@ class EtcdMetadataStore(MetadataStore):
                 self._live.add(int(rest))
             elif kind == "live":
                 self._live.discard(int(rest))
+            elif kind == "offline":
+                self._apply_offline(int(rest), kv)
             elif kind == "controller" and kv is not None:
                 self._election[key.decode()] = (kv.create_revision, int(kv.value))
             elif kind == "controller":
@@ -263,6 +303,17 @@ class EtcdMetadataStore(MetadataStore):
             return
         record = msgspec.json.decode(kv.value, type=_NodeRecord)
         self._nodes[node_id] = NodeInfo(record.node_id, record.url)
+
+    def _apply_offline(self, node_id: int, kv: KeyValue | None) -> None:
+        reported = (
+            frozenset()
+            if kv is None
+            else frozenset(msgspec.json.decode(kv.value, type=list[tuple[str, int]]))
+        )
+        if reported:
+            self._offline[node_id] = reported
+        else:
+            self._offline.pop(node_id, None)
 
     def _apply_topic(self, name: str, kv: KeyValue | None) -> None:
         if kv is None:
@@ -294,6 +345,7 @@ class EtcdMetadataStore(MetadataStore):
             topics=dict(self._topics),
             partitions=dict(self._partitions),
             revision=revision,
+            offline=dict(self._offline),
         )
 
     def _wake(self) -> None:

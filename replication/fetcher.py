@@ -59,7 +59,8 @@ class ReplicaFetchers:
         self._tasks: dict[TopicPartition, asyncio.Task[None]] = {}
 
     async def role_changed(self, partition: Partition) -> None:
-        """Follow the partition's new leader, or stop following it."""
+        """Follow the partition's new leader, or stop following it. An offline log (a storage
+        failure) follows nobody: it would take nothing until the node restarts."""
         key = (partition.topic, partition.partition)
         old = self._tasks.pop(key, None)
         if old is not None:
@@ -67,7 +68,12 @@ class ReplicaFetchers:
             with contextlib.suppress(asyncio.CancelledError):
                 await old
         state = partition.state
-        if partition.is_leader or state is None or state.leader in (NO_LEADER, self.node_id):
+        if (
+            partition.is_leader
+            or partition.log.offline
+            or state is None
+            or state.leader in (NO_LEADER, self.node_id)
+        ):
             return
         self._tasks[key] = asyncio.create_task(self._follow(partition, state))
 

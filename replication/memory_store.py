@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 
@@ -25,7 +25,8 @@ ELECTION_PREFIX = "election/"
 
 
 class MemoryBackend:
-    """The shared keyspace: nodes, leases, election keys, topics and partition states.
+    """The shared keyspace: nodes, leases, election keys, offline reports, topics and
+    partition states.
 
     Every change takes the next revision of one counter (etcd's) as the version of what it
     wrote, and is published to every store attached to the backend."""
@@ -36,21 +37,35 @@ class MemoryBackend:
         self.nodes: dict[int, NodeInfo] = {}
         self.live: set[int] = set()
         self.election: dict[int, int] = {}  # node id -> create revision of its election key
+        self.offline: dict[int, frozenset[TopicPartition]] = {}  # live nodes' reports
         self.topics: dict[str, TopicSpec] = {}
         self.partitions: dict[TopicPartition, PartitionState] = {}
         self.stores: list[MemoryMetadataStore] = []
         self._changed: asyncio.Event | None = None
 
     def expire(self, node_id: int) -> None:
-        """Simulate a lost lease: the node leaves `live` and its election key is deleted."""
+        """Simulate a lost lease: the node leaves `live`, its election key and its offline
+        report are deleted."""
         with self.transaction():
             self.live.discard(node_id)
             self.election.pop(node_id, None)
+            self.offline.pop(node_id, None)
 
     def revive(self, node_id: int) -> None:
-        """Simulate an expired node coming back under a new lease (live, not campaigning)."""
+        """Simulate an expired node coming back under a new lease (live, not campaigning,
+        its store's offline report published again)."""
         with self.transaction():
             self.live.add(node_id)
+            for store in self.stores:
+                if store.node is not None and store.node.node_id == node_id:
+                    self.set_offline(node_id, store.reported_offline)
+
+    def set_offline(self, node_id: int, partitions: frozenset[TopicPartition]) -> None:
+        """Set a node's offline report (inside a transaction); an empty one deletes it."""
+        if partitions:
+            self.offline[node_id] = partitions
+        else:
+            self.offline.pop(node_id, None)
 
     def controller(self) -> int | None:
         """The campaigning node with the lowest election create revision."""
@@ -71,6 +86,7 @@ class MemoryBackend:
             topics=dict(self.topics),
             partitions=dict(self.partitions),
             revision=self.revision,
+            offline=dict(self.offline),
         )
 
     @contextmanager
@@ -107,6 +123,7 @@ class MemoryMetadataStore(MetadataStore):
         self.backend = backend or MemoryBackend()
         super().__init__(self.backend.snapshot())
         self.node: NodeInfo | None = None
+        self.reported_offline: frozenset[TopicPartition] = frozenset()
         self.backend.stores.append(self)
 
     async def start(self, node: NodeInfo) -> None:
@@ -114,6 +131,7 @@ class MemoryMetadataStore(MetadataStore):
         with self.backend.transaction():
             self.backend.nodes[node.node_id] = node
             self.backend.live.add(node.node_id)
+            self.backend.set_offline(node.node_id, self.reported_offline)
 
     async def close(self) -> None:
         if self in self.backend.stores:
@@ -121,6 +139,15 @@ class MemoryMetadataStore(MetadataStore):
         if self.node is not None:
             self.backend.expire(self.node.node_id)
             self.node = None
+
+    def report_offline(self, partitions: Iterable[TopicPartition]) -> None:
+        if self.node is None:
+            raise RuntimeError("start() the store before reporting")
+        self.reported_offline = frozenset(partitions)
+        node_id = self.node.node_id
+        if node_id in self.backend.live:
+            with self.backend.transaction():
+                self.backend.set_offline(node_id, self.reported_offline)
 
     async def topic_exists(self, name: str) -> bool:
         return name in self.backend.topics

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 NO_LEADER = -1
 
@@ -55,9 +55,17 @@ class ClusterView:
     topics: Mapping[str, TopicSpec]
     partitions: Mapping[TopicPartition, PartitionState]
     revision: int = 0
+    # node -> the partitions whose log a storage failure took offline there (KIP-112's
+    # report); only live nodes report, and only while they have something to report
+    offline: Mapping[int, frozenset[TopicPartition]] = field(default_factory=dict)
 
     def partition(self, topic: str, partition: int) -> PartitionState | None:
         return self.partitions.get((topic, partition))
+
+    def offline_replicas(self, topic: str, partition: int) -> frozenset[int]:
+        """The nodes that report their replica of the partition offline."""
+        tp = (topic, partition)
+        return frozenset(node for node, reported in self.offline.items() if tp in reported)
 
 
 @dataclass(frozen=True)
@@ -127,6 +135,13 @@ class MetadataStore(ABC):
     @abstractmethod
     async def close(self) -> None:
         """Leave: revoke the lease (the node is gone at once) and stop watching."""
+
+    @abstractmethod
+    def report_offline(self, partitions: Iterable[TopicPartition]) -> None:
+        """Publish the partitions whose log is offline on this node (the whole set, replacing
+        the last), for the controller to move their leadership away. Returns at once; the
+        store writes it in the background until it succeeds, and again whenever this node
+        registers anew, for the life of the process (a restart reopens the logs)."""
 
     @abstractmethod
     async def topic_exists(self, name: str) -> bool:

@@ -4,7 +4,8 @@ It turns every metadata view into local facts (topics created, grown, reconfigur
 on disk; each partition made leader or follower in its epoch), and it is the one way in for
 what the gateway and the group coordinator do to a partition: append and wait for acks, read
 below the high watermark with long-polling, answer followers' fetches, and write the ISR
-changes a leader decides.
+changes a leader decides. It reports the partitions a storage failure took offline here, for
+the controller to move their leadership (KIP-112).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from engine.errors import (
     UnknownPartition,
     UnknownTopic,
 )
-from engine.log import AppendInfo, ReadResult
+from engine.log import AppendInfo, PartitionLog, ReadResult
 from engine.manager import LogManager
 from engine.notify import ChangeNotifier
 from replication.errors import (
@@ -83,7 +84,12 @@ class ReplicaManager:
         notifier: ChangeNotifier,
         settings: ReplicationSettings | None = None,
         tiering: TieringService | None = None,
+        *,
+        report_offline: bool = True,
     ) -> None:
+        """`report_offline`: tell the store which partitions went offline here (a single
+        node has no other replica to lead them: its offline partitions keep answering
+        KAFKA_STORAGE_ERROR until a restart)."""
         self.manager = manager
         self.store = store
         self.node_id = node_id
@@ -100,6 +106,8 @@ class ReplicaManager:
         self._isr_task: asyncio.Task[None] | None = None
         self._isr_writes: set[TopicPartition] = set()
         self._tasks: set[asyncio.Future[object]] = set()
+        self._report_offline = report_offline
+        self._reported: frozenset[TopicPartition] = frozenset()
         self._closing = False
         self.appends = AppendGroups()  # produces of one loop turn: one write per partition
         self.flushes = FlushGroups()
@@ -112,6 +120,9 @@ class ReplicaManager:
         idempotency markers can take a while) waits for it, as every later one does."""
         self._applying = first = asyncio.create_task(self._apply(self.store.view))
         self.store.add_listener(self._view_changed)
+        if self._report_offline:
+            self._loop = asyncio.get_running_loop()
+            self.manager.add_offline_listener(self._log_offline)
         await first
         if self._pending is not None and self._applying is first:
             self._applying = asyncio.create_task(self._apply_pending())
@@ -120,6 +131,8 @@ class ReplicaManager:
     async def close(self) -> None:
         self._closing = True
         self.store.remove_listener(self._view_changed)
+        if self._report_offline:
+            self.manager.remove_offline_listener(self._log_offline)
         tasks: list[asyncio.Future[Any]] = [*self._tasks]
         tasks.extend(t for t in (self._applying, self._isr_task) if t is not None)
         if self._isr_task is not None:
@@ -190,6 +203,8 @@ class ReplicaManager:
                 len(first),
                 _roles([p for p in changed if (p.topic, p.partition) in first]),
             )
+        if deleted and self._report_offline:
+            self._report()  # a deleted topic's offline logs are gone with it
         if deleted or changed:
             for topics_listener in self._topics_listeners:
                 topics_listener(deleted)
@@ -197,6 +212,26 @@ class ReplicaManager:
             for role_listener in self._role_listeners:
                 await role_listener(partition)
         self._applied.set()
+
+    def _log_offline(self, log_: PartitionLog) -> None:
+        """The engine's word that a log went offline, from whichever thread met the failure."""
+        self._loop.call_soon_threadsafe(self._report)
+
+    def _report(self) -> None:
+        """Report this node's offline partitions to the store if they changed (the whole
+        set: a report is idempotent)."""
+        offline = frozenset((log_.topic, log_.partition) for log_ in self.manager.offline_logs())
+        if self._closing or offline == self._reported:
+            return
+        went = ", ".join(f"{t}-{p}" for t, p in sorted(offline - self._reported))
+        self._reported = offline
+        log.warning(
+            "node %d reports its offline partitions to the controller (%d now)%s",
+            self.node_id,
+            len(offline),
+            f"; newly offline: {went}" if went else "",
+        )
+        self.store.report_offline(offline)
 
     def _new_partition(self, topic: str, partition: int) -> Partition:
         settings = self.settings

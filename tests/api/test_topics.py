@@ -26,6 +26,7 @@ def empty_partition(partition: int, node: int = 0) -> dict[str, object]:
         "leader": node,
         "replicas": [node],
         "isr": [node],
+        "offline_replicas": [],
         "log_start_offset": 0,
         "high_watermark": 0,
         "log_end_offset": 0,

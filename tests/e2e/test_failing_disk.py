@@ -21,92 +21,21 @@ beyond that comes from replicas).
 
 from __future__ import annotations
 
-import fcntl
-import os
 import re
-import struct
-import subprocess
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-import pytest
 import schemathesis
 
 from openapi import SPEC
-from tests.e2e.conftest import Server, start_server
+from tests.e2e.conftest import Ext4, Server, start_server
 
-FS_IOC_SHUTDOWN = 0x8004587D  # _IOR('X', 125, __u32)
-SHUTDOWN_NOLOGFLUSH = 2  # the device is gone: not even the journal is written
 DURABLE = {"flush.messages": 1}  # every acknowledgement waits for an fsync
 PROBLEM_JSON = "application/problem+json"
 CONTRACT = schemathesis.openapi.from_path(SPEC)
 PRODUCE = CONTRACT["/v1/topics/{topic}/records"]["POST"]
 FETCH = CONTRACT["/v1/topics/{topic}/partitions/{partition}/records"]["GET"]
 READYZ = CONTRACT["/readyz"]["GET"]
-
-
-@dataclass
-class Ext4:
-    """An ext4 image mounted on a loop device."""
-
-    image: Path
-    mount: Path
-
-    @property
-    def device(self) -> str:
-        return run("findmnt", "-n", "-o", "SOURCE", str(self.mount)).strip()
-
-    def remount_read_only_by_error(self) -> None:
-        """As an I/O error on its metadata would: ext4 aborts its journal and goes read-only
-        (`emergency_ro` on recent kernels), whoever holds files open for writing."""
-        name = os.path.basename(self.device)
-        Path(f"/sys/fs/ext4/{name}/trigger_fs_error").write_text("sluice test: disk failed")
-        options = run("findmnt", "-n", "-o", "OPTIONS", str(self.mount)).strip().split(",")
-        assert {"ro", "emergency_ro"} & set(options), options
-
-    def die(self) -> None:
-        """As when the device dies: every later call on the filesystem answers EIO."""
-        fd = os.open(self.mount, os.O_RDONLY)
-        try:
-            fcntl.ioctl(fd, FS_IOC_SHUTDOWN, struct.pack("I", SHUTDOWN_NOLOGFLUSH))
-        finally:
-            os.close(fd)
-
-    def repair(self) -> None:
-        """The operator's fix: unmount, fsck, mount again (read-write)."""
-        run("umount", str(self.mount))
-        fsck = subprocess.run(["e2fsck", "-fy", str(self.image)], capture_output=True, text=True)
-        assert fsck.returncode in (0, 1), fsck.stdout + fsck.stderr  # 1: errors corrected
-        self.attach()
-
-    def attach(self) -> None:
-        run("mount", "-o", "loop,errors=remount-ro", str(self.image), str(self.mount))
-
-
-def run(*command: str) -> str:
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)}: {done.stderr.strip()}")
-    return done.stdout
-
-
-@pytest.fixture
-def ext4(tmp_path: Path) -> Iterator[Ext4]:
-    disk = Ext4(tmp_path / "disk.img", tmp_path / "disk")
-    disk.mount.mkdir()
-    with disk.image.open("wb") as f:
-        f.truncate(64 << 20)
-    try:
-        run("mkfs.ext4", "-q", "-F", str(disk.image))
-        disk.attach()
-    except (RuntimeError, FileNotFoundError) as exc:  # as the cluster tests, this needs root
-        pytest.fail(f"an ext4 loop mount needs root and e2fsprogs: {exc}", pytrace=False)
-    try:
-        yield disk
-    finally:
-        subprocess.run(["umount", "-l", str(disk.mount)], check=False, capture_output=True)
 
 
 def produce(http: httpx.Client, topic: str, values: list[str]) -> httpx.Response:

@@ -1,5 +1,6 @@
 """The controller over the in-memory metadata store: topic changes, leader elections on node
-loss, fencing, preferred-leader rebalancing, and leadership invariants under random failures.
+loss and on replicas reported offline (a failed disk), fencing, preferred-leader rebalancing,
+and leadership invariants under random failures.
 
 Several stores share one MemoryBackend, each acting as one node with its own Controller."""
 
@@ -24,7 +25,7 @@ from engine.errors import (
     UnknownTopic,
 )
 from replication import controller as controller_module
-from replication.controller import Controller
+from replication.controller import Controller, elect_leader, elect_preferred
 from replication.errors import (
     FencedController,
     InvalidReplicationFactor,
@@ -417,6 +418,104 @@ async def test_run_rebalances_on_its_interval() -> None:
         assert c.state("t", 2).leader_epoch == 2
 
 
+# -- replicas reported offline (KIP-112) ---------------------------------------------------------
+
+LEADING = PartitionState(leader=1, leader_epoch=4, replicas=(1, 2, 3), isr=(1, 2, 3))
+ALL = frozenset(NODES)
+
+
+@pytest.mark.parametrize(
+    ("state", "live", "offline", "unclean", "expected"),
+    [
+        # An offline leader: the first available ISR member leads; the offline leaves the ISR.
+        (LEADING, ALL, {1}, False, (2, 5, (2, 3))),
+        (LEADING, frozenset({1, 3}), {1}, False, (3, 5, (3,))),
+        # An offline follower leaves the ISR, as a dead one does.
+        (LEADING, ALL, {2}, False, (1, 5, (1, 3))),
+        (replace(LEADING, isr=(1, 3)), ALL, {2}, False, None),
+        # No available ISR member: offline with the last ISR kept...
+        (replace(LEADING, isr=(1,)), ALL, {1}, False, (NO_LEADER, 5, (1,))),
+        (replace(LEADING, leader=NO_LEADER, isr=(1,)), ALL, {1}, False, None),
+        # ...or, unclean, the first replica that is live and not offline.
+        (replace(LEADING, isr=(1,)), ALL, {1, 2}, True, (3, 5, (3,))),
+        (replace(LEADING, isr=(1,)), frozenset({1, 2}), {1, 2}, True, (NO_LEADER, 5, (1,))),
+    ],
+)
+def test_elect_leader_treats_a_replica_reported_offline_as_unavailable(
+    state: PartitionState,
+    live: frozenset[int],
+    offline: set[int],
+    unclean: bool,
+    expected: tuple[int, int, tuple[int, ...]] | None,
+) -> None:
+    new = elect_leader(state, live, unclean, frozenset(offline))
+    assert (None if new is None else (new.leader, new.leader_epoch, new.isr)) == expected
+
+
+def test_elect_preferred_never_moves_leadership_to_a_replica_reported_offline() -> None:
+    led_elsewhere = replace(LEADING, leader=2)
+    assert elect_preferred(led_elsewhere, ALL, frozenset({1})) is None
+    moved = elect_preferred(led_elsewhere, ALL, frozenset({2, 3}))
+    assert moved is not None and (moved.leader, moved.leader_epoch) == (1, 5)
+
+
+async def test_a_leader_reporting_its_log_offline_hands_the_partition_to_the_isr() -> None:
+    async with running_cluster() as c:
+        await c.controllers[1].create_topic("t", 3, 3)  # node 1 leads 0, follows 1 and 2
+        c.stores[1].report_offline([("t", 0)])
+        await c.until(leader_is("t", 0, 2), "partition 0 to move to node 2")
+        state = c.state("t", 0)
+        assert (state.leader_epoch, state.isr) == (1, (2, 3))
+        # Node 1 stays live, and a replica of the partitions it did not report.
+        assert 1 in c.view.live and c.view.offline == {1: frozenset({("t", 0)})}
+        assert [c.state("t", p).leader_epoch for p in (1, 2)] == [0, 0]
+        assert 1 in c.state("t", 1).isr and 1 in c.state("t", 2).isr
+
+
+async def test_a_follower_reporting_its_log_offline_leaves_the_isr() -> None:
+    async with running_cluster() as c:
+        await c.controllers[1].create_topic("t", 1, 3)  # replicas (1, 2, 3)
+        c.stores[3].report_offline([("t", 0)])
+        await c.until(lambda view: 3 not in view.partitions[("t", 0)].isr, "3 out of the ISR")
+        state = c.state("t", 0)
+        assert (state.leader, state.leader_epoch, state.isr) == (1, 1, (1, 2))
+
+        # A lost lease takes the report with it; the node's next lease brings it back.
+        c.backend.expire(3)
+        await c.until(lambda view: 3 not in view.offline, "the report to go with the lease")
+        c.backend.revive(3)
+        await c.until(lambda view: 3 in view.offline, "the report under the new lease")
+        assert c.view.offline[3] == {("t", 0)}
+
+
+async def test_unclean_election_never_elects_a_replica_reported_offline() -> None:
+    async with running_cluster() as c:
+        await c.controllers[1].create_topic("t", 2, 2, {"unclean.leader.election.enable": True})
+        await shrunk_to_leader(c, "t", 1)  # replicas (2, 3), ISR (2,)
+        c.stores[3].report_offline([("t", 1)])
+        await c.until(lambda view: 3 in view.offline, "node 3's report")
+        c.backend.expire(2)
+        await c.until(leader_is("t", 1, NO_LEADER), "partition 1 to go offline")
+        assert c.state("t", 1).isr == (2,)
+
+        c.stores[3].report_offline([])  # as after node 3's restart
+        await c.until(leader_is("t", 1, 3), "an unclean election of node 3")
+
+
+async def test_rebalance_skips_a_preferred_replica_reported_offline() -> None:
+    async with running_cluster() as c:
+        await c.controllers[1].create_topic("t", 3, 3)  # partition 2: replicas (3, 1, 2)
+        c.backend.expire(3)
+        await c.until(leader_is("t", 2, 1), "partition 2 to move to node 1")
+        c.backend.revive(3)
+        state = c.state("t", 2)
+        assert await c.stores[1].set_partition("t", 2, replace(state, isr=(1, 2, 3)))
+        c.stores[3].report_offline([("t", 2)])
+        await c.until(lambda view: 3 not in view.partitions[("t", 2)].isr, "3 out of the ISR")
+        assert await c.controllers[1].rebalance_preferred_leaders() == 0
+        assert c.state("t", 2).leader == 1
+
+
 async def test_a_closed_controller_refuses_requests() -> None:
     async with running_cluster() as c:
         await c.controllers[1].close()
@@ -509,7 +608,7 @@ async def test_set_partition_is_a_compare_and_set_on_the_version() -> None:
 
 # -- invariants under random failures ------------------------------------------------------------
 
-Op = tuple[str, int, bool]  # (kill | revive | expand, node, wait until elections settle)
+Op = tuple[str, int, bool]  # (kill | revive | expand | fail, node, wait until settled)
 
 
 def settled(unclean: bool) -> Callable[[ClusterView], bool]:
@@ -518,11 +617,12 @@ def settled(unclean: bool) -> Callable[[ClusterView], bool]:
     def check(view: ClusterView) -> bool:
         if view.controller is None:
             return False
-        for state in view.partitions.values():
+        for key, state in view.partitions.items():
+            available = view.live - view.offline_replicas(*key)
             eligible = state.replicas if unclean else state.isr
-            if state.leader not in view.live and any(r in view.live for r in eligible):
+            if state.leader not in available and any(r in available for r in eligible):
                 return False
-            if state.leader != NO_LEADER and state.leader not in view.live:
+            if state.leader != NO_LEADER and state.leader not in available:
                 return False
         return True
 
@@ -530,12 +630,16 @@ def settled(unclean: bool) -> Callable[[ClusterView], bool]:
 
 
 async def expand_isrs(c: Cluster, node: int) -> None:
-    """Node's partitions take every live replica back into their ISR (they caught up)."""
+    """Node's partitions take every live replica back into their ISR (they caught up), but
+    those reported offline (they fetch nothing)."""
     view = c.stores[node].view
     for (topic, partition), state in view.partitions.items():
         if state.leader == node and node in view.live:
+            offline = view.offline_replicas(topic, partition)
             isr = state.isr + tuple(
-                r for r in state.replicas if r in view.live and r not in state.isr
+                r
+                for r in state.replicas
+                if r in view.live and r not in offline and r not in state.isr
             )
             await c.stores[node].set_partition(topic, partition, replace(state, isr=isr))
 
@@ -567,13 +671,19 @@ async def random_failures(ops: list[Op], unclean: bool) -> None:
         for op, node, settle in ops:
             if op == "kill":
                 c.backend.expire(node)
-            elif op == "revive":
+            elif op == "revive":  # a restart: its logs reopened
+                c.stores[node].report_offline([])
                 c.backend.revive(node)
+            elif op == "fail":  # its disk: every partition it holds goes offline
+                c.stores[node].report_offline(
+                    key for key, state in c.view.partitions.items() if node in state.replicas
+                )
             else:
                 await expand_isrs(c, node)
             if settle and c.view.live:
                 await c.until(settled(unclean), f"elections after {op} {node}")
         for node in NODES:
+            c.stores[node].report_offline([])
             c.backend.revive(node)
         await c.until(settled(unclean), "elections with every node back")
         assert all(state.leader in c.view.live for state in c.view.partitions.values())
@@ -584,7 +694,9 @@ async def random_failures(ops: list[Op], unclean: bool) -> None:
 @given(
     ops=st.lists(
         st.tuples(
-            st.sampled_from(("kill", "revive", "expand")), st.sampled_from(NODES), st.booleans()
+            st.sampled_from(("kill", "revive", "expand", "fail")),
+            st.sampled_from(NODES),
+            st.booleans(),
         ),
         max_size=30,
     ),

@@ -1,5 +1,6 @@
 """EtcdMetadataStore and EtcdClient against a real etcd: membership, leases, election, fenced
-and compare-and-set writes, the watch, failover between endpoints and etcd restarts."""
+and compare-and-set writes, offline reports, the watch, failover between endpoints and etcd
+restarts."""
 
 from __future__ import annotations
 
@@ -9,13 +10,14 @@ import itertools
 import socket
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from typing import Any
 
 import aiohttp
 import pytest
 
 from engine.errors import TopicAlreadyExists, UnknownTopic
 from replication.errors import FencedController, MetadataUnavailable
-from replication.etcd_client import EtcdClient, Events, Put, Snapshot
+from replication.etcd_client import EtcdClient, Events, Put, Snapshot, TxnResult
 from replication.etcd_store import EtcdMetadataStore
 from replication.metadata import ClusterView, NodeInfo, PartitionState, TopicSpec
 from tests.replication.conftest import EtcdProcess, FreezingProxy
@@ -119,6 +121,48 @@ async def test_a_lost_lease_leaves_the_live_set_then_registers_again(
     assert frozenset({2}) in seen
     assert await live_lease(client, prefix, 1) != old_lease
     assert await one.wait_for(lambda view: view.live == {1, 2}, WAIT_S)
+
+
+async def test_an_offline_report_lives_under_the_lease_and_is_written_again_under_the_next(
+    make_store: StoreFactory, client: EtcdClient, prefix: str
+) -> None:
+    one = await make_store(1)
+    two = await make_store(2)
+    reported = frozenset({("t", 0), ("u", 3)})
+    one.report_offline(reported)
+    assert await two.wait_for(lambda view: view.offline == {1: reported}, WAIT_S)
+    old_lease = await live_lease(client, prefix, 1)
+    kv = await client.get(f"{prefix}/offline/1".encode())
+    assert kv is not None and kv.lease == old_lease
+
+    await client.revoke(old_lease)
+    assert await two.wait_for(lambda view: 1 not in view.live and view.offline == {}, WAIT_S)
+    assert await two.wait_for(lambda view: 1 in view.live and view.offline == {1: reported}, WAIT_S)
+    kv = await client.get(f"{prefix}/offline/1".encode())
+    assert kv is not None and kv.lease == await live_lease(client, prefix, 1) != old_lease
+
+    one.report_offline([])
+    assert await two.wait_for(lambda view: view.offline == {}, WAIT_S)
+
+
+async def test_an_offline_report_is_retried_while_etcd_is_unavailable(
+    make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    one = await make_store(1)
+    txn = one._client.txn
+    failures = 2
+
+    async def down_at_first(*args: Any, **kwargs: Any) -> TxnResult:
+        nonlocal failures
+        if failures:
+            failures -= 1
+            raise MetadataUnavailable("etcd is down")
+        return await txn(*args, **kwargs)
+
+    monkeypatch.setattr(one._client, "txn", down_at_first)
+    one.report_offline([("t", 0)])
+    assert await one.wait_for(lambda view: view.offline == {1: {("t", 0)}}, WAIT_S)
+    assert failures == 0
 
 
 async def test_one_controller_and_the_next_takes_over_when_it_leaves(

@@ -1,7 +1,9 @@
 """A leader whose log goes offline (a storage failure) stops acknowledging: an acks=all produce
 waiting for its followers answers KafkaStorageError at once, followers' fetches are refused
 before their progress is noted (the high watermark no longer moves), and new produces append
-nothing. (Moving leadership away is left to a restart: see docs/engine.md.)"""
+nothing. The node reports its offline partitions to the metadata store, for the controller to
+move their leadership (tests/replication/test_controller.py), and an offline log follows no
+leader."""
 
 from __future__ import annotations
 
@@ -77,10 +79,72 @@ async def test_an_offline_leader_stops_acknowledging(replicas: ReplicaManager) -
     ]
 
 
+async def test_a_log_going_offline_is_reported_to_the_store(
+    replicas: ReplicaManager, caplog: pytest.LogCaptureFixture
+) -> None:
+    """From the thread that met the failure (a flush, say); the whole set each time."""
+    caplog.set_level(logging.WARNING, "replication.replica_manager")
+    store = replicas.store
+    assert store.view.offline == {}
+    log_ = replicas.partitions[("t", 0)].log
+    await asyncio.to_thread(log_.go_offline, "flushing the log to disk failed: [Errno 5] EIO")
+    assert await store.wait_for(lambda view: view.offline == {0: {("t", 0)}}, 10)
+    [line] = [r.getMessage() for r in caplog.records if "reports" in r.getMessage()]
+    assert line == (
+        "node 0 reports its offline partitions to the controller (1 now); newly offline: t-0"
+    )
+
+
+async def test_a_deleted_topic_leaves_the_report(tmp_path: Path) -> None:
+    manager = LogManager(tmp_path)
+    store = MemoryMetadataStore()
+    await store.start(NodeInfo(0, "http://node0:8080"))
+    fence = await store.campaign()
+    for name in ("t", "u"):
+        spec = TopicSpec(name, name * 32, 1, 1, {})
+        await store.create_topic(fence, spec, [PartitionState(0, 0, (0,), (0,))])
+    replicas = ReplicaManager(manager, store, 0, ChangeNotifier())
+    await replicas.start()
+    try:
+        for name in ("t", "u"):
+            replicas.partitions[(name, 0)].log.go_offline("writing the log failed: EIO")
+        assert await store.wait_for(lambda view: view.offline == {0: {("t", 0), ("u", 0)}}, 10)
+        await store.delete_topic(fence, "t")
+        assert await store.wait_for(lambda view: view.offline == {0: {("u", 0)}}, 10)
+    finally:
+        await replicas.close()
+        await store.close()
+        manager.close()
+
+
+async def test_an_offline_log_that_stops_leading_follows_nobody(
+    replicas: ReplicaManager,
+) -> None:
+    fetchers = ReplicaFetchers(replicas.store, LeaderAnswers(), 0)  # type: ignore[arg-type]
+    replicas.add_role_listener(fetchers.role_changed)
+    store = replicas.store
+    try:
+        leader = replicas.partitions[("t", 0)]
+        leader.log.go_offline("writing the log failed: [Errno 5] Input/output error")
+        state = store.view.partitions[("t", 0)]
+        moved = PartitionState(1, 1, (0, 1), (1,), state.version)
+        assert await store.set_partition("t", 0, moved) is not None
+        assert await replicas.applied(lambda: leader.leader == 1, 10)
+        assert not leader.is_leader and fetchers._tasks == {}
+    finally:
+        await fetchers.close()
+
+
 class LeaderAnswers:
-    """The leader's side of a follower's calls: where epochs end; records never come."""
+    """The leader's side of a follower's calls: where epochs end; records never come. `fail`:
+    the follower's log goes offline as it asks (its truncation then meets the failure)."""
+
+    def __init__(self, fail: Partition | None = None) -> None:
+        self.fail = fail
 
     async def epoch_end(self, *args: object, **kwargs: object) -> tuple[int, int]:
+        if self.fail is not None:
+            self.fail.log.go_offline("writing the log failed: [Errno 30] Read-only file system")
         return UNDEFINED_EPOCH, UNDEFINED_OFFSET  # so the follower truncates (to 0)
 
     async def fetch(self, *args: object, **kwargs: object) -> object:
@@ -99,8 +163,7 @@ async def test_an_offline_follower_stops_following(
     manager.create_topic("t")
     follower = Partition(manager.log("t", 0), 0, IdempotencyIndex(60, 100))
     follower.make_follower(PartitionState(1, 0, (1, 0), (1, 0)))
-    follower.log.go_offline("writing the log failed: [Errno 30] Read-only file system")
-    client: ReplicaClient = LeaderAnswers()  # type: ignore[assignment]
+    client: ReplicaClient = LeaderAnswers(follower)  # type: ignore[assignment]
     fetchers = ReplicaFetchers(stores[0], client, 0)
     try:
         await fetchers.role_changed(follower)

@@ -162,6 +162,9 @@ def _as_table(args: argparse.Namespace) -> bool:
     return sys.stdout.isatty()
 
 
+LOCAL_COLUMNS = ("log_start_offset", "high_watermark", "log_end_offset", "size_bytes")
+
+
 def _print_topic(doc: dict[str, Any], table: bool) -> None:
     """A topic's description: JSON, or a summary line and kafka-topics --describe's table."""
     if not table:
@@ -174,21 +177,19 @@ def _print_topic(doc: dict[str, Any], table: bool) -> None:
         f"topic {doc['name']}  id {doc['topic_id']}  partitions {len(rows)}  "
         f"replication factor {factor}  configs {overrides}\n"
     )
-    header = ("PARTITION", "LEADER", "REPLICAS", "ISR", "LOG-START", "HIGH-WATERMARK",
-              "LOG-END", "SIZE")  # fmt: skip
+    header = ("PARTITION", "LEADER", "REPLICAS", "ISR", "OFFLINE", "LOG-START",
+              "HIGH-WATERMARK", "LOG-END", "SIZE")  # fmt: skip
     print(
         _table(
             header,
             [
                 [
                     r["partition"],
-                    r["leader"],
+                    "none" if r["leader"] is None else r["leader"],
                     ",".join(map(str, r["replicas"])),
                     ",".join(map(str, r["isr"])),
-                    r["log_start_offset"],
-                    r["high_watermark"],
-                    r["log_end_offset"],
-                    r["size_bytes"],
+                    ",".join(map(str, r["offline_replicas"])) or "-",
+                    *("-" if r[k] is None else r[k] for k in LOCAL_COLUMNS),
                 ]
                 for r in rows
             ],

@@ -420,19 +420,26 @@ class Controller:
         partition offline) a new leader, or take it offline; drop the unavailable replicas
         from the ISR of the others."""
         configs: dict[str, TopicConfig] = {}
-        for topic, partition in list(self.store.view.partitions):
-            view = self.store.view
-            state = view.partition(topic, partition)
-            spec = view.topics.get(topic)
-            if state is None or spec is None:
-                continue
-            if topic not in configs:
-                configs[topic] = self.defaults.with_overrides(spec.configs)
-            unclean = configs[topic].unclean_leader_election_enable
-            offline = view.offline_replicas(topic, partition)
-            new = elect_leader(state, view.live, unclean, offline)
-            if new is not None:
-                await self._write(fence, topic, partition, state, new, offline)
+        partitions = list(self.store.view.partitions)
+        # As Kafka's controller on a broker's loss: first the partitions without an available
+        # leader (unavailable until their write lands; one write per partition, so on a node
+        # with hundreds the order matters), then the ISR shrinks of the others.
+        for leaderless in (True, False):
+            for topic, partition in partitions:
+                view = self.store.view
+                state = view.partition(topic, partition)
+                spec = view.topics.get(topic)
+                if state is None or spec is None:
+                    continue
+                offline = view.offline_replicas(topic, partition)
+                if leaderless and state.leader in view.live - offline:
+                    continue
+                if topic not in configs:
+                    configs[topic] = self.defaults.with_overrides(spec.configs)
+                unclean = configs[topic].unclean_leader_election_enable
+                new = elect_leader(state, view.live, unclean, offline)
+                if new is not None:
+                    await self._write(fence, topic, partition, state, new, offline)
 
     async def _rebalance(self, fence: Fence) -> int:
         moved = 0

@@ -271,6 +271,21 @@ async def test_node_loss_elects_the_next_isr_member_in_the_next_epoch() -> None:
             assert state.isr == tuple(r for r in state.replicas if r != 2)
 
 
+async def test_a_lost_leaders_partitions_are_written_before_isr_shrinks() -> None:
+    """Partition 1 (led by node 2) comes after partition 0 in the view, yet its new leader
+    is stored first: until then it has none, while the others only wait to drop node 2."""
+    async with running_cluster() as c:
+        await c.controllers[1].create_topic("t", 3, 3)
+        assert c.state("t", 1).leader == 2 and c.state("t", 0).leader != 2
+        c.backend.expire(2)
+        for p in range(3):
+            await c.until(
+                lambda v, p=p: 2 not in v.partitions[("t", p)].isr, f"node 2 out of {p}'s ISR"
+            )
+        led_anew = c.state("t", 1).version
+        assert all(led_anew < c.state("t", p).version for p in (0, 2))
+
+
 async def shrunk_to_leader(c: Cluster, topic: str, partition: int) -> PartitionState:
     """The leader drops its followers from the ISR (they fell behind), through its own store."""
     state = c.state(topic, partition)

@@ -16,7 +16,7 @@ import logging
 import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from engine.config import (
@@ -36,6 +36,7 @@ from replication.errors import (
     NotController,
 )
 from replication.metadata import (
+    MAX_PARTITIONS_PER_WRITE,
     NO_LEADER,
     ClusterView,
     Fence,
@@ -419,27 +420,41 @@ class Controller:
         """Give every partition whose leader is not available (not live, or reporting the
         partition offline) a new leader, or take it offline; drop the unavailable replicas
         from the ISR of the others."""
+        view = self.store.view
         configs: dict[str, TopicConfig] = {}
-        partitions = list(self.store.view.partitions)
-        # As Kafka's controller on a broker's loss: first the partitions without an available
-        # leader (unavailable until their write lands; one write per partition, so on a node
-        # with hundreds the order matters), then the ISR shrinks of the others.
-        for leaderless in (True, False):
-            for topic, partition in partitions:
-                view = self.store.view
-                state = view.partition(topic, partition)
-                spec = view.topics.get(topic)
-                if state is None or spec is None:
-                    continue
-                offline = view.offline_replicas(topic, partition)
-                if leaderless and state.leader in view.live - offline:
-                    continue
-                if topic not in configs:
-                    configs[topic] = self.defaults.with_overrides(spec.configs)
-                unclean = configs[topic].unclean_leader_election_enable
-                new = elect_leader(state, view.live, unclean, offline)
-                if new is not None:
-                    await self._write(fence, topic, partition, state, new, offline)
+        leaderless: list[Change] = []
+        shrinks: list[Change] = []
+        for (topic, partition), state in view.partitions.items():
+            spec = view.topics.get(topic)
+            if spec is None:
+                continue
+            if topic not in configs:
+                configs[topic] = self.defaults.with_overrides(spec.configs)
+            unclean = configs[topic].unclean_leader_election_enable
+            offline = view.offline_replicas(topic, partition)
+            new = elect_leader(state, view.live, unclean, offline)
+            if new is not None:
+                change = Change(topic, partition, state, new, offline)
+                available = state.leader in view.live - offline
+                (shrinks if available else leaderless).append(change)
+        # As Kafka's controller on a broker's loss: first the partitions without a leader
+        # (unavailable until written), then the ISR shrinks of the others, each in as few
+        # etcd transactions as its limit allows (a node may hold thousands of replicas).
+        for changes in (leaderless, shrinks):
+            for first in range(0, len(changes), MAX_PARTITIONS_PER_WRITE):
+                await self._write_all(fence, changes[first : first + MAX_PARTITIONS_PER_WRITE])
+
+    async def _write_all(self, fence: Fence, changes: Sequence[Change]) -> None:
+        """Store the changes at once; if one of them moved meanwhile, one by one (that one
+        fails alone, and the change that moved it wakes the next pass)."""
+        states = [((c.topic, c.partition), c.new) for c in changes]
+        stored = await self.store.set_partitions(states, fence)
+        if stored is None:
+            for change in changes:
+                await self._write(fence, change)
+            return
+        for change, state in zip(changes, stored, strict=True):
+            _log_change(change, state)
 
     async def _rebalance(self, fence: Fence) -> int:
         moved = 0
@@ -449,39 +464,48 @@ class Controller:
             if state is None:
                 continue
             new = elect_preferred(state, view.live, view.offline_replicas(topic, partition))
-            if new is not None and await self._write(fence, topic, partition, state, new):
+            if new is not None and await self._write(fence, Change(topic, partition, state, new)):
                 moved += 1
         return moved
 
-    async def _write(
-        self,
-        fence: Fence,
-        topic: str,
-        partition: int,
-        old: PartitionState,
-        new: PartitionState,
-        offline: frozenset[int] = frozenset(),
-    ) -> bool:
+    async def _write(self, fence: Fence, change: Change) -> bool:
         """Store a leadership change; False if the state moved since it was read (the change
-        that moved it wakes the next pass, which decides again from the newer state).
-        `offline`: the replicas reporting the partition offline, named if they caused it."""
-        stored = await self.store.set_partition(topic, partition, new, fence)
+        that moved it wakes the next pass, which decides again from the newer state)."""
+        topic, partition = change.topic, change.partition
+        stored = await self.store.set_partition(topic, partition, change.new, fence)
         if stored is None:
             log.info("%s-%d changed while electing; deciding again", topic, partition)
             return False
-        failed = sorted(offline & {old.leader, *old.isr})
-        log.log(
-            logging.WARNING if failed else logging.INFO,
-            "%s-%d: leader %d -> %d in epoch %d, isr %s%s",
-            topic,
-            partition,
-            old.leader,
-            stored.leader,
-            stored.leader_epoch,
-            list(stored.isr),
-            f" (nodes {failed} report its log offline)" if failed else "",
-        )
+        _log_change(change, stored)
         return True
+
+
+@dataclass(frozen=True)
+class Change:
+    """A partition's state as read, and the one the controller decided; `offline`: the
+    replicas reporting the partition offline (named in the log if they caused it)."""
+
+    topic: str
+    partition: int
+    old: PartitionState
+    new: PartitionState
+    offline: frozenset[int] = frozenset()
+
+
+def _log_change(change: Change, stored: PartitionState) -> None:
+    old = change.old
+    failed = sorted(change.offline & {old.leader, *old.isr})
+    log.log(
+        logging.WARNING if failed else logging.INFO,
+        "%s-%d: leader %d -> %d in epoch %d, isr %s%s",
+        change.topic,
+        change.partition,
+        old.leader,
+        stored.leader,
+        stored.leader_epoch,
+        list(stored.isr),
+        f" (nodes {failed} report its log offline)" if failed else "",
+    )
 
 
 def _replica_nodes(view: ClusterView, replication_factor: object) -> list[int]:

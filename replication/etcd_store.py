@@ -32,6 +32,7 @@ from replication.etcd_client import (
     prefix_end,
 )
 from replication.metadata import (
+    MAX_PARTITIONS_PER_WRITE,
     ClusterView,
     Fence,
     MetadataStore,
@@ -481,11 +482,27 @@ class EtcdMetadataStore(MetadataStore):
     async def set_partition(
         self, topic: str, partition: int, state: PartitionState, fence: Fence | None = None
     ) -> PartitionState | None:
-        key = self._key("partitions", topic, partition)
-        compares = [Compare(key, "CREATE", 0, "GREATER"), Compare(key, "MOD", state.version)]
+        stored = await self._set_partitions([((topic, partition), state)], fence)
+        return None if stored is None else stored[0]
+
+    async def set_partitions(
+        self, states: Sequence[tuple[TopicPartition, PartitionState]], fence: Fence
+    ) -> list[PartitionState] | None:
+        return await self._set_partitions(states, fence)
+
+    async def _set_partitions(
+        self, states: Sequence[tuple[TopicPartition, PartitionState]], fence: Fence | None
+    ) -> list[PartitionState] | None:
+        if len(states) > MAX_PARTITIONS_PER_WRITE:
+            raise ValueError(f"at most {MAX_PARTITIONS_PER_WRITE} partitions per write")
+        compares = []
+        for (topic, partition), state in states:
+            key = self._key("partitions", topic, partition)
+            compares += [Compare(key, "CREATE", 0, "GREATER"), Compare(key, "MOD", state.version)]
         if fence is not None:
             compares.append(Compare(fence.key.encode(), "CREATE", fence.create_revision))
-        result = await self._client.txn(compares, [self._put_partition(topic, partition, state)])
+        puts = [self._put_partition(topic, p, state) for (topic, p), state in states]
+        result = await self._client.txn(compares, puts)
         if not result.succeeded:
             return None
-        return dataclasses.replace(state, version=result.revision)
+        return [dataclasses.replace(state, version=result.revision) for _, state in states]

@@ -12,6 +12,7 @@ from dataclasses import replace
 from engine.errors import TopicAlreadyExists, UnknownTopic
 from replication.errors import FencedController
 from replication.metadata import (
+    MAX_PARTITIONS_PER_WRITE,
     ClusterView,
     Fence,
     MetadataStore,
@@ -214,16 +215,31 @@ class MemoryMetadataStore(MetadataStore):
     async def set_partition(
         self, topic: str, partition: int, state: PartitionState, fence: Fence | None = None
     ) -> PartitionState | None:
+        stored = await self._set_partitions([((topic, partition), state)], fence)
+        return None if stored is None else stored[0]
+
+    async def set_partitions(
+        self, states: Sequence[tuple[TopicPartition, PartitionState]], fence: Fence
+    ) -> list[PartitionState] | None:
+        return await self._set_partitions(states, fence)
+
+    async def _set_partitions(
+        self, states: Sequence[tuple[TopicPartition, PartitionState]], fence: Fence | None
+    ) -> list[PartitionState] | None:
         await asyncio.sleep(0)
         backend = self.backend
+        if len(states) > MAX_PARTITIONS_PER_WRITE:
+            raise ValueError(f"at most {MAX_PARTITIONS_PER_WRITE} partitions per write")
         if fence is not None and not backend.fence_holds(fence):
             return None
-        current = backend.partitions.get((topic, partition))
-        if current is None or current.version != state.version:
-            return None
+        for key, state in states:
+            current = backend.partitions.get(key)
+            if current is None or current.version != state.version:
+                return None
         with backend.transaction() as revision:
-            stored = replace(state, version=revision)
-            backend.partitions[(topic, partition)] = stored
+            stored = [replace(state, version=revision) for _, state in states]
+            for (key, _), new in zip(states, stored, strict=True):
+                backend.partitions[key] = new
         return stored
 
     def _check_fence(self, fence: Fence) -> None:

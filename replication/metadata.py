@@ -15,6 +15,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 NO_LEADER = -1
+# Partitions per all-or-none write: two guards each and the fence stay within etcd's default
+# --max-txn-ops of 128.
+MAX_PARTITIONS_PER_WRITE = 60
 
 TopicPartition = tuple[str, int]
 
@@ -187,3 +190,11 @@ class MetadataStore(ABC):
         """Compare-and-set a partition's state on `state.version` (the version it was read
         at), also guarded by `fence` when the controller writes. Returns the stored state
         with its new version, or None if the version or the fence no longer matched."""
+
+    @abstractmethod
+    async def set_partitions(
+        self, states: Sequence[tuple[TopicPartition, PartitionState]], fence: Fence
+    ) -> list[PartitionState] | None:
+        """`set_partition` for several partitions at once, all or none (one etcd transaction:
+        at most MAX_PARTITIONS_PER_WRITE). Returns the stored states in order, or None if any
+        version or the fence no longer matched (then nothing was written)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, replace
 
 import pytest
@@ -339,11 +339,15 @@ async def test_a_new_controller_takes_over_and_handles_the_next_loss() -> None:
         await c.until(lambda view: view.controller == 2, "node 2 to become controller")
         await c.until(leader_is("t", 0, 2), "partition 0 to move to node 2")
         assert (c.state("t", 0).leader_epoch, c.state("t", 0).isr) == (1, (2, 3))
+        await c.until(
+            lambda v: all(1 not in v.partitions[("t", p)].isr for p in range(3)),
+            "node 1 out of every ISR",
+        )
 
         c.backend.expire(3)
         await c.until(leader_is("t", 2, 2), "partition 2 to move to node 2")
         state = c.state("t", 2)
-        assert (state.replicas, state.leader_epoch, state.isr) == ((3, 1, 2), 1, (2,))
+        assert (state.replicas, state.leader_epoch, state.isr) == ((3, 1, 2), 2, (2,))
         spec = await c.controllers[2].create_topic("u", 1, 1)
         assert c.state("u", 0).replicas == (2,) and spec.version > 0
 
@@ -378,28 +382,33 @@ async def test_a_stale_controller_is_fenced() -> None:
 async def test_a_concurrent_change_makes_the_controller_decide_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """The dead leader's last ISR change lands just before the controller's batch: the batch
+    fails whole, each change is written alone, partition 1's fails and is decided again,
+    and the others' land."""
     async with running_cluster() as c:
         await c.controllers[1].create_topic("t", 3, 3)  # partition 1: replicas (2, 3, 1)
         raced = False
-        set_partition = c.stores[1].set_partition
+        set_partitions = c.stores[1].set_partitions
 
         async def racing(
-            topic: str, partition: int, state: PartitionState, fence: Fence | None = None
-        ) -> PartitionState | None:
+            states: Sequence[tuple[TopicPartition, PartitionState]], fence: Fence
+        ) -> list[PartitionState] | None:
             nonlocal raced
-            if not raced and partition == 1:
-                raced = True  # the dead leader's last ISR change lands first: node 3 is out
-                current = c.state(topic, partition)
-                assert await c.stores[2].set_partition(
-                    topic, partition, replace(current, isr=(2, 1))
-                )
-            return await set_partition(topic, partition, state, fence)
+            if not raced and ("t", 1) in dict(states):
+                raced = True  # node 3 is out of partition 1's ISR before the batch lands
+                current = c.state("t", 1)
+                assert await c.stores[2].set_partition("t", 1, replace(current, isr=(2, 1)))
+            return await set_partitions(states, fence)
 
-        monkeypatch.setattr(c.stores[1], "set_partition", racing)
+        monkeypatch.setattr(c.stores[1], "set_partitions", racing)
         c.backend.expire(2)
         await c.until(leader_is("t", 1, 1), "partition 1 to move to node 1")
         state = c.state("t", 1)
         assert raced and (state.leader_epoch, state.isr) == (1, (1,))
+        for p in (0, 2):
+            await c.until(
+                lambda v, p=p: 2 not in v.partitions[("t", p)].isr, f"node 2 out of {p}'s ISR"
+            )
 
 
 async def test_rebalance_moves_leadership_back_to_preferred_replicas() -> None:
@@ -539,11 +548,12 @@ async def test_a_closed_controller_refuses_requests() -> None:
 
 
 class FlakyStore(MemoryMetadataStore):
-    """A store whose first campaign and first fenced partition write fail, as etcd down would."""
+    """A store whose first campaign and first batch of partition writes fail, as etcd down
+    would."""
 
     def __init__(self, backend: MemoryBackend) -> None:
         super().__init__(backend)
-        self.outages = {"campaign", "set_partition"}
+        self.outages = {"campaign", "set_partitions"}
 
     def _outage(self, call: str) -> None:
         if call in self.outages:
@@ -554,12 +564,11 @@ class FlakyStore(MemoryMetadataStore):
         self._outage("campaign")
         return await super().campaign()
 
-    async def set_partition(
-        self, topic: str, partition: int, state: PartitionState, fence: Fence | None = None
-    ) -> PartitionState | None:
-        if fence is not None:
-            self._outage("set_partition")
-        return await super().set_partition(topic, partition, state, fence)
+    async def set_partitions(
+        self, states: Sequence[tuple[TopicPartition, PartitionState]], fence: Fence
+    ) -> list[PartitionState] | None:
+        self._outage("set_partitions")
+        return await super().set_partitions(states, fence)
 
 
 async def test_store_outages_are_retried(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,6 +10,7 @@ import itertools
 import socket
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 import aiohttp
@@ -19,7 +20,13 @@ from engine.errors import TopicAlreadyExists, UnknownTopic
 from replication.errors import FencedController, MetadataUnavailable
 from replication.etcd_client import EtcdClient, Events, Put, Snapshot, TxnResult
 from replication.etcd_store import EtcdMetadataStore
-from replication.metadata import ClusterView, NodeInfo, PartitionState, TopicSpec
+from replication.metadata import (
+    MAX_PARTITIONS_PER_WRITE,
+    ClusterView,
+    NodeInfo,
+    PartitionState,
+    TopicSpec,
+)
 from tests.replication.conftest import EtcdProcess, FreezingProxy
 
 WAIT_S = 10.0
@@ -242,6 +249,28 @@ async def test_set_partition_is_a_compare_and_set_on_the_version(
     assert await one.set_partition("t", 1, PartitionState(2, 1, (1, 2), (2,), read.version)) is None
     assert await one.set_partition("t", 9, PartitionState(1, 0, (1,), (1,))) is None
     assert await one.wait_for(lambda view: view.partition("t", 1) == stored, WAIT_S)
+
+
+async def test_set_partitions_writes_all_or_none(make_store: StoreFactory) -> None:
+    one = await make_store(1)
+    fence = await one.campaign()
+    await one.create_topic(fence, topic("t", 3), states(3))
+    assert await one.wait_for(lambda view: view.partition("t", 2) is not None, WAIT_S)
+    read = {p: one.view.partitions[("t", p)] for p in range(3)}
+    shrunk = {p: replace(read[p], isr=(read[p].leader,)) for p in range(3)}
+    stale = replace(shrunk[2], version=read[2].version - 1)
+    batch = [(("t", 0), shrunk[0]), (("t", 1), shrunk[1]), (("t", 2), stale)]
+    assert await one.set_partitions(batch, fence) is None  # one stale version: nothing written
+    assert await one.set_partitions(batch[:2], replace(fence, create_revision=1)) is None
+    assert all(one.view.partitions[("t", p)] == read[p] for p in range(3))
+    stored = await one.set_partitions([(("t", p), shrunk[p]) for p in range(3)], fence)
+    assert stored is not None and len({s.version for s in stored}) == 1  # one transaction
+    assert stored[0].version > max(r.version for r in read.values())
+    assert all(s.isr == (1,) for s in stored)
+    assert await one.wait_for(lambda view: view.partition("t", 2) == stored[2], WAIT_S)
+    too_many = [(("t", 0), shrunk[0])] * (MAX_PARTITIONS_PER_WRITE + 1)
+    with pytest.raises(ValueError, match="partitions per write"):
+        await one.set_partitions(too_many, fence)
 
 
 async def test_update_topic_is_a_compare_and_set_on_the_version(

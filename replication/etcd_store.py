@@ -479,19 +479,8 @@ class EtcdMetadataStore(MetadataStore):
         if not result.succeeded:
             raise UnknownTopic(f"topic {name!r} does not exist")
 
-    async def set_partition(
-        self, topic: str, partition: int, state: PartitionState, fence: Fence | None = None
-    ) -> PartitionState | None:
-        stored = await self._set_partitions([((topic, partition), state)], fence)
-        return None if stored is None else stored[0]
-
     async def set_partitions(
-        self, states: Sequence[tuple[TopicPartition, PartitionState]], fence: Fence
-    ) -> list[PartitionState] | None:
-        return await self._set_partitions(states, fence)
-
-    async def _set_partitions(
-        self, states: Sequence[tuple[TopicPartition, PartitionState]], fence: Fence | None
+        self, states: Sequence[tuple[TopicPartition, PartitionState]], fence: Fence | None = None
     ) -> list[PartitionState] | None:
         if len(states) > MAX_PARTITIONS_PER_WRITE:
             raise ValueError(f"at most {MAX_PARTITIONS_PER_WRITE} partitions per write")

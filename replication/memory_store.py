@@ -212,19 +212,8 @@ class MemoryMetadataStore(MetadataStore):
             for key in [key for key in backend.partitions if key[0] == name]:
                 del backend.partitions[key]
 
-    async def set_partition(
-        self, topic: str, partition: int, state: PartitionState, fence: Fence | None = None
-    ) -> PartitionState | None:
-        stored = await self._set_partitions([((topic, partition), state)], fence)
-        return None if stored is None else stored[0]
-
     async def set_partitions(
-        self, states: Sequence[tuple[TopicPartition, PartitionState]], fence: Fence
-    ) -> list[PartitionState] | None:
-        return await self._set_partitions(states, fence)
-
-    async def _set_partitions(
-        self, states: Sequence[tuple[TopicPartition, PartitionState]], fence: Fence | None
+        self, states: Sequence[tuple[TopicPartition, PartitionState]], fence: Fence | None = None
     ) -> list[PartitionState] | None:
         await asyncio.sleep(0)
         backend = self.backend

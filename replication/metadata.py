@@ -183,17 +183,18 @@ class MetadataStore(ABC):
     async def delete_topic(self, fence: Fence, name: str) -> None:
         """Remove a topic and its partitions' states (UnknownTopic if there is none)."""
 
-    @abstractmethod
     async def set_partition(
         self, topic: str, partition: int, state: PartitionState, fence: Fence | None = None
     ) -> PartitionState | None:
         """Compare-and-set a partition's state on `state.version` (the version it was read
         at), also guarded by `fence` when the controller writes. Returns the stored state
         with its new version, or None if the version or the fence no longer matched."""
+        stored = await self.set_partitions([((topic, partition), state)], fence)
+        return None if stored is None else stored[0]
 
     @abstractmethod
     async def set_partitions(
-        self, states: Sequence[tuple[TopicPartition, PartitionState]], fence: Fence
+        self, states: Sequence[tuple[TopicPartition, PartitionState]], fence: Fence | None = None
     ) -> list[PartitionState] | None:
         """`set_partition` for several partitions at once, all or none (one etcd transaction:
         at most MAX_PARTITIONS_PER_WRITE). Returns the stored states in order, or None if any

@@ -391,7 +391,7 @@ async def test_a_concurrent_change_makes_the_controller_decide_again(
         set_partitions = c.stores[1].set_partitions
 
         async def racing(
-            states: Sequence[tuple[TopicPartition, PartitionState]], fence: Fence
+            states: Sequence[tuple[TopicPartition, PartitionState]], fence: Fence | None = None
         ) -> list[PartitionState] | None:
             nonlocal raced
             if not raced and ("t", 1) in dict(states):
@@ -565,7 +565,7 @@ class FlakyStore(MemoryMetadataStore):
         return await super().campaign()
 
     async def set_partitions(
-        self, states: Sequence[tuple[TopicPartition, PartitionState]], fence: Fence
+        self, states: Sequence[tuple[TopicPartition, PartitionState]], fence: Fence | None = None
     ) -> list[PartitionState] | None:
         self._outage("set_partitions")
         return await super().set_partitions(states, fence)

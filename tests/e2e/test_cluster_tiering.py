@@ -80,16 +80,24 @@ def test_a_new_leader_continues_the_manifest(
 
         until(lambda: new_leader() is not None, "a new leader")
         produce(other, 100)
-        until(
-            lambda: (m := manifest()) is not None and m.leader_epoch > before.leader_epoch,
-            "the new leader's uploads",
-        )
+
+        def continued() -> bool:
+            """The new leader's epoch has uploaded past offset 100 (its first upload in that
+            epoch may still end at the segments it had before: not yet what is asked)."""
+            m = manifest()
+            return (
+                m is not None
+                and m.leader_epoch > before.leader_epoch
+                and m.end_offset is not None
+                and m.end_offset > 100
+            )
+
+        until(continued, "the new leader's uploads past offset 100")
         after = manifest()
         assert after is not None
         assert after.segments[: len(before.segments)] == before.segments
         for earlier, later in zip(after.segments, after.segments[1:], strict=False):
             assert later.base_offset == earlier.next_offset
-        assert after.end_offset is not None and after.end_offset > 100
 
         assert read_values(http, other, "t", 200) == [{"n": n} for n in range(200)]
     finally:

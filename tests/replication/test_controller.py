@@ -411,13 +411,19 @@ async def test_a_concurrent_change_makes_the_controller_decide_again(
             )
 
 
+async def preferred_replica_lost_and_back(c: Cluster) -> None:
+    """Topic t's partition 2 (replicas 3, 1, 2) moves to node 1 when node 3 is lost; node 3
+    comes back live, out of the ISR."""
+    await c.controllers[1].create_topic("t", 3, 3)
+    c.backend.expire(3)
+    await c.until(leader_is("t", 2, 1), "partition 2 to move to node 1")
+    c.backend.revive(3)
+    await c.until(lambda view: 3 in view.live, "node 3 to return")
+
+
 async def test_rebalance_moves_leadership_back_to_preferred_replicas() -> None:
     async with running_cluster() as c:
-        await c.controllers[1].create_topic("t", 3, 3)  # partition 2: replicas (3, 1, 2)
-        c.backend.expire(3)
-        await c.until(leader_is("t", 2, 1), "partition 2 to move to node 1")
-        c.backend.revive(3)
-        await c.until(lambda view: 3 in view.live, "node 3 to return")
+        await preferred_replica_lost_and_back(c)
         assert await c.controllers[1].rebalance_preferred_leaders() == 0  # 3 is not in sync
 
         state = c.state("t", 2)
@@ -528,10 +534,7 @@ async def test_unclean_election_never_elects_a_replica_reported_offline() -> Non
 
 async def test_rebalance_skips_a_preferred_replica_reported_offline() -> None:
     async with running_cluster() as c:
-        await c.controllers[1].create_topic("t", 3, 3)  # partition 2: replicas (3, 1, 2)
-        c.backend.expire(3)
-        await c.until(leader_is("t", 2, 1), "partition 2 to move to node 1")
-        c.backend.revive(3)
+        await preferred_replica_lost_and_back(c)
         state = c.state("t", 2)
         assert await c.stores[1].set_partition("t", 2, replace(state, isr=(1, 2, 3)))
         c.stores[3].report_offline([("t", 2)])

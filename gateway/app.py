@@ -14,7 +14,9 @@ from gateway.auth.middleware import auth_middleware
 from gateway.auth.throttle import quota_middleware
 from gateway.backpressure import INFLIGHT, InflightBodies, backpressure_middleware
 from gateway.forwarding import forwarding_middleware
+from gateway.metrics import LaneCollector
 from gateway.problems import problem_middleware
+from gateway.produce_lane import PRODUCE_LANE, ProduceLane
 from gateway.settings import Settings
 from gateway.state import GATEWAY, SETTINGS, Gateway
 
@@ -68,6 +70,11 @@ async def _metrics_middleware(
 
 async def _open(app: web.Application) -> None:
     gateway = app[GATEWAY] = await Gateway.open(app[SETTINGS])
+    lane = None
+    if not gateway.settings.auth and (cors.POLICY not in app or not app[cors.POLICY].named):
+        # No middleware the lane would bypass applies to a plain produce here.
+        lane = app[PRODUCE_LANE] = ProduceLane(gateway, app[INFLIGHT])
+    gateway.metrics.registry.register(LaneCollector(lambda: 0 if lane is None else lane.served))
     gateway.ready = True
 
 

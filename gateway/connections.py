@@ -10,18 +10,20 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 from typing import Any
 
-from aiohttp import web
-from aiohttp.http import HttpProcessingError
+from aiohttp import HttpVersion11, web
+from aiohttp.http import HttpProcessingError, RawRequestMessage
 from aiohttp.streams import StreamReader
 from aiohttp.web_protocol import RequestHandler, _ErrInfo
 
+from gateway.h2_stream import Headers
 from gateway.http2 import H2Protocol
 from gateway.problems import PROBLEM_JSON, Problem, one_line, problem_body, problem_response
 from gateway.problems import status_code as code_of
+from gateway.produce_lane import PRODUCE_LANE, LaneRequest, ProduceLane, body_of, serve_h2
 
 BAD_REQUESTS_PER_MINUTE = 20
 log = logging.getLogger(__name__)
@@ -88,17 +90,128 @@ class _ProblemErrors(RequestHandler):
 class Http1Connection(_ProblemErrors):
     """aiohttp's HTTP/1.1 handler with a deadline on each request's headers (408, then close)
     and a body the parser refuses (a malformed chunk size) failing its reader, so the handler
-    answers 400 at once instead of waiting for the body timeout."""
+    answers 400 at once instead of waiting for the body timeout.
 
-    __slots__ = ("_header_deadline", "_header_timeout", "_last_payload")
+    The plain produces it parses are served by the produce lane (gateway.produce_lane) when
+    aiohttp's request loop is idle: that loop is woken only for the requests the lane leaves
+    it, so answers keep the order of their requests."""
 
-    def __init__(self, manager: web.Server, *, header_timeout: float, **kwargs: Any) -> None:
+    __slots__ = (
+        "_app",
+        "_header_deadline",
+        "_header_timeout",
+        "_lane",
+        "_lane_task",
+        "_last_payload",
+        "_loop_started",
+    )
+
+    def __init__(
+        self,
+        manager: web.Server,
+        *,
+        header_timeout: float,
+        app: web.Application | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(manager, **kwargs)
         self._header_timeout = header_timeout
         self._header_deadline: asyncio.TimerHandle | None = None
         self._last_payload: StreamReader | None = None  # the newest request's body
+        self._app = app
+        self._lane: ProduceLane | None = None
+        self._lane_task: asyncio.Task[None] | None = None  # the lane's request in progress
+        self._loop_started = False  # whether aiohttp's request loop (start) has begun
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        if self._app is not None:
+            self._lane = self._app.get(PRODUCE_LANE)
+
+    async def start(self) -> None:
+        """aiohttp's request loop, begun after the lane's answer if the lane took the
+        connection's first request (which arrives before this task first runs)."""
+        self._loop_started = True
+        if self._lane_task is not None:
+            await asyncio.wait([self._lane_task])
+        await super().start()
 
     def data_received(self, data: bytes) -> None:
+        waiter = self._waiter
+        self._waiter = None  # aiohttp's loop is woken below, if the lane leaves it a request
+        try:
+            self._parse(data)
+        finally:
+            self._waiter = waiter
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        """Give the first queued request to the lane if it takes it, else wake aiohttp's loop;
+        only when that loop waits idle (or has not begun) and the lane serves nothing on this
+        connection."""
+        waiter = self._waiter
+        idle = not self._loop_started if waiter is None else not waiter.done()
+        if self._lane_task is not None or not idle or not self._messages:
+            return
+        message, payload = self._messages[0]
+        lane = self._lane
+        taken = None
+        if (
+            lane is not None
+            and not isinstance(message, _ErrInfo)
+            and message.method == "POST"
+            and message.version == HttpVersion11
+            and not message.should_close
+            and payload.is_eof()
+            and not self._close
+        ):
+            taken = lane.take(message.method, message.path, message.headers, body_of(payload), self)
+        if lane is None or taken is None:
+            if waiter is not None:
+                waiter.set_result(None)
+            return
+        self._messages.popleft()
+        if self._parser is not None:
+            self._parser.message_consumed()
+        if self._buffer_paused and len(self._messages) <= self._msg_queue_resume_size:
+            self._resume_reading_if_drained()
+        self._request_in_progress = True
+        self._lane_task = self._loop.create_task(self._serve_lane(lane, taken))
+
+    async def _serve_lane(self, lane: ProduceLane, request: LaneRequest) -> None:
+        try:
+            answer = await lane.serve(request, self)
+            transport = self.transport
+            if transport is not None:  # also during a graceful shutdown, which waits for it
+                transport.write(answer.http1())
+                if answer.closes or self._close or self._force_close:
+                    self.force_close()
+                else:
+                    self._keep_alive_from_now()
+        finally:
+            self._lane_task = None
+            self._request_in_progress = False
+            waiter = self._handler_waiter
+            if waiter is not None and not waiter.done():  # a shutdown waits for the answer
+                waiter.set_result(None)
+        self._dispatch()
+
+    def _keep_alive_from_now(self) -> None:
+        """aiohttp's idle timer, restarted as its loop does after each answer."""
+        if self._keepalive_timeout <= 0:
+            return
+        close_time = self._loop.time() + self._keepalive_timeout
+        self._next_keepalive_close_time = close_time
+        if self._keepalive_handle is None:
+            self._keepalive_handle = self._loop.call_at(close_time, self._process_keepalive)
+
+    def _process_keepalive(self) -> None:
+        if self._lane_task is not None:  # busy, not idle: the answer restarts the timer
+            self._keepalive_handle = None
+            return
+        super()._process_keepalive()
+
+    def _parse(self, data: bytes) -> None:
         queued = len(self._messages)
         body = self._last_payload
         # Bytes that only end a body (it arrived in several segments) start no deadline:
@@ -173,6 +286,28 @@ class Http1Connection(_ProblemErrors):
 
 
 class Http2Connection(_ProblemErrors, H2Protocol):
-    """The HTTP/2 protocol with the same problem+json error answers."""
+    """The HTTP/2 protocol with the same problem+json error answers; the plain produces of
+    its streams are served by the produce lane."""
 
-    __slots__ = ()
+    __slots__ = ("_app", "_lane")
+
+    def __init__(
+        self, manager: web.Server, *, app: web.Application | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(manager, **kwargs)
+        self._app = app
+        self._lane: ProduceLane | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        if self._app is not None:
+            self._lane = self._app.get(PRODUCE_LANE)
+
+    def answer_directly(
+        self, message: RawRequestMessage, payload: StreamReader
+    ) -> Awaitable[tuple[Headers, bytes]] | None:
+        lane = self._lane
+        if lane is None or message.method != "POST" or not payload.is_eof():
+            return None
+        taken = lane.take(message.method, message.path, message.headers, body_of(payload), self)
+        return None if taken is None else serve_h2(lane, taken, self)

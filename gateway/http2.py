@@ -13,7 +13,7 @@ import re
 import ssl
 import struct
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any, Final, NoReturn, cast
 
@@ -468,6 +468,13 @@ class H2Protocol(RequestHandler):
             manager.requests_count += 1
         request: web.BaseRequest | None = None
         try:
+            direct = self.answer_directly(message, payload)
+            if direct is not None:
+                headers, body = await direct
+                self.send_headers(stream, headers, end_stream=not body)
+                if body:
+                    await self.send_data(stream, body, end_stream=True)
+                return
             request = factory(message, payload, self, H2StreamWriter(self, stream), task)
             start = self._loop.time() if self._logging_enabled else None
             await self._handle_request(request, start, handler)
@@ -479,6 +486,13 @@ class H2Protocol(RequestHandler):
             if request is not None:
                 request._task = None  # type: ignore[assignment]
             self._finish_stream(stream, payload)
+
+    def answer_directly(
+        self, message: RawRequestMessage, payload: StreamReader
+    ) -> Awaitable[tuple[Headers, bytes]] | None:
+        """A subclass's answer (headers, body) to a request it serves without the Application,
+        or None: the Application answers it."""
+        return None
 
     def _finish_stream(self, stream: H2Stream, payload: StreamReader) -> None:
         """Release a stream after its handler ended: settle its state and flow-control credit."""
@@ -712,7 +726,7 @@ class _ProtocolSelector(asyncio.Protocol):
         server: web.Server,
         limits: H2Limits,
         http1: Callable[..., RequestHandler] | None,
-        http2: type[H2Protocol],
+        http2: Callable[..., H2Protocol],
     ) -> None:
         self._server = server
         self._limits = limits
@@ -800,7 +814,7 @@ class Http2Site(web.TCPSite):
         ssl_context: ssl.SSLContext | None = None,
         limits: H2Limits | None = None,
         http1: Callable[..., RequestHandler] | None = None,
-        http2: type[H2Protocol] = H2Protocol,
+        http2: Callable[..., H2Protocol] = H2Protocol,
         backlog: int = 128,
         reuse_address: bool | None = None,
         reuse_port: bool | None = None,
@@ -851,7 +865,7 @@ async def start_server(
     ssl_context: ssl.SSLContext | None = None,
     limits: H2Limits | None = None,
     http1: Callable[..., RequestHandler] | None = None,
-    http2: type[H2Protocol] = H2Protocol,
+    http2: Callable[..., H2Protocol] = H2Protocol,
     reuse_port: bool = False,
     backlog: int = 128,
     **runner_kwargs: Any,

@@ -254,6 +254,23 @@ class ForwardedCollector(Collector):
         ]
 
 
+class LaneCollector(Collector):
+    """How many produces the produce lane answered (gateway.produce_lane); the others went
+    through the Application."""
+
+    def __init__(self, served: Callable[[], int]) -> None:
+        self._served = served
+
+    def collect(self) -> Iterable[Metric]:
+        return [
+            CounterMetricFamily(
+                "sluice_produce_lane_requests",
+                "Produce requests answered by the produce lane, outside aiohttp's request handling",
+                value=self._served(),
+            )
+        ]
+
+
 class Metrics:
     """The gateway's registry (one per app, so tests can run several apps in one process)."""
 

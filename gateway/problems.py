@@ -188,22 +188,28 @@ async def problem_middleware(
     """Turn every failure into application/problem+json."""
     try:
         return await handler(request)
-    except Problem as problem:
-        return problem_response(problem)
-    except errors.EngineError as exc:
-        return problem_response(from_engine_error(exc))
-    except web.HTTPException as exc:
+    except Exception as exc:
+        return problem_response(problem_of(exc, request.method, request.path))
+
+
+def problem_of(exc: Exception, method: str, path: str) -> Problem:
+    """The problem a handler's failure answers; what aiohttp itself must see (a client gone, a
+    handler timed out, a redirect) is raised again, and the unexpected logged with its trace."""
+    if isinstance(exc, Problem):
+        return exc
+    if isinstance(exc, errors.EngineError):
+        return from_engine_error(exc)
+    if isinstance(exc, web.HTTPException):
         if exc.status < 400:
-            raise
+            raise exc
         code = status_code(exc.status)
         detail = exc.text if exc.text and not exc.text.startswith(f"{exc.status}:") else exc.reason
         headers = {k: v for k, v in exc.headers.items() if k.lower() in ("allow", "retry-after")}
-        return problem_response(Problem(exc.status, code, detail or exc.reason, headers=headers))
-    except (ConnectionResetError, TimeoutError):
-        raise
-    except Exception:
-        log.exception("unhandled error in %s %s", request.method, request.path)
-        return problem_response(Problem(500, "INTERNAL_ERROR", "internal server error"))
+        return Problem(exc.status, code, detail or exc.reason, headers=headers)
+    if isinstance(exc, ConnectionResetError | TimeoutError):
+        raise exc
+    log.exception("unhandled error in %s %s", method, path, exc_info=exc)
+    return Problem(500, "INTERNAL_ERROR", "internal server error")
 
 
 def bad_request(detail: str, code: str = "BAD_REQUEST", **extra: Any) -> Problem:

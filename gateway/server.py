@@ -74,8 +74,8 @@ async def serve(settings: Settings) -> None:
         "limits": H2Limits(preface_timeout=settings.header_read_timeout_s).bounded(
             settings.max_connection_inflight_bytes
         ),
-        "http1": partial(Http1Connection, header_timeout=settings.header_read_timeout_s),
-        "http2": Http2Connection,
+        "http1": partial(Http1Connection, header_timeout=settings.header_read_timeout_s, app=app),
+        "http2": partial(Http2Connection, app=app),
     }
     private = private_address(settings) if settings.workers > 1 else None
     host, port = private or (settings.host, settings.port)

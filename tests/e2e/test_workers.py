@@ -213,6 +213,134 @@ def test_an_idempotent_retry_on_the_other_worker_appends_nothing(
     assert stored.count("once") == 2  # one per key: each retry appended nothing
 
 
+# -- a JSON or NDJSON fetch of a partition the other worker leads ---------------------------------
+
+JSON, NDJSON = "application/json", "application/x-ndjson"
+MIXED_END = 13  # the records fill_mixed writes
+# (query, Accept) of fetches answered through the leader and through the other worker alike.
+FETCHES: list[tuple[dict[str, Any], str | None]] = [
+    ({}, None),  # the defaults: earliest, JSON
+    ({"offset": "earliest", "timeout_ms": 0}, JSON),
+    ({"offset": "latest", "timeout_ms": 0}, JSON),
+    ({"offset": "latest", "timeout_ms": 100}, JSON),  # a long-poll that times out empty
+    ({"offset": 3, "timeout_ms": 0}, JSON),  # inside a batch: the records before it skipped
+    ({"offset": 6, "max_records": 2, "timeout_ms": 0}, JSON),
+    ({"offset": 2, "max_records": 1, "timeout_ms": 0}, JSON),
+    ({"offset": 4, "max_records": 7, "timeout_ms": 0}, JSON),  # across batches
+    ({"offset": 2, "max_bytes": 1, "timeout_ms": 0}, JSON),
+    ({"offset": 2, "min_bytes": 10**6, "timeout_ms": 100}, JSON),  # waits, then what is there
+    ({"offset": MIXED_END, "timeout_ms": 0}, JSON),
+    ({"offset": 0}, JSON),  # below the log start: 416
+    ({"offset": MIXED_END + 1}, JSON),  # past the end: 416
+    ({"offset": "next"}, JSON),
+    ({"max_records": 0}, JSON),
+    ({"timeout_ms": -1}, JSON),
+    ({"offset": "earliest", "timeout_ms": 0}, NDJSON),
+    ({"offset": 5, "max_records": 2, "timeout_ms": 0}, NDJSON),
+    ({"offset": "latest", "timeout_ms": 100}, NDJSON),
+    ({"offset": 9, "timeout_ms": 0}, f"{NDJSON};q=0.9, {JSON};q=0.5"),
+    ({"offset": 9, "timeout_ms": 0}, "*/*"),
+    ({"offset": 2, "timeout_ms": 0}, RECORD_BATCH),  # forwarded as it is
+    ({"offset": 2, "max_records": 1, "timeout_ms": 0}, RECORD_BATCH),
+    ({"offset": 2}, "text/csv"),  # 406
+]
+
+
+def fill_mixed(http: httpx.Client, topic: str, partition: int) -> None:
+    """Records of every kind an encoder meets: JSON values with and without keys and headers,
+    NDJSON, a binary batch (a key and a header that are not UTF-8, a value that is not JSON, a
+    null one), base64 from JSON; then the first two deleted. MIXED_END records in all."""
+    path = f"/v1/topics/{topic}/partitions/{partition}/records"
+    first = [
+        {"key": "k0", "value": {"n": 0}},
+        {"value": [1, 2]},
+        {"key": "k2", "value": "two", "headers": {"h": "v", "none": None}},
+        {"value": None},
+        {"key": "é", "value": 4.5},
+    ]
+    base64 = [
+        {"value": "AAE=", "value_encoding": "base64"},
+        {"key": "/w==", "key_encoding": "base64", "value": 7},
+    ]
+    binary = encode_batch(
+        [
+            RecordInput(b"\xff\xfe", b"\x00not json", [("h", b"\xff")]),
+            RecordInput(None, None),
+            RecordInput(b"k", b'"ok"'),
+        ]
+    )
+    answers = [
+        http.post(path, json={"records": first}),
+        http.post(
+            path,
+            params={"key": "nd"},
+            content=b'{"line": 1}\n"two"\n3\n',
+            headers={"Content-Type": NDJSON},
+        ),
+        http.post(path, content=bytes(binary), headers={"Content-Type": RECORD_BATCH}),
+        http.post(path, json={"records": base64}),
+        http.post(
+            f"/v1/topics/{topic}/partitions/{partition}/delete-records", json={"before_offset": 2}
+        ),
+    ]
+    for answer in answers:
+        assert answer.status_code == 200, answer.text
+    assert answers[3].json()["results"][0]["base_offset"] + len(base64) == MIXED_END
+
+
+def as_sent(answer: httpx.Response) -> tuple[int, dict[str, str], bytes]:
+    """What a fetch answered, byte for byte: status, Content-Type and Sluice-* headers, body."""
+    kept = {
+        name: value
+        for name, value in answer.headers.items()
+        if name.lower() == "content-type" or name.lower().startswith("sluice-")
+    }
+    return answer.status_code, kept, answer.content
+
+
+def same_through_both(
+    leader: httpx.Client,
+    other: httpx.Client,
+    path: str,
+    fetches: list[tuple[dict[str, Any], str | None]],
+) -> list[httpx.Response]:
+    """Each fetch through the partition's leader, then through the other worker (which forwards
+    it): both answers must be the same bytes. The leader's answers."""
+    direct_answers = []
+    for params, accept in fetches:
+        headers = {} if accept is None else {"Accept": accept}
+        direct = leader.get(path, params=params, headers=headers)
+        forwarded = other.get(path, params=params, headers=headers)
+        assert as_sent(forwarded) == as_sent(direct), (params, accept)
+        direct_answers.append(direct)
+    return direct_answers
+
+
+def test_a_json_fetch_through_the_other_worker_answers_as_its_leader_does(
+    pair: tuple[httpx.Client, httpx.Client],
+) -> None:
+    zero, one = pair
+    leaders = create_topic(zero, "encoded")
+    partition = next(p for p, leader in leaders.items() if leader == 0)
+    fill_mixed(zero, "encoded", partition)
+    path = f"/v1/topics/encoded/partitions/{partition}/records"
+    answers = same_through_both(zero, one, path, FETCHES)
+    skipped = answers[FETCHES.index(({"offset": 3, "timeout_ms": 0}, JSON))].json()
+    assert [r["offset"] for r in skipped["records"]][:3] == [3, 4, 5]
+    timed_out = answers[FETCHES.index(({"offset": "latest", "timeout_ms": 100}, JSON))]
+    assert timed_out.json() == {
+        "records": [],
+        "next_offset": MIXED_END,
+        "high_watermark": MIXED_END,
+    }
+    below = answers[FETCHES.index(({"offset": 0}, JSON))]
+    assert below.status_code == 416 and below.json()["log_start_offset"] == 2
+    assert {a.status_code for a in answers} == {200, 400, 406, 416}
+    for elsewhere in ("encoded/partitions/7", "none/partitions/0"):  # unknown: 404
+        (missing,) = same_through_both(zero, one, f"/v1/topics/{elsewhere}/records", FETCHES[:1])
+        assert missing.status_code == 404
+
+
 @pytest.mark.parametrize("poll_on_leader", [True, False])
 def test_a_long_poll_on_one_worker_wakes_for_a_produce_on_the_other(
     workers: Supervisor, pair: tuple[httpx.Client, httpx.Client], poll_on_leader: bool

@@ -14,9 +14,9 @@ from gateway.auth.middleware import auth_middleware
 from gateway.auth.throttle import quota_middleware
 from gateway.backpressure import INFLIGHT, InflightBodies, backpressure_middleware
 from gateway.forwarding import forwarding_middleware
+from gateway.lane import LANE, Lane
 from gateway.metrics import LaneCollector
 from gateway.problems import problem_middleware
-from gateway.produce_lane import PRODUCE_LANE, ProduceLane
 from gateway.settings import Settings
 from gateway.state import GATEWAY, SETTINGS, Gateway
 
@@ -73,7 +73,7 @@ async def _open(app: web.Application) -> None:
     lane = None
     if not gateway.settings.auth and (cors.POLICY not in app or not app[cors.POLICY].named):
         # No middleware the lane would bypass applies to a plain produce here.
-        lane = app[PRODUCE_LANE] = ProduceLane(gateway, app[INFLIGHT])
+        lane = app[LANE] = Lane(gateway, app[INFLIGHT])
     gateway.metrics.registry.register(LaneCollector(lambda: 0 if lane is None else lane.served))
     gateway.ready = True
 

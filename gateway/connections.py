@@ -21,11 +21,12 @@ from aiohttp.web_protocol import RequestHandler, _ErrInfo
 
 from gateway.h2_stream import Headers
 from gateway.http2 import H2Protocol
+from gateway.lane import LANE, Lane, LaneRequest, body_of, serve_h2
 from gateway.problems import PROBLEM_JSON, Problem, one_line, problem_body, problem_response
 from gateway.problems import status_code as code_of
-from gateway.produce_lane import PRODUCE_LANE, LaneRequest, ProduceLane, body_of, serve_h2
 
 BAD_REQUESTS_PER_MINUTE = 20
+_LANE_METHODS = ("POST", "GET")  # what the lane may serve: produces and partition fetches
 log = logging.getLogger(__name__)
 
 
@@ -92,7 +93,7 @@ class Http1Connection(_ProblemErrors):
     and a body the parser refuses (a malformed chunk size) failing its reader, so the handler
     answers 400 at once instead of waiting for the body timeout.
 
-    The plain produces it parses are served by the produce lane (gateway.produce_lane) when
+    The plain produces and fetches it parses are served by the lane (gateway.lane) when
     aiohttp's request loop is idle: that loop is woken only for the requests the lane leaves
     it, so answers keep the order of their requests."""
 
@@ -119,14 +120,14 @@ class Http1Connection(_ProblemErrors):
         self._header_deadline: asyncio.TimerHandle | None = None
         self._last_payload: StreamReader | None = None  # the newest request's body
         self._app = app
-        self._lane: ProduceLane | None = None
+        self._lane: Lane | None = None
         self._lane_task: asyncio.Task[None] | None = None  # the lane's request in progress
         self._loop_started = False  # whether aiohttp's request loop (start) has begun
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         if self._app is not None:
-            self._lane = self._app.get(PRODUCE_LANE)
+            self._lane = self._app.get(LANE)
 
     async def start(self) -> None:
         """aiohttp's request loop, begun after the lane's answer if the lane took the
@@ -159,7 +160,7 @@ class Http1Connection(_ProblemErrors):
         if (
             lane is not None
             and not isinstance(message, _ErrInfo)
-            and message.method == "POST"
+            and message.method in _LANE_METHODS
             and message.version == HttpVersion11
             and not message.should_close
             and payload.is_eof()
@@ -178,7 +179,7 @@ class Http1Connection(_ProblemErrors):
         self._request_in_progress = True
         self._lane_task = self._loop.create_task(self._serve_lane(lane, taken))
 
-    async def _serve_lane(self, lane: ProduceLane, request: LaneRequest) -> None:
+    async def _serve_lane(self, lane: Lane, request: LaneRequest) -> None:
         try:
             answer = await lane.serve(request, self)
             transport = self.transport
@@ -286,8 +287,8 @@ class Http1Connection(_ProblemErrors):
 
 
 class Http2Connection(_ProblemErrors, H2Protocol):
-    """The HTTP/2 protocol with the same problem+json error answers; the plain produces of
-    its streams are served by the produce lane."""
+    """The HTTP/2 protocol with the same problem+json error answers; the plain produces and
+    fetches of its streams are served by the lane."""
 
     __slots__ = ("_app", "_lane")
 
@@ -296,18 +297,18 @@ class Http2Connection(_ProblemErrors, H2Protocol):
     ) -> None:
         super().__init__(manager, **kwargs)
         self._app = app
-        self._lane: ProduceLane | None = None
+        self._lane: Lane | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         if self._app is not None:
-            self._lane = self._app.get(PRODUCE_LANE)
+            self._lane = self._app.get(LANE)
 
     def answer_directly(
         self, message: RawRequestMessage, payload: StreamReader
     ) -> Awaitable[tuple[Headers, bytes]] | None:
         lane = self._lane
-        if lane is None or message.method != "POST" or not payload.is_eof():
+        if lane is None or message.method not in _LANE_METHODS or not payload.is_eof():
             return None
         taken = lane.take(message.method, message.path, message.headers, body_of(payload), self)
         return None if taken is None else serve_h2(lane, taken, self)

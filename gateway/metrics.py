@@ -255,8 +255,8 @@ class ForwardedCollector(Collector):
 
 
 class LaneCollector(Collector):
-    """How many produces the produce lane answered (gateway.produce_lane); the others went
-    through the Application."""
+    """How many requests the lane answered (gateway.lane); the others went through the
+    Application."""
 
     def __init__(self, served: Callable[[], int]) -> None:
         self._served = served
@@ -264,8 +264,8 @@ class LaneCollector(Collector):
     def collect(self) -> Iterable[Metric]:
         return [
             CounterMetricFamily(
-                "sluice_produce_lane_requests",
-                "Produce requests answered by the produce lane, outside aiohttp's request handling",
+                "sluice_lane_requests",
+                "Produce and fetch requests the lane answered, outside aiohttp's request handling",
                 value=self._served(),
             )
         ]

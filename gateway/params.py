@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -26,7 +27,14 @@ def int_param(
     request: web.Request, name: str, default: int | None, minimum: int, maximum: int
 ) -> int:
     """An integer query parameter in [minimum, maximum]; required where `default` is None."""
-    raw = request.query.get(name)
+    return query_int(request.query, name, default, minimum, maximum)
+
+
+def query_int(
+    query: Mapping[str, str], name: str, default: int | None, minimum: int, maximum: int
+) -> int:
+    """`int_param` on a parsed query."""
+    raw = query.get(name)
     if raw is None or raw == "":
         if default is None:
             raise bad_request(f"the query parameter {name} is required", "INVALID_PARAMETER")

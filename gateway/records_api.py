@@ -6,11 +6,17 @@ import asyncio
 
 from aiohttp import web
 
-from engine import batch as fmt
 from engine.errors import UnknownTopic
 from gateway import codecs
 from gateway.auth.middleware import require_create_topic
-from gateway.fetch import fetch_limits, refuse_when_full
+from gateway.fetch import (
+    INT64_MAX,
+    fetch_limits,
+    parse_offset,
+    read_partition,
+    refuse_when_full,
+    start_offset,
+)
 from gateway.idempotency import validate_key
 from gateway.params import (
     choice_param,
@@ -28,7 +34,6 @@ from gateway.topics_api import refuse_internal
 from replication.forward_client import FORWARDED_BY
 
 ACKS = ("0", "1", "all", "-1")
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 def add_routes(app: web.Application) -> None:
@@ -89,21 +94,6 @@ async def produce(request: web.Request) -> web.Response:
     return json_response(answer, status)
 
 
-def _start_offset(request: web.Request, log_start: int, high_watermark: int) -> int:
-    raw = request.query.get("offset", "earliest")
-    if raw == "earliest":
-        return log_start
-    if raw == "latest":
-        return high_watermark
-    offset = parse_int(raw)
-    if offset is None or not INT64_MIN <= offset <= INT64_MAX:
-        raise bad_request(
-            f"offset must be a 64-bit integer, earliest or latest, got {raw!r}",
-            "INVALID_PARAMETER",
-        )
-    return offset
-
-
 async def fetch(request: web.Request) -> web.StreamResponse:
     gateway = gateway_of(request)
     settings = gateway.settings
@@ -116,43 +106,11 @@ async def fetch(request: web.Request) -> web.StreamResponse:
             "NOT_ACCEPTABLE",
             f"Accept allows none of {', '.join(codecs.FETCH_TYPES)}",
         )
-    offset = _start_offset(request, leader.log_start_offset, leader.high_watermark)
+    offset = start_offset(parse_offset(request.query.get("offset", "earliest")), leader)
     limits = fetch_limits(request, settings)
     refuse_when_full(gateway.notifier, settings)
-    result = await gateway.replicas.fetch(
-        topic,
-        partition,
-        offset,
-        limits.max_bytes,
-        limits.min_bytes,
-        limits.timeout_ms,
-        None if accept == codecs.RECORD_BATCH else limits.max_records,
-    )
-    data = result.data
-    metrics = gateway.metrics
-    if accept == codecs.RECORD_BATCH:
-        batches = fmt.scan(data, check_crc=False).headers
-        next_offset = batches[-1][1].next_offset if batches else offset
-        metrics.traffic.fetched(topic, sum(h.record_count for _, h in batches), len(data))
-        return web.Response(
-            body=bytes(data),
-            content_type=codecs.RECORD_BATCH,
-            headers={
-                "Sluice-Next-Offset": str(max(offset, next_offset)),
-                "Sluice-High-Watermark": str(result.high_watermark),
-            },
-        )
-    records, next_offset = codecs.fetched_records(data, offset, limits.max_records)
-    metrics.traffic.fetched(topic, len(records), len(data))
-    headers = {
-        "Sluice-Next-Offset": str(next_offset),
-        "Sluice-High-Watermark": str(result.high_watermark),
-    }
-    if accept == codecs.NDJSON:
-        body = codecs.encode_ndjson_body(records)
-        return web.Response(body=body, content_type=codecs.NDJSON, headers=headers)
-    body = codecs.encode_json_body(records, next_offset, result.high_watermark)
-    return web.Response(body=body, content_type=codecs.JSON, headers=headers)
+    answer = await read_partition(gateway, topic, partition, offset, limits, accept)
+    return web.Response(body=answer.body, content_type=answer.content_type, headers=answer.headers)
 
 
 async def offsets(request: web.Request) -> web.Response:

@@ -1,15 +1,15 @@
-"""The produce lane (gateway.produce_lane) on a real `sluice serve`: the plain produces it takes
+"""The lane (gateway.lane) on a real `sluice serve`: the plain produces it takes
 are answered exactly as the Application answers them, over HTTP/1.1 and HTTP/2; answers keep
 the order of pipelined requests; keep-alive, idempotency, quotas and CORS behave as before.
 
-The Application's answer to the same produce is obtained by sending it with
-`Content-Type: application/json; charset=utf-8`, which the lane leaves to the Application and
-which the produce treats as `application/json`."""
+The Application's answer to the same produce is obtained by sending it with `; charset=utf-8`
+after its media type, which the lane leaves to the Application and the produce ignores."""
 
 from __future__ import annotations
 
 import asyncio
 import re
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,13 +20,15 @@ from h2.config import H2Configuration
 from h2.connection import H2Connection
 from h2.events import DataReceived, ResponseReceived, StreamEnded
 
-from gateway.produce_lane import MAX_LANE_BODY
-from tests.e2e.conftest import Server, start_server
+from engine.batch import RecordInput, encode_batch
+from gateway.lane import MAX_LANE_BODY
+from tests.e2e.conftest import Server, start_server, until
 
 WAIT_S = 30.0
 LANE_TYPE = "application/json"
 APP_TYPE = "application/json; charset=utf-8"  # the same produce, through the Application
-LANE_METRIC = re.compile(rb"^sluice_produce_lane_requests_total (\S+)$", re.MULTILINE)
+NDJSON, RECORD_BATCH = "application/x-ndjson", "application/vnd.sluice.record-batch"
+LANE_METRIC = re.compile(rb"^sluice_lane_requests_total (\S+)$", re.MULTILINE)
 
 
 @pytest.fixture
@@ -62,9 +64,15 @@ def lane_served(server: Server) -> int:
 def request(
     target: str, body: bytes, content_type: str = LANE_TYPE, headers: dict[str, str] | None = None
 ) -> bytes:
-    extra = "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items())
+    """A POST; a Content-Type in `headers` replaces `content_type`'s media type (its
+    parameters kept: `; charset=utf-8` sends it through the Application)."""
+    extra = dict(headers or {})
+    media = extra.pop("Content-Type", None)
+    if media is not None:
+        content_type = media + content_type[len(LANE_TYPE) :]
+    lines = "".join(f"{name}: {value}\r\n" for name, value in extra.items())
     return (
-        f"POST {target} HTTP/1.1\r\nHost: x\r\nContent-Type: {content_type}\r\n{extra}"
+        f"POST {target} HTTP/1.1\r\nHost: x\r\nContent-Type: {content_type}\r\n{lines}"
         f"Content-Length: {len(body)}\r\n\r\n"
     ).encode() + body
 
@@ -104,7 +112,8 @@ def comparable(answer: tuple[bytes, dict[str, str], bytes]) -> tuple[object, ...
     return status, {k: v for k, v in headers.items() if k != "date"}, body
 
 
-# Requests the lane takes (content type application/json, nothing a middleware acts on),
+BINARY = bytes(encode_batch([RecordInput(b"k", b"v"), RecordInput(None, b"\xff")]))
+# Requests the lane takes (a produce media type, nothing a middleware acts on),
 # good and bad: (target, body, extra headers).
 TAKEN = [
     ("/v1/topics/t/records?acks=1", b'{"records":[{"value":"hello"}]}', {}),
@@ -126,9 +135,17 @@ TAKEN = [
     ("/v1/topics/t/records", b'{"records":[{"value":"x"}],"extra":1}', {}),
     ("/v1/topics/t/partitions/0/records", b'{"records":[{"value":"x","partition":1}]}', {}),
     ("/v1/topics/big/records", b'{"records":[{"value":"%s"}]}' % (b"x" * 2000), {}),
+    ("/v1/topics/t/records?key=nd", b'{"a":1}\n"two"\n3\n', {"Content-Type": NDJSON}),
+    ("/v1/topics/t/records", b'{"a":\n', {"Content-Type": NDJSON}),
+    ("/v1/topics/t/records", BINARY, {"Content-Type": RECORD_BATCH}),
+    ("/v1/topics/t/partitions/1/records?acks=0", BINARY, {"Content-Type": RECORD_BATCH}),
+    ("/v1/topics/t/records", BINARY, {"Content-Type": RECORD_BATCH, "Idempotency-Key": "b"}),
+    ("/v1/topics/t/records", BINARY[:-1] + b"\x00", {"Content-Type": RECORD_BATCH}),  # bad CRC
+    ("/v1/topics/t/records", BINARY[:20], {"Content-Type": RECORD_BATCH}),  # truncated
 ]
 # Requests the lane leaves to the Application: the answers must be the Application's.
 LEFT = [
+    ("/v1/topics/t/records", b"text", {"Content-Type": "text/plain"}),  # 415
     ("/v1/topics/t/records?acks=2", b'{"records":[{"value":1}]}', {}),
     ("/v1/topics/t/records?timeout_ms=-1", b'{"records":[{"value":1}]}', {}),
     ("/v1/topics/t/records?other=1", b'{"records":[{"value":1}]}', {}),
@@ -252,30 +269,27 @@ async def test_a_connection_the_lane_serves_stays_alive_until_idle(
     assert lane_served(server) == 5
 
 
-async def test_http2_streams_take_the_lane(servers: list[Server], tmp_path: Path) -> None:
-    """Twenty produces on twenty streams of one h2c connection, sent in one write: each
-    answered with its own offset, as the Application answers over HTTP/1.1."""
-    server = launch(servers, tmp_path)
-    create_topic(server)
+async def h2_exchange(
+    server: Server, requests: list[tuple[bytes, bytes, bytes]]
+) -> list[tuple[dict[bytes, bytes], bytes]]:
+    """(method, path, body) requests on as many streams of one h2c connection, sent in one
+    write; each stream's answer headers and body, in the requests' order."""
     client = H2Connection(H2Configuration(client_side=True, header_encoding=None))
     client.initiate_connection()
-    body = b'{"records":[{"value":"h2"}]}'
     streams = []
-    for _ in range(20):
+    for method, path, body in requests:
         stream_id = client.get_next_available_stream_id()
-        client.send_headers(
-            stream_id,
-            [
-                (b":method", b"POST"), (b":scheme", b"http"), (b":authority", b"x"),
-                (b":path", b"/v1/topics/t/records?acks=1"),
-                (b"content-type", b"application/json"),
-                (b"content-length", b"%d" % len(body)),
-            ],
-        )  # fmt: skip
-        client.send_data(stream_id, body, end_stream=True)
+        headers = [(b":method", method), (b":scheme", b"http"), (b":authority", b"x"),
+                   (b":path", path)]  # fmt: skip
+        if body:
+            headers += [(b"content-type", b"application/json"),
+                        (b"content-length", b"%d" % len(body))]  # fmt: skip
+        client.send_headers(stream_id, headers, end_stream=not body)
+        if body:
+            client.send_data(stream_id, body, end_stream=True)
         streams.append(stream_id)
     reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
-    statuses: dict[int, bytes] = {}
+    answers: dict[int, dict[bytes, bytes]] = {}
     bodies: dict[int, bytes] = {sid: b"" for sid in streams}
     ended: set[int] = set()
     try:
@@ -285,8 +299,7 @@ async def test_http2_streams_take_the_lane(servers: list[Server], tmp_path: Path
             assert data, "the server closed the connection"
             for event in client.receive_data(data):
                 if isinstance(event, ResponseReceived):
-                    statuses[event.stream_id] = dict(event.headers)[b":status"]
-                    assert dict(event.headers)[b"content-type"] == b"application/json"
+                    answers[event.stream_id] = dict(event.headers)
                 elif isinstance(event, DataReceived):
                     bodies[event.stream_id] += event.data
                     client.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
@@ -295,10 +308,147 @@ async def test_http2_streams_take_the_lane(servers: list[Server], tmp_path: Path
             writer.write(client.data_to_send())
     finally:
         writer.close()
-    assert set(statuses.values()) == {b"200"}
-    offsets = sorted(orjson.loads(bodies[s])["results"][0]["base_offset"] for s in streams)
+    return [(answers[s], bodies[s]) for s in streams]
+
+
+async def test_http2_streams_take_the_lane(servers: list[Server], tmp_path: Path) -> None:
+    """Twenty produces on twenty streams of one h2c connection, sent in one write, each
+    answered with its own offset; then a fetch of them on another stream."""
+    server = launch(servers, tmp_path)
+    create_topic(server)
+    produces = [(b"POST", b"/v1/topics/t/records?acks=1", b'{"records":[{"value":"h2"}]}')] * 20
+    answers = await h2_exchange(server, produces)
+    assert {headers[b":status"] for headers, _ in answers} == {b"200"}
+    assert {headers[b"content-type"] for headers, _ in answers} == {b"application/json"}
+    offsets = sorted(orjson.loads(body)["results"][0]["base_offset"] for _, body in answers)
     assert offsets == list(range(20))
-    assert lane_served(server) == 20
+    ((headers, body),) = await h2_exchange(
+        server, [(b"GET", b"/v1/topics/t/partitions/0/records?timeout_ms=0", b"")]
+    )
+    assert headers[b":status"] == b"200" and headers[b"sluice-next-offset"] == b"20"
+    assert len(orjson.loads(body)["records"]) == 20
+    assert lane_served(server) == 21
+
+
+# Fetches of partition 0 of a topic filled by `fill` (log start 2, end 9): (query, Accept).
+FETCHES: list[tuple[str, str | None]] = [
+    ("", None),
+    ("?offset=earliest&timeout_ms=0", "application/json"),
+    ("?offset=latest&timeout_ms=50", "application/json"),  # a long-poll that times out empty
+    ("?offset=3&timeout_ms=0", "*/*"),  # inside a batch: the records before it skipped
+    ("?offset=4&max_records=2&timeout_ms=0", None),
+    ("?offset=2&max_records=7&timeout_ms=0", None),  # across batches
+    ("?offset=2&max_bytes=1&timeout_ms=0", None),
+    ("?offset=2&min_bytes=1000000&timeout_ms=50", None),  # waits, then what is there
+    ("?offset=9&timeout_ms=0", None),
+    ("?offset=0", None),  # below the log start: 416
+    ("?offset=10", None),  # past the end: 416
+    ("?offset=-1", None),
+    ("?offset=earliest&timeout_ms=0", NDJSON),
+    ("?offset=5&max_records=2&timeout_ms=0", NDJSON),
+    ("?offset=2&timeout_ms=0", RECORD_BATCH),
+    ("?offset=6&timeout_ms=0", RECORD_BATCH),
+]
+# Fetches the lane leaves to the Application (bad or unusual parameters, other partitions).
+LEFT_FETCHES: list[tuple[str, str | None]] = [
+    ("?offset=next", None),
+    ("?max_records=0", None),
+    ("?timeout_ms=-1", None),
+    ("?offset=2&offset=3", None),
+    ("?offset=2&other=1", None),
+    ("?offset=2&timeout_ms=0", "text/csv"),  # 406
+]
+
+
+def fill(server: Server) -> None:
+    """Partition 0 of `t`: JSON, NDJSON and binary batches, then the first two deleted."""
+    path = f"{server.url}/v1/topics/t/partitions/0/records"
+    answers = [
+        httpx.post(path, json={"records": [{"key": "k0", "value": {"n": 0}}, {"value": [1]},
+                                           {"value": "two", "headers": {"h": "v"}}]}),
+        httpx.post(path, content=b'{"line": 1}\n"two"\n', headers={"Content-Type": NDJSON}),
+        httpx.post(path, content=BINARY, headers={"Content-Type": RECORD_BATCH}),
+        httpx.post(path, json={"records": [{"value": None}, {"key": "é", "value": 4.5}]}),
+        httpx.post(f"{server.url}/v1/topics/t/partitions/0/delete-records",
+                   json={"before_offset": 2}),
+    ]  # fmt: skip
+    for answer in answers:
+        assert answer.status_code == 200, answer.text
+
+
+async def test_the_lane_fetches_exactly_as_the_application(
+    servers: list[Server], tmp_path: Path
+) -> None:
+    """Each fetch through the lane and through the Application (the same Accept with a q
+    parameter, which the lane leaves to the Application's negotiation): the same answers."""
+    server = launch(servers, tmp_path)
+    create_topic(server, partitions=2)
+    fill(server)
+    before = lane_served(server)
+    lane, app = await Connection.open(server), await Connection.open(server)
+
+    def get(query: str, accept: str | None) -> bytes:
+        line = "" if accept is None else f"Accept: {accept}\r\n"
+        target = f"/v1/topics/t/partitions/0/records{query}"
+        return f"GET {target} HTTP/1.1\r\nHost: x\r\n{line}\r\n".encode()
+
+    statuses = set()
+    try:
+        for query, accept in FETCHES + LEFT_FETCHES:
+            through_lane = await lane.exchange(get(query, accept))
+            through_app = await app.exchange(get(query, f"{accept or LANE_TYPE};q=1"))
+            assert comparable(through_lane) == comparable(through_app), (query, accept)
+            statuses.add(through_lane[0].split()[1])
+    finally:
+        lane.close()
+        app.close()
+    assert statuses == {b"200", b"400", b"406", b"416"}
+    assert lane_served(server) - before == len(FETCHES)
+
+
+async def parked_long_poll(server: Server) -> Connection:
+    """A connection whose long-poll at the end of `t`'s partition 0 the server has parked
+    (its gauge says so)."""
+    polling = await Connection.open(server)
+    polling.writer.write(
+        b"GET /v1/topics/t/partitions/0/records?offset=latest&timeout_ms=30000 HTTP/1.1\r\n"
+        b"Host: x\r\n\r\n"
+    )
+    until(lambda: b"sluice_parked_fetches 1.0" in httpx.get(f"{server.url}/metrics").content,
+          "the long-poll to park")  # fmt: skip
+    return polling
+
+
+async def test_a_long_poll_the_lane_parks_wakes_for_a_produce(
+    servers: list[Server], tmp_path: Path
+) -> None:
+    server = launch(servers, tmp_path)
+    create_topic(server)
+    polling, producing = await parked_long_poll(server), await Connection.open(server)
+    try:
+        await producing.exchange(request("/v1/topics/t/records", b'{"records":[{"value":"w"}]}'))
+        status, headers, body = await polling.answer()
+    finally:
+        polling.close()
+        producing.close()
+    assert status.split()[1] == b"200" and headers["sluice-next-offset"] == "1"
+    assert [r["value"] for r in orjson.loads(body)["records"]] == ["w"]
+    assert lane_served(server) == 2
+
+
+async def test_a_graceful_shutdown_answers_the_long_poll_the_lane_parked(
+    servers: list[Server], tmp_path: Path
+) -> None:
+    server = launch(servers, tmp_path)
+    create_topic(server)
+    polling = await parked_long_poll(server)
+    try:
+        server.process.send_signal(signal.SIGTERM)
+        status, _, body = await polling.answer()
+    finally:
+        polling.close()
+    assert status.split()[1] == b"200" and orjson.loads(body)["records"] == []
+    assert server.process.wait(timeout=WAIT_S) == 0
 
 
 async def test_quotas_and_named_cors_origins_keep_produces_in_the_application(

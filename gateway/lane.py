@@ -1,0 +1,351 @@
+"""The lane: plain produces and partition fetches served without aiohttp's per-request
+machinery.
+
+aiohttp builds a Request, runs the middlewares and the router and writes a StreamResponse for
+every request: for a one-record produce, or a long-poll that returns a few records, that costs
+more than the work itself (see docs/PERFORMANCE.md "Request cost"). The connections
+(gateway.connections, gateway.http2) offer each complete request here first; `take` accepts
+only the plain case (a produce whose body has arrived whole, or a fetch of a partition led
+here, on a topic that exists, with nothing that a middleware would act on), and everything
+else, including every request that would fail before producing or fetching, goes through the
+Application as before, which stays the reference. What the lane serves is what the general
+path would answer: the same Producer and partition read, the same error rendering, the same
+request metrics and body accounting.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from http import HTTPStatus
+
+import orjson
+from aiohttp import web
+from aiohttp.helpers import rfc822_formatted_time
+from aiohttp.http import SERVER_SOFTWARE
+from aiohttp.streams import EmptyStreamReader, StreamReader
+
+from gateway import codecs
+from gateway.backpressure import InflightBodies
+from gateway.fetch import FetchLimits, limits_of, parse_offset, read_partition, start_offset
+from gateway.idempotency import validate_key
+from gateway.metrics import CLIENT_CLOSED
+from gateway.params import parse_int
+from gateway.problems import PROBLEM_JSON, Problem, problem_body, problem_of, status_code
+from gateway.produce import ProduceRequest
+from gateway.state import Gateway
+from gateway.topics_api import INTERNAL_TOPICS
+from replication.forward_client import FORWARDED_BY
+from replication.metadata import TopicSpec
+
+MAX_LANE_BODY = 64 * 1024  # larger bodies cost more than the machinery the lane saves
+TOPIC_ROUTE = "/v1/topics/{topic}/records"
+PARTITION_ROUTE = "/v1/topics/{topic}/partitions/{partition}/records"
+ACKS = {"0": "0", "1": "1", "all": "all", "-1": "all"}
+# Headers a middleware or the body reader acts on: their requests take the general path.
+_GENERAL_PATH_HEADERS = ("Content-Encoding", "Origin", "Expect", FORWARDED_BY)
+_PREFIX = "/v1/topics/"
+_PRODUCE_PARAMS = frozenset({"acks", "timeout_ms", "key"})
+_FETCH_PARAMS = frozenset({"offset", "max_records", "max_bytes", "min_bytes", "timeout_ms"})
+# Accept headers a fetch takes as they are (anything else is negotiated by the Application).
+_FETCH_ACCEPT = {
+    None: codecs.JSON,
+    "*/*": codecs.JSON,
+    codecs.JSON: codecs.JSON,
+    codecs.NDJSON: codecs.NDJSON,
+    codecs.RECORD_BATCH: codecs.RECORD_BATCH,
+}
+_STATUS_LINES: dict[int, str] = {}  # status -> its HTTP/1.1 status line
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class LaneProduce:
+    """A produce the lane accepted: what to produce, its route template and body size."""
+
+    produce: ProduceRequest
+    route: str
+    size: int
+
+
+@dataclass(slots=True)
+class LaneFetch:
+    """A partition fetch the lane accepted, its parameters checked."""
+
+    topic: str
+    partition: int
+    offset: int | str  # an offset, "earliest" or "latest"
+    limits: FetchLimits
+    accept: str
+    target: str
+
+
+LaneRequest = LaneProduce | LaneFetch
+
+
+@dataclass(slots=True)
+class LaneAnswer:
+    """What the lane answers: status, content type, body and extra headers."""
+
+    status: int
+    content_type: str
+    body: bytes
+    headers: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def closes(self) -> bool:
+        """Whether the answer ends the connection (an error that leaves the stream unknown)."""
+        return ("Connection", "close") in self.headers
+
+    def http1(self) -> bytes:
+        """The whole HTTP/1.1 answer, headers as aiohttp writes them."""
+        status = self.status
+        line = _STATUS_LINES.get(status)
+        if line is None:
+            line = _STATUS_LINES[status] = f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n"
+        extra = "".join(f"{name}: {value}\r\n" for name, value in self.headers)
+        body = self.body
+        head = (
+            f"{line}{extra}Content-Type: {self.content_type}\r\nContent-Length: {len(body)}"
+            f"\r\nDate: {rfc822_formatted_time()}\r\nServer: {SERVER_SOFTWARE}\r\n\r\n"
+        )
+        return head.encode("latin-1") + body
+
+    def h2_headers(self) -> list[tuple[bytes, bytes]]:
+        """The answer's HTTP/2 header list (no connection-specific fields)."""
+        headers = [
+            (b":status", b"%d" % self.status),
+            *((name.lower().encode(), value.encode()) for name, value in self.headers
+              if name != "Connection"),
+            (b"content-type", self.content_type.encode()),
+            (b"content-length", b"%d" % len(self.body)),
+            (b"date", rfc822_formatted_time().encode()),
+            (b"server", SERVER_SOFTWARE.encode()),
+        ]  # fmt: skip
+        return headers
+
+
+class Lane:
+    """Accepts and serves the plain produces and fetches of one gateway (built only where no
+    middleware applies to them: auth off, no CORS origin named; quotas are checked per
+    request)."""
+
+    def __init__(self, gateway: Gateway, inflight: InflightBodies) -> None:
+        self.gateway = gateway
+        self.inflight = inflight
+        self.max_body = min(MAX_LANE_BODY, gateway.settings.max_request_bytes)
+        self.served = 0  # requests the lane answered: sluice_lane_requests_total
+
+    def take(
+        self, method: str, target: str, headers: Mapping[str, str], body: bytes, connection: object
+    ) -> LaneRequest | None:
+        """What this complete request asks for, if the lane may serve it; else None."""
+        if not target.startswith(_PREFIX) or any(name in headers for name in _GENERAL_PATH_HEADERS):
+            return None
+        if self.gateway.auth.quotas.active:
+            return None
+        if method == "POST":
+            return self._take_produce(target, headers, body, connection)
+        if method == "GET" and not body and "Content-Length" not in headers:
+            return self._take_fetch(target, headers)
+        return None
+
+    def _take_produce(
+        self, target: str, headers: Mapping[str, str], body: bytes, connection: object
+    ) -> LaneProduce | None:
+        content_type = headers.get("Content-Type")
+        if content_type is None or content_type not in codecs.PRODUCE_TYPES:
+            return None
+        if len(body) > self.max_body:
+            return None
+        routed = self._route(target, _PRODUCE_PARAMS)
+        if routed is None:
+            return None
+        topic, partition, params = routed
+        if topic.name in INTERNAL_TOPICS:
+            return None
+        gateway = self.gateway
+        acks = ACKS.get(params.get("acks", "all"))
+        raw_timeout = params.get("timeout_ms")
+        timeout_ms = gateway.settings.default_produce_timeout_ms
+        if raw_timeout is not None:
+            parsed = parse_int(raw_timeout)
+            if parsed is None or not 0 <= parsed <= gateway.settings.max_wait_ms:
+                return None
+            timeout_ms = parsed
+        key = headers.get("Idempotency-Key")
+        if acks is None or (key is not None and not _valid_key(key)):
+            return None
+        size = len(body)
+        inflight = self.inflight
+        held = inflight.by_connection.get(connection, 0)
+        if held and held + size > inflight.connection_limit:
+            return None
+        if inflight.reserved + size > inflight.limit:
+            return None
+        produce = ProduceRequest(
+            topic=topic.name,
+            partition=partition,
+            acks=acks,
+            timeout_ms=timeout_ms,
+            content_type=content_type,
+            body=body,
+            key=params.get("key"),
+            idempotency_key=key,
+            target=target,
+        )
+        return LaneProduce(produce, PARTITION_ROUTE if partition is not None else TOPIC_ROUTE, size)
+
+    def _take_fetch(self, target: str, headers: Mapping[str, str]) -> LaneFetch | None:
+        accept = _FETCH_ACCEPT.get(headers.get("Accept"))
+        routed = self._route(target, _FETCH_PARAMS)
+        if accept is None or routed is None:
+            return None
+        topic, partition, params = routed
+        gateway = self.gateway
+        if partition is None:
+            return None
+        local = gateway.replicas.local(topic.name, partition)
+        if local is None or not local.is_leader:  # led elsewhere: the Application forwards it
+            return None
+        settings = gateway.settings
+        if gateway.notifier.parked >= settings.max_parked_fetches:
+            return None
+        try:
+            offset = parse_offset(params.get("offset", "earliest"))
+            limits = limits_of(params, settings)
+        except Problem:
+            return None
+        return LaneFetch(topic.name, partition, offset, limits, accept, target)
+
+    def _route(
+        self, target: str, allowed: frozenset[str]
+    ) -> tuple[TopicSpec, int | None, dict[str, str]] | None:
+        """The topic (known here), the partition (if the path names one, and it exists) and
+        the query (each parameter allowed, once, unescaped) of a records route."""
+        path, _, query = target.partition("?")
+        parts = path[len(_PREFIX) :].split("/")
+        partition: int | None = None
+        if len(parts) == 4 and parts[1] == "partitions" and parts[3] == "records":
+            raw = parts[2]
+            if not (raw.isascii() and raw.isdigit()) or len(raw) > 9:
+                return None
+            partition = int(raw)
+        elif len(parts) != 2 or parts[1] != "records":
+            return None
+        topic = self.gateway.broker.store.view.topics.get(parts[0])
+        if topic is None or (partition is not None and partition >= topic.partitions):
+            return None
+        params = _query(query, allowed)
+        return None if params is None else (topic, partition, params)
+
+    async def serve(self, request: LaneRequest, connection: object) -> LaneAnswer:
+        """Answer what `take` accepted, counted in the request metrics under its route."""
+        started = time.perf_counter()
+        answer: LaneAnswer | None = None
+        try:
+            if isinstance(request, LaneProduce):
+                method, route = "POST", request.route
+                answer = await self._produce(request, connection)
+            else:
+                method, route = "GET", PARTITION_ROUTE
+                answer = await self._fetch(request)
+        finally:
+            status = CLIENT_CLOSED if answer is None else answer.status
+            elapsed = time.perf_counter() - started
+            self.gateway.metrics.latency.observe(route, method, str(status), elapsed)
+        self.served += 1
+        return answer
+
+    async def _produce(self, request: LaneProduce, connection: object) -> LaneAnswer:
+        """Produce, holding the body's bytes in the in-flight account while it is served."""
+        inflight = self.inflight
+        size = request.size
+        inflight.reserved += size
+        inflight.by_connection[connection] = inflight.by_connection.get(connection, 0) + size
+        try:
+            status, document = await self.gateway.producer.produce(request.produce)
+            return LaneAnswer(status, codecs.JSON, orjson.dumps(document))
+        except Exception as exc:
+            return _problem(_problem_of(exc, "POST", request.produce.target))
+        finally:
+            inflight.reserved -= size
+            left = inflight.by_connection.pop(connection) - size
+            if left:
+                inflight.by_connection[connection] = left
+
+    async def _fetch(self, request: LaneFetch) -> LaneAnswer:
+        """Read the partition as the route does (a long-poll waits here as there)."""
+        gateway = self.gateway
+        try:
+            leader = await gateway.replicas.leader(request.topic, request.partition)
+            offset = start_offset(request.offset, leader)
+            fetched = await read_partition(
+                gateway, request.topic, request.partition, offset, request.limits, request.accept
+            )
+        except Exception as exc:
+            return _problem(_problem_of(exc, "GET", request.target))
+        return LaneAnswer(200, fetched.content_type, fetched.body, tuple(fetched.headers.items()))
+
+
+LANE = web.AppKey("lane", Lane)
+
+
+def body_of(payload: StreamReader) -> bytes:
+    """A body its reader holds whole, left there for the general path: aiohttp has no public
+    way to look without reading."""
+    if isinstance(payload, EmptyStreamReader):
+        return b""
+    return b"".join(payload._buffer)
+
+
+async def serve_h2(
+    lane: Lane, request: LaneRequest, connection: object
+) -> tuple[list[tuple[bytes, bytes]], bytes]:
+    """The lane's answer as an HTTP/2 header list and body."""
+    answer = await lane.serve(request, connection)
+    return answer.h2_headers(), answer.body
+
+
+def _problem_of(exc: Exception, method: str, target: str) -> Problem:
+    """The answer the general path gives for a failure: the middleware's problem, or aiohttp's
+    own for what the middleware lets through (both then close the connection)."""
+    try:
+        return problem_of(exc, method, target)
+    except TimeoutError:
+        return Problem(504, status_code(504), "gateway timeout", headers={"Connection": "close"})
+    except ConnectionResetError:
+        log.exception("Error handling request", exc_info=exc)
+        detail = "internal server error"
+        return Problem(500, "INTERNAL_ERROR", detail, headers={"Connection": "close"})
+
+
+def _problem(problem: Problem) -> LaneAnswer:
+    return LaneAnswer(
+        problem.status, PROBLEM_JSON, problem_body(problem), tuple(problem.headers.items())
+    )
+
+
+def _query(query: str, allowed: frozenset[str]) -> dict[str, str] | None:
+    """The query's parameters, if each is plain (no escapes, named once, allowed)."""
+    params: dict[str, str] = {}
+    if not query:
+        return params
+    if "%" in query or "+" in query:
+        return None
+    for pair in query.split("&"):
+        name, _, value = pair.partition("=")
+        if name not in allowed or name in params:
+            return None
+        params[name] = value
+    return params
+
+
+def _valid_key(key: str) -> bool:
+    try:
+        validate_key(key)
+    except Problem:
+        return False
+    return True

@@ -26,7 +26,7 @@ from gateway.problems import PROBLEM_JSON, Problem, one_line, problem_body, prob
 from gateway.problems import status_code as code_of
 
 BAD_REQUESTS_PER_MINUTE = 20
-_LANE_METHODS = ("POST", "GET")  # what the lane may serve: produces and partition fetches
+_LANE_METHODS = ("POST", "GET")  # what the lane may serve: produces and fetches
 log = logging.getLogger(__name__)
 
 

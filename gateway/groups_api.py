@@ -14,7 +14,7 @@ from engine.config import validate_topic_name
 from engine.errors import InvalidTopicName
 from gateway import codecs, workerview
 from gateway.auth.middleware import may, require
-from gateway.fetch import fetch_limits, refuse_when_full
+from gateway.fetch import FetchLimits, fetch_limits, refuse_when_full
 from gateway.groups.assignors import ASSIGNORS
 from gateway.groups.coordinator import (
     CURSOR_MASK,
@@ -24,7 +24,7 @@ from gateway.groups.coordinator import (
 )
 from gateway.params import int_param, json_object, json_response, read_body
 from gateway.problems import Problem, bad_request
-from gateway.state import gateway_of
+from gateway.state import Gateway, gateway_of
 from gateway.topics_api import refuse_internal
 
 MAX_GROUP_ID = 255
@@ -58,7 +58,8 @@ def _coordinator(request: web.Request) -> GroupCoordinator:
     return gateway_of(request).groups
 
 
-def _valid_id(value: object) -> bool:
+def valid_group_id(value: object) -> bool:
+    """A group or instance id: 1 to MAX_GROUP_ID printable characters without '/'."""
     return (
         isinstance(value, str)
         and 1 <= len(value) <= MAX_GROUP_ID
@@ -69,7 +70,7 @@ def _valid_id(value: object) -> bool:
 
 def _group(request: web.Request) -> str:
     name = request.match_info["group"]
-    if not _valid_id(name):
+    if not valid_group_id(name):
         raise bad_request(
             f"a group id is 1 to {MAX_GROUP_ID} printable characters without '/'",
             "INVALID_GROUP_ID",
@@ -138,7 +139,7 @@ async def join(request: web.Request) -> web.Response:
     if assignor is not None and (not isinstance(assignor, str) or assignor not in ASSIGNORS):
         raise bad_request(f"assignor must be one of {', '.join(ASSIGNORS)}", "INVALID_PARAMETER")
     instance_id = doc.get("instance_id")
-    if instance_id is not None and not _valid_id(instance_id):
+    if instance_id is not None and not valid_group_id(instance_id):
         raise bad_request(
             f"instance_id must be 1 to {MAX_GROUP_ID} printable characters without '/'",
             "INVALID_PARAMETER",
@@ -172,13 +173,19 @@ async def fetch(request: web.Request) -> web.Response:
     refuse_when_full(gateway.notifier, settings)
     cursor = int_param(request, "cursor", -1, 0, CURSOR_MASK)
     _require_member_topics(request, name)
-    answer = await _coordinator(request).fetch(
-        name, request.match_info["member"], limits, None if cursor < 0 else cursor
-    )
-    metrics = gateway.metrics
+    body = await member_records(gateway, name, request.match_info["member"], limits, cursor)
+    return web.Response(body=body, content_type=codecs.JSON)
+
+
+async def member_records(
+    gateway: Gateway, name: str, member: str, limits: FetchLimits, cursor: int
+) -> bytes:
+    """A member's long-poll across its partitions as the JSON answer (`cursor` -1: none
+    given); the records counted per topic. The route's and the lane's."""
+    answer = await gateway.groups.fetch(name, member, limits, None if cursor < 0 else cursor)
     for topic, count in answer.counts.items():
-        metrics.traffic.fetched(topic, count, 0)
-    body = _ENCODER.encode(
+        gateway.metrics.traffic.fetched(topic, count, 0)
+    return _ENCODER.encode(
         {
             "records": answer.records,
             "assignment": answer.assignment,
@@ -186,7 +193,6 @@ async def fetch(request: web.Request) -> web.Response:
             "cursor": answer.cursor,
         }
     )
-    return web.Response(body=body, content_type=codecs.JSON)
 
 
 def _require_member_topics(request: web.Request, name: str) -> None:

@@ -1,16 +1,16 @@
-"""The lane: plain produces and partition fetches served without aiohttp's per-request
-machinery.
+"""The lane: plain produces, partition fetches and group members' fetches served without
+aiohttp's per-request machinery.
 
 aiohttp builds a Request, runs the middlewares and the router and writes a StreamResponse for
 every request: for a one-record produce, or a long-poll that returns a few records, that costs
 more than the work itself (see docs/PERFORMANCE.md "Request cost"). The connections
 (gateway.connections, gateway.http2) offer each complete request here first; `take` accepts
-only the plain case (a produce whose body has arrived whole, or a fetch of a partition led
-here, on a topic that exists, with nothing that a middleware would act on), and everything
-else, including every request that would fail before producing or fetching, goes through the
-Application as before, which stays the reference. What the lane serves is what the general
-path would answer: the same Producer and partition read, the same error rendering, the same
-request metrics and body accounting.
+only the plain case (a produce whose body has arrived whole, a fetch of a partition led here,
+a fetch by a member of a group coordinated here; nothing that a middleware would act on), and
+everything else, including every request that would fail before producing or fetching, goes
+through the Application as before, which stays the reference. What the lane serves is what
+the general path would answer: the same Producer, partition read and group fetch, the same
+error rendering, the same request metrics and body accounting.
 """
 
 from __future__ import annotations
@@ -30,9 +30,11 @@ from aiohttp.streams import EmptyStreamReader, StreamReader
 from gateway import codecs
 from gateway.backpressure import InflightBodies
 from gateway.fetch import FetchLimits, limits_of, parse_offset, read_partition, start_offset
+from gateway.groups.coordinator import CURSOR_MASK
+from gateway.groups_api import member_records, valid_group_id
 from gateway.idempotency import validate_key
 from gateway.metrics import CLIENT_CLOSED
-from gateway.params import parse_int
+from gateway.params import parse_int, query_int
 from gateway.problems import PROBLEM_JSON, Problem, problem_body, problem_of, status_code
 from gateway.produce import ProduceRequest
 from gateway.state import Gateway
@@ -43,12 +45,15 @@ from replication.metadata import TopicSpec
 MAX_LANE_BODY = 64 * 1024  # larger bodies cost more than the machinery the lane saves
 TOPIC_ROUTE = "/v1/topics/{topic}/records"
 PARTITION_ROUTE = "/v1/topics/{topic}/partitions/{partition}/records"
+MEMBER_ROUTE = "/v1/groups/{group}/members/{member}/records"
 ACKS = {"0": "0", "1": "1", "all": "all", "-1": "all"}
 # Headers a middleware or the body reader acts on: their requests take the general path.
 _GENERAL_PATH_HEADERS = ("Content-Encoding", "Origin", "Expect", FORWARDED_BY)
 _PREFIX = "/v1/topics/"
+_GROUPS_PREFIX = "/v1/groups/"
 _PRODUCE_PARAMS = frozenset({"acks", "timeout_ms", "key"})
 _FETCH_PARAMS = frozenset({"offset", "max_records", "max_bytes", "min_bytes", "timeout_ms"})
+_MEMBER_FETCH_PARAMS = frozenset({"cursor", "max_records", "max_bytes", "min_bytes", "timeout_ms"})
 # Accept headers a fetch takes as they are (anything else is negotiated by the Application).
 _FETCH_ACCEPT = {
     None: codecs.JSON,
@@ -82,7 +87,18 @@ class LaneFetch:
     target: str
 
 
-LaneRequest = LaneProduce | LaneFetch
+@dataclass(slots=True)
+class LaneMemberFetch:
+    """A group member's fetch the lane accepted: a member of a group coordinated here."""
+
+    group: str
+    member: str
+    limits: FetchLimits
+    cursor: int  # -1: none given
+    target: str
+
+
+LaneRequest = LaneProduce | LaneFetch | LaneMemberFetch
 
 
 @dataclass(slots=True)
@@ -142,14 +158,17 @@ class Lane:
         self, method: str, target: str, headers: Mapping[str, str], body: bytes, connection: object
     ) -> LaneRequest | None:
         """What this complete request asks for, if the lane may serve it; else None."""
-        if not target.startswith(_PREFIX) or any(name in headers for name in _GENERAL_PATH_HEADERS):
+        if any(name in headers for name in _GENERAL_PATH_HEADERS):
             return None
         if self.gateway.auth.quotas.active:
             return None
-        if method == "POST":
-            return self._take_produce(target, headers, body, connection)
-        if method == "GET" and not body and "Content-Length" not in headers:
-            return self._take_fetch(target, headers)
+        get = method == "GET" and not body and "Content-Length" not in headers
+        if target.startswith(_PREFIX):
+            if method == "POST":
+                return self._take_produce(target, headers, body, connection)
+            return self._take_fetch(target, headers) if get else None
+        if get and target.startswith(_GROUPS_PREFIX):
+            return self._take_member_fetch(target, headers)
         return None
 
     def _take_produce(
@@ -220,6 +239,29 @@ class Lane:
             return None
         return LaneFetch(topic.name, partition, offset, limits, accept, target)
 
+    def _take_member_fetch(self, target: str, headers: Mapping[str, str]) -> LaneMemberFetch | None:
+        path, _, query = target.partition("?")
+        parts = path[len(_GROUPS_PREFIX) :].split("/")
+        if len(parts) != 4 or parts[1] != "members" or parts[3] != "records" or "%" in path:
+            return None
+        name, member = parts[0], parts[2]
+        if _FETCH_ACCEPT.get(headers.get("Accept")) != codecs.JSON or not valid_group_id(name):
+            return None
+        gateway = self.gateway
+        group = gateway.groups.groups.get(name)
+        if group is None or member not in group.members:  # elsewhere, or unknown: not plain
+            return None
+        settings = gateway.settings
+        params = _query(query, _MEMBER_FETCH_PARAMS)
+        if params is None or gateway.notifier.parked >= settings.max_parked_fetches:
+            return None
+        try:
+            limits = limits_of(params, settings)
+            cursor = query_int(params, "cursor", -1, 0, CURSOR_MASK)
+        except Problem:
+            return None
+        return LaneMemberFetch(name, member, limits, cursor, target)
+
     def _route(
         self, target: str, allowed: frozenset[str]
     ) -> tuple[TopicSpec, int | None, dict[str, str]] | None:
@@ -249,9 +291,12 @@ class Lane:
             if isinstance(request, LaneProduce):
                 method, route = "POST", request.route
                 answer = await self._produce(request, connection)
-            else:
+            elif isinstance(request, LaneFetch):
                 method, route = "GET", PARTITION_ROUTE
                 answer = await self._fetch(request)
+            else:
+                method, route = "GET", MEMBER_ROUTE
+                answer = await self._member_fetch(request)
         finally:
             status = CLIENT_CLOSED if answer is None else answer.status
             elapsed = time.perf_counter() - started
@@ -288,6 +333,16 @@ class Lane:
         except Exception as exc:
             return _problem(_problem_of(exc, "GET", request.target))
         return LaneAnswer(200, fetched.content_type, fetched.body, tuple(fetched.headers.items()))
+
+    async def _member_fetch(self, request: LaneMemberFetch) -> LaneAnswer:
+        """The member's long-poll, as the group route runs it."""
+        try:
+            body = await member_records(
+                self.gateway, request.group, request.member, request.limits, request.cursor
+            )
+        except Exception as exc:
+            return _problem(_problem_of(exc, "GET", request.target))
+        return LaneAnswer(200, codecs.JSON, body)
 
 
 LANE = web.AppKey("lane", Lane)

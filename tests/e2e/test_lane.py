@@ -12,6 +12,7 @@ import re
 import signal
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
@@ -404,6 +405,51 @@ async def test_the_lane_fetches_exactly_as_the_application(
         app.close()
     assert statuses == {b"200", b"400", b"406", b"416"}
     assert lane_served(server) - before == len(FETCHES)
+
+
+async def test_a_group_members_fetch_takes_the_lane(servers: list[Server], tmp_path: Path) -> None:
+    """Two groups read one topic, one through the lane and one through the Application (the
+    same Accept with a q parameter): the same records, assignment and generation. An answer
+    lost on the way (the cursor of the one before sent again) is delivered again by the lane."""
+    server = launch(servers, tmp_path)
+    create_topic(server, partitions=2)
+    for n in range(6):
+        path = f"{server.url}/v1/topics/t/partitions/{n % 2}/records"
+        assert httpx.post(path, json={"records": [{"value": n}]}).status_code == 200
+    joined = {
+        group: httpx.post(
+            f"{server.url}/v1/groups/{group}/members",
+            json={"topics": ["t"], "auto_offset_reset": "earliest"},
+        ).json()
+        for group in ("lane", "app")
+    }
+    before = lane_served(server)
+
+    def get(group: str, cursor: int, accept: str) -> bytes:
+        member = joined[group]["member_id"]
+        target = f"/v1/groups/{group}/members/{member}/records?timeout_ms=0&cursor={cursor}"
+        return f"GET {target} HTTP/1.1\r\nHost: x\r\nAccept: {accept}\r\n\r\n".encode()
+
+    conn = await Connection.open(server)
+    try:
+        answers = {
+            group: await conn.exchange(get(group, joined[group]["cursor"], accept))
+            for group, accept in (("lane", LANE_TYPE), ("app", f"{LANE_TYPE};q=1"))
+        }
+        again = await conn.exchange(get("lane", joined["lane"]["cursor"], LANE_TYPE))
+    finally:
+        conn.close()
+    docs = {group: orjson.loads(body) for group, (_, _, body) in answers.items()}
+    for doc in docs.values():
+        doc.pop("cursor")
+    assert docs["lane"] == docs["app"]
+    assert sorted(r["value"] for r in docs["lane"]["records"]) == list(range(6))
+
+    def by_place(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return sorted(records, key=lambda r: (r["partition"], r["offset"]))
+
+    assert by_place(orjson.loads(again[2])["records"]) == by_place(docs["lane"]["records"])
+    assert lane_served(server) - before == 2
 
 
 async def parked_long_poll(server: Server) -> Connection:

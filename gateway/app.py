@@ -72,7 +72,7 @@ async def _open(app: web.Application) -> None:
     gateway = app[GATEWAY] = await Gateway.open(app[SETTINGS])
     lane = None
     if not gateway.settings.auth and (cors.POLICY not in app or not app[cors.POLICY].named):
-        # No middleware the lane would bypass applies to a plain produce here.
+        # No middleware the lane would bypass applies to a plain produce or fetch here.
         lane = app[LANE] = Lane(gateway, app[INFLIGHT])
     gateway.metrics.registry.register(LaneCollector(lambda: 0 if lane is None else lane.served))
     gateway.ready = True

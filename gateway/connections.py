@@ -98,7 +98,6 @@ class Http1Connection(_ProblemErrors):
     it, so answers keep the order of their requests."""
 
     __slots__ = (
-        "_app",
         "_header_deadline",
         "_header_timeout",
         "_lane",
@@ -119,15 +118,10 @@ class Http1Connection(_ProblemErrors):
         self._header_timeout = header_timeout
         self._header_deadline: asyncio.TimerHandle | None = None
         self._last_payload: StreamReader | None = None  # the newest request's body
-        self._app = app
-        self._lane: Lane | None = None
+        # Built at the Application's startup, which runs before any connection is accepted.
+        self._lane = None if app is None else app.get(LANE)
         self._lane_task: asyncio.Task[None] | None = None  # the lane's request in progress
         self._loop_started = False  # whether aiohttp's request loop (start) has begun
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        super().connection_made(transport)
-        if self._app is not None:
-            self._lane = self._app.get(LANE)
 
     async def start(self) -> None:
         """aiohttp's request loop, begun after the lane's answer if the lane took the
@@ -290,19 +284,13 @@ class Http2Connection(_ProblemErrors, H2Protocol):
     """The HTTP/2 protocol with the same problem+json error answers; the plain produces and
     fetches of its streams are served by the lane."""
 
-    __slots__ = ("_app", "_lane")
+    __slots__ = ("_lane",)
 
     def __init__(
         self, manager: web.Server, *, app: web.Application | None = None, **kwargs: Any
     ) -> None:
         super().__init__(manager, **kwargs)
-        self._app = app
-        self._lane: Lane | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        super().connection_made(transport)
-        if self._app is not None:
-            self._lane = self._app.get(LANE)
+        self._lane = None if app is None else app.get(LANE)
 
     def answer_directly(
         self, message: RawRequestMessage, payload: StreamReader

@@ -34,7 +34,7 @@ from gateway.groups.coordinator import CURSOR_MASK
 from gateway.groups_api import member_records, valid_group_id
 from gateway.idempotency import validate_key
 from gateway.metrics import CLIENT_CLOSED
-from gateway.params import parse_int, query_int
+from gateway.params import query_int
 from gateway.problems import PROBLEM_JSON, Problem, problem_body, problem_of, status_code
 from gateway.produce import ProduceRequest
 from gateway.state import Gateway
@@ -185,17 +185,18 @@ class Lane:
         topic, partition, params = routed
         if topic.name in INTERNAL_TOPICS:
             return None
-        gateway = self.gateway
+        settings = self.gateway.settings
         acks = ACKS.get(params.get("acks", "all"))
-        raw_timeout = params.get("timeout_ms")
-        timeout_ms = gateway.settings.default_produce_timeout_ms
-        if raw_timeout is not None:
-            parsed = parse_int(raw_timeout)
-            if parsed is None or not 0 <= parsed <= gateway.settings.max_wait_ms:
-                return None
-            timeout_ms = parsed
         key = headers.get("Idempotency-Key")
-        if acks is None or (key is not None and not _valid_key(key)):
+        try:
+            timeout_ms = query_int(
+                params, "timeout_ms", settings.default_produce_timeout_ms, 0, settings.max_wait_ms
+            )
+            if key is not None:
+                validate_key(key)
+        except Problem:
+            return None
+        if acks is None:
             return None
         size = len(body)
         inflight = self.inflight
@@ -284,19 +285,24 @@ class Lane:
         return None if params is None else (topic, partition, params)
 
     async def serve(self, request: LaneRequest, connection: object) -> LaneAnswer:
-        """Answer what `take` accepted, counted in the request metrics under its route."""
+        """Answer what `take` accepted, a failure as the Application renders it, counted in
+        the request metrics under its route."""
         started = time.perf_counter()
         answer: LaneAnswer | None = None
+        if isinstance(request, LaneProduce):
+            method, route, target = "POST", request.route, request.produce.target
+        else:
+            method, target = "GET", request.target
+            route = PARTITION_ROUTE if isinstance(request, LaneFetch) else MEMBER_ROUTE
         try:
             if isinstance(request, LaneProduce):
-                method, route = "POST", request.route
                 answer = await self._produce(request, connection)
             elif isinstance(request, LaneFetch):
-                method, route = "GET", PARTITION_ROUTE
                 answer = await self._fetch(request)
             else:
-                method, route = "GET", MEMBER_ROUTE
                 answer = await self._member_fetch(request)
+        except Exception as exc:
+            answer = _problem(_problem_of(exc, method, target))
         finally:
             status = CLIENT_CLOSED if answer is None else answer.status
             elapsed = time.perf_counter() - started
@@ -313,8 +319,6 @@ class Lane:
         try:
             status, document = await self.gateway.producer.produce(request.produce)
             return LaneAnswer(status, codecs.JSON, orjson.dumps(document))
-        except Exception as exc:
-            return _problem(_problem_of(exc, "POST", request.produce.target))
         finally:
             inflight.reserved -= size
             left = inflight.by_connection.pop(connection) - size
@@ -324,24 +328,18 @@ class Lane:
     async def _fetch(self, request: LaneFetch) -> LaneAnswer:
         """Read the partition as the route does (a long-poll waits here as there)."""
         gateway = self.gateway
-        try:
-            leader = await gateway.replicas.leader(request.topic, request.partition)
-            offset = start_offset(request.offset, leader)
-            fetched = await read_partition(
-                gateway, request.topic, request.partition, offset, request.limits, request.accept
-            )
-        except Exception as exc:
-            return _problem(_problem_of(exc, "GET", request.target))
+        leader = await gateway.replicas.leader(request.topic, request.partition)
+        offset = start_offset(request.offset, leader)
+        fetched = await read_partition(
+            gateway, request.topic, request.partition, offset, request.limits, request.accept
+        )
         return LaneAnswer(200, fetched.content_type, fetched.body, tuple(fetched.headers.items()))
 
     async def _member_fetch(self, request: LaneMemberFetch) -> LaneAnswer:
         """The member's long-poll, as the group route runs it."""
-        try:
-            body = await member_records(
-                self.gateway, request.group, request.member, request.limits, request.cursor
-            )
-        except Exception as exc:
-            return _problem(_problem_of(exc, "GET", request.target))
+        body = await member_records(
+            self.gateway, request.group, request.member, request.limits, request.cursor
+        )
         return LaneAnswer(200, codecs.JSON, body)
 
 
@@ -396,11 +394,3 @@ def _query(query: str, allowed: frozenset[str]) -> dict[str, str] | None:
             return None
         params[name] = value
     return params
-
-
-def _valid_key(key: str) -> bool:
-    try:
-        validate_key(key)
-    except Problem:
-        return False
-    return True

@@ -482,9 +482,11 @@ async def test_a_long_poll_the_lane_parks_wakes_for_a_produce(
     assert lane_served(server) == 2
 
 
-async def test_a_graceful_shutdown_answers_the_long_poll_the_lane_parked(
+async def test_a_graceful_shutdown_answers_a_parked_plain_long_poll(
     servers: list[Server], tmp_path: Path
 ) -> None:
+    """The plain long-poll `parked_long_poll` sends is the lane's (the test above counts it):
+    SIGTERM wakes it, its answer goes out, and the server exits cleanly."""
     server = launch(servers, tmp_path)
     create_topic(server)
     polling = await parked_long_poll(server)

@@ -49,6 +49,7 @@ from engine.errors import (
 from engine.file_cache import FileCache, FileGone
 from engine.fsync import FileStateUnknown
 from engine.segment import LogSegment
+from engine.watermarks import WatermarkFile
 
 EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 _NOTHING_APPENDED = "nothing was appended"
@@ -118,9 +119,11 @@ class PartitionLog:
         clock: Callable[[], float] = time.time,
         files: FileCache | None = None,
         on_offline: Listener | None = None,
+        publish_watermarks: bool = False,
     ) -> None:
         """`on_offline(log)` is called once, from whichever thread met the failure, when a
-        storage failure takes the log offline."""
+        storage failure takes the log offline. With `publish_watermarks`, the watermarks are
+        kept in the directory's shared file for processes that read the log (engine.colocated)."""
         self.directory = directory
         self.files = file_cache.shared if files is None else files
         self._on_offline = on_offline
@@ -139,6 +142,7 @@ class PartitionLog:
         directory.mkdir(parents=True, exist_ok=True)
         self.epoch_cache = LeaderEpochCache(directory / EPOCH_CHECKPOINT)
         self._view = SegmentView((), ())
+        self._watermarks: WatermarkFile | None = None
         self.recovery = self._load(recovery_point, log_start_offset, trust_files)
         self.log_end_offset = self._view.segments[-1].next_offset
         local_start = self._view.segments[0].base_offset
@@ -161,6 +165,9 @@ class PartitionLog:
         self.epoch_cache.truncate_from_start(self.log_start_offset)
         self._unflushed_messages = 0
         self._last_flush_ms = self.now_ms()
+        if publish_watermarks:
+            self._watermarks = WatermarkFile(directory)
+            self._publish()
 
     # -- loading -------------------------------------------------------------------------------
 
@@ -548,6 +555,7 @@ class PartitionLog:
             if target <= self.high_watermark:
                 return False
             self.high_watermark = target
+            self._publish()
         self._notify()
         return True
 
@@ -577,6 +585,7 @@ class PartitionLog:
             self.high_watermark = min(self.high_watermark, self.log_end_offset)
             self.recovery_point = min(self.recovery_point, self.log_end_offset)
             self.epoch_cache.truncate_from_end(self.log_end_offset)
+            self._publish()
         self._notify()
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -585,6 +594,7 @@ class PartitionLog:
         with self._lock, self._io("truncating the log"):
             self._check_open()
             self._truncate_fully(offset)
+            self._publish()
         self._notify()
 
     def _truncate_fully(self, offset: int) -> None:
@@ -605,6 +615,7 @@ class PartitionLog:
                 self.log_start_offset = before_offset
                 self.epoch_cache.truncate_from_start(before_offset)
                 self._delete_prefix(lambda segment, following: following <= before_offset)
+                self._publish()
             return self.log_start_offset
 
     # -- retention -------------------------------------------------------------------------
@@ -620,6 +631,7 @@ class PartitionLog:
         with self._lock:
             if self.config.remote_storage_enable and offset < self.log_start_offset:
                 self.log_start_offset = offset
+                self._publish()
 
     def mark_uploaded(self, remote_end_offset: int | None) -> None:
         """The tiering layer's word on what S3 holds: offsets below `remote_end_offset`."""
@@ -700,6 +712,7 @@ class PartitionLog:
         if move_start and segments[count].base_offset > self.log_start_offset:
             self.log_start_offset = segments[count].base_offset
             self.epoch_cache.truncate_from_start(self.log_start_offset)
+        self._publish()
         return count
 
     # -- flush, listeners, lifecycle -------------------------------------------------------
@@ -747,6 +760,14 @@ class PartitionLog:
     def add_roll_listener(self, listener: RollListener) -> None:
         """Call `listener(log, closed_segment)` when a segment rolls (tiering hooks here)."""
         self._roll_listeners.append(listener)
+
+    def _publish(self) -> None:
+        """Tell readers in other processes where the log now starts and is committed up to
+        (callers hold the lock, or own the log alone)."""
+        if self._watermarks is not None:
+            self._watermarks.publish(
+                self.high_watermark, self.log_start_offset, self.local_log_start_offset
+            )
 
     def _notify(self) -> None:
         for listener in self._listeners:
@@ -851,6 +872,9 @@ class PartitionLog:
                 except OSError as exc:
                     error = error or self._failed("closing the log", exc)
             self._closed = True
+            if self._watermarks is not None:
+                self._watermarks.close()
+                self._watermarks = None
         if error is not None:
             raise error
 
@@ -863,6 +887,9 @@ class PartitionLog:
                 with contextlib.suppress(OSError):
                     segment.delete()
             self._closed = True
+            if self._watermarks is not None:
+                self._watermarks.close()
+                self._watermarks = None
         shutil.rmtree(self.directory, ignore_errors=True)
 
     def replace_segment(self, old: LogSegment, expected_size: int) -> bool:

@@ -150,9 +150,12 @@ class LogManager:
         defaults: TopicConfig | None = None,
         clock: Callable[[], float] = time.time,
         file_cache_size: int | None = None,
+        publish_watermarks: bool = False,
     ) -> None:
         """`file_cache_size` bounds the descriptors of closed segments kept open (process-wide;
-        default: `file_cache.default_capacity()`, from the descriptor limit)."""
+        default: `file_cache.default_capacity()`, from the descriptor limit).
+        `publish_watermarks`: each log keeps its watermarks in a shared file, for the other
+        processes on this host that read it (engine.colocated)."""
         self.data_dir = Path(data_dir)
         self.files = file_cache.shared
         self.files.resize(
@@ -160,6 +163,7 @@ class LogManager:
         )
         self.defaults = defaults or TopicConfig()
         self.clock = clock
+        self.publish_watermarks = publish_watermarks
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.new_data_dir = not (self.data_dir / TOPICS_DIR).exists()
         (self.data_dir / TOPICS_DIR).mkdir(exist_ok=True)
@@ -262,6 +266,7 @@ class LogManager:
             clock=self.clock,
             files=self.files,
             on_offline=self._went_offline,
+            publish_watermarks=self.publish_watermarks,
         )
 
     def add_offline_listener(self, listener: Listener) -> None:

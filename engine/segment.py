@@ -209,28 +209,9 @@ class LogSegment:
 
     def _translate(self, fd: int, offset: int) -> tuple[int, fmt.BatchHeader] | None:
         _, position = self.index.lookup(offset)
-        size = self.size
-        while position < size:
-            chunk = os.pread(fd, min(_HEADER_PROBE, size - position), position)
-            pos = 0
-            while pos + fmt.HEADER_SIZE <= len(chunk):
-                header = fmt.read_header(chunk, pos)
-                if header.length < fmt.MIN_BATCH_LENGTH:
-                    raise CorruptRecord(
-                        f"invalid batch header in {self.path.name} at byte {position + pos}",
-                        header.base_offset,
-                    )
-                if position + pos + header.size > size:
-                    raise CorruptRecord(
-                        f"batch at byte {position + pos} of {self.path.name} runs past the end",
-                        header.base_offset,
-                    )
-                if header.last_offset >= offset:
-                    return position + pos, header
-                pos += header.size
-            if pos == 0:
-                return None
-            position += pos
+        for found, header in walk_headers(fd, position, self.size, self._log.path):
+            if header.last_offset >= offset:
+                return found, header
         return None
 
     def read(
@@ -254,35 +235,18 @@ class LogSegment:
             if found is None:
                 return memoryview(b"")
             position, first = found
-            if first.last_offset >= upper_offset:
-                return memoryview(b"")
-            length = min(max_bytes, self.size - position)
-            if max_records is not None and first.record_count:
-                # Read about as many batches as max_records needs, sized like the first one,
-                # instead of copying all of max_bytes to use a fraction of it.
-                batches = -(-(max_records + offset - first.base_offset) // first.record_count)
-                length = min(length, batches * first.size)
-            if min_one and first.size > length:
-                length = first.size
-            data = memoryview(os.pread(fd, length, position))
-        stop = upper_offset if max_records is None else min(upper_offset, offset + max_records)
-        pos = 0
-        end = len(data)
-        while pos + fmt.HEADER_SIZE <= end:
-            header = fmt.read_header(data, pos)
-            if pos + header.size > end or header.last_offset >= upper_offset:
-                break
-            if pos and header.base_offset >= stop:
-                break
-            if header.magic != fmt.MAGIC or not fmt.crc_matches(data, pos, header):
-                if pos == 0:
-                    raise CorruptRecord(
-                        f"batch at offset {header.base_offset} in {self.path.name} failed its CRC",
-                        header.base_offset,
-                    )
-                break
-            pos += header.size
-        return data[:pos]
+            return read_batches(
+                fd,
+                position,
+                first,
+                self.size,
+                offset,
+                max_bytes,
+                upper_offset,
+                min_one,
+                max_records,
+                self._log.path,
+            )
 
     def batches(self) -> Iterator[tuple[fmt.BatchHeader, memoryview]]:
         """Every batch in file order, CRC-checked; the first bad one raises CorruptRecord."""
@@ -442,3 +406,77 @@ class LogSegment:
 
     def __repr__(self) -> str:
         return f"LogSegment({self.path}, next_offset={self.next_offset}, size={self.size})"
+
+
+def walk_headers(
+    fd: int, position: int, size: int, path: str
+) -> Iterator[tuple[int, fmt.BatchHeader]]:
+    """(position, header) of each batch of the log file `fd` (at `path`) from byte `position`
+    to `size`, read a probe at a time; a header that cannot be one raises CorruptRecord."""
+    while position < size:
+        chunk = os.pread(fd, min(_HEADER_PROBE, size - position), position)
+        pos = 0
+        while pos + fmt.HEADER_SIZE <= len(chunk):
+            header = fmt.read_header(chunk, pos)
+            if header.length < fmt.MIN_BATCH_LENGTH:
+                raise CorruptRecord(
+                    f"invalid batch header in {os.path.basename(path)} at byte {position + pos}",
+                    header.base_offset,
+                )
+            if position + pos + header.size > size:
+                raise CorruptRecord(
+                    f"batch at byte {position + pos} of {os.path.basename(path)} runs past the end",
+                    header.base_offset,
+                )
+            yield position + pos, header
+            pos += header.size
+        if pos == 0:
+            return
+        position += pos
+
+
+def read_batches(
+    fd: int,
+    position: int,
+    first: fmt.BatchHeader,
+    size: int,
+    offset: int,
+    max_bytes: int,
+    upper_offset: int,
+    min_one: bool,
+    max_records: int | None,
+    path: str,
+) -> memoryview:
+    """`LogSegment.read` from the batch `first` found at `position` (holding `offset`) in the
+    log file `fd` (at `path`) of `size` bytes: whole, CRC-checked batches below
+    `upper_offset`."""
+    if first.last_offset >= upper_offset:
+        return memoryview(b"")
+    length = min(max_bytes, size - position)
+    if max_records is not None and first.record_count:
+        # Read about as many batches as max_records needs, sized like the first one,
+        # instead of copying all of max_bytes to use a fraction of it.
+        batches = -(-(max_records + offset - first.base_offset) // first.record_count)
+        length = min(length, batches * first.size)
+    if min_one and first.size > length:
+        length = first.size
+    data = memoryview(os.pread(fd, length, position))
+    stop = upper_offset if max_records is None else min(upper_offset, offset + max_records)
+    pos = 0
+    end = len(data)
+    while pos + fmt.HEADER_SIZE <= end:
+        header = fmt.read_header(data, pos)
+        if pos + header.size > end or header.last_offset >= upper_offset:
+            break
+        if pos and header.base_offset >= stop:
+            break
+        if header.magic != fmt.MAGIC or not fmt.crc_matches(data, pos, header):
+            if pos == 0:
+                raise CorruptRecord(
+                    f"batch at offset {header.base_offset} in {os.path.basename(path)} failed "
+                    "its CRC",
+                    header.base_offset,
+                )
+            break
+        pos += header.size
+    return data[:pos]

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from engine import batch as fmt
+from engine.log import ReadResult
 from engine.notify import ChangeNotifier
 from gateway import codecs
 from gateway.params import parse_int, query_int
@@ -102,19 +103,47 @@ async def read_partition(
 ) -> FetchAnswer:
     """Fetch from a partition led here (waiting as the limits say) and encode the records in
     the media type asked for; the records and bytes go in the topic's traffic."""
-    binary = accept == codecs.RECORD_BATCH
-    result = await gateway.replicas.fetch(
-        topic,
-        partition,
-        offset,
-        limits.max_bytes,
-        limits.min_bytes,
-        limits.timeout_ms,
-        None if binary else limits.max_records,
-    )
+    result = await gateway.replicas.fetch(topic, partition, offset, *_bounds(limits, accept))
+    return _answer(gateway, topic, offset, result, limits, accept)
+
+
+def read_colocated(
+    gateway: Gateway,
+    topic: str,
+    partition: int,
+    offset: int | str,
+    limits: FetchLimits,
+    accept: str,
+) -> FetchAnswer | None:
+    """`read_partition` of a partition a sibling worker leads, from its files, when they hold
+    what it would answer at once (replication.colocated); None: forward the fetch to it."""
+    found = gateway.replicas.fetch_colocated(topic, partition, offset, *_bounds(limits, accept))
+    if found is None:
+        return None
+    start, result = found
+    return _answer(gateway, topic, start, result, limits, accept)
+
+
+def _bounds(limits: FetchLimits, accept: str) -> tuple[int, int, int, int | None]:
+    """max_bytes, min_bytes, timeout_ms and max_records of a read (a binary answer sends whole
+    batches: no record limit)."""
+    max_records = None if accept == codecs.RECORD_BATCH else limits.max_records
+    return limits.max_bytes, limits.min_bytes, limits.timeout_ms, max_records
+
+
+def _answer(
+    gateway: Gateway,
+    topic: str,
+    offset: int,
+    result: ReadResult,
+    limits: FetchLimits,
+    accept: str,
+) -> FetchAnswer:
+    """A partition read at `offset`, encoded in the media type asked for and counted in the
+    topic's traffic."""
     data = result.data
     traffic = gateway.metrics.traffic
-    if binary:
+    if accept == codecs.RECORD_BATCH:
         batches = fmt.scan(data, check_crc=False).headers
         next_offset = batches[-1][1].next_offset if batches else offset
         traffic.fetched(topic, sum(h.record_count for _, h in batches), len(data))

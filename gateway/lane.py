@@ -29,7 +29,15 @@ from aiohttp.streams import EmptyStreamReader, StreamReader
 
 from gateway import codecs
 from gateway.backpressure import InflightBodies
-from gateway.fetch import FetchLimits, limits_of, parse_offset, read_partition, start_offset
+from gateway.fetch import (
+    FetchAnswer,
+    FetchLimits,
+    limits_of,
+    parse_offset,
+    read_colocated,
+    read_partition,
+    start_offset,
+)
 from gateway.groups.coordinator import CURSOR_MASK
 from gateway.groups_api import member_records, valid_group_id
 from gateway.idempotency import validate_key
@@ -85,6 +93,7 @@ class LaneFetch:
     limits: FetchLimits
     accept: str
     target: str
+    ready: FetchAnswer | None = None  # read already, from a sibling worker's files
 
 
 @dataclass(slots=True)
@@ -228,17 +237,21 @@ class Lane:
         if partition is None:
             return None
         local = gateway.replicas.local(topic.name, partition)
-        if local is None or not local.is_leader:  # led elsewhere: the Application forwards it
-            return None
+        led_here = local is not None and local.is_leader
         settings = gateway.settings
-        if gateway.notifier.parked >= settings.max_parked_fetches:
+        if led_here and gateway.notifier.parked >= settings.max_parked_fetches:
             return None
         try:
             offset = parse_offset(params.get("offset", "earliest"))
             limits = limits_of(params, settings)
         except Problem:
             return None
-        return LaneFetch(topic.name, partition, offset, limits, accept, target)
+        ready = None
+        if not led_here:
+            ready = read_colocated(gateway, topic.name, partition, offset, limits, accept)
+            if ready is None:  # led elsewhere, and not readable here: the Application forwards
+                return None
+        return LaneFetch(topic.name, partition, offset, limits, accept, target, ready)
 
     def _take_member_fetch(self, target: str, headers: Mapping[str, str]) -> LaneMemberFetch | None:
         path, _, query = target.partition("?")
@@ -327,6 +340,11 @@ class Lane:
 
     async def _fetch(self, request: LaneFetch) -> LaneAnswer:
         """Read the partition as the route does (a long-poll waits here as there)."""
+        fetched = request.ready
+        if fetched is not None:
+            return LaneAnswer(
+                200, fetched.content_type, fetched.body, tuple(fetched.headers.items())
+            )
         gateway = self.gateway
         leader = await gateway.replicas.leader(request.topic, request.partition)
         offset = start_offset(request.offset, leader)

@@ -271,6 +271,29 @@ class LaneCollector(Collector):
         ]
 
 
+class ColocatedCollector(Collector):
+    """The fetches of partitions a sibling worker leads that were read from its files, and
+    those left to it (replication.colocated)."""
+
+    def __init__(self, replicas: Callable[[], ReplicaManager | None]) -> None:
+        self._replicas = replicas
+
+    def collect(self) -> Iterable[Metric]:
+        replicas = self._replicas()
+        colocated = None if replicas is None else replicas.colocated
+        if colocated is None:
+            return []
+        family = CounterMetricFamily(
+            "sluice_colocated_reads",
+            "Fetches of a partition a sibling worker leads: read from its files (served), or "
+            "forwarded to it (forwarded)",
+            labels=["outcome"],
+        )
+        family.add_metric(["served"], colocated.served)
+        family.add_metric(["forwarded"], colocated.forwarded)
+        return [family]
+
+
 class Metrics:
     """The gateway's registry (one per app, so tests can run several apps in one process)."""
 
@@ -291,6 +314,7 @@ class Metrics:
         parked.set_function(lambda: float(n.parked) if (n := notifier()) else 0.0)
         self.registry.register(PartitionCollector(replicas))
         self.registry.register(TieringCollector(replicas))
+        self.registry.register(ColocatedCollector(replicas))
         self.registry.register(GroupCollector(groups))
 
     async def observe(

@@ -11,8 +11,10 @@ from gateway import codecs
 from gateway.auth.middleware import require_create_topic
 from gateway.fetch import (
     INT64_MAX,
+    FetchLimits,
     fetch_limits,
     parse_offset,
+    read_colocated,
     read_partition,
     refuse_when_full,
     start_offset,
@@ -29,8 +31,10 @@ from gateway.params import (
 )
 from gateway.problems import Problem, bad_request
 from gateway.produce import ProduceRequest
+from gateway.settings import Settings
 from gateway.state import Gateway, gateway_of
 from gateway.topics_api import refuse_internal
+from replication.errors import NotLeader
 from replication.forward_client import FORWARDED_BY
 
 ACKS = ("0", "1", "all", "-1")
@@ -98,7 +102,26 @@ async def fetch(request: web.Request) -> web.StreamResponse:
     gateway = gateway_of(request)
     settings = gateway.settings
     topic, partition = request.match_info["topic"], partition_param(request)
-    leader = await gateway.replicas.leader(topic, partition)
+    try:
+        leader = await gateway.replicas.leader(topic, partition)
+    except NotLeader:
+        accept, offset, limits = _fetch_params(request, settings)
+        colocated = read_colocated(gateway, topic, partition, offset, limits, accept)
+        if colocated is None:
+            if gateway.replicas.colocated is not None:
+                gateway.replicas.colocated.note_forwarded()
+            raise  # the forwarding middleware takes it to the leader
+        answer = colocated
+    else:
+        accept, offset, limits = _fetch_params(request, settings)
+        refuse_when_full(gateway.notifier, settings)
+        start = start_offset(offset, leader)
+        answer = await read_partition(gateway, topic, partition, start, limits, accept)
+    return web.Response(body=answer.body, content_type=answer.content_type, headers=answer.headers)
+
+
+def _fetch_params(request: web.Request, settings: Settings) -> tuple[str, int | str, FetchLimits]:
+    """A partition fetch's media type, offset (or earliest/latest) and limits, checked."""
     accept = codecs.negotiate(request.headers.get("Accept", ""), codecs.FETCH_TYPES, codecs.JSON)
     if accept is None:
         raise Problem(
@@ -106,11 +129,8 @@ async def fetch(request: web.Request) -> web.StreamResponse:
             "NOT_ACCEPTABLE",
             f"Accept allows none of {', '.join(codecs.FETCH_TYPES)}",
         )
-    offset = start_offset(parse_offset(request.query.get("offset", "earliest")), leader)
-    limits = fetch_limits(request, settings)
-    refuse_when_full(gateway.notifier, settings)
-    answer = await read_partition(gateway, topic, partition, offset, limits, accept)
-    return web.Response(body=answer.body, content_type=answer.content_type, headers=answer.headers)
+    offset = parse_offset(request.query.get("offset", "earliest"))
+    return accept, offset, fetch_limits(request, settings)
 
 
 async def offsets(request: web.Request) -> web.Response:

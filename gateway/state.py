@@ -21,6 +21,7 @@ from gateway.idempotency import InFlight
 from gateway.metrics import ForwardedCollector, Metrics
 from gateway.produce import Producer
 from gateway.settings import Settings
+from gateway.workers import sibling_data_dirs
 from replication.broker import Broker, BrokerSettings
 from replication.forward_client import ForwardClient
 from replication.replica_manager import ReplicaManager, ReplicationSettings
@@ -163,6 +164,7 @@ def broker_settings(settings: Settings, authorization: str | None = None) -> Bro
             interval_s=settings.tiering_interval_s,
         ),
         authorization=authorization,
+        colocated=sibling_data_dirs(settings),
     )
 
 

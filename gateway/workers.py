@@ -77,10 +77,23 @@ def check_layout(data_dir: Path, workers: int) -> None:
         )
 
 
+def worker_dir_name(node_id: int) -> str:
+    return f"worker-{node_id}"
+
+
 def shared_data_dir(worker_dir: Path) -> Path:
     """The --data-dir of the supervisor, from a worker's own (`<data-dir>/workers/worker-<i>`):
     where what all workers share lives (auth/, as a single node keeps it)."""
     return worker_dir.parent.parent
+
+
+def sibling_data_dirs(settings: Settings) -> dict[int, Path]:
+    """In a worker: the other workers' data directories, by node id, whose partitions it reads
+    from their files (replication.colocated); none in a single process."""
+    if settings.workers <= 1:
+        return {}
+    root = settings.data_dir.parent
+    return {i: root / worker_dir_name(i) for i in range(settings.workers) if i != settings.node_id}
 
 
 def internal_key_file(settings: Settings, root: Path) -> Path | None:
@@ -159,7 +172,7 @@ class Supervisor:
         self.port = port
         self.internal_key = internal_key  # with --auth: the workers' key (a file's path)
         self.workers = [
-            Worker(i, root / f"worker-{i}", free_port()) for i in range(settings.workers)
+            Worker(i, root / worker_dir_name(i), free_port()) for i in range(settings.workers)
         ]
 
     def command(self, worker: Worker) -> list[str]:

@@ -21,6 +21,7 @@ from engine.errors import InvalidConfig, TopicAlreadyExists
 from engine.manager import LogManager
 from engine.notify import ChangeNotifier
 from engine.tiered.remote import RemoteStorage
+from replication.colocated import ColocatedReplicas
 from replication.controller import Controller
 from replication.errors import ControllerNotAvailable, NotController
 from replication.fetcher import FetcherSettings, ReplicaFetchers
@@ -48,6 +49,9 @@ class BrokerSettings:
     topic_wait_s: float = 10.0  # how long a topic change waits to reach this node's disk
     tiering: TieringSettings | None = None  # S3 for topics with remote.storage.enable
     authorization: str | None = None  # the Authorization header of calls to other nodes
+    # The data directories of the other nodes on this host, by node id (sibling workers): this
+    # node publishes its watermarks for them and reads the partitions they lead from there.
+    colocated: dict[int, Path] = field(default_factory=dict)
 
 
 class Broker:
@@ -63,7 +67,10 @@ class Broker:
         the services over the partitions can register their listeners in between."""
         settings = self.settings
         self.manager = await asyncio.to_thread(
-            LogManager, settings.data_dir, file_cache_size=settings.file_cache_size
+            LogManager,
+            settings.data_dir,
+            file_cache_size=settings.file_cache_size,
+            publish_watermarks=bool(settings.colocated),
         )
         report = self.manager.startup
         log.info("node %d: %s: %s", self.settings.node_id, self.settings.data_dir, report.summary())
@@ -98,6 +105,8 @@ class Broker:
             self.tiering,
             report_offline=bool(settings.cluster),
         )
+        if settings.colocated:
+            self.replicas.colocated = ColocatedReplicas(settings.colocated)
         self.client = ReplicaClient(authorization=settings.authorization)
         # A parked fetch must come back well within replica.lag.time.max.ms.
         wait_ms = min(FetcherSettings.wait_ms, settings.replication.replica_lag_time_max_ms // 3)

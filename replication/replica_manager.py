@@ -28,6 +28,7 @@ from engine.errors import (
 from engine.log import AppendInfo, PartitionLog, ReadResult
 from engine.manager import LogManager
 from engine.notify import ChangeNotifier
+from replication.colocated import ColocatedReplicas
 from replication.errors import (
     LeaderChangedAfterAppend,
     LeaderNotAvailable,
@@ -108,6 +109,7 @@ class ReplicaManager:
         self._tasks: set[asyncio.Future[object]] = set()
         self._report_offline = report_offline
         self._reported: frozenset[TopicPartition] = frozenset()
+        self.colocated: ColocatedReplicas | None = None  # the other nodes on this host
         self._closing = False
         self.appends = AppendGroups()  # produces of one loop turn: one write per partition
         self.flushes = FlushGroups()
@@ -520,6 +522,36 @@ class ReplicaManager:
             if max_records is not None and covers(result.data, offset + max_records):
                 return result
             await self.notifier.wait(leader.log, remaining)
+
+    def fetch_colocated(
+        self,
+        topic: str,
+        partition: int,
+        offset: int | str,
+        max_bytes: int,
+        min_bytes: int,
+        timeout_ms: int,
+        max_records: int | None = None,
+    ) -> tuple[int, ReadResult] | None:
+        """`fetch` of a partition another node on this host leads, from its files, when they
+        answer it as that node would without waiting: (the offset read from, the read); else
+        None (the caller forwards)."""
+        if self.colocated is None:
+            return None
+        view = self.store.view.partitions.get((topic, partition))
+        if view is None or view.leader in (NO_LEADER, self.node_id):
+            return None
+        found = self.colocated.read(view.leader, topic, partition, offset, max_bytes, max_records)
+        if found is None:
+            return None
+        start, result = found
+        enough = len(result.data) >= min_bytes or timeout_ms <= 0
+        if not enough and not (
+            max_records is not None and covers(result.data, start + max_records)
+        ):
+            return None  # the leader would wait for more
+        self.colocated.served += 1
+        return found
 
     async def _read_tiered(
         self, leader: Partition, offset: int, max_bytes: int, exc: OffsetMovedToTieredStorage

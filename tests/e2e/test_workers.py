@@ -341,6 +341,70 @@ def test_a_json_fetch_through_the_other_worker_answers_as_its_leader_does(
         assert missing.status_code == 404
 
 
+# (query, Accept, read from the leader's files by the other worker): what they hold at once is
+# read there; what the leader would wait for or refuse is forwarded to it.
+COLOCATED: list[tuple[dict[str, Any], str | None, bool]] = [
+    ({"offset": 3, "timeout_ms": 0}, JSON, True),
+    ({"offset": 4, "max_records": 7}, NDJSON, True),
+    ({"offset": 2, "timeout_ms": 0}, RECORD_BATCH, True),
+    ({"offset": "earliest", "max_bytes": 1}, JSON, True),
+    ({"offset": MIXED_END, "timeout_ms": 0}, JSON, False),  # at the high watermark
+    ({"offset": "latest", "timeout_ms": 100}, JSON, False),  # a long-poll
+    ({"offset": 2, "min_bytes": 10**6, "timeout_ms": 100}, JSON, False),  # would wait for more
+    ({"offset": 0}, JSON, False),  # below the log start: the leader's 416
+    ({"offset": MIXED_END + 1}, JSON, False),  # past the end: the leader's 416
+]
+
+
+def colocated_reads(http: httpx.Client) -> tuple[float, float]:
+    text = http.get("/metrics").text
+    name = "sluice_colocated_reads_total"
+    return metric(text, name, outcome="served"), metric(text, name, outcome="forwarded")
+
+
+@pytest.mark.parametrize("path_taken", ["lane", "application"])
+def test_the_other_worker_reads_what_the_leaders_files_hold_and_forwards_the_rest(
+    pair: tuple[httpx.Client, httpx.Client], path_taken: str
+) -> None:
+    zero, one = pair
+    topic = f"beside-{path_taken}"
+    leaders = create_topic(zero, topic)
+    partition = next(p for p, leader in leaders.items() if leader == 0)
+    fill_mixed(zero, topic, partition)
+    path = f"/v1/topics/{topic}/partitions/{partition}/records"
+    extra = {"Origin": "http://example.com"} if path_taken == "application" else {}
+    for params, accept, read_beside in COLOCATED:
+        headers = {**extra, **({} if accept is None else {"Accept": accept})}
+        direct = zero.get(path, params=params, headers=headers)
+        served, forwarded = colocated_reads(one)
+        beside = one.get(path, params=params, headers=headers)
+        assert as_sent(beside) == as_sent(direct), (params, accept)
+        after = colocated_reads(one)
+        assert after == ((served + 1, forwarded) if read_beside else (served, forwarded + 1)), (
+            params,
+            accept,
+        )
+
+
+def test_a_topic_deleted_and_created_again_is_read_anew_beside_its_leader(
+    pair: tuple[httpx.Client, httpx.Client],
+) -> None:
+    zero, one = pair
+    leaders = create_topic(zero, "reborn")
+    partition = next(p for p, leader in leaders.items() if leader == 0)
+    path = f"/v1/topics/reborn/partitions/{partition}/records"
+    assert zero.post(path, json={"records": [{"value": "old"}]}).status_code == 200
+    assert values(one, "reborn", partition) == ["old"]
+    assert zero.delete("/v1/topics/reborn").status_code == 204
+    again = create_topic(zero, "reborn")
+    partition = next(p for p, leader in again.items() if leader == 0)
+    path = f"/v1/topics/reborn/partitions/{partition}/records"
+    assert zero.post(path, json={"records": [{"value": "new"}]}).status_code == 200
+    served, _ = colocated_reads(one)
+    assert values(one, "reborn", partition) == ["new"]
+    assert colocated_reads(one)[0] == served + 1
+
+
 @pytest.mark.parametrize("poll_on_leader", [True, False])
 def test_a_long_poll_on_one_worker_wakes_for_a_produce_on_the_other(
     workers: Supervisor, pair: tuple[httpx.Client, httpx.Client], poll_on_leader: bool

@@ -171,8 +171,8 @@ def _next_offset(data: memoryview) -> int:
 
 
 class ColocatedLogs:
-    """The partition directories of the other processes on this host, a bounded number open at
-    once (least recently read first out)."""
+    """The partition directories of the other processes on this host, the positions remembered
+    in a bounded number of them (least recently read first out). None holds a descriptor."""
 
     def __init__(self, capacity: int = 1024) -> None:
         self.capacity = capacity
@@ -183,7 +183,7 @@ class ColocatedLogs:
         if log is None:
             log = self._logs[directory] = ColocatedLog(directory)
             if len(self._logs) > self.capacity:
-                self._logs.popitem(last=False)[1].watermark_file.close()
+                self._logs.popitem(last=False)
         else:
             self._logs.move_to_end(directory)
         return log

@@ -329,9 +329,10 @@ class LogManager:
 
     def _check_capacity(self, new_partitions: int) -> None:
         """Refuse partitions whose active segments could not all stay open (one descriptor
-        each; closed segments share the file cache's)."""
+        each, two with the watermarks file published; closed segments share the file cache's)."""
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-        budget = soft * 3 // 4  # the rest: the file cache, sockets, index writes, checkpoints
+        # The rest: the file cache, sockets, index writes, checkpoints.
+        budget = soft * 3 // 4 // (2 if self.publish_watermarks else 1)
         in_use = len(self.all_logs())
         if in_use + new_partitions > budget:
             raise TooManyPartitions(

@@ -1,10 +1,11 @@
 """A partition's watermarks published in a small shared file (`<partition dir>/watermarks`), so
 that another process on the same host can read the log within them (`engine.colocated`).
 
-The file is 32 bytes mapped by both sides: a sequence number, then the high watermark, the log
-start offset and the local log start offset. The one writer makes the number odd, writes the
-offsets and makes it even again; a reader keeps the offsets only if it saw the same even number
-before and after reading them (a seqlock), so it never mixes two updates.
+The file is 32 bytes: a sequence number, then the high watermark, the log start offset and the
+local log start offset. The one writer maps it (one descriptor per log, counted by the
+manager's capacity check) and makes the number odd, writes the offsets and makes it even
+again; a reader keeps the offsets only if it read the same even number before and after them
+(a seqlock), so it never mixes two updates.
 """
 
 from __future__ import annotations
@@ -56,49 +57,35 @@ class WatermarkFile:
 
 
 class WatermarkReader:
-    """The reader's side of one partition's file; it follows the file if it is replaced (a
-    topic deleted and created again)."""
+    """The reader's side of one partition's file. It holds no descriptor between reads (a node
+    may read thousands of partitions beside their leaders): each read opens the file, reads
+    the sequence number, the offsets and the number again, and closes it."""
 
-    __slots__ = ("_inode", "_map", "path")
+    __slots__ = ("path",)
 
     def __init__(self, directory: Path) -> None:
         self.path = os.fspath(directory / FILE_NAME)
-        self._map: mmap.mmap | None = None
-        self._inode = -1
 
     def read(self) -> Watermarks | None:
         """The watermarks as last published; None when there is no file (or it is being
         written without pause, which a live writer never does)."""
         try:
-            inode = os.stat(self.path).st_ino
+            fd = os.open(self.path, os.O_RDONLY)
         except FileNotFoundError:
-            self.close()
             return None
-        if inode != self._inode or self._map is None:
-            self.close()
-            try:
-                fd = os.open(self.path, os.O_RDONLY)
-            except FileNotFoundError:
-                return None
-            try:
-                if os.fstat(fd).st_size < _SIZE:
+        try:
+            for _ in range(_READ_ATTEMPTS):
+                raw = os.pread(fd, _SEQUENCE.size, 0)
+                if len(raw) < _SEQUENCE.size:
                     return None
-                self._map = mmap.mmap(fd, _SIZE, access=mmap.ACCESS_READ)
-                self._inode = inode
-            finally:
-                os.close(fd)
-        view = self._map
-        for _ in range(_READ_ATTEMPTS):
-            before = _SEQUENCE.unpack_from(view)[0]
-            if before & 1:
-                continue
-            offsets = _OFFSETS.unpack_from(view, _SEQUENCE.size)
-            if _SEQUENCE.unpack_from(view)[0] == before:
-                return Watermarks._make(offsets)
-        return None
-
-    def close(self) -> None:
-        if self._map is not None:
-            self._map.close()
-            self._map = None
-        self._inode = -1
+                before = _SEQUENCE.unpack(raw)[0]
+                if before & 1:
+                    continue
+                offsets = os.pread(fd, _OFFSETS.size, _SEQUENCE.size)
+                if len(offsets) < _OFFSETS.size:
+                    return None
+                if os.pread(fd, _SEQUENCE.size, 0) == raw:
+                    return Watermarks._make(_OFFSETS.unpack(offsets))
+            return None
+        finally:
+            os.close(fd)

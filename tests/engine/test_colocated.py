@@ -55,7 +55,6 @@ def test_the_watermarks_file_round_trips_and_is_followed_when_replaced(tmp_path:
     again.publish(3, 0, 0)
     assert reader.read() == Watermarks(3, 0, 0)
     again.close()
-    reader.close()
 
 
 def test_a_torn_publish_is_never_read(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import resource
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -12,6 +13,7 @@ from engine.errors import (
     InvalidConfig,
     InvalidPartitions,
     InvalidTopicName,
+    TooManyPartitions,
     TopicAlreadyExists,
     UnknownPartition,
     UnknownTopic,
@@ -295,3 +297,25 @@ def test_the_startup_report_says_what_recovery_did(tmp_path: Path) -> None:
     assert summary.startswith("1 topic, 2 partitions opened after an unclean shutdown in")
     assert "2 partitions checked, 1 partition cut back by 7 bytes; slowest t-" in summary
     reopened.close()
+
+
+@pytest.mark.parametrize("publish_watermarks", [False, True])
+def test_partitions_beyond_the_descriptor_budget_are_refused(
+    tmp_path: Path, publish_watermarks: bool
+) -> None:
+    """Three quarters of the soft limit for the partitions' own descriptors: one each (the
+    active segment), two when the watermarks file is published too."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    manager = LogManager(tmp_path, publish_watermarks=publish_watermarks)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (400, hard))
+        fits = 300 // (2 if publish_watermarks else 1)
+        with pytest.raises(TooManyPartitions):
+            manager.create_topic("big", fits + 1)
+        assert "big" not in manager.topics
+        manager.create_topic("fits", fits)
+        with pytest.raises(TooManyPartitions):
+            manager.create_topic("one-more", 1)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        manager.close()

@@ -32,7 +32,7 @@ class ColocatedReplicas:
     ) -> tuple[int, ReadResult] | None:
         """(the offset read from, what `Partition.read` would answer there) from node
         `leader`'s files, when they hold committed batches at `offset` (an offset, "earliest"
-        or "latest"); else None."""
+        or "latest") or `offset` is the high watermark (no data); else None."""
         directory = self.data_dirs.get(leader)
         if directory is None:
             return None
@@ -47,7 +47,10 @@ class ColocatedReplicas:
                 offset = marks.log_start_offset
             elif offset == "latest":
                 offset = marks.high_watermark
-            data = log.read(int(offset), max_bytes, max_records, marks)
+            if offset == marks.high_watermark:
+                data = memoryview(b"")  # nothing there yet: an answer only if not waiting
+            else:
+                data = log.read(int(offset), max_bytes, max_records, marks)
         if marks is None or data is None:
             return None
         hw = marks.high_watermark

@@ -608,6 +608,9 @@ class GroupCoordinator:
             else:
                 position = committed.offset
             member.positions[tp] = position
+        beside = self.replicas.fetch_colocated(*tp, position, limits.max_bytes, 0, 0)
+        if beside is not None:  # a sibling worker's partition, read from its files
+            return remote.RemoteRead(position, beside[1].data, beside[1].high_watermark)
         try:
             return await remote.fetch(self.forwarder, url, *tp, position, limits.max_bytes, 0)
         except OffsetOutOfRange as exc:

@@ -348,7 +348,9 @@ COLOCATED: list[tuple[dict[str, Any], str | None, bool]] = [
     ({"offset": 4, "max_records": 7}, NDJSON, True),
     ({"offset": 2, "timeout_ms": 0}, RECORD_BATCH, True),
     ({"offset": "earliest", "max_bytes": 1}, JSON, True),
-    ({"offset": MIXED_END, "timeout_ms": 0}, JSON, False),  # at the high watermark
+    ({"offset": MIXED_END, "timeout_ms": 0}, JSON, True),  # at the high watermark: nothing
+    ({"offset": "latest", "timeout_ms": 0}, NDJSON, True),
+    ({"offset": MIXED_END, "timeout_ms": 50}, JSON, False),  # a long-poll: the leader parks it
     ({"offset": "latest", "timeout_ms": 100}, JSON, False),  # a long-poll
     ({"offset": 2, "min_bytes": 10**6, "timeout_ms": 100}, JSON, False),  # would wait for more
     ({"offset": 0}, JSON, False),  # below the log start: the leader's 416
@@ -454,6 +456,7 @@ def test_a_group_through_connections_on_both_workers(
     joined = zero.post("/v1/groups/g/members", json=join)
     assert joined.status_code == 201, joined.text
     assert joined.json()["assignment"] == [{"topic": "grouped", "partitions": [0, 1]}]
+    served = colocated_reads(zero)[0]
     seen: list[int] = []
     cursor = joined.json()["cursor"]
     deadline = time.monotonic() + 60
@@ -470,6 +473,8 @@ def test_a_group_through_connections_on_both_workers(
         cursor = answer.json()["cursor"]
         seen.extend(r["value"] for r in answer.json()["records"])
     assert sorted(seen) == list(range(30))
+    # The coordinator read the partition the other worker leads from that worker's files.
+    assert colocated_reads(zero)[0] > served
     committed = one.post("/v1/groups/g/members/m/commit")
     assert committed.status_code == 200, committed.text
     for client in pair:

@@ -28,20 +28,21 @@ MAX_SEGMENTS = 64  # segment files per log whose positions are remembered
 
 
 class _Stale(Exception):
-    """A remembered position starts a batch below the offset remembered for it: the file was
-    rewritten in place (a truncated tail written again)."""
+    """A remembered position starts a batch below the offset remembered for it (a check that
+    holds whatever the layout generation says: it costs nothing)."""
 
 
 class ColocatedLog:
     """One partition directory another process writes, read within its published watermarks.
     Remembers where batches start in the files it walked, so reads go on from there."""
 
-    __slots__ = ("_bases", "_learned", "directory", "watermark_file")
+    __slots__ = ("_bases", "_generation", "_learned", "directory", "watermark_file")
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.watermark_file = WatermarkReader(directory)
         self._bases: list[int] = []  # the segments' base offsets, as last listed
+        self._generation = -1  # the layout generation `_bases` and `_learned` hold for
         # (segment base, inode) -> sorted (batch base offset, position): where batches start
         self._learned: OrderedDict[tuple[int, int], list[tuple[int, int]]] = OrderedDict()
 
@@ -53,23 +54,49 @@ class ColocatedLog:
     ) -> memoryview | None:
         """What `PartitionLog.read(offset, max_bytes, max_records=...)` answers below
         `marks.high_watermark`, if the files show it now; else None."""
+        if marks.generation & 1:  # the writer is truncating or swapping files
+            return None
+        if marks.generation != self._generation:
+            self._forget()
+            self._generation = marks.generation
         if not marks.local_log_start_offset <= offset < marks.high_watermark:
             return None
         try:
-            for relist in (False, True):
-                if relist or not self._bases:
-                    self._bases = self._list()
-                bases = self._bases
-                i = bisect_right(bases, offset) - 1
-                if i < 0:
-                    return None
+            data = self._read_listed(offset, max_bytes, max_records, marks)
+        except (OSError, CorruptRecord, _Stale):
+            return None  # a segment changed under the read, or no descriptor was left
+        if not data:
+            return None
+        after = self.watermarks()
+        if after is None or after.generation != marks.generation:
+            self._forget()  # the files changed during the read: neither it nor what it learned
+            return None
+        return data
+
+    def _forget(self) -> None:
+        self._learned.clear()
+        self._bases = []
+        self._generation = -1
+
+    def _read_listed(
+        self, offset: int, max_bytes: int, max_records: int | None, marks: Watermarks
+    ) -> memoryview | None:
+        """The read from the segment holding `offset`, listing the directory again when the
+        segments listed before end below it or one of them went (retention, truncation)."""
+        for relist in (False, True):
+            if relist or not self._bases:
+                self._bases = self._list()
+            bases = self._bases
+            i = bisect_right(bases, offset) - 1
+            if i < 0:
+                return None
+            try:
                 for base in bases[i:]:
                     data = self._read_segment(base, offset, max_bytes, max_records, marks)
-                    if data is None:  # the offset lies past this segment: the next one
-                        continue
-                    return data if data else None
-        except (OSError, CorruptRecord, _Stale):
-            return None  # a segment went or changed under the read, or no descriptor was left
+                    if data is not None:
+                        return data
+            except FileNotFoundError:
+                continue
         return None
 
     def _list(self) -> list[int]:

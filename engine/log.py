@@ -565,36 +565,40 @@ class PartitionLog:
             self._check_open()
             if offset >= self.log_end_offset:
                 return
-            if offset < self.log_start_offset:
-                self._truncate_fully(offset)
-            else:
-                segments = self._view.segments
-                keep = [s for s in segments if s.base_offset < offset]
-                if keep:
-                    keep[-1].truncate_to(offset)  # opens it for appends if it was closed
-                for segment in segments[len(keep) :]:
-                    segment.delete()
-                if not keep:
-                    keep = [self._new_active_segment(offset)]
-                self._set_segments(keep)
-                self.log_end_offset = keep[-1].next_offset
-                if self.log_end_offset < self.log_start_offset:
-                    # The cut took a batch straddling the log start: what is left lies wholly
-                    # below it, so the log is empty from the log start on (never below it).
-                    self._truncate_fully(self.log_start_offset)
-            self.high_watermark = min(self.high_watermark, self.log_end_offset)
-            self.recovery_point = min(self.recovery_point, self.log_end_offset)
-            self.epoch_cache.truncate_from_end(self.log_end_offset)
-            self._publish()
+            with self._changing_files():
+                self._truncate_to(offset)
         self._notify()
+
+    def _truncate_to(self, offset: int) -> None:
+        """`truncate_to` below the log end, under the lock."""
+        if offset < self.log_start_offset:
+            self._truncate_fully(offset)
+        else:
+            segments = self._view.segments
+            keep = [s for s in segments if s.base_offset < offset]
+            if keep:
+                keep[-1].truncate_to(offset)  # opens it for appends if it was closed
+            for segment in segments[len(keep) :]:
+                segment.delete()
+            if not keep:
+                keep = [self._new_active_segment(offset)]
+            self._set_segments(keep)
+            self.log_end_offset = keep[-1].next_offset
+            if self.log_end_offset < self.log_start_offset:
+                # The cut took a batch straddling the log start: what is left lies wholly
+                # below it, so the log is empty from the log start on (never below it).
+                self._truncate_fully(self.log_start_offset)
+        self.high_watermark = min(self.high_watermark, self.log_end_offset)
+        self.recovery_point = min(self.recovery_point, self.log_end_offset)
+        self.epoch_cache.truncate_from_end(self.log_end_offset)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Empty the log and restart it at `offset` (a follower behind the leader's log start,
         as Kafka's truncateFullyAndStartAt)."""
         with self._lock, self._io("truncating the log"):
             self._check_open()
-            self._truncate_fully(offset)
-            self._publish()
+            with self._changing_files():
+                self._truncate_fully(offset)
         self._notify()
 
     def _truncate_fully(self, offset: int) -> None:
@@ -761,6 +765,21 @@ class PartitionLog:
         """Call `listener(log, closed_segment)` when a segment rolls (tiering hooks here)."""
         self._roll_listeners.append(listener)
 
+    @contextlib.contextmanager
+    def _changing_files(self) -> Iterator[None]:
+        """Around a truncation or a swap of segment files (under the lock): readers in other
+        processes learn that the files change in place (engine.watermarks, the generation)."""
+        marks = self._watermarks
+        if marks is not None:
+            marks.layout_changing()
+            self._publish()
+        try:
+            yield
+        finally:
+            if self._watermarks is not None:
+                self._watermarks.layout_changed()
+                self._publish()
+
     def _publish(self) -> None:
         """Tell readers in other processes where the log now starts and is committed up to
         (callers hold the lock, or own the log alone)."""
@@ -908,24 +927,29 @@ class PartitionLog:
                 return False
             self.check_online()
             old.close()  # its paths are about to name the cleaned files: never reopen them
-            try:
-                for path in files:
-                    os.replace(
-                        path.with_name(path.name + CLEANED_SUFFIX),
-                        path.with_name(path.name + SWAP_SUFFIX),
-                    )
-                for path in files:
-                    os.replace(path.with_name(path.name + SWAP_SUFFIX), path)
-                fresh = self._new_segment(old.base_offset)
-                if not fresh.load():
-                    fresh.recover()
-                fresh.seal()
-            except OSError as exc:
-                # Half swapped: the next start finishes or discards it (finish_interrupted_swaps).
-                self.go_offline(f"swapping in a cleaned segment failed: {exc}")
-                raise self._offline_error() from exc
-            self._set_segments([fresh if s is old else s for s in self._view.segments])
+            with self._changing_files():
+                self._swap(old, files)
         return True
+
+    def _swap(self, old: LogSegment, files: list[Path]) -> None:
+        """`replace_segment`'s renames, then the cleaned segment in the old one's place."""
+        try:
+            for path in files:
+                os.replace(
+                    path.with_name(path.name + CLEANED_SUFFIX),
+                    path.with_name(path.name + SWAP_SUFFIX),
+                )
+            for path in files:
+                os.replace(path.with_name(path.name + SWAP_SUFFIX), path)
+            fresh = self._new_segment(old.base_offset)
+            if not fresh.load():
+                fresh.recover()
+            fresh.seal()
+        except OSError as exc:
+            # Half swapped: the next start finishes or discards it (finish_interrupted_swaps).
+            self.go_offline(f"swapping in a cleaned segment failed: {exc}")
+            raise self._offline_error() from exc
+        self._set_segments([fresh if s is old else s for s in self._view.segments])
 
 
 def finish_interrupted_swaps(directory: Path) -> None:

@@ -1,11 +1,17 @@
 """A partition's watermarks published in a small shared file (`<partition dir>/watermarks`), so
 that another process on the same host can read the log within them (`engine.colocated`).
 
-The file is 32 bytes: a sequence number, then the high watermark, the log start offset and the
-local log start offset. The one writer maps it (one descriptor per log, counted by the
-manager's capacity check) and makes the number odd, writes the offsets and makes it even
-again; a reader keeps the offsets only if it read the same even number before and after them
-(a seqlock), so it never mixes two updates.
+The file is 40 bytes: a sequence number, then the high watermark, the log start offset, the
+local log start offset and the layout generation. The one writer maps it (one descriptor per
+log, counted by the manager's capacity check) and makes the number odd, writes the offsets and
+makes it even again; a reader keeps the offsets only if it read the same even number before
+and after them (a seqlock), so it never mixes two updates.
+
+The layout generation says when segment files change other than by appends: it is odd while
+the writer truncates or replaces files, even otherwise, and moves on with every such change
+(and at every opening of the log, whose recovery may have cut a tail). A reader that saw the
+same even generation before and after reading the files read files that did not change under
+it, and what it remembered of them under that generation still holds.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from typing import NamedTuple
 
 FILE_NAME = "watermarks"
 _SEQUENCE = struct.Struct("<Q")
-_OFFSETS = struct.Struct("<qqq")
+_OFFSETS = struct.Struct("<qqqq")
 _SIZE = _SEQUENCE.size + _OFFSETS.size
 _READ_ATTEMPTS = 100  # a writer holds the sequence odd for a few instructions only
 
@@ -27,16 +33,18 @@ class Watermarks(NamedTuple):
     high_watermark: int
     log_start_offset: int
     local_log_start_offset: int
+    generation: int  # of the segment files' layout: odd while they change in place
 
 
 class WatermarkFile:
     """The writer's side: a log publishes its watermarks here whenever one moves."""
 
-    __slots__ = ("_map", "_sequence")
+    __slots__ = ("_map", "_sequence", "generation")
 
     def __init__(self, directory: Path) -> None:
-        """Create (or take over) the file; its offsets mean nothing until the first `publish`,
-        so a new file says 'nothing committed' (all zero, sequence even) until then."""
+        """Create (or take over) the file, its generation moved on past the one found (the
+        files may have changed since it was written). Its offsets mean nothing until the first
+        `publish`: a new file says 'nothing committed' until then."""
         fd = os.open(directory / FILE_NAME, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             os.ftruncate(fd, _SIZE)
@@ -44,13 +52,30 @@ class WatermarkFile:
         finally:
             os.close(fd)
         self._sequence = _SEQUENCE.unpack_from(self._map)[0] & ~1
+        found = _OFFSETS.unpack_from(self._map, _SEQUENCE.size)[3]
+        self.generation = (found | 1) + 1  # even, and past any generation a reader saw
 
     def publish(self, high_watermark: int, log_start: int, local_log_start: int) -> None:
         sequence = self._sequence + 1
         _SEQUENCE.pack_into(self._map, 0, sequence)
-        _OFFSETS.pack_into(self._map, _SEQUENCE.size, high_watermark, log_start, local_log_start)
+        _OFFSETS.pack_into(
+            self._map,
+            _SEQUENCE.size,
+            high_watermark,
+            log_start,
+            local_log_start,
+            self.generation,
+        )
         self._sequence = sequence + 1
         _SEQUENCE.pack_into(self._map, 0, sequence + 1)
+
+    def layout_changing(self) -> None:
+        """Before the writer truncates or replaces segment files: readers stop trusting what
+        they remember (the generation turns odd); `publish` once done with it even again."""
+        self.generation += 1
+
+    def layout_changed(self) -> None:
+        self.generation += 1
 
     def close(self) -> None:
         self._map.close()

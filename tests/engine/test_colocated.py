@@ -12,7 +12,7 @@ from engine import cleaner
 from engine import colocated as colocated_module
 from engine.colocated import ColocatedLog, ColocatedLogs
 from engine.log import PartitionLog
-from engine.watermarks import FILE_NAME, WatermarkFile, WatermarkReader, Watermarks
+from engine.watermarks import FILE_NAME, WatermarkFile, WatermarkReader
 from tests.engine.conftest import FakeClock, LogFactory, batch_of
 
 SMALL_SEGMENTS = {"segment.bytes": 400, "index.interval.bytes": 1}
@@ -39,21 +39,27 @@ def read_own(
     return bytes(log.read(offset, max_bytes, max_records=max_records).data)
 
 
+def offsets_of(reader: WatermarkReader) -> tuple[int, ...] | None:
+    """The three offsets a reader sees (not the layout generation), if any."""
+    marks = reader.read()
+    return None if marks is None else marks[:3]
+
+
 def test_the_watermarks_file_round_trips_and_is_followed_when_replaced(tmp_path: Path) -> None:
     reader = WatermarkReader(tmp_path)
     assert reader.read() is None  # no file: nothing published
     writer = WatermarkFile(tmp_path)
-    assert reader.read() == Watermarks(0, 0, 0)  # a new file says nothing is committed
+    assert offsets_of(reader) == (0, 0, 0)  # a new file says nothing is committed
     writer.publish(10, 2, 4)
-    assert reader.read() == Watermarks(10, 2, 4)
+    assert offsets_of(reader) == (10, 2, 4)
     writer.publish(11, 2, 4)
-    assert reader.read() == Watermarks(11, 2, 4)
+    assert offsets_of(reader) == (11, 2, 4)
     writer.close()
     os.unlink(tmp_path / FILE_NAME)  # the topic deleted ...
     assert reader.read() is None
     again = WatermarkFile(tmp_path)  # ... and created again: the reader maps the new file
     again.publish(3, 0, 0)
-    assert reader.read() == Watermarks(3, 0, 0)
+    assert offsets_of(reader) == (3, 0, 0)
     again.close()
 
 
@@ -65,7 +71,7 @@ def test_a_torn_publish_is_never_read(tmp_path: Path) -> None:
         raw.write((7).to_bytes(8, "little"))  # odd: as if the writer stopped mid-update
     assert WatermarkReader(tmp_path).read() is None
     writer.publish(6, 0, 0)  # the writer's next update makes it even again
-    assert WatermarkReader(tmp_path).read() == Watermarks(6, 0, 0)
+    assert offsets_of(WatermarkReader(tmp_path)) == (6, 0, 0)
     writer.close()
 
 
@@ -75,7 +81,7 @@ def test_a_log_publishes_its_watermarks_only_when_asked(make_log: LogFactory) ->
     assert not (log.directory / FILE_NAME).exists()
     log.close()
     published = make_log(publish_watermarks=True, high_watermark=6)
-    assert WatermarkReader(published.directory).read() == Watermarks(6, 0, 0)
+    assert offsets_of(WatermarkReader(published.directory)) == (6, 0, 0)
     published.close()
 
 
@@ -200,3 +206,49 @@ def test_the_logs_kept_open_are_bounded(tmp_path: Path) -> None:
     logs.get(tmp_path / "c")  # evicts b, the least recently read
     assert logs.get(tmp_path / "a") is first
     assert len(logs._logs) == 2
+
+
+def test_the_layout_generation_is_odd_while_files_change_and_moves_on_after(
+    make_log: LogFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read that began before a truncation and ends after it is not kept: the files may
+    have changed in place under it (compaction and truncation reuse names and inodes)."""
+    log = make_log(publish_watermarks=True)
+    fill(log, 6, per_batch=1)
+    reader = ColocatedLog(log.directory)
+    marks = reader.watermarks()
+    assert marks is not None and marks.generation % 2 == 0
+    seen: list[int] = []
+    segment_read = ColocatedLog._read_segment
+
+    def truncating_meanwhile(self: ColocatedLog, *args: object) -> memoryview | None:
+        data = segment_read(self, *args)  # type: ignore[arg-type]
+        log.truncate_to(3)
+        during = self.watermarks()
+        assert during is not None
+        seen.append(during.generation)
+        return data
+
+    monkeypatch.setattr(ColocatedLog, "_read_segment", truncating_meanwhile)
+    assert reader.read(4, 64 * 1024, None, marks) is None  # read whole, but not kept
+    assert seen[0] > marks.generation and seen[0] % 2 == 0
+    monkeypatch.undo()
+    log.advance_high_watermark(log.log_end_offset)
+    assert read_beside(reader, 2) == read_own(log, 2)
+    log.close()
+    reopened = make_log(publish_watermarks=True, high_watermark=3)
+    again = reopened.directory
+    fresh = WatermarkReader(again).read()
+    assert fresh is not None and fresh.generation > seen[0]  # recovery may have cut a tail
+    reopened.close()
+
+
+def test_nothing_is_read_while_the_files_change(make_log: LogFactory) -> None:
+    log = make_log(publish_watermarks=True)
+    fill(log, 3)
+    reader = ColocatedLog(log.directory)
+    assert read_beside(reader, 0) == read_own(log, 0)
+    with log._changing_files():  # as truncate_to and a compaction swap hold it
+        assert read_beside(reader, 0) is None
+    assert read_beside(reader, 0) == read_own(log, 0)
+    log.close()

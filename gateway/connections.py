@@ -124,11 +124,12 @@ class Http1Connection(_ProblemErrors):
         self._loop_started = False  # whether aiohttp's request loop (start) has begun
 
     async def start(self) -> None:
-        """aiohttp's request loop, begun after the lane's answer if the lane took the
-        connection's first request (which arrives before this task first runs)."""
-        self._loop_started = True
-        if self._lane_task is not None:
+        """aiohttp's request loop, begun once the lane is done with the connection's first
+        requests (the first arrives before this task first runs; until the loop begins, the
+        lane may take the next ones too, so that none waits for this task to run)."""
+        while self._lane_task is not None:
             await asyncio.wait([self._lane_task])
+        self._loop_started = True
         await super().start()
 
     def data_received(self, data: bytes) -> None:

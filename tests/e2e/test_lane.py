@@ -432,11 +432,13 @@ async def test_a_group_members_fetch_takes_the_lane(servers: list[Server], tmp_p
 
     conn = await Connection.open(server)
     try:
-        answers = {
-            group: await conn.exchange(get(group, joined[group]["cursor"], accept))
-            for group, accept in (("lane", LANE_TYPE), ("app", f"{LANE_TYPE};q=1"))
-        }
+        # The Application's last: a request right after one the Application served may find
+        # aiohttp's loop not yet idle, and go through it too (docs/gateway.md, "The lane").
+        answers = {"lane": await conn.exchange(get("lane", joined["lane"]["cursor"], LANE_TYPE))}
         again = await conn.exchange(get("lane", joined["lane"]["cursor"], LANE_TYPE))
+        answers["app"] = await conn.exchange(
+            get("app", joined["app"]["cursor"], f"{LANE_TYPE};q=1")
+        )
     finally:
         conn.close()
     docs = {group: orjson.loads(body) for group, (_, _, body) in answers.items()}

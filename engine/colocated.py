@@ -67,7 +67,7 @@ class ColocatedLog:
             return None  # a segment changed under the read, or no descriptor was left
         if not data:
             return None
-        after = self.watermarks()
+        after = self.watermark_file.read(same_file=True)
         if after is None or after.generation != marks.generation:
             self._forget()  # the files changed during the read: neither it nor what it learned
             return None
@@ -198,10 +198,11 @@ def _next_offset(data: memoryview) -> int:
 
 
 class ColocatedLogs:
-    """The partition directories of the other processes on this host, the positions remembered
-    in a bounded number of them (least recently read first out). None holds a descriptor."""
+    """The partition directories of the other processes on this host: the positions remembered
+    and the watermarks file mapped (a descriptor) for a bounded number of them, least recently
+    read first out."""
 
-    def __init__(self, capacity: int = 1024) -> None:
+    def __init__(self, capacity: int = 64) -> None:
         self.capacity = capacity
         self._logs: OrderedDict[Path, ColocatedLog] = OrderedDict()
 
@@ -210,7 +211,7 @@ class ColocatedLogs:
         if log is None:
             log = self._logs[directory] = ColocatedLog(directory)
             if len(self._logs) > self.capacity:
-                self._logs.popitem(last=False)
+                self._logs.popitem(last=False)[1].watermark_file.close()
         else:
             self._logs.move_to_end(directory)
         return log

@@ -900,6 +900,9 @@ class PartitionLog:
     def delete(self) -> None:
         """Close and remove the partition's directory."""
         with self._lock:
+            if self._watermarks is not None:  # odd for good: readers of this file read no more
+                self._watermarks.layout_changing()
+                self._publish()
             for segment in self._view.segments:
                 # A failed disk: what is left goes with the directory, or at the next start
                 # (the manager removes partition directories no topic owns).

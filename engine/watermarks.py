@@ -2,14 +2,15 @@
 that another process on the same host can read the log within them (`engine.colocated`).
 
 The file is 40 bytes: a sequence number, then the high watermark, the log start offset, the
-local log start offset and the layout generation. The one writer maps it (one descriptor per
-log, counted by the manager's capacity check) and makes the number odd, writes the offsets and
-makes it even again; a reader keeps the offsets only if it read the same even number before
-and after them (a seqlock), so it never mixes two updates.
+local log start offset and the layout generation, mapped by both sides. The one writer (one
+descriptor per log, counted by the manager's capacity check) makes the number odd, writes the
+offsets and makes it even again; a reader keeps the offsets only if it read the same even
+number before and after them (a seqlock), so it never mixes two updates.
 
 The layout generation says when segment files change other than by appends: it is odd while
 the writer truncates or replaces files, even otherwise, and moves on with every such change
-(and at every opening of the log, whose recovery may have cut a tail). A reader that saw the
+(and at every opening of the log, whose recovery may have cut a tail; a deleted log leaves it
+odd for good in the file it unlinks). A reader that saw the
 same even generation before and after reading the files read files that did not change under
 it, and what it remembered of them under that generation still holds.
 """
@@ -82,35 +83,58 @@ class WatermarkFile:
 
 
 class WatermarkReader:
-    """The reader's side of one partition's file. It holds no descriptor between reads (a node
-    may read thousands of partitions beside their leaders): each read opens the file, reads
-    the sequence number, the offsets and the number again, and closes it."""
+    """The reader's side of one partition's file, mapped while it is in use (one descriptor:
+    `engine.colocated.ColocatedLogs` bounds how many are). Each read checks first that the
+    path still names the mapped file (a topic deleted and created again has a new one)."""
 
-    __slots__ = ("path",)
+    __slots__ = ("_inode", "_map", "path")
 
     def __init__(self, directory: Path) -> None:
         self.path = os.fspath(directory / FILE_NAME)
+        self._map: mmap.mmap | None = None
+        self._inode = -1
 
-    def read(self) -> Watermarks | None:
+    def read(self, same_file: bool = False) -> Watermarks | None:
         """The watermarks as last published; None when there is no file (or it is being
-        written without pause, which a live writer never does)."""
+        written without pause, which a live writer never does). `same_file`: read the file
+        mapped already, without checking the path (a second look within one read)."""
+        if not same_file or self._map is None:
+            try:
+                inode = os.stat(self.path).st_ino
+            except FileNotFoundError:
+                self.close()
+                return None
+            if inode != self._inode or self._map is None:
+                self.close()
+                if not self._open(inode):
+                    return None
+        view = self._map
+        assert view is not None
+        for _ in range(_READ_ATTEMPTS):
+            before = _SEQUENCE.unpack_from(view)[0]
+            if before & 1:
+                continue
+            offsets = _OFFSETS.unpack_from(view, _SEQUENCE.size)
+            if _SEQUENCE.unpack_from(view)[0] == before:
+                return Watermarks._make(offsets)
+        return None
+
+    def _open(self, inode: int) -> bool:
         try:
             fd = os.open(self.path, os.O_RDONLY)
         except FileNotFoundError:
-            return None
+            return False
         try:
-            for _ in range(_READ_ATTEMPTS):
-                raw = os.pread(fd, _SEQUENCE.size, 0)
-                if len(raw) < _SEQUENCE.size:
-                    return None
-                before = _SEQUENCE.unpack(raw)[0]
-                if before & 1:
-                    continue
-                offsets = os.pread(fd, _OFFSETS.size, _SEQUENCE.size)
-                if len(offsets) < _OFFSETS.size:
-                    return None
-                if os.pread(fd, _SEQUENCE.size, 0) == raw:
-                    return Watermarks._make(_OFFSETS.unpack(offsets))
-            return None
+            if os.fstat(fd).st_size < _SIZE:
+                return False
+            self._map = mmap.mmap(fd, _SIZE, access=mmap.ACCESS_READ)
+            self._inode = inode
+            return True
         finally:
             os.close(fd)
+
+    def close(self) -> None:
+        if self._map is not None:
+            self._map.close()
+            self._map = None
+        self._inode = -1

@@ -252,3 +252,17 @@ def test_nothing_is_read_while_the_files_change(make_log: LogFactory) -> None:
         assert read_beside(reader, 0) is None
     assert read_beside(reader, 0) == read_own(log, 0)
     log.close()
+
+
+def test_a_deleted_log_leaves_its_mapped_file_saying_files_change(make_log: LogFactory) -> None:
+    """A reader that mapped the file of a topic deleted since reads nothing more from it, even
+    before it looks at the path again (a topic created again has a new file there)."""
+    log = make_log(publish_watermarks=True)
+    fill(log, 3)
+    reader = ColocatedLog(log.directory)
+    assert read_beside(reader, 0) == read_own(log, 0)
+    log.delete()
+    stale = reader.watermark_file.read(same_file=True)
+    assert stale is not None and stale.generation % 2 == 1
+    assert reader.read(0, 64 * 1024, None, stale) is None
+    assert reader.watermarks() is None  # and the path names no file now

@@ -288,6 +288,15 @@ def fill_mixed(http: httpx.Client, topic: str, partition: int) -> None:
     assert answers[3].json()["results"][0]["base_offset"] + len(base64) == MIXED_END
 
 
+def mixed_partition_of_worker_zero(http: httpx.Client, topic: str) -> str:
+    """Create the topic and fill_mixed a partition worker 0 leads; that partition's records
+    path."""
+    leaders = create_topic(http, topic)
+    partition = next(p for p, leader in leaders.items() if leader == 0)
+    fill_mixed(http, topic, partition)
+    return f"/v1/topics/{topic}/partitions/{partition}/records"
+
+
 def as_sent(answer: httpx.Response) -> tuple[int, dict[str, str], bytes]:
     """What a fetch answered, byte for byte: status, Content-Type and Sluice-* headers, body."""
     kept = {
@@ -320,10 +329,7 @@ def test_a_json_fetch_through_the_other_worker_answers_as_its_leader_does(
     pair: tuple[httpx.Client, httpx.Client],
 ) -> None:
     zero, one = pair
-    leaders = create_topic(zero, "encoded")
-    partition = next(p for p, leader in leaders.items() if leader == 0)
-    fill_mixed(zero, "encoded", partition)
-    path = f"/v1/topics/encoded/partitions/{partition}/records"
+    path = mixed_partition_of_worker_zero(zero, "encoded")
     answers = same_through_both(zero, one, path, FETCHES)
     skipped = answers[FETCHES.index(({"offset": 3, "timeout_ms": 0}, JSON))].json()
     assert [r["offset"] for r in skipped["records"]][:3] == [3, 4, 5]
@@ -369,11 +375,7 @@ def test_the_other_worker_reads_what_the_leaders_files_hold_and_forwards_the_res
     pair: tuple[httpx.Client, httpx.Client], path_taken: str
 ) -> None:
     zero, one = pair
-    topic = f"beside-{path_taken}"
-    leaders = create_topic(zero, topic)
-    partition = next(p for p, leader in leaders.items() if leader == 0)
-    fill_mixed(zero, topic, partition)
-    path = f"/v1/topics/{topic}/partitions/{partition}/records"
+    path = mixed_partition_of_worker_zero(zero, f"beside-{path_taken}")
     extra = {"Origin": "http://example.com"} if path_taken == "application" else {}
     for params, accept, read_beside in COLOCATED:
         headers = {**extra, **({} if accept is None else {"Accept": accept})}

@@ -7,6 +7,7 @@ come from any thread; wake-ups are delivered on the event loop.
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 from collections.abc import Iterable
 
@@ -57,12 +58,25 @@ class ChangeNotifier:
             waiters.add(future)
             parked.append((log, waiters))
         self.parked += 1
+        # A timer on the future itself: asyncio.wait_for would add a future, two callbacks and
+        # a loop lookup to every park, and a long-poll parks once per answer.
+        waiter = future if also is None else self._loop.create_future()
+        timer = self._loop.call_later(timeout, _expire, waiter)
+        follow = None
+        if also is not None:  # the caller's future: resolved by it too, never failed here
+            follow = functools.partial(_follow, waiter)
+            also.add_done_callback(follow)
         try:
-            await asyncio.wait_for(asyncio.shield(future) if also is not None else future, timeout)
+            await waiter
             return True
         except TimeoutError:
             return False
         finally:
+            timer.cancel()
+            if waiter.done() and not waiter.cancelled():
+                waiter.exception()  # a timeout that raced a cancellation: read, not logged
+            if also is not None and follow is not None:
+                also.remove_done_callback(follow)
             self.parked -= 1
             for log, waiters in parked:
                 waiters.discard(future)
@@ -89,3 +103,13 @@ class ChangeNotifier:
         for future in self._waiters.get(log, ()):
             if not future.done():
                 future.set_result(None)
+
+
+def _expire(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_exception(TimeoutError())
+
+
+def _follow(waiter: asyncio.Future[None], _: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)

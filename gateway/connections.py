@@ -101,6 +101,7 @@ class Http1Connection(_ProblemErrors):
         "_header_deadline",
         "_header_timeout",
         "_lane",
+        "_lane_idle",
         "_lane_task",
         "_last_payload",
         "_loop_started",
@@ -121,6 +122,7 @@ class Http1Connection(_ProblemErrors):
         # Built at the Application's startup, which runs before any connection is accepted.
         self._lane = None if app is None else app.get(LANE)
         self._lane_task: asyncio.Task[None] | None = None  # the lane's request in progress
+        self._lane_idle: asyncio.Future[None] | None = None  # start() waits for the lane here
         self._loop_started = False  # whether aiohttp's request loop (start) has begun
 
     async def start(self) -> None:
@@ -128,7 +130,8 @@ class Http1Connection(_ProblemErrors):
         requests (the first arrives before this task first runs; until the loop begins, the
         lane may take the next ones too, so that none waits for this task to run)."""
         while self._lane_task is not None:
-            await asyncio.wait([self._lane_task])
+            self._lane_idle = self._loop.create_future()
+            await self._lane_idle
         self._loop_started = True
         await super().start()
 
@@ -172,7 +175,16 @@ class Http1Connection(_ProblemErrors):
         if self._buffer_paused and len(self._messages) <= self._msg_queue_resume_size:
             self._resume_reading_if_drained()
         self._request_in_progress = True
-        self._lane_task = self._loop.create_task(self._serve_lane(lane, taken))
+        task = self._lane_task = self._loop.create_task(self._serve_lane(lane, taken))
+        if not self._loop_started:
+            task.add_done_callback(self._lane_done)
+
+    def _lane_done(self, _: asyncio.Task[None]) -> None:
+        """Wake start() once the lane holds none of the connection's requests (a done callback
+        runs after the task's last step, which may already have begun the next request)."""
+        idle = self._lane_idle
+        if self._lane_task is None and idle is not None and not idle.done():
+            idle.set_result(None)
 
     async def _serve_lane(self, lane: Lane, request: LaneRequest) -> None:
         try:

@@ -22,6 +22,7 @@ class AppendGroups:
 
     def __init__(self) -> None:
         self._waiting: dict[Partition, Waiting] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.writes = 0  # turns written; `requests / writes` is how much sharing happens
         self.requests = 0
 
@@ -29,7 +30,9 @@ class AppendGroups:
         self, partition: Partition, data: bytes | bytearray, acks: str
     ) -> asyncio.Future[AppendInfo]:
         """Where `data` landed, once this turn's appends to `partition` are written."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop
+        if loop is None:  # bound once, not looked up (a getpid() system call) per produce
+            loop = self._loop = asyncio.get_running_loop()
         waiting = self._waiting.get(partition)
         if waiting is None:
             waiting = self._waiting[partition] = []

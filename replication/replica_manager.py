@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -456,8 +457,7 @@ class ReplicaManager:
 
     async def wait_committed(self, partition: Partition, last_offset: int, timeout_ms: int) -> None:
         """Wait until the high watermark passes `last_offset` (Kafka's acks=all)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_ms / 1000
+        deadline = time.monotonic() + timeout_ms / 1000
         name = f"{partition.topic}-{partition.partition}"
         while True:
             if partition.high_watermark > last_offset:
@@ -478,7 +478,7 @@ class ReplicaManager:
                     "they may still be committed by the new leader (a retry with an "
                     "Idempotency-Key appends them at most once)"
                 )
-            remaining = deadline - loop.time()
+            remaining = deadline - time.monotonic()
             if remaining <= 0 or self.notifier.closing:
                 raise RequestTimedOut(
                     f"{name}: not every in-sync replica had the records within timeout_ms; "
@@ -501,8 +501,7 @@ class ReplicaManager:
         """Read from `offset` below the high watermark; with less than `min_bytes` there, park
         until more is committed or `timeout_ms` passes. A parked request costs one future."""
         leader = await self.leader(topic, partition)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_ms / 1000
+        deadline = time.monotonic() + timeout_ms / 1000
         while True:
             if not leader.is_leader:  # deleted, or led elsewhere since the fetch parked
                 leader = await self.leader(topic, partition)
@@ -516,7 +515,7 @@ class ReplicaManager:
                 if exc.offset > exc.log_end_offset:
                     await self.confirm_leadership(leader)
                 raise
-            remaining = deadline - loop.time()
+            remaining = deadline - time.monotonic()
             if len(result.data) >= min_bytes or remaining <= 0 or self.notifier.closing:
                 return result
             if max_records is not None and covers(result.data, offset + max_records):
@@ -603,13 +602,12 @@ class ReplicaManager:
         there are any. A high watermark that moved alone waits for the next answer (as in
         Kafka): waking every follower on each move would double the fetches behind acks=all."""
         leader = self._hosted(topic, partition)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_ms / 1000
+        deadline = time.monotonic() + timeout_ms / 1000
         while True:
             result, expand = leader.replica_fetch(replica, offset, leader_epoch, max_bytes)
             if expand is not None:
                 self._background(self.change_isr(leader, expand))
-            remaining = deadline - loop.time()
+            remaining = deadline - time.monotonic()
             if result.data or remaining <= 0 or self.notifier.closing:
                 return result, leader
             await self.notifier.wait(leader.log, remaining)

@@ -38,6 +38,48 @@ async def test_cancelled_waiter_is_released(tmp_path: Path) -> None:
     manager.close()
 
 
+async def test_a_shared_future_wakes_its_waiter_and_is_never_failed_or_cancelled(
+    tmp_path: Path,
+) -> None:
+    """A group member's fetch parks the member's own future (`also`) on its partitions: the
+    coordinator resolving it, or a log change, wakes the wait; a timeout or a cancelled wait
+    leaves it pending for its owner."""
+    manager = LogManager(tmp_path)
+    topic = manager.create_topic("t", partitions=2)
+    first, second = topic.partitions
+    notifier = ChangeNotifier()
+    loop = asyncio.get_running_loop()
+
+    also: asyncio.Future[None] = loop.create_future()
+    assert await notifier.wait_any((first, second), 0.01, also) is False
+    assert not also.done()
+    assert notifier.parked == 0
+
+    waiting = asyncio.create_task(notifier.wait_any((first, second), 30, also))
+    while notifier.parked < 1:
+        await asyncio.sleep(0)
+    also.set_result(None)  # the coordinator: a rebalance, say
+    assert await waiting is True
+
+    also = loop.create_future()
+    waiting = asyncio.create_task(notifier.wait_any((first, second), 30, also))
+    while notifier.parked < 1:
+        await asyncio.sleep(0)
+    second.append_as_leader(batch_of([b"x"]), 0)
+    assert await waiting is True
+    assert also.done() and not also.cancelled()  # parked on the logs itself, and resolved
+
+    also = loop.create_future()
+    waiting = asyncio.create_task(notifier.wait_any((first,), 30, also))
+    while notifier.parked < 1:
+        await asyncio.sleep(0)
+    waiting.cancel()
+    await asyncio.gather(waiting, return_exceptions=True)
+    assert not also.done()
+    assert notifier.parked == 0
+    manager.close()
+
+
 async def test_append_from_another_thread_wakes_the_loop(tmp_path: Path) -> None:
     manager = LogManager(tmp_path)
     log = manager.create_topic("t").partitions[0]

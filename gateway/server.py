@@ -27,6 +27,12 @@ from gateway.state import GATEWAY, Gateway
 from replication.errors import MetadataUnavailable
 
 SHUTDOWN_TIMEOUT_S = 10.0
+# Python's default first threshold (700) is below what the requests in flight hold alive (256
+# one-record produces: thousands of objects), so every young collection promoted live request
+# objects to the older generations, whose collections then cost 7% of the server's CPU
+# (docs/PERFORMANCE.md, "Garbage collection"). Reference counting frees nearly everything a
+# request allocates; the collector is left the rare cycle.
+GC_THRESHOLDS = (10_000, 10, 10)
 log = logging.getLogger("sluice")
 
 
@@ -108,6 +114,7 @@ async def serve(settings: Settings) -> None:
     # Long-lived objects (modules, routes, the engine's state) leave the collector's view, so
     # the collections that per-request garbage triggers stay short.
     gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -270,6 +270,32 @@ async def test_a_connection_the_lane_serves_stays_alive_until_idle(
     assert lane_served(server) == 5
 
 
+async def test_the_application_serves_a_connection_after_the_lane_served_it_alone(
+    servers: list[Server], tmp_path: Path
+) -> None:
+    """aiohttp's request loop waits while the lane serves a connection's first requests, one
+    after another; the first request the lane leaves must still find that loop running."""
+    server = launch(servers, tmp_path)
+    create_topic(server)
+    conn = await Connection.open(server)
+    try:
+        for offset in range(3):
+            _, _, body = await conn.exchange(
+                request("/v1/topics/t/records", b'{"records":[{"value":1}]}')
+            )
+            assert orjson.loads(body)["results"][0]["base_offset"] == offset
+        for _ in range(2):
+            status, _, body = await conn.exchange(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert (status, body) == (b"HTTP/1.1 200 OK", b'{"status":"ok"}')
+        _, _, body = await conn.exchange(
+            request("/v1/topics/t/records", b'{"records":[{"value":1}]}', APP_TYPE)
+        )
+        assert orjson.loads(body)["results"][0]["base_offset"] == 3
+    finally:
+        conn.close()
+    assert lane_served(server) == 3
+
+
 async def h2_exchange(
     server: Server, requests: list[tuple[bytes, bytes, bytes]]
 ) -> list[tuple[dict[bytes, bytes], bytes]]:

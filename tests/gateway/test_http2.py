@@ -30,7 +30,9 @@ from hyperframe.frame import (
     SettingsFrame,
     WindowUpdateFrame,
 )
+from yarl import URL
 
+from gateway import http2
 from gateway.http2 import PREFACE, H2Limits, Http2Site, start_server
 from tests.tls import write_self_signed
 
@@ -724,16 +726,45 @@ BASE_FIELDS = [(":method", "GET"), (":scheme", "http"), (":authority", "test"), 
 async def test_malformed_request_headers_reset_the_stream(
     server: Served, fields: list[tuple[str, str]]
 ) -> None:
-    """Each is refused (RST_STREAM PROTOCOL_ERROR) before a handler runs; the connection lives."""
+    """Each is refused (RST_STREAM PROTOCOL_ERROR) before a handler runs, again when repeated
+    (header blocks are remembered); the connection lives."""
     client = await RawH2.connect(server.site.port)
-    block = client.encoder.encode(fields, huffman=False)
-    client.write(HeadersFrame(1, block, flags=("END_HEADERS", "END_STREAM")))
-    frames = await client.until(lambda f: isinstance(f, RstStreamFrame))
-    assert frames[-1].stream_id == 1 and frames[-1].error_code == ErrorCodes.PROTOCOL_ERROR
-    assert not [f for f in frames if isinstance(f, (HeadersFrame, DataFrame))]
-    client.write(client.headers(3, "/hello"))
-    assert client.status(await client.until(ends(3)), 3) == 200
+    for stream_id in (1, 3):
+        block = client.encoder.encode(fields, huffman=False)
+        client.write(HeadersFrame(stream_id, block, flags=("END_HEADERS", "END_STREAM")))
+        frames = await client.until(lambda f: isinstance(f, RstStreamFrame))
+        assert frames[-1].stream_id == stream_id
+        assert frames[-1].error_code == ErrorCodes.PROTOCOL_ERROR
+        assert not [f for f in frames if isinstance(f, (HeadersFrame, DataFrame))]
+    client.write(client.headers(5, "/hello"))
+    assert client.status(await client.until(ends(5)), 5) == 200
     await client.close()
+
+
+def test_a_repeated_header_block_is_built_once_and_read_alike() -> None:
+    """A client's repeated block gets the message built the first time; a different block,
+    its own; a large one is built every time and never remembered."""
+    block = (
+        (b":method", b"POST"),
+        (b":scheme", b"http"),
+        (b":authority", b"x"),
+        (b":path", b"/v1/topics/t/records?acks=1"),
+        (b"content-type", b"application/json"),
+    )
+    first, built = http2._message_of(block), http2._build_message(block)
+    assert first is not None and built is not None
+    path = "/v1/topics/t/records?acks=1"
+    for message in (first, built):
+        assert (message.method, message.path, message.url) == ("POST", path, URL(path))
+    assert first.raw_headers == built.raw_headers
+    assert list(first.headers.items()) == list(built.headers.items())
+    again = tuple((bytes(bytearray(name)), bytes(bytearray(value))) for name, value in block)
+    assert again is not block and http2._message_of(again) is first
+    other = http2._message_of((*block[:3], (b":path", b"/v1/topics/u/records")))
+    assert other is not None and other.path == "/v1/topics/u/records"
+    large = (*block, (b"x-large", b"v" * 4096))
+    assert http2._message_of(large) is not http2._message_of(large)
+    assert large not in http2._messages
 
 
 @pytest.mark.parametrize("body", [b"0123456789", b"0123"], ids=["longer", "shorter"])

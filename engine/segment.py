@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+from bisect import bisect_right
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,6 +19,7 @@ from engine.index import OffsetIndex, TimeIndex
 
 _HEADER_PROBE = 8 * 1024  # bytes read at once while walking batch headers (> index interval)
 _RECOVERY_CHUNK = 8 * 1024 * 1024
+_PAST_ANY_POSITION = 2**63  # (offset, this) sorts after every batch of the tail based at offset
 
 
 def segment_name(base_offset: int) -> str:
@@ -44,6 +46,7 @@ class LogSegment:
         "_bytes_since_index",
         "_fd",
         "_log",
+        "_tail",
         "base_offset",
         "directory",
         "files",
@@ -84,6 +87,9 @@ class LogSegment:
         # mtime after a restart), not record timestamps, which producers may set far in the past.
         self.rolling_base_ms: int | None = int(mtime * 1000) if self.size else None
         self._bytes_since_index = 0
+        # (base offset, position) of each batch from the last index entry on, while active: a
+        # consumer at the tail asks for the offset just appended, found here without a walk.
+        self._tail: list[tuple[int, int]] = []
 
     @property
     def path(self) -> Path:
@@ -108,6 +114,7 @@ class LogSegment:
         to the file cache, which closes it when it needs the room."""
         self.index.release()
         self.time_index.release()
+        self._tail = []
         if self._log.writer:
             self._fd = -1
             self.files.seal(self._log)
@@ -169,6 +176,9 @@ class LogSegment:
             # entries may carry a larger one than either, and the last key is the max on reload.
             self.time_index.maybe_append(self.max_timestamp, header.base_offset)
             self._bytes_since_index = 0
+            self._tail = [(header.base_offset, position)]  # a new list: readers hold the old
+        else:
+            self._tail.append((header.base_offset, position))
         self._bytes_since_index += header.size
         self.next_offset = header.next_offset
 
@@ -208,7 +218,11 @@ class LogSegment:
             return self._translate(fd, offset)
 
     def _translate(self, fd: int, offset: int) -> tuple[int, fmt.BatchHeader] | None:
-        _, position = self.index.lookup(offset)
+        tail = self._tail
+        if tail and offset >= tail[0][0]:
+            _, position = tail[bisect_right(tail, (offset, _PAST_ANY_POSITION)) - 1]
+        else:
+            _, position = self.index.lookup(offset)
         for found, header in walk_headers(fd, position, self.size, self._log.path):
             if header.last_offset >= offset:
                 return found, header
@@ -298,6 +312,7 @@ class LogSegment:
         self.next_offset = self.base_offset
         self.max_timestamp = fmt.NO_TIMESTAMP
         self._bytes_since_index = 0
+        self._tail = []
         if self.time_index.keys:
             self.max_timestamp = self.time_index.keys[-1]
 

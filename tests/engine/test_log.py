@@ -176,6 +176,49 @@ def test_roll_by_size_and_lookup_across_segments(make_log: LogFactory) -> None:
         assert header.base_offset <= offset <= header.last_offset
 
 
+def _batch_holding(log: PartitionLog, offset: int) -> tuple[int, fmt.BatchHeader] | None:
+    """The reference: the active segment's batch holding `offset`, by a walk from byte 0."""
+    active = log.segments[-1]
+    for position, header in fmt.scan(active.pread(active.size, 0), check_crc=False).headers:
+        if header.last_offset >= offset:
+            return position, header
+    return None
+
+
+def test_offsets_at_the_tail_of_the_active_segment_are_found_without_a_walk(
+    make_log: LogFactory,
+) -> None:
+    """The active segment remembers where each batch since its last index entry starts, so a
+    consumer at the tail reads from there: every offset still finds the batch holding it,
+    through appends, a truncation, a reopen and rolls (a closed segment forgets them)."""
+    log = make_log({"index.interval.bytes": 200, "segment.bytes": 4000})
+
+    def check() -> None:
+        active = log.segments[-1]
+        _, last_entry = active.index.lookup(2**62)
+        batches = fmt.scan(active.pread(active.size, 0), check_crc=False).headers
+        assert active._tail == [(h.base_offset, p) for p, h in batches if p >= last_entry]
+        for offset in range(active.base_offset, log.log_end_offset + 2):
+            assert active.translate(offset) == _batch_holding(log, offset), offset
+
+    fill(log, 25, per_batch=2, size=20)
+    check()
+    log.truncate_to(log.log_end_offset - 3)  # inside the tail
+    check()
+    log.truncate_to(log.segments[-1].index.lookup(2**62)[0] - 1)  # before the last entry
+    check()
+    fill(log, 7, per_batch=3, size=10)
+    check()
+    log.close()
+    log = make_log({"index.interval.bytes": 200, "segment.bytes": 4000})
+    check()
+    fill(log, 60, per_batch=2, size=20)
+    assert len(log.segments) > 1
+    assert all(not segment._tail for segment in log.segments[:-1])
+    check()
+    assert [r.offset for r in read_all(log)] == list(range(log.log_end_offset))
+
+
 def test_roll_by_age(make_log: LogFactory, clock: FakeClock) -> None:
     log = make_log({"segment.ms": 1000})
     log.append_as_leader(batch_of([b"a"], timestamp=clock.ms), 0)

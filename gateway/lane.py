@@ -1,12 +1,13 @@
-"""The lane: plain produces, partition fetches and group members' fetches served without
-aiohttp's per-request machinery.
+"""The lane: plain produces, partition fetches, group members' fetches and other nodes'
+internal appends served without aiohttp's per-request machinery.
 
 aiohttp builds a Request, runs the middlewares and the router and writes a StreamResponse for
 every request: for a one-record produce, or a long-poll that returns a few records, that costs
 more than the work itself (see docs/PERFORMANCE.md "Request cost"). The connections
 (gateway.connections, gateway.http2) offer each complete request here first; `take` accepts
 only the plain case (a produce whose body has arrived whole, a fetch of a partition led here,
-a fetch by a member of a group coordinated here; nothing that a middleware would act on), and
+a fetch by a member of a group coordinated here, the batches another node's front forwards to
+a partition led here; nothing that a middleware would act on), and
 everything else, including every request that would fail before producing or fetching, goes
 through the Application as before, which stays the reference. What the lane serves is what
 the general path would answer: the same Producer, partition read and group fetch, the same
@@ -47,21 +48,25 @@ from gateway.problems import PROBLEM_JSON, Problem, problem_body, problem_of, st
 from gateway.produce import ProduceRequest
 from gateway.state import Gateway
 from gateway.topics_api import INTERNAL_TOPICS
-from replication.forward_client import FORWARDED_BY
+from replication.forward_client import APPEND_PREFIX, FORWARDED_BY
 from replication.metadata import TopicSpec
 
 MAX_LANE_BODY = 64 * 1024  # larger bodies cost more than the machinery the lane saves
 TOPIC_ROUTE = "/v1/topics/{topic}/records"
 PARTITION_ROUTE = "/v1/topics/{topic}/partitions/{partition}/records"
 MEMBER_ROUTE = "/v1/groups/{group}/members/{member}/records"
+APPEND_ROUTE = APPEND_PREFIX + "/{topic}/{partition}/append"
 ACKS = {"0": "0", "1": "1", "all": "all", "-1": "all"}
-# Headers a middleware or the body reader acts on: their requests take the general path.
-_GENERAL_PATH_HEADERS = ("Content-Encoding", "Origin", "Expect", FORWARDED_BY)
+# Headers a middleware or the body reader acts on: their requests take the general path (a
+# forwarded request too, but for the internal append, which only other nodes send).
+_GENERAL_PATH_HEADERS = ("Content-Encoding", "Origin", "Expect")
 _PREFIX = "/v1/topics/"
 _GROUPS_PREFIX = "/v1/groups/"
 _PRODUCE_PARAMS = frozenset({"acks", "timeout_ms", "key"})
 _FETCH_PARAMS = frozenset({"offset", "max_records", "max_bytes", "min_bytes", "timeout_ms"})
 _MEMBER_FETCH_PARAMS = frozenset({"cursor", "max_records", "max_bytes", "min_bytes", "timeout_ms"})
+_APPEND_PARAMS = frozenset({"acks", "timeout_ms"})
+_APPEND_ACKS = frozenset({"0", "1", "all"})
 # Accept headers a fetch takes as they are (anything else is negotiated by the Application).
 _FETCH_ACCEPT = {
     None: codecs.JSON,
@@ -80,6 +85,19 @@ class LaneProduce:
 
     produce: ProduceRequest
     route: str
+    size: int
+
+
+@dataclass(slots=True)
+class LaneAppend:
+    """Batches another node's front built for a partition led here (the internal append)."""
+
+    topic: str
+    partition: int
+    data: bytes
+    acks: str
+    timeout_ms: int
+    target: str
     size: int
 
 
@@ -107,7 +125,7 @@ class LaneMemberFetch:
     target: str
 
 
-LaneRequest = LaneProduce | LaneFetch | LaneMemberFetch
+LaneRequest = LaneProduce | LaneAppend | LaneFetch | LaneMemberFetch
 
 
 @dataclass(slots=True)
@@ -171,6 +189,12 @@ class Lane:
             return None
         if self.gateway.auth.quotas.active:
             return None
+        if target.startswith(APPEND_PREFIX):  # sent by other nodes only, forwarded
+            if method != "POST":
+                return None
+            return self._take_append(target, headers, body, connection)
+        if FORWARDED_BY in headers:
+            return None
         get = method == "GET" and not body and "Content-Length" not in headers
         if target.startswith(_PREFIX):
             if method == "POST":
@@ -205,14 +229,7 @@ class Lane:
                 validate_key(key)
         except Problem:
             return None
-        if acks is None:
-            return None
-        size = len(body)
-        inflight = self.inflight
-        held = inflight.by_connection.get(connection, 0)
-        if held and held + size > inflight.connection_limit:
-            return None
-        if inflight.reserved + size > inflight.limit:
+        if acks is None or not self._room_for(len(body), connection):
             return None
         produce = ProduceRequest(
             topic=topic.name,
@@ -225,7 +242,48 @@ class Lane:
             idempotency_key=key,
             target=target,
         )
-        return LaneProduce(produce, PARTITION_ROUTE if partition is not None else TOPIC_ROUTE, size)
+        route = PARTITION_ROUTE if partition is not None else TOPIC_ROUTE
+        return LaneProduce(produce, route, len(body))
+
+    def _take_append(
+        self, target: str, headers: Mapping[str, str], body: bytes, connection: object
+    ) -> LaneAppend | None:
+        if headers.get("Content-Type") != codecs.RECORD_BATCH or len(body) > self.max_body:
+            return None
+        path, _, query = target.partition("?")
+        parts = path[len(APPEND_PREFIX) :].split("/")
+        if len(parts) != 4 or parts[0] or parts[3] != "append" or "%" in path:
+            return None
+        raw = parts[2]
+        if not (raw.isascii() and raw.isdigit()) or len(raw) > 9:
+            return None
+        partition = int(raw)
+        topic = self.gateway.broker.store.view.topics.get(parts[1])
+        if topic is None or partition >= topic.partitions or topic.name in INTERNAL_TOPICS:
+            return None
+        params = _query(query, _APPEND_PARAMS)
+        if params is None or params.get("acks", "all") not in _APPEND_ACKS:
+            return None
+        settings = self.gateway.settings
+        try:
+            timeout_ms = query_int(
+                params, "timeout_ms", settings.default_produce_timeout_ms, 0, settings.max_wait_ms
+            )
+        except Problem:
+            return None
+        if not self._room_for(len(body), connection):
+            return None
+        acks = params.get("acks", "all")
+        return LaneAppend(topic.name, partition, body, acks, timeout_ms, target, len(body))
+
+    def _room_for(self, size: int, connection: object) -> bool:
+        """Whether a body of `size` bytes fits the in-flight limits (the connection's share,
+        and the whole); a body that does not goes where the backpressure middleware waits."""
+        inflight = self.inflight
+        held = inflight.by_connection.get(connection, 0)
+        if held and held + size > inflight.connection_limit:
+            return False
+        return inflight.reserved + size <= inflight.limit
 
     def _take_fetch(self, target: str, headers: Mapping[str, str]) -> LaneFetch | None:
         accept = _FETCH_ACCEPT.get(headers.get("Accept"))
@@ -304,12 +362,14 @@ class Lane:
         answer: LaneAnswer | None = None
         if isinstance(request, LaneProduce):
             method, route, target = "POST", request.route, request.produce.target
+        elif isinstance(request, LaneAppend):
+            method, route, target = "POST", APPEND_ROUTE, request.target
         else:
             method, target = "GET", request.target
             route = PARTITION_ROUTE if isinstance(request, LaneFetch) else MEMBER_ROUTE
         try:
-            if isinstance(request, LaneProduce):
-                answer = await self._produce(request, connection)
+            if isinstance(request, LaneProduce | LaneAppend):
+                answer = await self._write(request, connection)
             elif isinstance(request, LaneFetch):
                 answer = await self._fetch(request)
             else:
@@ -323,15 +383,21 @@ class Lane:
         self.served += 1
         return answer
 
-    async def _produce(self, request: LaneProduce, connection: object) -> LaneAnswer:
-        """Produce, holding the body's bytes in the in-flight account while it is served."""
+    async def _write(self, request: LaneProduce | LaneAppend, connection: object) -> LaneAnswer:
+        """Produce or append, holding the body's bytes in the in-flight account meanwhile."""
         inflight = self.inflight
         size = request.size
         inflight.reserved += size
         inflight.by_connection[connection] = inflight.by_connection.get(connection, 0) + size
         try:
-            status, document = await self.gateway.producer.produce(request.produce)
-            return LaneAnswer(status, codecs.JSON, orjson.dumps(document))
+            if isinstance(request, LaneProduce):
+                status, document = await self.gateway.producer.produce(request.produce)
+                return LaneAnswer(status, codecs.JSON, orjson.dumps(document))
+            info = await self.gateway.replicas.append(
+                request.topic, request.partition, request.data, request.acks, request.timeout_ms
+            )
+            landed = {"base_offset": info.first_offset, "count": info.record_count}
+            return LaneAnswer(200, codecs.JSON, orjson.dumps(landed))
         finally:
             inflight.reserved -= size
             left = inflight.by_connection.pop(connection) - size

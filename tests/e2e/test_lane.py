@@ -183,6 +183,64 @@ async def test_the_lane_answers_exactly_as_the_application(
     assert lane_served(app) == 0
 
 
+FORWARDED = {"Content-Type": RECORD_BATCH, "Sluice-Forwarded-By": "7"}
+APPEND = "/internal/v1/partitions/t/{}/append"
+# Internal appends (another node's front forwarding batches it built) the lane takes.
+TAKEN_APPENDS = [
+    (APPEND.format(0) + "?acks=1&timeout_ms=500", BINARY, FORWARDED),
+    (APPEND.format(1), BINARY, FORWARDED),
+    (APPEND.format(0) + "?acks=0", BINARY, FORWARDED),
+    (APPEND.format(0) + "?acks=all", BINARY + BINARY, FORWARDED),
+    (APPEND.format(0), BINARY[:-1] + b"\x00", FORWARDED),  # bad CRC
+    (APPEND.format(0), BINARY[:20], FORWARDED),  # truncated
+    (APPEND.format(0), b"", FORWARDED),
+    (APPEND.format(0), BINARY, {"Content-Type": RECORD_BATCH}),  # not forwarded: served alike
+]
+# ... and those it leaves to the Application.
+LEFT_APPENDS = [
+    (APPEND.format(0) + "?acks=-1", BINARY, FORWARDED),
+    (APPEND.format(0) + "?acks=2", BINARY, FORWARDED),
+    (APPEND.format(0) + "?timeout_ms=-1", BINARY, FORWARDED),
+    (APPEND.format(0) + "?key=k", BINARY, FORWARDED),
+    (APPEND.format(9), BINARY, FORWARDED),
+    (APPEND.format("x"), BINARY, FORWARDED),
+    ("/internal/v1/partitions/nope/0/append", BINARY, FORWARDED),
+    ("/internal/v1/partitions/__consumer_offsets/0/append", BINARY, FORWARDED),
+    (APPEND.format(0), BINARY, {**FORWARDED, "Content-Type": "application/json"}),  # 415
+    # (partition 1: its records carry each server's clock; partition 0 is compared below)
+    (
+        "/v1/topics/t/partitions/1/records",
+        b'{"records":[{"value":1}]}',
+        {"Sluice-Forwarded-By": "7"},
+    ),
+]
+
+
+async def test_the_lane_appends_for_other_nodes_exactly_as_the_application(
+    servers: list[Server], tmp_path: Path
+) -> None:
+    """The internal append, which a front node sends a partition's leader (and one worker its
+    sibling), answers alike through the lane and through the Application, byte for byte but
+    for the Date header, and the records land alike."""
+    lane, app = launch(servers, tmp_path), launch(servers, tmp_path)
+    for server in (lane, app):
+        create_topic(server, partitions=2)
+    before = lane_served(lane)
+    lane_conn, app_conn = await Connection.open(lane), await Connection.open(app)
+    try:
+        for target, body, headers in TAKEN_APPENDS + LEFT_APPENDS:
+            through_lane = await lane_conn.exchange(request(target, body, LANE_TYPE, headers))
+            through_app = await app_conn.exchange(request(target, body, APP_TYPE, headers))
+            assert comparable(through_lane) == comparable(through_app), (target, body)
+        fetch = b"GET /v1/topics/t/partitions/0/records?offset=0 HTTP/1.1\r\nHost: x\r\n\r\n"
+        assert (await lane_conn.exchange(fetch))[2] == (await app_conn.exchange(fetch))[2]
+    finally:
+        lane_conn.close()
+        app_conn.close()
+    assert lane_served(lane) - before == len(TAKEN_APPENDS) + 1
+    assert lane_served(app) == 1  # the fetch
+
+
 async def test_an_idempotent_retry_is_recognised_across_the_lane_and_the_application(
     servers: list[Server], tmp_path: Path
 ) -> None:

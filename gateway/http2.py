@@ -480,7 +480,7 @@ class H2Protocol(RequestHandler):
         self, stream: H2Stream, message: RawRequestMessage, payload: StreamReader
     ) -> None:
         stream.started = True
-        task = asyncio.current_task()
+        task = stream.task
         factory = self._request_factory
         handler = self._request_handler
         manager = self._manager
@@ -494,7 +494,9 @@ class H2Protocol(RequestHandler):
                 headers, body = await direct
                 self.send_headers(stream, headers, end_stream=not body)
                 if body:
-                    await self.send_data(stream, body, end_stream=True)
+                    self._queue_data(stream, body, end_stream=True)
+                if self._paused:
+                    await self.drain()
                 return
             request = factory(message, payload, self, H2StreamWriter(self, stream), task)
             start = self._loop.time() if self._logging_enabled else None
@@ -608,16 +610,10 @@ class H2Protocol(RequestHandler):
 
         A handler that writes more waits while its stream's unsent bytes pass a high-water mark.
         """
-        self._check_open(stream)
+        self._queue_data(stream, data, end_stream=end_stream)
         conn = self._h2
         stream_id = stream.stream_id
-        try:
-            conn.send_data(stream_id, data, end_stream=end_stream)
-        except NGH2Error as exc:
-            raise ConnectionResetError("HTTP/2 stream closed") from exc
-        if end_stream:
-            stream.local_ended = True
-        elif conn.queued_body_size(stream_id) > _QUEUED_HIGH_WATER:
+        if not end_stream and conn.queued_body_size(stream_id) > _QUEUED_HIGH_WATER:
             self._flush()
             while conn.queued_body_size(stream_id) > _QUEUED_HIGH_WATER:
                 self._check_open(stream)
@@ -629,6 +625,19 @@ class H2Protocol(RequestHandler):
         self._schedule_flush()
         if self._paused:
             await self.drain()
+
+    def _queue_data(
+        self, stream: H2Stream, data: bytes | bytearray | memoryview, *, end_stream: bool
+    ) -> None:
+        """Hand a body chunk to the engine (flushed at the end of the loop's turn)."""
+        self._check_open(stream)
+        try:
+            self._h2.send_data(stream.stream_id, data, end_stream=end_stream)
+        except NGH2Error as exc:
+            raise ConnectionResetError("HTTP/2 stream closed") from exc
+        if end_stream:
+            stream.local_ended = True
+        self._schedule_flush()
 
     async def drain(self) -> None:
         """Wait while the socket's write buffer is above its high-water mark."""

@@ -160,6 +160,17 @@ LEFT = [
 ]
 
 
+async def answered_alike(
+    lane: Connection, app: Connection, requests: list[tuple[str, bytes, dict[str, str]]]
+) -> None:
+    """Each request through the lane (on `lane`) and through the Application (on `app`: the
+    same media type with a parameter) gets the same answer, but for the Date header."""
+    for target, body, headers in requests:
+        through_lane = await lane.exchange(request(target, body, LANE_TYPE, headers))
+        through_app = await app.exchange(request(target, body, APP_TYPE, headers))
+        assert comparable(through_lane) == comparable(through_app), (target, body)
+
+
 async def test_the_lane_answers_exactly_as_the_application(
     servers: list[Server], tmp_path: Path
 ) -> None:
@@ -172,10 +183,7 @@ async def test_the_lane_answers_exactly_as_the_application(
     before = lane_served(lane)
     lane_conn, app_conn = await Connection.open(lane), await Connection.open(app)
     try:
-        for target, body, headers in TAKEN + LEFT:
-            through_lane = await lane_conn.exchange(request(target, body, LANE_TYPE, headers))
-            through_app = await app_conn.exchange(request(target, body, APP_TYPE, headers))
-            assert comparable(through_lane) == comparable(through_app), (target, body)
+        await answered_alike(lane_conn, app_conn, TAKEN + LEFT)
     finally:
         lane_conn.close()
         app_conn.close()
@@ -228,10 +236,7 @@ async def test_the_lane_appends_for_other_nodes_exactly_as_the_application(
     before = lane_served(lane)
     lane_conn, app_conn = await Connection.open(lane), await Connection.open(app)
     try:
-        for target, body, headers in TAKEN_APPENDS + LEFT_APPENDS:
-            through_lane = await lane_conn.exchange(request(target, body, LANE_TYPE, headers))
-            through_app = await app_conn.exchange(request(target, body, APP_TYPE, headers))
-            assert comparable(through_lane) == comparable(through_app), (target, body)
+        await answered_alike(lane_conn, app_conn, TAKEN_APPENDS + LEFT_APPENDS)
         fetch = b"GET /v1/topics/t/partitions/0/records?offset=0 HTTP/1.1\r\nHost: x\r\n\r\n"
         assert (await lane_conn.exchange(fetch))[2] == (await app_conn.exchange(fetch))[2]
     finally:
@@ -310,6 +315,15 @@ async def test_pipelined_requests_are_answered_in_their_order(
     assert [r["value"] for r in records] == ["a", "b", "c", "d", "e"]
 
 
+async def produce_one_by_one(conn: Connection, count: int) -> None:
+    """`count` one-record produces the lane takes, each awaited; offsets from 0."""
+    for offset in range(count):
+        _, _, body = await conn.exchange(
+            request("/v1/topics/t/records", b'{"records":[{"value":1}]}')
+        )
+        assert orjson.loads(body)["results"][0]["base_offset"] == offset
+
+
 async def test_a_connection_the_lane_serves_stays_alive_until_idle(
     servers: list[Server], tmp_path: Path
 ) -> None:
@@ -317,11 +331,7 @@ async def test_a_connection_the_lane_serves_stays_alive_until_idle(
     create_topic(server)
     conn = await Connection.open(server)
     try:
-        for offset in range(5):
-            _, _, body = await conn.exchange(
-                request("/v1/topics/t/records", b'{"records":[{"value":1}]}')
-            )
-            assert orjson.loads(body)["results"][0]["base_offset"] == offset
+        await produce_one_by_one(conn, 5)
         assert await asyncio.wait_for(conn.reader.read(), WAIT_S) == b""  # idle: closed
     finally:
         conn.close()
@@ -337,11 +347,7 @@ async def test_the_application_serves_a_connection_after_the_lane_served_it_alon
     create_topic(server)
     conn = await Connection.open(server)
     try:
-        for offset in range(3):
-            _, _, body = await conn.exchange(
-                request("/v1/topics/t/records", b'{"records":[{"value":1}]}')
-            )
-            assert orjson.loads(body)["results"][0]["base_offset"] == offset
+        await produce_one_by_one(conn, 3)
         for _ in range(2):
             status, _, body = await conn.exchange(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
             assert (status, body) == (b"HTTP/1.1 200 OK", b'{"status":"ok"}')

@@ -189,11 +189,14 @@ class Lane:
             return None
         if self.gateway.auth.quotas.active:
             return None
-        if target.startswith(APPEND_PREFIX):  # sent by other nodes only, forwarded
-            if method != "POST":
+        forwarded = FORWARDED_BY in headers
+        if target.startswith(APPEND_PREFIX):
+            # Another node's, forwarded once: a leader that moved answers 421 as the route
+            # does then; one without the header may be forwarded by the route, so is left to it.
+            if method != "POST" or not forwarded:
                 return None
             return self._take_append(target, headers, body, connection)
-        if FORWARDED_BY in headers:
+        if forwarded:
             return None
         get = method == "GET" and not body and "Content-Length" not in headers
         if target.startswith(_PREFIX):

@@ -250,6 +250,8 @@ class Http1Connection(_ProblemErrors):
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self._stop_header_deadline()
+        if self._lane_task is not None:  # as aiohttp cancels its handler: a long-poll lets go
+            self._lane_task.cancel()
         super().connection_lost(exc)
 
     def _refuse_body(self, error: _ErrInfo) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import re
 import signal
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -544,17 +545,45 @@ async def test_a_group_members_fetch_takes_the_lane(servers: list[Server], tmp_p
     assert lane_served(server) - before == 2
 
 
+LONG_POLL = (
+    b"GET /v1/topics/t/partitions/0/records?offset=latest&timeout_ms=30000 HTTP/1.1\r\n"
+    b"Host: x\r\n\r\n"
+)
+
+
 async def parked_long_poll(server: Server) -> Connection:
     """A connection whose long-poll at the end of `t`'s partition 0 the server has parked
     (its gauge says so)."""
     polling = await Connection.open(server)
-    polling.writer.write(
-        b"GET /v1/topics/t/partitions/0/records?offset=latest&timeout_ms=30000 HTTP/1.1\r\n"
-        b"Host: x\r\n\r\n"
-    )
+    polling.writer.write(LONG_POLL)
     until(lambda: b"sluice_parked_fetches 1.0" in httpx.get(f"{server.url}/metrics").content,
           "the long-poll to park")  # fmt: skip
     return polling
+
+
+async def test_a_client_that_hangs_up_takes_its_lane_requests_with_it(
+    servers: list[Server], tmp_path: Path
+) -> None:
+    """A long-poll the lane parked lets go when its client hangs up (as the Application's
+    handler is cancelled then), and a produce pipelined behind it is dropped, never served."""
+    server = launch(servers, tmp_path)
+    create_topic(server)
+    ghost = request("/v1/topics/t/records?acks=1", b'{"records":[{"value":"ghost"}]}')
+    with socket.create_connection(("127.0.0.1", server.port)) as hanging_up:
+        # Longer than `until` waits: only the hang-up can end it in time.
+        hanging_up.sendall(LONG_POLL.replace(b"timeout_ms=30000", b"timeout_ms=300000") + ghost)
+        until(lambda: b"sluice_parked_fetches 1.0" in httpx.get(f"{server.url}/metrics").content,
+              "the long-poll to park")  # fmt: skip
+    until(lambda: b"sluice_parked_fetches 0.0" in httpx.get(f"{server.url}/metrics").content,
+          "the long-poll to let go")  # fmt: skip
+    producing = await Connection.open(server)
+    try:
+        _, _, body = await producing.exchange(
+            request("/v1/topics/t/records", b'{"records":[{"value":"real"}]}')
+        )
+    finally:
+        producing.close()
+    assert orjson.loads(body)["results"][0]["base_offset"] == 0
 
 
 async def test_a_long_poll_the_lane_parks_wakes_for_a_produce(

@@ -586,6 +586,29 @@ async def test_a_client_that_hangs_up_takes_its_lane_requests_with_it(
     assert orjson.loads(body)["results"][0]["base_offset"] == 0
 
 
+async def test_an_http2_client_that_hangs_up_releases_its_long_poll(
+    servers: list[Server], tmp_path: Path
+) -> None:
+    """The same over HTTP/2: the connection's streams, the lane's long-poll among them, are
+    cancelled when the client goes."""
+    server = launch(servers, tmp_path)
+    create_topic(server)
+    client = H2Connection(H2Configuration(client_side=True, header_encoding=None))
+    client.initiate_connection()
+    path = b"/v1/topics/t/partitions/0/records?offset=latest&timeout_ms=300000"
+    client.send_headers(
+        1,
+        [(b":method", b"GET"), (b":scheme", b"http"), (b":authority", b"x"), (b":path", path)],
+        end_stream=True,
+    )
+    with socket.create_connection(("127.0.0.1", server.port)) as hanging_up:
+        hanging_up.sendall(client.data_to_send())
+        until(lambda: b"sluice_parked_fetches 1.0" in httpx.get(f"{server.url}/metrics").content,
+              "the long-poll to park")  # fmt: skip
+    until(lambda: b"sluice_parked_fetches 0.0" in httpx.get(f"{server.url}/metrics").content,
+          "the long-poll to let go")  # fmt: skip
+
+
 async def test_a_long_poll_the_lane_parks_wakes_for_a_produce(
     servers: list[Server], tmp_path: Path
 ) -> None:

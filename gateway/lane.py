@@ -98,7 +98,10 @@ class LaneAppend:
     acks: str
     timeout_ms: int
     target: str
-    size: int
+
+    @property
+    def size(self) -> int:
+        return len(self.data)
 
 
 @dataclass(slots=True)
@@ -257,15 +260,15 @@ class Lane:
         parts = path[len(APPEND_PREFIX) :].split("/")
         if len(parts) != 4 or parts[0] or parts[3] != "append" or "%" in path:
             return None
-        raw = parts[2]
-        if not (raw.isascii() and raw.isdigit()) or len(raw) > 9:
-            return None
-        partition = int(raw)
+        partition = _partition_number(parts[2])
         topic = self.gateway.broker.store.view.topics.get(parts[1])
-        if topic is None or partition >= topic.partitions or topic.name in INTERNAL_TOPICS:
+        if topic is None or partition is None or partition >= topic.partitions:
             return None
         params = _query(query, _APPEND_PARAMS)
-        if params is None or params.get("acks", "all") not in _APPEND_ACKS:
+        if params is None or topic.name in INTERNAL_TOPICS:
+            return None
+        acks = params.get("acks", "all")
+        if acks not in _APPEND_ACKS:
             return None
         settings = self.gateway.settings
         try:
@@ -276,8 +279,7 @@ class Lane:
             return None
         if not self._room_for(len(body), connection):
             return None
-        acks = params.get("acks", "all")
-        return LaneAppend(topic.name, partition, body, acks, timeout_ms, target, len(body))
+        return LaneAppend(topic.name, partition, body, acks, timeout_ms, target)
 
     def _room_for(self, size: int, connection: object) -> bool:
         """Whether a body of `size` bytes fits the in-flight limits (the connection's share,
@@ -346,10 +348,9 @@ class Lane:
         parts = path[len(_PREFIX) :].split("/")
         partition: int | None = None
         if len(parts) == 4 and parts[1] == "partitions" and parts[3] == "records":
-            raw = parts[2]
-            if not (raw.isascii() and raw.isdigit()) or len(raw) > 9:
+            partition = _partition_number(parts[2])
+            if partition is None:
                 return None
-            partition = int(raw)
         elif len(parts) != 2 or parts[1] != "records":
             return None
         topic = self.gateway.broker.store.view.topics.get(parts[0])
@@ -466,6 +467,11 @@ def _problem(problem: Problem) -> LaneAnswer:
     return LaneAnswer(
         problem.status, PROBLEM_JSON, problem_body(problem), tuple(problem.headers.items())
     )
+
+
+def _partition_number(raw: str) -> int | None:
+    """A path's partition number, if it is one (digits only, as the routes take it)."""
+    return int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 9 else None
 
 
 def _query(query: str, allowed: frozenset[str]) -> dict[str, str] | None:

@@ -2,15 +2,19 @@
 
 h2load (compiled, HTTP/1.1 with --h1 or h2c with prior knowledge) against one gateway process:
 `GET /healthz` (the framework's floor) and one-record JSON produces with acks=1 to a single
-partition, from 64 and 256 connections, one request in flight each. Cells alternate over the
-rounds and the median is the figure. Server-side batching shows as produce requests per log
-write, read from the gateway's own counters around each cell.
+partition, from 64 and 256 connections, one request in flight each; and the same produce
+requests against `loadtests.floor_server` (uvloop and a bare Protocol answering a canned 200:
+the floor of any Python request path on this machine). Cells alternate over the rounds and the
+median is the figure. Server-side batching shows as produce requests per log write, read from
+the gateway's own counters around each cell.
 
     python -m loadtests.request_cost [--quick] [--rounds N] [--seconds S] [--out DIR]
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -29,6 +33,7 @@ CELLS = [  # (what, protocol, connections)
     ("healthz", "h2c", 64),
     ("produce", "h2c", 64),
     ("produce", "http/1.1", 256),
+    ("floor", "http/1.1", 256),
 ]
 
 
@@ -56,12 +61,15 @@ def run_cell(
     """One h2load run; for produce, a fresh topic and the requests each write carried."""
     if what == "healthz":
         target, headers, payload = url + "/healthz", {}, None
+    elif what == "floor":
+        target = url + "/v1/topics/floor/partitions/0/records?acks=1"
+        headers, payload = {"Content-Type": "application/json"}, body
     else:
         topic = f"cost-{protocol.replace('/', '')}-{connections}-{time.monotonic_ns()}"
         http_json("POST", url + "/v1/topics", {"name": topic, "partitions": 1})
         target = url + f"/v1/topics/{topic}/partitions/0/records?acks=1"
         headers, payload = {"Content-Type": "application/json"}, body
-    before = _written(url)
+    before = _written(url) if what == "produce" else (0.0, 0.0)
     run = generators.h2load(
         [target],
         seconds=seconds,
@@ -71,7 +79,7 @@ def run_cell(
         clients=connections,
         http1=protocol == "http/1.1",
     )
-    after = _written(url)
+    after = _written(url) if what == "produce" else (0.0, 0.0)
     row = {"what": what, "protocol": protocol, "connections": connections, **rates(run, 1, 0)}
     if what == "produce":
         writes = after[1] - before[1]
@@ -83,16 +91,28 @@ def run_cell(
 def run(rounds: int, seconds: float, scratch: Path) -> dict[str, Any]:
     """Every cell `rounds` times, alternating; the median round of each and the targets."""
     process, url = start_gateway(scratch / "data")
+    floor = subprocess.Popen(
+        [sys.executable, "-m", "loadtests.floor_server", "0"], stdout=subprocess.PIPE, text=True
+    )
     body = scratch / "one-record.json"
     body.write_bytes(ONE_RECORD)
     results: dict[tuple[str, str, int], list[dict[str, Any]]] = {c: [] for c in CELLS}
     try:
+        assert floor.stdout is not None
+        said = floor.stdout.readline()
+        if not said.startswith("listening on "):
+            raise RuntimeError(f"loadtests.floor_server did not start: {said!r}")
+        floor_url = "http://127.0.0.1:" + said.split()[-1]
         for _ in range(rounds):
             for cell in CELLS:
-                results[cell].append(run_cell(url, process.pid, body, *cell, seconds))
+                what, protocol, connections = cell
+                at, pid = (floor_url, floor.pid) if what == "floor" else (url, process.pid)
+                row = run_cell(at, pid, body, what, protocol, connections, seconds)
+                results[cell].append(row)
     finally:
-        process.terminate()
-        process.wait(30)
+        for server_process in (process, floor):
+            server_process.terminate()
+            server_process.wait(30)
     rows = []
     for runs in results.values():
         runs.sort(key=lambda r: r["requests_per_s"])
@@ -102,7 +122,24 @@ def run(rounds: int, seconds: float, scratch: Path) -> dict[str, Any]:
                 "rounds_requests_per_s": [r["requests_per_s"] for r in runs],
             }
         )
-    return {"cells": rows, "targets": targets(rows)}
+    return {"cells": rows, "targets": targets(rows), "floor_share": floor_share(rows)}
+
+
+def floor_share(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """At 256 connections, the gateway's one-record produce rate and server CPU per request
+    against the bare Protocol's: how much of a request's cost is the floor every Python server
+    here pays, and how much is the gateway's own path."""
+    cell = {(r["what"], r["connections"]): r for r in rows if r["protocol"] == "http/1.1"}
+    produce, floor = cell[("produce", 256)], cell[("floor", 256)]
+
+    def us_per_request(row: dict[str, Any]) -> float:
+        return float(row["server_cpu_s"]) / int(row["requests"]) * 1e6
+
+    return {
+        "produce_over_floor_rate": round(produce["requests_per_s"] / floor["requests_per_s"], 3),
+        "produce_server_us_per_request": round(us_per_request(produce), 1),
+        "floor_server_us_per_request": round(us_per_request(floor), 1),
+    }
 
 
 def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -147,6 +184,13 @@ def markdown(doc: dict[str, Any]) -> str:
             f"{', '.join(f'{x:,.0f}' for x in r['rounds_requests_per_s'])} | {r['server_cpu_s']} | "
             f"{r['generator_cpu_s']} | {r.get('requests_per_write', '')} |"
         )
+    share = doc["floor_share"]
+    out += [
+        "",
+        f"At 256 connections the gateway serves {share['produce_over_floor_rate']} of the bare "
+        f"Protocol's rate: {share['produce_server_us_per_request']} µs of server CPU per produce "
+        f"against the floor's {share['floor_server_us_per_request']} µs.",
+    ]
     out += ["", "| figure | this run | target | met |", "|---|---|---|---|"]
     for t in doc["targets"]:
         out.append(f"| {t['figure']} | {t['value']:,} | {t['target']:,} | {t['met']} |")

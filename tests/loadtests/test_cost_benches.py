@@ -44,9 +44,19 @@ def test_request_cost_reports_every_cell_and_target(tmp_path: Path) -> None:
         ("healthz", "h2c", 64),
         ("produce", "h2c", 64),
         ("produce", "http/1.1", 256),
+        ("floor", "http/1.1", 256),
     }
     for cell in cells.values():
         _spent(cell)
+        assert not cell["failures"], cell  # the bare Protocol answered every request too
+    share = doc["floor_share"]
+    produce, floor = cells[("produce", "http/1.1", 256)], cells[("floor", "http/1.1", 256)]
+    assert share["produce_over_floor_rate"] == pytest.approx(
+        produce["requests_per_s"] / floor["requests_per_s"], abs=1e-3
+    )
+    for key, row in (("produce", produce), ("floor", floor)):
+        spent = row["server_cpu_s"] / row["requests"] * 1e6
+        assert share[f"{key}_server_us_per_request"] == pytest.approx(spent, abs=0.1)
     for what, protocol, connections in cells:
         if what == "produce":  # the gateway's own counters: every request was written
             assert cells[(what, protocol, connections)]["requests_per_write"] >= 1

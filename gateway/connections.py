@@ -172,12 +172,14 @@ class Http1Connection(_ProblemErrors):
         self._messages.popleft()
         if self._parser is not None:
             self._parser.message_consumed()
-        if self._buffer_paused and len(self._messages) <= self._msg_queue_resume_size:
-            self._resume_reading_if_drained()
         self._request_in_progress = True
         task = self._lane_task = self._loop.create_task(self._serve_lane(lane, taken))
         if not self._loop_started:
             task.add_done_callback(self._lane_done)
+        if self._buffer_paused and len(self._messages) <= self._msg_queue_resume_size:
+            # Re-parses what the parser held back and comes back here (data_received(b"")):
+            # the lane must be busy by then, or it would take the next request too.
+            self._resume_reading_if_drained()
 
     def _lane_done(self, _: asyncio.Task[None]) -> None:
         """Wake start() once the lane holds none of the connection's requests (a done callback

@@ -316,6 +316,25 @@ async def test_pipelined_requests_are_answered_in_their_order(
     assert [r["value"] for r in records] == ["a", "b", "c", "d", "e"]
 
 
+async def test_thousands_of_pipelined_produces_are_all_answered_in_order(
+    servers: list[Server], tmp_path: Path
+) -> None:
+    """More pipelined requests than aiohttp queues: its parser stops, reading pauses, and as
+    the lane drains the queue both resume; every request is answered once, in order."""
+    server = launch(servers, tmp_path)
+    create_topic(server)
+    one = request("/v1/topics/t/records?acks=1", b'{"records":[{"value":"x"}]}')
+    conn = await Connection.open(server)
+    try:
+        conn.writer.write(one * 3000)
+        answers = [await conn.answer() for _ in range(3000)]
+    finally:
+        conn.close()
+    offsets = [orjson.loads(body)["results"][0]["base_offset"] for _, _, body in answers]
+    assert offsets == list(range(3000))
+    assert lane_served(server) == 3000
+
+
 async def produce_one_by_one(conn: Connection, count: int) -> None:
     """`count` one-record produces the lane takes, each awaited; offsets from 0."""
     for offset in range(count):

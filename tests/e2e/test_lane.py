@@ -335,6 +335,138 @@ async def test_thousands_of_pipelined_produces_are_all_answered_in_order(
     assert lane_served(server) == 3000
 
 
+def one_record(value: str, content_type: str = LANE_TYPE) -> bytes:
+    """A one-record produce; its head is the same for every value of one length."""
+    body = b'{"records":[{"value":"%s"}]}' % value.encode()
+    return request("/v1/topics/t/records?acks=1", body, content_type)
+
+
+def offsets_of(answers: list[tuple[bytes, dict[str, str], bytes]]) -> list[int]:
+    return [orjson.loads(body)["results"][0]["base_offset"] for _, _, body in answers]
+
+
+async def test_a_head_the_lane_took_is_served_again_without_the_parser(
+    servers: list[Server], tmp_path: Path
+) -> None:
+    """A produce whose head (request line and headers, byte for byte) the lane took before is
+    served from that head's parse: again on its connection, on another one, pipelined, split
+    over several reads, with a body the produce refuses; the Application answers a request
+    after it that the lane leaves, and a known head the lane no longer takes, in its place."""
+    lane, app = launch(servers, tmp_path), launch(servers, tmp_path)
+    for server in (lane, app):
+        create_topic(server)
+    target = "/v1/topics/t/records?acks=1"
+    good, refused = b'{"records":[{"value":"a"}]}', b'{"records":[{"value":"b"]]}'
+    assert len(good) == len(refused)  # one head for both
+    lane_conn, app_conn = await Connection.open(lane), await Connection.open(app)
+    try:
+        await answered_alike(lane_conn, app_conn, [(target, good, {})] * 3)
+        await answered_alike(lane_conn, app_conn, [(target, refused, {}), (target, good, {})])
+        served = lane_served(lane)
+        health = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+        sent = [one_record(v) for v in "cd"] + [health] + [one_record(v) for v in "ef"]
+        lane_conn.writer.write(b"".join(sent))
+        answers = [await lane_conn.answer() for _ in sent]
+        assert answers[2][2] == b'{"status":"ok"}'
+        assert offsets_of(answers[:2] + answers[3:]) == [4, 5, 6, 7]
+    finally:
+        lane_conn.close()
+        app_conn.close()
+    assert lane_served(lane) - served == 2  # e and f queue behind /healthz in aiohttp's loop
+    burst = await Connection.open(lane)  # a known head on its first request, then 1,000 more
+    try:
+        assert offsets_of([await burst.exchange(one_record("i"))]) == [8]
+        burst.writer.write(one_record("j") * 1000)
+        assert offsets_of([await burst.answer() for _ in range(1000)]) == list(range(9, 1009))
+    finally:
+        burst.close()
+    split = await Connection.open(lane)
+    try:
+        for at in (20, len(one_record("g")) - 5):  # in the head, then in the body
+            whole = one_record("g")
+            split.writer.write(whole[:at])
+            await split.writer.drain()
+            await asyncio.sleep(0.05)  # the client's pace: the rest in a later segment
+            split.writer.write(whole[at:])
+            assert offsets_of([await split.answer()]) == [1009 if at == 20 else 1010]
+    finally:
+        split.close()
+    served = lane_served(lane)
+    for server in (lane, app):  # gone: the known head's produce is the Application's again
+        assert httpx.delete(f"{server.url}/v1/topics/t", timeout=WAIT_S).status_code == 204
+    lane_conn, app_conn = await Connection.open(lane), await Connection.open(app)
+    try:
+        await answered_alike(lane_conn, app_conn, [(target, good, {})] * 2)
+        status, _, body = await lane_conn.exchange(one_record("h"))
+    finally:
+        lane_conn.close()
+        app_conn.close()
+    assert status.split()[1] == b"404" and orjson.loads(body)["code"] == "UNKNOWN_TOPIC"
+    assert lane_served(lane) == served
+
+
+async def test_requests_held_back_behind_a_long_poll_are_all_answered_in_order(
+    servers: list[Server], tmp_path: Path
+) -> None:
+    """Produces pipelined behind a parked long-poll wait for it, past the bytes a connection
+    holds back from aiohttp's parser (which then takes them and pauses reading): once a produce
+    on another connection ends the long-poll, each is answered, in order."""
+    server = launch(servers, tmp_path)
+    create_topic(server)
+    conn, waking = await Connection.open(server), await Connection.open(server)
+    try:
+        assert offsets_of([await conn.exchange(one_record("a"))]) == [0]
+        conn.writer.write(LONG_POLL)
+        until(lambda: b"sluice_parked_fetches 1.0" in httpx.get(f"{server.url}/metrics").content,
+              "the long-poll to park")  # fmt: skip
+        held = [one_record("x")] * (2 * 256 * 1024 // len(one_record("x")))
+        conn.writer.write(b"".join(held))
+        assert offsets_of([await waking.exchange(one_record("w"))]) == [1]
+        status, _, body = await conn.answer()
+        assert status.split()[1] == b"200"
+        assert [r["value"] for r in orjson.loads(body)["records"]] == ["w"]
+        answers = [await conn.answer() for _ in held]
+    finally:
+        conn.close()
+        waking.close()
+    assert offsets_of(answers) == list(range(2, 2 + len(held)))
+
+
+async def test_a_connection_idle_after_a_known_head_is_kept_alive(
+    servers: list[Server], tmp_path: Path
+) -> None:
+    """No header deadline runs while nothing of a next request has come: a keep-alive
+    connection idle past --header-read-timeout after a known head's answer gets no 408."""
+    server = launch(servers, tmp_path, "--header-read-timeout", "0.5", "--keepalive-timeout", "30")
+    create_topic(server)
+    conn = await Connection.open(server)
+    try:
+        for offset in range(2):  # the second is the known head's
+            assert offsets_of([await conn.exchange(one_record("a"))]) == [offset]
+        await asyncio.sleep(1.0)  # the client's pace: idle past the header deadline
+        assert offsets_of([await conn.exchange(one_record("b"))]) == [2]
+    finally:
+        conn.close()
+
+
+async def test_a_head_left_unfinished_after_a_lane_answer_times_out(
+    servers: list[Server], tmp_path: Path
+) -> None:
+    """The header deadline holds on a connection the lane has served: a head that stops
+    arriving gets 408 and the connection closes."""
+    server = launch(servers, tmp_path, "--header-read-timeout", "1")
+    create_topic(server)
+    conn = await Connection.open(server)
+    try:
+        assert offsets_of([await conn.exchange(one_record("a"))]) == [0]
+        conn.writer.write(one_record("b")[:30])
+        status, _, body = await conn.answer()
+        assert status.split()[1] == b"408", body
+        assert await asyncio.wait_for(conn.reader.read(), WAIT_S) == b""
+    finally:
+        conn.close()
+
+
 async def produce_one_by_one(conn: Connection, count: int) -> None:
     """`count` one-record produces the lane takes, each awaited; offsets from 0."""
     for offset in range(count):

@@ -124,6 +124,26 @@ class RecordInput(NamedTuple):
     timestamp: int | None = None
 
 
+def restamped(header: BatchHeader, base_offset: int, epoch: int, max_timestamp: int) -> BatchHeader:
+    """`header` as a leader's append stamps it (namedtuple's `_replace` costs three times
+    this, once per batch appended)."""
+    return BatchHeader(
+        base_offset,
+        header.length,
+        epoch,
+        header.magic,
+        header.crc,
+        header.attributes,
+        header.last_offset_delta,
+        header.first_timestamp,
+        max_timestamp,
+        header.producer_id,
+        header.producer_epoch,
+        header.base_sequence,
+        header.record_count,
+    )
+
+
 def read_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
     return BatchHeader._make(HEADER.unpack_from(buf, pos))
 

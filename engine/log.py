@@ -276,16 +276,7 @@ class PartitionLog:
                 if config.log_append_time:
                     fmt.set_log_append_time(buf, pos, header, now)
                     max_ts = now
-                stamped.append(
-                    (
-                        pos,
-                        header._replace(
-                            base_offset=offset,
-                            partition_leader_epoch=leader_epoch,
-                            max_timestamp=max_ts,
-                        ),
-                    )
-                )
+                stamped.append((pos, fmt.restamped(header, offset, leader_epoch, max_ts)))
                 offset += header.last_offset_delta + 1
             # The epoch goes in first (as in Kafka), so no stamped batch outlives its entry.
             with self._io("writing the leader epoch checkpoint", _NOTHING_APPENDED):

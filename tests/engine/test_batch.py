@@ -74,6 +74,21 @@ def test_stamping_outside_crc_keeps_it_valid() -> None:
     assert fmt.crc_matches(data, 0, header)
 
 
+def test_restamped_header_is_the_stamped_batchs_header() -> None:
+    """What a leader's append remembers of a batch is what reading it back after the stamps
+    gives (base offset, epoch, max timestamp; every other field as it was)."""
+    data = make()
+    header = fmt.read_header(data)
+    fmt.set_base_offset(data, 0, 1234)
+    fmt.set_leader_epoch(data, 0, 7)
+    assert fmt.restamped(header, 1234, 7, header.max_timestamp) == fmt.read_header(data)
+    fmt.set_log_append_time(data, 0, header, 99_999)
+    stamped = fmt.restamped(header, 1234, 7, 99_999)
+    assert stamped._replace(attributes=stamped.attributes | fmt.TIMESTAMP_TYPE_MASK, crc=0) == (
+        fmt.read_header(data)._replace(crc=0)
+    )
+
+
 def test_log_append_time_rewrites_crc_and_record_timestamps() -> None:
     data = make()
     fmt.set_log_append_time(data, 0, fmt.read_header(data), 99_999)

@@ -101,10 +101,11 @@ class Producer:
     def _answer(
         self, request: ProduceRequest, results: dict[int, tuple[int, int]]
     ) -> tuple[int, dict[str, object]]:
+        ordered = sorted(results.items()) if len(results) > 1 else results.items()
         body: dict[str, object] = {
             "results": [
                 {"partition": p, "base_offset": base, "count": count}
-                for p, (base, count) in sorted(results.items())
+                for p, (base, count) in ordered
             ]
         }
         return (202 if request.acks == "0" else 200), body
@@ -287,7 +288,10 @@ class Producer:
         remote: list[tuple[PartitionBatch, str]] = []
         for item in batches:
             try:
-                local.append((item, await self.replicas.leader(topic.name, item.partition)))
+                leader = self.replicas.leading(topic.name, item.partition)
+                if leader is None:
+                    leader = await self.replicas.leader(topic.name, item.partition)
+                local.append((item, leader))
             except NotLeader as exc:
                 # The batches are built: each goes to its leader as it is (the leader need not
                 # parse the body again), once.

@@ -359,11 +359,17 @@ class ReplicaManager:
         """This node's replica of the partition, if it holds one."""
         return self.partitions.get((topic, partition))
 
+    def leading(self, topic: str, partition: int) -> Partition | None:
+        """This node's replica if it leads the partition now: `leader`'s common case, without
+        a coroutine (a produce on the hot path asks for it first)."""
+        local = self.partitions.get((topic, partition))
+        return local if local is not None and local.is_leader else None
+
     async def leader(self, topic: str, partition: int) -> Partition:
         """This node's replica, which must lead the partition: waits (bounded) while a new
         leader is being elected or the view is being applied. NotLeader names the leader."""
-        local = self.partitions.get((topic, partition))
-        if local is not None and local.is_leader:  # the common case, at once
+        local = self.leading(topic, partition)
+        if local is not None:  # the common case, at once
             return local
         state = self.state(topic, partition)
 

@@ -22,6 +22,7 @@ from aiohttp.web_protocol import RequestHandler, _ErrInfo
 from gateway.h2_stream import Headers
 from gateway.http2 import H2Protocol
 from gateway.lane import LANE, Lane, LaneRequest, body_of, serve_h2
+from gateway.memo import Memo
 from gateway.problems import PROBLEM_JSON, Problem, one_line, problem_body, problem_response
 from gateway.problems import status_code as code_of
 
@@ -30,21 +31,10 @@ _LANE_METHODS = ("POST", "GET")  # what the lane may serve: produces and fetches
 # Heads of produces the lane took, with aiohttp's parse of each and its body's length: a client
 # repeats its head byte for byte from one produce to the next, and the parse costs ~6 µs of a
 # ~50 µs produce. Process-wide, as gateway.http2 remembers header blocks; parses are immutable.
-_KNOWN_HEADS: dict[bytes, tuple[RawRequestMessage, int]] = {}
-_KNOWN_HEADS_KEPT = 512
 _KNOWN_HEAD_MAX_BYTES = 2048
+_KNOWN_HEADS: Memo[bytes, tuple[RawRequestMessage, int]] = Memo(512)
 _HELD_BACK_MAX_BYTES = 256 * 1024  # beyond this, aiohttp's parser and its pausing take over
 log = logging.getLogger(__name__)
-
-
-def remember_head(head: bytes, message: RawRequestMessage, body_length: int) -> None:
-    """Keep aiohttp's parse of a produce's head the lane took (heads of 2 KiB at most, 512
-    at most: all are forgotten when full, as a client's head is soon seen again)."""
-    if len(head) > _KNOWN_HEAD_MAX_BYTES:
-        return
-    if len(_KNOWN_HEADS) >= _KNOWN_HEADS_KEPT:
-        _KNOWN_HEADS.clear()
-    _KNOWN_HEADS[head] = (message, body_length)
 
 
 class BadRequestLog:
@@ -248,8 +238,8 @@ class Http1Connection(_ProblemErrors):
         ):
             return
         self._unparsed, self._unparsed_at = b"", 0
-        if message.method == "POST" and not message.chunked:
-            remember_head(unparsed[:end], message, payload.total_bytes)
+        if message.method == "POST" and not message.chunked and end <= _KNOWN_HEAD_MAX_BYTES:
+            _KNOWN_HEADS.remember(unparsed[:end], (message, payload.total_bytes))
 
     def _stop_holding_back(self) -> None:
         """aiohttp's parser takes the held-back bytes and all that follow (its deadline, limits

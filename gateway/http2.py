@@ -44,6 +44,7 @@ from ngh2 import (
 from yarl import URL
 
 from .h2_stream import H2Stream, H2StreamWriter, Headers
+from .memo import Memo
 
 __all__ = ("H2Limits", "H2Protocol", "Http2Site", "HttpVersion20", "start_server")
 
@@ -141,7 +142,7 @@ class _ConnectionTransport(asyncio.Transport):
 _MESSAGES_KEPT = 512  # header blocks remembered (process-wide)
 _MESSAGE_MAX_BYTES = 2048  # only blocks this small (names and values) are remembered
 _UNSEEN = object()
-_messages: dict[tuple[tuple[bytes, bytes], ...], RawRequestMessage | None] = {}
+_messages: Memo[tuple[tuple[bytes, bytes], ...], RawRequestMessage | None] = Memo(_MESSAGES_KEPT)
 
 
 def _message_of(headers: tuple[tuple[bytes, bytes], ...]) -> RawRequestMessage | None:
@@ -153,9 +154,7 @@ def _message_of(headers: tuple[tuple[bytes, bytes], ...]) -> RawRequestMessage |
         return cast(RawRequestMessage | None, message)
     built = _build_message(headers)
     if sum(len(name) + len(value) for name, value in headers) <= _MESSAGE_MAX_BYTES:
-        if len(_messages) >= _MESSAGES_KEPT:
-            _messages.clear()
-        _messages[headers] = built
+        _messages.remember(headers, built)
     return built
 
 

@@ -421,11 +421,18 @@ class Http2Connection(_ProblemErrors, H2Protocol):
         super().__init__(manager, **kwargs)
         self._lane = None if app is None else app.get(LANE)
 
+    def may_answer_directly(self, message: RawRequestMessage) -> bool:
+        return (
+            self._lane is not None
+            and message.method in _LANE_METHODS
+            and "Expect" not in message.headers  # the lane leaves it: 100-continue goes out
+        )
+
     def answer_directly(
-        self, message: RawRequestMessage, payload: StreamReader
+        self, message: RawRequestMessage, body: bytes
     ) -> Awaitable[tuple[Headers, bytes]] | None:
         lane = self._lane
-        if lane is None or message.method not in _LANE_METHODS or not payload.is_eof():
+        if lane is None:
             return None
-        taken = lane.take(message.method, message.path, message.headers, body_of(payload), self)
+        taken = lane.take(message.method, message.path, message.headers, body, self)
         return None if taken is None else serve_h2(lane, taken, self)

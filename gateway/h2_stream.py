@@ -59,6 +59,7 @@ class H2Stream(BaseProtocol):
         "_owner",
         "_window_waiter",
         "acked",
+        "held",
         "local_ended",
         "reader",
         "received",
@@ -75,6 +76,8 @@ class H2Stream(BaseProtocol):
         self._window_waiter: asyncio.Future[None] | None = None
         self.stream_id = stream_id
         self.reader: StreamReader | None = None
+        # Body chunks held, with no reader yet, while the request may be answered directly.
+        self.held: list[bytes] | None = None
         self.task: asyncio.Task[None] | None = None
         self.received = 0
         self.acked = 0

@@ -401,9 +401,12 @@ class H2Protocol(RequestHandler):
             conn.reset_stream(stream_id, ErrorCode.PROTOCOL_ERROR)
             return
         stream = H2Stream(self, stream_id, self._loop)
-        if event.end_stream:
-            payload: StreamReader = EMPTY_PAYLOAD
-            stream.remote_ended = True
+        stream.remote_ended = event.end_stream
+        payload: StreamReader | None = None
+        if self.may_answer_directly(message):
+            stream.held = []  # a reader is made only if the Application is to read the body
+        elif event.end_stream:
+            payload = EMPTY_PAYLOAD
         else:
             payload = stream.reader = StreamReader(
                 stream, self._limits.initial_window_size, loop=self._loop
@@ -417,7 +420,11 @@ class H2Protocol(RequestHandler):
         stream_id = event.stream_id
         data = event.data
         stream = self._streams.get(stream_id)
-        if stream is None or stream.reader is None or stream.reset:
+        if stream is not None and stream.held is not None and not stream.reset:
+            stream.received += len(data)
+            if data:
+                stream.held.append(data)
+        elif stream is None or stream.reader is None or stream.reset:
             # Body nobody will read (e.g. a lingering upload): discard it, return the window.
             if data:
                 self._h2.acknowledge_received_data(len(data), stream_id)
@@ -476,7 +483,7 @@ class H2Protocol(RequestHandler):
     # -- per-stream request handling ------------------------------------------------------
 
     async def _run_stream(
-        self, stream: H2Stream, message: RawRequestMessage, payload: StreamReader
+        self, stream: H2Stream, message: RawRequestMessage, payload: StreamReader | None
     ) -> None:
         stream.started = True
         task = stream.task
@@ -488,15 +495,22 @@ class H2Protocol(RequestHandler):
             manager.requests_count += 1
         request: web.BaseRequest | None = None
         try:
-            direct = self.answer_directly(message, payload)
-            if direct is not None:
-                headers, body = await direct
-                self.send_headers(stream, headers, end_stream=not body)
-                if body:
-                    self._queue_data(stream, body, end_stream=True)
-                if self._paused:
-                    await self.drain()
-                return
+            held = stream.held
+            if held is not None:
+                stream.held = None
+                direct = None
+                if stream.remote_ended:  # the whole body is here: the subclass may answer
+                    direct = self.answer_directly(message, b"".join(held))
+                if direct is not None:
+                    headers, body = await direct
+                    self.send_headers(stream, headers, end_stream=not body)
+                    if body:
+                        self._queue_data(stream, body, end_stream=True)
+                    if self._paused:
+                        await self.drain()
+                    return
+                payload = self._reader_of(stream, held)
+            assert payload is not None
             request = factory(message, payload, self, H2StreamWriter(self, stream), task)
             start = self._loop.time() if self._logging_enabled else None
             await self._handle_request(request, start, handler)
@@ -509,18 +523,34 @@ class H2Protocol(RequestHandler):
                 request._task = None  # type: ignore[assignment]
             self._finish_stream(stream, payload)
 
+    def may_answer_directly(self, message: RawRequestMessage) -> bool:
+        """Whether a subclass may answer this request itself once its body is whole: its body
+        is then held as it comes, with no reader, until the stream's handler first runs."""
+        return False
+
     def answer_directly(
-        self, message: RawRequestMessage, payload: StreamReader
+        self, message: RawRequestMessage, body: bytes
     ) -> Awaitable[tuple[Headers, bytes]] | None:
         """A subclass's answer (headers, body) to a request it serves without the Application,
-        or None: the Application answers it."""
+        given its whole body, or None: the Application answers it."""
         return None
 
-    def _finish_stream(self, stream: H2Stream, payload: StreamReader) -> None:
+    def _reader_of(self, stream: H2Stream, held: list[bytes]) -> StreamReader:
+        """The reader of a body held for a direct answer, for the Application after all."""
+        reader = stream.reader = StreamReader(
+            stream, self._limits.initial_window_size, loop=self._loop
+        )
+        for chunk in held:
+            reader.feed_data(chunk)
+        if stream.remote_ended:
+            reader.feed_eof()
+        return reader
+
+    def _finish_stream(self, stream: H2Stream, payload: StreamReader | None) -> None:
         """Release a stream after its handler ended: settle its state and flow-control credit."""
         del self._streams[stream.stream_id]
         self._blocked.discard(stream)
-        if payload is not EMPTY_PAYLOAD:
+        if payload is not None and payload is not EMPTY_PAYLOAD:
             payload.set_exception(PayloadAccessError())
         if self._transport is None:
             return

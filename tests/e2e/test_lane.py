@@ -20,7 +20,7 @@ import orjson
 import pytest
 from h2.config import H2Configuration
 from h2.connection import H2Connection
-from h2.events import DataReceived, ResponseReceived, StreamEnded
+from h2.events import DataReceived, InformationalResponseReceived, ResponseReceived, StreamEnded
 
 from engine.batch import RecordInput, encode_batch
 from gateway.lane import MAX_LANE_BODY
@@ -572,6 +572,56 @@ async def test_http2_streams_take_the_lane(servers: list[Server], tmp_path: Path
     assert headers[b":status"] == b"200" and headers[b"sluice-next-offset"] == b"20"
     assert len(orjson.loads(body)["records"]) == 20
     assert lane_served(server) == 21
+
+
+async def test_http2_bodies_still_arriving_are_read_by_the_application(
+    servers: list[Server], tmp_path: Path
+) -> None:
+    """A produce stream's body is held without a reader until the stream's handler first
+    runs; a body not whole by then is the Application's to read (the held part first), and a
+    request that expects 100-continue gets it before sending its body (and goes there too)."""
+    server = launch(servers, tmp_path)
+    create_topic(server)
+    body = b'{"records":[{"value":"%s"}]}' % (b"z" * 3000)
+    client = H2Connection(H2Configuration(client_side=True, header_encoding=None))
+    client.initiate_connection()
+    target = [(b":method", b"POST"), (b":scheme", b"http"), (b":authority", b"x"),
+              (b":path", b"/v1/topics/t/records?acks=1"), (b"content-type", b"application/json"),
+              (b"content-length", b"%d" % len(body))]  # fmt: skip
+    client.send_headers(1, target)
+    client.send_data(1, body[:1000])
+    client.send_headers(3, [*target, (b"expect", b"100-continue")])
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    statuses: dict[int, list[bytes]] = {1: [], 3: []}
+    bodies = {1: b"", 3: b""}
+    ended: set[int] = set()
+    try:
+        writer.write(client.data_to_send())
+        while ended != {1, 3}:
+            data = await asyncio.wait_for(reader.read(65536), WAIT_S)
+            assert data, "the server closed the connection"
+            for event in client.receive_data(data):
+                if isinstance(event, InformationalResponseReceived | ResponseReceived):
+                    statuses[event.stream_id].append(dict(event.headers)[b":status"])
+                    if isinstance(event, InformationalResponseReceived):
+                        # Flushed after stream 1's handler first ran (both were queued by the
+                        # same read, the handler first): stream 1's rest comes after it.
+                        client.send_data(1, body[1000:], end_stream=True)
+                        client.send_data(3, body, end_stream=True)
+                elif isinstance(event, DataReceived):
+                    bodies[event.stream_id] += event.data
+                    client.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                elif isinstance(event, StreamEnded):
+                    ended.add(event.stream_id)
+            writer.write(client.data_to_send())
+    finally:
+        writer.close()
+    assert statuses == {1: [b"200"], 3: [b"100", b"200"]}
+    offsets = sorted(orjson.loads(bodies[s])["results"][0]["base_offset"] for s in (1, 3))
+    assert offsets == [0, 1]
+    records = httpx.get(f"{server.url}/v1/topics/t/partitions/0/records", timeout=WAIT_S)
+    assert [r["value"] for r in records.json()["records"]] == ["z" * 3000] * 2
+    assert lane_served(server) == 1  # the fetch just made: both produces were the Application's
 
 
 # Fetches of partition 0 of a topic filled by `fill` (log start 2, end 9): (query, Accept).

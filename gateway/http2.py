@@ -364,26 +364,25 @@ class H2Protocol(RequestHandler):
             self._close_transport()
             return
         try:
-            for event in events:
+            for event in events:  # isinstance narrows for free (each class derives Event only)
                 if self._transport is None:
                     return
-                kind = type(event)
-                if kind is RequestReceived:
-                    self._on_request(cast(RequestReceived, event))
-                elif kind is DataReceived:
-                    self._on_data(cast(DataReceived, event))
-                elif kind is StreamClosed:
-                    self._on_closed(cast(StreamClosed, event).stream_id)
-                elif kind is WindowUpdated:
-                    self._on_window_update(cast(WindowUpdated, event).stream_id)
-                elif kind is StreamReset:
-                    self._on_reset(cast(StreamReset, event).stream_id)
-                elif kind is TrailersReceived:
-                    self._on_stream_ended(cast(TrailersReceived, event).stream_id)
-                elif kind is SettingsReceived:
+                if isinstance(event, RequestReceived):
+                    self._on_request(event)
+                elif isinstance(event, DataReceived):
+                    self._on_data(event)
+                elif isinstance(event, StreamClosed):
+                    self._on_closed(event.stream_id)
+                elif isinstance(event, WindowUpdated):
+                    self._on_window_update(event.stream_id)
+                elif isinstance(event, StreamReset):
+                    self._on_reset(event.stream_id)
+                elif isinstance(event, TrailersReceived):
+                    self._on_stream_ended(event.stream_id)
+                elif isinstance(event, SettingsReceived):
                     self._settings_received()
                     self._on_window_update(0)
-                elif kind is GoAwayReceived:
+                elif isinstance(event, GoAwayReceived):
                     self.close()
         except NGH2Error:
             # The engine refuses new work while it closes the connection (its GOAWAY queued).

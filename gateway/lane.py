@@ -76,7 +76,10 @@ _FETCH_ACCEPT = {
     codecs.NDJSON: codecs.NDJSON,
     codecs.RECORD_BATCH: codecs.RECORD_BATCH,
 }
-_STATUS_LINES: dict[int, str] = {}  # status -> its HTTP/1.1 status line
+# The head up to its length of an HTTP/1.1 answer with no other headers, per (status, content
+# type): a few statuses of the four types the lane answers with.
+_HTTP1_HEADS: dict[tuple[int, str], bytes] = {}
+_SERVER = SERVER_SOFTWARE.encode()
 # A produce target's plain reading (`Lane._plain_produce_target`), remembered: clients repeat
 # their target, and reading it costs ~2 µs of a produce. At most this many, then forgotten.
 _TARGETS_KEPT = 1024
@@ -153,17 +156,19 @@ class LaneAnswer:
 
     def http1(self) -> bytes:
         """The whole HTTP/1.1 answer, headers as aiohttp writes them."""
-        status = self.status
-        line = _STATUS_LINES.get(status)
-        if line is None:
-            line = _STATUS_LINES[status] = f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n"
-        extra = "".join(f"{name}: {value}\r\n" for name, value in self.headers)
+        status, headers = self.status, self.headers
+        head = None if headers else _HTTP1_HEADS.get((status, self.content_type))
+        if head is None:
+            extra = "".join(f"{name}: {value}\r\n" for name, value in headers)
+            head = (
+                f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n{extra}"
+                f"Content-Type: {self.content_type}\r\nContent-Length: "
+            ).encode("latin-1")
+            if not headers:
+                _HTTP1_HEADS[status, self.content_type] = head
         body = self.body
-        head = (
-            f"{line}{extra}Content-Type: {self.content_type}\r\nContent-Length: {len(body)}"
-            f"\r\nDate: {rfc822_formatted_time()}\r\nServer: {SERVER_SOFTWARE}\r\n\r\n"
-        )
-        return head.encode("latin-1") + body
+        date = rfc822_formatted_time().encode()
+        return b"%s%d\r\nDate: %s\r\nServer: %s\r\n\r\n%s" % (head, len(body), date, _SERVER, body)
 
     def h2_headers(self) -> list[tuple[bytes, bytes]]:
         """The answer's HTTP/2 header list (no connection-specific fields)."""

@@ -145,8 +145,13 @@ class Producer:
             json_groups = {p}
         else:
             # Both paths ask for the sticky partition once the body proved valid; remembered,
-            # so a body the C path hands back gets the partition it already chose.
-            keyless = _once(functools.partial(self._keyless, request.topic, partitions, pin))
+            # so a body the C path hands back gets the partition it already chose. A request
+            # naming its partition never asks.
+            keyless = (
+                _once(functools.partial(self._keyless, request.topic, partitions, pin))
+                if request.partition is None
+                else _partition_named
+            )
             if key is None and _json_batches is not None:
                 # The common JSON body, straight to batches in C (gateway/_producejson.c); None
                 # for any other body, including every refused one: the Python path below is the
@@ -405,6 +410,10 @@ class Producer:
                 base = info.first_offset
         results[item.partition] = (base, item.count)
         self.metrics.traffic.produced(topic, item.count, len(item.data))
+
+
+def _partition_named() -> int:
+    raise AssertionError("a request that names its partition has no key-less choice to make")
 
 
 def _once(choose: Callable[[], int]) -> Callable[[], int]:

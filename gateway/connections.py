@@ -288,16 +288,7 @@ class Http1Connection(_ProblemErrors):
 
     def _start_lane(self, lane: Lane, taken: LaneRequest) -> None:
         self._request_in_progress = True
-        task = self._lane_task = self._loop.create_task(self._serve_lane(lane, taken))
-        if not self._loop_started:
-            task.add_done_callback(self._lane_done)
-
-    def _lane_done(self, _: asyncio.Task[None]) -> None:
-        """Wake start() once the lane holds none of the connection's requests (a done callback
-        runs after the task's last step, which may already have begun the next request)."""
-        idle = self._lane_idle
-        if self._lane_task is None and idle is not None and not idle.done():
-            idle.set_result(None)
+        self._lane_task = self._loop.create_task(self._serve_lane(lane, taken))
 
     async def _serve_lane(self, lane: Lane, request: LaneRequest) -> None:
         try:
@@ -309,13 +300,26 @@ class Http1Connection(_ProblemErrors):
                     self.force_close()
                 else:
                     self._keep_alive_from_now()
-        finally:
-            self._lane_task = None
-            self._request_in_progress = False
-            waiter = self._handler_waiter
-            if waiter is not None and not waiter.done():  # a shutdown waits for the answer
-                waiter.set_result(None)
+        except BaseException:  # cancelled with its connection: nothing follows on it
+            self._lane_served()
+            self._wake_start()
+            raise
+        self._lane_served()
         self._dispatch()
+        self._wake_start()
+
+    def _lane_served(self) -> None:
+        self._lane_task = None
+        self._request_in_progress = False
+        waiter = self._handler_waiter
+        if waiter is not None and not waiter.done():  # a shutdown waits for the answer
+            waiter.set_result(None)
+
+    def _wake_start(self) -> None:
+        """start() waits for the lane to hold none of the connection's requests."""
+        idle = self._lane_idle
+        if self._lane_task is None and idle is not None and not idle.done():
+            idle.set_result(None)
 
     def _keep_alive_from_now(self) -> None:
         """aiohttp's idle timer, restarted as its loop does after each answer."""

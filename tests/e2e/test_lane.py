@@ -11,7 +11,7 @@ import asyncio
 import re
 import signal
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -533,26 +533,41 @@ async def h2_exchange(
             client.send_data(stream_id, body, end_stream=True)
         streams.append(stream_id)
     reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
-    answers: dict[int, dict[bytes, bytes]] = {}
-    bodies: dict[int, bytes] = {sid: b"" for sid in streams}
-    ended: set[int] = set()
     try:
         writer.write(client.data_to_send())
-        while ended != set(streams):
-            data = await asyncio.wait_for(reader.read(65536), WAIT_S)
-            assert data, "the server closed the connection"
-            for event in client.receive_data(data):
-                if isinstance(event, ResponseReceived):
-                    answers[event.stream_id] = dict(event.headers)
-                elif isinstance(event, DataReceived):
-                    bodies[event.stream_id] += event.data
-                    client.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
-                elif isinstance(event, StreamEnded):
-                    ended.add(event.stream_id)
-            writer.write(client.data_to_send())
+        heads, bodies = await h2_answers(client, reader, writer, set(streams))
     finally:
         writer.close()
-    return [(answers[s], bodies[s]) for s in streams]
+    return [(heads[s][-1], bodies[s]) for s in streams]
+
+
+async def h2_answers(
+    client: H2Connection,
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    streams: set[int],
+    on_informational: Callable[[int], None] | None = None,
+) -> tuple[dict[int, list[dict[bytes, bytes]]], dict[int, bytes]]:
+    """Read until each of `streams` has ended: every header block each got (an informational
+    one first, `on_informational` called for it) and its body, acknowledged as it comes."""
+    heads: dict[int, list[dict[bytes, bytes]]] = {s: [] for s in streams}
+    bodies = {s: b"" for s in streams}
+    ended: set[int] = set()
+    while ended != streams:
+        data = await asyncio.wait_for(reader.read(65536), WAIT_S)
+        assert data, "the server closed the connection"
+        for event in client.receive_data(data):
+            if isinstance(event, InformationalResponseReceived | ResponseReceived):
+                heads[event.stream_id].append(dict(event.headers))
+                if isinstance(event, InformationalResponseReceived) and on_informational:
+                    on_informational(event.stream_id)
+            elif isinstance(event, DataReceived):
+                bodies[event.stream_id] += event.data
+                client.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+            elif isinstance(event, StreamEnded):
+                ended.add(event.stream_id)
+        writer.write(client.data_to_send())
+    return heads, bodies
 
 
 async def test_http2_streams_take_the_lane(servers: list[Server], tmp_path: Path) -> None:
@@ -592,30 +607,19 @@ async def test_http2_bodies_still_arriving_are_read_by_the_application(
     client.send_data(1, body[:1000])
     client.send_headers(3, [*target, (b"expect", b"100-continue")])
     reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
-    statuses: dict[int, list[bytes]] = {1: [], 3: []}
-    bodies = {1: b"", 3: b""}
-    ended: set[int] = set()
+
+    def continued(stream_id: int) -> None:
+        # Flushed after stream 1's handler first ran (both were queued by the same read, the
+        # handler first): stream 1's rest comes after it.
+        client.send_data(1, body[1000:], end_stream=True)
+        client.send_data(stream_id, body, end_stream=True)
+
     try:
         writer.write(client.data_to_send())
-        while ended != {1, 3}:
-            data = await asyncio.wait_for(reader.read(65536), WAIT_S)
-            assert data, "the server closed the connection"
-            for event in client.receive_data(data):
-                if isinstance(event, InformationalResponseReceived | ResponseReceived):
-                    statuses[event.stream_id].append(dict(event.headers)[b":status"])
-                    if isinstance(event, InformationalResponseReceived):
-                        # Flushed after stream 1's handler first ran (both were queued by the
-                        # same read, the handler first): stream 1's rest comes after it.
-                        client.send_data(1, body[1000:], end_stream=True)
-                        client.send_data(3, body, end_stream=True)
-                elif isinstance(event, DataReceived):
-                    bodies[event.stream_id] += event.data
-                    client.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
-                elif isinstance(event, StreamEnded):
-                    ended.add(event.stream_id)
-            writer.write(client.data_to_send())
+        heads, bodies = await h2_answers(client, reader, writer, {1, 3}, continued)
     finally:
         writer.close()
+    statuses = {s: [head[b":status"] for head in heads[s]] for s in heads}
     assert statuses == {1: [b"200"], 3: [b"100", b"200"]}
     offsets = sorted(orjson.loads(bodies[s])["results"][0]["base_offset"] for s in (1, 3))
     assert offsets == [0, 1]

@@ -34,6 +34,7 @@ _LANE_METHODS = ("POST", "GET")  # what the lane may serve: produces and fetches
 _KNOWN_HEAD_MAX_BYTES = 2048
 _KNOWN_HEADS: Memo[bytes, tuple[RawRequestMessage, int]] = Memo(512)
 _HELD_BACK_MAX_BYTES = 256 * 1024  # beyond this, aiohttp's parser and its pausing take over
+_STARTS = (b"POST /", b"GET /")  # how a request the lane may take begins
 log = logging.getLogger(__name__)
 
 
@@ -162,13 +163,11 @@ class Http1Connection(_ProblemErrors):
                 return
             self._serve_unparsed()
             unparsed, at = self._unparsed, self._unparsed_at
-            if (
-                unparsed is not None
-                and at < len(unparsed)
-                and self._header_deadline is None
-                and unparsed.find(b"\r\n\r\n", at) < 0
-            ):
-                self._start_header_deadline()  # as aiohttp's parser would, on a partial head
+            if unparsed is not None and at < len(unparsed):  # waits behind the lane's request
+                if unparsed.find(b"\r\n\r\n", at) >= 0:
+                    self._stop_header_deadline()  # the head came whole, in time
+                elif self._header_deadline is None:
+                    self._start_header_deadline()  # as aiohttp's parser would, on a partial head
 
     def _feed(self, data: bytes) -> None:
         """aiohttp's parser takes `data`; the first request it queued goes to the lane or to
@@ -188,6 +187,9 @@ class Http1Connection(_ProblemErrors):
         while self._lane_task is None and not (self._force_close or self._close):
             unparsed, at = self._unparsed, self._unparsed_at
             if unparsed is None or at == len(unparsed):
+                return
+            if not any(unparsed.startswith(start[: len(unparsed) - at], at) for start in _STARTS):
+                self._stop_holding_back()  # not a request the lane could take: aiohttp answers
                 return
             end = unparsed.find(b"\r\n\r\n", at) + 4
             if end == 3:  # no whole head yet
@@ -271,6 +273,7 @@ class Http1Connection(_ProblemErrors):
             and not message.should_close
             and payload.is_eof()
             and not self._close
+            and not self._force_close
         ):
             taken = lane.take(message.method, message.path, message.headers, body_of(payload), self)
         if lane is None or taken is None:
@@ -300,9 +303,13 @@ class Http1Connection(_ProblemErrors):
                     self.force_close()
                 else:
                     self._keep_alive_from_now()
-        except BaseException:  # cancelled with its connection: nothing follows on it
+                if self._paused:  # a client that does not read: its next requests wait
+                    await self._drain_helper()
+        except BaseException as exc:  # its connection went (cancelled): nothing follows on it
             self._lane_served()
             self._wake_start()
+            if isinstance(exc, ConnectionError):  # gone while its answer waited to drain
+                return
             raise
         self._lane_served()
         self._dispatch()

@@ -508,7 +508,13 @@ class H2Protocol(RequestHandler):
                     if self._paused:
                         await self.drain()
                     return
-                payload = self._reader_of(stream, held)
+                # No body at all is aiohttp's EMPTY_PAYLOAD, as on HTTP/1.1: a reader would be
+                # counted as a body of --max-request-bytes by the in-flight limits.
+                payload = (
+                    self._reader_of(stream, held)
+                    if held or not stream.remote_ended
+                    else EMPTY_PAYLOAD
+                )
             assert payload is not None
             request = factory(message, payload, self, H2StreamWriter(self, stream), task)
             start = self._loop.time() if self._logging_enabled else None

@@ -450,6 +450,84 @@ async def test_a_connection_idle_after_a_known_head_is_kept_alive(
         conn.close()
 
 
+async def test_a_head_completed_behind_a_long_poll_is_not_timed_out(
+    servers: list[Server], tmp_path: Path
+) -> None:
+    """A produce pipelined behind a long-poll that outlasts --header-read-timeout, its head
+    in two segments: the head came whole in time, so it is answered after the long-poll."""
+    server = launch(servers, tmp_path, "--header-read-timeout", "1")
+    create_topic(server)
+    conn = await Connection.open(server)
+    try:
+        assert offsets_of([await conn.exchange(one_record("a"))]) == [0]
+        conn.writer.write(LONG_POLL.replace(b"timeout_ms=30000", b"timeout_ms=2500"))
+        until(lambda: b"sluice_parked_fetches 1.0" in httpx.get(f"{server.url}/metrics").content,
+              "the long-poll to park")  # fmt: skip
+        pipelined = one_record("b")
+        conn.writer.write(pipelined[:30])
+        await conn.writer.drain()
+        await asyncio.sleep(0.2)  # the client's pace: the rest of the head in a later segment
+        conn.writer.write(pipelined[30:])
+        status, _, body = await conn.answer()  # the long-poll, empty at its timeout
+        assert status.split()[1] == b"200" and orjson.loads(body)["records"] == []
+        assert offsets_of([await conn.answer()]) == [1]
+    finally:
+        conn.close()
+
+
+async def test_bytes_that_begin_no_lane_request_get_aiohttps_answer_at_once(
+    servers: list[Server], tmp_path: Path
+) -> None:
+    """Only what may begin a produce or a fetch is held back: a malformed request line gets
+    aiohttp's 400 at once, not the header deadline's 408, on a fresh connection as after a
+    lane answer."""
+    server = launch(servers, tmp_path, "--header-read-timeout", "20")
+    create_topic(server)
+    for served_first in (False, True):
+        conn = await Connection.open(server)
+        try:
+            if served_first:
+                assert offsets_of([await conn.exchange(one_record("a"))]) == [0]
+            conn.writer.write(b"G\x01T / HTTP/1.1\r\nHost: x\r\n")
+            status, headers, body = await conn.answer()
+        finally:
+            conn.close()
+        assert status.split()[1] == b"400", body
+        assert headers["content-type"] == "application/problem+json"
+
+
+async def test_lane_answers_a_client_does_not_read_all_arrive_in_order(
+    servers: list[Server], tmp_path: Path
+) -> None:
+    """Large fetch answers pipelined by a client that reads none of them for a while: the lane
+    waits for the socket to drain before the next request (as aiohttp's writer does), and
+    every answer arrives, in order, once the client reads."""
+    server = launch(servers, tmp_path)
+    create_topic(server)
+    value = "v" * 1000
+    for _ in range(16):
+        answer = httpx.post(
+            f"{server.url}/v1/topics/t/partitions/0/records",
+            json={"records": [{"value": value}] * 50},
+            timeout=WAIT_S,
+        )
+        assert answer.status_code == 200, answer.text
+    fetch = (
+        b"GET /v1/topics/t/partitions/0/records?offset=0&max_records=800&timeout_ms=0 "
+        b"HTTP/1.1\r\nHost: x\r\n\r\n"
+    )
+    conn = await Connection.open(server)
+    try:
+        conn.writer.write(fetch * 40)
+        await conn.writer.drain()
+        answers = [await conn.answer() for _ in range(40)]
+    finally:
+        conn.close()
+    assert {status.split()[1] for status, _, _ in answers} == {b"200"}
+    assert {headers["sluice-next-offset"] for _, headers, _ in answers} == {"800"}
+    assert len({body for _, _, body in answers}) == 1 and len(answers[0][2]) > 800_000
+
+
 async def test_a_head_left_unfinished_after_a_lane_answer_times_out(
     servers: list[Server], tmp_path: Path
 ) -> None:
@@ -626,6 +704,38 @@ async def test_http2_bodies_still_arriving_are_read_by_the_application(
     records = httpx.get(f"{server.url}/v1/topics/t/partitions/0/records", timeout=WAIT_S)
     assert [r["value"] for r in records.json()["records"]] == ["z" * 3000] * 2
     assert lane_served(server) == 1  # the fetch just made: both produces were the Application's
+
+
+async def test_http2_requests_without_a_body_have_none_for_the_application(
+    servers: list[Server], tmp_path: Path
+) -> None:
+    """A bodiless request the lane might have answered but leaves (an Accept it does not
+    take) reaches the Application with no body, so the in-flight limits reserve nothing for
+    it: four such long-polls on one connection are all served."""
+    server = launch(servers, tmp_path)
+    create_topic(server)
+    client = H2Connection(H2Configuration(client_side=True, header_encoding=None))
+    client.initiate_connection()
+    path = b"/v1/topics/t/partitions/0/records?offset=latest&timeout_ms=300"
+    streams = set()
+    for _ in range(4):
+        stream_id = client.get_next_available_stream_id()
+        client.send_headers(
+            stream_id,
+            [(b":method", b"GET"), (b":scheme", b"http"), (b":authority", b"x"), (b":path", path),
+             (b"accept", b"application/json, */*")],
+            end_stream=True,
+        )  # fmt: skip
+        streams.add(stream_id)
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    try:
+        writer.write(client.data_to_send())
+        heads, bodies = await h2_answers(client, reader, writer, streams)
+    finally:
+        writer.close()
+    assert [heads[s][-1][b":status"] for s in sorted(streams)] == [b"200"] * 4
+    assert {orjson.loads(bodies[s])["records"] == [] for s in streams} == {True}
+    assert lane_served(server) == 0
 
 
 # Fetches of partition 0 of a topic filled by `fill` (log start 2, end 9): (query, Accept).

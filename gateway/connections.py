@@ -19,9 +19,8 @@ from aiohttp.http import HttpProcessingError, RawRequestMessage
 from aiohttp.streams import StreamReader
 from aiohttp.web_protocol import RequestHandler, _ErrInfo
 
-from gateway.h2_stream import Headers
-from gateway.http2 import H2Protocol
-from gateway.lane import LANE, Lane, LaneRequest, body_of, serve_h2
+from gateway.http2 import DirectAnswer, H2Protocol
+from gateway.lane import LANE, Lane, LaneRequest, body_of
 from gateway.memo import Memo
 from gateway.problems import PROBLEM_JSON, Problem, one_line, problem_body, problem_response
 from gateway.problems import status_code as code_of
@@ -441,9 +440,9 @@ class Http2Connection(_ProblemErrors, H2Protocol):
 
     def answer_directly(
         self, message: RawRequestMessage, body: bytes
-    ) -> Awaitable[tuple[Headers, bytes]] | None:
+    ) -> Awaitable[DirectAnswer] | None:
         lane = self._lane
         if lane is None:
             return None
         taken = lane.take(message.method, message.path, message.headers, body, self)
-        return None if taken is None else serve_h2(lane, taken, self)
+        return None if taken is None else lane.serve(taken, self)

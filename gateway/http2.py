@@ -15,7 +15,7 @@ import struct
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from typing import Any, Final, NoReturn, cast
+from typing import Any, Final, NoReturn, Protocol, cast
 
 from aiohttp import HttpVersion, web
 from aiohttp.http import RawRequestMessage
@@ -46,7 +46,7 @@ from yarl import URL
 from .h2_stream import H2Stream, H2StreamWriter, Headers
 from .memo import Memo
 
-__all__ = ("H2Limits", "H2Protocol", "Http2Site", "HttpVersion20", "start_server")
+__all__ = ("DirectAnswer", "H2Limits", "H2Protocol", "Http2Site", "HttpVersion20", "start_server")
 
 HttpVersion20: Final = HttpVersion(2, 0)
 PREFACE: Final = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -98,6 +98,15 @@ class H2Limits:
             connection_window_size=window,
             initial_window_size=min(self.initial_window_size, window),
         )
+
+
+class DirectAnswer(Protocol):
+    """An answer a subclass gives without the Application: its header list and its body."""
+
+    @property
+    def body(self) -> bytes: ...
+
+    def h2_headers(self) -> Headers: ...
 
 
 class _ConnectionTransport(asyncio.Transport):
@@ -318,7 +327,10 @@ class H2Protocol(RequestHandler):
             self._abandon(code)
             return
         self._on_events()
-        self._flush()
+        if self._transport is not None and conn.want_write:
+            # Most reads leave nothing to answer at once (a request's frames): its answer's
+            # flush follows. Frames the engine owes (SETTINGS and PING acks) go now.
+            self._flush()
 
     def pause_writing(self) -> None:
         """Stop reading while our output backs up, so the frames the engine answers (PING and
@@ -501,8 +513,9 @@ class H2Protocol(RequestHandler):
                 if stream.remote_ended:  # the whole body is here: the subclass may answer
                     direct = self.answer_directly(message, b"".join(held))
                 if direct is not None:
-                    headers, body = await direct
-                    self.send_headers(stream, headers, end_stream=not body)
+                    answer = await direct
+                    body = answer.body
+                    self.send_headers(stream, answer.h2_headers(), end_stream=not body)
                     if body:
                         self._queue_data(stream, body, end_stream=True)
                     if self._paused:
@@ -535,9 +548,9 @@ class H2Protocol(RequestHandler):
 
     def answer_directly(
         self, message: RawRequestMessage, body: bytes
-    ) -> Awaitable[tuple[Headers, bytes]] | None:
-        """A subclass's answer (headers, body) to a request it serves without the Application,
-        given its whole body, or None: the Application answers it."""
+    ) -> Awaitable[DirectAnswer] | None:
+        """A subclass's answer to a request it serves without the Application, given its
+        whole body, or None: the Application answers it."""
         return None
 
     def _reader_of(self, stream: H2Stream, held: list[bytes]) -> StreamReader:

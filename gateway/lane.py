@@ -80,6 +80,9 @@ _FETCH_ACCEPT = {
 # type): a few statuses of the four types the lane answers with.
 _HTTP1_HEADS: dict[tuple[int, str], bytes] = {}
 _SERVER = SERVER_SOFTWARE.encode()
+# The same for HTTP/2: the status and content-type fields per (status, content type).
+_H2_FIELDS: dict[tuple[int, str], tuple[tuple[bytes, bytes], tuple[bytes, bytes]]] = {}
+_SERVER_FIELD = (b"server", _SERVER)
 # A produce target's plain reading (`Lane._plain_produce_target`), remembered: clients repeat
 # their target, and reading it costs ~2 µs of a produce. At most this many, then forgotten.
 _TARGETS_KEPT = 1024
@@ -172,16 +175,20 @@ class LaneAnswer:
 
     def h2_headers(self) -> list[tuple[bytes, bytes]]:
         """The answer's HTTP/2 header list (no connection-specific fields)."""
-        headers = [
-            (b":status", b"%d" % self.status),
-            *((name.lower().encode(), value.encode()) for name, value in self.headers
-              if name != "Connection"),
-            (b"content-type", self.content_type.encode()),
-            (b"content-length", b"%d" % len(self.body)),
-            (b"date", rfc822_formatted_time().encode()),
-            (b"server", SERVER_SOFTWARE.encode()),
-        ]  # fmt: skip
-        return headers
+        known = _H2_FIELDS.get((self.status, self.content_type))
+        if known is None:
+            known = _H2_FIELDS[self.status, self.content_type] = (
+                (b":status", b"%d" % self.status),
+                (b"content-type", self.content_type.encode()),
+            )
+        status, content_type = known
+        length = (b"content-length", b"%d" % len(self.body))
+        date = (b"date", rfc822_formatted_time().encode())
+        if not self.headers:
+            return [status, content_type, length, date, _SERVER_FIELD]
+        extra = [(name.lower().encode(), value.encode()) for name, value in self.headers]
+        return [status, *(f for f in extra if f[0] != b"connection"), content_type, length, date,
+                _SERVER_FIELD]  # fmt: skip
 
 
 class Lane:
@@ -466,14 +473,6 @@ def body_of(payload: StreamReader) -> bytes:
     if isinstance(payload, EmptyStreamReader):
         return b""
     return b"".join(payload._buffer)
-
-
-async def serve_h2(
-    lane: Lane, request: LaneRequest, connection: object
-) -> tuple[list[tuple[bytes, bytes]], bytes]:
-    """The lane's answer as an HTTP/2 header list and body."""
-    answer = await lane.serve(request, connection)
-    return answer.h2_headers(), answer.body
 
 
 def _problem_of(exc: Exception, method: str, target: str) -> Problem:

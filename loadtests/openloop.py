@@ -5,20 +5,24 @@ pipelined HTTP/1.1 (or RESP) connections and never waits for an answer before th
 so a slow server cannot slow the offered load (no coordinated omission, as in wrk2). Each
 record's value is its scheduled send time; the consumer process long-polls (Sluice fetch with
 `timeout_ms`, Redis XREAD BLOCK) and takes latency = arrival time - scheduled time.
+Answers are read by a bare asyncio Protocol (Sluice's fetches go out on one keep-alive
+connection the same way), not a client library: on a machine of two cores, every CPU-second the
+generators spend is taken from the server they measure.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import multiprocessing
 import queue
 import re
 import threading
 import time
 from collections import deque
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
-import aiohttp
 import orjson
 import redis.asyncio as aioredis
 import uvloop
@@ -30,6 +34,8 @@ DRAIN_S = 10.0
 MIN_SLEEP_S = 0.001
 DRAIN_POLL_S = 0.01
 CONTENT_LENGTH = re.compile(rb"content-length:\s*(\d+)", re.I)
+Answer = tuple[int, bool, int]  # an answer's end, whether it says success, where its body starts
+Splitter = Callable[[bytearray, int], Answer | None]
 
 
 def percentiles(values: list[float]) -> dict[str, float]:
@@ -53,11 +59,17 @@ def _sluice_request(params: dict[str, Any], scheduled_ms: float) -> bytes:
     ) + body
 
 
-async def _sluice_reply(reader: asyncio.StreamReader) -> bool:
-    head = await reader.readuntil(b"\r\n\r\n")
-    length = CONTENT_LENGTH.search(head)
-    await reader.readexactly(int(length.group(1)) if length else 0)
-    return head[9:10] == b"2"
+def _http_answer(buffer: bytearray, at: int) -> Answer | None:
+    """The HTTP/1.1 answer (Content-Length bodies) starting at `at`, if it is all there."""
+    head_end = buffer.find(b"\r\n\r\n", at)
+    if head_end < 0:
+        return None
+    length = CONTENT_LENGTH.search(buffer, at, head_end)
+    start = head_end + 4
+    end = start + (int(length.group(1)) if length else 0)
+    if len(buffer) < end:
+        return None
+    return end, buffer[at + 9 : at + 10] == b"2", start
 
 
 def _redis_request(params: dict[str, Any], scheduled_ms: float) -> bytes:
@@ -71,35 +83,80 @@ def _redis_request(params: dict[str, Any], scheduled_ms: float) -> bytes:
     )
 
 
-async def _redis_reply(reader: asyncio.StreamReader) -> bool:
-    line = await reader.readline()
-    if line[:1] == b"$":
-        await reader.readexactly(int(line[1:]) + 2)
-    return line[:1] in (b"$", b"+")
+def _redis_answer(buffer: bytearray, at: int) -> Answer | None:
+    """The RESP reply to an XADD (a bulk string, or a simple string or error line) at `at`."""
+    line_end = buffer.find(b"\r\n", at)
+    if line_end < 0:
+        return None
+    kind = bytes(buffer[at : at + 1])
+    end = line_end + 2
+    if kind == b"$":
+        end += int(buffer[at + 1 : line_end]) + 2
+        if len(buffer) < end:
+            return None
+    return end, kind in (b"$", b"+"), line_end + 2
+
+
+class _Answers(asyncio.Protocol):
+    """One connection's answers, split as they arrive by `split` and each handed to
+    `on_answer(ok, body)`: no StreamReader or client library, so that the generator's own CPU
+    stays small beside the server it measures on the same cores."""
+
+    def __init__(self, split: Splitter, on_answer: Callable[[bool, bytes], None]) -> None:
+        self.split = split
+        self.on_answer = on_answer
+        self.buffer = bytearray()
+        self.transport: asyncio.Transport | None = None
+        self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self.buffer
+        buffer += data
+        at = 0
+        while (answer := self.split(buffer, at)) is not None:
+            end, ok, body = answer
+            self.on_answer(ok, bytes(buffer[body:end]))
+            at = end
+        del buffer[:at]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.lost.done():
+            self.lost.set_exception(exc or ConnectionResetError("the server closed the connection"))
+            self.lost.exception()  # retrieved here: a producer's connections close at its end
+
+
+async def _connect(
+    port: int, split: Splitter, on_answer: Callable[[bool, bytes], None]
+) -> _Answers:
+    loop = asyncio.get_running_loop()
+    _, protocol = await loop.create_connection(
+        lambda: _Answers(split, on_answer), "127.0.0.1", port
+    )
+    return protocol
 
 
 async def _produce(params: dict[str, Any], barrier: threading.Barrier) -> dict[str, Any]:
     """Send `rate` requests/s for `seconds` by the clock; ack latency counts from the schedule."""
     redis = params["system"] == "redis"
     make = _redis_request if redis else _sluice_request
-    read = _redis_reply if redis else _sluice_reply
-    connections = [
-        await asyncio.open_connection("127.0.0.1", params["port"]) for _ in range(CONNECTIONS)
-    ]
-    pending: list[deque[float]] = [deque() for _ in connections]
+    split = _redis_answer if redis else _http_answer
+    pending: list[deque[float]] = [deque() for _ in range(CONNECTIONS)]
     acks: list[float] = []
     failures = 0
-    total = int(params["rate"] * params["seconds"])
 
-    async def collect(index: int) -> None:
+    def acknowledged(slot: int, ok: bool, _: bytes) -> None:
         nonlocal failures
-        reader = connections[index][0]
-        while True:
-            ok = await read(reader)
-            acks.append(time.time() * 1000 - pending[index].popleft())
-            failures += not ok
+        acks.append(time.time() * 1000 - pending[slot].popleft())
+        failures += not ok
 
-    readers = [asyncio.create_task(collect(i)) for i in range(len(connections))]
+    connections = [
+        await _connect(params["port"], split, functools.partial(acknowledged, slot))
+        for slot in range(CONNECTIONS)
+    ]
+    total = int(params["rate"] * params["seconds"])
     barrier.wait(timeout=120)
     cpu_before = time.process_time()
     interval = 1.0 / params["rate"]
@@ -118,18 +175,19 @@ async def _produce(params: dict[str, Any], barrier: threading.Barrier) -> dict[s
         while sent < total and start + sent * interval <= now:
             scheduled_ms = (start + sent * interval) * 1000
             late.append(now * 1000 - scheduled_ms)
-            slot = sent % len(connections)
+            slot = sent % CONNECTIONS
             pending[slot].append(scheduled_ms)
-            connections[slot][1].write(make(params, scheduled_ms))
+            transport = connections[slot].transport
+            assert transport is not None
+            transport.write(make(params, scheduled_ms))
             sent += 1
     send_seconds = time.time() - start
     deadline = time.time() + DRAIN_S
     while len(acks) < total and time.time() < deadline:
         await asyncio.sleep(DRAIN_POLL_S)
-    for task in readers:
-        task.cancel()
-    for _, writer in connections:
-        writer.close()
+    for connection in connections:
+        if connection.transport is not None:
+            connection.transport.close()
     return {
         "sent": sent,
         "acknowledged": len(acks),
@@ -139,6 +197,43 @@ async def _produce(params: dict[str, Any], barrier: threading.Barrier) -> dict[s
         "send_late": percentiles(late),
         "cpu_s": time.process_time() - cpu_before,
     }
+
+
+async def _consume_sluice(
+    params: dict[str, Any], total: int, latencies: list[float], deadline: float
+) -> None:
+    """Long-poll fetches on one keep-alive connection until `total` records arrived."""
+    loop = asyncio.get_running_loop()
+    answer: asyncio.Future[tuple[bool, bytes]] = loop.create_future()
+
+    def answered(ok: bool, body: bytes) -> None:
+        answer.set_result((ok, body))
+
+    connection = await _connect(params["port"], _http_answer, answered)
+    transport = connection.transport
+    assert transport is not None
+    target = f"/v1/topics/{params['topic']}/partitions/0/records"
+    offset = 0
+    try:
+        while len(latencies) < total and time.time() < deadline:
+            transport.write(
+                b"GET %s?offset=%d&timeout_ms=1000&max_records=1000 HTTP/1.1\r\nHost: bench\r\n\r\n"
+                % (target.encode(), offset)
+            )
+            waits: list[asyncio.Future[Any]] = [answer, connection.lost]
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            if not answer.done():
+                await connection.lost  # raises what ended the connection
+            ok, body = answer.result()
+            answer = loop.create_future()
+            if not ok:
+                raise RuntimeError(f"fetch failed: {body[:200]!r}")
+            now_ms = time.time() * 1000
+            doc = orjson.loads(body)
+            latencies.extend([now_ms - record["value"] for record in doc["records"]])
+            offset = doc["next_offset"]
+    finally:
+        transport.close()
 
 
 async def _consume(params: dict[str, Any], barrier: threading.Barrier) -> dict[str, Any]:
@@ -160,20 +255,9 @@ async def _consume(params: dict[str, Any], barrier: threading.Barrier) -> dict[s
                 last = entries[-1][0]
         await client.aclose()
     else:
-        base = f"{params['url']}/v1/topics/{params['topic']}/partitions/0/records"
-        async with aiohttp.ClientSession() as http:
-            await (await http.get(f"{params['url']}/healthz")).read()
-            barrier.wait(timeout=120)
-            cpu_before, deadline = time.process_time(), time.time() + deadline_after
-            offset = 0
-            while len(latencies) < total and time.time() < deadline:
-                query = f"?offset={offset}&timeout_ms=1000&max_records=1000"
-                async with http.get(base + query) as response:
-                    body = await response.read()
-                now_ms = time.time() * 1000
-                doc = orjson.loads(body)
-                latencies.extend(now_ms - record["value"] for record in doc["records"])
-                offset = doc["next_offset"]
+        barrier.wait(timeout=120)
+        cpu_before = time.process_time()
+        await _consume_sluice(params, total, latencies, time.time() + deadline_after)
     return {
         "received": len(latencies),
         "latency": percentiles(latencies),

@@ -50,3 +50,34 @@ async def test_the_producer_never_sleeps_below_a_tick(monkeypatch: pytest.Monkey
     assert len(pacing) <= result["sent"] / 2  # several records fall due per tick
     assert set(result["send_late"]) == {"p50_ms", "p99_ms", "p999_ms", "max_ms"}
     assert result["send_late"]["p50_ms"] >= 0
+
+
+@pytest.mark.parametrize(
+    ("split", "stream", "answers"),
+    [
+        (
+            openloop._http_answer,
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"
+            b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 5\r\n\r\nbusy!"
+            b"HTTP/1.1 204 No Content\r\n\r\n",
+            [(True, b"{}"), (False, b"busy!"), (True, b"")],
+        ),
+        (
+            openloop._redis_answer,
+            b"$15\r\n1700000000000-0\r\n+OK\r\n-ERR no such key\r\n",
+            [(True, b"1700000000000-0\r\n"), (True, b""), (False, b"")],
+        ),
+    ],
+)
+async def test_answers_are_split_however_the_bytes_arrive(
+    split: openloop.Splitter, stream: bytes, answers: list[tuple[bool, bytes]]
+) -> None:
+    """Every answer is handed on once, whole and in order, whether the bytes come at once, one
+    by one, or cut anywhere."""
+    for size in (len(stream), 1, 7):
+        got: list[tuple[bool, bytes]] = []
+        protocol = openloop._Answers(split, lambda ok, body: got.append((ok, body)))
+        for at in range(0, len(stream), size):
+            protocol.data_received(stream[at : at + size])
+        assert got == answers
+        assert not protocol.buffer

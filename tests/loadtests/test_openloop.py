@@ -76,7 +76,7 @@ async def test_answers_are_split_however_the_bytes_arrive(
     by one, or cut anywhere."""
     for size in (len(stream), 1, 7):
         got: list[tuple[bool, bytes]] = []
-        protocol = openloop._Answers(split, lambda ok, body: got.append((ok, body)))
+        protocol = openloop._Answers(split, lambda ok, body, seen=got: seen.append((ok, body)))
         for at in range(0, len(stream), size):
             protocol.data_received(stream[at : at + size])
         assert got == answers

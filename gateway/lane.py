@@ -186,9 +186,12 @@ class LaneAnswer:
         date = (b"date", rfc822_formatted_time().encode())
         if not self.headers:
             return [status, content_type, length, date, _SERVER_FIELD]
-        extra = [(name.lower().encode(), value.encode()) for name, value in self.headers]
-        return [status, *(f for f in extra if f[0] != b"connection"), content_type, length, date,
-                _SERVER_FIELD]  # fmt: skip
+        extra = [
+            (name.lower().encode(), value.encode())
+            for name, value in self.headers
+            if name.lower() != "connection"
+        ]
+        return [status, *extra, content_type, length, date, _SERVER_FIELD]
 
 
 class Lane:

@@ -23,7 +23,6 @@ from h2.connection import H2Connection
 from h2.events import DataReceived, InformationalResponseReceived, ResponseReceived, StreamEnded
 
 from engine.batch import RecordInput, encode_batch
-from gateway.lane import MAX_LANE_BODY
 from tests.e2e.conftest import Server, start_server, until
 
 WAIT_S = 30.0
@@ -157,7 +156,6 @@ LEFT = [
     ("/v1/topics/__consumer_offsets/records", b'{"records":[{"value":1}]}', {}),
     ("/v1/topics/new-topic/records", b'{"records":[{"value":"auto-created"}]}', {}),
     ("/v1/topics/t/records", b'{"records":[{"value":1}]}', {"Idempotency-Key": ""}),
-    ("/v1/topics/t/records", b'{"records":[{"value":"%s"}]}' % (b"y" * MAX_LANE_BODY), {}),
 ]
 
 
@@ -191,6 +189,40 @@ async def test_the_lane_answers_exactly_as_the_application(
         app_conn.close()
     assert lane_served(lane) - before == len(TAKEN) + 2
     assert lane_served(app) == 0
+
+
+BULK_LIMIT = 256 * 1024  # --max-request-bytes of the bulk test's two gateways
+BULK_BINARY = bytes(encode_batch([RecordInput(None, b'"%098d"' % i) for i in range(1000)]))
+BULK_JSON = b'{"records":[%s]}' % b",".join([b'{"value":"%s"}' % (b"y" * 100)] * 1000)
+
+
+async def test_bulk_produces_are_answered_exactly_as_the_application(
+    servers: list[Server], tmp_path: Path
+) -> None:
+    """Bodies of 1000 records (over 100 KB) are the lane's as small ones are, answered alike;
+    one over --max-request-bytes gets the Application's 413 through both."""
+    lane, app = (launch(servers, tmp_path, "--max-request-bytes", str(BULK_LIMIT)) for _ in "ab")
+    for server in (lane, app):
+        create_topic(server, partitions=2)
+    too_large = BULK_JSON[:-1] + b" " * (BULK_LIMIT - len(BULK_JSON) + 1) + b"}"
+    batches = {"Content-Type": RECORD_BATCH}
+    lane_conn, app_conn = await Connection.open(lane), await Connection.open(app)
+    try:
+        await answered_alike(lane_conn, app_conn, [
+            ("/v1/topics/t/partitions/0/records?acks=1", BULK_BINARY, batches),
+            ("/v1/topics/t/partitions/1/records", BULK_JSON, {}),
+            ("/v1/topics/t/partitions/0/records", BULK_BINARY[:-1] + b"\x00", batches),  # CRC
+            ("/v1/topics/t/partitions/1/records", too_large, {}),  # 413, and the connection closes
+        ])  # fmt: skip
+    finally:
+        lane_conn.close()
+        app_conn.close()
+    fetch = "/v1/topics/t/partitions/0/records?offset=0&max_records=1000"
+    lane_records, app_records = (
+        httpx.get(server.url + fetch, timeout=WAIT_S).json()["records"] for server in (lane, app)
+    )
+    assert lane_records == app_records
+    assert [record["value"] for record in lane_records] == [f"{i:098d}" for i in range(1000)]
 
 
 FORWARDED = {"Content-Type": RECORD_BATCH, "Sluice-Forwarded-By": "7"}
@@ -665,6 +697,42 @@ async def test_http2_streams_take_the_lane(servers: list[Server], tmp_path: Path
     assert headers[b":status"] == b"200" and headers[b"sluice-next-offset"] == b"20"
     assert len(orjson.loads(body)["records"]) == 20
     assert lane_served(server) == 21
+
+
+async def test_http2_bulk_produces_are_answered(servers: list[Server], tmp_path: Path) -> None:
+    """Two 1000-record produces (over 100 KB each, beyond HTTP/2's default window: sent once
+    the server's SETTINGS open it) on two streams of one connection, each with its offsets."""
+    server = launch(servers, tmp_path)
+    create_topic(server)
+    client = H2Connection(H2Configuration(client_side=True, header_encoding=None))
+    client.initiate_connection()
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    try:
+        writer.write(client.data_to_send())
+        size = len(BULK_JSON)
+        while (
+            client.remote_settings.initial_window_size < size
+            or client.outbound_flow_control_window < 2 * size
+        ):
+            data = await asyncio.wait_for(reader.read(65536), WAIT_S)
+            assert data, "the server closed the connection"
+            client.receive_data(data)
+        head = [(b":method", b"POST"), (b":scheme", b"http"), (b":authority", b"x"),
+                (b":path", b"/v1/topics/t/records?acks=1"), (b"content-type", b"application/json"),
+                (b"content-length", b"%d" % size)]  # fmt: skip
+        step = client.max_outbound_frame_size
+        for stream_id in (1, 3):
+            client.send_headers(stream_id, head)
+            for at in range(0, size, step):
+                end = at + step >= size
+                client.send_data(stream_id, BULK_JSON[at : at + step], end_stream=end)
+        writer.write(client.data_to_send())
+        heads, bodies = await h2_answers(client, reader, writer, {1, 3})
+    finally:
+        writer.close()
+    assert [heads[s][-1][b":status"] for s in (1, 3)] == [b"200", b"200"]
+    offsets = sorted(orjson.loads(bodies[s])["results"][0]["base_offset"] for s in (1, 3))
+    assert offsets == [0, 1000]
 
 
 async def test_http2_bodies_still_arriving_are_read_by_the_application(

@@ -23,7 +23,7 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
 
-# setup.py builds the C extensions (gateway/_fetchjson.c, gateway/_producejson.c); they are
+# setup.py builds the C extensions (gateway/_batchcheck.c, _fetchjson.c, _producejson.c); they are
 # optional there, so the check below makes a missing compiler fail the build instead of
 # silently shipping the slower Python paths.
 RUN apt-get update \
@@ -41,7 +41,7 @@ COPY spark_ingest ./spark_ingest
 RUN pip wheel --wheel-dir /wheels . \
     && python -c "import glob, sys, zipfile; \
 names = zipfile.ZipFile(glob.glob('/wheels/sluice-*.whl')[0]).namelist(); \
-lacking = [m for m in ('_fetchjson', '_producejson') \
+lacking = [m for m in ('_batchcheck', '_fetchjson', '_producejson') \
 if not any(n.startswith(f'gateway/{m}.') and n.endswith('.so') for n in names)]; \
 sys.exit(f'the sluice wheel lacks its C extensions {lacking}' if lacking else 0)"
 
@@ -69,7 +69,7 @@ RUN groupadd --system --gid 10001 sluice \
 # wheels themselves never become a layer of this image.
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
     pip install --no-index --find-links=/wheels sluice \
-    && python -c "import gateway._fetchjson, gateway._producejson"
+    && python -c "import gateway._batchcheck, gateway._fetchjson, gateway._producejson"
 
 USER sluice:sluice
 WORKDIR /data

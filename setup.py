@@ -1,10 +1,11 @@
-"""The C parts of the JSON paths; everything else is in pyproject.toml.
+"""The C parts of the produce and fetch paths; everything else is in pyproject.toml.
 
+- gateway/_batchcheck.c: whether a produced batch's records are well formed;
 - gateway/_fetchjson.c: a fetched batch -> its records' JSON text;
 - gateway/_producejson.c: a JSON produce body -> each partition's record batches.
 
-Optional: without a C compiler the install still succeeds and JSON fetches and produces take
-the slower, equivalent Python paths.
+The first two share gateway/_records.h. Optional: without a C compiler the install still
+succeeds and produces and fetches take the slower, equivalent Python paths.
 """
 
 from setuptools import Extension, setup
@@ -13,7 +14,13 @@ FLAGS = ["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror=vla"]
 
 setup(
     ext_modules=[
-        Extension(f"gateway.{name}", [f"gateway/{name}.c"], extra_compile_args=FLAGS, optional=True)
-        for name in ("_fetchjson", "_producejson")
+        Extension(
+            f"gateway.{name}",
+            [f"gateway/{name}.c"],
+            depends=["gateway/_records.h"],
+            extra_compile_args=FLAGS,
+            optional=True,
+        )
+        for name in ("_batchcheck", "_fetchjson", "_producejson")
     ]
 )

@@ -18,12 +18,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#define HEADER_SIZE 61
-#define ATTRIBUTES_AT 21
-#define FIRST_TIMESTAMP_AT 27
-#define MAX_TIMESTAMP_AT 35
-#define RECORD_COUNT_AT 57
-#define COMPRESSION_MASK 0x07
+#include "_records.h"
+
 #define LOG_APPEND_TIME_MASK 0x08
 #define IDEMPOTENT_MASK 0x2000
 #define VALUES_JSON_MASK 0x4000
@@ -34,121 +30,6 @@ static const char IDEMPOTENCY_HEADER[] = "sluice-idempotency-key";
 /* What a record's fixed parts may add around its prefix, key and value: the field names, two
  * 20-digit integers with signs, "null" twice and the closing braces, rounded up. */
 #define RECORD_OVERHEAD 128
-
-static uint64_t
-be_u64(const unsigned char *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++) {
-        v = (v << 8) | p[i];
-    }
-    return v;
-}
-
-static int64_t
-be_i64(const unsigned char *p)
-{
-    return (int64_t)be_u64(p);
-}
-
-static int32_t
-be_i32(const unsigned char *p)
-{
-    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) |
-                     (uint32_t)p[3]);
-}
-
-static int16_t
-be_i16(const unsigned char *p)
-{
-    return (int16_t)(((uint16_t)p[0] << 8) | (uint16_t)p[1]);
-}
-
-/* A zigzag varint of at most `max_bytes` bytes below `end`; -1 if truncated or longer. */
-static inline int
-read_varint(const unsigned char *buf, Py_ssize_t end, Py_ssize_t *pos, int max_bytes,
-            int64_t *out)
-{
-    uint64_t value = 0;
-    Py_ssize_t p = *pos;
-    if (p < end && buf[p] < 0x80) { /* one byte: most fields of a small record */
-        value = buf[p];
-        *pos = p + 1;
-        *out = (int64_t)(value >> 1) ^ -(int64_t)(value & 1);
-        return 0;
-    }
-    for (int i = 0; i < max_bytes; i++) {
-        if (p >= end) {
-            return -1;
-        }
-        unsigned char b = buf[p++];
-        if (i == 9 && b > 1) {
-            return -1; /* more than 64 bits */
-        }
-        value |= (uint64_t)(b & 0x7f) << (7 * i);
-        if (!(b & 0x80)) {
-            *pos = p;
-            *out = (int64_t)(value >> 1) ^ -(int64_t)(value & 1);
-            return 0;
-        }
-    }
-    return -1;
-}
-
-/* An int32 field (Kafka's varint): at most 5 bytes and within int32's range. */
-static inline int
-read_varint32(const unsigned char *buf, Py_ssize_t end, Py_ssize_t *pos, int64_t *out)
-{
-    if (read_varint(buf, end, pos, 5, out) < 0 || *out < INT32_MIN || *out > INT32_MAX) {
-        return -1;
-    }
-    return 0;
-}
-
-/* A nullable byte string: its length (-1 for null) and start; -1 if malformed. */
-static int
-read_bytes(const unsigned char *buf, Py_ssize_t end, Py_ssize_t *pos, int64_t *len,
-           Py_ssize_t *at)
-{
-    if (read_varint32(buf, end, pos, len) < 0 || *len < -1) {
-        return -1;
-    }
-    *at = *pos;
-    if (*len > 0) {
-        if (*len > end - *pos) {
-            return -1;
-        }
-        *pos += (Py_ssize_t)*len;
-    }
-    return 0;
-}
-
-static int
-all_ascii(const unsigned char *s, Py_ssize_t n)
-{
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (s[i] & 0x80) {
-            return 0;
-        }
-    }
-    return 1;
-}
-
-/* Whether `s` is what Python's strict UTF-8 decode accepts. */
-static int
-valid_utf8(const char *s, Py_ssize_t n)
-{
-    if (all_ascii((const unsigned char *)s, n)) {
-        return 1;
-    }
-    PyObject *text = PyUnicode_DecodeUTF8(s, n, "strict");
-    if (text == NULL) {
-        PyErr_Clear();
-        return 0;
-    }
-    Py_DECREF(text);
-    return 1;
-}
 
 /* The record's headers: 0 if the caller may go on (see the mode), -1 to leave the batch to
  * Python. Skipped records (below the fetch offset) may hold any header whose name decodes; the

@@ -32,6 +32,11 @@ try:
     from gateway._fetchjson import batch_json as _batch_json
 except ImportError:  # built without a C compiler: fetches take the equivalent Python path
     _batch_json = None
+_records_well_formed: Callable[[memoryview], bool] | None
+try:
+    from gateway._batchcheck import records_well_formed as _records_well_formed
+except ImportError:  # the same: produced batches are checked by decoding them in Python
+    _records_well_formed = None
 
 JSON = "application/json"
 NDJSON = "application/x-ndjson"
@@ -253,7 +258,8 @@ def _parse_ndjson_lines(body: bytes, key: bytes | None) -> list[RecordTuple]:
 
 
 def validate_record_batches(body: bytes) -> bytearray:
-    """Check binary batches (magic, sizes, CRC) and that every record decodes."""
+    """Check binary batches (magic, sizes, CRC) and that every record decodes (in C where
+    `gateway._batchcheck` can say so; else, and for its error, by decoding it here)."""
     result = fmt.scan(body, check_crc=True)
     if result.error is not None:
         raise bad_request(
@@ -273,10 +279,13 @@ def validate_record_batches(body: bytes) -> bytearray:
                 "INVALID_RECORD",
                 byte=pos,
             )
+        batch = view[pos : pos + header.size]
+        if _records_well_formed is not None and _records_well_formed(batch):
+            continue
         try:
             # Consuming every record checks the structure: aiokafka's iterator raises when the
             # records do not match the declared count or leave bytes over.
-            offsets = list(map(_offset_of, fmt.batch_records(view[pos : pos + header.size])))
+            offsets = list(map(_offset_of, fmt.batch_records(batch)))
         except Exception as exc:  # the C codec raises several types for malformed records
             raise bad_request(
                 f"batch at byte {pos} holds malformed records: {exc}", "INVALID_RECORD", byte=pos

@@ -1,8 +1,8 @@
 """Run one fuzz target under atheris (libFuzzer): `python -m tests.fuzz.runner TARGET
 [--native FILE] [libFuzzer flags and corpus directories]`.
 
-`--native FILE` loads the C extension built at FILE (a sanitizer build: gateway._fetchjson or
-gateway._producejson, by its file name) instead of the installed one. The code under test is
+`--native FILE` loads the C extension built at FILE (a sanitizer build: gateway._batchcheck,
+_fetchjson or _producejson, by its file name) instead of the installed one. The code under test is
 imported inside atheris's instrumentation, so Python coverage guides the mutations.
 """
 
@@ -16,6 +16,7 @@ import atheris
 from tests.fuzz.sanitizers import load_native
 
 TARGETS = (
+    "batch_check_native",
     "batch_validator",
     "json_produce",
     "json_produce_native",

@@ -1,7 +1,7 @@
 """The C paths built with AddressSanitizer and UndefinedBehaviorSanitizer, and a fuzz target
 run against that build: `python -m tests.fuzz.sanitizers [TARGET] [libFuzzer flags and corpus
 directories]`, TARGET one of SANITIZED (fetch_json, the default, for gateway/_fetchjson.c;
-json_produce_native for gateway/_producejson.c).
+json_produce_native for gateway/_producejson.c; batch_check_native for gateway/_batchcheck.c).
 
 CPython itself is not instrumented, so the ASan runtime is preloaded, the interpreter's
 allocator is plain malloc (every buffer is then ASan's to check) and leak checking is off.
@@ -19,7 +19,11 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-SANITIZED = {"fetch_json": "_fetchjson", "json_produce_native": "_producejson"}  # target: C path
+SANITIZED = {  # target: C path
+    "batch_check_native": "_batchcheck",
+    "fetch_json": "_fetchjson",
+    "json_produce_native": "_producejson",
+}
 FLAGS = [
     "-fsanitize=address,undefined",
     "-fno-sanitize-recover=all",

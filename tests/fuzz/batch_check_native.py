@@ -1,0 +1,42 @@
+"""Fuzz target: the C check of produced batches (gateway/_batchcheck.c) changes nothing a
+binary produce is answered: codecs.validate_record_batches gives the same bytes, or the same
+problem, with it as without it; and no bytes crash it.
+
+An input whose first byte is odd has its batches' CRCs fixed up first (batch_validator's way),
+so mutations reach the records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from gateway import codecs
+from gateway.problems import Problem
+from tests.fuzz import batch_validator
+
+records_well_formed = codecs._records_well_formed
+assert records_well_formed is not None, "gateway._batchcheck is not built"
+
+
+def answer(body: bytes) -> Any:
+    try:
+        return bytes(codecs.validate_record_batches(body))
+    except Problem as problem:
+        return (problem.status, problem.code, problem.detail)
+
+
+def one_input(data: bytes) -> None:
+    body = batch_validator.fix_crcs(data[1:]) if data[:1] and data[0] & 1 else data[1:]
+    native = answer(body)
+    codecs._records_well_formed = None
+    try:
+        python = answer(body)
+    finally:
+        codecs._records_well_formed = records_well_formed
+    assert native == python, (native, python)
+    records_well_formed(data)
+
+
+def seeds() -> Iterator[bytes]:
+    yield from batch_validator.seeds()

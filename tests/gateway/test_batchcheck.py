@@ -1,0 +1,171 @@
+"""The C check of produced batches (gateway/_batchcheck.c) against the Python path it stands in
+for: `validate_record_batches` must answer exactly what it answers without the extension (the
+same bytes, or the same problem) for any body, well formed or damaged; and it must take the
+well-formed uncompressed batches itself."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from engine import batch as fmt
+from gateway import codecs
+from gateway.problems import Problem
+from tests.fuzz import sanitizers
+from tests.fuzz.batch_validator import fix_crcs
+
+_batchcheck = pytest.importorskip("gateway._batchcheck")
+REPO = Path(__file__).resolve().parents[2]
+
+SETTINGS = settings(
+    max_examples=400,
+    derandomize=True,
+    database=None,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+
+header_names = st.sampled_from(["h", "é", "", fmt.IDEMPOTENCY_HEADER]) | st.text(max_size=4)
+records = st.tuples(
+    st.none() | st.binary(max_size=12),
+    st.none() | st.binary(max_size=40),
+    st.lists(st.tuples(header_names, st.none() | st.binary(max_size=6)), max_size=2),
+)
+
+
+@st.composite
+def batches(draw: st.DrawFn) -> bytes:
+    """One batch as a producer sends it: records at deltas 0..n-1 (or not, when `gaps`)."""
+    compression = draw(st.sampled_from([0, 0, 0, 1]))  # mostly none; gzip is Python's
+    gaps = draw(st.booleans()) and draw(st.integers(0, 9)) == 0
+    base = draw(st.sampled_from([0, 0, 7, 2**63 - 3]))
+    builder = DefaultRecordBatchBuilder(2, compression, 0, -1, -1, -1, 2**31 - 1)
+    delta = 0
+    for key, value, headers in draw(st.lists(records, min_size=1, max_size=6)):
+        timestamp = draw(st.integers(0, 2**45))
+        assert builder.append(delta, timestamp, key, value, headers) is not None
+        delta += 1 + (draw(st.integers(0, 1)) if gaps else 0)
+    out: bytearray = builder.build()
+    fmt.set_base_offset(out, 0, base)
+    return bytes(out)
+
+
+@st.composite
+def damaged(draw: st.DrawFn) -> bytes:
+    """Batches with some bytes changed, cut or added, their CRCs then fixed so the damage
+    reaches the records."""
+    body = bytearray(b"".join(draw(st.lists(batches(), min_size=1, max_size=2))))
+    for _ in range(draw(st.integers(1, 3))):
+        at = draw(st.integers(fmt.HEADER_SIZE - 4, len(body)))
+        kind = draw(st.sampled_from(["set", "cut", "insert"]))
+        if kind == "set" and at < len(body):
+            body[at] = draw(st.integers(0, 255))
+        elif kind == "cut":
+            del body[at : at + draw(st.integers(1, 4))]
+        else:
+            body[at:at] = draw(st.binary(min_size=1, max_size=4))
+    return fix_crcs(bytes(body))
+
+
+def answer(body: bytes) -> Any:
+    try:
+        return bytes(codecs.validate_record_batches(body))
+    except Problem as problem:
+        return (problem.status, problem.code, problem.detail)
+
+
+def both_paths(body: bytes) -> Any:
+    native = answer(body)
+    codecs._records_well_formed = None
+    try:
+        python = answer(body)
+    finally:
+        codecs._records_well_formed = _batchcheck.records_well_formed
+    assert native == python
+    return native
+
+
+@SETTINGS
+@given(st.lists(batches(), min_size=1, max_size=3).map(b"".join))
+def test_well_formed_bodies_answer_alike(body: bytes) -> None:
+    both_paths(body)
+
+
+@SETTINGS
+@given(damaged())
+def test_damaged_bodies_answer_alike(body: bytes) -> None:
+    both_paths(body)
+
+
+@SETTINGS
+@given(st.binary(max_size=200))
+def test_any_bytes_framed_as_a_batch_answer_alike(records_part: bytes) -> None:
+    """Arbitrary record bytes behind a valid header, whatever count it claims."""
+    count = len(records_part) % 5
+    header = bytearray(fmt.encode_batch([fmt.RecordInput(None, b"x")] * max(count, 1)))
+    body = bytearray(header[: fmt.HEADER_SIZE]) + records_part
+    body[fmt.HEADER_SIZE - 4 : fmt.HEADER_SIZE] = count.to_bytes(4, "big")
+    body[8:12] = (len(body) - 12).to_bytes(4, "big")
+    both_paths(fix_crcs(bytes(body)))
+
+
+@SETTINGS
+@given(batches())
+def test_the_c_check_takes_well_formed_uncompressed_batches(batch: bytes) -> None:
+    """What it is for: an uncompressed batch whose records read at deltas 0..n-1 (and whose
+    offsets fit) is accepted in C; a compressed one is left to Python."""
+    header = fmt.read_header(batch)
+    offsets = [record.offset for record in fmt.batch_records(memoryview(batch))]
+    plain = (
+        not header.attributes & fmt.COMPRESSION_MASK
+        and offsets == list(range(header.base_offset, header.base_offset + len(offsets)))
+        and header.base_offset + len(offsets) < 2**63
+    )
+    assert _batchcheck.records_well_formed(batch) is plain
+
+
+def test_the_check_refuses_what_aiokafka_would_refuse() -> None:
+    """Hand-made cases: a header name that is not UTF-8, a negative header count, a record
+    longer than its batch, bytes left over, a delta out of order."""
+    good = bytes(fmt.encode_batch([fmt.RecordInput(b"k", b"v", [("h", b"x")])] * 2))
+    assert _batchcheck.records_well_formed(good)
+    bad_name = good.replace(b"\x02h", b"\x02\xff", 1)
+    leftover = good[:8] + (len(good) - 11).to_bytes(4, "big") + good[12:] + b"\x00"
+    for body in (bad_name, leftover, good[:-1]):
+        assert not _batchcheck.records_well_formed(body)
+        assert isinstance(both_paths(fix_crcs(body)), tuple)
+    with pytest.raises(TypeError):
+        _batchcheck.records_well_formed("text")  # type: ignore[arg-type]
+
+
+def test_under_sanitizers(tmp_path: Path) -> None:
+    """This file's tests again, against gateway/_batchcheck.c built with ASan and UBSan: every
+    access checked, any undefined behaviour fatal."""
+    try:
+        native, env = sanitizers.build(tmp_path, "_batchcheck")
+    except sanitizers.Unavailable as exc:
+        pytest.skip(str(exc))
+    run = (
+        "import sys; from tests.fuzz.sanitizers import load_native; load_native(sys.argv[1]); "
+        "assert sys.modules['gateway._batchcheck'].__file__ == sys.argv[1]; "
+        "import pytest; sys.exit(pytest.main(sys.argv[2:]))"
+    )
+    # -s: pytest must not hold the process's stderr, or a sanitizer's report dies with it.
+    tests = [__file__, "-k", "not test_under_sanitizers", "-q", "-s", "-p", "no:cacheprovider"]
+    done = subprocess.run(
+        [sys.executable, "-c", run, str(native), *tests],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-6000:]

@@ -72,6 +72,28 @@ def build(out_dir: Path, extension: str = "_fetchjson") -> tuple[Path, dict[str,
     return native, env
 
 
+def run_tests(test_file: str, extension: str, out_dir: Path) -> subprocess.CompletedProcess[str]:
+    """`test_file`'s tests but `test_under_sanitizers`, in a process whose `gateway.EXTENSION`
+    is the sanitized build (raises Unavailable when none can be built)."""
+    native, env = build(out_dir, extension)
+    run = (
+        "import sys; from tests.fuzz.sanitizers import load_native; load_native(sys.argv[1]); "
+        f"assert sys.modules['gateway.{extension}'].__file__ == sys.argv[1]; "
+        "import pytest; sys.exit(pytest.main(sys.argv[2:]))"
+    )
+    # -s: pytest must not hold the process's stderr, or a sanitizer's report dies with it.
+    tests = [test_file, "-k", "not test_under_sanitizers", "-q", "-s", "-p", "no:cacheprovider"]
+    return subprocess.run(
+        [sys.executable, "-c", run, str(native), *tests],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
+
+
 def load_native(path: str) -> None:
     """Make `import gateway.NAME` load the extension built at `path` (named NAME.<suffix>)."""
     name = "gateway." + Path(path).name.split(".")[0]

@@ -5,10 +5,7 @@ well-formed uncompressed batches itself."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
@@ -16,13 +13,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine import batch as fmt
-from gateway import codecs
-from gateway.problems import Problem
 from tests.fuzz import sanitizers
+from tests.fuzz.batch_check_native import both_paths
 from tests.fuzz.batch_validator import fix_crcs
 
 _batchcheck = pytest.importorskip("gateway._batchcheck")
-REPO = Path(__file__).resolve().parents[2]
 
 SETTINGS = settings(
     max_examples=400,
@@ -72,24 +67,6 @@ def damaged(draw: st.DrawFn) -> bytes:
         else:
             body[at:at] = draw(st.binary(min_size=1, max_size=4))
     return fix_crcs(bytes(body))
-
-
-def answer(body: bytes) -> Any:
-    try:
-        return bytes(codecs.validate_record_batches(body))
-    except Problem as problem:
-        return (problem.status, problem.code, problem.detail)
-
-
-def both_paths(body: bytes) -> Any:
-    native = answer(body)
-    codecs._records_well_formed = None
-    try:
-        python = answer(body)
-    finally:
-        codecs._records_well_formed = _batchcheck.records_well_formed
-    assert native == python
-    return native
 
 
 @SETTINGS
@@ -149,23 +126,7 @@ def test_under_sanitizers(tmp_path: Path) -> None:
     """This file's tests again, against gateway/_batchcheck.c built with ASan and UBSan: every
     access checked, any undefined behaviour fatal."""
     try:
-        native, env = sanitizers.build(tmp_path, "_batchcheck")
+        done = sanitizers.run_tests(__file__, "_batchcheck", tmp_path)
     except sanitizers.Unavailable as exc:
         pytest.skip(str(exc))
-    run = (
-        "import sys; from tests.fuzz.sanitizers import load_native; load_native(sys.argv[1]); "
-        "assert sys.modules['gateway._batchcheck'].__file__ == sys.argv[1]; "
-        "import pytest; sys.exit(pytest.main(sys.argv[2:]))"
-    )
-    # -s: pytest must not hold the process's stderr, or a sanitizer's report dies with it.
-    tests = [__file__, "-k", "not test_under_sanitizers", "-q", "-s", "-p", "no:cacheprovider"]
-    done = subprocess.run(
-        [sys.executable, "-c", run, str(native), *tests],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        check=False,
-    )
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-6000:]

@@ -10,8 +10,6 @@ them; the tests below check that the common shapes are covered.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +31,6 @@ from tests.fuzz.json_produce_native import (  # noqa: E402 - needs the extension
     covered,
 )
 
-REPO = Path(__file__).resolve().parents[2]
 SETTINGS = settings(
     max_examples=300,
     derandomize=True,
@@ -337,23 +334,7 @@ def test_under_sanitizers(tmp_path: Path) -> None:
     """This file's tests again, against gateway/_producejson.c built with ASan and UBSan (and
     the portable CRC-32C): every access checked, any undefined behaviour fatal."""
     try:
-        native, env = sanitizers.build(tmp_path, "_producejson")
+        done = sanitizers.run_tests(__file__, "_producejson", tmp_path)
     except sanitizers.Unavailable as exc:
         pytest.skip(str(exc))
-    run = (
-        "import sys; from tests.fuzz.sanitizers import load_native; load_native(sys.argv[1]); "
-        "import gateway.produce as p; assert p._json_batches.__self__.__file__ == sys.argv[1]; "
-        "import pytest; sys.exit(pytest.main(sys.argv[2:]))"
-    )
-    # -s: pytest must not hold the process's stderr, or a sanitizer's report dies with it.
-    tests = [__file__, "-k", "not test_under_sanitizers", "-q", "-s", "-p", "no:cacheprovider"]
-    done = subprocess.run(
-        [sys.executable, "-c", run, str(native), *tests],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        check=False,
-    )
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-6000:]

@@ -40,25 +40,19 @@ static int
 check_headers(const unsigned char *buf, Py_ssize_t end, Py_ssize_t *pos, int64_t count,
               enum header_mode mode)
 {
+    if (mode == HEADERS_SKIPPED) {
+        return skip_headers(buf, end, pos, count);
+    }
     if (count < 0 || (count > 0 && mode == HEADERS_NONE)) {
         return -1;
     }
     for (int64_t i = 0; i < count; i++) {
         int64_t name_len, value_len;
         Py_ssize_t name_at, value_at;
-        if (read_bytes(buf, end, pos, &name_len, &name_at) < 0 || name_len < 0) {
-            return -1;
-        }
-        if (mode == HEADERS_IDEMPOTENCY_ONLY) {
-            if (name_len != IDEMPOTENCY_HEADER_LEN ||
-                memcmp(buf + name_at, IDEMPOTENCY_HEADER, IDEMPOTENCY_HEADER_LEN) != 0) {
-                return -1;
-            }
-        }
-        else if (!valid_utf8((const char *)buf + name_at, (Py_ssize_t)name_len)) {
-            return -1;
-        }
-        if (read_bytes(buf, end, pos, &value_len, &value_at) < 0) {
+        if (read_bytes(buf, end, pos, &name_len, &name_at) < 0 ||
+            name_len != IDEMPOTENCY_HEADER_LEN ||
+            memcmp(buf + name_at, IDEMPOTENCY_HEADER, IDEMPOTENCY_HEADER_LEN) != 0 ||
+            read_bytes(buf, end, pos, &value_len, &value_at) < 0) {
             return -1;
         }
     }

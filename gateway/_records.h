@@ -130,4 +130,25 @@ valid_utf8(const char *s, Py_ssize_t n)
     return 1;
 }
 
+
+/* A record's `count` headers read past: names non-null UTF-8 (aiokafka decodes them), values
+ * nullable; -1 if malformed. */
+static inline int
+skip_headers(const unsigned char *buf, Py_ssize_t end, Py_ssize_t *pos, int64_t count)
+{
+    if (count < 0) {
+        return -1;
+    }
+    for (int64_t i = 0; i < count; i++) {
+        int64_t name_len, value_len;
+        Py_ssize_t name_at, value_at;
+        if (read_bytes(buf, end, pos, &name_len, &name_at) < 0 || name_len < 0 ||
+            !valid_utf8((const char *)buf + name_at, (Py_ssize_t)name_len) ||
+            read_bytes(buf, end, pos, &value_len, &value_at) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
 #endif

@@ -28,6 +28,7 @@ ATTRIBUTES_AT = 21
 MAX_TIMESTAMP_AT = 35
 _OFFSET_FIELD = struct.Struct(">q")
 _EPOCH_FIELD = struct.Struct(">i")
+_OFFSET_LENGTH_EPOCH = struct.Struct(">qii")
 _CRC_FIELD = struct.Struct(">I")
 _ATTRIBUTES_FIELD = struct.Struct(">h")
 
@@ -148,6 +149,11 @@ def read_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeade
     return BatchHeader._make(HEADER.unpack_from(buf, pos))
 
 
+def attributes_at(buf: bytes | bytearray | memoryview, pos: int = 0) -> int:
+    """The attributes of the batch at `pos` (whose header is whole), without the rest of it."""
+    return int(_ATTRIBUTES_FIELD.unpack_from(buf, pos + ATTRIBUTES_AT)[0])
+
+
 def crc_matches(buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader) -> bool:
     """Check the CRC-32C that covers attributes through the end of the batch."""
     view = memoryview(buf)[pos + ATTRIBUTES_AT : pos + header.size]
@@ -176,28 +182,39 @@ def scan(
     end = len(buf)
     unpack = HEADER.unpack_from
     make = BatchHeader._make
+    view = memoryview(buf) if check_crc else None
     while pos < end:
         if end - pos < HEADER_SIZE:
             return ScanResult(found, pos, "truncated batch header", HEADER_SIZE)
         header = make(unpack(buf, pos))
         if header.magic != MAGIC:
             return ScanResult(found, pos, f"unsupported magic {header.magic}")
-        if header.length < MIN_BATCH_LENGTH:
-            return ScanResult(found, pos, f"batch length {header.length} is too small")
+        length = header.length
+        if length < MIN_BATCH_LENGTH:
+            return ScanResult(found, pos, f"batch length {length} is too small")
         if header.last_offset_delta < 0 or header.record_count < 0:
             return ScanResult(found, pos, "negative record count")
-        if pos + header.size > end:
-            return ScanResult(found, pos, "truncated batch", header.size)
-        if check_crc and not crc_matches(buf, pos, header):
+        size = length + LOG_OVERHEAD
+        if pos + size > end:
+            return ScanResult(found, pos, "truncated batch", size)
+        if view is not None and crc32c(view[pos + ATTRIBUTES_AT : pos + size]) != header.crc:
             return ScanResult(found, pos, "CRC mismatch")
         found.append((pos, header))
-        pos += header.size
+        pos += size
     return ScanResult(found, pos, None)
 
 
 def set_base_offset(buf: bytearray | memoryview, pos: int, offset: int) -> None:
     """Stamp a base offset; it lies outside the CRC, so no checksum changes."""
     _OFFSET_FIELD.pack_into(buf, pos, offset)
+
+
+def stamp_offset_and_epoch(
+    buf: bytearray | memoryview, pos: int, header: BatchHeader, offset: int, epoch: int
+) -> None:
+    """Stamp a base offset and the partition leader epoch in one call (both outside the CRC;
+    the length between them is written back as it is)."""
+    _OFFSET_LENGTH_EPOCH.pack_into(buf, pos, offset, header.length, epoch)
 
 
 def set_leader_epoch(buf: bytearray | memoryview, pos: int, epoch: int) -> None:

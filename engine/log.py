@@ -53,6 +53,7 @@ from engine.watermarks import WatermarkFile
 
 EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 _NOTHING_APPENDED = "nothing was appended"
+_REFUSED_FROM_PRODUCERS = fmt.CONTROL_MASK | fmt.TRANSACTIONAL_MASK
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 
@@ -264,19 +265,19 @@ class PartitionLog:
                 headers.extend((pos + shift, header) for pos, header in part_headers)
                 shift += len(part)
         now = self.now_ms()
-        config = self.config
+        log_append_time = self.config.log_append_time
+        stamp, restamped = fmt.stamp_offset_and_epoch, fmt.restamped
         with self._lock:
             self._check_open(_NOTHING_APPENDED)
             first = offset = self.log_end_offset
             stamped: list[tuple[int, fmt.BatchHeader]] = []
             for pos, header in headers:
-                fmt.set_base_offset(buf, pos, offset)
-                fmt.set_leader_epoch(buf, pos, leader_epoch)
+                stamp(buf, pos, header, offset, leader_epoch)
                 max_ts = header.max_timestamp
-                if config.log_append_time:
+                if log_append_time:
                     fmt.set_log_append_time(buf, pos, header, now)
                     max_ts = now
-                stamped.append((pos, fmt.restamped(header, offset, leader_epoch, max_ts)))
+                stamped.append((pos, restamped(header, offset, leader_epoch, max_ts)))
                 offset += header.last_offset_delta + 1
             # The epoch goes in first (as in Kafka), so no stamped batch outlives its entry.
             with self._io("writing the leader epoch checkpoint", _NOTHING_APPENDED):
@@ -286,9 +287,8 @@ class PartitionLog:
             except BaseException:
                 self._drop_epochs_past_end()
                 raise
-            records = sum(header.record_count for _, header in headers)
-            flush_due = self._note_unflushed(records, now)
-            append_time = now if config.log_append_time else -1
+            flush_due = self._note_unflushed(offset - first, now)
+            append_time = now if log_append_time else -1
             infos = []
             start = first
             for _, part_headers in requests:
@@ -336,16 +336,18 @@ class PartitionLog:
             raise InvalidRecord(result.error)
         if not result.headers:
             raise InvalidRecord("no record batch in the request")
-        limit = self.config.max_message_bytes
+        limit = self.config.max_message_bytes - fmt.LOG_OVERHEAD  # against `length`
         for i, (_, header) in enumerate(result.headers):
-            if header.size > limit:
+            if header.length > limit:
                 raise RecordTooLarge(
-                    f"batch {i} is {header.size} bytes; max.message.bytes is {limit}"
+                    f"batch {i} is {header.size} bytes; max.message.bytes is "
+                    f"{self.config.max_message_bytes}"
                 )
             if leader:
-                if header.is_control or header.attributes & fmt.TRANSACTIONAL_MASK:
+                if header.attributes & _REFUSED_FROM_PRODUCERS:
                     raise InvalidRecord(f"batch {i}: control and transactional batches are refused")
-                if header.record_count == 0 or header.record_count != header.last_offset_delta + 1:
+                count = header.record_count
+                if count == 0 or count != header.last_offset_delta + 1:
                     raise InvalidRecord(
                         f"batch {i}: {header.record_count} records but last offset delta "
                         f"{header.last_offset_delta}"

@@ -54,8 +54,8 @@ def batch_marker(batch: memoryview) -> Marker | None:
 
 def first_marker(data: bytes | bytearray | memoryview) -> Marker | None:
     """The marker of a request's batches: on the first batch, when it is flagged."""
-    if len(data) < fmt.HEADER_SIZE:
-        return None
+    if len(data) < fmt.HEADER_SIZE or not fmt.attributes_at(data) & fmt.IDEMPOTENT_MASK:
+        return None  # most batches: one field read, not the whole header
     header = fmt.read_header(data)
     if not header.idempotent or header.size > len(data):
         return None

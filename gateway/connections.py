@@ -10,6 +10,7 @@ import asyncio
 import logging
 import math
 import time
+import weakref
 from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 from typing import Any
@@ -20,7 +21,7 @@ from aiohttp.streams import StreamReader
 from aiohttp.web_protocol import RequestHandler, _ErrInfo
 
 from gateway.http2 import DirectAnswer, H2Protocol
-from gateway.lane import LANE, Lane, LaneRequest, body_of
+from gateway.lane import LANE, Lane, LaneAnswer, LaneRequest, body_of
 from gateway.memo import Memo
 from gateway.problems import PROBLEM_JSON, Problem, one_line, problem_body, problem_response
 from gateway.problems import status_code as code_of
@@ -66,6 +67,43 @@ class BadRequestLog:
 BAD_REQUESTS = BadRequestLog()
 
 
+class LaneAnswers:
+    """The lane's HTTP/1.1 answers of one loop turn, written one after another at its end.
+
+    Written back to back, the answers reach clients that are still reading the previous ones;
+    written as each request finishes, nearly every write wakes a client that had gone idle
+    meanwhile, which on this VM costs more than the write (docs/PERFORMANCE.md, "Answers
+    written together"). Each connection goes on to its next request after all are written."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._waiting: list[tuple[Http1Connection, LaneAnswer]] = []
+
+    def post(self, connection: Http1Connection, answer: LaneAnswer) -> None:
+        if not self._waiting:
+            self._loop.call_soon(self._write_all)
+        self._waiting.append((connection, answer))
+
+    def _write_all(self) -> None:
+        waiting, self._waiting = self._waiting, []
+        written = [connection._write_lane_answer(answer) for connection, answer in waiting]
+        for (connection, _), done in zip(waiting, written, strict=True):
+            connection._lane_answered(done)
+
+
+_LANE_ANSWERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LaneAnswers] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def lane_answers(loop: asyncio.AbstractEventLoop) -> LaneAnswers:
+    """The loop's LaneAnswers (one per event loop: tests run several in one process)."""
+    answers = _LANE_ANSWERS.get(loop)
+    if answers is None:
+        answers = _LANE_ANSWERS[loop] = LaneAnswers(loop)
+    return answers
+
+
 class _ProblemErrors(RequestHandler):
     """aiohttp's own error answers (a request it could not parse, a handler failing outside the
     middlewares) as problem+json; a client's error logged briefly, a server's with its trace."""
@@ -105,6 +143,7 @@ class Http1Connection(_ProblemErrors):
     it, so answers keep the order of their requests."""
 
     __slots__ = (
+        "_answers",
         "_header_deadline",
         "_header_timeout",
         "_lane",
@@ -130,7 +169,8 @@ class Http1Connection(_ProblemErrors):
         self._last_payload: StreamReader | None = None  # the newest request's body
         # Built at the Application's startup, which runs before any connection is accepted.
         self._lane = None if app is None else app.get(LANE)
-        self._lane_task: asyncio.Task[None] | None = None  # the lane's request in progress
+        self._lane_task: asyncio.Future[Any] | None = None  # the lane's request in progress
+        self._answers = lane_answers(self._loop)
         self._lane_idle: asyncio.Future[None] | None = None  # start() waits for the lane here
         self._loop_started = False  # whether aiohttp's request loop (start) has begun
         # Bytes held back from aiohttp's parser, which has ended every request it was given and
@@ -290,21 +330,45 @@ class Http1Connection(_ProblemErrors):
 
     def _start_lane(self, lane: Lane, taken: LaneRequest) -> None:
         self._request_in_progress = True
-        self._lane_task = self._loop.create_task(self._serve_lane(lane, taken))
+        self._lane_task = lane.start(taken, self, self._lane_answer_ready, self._loop)
 
-    async def _serve_lane(self, lane: Lane, request: LaneRequest) -> None:
+    def _lane_answer_ready(self, answer: LaneAnswer | None) -> None:
+        """The lane's answer goes out with this loop turn's others (`LaneAnswers`); None: the
+        connection went, its request was cancelled, and nothing follows on it."""
+        if answer is None:
+            self._lane_served()
+            self._wake_start()
+            return
+        self._answers.post(self, answer)
+
+    def _write_lane_answer(self, answer: LaneAnswer) -> bool:
+        """Write the lane's answer (gateway.answers calls this at the end of the loop turn);
+        False when the connection went meanwhile."""
+        transport = self.transport
+        if transport is None:
+            return False
+        transport.write(answer.http1())
+        if answer.closes or self._close or self._force_close:
+            self.force_close()
+        else:
+            self._keep_alive_from_now()
+        return True
+
+    def _lane_answered(self, written: bool) -> None:
+        """After the answer's write: the connection's next request, once a client that does
+        not read has taken the answer (its next requests wait until then)."""
+        if written and self._paused and self.transport is not None:
+            self._lane_task = self._loop.create_task(self._drain_then_go_on())
+            return
+        self._lane_served()
+        if written:
+            self._dispatch()
+        self._wake_start()
+
+    async def _drain_then_go_on(self) -> None:
         try:
-            answer = await lane.serve(request, self)
-            transport = self.transport
-            if transport is not None:  # also during a graceful shutdown, which waits for it
-                transport.write(answer.http1())
-                if answer.closes or self._close or self._force_close:
-                    self.force_close()
-                else:
-                    self._keep_alive_from_now()
-                if self._paused:  # a client that does not read: its next requests wait
-                    await self._drain_helper()
-        except BaseException as exc:  # its connection went (cancelled): nothing follows on it
+            await self._drain_helper()
+        except BaseException as exc:
             self._lane_served()
             self._wake_start()
             if isinstance(exc, ConnectionError):  # gone while its answer waited to drain

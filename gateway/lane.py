@@ -16,11 +16,14 @@ error rendering, the same request metrics and body accounting.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
+from typing import Any
 
 import orjson
 from aiohttp import web
@@ -28,6 +31,7 @@ from aiohttp.helpers import rfc822_formatted_time
 from aiohttp.http import SERVER_SOFTWARE
 from aiohttp.streams import EmptyStreamReader, StreamReader
 
+from engine.log import AppendInfo
 from gateway import codecs
 from gateway.backpressure import InflightBodies
 from gateway.fetch import (
@@ -46,11 +50,12 @@ from gateway.memo import Memo
 from gateway.metrics import CLIENT_CLOSED
 from gateway.params import query_int
 from gateway.problems import PROBLEM_JSON, Problem, problem_body, problem_of, status_code
-from gateway.produce import ProduceRequest
+from gateway.produce import Built, ProduceRequest
 from gateway.state import Gateway
 from gateway.topics_api import INTERNAL_TOPICS
 from replication.forward_client import APPEND_PREFIX, FORWARDED_BY
 from replication.metadata import TopicSpec
+from replication.partition import Partition
 
 TOPIC_ROUTE = "/v1/topics/{topic}/records"
 PARTITION_ROUTE = "/v1/topics/{topic}/partitions/{partition}/records"
@@ -394,9 +399,108 @@ class Lane:
             return None
         return topic, partition, params
 
-    async def serve(self, request: LaneRequest, connection: object) -> LaneAnswer:
+    def start(
+        self,
+        request: LaneRequest,
+        connection: object,
+        ready: Callable[[LaneAnswer | None], None],
+        loop: asyncio.AbstractEventLoop,
+    ) -> asyncio.Future[Any]:
+        """Begin answering what `take` accepted; `ready` gets the answer, or None when the
+        returned future was cancelled first (the client went). The common produce (one
+        partition led here, acks 0 or 1, no idempotency key) waits for its write without a
+        coroutine of its own: its answer is made when this turn's write lands."""
+        started = time.perf_counter()
+        built: Built | Exception | None = None
+        if isinstance(request, LaneProduce) and request.produce.idempotency_key is None:
+            producer = self.gateway.producer
+            try:
+                built = producer.build(request.produce)
+            except Exception as exc:  # answered by `serve`, as any other failure
+                built = exc
+            else:
+                appending = producer.append_now(request.produce, built)
+                if appending is not None:
+                    landing, leader = appending
+                    self._reserve(request.size, connection)
+                    landing.add_done_callback(
+                        functools.partial(
+                            self._landed, request, built, leader, connection, started, ready
+                        )
+                    )
+                    return landing
+        task = loop.create_task(self.serve(request, connection, built))
+        task.add_done_callback(functools.partial(_served, ready))
+        return task
+
+    def _landed(
+        self,
+        request: LaneProduce,
+        built: Built,
+        leader: Partition,
+        connection: object,
+        started: float,
+        ready: Callable[[LaneAnswer | None], None],
+        landing: asyncio.Future[AppendInfo],
+    ) -> None:
+        """`start`'s produce, once its write landed (or failed, or its client went)."""
+        if landing.cancelled():
+            self._release(request.size, connection)
+            self._observed(request, CLIENT_CLOSED, started)
+            ready(None)
+            return
+        error = landing.exception()
+        if error is None:
+            info = landing.result()
+            if info.flush_due:  # the flush policy asks for an fsync first: that waits
+                flushed = asyncio.ensure_future(
+                    self._flushed(request, built, leader, info, connection, started)
+                )
+                flushed.add_done_callback(functools.partial(_served, ready))
+                return
+            status, document = self.gateway.producer.appended(request.produce, built, info)
+            answer = LaneAnswer(status, codecs.JSON, orjson.dumps(document))
+        else:
+            answer = _problem(_problem_of(_as_exception(error), "POST", request.produce.target))
+        self._release(request.size, connection)
+        self._observed(request, answer.status, started)
+        self.served += 1
+        ready(answer)
+
+    async def _flushed(
+        self,
+        request: LaneProduce,
+        built: Built,
+        leader: Partition,
+        info: AppendInfo,
+        connection: object,
+        started: float,
+    ) -> LaneAnswer:
+        """`_landed`'s answer after the fsync the flush policy asks for."""
+        answer: LaneAnswer | None = None
+        produce = request.produce
+        try:
+            await self.gateway.replicas.acknowledge(leader, info, produce.acks, produce.timeout_ms)
+            status, document = self.gateway.producer.appended(produce, built, info)
+            answer = LaneAnswer(status, codecs.JSON, orjson.dumps(document))
+        except Exception as exc:
+            answer = _problem(_problem_of(exc, "POST", produce.target))
+        finally:
+            self._release(request.size, connection)
+            self._observed(request, CLIENT_CLOSED if answer is None else answer.status, started)
+        self.served += 1
+        return answer
+
+    def _observed(self, request: LaneProduce, status: int, started: float) -> None:
+        elapsed = time.perf_counter() - started
+        self.gateway.metrics.latency.observe(request.route, "POST", str(status), elapsed)
+
+    async def serve(
+        self, request: LaneRequest, connection: object, built: Built | Exception | None = None
+    ) -> LaneAnswer:
         """Answer what `take` accepted, a failure as the Application renders it, counted in
-        the request metrics under its route."""
+        the request metrics under its route (`built`: a produce's batches, or why they could
+        not be built, if `start` tried)."""
         started = time.perf_counter()
         answer: LaneAnswer | None = None
         if isinstance(request, LaneProduce):
@@ -408,7 +512,7 @@ class Lane:
             route = PARTITION_ROUTE if isinstance(request, LaneFetch) else MEMBER_ROUTE
         try:
             if isinstance(request, LaneProduce | LaneAppend):
-                answer = await self._write(request, connection)
+                answer = await self._write(request, connection, built)
             elif isinstance(request, LaneFetch):
                 answer = await self._fetch(request)
             else:
@@ -422,15 +526,16 @@ class Lane:
         self.served += 1
         return answer
 
-    async def _write(self, request: LaneProduce | LaneAppend, connection: object) -> LaneAnswer:
+    async def _write(
+        self, request: LaneProduce | LaneAppend, connection: object, built: Built | Exception | None
+    ) -> LaneAnswer:
         """Produce or append, holding the body's bytes in the in-flight account meanwhile."""
-        inflight = self.inflight
-        size = request.size
-        inflight.reserved += size
-        inflight.by_connection[connection] = inflight.by_connection.get(connection, 0) + size
+        if isinstance(built, Exception):
+            raise built
+        self._reserve(request.size, connection)
         try:
             if isinstance(request, LaneProduce):
-                status, document = await self.gateway.producer.produce(request.produce)
+                status, document = await self.gateway.producer.produce(request.produce, built)
                 return LaneAnswer(status, codecs.JSON, orjson.dumps(document))
             info = await self.gateway.replicas.append(
                 request.topic, request.partition, request.data, request.acks, request.timeout_ms
@@ -438,10 +543,20 @@ class Lane:
             landed = {"base_offset": info.first_offset, "count": info.record_count}
             return LaneAnswer(200, codecs.JSON, orjson.dumps(landed))
         finally:
-            inflight.reserved -= size
-            left = inflight.by_connection.pop(connection) - size
-            if left:
-                inflight.by_connection[connection] = left
+            self._release(request.size, connection)
+
+    def _reserve(self, size: int, connection: object) -> None:
+        """Count a body being produced in the in-flight account (see `_room_for`)."""
+        inflight = self.inflight
+        inflight.reserved += size
+        inflight.by_connection[connection] = inflight.by_connection.get(connection, 0) + size
+
+    def _release(self, size: int, connection: object) -> None:
+        inflight = self.inflight
+        inflight.reserved -= size
+        left = inflight.by_connection.pop(connection) - size
+        if left:
+            inflight.by_connection[connection] = left
 
     async def _fetch(self, request: LaneFetch) -> LaneAnswer:
         """Read the partition as the route does (a long-poll waits here as there)."""
@@ -490,6 +605,27 @@ def _problem_of(exc: Exception, method: str, target: str) -> Problem:
         log.exception("Error handling request", exc_info=exc)
         detail = "internal server error"
         return Problem(500, "INTERNAL_ERROR", detail, headers={"Connection": "close"})
+
+
+def _served(
+    ready: Callable[[LaneAnswer | None], None], answering: asyncio.Future[LaneAnswer]
+) -> None:
+    """Hand a lane task's answer on; None if it was cancelled (its client went) or failed
+    (which `serve` renders as a problem, so only an error past it, logged here)."""
+    if answering.cancelled():
+        ready(None)
+        return
+    error = answering.exception()
+    if error is not None:
+        log.error("the lane failed to answer a request", exc_info=error)
+        ready(None)
+        return
+    ready(answering.result())
+
+
+def _as_exception(error: BaseException) -> Exception:
+    """A failed append's error as the problem renderer takes it."""
+    return error if isinstance(error, Exception) else RuntimeError(str(error))
 
 
 def _problem(problem: Problem) -> LaneAnswer:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from engine import batch as fmt
 from engine.batch import RecordTuple
 from engine.errors import RecordTooLarge, UnknownPartition
+from engine.log import AppendInfo
 from gateway import codecs, idempotency
 from gateway.idempotency import InFlight
 from gateway.metrics import Metrics
@@ -63,6 +64,14 @@ class PartitionBatch:
     count: int
 
 
+@dataclass(slots=True)
+class Built:
+    """A produce request's batches, checked and built; what its append goes on with."""
+
+    topic: TopicSpec
+    batches: list[PartitionBatch]
+
+
 class Producer:
     """Turns produce requests into appends on the local logs."""
 
@@ -82,21 +91,58 @@ class Producer:
         self.sticky = StickyPartitioner()
         self.keyless_led_here = keyless_led_here  # workers: key-less records stay local
 
-    async def produce(self, request: ProduceRequest) -> tuple[int, dict[str, object]]:
-        topic = self.replicas.topic(request.topic)
-        if request.partition is not None:
-            self.replicas.check_partition(request.topic, request.partition)
+    async def produce(
+        self, request: ProduceRequest, built: Built | None = None
+    ) -> tuple[int, dict[str, object]]:
+        """Append the request's records and honour its acks: (status, answer document).
+        `built`: what `build` made of a request without an idempotency key, if it ran."""
         key = request.idempotency_key
         results: dict[int, tuple[int, int]] = {}
         if key is None:
-            await self._append(topic, self._build(topic, request, None, None), request, results)
+            if built is None:
+                built = self.build(request)
+            await self._append(built.topic, built.batches, request, results)
             return self._answer(request, results)
+        topic = self.replicas.topic(request.topic)
+        if request.partition is not None:
+            self.replicas.check_partition(request.topic, request.partition)
         digest = idempotency.body_hash(request.body, request.content_type, request.target)
         # Each partition's leader answers a repeated request with the first attempt's offsets
         # (replication.idempotency); here, only a second copy in flight on this node waits.
         with self.in_flight.claim(topic.name, key):
             await self._append(topic, self._build(topic, request, key, digest), request, results)
         return self._answer(request, results)
+
+    def build(self, request: ProduceRequest) -> Built:
+        """A request without an idempotency key, checked and turned into its batches; raises
+        what the request gets for a bad body, an unknown topic or partition."""
+        topic = self.replicas.topic(request.topic)
+        if request.partition is not None:
+            self.replicas.check_partition(request.topic, request.partition)
+        return Built(topic, self._build(topic, request, None, None))
+
+    def append_now(
+        self, request: ProduceRequest, built: Built
+    ) -> tuple[asyncio.Future[AppendInfo], Partition] | None:
+        """The common produce's append, joining this loop turn's write without a coroutine:
+        one partition led here, acks 0 or 1. Its landing and its leader; None for any other
+        request (`produce` appends those)."""
+        if request.acks == "all" or len(built.batches) != 1:
+            return None
+        item = built.batches[0]
+        leader = self.replicas.leading(built.topic.name, item.partition)
+        if leader is None:
+            return None
+        return self.replicas.appends.append(leader, item.data, request.acks), leader
+
+    def appended(
+        self, request: ProduceRequest, built: Built, info: AppendInfo
+    ) -> tuple[int, dict[str, object]]:
+        """The answer to `append_now`'s append once it landed (and, when `info.flush_due`,
+        once `replicas.acknowledge` returned)."""
+        item = built.batches[0]
+        self.metrics.traffic.produced(built.topic.name, item.count, len(item.data))
+        return self._answer(request, {item.partition: (info.first_offset, item.count)})
 
     def _answer(
         self, request: ProduceRequest, results: dict[int, tuple[int, int]]

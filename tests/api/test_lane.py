@@ -3,12 +3,25 @@ with the Application's on a real server)."""
 
 from __future__ import annotations
 
+import asyncio
+import functools
+from typing import Any
+
 import orjson
 from multidict import CIMultiDict
 
 from engine.batch import RecordInput, encode_batch
-from gateway.lane import LANE
-from tests.api.support import JSON, RECORD_BATCH, Start, create_topic, fetch_all
+from gateway.lane import LANE, LaneAnswer, LaneProduce
+from tests.api.support import (
+    JSON,
+    PROBLEM,
+    RECORD_BATCH,
+    Client,
+    Start,
+    create_topic,
+    fetch_all,
+    gateway,
+)
 
 LIMIT = 256 * 1024  # --max-request-bytes
 
@@ -35,3 +48,120 @@ async def test_the_lane_serves_bulk_produces_up_to_the_request_limit(start: Star
     too_large = json_body + b" " * (LIMIT - len(json_body) + 1)
     headers = CIMultiDict({"Content-Type": JSON})
     assert lane.take("POST", "/v1/topics/t/records", headers, too_large, connection) is None
+
+
+async def _started(
+    client: Client, target: str, bodies: list[bytes], headers: dict[str, str] | None = None
+) -> tuple[list[asyncio.Future[Any]], list[LaneAnswer | None]]:
+    """`Lane.start` for each body in one loop turn; the futures it returned and the answers
+    handed to `ready`, once every one has been handed."""
+    assert client.app is not None
+    lane = client.app[LANE]
+    loop = asyncio.get_running_loop()
+    answers: list[LaneAnswer | None] = [None] * len(bodies)
+    handed = [loop.create_future() for _ in bodies]
+
+    def ready(i: int, answer: LaneAnswer | None) -> None:
+        answers[i] = answer
+        handed[i].set_result(None)
+
+    started = []
+    for i, body in enumerate(bodies):
+        taken = lane.take(
+            "POST", target, CIMultiDict({"Content-Type": JSON, **(headers or {})}), body, i
+        )
+        assert isinstance(taken, LaneProduce)
+        started.append(lane.start(taken, i, functools.partial(ready, i), loop))
+    await asyncio.gather(*handed)
+    return started, answers
+
+
+def _one(value: object) -> bytes:
+    return orjson.dumps({"records": [{"value": value}]})
+
+
+async def test_plain_produces_of_one_turn_share_a_write_and_need_no_task(start: Start) -> None:
+    """The common produce (one partition led here, acks 0 or 1, no idempotency key) joins the
+    turn's write and is answered when it lands, without a coroutine of its own; each keeps its
+    own consecutive offsets and answer, and the in-flight account is back to nothing."""
+    client = await start()
+    await create_topic(client)
+    state = gateway(client)
+    writes = state.replicas.appends.writes
+    started, answers = await _started(
+        client, "/v1/topics/t/partitions/0/records?acks=1", [_one(i) for i in range(5)]
+    )
+    assert not any(isinstance(future, asyncio.Task) for future in started)
+    assert state.replicas.appends.writes == writes + 1
+    offsets = [orjson.loads(a.body)["results"][0]["base_offset"] for a in answers if a]
+    assert offsets == [0, 1, 2, 3, 4]
+    assert [r["value"] for r in await fetch_all(client)] == [0, 1, 2, 3, 4]
+    assert client.app is not None
+    inflight = client.app[LANE].inflight
+    assert inflight.reserved == 0 and not inflight.by_connection
+
+
+async def test_produces_the_lane_cannot_answer_at_once_still_take_a_task(start: Start) -> None:
+    """acks=all and idempotent produces wait in a coroutine as before, and answer the same."""
+    client = await start()
+    await create_topic(client)
+    for target, headers in (
+        ("/v1/topics/t/partitions/0/records?acks=all", {}),
+        ("/v1/topics/t/partitions/0/records?acks=1", {"Idempotency-Key": "k-1"}),
+    ):
+        started, answers = await _started(client, target, [_one("x")], headers)
+        assert isinstance(started[0], asyncio.Task)
+        assert answers[0] is not None and answers[0].status == 200, answers[0]
+
+
+async def test_a_bad_produce_fails_alone_among_the_turns_plain_ones(start: Start) -> None:
+    """A body refused while it is built gets its own problem; the others of the turn land."""
+    client = await start()
+    await create_topic(client, configs={"max.message.bytes": 1000})
+    bodies = [_one(1), _one("x" * 2000), b'{"records": 1}', _one(2)]
+    _, answers = await _started(client, "/v1/topics/t/partitions/0/records?acks=1", bodies)
+    assert [a.status if a else None for a in answers] == [200, 413, 400, 200]
+    assert answers[1] is not None and answers[1].content_type == PROBLEM
+    assert [r["value"] for r in await fetch_all(client)] == [1, 2]
+
+
+async def test_a_plain_produce_whose_client_went_hands_no_answer(start: Start) -> None:
+    """Cancelled before its write (the connection was lost): `ready` gets None, the in-flight
+    account is released and the other requests of the turn are answered."""
+    client = await start()
+    await create_topic(client)
+    assert client.app is not None
+    lane = client.app[LANE]
+    loop = asyncio.get_running_loop()
+    got: list[LaneAnswer | None] = []
+    done = loop.create_future()
+
+    def ready(answer: LaneAnswer | None) -> None:
+        got.append(answer)
+        if len(got) == 2:
+            done.set_result(None)
+
+    headers = CIMultiDict({"Content-Type": JSON})
+    target = "/v1/topics/t/partitions/0/records?acks=1"
+    futures = []
+    for connection in ("gone", "here"):
+        taken = lane.take("POST", target, headers, _one(connection), connection)
+        assert taken is not None
+        futures.append(lane.start(taken, connection, ready, loop))
+    futures[0].cancel()
+    await done
+    assert got[0] is None
+    assert got[1] is not None and got[1].status == 200
+    assert lane.inflight.reserved == 0 and not lane.inflight.by_connection
+
+
+async def test_a_plain_produce_the_flush_policy_syncs_is_answered_after_the_fsync(
+    start: Start,
+) -> None:
+    """flush.messages=1: the answer waits for the fsync (the recovery point passes it)."""
+    client = await start()
+    await create_topic(client, configs={"flush.messages": 1})
+    _, answers = await _started(client, "/v1/topics/t/partitions/0/records?acks=1", [_one(7)])
+    assert answers[0] is not None and answers[0].status == 200, answers[0]
+    log = gateway(client).replicas.local("t", 0)
+    assert log is not None and log.log.recovery_point >= 1

@@ -7,12 +7,11 @@ within --header-read-timeout; bad requests are logged on one line each, at most
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import math
 import time
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any
 
@@ -503,32 +502,14 @@ class Http2Connection(_ProblemErrors, H2Protocol):
             and "Expect" not in message.headers  # the lane leaves it: 100-continue goes out
         )
 
-    def answer_directly(
-        self, message: RawRequestMessage, body: bytes
-    ) -> Awaitable[DirectAnswer] | None:
+    def start_directly(
+        self,
+        message: RawRequestMessage,
+        body: bytes,
+        answered: Callable[[DirectAnswer | None], None],
+    ) -> asyncio.Future[Any] | None:
         lane = self._lane
         if lane is None:
             return None
         taken = lane.take(message.method, message.path, message.headers, body, self)
-        if taken is None:
-            return None
-        answering: asyncio.Future[LaneAnswer] = self._loop.create_future()
-        started = lane.start(taken, self, functools.partial(_hand_on, answering), self._loop)
-        answering.add_done_callback(functools.partial(_cancel_with, started))
-        return answering
-
-
-def _hand_on(answering: asyncio.Future[LaneAnswer], answer: LaneAnswer | None) -> None:
-    """The lane's answer to the stream waiting for it (gone if the stream was reset)."""
-    if answering.done():
-        return
-    if answer is None:
-        answering.cancel()
-    else:
-        answering.set_result(answer)
-
-
-def _cancel_with(started: asyncio.Future[Any], answering: asyncio.Future[LaneAnswer]) -> None:
-    """A stream reset (its task cancelled) cancels what the lane serves it: a long-poll lets go."""
-    if answering.cancelled():
-        started.cancel()
+        return None if taken is None else lane.start(taken, self, answered, self._loop)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aiohttp.abc import AbstractStreamWriter
 from aiohttp.base_protocol import BaseProtocol
@@ -78,13 +78,14 @@ class H2Stream(BaseProtocol):
         self.reader: StreamReader | None = None
         # Body chunks held, with no reader yet, while the request may be answered directly.
         self.held: list[bytes] | None = None
-        self.task: asyncio.Task[None] | None = None
+        # What answers it: the handler's task, or what a subclass serves it directly.
+        self.task: asyncio.Future[Any] | None = None
         self.received = 0
         self.acked = 0
         self.remote_ended = False
         self.local_ended = False
         self.reset = False
-        self.started = False  # whether the handler's task has taken its first step
+        self.started = False  # whether its handler (or direct answer) has begun
 
     @property
     def connected(self) -> bool:

@@ -9,11 +9,12 @@ the application's normal handler (router, middlewares, error handling, access lo
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 import ssl
 import struct
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Final, NoReturn, Protocol, cast
 
@@ -235,6 +236,7 @@ class H2Protocol(RequestHandler):
         "_resets",
         "_settings_handle",
         "_streams",
+        "_streams_finished",
         "_transport",
     )
 
@@ -248,6 +250,7 @@ class H2Protocol(RequestHandler):
         self._h2 = Connection(Role.SERVER, config)
         self._transport: asyncio.Transport | None = None
         self._streams: dict[int, H2Stream] = {}
+        self._streams_finished: asyncio.Future[None] | None = None  # a shutdown waits on it
         self._lingering: dict[int, asyncio.TimerHandle] = {}
         self._blocked: set[H2Stream] = set()
         self._resets: deque[float] = deque()
@@ -358,11 +361,14 @@ class H2Protocol(RequestHandler):
     async def shutdown(self, timeout: float | None = 15.0) -> None:
         """Send GOAWAY, let in-flight streams finish within ``timeout``, cancel the rest, close."""
         self.close()
-        tasks = [stream.task for stream in self._streams.values() if stream.task is not None]
-        if tasks:
-            _, pending = await asyncio.wait(tasks, timeout=timeout)
-            for task in pending:
-                task.cancel()
+        if self._streams:  # each is released once answered (a direct answer after its future)
+            finished = self._streams_finished = self._loop.create_future()
+            try:
+                await asyncio.wait_for(asyncio.shield(finished), timeout)
+            except TimeoutError:
+                for stream in list(self._streams.values()):
+                    if stream.task is not None:
+                        stream.task.cancel()
         self._close_transport()
 
     # -- frame events ---------------------------------------------------------------------
@@ -413,10 +419,15 @@ class H2Protocol(RequestHandler):
             return
         stream = H2Stream(self, stream_id, self._loop)
         stream.remote_ended = event.end_stream
-        payload: StreamReader | None = None
+        self._streams[stream_id] = stream
         if self.may_answer_directly(message):
-            stream.held = []  # a reader is made only if the Application is to read the body
-        elif event.end_stream:
+            # A reader is made only if the Application is to read the body. Begun, as a task
+            # would be, once this turn's frames are in.
+            stream.held = []
+            self._loop.call_soon(self._begin_held, stream, message)
+            return
+        payload: StreamReader
+        if event.end_stream:
             payload = EMPTY_PAYLOAD
         else:
             payload = stream.reader = StreamReader(
@@ -424,8 +435,57 @@ class H2Protocol(RequestHandler):
             )
             if message.headers.get("expect", "").lower() == "100-continue":
                 conn.send_informational_response(stream_id, [(b":status", b"100")])
-        self._streams[stream_id] = stream
         stream.task = self._loop.create_task(self._run_stream(stream, message, payload))
+
+    def _begin_held(self, stream: H2Stream, message: RawRequestMessage) -> None:
+        """A stream whose body was held: answered directly when it came whole and the subclass
+        takes it (no task), else handed to the Application with a reader of what was held."""
+        held = stream.held
+        if stream.reset or held is None or self._streams.get(stream.stream_id) is not stream:
+            return  # reset (and released) before it began
+        stream.held = None
+        if stream.remote_ended:
+            answering = self.start_directly(
+                message, b"".join(held), functools.partial(self._answer_directly, stream)
+            )
+            if answering is not None:
+                stream.started = True
+                stream.task = answering
+                if self._manager is not None:
+                    self._manager.requests_count += 1
+                return
+        # No body at all is aiohttp's EMPTY_PAYLOAD, as on HTTP/1.1: a reader would be
+        # counted as a body of --max-request-bytes by the in-flight limits.
+        payload = (
+            self._reader_of(stream, held) if held or not stream.remote_ended else EMPTY_PAYLOAD
+        )
+        stream.task = self._loop.create_task(self._run_stream(stream, message, payload))
+
+    def _answer_directly(self, stream: H2Stream, answer: DirectAnswer | None) -> None:
+        """Send what `start_directly` answered (None: the stream went first) and release it."""
+        if self._streams.get(stream.stream_id) is not stream:
+            return
+        if answer is not None:
+            try:
+                body = answer.body
+                self.send_headers(stream, answer.h2_headers(), end_stream=not body)
+                if body:
+                    self._queue_data(stream, body, end_stream=True)
+            except ConnectionError:
+                self.log_debug("Ignored premature client disconnection")
+            else:
+                if self._paused:  # the connection's next frames wait for the socket to drain
+                    stream.task = asyncio.ensure_future(self._drain_then_finish(stream))
+                    return
+        self._finish_stream(stream, None)
+
+    async def _drain_then_finish(self, stream: H2Stream) -> None:
+        try:
+            await self.drain()
+        except ConnectionError:
+            self.log_debug("Ignored premature client disconnection")
+        finally:
+            self._finish_stream(stream, None)
 
     def _on_data(self, event: DataReceived) -> None:
         stream_id = event.stream_id
@@ -494,41 +554,18 @@ class H2Protocol(RequestHandler):
     # -- per-stream request handling ------------------------------------------------------
 
     async def _run_stream(
-        self, stream: H2Stream, message: RawRequestMessage, payload: StreamReader | None
+        self, stream: H2Stream, message: RawRequestMessage, payload: StreamReader
     ) -> None:
         stream.started = True
         task = stream.task
         factory = self._request_factory
         handler = self._request_handler
         manager = self._manager
-        assert task is not None and factory is not None and handler is not None
+        assert isinstance(task, asyncio.Task) and factory is not None and handler is not None
         if manager is not None:
             manager.requests_count += 1
         request: web.BaseRequest | None = None
         try:
-            held = stream.held
-            if held is not None:
-                stream.held = None
-                direct = None
-                if stream.remote_ended:  # the whole body is here: the subclass may answer
-                    direct = self.answer_directly(message, b"".join(held))
-                if direct is not None:
-                    answer = await direct
-                    body = answer.body
-                    self.send_headers(stream, answer.h2_headers(), end_stream=not body)
-                    if body:
-                        self._queue_data(stream, body, end_stream=True)
-                    if self._paused:
-                        await self.drain()
-                    return
-                # No body at all is aiohttp's EMPTY_PAYLOAD, as on HTTP/1.1: a reader would be
-                # counted as a body of --max-request-bytes by the in-flight limits.
-                payload = (
-                    self._reader_of(stream, held)
-                    if held or not stream.remote_ended
-                    else EMPTY_PAYLOAD
-                )
-            assert payload is not None
             request = factory(message, payload, self, H2StreamWriter(self, stream), task)
             start = self._loop.time() if self._logging_enabled else None
             await self._handle_request(request, start, handler)
@@ -546,11 +583,15 @@ class H2Protocol(RequestHandler):
         is then held as it comes, with no reader, until the stream's handler first runs."""
         return False
 
-    def answer_directly(
-        self, message: RawRequestMessage, body: bytes
-    ) -> Awaitable[DirectAnswer] | None:
-        """A subclass's answer to a request it serves without the Application, given its
-        whole body, or None: the Application answers it."""
+    def start_directly(
+        self,
+        message: RawRequestMessage,
+        body: bytes,
+        answered: Callable[[DirectAnswer | None], None],
+    ) -> asyncio.Future[Any] | None:
+        """Begin a subclass's answer to a request it serves without the Application, given its
+        whole body: `answered` gets it, or None once the returned future was cancelled (the
+        stream was reset). None: the Application answers it."""
         return None
 
     def _reader_of(self, stream: H2Stream, held: list[bytes]) -> StreamReader:
@@ -585,6 +626,9 @@ class H2Protocol(RequestHandler):
             conn.acknowledge_received_data(unacked, stream_id)
         self._schedule_flush()
         if not self._streams:
+            finished = self._streams_finished
+            if finished is not None and not finished.done():
+                finished.set_result(None)
             if self._goaway_sent:
                 self._close_transport()
             else:
@@ -621,11 +665,14 @@ class H2Protocol(RequestHandler):
         if stream.reader is not None:
             stream.reader.set_exception(error)
         stream.wake()
-        if cancel and stream.task is not None:
+        if not cancel:
+            return
+        if stream.task is not None:
             stream.task.cancel()
-            if not stream.started:
-                # Cancelled before its first step, the task never reaches _run_stream's finally.
-                self._finish_stream(stream, stream.reader or EMPTY_PAYLOAD)
+        if not stream.started:
+            # Cancelled before its first step, the task never reaches _run_stream's finally (nor
+            # does a held stream reset before it began, which has no task yet).
+            self._finish_stream(stream, stream.reader or EMPTY_PAYLOAD)
 
     # -- output path used by H2Stream / H2StreamWriter ------------------------------------
 
@@ -696,7 +743,11 @@ class H2Protocol(RequestHandler):
     def _check_open(self, stream: H2Stream) -> None:
         if stream.reset or self._transport is None:
             task = stream.task
-            if task is not None and task.cancelling() and asyncio.current_task() is task:
+            if (
+                isinstance(task, asyncio.Task)
+                and asyncio.current_task() is task
+                and task.cancelling()
+            ):
                 # The reset cancelled the handler: end it that way, not as a failed write (500).
                 raise asyncio.CancelledError
             raise ConnectionResetError("HTTP/2 stream was reset or its connection closed")

@@ -611,6 +611,9 @@ class H2Protocol(RequestHandler):
         self._blocked.discard(stream)
         if payload is not None and payload is not EMPTY_PAYLOAD:
             payload.set_exception(PayloadAccessError())
+        finished = self._streams_finished
+        if not self._streams and finished is not None and not finished.done():
+            finished.set_result(None)  # a shutdown waits for this, connection lost or not
         if self._transport is None:
             return
         conn = self._h2
@@ -626,9 +629,6 @@ class H2Protocol(RequestHandler):
             conn.acknowledge_received_data(unacked, stream_id)
         self._schedule_flush()
         if not self._streams:
-            finished = self._streams_finished
-            if finished is not None and not finished.done():
-                finished.set_result(None)
             if self._goaway_sent:
                 self._close_transport()
             else:

@@ -163,3 +163,20 @@ async def test_a_graceful_shutdown_waits_for_a_direct_answer_made_after_its_futu
     assert body_of(frames, 1) == b"after the fsync"
     await asyncio.wait_for(cleanup, TIMEOUT)
     await client.close()
+
+
+async def test_a_shutdown_ends_when_the_client_of_a_pending_answer_hangs_up() -> None:
+    """The stream is released when its connection goes (its future cancelled): the shutdown
+    ends then, not at its timeout (60 s here, past the test's own limit)."""
+    global DIRECTLY
+    DIRECTLY = Directly()
+    app = web.Application()
+    site = await start_server(app, "127.0.0.1", 0, http2=DirectProtocol, shutdown_timeout=60)
+    client = await RawH2.connect(site.port)
+    client.write(*post(client, 1, b"pending"))
+    await asyncio.wait_for(DIRECTLY.started.get(), TIMEOUT)
+    cleanup = asyncio.create_task(site.runner.cleanup())
+    await client.until(lambda f: isinstance(f, GoAwayFrame))
+    await client.close()
+    await asyncio.wait_for(cleanup, TIMEOUT)
+    assert DIRECTLY.futures[b"pending"].cancelled()

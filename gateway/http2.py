@@ -224,6 +224,7 @@ class H2Protocol(RequestHandler):
     """
 
     __slots__ = (
+        "_beginning",
         "_blocked",
         "_flush_scheduled",
         "_goaway_sent",
@@ -251,6 +252,7 @@ class H2Protocol(RequestHandler):
         self._transport: asyncio.Transport | None = None
         self._streams: dict[int, H2Stream] = {}
         self._streams_finished: asyncio.Future[None] | None = None  # a shutdown waits on it
+        self._beginning: list[tuple[H2Stream, RawRequestMessage]] = []  # held, to begin
         self._lingering: dict[int, asyncio.TimerHandle] = {}
         self._blocked: set[H2Stream] = set()
         self._resets: deque[float] = deque()
@@ -405,6 +407,11 @@ class H2Protocol(RequestHandler):
         except NGH2Error:
             # The engine refuses new work while it closes the connection (its GOAWAY queued).
             self._close_transport()
+        beginning = self._beginning
+        if beginning:
+            self._beginning = []
+            for stream, message in beginning:
+                self._begin_held(stream, message)
 
     def _on_request(self, event: RequestReceived) -> None:
         stream_id = event.stream_id
@@ -421,10 +428,10 @@ class H2Protocol(RequestHandler):
         stream.remote_ended = event.end_stream
         self._streams[stream_id] = stream
         if self.may_answer_directly(message):
-            # A reader is made only if the Application is to read the body. Begun, as a task
-            # would be, once this turn's frames are in.
+            # A reader is made only if the Application is to read the body. Begun once the
+            # frames of this read are in (`_on_events`), as its task's first step would be.
             stream.held = []
-            self._loop.call_soon(self._begin_held, stream, message)
+            self._beginning.append((stream, message))
             return
         payload: StreamReader
         if event.end_stream:

@@ -91,7 +91,7 @@ def ratios(doc: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _save(figure: Any, path: Path) -> None:
     figure.tight_layout()
-    figure.savefig(path, dpi=110)
+    figure.savefig(path, dpi=110, bbox_inches="tight")  # long labels stay whole
     plt.close(figure)
 
 

@@ -472,16 +472,20 @@ class H2Protocol(RequestHandler):
         """Send what `start_directly` answered (None: the stream went first) and release it."""
         if self._streams.get(stream.stream_id) is not stream:
             return
-        if answer is not None:
+        if answer is not None and not stream.reset and self._transport is not None:
+            body = answer.body
+            stream_id = stream.stream_id
+            conn = self._h2
             try:
-                body = answer.body
-                self.send_headers(stream, answer.h2_headers(), end_stream=not body)
+                conn.send_response(stream_id, answer.h2_headers(), end_stream=not body)
                 if body:
-                    self._queue_data(stream, body, end_stream=True)
-            except ConnectionError:
+                    conn.send_data(stream_id, body, end_stream=True)
+            except NGH2Error:
                 self.log_debug("Ignored premature client disconnection")
             else:
+                stream.local_ended = True
                 if self._paused:  # the connection's next frames wait for the socket to drain
+                    self._schedule_flush()
                     stream.task = asyncio.ensure_future(self._drain_then_finish(stream))
                     return
         self._finish_stream(stream, None)
@@ -502,7 +506,10 @@ class H2Protocol(RequestHandler):
             stream.received += len(data)
             if data:
                 stream.held.append(data)
-        elif stream is None or stream.reader is None or stream.reset:
+            if event.end_stream:  # unanswered, so not lingering, and with no reader to end
+                stream.remote_ended = True
+            return
+        if stream is None or stream.reader is None or stream.reset:
             # Body nobody will read (e.g. a lingering upload): discard it, return the window.
             if data:
                 self._h2.acknowledge_received_data(len(data), stream_id)
@@ -770,11 +777,14 @@ class H2Protocol(RequestHandler):
         transport = self._transport
         if transport is None:
             return
-        data = self._h2.data_to_send()
+        conn = self._h2
+        data = conn.data_to_send()
         if data:
             transport.write(data)
-        # Sending can close streams (both sides ended) or, after a GOAWAY, the connection.
-        self._on_events()
+        # Sending can close streams (both sides ended) or, after a GOAWAY, the connection. A
+        # released stream needs nothing from its closing, which then waits for the next read.
+        if self._streams or not conn.want_read:
+            self._on_events()
 
     def _send_goaway(self) -> None:
         """Announce shutdown without ending the engine's session, so in-flight streams finish.

@@ -7,6 +7,7 @@ mutations run on worker threads; one lock serializes them, each check with its a
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
@@ -17,6 +18,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -50,6 +52,7 @@ HIGH_WATERMARKS = "replication-offset-checkpoint"
 LOG_START_OFFSETS = "log-start-offset-checkpoint"
 CLEANER_OFFSETS = "cleaner-offset-checkpoint"
 MAX_PARTITIONS = 10_000
+CLOSE_THREADS = 8  # logs fsynced at once at shutdown
 logger = logging.getLogger(__name__)
 _PARTITION_DIR = re.compile(r"(?P<topic>[a-zA-Z0-9._-]+)-(?P<partition>\d+)")
 
@@ -151,11 +154,18 @@ class LogManager:
         clock: Callable[[], float] = time.time,
         file_cache_size: int | None = None,
         publish_watermarks: bool = False,
+        close_threads: int = CLOSE_THREADS,
     ) -> None:
         """`file_cache_size` bounds the descriptors of closed segments kept open (process-wide;
         default: `file_cache.default_capacity()`, from the descriptor limit).
         `publish_watermarks`: each log keeps its watermarks in a shared file, for the other
-        processes on this host that read it (engine.colocated)."""
+        processes on this host that read it (engine.colocated).
+        `close_threads`: how many logs `close` fsyncs at once, so their fsyncs overlap (as
+        Kafka's num.recovery.threads.per.data.dir). Opening stays one log at a time: it is
+        CPU work, which threads only slow down under the GIL."""
+        if close_threads < 1:
+            raise ValueError(f"close_threads must be at least 1, got {close_threads}")
+        self.close_threads = close_threads
         self.data_dir = Path(data_dir)
         self.files = file_cache.shared
         self.files.resize(
@@ -486,6 +496,7 @@ class LogManager:
         from their recovery points, as after a crash."""
         if self._closed:
             return
+        self._flush_at_once()
         failed: list[str] = []  # the logs that were offline or failed now
         for partition_log in self.all_logs():
             try:
@@ -512,6 +523,28 @@ class LogManager:
             )
         os.close(self._lock_fd)
         self._closed = True
+
+    def _flush_at_once(self) -> None:
+        """fsync the logs holding unsynced records, `close_threads` at a time, so that `close`,
+        one log after another, finds them synced: only the waits for the disk overlap, not
+        the Python work around them, which threads would slow down."""
+        unsynced = [
+            log
+            for log in self.all_logs()
+            if not log.offline and log.log_end_offset > log.recovery_point
+        ]
+        threads = min(self.close_threads, len(unsynced))
+        if threads < 2:
+            return
+        with ThreadPoolExecutor(threads, thread_name_prefix="log-flush") as pool:
+            for _ in pool.map(_flush_for_close, unsynced):
+                pass
+
+
+def _flush_for_close(partition_log: PartitionLog) -> None:
+    """Flush a log about to close. A storage error leaves it offline, and its close says so."""
+    with contextlib.suppress(StorageError):
+        partition_log.flush()
 
 
 def check_partition_count(partitions: object, more_than: int = 0) -> None:

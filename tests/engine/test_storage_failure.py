@@ -312,6 +312,34 @@ def test_a_manager_with_an_offline_partition_does_not_mark_its_shutdown_clean(
     assert (tmp_path / CLEAN_SHUTDOWN).exists()
 
 
+def test_an_fsync_failing_in_the_shutdowns_flush_leaves_the_others_closed_and_unclean(
+    tmp_path: Path,
+    clock: FakeClock,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The shutdown fsyncs logs on several threads: one failing there goes offline and is
+    named in the error, the others close with everything acknowledged, and the shutdown is not
+    marked clean, so the restart CRC-checks from the recovery points."""
+    manager = LogManager(tmp_path, clock=clock, close_threads=4)
+    logs = manager.create_topic("t", 4).partitions
+    for i, log in enumerate(logs):
+        acknowledged(log, [b"v%d" % i])
+    disk = Disk(monkeypatch, tmp_path / "t-2")
+    disk.fail("fsync")
+    manager.close()
+    disk.heal()
+    assert not manager.closed_cleanly and not (tmp_path / CLEAN_SHUTDOWN).exists()
+    assert logs[2].offline and not any(log.offline for log in logs[:2] + logs[3:])
+    assert "1 partitions could not be closed (t-2 is offline" in caplog.text
+
+    again = LogManager(tmp_path, clock=clock)
+    assert not again.startup.clean_shutdown and not again.offline_logs()
+    for i, log in enumerate(again.topic("t").partitions):
+        assert [r.value for r in read_all(log)] == [b"v%d" % i]
+    again.close()
+
+
 def test_a_closed_offline_log_is_closed(
     logs: tuple[PartitionLog, PartitionLog], disk: Disk
 ) -> None:

@@ -71,7 +71,12 @@ class H2Stream(BaseProtocol):
     )
 
     def __init__(self, owner: H2Protocol, stream_id: int, loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__(loop)
+        # BaseProtocol.__init__'s fields, set here: a stream is made per request.
+        self._loop = loop
+        self._paused = self._reading_paused = self._buffer_paused = self._upgraded = False
+        self._drain_waiter = None
+        self._parser = None
+        self.transport = None
         self._owner = owner
         self._window_waiter: asyncio.Future[None] | None = None
         self.stream_id = stream_id

@@ -13,6 +13,7 @@ import functools
 import re
 import ssl
 import struct
+import weakref
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -215,6 +216,46 @@ def _build_message(headers: tuple[tuple[bytes, bytes], ...]) -> RawRequestMessag
     )
 
 
+class _TurnFlushes:
+    """The HTTP/2 connections with frames to send, flushed one after another at the end of the
+    loop's turn: one callback a turn, where one a connection was a tenth of an h2c produce's
+    extra over HTTP/1.1 (docs/PERFORMANCE.md, "One flush a turn")."""
+
+    __slots__ = ("_due", "_loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._due: list[H2Protocol] = []
+
+    def add(self, protocol: H2Protocol) -> None:
+        if not self._due:
+            self._loop.call_soon(self._flush_all)
+        self._due.append(protocol)
+
+    def _flush_all(self) -> None:
+        due, self._due = self._due, []
+        for protocol in due:
+            try:
+                protocol._flush()
+            except Exception as exc:  # one connection's failure must not stall the others
+                self._loop.call_exception_handler(
+                    {"message": "HTTP/2 flush failed", "exception": exc, "protocol": protocol}
+                )
+
+
+_TURN_FLUSHES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _TurnFlushes] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _turn_flushes(loop: asyncio.AbstractEventLoop) -> _TurnFlushes:
+    """The loop's _TurnFlushes (one per event loop: tests run several in one process)."""
+    flushes = _TURN_FLUSHES.get(loop)
+    if flushes is None:
+        flushes = _TURN_FLUSHES[loop] = _TurnFlushes(loop)
+    return flushes
+
+
 class H2Protocol(RequestHandler):
     """One HTTP/2 connection; each stream's handler runs as its own task.
 
@@ -227,6 +268,7 @@ class H2Protocol(RequestHandler):
         "_beginning",
         "_blocked",
         "_flush_scheduled",
+        "_flushes",
         "_goaway_sent",
         "_h2",
         "_idle_handle",
@@ -258,6 +300,7 @@ class H2Protocol(RequestHandler):
         self._resets: deque[float] = deque()
         self._goaway_sent = False
         self._flush_scheduled = False
+        self._flushes = _turn_flushes(self._loop)
         self._last_stream_id = 0
         self._idle_since = 0.0
         self._idle_handle: asyncio.TimerHandle | None = None
@@ -770,7 +813,7 @@ class H2Protocol(RequestHandler):
         """Coalesce frames from all streams into one socket write per event-loop iteration."""
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            self._loop.call_soon(self._flush)
+            self._flushes.add(self)
 
     def _flush(self) -> None:
         self._flush_scheduled = False

@@ -87,6 +87,8 @@ _SERVER = SERVER_SOFTWARE.encode()
 # The same for HTTP/2: the status and content-type fields per (status, content type).
 _H2_FIELDS: dict[tuple[int, str], tuple[tuple[bytes, bytes], tuple[bytes, bytes]]] = {}
 _SERVER_FIELD = (b"server", _SERVER)
+# The date field of this second's answers, with aiohttp's text of it (the same str all second).
+_date: tuple[str, tuple[bytes, bytes]] = ("", (b"date", b""))
 # A produce target's plain reading (`Lane._plain_produce_target`), remembered: clients repeat
 # their target, and reading it costs ~2 µs of a produce. At most this many, then forgotten.
 _TARGETS_KEPT = 1024
@@ -187,7 +189,7 @@ class LaneAnswer:
             )
         status, content_type = known
         length = (b"content-length", b"%d" % len(self.body))
-        date = (b"date", rfc822_formatted_time().encode())
+        date = _date_field()
         if not self.headers:
             return [status, content_type, length, date, _SERVER_FIELD]
         extra = [
@@ -196,6 +198,15 @@ class LaneAnswer:
             if name.lower() != "connection"
         ]
         return [status, *extra, content_type, length, date, _SERVER_FIELD]
+
+
+def _date_field() -> tuple[bytes, bytes]:
+    """This second's HTTP/2 date field, encoded once a second rather than once an answer."""
+    global _date
+    text = rfc822_formatted_time()
+    if text is not _date[0]:
+        _date = (text, (b"date", text.encode()))
+    return _date[1]
 
 
 class Lane:

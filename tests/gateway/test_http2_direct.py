@@ -115,6 +115,41 @@ async def test_a_declined_stream_goes_to_the_application_with_its_body(site: Htt
     await client.close()
 
 
+async def test_the_answers_of_one_turn_go_out_together_and_one_failing_flush_stalls_none(
+    site: Http2Site,
+) -> None:
+    """Connections answered in one loop turn are flushed by one callback at its end; a
+    connection whose flush fails is reported to the loop, and the others' answers still go."""
+    loop = asyncio.get_running_loop()
+    reported: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _, context: reported.append(context))
+    first, second = await RawH2.connect(site.port), await RawH2.connect(site.port)
+    first.write(*post(first, 1, b"first"))
+    second.write(*post(second, 1, b"second"))
+    started = dict([await asyncio.wait_for(DIRECTLY.started.get(), TIMEOUT) for _ in range(2)])
+    failing = next(
+        p for p in DIRECTLY.protocols if p._streams[1].task is DIRECTLY.futures[b"first"]
+    )
+
+    def fail() -> None:
+        raise RuntimeError("flush failed")
+
+    failing._flush = fail  # type: ignore[method-assign]
+    scheduled = []
+    call_soon = loop.call_soon
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(loop, "call_soon", lambda *a, **k: scheduled.append(a) or call_soon(*a, **k))
+        started[b"first"](Answer(b"to first"))
+        started[b"second"](Answer(b"to second"))
+    assert len(scheduled) == 1  # one flush for the turn, not one a connection
+    frames = await second.until(ends(1))
+    assert body_of(frames, 1) == b"to second"
+    assert [str(c["exception"]) for c in reported] == ["flush failed"]
+    loop.set_exception_handler(None)
+    await first.close()
+    await second.close()
+
+
 async def test_a_stream_reset_before_it_began_is_released(site: Http2Site) -> None:
     client = await RawH2.connect(site.port)
     client.write(

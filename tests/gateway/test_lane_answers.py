@@ -6,6 +6,9 @@ from __future__ import annotations
 import asyncio
 from typing import cast
 
+import pytest
+
+from gateway import lane
 from gateway.connections import Http1Connection, LaneAnswers, lane_answers
 from gateway.lane import LaneAnswer
 
@@ -54,3 +57,16 @@ async def test_each_event_loop_has_its_own_answers() -> None:
         assert lane_answers(other) is not lane_answers(loop)
     finally:
         other.close()
+
+
+def test_an_http2_answer_dates_itself_with_the_current_second(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The date field is encoded once a second, and a new second gives a new one."""
+    answer = LaneAnswer(200, "application/json", b"{}")
+    for now in ("Tue, 24 Nov 2026 18:00:00 GMT", "Tue, 24 Nov 2026 18:00:01 GMT"):
+        monkeypatch.setattr(lane, "rfc822_formatted_time", lambda now=now: now)
+        fields = dict(answer.h2_headers())
+        assert fields[b"date"] == now.encode()
+        assert b"Date: " + now.encode() + b"\r\n" in answer.http1()
+        assert fields[b":status"] == b"200" and fields[b"content-length"] == b"2"

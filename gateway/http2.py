@@ -581,7 +581,8 @@ class H2Protocol(RequestHandler):
 
     def _on_closed(self, stream_id: int) -> None:
         """The engine closed a stream: both sides ended, or a reset (ours, the peer's, its own)."""
-        self._stop_lingering(stream_id)
+        if self._lingering:
+            self._stop_lingering(stream_id)
         stream = self._streams.get(stream_id)
         if stream is not None and not stream.reset:
             # After its answer, a handler is only finishing up: fail reads, let it end.
@@ -665,7 +666,8 @@ class H2Protocol(RequestHandler):
     def _finish_stream(self, stream: H2Stream, payload: StreamReader | None) -> None:
         """Release a stream after its handler ended: settle its state and flow-control credit."""
         del self._streams[stream.stream_id]
-        self._blocked.discard(stream)
+        if self._blocked:
+            self._blocked.discard(stream)
         if payload is not None and payload is not EMPTY_PAYLOAD:
             payload.set_exception(PayloadAccessError())
         finished = self._streams_finished

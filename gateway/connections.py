@@ -10,7 +10,6 @@ import asyncio
 import logging
 import math
 import time
-import weakref
 from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any
@@ -23,6 +22,7 @@ from aiohttp.web_protocol import RequestHandler, _ErrInfo
 from gateway.http2 import DirectAnswer, H2Protocol
 from gateway.lane import LANE, Lane, LaneAnswer, LaneRequest, body_of
 from gateway.memo import Memo
+from gateway.per_loop import PerLoop
 from gateway.problems import PROBLEM_JSON, Problem, one_line, problem_body, problem_response
 from gateway.problems import status_code as code_of
 
@@ -91,17 +91,8 @@ class LaneAnswers:
             connection._lane_answered(done)
 
 
-_LANE_ANSWERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LaneAnswers] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def lane_answers(loop: asyncio.AbstractEventLoop) -> LaneAnswers:
-    """The loop's LaneAnswers (one per event loop: tests run several in one process)."""
-    answers = _LANE_ANSWERS.get(loop)
-    if answers is None:
-        answers = _LANE_ANSWERS[loop] = LaneAnswers(loop)
-    return answers
+# The loop's LaneAnswers.
+lane_answers: PerLoop[LaneAnswers] = PerLoop(LaneAnswers)
 
 
 class _ProblemErrors(RequestHandler):

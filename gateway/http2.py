@@ -13,7 +13,6 @@ import functools
 import re
 import ssl
 import struct
-import weakref
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -47,6 +46,7 @@ from yarl import URL
 
 from .h2_stream import H2Stream, H2StreamWriter, Headers
 from .memo import Memo
+from .per_loop import PerLoop
 
 __all__ = ("DirectAnswer", "H2Limits", "H2Protocol", "Http2Site", "HttpVersion20", "start_server")
 
@@ -243,17 +243,7 @@ class _TurnFlushes:
                 )
 
 
-_TURN_FLUSHES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _TurnFlushes] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _turn_flushes(loop: asyncio.AbstractEventLoop) -> _TurnFlushes:
-    """The loop's _TurnFlushes (one per event loop: tests run several in one process)."""
-    flushes = _TURN_FLUSHES.get(loop)
-    if flushes is None:
-        flushes = _TURN_FLUSHES[loop] = _TurnFlushes(loop)
-    return flushes
+_turn_flushes: PerLoop[_TurnFlushes] = PerLoop(_TurnFlushes)
 
 
 class H2Protocol(RequestHandler):

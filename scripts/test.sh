@@ -42,6 +42,6 @@ echo "== ruff"
 ruff check .
 ruff format --check .
 echo "== mypy"
-mypy engine replication gateway loadtests openapi spark_ingest
+mypy engine replication gateway loadtests openapi spark_ingest tests
 echo "== pytest"
 pytest -q "$@"

@@ -642,7 +642,8 @@ async def test_request_bodies_in_progress_are_bounded(start: Start) -> None:
             "/v1/topics/t/records", data=slow_body(), headers={"Content-Type": "application/json"}
         )
     )
-    inflight = client.server.app[INFLIGHT]
+    assert client.app is not None
+    inflight = client.app[INFLIGHT]
     await wait_until(lambda: inflight.reserved >= 4096)
     body = {"records": [{"value": "x" * 2500}]}
     busy = await client.post("/v1/topics/t/records", json=body)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import yaml  # type: ignore[import-untyped]
+import yaml
 
 from engine.batch import RecordInput
 from tests.api.support import (

@@ -82,13 +82,12 @@ def test_acls_made_on_one_node_are_enforced_by_the_other(cluster: LocalCluster) 
            "pattern_type": "literal", "operation": "write", "permission": "allow"}  # fmt: skip
     assert call("POST", f"{first}/v1/acls", admin, json=acl).status_code == 201
     answers: list[requests.Response] = []
-    until(
-        lambda: (
-            answers.append(call("POST", produce, alice["secret"], json=records))
-            or answers[-1].status_code == 200
-        ),
-        "the second node enforcing the ACL added through the first",
-    )
+
+    def produced() -> bool:
+        answers.append(call("POST", produce, alice["secret"], json=records))
+        return answers[-1].status_code == 200
+
+    until(produced, "the second node enforcing the ACL added through the first")
     # acks=all on every partition, through whichever node leads it: forwarded appends and
     # follower fetches between the nodes carried the internal key
     assert {r["partition"] for r in answers[-1].json()["results"]} == {0, 1, 2, 3}
@@ -131,8 +130,11 @@ def test_quotas_set_through_one_node_hold_on_both_charged_once(cluster: LocalClu
     records = {"records": [{"value": 1}]}
     # every node allows alice (the ACL through etcd) before a quota makes retries costly
     for node in cluster.nodes:
-        until(lambda node=node: call("POST", node.url + produce, alice, json=records)
-              .status_code == 200, f"node {node.node_id} allowing alice")  # fmt: skip
+
+        def allows(url: str = node.url + produce) -> bool:
+            return call("POST", url, alice, json=records).status_code == 200
+
+        until(allows, f"node {node.node_id} allowing alice")
     put = call("PUT", f"{first.url}/v1/quotas/alice", admin, json={"requests_per_second": 0.01})
     assert put.status_code == 200, put.text
     until(

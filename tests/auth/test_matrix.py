@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import jsonschema_rs
 import pytest
@@ -116,7 +116,7 @@ def _declared(method: str, path: str, status: int) -> dict[str, Any] | None:
     response = CONTRACT["paths"][path][method.lower()]["responses"].get(str(status))
     if response is not None and "$ref" in response:
         response = CONTRACT["components"]["responses"][response["$ref"].rsplit("/", 1)[1]]
-    return response
+    return cast(dict[str, Any] | None, response)
 
 
 def _check_declared(method: str, path: str, status: int, body: Any) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.auth import authenticator
+from gateway.auth import authenticator, credentials
 from tests.api.support import Client, Start, metrics, problem, sample
 from tests.auth.support import bearer, binding, grant, make_basic, make_key
 
@@ -180,7 +180,7 @@ async def test_basic_auth_is_checked_once_then_remembered(
     secret = make_basic(data_dir, "carol")
     client = await start(auth=True, auth_basic=True, super_users=("carol",))
     calls: list[str] = []
-    real = authenticator.verify_basic
+    real = credentials.verify_basic
 
     def counted(record: object, given: str) -> bool:
         calls.append(given)

@@ -82,7 +82,7 @@ def read_values(
     http: httpx.Client, url: str, topic: str, end: int, partition: int = 0
 ) -> list[Any]:
     """Every record value of the partition from offset 0 up to `end`, over JSON fetches."""
-    offset, values = 0, []
+    offset, values = 0, list[Any]()
     while offset < end:
         answer = http.get(
             f"{url}/v1/topics/{topic}/partitions/{partition}/records",

@@ -27,7 +27,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-import yaml  # type: ignore[import-untyped]
+import yaml
 
 from gateway.cli import parser
 from gateway.devcluster import ETCD_MAX_TXN_OPS, free_port

@@ -16,7 +16,7 @@ from urllib.parse import urlencode
 
 import httpx
 import orjson
-import yaml  # type: ignore[import-untyped]
+import yaml
 
 from loadtests.common import rss_bytes
 from openapi import SPEC

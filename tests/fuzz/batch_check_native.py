@@ -40,7 +40,7 @@ def both_paths(body: bytes) -> Any:
 def one_input(data: bytes) -> None:
     both_paths(batch_validator.fix_crcs(data[1:]) if data[:1] and data[0] & 1 else data[1:])
     assert codecs._records_well_formed is not None
-    codecs._records_well_formed(data)
+    codecs._records_well_formed(memoryview(data))
 
 
 def seeds() -> Iterator[bytes]:

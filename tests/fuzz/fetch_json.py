@@ -19,8 +19,8 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from engine import batch as fmt
 from gateway import codecs
 
+assert codecs._batch_json is not None, "gateway._fetchjson is not built"
 batch_json = codecs._batch_json
-assert batch_json is not None, "gateway._fetchjson is not built"
 
 Source = tuple[str, int] | None
 
@@ -53,7 +53,7 @@ def _value(fdp: atheris.FuzzedDataProvider) -> bytes | None:
     if kind == 0:
         return None
     if kind == 1:
-        return fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 16))
+        return bytes(fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 16)))
     if kind == 2:
         return orjson.dumps(fdp.ConsumeUnicodeNoSurrogates(fdp.ConsumeIntInRange(0, 8)))
     return orjson.dumps({"n": fdp.ConsumeInt(8), "f": fdp.ConsumeRegularFloat()})
@@ -65,8 +65,8 @@ def _key(fdp: atheris.FuzzedDataProvider) -> bytes | None:
         return None
     size = fdp.ConsumeIntInRange(0, 12)
     if kind == 1:
-        return fdp.ConsumeUnicodeNoSurrogates(size).encode()
-    return fdp.ConsumeBytes(size)
+        return str(fdp.ConsumeUnicodeNoSurrogates(size)).encode()
+    return bytes(fdp.ConsumeBytes(size))
 
 
 def _headers(fdp: atheris.FuzzedDataProvider, first: bool) -> list[tuple[str, bytes | None]]:
@@ -129,7 +129,10 @@ def one_input(data: bytes) -> None:
     odd = fdp.ConsumeIntInRange(0, 255) & 1
     start = fdp.ConsumeIntInRange(-2, 2**62)
     max_records = fdp.ConsumeIntInRange(1, 20)
-    source = (fdp.ConsumeUnicodeNoSurrogates(4), fdp.ConsumeIntInRange(0, 2**31 - 1))
+    source: tuple[str, int] | None = (
+        fdp.ConsumeUnicodeNoSurrogates(4),
+        fdp.ConsumeIntInRange(0, 2**31 - 1),
+    )
     if fdp.ConsumeBool():
         source = None
     if odd:

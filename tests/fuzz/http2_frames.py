@@ -96,7 +96,7 @@ def _spin(loop: asyncio.AbstractEventLoop, rounds: int = 8) -> None:
         loop.run_until_complete(asyncio.sleep(0))
 
 
-async def _settle(tasks: list[asyncio.Task[None]]) -> None:
+async def _settle(tasks: list[asyncio.Future[Any]]) -> None:
     await asyncio.gather(*tasks, return_exceptions=True)
 
 

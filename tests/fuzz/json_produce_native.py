@@ -20,8 +20,8 @@ from engine.config import TopicConfig
 from gateway import codecs, produce
 from gateway.problems import Problem
 
+assert produce._json_batches is not None, "gateway._producejson is not built"
 json_batches = produce._json_batches
-assert json_batches is not None, "gateway._producejson is not built"
 
 NOW = 1_700_000_000.123  # time.time() while building: both paths stamp the same default
 MAX_MESSAGE_BYTES = (TopicConfig().max_message_bytes, 90, 120, 160, 200, 300, 1000, 4000)
@@ -74,9 +74,9 @@ def answer(body: bytes, topic: Topic, native: bool) -> tuple[Any, int]:
     request = produce.ProduceRequest(
         "t", topic.url_partition, "1", 1000, codecs.JSON, body, None, None, "/"
     )
-    saved = produce._json_batches, produce.time
+    saved = produce._json_batches, produce.time  # type: ignore[attr-defined]
     produce._json_batches = json_batches if native else None
-    produce.time = cast(Any, types.SimpleNamespace(time=lambda: NOW))
+    produce.time = cast(Any, types.SimpleNamespace(time=lambda: NOW))  # type: ignore[attr-defined]
     try:
         built = producer._build(spec, request, None, None)
         result: Any = [(b.partition, bytes(b.data), b.count) for b in built]
@@ -85,7 +85,7 @@ def answer(body: bytes, topic: Topic, native: bool) -> tuple[Any, int]:
     except Exception as exc:  # the Python path's own faults must be the same too
         result = ("error", type(exc), str(exc))
     finally:
-        produce._json_batches, produce.time = saved
+        produce._json_batches, produce.time = saved  # type: ignore[attr-defined]
     return result, producer.sticky.next_partition(1 << 20)
 
 

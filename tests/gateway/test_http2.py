@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import hpack
 import pytest
@@ -35,6 +35,8 @@ from yarl import URL
 from gateway import http2
 from gateway.http2 import PREFACE, H2Limits, Http2Site, start_server
 from tests.tls import write_self_signed
+
+FrameT = TypeVar("FrameT", bound=Frame)
 
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("h2")
@@ -334,6 +336,12 @@ class RawH2:
             self.write(SettingsFrame(0, flags=("ACK",)))
         return frame
 
+    async def next_of(self, kind: type[FrameT]) -> FrameT:
+        """The first frame of ``kind`` from the server (the frames before it passed over)."""
+        frame = (await self.until(lambda f: isinstance(f, kind)))[-1]
+        assert isinstance(frame, kind)
+        return frame
+
     async def until(self, done: Callable[[Frame], bool]) -> list[Frame]:
         """Frames up to and including the first one matching ``done``."""
         frames = []
@@ -346,7 +354,7 @@ class RawH2:
     def status(self, frames: Iterable[Frame], stream_id: int) -> int:
         for frame in frames:
             if isinstance(frame, HeadersFrame) and frame.stream_id == stream_id:
-                return int(dict(self.decoder.decode(frame.data))[":status"])
+                return int(dict(self.decoder.decode(frame.data, raw=True))[b":status"])
         raise AssertionError(f"no HEADERS for stream {stream_id}")
 
     async def close(self) -> None:
@@ -491,7 +499,7 @@ async def test_httpx_large_upload_round_trip(server: Served) -> None:
 async def test_request_window_is_returned_only_as_the_handler_reads(server: Served) -> None:
     window = H2Limits().initial_window_size
     client = await RawH2.connect(server.site.port)
-    frames = [client.headers(1, f"/hold?n={window}", "POST", end_stream=False)]
+    frames: list[Frame] = [client.headers(1, f"/hold?n={window}", "POST", end_stream=False)]
     frames += [DataFrame(1, os.urandom(16384)) for _ in range(window // 16384)]
     client.write(*frames, PingFrame(0, b"barrier!"))
     before = await client.until(lambda f: isinstance(f, PingFrame) and "ACK" in f.flags)
@@ -517,8 +525,8 @@ async def test_unfinished_upload_is_reset_after_lingering_time() -> None:
         request = client.headers(1, "/hold?n=10", "POST", end_stream=False)
         client.write(request, DataFrame(1, b"x" * 10))
         app[STATE].body_gate.set()
-        frames = await client.until(lambda f: isinstance(f, RstStreamFrame))
-        assert frames[-1].stream_id == 1 and frames[-1].error_code == ErrorCodes.NO_ERROR
+        reset = await client.next_of(RstStreamFrame)
+        assert reset.stream_id == 1 and reset.error_code == ErrorCodes.NO_ERROR
         await client.close()
     finally:
         await site.runner.cleanup()
@@ -598,8 +606,8 @@ async def test_rapid_reset_gets_enhance_your_calm() -> None:
         for stream_id in range(1, 2 * 21, 2):
             burst += [client.headers(stream_id, "/wait"), RstStreamFrame(stream_id, 8)]
         client.write(*burst)
-        frames = await client.until(lambda f: isinstance(f, GoAwayFrame))
-        assert frames[-1].error_code == ErrorCodes.ENHANCE_YOUR_CALM
+        goaway = await client.next_of(GoAwayFrame)
+        assert goaway.error_code == ErrorCodes.ENHANCE_YOUR_CALM
         assert await client.frame() is None
         await client.close()
     finally:
@@ -628,8 +636,8 @@ async def test_oversized_header_list_is_a_connection_error(
     frames += [ContinuationFrame(1, piece) for piece in pieces[1:]]
     frames[-1].flags.add("END_HEADERS")
     client.write(*frames)
-    goaway = await client.until(lambda f: isinstance(f, GoAwayFrame))
-    assert goaway[-1].error_code == error_code
+    goaway = await client.next_of(GoAwayFrame)
+    assert goaway.error_code == error_code
     assert await client.frame() is None
     await client.close()
 
@@ -640,8 +648,8 @@ async def test_continuation_flood_is_a_connection_error(server: Served) -> None:
     frames: list[Frame] = [HeadersFrame(1, b"\x82", flags=("END_STREAM",))]
     frames += [ContinuationFrame(1, b"\x86") for _ in range(100)]
     client.write(*frames)
-    goaway = await client.until(lambda f: isinstance(f, GoAwayFrame))
-    assert goaway[-1].error_code == ErrorCodes.ENHANCE_YOUR_CALM
+    goaway = await client.next_of(GoAwayFrame)
+    assert goaway.error_code == ErrorCodes.ENHANCE_YOUR_CALM
     assert await client.frame() is None
     await client.close()
 
@@ -654,8 +662,8 @@ async def test_streams_beyond_the_limit_are_a_connection_error() -> None:
         client.write(client.headers(1, "/wait"), client.headers(3, "/wait"))
         await asyncio.wait_for(served.state.all_waiting.wait(), TIMEOUT)
         client.write(client.headers(5, "/wait"))
-        goaway = await client.until(lambda f: isinstance(f, GoAwayFrame))
-        assert goaway[-1].error_code == ErrorCodes.PROTOCOL_ERROR
+        goaway = await client.next_of(GoAwayFrame)
+        assert goaway.error_code == ErrorCodes.PROTOCOL_ERROR
         assert await client.frame() is None
         assert served.state.waiting == 2
         await client.close()
@@ -733,8 +741,9 @@ async def test_malformed_request_headers_reset_the_stream(
         block = client.encoder.encode(fields, huffman=False)
         client.write(HeadersFrame(stream_id, block, flags=("END_HEADERS", "END_STREAM")))
         frames = await client.until(lambda f: isinstance(f, RstStreamFrame))
-        assert frames[-1].stream_id == stream_id
-        assert frames[-1].error_code == ErrorCodes.PROTOCOL_ERROR
+        reset = frames[-1]
+        assert isinstance(reset, RstStreamFrame) and reset.stream_id == stream_id
+        assert reset.error_code == ErrorCodes.PROTOCOL_ERROR
         assert not [f for f in frames if isinstance(f, (HeadersFrame, DataFrame))]
     client.write(client.headers(5, "/hello"))
     assert client.status(await client.until(ends(5)), 5) == 200
@@ -778,7 +787,9 @@ async def test_body_not_of_its_content_length_resets_the_stream(
     request = HeadersFrame(1, block, flags=("END_HEADERS",))
     client.write(request, DataFrame(1, body, flags=("END_STREAM",)))
     frames = await client.until(lambda f: isinstance(f, RstStreamFrame))
-    assert frames[-1].stream_id == 1 and frames[-1].error_code == ErrorCodes.PROTOCOL_ERROR
+    reset = frames[-1]
+    assert isinstance(reset, RstStreamFrame) and reset.stream_id == 1
+    assert reset.error_code == ErrorCodes.PROTOCOL_ERROR
     assert not [f for f in frames if isinstance(f, HeadersFrame)]
     await client.close()
 
@@ -788,11 +799,11 @@ async def test_data_beyond_the_stream_window_is_a_connection_error() -> None:
     served = await serve(limits=H2Limits(initial_window_size=100_000))
     try:
         client = await RawH2.connect(served.site.port)
-        frames = [client.headers(1, "/hold?n=200000", "POST", end_stream=False)]
+        frames: list[Frame] = [client.headers(1, "/hold?n=200000", "POST", end_stream=False)]
         frames += [DataFrame(1, b"x" * 16384) for _ in range(7)]  # 114,688 bytes
         client.write(*frames)
-        goaway = await client.until(lambda f: isinstance(f, GoAwayFrame))
-        assert goaway[-1].error_code == ErrorCodes.FLOW_CONTROL_ERROR
+        goaway = await client.next_of(GoAwayFrame)
+        assert goaway.error_code == ErrorCodes.FLOW_CONTROL_ERROR
         assert await client.frame() is None
         await client.close()
     finally:
@@ -804,7 +815,7 @@ async def test_client_goaway_lets_its_streams_finish(server: Served) -> None:
     client.write(client.headers(1, "/wait"))
     await asyncio.wait_for(server.state.all_waiting.wait(), TIMEOUT)
     client.write(GoAwayFrame(0, last_stream_id=0, error_code=ErrorCodes.NO_ERROR))
-    goaway = (await client.until(lambda f: isinstance(f, GoAwayFrame)))[-1]
+    goaway = await client.next_of(GoAwayFrame)
     assert goaway.error_code == ErrorCodes.NO_ERROR and goaway.last_stream_id == 1
     waker = await RawH2.connect(server.site.port)
     waker.write(waker.headers(1, "/wake", "POST"))
@@ -824,11 +835,11 @@ async def test_graceful_shutdown_sends_goaway_and_finishes_in_flight() -> None:
     await asyncio.wait_for(served.state.all_waiting.wait(), TIMEOUT)
     cleanup = asyncio.create_task(served.site.runner.cleanup())
 
-    goaway = (await client.until(lambda f: isinstance(f, GoAwayFrame)))[-1]
+    goaway = await client.next_of(GoAwayFrame)
     assert goaway.error_code == ErrorCodes.NO_ERROR and goaway.last_stream_id == 1
     client.write(client.headers(3, "/hello"))
-    refused = await client.until(lambda f: isinstance(f, RstStreamFrame))
-    assert refused[-1].stream_id == 3 and refused[-1].error_code == ErrorCodes.REFUSED_STREAM
+    refused = await client.next_of(RstStreamFrame)
+    assert refused.stream_id == 3 and refused.error_code == ErrorCodes.REFUSED_STREAM
     assert not cleanup.done()
 
     served.state.wake.set()

@@ -135,10 +135,15 @@ async def test_the_answers_of_one_turn_go_out_together_and_one_failing_flush_sta
         raise RuntimeError("flush failed")
 
     failing._flush = fail  # type: ignore[method-assign]
-    scheduled = []
+    scheduled: list[tuple[Any, ...]] = []
     call_soon = loop.call_soon
+
+    def counted(*args: Any, **kwargs: Any) -> asyncio.Handle:
+        scheduled.append(args)
+        return call_soon(*args, **kwargs)
+
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(loop, "call_soon", lambda *a, **k: scheduled.append(a) or call_soon(*a, **k))
+        patch.setattr(loop, "call_soon", counted)
         started[b"first"](Answer(b"to first"))
         started[b"second"](Answer(b"to second"))
     assert len(scheduled) == 1  # one flush for the turn, not one a connection

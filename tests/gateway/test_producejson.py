@@ -89,6 +89,9 @@ def records(draw: st.DrawFn, topic: Topic) -> dict[str, Any]:
     return {name: fields[name] for name in order}
 
 
+INDENTS: list[int | str | None] = [None, 0, 2, "\t"]  # json.dumps's: none, newlines only, two, tab
+
+
 @st.composite
 def bodies(draw: st.DrawFn, topic: Topic) -> bytes:
     """A produce body as a client might write it: compact or indented, non-ASCII as UTF-8 or
@@ -102,7 +105,7 @@ def bodies(draw: st.DrawFn, topic: Topic) -> bytes:
         record[odd] = draw(st.integers(0, topic.partitions)) if odd == "partition" else "base64"
     ascii = draw(st.booleans())
     separators = draw(st.sampled_from([(",", ":"), (", ", ": "), (" ,", " :")]))
-    indent = draw(st.none() | st.sampled_from([0, 2, "\t"]))
+    indent = draw(st.sampled_from(INDENTS))
     return json.dumps(doc, ensure_ascii=ascii, separators=separators, indent=indent).encode()
 
 

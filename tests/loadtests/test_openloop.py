@@ -38,7 +38,7 @@ async def test_the_producer_never_sleeps_below_a_tick(monkeypatch: pytest.Monkey
         sleeps.append(delay)
         return await real_sleep(delay, *args)
 
-    monkeypatch.setattr(openloop.asyncio, "sleep", recorded)
+    monkeypatch.setattr(asyncio, "sleep", recorded)
     barrier = threading.Barrier(1)
     params = {"system": "sluice", "port": port, "topic": "t", "rate": 5_000, "seconds": 0.3}
     async with server:
@@ -76,7 +76,11 @@ async def test_answers_are_split_however_the_bytes_arrive(
     by one, or cut anywhere."""
     for size in (len(stream), 1, 7):
         got: list[tuple[bool, bytes]] = []
-        protocol = openloop._Answers(split, lambda ok, body, seen=got: seen.append((ok, body)))
+
+        def seen(ok: bool, body: bytes, got: list[tuple[bool, bytes]] = got) -> None:
+            got.append((ok, body))
+
+        protocol = openloop._Answers(split, seen)
         for at in range(0, len(stream), size):
             protocol.data_received(stream[at : at + size])
         assert got == answers

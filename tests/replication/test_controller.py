@@ -67,6 +67,11 @@ class Cluster:
         assert await self.observer.wait_for(predicate, TIMEOUT), f"timed out waiting for {what}"
 
 
+def out_of_isr(node: int, partition: int) -> Callable[[ClusterView], bool]:
+    """Whether `node` has left the ISR of topic t's `partition`."""
+    return lambda view: node not in view.partitions[("t", partition)].isr
+
+
 @contextlib.asynccontextmanager
 async def running_cluster(
     leader_imbalance_check_interval_s: float | None = None,
@@ -263,9 +268,7 @@ async def test_node_loss_elects_the_next_isr_member_in_the_next_epoch() -> None:
         # Partitions led elsewhere keep their leader, and lose the dead node from their ISR
         # at once (Kafka's controller on a session loss), in a new epoch.
         for p in (0, 2):
-            await c.until(
-                lambda v, p=p: 2 not in v.partitions[("t", p)].isr, f"node 2 out of {p}'s ISR"
-            )
+            await c.until(out_of_isr(2, p), f"node 2 out of {p}'s ISR")
             state = c.state("t", p)
             assert state.leader == state.replicas[0] and state.leader_epoch == 1
             assert state.isr == tuple(r for r in state.replicas if r != 2)
@@ -279,9 +282,7 @@ async def test_a_lost_leaders_partitions_are_written_before_isr_shrinks() -> Non
         assert c.state("t", 1).leader == 2 and c.state("t", 0).leader != 2
         c.backend.expire(2)
         for p in range(3):
-            await c.until(
-                lambda v, p=p: 2 not in v.partitions[("t", p)].isr, f"node 2 out of {p}'s ISR"
-            )
+            await c.until(out_of_isr(2, p), f"node 2 out of {p}'s ISR")
         led_anew = c.state("t", 1).version
         assert all(led_anew < c.state("t", p).version for p in (0, 2))
 
@@ -406,9 +407,7 @@ async def test_a_concurrent_change_makes_the_controller_decide_again(
         state = c.state("t", 1)
         assert raced and (state.leader_epoch, state.isr) == (1, (1,))
         for p in (0, 2):
-            await c.until(
-                lambda v, p=p: 2 not in v.partitions[("t", p)].isr, f"node 2 out of {p}'s ISR"
-            )
+            await c.until(out_of_isr(2, p), f"node 2 out of {p}'s ISR")
 
 
 async def preferred_replica_lost_and_back(c: Cluster) -> None:

@@ -51,7 +51,7 @@ async def test_one_turns_appends_go_in_one_request_each_with_its_own_offsets() -
     leader = Leader()
     appends = ForwardedAppends(leader)
     bases = await asyncio.gather(one(appends, b"aa"), one(appends, b"bbb"), one(appends, b"c"))
-    assert bases == [0, 2, 5]
+    assert list(bases) == [0, 2, 5]
     assert [sent[2] for sent in leader.sent] == [b"aabbbc"]
     assert (appends.sends, appends.requests) == (1, 3)
     # a later turn: a request of its own
@@ -88,7 +88,7 @@ async def test_any_other_failure_is_every_joined_requests() -> None:
     unreachable = NodeUnreachable("gone", delivered=False)
     appends = ForwardedAppends(Leader(fail=unreachable))
     results = await asyncio.gather(one(appends, b"a"), one(appends, b"b"), return_exceptions=True)
-    assert results == [unreachable, unreachable]
+    assert list(results) == [unreachable, unreachable]
 
 
 async def test_a_turn_past_the_size_bound_goes_in_several_requests() -> None:

@@ -94,7 +94,7 @@ async def test_closed_segments_go_to_s3_and_old_offsets_come_back(
         assert len(log_object) == segment.size
         assert hashlib.sha256(log_object).hexdigest() == segment.sha256
         # Any Kafka decoder reads the object: kafka-python's pure-Python one here.
-        offsets, position = [], 0
+        offsets, position = list[int](), 0
         while position < len(log_object):
             size = DefaultRecordBatch(log_object[position:]).size_in_bytes
             batch = DefaultRecordBatch(log_object[position : position + size])
@@ -126,10 +126,10 @@ async def test_closed_segments_go_to_s3_and_old_offsets_come_back(
         first.base_offset + 4,
     ]
 
-    offsets = await client.get(
+    earliest = await client.get(
         records_path("t", 0).replace("/records", "/offsets"), params={"timestamp": "earliest"}
     )
-    assert (await offsets.json())["offset"] == 0
+    assert (await earliest.json())["offset"] == 0
     by_time = await client.get(
         records_path("t", 0).replace("/records", "/offsets"),
         params={"timestamp": str(BASE_TS + 5 * 1000)},

@@ -23,7 +23,7 @@ from gateway.metrics import Metrics
 from gateway.partitioner import StickyPartitioner, partition_for_key
 from gateway.problems import Problem, bad_request
 from replication.errors import LeaderNotAvailable, NodeUnreachable, NotLeader, PartiallyAppended
-from replication.forward_client import ForwardClient
+from replication.forward_client import ForwardClient, RemoteError
 from replication.forwarded_appends import ForwardedAppends
 from replication.idempotency import Marker
 from replication.metadata import ClusterView, TopicSpec
@@ -394,6 +394,10 @@ class Producer:
         failed += [(p, o) for p, o in zip(partitions, outcomes, strict=True) if o is not None]
         if not failed:
             return
+        unknown = [o for p, o in failed if p not in results and _may_have_appended(o)]
+        if unknown:
+            # Another node may hold some of the records: the answer must not be a refusal.
+            raise unknown[0]
         refused = [p for p, _ in failed if p not in results]
         if refused and results:
             # A definite refusal for some partitions must not hide that others have records.
@@ -452,10 +456,33 @@ class Producer:
                 )
             else:
                 info = await self.replicas.appends.append(leader, item.data, request.acks)
+                # Recorded before the acks: if they fail, the answer must still say that
+                # this partition has the records.
+                self._appended(topic, item, info.first_offset, results)
                 await self.replicas.acknowledge(leader, info, request.acks, request.timeout_ms)
-                base = info.first_offset
+                return
+        self._appended(topic, item, base, results)
+
+    def _appended(
+        self, topic: str, item: PartitionBatch, base: int, results: dict[int, tuple[int, int]]
+    ) -> None:
         results[item.partition] = (base, item.count)
         self.metrics.traffic.produced(topic, item.count, len(item.data))
+
+
+# What a leader elsewhere answers when it appended nothing, besides a 4xx.
+_REMOTE_REFUSALS = frozenset({"NOT_ENOUGH_REPLICAS", "LEADER_NOT_AVAILABLE"})
+
+
+def _may_have_appended(failure: BaseException) -> bool:
+    """Whether a partition's batch may be in another node's log although its forward failed:
+    that node went silent after the batch reached it, or answered short of a refusal (timed
+    out waiting for acks, the ISR shrank after the append, a fault)."""
+    if isinstance(failure, NodeUnreachable):
+        return failure.delivered
+    if isinstance(failure, RemoteError):
+        return failure.status >= 500 and failure.code not in _REMOTE_REFUSALS
+    return False
 
 
 def _partition_named() -> int:

@@ -8,9 +8,11 @@ store); the test plays it by calling the internal routes as its fetcher would.
 from __future__ import annotations
 
 import asyncio
+import socket
 from dataclasses import replace
 from typing import Any
 
+import pytest
 from aiohttp import web
 
 from engine import batch as fmt
@@ -325,3 +327,105 @@ async def test_a_refusal_for_one_partition_does_not_hide_another_one_appended(
     assert body["cause"] == "NOT_ENOUGH_REPLICAS"
     assert response.headers["Retry-After"] == "1"
     assert [r["value"] for r in (await fetch(client, "t", 0))["records"]] == [0]
+
+
+async def test_a_partition_appended_here_after_its_leader_died_is_reported_when_its_acks_fail(
+    start: Start, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Partition 1's leader is down; once the cluster moves it here, its batch is appended
+    here and its acks=all wait times out. The answer must say partition 1 has the records
+    (REQUEST_TIMED_OUT: they may commit), never that it refused them (a definite refusal
+    promises nothing was appended)."""
+    client = await start()
+    await create_topic(client, partitions=2)
+    broker = gateway(client).broker
+    assert isinstance(broker.store, MemoryMetadataStore)
+    backend = broker.store.backend
+    with socket.socket() as closed:  # a port nothing listens on: the leader is down
+        closed.bind(("127.0.0.1", 0))
+        dead_url = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    with backend.transaction() as revision:
+        backend.nodes[FOLLOWER] = NodeInfo(FOLLOWER, dead_url)
+        backend.live.add(FOLLOWER)
+        state = backend.partitions[("t", 1)]
+        backend.partitions[("t", 1)] = replace(
+            state,
+            leader=FOLLOWER,
+            leader_epoch=state.leader_epoch + 1,
+            replicas=(FOLLOWER, 0),
+            isr=(FOLLOWER, 0),
+            version=revision,
+        )
+    replica = gateway(client).replicas.local("t", 1)
+    assert replica is not None
+    await wait_until(lambda: not replica.is_leader)
+
+    producer = gateway(client).producer
+    waiting = asyncio.Event()
+    next_leader = producer._next_leader
+
+    async def noted(topic: str, partition: int, url: str) -> Partition | str:
+        waiting.set()
+        return await next_leader(topic, partition, url)
+
+    monkeypatch.setattr(producer, "_next_leader", noted)
+    answering = asyncio.ensure_future(
+        client.post(
+            records_path("t"),
+            params={"acks": "all", "timeout_ms": "200"},
+            json={"records": [{"value": 0, "partition": 0}, {"value": 1, "partition": 1}]},
+        )
+    )
+    await asyncio.wait_for(waiting.wait(), 10)
+    # The cluster moves partition 1 here; node 1 stays in its ISR and never fetches.
+    with backend.transaction() as revision:
+        state = backend.partitions[("t", 1)]
+        backend.partitions[("t", 1)] = replace(
+            state, leader=0, leader_epoch=state.leader_epoch + 1, version=revision
+        )
+    await problem(await answering, 504, "REQUEST_TIMED_OUT")
+    assert [r["value"] for r in (await fetch(client, "t", 0))["records"]] == [0]
+    assert replica.log.log_end_offset == 1  # appended, uncommitted while node 1 lags
+
+
+async def test_a_refusal_elsewhere_does_not_hide_a_partition_that_may_have_appended(
+    client: Client, aiohttp_raw_server: Any
+) -> None:
+    """Partitions 1 and 2 are led by another node: it refuses partition 1 (NOT_ENOUGH_REPLICAS,
+    nothing appended) and times out on partition 2's acks (its records may commit). The
+    answer is that timeout, never the refusal, which would promise nothing was appended."""
+
+    async def answer(request: web.BaseRequest) -> web.Response:
+        status, code = (503, "NOT_ENOUGH_REPLICAS") if "/1/append" in request.path else (
+            504, "REQUEST_TIMED_OUT")  # fmt: skip
+        body = {"title": "refused", "status": status, "detail": code, "code": code}
+        return web.json_response(body, status=status, content_type="application/problem+json")
+
+    other = await aiohttp_raw_server(answer)
+    await create_topic(client, partitions=3)
+    broker = gateway(client).broker
+    assert isinstance(broker.store, MemoryMetadataStore)
+    backend = broker.store.backend
+    with backend.transaction() as revision:
+        backend.nodes[FOLLOWER] = NodeInfo(FOLLOWER, str(other.make_url("")).rstrip("/"))
+        backend.live.add(FOLLOWER)
+        for partition in (1, 2):
+            state = backend.partitions[("t", partition)]
+            backend.partitions[("t", partition)] = replace(
+                state,
+                leader=FOLLOWER,
+                leader_epoch=state.leader_epoch + 1,
+                replicas=(FOLLOWER, 0),
+                isr=(FOLLOWER, 0),
+                version=revision,
+            )
+    replicas = gateway(client).replicas
+    await wait_until(
+        lambda: all(not replicas.local("t", p).is_leader for p in (1, 2))  # type: ignore[union-attr]
+    )
+    response = await client.post(
+        records_path("t"),
+        params={"acks": "all"},
+        json={"records": [{"value": 1, "partition": 1}, {"value": 2, "partition": 2}]},
+    )
+    await problem(response, 504, "REQUEST_TIMED_OUT")

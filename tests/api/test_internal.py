@@ -10,14 +10,14 @@ from __future__ import annotations
 import asyncio
 import socket
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from aiohttp import web
 
 from engine import batch as fmt
 from replication.errors import MetadataUnavailable
-from replication.memory_store import MemoryMetadataStore
+from replication.memory_store import MemoryBackend, MemoryMetadataStore
 from replication.metadata import NodeInfo, PartitionState
 from replication.partition import Partition
 from replication.replica_client import HIGH_WATERMARK, LOG_START_OFFSET, replica_path
@@ -59,6 +59,34 @@ def leader_of(client: Client, topic: str = "t") -> Partition:
     partition = gateway(client).replicas.local(topic, 0)
     assert partition is not None
     return partition
+
+
+async def lead_elsewhere(client: Client, url: str, partitions: tuple[int, ...]) -> MemoryBackend:
+    """Make node 1, at `url`, the live leader of topic t's `partitions` (this node in their
+    ISR), and wait until this node follows them; the store's backend, to change it further."""
+    broker = gateway(client).broker
+    assert isinstance(broker.store, MemoryMetadataStore)
+    backend = broker.store.backend
+    with backend.transaction() as revision:
+        backend.nodes[FOLLOWER] = NodeInfo(FOLLOWER, url)
+        backend.live.add(FOLLOWER)
+        for partition in partitions:
+            state = backend.partitions[("t", partition)]
+            backend.partitions[("t", partition)] = replace(
+                state,
+                leader=FOLLOWER,
+                leader_epoch=state.leader_epoch + 1,
+                replicas=(FOLLOWER, 0),
+                isr=(FOLLOWER, 0),
+                version=revision,
+            )
+    replicas = gateway(client).replicas
+
+    def following() -> bool:
+        return all(not cast(Partition, replicas.local("t", p)).is_leader for p in partitions)
+
+    await wait_until(following)
+    return backend
 
 
 async def replica_fetch(
@@ -297,24 +325,7 @@ async def test_a_refusal_for_one_partition_does_not_hide_another_one_appended(
 
     other = await aiohttp_raw_server(refuse)
     await create_topic(client, partitions=2)
-    broker = gateway(client).broker
-    assert isinstance(broker.store, MemoryMetadataStore)
-    backend = broker.store.backend
-    with backend.transaction() as revision:
-        backend.nodes[FOLLOWER] = NodeInfo(FOLLOWER, str(other.make_url("")).rstrip("/"))
-        backend.live.add(FOLLOWER)
-        state = backend.partitions[("t", 1)]
-        backend.partitions[("t", 1)] = replace(
-            state,
-            leader=FOLLOWER,
-            leader_epoch=state.leader_epoch + 1,
-            replicas=(FOLLOWER, 0),
-            isr=(FOLLOWER, 0),
-            version=revision,
-        )
-    follower = gateway(client).replicas.local("t", 1)
-    assert follower is not None
-    await wait_until(lambda: not follower.is_leader)
+    await lead_elsewhere(client, str(other.make_url("")).rstrip("/"), (1,))
 
     response = await client.post(
         records_path("t"),
@@ -338,27 +349,12 @@ async def test_a_partition_appended_here_after_its_leader_died_is_reported_when_
     promises nothing was appended)."""
     client = await start()
     await create_topic(client, partitions=2)
-    broker = gateway(client).broker
-    assert isinstance(broker.store, MemoryMetadataStore)
-    backend = broker.store.backend
     with socket.socket() as closed:  # a port nothing listens on: the leader is down
         closed.bind(("127.0.0.1", 0))
         dead_url = f"http://127.0.0.1:{closed.getsockname()[1]}"
-    with backend.transaction() as revision:
-        backend.nodes[FOLLOWER] = NodeInfo(FOLLOWER, dead_url)
-        backend.live.add(FOLLOWER)
-        state = backend.partitions[("t", 1)]
-        backend.partitions[("t", 1)] = replace(
-            state,
-            leader=FOLLOWER,
-            leader_epoch=state.leader_epoch + 1,
-            replicas=(FOLLOWER, 0),
-            isr=(FOLLOWER, 0),
-            version=revision,
-        )
+    backend = await lead_elsewhere(client, dead_url, (1,))
     replica = gateway(client).replicas.local("t", 1)
     assert replica is not None
-    await wait_until(lambda: not replica.is_leader)
 
     producer = gateway(client).producer
     waiting = asyncio.Event()
@@ -403,26 +399,7 @@ async def test_a_refusal_elsewhere_does_not_hide_a_partition_that_may_have_appen
 
     other = await aiohttp_raw_server(answer)
     await create_topic(client, partitions=3)
-    broker = gateway(client).broker
-    assert isinstance(broker.store, MemoryMetadataStore)
-    backend = broker.store.backend
-    with backend.transaction() as revision:
-        backend.nodes[FOLLOWER] = NodeInfo(FOLLOWER, str(other.make_url("")).rstrip("/"))
-        backend.live.add(FOLLOWER)
-        for partition in (1, 2):
-            state = backend.partitions[("t", partition)]
-            backend.partitions[("t", partition)] = replace(
-                state,
-                leader=FOLLOWER,
-                leader_epoch=state.leader_epoch + 1,
-                replicas=(FOLLOWER, 0),
-                isr=(FOLLOWER, 0),
-                version=revision,
-            )
-    replicas = gateway(client).replicas
-    await wait_until(
-        lambda: all(not replicas.local("t", p).is_leader for p in (1, 2))  # type: ignore[union-attr]
-    )
+    await lead_elsewhere(client, str(other.make_url("")).rstrip("/"), (1, 2))
     response = await client.post(
         records_path("t"),
         params={"acks": "all"},

@@ -2,10 +2,12 @@
 
 - gateway/_batchcheck.c: whether a produced batch's records are well formed;
 - gateway/_fetchjson.c: a fetched batch -> its records' JSON text;
-- gateway/_producejson.c: a JSON produce body -> each partition's record batches.
+- gateway/_producejson.c: a JSON produce body -> each partition's record batches;
+- gateway/_h2session.c: the HTTP/2 session, over libnghttp2 (Debian: libnghttp2-dev).
 
-The first two share gateway/_records.h. Optional: without a C compiler the install still
-succeeds and produces and fetches take the slower, equivalent Python paths.
+The first two share gateway/_records.h. Optional: without a C compiler (or libnghttp2's
+headers) the install still succeeds and the gateway takes the slower, equivalent Python paths
+(HTTP/2 through ngh2).
 """
 
 from setuptools import Extension, setup
@@ -22,5 +24,14 @@ setup(
             optional=True,
         )
         for name in ("_batchcheck", "_fetchjson", "_producejson")
+    ]
+    + [
+        Extension(
+            "gateway._h2session",
+            ["gateway/_h2session.c"],
+            libraries=["nghttp2"],
+            extra_compile_args=FLAGS,
+            optional=True,
+        )
     ]
 )

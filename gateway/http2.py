@@ -1,9 +1,10 @@
 """HTTP/2 for aiohttp: one listening port serving HTTP/1.1, h2c (prior knowledge) and h2 over TLS.
 
 HTTP/1.1 connections go to aiohttp's own ``RequestHandler`` untouched. HTTP/2 connections are
-driven by libnghttp2 through ``ngh2``, a sans-IO binding (framing, HPACK, flow control and the
-protocol's validation run in C); every stream becomes a real ``web.Request`` dispatched through
-the application's normal handler (router, middlewares, error handling, access log).
+driven by libnghttp2 through a sans-IO session (``gateway.h2_session``: framing, HPACK, flow
+control and the protocol's validation run in C); every stream becomes a real ``web.Request``
+dispatched through the application's normal handler (router, middlewares, error handling,
+access log), unless a subclass answers it directly.
 """
 
 from __future__ import annotations
@@ -24,26 +25,25 @@ from aiohttp.streams import EMPTY_PAYLOAD, StreamReader
 from aiohttp.tcp_helpers import tcp_keepalive
 from aiohttp.web_protocol import PayloadAccessError, RequestHandler
 from multidict import CIMultiDict, CIMultiDictProxy
-from ngh2 import (
-    Configuration,
-    Connection,
-    ConnectionClosed,
-    DataReceived,
-    DenialOfServiceError,
-    ErrorCode,
-    GoAwayReceived,
-    NGH2Error,
-    RequestReceived,
-    Role,
-    Setting,
-    SettingsReceived,
-    StreamClosed,
-    StreamReset,
-    TrailersReceived,
-    WindowUpdated,
-)
 from yarl import URL
 
+from .h2_session import (
+    CLOSED,
+    DATA,
+    GOAWAY,
+    REQUEST,
+    RESET,
+    SETTINGS,
+    TERMINATED,
+    TRAILERS,
+    WINDOW,
+    CalmError,
+    ErrorCode,
+    Event,
+    Session,
+    SessionError,
+    SessionLike,
+)
 from .h2_stream import H2Stream, H2StreamWriter, Headers
 from .memo import Memo
 from .per_loop import PerLoop
@@ -153,28 +153,30 @@ class _ConnectionTransport(asyncio.Transport):
 _MESSAGES_KEPT = 512  # header blocks remembered (process-wide)
 _MESSAGE_MAX_BYTES = 2048  # only blocks this small (names and values) are remembered
 _UNSEEN = object()
-_messages: Memo[tuple[tuple[bytes, bytes], ...], RawRequestMessage | None] = Memo(_MESSAGES_KEPT)
+_messages: Memo[bytes, RawRequestMessage | None] = Memo(_MESSAGES_KEPT)
 
 
-def _message_of(headers: tuple[tuple[bytes, bytes], ...]) -> RawRequestMessage | None:
+def _message_of(block: bytes) -> RawRequestMessage | None:
     """`_build_message`'s answer, remembered for small blocks: a client repeats its header
     block from one request to the next (what HPACK is for), and building one costs ~4 µs, a
     twentieth of a one-record produce. The answer is immutable, so requests share it."""
-    message = _messages.get(headers, _UNSEEN)
+    message = _messages.get(block, _UNSEEN)
     if message is not _UNSEEN:
         return cast(RawRequestMessage | None, message)
-    built = _build_message(headers)
-    if sum(len(name) + len(value) for name, value in headers) <= _MESSAGE_MAX_BYTES:
-        _messages.remember(headers, built)
+    built = _build_message(block)
+    if len(block) <= _MESSAGE_MAX_BYTES:
+        _messages.remember(block, built)
     return built
 
 
-def _build_message(headers: tuple[tuple[bytes, bytes], ...]) -> RawRequestMessage | None:
-    """Map an HTTP/2 header block to aiohttp's parsed-request tuple; None if malformed."""
+def _build_message(block: bytes) -> RawRequestMessage | None:
+    """Map an HTTP/2 header block (``name\0value\0`` a field) to aiohttp's parsed-request
+    tuple; None if malformed."""
     method = path = authority = ""
     fields: CIMultiDict[str] = CIMultiDict()
     raw: list[tuple[bytes, bytes]] = []
-    for name, value in headers:
+    parts = block.split(b"\0")
+    for name, value in zip(parts[0:-1:2], parts[1::2], strict=True):
         if name[:1] == b":":
             if name == b":method":
                 method = value.decode("ascii", "surrogateescape")
@@ -276,11 +278,14 @@ class H2Protocol(RequestHandler):
     def __init__(self, manager: web.Server, *, limits: H2Limits, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
         self._limits = limits
-        config = Configuration(
-            auto_window_update=False,  # window goes back as handlers read (body_consumed)
-            max_inbound_header_list_size=limits.max_header_list_size,
+        # Window goes back as handlers read (body_consumed), not as frames arrive.
+        self._h2: SessionLike = Session(
+            max_concurrent_streams=limits.max_concurrent_streams,
+            max_header_list_size=limits.max_header_list_size,
+            initial_window_size=limits.initial_window_size,
+            max_frame_size=limits.max_frame_size,
+            connection_window_size=limits.connection_window_size,
         )
-        self._h2 = Connection(Role.SERVER, config)
         self._transport: asyncio.Transport | None = None
         self._streams: dict[int, H2Stream] = {}
         self._streams_finished: asyncio.Future[None] | None = None  # a shutdown waits on it
@@ -311,26 +316,13 @@ class H2Protocol(RequestHandler):
             tcp_keepalive(real)
         assert self._manager is not None
         self._manager.connection_made(self, real)
-        limits = self._limits
-        conn = self._h2
-        conn.initiate_connection(
-            {
-                Setting.MAX_CONCURRENT_STREAMS: limits.max_concurrent_streams,
-                Setting.MAX_HEADER_LIST_SIZE: limits.max_header_list_size,
-                Setting.INITIAL_WINDOW_SIZE: limits.initial_window_size,
-                Setting.MAX_FRAME_SIZE: limits.max_frame_size,
-                Setting.NO_RFC7540_PRIORITIES: 1,
-            }
-        )
-        if limits.connection_window_size != _DEFAULT_WINDOW:
-            conn.set_local_window_size(limits.connection_window_size)
-        self._flush()
+        self._flush()  # our SETTINGS (and connection window), queued by the session
         self._idle_since = self._loop.time()
         if self._keepalive_timeout > 0:
             self._idle_handle = self._loop.call_later(self._keepalive_timeout, self._on_idle)
         # The client's SETTINGS must follow its preface: a client dribbling it is cut off.
         self._settings_handle = self._loop.call_later(
-            limits.preface_timeout, self._on_settings_timeout
+            self._limits.preface_timeout, self._on_settings_timeout
         )
 
     def connection_lost(self, exc: BaseException | None) -> None:
@@ -353,18 +345,19 @@ class H2Protocol(RequestHandler):
             return
         conn = self._h2
         try:
-            conn.receive_data(data)
-        except NGH2Error as exc:
+            events = conn.receive(data)
+        except SessionError as exc:
             # The engine dropped the connection (a resource limit, a fatal protocol error) and
             # can write nothing more: say why ourselves, then hang up.
             code = (
                 ErrorCode.ENHANCE_YOUR_CALM
-                if isinstance(exc, DenialOfServiceError)
+                if isinstance(exc, CalmError)
                 else ErrorCode.PROTOCOL_ERROR
             )
             self._abandon(code)
             return
-        self._on_events()
+        if events:
+            self._on_events(events)
         if self._transport is not None and conn.want_write:
             # Most reads leave nothing to answer at once (a request's frames): its answer's
             # flush follows. Frames the engine owes (SETTINGS and PING acks) go now.
@@ -408,36 +401,35 @@ class H2Protocol(RequestHandler):
 
     # -- frame events ---------------------------------------------------------------------
 
-    def _on_events(self) -> None:
+    def _on_events(self, events: list[Event]) -> None:
         """Act on what the engine made of the bytes received (or sent) since the last call."""
-        events = self._h2.events()
-        if events and type(events[-1]) is ConnectionClosed:
+        if events[-1][0] == TERMINATED:
             # The engine has ended the connection (it is always the last event): nothing in
             # this batch can be answered any more.
             self._close_transport()
             return
         try:
-            for event in events:  # isinstance narrows for free (each class derives Event only)
+            for kind, stream_id, value, ended in events:
                 if self._transport is None:
                     return
-                if isinstance(event, RequestReceived):
-                    self._on_request(event)
-                elif isinstance(event, DataReceived):
-                    self._on_data(event)
-                elif isinstance(event, StreamClosed):
-                    self._on_closed(event.stream_id)
-                elif isinstance(event, WindowUpdated):
-                    self._on_window_update(event.stream_id)
-                elif isinstance(event, StreamReset):
-                    self._on_reset(event.stream_id)
-                elif isinstance(event, TrailersReceived):
-                    self._on_stream_ended(event.stream_id)
-                elif isinstance(event, SettingsReceived):
+                if kind == REQUEST:
+                    self._on_request(stream_id, value, ended)
+                elif kind == DATA:
+                    self._on_data(stream_id, value, ended)
+                elif kind == CLOSED:
+                    self._on_closed(stream_id)
+                elif kind == WINDOW:
+                    self._on_window_update(stream_id)
+                elif kind == RESET:
+                    self._on_reset(stream_id)
+                elif kind == TRAILERS:
+                    self._on_stream_ended(stream_id)
+                elif kind == SETTINGS:
                     self._settings_received()
                     self._on_window_update(0)
-                elif isinstance(event, GoAwayReceived):
+                elif kind == GOAWAY:
                     self.close()
-        except NGH2Error:
+        except SessionError:
             # The engine refuses new work while it closes the connection (its GOAWAY queued).
             self._close_transport()
         beginning = self._beginning
@@ -446,19 +438,18 @@ class H2Protocol(RequestHandler):
             for stream, message in beginning:
                 self._begin_held(stream, message)
 
-    def _on_request(self, event: RequestReceived) -> None:
-        stream_id = event.stream_id
+    def _on_request(self, stream_id: int, block: bytes, end_stream: bool) -> None:
         conn = self._h2
         if self._goaway_sent:
             conn.reset_stream(stream_id, ErrorCode.REFUSED_STREAM)
             return
         self._last_stream_id = stream_id
-        message = _message_of(event.headers)
+        message = _message_of(block)
         if message is None:
             conn.reset_stream(stream_id, ErrorCode.PROTOCOL_ERROR)
             return
         stream = H2Stream(self, stream_id, self._loop)
-        stream.remote_ended = event.end_stream
+        stream.remote_ended = end_stream
         self._streams[stream_id] = stream
         if self.may_answer_directly(message):
             # A reader is made only if the Application is to read the body. Begun once the
@@ -467,14 +458,14 @@ class H2Protocol(RequestHandler):
             self._beginning.append((stream, message))
             return
         payload: StreamReader
-        if event.end_stream:
+        if end_stream:
             payload = EMPTY_PAYLOAD
         else:
             payload = stream.reader = StreamReader(
                 stream, self._limits.initial_window_size, loop=self._loop
             )
             if message.headers.get("expect", "").lower() == "100-continue":
-                conn.send_informational_response(stream_id, [(b":status", b"100")])
+                conn.send_informational(stream_id, [(b":status", b"100")])
         stream.task = self._loop.create_task(self._run_stream(stream, message, payload))
 
     def _begin_held(self, stream: H2Stream, message: RawRequestMessage) -> None:
@@ -506,14 +497,9 @@ class H2Protocol(RequestHandler):
         if self._streams.get(stream.stream_id) is not stream:
             return
         if answer is not None and not stream.reset and self._transport is not None:
-            body = answer.body
-            stream_id = stream.stream_id
-            conn = self._h2
             try:
-                conn.send_response(stream_id, answer.h2_headers(), end_stream=not body)
-                if body:
-                    conn.send_data(stream_id, body, end_stream=True)
-            except NGH2Error:
+                self._h2.respond(stream.stream_id, answer.h2_headers(), answer.body)
+            except SessionError:
                 self.log_debug("Ignored premature client disconnection")
             else:
                 stream.local_ended = True
@@ -531,15 +517,13 @@ class H2Protocol(RequestHandler):
         finally:
             self._finish_stream(stream, None)
 
-    def _on_data(self, event: DataReceived) -> None:
-        stream_id = event.stream_id
-        data = event.data
+    def _on_data(self, stream_id: int, data: bytes, end_stream: bool) -> None:
         stream = self._streams.get(stream_id)
         if stream is not None and stream.held is not None and not stream.reset:
             stream.received += len(data)
             if data:
                 stream.held.append(data)
-            if event.end_stream:  # unanswered, so not lingering, and with no reader to end
+            if end_stream:  # unanswered, so not lingering, and with no reader to end
                 stream.remote_ended = True
             return
         if stream is None or stream.reader is None or stream.reset:
@@ -549,7 +533,7 @@ class H2Protocol(RequestHandler):
         elif data:
             stream.received += len(data)
             stream.reader.feed_data(data)
-        if event.end_stream:
+        if end_stream:
             self._on_stream_ended(stream_id)
 
     def _on_stream_ended(self, stream_id: int) -> None:
@@ -667,11 +651,12 @@ class H2Protocol(RequestHandler):
             return
         conn = self._h2
         stream_id = stream.stream_id
-        if not stream.reset:
-            if not stream.local_ended:
+        if stream.reset or not stream.local_ended or stream.remote_ended:
+            if not stream.reset and not stream.local_ended:
                 conn.reset_stream(stream_id, ErrorCode.INTERNAL_ERROR)
-            elif not stream.remote_ended:
-                self._linger(stream_id)
+            conn.forget(stream_id)  # released: its closing needs nothing of us
+        else:
+            self._linger(stream_id)  # its closing ends the lingering
         unacked = stream.received - stream.acked
         if unacked:
             stream.acked = stream.received
@@ -740,8 +725,8 @@ class H2Protocol(RequestHandler):
     def send_headers(self, stream: H2Stream, headers: Headers, *, end_stream: bool) -> None:
         self._check_open(stream)
         try:
-            self._h2.send_response(stream.stream_id, headers, end_stream=end_stream)
-        except NGH2Error as exc:
+            self._h2.send_headers(stream.stream_id, headers, end_stream)
+        except SessionError as exc:
             raise ConnectionResetError("HTTP/2 stream closed") from exc
         stream.local_ended = end_stream
         self._schedule_flush()
@@ -775,8 +760,8 @@ class H2Protocol(RequestHandler):
         """Hand a body chunk to the engine (flushed at the end of the loop's turn)."""
         self._check_open(stream)
         try:
-            self._h2.send_data(stream.stream_id, data, end_stream=end_stream)
-        except NGH2Error as exc:
+            self._h2.send_data(stream.stream_id, data, end_stream)
+        except SessionError as exc:
             raise ConnectionResetError("HTTP/2 stream closed") from exc
         if end_stream:
             stream.local_ended = True
@@ -819,7 +804,9 @@ class H2Protocol(RequestHandler):
         # Sending can close streams (both sides ended) or, after a GOAWAY, the connection. A
         # released stream needs nothing from its closing, which then waits for the next read.
         if self._streams or not conn.want_read:
-            self._on_events()
+            events = conn.events()
+            if events:
+                self._on_events(events)
 
     def _send_goaway(self) -> None:
         """Announce shutdown without ending the engine's session, so in-flight streams finish.
@@ -835,7 +822,7 @@ class H2Protocol(RequestHandler):
 
     def _terminate(self, error_code: int) -> None:
         """Close with a final GOAWAY (never naming a stream above one announced before)."""
-        self._h2.terminate_connection(error_code, last_stream_id=self._last_stream_id)
+        self._h2.terminate(error_code, self._last_stream_id)
         self._close_transport()
 
     def _abandon(self, error_code: int) -> None:

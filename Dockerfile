@@ -23,11 +23,11 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
 
-# setup.py builds the C extensions (gateway/_batchcheck.c, _fetchjson.c, _producejson.c); they are
-# optional there, so the check below makes a missing compiler fail the build instead of
-# silently shipping the slower Python paths.
+# setup.py builds the C extensions (gateway/_batchcheck.c, _fetchjson.c, _producejson.c and
+# _h2session.c, the last over libnghttp2); they are optional there, so the check below makes a
+# missing compiler or header fail the build instead of silently shipping the slower paths.
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && apt-get install -y --no-install-recommends gcc libc6-dev libnghttp2-dev \
     && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /src
@@ -41,7 +41,7 @@ COPY spark_ingest ./spark_ingest
 RUN pip wheel --wheel-dir /wheels . \
     && python -c "import glob, sys, zipfile; \
 names = zipfile.ZipFile(glob.glob('/wheels/sluice-*.whl')[0]).namelist(); \
-lacking = [m for m in ('_batchcheck', '_fetchjson', '_producejson') \
+lacking = [m for m in ('_batchcheck', '_fetchjson', '_producejson', '_h2session') \
 if not any(n.startswith(f'gateway/{m}.') and n.endswith('.so') for n in names)]; \
 sys.exit(f'the sluice wheel lacks its C extensions {lacking}' if lacking else 0)"
 
@@ -67,9 +67,14 @@ RUN groupadd --system --gid 10001 sluice \
 
 # Only from the wheels built above (--no-index): the same versions as the build stage, and the
 # wheels themselves never become a layer of this image.
+# libnghttp2 (the HTTP/2 session's library) from Debian: the runtime half of libnghttp2-dev.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends libnghttp2-14 \
+    && rm -rf /var/lib/apt/lists/*
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
     pip install --no-index --find-links=/wheels sluice \
-    && python -c "import gateway._batchcheck, gateway._fetchjson, gateway._producejson"
+    && python -c "import gateway._batchcheck, gateway._fetchjson, gateway._producejson, \
+gateway._h2session"
 
 USER sluice:sluice
 WORKDIR /data

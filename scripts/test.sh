@@ -8,11 +8,12 @@ cd "$(dirname "$0")/.."
 # the cluster tests need etcd (the metadata store) and iproute2 (network namespaces); the
 # benchmark harness also needs wrk, redis-server and nats-server (its Redis Streams and NATS
 # JetStream peers); the Spark ingest tests need a Java runtime (Spark's local mode). The C
-# extensions (setup.py) need a compiler and Python's headers (without them pip still installs,
-# and the tests of the C paths skip); gcc also brings the ASan and UBSan runtimes their
-# sanitizer tests load.
+# extensions (setup.py) need a compiler and Python's headers, the HTTP/2 session also
+# libnghttp2's (without them pip still installs, and the tests of the C paths skip); gcc also
+# brings the ASan and UBSan runtimes their sanitizer tests load.
 missing=()
 command -v gcc >/dev/null || missing+=(gcc libc6-dev)
+[ -f /usr/include/nghttp2/nghttp2.h ] || missing+=(libnghttp2-dev)
 python3 -c 'import os, sys, sysconfig
 sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' ||
   missing+=(python3-dev)

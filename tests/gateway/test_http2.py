@@ -32,7 +32,8 @@ from hyperframe.frame import (
 )
 from yarl import URL
 
-from gateway import http2
+from gateway import h2_session, http2
+from gateway.h2_session import NgH2Session
 from gateway.h2_session import header_block as h2_block
 from gateway.http2 import PREFACE, H2Limits, Http2Site, start_server
 from tests.tls import write_self_signed
@@ -198,6 +199,17 @@ def make_app() -> web.Application:
 
 
 # -- fixtures ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True, params=["native", "ngh2"])
+def session(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test with each HTTP/2 session: ours over libnghttp2, and the ngh2 one a gateway
+    built without libnghttp2's headers falls back to."""
+    if request.param == "ngh2":
+        monkeypatch.setattr(http2, "Session", NgH2Session)
+    elif not h2_session.native:
+        pytest.skip("gateway._h2session is not built")
+    return str(request.param)
 
 
 @dataclass

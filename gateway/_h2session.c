@@ -39,6 +39,7 @@ enum event_kind {
 #define MAX_CONTINUATIONS 8
 #define FIELD_OVERHEAD 32          /* RFC 9113 §6.5.2: a field's size is name, value and 32 */
 #define OUT_KEPT (256 * 1024)      /* a larger output buffer is freed after use */
+#define DATA_KEPT (64 * 1024)      /* and a larger buffer of held DATA after a read */
 
 static PyObject *kinds[EV_KINDS];
 static PyObject *SessionError;
@@ -72,8 +73,9 @@ typedef struct {
     size_t max_header_list_size;
     char *block;              /* the header block being received */
     size_t block_len, block_cap, block_size;
-    PyObject *data;           /* a DATA frame's bytes so far */
-    int32_t data_stream;
+    char *data;               /* one stream's DATA bytes held back (see on_data_chunk) */
+    size_t data_len, data_cap;
+    int32_t data_stream;      /* 0: none held */
     char *out;                /* data_to_send's buffer */
     size_t out_cap;
     stream_state *streams;    /* every stream_state, freed on close or with the session */
@@ -81,12 +83,18 @@ typedef struct {
 
 /* ---- events ------------------------------------------------------------------------------ */
 
-/* Append (kind, stream_id, a, b); steals a and b. */
+static int emit_held_data(Session *self, int end_stream);
+
+/* Append (kind, stream_id, a, b), after any DATA held back (events keep the frames' order);
+ * steals a and b. */
 static int
 emit(Session *self, enum event_kind kind, int32_t stream_id, PyObject *a, PyObject *b)
 {
     PyObject *sid = NULL, *event = NULL;
     if (a == NULL || b == NULL) {
+        goto fail;
+    }
+    if (kind != EV_DATA && self->data_stream != 0 && emit_held_data(self, 0) < 0) {
         goto fail;
     }
     if (self->events == NULL && (self->events = PyList_New(0)) == NULL) {
@@ -127,13 +135,15 @@ flag(int value)
     return PyBool_FromLong(value);
 }
 
-/* The DATA bytes held so far as one event (a frame whose end is still to come). */
+/* The DATA bytes held back as one event. */
 static int
 emit_held_data(Session *self, int end_stream)
 {
-    PyObject *data = self->data;
-    self->data = NULL;
-    return emit(self, EV_DATA, self->data_stream, data, flag(end_stream));
+    int32_t stream_id = self->data_stream;
+    self->data_stream = 0;
+    return emit(self, EV_DATA, stream_id,
+                PyBytes_FromStringAndSize(self->data, (Py_ssize_t)self->data_len),
+                flag(end_stream));
 }
 
 static PyObject *
@@ -329,6 +339,9 @@ on_invalid_header(nghttp2_session *session, const nghttp2_frame *frame, const ui
     return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
 }
 
+/* A stream's body bytes are held back while its DATA frames follow one another in a read,
+ * and raised as one event (a 100 KB body is seven 16 KiB frames): at its END_STREAM, at
+ * another stream's bytes or any other event, or at the end of the read. */
 static int
 on_data_chunk(nghttp2_session *session, uint8_t flags, int32_t stream_id, const uint8_t *data,
               size_t len, void *user_data)
@@ -336,27 +349,29 @@ on_data_chunk(nghttp2_session *session, uint8_t flags, int32_t stream_id, const 
     (void)session;
     (void)flags;
     Session *self = user_data;
-    if (self->data != NULL) {
-        if (self->data_stream == stream_id) {
-            /* The frame came in pieces: one bytes object for it all. */
-            Py_ssize_t held = PyBytes_GET_SIZE(self->data);
-            if (_PyBytes_Resize(&self->data, held + (Py_ssize_t)len) < 0) {
-                self->failed = 1;
-                return NGHTTP2_ERR_CALLBACK_FAILURE;
-            }
-            memcpy(PyBytes_AS_STRING(self->data) + held, data, len);
-            return 0;
-        }
-        if (emit_held_data(self, 0) < 0) {
+    if (self->data_stream != stream_id) {
+        if (self->data_stream != 0 && emit_held_data(self, 0) < 0) {
             return NGHTTP2_ERR_CALLBACK_FAILURE;
         }
+        self->data_stream = stream_id;
+        self->data_len = 0;
     }
-    self->data = PyBytes_FromStringAndSize((const char *)data, (Py_ssize_t)len);
-    if (self->data == NULL) {
-        self->failed = 1;
-        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    if (self->data_len + len > self->data_cap) {
+        size_t cap = self->data_cap ? self->data_cap : 16384;
+        while (cap < self->data_len + len) {
+            cap *= 2;
+        }
+        char *held = PyMem_Realloc(self->data, cap);
+        if (held == NULL) {
+            PyErr_NoMemory();
+            self->failed = 1;
+            return NGHTTP2_ERR_CALLBACK_FAILURE;
+        }
+        self->data = held;
+        self->data_cap = cap;
     }
-    self->data_stream = stream_id;
+    memcpy(self->data + self->data_len, data, len);
+    self->data_len += len;
     return 0;
 }
 
@@ -369,16 +384,17 @@ on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, void *user_d
     int end_stream = (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0;
     switch (frame->hd.type) {
     case NGHTTP2_DATA:
-        if (self->data != NULL && self->data_stream != stream_id &&
-            emit_held_data(self, 0) < 0) {
-            return NGHTTP2_ERR_CALLBACK_FAILURE;
+        if (!end_stream) {
+            return 0; /* its bytes stay held for the frames that follow */
         }
-        if (self->data != NULL) {
-            return emit_held_data(self, end_stream);
+        if (self->data_stream != stream_id) {
+            if (self->data_stream != 0 && emit_held_data(self, 0) < 0) {
+                return NGHTTP2_ERR_CALLBACK_FAILURE;
+            }
+            self->data_stream = stream_id;
+            self->data_len = 0;
         }
-        return end_stream ? emit(self, EV_DATA, stream_id, PyBytes_FromStringAndSize(NULL, 0),
-                                 flag(1))
-                          : 0;
+        return emit_held_data(self, 1);
     case NGHTTP2_HEADERS:
         if (frame->headers.cat == NGHTTP2_HCAT_REQUEST) {
             return emit(self, EV_REQUEST, stream_id,
@@ -454,7 +470,7 @@ Session_dealloc(Session *self)
         free_state(self, self->streams);
     }
     Py_CLEAR(self->events);
-    Py_CLEAR(self->data);
+    PyMem_Free(self->data);
     PyMem_Free(self->block);
     PyMem_Free(self->out);
     Py_TYPE(self)->tp_free((PyObject *)self);
@@ -545,7 +561,7 @@ static PyObject *
 fail(Session *self, int rv)
 {
     Py_CLEAR(self->events);
-    Py_CLEAR(self->data);
+    self->data_stream = 0;
     if (self->failed) {
         self->failed = 0;
         if (PyErr_Occurred()) {
@@ -570,8 +586,13 @@ Session_receive(Session *self, PyObject *data)
     }
     ssize_t rv = nghttp2_session_mem_recv(self->session, view.buf, (size_t)view.len);
     PyBuffer_Release(&view);
-    if (rv >= 0 && self->data != NULL && emit_held_data(self, 0) < 0) {
+    if (rv >= 0 && self->data_stream != 0 && emit_held_data(self, 0) < 0) {
         rv = NGHTTP2_ERR_CALLBACK_FAILURE;
+    }
+    if (self->data_cap > DATA_KEPT) {
+        PyMem_Free(self->data);
+        self->data = NULL;
+        self->data_cap = 0;
     }
     if (rv < 0 || self->failed) {
         return fail(self, (int)rv);

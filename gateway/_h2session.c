@@ -59,6 +59,8 @@ typedef struct stream_state {
     chunk *head, *tail;
     Py_ssize_t queued;
     int32_t stream_id;
+    int responded; /* its response's HEADERS are submitted */
+    int streaming; /* its body comes by send_data */
     int end;       /* the body's last chunk is queued */
     int deferred;  /* the data provider waits for a chunk */
     int forgotten; /* its closing raises no event */
@@ -79,6 +81,7 @@ typedef struct {
     char *out;                /* data_to_send's buffer */
     size_t out_cap;
     stream_state *streams;    /* every stream_state, freed on close or with the session */
+    int own_flow_resets;      /* RST_STREAM FLOW_CONTROL_ERROR we submitted, still to send */
 } Session;
 
 /* ---- events ------------------------------------------------------------------------------ */
@@ -322,7 +325,8 @@ on_header(nghttp2_session *session, const nghttp2_frame *frame, const uint8_t *n
     return 0;
 }
 
-/* A field nghttp2 would drop (a name with a space, a colon or none): refuse the stream. */
+/* A field libnghttp2 finds invalid: refuse the stream, whatever the release's default for it
+ * (some releases drop such a field and serve the request). */
 static int
 on_invalid_header(nghttp2_session *session, const nghttp2_frame *frame, const uint8_t *name,
                   size_t namelen, const uint8_t *value, size_t valuelen, uint8_t flags,
@@ -447,9 +451,14 @@ on_frame_send(nghttp2_session *session, const nghttp2_frame *frame, void *user_d
     if (frame->hd.type == NGHTTP2_GOAWAY) {
         return emit(user_data, EV_TERMINATED, 0, none(), none());
     }
+    Session *self = user_data;
     if (frame->hd.type == NGHTTP2_RST_STREAM &&
         frame->rst_stream.error_code == NGHTTP2_FLOW_CONTROL_ERROR) {
-        /* Only the library resets a stream so: its peer sent past the stream's window.
+        if (self->own_flow_resets > 0) {
+            self->own_flow_resets--; /* one of ours (reset_stream), not the library's */
+            return 0;
+        }
+        /* The library resets a stream so when its peer sent past the stream's window.
          * libnghttp2 1.52 makes that a stream error, later releases (and ngh2) a connection
          * error; RFC 9113 §6.9.1 allows both, and a peer that ignores windows is not trusted
          * with the connection either. */
@@ -701,25 +710,17 @@ submit(Session *self, int32_t stream_id, PyObject *headers, PyObject *body, int 
         goto done;
     }
     nghttp2_data_provider provider, *prd = NULL;
-    if (end_stream) {
-        if (nghttp2_session_find_stream(self->session, stream_id) == NULL) {
-            PyErr_Format(StreamClosedError, "stream %d is closed", (int)stream_id);
+    stream_state *st = state_of(self, stream_id);
+    if (st == NULL) {
+        goto done;
+    }
+    if (st->responded) {
+        PyErr_Format(SessionError, "stream %d is already answered", (int)stream_id);
+        goto done;
+    }
+    if (!end_stream) {
+        if (body != Py_None && queue_chunk(st, body) < 0) {
             goto done;
-        }
-    } else {
-        stream_state *st = state_of(self, stream_id);
-        if (st == NULL) {
-            goto done;
-        }
-        if (st->end || st->head != NULL) {
-            PyErr_Format(SessionError, "stream %d is already answered", (int)stream_id);
-            goto done;
-        }
-        if (body != Py_None) {
-            if (queue_chunk(st, body) < 0) {
-                goto done;
-            }
-            st->end = 1;
         }
         provider.source.ptr = st;
         provider.read_callback = read_body;
@@ -731,6 +732,11 @@ submit(Session *self, int32_t stream_id, PyObject *headers, PyObject *body, int 
                         nghttp2_strerror(rv));
         goto done;
     }
+    st->responded = 1;
+    if (!end_stream) {
+        st->end = body != Py_None;
+        st->streaming = body == Py_None;
+    }
     result = Py_NewRef(Py_None);
 done:
     if (nva != stack) {
@@ -738,6 +744,22 @@ done:
     }
     Py_XDECREF(fast);
     return result;
+}
+
+/* An HTTP/2 error code (32 bits) in `out`; -1 with an exception. */
+static int
+error_code_of(PyObject *obj, uint32_t *out)
+{
+    unsigned long value = PyLong_AsUnsignedLong(obj);
+    if (value == (unsigned long)-1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (value > UINT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "an error code is in 0..2**32-1");
+        return -1;
+    }
+    *out = (uint32_t)value;
+    return 0;
 }
 
 static int32_t
@@ -803,8 +825,9 @@ Session_send_data(Session *self, PyObject *const *args, Py_ssize_t nargs)
     if (st == NULL) {
         return NULL;
     }
-    if (st->end) {
-        PyErr_Format(SessionError, "stream %d's body has ended", (int)stream_id);
+    if (!st->streaming || st->end) {
+        PyErr_Format(SessionError, "stream %d has no body open (send_headers first, once)",
+                     (int)stream_id);
         return NULL;
     }
     if (queue_chunk(st, args[1]) < 0) {
@@ -833,6 +856,10 @@ Session_send_informational(Session *self, PyObject *const *args, Py_ssize_t narg
     if (stream_id < 0 || !ready(self)) {
         return NULL;
     }
+    if (nghttp2_session_find_stream(self->session, stream_id) == NULL) {
+        PyErr_Format(StreamClosedError, "stream %d is closed", (int)stream_id);
+        return NULL;
+    }
     nghttp2_nv stack[FIELDS_ON_STACK], *nva = stack;
     PyObject *fast = NULL, *result = NULL;
     Py_ssize_t n = fields_of(args[1], stack, FIELDS_ON_STACK, &nva, &fast);
@@ -859,16 +886,18 @@ Session_reset_stream(Session *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "reset_stream(stream_id, error_code)");
         return NULL;
     }
+    uint32_t code;
     int32_t stream_id = stream_id_of(args[0]);
-    unsigned long code = PyLong_AsUnsignedLong(args[1]);
-    if (stream_id < 0 || (code == (unsigned long)-1 && PyErr_Occurred()) || !ready(self)) {
+    if (stream_id < 0 || error_code_of(args[1], &code) < 0 || !ready(self)) {
         return NULL;
     }
-    int rv = nghttp2_submit_rst_stream(self->session, NGHTTP2_FLAG_NONE, stream_id,
-                                       (uint32_t)code);
+    int rv = nghttp2_submit_rst_stream(self->session, NGHTTP2_FLAG_NONE, stream_id, code);
     if (rv != 0) {
         PyErr_SetString(SessionError, nghttp2_strerror(rv));
         return NULL;
+    }
+    if (code == NGHTTP2_FLOW_CONTROL_ERROR) {
+        self->own_flow_resets++;
     }
     Py_RETURN_NONE;
 }
@@ -935,16 +964,19 @@ Session_terminate(Session *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "terminate(error_code, last_stream_id)");
         return NULL;
     }
-    unsigned long code = PyLong_AsUnsignedLong(args[0]);
+    uint32_t code;
+    if (error_code_of(args[0], &code) < 0) {
+        return NULL;
+    }
     long last = PyLong_AsLong(args[1]);
-    if (PyErr_Occurred() || !ready(self)) {
+    if ((last == -1 && PyErr_Occurred()) || !ready(self)) {
         return NULL;
     }
     if (last < 0 || last > INT32_MAX) {
         PyErr_SetString(PyExc_ValueError, "last_stream_id is in 0..2**31-1");
         return NULL;
     }
-    int rv = nghttp2_session_terminate_session2(self->session, (int32_t)last, (uint32_t)code);
+    int rv = nghttp2_session_terminate_session2(self->session, (int32_t)last, code);
     if (rv != 0) {
         PyErr_SetString(SessionError, nghttp2_strerror(rv));
         return NULL;

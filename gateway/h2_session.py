@@ -157,7 +157,8 @@ class NgH2Session:
         out: list[Event] = []
         for event in self._conn.events():
             if isinstance(event, ngh2.RequestReceived):
-                out.append((REQUEST, event.stream_id, header_block(event.headers), event.end_stream))
+                block = header_block(event.headers)
+                out.append((REQUEST, event.stream_id, block, event.end_stream))
             elif isinstance(event, ngh2.DataReceived):
                 out.append((DATA, event.stream_id, event.data, event.end_stream))
             elif isinstance(event, ngh2.TrailersReceived):
@@ -217,7 +218,10 @@ class NgH2Session:
             raise SessionError(str(exc)) from exc
 
     def acknowledge_received_data(self, amount: int, stream_id: int, /) -> None:
-        self._conn.acknowledge_received_data(amount, stream_id)
+        try:
+            self._conn.acknowledge_received_data(amount, stream_id)
+        except ngh2.NGH2Error as exc:  # e.g. the session has ended
+            raise SessionError(str(exc)) from exc
 
     def queued_body_size(self, stream_id: int, /) -> int:
         return self._conn.queued_body_size(stream_id)

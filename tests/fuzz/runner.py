@@ -2,8 +2,9 @@
 [--native FILE] [libFuzzer flags and corpus directories]`.
 
 `--native FILE` loads the C extension built at FILE (a sanitizer build: gateway._batchcheck,
-_fetchjson or _producejson, by its file name) instead of the installed one. The code under test is
-imported inside atheris's instrumentation, so Python coverage guides the mutations.
+_fetchjson, _h2session or _producejson, by its file name) instead of the installed one, before
+anything imports it. The code under test is imported inside atheris's instrumentation, so
+Python coverage guides the mutations.
 """
 
 from __future__ import annotations

@@ -1,10 +1,13 @@
 """The C paths built with AddressSanitizer and UndefinedBehaviorSanitizer, and a fuzz target
 run against that build: `python -m tests.fuzz.sanitizers [TARGET] [libFuzzer flags and corpus
 directories]`, TARGET one of SANITIZED (fetch_json, the default, for gateway/_fetchjson.c;
-json_produce_native for gateway/_producejson.c; batch_check_native for gateway/_batchcheck.c).
+json_produce_native for gateway/_producejson.c; batch_check_native for gateway/_batchcheck.c;
+http2_frames for gateway/_h2session.c, linked with the system libnghttp2 as LINK says).
 
 CPython itself is not instrumented, so the ASan runtime is preloaded, the interpreter's
 allocator is plain malloc (every buffer is then ASan's to check) and leak checking is off.
+Nor are the libraries an extension links with (libnghttp2): ASan checks what the extension
+does with their memory, not their own accesses.
 """
 
 from __future__ import annotations
@@ -22,7 +25,11 @@ REPO = Path(__file__).resolve().parents[2]
 SANITIZED = {  # target: C path
     "batch_check_native": "_batchcheck",
     "fetch_json": "_fetchjson",
+    "http2_frames": "_h2session",
     "json_produce_native": "_producejson",
+}
+LINK = {  # C path: what it links with (setup.py's libraries), after its source on the command line
+    "_h2session": ["-lnghttp2"],
 }
 FLAGS = [
     "-fsanitize=address,undefined",
@@ -58,8 +65,8 @@ def build(out_dir: Path, extension: str = "_fetchjson") -> tuple[Path, dict[str,
     source = REPO / "gateway" / f"{extension}.c"
     include = sysconfig.get_paths()["include"]
     subprocess.run(
-        [compiler, "-shared", "-fPIC", "-g", "-O1", *FLAGS, f"-I{include}", str(source), "-o",
-         str(native)],
+        [compiler, "-shared", "-fPIC", "-g", "-O1", *FLAGS, f"-I{include}", str(source),
+         *LINK.get(extension, []), "-o", str(native)],
         check=True,
     )  # fmt: skip
     env = {
@@ -95,8 +102,11 @@ def run_tests(test_file: str, extension: str, out_dir: Path) -> subprocess.Compl
 
 
 def load_native(path: str) -> None:
-    """Make `import gateway.NAME` load the extension built at `path` (named NAME.<suffix>)."""
+    """Make `import gateway.NAME` load the extension built at `path` (named NAME.<suffix>).
+    Before anything imports the installed one: a module that did (gateway.h2_session binds
+    gateway._h2session's Session on import) would keep it."""
     name = "gateway." + Path(path).name.split(".")[0]
+    assert name not in sys.modules, f"{name} was imported before its sanitized build"
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None, path
     module = importlib.util.module_from_spec(spec)

@@ -1,6 +1,6 @@
 """Each fuzz target under atheris for --fuzz-seconds, from its seeds and the inputs found
-before; a crash fails with the input and the fuzzer's traceback. The C fetch and produce paths
-also run built with ASan and UBSan."""
+before; a crash fails with the input and the fuzzer's traceback. The targets of C paths (the
+fetch, produce and batch check paths, the HTTP/2 session) also run built with ASan and UBSan."""
 
 from __future__ import annotations
 

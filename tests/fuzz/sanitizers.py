@@ -101,6 +101,18 @@ def run_tests(test_file: str, extension: str, out_dir: Path) -> subprocess.Compl
     )
 
 
+def check_tests(test_file: str, extension: str, out_dir: Path) -> None:
+    """A C path's `test_under_sanitizers`: `run_tests` must pass (skipped where no sanitized
+    build can be made), else the failure shows the end of what it printed."""
+    import pytest
+
+    try:
+        done = run_tests(test_file, extension, out_dir)
+    except Unavailable as exc:
+        pytest.skip(str(exc))
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-6000:]
+
+
 def load_native(path: str) -> None:
     """Make `import gateway.NAME` load the extension built at `path` (named NAME.<suffix>).
     Before anything imports the installed one: a module that did (gateway.h2_session binds

@@ -151,7 +151,7 @@ class _ConnectionTransport(asyncio.Transport):
 
 
 _MESSAGES_KEPT = 512  # header blocks remembered (process-wide)
-_MESSAGE_MAX_BYTES = 2048  # only blocks this small (names and values) are remembered
+_MESSAGE_MAX_BYTES = 2048  # only blocks this small (names, values, a NUL after each) are kept
 _UNSEEN = object()
 _messages: Memo[bytes, RawRequestMessage | None] = Memo(_MESSAGES_KEPT)
 
@@ -170,7 +170,7 @@ def _message_of(block: bytes) -> RawRequestMessage | None:
 
 
 def _build_message(block: bytes) -> RawRequestMessage | None:
-    """Map an HTTP/2 header block (``name\0value\0`` a field) to aiohttp's parsed-request
+    """Map an HTTP/2 header block (``name\\0value\\0`` a field) to aiohttp's parsed-request
     tuple; None if malformed."""
     method = path = authority = ""
     fields: CIMultiDict[str] = CIMultiDict()
@@ -802,7 +802,7 @@ class H2Protocol(RequestHandler):
         if data:
             transport.write(data)
         # Sending can close streams (both sides ended) or, after a GOAWAY, the connection. A
-        # released stream needs nothing from its closing, which then waits for the next read.
+        # released stream's closing raises no event (`forget`), nor is it asked for then.
         if self._streams or not conn.want_read:
             events = conn.events()
             if events:

@@ -65,12 +65,13 @@ RUN groupadd --system --gid 10001 sluice \
     && mkdir /data \
     && chown sluice:sluice /data
 
-# Only from the wheels built above (--no-index): the same versions as the build stage, and the
-# wheels themselves never become a layer of this image.
 # libnghttp2 (the HTTP/2 session's library) from Debian: the runtime half of libnghttp2-dev.
 RUN apt-get update \
     && apt-get install -y --no-install-recommends libnghttp2-14 \
     && rm -rf /var/lib/apt/lists/*
+
+# Only from the wheels built above (--no-index): the same versions as the build stage, and the
+# wheels themselves never become a layer of this image.
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
     pip install --no-index --find-links=/wheels sluice \
     && python -c "import gateway._batchcheck, gateway._fetchjson, gateway._producejson, \

@@ -23,7 +23,7 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
 
-# setup.py builds the C extensions (gateway/_batchcheck.c, _fetchjson.c, _producejson.c and
+# setup.py builds the C extensions (gateway/api/_batchcheck.c, _fetchjson.c, _producejson.c and
 # _h2session.c, the last over libnghttp2); they are optional there, so the check below makes a
 # missing compiler or header fail the build instead of silently shipping the slower paths.
 RUN apt-get update \
@@ -34,6 +34,7 @@ WORKDIR /src
 COPY pyproject.toml setup.py README.md ./
 COPY engine ./engine
 COPY gateway ./gateway
+COPY groups ./groups
 COPY openapi ./openapi
 COPY replication ./replication
 COPY spark_ingest ./spark_ingest
@@ -41,7 +42,7 @@ COPY spark_ingest ./spark_ingest
 RUN pip wheel --wheel-dir /wheels . \
     && python -c "import glob, sys, zipfile; \
 names = zipfile.ZipFile(glob.glob('/wheels/sluice-*.whl')[0]).namelist(); \
-lacking = [m for m in ('_batchcheck', '_fetchjson', '_producejson', '_h2session') \
+lacking = [m for m in ('api/_batchcheck', 'api/_fetchjson', 'api/_producejson', 'http/_h2session') \
 if not any(n.startswith(f'gateway/{m}.') and n.endswith('.so') for n in names)]; \
 sys.exit(f'the sluice wheel lacks its C extensions {lacking}' if lacking else 0)"
 
@@ -74,8 +75,8 @@ RUN apt-get update \
 # wheels themselves never become a layer of this image.
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
     pip install --no-index --find-links=/wheels sluice \
-    && python -c "import gateway._batchcheck, gateway._fetchjson, gateway._producejson, \
-gateway._h2session"
+    && python -c "import gateway.api._batchcheck, gateway.api._fetchjson, gateway.api._producejson, \
+gateway.http._h2session"
 
 USER sluice:sluice
 WORKDIR /data

@@ -2,6 +2,6 @@
 
 import sys
 
-from gateway.cli import main
+from gateway.cli.main import main
 
 main(["serve", *sys.argv[1:]])

@@ -7,16 +7,21 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from gateway import cors, groups_api, internal_api, ops_api, records_api, topics_api
-from gateway.auth import api as auth_api
-from gateway.auth import quota_api
+from gateway.api import acls as auth_api
+from gateway.api import cors
+from gateway.api import groups as groups_api
+from gateway.api import internal as internal_api
+from gateway.api import ops as ops_api
+from gateway.api import quotas as quota_api
+from gateway.api import records as records_api
+from gateway.api import topics as topics_api
+from gateway.api.backpressure import INFLIGHT, InflightBodies, backpressure_middleware
+from gateway.api.fast_routes import LANE, Lane
+from gateway.api.forwarding import forwarding_middleware
+from gateway.api.problems import problem_middleware
 from gateway.auth.middleware import auth_middleware
 from gateway.auth.throttle import quota_middleware
-from gateway.backpressure import INFLIGHT, InflightBodies, backpressure_middleware
-from gateway.forwarding import forwarding_middleware
-from gateway.lane import LANE, Lane
-from gateway.metrics import LaneCollector
-from gateway.problems import problem_middleware
+from gateway.metrics.collectors import LaneCollector
 from gateway.settings import Settings
 from gateway.state import GATEWAY, SETTINGS, Gateway
 

@@ -20,8 +20,8 @@ import uvloop
 
 from gateway.app import build_app
 from gateway.auth.tls import ServerTls
-from gateway.connections import Http1Connection, Http2Connection
-from gateway.http2 import H2Limits, Http2Site, start_server
+from gateway.http.connections import Http1Connection, Http2Connection
+from gateway.http.http2 import H2Limits, Http2Site, start_server
 from gateway.settings import Settings
 from gateway.state import GATEWAY, Gateway
 from replication.errors import MetadataUnavailable

@@ -14,14 +14,14 @@ from engine import offsets_topic
 from engine.errors import EngineError
 from engine.notify import ChangeNotifier
 from engine.tiered.remote import S3Location
-from gateway.auth.quota_metrics import QuotaCollector
 from gateway.auth.service import AuthService
-from gateway.groups.coordinator import GroupCoordinator
-from gateway.idempotency import InFlight
-from gateway.metrics import ForwardedCollector, Metrics
-from gateway.produce import Producer
+from gateway.metrics.collectors import ForwardedCollector, Metrics
+from gateway.metrics.quotas import QuotaCollector
+from gateway.produce.front import Producer
+from gateway.produce.idempotency import InFlight
 from gateway.settings import Settings
-from gateway.workers import sibling_data_dirs
+from gateway.workers.supervisor import sibling_data_dirs
+from groups.coordinator import GroupCoordinator
 from replication.broker import Broker, BrokerSettings
 from replication.forward_client import ForwardClient
 from replication.replica_manager import ReplicaManager, ReplicationSettings

@@ -25,7 +25,9 @@ from loadtests.rows import body_for, rates
 MEDIA = {"binary": "application/vnd.sluice.record-batch", "json": "application/json"}
 FETCH_RECORDS = 20_000
 CELLS = ("produce binary 1000", "fetch json 1000", "produce json 1")
-CLI = "import sys; from gateway.cli import main; main(sys.argv[1:])"  # `sluice`, from this tree
+CLI = (
+    "import sys; from gateway.cli.main import main; main(sys.argv[1:])"  # `sluice`, from this tree
+)
 
 
 class Node:

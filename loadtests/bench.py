@@ -29,7 +29,7 @@ from typing import Any
 
 import orjson
 
-from gateway.progress import Progress
+from gateway.cli.progress import Progress
 from loadtests import cluster_bench, cluster_report, generators, parked, report
 from loadtests.common import (
     RedisServer,

@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from gateway.devcluster import free_port
+from gateway.cli.devcluster import free_port
 
 
 def start_gateway(

@@ -43,6 +43,6 @@ echo "== ruff"
 ruff check .
 ruff format --check .
 echo "== mypy"
-mypy engine replication gateway loadtests openapi spark_ingest tests
+mypy engine replication groups gateway loadtests openapi spark_ingest tests
 echo "== pytest"
 pytest -q "$@"

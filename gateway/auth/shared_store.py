@@ -4,7 +4,7 @@ read by every worker process (and by `sluice auth create-key --data-dir`, runnin
 
 A change is a read-change-replace of the file under its advisory lock, so writers never lose
 each other's changes. Every worker follows the files (their signatures, polled), and reads
-them again at once when another worker says it changed them (gateway.workerview) or when it
+them again at once when another worker says it changed them (gateway.api.all_workers) or when it
 meets a key or Basic user it does not know, so that the client that made a change sees it on
 whichever worker its next request lands."""
 

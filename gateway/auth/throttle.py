@@ -11,6 +11,8 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import hdrs, web
 
+from gateway.api.params import BODY
+from gateway.api.problems import Problem
 from gateway.auth.middleware import principal_of
 from gateway.auth.quotas import (
     ANONYMOUS,
@@ -21,8 +23,6 @@ from gateway.auth.quotas import (
     Throttle,
 )
 from gateway.auth.route_operations import access
-from gateway.params import BODY
-from gateway.problems import Problem
 from gateway.state import gateway_of
 from replication.forward_client import FORWARDED_BY
 

@@ -10,8 +10,8 @@ from pathlib import Path
 from aiohttp import web
 from pytest_aiohttp import AiohttpClient
 
+from gateway.api.cors import EXPOSED
 from gateway.app import build_app
-from gateway.cors import EXPOSED
 from gateway.settings import Settings
 from tests.api.support import (
     JSON,

@@ -13,7 +13,7 @@ import pytest
 
 from engine import batch as fmt
 from engine.batch import RecordInput
-from gateway.backpressure import INFLIGHT
+from gateway.api.backpressure import INFLIGHT
 from tests.api.support import (
     JSON,
     NDJSON,

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from engine.offsets_topic import OFFSETS_TOPIC, group_key, partition_for
-from gateway.groups.assignors import range_assign, round_robin_assign
-from gateway.groups.coordinator import Member
+from groups.assignors import range_assign, round_robin_assign
+from groups.coordinator import Member
 from tests.api.support import (
     Client,
     Start,

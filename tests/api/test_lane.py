@@ -11,7 +11,7 @@ import orjson
 from multidict import CIMultiDict
 
 from engine.batch import RecordInput, encode_batch
-from gateway.lane import LANE, LaneAnswer, LaneProduce
+from gateway.api.fast_routes import LANE, LaneAnswer, LaneProduce
 from tests.api.support import (
     JSON,
     PROBLEM,

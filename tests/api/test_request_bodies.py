@@ -16,9 +16,9 @@ import orjson
 import pytest
 
 from engine import batch as fmt
-from gateway import bodies
-from gateway.backpressure import INFLIGHT, InflightBodies
-from gateway.problems import Problem
+from gateway.api import bodies
+from gateway.api.backpressure import INFLIGHT, InflightBodies
+from gateway.api.problems import Problem
 from replication.forward_client import APPEND_PREFIX
 from tests.api.support import (
     JSON,

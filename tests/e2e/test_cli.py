@@ -23,8 +23,8 @@ import httpx
 import orjson
 import pytest
 
-from gateway import cli
-from gateway.cli import main
+from gateway.cli import main as cli
+from gateway.cli.main import main
 from tests.e2e.conftest import REPO, Server, start_server
 
 
@@ -32,7 +32,14 @@ def sluice(
     server: Server, *args: str, stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", "from gateway.cli import main; main()", *args, "--url", server.url],
+        [
+            sys.executable,
+            "-c",
+            "from gateway.cli.main import main; main()",
+            *args,
+            "--url",
+            server.url,
+        ],
         cwd=REPO,
         input=stdin,
         capture_output=True,
@@ -136,7 +143,7 @@ def _group_consumer(server: Server, *extra: str) -> subprocess.Popen[str]:
     """`sluice consume t --group g --from-beginning` as a process of its own."""
     return subprocess.Popen(
         [
-            *(sys.executable, "-c", "from gateway.cli import main; main()", "consume", "t"),
+            *(sys.executable, "-c", "from gateway.cli.main import main; main()", "consume", "t"),
             *("--group", "g", "--from-beginning", *extra, "--url", server.url),
         ],
         cwd=REPO,
@@ -371,7 +378,7 @@ def test_serve_group_options(tmp_path: Path) -> None:
 
 def _consumer(url: str, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-c", "from gateway.cli import main; main()", "consume", *args,
+        [sys.executable, "-c", "from gateway.cli.main import main; main()", "consume", *args,
          "--url", url],
         cwd=REPO,
         stdout=subprocess.PIPE,
@@ -447,7 +454,7 @@ def test_a_consumer_outlives_a_server_restart(tmp_path: Path) -> None:
 
 def test_a_connection_error_is_one_clear_line(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-c", "from gateway.cli import main; main()", "topics", "list",
+        [sys.executable, "-c", "from gateway.cli.main import main; main()", "topics", "list",
          "--url", "http://127.0.0.1:9"],
         cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
@@ -503,8 +510,8 @@ def test_the_table_shows_offline_replicas_and_a_missing_leader(
 def _produce(server: Server, stdin: Any, stderr: Any, *args: str) -> subprocess.Popen[bytes]:
     """`sluice produce bulk` reading `stdin` (a file or a pipe) and writing stderr there."""
     return subprocess.Popen(
-        [sys.executable, "-c", "from gateway.cli import main; main()", "produce", "bulk", *args,
-         "--url", server.url],
+        [sys.executable, "-c", "from gateway.cli.main import main; main()", "produce", "bulk",
+         *args, "--url", server.url],
         cwd=REPO, stdin=stdin, stdout=subprocess.PIPE, stderr=stderr,
         env={**os.environ, "TERM": "xterm-256color"},
     )  # fmt: skip
@@ -565,7 +572,7 @@ def test_produce_shows_a_bar_on_a_terminal(server: Server, tmp_path: Path) -> No
 def test_produce_refuses_input_that_is_not_utf8(server: Server) -> None:
     assert sluice(server, "topics", "create", "bulk").returncode == 0
     done = subprocess.run(
-        [sys.executable, "-c", "from gateway.cli import main; main()", "produce", "bulk",
+        [sys.executable, "-c", "from gateway.cli.main import main; main()", "produce", "bulk",
          "--url", server.url],
         cwd=REPO, input=b"ok\n\xff\n", capture_output=True, timeout=60, check=False,
     )  # fmt: skip
@@ -580,7 +587,7 @@ def test_a_reader_that_stops_early_ends_the_command_quietly(server: Server) -> N
     lines = "".join(f"{i} {'x' * 200}\n" for i in range(2000))
     assert sluice(server, "produce", "bulk", stdin=lines).returncode == 0
     done = subprocess.run(
-        ["bash", "-c", f"set -o pipefail; {shlex.quote(sys.executable)} -c 'from gateway.cli "
+        ["bash", "-c", f"set -o pipefail; {shlex.quote(sys.executable)} -c 'from gateway.cli.main "
          f"import main; main()' consume bulk --from-beginning --max-records 2000 --url "
          f"{server.url} | head -1"],
         cwd=REPO, capture_output=True, text=True, timeout=60, check=False,

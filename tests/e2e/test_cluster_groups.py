@@ -12,7 +12,7 @@ import pytest
 import requests
 
 from engine.offsets_topic import OFFSETS_TOPIC, partition_for
-from gateway.devcluster import LocalCluster
+from gateway.cli.devcluster import LocalCluster
 
 TOPIC = "events"
 GROUP = "readers"

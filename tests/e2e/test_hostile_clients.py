@@ -26,8 +26,8 @@ from h2.events import ConnectionTerminated, DataReceived, ResponseReceived, Stre
 from hyperframe.frame import Frame, GoAwayFrame, SettingsFrame
 
 from engine import batch as fmt
-from gateway.connections import BAD_REQUESTS_PER_MINUTE
-from gateway.http2 import PREFACE
+from gateway.http.connections import BAD_REQUESTS_PER_MINUTE
+from gateway.http.http2 import PREFACE
 from replication.forward_client import APPEND_PREFIX
 from tests.e2e.conftest import REPO, Server, start_server
 
@@ -439,7 +439,14 @@ async def append_json_values(http: httpx.AsyncClient, values: list[bytes]) -> No
 
 def sluice(server: Server, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", "from gateway.cli import main; main()", *args, "--url", server.url],
+        [
+            sys.executable,
+            "-c",
+            "from gateway.cli.main import main; main()",
+            *args,
+            "--url",
+            server.url,
+        ],
         cwd=REPO,
         capture_output=True,
         text=True,

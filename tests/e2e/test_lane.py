@@ -1,4 +1,4 @@
-"""The lane (gateway.lane) on a real `sluice serve`: the plain produces it takes
+"""The lane (gateway.api.fast_routes) on a real `sluice serve`: the plain produces it takes
 are answered exactly as the Application answers them, over HTTP/1.1 and HTTP/2; answers keep
 the order of pipelined requests; keep-alive, idempotency, quotas and CORS behave as before.
 

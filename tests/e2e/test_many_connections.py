@@ -19,7 +19,7 @@ import pytest
 from h2.errors import ErrorCodes
 from hyperframe.frame import Frame, GoAwayFrame, SettingsFrame
 
-from gateway.http2 import PREFACE
+from gateway.http.http2 import PREFACE
 from loadtests.common import rss_bytes
 from tests.e2e.test_hostile_clients import (
     WAIT_S,

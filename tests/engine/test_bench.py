@@ -21,7 +21,7 @@ FIGURES = (
 
 def test_quick_bench_prints_every_figure() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "engine.bench", "--quick", "--json"],
+        [sys.executable, "-m", "loadtests.engine_bench", "--quick", "--json"],
         cwd=REPO,
         capture_output=True,
         text=True,

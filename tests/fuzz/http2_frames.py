@@ -1,5 +1,5 @@
 """Fuzz target: arbitrary bytes after the client preface, fed to the gateway's HTTP/2
-connection (gateway.http2.H2Protocol) over an in-memory transport, in up to four reads with
+connection (gateway.http.http2.H2Protocol) over an in-memory transport, in up to four reads with
 the handlers running in between. No exception may escape data_received, no stream handler
 may fail, and every stream must be released once the client hangs up: bad input may only
 reset streams or close the connection.
@@ -27,7 +27,7 @@ from hyperframe.frame import (
     WindowUpdateFrame,
 )
 
-from gateway.http2 import PREFACE, H2Limits, H2Protocol
+from gateway.http.http2 import PREFACE, H2Limits, H2Protocol
 
 # Small limits, so that the Rapid Reset and stream limits are within the fuzzer's reach.
 LIMITS = H2Limits(max_concurrent_streams=8, max_resets=4, max_header_list_size=4096)

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import orjson
 
-from gateway import codecs
-from gateway.problems import Problem
+from gateway.api import codecs
+from gateway.api.problems import Problem
 
 
 def one_input(data: bytes) -> None:

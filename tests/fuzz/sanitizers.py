@@ -1,8 +1,9 @@
 """The C paths built with AddressSanitizer and UndefinedBehaviorSanitizer, and a fuzz target
 run against that build: `python -m tests.fuzz.sanitizers [TARGET] [libFuzzer flags and corpus
-directories]`, TARGET one of SANITIZED (fetch_json, the default, for gateway/_fetchjson.c;
-json_produce_native for gateway/_producejson.c; batch_check_native for gateway/_batchcheck.c;
-http2_frames for gateway/_h2session.c, linked with the system libnghttp2 as LINK says).
+directories]`, TARGET one of SANITIZED (fetch_json, the default, for
+gateway/api/_fetchjson.c; json_produce_native for gateway/api/_producejson.c; batch_check_native
+for gateway/api/_batchcheck.c; http2_frames for gateway/http/_h2session.c, linked with the
+system libnghttp2 as LINK says).
 
 CPython itself is not instrumented, so the ASan runtime is preloaded, the interpreter's
 allocator is plain malloc (every buffer is then ASan's to check) and leak checking is off.
@@ -27,6 +28,12 @@ SANITIZED = {  # target: C path
     "fetch_json": "_fetchjson",
     "http2_frames": "_h2session",
     "json_produce_native": "_producejson",
+}
+PACKAGE = {  # C path: the package its extension module lives in
+    "_batchcheck": "gateway.api",
+    "_fetchjson": "gateway.api",
+    "_producejson": "gateway.api",
+    "_h2session": "gateway.http",
 }
 LINK = {  # C path: what it links with (setup.py's libraries), after its source on the command line
     "_h2session": ["-lnghttp2"],
@@ -56,13 +63,13 @@ def runtime(compiler: str) -> str:
 
 
 def build(out_dir: Path, extension: str = "_fetchjson") -> tuple[Path, dict[str, str]]:
-    """The sanitized extension (gateway/EXTENSION.c), and the environment a Python process
+    """The sanitized extension (its package's EXTENSION.c), and the environment a Python process
     loading it needs."""
     compiler = shutil.which(os.environ.get("CC", "cc"))
     if compiler is None:
         raise Unavailable("no C compiler (cc)")
     native = out_dir / f"{extension}{sysconfig.get_config_var('EXT_SUFFIX')}"
-    source = REPO / "gateway" / f"{extension}.c"
+    source = REPO.joinpath(*PACKAGE[extension].split("."), f"{extension}.c")
     include = sysconfig.get_paths()["include"]
     subprocess.run(
         [compiler, "-shared", "-fPIC", "-g", "-O1", *FLAGS, f"-I{include}", str(source),
@@ -80,12 +87,12 @@ def build(out_dir: Path, extension: str = "_fetchjson") -> tuple[Path, dict[str,
 
 
 def run_tests(test_file: str, extension: str, out_dir: Path) -> subprocess.CompletedProcess[str]:
-    """`test_file`'s tests but `test_under_sanitizers`, in a process whose `gateway.EXTENSION`
+    """`test_file`'s tests but `test_under_sanitizers`, in a process whose EXTENSION module
     is the sanitized build (raises Unavailable when none can be built)."""
     native, env = build(out_dir, extension)
     run = (
         "import sys; from tests.fuzz.sanitizers import load_native; load_native(sys.argv[1]); "
-        f"assert sys.modules['gateway.{extension}'].__file__ == sys.argv[1]; "
+        f"assert sys.modules['{PACKAGE[extension]}.{extension}'].__file__ == sys.argv[1]; "
         "import pytest; sys.exit(pytest.main(sys.argv[2:]))"
     )
     # -s: pytest must not hold the process's stderr, or a sanitizer's report dies with it.
@@ -114,10 +121,11 @@ def check_tests(test_file: str, extension: str, out_dir: Path) -> None:
 
 
 def load_native(path: str) -> None:
-    """Make `import gateway.NAME` load the extension built at `path` (named NAME.<suffix>).
-    Before anything imports the installed one: a module that did (gateway.h2_session binds
-    gateway._h2session's Session on import) would keep it."""
-    name = "gateway." + Path(path).name.split(".")[0]
+    """Make `import PACKAGE.NAME` load the extension built at `path` (named NAME.<suffix>).
+    Before anything imports the installed one: a module that did (gateway.http.h2_session binds
+    gateway.http._h2session's Session on import) would keep it."""
+    extension = Path(path).name.split(".")[0]
+    name = f"{PACKAGE[extension]}.{extension}"
     assert name not in sys.modules, f"{name} was imported before its sanitized build"
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None, path

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gateway import config
-from gateway.cli import parser
+from gateway.cli.main import parser
 from gateway.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]

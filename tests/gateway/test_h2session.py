@@ -1,4 +1,4 @@
-"""The gateway's HTTP/2 session over libnghttp2 (gateway/_h2session.c), driven in memory by a
+"""The gateway's HTTP/2 session over libnghttp2 (gateway/http/_h2session.c), driven in memory by a
 real client (python-hyper's h2) and by raw frames (hyperframe) for what clients won't send.
 
 Where the C session and `NgH2Session` (the same calls over ngh2, which the gateway falls back
@@ -37,8 +37,8 @@ from hyperframe.frame import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway import h2_session
-from gateway.h2_session import (
+from gateway.http import h2_session
+from gateway.http.h2_session import (
     CLOSED,
     DATA,
     GOAWAY,
@@ -55,7 +55,7 @@ from gateway.h2_session import (
 )
 from tests.fuzz import sanitizers
 
-_h2session = pytest.importorskip("gateway._h2session")
+_h2session = pytest.importorskip("gateway.http._h2session")
 
 Maker = Callable[..., SessionLike]
 CSession: Maker = _h2session.Session
@@ -180,7 +180,7 @@ def client_body(events: Iterable[h2events.Event], stream_id: int) -> bytes:
 
 
 def test_the_module_exports_what_h2_session_documents() -> None:
-    """Event kinds equal to `gateway.h2_session`'s, errors under SessionError, the version of
+    """Event kinds equal to `gateway.http.h2_session`'s, errors under SessionError, the version of
     the libnghttp2 it runs on, and the session the gateway takes when it is built."""
     for name in ("REQUEST", "DATA", "TRAILERS", "CLOSED", "RESET", "WINDOW", "SETTINGS"):
         assert getattr(_h2session, name) == getattr(h2_session, name)
@@ -1312,6 +1312,6 @@ def test_both_sessions_make_the_same_events(
 
 
 def test_under_sanitizers(tmp_path: Path) -> None:
-    """This file's tests again, against gateway/_h2session.c built with ASan and UBSan: every
+    """This file's tests again, against gateway/http/_h2session.c built with ASan and UBSan: every
     access checked, any undefined behaviour fatal."""
     sanitizers.check_tests(__file__, "_h2session", tmp_path)

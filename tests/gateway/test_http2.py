@@ -1,4 +1,4 @@
-"""End-to-end tests of gateway.http2 with real clients: curl, httpx, h2load and raw frames."""
+"""End-to-end tests of gateway.http.http2 with real clients: curl, httpx, h2load and raw frames."""
 
 from __future__ import annotations
 
@@ -32,10 +32,10 @@ from hyperframe.frame import (
 )
 from yarl import URL
 
-from gateway import h2_session, http2
-from gateway.h2_session import NgH2Session
-from gateway.h2_session import header_block as h2_block
-from gateway.http2 import PREFACE, H2Limits, Http2Site, start_server
+from gateway.http import h2_session, http2
+from gateway.http.h2_session import NgH2Session
+from gateway.http.h2_session import header_block as h2_block
+from gateway.http.http2 import PREFACE, H2Limits, Http2Site, start_server
 from tests.tls import write_self_signed
 
 FrameT = TypeVar("FrameT", bound=Frame)
@@ -208,7 +208,7 @@ def session(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
     if request.param == "ngh2":
         monkeypatch.setattr(http2, "Session", NgH2Session)
     elif not h2_session.native:
-        pytest.skip("gateway._h2session is not built")
+        pytest.skip("gateway.http._h2session is not built")
     return str(request.param)
 
 

@@ -1,5 +1,5 @@
 """Direct answers on HTTP/2: a stream a subclass of H2Protocol serves itself (the lane does,
-in gateway.connections) is answered without a task, released exactly once whatever happens
+in gateway.http.connections) is answered without a task, released exactly once whatever happens
 first, and waited for by a graceful shutdown until its answer is out."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from aiohttp.http import RawRequestMessage
 from h2.errors import ErrorCodes
 from hyperframe.frame import DataFrame, GoAwayFrame, RstStreamFrame
 
-from gateway.h2_stream import Headers
-from gateway.http2 import DirectAnswer, H2Protocol, Http2Site, start_server
+from gateway.http.h2_stream import Headers
+from gateway.http.http2 import DirectAnswer, H2Protocol, Http2Site, start_server
 from tests.gateway.test_http2 import TIMEOUT, RawH2, body_of, ends
 
 

@@ -8,9 +8,9 @@ from typing import cast
 
 import pytest
 
-from gateway import lane
-from gateway.connections import Http1Connection, LaneAnswers, lane_answers
-from gateway.lane import LaneAnswer
+from gateway.api import fast_routes as lane
+from gateway.api.fast_routes import LaneAnswer
+from gateway.http.connections import Http1Connection, LaneAnswers, lane_answers
 
 
 class _Connection:

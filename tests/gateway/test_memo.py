@@ -1,10 +1,10 @@
-"""gateway.memo, the bounded memory behind the HTTP/1.1 heads, HTTP/2 header blocks and produce
+"""gateway.http.memo, the bounded memory behind the HTTP/1.1 heads, HTTP/2 header blocks and produce
 targets the gateway remembers (tests/e2e/test_lane.py shows a known head served without
 aiohttp's parser on a real server)."""
 
 from __future__ import annotations
 
-from gateway.memo import Memo
+from gateway.http.memo import Memo
 
 
 def test_a_memo_holds_at_most_its_limit() -> None:

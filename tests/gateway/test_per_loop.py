@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 
-from gateway.per_loop import PerLoop
+from gateway.http.per_loop import PerLoop
 
 
 def test_each_loop_gets_its_own_object_made_once_and_let_go_with_the_loop() -> None:

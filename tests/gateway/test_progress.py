@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 
-from gateway.progress import PLAIN_EVERY_S, Progress
+from gateway.cli.progress import PLAIN_EVERY_S, Progress
 
 
 class Clock:

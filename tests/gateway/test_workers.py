@@ -11,9 +11,9 @@ import pytest
 
 from engine.manager import TOPICS_DIR
 from gateway import config
-from gateway.cli import check_settings
+from gateway.cli.main import check_settings
 from gateway.settings import Settings
-from gateway.workers import (
+from gateway.workers.supervisor import (
     INTERNAL_KEY,
     MARKER,
     ROOT,

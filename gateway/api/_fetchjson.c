@@ -1,0 +1,365 @@
+/*
+ * One uncompressed, JSON-valued Kafka RecordBatch v2 -> the JSON objects a fetch answers, in C.
+ *
+ * The fetch hot path (DESIGN.md §1, §8): decoding each record with aiokafka and building a
+ * Python object per field cost most of a JSON fetch. This reads the records' varints straight
+ * from the batch and writes each record's JSON text, wrapped in msgspec.Raw so the encoders
+ * embed it as is. It covers the common shape only: values flagged as JSON, no record headers
+ * (except the idempotency key Sluice puts on an idempotent batch's first record), keys that are
+ * null or UTF-8. For anything else, including anything malformed, it returns None and the
+ * caller decodes the batch in Python, which is the reference: for the batches this accepts the
+ * output is byte for byte the same (tests/gateway/test_fetchjson.py checks it on arbitrary
+ * and damaged batches).
+ *
+ * Every read is bounds-checked against the buffer, and within a record against its length.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "_records.h"
+
+#define LOG_APPEND_TIME_MASK 0x08
+#define IDEMPOTENT_MASK 0x2000
+#define VALUES_JSON_MASK 0x4000
+
+static const char IDEMPOTENCY_HEADER[] = "sluice-idempotency-key";
+#define IDEMPOTENCY_HEADER_LEN ((Py_ssize_t)(sizeof(IDEMPOTENCY_HEADER) - 1))
+
+/* What a record's fixed parts may add around its prefix, key and value: the field names, two
+ * 20-digit integers with signs, "null" twice and the closing braces, rounded up. */
+#define RECORD_OVERHEAD 128
+
+/* The record's headers: 0 if the caller may go on (see the mode), -1 to leave the batch to
+ * Python. Skipped records (below the fetch offset) may hold any header whose name decodes; the
+ * first emitted record of an idempotent batch may hold only the idempotency key; others none. */
+enum header_mode { HEADERS_SKIPPED, HEADERS_IDEMPOTENCY_ONLY, HEADERS_NONE };
+
+static int
+check_headers(const unsigned char *buf, Py_ssize_t end, Py_ssize_t *pos, int64_t count,
+              enum header_mode mode)
+{
+    if (mode == HEADERS_SKIPPED) {
+        return skip_headers(buf, end, pos, count);
+    }
+    if (count < 0 || (count > 0 && mode == HEADERS_NONE)) {
+        return -1;
+    }
+    for (int64_t i = 0; i < count; i++) {
+        int64_t name_len, value_len;
+        Py_ssize_t name_at, value_at;
+        if (read_bytes(buf, end, pos, &name_len, &name_at) < 0 ||
+            name_len != IDEMPOTENCY_HEADER_LEN ||
+            memcmp(buf + name_at, IDEMPOTENCY_HEADER, IDEMPOTENCY_HEADER_LEN) != 0 ||
+            read_bytes(buf, end, pos, &value_len, &value_at) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static char *
+write_literal(char *w, const char *s)
+{
+    size_t n = strlen(s);
+    memcpy(w, s, n);
+    return w + n;
+}
+
+/* An integer's decimal text, kept from one record to the next: a batch's records mostly share
+ * a timestamp, and their offsets count up by one. */
+struct int_text {
+    int valid;
+    int len;
+    int64_t value;
+    char text[20]; /* "-9223372036854775808" */
+};
+
+static char *
+write_int(char *w, struct int_text *t, int64_t v)
+{
+    if (!t->valid || v != t->value) {
+        if (t->valid && t->value >= 0 && t->value < INT64_MAX && v == t->value + 1) {
+            int i = t->len - 1;
+            while (i >= 0 && t->text[i] == '9') {
+                t->text[i--] = '0';
+            }
+            if (i >= 0) {
+                t->text[i]++;
+            }
+            else { /* 99 -> 100: at most 19 digits become 20 characters */
+                memmove(t->text + 1, t->text, (size_t)t->len);
+                t->text[0] = '1';
+                t->len++;
+            }
+        }
+        else {
+            char digits[20];
+            int n = 0, len = 0;
+            uint64_t u = (uint64_t)v;
+            if (v < 0) {
+                t->text[len++] = '-';
+                u = (uint64_t)0 - u;
+            }
+            do {
+                digits[n++] = (char)('0' + u % 10);
+                u /= 10;
+            } while (u);
+            while (n) {
+                t->text[len++] = digits[--n];
+            }
+            t->len = len;
+        }
+        t->value = v;
+        t->valid = 1;
+    }
+    memcpy(w, t->text, (size_t)t->len);
+    return w + t->len;
+}
+
+/* A JSON string, escaped as msgspec escapes it: quote, backslash and control characters;
+ * everything else (DEL and non-ASCII UTF-8 included) as is. At most 6 bytes per input byte. */
+static char *
+write_string(char *w, const unsigned char *s, Py_ssize_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    *w++ = '"';
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char c = s[i];
+        if (c >= 0x20 && c != '"' && c != '\\') {
+            *w++ = (char)c;
+            continue;
+        }
+        *w++ = '\\';
+        switch (c) {
+        case '"': *w++ = '"'; break;
+        case '\\': *w++ = '\\'; break;
+        case '\b': *w++ = 'b'; break;
+        case '\t': *w++ = 't'; break;
+        case '\n': *w++ = 'n'; break;
+        case '\f': *w++ = 'f'; break;
+        case '\r': *w++ = 'r'; break;
+        default:
+            *w++ = 'u';
+            *w++ = '0';
+            *w++ = '0';
+            *w++ = hex[c >> 4];
+            *w++ = hex[c & 0xf];
+        }
+    }
+    *w++ = '"';
+    return w;
+}
+
+enum outcome { DONE, PYTHON, FAILED };
+
+struct scratch {
+    char *data;
+    Py_ssize_t size;
+};
+
+/* Append the records' JSON to `records`: DONE, PYTHON (leave the batch to Python; the list is
+ * then discarded) or FAILED (a Python exception is set). */
+static enum outcome
+encode_records(const unsigned char *buf, Py_ssize_t end, int64_t start, Py_ssize_t limit,
+               const char *prefix, Py_ssize_t prefix_len, PyObject *raw, PyObject *records,
+               struct scratch *scratch, int64_t *last_offset)
+{
+    if (end < HEADER_SIZE) {
+        return PYTHON;
+    }
+    int attributes = be_i16(buf + ATTRIBUTES_AT);
+    if ((attributes & COMPRESSION_MASK) || !(attributes & VALUES_JSON_MASK)) {
+        return PYTHON;
+    }
+    int64_t base_offset = be_i64(buf);
+    int64_t first_timestamp = be_i64(buf + FIRST_TIMESTAMP_AT);
+    int64_t max_timestamp = be_i64(buf + MAX_TIMESTAMP_AT);
+    int32_t count = be_i32(buf + RECORD_COUNT_AT);
+    int log_append_time = attributes & LOG_APPEND_TIME_MASK;
+    int idempotent = attributes & IDEMPOTENT_MASK;
+    if (count < 0) {
+        return PYTHON;
+    }
+    struct int_text offset_text = {0}, timestamp_text = {0};
+    Py_ssize_t pos = HEADER_SIZE;
+    for (int32_t i = 0; i < count && PyList_GET_SIZE(records) < limit; i++) {
+        int64_t length, attrs, timestamp_delta, offset_delta, key_len, value_len, headers;
+        Py_ssize_t key_at, value_at;
+        if (read_varint32(buf, end, &pos, &length) < 0 || length < 0 || length > end - pos) {
+            return PYTHON;
+        }
+        Py_ssize_t record_end = pos + (Py_ssize_t)length;
+        if (read_varint32(buf, record_end, &pos, &attrs) < 0 || attrs != 0 ||
+            read_varint(buf, record_end, &pos, 10, &timestamp_delta) < 0 ||
+            read_varint32(buf, record_end, &pos, &offset_delta) < 0 ||
+            read_bytes(buf, record_end, &pos, &key_len, &key_at) < 0 ||
+            read_bytes(buf, record_end, &pos, &value_len, &value_at) < 0 ||
+            read_varint32(buf, record_end, &pos, &headers) < 0) {
+            return PYTHON;
+        }
+        int64_t offset;
+        if (__builtin_add_overflow(base_offset, offset_delta, &offset) || offset == INT64_MAX) {
+            return PYTHON; /* the next offset would not fit in 64 bits */
+        }
+        int emit = offset >= start;
+        enum header_mode mode = !emit       ? HEADERS_SKIPPED
+                                : idempotent ? HEADERS_IDEMPOTENCY_ONLY
+                                             : HEADERS_NONE;
+        if (check_headers(buf, record_end, &pos, headers, mode) < 0 || pos != record_end) {
+            return PYTHON;
+        }
+        if (!emit) {
+            continue;
+        }
+        idempotent = 0; /* only the first record emitted carries the key */
+        int64_t timestamp = max_timestamp;
+        if (!log_append_time &&
+            __builtin_add_overflow(first_timestamp, timestamp_delta, &timestamp)) {
+            return PYTHON;
+        }
+        if (key_len > 0 && !valid_utf8((const char *)buf + key_at, (Py_ssize_t)key_len)) {
+            return PYTHON;
+        }
+
+        Py_ssize_t need = prefix_len + RECORD_OVERHEAD + 6 * (key_len > 0 ? key_len : 0) +
+                          (value_len > 0 ? value_len : 0);
+        if (need > scratch->size) {
+            char *grown = PyMem_Realloc(scratch->data, (size_t)need);
+            if (grown == NULL) {
+                PyErr_NoMemory();
+                return FAILED;
+            }
+            scratch->data = grown;
+            scratch->size = need;
+        }
+        char *w = scratch->data;
+        memcpy(w, prefix, (size_t)prefix_len);
+        w += prefix_len;
+        w = write_literal(w, "\"offset\":");
+        w = write_int(w, &offset_text, offset);
+        w = write_literal(w, ",\"timestamp\":");
+        w = write_int(w, &timestamp_text, timestamp);
+        w = write_literal(w, ",\"key\":");
+        if (key_len < 0) {
+            w = write_literal(w, "null");
+        }
+        else {
+            w = write_string(w, buf + key_at, (Py_ssize_t)key_len);
+        }
+        w = write_literal(w, ",\"value\":");
+        if (value_len < 0) {
+            w = write_literal(w, "null");
+        }
+        else {
+            memcpy(w, buf + value_at, (size_t)value_len);
+            w += value_len;
+        }
+        w = write_literal(w, ",\"headers\":{}}");
+
+        PyObject *text = PyBytes_FromStringAndSize(scratch->data, w - scratch->data);
+        if (text == NULL) {
+            return FAILED;
+        }
+        PyObject *item = PyObject_CallOneArg(raw, text);
+        Py_DECREF(text);
+        if (item == NULL) {
+            return FAILED;
+        }
+        int failed = PyList_Append(records, item);
+        Py_DECREF(item);
+        if (failed) {
+            return FAILED;
+        }
+        *last_offset = offset;
+    }
+    /* Every record read without reaching the limit: like aiokafka's iterator, refuse a batch
+     * whose records leave bytes over. */
+    if (PyList_GET_SIZE(records) < limit && pos != end) {
+        return PYTHON;
+    }
+    return DONE;
+}
+
+PyDoc_STRVAR(batch_json_doc,
+"batch_json(batch, start, limit, prefix, raw, /)\n"
+"--\n\n"
+"The JSON objects of one batch's records at offsets >= start (at most limit), each as\n"
+"raw(bytes) and opened with prefix, and the offset after the last: (records, next_offset),\n"
+"next_offset being start if there is none. None when the batch is not one this path covers\n"
+"or is malformed: decode it in Python.");
+
+static PyObject *
+batch_json(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "batch_json takes 5 positional arguments");
+        return NULL;
+    }
+    if (!PyBytes_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "prefix must be bytes");
+        return NULL;
+    }
+    long long start = PyLong_AsLongLong(args[1]);
+    if (start == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    Py_ssize_t limit = PyLong_AsSsize_t(args[2]);
+    if (limit == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    PyObject *records = PyList_New(0);
+    if (records == NULL) {
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
+        Py_DECREF(records);
+        return NULL;
+    }
+    struct scratch scratch = {NULL, 0};
+    int64_t last_offset = 0;
+    enum outcome outcome = encode_records(
+        (const unsigned char *)view.buf, view.len, start, limit, PyBytes_AS_STRING(args[3]),
+        PyBytes_GET_SIZE(args[3]), args[4], records, &scratch, &last_offset);
+    PyMem_Free(scratch.data);
+    PyBuffer_Release(&view);
+    if (outcome != DONE) {
+        Py_DECREF(records);
+        if (outcome == FAILED) {
+            return NULL;
+        }
+        Py_RETURN_NONE;
+    }
+    long long next_offset = PyList_GET_SIZE(records) ? last_offset + 1 : start;
+    return Py_BuildValue("(NL)", records, next_offset);
+}
+
+static PyMethodDef methods[] = {
+    {"batch_json", (PyCFunction)(void (*)(void))batch_json, METH_FASTCALL, batch_json_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef_Slot slots[] = {
+#if PY_VERSION_HEX >= 0x030C0000
+    {Py_mod_multiple_interpreters, Py_MOD_PER_INTERPRETER_GIL_SUPPORTED},
+#endif
+    {0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "gateway.api._fetchjson",
+    .m_doc = "Fetched records of a plain JSON batch -> their JSON text, in C.",
+    .m_size = 0,
+    .m_methods = methods,
+    .m_slots = slots,
+};
+
+PyMODINIT_FUNC
+PyInit__fetchjson(void)
+{
+    return PyModuleDef_Init(&module_def);
+}

@@ -1,0 +1,683 @@
+"""The lane: plain produces, partition fetches, group members' fetches and other nodes'
+internal appends served without aiohttp's per-request machinery.
+
+aiohttp builds a Request, runs the middlewares and the router and writes a StreamResponse for
+every request: for a one-record produce, or a long-poll that returns a few records, that costs
+more than the work itself (see docs/PERFORMANCE.md "Request cost"). The connections
+(gateway.http.connections, gateway.http.http2) offer each complete request here first; `take`
+accepts only the plain case (a produce whose body has arrived whole, a fetch of a partition led
+here, a fetch by a member of a group coordinated here, the batches another node's front forwards to
+a partition led here; nothing that a middleware would act on), and
+everything else, including every request that would fail before producing or fetching, goes
+through the Application as before, which stays the reference. What the lane serves is what
+the general path would answer: the same Producer, partition read and group fetch, the same
+error rendering, the same request metrics and body accounting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from http import HTTPStatus
+from typing import Any
+
+import orjson
+from aiohttp import web
+from aiohttp.helpers import rfc822_formatted_time
+from aiohttp.http import SERVER_SOFTWARE
+from aiohttp.streams import EmptyStreamReader, StreamReader
+
+from engine.log import AppendInfo
+from gateway.api import codecs
+from gateway.api.backpressure import InflightBodies
+from gateway.api.fetch import (
+    FetchAnswer,
+    FetchLimits,
+    limits_of,
+    parse_offset,
+    read_colocated,
+    read_partition,
+    start_offset,
+)
+from gateway.api.groups import member_records, valid_group_id
+from gateway.api.params import query_int
+from gateway.api.problems import PROBLEM_JSON, Problem, problem_body, problem_of, status_code
+from gateway.api.topics import INTERNAL_TOPICS
+from gateway.http.memo import Memo
+from gateway.metrics.collectors import CLIENT_CLOSED
+from gateway.produce.front import Built, ProduceRequest
+from gateway.produce.idempotency import validate_key
+from gateway.state import Gateway
+from groups.coordinator import CURSOR_MASK
+from replication.forward_client import APPEND_PREFIX, FORWARDED_BY
+from replication.metadata import TopicSpec
+from replication.partition import Partition
+
+TOPIC_ROUTE = "/v1/topics/{topic}/records"
+PARTITION_ROUTE = "/v1/topics/{topic}/partitions/{partition}/records"
+MEMBER_ROUTE = "/v1/groups/{group}/members/{member}/records"
+APPEND_ROUTE = APPEND_PREFIX + "/{topic}/{partition}/append"
+ACKS = {"0": "0", "1": "1", "all": "all", "-1": "all"}
+# Headers a middleware or the body reader acts on: their requests take the general path (a
+# forwarded request too, but for the internal append, which only other nodes send).
+_GENERAL_PATH_HEADERS = ("Content-Encoding", "Origin", "Expect")
+_PREFIX = "/v1/topics/"
+_GROUPS_PREFIX = "/v1/groups/"
+_PRODUCE_PARAMS = frozenset({"acks", "timeout_ms", "key"})
+_FETCH_PARAMS = frozenset({"offset", "max_records", "max_bytes", "min_bytes", "timeout_ms"})
+_MEMBER_FETCH_PARAMS = frozenset({"cursor", "max_records", "max_bytes", "min_bytes", "timeout_ms"})
+_APPEND_PARAMS = frozenset({"acks", "timeout_ms"})
+_APPEND_ACKS = frozenset({"0", "1", "all"})
+# Accept headers a fetch takes as they are (anything else is negotiated by the Application).
+_FETCH_ACCEPT = {
+    None: codecs.JSON,
+    "*/*": codecs.JSON,
+    codecs.JSON: codecs.JSON,
+    codecs.NDJSON: codecs.NDJSON,
+    codecs.RECORD_BATCH: codecs.RECORD_BATCH,
+}
+# The head up to its length of an HTTP/1.1 answer with no other headers, per (status, content
+# type): a few statuses of the four types the lane answers with.
+_HTTP1_HEADS: dict[tuple[int, str], bytes] = {}
+_SERVER = SERVER_SOFTWARE.encode()
+# The same for HTTP/2: the status and content-type fields per (status, content type).
+_H2_FIELDS: dict[tuple[int, str], tuple[tuple[bytes, bytes], tuple[bytes, bytes]]] = {}
+_SERVER_FIELD = (b"server", _SERVER)
+# The date field of this second's answers, with aiohttp's text of it (the same str all second).
+_date: tuple[str, tuple[bytes, bytes]] = ("", (b"date", b""))
+# A produce target's plain reading (`Lane._plain_produce_target`), remembered: clients repeat
+# their target, and reading it costs ~2 µs of a produce. At most this many, then forgotten.
+_TARGETS_KEPT = 1024
+PlainProduce = tuple[str, int | None, str, int, str | None, str]
+_NOT_PLAIN: PlainProduce = ("", None, "", 0, None, "")  # a target the lane leaves
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class LaneProduce:
+    """A produce the lane accepted: what to produce, its route template and body size."""
+
+    produce: ProduceRequest
+    route: str
+    size: int
+
+
+@dataclass(slots=True)
+class LaneAppend:
+    """Batches another node's front built for a partition led here (the internal append)."""
+
+    topic: str
+    partition: int
+    data: bytes
+    acks: str
+    timeout_ms: int
+    target: str
+
+    @property
+    def size(self) -> int:
+        return len(self.data)
+
+
+@dataclass(slots=True)
+class LaneFetch:
+    """A partition fetch the lane accepted, its parameters checked."""
+
+    topic: str
+    partition: int
+    offset: int | str  # an offset, "earliest" or "latest"
+    limits: FetchLimits
+    accept: str
+    target: str
+    ready: FetchAnswer | None = None  # read already, from a sibling worker's files
+
+
+@dataclass(slots=True)
+class LaneMemberFetch:
+    """A group member's fetch the lane accepted: a member of a group coordinated here."""
+
+    group: str
+    member: str
+    limits: FetchLimits
+    cursor: int  # -1: none given
+    target: str
+
+
+LaneRequest = LaneProduce | LaneAppend | LaneFetch | LaneMemberFetch
+
+
+@dataclass(slots=True)
+class LaneAnswer:
+    """What the lane answers: status, content type, body and extra headers."""
+
+    status: int
+    content_type: str
+    body: bytes
+    headers: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def closes(self) -> bool:
+        """Whether the answer ends the connection (an error that leaves the stream unknown)."""
+        return ("Connection", "close") in self.headers
+
+    def http1(self) -> bytes:
+        """The whole HTTP/1.1 answer, headers as aiohttp writes them."""
+        status, headers = self.status, self.headers
+        head = None if headers else _HTTP1_HEADS.get((status, self.content_type))
+        if head is None:
+            extra = "".join(f"{name}: {value}\r\n" for name, value in headers)
+            head = (
+                f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n{extra}"
+                f"Content-Type: {self.content_type}\r\nContent-Length: "
+            ).encode("latin-1")
+            if not headers:
+                _HTTP1_HEADS[status, self.content_type] = head
+        body = self.body
+        date = rfc822_formatted_time().encode()
+        return b"%s%d\r\nDate: %s\r\nServer: %s\r\n\r\n%s" % (head, len(body), date, _SERVER, body)
+
+    def h2_headers(self) -> list[tuple[bytes, bytes]]:
+        """The answer's HTTP/2 header list (no connection-specific fields)."""
+        known = _H2_FIELDS.get((self.status, self.content_type))
+        if known is None:
+            known = _H2_FIELDS[self.status, self.content_type] = (
+                (b":status", b"%d" % self.status),
+                (b"content-type", self.content_type.encode()),
+            )
+        status, content_type = known
+        length = (b"content-length", b"%d" % len(self.body))
+        date = _date_field()
+        if not self.headers:
+            return [status, content_type, length, date, _SERVER_FIELD]
+        extra = [
+            (name.lower().encode(), value.encode())
+            for name, value in self.headers
+            if name.lower() != "connection"
+        ]
+        return [status, *extra, content_type, length, date, _SERVER_FIELD]
+
+
+def _date_field() -> tuple[bytes, bytes]:
+    """This second's HTTP/2 date field, encoded once a second rather than once an answer."""
+    global _date
+    text = rfc822_formatted_time()
+    if text is not _date[0]:
+        _date = (text, (b"date", text.encode()))
+    return _date[1]
+
+
+class Lane:
+    """Accepts and serves the plain produces and fetches of one gateway (built only where no
+    middleware applies to them: auth off, no CORS origin named; quotas are checked per
+    request)."""
+
+    def __init__(self, gateway: Gateway, inflight: InflightBodies) -> None:
+        self.gateway = gateway
+        self.inflight = inflight
+        # Bulk bodies too: on HTTP/2 the Application would copy a held body into a reader and
+        # out again, a quarter of a 1000-record produce. A larger one gets its 413 there.
+        self.max_body = gateway.settings.max_request_bytes
+        self.served = 0  # requests the lane answered: sluice_lane_requests_total
+        self._produce_targets: Memo[str, PlainProduce] = Memo(_TARGETS_KEPT)
+
+    def take(
+        self, method: str, target: str, headers: Mapping[str, str], body: bytes, connection: object
+    ) -> LaneRequest | None:
+        """What this complete request asks for, if the lane may serve it; else None."""
+        if any(name in headers for name in _GENERAL_PATH_HEADERS):
+            return None
+        if self.gateway.auth.quotas.active:
+            return None
+        forwarded = FORWARDED_BY in headers
+        if target.startswith(APPEND_PREFIX):
+            # Another node's, forwarded once: a leader that moved answers 421 as the route
+            # does then; one without the header may be forwarded by the route, so is left to it.
+            if method != "POST" or not forwarded:
+                return None
+            return self._take_append(target, headers, body, connection)
+        if forwarded:
+            return None
+        get = method == "GET" and not body and "Content-Length" not in headers
+        if target.startswith(_PREFIX):
+            if method == "POST":
+                return self._take_produce(target, headers, body, connection)
+            return self._take_fetch(target, headers) if get else None
+        if get and target.startswith(_GROUPS_PREFIX):
+            return self._take_member_fetch(target, headers)
+        return None
+
+    def _take_produce(
+        self, target: str, headers: Mapping[str, str], body: bytes, connection: object
+    ) -> LaneProduce | None:
+        content_type = headers.get("Content-Type")
+        if content_type is None or content_type not in codecs.PRODUCE_TYPES:
+            return None
+        if len(body) > self.max_body:
+            return None
+        plain = self._produce_targets.get(target)
+        if plain is None:
+            plain = self._plain_produce_target(target) or _NOT_PLAIN
+            self._produce_targets.remember(target, plain)
+        if plain is _NOT_PLAIN:
+            return None
+        name, partition, acks, timeout_ms, record_key, route = plain
+        topic = self.gateway.broker.store.view.topics.get(name)
+        if topic is None or (partition is not None and partition >= topic.partitions):
+            return None
+        key = headers.get("Idempotency-Key")
+        if key is not None:
+            try:
+                validate_key(key)
+            except Problem:
+                return None
+        if not self._room_for(len(body), connection):
+            return None
+        produce = ProduceRequest(
+            topic=name,
+            partition=partition,
+            acks=acks,
+            timeout_ms=timeout_ms,
+            content_type=content_type,
+            body=body,
+            key=record_key,
+            idempotency_key=key,
+            target=target,
+        )
+        return LaneProduce(produce, route, len(body))
+
+    def _plain_produce_target(self, target: str) -> PlainProduce | None:
+        """What a produce's target says, when the lane may take it (the topic's existence and
+        partitions aside, which change): topic, partition, acks, timeout, record key, route."""
+        parsed = _parse_route(target, _PRODUCE_PARAMS)
+        if parsed is None or parsed[0] in INTERNAL_TOPICS:
+            return None
+        name, partition, params = parsed
+        settings = self.gateway.settings
+        acks = ACKS.get(params.get("acks", "all"))
+        try:
+            timeout_ms = query_int(
+                params, "timeout_ms", settings.default_produce_timeout_ms, 0, settings.max_wait_ms
+            )
+        except Problem:
+            return None
+        if acks is None:
+            return None
+        route = PARTITION_ROUTE if partition is not None else TOPIC_ROUTE
+        return name, partition, acks, timeout_ms, params.get("key"), route
+
+    def _take_append(
+        self, target: str, headers: Mapping[str, str], body: bytes, connection: object
+    ) -> LaneAppend | None:
+        if headers.get("Content-Type") != codecs.RECORD_BATCH or len(body) > self.max_body:
+            return None
+        path, _, query = target.partition("?")
+        parts = path[len(APPEND_PREFIX) :].split("/")
+        if len(parts) != 4 or parts[0] or parts[3] != "append" or "%" in path:
+            return None
+        partition = _partition_number(parts[2])
+        topic = self.gateway.broker.store.view.topics.get(parts[1])
+        if topic is None or partition is None or partition >= topic.partitions:
+            return None
+        params = _query(query, _APPEND_PARAMS)
+        if params is None or topic.name in INTERNAL_TOPICS:
+            return None
+        acks = params.get("acks", "all")
+        if acks not in _APPEND_ACKS:
+            return None
+        settings = self.gateway.settings
+        try:
+            timeout_ms = query_int(
+                params, "timeout_ms", settings.default_produce_timeout_ms, 0, settings.max_wait_ms
+            )
+        except Problem:
+            return None
+        if not self._room_for(len(body), connection):
+            return None
+        return LaneAppend(topic.name, partition, body, acks, timeout_ms, target)
+
+    def _room_for(self, size: int, connection: object) -> bool:
+        """Whether a body of `size` bytes fits the in-flight limits (the connection's share,
+        and the whole); a body that does not goes where the backpressure middleware waits."""
+        inflight = self.inflight
+        held = inflight.by_connection.get(connection, 0)
+        if held and held + size > inflight.connection_limit:
+            return False
+        return inflight.reserved + size <= inflight.limit
+
+    def _take_fetch(self, target: str, headers: Mapping[str, str]) -> LaneFetch | None:
+        accept = _FETCH_ACCEPT.get(headers.get("Accept"))
+        routed = self._route(target, _FETCH_PARAMS)
+        if accept is None or routed is None:
+            return None
+        topic, partition, params = routed
+        gateway = self.gateway
+        if partition is None:
+            return None
+        local = gateway.replicas.local(topic.name, partition)
+        led_here = local is not None and local.is_leader
+        settings = gateway.settings
+        if led_here and gateway.notifier.parked >= settings.max_parked_fetches:
+            return None
+        try:
+            offset = parse_offset(params.get("offset", "earliest"))
+            limits = limits_of(params, settings)
+        except Problem:
+            return None
+        ready = None
+        if not led_here:
+            ready = read_colocated(gateway, topic.name, partition, offset, limits, accept)
+            if ready is None:  # led elsewhere, and not readable here: the Application forwards
+                return None
+        return LaneFetch(topic.name, partition, offset, limits, accept, target, ready)
+
+    def _take_member_fetch(self, target: str, headers: Mapping[str, str]) -> LaneMemberFetch | None:
+        path, _, query = target.partition("?")
+        parts = path[len(_GROUPS_PREFIX) :].split("/")
+        if len(parts) != 4 or parts[1] != "members" or parts[3] != "records" or "%" in path:
+            return None
+        name, member = parts[0], parts[2]
+        if _FETCH_ACCEPT.get(headers.get("Accept")) != codecs.JSON or not valid_group_id(name):
+            return None
+        gateway = self.gateway
+        group = gateway.groups.groups.get(name)
+        if group is None or member not in group.members:  # elsewhere, or unknown: not plain
+            return None
+        settings = gateway.settings
+        params = _query(query, _MEMBER_FETCH_PARAMS)
+        if params is None or gateway.notifier.parked >= settings.max_parked_fetches:
+            return None
+        try:
+            limits = limits_of(params, settings)
+            cursor = query_int(params, "cursor", -1, 0, CURSOR_MASK)
+        except Problem:
+            return None
+        return LaneMemberFetch(name, member, limits, cursor, target)
+
+    def _route(
+        self, target: str, allowed: frozenset[str]
+    ) -> tuple[TopicSpec, int | None, dict[str, str]] | None:
+        """The topic (known here), the partition (if the path names one, and it exists) and
+        the query (each parameter allowed, once, unescaped) of a records route."""
+        parsed = _parse_route(target, allowed)
+        if parsed is None:
+            return None
+        name, partition, params = parsed
+        topic = self.gateway.broker.store.view.topics.get(name)
+        if topic is None or (partition is not None and partition >= topic.partitions):
+            return None
+        return topic, partition, params
+
+    def start(
+        self,
+        request: LaneRequest,
+        connection: object,
+        ready: Callable[[LaneAnswer | None], None],
+        loop: asyncio.AbstractEventLoop,
+    ) -> asyncio.Future[Any]:
+        """Begin answering what `take` accepted; `ready` gets the answer, or None when the
+        returned future was cancelled first (the client went). The common produce (one
+        partition led here, acks 0 or 1, no idempotency key) waits for its write without a
+        coroutine of its own: its answer is made when this turn's write lands."""
+        started = time.perf_counter()
+        built: Built | Exception | None = None
+        if isinstance(request, LaneProduce) and request.produce.idempotency_key is None:
+            producer = self.gateway.producer
+            try:
+                built = producer.build(request.produce)
+            except Exception as exc:  # answered by `serve`, as any other failure
+                built = exc
+            else:
+                appending = producer.append_now(request.produce, built)
+                if appending is not None:
+                    landing, leader = appending
+                    self._reserve(request.size, connection)
+                    landing.add_done_callback(
+                        functools.partial(
+                            self._landed, request, built, leader, connection, started, ready
+                        )
+                    )
+                    return landing
+        task = loop.create_task(self.serve(request, connection, built))
+        task.add_done_callback(functools.partial(_served, ready))
+        return task
+
+    def _landed(
+        self,
+        request: LaneProduce,
+        built: Built,
+        leader: Partition,
+        connection: object,
+        started: float,
+        ready: Callable[[LaneAnswer | None], None],
+        landing: asyncio.Future[AppendInfo],
+    ) -> None:
+        """`start`'s produce, once its write landed (or failed, or its client went)."""
+        if landing.cancelled():
+            self._release(request.size, connection)
+            self._observed(request, CLIENT_CLOSED, started)
+            ready(None)
+            return
+        error = landing.exception()
+        if error is None:
+            info = landing.result()
+            if info.flush_due:  # the flush policy asks for an fsync first: that waits
+                flushed = asyncio.ensure_future(
+                    self._flushed(request, built, leader, info, connection, started)
+                )
+                flushed.add_done_callback(functools.partial(_served, ready))
+                return
+            status, document = self.gateway.producer.appended(request.produce, built, info)
+            answer = LaneAnswer(status, codecs.JSON, orjson.dumps(document))
+        else:
+            answer = _problem(_problem_of(_as_exception(error), "POST", request.produce.target))
+        self._release(request.size, connection)
+        self._observed(request, answer.status, started)
+        self.served += 1
+        ready(answer)
+
+    async def _flushed(
+        self,
+        request: LaneProduce,
+        built: Built,
+        leader: Partition,
+        info: AppendInfo,
+        connection: object,
+        started: float,
+    ) -> LaneAnswer:
+        """`_landed`'s answer after the fsync the flush policy asks for."""
+        answer: LaneAnswer | None = None
+        produce = request.produce
+        try:
+            await self.gateway.replicas.acknowledge(leader, info, produce.acks, produce.timeout_ms)
+            status, document = self.gateway.producer.appended(produce, built, info)
+            answer = LaneAnswer(status, codecs.JSON, orjson.dumps(document))
+        except Exception as exc:
+            answer = _problem(_problem_of(exc, "POST", produce.target))
+        finally:
+            self._release(request.size, connection)
+            self._observed(request, CLIENT_CLOSED if answer is None else answer.status, started)
+        self.served += 1
+        return answer
+
+    def _observed(self, request: LaneProduce, status: int, started: float) -> None:
+        elapsed = time.perf_counter() - started
+        self.gateway.metrics.latency.observe(request.route, "POST", str(status), elapsed)
+
+    async def serve(
+        self, request: LaneRequest, connection: object, built: Built | Exception | None = None
+    ) -> LaneAnswer:
+        """Answer what `take` accepted, a failure as the Application renders it, counted in
+        the request metrics under its route (`built`: a produce's batches, or why they could
+        not be built, if `start` tried)."""
+        started = time.perf_counter()
+        answer: LaneAnswer | None = None
+        if isinstance(request, LaneProduce):
+            method, route, target = "POST", request.route, request.produce.target
+        elif isinstance(request, LaneAppend):
+            method, route, target = "POST", APPEND_ROUTE, request.target
+        else:
+            method, target = "GET", request.target
+            route = PARTITION_ROUTE if isinstance(request, LaneFetch) else MEMBER_ROUTE
+        try:
+            if isinstance(request, LaneProduce | LaneAppend):
+                answer = await self._write(request, connection, built)
+            elif isinstance(request, LaneFetch):
+                answer = await self._fetch(request)
+            else:
+                answer = await self._member_fetch(request)
+        except Exception as exc:
+            answer = _problem(_problem_of(exc, method, target))
+        finally:
+            status = CLIENT_CLOSED if answer is None else answer.status
+            elapsed = time.perf_counter() - started
+            self.gateway.metrics.latency.observe(route, method, str(status), elapsed)
+        self.served += 1
+        return answer
+
+    async def _write(
+        self, request: LaneProduce | LaneAppend, connection: object, built: Built | Exception | None
+    ) -> LaneAnswer:
+        """Produce or append, holding the body's bytes in the in-flight account meanwhile."""
+        if isinstance(built, Exception):
+            raise built
+        self._reserve(request.size, connection)
+        try:
+            if isinstance(request, LaneProduce):
+                status, document = await self.gateway.producer.produce(request.produce, built)
+                return LaneAnswer(status, codecs.JSON, orjson.dumps(document))
+            info = await self.gateway.replicas.append(
+                request.topic, request.partition, request.data, request.acks, request.timeout_ms
+            )
+            landed = {"base_offset": info.first_offset, "count": info.record_count}
+            return LaneAnswer(200, codecs.JSON, orjson.dumps(landed))
+        finally:
+            self._release(request.size, connection)
+
+    def _reserve(self, size: int, connection: object) -> None:
+        """Count a body being produced in the in-flight account (see `_room_for`)."""
+        inflight = self.inflight
+        inflight.reserved += size
+        inflight.by_connection[connection] = inflight.by_connection.get(connection, 0) + size
+
+    def _release(self, size: int, connection: object) -> None:
+        inflight = self.inflight
+        inflight.reserved -= size
+        left = inflight.by_connection.pop(connection) - size
+        if left:
+            inflight.by_connection[connection] = left
+
+    async def _fetch(self, request: LaneFetch) -> LaneAnswer:
+        """Read the partition as the route does (a long-poll waits here as there)."""
+        fetched = request.ready
+        if fetched is not None:
+            return LaneAnswer(
+                200, fetched.content_type, fetched.body, tuple(fetched.headers.items())
+            )
+        gateway = self.gateway
+        leader = gateway.replicas.leading(request.topic, request.partition)
+        if leader is None:
+            leader = await gateway.replicas.leader(request.topic, request.partition)
+        offset = start_offset(request.offset, leader)
+        fetched = await read_partition(
+            gateway, request.topic, request.partition, offset, request.limits, request.accept
+        )
+        return LaneAnswer(200, fetched.content_type, fetched.body, tuple(fetched.headers.items()))
+
+    async def _member_fetch(self, request: LaneMemberFetch) -> LaneAnswer:
+        """The member's long-poll, as the group route runs it."""
+        body = await member_records(
+            self.gateway, request.group, request.member, request.limits, request.cursor
+        )
+        return LaneAnswer(200, codecs.JSON, body)
+
+
+LANE = web.AppKey("lane", Lane)
+
+
+def body_of(payload: StreamReader) -> bytes:
+    """A body its reader holds whole, left there for the general path: aiohttp has no public
+    way to look without reading."""
+    if isinstance(payload, EmptyStreamReader):
+        return b""
+    return b"".join(payload._buffer)
+
+
+def _problem_of(exc: Exception, method: str, target: str) -> Problem:
+    """The answer the general path gives for a failure: the middleware's problem, or aiohttp's
+    own for what the middleware lets through (both then close the connection)."""
+    try:
+        return problem_of(exc, method, target)
+    except TimeoutError:
+        return Problem(504, status_code(504), "gateway timeout", headers={"Connection": "close"})
+    except ConnectionResetError:
+        log.exception("Error handling request", exc_info=exc)
+        detail = "internal server error"
+        return Problem(500, "INTERNAL_ERROR", detail, headers={"Connection": "close"})
+
+
+def _served(
+    ready: Callable[[LaneAnswer | None], None], answering: asyncio.Future[LaneAnswer]
+) -> None:
+    """Hand a lane task's answer on; None if it was cancelled (its client went) or failed
+    (which `serve` renders as a problem, so only an error past it, logged here)."""
+    if answering.cancelled():
+        ready(None)
+        return
+    error = answering.exception()
+    if error is not None:
+        log.error("the lane failed to answer a request", exc_info=error)
+        ready(None)
+        return
+    ready(answering.result())
+
+
+def _as_exception(error: BaseException) -> Exception:
+    """A failed append's error as the problem renderer takes it."""
+    return error if isinstance(error, Exception) else RuntimeError(str(error))
+
+
+def _problem(problem: Problem) -> LaneAnswer:
+    return LaneAnswer(
+        problem.status, PROBLEM_JSON, problem_body(problem), tuple(problem.headers.items())
+    )
+
+
+def _parse_route(
+    target: str, allowed: frozenset[str]
+) -> tuple[str, int | None, dict[str, str]] | None:
+    """A records route's topic name, partition (if the path names one) and query (each
+    parameter allowed, once, unescaped); None for any other target."""
+    path, _, query = target.partition("?")
+    parts = path[len(_PREFIX) :].split("/")
+    partition: int | None = None
+    if len(parts) == 4 and parts[1] == "partitions" and parts[3] == "records":
+        partition = _partition_number(parts[2])
+        if partition is None:
+            return None
+    elif len(parts) != 2 or parts[1] != "records":
+        return None
+    params = _query(query, allowed)
+    return None if params is None else (parts[0], partition, params)
+
+
+def _partition_number(raw: str) -> int | None:
+    """A path's partition number, if it is one (digits only, as the routes take it)."""
+    return int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 9 else None
+
+
+def _query(query: str, allowed: frozenset[str]) -> dict[str, str] | None:
+    """The query's parameters, if each is plain (no escapes, named once, allowed)."""
+    params: dict[str, str] = {}
+    if not query:
+        return params
+    if "%" in query or "+" in query:
+        return None
+    for pair in query.split("&"):
+        name, _, value = pair.partition("=")
+        if name not in allowed or name in params:
+            return None
+        params[name] = value
+    return params

@@ -1,0 +1,168 @@
+"""The limits every fetch (a partition's or a group member's) takes from its query, the
+parked-fetch limit, and a partition fetch's answer (shared by the route and the lane). The
+long-poll itself is the replica manager's."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from engine import batch as fmt
+from engine.log import ReadResult
+from engine.notify import ChangeNotifier
+from gateway.api import codecs
+from gateway.api.params import parse_int, query_int
+from gateway.api.problems import Problem, bad_request
+from gateway.settings import Settings
+from replication.partition import Partition
+
+if TYPE_CHECKING:  # the gateway's state holds the group coordinator, which uses the limits
+    from gateway.state import Gateway
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+@dataclass(frozen=True)
+class FetchLimits:
+    max_records: int
+    max_bytes: int
+    min_bytes: int
+    timeout_ms: int
+
+
+def fetch_limits(request: web.Request, settings: Settings) -> FetchLimits:
+    """max_records, max_bytes, min_bytes and timeout_ms, with Kafka's defaults, bounded."""
+    return limits_of(request.query, settings)
+
+
+def limits_of(query: Mapping[str, str], settings: Settings) -> FetchLimits:
+    """`fetch_limits` from a parsed query."""
+    return FetchLimits(
+        max_records=query_int(
+            query, "max_records", settings.default_fetch_records, 1, settings.max_fetch_records
+        ),
+        max_bytes=query_int(
+            query, "max_bytes", settings.default_fetch_bytes, 1, settings.max_fetch_bytes
+        ),
+        min_bytes=query_int(query, "min_bytes", 1, 0, settings.max_fetch_bytes),
+        timeout_ms=query_int(
+            query, "timeout_ms", settings.default_fetch_wait_ms, 0, settings.max_wait_ms
+        ),
+    )
+
+
+def parse_offset(raw: str) -> int | str:
+    """A fetch's `offset`: a 64-bit integer, `earliest` or `latest` (400 otherwise)."""
+    if raw in ("earliest", "latest"):
+        return raw
+    offset = parse_int(raw)
+    if offset is None or not INT64_MIN <= offset <= INT64_MAX:
+        raise bad_request(
+            f"offset must be a 64-bit integer, earliest or latest, got {raw!r}",
+            "INVALID_PARAMETER",
+        )
+    return offset
+
+
+def start_offset(offset: int | str, leader: Partition) -> int:
+    """Where a fetch starts: the offset asked for, or the leader's log start or high watermark."""
+    if offset == "earliest":
+        return leader.log_start_offset
+    if offset == "latest":
+        return leader.high_watermark
+    return int(offset)
+
+
+@dataclass(slots=True)
+class FetchAnswer:
+    """What a partition fetch answers: the body in its media type and where to go on."""
+
+    content_type: str
+    body: bytes
+    next_offset: int
+    high_watermark: int
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {
+            "Sluice-Next-Offset": str(self.next_offset),
+            "Sluice-High-Watermark": str(self.high_watermark),
+        }
+
+
+async def read_partition(
+    gateway: Gateway,
+    topic: str,
+    partition: int,
+    offset: int,
+    limits: FetchLimits,
+    accept: str,
+) -> FetchAnswer:
+    """Fetch from a partition led here (waiting as the limits say) and encode the records in
+    the media type asked for; the records and bytes go in the topic's traffic."""
+    result = await gateway.replicas.fetch(topic, partition, offset, *_bounds(limits, accept))
+    return _answer(gateway, topic, offset, result, limits, accept)
+
+
+def read_colocated(
+    gateway: Gateway,
+    topic: str,
+    partition: int,
+    offset: int | str,
+    limits: FetchLimits,
+    accept: str,
+) -> FetchAnswer | None:
+    """`read_partition` of a partition a sibling worker leads, from its files, when they hold
+    what it would answer at once (replication.colocated); None: forward the fetch to it."""
+    found = gateway.replicas.fetch_colocated(topic, partition, offset, *_bounds(limits, accept))
+    if found is None:
+        return None
+    start, result = found
+    return _answer(gateway, topic, start, result, limits, accept)
+
+
+def _bounds(limits: FetchLimits, accept: str) -> tuple[int, int, int, int | None]:
+    """max_bytes, min_bytes, timeout_ms and max_records of a read (a binary answer sends whole
+    batches: no record limit)."""
+    max_records = None if accept == codecs.RECORD_BATCH else limits.max_records
+    return limits.max_bytes, limits.min_bytes, limits.timeout_ms, max_records
+
+
+def _answer(
+    gateway: Gateway,
+    topic: str,
+    offset: int,
+    result: ReadResult,
+    limits: FetchLimits,
+    accept: str,
+) -> FetchAnswer:
+    """A partition read at `offset`, encoded in the media type asked for and counted in the
+    topic's traffic."""
+    data = result.data
+    traffic = gateway.metrics.traffic
+    if accept == codecs.RECORD_BATCH:
+        batches = fmt.scan(data, check_crc=False).headers
+        next_offset = batches[-1][1].next_offset if batches else offset
+        traffic.fetched(topic, sum(h.record_count for _, h in batches), len(data))
+        return FetchAnswer(accept, bytes(data), max(offset, next_offset), result.high_watermark)
+    records, next_offset = codecs.fetched_records(data, offset, limits.max_records)
+    traffic.fetched(topic, len(records), len(data))
+    if accept == codecs.NDJSON:
+        body = codecs.encode_ndjson_body(records)
+    else:
+        body = codecs.encode_json_body(records, next_offset, result.high_watermark)
+    return FetchAnswer(accept, body, next_offset, result.high_watermark)
+
+
+def refuse_when_full(notifier: ChangeNotifier, settings: Settings) -> None:
+    """503 with Retry-After once max_parked_fetches long-polls are parked on this node."""
+    if notifier.parked >= settings.max_parked_fetches:
+        raise Problem(
+            503,
+            "TOO_MANY_WAITING_FETCHES",
+            "too many long-polls are parked on this node; retry shortly",
+            headers={"Retry-After": "1"},
+        )

@@ -1,0 +1,77 @@
+"""Internal routes between nodes: a follower's fetch and its leader-epoch query (the contract
+of `replication.replica_client`), and the append of batches a front node built for a
+partition led here (`replication.forward_client`). Errors are problem+json like elsewhere."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from gateway.api import codecs
+from gateway.api.params import choice_param, int_param, json_response, partition_param, read_body
+from gateway.api.problems import Problem
+from gateway.state import gateway_of
+from replication.forward_client import APPEND_PREFIX
+from replication.replica_client import (
+    HIGH_WATERMARK,
+    LOG_START_OFFSET,
+    REPLICA_PREFIX,
+)
+
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_get(REPLICA_PREFIX + "/{topic}/{partition}/records", replica_fetch)
+    app.router.add_get(REPLICA_PREFIX + "/{topic}/{partition}/epoch-end", epoch_end)
+    app.router.add_post(APPEND_PREFIX + "/{topic}/{partition}/append", append)
+
+
+async def append(request: web.Request) -> web.Response:
+    """Batches another node's produce front built for a partition led here: appended as the
+    leader appends any producer batch (CRC and sizes checked), acks honoured."""
+    gateway = gateway_of(request)
+    settings = gateway.settings
+    if request.content_type != codecs.RECORD_BATCH:
+        raise Problem(415, "UNSUPPORTED_MEDIA_TYPE", f"expected {codecs.RECORD_BATCH}")
+    acks = choice_param(request, "acks", "all", ("0", "1", "all"))
+    timeout_ms = int_param(
+        request, "timeout_ms", settings.default_produce_timeout_ms, 0, settings.max_wait_ms
+    )
+    body = await read_body(request, settings)
+    info = await gateway.replicas.append(
+        request.match_info["topic"], partition_param(request), body, acks, timeout_ms
+    )
+    return json_response({"base_offset": info.first_offset, "count": info.record_count})
+
+
+async def replica_fetch(request: web.Request) -> web.Response:
+    gateway = gateway_of(request)
+    settings = gateway.settings
+    result, leader = await gateway.replicas.replica_fetch(
+        request.match_info["topic"],
+        partition_param(request),
+        replica=int_param(request, "replica", None, 0, INT32_MAX),
+        leader_epoch=int_param(request, "leader_epoch", None, 0, INT32_MAX),
+        offset=int_param(request, "offset", None, 0, INT64_MAX),
+        max_bytes=int_param(request, "max_bytes", None, 1, settings.max_fetch_bytes),
+        timeout_ms=int_param(request, "timeout_ms", 0, 0, settings.max_wait_ms),
+    )
+    return web.Response(
+        body=bytes(result.data),
+        content_type=codecs.RECORD_BATCH,
+        headers={
+            HIGH_WATERMARK: str(leader.high_watermark),
+            LOG_START_OFFSET: str(leader.log_start_offset),
+        },
+    )
+
+
+async def epoch_end(request: web.Request) -> web.Response:
+    epoch, end = gateway_of(request).replicas.epoch_end(
+        request.match_info["topic"],
+        partition_param(request),
+        int_param(request, "leader_epoch", None, 0, INT32_MAX),
+        int_param(request, "epoch", None, -1, INT32_MAX),
+    )
+    return json_response({"epoch": epoch, "end_offset": end})

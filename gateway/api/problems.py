@@ -1,0 +1,238 @@
+"""RFC 9457 problem responses with stable codes, and the middleware that makes every error one.
+
+Handlers raise `Problem` (or let an engine error through); nothing answers 200 for a failure
+and bad input never becomes a 500.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from http import HTTPStatus
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from engine import errors
+from groups.errors import GroupError
+from replication import errors as replication
+from replication.forward_client import RemoteError
+
+PROBLEM_JSON = "application/problem+json"
+TYPE_BASE = "https://sluice.dev/problems/"
+
+log = logging.getLogger(__name__)
+
+
+class Problem(Exception):
+    """An error answer: HTTP status, stable code, human detail, optional extra members."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        detail: str,
+        *,
+        headers: dict[str, str] | None = None,
+        **extra: Any,
+    ) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.code = code
+        self.detail = detail
+        self.headers = headers or {}
+        self.extra = extra
+
+
+def problem_response(problem: Problem) -> web.Response:
+    return web.Response(
+        status=problem.status,
+        body=problem_body(problem),
+        content_type=PROBLEM_JSON,
+        headers=problem.headers,
+    )
+
+
+def problem_body(problem: Problem) -> bytes:
+    """The problem's JSON document."""
+    body: dict[str, Any] = {
+        "type": TYPE_BASE + problem.code.lower().replace("_", "-"),
+        "title": HTTPStatus(problem.status).phrase,
+        "status": problem.status,
+        "detail": problem.detail,
+        "code": problem.code,
+        **problem.extra,
+    }
+    try:
+        return orjson.dumps(body)
+    except orjson.JSONEncodeError:  # an extra member that JSON cannot carry: drop the extras
+        return orjson.dumps({k: body[k] for k in ("type", "title", "status", "detail", "code")})
+
+
+_ENGINE_STATUS: dict[type[errors.EngineError], int] = {
+    errors.UnknownTopic: 404,
+    errors.UnknownPartition: 404,
+    errors.InvalidTopicName: 400,
+    errors.InvalidConfig: 400,
+    errors.InvalidPartitions: 400,
+    errors.TopicAlreadyExists: 409,
+    errors.CorruptRecord: 500,
+    errors.InvalidRecord: 400,
+    errors.RecordTooLarge: 413,
+    errors.OffsetOutOfRange: 416,
+    errors.OffsetMismatch: 409,
+    errors.LogClosed: 503,
+    errors.TooManyPartitions: 422,
+    errors.InsufficientStorage: 507,
+    errors.KafkaStorageError: 503,  # offline until a restart: no Retry-After
+    errors.StorageError: 503,
+    errors.RemoteStorageError: 503,
+    replication.NotLeader: 421,
+    replication.LeaderNotAvailable: 503,
+    replication.NotController: 421,
+    replication.NotEnoughReplicas: 503,
+    replication.NotEnoughReplicasAfterAppend: 503,
+    replication.RequestTimedOut: 504,
+    replication.FencedLeaderEpoch: 409,
+    replication.UnknownLeaderEpoch: 503,
+    replication.InvalidReplicationFactor: 400,
+    replication.MetadataUnavailable: 503,
+    replication.NotAReplica: 400,
+    replication.IdempotencyKeyReused: 422,
+    replication.ControllerNotAvailable: 503,
+    replication.LeaderChangedAfterAppend: 503,
+    replication.NodeUnreachable: 502,
+    replication.PartiallyAppended: 503,
+}
+# Errors a retry may cure shortly: their answers carry Retry-After.
+_RETRIABLE = (
+    errors.InsufficientStorage,
+    errors.RemoteStorageError,
+    replication.LeaderNotAvailable,
+    replication.NotEnoughReplicas,
+    replication.UnknownLeaderEpoch,
+    replication.MetadataUnavailable,
+    replication.ControllerNotAvailable,
+    replication.LeaderChangedAfterAppend,
+    replication.PartiallyAppended,
+)
+_GROUP_STATUS = {
+    "UNKNOWN_MEMBER": 404,
+    "UNKNOWN_GROUP": 404,
+    "INCONSISTENT_ASSIGNOR": 409,
+    "GROUP_MAX_SIZE_REACHED": 409,
+    "GROUP_METADATA_TOO_LARGE": 413,
+    "NO_COMMITTED_OFFSET": 409,
+    "STALE_GENERATION": 409,
+    "PARTITION_NOT_ASSIGNED": 409,
+    "GROUP_NOT_EMPTY": 409,
+    "COORDINATOR_NOT_AVAILABLE": 503,
+}
+
+
+def from_engine_error(exc: errors.EngineError) -> Problem:
+    if isinstance(exc, RemoteError):
+        return Problem(exc.status, exc.code, str(exc), **exc.extra)
+    if isinstance(exc, GroupError):
+        status = _GROUP_STATUS.get(exc.code, 500)
+        retry = {"Retry-After": "1"} if status == 503 else None
+        return Problem(status, exc.code, str(exc), headers=retry, **exc.extra)
+    status = next((s for cls, s in _ENGINE_STATUS.items() if isinstance(exc, cls)), 500)
+    headers = {"Retry-After": "1"} if isinstance(exc, _RETRIABLE) else None
+    extra: dict[str, Any] = {}
+    if isinstance(exc, errors.OffsetOutOfRange):
+        extra = {
+            "offset": exc.offset,
+            "log_start_offset": exc.log_start_offset,
+            "log_end_offset": exc.log_end_offset,
+        }
+    elif isinstance(exc, errors.CorruptRecord):
+        extra = {"offset": exc.offset}
+    elif isinstance(exc, errors.KafkaStorageError):
+        extra = {"topic": exc.topic, "partition": exc.partition}
+    elif isinstance(exc, replication.NotLeader) and exc.leader is not None:
+        extra = {"leader": exc.leader}
+    elif isinstance(exc, replication.PartiallyAppended):
+        extra = {
+            "results": [
+                {"partition": p, "base_offset": base, "count": count}
+                for p, (base, count) in sorted(exc.appended.items())
+            ],
+            "refused_partitions": exc.refused,
+            "cause": exc.cause_code,
+        }
+    return Problem(status, exc.code, str(exc), headers=headers, **extra)
+
+
+_HTTP_CODES = {
+    400: "BAD_REQUEST",
+    404: "NOT_FOUND",
+    405: "METHOD_NOT_ALLOWED",
+    408: "REQUEST_TIMED_OUT",
+    413: "REQUEST_TOO_LARGE",
+    415: "UNSUPPORTED_MEDIA_TYPE",
+    431: "REQUEST_HEADER_FIELDS_TOO_LARGE",
+}
+
+
+def status_code(status: int) -> str:
+    """The stable code of an error answered by HTTP status alone."""
+    return _HTTP_CODES.get(status, HTTPStatus(status).name)
+
+
+@web.middleware
+async def problem_middleware(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """Turn every failure into application/problem+json."""
+    try:
+        return await handler(request)
+    except Exception as exc:
+        return problem_response(problem_of(exc, request.method, request.path))
+
+
+def problem_of(exc: Exception, method: str, path: str) -> Problem:
+    """The problem a handler's failure answers; what aiohttp itself must see (a client gone, a
+    handler timed out, a redirect) is raised again, and the unexpected logged with its trace."""
+    if isinstance(exc, Problem):
+        return exc
+    if isinstance(exc, errors.EngineError):
+        return from_engine_error(exc)
+    if isinstance(exc, web.HTTPException):
+        if exc.status < 400:
+            raise exc
+        code = status_code(exc.status)
+        detail = exc.text if exc.text and not exc.text.startswith(f"{exc.status}:") else exc.reason
+        headers = {k: v for k, v in exc.headers.items() if k.lower() in ("allow", "retry-after")}
+        return Problem(exc.status, code, detail or exc.reason, headers=headers)
+    if isinstance(exc, ConnectionResetError | TimeoutError):
+        raise exc
+    log.exception("unhandled error in %s %s", method, path, exc_info=exc)
+    return Problem(500, "INTERNAL_ERROR", "internal server error")
+
+
+def bad_request(detail: str, code: str = "BAD_REQUEST", **extra: Any) -> Problem:
+    return Problem(400, code, detail, **extra)
+
+
+def json_body_error(exc: orjson.JSONDecodeError) -> Problem:
+    return bad_request(f"malformed JSON: {exc}", "INVALID_JSON")
+
+
+def one_line(text: str, limit: int = 200) -> str:
+    """An HTTP parser's message (the text, the bytes at fault, a caret line) on one short line,
+    fit for a problem detail and a log line."""
+    parts = (line.strip() for line in text.splitlines())
+    return " ".join(p for p in parts if p and p.strip("^ ")).rstrip(":")[:limit]
+
+
+def malformed(message: str) -> Problem:
+    """400 MALFORMED_REQUEST for bytes the HTTP parser refused; the connection closes, since
+    where the next request starts is unknown."""
+    return Problem(
+        400,
+        "MALFORMED_REQUEST",
+        one_line(message) or "malformed request",
+        headers={"Connection": "close"},
+    )

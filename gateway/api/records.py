@@ -1,0 +1,169 @@
+"""Record routes: produce, long-poll fetch, offset lookup by time, delete-records."""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiohttp import web
+
+from engine.errors import UnknownTopic
+from gateway.api import codecs
+from gateway.api.fetch import (
+    INT64_MAX,
+    FetchLimits,
+    fetch_limits,
+    parse_offset,
+    read_colocated,
+    read_partition,
+    refuse_when_full,
+    start_offset,
+)
+from gateway.api.params import (
+    choice_param,
+    int_param,
+    json_object,
+    json_response,
+    parse_int,
+    partition_param,
+    read_body,
+)
+from gateway.api.problems import Problem, bad_request
+from gateway.api.topics import refuse_internal
+from gateway.auth.middleware import require_create_topic
+from gateway.produce.front import ProduceRequest
+from gateway.produce.idempotency import validate_key
+from gateway.settings import Settings
+from gateway.state import Gateway, gateway_of
+from replication.errors import NotLeader
+from replication.forward_client import FORWARDED_BY
+
+ACKS = ("0", "1", "all", "-1")
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_post("/v1/topics/{topic}/records", produce)
+    app.router.add_post("/v1/topics/{topic}/partitions/{partition}/records", produce)
+    app.router.add_get("/v1/topics/{topic}/partitions/{partition}/records", fetch)
+    app.router.add_get("/v1/topics/{topic}/partitions/{partition}/offsets", offsets)
+    app.router.add_post("/v1/topics/{topic}/partitions/{partition}/delete-records", delete_records)
+
+
+async def _ensure_topic(request: web.Request, gateway: Gateway, name: str) -> None:
+    if name in gateway.broker.store.view.topics:
+        return
+    if not gateway.settings.auto_create_topics:
+        raise UnknownTopic(f"topic {name!r} does not exist", name)
+    require_create_topic(request, name)
+    await gateway.broker.create_topic(name, gateway.settings.default_partitions, None, {})
+
+
+async def produce(request: web.Request) -> web.Response:
+    gateway = gateway_of(request)
+    name = request.match_info["topic"]
+    refuse_internal(name, "producing to it")
+    partition = partition_param(request) if "partition" in request.match_info else None
+    if request.content_type not in codecs.PRODUCE_TYPES:
+        raise Problem(
+            415,
+            "UNSUPPORTED_MEDIA_TYPE",
+            f"Content-Type {request.content_type!r} is not one of "
+            f"{', '.join(codecs.PRODUCE_TYPES)}",
+        )
+    acks = choice_param(request, "acks", "all", ACKS)
+    timeout_ms = int_param(
+        request,
+        "timeout_ms",
+        gateway.settings.default_produce_timeout_ms,
+        0,
+        gateway.settings.max_wait_ms,
+    )
+    raw_key = request.headers.get("Idempotency-Key")
+    key = None if raw_key is None else validate_key(raw_key)
+    body = await read_body(request, gateway.settings)
+    await _ensure_topic(request, gateway, name)
+    status, answer = await gateway.producer.produce(
+        ProduceRequest(
+            topic=name,
+            partition=partition,
+            acks="all" if acks == "-1" else acks,
+            timeout_ms=timeout_ms,
+            content_type=request.content_type,
+            body=body,
+            key=request.query.get("key"),
+            idempotency_key=key,
+            target=request.path_qs,
+            forwarded=FORWARDED_BY in request.headers,
+        )
+    )
+    return json_response(answer, status)
+
+
+async def fetch(request: web.Request) -> web.StreamResponse:
+    gateway = gateway_of(request)
+    settings = gateway.settings
+    topic, partition = request.match_info["topic"], partition_param(request)
+    try:
+        leader = await gateway.replicas.leader(topic, partition)
+    except NotLeader:
+        accept, offset, limits = _fetch_params(request, settings)
+        colocated = read_colocated(gateway, topic, partition, offset, limits, accept)
+        if colocated is None:
+            if gateway.replicas.colocated is not None:
+                gateway.replicas.colocated.note_forwarded()
+            raise  # the forwarding middleware takes it to the leader
+        answer = colocated
+    else:
+        accept, offset, limits = _fetch_params(request, settings)
+        refuse_when_full(gateway.notifier, settings)
+        start = start_offset(offset, leader)
+        answer = await read_partition(gateway, topic, partition, start, limits, accept)
+    return web.Response(body=answer.body, content_type=answer.content_type, headers=answer.headers)
+
+
+def _fetch_params(request: web.Request, settings: Settings) -> tuple[str, int | str, FetchLimits]:
+    """A partition fetch's media type, offset (or earliest/latest) and limits, checked."""
+    accept = codecs.negotiate(request.headers.get("Accept", ""), codecs.FETCH_TYPES, codecs.JSON)
+    if accept is None:
+        raise Problem(
+            406,
+            "NOT_ACCEPTABLE",
+            f"Accept allows none of {', '.join(codecs.FETCH_TYPES)}",
+        )
+    offset = parse_offset(request.query.get("offset", "earliest"))
+    return accept, offset, fetch_limits(request, settings)
+
+
+async def offsets(request: web.Request) -> web.Response:
+    """The first offset at or after a timestamp, like Kafka's ListOffsets."""
+    gateway = gateway_of(request)
+    leader = await gateway.replicas.leader(request.match_info["topic"], partition_param(request))
+    raw = request.query.get("timestamp", "latest")
+    if raw == "earliest":
+        return json_response({"offset": leader.log_start_offset, "timestamp": None})
+    if raw == "latest":
+        return json_response({"offset": leader.high_watermark, "timestamp": None})
+    timestamp = parse_int(raw)
+    if timestamp is None or not 0 <= timestamp <= INT64_MAX:
+        raise bad_request(
+            f"timestamp must be milliseconds since the epoch, earliest or latest, got {raw!r}",
+            "INVALID_PARAMETER",
+        )
+    found = await gateway.replicas.offset_for_timestamp(leader, timestamp)
+    if found is None:
+        return json_response({"offset": leader.high_watermark, "timestamp": None})
+    return json_response({"offset": found[0], "timestamp": found[1]})
+
+
+async def delete_records(request: web.Request) -> web.Response:
+    gateway = gateway_of(request)
+    topic = request.match_info["topic"]
+    refuse_internal(topic, "deleting its records")
+    leader = await gateway.replicas.leader(topic, partition_param(request))
+    doc = await json_object(request, gateway.settings)
+    before = doc.get("before_offset")
+    if isinstance(before, bool) or not isinstance(before, int):
+        raise bad_request("before_offset must be an integer", "INVALID_PARAMETER")
+    if set(doc) - {"before_offset"}:
+        raise bad_request("the only field is before_offset", "INVALID_REQUEST")
+    start = await asyncio.to_thread(leader.delete_records, before)
+    return json_response({"log_start_offset": start})

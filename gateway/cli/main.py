@@ -1,0 +1,834 @@
+"""The `sluice` command: `serve`, and console tools like Kafka's that talk HTTP to `--url`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import io
+import os
+import signal
+import stat
+import sys
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, BinaryIO
+from urllib.parse import quote
+
+import aiohttp
+import msgspec
+import orjson
+
+from gateway import config
+from gateway.cli import auth as auth_cli
+from gateway.cli import quotas as quota_cli
+from gateway.cli.progress import Progress
+from gateway.settings import Settings
+
+DEFAULT_URL = "http://localhost:8080"
+FETCH_WAIT_MS = "5000"
+FETCH_RECORDS = 1000
+
+
+class CommandError(Exception):
+    """A failed request, printed as the server's problem detail; `code` is the problem's."""
+
+    def __init__(
+        self,
+        message: str,
+        code: str | None = None,
+        status: int | None = None,
+        problem: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.status = status
+        self.problem = problem
+
+
+def _config_pairs(pairs: Sequence[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep:
+            raise SystemExit(f"--config takes name=value, got {pair!r}")
+        out[name] = value
+    return out
+
+
+async def _call(
+    session: aiohttp.ClientSession,
+    method: str,
+    url: str,
+    *,
+    decode: Callable[[bytes], Any] = orjson.loads,
+    **kwargs: Any,
+) -> Any:
+    """One request; a 429 QUOTA_EXCEEDED (nothing was done) is sent again after the wait the
+    gateway names, as a Kafka client obeys its throttle time."""
+    told = False
+    while True:
+        try:
+            return await _call_once(session, method, url, decode=decode, **kwargs)
+        except CommandError as exc:
+            if exc.status != 429 or exc.problem is None or exc.code != "QUOTA_EXCEEDED":
+                raise
+            if not told:
+                print(f"sluice: {exc.problem.get('detail')}; waiting", file=sys.stderr)
+                told = True
+            await asyncio.sleep(int(exc.problem.get("retry_after_ms", 1000)) / 1000)
+
+
+async def _call_once(
+    session: aiohttp.ClientSession,
+    method: str,
+    url: str,
+    *,
+    decode: Callable[[bytes], Any],
+    **kwargs: Any,
+) -> Any:
+    async with session.request(method, url, **kwargs) as response:
+        body = await response.read()
+        if response.status >= 400:
+            code, problem = None, None
+            try:
+                problem = orjson.loads(body)
+                code = problem.get("code")
+                detail = f"{code}: {problem.get('detail')}"
+            except (orjson.JSONDecodeError, AttributeError):
+                problem, detail = None, body.decode(errors="replace")
+            raise CommandError(
+                f"{method} {url} -> {response.status} {detail}", code, response.status, problem
+            )
+        return decode(body) if body else None
+
+
+class StoredText(str):
+    """A fetched value no JSON decoder here can read (a number too large for a double, stored
+    before the gateway refused them), kept as the JSON text the gateway sent."""
+
+
+def _records_answer(body: bytes) -> Any:
+    """A fetch's answer. A value that cannot be decoded becomes its StoredText, with a one-line
+    warning on stderr, so one bad record in the log never stops a consumer."""
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        fields = msgspec.json.decode(body, type=dict[str, msgspec.Raw])
+        raw_records = msgspec.json.decode(fields.pop("records"), type=list[dict[str, msgspec.Raw]])
+    except (msgspec.DecodeError, KeyError) as exc:
+        raise CommandError(f"the gateway's answer is not a fetch answer: {exc}") from None
+    answer: dict[str, Any] = {name: orjson.loads(memoryview(raw)) for name, raw in fields.items()}
+    answer["records"] = records = []
+    for raw_record in raw_records:
+        record: dict[str, Any] = {}
+        for name, raw in raw_record.items():
+            try:
+                record[name] = orjson.loads(memoryview(raw))
+            except orjson.JSONDecodeError as exc:
+                record[name] = StoredText(bytes(raw).decode(errors="replace"))
+                where = f"offset {record.get('offset', '?')}"
+                print(f"sluice: {where}: {name} printed as stored ({exc})", file=sys.stderr)
+        records.append(record)
+    return answer
+
+
+def _session(args: argparse.Namespace) -> aiohttp.ClientSession:
+    """A client session; with --key (or $SLUICE_KEY) every request carries it as a bearer."""
+    key = getattr(args, "key", None)
+    return aiohttp.ClientSession(headers={"Authorization": f"Bearer {key}"} if key else None)
+
+
+def _print_json(doc: object) -> None:
+    sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
+
+
+def _print_deleted(doc: dict[str, object], line: str, table: bool) -> None:
+    """A delete has no answer body: a line for people, an object for scripts."""
+    if table:
+        print(line)
+    else:
+        _print_json(doc)
+
+
+def _as_table(args: argparse.Namespace) -> bool:
+    """--output, else a table on a terminal and JSON when piped (for scripts and jq)."""
+    output = getattr(args, "output", None)
+    if output is not None:
+        return bool(output == "table")
+    return sys.stdout.isatty()
+
+
+LOCAL_COLUMNS = ("log_start_offset", "high_watermark", "log_end_offset", "size_bytes")
+
+
+def _print_topic(doc: dict[str, Any], table: bool) -> None:
+    """A topic's description: JSON, or a summary line and kafka-topics --describe's table."""
+    if not table:
+        _print_json(doc)
+        return
+    rows = doc["partitions"]
+    overrides = ",".join(f"{k}={v}" for k, v in sorted(doc["overrides"].items())) or "-"
+    factor = len(rows[0]["replicas"]) if rows else 0
+    print(
+        f"topic {doc['name']}  id {doc['topic_id']}  partitions {len(rows)}  "
+        f"replication factor {factor}  configs {overrides}\n"
+    )
+    header = ("PARTITION", "LEADER", "REPLICAS", "ISR", "OFFLINE", "LOG-START",
+              "HIGH-WATERMARK", "LOG-END", "SIZE")  # fmt: skip
+    print(
+        _table(
+            header,
+            [
+                [
+                    r["partition"],
+                    "none" if r["leader"] is None else r["leader"],
+                    ",".join(map(str, r["replicas"])),
+                    ",".join(map(str, r["isr"])),
+                    ",".join(map(str, r["offline_replicas"])) or "-",
+                    *("-" if r[k] is None else r[k] for k in LOCAL_COLUMNS),
+                ]
+                for r in rows
+            ],
+        )
+    )
+
+
+async def topics_command(args: argparse.Namespace) -> None:
+    base = f"{args.url}/v1/topics"
+    table = _as_table(args)
+    async with _session(args) as session:
+        if args.action == "list":
+            topics = (await _call(session, "GET", base))["topics"]
+            if args.output == "json":
+                _print_json(topics)
+                return
+            for topic in topics:
+                print(f"{topic['name']}\t{topic['partitions']}")
+        elif args.action == "create":
+            body = {
+                "name": args.topic,
+                "partitions": args.partitions,
+                "configs": _config_pairs(args.config),
+            }
+            if args.replication_factor is not None:
+                body["replication_factor"] = args.replication_factor
+            _print_topic(await _call(session, "POST", base, json=body), table)
+        elif args.action == "describe":
+            _print_topic(await _call(session, "GET", f"{base}/{args.topic}"), table)
+        elif args.action == "alter":
+            changes: dict[str, object] = {}
+            configs: dict[str, object] = dict(_config_pairs(args.config))
+            configs.update({name: None for name in args.delete_config})
+            if configs:
+                changes["configs"] = configs
+            if args.partitions is not None:
+                changes["partitions"] = args.partitions
+            _print_topic(await _call(session, "PATCH", f"{base}/{args.topic}", json=changes), table)
+        elif args.action == "delete":
+            await _call(session, "DELETE", f"{base}/{args.topic}")
+            _print_deleted({"topic": args.topic, "deleted": True}, f"deleted {args.topic}", table)
+
+
+def _record(line: str, separator: str | None) -> dict[str, object]:
+    key: str | None = None
+    if separator is not None:
+        key, sep, line = line.partition(separator)
+        if not sep:
+            raise CommandError(f"line has no key separator {separator!r}: {line!r}")
+    try:
+        value: object = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        value = line
+    return {"key": key, "value": value}
+
+
+def _line(raw: bytes, number: int) -> str:
+    """A line of input as text, without its line ending."""
+    try:
+        return raw.decode().rstrip("\r\n")
+    except UnicodeDecodeError as exc:
+        raise CommandError(f"line {number} of the input is not UTF-8: {exc}") from None
+
+
+def _input_size(stream: BinaryIO) -> int | None:
+    """The bytes left to read from a file given as stdin (`< FILE`); None from a pipe."""
+    try:
+        fd = stream.fileno()
+    except io.UnsupportedOperation:
+        return None
+    info = os.fstat(fd)
+    return info.st_size - os.lseek(fd, 0, os.SEEK_CUR) if stat.S_ISREG(info.st_mode) else None
+
+
+async def _send(
+    session: aiohttp.ClientSession, url: str, records: list[dict[str, object]], acks: str
+) -> int:
+    """Produce `records`; how many."""
+    await _call(session, "POST", url, json={"records": records}, params={"acks": acks})
+    return len(records)
+
+
+async def produce_command(args: argparse.Namespace) -> None:
+    """stdin lines -> records; a JSON line is sent as that JSON value, anything else as a string.
+    Input that is not typed at a terminal shows its progress on stderr."""
+    path = f"/v1/topics/{args.topic}" + (
+        f"/partitions/{args.partition}" if args.partition is not None else ""
+    )
+    url = f"{args.url}{path}/records"
+    typed = sys.stdin.isatty()
+    batch_size = 1 if typed else args.batch_size
+    stdin = sys.stdin.buffer
+    sent = 0
+    size = _input_size(stdin)
+    with Progress(f"produce {args.topic}", size, unit="bytes", show=not typed) as progress:
+        async with _session(args) as session:
+            batch: list[dict[str, object]] = []
+            read = 0  # bytes of input since the last request
+            for number, raw in enumerate(stdin, 1):
+                read += len(raw)
+                line = _line(raw, number)
+                if line:
+                    batch.append(_record(line, args.key_separator))
+                if len(batch) >= batch_size:
+                    sent += await _send(session, url, batch, args.acks)
+                    progress.advance(read, f"{sent:,} records")
+                    batch, read = [], 0
+            if batch:
+                sent += await _send(session, url, batch, args.acks)
+            progress.advance(read, f"{sent:,} records")
+    print(f"produced {sent} records", file=sys.stderr)
+
+
+def _format(record: dict[str, Any], print_key: bool, separator: str) -> str:
+    value = record["value"]  # a StoredText is a str: printed as the gateway sent it
+    text = value if isinstance(value, str) else orjson.dumps(value).decode()
+    if print_key:
+        return f"{record['key']}{separator}{text}"
+    return text
+
+
+RETRY_FIRST_S = 0.2  # a consumer's first retry after a lost connection or a 503
+RETRY_MAX_S = 5.0
+
+
+async def _call_retrying(
+    session: aiohttp.ClientSession, method: str, url: str, **kwargs: Any
+) -> Any:
+    """A consumer's call (a fetch, a commit: both safe to repeat); a lost connection, a
+    restarting server or a 503 is retried with backoff (said once on stderr per outage), so
+    a consumer outlives a server restart."""
+    delay = RETRY_FIRST_S
+    while True:
+        try:
+            return await _call(session, method, url, **kwargs)
+        except aiohttp.ClientConnectionError as exc:
+            reason = _connection_error(exc)
+        except CommandError as exc:
+            if exc.status != 503:
+                raise
+            reason = str(exc)
+        if delay == RETRY_FIRST_S:
+            print(f"sluice: {reason}; retrying", file=sys.stderr, flush=True)
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, RETRY_MAX_S)
+
+
+async def _follow_partition(
+    session: aiohttp.ClientSession,
+    args: argparse.Namespace,
+    partition: int,
+    remaining: list[int],
+    done: asyncio.Event,
+) -> None:
+    """Print one partition's records from --offset on. An offset past the end waits for the
+    log to reach it; one below the start goes where --reset says."""
+    url = f"{args.url}/v1/topics/{args.topic}/partitions/{partition}/records"
+    offset = args.offset
+    wanted = int(offset) if offset.isdigit() else None  # print nothing below it
+    while not done.is_set():
+        params = {"offset": offset, "timeout_ms": "10000", "max_records": "1000"}
+        try:
+            answer = await _call_retrying(
+                session, "GET", url, params=params, decode=_records_answer
+            )
+        except CommandError as exc:
+            if exc.code != "OFFSET_OUT_OF_RANGE" or exc.problem is None:
+                raise
+            offset = _out_of_range(args, partition, int(offset), exc.problem)
+            continue
+        for record in answer["records"]:
+            if remaining[0] == 0:
+                break
+            if wanted is not None and record["offset"] < wanted:
+                continue
+            print(_format(record, args.print_key, args.key_separator), flush=True)
+            remaining[0] -= 1
+        if remaining[0] == 0:
+            done.set()
+        offset = str(answer["next_offset"])
+
+
+def _out_of_range(
+    args: argparse.Namespace, partition: int, offset: int, problem: dict[str, Any]
+) -> str:
+    """Where to read from after a 416: the log end to wait at, or --reset's choice."""
+    start, end = int(problem["log_start_offset"]), int(problem["log_end_offset"])
+    if offset > end:
+        return str(end)  # wait there until the log reaches `offset`
+    if args.reset == "none":
+        raise CommandError(
+            f"offset {offset} of {args.topic}-{partition} is below the log start {start} "
+            "(deleted by retention); --reset earliest or latest says where to go instead",
+            "OFFSET_OUT_OF_RANGE",
+        )
+    print(
+        f"sluice: offset {offset} of {args.topic}-{partition} is below the log start {start}; "
+        f"reading from {args.reset}",
+        file=sys.stderr,
+        flush=True,
+    )
+    return str(args.reset)
+
+
+def _connection_error(exc: aiohttp.ClientConnectionError) -> str:
+    """A lost connection in a line (aiohttp's own names `ssl:default` for plain http)."""
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        error = exc.os_error
+        reason = os.strerror(error.errno) if error.errno else (error.strerror or repr(error))
+        return f"cannot connect to {exc.host}:{exc.port}: {reason}"
+    return f"connection lost ({str(exc) or type(exc).__name__})"
+
+
+async def _join(
+    session: aiohttp.ClientSession, members: str, args: argparse.Namespace
+) -> tuple[str, int]:
+    """Join; the member id and the first cursor."""
+    body: dict[str, object] = {
+        "topics": [args.topic],
+        "auto_offset_reset": args.offset,
+        "auto_commit": False,  # commits follow the printing instead
+    }
+    if args.session_timeout_ms is not None:
+        body["session_timeout_ms"] = args.session_timeout_ms
+    if args.assignor is not None:
+        body["assignor"] = args.assignor
+    if args.instance_id is not None:
+        body["instance_id"] = args.instance_id
+    joined = await _call(session, "POST", members, json=body)
+    return str(joined["member_id"]), int(joined["cursor"])
+
+
+def _printed_offsets(records: list[dict[str, Any]]) -> list[dict[str, object]]:
+    """The offsets to commit after printing `records`: one past the last, per partition."""
+    after: dict[tuple[str, int], int] = {}
+    for record in records:
+        after[(record["topic"], record["partition"])] = record["offset"] + 1
+    return [{"topic": t, "partition": p, "offset": o} for (t, p), o in after.items()]
+
+
+async def group_consume(args: argparse.Namespace) -> None:
+    """Consume as a member of --group: print each batch, then commit exactly what was printed;
+    leave the group on the way out (--max-records, Ctrl-C, SIGTERM) so its partitions move
+    to the other members at once. A static member (--instance-id) stays, as in Kafka: run
+    again within the session timeout, it carries on with the same partitions."""
+    members = f"{args.url}/v1/groups/{quote(args.group, safe='')}/members"
+    task = asyncio.current_task()
+    assert task is not None
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+    remaining = args.max_records
+    async with _session(args) as session:
+        member, cursor = await _join(session, members, args)
+        try:
+            while remaining is None or remaining > 0:
+                limit = FETCH_RECORDS if remaining is None else min(remaining, FETCH_RECORDS)
+                params = {
+                    "timeout_ms": FETCH_WAIT_MS,
+                    "max_records": str(limit),
+                    "cursor": str(cursor),  # an answer lost on the way comes again
+                }
+                try:
+                    answer = await _call_retrying(
+                        session,
+                        "GET",
+                        f"{members}/{member}/records",
+                        params=params,
+                        decode=_records_answer,
+                    )
+                    records = answer["records"]
+                    cursor = answer["cursor"]
+                    for record in records:
+                        print(_format(record, args.print_key, args.key_separator))
+                    sys.stdout.flush()
+                    if records:
+                        offsets = _printed_offsets(records)
+                        await _call_retrying(
+                            session,
+                            "POST",
+                            f"{members}/{member}/commit",
+                            json={"offsets": offsets},
+                        )
+                except CommandError as exc:
+                    if exc.code != "UNKNOWN_MEMBER":
+                        raise
+                    # The session expired (a stalled pipe, a paused process): what was printed
+                    # but not committed comes again, as at-least-once delivery promises.
+                    print(f"sluice: {exc}; joining again", file=sys.stderr)
+                    member, cursor = await _join(session, members, args)
+                    continue
+                if remaining is not None:
+                    remaining -= len(records)
+        finally:
+            if args.instance_id is None:
+                with contextlib.suppress(CommandError, aiohttp.ClientError):
+                    await _call(session, "DELETE", f"{members}/{member}")
+
+
+async def consume_command(args: argparse.Namespace) -> None:
+    """Print records as they arrive (long-poll) until interrupted or --max-records."""
+    if args.from_beginning and args.offset == "latest":
+        args.offset = "earliest"
+    if args.group is not None:
+        if args.partition is not None or args.offset not in ("earliest", "latest", "none"):
+            raise CommandError(
+                "with --group the group chooses partitions and offsets; --offset can only say "
+                "where to start without a committed offset: earliest, latest or none"
+            )
+        await group_consume(args)
+        return
+    async with _session(args) as session:
+        if args.partition is not None:
+            partitions = [args.partition]
+        else:
+            described = await _call(session, "GET", f"{args.url}/v1/topics/{args.topic}")
+            partitions = [p["partition"] for p in described["partitions"]]
+        remaining = [args.max_records if args.max_records is not None else -1]
+        done = asyncio.Event()
+        tasks = [
+            asyncio.create_task(_follow_partition(session, args, p, remaining, done))
+            for p in partitions
+        ]
+        waiter = asyncio.create_task(done.wait())
+        finished, _ = await asyncio.wait([*tasks, waiter], return_when=asyncio.FIRST_COMPLETED)
+        for task in [*tasks, waiter]:
+            task.cancel()
+        for task in finished:
+            if task is not waiter and task.exception() is not None:
+                raise task.exception()  # type: ignore[misc]
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """Left-aligned columns two spaces apart; None shows as "-" (as Kafka's tools print)."""
+    cells = [list(header), *[["-" if c is None else str(c) for c in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
+    )
+
+
+def _reset_target(args: argparse.Namespace) -> object:
+    if args.to_earliest:
+        return "earliest"
+    if args.to_latest:
+        return "latest"
+    if args.to_offset is not None:
+        return args.to_offset
+    if args.to_timestamp is not None:
+        return {"timestamp": args.to_timestamp}
+    try:
+        when = datetime.fromisoformat(args.to_datetime)
+    except ValueError:
+        raise CommandError(
+            f"--to-datetime takes an ISO 8601 time, got {args.to_datetime!r}"
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return {"timestamp": int(when.timestamp() * 1000)}
+
+
+def _partition_list(text: str) -> list[int]:
+    try:
+        return [int(p) for p in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected partition numbers like 0,1,2, got {text!r}"
+        ) from None
+
+
+async def groups_command(args: argparse.Namespace) -> None:
+    base = f"{args.url}/v1/groups"
+    table = _as_table(args)
+    async with _session(args) as session:
+        if args.action == "list":
+            groups = (await _call(session, "GET", base))["groups"]
+            if not table:
+                _print_json(groups)
+                return
+            for group in groups:
+                print(f"{group['group']}\t{group['state']}\t{group['members']}")
+            return
+        url = f"{base}/{quote(args.group, safe='')}"
+        if args.action == "describe":
+            doc = await _call(session, "GET", url)
+            if not table:
+                _print_json(doc)
+                return
+            members = len(doc["members"])
+            print(
+                f"group {doc['group']} ({doc['state']}, generation {doc['generation']}, "
+                f"{doc['assignor']} assignor): {members} member{'s' * (members != 1)}, "
+                f"total lag {doc['lag']}\n"
+            )
+            header = ("TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "OWNER")
+            keys = ("topic", "partition", "committed_offset", "log_end_offset", "lag", "owner")
+            print(_table(header, [[row[k] for k in keys] for row in doc["partitions"]]))
+        elif args.action == "reset-offsets":
+            body: dict[str, object] = {"topic": args.topic, "to": _reset_target(args)}
+            if args.partitions is not None:
+                body["partitions"] = args.partitions
+            answer = await _call(session, "PUT", f"{url}/offsets", json=body)
+            if not table:
+                _print_json(answer)
+                return
+            rows = [[o["topic"], o["partition"], o["offset"]] for o in answer["offsets"]]
+            print(_table(("TOPIC", "PARTITION", "NEW-OFFSET"), rows))
+        elif args.action == "delete":
+            await _call(session, "DELETE", url)
+            _print_deleted(
+                {"group": args.group, "deleted": True}, f"deleted group {args.group}", table
+            )
+
+
+def parser() -> argparse.ArgumentParser:
+    root = argparse.ArgumentParser(prog="sluice", description=__doc__)
+    commands = root.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser(
+        "serve", help="run a node: the embedded single node, or one of a cluster (--cluster)"
+    )
+    config.add_arguments(serve)
+    # Not a setting: how the supervisor of --workers starts each of its workers.
+    serve.add_argument("--supervised", action="store_true", help=argparse.SUPPRESS)
+    show = commands.add_parser(
+        "config", help="show: the effective settings of `serve` and where each came from"
+    )
+    show.add_argument("action", choices=["show", "reference"])
+    config.add_arguments(show)
+
+    dev = commands.add_parser(
+        "dev-cluster", help="run a local etcd and N nodes on loopback until Ctrl-C"
+    )
+    dev.add_argument("--nodes", type=config.positive, default=3)
+    dev.add_argument("--data-dir", type=Path, default=Path("dev-cluster"))
+    dev.add_argument(
+        "--base-port", type=config.positive, default=8080, help="node i listens on P+i"
+    )
+
+    def with_url(sub: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        sub.add_argument(
+            "--url",
+            default=os.environ.get("SLUICE_URL", DEFAULT_URL),
+            help=f"gateway URL (default $SLUICE_URL, else {DEFAULT_URL})",
+        )
+        sub.add_argument(
+            "--key",
+            default=os.environ.get("SLUICE_KEY"),
+            help="an API key (or JWT) sent as a bearer token (default $SLUICE_KEY)",
+        )
+        return sub
+
+    topics = with_url(commands.add_parser("topics", help="create, list, describe, alter, delete"))
+    topics.add_argument("action", choices=["create", "list", "describe", "alter", "delete"])
+    topics.add_argument("topic", nargs="?")
+    topics.add_argument("--partitions", type=int)
+    topics.add_argument(
+        "--replication-factor", type=int, help="default: the server's (3, or fewer live nodes)"
+    )
+    topics.add_argument("--config", action="append", default=[], metavar="NAME=VALUE")
+    topics.add_argument("--delete-config", action="append", default=[], metavar="NAME")
+    topics.add_argument(
+        "--output",
+        choices=["table", "json"],
+        help="default: a table on a terminal, JSON when piped (`list` prints name and "
+        "partitions either way, a JSON array with --output json; `delete` a line or "
+        '{"topic", "deleted"})',
+    )
+
+    produce = with_url(commands.add_parser("produce", help="stdin lines -> records"))
+    produce.add_argument("topic")
+    produce.add_argument("--partition", type=int)
+    produce.add_argument("--key-separator", help="split each line into key and value")
+    produce.add_argument("--acks", choices=["0", "1", "all"], default="all")
+    produce.add_argument("--batch-size", type=int, default=1000)
+
+    consume = with_url(commands.add_parser("consume", help="print records as they arrive"))
+    consume.add_argument("topic")
+    consume.add_argument("--partition", type=int)
+    consume.add_argument(
+        "--offset",
+        default="latest",
+        help="an offset, earliest or latest; with --group, where to start in partitions the "
+        "group has no committed offset for: earliest, latest or none",
+    )
+    consume.add_argument("--from-beginning", action="store_true", help="same as --offset earliest")
+    consume.add_argument(
+        "--reset",
+        choices=["earliest", "latest", "none"],
+        default="earliest",
+        help="where to go when --offset is below the log start (deleted): earliest (default), "
+        "latest, or none (stop with an error); an offset past the end waits for it",
+    )
+    consume.add_argument("--max-records", "--max-messages", type=int)
+    consume.add_argument("--print-key", action="store_true")
+    consume.add_argument("--key-separator", default="\t")
+    consume.add_argument("--group", help="consume as a member of this consumer group")
+    consume.add_argument("--session-timeout-ms", type=int, help="with --group (server default)")
+    consume.add_argument("--assignor", choices=["range", "roundrobin"], help="with --group")
+    consume.add_argument(
+        "--instance-id",
+        help="with --group: a static member's id (group.instance.id); it does not leave on exit",
+    )
+
+    groups = commands.add_parser("groups", help="list, describe, reset-offsets, delete")
+    group_actions = groups.add_subparsers(dest="action", required=True)
+
+    def with_output(sub: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        sub.add_argument(
+            "--output",
+            choices=["table", "json"],
+            help="default: a table on a terminal, JSON (the server's answer) when piped",
+        )
+        return sub
+
+    delete_group = with_output(
+        with_url(
+            group_actions.add_parser(
+                "delete", help="forget a group without members and its offsets"
+            )
+        )
+    )
+    delete_group.add_argument("group")
+    with_output(
+        with_url(group_actions.add_parser("list", help="every group, its state and member count"))
+    )
+    describe = with_output(
+        with_url(group_actions.add_parser("describe", help="offsets, lag and owners"))
+    )
+    describe.add_argument("group")
+    describe.add_argument(
+        "--json", dest="output", action="store_const", const="json", help="same as --output json"
+    )
+    reset = with_output(
+        with_url(
+            group_actions.add_parser(
+                "reset-offsets", help="set committed offsets of an empty group"
+            )
+        )
+    )
+    reset.add_argument("group")
+    reset.add_argument("--topic", required=True)
+    reset.add_argument("--partitions", type=_partition_list, help="e.g. 0,1 (default: all)")
+    to = reset.add_mutually_exclusive_group(required=True)
+    to.add_argument("--to-earliest", action="store_true")
+    to.add_argument("--to-latest", action="store_true")
+    to.add_argument("--to-offset", type=int, metavar="N")
+    to.add_argument("--to-timestamp", type=int, metavar="MS", help="milliseconds since the epoch")
+    to.add_argument(
+        "--to-datetime", metavar="ISO", help="e.g. 2026-01-31T12:00:00 (UTC unless it says)"
+    )
+    auth_cli.add_commands(commands, with_url)
+    quota_cli.add_commands(commands, with_url)
+    return root
+
+
+def check_settings(settings: Settings, supervised: bool = False) -> None:
+    """What no single setting can check alone (`supervised`: a worker of --workers)."""
+    if settings.workers > 1 and not supervised and (settings.cluster or settings.advertise):
+        raise SystemExit(
+            "sluice: --workers runs its own cluster on this host: no --cluster or --advertise"
+        )
+    if settings.group_min_session_timeout_ms > settings.group_max_session_timeout_ms:
+        raise SystemExit("sluice: --group-min-session-timeout-ms is above the maximum")
+    if settings.cluster and settings.advertise is None and settings.host in ("0.0.0.0", "::"):
+        raise SystemExit("sluice: --cluster with --host 0.0.0.0 needs --advertise URL")
+    if (settings.s3_endpoint or settings.s3_prefix) and not settings.s3_bucket:
+        raise SystemExit("sluice: --s3-endpoint and --s3-prefix need --s3-bucket")
+    if settings.cors_allow_credentials and set(settings.cors_origins) <= {"*"}:
+        raise SystemExit("sluice: --cors-allow-credentials needs --cors-origins listed by name")
+    if settings.auth and settings.cluster and settings.internal_key_file is None:
+        raise SystemExit("sluice: --auth with --cluster needs --internal-key-file (nodes' key)")
+    if settings.tls_client_ca is not None and settings.tls_cert is None:
+        raise SystemExit("sluice: --tls-client-ca needs --tls-cert and --tls-key")
+    jwt_options = (settings.jwt_issuer, settings.jwt_audience)
+    if settings.jwt_jwks is None and any(o is not None for o in jwt_options):
+        raise SystemExit("sluice: --jwt-issuer and --jwt-audience need --jwt-jwks")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Run a command; a reader that stops early (`| head`) ends it quietly, as for cat."""
+    try:
+        _main(argv)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Python would report the failed flush of stdout at exit: point it at nothing first.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(1) from None
+
+
+def _main(argv: Sequence[str] | None) -> None:
+    args = parser().parse_args(argv)
+    if args.command in ("serve", "config"):
+        if args.command == "config" and args.action == "reference":
+            print("\n".join(config.reference()))
+            return
+        try:
+            settings, sources = config.resolve(args)
+        except config.ConfigError as exc:
+            raise SystemExit(f"sluice: {exc}") from None
+        supervised = getattr(args, "supervised", False)
+        check_settings(settings, supervised)
+        if args.command == "config":
+            print("\n".join(config.describe(settings, sources)))
+            return
+        from gateway.workers import supervisor as workers
+
+        if settings.workers > 1 and not supervised:
+            workers.supervise(settings)
+            return
+        if not supervised:
+            workers.check_layout(settings.data_dir, settings.workers)
+        from gateway.server import run
+
+        run(settings)
+        return
+    if args.command == "dev-cluster":
+        from gateway.cli.devcluster import run_dev_cluster
+
+        run_dev_cluster(args.nodes, args.data_dir, args.base_port)
+        return
+    if args.command == "topics" and args.action != "list" and not args.topic:
+        raise SystemExit(f"sluice topics {args.action} needs a topic name")
+    if args.command == "topics" and args.action == "create" and args.partitions is None:
+        args.partitions = 1
+    command = {
+        "topics": topics_command,
+        "produce": produce_command,
+        "consume": consume_command,
+        "groups": groups_command,
+        "auth": auth_cli.auth_command,
+        "acls": auth_cli.acls_command,
+        "quotas": quota_cli.quotas_command,
+    }
+    try:
+        # Ctrl-C, and SIGTERM for a group consumer, cancel the command: exit quietly.
+        with contextlib.suppress(KeyboardInterrupt, asyncio.CancelledError):
+            asyncio.run(command[args.command](args))
+    except CommandError as exc:
+        raise SystemExit(f"sluice: {exc}") from None
+    except aiohttp.ClientConnectionError as exc:
+        raise SystemExit(f"sluice: {_connection_error(exc)}") from None
+    except aiohttp.ClientError as exc:
+        raise SystemExit(f"sluice: {exc}") from None

@@ -1,0 +1,503 @@
+"""Produce: body -> per-partition batches -> appends, with acks and idempotency.
+
+Every partition's batches are built and checked before the first append, so a request that
+fails validation appends nothing. Records bound for one partition go into one append call, so
+they get consecutive offsets in request order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from engine import batch as fmt
+from engine.batch import RecordTuple
+from engine.errors import RecordTooLarge, UnknownPartition
+from engine.log import AppendInfo
+from gateway.api import codecs
+from gateway.api.problems import Problem, bad_request
+from gateway.metrics.collectors import Metrics
+from gateway.produce import idempotency
+from gateway.produce.idempotency import InFlight
+from gateway.produce.partitioner import StickyPartitioner, partition_for_key
+from replication.errors import LeaderNotAvailable, NodeUnreachable, NotLeader, PartiallyAppended
+from replication.forward_client import ForwardClient, RemoteError
+from replication.forwarded_appends import ForwardedAppends
+from replication.idempotency import Marker
+from replication.metadata import ClusterView, TopicSpec
+from replication.partition import Partition
+from replication.replica_manager import ReplicaManager
+
+JsonBatches = Callable[
+    [bytes, int, int | None, Callable[[], int], int, int, bool],
+    list[tuple[int, bytearray, int]] | None,
+]
+_json_batches: JsonBatches | None
+try:
+    from gateway.api._producejson import json_batches as _json_batches
+except ImportError:  # built without a C compiler: JSON produces take the equivalent Python path
+    _json_batches = None
+
+
+@dataclass(slots=True)  # not frozen: a frozen __init__ costs 1.3 µs more, once per produce
+class ProduceRequest:
+    topic: str
+    partition: int | None  # from the path, if the URL names one
+    acks: str  # "0", "1" or "all"
+    timeout_ms: int
+    content_type: str
+    body: bytes
+    key: str | None  # NDJSON: the key for every line
+    idempotency_key: str | None
+    target: str  # path and query: part of what makes two requests the same
+    forwarded: bool = False  # from another node: never forwarded again
+
+
+@dataclass
+class PartitionBatch:
+    """What one partition receives: encoded batches and their record count."""
+
+    partition: int
+    data: bytearray
+    count: int
+
+
+@dataclass(slots=True)
+class Built:
+    """A produce request's batches, checked and built; what its append goes on with."""
+
+    topic: TopicSpec
+    batches: list[PartitionBatch]
+
+
+class Producer:
+    """Turns produce requests into appends on the local logs."""
+
+    def __init__(
+        self,
+        replicas: ReplicaManager,
+        metrics: Metrics,
+        in_flight: InFlight,
+        forwarder: ForwardClient,
+        keyless_led_here: bool = False,
+    ) -> None:
+        self.replicas = replicas
+        self.forwarder = forwarder
+        self.forwarded = ForwardedAppends(forwarder)
+        self.metrics = metrics
+        self.in_flight = in_flight
+        self.sticky = StickyPartitioner()
+        self.keyless_led_here = keyless_led_here  # workers: key-less records stay local
+
+    async def produce(
+        self, request: ProduceRequest, built: Built | None = None
+    ) -> tuple[int, dict[str, object]]:
+        """Append the request's records and honour its acks: (status, answer document).
+        `built`: what `build` made of a request without an idempotency key, if it ran."""
+        key = request.idempotency_key
+        results: dict[int, tuple[int, int]] = {}
+        if key is None:
+            if built is None:
+                built = self.build(request)
+            await self._append(built.topic, built.batches, request, results)
+            return self._answer(request, results)
+        topic = self.replicas.topic(request.topic)
+        if request.partition is not None:
+            self.replicas.check_partition(request.topic, request.partition)
+        digest = idempotency.body_hash(request.body, request.content_type, request.target)
+        # Each partition's leader answers a repeated request with the first attempt's offsets
+        # (replication.idempotency); here, only a second copy in flight on this node waits.
+        with self.in_flight.claim(topic.name, key):
+            await self._append(topic, self._build(topic, request, key, digest), request, results)
+        return self._answer(request, results)
+
+    def build(self, request: ProduceRequest) -> Built:
+        """A request without an idempotency key, checked and turned into its batches; raises
+        what the request gets for a bad body, an unknown topic or partition."""
+        topic = self.replicas.topic(request.topic)
+        if request.partition is not None:
+            self.replicas.check_partition(request.topic, request.partition)
+        return Built(topic, self._build(topic, request, None, None))
+
+    def append_now(
+        self, request: ProduceRequest, built: Built
+    ) -> tuple[asyncio.Future[AppendInfo], Partition] | None:
+        """The common produce's append, joining this loop turn's write without a coroutine:
+        one partition led here, acks 0 or 1. Its landing and its leader; None for any other
+        request (`produce` appends those)."""
+        if request.acks == "all" or len(built.batches) != 1:
+            return None
+        item = built.batches[0]
+        leader = self.replicas.leading(built.topic.name, item.partition)
+        if leader is None:
+            return None
+        return self.replicas.appends.append(leader, item.data, request.acks), leader
+
+    def appended(
+        self, request: ProduceRequest, built: Built, info: AppendInfo
+    ) -> tuple[int, dict[str, object]]:
+        """The answer to `append_now`'s append once it landed (and, when `info.flush_due`,
+        once `replicas.acknowledge` returned)."""
+        item = built.batches[0]
+        self.metrics.traffic.produced(built.topic.name, item.count, len(item.data))
+        return self._answer(request, {item.partition: (info.first_offset, item.count)})
+
+    def _answer(
+        self, request: ProduceRequest, results: dict[int, tuple[int, int]]
+    ) -> tuple[int, dict[str, object]]:
+        ordered = sorted(results.items()) if len(results) > 1 else results.items()
+        body: dict[str, object] = {
+            "results": [
+                {"partition": p, "base_offset": base, "count": count}
+                for p, (base, count) in ordered
+            ]
+        }
+        return (202 if request.acks == "0" else 200), body
+
+    # -- building ------------------------------------------------------------------------------
+
+    def _build(
+        self, topic: TopicSpec, request: ProduceRequest, key: str | None, digest: str | None
+    ) -> list[PartitionBatch]:
+        partitions = topic.partitions
+        pin = key.encode() if key is not None else None
+        config = self.replicas.topic_config(topic.name)
+        now = int(time.time() * 1000)
+        groups: dict[int, list[RecordTuple]]
+        json_groups: set[int]
+        owner: list[int] | None = None  # each record's partition, when there are several
+        compression = 0
+        if request.content_type == codecs.RECORD_BATCH:
+            data = codecs.validate_record_batches(request.body)
+            p = self._keyless_partition(request, partitions, pin)
+            headers = fmt.scan(data, check_crc=False).headers
+            if key is None:
+                return [PartitionBatch(p, data, sum(h.record_count for _, h in headers))]
+            # The marker goes on the first record: the client's batches are encoded again,
+            # with their codec (only idempotent binary produces pay for this).
+            groups = {p: [(r.key, r.value, r.headers, r.timestamp) for r in fmt.iter_records(data)]}
+            json_groups = set()
+            compression = headers[0][1].compression
+        elif request.content_type == codecs.NDJSON:
+            record_key = None if request.key is None else request.key.encode()
+            records = codecs.parse_ndjson_records(request.body, record_key)
+            if record_key is not None and request.partition is None:
+                p = partition_for_key(record_key, partitions)
+            else:
+                p = self._keyless_partition(request, partitions, pin)
+            groups = {p: records}
+            json_groups = {p}
+        else:
+            # Both paths ask for the sticky partition once the body proved valid; remembered,
+            # so a body the C path hands back gets the partition it already chose. A request
+            # naming its partition never asks.
+            keyless = (
+                _once(functools.partial(self._keyless, request.topic, partitions, pin))
+                if request.partition is None
+                else _partition_named
+            )
+            if key is None and _json_batches is not None:
+                # The common JSON body, straight to batches in C (gateway/api/_producejson.c); None
+                # for any other body, including every refused one: the Python path below is the
+                # reference, byte for byte, and gives the errors. Idempotent requests always
+                # take the Python path, which puts the marker on their first record.
+                built = _json_batches(
+                    request.body,
+                    partitions,
+                    request.partition,
+                    keyless,
+                    config.max_message_bytes,
+                    now,
+                    config.compact,
+                )
+                if built is not None:
+                    return [PartitionBatch(p, data, count) for p, data, count in built]
+            groups, json_groups, owner = self._group_json(request, partitions, keyless)
+        if config.compact:
+            for records in groups.values():
+                if any(r[0] is None for r in records):
+                    raise bad_request(
+                        f"topic {topic.name!r} is compacted: every record needs a key",
+                        "INVALID_RECORD",
+                    )
+        out = []
+        for p in sorted(groups):
+            records = groups[p]
+            extra = 0
+            if key is not None and digest is not None:
+                record_key, value, first_headers, timestamp = records[0]
+                marker = Marker(key, digest, len(groups), len(records), now).encode()
+                stamped = [*first_headers, (fmt.IDEMPOTENCY_HEADER, marker)]
+                records = [(record_key, value, stamped, timestamp), *records[1:]]
+                extra = fmt.IDEMPOTENT_MASK
+            try:
+                data = fmt.encode_batches(
+                    records,
+                    max_batch_bytes=config.max_message_bytes,
+                    compression=compression,
+                    default_timestamp=now,
+                    values_json=p in json_groups,
+                    extra_attributes=extra,
+                )
+            except RecordTooLarge as exc:
+                index = exc.record_index or 0
+                if owner is not None:  # the index within the partition -> within the request
+                    index = [i for i, o in enumerate(owner) if o == p][index]
+                raise Problem(
+                    413,
+                    "RECORD_TOO_LARGE",
+                    f"records[{index}]: {exc}",
+                    index=index,
+                ) from None
+            out.append(PartitionBatch(p, data, len(records)))
+        return out
+
+    def _keyless_partition(
+        self, request: ProduceRequest, partitions: int, pin: bytes | None
+    ) -> int:
+        if request.partition is not None:
+            return request.partition
+        return self._keyless(request.topic, partitions, pin)
+
+    def _keyless(self, topic: str, partitions: int, pin: bytes | None) -> int:
+        """The sticky partition of key-less records. A worker rotates over the partitions it
+        leads, if any: the kernel spreads connections over the workers, so every partition
+        still gets its share, and the records skip the hop to another worker. Idempotent
+        requests (`pin`) keep their deterministic partition, so a retry lands where the
+        first attempt did whichever worker it reaches."""
+        if pin is None and self.keyless_led_here:
+            led = [
+                p
+                for p in range(partitions)
+                if (local := self.replicas.local(topic, p)) is not None and local.is_leader
+            ]
+            if led:
+                return led[self.sticky.next_partition(len(led))]
+        return self.sticky.next_partition(partitions, pin)
+
+    def _group_json(
+        self, request: ProduceRequest, partitions: int, keyless: Callable[[], int]
+    ) -> tuple[dict[int, list[RecordTuple]], set[int], list[int] | None]:
+        """Records per partition in request order, the partitions whose values are all JSON,
+        and each record's partition (None when they all share one); `keyless()` gives the
+        partition of key-less records."""
+        parsed = codecs.parse_json_records(request.body)
+        records = parsed.records
+        chosen = parsed.partitions or [None] * len(records)
+        for index, partition in enumerate(chosen):
+            if partition is None:
+                continue
+            if request.partition is not None and partition != request.partition:
+                raise codecs.invalid(
+                    index, "partition differs from the partition in the URL", "partition"
+                )
+            if partition >= partitions:
+                raise Problem(
+                    404,
+                    UnknownPartition.code,
+                    f"records[{index}]: topic {request.topic!r} has partitions 0..{partitions - 1}",
+                    index=index,
+                )
+        groups: dict[int, list[RecordTuple]]
+        if request.partition is not None:
+            groups = {request.partition: records}
+            owner = [request.partition] * len(records)
+        else:
+            keyless_partition = keyless()
+            groups = {}
+            owner = []
+            for record, partition in zip(records, chosen, strict=True):
+                if partition is None:
+                    record_key = record[0]
+                    partition = (
+                        keyless_partition
+                        if record_key is None
+                        else partition_for_key(record_key, partitions)
+                    )
+                groups.setdefault(partition, []).append(record)
+                owner.append(partition)
+        not_json = {owner[i] for i in parsed.not_json}
+        return groups, set(groups) - not_json, owner if len(groups) > 1 else None
+
+    # -- appending -----------------------------------------------------------------------------
+
+    async def _append(
+        self,
+        topic: TopicSpec,
+        batches: list[PartitionBatch],
+        request: ProduceRequest,
+        results: dict[int, tuple[int, int]],
+    ) -> None:
+        """Append every partition's batches in this loop turn's writes, then honour acks.
+
+        Each partition's (base offset, count) goes into `results` as soon as it is appended, so
+        an idempotent retry after a failure part-way never appends a partition twice.
+        """
+        local: list[tuple[PartitionBatch, Partition]] = []
+        remote: list[tuple[PartitionBatch, str]] = []
+        for item in batches:
+            try:
+                leader = self.replicas.leading(topic.name, item.partition)
+                if leader is None:
+                    leader = await self.replicas.leader(topic.name, item.partition)
+                local.append((item, leader))
+            except NotLeader as exc:
+                # The batches are built: each goes to its leader as it is (the leader need not
+                # parse the body again), once.
+                node = self.replicas.store.view.nodes.get(-1 if exc.leader is None else exc.leader)
+                if node is None or request.forwarded:
+                    raise
+                remote.append((item, node.url))
+        if request.acks == "all":
+            # Every partition's ISR first: a refused request appends nothing anywhere.
+            for _, leader in local:
+                leader.check_enough_replicas()
+            for item, _ in remote:
+                self.replicas.check_enough_replicas(topic.name, item.partition)
+        if len(local) == 1 and not remote:
+            # The common case, without gather's tasks: one partition, led here.
+            item, leader = local[0]
+            info = await self.replicas.appends.append(leader, item.data, request.acks)
+            results[item.partition] = (info.first_offset, item.count)
+            self.metrics.traffic.produced(topic.name, item.count, len(item.data))
+            if info.flush_due or request.acks == "all":
+                await self.replicas.acknowledge(leader, info, request.acks, request.timeout_ms)
+            return
+        # Every local partition's append joins this loop turn's write before any is awaited.
+        appending = [
+            self.replicas.appends.append(leader, i.data, request.acks) for i, leader in local
+        ]
+        landed = await asyncio.gather(*appending, return_exceptions=True)
+        failed: list[tuple[int, BaseException]] = []
+        acknowledging = []
+        for (item, leader), landing in zip(local, landed, strict=True):
+            if isinstance(landing, BaseException):
+                failed.append((item.partition, landing))
+                continue
+            info = landing
+            results[item.partition] = (info.first_offset, item.count)
+            self.metrics.traffic.produced(topic.name, item.count, len(item.data))
+            acknowledging.append((leader, info))
+        partitions = [leader.partition for leader, _ in acknowledging] + [
+            item.partition for item, _ in remote
+        ]
+        outcomes = await asyncio.gather(
+            *(
+                self.replicas.acknowledge(leader, info, request.acks, request.timeout_ms)
+                for leader, info in acknowledging
+            ),
+            *(self._forward(topic.name, item, url, request, results) for item, url in remote),
+            return_exceptions=True,
+        )
+        failed += [(p, o) for p, o in zip(partitions, outcomes, strict=True) if o is not None]
+        if not failed:
+            return
+        unknown = [o for p, o in failed if p not in results and _may_have_appended(o)]
+        if unknown:
+            # Another node may hold some of the records: the answer must not be a refusal.
+            raise unknown[0]
+        refused = [p for p, _ in failed if p not in results]
+        if refused and results:
+            # A definite refusal for some partitions must not hide that others have records.
+            raise PartiallyAppended(dict(results), refused, failed[0][1])
+        raise failed[0][1]
+
+    async def _next_leader(self, topic: str, partition: int, dead_url: str) -> Partition | str:
+        """The partition's leader once it is no longer the node at `dead_url`: this node's
+        replica, or another node's URL. LeaderNotAvailable if none comes in time."""
+        store = self.replicas.store
+
+        def moved(view: ClusterView) -> bool:
+            state = view.partition(topic, partition)
+            if state is None or state.leader not in view.live:
+                return False
+            node = view.nodes.get(state.leader)
+            return node is not None and node.url != dead_url
+
+        if not await store.wait_for(moved, self.replicas.settings.leader_wait_ms / 1000):
+            raise LeaderNotAvailable(f"{topic}-{partition}: its leader is down; retry shortly")
+        try:
+            return await self.replicas.leader(topic, partition)
+        except NotLeader as exc:
+            node = store.view.nodes.get(-1 if exc.leader is None else exc.leader)
+            if node is None:
+                raise
+            return node.url
+
+    async def _forward(
+        self,
+        topic: str,
+        item: PartitionBatch,
+        url: str,
+        request: ProduceRequest,
+        results: dict[int, tuple[int, int]],
+    ) -> None:
+        try:
+            if request.idempotency_key is None:  # joined with this turn's others
+                base = await self.forwarded.append(
+                    url, topic, item.partition, item.data, item.count, request.acks,
+                    request.timeout_ms,
+                )  # fmt: skip
+            else:
+                base = await self.forwarder.produce_batches(
+                    url, topic, item.partition, item.data, request.acks, request.timeout_ms
+                )
+        except NodeUnreachable as exc:
+            if exc.delivered:
+                raise
+            # The leader is down and never saw the batches: once the cluster has another
+            # leader (bounded wait), append there instead.
+            leader = await self._next_leader(topic, item.partition, url)
+            if isinstance(leader, str):
+                base = await self.forwarder.produce_batches(
+                    leader, topic, item.partition, item.data, request.acks, request.timeout_ms
+                )
+            else:
+                info = await self.replicas.appends.append(leader, item.data, request.acks)
+                # Recorded before the acks: if they fail, the answer must still say that
+                # this partition has the records.
+                self._appended(topic, item, info.first_offset, results)
+                await self.replicas.acknowledge(leader, info, request.acks, request.timeout_ms)
+                return
+        self._appended(topic, item, base, results)
+
+    def _appended(
+        self, topic: str, item: PartitionBatch, base: int, results: dict[int, tuple[int, int]]
+    ) -> None:
+        results[item.partition] = (base, item.count)
+        self.metrics.traffic.produced(topic, item.count, len(item.data))
+
+
+# What a leader elsewhere answers when it appended nothing, besides a 4xx.
+_REMOTE_REFUSALS = frozenset({"NOT_ENOUGH_REPLICAS", "LEADER_NOT_AVAILABLE"})
+
+
+def _may_have_appended(failure: BaseException) -> bool:
+    """Whether a partition's batch may be in another node's log although its forward failed:
+    that node went silent after the batch reached it, or answered short of a refusal (timed
+    out waiting for acks, the ISR shrank after the append, a fault)."""
+    if isinstance(failure, NodeUnreachable):
+        return failure.delivered
+    if isinstance(failure, RemoteError):
+        return failure.status >= 500 and failure.code not in _REMOTE_REFUSALS
+    return False
+
+
+def _partition_named() -> int:
+    raise AssertionError("a request that names its partition has no key-less choice to make")
+
+
+def _once(choose: Callable[[], int]) -> Callable[[], int]:
+    """`choose`, called at most once: later calls answer what it chose (0.5 µs per request,
+    where a `functools.cache` of it cost 3.4)."""
+    chosen: list[int] = []
+
+    def once() -> int:
+        if not chosen:
+            chosen.append(choose())
+        return chosen[0]
+
+    return once

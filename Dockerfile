@@ -23,7 +23,7 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
 
-# setup.py builds the C extensions (gateway/api/_batchcheck.c, _fetchjson.c, _producejson.c and
+# setup.py builds the C extensions (gateway/formats/_batchcheck.c, _fetchjson.c, _producejson.c and
 # _h2session.c, the last over libnghttp2); they are optional there, so the check below makes a
 # missing compiler or header fail the build instead of silently shipping the slower paths.
 RUN apt-get update \
@@ -42,7 +42,7 @@ COPY spark_ingest ./spark_ingest
 RUN pip wheel --wheel-dir /wheels . \
     && python -c "import glob, sys, zipfile; \
 names = zipfile.ZipFile(glob.glob('/wheels/sluice-*.whl')[0]).namelist(); \
-lacking = [m for m in ('api/_batchcheck', 'api/_fetchjson', 'api/_producejson', 'http/_h2session') \
+lacking = [m for m in ('formats/_batchcheck', 'formats/_fetchjson', 'formats/_producejson', 'http/_h2session') \
 if not any(n.startswith(f'gateway/{m}.') and n.endswith('.so') for n in names)]; \
 sys.exit(f'the sluice wheel lacks its C extensions {lacking}' if lacking else 0)"
 
@@ -75,7 +75,7 @@ RUN apt-get update \
 # wheels themselves never become a layer of this image.
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
     pip install --no-index --find-links=/wheels sluice \
-    && python -c "import gateway.api._batchcheck, gateway.api._fetchjson, gateway.api._producejson, \
+    && python -c "import gateway.formats._batchcheck, gateway.formats._fetchjson, gateway.formats._producejson, \
 gateway.http._h2session"
 
 USER sluice:sluice

@@ -124,7 +124,7 @@ class PartitionLog:
     ) -> None:
         """`on_offline(log)` is called once, from whichever thread met the failure, when a
         storage failure takes the log offline. With `publish_watermarks`, the watermarks are
-        kept in the directory's shared file for processes that read the log (engine.colocated)."""
+        kept in the directory's shared file for processes that read the log (engine.sibling_log)."""
         self.directory = directory
         self.files = file_cache.shared if files is None else files
         self._on_offline = on_offline

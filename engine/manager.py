@@ -159,7 +159,7 @@ class LogManager:
         """`file_cache_size` bounds the descriptors of closed segments kept open (process-wide;
         default: `file_cache.default_capacity()`, from the descriptor limit).
         `publish_watermarks`: each log keeps its watermarks in a shared file, for the other
-        processes on this host that read it (engine.colocated).
+        processes on this host that read it (engine.sibling_log).
         `close_threads`: how many logs `close` fsyncs at once, so their fsyncs overlap (as
         Kafka's num.recovery.threads.per.data.dir). Opening stays one log at a time: it is
         CPU work, which threads only slow down under the GIL."""

@@ -1,5 +1,5 @@
 """A partition's watermarks published in a small shared file (`<partition dir>/watermarks`), so
-that another process on the same host can read the log within them (`engine.colocated`).
+that another process on the same host can read the log within them (`engine.sibling_log`).
 
 The file is 40 bytes: a sequence number, then the high watermark, the log start offset, the
 local log start offset and the layout generation, mapped by both sides. The one writer (one
@@ -84,7 +84,7 @@ class WatermarkFile:
 
 class WatermarkReader:
     """The reader's side of one partition's file, mapped while it is in use (one descriptor:
-    `engine.colocated.ColocatedLogs` bounds how many are). Each read checks first that the
+    `engine.sibling_log.SiblingLogs` bounds how many are). Each read checks first that the
     path still names the mapped file (a topic deleted and created again has a new one)."""
 
     __slots__ = ("_inode", "_map", "path")

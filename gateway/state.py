@@ -15,12 +15,13 @@ from engine.errors import EngineError
 from engine.notify import ChangeNotifier
 from engine.tiered.remote import S3Location
 from gateway.auth.service import AuthService
+from gateway.formats import codecs
 from gateway.metrics.collectors import ForwardedCollector, Metrics
 from gateway.metrics.quotas import QuotaCollector
 from gateway.produce.front import Producer
 from gateway.produce.idempotency import InFlight
 from gateway.settings import Settings
-from gateway.workers.supervisor import sibling_data_dirs
+from gateway.worker_dirs import sibling_data_dirs
 from groups.coordinator import GroupCoordinator
 from replication.broker import Broker, BrokerSettings
 from replication.forward_client import ForwardClient
@@ -72,6 +73,7 @@ class Gateway:
             settings.group_min_session_timeout_ms,
             settings.group_max_session_timeout_ms,
             settings.group_max_members,
+            codecs.fetched_records,
         )
         in_flight = InFlight()
         replicas.add_role_listener(groups.role_changed)
@@ -164,7 +166,7 @@ def broker_settings(settings: Settings, authorization: str | None = None) -> Bro
             interval_s=settings.tiering_interval_s,
         ),
         authorization=authorization,
-        colocated=sibling_data_dirs(settings),
+        siblings=sibling_data_dirs(settings),
     )
 
 

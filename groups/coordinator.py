@@ -20,7 +20,7 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -36,18 +36,21 @@ from engine.errors import (
     UnknownTopic,
 )
 from engine.offsets_topic import CommittedOffset, StoredGroup, TopicPartition
-from gateway.api import codecs
-from gateway.api.fetch import FetchLimits
 from groups import remote
 from groups.assignors import ASSIGNORS
 from groups.errors import GroupError
 from replication.errors import LeaderNotAvailable, NotLeader, ReplicationError
+from replication.fetch_limits import FetchLimits
 from replication.forward_client import ForwardClient
 from replication.metadata import NO_LEADER
 from replication.partition import Partition
 from replication.replica_manager import ReplicaManager
 
 OFFSET_RESETS = ("earliest", "latest", "none")
+# Whole batches -> at most N records from an offset on, each naming its topic and partition,
+# ready for the answer's encoder; and the offset after the last. The gateway gives its codec:
+# the coordinator counts and positions records, never encodes them.
+RecordDecoder = Callable[[memoryview, int, int, TopicPartition], tuple[list[Any], int]]
 logger = logging.getLogger(__name__)
 AUTO_COMMIT_WRITE_S = 1.0  # auto-commits reach the log within this (auto.commit.interval.ms)
 CURSOR_MASK = 2**31 - 1
@@ -189,8 +192,10 @@ class GroupCoordinator:
         min_session_timeout_ms: int,
         max_session_timeout_ms: int,
         max_members: int,
+        decode_records: RecordDecoder,
     ) -> None:
         self.replicas = replicas
+        self.decode_records = decode_records
         self.forwarder = forwarder
         self.min_session_timeout_ms = min_session_timeout_ms
         self.max_session_timeout_ms = max_session_timeout_ms
@@ -608,7 +613,7 @@ class GroupCoordinator:
             else:
                 position = committed.offset
             member.positions[tp] = position
-        beside = self.replicas.fetch_colocated(*tp, position, limits.max_bytes, 0, 0)
+        beside = self.replicas.fetch_from_sibling(*tp, position, limits.max_bytes, 0, 0)
         if beside is not None:  # a sibling worker's partition, read from its files
             return remote.RemoteRead(position, beside[1].data, beside[1].high_watermark)
         try:
@@ -709,7 +714,7 @@ class GroupCoordinator:
                 if read is None:
                     continue
                 data, position = read
-            got, next_offset = codecs.fetched_records(data, position, left, tp)
+            got, next_offset = self.decode_records(data, position, left, tp)
             if got:
                 records.extend(got)
                 out.next_offsets[tp] = next_offset

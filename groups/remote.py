@@ -9,8 +9,8 @@ from urllib.parse import quote
 import orjson
 
 from engine.errors import OffsetOutOfRange
-from replication.forward_client import RECORD_BATCH, ForwardClient, RemoteError
-from replication.replica_client import HIGH_WATERMARK
+from replication.forward_client import ForwardClient, RemoteError
+from replication.node_contract import HIGH_WATERMARK, RECORD_BATCH
 
 
 @dataclass(frozen=True)

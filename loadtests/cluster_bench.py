@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 import aiohttp
 import orjson
 
-from gateway.cli.devcluster import LocalCluster
+from gateway.workers.local_cluster import LocalCluster
 from loadtests import cluster_report, generators, jetstream
 from loadtests.common import children_cpu_seconds, cpu_seconds, http_json
 from loadtests.consumers import run_workers

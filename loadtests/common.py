@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from gateway.cli.devcluster import free_port
+from gateway.workers.local_cluster import free_port
 
 
 def start_gateway(

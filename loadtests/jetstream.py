@@ -25,7 +25,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, StorageType, StreamConfig
 
-from gateway.cli.devcluster import free_port
+from gateway.workers.local_cluster import free_port
 from loadtests import consumers
 from loadtests.consumers import Clock, Shared
 from loadtests.failover import ATTEMPT_S, first_ack

@@ -21,7 +21,6 @@ from engine.errors import InvalidConfig, TopicAlreadyExists
 from engine.manager import LogManager
 from engine.notify import ChangeNotifier
 from engine.tiered.remote import RemoteStorage
-from replication.colocated import ColocatedReplicas
 from replication.controller import Controller
 from replication.errors import ControllerNotAvailable, NotController
 from replication.fetcher import FetcherSettings, ReplicaFetchers
@@ -29,6 +28,7 @@ from replication.memory_store import MemoryBackend, MemoryMetadataStore
 from replication.metadata import ClusterView, MetadataStore, NodeInfo, PartitionState, TopicSpec
 from replication.replica_client import ReplicaClient
 from replication.replica_manager import ReplicaManager, ReplicationSettings
+from replication.sibling_replicas import SiblingReplicas
 from replication.tiering import TieringService, TieringSettings
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,7 @@ class BrokerSettings:
     authorization: str | None = None  # the Authorization header of calls to other nodes
     # The data directories of the other nodes on this host, by node id (sibling workers): this
     # node publishes its watermarks for them and reads the partitions they lead from there.
-    colocated: dict[int, Path] = field(default_factory=dict)
+    siblings: dict[int, Path] = field(default_factory=dict)
 
 
 class Broker:
@@ -70,7 +70,7 @@ class Broker:
             LogManager,
             settings.data_dir,
             file_cache_size=settings.file_cache_size,
-            publish_watermarks=bool(settings.colocated),
+            publish_watermarks=bool(settings.siblings),
         )
         report = self.manager.startup
         log.info("node %d: %s: %s", self.settings.node_id, self.settings.data_dir, report.summary())
@@ -105,8 +105,8 @@ class Broker:
             self.tiering,
             report_offline=bool(settings.cluster),
         )
-        if settings.colocated:
-            self.replicas.colocated = ColocatedReplicas(settings.colocated)
+        if settings.siblings:
+            self.replicas.siblings = SiblingReplicas(settings.siblings)
         self.client = ReplicaClient(authorization=settings.authorization)
         # A parked fetch must come back well within replica.lag.time.max.ms.
         wait_ms = min(FetcherSettings.wait_ms, settings.replication.replica_lag_time_max_ms // 3)

@@ -8,22 +8,20 @@ import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
 
 import orjson
 
 from replication.errors import NodeUnreachable, ReplicationError
 from replication.http1 import ConnectFailed, Http1Pool
+from replication.node_contract import (
+    ANSWER_HEADERS,
+    ANSWER_PREFIX,
+    FORWARDED_BY,
+    RECORD_BATCH,
+    REQUEST_HEADERS,
+    append_path,
+)
 
-FORWARDED_BY = "Sluice-Forwarded-By"  # set on a forwarded request: it is never forwarded again
-# The principal the front node authenticated, trusted only with the cluster's internal key.
-ON_BEHALF_OF = "Sluice-Principal"
-RECORD_BATCH = "application/vnd.sluice.record-batch"
-APPEND_PREFIX = "/internal/v1/partitions"
-# What a forwarded request carries over and what its answer brings back.
-REQUEST_HEADERS = ("Content-Type", "Accept", "Idempotency-Key", "Authorization", ON_BEHALF_OF)
-ANSWER_HEADERS = ("Content-Type", "Retry-After", "Location", "Allow")
-ANSWER_PREFIX = "sluice-"
 _ANSWER_HEADERS = frozenset(name.lower() for name in ANSWER_HEADERS)
 
 
@@ -94,7 +92,7 @@ class ForwardClient:
     ) -> int:
         """Append batches a front node built (flags and all) at the partition's leader, through
         its internal append route; returns their base offset."""
-        path = f"{APPEND_PREFIX}/{quote(topic, safe='')}/{partition}/append"
+        path = append_path(topic, partition)
         query = f"?acks={acks}&timeout_ms={timeout_ms}"
         answer = await self.forward(
             url, "POST", path + query, {"Content-Type": RECORD_BATCH}, bytes(data)

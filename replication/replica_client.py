@@ -12,30 +12,13 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import urlencode
 
 import orjson
 
-from engine.errors import EngineError, OffsetOutOfRange
 from replication import errors
 from replication.http1 import ConnectFailed, Http1Pool, Reply
-
-REPLICA_PREFIX = "/internal/v1/replicas"
-HIGH_WATERMARK = "Sluice-High-Watermark"
-LOG_START_OFFSET = "Sluice-Log-Start-Offset"
-MAX_ERROR_BYTES = 64 * 1024
-
-_ERRORS: dict[str, type[errors.ReplicationError]] = {
-    cls.code: cls
-    for cls in (
-        errors.NotLeader,
-        errors.LeaderNotAvailable,
-        errors.FencedLeaderEpoch,
-        errors.UnknownLeaderEpoch,
-        errors.NotController,
-    )
-}
+from replication.node_contract import HIGH_WATERMARK, LOG_START_OFFSET, error_of, replica_path
 
 
 @dataclass(frozen=True)
@@ -45,10 +28,6 @@ class ReplicaFetch:
     data: bytes
     high_watermark: int
     log_start_offset: int
-
-
-def replica_path(topic: str, partition: int, what: str) -> str:
-    return f"{REPLICA_PREFIX}/{quote(topic, safe='')}/{partition}/{what}"
 
 
 class ReplicaClient:
@@ -75,7 +54,7 @@ class ReplicaClient:
         except (OSError, ValueError, asyncio.IncompleteReadError, TimeoutError) as exc:
             raise errors.NodeUnreachable(f"{url}: {exc!r}") from exc
         if reply.status != 200:
-            raise _error(reply)
+            raise error_of(reply.status, reply.body)
         return reply
 
     async def fetch(
@@ -120,28 +99,3 @@ class ReplicaClient:
             return int(doc["epoch"]), int(doc["end_offset"])
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             raise errors.ReplicationError(f"{leader_url}: malformed epoch answer: {exc}") from None
-
-
-def _error(reply: Reply) -> EngineError:
-    """The exception a problem+json answer stands for (a generic one for an unknown code)."""
-    try:
-        problem: dict[str, Any] = orjson.loads(reply.body[:MAX_ERROR_BYTES])
-    except orjson.JSONDecodeError:
-        problem = {}
-    if not isinstance(problem, dict):
-        problem = {}
-    code = str(problem.get("code", ""))
-    detail = str(problem.get("detail", f"HTTP {reply.status}"))
-    if code == OffsetOutOfRange.code:
-        return OffsetOutOfRange(
-            int(problem.get("offset", -1)),
-            int(problem.get("log_start_offset", 0)),
-            int(problem.get("log_end_offset", 0)),
-        )
-    cls = _ERRORS.get(code)
-    if cls is errors.NotLeader:
-        leader = problem.get("leader")
-        return errors.NotLeader(detail, leader if isinstance(leader, int) else None)
-    if cls is not None:
-        return cls(detail)
-    return errors.ReplicationError(f"{reply.status} {code}: {detail}")

@@ -29,7 +29,6 @@ from engine.errors import (
 from engine.log import AppendInfo, PartitionLog, ReadResult
 from engine.manager import LogManager
 from engine.notify import ChangeNotifier
-from replication.colocated import ColocatedReplicas
 from replication.errors import (
     LeaderChangedAfterAppend,
     LeaderNotAvailable,
@@ -50,6 +49,7 @@ from replication.metadata import (
     TopicSpec,
 )
 from replication.partition import Partition
+from replication.sibling_replicas import SiblingReplicas
 from replication.tiering import TieringService
 
 log = logging.getLogger(__name__)
@@ -110,7 +110,7 @@ class ReplicaManager:
         self._tasks: set[asyncio.Future[object]] = set()
         self._report_offline = report_offline
         self._reported: frozenset[TopicPartition] = frozenset()
-        self.colocated: ColocatedReplicas | None = None  # the other nodes on this host
+        self.siblings: SiblingReplicas | None = None  # the other nodes on this host
         self._closing = False
         self.appends = AppendGroups()  # produces of one loop turn: one write per partition
         self.flushes = FlushGroups()
@@ -528,7 +528,7 @@ class ReplicaManager:
                 return result
             await self.notifier.wait(leader.log, remaining)
 
-    def fetch_colocated(
+    def fetch_from_sibling(
         self,
         topic: str,
         partition: int,
@@ -541,12 +541,12 @@ class ReplicaManager:
         """`fetch` of a partition another node on this host leads, from its files, when they
         answer it as that node would without waiting: (the offset read from, the read); else
         None (the caller forwards)."""
-        if self.colocated is None:
+        if self.siblings is None:
             return None
         view = self.store.view.partitions.get((topic, partition))
         if view is None or view.leader in (NO_LEADER, self.node_id):
             return None
-        found = self.colocated.read(view.leader, topic, partition, offset, max_bytes, max_records)
+        found = self.siblings.read(view.leader, topic, partition, offset, max_bytes, max_records)
         if found is None:
             return None
         start, result = found
@@ -555,7 +555,7 @@ class ReplicaManager:
             max_records is not None and covers(result.data, start + max_records)
         ):
             return None  # the leader would wait for more
-        self.colocated.served += 1
+        self.siblings.served += 1
         return found
 
     async def _read_tiered(

@@ -42,6 +42,8 @@ export PATH="$PWD/.venv/bin:$PATH"
 echo "== ruff"
 ruff check .
 ruff format --check .
+echo "== import layers (DESIGN.md §2, docs/layers.md)"
+lint-imports
 echo "== mypy"
 mypy engine replication groups gateway loadtests openapi spark_ingest tests
 echo "== pytest"

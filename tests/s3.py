@@ -10,7 +10,7 @@ import os
 import threading
 from typing import Any
 
-from gateway.cli.devcluster import free_port
+from gateway.workers.local_cluster import free_port
 from loadtests.common import MotoServer
 
 __all__ = ["CREDENTIALS", "MotoServer", "S3Proxy", "s3_environment"]

@@ -8,11 +8,11 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway.api import all_workers as workerview
-from gateway.api.params import json_object, json_response
-from gateway.api.problems import Problem, bad_request
+from gateway.api import all_workers
 from gateway.auth.acl import FIELDS, AclBinding, AclError
 from gateway.auth.credentials import KINDS, CredentialError, Kind, new_credential
+from gateway.http.params import json_object, json_response
+from gateway.http.problem import Problem, bad_request
 from gateway.state import gateway_of
 
 
@@ -23,7 +23,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/v1/auth/keys", list_keys)
     app.router.add_post("/v1/auth/keys", create_key)
     app.router.add_delete("/v1/auth/keys/{key_id}", revoke_key)
-    app.router.add_get(workerview.AUTH_REFRESH, refresh)
+    app.router.add_get(all_workers.AUTH_REFRESH, refresh)
 
 
 async def _binding(request: web.Request) -> AclBinding:
@@ -50,7 +50,7 @@ async def add_acl(request: web.Request) -> web.Response:
     binding = await _binding(request)
     created = await gateway_of(request).auth.store.add_acl(binding)
     if created:
-        await workerview.auth_changed(gateway_of(request))
+        await all_workers.auth_changed(gateway_of(request))
     return json_response(binding.to_dict(), status=201 if created else 200)
 
 
@@ -58,7 +58,7 @@ async def remove_acl(request: web.Request) -> web.Response:
     binding = await _binding(request)
     if not await gateway_of(request).auth.store.remove_acl(binding):
         raise Problem(404, "ACL_NOT_FOUND", "no such binding", acl=binding.to_dict())
-    await workerview.auth_changed(gateway_of(request))
+    await all_workers.auth_changed(gateway_of(request))
     return web.Response(status=204)
 
 
@@ -98,7 +98,7 @@ async def create_key(request: web.Request) -> web.Response:
     except CredentialError as exc:
         raise bad_request(str(exc), "INVALID_PRINCIPAL") from None
     await gateway_of(request).auth.store.add_credential(record)
-    await workerview.auth_changed(gateway_of(request))
+    await all_workers.auth_changed(gateway_of(request))
     return json_response({**record.public(), "secret": secret}, status=201)
 
 
@@ -111,7 +111,7 @@ async def revoke_key(request: web.Request) -> web.Response:
     key_id = request.match_info["key_id"]
     if not await gateway_of(request).auth.store.remove_credential(key_id):
         raise Problem(404, "KEY_NOT_FOUND", f"no credential has the id {key_id!r}")
-    await workerview.auth_changed(gateway_of(request))
+    await all_workers.auth_changed(gateway_of(request))
     return web.Response(status=204)
 
 

@@ -18,10 +18,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
-from gateway.api.problems import Problem
+from gateway.http.problem import Problem
 from gateway.state import Gateway, gateway_of
 from replication.errors import NodeUnreachable
-from replication.forward_client import FORWARDED_BY, Answer
+from replication.forward_client import Answer
+from replication.node_contract import FORWARDED_BY
 
 OWN_READY = "/internal/v1/ready"
 OWN_METRICS = "/internal/v1/metrics"

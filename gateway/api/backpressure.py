@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from gateway.api.problems import Problem
+from gateway.http.problem import Problem
 from gateway.settings import Settings
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from gateway.api.problems import Problem, problem_response
+from gateway.http.problem import Problem, problem_response
 from gateway.settings import Settings
 from gateway.state import SETTINGS
 

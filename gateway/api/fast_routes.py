@@ -32,35 +32,37 @@ from aiohttp.http import SERVER_SOFTWARE
 from aiohttp.streams import EmptyStreamReader, StreamReader
 
 from engine.log import AppendInfo
-from gateway.api import codecs
 from gateway.api.backpressure import InflightBodies
 from gateway.api.fetch import (
     FetchAnswer,
-    FetchLimits,
     limits_of,
     parse_offset,
-    read_colocated,
+    read_from_sibling,
     read_partition,
     start_offset,
 )
 from gateway.api.groups import member_records, valid_group_id
-from gateway.api.params import query_int
-from gateway.api.problems import PROBLEM_JSON, Problem, problem_body, problem_of, status_code
+from gateway.api.problems import problem_of
+from gateway.api.records import produced
 from gateway.api.topics import INTERNAL_TOPICS
+from gateway.formats import codecs
 from gateway.http.memo import Memo
+from gateway.http.params import query_int
+from gateway.http.problem import PROBLEM_JSON, Problem, problem_body, status_code
 from gateway.metrics.collectors import CLIENT_CLOSED
+from gateway.produce.errors import ProduceError
 from gateway.produce.front import Built, ProduceRequest
 from gateway.produce.idempotency import validate_key
 from gateway.state import Gateway
 from groups.coordinator import CURSOR_MASK
-from replication.forward_client import APPEND_PREFIX, FORWARDED_BY
+from replication.fetch_limits import FetchLimits
 from replication.metadata import TopicSpec
+from replication.node_contract import APPEND_PREFIX, APPEND_ROUTE, FORWARDED_BY
 from replication.partition import Partition
 
 TOPIC_ROUTE = "/v1/topics/{topic}/records"
 PARTITION_ROUTE = "/v1/topics/{topic}/partitions/{partition}/records"
 MEMBER_ROUTE = "/v1/groups/{group}/members/{member}/records"
-APPEND_ROUTE = APPEND_PREFIX + "/{topic}/{partition}/append"
 ACKS = {"0": "0", "1": "1", "all": "all", "-1": "all"}
 # Headers a middleware or the body reader acts on: their requests take the general path (a
 # forwarded request too, but for the internal append, which only other nodes send).
@@ -271,7 +273,7 @@ class Lane:
         if key is not None:
             try:
                 validate_key(key)
-            except Problem:
+            except ProduceError:
                 return None
         if not self._room_for(len(body), connection):
             return None
@@ -368,7 +370,7 @@ class Lane:
             return None
         ready = None
         if not led_here:
-            ready = read_colocated(gateway, topic.name, partition, offset, limits, accept)
+            ready = read_from_sibling(gateway, topic.name, partition, offset, limits, accept)
             if ready is None:  # led elsewhere, and not readable here: the Application forwards
                 return None
         return LaneFetch(topic.name, partition, offset, limits, accept, target, ready)
@@ -469,8 +471,8 @@ class Lane:
                 )
                 flushed.add_done_callback(functools.partial(_served, ready))
                 return
-            status, document = self.gateway.producer.appended(request.produce, built, info)
-            answer = LaneAnswer(status, codecs.JSON, orjson.dumps(document))
+            document = self.gateway.producer.appended(request.produce, built, info)
+            answer = LaneAnswer(produced(request.produce.acks), codecs.JSON, orjson.dumps(document))
         else:
             answer = _problem(_problem_of(_as_exception(error), "POST", request.produce.target))
         self._release(request.size, connection)
@@ -492,8 +494,8 @@ class Lane:
         produce = request.produce
         try:
             await self.gateway.replicas.acknowledge(leader, info, produce.acks, produce.timeout_ms)
-            status, document = self.gateway.producer.appended(produce, built, info)
-            answer = LaneAnswer(status, codecs.JSON, orjson.dumps(document))
+            document = self.gateway.producer.appended(produce, built, info)
+            answer = LaneAnswer(produced(produce.acks), codecs.JSON, orjson.dumps(document))
         except Exception as exc:
             answer = _problem(_problem_of(exc, "POST", produce.target))
         finally:
@@ -546,8 +548,10 @@ class Lane:
         self._reserve(request.size, connection)
         try:
             if isinstance(request, LaneProduce):
-                status, document = await self.gateway.producer.produce(request.produce, built)
-                return LaneAnswer(status, codecs.JSON, orjson.dumps(document))
+                document = await self.gateway.producer.produce(request.produce, built)
+                return LaneAnswer(
+                    produced(request.produce.acks), codecs.JSON, orjson.dumps(document)
+                )
             info = await self.gateway.replicas.append(
                 request.topic, request.partition, request.data, request.acks, request.timeout_ms
             )

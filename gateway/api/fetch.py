@@ -13,24 +13,17 @@ from aiohttp import web
 from engine import batch as fmt
 from engine.log import ReadResult
 from engine.notify import ChangeNotifier
-from gateway.api import codecs
-from gateway.api.params import parse_int, query_int
-from gateway.api.problems import Problem, bad_request
+from gateway.formats import codecs
+from gateway.http.params import parse_int, query_int
+from gateway.http.problem import Problem, bad_request
 from gateway.settings import Settings
+from replication.fetch_limits import FetchLimits
 from replication.partition import Partition
 
 if TYPE_CHECKING:  # the gateway's state holds the group coordinator, which uses the limits
     from gateway.state import Gateway
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-
-
-@dataclass(frozen=True)
-class FetchLimits:
-    max_records: int
-    max_bytes: int
-    min_bytes: int
-    timeout_ms: int
 
 
 def fetch_limits(request: web.Request, settings: Settings) -> FetchLimits:
@@ -107,7 +100,7 @@ async def read_partition(
     return _answer(gateway, topic, offset, result, limits, accept)
 
 
-def read_colocated(
+def read_from_sibling(
     gateway: Gateway,
     topic: str,
     partition: int,
@@ -116,8 +109,8 @@ def read_colocated(
     accept: str,
 ) -> FetchAnswer | None:
     """`read_partition` of a partition a sibling worker leads, from its files, when they hold
-    what it would answer at once (replication.colocated); None: forward the fetch to it."""
-    found = gateway.replicas.fetch_colocated(topic, partition, offset, *_bounds(limits, accept))
+    what it would answer at once (replication.sibling_replicas); None: forward the fetch to it."""
+    found = gateway.replicas.fetch_from_sibling(topic, partition, offset, *_bounds(limits, accept))
     if found is None:
         return None
     start, result = found

@@ -9,8 +9,8 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from engine.errors import UnknownTopic
-from gateway.api.params import read_body
 from gateway.auth.middleware import principal_of
+from gateway.http.params import read_body
 from gateway.state import gateway_of
 from replication.errors import (
     LeaderNotAvailable,
@@ -19,7 +19,7 @@ from replication.errors import (
     NotController,
     NotLeader,
 )
-from replication.forward_client import FORWARDED_BY, ON_BEHALF_OF
+from replication.node_contract import FORWARDED_BY, ON_BEHALF_OF
 
 
 @web.middleware

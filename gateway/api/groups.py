@@ -12,13 +12,13 @@ from aiohttp import web
 
 from engine.config import validate_topic_name
 from engine.errors import InvalidTopicName
-from gateway.api import all_workers as workerview
-from gateway.api import codecs
-from gateway.api.fetch import FetchLimits, fetch_limits, refuse_when_full
-from gateway.api.params import int_param, json_object, json_response, read_body
-from gateway.api.problems import Problem, bad_request
+from gateway.api import all_workers
+from gateway.api.fetch import fetch_limits, refuse_when_full
 from gateway.api.topics import refuse_internal
 from gateway.auth.middleware import may, require
+from gateway.formats import codecs
+from gateway.http.params import int_param, json_object, json_response, read_body
+from gateway.http.problem import Problem, bad_request
 from gateway.state import Gateway, gateway_of
 from groups.assignors import ASSIGNORS
 from groups.coordinator import (
@@ -27,6 +27,7 @@ from groups.coordinator import (
     GroupCoordinator,
     JoinRequest,
 )
+from replication.fetch_limits import FetchLimits
 
 MAX_GROUP_ID = 255
 MAX_TOPICS = 1000
@@ -267,8 +268,8 @@ async def _durable(request: web.Request, name: str) -> None:
 async def list_groups(request: web.Request) -> web.Response:
     """The groups this node coordinates; with workers, every worker's."""
     groups = _coordinator(request).list_groups()
-    if workerview.merging(request):
-        groups = await workerview.all_groups(gateway_of(request), groups)
+    if all_workers.merging(request):
+        groups = await all_workers.all_groups(gateway_of(request), groups)
     return json_response(
         {"groups": [g for g in groups if may(request, "group", g["group"], "describe")]}
     )
@@ -277,7 +278,7 @@ async def list_groups(request: web.Request) -> web.Response:
 async def describe_group(request: web.Request) -> web.Response:
     doc = _coordinator(request).describe(_group(request))
     if gateway_of(request).settings.workers > 1:  # asks topic descriptions: no loop
-        await workerview.fill_lag(gateway_of(request), doc)
+        await all_workers.fill_lag(gateway_of(request), doc)
     return json_response(doc)
 
 

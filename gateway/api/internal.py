@@ -6,15 +6,16 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from gateway.api import codecs
-from gateway.api.params import choice_param, int_param, json_response, partition_param, read_body
-from gateway.api.problems import Problem
+from gateway.formats import codecs
+from gateway.http.params import choice_param, int_param, json_response, partition_param, read_body
+from gateway.http.problem import Problem
 from gateway.state import gateway_of
-from replication.forward_client import APPEND_PREFIX
-from replication.replica_client import (
+from replication.node_contract import (
+    APPEND_ROUTE,
+    EPOCH_END_ROUTE,
     HIGH_WATERMARK,
     LOG_START_OFFSET,
-    REPLICA_PREFIX,
+    REPLICA_RECORDS_ROUTE,
 )
 
 INT32_MAX = 2**31 - 1
@@ -22,9 +23,9 @@ INT64_MAX = 2**63 - 1
 
 
 def add_routes(app: web.Application) -> None:
-    app.router.add_get(REPLICA_PREFIX + "/{topic}/{partition}/records", replica_fetch)
-    app.router.add_get(REPLICA_PREFIX + "/{topic}/{partition}/epoch-end", epoch_end)
-    app.router.add_post(APPEND_PREFIX + "/{topic}/{partition}/append", append)
+    app.router.add_get(REPLICA_RECORDS_ROUTE, replica_fetch)
+    app.router.add_get(EPOCH_END_ROUTE, epoch_end)
+    app.router.add_post(APPEND_ROUTE, append)
 
 
 async def append(request: web.Request) -> web.Response:

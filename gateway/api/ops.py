@@ -12,9 +12,9 @@ from prometheus_client.registry import Collector
 from engine.config import TopicConfig
 from engine.errors import KafkaStorageError
 from engine.offsets_topic import OFFSETS_TOPIC
-from gateway.api import all_workers as workerview
-from gateway.api.params import json_response
-from gateway.api.problems import Problem
+from gateway.api import all_workers
+from gateway.http.params import json_response
+from gateway.http.problem import Problem
 from gateway.state import Gateway, gateway_of
 from openapi import SPEC
 
@@ -25,8 +25,8 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/openapi.yaml", openapi)
-    app.router.add_get(workerview.OWN_READY, own_ready)
-    app.router.add_get(workerview.OWN_METRICS, own_metrics)
+    app.router.add_get(all_workers.OWN_READY, own_ready)
+    app.router.add_get(all_workers.OWN_METRICS, own_metrics)
 
 
 async def cluster(request: web.Request) -> web.Response:
@@ -56,7 +56,7 @@ async def readyz(request: web.Request) -> web.Response:
     gateway = gateway_of(request)
     doc = own_readiness(gateway)
     if gateway.settings.workers > 1:
-        doc = await workerview.readiness(gateway, doc)
+        doc = await all_workers.readiness(gateway, doc)
     storage = doc["storage"]
     offline = storage["offline_partitions"] if isinstance(storage, dict) else None
     if offline:
@@ -120,7 +120,7 @@ async def metrics(request: web.Request) -> web.Response:
     gateway = gateway_of(request)
     registry: Collector = gateway.metrics.registry
     if gateway.settings.workers > 1:
-        registry = await workerview.metrics(gateway)
+        registry = await all_workers.metrics(gateway)
     response = web.Response(body=generate_latest(registry))
     response.headers["Content-Type"] = CONTENT_TYPE_LATEST
     return response

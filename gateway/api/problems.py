@@ -1,4 +1,5 @@
-"""RFC 9457 problem responses with stable codes, and the middleware that makes every error one.
+"""Domain errors as problems (engine, partition layer, groups: status by stable code), and the
+middleware that makes every error a problem response.
 
 Handlers raise `Problem` (or let an engine error through); nothing answers 200 for a failure
 and bad input never becomes a 500.
@@ -8,66 +9,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from http import HTTPStatus
 from typing import Any
 
-import orjson
 from aiohttp import web
 
 from engine import errors
+from gateway.http.problem import Problem, problem_response, status_code
+from gateway.produce.errors import ProduceError
 from groups.errors import GroupError
 from replication import errors as replication
 from replication.forward_client import RemoteError
 
-PROBLEM_JSON = "application/problem+json"
-TYPE_BASE = "https://sluice.dev/problems/"
-
 log = logging.getLogger(__name__)
-
-
-class Problem(Exception):
-    """An error answer: HTTP status, stable code, human detail, optional extra members."""
-
-    def __init__(
-        self,
-        status: int,
-        code: str,
-        detail: str,
-        *,
-        headers: dict[str, str] | None = None,
-        **extra: Any,
-    ) -> None:
-        super().__init__(detail)
-        self.status = status
-        self.code = code
-        self.detail = detail
-        self.headers = headers or {}
-        self.extra = extra
-
-
-def problem_response(problem: Problem) -> web.Response:
-    return web.Response(
-        status=problem.status,
-        body=problem_body(problem),
-        content_type=PROBLEM_JSON,
-        headers=problem.headers,
-    )
-
-
-def problem_body(problem: Problem) -> bytes:
-    """The problem's JSON document."""
-    body: dict[str, Any] = {
-        "type": TYPE_BASE + problem.code.lower().replace("_", "-"),
-        "title": HTTPStatus(problem.status).phrase,
-        "status": problem.status,
-        "detail": problem.detail,
-        "code": problem.code,
-        **problem.extra,
-    }
-    try:
-        return orjson.dumps(body)
-    except orjson.JSONEncodeError:  # an extra member that JSON cannot carry: drop the extras
-        return orjson.dumps({k: body[k] for k in ("type", "title", "status", "detail", "code")})
 
 
 _ENGINE_STATUS: dict[type[errors.EngineError], int] = {
@@ -117,7 +70,8 @@ _RETRIABLE = (
     replication.LeaderChangedAfterAppend,
     replication.PartiallyAppended,
 )
-_GROUP_STATUS = {
+# The status of each code of the domain's own errors (groups, the produce front).
+_DOMAIN_STATUS = {
     "UNKNOWN_MEMBER": 404,
     "UNKNOWN_GROUP": 404,
     "INCONSISTENT_ASSIGNOR": 409,
@@ -128,15 +82,21 @@ _GROUP_STATUS = {
     "PARTITION_NOT_ASSIGNED": 409,
     "GROUP_NOT_EMPTY": 409,
     "COORDINATOR_NOT_AVAILABLE": 503,
+    "INVALID_RECORD": 400,
+    "RECORD_TOO_LARGE": 413,
+    "UNKNOWN_PARTITION": 404,
+    "INVALID_IDEMPOTENCY_KEY": 400,
+    "IDEMPOTENCY_KEY_IN_FLIGHT": 409,
 }
+_RETRY_SOON = frozenset({"COORDINATOR_NOT_AVAILABLE", "IDEMPOTENCY_KEY_IN_FLIGHT"})
 
 
 def from_engine_error(exc: errors.EngineError) -> Problem:
     if isinstance(exc, RemoteError):
         return Problem(exc.status, exc.code, str(exc), **exc.extra)
-    if isinstance(exc, GroupError):
-        status = _GROUP_STATUS.get(exc.code, 500)
-        retry = {"Retry-After": "1"} if status == 503 else None
+    if isinstance(exc, GroupError | ProduceError):
+        status = _DOMAIN_STATUS.get(exc.code, 500)
+        retry = {"Retry-After": "1"} if exc.code in _RETRY_SOON else None
         return Problem(status, exc.code, str(exc), headers=retry, **exc.extra)
     status = next((s for cls, s in _ENGINE_STATUS.items() if isinstance(exc, cls)), 500)
     headers = {"Retry-After": "1"} if isinstance(exc, _RETRIABLE) else None
@@ -163,22 +123,6 @@ def from_engine_error(exc: errors.EngineError) -> Problem:
             "cause": exc.cause_code,
         }
     return Problem(status, exc.code, str(exc), headers=headers, **extra)
-
-
-_HTTP_CODES = {
-    400: "BAD_REQUEST",
-    404: "NOT_FOUND",
-    405: "METHOD_NOT_ALLOWED",
-    408: "REQUEST_TIMED_OUT",
-    413: "REQUEST_TOO_LARGE",
-    415: "UNSUPPORTED_MEDIA_TYPE",
-    431: "REQUEST_HEADER_FIELDS_TOO_LARGE",
-}
-
-
-def status_code(status: int) -> str:
-    """The stable code of an error answered by HTTP status alone."""
-    return _HTTP_CODES.get(status, HTTPStatus(status).name)
 
 
 @web.middleware
@@ -210,29 +154,3 @@ def problem_of(exc: Exception, method: str, path: str) -> Problem:
         raise exc
     log.exception("unhandled error in %s %s", method, path, exc_info=exc)
     return Problem(500, "INTERNAL_ERROR", "internal server error")
-
-
-def bad_request(detail: str, code: str = "BAD_REQUEST", **extra: Any) -> Problem:
-    return Problem(400, code, detail, **extra)
-
-
-def json_body_error(exc: orjson.JSONDecodeError) -> Problem:
-    return bad_request(f"malformed JSON: {exc}", "INVALID_JSON")
-
-
-def one_line(text: str, limit: int = 200) -> str:
-    """An HTTP parser's message (the text, the bytes at fault, a caret line) on one short line,
-    fit for a problem detail and a log line."""
-    parts = (line.strip() for line in text.splitlines())
-    return " ".join(p for p in parts if p and p.strip("^ ")).rstrip(":")[:limit]
-
-
-def malformed(message: str) -> Problem:
-    """400 MALFORMED_REQUEST for bytes the HTTP parser refused; the connection closes, since
-    where the next request starts is unknown."""
-    return Problem(
-        400,
-        "MALFORMED_REQUEST",
-        one_line(message) or "malformed request",
-        headers={"Connection": "close"},
-    )

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from gateway.api import all_workers as workerview
-from gateway.api.params import json_object, json_response
-from gateway.api.problems import Problem, bad_request
+from gateway.api import all_workers
 from gateway.auth.quotas import FIELD_OF, KINDS, Quota, QuotaError, check_entity
+from gateway.http.params import json_object, json_response
+from gateway.http.problem import Problem, bad_request
 from gateway.state import gateway_of
 
 
@@ -66,7 +66,7 @@ async def set_quota(request: web.Request) -> web.Response:
             "INVALID_QUOTA",
         )
     await gateway_of(request).auth.store.set_quota(entity, quota)
-    await workerview.auth_changed(gateway_of(request))
+    await all_workers.auth_changed(gateway_of(request))
     return json_response({"principal": entity, **quota.to_dict()})
 
 
@@ -74,5 +74,5 @@ async def remove_quota(request: web.Request) -> web.Response:
     entity = _entity(request)
     if not await gateway_of(request).auth.store.remove_quota(entity):
         raise Problem(404, "QUOTA_NOT_FOUND", f"principal {entity!r} has no quota of its own")
-    await workerview.auth_changed(gateway_of(request))
+    await all_workers.auth_changed(gateway_of(request))
     return web.Response(status=204)

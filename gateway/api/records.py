@@ -7,18 +7,19 @@ import asyncio
 from aiohttp import web
 
 from engine.errors import UnknownTopic
-from gateway.api import codecs
 from gateway.api.fetch import (
     INT64_MAX,
-    FetchLimits,
     fetch_limits,
     parse_offset,
-    read_colocated,
+    read_from_sibling,
     read_partition,
     refuse_when_full,
     start_offset,
 )
-from gateway.api.params import (
+from gateway.api.topics import refuse_internal
+from gateway.auth.middleware import require_create_topic
+from gateway.formats import codecs
+from gateway.http.params import (
     choice_param,
     int_param,
     json_object,
@@ -27,15 +28,14 @@ from gateway.api.params import (
     partition_param,
     read_body,
 )
-from gateway.api.problems import Problem, bad_request
-from gateway.api.topics import refuse_internal
-from gateway.auth.middleware import require_create_topic
+from gateway.http.problem import Problem, bad_request
 from gateway.produce.front import ProduceRequest
 from gateway.produce.idempotency import validate_key
 from gateway.settings import Settings
 from gateway.state import Gateway, gateway_of
 from replication.errors import NotLeader
-from replication.forward_client import FORWARDED_BY
+from replication.fetch_limits import FetchLimits
+from replication.node_contract import FORWARDED_BY
 
 ACKS = ("0", "1", "all", "-1")
 
@@ -81,7 +81,7 @@ async def produce(request: web.Request) -> web.Response:
     key = None if raw_key is None else validate_key(raw_key)
     body = await read_body(request, gateway.settings)
     await _ensure_topic(request, gateway, name)
-    status, answer = await gateway.producer.produce(
+    answer = await gateway.producer.produce(
         ProduceRequest(
             topic=name,
             partition=partition,
@@ -95,7 +95,7 @@ async def produce(request: web.Request) -> web.Response:
             forwarded=FORWARDED_BY in request.headers,
         )
     )
-    return json_response(answer, status)
+    return json_response(answer, produced(acks))
 
 
 async def fetch(request: web.Request) -> web.StreamResponse:
@@ -106,12 +106,12 @@ async def fetch(request: web.Request) -> web.StreamResponse:
         leader = await gateway.replicas.leader(topic, partition)
     except NotLeader:
         accept, offset, limits = _fetch_params(request, settings)
-        colocated = read_colocated(gateway, topic, partition, offset, limits, accept)
-        if colocated is None:
-            if gateway.replicas.colocated is not None:
-                gateway.replicas.colocated.note_forwarded()
+        read = read_from_sibling(gateway, topic, partition, offset, limits, accept)
+        if read is None:
+            if gateway.replicas.siblings is not None:
+                gateway.replicas.siblings.note_forwarded()
             raise  # the forwarding middleware takes it to the leader
-        answer = colocated
+        answer = read
     else:
         accept, offset, limits = _fetch_params(request, settings)
         refuse_when_full(gateway.notifier, settings)
@@ -167,3 +167,8 @@ async def delete_records(request: web.Request) -> web.Response:
         raise bad_request("the only field is before_offset", "INVALID_REQUEST")
     start = await asyncio.to_thread(leader.delete_records, before)
     return json_response({"log_start_offset": start})
+
+
+def produced(acks: str) -> int:
+    """A produce's status: 202 when nothing was awaited (acks=0), else 200."""
+    return 202 if acks == "0" else 200

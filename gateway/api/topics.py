@@ -8,10 +8,10 @@ from aiohttp import web
 
 from engine.manager import check_partition_count
 from engine.offsets_topic import OFFSETS_TOPIC
-from gateway.api import all_workers as workerview
-from gateway.api.params import choice_param, json_object, json_response
-from gateway.api.problems import Problem, bad_request
+from gateway.api import all_workers
 from gateway.auth.middleware import may, require_create_topic
+from gateway.http.params import choice_param, json_object, json_response
+from gateway.http.problem import Problem, bad_request
 from gateway.state import gateway_of
 from replication.metadata import NO_LEADER
 from replication.replica_manager import ReplicaManager
@@ -97,8 +97,8 @@ async def _described(request: web.Request, name: str) -> dict[str, Any]:
     """describe(), with the offsets of partitions held by other workers filled in."""
     gateway = gateway_of(request)
     doc = describe(gateway.replicas, name)
-    if workerview.merging(request):
-        await workerview.fill_partitions(gateway, doc)
+    if all_workers.merging(request):
+        await all_workers.fill_partitions(gateway, doc)
     return doc
 
 

@@ -23,7 +23,7 @@ from gateway.auth.credentials import (
 from gateway.auth.jwt_verifier import JwtVerifier
 from gateway.auth.store import AuthStore
 from gateway.auth.tls import certificate_principal
-from replication.forward_client import ON_BEHALF_OF
+from replication.node_contract import ON_BEHALF_OF
 
 REALM = "sluice"
 BASIC_CACHE_SIZE = 10_000

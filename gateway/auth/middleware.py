@@ -7,10 +7,10 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import hdrs, web
 
-from gateway.api.problems import Problem
 from gateway.auth.acl import CLUSTER, Operation, ResourceType
 from gateway.auth.credentials import INTERNAL_PRINCIPAL
 from gateway.auth.route_operations import access
+from gateway.http.problem import Problem
 from gateway.state import gateway_of
 
 PRINCIPAL = web.RequestKey("principal", str)

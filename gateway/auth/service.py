@@ -19,7 +19,7 @@ from gateway.auth.quotas import QuotaBook
 from gateway.auth.shared_store import SharedFileAuthStore
 from gateway.auth.store import AuthState, AuthStore, FileAuthStore
 from gateway.settings import Settings
-from gateway.workers.supervisor import shared_data_dir
+from gateway.worker_dirs import shared_data_dir
 
 log = logging.getLogger(__name__)
 MIN_INTERNAL_KEY = 16

@@ -11,8 +11,6 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import hdrs, web
 
-from gateway.api.params import BODY
-from gateway.api.problems import Problem
 from gateway.auth.middleware import principal_of
 from gateway.auth.quotas import (
     ANONYMOUS,
@@ -23,8 +21,10 @@ from gateway.auth.quotas import (
     Throttle,
 )
 from gateway.auth.route_operations import access
+from gateway.http.params import BODY
+from gateway.http.problem import Problem
 from gateway.state import gateway_of
-from replication.forward_client import FORWARDED_BY
+from replication.node_contract import FORWARDED_BY
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 THROTTLE_HEADER = "Sluice-Throttle-Time-Ms"  # Kafka's throttle_time_ms, on a delayed answer

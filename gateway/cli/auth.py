@@ -14,7 +14,7 @@ from typing import Any
 from gateway import config
 from gateway.auth.acl import CLUSTER, OPERATIONS
 from gateway.auth.credentials import KINDS, CredentialError, KeyFile, Kind, new_credential
-from gateway.cli import main as cli
+from gateway.cli import client as cli
 
 AddUrl = Callable[[argparse.ArgumentParser], argparse.ArgumentParser]
 ACL_COLUMNS = ("principal", "resource_type", "resource_name", "pattern_type", "operation",
@@ -98,16 +98,16 @@ async def auth_command(args: argparse.Namespace) -> None:
         await _in_etcd(args)
         return
     base = f"{args.url}/v1/auth/keys"
-    async with cli._session(args) as session:
+    async with cli.session(args) as session:
         if args.action == "create-key":
-            doc = await cli._call(
+            doc = await cli.call(
                 session, "POST", base, json={"principal": args.principal, "type": args.type}
             )
             _created(doc["secret"], doc["key_id"], doc["principal"], doc["type"])
         elif args.action == "list-keys":
-            _print_keys((await cli._call(session, "GET", base))["keys"])
+            _print_keys((await cli.call(session, "GET", base))["keys"])
         else:
-            await cli._call(session, "DELETE", f"{base}/{args.key_id}")
+            await cli.call(session, "DELETE", f"{base}/{args.key_id}")
             print(f"revoked {args.key_id}")
 
 
@@ -173,7 +173,7 @@ def _created(secret: str, key_id: str, principal: str, kind: str) -> None:
 
 def _print_keys(keys: list[dict[str, Any]]) -> None:
     rows = [[k["key_id"], k["principal"], k["type"], k["created_ms"]] for k in keys]
-    print(cli._table(("KEY-ID", "PRINCIPAL", "TYPE", "CREATED-MS"), rows))
+    print(cli.table(("KEY-ID", "PRINCIPAL", "TYPE", "CREATED-MS"), rows))
 
 
 def _bindings(args: argparse.Namespace) -> list[dict[str, str]]:
@@ -204,21 +204,21 @@ def _named_resource(args: argparse.Namespace) -> tuple[str | None, str | None]:
 
 async def acls_command(args: argparse.Namespace) -> None:
     base = f"{args.url}/v1/acls"
-    async with cli._session(args) as session:
+    async with cli.session(args) as session:
         if args.action == "list":
             resource_type, name = _named_resource(args)
             query = {"principal": args.principal, "resource_type": resource_type,
                      "resource_name": name}  # fmt: skip
             params = {k: v for k, v in query.items() if v is not None}
-            shown = (await cli._call(session, "GET", base, params=params))["acls"]
+            shown = (await cli.call(session, "GET", base, params=params))["acls"]
         else:
             method = "POST" if args.action == "add" else "DELETE"
             shown = []
             for binding in _bindings(args):
-                await cli._call(session, method, base, json=binding)
+                await cli.call(session, method, base, json=binding)
                 shown.append(binding)
-    if not cli._as_table(args):
-        cli._print_json(shown)
+    if not cli.as_table(args):
+        cli.print_json(shown)
         return
     header = tuple(c.upper().replace("_", "-") for c in ACL_COLUMNS)
-    print(cli._table(header, [[b[c] for c in ACL_COLUMNS] for b in shown]))
+    print(cli.table(header, [[b[c] for c in ACL_COLUMNS] for b in shown]))

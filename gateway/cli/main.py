@@ -10,7 +10,7 @@ import os
 import signal
 import stat
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -22,29 +22,15 @@ import orjson
 
 from gateway import config
 from gateway.cli import auth as auth_cli
+from gateway.cli import client
 from gateway.cli import quotas as quota_cli
+from gateway.cli.client import CommandError
 from gateway.cli.progress import Progress
 from gateway.settings import Settings
 
 DEFAULT_URL = "http://localhost:8080"
 FETCH_WAIT_MS = "5000"
 FETCH_RECORDS = 1000
-
-
-class CommandError(Exception):
-    """A failed request, printed as the server's problem detail; `code` is the problem's."""
-
-    def __init__(
-        self,
-        message: str,
-        code: str | None = None,
-        status: int | None = None,
-        problem: dict[str, Any] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.code = code
-        self.status = status
-        self.problem = problem
 
 
 def _config_pairs(pairs: Sequence[str]) -> dict[str, str]:
@@ -55,53 +41,6 @@ def _config_pairs(pairs: Sequence[str]) -> dict[str, str]:
             raise SystemExit(f"--config takes name=value, got {pair!r}")
         out[name] = value
     return out
-
-
-async def _call(
-    session: aiohttp.ClientSession,
-    method: str,
-    url: str,
-    *,
-    decode: Callable[[bytes], Any] = orjson.loads,
-    **kwargs: Any,
-) -> Any:
-    """One request; a 429 QUOTA_EXCEEDED (nothing was done) is sent again after the wait the
-    gateway names, as a Kafka client obeys its throttle time."""
-    told = False
-    while True:
-        try:
-            return await _call_once(session, method, url, decode=decode, **kwargs)
-        except CommandError as exc:
-            if exc.status != 429 or exc.problem is None or exc.code != "QUOTA_EXCEEDED":
-                raise
-            if not told:
-                print(f"sluice: {exc.problem.get('detail')}; waiting", file=sys.stderr)
-                told = True
-            await asyncio.sleep(int(exc.problem.get("retry_after_ms", 1000)) / 1000)
-
-
-async def _call_once(
-    session: aiohttp.ClientSession,
-    method: str,
-    url: str,
-    *,
-    decode: Callable[[bytes], Any],
-    **kwargs: Any,
-) -> Any:
-    async with session.request(method, url, **kwargs) as response:
-        body = await response.read()
-        if response.status >= 400:
-            code, problem = None, None
-            try:
-                problem = orjson.loads(body)
-                code = problem.get("code")
-                detail = f"{code}: {problem.get('detail')}"
-            except (orjson.JSONDecodeError, AttributeError):
-                problem, detail = None, body.decode(errors="replace")
-            raise CommandError(
-                f"{method} {url} -> {response.status} {detail}", code, response.status, problem
-            )
-        return decode(body) if body else None
 
 
 class StoredText(str):
@@ -136,30 +75,12 @@ def _records_answer(body: bytes) -> Any:
     return answer
 
 
-def _session(args: argparse.Namespace) -> aiohttp.ClientSession:
-    """A client session; with --key (or $SLUICE_KEY) every request carries it as a bearer."""
-    key = getattr(args, "key", None)
-    return aiohttp.ClientSession(headers={"Authorization": f"Bearer {key}"} if key else None)
-
-
-def _print_json(doc: object) -> None:
-    sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
-
-
 def _print_deleted(doc: dict[str, object], line: str, table: bool) -> None:
     """A delete has no answer body: a line for people, an object for scripts."""
     if table:
         print(line)
     else:
-        _print_json(doc)
-
-
-def _as_table(args: argparse.Namespace) -> bool:
-    """--output, else a table on a terminal and JSON when piped (for scripts and jq)."""
-    output = getattr(args, "output", None)
-    if output is not None:
-        return bool(output == "table")
-    return sys.stdout.isatty()
+        client.print_json(doc)
 
 
 LOCAL_COLUMNS = ("log_start_offset", "high_watermark", "log_end_offset", "size_bytes")
@@ -168,7 +89,7 @@ LOCAL_COLUMNS = ("log_start_offset", "high_watermark", "log_end_offset", "size_b
 def _print_topic(doc: dict[str, Any], table: bool) -> None:
     """A topic's description: JSON, or a summary line and kafka-topics --describe's table."""
     if not table:
-        _print_json(doc)
+        client.print_json(doc)
         return
     rows = doc["partitions"]
     overrides = ",".join(f"{k}={v}" for k, v in sorted(doc["overrides"].items())) or "-"
@@ -180,7 +101,7 @@ def _print_topic(doc: dict[str, Any], table: bool) -> None:
     header = ("PARTITION", "LEADER", "REPLICAS", "ISR", "OFFLINE", "LOG-START",
               "HIGH-WATERMARK", "LOG-END", "SIZE")  # fmt: skip
     print(
-        _table(
+        client.table(
             header,
             [
                 [
@@ -199,12 +120,12 @@ def _print_topic(doc: dict[str, Any], table: bool) -> None:
 
 async def topics_command(args: argparse.Namespace) -> None:
     base = f"{args.url}/v1/topics"
-    table = _as_table(args)
-    async with _session(args) as session:
+    table = client.as_table(args)
+    async with client.session(args) as session:
         if args.action == "list":
-            topics = (await _call(session, "GET", base))["topics"]
+            topics = (await client.call(session, "GET", base))["topics"]
             if args.output == "json":
-                _print_json(topics)
+                client.print_json(topics)
                 return
             for topic in topics:
                 print(f"{topic['name']}\t{topic['partitions']}")
@@ -216,9 +137,9 @@ async def topics_command(args: argparse.Namespace) -> None:
             }
             if args.replication_factor is not None:
                 body["replication_factor"] = args.replication_factor
-            _print_topic(await _call(session, "POST", base, json=body), table)
+            _print_topic(await client.call(session, "POST", base, json=body), table)
         elif args.action == "describe":
-            _print_topic(await _call(session, "GET", f"{base}/{args.topic}"), table)
+            _print_topic(await client.call(session, "GET", f"{base}/{args.topic}"), table)
         elif args.action == "alter":
             changes: dict[str, object] = {}
             configs: dict[str, object] = dict(_config_pairs(args.config))
@@ -227,9 +148,11 @@ async def topics_command(args: argparse.Namespace) -> None:
                 changes["configs"] = configs
             if args.partitions is not None:
                 changes["partitions"] = args.partitions
-            _print_topic(await _call(session, "PATCH", f"{base}/{args.topic}", json=changes), table)
+            _print_topic(
+                await client.call(session, "PATCH", f"{base}/{args.topic}", json=changes), table
+            )
         elif args.action == "delete":
-            await _call(session, "DELETE", f"{base}/{args.topic}")
+            await client.call(session, "DELETE", f"{base}/{args.topic}")
             _print_deleted({"topic": args.topic, "deleted": True}, f"deleted {args.topic}", table)
 
 
@@ -268,7 +191,7 @@ async def _send(
     session: aiohttp.ClientSession, url: str, records: list[dict[str, object]], acks: str
 ) -> int:
     """Produce `records`; how many."""
-    await _call(session, "POST", url, json={"records": records}, params={"acks": acks})
+    await client.call(session, "POST", url, json={"records": records}, params={"acks": acks})
     return len(records)
 
 
@@ -285,7 +208,7 @@ async def produce_command(args: argparse.Namespace) -> None:
     sent = 0
     size = _input_size(stdin)
     with Progress(f"produce {args.topic}", size, unit="bytes", show=not typed) as progress:
-        async with _session(args) as session:
+        async with client.session(args) as session:
             batch: list[dict[str, object]] = []
             read = 0  # bytes of input since the last request
             for number, raw in enumerate(stdin, 1):
@@ -324,7 +247,7 @@ async def _call_retrying(
     delay = RETRY_FIRST_S
     while True:
         try:
-            return await _call(session, method, url, **kwargs)
+            return await client.call(session, method, url, **kwargs)
         except aiohttp.ClientConnectionError as exc:
             reason = _connection_error(exc)
         except CommandError as exc:
@@ -418,7 +341,7 @@ async def _join(
         body["assignor"] = args.assignor
     if args.instance_id is not None:
         body["instance_id"] = args.instance_id
-    joined = await _call(session, "POST", members, json=body)
+    joined = await client.call(session, "POST", members, json=body)
     return str(joined["member_id"]), int(joined["cursor"])
 
 
@@ -440,7 +363,7 @@ async def group_consume(args: argparse.Namespace) -> None:
     assert task is not None
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
     remaining = args.max_records
-    async with _session(args) as session:
+    async with client.session(args) as session:
         member, cursor = await _join(session, members, args)
         try:
             while remaining is None or remaining > 0:
@@ -484,7 +407,7 @@ async def group_consume(args: argparse.Namespace) -> None:
         finally:
             if args.instance_id is None:
                 with contextlib.suppress(CommandError, aiohttp.ClientError):
-                    await _call(session, "DELETE", f"{members}/{member}")
+                    await client.call(session, "DELETE", f"{members}/{member}")
 
 
 async def consume_command(args: argparse.Namespace) -> None:
@@ -499,11 +422,11 @@ async def consume_command(args: argparse.Namespace) -> None:
             )
         await group_consume(args)
         return
-    async with _session(args) as session:
+    async with client.session(args) as session:
         if args.partition is not None:
             partitions = [args.partition]
         else:
-            described = await _call(session, "GET", f"{args.url}/v1/topics/{args.topic}")
+            described = await client.call(session, "GET", f"{args.url}/v1/topics/{args.topic}")
             partitions = [p["partition"] for p in described["partitions"]]
         remaining = [args.max_records if args.max_records is not None else -1]
         done = asyncio.Event()
@@ -518,15 +441,6 @@ async def consume_command(args: argparse.Namespace) -> None:
         for task in finished:
             if task is not waiter and task.exception() is not None:
                 raise task.exception()  # type: ignore[misc]
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """Left-aligned columns two spaces apart; None shows as "-" (as Kafka's tools print)."""
-    cells = [list(header), *[["-" if c is None else str(c) for c in row] for row in rows]]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
-    return "\n".join(
-        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
-    )
 
 
 def _reset_target(args: argparse.Namespace) -> object:
@@ -560,21 +474,21 @@ def _partition_list(text: str) -> list[int]:
 
 async def groups_command(args: argparse.Namespace) -> None:
     base = f"{args.url}/v1/groups"
-    table = _as_table(args)
-    async with _session(args) as session:
+    table = client.as_table(args)
+    async with client.session(args) as session:
         if args.action == "list":
-            groups = (await _call(session, "GET", base))["groups"]
+            groups = (await client.call(session, "GET", base))["groups"]
             if not table:
-                _print_json(groups)
+                client.print_json(groups)
                 return
             for group in groups:
                 print(f"{group['group']}\t{group['state']}\t{group['members']}")
             return
         url = f"{base}/{quote(args.group, safe='')}"
         if args.action == "describe":
-            doc = await _call(session, "GET", url)
+            doc = await client.call(session, "GET", url)
             if not table:
-                _print_json(doc)
+                client.print_json(doc)
                 return
             members = len(doc["members"])
             print(
@@ -584,19 +498,19 @@ async def groups_command(args: argparse.Namespace) -> None:
             )
             header = ("TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "OWNER")
             keys = ("topic", "partition", "committed_offset", "log_end_offset", "lag", "owner")
-            print(_table(header, [[row[k] for k in keys] for row in doc["partitions"]]))
+            print(client.table(header, [[row[k] for k in keys] for row in doc["partitions"]]))
         elif args.action == "reset-offsets":
             body: dict[str, object] = {"topic": args.topic, "to": _reset_target(args)}
             if args.partitions is not None:
                 body["partitions"] = args.partitions
-            answer = await _call(session, "PUT", f"{url}/offsets", json=body)
+            answer = await client.call(session, "PUT", f"{url}/offsets", json=body)
             if not table:
-                _print_json(answer)
+                client.print_json(answer)
                 return
             rows = [[o["topic"], o["partition"], o["offset"]] for o in answer["offsets"]]
-            print(_table(("TOPIC", "PARTITION", "NEW-OFFSET"), rows))
+            print(client.table(("TOPIC", "PARTITION", "NEW-OFFSET"), rows))
         elif args.action == "delete":
-            await _call(session, "DELETE", url)
+            await client.call(session, "DELETE", url)
             _print_deleted(
                 {"group": args.group, "deleted": True}, f"deleted group {args.group}", table
             )
@@ -793,19 +707,20 @@ def _main(argv: Sequence[str] | None) -> None:
         if args.command == "config":
             print("\n".join(config.describe(settings, sources)))
             return
-        from gateway.workers import supervisor as workers
+        from gateway import worker_dirs
+        from gateway.workers import supervisor
 
         if settings.workers > 1 and not supervised:
-            workers.supervise(settings)
+            supervisor.supervise(settings)
             return
         if not supervised:
-            workers.check_layout(settings.data_dir, settings.workers)
+            worker_dirs.check_layout(settings.data_dir, settings.workers)
         from gateway.server import run
 
         run(settings)
         return
     if args.command == "dev-cluster":
-        from gateway.cli.devcluster import run_dev_cluster
+        from gateway.workers.local_cluster import run_dev_cluster
 
         run_dev_cluster(args.nodes, args.data_dir, args.base_port)
         return

@@ -8,7 +8,7 @@ from typing import Any
 from urllib.parse import quote
 
 from gateway.auth.quotas import DEFAULT_ENTITY, FIELD_OF, KINDS
-from gateway.cli import main as cli
+from gateway.cli import client as cli
 
 AddUrl = Callable[[argparse.ArgumentParser], argparse.ArgumentParser]
 COLUMNS = ("principal", *FIELD_OF.values())
@@ -61,13 +61,13 @@ async def quotas_command(args: argparse.Namespace) -> None:
     base = f"{args.url}/v1/quotas"
     entity = DEFAULT_ENTITY if getattr(args, "default", False) else getattr(args, "principal", "")
     url = f"{base}/{quote(entity or '', safe='')}"
-    async with cli._session(args) as session:
+    async with cli.session(args) as session:
         if args.action == "list":
-            rows = (await cli._call(session, "GET", base))["quotas"]
+            rows = (await cli.call(session, "GET", base))["quotas"]
         elif args.action == "describe":
-            doc = await cli._call(session, "GET", url)
-            if not cli._as_table(args):
-                cli._print_json(doc)
+            doc = await cli.call(session, "GET", url)
+            if not cli.as_table(args):
+                cli.print_json(doc)
                 return
             rows = [{"principal": f"{entity} (effective)", **doc["effective"]}]
         elif args.action == "set":
@@ -77,13 +77,13 @@ async def quotas_command(args: argparse.Namespace) -> None:
                     "name at least one rate: --produce-bytes-per-second, "
                     "--fetch-bytes-per-second or --requests-per-second"
                 )
-            rows = [await cli._call(session, "PUT", url, json=rates)]
+            rows = [await cli.call(session, "PUT", url, json=rates)]
         else:
-            await cli._call(session, "DELETE", url)
+            await cli.call(session, "DELETE", url)
             print(f"removed the quota of {entity}")
             return
-    if not cli._as_table(args):
-        cli._print_json(rows)
+    if not cli.as_table(args):
+        cli.print_json(rows)
         return
     header = tuple(c.upper().replace("_", "-") for c in COLUMNS)
-    print(cli._table(header, [[row.get(c) for c in COLUMNS] for row in rows]))
+    print(cli.table(header, [[row.get(c) for c in COLUMNS] for row in rows]))

@@ -20,11 +20,11 @@ from aiohttp.streams import StreamReader
 from aiohttp.web_protocol import RequestHandler, _ErrInfo
 
 from gateway.api.fast_routes import LANE, Lane, LaneAnswer, LaneRequest, body_of
-from gateway.api.problems import PROBLEM_JSON, Problem, one_line, problem_body, problem_response
-from gateway.api.problems import status_code as code_of
 from gateway.http.http2 import DirectAnswer, H2Protocol
 from gateway.http.memo import Memo
 from gateway.http.per_loop import PerLoop
+from gateway.http.problem import PROBLEM_JSON, Problem, one_line, problem_body, problem_response
+from gateway.http.problem import status_code as code_of
 
 BAD_REQUESTS_PER_MINUTE = 20
 _LANE_METHODS = ("POST", "GET")  # what the lane may serve: produces and fetches

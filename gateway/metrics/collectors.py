@@ -271,17 +271,17 @@ class LaneCollector(Collector):
         ]
 
 
-class ColocatedCollector(Collector):
+class SiblingReadsCollector(Collector):
     """The fetches of partitions a sibling worker leads that were read from its files, and
-    those left to it (replication.colocated)."""
+    those left to it (replication.sibling_replicas)."""
 
     def __init__(self, replicas: Callable[[], ReplicaManager | None]) -> None:
         self._replicas = replicas
 
     def collect(self) -> Iterable[Metric]:
         replicas = self._replicas()
-        colocated = None if replicas is None else replicas.colocated
-        if colocated is None:
+        siblings = None if replicas is None else replicas.siblings
+        if siblings is None:
             return []
         family = CounterMetricFamily(
             "sluice_colocated_reads",
@@ -289,8 +289,8 @@ class ColocatedCollector(Collector):
             "forwarded to it (forwarded)",
             labels=["outcome"],
         )
-        family.add_metric(["served"], colocated.served)
-        family.add_metric(["forwarded"], colocated.forwarded)
+        family.add_metric(["served"], siblings.served)
+        family.add_metric(["forwarded"], siblings.forwarded)
         return [family]
 
 
@@ -314,7 +314,7 @@ class Metrics:
         parked.set_function(lambda: float(n.parked) if (n := notifier()) else 0.0)
         self.registry.register(PartitionCollector(replicas))
         self.registry.register(TieringCollector(replicas))
-        self.registry.register(ColocatedCollector(replicas))
+        self.registry.register(SiblingReadsCollector(replicas))
         self.registry.register(GroupCollector(groups))
 
     async def observe(

@@ -17,10 +17,10 @@ from engine import batch as fmt
 from engine.batch import RecordTuple
 from engine.errors import RecordTooLarge, UnknownPartition
 from engine.log import AppendInfo
-from gateway.api import codecs
-from gateway.api.problems import Problem, bad_request
+from gateway.formats import codecs
 from gateway.metrics.collectors import Metrics
 from gateway.produce import idempotency
+from gateway.produce.errors import ProduceError
 from gateway.produce.idempotency import InFlight
 from gateway.produce.partitioner import StickyPartitioner, partition_for_key
 from replication.errors import LeaderNotAvailable, NodeUnreachable, NotLeader, PartiallyAppended
@@ -37,7 +37,7 @@ JsonBatches = Callable[
 ]
 _json_batches: JsonBatches | None
 try:
-    from gateway.api._producejson import json_batches as _json_batches
+    from gateway.formats._producejson import json_batches as _json_batches
 except ImportError:  # built without a C compiler: JSON produces take the equivalent Python path
     _json_batches = None
 
@@ -94,8 +94,9 @@ class Producer:
 
     async def produce(
         self, request: ProduceRequest, built: Built | None = None
-    ) -> tuple[int, dict[str, object]]:
-        """Append the request's records and honour its acks: (status, answer document).
+    ) -> dict[str, object]:
+        """Append the request's records and honour its acks: the answer document (each
+        partition's first offset and count).
         `built`: what `build` made of a request without an idempotency key, if it ran."""
         key = request.idempotency_key
         results: dict[int, tuple[int, int]] = {}
@@ -138,7 +139,7 @@ class Producer:
 
     def appended(
         self, request: ProduceRequest, built: Built, info: AppendInfo
-    ) -> tuple[int, dict[str, object]]:
+    ) -> dict[str, object]:
         """The answer to `append_now`'s append once it landed (and, when `info.flush_due`,
         once `replicas.acknowledge` returned)."""
         item = built.batches[0]
@@ -147,7 +148,7 @@ class Producer:
 
     def _answer(
         self, request: ProduceRequest, results: dict[int, tuple[int, int]]
-    ) -> tuple[int, dict[str, object]]:
+    ) -> dict[str, object]:
         ordered = sorted(results.items()) if len(results) > 1 else results.items()
         body: dict[str, object] = {
             "results": [
@@ -155,7 +156,7 @@ class Producer:
                 for p, (base, count) in ordered
             ]
         }
-        return (202 if request.acks == "0" else 200), body
+        return body
 
     # -- building ------------------------------------------------------------------------------
 
@@ -200,8 +201,8 @@ class Producer:
                 else _partition_named
             )
             if key is None and _json_batches is not None:
-                # The common JSON body, straight to batches in C (gateway/api/_producejson.c); None
-                # for any other body, including every refused one: the Python path below is the
+                # The common JSON body, straight to batches in C (gateway/formats/_producejson.c);
+                # None for any other body, including every refused one: the Python path below is the
                 # reference, byte for byte, and gives the errors. Idempotent requests always
                 # take the Python path, which puts the marker on their first record.
                 built = _json_batches(
@@ -219,9 +220,9 @@ class Producer:
         if config.compact:
             for records in groups.values():
                 if any(r[0] is None for r in records):
-                    raise bad_request(
-                        f"topic {topic.name!r} is compacted: every record needs a key",
+                    raise ProduceError(
                         "INVALID_RECORD",
+                        f"topic {topic.name!r} is compacted: every record needs a key",
                     )
         out = []
         for p in sorted(groups):
@@ -246,11 +247,8 @@ class Producer:
                 index = exc.record_index or 0
                 if owner is not None:  # the index within the partition -> within the request
                     index = [i for i, o in enumerate(owner) if o == p][index]
-                raise Problem(
-                    413,
-                    "RECORD_TOO_LARGE",
-                    f"records[{index}]: {exc}",
-                    index=index,
+                raise ProduceError(
+                    "RECORD_TOO_LARGE", f"records[{index}]: {exc}", index=index
                 ) from None
             out.append(PartitionBatch(p, data, len(records)))
         return out
@@ -295,8 +293,7 @@ class Producer:
                     index, "partition differs from the partition in the URL", "partition"
                 )
             if partition >= partitions:
-                raise Problem(
-                    404,
+                raise ProduceError(
                     UnknownPartition.code,
                     f"records[{index}]: topic {request.topic!r} has partitions 0..{partitions - 1}",
                     index=index,

@@ -8,7 +8,7 @@ import hashlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from gateway.api.problems import Problem
+from gateway.produce.errors import ProduceError
 
 MAX_KEY_LENGTH = 255
 
@@ -22,8 +22,7 @@ def body_hash(body: bytes, content_type: str, target: str) -> str:
 
 def validate_key(key: str) -> str:
     if not key or len(key) > MAX_KEY_LENGTH or not key.isprintable() or "\n" in key:
-        raise Problem(
-            400,
+        raise ProduceError(
             "INVALID_IDEMPOTENCY_KEY",
             f"Idempotency-Key must be 1 to {MAX_KEY_LENGTH} printable characters",
         )
@@ -38,14 +37,12 @@ class InFlight:
 
     @contextmanager
     def claim(self, topic: str, key: str) -> Iterator[None]:
-        """Hold the key for one request; a concurrent copy answers 409 with Retry-After."""
+        """Hold the key for one request; a concurrent copy is refused (and may retry soon)."""
         slot = (topic, key)
         if slot in self._claimed:
-            raise Problem(
-                409,
+            raise ProduceError(
                 "IDEMPOTENCY_KEY_IN_FLIGHT",
                 "a request with this Idempotency-Key is still being processed; retry later",
-                headers={"Retry-After": "1"},
             )
         self._claimed.add(slot)
         try:

@@ -32,15 +32,13 @@ from pathlib import Path
 
 import aiohttp
 
-from engine.manager import TOPICS_DIR
 from gateway import config
 from gateway.auth.credentials import write_atomically
-from gateway.cli.devcluster import ClusterError, EtcdServer, die_with_parent, free_port
+from gateway.auth.service import AuthConfigError, read_internal_keys
 from gateway.settings import Settings
+from gateway.worker_dirs import INTERNAL_KEY, MARKER, ROOT, check_layout, worker_dir_name
+from gateway.workers.local_cluster import ClusterError, EtcdServer, die_with_parent, free_port
 
-ROOT = "workers"  # under --data-dir: etcd/, worker-<i>/, workers.json, settings.toml
-MARKER = "workers.json"  # how many workers wrote the directory
-INTERNAL_KEY = "internal.key"  # under ROOT: the workers' key for each other, with --auth
 START_DEADLINE_S = 60.0  # a worker's start (its logs open) and the whole group's readiness
 DRAIN_DEADLINE_S = 15.0  # phase one (a worker's SHUTDOWN_TIMEOUT_S, plus margin)
 EXIT_DEADLINE_S = 30.0  # phase two, then SIGKILL
@@ -56,52 +54,10 @@ class WorkerFailed(Exception):
     """A worker exited or said something else before it was listening."""
 
 
-def check_layout(data_dir: Path, workers: int) -> None:
-    """Refuse a data directory written with another number of workers (its partitions live
-    in the other layout, and would be hidden); say which number it was written with."""
-    marker = data_dir / ROOT / MARKER
-    recorded = int(json.loads(marker.read_text())["workers"]) if marker.exists() else None
-    if recorded is None:
-        if workers > 1 and any((data_dir / TOPICS_DIR).glob("*.json")):
-            raise SystemExit(
-                f"sluice: {data_dir} holds the topics of a single process (--workers 1), not "
-                f"--workers {workers}; start it with --workers 1, or give --workers {workers} a "
-                "new --data-dir (docs/workers.md: changing the number of workers)"
-            )
-        return
-    if recorded != workers:
-        raise SystemExit(
-            f"sluice: {data_dir} holds the topics of --workers {recorded}, not --workers "
-            f"{workers}; start it with --workers {recorded} (docs/workers.md: changing the "
-            "number of workers)"
-        )
-
-
-def worker_dir_name(node_id: int) -> str:
-    return f"worker-{node_id}"
-
-
-def shared_data_dir(worker_dir: Path) -> Path:
-    """The --data-dir of the supervisor, from a worker's own (`<data-dir>/workers/worker-<i>`):
-    where what all workers share lives (auth/, as a single node keeps it)."""
-    return worker_dir.parent.parent
-
-
-def sibling_data_dirs(settings: Settings) -> dict[int, Path]:
-    """In a worker: the other workers' data directories, by node id, whose partitions it reads
-    from their files (replication.colocated); none in a single process."""
-    if settings.workers <= 1:
-        return {}
-    root = settings.data_dir.parent
-    return {i: root / worker_dir_name(i) for i in range(settings.workers) if i != settings.node_id}
-
-
 def internal_key_file(settings: Settings, root: Path) -> Path | None:
     """With --auth, the file of the key the workers call each other with: --internal-key-file
     if given (checked now, not by each worker), else `<root>/internal.key`, made once (mode
     0600, 32 random bytes in hex) and kept. The key itself is never logged."""
-    from gateway.auth.service import AuthConfigError, read_internal_keys
-
     if not settings.auth:
         return None
     path = settings.internal_key_file
@@ -246,8 +202,6 @@ class Supervisor:
 
     def _authorization(self) -> dict[str, str]:
         """With --auth, the internal key as the workers expect it from one another."""
-        from gateway.auth.service import read_internal_keys
-
         keys = read_internal_keys(self.internal_key)
         return {"Authorization": f"Bearer {keys[0]}"} if keys else {}
 

@@ -19,8 +19,8 @@ from engine import batch as fmt
 from replication.errors import MetadataUnavailable
 from replication.memory_store import MemoryBackend, MemoryMetadataStore
 from replication.metadata import NodeInfo, PartitionState
+from replication.node_contract import HIGH_WATERMARK, LOG_START_OFFSET, replica_path
 from replication.partition import Partition
-from replication.replica_client import HIGH_WATERMARK, LOG_START_OFFSET, replica_path
 from tests.api.support import (
     Client,
     Start,

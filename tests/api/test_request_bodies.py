@@ -16,10 +16,10 @@ import orjson
 import pytest
 
 from engine import batch as fmt
-from gateway.api import bodies
 from gateway.api.backpressure import INFLIGHT, InflightBodies
-from gateway.api.problems import Problem
-from replication.forward_client import APPEND_PREFIX
+from gateway.http import bodies
+from gateway.http.problem import Problem
+from replication.node_contract import APPEND_PREFIX
 from tests.api.support import (
     JSON,
     NDJSON,

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import requests
 
-from gateway.cli.devcluster import LocalCluster
+from gateway.workers.local_cluster import LocalCluster
 from tests.e2e.conftest import until
 
 INTERNAL_KEY = "cluster-internal-key-0123456789abcdef"

@@ -19,7 +19,7 @@ from gateway.auth.quotas import (
     check_entity,
 )
 from gateway.auth.throttle import THROTTLE_HEADER
-from replication.forward_client import FORWARDED_BY, ON_BEHALF_OF
+from replication.node_contract import FORWARDED_BY, ON_BEHALF_OF
 from tests.api.support import Client, Start, create_topic, end_offsets, metrics, problem, sample
 from tests.auth.support import bearer, make_key
 

@@ -26,8 +26,8 @@ import pytest
 from gateway.auth.acl import AclBinding
 from gateway.auth.credentials import key_digest, new_api_key
 from gateway.auth.shared_store import SharedFileAuthStore
-from gateway.cli.devcluster import LocalCluster, free_port
-from gateway.workers.supervisor import INTERNAL_KEY, ROOT
+from gateway.worker_dirs import INTERNAL_KEY, ROOT
+from gateway.workers.local_cluster import LocalCluster, free_port
 from tests.auth.jwks import AUDIENCE, ISSUER, Signer
 from tests.auth.support import bearer, binding
 from tests.auth.test_cluster import INTERNAL_KEY as CLUSTER_INTERNAL_KEY

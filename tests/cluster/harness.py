@@ -18,7 +18,7 @@ import httpx
 
 from engine import batch as fmt
 from engine.errors import InvalidRecord
-from gateway.cli.devcluster import ClusterError, EtcdServer, Node
+from gateway.workers.local_cluster import ClusterError, EtcdServer, Node
 from tests.cluster.netfaults import Topology
 
 T = TypeVar("T")

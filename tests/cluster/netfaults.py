@@ -34,7 +34,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
-from gateway.cli.devcluster import free_port
+from gateway.workers.local_cluster import free_port
 
 NETNS_PREFIX = "sluicet"  # namespaces: sluicet-<pid>-n<i>; <pid> is the owning test process
 _NETNS_RE = re.compile(rf"^{NETNS_PREFIX}-(\d+)-")

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.cli.devcluster import LocalCluster
+from gateway.workers.local_cluster import LocalCluster
 from tests.cluster.conftest import WORKDIR_MARKER
 from tests.cluster.harness import (
     NO_LEADER,

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from gateway.cli.devcluster import LocalCluster
+from gateway.workers.local_cluster import LocalCluster
 from tests.e2e.conftest import Ext4, read_values, until
 
 FAILING = 1

@@ -12,7 +12,7 @@ import pytest
 import requests
 
 from engine.offsets_topic import OFFSETS_TOPIC, partition_for
-from gateway.cli.devcluster import LocalCluster
+from gateway.workers.local_cluster import LocalCluster
 
 TOPIC = "events"
 GROUP = "readers"

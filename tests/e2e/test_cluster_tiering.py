@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from engine.tiered.manifest import Manifest
-from gateway.cli.devcluster import LocalCluster
+from gateway.workers.local_cluster import LocalCluster
 from tests.e2e.conftest import read_values, until
 from tests.s3 import CREDENTIALS, MotoServer, manifest_of
 

@@ -29,8 +29,8 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from gateway.cli.devcluster import ETCD_MAX_TXN_OPS, free_port
 from gateway.cli.main import parser
+from gateway.workers.local_cluster import ETCD_MAX_TXN_OPS, free_port
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO / "Dockerfile"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cli.devcluster import ClusterError, Node, free_port
+from gateway.workers.local_cluster import ClusterError, Node, free_port
 
 
 def test_free_ports_are_distinct_and_below_the_ephemeral_range() -> None:

@@ -28,7 +28,7 @@ from hyperframe.frame import Frame, GoAwayFrame, SettingsFrame
 from engine import batch as fmt
 from gateway.http.connections import BAD_REQUESTS_PER_MINUTE
 from gateway.http.http2 import PREFACE
-from replication.forward_client import APPEND_PREFIX
+from replication.node_contract import APPEND_PREFIX
 from tests.e2e.conftest import REPO, Server, start_server
 
 PROBLEM = "application/problem+json"

@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.cli.devcluster import LocalCluster, free_port
+from gateway.workers.local_cluster import LocalCluster, free_port
 from tests.e2e.conftest import REPO, Server, start_server
 from tests.s3 import CREDENTIALS, MotoServer
 

@@ -364,7 +364,7 @@ COLOCATED: list[tuple[dict[str, Any], str | None, bool]] = [
 ]
 
 
-def colocated_reads(http: httpx.Client) -> tuple[float, float]:
+def sibling_reads(http: httpx.Client) -> tuple[float, float]:
     text = http.get("/metrics").text
     name = "sluice_colocated_reads_total"
     return metric(text, name, outcome="served"), metric(text, name, outcome="forwarded")
@@ -380,10 +380,10 @@ def test_the_other_worker_reads_what_the_leaders_files_hold_and_forwards_the_res
     for params, accept, read_beside in COLOCATED:
         headers = {**extra, **({} if accept is None else {"Accept": accept})}
         direct = zero.get(path, params=params, headers=headers)
-        served, forwarded = colocated_reads(one)
+        served, forwarded = sibling_reads(one)
         beside = one.get(path, params=params, headers=headers)
         assert as_sent(beside) == as_sent(direct), (params, accept)
-        after = colocated_reads(one)
+        after = sibling_reads(one)
         assert after == ((served + 1, forwarded) if read_beside else (served, forwarded + 1)), (
             params,
             accept,
@@ -404,9 +404,9 @@ def test_a_topic_deleted_and_created_again_is_read_anew_beside_its_leader(
     partition = next(p for p, leader in again.items() if leader == 0)
     path = f"/v1/topics/reborn/partitions/{partition}/records"
     assert zero.post(path, json={"records": [{"value": "new"}]}).status_code == 200
-    served, _ = colocated_reads(one)
+    served, _ = sibling_reads(one)
     assert values(one, "reborn", partition) == ["new"]
-    assert colocated_reads(one)[0] == served + 1
+    assert sibling_reads(one)[0] == served + 1
 
 
 @pytest.mark.parametrize("poll_on_leader", [True, False])
@@ -458,7 +458,7 @@ def test_a_group_through_connections_on_both_workers(
     joined = zero.post("/v1/groups/g/members", json=join)
     assert joined.status_code == 201, joined.text
     assert joined.json()["assignment"] == [{"topic": "grouped", "partitions": [0, 1]}]
-    served = colocated_reads(zero)[0]
+    served = sibling_reads(zero)[0]
     seen: list[int] = []
     cursor = joined.json()["cursor"]
     deadline = time.monotonic() + 60
@@ -476,7 +476,7 @@ def test_a_group_through_connections_on_both_workers(
         seen.extend(r["value"] for r in answer.json()["records"])
     assert sorted(seen) == list(range(30))
     # The coordinator read the partition the other worker leads from that worker's files.
-    assert colocated_reads(zero)[0] > served
+    assert sibling_reads(zero)[0] > served
     committed = one.post("/v1/groups/g/members/m/commit")
     assert committed.status_code == 200, committed.text
     for client in pair:

@@ -1,4 +1,4 @@
-"""Fuzz target: the C check of produced batches (gateway/api/_batchcheck.c) changes nothing a
+"""Fuzz target: the C check of produced batches (gateway/formats/_batchcheck.c) changes nothing a
 binary produce is answered: codecs.validate_record_batches gives the same bytes, or the same
 problem, with it as without it; and no bytes crash it.
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from gateway.api import codecs
-from gateway.api.problems import Problem
+from gateway.formats import codecs
+from gateway.http.problem import Problem
 from tests.fuzz import batch_validator
 
 
@@ -26,7 +26,7 @@ def answer(body: bytes) -> Any:
 def both_paths(body: bytes) -> Any:
     """The answer to `body`, the same with the C check as without it."""
     records_well_formed = codecs._records_well_formed
-    assert records_well_formed is not None, "gateway.api._batchcheck is not built"
+    assert records_well_formed is not None, "gateway.formats._batchcheck is not built"
     native = answer(body)
     codecs._records_well_formed = None
     try:

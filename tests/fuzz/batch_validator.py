@@ -14,8 +14,8 @@ from aiokafka.record.default_records import DefaultRecordBatch
 from crc32c import crc32c
 
 from engine import batch as fmt
-from gateway.api import codecs
-from gateway.api.problems import Problem
+from gateway.formats import codecs
+from gateway.http.problem import Problem
 
 
 def fix_crcs(body: bytes) -> bytes:

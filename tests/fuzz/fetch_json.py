@@ -1,5 +1,5 @@
-"""Fuzz target: the C fetch path (gateway/api/_fetchjson.c) answers byte for byte what the Python
-path answers (both bodies, the next offset, or the same error) for batches as a log holds
+"""Fuzz target: the C fetch path (gateway/formats/_fetchjson.c) answers byte for byte what the
+Python path answers (both bodies, the next offset, or the same error) for batches as a log holds
 them, and never crashes on any bytes at all.
 
 The first byte chooses: even, batches built from the input (the shapes the fetch path tells
@@ -17,9 +17,9 @@ import orjson
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from engine import batch as fmt
-from gateway.api import codecs
+from gateway.formats import codecs
 
-assert codecs._batch_json is not None, "gateway.api._fetchjson is not built"
+assert codecs._batch_json is not None, "gateway.formats._fetchjson is not built"
 batch_json = codecs._batch_json
 
 Source = tuple[str, int] | None

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import orjson
 
-from gateway.api import codecs
-from gateway.api.problems import Problem
+from gateway.formats import codecs
+from gateway.http.problem import Problem
 
 
 def one_input(data: bytes) -> None:

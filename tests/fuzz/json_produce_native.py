@@ -1,5 +1,5 @@
-"""Fuzz target: the C produce path (gateway/api/_producejson.c) builds byte for byte the batches the
-Python path builds (Producer._build without it: codecs.parse_json_records, the partitioner,
+"""Fuzz target: the C produce path (gateway/formats/_producejson.c) builds byte for byte the batches
+the Python path builds (Producer._build without it: codecs.parse_json_records, the partitioner,
 engine.batch.encode_batches), or hands the body back, which then gets the Python path's answer
 (batches or error); the sticky partitioner moves as far either way; and no bytes crash it.
 
@@ -17,11 +17,11 @@ from typing import Any, cast
 import orjson
 
 from engine.config import TopicConfig
-from gateway.api import codecs
-from gateway.api.problems import Problem
+from gateway.formats import codecs
+from gateway.http.problem import Problem
 from gateway.produce import front as produce
 
-assert produce._json_batches is not None, "gateway.api._producejson is not built"
+assert produce._json_batches is not None, "gateway.formats._producejson is not built"
 json_batches = produce._json_batches
 
 NOW = 1_700_000_000.123  # time.time() while building: both paths stamp the same default

@@ -1,7 +1,7 @@
 """Run one fuzz target under atheris (libFuzzer): `python -m tests.fuzz.runner TARGET
 [--native FILE] [libFuzzer flags and corpus directories]`.
 
-`--native FILE` loads the C extension built at FILE (a sanitizer build: gateway.api._batchcheck,
+`--native FILE` loads the C extension built at FILE (a sanitizer build: gateway.formats._batchcheck,
 _fetchjson, _h2session or _producejson, by its file name) instead of the installed one, before
 anything imports it. The code under test is imported inside atheris's instrumentation, so
 Python coverage guides the mutations.

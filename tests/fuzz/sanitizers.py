@@ -1,9 +1,9 @@
 """The C paths built with AddressSanitizer and UndefinedBehaviorSanitizer, and a fuzz target
 run against that build: `python -m tests.fuzz.sanitizers [TARGET] [libFuzzer flags and corpus
 directories]`, TARGET one of SANITIZED (fetch_json, the default, for
-gateway/api/_fetchjson.c; json_produce_native for gateway/api/_producejson.c; batch_check_native
-for gateway/api/_batchcheck.c; http2_frames for gateway/http/_h2session.c, linked with the
-system libnghttp2 as LINK says).
+gateway/formats/_fetchjson.c; json_produce_native for gateway/formats/_producejson.c;
+batch_check_native for gateway/formats/_batchcheck.c; http2_frames for gateway/http/_h2session.c,
+linked with the system libnghttp2 as LINK says).
 
 CPython itself is not instrumented, so the ASan runtime is preloaded, the interpreter's
 allocator is plain malloc (every buffer is then ASan's to check) and leak checking is off.
@@ -30,9 +30,9 @@ SANITIZED = {  # target: C path
     "json_produce_native": "_producejson",
 }
 PACKAGE = {  # C path: the package its extension module lives in
-    "_batchcheck": "gateway.api",
-    "_fetchjson": "gateway.api",
-    "_producejson": "gateway.api",
+    "_batchcheck": "gateway.formats",
+    "_fetchjson": "gateway.formats",
+    "_producejson": "gateway.formats",
     "_h2session": "gateway.http",
 }
 LINK = {  # C path: what it links with (setup.py's libraries), after its source on the command line

@@ -1,5 +1,5 @@
-"""The C check of produced batches (gateway/api/_batchcheck.c) against the Python path it stands in
-for: `validate_record_batches` must answer exactly what it answers without the extension (the
+"""The C check of produced batches (gateway/formats/_batchcheck.c) against the Python path it stands
+in for: `validate_record_batches` must answer exactly what it answers without the extension (the
 same bytes, or the same problem) for any body, well formed or damaged; and it must take the
 well-formed uncompressed batches itself."""
 
@@ -17,7 +17,7 @@ from tests.fuzz import sanitizers
 from tests.fuzz.batch_check_native import both_paths
 from tests.fuzz.batch_validator import fix_crcs
 
-_batchcheck = pytest.importorskip("gateway.api._batchcheck")
+_batchcheck = pytest.importorskip("gateway.formats._batchcheck")
 
 SETTINGS = settings(
     max_examples=400,
@@ -123,6 +123,6 @@ def test_the_check_refuses_what_aiokafka_would_refuse() -> None:
 
 
 def test_under_sanitizers(tmp_path: Path) -> None:
-    """This file's tests again, against gateway/api/_batchcheck.c built with ASan and UBSan: every
-    access checked, any undefined behaviour fatal."""
+    """This file's tests again, against gateway/formats/_batchcheck.c built with ASan and UBSan:
+    every access checked, any undefined behaviour fatal."""
     sanitizers.check_tests(__file__, "_batchcheck", tmp_path)

@@ -1,4 +1,4 @@
-"""The C fetch path (gateway/api/_fetchjson.c) against the Python path it stands in for.
+"""The C fetch path (gateway/formats/_fetchjson.c) against the Python path it stands in for.
 
 For any batches, well formed or damaged, `fetched_records` must answer exactly what it answers
 without the extension: the same JSON and NDJSON bytes and next offset, or the same error.
@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine import batch as fmt
-from gateway.api import codecs
+from gateway.formats import codecs
 
-_fetchjson = pytest.importorskip("gateway.api._fetchjson")
+_fetchjson = pytest.importorskip("gateway.formats._fetchjson")
 
 SETTINGS = settings(
     max_examples=300,

@@ -1,4 +1,4 @@
-"""The C produce path (gateway/api/_producejson.c) against the Python path it stands in for.
+"""The C produce path (gateway/formats/_producejson.c) against the Python path it stands in for.
 
 For any JSON produce body, valid or not, and any topic (partitions, a partition in the URL,
 compaction, max.message.bytes), Producer._build must build exactly what it builds without the
@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from engine import batch as fmt
 from tests.fuzz import sanitizers
 
-_producejson = pytest.importorskip("gateway.api._producejson")
+_producejson = pytest.importorskip("gateway.formats._producejson")
 
 from tests.fuzz.json_produce_native import (  # noqa: E402 - needs the extension
     MAX_MESSAGE_BYTES,
@@ -334,6 +334,6 @@ def _refuse() -> int:
 
 
 def test_under_sanitizers(tmp_path: Path) -> None:
-    """This file's tests again, against gateway/api/_producejson.c built with ASan and UBSan (and
-    the portable CRC-32C): every access checked, any undefined behaviour fatal."""
+    """This file's tests again, against gateway/formats/_producejson.c built with ASan and UBSan
+    (and the portable CRC-32C): every access checked, any undefined behaviour fatal."""
     sanitizers.check_tests(__file__, "_producejson", tmp_path)

@@ -13,14 +13,8 @@ from engine.manager import TOPICS_DIR
 from gateway import config
 from gateway.cli.main import check_settings
 from gateway.settings import Settings
-from gateway.workers.supervisor import (
-    INTERNAL_KEY,
-    MARKER,
-    ROOT,
-    check_layout,
-    internal_key_file,
-    shared_data_dir,
-)
+from gateway.worker_dirs import INTERNAL_KEY, MARKER, ROOT, check_layout, shared_data_dir
+from gateway.workers.supervisor import internal_key_file
 
 
 def test_auto_is_the_usable_cpus_and_a_number_is_bounded() -> None:

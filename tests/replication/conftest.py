@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.cli.devcluster import free_port
+from gateway.workers.local_cluster import free_port
 
 HEALTHY_DEADLINE_S = 20.0
 

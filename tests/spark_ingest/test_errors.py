@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from gateway.cli.devcluster import free_port
+from gateway.workers.local_cluster import free_port
 from spark_ingest import job
 from spark_ingest.errors import IngestError
 from tests.spark_ingest.support import cli, options

@@ -10,7 +10,7 @@ from typing import Any
 from kafka.record.default_records import DefaultRecordBatch
 
 from engine.tiered.manifest import Manifest, decode_manifest
-from gateway.api.codecs import RECORD_BATCH
+from gateway.formats.codecs import RECORD_BATCH
 from replication.partition import Partition
 from tests.api.support import (
     Client,

@@ -1,6 +1,6 @@
 /*
  * Readers of Kafka RecordBatch v2 fields shared by the C paths that walk a batch's records
- * (gateway/api/_fetchjson.c, gateway/api/_batchcheck.c). Every read is bounds-checked against `end`.
+ * (gateway/formats/_fetchjson.c, gateway/formats/_batchcheck.c). Every read is bounds-checked against `end`.
  */
 #ifndef SLUICE_RECORDS_H
 #define SLUICE_RECORDS_H

@@ -351,7 +351,7 @@ static struct PyModuleDef_Slot slots[] = {
 
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT,
-    .m_name = "gateway.api._fetchjson",
+    .m_name = "gateway.formats._fetchjson",
     .m_doc = "Fetched records of a plain JSON batch -> their JSON text, in C.",
     .m_size = 0,
     .m_methods = methods,

@@ -87,7 +87,7 @@ static struct PyModuleDef_Slot slots[] = {
 
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT,
-    .m_name = "gateway.api._batchcheck",
+    .m_name = "gateway.formats._batchcheck",
     .m_doc = "Whether a produced batch's records are well formed, in C.",
     .m_size = 0,
     .m_methods = methods,

@@ -11,8 +11,8 @@ import orjson
 from aiohttp import web
 from aiohttp.http import HttpProcessingError
 
-from gateway.api.bodies import content_codings, inflate
-from gateway.api.problems import Problem, bad_request, malformed
+from gateway.http.bodies import content_codings, inflate
+from gateway.http.problem import Problem, bad_request, malformed
 from gateway.settings import Settings
 
 _INTEGER = re.compile(r"-?[0-9]{1,19}")

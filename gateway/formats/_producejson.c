@@ -1221,7 +1221,7 @@ static struct PyModuleDef_Slot slots[] = {
 
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT,
-    .m_name = "gateway.api._producejson",
+    .m_name = "gateway.formats._producejson",
     .m_doc = "A JSON produce body of the common shape -> Kafka RecordBatch v2 bytes, in C.",
     .m_size = 0,
     .m_methods = methods,

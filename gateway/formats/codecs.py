@@ -25,22 +25,24 @@ import orjson
 
 from engine import batch as fmt
 from engine.batch import RecordTuple
-from gateway.api.problems import Problem, bad_request
+from gateway.http.problem import Problem, bad_request
+
+# The API's binary media type is the one nodes send each other: batches as stored.
+from replication.node_contract import RECORD_BATCH as RECORD_BATCH
 
 _batch_json: Callable[[memoryview, int, int, bytes, type[msgspec.Raw]], Any] | None
 try:
-    from gateway.api._fetchjson import batch_json as _batch_json
+    from gateway.formats._fetchjson import batch_json as _batch_json
 except ImportError:  # built without a C compiler: fetches take the equivalent Python path
     _batch_json = None
 _records_well_formed: Callable[[memoryview], bool] | None
 try:
-    from gateway.api._batchcheck import records_well_formed as _records_well_formed
+    from gateway.formats._batchcheck import records_well_formed as _records_well_formed
 except ImportError:  # the same: produced batches are checked by decoding them in Python
     _records_well_formed = None
 
 JSON = "application/json"
 NDJSON = "application/x-ndjson"
-RECORD_BATCH = "application/vnd.sluice.record-batch"
 PRODUCE_TYPES = (JSON, NDJSON, RECORD_BATCH)
 FETCH_TYPES = (JSON, NDJSON, RECORD_BATCH)
 
@@ -259,7 +261,7 @@ def _parse_ndjson_lines(body: bytes, key: bytes | None) -> list[RecordTuple]:
 
 def validate_record_batches(body: bytes) -> bytearray:
     """Check binary batches (magic, sizes, CRC) and that every record decodes (in C where
-    `gateway.api._batchcheck` can say so; else, and for its error, by decoding it here)."""
+    `gateway.formats._batchcheck` can say so; else, and for its error, by decoding it here)."""
     result = fmt.scan(body, check_crc=True)
     if result.error is not None:
         raise bad_request(
@@ -387,8 +389,8 @@ def fetched_records(
     each record names them first, as a group member's fetch answers.
 
     The fetch hot path: a batch of JSON values whose records carry no headers is written to
-    JSON in C (gateway/api/_fetchjson.c), a msgspec.Raw per record. Other batches are decoded here,
-    a FetchedRecord per common record (UTF-8 key, JSON value, no headers) and a dict, through
+    JSON in C (gateway/formats/_fetchjson.c), a msgspec.Raw per record. Other batches are decoded
+    here, a FetchedRecord per common record (UTF-8 key, JSON value, no headers) and a dict, through
     the helpers that pick base64 where needed, for the rest; both give the same JSON.
     """
     out: list[Any] = []

@@ -11,7 +11,7 @@ from typing import Protocol
 
 from aiohttp import web
 
-from gateway.api.problems import Problem
+from gateway.http.problem import Problem
 
 CHUNK = 256 * 1024  # the most one decompressor call may produce
 CHARSETS = frozenset({"utf-8", "utf8", "us-ascii"})  # JSON is UTF-8 (RFC 8259), ASCII a subset

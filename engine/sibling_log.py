@@ -32,7 +32,7 @@ class _Stale(Exception):
     holds whatever the layout generation says: it costs nothing)."""
 
 
-class ColocatedLog:
+class SiblingLog:
     """One partition directory another process writes, read within its published watermarks.
     Remembers where batches start in the files it walked, so reads go on from there."""
 
@@ -197,19 +197,19 @@ def _next_offset(data: memoryview) -> int:
     return last.next_offset
 
 
-class ColocatedLogs:
+class SiblingLogs:
     """The partition directories of the other processes on this host: the positions remembered
     and the watermarks file mapped (a descriptor) for a bounded number of them, least recently
     read first out."""
 
     def __init__(self, capacity: int = 64) -> None:
         self.capacity = capacity
-        self._logs: OrderedDict[Path, ColocatedLog] = OrderedDict()
+        self._logs: OrderedDict[Path, SiblingLog] = OrderedDict()
 
-    def get(self, directory: Path) -> ColocatedLog:
+    def get(self, directory: Path) -> SiblingLog:
         log = self._logs.get(directory)
         if log is None:
-            log = self._logs[directory] = ColocatedLog(directory)
+            log = self._logs[directory] = SiblingLog(directory)
             if len(self._logs) > self.capacity:
                 self._logs.popitem(last=False)[1].watermark_file.close()
         else:

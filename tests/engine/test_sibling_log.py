@@ -1,4 +1,4 @@
-"""Reading a log another process writes (engine.colocated) within the watermarks it publishes
+"""Reading a log another process writes (engine.sibling_log) within the watermarks it publishes
 (engine.watermarks): the same bytes as the log's own read, or None, never anything else."""
 
 from __future__ import annotations
@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from engine import cleaner
-from engine import colocated as colocated_module
-from engine.colocated import ColocatedLog, ColocatedLogs
+from engine import cleaner, sibling_log
 from engine.log import PartitionLog
+from engine.sibling_log import SiblingLog, SiblingLogs
 from engine.watermarks import FILE_NAME, WatermarkFile, WatermarkReader
 from tests.engine.conftest import FakeClock, LogFactory, batch_of
 
@@ -25,7 +24,7 @@ def fill(log: PartitionLog, batches: int, per_batch: int = 3, size: int = 20) ->
 
 
 def read_beside(
-    reader: ColocatedLog, offset: int, max_bytes: int = 64 * 1024, max_records: int | None = None
+    reader: SiblingLog, offset: int, max_bytes: int = 64 * 1024, max_records: int | None = None
 ) -> bytes | None:
     marks = reader.watermarks()
     assert marks is not None
@@ -90,7 +89,7 @@ def test_every_read_below_the_high_watermark_is_the_logs_own(make_log: LogFactor
     fill(log, 30)
     log.append_as_leader(batch_of([b"not yet committed"]), 0)  # above the high watermark
     assert len(log.segments) > 5
-    reader = ColocatedLog(log.directory)
+    reader = SiblingLog(log.directory)
     for offset in range(log.log_start_offset, log.high_watermark):
         for max_bytes in (1, 100, 300, 64 * 1024):
             for max_records in (None, 1, 4, 50):
@@ -108,7 +107,7 @@ def test_every_read_below_the_high_watermark_is_the_logs_own(make_log: LogFactor
 def test_it_follows_new_segments_appends_and_a_moved_log_start(make_log: LogFactory) -> None:
     log = make_log(SMALL_SEGMENTS, publish_watermarks=True)
     fill(log, 3)
-    reader = ColocatedLog(log.directory)
+    reader = SiblingLog(log.directory)
     assert read_beside(reader, 0) == read_own(log, 0)
     fill(log, 20)  # new segments the reader has not listed yet
     last = log.high_watermark - 1
@@ -125,7 +124,7 @@ def test_retention_deleting_a_segment_under_a_reader_is_never_misread(
 ) -> None:
     log = make_log({**SMALL_SEGMENTS, "retention.bytes": 1000}, publish_watermarks=True)
     fill(log, 30)
-    reader = ColocatedLog(log.directory)
+    reader = SiblingLog(log.directory)
     marks = reader.watermarks()
     assert marks is not None
     assert reader.read(0, 64 * 1024, None, marks) is not None
@@ -148,7 +147,7 @@ def test_a_compacted_segment_swapped_in_is_read_from_its_new_file(
     for i in range(40):
         log.append_as_leader(batch_of([b"v%02d" % i + b"." * 40], keys=[b"k%d" % (i % 4)]), 0)
         log.advance_high_watermark(log.log_end_offset)
-    reader = ColocatedLog(log.directory)
+    reader = SiblingLog(log.directory)
     before = {o: read_beside(reader, o) for o in range(log.high_watermark)}
     assert all(before.values())
     assert cleaner.clean(log, 0, force=True) is not None
@@ -161,7 +160,7 @@ def test_a_tail_truncated_and_written_again_is_read_as_it_is_now(make_log: LogFa
     """A remembered position whose file was rewritten in place is not trusted."""
     log = make_log(publish_watermarks=True)
     fill(log, 10, per_batch=1)
-    reader = ColocatedLog(log.directory)
+    reader = SiblingLog(log.directory)
     for offset in range(10):
         assert read_beside(reader, offset) == read_own(log, offset)
     log.truncate_to(4)  # a follower's divergent tail (the reader remembered positions in it)
@@ -179,7 +178,7 @@ def test_a_corrupt_batch_is_left_to_the_log_itself(make_log: LogFactory) -> None
     with open(path, "r+b") as raw:
         raw.seek(os.path.getsize(path) - 3)
         raw.write(b"!!!")
-    reader = ColocatedLog(log.directory)
+    reader = SiblingLog(log.directory)
     assert read_beside(reader, 9) is None  # the last batch fails its CRC
     assert read_beside(reader, 0) == read_own(log, 0)
     log.close()
@@ -188,10 +187,10 @@ def test_a_corrupt_batch_is_left_to_the_log_itself(make_log: LogFactory) -> None
 def test_a_long_walk_stops_and_the_next_read_goes_on_from_where_it_stopped(
     make_log: LogFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(colocated_module, "MAX_WALK", 16)
+    monkeypatch.setattr(sibling_log, "MAX_WALK", 16)
     log = make_log(publish_watermarks=True)
     fill(log, 100, per_batch=1)
-    reader = ColocatedLog(log.directory)
+    reader = SiblingLog(log.directory)
     answers = [read_beside(reader, 99) for _ in range(10)]
     assert answers[0] is None  # 99 batches to walk, 16 at a time
     assert answers[-1] == read_own(log, 99)
@@ -199,7 +198,7 @@ def test_a_long_walk_stops_and_the_next_read_goes_on_from_where_it_stopped(
 
 
 def test_the_logs_kept_open_are_bounded(tmp_path: Path) -> None:
-    logs = ColocatedLogs(capacity=2)
+    logs = SiblingLogs(capacity=2)
     first = logs.get(tmp_path / "a")
     logs.get(tmp_path / "b")
     assert logs.get(tmp_path / "a") is first
@@ -215,13 +214,13 @@ def test_the_layout_generation_is_odd_while_files_change_and_moves_on_after(
     have changed in place under it (compaction and truncation reuse names and inodes)."""
     log = make_log(publish_watermarks=True)
     fill(log, 6, per_batch=1)
-    reader = ColocatedLog(log.directory)
+    reader = SiblingLog(log.directory)
     marks = reader.watermarks()
     assert marks is not None and marks.generation % 2 == 0
     seen: list[int] = []
-    segment_read = ColocatedLog._read_segment
+    segment_read = SiblingLog._read_segment
 
-    def truncating_meanwhile(self: ColocatedLog, *args: object) -> memoryview | None:
+    def truncating_meanwhile(self: SiblingLog, *args: object) -> memoryview | None:
         data = segment_read(self, *args)  # type: ignore[arg-type]
         log.truncate_to(3)
         during = self.watermarks()
@@ -229,7 +228,7 @@ def test_the_layout_generation_is_odd_while_files_change_and_moves_on_after(
         seen.append(during.generation)
         return data
 
-    monkeypatch.setattr(ColocatedLog, "_read_segment", truncating_meanwhile)
+    monkeypatch.setattr(SiblingLog, "_read_segment", truncating_meanwhile)
     assert reader.read(4, 64 * 1024, None, marks) is None  # read whole, but not kept
     assert seen[0] > marks.generation and seen[0] % 2 == 0
     monkeypatch.undo()
@@ -246,7 +245,7 @@ def test_the_layout_generation_is_odd_while_files_change_and_moves_on_after(
 def test_nothing_is_read_while_the_files_change(make_log: LogFactory) -> None:
     log = make_log(publish_watermarks=True)
     fill(log, 3)
-    reader = ColocatedLog(log.directory)
+    reader = SiblingLog(log.directory)
     assert read_beside(reader, 0) == read_own(log, 0)
     with log._changing_files():  # as truncate_to and a compaction swap hold it
         assert read_beside(reader, 0) is None
@@ -259,7 +258,7 @@ def test_a_deleted_log_leaves_its_mapped_file_saying_files_change(make_log: LogF
     before it looks at the path again (a topic created again has a new file there)."""
     log = make_log(publish_watermarks=True)
     fill(log, 3)
-    reader = ColocatedLog(log.directory)
+    reader = SiblingLog(log.directory)
     assert read_beside(reader, 0) == read_own(log, 0)
     log.delete()
     stale = reader.watermark_file.read(same_file=True)

@@ -1,5 +1,5 @@
 """Partitions led by another node on this host (a sibling worker of `sluice serve --workers`),
-read from that node's data directory instead of through it (engine.colocated): such a fetch
+read from that node's data directory instead of through it (engine.sibling_log): such a fetch
 costs no hop. The leader stays the one writer and the reference; what it has not published as
 committed, or what its files do not show plainly, is for it to answer (the caller forwards)."""
 
@@ -8,16 +8,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from engine.colocated import ColocatedLogs
 from engine.log import ReadResult, partition_dir_name
+from engine.sibling_log import SiblingLogs
 
 
-class ColocatedReplicas:
+class SiblingReplicas:
     """The data directories of the nodes on this host, by node id; counts what it served."""
 
     def __init__(self, data_dirs: Mapping[int, Path]) -> None:
         self.data_dirs = dict(data_dirs)
-        self.logs = ColocatedLogs()
+        self.logs = SiblingLogs()
         self.served = 0  # sluice_colocated_reads_total{outcome="served"} (by the replica manager)
         self.forwarded = 0  # ... {outcome="forwarded"}: left to the leader (`note_forwarded`)
 

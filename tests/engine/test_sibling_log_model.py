@@ -1,9 +1,9 @@
-"""Model-based test of reading a log beside the process that writes it (engine.colocated).
+"""Model-based test of reading a log beside the process that writes it (engine.sibling_log).
 
 Hypothesis drives one PartitionLog (publishing its watermarks, small segments, an index entry
 per batch) through appends, high-watermark moves (to batch boundaries or into a batch), rolls,
 DeleteRecords, retention, truncation of the tail above the high watermark followed by new
-appends and, on a compacted topic, compaction. One ColocatedLog reads the same directory all
+appends and, on a compacted topic, compaction. One SiblingLog reads the same directory all
 along, keeping what it remembered between steps. After every step, reads from around the log
 (below its start to past its end, with several max_bytes and max_records) must answer None or
 exactly the log's own bytes; and below the high watermark, where the log has data, they must
@@ -25,12 +25,12 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from engine import colocated
+from engine import sibling_log
 from engine.cleaner import clean
-from engine.colocated import ColocatedLog
 from engine.config import TopicConfig
 from engine.errors import OffsetOutOfRange
 from engine.log import PartitionLog
+from engine.sibling_log import SiblingLog
 from tests.engine.conftest import FakeClock, batch_of
 
 KEYS = (b"a", b"b", b"c", b"d", b"e")
@@ -50,7 +50,7 @@ def appends(records: st.SearchStrategy[Record]) -> st.SearchStrategy[list[list[R
     return st.lists(st.lists(records, min_size=1, max_size=5), min_size=1, max_size=3)
 
 
-class ColocatedMachine(RuleBasedStateMachine):
+class SiblingMachine(RuleBasedStateMachine):
     """One log written by its own code, one reader beside it; subclasses fix cleanup.policy."""
 
     policy: ClassVar[str] = "delete"
@@ -58,13 +58,13 @@ class ColocatedMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         # Every read walks as far as it needs: a None is then never the walk limit's doing.
-        self.walk_patch = mock.patch.object(colocated, "MAX_WALK", 1 << 40)
+        self.walk_patch = mock.patch.object(sibling_log, "MAX_WALK", 1 << 40)
         self.walk_patch.start()
-        self.root = Path(tempfile.mkdtemp(prefix="sluice-colocated-"))
+        self.root = Path(tempfile.mkdtemp(prefix="sluice-siblings-"))
         self.clock = FakeClock()
         self.config = TopicConfig()
         self.log: PartitionLog | None = None
-        self.reader = ColocatedLog(self.root / "t-0")
+        self.reader = SiblingLog(self.root / "t-0")
         # Segment files were deleted, cut back or swapped: what the reader remembers (where
         # batches start, which segments there are) may be stale, so a read may take a retry.
         self.disturbed = False
@@ -208,7 +208,7 @@ class ColocatedMachine(RuleBasedStateMachine):
         self, offset: int, max_bytes: int, max_records: int | None, fresh: bool = False
     ) -> None:
         log = self.plog
-        reader = ColocatedLog(log.directory) if fresh else self.reader
+        reader = SiblingLog(log.directory) if fresh else self.reader
         marks = reader.watermarks()
         assert marks is not None and marks[:3] == (
             log.high_watermark,
@@ -261,7 +261,7 @@ class ColocatedMachine(RuleBasedStateMachine):
             self.check_read(start + self.checks % (hw - start), max_bytes, max_records, True)
 
 
-class CompactedColocatedMachine(ColocatedMachine):
+class CompactedSiblingMachine(SiblingMachine):
     policy = "compact"
 
 
@@ -274,7 +274,7 @@ _SETTINGS = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 
-TestDeletePolicy = ColocatedMachine.TestCase
+TestDeletePolicy = SiblingMachine.TestCase
 TestDeletePolicy.settings = _SETTINGS
-TestCompactPolicy = CompactedColocatedMachine.TestCase
+TestCompactPolicy = CompactedSiblingMachine.TestCase
 TestCompactPolicy.settings = _SETTINGS

@@ -1,0 +1,104 @@
+"""What the console tools share: a request to a node that fails as a CommandError with the
+server's problem (a quota's 429 waited out and sent again), and output as a table on a terminal
+or JSON when piped."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import aiohttp
+import orjson
+
+
+class CommandError(Exception):
+    """A failed request, printed as the server's problem detail; `code` is the problem's."""
+
+    def __init__(
+        self,
+        message: str,
+        code: str | None = None,
+        status: int | None = None,
+        problem: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.status = status
+        self.problem = problem
+
+
+def session(args: argparse.Namespace) -> aiohttp.ClientSession:
+    """A client session; with --key (or $SLUICE_KEY) every request carries it as a bearer."""
+    key = getattr(args, "key", None)
+    return aiohttp.ClientSession(headers={"Authorization": f"Bearer {key}"} if key else None)
+
+
+async def call(
+    session: aiohttp.ClientSession,
+    method: str,
+    url: str,
+    *,
+    decode: Callable[[bytes], Any] = orjson.loads,
+    **kwargs: Any,
+) -> Any:
+    """One request; a 429 QUOTA_EXCEEDED (nothing was done) is sent again after the wait the
+    gateway names, as a Kafka client obeys its throttle time."""
+    told = False
+    while True:
+        try:
+            return await _call_once(session, method, url, decode=decode, **kwargs)
+        except CommandError as exc:
+            if exc.status != 429 or exc.problem is None or exc.code != "QUOTA_EXCEEDED":
+                raise
+            if not told:
+                print(f"sluice: {exc.problem.get('detail')}; waiting", file=sys.stderr)
+                told = True
+            await asyncio.sleep(int(exc.problem.get("retry_after_ms", 1000)) / 1000)
+
+
+async def _call_once(
+    session: aiohttp.ClientSession,
+    method: str,
+    url: str,
+    *,
+    decode: Callable[[bytes], Any],
+    **kwargs: Any,
+) -> Any:
+    async with session.request(method, url, **kwargs) as response:
+        body = await response.read()
+        if response.status >= 400:
+            code, problem = None, None
+            try:
+                problem = orjson.loads(body)
+                code = problem.get("code")
+                detail = f"{code}: {problem.get('detail')}"
+            except (orjson.JSONDecodeError, AttributeError):
+                problem, detail = None, body.decode(errors="replace")
+            raise CommandError(
+                f"{method} {url} -> {response.status} {detail}", code, response.status, problem
+            )
+        return decode(body) if body else None
+
+
+def print_json(doc: object) -> None:
+    sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
+
+
+def as_table(args: argparse.Namespace) -> bool:
+    """--output, else a table on a terminal and JSON when piped (for scripts and jq)."""
+    output = getattr(args, "output", None)
+    if output is not None:
+        return bool(output == "table")
+    return sys.stdout.isatty()
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """Left-aligned columns two spaces apart; None shows as "-" (as Kafka's tools print)."""
+    cells = [list(header), *[["-" if c is None else str(c) for c in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
+    )

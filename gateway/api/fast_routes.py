@@ -26,10 +26,8 @@ from http import HTTPStatus
 from typing import Any
 
 import orjson
-from aiohttp import web
 from aiohttp.helpers import rfc822_formatted_time
 from aiohttp.http import SERVER_SOFTWARE
-from aiohttp.streams import EmptyStreamReader, StreamReader
 
 from engine.log import AppendInfo
 from gateway.api.backpressure import InflightBodies
@@ -91,7 +89,7 @@ _H2_FIELDS: dict[tuple[int, str], tuple[tuple[bytes, bytes], tuple[bytes, bytes]
 _SERVER_FIELD = (b"server", _SERVER)
 # The date field of this second's answers, with aiohttp's text of it (the same str all second).
 _date: tuple[str, tuple[bytes, bytes]] = ("", (b"date", b""))
-# A produce target's plain reading (`Lane._plain_produce_target`), remembered: clients repeat
+# A produce target's plain reading (`FastRoutes._plain_produce_target`), remembered: clients repeat
 # their target, and reading it costs ~2 µs of a produce. At most this many, then forgotten.
 _TARGETS_KEPT = 1024
 PlainProduce = tuple[str, int | None, str, int, str | None, str]
@@ -100,7 +98,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
-class LaneProduce:
+class FastProduce:
     """A produce the lane accepted: what to produce, its route template and body size."""
 
     produce: ProduceRequest
@@ -109,7 +107,7 @@ class LaneProduce:
 
 
 @dataclass(slots=True)
-class LaneAppend:
+class FastAppend:
     """Batches another node's front built for a partition led here (the internal append)."""
 
     topic: str
@@ -125,7 +123,7 @@ class LaneAppend:
 
 
 @dataclass(slots=True)
-class LaneFetch:
+class FastFetch:
     """A partition fetch the lane accepted, its parameters checked."""
 
     topic: str
@@ -138,7 +136,7 @@ class LaneFetch:
 
 
 @dataclass(slots=True)
-class LaneMemberFetch:
+class FastMemberFetch:
     """A group member's fetch the lane accepted: a member of a group coordinated here."""
 
     group: str
@@ -148,11 +146,11 @@ class LaneMemberFetch:
     target: str
 
 
-LaneRequest = LaneProduce | LaneAppend | LaneFetch | LaneMemberFetch
+FastRequest = FastProduce | FastAppend | FastFetch | FastMemberFetch
 
 
 @dataclass(slots=True)
-class LaneAnswer:
+class FastAnswer:
     """What the lane answers: status, content type, body and extra headers."""
 
     status: int
@@ -211,7 +209,7 @@ def _date_field() -> tuple[bytes, bytes]:
     return _date[1]
 
 
-class Lane:
+class FastRoutes:
     """Accepts and serves the plain produces and fetches of one gateway (built only where no
     middleware applies to them: auth off, no CORS origin named; quotas are checked per
     request)."""
@@ -227,7 +225,7 @@ class Lane:
 
     def take(
         self, method: str, target: str, headers: Mapping[str, str], body: bytes, connection: object
-    ) -> LaneRequest | None:
+    ) -> FastRequest | None:
         """What this complete request asks for, if the lane may serve it; else None."""
         if any(name in headers for name in _GENERAL_PATH_HEADERS):
             return None
@@ -253,7 +251,7 @@ class Lane:
 
     def _take_produce(
         self, target: str, headers: Mapping[str, str], body: bytes, connection: object
-    ) -> LaneProduce | None:
+    ) -> FastProduce | None:
         content_type = headers.get("Content-Type")
         if content_type is None or content_type not in codecs.PRODUCE_TYPES:
             return None
@@ -288,7 +286,7 @@ class Lane:
             idempotency_key=key,
             target=target,
         )
-        return LaneProduce(produce, route, len(body))
+        return FastProduce(produce, route, len(body))
 
     def _plain_produce_target(self, target: str) -> PlainProduce | None:
         """What a produce's target says, when the lane may take it (the topic's existence and
@@ -312,7 +310,7 @@ class Lane:
 
     def _take_append(
         self, target: str, headers: Mapping[str, str], body: bytes, connection: object
-    ) -> LaneAppend | None:
+    ) -> FastAppend | None:
         if headers.get("Content-Type") != codecs.RECORD_BATCH or len(body) > self.max_body:
             return None
         path, _, query = target.partition("?")
@@ -338,7 +336,7 @@ class Lane:
             return None
         if not self._room_for(len(body), connection):
             return None
-        return LaneAppend(topic.name, partition, body, acks, timeout_ms, target)
+        return FastAppend(topic.name, partition, body, acks, timeout_ms, target)
 
     def _room_for(self, size: int, connection: object) -> bool:
         """Whether a body of `size` bytes fits the in-flight limits (the connection's share,
@@ -349,7 +347,7 @@ class Lane:
             return False
         return inflight.reserved + size <= inflight.limit
 
-    def _take_fetch(self, target: str, headers: Mapping[str, str]) -> LaneFetch | None:
+    def _take_fetch(self, target: str, headers: Mapping[str, str]) -> FastFetch | None:
         accept = _FETCH_ACCEPT.get(headers.get("Accept"))
         routed = self._route(target, _FETCH_PARAMS)
         if accept is None or routed is None:
@@ -373,9 +371,9 @@ class Lane:
             ready = read_from_sibling(gateway, topic.name, partition, offset, limits, accept)
             if ready is None:  # led elsewhere, and not readable here: the Application forwards
                 return None
-        return LaneFetch(topic.name, partition, offset, limits, accept, target, ready)
+        return FastFetch(topic.name, partition, offset, limits, accept, target, ready)
 
-    def _take_member_fetch(self, target: str, headers: Mapping[str, str]) -> LaneMemberFetch | None:
+    def _take_member_fetch(self, target: str, headers: Mapping[str, str]) -> FastMemberFetch | None:
         path, _, query = target.partition("?")
         parts = path[len(_GROUPS_PREFIX) :].split("/")
         if len(parts) != 4 or parts[1] != "members" or parts[3] != "records" or "%" in path:
@@ -396,7 +394,7 @@ class Lane:
             cursor = query_int(params, "cursor", -1, 0, CURSOR_MASK)
         except Problem:
             return None
-        return LaneMemberFetch(name, member, limits, cursor, target)
+        return FastMemberFetch(name, member, limits, cursor, target)
 
     def _route(
         self, target: str, allowed: frozenset[str]
@@ -414,9 +412,9 @@ class Lane:
 
     def start(
         self,
-        request: LaneRequest,
+        request: FastRequest,
         connection: object,
-        ready: Callable[[LaneAnswer | None], None],
+        ready: Callable[[FastAnswer | None], None],
         loop: asyncio.AbstractEventLoop,
     ) -> asyncio.Future[Any]:
         """Begin answering what `take` accepted; `ready` gets the answer, or None when the
@@ -425,7 +423,7 @@ class Lane:
         coroutine of its own: its answer is made when this turn's write lands."""
         started = time.perf_counter()
         built: Built | Exception | None = None
-        if isinstance(request, LaneProduce) and request.produce.idempotency_key is None:
+        if isinstance(request, FastProduce) and request.produce.idempotency_key is None:
             producer = self.gateway.producer
             try:
                 built = producer.build(request.produce)
@@ -448,12 +446,12 @@ class Lane:
 
     def _landed(
         self,
-        request: LaneProduce,
+        request: FastProduce,
         built: Built,
         leader: Partition,
         connection: object,
         started: float,
-        ready: Callable[[LaneAnswer | None], None],
+        ready: Callable[[FastAnswer | None], None],
         landing: asyncio.Future[AppendInfo],
     ) -> None:
         """`start`'s produce, once its write landed (or failed, or its client went)."""
@@ -472,7 +470,7 @@ class Lane:
                 flushed.add_done_callback(functools.partial(_served, ready))
                 return
             document = self.gateway.producer.appended(request.produce, built, info)
-            answer = LaneAnswer(produced(request.produce.acks), codecs.JSON, orjson.dumps(document))
+            answer = FastAnswer(produced(request.produce.acks), codecs.JSON, orjson.dumps(document))
         else:
             answer = _problem(_problem_of(_as_exception(error), "POST", request.produce.target))
         self._release(request.size, connection)
@@ -482,20 +480,20 @@ class Lane:
 
     async def _flushed(
         self,
-        request: LaneProduce,
+        request: FastProduce,
         built: Built,
         leader: Partition,
         info: AppendInfo,
         connection: object,
         started: float,
-    ) -> LaneAnswer:
+    ) -> FastAnswer:
         """`_landed`'s answer after the fsync the flush policy asks for."""
-        answer: LaneAnswer | None = None
+        answer: FastAnswer | None = None
         produce = request.produce
         try:
             await self.gateway.replicas.acknowledge(leader, info, produce.acks, produce.timeout_ms)
             document = self.gateway.producer.appended(produce, built, info)
-            answer = LaneAnswer(produced(produce.acks), codecs.JSON, orjson.dumps(document))
+            answer = FastAnswer(produced(produce.acks), codecs.JSON, orjson.dumps(document))
         except Exception as exc:
             answer = _problem(_problem_of(exc, "POST", produce.target))
         finally:
@@ -504,29 +502,29 @@ class Lane:
         self.served += 1
         return answer
 
-    def _observed(self, request: LaneProduce, status: int, started: float) -> None:
+    def _observed(self, request: FastProduce, status: int, started: float) -> None:
         elapsed = time.perf_counter() - started
         self.gateway.metrics.latency.observe(request.route, "POST", str(status), elapsed)
 
     async def serve(
-        self, request: LaneRequest, connection: object, built: Built | Exception | None = None
-    ) -> LaneAnswer:
+        self, request: FastRequest, connection: object, built: Built | Exception | None = None
+    ) -> FastAnswer:
         """Answer what `take` accepted, a failure as the Application renders it, counted in
         the request metrics under its route (`built`: a produce's batches, or why they could
         not be built, if `start` tried)."""
         started = time.perf_counter()
-        answer: LaneAnswer | None = None
-        if isinstance(request, LaneProduce):
+        answer: FastAnswer | None = None
+        if isinstance(request, FastProduce):
             method, route, target = "POST", request.route, request.produce.target
-        elif isinstance(request, LaneAppend):
+        elif isinstance(request, FastAppend):
             method, route, target = "POST", APPEND_ROUTE, request.target
         else:
             method, target = "GET", request.target
-            route = PARTITION_ROUTE if isinstance(request, LaneFetch) else MEMBER_ROUTE
+            route = PARTITION_ROUTE if isinstance(request, FastFetch) else MEMBER_ROUTE
         try:
-            if isinstance(request, LaneProduce | LaneAppend):
+            if isinstance(request, FastProduce | FastAppend):
                 answer = await self._write(request, connection, built)
-            elif isinstance(request, LaneFetch):
+            elif isinstance(request, FastFetch):
                 answer = await self._fetch(request)
             else:
                 answer = await self._member_fetch(request)
@@ -540,23 +538,23 @@ class Lane:
         return answer
 
     async def _write(
-        self, request: LaneProduce | LaneAppend, connection: object, built: Built | Exception | None
-    ) -> LaneAnswer:
+        self, request: FastProduce | FastAppend, connection: object, built: Built | Exception | None
+    ) -> FastAnswer:
         """Produce or append, holding the body's bytes in the in-flight account meanwhile."""
         if isinstance(built, Exception):
             raise built
         self._reserve(request.size, connection)
         try:
-            if isinstance(request, LaneProduce):
+            if isinstance(request, FastProduce):
                 document = await self.gateway.producer.produce(request.produce, built)
-                return LaneAnswer(
+                return FastAnswer(
                     produced(request.produce.acks), codecs.JSON, orjson.dumps(document)
                 )
             info = await self.gateway.replicas.append(
                 request.topic, request.partition, request.data, request.acks, request.timeout_ms
             )
             landed = {"base_offset": info.first_offset, "count": info.record_count}
-            return LaneAnswer(200, codecs.JSON, orjson.dumps(landed))
+            return FastAnswer(200, codecs.JSON, orjson.dumps(landed))
         finally:
             self._release(request.size, connection)
 
@@ -573,11 +571,11 @@ class Lane:
         if left:
             inflight.by_connection[connection] = left
 
-    async def _fetch(self, request: LaneFetch) -> LaneAnswer:
+    async def _fetch(self, request: FastFetch) -> FastAnswer:
         """Read the partition as the route does (a long-poll waits here as there)."""
         fetched = request.ready
         if fetched is not None:
-            return LaneAnswer(
+            return FastAnswer(
                 200, fetched.content_type, fetched.body, tuple(fetched.headers.items())
             )
         gateway = self.gateway
@@ -588,25 +586,14 @@ class Lane:
         fetched = await read_partition(
             gateway, request.topic, request.partition, offset, request.limits, request.accept
         )
-        return LaneAnswer(200, fetched.content_type, fetched.body, tuple(fetched.headers.items()))
+        return FastAnswer(200, fetched.content_type, fetched.body, tuple(fetched.headers.items()))
 
-    async def _member_fetch(self, request: LaneMemberFetch) -> LaneAnswer:
+    async def _member_fetch(self, request: FastMemberFetch) -> FastAnswer:
         """The member's long-poll, as the group route runs it."""
         body = await member_records(
             self.gateway, request.group, request.member, request.limits, request.cursor
         )
-        return LaneAnswer(200, codecs.JSON, body)
-
-
-LANE = web.AppKey("lane", Lane)
-
-
-def body_of(payload: StreamReader) -> bytes:
-    """A body its reader holds whole, left there for the general path: aiohttp has no public
-    way to look without reading."""
-    if isinstance(payload, EmptyStreamReader):
-        return b""
-    return b"".join(payload._buffer)
+        return FastAnswer(200, codecs.JSON, body)
 
 
 def _problem_of(exc: Exception, method: str, target: str) -> Problem:
@@ -623,7 +610,7 @@ def _problem_of(exc: Exception, method: str, target: str) -> Problem:
 
 
 def _served(
-    ready: Callable[[LaneAnswer | None], None], answering: asyncio.Future[LaneAnswer]
+    ready: Callable[[FastAnswer | None], None], answering: asyncio.Future[FastAnswer]
 ) -> None:
     """Hand a lane task's answer on; None if it was cancelled (its client went) or failed
     (which `serve` renders as a problem, so only an error past it, logged here)."""
@@ -643,8 +630,8 @@ def _as_exception(error: BaseException) -> Exception:
     return error if isinstance(error, Exception) else RuntimeError(str(error))
 
 
-def _problem(problem: Problem) -> LaneAnswer:
-    return LaneAnswer(
+def _problem(problem: Problem) -> FastAnswer:
+    return FastAnswer(
         problem.status, PROBLEM_JSON, problem_body(problem), tuple(problem.headers.items())
     )
 

@@ -1,5 +1,5 @@
-"""The lane in process: which produces it takes (tests/e2e/test_lane.py compares its answers
-with the Application's on a real server)."""
+"""The fast routes in process: which produces they take (tests/e2e/test_fast_routes.py compares
+their answers with the Application's on a real server)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import orjson
 from multidict import CIMultiDict
 
 from engine.batch import RecordInput, encode_batch
-from gateway.api.fast_routes import LANE, LaneAnswer, LaneProduce
+from gateway.api.fast_routes import FastAnswer, FastProduce, FastRoutes
+from gateway.http.fast_path import FAST_PATH
 from tests.api.support import (
     JSON,
     PROBLEM,
@@ -26,52 +27,60 @@ from tests.api.support import (
 LIMIT = 256 * 1024  # --max-request-bytes
 
 
+def fast_routes_of(client: Client) -> FastRoutes:
+    """The running gateway's fast routes (the connections' fast path)."""
+    assert client.app is not None
+    routes = client.app[FAST_PATH]
+    assert isinstance(routes, FastRoutes)
+    return routes
+
+
 async def test_the_lane_serves_bulk_produces_up_to_the_request_limit(start: Start) -> None:
-    """A 1000-record produce (over 100 KB) is the lane's as a one-record one is: through the
+    """A 1000-record produce (over 100 KB) is the routes's as a one-record one is: through the
     Application a held HTTP/2 body would be copied into a reader and out again. A body over
     --max-request-bytes is left to the Application, whose answer is 413."""
     client = await start(max_request_bytes=LIMIT)
     await create_topic(client)
     assert client.app is not None
-    lane = client.app[LANE]
+    routes = fast_routes_of(client)
     json_body = orjson.dumps({"records": [{"value": "y" * 100} for _ in range(1000)]})
     binary = bytes(encode_batch([RecordInput(None, b"%0100d" % i) for i in range(1000)]))
     connection = object()
     for media, body in ((JSON, json_body), (RECORD_BATCH, binary)):
         assert len(body) > 100_000
         headers = CIMultiDict({"Content-Type": media})
-        taken = lane.take("POST", "/v1/topics/t/records?acks=1", headers, body, connection)
+        taken = routes.take("POST", "/v1/topics/t/records?acks=1", headers, body, connection)
         assert taken is not None
-        answer = await lane.serve(taken, connection)
+        answer = await routes.serve(taken, connection)
         assert answer.status == 200, answer.body
     assert len(await fetch_all(client)) == 2000
     too_large = json_body + b" " * (LIMIT - len(json_body) + 1)
     headers = CIMultiDict({"Content-Type": JSON})
-    assert lane.take("POST", "/v1/topics/t/records", headers, too_large, connection) is None
+    assert routes.take("POST", "/v1/topics/t/records", headers, too_large, connection) is None
 
 
 async def _started(
     client: Client, target: str, bodies: list[bytes], headers: dict[str, str] | None = None
-) -> tuple[list[asyncio.Future[Any]], list[LaneAnswer | None]]:
-    """`Lane.start` for each body in one loop turn; the futures it returned and the answers
+) -> tuple[list[asyncio.Future[Any]], list[FastAnswer | None]]:
+    """`FastRoutes.start` for each body in one loop turn; the futures it returned and the answers
     handed to `ready`, once every one has been handed."""
     assert client.app is not None
-    lane = client.app[LANE]
+    routes = fast_routes_of(client)
     loop = asyncio.get_running_loop()
-    answers: list[LaneAnswer | None] = [None] * len(bodies)
+    answers: list[FastAnswer | None] = [None] * len(bodies)
     handed = [loop.create_future() for _ in bodies]
 
-    def ready(i: int, answer: LaneAnswer | None) -> None:
+    def ready(i: int, answer: FastAnswer | None) -> None:
         answers[i] = answer
         handed[i].set_result(None)
 
     started = []
     for i, body in enumerate(bodies):
-        taken = lane.take(
+        taken = routes.take(
             "POST", target, CIMultiDict({"Content-Type": JSON, **(headers or {})}), body, i
         )
-        assert isinstance(taken, LaneProduce)
-        started.append(lane.start(taken, i, functools.partial(ready, i), loop))
+        assert isinstance(taken, FastProduce)
+        started.append(routes.start(taken, i, functools.partial(ready, i), loop))
     await asyncio.gather(*handed)
     return started, answers
 
@@ -97,7 +106,7 @@ async def test_plain_produces_of_one_turn_share_a_write_and_need_no_task(start: 
     assert offsets == [0, 1, 2, 3, 4]
     assert [r["value"] for r in await fetch_all(client)] == [0, 1, 2, 3, 4]
     assert client.app is not None
-    inflight = client.app[LANE].inflight
+    inflight = fast_routes_of(client).inflight
     assert inflight.reserved == 0 and not inflight.by_connection
 
 
@@ -131,12 +140,12 @@ async def test_a_plain_produce_whose_client_went_hands_no_answer(start: Start) -
     client = await start()
     await create_topic(client)
     assert client.app is not None
-    lane = client.app[LANE]
+    routes = fast_routes_of(client)
     loop = asyncio.get_running_loop()
-    got: list[LaneAnswer | None] = []
+    got: list[FastAnswer | None] = []
     done = loop.create_future()
 
-    def ready(answer: LaneAnswer | None) -> None:
+    def ready(answer: FastAnswer | None) -> None:
         got.append(answer)
         if len(got) == 2:
             done.set_result(None)
@@ -145,14 +154,14 @@ async def test_a_plain_produce_whose_client_went_hands_no_answer(start: Start) -
     target = "/v1/topics/t/partitions/0/records?acks=1"
     futures = []
     for connection in ("gone", "here"):
-        taken = lane.take("POST", target, headers, _one(connection), connection)
+        taken = routes.take("POST", target, headers, _one(connection), connection)
         assert taken is not None
-        futures.append(lane.start(taken, connection, ready, loop))
+        futures.append(routes.start(taken, connection, ready, loop))
     futures[0].cancel()
     await done
     assert got[0] is None
     assert got[1] is not None and got[1].status == 200
-    assert lane.inflight.reserved == 0 and not lane.inflight.by_connection
+    assert routes.inflight.reserved == 0 and not routes.inflight.by_connection
 
 
 async def test_a_plain_produce_the_flush_policy_syncs_is_answered_after_the_fsync(

@@ -170,7 +170,7 @@ async def answered_alike(
         assert comparable(through_lane) == comparable(through_app), (target, body)
 
 
-async def test_the_lane_answers_exactly_as_the_application(
+async def test_the_turn_answers_exactly_as_the_application(
     servers: list[Server], tmp_path: Path
 ) -> None:
     """The same requests to two fresh gateways, one through the lane and one through the
@@ -528,7 +528,7 @@ async def test_bytes_that_begin_no_lane_request_get_aiohttps_answer_at_once(
         assert headers["content-type"] == "application/problem+json"
 
 
-async def test_lane_answers_a_client_does_not_read_all_arrive_in_order(
+async def test_turn_answers_a_client_does_not_read_all_arrive_in_order(
     servers: list[Server], tmp_path: Path
 ) -> None:
     """Large fetch answers pipelined by a client that reads none of them for a while: the lane

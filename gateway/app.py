@@ -19,7 +19,7 @@ from gateway.api.backpressure import INFLIGHT, InflightBodies, backpressure_midd
 from gateway.api.fast_routes import FastRoutes
 from gateway.api.forwarding import forwarding_middleware
 from gateway.api.problems import problem_middleware
-from gateway.auth.middleware import auth_middleware
+from gateway.auth.middleware import AUTH, auth_middleware
 from gateway.auth.throttle import quota_middleware
 from gateway.http.fast_path import FAST_PATH
 from gateway.metrics.collectors import FastRoutesCollector
@@ -77,6 +77,7 @@ async def _metrics_middleware(
 
 async def _open(app: web.Application) -> None:
     gateway = app[GATEWAY] = await Gateway.open(app[SETTINGS])
+    app[AUTH] = gateway.auth
     fast = None
     if not gateway.settings.auth and (cors.POLICY not in app or not app[cors.POLICY].named):
         # No middleware the fast routes would bypass applies to a plain produce or fetch here.

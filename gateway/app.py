@@ -78,14 +78,10 @@ async def _metrics_middleware(
 async def _open(app: web.Application) -> None:
     gateway = app[GATEWAY] = await Gateway.open(app[SETTINGS])
     app[AUTH] = gateway.auth
-    fast = None
-    if not gateway.settings.auth and (cors.POLICY not in app or not app[cors.POLICY].named):
-        # No middleware the fast routes would bypass applies to a plain produce or fetch here.
-        fast = FastRoutes(gateway, app[INFLIGHT])
-        app[FAST_PATH] = fast
-    gateway.metrics.registry.register(
-        FastRoutesCollector(lambda: 0 if fast is None else fast.served)
-    )
+    # Whatever the options: the fast routes make the middlewares' checks themselves.
+    fast = FastRoutes(gateway, app[INFLIGHT], app.get(cors.POLICY))
+    app[FAST_PATH] = fast
+    gateway.metrics.registry.register(FastRoutesCollector(lambda: fast.served))
     gateway.ready = True
 
 

@@ -1,17 +1,19 @@
-"""The lane: plain produces, partition fetches, group members' fetches and other nodes'
+"""The fast routes: plain produces, partition fetches, group members' fetches and other nodes'
 internal appends served without aiohttp's per-request machinery.
 
 aiohttp builds a Request, runs the middlewares and the router and writes a StreamResponse for
 every request: for a one-record produce, or a long-poll that returns a few records, that costs
 more than the work itself (see docs/PERFORMANCE.md "Request cost"). The connections
-(gateway.http.connections, gateway.http.http2) offer each complete request here first; `take`
-accepts only the plain case (a produce whose body has arrived whole, a fetch of a partition led
-here, a fetch by a member of a group coordinated here, the batches another node's front forwards to
-a partition led here; nothing that a middleware would act on), and
+(gateway.http.connections, gateway.http.http2) offer each complete request here first (the
+app hands them this object as their fast path); `take` accepts only the plain case (a produce
+whose body has arrived whole, a fetch of a partition led here, a fetch by a member of a group
+coordinated here, the batches another node's front forwards to a partition led here), and
 everything else, including every request that would fail before producing or fetching, goes
-through the Application as before, which stays the reference. What the lane serves is what
-the general path would answer: the same Producer, partition read and group fetch, the same
-error rendering, the same request metrics and body accounting.
+through the Application, which stays the reference. The middlewares' checks (credentials, ACLs,
+quotas, CORS headers) are steps of `take`, through the same functions, whatever the options.
+What the fast routes serve is what the general path would answer: the same Producer, partition
+read and group fetch, the same refusals and error rendering, the same request metrics and body
+accounting.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from aiohttp.http import SERVER_SOFTWARE
 
 from engine.log import AppendInfo
 from gateway.api.backpressure import InflightBodies
+from gateway.api.cors import Policy
 from gateway.api.fetch import (
     FetchAnswer,
     limits_of,
@@ -43,6 +46,9 @@ from gateway.api.groups import member_records, valid_group_id
 from gateway.api.problems import problem_of
 from gateway.api.records import produced
 from gateway.api.topics import INTERNAL_TOPICS
+from gateway.auth.checks import admit, quota_refusal, require_reads, unauthenticated
+from gateway.auth.quotas import ANONYMOUS, PrincipalUsage
+from gateway.auth.route_operations import Access, access
 from gateway.formats import codecs
 from gateway.http.memo import Memo
 from gateway.http.params import query_int
@@ -55,16 +61,16 @@ from gateway.state import Gateway
 from groups.coordinator import CURSOR_MASK
 from replication.fetch_limits import FetchLimits
 from replication.metadata import TopicSpec
-from replication.node_contract import APPEND_PREFIX, APPEND_ROUTE, FORWARDED_BY
+from replication.node_contract import APPEND_PREFIX, APPEND_ROUTE, FORWARDED_BY, ON_BEHALF_OF
 from replication.partition import Partition
 
 TOPIC_ROUTE = "/v1/topics/{topic}/records"
 PARTITION_ROUTE = "/v1/topics/{topic}/partitions/{partition}/records"
 MEMBER_ROUTE = "/v1/groups/{group}/members/{member}/records"
 ACKS = {"0": "0", "1": "1", "all": "all", "-1": "all"}
-# Headers a middleware or the body reader acts on: their requests take the general path (a
-# forwarded request too, but for the internal append, which only other nodes send).
-_GENERAL_PATH_HEADERS = ("Content-Encoding", "Origin", "Expect")
+# Headers the body reader acts on: their requests take the general path (a forwarded request
+# too, but for the internal append, which only other nodes send).
+_GENERAL_PATH_HEADERS = ("Content-Encoding", "Expect")
 _PREFIX = "/v1/topics/"
 _GROUPS_PREFIX = "/v1/groups/"
 _PRODUCE_PARAMS = frozenset({"acks", "timeout_ms", "key"})
@@ -81,7 +87,7 @@ _FETCH_ACCEPT = {
     codecs.RECORD_BATCH: codecs.RECORD_BATCH,
 }
 # The head up to its length of an HTTP/1.1 answer with no other headers, per (status, content
-# type): a few statuses of the four types the lane answers with.
+# type): a few statuses of the four types the fast routes answer with.
 _HTTP1_HEADS: dict[tuple[int, str], bytes] = {}
 _SERVER = SERVER_SOFTWARE.encode()
 # The same for HTTP/2: the status and content-type fields per (status, content type).
@@ -93,17 +99,20 @@ _date: tuple[str, tuple[bytes, bytes]] = ("", (b"date", b""))
 # their target, and reading it costs ~2 µs of a produce. At most this many, then forgotten.
 _TARGETS_KEPT = 1024
 PlainProduce = tuple[str, int | None, str, int, str | None, str]
-_NOT_PLAIN: PlainProduce = ("", None, "", 0, None, "")  # a target the lane leaves
+_NOT_PLAIN: PlainProduce = ("", None, "", 0, None, "")  # a target the fast routes leave
+_ORIGINS_KEPT = 256  # the CORS headers of this many Origin values, remembered
+Headers = tuple[tuple[str, str], ...]
 log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
 class FastProduce:
-    """A produce the lane accepted: what to produce, its route template and body size."""
+    """A produce the fast routes took: what to produce, its route template and body size."""
 
     produce: ProduceRequest
     route: str
     size: int
+    cors: Headers = ()  # added to its answer, whatever it is
 
 
 @dataclass(slots=True)
@@ -116,6 +125,7 @@ class FastAppend:
     acks: str
     timeout_ms: int
     target: str
+    cors: Headers = ()
 
     @property
     def size(self) -> int:
@@ -124,7 +134,7 @@ class FastAppend:
 
 @dataclass(slots=True)
 class FastFetch:
-    """A partition fetch the lane accepted, its parameters checked."""
+    """A partition fetch the fast routes took, its parameters checked."""
 
     topic: str
     partition: int
@@ -133,17 +143,31 @@ class FastFetch:
     accept: str
     target: str
     ready: FetchAnswer | None = None  # read already, from a sibling worker's files
+    cors: Headers = ()
+    usage: PrincipalUsage | None = None  # the quotas the answer's bytes are charged to
 
 
 @dataclass(slots=True)
 class FastMemberFetch:
-    """A group member's fetch the lane accepted: a member of a group coordinated here."""
+    """A group member's fetch the fast routes took: a member of a group coordinated here."""
 
     group: str
     member: str
     limits: FetchLimits
     cursor: int  # -1: none given
     target: str
+    topics: tuple[str, ...] = ()  # the member's, each read
+    cors: Headers = ()
+    usage: PrincipalUsage | None = None
+
+
+@dataclass(slots=True)
+class FastRefusal:
+    """A request the checks refused (401, 403, 429): answered as the middlewares answer it."""
+
+    method: str
+    route: str
+    answer: FastAnswer
 
 
 FastRequest = FastProduce | FastAppend | FastFetch | FastMemberFetch
@@ -151,12 +175,14 @@ FastRequest = FastProduce | FastAppend | FastFetch | FastMemberFetch
 
 @dataclass(slots=True)
 class FastAnswer:
-    """What the lane answers: status, content type, body and extra headers."""
+    """What the fast routes answer: status, content type, body, extra headers, and the CORS
+    headers, which aiohttp adds after its own (Server), as the answer is prepared."""
 
     status: int
     content_type: str
     body: bytes
-    headers: tuple[tuple[str, str], ...] = ()
+    headers: Headers = ()
+    cors: Headers = ()
 
     @property
     def closes(self) -> bool:
@@ -177,6 +203,11 @@ class FastAnswer:
                 _HTTP1_HEADS[status, self.content_type] = head
         body = self.body
         date = rfc822_formatted_time().encode()
+        if self.cors:
+            late = "".join(f"{name}: {value}\r\n" for name, value in self.cors).encode("latin-1")
+            return b"%s%d\r\nDate: %s\r\nServer: %s\r\n%s\r\n%s" % (
+                head, len(body), date, _SERVER, late, body
+            )  # fmt: skip
         return b"%s%d\r\nDate: %s\r\nServer: %s\r\n\r\n%s" % (head, len(body), date, _SERVER, body)
 
     def h2_headers(self) -> list[tuple[bytes, bytes]]:
@@ -190,14 +221,15 @@ class FastAnswer:
         status, content_type = known
         length = (b"content-length", b"%d" % len(self.body))
         date = _date_field()
-        if not self.headers:
+        if not self.headers and not self.cors:
             return [status, content_type, length, date, _SERVER_FIELD]
         extra = [
             (name.lower().encode(), value.encode())
             for name, value in self.headers
             if name.lower() != "connection"
         ]
-        return [status, *extra, content_type, length, date, _SERVER_FIELD]
+        late = [(name.lower().encode(), value.encode()) for name, value in self.cors]
+        return [status, *extra, content_type, length, date, _SERVER_FIELD, *late]
 
 
 def _date_field() -> tuple[bytes, bytes]:
@@ -210,26 +242,39 @@ def _date_field() -> tuple[bytes, bytes]:
 
 
 class FastRoutes:
-    """Accepts and serves the plain produces and fetches of one gateway (built only where no
-    middleware applies to them: auth off, no CORS origin named; quotas are checked per
-    request)."""
+    """Takes and serves the plain produces and fetches of one gateway, whatever its options:
+    the checks the middlewares make (credentials, ACLs, quotas, CORS headers) run here as
+    steps of `take`, calling the same functions (gateway.auth.checks, gateway.api.cors)."""
 
-    def __init__(self, gateway: Gateway, inflight: InflightBodies) -> None:
+    def __init__(self, gateway: Gateway, inflight: InflightBodies, cors: Policy | None) -> None:
         self.gateway = gateway
         self.inflight = inflight
+        self.auth = gateway.auth
+        self.cors = cors
         # Bulk bodies too: on HTTP/2 the Application would copy a held body into a reader and
         # out again, a quarter of a 1000-record produce. A larger one gets its 413 there.
         self.max_body = gateway.settings.max_request_bytes
-        self.served = 0  # requests the lane answered: sluice_lane_requests_total
+        self.served = 0  # requests answered here: sluice_lane_requests_total
         self._produce_targets: Memo[str, PlainProduce] = Memo(_TARGETS_KEPT)
+        self._cors_headers: Memo[str | None, Headers] = Memo(_ORIGINS_KEPT)
+        self._rules = {route: _rule(*route) for route in _ROUTES}
 
     def take(
         self, method: str, target: str, headers: Mapping[str, str], body: bytes, connection: object
+    ) -> FastRequest | FastRefusal | None:
+        """What this complete request asks for, if the fast routes answer it; else None. What
+        they take has passed the checks the middlewares would make, or is refused as they
+        refuse it."""
+        taken = self._plain(method, target, headers, body, connection)
+        if taken is None or not (self.auth.enabled or self.auth.quotas.active or self.cors):
+            return taken
+        return self._checked(taken, headers)
+
+    def _plain(
+        self, method: str, target: str, headers: Mapping[str, str], body: bytes, connection: object
     ) -> FastRequest | None:
-        """What this complete request asks for, if the lane may serve it; else None."""
+        """What the request asks for, if it is one the fast routes serve as the routes would."""
         if any(name in headers for name in _GENERAL_PATH_HEADERS):
-            return None
-        if self.gateway.auth.quotas.active:
             return None
         forwarded = FORWARDED_BY in headers
         if target.startswith(APPEND_PREFIX):
@@ -248,6 +293,67 @@ class FastRoutes:
         if get and target.startswith(_GROUPS_PREFIX):
             return self._take_member_fetch(target, headers)
         return None
+
+    def _checked(
+        self, taken: FastRequest, headers: Mapping[str, str]
+    ) -> FastRequest | FastRefusal | None:
+        """The middlewares' steps, in their order: CORS headers for its answer, credentials
+        (401), what the route needs (403), the quota (429), what a member's fetch reads (403).
+        None where only the Application can tell: credentials not seen before (it checks them
+        and remembers them for the next request), a client certificate, a delayed quota."""
+        if self.cors is not None:
+            taken.cors = self._cors_of(headers.get("Origin"))
+        auth = self.auth
+        principal = ANONYMOUS
+        if auth.enabled:
+            header = headers.get("Authorization")
+            if header is None:
+                if auth.authenticator.certificate_source is not None:
+                    return None
+                return self._refused(taken, unauthenticated(auth.authenticator))
+            known = auth.authenticator.known(header, headers.get(ON_BEHALF_OF))
+            if known is None:
+                return None
+            principal = known
+            method, route, names = _route_of(taken)
+            try:
+                admit(auth, principal, self._rules[method, route], names)
+            except Problem as problem:
+                return self._refused(taken, problem)
+        book = auth.quotas
+        if book.active and not isinstance(taken, FastAppend):  # nodes are never limited
+            usage = book.usage_of(principal)
+            if usage is not None:
+                produce = isinstance(taken, FastProduce)
+                throttle = book.check(usage, "produce_bytes" if produce else "fetch_bytes")
+                if throttle is not None:
+                    refusal = quota_refusal(auth, usage, throttle)
+                    return None if refusal is None else self._refused(taken, refusal)
+                if isinstance(taken, FastProduce):
+                    book.charge(usage, "produce_bytes", taken.size)
+                else:
+                    taken.usage = usage  # charged the answer's bytes
+        if auth.enabled and isinstance(taken, FastMemberFetch):
+            try:
+                require_reads(auth, principal, taken.topics)
+            except Problem as problem:
+                return self._refused(taken, problem)
+        return taken
+
+    def _cors_of(self, origin: str | None) -> Headers:
+        """The CORS headers of an answer to `origin` (remembered per origin)."""
+        known = self._cors_headers.get(origin)
+        if known is None:
+            assert self.cors is not None
+            known = self.cors.answer_headers(origin)
+            self._cors_headers.remember(origin, known)
+        return known
+
+    def _refused(self, taken: FastRequest, problem: Problem) -> FastRefusal:
+        method, route, _ = _route_of(taken)
+        answer = _problem(problem)
+        answer.cors = taken.cors
+        return FastRefusal(method, route, answer)
 
     def _take_produce(
         self, target: str, headers: Mapping[str, str], body: bytes, connection: object
@@ -289,8 +395,8 @@ class FastRoutes:
         return FastProduce(produce, route, len(body))
 
     def _plain_produce_target(self, target: str) -> PlainProduce | None:
-        """What a produce's target says, when the lane may take it (the topic's existence and
-        partitions aside, which change): topic, partition, acks, timeout, record key, route."""
+        """What a produce's target says, when the fast routes may take it (the topic's existence
+        and partitions aside, which change): topic, partition, acks, timeout, record key, route."""
         parsed = _parse_route(target, _PRODUCE_PARAMS)
         if parsed is None or parsed[0] in INTERNAL_TOPICS:
             return None
@@ -383,7 +489,8 @@ class FastRoutes:
             return None
         gateway = self.gateway
         group = gateway.groups.groups.get(name)
-        if group is None or member not in group.members:  # elsewhere, or unknown: not plain
+        joined = None if group is None else group.members.get(member)
+        if joined is None:  # coordinated elsewhere, or unknown: not plain
             return None
         settings = gateway.settings
         params = _query(query, _MEMBER_FETCH_PARAMS)
@@ -394,7 +501,7 @@ class FastRoutes:
             cursor = query_int(params, "cursor", -1, 0, CURSOR_MASK)
         except Problem:
             return None
-        return FastMemberFetch(name, member, limits, cursor, target)
+        return FastMemberFetch(name, member, limits, cursor, target, tuple(joined.topics))
 
     def _route(
         self, target: str, allowed: frozenset[str]
@@ -412,7 +519,7 @@ class FastRoutes:
 
     def start(
         self,
-        request: FastRequest,
+        request: FastRequest | FastRefusal,
         connection: object,
         ready: Callable[[FastAnswer | None], None],
         loop: asyncio.AbstractEventLoop,
@@ -422,6 +529,13 @@ class FastRoutes:
         partition led here, acks 0 or 1, no idempotency key) waits for its write without a
         coroutine of its own: its answer is made when this turn's write lands."""
         started = time.perf_counter()
+        if isinstance(request, FastRefusal):
+            self._observe(request.route, request.method, request.answer.status, started)
+            self.served += 1
+            refused: asyncio.Future[FastAnswer] = loop.create_future()
+            refused.set_result(request.answer)
+            refused.add_done_callback(functools.partial(_served, ready))
+            return refused
         built: Built | Exception | None = None
         if isinstance(request, FastProduce) and request.produce.idempotency_key is None:
             producer = self.gateway.producer
@@ -457,7 +571,7 @@ class FastRoutes:
         """`start`'s produce, once its write landed (or failed, or its client went)."""
         if landing.cancelled():
             self._release(request.size, connection)
-            self._observed(request, CLIENT_CLOSED, started)
+            self._observe(request.route, "POST", CLIENT_CLOSED, started)
             ready(None)
             return
         error = landing.exception()
@@ -473,8 +587,9 @@ class FastRoutes:
             answer = FastAnswer(produced(request.produce.acks), codecs.JSON, orjson.dumps(document))
         else:
             answer = _problem(_problem_of(_as_exception(error), "POST", request.produce.target))
+        answer.cors = request.cors
         self._release(request.size, connection)
-        self._observed(request, answer.status, started)
+        self._observe(request.route, "POST", answer.status, started)
         self.served += 1
         ready(answer)
 
@@ -498,13 +613,16 @@ class FastRoutes:
             answer = _problem(_problem_of(exc, "POST", produce.target))
         finally:
             self._release(request.size, connection)
-            self._observed(request, CLIENT_CLOSED if answer is None else answer.status, started)
+            status = CLIENT_CLOSED if answer is None else answer.status
+            self._observe(request.route, "POST", status, started)
+        answer.cors = request.cors
         self.served += 1
         return answer
 
-    def _observed(self, request: FastProduce, status: int, started: float) -> None:
+    def _observe(self, route: str, method: str, status: int, started: float) -> None:
+        """Count and time the answer under its route, as the metrics middleware does."""
         elapsed = time.perf_counter() - started
-        self.gateway.metrics.latency.observe(request.route, "POST", str(status), elapsed)
+        self.gateway.metrics.latency.observe(route, method, str(status), elapsed)
 
     async def serve(
         self, request: FastRequest, connection: object, built: Built | Exception | None = None
@@ -514,26 +632,25 @@ class FastRoutes:
         not be built, if `start` tried)."""
         started = time.perf_counter()
         answer: FastAnswer | None = None
-        if isinstance(request, FastProduce):
-            method, route, target = "POST", request.route, request.produce.target
-        elif isinstance(request, FastAppend):
-            method, route, target = "POST", APPEND_ROUTE, request.target
-        else:
-            method, target = "GET", request.target
-            route = PARTITION_ROUTE if isinstance(request, FastFetch) else MEMBER_ROUTE
+        method, route, _ = _route_of(request)
+        target = request.produce.target if isinstance(request, FastProduce) else request.target
         try:
             if isinstance(request, FastProduce | FastAppend):
                 answer = await self._write(request, connection, built)
-            elif isinstance(request, FastFetch):
-                answer = await self._fetch(request)
             else:
-                answer = await self._member_fetch(request)
+                if isinstance(request, FastFetch):
+                    answer = await self._fetch(request)
+                else:
+                    answer = await self._member_fetch(request)
+                if request.usage is not None:  # as the quota middleware charges a fetch
+                    self.auth.quotas.charge(request.usage, "fetch_bytes", len(answer.body))
         except Exception as exc:
             answer = _problem(_problem_of(exc, method, target))
         finally:
-            status = CLIENT_CLOSED if answer is None else answer.status
-            elapsed = time.perf_counter() - started
-            self.gateway.metrics.latency.observe(route, method, str(status), elapsed)
+            self._observe(
+                route, method, CLIENT_CLOSED if answer is None else answer.status, started
+            )
+        answer.cors = request.cors
         self.served += 1
         return answer
 
@@ -596,6 +713,27 @@ class FastRoutes:
         return FastAnswer(200, codecs.JSON, body)
 
 
+_ROUTES = (("POST", TOPIC_ROUTE), ("POST", PARTITION_ROUTE), ("GET", PARTITION_ROUTE),
+           ("GET", MEMBER_ROUTE), ("POST", APPEND_ROUTE))  # fmt: skip
+
+
+def _rule(method: str, route: str) -> Access:
+    rule = access(method, route)
+    assert rule is not None, (method, route)  # route_operations names every route
+    return rule
+
+
+def _route_of(request: FastRequest) -> tuple[str, str, dict[str, str]]:
+    """A request's method, route template and the path parameters its access rule names."""
+    if isinstance(request, FastProduce):
+        return "POST", request.route, {"topic": request.produce.topic}
+    if isinstance(request, FastFetch):
+        return "GET", PARTITION_ROUTE, {"topic": request.topic}
+    if isinstance(request, FastMemberFetch):
+        return "GET", MEMBER_ROUTE, {"group": request.group}
+    return "POST", APPEND_ROUTE, {}
+
+
 def _problem_of(exc: Exception, method: str, target: str) -> Problem:
     """The answer the general path gives for a failure: the middleware's problem, or aiohttp's
     own for what the middleware lets through (both then close the connection)."""
@@ -612,14 +750,14 @@ def _problem_of(exc: Exception, method: str, target: str) -> Problem:
 def _served(
     ready: Callable[[FastAnswer | None], None], answering: asyncio.Future[FastAnswer]
 ) -> None:
-    """Hand a lane task's answer on; None if it was cancelled (its client went) or failed
+    """Hand a task's answer on; None if it was cancelled (its client went) or failed
     (which `serve` renders as a problem, so only an error past it, logged here)."""
     if answering.cancelled():
         ready(None)
         return
     error = answering.exception()
     if error is not None:
-        log.error("the lane failed to answer a request", exc_info=error)
+        log.error("the fast routes failed to answer a request", exc_info=error)
         ready(None)
         return
     ready(answering.result())

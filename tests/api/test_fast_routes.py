@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from pathlib import Path
 from typing import Any
 
 import orjson
 from multidict import CIMultiDict
 
 from engine.batch import RecordInput, encode_batch
-from gateway.api.fast_routes import FastAnswer, FastProduce, FastRoutes
+from gateway.api.fast_routes import FastAnswer, FastProduce, FastRefusal, FastRoutes
+from gateway.auth.quotas import ANONYMOUS
 from gateway.http.fast_path import FAST_PATH
 from tests.api.support import (
     JSON,
@@ -22,7 +24,9 @@ from tests.api.support import (
     create_topic,
     fetch_all,
     gateway,
+    problem,
 )
+from tests.auth.support import bearer, binding, grant, make_key
 
 LIMIT = 256 * 1024  # --max-request-bytes
 
@@ -50,7 +54,7 @@ async def test_the_lane_serves_bulk_produces_up_to_the_request_limit(start: Star
         assert len(body) > 100_000
         headers = CIMultiDict({"Content-Type": media})
         taken = routes.take("POST", "/v1/topics/t/records?acks=1", headers, body, connection)
-        assert taken is not None
+        assert taken is not None and not isinstance(taken, FastRefusal)
         answer = await routes.serve(taken, connection)
         assert answer.status == 200, answer.body
     assert len(await fetch_all(client)) == 2000
@@ -174,3 +178,69 @@ async def test_a_plain_produce_the_flush_policy_syncs_is_answered_after_the_fsyn
     assert answers[0] is not None and answers[0].status == 200, answers[0]
     log = gateway(client).replicas.local("t", 0)
     assert log is not None and log.log.recovery_point >= 1
+
+
+async def test_credentials_are_taken_once_the_application_has_checked_them(
+    start: Start, data_dir: Path
+) -> None:
+    """With --auth, a key not seen before is the Application's to check (it may need I/O);
+    once it has, the fast routes know it, until the credentials change (its revocation)."""
+    keys = {name: make_key(data_dir, name) for name in ("admin", "alice")}
+    client = await start(auth=True, super_users=("admin", "alice"))
+    admin = bearer(keys["admin"])
+    assert (await client.post("/v1/topics", json={"name": "t"}, headers=admin)).status == 201
+    routes = fast_routes_of(client)
+    headers = CIMultiDict({"Content-Type": JSON, **bearer(keys["alice"])})
+    assert routes.take("POST", "/v1/topics/t/records", headers, _one(1), object()) is None
+    assert (await client.get("/v1/topics/t", headers=bearer(keys["alice"]))).status == 200
+    taken = routes.take("POST", "/v1/topics/t/records", headers, _one(1), object())
+    assert isinstance(taken, FastProduce)
+    listed = await (await client.get("/v1/auth/keys", headers=admin)).json()
+    alice = next(k["key_id"] for k in listed["keys"] if k["principal"] == "alice")
+    assert (await client.delete(f"/v1/auth/keys/{alice}", headers=admin)).status == 204
+    assert routes.take("POST", "/v1/topics/t/records", headers, _one(1), object()) is None
+
+
+async def test_refusals_are_taken_and_answered_at_once(start: Start, data_dir: Path) -> None:
+    """No credentials at all is the fast routes' 401; a member's fetch is refused 403 for a
+    topic its principal may not read, as the route refuses it."""
+    keys = {name: make_key(data_dir, name) for name in ("admin", "carol")}
+    client = await start(auth=True, super_users=("admin",))
+    admin, carol = bearer(keys["admin"]), bearer(keys["carol"])
+    assert (await client.post("/v1/topics", json={"name": "t"}, headers=admin)).status == 201
+    routes = fast_routes_of(client)
+    refused = routes.take("GET", "/v1/topics/t/partitions/0/records", CIMultiDict(), b"", 1)
+    assert isinstance(refused, FastRefusal) and refused.answer.status == 401
+    assert refused.answer.headers == (("WWW-Authenticate", 'Bearer realm="sluice"'),)
+    answers: list[FastAnswer | None] = []
+    await routes.start(refused, 1, answers.append, asyncio.get_running_loop())
+    await asyncio.sleep(0)  # the answer is handed on as any future's result is
+    assert answers == [refused.answer]
+    reads = [binding("carol", "group", "g", "read"), binding("carol", "topic", "t", "read")]
+    await grant(client, keys["admin"], *reads)
+    joined = await client.post("/v1/groups/g/members", json={"topics": ["t"]}, headers=carol)
+    assert joined.status == 201, await joined.text()
+    member = (await joined.json())["member_id"]
+    removed = await client.delete("/v1/acls", json=reads[1], headers=admin)
+    assert removed.status == 204
+    target = f"/v1/groups/g/members/{member}/records?timeout_ms=0"
+    route = await client.get(target, headers=carol)
+    body = await problem(route, 403, "ACL_DENIED")
+    taken = routes.take("GET", target, CIMultiDict(carol), b"", 1)
+    assert isinstance(taken, FastRefusal)
+    assert orjson.loads(taken.answer.body) == body
+
+
+async def test_a_delayed_quota_is_left_to_the_application(start: Start) -> None:
+    """--quota-mode delay: a request over its quota waits in the Application; one within it is
+    taken, its bytes charged."""
+    client = await start(quota_mode="delay")
+    await create_topic(client)
+    await client.put(f"/v1/quotas/{ANONYMOUS}", json={"requests_per_second": 0.1})
+    routes = fast_routes_of(client)
+    headers = CIMultiDict({"Content-Type": JSON})
+    assert isinstance(routes.take("POST", "/v1/topics/t/records", headers, _one(1), 1), FastProduce)
+    assert routes.take("POST", "/v1/topics/t/records", headers, _one(2), 1) is None
+    usage = gateway(client).auth.quotas.usage[ANONYMOUS]
+    assert usage.requests == 1 and usage.produce_bytes == len(_one(1))
+    assert usage.throttled["requests"] == 0  # counted where it is served, after its wait

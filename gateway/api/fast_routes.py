@@ -101,6 +101,7 @@ _TARGETS_KEPT = 1024
 PlainProduce = tuple[str, int | None, str, int, str | None, str]
 _NOT_PLAIN: PlainProduce = ("", None, "", 0, None, "")  # a target the fast routes leave
 _ORIGINS_KEPT = 256  # the CORS headers of this many Origin values, remembered
+_ADMITTED_KEPT = 10_000  # (credentials, route, resource) admitted, remembered
 Headers = tuple[tuple[str, str], ...]
 log = logging.getLogger(__name__)
 
@@ -258,6 +259,11 @@ class FastRoutes:
         self._produce_targets: Memo[str, PlainProduce] = Memo(_TARGETS_KEPT)
         self._cors_headers: Memo[str | None, Headers] = Memo(_ORIGINS_KEPT)
         self._rules = {route: _rule(*route) for route in _ROUTES}
+        # (Authorization, route, resource name) -> the principal admitted, while neither the
+        # credentials (the authenticator's generation) nor the ACLs (the authorizer) change:
+        # the common request's credentials and route check in one lookup.
+        self._admitted: Memo[tuple[str, str, str], str] = Memo(_ADMITTED_KEPT)
+        self._admitted_under: tuple[int, object] = (-1, None)
 
     def take(
         self, method: str, target: str, headers: Mapping[str, str], body: bytes, connection: object
@@ -311,15 +317,21 @@ class FastRoutes:
                 if auth.authenticator.certificate_source is not None:
                     return None
                 return self._refused(taken, unauthenticated(auth.authenticator))
-            known = auth.authenticator.known(header, headers.get(ON_BEHALF_OF))
-            if known is None:
-                return None
-            principal = known
-            method, route, names = _route_of(taken)
-            try:
-                admit(auth, principal, self._rules[method, route], names)
-            except Problem as problem:
-                return self._refused(taken, problem)
+            admitted = self._admitted_principal(header, taken)
+            if admitted is None:
+                authenticator = auth.authenticator
+                known = authenticator.known(header, headers.get(ON_BEHALF_OF))
+                if known is None:
+                    return None
+                method, route, names = _route_of(taken)
+                try:
+                    admit(auth, known, self._rules[method, route], names)
+                except Problem as problem:
+                    return self._refused(taken, problem)
+                if authenticator.lasting(header) == known:
+                    self._admitted.remember((header, *_resource_of(taken)), known)
+                admitted = known
+            principal = admitted
         book = auth.quotas
         if book.active and not isinstance(taken, FastAppend):  # nodes are never limited
             usage = book.usage_of(principal)
@@ -339,6 +351,17 @@ class FastRoutes:
             except Problem as problem:
                 return self._refused(taken, problem)
         return taken
+
+    def _admitted_principal(self, header: str, taken: FastRequest) -> str | None:
+        """The principal this Authorization header was admitted as on this route and resource
+        before, if the credentials and ACLs are still those it was admitted under."""
+        auth = self.auth
+        under = self._admitted_under
+        if under[0] != auth.authenticator.generation or under[1] is not auth.authorizer:
+            self._admitted.clear()
+            self._admitted_under = (auth.authenticator.generation, auth.authorizer)
+            return None
+        return self._admitted.get((header, *_resource_of(taken)))
 
     def _cors_of(self, origin: str | None) -> Headers:
         """The CORS headers of an answer to `origin` (remembered per origin)."""
@@ -713,6 +736,7 @@ class FastRoutes:
         return FastAnswer(200, codecs.JSON, body)
 
 
+_FETCH = "GET " + PARTITION_ROUTE  # (the produce routes are POST's only)
 _ROUTES = (("POST", TOPIC_ROUTE), ("POST", PARTITION_ROUTE), ("GET", PARTITION_ROUTE),
            ("GET", MEMBER_ROUTE), ("POST", APPEND_ROUTE))  # fmt: skip
 
@@ -732,6 +756,18 @@ def _route_of(request: FastRequest) -> tuple[str, str, dict[str, str]]:
     if isinstance(request, FastMemberFetch):
         return "GET", MEMBER_ROUTE, {"group": request.group}
     return "POST", APPEND_ROUTE, {}
+
+
+def _resource_of(request: FastRequest) -> tuple[str, str]:
+    """What a request's access decision depends on besides its principal: its route (with
+    its method) and the resource the route names."""
+    if isinstance(request, FastProduce):
+        return request.route, request.produce.topic
+    if isinstance(request, FastFetch):
+        return _FETCH, request.topic
+    if isinstance(request, FastMemberFetch):
+        return MEMBER_ROUTE, request.group
+    return APPEND_ROUTE, ""
 
 
 def _problem_of(exc: Exception, method: str, target: str) -> Problem:

@@ -56,6 +56,7 @@ class Authenticator:
         # refused from the store's next publication on, as before it was remembered.
         self._known: Memo[str, str] = Memo(KEY_CACHE_SIZE)
         self._known_of: Credentials = store.state.credentials
+        self.generation = 0  # moves whenever `_known` is forgotten: what was drawn from it is stale
         store.add_listener(self._credentials_changed)
         self.set_internal_keys(internal_keys)
         self._basic_verified: dict[tuple[str, bytes], str] = {}  # (user, secret's SHA-256)
@@ -68,12 +69,23 @@ class Authenticator:
     def set_internal_keys(self, keys: Iterable[str]) -> None:
         """The keys nodes call each other with (each accepted; the first is the one sent)."""
         self._internal = tuple(key_digest(key) for key in keys)
-        self._known.clear()
+        self._forget()
 
     def _credentials_changed(self, state: AuthState) -> None:
         if state.credentials is not self._known_of:
-            self._known.clear()
+            self._forget()
             self._known_of = state.credentials
+
+    def _forget(self) -> None:
+        self._known.clear()
+        self.generation += 1
+
+    def lasting(self, header: str) -> str | None:
+        """The principal of an API key or Basic login verified before: valid until
+        `generation` moves (a node's key, whose principal is per request, and a JWT, which
+        expires, are not)."""
+        principal = self._known.get(header)
+        return None if principal == _NODE else principal
 
     def known(self, header: str, on_behalf_of: str | None) -> str | None:
         """The principal of an Authorization header verified before and still valid, without

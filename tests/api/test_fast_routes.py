@@ -244,3 +244,23 @@ async def test_a_delayed_quota_is_left_to_the_application(start: Start) -> None:
     usage = gateway(client).auth.quotas.usage[ANONYMOUS]
     assert usage.requests == 1 and usage.produce_bytes == len(_one(1))
     assert usage.throttled["requests"] == 0  # counted where it is served, after its wait
+
+
+async def test_an_acl_removed_refuses_the_next_request(start: Start, data_dir: Path) -> None:
+    """What the fast routes remember of a principal admitted on a route goes with the ACLs
+    it was admitted under."""
+    keys = {name: make_key(data_dir, name) for name in ("admin", "bob")}
+    client = await start(auth=True, super_users=("admin",))
+    admin = bearer(keys["admin"])
+    assert (await client.post("/v1/topics", json={"name": "t"}, headers=admin)).status == 201
+    write = binding("bob", "topic", "t", "write")
+    await grant(client, keys["admin"], write)
+    assert (await client.get("/v1/topics/t", headers=bearer(keys["bob"]))).status == 200
+    routes = fast_routes_of(client)
+    headers = CIMultiDict({"Content-Type": JSON, **bearer(keys["bob"])})
+    for _ in range(2):  # checked, then remembered
+        taken = routes.take("POST", "/v1/topics/t/records", headers, _one(1), 1)
+        assert isinstance(taken, FastProduce)
+    assert (await client.delete("/v1/acls", json=write, headers=admin)).status == 204
+    refused = routes.take("POST", "/v1/topics/t/records", headers, _one(1), 1)
+    assert isinstance(refused, FastRefusal) and refused.answer.status == 403

@@ -45,6 +45,7 @@ def _on(resource_type: ResourceType, operation: Operation, param: str | None) ->
 
 _TOPIC_RECORDS = "/v1/topics/{topic}/partitions/{partition}"
 _MEMBER = "/v1/groups/{group}/members/{member}"
+_V2_PARTITION = "/topics/{topic}/partitions/{partition}"
 ROUTES: dict[tuple[str, str], Access] = {
     ("POST", "/v1/topics"): Access(also="create on the named topic, or on the cluster"),
     ("GET", "/v1/topics"): Access(also="lists only the topics the principal may describe"),
@@ -85,6 +86,17 @@ ROUTES: dict[tuple[str, str], Access] = {
     ("GET", "/v1/auth/keys"): Access(audience="super_user"),
     ("POST", "/v1/auth/keys"): Access(audience="super_user"),
     ("DELETE", "/v1/auth/keys/{key_id}"): Access(audience="super_user"),
+    # Confluent REST Proxy v2 (gateway.api.rest_proxy): what the /v1 route doing the same needs.
+    ("GET", "/topics"): Access(also="lists only the topics the principal may describe"),
+    ("GET", "/topics/{topic}"): Access(_on("topic", "describe", "topic")),
+    ("POST", "/topics/{topic}"): Access(
+        _on("topic", "write", "topic"), also="create on the topic or cluster to auto-create it"
+    ),
+    ("GET", "/topics/{topic}/partitions"): Access(_on("topic", "describe", "topic")),
+    ("GET", _V2_PARTITION): Access(_on("topic", "describe", "topic")),
+    ("POST", _V2_PARTITION): Access(_on("topic", "write", "topic")),
+    ("GET", f"{_V2_PARTITION}/offsets"): Access(_on("topic", "describe", "topic")),
+    ("GET", "/brokers"): Access(_on("cluster", "describe", None)),
     ("GET", "/healthz"): Access(audience="public"),
     ("GET", "/readyz"): Access(audience="ops"),
     ("GET", "/metrics"): Access(audience="ops"),

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from gateway.api import acls as auth_api
-from gateway.api import cors
+from gateway.api import cors, events
 from gateway.api import groups as groups_api
 from gateway.api import internal as internal_api
 from gateway.api import ops as ops_api
@@ -59,6 +59,7 @@ def build_app(settings: Settings) -> web.Application:
     app.on_cleanup.append(_close)
     topics_api.add_routes(app)
     records_api.add_routes(app)
+    events.add_routes(app)
     groups_api.add_routes(app)
     ops_api.add_routes(app)
     internal_api.add_routes(app)

@@ -24,7 +24,7 @@ import msgspec
 import orjson
 
 from engine import batch as fmt
-from engine.batch import RecordTuple
+from engine.batch import Headers, RecordTuple
 from gateway.http.problem import Problem, bad_request
 
 # The API's binary media type is the one nodes send each other: batches as stored.
@@ -381,12 +381,22 @@ def encode_ndjson_body(records: list[Any]) -> bytes:
     return _FETCH_ENCODER.encode_lines(records)
 
 
+def encode_record(record: Any) -> bytes:
+    """One fetched record's JSON (a Server-Sent Event's data)."""
+    return _FETCH_ENCODER.encode(record)
+
+
 def fetched_records(
-    data: memoryview, start: int, max_records: int, source: tuple[str, int] | None = None
+    data: memoryview,
+    start: int,
+    max_records: int,
+    source: tuple[str, int] | None = None,
+    keep: Callable[[bytes | None, Headers], bool] | None = None,
 ) -> tuple[list[Any], int]:
     """The records of whole batches, skipping offsets below `start`, ready for the encoders;
     and the offset after the last one (`start` if none). With `source` (topic, partition),
-    each record names them first, as a group member's fetch answers.
+    each record names them first, as a group member's fetch answers. With `keep` (key,
+    headers -> bool), only the records it keeps; the others still advance the next offset.
 
     The fetch hot path: a batch of JSON values whose records carry no headers is written to
     JSON in C (gateway/formats/_fetchjson.c), a msgspec.Raw per record. Other batches are decoded
@@ -414,7 +424,7 @@ def fetched_records(
         if header.last_offset < start:
             continue
         left = max_records - len(out)
-        if batch_json is not None:
+        if batch_json is not None and keep is None:
             done = batch_json(view, start, left, prefix, raw)
             if done is not None:
                 if done[0]:
@@ -433,6 +443,9 @@ def fetched_records(
             if internal:
                 internal = False
                 headers = [h for h in headers if h[0] != fmt.IDEMPOTENCY_HEADER]
+            if keep is not None and not keep(key, headers):
+                next_offset = offset + 1
+                continue
             try:
                 text = None if key is None else key.decode()
                 plain = True

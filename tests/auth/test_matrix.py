@@ -62,6 +62,7 @@ SAMPLES: dict[tuple[str, str], Sample] = {
         query="offset=0&timeout_ms=0"
     ),
     ("GET", "/v1/topics/{topic}/partitions/{partition}/offsets"): Sample(),
+    ("GET", "/v1/topics/{topic}/events"): Sample(query="offset=earliest&max_events=1"),
     ("POST", "/v1/topics/{topic}/partitions/{partition}/delete-records"): Sample(
         json={"before_offset": 0}
     ),
@@ -129,7 +130,8 @@ def _check_declared(method: str, path: str, status: int, body: Any) -> None:
 
 
 async def _world(start: Start, data_dir: Path, tmp_path: Path) -> tuple[Client, dict[str, str]]:
-    """A gateway with auth on, its topics, a group with two members, and keys."""
+    """A gateway with auth on, its topics (one record in TOPIC), a group with two members,
+    and keys."""
     keys = {name: make_key(data_dir, name) for name in ("admin", "mallory", "right", "doomed")}
     internal = tmp_path / "internal.key"
     internal.write_text(INTERNAL_KEY)
@@ -137,6 +139,8 @@ async def _world(start: Start, data_dir: Path, tmp_path: Path) -> tuple[Client, 
     admin = bearer(keys["admin"])
     for name in (TOPIC, "m-doomed"):
         assert (await client.post("/v1/topics", json={"name": name}, headers=admin)).status == 201
+    one = {"records": [{"value": 1}]}  # for a stream of events that ends after one
+    assert (await client.post(f"/v1/topics/{TOPIC}/records", json=one, headers=admin)).status == 200
     for _ in range(2):
         joined = await client.post(
             f"/v1/groups/{GROUP}/members", json={"topics": [TOPIC]}, headers=admin

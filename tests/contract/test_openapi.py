@@ -73,7 +73,14 @@ CONFIG = schemathesis.Config.from_dict(
 )
 # The internal routes are between nodes: tests/api/test_internal.py and the cluster tests
 # drive them with real followers; generated calls would only claim to be replicas.
-schema = schemathesis.openapi.from_path(SPEC, config=CONFIG).exclude(tag="internal")
+# The event stream lasts until its client goes: tests/api/test_events.py drives it, and
+# test_event_stream_answers_conform below holds its answers to the contract.
+schema = (
+    schemathesis.openapi.from_path(SPEC, config=CONFIG)
+    .exclude(tag="internal")
+    .exclude(operation_id="streamEvents")
+)
+FULL_SCHEMA = schemathesis.openapi.from_path(SPEC, config=CONFIG)
 Case = schemathesis.Case[Any]  # the generic parameter is the operation type
 _unique = itertools.count()
 
@@ -458,6 +465,30 @@ def test_openapi_yaml_is_served_verbatim(live: Server) -> None:
     assert answer.status_code == 200
     assert answer.headers["content-type"].split(";")[0] == "application/yaml"
     assert answer.content == Path(SPEC).read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("params", "headers", "status"),
+    [
+        ({"offset": "earliest", "max_events": "1"}, {"Accept": "text/event-stream"}, 200),
+        ({"cursor": "0-x"}, {"Accept": "text/event-stream"}, 400),
+        ({}, {"Accept": "text/event-stream", "Last-Event-ID": "99-0"}, 400),
+        ({"partitions": "7"}, {"Accept": "text/event-stream"}, 404),
+        ({}, {"Accept": "application/json"}, 406),
+    ],
+)
+def test_event_stream_answers_conform(
+    live: Server, params: dict[str, str], headers: dict[str, str], status: int
+) -> None:
+    """The event stream's answer (a stream ended by max_events) and its refusals."""
+    operation = FULL_SCHEMA["/v1/topics/{topic}/events"]["GET"]
+    url = f"{live.url}/v1/topics/{SAMPLES}/events"
+    answer = requests.get(url, params=params, headers=headers, timeout=10)
+    assert answer.status_code == status, answer.text
+    operation.validate_response(answer)
+    if status == 200:
+        assert answer.headers["content-type"] == "text/event-stream"
+        assert b"event: record\n" in answer.content
 
 
 @pytest.mark.parametrize("accept", ["application/json", NDJSON, RECORD_BATCH])

@@ -3,6 +3,7 @@ shown."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -54,8 +55,16 @@ def normalise(text: str, volatile: set[str] = VOLATILE) -> Any:
         try:
             doc = _documents(text)
         except json.JSONDecodeError:
-            return [line.split() for line in text.splitlines() if line.strip()]
+            return [_line(line, volatile) for line in text.splitlines() if line.strip()]
     return _blank(doc, volatile)
+
+
+def _line(line: str, volatile: set[str]) -> Any:
+    """A line of text as its words; a Server-Sent Event's `data:` line as its JSON."""
+    if line.startswith("data: "):
+        with contextlib.suppress(orjson.JSONDecodeError):
+            return _blank(orjson.loads(line[6:]), volatile)
+    return line.split()
 
 
 def _documents(text: str) -> list[Any]:

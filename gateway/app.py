@@ -19,6 +19,7 @@ from gateway.api.backpressure import INFLIGHT, InflightBodies, backpressure_midd
 from gateway.api.fast_routes import LANE, Lane
 from gateway.api.forwarding import forwarding_middleware
 from gateway.api.problems import problem_middleware
+from gateway.api.rest_proxy import routes as rest_proxy_api
 from gateway.auth.middleware import auth_middleware
 from gateway.auth.throttle import quota_middleware
 from gateway.metrics.collectors import LaneCollector
@@ -64,6 +65,7 @@ def build_app(settings: Settings) -> web.Application:
     internal_api.add_routes(app)
     auth_api.add_routes(app)
     quota_api.add_routes(app)
+    rest_proxy_api.add_routes(app)
     return app
 
 

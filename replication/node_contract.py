@@ -21,7 +21,17 @@ ON_BEHALF_OF = "Sluice-Principal"
 HIGH_WATERMARK = "Sluice-High-Watermark"  # a leader's, on its answer to a follower's fetch
 LOG_START_OFFSET = "Sluice-Log-Start-Offset"  # likewise
 # What a forwarded request carries over and what its answer brings back.
-REQUEST_HEADERS = ("Content-Type", "Accept", "Idempotency-Key", "Authorization", ON_BEHALF_OF)
+# X-Forwarded-Host/-Proto: where the client sent the request, for URLs in the answer (a v2
+# consumer instance's base_uri names the node the client reached, not the coordinator).
+REQUEST_HEADERS = (
+    "Content-Type",
+    "Accept",
+    "Idempotency-Key",
+    "Authorization",
+    ON_BEHALF_OF,
+    "X-Forwarded-Host",
+    "X-Forwarded-Proto",
+)
 ANSWER_HEADERS = ("Content-Type", "Retry-After", "Location", "Allow")
 ANSWER_PREFIX = "sluice-"
 

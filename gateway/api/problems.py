@@ -21,7 +21,10 @@ from replication import errors as replication
 from replication.forward_client import RemoteError
 
 log = logging.getLogger(__name__)
-
+# Other dialects of error answer, by the paths they serve (the REST Proxy v2 and v3 bodies):
+# (does this request speak it, render the problem in it). problem+json elsewhere.
+ProblemDialect = tuple[Callable[[web.Request], bool], Callable[[Problem], web.Response]]
+PROBLEM_DIALECTS = web.AppKey("problem_dialects", list[ProblemDialect])
 
 _ENGINE_STATUS: dict[type[errors.EngineError], int] = {
     errors.UnknownTopic: 404,
@@ -81,6 +84,7 @@ _DOMAIN_STATUS = {
     "STALE_GENERATION": 409,
     "PARTITION_NOT_ASSIGNED": 409,
     "GROUP_NOT_EMPTY": 409,
+    "MEMBER_ALREADY_EXISTS": 409,
     "COORDINATOR_NOT_AVAILABLE": 503,
     "INVALID_RECORD": 400,
     "RECORD_TOO_LARGE": 413,
@@ -129,11 +133,15 @@ def from_engine_error(exc: errors.EngineError) -> Problem:
 async def problem_middleware(
     request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
 ) -> web.StreamResponse:
-    """Turn every failure into application/problem+json."""
+    """Turn every failure into application/problem+json, or the dialect the path speaks."""
     try:
         return await handler(request)
     except Exception as exc:
-        return problem_response(problem_of(exc, request.method, request.path))
+        problem = problem_of(exc, request.method, request.path)
+        for speaks, render in request.app.get(PROBLEM_DIALECTS, ()):
+            if speaks(request):
+                return render(problem)
+        return problem_response(problem)
 
 
 def problem_of(exc: Exception, method: str, path: str) -> Problem:

@@ -48,7 +48,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post("/v1/topics/{topic}/partitions/{partition}/delete-records", delete_records)
 
 
-async def _ensure_topic(request: web.Request, gateway: Gateway, name: str) -> None:
+async def ensure_topic(request: web.Request, gateway: Gateway, name: str) -> None:
     if name in gateway.broker.store.view.topics:
         return
     if not gateway.settings.auto_create_topics:
@@ -80,7 +80,7 @@ async def produce(request: web.Request) -> web.Response:
     raw_key = request.headers.get("Idempotency-Key")
     key = None if raw_key is None else validate_key(raw_key)
     body = await read_body(request, gateway.settings)
-    await _ensure_topic(request, gateway, name)
+    await ensure_topic(request, gateway, name)
     answer = await gateway.producer.produce(
         ProduceRequest(
             topic=name,

@@ -141,5 +141,8 @@ _RULES = {**ROUTES, **{("HEAD", path): rule for (m, path), rule in ROUTES.items(
 
 
 def access(method: str, template: str) -> Access | None:
-    """The route's access rule (HEAD is GET's); None for a path no route serves."""
+    """The route's access rule (HEAD is GET's; a REST Proxy path with a trailing slash is the
+    path without it); None for a path no route serves."""
+    if len(template) > 1 and template.endswith("/"):
+        template = template[:-1]
     return _RULES.get((method, template))

@@ -14,7 +14,6 @@ from typing import Literal
 
 import orjson
 from aiohttp import web
-from aiohttp.web_urldispatcher import DynamicResource, PlainResource
 
 from gateway.api.rest_proxy.errors import UNSUPPORTED_FORMAT, V2_JSON, v2_error
 from gateway.formats import codecs
@@ -93,30 +92,11 @@ def answer(request: web.Request, doc: object, status: int = 200) -> web.Response
     return web.Response(body=orjson.dumps(doc), status=status, content_type=answer_type(request))
 
 
-class _PlainRoute(PlainResource):
-    """A fixed path that also answers with a trailing slash."""
-
-    def _match(self, path: str) -> dict[str, str] | None:
-        return super()._match(path[:-1] if len(path) > 1 and path.endswith("/") else path)
-
-
-class _DynamicRoute(DynamicResource):
-    """A templated path that also answers with a trailing slash."""
-
-    def _match(self, path: str) -> dict[str, str] | None:
-        return super()._match(path[:-1] if path.endswith("/") else path)
-
-
 def add_route(app: web.Application, method: str, path: str, handler: Handler) -> None:
-    """Register `handler` on `path`, with or without a trailing slash; the route keeps the
-    slash-less template (what the access rules and the contract name)."""
-    kind = _DynamicRoute if "{" in path else _PlainRoute
-    found = [r for r in app.router.resources() if isinstance(r, kind) and r.canonical == path]
-    if found:
-        resource = found[0]
-    else:
-        resource = kind(path)
-        app.router.register_resource(resource)
-    resource.add_route(method, handler)
-    if method == "GET":
-        resource.add_route("HEAD", handler)
+    """Register `handler` on `path` and on `path/`: v2 clients send both (the access rules
+    and the contract name the slash-less template; see gateway.auth.route_operations)."""
+    for template in (path, f"{path}/"):
+        if method == "GET":
+            app.router.add_get(template, handler)  # and HEAD
+        else:
+            app.router.add_route(method, template, handler)

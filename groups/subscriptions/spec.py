@@ -209,8 +209,8 @@ def patched(current: Subscription, patch: Mapping[str, Any]) -> Subscription:
             doc[key] = {**doc[key], **{k: v for k, v in value.items() if v is not None}}
         else:
             doc[key] = value
-    if patch.get("paused") is not None:
-        doc.pop("pause_reason", None)
+    if patch.get("paused") is not None and "pause_reason" not in patch:
+        doc.pop("pause_reason", None)  # a new pause or a resume: the old reason goes
     return parse(doc, uid=current.uid, version=current.version)
 
 

@@ -30,12 +30,12 @@ class Attempt:
         return int(self.ce_id.rsplit("/", 1)[1])
 
 
-# (attempt number for this ce-id / webhook-id, starting at 1) -> (status, headers) or None
-# to hang until the dispatcher's timeout
-Behaviour = Callable[[int], tuple[int, dict[str, str]] | None]
+# (attempt number of this webhook-id from 1, the webhook-id) -> (status, headers), or None to
+# hang until the dispatcher's timeout
+Behaviour = Callable[[int, str], tuple[int, dict[str, str]] | None]
 
 
-def ok(_: int) -> tuple[int, dict[str, str]]:
+def ok(n: int, message_id: str) -> tuple[int, dict[str, str]]:
     return 204, {}
 
 
@@ -53,7 +53,7 @@ class Receiver:
         body = await request.read()
         key = request.headers.get("webhook-id", "")
         self.tries[key] = n = self.tries.get(key, 0) + 1
-        answer = self.behaviour(n)
+        answer = self.behaviour(n, key)
         headers = {k.lower(): v for k, v in request.headers.items()}
         status = 0 if answer is None else answer[0]
         async with self.changed:

@@ -286,20 +286,17 @@ class PartitionDispatcher:
         """The records at or past `start` that the filter keeps, and the offset after the
         last record read."""
         keep = self.sub.filter
-        json_docs: dict[int, bytes] = {}
+        read = [r for r in fmt.iter_records(data) if r.offset >= start]
+        docs: list[bytes | None] = [None] * len(read)
         if self.sub.format == "json":
-            docs, _ = self.services.decode_json(
-                data, start, 2**31, (self.sub.topic, self.partition)
+            # The fetch decoder's records, in the same order (the C path's carry no offset).
+            found, _ = self.services.decode_json(
+                data, start, len(read), (self.sub.topic, self.partition)
             )
-            for doc in docs:
-                offset = doc["offset"] if isinstance(doc, dict) else doc.offset
-                json_docs[offset] = msgspec.json.encode(doc)
+            docs = [msgspec.json.encode(doc) for doc in found]
         out: list[DeliveryRecord] = []
-        next_offset = start
-        for record in fmt.iter_records(data):
-            if record.offset < start:
-                continue
-            next_offset = record.offset + 1
+        next_offset = read[-1].offset + 1 if read else start
+        for record, doc in zip(read, docs, strict=True):
             if keep.active and not keep(record.key, record.headers):
                 continue
             out.append(
@@ -309,7 +306,7 @@ class PartitionDispatcher:
                     record.key,
                     record.value,
                     record.headers,
-                    json_docs.get(record.offset),
+                    doc,
                 )
             )
         headers = fmt.scan(data, check_crc=False).headers

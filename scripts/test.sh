@@ -25,6 +25,9 @@ command -v h2load >/dev/null || missing+=(nghttp2-client)
 command -v wrk >/dev/null || missing+=(wrk)
 command -v redis-server >/dev/null || missing+=(redis-server)
 command -v java >/dev/null || missing+=(openjdk-17-jre-headless)
+# A real EventSource: headless Chromium driven by Selenium (tests/e2e/test_events_browser.py).
+command -v chromium >/dev/null || missing+=(chromium)
+command -v chromedriver >/dev/null || missing+=(chromium-driver)
 if [ ${#missing[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" = 0 ] || sudo="sudo"

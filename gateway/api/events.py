@@ -168,7 +168,7 @@ class _Stream:
                 continue
             if isinstance(item, _End):
                 await self._send(
-                    response, _event("error", orjson.dumps(_problem_doc(item.problem)))
+                    response, _event("problem", orjson.dumps(_problem_doc(item.problem)))
                 )
                 return
             if isinstance(item, _Gap):
@@ -219,7 +219,7 @@ class _Stream:
             slow = Problem(503, "SLOW_READER", detail)
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(
-                    response.write(_event("error", orjson.dumps(_problem_doc(slow)))), 1.0
+                    response.write(_event("problem", orjson.dumps(_problem_doc(slow)))), 1.0
                 )
             log.info("an event stream of %s was cut off: %s", self.topic, detail)
             self.cut_off = True

@@ -177,14 +177,14 @@ async def test_a_position_below_the_log_start_is_a_gap_then_the_records(client: 
     assert [data(e)["value"] for e in got[1:]] == [3, 4]
 
 
-async def test_a_deleted_topic_ends_the_stream_with_an_error_event(client: Client) -> None:
+async def test_a_deleted_topic_ends_the_stream_with_a_problem_event(client: Client) -> None:
     await create_topic(client)
     before = parked(client)
     resp = await stream(client)
     await wait_until(lambda: parked(client) > before)
     assert (await client.delete("/v1/topics/t")).status == 204
     [event] = await read_events(resp, 1)
-    assert event["event"] == "error"
+    assert event["event"] == "problem"
     assert data(event)["status"] == 404 and data(event)["code"] == "UNKNOWN_TOPIC"
     assert await read_block(resp) is None  # and the stream is over
 

@@ -130,7 +130,7 @@ def test_a_stream_on_one_worker_reads_the_partitions_the_other_leads(
     assert seen == {p: [f"p{p}-{n}" for n in range(3)] for p in (0, 1)}
 
 
-def test_a_shutdown_ends_open_streams_with_an_error_event(tmp_path: Path) -> None:
+def test_a_shutdown_ends_open_streams_with_a_problem_event(tmp_path: Path) -> None:
     running = start_server(tmp_path / "data")
     assert httpx.post(f"{running.url}/v1/topics", json={"name": "t"}).status_code == 201
     with (
@@ -145,5 +145,5 @@ def test_a_shutdown_ends_open_streams_with_an_error_event(tmp_path: Path) -> Non
     assert running.process.wait(timeout=30) == 0
     assert time.monotonic() - started < 10
     [event] = events_of(text)
-    assert event["event"] == "error"
+    assert event["event"] == "problem"
     assert orjson.loads(event["data"])["code"] == "SHUTTING_DOWN"

@@ -14,6 +14,7 @@ from gateway.api import internal as internal_api
 from gateway.api import ops as ops_api
 from gateway.api import quotas as quota_api
 from gateway.api import records as records_api
+from gateway.api import subscriptions as subscriptions_api
 from gateway.api import topics as topics_api
 from gateway.api.backpressure import INFLIGHT, InflightBodies, backpressure_middleware
 from gateway.api.fast_routes import LANE, Lane
@@ -61,6 +62,7 @@ def build_app(settings: Settings) -> web.Application:
     records_api.add_routes(app)
     events.add_routes(app)
     groups_api.add_routes(app)
+    subscriptions_api.add_routes(app)
     ops_api.add_routes(app)
     internal_api.add_routes(app)
     auth_api.add_routes(app)

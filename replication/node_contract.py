@@ -43,6 +43,8 @@ APPEND_PREFIX = "/internal/v1/partitions"
 REPLICA_RECORDS_ROUTE = REPLICA_PREFIX + "/{topic}/{partition}/records"
 EPOCH_END_ROUTE = REPLICA_PREFIX + "/{topic}/{partition}/epoch-end"
 APPEND_ROUTE = APPEND_PREFIX + "/{topic}/{partition}/append"
+# A node's own dispatchers of a subscription, for the node that describes it.
+SUBSCRIPTION_PARTITIONS_ROUTE = "/internal/v1/subscriptions/{name}/partitions"
 
 MAX_ERROR_BYTES = 64 * 1024  # of a problem answer, read to learn its code
 

@@ -73,7 +73,8 @@ _RETRIABLE = (
     replication.LeaderChangedAfterAppend,
     replication.PartiallyAppended,
 )
-# The status of each code of the domain's own errors (groups, the produce front).
+# The status of each code of the domain's own errors (groups and subscriptions, the produce
+# front).
 _DOMAIN_STATUS = {
     "UNKNOWN_MEMBER": 404,
     "UNKNOWN_GROUP": 404,
@@ -91,6 +92,12 @@ _DOMAIN_STATUS = {
     "UNKNOWN_PARTITION": 404,
     "INVALID_IDEMPOTENCY_KEY": 400,
     "IDEMPOTENCY_KEY_IN_FLIGHT": 409,
+    "INVALID_SUBSCRIPTION": 400,
+    "INVALID_TOPIC_NAME": 400,
+    "ENDPOINT_NOT_ALLOWED": 422,
+    "UNKNOWN_SUBSCRIPTION": 404,
+    "SUBSCRIPTION_EXISTS": 409,
+    "SUBSCRIPTION_CHANGED": 409,
 }
 _RETRY_SOON = frozenset({"COORDINATOR_NOT_AVAILABLE", "IDEMPOTENCY_KEY_IN_FLIGHT"})
 

@@ -47,6 +47,8 @@ _TOPIC_RECORDS = "/v1/topics/{topic}/partitions/{partition}"
 _MEMBER = "/v1/groups/{group}/members/{member}"
 _V2_PARTITION = "/topics/{topic}/partitions/{partition}"
 _V2_INSTANCE = "/consumers/{group}/instances/{instance}"
+_SUBSCRIPTION = "/v1/subscriptions/{name}"
+_CHANGE_SUBSCRIPTION = "read on the subscription's topic, write on its dead-letter topic"
 ROUTES: dict[tuple[str, str], Access] = {
     ("POST", "/v1/topics"): Access(also="create on the named topic, or on the cluster"),
     ("GET", "/v1/topics"): Access(also="lists only the topics the principal may describe"),
@@ -77,6 +79,15 @@ ROUTES: dict[tuple[str, str], Access] = {
         _on("group", "read", "group"), also="read on each topic committed"
     ),
     ("DELETE", _MEMBER): Access(_on("group", "read", "group")),
+    ("POST", "/v1/subscriptions"): Access(also="read on the topic, write on the dead-letter topic"),
+    ("GET", "/v1/subscriptions"): Access(
+        also="lists only the subscriptions of topics the principal may describe"
+    ),
+    ("GET", _SUBSCRIPTION): Access(also="describe on the subscription's topic"),
+    ("PATCH", _SUBSCRIPTION): Access(also=_CHANGE_SUBSCRIPTION),
+    ("DELETE", _SUBSCRIPTION): Access(also=_CHANGE_SUBSCRIPTION),
+    ("POST", f"{_SUBSCRIPTION}/pause"): Access(also=_CHANGE_SUBSCRIPTION),
+    ("POST", f"{_SUBSCRIPTION}/resume"): Access(also=_CHANGE_SUBSCRIPTION),
     ("GET", "/v1/cluster"): Access(_on("cluster", "describe", None)),
     ("GET", "/v1/acls"): Access(_on("cluster", "describe", None)),
     ("POST", "/v1/acls"): Access(_on("cluster", "alter", None)),
@@ -134,6 +145,7 @@ ROUTES: dict[tuple[str, str], Access] = {
     ("GET", "/internal/v1/ready"): Access(audience="internal"),
     ("GET", "/internal/v1/metrics"): Access(audience="internal"),
     ("GET", "/internal/v1/auth/refresh"): Access(audience="internal"),
+    ("GET", "/internal/v1/subscriptions/{name}/partitions"): Access(audience="internal"),
 }
 
 

@@ -29,7 +29,7 @@ OPERATIONS = sorted(
     if method in item
 )
 INTERNAL_KEY = "matrix-internal-key-0123456789abcdef"
-TOPIC, GROUP, INSTANCE = "m-topic", "m-group", "m-instance"
+TOPIC, GROUP, INSTANCE, SUBSCRIPTION = "m-topic", "m-group", "m-instance", "m-hook"
 V2 = "application/vnd.kafka.v2+json"
 V2_JSON = "application/vnd.kafka.json.v2+json"
 V2_REFUSED = {401: 40101, 403: 40301}  # the REST Proxy's error_code of a refusal
@@ -81,6 +81,16 @@ SAMPLES: dict[tuple[str, str], Sample] = {
     ),
     ("POST", "/v1/groups/{group}/members/{member}/commit"): Sample(also=READ_TOPIC),
     ("DELETE", "/v1/groups/{group}/members/{member}"): Sample(),
+    ("POST", "/v1/subscriptions"): Sample(
+        json={"name": "m-new", "topic": TOPIC, "endpoint": "https://example.com/hook"},
+        also=READ_TOPIC,
+    ),
+    ("GET", "/v1/subscriptions"): Sample(),
+    ("GET", "/v1/subscriptions/{name}"): Sample(also=(("topic", TOPIC, "describe"),)),
+    ("PATCH", "/v1/subscriptions/{name}"): Sample(json={"format": "json"}, also=READ_TOPIC),
+    ("DELETE", "/v1/subscriptions/{name}"): Sample(also=READ_TOPIC),
+    ("POST", "/v1/subscriptions/{name}/pause"): Sample(also=READ_TOPIC),
+    ("POST", "/v1/subscriptions/{name}/resume"): Sample(also=READ_TOPIC),
     ("GET", "/v1/cluster"): Sample(),
     ("GET", "/v1/acls"): Sample(),
     ("POST", "/v1/acls"): Sample(json=ACL),
@@ -146,6 +156,7 @@ SAMPLES: dict[tuple[str, str], Sample] = {
     ("GET", "/internal/v1/ready"): Sample(),
     ("GET", "/internal/v1/metrics"): Sample(),
     ("GET", "/internal/v1/auth/refresh"): Sample(),
+    ("GET", "/internal/v1/subscriptions/{name}/partitions"): Sample(),
 }
 
 
@@ -202,6 +213,8 @@ async def _world(start: Start, data_dir: Path, tmp_path: Path) -> tuple[Client, 
         headers={**admin, "Content-Type": V2},
     )
     assert subscribed.status == 204, await subscribed.text()
+    hook = {"name": SUBSCRIPTION, "topic": TOPIC, "endpoint": "https://example.com/hook"}
+    assert (await client.post("/v1/subscriptions", json=hook, headers=admin)).status == 201
     listed = await (await client.get("/v1/auth/keys", headers=admin)).json()
     keys["key_id"] = next(k["key_id"] for k in listed["keys"] if k["principal"] == "doomed")
     return client, keys
@@ -225,7 +238,8 @@ async def test_authorization_matrix(
     client, keys = await _world(start, data_dir, tmp_path)
     sample = SAMPLES[(method, path)]
     params = {"topic": TOPIC, "partition": "0", "group": GROUP, "member": keys["member"],
-              "instance": INSTANCE, "key_id": keys["key_id"], **sample.params}  # fmt: skip
+              "instance": INSTANCE, "key_id": keys["key_id"], "name": SUBSCRIPTION,
+              **sample.params}  # fmt: skip
     url = re.sub(r"\{(\w+)\}", lambda m: params[m.group(1)], path)
     url += f"?{sample.query}" if sample.query else ""
     rule = access(method, path)
@@ -263,8 +277,8 @@ async def test_authorization_matrix(
     needs_nothing = rule.audience == "acl" and not rule.needs and not sample.also
     if rule.audience in ("public", "authenticated", "ops") or needs_nothing:
         assert status == 200, body
-        if path in ("/v1/topics", "/v1/groups"):
-            assert body in ('{"topics":[]}', '{"groups":[]}'), body
+        if path in ("/v1/topics", "/v1/groups", "/v1/subscriptions"):
+            assert body in ('{"topics":[]}', '{"groups":[]}', '{"subscriptions":[]}'), body
     else:
         assert status == 403, body
         refused(403, body)

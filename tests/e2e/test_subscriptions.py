@@ -4,6 +4,7 @@ create, describe, pause, resume, list and delete."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -44,7 +45,8 @@ async def test_sigkill_mid_delivery_skips_nothing(tmp_path: Path) -> None:
         await receiver.until(lambda a: _acked(receiver) >= 100)
         server.kill()
         killed_at = len(receiver.attempts)
-        server = start_server(tmp_path / "data", *allowed)
+        # In a thread: the receiver runs on this loop, and the restarted node delivers at once.
+        server = await asyncio.to_thread(start_server, tmp_path / "data", *allowed)
         await receiver.until(lambda a: _acked(receiver) >= 400, timeout=60)
     finally:
         if server.process.poll() is None:

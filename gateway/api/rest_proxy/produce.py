@@ -23,14 +23,13 @@ import msgspec
 import orjson
 from aiohttp import web
 
-from gateway.api.records import ACKS, ensure_topic, produced
+from gateway.api.records import ensure_topic, produce_options, produced
 from gateway.api.rest_proxy.errors import INVALID_DATA, KAFKA_RETRIABLE_ERROR, v2_error
 from gateway.api.rest_proxy.media import Format, add_route, answer, body_format
 from gateway.api.topics import refuse_internal
-from gateway.http.params import choice_param, int_param, partition_param, read_body
+from gateway.http.params import partition_param, read_body
 from gateway.http.problem import Problem
 from gateway.produce.front import ProduceRequest
-from gateway.produce.idempotency import validate_key
 from gateway.produce.partitioner import partition_for_key
 from gateway.state import gateway_of
 from replication.errors import PartiallyAppended
@@ -156,16 +155,7 @@ async def produce(request: web.Request) -> web.Response:
     refuse_internal(name, "producing to it")
     partition = partition_param(request) if "partition" in request.match_info else None
     embedded = body_format(request)
-    acks = choice_param(request, "acks", "all", ACKS)
-    timeout_ms = int_param(
-        request,
-        "timeout_ms",
-        gateway.settings.default_produce_timeout_ms,
-        0,
-        gateway.settings.max_wait_ms,
-    )
-    raw_key = request.headers.get("Idempotency-Key")
-    idempotency_key = None if raw_key is None else validate_key(raw_key)
+    acks, timeout_ms, idempotency_key = produce_options(request, gateway)
     v1_body, keys, named = translate(await read_body(request, gateway.settings), embedded)
     await ensure_topic(request, gateway, name)
     partitions = gateway.replicas.topic(name).partitions

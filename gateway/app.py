@@ -14,11 +14,13 @@ from gateway.api import internal as internal_api
 from gateway.api import ops as ops_api
 from gateway.api import quotas as quota_api
 from gateway.api import records as records_api
+from gateway.api import subscriptions as subscriptions_api
 from gateway.api import topics as topics_api
 from gateway.api.backpressure import INFLIGHT, InflightBodies, backpressure_middleware
 from gateway.api.fast_routes import FastRoutes
 from gateway.api.forwarding import forwarding_middleware
 from gateway.api.problems import problem_middleware
+from gateway.api.rest_proxy import routes as rest_proxy_api
 from gateway.auth.middleware import AUTH, auth_middleware
 from gateway.auth.throttle import quota_middleware
 from gateway.http.fast_path import FAST_PATH
@@ -61,10 +63,12 @@ def build_app(settings: Settings) -> web.Application:
     records_api.add_routes(app)
     events.add_routes(app)
     groups_api.add_routes(app)
+    subscriptions_api.add_routes(app)
     ops_api.add_routes(app)
     internal_api.add_routes(app)
     auth_api.add_routes(app)
     quota_api.add_routes(app)
+    rest_proxy_api.add_routes(app)
     return app
 
 

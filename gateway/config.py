@@ -136,6 +136,11 @@ def principals(raw: str) -> tuple[str, ...]:
     return tuple(filter(None, (p.strip() for p in raw.split(","))))
 
 
+def hosts(raw: str) -> tuple[str, ...]:
+    """Host names or addresses, comma-separated, compared lower-case."""
+    return tuple(filter(None, (h.strip().lower() for h in raw.split(","))))
+
+
 def non_negative_float(raw: str) -> float:
     value = float(raw)
     if not value >= 0:
@@ -270,6 +275,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("offsets-retention-check-interval-ms", "offsets_retention_check_interval_ms",
            "groups", "how often expired offsets are looked for", positive, "MS",
            "offsets.retention.check.interval.ms"),
+    Option("subscription-allowed-hosts", "subscription_allowed_hosts", "groups", "endpoint "
+           "hosts push subscriptions may call even when they are loopback or link-local "
+           "(refused otherwise), comma-separated", hosts, "HOST[,HOST...]", show=_show_list),
     # -- cluster
     Option("node-id", "node_id", "cluster", "this node's id in a cluster (stable across "
            "restarts)", non_negative, "N", "node.id"),

@@ -4,12 +4,14 @@ it is opened and closed (plain asyncio: nothing here needs aiohttp's server)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from engine import batch as fmt
 from engine import offsets_topic
 from engine.errors import EngineError
 from engine.notify import ChangeNotifier
@@ -18,11 +20,15 @@ from gateway.auth.service import AuthService
 from gateway.formats import codecs
 from gateway.metrics.collectors import ForwardedCollector, Metrics
 from gateway.metrics.quotas import QuotaCollector
-from gateway.produce.front import Producer
+from gateway.metrics.subscriptions import SubscriptionCollector
+from gateway.produce.front import Producer, ProduceRequest
 from gateway.produce.idempotency import InFlight
+from gateway.produce.partitioner import partition_for_key
 from gateway.settings import Settings
 from gateway.worker_dirs import sibling_data_dirs
 from groups.coordinator import GroupCoordinator
+from groups.subscriptions.positions import GroupPositions
+from groups.subscriptions.service import SubscriptionService
 from replication.broker import Broker, BrokerSettings
 from replication.forward_client import ForwardClient
 from replication.replica_manager import ReplicaManager, ReplicationSettings
@@ -42,6 +48,7 @@ class Gateway:
     groups: GroupCoordinator
     forwarder: ForwardClient
     auth: AuthService
+    subscriptions: SubscriptionService
     ready: bool = False
     port: int = 0  # the bound port, once listening (settings.port may be 0)
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
@@ -81,18 +88,29 @@ class Gateway:
         await broker.start()
         metrics = Metrics(lambda: replicas, lambda: broker.notifier, lambda: groups)
         metrics.registry.register(QuotaCollector(lambda: auth.quotas))
+        producer = Producer(
+            replicas, metrics, in_flight, forwarder, keyless_led_here=settings.workers > 1
+        )
+        subscriptions = SubscriptionService(
+            replicas,
+            forwarder,
+            GroupPositions(groups, forwarder, settings.default_produce_timeout_ms),
+            functools.partial(_dead_letter, producer, settings),
+            codecs.fetched_records,
+            settings.subscription_allowed_hosts,
+        )
         gateway = cls(
             settings=settings,
             broker=broker,
             metrics=metrics,
-            producer=Producer(
-                replicas, metrics, in_flight, forwarder, keyless_led_here=settings.workers > 1
-            ),
+            producer=producer,
             groups=groups,
             forwarder=forwarder,
             auth=auth,
+            subscriptions=subscriptions,
         )
         metrics.registry.register(ForwardedCollector(gateway.producer.forwarded))
+        metrics.registry.register(SubscriptionCollector(lambda: gateway.subscriptions))
         offsets = broker.ensure_topic(
             offsets_topic.OFFSETS_TOPIC,
             settings.offsets_topic_partitions,
@@ -105,6 +123,7 @@ class Gateway:
         else:
             await offsets
         gateway.tasks.add(asyncio.create_task(_expire_offsets(groups, settings)))
+        subscriptions.start()
         keys = sum(len(p.idempotency) for p in replicas.partitions.values())
         log.info("%d idempotency keys restored, %d groups", keys, len(groups.groups))
         return gateway
@@ -113,6 +132,7 @@ class Gateway:
         for task in self.tasks:
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
+        await self.subscriptions.close()
         self.groups.flush()
         await self.producer.forwarded.close()
         await self.forwarder.close()
@@ -135,6 +155,35 @@ async def _expire_offsets(groups: GroupCoordinator, settings: Settings) -> None:
             groups.expire_offsets(int(time.time() * 1000), retention_ms)
         except EngineError as exc:  # the offsets partition refused the write: next time
             log.warning("offsets retention pass failed: %s", exc)
+
+
+async def _dead_letter(
+    producer: Producer,
+    settings: Settings,
+    topic: str,
+    records: list[tuple[bytes | None, bytes | None, fmt.Headers]],
+) -> None:
+    """A subscription's dead letters, produced with acks=all: a keyed record to its key's
+    partition (Kafka's default partitioner), the others to partition 0; one request each
+    partition."""
+    partitions = producer.replicas.topic(topic).partitions
+    by_partition: dict[int, list[fmt.RecordInput]] = {}
+    for key, value, headers in records:
+        p = 0 if key is None else partition_for_key(key, partitions)
+        by_partition.setdefault(p, []).append(fmt.RecordInput(key, value, headers, None))
+    for p, batch in sorted(by_partition.items()):
+        request = ProduceRequest(
+            topic=topic,
+            partition=p,
+            acks="all",
+            timeout_ms=settings.default_produce_timeout_ms,
+            content_type=codecs.RECORD_BATCH,
+            body=bytes(fmt.encode_batch(batch)),
+            key=None,
+            idempotency_key=None,
+            target=f"/v1/topics/{topic}/partitions/{p}/records",
+        )
+        await producer.produce(request)
 
 
 def _topics_changed(groups: GroupCoordinator, deleted: set[str]) -> None:

@@ -84,6 +84,9 @@ class Member:
     wake: asyncio.Future[None] | None = None
     expiry: asyncio.TimerHandle | None = None  # fires at or before `deadline`
     deadline: float = 0.0  # loop time when the session runs out, if no request is in flight
+    # A REST Proxy v2 consumer instance's settings (format, fetch.min.bytes, ...): kept with
+    # the member in the log, so whichever node coordinates the group next serves it alike.
+    instance: dict[str, Any] = field(default_factory=dict)
     _assignment: tuple[set[TopicPartition], list[dict[str, Any]]] | None = None
 
     def assignment(self) -> list[dict[str, Any]]:
@@ -93,7 +96,7 @@ class Member:
         return self._assignment[1]
 
     def stored(self) -> dict[str, Any]:
-        return {
+        doc = {
             "member_id": self.member_id,
             "topics": list(self.topics),
             "session_timeout_ms": self.session_timeout_ms,
@@ -101,6 +104,9 @@ class Member:
             "auto_commit": self.auto_commit,
             "assignment": self.assignment(),
         }
+        if self.instance:
+            doc["instance"] = self.instance
+        return doc
 
     def poke(self) -> None:
         """Wake the member's parked fetch, if any, to look at its partitions again."""
@@ -279,6 +285,7 @@ class GroupCoordinator:
             member.target = {
                 (str(a["topic"]), int(p)) for a in doc["assignment"] for p in a["partitions"]
             }
+            member.instance = dict(doc.get("instance", {}))
             group.members[member.member_id] = member
             for tp in member.target - set(group.owners):
                 member.owned.add(tp)
@@ -374,6 +381,76 @@ class GroupCoordinator:
         if member.auto_commit:
             self._commit_positions(group, member)
         self._remove(group, member)
+
+    # -- REST Proxy v2 consumer instances ----------------------------------------------------
+
+    def create_instance(
+        self, name: str, request: JoinRequest, instance: dict[str, Any]
+    ) -> tuple[Group, Member]:
+        """A v2 consumer instance: a static member (its name is its `instance_id`) that
+        subscribes later. Refused if the group has a member of that name already."""
+        assert request.instance_id is not None
+        self.coordinator(name)
+        group = self.groups.get(name)
+        if group is not None and request.instance_id in group.members:
+            raise GroupError(
+                "MEMBER_ALREADY_EXISTS",
+                f"group {name!r} has a member {request.instance_id!r} already",
+            )
+        group, member = self.join(name, request)
+        member.instance = instance
+        self._write_metadata(group)
+        return group, member
+
+    def subscribe(self, name: str, member_id: str, topics: tuple[str, ...]) -> Member:
+        """Change what an existing member consumes (no topics: nothing); its settings stay."""
+        _, member = self._member(name, member_id)
+        instance = member.instance
+        _, member = self.join(
+            name,
+            JoinRequest(
+                topics,
+                member.session_timeout_ms,
+                member.auto_offset_reset,
+                member.auto_commit,
+                instance_id=member_id,
+            ),
+        )
+        member.instance = instance
+        return member
+
+    def touch(self, name: str, member_id: str) -> Member:
+        """A member's request that is no fetch nor commit: it renews the session."""
+        group, member = self._member(name, member_id)
+        if not member.fetching:
+            self._schedule_expiry(group, member)
+        return member
+
+    async def seek(
+        self, name: str, member_id: str, targets: list[tuple[TopicPartition, object]]
+    ) -> None:
+        """Set the member's next position on owned partitions: an offset within the log,
+        `earliest` or `latest` (Kafka's seek, seekToBeginning, seekToEnd)."""
+        group, member = self._member(name, member_id)
+        for tp, _ in targets:
+            if tp not in member.owned:
+                raise self._not_assigned(group, member, tp)
+        resolved = [(tp, await self._resolve(*tp, to)) for tp, to in targets]
+        group, member = self._member(name, member_id)
+        for tp, position in resolved:
+            if tp not in member.owned:
+                raise self._not_assigned(group, member, tp)
+            member.positions[tp] = position
+        member.before_last = {}
+        if not member.fetching:
+            self._schedule_expiry(group, member)
+
+    def committed(
+        self, name: str, member_id: str, partitions: list[TopicPartition]
+    ) -> list[tuple[TopicPartition, CommittedOffset | None]]:
+        """The group's committed offsets of the partitions asked, for one of its members."""
+        group, _ = self._member(name, member_id)
+        return [(tp, group.offsets.get(tp)) for tp in partitions]
 
     def _expire(self, group: Group, member: Member) -> None:
         member.expiry = None
@@ -678,6 +755,17 @@ class GroupCoordinator:
         raise OffsetOutOfRange(out_of_range, log.log_start_offset, log.high_watermark)
 
     @staticmethod
+    def _not_assigned(group: Group, member: Member, tp: TopicPartition) -> GroupError:
+        return GroupError(
+            "PARTITION_NOT_ASSIGNED",
+            f"{tp[0]}-{tp[1]} is not assigned to member {member.member_id!r} in generation "
+            f"{group.generation}",
+            topic=tp[0],
+            partition=tp[1],
+            generation=group.generation,
+        )
+
+    @staticmethod
     def _no_committed_offset(tp: TopicPartition) -> GroupError:
         return GroupError(
             "NO_COMMITTED_OFFSET",
@@ -804,14 +892,7 @@ class GroupCoordinator:
             return self._commit_positions(group, member)
         for (topic, p), offset, _ in offsets:
             if (topic, p) not in member.owned:
-                raise GroupError(
-                    "PARTITION_NOT_ASSIGNED",
-                    f"{topic}-{p} is not assigned to member {member_id!r} in generation "
-                    f"{group.generation}",
-                    topic=topic,
-                    partition=p,
-                    generation=group.generation,
-                )
+                raise self._not_assigned(group, member, (topic, p))
             # Checked where the log is at hand; a partition led elsewhere takes it as given,
             # as Kafka's coordinator takes every commit.
             log = self.replicas.local(topic, p)

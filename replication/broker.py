@@ -33,6 +33,7 @@ from replication.tiering import TieringService, TieringSettings
 
 log = logging.getLogger(__name__)
 ENSURE_RECHECK_S = 5.0
+METADATA_FILE = "metadata.json"  # a single node's subscriptions (its store is memory)
 
 
 @dataclass(frozen=True)
@@ -151,7 +152,9 @@ class Broker:
     def _store(self) -> MetadataStore:
         settings = self.settings
         if not settings.cluster:
-            return MemoryMetadataStore(MemoryBackend())
+            # The single node's subscriptions are kept beside its logs (the store is memory).
+            state = Path(settings.data_dir) / METADATA_FILE
+            return MemoryMetadataStore(MemoryBackend(state_file=state))
         from replication.etcd_store import EtcdMetadataStore
 
         return EtcdMetadataStore(

@@ -1,6 +1,6 @@
 """Cluster metadata in etcd: nodes registered under a lease, controller election by lowest
-create revision, topics and partition states, nodes' offline reports; one watch keeps the
-published view current."""
+create revision, topics and partition states, nodes' offline reports, push subscriptions; one
+watch keeps the published view current."""
 
 from __future__ import annotations
 
@@ -38,6 +38,7 @@ from replication.metadata import (
     MetadataStore,
     NodeInfo,
     PartitionState,
+    StoredSubscription,
     TopicPartition,
     TopicSpec,
 )
@@ -87,8 +88,8 @@ class EtcdMetadataStore(MetadataStore):
     """The metadata store of a real cluster, under `prefix` in etcd.
 
     Layout: cluster_id, nodes/<id> (permanent), live/<id>, offline/<id> and
-    controller/<lease hex> (under this node's lease), topics/<name>, partitions/<name>/<p>;
-    versions are mod revisions."""
+    controller/<lease hex> (under this node's lease), topics/<name>, partitions/<name>/<p>,
+    subscriptions/<name>; versions are mod revisions."""
 
     def __init__(
         self,
@@ -128,6 +129,7 @@ class EtcdMetadataStore(MetadataStore):
         self._election: dict[str, tuple[int, int]] = {}  # key -> (create revision, node id)
         self._topics: dict[str, TopicSpec] = {}
         self._partitions: dict[TopicPartition, PartitionState] = {}
+        self._subscriptions: dict[str, StoredSubscription] = {}
 
     def _key(self, *parts: str | int) -> bytes:
         return (self._root + "/".join(str(p) for p in parts)).encode()
@@ -267,6 +269,7 @@ class EtcdMetadataStore(MetadataStore):
             self._election.clear()
             self._topics.clear()
             self._partitions.clear()
+            self._subscriptions.clear()
             for kv in update.kvs:
                 self._apply(kv.key, kv)
         self._wake()
@@ -295,6 +298,10 @@ class EtcdMetadataStore(MetadataStore):
             elif kind == "partitions":
                 topic, _, partition = rest.rpartition("/")
                 self._apply_partition((topic, int(partition)), kv)
+            elif kind == "subscriptions" and kv is not None:
+                self._subscriptions[rest] = StoredSubscription(rest, kv.value, kv.mod_revision)
+            elif kind == "subscriptions":
+                self._subscriptions.pop(rest, None)
         except (ValueError, msgspec.DecodeError) as exc:
             log.warning("ignoring malformed etcd metadata at %r: %s", key, exc)
 
@@ -347,6 +354,7 @@ class EtcdMetadataStore(MetadataStore):
             partitions=dict(self._partitions),
             revision=revision,
             offline=dict(self._offline),
+            subscriptions=dict(self._subscriptions),
         )
 
     def _wake(self) -> None:
@@ -495,3 +503,13 @@ class EtcdMetadataStore(MetadataStore):
         if not result.succeeded:
             return None
         return [dataclasses.replace(state, version=result.revision) for _, state in states]
+
+    async def put_subscription(self, name: str, document: bytes, version: int) -> int | None:
+        key = self._key("subscriptions", name)
+        result = await self._client.txn([Compare(key, "MOD", version)], [Put(key, document)])
+        return result.revision if result.succeeded else None
+
+    async def delete_subscription(self, name: str) -> bool:
+        key = self._key("subscriptions", name)
+        result = await self._client.txn([Compare(key, "VERSION", 0, "GREATER")], [Delete(key)])
+        return result.succeeded

@@ -1,15 +1,25 @@
 """The metadata store in memory, with etcd's semantics: one node's store, or a simulated cluster
-in tests (several stores sharing one `MemoryBackend`, each acting as one node)."""
+in tests (several stores sharing one `MemoryBackend`, each acting as one node).
+
+A single node's topics live on its disk (the broker adopts them at start); its subscriptions
+live nowhere else, so a backend given a `state_file` keeps them there, replaced atomically on
+every change."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
+from pathlib import Path
 
+import orjson
+
+from engine.checkpoint import fsync_directory
 from engine.errors import TopicAlreadyExists, UnknownTopic
+from engine.fsync import checked_fsync
 from replication.errors import FencedController
 from replication.metadata import (
     MAX_PARTITIONS_PER_WRITE,
@@ -18,6 +28,7 @@ from replication.metadata import (
     MetadataStore,
     NodeInfo,
     PartitionState,
+    StoredSubscription,
     TopicPartition,
     TopicSpec,
 )
@@ -32,7 +43,7 @@ class MemoryBackend:
     Every change takes the next revision of one counter (etcd's) as the version of what it
     wrote, and is published to every store attached to the backend."""
 
-    def __init__(self, cluster_id: str | None = None) -> None:
+    def __init__(self, cluster_id: str | None = None, state_file: Path | None = None) -> None:
         self.cluster_id = cluster_id or uuid.uuid4().hex
         self.revision = 0
         self.nodes: dict[int, NodeInfo] = {}
@@ -41,8 +52,36 @@ class MemoryBackend:
         self.offline: dict[int, frozenset[TopicPartition]] = {}  # live nodes' reports
         self.topics: dict[str, TopicSpec] = {}
         self.partitions: dict[TopicPartition, PartitionState] = {}
+        self.subscriptions: dict[str, StoredSubscription] = {}
         self.stores: list[MemoryMetadataStore] = []
         self._changed: asyncio.Event | None = None
+        self.state_file = state_file
+        if state_file is not None and state_file.exists():
+            saved = orjson.loads(state_file.read_bytes())
+            for name, document in sorted(saved.get("subscriptions", {}).items()):
+                self.revision += 1
+                self.subscriptions[name] = StoredSubscription(
+                    name, document.encode(), self.revision
+                )
+
+    def save(self, subscriptions: Mapping[str, bytes]) -> None:
+        """Write what only the store holds (the subscriptions' documents) to `state_file`,
+        before a change takes effect: a temporary file, fsynced, renamed over the old one."""
+        if self.state_file is None:
+            return
+        doc = {
+            "subscriptions": {name: document.decode() for name, document in subscriptions.items()}
+        }
+        tmp = self.state_file.with_name(self.state_file.name + ".tmp")
+        with open(tmp, "wb") as f:
+            f.write(orjson.dumps(doc))
+            f.flush()
+            checked_fsync(f.fileno(), tmp)
+        os.replace(tmp, self.state_file)
+        fsync_directory(self.state_file.parent)
+
+    def documents(self) -> dict[str, bytes]:
+        return {name: s.document for name, s in self.subscriptions.items()}
 
     def expire(self, node_id: int) -> None:
         """Simulate a lost lease: the node leaves `live`, its election key and its offline
@@ -88,6 +127,7 @@ class MemoryBackend:
             partitions=dict(self.partitions),
             revision=self.revision,
             offline=dict(self.offline),
+            subscriptions=dict(self.subscriptions),
         )
 
     @contextmanager
@@ -237,3 +277,24 @@ class MemoryMetadataStore(MetadataStore):
                 f"node {fence.node_id} is no longer the controller: its election key "
                 f"{fence.key!r} of revision {fence.create_revision} is gone"
             )
+
+    async def put_subscription(self, name: str, document: bytes, version: int) -> int | None:
+        await asyncio.sleep(0)
+        backend = self.backend
+        current = backend.subscriptions.get(name)
+        if (0 if current is None else current.version) != version:
+            return None
+        backend.save({**backend.documents(), name: document})
+        with backend.transaction() as revision:
+            backend.subscriptions[name] = StoredSubscription(name, document, revision)
+        return revision
+
+    async def delete_subscription(self, name: str) -> bool:
+        await asyncio.sleep(0)
+        backend = self.backend
+        if name not in backend.subscriptions:
+            return False
+        backend.save({n: d for n, d in backend.documents().items() if n != name})
+        with backend.transaction():
+            del backend.subscriptions[name]
+        return True

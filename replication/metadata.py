@@ -1,6 +1,6 @@
 """Cluster metadata: who the nodes are, which one is controller, the topics and each partition's
-replicas, leader, leader epoch and ISR, and the store that holds them (etcd, or memory for a
-single node).
+replicas, leader, leader epoch and ISR, the push subscriptions, and the store that holds them
+(etcd, or memory for a single node).
 
 Every change goes through the store; every node watches it and takes up its roles from the
 view it publishes. A controller's writes carry a `Fence` (its election key's create revision),
@@ -39,6 +39,16 @@ class TopicSpec:
 
 
 @dataclass(frozen=True)
+class StoredSubscription:
+    """A push subscription's spec as the store keeps it: a JSON document this layer does not
+    read (groups.subscriptions owns its shape), and the store's revision of it."""
+
+    name: str
+    document: bytes
+    version: int = 0  # the store's revision of this record; 0 before it is stored
+
+
+@dataclass(frozen=True)
 class PartitionState:
     leader: int  # NO_LEADER while the partition is offline
     leader_epoch: int
@@ -61,6 +71,7 @@ class ClusterView:
     # node -> the partitions whose log a storage failure took offline there (KIP-112's
     # report); only live nodes report, and only while they have something to report
     offline: Mapping[int, frozenset[TopicPartition]] = field(default_factory=dict)
+    subscriptions: Mapping[str, StoredSubscription] = field(default_factory=dict)
 
     def partition(self, topic: str, partition: int) -> PartitionState | None:
         return self.partitions.get((topic, partition))
@@ -199,3 +210,13 @@ class MetadataStore(ABC):
         """`set_partition` for several partitions at once, all or none (one etcd transaction:
         at most MAX_PARTITIONS_PER_WRITE). Returns the stored states in order, or None if any
         version or the fence no longer matched (then nothing was written)."""
+
+    @abstractmethod
+    async def put_subscription(self, name: str, document: bytes, version: int) -> int | None:
+        """Store a subscription's document: a compare-and-set on `version` (0: only if there
+        is none by that name). Any node may write (no controller fence: a subscription is
+        no partition's state). Returns the new version, or None if `version` did not match."""
+
+    @abstractmethod
+    async def delete_subscription(self, name: str) -> bool:
+        """Remove a subscription; False if there was none."""

@@ -21,7 +21,17 @@ ON_BEHALF_OF = "Sluice-Principal"
 HIGH_WATERMARK = "Sluice-High-Watermark"  # a leader's, on its answer to a follower's fetch
 LOG_START_OFFSET = "Sluice-Log-Start-Offset"  # likewise
 # What a forwarded request carries over and what its answer brings back.
-REQUEST_HEADERS = ("Content-Type", "Accept", "Idempotency-Key", "Authorization", ON_BEHALF_OF)
+# X-Forwarded-Host/-Proto: where the client sent the request, for URLs in the answer (a v2
+# consumer instance's base_uri names the node the client reached, not the coordinator).
+REQUEST_HEADERS = (
+    "Content-Type",
+    "Accept",
+    "Idempotency-Key",
+    "Authorization",
+    ON_BEHALF_OF,
+    "X-Forwarded-Host",
+    "X-Forwarded-Proto",
+)
 ANSWER_HEADERS = ("Content-Type", "Retry-After", "Location", "Allow")
 ANSWER_PREFIX = "sluice-"
 
@@ -33,6 +43,8 @@ APPEND_PREFIX = "/internal/v1/partitions"
 REPLICA_RECORDS_ROUTE = REPLICA_PREFIX + "/{topic}/{partition}/records"
 EPOCH_END_ROUTE = REPLICA_PREFIX + "/{topic}/{partition}/epoch-end"
 APPEND_ROUTE = APPEND_PREFIX + "/{topic}/{partition}/append"
+# A node's own dispatchers of a subscription, for the node that describes it.
+SUBSCRIPTION_PARTITIONS_ROUTE = "/internal/v1/subscriptions/{name}/partitions"
 
 MAX_ERROR_BYTES = 64 * 1024  # of a problem answer, read to learn its code
 

@@ -45,6 +45,8 @@ async def forwarding_middleware(
         raise error
     body = await read_body(request, gateway.settings)
     headers = CIMultiDict(request.headers)
+    headers.setdefault("X-Forwarded-Host", request.host)
+    headers.setdefault("X-Forwarded-Proto", request.scheme)
     principal = principal_of(request)
     if principal is not None:  # authenticated here: the other node takes our word for it
         headers[ON_BEHALF_OF] = principal

@@ -21,7 +21,10 @@ from replication import errors as replication
 from replication.forward_client import RemoteError
 
 log = logging.getLogger(__name__)
-
+# Other dialects of error answer, by the paths they serve (the REST Proxy v2 and v3 bodies):
+# (does this request speak it, render the problem in it). problem+json elsewhere.
+ProblemDialect = tuple[Callable[[web.Request], bool], Callable[[Problem], web.Response]]
+PROBLEM_DIALECTS = web.AppKey("problem_dialects", list[ProblemDialect])
 
 _ENGINE_STATUS: dict[type[errors.EngineError], int] = {
     errors.UnknownTopic: 404,
@@ -70,7 +73,8 @@ _RETRIABLE = (
     replication.LeaderChangedAfterAppend,
     replication.PartiallyAppended,
 )
-# The status of each code of the domain's own errors (groups, the produce front).
+# The status of each code of the domain's own errors (groups and subscriptions, the produce
+# front).
 _DOMAIN_STATUS = {
     "UNKNOWN_MEMBER": 404,
     "UNKNOWN_GROUP": 404,
@@ -81,12 +85,19 @@ _DOMAIN_STATUS = {
     "STALE_GENERATION": 409,
     "PARTITION_NOT_ASSIGNED": 409,
     "GROUP_NOT_EMPTY": 409,
+    "MEMBER_ALREADY_EXISTS": 409,
     "COORDINATOR_NOT_AVAILABLE": 503,
     "INVALID_RECORD": 400,
     "RECORD_TOO_LARGE": 413,
     "UNKNOWN_PARTITION": 404,
     "INVALID_IDEMPOTENCY_KEY": 400,
     "IDEMPOTENCY_KEY_IN_FLIGHT": 409,
+    "INVALID_SUBSCRIPTION": 400,
+    "INVALID_TOPIC_NAME": 400,
+    "ENDPOINT_NOT_ALLOWED": 422,
+    "UNKNOWN_SUBSCRIPTION": 404,
+    "SUBSCRIPTION_EXISTS": 409,
+    "SUBSCRIPTION_CHANGED": 409,
 }
 _RETRY_SOON = frozenset({"COORDINATOR_NOT_AVAILABLE", "IDEMPOTENCY_KEY_IN_FLIGHT"})
 
@@ -129,11 +140,15 @@ def from_engine_error(exc: errors.EngineError) -> Problem:
 async def problem_middleware(
     request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
 ) -> web.StreamResponse:
-    """Turn every failure into application/problem+json."""
+    """Turn every failure into application/problem+json, or the dialect the path speaks."""
     try:
         return await handler(request)
     except Exception as exc:
-        return problem_response(problem_of(exc, request.method, request.path))
+        problem = problem_of(exc, request.method, request.path)
+        for speaks, render in request.app.get(PROBLEM_DIALECTS, ()):
+            if speaks(request):
+                return render(problem)
+        return problem_response(problem)
 
 
 def problem_of(exc: Exception, method: str, path: str) -> Problem:

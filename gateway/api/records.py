@@ -48,7 +48,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post("/v1/topics/{topic}/partitions/{partition}/delete-records", delete_records)
 
 
-async def _ensure_topic(request: web.Request, gateway: Gateway, name: str) -> None:
+async def ensure_topic(request: web.Request, gateway: Gateway, name: str) -> None:
     if name in gateway.broker.store.view.topics:
         return
     if not gateway.settings.auto_create_topics:
@@ -69,18 +69,9 @@ async def produce(request: web.Request) -> web.Response:
             f"Content-Type {request.content_type!r} is not one of "
             f"{', '.join(codecs.PRODUCE_TYPES)}",
         )
-    acks = choice_param(request, "acks", "all", ACKS)
-    timeout_ms = int_param(
-        request,
-        "timeout_ms",
-        gateway.settings.default_produce_timeout_ms,
-        0,
-        gateway.settings.max_wait_ms,
-    )
-    raw_key = request.headers.get("Idempotency-Key")
-    key = None if raw_key is None else validate_key(raw_key)
+    acks, timeout_ms, key = produce_options(request, gateway)
     body = await read_body(request, gateway.settings)
-    await _ensure_topic(request, gateway, name)
+    await ensure_topic(request, gateway, name)
     answer = await gateway.producer.produce(
         ProduceRequest(
             topic=name,
@@ -172,3 +163,15 @@ async def delete_records(request: web.Request) -> web.Response:
 def produced(acks: str) -> int:
     """A produce's status: 202 when nothing was awaited (acks=0), else 200."""
     return 202 if acks == "0" else 200
+
+
+def produce_options(request: web.Request, gateway: Gateway) -> tuple[str, int, str | None]:
+    """A produce's `acks`, `timeout_ms` and `Idempotency-Key`, checked (/v1 and the REST
+    Proxy take the same)."""
+    acks = choice_param(request, "acks", "all", ACKS)
+    settings = gateway.settings
+    timeout_ms = int_param(
+        request, "timeout_ms", settings.default_produce_timeout_ms, 0, settings.max_wait_ms
+    )
+    raw_key = request.headers.get("Idempotency-Key")
+    return acks, timeout_ms, None if raw_key is None else validate_key(raw_key)

@@ -45,6 +45,10 @@ def _on(resource_type: ResourceType, operation: Operation, param: str | None) ->
 
 _TOPIC_RECORDS = "/v1/topics/{topic}/partitions/{partition}"
 _MEMBER = "/v1/groups/{group}/members/{member}"
+_V2_PARTITION = "/topics/{topic}/partitions/{partition}"
+_V2_INSTANCE = "/consumers/{group}/instances/{instance}"
+_SUBSCRIPTION = "/v1/subscriptions/{name}"
+_CHANGE_SUBSCRIPTION = "read on the subscription's topic, write on its dead-letter topic"
 ROUTES: dict[tuple[str, str], Access] = {
     ("POST", "/v1/topics"): Access(also="create on the named topic, or on the cluster"),
     ("GET", "/v1/topics"): Access(also="lists only the topics the principal may describe"),
@@ -75,6 +79,15 @@ ROUTES: dict[tuple[str, str], Access] = {
         _on("group", "read", "group"), also="read on each topic committed"
     ),
     ("DELETE", _MEMBER): Access(_on("group", "read", "group")),
+    ("POST", "/v1/subscriptions"): Access(also="read on the topic, write on the dead-letter topic"),
+    ("GET", "/v1/subscriptions"): Access(
+        also="lists only the subscriptions of topics the principal may describe"
+    ),
+    ("GET", _SUBSCRIPTION): Access(also="describe on the subscription's topic"),
+    ("PATCH", _SUBSCRIPTION): Access(also=_CHANGE_SUBSCRIPTION),
+    ("DELETE", _SUBSCRIPTION): Access(also=_CHANGE_SUBSCRIPTION),
+    ("POST", f"{_SUBSCRIPTION}/pause"): Access(also=_CHANGE_SUBSCRIPTION),
+    ("POST", f"{_SUBSCRIPTION}/resume"): Access(also=_CHANGE_SUBSCRIPTION),
     ("GET", "/v1/cluster"): Access(_on("cluster", "describe", None)),
     ("GET", "/v1/acls"): Access(_on("cluster", "describe", None)),
     ("POST", "/v1/acls"): Access(_on("cluster", "alter", None)),
@@ -86,6 +99,42 @@ ROUTES: dict[tuple[str, str], Access] = {
     ("GET", "/v1/auth/keys"): Access(audience="super_user"),
     ("POST", "/v1/auth/keys"): Access(audience="super_user"),
     ("DELETE", "/v1/auth/keys/{key_id}"): Access(audience="super_user"),
+    # Confluent REST Proxy v2 (gateway.api.rest_proxy): what the /v1 route doing the same needs.
+    ("GET", "/topics"): Access(also="lists only the topics the principal may describe"),
+    ("GET", "/topics/{topic}"): Access(_on("topic", "describe", "topic")),
+    ("POST", "/topics/{topic}"): Access(
+        _on("topic", "write", "topic"), also="create on the topic or cluster to auto-create it"
+    ),
+    ("GET", "/topics/{topic}/partitions"): Access(_on("topic", "describe", "topic")),
+    ("GET", _V2_PARTITION): Access(_on("topic", "describe", "topic")),
+    ("POST", _V2_PARTITION): Access(_on("topic", "write", "topic")),
+    ("GET", f"{_V2_PARTITION}/offsets"): Access(_on("topic", "describe", "topic")),
+    ("GET", "/brokers"): Access(_on("cluster", "describe", None)),
+    ("POST", "/consumers/{group}"): Access(_on("group", "read", "group")),
+    ("DELETE", _V2_INSTANCE): Access(_on("group", "read", "group")),
+    ("POST", f"{_V2_INSTANCE}/subscription"): Access(
+        _on("group", "read", "group"), also="read on each topic"
+    ),
+    ("GET", f"{_V2_INSTANCE}/subscription"): Access(_on("group", "read", "group")),
+    ("DELETE", f"{_V2_INSTANCE}/subscription"): Access(_on("group", "read", "group")),
+    ("GET", f"{_V2_INSTANCE}/records"): Access(
+        _on("group", "read", "group"), also="read on each of the instance's topics"
+    ),
+    ("POST", f"{_V2_INSTANCE}/offsets"): Access(
+        _on("group", "read", "group"), also="read on each topic committed"
+    ),
+    ("GET", f"{_V2_INSTANCE}/offsets"): Access(
+        _on("group", "read", "group"), also="read on each topic asked"
+    ),
+    ("POST", f"{_V2_INSTANCE}/positions"): Access(
+        _on("group", "read", "group"), also="read on each topic"
+    ),
+    ("POST", f"{_V2_INSTANCE}/positions/beginning"): Access(
+        _on("group", "read", "group"), also="read on each topic"
+    ),
+    ("POST", f"{_V2_INSTANCE}/positions/end"): Access(
+        _on("group", "read", "group"), also="read on each topic"
+    ),
     ("GET", "/healthz"): Access(audience="public"),
     ("GET", "/readyz"): Access(audience="ops"),
     ("GET", "/metrics"): Access(audience="ops"),
@@ -96,6 +145,7 @@ ROUTES: dict[tuple[str, str], Access] = {
     ("GET", "/internal/v1/ready"): Access(audience="internal"),
     ("GET", "/internal/v1/metrics"): Access(audience="internal"),
     ("GET", "/internal/v1/auth/refresh"): Access(audience="internal"),
+    ("GET", "/internal/v1/subscriptions/{name}/partitions"): Access(audience="internal"),
 }
 
 
@@ -103,5 +153,8 @@ _RULES = {**ROUTES, **{("HEAD", path): rule for (m, path), rule in ROUTES.items(
 
 
 def access(method: str, template: str) -> Access | None:
-    """The route's access rule (HEAD is GET's); None for a path no route serves."""
+    """The route's access rule (HEAD is GET's; a REST Proxy path with a trailing slash is the
+    path without it); None for a path no route serves."""
+    if len(template) > 1 and template.endswith("/"):
+        template = template[:-1]
     return _RULES.get((method, template))

@@ -24,6 +24,7 @@ from gateway import config
 from gateway.cli import auth as auth_cli
 from gateway.cli import client
 from gateway.cli import quotas as quota_cli
+from gateway.cli import subscriptions as subscriptions_cli
 from gateway.cli.client import CommandError
 from gateway.cli.progress import Progress
 from gateway.settings import Settings
@@ -655,6 +656,7 @@ def parser() -> argparse.ArgumentParser:
     )
     auth_cli.add_commands(commands, with_url)
     quota_cli.add_commands(commands, with_url)
+    subscriptions_cli.add_commands(commands, with_url)
     return root
 
 
@@ -736,6 +738,7 @@ def _main(argv: Sequence[str] | None) -> None:
         "auth": auth_cli.auth_command,
         "acls": auth_cli.acls_command,
         "quotas": quota_cli.quotas_command,
+        "subscriptions": subscriptions_cli.subscriptions_command,
     }
     try:
         # Ctrl-C, and SIGTERM for a group consumer, cancel the command: exit quietly.

@@ -17,12 +17,18 @@ CONTRACT: dict[str, Any] = yaml.safe_load(SPEC.read_text())
 
 
 def _app_routes(tmp_path: Path) -> set[tuple[str, str]]:
+    """(method, template) of every route; a REST Proxy path's trailing-slash twin counts as
+    the path (both must be served)."""
     app = build_app(Settings(data_dir=tmp_path, auth=True))
     return {
-        (route.method, route.resource.canonical)
+        (route.method, _without_slash(route.resource.canonical))
         for route in app.router.routes()
         if route.method != "HEAD" and route.resource is not None
     }
+
+
+def _without_slash(template: str) -> str:
+    return template[:-1] if len(template) > 1 and template.endswith("/") else template
 
 
 def test_every_route_has_an_access_rule_and_every_rule_a_route(tmp_path: Path) -> None:
@@ -32,6 +38,10 @@ def test_every_route_has_an_access_rule_and_every_rule_a_route(tmp_path: Path) -
 def test_head_follows_get() -> None:
     assert access("HEAD", "/v1/topics") == access("GET", "/v1/topics")
     assert access("GET", "/nowhere") is None
+
+
+def test_a_rest_proxy_path_with_a_trailing_slash_has_the_paths_rule() -> None:
+    assert access("GET", "/topics/{topic}/") == access("GET", "/topics/{topic}") is not None
 
 
 def test_the_contract_declares_what_each_rule_can_answer() -> None:

@@ -103,6 +103,11 @@ def _ndjson_body(ctx: schemathesis.SerializationContext, value: Any) -> bytes:
 
 
 schemathesis.serializer.alias(RECORD_BATCH, "application/octet-stream")
+# The REST Proxy v2 bodies are JSON documents under v2's media types.
+schemathesis.serializer.alias(
+    ["application/vnd.kafka.json.v2+json", "application/vnd.kafka.binary.v2+json"],
+    "application/json",
+)
 
 
 @schemathesis.deserializer(NDJSON)

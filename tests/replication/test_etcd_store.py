@@ -324,6 +324,32 @@ async def test_delete_topic_removes_the_topic_and_its_partitions(
         await one.delete_topic(fence, "gone")
 
 
+async def test_subscriptions_are_compare_and_set_and_reach_every_store(
+    make_store: StoreFactory,
+) -> None:
+    """A subscription's document is created once, replaced only at its version, seen by the
+    other nodes' watches, and deleted once (a name sharing the prefix stays)."""
+    one = await make_store(1)
+    two = await make_store(2)
+    created = await one.put_subscription("hook", b'{"v": 1}', 0)
+    assert created is not None
+    assert await one.put_subscription("hook", b'{"v": 9}', 0) is None  # exists already
+    assert await one.put_subscription("hook2", b'{"other": true}', 0) is not None
+    assert await two.wait_for(lambda view: "hook2" in view.subscriptions, WAIT_S)
+    seen = two.view.subscriptions["hook"]
+    assert (seen.document, seen.version) == (b'{"v": 1}', created)
+    assert await two.put_subscription("hook", b'{"v": 2}', created + 1000) is None  # stale
+    replaced = await two.put_subscription("hook", b'{"v": 2}', created)
+    assert replaced is not None and replaced > created
+    assert await one.wait_for(
+        lambda view: view.subscriptions["hook"].document == b'{"v": 2}', WAIT_S
+    )
+    assert await one.delete_subscription("hook")
+    assert not await one.delete_subscription("hook")
+    assert await two.wait_for(lambda view: "hook" not in view.subscriptions, WAIT_S)
+    assert set(two.view.subscriptions) == {"hook2"}
+
+
 async def test_a_dead_first_endpoint_is_skipped(
     make_store: StoreFactory, etcd_server: EtcdProcess
 ) -> None:

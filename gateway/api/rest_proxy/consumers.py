@@ -1,0 +1,418 @@
+"""v2 consumer instances: create, subscribe, read records, commit, committed offsets, seek,
+delete. Each instance is a static member of the Sluice group (its name is the member's
+`instance_id`), so it gets the group's assignment, sessions and rebalances, shows in `sluice
+groups describe`, and lives in `__consumer_offsets`: any node serves it, forwarding to the
+group's coordinator like every /v1 group call. Input checks here; the coordinator does the rest.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+import uuid
+from typing import Any
+
+import msgspec
+import orjson
+from aiohttp import web
+
+from gateway.api.fetch import refuse_when_full
+from gateway.api.groups import valid_group_id
+from gateway.api.rest_proxy.errors import (
+    CONSUMER_NOT_FOUND,
+    INVALID_CONSUMER_CONFIG,
+    UNSUPPORTED_FORMAT,
+    v2_error,
+)
+from gateway.api.rest_proxy.media import (
+    RECORDS_TYPES,
+    SCHEMA_FORMATS,
+    add_route,
+    answer,
+    json_body_type,
+    no_schema_registry,
+)
+from gateway.api.topics import INTERNAL_TOPICS, refuse_internal
+from gateway.auth.middleware import require
+from gateway.formats import codecs
+from gateway.http.params import int_param, read_body
+from gateway.http.problem import Problem
+from gateway.state import gateway_of
+from groups.coordinator import GroupCoordinator, JoinRequest
+from replication.fetch_limits import FetchLimits
+
+INSTANCE = "/consumers/{group}/instances/{instance}"
+INSTANCE_TIMEOUT_MS = 300_000  # Confluent's consumer.instance.timeout.ms
+DEFAULT_REQUEST_TIMEOUT_MS = 1_000  # Confluent's consumer.request.timeout.ms
+MAX_RECORDS = 10_000
+INT64_MAX = 2**63 - 1
+_CREATE_FIELDS = {
+    "name",
+    "id",
+    "format",
+    "auto.offset.reset",
+    "auto.commit.enable",
+    "fetch.min.bytes",
+    "consumer.request.timeout.ms",
+}
+_RESETS = {"earliest": "earliest", "latest": "latest", "none": "none", "smallest": "earliest",
+           "largest": "latest"}  # fmt: skip
+
+
+def add_routes(app: web.Application) -> None:
+    add_route(app, "POST", "/consumers/{group}", create)
+    add_route(app, "DELETE", INSTANCE, delete)
+    add_route(app, "POST", f"{INSTANCE}/subscription", subscribe)
+    add_route(app, "GET", f"{INSTANCE}/subscription", subscription)
+    add_route(app, "DELETE", f"{INSTANCE}/subscription", unsubscribe)
+    add_route(app, "GET", f"{INSTANCE}/records", records)
+    add_route(app, "POST", f"{INSTANCE}/offsets", commit)
+    add_route(app, "GET", f"{INSTANCE}/offsets", committed)
+    add_route(app, "POST", f"{INSTANCE}/positions", seek)
+    add_route(app, "POST", f"{INSTANCE}/positions/beginning", seek_beginning)
+    add_route(app, "POST", f"{INSTANCE}/positions/end", seek_end)
+
+
+def _coordinator(request: web.Request) -> GroupCoordinator:
+    return gateway_of(request).groups
+
+
+def _group(request: web.Request) -> str:
+    name = request.match_info["group"]
+    if not valid_group_id(name):
+        raise v2_error(404, CONSUMER_NOT_FOUND, f"group {name!r} is not a valid group id")
+    return name
+
+
+def _instance(request: web.Request) -> str:
+    return request.match_info["instance"]
+
+
+def _invalid(message: str) -> Problem:
+    return v2_error(422, INVALID_CONSUMER_CONFIG, message)
+
+
+async def _body(request: web.Request, *, optional: bool = False) -> dict[str, Any]:
+    """The JSON object body (a v2 media type or plain JSON); {} for an empty optional one."""
+    raw = await read_body(request, gateway_of(request).settings)
+    if optional and not raw.strip():
+        return {}
+    json_body_type(request)
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise v2_error(400, 400, f"malformed JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise v2_error(422, INVALID_CONSUMER_CONFIG, "the body must be a JSON object")
+    return doc
+
+
+def _config_int(doc: dict[str, Any], name: str, default: int, low: int, high: int) -> int:
+    """A consumer config integer; v2 clients send them as numbers or decimal strings."""
+    value = doc.get(name, default)
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise _invalid(f"{name} must be an integer between {low} and {high}")
+    return value
+
+
+def _base_uri(request: web.Request, group: str, instance: str) -> str:
+    """The instance's URL at the node the client reached (through a forward, the front
+    node's), so any node keeps serving it."""
+    host = request.headers.get("X-Forwarded-Host", request.host).split(",")[0].strip()
+    scheme = request.headers.get("X-Forwarded-Proto", request.scheme).split(",")[0].strip()
+    return f"{scheme}://{host}/consumers/{group}/instances/{instance}"
+
+
+async def create(request: web.Request) -> web.Response:
+    gateway = gateway_of(request)
+    name = _group(request)
+    doc = await _body(request)
+    unknown = sorted(set(doc) - _CREATE_FIELDS)
+    if unknown:
+        raise _invalid(f"unknown fields {', '.join(unknown)}")
+    instance = doc.get("name", doc.get("id")) or f"rest-consumer-{uuid.uuid4().hex}"
+    if not valid_group_id(instance):
+        raise _invalid("name must be 1 to 255 printable characters without '/'")
+    embedded = doc.get("format", "binary")
+    if not isinstance(embedded, str):
+        raise _invalid("format must be json or binary")
+    if embedded in SCHEMA_FORMATS:
+        raise no_schema_registry(embedded)
+    if embedded not in RECORDS_TYPES:
+        raise _invalid("format must be json or binary")
+    reset = _RESETS.get(str(doc.get("auto.offset.reset", "latest")))
+    if reset is None:
+        raise _invalid("auto.offset.reset must be earliest, latest or none")
+    auto_commit = str(doc.get("auto.commit.enable", "true")).lower()
+    if auto_commit not in ("true", "false"):
+        raise _invalid("auto.commit.enable must be true or false")
+    settings = gateway.settings
+    min_bytes = _config_int(doc, "fetch.min.bytes", 1, 1, settings.max_fetch_bytes)
+    timeout_ms = _config_int(
+        doc, "consumer.request.timeout.ms", DEFAULT_REQUEST_TIMEOUT_MS, 0, settings.max_wait_ms
+    )
+    session = min(
+        max(INSTANCE_TIMEOUT_MS, settings.group_min_session_timeout_ms),
+        settings.group_max_session_timeout_ms,
+    )
+    _coordinator(request).create_instance(
+        name,
+        JoinRequest((), session, reset, auto_commit == "true", instance_id=instance),
+        {"format": embedded, "fetch_min_bytes": min_bytes, "request_timeout_ms": timeout_ms},
+    )
+    await _durable(request, name)
+    return answer(
+        request, {"instance_id": instance, "base_uri": _base_uri(request, name, instance)}
+    )
+
+
+async def delete(request: web.Request) -> web.Response:
+    name = _group(request)
+    _coordinator(request).leave(name, _instance(request))
+    await _durable(request, name)
+    return web.Response(status=204)
+
+
+async def subscribe(request: web.Request) -> web.Response:
+    """Subscribe to `topics`, or to the topics that `topic_pattern` matches now."""
+    gateway = gateway_of(request)
+    name = _group(request)
+    doc = await _body(request)
+    topics, pattern = doc.get("topics"), doc.get("topic_pattern")
+    if (topics is None) == (pattern is None):
+        raise _invalid("give topics or topic_pattern (one of them)")
+    if pattern is not None:
+        if not isinstance(pattern, str):
+            raise _invalid("topic_pattern must be a regular expression")
+        try:
+            compiled = re.compile(pattern)
+        except re.error as exc:
+            raise _invalid(f"topic_pattern: {exc}") from None
+        known = gateway.broker.store.view.topics
+        topics = sorted(t for t in known if t not in INTERNAL_TOPICS and compiled.fullmatch(t))
+    if not isinstance(topics, list) or not all(isinstance(t, str) for t in topics):
+        raise _invalid("topics must be a list of topic names")
+    names = tuple(dict.fromkeys(topics))
+    for topic in names:
+        refuse_internal(topic, "consuming it")
+        require(request, "topic", topic, "read")
+        gateway.replicas.topic(topic)
+    _coordinator(request).subscribe(name, _instance(request), names)
+    await _durable(request, name)
+    return web.Response(status=204)
+
+
+async def subscription(request: web.Request) -> web.Response:
+    member = _coordinator(request).touch(_group(request), _instance(request))
+    return answer(request, {"topics": list(member.topics)})
+
+
+async def unsubscribe(request: web.Request) -> web.Response:
+    name = _group(request)
+    _coordinator(request).subscribe(name, _instance(request), ())
+    await _durable(request, name)
+    return web.Response(status=204)
+
+
+async def records(request: web.Request) -> web.Response:
+    """The instance's next records from its assignment, in its format: a long-poll of up to
+    `timeout` ms (default: its consumer.request.timeout.ms) for fetch.min.bytes, at most
+    `max_bytes`."""
+    gateway = gateway_of(request)
+    settings = gateway.settings
+    name, instance = _group(request), _instance(request)
+    coordinator = _coordinator(request)
+    member = coordinator.touch(name, instance)
+    embedded = member.instance.get("format", "binary")
+    media = _records_type(request, embedded)
+    timeout_ms = int_param(
+        request,
+        "timeout",
+        int(member.instance.get("request_timeout_ms", DEFAULT_REQUEST_TIMEOUT_MS)),
+        0,
+        settings.max_wait_ms,
+    )
+    max_bytes = int_param(
+        request, "max_bytes", settings.default_fetch_bytes, 1, settings.max_fetch_bytes
+    )
+    min_bytes = min(int(member.instance.get("fetch_min_bytes", 1)), max_bytes)
+    for topic in member.topics:
+        require(request, "topic", topic, "read")
+    refuse_when_full(gateway.notifier, settings)
+    limits = FetchLimits(MAX_RECORDS, max_bytes, min_bytes, timeout_ms)
+    fetched = await coordinator.fetch(name, instance, limits)
+    for topic, count in fetched.counts.items():
+        gateway.metrics.traffic.fetched(topic, count, 0)
+    convert = _json_record if embedded == "json" else _binary_record
+    # The fetch's records come as the group route encodes them (C-built JSON, structs,
+    # dicts): read back as one shape, then written in v2's.
+    body = _ENCODER.encode([convert(r) for r in _FETCHED.decode(_ENCODER.encode(fetched.records))])
+    return web.Response(body=body, content_type=media)
+
+
+def _records_type(request: web.Request, embedded: str) -> str:
+    """The records' media type: the instance's format; an Accept naming another embedded
+    format answers 406 (40601), as v2 does."""
+    own = RECORDS_TYPES[embedded]  # type: ignore[index]
+    offered = (own, "application/vnd.kafka.v2+json", codecs.JSON)
+    chosen = codecs.negotiate(request.headers.get("Accept", ""), offered, own)
+    if chosen is None:
+        raise v2_error(
+            406,
+            UNSUPPORTED_FORMAT,
+            f"this consumer instance reads the {embedded} format; Accept {own}",
+        )
+    return own
+
+
+class _Fetched(msgspec.Struct):
+    """A record as the group fetch encodes it (whichever path built it), read back exactly."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: str | None = None
+    value: msgspec.Raw = msgspec.Raw(b"null")
+    key_encoding: str | None = None
+    value_encoding: str | None = None
+
+    def key_bytes(self) -> bytes | None:
+        if self.key is None:
+            return None
+        return base64.b64decode(self.key) if self.key_encoding else self.key.encode()
+
+    def value_bytes(self) -> bytes | None:
+        raw = bytes(self.value)
+        if raw == b"null":
+            return None
+        return base64.b64decode(orjson.loads(raw)) if self.value_encoding else raw
+
+
+_ENCODER = msgspec.json.Encoder()
+_FETCHED = msgspec.json.Decoder(list[_Fetched])
+
+
+def _json_record(record: _Fetched) -> dict[str, Any]:
+    """v2's json record: key and value as the JSON they were stored as (a key or value that
+    is not JSON, produced through /v1, as a JSON string)."""
+    return {
+        "topic": record.topic,
+        "key": _as_json(record.key_bytes()),
+        "value": _as_json(record.value_bytes()),
+        "partition": record.partition,
+        "offset": record.offset,
+    }
+
+
+def _as_json(raw: bytes | None) -> Any:
+    if raw is None:
+        return None
+    try:
+        orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return raw.decode(errors="replace")
+    return msgspec.Raw(raw)
+
+
+def _binary_record(record: _Fetched) -> dict[str, Any]:
+    key, value = record.key_bytes(), record.value_bytes()
+    return {
+        "topic": record.topic,
+        "key": None if key is None else base64.b64encode(key).decode(),
+        "value": None if value is None else base64.b64encode(value).decode(),
+        "partition": record.partition,
+        "offset": record.offset,
+    }
+
+
+def _partitions(doc: dict[str, Any], field: str, with_offset: bool) -> list[tuple[Any, ...]]:
+    """`[{"topic", "partition"(, "offset")}]` from the body, checked."""
+    items = doc.get(field)
+    if not isinstance(items, list) or not items:
+        raise _invalid(f"{field} must be a non-empty list")
+    out: list[tuple[Any, ...]] = []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise _invalid(f"{field}[{i}] must be an object")
+        topic, partition = item.get("topic"), item.get("partition")
+        if not isinstance(topic, str):
+            raise _invalid(f"{field}[{i}].topic must be a topic name")
+        if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
+            raise _invalid(f"{field}[{i}].partition must be a partition number")
+        if not with_offset:
+            out.append((topic, partition))
+            continue
+        offset = item.get("offset")
+        if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset < INT64_MAX:
+            raise _invalid(f"{field}[{i}].offset must be a non-negative offset")
+        out.append((topic, partition, offset))
+    return out
+
+
+async def commit(request: web.Request) -> web.Response:
+    """No body: everything delivered so far. `{"offsets": [...]}`: each the offset of the last
+    record consumed (the next one, offset + 1, is committed, as v2 does)."""
+    name, instance = _group(request), _instance(request)
+    doc = await _body(request, optional=True)
+    coordinator = _coordinator(request)
+    if "offsets" not in doc:
+        for topic in coordinator.touch(name, instance).topics:
+            require(request, "topic", topic, "read")
+        coordinator.commit(name, instance, None, None)
+    else:
+        given = _partitions(doc, "offsets", with_offset=True)
+        for topic, _, _ in given:
+            require(request, "topic", topic, "read")
+        coordinator.commit(name, instance, [((t, p), o + 1, "") for t, p, o in given], None)
+    await _durable(request, name)
+    return web.Response(status=200)
+
+
+async def committed(request: web.Request) -> web.Response:
+    name, instance = _group(request), _instance(request)
+    asked = _partitions(await _body(request), "partitions", with_offset=False)
+    for topic, _ in asked:
+        require(request, "topic", topic, "read")
+    found = _coordinator(request).committed(name, instance, asked)
+    return answer(
+        request,
+        {
+            "offsets": [
+                {"topic": t, "partition": p, "offset": c.offset, "metadata": c.metadata}
+                for (t, p), c in found
+                if c is not None
+            ]
+        },
+    )
+
+
+async def seek(request: web.Request) -> web.Response:
+    given = _partitions(await _body(request), "offsets", with_offset=True)
+    return await _seek(request, [((t, p), o) for t, p, o in given])
+
+
+async def seek_beginning(request: web.Request) -> web.Response:
+    asked = _partitions(await _body(request), "partitions", with_offset=False)
+    return await _seek(request, [(tp, "earliest") for tp in asked])
+
+
+async def seek_end(request: web.Request) -> web.Response:
+    asked = _partitions(await _body(request), "partitions", with_offset=False)
+    return await _seek(request, [(tp, "latest") for tp in asked])
+
+
+async def _seek(
+    request: web.Request, targets: list[tuple[tuple[str, int], object]]
+) -> web.Response:
+    for (topic, _), _ in targets:
+        require(request, "topic", topic, "read")
+    await _coordinator(request).seek(_group(request), _instance(request), targets)
+    return web.Response(status=204)
+
+
+async def _durable(request: web.Request, name: str) -> None:
+    """Answer a group change only once its offsets partition's replicas all have it."""
+    timeout_ms = gateway_of(request).settings.default_produce_timeout_ms
+    await _coordinator(request).durable(name, timeout_ms)

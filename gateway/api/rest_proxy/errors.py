@@ -1,0 +1,95 @@
+"""v2's error answer, `{"error_code": N, "message": "..."}`, and which code each failure gets.
+
+The codes, and where each comes from:
+
+- Confluent's kafka-rest `Errors.java`: 40401 topic not found, 40402 partition not found,
+  40403 consumer instance not found, 40601 the consumer's format does not match the request,
+  40902 consumer instance already exists, 40903 illegal state (subscribe and assign at once),
+  42204 invalid consumer configuration, 50002 Kafka error, 50003 retriable Kafka error.
+- Confluent's kafka-rest `KafkaExceptionMapper`: 40101 authentication failed, 40301 not
+  authorized.
+- Karapace's `kafka_rest_apis/error_codes.py`: 42205 invalid data (a record that cannot be
+  produced as sent: bad base64, a missing or unknown field).
+- rest-utils (Confluent's and Karapace's base): any other error's code is its HTTP status.
+
+Sluice keeps its own HTTP statuses (429 with Retry-After, 503 for a leader election, 416 for an
+offset out of range): v2 clients branch on `error_code`, and retry on 5xx as before.
+"""
+
+from __future__ import annotations
+
+import orjson
+from aiohttp import web
+
+from gateway.api.problems import PROBLEM_DIALECTS
+from gateway.http.problem import Problem
+
+V2_JSON = "application/vnd.kafka.v2+json"
+
+TOPIC_NOT_FOUND = 40401
+PARTITION_NOT_FOUND = 40402
+CONSUMER_NOT_FOUND = 40403
+UNSUPPORTED_FORMAT = 40601
+CONSUMER_ALREADY_EXISTS = 40902
+ILLEGAL_STATE = 40903
+INVALID_CONSUMER_CONFIG = 42204
+INVALID_DATA = 42205
+KAFKA_ERROR = 50002
+KAFKA_RETRIABLE_ERROR = 50003
+
+# Sluice's stable problem codes -> v2's error codes.
+_CODES = {
+    "UNKNOWN_TOPIC": TOPIC_NOT_FOUND,
+    "UNKNOWN_PARTITION": PARTITION_NOT_FOUND,
+    "UNKNOWN_MEMBER": CONSUMER_NOT_FOUND,
+    "MEMBER_ALREADY_EXISTS": CONSUMER_ALREADY_EXISTS,
+    "PARTITION_NOT_ASSIGNED": ILLEGAL_STATE,
+    "UNAUTHENTICATED": 40101,
+    "ACL_DENIED": 40301,
+    "INVALID_RECORD": INVALID_DATA,
+    "INVALID_JSON": 400,
+}
+
+
+def v2_error(status: int, error_code: int, message: str) -> Problem:
+    """An error in v2's terms, raised as a problem so the middlewares count and render it."""
+    return Problem(status, "REST_PROXY_ERROR", message, error_code=error_code)
+
+
+def v2_code(problem: Problem) -> int:
+    """The v2 error code a problem stands for (see the module's docstring for the sources)."""
+    explicit = problem.extra.get("error_code")
+    if isinstance(explicit, int):
+        return explicit
+    if problem.code in _CODES:
+        return _CODES[problem.code]
+    if problem.status >= 500 and problem.status != 500:
+        return KAFKA_RETRIABLE_ERROR if "Retry-After" in problem.headers else KAFKA_ERROR
+    return problem.status
+
+
+def error_body(problem: Problem) -> dict[str, object]:
+    return {"error_code": v2_code(problem), "message": problem.detail}
+
+
+def render(problem: Problem) -> web.Response:
+    """A problem as v2 answers it: the same status and headers, v2's body."""
+    return web.Response(
+        body=orjson.dumps(error_body(problem)),
+        status=problem.status,
+        content_type=V2_JSON,
+        headers=problem.headers,
+    )
+
+
+V2_PREFIXES = ("/topics", "/brokers", "/consumers")
+
+
+def speaks_v2(request: web.Request) -> bool:
+    path = request.path
+    return any(path == p or path.startswith(p + "/") for p in V2_PREFIXES)
+
+
+def setup(app: web.Application) -> None:
+    """Failures on the v2 paths answer v2's body (auth's 401/403 and quotas' 429 included)."""
+    app.setdefault(PROBLEM_DIALECTS, []).append((speaks_v2, render))

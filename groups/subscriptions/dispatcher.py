@@ -1,0 +1,416 @@
+"""The async driver around one partition's delivery state (state.py): it reads committed
+records where the partition is led (this node: the dispatcher runs on the leader), filters
+them, POSTs each batch with aiohttp, produces what exhausts its budget to the dead-letter
+topic, and commits the position after every acknowledged or dead-lettered batch, before the
+next batch is sent: a crash redelivers at most the batch that was in flight."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import msgspec
+
+from engine import batch as fmt
+from engine.errors import EngineError, OffsetOutOfRange, UnknownPartition, UnknownTopic
+from groups.coordinator import RecordDecoder
+from groups.partition_reader import PartitionRead, PartitionReader, out_of_range_start
+from groups.subscriptions import formats
+from groups.subscriptions.positions import GroupPositions
+from groups.subscriptions.spec import Subscription
+from groups.subscriptions.state import (
+    Answer,
+    DeadLetter,
+    DeliveryRecord,
+    PartitionDispatch,
+    Pause,
+    Send,
+    Stop,
+    retry_after_s,
+)
+from replication.errors import ReplicationError
+
+log = logging.getLogger(__name__)
+
+READ_WAIT_MS = 5_000  # one long-poll of the partition, then another
+MAX_ANSWER_BYTES = 4096  # of an endpoint's answer body: read (to reuse the connection), unused
+RETRY_FIRST_S, RETRY_MAX_S = 0.1, 5.0  # a read, commit or dead-letter that failed waits, doubling
+# (topic, records as (key, value, headers)) -> appended with acks=all, or raises
+DeadLetterSink = Callable[
+    [str, list[tuple[bytes | None, bytes | None, fmt.Headers]]], Awaitable[None]
+]
+# Delivery latency (record timestamp -> 2xx) buckets, in seconds.
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600)
+
+
+@dataclass(slots=True)
+class Counts:
+    """A partition's delivery counts on this node, across its dispatchers' restarts."""
+
+    delivered: int = 0
+    retried: int = 0
+    dead_lettered: int = 0
+
+
+@dataclass(slots=True)
+class LatencyHistogram:
+    """Record timestamp -> acknowledgement, in seconds: cumulative bucket counts for the
+    metrics (the gateway exports them)."""
+
+    buckets: tuple[float, ...] = LATENCY_BUCKETS
+    counts: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS) + 1))
+    total: float = 0.0
+
+    def observe(self, seconds: float) -> None:
+        seconds = max(seconds, 0.0)
+        for i, bound in enumerate(self.buckets):
+            if seconds <= bound:
+                self.counts[i] += 1
+                break
+        else:
+            self.counts[-1] += 1
+        self.total += seconds
+
+
+@dataclass
+class Services:
+    """What a dispatcher uses, shared by all of a node's dispatchers."""
+
+    reader: PartitionReader
+    positions: GroupPositions
+    dead_letter: DeadLetterSink
+    decode_json: RecordDecoder
+    session: aiohttp.ClientSession
+    set_paused: Callable[[str, str], Awaitable[None]]  # (name, reason): pause the subscription
+    latency: dict[str, LatencyHistogram] = field(default_factory=dict)
+
+
+class PartitionDispatcher:
+    """Delivers one partition of one subscription, from its committed position, until stopped."""
+
+    def __init__(
+        self, services: Services, sub: Subscription, partition: int, counts: Counts
+    ) -> None:
+        self.services = services
+        self.sub = sub
+        self.partition = partition
+        self.counts = counts
+        self.state: PartitionDispatch | None = None
+        self.committed: int | None = None
+        self.high_watermark: int | None = None
+        self.last_error: str | None = None
+        self.dead_letter_pending = False
+        self.stopping = False
+        self._wakeup = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
+        self.task = asyncio.create_task(self._run(), name=f"subscription-{sub.name}-{partition}")
+
+    # -- control -------------------------------------------------------------------------------
+
+    def set_paused(self, sub: Subscription) -> None:
+        """The subscription was paused or resumed (its delivery settings unchanged): resuming
+        also retries a batch delivery stopped on, with a fresh budget."""
+        self.sub = sub
+        if self.state is not None:
+            if sub.paused:
+                self.state.pause()
+            else:
+                self.state.resume()
+        self._wakeup.set()
+
+    async def stop(self) -> None:
+        """Stop at once: an attempt in flight is abandoned (it is delivered again by whoever
+        dispatches next, from the committed position)."""
+        self.stopping = True
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+
+    def status(self) -> dict[str, Any]:
+        """This partition's row in a subscription's description."""
+        state = self.state
+        lag = None
+        if self.high_watermark is not None and self.committed is not None:
+            lag = max(self.high_watermark - self.committed, 0)
+        row: dict[str, Any] = {
+            "partition": self.partition,
+            "state": self._state_name(),
+            "committed_offset": self.committed,
+            "high_watermark": self.high_watermark,
+            "lag": lag,
+            "in_flight": 0 if state is None else state.in_flight,
+            "attempts": 0 if state is None else state.attempts,
+            "delivered": self.counts.delivered,
+            "retried": self.counts.retried,
+            "dead_lettered": self.counts.dead_lettered,
+            "last_error": self.last_error,
+        }
+        if state is not None and state.stopped is not None:
+            row["stopped_at_offset"] = state.stopped.offset
+        return row
+
+    def _state_name(self) -> str:
+        state = self.state
+        if state is None:
+            return "starting"
+        if state.stopped is not None:
+            return "stopped"
+        if state.paused:
+            return "paused"
+        if (
+            state.attempts > 0
+            and state.last is not None
+            and state.last.status not in range(200, 300)
+        ):
+            return "failing"
+        return "running"
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        delay = RETRY_FIRST_S
+        while not self.stopping:
+            try:
+                await self._dispatch()
+                return
+            except (UnknownTopic, UnknownPartition):
+                return  # the topic went: the service stops this dispatcher
+            except (ReplicationError, EngineError, OSError) as exc:
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                log.info(
+                    "subscription %r partition %d: %s; retrying in %.1f s",
+                    self.sub.name,
+                    self.partition,
+                    self.last_error,
+                    delay,
+                )
+            except Exception:
+                self.last_error = "internal error (see the node's log)"
+                log.exception("subscription %r partition %d failed", self.sub.name, self.partition)
+            await asyncio.sleep(delay)
+            delay = min(RETRY_MAX_S, delay * 2)
+
+    async def _start(self) -> int:
+        """Where delivery starts: the committed position, else the subscription's start."""
+        sub, reader = self.sub, self.services.reader
+        committed = await self.services.positions.committed(sub.group, sub.topic, self.partition)
+        if committed is None:
+            committed = await reader.offset(sub.topic, self.partition, sub.start)
+            await self.services.positions.commit(sub.group, sub.topic, self.partition, committed)
+        self.committed = committed
+        return committed
+
+    async def _dispatch(self) -> None:
+        sub = self.sub
+        if self.state is None:
+            position = await self._start()
+            self.state = PartitionDispatch(
+                position, sub.batching, sub.retry, sub.dead_letter_topic is not None
+            )
+            if sub.paused:
+                self.state.pause()
+        state = self.state
+        reading: asyncio.Task[PartitionRead] | None = None
+        try:
+            while not self.stopping:
+                if self.dead_letter_pending:
+                    await self._dead_letter_again()
+                if reading is None and state.wants_read():
+                    reading = asyncio.create_task(
+                        self.services.reader.read(
+                            sub.topic,
+                            self.partition,
+                            state.position,
+                            sub.batching.max_bytes,
+                            READ_WAIT_MS,
+                        )
+                    )
+                send = state.next_send(self._loop.time())
+                if send is not None:
+                    await self._deliver(state, send)
+                    continue
+                await self._wait(state, reading)
+                if reading is not None and reading.done():
+                    done, reading = reading, None
+                    self._took(state, done)
+        finally:
+            if reading is not None:
+                reading.cancel()
+
+    async def _wait(
+        self, state: PartitionDispatch, reading: asyncio.Task[PartitionRead] | None
+    ) -> None:
+        """Until a read ends, a control change, or the state's next deadline."""
+        wake_at = state.wake_at()
+        timeout = None if wake_at is None else max(0.0, wake_at - self._loop.time())
+        waiter = asyncio.create_task(self._wakeup.wait())
+        waiting: set[asyncio.Future[Any]] = {waiter}
+        if reading is not None:
+            waiting.add(reading)
+        try:
+            await asyncio.wait(waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+        self._wakeup.clear()
+
+    def _took(self, state: PartitionDispatch, done: asyncio.Task[PartitionRead]) -> None:
+        """A read ended: its records into the state (or the position moved past a gap)."""
+        try:
+            got = done.result()
+        except OffsetOutOfRange as exc:
+            to = out_of_range_start(exc)
+            log.warning(
+                "subscription %r partition %d: offsets %d..%d are no longer in the log; going "
+                "on at %d",
+                self.sub.name,
+                self.partition,
+                state.position,
+                to - 1,
+                to,
+            )
+            state.moved(to)
+            return
+        self.high_watermark = got.high_watermark
+        if got.data:
+            records, next_offset = self._decode(got.data, state.position)
+            state.read(records, next_offset, self._loop.time())
+
+    def _decode(self, data: memoryview, start: int) -> tuple[list[DeliveryRecord], int]:
+        """The records at or past `start` that the filter keeps, and the offset after the
+        last record read."""
+        keep = self.sub.filter
+        read = [r for r in fmt.iter_records(data) if r.offset >= start]
+        docs: list[bytes | None] = [None] * len(read)
+        if self.sub.format == "json":
+            # The fetch decoder's records, in the same order (the C path's carry no offset).
+            found, _ = self.services.decode_json(
+                data, start, len(read), (self.sub.topic, self.partition)
+            )
+            docs = [msgspec.json.encode(doc) for doc in found]
+        out: list[DeliveryRecord] = []
+        next_offset = read[-1].offset + 1 if read else start
+        for record, doc in zip(read, docs, strict=True):
+            if keep.active and not keep(record.key, record.headers):
+                continue
+            out.append(
+                DeliveryRecord(
+                    record.offset,
+                    record.timestamp,
+                    record.key,
+                    record.value,
+                    record.headers,
+                    doc,
+                )
+            )
+        headers = fmt.scan(data, check_crc=False).headers
+        if headers:
+            next_offset = max(next_offset, headers[-1][1].next_offset)
+        return out, next_offset
+
+    async def _deliver(self, state: PartitionDispatch, send: Send) -> None:
+        """One attempt, then what its answer calls for."""
+        sub = self.sub
+        answer = await self._post(send)
+        now = self._loop.time()
+        step = state.answered(answer, now, random.random())
+        if answer.status is not None and 200 <= answer.status < 300:
+            self.counts.delivered += len(send.records)
+            self.last_error = None
+            histogram = self.services.latency.setdefault(sub.name, LatencyHistogram())
+            now_ms = time.time() * 1000
+            for record in send.records:
+                histogram.observe((now_ms - record.timestamp) / 1000)
+            await self._commit(state)
+            return
+        self.last_error = answer.describe()
+        if step is None:
+            self.counts.retried += len(send.records)
+        elif isinstance(step, DeadLetter):
+            self.dead_letter_pending = True
+            await self._dead_letter_again()
+        elif isinstance(step, Stop):
+            log.warning("subscription %r partition %d: %s", sub.name, self.partition, step.reason)
+            self.last_error = step.reason
+        elif isinstance(step, Pause):
+            log.warning("subscription %r: %s; pausing it", sub.name, step.reason)
+            await self.services.set_paused(sub.name, step.reason)
+
+    async def _post(self, send: Send) -> Answer:
+        sub = self.sub
+        body, headers = formats.request(sub, self.partition, send.records, int(time.time()))
+        timeout = aiohttp.ClientTimeout(total=sub.retry.timeout_ms / 1000)
+        try:
+            async with self.services.session.post(
+                sub.endpoint, data=body, headers=headers, timeout=timeout, allow_redirects=False
+            ) as response:
+                await response.content.read(MAX_ANSWER_BYTES)
+                after = retry_after_s(response.headers.get("Retry-After"), time.time())
+                return Answer(response.status, response.reason or "", after)
+        except TimeoutError:
+            return Answer(None, f"no answer within {sub.retry.timeout_ms} ms")
+        except (aiohttp.ClientError, OSError) as exc:
+            return Answer(None, f"{type(exc).__name__}: {exc}"[:500])
+
+    async def _commit(self, state: PartitionDispatch) -> None:
+        """Commit the state's committable position if it moved; a failure is noted and the
+        next commit carries it (at least once: more may be delivered again after a crash)."""
+        position = state.committable
+        if position == self.committed or self.stopping:
+            return
+        sub = self.sub
+        try:
+            await self.services.positions.commit(sub.group, sub.topic, self.partition, position)
+        except (ReplicationError, EngineError, OSError) as exc:
+            self.last_error = f"commit failed: {type(exc).__name__}: {exc}"
+            log.info("subscription %r partition %d: %s", sub.name, self.partition, self.last_error)
+            return
+        self.committed = position
+
+    async def _dead_letter_again(self) -> None:
+        """Produce the state's exhausted batch to the dead-letter topic until it is in, then
+        move past it and commit."""
+        state = self.state
+        assert state is not None and state.batch is not None
+        sub = self.sub
+        delay = RETRY_FIRST_S
+        last = state.last or Answer(None)
+        assert sub.dead_letter_topic is not None
+        records = [self._dead(sub, r, state.attempts, last) for r in state.batch]
+        while True:
+            try:
+                await self.services.dead_letter(sub.dead_letter_topic, records)
+                break
+            except (ReplicationError, EngineError, OSError) as exc:
+                self.last_error = f"dead-letter produce failed: {type(exc).__name__}: {exc}"
+                log.info("subscription %r: %s", sub.name, self.last_error)
+            await asyncio.sleep(delay)
+            delay = min(RETRY_MAX_S, delay * 2)
+        self.counts.dead_lettered += len(state.batch)
+        state.dead_lettered()
+        self.dead_letter_pending = False
+        await self._commit(state)
+
+    def _dead(
+        self, sub: Subscription, record: DeliveryRecord, attempts: int, last: Answer
+    ) -> tuple[bytes | None, bytes | None, fmt.Headers]:
+        """A dead-lettered record: the original key, value and headers, and headers that say
+        where it came from and why it failed."""
+        why: Sequence[tuple[str, str]] = (
+            ("sluice-subscription", sub.name),
+            ("sluice-topic", sub.topic),
+            ("sluice-partition", str(self.partition)),
+            ("sluice-offset", str(record.offset)),
+            ("sluice-timestamp", str(record.timestamp)),
+            ("sluice-attempts", str(attempts)),
+            ("sluice-status", "" if last.status is None else str(last.status)),
+            ("sluice-error", last.describe()),
+        )
+        headers: fmt.Headers = [*record.headers, *((n, v.encode()) for n, v in why)]
+        return record.key, record.value, headers

@@ -1,0 +1,168 @@
+"""What a delivery request carries: CloudEvents 1.0 over HTTP (binary content mode for one
+record, structured mode on request, `application/cloudevents-batch+json` for batches) or the
+plain /v1 fetch JSON; the endpoint's credential; and a Standard Webhooks signature.
+
+Ids are made from where the records live, so a redelivery carries the same ones and receivers
+can deduplicate: `ce-id` is `topic/partition/offset`; `webhook-id` is that of a single record,
+or `topic/partition/first-last` for a batch (batches are cut the same way after a restart
+only if the settings are unchanged; each event's `id` inside is always stable)."""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import hashlib
+import hmac
+import re
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import quote
+
+import orjson
+
+from groups.subscriptions.spec import Subscription
+from groups.subscriptions.state import DeliveryRecord
+
+CE_JSON = "application/cloudevents+json"
+CE_BATCH = "application/cloudevents-batch+json"
+# CloudEvents extension attribute names: lower-case letters and digits, at most 20.
+EXTENSION = re.compile(r"[a-z0-9]{1,20}")
+RESERVED_ATTRIBUTES = frozenset(
+    {
+        "id", "source", "specversion", "type", "datacontenttype", "dataschema", "subject",
+        "time", "data", "data_base64", "partitionkey",
+    }
+)  # fmt: skip
+# The CloudEvents HTTP binding: in header values, space, '"', '%' and anything outside
+# printable ASCII are percent-encoded.
+_HEADER_SAFE = "".join(chr(c) for c in range(0x21, 0x7F) if chr(c) not in '"%')
+
+
+def ce_id(topic: str, partition: int, offset: int) -> str:
+    return f"{topic}/{partition}/{offset}"
+
+
+def webhook_id(topic: str, partition: int, records: Sequence[DeliveryRecord]) -> str:
+    first, last = records[0].offset, records[-1].offset
+    if first == last:
+        return ce_id(topic, partition, first)
+    return f"{topic}/{partition}/{first}-{last}"
+
+
+def source(topic: str) -> str:
+    return f"/sluice/topics/{topic}"
+
+
+def rfc3339(timestamp_ms: int) -> str:
+    moment = datetime.datetime.fromtimestamp(timestamp_ms / 1000, datetime.UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _is_json(value: bytes | None) -> bool:
+    if value is None:
+        return False
+    try:
+        orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return False
+    return True
+
+
+def content_type(record: DeliveryRecord) -> str:
+    """The value's media type: its `content-type` header, else JSON if it parses as JSON,
+    else bytes."""
+    for name, value in record.headers:
+        if name.lower() == "content-type" and value:
+            return value.decode("latin-1")
+    return "application/json" if _is_json(record.value) else "application/octet-stream"
+
+
+def extensions(record: DeliveryRecord) -> dict[str, str]:
+    """The record's headers that can be CloudEvents extension attributes (their names
+    lower-case letters and digits, up to 20; values as text); the others are left out."""
+    out: dict[str, str] = {}
+    for name, value in record.headers:
+        lowered = name.lower()
+        if EXTENSION.fullmatch(lowered) and lowered not in RESERVED_ATTRIBUTES and value:
+            out[lowered] = value.decode("utf-8", "replace")
+    return out
+
+
+def _header(value: str | bytes) -> str:
+    return quote(value, safe=_HEADER_SAFE)
+
+
+def structured(sub: Subscription, partition: int, record: DeliveryRecord) -> dict[str, Any]:
+    """One record as a structured-mode event (JSON data inline, other data as base64)."""
+    media = content_type(record)
+    event: dict[str, Any] = {
+        "specversion": "1.0",
+        "id": ce_id(sub.topic, partition, record.offset),
+        "source": source(sub.topic),
+        "type": sub.ce_type,
+        "time": rfc3339(record.timestamp),
+        "datacontenttype": media,
+    }
+    if record.key is not None:
+        event["partitionkey"] = record.key.decode("utf-8", "replace")
+    event.update(extensions(record))
+    if record.value is not None:
+        if media.endswith("json") and _is_json(record.value):
+            event["data"] = orjson.Fragment(record.value)
+        else:
+            event["data_base64"] = base64.b64encode(record.value).decode()
+    return event
+
+
+def body_and_headers(
+    sub: Subscription, partition: int, records: Sequence[DeliveryRecord]
+) -> tuple[bytes, dict[str, str]]:
+    """A delivery's body and content headers, by the subscription's format."""
+    if sub.format == "json":
+        docs = b",".join(r.json or b"null" for r in records)
+        body = b'{"topic":%s,"partition":%d,"records":[%s]}' % (
+            orjson.dumps(sub.topic),
+            partition,
+            docs,
+        )
+        return body, {"Content-Type": "application/json"}
+    if sub.batching.max_records > 1:
+        events = [structured(sub, partition, r) for r in records]
+        return orjson.dumps(events), {"Content-Type": CE_BATCH}
+    (record,) = records
+    if sub.format == "structured":
+        return orjson.dumps(structured(sub, partition, record)), {"Content-Type": CE_JSON}
+    headers = {
+        "Content-Type": content_type(record),
+        "ce-specversion": "1.0",
+        "ce-id": _header(ce_id(sub.topic, partition, record.offset)),
+        "ce-source": _header(source(sub.topic)),
+        "ce-type": sub.ce_type,
+        "ce-time": rfc3339(record.timestamp),
+    }
+    if record.key is not None:
+        headers["ce-partitionkey"] = _header(record.key)
+    for name, value in extensions(record).items():
+        headers[f"ce-{name}"] = _header(value)
+    return record.value or b"", headers
+
+
+def sign(key: bytes, message_id: str, timestamp_s: int, body: bytes) -> str:
+    """Standard Webhooks: `v1,` and the base64 HMAC-SHA256 of `id.timestamp.body`."""
+    signed = f"{message_id}.{timestamp_s}.".encode() + body
+    return "v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
+
+
+def request(
+    sub: Subscription, partition: int, records: Sequence[DeliveryRecord], now_s: int
+) -> tuple[bytes, dict[str, str]]:
+    """The whole request: body, content headers, the credential, the signature headers."""
+    body, headers = body_and_headers(sub, partition, records)
+    message_id = webhook_id(sub.topic, partition, records)
+    headers["webhook-id"] = message_id
+    headers["webhook-timestamp"] = str(now_s)
+    headers["webhook-signature"] = sign(sub.signing_key(), message_id, now_s, body)
+    if sub.auth is not None:
+        value = f"Bearer {sub.auth.value}" if sub.auth.bearer else sub.auth.value
+        headers[sub.auth.header] = value
+    return body, headers

@@ -1,0 +1,167 @@
+"""Issue 32's figures: REST Proxy v2 against /v1 on one gateway in one run (ratios, not
+absolutes).
+
+- produce of 100-record JSON batches (keyed, acks=1, 64 HTTP/1.1 connections, h2load) through
+  `POST /v1/topics/{t}/records` and through v2's `POST /topics/{t}` (json format);
+- one-record v2 produce requests/s (the anchor: Confluent's REST Proxy, ~8-10 k req/s a node);
+- consumer reads: one client reading a pre-filled topic to its end as a /v1 group member and
+  as a v2 consumer instance (same max_bytes), records/s.
+
+Cells alternate over the rounds and the median round is the figure; the goal is v2 >= 0.8 of
+/v1.
+
+    python -m loadtests.rest_proxy_bench [--quick] [--rounds N] [--seconds S] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+
+from loadtests import generators, ratio_cli
+from loadtests.common import http_json, start_gateway
+from loadtests.rows import rates
+
+BATCH = 100
+CONNECTIONS = 64
+READ_RECORDS = 100_000  # records a consumer-read cell reads
+READ_BYTES = 262_144  # max_bytes of every consumer read, both APIs
+V2_JSON = "application/vnd.kafka.json.v2+json"
+
+
+def _records(count: int) -> list[dict[str, Any]]:
+    return [{"key": f"user-{i % 97}", "value": {"event": "click", "n": i}} for i in range(count)]
+
+
+def produce_cell(
+    url: str, pid: int, scratch: Path, api: str, count: int, seconds: float
+) -> dict[str, Any]:
+    """h2load POSTs of `count`-record batches through `api` (v1 or v2) to a fresh topic."""
+    topic = f"rp-{api}-{count}-{time.monotonic_ns()}"
+    http_json("POST", url + "/v1/topics", {"name": topic, "partitions": 4})
+    body = scratch / f"{api}-{count}.json"
+    body.write_bytes(orjson.dumps({"records": _records(count)}))
+    if api == "v1":
+        target, media = f"{url}/v1/topics/{topic}/records?acks=1", "application/json"
+    else:
+        target, media = f"{url}/topics/{topic}?acks=1", V2_JSON
+    run = generators.h2load(
+        [target], seconds=seconds, server_pid=pid, body=body, headers={"Content-Type": media},
+        clients=CONNECTIONS, http1=True,
+    )  # fmt: skip
+    http_json("DELETE", f"{url}/v1/topics/{topic}")
+    return {"what": f"produce {count}", "api": api, **rates(run, count, body.stat().st_size)}
+
+
+def fill(url: str, topic: str) -> None:
+    http_json("POST", url + "/v1/topics", {"name": topic, "partitions": 4})
+    with httpx.Client(base_url=url, timeout=60) as client:
+        for _ in range(0, READ_RECORDS, 1000):
+            answer = client.post(
+                f"/v1/topics/{topic}/records", content=orjson.dumps({"records": _records(1000)}),
+                headers={"Content-Type": "application/json"},
+            )  # fmt: skip
+            answer.raise_for_status()
+
+
+def read_cell(url: str, topic: str, api: str) -> dict[str, Any]:
+    """One client reads the whole topic from a new group; records/s."""
+    group = f"rp-{api}-{time.monotonic_ns()}"
+    read = 0
+    with httpx.Client(base_url=url, timeout=60) as client:
+        if api == "v1":
+            joined = client.post(
+                f"/v1/groups/{group}/members",
+                json={"topics": [topic], "auto_offset_reset": "earliest"},
+            ).json()
+            path = f"/v1/groups/{group}/members/{joined['member_id']}/records"
+            params = {"max_bytes": str(READ_BYTES), "max_records": "100000", "timeout_ms": "0"}
+            headers: dict[str, str] = {}
+        else:
+            config = {"name": "reader", "format": "json", "auto.offset.reset": "earliest"}
+            v2 = {"Content-Type": "application/vnd.kafka.v2+json"}
+            client.post(f"/consumers/{group}", content=orjson.dumps(config), headers=v2)
+            base = f"/consumers/{group}/instances/reader"
+            client.post(
+                f"{base}/subscription", content=orjson.dumps({"topics": [topic]}), headers=v2
+            )
+            path, headers = f"{base}/records", {"Accept": V2_JSON}
+            params = {"max_bytes": str(READ_BYTES), "timeout": "0"}
+        started = time.perf_counter()
+        requests = 0
+        while read < READ_RECORDS:
+            answer = client.get(path, params=params, headers=headers)
+            answer.raise_for_status()
+            doc = answer.json()
+            read += len(doc["records"] if api == "v1" else doc)
+            requests += 1
+        elapsed = time.perf_counter() - started
+    return {
+        "what": "consumer read",
+        "api": api,
+        "records_per_s": round(read / elapsed),
+        "requests_per_s": round(requests / elapsed, 1),
+        "requests": requests,
+        "seconds": round(elapsed, 3),
+    }
+
+
+def run(rounds: int, seconds: float, scratch: Path) -> dict[str, Any]:
+    process, url = start_gateway(scratch / "data")
+    cells: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    try:
+        fill(url, "rp-read")
+        for _ in range(rounds):
+            for api in ("v1", "v2"):
+                row = produce_cell(url, process.pid, scratch, api, BATCH, seconds)
+                cells.setdefault((row["what"], api), []).append(row)
+                row = read_cell(url, "rp-read", api)
+                cells.setdefault((row["what"], api), []).append(row)
+            row = produce_cell(url, process.pid, scratch, "v2", 1, seconds)
+            cells.setdefault((row["what"], "v2"), []).append(row)
+    finally:
+        process.terminate()
+        process.wait(30)
+    rows = []
+    for runs in cells.values():
+        runs.sort(key=lambda r: r["records_per_s"])
+        median = runs[(len(runs) - 1) // 2]
+        rows.append({**median, "rounds_records_per_s": [r["records_per_s"] for r in runs]})
+    by = {(r["what"], r["api"]): r for r in rows}
+    ratios = {
+        what: round(by[(what, "v2")]["records_per_s"] / by[(what, "v1")]["records_per_s"], 2)
+        for what in (f"produce {BATCH}", "consumer read")
+    }
+    return {"cells": rows, "v2_over_v1": ratios}
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    meta = doc["meta"]
+    lines = [
+        f"# REST Proxy v2 against /v1 ({meta['date']})",
+        "",
+        f"`{meta['command']}`, {meta['rounds']} rounds, {meta['seconds_per_cell']} s a cell",
+        "",
+        "| cell | api | records/s | requests/s | rounds (records/s) |",
+        "|---|---|---|---|---|",
+    ]
+    for row in doc["cells"]:
+        lines.append(
+            f"| {row['what']} | {row['api']} | {row['records_per_s']} | "
+            f"{row['requests_per_s']} | {row['rounds_records_per_s']} |"
+        )
+    lines += ["", "v2 / v1: " + ", ".join(f"{k} {v}" for k, v in doc["v2_over_v1"].items()), ""]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    out, doc = ratio_cli.run_rounds(__doc__ or "", "loadtests.rest_proxy_bench", 3, 5.0, run)
+    ratio_cli.write(out, "rest-proxy", doc, markdown(doc))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,209 @@
+"""REST Proxy v2 consumer instances in process: the lifecycle a v2 client drives (create,
+subscribe, records, commit, committed offsets, seek, delete), instances as members of the
+Sluice group, and v2 error bodies for bad input, never a 500."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import orjson
+import pytest
+
+from tests.api.support import Client, Start, gateway, wait_until
+from tests.api.test_rest_proxy_v2 import JSON_V2, V2, produce, v2_error
+
+BINARY_V2 = "application/vnd.kafka.binary.v2+json"
+BASE = "/consumers/billing/instances"
+
+
+async def call(client: Client, method: str, path: str, body: object = None, **headers: str) -> Any:
+    data = None if body is None else orjson.dumps(body)
+    return await client.request(method, path, data=data, headers={"Content-Type": V2, **headers})
+
+
+async def create(client: Client, name: str, **config: object) -> dict[str, Any]:
+    answer = await call(client, "POST", "/consumers/billing", {"name": name, **config})
+    assert answer.status == 200, await answer.text()
+    doc: dict[str, Any] = await answer.json(content_type=None)
+    return doc
+
+
+async def read(client: Client, name: str, media: str = JSON_V2) -> list[dict[str, Any]]:
+    answer = await call(client, "GET", f"{BASE}/{name}/records?timeout=0", Accept=media)
+    assert answer.status == 200, await answer.text()
+    assert answer.headers["Content-Type"] == media
+    records: list[dict[str, Any]] = await answer.json(content_type=None)
+    return records
+
+
+@pytest.fixture
+async def orders(client: Client) -> str:
+    assert (await client.post("/v1/topics", json={"name": "orders", "partitions": 2})).status == 201
+    records = [{"key": "alice", "value": {"n": 1}}, {"value": "plain"}, {"key": "bob", "value": 3}]
+    assert (await produce(client, "/topics/orders", {"records": records})).status == 200
+    return "orders"
+
+
+async def test_lifecycle(client: Client, orders: str) -> None:
+    created = await create(client, "c1", format="json", **{"auto.offset.reset": "earliest"})
+    assert created["instance_id"] == "c1"
+    assert created["base_uri"].endswith("/consumers/billing/instances/c1")
+    assert created["base_uri"].startswith(f"http://{client.host}:{client.port}")
+    subscribed = await call(client, "POST", f"{BASE}/c1/subscription", {"topics": [orders]})
+    assert subscribed.status == 204
+    topics = await call(client, "GET", f"{BASE}/c1/subscription")
+    assert await topics.json(content_type=None) == {"topics": [orders]}
+    records = await read(client, "c1")
+    assert sorted((r["key"], orjson.dumps(r["value"])) for r in records if r["key"]) == [
+        ("alice", b'{"n":1}'),
+        ("bob", b"3"),
+    ]
+    assert {r["topic"] for r in records} == {orders}
+    assert await read(client, "c1") == []
+    # Commit everything consumed; the committed offset is the next to read.
+    assert (await call(client, "POST", f"{BASE}/c1/offsets")).status == 200
+    asked = {"partitions": [{"topic": orders, "partition": p} for p in (0, 1)]}
+    committed = await (await call(client, "GET", f"{BASE}/c1/offsets", asked)).json(
+        content_type=None
+    )
+    ends = {
+        p: (
+            await (await client.get(f"/topics/{orders}/partitions/{p}/offsets")).json(
+                content_type=None
+            )
+        )["end_offset"]
+        for p in (0, 1)
+    }
+    assert {o["partition"]: o["offset"] for o in committed["offsets"]} == ends
+    # The instance is a member of the Sluice group.
+    group = await (await client.get("/v1/groups/billing")).json()
+    assert [m["member_id"] for m in group["members"]] == ["c1"]
+    assert (await call(client, "DELETE", f"{BASE}/c1")).status == 204
+    await v2_error(await call(client, "GET", f"{BASE}/c1/records"), 404, 40403)
+
+
+async def test_seek_and_explicit_commit(client: Client, orders: str) -> None:
+    await create(client, "c1", format="json", **{"auto.offset.reset": "earliest"})
+    await call(client, "POST", f"{BASE}/c1/subscription", {"topics": [orders]})
+    first = await read(client, "c1")
+    assert first
+    p = first[0]["partition"]
+    beginning = {"partitions": [{"topic": orders, "partition": p}]}
+    assert (await call(client, "POST", f"{BASE}/c1/positions/beginning", beginning)).status == 204
+    again = await read(client, "c1")
+    assert next(r["offset"] for r in again if r["partition"] == p) == 0
+    end = await call(client, "POST", f"{BASE}/c1/positions/end", beginning)
+    assert end.status == 204
+    assert await read(client, "c1") == []
+    to = {"offsets": [{"topic": orders, "partition": p, "offset": 1}]}
+    assert (await call(client, "POST", f"{BASE}/c1/positions", to)).status == 204
+    assert all(r["offset"] >= 1 for r in await read(client, "c1") if r["partition"] == p)
+    done = {"offsets": [{"topic": orders, "partition": p, "offset": 0}]}
+    assert (await call(client, "POST", f"{BASE}/c1/offsets", done)).status == 200
+    asked = {"partitions": [{"topic": orders, "partition": p}]}
+    committed = await (await call(client, "GET", f"{BASE}/c1/offsets", asked)).json(
+        content_type=None
+    )
+    assert committed["offsets"] == [{"topic": orders, "partition": p, "offset": 1, "metadata": ""}]
+
+
+async def test_binary_format_and_topic_pattern(client: Client, orders: str) -> None:
+    await create(client, "c1", format="binary", **{"auto.offset.reset": "earliest"})
+    pattern = await call(client, "POST", f"{BASE}/c1/subscription", {"topic_pattern": "ord.*"})
+    assert pattern.status == 204
+    topics = await call(client, "GET", f"{BASE}/c1/subscription")
+    assert await topics.json(content_type=None) == {"topics": [orders]}
+    records = await read(client, "c1", BINARY_V2)
+    decoded = {base64.b64decode(r["value"]) for r in records}
+    assert decoded == {b'{"n":1}', b'"plain"', b"3"}
+    assert {None if r["key"] is None else base64.b64decode(r["key"]) for r in records} == {
+        b'"alice"',
+        b'"bob"',
+        None,
+    }
+    await v2_error(await call(client, "GET", f"{BASE}/c1/records", Accept=JSON_V2), 406, 40601)
+
+
+async def test_instances_share_the_group(client: Client, orders: str) -> None:
+    for name in ("c1", "c2"):
+        await create(client, name, **{"auto.offset.reset": "earliest"})
+        await call(client, "POST", f"{BASE}/{name}/subscription", {"topics": [orders]})
+    group = await (await client.get("/v1/groups/billing")).json()
+    owned = [m["assignment"] for m in group["members"]]
+    assert owned == [
+        [{"topic": orders, "partitions": [0]}],
+        [{"topic": orders, "partitions": [1]}],
+    ]
+    assert (await call(client, "DELETE", f"{BASE}/c2/subscription")).status == 204
+    group = await (await client.get("/v1/groups/billing")).json()
+    assert [m["assignment"] for m in group["members"]] == [
+        [{"topic": orders, "partitions": [0, 1]}],
+        [],
+    ]
+
+
+async def test_idle_instances_expire(start: Start) -> None:
+    """An instance's session is v2's instance timeout (clamped to the group session bounds):
+    idle past it, the instance is removed from the group and answers 40403."""
+    client = await start(group_min_session_timeout_ms=1, group_max_session_timeout_ms=50)
+    await create(client, "c1")
+    group = await (await client.get("/v1/groups/billing")).json()
+    assert group["members"][0]["session_timeout_ms"] == 50
+    members = gateway(client).groups.groups["billing"].members
+    await wait_until(lambda: "c1" not in members)
+    await v2_error(await call(client, "GET", f"{BASE}/c1/subscription"), 404, 40403)
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code"),
+    [
+        ({"name": "c9", "format": "avro"}, 406, 40601),
+        ({"name": "c9", "format": "xml"}, 422, 42204),
+        ({"name": "c9", "auto.offset.reset": "soon"}, 422, 42204),
+        ({"name": "c9", "auto.commit.enable": "maybe"}, 422, 42204),
+        ({"name": "c9", "fetch.min.bytes": "many"}, 422, 42204),
+        ({"name": "c9", "consumer.request.timeout.ms": -1}, 422, 42204),
+        ({"name": "a/b"}, 422, 42204),
+        ({"name": "c9", "unknown.setting": 1}, 422, 42204),
+        ([], 422, 42204),
+    ],
+)
+async def test_bad_instance_settings(client: Client, body: object, status: int, code: int) -> None:
+    await v2_error(await call(client, "POST", "/consumers/billing", body), status, code)
+
+
+async def test_bad_requests_on_instances(client: Client, orders: str) -> None:
+    await create(client, "c1")
+    await v2_error(await call(client, "POST", "/consumers/billing", {"name": "c1"}), 409, 40902)
+    for body in ({}, {"topics": [orders], "topic_pattern": "o"}, {"topic_pattern": "("},
+                 {"topics": "orders"}, {"topics": [1]}):  # fmt: skip
+        answer = await call(client, "POST", f"{BASE}/c1/subscription", body)
+        await v2_error(answer, 422, 42204)
+    missing = await call(client, "POST", f"{BASE}/c1/subscription", {"topics": ["nope"]})
+    await v2_error(missing, 404, 40401)
+    internal = {"topics": ["__consumer_offsets"]}
+    await v2_error(await call(client, "POST", f"{BASE}/c1/subscription", internal), 403, 403)
+    unassigned = {"offsets": [{"topic": orders, "partition": 0, "offset": 0}]}
+    await v2_error(await call(client, "POST", f"{BASE}/c1/positions", unassigned), 409, 40903)
+    positions: list[object] = [
+        {"offsets": []},
+        {"offsets": [{"topic": orders}]},
+        {"offsets": "x"},
+        {"offsets": [{"topic": orders, "partition": 0, "offset": -1}]},
+    ]
+    for position in positions:
+        answer = await call(client, "POST", f"{BASE}/c1/positions", position)
+        await v2_error(answer, 422, 42204)
+    await v2_error(await call(client, "GET", f"{BASE}/c1/offsets", {"partitions": 1}), 422, 42204)
+    bad_json = await client.post(f"{BASE}/c1/offsets", data=b"{", headers={"Content-Type": V2})
+    await v2_error(bad_json, 400, 400)
+    wrong_type = await client.post(
+        f"{BASE}/c1/subscription", data=b"{}", headers={"Content-Type": "text/plain"}
+    )
+    await v2_error(wrong_type, 415, 415)
+    for method, path in (("GET", "records"), ("POST", "offsets"), ("GET", "subscription"),
+                         ("DELETE", "subscription")):  # fmt: skip
+        await v2_error(await call(client, method, f"{BASE}/ghost/{path}"), 404, 40403)
+    await v2_error(await call(client, "DELETE", f"{BASE}/ghost"), 404, 40403)
+    await v2_error(await call(client, "GET", f"{BASE}/c1/records?timeout=x"), 400, 400)

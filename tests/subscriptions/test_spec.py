@@ -1,0 +1,103 @@
+"""Subscription documents: defaults, refusals by field, masking, merge patches; endpoints."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from groups.subscriptions import spec as specs
+from groups.subscriptions.endpoints import blocked_address, check_endpoint
+from groups.subscriptions.errors import SubscriptionError
+
+BASE = {"name": "s", "topic": "t", "endpoint": "https://example.com/hook"}
+
+
+def parsed(**fields: Any) -> specs.Subscription:
+    return specs.parse({**BASE, **fields}, uid="u")
+
+
+def test_defaults_are_bounded() -> None:
+    sub = parsed()
+    assert sub.retry.max_attempts == 10 and sub.retry.max_backoff_ms == 600_000
+    assert sub.batching.max_records == 1 and sub.format == "binary" and sub.start == "latest"
+    assert sub.signing_secret.startswith("whsec_") and len(sub.signing_key()) == 32
+    assert sub.group == "subscription.s.u"
+
+
+@pytest.mark.parametrize(
+    ("fields", "pointer"),
+    [
+        ({"name": "a/b"}, "/name"),
+        ({"name": "x" * 201}, "/name"),
+        ({"endpoint": 5}, "/endpoint"),
+        ({"ordering": "key"}, "/ordering"),
+        ({"format": "xml"}, "/format"),
+        ({"start": "middle"}, "/start"),
+        ({"start": {"timestamp": -1}}, "/start/timestamp"),
+        ({"batching": {"max_records": 0}}, "/batching/max_records"),
+        ({"batching": {"max_records": True}}, "/batching/max_records"),
+        ({"retry": {"max_attempts": 1000}}, "/retry/max_attempts"),
+        ({"retry": {"min_backoff_ms": 10, "max_backoff_ms": 5}}, "/retry/max_backoff_ms"),
+        ({"retry": {"retries": 3}}, "/retry"),
+        ({"filter": {"headers": {"a": 1}}}, "/filter/headers"),
+        ({"auth": {"bearer": "a\nb"}}, "/auth/bearer"),
+        ({"auth": {"header": {"name": "webhook-signature", "value": "x"}}}, "/auth/header/name"),
+        ({"signing_secret": "nope"}, "/signing_secret"),
+        ({"surprise": 1}, "/surprise"),
+    ],
+)
+def test_refusals_name_the_field(fields: dict[str, Any], pointer: str) -> None:
+    with pytest.raises(SubscriptionError) as refused:
+        parsed(**fields)
+    assert refused.value.code == "INVALID_SUBSCRIPTION"
+    assert refused.value.extra["pointer"] == pointer
+
+
+def test_secrets_are_masked_and_stored_documents_round_trip() -> None:
+    sub = parsed(auth={"bearer": "s3cr3t-token"}, dead_letter_topic="dlq",
+                 filter={"key_prefix": "eu-", "headers": {"kind": "order"}})  # fmt: skip
+    view = specs.public_view(sub)
+    assert "s3cr3t" not in str(view) and sub.signing_secret not in str(view)
+    again = specs.loaded(specs.stored(sub), 7)
+    assert again == specs.parse(specs.document(sub), uid="u", version=7)
+    assert again.filter.key_prefix == b"eu-" and again.filter.headers == (("kind", b"order"),)
+
+
+def test_merge_patch_changes_what_may_change() -> None:
+    sub = parsed(dead_letter_topic="dlq", retry={"max_attempts": 3})
+    changed = specs.patched(sub, {"retry": {"timeout_ms": 50}, "dead_letter_topic": None})
+    assert changed.retry.max_attempts == 3 and changed.retry.timeout_ms == 50
+    assert changed.dead_letter_topic is None and changed.signing_secret == sub.signing_secret
+    assert not changed.same_delivery(sub)
+    assert specs.patched(sub, {"paused": True}).same_delivery(sub)
+    with pytest.raises(SubscriptionError) as refused:
+        specs.patched(sub, {"topic": "other"})
+    assert refused.value.extra["pointer"] == "/topic"
+
+
+@pytest.mark.parametrize(
+    "address",
+    ["127.0.0.1", "127.9.9.9", "::1", "169.254.169.254", "fe80::1", "0.0.0.0", "::ffff:127.0.0.1"],
+)
+def test_loopback_and_link_local_are_blocked(address: str) -> None:
+    assert blocked_address(address)
+
+
+def test_endpoints_checked() -> None:
+    assert check_endpoint("https://example.com/x", ()) == "example.com"
+    assert check_endpoint("http://127.0.0.1:9/x", ("127.0.0.1",)) == "127.0.0.1"
+    for url, code in [
+        ("http://127.0.0.1/x", "ENDPOINT_NOT_ALLOWED"),
+        ("http://[::1]:80/x", "ENDPOINT_NOT_ALLOWED"),
+        ("http://localhost/x", "ENDPOINT_NOT_ALLOWED"),
+        ("http://169.254.169.254/latest/meta-data", "ENDPOINT_NOT_ALLOWED"),
+        ("ftp://example.com/x", "INVALID_SUBSCRIPTION"),
+        ("example.com/x", "INVALID_SUBSCRIPTION"),
+        ("http://user:pw@example.com/x", "INVALID_SUBSCRIPTION"),
+        ("http://example.com:99999/x", "INVALID_SUBSCRIPTION"),
+        ("http://exa mple.com/x", "INVALID_SUBSCRIPTION"),
+    ]:
+        with pytest.raises(SubscriptionError) as refused:
+            check_endpoint(url, ())
+        assert refused.value.code == code, url

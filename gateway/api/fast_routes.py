@@ -46,7 +46,14 @@ from gateway.api.groups import member_records, valid_group_id
 from gateway.api.problems import problem_of
 from gateway.api.records import produced
 from gateway.api.topics import INTERNAL_TOPICS
-from gateway.auth.checks import admit, quota_refusal, require_reads, unauthenticated
+from gateway.auth.checks import (
+    UNLIMITED_AUDIENCES,
+    admit,
+    quota_charged,
+    quota_refusal,
+    require_reads,
+    unauthenticated,
+)
 from gateway.auth.quotas import ANONYMOUS, PrincipalUsage
 from gateway.auth.route_operations import Access, access
 from gateway.formats import codecs
@@ -258,7 +265,13 @@ class FastRoutes:
         self.served = 0  # requests answered here: sluice_lane_requests_total
         self._produce_targets: Memo[str, PlainProduce] = Memo(_TARGETS_KEPT)
         self._cors_headers: Memo[str | None, Headers] = Memo(_ORIGINS_KEPT)
-        self._rules = {route: _rule(*route) for route in _ROUTES}
+        # Per route (as `_resource_of` names it): its access rule, and whether quotas limit it
+        # and the byte rate they charge (the quota middleware's reading of the same rule).
+        self._rules = {key: _rule(*route) for key, route in _ROUTES.items()}
+        self._quotas = {
+            key: (self._rules[key].audience not in UNLIMITED_AUDIENCES, quota_charged(*route))
+            for key, route in _ROUTES.items()
+        }
         # (Authorization, route, resource name) -> the principal admitted, while neither the
         # credentials (the authenticator's generation) nor the ACLs (the authorizer) change:
         # the common request's credentials and route check in one lookup.
@@ -317,33 +330,33 @@ class FastRoutes:
                 if auth.authenticator.certificate_source is not None:
                     return None
                 return self._refused(taken, unauthenticated(auth.authenticator))
-            admitted = self._admitted_principal(header, taken)
+            route, name = _resource_of(taken)
+            admitted = self._admitted_principal(header, route, name)
             if admitted is None:
                 authenticator = auth.authenticator
                 known = authenticator.known(header, headers.get(ON_BEHALF_OF))
                 if known is None:
                     return None
-                method, route, names = _route_of(taken)
                 try:
-                    admit(auth, known, self._rules[method, route], names)
+                    admit(auth, known, self._rules[route], _route_of(taken)[2])
                 except Problem as problem:
                     return self._refused(taken, problem)
                 if authenticator.lasting(header) == known:
-                    self._admitted.remember((header, *_resource_of(taken)), known)
+                    self._admitted.remember((header, route, name), known)
                 admitted = known
             principal = admitted
         book = auth.quotas
-        if book.active and not isinstance(taken, FastAppend):  # nodes are never limited
-            usage = book.usage_of(principal)
+        if book.active:
+            limited, charged = self._quotas[_resource_of(taken)[0]]
+            usage = book.usage_of(principal) if limited else None
             if usage is not None:
-                produce = isinstance(taken, FastProduce)
-                throttle = book.check(usage, "produce_bytes" if produce else "fetch_bytes")
+                throttle = book.check(usage, charged)
                 if throttle is not None:
                     refusal = quota_refusal(auth, usage, throttle)
                     return None if refusal is None else self._refused(taken, refusal)
                 if isinstance(taken, FastProduce):
-                    book.charge(usage, "produce_bytes", taken.size)
-                else:
+                    book.charge(usage, "produce_bytes", taken.size)  # as sent, at once
+                elif not isinstance(taken, FastAppend):
                     taken.usage = usage  # charged the answer's bytes
         if auth.enabled and isinstance(taken, FastMemberFetch):
             try:
@@ -352,7 +365,7 @@ class FastRoutes:
                 return self._refused(taken, problem)
         return taken
 
-    def _admitted_principal(self, header: str, taken: FastRequest) -> str | None:
+    def _admitted_principal(self, header: str, route: str, name: str) -> str | None:
         """The principal this Authorization header was admitted as on this route and resource
         before, if the credentials and ACLs are still those it was admitted under."""
         auth = self.auth
@@ -361,7 +374,7 @@ class FastRoutes:
             self._admitted.clear()
             self._admitted_under = (auth.authenticator.generation, auth.authorizer)
             return None
-        return self._admitted.get((header, *_resource_of(taken)))
+        return self._admitted.get((header, route, name))
 
     def _cors_of(self, origin: str | None) -> Headers:
         """The CORS headers of an answer to `origin` (remembered per origin)."""
@@ -737,8 +750,13 @@ class FastRoutes:
 
 
 _FETCH = "GET " + PARTITION_ROUTE  # (the produce routes are POST's only)
-_ROUTES = (("POST", TOPIC_ROUTE), ("POST", PARTITION_ROUTE), ("GET", PARTITION_ROUTE),
-           ("GET", MEMBER_ROUTE), ("POST", APPEND_ROUTE))  # fmt: skip
+_ROUTES = {  # `_resource_of`'s name of a route -> its method and template
+    TOPIC_ROUTE: ("POST", TOPIC_ROUTE),
+    PARTITION_ROUTE: ("POST", PARTITION_ROUTE),
+    _FETCH: ("GET", PARTITION_ROUTE),
+    MEMBER_ROUTE: ("GET", MEMBER_ROUTE),
+    APPEND_ROUTE: ("POST", APPEND_ROUTE),
+}
 
 
 def _rule(method: str, route: str) -> Access:

@@ -287,7 +287,7 @@ class FastRoutes:
         taken = self._plain(method, target, headers, body, connection)
         if taken is None or not (self.auth.enabled or self.auth.quotas.active or self.cors):
             return taken
-        return self._checked(taken, headers)
+        return self._checked(taken, headers, connection)
 
     def _plain(
         self, method: str, target: str, headers: Mapping[str, str], body: bytes, connection: object
@@ -314,37 +314,43 @@ class FastRoutes:
         return None
 
     def _checked(
-        self, taken: FastRequest, headers: Mapping[str, str]
+        self, taken: FastRequest, headers: Mapping[str, str], connection: object
     ) -> FastRequest | FastRefusal | None:
         """The middlewares' steps, in their order: CORS headers for its answer, credentials
         (401), what the route needs (403), the quota (429), what a member's fetch reads (403).
         None where only the Application can tell: credentials not seen before (it checks them
-        and remembers them for the next request), a client certificate, a delayed quota."""
+        and remembers them for the next request), a delayed quota."""
         if self.cors is not None:
             taken.cors = self._cors_of(headers.get("Origin"))
         auth = self.auth
         principal = ANONYMOUS
         if auth.enabled:
             header = headers.get("Authorization")
-            if header is None:
-                if auth.authenticator.certificate_source is not None:
-                    return None
-                return self._refused(taken, unauthenticated(auth.authenticator))
-            route, name = _resource_of(taken)
-            admitted = self._admitted_principal(header, route, name)
-            if admitted is None:
-                authenticator = auth.authenticator
-                known = authenticator.known(header, headers.get(ON_BEHALF_OF))
-                if known is None:
-                    return None
-                try:
-                    admit(auth, known, self._rules[route], _route_of(taken)[2])
-                except Problem as problem:
-                    return self._refused(taken, problem)
-                if authenticator.lasting(header) == known:
-                    self._admitted.remember((header, route, name), known)
-                admitted = known
-            principal = admitted
+            if header is None:  # the client certificate of the connection, if any
+                certified = auth.authenticator.certificate_of(
+                    getattr(connection, "transport", None)
+                )
+                if certified is None:
+                    return self._refused(taken, unauthenticated(auth.authenticator))
+                refusal = self._admit(taken, certified)
+                if refusal is not None:
+                    return refusal
+                principal = certified
+            else:
+                route, name = _resource_of(taken)
+                admitted = self._admitted_principal(header, route, name)
+                if admitted is None:
+                    authenticator = auth.authenticator
+                    known = authenticator.known(header, headers.get(ON_BEHALF_OF))
+                    if known is None:
+                        return None
+                    refusal = self._admit(taken, known)
+                    if refusal is not None:
+                        return refusal
+                    if authenticator.lasting(header) == known:
+                        self._admitted.remember((header, route, name), known)
+                    admitted = known
+                principal = admitted
         book = auth.quotas
         if book.active:
             limited, charged = self._quotas[_resource_of(taken)[0]]
@@ -352,8 +358,8 @@ class FastRoutes:
             if usage is not None:
                 throttle = book.check(usage, charged)
                 if throttle is not None:
-                    refusal = quota_refusal(auth, usage, throttle)
-                    return None if refusal is None else self._refused(taken, refusal)
+                    over = quota_refusal(auth, usage, throttle)
+                    return None if over is None else self._refused(taken, over)
                 if isinstance(taken, FastProduce):
                     book.charge(usage, "produce_bytes", taken.size)  # as sent, at once
                 elif not isinstance(taken, FastAppend):
@@ -364,6 +370,14 @@ class FastRoutes:
             except Problem as problem:
                 return self._refused(taken, problem)
         return taken
+
+    def _admit(self, taken: FastRequest, principal: str) -> FastRefusal | None:
+        """What the route needs of the principal (gateway.auth.checks.admit); its 403."""
+        try:
+            admit(self.auth, principal, self._rules[_resource_of(taken)[0]], _route_of(taken)[2])
+        except Problem as problem:
+            return self._refused(taken, problem)
+        return None
 
     def _admitted_principal(self, header: str, route: str, name: str) -> str | None:
         """The principal this Authorization header was admitted as on this route and resource

@@ -105,7 +105,7 @@ class Authenticator:
     async def authenticate(self, request: web.Request) -> str | None:
         header = request.headers.get(hdrs.AUTHORIZATION)
         if header is None:
-            return self._certificate(request)
+            return self.certificate_of(request.transport)
         on_behalf_of = request.headers.get(ON_BEHALF_OF)
         known = self.known(header, on_behalf_of)
         if known is not None:
@@ -178,8 +178,9 @@ class Authenticator:
         self._basic_verified[remembered] = record.key_id
         return user
 
-    def _certificate(self, request: web.Request) -> str | None:
-        if self.certificate_source is None or request.transport is None:
+    def certificate_of(self, transport: asyncio.BaseTransport | None) -> str | None:
+        """The principal of the client certificate the connection was made with, if any."""
+        if self.certificate_source is None or transport is None:
             return None
-        peercert = request.transport.get_extra_info("peercert")
+        peercert = transport.get_extra_info("peercert")
         return certificate_principal(peercert, self.certificate_source)

@@ -39,7 +39,7 @@ def fast_routes_of(client: Client) -> FastRoutes:
     return routes
 
 
-async def test_the_lane_serves_bulk_produces_up_to_the_request_limit(start: Start) -> None:
+async def test_the_fast_routes_serves_bulk_produces_up_to_the_request_limit(start: Start) -> None:
     """A 1000-record produce (over 100 KB) is the routes's as a one-record one is: through the
     Application a held HTTP/2 body would be copied into a reader and out again. A body over
     --max-request-bytes is left to the Application, whose answer is 413."""
@@ -114,7 +114,9 @@ async def test_plain_produces_of_one_turn_share_a_write_and_need_no_task(start: 
     assert inflight.reserved == 0 and not inflight.by_connection
 
 
-async def test_produces_the_lane_cannot_answer_at_once_still_take_a_task(start: Start) -> None:
+async def test_produces_the_fast_routes_cannot_answer_at_once_still_take_a_task(
+    start: Start,
+) -> None:
     """acks=all and idempotent produces wait in a coroutine as before, and answer the same."""
     client = await start()
     await create_topic(client)

@@ -23,7 +23,7 @@ from h2.events import DataReceived, ResponseReceived, StreamEnded
 
 from tests.auth.support import binding, make_key
 from tests.e2e.conftest import Server, start_server, until
-from tests.e2e.test_fast_routes import LANE_METRIC
+from tests.e2e.test_fast_routes import FAST_METRIC
 
 WAIT_S = 30.0
 ORIGIN = "https://app.example"
@@ -73,7 +73,7 @@ def fast_served(server: Server, key: str | None = None) -> int:
     """`sluice_lane_requests_total`: what the fast routes answered (`key`: whose /metrics)."""
     headers = {} if key is None else bearer(key)
     metrics = httpx.get(f"{server.url}/metrics", headers=headers, timeout=WAIT_S)
-    found = LANE_METRIC.search(metrics.content)
+    found = FAST_METRIC.search(metrics.content)
     assert found is not None, metrics.text
     return int(float(found.group(1)))
 

@@ -1,4 +1,4 @@
-"""Direct answers on HTTP/2: a stream a subclass of H2Protocol serves itself (the lane does,
+"""Direct answers on HTTP/2: a stream a subclass of H2Protocol serves itself (the fast routes do,
 in gateway.http.connections) is answered without a task, released exactly once whatever happens
 first, and waited for by a graceful shutdown until its answer is out."""
 

@@ -1,4 +1,4 @@
-"""TurnAnswers: the lane's HTTP/1.1 answers of one loop turn are written back to back at its
+"""TurnAnswers: the fast routes' HTTP/1.1 answers of one loop turn are written back to back at its
 end, and only then does each connection go on to its next request."""
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ def fast_routes_of(client: Client) -> FastRoutes:
     return routes
 
 
-async def test_the_fast_routes_serves_bulk_produces_up_to_the_request_limit(start: Start) -> None:
+async def test_the_fast_routes_serve_bulk_produces_up_to_the_request_limit(start: Start) -> None:
     """A 1000-record produce (over 100 KB) is the routes's as a one-record one is: through the
     Application a held HTTP/2 body would be copied into a reader and out again. A body over
     --max-request-bytes is left to the Application, whose answer is 413."""

@@ -17,10 +17,14 @@ Events are tuples ``(kind, stream_id, a, b)``:
 ``receive`` raises ``CalmError`` when the peer passed a resource limit (a header list over
 ``max_header_list_size``, a CONTINUATION or acknowledgement flood) and ``SessionError`` for any
 other fatal error; after either the session is unusable.
+
+``SLUICE_H2_SESSION=ngh2`` in the environment, read once at import, makes ``Session`` the
+ngh2 one even where the C session is built: how the tests run a real server on the fallback.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any, Final, Protocol
 
@@ -237,15 +241,17 @@ SessionError: type[Exception]
 CalmError: type[Exception]
 StreamClosedError: type[Exception]
 Session: Callable[..., SessionLike]
-try:
-    from gateway import _h2session
-
+native = os.environ.get("SLUICE_H2_SESSION") != "ngh2"
+if native:
+    try:
+        from gateway import _h2session
+    except ImportError:  # built without libnghttp2's headers: the slower, equivalent session
+        native = False
+if native:
     SessionError = _h2session.SessionError
     CalmError = _h2session.CalmError
     StreamClosedError = _h2session.StreamClosedError
     Session = _h2session.Session
-    native = True
-except ImportError:  # built without libnghttp2's headers: the slower, equivalent session
+else:
     SessionError, CalmError, StreamClosedError = _SessionError, _CalmError, _StreamClosedError
     Session = NgH2Session
-    native = False

@@ -9,6 +9,9 @@ nghttp2, and checks arguments its own way) the test says so.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -190,6 +193,25 @@ def test_the_module_exports_what_h2_session_documents() -> None:
     assert _h2session.NGHTTP2_VERSION.startswith("1.")
     assert h2_session.native and h2_session.Session is CSession
     assert h2_session.CalmError is CalmError
+
+
+def test_the_environment_can_ask_for_the_ngh2_session() -> None:
+    """SLUICE_H2_SESSION=ngh2, read at import, makes the gateway take NgH2Session (with its
+    errors) though the C session is built: how tests/e2e/test_h2spec.py runs a real server
+    on the fallback."""
+    shows = "from gateway import h2_session as h; print(h.native, h.Session, h.SessionError)"
+    done = subprocess.run(
+        [sys.executable, "-c", shows],
+        env={**os.environ, "SLUICE_H2_SESSION": "ngh2"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.split() == [
+        "False",
+        *("<class", "'gateway.h2_session.NgH2Session'>"),
+        *("<class", "'gateway.h2_session._SessionError'>"),
+    ]
 
 
 @pytest.mark.parametrize(

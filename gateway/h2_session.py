@@ -18,6 +18,11 @@ Events are tuples ``(kind, stream_id, a, b)``:
 ``max_header_list_size``, a CONTINUATION or acknowledgement flood) and ``SessionError`` for any
 other fatal error; after either the session is unusable.
 
+Both sessions read the client's frame headers before libnghttp2 does, for the stream rules it
+leaves out (`_PeerStreams`): a frame refused there ends the connection with the library's
+GOAWAY once the frames before it are read. After that, or ``terminate``, a session reads
+nothing more, refuses to send, and ignores acknowledgements.
+
 ``SLUICE_H2_SESSION=ngh2`` in the environment, read once at import, makes ``Session`` the
 ngh2 one even where the C session is built: how the tests run a real server on the fallback.
 """
@@ -25,7 +30,7 @@ ngh2 one even where the C session is built: how the tests run a real server on t
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Final, Protocol
 
 import ngh2
@@ -65,6 +70,14 @@ TERMINATED: Final = 8
 Event = tuple[int, int, Any, Any]
 Headers = list[tuple[bytes, bytes]]
 
+_PREFACE_LENGTH: Final = 24
+_FRAME_HEADER: Final = 9
+_DATA, _HEADERS, _PRIORITY, _RST_STREAM = 0x0, 0x1, 0x2, 0x3
+_END_STREAM: Final = 0x1
+_PEER_WINDOW: Final = 256  # client streams remembered below the last one opened
+_SKIPPED, _OPEN, _ENDED = 0, 1, 2
+_U31: Final = 2**31 - 1  # the largest 31-bit number: a stream id's mask, the largest window
+
 
 class SessionLike(Protocol):
     """What `gateway.http2` calls on a session (both implementations)."""
@@ -101,6 +114,90 @@ class _StreamClosedError(_SessionError):
     """The stream is closed (or reset): nothing more can be sent on it."""
 
 
+class _PeerStreams:
+    """The client's streams as its own frames make them (RFC 9113 §5.1), for what libnghttp2
+    does not check: `_h2session.c`'s peer_scan and peer_check, for `NgH2Session` (see there
+    for the rules)."""
+
+    __slots__ = ("_head", "_last", "_skip", "_streams", "_want")
+
+    def __init__(self) -> None:
+        self._head = b""  # the frame's header read so far
+        self._want = _FRAME_HEADER  # and how much of it (more for PRIORITY)
+        self._skip = _PREFACE_LENGTH  # the preface's or the frame's payload bytes to pass
+        self._last = 0  # the highest stream a HEADERS frame opened
+        self._streams = bytearray(_PEER_WINDOW)  # a state by (stream id // 2) % _PEER_WINDOW
+
+    def scan(self, data: bytes) -> Iterator[tuple[int, int]]:
+        """For each frame in `data` to act on before the library reads it: where it begins in
+        `data` (0 if in an earlier read), and the connection error it is."""
+        at, end, frame_at = 0, len(data), 0
+        while at < end:
+            if self._skip:
+                step = min(self._skip, end - at)
+                self._skip -= step
+                at += step
+                continue
+            head = self._head
+            if not head:
+                frame_at = at
+            head += data[at : at + self._want - len(head)]
+            at += len(head) - len(self._head)
+            self._head = head
+            if len(head) < self._want:
+                break
+            length = int.from_bytes(head[:3], "big")
+            kind = head[3]
+            stream_id = int.from_bytes(head[5:9], "big") & _U31
+            if self._want == _FRAME_HEADER and kind == _PRIORITY and length == 5:
+                self._want += 5
+                continue
+            self._head = b""
+            self._skip = length - (self._want - _FRAME_HEADER)
+            self._want = _FRAME_HEADER
+            code = self._check(head, length, kind, stream_id)
+            if code:
+                yield frame_at, code
+                return
+
+    def _check(self, head: bytes, length: int, kind: int, stream_id: int) -> int:
+        """The connection error a frame is, or 0: libnghttp2 judges it."""
+        if kind == _PRIORITY:
+            if length != 5:
+                return 0  # FRAME_SIZE_ERROR, the library's
+            depends_on = int.from_bytes(head[9:13], "big") & _U31
+            return ErrorCode.PROTOCOL_ERROR if stream_id in (0, depends_on) else 0
+        if kind in (_HEADERS, _DATA):
+            if not stream_id & 1:
+                return 0  # stream 0 or a server's identifier: the library's PROTOCOL_ERROR
+            streams, slot = self._streams, (stream_id >> 1) % _PEER_WINDOW
+            if stream_id > self._last:
+                if kind == _DATA:
+                    return 0  # an idle stream: the library's PROTOCOL_ERROR
+                self._open(stream_id)
+            elif self._last - stream_id >= 2 * _PEER_WINDOW:
+                return 0
+            elif streams[slot] == _ENDED:
+                return ErrorCode.STREAM_CLOSED
+            elif streams[slot] == _SKIPPED:
+                return ErrorCode.PROTOCOL_ERROR if kind == _HEADERS else 0
+            if head[4] & _END_STREAM:
+                streams[slot] = _ENDED
+        elif kind == _RST_STREAM and length == 4 and stream_id & 1 and stream_id <= self._last:
+            slot = (stream_id >> 1) % _PEER_WINDOW
+            if self._last - stream_id < 2 * _PEER_WINDOW and self._streams[slot] == _OPEN:
+                self._streams[slot] = _ENDED
+        return 0
+
+    def _open(self, stream_id: int) -> None:
+        """The client opened `stream_id`, above the last: the identifiers between are skipped."""
+        streams = self._streams
+        for skipped in range(stream_id - 2, max(self._last, stream_id - 2 * _PEER_WINDOW), -2):
+            streams[(skipped >> 1) % _PEER_WINDOW] = _SKIPPED
+        self._last = stream_id
+        streams[(stream_id >> 1) % _PEER_WINDOW] = _OPEN
+
+
 def header_block(fields: tuple[tuple[bytes, bytes], ...]) -> bytes:
     """A header list as the one bytes key a REQUEST event carries."""
     return b"".join(b"%s\0%s\0" % field for field in fields)
@@ -110,7 +207,7 @@ class NgH2Session:
     """`SessionLike` over ngh2: the session where the C binding was not built (no compiler
     or no libnghttp2 headers at install), and the reference it is tested against."""
 
-    __slots__ = ("_conn", "_forgotten")
+    __slots__ = ("_conn", "_ending", "_forgotten", "_peer")
 
     def __init__(
         self,
@@ -124,6 +221,8 @@ class NgH2Session:
         from ngh2 import Configuration, Connection, Role, Setting
 
         self._forgotten: set[int] = set()
+        self._peer = _PeerStreams()
+        self._ending = False  # we ended the connection (terminate, or a frame refused)
         config = Configuration(
             auto_window_update=False, max_inbound_header_list_size=max_header_list_size
         )
@@ -149,8 +248,20 @@ class NgH2Session:
         return self._conn.want_write
 
     def receive(self, data: bytes, /) -> list[Event]:
+        if self._ending:
+            return self.events()
+        conn = self._conn
+        view = memoryview(data)
+        fed = 0
         try:
-            self._conn.receive_data(data)
+            for at, code in self._peer.scan(data):
+                if at > fed:
+                    conn.receive_data(view[fed:at])
+                    fed = at
+                self._ending = True
+                conn.terminate_connection(code)
+                return self.events()
+            conn.receive_data(view[fed:])
         except ngh2.DenialOfServiceError as exc:
             raise CalmError(str(exc)) from exc
         except ngh2.NGH2Error as exc:
@@ -222,6 +333,8 @@ class NgH2Session:
             raise SessionError(str(exc)) from exc
 
     def acknowledge_received_data(self, amount: int, stream_id: int, /) -> None:
+        if self._ending:
+            return  # no window goes out after the final GOAWAY
         try:
             self._conn.acknowledge_received_data(amount, stream_id)
         except ngh2.NGH2Error as exc:  # e.g. the session has ended
@@ -234,7 +347,9 @@ class NgH2Session:
         self._forgotten.add(stream_id)
 
     def terminate(self, error_code: int, last_stream_id: int, /) -> None:
-        self._conn.terminate_connection(error_code, last_stream_id=last_stream_id)
+        if not self._ending:  # once is all libnghttp2 takes
+            self._ending = True
+            self._conn.terminate_connection(error_code, last_stream_id=last_stream_id)
 
 
 SessionError: type[Exception]

@@ -30,6 +30,7 @@ ngh2 one even where the C session is built: how the tests run a real server on t
 from __future__ import annotations
 
 import os
+import struct
 from collections.abc import Callable, Iterator
 from typing import Any, Final, Protocol
 
@@ -72,11 +73,12 @@ Headers = list[tuple[bytes, bytes]]
 
 _PREFACE_LENGTH: Final = 24
 _FRAME_HEADER: Final = 9
-_DATA, _HEADERS, _PRIORITY, _RST_STREAM = 0x0, 0x1, 0x2, 0x3
+_DATA, _HEADERS, _PRIORITY, _RST_STREAM, _WINDOW_UPDATE = 0x0, 0x1, 0x2, 0x3, 0x8
 _END_STREAM: Final = 0x1
 _PEER_WINDOW: Final = 256  # client streams remembered below the last one opened
 _SKIPPED, _OPEN, _ENDED = 0, 1, 2
 _U31: Final = 2**31 - 1  # the largest 31-bit number: a stream id's mask, the largest window
+_RST_STREAM_FRAME: Final = struct.Struct(">xHBBII")  # length (24 bits), type, flags, stream, code
 
 
 class SessionLike(Protocol):
@@ -117,20 +119,22 @@ class _StreamClosedError(_SessionError):
 class _PeerStreams:
     """The client's streams as its own frames make them (RFC 9113 §5.1), for what libnghttp2
     does not check: `_h2session.c`'s peer_scan and peer_check, for `NgH2Session` (see there
-    for the rules)."""
+    for the rules). Also where a WINDOW_UPDATE on a stream is, which ngh2's libnghttp2 makes
+    a connection error when it overflows the stream's window (§6.9.1 wants the stream reset)."""
 
     __slots__ = ("_head", "_last", "_skip", "_streams", "_want")
 
     def __init__(self) -> None:
         self._head = b""  # the frame's header read so far
-        self._want = _FRAME_HEADER  # and how much of it (more for PRIORITY)
+        self._want = _FRAME_HEADER  # and how much of it (more for PRIORITY, WINDOW_UPDATE)
         self._skip = _PREFACE_LENGTH  # the preface's or the frame's payload bytes to pass
         self._last = 0  # the highest stream a HEADERS frame opened
         self._streams = bytearray(_PEER_WINDOW)  # a state by (stream id // 2) % _PEER_WINDOW
 
-    def scan(self, data: bytes) -> Iterator[tuple[int, int]]:
+    def scan(self, data: bytes) -> Iterator[tuple[int, int, int, int]]:
         """For each frame in `data` to act on before the library reads it: where it begins in
-        `data` (0 if in an earlier read), and the connection error it is."""
+        `data` (0 if in an earlier read), the connection error it is (0: none), its stream,
+        and a stream WINDOW_UPDATE's increment (0: not one). A refused frame is the last."""
         at, end, frame_at = 0, len(data), 0
         while at < end:
             if self._skip:
@@ -149,15 +153,22 @@ class _PeerStreams:
             length = int.from_bytes(head[:3], "big")
             kind = head[3]
             stream_id = int.from_bytes(head[5:9], "big") & _U31
-            if self._want == _FRAME_HEADER and kind == _PRIORITY and length == 5:
-                self._want += 5
-                continue
+            if self._want == _FRAME_HEADER:
+                if kind == _PRIORITY and length == 5:
+                    self._want += 5
+                    continue
+                if kind == _WINDOW_UPDATE and length == 4 and stream_id:
+                    self._want += 4
+                    continue
             self._head = b""
             self._skip = length - (self._want - _FRAME_HEADER)
             self._want = _FRAME_HEADER
+            if kind == _WINDOW_UPDATE and len(head) > _FRAME_HEADER:
+                yield frame_at, 0, stream_id, int.from_bytes(head[9:], "big") & _U31
+                continue
             code = self._check(head, length, kind, stream_id)
             if code:
-                yield frame_at, code
+                yield frame_at, code, stream_id, 0
                 return
 
     def _check(self, head: bytes, length: int, kind: int, stream_id: int) -> int:
@@ -207,7 +218,7 @@ class NgH2Session:
     """`SessionLike` over ngh2: the session where the C binding was not built (no compiler
     or no libnghttp2 headers at install), and the reference it is tested against."""
 
-    __slots__ = ("_conn", "_ending", "_forgotten", "_peer")
+    __slots__ = ("_ahead", "_conn", "_ending", "_forgotten", "_overflowed", "_peer")
 
     def __init__(
         self,
@@ -223,6 +234,8 @@ class NgH2Session:
         self._forgotten: set[int] = set()
         self._peer = _PeerStreams()
         self._ending = False  # we ended the connection (terminate, or a frame refused)
+        self._ahead = b""  # frames of ours to send before the library's
+        self._overflowed = False  # a stream's window overflowed: the library ends the connection
         config = Configuration(
             auto_window_update=False, max_inbound_header_list_size=max_header_list_size
         )
@@ -254,10 +267,13 @@ class NgH2Session:
         view = memoryview(data)
         fed = 0
         try:
-            for at, code in self._peer.scan(data):
+            for at, code, stream_id, increment in self._peer.scan(data):
                 if at > fed:
                     conn.receive_data(view[fed:at])
                     fed = at
+                if increment:
+                    self._check_window(stream_id, increment)
+                    continue
                 self._ending = True
                 conn.terminate_connection(code)
                 return self.events()
@@ -267,6 +283,23 @@ class NgH2Session:
         except ngh2.NGH2Error as exc:
             raise SessionError(str(exc)) from exc
         return self.events()
+
+    def _check_window(self, stream_id: int, increment: int) -> None:
+        """Before a client's WINDOW_UPDATE that takes a stream's window past 2**31-1, which
+        ngh2's libnghttp2 answers with GOAWAY FLOW_CONTROL_ERROR alone, our RST_STREAM
+        FLOW_CONTROL_ERROR of the stream (RFC 9113 §6.9.1): the frames the C session sends
+        (libnghttp2 1.52 resets the stream, the session then ends the connection)."""
+        if self._overflowed:
+            return  # the library ignores all that follows
+        try:
+            window = self._conn.stream_remote_window_size(stream_id)
+        except ngh2.StreamUnavailableError:
+            return  # no open stream: nothing to overflow
+        if window + increment > _U31:
+            self._overflowed = True
+            self._ahead += _RST_STREAM_FRAME.pack(
+                4, _RST_STREAM, 0, stream_id, ErrorCode.FLOW_CONTROL_ERROR
+            )
 
     def events(self) -> list[Event]:
         out: list[Event] = []
@@ -296,6 +329,9 @@ class NgH2Session:
         return out
 
     def data_to_send(self) -> bytes:
+        if self._ahead:
+            ahead, self._ahead = self._ahead, b""
+            return ahead + self._conn.data_to_send()
         return self._conn.data_to_send()
 
     def respond(self, stream_id: int, headers: Headers, body: bytes, /) -> None:

@@ -982,6 +982,33 @@ def test_frames_after_our_reset_are_ignored(make: Maker) -> None:
     ended_by(server, ErrorCodes.STREAM_CLOSED, 3)
 
 
+@pytest.mark.parametrize(
+    ("make", "events"),
+    each([(CLOSED, 1, ErrorCodes.FLOW_CONTROL_ERROR, None)], []),
+)
+def test_a_stream_window_past_2_31_resets_it_then_ends_the_connection(
+    make: Maker, events: list[Event]
+) -> None:
+    """h2spec http2/6.9.1/3: WINDOW_UPDATEs taking a stream's window past 2**31-1 reset the
+    stream (RFC 9113 §6.9.1), then GOAWAY FLOW_CONTROL_ERROR. libnghttp2 1.52 resets it and
+    the C session ends the connection as for any window the client breaks; ngh2's nghttp2
+    ends it at once, so its session sends the RST_STREAM first itself (and no CLOSED: that
+    libnghttp2 never closed the stream)."""
+    server, received = raw_session(
+        make,
+        raw_request(1, end=False),
+        WindowUpdateFrame(1, 2**31 - 1),
+        WindowUpdateFrame(1, 2**31 - 1),
+    )
+    assert received == [(REQUEST, 1, header_block(GET), False)]
+    sent = sent_frames(server.data_to_send())
+    assert [(type(f), f.stream_id, getattr(f, "error_code", None)) for f in sent] == [
+        (RstStreamFrame, 1, ErrorCodes.FLOW_CONTROL_ERROR),
+        (GoAwayFrame, 0, ErrorCodes.FLOW_CONTROL_ERROR),
+    ]
+    assert server.events() == [*events, (TERMINATED, 0, None, None)]
+
+
 REFUSED = [
     # (the client's frames, what the frames before the refused one make, its error code)
     (
@@ -1498,7 +1525,8 @@ def serve(make: Maker, reads: Sequence[bytes]) -> list[tuple[Any, ...]]:
     write, which is compared). And a stream's flow-control error (DATA past its window, a
     WINDOW_UPDATE past 2**31-1) resets the stream in libnghttp2 1.52 (CLOSED with
     FLOW_CONTROL_ERROR) before the C session ends the connection, where ngh2's nghttp2 ends
-    the connection at once (test_data_past_a_stream_window_ends_the_connection)."""
+    the connection at once, with no CLOSED (test_data_past_a_stream_window_ends_the_connection,
+    test_a_stream_window_past_2_31_resets_it_then_ends_the_connection)."""
     server = make(**LIMITS)
     server.data_to_send()
     log: list[tuple[Any, ...]] = []

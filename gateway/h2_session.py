@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, Final, Protocol
 
 import ngh2
@@ -73,11 +73,13 @@ Headers = list[tuple[bytes, bytes]]
 
 _PREFACE_LENGTH: Final = 24
 _FRAME_HEADER: Final = 9
-_DATA, _HEADERS, _PRIORITY, _RST_STREAM, _WINDOW_UPDATE = 0x0, 0x1, 0x2, 0x3, 0x8
+_HEADERS, _PRIORITY, _RST_STREAM, _WINDOW_UPDATE = 0x1, 0x2, 0x3, 0x8  # DATA is 0x0
 _END_STREAM: Final = 0x1
 _PEER_WINDOW: Final = 256  # client streams remembered below the last one opened
 _SKIPPED, _OPEN, _ENDED = 0, 1, 2
 _U31: Final = 2**31 - 1  # the largest 31-bit number: a stream id's mask, the largest window
+_FRAME: Final = struct.Struct(">BHBBI")  # a frame's header: length (24 bits), type, flags, stream
+_WORD: Final = struct.Struct(">I")  # a PRIORITY frame's dependency, a WINDOW_UPDATE's increment
 _RST_STREAM_FRAME: Final = struct.Struct(">xHBBII")  # length (24 bits), type, flags, stream, code
 
 
@@ -122,89 +124,80 @@ class _PeerStreams:
     for the rules). Also where a WINDOW_UPDATE on a stream is, which ngh2's libnghttp2 makes
     a connection error when it overflows the stream's window (§6.9.1 wants the stream reset)."""
 
-    __slots__ = ("_head", "_last", "_skip", "_streams", "_want")
+    __slots__ = ("_held", "_last", "_skip", "_streams")
 
     def __init__(self) -> None:
-        self._head = b""  # the frame's header read so far
-        self._want = _FRAME_HEADER  # and how much of it (more for PRIORITY, WINDOW_UPDATE)
+        self._held = b""  # a frame's first bytes, too few to judge it by
         self._skip = _PREFACE_LENGTH  # the preface's or the frame's payload bytes to pass
         self._last = 0  # the highest stream a HEADERS frame opened
         self._streams = bytearray(_PEER_WINDOW)  # a state by (stream id // 2) % _PEER_WINDOW
 
-    def scan(self, data: bytes) -> Iterator[tuple[int, int, int, int]]:
-        """For each frame in `data` to act on before the library reads it: where it begins in
-        `data` (0 if in an earlier read), the connection error it is (0: none), its stream,
-        and a stream WINDOW_UPDATE's increment (0: not one). A refused frame is the last."""
-        at, end, frame_at = 0, len(data), 0
-        while at < end:
-            if self._skip:
-                step = min(self._skip, end - at)
-                self._skip -= step
-                at += step
-                continue
-            head = self._head
-            if not head:
-                frame_at = at
-            head += data[at : at + self._want - len(head)]
-            at += len(head) - len(self._head)
-            self._head = head
-            if len(head) < self._want:
+    def scan(self, data: bytes) -> list[tuple[int, int, int, int]]:
+        """Each frame in `data` to act on before the library reads it (most reads have none):
+        where it begins in `data` (0 if in an earlier read), the connection error it is (0:
+        none), its stream, and a stream WINDOW_UPDATE's increment (0: not one). A refused
+        frame is the last."""
+        stops: list[tuple[int, int, int, int]] = []
+        held = len(self._held)
+        if held:
+            data = self._held + data
+        at, end, skip = 0, len(data), self._skip
+        streams = self._streams
+        while True:
+            if skip >= end - at:
+                self._held, self._skip = b"", skip - (end - at)
+                return stops
+            at += skip
+            if end - at < _FRAME_HEADER:
                 break
-            length = int.from_bytes(head[:3], "big")
-            kind = head[3]
-            stream_id = int.from_bytes(head[5:9], "big") & _U31
-            if self._want == _FRAME_HEADER:
-                if kind == _PRIORITY and length == 5:
-                    self._want += 5
-                    continue
-                if kind == _WINDOW_UPDATE and length == 4 and stream_id:
-                    self._want += 4
-                    continue
-            self._head = b""
-            self._skip = length - (self._want - _FRAME_HEADER)
-            self._want = _FRAME_HEADER
-            if kind == _WINDOW_UPDATE and len(head) > _FRAME_HEADER:
-                yield frame_at, 0, stream_id, int.from_bytes(head[9:], "big") & _U31
-                continue
-            code = self._check(head, length, kind, stream_id)
+            high, skip, kind, flags, stream_id = _FRAME.unpack_from(data, at)
+            skip |= high << 16  # the frame's length: its payload is passed over
+            stream_id &= _U31
+            code = 0
+            if kind <= _HEADERS:  # DATA or HEADERS
+                if stream_id & 1:  # else stream 0 or a server's: the library's PROTOCOL_ERROR
+                    slot = (stream_id >> 1) % _PEER_WINDOW
+                    if stream_id > self._last:
+                        if kind == _HEADERS:  # DATA on an idle stream is the library's
+                            self._open(stream_id)
+                            if flags & _END_STREAM:
+                                streams[slot] = _ENDED
+                    elif self._last - stream_id < 2 * _PEER_WINDOW:  # older: the library's
+                        state = streams[slot]
+                        if state == _ENDED:
+                            code = ErrorCode.STREAM_CLOSED
+                        elif state == _SKIPPED:
+                            code = ErrorCode.PROTOCOL_ERROR if kind == _HEADERS else 0
+                        elif flags & _END_STREAM:
+                            streams[slot] = _ENDED
+            elif kind == _RST_STREAM:
+                if skip == 4 and stream_id & 1 and 0 <= self._last - stream_id < 2 * _PEER_WINDOW:
+                    slot = (stream_id >> 1) % _PEER_WINDOW
+                    if streams[slot] == _OPEN:
+                        streams[slot] = _ENDED
+            elif (kind == _PRIORITY and skip == 5) or (
+                kind == _WINDOW_UPDATE and skip == 4 and stream_id
+            ):  # judged by their payload too, whole (as the C session reads it)
+                if end - at < _FRAME_HEADER + skip:
+                    break
+                word = _WORD.unpack_from(data, at + _FRAME_HEADER)[0] & _U31
+                if kind == _WINDOW_UPDATE:
+                    stops.append((max(at - held, 0), 0, stream_id, word))
+                elif stream_id in (0, word):
+                    code = ErrorCode.PROTOCOL_ERROR
             if code:
-                yield frame_at, code, stream_id, 0
-                return
-
-    def _check(self, head: bytes, length: int, kind: int, stream_id: int) -> int:
-        """The connection error a frame is, or 0: libnghttp2 judges it."""
-        if kind == _PRIORITY:
-            if length != 5:
-                return 0  # FRAME_SIZE_ERROR, the library's
-            depends_on = int.from_bytes(head[9:13], "big") & _U31
-            return ErrorCode.PROTOCOL_ERROR if stream_id in (0, depends_on) else 0
-        if kind in (_HEADERS, _DATA):
-            if not stream_id & 1:
-                return 0  # stream 0 or a server's identifier: the library's PROTOCOL_ERROR
-            streams, slot = self._streams, (stream_id >> 1) % _PEER_WINDOW
-            if stream_id > self._last:
-                if kind == _DATA:
-                    return 0  # an idle stream: the library's PROTOCOL_ERROR
-                self._open(stream_id)
-            elif self._last - stream_id >= 2 * _PEER_WINDOW:
-                return 0
-            elif streams[slot] == _ENDED:
-                return ErrorCode.STREAM_CLOSED
-            elif streams[slot] == _SKIPPED:
-                return ErrorCode.PROTOCOL_ERROR if kind == _HEADERS else 0
-            if head[4] & _END_STREAM:
-                streams[slot] = _ENDED
-        elif kind == _RST_STREAM and length == 4 and stream_id & 1 and stream_id <= self._last:
-            slot = (stream_id >> 1) % _PEER_WINDOW
-            if self._last - stream_id < 2 * _PEER_WINDOW and self._streams[slot] == _OPEN:
-                self._streams[slot] = _ENDED
-        return 0
+                stops.append((max(at - held, 0), code, stream_id, 0))
+                return stops
+            at += _FRAME_HEADER
+        self._held, self._skip = data[at:], 0
+        return stops
 
     def _open(self, stream_id: int) -> None:
         """The client opened `stream_id`, above the last: the identifiers between are skipped."""
         streams = self._streams
-        for skipped in range(stream_id - 2, max(self._last, stream_id - 2 * _PEER_WINDOW), -2):
-            streams[(skipped >> 1) % _PEER_WINDOW] = _SKIPPED
+        if stream_id - 2 > self._last:
+            for skipped in range(stream_id - 2, max(self._last, stream_id - 2 * _PEER_WINDOW), -2):
+                streams[(skipped >> 1) % _PEER_WINDOW] = _SKIPPED
         self._last = stream_id
         streams[(stream_id >> 1) % _PEER_WINDOW] = _OPEN
 
@@ -264,12 +257,11 @@ class NgH2Session:
         if self._ending:
             return self.events()
         conn = self._conn
-        view = memoryview(data)
         fed = 0
         try:
             for at, code, stream_id, increment in self._peer.scan(data):
                 if at > fed:
-                    conn.receive_data(view[fed:at])
+                    conn.receive_data(memoryview(data)[fed:at])
                     fed = at
                 if increment:
                     self._check_window(stream_id, increment)
@@ -277,7 +269,7 @@ class NgH2Session:
                 self._ending = True
                 conn.terminate_connection(code)
                 return self.events()
-            conn.receive_data(view[fed:])
+            conn.receive_data(memoryview(data)[fed:] if fed else data)
         except ngh2.DenialOfServiceError as exc:
             raise CalmError(str(exc)) from exc
         except ngh2.NGH2Error as exc:

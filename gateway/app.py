@@ -17,13 +17,14 @@ from gateway.api import records as records_api
 from gateway.api import subscriptions as subscriptions_api
 from gateway.api import topics as topics_api
 from gateway.api.backpressure import INFLIGHT, InflightBodies, backpressure_middleware
-from gateway.api.fast_routes import LANE, Lane
+from gateway.api.fast_routes import FastRoutes
 from gateway.api.forwarding import forwarding_middleware
 from gateway.api.problems import problem_middleware
 from gateway.api.rest_proxy import routes as rest_proxy_api
-from gateway.auth.middleware import auth_middleware
+from gateway.auth.middleware import AUTH, auth_middleware
 from gateway.auth.throttle import quota_middleware
-from gateway.metrics.collectors import LaneCollector
+from gateway.http.fast_path import FAST_PATH
+from gateway.metrics.collectors import FastRoutesCollector
 from gateway.settings import Settings
 from gateway.state import GATEWAY, SETTINGS, Gateway
 
@@ -80,11 +81,11 @@ async def _metrics_middleware(
 
 async def _open(app: web.Application) -> None:
     gateway = app[GATEWAY] = await Gateway.open(app[SETTINGS])
-    lane = None
-    if not gateway.settings.auth and (cors.POLICY not in app or not app[cors.POLICY].named):
-        # No middleware the lane would bypass applies to a plain produce or fetch here.
-        lane = app[LANE] = Lane(gateway, app[INFLIGHT])
-    gateway.metrics.registry.register(LaneCollector(lambda: 0 if lane is None else lane.served))
+    app[AUTH] = gateway.auth
+    # Whatever the options: the fast routes make the middlewares' checks themselves.
+    fast = FastRoutes(gateway, app[INFLIGHT], app.get(cors.POLICY))
+    app[FAST_PATH] = fast
+    gateway.metrics.registry.register(FastRoutesCollector(lambda: fast.served))
     gateway.ready = True
 
 

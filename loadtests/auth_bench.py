@@ -1,17 +1,25 @@
-"""Issue 12's cost of authentication and ACLs, in one run: the same cells against a gateway
-without auth and one with `--auth`, an API key and a literal ACL (the client is not a super
-user, so every request is authenticated and authorised), alternating over the rounds.
+"""What authentication, ACLs and quotas cost a request, in one run: the same cells against a
+gateway without auth and one with `--auth`, an API key and literal ACLs for a principal that is
+not a super user (every request authenticated and authorised), alternating over the rounds.
+With `--before DIR` (a checkout of an earlier commit, its C extensions built in place), that
+tree's two gateways run in the same rounds too, so before and after compare within one run.
 
-Cells (wrk, HTTP/1.1, 8 connections): binary produce of 1000 records per request, JSON fetch
-of 1000 records per request, one-record JSON produce. The figure is with / without.
+Cells (h2load, one request in flight per connection): `GET /healthz` and the one-record JSON
+produce (acks=1) over HTTP/1.1 from 64 connections, the same produce over h2c, a binary produce
+of 1000 records and a JSON fetch of 1000 records over HTTP/1.1 from 8 connections. Figures:
+with auth / without per cell, produce / healthz without auth, authenticated one-record
+produces per second.
 
-    python -m loadtests.auth_bench [--quick] [--rounds N] [--seconds S] [--out DIR]
+    python -m loadtests.auth_bench [--quick] [--rounds N] [--seconds S] [--out DIR] [--before DIR]
 """
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
+import tempfile
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -19,49 +27,51 @@ from typing import Any
 import orjson
 
 from loadtests import generators, ratio_cli, report
+from loadtests.bench import machine
 from loadtests.common import start_gateway
 from loadtests.rows import body_for, rates
 
 MEDIA = {"binary": "application/vnd.sluice.record-batch", "json": "application/json"}
 FETCH_RECORDS = 20_000
-CELLS = ("produce binary 1000", "fetch json 1000", "produce json 1")
+CELLS = [  # (name, protocol, connections)
+    ("healthz", "http/1.1", 64),
+    ("produce json 1", "http/1.1", 64),
+    ("produce json 1", "h2c", 64),
+    ("produce binary 1000", "http/1.1", 8),
+    ("fetch json 1000", "http/1.1", 8),
+]
 CLI = (
     "import sys; from gateway.cli.main import main; main(sys.argv[1:])"  # `sluice`, from this tree
 )
 
 
 class Node:
-    """A gateway and the Authorization header its clients send (None without auth)."""
+    """A gateway (of this tree, or of `tree`) and the Authorization header its clients send."""
 
-    def __init__(self, scratch: Path, auth: bool) -> None:
-        data = scratch / ("auth" if auth else "open")
+    def __init__(self, scratch: Path, auth: bool, tree: Path | None) -> None:
+        name = ("auth" if auth else "open") + ("-before" if tree else "")
+        data = scratch / name
         self.headers: dict[str, str] = {}
         extra: list[str] = []
         if auth:
             admin = _create_key(data, "admin")
-            self.client_key = _create_key(data, "bench")
+            client_key = _create_key(data, "bench")
             extra = ["--auth", "--super-user", "admin"]
-        self.process, self.url = start_gateway(data, *extra)
+        self.process, self.url = start_gateway(data, *extra, tree=tree)
+        admin_headers = {"Authorization": f"Bearer {admin}"} if auth else {}
+        self.call("POST", "/v1/topics", {"name": "bench", "partitions": 2}, admin_headers)
         if auth:
-            admin_headers = {"Authorization": f"Bearer {admin}"}
-            self.call("POST", "/v1/topics", {"name": "bench", "partitions": 2}, admin_headers)
             for operation in ("read", "write"):
-                self.call(
-                    "POST",
-                    "/v1/acls",
-                    {
-                        "principal": "bench",
-                        "resource_type": "topic",
-                        "resource_name": "bench",
-                        "pattern_type": "literal",
-                        "operation": operation,
-                        "permission": "allow",
-                    },
-                    admin_headers,
-                )
-            self.headers = {"Authorization": f"Bearer {self.client_key}"}
-        else:
-            self.call("POST", "/v1/topics", {"name": "bench", "partitions": 2}, {})
+                acl = {
+                    "principal": "bench",
+                    "resource_type": "topic",
+                    "resource_name": "bench",
+                    "pattern_type": "literal",
+                    "operation": operation,
+                    "permission": "allow",
+                }
+                self.call("POST", "/v1/acls", acl, admin_headers)
+            self.headers = {"Authorization": f"Bearer {client_key}"}
         body = body_for("ndjson", 1000)
         for _ in range(FETCH_RECORDS // 1000):  # partition 1 is read by the fetch cell
             self.call(
@@ -89,104 +99,171 @@ class Node:
 
 def _create_key(data: Path, principal: str) -> str:
     done = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            CLI,
-            "auth",
-            "create-key",
-            "--data-dir",
-            str(data),
-            "--principal",
-            principal,
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+        [sys.executable, "-c", CLI, "auth", "create-key", "--data-dir", str(data),
+         "--principal", principal],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
     return done.stdout.strip().splitlines()[-1]
 
 
-def run_cell(node: Node, cell: str, scratch: Path, seconds: float) -> dict[str, Any]:
-    if cell == "fetch json 1000":
-        paths = [
-            f"/v1/topics/bench/partitions/1/records?offset={o}&max_records=1000"
+def run_cell(
+    node: Node, cell: tuple[str, str, int], scratch: Path, seconds: float
+) -> dict[str, Any]:
+    """One h2load run of a cell against a node: its rates and the server's CPU per request."""
+    name, protocol, connections = cell
+    headers = dict(node.headers)
+    body: Path | None = None
+    records, size = 1, 0
+    if name == "healthz":
+        urls = [node.url + "/healthz"]
+    elif name == "fetch json 1000":
+        urls = [
+            f"{node.url}/v1/topics/bench/partitions/1/records?offset={o}&max_records=1000"
             for o in range(0, FETCH_RECORDS - 1000, 1000)
         ]
-        run = generators.wrk(
-            node.url, paths, seconds=seconds, server_pid=node.process.pid, headers=node.headers
-        )
-        return rates(run, 1000, 0)
-    fmt, batch = ("binary", 1000) if cell == "produce binary 1000" else ("json", 1)
-    body = scratch / f"body-{fmt}-{batch}"
-    body.write_bytes(body_for(fmt, batch))
-    run = generators.wrk(
-        node.url,
-        ["/v1/topics/bench/partitions/0/records?acks=1"],
+        records = 1000
+    else:
+        fmt, records = ("binary", 1000) if name == "produce binary 1000" else ("json", 1)
+        body = scratch / f"body-{fmt}-{records}"
+        body.write_bytes(body_for(fmt, records))
+        size = body.stat().st_size
+        headers["Content-Type"] = MEDIA[fmt]
+        urls = [node.url + "/v1/topics/bench/partitions/0/records?acks=1"]
+    run = generators.h2load(
+        urls,
         seconds=seconds,
         server_pid=node.process.pid,
-        method="POST",
         body=body,
-        headers={**node.headers, "Content-Type": MEDIA[fmt]},
+        headers=headers,
+        clients=connections,
+        http1=protocol == "http/1.1",
     )
-    return rates(run, batch, body.stat().st_size)
+    row = rates(run, records, size)
+    row["server_us_per_request"] = round(run.server_cpu_s / max(1, run.requests) * 1e6, 1)
+    return row
 
 
-def run(rounds: int, seconds: float, scratch: Path) -> dict[str, Any]:
-    """Every cell on both nodes, `rounds` times, alternating which goes first."""
-    nodes = {"open": Node(scratch, auth=False), "auth": Node(scratch, auth=True)}
-    results: dict[tuple[str, str], list[dict[str, Any]]] = {}
+def run(rounds: int, seconds: float, scratch: Path, before: Path | None) -> dict[str, Any]:
+    """Every cell on every node, `rounds` times, the nodes in a different order each round."""
+    trees = {"after": None, **({"before": before} if before else {})}
+    nodes = {
+        (tree, auth): Node(scratch, auth == "auth", path)
+        for tree, path in trees.items()
+        for auth in ("open", "auth")
+    }
+    results: dict[tuple[str, str, str, str, int], list[dict[str, Any]]] = {}
     try:
         for round_ in range(rounds):
-            order = ("open", "auth") if round_ % 2 == 0 else ("auth", "open")
+            order = list(nodes)
+            order = order[round_ % len(order) :] + order[: round_ % len(order)]
             for cell in CELLS:
-                for name in order:
-                    row = run_cell(nodes[name], cell, scratch, seconds)
-                    results.setdefault((cell, name), []).append(row)
+                for key in order:
+                    row = run_cell(nodes[key], cell, scratch, seconds)
+                    results.setdefault((*key, *cell), []).append(row)
     finally:
         for node in nodes.values():
             node.close()
-    figures = []
-    for cell in CELLS:
-        median = {}
-        for name in ("open", "auth"):
-            rows = sorted(results[(cell, name)], key=lambda r: r["records_per_s"])
-            median[name] = {
-                **rows[(len(rows) - 1) // 2],
-                "rounds_records_per_s": [r["records_per_s"] for r in rows],
-            }
-        ratio = median["auth"]["records_per_s"] / median["open"]["records_per_s"]
-        figures.append(
-            {"cell": cell, **median, "ratio": round(ratio, 3), "target": 0.95, "met": ratio >= 0.95}
-        )
-    return {"figures": figures}
+    medians = {}
+    for measured, rows in results.items():
+        rows.sort(key=lambda r: r["requests_per_s"])
+        medians[measured] = {
+            **rows[(len(rows) - 1) // 2],
+            "rounds_requests_per_s": [r["requests_per_s"] for r in rows],
+        }
+    return {"cells": _cells(medians, trees), "targets": _targets(medians, trees)}
+
+
+def _cells(medians: dict[Any, dict[str, Any]], trees: dict[str, Path | None]) -> list[Any]:
+    out = []
+    for tree in trees:
+        for cell in CELLS:
+            open_, auth = medians[(tree, "open", *cell)], medians[(tree, "auth", *cell)]
+            out.append(
+                {
+                    "tree": tree,
+                    "cell": f"{cell[0]}, {cell[1]}, {cell[2]} connections",
+                    "open": open_,
+                    "auth": auth,
+                    "ratio": round(auth["requests_per_s"] / open_["requests_per_s"], 3),
+                }
+            )
+    return out
+
+
+def _targets(medians: dict[Any, dict[str, Any]], trees: dict[str, Path | None]) -> list[Any]:
+    """Issue 30's figures, per tree: the authenticated produce against the open one, the open
+    produce against /healthz, and the authenticated produce's rate."""
+    out = []
+    for tree in trees:
+        rate = {key[1:]: row["requests_per_s"] for key, row in medians.items() if key[0] == tree}
+        produce = ("produce json 1", "http/1.1", 64)
+        healthz = ("healthz", "http/1.1", 64)
+        figures = [
+            ("authenticated / open one-record produce, HTTP/1.1, 64 connections",
+             rate[("auth", *produce)] / rate[("open", *produce)], 0.9),
+            ("one-record produce / GET /healthz without auth, HTTP/1.1, 64 connections",
+             rate[("open", *produce)] / rate[("open", *healthz)], 1.0),
+            ("authenticated one-record produces/s, HTTP/1.1, 64 connections",
+             rate[("auth", *produce)], 10_000),
+        ]  # fmt: skip
+        out += [
+            {"tree": tree, "figure": name, "value": round(value, 3), "target": target,
+             "met": value >= target}
+            for name, value, target in figures
+        ]  # fmt: skip
+    return out
 
 
 def markdown(doc: dict[str, Any]) -> str:
     out = [
-        "## Authentication and ACLs (issue 12)",
+        "## Authentication, ACLs and quotas: cost per request",
         "",
-        "| cell | without auth (records/s) | with auth + ACL | with / without | target | "
-        "server CPU s without / with |",
-        "|---|---|---|---|---|---|",
+        "| tree | cell | without auth req/s (rounds) | µs CPU | with auth req/s (rounds) | "
+        "µs CPU | with / without |",
+        "|---|---|---|---|---|---|---|",
     ]
-    for f in doc["figures"]:
+    for c in doc["cells"]:
+        o, a = c["open"], c["auth"]
         out.append(
-            f"| {f['cell']} | {f['open']['records_per_s']:,} | {f['auth']['records_per_s']:,} | "
-            f"{f['ratio']} | >= {f['target']} | {f['open']['server_cpu_s']} / "
-            f"{f['auth']['server_cpu_s']} |"
+            f"| {c['tree']} | {c['cell']} | {o['requests_per_s']:,.0f} "
+            f"({', '.join(f'{x:,.0f}' for x in o['rounds_requests_per_s'])}) | "
+            f"{o['server_us_per_request']} | {a['requests_per_s']:,.0f} "
+            f"({', '.join(f'{x:,.0f}' for x in a['rounds_requests_per_s'])}) | "
+            f"{a['server_us_per_request']} | {c['ratio']} |"
+        )
+    out += ["", "| tree | figure | this run | target | met |", "|---|---|---|---|---|"]
+    for t in doc["targets"]:
+        out.append(
+            f"| {t['tree']} | {t['figure']} | {t['value']:,} | {t['target']:,} | {t['met']} |"
         )
     return "\n".join(out) + "\n"
 
 
 def main() -> None:
-    out, doc = ratio_cli.run_rounds(__doc__ or "", "loadtests.auth_bench", 4, 3.0, run)
-    ratio_cli.write(out, "auth-bench", doc, markdown(doc))
-    targets = [
-        {"figure": f"{f['cell']}: with / without auth", "value": f["ratio"], "target": 0.95}
-        for f in doc["figures"]
-    ]
-    report.plot_ratios(targets, "Authentication and ACLs (issue 12)", out / "auth-bench.png")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="one short round (CI)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=4.0, help="per cell")
+    parser.add_argument("--out", type=Path, default=Path("bench-out"))
+    parser.add_argument("--before", type=Path, help="a checkout to measure beside this tree")
+    args = parser.parse_args()
+    rounds, seconds = (1, 1.0) if args.quick else (args.rounds, args.seconds)
+    with tempfile.TemporaryDirectory(prefix="sluice-bench-") as scratch:
+        doc = run(rounds, seconds, Path(scratch), args.before)
+    before = f" --before {args.before}" if args.before else ""
+    doc["meta"] = {
+        "command": f"python -m loadtests.auth_bench --rounds {rounds} --seconds {seconds}{before}",
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": machine(),
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    ratio_cli.write(args.out, "auth-bench", doc, markdown(doc))
+    targets = [t | {"figure": f"{t['tree']}: {t['figure']}"} for t in doc["targets"]]
+    report.plot_ratios(
+        targets, "Authentication per request (issue 30)", args.out / "auth-bench.png"
+    )
 
 
 if __name__ == "__main__":

@@ -29,10 +29,13 @@ def start_gateway(
     *extra: str,
     preexec: Callable[[], None] | None = None,
     log: Path | None = None,
+    tree: Path | None = None,
 ) -> tuple[subprocess.Popen[str], str]:
     """Start `python -m gateway --port 0` (plus `extra` options, `preexec` run in the child
-    before it starts: limits; its stderr to `log` if given); return the process and the URL it
+    before it starts: limits; its stderr to `log` if given; `tree`: the gateway of another
+    checkout, an earlier commit's, instead of this one's); return the process and the URL it
     printed once its logs were open."""
+    where = {} if tree is None else {"PYTHONPATH": str(tree)}
     with contextlib.ExitStack() as files:
         stderr = subprocess.DEVNULL if log is None else files.enter_context(log.open("w"))
         process = subprocess.Popen(
@@ -40,7 +43,8 @@ def start_gateway(
             stdout=subprocess.PIPE,
             stderr=stderr,
             text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **where},
+            cwd=tree,
             preexec_fn=preexec,
         )
     assert process.stdout is not None

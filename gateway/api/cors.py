@@ -57,6 +57,15 @@ class Policy:
             return {"Access-Control-Allow-Origin": origin}
         return {"Access-Control-Allow-Origin": ANY} if self.any_origin else None
 
+    def answer_headers(self, origin: str | None) -> tuple[tuple[str, str], ...]:
+        """What `_add_headers` adds to an answer that is no preflight and has no Vary of its
+        own (the fast routes' answers), in its order."""
+        vary = (("Vary", "Origin"),) if self.named else ()
+        allowed = None if origin is None else self.allowed(origin)
+        if allowed is None:
+            return vary
+        return (*vary, *allowed.items(), ("Access-Control-Expose-Headers", _EXPOSE))
+
 
 POLICY = web.AppKey("cors_policy", Policy)
 

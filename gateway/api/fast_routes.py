@@ -1,17 +1,19 @@
-"""The lane: plain produces, partition fetches, group members' fetches and other nodes'
+"""The fast routes: plain produces, partition fetches, group members' fetches and other nodes'
 internal appends served without aiohttp's per-request machinery.
 
 aiohttp builds a Request, runs the middlewares and the router and writes a StreamResponse for
 every request: for a one-record produce, or a long-poll that returns a few records, that costs
 more than the work itself (see docs/PERFORMANCE.md "Request cost"). The connections
-(gateway.http.connections, gateway.http.http2) offer each complete request here first; `take`
-accepts only the plain case (a produce whose body has arrived whole, a fetch of a partition led
-here, a fetch by a member of a group coordinated here, the batches another node's front forwards to
-a partition led here; nothing that a middleware would act on), and
+(gateway.http.connections, gateway.http.http2) offer each complete request here first (the
+app hands them this object as their fast path); `take` accepts only the plain case (a produce
+whose body has arrived whole, a fetch of a partition led here, a fetch by a member of a group
+coordinated here, the batches another node's front forwards to a partition led here), and
 everything else, including every request that would fail before producing or fetching, goes
-through the Application as before, which stays the reference. What the lane serves is what
-the general path would answer: the same Producer, partition read and group fetch, the same
-error rendering, the same request metrics and body accounting.
+through the Application, which stays the reference. The middlewares' checks (credentials, ACLs,
+quotas, CORS headers) are steps of `take`, through the same functions, whatever the options.
+What the fast routes serve is what the general path would answer: the same Producer, partition
+read and group fetch, the same refusals and error rendering, the same request metrics and body
+accounting.
 """
 
 from __future__ import annotations
@@ -26,13 +28,12 @@ from http import HTTPStatus
 from typing import Any
 
 import orjson
-from aiohttp import web
 from aiohttp.helpers import rfc822_formatted_time
 from aiohttp.http import SERVER_SOFTWARE
-from aiohttp.streams import EmptyStreamReader, StreamReader
 
 from engine.log import AppendInfo
 from gateway.api.backpressure import InflightBodies
+from gateway.api.cors import Policy
 from gateway.api.fetch import (
     FetchAnswer,
     limits_of,
@@ -45,6 +46,16 @@ from gateway.api.groups import member_records, valid_group_id
 from gateway.api.problems import problem_of
 from gateway.api.records import produced
 from gateway.api.topics import INTERNAL_TOPICS
+from gateway.auth.checks import (
+    UNLIMITED_AUDIENCES,
+    admit,
+    quota_charged,
+    quota_refusal,
+    require_reads,
+    unauthenticated,
+)
+from gateway.auth.quotas import ANONYMOUS, PrincipalUsage
+from gateway.auth.route_operations import Access, access
 from gateway.formats import codecs
 from gateway.http.memo import Memo
 from gateway.http.params import query_int
@@ -57,16 +68,16 @@ from gateway.state import Gateway
 from groups.coordinator import CURSOR_MASK
 from replication.fetch_limits import FetchLimits
 from replication.metadata import TopicSpec
-from replication.node_contract import APPEND_PREFIX, APPEND_ROUTE, FORWARDED_BY
+from replication.node_contract import APPEND_PREFIX, APPEND_ROUTE, FORWARDED_BY, ON_BEHALF_OF
 from replication.partition import Partition
 
 TOPIC_ROUTE = "/v1/topics/{topic}/records"
 PARTITION_ROUTE = "/v1/topics/{topic}/partitions/{partition}/records"
 MEMBER_ROUTE = "/v1/groups/{group}/members/{member}/records"
 ACKS = {"0": "0", "1": "1", "all": "all", "-1": "all"}
-# Headers a middleware or the body reader acts on: their requests take the general path (a
-# forwarded request too, but for the internal append, which only other nodes send).
-_GENERAL_PATH_HEADERS = ("Content-Encoding", "Origin", "Expect")
+# Headers the body reader acts on: their requests take the general path (a forwarded request
+# too, but for the internal append, which only other nodes send).
+_GENERAL_PATH_HEADERS = ("Content-Encoding", "Expect")
 _PREFIX = "/v1/topics/"
 _GROUPS_PREFIX = "/v1/groups/"
 _PRODUCE_PARAMS = frozenset({"acks", "timeout_ms", "key"})
@@ -83,7 +94,7 @@ _FETCH_ACCEPT = {
     codecs.RECORD_BATCH: codecs.RECORD_BATCH,
 }
 # The head up to its length of an HTTP/1.1 answer with no other headers, per (status, content
-# type): a few statuses of the four types the lane answers with.
+# type): a few statuses of the four types the fast routes answer with.
 _HTTP1_HEADS: dict[tuple[int, str], bytes] = {}
 _SERVER = SERVER_SOFTWARE.encode()
 # The same for HTTP/2: the status and content-type fields per (status, content type).
@@ -91,25 +102,29 @@ _H2_FIELDS: dict[tuple[int, str], tuple[tuple[bytes, bytes], tuple[bytes, bytes]
 _SERVER_FIELD = (b"server", _SERVER)
 # The date field of this second's answers, with aiohttp's text of it (the same str all second).
 _date: tuple[str, tuple[bytes, bytes]] = ("", (b"date", b""))
-# A produce target's plain reading (`Lane._plain_produce_target`), remembered: clients repeat
+# A produce target's plain reading (`FastRoutes._plain_produce_target`), remembered: clients repeat
 # their target, and reading it costs ~2 µs of a produce. At most this many, then forgotten.
 _TARGETS_KEPT = 1024
 PlainProduce = tuple[str, int | None, str, int, str | None, str]
-_NOT_PLAIN: PlainProduce = ("", None, "", 0, None, "")  # a target the lane leaves
+_NOT_PLAIN: PlainProduce = ("", None, "", 0, None, "")  # a target the fast routes leave
+_ORIGINS_KEPT = 256  # the CORS headers of this many Origin values, remembered
+_ADMITTED_KEPT = 10_000  # (credentials, route, resource) admitted, remembered
+Headers = tuple[tuple[str, str], ...]
 log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
-class LaneProduce:
-    """A produce the lane accepted: what to produce, its route template and body size."""
+class FastProduce:
+    """A produce the fast routes took: what to produce, its route template and body size."""
 
     produce: ProduceRequest
     route: str
     size: int
+    cors: Headers = ()  # added to its answer, whatever it is
 
 
 @dataclass(slots=True)
-class LaneAppend:
+class FastAppend:
     """Batches another node's front built for a partition led here (the internal append)."""
 
     topic: str
@@ -118,6 +133,7 @@ class LaneAppend:
     acks: str
     timeout_ms: int
     target: str
+    cors: Headers = ()
 
     @property
     def size(self) -> int:
@@ -125,8 +141,8 @@ class LaneAppend:
 
 
 @dataclass(slots=True)
-class LaneFetch:
-    """A partition fetch the lane accepted, its parameters checked."""
+class FastFetch:
+    """A partition fetch the fast routes took, its parameters checked."""
 
     topic: str
     partition: int
@@ -135,30 +151,46 @@ class LaneFetch:
     accept: str
     target: str
     ready: FetchAnswer | None = None  # read already, from a sibling worker's files
+    cors: Headers = ()
+    usage: PrincipalUsage | None = None  # the quotas the answer's bytes are charged to
 
 
 @dataclass(slots=True)
-class LaneMemberFetch:
-    """A group member's fetch the lane accepted: a member of a group coordinated here."""
+class FastMemberFetch:
+    """A group member's fetch the fast routes took: a member of a group coordinated here."""
 
     group: str
     member: str
     limits: FetchLimits
     cursor: int  # -1: none given
     target: str
-
-
-LaneRequest = LaneProduce | LaneAppend | LaneFetch | LaneMemberFetch
+    topics: tuple[str, ...] = ()  # the member's, each read
+    cors: Headers = ()
+    usage: PrincipalUsage | None = None
 
 
 @dataclass(slots=True)
-class LaneAnswer:
-    """What the lane answers: status, content type, body and extra headers."""
+class FastRefusal:
+    """A request the checks refused (401, 403, 429): answered as the middlewares answer it."""
+
+    method: str
+    route: str
+    answer: FastAnswer
+
+
+FastRequest = FastProduce | FastAppend | FastFetch | FastMemberFetch
+
+
+@dataclass(slots=True)
+class FastAnswer:
+    """What the fast routes answer: status, content type, body, extra headers, and the CORS
+    headers, which aiohttp adds after its own (Server), as the answer is prepared."""
 
     status: int
     content_type: str
     body: bytes
-    headers: tuple[tuple[str, str], ...] = ()
+    headers: Headers = ()
+    cors: Headers = ()
 
     @property
     def closes(self) -> bool:
@@ -179,6 +211,11 @@ class LaneAnswer:
                 _HTTP1_HEADS[status, self.content_type] = head
         body = self.body
         date = rfc822_formatted_time().encode()
+        if self.cors:
+            late = "".join(f"{name}: {value}\r\n" for name, value in self.cors).encode("latin-1")
+            return b"%s%d\r\nDate: %s\r\nServer: %s\r\n%s\r\n%s" % (
+                head, len(body), date, _SERVER, late, body
+            )  # fmt: skip
         return b"%s%d\r\nDate: %s\r\nServer: %s\r\n\r\n%s" % (head, len(body), date, _SERVER, body)
 
     def h2_headers(self) -> list[tuple[bytes, bytes]]:
@@ -192,14 +229,15 @@ class LaneAnswer:
         status, content_type = known
         length = (b"content-length", b"%d" % len(self.body))
         date = _date_field()
-        if not self.headers:
+        if not self.headers and not self.cors:
             return [status, content_type, length, date, _SERVER_FIELD]
         extra = [
             (name.lower().encode(), value.encode())
             for name, value in self.headers
             if name.lower() != "connection"
         ]
-        return [status, *extra, content_type, length, date, _SERVER_FIELD]
+        late = [(name.lower().encode(), value.encode()) for name, value in self.cors]
+        return [status, *extra, content_type, length, date, _SERVER_FIELD, *late]
 
 
 def _date_field() -> tuple[bytes, bytes]:
@@ -211,27 +249,51 @@ def _date_field() -> tuple[bytes, bytes]:
     return _date[1]
 
 
-class Lane:
-    """Accepts and serves the plain produces and fetches of one gateway (built only where no
-    middleware applies to them: auth off, no CORS origin named; quotas are checked per
-    request)."""
+class FastRoutes:
+    """Takes and serves the plain produces and fetches of one gateway, whatever its options:
+    the checks the middlewares make (credentials, ACLs, quotas, CORS headers) run here as
+    steps of `take`, calling the same functions (gateway.auth.checks, gateway.api.cors)."""
 
-    def __init__(self, gateway: Gateway, inflight: InflightBodies) -> None:
+    def __init__(self, gateway: Gateway, inflight: InflightBodies, cors: Policy | None) -> None:
         self.gateway = gateway
         self.inflight = inflight
+        self.auth = gateway.auth
+        self.cors = cors
         # Bulk bodies too: on HTTP/2 the Application would copy a held body into a reader and
         # out again, a quarter of a 1000-record produce. A larger one gets its 413 there.
         self.max_body = gateway.settings.max_request_bytes
-        self.served = 0  # requests the lane answered: sluice_lane_requests_total
+        self.served = 0  # requests answered here: sluice_lane_requests_total
         self._produce_targets: Memo[str, PlainProduce] = Memo(_TARGETS_KEPT)
+        self._cors_headers: Memo[str | None, Headers] = Memo(_ORIGINS_KEPT)
+        # Per route (as `_resource_of` names it): its access rule, and whether quotas limit it
+        # and the byte rate they charge (the quota middleware's reading of the same rule).
+        self._rules = {key: _rule(*route) for key, route in _ROUTES.items()}
+        self._quotas = {
+            key: (self._rules[key].audience not in UNLIMITED_AUDIENCES, quota_charged(*route))
+            for key, route in _ROUTES.items()
+        }
+        # (Authorization, route, resource name) -> the principal admitted, while neither the
+        # credentials (the authenticator's generation) nor the ACLs (the authorizer) change:
+        # the common request's credentials and route check in one lookup.
+        self._admitted: Memo[tuple[str, str, str], str] = Memo(_ADMITTED_KEPT)
+        self._admitted_under: tuple[int, object] = (-1, None)
 
     def take(
         self, method: str, target: str, headers: Mapping[str, str], body: bytes, connection: object
-    ) -> LaneRequest | None:
-        """What this complete request asks for, if the lane may serve it; else None."""
+    ) -> FastRequest | FastRefusal | None:
+        """What this complete request asks for, if the fast routes answer it; else None. What
+        they take has passed the checks the middlewares would make, or is refused as they
+        refuse it."""
+        taken = self._plain(method, target, headers, body, connection)
+        if taken is None or not (self.auth.enabled or self.auth.quotas.active or self.cors):
+            return taken
+        return self._checked(taken, headers, connection)
+
+    def _plain(
+        self, method: str, target: str, headers: Mapping[str, str], body: bytes, connection: object
+    ) -> FastRequest | None:
+        """What the request asks for, if it is one the fast routes serve as the routes would."""
         if any(name in headers for name in _GENERAL_PATH_HEADERS):
-            return None
-        if self.gateway.auth.quotas.active:
             return None
         forwarded = FORWARDED_BY in headers
         if target.startswith(APPEND_PREFIX):
@@ -251,9 +313,101 @@ class Lane:
             return self._take_member_fetch(target, headers)
         return None
 
+    def _checked(
+        self, taken: FastRequest, headers: Mapping[str, str], connection: object
+    ) -> FastRequest | FastRefusal | None:
+        """The middlewares' steps, in their order: CORS headers for its answer, credentials
+        (401), what the route needs (403), the quota (429), what a member's fetch reads (403).
+        None where only the Application can tell: credentials not seen before (it checks them
+        and remembers them for the next request), a delayed quota."""
+        if self.cors is not None:
+            taken.cors = self._cors_of(headers.get("Origin"))
+        auth = self.auth
+        principal = ANONYMOUS
+        if auth.enabled:
+            header = headers.get("Authorization")
+            if header is None:  # the client certificate of the connection, if any
+                certified = auth.authenticator.certificate_of(
+                    getattr(connection, "transport", None)
+                )
+                if certified is None:
+                    return self._refused(taken, unauthenticated(auth.authenticator))
+                refusal = self._admit(taken, certified)
+                if refusal is not None:
+                    return refusal
+                principal = certified
+            else:
+                route, name = _resource_of(taken)
+                admitted = self._admitted_principal(header, route, name)
+                if admitted is None:
+                    authenticator = auth.authenticator
+                    known = authenticator.known(header, headers.get(ON_BEHALF_OF))
+                    if known is None:
+                        return None
+                    refusal = self._admit(taken, known)
+                    if refusal is not None:
+                        return refusal
+                    if authenticator.lasting(header) == known:
+                        self._admitted.remember((header, route, name), known)
+                    admitted = known
+                principal = admitted
+        book = auth.quotas
+        if book.active:
+            limited, charged = self._quotas[_resource_of(taken)[0]]
+            usage = book.usage_of(principal) if limited else None
+            if usage is not None:
+                throttle = book.check(usage, charged)
+                if throttle is not None:
+                    over = quota_refusal(auth, usage, throttle)
+                    return None if over is None else self._refused(taken, over)
+                if isinstance(taken, FastProduce):
+                    book.charge(usage, "produce_bytes", taken.size)  # as sent, at once
+                elif not isinstance(taken, FastAppend):
+                    taken.usage = usage  # charged the answer's bytes
+        if auth.enabled and isinstance(taken, FastMemberFetch):
+            try:
+                require_reads(auth, principal, taken.topics)
+            except Problem as problem:
+                return self._refused(taken, problem)
+        return taken
+
+    def _admit(self, taken: FastRequest, principal: str) -> FastRefusal | None:
+        """What the route needs of the principal (gateway.auth.checks.admit); its 403."""
+        try:
+            admit(self.auth, principal, self._rules[_resource_of(taken)[0]], _route_of(taken)[2])
+        except Problem as problem:
+            return self._refused(taken, problem)
+        return None
+
+    def _admitted_principal(self, header: str, route: str, name: str) -> str | None:
+        """The principal this Authorization header was admitted as on this route and resource
+        before, if the credentials and ACLs are still those it was admitted under."""
+        auth = self.auth
+        under = self._admitted_under
+        if under[0] != auth.authenticator.generation or under[1] is not auth.authorizer:
+            self._admitted.clear()
+            self._admitted_under = (auth.authenticator.generation, auth.authorizer)
+            return None
+        return self._admitted.get((header, route, name))
+
+    def _cors_of(self, origin: str | None) -> Headers:
+        """The CORS headers of an answer to `origin` (remembered per origin)."""
+        known = self._cors_headers.get(origin)
+        if known is None:
+            assert self.cors is not None
+            known = self.cors.answer_headers(origin)
+            self._cors_headers.remember(origin, known)
+        return known
+
+    def _refused(self, taken: FastRequest, problem: Problem) -> FastRefusal:
+        method, route, _ = _route_of(taken)
+        answer = _problem(problem)
+        answer.cors = taken.cors
+        return FastRefusal(method, route, answer)
+
     def _take_produce(
         self, target: str, headers: Mapping[str, str], body: bytes, connection: object
-    ) -> LaneProduce | None:
+    ) -> FastProduce | None:
         content_type = headers.get("Content-Type")
         if content_type is None or content_type not in codecs.PRODUCE_TYPES:
             return None
@@ -288,11 +442,11 @@ class Lane:
             idempotency_key=key,
             target=target,
         )
-        return LaneProduce(produce, route, len(body))
+        return FastProduce(produce, route, len(body))
 
     def _plain_produce_target(self, target: str) -> PlainProduce | None:
-        """What a produce's target says, when the lane may take it (the topic's existence and
-        partitions aside, which change): topic, partition, acks, timeout, record key, route."""
+        """What a produce's target says, when the fast routes may take it (the topic's existence
+        and partitions aside, which change): topic, partition, acks, timeout, record key, route."""
         parsed = _parse_route(target, _PRODUCE_PARAMS)
         if parsed is None or parsed[0] in INTERNAL_TOPICS:
             return None
@@ -312,7 +466,7 @@ class Lane:
 
     def _take_append(
         self, target: str, headers: Mapping[str, str], body: bytes, connection: object
-    ) -> LaneAppend | None:
+    ) -> FastAppend | None:
         if headers.get("Content-Type") != codecs.RECORD_BATCH or len(body) > self.max_body:
             return None
         path, _, query = target.partition("?")
@@ -338,7 +492,7 @@ class Lane:
             return None
         if not self._room_for(len(body), connection):
             return None
-        return LaneAppend(topic.name, partition, body, acks, timeout_ms, target)
+        return FastAppend(topic.name, partition, body, acks, timeout_ms, target)
 
     def _room_for(self, size: int, connection: object) -> bool:
         """Whether a body of `size` bytes fits the in-flight limits (the connection's share,
@@ -349,7 +503,7 @@ class Lane:
             return False
         return inflight.reserved + size <= inflight.limit
 
-    def _take_fetch(self, target: str, headers: Mapping[str, str]) -> LaneFetch | None:
+    def _take_fetch(self, target: str, headers: Mapping[str, str]) -> FastFetch | None:
         accept = _FETCH_ACCEPT.get(headers.get("Accept"))
         routed = self._route(target, _FETCH_PARAMS)
         if accept is None or routed is None:
@@ -373,9 +527,9 @@ class Lane:
             ready = read_from_sibling(gateway, topic.name, partition, offset, limits, accept)
             if ready is None:  # led elsewhere, and not readable here: the Application forwards
                 return None
-        return LaneFetch(topic.name, partition, offset, limits, accept, target, ready)
+        return FastFetch(topic.name, partition, offset, limits, accept, target, ready)
 
-    def _take_member_fetch(self, target: str, headers: Mapping[str, str]) -> LaneMemberFetch | None:
+    def _take_member_fetch(self, target: str, headers: Mapping[str, str]) -> FastMemberFetch | None:
         path, _, query = target.partition("?")
         parts = path[len(_GROUPS_PREFIX) :].split("/")
         if len(parts) != 4 or parts[1] != "members" or parts[3] != "records" or "%" in path:
@@ -385,7 +539,8 @@ class Lane:
             return None
         gateway = self.gateway
         group = gateway.groups.groups.get(name)
-        if group is None or member not in group.members:  # elsewhere, or unknown: not plain
+        joined = None if group is None else group.members.get(member)
+        if joined is None:  # coordinated elsewhere, or unknown: not plain
             return None
         settings = gateway.settings
         params = _query(query, _MEMBER_FETCH_PARAMS)
@@ -396,7 +551,7 @@ class Lane:
             cursor = query_int(params, "cursor", -1, 0, CURSOR_MASK)
         except Problem:
             return None
-        return LaneMemberFetch(name, member, limits, cursor, target)
+        return FastMemberFetch(name, member, limits, cursor, target, tuple(joined.topics))
 
     def _route(
         self, target: str, allowed: frozenset[str]
@@ -414,9 +569,9 @@ class Lane:
 
     def start(
         self,
-        request: LaneRequest,
+        request: FastRequest | FastRefusal,
         connection: object,
-        ready: Callable[[LaneAnswer | None], None],
+        ready: Callable[[FastAnswer | None], None],
         loop: asyncio.AbstractEventLoop,
     ) -> asyncio.Future[Any]:
         """Begin answering what `take` accepted; `ready` gets the answer, or None when the
@@ -424,8 +579,15 @@ class Lane:
         partition led here, acks 0 or 1, no idempotency key) waits for its write without a
         coroutine of its own: its answer is made when this turn's write lands."""
         started = time.perf_counter()
+        if isinstance(request, FastRefusal):
+            self._observe(request.route, request.method, request.answer.status, started)
+            self.served += 1
+            refused: asyncio.Future[FastAnswer] = loop.create_future()
+            refused.set_result(request.answer)
+            refused.add_done_callback(functools.partial(_served, ready))
+            return refused
         built: Built | Exception | None = None
-        if isinstance(request, LaneProduce) and request.produce.idempotency_key is None:
+        if isinstance(request, FastProduce) and request.produce.idempotency_key is None:
             producer = self.gateway.producer
             try:
                 built = producer.build(request.produce)
@@ -448,18 +610,18 @@ class Lane:
 
     def _landed(
         self,
-        request: LaneProduce,
+        request: FastProduce,
         built: Built,
         leader: Partition,
         connection: object,
         started: float,
-        ready: Callable[[LaneAnswer | None], None],
+        ready: Callable[[FastAnswer | None], None],
         landing: asyncio.Future[AppendInfo],
     ) -> None:
         """`start`'s produce, once its write landed (or failed, or its client went)."""
         if landing.cancelled():
             self._release(request.size, connection)
-            self._observed(request, CLIENT_CLOSED, started)
+            self._observe(request.route, "POST", CLIENT_CLOSED, started)
             ready(None)
             return
         error = landing.exception()
@@ -472,91 +634,94 @@ class Lane:
                 flushed.add_done_callback(functools.partial(_served, ready))
                 return
             document = self.gateway.producer.appended(request.produce, built, info)
-            answer = LaneAnswer(produced(request.produce.acks), codecs.JSON, orjson.dumps(document))
+            answer = FastAnswer(produced(request.produce.acks), codecs.JSON, orjson.dumps(document))
         else:
             answer = _problem(_problem_of(_as_exception(error), "POST", request.produce.target))
+        answer.cors = request.cors
         self._release(request.size, connection)
-        self._observed(request, answer.status, started)
+        self._observe(request.route, "POST", answer.status, started)
         self.served += 1
         ready(answer)
 
     async def _flushed(
         self,
-        request: LaneProduce,
+        request: FastProduce,
         built: Built,
         leader: Partition,
         info: AppendInfo,
         connection: object,
         started: float,
-    ) -> LaneAnswer:
+    ) -> FastAnswer:
         """`_landed`'s answer after the fsync the flush policy asks for."""
-        answer: LaneAnswer | None = None
+        answer: FastAnswer | None = None
         produce = request.produce
         try:
             await self.gateway.replicas.acknowledge(leader, info, produce.acks, produce.timeout_ms)
             document = self.gateway.producer.appended(produce, built, info)
-            answer = LaneAnswer(produced(produce.acks), codecs.JSON, orjson.dumps(document))
+            answer = FastAnswer(produced(produce.acks), codecs.JSON, orjson.dumps(document))
         except Exception as exc:
             answer = _problem(_problem_of(exc, "POST", produce.target))
         finally:
             self._release(request.size, connection)
-            self._observed(request, CLIENT_CLOSED if answer is None else answer.status, started)
+            status = CLIENT_CLOSED if answer is None else answer.status
+            self._observe(request.route, "POST", status, started)
+        answer.cors = request.cors
         self.served += 1
         return answer
 
-    def _observed(self, request: LaneProduce, status: int, started: float) -> None:
+    def _observe(self, route: str, method: str, status: int, started: float) -> None:
+        """Count and time the answer under its route, as the metrics middleware does."""
         elapsed = time.perf_counter() - started
-        self.gateway.metrics.latency.observe(request.route, "POST", str(status), elapsed)
+        self.gateway.metrics.latency.observe(route, method, str(status), elapsed)
 
     async def serve(
-        self, request: LaneRequest, connection: object, built: Built | Exception | None = None
-    ) -> LaneAnswer:
+        self, request: FastRequest, connection: object, built: Built | Exception | None = None
+    ) -> FastAnswer:
         """Answer what `take` accepted, a failure as the Application renders it, counted in
         the request metrics under its route (`built`: a produce's batches, or why they could
         not be built, if `start` tried)."""
         started = time.perf_counter()
-        answer: LaneAnswer | None = None
-        if isinstance(request, LaneProduce):
-            method, route, target = "POST", request.route, request.produce.target
-        elif isinstance(request, LaneAppend):
-            method, route, target = "POST", APPEND_ROUTE, request.target
-        else:
-            method, target = "GET", request.target
-            route = PARTITION_ROUTE if isinstance(request, LaneFetch) else MEMBER_ROUTE
+        answer: FastAnswer | None = None
+        method, route, _ = _route_of(request)
+        target = request.produce.target if isinstance(request, FastProduce) else request.target
         try:
-            if isinstance(request, LaneProduce | LaneAppend):
+            if isinstance(request, FastProduce | FastAppend):
                 answer = await self._write(request, connection, built)
-            elif isinstance(request, LaneFetch):
-                answer = await self._fetch(request)
             else:
-                answer = await self._member_fetch(request)
+                if isinstance(request, FastFetch):
+                    answer = await self._fetch(request)
+                else:
+                    answer = await self._member_fetch(request)
+                if request.usage is not None:  # as the quota middleware charges a fetch
+                    self.auth.quotas.charge(request.usage, "fetch_bytes", len(answer.body))
         except Exception as exc:
             answer = _problem(_problem_of(exc, method, target))
         finally:
-            status = CLIENT_CLOSED if answer is None else answer.status
-            elapsed = time.perf_counter() - started
-            self.gateway.metrics.latency.observe(route, method, str(status), elapsed)
+            self._observe(
+                route, method, CLIENT_CLOSED if answer is None else answer.status, started
+            )
+        answer.cors = request.cors
         self.served += 1
         return answer
 
     async def _write(
-        self, request: LaneProduce | LaneAppend, connection: object, built: Built | Exception | None
-    ) -> LaneAnswer:
+        self, request: FastProduce | FastAppend, connection: object, built: Built | Exception | None
+    ) -> FastAnswer:
         """Produce or append, holding the body's bytes in the in-flight account meanwhile."""
         if isinstance(built, Exception):
             raise built
         self._reserve(request.size, connection)
         try:
-            if isinstance(request, LaneProduce):
+            if isinstance(request, FastProduce):
                 document = await self.gateway.producer.produce(request.produce, built)
-                return LaneAnswer(
+                return FastAnswer(
                     produced(request.produce.acks), codecs.JSON, orjson.dumps(document)
                 )
             info = await self.gateway.replicas.append(
                 request.topic, request.partition, request.data, request.acks, request.timeout_ms
             )
             landed = {"base_offset": info.first_offset, "count": info.record_count}
-            return LaneAnswer(200, codecs.JSON, orjson.dumps(landed))
+            return FastAnswer(200, codecs.JSON, orjson.dumps(landed))
         finally:
             self._release(request.size, connection)
 
@@ -573,11 +738,11 @@ class Lane:
         if left:
             inflight.by_connection[connection] = left
 
-    async def _fetch(self, request: LaneFetch) -> LaneAnswer:
+    async def _fetch(self, request: FastFetch) -> FastAnswer:
         """Read the partition as the route does (a long-poll waits here as there)."""
         fetched = request.ready
         if fetched is not None:
-            return LaneAnswer(
+            return FastAnswer(
                 200, fetched.content_type, fetched.body, tuple(fetched.headers.items())
             )
         gateway = self.gateway
@@ -588,25 +753,53 @@ class Lane:
         fetched = await read_partition(
             gateway, request.topic, request.partition, offset, request.limits, request.accept
         )
-        return LaneAnswer(200, fetched.content_type, fetched.body, tuple(fetched.headers.items()))
+        return FastAnswer(200, fetched.content_type, fetched.body, tuple(fetched.headers.items()))
 
-    async def _member_fetch(self, request: LaneMemberFetch) -> LaneAnswer:
+    async def _member_fetch(self, request: FastMemberFetch) -> FastAnswer:
         """The member's long-poll, as the group route runs it."""
         body = await member_records(
             self.gateway, request.group, request.member, request.limits, request.cursor
         )
-        return LaneAnswer(200, codecs.JSON, body)
+        return FastAnswer(200, codecs.JSON, body)
 
 
-LANE = web.AppKey("lane", Lane)
+_FETCH = "GET " + PARTITION_ROUTE  # (the produce routes are POST's only)
+_ROUTES = {  # `_resource_of`'s name of a route -> its method and template
+    TOPIC_ROUTE: ("POST", TOPIC_ROUTE),
+    PARTITION_ROUTE: ("POST", PARTITION_ROUTE),
+    _FETCH: ("GET", PARTITION_ROUTE),
+    MEMBER_ROUTE: ("GET", MEMBER_ROUTE),
+    APPEND_ROUTE: ("POST", APPEND_ROUTE),
+}
 
 
-def body_of(payload: StreamReader) -> bytes:
-    """A body its reader holds whole, left there for the general path: aiohttp has no public
-    way to look without reading."""
-    if isinstance(payload, EmptyStreamReader):
-        return b""
-    return b"".join(payload._buffer)
+def _rule(method: str, route: str) -> Access:
+    rule = access(method, route)
+    assert rule is not None, (method, route)  # route_operations names every route
+    return rule
+
+
+def _route_of(request: FastRequest) -> tuple[str, str, dict[str, str]]:
+    """A request's method, route template and the path parameters its access rule names."""
+    if isinstance(request, FastProduce):
+        return "POST", request.route, {"topic": request.produce.topic}
+    if isinstance(request, FastFetch):
+        return "GET", PARTITION_ROUTE, {"topic": request.topic}
+    if isinstance(request, FastMemberFetch):
+        return "GET", MEMBER_ROUTE, {"group": request.group}
+    return "POST", APPEND_ROUTE, {}
+
+
+def _resource_of(request: FastRequest) -> tuple[str, str]:
+    """What a request's access decision depends on besides its principal: its route (with
+    its method) and the resource the route names."""
+    if isinstance(request, FastProduce):
+        return request.route, request.produce.topic
+    if isinstance(request, FastFetch):
+        return _FETCH, request.topic
+    if isinstance(request, FastMemberFetch):
+        return MEMBER_ROUTE, request.group
+    return APPEND_ROUTE, ""
 
 
 def _problem_of(exc: Exception, method: str, target: str) -> Problem:
@@ -623,16 +816,16 @@ def _problem_of(exc: Exception, method: str, target: str) -> Problem:
 
 
 def _served(
-    ready: Callable[[LaneAnswer | None], None], answering: asyncio.Future[LaneAnswer]
+    ready: Callable[[FastAnswer | None], None], answering: asyncio.Future[FastAnswer]
 ) -> None:
-    """Hand a lane task's answer on; None if it was cancelled (its client went) or failed
+    """Hand a task's answer on; None if it was cancelled (its client went) or failed
     (which `serve` renders as a problem, so only an error past it, logged here)."""
     if answering.cancelled():
         ready(None)
         return
     error = answering.exception()
     if error is not None:
-        log.error("the lane failed to answer a request", exc_info=error)
+        log.error("the fast routes failed to answer a request", exc_info=error)
         ready(None)
         return
     ready(answering.result())
@@ -643,8 +836,8 @@ def _as_exception(error: BaseException) -> Exception:
     return error if isinstance(error, Exception) else RuntimeError(str(error))
 
 
-def _problem(problem: Problem) -> LaneAnswer:
-    return LaneAnswer(
+def _problem(problem: Problem) -> FastAnswer:
+    return FastAnswer(
         problem.status, PROBLEM_JSON, problem_body(problem), tuple(problem.headers.items())
     )
 

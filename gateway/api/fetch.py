@@ -1,5 +1,5 @@
 """The limits every fetch (a partition's or a group member's) takes from its query, the
-parked-fetch limit, and a partition fetch's answer (shared by the route and the lane). The
+parked-fetch limit, and a partition fetch's answer (shared by the route and the fast routes). The
 long-poll itself is the replica manager's."""
 
 from __future__ import annotations

@@ -183,7 +183,7 @@ async def member_records(
     gateway: Gateway, name: str, member: str, limits: FetchLimits, cursor: int
 ) -> bytes:
     """A member's long-poll across its partitions as the JSON answer (`cursor` -1: none
-    given); the records counted per topic. The route's and the lane's."""
+    given); the records counted per topic. The route's and the fast routes'."""
     answer = await gateway.groups.fetch(name, member, limits, None if cursor < 0 else cursor)
     for topic, count in answer.counts.items():
         gateway.metrics.traffic.fetched(topic, count, 0)

@@ -1,6 +1,8 @@
 """Request -> principal: a bearer token (the cluster's internal key, an API key, a JWT), HTTP
-Basic, or a verified client certificate. Lookups are cheap per request: an API key is one
-SHA-256 and a dict lookup; verified JWTs and Basic secrets are remembered (bounded)."""
+Basic, or a verified client certificate. Lookups are cheap per request: an Authorization header
+verified before is one dict lookup (`Authenticator.known`, which the fast routes call too) until
+the credentials or internal keys change; a new API key is one SHA-256; verified JWTs are
+remembered until they expire (bounded)."""
 
 from __future__ import annotations
 
@@ -21,14 +23,16 @@ from gateway.auth.credentials import (
     verify_basic,
 )
 from gateway.auth.jwt_verifier import JwtVerifier
-from gateway.auth.store import AuthStore
+from gateway.auth.store import AuthState, AuthStore
 from gateway.auth.tls import certificate_principal
+from gateway.http.memo import Memo
 from replication.node_contract import ON_BEHALF_OF
 
 REALM = "sluice"
 BASIC_CACHE_SIZE = 10_000
 KEY_CACHE_SIZE = 10_000
 BASIC_CHECKS_AT_ONCE = 2  # scrypt takes ~16 MiB and tens of ms: bound what guessing costs
+_NODE = ""  # what `known` remembers for an internal key: the principal depends on the request
 
 
 class Authenticator:
@@ -47,11 +51,15 @@ class Authenticator:
         self.basic = basic
         self.jwt = jwt
         self.certificate_source = certificate_source
+        # Authorization headers verified before -> principal (`_NODE` for an internal key),
+        # forgotten whenever the credentials or the internal keys change: a revoked key is
+        # refused from the store's next publication on, as before it was remembered.
+        self._known: Memo[str, str] = Memo(KEY_CACHE_SIZE)
+        self._known_of: Credentials = store.state.credentials
+        self.generation = 0  # moves whenever `_known` is forgotten: what was drawn from it is stale
+        store.add_listener(self._credentials_changed)
         self.set_internal_keys(internal_keys)
         self._basic_verified: dict[tuple[str, bytes], str] = {}  # (user, secret's SHA-256)
-        # Authorization headers of API keys -> principal, valid for one credentials snapshot.
-        self._keys: dict[str, str] = {}
-        self._keys_of: Credentials | None = None
         self._basic_checks = asyncio.Semaphore(BASIC_CHECKS_AT_ONCE)
         challenges = [f'Bearer realm="{REALM}"']
         if basic:
@@ -61,25 +69,65 @@ class Authenticator:
     def set_internal_keys(self, keys: Iterable[str]) -> None:
         """The keys nodes call each other with (each accepted; the first is the one sent)."""
         self._internal = tuple(key_digest(key) for key in keys)
+        self._forget()
+
+    def _credentials_changed(self, state: AuthState) -> None:
+        if state.credentials is not self._known_of:
+            self._forget()
+            self._known_of = state.credentials
+
+    def _forget(self) -> None:
+        self._known.clear()
+        self.generation += 1
+
+    def lasting(self, header: str) -> str | None:
+        """The principal of an API key or Basic login verified before: valid until
+        `generation` moves (a node's key, whose principal is per request, and a JWT, which
+        expires, are not)."""
+        principal = self._known.get(header)
+        return None if principal == _NODE else principal
+
+    def known(self, header: str, on_behalf_of: str | None) -> str | None:
+        """The principal of an Authorization header verified before and still valid, without
+        I/O (`on_behalf_of`: the request's Sluice-Principal, which only an internal key may
+        name); None: not known, `authenticate` decides."""
+        principal = self._known.get(header)
+        if principal is None:
+            jwt = self.jwt
+            if jwt is None or header[:7].lower() != "bearer ":
+                return None
+            principal = jwt.remembered(header[7:].strip())
+            return None if principal == INTERNAL_PRINCIPAL else principal
+        if principal == _NODE:
+            return on_behalf_of or INTERNAL_PRINCIPAL
+        return principal
 
     async def authenticate(self, request: web.Request) -> str | None:
         header = request.headers.get(hdrs.AUTHORIZATION)
         if header is None:
-            return self._certificate(request)
-        if self._keys_of is self.store.state.credentials:
-            known = self._keys.get(header)
-            if known is not None:
-                return known
+            return self.certificate_of(request.transport)
+        on_behalf_of = request.headers.get(ON_BEHALF_OF)
+        known = self.known(header, on_behalf_of)
+        if known is not None:
+            return known
+        checked_against = self.store.state.credentials
         scheme, _, value = header.partition(" ")
         value = value.strip()
         if not value:
             return None
         scheme = scheme.lower()
         if scheme == "bearer":
-            return await self._bearer(value, request, header)
-        if scheme == "basic" and self.basic:
-            return await self._basic(value)
-        return None
+            found, lasting = await self._bearer(value)
+        elif scheme == "basic" and self.basic:
+            found, lasting = await self._basic(value), True
+        else:
+            return None
+        if found is None:
+            return None
+        # Remembered only if the credentials did not change while it was checked.
+        if lasting and checked_against is self._known_of:
+            self._known.remember(header, found)
+        return on_behalf_of or INTERNAL_PRINCIPAL if found == _NODE else found
 
     def from_node(self, request: web.Request) -> bool:
         """Whether the request carries one of the cluster's internal keys."""
@@ -89,30 +137,22 @@ class Authenticator:
         digest = key_digest(token.strip())
         return any(hmac.compare_digest(digest, key) for key in self._internal)
 
-    async def _bearer(self, token: str, request: web.Request, header: str) -> str | None:
+    async def _bearer(self, token: str) -> tuple[str | None, bool]:
+        """A bearer token's principal (`_NODE` for an internal key) and whether the header memo
+        may keep it: a JWT is kept by its verifier, until it expires."""
         digest = key_digest(token)
         if self._internal and any(hmac.compare_digest(digest, key) for key in self._internal):
-            # Another node: on its own behalf, or forwarding a request it authenticated.
-            return request.headers.get(ON_BEHALF_OF) or INTERNAL_PRINCIPAL
+            return _NODE, True  # another node: on its own behalf, or forwarding a request
         record = self.store.state.credentials.by_digest.get(digest)
         if record is None and token.startswith(KEY_PREFIX):
             await self.store.refresh()  # made by `sluice auth create-key` meanwhile?
             record = self.store.state.credentials.by_digest.get(digest)
         if record is not None:
-            self._remember(header, record.principal)
-            return record.principal
+            return record.principal, True
         if self.jwt is not None and token.count(".") == 2:
             principal = await self.jwt.principal(token)
-            return None if principal == INTERNAL_PRINCIPAL else principal
-        return None
-
-    def _remember(self, header: str, principal: str) -> None:
-        """Skip the hash next time; a change of credentials (a revoked key) forgets all."""
-        credentials = self.store.state.credentials
-        if self._keys_of is not credentials or len(self._keys) >= KEY_CACHE_SIZE:
-            self._keys.clear()
-            self._keys_of = credentials
-        self._keys[header] = principal
+            return (None if principal == INTERNAL_PRINCIPAL else principal), False
+        return None, False
 
     async def _basic(self, value: str) -> str | None:
         try:
@@ -138,8 +178,9 @@ class Authenticator:
         self._basic_verified[remembered] = record.key_id
         return user
 
-    def _certificate(self, request: web.Request) -> str | None:
-        if self.certificate_source is None or request.transport is None:
+    def certificate_of(self, transport: asyncio.BaseTransport | None) -> str | None:
+        """The principal of the client certificate the connection was made with, if any."""
+        if self.certificate_source is None or transport is None:
             return None
-        peercert = request.transport.get_extra_info("peercert")
+        peercert = transport.get_extra_info("peercert")
         return certificate_principal(peercert, self.certificate_source)

@@ -54,12 +54,18 @@ class JwtVerifier:
         else:
             self._keys = jwt.PyJWKSet.from_json(Path(self.jwks).read_text())
 
+    def remembered(self, token: str) -> str | None:
+        """The principal of a token verified before that has not expired; None: not known."""
+        hit = self._verified.get(token)
+        if hit is not None and time.time() <= hit[1] + self.leeway_s:
+            return hit[0]
+        return None
+
     async def principal(self, token: str) -> str | None:
         """The token's principal, or None if it does not verify."""
-        hit = self._verified.get(token)
-        now = time.time()
-        if hit is not None and now <= hit[1] + self.leeway_s:
-            return hit[0]
+        known = self.remembered(token)
+        if known is not None:
+            return known
         try:
             key = await self._signing_key(token)
             claims = jwt.decode(

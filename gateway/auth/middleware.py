@@ -1,5 +1,6 @@
 """The auth middleware: authenticate every request (401 problem+json with WWW-Authenticate),
-check what its route needs (403 ACL_DENIED), and the checks handlers make on top."""
+check what its route needs (403 ACL_DENIED), and the checks handlers make on top; the checks
+themselves are gateway.auth.checks', which the fast routes run too."""
 
 from __future__ import annotations
 
@@ -8,12 +9,13 @@ from collections.abc import Awaitable, Callable
 from aiohttp import hdrs, web
 
 from gateway.auth.acl import CLUSTER, Operation, ResourceType
-from gateway.auth.credentials import INTERNAL_PRINCIPAL
+from gateway.auth.checks import admit, denied, unauthenticated
 from gateway.auth.route_operations import access
-from gateway.http.problem import Problem
-from gateway.state import gateway_of
+from gateway.auth.service import AuthService
 
 PRINCIPAL = web.RequestKey("principal", str)
+# The node's AuthService, set at startup (the middlewares and handlers find it here).
+AUTH = web.AppKey("auth", AuthService)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -27,23 +29,11 @@ def _preflight(request: web.Request) -> bool:
     )
 
 
-def denied(principal: str, resource_type: ResourceType, name: str, operation: Operation) -> Problem:
-    return Problem(
-        403,
-        "ACL_DENIED",
-        f"principal {principal!r} may not {operation} {resource_type} {name!r}",
-        principal=principal,
-        resource_type=resource_type,
-        resource_name=name,
-        operation=operation,
-    )
-
-
 @web.middleware
 async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Registered only with --auth; runs inside problem_middleware, so its refusals are
     problem+json and metrics count them."""
-    auth = gateway_of(request).auth
+    auth = request.app[AUTH]
     match_info = request.match_info
     resource = match_info.route.resource
     template = None if resource is None else resource.canonical
@@ -51,27 +41,12 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
         return await handler(request)
     principal = await auth.authenticator.authenticate(request)
     if principal is None:
-        raise Problem(
-            401,
-            "UNAUTHENTICATED",
-            "this route needs credentials: Authorization: Bearer <API key or JWT>"
-            + (", HTTP Basic" if auth.authenticator.basic else "")
-            + (" or a client certificate" if auth.authenticator.certificate_source else ""),
-            headers={hdrs.WWW_AUTHENTICATE: auth.authenticator.challenge},
-        )
+        raise unauthenticated(auth.authenticator)
     request[PRINCIPAL] = principal
     rule = None if template is None else access(request.method, template)
     if rule is None:
         return await handler(request)  # no such route: 404 or 405, to an authenticated caller
-    if rule.audience == "internal" and principal != INTERNAL_PRINCIPAL:
-        raise Problem(403, "INTERNAL_ONLY", "internal routes answer other nodes only")
-    if rule.audience == "super_user" and principal not in auth.super_users:
-        raise Problem(403, "SUPER_USER_ONLY", f"principal {principal!r} is not a super user")
-    authorizer = auth.authorizer
-    for need in rule.needs:
-        name = need.name(match_info)
-        if not authorizer.allowed(principal, need.resource_type, name, need.operation):
-            raise denied(principal, need.resource_type, name, need.operation)
+    admit(auth, principal, rule, match_info)
     return await handler(request)
 
 
@@ -80,7 +55,7 @@ def may(request: web.Request, resource_type: ResourceType, name: str, operation:
     principal = request.get(PRINCIPAL)
     if principal is None:
         return True
-    return gateway_of(request).auth.allowed(principal, resource_type, name, operation)
+    return request.app[AUTH].allowed(principal, resource_type, name, operation)
 
 
 def require(

@@ -5,10 +5,9 @@ contract and the app's routes, so no route is forgotten."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
-
-from aiohttp.web import UrlMappingMatchInfo
 
 from gateway.auth.acl import CLUSTER, Operation, ResourceType
 
@@ -23,8 +22,9 @@ class Need:
     operation: Operation
     param: str | None = None
 
-    def name(self, match_info: UrlMappingMatchInfo) -> str:
-        return CLUSTER if self.param is None else match_info[self.param]
+    def name(self, params: Mapping[str, str]) -> str:
+        """The resource's name, from the route's path parameters."""
+        return CLUSTER if self.param is None else params[self.param]
 
 
 @dataclass(frozen=True)

@@ -17,24 +17,24 @@ from typing import Any
 from aiohttp import HttpVersion11, web
 from aiohttp.http import HttpProcessingError, RawRequestMessage
 from aiohttp.streams import StreamReader
-from aiohttp.web_protocol import RequestHandler, _ErrInfo
 
-from gateway.api.fast_routes import LANE, Lane, LaneAnswer, LaneRequest, body_of
-from gateway.http.http2 import DirectAnswer, H2Protocol
+from gateway.http.aiohttp_private import ErrInfo, HandlerInternals, buffered_body
+from gateway.http.fast_path import FAST_PATH, Answer, FastPath, Ready
+from gateway.http.http2 import H2Protocol
 from gateway.http.memo import Memo
 from gateway.http.per_loop import PerLoop
 from gateway.http.problem import PROBLEM_JSON, Problem, one_line, problem_body, problem_response
 from gateway.http.problem import status_code as code_of
 
 BAD_REQUESTS_PER_MINUTE = 20
-_LANE_METHODS = ("POST", "GET")  # what the lane may serve: produces and fetches
-# Heads of produces the lane took, with aiohttp's parse of each and its body's length: a client
+_FAST_METHODS = ("POST", "GET")  # what the fast path may serve: produces and fetches
+# Heads of produces the fast path took, with aiohttp's parse of each and its body's length: a client
 # repeats its head byte for byte from one produce to the next, and the parse costs ~6 µs of a
 # ~50 µs produce. Process-wide, as gateway.http.http2 remembers header blocks; parses are immutable.
 _KNOWN_HEAD_MAX_BYTES = 2048
 _KNOWN_HEADS: Memo[bytes, tuple[RawRequestMessage, int]] = Memo(512)
 _HELD_BACK_MAX_BYTES = 256 * 1024  # beyond this, aiohttp's parser and its pausing take over
-_STARTS = (b"POST /", b"GET /")  # how a request the lane may take begins
+_STARTS = (b"POST /", b"GET /")  # how a request the fast path may take begins
 log = logging.getLogger(__name__)
 
 
@@ -67,8 +67,8 @@ class BadRequestLog:
 BAD_REQUESTS = BadRequestLog()
 
 
-class LaneAnswers:
-    """The lane's HTTP/1.1 answers of one loop turn, written one after another at its end.
+class TurnAnswers:
+    """The fast path's HTTP/1.1 answers of one loop turn, written one after another at its end.
 
     Written back to back, the answers reach clients that are still reading the previous ones;
     written as each request finishes, nearly every write wakes a client that had gone idle
@@ -77,25 +77,25 @@ class LaneAnswers:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._waiting: list[tuple[Http1Connection, LaneAnswer]] = []
+        self._waiting: list[tuple[Http1Connection, Answer]] = []
 
-    def post(self, connection: Http1Connection, answer: LaneAnswer) -> None:
+    def post(self, connection: Http1Connection, answer: Answer) -> None:
         if not self._waiting:
             self._loop.call_soon(self._write_all)
         self._waiting.append((connection, answer))
 
     def _write_all(self) -> None:
         waiting, self._waiting = self._waiting, []
-        written = [connection._write_lane_answer(answer) for connection, answer in waiting]
+        written = [connection._write_fast_answer(answer) for connection, answer in waiting]
         for (connection, _), done in zip(waiting, written, strict=True):
-            connection._lane_answered(done)
+            connection._fast_answered(done)
 
 
-# The loop's LaneAnswers.
-lane_answers: PerLoop[LaneAnswers] = PerLoop(LaneAnswers)
+# The loop's TurnAnswers.
+turn_answers: PerLoop[TurnAnswers] = PerLoop(TurnAnswers)
 
 
-class _ProblemErrors(RequestHandler):
+class _ProblemErrors(HandlerInternals):
     """aiohttp's own error answers (a request it could not parse, a handler failing outside the
     middlewares) as problem+json; a client's error logged briefly, a server's with its trace."""
 
@@ -129,17 +129,17 @@ class Http1Connection(_ProblemErrors):
     and a body the parser refuses (a malformed chunk size) failing its reader, so the handler
     answers 400 at once instead of waiting for the body timeout.
 
-    The plain produces and fetches it parses are served by the lane (gateway.api.fast_routes) when
-    aiohttp's request loop is idle: that loop is woken only for the requests the lane leaves
-    it, so answers keep the order of their requests."""
+    The plain produces and fetches it parses are served by the fast path (gateway.http.fast_path,
+    given at startup) when aiohttp's request loop is idle: that loop is woken only for the
+    requests the fast path leaves it, so answers keep the order of their requests."""
 
     __slots__ = (
         "_answers",
+        "_fast",
+        "_fast_idle",
+        "_fast_task",
         "_header_deadline",
         "_header_timeout",
-        "_lane",
-        "_lane_idle",
-        "_lane_task",
         "_last_payload",
         "_loop_started",
         "_unparsed",
@@ -158,25 +158,25 @@ class Http1Connection(_ProblemErrors):
         self._header_timeout = header_timeout
         self._header_deadline: asyncio.TimerHandle | None = None
         self._last_payload: StreamReader | None = None  # the newest request's body
-        # Built at the Application's startup, which runs before any connection is accepted.
-        self._lane = None if app is None else app.get(LANE)
-        self._lane_task: asyncio.Future[Any] | None = None  # the lane's request in progress
-        self._answers = lane_answers(self._loop)
-        self._lane_idle: asyncio.Future[None] | None = None  # start() waits for the lane here
+        # Set at the Application's startup, which runs before any connection is accepted.
+        self._fast: FastPath[Any] | None = None if app is None else app.get(FAST_PATH)
+        self._fast_task: asyncio.Future[Any] | None = None  # the fast path's request in progress
+        self._answers = turn_answers(self.event_loop)
+        self._fast_idle: asyncio.Future[None] | None = None  # start() waits for the fast path
         self._loop_started = False  # whether aiohttp's request loop (start) has begun
         # Bytes held back from aiohttp's parser, which has ended every request it was given and
-        # has none queued: requests whose head the lane took before are served from here
+        # has none queued: requests whose head the fast path took before are served from here
         # (`_serve_unparsed`). None once the parser takes everything, for the connection's life.
-        self._unparsed: bytes | None = None if self._lane is None else b""
+        self._unparsed: bytes | None = None if self._fast is None else b""
         self._unparsed_at = 0  # where in `_unparsed` the next request starts
 
     async def start(self) -> None:
-        """aiohttp's request loop, begun once the lane is done with the connection's first
+        """aiohttp's request loop, begun once the fast path is done with the connection's first
         requests (the first arrives before this task first runs; until the loop begins, the
-        lane may take the next ones too, so that none waits for this task to run)."""
-        while self._lane_task is not None:
-            self._lane_idle = self._loop.create_future()
-            await self._lane_idle
+        fast path may take the next ones too, so that none waits for this task to run)."""
+        while self._fast_task is not None:
+            self._fast_idle = self.event_loop.create_future()
+            await self._fast_idle
         self._loop_started = True
         await super().start()
 
@@ -184,7 +184,7 @@ class Http1Connection(_ProblemErrors):
         unparsed = self._unparsed
         if unparsed is None:
             self._feed(data)
-        elif not (self._force_close or self._close):  # as aiohttp ignores bytes after the end
+        elif not self.closing:  # as aiohttp ignores bytes after the end
             at = self._unparsed_at
             unparsed = self._unparsed = unparsed[at:] + data if at < len(unparsed) else data
             self._unparsed_at = 0
@@ -193,33 +193,28 @@ class Http1Connection(_ProblemErrors):
                 return
             self._serve_unparsed()
             unparsed, at = self._unparsed, self._unparsed_at
-            if unparsed is not None and at < len(unparsed):  # waits behind the lane's request
+            if unparsed is not None and at < len(unparsed):  # waits behind the fast request
                 if unparsed.find(b"\r\n\r\n", at) >= 0:
                     self._stop_header_deadline()  # the head came whole, in time
                 elif self._header_deadline is None:
                     self._start_header_deadline()  # as aiohttp's parser would, on a partial head
 
     def _feed(self, data: bytes) -> None:
-        """aiohttp's parser takes `data`; the first request it queued goes to the lane or to
-        aiohttp's loop."""
-        waiter = self._waiter
-        self._waiter = None  # aiohttp's loop is woken below, if the lane leaves it a request
-        try:
-            self._parse(data)
-        finally:
-            self._waiter = waiter
+        """aiohttp's parser takes `data`; the first request it queued goes to the fast path or
+        to aiohttp's loop."""
+        self.parse_quietly(data)  # aiohttp's loop is woken below, if the fast path leaves it one
         self._dispatch()
 
     def _serve_unparsed(self) -> None:
-        """While the lane serves nothing here, give it each held-back request whose head it
-        took before (aiohttp's parse of that head, remembered: `_KNOWN_HEADS`); at the first
+        """While the fast path serves nothing here, give it each held-back request whose head
+        it took before (aiohttp's parse of that head, remembered: `_KNOWN_HEADS`); at the first
         other request, let aiohttp's parser take it and every byte after."""
-        while self._lane_task is None and not (self._force_close or self._close):
+        while self._fast_task is None and not self.closing:
             unparsed, at = self._unparsed, self._unparsed_at
             if unparsed is None or at == len(unparsed):
                 return
             if not any(unparsed.startswith(start[: len(unparsed) - at], at) for start in _STARTS):
-                self._stop_holding_back()  # not a request the lane could take: aiohttp answers
+                self._stop_holding_back()  # not a request the fast path takes: aiohttp answers
                 return
             end = unparsed.find(b"\r\n\r\n", at) + 4
             if end == 3:  # no whole head yet
@@ -234,38 +229,34 @@ class Http1Connection(_ProblemErrors):
                 return
             message, length = known
             body = unparsed[end : end + length]
-            lane = self._lane
+            fast = self._fast
             taken = None
-            if len(body) == length and lane is not None:
-                taken = lane.take(message.method, message.path, message.headers, body, self)
-            if lane is None or taken is None:  # a body still arriving, or one the lane leaves
+            if len(body) == length and fast is not None:
+                taken = fast.take(message.method, message.path, message.headers, body, self)
+            if fast is None or taken is None:  # a body still arriving, or one the path leaves
                 self._stop_holding_back()
                 return
             self._stop_header_deadline()
             self._unparsed_at = end + length
-            self._request_count += 1
-            self._start_lane(lane, taken)
+            self.count_request()
+            self._start_fast(fast, taken)
 
     def _parse_first(self, unparsed: bytes, end: int) -> None:
         """aiohttp's parser takes the held-back bytes, whose head (ending at `end`) is new. If
-        they were exactly one request and the lane took it, the parser has ended it and the
-        next bytes are held back again; a produce's head is remembered with the parse."""
+        they were exactly one request and the fast path took it, the parser has ended it and
+        the next bytes are held back again; a produce's head is remembered with the parse."""
         self._unparsed = None
-        waiter = self._waiter
-        self._waiter = None
-        try:
-            self._parse(unparsed)
-        finally:
-            self._waiter = waiter
-        first = self._messages[0] if len(self._messages) == 1 else None
+        self.parse_quietly(unparsed)
+        queue = self.request_queue
+        first = queue[0] if len(queue) == 1 else None
         self._dispatch()
-        if first is None or self._messages or self._lane_task is None:
+        if first is None or queue or self._fast_task is None:
             return  # not one request, or aiohttp's loop has it: the parser keeps the connection
         message, payload = first
         if (
-            isinstance(message, _ErrInfo)
+            isinstance(message, ErrInfo)
             or message.upgrade
-            or self._upgraded
+            or self.upgraded
             or len(unparsed) != end + payload.total_bytes
         ):
             return
@@ -282,134 +273,118 @@ class Http1Connection(_ProblemErrors):
             self._feed(unparsed[at:])
 
     def _dispatch(self) -> None:
-        """Give the first queued request to the lane if it takes it, else wake aiohttp's loop;
-        only when that loop waits idle (or has not begun) and the lane serves nothing on this
-        connection."""
+        """Give the first queued request to the fast path if it takes it, else wake aiohttp's
+        loop; only when that loop waits idle (or has not begun) and the fast path serves
+        nothing on this connection."""
         if self._unparsed is not None:  # nothing is queued: the held-back bytes are next
             self._serve_unparsed()
             return
-        waiter = self._waiter
+        waiter = self.loop_waiter
         idle = not self._loop_started if waiter is None else not waiter.done()
-        if self._lane_task is not None or not idle or not self._messages:
+        queue = self.request_queue
+        if self._fast_task is not None or not idle or not queue:
             return
-        message, payload = self._messages[0]
-        lane = self._lane
+        message, payload = queue[0]
+        fast = self._fast
         taken = None
         if (
-            lane is not None
-            and not isinstance(message, _ErrInfo)
-            and message.method in _LANE_METHODS
+            fast is not None
+            and not isinstance(message, ErrInfo)
+            and message.method in _FAST_METHODS
             and message.version == HttpVersion11
             and not message.should_close
             and payload.is_eof()
-            and not self._close
-            and not self._force_close
+            and not self.closing
         ):
-            taken = lane.take(message.method, message.path, message.headers, body_of(payload), self)
-        if lane is None or taken is None:
+            body = buffered_body(payload)
+            taken = fast.take(message.method, message.path, message.headers, body, self)
+        if fast is None or taken is None:
             if waiter is not None:
                 waiter.set_result(None)
             return
-        self._messages.popleft()
-        if self._parser is not None:
-            self._parser.message_consumed()
-        self._start_lane(lane, taken)
-        if self._buffer_paused and len(self._messages) <= self._msg_queue_resume_size:
-            # Re-parses what the parser held back and comes back here (data_received(b"")):
-            # the lane must be busy by then, or it would take the next request too.
-            self._resume_reading_if_drained()
+        self.take_first_queued()
+        self._start_fast(fast, taken)
+        # Re-parses what the parser held back and comes back here (data_received(b"")): the
+        # fast path must be busy by then, or it would take the next request too.
+        self.resume_reading_if_drained()
 
-    def _start_lane(self, lane: Lane, taken: LaneRequest) -> None:
-        self._request_in_progress = True
-        self._lane_task = lane.start(taken, self, self._lane_answer_ready, self._loop)
+    def _start_fast(self, fast: FastPath[Any], taken: object) -> None:
+        self.request_started()
+        self._fast_task = fast.start(taken, self, self._fast_answer_ready, self.event_loop)
 
-    def _lane_answer_ready(self, answer: LaneAnswer | None) -> None:
-        """The lane's answer goes out with this loop turn's others (`LaneAnswers`); None: the
+    def _fast_answer_ready(self, answer: Answer | None) -> None:
+        """The fast answer goes out with this loop turn's others (`TurnAnswers`); None: the
         connection went, its request was cancelled, and nothing follows on it."""
         if answer is None:
-            self._lane_served()
+            self._fast_served()
             self._wake_start()
             return
         self._answers.post(self, answer)
 
-    def _write_lane_answer(self, answer: LaneAnswer) -> bool:
-        """Write the lane's answer (gateway.answers calls this at the end of the loop turn);
-        False when the connection went meanwhile."""
+    def _write_fast_answer(self, answer: Answer) -> bool:
+        """Write the fast answer (TurnAnswers calls this at the end of the loop turn); False
+        when the connection went meanwhile."""
         transport = self.transport
         if transport is None:
             return False
         transport.write(answer.http1())
-        if answer.closes or self._close or self._force_close:
+        if answer.closes or self.closing:
             self.force_close()
         else:
-            self._keep_alive_from_now()
+            self.keep_alive_from_now()
         return True
 
-    def _lane_answered(self, written: bool) -> None:
+    def _fast_answered(self, written: bool) -> None:
         """After the answer's write: the connection's next request, once a client that does
         not read has taken the answer (its next requests wait until then)."""
-        if written and self._paused and self.transport is not None:
-            self._lane_task = self._loop.create_task(self._drain_then_go_on())
+        if written and self.writing_paused and self.transport is not None:
+            self._fast_task = self.event_loop.create_task(self._drain_then_go_on())
             return
-        self._lane_served()
+        self._fast_served()
         if written:
             self._dispatch()
         self._wake_start()
 
     async def _drain_then_go_on(self) -> None:
         try:
-            await self._drain_helper()
+            await self.wait_drained()
         except BaseException as exc:
-            self._lane_served()
+            self._fast_served()
             self._wake_start()
             if isinstance(exc, ConnectionError):  # gone while its answer waited to drain
                 return
             raise
-        self._lane_served()
+        self._fast_served()
         self._dispatch()
         self._wake_start()
 
-    def _lane_served(self) -> None:
-        self._lane_task = None
-        self._request_in_progress = False
-        waiter = self._handler_waiter
-        if waiter is not None and not waiter.done():  # a shutdown waits for the answer
-            waiter.set_result(None)
+    def _fast_served(self) -> None:
+        self._fast_task = None
+        self.request_finished()
 
     def _wake_start(self) -> None:
-        """start() waits for the lane to hold none of the connection's requests."""
-        idle = self._lane_idle
-        if self._lane_task is None and idle is not None and not idle.done():
+        """start() waits for the fast path to hold none of the connection's requests."""
+        idle = self._fast_idle
+        if self._fast_task is None and idle is not None and not idle.done():
             idle.set_result(None)
 
-    def _keep_alive_from_now(self) -> None:
-        """aiohttp's idle timer, restarted as its loop does after each answer."""
-        if self._keepalive_timeout <= 0:
-            return
-        close_time = self._loop.time() + self._keepalive_timeout
-        self._next_keepalive_close_time = close_time
-        if self._keepalive_handle is None:
-            self._keepalive_handle = self._loop.call_at(close_time, self._process_keepalive)
+    def busy(self) -> bool:
+        return self._fast_task is not None
 
-    def _process_keepalive(self) -> None:
-        if self._lane_task is not None:  # busy, not idle: the answer restarts the timer
-            self._keepalive_handle = None
-            return
-        super()._process_keepalive()
-
-    def _parse(self, data: bytes) -> None:
-        queued = len(self._messages)
+    def parse(self, data: bytes) -> None:
+        queue = self.request_queue
+        queued = len(queue)
         body = self._last_payload
         # Bytes that only end a body (it arrived in several segments) start no deadline:
         # they are not the next request's headers, and a connection then idle would be
         # answered a 408 nobody asked for (read by its client as the next request's answer).
         reading_body = body is not None and not body.is_eof()
-        super().data_received(data)
-        new = [self._messages[i] for i in range(queued, len(self._messages))]
+        super().parse(data)
+        new = [queue[i] for i in range(queued, len(queue))]
         if new:
             self._stop_header_deadline()
         for message, payload in new:
-            if isinstance(message, _ErrInfo):
+            if isinstance(message, ErrInfo):
                 self._refuse_body(message)
             else:
                 self._last_payload = payload
@@ -419,36 +394,39 @@ class Http1Connection(_ProblemErrors):
             and not new
             and not reading_body
             and self._header_deadline is None
-            and not self._close
+            and not self.closing
             and (body is None or body.is_eof())
         ):
             self._start_header_deadline()
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self._stop_header_deadline()
-        if self._lane_task is not None:  # as aiohttp cancels its handler: a long-poll lets go
-            self._lane_task.cancel()
+        if self._fast_task is not None:  # as aiohttp cancels its handler: a long-poll lets go
+            self._fast_task.cancel()
         super().connection_lost(exc)
 
-    def _refuse_body(self, error: _ErrInfo) -> None:
+    def _refuse_body(self, error: ErrInfo) -> None:
         """A parse error inside a body a handler reads (or will): fail that body, which the
         handler answers 400, and close after it; aiohttp would answer only once the handler
         gave up waiting. Other parse errors stay aiohttp's (answered by handle_error)."""
         body = self._last_payload
         if body is None or body.is_eof():
             return
-        if not self._request_in_progress and all(p is not body for _, p in self._messages):
+        queue = self.request_queue
+        if not self.request_in_progress and all(p is not body for _, p in queue):
             return  # the handler answered already (aiohttp is dropping the rest): close then
-        for index, (message, _) in enumerate(self._messages):
+        for index, (message, _) in enumerate(queue):
             if message is error:
-                del self._messages[index]
+                del queue[index]
                 break
         body.set_exception(error.exc)
         body.feed_eof()  # nothing more comes: aiohttp's lingering close does not wait for it
         self.close()
 
     def _start_header_deadline(self) -> None:
-        self._header_deadline = self._loop.call_later(self._header_timeout, self._headers_too_slow)
+        self._header_deadline = self.event_loop.call_later(
+            self._header_timeout, self._headers_too_slow
+        )
 
     def _stop_header_deadline(self) -> None:
         if self._header_deadline is not None:
@@ -458,12 +436,12 @@ class Http1Connection(_ProblemErrors):
     def _headers_too_slow(self) -> None:
         self._header_deadline = None
         transport = self.transport
-        if transport is None or self._force_close:
+        if transport is None or self.force_closing:
             return
         peer = transport.get_extra_info("peername")
         detail = f"the request headers did not arrive within {self._header_timeout:g} s"
         BAD_REQUESTS.note(peer[0] if isinstance(peer, tuple) else None, detail)
-        if self._request_in_progress:  # pipelined behind an answer being made: close after it
+        if self.request_in_progress:  # pipelined behind an answer being made: close after it
             self.close()
             return
         body = problem_body(Problem(408, "REQUEST_TIMED_OUT", detail))
@@ -476,31 +454,28 @@ class Http1Connection(_ProblemErrors):
 
 class Http2Connection(_ProblemErrors, H2Protocol):
     """The HTTP/2 protocol with the same problem+json error answers; the plain produces and
-    fetches of its streams are served by the lane."""
+    fetches of its streams are served by the fast path."""
 
-    __slots__ = ("_lane",)
+    __slots__ = ("_fast",)
 
     def __init__(
         self, manager: web.Server, *, app: web.Application | None = None, **kwargs: Any
     ) -> None:
         super().__init__(manager, **kwargs)
-        self._lane = None if app is None else app.get(LANE)
+        self._fast: FastPath[Any] | None = None if app is None else app.get(FAST_PATH)
 
     def may_answer_directly(self, message: RawRequestMessage) -> bool:
         return (
-            self._lane is not None
-            and message.method in _LANE_METHODS
-            and "Expect" not in message.headers  # the lane leaves it: 100-continue goes out
+            self._fast is not None
+            and message.method in _FAST_METHODS
+            and "Expect" not in message.headers  # the fast path leaves it: 100-continue goes out
         )
 
     def start_directly(
-        self,
-        message: RawRequestMessage,
-        body: bytes,
-        answered: Callable[[DirectAnswer | None], None],
+        self, message: RawRequestMessage, body: bytes, answered: Ready
     ) -> asyncio.Future[Any] | None:
-        lane = self._lane
-        if lane is None:
+        fast = self._fast
+        if fast is None:
             return None
-        taken = lane.take(message.method, message.path, message.headers, body, self)
-        return None if taken is None else lane.start(taken, self, answered, self._loop)
+        taken = fast.take(message.method, message.path, message.headers, body, self)
+        return None if taken is None else fast.start(taken, self, answered, self.event_loop)

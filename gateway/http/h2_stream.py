@@ -12,6 +12,8 @@ from aiohttp.compression_utils import ZLibCompressor
 from aiohttp.streams import StreamReader
 from multidict import CIMultiDict
 
+from .aiohttp_private import unread_size
+
 if TYPE_CHECKING:
     from .http2 import H2Protocol
 
@@ -71,12 +73,7 @@ class H2Stream(BaseProtocol):
     )
 
     def __init__(self, owner: H2Protocol, stream_id: int, loop: asyncio.AbstractEventLoop) -> None:
-        # BaseProtocol.__init__'s fields, set here: a stream is made per request.
-        self._loop = loop
-        self._paused = self._reading_paused = self._buffer_paused = self._upgraded = False
-        self._drain_waiter = None
-        self._parser = None
-        self.transport = None
+        super().__init__(loop)
         self._owner = owner
         self._window_waiter: asyncio.Future[None] | None = None
         self.stream_id = stream_id
@@ -101,8 +98,7 @@ class H2Stream(BaseProtocol):
     def unconsumed(self) -> int:
         """Body bytes received but not yet read by the handler."""
         reader = self.reader
-        # StreamReader keeps its buffered byte count in a private slot.
-        return reader._size if reader is not None else 0
+        return unread_size(reader) if reader is not None else 0
 
     def pause_reading(self) -> None:
         """Ignore: the stream's receive window, not transport pausing, bounds its buffer."""
@@ -113,7 +109,7 @@ class H2Stream(BaseProtocol):
 
     async def wait_for_window(self) -> None:
         """Block until a WINDOW_UPDATE, a settings change, a reset or connection loss."""
-        waiter = self._window_waiter = self._loop.create_future()
+        waiter = self._window_waiter = self._owner.event_loop.create_future()
         try:
             await waiter
         finally:

@@ -17,7 +17,7 @@ import struct
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, Final, NoReturn, Protocol, cast
+from typing import Any, Final, NoReturn, cast
 
 from aiohttp import HttpVersion, web
 from aiohttp.http import RawRequestMessage
@@ -27,6 +27,8 @@ from aiohttp.web_protocol import PayloadAccessError, RequestHandler
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
+from .aiohttp_private import HandlerInternals, handler_kwargs, release_task, set_listening
+from .fast_path import Answer, Ready
 from .h2_session import (
     CLOSED,
     DATA,
@@ -48,7 +50,7 @@ from .h2_stream import H2Stream, H2StreamWriter, Headers
 from .memo import Memo
 from .per_loop import PerLoop
 
-__all__ = ("DirectAnswer", "H2Limits", "H2Protocol", "Http2Site", "HttpVersion20", "start_server")
+__all__ = ("H2Limits", "H2Protocol", "Http2Site", "HttpVersion20", "start_server")
 
 HttpVersion20: Final = HttpVersion(2, 0)
 PREFACE: Final = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -100,15 +102,6 @@ class H2Limits:
             connection_window_size=window,
             initial_window_size=min(self.initial_window_size, window),
         )
-
-
-class DirectAnswer(Protocol):
-    """An answer a subclass gives without the Application: its header list and its body."""
-
-    @property
-    def body(self) -> bytes: ...
-
-    def h2_headers(self) -> Headers: ...
 
 
 class _ConnectionTransport(asyncio.Transport):
@@ -248,7 +241,7 @@ class _TurnFlushes:
 _turn_flushes: PerLoop[_TurnFlushes] = PerLoop(_TurnFlushes)
 
 
-class H2Protocol(RequestHandler):
+class H2Protocol(HandlerInternals):
     """One HTTP/2 connection; each stream's handler runs as its own task.
 
     It subclasses aiohttp's ``RequestHandler`` so that requests see a genuine ``request.protocol``,
@@ -295,7 +288,7 @@ class H2Protocol(RequestHandler):
         self._resets: deque[float] = deque()
         self._goaway_sent = False
         self._flush_scheduled = False
-        self._flushes = _turn_flushes(self._loop)
+        self._flushes = _turn_flushes(self.event_loop)
         self._last_stream_id = 0
         self._idle_since = 0.0
         self._idle_handle: asyncio.TimerHandle | None = None
@@ -312,23 +305,23 @@ class H2Protocol(RequestHandler):
         super(RequestHandler, self).connection_made(real)
         self.transport = _ConnectionTransport(real)
         self._transport = real
-        if self._tcp_keepalive:
+        if self.tcp_keepalive:
             tcp_keepalive(real)
-        assert self._manager is not None
-        self._manager.connection_made(self, real)
+        assert self.web_server is not None
+        self.web_server.connection_made(self, real)
         self._flush()  # our SETTINGS (and connection window), queued by the session
-        self._idle_since = self._loop.time()
-        if self._keepalive_timeout > 0:
-            self._idle_handle = self._loop.call_later(self._keepalive_timeout, self._on_idle)
+        self._idle_since = self.event_loop.time()
+        if self.keepalive_timeout > 0:
+            self._idle_handle = self.event_loop.call_later(self.keepalive_timeout, self._on_idle)
         # The client's SETTINGS must follow its preface: a client dribbling it is cut off.
-        self._settings_handle = self._loop.call_later(
+        self._settings_handle = self.event_loop.call_later(
             self._limits.preface_timeout, self._on_settings_timeout
         )
 
     def connection_lost(self, exc: BaseException | None) -> None:
-        if self._manager is not None:
-            self._manager.connection_lost(self, exc)
-            self._manager = None
+        if self.web_server is not None:
+            self.web_server.connection_lost(self, exc)
+            self.web_server = None
         self._transport = None
         if self._idle_handle is not None:
             self._idle_handle.cancel()
@@ -377,20 +370,18 @@ class H2Protocol(RequestHandler):
 
     def close(self) -> None:
         """Begin a graceful close: GOAWAY now, hang up once in-flight streams are done."""
-        self._close = True
         self._send_goaway()
         if not self._streams:
             self._close_transport()
 
     def force_close(self) -> None:
-        self._force_close = True
         self._close_transport()
 
     async def shutdown(self, timeout: float | None = 15.0) -> None:
         """Send GOAWAY, let in-flight streams finish within ``timeout``, cancel the rest, close."""
         self.close()
         if self._streams:  # each is released once answered (a direct answer after its future)
-            finished = self._streams_finished = self._loop.create_future()
+            finished = self._streams_finished = self.event_loop.create_future()
             try:
                 await asyncio.wait_for(asyncio.shield(finished), timeout)
             except TimeoutError:
@@ -448,7 +439,7 @@ class H2Protocol(RequestHandler):
         if message is None:
             conn.reset_stream(stream_id, ErrorCode.PROTOCOL_ERROR)
             return
-        stream = H2Stream(self, stream_id, self._loop)
+        stream = H2Stream(self, stream_id, self.event_loop)
         stream.remote_ended = end_stream
         self._streams[stream_id] = stream
         if self.may_answer_directly(message):
@@ -462,11 +453,11 @@ class H2Protocol(RequestHandler):
             payload = EMPTY_PAYLOAD
         else:
             payload = stream.reader = StreamReader(
-                stream, self._limits.initial_window_size, loop=self._loop
+                stream, self._limits.initial_window_size, loop=self.event_loop
             )
             if message.headers.get("expect", "").lower() == "100-continue":
                 conn.send_informational(stream_id, [(b":status", b"100")])
-        stream.task = self._loop.create_task(self._run_stream(stream, message, payload))
+        stream.task = self.event_loop.create_task(self._run_stream(stream, message, payload))
 
     def _begin_held(self, stream: H2Stream, message: RawRequestMessage) -> None:
         """A stream whose body was held: answered directly when it came whole and the subclass
@@ -482,17 +473,17 @@ class H2Protocol(RequestHandler):
             if answering is not None:
                 stream.started = True
                 stream.task = answering
-                if self._manager is not None:
-                    self._manager.requests_count += 1
+                if self.web_server is not None:
+                    self.web_server.requests_count += 1
                 return
         # No body at all is aiohttp's EMPTY_PAYLOAD, as on HTTP/1.1: a reader would be
         # counted as a body of --max-request-bytes by the in-flight limits.
         payload = (
             self._reader_of(stream, held) if held or not stream.remote_ended else EMPTY_PAYLOAD
         )
-        stream.task = self._loop.create_task(self._run_stream(stream, message, payload))
+        stream.task = self.event_loop.create_task(self._run_stream(stream, message, payload))
 
-    def _answer_directly(self, stream: H2Stream, answer: DirectAnswer | None) -> None:
+    def _answer_directly(self, stream: H2Stream, answer: Answer | None) -> None:
         """Send what `start_directly` answered (None: the stream went first) and release it."""
         if self._streams.get(stream.stream_id) is not stream:
             return
@@ -503,7 +494,7 @@ class H2Protocol(RequestHandler):
                 self.log_debug("Ignored premature client disconnection")
             else:
                 stream.local_ended = True
-                if self._paused:  # the connection's next frames wait for the socket to drain
+                if self.writing_paused:  # its next frames wait for the socket to drain
                     self._schedule_flush()
                     stream.task = asyncio.ensure_future(self._drain_then_finish(stream))
                     return
@@ -566,7 +557,7 @@ class H2Protocol(RequestHandler):
 
     def _reset_flood(self) -> bool:
         """Record one client RST_STREAM; True if the rate exceeds the Rapid Reset limit."""
-        now = self._loop.time()
+        now = self.event_loop.time()
         resets = self._resets
         resets.append(now)
         horizon = now - self._limits.reset_window
@@ -590,24 +581,22 @@ class H2Protocol(RequestHandler):
     ) -> None:
         stream.started = True
         task = stream.task
-        factory = self._request_factory
-        handler = self._request_handler
-        manager = self._manager
-        assert isinstance(task, asyncio.Task) and factory is not None and handler is not None
-        if manager is not None:
-            manager.requests_count += 1
+        server = self.web_server
+        assert isinstance(task, asyncio.Task) and server is not None
+        server.requests_count += 1
         request: web.BaseRequest | None = None
         try:
-            request = factory(message, payload, self, H2StreamWriter(self, stream), task)
-            start = self._loop.time() if self._logging_enabled else None
-            await self._handle_request(request, start, handler)
+            writer = H2StreamWriter(self, stream)
+            request = server.request_factory(message, payload, self, writer, task)
+            start = self.event_loop.time() if self.access_logging else None
+            await self.run_request(request, start, server.request_handler)
         except ConnectionError:
             self.log_debug("Ignored premature client disconnection")
         except Exception as exc:
             self.log_exception("Unhandled exception", exc_info=exc)
         finally:
             if request is not None:
-                request._task = None  # type: ignore[assignment]
+                release_task(request)
             self._finish_stream(stream, payload)
 
     def may_answer_directly(self, message: RawRequestMessage) -> bool:
@@ -619,7 +608,7 @@ class H2Protocol(RequestHandler):
         self,
         message: RawRequestMessage,
         body: bytes,
-        answered: Callable[[DirectAnswer | None], None],
+        answered: Ready,
     ) -> asyncio.Future[Any] | None:
         """Begin a subclass's answer to a request it serves without the Application, given its
         whole body: `answered` gets it, or None once the returned future was cancelled (the
@@ -629,7 +618,7 @@ class H2Protocol(RequestHandler):
     def _reader_of(self, stream: H2Stream, held: list[bytes]) -> StreamReader:
         """The reader of a body held for a direct answer, for the Application after all."""
         reader = stream.reader = StreamReader(
-            stream, self._limits.initial_window_size, loop=self._loop
+            stream, self._limits.initial_window_size, loop=self.event_loop
         )
         for chunk in held:
             reader.feed_data(chunk)
@@ -666,7 +655,7 @@ class H2Protocol(RequestHandler):
             if self._goaway_sent:
                 self._close_transport()
             else:
-                self._idle_since = self._loop.time()
+                self._idle_since = self.event_loop.time()
 
     def _linger(self, stream_id: int) -> None:
         """Response sent before the whole request body: keep accepting (and discarding) the rest.
@@ -674,8 +663,8 @@ class H2Protocol(RequestHandler):
         This mirrors aiohttp's HTTP/1.1 lingering close; many clients mishandle an early
         RST_STREAM. After ``lingering_time`` the upload is stopped with RST_STREAM(NO_ERROR).
         """
-        if self._lingering_time > 0:
-            handle = self._loop.call_later(self._lingering_time, self._end_lingering, stream_id)
+        if self.lingering_time > 0:
+            handle = self.event_loop.call_later(self.lingering_time, self._end_lingering, stream_id)
             self._lingering[stream_id] = handle
         else:
             self._h2.reset_stream(stream_id, ErrorCode.NO_ERROR)
@@ -751,7 +740,7 @@ class H2Protocol(RequestHandler):
                 finally:
                     self._blocked.discard(stream)
         self._schedule_flush()
-        if self._paused:
+        if self.writing_paused:
             await self.drain()
 
     def _queue_data(
@@ -769,8 +758,8 @@ class H2Protocol(RequestHandler):
 
     async def drain(self) -> None:
         """Wait while the socket's write buffer is above its high-water mark."""
-        if self._paused and self.transport is not None:
-            await self._drain_helper()
+        if self.writing_paused and self.transport is not None:
+            await self.wait_drained()
 
     # -- helpers --------------------------------------------------------------------------
 
@@ -866,13 +855,13 @@ class H2Protocol(RequestHandler):
         self._idle_handle = None
         if self._transport is None:
             return
-        due = self._idle_since + self._keepalive_timeout
-        now = self._loop.time()
+        due = self._idle_since + self.keepalive_timeout
+        now = self.event_loop.time()
         if not self._streams and now >= due:
             self._terminate(ErrorCode.NO_ERROR)
             return
-        delay = self._keepalive_timeout if self._streams else due - now
-        self._idle_handle = self._loop.call_later(delay, self._on_idle)
+        delay = self.keepalive_timeout if self._streams else due - now
+        self._idle_handle = self.event_loop.call_later(delay, self._on_idle)
 
 
 def _goaway_frame(last_stream_id: int, error_code: int) -> bytes:
@@ -933,13 +922,14 @@ class _ProtocolSelector(asyncio.Protocol):
     def _http11(self) -> RequestHandler:
         if self._http1 is None:
             return self._server()
-        return self._http1(self._server, loop=asyncio.get_running_loop(), **self._server._kwargs)
+        server = self._server
+        return self._http1(server, loop=asyncio.get_running_loop(), **handler_kwargs(server))
 
     def _http2(self) -> H2Protocol:
         server = self._server
         loop = asyncio.get_running_loop()
         # Same handler settings (access log, timeouts, limits) the Server gives RequestHandler.
-        kwargs: dict[str, Any] = server._kwargs
+        kwargs = handler_kwargs(server)
         protocol = self._http2_class
         try:
             return protocol(server, loop=loop, limits=self._limits, **kwargs)
@@ -970,7 +960,7 @@ class Http2Site(web.TCPSite):
     ``RequestHandler``; default: the server's own), ``http2`` is the HTTP/2 protocol class.
     """
 
-    __slots__ = ("_http1", "_http2", "_limits")
+    __slots__ = ("_http1", "_http2", "_limits", "_listen", "_site_runner")
 
     def __init__(
         self,
@@ -1000,28 +990,32 @@ class Http2Site(web.TCPSite):
         self._limits = limits or H2Limits()
         self._http1 = http1
         self._http2 = http2
+        self._site_runner = runner
+        # What TCPSite.start passes to create_server, as given (its port defaults as TCPSite's).
+        self._listen: dict[str, Any] = {
+            "host": host,
+            "port": self.port,
+            "ssl": ssl_context,
+            "backlog": backlog,
+            "reuse_address": reuse_address,
+            "reuse_port": reuse_port,
+        }
 
     @property
     def runner(self) -> web.BaseRunner:
-        return self._runner
+        return self._site_runner
 
     async def start(self) -> None:
         await web.BaseSite.start(self)
         loop = asyncio.get_running_loop()
-        server = self._runner.server
+        server = self._site_runner.server
         assert server is not None
         limits, http1, http2 = self._limits, self._http1, self._http2
-        self._server = await loop.create_server(
-            lambda: _ProtocolSelector(server, limits, http1, http2),
-            self._host,
-            self._port,
-            ssl=self._ssl_context,
-            backlog=self._backlog,
-            reuse_address=self._reuse_address,
-            reuse_port=self._reuse_port,
+        listening = await loop.create_server(
+            lambda: _ProtocolSelector(server, limits, http1, http2), **self._listen
         )
-        sockets = self._server.sockets
-        self._bound_port = sockets[0].getsockname()[1] if sockets else self._port
+        sockets = listening.sockets
+        set_listening(self, listening, sockets[0].getsockname()[1] if sockets else self.port)
 
 
 async def start_server(

@@ -254,9 +254,10 @@ class ForwardedCollector(Collector):
         ]
 
 
-class LaneCollector(Collector):
-    """How many requests the lane answered (gateway.api.fast_routes); the others went through the
-    Application."""
+class FastRoutesCollector(Collector):
+    """How many requests the fast routes answered (gateway.api.fast_routes); the others went
+    through the Application. The metric keeps its first name, `sluice_lane_requests`, which
+    dashboards read."""
 
     def __init__(self, served: Callable[[], int]) -> None:
         self._served = served
@@ -265,7 +266,9 @@ class LaneCollector(Collector):
         return [
             CounterMetricFamily(
                 "sluice_lane_requests",
-                "Produce and fetch requests the lane answered, outside aiohttp's request handling",
+                "Requests the fast routes answered (plain produces, partition and group member "
+                "fetches, internal appends, and their refusals), without aiohttp's Request, "
+                "router and middlewares",
                 value=self._served(),
             )
         ]

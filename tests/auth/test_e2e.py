@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.client
 import os
+import re
 import signal
 import socket
 import ssl
@@ -189,6 +190,46 @@ def test_mutual_tls_names_the_principal(
     )  # fmt: skip
     assert status in (200, 201), body
     assert curl(*with_cert, url)[0] == 200
+
+
+@pytest.mark.parametrize("protocol", ["--http1.1", "--http2"])
+def test_a_client_certificate_opens_the_fast_routes(
+    tls_server: tuple[Server, Path, Path, Path, str], protocol: str
+) -> None:
+    """A produce made with a client certificate alone is the fast routes' (they read the
+    connection's certificate as the middleware does): refused as the Application refuses it
+    until alice may write, then served."""
+    server, cert, client, client_key, admin = tls_server
+    base = f"https://localhost:{server.port}"
+    bearer = ["-H", f"Authorization: Bearer {admin}"]
+    created = curl("--cacert", str(cert), f"{base}/v1/topics", *bearer,
+                   "-H", "Content-Type: application/json", "-d", '{"name": "t"}')  # fmt: skip
+    assert created[0] == 201, created
+    with_cert = [protocol, "--cacert", str(cert), "--cert", str(client), "--key", str(client_key)]
+
+    def produce(content_type: str) -> tuple[int, str]:
+        body = '{"records": [{"value": 1}]}'
+        return curl(*with_cert, f"{base}/v1/topics/t/records", "-H",
+                    f"Content-Type: {content_type}", "-d", body)  # fmt: skip
+
+    def fast_served() -> int:
+        metrics = curl("--cacert", str(cert), f"{base}/metrics", *bearer)[1]
+        found = re.search(r"^sluice_lane_requests_total (\S+)$", metrics, re.MULTILINE)
+        assert found is not None
+        return int(float(found.group(1)))
+
+    before = fast_served()
+    fast, general = produce("application/json"), produce("application/json; charset=utf-8")
+    assert fast == general and fast[0] == 403 and orjson.loads(fast[1])["principal"] == "alice"
+    acl = orjson.dumps(
+        {"principal": "alice", "resource_type": "topic", "resource_name": "t",
+         "pattern_type": "literal", "operation": "write", "permission": "allow"}
+    ).decode()  # fmt: skip
+    granted = curl("--cacert", str(cert), "-X", "POST", f"{base}/v1/acls", *bearer,
+                   "-H", "Content-Type: application/json", "-d", acl)  # fmt: skip
+    assert granted[0] == 201, granted
+    assert produce("application/json")[0] == 200
+    assert fast_served() - before == 2  # the 403 and the 200
 
 
 def _served_certificate(port: int) -> bytes:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gateway.auth import authenticator, credentials
-from tests.api.support import Client, Start, metrics, problem, sample
+from tests.api.support import Client, Start, gateway, metrics, problem, sample
 from tests.auth.support import bearer, binding, grant, make_basic, make_key
 
 
@@ -215,6 +215,40 @@ async def test_the_principal_header_is_trusted_only_with_the_internal_key(
     replica = "/internal/v1/replicas/__consumer_offsets/0/epoch-end?leader_epoch=0&epoch=0"
     await problem(await client.get(replica, headers=bearer(alice)), 403, "INTERNAL_ONLY")
     assert (await client.get(replica, headers=node)).status == 200
+
+
+async def test_verified_headers_are_remembered_until_credentials_or_node_keys_change(
+    start: Start, data_dir: Path, tmp_path: Path
+) -> None:
+    """What `Authenticator.known` answers without I/O (the fast routes' authentication): an API
+    key, a Basic login and a node's key once checked, the node's principal per request; all
+    forgotten when any credential changes, or the node keys do (SIGHUP)."""
+    admin, alice = make_key(data_dir, "admin"), make_key(data_dir, "alice")
+    secret = make_basic(data_dir, "bob")
+    internal = tmp_path / "internal.key"
+    internal.write_text("0123456789abcdef0123456789abcdef\n")
+    client = await start(
+        auth=True, auth_basic=True, super_users=("admin",), internal_key_file=internal
+    )
+    known = gateway(client).auth.authenticator.known
+    basic = "Basic " + base64.b64encode(f"bob:{secret}".encode()).decode()
+    node = "Bearer 0123456789abcdef0123456789abcdef"
+    headers = {f"Bearer {alice}": "alice", basic: "bob", node: "sluice:internal"}
+    assert all(known(header, None) is None for header in headers)
+    for header in headers:
+        assert (await client.get("/v1/topics", headers={"Authorization": header})).status == 200
+    assert {header: known(header, None) for header in headers} == headers
+    assert known(node, "alice") == "alice" and known(f"Bearer {alice}", "x") == "alice"
+    made = await client.post("/v1/auth/keys", json={"principal": "carol"}, headers=bearer(admin))
+    assert made.status == 201
+    assert all(known(header, None) is None for header in headers)
+    assert (await client.get("/v1/topics", headers={"Authorization": node})).status == 200
+    internal.write_text("fedcba9876543210fedcba9876543210\n")
+    await gateway(client).auth.reload()
+    assert known(node, None) is None
+    await problem(
+        await client.get("/v1/topics", headers={"Authorization": node}), 401, "UNAUTHENTICATED"
+    )
 
 
 async def test_keys_through_the_admin_route(client: Client, keys: dict[str, str]) -> None:

@@ -1,4 +1,4 @@
-"""Direct answers on HTTP/2: a stream a subclass of H2Protocol serves itself (the lane does,
+"""Direct answers on HTTP/2: a stream a subclass of H2Protocol serves itself (the fast routes do,
 in gateway.http.connections) is answered without a task, released exactly once whatever happens
 first, and waited for by a graceful shutdown until its answer is out."""
 
@@ -16,14 +16,20 @@ from aiohttp.http import RawRequestMessage
 from h2.errors import ErrorCodes
 from hyperframe.frame import DataFrame, GoAwayFrame, RstStreamFrame
 
+from gateway.http.fast_path import Answer as DirectAnswer
 from gateway.http.h2_stream import Headers
-from gateway.http.http2 import DirectAnswer, H2Protocol, Http2Site, start_server
+from gateway.http.http2 import H2Protocol, Http2Site, start_server
 from tests.gateway.test_http2 import TIMEOUT, RawH2, body_of, ends
 
 
 @dataclass
 class Answer:
     body: bytes
+    status: int = 200
+    closes: bool = False
+
+    def http1(self) -> bytes:
+        return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(self.body), self.body)
 
     def h2_headers(self) -> Headers:
         return [(b":status", b"200"), (b"content-length", b"%d" % len(self.body))]

@@ -1,5 +1,5 @@
 """gateway.http.memo, the bounded memory behind the HTTP/1.1 heads, HTTP/2 header blocks and produce
-targets the gateway remembers (tests/e2e/test_lane.py shows a known head served without
+targets the gateway remembers (tests/e2e/test_fast_routes.py shows a known head served without
 aiohttp's parser on a real server)."""
 
 from __future__ import annotations

@@ -72,14 +72,19 @@ def test_request_cost_reports_every_cell_and_target(tmp_path: Path) -> None:
 def test_auth_bench_compares_the_same_cells_with_and_without_auth(tmp_path: Path) -> None:
     doc = _quick("loadtests.auth_bench", tmp_path, "auth-bench.json")
     assert (tmp_path / "auth-bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert [f["cell"] for f in doc["figures"]] == [
-        "produce binary 1000",
-        "fetch json 1000",
-        "produce json 1",
+    assert [c["cell"] for c in doc["cells"]] == [
+        "healthz, http/1.1, 64 connections",
+        "produce json 1, http/1.1, 64 connections",
+        "produce json 1, h2c, 64 connections",
+        "produce binary 1000, http/1.1, 8 connections",
+        "fetch json 1000, http/1.1, 8 connections",
     ]
-    for figure in doc["figures"]:
-        _spent(figure["open"])
-        _spent(figure["auth"])
-        assert figure["ratio"] == pytest.approx(
-            figure["auth"]["records_per_s"] / figure["open"]["records_per_s"], abs=1e-3
+    for cell in doc["cells"]:
+        assert cell["tree"] == "after"
+        for side in ("open", "auth"):
+            _spent(cell[side])
+            assert not cell[side]["failures"], cell  # authenticated and authorised, every one
+        assert cell["ratio"] == pytest.approx(
+            cell["auth"]["requests_per_s"] / cell["open"]["requests_per_s"], abs=1e-3
         )
+    assert [t["met"] for t in doc["targets"]] == [t["value"] >= t["target"] for t in doc["targets"]]

@@ -1,4 +1,4 @@
-"""LaneAnswers: the lane's HTTP/1.1 answers of one loop turn are written back to back at its
+"""TurnAnswers: the fast routes' HTTP/1.1 answers of one loop turn are written back to back at its
 end, and only then does each connection go on to its next request."""
 
 from __future__ import annotations
@@ -8,31 +8,31 @@ from typing import cast
 
 import pytest
 
-from gateway.api import fast_routes as lane
-from gateway.api.fast_routes import LaneAnswer
-from gateway.http.connections import Http1Connection, LaneAnswers, lane_answers
+from gateway.api import fast_routes
+from gateway.api.fast_routes import FastAnswer
+from gateway.http.connections import Http1Connection, TurnAnswers, turn_answers
 
 
 class _Connection:
-    """Records what LaneAnswers asks of a connection, in one shared list."""
+    """Records what TurnAnswers asks of a connection, in one shared list."""
 
     def __init__(self, name: str, events: list[str], alive: bool = True) -> None:
         self.name, self.events, self.alive = name, events, alive
 
-    def _write_lane_answer(self, answer: LaneAnswer) -> bool:
+    def _write_fast_answer(self, answer: FastAnswer) -> bool:
         self.events.append(f"write {self.name} {answer.status}")
         return self.alive
 
-    def _lane_answered(self, written: bool) -> None:
+    def _fast_answered(self, written: bool) -> None:
         self.events.append(f"next {self.name} {written}")
 
 
 async def test_a_turns_answers_are_all_written_before_any_connection_goes_on() -> None:
     events: list[str] = []
-    answers = LaneAnswers(asyncio.get_running_loop())
+    answers = TurnAnswers(asyncio.get_running_loop())
     for name, alive in (("a", True), ("b", False), ("c", True)):
         connection = cast(Http1Connection, _Connection(name, events, alive))
-        answers.post(connection, LaneAnswer(200, "application/json", b"{}"))
+        answers.post(connection, FastAnswer(200, "application/json", b"{}"))
         assert events == []  # nothing is written while the turn goes on
     await asyncio.sleep(0)
     assert events == [
@@ -44,17 +44,17 @@ async def test_a_turns_answers_are_all_written_before_any_connection_goes_on() -
         "next c True",
     ]
     events.clear()
-    answers.post(cast(Http1Connection, _Connection("d", events)), LaneAnswer(202, "x", b""))
+    answers.post(cast(Http1Connection, _Connection("d", events)), FastAnswer(202, "x", b""))
     await asyncio.sleep(0)
     assert events == ["write d 202", "next d True"]  # the next turn's are written in theirs
 
 
 async def test_each_event_loop_has_its_own_answers() -> None:
     loop = asyncio.get_running_loop()
-    assert lane_answers(loop) is lane_answers(loop)
+    assert turn_answers(loop) is turn_answers(loop)
     other = asyncio.new_event_loop()
     try:
-        assert lane_answers(other) is not lane_answers(loop)
+        assert turn_answers(other) is not turn_answers(loop)
     finally:
         other.close()
 
@@ -63,9 +63,9 @@ def test_an_http2_answer_dates_itself_with_the_current_second(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The date field is encoded once a second, and a new second gives a new one."""
-    answer = LaneAnswer(200, "application/json", b"{}")
+    answer = FastAnswer(200, "application/json", b"{}")
     for now in ("Tue, 24 Nov 2026 18:00:00 GMT", "Tue, 24 Nov 2026 18:00:01 GMT"):
-        monkeypatch.setattr(lane, "rfc822_formatted_time", lambda now=now: now)
+        monkeypatch.setattr(fast_routes, "rfc822_formatted_time", lambda now=now: now)
         fields = dict(answer.h2_headers())
         assert fields[b"date"] == now.encode()
         assert b"Date: " + now.encode() + b"\r\n" in answer.http1()

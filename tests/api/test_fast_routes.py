@@ -1,0 +1,268 @@
+"""The fast routes in process: which produces they take (tests/e2e/test_fast_routes.py compares
+their answers with the Application's on a real server)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from pathlib import Path
+from typing import Any
+
+import orjson
+from multidict import CIMultiDict
+
+from engine.batch import RecordInput, encode_batch
+from gateway.api.fast_routes import FastAnswer, FastProduce, FastRefusal, FastRoutes
+from gateway.auth.quotas import ANONYMOUS
+from gateway.http.fast_path import FAST_PATH
+from tests.api.support import (
+    JSON,
+    PROBLEM,
+    RECORD_BATCH,
+    Client,
+    Start,
+    create_topic,
+    fetch_all,
+    gateway,
+    problem,
+)
+from tests.auth.support import bearer, binding, grant, make_key
+
+LIMIT = 256 * 1024  # --max-request-bytes
+
+
+def fast_routes_of(client: Client) -> FastRoutes:
+    """The running gateway's fast routes (the connections' fast path)."""
+    assert client.app is not None
+    routes = client.app[FAST_PATH]
+    assert isinstance(routes, FastRoutes)
+    return routes
+
+
+async def test_the_fast_routes_serve_bulk_produces_up_to_the_request_limit(start: Start) -> None:
+    """A 1000-record produce (over 100 KB) is the routes's as a one-record one is: through the
+    Application a held HTTP/2 body would be copied into a reader and out again. A body over
+    --max-request-bytes is left to the Application, whose answer is 413."""
+    client = await start(max_request_bytes=LIMIT)
+    await create_topic(client)
+    assert client.app is not None
+    routes = fast_routes_of(client)
+    json_body = orjson.dumps({"records": [{"value": "y" * 100} for _ in range(1000)]})
+    binary = bytes(encode_batch([RecordInput(None, b"%0100d" % i) for i in range(1000)]))
+    connection = object()
+    for media, body in ((JSON, json_body), (RECORD_BATCH, binary)):
+        assert len(body) > 100_000
+        headers = CIMultiDict({"Content-Type": media})
+        taken = routes.take("POST", "/v1/topics/t/records?acks=1", headers, body, connection)
+        assert taken is not None and not isinstance(taken, FastRefusal)
+        answer = await routes.serve(taken, connection)
+        assert answer.status == 200, answer.body
+    assert len(await fetch_all(client)) == 2000
+    too_large = json_body + b" " * (LIMIT - len(json_body) + 1)
+    headers = CIMultiDict({"Content-Type": JSON})
+    assert routes.take("POST", "/v1/topics/t/records", headers, too_large, connection) is None
+
+
+async def _started(
+    client: Client, target: str, bodies: list[bytes], headers: dict[str, str] | None = None
+) -> tuple[list[asyncio.Future[Any]], list[FastAnswer | None]]:
+    """`FastRoutes.start` for each body in one loop turn; the futures it returned and the answers
+    handed to `ready`, once every one has been handed."""
+    assert client.app is not None
+    routes = fast_routes_of(client)
+    loop = asyncio.get_running_loop()
+    answers: list[FastAnswer | None] = [None] * len(bodies)
+    handed = [loop.create_future() for _ in bodies]
+
+    def ready(i: int, answer: FastAnswer | None) -> None:
+        answers[i] = answer
+        handed[i].set_result(None)
+
+    started = []
+    for i, body in enumerate(bodies):
+        taken = routes.take(
+            "POST", target, CIMultiDict({"Content-Type": JSON, **(headers or {})}), body, i
+        )
+        assert isinstance(taken, FastProduce)
+        started.append(routes.start(taken, i, functools.partial(ready, i), loop))
+    await asyncio.gather(*handed)
+    return started, answers
+
+
+def _one(value: object) -> bytes:
+    return orjson.dumps({"records": [{"value": value}]})
+
+
+async def test_plain_produces_of_one_turn_share_a_write_and_need_no_task(start: Start) -> None:
+    """The common produce (one partition led here, acks 0 or 1, no idempotency key) joins the
+    turn's write and is answered when it lands, without a coroutine of its own; each keeps its
+    own consecutive offsets and answer, and the in-flight account is back to nothing."""
+    client = await start()
+    await create_topic(client)
+    state = gateway(client)
+    writes = state.replicas.appends.writes
+    started, answers = await _started(
+        client, "/v1/topics/t/partitions/0/records?acks=1", [_one(i) for i in range(5)]
+    )
+    assert not any(isinstance(future, asyncio.Task) for future in started)
+    assert state.replicas.appends.writes == writes + 1
+    offsets = [orjson.loads(a.body)["results"][0]["base_offset"] for a in answers if a]
+    assert offsets == [0, 1, 2, 3, 4]
+    assert [r["value"] for r in await fetch_all(client)] == [0, 1, 2, 3, 4]
+    assert client.app is not None
+    inflight = fast_routes_of(client).inflight
+    assert inflight.reserved == 0 and not inflight.by_connection
+
+
+async def test_produces_the_fast_routes_cannot_answer_at_once_still_take_a_task(
+    start: Start,
+) -> None:
+    """acks=all and idempotent produces wait in a coroutine as before, and answer the same."""
+    client = await start()
+    await create_topic(client)
+    for target, headers in (
+        ("/v1/topics/t/partitions/0/records?acks=all", {}),
+        ("/v1/topics/t/partitions/0/records?acks=1", {"Idempotency-Key": "k-1"}),
+    ):
+        started, answers = await _started(client, target, [_one("x")], headers)
+        assert isinstance(started[0], asyncio.Task)
+        assert answers[0] is not None and answers[0].status == 200, answers[0]
+
+
+async def test_a_bad_produce_fails_alone_among_the_turns_plain_ones(start: Start) -> None:
+    """A body refused while it is built gets its own problem; the others of the turn land."""
+    client = await start()
+    await create_topic(client, configs={"max.message.bytes": 1000})
+    bodies = [_one(1), _one("x" * 2000), b'{"records": 1}', _one(2)]
+    _, answers = await _started(client, "/v1/topics/t/partitions/0/records?acks=1", bodies)
+    assert [a.status if a else None for a in answers] == [200, 413, 400, 200]
+    assert answers[1] is not None and answers[1].content_type == PROBLEM
+    assert [r["value"] for r in await fetch_all(client)] == [1, 2]
+
+
+async def test_a_plain_produce_whose_client_went_hands_no_answer(start: Start) -> None:
+    """Cancelled before its write (the connection was lost): `ready` gets None, the in-flight
+    account is released and the other requests of the turn are answered."""
+    client = await start()
+    await create_topic(client)
+    assert client.app is not None
+    routes = fast_routes_of(client)
+    loop = asyncio.get_running_loop()
+    got: list[FastAnswer | None] = []
+    done = loop.create_future()
+
+    def ready(answer: FastAnswer | None) -> None:
+        got.append(answer)
+        if len(got) == 2:
+            done.set_result(None)
+
+    headers = CIMultiDict({"Content-Type": JSON})
+    target = "/v1/topics/t/partitions/0/records?acks=1"
+    futures = []
+    for connection in ("gone", "here"):
+        taken = routes.take("POST", target, headers, _one(connection), connection)
+        assert taken is not None
+        futures.append(routes.start(taken, connection, ready, loop))
+    futures[0].cancel()
+    await done
+    assert got[0] is None
+    assert got[1] is not None and got[1].status == 200
+    assert routes.inflight.reserved == 0 and not routes.inflight.by_connection
+
+
+async def test_a_plain_produce_the_flush_policy_syncs_is_answered_after_the_fsync(
+    start: Start,
+) -> None:
+    """flush.messages=1: the answer waits for the fsync (the recovery point passes it)."""
+    client = await start()
+    await create_topic(client, configs={"flush.messages": 1})
+    _, answers = await _started(client, "/v1/topics/t/partitions/0/records?acks=1", [_one(7)])
+    assert answers[0] is not None and answers[0].status == 200, answers[0]
+    log = gateway(client).replicas.local("t", 0)
+    assert log is not None and log.log.recovery_point >= 1
+
+
+async def test_credentials_are_taken_once_the_application_has_checked_them(
+    start: Start, data_dir: Path
+) -> None:
+    """With --auth, a key not seen before is the Application's to check (it may need I/O);
+    once it has, the fast routes know it, until the credentials change (its revocation)."""
+    keys = {name: make_key(data_dir, name) for name in ("admin", "alice")}
+    client = await start(auth=True, super_users=("admin", "alice"))
+    admin = bearer(keys["admin"])
+    assert (await client.post("/v1/topics", json={"name": "t"}, headers=admin)).status == 201
+    routes = fast_routes_of(client)
+    headers = CIMultiDict({"Content-Type": JSON, **bearer(keys["alice"])})
+    assert routes.take("POST", "/v1/topics/t/records", headers, _one(1), object()) is None
+    assert (await client.get("/v1/topics/t", headers=bearer(keys["alice"]))).status == 200
+    taken = routes.take("POST", "/v1/topics/t/records", headers, _one(1), object())
+    assert isinstance(taken, FastProduce)
+    listed = await (await client.get("/v1/auth/keys", headers=admin)).json()
+    alice = next(k["key_id"] for k in listed["keys"] if k["principal"] == "alice")
+    assert (await client.delete(f"/v1/auth/keys/{alice}", headers=admin)).status == 204
+    assert routes.take("POST", "/v1/topics/t/records", headers, _one(1), object()) is None
+
+
+async def test_refusals_are_taken_and_answered_at_once(start: Start, data_dir: Path) -> None:
+    """No credentials at all is the fast routes' 401; a member's fetch is refused 403 for a
+    topic its principal may not read, as the route refuses it."""
+    keys = {name: make_key(data_dir, name) for name in ("admin", "carol")}
+    client = await start(auth=True, super_users=("admin",))
+    admin, carol = bearer(keys["admin"]), bearer(keys["carol"])
+    assert (await client.post("/v1/topics", json={"name": "t"}, headers=admin)).status == 201
+    routes = fast_routes_of(client)
+    refused = routes.take("GET", "/v1/topics/t/partitions/0/records", CIMultiDict(), b"", 1)
+    assert isinstance(refused, FastRefusal) and refused.answer.status == 401
+    assert refused.answer.headers == (("WWW-Authenticate", 'Bearer realm="sluice"'),)
+    answers: list[FastAnswer | None] = []
+    await routes.start(refused, 1, answers.append, asyncio.get_running_loop())
+    await asyncio.sleep(0)  # the answer is handed on as any future's result is
+    assert answers == [refused.answer]
+    reads = [binding("carol", "group", "g", "read"), binding("carol", "topic", "t", "read")]
+    await grant(client, keys["admin"], *reads)
+    joined = await client.post("/v1/groups/g/members", json={"topics": ["t"]}, headers=carol)
+    assert joined.status == 201, await joined.text()
+    member = (await joined.json())["member_id"]
+    removed = await client.delete("/v1/acls", json=reads[1], headers=admin)
+    assert removed.status == 204
+    target = f"/v1/groups/g/members/{member}/records?timeout_ms=0"
+    route = await client.get(target, headers=carol)
+    body = await problem(route, 403, "ACL_DENIED")
+    taken = routes.take("GET", target, CIMultiDict(carol), b"", 1)
+    assert isinstance(taken, FastRefusal)
+    assert orjson.loads(taken.answer.body) == body
+
+
+async def test_a_delayed_quota_is_left_to_the_application(start: Start) -> None:
+    """--quota-mode delay: a request over its quota waits in the Application; one within it is
+    taken, its bytes charged."""
+    client = await start(quota_mode="delay")
+    await create_topic(client)
+    await client.put(f"/v1/quotas/{ANONYMOUS}", json={"requests_per_second": 0.1})
+    routes = fast_routes_of(client)
+    headers = CIMultiDict({"Content-Type": JSON})
+    assert isinstance(routes.take("POST", "/v1/topics/t/records", headers, _one(1), 1), FastProduce)
+    assert routes.take("POST", "/v1/topics/t/records", headers, _one(2), 1) is None
+    usage = gateway(client).auth.quotas.usage[ANONYMOUS]
+    assert usage.requests == 1 and usage.produce_bytes == len(_one(1))
+    assert usage.throttled["requests"] == 0  # counted where it is served, after its wait
+
+
+async def test_an_acl_removed_refuses_the_next_request(start: Start, data_dir: Path) -> None:
+    """What the fast routes remember of a principal admitted on a route goes with the ACLs
+    it was admitted under."""
+    keys = {name: make_key(data_dir, name) for name in ("admin", "bob")}
+    client = await start(auth=True, super_users=("admin",))
+    admin = bearer(keys["admin"])
+    assert (await client.post("/v1/topics", json={"name": "t"}, headers=admin)).status == 201
+    write = binding("bob", "topic", "t", "write")
+    await grant(client, keys["admin"], write)
+    assert (await client.get("/v1/topics/t", headers=bearer(keys["bob"]))).status == 200
+    routes = fast_routes_of(client)
+    headers = CIMultiDict({"Content-Type": JSON, **bearer(keys["bob"])})
+    for _ in range(2):  # checked, then remembered
+        taken = routes.take("POST", "/v1/topics/t/records", headers, _one(1), 1)
+        assert isinstance(taken, FastProduce)
+    assert (await client.delete("/v1/acls", json=write, headers=admin)).status == 204
+    refused = routes.take("POST", "/v1/topics/t/records", headers, _one(1), 1)
+    assert isinstance(refused, FastRefusal) and refused.answer.status == 403

@@ -15,7 +15,10 @@
  * Framing, HPACK, flow control and HTTP messaging rules are libnghttp2's. The header list
  * limit is checked here, field by field as they are decoded: past it the connection is ended
  * (CalmError), as is a CONTINUATION flood (the library's own limit) or a flood of frames the
- * peer makes us answer.
+ * peer makes us answer. So is a breach of the stream rules libnghttp2 does not check: with
+ * RFC 7540 priorities off (as we announce) it keeps no closed stream and skips PRIORITY frames
+ * unread, and it never refuses a new stream below the last. The peer's frame headers are read
+ * here before the library reads them ("the client's streams" below).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -37,6 +40,9 @@ enum event_kind {
 };
 
 #define MAX_CONTINUATIONS 8
+#define FRAME_HEADER 9             /* RFC 9113 §4.1 */
+#define PRIORITY_LENGTH 5          /* a PRIORITY frame's payload (RFC 9113 §6.3) */
+#define PEER_WINDOW 256            /* client streams remembered below the last one opened */
 #define FIELD_OVERHEAD 32          /* RFC 9113 §6.5.2: a field's size is name, value and 32 */
 #define OUT_KEPT (256 * 1024)      /* a larger output buffer is freed after use */
 #define DATA_KEPT (64 * 1024)      /* and a larger buffer of held DATA after a read */
@@ -66,6 +72,28 @@ typedef struct stream_state {
     int forgotten; /* its closing raises no event */
 } stream_state;
 
+/* The client's streams as its own frames make them (RFC 9113 §5.1), for what libnghttp2 does
+ * not check: a new stream below the last one opened (§5.1.1), DATA or HEADERS after the
+ * client's own END_STREAM or RST_STREAM on the stream (§5.1), a PRIORITY frame on stream 0 or
+ * making its stream depend on itself (§6.3, §5.3.1); each a connection error. Only frame
+ * headers (and a PRIORITY frame's five bytes) are read; a stream is one byte, kept for the
+ * PEER_WINDOW client stream identifiers up to the last opened. Older ones are left to
+ * libnghttp2, which ignores what comes on a stream it no longer has. Our own RST_STREAM ends
+ * nothing here: the client may have sent more before it saw it, which the library ignores. */
+enum peer_state {
+    PEER_SKIPPED = 0, /* never opened: an identifier the client passed over, closed for good */
+    PEER_OPEN,        /* opened by the client's HEADERS */
+    PEER_ENDED,       /* the client's END_STREAM or RST_STREAM: it sends nothing more on it */
+};
+
+typedef struct {
+    uint8_t head[FRAME_HEADER + PRIORITY_LENGTH]; /* the frame's header read so far */
+    size_t head_len, head_want;
+    size_t skip;                  /* the preface's or the frame's payload bytes still to pass */
+    int32_t last;                 /* the highest stream a HEADERS frame opened */
+    uint8_t streams[PEER_WINDOW]; /* enum peer_state, by (stream id / 2) % PEER_WINDOW */
+} peer_streams;
+
 typedef struct {
     PyObject_HEAD
     nghttp2_session *session;
@@ -82,6 +110,8 @@ typedef struct {
     size_t out_cap;
     stream_state *streams;    /* every stream_state, freed on close or with the session */
     int own_flow_resets;      /* RST_STREAM FLOW_CONTROL_ERROR we submitted, still to send */
+    int ending;               /* we ended the connection (terminate, or a frame refused) */
+    peer_streams peer;
 } Session;
 
 /* ---- events ------------------------------------------------------------------------------ */
@@ -273,6 +303,130 @@ read_body(nghttp2_session *session, int32_t stream_id, uint8_t *buf, size_t leng
         return NGHTTP2_ERR_DEFERRED;
     }
     return (ssize_t)copied;
+}
+
+/* ---- the client's streams ----------------------------------------------------------------- */
+
+static uint32_t
+read31(const uint8_t *at)
+{
+    return ((uint32_t)(at[0] & 0x7f) << 24) | ((uint32_t)at[1] << 16) | ((uint32_t)at[2] << 8) |
+           at[3];
+}
+
+/* A client stream's state, NULL if it is too far below the last one opened to be kept. */
+static uint8_t *
+peer_stream(peer_streams *peer, int32_t stream_id)
+{
+    if (peer->last - stream_id >= 2 * PEER_WINDOW) {
+        return NULL;
+    }
+    return &peer->streams[(stream_id >> 1) % PEER_WINDOW];
+}
+
+/* The client opened `stream_id`, above the last: the identifiers between are skipped. */
+static uint8_t *
+peer_open(peer_streams *peer, int32_t stream_id)
+{
+    for (int32_t id = stream_id - 2; id > peer->last && stream_id - id < 2 * PEER_WINDOW;
+         id -= 2) {
+        peer->streams[(id >> 1) % PEER_WINDOW] = PEER_SKIPPED;
+    }
+    peer->last = stream_id;
+    uint8_t *state = &peer->streams[(stream_id >> 1) % PEER_WINDOW];
+    *state = PEER_OPEN;
+    return state;
+}
+
+/* The connection error a frame from the client is (its header and, for PRIORITY, payload),
+ * or 0: libnghttp2 judges it. */
+static uint32_t
+peer_check(peer_streams *peer, const uint8_t *head)
+{
+    uint32_t length = ((uint32_t)head[0] << 16) | ((uint32_t)head[1] << 8) | head[2];
+    uint8_t type = head[3], flags = head[4];
+    int32_t stream_id = (int32_t)read31(head + 5);
+    uint8_t *state;
+    switch (type) {
+    case NGHTTP2_PRIORITY:
+        if (length != PRIORITY_LENGTH) {
+            return 0; /* FRAME_SIZE_ERROR, the library's */
+        }
+        return stream_id == 0 || (int32_t)read31(head + FRAME_HEADER) == stream_id
+                   ? NGHTTP2_PROTOCOL_ERROR
+                   : 0;
+    case NGHTTP2_HEADERS:
+    case NGHTTP2_DATA:
+        if ((stream_id & 1) == 0) {
+            return 0; /* stream 0 or a server's identifier: the library's PROTOCOL_ERROR */
+        }
+        if (stream_id > peer->last) {
+            if (type == NGHTTP2_DATA) {
+                return 0; /* an idle stream: the library's PROTOCOL_ERROR */
+            }
+            state = peer_open(peer, stream_id);
+        } else if ((state = peer_stream(peer, stream_id)) == NULL) {
+            return 0;
+        } else if (*state == PEER_ENDED) {
+            return NGHTTP2_STREAM_CLOSED;
+        } else if (*state == PEER_SKIPPED) {
+            return type == NGHTTP2_HEADERS ? NGHTTP2_PROTOCOL_ERROR : 0;
+        }
+        if (flags & NGHTTP2_FLAG_END_STREAM) {
+            *state = PEER_ENDED;
+        }
+        return 0;
+    case NGHTTP2_RST_STREAM:
+        if (length == 4 && (stream_id & 1) && stream_id <= peer->last &&
+            (state = peer_stream(peer, stream_id)) != NULL && *state == PEER_OPEN) {
+            *state = PEER_ENDED;
+        }
+        return 0;
+    default:
+        return 0;
+    }
+}
+
+/* Read the frame headers in `len` received bytes (a frame's may span reads): how many of the
+ * bytes libnghttp2 is to read, all but from the first frame refused, whose error is `*code`. */
+static size_t
+peer_scan(peer_streams *peer, const uint8_t *in, size_t len, uint32_t *code)
+{
+    size_t at = 0, frame_at = 0; /* a frame begun in an earlier read begins at 0 in this one */
+    while (at < len) {
+        if (peer->skip > 0) {
+            size_t n = peer->skip < len - at ? peer->skip : len - at;
+            peer->skip -= n;
+            at += n;
+            continue;
+        }
+        if (peer->head_len == 0) {
+            frame_at = at;
+        }
+        size_t n = peer->head_want - peer->head_len;
+        n = n < len - at ? n : len - at;
+        memcpy(peer->head + peer->head_len, in + at, n);
+        peer->head_len += n;
+        at += n;
+        if (peer->head_len < peer->head_want) {
+            break;
+        }
+        uint32_t length =
+            ((uint32_t)peer->head[0] << 16) | ((uint32_t)peer->head[1] << 8) | peer->head[2];
+        if (peer->head_want == FRAME_HEADER && peer->head[3] == NGHTTP2_PRIORITY &&
+            length == PRIORITY_LENGTH) {
+            peer->head_want += PRIORITY_LENGTH;
+            continue;
+        }
+        *code = peer_check(peer, peer->head);
+        peer->skip = length - (peer->head_want - FRAME_HEADER);
+        peer->head_len = 0;
+        peer->head_want = FRAME_HEADER;
+        if (*code != 0) {
+            return frame_at;
+        }
+    }
+    return len;
 }
 
 /* ---- callbacks --------------------------------------------------------------------------- */
@@ -520,6 +674,8 @@ Session_init(Session *self, PyObject *args, PyObject *kwds)
         return -1;
     }
     self->max_header_list_size = (size_t)header_list;
+    self->peer.skip = NGHTTP2_CLIENT_MAGIC_LEN;
+    self->peer.head_want = FRAME_HEADER;
     nghttp2_option *option;
     if (nghttp2_option_new(&option) != 0) {
         PyErr_NoMemory();
@@ -540,6 +696,8 @@ Session_init(Session *self, PyObject *args, PyObject *kwds)
         {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, (uint32_t)header_list},
         {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, (uint32_t)window},
         {NGHTTP2_SETTINGS_MAX_FRAME_SIZE, (uint32_t)frame},
+        /* RFC 7540's priority tree is deprecated (RFC 9113 §5.3.2) and gone from later
+         * libnghttp2s (ngh2's): the checks it brought in 1.52 are the client's streams'. */
         {NGHTTP2_SETTINGS_NO_RFC7540_PRIORITIES, 1},
     };
     rv = nghttp2_submit_settings(self->session, NGHTTP2_FLAG_NONE, settings,
@@ -560,6 +718,21 @@ ready(Session *self)
 {
     if (self->session == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "Session is not initialised");
+        return 0;
+    }
+    return 1;
+}
+
+/* Whether the session takes more to send (else `error` is raised): not once it has ended the
+ * connection itself, by terminate or over a frame it refused, as ngh2's does not either. */
+static int
+working(Session *self, PyObject *error)
+{
+    if (!ready(self)) {
+        return 0;
+    }
+    if (self->ending) {
+        PyErr_SetString(error, "the session has ended the connection");
         return 0;
     }
     return 1;
@@ -593,8 +766,18 @@ Session_receive(Session *self, PyObject *data)
     if (!ready(self) || PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) {
         return NULL;
     }
-    ssize_t rv = nghttp2_session_mem_recv(self->session, view.buf, (size_t)view.len);
+    uint32_t refused = 0;
+    size_t take = self->ending ? 0 : peer_scan(&self->peer, view.buf, (size_t)view.len, &refused);
+    ssize_t rv = take > 0 ? nghttp2_session_mem_recv(self->session, view.buf, take) : 0;
     PyBuffer_Release(&view);
+    if (rv >= 0 && refused != 0) {
+        /* The frames before it stand; the connection ends with a GOAWAY of the library's. */
+        self->ending = 1;
+        int ended = nghttp2_session_terminate_session(self->session, refused);
+        if (nghttp2_is_fatal(ended)) {
+            rv = ended;
+        }
+    }
     if (rv >= 0 && self->data_stream != 0 && emit_held_data(self, 0) < 0) {
         rv = NGHTTP2_ERR_CALLBACK_FAILURE;
     }
@@ -702,7 +885,7 @@ submit(Session *self, int32_t stream_id, PyObject *headers, PyObject *body, int 
     nghttp2_nv stack[FIELDS_ON_STACK], *nva = stack;
     PyObject *fast = NULL;
     PyObject *result = NULL;
-    if (!ready(self)) {
+    if (!working(self, StreamClosedError)) {
         return NULL;
     }
     Py_ssize_t n = fields_of(headers, stack, FIELDS_ON_STACK, &nva, &fast);
@@ -818,7 +1001,7 @@ Session_send_data(Session *self, PyObject *const *args, Py_ssize_t nargs)
     }
     int32_t stream_id = stream_id_of(args[0]);
     int end_stream = PyObject_IsTrue(args[2]);
-    if (stream_id < 0 || end_stream < 0 || !ready(self)) {
+    if (stream_id < 0 || end_stream < 0 || !working(self, StreamClosedError)) {
         return NULL;
     }
     stream_state *st = state_of(self, stream_id);
@@ -853,7 +1036,7 @@ Session_send_informational(Session *self, PyObject *const *args, Py_ssize_t narg
         return NULL;
     }
     int32_t stream_id = stream_id_of(args[0]);
-    if (stream_id < 0 || !ready(self)) {
+    if (stream_id < 0 || !working(self, StreamClosedError)) {
         return NULL;
     }
     if (nghttp2_session_find_stream(self->session, stream_id) == NULL) {
@@ -888,7 +1071,7 @@ Session_reset_stream(Session *self, PyObject *const *args, Py_ssize_t nargs)
     }
     uint32_t code;
     int32_t stream_id = stream_id_of(args[0]);
-    if (stream_id < 0 || error_code_of(args[1], &code) < 0 || !ready(self)) {
+    if (stream_id < 0 || error_code_of(args[1], &code) < 0 || !working(self, SessionError)) {
         return NULL;
     }
     int rv = nghttp2_submit_rst_stream(self->session, NGHTTP2_FLAG_NONE, stream_id, code);
@@ -920,6 +1103,9 @@ Session_acknowledge_received_data(Session *self, PyObject *const *args, Py_ssize
     if (amount < 0) {
         PyErr_SetString(PyExc_ValueError, "amount must not be negative");
         return NULL;
+    }
+    if (self->ending) {
+        Py_RETURN_NONE; /* no window goes out after the final GOAWAY */
     }
     int rv = nghttp2_session_consume(self->session, stream_id, (size_t)amount);
     if (rv != 0) {
@@ -981,6 +1167,7 @@ Session_terminate(Session *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(SessionError, nghttp2_strerror(rv));
         return NULL;
     }
+    self->ending = 1;
     Py_RETURN_NONE;
 }
 

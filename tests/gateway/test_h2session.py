@@ -9,6 +9,9 @@ nghttp2, and checks arguments its own way) the test says so.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +33,7 @@ from hyperframe.frame import (
     GoAwayFrame,
     HeadersFrame,
     PingFrame,
+    PriorityFrame,
     RstStreamFrame,
     SettingsFrame,
     WindowUpdateFrame,
@@ -190,6 +194,25 @@ def test_the_module_exports_what_h2_session_documents() -> None:
     assert _h2session.NGHTTP2_VERSION.startswith("1.")
     assert h2_session.native and h2_session.Session is CSession
     assert h2_session.CalmError is CalmError
+
+
+def test_the_environment_can_ask_for_the_ngh2_session() -> None:
+    """SLUICE_H2_SESSION=ngh2, read at import, makes the gateway take NgH2Session (with its
+    errors) though the C session is built: how tests/e2e/test_h2spec.py runs a real server
+    on the fallback."""
+    shows = "from gateway.http import h2_session as h; print(h.native, h.Session, h.SessionError)"
+    done = subprocess.run(
+        [sys.executable, "-c", shows],
+        env={**os.environ, "SLUICE_H2_SESSION": "ngh2"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.split() == [
+        "False",
+        *("<class", "'gateway.http.h2_session.NgH2Session'>"),
+        *("<class", "'gateway.http.h2_session._SessionError'>"),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -823,6 +846,229 @@ def test_an_invalid_field_resets_its_stream(make: Maker, field: tuple[bytes, byt
     assert server.events() == [(CLOSED, 1, ErrorCodes.PROTOCOL_ERROR, None)]
 
 
+# -- the client's own streams (what libnghttp2 leaves out) --------------------------------------
+
+
+def ended_by(server: SessionLike, code: int, last_stream_id: int) -> None:
+    """The session sends its final GOAWAY with `code` naming `last_stream_id`, raises
+    TERMINATED, and neither reads nor writes any more."""
+    (goaway,) = [f for f in sent_frames(server.data_to_send()) if isinstance(f, GoAwayFrame)]
+    assert (goaway.error_code, goaway.last_stream_id) == (code, last_stream_id)
+    assert server.events()[-1:] == [(TERMINATED, 0, None, None)]
+    assert not server.want_read and not server.want_write
+
+
+def priority(stream_id: int, depends_on: int) -> bytes:
+    """A PRIORITY frame, on any stream (hyperframe refuses stream 0)."""
+    return b"\0\0\5\2\0" + stream_id.to_bytes(4, "big") + depends_on.to_bytes(4, "big") + b"\x10"
+
+
+def wire(frames: Iterable[Frame | bytes]) -> bytes:
+    return b"".join(f if isinstance(f, bytes) else f.serialize() for f in frames)
+
+
+def again(frame: str, stream_id: int) -> Frame:
+    """DATA or (request) HEADERS on a stream, both ending it."""
+    if frame == "DATA":
+        return DataFrame(stream_id, b"test", flags=["END_STREAM"])
+    return raw_request(stream_id)
+
+
+@both
+@pytest.mark.parametrize("frame", ["DATA", "HEADERS"])
+def test_a_frame_after_the_clients_reset_is_stream_closed(make: Maker, frame: str) -> None:
+    """h2spec http2/5.1/8 and /9: the client resets its stream, then sends on it (RFC 9113
+    §5.1, closed): GOAWAY STREAM_CLOSED. libnghttp2 has forgotten the stream by then."""
+    server, events = raw_session(
+        make,
+        raw_request(1, POST, end=False),
+        RstStreamFrame(1, ErrorCodes.CANCEL),
+        again(frame, 1),
+    )
+    assert events == [
+        (REQUEST, 1, header_block(POST), False),
+        (RESET, 1, ErrorCodes.CANCEL, None),
+        (CLOSED, 1, ErrorCodes.CANCEL, None),
+    ]
+    ended_by(server, ErrorCodes.STREAM_CLOSED, 1)
+
+
+@both
+@pytest.mark.parametrize("frame", ["DATA", "HEADERS"])
+def test_a_frame_on_a_closed_stream_is_stream_closed(make: Maker, frame: str) -> None:
+    """h2spec http2/5.1/11 and /12: a request (END_STREAM) answered and closed, then more
+    on its stream: GOAWAY STREAM_CLOSED, though libnghttp2 keeps no closed stream."""
+    server, _ = raw_session(make, raw_request(1))
+    server.respond(1, OK, b"done")
+    server.data_to_send()
+    assert server.events() == [(CLOSED, 1, 0, None)]
+    assert server.receive(again(frame, 1).serialize()) == []
+    ended_by(server, ErrorCodes.STREAM_CLOSED, 1)
+
+
+@both
+def test_a_frame_after_the_clients_end_stream_is_stream_closed(make: Maker) -> None:
+    """The client's END_STREAM ends its side however the stream stands on ours (here still
+    open, unanswered): DATA after it is STREAM_CLOSED."""
+    server, _ = raw_session(
+        make, raw_request(1, POST, end=False), DataFrame(1, b"a", flags=["END_STREAM"])
+    )
+    assert server.receive(DataFrame(1, b"b").serialize()) == []
+    ended_by(server, ErrorCodes.STREAM_CLOSED, 1)
+
+
+@both
+def test_a_stream_below_the_last_opened_is_a_protocol_error(make: Maker) -> None:
+    """h2spec http2/5.1.1/2: HEADERS on stream 5, then on 3, which the client passed over
+    (RFC 9113 §5.1.1): GOAWAY PROTOCOL_ERROR naming 5, and stream 3 is never a REQUEST.
+    libnghttp2 ignores such HEADERS (nghttp2 issues 1300, 2233)."""
+    server, events = raw_session(make, raw_request(5), raw_request(3))
+    assert events == [(REQUEST, 5, header_block(GET), True)]
+    ended_by(server, ErrorCodes.PROTOCOL_ERROR, 5)
+
+
+@both
+@pytest.mark.parametrize(
+    "frame",
+    [
+        priority(0, depends_on=1),  # h2spec http2/6.3/1
+        priority(1, depends_on=1),  # h2spec http2/5.3.1/2: an idle stream on itself
+        priority(3, depends_on=3),  # an open one
+    ],
+    ids=["stream-0", "idle-on-itself", "open-on-itself"],
+)
+def test_a_priority_frame_on_stream_0_or_on_itself_is_a_protocol_error(
+    make: Maker, frame: bytes
+) -> None:
+    """RFC 9113 §6.3 and §5.3.1, which libnghttp2 skips with RFC 7540 priorities off (as
+    the gateway has them): GOAWAY PROTOCOL_ERROR (the stream error made a connection error;
+    RST_STREAM on an idle stream would be one of ours)."""
+    server, events = raw_session(make, raw_request(3, POST, end=False), frame)
+    assert events == [(REQUEST, 3, header_block(POST), False)]
+    ended_by(server, ErrorCodes.PROTOCOL_ERROR, 3)
+
+
+@both
+def test_other_priority_frames_are_ignored(make: Maker) -> None:
+    """On a stream open, idle or closed, depending on another: no event, nothing sent."""
+    server, events = raw_session(
+        make,
+        raw_request(1),
+        PriorityFrame(1, depends_on=0),
+        PriorityFrame(9, depends_on=1, stream_weight=200, exclusive=True),
+        raw_request(3),
+    )
+    assert [e[:2] for e in events] == [(REQUEST, 1), (REQUEST, 3)]
+    server.respond(1, OK, b"")
+    server.data_to_send()
+    assert server.events() == [(CLOSED, 1, 0, None)]
+    assert server.receive(PriorityFrame(1, depends_on=3).serialize()) == []
+    assert sent_frames(server.data_to_send()) == [] and server.want_read
+
+
+@both
+def test_frames_after_our_reset_are_ignored(make: Maker) -> None:
+    """We reset a stream the client still sends on: what it sent before it saw our
+    RST_STREAM (body, trailers) is dropped, not an error, as a stream below the last opened
+    is not; after its own END_STREAM, though, more is STREAM_CLOSED."""
+    server, _ = raw_session(make, raw_request(1, POST, end=False), raw_request(3, POST, end=False))
+    server.reset_stream(1, ErrorCodes.CANCEL)
+    server.data_to_send()
+    assert server.events() == [(CLOSED, 1, ErrorCodes.CANCEL, None)]
+    late: list[Frame] = [DataFrame(1, b"late"), raw_request(1, [(b"x-trailer", b"t")])]
+    assert server.receive(wire(late)) == []
+    assert sent_frames(server.data_to_send()) == [] and server.want_read
+    assert server.receive(DataFrame(1, b"more").serialize()) == []
+    ended_by(server, ErrorCodes.STREAM_CLOSED, 3)
+
+
+@pytest.mark.parametrize(
+    ("make", "events"),
+    each([(CLOSED, 1, ErrorCodes.FLOW_CONTROL_ERROR, None)], []),
+)
+def test_a_stream_window_past_2_31_resets_it_then_ends_the_connection(
+    make: Maker, events: list[Event]
+) -> None:
+    """h2spec http2/6.9.1/3: WINDOW_UPDATEs taking a stream's window past 2**31-1 reset the
+    stream (RFC 9113 §6.9.1), then GOAWAY FLOW_CONTROL_ERROR. libnghttp2 1.52 resets it and
+    the C session ends the connection as for any window the client breaks; ngh2's nghttp2
+    ends it at once, so its session sends the RST_STREAM first itself (and no CLOSED: that
+    libnghttp2 never closed the stream)."""
+    server, received = raw_session(
+        make,
+        raw_request(1, end=False),
+        WindowUpdateFrame(1, 2**31 - 1),
+        WindowUpdateFrame(1, 2**31 - 1),
+    )
+    assert received == [(REQUEST, 1, header_block(GET), False)]
+    sent = sent_frames(server.data_to_send())
+    assert [(type(f), f.stream_id, getattr(f, "error_code", None)) for f in sent] == [
+        (RstStreamFrame, 1, ErrorCodes.FLOW_CONTROL_ERROR),
+        (GoAwayFrame, 0, ErrorCodes.FLOW_CONTROL_ERROR),
+    ]
+    assert server.events() == [*events, (TERMINATED, 0, None, None)]
+
+
+REFUSED = [
+    # (the client's frames, what the frames before the refused one make, its error code)
+    (
+        [raw_request(1, POST, end=False), DataFrame(1, b"ab"), priority(1, depends_on=1)],
+        ([1], {1: b"ab"}),
+        ErrorCodes.PROTOCOL_ERROR,
+    ),
+    (
+        [
+            raw_request(1, POST, end=False),
+            DataFrame(1, b"ab", flags=["END_STREAM"]),
+            raw_request(3),
+            DataFrame(1, b"c"),
+        ],
+        ([1, 3], {1: b"ab"}),
+        ErrorCodes.STREAM_CLOSED,
+    ),
+]
+
+
+@both
+@pytest.mark.parametrize(("frames", "before", "code"), REFUSED, ids=["priority", "data"])
+def test_a_refused_frame_cut_anywhere(
+    make: Maker,
+    frames: list[Frame | bytes],
+    before: tuple[list[int], dict[int, bytes]],
+    code: int,
+) -> None:
+    """The checks read frame headers across reads: wherever one read ends and the next
+    begins, the frames before the refused one stand (their requests, their bodies
+    whole), and it ends the connection."""
+    data = wire(frames)
+    for at in range(len(data) + 1):
+        server, _ = raw_session(make)
+        events = server.receive(data[:at]) + server.receive(data[at:])
+        requests = [e[1] for e in events if e[0] == REQUEST]
+        assert (requests, {i: body_of(events, i) for i in before[1]}) == before, at
+        ended_by(server, code, requests[-1])
+
+
+@both
+def test_after_a_refused_frame_the_session_takes_no_more(make: Maker) -> None:
+    """Once a session ends the connection itself (a refused frame, or terminate): it reads
+    nothing more, sends nothing more (StreamClosedError, SessionError for a reset),
+    acknowledgements are moot (ignored), and a second terminate changes nothing."""
+    server, events = raw_session(
+        make, raw_request(1, POST, end=False), DataFrame(1, b"ab"), priority(0, depends_on=1)
+    )
+    assert [e[:2] for e in events] == [(REQUEST, 1), (DATA, 1)]
+    assert server.receive(raw_request(3).serialize()) == []
+    for send in ("respond", "send_headers", "send_data", "send_informational"):
+        with pytest.raises(StreamClosedError):
+            STREAM_CALLS[send](server, 1)
+    with pytest.raises(SessionError):
+        server.reset_stream(1, ErrorCodes.CANCEL)
+    server.acknowledge_received_data(2, 1)
+    server.terminate(ErrorCodes.NO_ERROR, 1)
+    ended_by(server, ErrorCodes.PROTOCOL_ERROR, 1)
+
+
 # -- where the two sessions differ ------------------------------------------------------------
 
 
@@ -1065,6 +1311,33 @@ class Open:
 
 
 @dataclass(frozen=True)
+class Leap:
+    """A request on a stream past the next one, passing over `over` identifiers for good."""
+
+    over: int
+
+
+@dataclass(frozen=True)
+class Resend:
+    """DATA or a request's HEADERS (static-table fields only, so HPACK's tables stay as h2
+    has them) on a stream opened or passed over (an index into them) whatever its state:
+    what h2 would refuse to send."""
+
+    stream: int
+    headers: bool
+    end: bool
+
+
+@dataclass(frozen=True)
+class Priority:
+    """A PRIORITY frame on a stream opened (an index) or on stream 0 (None), depending on
+    itself or on stream 0."""
+
+    stream: int | None
+    on_itself: bool
+
+
+@dataclass(frozen=True)
 class Body:
     stream: int  # an index into the streams opened so far
     data: bytes
@@ -1104,7 +1377,8 @@ class Raw:
     payload: bytes
 
 
-Action = Open | Body | Trailers | Reset | Window | Control | Raw
+Action = Open | Leap | Resend | Priority | Body | Trailers | Reset | Window | Control | Raw
+STATIC_GET = b"\x82\x86\x84\x01\x01h"  # GET's fields, from the static table or not indexed
 
 fields = st.sampled_from(
     [
@@ -1150,8 +1424,16 @@ action_kinds: list[st.SearchStrategy[Action]] = [
     st.builds(Window, st.none() | st.integers(0, 7), st.integers(1, 70_000)),
     st.builds(Control, st.sampled_from(["ping", "settings"])),
     raw_frames,
+    st.builds(Leap, st.integers(1, 3)),
+    st.builds(Resend, st.integers(0, 7), st.booleans(), st.booleans()),
+    st.builds(Priority, st.none() | st.integers(0, 7), st.booleans()),
 ]
 actions = st.sampled_from(action_kinds).flatmap(lambda kind: kind)
+
+
+def raw_frame(kind: int, flags: int, stream_id: int, payload: bytes) -> bytes:
+    header = len(payload).to_bytes(3, "big") + bytes([kind, flags])
+    return header + stream_id.to_bytes(4, "big") + payload
 
 
 def client_stream(script: Sequence[Action], goaway: bool) -> bytes:
@@ -1168,6 +1450,7 @@ def client_stream(script: Sequence[Action], goaway: bool) -> bytes:
     conn.initiate_connection()
     out = [conn.data_to_send()]
     opened: list[int] = []
+    passed_over: list[int] = []
     for action in script:
         try:
             if isinstance(action, Open):
@@ -1175,9 +1458,28 @@ def client_stream(script: Sequence[Action], goaway: bool) -> bytes:
                 request = [(b":method", action.method), *GET[1:], *action.extra]
                 conn.send_headers(stream_id, request, end_stream=action.end)
                 opened.append(stream_id)
+            elif isinstance(action, Leap):
+                first = conn.get_next_available_stream_id()
+                stream_id = first + 2 * action.over
+                conn.send_headers(stream_id, list(GET), end_stream=True)
+                opened.append(stream_id)
+                passed_over.extend(range(first, stream_id, 2))
+            elif isinstance(action, Resend):
+                ids = opened + passed_over
+                stream_id = ids[action.stream % len(ids)]
+                end = 0x1 if action.end else 0
+                if action.headers:  # END_HEADERS
+                    out.append(raw_frame(0x1, 0x4 | end, stream_id, STATIC_GET))
+                else:
+                    out.append(raw_frame(0x0, end, stream_id, b"x"))
+            elif isinstance(action, Priority):
+                stream_id = 0
+                if action.stream is not None:
+                    stream_id = opened[action.stream % len(opened)]
+                depends_on = stream_id if action.on_itself else 0
+                out.append(raw_frame(0x2, 0, stream_id, depends_on.to_bytes(4, "big") + b"\x10"))
             elif isinstance(action, Raw):
-                header = len(action.payload).to_bytes(3, "big") + bytes([action.type, action.flags])
-                out.append(header + action.stream_id.to_bytes(4, "big") + action.payload)
+                out.append(raw_frame(action.type, action.flags, action.stream_id, action.payload))
             elif isinstance(action, Control):
                 if action.kind == "ping":
                     conn.ping(b"pingping")
@@ -1223,7 +1525,8 @@ def serve(make: Maker, reads: Sequence[bytes]) -> list[tuple[Any, ...]]:
     write, which is compared). And a stream's flow-control error (DATA past its window, a
     WINDOW_UPDATE past 2**31-1) resets the stream in libnghttp2 1.52 (CLOSED with
     FLOW_CONTROL_ERROR) before the C session ends the connection, where ngh2's nghttp2 ends
-    the connection at once (test_data_past_a_stream_window_ends_the_connection)."""
+    the connection at once, with no CLOSED (test_data_past_a_stream_window_ends_the_connection,
+    test_a_stream_window_past_2_31_resets_it_then_ends_the_connection)."""
     server = make(**LIMITS)
     server.data_to_send()
     log: list[tuple[Any, ...]] = []

@@ -603,6 +603,34 @@ async def test_client_reset_cancels_handler(server: Served) -> None:
     await client.close()
 
 
+async def test_data_after_the_clients_end_stream_is_a_connection_error(server: Served) -> None:
+    """DATA on a stream the client ended (RFC 9113 §5.1): GOAWAY STREAM_CLOSED naming it,
+    the connection closed, and the handler it waited on cancelled."""
+    client = await RawH2.connect(server.site.port)
+    client.write(client.headers(1, "/wait"))
+    await asyncio.wait_for(server.state.all_waiting.wait(), TIMEOUT)
+    client.write(DataFrame(1, b"late"))
+    goaway = await client.next_of(GoAwayFrame)
+    assert (goaway.error_code, goaway.last_stream_id) == (ErrorCodes.STREAM_CLOSED, 1)
+    assert await client.frame() is None
+    await asyncio.wait_for(server.state.cancelled.wait(), TIMEOUT)
+    await client.close()
+
+
+async def test_a_stream_below_the_last_opened_is_a_connection_error(server: Served) -> None:
+    """Streams 5 then 3 in one write (RFC 9113 §5.1.1): GOAWAY PROTOCOL_ERROR naming 5, and
+    stream 3 is never answered."""
+    client = await RawH2.connect(server.site.port)
+    client.write(client.headers(5, "/hello"), client.headers(3, "/hello"))
+    frames = await client.until(lambda f: isinstance(f, GoAwayFrame))
+    goaway = frames[-1]
+    assert isinstance(goaway, GoAwayFrame)
+    assert (goaway.error_code, goaway.last_stream_id) == (ErrorCodes.PROTOCOL_ERROR, 5)
+    assert not [f for f in frames if f.stream_id == 3]
+    assert await client.frame() is None
+    await client.close()
+
+
 async def test_http11_disconnect_cancels_handler(server: Served) -> None:
     _, writer = await asyncio.open_connection("127.0.0.1", server.site.port)
     writer.write(b"GET /wait HTTP/1.1\r\nHost: test\r\n\r\n")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -198,10 +199,12 @@ class HandlerInternals(RequestHandler):
 
     @property
     def upgraded(self) -> bool:
+        """Whether the connection was upgraded (what follows is not HTTP/1.1 requests)."""
         return self._upgraded
 
     @property
     def request_in_progress(self) -> bool:
+        """Whether a request is being answered (by aiohttp's loop or from outside it)."""
         return self._request_in_progress
 
     def request_started(self) -> None:
@@ -244,18 +247,24 @@ class HandlerInternals(RequestHandler):
 
     @property
     def lingering_time(self) -> float:
+        """How long an upload answered early is read and dropped (handler argument)."""
         return self._lingering_time
 
     @property
     def tcp_keepalive(self) -> bool:
+        """Whether connections get TCP keep-alive (handler argument)."""
         return self._tcp_keepalive
 
     @property
     def access_logging(self) -> bool:
+        """Whether an access log is kept (then requests are timed for it)."""
         return self._logging_enabled
 
     async def run_request(
-        self, request: web.BaseRequest, start_time: float | None, handler: Any
+        self,
+        request: web.BaseRequest,
+        start_time: float | None,
+        handler: Callable[[web.BaseRequest], Awaitable[web.StreamResponse]],
     ) -> None:
         """Run `request` through aiohttp's handling (its errors, 504s, finishing the answer)."""
         await self._handle_request(request, start_time, handler)

@@ -71,7 +71,8 @@ def test_a_key_from_the_cli_opens_the_api(server: Server) -> None:
 
 
 def test_a_plain_produce_needs_credentials(server: Server) -> None:
-    """The produce the lane serves without auth (gateway.api.fast_routes) is refused here."""
+    """A plain produce (the fast routes', gateway.api.fast_routes) needs credentials and the
+    ACL as any route does."""
     admin = create_key(server.data_dir, "admin")
     created = curl(
         f"{server.url}/v1/topics", "-H", f"Authorization: Bearer {admin}",

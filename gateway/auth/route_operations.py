@@ -155,6 +155,10 @@ _RULES = {**ROUTES, **{("HEAD", path): rule for (m, path), rule in ROUTES.items(
 def access(method: str, template: str) -> Access | None:
     """The route's access rule (HEAD is GET's; a REST Proxy path with a trailing slash is the
     path without it); None for a path no route serves."""
-    if len(template) > 1 and template.endswith("/"):
-        template = template[:-1]
-    return _RULES.get((method, template))
+    return _RULES.get((method, route_template(template)))
+
+
+def route_template(canonical: str) -> str:
+    """The template a route is known by: a REST Proxy path's trailing-slash twin (both are
+    served, as v2 clients send both) is the path without the slash."""
+    return canonical[:-1] if len(canonical) > 1 and canonical.endswith("/") else canonical

@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 
 from gateway.app import build_app
-from gateway.auth.route_operations import ROUTES, access
+from gateway.auth.route_operations import ROUTES, access, route_template
 from gateway.settings import Settings
 from openapi import SPEC
 
@@ -21,14 +21,10 @@ def _app_routes(tmp_path: Path) -> set[tuple[str, str]]:
     the path (both must be served)."""
     app = build_app(Settings(data_dir=tmp_path, auth=True))
     return {
-        (route.method, _without_slash(route.resource.canonical))
+        (route.method, route_template(route.resource.canonical))
         for route in app.router.routes()
         if route.method != "HEAD" and route.resource is not None
     }
-
-
-def _without_slash(template: str) -> str:
-    return template[:-1] if len(template) > 1 and template.endswith("/") else template
 
 
 def test_every_route_has_an_access_rule_and_every_rule_a_route(tmp_path: Path) -> None:

@@ -39,6 +39,7 @@ from engine.offsets_topic import CommittedOffset, StoredGroup, TopicPartition
 from groups import remote
 from groups.assignors import ASSIGNORS
 from groups.errors import GroupError
+from groups.record_filter import RecordFilter
 from replication.errors import LeaderNotAvailable, NotLeader, ReplicationError
 from replication.fetch_limits import FetchLimits
 from replication.forward_client import ForwardClient
@@ -48,9 +49,12 @@ from replication.replica_manager import ReplicaManager
 
 OFFSET_RESETS = ("earliest", "latest", "none")
 # Whole batches -> at most N records from an offset on, each naming its topic and partition,
-# ready for the answer's encoder; and the offset after the last. The gateway gives its codec:
-# the coordinator counts and positions records, never encodes them.
-RecordDecoder = Callable[[memoryview, int, int, TopicPartition], tuple[list[Any], int]]
+# ready for the answer's encoder (only those the filter keeps, when there is one); and the
+# offset after the last. The gateway gives its codec: the coordinator counts and positions
+# records, never encodes them.
+RecordDecoder = Callable[
+    [memoryview, int, int, TopicPartition, RecordFilter | None], tuple[list[Any], int]
+]
 logger = logging.getLogger(__name__)
 AUTO_COMMIT_WRITE_S = 1.0  # auto-commits reach the log within this (auto.commit.interval.ms)
 CURSOR_MASK = 2**31 - 1
@@ -87,6 +91,9 @@ class Member:
     # A REST Proxy v2 consumer instance's settings (format, fetch.min.bytes, ...): kept with
     # the member in the log, so whichever node coordinates the group next serves it alike.
     instance: dict[str, Any] = field(default_factory=dict)
+    # Records it is not delivered (a Server-Sent Events stream's filter); its position passes
+    # them. Not stored: it lives as long as the stream that joined.
+    keep: RecordFilter | None = None
     _assignment: tuple[set[TopicPartition], list[dict[str, Any]]] | None = None
 
     def assignment(self) -> list[dict[str, Any]]:
@@ -152,6 +159,7 @@ class JoinRequest:
     auto_commit: bool
     assignor: str | None = None  # None: the group's
     instance_id: str | None = None  # a static member's chosen id (Kafka's group.instance.id)
+    keep: RecordFilter | None = None  # only the records this keeps are delivered
 
 
 @dataclass
@@ -326,6 +334,7 @@ class GroupCoordinator:
             request.session_timeout_ms,
             request.auto_offset_reset,
             request.auto_commit,
+            keep=request.keep,
         )
         self._check_room(group, member, existing)
         reassign = existing is None or existing.topics != member.topics
@@ -341,6 +350,7 @@ class GroupCoordinator:
             existing.session_timeout_ms = member.session_timeout_ms
             existing.auto_offset_reset = member.auto_offset_reset
             existing.auto_commit = member.auto_commit
+            existing.keep = member.keep
             member = existing
         group.members[member.member_id] = member
         if reassign:
@@ -590,6 +600,11 @@ class GroupCoordinator:
                 fetched = await self._read_remote(group, member, elsewhere, limits)
                 fetched.update(await self._read_tiered(group, member, limits))
                 answer = self._read(group, member, limits, fetched)
+                if not answer.records and answer.next_offsets:
+                    # Only records the member's filter skips: it passes them and reads on.
+                    member.positions.update(answer.next_offsets)
+                    if self._loop.time() < deadline:
+                        continue
                 remaining = deadline - self._loop.time()
                 if (
                     answer.bytes_read >= limits.min_bytes
@@ -802,12 +817,14 @@ class GroupCoordinator:
                 if read is None:
                     continue
                 data, position = read
-            got, next_offset = self.decode_records(data, position, left, tp)
+            got, next_offset = self.decode_records(data, position, left, tp, member.keep)
             if got:
                 records.extend(got)
                 out.next_offsets[tp] = next_offset
                 out.counts[tp[0]] = out.counts.get(tp[0], 0) + len(got)
                 out.bytes_read += len(data)
+            elif next_offset > position:
+                out.next_offsets[tp] = next_offset
         return out
 
     def _read_local(

@@ -5,10 +5,12 @@ answer comes back as it was, status and error code unchanged."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import contextlib
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
 import orjson
 
 from replication.errors import NodeUnreachable, ReplicationError
@@ -55,19 +57,44 @@ class ForwardClient:
     ) -> None:
         self.node_id = node_id
         self.authorization = authorization  # when set, it replaces the client's on every call
+        self.connect_timeout_s = connect_timeout_s
         self._pool = Http1Pool(connect_timeout_s)
+        self._streams: aiohttp.ClientSession | None = None  # made at the first stream
 
     async def close(self) -> None:
         await self._pool.close()
+        if self._streams is not None:
+            await self._streams.close()
+
+    def _sent_headers(self, headers: Mapping[str, str], names: tuple[str, ...]) -> dict[str, str]:
+        """The headers of `names` the other node is given, marked as forwarded."""
+        sent = {name: headers[name] for name in names if name in headers}
+        sent[FORWARDED_BY] = str(self.node_id)
+        if self.authorization is not None:
+            sent["Authorization"] = self.authorization
+        return sent
+
+    @contextlib.asynccontextmanager
+    async def stream(
+        self, url: str, path_qs: str, headers: Mapping[str, str], also: tuple[str, ...] = ()
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
+        """GET a streaming answer (an event stream) from the node at `url`, to be read as it
+        comes; the request carries the forwarded headers and those named in `also`."""
+        if self._streams is None:
+            timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout_s)
+            self._streams = aiohttp.ClientSession(timeout=timeout, auto_decompress=False)
+        sent = self._sent_headers(headers, REQUEST_HEADERS + also)
+        try:
+            async with self._streams.get(url + path_qs, headers=sent) as answer:
+                yield answer
+        except aiohttp.ClientConnectorError as exc:
+            raise NodeUnreachable(f"{url} refused the connection: {exc}", delivered=False) from exc
 
     async def forward(
         self, url: str, method: str, path_qs: str, headers: Mapping[str, str], body: bytes
     ) -> Answer:
         """Send the request to the node at `url` and return its answer as it is."""
-        sent = {name: headers[name] for name in REQUEST_HEADERS if name in headers}
-        sent[FORWARDED_BY] = str(self.node_id)
-        if self.authorization is not None:
-            sent["Authorization"] = self.authorization
+        sent = self._sent_headers(headers, REQUEST_HEADERS)
         try:
             reply = await self._pool.request(url, method, path_qs, sent, body)
         except ConnectFailed as exc:

@@ -16,16 +16,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import orjson
-from aiohttp import HttpVersion, web
+from aiohttp import web
 
 from engine import batch as fmt
 from engine.errors import EngineError, OffsetOutOfRange, UnknownPartition, UnknownTopic
+from gateway.api.event_cursor import format_cursor, parse_cursor
 from gateway.api.fetch import refuse_when_full
+from gateway.api.group_events import GroupStream, group_events
+from gateway.api.groups import DEFAULT_SESSION_TIMEOUT_MS, valid_group_id
+from gateway.auth.middleware import require
 from gateway.formats import codecs
+from gateway.http import sse
 from gateway.http.params import int_param
 from gateway.http.problem import Problem, bad_request
 from gateway.state import Gateway, gateway_of
@@ -33,9 +38,6 @@ from groups.partition_reader import PartitionReader, out_of_range_start
 from groups.record_filter import RecordFilter
 from replication.errors import ReplicationError
 
-EVENT_STREAM = "text/event-stream"
-RETRY_MS = 1000  # how soon a disconnected EventSource comes back
-SLOW_READER_S = 30.0  # a chunk the client has not taken by then ends its stream
 DEFAULT_HEARTBEAT_MS = 15_000  # a comment line this often keeps proxies from closing the stream
 MIN_READ_BYTES = 64 * 1024  # a partition's read, however many partitions share the budget
 MAX_FILTER_HEADERS = 16
@@ -82,8 +84,11 @@ async def events(request: web.Request) -> web.StreamResponse:
     gateway = gateway_of(request)
     settings = gateway.settings
     topic = request.match_info["topic"]
-    if codecs.negotiate(request.headers.get("Accept", ""), (EVENT_STREAM,), EVENT_STREAM) is None:
-        raise Problem(406, "NOT_ACCEPTABLE", f"this route answers {EVENT_STREAM} only")
+    if (
+        codecs.negotiate(request.headers.get("Accept", ""), (sse.EVENT_STREAM,), sse.EVENT_STREAM)
+        is None
+    ):
+        raise Problem(406, "NOT_ACCEPTABLE", f"this route answers {sse.EVENT_STREAM} only")
     spec = gateway.replicas.topic(topic)
     keep = _filter(request)
     heartbeat_ms = int_param(request, "heartbeat_ms", DEFAULT_HEARTBEAT_MS, 100, 300_000)
@@ -91,6 +96,10 @@ async def events(request: web.Request) -> web.StreamResponse:
     max_bytes = int_param(
         request, "max_bytes", settings.default_fetch_bytes, 1, settings.max_fetch_bytes
     )
+    if "group" in request.query:
+        ask = _group_stream(request, topic, spec.partitions, keep, heartbeat_ms, max_events)
+        refuse_when_full(gateway.notifier, settings)
+        return await group_events(request, gateway, replace(ask, max_bytes=max_bytes))
     wanted = _partitions(request.query.get("partitions"), spec.partitions)
     raw_cursor = request.headers.get("Last-Event-ID") or request.query.get("cursor")
     cursor = {} if not raw_cursor else parse_cursor(raw_cursor, spec.partitions)
@@ -101,28 +110,17 @@ async def events(request: web.Request) -> web.StreamResponse:
     positions = {
         p: cursor[p] if p in cursor else await reader.offset(topic, p, start) for p in partitions
     }
-    response = web.StreamResponse(
-        headers={
-            "Content-Type": EVENT_STREAM,
-            "Cache-Control": "no-cache",
-            "X-Accel-Buffering": "no",  # nginx: pass events on as they come
-        }
-    )
+    response = web.StreamResponse(headers=sse.HEADERS)
     await response.prepare(request)
+    writer = sse.EventWriter(response, topic)
     stream = _Stream(
         gateway, reader, topic, positions, keep, max(MIN_READ_BYTES, max_bytes // len(positions))
     )
     try:
-        await stream.run(response, heartbeat_ms / 1000, max_events)
+        await stream.run(writer, heartbeat_ms / 1000, max_events)
     finally:
         stream.stop()
-    if stream.cut_off:
-        # Ended as when the client goes: HTTP/1.1 drops the connection and what it buffered,
-        # HTTP/2 resets the stream (the connection's other streams go on).
-        if request.version < HttpVersion(2, 0) and request.transport is not None:
-            request.transport.abort()
-        raise asyncio.CancelledError
-    return response
+    return writer.finish(request)
 
 
 class _Stream:
@@ -148,38 +146,35 @@ class _Stream:
         # One item a partition at most waits here, and each reader holds at most one more.
         self.items: asyncio.Queue[_Item] = asyncio.Queue(maxsize=len(positions))
         self.tasks = [asyncio.create_task(self._read(p, o)) for p, o in positions.items()]
-        self.cut_off = False  # the client took nothing for SLOW_READER_S
 
     def stop(self) -> None:
         for task in self.tasks:
             task.cancel()
 
-    async def run(self, response: web.StreamResponse, heartbeat_s: float, max_events: int) -> None:
+    async def run(self, writer: sse.EventWriter, heartbeat_s: float, max_events: int) -> None:
         """Write events as the readers bring records, a heartbeat when there is none."""
         sent = 0
-        if not await self._send(response, b"retry: %d\n\n" % RETRY_MS):
+        if not await writer.send(b"retry: %d\n\n" % sse.RETRY_MS):
             return
         while not self.gateway.notifier.closing:
             try:
                 item = await asyncio.wait_for(self.items.get(), heartbeat_s)
             except TimeoutError:
-                if not await self._send(response, b": heartbeat\n\n"):
+                if not await writer.send(sse.HEARTBEAT):
                     return
                 continue
             if isinstance(item, _End):
-                await self._send(
-                    response, _event("problem", orjson.dumps(_problem_doc(item.problem)))
-                )
+                await writer.send(sse.problem_event(item.problem))
                 return
             if isinstance(item, _Gap):
                 self.positions[item.partition] = item.to
                 gap = {"partition": item.partition, "from": item.missed_from, "to": item.to}
-                chunk = _event("gap", orjson.dumps(gap), self._cursor())
+                chunk = sse.event("gap", orjson.dumps(gap), format_cursor(self.positions))
             else:
                 left = max_events - sent if max_events else 2**31
                 chunk, count = self._records(item, left)
                 sent += count
-            if chunk and not await self._send(response, chunk):
+            if chunk and not await writer.send(chunk):
                 return
             if max_events and sent >= max_events:
                 return
@@ -196,11 +191,8 @@ class _Stream:
         for record in records:
             offset = record["offset"] if isinstance(record, dict) else record.offset
             cursor = f"{before}{p}-{offset + 1}{after}"
-            out.append(_event("record", codecs.encode_record(record), cursor))
+            out.append(sse.event("record", codecs.encode_record(record), cursor))
         return b"".join(out), len(records)
-
-    def _cursor(self) -> str:
-        return ".".join(f"{p}-{o}" for p, o in sorted(self.positions.items()))
 
     def _cursor_around(self, partition: int) -> tuple[str, str]:
         """The cursor's text before and after `partition`'s pair."""
@@ -208,25 +200,6 @@ class _Stream:
         before = "".join(f"{p}-{o}." for p, o in pairs if p < partition)
         after = "".join(f".{p}-{o}" for p, o in pairs if p > partition)
         return before, after
-
-    async def _send(self, response: web.StreamResponse, chunk: bytes) -> bool:
-        """Write a chunk; False once the client is gone or too slow to take it (then told so,
-        if it ever reads again, and cut off)."""
-        try:
-            await asyncio.wait_for(response.write(chunk), SLOW_READER_S)
-        except TimeoutError:
-            detail = f"the client took no events for {SLOW_READER_S:.0f} s"
-            slow = Problem(503, "SLOW_READER", detail)
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(
-                    response.write(_event("problem", orjson.dumps(_problem_doc(slow)))), 1.0
-                )
-            log.info("an event stream of %s was cut off: %s", self.topic, detail)
-            self.cut_off = True
-            return False
-        except (ConnectionError, RuntimeError):  # the client went (aiohttp: closing transport)
-            return False
-        return True
 
     async def _read(self, partition: int, position: int) -> None:
         """Read the partition from `position` on, forever: each read goes to the writer; a
@@ -276,54 +249,10 @@ class _Stream:
             self.items.put_nowait(_End(Problem(503, "SHUTTING_DOWN", "the node is shutting down")))
 
 
-def _event(kind: str, data: bytes, cursor: str | None = None) -> bytes:
-    """One event; a line break inside the data (stored JSON may hold some) starts another
-    `data:` line, which EventSource joins back with a newline."""
-    lines = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n").replace(b"\n", b"\ndata: ")
-    head = b"event: %s\n" % kind.encode()
-    if cursor is not None:
-        head = b"id: %s\n%s" % (cursor.encode(), head)
-    return b"%sdata: %s\n\n" % (head, lines)
-
-
 def _end_of(data: memoryview) -> int:
     """The offset after the last whole batch of `data`."""
     headers = fmt.scan(data, check_crc=False).headers
     return headers[-1][1].next_offset if headers else 0
-
-
-def _problem_doc(problem: Problem) -> dict[str, object]:
-    return {"status": problem.status, "code": problem.code, "detail": problem.detail}
-
-
-def parse_cursor(raw: str, partitions: int) -> dict[int, int]:
-    """A cursor's positions; 400 INVALID_CURSOR for anything but partition-offset pairs of the
-    topic's partitions."""
-    out: dict[int, int] = {}
-    for pair in raw.split("."):
-        p, sep, o = pair.partition("-")
-        if not (sep and _digits(p, 9) and _digits(o, 19)):
-            raise bad_request(
-                f"cursor {raw[:200]!r}: expected PARTITION-OFFSET pairs joined by '.'",
-                "INVALID_CURSOR",
-            )
-        partition, offset = int(p), int(o)
-        if partition >= partitions or partition in out:
-            raise bad_request(
-                f"cursor {raw[:200]!r}: partition {partition} is named twice or is not one of "
-                f"the topic's 0..{partitions - 1}",
-                "INVALID_CURSOR",
-            )
-        if offset >= 2**63:
-            raise bad_request(
-                f"cursor {raw[:200]!r}: offset {offset} is too large", "INVALID_CURSOR"
-            )
-        out[partition] = offset
-    return out
-
-
-def _digits(text: str, most: int) -> bool:
-    return 0 < len(text) <= most and text.isascii() and text.isdigit()
 
 
 def _partitions(raw: str | None, count: int) -> list[int] | None:
@@ -342,6 +271,62 @@ def _partitions(raw: str | None, count: int) -> list[int] | None:
             404, "UNKNOWN_PARTITION", f"the topic has partitions 0..{count - 1}, not {raw[:200]!r}"
         )
     return chosen
+
+
+def _group_stream(
+    request: web.Request,
+    topic: str,
+    partitions: int,
+    keep: RecordFilter,
+    heartbeat_ms: int,
+    max_events: int,
+) -> GroupStream:
+    """`group=NAME`: the stream joins that group (Read on it too). Its partitions are the
+    group's to give, so a cursor, `partitions` and `timestamp` have no place; `offset` is
+    where partitions without a committed offset start."""
+    group = request.query["group"]
+    if not valid_group_id(group):
+        raise bad_request(
+            "group must be 1 to 255 printable characters without '/'", "INVALID_GROUP_ID"
+        )
+    for name in ("cursor", "partitions", "timestamp"):
+        if name in request.query:
+            raise bad_request(
+                f"{name} does not go with group: the group assigns the partitions and keeps "
+                "their positions",
+                "INVALID_PARAMETER",
+            )
+    require(request, "group", group, "read")
+    settings = gateway_of(request).settings
+    session_timeout_ms = int_param(
+        request,
+        "session_timeout_ms",
+        DEFAULT_SESSION_TIMEOUT_MS,
+        settings.group_min_session_timeout_ms,
+        settings.group_max_session_timeout_ms,
+    )
+    resume_from = request.headers.get("Last-Event-ID")
+    return GroupStream(
+        group,
+        topic,
+        _start_of_group(request),
+        session_timeout_ms,
+        keep,
+        heartbeat_ms,
+        max_events,
+        0,
+        parse_cursor(resume_from, partitions) if resume_from else {},
+    )
+
+
+def _start_of_group(request: web.Request) -> str:
+    """A group stream's `offset`: Kafka's auto.offset.reset, earliest or latest."""
+    offset = request.query.get("offset", "latest")
+    if offset not in ("earliest", "latest"):
+        raise bad_request(
+            f"offset must be earliest or latest, got {offset[:200]!r}", "INVALID_PARAMETER"
+        )
+    return offset
 
 
 def _start(request: web.Request) -> Literal["earliest", "latest"] | int:

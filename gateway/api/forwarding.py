@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
 from engine.errors import UnknownTopic
 from gateway.auth.middleware import principal_of
+from gateway.http import sse
 from gateway.http.params import read_body
 from gateway.state import gateway_of
 from replication.errors import (
@@ -44,15 +46,9 @@ async def forwarding_middleware(
     if node is None or FORWARDED_BY in request.headers or target == gateway.settings.node_id:
         raise error
     body = await read_body(request, gateway.settings)
-    headers = CIMultiDict(request.headers)
-    headers.setdefault("X-Forwarded-Host", request.host)
-    headers.setdefault("X-Forwarded-Proto", request.scheme)
-    principal = principal_of(request)
-    if principal is not None:  # authenticated here: the other node takes our word for it
-        headers[ON_BEHALF_OF] = principal
     try:
         answer = await gateway.forwarder.forward(
-            node.url, request.method, request.path_qs, headers, body
+            node.url, request.method, request.path_qs, _forwarded_headers(request), body
         )
     except NodeUnreachable as unreachable:
         if unreachable.delivered:
@@ -64,6 +60,53 @@ async def forwarding_middleware(
             ) from None
         return await forwarding_middleware(request, handler)
     return web.Response(status=answer.status, body=answer.body, headers=answer.headers)
+
+
+MAX_RELAYED_PROBLEM = 64 * 1024  # a refusal's body, passed on whole
+
+
+async def relay_stream(request: web.Request, error: NotLeader) -> web.StreamResponse:
+    """An event stream only the node `error` names can serve (a group's, at its coordinator):
+    the same request is opened there and its chunks passed on as they come, one at a time, at
+    the client's pace; when either side ends, so does the other."""
+    gateway = gateway_of(request)
+    node = None if error.leader is None else gateway.broker.store.view.nodes.get(error.leader)
+    if node is None or FORWARDED_BY in request.headers or error.leader == gateway.settings.node_id:
+        raise error
+    headers = _forwarded_headers(request)
+    async with gateway.forwarder.stream(
+        node.url, request.path_qs, headers, ("Last-Event-ID",)
+    ) as upstream:
+        if upstream.status != 200:
+            body = await upstream.content.read(MAX_RELAYED_PROBLEM)
+            kept = {
+                name: upstream.headers[name]
+                for name in ("Content-Type", "Retry-After")
+                if name in upstream.headers
+            }
+            return web.Response(status=upstream.status, body=body, headers=kept)
+        response = web.StreamResponse(headers=sse.HEADERS)
+        await response.prepare(request)
+        writer = sse.EventWriter(response, request.path)
+        try:
+            async for chunk in upstream.content.iter_any():
+                if not await writer.send(chunk):
+                    break
+        except aiohttp.ClientError:
+            pass  # the other node went: the stream ends, and its client reconnects
+        return writer.finish(request)
+
+
+def _forwarded_headers(request: web.Request) -> CIMultiDict[str]:
+    """The request's headers, plus where the client sent it and who it was (authenticated
+    here: the other node takes our word for it)."""
+    headers = CIMultiDict(request.headers)
+    headers.setdefault("X-Forwarded-Host", request.host)
+    headers.setdefault("X-Forwarded-Proto", request.scheme)
+    principal = principal_of(request)
+    if principal is not None:
+        headers[ON_BEHALF_OF] = principal
+    return headers
 
 
 async def _confirm_unknown(

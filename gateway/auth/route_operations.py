@@ -60,7 +60,9 @@ ROUTES: dict[tuple[str, str], Access] = {
     ),
     ("POST", f"{_TOPIC_RECORDS}/records"): Access(_on("topic", "write", "topic")),
     ("GET", f"{_TOPIC_RECORDS}/records"): Access(_on("topic", "read", "topic")),
-    ("GET", "/v1/topics/{topic}/events"): Access(_on("topic", "read", "topic")),
+    ("GET", "/v1/topics/{topic}/events"): Access(
+        _on("topic", "read", "topic"), also="read on the group named by `group`"
+    ),
     ("GET", f"{_TOPIC_RECORDS}/offsets"): Access(_on("topic", "describe", "topic")),
     ("POST", f"{_TOPIC_RECORDS}/delete-records"): Access(_on("topic", "delete", "topic")),
     ("GET", "/v1/groups"): Access(also="lists only the groups the principal may describe"),

@@ -15,6 +15,7 @@ from aiohttp import ClientResponse
 
 from engine.batch import RecordInput
 from gateway.api import events
+from gateway.http import sse
 from tests.api.support import (
     RECORD_BATCH,
     Client,
@@ -159,7 +160,7 @@ async def test_filters_by_key_prefix_and_header_values(client: Client) -> None:
 async def test_heartbeats_while_there_is_nothing_to_send(client: Client) -> None:
     await create_topic(client)
     resp = await stream(client, heartbeat_ms=100)
-    assert await read_block(resp) == {"retry": str(events.RETRY_MS)}
+    assert await read_block(resp) == {"retry": str(sse.RETRY_MS)}
     assert await read_block(resp) == {"comment": "heartbeat"}
     assert await read_block(resp) == {"comment": "heartbeat"}
     resp.close()
@@ -219,7 +220,7 @@ async def test_a_client_that_takes_nothing_is_cut_off(
 ) -> None:
     """Its stream holds one chunk at most, then ends, and the connection with it: the
     server's memory does not grow with what the client does not read."""
-    monkeypatch.setattr(events, "SLOW_READER_S", 0.5)
+    monkeypatch.setattr(sse, "SLOW_READER_S", 0.5)
     await create_topic(client)
     for _ in range(4):  # more than the kernel's socket buffers hold
         await produce(client, [{"value": "x" * 60_000} for _ in range(50)])

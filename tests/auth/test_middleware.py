@@ -95,6 +95,26 @@ async def test_acl_changes_apply_at_once(client: Client, keys: dict[str, str]) -
     await problem(again, 404, "ACL_NOT_FOUND")
 
 
+async def test_a_group_event_stream_needs_read_on_the_group(
+    client: Client, keys: dict[str, str]
+) -> None:
+    admin, bob = keys["admin"], keys["bob"]
+    assert (await client.post("/v1/topics", json={"name": "t"}, headers=bearer(admin))).status
+    await grant(client, admin, binding("bob", "topic", "t", "read"))
+    path = "/v1/topics/t/events?group=g&max_events=1&offset=earliest"
+    sse = {**bearer(bob), "Accept": "text/event-stream"}
+    await problem(await client.get(path, headers=sse), 403, "ACL_DENIED")
+    assert gateway(client).groups.groups.get("g") is None  # refused before it joined
+    await grant(client, admin, binding("bob", "group", "g", "read"))
+    produced = await client.post(
+        "/v1/topics/t/records", json={"records": [{"value": 1}]}, headers=bearer(admin)
+    )
+    assert produced.status == 200
+    answer = await client.get(path, headers=sse)
+    assert answer.status == 200
+    assert b'"value":1' in await answer.read()
+
+
 async def test_listings_show_only_what_the_principal_may_describe(
     client: Client, keys: dict[str, str]
 ) -> None:

@@ -1,6 +1,7 @@
 """Server-Sent Events against real `sluice serve` processes: curl over HTTP/1.1 and h2c with a
 browser's Origin, one HTTP/2 connection carrying a stream and the produces it shows, a topic
-whose partitions two workers lead, and a shutdown with streams open."""
+whose partitions two workers lead, a group's stream relayed from the worker that does not
+coordinate the group, and a shutdown with streams open."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import httpx
 import orjson
 import pytest
 
+from engine.offsets_topic import OFFSETS_TOPIC, partition_for
 from tests.e2e.conftest import Server, start_server
 from tests.e2e.test_workers import Supervisor, create_topic, on_worker, start_supervisor
 
@@ -128,6 +130,55 @@ def test_a_stream_on_one_worker_reads_the_partitions_the_other_leads(
                 break
     first.close()
     assert seen == {p: [f"p{p}-{n}" for n in range(3)] for p in (0, 1)}
+
+
+def coordinated_by(http: httpx.Client, worker: int) -> str:
+    """A group name whose offsets partition `worker` leads (the group's coordinator)."""
+    answer = http.get(f"/v1/topics/{OFFSETS_TOPIC}")
+    assert answer.status_code == 200, answer.text
+    partitions = answer.json()["partitions"]
+    leaders = {p["partition"]: p["leader"] for p in partitions}
+    return next(
+        name
+        for name in (f"g{n}" for n in range(1000))
+        if leaders[partition_for(name, len(partitions))] == worker
+    )
+
+
+def test_a_group_stream_is_relayed_to_the_worker_that_coordinates_the_group(
+    workers: Supervisor,
+) -> None:
+    """Asked of worker 0, a group worker 1 coordinates: the stream runs at worker 1 and is
+    passed on; its member leaves when the client goes, having committed what it sent."""
+    first, second = on_worker(workers.url, 0), on_worker(workers.url, 1)
+    create_topic(first, "grouped")
+    group = coordinated_by(first, 1)
+    for partition in (0, 1):
+        body = {"records": [{"value": f"p{partition}-{n}"} for n in range(3)]}
+        answer = first.post(f"/v1/topics/grouped/partitions/{partition}/records", json=body)
+        assert answer.status_code == 200, answer.text
+    query = {"group": group, "offset": "earliest", "max_events": "6"}
+    with first.stream("GET", "/v1/topics/grouped/events", params=query, headers=SSE) as stream:
+        assert stream.status_code == 200
+        got = events_of(stream.read().decode())
+    assert got[0]["event"] == "assignment"
+    assert orjson.loads(got[0]["data"])["partitions"] == [0, 1]
+    values = sorted(orjson.loads(e["data"])["value"] for e in got[1:])
+    assert values == sorted(f"p{p}-{n}" for p in (0, 1) for n in range(3))
+    deadline = time.monotonic() + 30
+    while True:  # the member leaves as its stream ends (a condition, polled with a deadline)
+        described = second.get(f"/v1/groups/{group}").json()
+        if not described["members"]:
+            break
+        assert time.monotonic() < deadline, described
+    committed = {r["partition"]: r["committed_offset"] for r in described["partitions"]}
+    assert committed == {0: 3, 1: 3}
+    bad = first.get("/v1/topics/grouped/events", params={"group": group, "cursor": "0-1"},
+                    headers=SSE)  # fmt: skip
+    assert bad.status_code == 400
+    assert bad.headers["content-type"] == "application/problem+json"
+    first.close()
+    second.close()
 
 
 def test_a_shutdown_ends_open_streams_with_a_problem_event(tmp_path: Path) -> None:

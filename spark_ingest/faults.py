@@ -1,7 +1,8 @@
 """Crash injection for the exactly-once tests: SIGKILL the whole job at a named point.
 
 `SLUICE_INGEST_KILL_AT=<point>` names the point: `planned` (pending checkpoint written),
-`after:<path>` (an output file or `_SUCCESS`, relative to --out, is in place), `summary`
+`during:<path>` (half of an output file written to its temporary name), `after:<path>` (an
+output file or `_SUCCESS`, relative to --out, is in place), `summary`
 (summary written, checkpoint not yet) or `committed`. The job's process group is killed, and
 from an executor also the executor's own (Spark's Python daemon has its own group), so no
 part of the job outlives the crash. Unset, nothing happens.

@@ -224,7 +224,7 @@ def ingest_segment(
     batches = list(source.read_segment(endpoint, bucket, task))
     table = pa.Table.from_batches(batches, schema=decode.SCHEMA)
     location = storage.location(out, endpoint)
-    return write_hour_files(table, location, time_zone, lambda path: kill.at(f"after:{path}"))
+    return write_hour_files(table, location, time_zone, kill)
 
 
 def plan_segments(
@@ -273,7 +273,8 @@ def finalize_hours(out: storage.Location, files: list[WrittenFile], kill: KillSw
             marker = out.child(directory, layout.SUCCESS)
             parts = layout.success_parts(marker.read())
             parts.update(by_dir[directory])
-            marker.write(layout.success_bytes(parts))
+            midway = functools.partial(kill.at, f"during:{directory}/{layout.SUCCESS}")
+            marker.write(layout.success_bytes(parts), midway)
             log.debug("finalized %s: %d rows in %d files", directory, sum(parts.values()),
                       len(parts))  # fmt: skip
             kill.at(f"after:{directory}/{layout.SUCCESS}")

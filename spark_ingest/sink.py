@@ -55,9 +55,7 @@ class HourlyWriter(DataSourceArrowWriter):
             return Written([])
         out = storage.location(self.out, self.endpoint)
         table = pa.Table.from_batches(batches)
-        return Written(
-            write_hour_files(table, out, self.time_zone, lambda p: self.kill.at(f"after:{p}"))
-        )
+        return Written(write_hour_files(table, out, self.time_zone, self.kill))
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         files = [dataclasses.asdict(f) for m in messages if isinstance(m, Written) for f in m.files]

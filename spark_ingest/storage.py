@@ -8,6 +8,7 @@ name). An S3 PUT is atomic by itself.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -22,8 +23,9 @@ class Location(Protocol):
         """The contents, or None when it does not exist."""
         ...
 
-    def write(self, data: bytes) -> None:
-        """Replace the contents atomically."""
+    def write(self, data: bytes, midway: Callable[[], None] | None = None) -> None:
+        """Replace the contents atomically; `midway` (crash injection) is called with half of
+        the data written where a crash would leave it."""
         ...
 
     def child(self, *parts: str) -> Location:
@@ -45,12 +47,17 @@ class LocalFile:
         except FileNotFoundError:
             return None
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes, midway: Callable[[], None] | None = None) -> None:
         directory = self.path.parent
         directory.mkdir(parents=True, exist_ok=True)
         temporary = directory / f".{self.path.name}.tmp"
         with open(temporary, "wb") as out:
-            out.write(data)
+            half = len(data) // 2
+            out.write(data[:half])
+            if midway is not None:
+                out.flush()
+                midway()
+            out.write(data[half:])
             out.flush()
             os.fsync(out.fileno())
         os.replace(temporary, self.path)
@@ -79,7 +86,9 @@ class S3Object:
     def read(self) -> bytes | None:
         return s3.get(self.endpoint, self.bucket, self.key)
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes, midway: Callable[[], None] | None = None) -> None:
+        if midway is not None:  # a PUT is all or nothing: a crash during it, before it
+            midway()
         s3.put(self.endpoint, self.bucket, self.key, data)
 
     def child(self, *parts: str) -> S3Object:

@@ -8,13 +8,14 @@ rewrites identical files.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
 from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from spark_ingest.faults import KillSwitch
 from spark_ingest.layout import hour_dir, part_name
 from spark_ingest.storage import Location
 
@@ -47,12 +48,13 @@ def parquet_bytes(table: pa.Table) -> bytes:
 
 
 def write_hour_files(
-    table: pa.Table, out: Location, time_zone: str, written: Callable[[str], None]
+    table: pa.Table, out: Location, time_zone: str, kill: KillSwitch
 ) -> list[WrittenFile]:
     """Write `table` (rows of one segment, in offset order) as one file per partition-hour.
 
-    `written` is told each file's path once the file is in place. The `topic` column is left
-    out of the files: it is in their path, as Hive-style readers expect.
+    The kill switch may crash the job halfway through a file (`during:<path>`) or once it is
+    in place (`after:<path>`). The `topic` column is left out of the files: it is in their
+    path, as Hive-style readers expect.
     """
     if table.num_rows == 0:
         return []
@@ -73,7 +75,7 @@ def write_hour_files(
         hour = start.strftime("%Y-%m-%dT%H")
         first, last = group["offset_min"], group["offset_max"]
         path = f"{hour_dir(topic, hour)}/{part_name(partition, first, last)}"
-        out.child(path).write(parquet_bytes(rows))
-        written(path)
+        out.child(path).write(parquet_bytes(rows), functools.partial(kill.at, f"during:{path}"))
+        kill.at(f"after:{path}")
         files.append(WrittenFile(path, topic, partition, hour, group["offset_count"], first, last))
     return files

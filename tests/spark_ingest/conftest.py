@@ -2,13 +2,15 @@
 
 Both live as long as this package's tests (package scope: the environment they need is
 restored before other packages run). Nothing is skipped: without Java or pyspark the Spark
-fixture fails. `--ingest-kills N` sets how many crash points the exactly-once test tries
-(default 10).
+fixture fails. `--ingest-kills N` sets how many of the job's crash points the exactly-once
+test tries (default 10), `--ingest-random-kills N` how many kills at a random moment per write
+path (default 2), and `--ingest-seed S|random` those moments (default 0).
 """
 
 from __future__ import annotations
 
 import itertools
+import random
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,6 +35,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         type=int,
         default=10,
         help="crash points the exactly-once ingest test kills the job at (default 10)",
+    )
+    parser.getgroup("sluice-ingest").addoption(
+        "--ingest-random-kills",
+        type=int,
+        default=2,
+        help="kills at a random moment, per write path, in the exactly-once test (default 2)",
+    )
+    parser.getgroup("sluice-ingest").addoption(
+        "--ingest-seed",
+        default="0",
+        help="the seed of those random moments: an integer, or 'random' (printed)",
     )
 
 
@@ -112,6 +125,27 @@ def partitions(tmp_path: Path, s3: Any, bucket: str) -> Iterator[Any]:
         p.close()
 
 
+_RANDOM_SEED = random.randrange(2**32)
+
+
+def ingest_seed(config: pytest.Config) -> int:
+    """`--ingest-seed`: the given integer, or one drawn for this session ('random')."""
+    try:
+        chosen = str(config.getoption("--ingest-seed"))
+    except ValueError:
+        return 0
+    if chosen == "random":
+        print(f"--ingest-seed {_RANDOM_SEED}")
+        return _RANDOM_SEED
+    return int(chosen)
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "kill_index" in metafunc.fixturenames:
         metafunc.parametrize("kill_index", range(ingest_kills(metafunc.config)))
+    if "random_kill" in metafunc.fixturenames:
+        try:
+            count = int(metafunc.config.getoption("--ingest-random-kills"))
+        except ValueError:
+            count = 2
+        metafunc.parametrize("random_kill", range(count))

@@ -276,7 +276,7 @@ def test_actions_end_to_end(node: Server, browser: Any, shots: Path) -> None:
     count = "return document.getElementById('tail-count').textContent;"
     wait(browser, lambda: browser.execute_script(count) == "2", "both records in the tail")
     tail = browser.find_element("id", "tail").text
-    assert '"currency": "EUR"' in tail and "card-2" in tail and "source" in tail
+    assert '"currency":"EUR"' in tail and "card-2" in tail and "source" in tail
     browser.save_screenshot(str(shots / "tail-live.png"))
     # Browse the partition the form wrote to: pretty-printed JSON, key and header.
     shown(browser, "/topics/payments/messages?partition=1&from=beginning&order=oldest", node.url)

@@ -78,49 +78,49 @@ export function path(...parts) {
 }
 
 /**
- * Follow a Server-Sent Events stream (`/v1/topics/{t}/events`) with fetch, so the
- * credentials go in the Authorization header (EventSource cannot send one). Reconnects with
- * Last-Event-ID after a drop; `onEvent(type, data, id)` for each event; stops when `signal`
- * aborts. `onState(text)` says whether it is connected.
+ * Read Server-Sent Events streams (`/v1/topics/{t}/events`) one after another with fetch, so
+ * the credentials go in the Authorization header (EventSource cannot send one). `urlFor(lastId)`
+ * names each stream (the first with `lastId` null); a new one opens when the last ends or drops,
+ * at most one per `intervalMs`. `onEvent(type, data, id)` for each event; `onState(text)` says
+ * whether it is connected; it stops when `signal` aborts, or throws a refusal (4xx).
  */
-export async function follow(url, { onEvent, onState, signal }) {
-  let lastId = null;
+export async function follow(urlFor, { onEvent, onState, signal, intervalMs = 1000 }) {
+  const position = { lastId: null }; // kept across a stream that drops midway
   while (!signal.aborted) {
+    const opened = Date.now();
     try {
-      const extra = lastId ? { "Last-Event-ID": lastId } : {};
-      const response = await fetch(url, {
-        headers: headers({ Accept: "text/event-stream", ...extra }),
+      const response = await fetch(urlFor(position.lastId), {
+        headers: headers({ Accept: "text/event-stream" }),
         signal,
       });
       if (!response.ok) throw await failure(response);
       onState("connected");
-      lastId = await readEvents(response.body, onEvent, signal, lastId);
-      onState("reconnecting");
+      await readEvents(response.body, onEvent, signal, position);
     } catch (error) {
       if (signal.aborted) return;
       if (error instanceof ApiError && error.status < 500) throw error;
       onState("reconnecting");
     }
-    await new Promise((resolve) => setTimeout(resolve, 1000));
+    await new Promise((resolve) => setTimeout(resolve, Math.max(0, opened + intervalMs - Date.now())));
   }
 }
 
-async function readEvents(body, onEvent, signal, lastId) {
+async function readEvents(body, onEvent, signal, position) {
   const reader = body.pipeThrough(new TextDecoderStream()).getReader();
   signal.addEventListener("abort", () => reader.cancel().catch(() => {}), { once: true });
   let buffer = "";
   let event = { type: "message", data: [], id: null };
   for (;;) {
     const { value, done } = await reader.read();
-    if (done) return lastId;
+    if (done) return;
     buffer += value;
     let end;
     while ((end = buffer.search(/\r\n|\r|\n/)) >= 0) {
       const line = buffer.slice(0, end);
       buffer = buffer.slice(buffer[end] === "\r" && buffer[end + 1] === "\n" ? end + 2 : end + 1);
       if (line === "") {
-        if (event.id !== null) lastId = event.id;
-        if (event.data.length) onEvent(event.type, event.data.join("\n"), lastId);
+        if (event.id !== null) position.lastId = event.id;
+        if (event.data.length) onEvent(event.type, event.data.join("\n"), position.lastId);
         event = { type: "message", data: [], id: null };
         continue;
       }

@@ -5,17 +5,24 @@ import { ApiError, api, follow, get, path } from "./api.js";
 import { empty, field, form, h, heading, link, origin, problem, table } from "./ui.js";
 
 const LIMITS = [20, 50, 100, 500];
-const TAIL_ROWS = 200; // the live tail keeps this many records on screen
+const COMPACT_CHARS = 300;
+const TAIL_ROWS = 100; // the live tail keeps this many records on screen
+const TAIL_BATCH = 50; // records per stream, a stream a second at most: what a person can read
+const TAIL_DRAW_MS = 1000;
+const TAIL_READ_BYTES = 65536; // what each partition reads at a time for the tail
 
 function records(path_, query) {
   return get(`${path_}?${new URLSearchParams(query)}`);
 }
 
-/** A record's value as text: JSON pretty-printed, base64 said so. */
-function valueText(record) {
+/** A record's value as text: JSON pretty-printed (on one line, cut, when `compact`), base64
+ * said so. */
+function valueText(record, compact) {
   if (record.value === null) return "null (tombstone)";
   if (record.value_encoding === "base64") return `base64: ${record.value}`;
-  return JSON.stringify(record.value, null, 2);
+  if (!compact) return JSON.stringify(record.value, null, 2);
+  const text = JSON.stringify(record.value);
+  return text.length > COMPACT_CHARS ? `${text.slice(0, COMPACT_CHARS)}…` : text;
 }
 
 function headersOf(record) {
@@ -24,13 +31,14 @@ function headersOf(record) {
   return h("ul", { class: "headers" }, entries.map(([k, v]) => h("li", {}, h("code", {}, k), ": ", v ?? "null")));
 }
 
-export const recordColumns = (withPartition) => [
-  ...(withPartition ? [["Partition", (r) => r.partition]] : []),
+/** The columns of a records table; the live tail's (`live`) shows values on one line. */
+const recordColumns = (live) => [
+  ...(live ? [["Partition", (r) => r.partition]] : []),
   ["Offset", (r) => r.offset],
   ["Time", (r) => h("time", { datetime: new Date(r.timestamp).toISOString() }, new Date(r.timestamp).toISOString().replace("T", " ").replace("Z", ""))],
   ["Key", (r) => (r.key === null ? "—" : h("code", {}, r.key_encoding ? `base64: ${r.key}` : r.key))],
   ["Headers", headersOf],
-  ["Value", (r) => h("pre", { class: "value" }, valueText(r))],
+  ["Value", (r) => (live ? h("code", {}, valueText(r, true)) : h("pre", { class: "value" }, valueText(r, false)))],
 ];
 
 function produceForm(topic, partitions) {
@@ -181,10 +189,33 @@ export async function tail([topic], query, signal) {
     h("caption", {}, "Live records, newest first"),
     h("thead", {}, h("tr", {}, columns.map(([name]) => h("th", { scope: "col" }, name)))), rows));
   const failure = h("div", {});
+  const skippedOut = h("output", { id: "tail-skipped" }, "0");
   let seen = 0;
-  const from = query.get("from") === "earliest" ? "earliest" : "latest";
-  const url = `${path("/v1/topics", topic, "events")}?offset=${from}`;
-  follow(url, {
+  let skipped = 0;
+  const next = new Map(); // partition -> the offset after the last record shown
+  // Records are drawn once a second, at most a screenful each time: however fast the topic,
+  // drawing costs the browser a bounded effort.
+  let pending = [];
+  const draw = setInterval(() => {
+    count.textContent = String(seen);
+    skippedOut.textContent = String(skipped);
+    if (!pending.length) return;
+    const fresh = pending.reverse().map((record) => h("tr", {}, columns.map(([, cell]) => h("td", {}, cell(record)))));
+    pending = [];
+    rows.prepend(...fresh);
+    while (rows.childElementCount > TAIL_ROWS) rows.lastElementChild.remove();
+  }, TAIL_DRAW_MS);
+  signal.addEventListener("abort", () => clearInterval(draw));
+  const replay = query.get("from") === "earliest";
+  const base = `${path("/v1/topics", topic, "events")}?max_events=${TAIL_BATCH}&max_bytes=${TAIL_READ_BYTES}`;
+  // Each stream ends after TAIL_BATCH records and the next opens a second after the last did:
+  // a topic faster than that is sampled (the page says how many records it skipped), so a
+  // console left open costs the node a bounded effort. A replay goes on from where the last
+  // stream stopped, at that pace, skipping nothing.
+  const urlFor = (lastId) =>
+    lastId === null ? `${base}&offset=${replay ? "earliest" : "latest"}`
+      : replay ? `${base}&cursor=${encodeURIComponent(lastId)}` : `${base}&offset=latest`;
+  follow(urlFor, {
     signal,
     onState: (text) => (state.textContent = text),
     onEvent: (type, data) => {
@@ -195,15 +226,18 @@ export async function tail([topic], query, signal) {
       }
       if (type !== "record") return;
       const record = JSON.parse(data);
-      rows.prepend(h("tr", {}, columns.map(([, cell]) => h("td", {}, cell(record)))));
-      while (rows.childElementCount > TAIL_ROWS) rows.lastElementChild.remove();
+      const expected = next.get(record.partition);
+      if (expected !== undefined && record.offset > expected) skipped += record.offset - expected;
+      next.set(record.partition, record.offset + 1);
+      pending.push(record);
+      if (pending.length > TAIL_ROWS) pending.splice(0, pending.length - TAIL_ROWS);
       seen += 1;
-      count.textContent = String(seen);
     },
   }).catch((error) => {
     state.textContent = "stopped";
     failure.replaceChildren(problem(error));
   });
+  const from = replay ? "earliest" : "latest";
   return h(
     "section",
     {},
@@ -211,7 +245,7 @@ export async function tail([topic], query, signal) {
       link(path("/topics", topic), "Topic"), " · ", link(`${path("/topics", topic)}/messages`, "Browse"), " · ",
       from === "latest" ? link(`${path("/topics", topic)}/tail?from=earliest`, "Replay from the beginning") : link(`${path("/topics", topic)}/tail`, "Only new records"))),
     h("p", {}, `Following ${description.partitions.length} partitions from the ${from === "latest" ? "end" : "beginning"}: `, state, ". Records received: ", count,
-      `. The last ${TAIL_ROWS} stay on screen; leave the page to stop.`),
+      ", skipped to keep up: ", skippedOut, `. At most ${TAIL_BATCH} records a second are sent to this page; the last ${TAIL_ROWS} stay on screen; leave the page to stop.`),
     failure,
     shown,
     produceForm(topic, description.partitions.length),

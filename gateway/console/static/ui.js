@@ -3,7 +3,7 @@
 
 /** `h("a", {href: "#/topics"}, "Topics")`: an element; `on*` attributes become listeners. */
 export function h(tag, attrs = {}, ...children) {
-  const svg = ["svg", "polyline", "line", "text", "g", "title", "rect"].includes(tag);
+  const svg = ["svg", "polyline", "circle", "line", "text", "title"].includes(tag);
   const el = svg
     ? document.createElementNS("http://www.w3.org/2000/svg", tag)
     : document.createElement(tag);
@@ -218,6 +218,12 @@ export function chart(series, { span_ms, unit, summary }) {
           },
           h("title", {}, s.name),
         ),
+      ),
+      // A series of one reading so far: a dot, as a line needs two.
+      series.map((s, i) =>
+        s.points.length === 1
+          ? h("circle", { cx: x(s.points[0][0]).toFixed(1), cy: y(s.points[0][1]).toFixed(1), r: 3, fill: PALETTE[i % PALETTE.length] })
+          : null,
       ),
     ),
     h(

@@ -117,6 +117,9 @@ export async function detail([name], _query, signal) {
       ["Retention", duration(topic.configs["retention.ms"])],
       ["Storage", tiering(topic.configs)],
     ]),
+    topic.configs["remote.storage.enable"]
+      ? h("p", { class: "note" }, "Tiered: records from the log start up to the local log start are read from S3; the rest are on the node's disk.")
+      : null,
     table(
       "Partitions",
       [
@@ -125,6 +128,7 @@ export async function detail([name], _query, signal) {
         ["Replicas", (p) => p.replicas.join(", ")],
         ["In sync", (p) => p.isr.join(", ")],
         ["Log start", (p) => show(p.log_start_offset)],
+        ["Local log start", (p) => show(p.local_log_start_offset)],
         ["High watermark", (p) => show(p.high_watermark)],
         ["Log end", (p) => show(p.log_end_offset)],
         ["Size", (p) => bytes(p.size_bytes)],

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from gateway.workers.local_cluster import LocalCluster
+from gateway.workers.local_cluster import LocalCluster, free_port
 from tests.auth.support import binding, make_basic, make_key
 from tests.e2e.chromium import needs_chromium, start_chromium
 from tests.e2e.conftest import Server, start_server, until
@@ -429,3 +429,58 @@ def test_the_cluster_page_over_three_nodes(tmp_path: Path, browser: Any, shots: 
         assert script_errors(browser) == []
     finally:
         cluster.stop()
+
+
+def test_browsing_from_a_time(node: Server, browser: Any) -> None:
+    here = "/topics/orders/messages?partition=0&from=time&order=oldest&time="
+    shown(browser, f"{here}2000-01-01T00:00:00", node.url)
+    assert "offsets 0 to 3" in main_text(browser)  # every record is later than that
+    shown(browser, f"{here}2100-01-01T00:00:00", node.url)
+    assert first_column(browser) == [] and "No records there." in main_text(browser)
+
+
+def test_throughput_refreshes(node: Server, browser: Any) -> None:
+    shown(browser, "/throughput", node.url)
+    rate = (
+        "const row = [...document.querySelectorAll('#throughput tbody tr')]"
+        "  .find(r => r.cells[0].textContent === 'orders');"
+        "return row ? Number(row.cells[1].textContent.replace(/,/g, '')) : 0;"
+    )
+    records = {"records": [{"value": n} for n in range(100)]}
+    with httpx.Client(base_url=node.url, timeout=30) as http:
+
+        def produced() -> bool:
+            assert http.post("/v1/topics/orders/records", json=records).status_code == 200
+            return bool(browser.execute_script(rate) > 0)
+
+        until(produced, "a produce rate on the page")
+    assert browser.find_elements("css selector", "#throughput svg polyline")
+
+
+def test_dead_letters_link_to_their_topic(tmp_path: Path, browser: Any) -> None:
+    server = start_server(tmp_path / "data", "--subscription-allowed-hosts", "127.0.0.1")
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as http:
+            for name in ("events", "events-dlt"):
+                assert http.post("/v1/topics", json={"name": name}).status_code == 201
+            records = {"records": [{"value": n} for n in range(3)]}
+            assert http.post("/v1/topics/events/records", json=records).status_code == 200
+            sub = {
+                "name": "hook", "topic": "events", "start": "earliest",
+                "endpoint": f"http://127.0.0.1:{free_port()}/refused",
+                "dead_letter_topic": "events-dlt",
+                "retry": {"max_attempts": 1, "min_backoff_ms": 1, "max_backoff_ms": 1},
+            }  # fmt: skip
+            assert http.post("/v1/subscriptions", json=sub).status_code == 201
+            until(
+                lambda: http.get("/v1/subscriptions/hook").json()["dead_lettered"] == 3,
+                "the records dead-lettered",
+            )
+        shown(browser, "/subscriptions/hook", server.url)
+        assert "3 to events-dlt" in main_text(browser)
+        browser.find_element("link text", "events-dlt").click()
+        wait(browser, lambda: ready(browser) and heading(browser) == "Records of events-dlt", "")
+        assert first_column(browser) == ["2", "1", "0"]  # newest first
+        assert script_errors(browser) == []
+    finally:
+        assert server.stop() == 0

@@ -1,5 +1,5 @@
 """The web console's static assets (HTML, CSS, JavaScript modules), shipped as package data and
-served by gateway.api.console; imports nothing."""
+served by gateway.api.console; imports nothing of Sluice."""
 
 from __future__ import annotations
 

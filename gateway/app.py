@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from gateway.api import acls as auth_api
-from gateway.api import cors, events
+from gateway.api import console, cors, events
 from gateway.api import groups as groups_api
 from gateway.api import internal as internal_api
 from gateway.api import ops as ops_api
@@ -69,6 +69,8 @@ def build_app(settings: Settings) -> web.Application:
     auth_api.add_routes(app)
     quota_api.add_routes(app)
     rest_proxy_api.add_routes(app)
+    if not settings.no_console:
+        console.add_routes(app)
     return app
 
 

@@ -210,6 +210,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("tls-cert", "tls_cert", "node", "serve TLS (HTTP/1.1 and h2 via ALPN) with this "
            "certificate chain", _path, "FILE"),
     Option("tls-key", "tls_key", "node", "the TLS private key", _path, "FILE"),
+    Option("no-console", "no_console", "node", "do not serve the web console at /console (the "
+           "/v1 API it calls stays)", boolean),
     # -- requests
     Option("max-request-bytes", "max_request_bytes", "requests", "largest request body",
            positive, "N", "socket.request.max.bytes"),

@@ -16,6 +16,7 @@ class Settings:
     workers: int = 1  # processes serving the port; above 1, a supervisor runs them as a cluster
     tls_cert: Path | None = None
     tls_key: Path | None = None
+    no_console: bool = False  # True: /console (the web console) is not served
     max_request_bytes: int = 32 * 1024 * 1024
     max_inflight_request_bytes: int = 512 * 1024 * 1024  # all bodies being served, together
     body_read_timeout_s: float = 30.0  # a client slower than this to send its body gets 408

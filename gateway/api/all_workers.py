@@ -31,7 +31,13 @@ PEER_TIMEOUT_S = 2.0  # a worker slower than this to answer counts as not ready 
 # Gauges that are not summed over workers: the slowest start-up, and clean only if all were.
 LARGEST = frozenset({"sluice_startup_seconds"})
 SMALLEST = frozenset({"sluice_startup_clean"})
-PARTITION_OFFSETS = ("log_start_offset", "high_watermark", "log_end_offset", "size_bytes")
+PARTITION_OFFSETS = (
+    "log_start_offset",
+    "local_log_start_offset",
+    "high_watermark",
+    "log_end_offset",
+    "size_bytes",
+)
 log = logging.getLogger(__name__)
 
 

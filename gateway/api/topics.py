@@ -32,7 +32,8 @@ def add_routes(app: web.Application) -> None:
 def describe(replicas: ReplicaManager, name: str) -> dict[str, Any]:
     """A topic with each partition's leader, replicas, ISR and the replicas whose log a
     storage failure took offline, and the offsets of this node's replica of it (null where
-    this node holds none)."""
+    this node holds none): its logical log start and, tiered, the first offset still on
+    local disk (below it, reads come from S3)."""
     spec = replicas.topic(name)
     view = replicas.store.view
     rows = []
@@ -47,6 +48,7 @@ def describe(replicas: ReplicaManager, name: str) -> dict[str, Any]:
                 "isr": [] if state is None else list(state.isr),
                 "offline_replicas": sorted(view.offline_replicas(name, p)),
                 "log_start_offset": None if local is None else local.log_start_offset,
+                "local_log_start_offset": None if local is None else local.local_log_start_offset,
                 "high_watermark": None if local is None else local.high_watermark,
                 "log_end_offset": None if local is None else local.log_end_offset,
                 "size_bytes": None if local is None else local.size_bytes,

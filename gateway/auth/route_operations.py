@@ -91,6 +91,7 @@ ROUTES: dict[tuple[str, str], Access] = {
     ("POST", f"{_SUBSCRIPTION}/pause"): Access(also=_CHANGE_SUBSCRIPTION),
     ("POST", f"{_SUBSCRIPTION}/resume"): Access(also=_CHANGE_SUBSCRIPTION),
     ("GET", "/v1/cluster"): Access(_on("cluster", "describe", None)),
+    ("GET", "/v1/traffic"): Access(_on("cluster", "describe", None)),
     ("GET", "/v1/acls"): Access(_on("cluster", "describe", None)),
     ("POST", "/v1/acls"): Access(_on("cluster", "alter", None)),
     ("DELETE", "/v1/acls"): Access(_on("cluster", "alter", None)),
@@ -138,6 +139,9 @@ ROUTES: dict[tuple[str, str], Access] = {
         _on("group", "read", "group"), also="read on each topic"
     ),
     ("GET", "/healthz"): Access(audience="public"),
+    # The web console's page and files (gateway.console): it asks for credentials itself.
+    ("GET", "/console"): Access(audience="public"),
+    ("GET", "/console/{asset}"): Access(audience="public"),
     ("GET", "/readyz"): Access(audience="ops"),
     ("GET", "/metrics"): Access(audience="ops"),
     ("GET", "/openapi.yaml"): Access(audience="authenticated"),

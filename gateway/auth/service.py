@@ -10,6 +10,7 @@ from pathlib import Path
 
 import jwt
 
+from gateway import console
 from gateway.auth.acl import Authorizer, Operation, ResourceType
 from gateway.auth.authenticator import Authenticator
 from gateway.auth.credentials import INTERNAL_PRINCIPAL
@@ -83,6 +84,7 @@ class AuthService:
         )
         self.public = frozenset(
             {"/healthz"}
+            | console.ROUTES
             | ({"/metrics"} if settings.auth_public_metrics else set())
             | ({"/readyz"} if settings.auth_public_readyz else set())
         )

@@ -28,6 +28,7 @@ def empty_partition(partition: int, node: int = 0) -> dict[str, object]:
         "isr": [node],
         "offline_replicas": [],
         "log_start_offset": 0,
+        "local_log_start_offset": 0,
         "high_watermark": 0,
         "log_end_offset": 0,
         "size_bytes": 0,

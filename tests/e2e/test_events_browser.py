@@ -4,8 +4,6 @@ it, reconnects with Last-Event-ID and goes on with nothing skipped and nothing t
 
 from __future__ import annotations
 
-import os
-import shutil
 import threading
 from collections.abc import Iterator
 from functools import partial
@@ -16,14 +14,10 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.e2e.chromium import needs_chromium, start_chromium
 from tests.e2e.conftest import start_server, until
 
-CHROMIUM = shutil.which("chromium")
-CHROMEDRIVER = shutil.which("chromedriver")
-pytestmark = pytest.mark.skipif(
-    (CHROMIUM is None or CHROMEDRIVER is None) and os.environ.get("CI") != "true",
-    reason="Debian's chromium and chromium-driver are not installed (scripts/test.sh does)",
-)
+pytestmark = needs_chromium
 PAGE = """<!doctype html>
 <title>tail</title>
 <link rel="icon" href="data:,">
@@ -55,18 +49,7 @@ def page_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
 
 @pytest.fixture
 def browser(tmp_path: Path) -> Iterator[Any]:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    assert CHROMIUM is not None and CHROMEDRIVER is not None
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                 "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync",
-                 f"--user-data-dir={tmp_path / 'profile'}"):  # fmt: skip
-        options.add_argument(flag)
-    driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
+    driver = start_chromium(tmp_path / "profile")
     yield driver
     driver.quit()
 

@@ -16,6 +16,7 @@ from tests.api.support import (
     Client,
     Start,
     create_topic,
+    describe,
     fetch,
     gateway,
     metrics,
@@ -107,6 +108,9 @@ async def test_closed_segments_go_to_s3_and_old_offsets_come_back(
         assert get(moto, bucket, key + ".index")[:8] == bytes(8)  # relative 0 at position 0
     assert partition.local_log_start_offset <= expected  # nothing deleted before S3 had it
     assert partition.log_start_offset == 0
+    described = (await describe(client))["partitions"][0]  # both starts, as the console shows
+    assert described["log_start_offset"] == 0
+    assert described["local_log_start_offset"] == partition.local_log_start_offset >= 100
 
     # The oldest offsets come back from S3: the same bytes, the same records.
     first = manifest.segments[0]

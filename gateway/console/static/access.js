@@ -1,0 +1,150 @@
+// Access: API keys (a new one's secret shown once), ACL bindings and quotas. Each section
+// shows the node's refusal when the signed-in principal may not see it.
+
+import { ApiError, api, authorization, get, path } from "./api.js";
+import { confirm, empty, field, form, h, heading, origin, problem, refresh, show, table } from "./ui.js";
+
+const OPERATIONS = ["read", "write", "create", "delete", "alter", "describe"];
+const select = (id, name, values) => h("select", { id, name }, values.map((v) => h("option", { value: v }, v)));
+
+/** A section's content, or the problem that stopped it (a 403 for a principal without ACLs). */
+async function section(title, load) {
+  try {
+    return h("section", {}, h("h2", {}, title), await load());
+  } catch (error) {
+    if (!(error instanceof ApiError) || error.status === 401) throw error;
+    return h("section", {}, h("h2", {}, title), problem(error));
+  }
+}
+
+function removeButton(label, question, run) {
+  const button = h("button", { type: "button", class: "danger small", "aria-label": label }, "Remove…");
+  button.addEventListener("click", async () => {
+    if (!(await confirm(question, "Remove"))) return;
+    try {
+      await run();
+      refresh();
+    } catch (error) {
+      button.replaceWith(problem(error));
+    }
+  });
+  return button;
+}
+
+async function keys(signal) {
+  const { keys: found } = await get("/v1/auth/keys", signal);
+  const create = form(
+    "Create a credential",
+    [
+      field("Principal", h("input", { id: "key-principal", name: "principal", required: true, maxlength: 255 })),
+      field("Type", select("key-type", "type", ["api-key", "basic"])),
+    ],
+    "Create",
+    (data) => api("POST", "/v1/auth/keys", data),
+    (key) =>
+      h("div", { class: "secret", role: "alert" },
+        h("p", {}, h("strong", {}, "Copy the secret now: it is not stored and will not be shown again.")),
+        h("p", {}, `${key.type} for ${key.principal}: `, h("code", { id: "new-secret" }, key.secret)),
+        h("button", { type: "button", onclick: refresh }, "Done")),
+  );
+  return h("div", {},
+    found.length
+      ? table("Credentials", [
+          ["Key id", (k) => h("code", {}, k.key_id)],
+          ["Principal", (k) => k.principal],
+          ["Type", (k) => k.type],
+          ["Created", (k) => new Date(k.created_ms).toISOString()],
+          ["", (k) => removeButton(`Revoke ${k.key_id}`, `Revoke ${k.type} ${k.key_id} of ${k.principal}? Clients using it are refused from now on.`,
+            () => api("DELETE", path("/v1/auth/keys", k.key_id)))],
+        ], found)
+      : empty("No credentials yet.", `sluice auth create-key --principal alice`),
+    create);
+}
+
+async function acls(signal) {
+  const { acls: found } = await get("/v1/acls", signal);
+  const add = form(
+    "Add an ACL binding",
+    [
+      field("Principal", h("input", { id: "acl-principal", name: "principal", required: true, placeholder: "alice or *" })),
+      field("Resource type", select("acl-resource-type", "resource_type", ["topic", "group", "cluster"])),
+      field("Resource name", h("input", { id: "acl-resource-name", name: "resource_name", required: true, placeholder: "orders, or cluster" })),
+      field("Pattern", select("acl-pattern-type", "pattern_type", ["literal", "prefixed"])),
+      field("Operation", select("acl-operation", "operation", OPERATIONS)),
+      field("Permission", select("acl-permission", "permission", ["allow", "deny"])),
+    ],
+    "Add",
+    (data) => api("POST", "/v1/acls", data),
+    refresh,
+  );
+  return h("div", {},
+    found.length
+      ? table("ACL bindings", [
+          ["Principal", (a) => a.principal],
+          ["Resource", (a) => `${a.resource_type} ${a.resource_name}${a.pattern_type === "prefixed" ? "*" : ""}`],
+          ["Operation", (a) => a.operation],
+          ["Permission", (a) => a.permission],
+          ["", (a) => removeButton(`Remove ${a.permission} ${a.operation} for ${a.principal}`, `Remove the binding ${a.permission} ${a.principal} ${a.operation} on ${a.resource_type} ${a.resource_name}?`,
+            () => api("DELETE", "/v1/acls", a))],
+        ], found)
+      : empty("No ACL bindings: only super users may do anything.",
+          `curl -X POST ${origin()}/v1/acls -H 'Content-Type: application/json' -d '{"principal": "alice", "resource_type": "topic", "resource_name": "orders", "pattern_type": "literal", "operation": "read", "permission": "allow"}'`),
+    add);
+}
+
+async function quotas(signal) {
+  const { quotas: found } = await get("/v1/quotas", signal);
+  const number = (v) => (v === "" ? null : Number(v));
+  const set = form(
+    "Set a principal's quota",
+    [
+      field("Principal", h("input", { id: "quota-principal", name: "principal", required: true, placeholder: "alice or <default>" })),
+      field("Produce bytes/s", h("input", { id: "quota-produce", name: "produce", type: "number", min: 1 })),
+      field("Fetch bytes/s", h("input", { id: "quota-fetch", name: "fetch", type: "number", min: 1 })),
+      field("Requests/s", h("input", { id: "quota-requests", name: "requests", type: "number", min: 0, step: "any" })),
+    ],
+    "Set",
+    (data) => api("PUT", path("/v1/quotas", data.principal), {
+      produce_bytes_per_second: number(data.produce),
+      fetch_bytes_per_second: number(data.fetch),
+      requests_per_second: number(data.requests),
+    }),
+    refresh,
+  );
+  return h("div", {},
+    found.length
+      ? table("Quotas", [
+          ["Principal", (q) => q.principal],
+          ["Produce bytes/s", (q) => show(q.produce_bytes_per_second)],
+          ["Fetch bytes/s", (q) => show(q.fetch_bytes_per_second)],
+          ["Requests/s", (q) => show(q.requests_per_second)],
+          ["", (q) => removeButton(`Remove the quota of ${q.principal}`, `Remove ${q.principal}'s quota?`,
+            () => api("DELETE", path("/v1/quotas", q.principal)))],
+        ], found)
+      : empty("No quotas: every principal may go as fast as the node.", null),
+    set);
+}
+
+/** Without credentials the node runs without --auth (with it, every /v1 call would have
+ * asked for them), and keys are managed offline: say so instead of asking for a refusal. */
+async function offlineKeys() {
+  return empty("This node runs without --auth: credentials are created offline, and checked once it runs with --auth.",
+    "sluice auth create-key --data-dir DIR --principal alice");
+}
+
+export async function page(_params, _query, signal) {
+  const parts = await Promise.all([
+    section("API keys and Basic logins", () => (authorization() ? keys(signal) : offlineKeys())),
+    section("ACL bindings", () => acls(signal)),
+    section("Quotas", () => quotas(signal)),
+  ]);
+  return h(
+    "section",
+    {},
+    heading("Access"),
+    authorization()
+      ? null
+      : h("p", { class: "note" }, "This node runs without --auth: no credentials are checked; ACL bindings and quotas are kept, and enforced once it runs with --auth."),
+    ...parts,
+  );
+}

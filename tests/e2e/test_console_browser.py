@@ -1,0 +1,486 @@
+"""The web console (`GET /console`) in headless Chromium against real nodes: every page loads
+without a console error and calls nothing but the public /v1 API and its own files; each action
+works end to end; deep links survive a reload; the sign-in flow and a key without ACLs; the
+cluster page over three nodes. Screenshots of the pages go to $SLUICE_CONSOLE_SCREENSHOTS
+(docs/console/ holds a few), else to the test's temporary folder."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+
+from gateway.workers.local_cluster import LocalCluster, free_port
+from tests.auth.support import binding, make_basic, make_key
+from tests.e2e.chromium import needs_chromium, start_chromium
+from tests.e2e.conftest import Server, start_server, until
+
+pytestmark = needs_chromium
+PAGES = (
+    "/cluster",
+    "/topics",
+    "/topics/orders",
+    "/topics/orders/messages?partition=0&from=beginning&order=oldest",
+    "/topics/orders/tail",
+    "/groups",
+    "/groups/billing",
+    "/subscriptions",
+    "/subscriptions/orders-hook",
+    "/access",
+    "/throughput",
+)
+CONSOLE_FILES = {"/console"} | {
+    f"/console/{name}"
+    for name in ("app.js", "api.js", "ui.js", "style.css", "cluster.js", "topics.js",
+                 "messages.js", "groups.js", "subscriptions.js", "access.js", "throughput.js")
+}  # fmt: skip
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[Any]:
+    driver = start_chromium(tmp_path / "profile")
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture
+def shots(tmp_path: Path) -> Path:
+    """Where the screenshots go."""
+    folder = Path(os.environ.get("SLUICE_CONSOLE_SCREENSHOTS") or tmp_path / "screenshots")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def wait(browser: Any, condition: Callable[[], object], what: str) -> None:
+    """Poll the page until `condition()` is true (bounded)."""
+    until(lambda: bool(condition()), what, timeout=30)
+
+
+def shown(browser: Any, route: str, origin: str) -> None:
+    """Open the console at `route` and wait until the page has rendered it."""
+    browser.get(f"{origin}/console#{route}")
+    wait(browser, lambda: ready(browser, f"#{route}"), f"the page {route}")
+
+
+def ready(browser: Any, shown: str | None = None) -> bool:
+    """The page has rendered (`shown`: this fragment, or "sign-in"), nothing pending."""
+    return bool(
+        browser.execute_script(
+            "const m = document.getElementById('main');"
+            "return m !== null && !m.hasAttribute('aria-busy') && m.dataset.shown !== undefined"
+            "  && (arguments[0] === null || m.dataset.shown === arguments[0]);",
+            shown,
+        )
+    )
+
+
+def reloaded(browser: Any) -> str:
+    """Reload the page; its text once rendered again."""
+    browser.execute_script("document.getElementById('main').removeAttribute('data-shown');")
+    browser.refresh()
+    wait(browser, lambda: ready(browser), "the reloaded page")
+    return main_text(browser)
+
+
+def heading(browser: Any) -> str:
+    text: str = browser.execute_script("return document.querySelector('main h1').textContent;")
+    return text
+
+
+def main_text(browser: Any) -> str:
+    text: str = browser.execute_script("return document.getElementById('main').innerText;")
+    return text
+
+
+def first_column(browser: Any) -> list[str]:
+    """The first cells of the page's first table."""
+    cells: list[str] = browser.execute_script(
+        "const t = document.querySelector('main table');"
+        "return t ? [...t.tBodies[0].rows].map(r => r.cells[0].textContent) : [];"
+    )
+    return cells
+
+
+def problems(browser: Any) -> list[str]:
+    found: list[str] = browser.execute_script(
+        "return [...document.querySelectorAll('.problem')].map(p => p.innerText);"
+    )
+    return found
+
+
+def script_errors(browser: Any) -> list[dict[str, Any]]:
+    """Console errors other than the network's own lines for refused requests."""
+    return [
+        e for e in browser.get_log("browser") if e["level"] == "SEVERE" and e["source"] != "network"
+    ]
+
+
+def requested(browser: Any, origin: str) -> list[str]:
+    """The URL of every request made by a page from `origin` since the last call (Chromium's
+    network log; the browser's own pages, such as its new tab, are left out)."""
+    urls = []
+    for entry in browser.get_log("performance"):
+        message = json.loads(entry["message"])["message"]
+        if message["method"] == "Network.requestWillBeSent":
+            params = message["params"]
+            if params.get("documentURL", "").startswith(f"{origin}/"):
+                urls.append(params["request"]["url"])
+    return urls
+
+
+def fill(browser: Any, element_id: str, text: str) -> None:
+    control = browser.find_element("id", element_id)
+    control.clear()
+    control.send_keys(text)
+
+
+def choose(browser: Any, element_id: str, value: str) -> None:
+    from selenium.webdriver.support.ui import Select
+
+    Select(browser.find_element("id", element_id)).select_by_value(value)
+
+
+def submit(browser: Any, legend: str) -> None:
+    """Press the submit button of the form whose legend starts with `legend`."""
+    browser.execute_script(
+        "const f = [...document.querySelectorAll('form')].find("
+        "  f => f.querySelector('legend')?.textContent.startsWith(arguments[0]));"
+        "f.querySelector('button[type=submit]').click();",
+        legend,
+    )
+
+
+def confirm_dialog(browser: Any, typed: str | None = None) -> None:
+    wait(browser, lambda: browser.find_elements("css selector", "dialog[open]"), "the question")
+    if typed is not None:
+        browser.find_element("id", "confirm-typed").send_keys(typed)
+    browser.find_element("css selector", "dialog[open] button[type=submit]").click()
+
+
+def seed(url: str) -> None:
+    """A topic with records (JSON, keys, headers), a group with committed offsets and no
+    members, and a push subscription."""
+    with httpx.Client(base_url=url, timeout=30) as http:
+        assert http.post("/v1/topics", json={"name": "orders", "partitions": 3}).status_code == 201
+        records = [
+            {"key": f"k{n}", "value": {"order": n, "items": ["tea", "cake"]},
+             "headers": {"source": "test"}, "partition": n % 3}
+            for n in range(12)
+        ]  # fmt: skip
+        assert http.post("/v1/topics/orders/records", json={"records": records}).status_code == 200
+        joined = http.post("/v1/groups/billing/members", json={"topics": ["orders"]}).json()
+        member = joined["member_id"]
+        commit = {"offsets": [{"topic": "orders", "partition": p, "offset": 2} for p in range(3)]}
+        answer = http.post(f"/v1/groups/billing/members/{member}/commit", json=commit)
+        assert answer.status_code == 200, answer.text
+        assert http.delete(f"/v1/groups/billing/members/{member}").status_code == 204
+        sub = {"name": "orders-hook", "topic": "orders", "endpoint": "https://hooks.example.com/o"}
+        assert http.post("/v1/subscriptions", json=sub).status_code == 201
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[Server]:
+    running = start_server(tmp_path / "data")
+    seed(running.url)
+    yield running
+    if running.process.poll() is None:
+        assert running.stop() == 0
+
+
+def test_every_page_loads_and_calls_only_the_public_api(
+    node: Server, browser: Any, shots: Path
+) -> None:
+    for route in PAGES:
+        shown(browser, route, node.url)
+        assert problems(browser) == [], (route, problems(browser))
+        name = route.strip("/").split("?")[0].replace("/", "-")
+        browser.save_screenshot(str(shots / f"{name}.png"))
+    assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+    paths = set()
+    for url in requested(browser, node.url):
+        if url.startswith("data:"):
+            continue
+        parts = urlsplit(url)
+        assert f"{parts.scheme}://{parts.netloc}" == node.url, url  # this node only: no CDN
+        paths.add(parts.path)
+    assert paths >= CONSOLE_FILES
+    others = paths - CONSOLE_FILES
+    assert others and all(p.startswith("/v1/") for p in others), sorted(others)
+
+
+def test_the_pages_read_in_a_narrow_window(node: Server, browser: Any, shots: Path) -> None:
+    browser.set_window_size(390, 844)
+    for route in PAGES:
+        shown(browser, route, node.url)
+        overflow = browser.execute_script(
+            "return document.documentElement.scrollWidth - document.documentElement.clientWidth;"
+        )
+        assert overflow <= 1, (route, overflow)  # wide tables scroll inside their own box
+    shown(browser, PAGES[3], node.url)
+    browser.save_screenshot(str(shots / "narrow-messages.png"))
+
+
+def test_keyboard_reaches_every_page_from_the_navigation(node: Server, browser: Any) -> None:
+    from selenium.webdriver.common.keys import Keys
+
+    shown(browser, "/cluster", node.url)
+    body = browser.find_element("tag name", "body")
+    reached = []
+    for _ in range(8):  # the skip link, the brand, then the six pages
+        body.send_keys(Keys.TAB)
+        reached.append(browser.execute_script("return document.activeElement.textContent;"))
+    assert reached[0] == "Skip to the page"
+    for page in ("Cluster", "Topics", "Groups", "Subscriptions", "Access", "Throughput"):
+        assert page in reached
+    browser.switch_to.active_element.send_keys(Keys.ENTER)  # the last one: Throughput
+    wait(browser, lambda: ready(browser) and heading(browser) == "Throughput", "the page")
+    labelled = browser.execute_script(
+        "return [...document.querySelectorAll('main input, main select, main textarea')]"
+        ".every(c => c.labels && c.labels.length > 0);"
+    )
+    assert labelled
+
+
+def test_actions_end_to_end(node: Server, browser: Any, shots: Path) -> None:
+    http = httpx.Client(base_url=node.url, timeout=30)
+    # Create a topic from the form.
+    shown(browser, "/topics", node.url)
+    fill(browser, "create-name", "payments")
+    fill(browser, "create-partitions", "2")
+    submit(browser, "Create a topic")
+    wait(browser, lambda: ready(browser) and heading(browser) == "Topic payments", "the topic")
+    assert len(http.get("/v1/topics/payments").json()["partitions"]) == 2
+    # Change a config.
+    choose(browser, "alter-config", "retention.ms")
+    fill(browser, "alter-value", "3600000")
+    submit(browser, "Change a config")
+    until(lambda: http.get("/v1/topics/payments").json()["overrides"] != {}, "the override")
+    assert http.get("/v1/topics/payments").json()["overrides"] == {"retention.ms": 3600000}
+    # Follow it live, produce from the form, then from outside: both show in the tail.
+    shown(browser, "/topics/payments/tail", node.url)
+    wait(browser, lambda: main_text(browser).count("connected") > 0, "the live tail")
+    fill(browser, "produce-key", "card-1")
+    fill(browser, "produce-value", '{"amount": 5, "currency": "EUR"}')
+    fill(browser, "produce-headers", "source: console")
+    choose(browser, "produce-partition", "1")
+    submit(browser, "Produce a record")
+    wait(browser, lambda: "Written to partition 1 at offset 0" in main_text(browser), "the write")
+    outside = {"records": [{"key": "card-2", "value": {"amount": 7}, "partition": 0}]}
+    assert http.post("/v1/topics/payments/records", json=outside).status_code == 200
+    count = "return document.getElementById('tail-count').textContent;"
+    wait(browser, lambda: browser.execute_script(count) == "2", "both records in the tail")
+    tail = browser.find_element("id", "tail").text
+    assert '"currency":"EUR"' in tail and "card-2" in tail and "source" in tail
+    browser.save_screenshot(str(shots / "tail-live.png"))
+    # Browse the partition the form wrote to: pretty-printed JSON, key and header.
+    shown(browser, "/topics/payments/messages?partition=1&from=beginning&order=oldest", node.url)
+    text = main_text(browser)
+    assert '"amount": 5,' in text and "card-1" in text and "source: console" in text
+    # Reset a group's offsets, with confirmation.
+    shown(browser, "/groups/billing", node.url)
+    choose(browser, "reset-to", "earliest")
+    submit(browser, "Reset committed offsets")
+    confirm_dialog(browser)
+    until(
+        lambda: (
+            {p["committed_offset"] for p in http.get("/v1/groups/billing").json()["partitions"]}
+            == {0}
+        ),
+        "the offsets reset",
+    )
+    # Pause and resume a subscription.
+    shown(browser, "/subscriptions/orders-hook", node.url)
+    browser.find_element("id", "pause").click()
+    wait(browser, lambda: browser.find_elements("id", "resume"), "the resume button")
+    assert http.get("/v1/subscriptions/orders-hook").json()["paused"] is True
+    browser.find_element("id", "resume").click()
+    wait(browser, lambda: browser.find_elements("id", "pause"), "the pause button")
+    assert http.get("/v1/subscriptions/orders-hook").json()["paused"] is False
+    # Delete the topic: the name must be typed.
+    shown(browser, "/topics/payments", node.url)
+    browser.find_element("id", "delete-topic").click()
+    confirm_dialog(browser, typed="payments")
+    wait(browser, lambda: ready(browser) and heading(browser) == "Topics", "the topic list")
+    assert http.get("/v1/topics/payments").status_code == 404
+    # An API refusal shows as the problem's title and detail.
+    shown(browser, "/groups/nobody", node.url)
+    assert "UNKNOWN_GROUP" in problems(browser)[0]
+    assert script_errors(browser) == []
+    http.close()
+
+
+def test_deep_links_survive_a_reload(node: Server, browser: Any) -> None:
+    route = "/topics/orders/messages?partition=2&from=offset&offset=3&order=newest&limit=20"
+    shown(browser, route, node.url)
+    before = main_text(browser)
+    assert "offsets 0 to 3" in before  # newest first, up to offset 3
+    assert reloaded(browser) == before
+    assert browser.current_url.endswith(f"#{route}")
+    assert heading(browser) == "Records of orders"
+    selected = "return document.getElementById('browse-partition').value;"
+    assert browser.execute_script(selected) == "2"
+
+
+@pytest.fixture
+def secured(tmp_path: Path) -> Iterator[tuple[Server, dict[str, str]]]:
+    """A node with --auth: `admin` a super user, `bob` a key without any ACL, `carol` a Basic
+    login."""
+    data = tmp_path / "data"
+    keys = {"admin": make_key(data, "admin"), "bob": make_key(data, "bob")}
+    keys["carol"] = make_basic(data, "carol")
+    running = start_server(data, "--auth", "--auth-basic", "--super-user", "admin")
+    admin = {"Authorization": f"Bearer {keys['admin']}"}
+    with httpx.Client(base_url=running.url, headers=admin, timeout=30) as http:
+        for name in ("orders", "secret"):
+            assert http.post("/v1/topics", json={"name": name}).status_code == 201
+    yield running, keys
+    assert running.stop() == 0
+
+
+def sign_in(browser: Any, kind: str, first: str, second: str = "") -> None:
+    wait(browser, lambda: ready(browser, "sign-in"), "the sign-in form")
+    choose(browser, "login-kind", kind)
+    if kind == "basic":
+        fill(browser, "login-user", first)
+        fill(browser, "login-password", second)
+    else:
+        fill(browser, "login-key", first)
+    submit(browser, "Credentials")
+
+
+def test_sign_in_and_what_a_key_without_acls_sees(
+    secured: tuple[Server, dict[str, str]], browser: Any, shots: Path
+) -> None:
+    server, keys = secured
+    browser.get(f"{server.url}/console#/topics")
+    browser.save_screenshot(str(shots / "sign-in.png"))
+    sign_in(browser, "key", keys["admin"])
+    wait(browser, lambda: ready(browser) and heading(browser) == "Topics", "the topics")
+    assert first_column(browser) == ["orders", "secret"]
+    assert browser.get_cookies() == []  # nothing but this tab's session storage
+    # A new key's secret is shown once.
+    shown(browser, "/access", server.url)
+    fill(browser, "key-principal", "dave")
+    submit(browser, "Create a credential")
+    wait(browser, lambda: browser.find_elements("id", "new-secret"), "the new secret")
+    secret = browser.find_element("id", "new-secret").text
+    assert secret.startswith("sluice_")
+    browser.save_screenshot(str(shots / "access.png"))
+    dave = {"Authorization": f"Bearer {secret}"}
+    assert httpx.get(f"{server.url}/v1/topics", headers=dave).status_code == 200
+    text = reloaded(browser)
+    assert "dave" in text and secret not in text
+    # Bob's key has no ACL: refusals where the cluster is asked, no topics listed.
+    browser.find_element("css selector", "#account button").click()
+    sign_in(browser, "key", keys["bob"])
+    shown(browser, "/topics", server.url)
+    assert first_column(browser) == [] and "No topics yet" in main_text(browser)
+    shown(browser, "/cluster", server.url)
+    assert "ACL_DENIED" in problems(browser)[0] and "'bob' may not describe" in problems(browser)[0]
+    shown(browser, "/access", server.url)
+    assert any("SUPER_USER_ONLY" in p for p in problems(browser))
+    admin = {"Authorization": f"Bearer {keys['admin']}"}
+    grant = binding("bob", "topic", "orders", "describe")
+    assert httpx.post(f"{server.url}/v1/acls", json=grant, headers=admin).status_code == 201
+    shown(browser, "/topics", server.url)
+    assert first_column(browser) == ["orders"]
+    # A Basic login, and a wrong key asks again.
+    browser.find_element("css selector", "#account button").click()
+    sign_in(browser, "basic", "carol", keys["carol"])
+    wait(browser, lambda: ready(browser, "#/topics"), "carol's topics")
+    browser.find_element("css selector", "#account button").click()
+    sign_in(browser, "key", "sluice_not-a-key")
+    wait(browser, lambda: problems(browser), "the refusal")
+    assert "UNAUTHENTICATED" in problems(browser)[0] and heading(browser) == "Sign in"
+    assert script_errors(browser) == []
+
+
+def test_the_cluster_page_over_three_nodes(tmp_path: Path, browser: Any, shots: Path) -> None:
+    cluster = LocalCluster(tmp_path, 3, node_options=["--lease-ttl", "2"])
+    cluster.start()
+    try:
+        first = cluster.nodes[0].url
+        spec = {"name": "orders", "partitions": 6, "replication_factor": 3}
+        assert httpx.post(f"{first}/v1/topics", json=spec, timeout=30).status_code == 201
+        shown(browser, "/cluster", cluster.nodes[1].url)
+        text = main_text(browser)
+        assert "3 alive of 3" in text and "controller" in text
+        led = browser.execute_script(
+            "return [...document.querySelectorAll('table')[0].tBodies[0].rows]"
+            ".map(r => Number(r.cells[4].textContent));"
+        )
+        assert len(led) == 3 and sum(led) >= 6  # orders' 6, and the offsets topic's
+        assert "None: every replica is in sync." in text
+        browser.save_screenshot(str(shots / "cluster-3-nodes.png"))
+        cluster.nodes[2].kill()
+        until(lambda: "2 alive of 3" in reloaded(browser), "node 2 shown down")
+        until(
+            lambda: "None: every replica is in sync." not in reloaded(browser),
+            "under-replicated partitions listed",
+        )
+        assert "down" in main_text(browser)
+        browser.save_screenshot(str(shots / "cluster-node-down.png"))
+        assert script_errors(browser) == []
+    finally:
+        cluster.stop()
+
+
+def test_browsing_from_a_time(node: Server, browser: Any) -> None:
+    here = "/topics/orders/messages?partition=0&from=time&order=oldest&time="
+    shown(browser, f"{here}2000-01-01T00:00:00", node.url)
+    assert "offsets 0 to 3" in main_text(browser)  # every record is later than that
+    shown(browser, f"{here}2100-01-01T00:00:00", node.url)
+    assert first_column(browser) == [] and "No records there." in main_text(browser)
+
+
+def test_throughput_refreshes(node: Server, browser: Any) -> None:
+    shown(browser, "/throughput", node.url)
+    rate = (
+        "const row = [...document.querySelectorAll('#throughput tbody tr')]"
+        "  .find(r => r.cells[0].textContent === 'orders');"
+        "return row ? Number(row.cells[1].textContent.replace(/,/g, '')) : 0;"
+    )
+    records = {"records": [{"value": n} for n in range(100)]}
+    with httpx.Client(base_url=node.url, timeout=30) as http:
+
+        def produced() -> bool:
+            assert http.post("/v1/topics/orders/records", json=records).status_code == 200
+            return bool(browser.execute_script(rate) > 0)
+
+        until(produced, "a produce rate on the page")
+    assert browser.find_elements("css selector", "#throughput svg polyline")
+
+
+def test_dead_letters_link_to_their_topic(tmp_path: Path, browser: Any) -> None:
+    server = start_server(tmp_path / "data", "--subscription-allowed-hosts", "127.0.0.1")
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as http:
+            for name in ("events", "events-dlt"):
+                assert http.post("/v1/topics", json={"name": name}).status_code == 201
+            records = {"records": [{"value": n} for n in range(3)]}
+            assert http.post("/v1/topics/events/records", json=records).status_code == 200
+            sub = {
+                "name": "hook", "topic": "events", "start": "earliest",
+                "endpoint": f"http://127.0.0.1:{free_port()}/refused",
+                "dead_letter_topic": "events-dlt",
+                "retry": {"max_attempts": 1, "min_backoff_ms": 1, "max_backoff_ms": 1},
+            }  # fmt: skip
+            assert http.post("/v1/subscriptions", json=sub).status_code == 201
+            until(
+                lambda: http.get("/v1/subscriptions/hook").json()["dead_lettered"] == 3,
+                "the records dead-lettered",
+            )
+        shown(browser, "/subscriptions/hook", server.url)
+        assert "3 to events-dlt" in main_text(browser)
+        browser.find_element("link text", "events-dlt").click()
+        wait(browser, lambda: ready(browser) and heading(browser) == "Records of events-dlt", "")
+        assert first_column(browser) == ["2", "1", "0"]  # newest first
+        assert script_errors(browser) == []
+    finally:
+        assert server.stop() == 0

@@ -31,7 +31,9 @@ def test_orderings_concurrency_and_rate_round_trip() -> None:
     sub = parsed(ordering="key", concurrency={"max_in_flight": 4}, rate_limit_per_s=2.5)
     assert sub.ordering == "key" and sub.concurrency.max_in_flight == 4
     assert sub.concurrency.max_requests == 64 and sub.rate_limit_per_s == 2.5
-    assert specs.loaded(specs.stored(sub), 1) == specs.parse(specs.document(sub), uid="u", version=1)
+    assert specs.loaded(specs.stored(sub), 1) == specs.parse(
+        specs.document(sub), uid="u", version=1
+    )
     unlimited = specs.patched(sub, {"rate_limit_per_s": None, "ordering": "none"})
     assert unlimited.rate_limit_per_s is None and unlimited.ordering == "none"
     assert not unlimited.same_delivery(sub)

@@ -156,7 +156,7 @@ def parse(doc: Mapping[str, Any], *, uid: str, version: int = 0) -> Subscription
     if unknown:
         raise invalid(
             f"unknown fields {', '.join(unknown)}; allowed: {', '.join(sorted(FIELDS))}",
-            f"/{unknown[0]}",
+            "/" + unknown[0].replace("~", "~0").replace("/", "~1"),  # RFC 6901
         )
     name = doc.get("name")
     if not isinstance(name, str) or not NAME.fullmatch(name):

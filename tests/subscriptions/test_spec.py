@@ -67,6 +67,7 @@ def test_orderings_concurrency_and_rate_round_trip() -> None:
         ({"auth": {"header": {"name": "webhook-signature", "value": "x"}}}, "/auth/header/name"),
         ({"signing_secret": "nope"}, "/signing_secret"),
         ({"surprise": 1}, "/surprise"),
+        ({"a~/b": 1}, "/a~0~1b"),
     ],
 )
 def test_refusals_name_the_field(fields: dict[str, Any], pointer: str) -> None:

@@ -26,6 +26,7 @@ from engine.errors import EngineError, OffsetOutOfRange, UnknownPartition, Unkno
 from groups.coordinator import RecordDecoder
 from groups.partition_reader import PartitionRead, PartitionReader, out_of_range_start
 from groups.subscriptions import formats, partial
+from groups.subscriptions.errors import SubscriptionError
 from groups.subscriptions.flow import FlowControl, outcome
 from groups.subscriptions.positions import GroupPositions
 from groups.subscriptions.spec import Subscription
@@ -194,8 +195,8 @@ class PartitionDispatcher:
             try:
                 await self._dispatch()
                 return
-            except (UnknownTopic, UnknownPartition):
-                return  # the topic went: the service stops this dispatcher
+            except (UnknownTopic, UnknownPartition, SubscriptionError):
+                return  # the topic or the subscription went: the service stops this dispatcher
             except (ReplicationError, EngineError, OSError) as exc:
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 log.info(
@@ -214,10 +215,10 @@ class PartitionDispatcher:
     async def _start(self) -> int:
         """Where delivery starts: the committed position, else the subscription's start."""
         sub, reader = self.sub, self.services.reader
-        committed = await self.services.positions.committed(sub.group, sub.topic, self.partition)
+        committed = await self.services.positions.committed(sub, self.partition)
         if committed is None:
             committed = await reader.offset(sub.topic, self.partition, sub.start)
-            await self.services.positions.commit(sub.group, sub.topic, self.partition, committed)
+            await self.services.positions.commit(sub, self.partition, committed)
         self.committed = committed
         return committed
 
@@ -443,7 +444,10 @@ class PartitionDispatcher:
                 return
             sub = self.sub
             try:
-                await self.services.positions.commit(sub.group, sub.topic, self.partition, position)
+                await self.services.positions.commit(sub, self.partition, position)
+            except SubscriptionError:
+                self.last_error = "the subscription was deleted: its position is not kept"
+                return
             except (ReplicationError, EngineError, OSError) as exc:
                 self.last_error = f"commit failed: {type(exc).__name__}: {exc}"
                 log.info(

@@ -271,14 +271,18 @@ class SubscriptionService:
 
     async def delete(self, name: str) -> None:
         """Remove the subscription, then forget its group's offsets once this node's own
-        dispatchers have stopped (others stop as their view follows)."""
+        dispatchers have stopped (others stop as their view follows; their late commits are
+        refused or erased at the coordinator: positions.py)."""
         sub = self.get(name)
         if not await self.store.delete_subscription(name):
             raise SubscriptionError("UNKNOWN_SUBSCRIPTION", f"subscription {name!r} does not exist")
         await self.store.wait_for(lambda v: name not in v.subscriptions, VIEW_WAIT_S)
         if self._reconciling is not None:
             await asyncio.shield(self._reconciling)
-        await self.positions.forget(sub.group)
+        try:
+            await self.positions.forget(sub)
+        except SubscriptionError as exc:  # the coordinator's view lags: retention removes them
+            log.warning("subscription %r deleted, its positions kept: %s", name, exc)
 
     async def _paused_by_endpoint(self, name: str, reason: str) -> None:
         """A dispatcher met 410 Gone: pause the whole subscription with that reason."""

@@ -419,15 +419,16 @@ class PartitionDispatcher:
                 sub.endpoint, data=body, headers=headers, timeout=timeout, allow_redirects=False
             ) as response:
                 status = response.status
-                ok = 200 <= status < 300
-                limit = (
-                    partial.MAX_PARTIAL_BYTES if ok and len(send.records) > 1 else MAX_ANSWER_BYTES
-                )
-                answer = await response.content.read(limit + 1)
                 after = retry_after_s(response.headers.get("Retry-After"), time.time())
-                if ok and len(send.records) > 1 and response.content_type.endswith("json"):
-                    failed, error = partial.failures(sub.topic, self.partition, send, answer)
+                if (
+                    200 <= status < 300
+                    and len(send.records) > 1
+                    and response.content_type.endswith("json")
+                ):
+                    body = await _read_up_to(response.content, partial.MAX_PARTIAL_BYTES + 1)
+                    failed, error = partial.failures(sub.topic, self.partition, send, body)
                     return Answer(status, error, after, failed)
+                await response.content.read(MAX_ANSWER_BYTES)
                 return Answer(status, response.reason or "", after)
         except TimeoutError:
             return Answer(None, f"no answer within {sub.retry.timeout_ms} ms")
@@ -493,3 +494,16 @@ class PartitionDispatcher:
         )
         headers: fmt.Headers = [*record.headers, *((n, v.encode()) for n, v in why)]
         return record.key, record.value, headers
+
+
+async def _read_up_to(content: aiohttp.StreamReader, limit: int) -> bytes:
+    """An answer's body, or its first `limit` bytes (a read returns what has arrived)."""
+    chunks: list[bytes] = []
+    size = 0
+    while size < limit:
+        chunk = await content.read(limit - size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)

@@ -190,3 +190,24 @@ async def test_a_partial_response_naming_a_stranger_fails_the_whole_batch(
     body = orjson.loads(receiver.traces[1].body)
     assert [e["id"] for e in body] == ["t/0/0", "t/0/1", "t/0/2"]
     check(receiver.traces[1:], produced, "partition", 1)
+
+
+async def test_a_long_partial_response_is_read_whole(
+    client: Client, receiver: TracingReceiver
+) -> None:
+    """Some 300 KB of batchItemFailures, which arrive in several reads."""
+
+    def decide(trace: Traced) -> Answer:
+        if len(receiver.traces) == 0:
+            odd = [{"itemIdentifier": f"t/0/{o}", "why": "x" * 400} for o in trace.offsets[1::2]]
+            return 200, {}, {"batchItemFailures": odd}
+        return 204, {}, None
+
+    receiver.decide = decide
+    await produce_keyed(client, ["a"] * 1500)
+    await subscribe(
+        client, receiver.url, batching={"max_records": 1500, "max_wait_ms": 200}, retry=QUICK
+    )
+    await until_described(client, lambda d: d["partitions"][0]["committed_offset"] == 1500)
+    first, second = receiver.traces
+    assert first.offsets == tuple(range(1500)) and second.offsets == tuple(range(1, 1500, 2))

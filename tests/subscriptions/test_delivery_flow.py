@@ -211,3 +211,25 @@ async def test_a_long_partial_response_is_read_whole(
     await until_described(client, lambda d: d["partitions"][0]["committed_offset"] == 1500)
     first, second = receiver.traces
     assert first.offsets == tuple(range(1500)) and second.offsets == tuple(range(1, 1500, 2))
+
+
+async def test_partition_ordering_over_partitions_sharing_the_flow_control(
+    client: Client, receiver: TracingReceiver
+) -> None:
+    await create_topic(client, "m", partitions=3)
+    produced: dict[tuple[int, int], str | None] = {}
+    for p in range(3):
+        await produce(client, [{"key": f"k{i % 3}", "value": i} for i in range(20)], topic="m",
+                      partition=p)  # fmt: skip
+        produced |= {(p, i): f"k{i % 3}" for i in range(20)}
+    receiver.delay_s = 0.005
+    receiver.decide = lambda t: (
+        (500, {}, None)
+        if t.offsets[0] % 5 == 2
+        and not any(x.partition == t.partition and x.offsets == t.offsets for x in receiver.traces)
+        else (204, {}, None)
+    )
+    sub = await subscribe(client, receiver.url, topic="m", retry=QUICK)
+    await receiver.until(lambda _: len(receiver.acked()) == 60)
+    check(receiver.traces, produced, "partition", 1, sub["signing_secret"])
+    assert sum(t.status == 500 for t in receiver.traces) == 12

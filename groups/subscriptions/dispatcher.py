@@ -387,7 +387,11 @@ class PartitionDispatcher:
         )
         ok = answer.status is not None and 200 <= answer.status < 300
         if ok:
-            acked = [r for r in send.records if r.offset not in answer.failed]
+            acked = (
+                [r for r in send.records if r.offset not in answer.failed]
+                if answer.failed
+                else send.records
+            )
             self.counts.delivered += len(acked)
             histogram = self.services.latency.setdefault(sub.name, LatencyHistogram())
             now_ms = time.time() * 1000

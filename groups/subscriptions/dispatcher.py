@@ -440,26 +440,34 @@ class PartitionDispatcher:
             return Answer(None, f"{type(exc).__name__}: {exc}"[:500])
 
     async def _commit(self, state: PartitionDispatch) -> None:
-        """Commit the state's committable position if it moved, one commit at a time (so
-        positions only go forward); a failure is noted and the next commit carries it (at
-        least once: more may be delivered again after a crash)."""
+        """Commit the state's committable position while it is past the committed one, one
+        commit at a time (positions only go forward); a failing commit is retried until it
+        succeeds, since the window waits for it (at least once: a crash meanwhile delivers
+        the window again)."""
+        sub = self.sub
+        delay = RETRY_FIRST_S
         async with self._committing:
-            position = state.committable
-            if (self.committed is not None and position <= self.committed) or self.stopping:
-                return
-            sub = self.sub
-            try:
-                await self.services.positions.commit(sub, self.partition, position)
-            except SubscriptionError:
-                self.last_error = "the subscription was deleted: its position is not kept"
-                return
-            except (ReplicationError, EngineError, OSError) as exc:
-                self.last_error = f"commit failed: {type(exc).__name__}: {exc}"
-                log.info(
-                    "subscription %r partition %d: %s", sub.name, self.partition, self.last_error
-                )
-                return
-            self.committed = position
+            while not self.stopping:
+                position = state.committable
+                if self.committed is not None and position <= self.committed:
+                    return
+                try:
+                    await self.services.positions.commit(sub, self.partition, position)
+                except SubscriptionError:
+                    self.last_error = "the subscription was deleted: its position is not kept"
+                    return
+                except (ReplicationError, EngineError, OSError) as exc:
+                    self.last_error = f"commit failed: {type(exc).__name__}: {exc}"
+                    log.info(
+                        "subscription %r partition %d: %s", sub.name, self.partition,
+                        self.last_error,
+                    )  # fmt: skip
+                    await asyncio.sleep(delay)
+                    delay = min(RETRY_MAX_S, delay * 2)
+                    continue
+                self.committed = position
+                state.committed(position)
+                self._wakeup.set()
 
     async def _dead_letter(self, state: PartitionDispatch, step: DeadLetter) -> None:
         """Produce an exhausted batch to the dead-letter topic until it is in, then move past

@@ -8,8 +8,9 @@ Orderings: `partition`, one batch outstanding (in flight or waiting to be retrie
 offset order; `key`, up to `max_in_flight` batches outstanding, a record taken only when no
 earlier record of its key is outstanding or left behind unsent; `none`, up to `max_in_flight`
 batches in any order. In every case the position to commit is the lowest offset not yet
-acknowledged or dead-lettered, so what a crash redelivers is bounded by the outstanding
-batches."""
+acknowledged or dead-lettered, and the records past the committed position (outstanding, or
+done but not yet committed) are at most `window` (max_in_flight x max_records): what a crash
+delivers again."""
 
 from __future__ import annotations
 
@@ -178,6 +179,11 @@ class PartitionDispatch:
         self.dead_letter = dead_letter
         self.ordering = ordering
         self.max_outstanding = 1 if ordering == "partition" else max_in_flight
+        # Records past the committed position (outstanding, or done and not yet committed):
+        # at most this many, so that a crash delivers at most this many again.
+        self.window = self.max_outstanding * batching.max_records
+        self.unsettled: list[tuple[int, int]] = []  # done: (last offset, records), uncommitted
+        self.unsettled_records = 0
         self.buffered: deque[DeliveryRecord] = deque()
         self.buffered_bytes = 0
         self.first_buffered_at = 0.0  # when the oldest buffered record was read
@@ -276,9 +282,17 @@ class PartitionDispatch:
         batch.attempts += 1
         return Send(batch, batch.records, batch.attempts)
 
+    def _room(self) -> int:
+        """How many more records the window lets out now."""
+        outstanding = sum(len(b.records) for b in self.batches)
+        return self.window - outstanding - self.unsettled_records
+
     def _may_take(self) -> bool:
         return (
-            bool(self.buffered) and not self.stalled and (len(self.batches) < self.max_outstanding)
+            bool(self.buffered)
+            and not self.stalled
+            and len(self.batches) < self.max_outstanding
+            and self._room() > 0
         )
 
     def wake_at(self) -> float | None:
@@ -299,11 +313,13 @@ class PartitionDispatch:
         )
 
     def _take(self) -> tuple[DeliveryRecord, ...]:
-        """The next batch: up to max_records and max_bytes (always one record at least)."""
+        """The next batch: up to max_records and max_bytes (always one record at least), and
+        what the window has room for."""
         out: list[DeliveryRecord] = []
         size = 0
         b = self.batching
-        while self.buffered and len(out) < b.max_records:
+        most = min(b.max_records, self._room())
+        while self.buffered and len(out) < most:
             record = self.buffered[0]
             if out and size + record.size > b.max_bytes:
                 break
@@ -321,8 +337,9 @@ class PartitionDispatch:
         held = set(self.busy_keys)
         size = 0
         b = self.batching
+        most = min(b.max_records, self._room())
         scanned = 0
-        while self.buffered and len(out) < b.max_records and scanned < KEY_SCAN:
+        while self.buffered and len(out) < most and scanned < KEY_SCAN:
             record = self.buffered.popleft()
             scanned += 1
             if record.key in held or (out and size + record.size > b.max_bytes):
@@ -347,7 +364,10 @@ class PartitionDispatch:
         verdict = classify(answer.status)
         if verdict == "ack" and answer.failed:
             failed = tuple(r for r in batch.records if r.offset in answer.failed)
-            self.delivered += len(batch.records) - len(failed)
+            acked = [r.offset for r in batch.records if r.offset not in answer.failed]
+            if acked:
+                self._unsettled(acked[-1], len(acked))
+            self.delivered += len(acked)
             batch.records = failed
             verdict = "retry"
         if verdict == "ack":
@@ -367,8 +387,20 @@ class PartitionDispatch:
         batch.not_before = now + delay
         return None
 
+    def _unsettled(self, last: int, records: int) -> None:
+        self.unsettled.append((last, records))
+        self.unsettled_records += records
+
+    def committed(self, position: int) -> None:
+        """The driver committed `position`: what was done below it leaves the window."""
+        self.unsettled = [(last, n) for last, n in self.unsettled if last >= position]
+        self.unsettled_records = sum(n for _, n in self.unsettled)
+        self.stalled = False
+
     def _done(self, batch: Batch) -> None:
         self.batches.remove(batch)
+        if batch.records:
+            self._unsettled(batch.records[-1].offset, len(batch.records))
         for key in batch.keys:
             left = self.busy_keys[key] - 1
             if left:

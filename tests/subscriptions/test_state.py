@@ -82,6 +82,8 @@ def test_one_in_flight_in_offset_order_and_commit_after_ack() -> None:
     assert state.committable == 0 and state.in_flight == 1
     assert state.answered(first, Answer(204), 0.1, 0.5) is None
     assert state.committable == 1 and state.delivered == 1
+    assert state.next_send(0.1) is None  # the window: until the position is committed
+    state.committed(1)
     second = state.next_send(0.1)
     assert second is not None and second.records[0].offset == 1
 
@@ -144,6 +146,7 @@ def test_batches_fill_up_to_their_limits_or_wait_their_window() -> None:
     single = state.next_send(0.5)
     assert single is not None and len(single.records) == 1
     state.answered(single, Answer(200), 0.5, 0.0)
+    state.committed(1)
     state.read(records(1, 2, 3), 4, now=1.0)
     pair = state.next_send(1.0)
     assert pair is not None and [r.offset for r in pair.records] == [1, 2]
@@ -168,6 +171,7 @@ def test_pause_stops_new_attempts_only() -> None:
     first = sent(state, 0.0)
     state.pause()
     assert state.answered(first, Answer(204), 0.0, 0.0) is None  # the one in flight ends as it will
+    state.committed(1)
     assert state.next_send(0.0) is None and state.committable == 1
     state.resume()
     assert state.next_send(0.0) is not None

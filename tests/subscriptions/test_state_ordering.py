@@ -53,6 +53,8 @@ def test_key_ordering_sends_other_keys_in_parallel_and_holds_a_busy_key() -> Non
     assert offsets(state.next_send(0.0)) == [4] and state.committable == 0
     state.answered(first, Answer(204), 0.0, 0.0)
     assert state.committable == 1
+    assert state.next_send(0.0) is None  # 2, 3 and 4 fill the window of 4 with 0 uncommitted
+    state.committed(1)
     assert offsets(state.next_send(0.0)) == [1]
 
 
@@ -87,7 +89,27 @@ def test_none_ordering_is_bounded_by_max_in_flight_and_commits_the_lowest_open()
     assert state.next_send(0.0) is None  # the window counts batches waiting for a retry
     state.answered(first, Answer(204), 0.0, 0.0)
     assert state.committable == 1  # 1 still waits for its retry
+    assert state.next_send(0.0) is None  # 0 is done but not committed: the window is full
+    state.committed(1)
     assert offsets(state.next_send(0.0)) == [2] and state.committable == 1
+
+
+def test_a_record_waiting_for_retries_holds_the_window() -> None:
+    """Ordering none: past a failing record, at most the window is delivered, so that a
+    crash delivers no more than that again."""
+    state = machine("none", max_in_flight=3)
+    state.read(keyed(*"abcdefgh"), 8, now=0.0)
+    stuck = state.next_send(0.0)
+    assert stuck is not None
+    state.answered(stuck, Answer(500), 0.0, 0.0)
+    for _ in range(2):
+        send = state.next_send(0.0)
+        assert send is not None
+        state.answered(send, Answer(204), 0.0, 0.0)
+        state.committed(state.committable)
+    assert state.committable == 0 and state.next_send(1.0) is not None  # the retry
+    assert state.next_send(1.0) is None and state.wake_at() is None  # 0 open, 1 and 2 done
+    assert [r.offset for r in state.buffered] == [3, 4, 5, 6, 7]
 
 
 def test_partition_ordering_ignores_max_in_flight() -> None:
@@ -152,6 +174,7 @@ def test_simulated_runs_hold_to_the_ordering(ordering: Ordering, seed: int) -> N
     state.read(keyed(*keys), n, now=0.0)
     produced: dict[tuple[int, int], str | None] = {(0, o): k for o, k in enumerate(keys)}
     seq = itertools.count()
+    settled = 0
     now = 0.0
     flying: list[tuple[Send, Traced]] = []
     traces: list[Traced] = []
@@ -166,6 +189,10 @@ def test_simulated_runs_hold_to_the_ordering(ordering: Ordering, seed: int) -> N
             )  # fmt: skip
             flying.append((send, trace))
         if not flying:
+            if state.committable > settled:
+                settled = state.committable
+                state.committed(settled)
+                continue
             wake = state.wake_at()
             assert wake is not None and wake > now, "stuck"
             now = wake
@@ -185,6 +212,11 @@ def test_simulated_runs_hold_to_the_ordering(ordering: Ordering, seed: int) -> N
             done |= {r.offset for r in step.records}
             dead |= {(0, r.offset) for r in step.records}
         assert all(o in done for o in range(state.committable)), "committed past an open record"
+        if rng.random() < 0.7:  # the driver's commit, sometimes late
+            settled = state.committable
+            state.committed(settled)
+        outstanding = sum(len(b.records) for b in state.batches)
+        assert outstanding + sum(o >= settled for o in done) <= state.window, "window overrun"
         now += rng.choice([0.0, 0.01])
     check(traces, produced, ordering, max_in_flight, dead_lettered=frozenset(dead))
     assert state.committable == n and done == set(range(n))

@@ -45,6 +45,9 @@ EPOCH_END_ROUTE = REPLICA_PREFIX + "/{topic}/{partition}/epoch-end"
 APPEND_ROUTE = APPEND_PREFIX + "/{topic}/{partition}/append"
 # A node's own dispatchers of a subscription, for the node that describes it.
 SUBSCRIPTION_PARTITIONS_ROUTE = "/internal/v1/subscriptions/{name}/partitions"
+# A subscription's positions at its group's coordinator: commit (PUT) and forget (DELETE),
+# each checked there against that node's view of the subscription.
+SUBSCRIPTION_POSITIONS_ROUTE = "/internal/v1/subscriptions/{name}/positions"
 
 MAX_ERROR_BYTES = 64 * 1024  # of a problem answer, read to learn its code
 

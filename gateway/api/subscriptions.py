@@ -1,6 +1,7 @@
 """Push-subscription routes: create, list, describe, change, pause, resume, delete; and the
-internal route through which the node describing a subscription asks the others for the
-partitions they dispatch.
+internal routes through which the node describing a subscription asks the others for the
+partitions they dispatch, and a dispatcher commits (or the deleting node forgets) positions at
+the group's coordinator.
 
 Any node answers: specs live in the cluster's metadata store, and a description gathers each
 partition's row from the node leading it. Checks of the body are the domain's
@@ -10,6 +11,7 @@ dead-letter topic; describing it needs Describe on the topic."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from urllib.parse import quote
 
@@ -19,10 +21,12 @@ from gateway.auth.middleware import may, require
 from gateway.http.params import json_object, json_response
 from gateway.state import gateway_of
 from groups.subscriptions import spec as specs
-from groups.subscriptions.errors import SubscriptionError
+from groups.subscriptions.errors import SubscriptionError, invalid
 from groups.subscriptions.service import SubscriptionService
 from groups.subscriptions.spec import Subscription
-from replication.node_contract import SUBSCRIPTION_PARTITIONS_ROUTE
+from replication.node_contract import SUBSCRIPTION_PARTITIONS_ROUTE, SUBSCRIPTION_POSITIONS_ROUTE
+
+UID = re.compile(r"[0-9a-f]{1,32}")
 
 
 def add_routes(app: web.Application) -> None:
@@ -34,6 +38,8 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post("/v1/subscriptions/{name}/pause", pause)
     app.router.add_post("/v1/subscriptions/{name}/resume", resume)
     app.router.add_get(SUBSCRIPTION_PARTITIONS_ROUTE, own_partitions)
+    app.router.add_put(SUBSCRIPTION_POSITIONS_ROUTE, commit_position)
+    app.router.add_delete(SUBSCRIPTION_POSITIONS_ROUTE, forget_positions)
 
 
 def _service(request: web.Request) -> SubscriptionService:
@@ -132,3 +138,38 @@ async def own_partitions(request: web.Request) -> web.Response:
     return json_response(
         {"partitions": _service(request).local_partitions(request.match_info["name"])}
     )
+
+
+def _uid(value: object) -> str:
+    if not isinstance(value, str) or not UID.fullmatch(value):
+        raise invalid("uid must be 1 to 32 hexadecimal digits", "/uid")
+    return value
+
+
+def _count(doc: dict[str, Any], field: str) -> int:
+    value = doc.get(field)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
+        raise invalid(f"{field} must be a non-negative integer", f"/{field}")
+    return value
+
+
+async def commit_position(request: web.Request) -> web.Response:
+    """A dispatcher's commit, at the group's coordinator (this node): refused with 404 once
+    this node's view has lost the subscription, so that a delete stays final."""
+    name = _name(request)
+    doc = await json_object(request, gateway_of(request).settings)
+    topic = doc.get("topic")
+    if not isinstance(topic, str) or not 0 < len(topic) <= 249:
+        raise invalid("topic must be a topic name", "/topic")
+    await _service(request).positions.commit_here(
+        name, _uid(doc.get("uid")), topic, _count(doc, "partition"), _count(doc, "offset")
+    )
+    return web.Response(status=204)
+
+
+async def forget_positions(request: web.Request) -> web.Response:
+    """A deleted subscription's positions forgotten at the coordinator (this node), once this
+    node's view has lost it."""
+    name = _name(request)
+    await _service(request).positions.forget_here(name, _uid(request.query.get("uid")))
+    return web.Response(status=204)

@@ -152,6 +152,8 @@ ROUTES: dict[tuple[str, str], Access] = {
     ("GET", "/internal/v1/metrics"): Access(audience="internal"),
     ("GET", "/internal/v1/auth/refresh"): Access(audience="internal"),
     ("GET", "/internal/v1/subscriptions/{name}/partitions"): Access(audience="internal"),
+    ("PUT", "/internal/v1/subscriptions/{name}/positions"): Access(audience="internal"),
+    ("DELETE", "/internal/v1/subscriptions/{name}/positions"): Access(audience="internal"),
 }
 
 

@@ -13,8 +13,8 @@ import orjson
 from gateway.cli import client as cli
 
 AddUrl = Callable[[argparse.ArgumentParser], argparse.ArgumentParser]
-ROW = ("partition", "state", "committed_offset", "lag", "in_flight", "delivered", "retried",
-       "dead_lettered", "last_error")  # fmt: skip
+ROW = ("partition", "state", "committed_offset", "lag", "in_flight", "concurrency_limit",
+       "delivered", "retried", "dead_lettered", "last_error")  # fmt: skip
 
 
 def add_commands(commands: Any, with_url: AddUrl) -> None:
@@ -33,6 +33,18 @@ def add_commands(commands: Any, with_url: AddUrl) -> None:
     create.add_argument("--max-records", type=int, help="records per request (batching)")
     create.add_argument("--max-wait-ms", type=int, help="how long a batch may wait to fill")
     create.add_argument("--max-attempts", type=int)
+    create.add_argument(
+        "--ordering",
+        choices=["partition", "key", "none"],
+        help="partition: one request per partition, in order; key: in order per key; none",
+    )
+    create.add_argument(
+        "--max-in-flight", type=int, help="requests per partition at once (ordering key, none)"
+    )
+    create.add_argument(
+        "--max-requests", type=int, help="ceiling of the adaptive in-flight limit, per node"
+    )
+    create.add_argument("--rate-limit", type=float, help="at most this many requests per second")
     create.add_argument(
         "--spec", help='further fields as a JSON object, e.g. \'{"retry": {"timeout_ms": 5000}}\''
     )
@@ -73,6 +85,14 @@ def _spec(args: argparse.Namespace) -> dict[str, Any]:
         doc["batching"] = {**doc.get("batching", {}), **batching}
     if args.max_attempts is not None:
         doc["retry"] = {**doc.get("retry", {}), "max_attempts": args.max_attempts}
+    if args.ordering:
+        doc["ordering"] = args.ordering
+    pairs = (("max_in_flight", args.max_in_flight), ("max_requests", args.max_requests))
+    concurrency = {k: v for k, v in pairs if v is not None}
+    if concurrency:
+        doc["concurrency"] = {**doc.get("concurrency", {}), **concurrency}
+    if args.rate_limit is not None:
+        doc["rate_limit_per_s"] = args.rate_limit
     return doc
 
 

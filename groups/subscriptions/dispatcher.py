@@ -1,14 +1,17 @@
 """The async driver around one partition's delivery state (state.py): it reads committed
 records where the partition is led (this node: the dispatcher runs on the leader), filters
 them, POSTs each batch with aiohttp, produces what exhausts its budget to the dead-letter
-topic, and commits the position after every acknowledged or dead-lettered batch, before the
-next batch is sent: a crash redelivers at most the batch that was in flight."""
+topic, and commits the position after every acknowledged or dead-lettered batch. Attempts run
+as tasks, as many as the ordering and the subscription's flow control (flow.py) allow; the
+position committed is the lowest offset not yet acknowledged or dead-lettered, so a crash
+redelivers at most the batches that were outstanding."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+import math
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -22,7 +25,9 @@ from engine import batch as fmt
 from engine.errors import EngineError, OffsetOutOfRange, UnknownPartition, UnknownTopic
 from groups.coordinator import RecordDecoder
 from groups.partition_reader import PartitionRead, PartitionReader, out_of_range_start
-from groups.subscriptions import formats
+from groups.subscriptions import formats, partial
+from groups.subscriptions.errors import SubscriptionError
+from groups.subscriptions.flow import FlowControl, outcome
 from groups.subscriptions.positions import GroupPositions
 from groups.subscriptions.spec import Subscription
 from groups.subscriptions.state import (
@@ -96,18 +101,26 @@ class PartitionDispatcher:
     """Delivers one partition of one subscription, from its committed position, until stopped."""
 
     def __init__(
-        self, services: Services, sub: Subscription, partition: int, counts: Counts
+        self,
+        services: Services,
+        sub: Subscription,
+        partition: int,
+        counts: Counts,
+        flow: FlowControl,
     ) -> None:
         self.services = services
         self.sub = sub
         self.partition = partition
         self.counts = counts
+        self.flow = flow
         self.state: PartitionDispatch | None = None
         self.committed: int | None = None
         self.high_watermark: int | None = None
         self.last_error: str | None = None
-        self.dead_letter_pending = False
         self.stopping = False
+        self.attempts: set[asyncio.Task[None]] = set()
+        self.failure: BaseException | None = None  # an attempt's unexpected error
+        self._committing = asyncio.Lock()
         self._wakeup = asyncio.Event()
         self._loop = asyncio.get_running_loop()
         self.task = asyncio.create_task(self._run(), name=f"subscription-{sub.name}-{partition}")
@@ -146,6 +159,8 @@ class PartitionDispatcher:
             "high_watermark": self.high_watermark,
             "lag": lag,
             "in_flight": 0 if state is None else state.in_flight,
+            "requests_in_flight": 0 if state is None else state.requests_in_flight,
+            "concurrency_limit": int(self.flow.limit.limit),
             "attempts": 0 if state is None else state.attempts,
             "delivered": self.counts.delivered,
             "retried": self.counts.retried,
@@ -180,8 +195,8 @@ class PartitionDispatcher:
             try:
                 await self._dispatch()
                 return
-            except (UnknownTopic, UnknownPartition):
-                return  # the topic went: the service stops this dispatcher
+            except (UnknownTopic, UnknownPartition, SubscriptionError):
+                return  # the topic or the subscription went: the service stops this dispatcher
             except (ReplicationError, EngineError, OSError) as exc:
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 log.info(
@@ -200,10 +215,10 @@ class PartitionDispatcher:
     async def _start(self) -> int:
         """Where delivery starts: the committed position, else the subscription's start."""
         sub, reader = self.sub, self.services.reader
-        committed = await self.services.positions.committed(sub.group, sub.topic, self.partition)
+        committed = await self.services.positions.committed(sub, self.partition)
         if committed is None:
             committed = await reader.offset(sub.topic, self.partition, sub.start)
-            await self.services.positions.commit(sub.group, sub.topic, self.partition, committed)
+            await self.services.positions.commit(sub, self.partition, committed)
         self.committed = committed
         return committed
 
@@ -212,16 +227,23 @@ class PartitionDispatcher:
         if self.state is None:
             position = await self._start()
             self.state = PartitionDispatch(
-                position, sub.batching, sub.retry, sub.dead_letter_topic is not None
+                position,
+                sub.batching,
+                sub.retry,
+                sub.dead_letter_topic is not None,
+                sub.ordering,
+                sub.concurrency.max_in_flight,
             )
             if sub.paused:
                 self.state.pause()
         state = self.state
         reading: asyncio.Task[PartitionRead] | None = None
+        self.flow.listeners.add(self._wakeup.set)
         try:
             while not self.stopping:
-                if self.dead_letter_pending:
-                    await self._dead_letter_again()
+                if self.failure is not None:
+                    failure, self.failure = self.failure, None
+                    raise failure
                 if reading is None and state.wants_read():
                     reading = asyncio.create_task(
                         self.services.reader.read(
@@ -232,24 +254,59 @@ class PartitionDispatcher:
                             READ_WAIT_MS,
                         )
                     )
-                send = state.next_send(self._loop.time())
-                if send is not None:
-                    await self._deliver(state, send)
-                    continue
-                await self._wait(state, reading)
+                flow_wait = self._start_attempts(state)
+                await self._wait(state, reading, flow_wait)
                 if reading is not None and reading.done():
                     done, reading = reading, None
                     self._took(state, done)
         finally:
+            self.flow.listeners.discard(self._wakeup.set)
             if reading is not None:
                 reading.cancel()
+            attempts = list(self.attempts)
+            for task in attempts:
+                task.cancel()
+            await asyncio.gather(*attempts, return_exceptions=True)
+            state.abandon()
+
+    def _start_attempts(self, state: PartitionDispatch) -> float | None:
+        """Start every attempt the state and the flow control allow now; the seconds until
+        the rate limit allows the next, if that is what holds it back."""
+        now = self._loop.time()
+        while True:
+            wait = self.flow.wait_s(now)
+            if wait > 0:
+                return None if math.isinf(wait) else wait
+            send = state.next_send(now)
+            if send is None:
+                return None
+            ticket = self.flow.acquire(now)
+            task = asyncio.create_task(self._attempt(state, send, ticket))
+            self.attempts.add(task)
+            task.add_done_callback(self._attempt_ended)
+
+    def _attempt_ended(self, task: asyncio.Task[None]) -> None:
+        self.attempts.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            self.failure = task.exception()
+        self._wakeup.set()
 
     async def _wait(
-        self, state: PartitionDispatch, reading: asyncio.Task[PartitionRead] | None
+        self,
+        state: PartitionDispatch,
+        reading: asyncio.Task[PartitionRead] | None,
+        flow_wait: float | None,
     ) -> None:
-        """Until a read ends, a control change, or the state's next deadline."""
+        """Until a read ends, an attempt ends, a control change, or the next deadline (the
+        state's, or the rate limit's next token)."""
+        now = self._loop.time()
         wake_at = state.wake_at()
-        timeout = None if wake_at is None else max(0.0, wake_at - self._loop.time())
+        timeout = None if wake_at is None else max(0.0, wake_at - now)
+        if flow_wait is not None:
+            timeout = flow_wait if timeout is None else min(timeout, flow_wait)
+        if self._wakeup.is_set():
+            self._wakeup.clear()
+            return
         waiter = asyncio.create_task(self._wakeup.wait())
         waiting: set[asyncio.Future[Any]] = {waiter}
         if reading is not None:
@@ -314,27 +371,42 @@ class PartitionDispatcher:
             next_offset = max(next_offset, headers[-1][1].next_offset)
         return out, next_offset
 
-    async def _deliver(self, state: PartitionDispatch, send: Send) -> None:
-        """One attempt, then what its answer calls for."""
+    async def _attempt(self, state: PartitionDispatch, send: Send, ticket: int) -> None:
+        """One attempt, then what its answer calls for; the flow control learns how it went."""
         sub = self.sub
-        answer = await self._post(send)
+        started = self._loop.time()
+        try:
+            answer = await self._post(send)
+        except BaseException:
+            self.flow.release(ticket, "slow")
+            raise
         now = self._loop.time()
-        step = state.answered(answer, now, random.random())
-        if answer.status is not None and 200 <= answer.status < 300:
-            self.counts.delivered += len(send.records)
-            self.last_error = None
+        step = state.answered(send, answer, now, random.random())
+        self.flow.release(
+            ticket, outcome(answer.status, now - started, sub.retry.timeout_ms / 1000)
+        )
+        ok = answer.status is not None and 200 <= answer.status < 300
+        if ok:
+            acked = (
+                [r for r in send.records if r.offset not in answer.failed]
+                if answer.failed
+                else send.records
+            )
+            self.counts.delivered += len(acked)
             histogram = self.services.latency.setdefault(sub.name, LatencyHistogram())
             now_ms = time.time() * 1000
-            for record in send.records:
+            for record in acked:
                 histogram.observe((now_ms - record.timestamp) / 1000)
+            if not answer.failed:
+                self.last_error = None
+                await self._commit(state)
+                return
             await self._commit(state)
-            return
         self.last_error = answer.describe()
         if step is None:
-            self.counts.retried += len(send.records)
+            self.counts.retried += len(send.batch.records)
         elif isinstance(step, DeadLetter):
-            self.dead_letter_pending = True
-            await self._dead_letter_again()
+            await self._dead_letter(state, step)
         elif isinstance(step, Stop):
             log.warning("subscription %r partition %d: %s", sub.name, self.partition, step.reason)
             self.last_error = step.reason
@@ -350,39 +422,60 @@ class PartitionDispatcher:
             async with self.services.session.post(
                 sub.endpoint, data=body, headers=headers, timeout=timeout, allow_redirects=False
             ) as response:
-                await response.content.read(MAX_ANSWER_BYTES)
+                status = response.status
                 after = retry_after_s(response.headers.get("Retry-After"), time.time())
-                return Answer(response.status, response.reason or "", after)
+                if (
+                    200 <= status < 300
+                    and len(send.records) > 1
+                    and response.content_type.endswith("json")
+                ):
+                    body = await _read_up_to(response.content, partial.MAX_PARTIAL_BYTES + 1)
+                    failed, error = partial.failures(sub.topic, self.partition, send, body)
+                    return Answer(status, error, after, failed)
+                await response.content.read(MAX_ANSWER_BYTES)
+                return Answer(status, response.reason or "", after)
         except TimeoutError:
             return Answer(None, f"no answer within {sub.retry.timeout_ms} ms")
         except (aiohttp.ClientError, OSError) as exc:
             return Answer(None, f"{type(exc).__name__}: {exc}"[:500])
 
     async def _commit(self, state: PartitionDispatch) -> None:
-        """Commit the state's committable position if it moved; a failure is noted and the
-        next commit carries it (at least once: more may be delivered again after a crash)."""
-        position = state.committable
-        if position == self.committed or self.stopping:
-            return
-        sub = self.sub
-        try:
-            await self.services.positions.commit(sub.group, sub.topic, self.partition, position)
-        except (ReplicationError, EngineError, OSError) as exc:
-            self.last_error = f"commit failed: {type(exc).__name__}: {exc}"
-            log.info("subscription %r partition %d: %s", sub.name, self.partition, self.last_error)
-            return
-        self.committed = position
-
-    async def _dead_letter_again(self) -> None:
-        """Produce the state's exhausted batch to the dead-letter topic until it is in, then
-        move past it and commit."""
-        state = self.state
-        assert state is not None and state.batch is not None
+        """Commit the state's committable position while it is past the committed one, one
+        commit at a time (positions only go forward); a failing commit is retried until it
+        succeeds, since the window waits for it (at least once: a crash meanwhile delivers
+        the window again)."""
         sub = self.sub
         delay = RETRY_FIRST_S
-        last = state.last or Answer(None)
+        async with self._committing:
+            while not self.stopping:
+                position = state.committable
+                if self.committed is not None and position <= self.committed:
+                    return
+                try:
+                    await self.services.positions.commit(sub, self.partition, position)
+                except SubscriptionError:
+                    self.last_error = "the subscription was deleted: its position is not kept"
+                    return
+                except (ReplicationError, EngineError, OSError) as exc:
+                    self.last_error = f"commit failed: {type(exc).__name__}: {exc}"
+                    log.info(
+                        "subscription %r partition %d: %s", sub.name, self.partition,
+                        self.last_error,
+                    )  # fmt: skip
+                    await asyncio.sleep(delay)
+                    delay = min(RETRY_MAX_S, delay * 2)
+                    continue
+                self.committed = position
+                state.committed(position)
+                self._wakeup.set()
+
+    async def _dead_letter(self, state: PartitionDispatch, step: DeadLetter) -> None:
+        """Produce an exhausted batch to the dead-letter topic until it is in, then move past
+        it and commit."""
+        sub = self.sub
+        delay = RETRY_FIRST_S
         assert sub.dead_letter_topic is not None
-        records = [self._dead(sub, r, state.attempts, last) for r in state.batch]
+        records = [self._dead(sub, r, step.attempts, step.last) for r in step.records]
         while True:
             try:
                 await self.services.dead_letter(sub.dead_letter_topic, records)
@@ -392,9 +485,8 @@ class PartitionDispatcher:
                 log.info("subscription %r: %s", sub.name, self.last_error)
             await asyncio.sleep(delay)
             delay = min(RETRY_MAX_S, delay * 2)
-        self.counts.dead_lettered += len(state.batch)
-        state.dead_lettered()
-        self.dead_letter_pending = False
+        self.counts.dead_lettered += len(step.records)
+        state.dead_lettered(step.batch)
         await self._commit(state)
 
     def _dead(
@@ -414,3 +506,16 @@ class PartitionDispatcher:
         )
         headers: fmt.Headers = [*record.headers, *((n, v.encode()) for n, v in why)]
         return record.key, record.value, headers
+
+
+async def _read_up_to(content: aiohttp.StreamReader, limit: int) -> bytes:
+    """An answer's body, or its first `limit` bytes (a read returns what has arrived)."""
+    chunks: list[bytes] = []
+    size = 0
+    while size < limit:
+        chunk = await content.read(limit - size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)

@@ -35,6 +35,7 @@ from groups.subscriptions.dispatcher import (
 )
 from groups.subscriptions.endpoints import GuardedResolver, check_endpoint
 from groups.subscriptions.errors import SubscriptionError
+from groups.subscriptions.flow import FlowControl
 from groups.subscriptions.positions import GroupPositions
 from groups.subscriptions.spec import Subscription
 from replication.errors import NodeUnreachable
@@ -76,6 +77,7 @@ class SubscriptionService:
         self.subscriptions: dict[str, Subscription] = {}
         self.dispatchers: dict[tuple[str, int], PartitionDispatcher] = {}
         self.counts: dict[tuple[str, int], Counts] = {}
+        self.flows: dict[str, FlowControl] = {}  # by subscription: its partitions here share it
         self._parsed: dict[str, StoredSubscription] = {}
         self._reconciling: asyncio.Task[None] | None = None
         self._again = False
@@ -186,11 +188,24 @@ class SubscriptionService:
         for key, sub in wanted.items():
             if key not in self.dispatchers:
                 counts = self.counts.setdefault(key, Counts())
-                self.dispatchers[key] = PartitionDispatcher(self.services, sub, key[1], counts)
+                flow = self._flow(sub)
+                self.dispatchers[key] = PartitionDispatcher(
+                    self.services, sub, key[1], counts, flow
+                )
+        for name in set(self.flows) - {n for n, _ in self.dispatchers}:
+            del self.flows[name]
         for key in set(self.counts) - {(n, p) for n, p in self.counts if n in self.subscriptions}:
             del self.counts[key]
         for name in set(self.latency) - set(self.subscriptions):
             del self.latency[name]
+
+    def _flow(self, sub: Subscription) -> FlowControl:
+        """The subscription's flow control on this node: kept while its settings hold (a
+        dispatcher restarted for another reason keeps the limit learnt)."""
+        flow = self.flows.get(sub.name)
+        if flow is None or not flow.fits(sub):
+            flow = self.flows[sub.name] = FlowControl(sub, asyncio.get_running_loop().time())
+        return flow
 
     # -- the catalogue -------------------------------------------------------------------------
 
@@ -256,14 +271,18 @@ class SubscriptionService:
 
     async def delete(self, name: str) -> None:
         """Remove the subscription, then forget its group's offsets once this node's own
-        dispatchers have stopped (others stop as their view follows)."""
+        dispatchers have stopped (others stop as their view follows; their late commits are
+        refused or erased at the coordinator: positions.py)."""
         sub = self.get(name)
         if not await self.store.delete_subscription(name):
             raise SubscriptionError("UNKNOWN_SUBSCRIPTION", f"subscription {name!r} does not exist")
         await self.store.wait_for(lambda v: name not in v.subscriptions, VIEW_WAIT_S)
         if self._reconciling is not None:
             await asyncio.shield(self._reconciling)
-        await self.positions.forget(sub.group)
+        try:
+            await self.positions.forget(sub)
+        except SubscriptionError as exc:  # the coordinator's view lags: retention removes them
+            log.warning("subscription %r deleted, its positions kept: %s", name, exc)
 
     async def _paused_by_endpoint(self, name: str, reason: str) -> None:
         """A dispatcher met 410 Gone: pause the whole subscription with that reason."""

@@ -3,7 +3,9 @@ retries and dead-letters. Parsed (and refused, field by field) from the JSON doc
 send and the metadata store keeps; `public_view` is what is shown back, secrets masked.
 
 Retry defaults follow Pub/Sub push (exponential backoff 10 s to 600 s) and stay bounded: 10
-attempts take about 40 minutes at most (timeouts included), never Lambda's unbounded `-1`."""
+attempts take about 40 minutes at most (timeouts included), never Lambda's unbounded `-1`.
+Concurrency follows Pub/Sub's push flow control: a limit that starts at one request and adapts
+(flow.py), under the configured maxima."""
 
 from __future__ import annotations
 
@@ -25,6 +27,8 @@ NAME = re.compile(r"[A-Za-z0-9._-]{1,200}")
 CE_TYPE = re.compile(r"[A-Za-z0-9._:/-]{1,200}")
 HEADER_NAME = re.compile(r"[A-Za-z0-9-]{1,100}")
 FORMATS = ("binary", "structured", "json")
+ORDERINGS = ("partition", "key", "none")
+MAX_RATE_PER_S = 100_000.0
 MAX_SECRET = 4096
 MAX_URL = 2048
 MAX_FILTER_HEADERS = 16
@@ -39,12 +43,14 @@ FIELDS = frozenset(
     {
         "name", "topic", "endpoint", "start", "ordering", "batching", "format", "ce_type",
         "retry", "dead_letter_topic", "filter", "auth", "signing_secret", "paused",
+        "concurrency", "rate_limit_per_s",
     }
 )  # fmt: skip
 # What PATCH may change: not the name, the topic or the start (the position is the group's).
 MUTABLE = FIELDS - {"name", "topic", "start"}
 
 Start = Literal["earliest", "latest"] | int  # an int: the first record at or after it (ms)
+Ordering = Literal["partition", "key", "none"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +78,18 @@ class RetryPolicy:
 
 
 @dataclass(frozen=True, slots=True)
+class Concurrency:
+    """Requests in flight: at most `max_in_flight` per partition under ordering `key` or `none`
+    (ordering `partition` has one by definition), and at most `max_requests` for the whole
+    subscription on one dispatching node, a limit that starts at one and adapts to the
+    endpoint's answers (Pub/Sub's push flow control) unless `adaptive` is false."""
+
+    max_in_flight: int = 16
+    max_requests: int = 64
+    adaptive: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class EndpointAuth:
     """A credential the endpoint wants on every request: a header's name and value (a bearer
     token is `Authorization: Bearer ...`). Never shown in full, never logged."""
@@ -89,8 +107,10 @@ class Subscription:
     uid: str  # set at creation: names the group, so a subscription made again starts afresh
     signing_secret: str
     start: Start = "latest"
-    ordering: Literal["partition"] = "partition"
+    ordering: Ordering = "partition"
     batching: Batching = field(default_factory=Batching)
+    concurrency: Concurrency = field(default_factory=Concurrency)
+    rate_limit_per_s: float | None = None  # requests per second to the endpoint, at most
     format: Literal["binary", "structured", "json"] = "binary"
     ce_type: str = "dev.sluice.record"
     retry: RetryPolicy = field(default_factory=RetryPolicy)
@@ -136,7 +156,7 @@ def parse(doc: Mapping[str, Any], *, uid: str, version: int = 0) -> Subscription
     if unknown:
         raise invalid(
             f"unknown fields {', '.join(unknown)}; allowed: {', '.join(sorted(FIELDS))}",
-            f"/{unknown[0]}",
+            "/" + unknown[0].replace("~", "~0").replace("/", "~1"),  # RFC 6901
         )
     name = doc.get("name")
     if not isinstance(name, str) or not NAME.fullmatch(name):
@@ -147,10 +167,10 @@ def parse(doc: Mapping[str, Any], *, uid: str, version: int = 0) -> Subscription
             f"endpoint must be an http(s) URL of at most {MAX_URL} characters", "/endpoint"
         )
     ordering = doc.get("ordering", "partition")
-    if ordering != "partition":
+    if ordering not in ORDERINGS:
         raise invalid(
-            'ordering must be "partition" (at most one request in flight per partition, in '
-            'offset order); "key" and "none" are not offered yet',
+            'ordering must be "partition" (one request in flight per partition, in offset '
+            'order), "key" (in order per key) or "none"',
             "/ordering",
         )
     fmt = doc.get("format", "binary")
@@ -180,7 +200,10 @@ def parse(doc: Mapping[str, Any], *, uid: str, version: int = 0) -> Subscription
         uid=uid,
         signing_secret=secret,
         start=_start(doc.get("start", "latest")),
+        ordering=ordering,
         batching=_batching(doc.get("batching", {})),
+        concurrency=_concurrency(doc.get("concurrency", {})),
+        rate_limit_per_s=_rate(doc.get("rate_limit_per_s")),
         format=fmt,
         ce_type=ce_type,
         retry=_retry(doc.get("retry", {})),
@@ -227,6 +250,12 @@ def document(sub: Subscription) -> dict[str, Any]:
             "max_bytes": sub.batching.max_bytes,
             "max_wait_ms": sub.batching.max_wait_ms,
         },
+        "concurrency": {
+            "max_in_flight": sub.concurrency.max_in_flight,
+            "max_requests": sub.concurrency.max_requests,
+            "adaptive": sub.concurrency.adaptive,
+        },
+        "rate_limit_per_s": sub.rate_limit_per_s,
         "format": sub.format,
         "ce_type": sub.ce_type,
         "retry": {
@@ -335,6 +364,30 @@ def _batching(value: object) -> Batching:
         _int(doc, "max_bytes", 1024 * 1024, 1024, 16 * 1024 * 1024, "/batching"),
         _int(doc, "max_wait_ms", 0, 0, 300_000, "/batching"),
     )
+
+
+def _concurrency(value: object) -> Concurrency:
+    doc = _object(value, "/concurrency", {"max_in_flight", "max_requests", "adaptive"})
+    adaptive = doc.get("adaptive", True)
+    if not isinstance(adaptive, bool):
+        raise invalid("adaptive must be true or false", "/concurrency/adaptive")
+    return Concurrency(
+        _int(doc, "max_in_flight", 16, 1, 1000, "/concurrency"),
+        _int(doc, "max_requests", 64, 1, 10_000, "/concurrency"),
+        adaptive,
+    )
+
+
+def _rate(value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise invalid("rate_limit_per_s must be a number or null", "/rate_limit_per_s")
+    if not 0.01 <= value <= MAX_RATE_PER_S:
+        raise invalid(
+            f"rate_limit_per_s must be from 0.01 to {MAX_RATE_PER_S:.0f}", "/rate_limit_per_s"
+        )
+    return float(value)
 
 
 def _retry(value: object) -> RetryPolicy:

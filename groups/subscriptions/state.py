@@ -4,25 +4,32 @@ waiting to be retried, its attempts and backoff deadline, and what may be commit
 driver (dispatcher.py) does the reading, the POSTs, the dead-letter produce and the commits,
 and tells this machine what happened; time and randomness come in as arguments.
 
-Ordering `partition`: at most one batch in flight, records in offset order, and a batch is
-sent only after every earlier record was acknowledged or dead-lettered."""
+Orderings: `partition`, one batch outstanding (in flight or waiting to be retried), records in
+offset order; `key`, up to `max_in_flight` batches outstanding, a record taken only when no
+earlier record of its key is outstanding or left behind unsent; `none`, up to `max_in_flight`
+batches in any order. In every case the position to commit is the lowest offset not yet
+acknowledged or dead-lettered, and the records past the committed position (outstanding, or
+done but not yet committed) are at most `window` (max_in_flight x max_records): what a crash
+delivers again."""
 
 from __future__ import annotations
 
 import email.utils
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from engine.batch import Headers
-from groups.subscriptions.spec import Batching, RetryPolicy
+from groups.subscriptions.spec import Batching, Ordering, RetryPolicy
 
 Verdict = Literal["ack", "retry", "throttle", "gone", "fail"]
 # What one partition may hold read but unsent, on top of one read: a batch's bytes twice, or
 # this much (a batch of one record of a few KiB still reads ahead).
 MIN_BUFFER_BYTES = 1024 * 1024
 MAX_BUFFER_RECORDS = 20_000
+# Ordering `key`: how many buffered records one new batch looks through for keys that are free.
+KEY_SCAN = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +58,7 @@ class Answer:
     status: int | None
     error: str = ""
     retry_after_s: float | None = None
+    failed: frozenset[int] = frozenset()  # a 2xx's partial batch response: offsets to retry
 
     def describe(self) -> str:
         if self.status is None:
@@ -58,18 +66,36 @@ class Answer:
         return f"HTTP {self.status}" + (f": {self.error}" if self.error else "")
 
 
+@dataclass(eq=False, slots=True)
+class Batch:
+    """Records sent together, from their first attempt until acknowledged or dead-lettered
+    (a partial batch response leaves only the records it named failed)."""
+
+    records: tuple[DeliveryRecord, ...]
+    keys: frozenset[bytes | None] = frozenset()  # ordering `key`: the keys it holds back
+    attempts: int = 0
+    not_before: float = 0.0  # its next attempt, not before this time
+    sending: bool = False
+    dead_lettering: bool = False  # waits for its dead-letter produce
+    exhausted: bool = False  # stopped delivery (no dead-letter topic) until a resume
+    last: Answer | None = field(default=None)
+
+
 @dataclass(frozen=True, slots=True)
 class Send:
-    """POST these records now: attempt `attempt` of their batch."""
+    """POST these records now: attempt `attempt` of `batch`."""
 
+    batch: Batch
     records: tuple[DeliveryRecord, ...]
     attempt: int
 
 
 @dataclass(frozen=True, slots=True)
 class DeadLetter:
-    """Produce these records to the dead-letter topic (acks=all), then call dead_lettered()."""
+    """Produce these records to the dead-letter topic (acks=all), then call
+    dead_lettered(batch)."""
 
+    batch: Batch
     records: tuple[DeliveryRecord, ...]
     attempts: int
     last: Answer
@@ -144,19 +170,26 @@ class PartitionDispatch:
         batching: Batching,
         policy: RetryPolicy,
         dead_letter: bool,
+        ordering: Ordering = "partition",
+        max_in_flight: int = 1,
     ) -> None:
         self.position = position  # the next offset to read
         self.batching = batching
         self.policy = policy
         self.dead_letter = dead_letter
+        self.ordering = ordering
+        self.max_outstanding = 1 if ordering == "partition" else max_in_flight
+        # Records past the committed position (outstanding, or done and not yet committed):
+        # at most this many, so that a crash delivers at most this many again.
+        self.window = self.max_outstanding * batching.max_records
+        self.unsettled: list[tuple[int, int]] = []  # done: (last offset, records), uncommitted
+        self.unsettled_records = 0
         self.buffered: deque[DeliveryRecord] = deque()
         self.buffered_bytes = 0
         self.first_buffered_at = 0.0  # when the oldest buffered record was read
-        self.batch: tuple[DeliveryRecord, ...] | None = None  # the batch being delivered
-        self.attempts = 0
-        self.not_before = 0.0  # the batch's next attempt, not before this time
-        self.sending = False
-        self.dead_lettering = False  # the batch waits for its dead-letter produce
+        self.batches: list[Batch] = []  # outstanding, oldest first
+        self.busy_keys: dict[bytes | None, int] = {}  # ordering `key`: keys outstanding
+        self.stalled = False  # ordering `key`: every buffered record's key is busy
         self.paused = False
         self.stopped: Stop | None = None
         self.last: Answer | None = None
@@ -188,55 +221,88 @@ class PartitionDispatch:
                 self.first_buffered_at = now
             self.buffered.append(record)
             self.buffered_bytes += record.size
+            self.stalled = False
         self.position = max(self.position, next_offset)
 
     def moved(self, position: int) -> None:
         """The position fell out of the log (retention): what was buffered is gone too."""
         self.buffered.clear()
         self.buffered_bytes = 0
-        if self.batch is None:
+        if not self.batches:
             self.position = position
 
     # -- sending -------------------------------------------------------------------------------
 
     @property
     def committable(self) -> int:
-        """The offset below which every record was acknowledged, dead-lettered or filtered
-        out: the position to commit."""
-        if self.batch is not None:
-            return self.batch[0].offset
-        if self.buffered:
-            return self.buffered[0].offset
-        return self.position
+        """The lowest offset not yet acknowledged, dead-lettered or filtered out: the position
+        to commit (the buffer stays in offset order, and so does each batch)."""
+        low = self.buffered[0].offset if self.buffered else self.position
+        for batch in self.batches:
+            low = min(low, batch.records[0].offset)
+        return low
 
     @property
     def in_flight(self) -> int:
-        return len(self.batch) if self.sending and self.batch is not None else 0
+        """Records in requests now in flight."""
+        return sum(len(b.records) for b in self.batches if b.sending)
+
+    @property
+    def requests_in_flight(self) -> int:
+        return sum(1 for b in self.batches if b.sending)
+
+    @property
+    def attempts(self) -> int:
+        """The most attempts an outstanding batch has made."""
+        return max((b.attempts for b in self.batches), default=0)
 
     def next_send(self, now: float) -> Send | None:
-        """The attempt to make now, if any."""
-        if self.paused or self.stopped is not None or self.sending or self.dead_lettering:
+        """The attempt to make now, if any: a batch due for its retry, else a new batch."""
+        if self.paused or self.stopped is not None:
             return None
-        if self.batch is None:
-            if not self.buffered or not self._full(now):
-                return None
-            self.batch = self._take()
-            self.attempts = 0
-        if now < self.not_before:
+        for batch in self.batches:
+            if not batch.sending and not batch.dead_lettering and now >= batch.not_before:
+                return self._send(batch)
+        if not self._may_take() or not self._full(now):
             return None
-        self.sending = True
-        self.attempts += 1
-        return Send(self.batch, self.attempts)
+        records = self._take_keyed() if self.ordering == "key" else self._take()
+        if not records:
+            self.stalled = True
+            return None
+        batch = Batch(records)
+        if self.ordering == "key":
+            batch.keys = frozenset(r.key for r in records)
+            for key in batch.keys:
+                self.busy_keys[key] = self.busy_keys.get(key, 0) + 1
+        self.batches.append(batch)
+        return self._send(batch)
+
+    def _send(self, batch: Batch) -> Send:
+        batch.sending = True
+        batch.attempts += 1
+        return Send(batch, batch.records, batch.attempts)
+
+    def _room(self) -> int:
+        """How many more records the window lets out now."""
+        outstanding = sum(len(b.records) for b in self.batches)
+        return self.window - outstanding - self.unsettled_records
+
+    def _may_take(self) -> bool:
+        return (
+            bool(self.buffered)
+            and not self.stalled
+            and len(self.batches) < self.max_outstanding
+            and self._room() > 0
+        )
 
     def wake_at(self) -> float | None:
         """When next_send may have something new to say without any other event."""
-        if self.paused or self.stopped is not None or self.sending or self.dead_lettering:
+        if self.paused or self.stopped is not None:
             return None
-        if self.batch is not None:
-            return self.not_before
-        if self.buffered:
-            return self.first_buffered_at + self.batching.max_wait_ms / 1000
-        return None
+        due = [b.not_before for b in self.batches if not b.sending and not b.dead_lettering]
+        if self._may_take():
+            due.append(self.first_buffered_at + self.batching.max_wait_ms / 1000)
+        return min(due, default=None)
 
     def _full(self, now: float) -> bool:
         b = self.batching
@@ -247,11 +313,13 @@ class PartitionDispatch:
         )
 
     def _take(self) -> tuple[DeliveryRecord, ...]:
-        """The next batch: up to max_records and max_bytes (always one record at least)."""
+        """The next batch: up to max_records and max_bytes (always one record at least), and
+        what the window has room for."""
         out: list[DeliveryRecord] = []
         size = 0
         b = self.batching
-        while self.buffered and len(out) < b.max_records:
+        most = min(b.max_records, self._room())
+        while self.buffered and len(out) < most:
             record = self.buffered[0]
             if out and size + record.size > b.max_bytes:
                 break
@@ -260,65 +328,127 @@ class PartitionDispatch:
         self.buffered_bytes -= size
         return tuple(out)
 
-    def answered(self, answer: Answer, now: float, rand: float) -> Step | None:
-        """The attempt ended with `answer`. None when nothing else needs doing (acknowledged:
-        commit `committable`; or a retry scheduled at `not_before`)."""
-        assert self.batch is not None and self.sending
-        self.sending = False
-        self.last = answer
+    def _take_keyed(self) -> tuple[DeliveryRecord, ...]:
+        """Ordering `key`: the next batch from the buffered records whose key is neither
+        outstanding nor held by an earlier record left in the buffer (looked for among the
+        first KEY_SCAN); what is left keeps its order."""
+        out: list[DeliveryRecord] = []
+        kept: list[DeliveryRecord] = []
+        held = set(self.busy_keys)
+        size = 0
+        b = self.batching
+        most = min(b.max_records, self._room())
+        scanned = 0
+        while self.buffered and len(out) < most and scanned < KEY_SCAN:
+            record = self.buffered.popleft()
+            scanned += 1
+            if record.key in held or (out and size + record.size > b.max_bytes):
+                held.add(record.key)
+                kept.append(record)
+                continue
+            out.append(record)
+            size += record.size
+        self.buffered.extendleft(reversed(kept))
+        self.buffered_bytes -= size
+        return tuple(out)
+
+    def answered(self, send: Send, answer: Answer, now: float, rand: float) -> Step | None:
+        """`send`'s attempt ended with `answer`. None when nothing else needs doing
+        (acknowledged: commit `committable`; or a retry scheduled at the batch's not_before).
+        A 2xx naming failed records (a partial batch response) acknowledges the others and
+        retries those."""
+        batch = send.batch
+        assert batch.sending
+        batch.sending = False
+        self.last = batch.last = answer
         verdict = classify(answer.status)
+        if verdict == "ack" and answer.failed:
+            failed = tuple(r for r in batch.records if r.offset in answer.failed)
+            acked = [r.offset for r in batch.records if r.offset not in answer.failed]
+            if acked:
+                self._unsettled(acked[-1], len(acked))
+            self.delivered += len(acked)
+            batch.records = failed
+            verdict = "retry"
         if verdict == "ack":
-            self.delivered += len(self.batch)
-            self.batch = None
-            self.attempts = 0
-            self.not_before = 0.0
+            self.delivered += len(batch.records)
+            self._done(batch)
             return None
         if verdict == "gone":
             self.paused = True
-            self.attempts = 0
-            return Pause(f"the endpoint answered 410 Gone at offset {self.batch[0].offset}")
-        if verdict == "fail" or self.attempts >= self.policy.max_attempts:
-            return self._exhausted(answer)
-        self.retried += len(self.batch)
-        delay = backoff_s(self.policy, self.attempts, rand)
+            batch.attempts = 0
+            return Pause(f"the endpoint answered 410 Gone at offset {batch.records[0].offset}")
+        if verdict == "fail" or batch.attempts >= self.policy.max_attempts:
+            return self._exhausted(batch, answer)
+        self.retried += len(batch.records)
+        delay = backoff_s(self.policy, batch.attempts, rand)
         if verdict == "throttle" and answer.retry_after_s is not None:
             delay = max(delay, min(answer.retry_after_s, self.policy.retry_after_max_ms / 1000))
-        self.not_before = now + delay
+        batch.not_before = now + delay
         return None
 
-    def _exhausted(self, answer: Answer) -> DeadLetter | Stop:
-        assert self.batch is not None
+    def _unsettled(self, last: int, records: int) -> None:
+        self.unsettled.append((last, records))
+        self.unsettled_records += records
+
+    def committed(self, position: int) -> None:
+        """The driver committed `position`: what was done below it leaves the window."""
+        self.unsettled = [(last, n) for last, n in self.unsettled if last >= position]
+        self.unsettled_records = sum(n for _, n in self.unsettled)
+        self.stalled = False
+
+    def _done(self, batch: Batch) -> None:
+        self.batches.remove(batch)
+        if batch.records:
+            self._unsettled(batch.records[-1].offset, len(batch.records))
+        for key in batch.keys:
+            left = self.busy_keys[key] - 1
+            if left:
+                self.busy_keys[key] = left
+            else:
+                del self.busy_keys[key]
+        self.stalled = False
+
+    def _exhausted(self, batch: Batch, answer: Answer) -> DeadLetter | Stop:
         if self.dead_letter:
-            self.dead_lettering = True
-            return DeadLetter(self.batch, self.attempts, answer)
-        first = self.batch[0].offset
+            batch.dead_lettering = True
+            return DeadLetter(batch, batch.records, batch.attempts, answer)
+        first = batch.records[0].offset
         why = "was refused" if classify(answer.status) == "fail" else "exhausted its attempts"
         self.stopped = Stop(
             first,
-            f"the record at offset {first} {why} ({answer.describe()}, {self.attempts} "
+            f"the record at offset {first} {why} ({answer.describe()}, {batch.attempts} "
             "attempts) and there is no dead-letter topic: delivery stops on it until resumed",
         )
+        batch.exhausted = True
         return self.stopped
 
-    def dead_lettered(self) -> None:
+    def dead_lettered(self, batch: Batch) -> None:
         """The batch is in the dead-letter topic: move past it."""
-        assert self.batch is not None and self.dead_lettering
-        self.dead_lettered_count += len(self.batch)
-        self.batch = None
-        self.attempts = 0
-        self.not_before = 0.0
-        self.dead_lettering = False
+        assert batch.dead_lettering
+        self.dead_lettered_count += len(batch.records)
+        self._done(batch)
+
+    def abandon(self) -> None:
+        """The requests in flight were given up (the driver restarts): their batches are
+        sent again, without waiting."""
+        for batch in self.batches:
+            if batch.sending:
+                batch.sending = False
+                batch.not_before = 0.0
 
     # -- control -------------------------------------------------------------------------------
 
     def pause(self) -> None:
-        """No new attempts (one in flight ends as it will)."""
+        """No new attempts (those in flight end as they will)."""
         self.paused = True
 
     def resume(self) -> None:
-        """Attempts again, a stopped batch with a fresh budget, at once."""
+        """Attempts again, at once; a batch delivery stopped on gets a fresh budget."""
         self.paused = False
-        if self.stopped is not None:
-            self.stopped = None
-            self.attempts = 0
-        self.not_before = 0.0
+        self.stopped = None
+        for batch in self.batches:
+            batch.not_before = 0.0
+            if batch.exhausted:
+                batch.exhausted = False
+                batch.attempts = 0

@@ -157,6 +157,10 @@ SAMPLES: dict[tuple[str, str], Sample] = {
     ("GET", "/internal/v1/metrics"): Sample(),
     ("GET", "/internal/v1/auth/refresh"): Sample(),
     ("GET", "/internal/v1/subscriptions/{name}/partitions"): Sample(),
+    ("PUT", "/internal/v1/subscriptions/{name}/positions"): Sample(
+        json={"uid": "0badcafe", "topic": TOPIC, "partition": 0, "offset": 0}
+    ),
+    ("DELETE", "/internal/v1/subscriptions/{name}/positions"): Sample(query="uid=0badcafe"),
 }
 
 

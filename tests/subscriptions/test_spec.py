@@ -23,6 +23,20 @@ def test_defaults_are_bounded() -> None:
     assert sub.batching.max_records == 1 and sub.format == "binary" and sub.start == "latest"
     assert sub.signing_secret.startswith("whsec_") and len(sub.signing_key()) == 32
     assert sub.group == "subscription.s.u"
+    assert sub.ordering == "partition" and sub.rate_limit_per_s is None
+    assert sub.concurrency == specs.Concurrency(max_in_flight=16, max_requests=64, adaptive=True)
+
+
+def test_orderings_concurrency_and_rate_round_trip() -> None:
+    sub = parsed(ordering="key", concurrency={"max_in_flight": 4}, rate_limit_per_s=2.5)
+    assert sub.ordering == "key" and sub.concurrency.max_in_flight == 4
+    assert sub.concurrency.max_requests == 64 and sub.rate_limit_per_s == 2.5
+    assert specs.loaded(specs.stored(sub), 1) == specs.parse(
+        specs.document(sub), uid="u", version=1
+    )
+    unlimited = specs.patched(sub, {"rate_limit_per_s": None, "ordering": "none"})
+    assert unlimited.rate_limit_per_s is None and unlimited.ordering == "none"
+    assert not unlimited.same_delivery(sub)
 
 
 @pytest.mark.parametrize(
@@ -31,7 +45,15 @@ def test_defaults_are_bounded() -> None:
         ({"name": "a/b"}, "/name"),
         ({"name": "x" * 201}, "/name"),
         ({"endpoint": 5}, "/endpoint"),
-        ({"ordering": "key"}, "/ordering"),
+        ({"ordering": "keys"}, "/ordering"),
+        ({"concurrency": {"max_in_flight": 0}}, "/concurrency/max_in_flight"),
+        ({"concurrency": {"max_requests": 10_001}}, "/concurrency/max_requests"),
+        ({"concurrency": {"adaptive": "yes"}}, "/concurrency/adaptive"),
+        ({"concurrency": {"window": 3}}, "/concurrency"),
+        ({"rate_limit_per_s": 0}, "/rate_limit_per_s"),
+        ({"rate_limit_per_s": "10"}, "/rate_limit_per_s"),
+        ({"rate_limit_per_s": True}, "/rate_limit_per_s"),
+        ({"rate_limit_per_s": 1e6}, "/rate_limit_per_s"),
         ({"format": "xml"}, "/format"),
         ({"start": "middle"}, "/start"),
         ({"start": {"timestamp": -1}}, "/start/timestamp"),
@@ -45,6 +67,7 @@ def test_defaults_are_bounded() -> None:
         ({"auth": {"header": {"name": "webhook-signature", "value": "x"}}}, "/auth/header/name"),
         ({"signing_secret": "nope"}, "/signing_secret"),
         ({"surprise": 1}, "/surprise"),
+        ({"a~/b": 1}, "/a~0~1b"),
     ],
 )
 def test_refusals_name_the_field(fields: dict[str, Any], pointer: str) -> None:

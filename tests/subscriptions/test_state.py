@@ -12,6 +12,7 @@ from groups.subscriptions.state import (
     DeliveryRecord,
     PartitionDispatch,
     Pause,
+    Send,
     Stop,
     backoff_s,
     classify,
@@ -67,45 +68,50 @@ def test_retry_after_seconds_and_dates() -> None:
     assert retry_after_s("Thu, 01 Jan 1970 00:00:10 GMT", 4.0) == pytest.approx(6.0)
 
 
+def sent(state: PartitionDispatch, now: float) -> Send:
+    send = state.next_send(now)
+    assert send is not None
+    return send
+
+
 def test_one_in_flight_in_offset_order_and_commit_after_ack() -> None:
     state = machine()
     first = state.next_send(0.0)
     assert first is not None and [r.offset for r in first.records] == [0] and first.attempt == 1
     assert state.next_send(0.0) is None  # ordering: one request in flight
     assert state.committable == 0 and state.in_flight == 1
-    assert state.answered(Answer(204), 0.1, 0.5) is None
+    assert state.answered(first, Answer(204), 0.1, 0.5) is None
     assert state.committable == 1 and state.delivered == 1
+    assert state.next_send(0.1) is None  # the window: until the position is committed
+    state.committed(1)
     second = state.next_send(0.1)
     assert second is not None and second.records[0].offset == 1
 
 
 def test_retry_waits_for_the_backoff_then_dead_letters_when_exhausted() -> None:
     state = machine()
-    state.next_send(0.0)
-    assert state.answered(Answer(500), 1.0, 0.0) is None
+    first = sent(state, 0.0)
+    assert state.answered(first, Answer(500), 1.0, 0.0) is None
     assert state.next_send(1.5) is None and state.wake_at() == 2.0
     retry = state.next_send(2.0)
     assert retry is not None and retry.attempt == 2 and retry.records[0].offset == 0
-    state.answered(Answer(None, "timeout"), 2.0, 0.0)
-    state.next_send(10.0)
-    step = state.answered(Answer(502), 10.0, 0.0)
+    state.answered(retry, Answer(None, "timeout"), 2.0, 0.0)
+    step = state.answered(sent(state, 10.0), Answer(502), 10.0, 0.0)
     assert isinstance(step, DeadLetter) and step.attempts == 3 and step.last.status == 502
     assert state.next_send(100.0) is None and state.committable == 0  # until it is in the DLT
-    state.dead_lettered()
+    state.dead_lettered(step.batch)
     assert state.committable == 1 and state.dead_lettered_count == 1 and state.retried == 2
 
 
 def test_a_refusal_is_not_retried() -> None:
     state = machine()
-    state.next_send(0.0)
-    step = state.answered(Answer(400), 0.0, 0.0)
+    step = state.answered(sent(state, 0.0), Answer(400), 0.0, 0.0)
     assert isinstance(step, DeadLetter) and step.attempts == 1
 
 
 def test_without_a_dead_letter_topic_delivery_stops_until_resumed() -> None:
     state = machine(dead_letter=False)
-    state.next_send(0.0)
-    step = state.answered(Answer(422), 0.0, 0.0)
+    step = state.answered(sent(state, 0.0), Answer(422), 0.0, 0.0)
     assert isinstance(step, Stop) and step.offset == 0 and "no dead-letter topic" in step.reason
     assert state.next_send(99.0) is None and state.committable == 0 and state.wake_at() is None
     state.resume()
@@ -115,18 +121,15 @@ def test_without_a_dead_letter_topic_delivery_stops_until_resumed() -> None:
 
 def test_retry_after_is_honoured_up_to_its_maximum() -> None:
     state = machine()
-    state.next_send(0.0)
-    state.answered(Answer(429, retry_after_s=4.0), 0.0, 0.0)
+    state.answered(sent(state, 0.0), Answer(429, retry_after_s=4.0), 0.0, 0.0)
     assert state.wake_at() == 4.0
-    state.next_send(4.0)
-    state.answered(Answer(503, retry_after_s=60.0), 4.0, 0.0)
+    state.answered(sent(state, 4.0), Answer(503, retry_after_s=60.0), 4.0, 0.0)
     assert state.wake_at() == 9.0  # retry_after_max_ms 5 s
 
 
 def test_gone_pauses_and_keeps_the_record() -> None:
     state = machine()
-    state.next_send(0.0)
-    step = state.answered(Answer(410), 0.0, 0.0)
+    step = state.answered(sent(state, 0.0), Answer(410), 0.0, 0.0)
     assert isinstance(step, Pause) and state.paused
     assert state.next_send(1.0) is None
     state.resume()
@@ -142,11 +145,12 @@ def test_batches_fill_up_to_their_limits_or_wait_their_window() -> None:
     assert state.next_send(0.1) is None and state.wake_at() == 0.5
     single = state.next_send(0.5)
     assert single is not None and len(single.records) == 1
-    state.answered(Answer(200), 0.5, 0.0)
+    state.answered(single, Answer(200), 0.5, 0.0)
+    state.committed(1)
     state.read(records(1, 2, 3), 4, now=1.0)
     pair = state.next_send(1.0)
     assert pair is not None and [r.offset for r in pair.records] == [1, 2]
-    state.answered(Answer(200), 1.0, 0.0)
+    state.answered(pair, Answer(200), 1.0, 0.0)
     assert state.committable == 3
     big = PartitionDispatch(0, Batching(max_records=100, max_bytes=1024), POLICY, True)
     big.read(records(0, 1, 2, size=600), 3, now=0.0)
@@ -164,9 +168,10 @@ def test_filtered_records_advance_the_committable_position() -> None:
 
 def test_pause_stops_new_attempts_only() -> None:
     state = machine()
-    state.next_send(0.0)
+    first = sent(state, 0.0)
     state.pause()
-    assert state.answered(Answer(204), 0.0, 0.0) is None  # the one in flight ends as it will
+    assert state.answered(first, Answer(204), 0.0, 0.0) is None  # the one in flight ends as it will
+    state.committed(1)
     assert state.next_send(0.0) is None and state.committable == 1
     state.resume()
     assert state.next_send(0.0) is not None

@@ -359,19 +359,31 @@ class PartitionDispatcher:
             return Answer(None, f"{type(exc).__name__}: {exc}"[:500])
 
     async def _commit(self, state: PartitionDispatch) -> None:
-        """Commit the state's committable position if it moved; a failure is noted and the
-        next commit carries it (at least once: more may be delivered again after a crash)."""
+        """Commit the state's committable position if it moved, retried with backoff until it
+        is in (or the dispatcher stops): nothing more is sent meanwhile, so a crash redelivers
+        at most the batch in flight even while the group's coordinator is down or moving."""
         position = state.committable
-        if position == self.committed or self.stopping:
+        if position == self.committed:
             return
         sub = self.sub
-        try:
-            await self.services.positions.commit(sub.group, sub.topic, self.partition, position)
-        except (ReplicationError, EngineError, OSError) as exc:
-            self.last_error = f"commit failed: {type(exc).__name__}: {exc}"
-            log.info("subscription %r partition %d: %s", sub.name, self.partition, self.last_error)
+        delay, failed = RETRY_FIRST_S, False
+        while not self.stopping:
+            try:
+                await self.services.positions.commit(sub.group, sub.topic, self.partition, position)
+            except (ReplicationError, EngineError, OSError) as exc:
+                failed = True
+                self.last_error = f"commit failed: {type(exc).__name__}: {exc}"
+                log.info(
+                    "subscription %r partition %d: %s; retrying in %.1f s",
+                    sub.name, self.partition, self.last_error, delay,
+                )  # fmt: skip
+                await asyncio.sleep(delay)
+                delay = min(RETRY_MAX_S, delay * 2)
+                continue
+            self.committed = position
+            if failed:
+                self.last_error = None
             return
-        self.committed = position
 
     async def _dead_letter_again(self) -> None:
         """Produce the state's exhausted batch to the dead-letter topic until it is in, then

@@ -7,6 +7,7 @@ next batch is sent: a crash redelivers at most the batch that was in flight."""
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import logging
 import random
@@ -70,12 +71,7 @@ class LatencyHistogram:
 
     def observe(self, seconds: float) -> None:
         seconds = max(seconds, 0.0)
-        for i, bound in enumerate(self.buckets):
-            if seconds <= bound:
-                self.counts[i] += 1
-                break
-        else:
-            self.counts[-1] += 1
+        self.counts[bisect.bisect_left(self.buckets, seconds)] += 1  # past the last: +Inf's
         self.total += seconds
 
 

@@ -1,8 +1,9 @@
 """The endpoint of `loadtests.subscriptions_bench`: a process of its own that answers every POST
-with 204 at once and counts what arrived, read from the request's headers only (no body is
+with 204 at once and counts what arrived, read from the request's head only (no body is
 parsed): records from `webhook-id` (`topic/partition/offset` for one record,
 `topic/partition/first-last` for a batch), and for a single-record CloudEvent the delay from
-its `ce-time` (the record's timestamp) to the arrival.
+its `ce-time` (the record's timestamp) to the arrival. A bare asyncio Protocol on uvloop, as
+`loadtests.floor_server`, so that the receiver costs little beside what it receives.
 
     python -m loadtests.push_receiver     # prints "listening on PORT" once it accepts
 
@@ -14,13 +15,22 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import re
 import time
+from typing import cast
 
 import orjson
 import uvloop
-from aiohttp import web
 
 MAX_LATENCIES = 500_000  # delays kept for the percentiles; later arrivals are counted only
+MAX_PENDING = 64 << 20  # a client that sends more without a whole request is hung up on
+HEAD_END = b"\r\n\r\n"
+CONTENT_LENGTH = re.compile(rb"\r\ncontent-length:[ \t]*(\d{1,9})", re.IGNORECASE)
+WEBHOOK_ID = re.compile(rb"\r\nwebhook-id:[ \t]*([^\r]*)", re.IGNORECASE)
+CE_TIME = re.compile(rb"\r\nce-time:[ \t]*([^\r]*)", re.IGNORECASE)
+NO_CONTENT = b"HTTP/1.1 204 No Content\r\n\r\n"
+NOT_FOUND = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"
+JSON_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
 
 
 class Counts:
@@ -53,44 +63,69 @@ def records_in(message_id: str) -> int:
     return int(last) - int(first) + 1
 
 
-def app() -> web.Application:
-    counts = Counts()
+class ReceiverProtocol(asyncio.Protocol):
+    """One connection: every whole request answered in order (HTTP/1.1 keep-alive); a POST to
+    /hook counted and answered 204, GET /stats and POST /reset as above."""
 
-    async def hook(request: web.Request) -> web.Response:
-        await request.read()
-        counts.arrived(request.headers.get("webhook-id", "-/0"), request.headers.get("ce-time"))
-        return web.Response(status=204)
+    def __init__(self, counts: list[Counts]) -> None:
+        self.counts = counts  # one box: /reset replaces what every connection counts into
+        self.transport: asyncio.Transport | None = None
+        self.pending = b""
 
-    async def stats(request: web.Request) -> web.Response:
-        doc = {
-            "requests": counts.requests,
-            "records": counts.records,
-            "first_at": counts.first_at,
-            "last_at": counts.last_at,
-            "latencies_ms": counts.latencies_ms if "latencies" in request.query else [],
-        }
-        return web.Response(body=orjson.dumps(doc), content_type="application/json")
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's: not a subclass
 
-    async def reset(request: web.Request) -> web.Response:
-        nonlocal counts
-        counts = Counts()
-        return web.Response(status=204)
+    def data_received(self, data: bytes) -> None:
+        buf = self.pending + data if self.pending else data
+        while True:
+            end = buf.find(HEAD_END)
+            if end < 0:
+                break
+            length = CONTENT_LENGTH.search(buf, 0, end + 2)
+            size = end + 4 + (int(length.group(1)) if length else 0)
+            if len(buf) < size:
+                break
+            self.answer(buf[: end + 2])
+            buf = buf[size:]
+        self.pending = buf
+        if len(buf) > MAX_PENDING and self.transport is not None:
+            self.transport.close()
 
-    application = web.Application(client_max_size=64 * 1024 * 1024)
-    application.router.add_post("/hook", hook)
-    application.router.add_get("/stats", stats)
-    application.router.add_post("/reset", reset)
-    return application
+    def answer(self, head: bytes) -> None:
+        assert self.transport is not None
+        target = head.split(b" ", 2)[:2]
+        if target == [b"POST", b"/hook"]:
+            message_id = WEBHOOK_ID.search(head)
+            ce_time = CE_TIME.search(head)
+            self.counts[0].arrived(
+                "-/0" if message_id is None else message_id.group(1).decode(),
+                None if ce_time is None else ce_time.group(1).decode(),
+            )
+            self.transport.write(NO_CONTENT)
+        elif target[0] == b"GET" and target[1].startswith(b"/stats"):
+            counts = self.counts[0]
+            body = orjson.dumps({
+                "requests": counts.requests,
+                "records": counts.records,
+                "first_at": counts.first_at,
+                "last_at": counts.last_at,
+                "latencies_ms": counts.latencies_ms if b"latencies" in target[1] else [],
+            })  # fmt: skip
+            self.transport.write(JSON_HEAD % len(body) + body)
+        elif target == [b"POST", b"/reset"]:
+            self.counts[0] = Counts()
+            self.transport.write(NO_CONTENT)
+        else:
+            self.transport.write(NOT_FOUND)
 
 
 async def serve() -> None:
-    runner = web.AppRunner(app(), access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0, backlog=1024)
-    await site.start()
-    (port,) = {address[1] for address in runner.addresses}
-    print(f"listening on {port}", flush=True)
-    await asyncio.Event().wait()
+    counts = [Counts()]
+    server = await asyncio.get_running_loop().create_server(
+        lambda: ReceiverProtocol(counts), "127.0.0.1", 0, backlog=1024
+    )
+    print(f"listening on {server.sockets[0].getsockname()[1]}", flush=True)
+    await server.serve_forever()
 
 
 if __name__ == "__main__":

@@ -96,6 +96,9 @@ class Receiver:
         )
         return doc
 
+    def cpu_seconds(self) -> float:
+        return cpu_seconds(self.process.pid)
+
     def reset(self) -> None:
         http_json("POST", self.base + "/reset")
 
@@ -151,11 +154,11 @@ def subscription_cell(
     """Deliver the whole topic through a new subscription: from its creation to the last
     record's arrival."""
     receiver.reset()
-    cpu = cpu_seconds(pid)
+    cpu, receiving = cpu_seconds(pid), receiver.cpu_seconds()
     started = time.monotonic()
     name = subscribe(url, topic, receiver.url, **fields)
     got = receiver.until(count)
-    spent = cpu_seconds(pid) - cpu
+    spent, receiving = cpu_seconds(pid) - cpu, receiver.cpu_seconds() - receiving
     http_json("DELETE", f"{url}/v1/subscriptions/{name}")
     seconds = got["last_at"] - started
     return {
@@ -165,6 +168,8 @@ def subscription_cell(
         "records_per_s": round(got["records"] / seconds),
         "requests_per_s": round(got["requests"] / seconds, 1),
         "server_cpu_s": round(spent, 2),
+        "server_cores_busy": round(spent / seconds, 2),
+        "receiver_cpu_s": round(receiving, 2),
         "requests_per_server_cpu_s": round(got["requests"] / spent, 1) if spent else None,
         "records_per_server_cpu_s": round(got["records"] / spent) if spent else None,
     }
@@ -200,6 +205,7 @@ def consumer_cell(url: str, pid: int, topic: str, count: int) -> dict[str, Any]:
         "records_per_s": round(read / seconds),
         "requests_per_s": round(requests / seconds, 1),
         "server_cpu_s": round(spent, 2),
+        "server_cores_busy": round(spent / seconds, 2),
         "records_per_server_cpu_s": round(read / spent) if spent else None,
     }
 
@@ -207,7 +213,7 @@ def consumer_cell(url: str, pid: int, topic: str, count: int) -> dict[str, Any]:
 def bridge_cell(url: str, pid: int, receiver: Receiver, topic: str, count: int) -> dict[str, Any]:
     """`loadtests.push_bridge` over the whole topic; its own CPU counted beside the gateway's."""
     receiver.reset()
-    cpu, own = cpu_seconds(pid), children_cpu_seconds()
+    cpu, own, receiving = cpu_seconds(pid), children_cpu_seconds(), receiver.cpu_seconds()
     done = subprocess.run(
         [sys.executable, "-m", "loadtests.push_bridge", url, topic, receiver.url, str(count)],
         capture_output=True,
@@ -216,6 +222,7 @@ def bridge_cell(url: str, pid: int, receiver: Receiver, topic: str, count: int) 
         check=True,
     )
     spent, bridge_cpu = cpu_seconds(pid) - cpu, children_cpu_seconds() - own
+    receiving = receiver.cpu_seconds() - receiving
     doc = orjson.loads(done.stdout)
     got = receiver.stats()
     return {
@@ -225,7 +232,10 @@ def bridge_cell(url: str, pid: int, receiver: Receiver, topic: str, count: int) 
         "records_per_s": round(doc["records"] / doc["seconds"]),
         "requests_per_s": round(doc["requests"] / doc["seconds"], 1),
         "server_cpu_s": round(spent, 2),
+        "server_cores_busy": round(spent / doc["seconds"], 2),
+        "receiver_cpu_s": round(receiving, 2),
         "bridge_cpu_s": round(bridge_cpu, 2),
+        "bridge_cores_busy": round(bridge_cpu / doc["seconds"], 2),
         "records_per_cpu_s": round(doc["records"] / (spent + bridge_cpu)),
     }
 
@@ -450,6 +460,14 @@ def figures(medians: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
         out.append(_figure(f"batch 500 ({fmt}) / long-poll consumer", rate / consumer, 0.5))
     out.append(
         _figure(
+            "batch 500 (cloudevents) / bridge (records/s)",
+            medians["subscription batch 500 cloudevents"]["records_per_s"]
+            / bridge["records_per_s"],
+            3.0,
+        )
+    )
+    out.append(
+        _figure(
             "one record a request / bridge (records/s)",
             single["records_per_s"] / bridge["records_per_s"],
             3.0,
@@ -488,21 +506,23 @@ def markdown(doc: dict[str, Any]) -> str:
         f"{meta['load_average_after']}; {meta['rounds']} rounds, {PARTITIONS} partitions, "
         f"100-byte values; one record a request with ordering `{doc['single_record_ordering']}`.",
         "",
-        "| cell | records | records/s | requests/s | gateway CPU s | records / gateway CPU s "
-        "| requests / gateway CPU s | rounds (records/s) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| cell | records | records/s | requests/s | gateway CPU s | gateway cores busy "
+        "| receiver CPU s | records / gateway CPU s | rounds (records/s) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for what, row in doc["cells"].items():
         lines.append(
             f"| {what} | {row['records']} | {row['records_per_s']} | {row['requests_per_s']} | "
-            f"{row['server_cpu_s']} | {row.get('records_per_server_cpu_s', '')} | "
-            f"{row.get('requests_per_server_cpu_s', '')} | {row['rounds_records_per_s']} |"
+            f"{row['server_cpu_s']} | {row['server_cores_busy']} | "
+            f"{row.get('receiver_cpu_s', '')} | {row.get('records_per_server_cpu_s', '')} | "
+            f"{row['rounds_records_per_s']} |"
         )
     bridge = doc["cells"]["bridge one record"]
     lines += [
         "",
-        f"The bridge's own CPU: {bridge['bridge_cpu_s']} s (records per CPU-second of gateway and "
-        f"bridge together: {bridge['records_per_cpu_s']}).",
+        f"The bridge's own CPU: {bridge['bridge_cpu_s']} s ({bridge['bridge_cores_busy']} cores "
+        f"busy; records per CPU-second of gateway and bridge together: "
+        f"{bridge['records_per_cpu_s']}).",
         "",
         "| figure | value | goal | met |",
         "|---|---|---|---|",

@@ -36,8 +36,12 @@ RETRIABLE = (421, 502, 503, 504)
 
 def acked(receiver: Receiver, partition: int) -> int:
     """Distinct offsets of `partition` the receiver acknowledged."""
-    return len({o for a in receiver.acked() for p, os_ in [offsets_of(a)] if p == partition
-                for o in os_})  # fmt: skip
+    found: set[int] = set()
+    for attempt in receiver.acked():
+        where, offsets = offsets_of(attempt)
+        if where == partition:
+            found.update(offsets)
+    return len(found)
 
 
 def settled(attempts: list[Attempt], produced: dict[int, int]) -> bool:

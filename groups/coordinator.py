@@ -215,6 +215,9 @@ class GroupCoordinator:
         self.max_session_timeout_ms = max_session_timeout_ms
         self.max_members = max_members
         self.groups: dict[str, Group] = {}
+        # offsets partition -> the leader epoch its groups were replayed in: until then a new
+        # leader knows none of them, and must not answer as if they had no offsets
+        self._loaded: dict[int, int] = {}
         self._written: dict[str, tuple[Partition, int]] = {}  # each group's last write
         self.closing = False  # shutting down: sessions stop running out
         self._loop = asyncio.get_running_loop()
@@ -246,6 +249,9 @@ class GroupCoordinator:
         if partition.is_leader:
             # A new leader's high watermark trails its log until the followers fetch from
             # it; the log is the truth from now on, so replay it once it is all committed.
+            epoch = partition.leader_epoch
+            if partition.partition in self._loaded:  # led since its load: a new epoch only
+                self._loaded[partition.partition] = epoch
             end = partition.log_end_offset
             if partition.high_watermark < end:
                 with contextlib.suppress(EngineError):
@@ -253,8 +259,10 @@ class GroupCoordinator:
             stored = await asyncio.to_thread(offsets_topic.replay, [partition])
             if partition.is_leader:
                 self.restore(stored)
+                self._loaded[partition.partition] = epoch
                 self.topics_changed()
             return
+        self._loaded.pop(partition.partition, None)
         count = partition_count(self.replicas)
         for name in [
             n for n in self.groups if offsets_topic.partition_for(n, count) == partition.partition
@@ -271,9 +279,14 @@ class GroupCoordinator:
         """The offsets partition holding group `name`, which this node must lead: NotLeader
         names the node that does (the gateway forwards there)."""
         topic = offsets_topic.OFFSETS_TOPIC
-        return self._leader(
-            topic, offsets_topic.partition_for(name, partition_count(self.replicas))
-        )
+        p = offsets_topic.partition_for(name, partition_count(self.replicas))
+        partition = self._leader(topic, p)
+        if self._loaded.get(p) != partition.leader_epoch:
+            raise LeaderNotAvailable(
+                f"{topic}-{p} is being loaded by its new leader (the coordinator of group "
+                f"{name!r}); retry shortly"
+            )
+        return partition
 
     @staticmethod
     def _restore_metadata(group: Group, meta: Mapping[str, Any]) -> None:

@@ -9,6 +9,7 @@ redelivers at most the batches that were outstanding."""
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import logging
 import math
@@ -75,12 +76,7 @@ class LatencyHistogram:
 
     def observe(self, seconds: float) -> None:
         seconds = max(seconds, 0.0)
-        for i, bound in enumerate(self.buckets):
-            if seconds <= bound:
-                self.counts[i] += 1
-                break
-        else:
-            self.counts[-1] += 1
+        self.counts[bisect.bisect_left(self.buckets, seconds)] += 1  # past the last: +Inf's
         self.total += seconds
 
 
@@ -445,7 +441,7 @@ class PartitionDispatcher:
         succeeds, since the window waits for it (at least once: a crash meanwhile delivers
         the window again)."""
         sub = self.sub
-        delay = RETRY_FIRST_S
+        delay, failed = RETRY_FIRST_S, False
         async with self._committing:
             while not self.stopping:
                 position = state.committable
@@ -457,6 +453,7 @@ class PartitionDispatcher:
                     self.last_error = "the subscription was deleted: its position is not kept"
                     return
                 except (ReplicationError, EngineError, OSError) as exc:
+                    failed = True
                     self.last_error = f"commit failed: {type(exc).__name__}: {exc}"
                     log.info(
                         "subscription %r partition %d: %s", sub.name, self.partition,
@@ -466,6 +463,9 @@ class PartitionDispatcher:
                     delay = min(RETRY_MAX_S, delay * 2)
                     continue
                 self.committed = position
+                if failed:
+                    self.last_error = None
+                    failed = False
                 state.committed(position)
                 self._wakeup.set()
 

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 from aiohttp import web
 from standardwebhooks.webhooks import Webhook
 
@@ -112,3 +113,42 @@ def checked_in_order(
             acked.add(offset)
     assert acked == set(offsets), sorted(set(offsets) - acked)
     return by_offset
+
+
+def offsets_of(attempt: Attempt) -> tuple[int, list[int]]:
+    """The partition and the offsets of a `format: json` delivery."""
+    doc = orjson.loads(attempt.body)
+    return int(doc["partition"]), [int(r["offset"]) for r in doc["records"]]
+
+
+def checked_batches(
+    attempts: list[Attempt], produced: dict[int, int], dead: dict[int, set[int]], secret: str
+) -> dict[int, int]:
+    """The checker for `format: json` batches over several partitions (`produced`: partition
+    -> records, offsets from 0), through restarts and failovers: signatures valid; a batch is
+    sent only once every earlier offset of its partition was settled (acknowledged, or
+    refused with a 4xx and so dead-lettered) — a redelivery from the committed position
+    included; every offset acknowledged or in `dead` (what the dead-letter topic holds), and
+    every refused offset there. Returns each partition's count of offsets acknowledged more
+    than once (callers bound it by the in-flight window)."""
+    settled: dict[int, set[int]] = {p: set() for p in produced}
+    acked: dict[int, dict[int, int]] = {p: {} for p in produced}
+    refused: dict[int, set[int]] = {p: set() for p in produced}
+    for attempt in attempts:
+        verify(secret, attempt)
+        partition, offsets = offsets_of(attempt)
+        assert offsets == list(range(offsets[0], offsets[-1] + 1)), offsets
+        missing = set(range(offsets[0])) - settled[partition]
+        assert not missing, f"partition {partition}: {offsets} sent before {sorted(missing)}"
+        if 200 <= attempt.status < 300:
+            for offset in offsets:
+                acked[partition][offset] = acked[partition].get(offset, 0) + 1
+            settled[partition].update(offsets)
+        elif 400 <= attempt.status < 500:
+            refused[partition].update(offsets)
+            settled[partition].update(offsets)
+    for partition, count in produced.items():
+        got = set(acked[partition]) | dead.get(partition, set())
+        assert got == set(range(count)), (partition, sorted(set(range(count)) - got))
+        assert refused[partition] <= dead.get(partition, set()), partition
+    return {p: sum(n > 1 for n in acked[p].values()) for p in produced}

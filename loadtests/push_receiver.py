@@ -1,0 +1,132 @@
+"""The endpoint of `loadtests.subscriptions_bench`: a process of its own that answers every POST
+with 204 at once and counts what arrived, read from the request's head only (no body is
+parsed): records from `webhook-id` (`topic/partition/offset` for one record,
+`topic/partition/first-last` for a batch), and for a single-record CloudEvent the delay from
+its `ce-time` (the record's timestamp) to the arrival. A bare asyncio Protocol on uvloop, as
+`loadtests.floor_server`, so that the receiver costs little beside what it receives.
+
+    python -m loadtests.push_receiver     # prints "listening on PORT" once it accepts
+
+`GET /stats` answers the counts (`first_at` and `last_at` are CLOCK_MONOTONIC seconds, which
+every process of the machine shares); `POST /reset` zeroes them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import re
+import time
+from typing import cast
+
+import orjson
+import uvloop
+
+MAX_LATENCIES = 500_000  # delays kept for the percentiles; later arrivals are counted only
+MAX_PENDING = 64 << 20  # a client that sends more without a whole request is hung up on
+HEAD_END = b"\r\n\r\n"
+CONTENT_LENGTH = re.compile(rb"\r\ncontent-length:[ \t]*(\d{1,9})", re.IGNORECASE)
+WEBHOOK_ID = re.compile(rb"\r\nwebhook-id:[ \t]*([^\r]*)", re.IGNORECASE)
+CE_TIME = re.compile(rb"\r\nce-time:[ \t]*([^\r]*)", re.IGNORECASE)
+NO_CONTENT = b"HTTP/1.1 204 No Content\r\n\r\n"
+NOT_FOUND = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"
+JSON_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+
+
+class Counts:
+    """What arrived since the last reset."""
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.records = 0
+        self.first_at: float | None = None
+        self.last_at: float | None = None
+        self.latencies_ms: list[float] = []
+
+    def arrived(self, message_id: str, ce_time: str | None) -> None:
+        now = time.monotonic()
+        if self.first_at is None:
+            self.first_at = now
+        self.last_at = now
+        self.requests += 1
+        self.records += records_in(message_id)
+        if ce_time is not None and len(self.latencies_ms) < MAX_LATENCIES:
+            sent = datetime.datetime.fromisoformat(ce_time).timestamp()
+            self.latencies_ms.append((time.time() - sent) * 1000)
+
+
+def records_in(message_id: str) -> int:
+    """How many records a `webhook-id` names: `first-last` a batch's, an offset one."""
+    first, sep, last = message_id.rpartition("/")[2].partition("-")
+    if not sep:
+        return 1
+    return int(last) - int(first) + 1
+
+
+class ReceiverProtocol(asyncio.Protocol):
+    """One connection: every whole request answered in order (HTTP/1.1 keep-alive); a POST to
+    /hook counted and answered 204, GET /stats and POST /reset as above."""
+
+    def __init__(self, counts: list[Counts]) -> None:
+        self.counts = counts  # one box: /reset replaces what every connection counts into
+        self.transport: asyncio.Transport | None = None
+        self.pending = b""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's: not a subclass
+
+    def data_received(self, data: bytes) -> None:
+        buf = self.pending + data if self.pending else data
+        while True:
+            end = buf.find(HEAD_END)
+            if end < 0:
+                break
+            length = CONTENT_LENGTH.search(buf, 0, end + 2)
+            size = end + 4 + (int(length.group(1)) if length else 0)
+            if len(buf) < size:
+                break
+            self.answer(buf[: end + 2])
+            buf = buf[size:]
+        self.pending = buf
+        if len(buf) > MAX_PENDING and self.transport is not None:
+            self.transport.close()
+
+    def answer(self, head: bytes) -> None:
+        assert self.transport is not None
+        target = head.split(b" ", 2)[:2]
+        if target == [b"POST", b"/hook"]:
+            message_id = WEBHOOK_ID.search(head)
+            ce_time = CE_TIME.search(head)
+            self.counts[0].arrived(
+                "-/0" if message_id is None else message_id.group(1).decode(),
+                None if ce_time is None else ce_time.group(1).decode(),
+            )
+            self.transport.write(NO_CONTENT)
+        elif target[0] == b"GET" and target[1].startswith(b"/stats"):
+            counts = self.counts[0]
+            body = orjson.dumps({
+                "requests": counts.requests,
+                "records": counts.records,
+                "first_at": counts.first_at,
+                "last_at": counts.last_at,
+                "latencies_ms": counts.latencies_ms if b"latencies" in target[1] else [],
+            })  # fmt: skip
+            self.transport.write(JSON_HEAD % len(body) + body)
+        elif target == [b"POST", b"/reset"]:
+            self.counts[0] = Counts()
+            self.transport.write(NO_CONTENT)
+        else:
+            self.transport.write(NOT_FOUND)
+
+
+async def serve() -> None:
+    counts = [Counts()]
+    server = await asyncio.get_running_loop().create_server(
+        lambda: ReceiverProtocol(counts), "127.0.0.1", 0, backlog=1024
+    )
+    print(f"listening on {server.sockets[0].getsockname()[1]}", flush=True)
+    await server.serve_forever()
+
+
+if __name__ == "__main__":
+    uvloop.run(serve())

@@ -1,0 +1,46 @@
+"""`loadtests.subscriptions_bench --quick`: every cell delivers every record to the receiver
+and reports its figures, each goal is a ratio of two cells of the same run, and the latency
+and memory cells give figures. Speed is never judged here."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from loadtests.subscriptions_bench import CELLS, QUICK
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_quick_run_reports_every_cell_and_ratio(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "loadtests.subscriptions_bench", "--quick", "--out", str(tmp_path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-5000:]
+    doc = json.loads((tmp_path / "subscriptions.json").read_text())
+    cells = doc["cells"]
+    assert list(cells) == list(CELLS)
+    for what, row in cells.items():
+        wanted = QUICK.batch_records if "batch" in what else QUICK.single_records
+        assert row["records"] == wanted, (what, row)  # each record once: no duplicates
+        assert row["records_per_s"] > 0 and row["seconds"] > 0, row
+    assert cells["subscription one record"]["requests"] == QUICK.single_records
+    assert cells["bridge one record"]["bridge_cpu_s"] > 0
+    consumer = cells["consumer batch 500"]["records_per_s"]
+    first = doc["figures"][0]
+    rate = cells["subscription batch 500 cloudevents"]["records_per_s"]
+    assert first["value"] == pytest.approx(rate / consumer, abs=0.01)
+    assert [f["met"] for f in doc["figures"]] == [f["value"] >= f["goal"] for f in doc["figures"]]
+    latency = doc["latency"]
+    assert latency["records"] > 0 and 0 < latency["p50_ms"] <= latency["p99_ms"]
+    subscriptions, streams = doc["memory"]
+    assert subscriptions["subscriptions"] == streams["streams"] == QUICK.idle
+    assert "| subscription one record |" in (tmp_path / "subscriptions.md").read_text()

@@ -26,8 +26,12 @@ ANSWER = (
 )
 
 
-class FloorProtocol(asyncio.Protocol):
-    """Answers every whole request on the connection, in order, with ANSWER."""
+class HttpRequests(asyncio.Protocol):
+    """A connection's HTTP/1.1 requests, found by their head's end and Content-Length and
+    handed to `answer` whole and in order (the body is not looked at); a client that sends
+    more than `max_pending` bytes without a whole request is hung up on."""
+
+    max_pending = MAX_PENDING
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
@@ -46,12 +50,23 @@ class FloorProtocol(asyncio.Protocol):
             size = end + 4 + (int(length.group(1)) if length else 0)
             if len(buf) < size:
                 break
+            self.answer(buf[: end + 2])
             buf = buf[size:]
-            assert self.transport is not None
-            self.transport.write(ANSWER)
         self.pending = buf
-        if len(buf) > MAX_PENDING and self.transport is not None:
+        if len(buf) > self.max_pending and self.transport is not None:
             self.transport.close()
+
+    def answer(self, head: bytes) -> None:
+        """Answer one request, given its head (the request line and headers, CRLF-ended)."""
+        raise NotImplementedError
+
+
+class FloorProtocol(HttpRequests):
+    """Answers every whole request on the connection, in order, with ANSWER."""
+
+    def answer(self, head: bytes) -> None:
+        assert self.transport is not None
+        self.transport.write(ANSWER)
 
 
 async def serve(port: int) -> None:

@@ -17,15 +17,14 @@ import asyncio
 import datetime
 import re
 import time
-from typing import cast
 
 import orjson
 import uvloop
 
+from loadtests.floor_server import HttpRequests
+
 MAX_LATENCIES = 500_000  # delays kept for the percentiles; later arrivals are counted only
 MAX_PENDING = 64 << 20  # a client that sends more without a whole request is hung up on
-HEAD_END = b"\r\n\r\n"
-CONTENT_LENGTH = re.compile(rb"\r\ncontent-length:[ \t]*(\d{1,9})", re.IGNORECASE)
 WEBHOOK_ID = re.compile(rb"\r\nwebhook-id:[ \t]*([^\r]*)", re.IGNORECASE)
 CE_TIME = re.compile(rb"\r\nce-time:[ \t]*([^\r]*)", re.IGNORECASE)
 NO_CONTENT = b"HTTP/1.1 204 No Content\r\n\r\n"
@@ -63,33 +62,15 @@ def records_in(message_id: str) -> int:
     return int(last) - int(first) + 1
 
 
-class ReceiverProtocol(asyncio.Protocol):
+class ReceiverProtocol(HttpRequests):
     """One connection: every whole request answered in order (HTTP/1.1 keep-alive); a POST to
     /hook counted and answered 204, GET /stats and POST /reset as above."""
 
+    max_pending = MAX_PENDING
+
     def __init__(self, counts: list[Counts]) -> None:
+        super().__init__()
         self.counts = counts  # one box: /reset replaces what every connection counts into
-        self.transport: asyncio.Transport | None = None
-        self.pending = b""
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)  # uvloop's: not a subclass
-
-    def data_received(self, data: bytes) -> None:
-        buf = self.pending + data if self.pending else data
-        while True:
-            end = buf.find(HEAD_END)
-            if end < 0:
-                break
-            length = CONTENT_LENGTH.search(buf, 0, end + 2)
-            size = end + 4 + (int(length.group(1)) if length else 0)
-            if len(buf) < size:
-                break
-            self.answer(buf[: end + 2])
-            buf = buf[size:]
-        self.pending = buf
-        if len(buf) > MAX_PENDING and self.transport is not None:
-            self.transport.close()
 
     def answer(self, head: bytes) -> None:
         assert self.transport is not None

@@ -1,5 +1,17 @@
-"""In-process gateways (as tests/api) for the subscription tests."""
+"""In-process gateways (as tests/api) for the subscription tests; `client` is one that may
+deliver to loopback receivers, with the topic `t` and the dead-letter topic `dlq`."""
 
-from tests.api.conftest import client, data_dir, start
+import pytest
+
+from tests.api.conftest import data_dir, start
+from tests.api.support import Client, Start, create_topic
 
 __all__ = ["client", "data_dir", "start"]
+
+
+@pytest.fixture
+async def client(start: Start) -> Client:
+    client = await start(subscription_allowed_hosts=("127.0.0.1",))
+    await create_topic(client, "t")
+    await create_topic(client, "dlq")
+    return client

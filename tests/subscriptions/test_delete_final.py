@@ -8,18 +8,11 @@ from typing import Any
 
 import pytest
 
-from tests.api.support import Client, Start, create_topic, produce
+from tests.api.support import Client, produce
 from tests.subscriptions.receiver import Receiver, serve
 from tests.subscriptions.test_delivery import subscribe, until_described
 
 ROUTE = "/internal/v1/subscriptions/s/positions"
-
-
-@pytest.fixture
-async def client(start: Start) -> Client:
-    client = await start(subscription_allowed_hosts=("127.0.0.1",))
-    await create_topic(client, "t")
-    return client
 
 
 async def test_a_late_commit_after_a_delete_is_refused(client: Client) -> None:

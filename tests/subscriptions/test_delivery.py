@@ -40,14 +40,6 @@ async def receiver() -> AsyncIterator[Receiver]:
     await runner.cleanup()
 
 
-@pytest.fixture
-async def client(start: Start) -> Client:
-    client = await start(subscription_allowed_hosts=("127.0.0.1",))
-    await create_topic(client, "t")
-    await create_topic(client, "dlq")
-    return client
-
-
 async def subscribe(client: Client, url: str, **fields: Any) -> dict[str, Any]:
     doc = {"name": "s", "topic": "t", "endpoint": url, "start": "earliest", **fields}
     resp = await client.post("/v1/subscriptions", json=doc)

@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.api.support import Client, Start, create_topic, produce
+from tests.api.support import Client, create_topic, produce
 from tests.subscriptions.test_delivery import subscribe, until_described
 from tests.subscriptions.tracing import Answer, Traced, TracingReceiver, check, serving
 
@@ -23,14 +23,6 @@ QUICK = {"timeout_ms": 2000, "max_attempts": 100, "min_backoff_ms": 20, "max_bac
 async def receiver() -> AsyncIterator[TracingReceiver]:
     async with serving(TracingReceiver()) as got:
         yield got
-
-
-@pytest.fixture
-async def client(start: Start) -> Client:
-    client = await start(subscription_allowed_hosts=("127.0.0.1",))
-    await create_topic(client, "t")
-    await create_topic(client, "dlq")
-    return client
 
 
 async def produce_keyed(client: Client, keys: list[str], first: int = 0) -> dict[Any, Any]:

@@ -557,7 +557,12 @@ class GroupCoordinator:
     # -- fetch ---------------------------------------------------------------------------------
 
     async def fetch(
-        self, name: str, member_id: str, limits: FetchLimits, cursor: int | None = None
+        self,
+        name: str,
+        member_id: str,
+        limits: FetchLimits,
+        cursor: int | None = None,
+        decode: RecordDecoder | None = None,
     ) -> GroupFetch:
         """Long-poll across the member's partitions; counts as a heartbeat.
 
@@ -565,7 +570,8 @@ class GroupCoordinator:
         owns a partition (the join settling) it waits, up to the timeout, rather than answer
         empty. A newer fetch by the same member answers an older parked one at once, empty.
         A `cursor` other than the last answer's means that answer was lost on the way: its
-        records are delivered again (see _rewind).
+        records are delivered again (see _rewind). `decode`: how batches become the answer's
+        records, if not the coordinator's own way (another API's record shape).
         """
         group, member = self._member(name, member_id)
         if cursor is not None and cursor != member.cursor:
@@ -589,7 +595,7 @@ class GroupCoordinator:
                 elsewhere = self._led_elsewhere(member)
                 fetched = await self._read_remote(group, member, elsewhere, limits)
                 fetched.update(await self._read_tiered(group, member, limits))
-                answer = self._read(group, member, limits, fetched)
+                answer = self._read(group, member, limits, fetched, decode or self.decode_records)
                 remaining = deadline - self._loop.time()
                 if (
                     answer.bytes_read >= limits.min_bytes
@@ -781,6 +787,7 @@ class GroupCoordinator:
         member: Member,
         limits: FetchLimits,
         fetched: Mapping[TopicPartition, remote.RemoteRead],
+        decode: RecordDecoder,
     ) -> PartitionReads:
         """One pass over the member's partitions, from where a rotation left off: led here,
         read in place; led elsewhere, what `fetched` brought at the member's position."""
@@ -802,7 +809,7 @@ class GroupCoordinator:
                 if read is None:
                     continue
                 data, position = read
-            got, next_offset = self.decode_records(data, position, left, tp)
+            got, next_offset = decode(data, position, left, tp)
             if got:
                 records.extend(got)
                 out.next_offsets[tp] = next_offset

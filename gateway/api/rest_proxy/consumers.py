@@ -7,7 +7,6 @@ group's coordinator like every /v1 group call. Input checks here; the coordinato
 
 from __future__ import annotations
 
-import base64
 import re
 import uuid
 from typing import Any
@@ -24,6 +23,7 @@ from gateway.api.rest_proxy.errors import (
     UNSUPPORTED_FORMAT,
     v2_error,
 )
+from gateway.api.rest_proxy.fast import record_decoder
 from gateway.api.rest_proxy.media import (
     RECORDS_TYPES,
     SCHEMA_FORMATS,
@@ -242,14 +242,10 @@ async def records(request: web.Request) -> web.Response:
         require(request, "topic", topic, "read")
     refuse_when_full(gateway.notifier, settings)
     limits = FetchLimits(MAX_RECORDS, max_bytes, min_bytes, timeout_ms)
-    fetched = await coordinator.fetch(name, instance, limits)
+    fetched = await coordinator.fetch(name, instance, limits, decode=record_decoder(embedded))
     for topic, count in fetched.counts.items():
         gateway.metrics.traffic.fetched(topic, count, 0)
-    convert = _json_record if embedded == "json" else _binary_record
-    # The fetch's records come as the group route encodes them (C-built JSON, structs,
-    # dicts): read back as one shape, then written in v2's.
-    body = _ENCODER.encode([convert(r) for r in _FETCHED.decode(_ENCODER.encode(fetched.records))])
-    return web.Response(body=body, content_type=media)
+    return web.Response(body=_ENCODER.encode(fetched.records), content_type=media)
 
 
 def _records_type(request: web.Request, embedded: str) -> str:
@@ -267,64 +263,7 @@ def _records_type(request: web.Request, embedded: str) -> str:
     return own
 
 
-class _Fetched(msgspec.Struct):
-    """A record as the group fetch encodes it (whichever path built it), read back exactly."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: str | None = None
-    value: msgspec.Raw = msgspec.Raw(b"null")
-    key_encoding: str | None = None
-    value_encoding: str | None = None
-
-    def key_bytes(self) -> bytes | None:
-        if self.key is None:
-            return None
-        return base64.b64decode(self.key) if self.key_encoding else self.key.encode()
-
-    def value_bytes(self) -> bytes | None:
-        raw = bytes(self.value)
-        if raw == b"null":
-            return None
-        return base64.b64decode(orjson.loads(raw)) if self.value_encoding else raw
-
-
 _ENCODER = msgspec.json.Encoder()
-_FETCHED = msgspec.json.Decoder(list[_Fetched])
-
-
-def _json_record(record: _Fetched) -> dict[str, Any]:
-    """v2's json record: key and value as the JSON they were stored as (a key or value that
-    is not JSON, produced through /v1, as a JSON string)."""
-    return {
-        "topic": record.topic,
-        "key": _as_json(record.key_bytes()),
-        "value": _as_json(record.value_bytes()),
-        "partition": record.partition,
-        "offset": record.offset,
-    }
-
-
-def _as_json(raw: bytes | None) -> Any:
-    if raw is None:
-        return None
-    try:
-        orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return raw.decode(errors="replace")
-    return msgspec.Raw(raw)
-
-
-def _binary_record(record: _Fetched) -> dict[str, Any]:
-    key, value = record.key_bytes(), record.value_bytes()
-    return {
-        "topic": record.topic,
-        "key": None if key is None else base64.b64encode(key).decode(),
-        "value": None if value is None else base64.b64encode(value).decode(),
-        "partition": record.partition,
-        "offset": record.offset,
-    }
 
 
 def _partitions(doc: dict[str, Any], field: str, with_offset: bool) -> list[tuple[Any, ...]]:

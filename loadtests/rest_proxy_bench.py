@@ -8,13 +8,18 @@ absolutes).
   as a v2 consumer instance (same max_bytes), records/s.
 
 Cells alternate over the rounds and the median round is the figure; the goal is v2 >= 0.8 of
-/v1.
+/v1. With `--before DIR` (a checkout of an earlier commit, its C extensions built in place),
+that tree's gateway runs the same cells in the same rounds, so before and after compare within
+one run.
 
     python -m loadtests.rest_proxy_bench [--quick] [--rounds N] [--seconds S] [--out DIR]
+                                         [--before DIR]
 """
 
 from __future__ import annotations
 
+import argparse
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -23,6 +28,7 @@ import httpx
 import orjson
 
 from loadtests import generators, ratio_cli
+from loadtests.bench import machine
 from loadtests.common import http_json, start_gateway
 from loadtests.rows import rates
 
@@ -110,31 +116,43 @@ def read_cell(url: str, topic: str, api: str) -> dict[str, Any]:
     }
 
 
-def run(rounds: int, seconds: float, scratch: Path) -> dict[str, Any]:
-    process, url = start_gateway(scratch / "data")
-    cells: dict[tuple[str, str], list[dict[str, Any]]] = {}
+def run(rounds: int, seconds: float, scratch: Path, before: Path | None) -> dict[str, Any]:
+    trees = {"after": None, **({"before": before} if before else {})}
+    gateways = {}
+    cells: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     try:
-        fill(url, "rp-read")
+        for tree, path in trees.items():
+            gateways[tree] = start_gateway(scratch / f"data-{tree}", tree=path)
+            fill(gateways[tree][1], "rp-read")
         for _ in range(rounds):
-            for api in ("v1", "v2"):
-                row = produce_cell(url, process.pid, scratch, api, BATCH, seconds)
-                cells.setdefault((row["what"], api), []).append(row)
-                row = read_cell(url, "rp-read", api)
-                cells.setdefault((row["what"], api), []).append(row)
-            row = produce_cell(url, process.pid, scratch, "v2", 1, seconds)
-            cells.setdefault((row["what"], "v2"), []).append(row)
+            for tree, (process, url) in gateways.items():
+                for api in ("v1", "v2"):
+                    row = produce_cell(url, process.pid, scratch, api, BATCH, seconds)
+                    cells.setdefault((tree, row["what"], api), []).append(row)
+                    row = read_cell(url, "rp-read", api)
+                    cells.setdefault((tree, row["what"], api), []).append(row)
+                row = produce_cell(url, process.pid, scratch, "v2", 1, seconds)
+                cells.setdefault((tree, row["what"], "v2"), []).append(row)
     finally:
-        process.terminate()
-        process.wait(30)
+        for process, _ in gateways.values():
+            process.terminate()
+            process.wait(30)
     rows = []
-    for runs in cells.values():
+    for (tree, _, _), runs in cells.items():
         runs.sort(key=lambda r: r["records_per_s"])
         median = runs[(len(runs) - 1) // 2]
-        rows.append({**median, "rounds_records_per_s": [r["records_per_s"] for r in runs]})
-    by = {(r["what"], r["api"]): r for r in rows}
+        rows.append(
+            {"tree": tree, **median, "rounds_records_per_s": [r["records_per_s"] for r in runs]}
+        )
+    by = {(r["tree"], r["what"], r["api"]): r for r in rows}
     ratios = {
-        what: round(by[(what, "v2")]["records_per_s"] / by[(what, "v1")]["records_per_s"], 2)
-        for what in (f"produce {BATCH}", "consumer read")
+        tree: {
+            what: round(
+                by[(tree, what, "v2")]["records_per_s"] / by[(tree, what, "v1")]["records_per_s"], 2
+            )
+            for what in (f"produce {BATCH}", "consumer read")
+        }
+        for tree in trees
     }
     return {"cells": rows, "v2_over_v1": ratios}
 
@@ -146,21 +164,44 @@ def markdown(doc: dict[str, Any]) -> str:
         "",
         f"`{meta['command']}`, {meta['rounds']} rounds, {meta['seconds_per_cell']} s a cell",
         "",
-        "| cell | api | records/s | requests/s | rounds (records/s) |",
-        "|---|---|---|---|---|",
+        "| tree | cell | api | records/s | requests/s | rounds (records/s) |",
+        "|---|---|---|---|---|---|",
     ]
     for row in doc["cells"]:
         lines.append(
-            f"| {row['what']} | {row['api']} | {row['records_per_s']} | "
+            f"| {row['tree']} | {row['what']} | {row['api']} | {row['records_per_s']} | "
             f"{row['requests_per_s']} | {row['rounds_records_per_s']} |"
         )
-    lines += ["", "v2 / v1: " + ", ".join(f"{k} {v}" for k, v in doc["v2_over_v1"].items()), ""]
-    return "\n".join(lines)
+    lines.append("")
+    for tree, ratios in doc["v2_over_v1"].items():
+        lines.append(f"v2 / v1 ({tree}): " + ", ".join(f"{k} {v}" for k, v in ratios.items()))
+    return "\n".join(lines) + "\n"
 
 
 def main() -> None:
-    out, doc = ratio_cli.run_rounds(__doc__ or "", "loadtests.rest_proxy_bench", 3, 5.0, run)
-    ratio_cli.write(out, "rest-proxy", doc, markdown(doc))
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="one short round (CI)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=5.0, help="per cell")
+    parser.add_argument("--out", type=Path, default=Path("bench-out"))
+    parser.add_argument("--before", type=Path, help="a checkout to measure beside this tree")
+    args = parser.parse_args()
+    rounds, seconds = (1, 1.0) if args.quick else (args.rounds, args.seconds)
+    with tempfile.TemporaryDirectory(prefix="sluice-bench-") as scratch:
+        doc = run(rounds, seconds, Path(scratch), args.before)
+    options = " --quick" if args.quick else f" --rounds {rounds} --seconds {seconds}"
+    before = f" --before {args.before}" if args.before else ""
+    doc["meta"] = {
+        "command": f"python -m loadtests.rest_proxy_bench{options}{before}",
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "rounds": rounds,
+        "seconds_per_cell": seconds,
+        "machine": machine(),
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    ratio_cli.write(args.out, "rest-proxy", doc, markdown(doc))
 
 
 if __name__ == "__main__":

@@ -58,6 +58,14 @@ REPLAY_WAIT_MS = 30_000  # how long a new coordinator waits for its offsets log 
 METADATA_OVERHEAD = 4096  # the batch and record headers, the key, and slack
 
 
+def _illegal_state(group: str, member_id: str, why: str) -> GroupError:
+    return GroupError(
+        "ILLEGAL_STATE",
+        f"member {member_id!r} of group {group!r} {why}: subscribing and assigning partitions "
+        "manually exclude each other (unsubscribe first)",
+    )
+
+
 def unknown_member(group: str, member_id: str) -> GroupError:
     return GroupError(
         "UNKNOWN_MEMBER",
@@ -87,6 +95,9 @@ class Member:
     # A REST Proxy v2 consumer instance's settings (format, fetch.min.bytes, ...): kept with
     # the member in the log, so whichever node coordinates the group next serves it alike.
     instance: dict[str, Any] = field(default_factory=dict)
+    # Kafka's assign(): `target` is what the member chose, outside the group's assignment and
+    # its ownership (as in Kafka, a partition may be assigned to several such members).
+    manual: bool = False
     _assignment: tuple[set[TopicPartition], list[dict[str, Any]]] | None = None
 
     def assignment(self) -> list[dict[str, Any]]:
@@ -106,6 +117,8 @@ class Member:
         }
         if self.instance:
             doc["instance"] = self.instance
+        if self.manual:
+            doc["manual"] = True
         return doc
 
     def poke(self) -> None:
@@ -286,7 +299,11 @@ class GroupCoordinator:
                 (str(a["topic"]), int(p)) for a in doc["assignment"] for p in a["partitions"]
             }
             member.instance = dict(doc.get("instance", {}))
+            member.manual = bool(doc.get("manual", False))
             group.members[member.member_id] = member
+            if member.manual:
+                member.owned = set(member.target)
+                continue
             for tp in member.target - set(group.owners):
                 member.owned.add(tp)
                 group.owners[tp] = member.member_id
@@ -402,10 +419,27 @@ class GroupCoordinator:
         self._write_metadata(group)
         return group, member
 
-    def subscribe(self, name: str, member_id: str, topics: tuple[str, ...]) -> Member:
-        """Change what an existing member consumes (no topics: nothing); its settings stay."""
-        _, member = self._member(name, member_id)
-        instance = member.instance
+    def subscribe(
+        self,
+        name: str,
+        member_id: str,
+        topics: tuple[str, ...],
+        instance: dict[str, Any] | None = None,
+    ) -> Member:
+        """Change what an existing member consumes (no topics: nothing, and no manual
+        assignment either, as Kafka's unsubscribe); its instance settings stay, or become
+        `instance`. A member with a manual assignment cannot subscribe (Kafka's
+        IllegalStateException)."""
+        group, member = self._member(name, member_id)
+        if member.manual and topics:
+            raise _illegal_state(name, member_id, "has a manual assignment")
+        if member.auto_commit:  # before its positions go, as a Kafka consumer rejoining
+            self._commit_positions(group, member)
+        if member.manual:
+            self._assign(group, member, ())
+        if instance is None:
+            instance = member.instance
+        member.instance = instance
         _, member = self.join(
             name,
             JoinRequest(
@@ -418,6 +452,27 @@ class GroupCoordinator:
         )
         member.instance = instance
         return member
+
+    def assign(self, name: str, member_id: str, partitions: tuple[TopicPartition, ...]) -> Member:
+        """Kafka's assign(): the member reads exactly these partitions (none: nothing), outside
+        the group's assignment; refused for a subscribed member (IllegalStateException)."""
+        group, member = self._member(name, member_id)
+        if member.topics:
+            raise _illegal_state(name, member_id, "is subscribed to topics")
+        for topic, partition in partitions:
+            self.replicas.check_partition(topic, partition)
+        self._assign(group, member, partitions)
+        self._write_metadata(group)
+        self._schedule_expiry(group, member)
+        return member
+
+    def _assign(self, group: Group, member: Member, partitions: tuple[TopicPartition, ...]) -> None:
+        for tp in member.owned - set(partitions):
+            self._release(group, member, tp)
+        member.manual = bool(partitions)
+        member.target = set(partitions)
+        member.owned = set(partitions)
+        member.poke()
 
     def touch(self, name: str, member_id: str) -> Member:
         """A member's request that is no fetch nor commit: it renews the session."""
@@ -491,6 +546,8 @@ class GroupCoordinator:
                 for member in group.members.values():
                     for tp in [tp for tp in member.owned if tp[0] == deleted]:
                         self._release(group, member, tp)
+                        if member.manual:
+                            member.target.discard(tp)
                 gone = [tp for tp in group.offsets if tp[0] == deleted]
                 for tp in gone:
                     del group.offsets[tp]
@@ -512,7 +569,8 @@ class GroupCoordinator:
         group.generation += 1
         group.partition_counts = self._partition_counts(group)
         targets = ASSIGNORS[group.assignor](
-            {m.member_id: m.topics for m in group.members.values()}, group.partition_counts
+            {m.member_id: m.topics for m in group.members.values() if not m.manual},
+            group.partition_counts,
         )
         for member_id, partitions in targets.items():
             group.members[member_id].target = set(partitions)
@@ -543,6 +601,8 @@ class GroupCoordinator:
                 other.poke()
 
     def _acquire_free(self, group: Group, member: Member) -> None:
+        if member.manual:  # its own choice: owned as assigned, from no one
+            return
         for tp in member.target - member.owned:
             if tp not in group.owners:
                 group.owners[tp] = member.member_id
@@ -550,6 +610,8 @@ class GroupCoordinator:
 
     def _reconcile(self, group: Group, member: Member) -> None:
         """At a fetch: give up what was moved away, take what has been freed."""
+        if member.manual:
+            return
         for tp in member.owned - member.target:
             self._release(group, member, tp)
         self._acquire_free(group, member)

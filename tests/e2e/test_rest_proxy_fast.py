@@ -17,6 +17,8 @@ import orjson
 import pytest
 
 from tests.e2e.conftest import Server, start_server
+from tests.e2e.test_fast_route_checks import bearer, exchange, guarded, servers, status_of  # noqa: F401 (fixtures: --auth)
+from tests.e2e.test_fast_route_checks import fast_served as served_to
 from tests.e2e.test_fast_routes import Connection, comparable, create_topic, fast_served
 
 WAIT_S = 30.0
@@ -174,3 +176,31 @@ def test_bad_v2_produces_get_v2_errors(
     )
     assert (answer.status_code, answer.json()["error_code"]) == (status, code), answer.text
     assert answer.headers["content-type"] == V2
+
+
+async def test_checks_on_the_fast_routes_answer_v2_errors(request: pytest.FixtureRequest) -> None:
+    """With --auth, a v2 produce on the fast routes is refused as the route refuses it (401
+    40101, 403 40301 in v2's body, the same bytes), and alice's is served there."""
+    server, keys = request.getfixturevalue("guarded")
+    body = orjson.dumps({"records": RECORDS[:2]})
+    alice, bob = bearer(keys["alice"]), bearer(keys["bob"])
+    lines = {
+        name: [f"Authorization: {h['Authorization']}"] for name, h in (("a", alice), ("b", bob))
+    }
+    await exchange(server, post("/topics/t", body, JSON_V2, *lines["a"]))  # keys seen once
+    await exchange(server, post("/topics/t", body, JSON_V2, *lines["b"]))
+    before = served_to(server, keys["admin"])
+    fast = await exchange(
+        server, *(post("/topics/t", body, JSON_V2, *lines.get(who, [])) for who in ("", "b", "a"))
+    )
+    routed = await exchange(
+        server,
+        *(
+            post("/topics/t", body, JSON_V2 + "; charset=utf-8", *lines.get(w, []))
+            for w in ("", "b")
+        ),
+    )
+    assert [status_of(a) for a in fast] == [401, 403, 200]
+    assert fast[:2] == routed
+    assert [orjson.loads(a[1])["error_code"] for a in fast[:2]] == [40101, 40301]
+    assert served_to(server, keys["admin"]) - before == 3

@@ -8,9 +8,10 @@ absolutes).
   as a v2 consumer instance (same max_bytes), records/s.
 
 Cells alternate over the rounds and the median round is the figure; the goal is v2 >= 0.8 of
-/v1. With `--before DIR` (a checkout of an earlier commit, its C extensions built in place),
-that tree's gateway runs the same cells in the same rounds, so before and after compare within
-one run.
+/v1, as the median of each round's ratio (v1 and v2 cells run back to back) and as the gateway's
+CPU per record (/v1's over v2's: steadier than rates on a shared machine). With `--before DIR`
+(a checkout of an earlier commit, its C extensions built in place), that tree's gateway runs
+the same cells in the same rounds, so before and after compare within one run.
 
     python -m loadtests.rest_proxy_bench [--quick] [--rounds N] [--seconds S] [--out DIR]
                                          [--before DIR]
@@ -19,6 +20,7 @@ one run.
 from __future__ import annotations
 
 import argparse
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -29,7 +31,7 @@ import orjson
 
 from loadtests import generators, ratio_cli
 from loadtests.bench import machine
-from loadtests.common import http_json, start_gateway
+from loadtests.common import cpu_seconds, http_json, start_gateway
 from loadtests.rows import rates
 
 BATCH = 100
@@ -60,7 +62,9 @@ def produce_cell(
         clients=CONNECTIONS, http1=True,
     )  # fmt: skip
     http_json("DELETE", f"{url}/v1/topics/{topic}")
-    return {"what": f"produce {count}", "api": api, **rates(run, count, body.stat().st_size)}
+    row = {"what": f"produce {count}", "api": api, **rates(run, count, body.stat().st_size)}
+    row["server_us_per_record"] = round(run.server_cpu_s / max(1, run.requests * count) * 1e6, 3)
+    return row
 
 
 def fill(url: str, topic: str) -> None:
@@ -74,8 +78,8 @@ def fill(url: str, topic: str) -> None:
             answer.raise_for_status()
 
 
-def read_cell(url: str, topic: str, api: str) -> dict[str, Any]:
-    """One client reads the whole topic from a new group; records/s."""
+def read_cell(url: str, pid: int, topic: str, api: str) -> dict[str, Any]:
+    """One client reads the whole topic from a new group; records/s and the gateway's CPU."""
     group = f"rp-{api}-{time.monotonic_ns()}"
     read = 0
     with httpx.Client(base_url=url, timeout=60) as client:
@@ -98,6 +102,7 @@ def read_cell(url: str, topic: str, api: str) -> dict[str, Any]:
             path, headers = f"{base}/records", {"Accept": V2_JSON}
             params = {"max_bytes": str(READ_BYTES), "timeout": "0"}
         started = time.perf_counter()
+        cpu_before = cpu_seconds(pid)
         requests = 0
         while read < READ_RECORDS:
             answer = client.get(path, params=params, headers=headers)
@@ -106,6 +111,7 @@ def read_cell(url: str, topic: str, api: str) -> dict[str, Any]:
             read += len(doc["records"] if api == "v1" else doc)
             requests += 1
         elapsed = time.perf_counter() - started
+        server_cpu_s = cpu_seconds(pid) - cpu_before
     return {
         "what": "consumer read",
         "api": api,
@@ -113,6 +119,8 @@ def read_cell(url: str, topic: str, api: str) -> dict[str, Any]:
         "requests_per_s": round(requests / elapsed, 1),
         "requests": requests,
         "seconds": round(elapsed, 3),
+        "server_cpu_s": round(server_cpu_s, 3),
+        "server_us_per_record": round(server_cpu_s / max(1, read) * 1e6, 3),
     }
 
 
@@ -129,7 +137,7 @@ def run(rounds: int, seconds: float, scratch: Path, before: Path | None) -> dict
                 for api in ("v1", "v2"):
                     row = produce_cell(url, process.pid, scratch, api, BATCH, seconds)
                     cells.setdefault((tree, row["what"], api), []).append(row)
-                    row = read_cell(url, "rp-read", api)
+                    row = read_cell(url, process.pid, "rp-read", api)
                     cells.setdefault((tree, row["what"], api), []).append(row)
                 row = produce_cell(url, process.pid, scratch, "v2", 1, seconds)
                 cells.setdefault((tree, row["what"], "v2"), []).append(row)
@@ -139,21 +147,31 @@ def run(rounds: int, seconds: float, scratch: Path, before: Path | None) -> dict
             process.wait(30)
     rows = []
     for (tree, _, _), runs in cells.items():
-        runs.sort(key=lambda r: r["records_per_s"])
-        median = runs[(len(runs) - 1) // 2]
+        ordered = sorted(runs, key=lambda r: r["records_per_s"])
+        median = ordered[(len(ordered) - 1) // 2]
         rows.append(
-            {"tree": tree, **median, "rounds_records_per_s": [r["records_per_s"] for r in runs]}
+            {
+                "tree": tree,
+                **median,
+                "rounds_records_per_s": [r["records_per_s"] for r in runs],
+                "median_us_per_record": statistics.median(r["server_us_per_record"] for r in runs),
+            }
         )
-    by = {(r["tree"], r["what"], r["api"]): r for r in rows}
-    ratios = {
-        tree: {
-            what: round(
-                by[(tree, what, "v2")]["records_per_s"] / by[(tree, what, "v1")]["records_per_s"], 2
+    ratios: dict[str, dict[str, dict[str, Any]]] = {}
+    for tree in trees:
+        for what in (f"produce {BATCH}", "consumer read"):
+            v1, v2 = cells[(tree, what, "v1")], cells[(tree, what, "v2")]
+            per_round = [
+                b["records_per_s"] / a["records_per_s"] for a, b in zip(v1, v2, strict=True)
+            ]
+            cpu = statistics.median(r["server_us_per_record"] for r in v1) / statistics.median(
+                r["server_us_per_record"] for r in v2
             )
-            for what in (f"produce {BATCH}", "consumer read")
-        }
-        for tree in trees
-    }
+            ratios.setdefault(tree, {})[what] = {
+                "rate": round(statistics.median(per_round), 2),
+                "cpu": round(cpu, 2),
+                "rounds": [round(r, 2) for r in per_round],
+            }
     return {"cells": rows, "v2_over_v1": ratios}
 
 
@@ -164,17 +182,22 @@ def markdown(doc: dict[str, Any]) -> str:
         "",
         f"`{meta['command']}`, {meta['rounds']} rounds, {meta['seconds_per_cell']} s a cell",
         "",
-        "| tree | cell | api | records/s | requests/s | rounds (records/s) |",
-        "|---|---|---|---|---|---|",
+        "| tree | cell | api | records/s | requests/s | rounds (records/s) | server µs/record |",
+        "|---|---|---|---|---|---|---|",
     ]
     for row in doc["cells"]:
         lines.append(
             f"| {row['tree']} | {row['what']} | {row['api']} | {row['records_per_s']} | "
-            f"{row['requests_per_s']} | {row['rounds_records_per_s']} |"
+            f"{row['requests_per_s']} | {row['rounds_records_per_s']} | "
+            f"{row['median_us_per_record']} |"
         )
-    lines.append("")
+    lines += ["", "| tree | cell | v2/v1 rate (median of rounds) | rounds | v2/v1 by CPU |"]
+    lines.append("|---|---|---|---|---|")
     for tree, ratios in doc["v2_over_v1"].items():
-        lines.append(f"v2 / v1 ({tree}): " + ", ".join(f"{k} {v}" for k, v in ratios.items()))
+        for what, ratio in ratios.items():
+            lines.append(
+                f"| {tree} | {what} | {ratio['rate']} | {ratio['rounds']} | {ratio['cpu']} |"
+            )
     return "\n".join(lines) + "\n"
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
 
 import orjson
 
@@ -16,6 +15,7 @@ from gateway.api.rest_proxy.produce import offsets_answer
 from gateway.formats import codecs
 from gateway.http.memo import Memo
 from gateway.http.problem import Problem
+from groups.coordinator import RecordDecoder
 
 PREFIX = "/topics/"
 TOPIC_ROUTE = "/topics/{topic}"
@@ -84,12 +84,6 @@ def error_answer(problem: Problem) -> bytes:
 
 
 @functools.cache
-def record_decoder(embedded: str) -> Any:
+def record_decoder(embedded: str) -> RecordDecoder:
     """How a v2 instance's fetch turns batches into its records (the group fetch's decoder)."""
-    return functools.partial(_decode, embedded)
-
-
-def _decode(
-    embedded: str, data: memoryview, start: int, max_records: int, tp: tuple[str, int]
-) -> tuple[list[Any], int]:
-    return codecs.rest_proxy_records(embedded, data, start, max_records, tp)
+    return functools.partial(codecs.rest_proxy_records, embedded)

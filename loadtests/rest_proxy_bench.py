@@ -164,12 +164,13 @@ def run(rounds: int, seconds: float, scratch: Path, before: Path | None) -> dict
             per_round = [
                 b["records_per_s"] / a["records_per_s"] for a, b in zip(v1, v2, strict=True)
             ]
-            cpu = statistics.median(r["server_us_per_record"] for r in v1) / statistics.median(
-                r["server_us_per_record"] for r in v2
+            cpu_v1, cpu_v2 = (
+                statistics.median(r["server_us_per_record"] for r in runs) for runs in (v1, v2)
             )
+            cpu = cpu_v1 / cpu_v2 if cpu_v2 else None  # None: too short to tick the CPU clock
             ratios.setdefault(tree, {})[what] = {
                 "rate": round(statistics.median(per_round), 2),
-                "cpu": round(cpu, 2),
+                "cpu": None if cpu is None else round(cpu, 2),
                 "rounds": [round(r, 2) for r in per_round],
             }
     return {"cells": rows, "v2_over_v1": ratios}

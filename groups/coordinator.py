@@ -39,7 +39,6 @@ from engine.offsets_topic import CommittedOffset, StoredGroup, TopicPartition
 from groups import remote
 from groups.assignors import ASSIGNORS
 from groups.errors import GroupError
-from groups.record_filter import RecordFilter
 from replication.errors import LeaderNotAvailable, NotLeader, ReplicationError
 from replication.fetch_limits import FetchLimits
 from replication.forward_client import ForwardClient
@@ -49,17 +48,23 @@ from replication.replica_manager import ReplicaManager
 
 OFFSET_RESETS = ("earliest", "latest", "none")
 # Whole batches -> at most N records from an offset on, each naming its topic and partition,
-# ready for the answer's encoder (only those the filter keeps, when there is one); and the
-# offset after the last. The gateway gives its codec: the coordinator counts and positions
-# records, never encodes them.
-RecordDecoder = Callable[
-    [memoryview, int, int, TopicPartition, RecordFilter | None], tuple[list[Any], int]
-]
+# ready for the answer's encoder (a decoder may skip records: the offset still passes them);
+# and the offset after the last. The gateway gives its codec: the coordinator counts and
+# positions records, never encodes them.
+RecordDecoder = Callable[[memoryview, int, int, TopicPartition], tuple[list[Any], int]]
 logger = logging.getLogger(__name__)
 AUTO_COMMIT_WRITE_S = 1.0  # auto-commits reach the log within this (auto.commit.interval.ms)
 CURSOR_MASK = 2**31 - 1
 REPLAY_WAIT_MS = 30_000  # how long a new coordinator waits for its offsets log to commit
 METADATA_OVERHEAD = 4096  # the batch and record headers, the key, and slack
+
+
+def _illegal_state(group: str, member_id: str, why: str) -> GroupError:
+    return GroupError(
+        "ILLEGAL_STATE",
+        f"member {member_id!r} of group {group!r} {why}: subscribing and assigning partitions "
+        "manually exclude each other (unsubscribe first)",
+    )
 
 
 def unknown_member(group: str, member_id: str) -> GroupError:
@@ -91,9 +96,9 @@ class Member:
     # A REST Proxy v2 consumer instance's settings (format, fetch.min.bytes, ...): kept with
     # the member in the log, so whichever node coordinates the group next serves it alike.
     instance: dict[str, Any] = field(default_factory=dict)
-    # Records it is not delivered (a Server-Sent Events stream's filter); its position passes
-    # them. Not stored: it lives as long as the stream that joined.
-    keep: RecordFilter | None = None
+    # Kafka's assign(): `target` is what the member chose, outside the group's assignment and
+    # its ownership (as in Kafka, a partition may be assigned to several such members).
+    manual: bool = False
     _assignment: tuple[set[TopicPartition], list[dict[str, Any]]] | None = None
 
     def assignment(self) -> list[dict[str, Any]]:
@@ -113,6 +118,8 @@ class Member:
         }
         if self.instance:
             doc["instance"] = self.instance
+        if self.manual:
+            doc["manual"] = True
         return doc
 
     def poke(self) -> None:
@@ -159,7 +166,6 @@ class JoinRequest:
     auto_commit: bool
     assignor: str | None = None  # None: the group's
     instance_id: str | None = None  # a static member's chosen id (Kafka's group.instance.id)
-    keep: RecordFilter | None = None  # only the records this keeps are delivered
 
 
 @dataclass
@@ -307,7 +313,11 @@ class GroupCoordinator:
                 (str(a["topic"]), int(p)) for a in doc["assignment"] for p in a["partitions"]
             }
             member.instance = dict(doc.get("instance", {}))
+            member.manual = bool(doc.get("manual", False))
             group.members[member.member_id] = member
+            if member.manual:
+                member.owned = set(member.target)
+                continue
             for tp in member.target - set(group.owners):
                 member.owned.add(tp)
                 group.owners[tp] = member.member_id
@@ -347,7 +357,6 @@ class GroupCoordinator:
             request.session_timeout_ms,
             request.auto_offset_reset,
             request.auto_commit,
-            keep=request.keep,
         )
         self._check_room(group, member, existing)
         reassign = existing is None or existing.topics != member.topics
@@ -363,7 +372,6 @@ class GroupCoordinator:
             existing.session_timeout_ms = member.session_timeout_ms
             existing.auto_offset_reset = member.auto_offset_reset
             existing.auto_commit = member.auto_commit
-            existing.keep = member.keep
             member = existing
         group.members[member.member_id] = member
         if reassign:
@@ -425,10 +433,27 @@ class GroupCoordinator:
         self._write_metadata(group)
         return group, member
 
-    def subscribe(self, name: str, member_id: str, topics: tuple[str, ...]) -> Member:
-        """Change what an existing member consumes (no topics: nothing); its settings stay."""
-        _, member = self._member(name, member_id)
-        instance = member.instance
+    def subscribe(
+        self,
+        name: str,
+        member_id: str,
+        topics: tuple[str, ...],
+        instance: dict[str, Any] | None = None,
+    ) -> Member:
+        """Change what an existing member consumes (no topics: nothing, and no manual
+        assignment either, as Kafka's unsubscribe); its instance settings stay, or become
+        `instance`. A member with a manual assignment cannot subscribe (Kafka's
+        IllegalStateException)."""
+        group, member = self._member(name, member_id)
+        if member.manual and topics:
+            raise _illegal_state(name, member_id, "has a manual assignment")
+        if member.auto_commit:  # before its positions go, as a Kafka consumer rejoining
+            self._commit_positions(group, member)
+        if member.manual:
+            self._assign(group, member, ())
+        if instance is None:
+            instance = member.instance
+        member.instance = instance
         _, member = self.join(
             name,
             JoinRequest(
@@ -441,6 +466,27 @@ class GroupCoordinator:
         )
         member.instance = instance
         return member
+
+    def assign(self, name: str, member_id: str, partitions: tuple[TopicPartition, ...]) -> Member:
+        """Kafka's assign(): the member reads exactly these partitions (none: nothing), outside
+        the group's assignment; refused for a subscribed member (IllegalStateException)."""
+        group, member = self._member(name, member_id)
+        if member.topics:
+            raise _illegal_state(name, member_id, "is subscribed to topics")
+        for topic, partition in partitions:
+            self.replicas.check_partition(topic, partition)
+        self._assign(group, member, partitions)
+        self._write_metadata(group)
+        self._schedule_expiry(group, member)
+        return member
+
+    def _assign(self, group: Group, member: Member, partitions: tuple[TopicPartition, ...]) -> None:
+        for tp in member.owned - set(partitions):
+            self._release(group, member, tp)
+        member.manual = bool(partitions)
+        member.target = set(partitions)
+        member.owned = set(partitions)
+        member.poke()
 
     def touch(self, name: str, member_id: str) -> Member:
         """A member's request that is no fetch nor commit: it renews the session."""
@@ -514,6 +560,8 @@ class GroupCoordinator:
                 for member in group.members.values():
                     for tp in [tp for tp in member.owned if tp[0] == deleted]:
                         self._release(group, member, tp)
+                        if member.manual:
+                            member.target.discard(tp)
                 gone = [tp for tp in group.offsets if tp[0] == deleted]
                 for tp in gone:
                     del group.offsets[tp]
@@ -535,7 +583,8 @@ class GroupCoordinator:
         group.generation += 1
         group.partition_counts = self._partition_counts(group)
         targets = ASSIGNORS[group.assignor](
-            {m.member_id: m.topics for m in group.members.values()}, group.partition_counts
+            {m.member_id: m.topics for m in group.members.values() if not m.manual},
+            group.partition_counts,
         )
         for member_id, partitions in targets.items():
             group.members[member_id].target = set(partitions)
@@ -566,6 +615,8 @@ class GroupCoordinator:
                 other.poke()
 
     def _acquire_free(self, group: Group, member: Member) -> None:
+        if member.manual:  # its own choice: owned as assigned, from no one
+            return
         for tp in member.target - member.owned:
             if tp not in group.owners:
                 group.owners[tp] = member.member_id
@@ -573,6 +624,8 @@ class GroupCoordinator:
 
     def _reconcile(self, group: Group, member: Member) -> None:
         """At a fetch: give up what was moved away, take what has been freed."""
+        if member.manual:
+            return
         for tp in member.owned - member.target:
             self._release(group, member, tp)
         self._acquire_free(group, member)
@@ -580,7 +633,12 @@ class GroupCoordinator:
     # -- fetch ---------------------------------------------------------------------------------
 
     async def fetch(
-        self, name: str, member_id: str, limits: FetchLimits, cursor: int | None = None
+        self,
+        name: str,
+        member_id: str,
+        limits: FetchLimits,
+        cursor: int | None = None,
+        decode: RecordDecoder | None = None,
     ) -> GroupFetch:
         """Long-poll across the member's partitions; counts as a heartbeat.
 
@@ -588,7 +646,8 @@ class GroupCoordinator:
         owns a partition (the join settling) it waits, up to the timeout, rather than answer
         empty. A newer fetch by the same member answers an older parked one at once, empty.
         A `cursor` other than the last answer's means that answer was lost on the way: its
-        records are delivered again (see _rewind).
+        records are delivered again (see _rewind). `decode`: how batches become the answer's
+        records, if not the coordinator's own way (another API's record shape).
         """
         group, member = self._member(name, member_id)
         if cursor is not None and cursor != member.cursor:
@@ -612,9 +671,9 @@ class GroupCoordinator:
                 elsewhere = self._led_elsewhere(member)
                 fetched = await self._read_remote(group, member, elsewhere, limits)
                 fetched.update(await self._read_tiered(group, member, limits))
-                answer = self._read(group, member, limits, fetched)
+                answer = self._read(group, member, limits, fetched, decode or self.decode_records)
                 if not answer.records and answer.next_offsets:
-                    # Only records the member's filter skips: it passes them and reads on.
+                    # Only records the decoder's filter skips: pass them and read on.
                     member.positions.update(answer.next_offsets)
                     if self._loop.time() < deadline:
                         continue
@@ -809,6 +868,7 @@ class GroupCoordinator:
         member: Member,
         limits: FetchLimits,
         fetched: Mapping[TopicPartition, remote.RemoteRead],
+        decode: RecordDecoder,
     ) -> PartitionReads:
         """One pass over the member's partitions, from where a rotation left off: led here,
         read in place; led elsewhere, what `fetched` brought at the member's position."""
@@ -830,7 +890,7 @@ class GroupCoordinator:
                 if read is None:
                     continue
                 data, position = read
-            got, next_offset = self.decode_records(data, position, left, tp, member.keep)
+            got, next_offset = decode(data, position, left, tp)
             if got:
                 records.extend(got)
                 out.next_offsets[tp] = next_offset

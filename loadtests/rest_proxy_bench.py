@@ -8,13 +8,20 @@ absolutes).
   as a v2 consumer instance (same max_bytes), records/s.
 
 Cells alternate over the rounds and the median round is the figure; the goal is v2 >= 0.8 of
-/v1.
+/v1, as the median of each round's ratio (v1 and v2 cells run back to back) and as the gateway's
+CPU per record (/v1's over v2's: steadier than rates on a shared machine). With `--before DIR`
+(a checkout of an earlier commit, its C extensions built in place), that tree's gateway runs
+the same cells in the same rounds, so before and after compare within one run.
 
     python -m loadtests.rest_proxy_bench [--quick] [--rounds N] [--seconds S] [--out DIR]
+                                         [--before DIR]
 """
 
 from __future__ import annotations
 
+import argparse
+import statistics
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -23,7 +30,8 @@ import httpx
 import orjson
 
 from loadtests import generators, ratio_cli
-from loadtests.common import http_json, start_gateway
+from loadtests.bench import machine
+from loadtests.common import cpu_seconds, http_json, start_gateway
 from loadtests.rows import rates
 
 BATCH = 100
@@ -54,7 +62,9 @@ def produce_cell(
         clients=CONNECTIONS, http1=True,
     )  # fmt: skip
     http_json("DELETE", f"{url}/v1/topics/{topic}")
-    return {"what": f"produce {count}", "api": api, **rates(run, count, body.stat().st_size)}
+    row = {"what": f"produce {count}", "api": api, **rates(run, count, body.stat().st_size)}
+    row["server_us_per_record"] = round(run.server_cpu_s / max(1, run.requests * count) * 1e6, 3)
+    return row
 
 
 def fill(url: str, topic: str) -> None:
@@ -68,8 +78,8 @@ def fill(url: str, topic: str) -> None:
             answer.raise_for_status()
 
 
-def read_cell(url: str, topic: str, api: str) -> dict[str, Any]:
-    """One client reads the whole topic from a new group; records/s."""
+def read_cell(url: str, pid: int, topic: str, api: str) -> dict[str, Any]:
+    """One client reads the whole topic from a new group; records/s and the gateway's CPU."""
     group = f"rp-{api}-{time.monotonic_ns()}"
     read = 0
     with httpx.Client(base_url=url, timeout=60) as client:
@@ -92,6 +102,7 @@ def read_cell(url: str, topic: str, api: str) -> dict[str, Any]:
             path, headers = f"{base}/records", {"Accept": V2_JSON}
             params = {"max_bytes": str(READ_BYTES), "timeout": "0"}
         started = time.perf_counter()
+        cpu_before = cpu_seconds(pid)
         requests = 0
         while read < READ_RECORDS:
             answer = client.get(path, params=params, headers=headers)
@@ -100,6 +111,7 @@ def read_cell(url: str, topic: str, api: str) -> dict[str, Any]:
             read += len(doc["records"] if api == "v1" else doc)
             requests += 1
         elapsed = time.perf_counter() - started
+        server_cpu_s = cpu_seconds(pid) - cpu_before
     return {
         "what": "consumer read",
         "api": api,
@@ -107,35 +119,60 @@ def read_cell(url: str, topic: str, api: str) -> dict[str, Any]:
         "requests_per_s": round(requests / elapsed, 1),
         "requests": requests,
         "seconds": round(elapsed, 3),
+        "server_cpu_s": round(server_cpu_s, 3),
+        "server_us_per_record": round(server_cpu_s / max(1, read) * 1e6, 3),
     }
 
 
-def run(rounds: int, seconds: float, scratch: Path) -> dict[str, Any]:
-    process, url = start_gateway(scratch / "data")
-    cells: dict[tuple[str, str], list[dict[str, Any]]] = {}
+def run(rounds: int, seconds: float, scratch: Path, before: Path | None) -> dict[str, Any]:
+    trees = {"after": None, **({"before": before} if before else {})}
+    gateways = {}
+    cells: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     try:
-        fill(url, "rp-read")
+        for tree, path in trees.items():
+            gateways[tree] = start_gateway(scratch / f"data-{tree}", tree=path)
+            fill(gateways[tree][1], "rp-read")
         for _ in range(rounds):
-            for api in ("v1", "v2"):
-                row = produce_cell(url, process.pid, scratch, api, BATCH, seconds)
-                cells.setdefault((row["what"], api), []).append(row)
-                row = read_cell(url, "rp-read", api)
-                cells.setdefault((row["what"], api), []).append(row)
-            row = produce_cell(url, process.pid, scratch, "v2", 1, seconds)
-            cells.setdefault((row["what"], "v2"), []).append(row)
+            for tree, (process, url) in gateways.items():
+                for api in ("v1", "v2"):
+                    row = produce_cell(url, process.pid, scratch, api, BATCH, seconds)
+                    cells.setdefault((tree, row["what"], api), []).append(row)
+                    row = read_cell(url, process.pid, "rp-read", api)
+                    cells.setdefault((tree, row["what"], api), []).append(row)
+                row = produce_cell(url, process.pid, scratch, "v2", 1, seconds)
+                cells.setdefault((tree, row["what"], "v2"), []).append(row)
     finally:
-        process.terminate()
-        process.wait(30)
+        for process, _ in gateways.values():
+            process.terminate()
+            process.wait(30)
     rows = []
-    for runs in cells.values():
-        runs.sort(key=lambda r: r["records_per_s"])
-        median = runs[(len(runs) - 1) // 2]
-        rows.append({**median, "rounds_records_per_s": [r["records_per_s"] for r in runs]})
-    by = {(r["what"], r["api"]): r for r in rows}
-    ratios = {
-        what: round(by[(what, "v2")]["records_per_s"] / by[(what, "v1")]["records_per_s"], 2)
-        for what in (f"produce {BATCH}", "consumer read")
-    }
+    for (tree, _, _), runs in cells.items():
+        ordered = sorted(runs, key=lambda r: r["records_per_s"])
+        median = ordered[(len(ordered) - 1) // 2]
+        rows.append(
+            {
+                "tree": tree,
+                **median,
+                "rounds_records_per_s": [r["records_per_s"] for r in runs],
+                "median_us_per_record": statistics.median(r["server_us_per_record"] for r in runs),
+            }
+        )
+    ratios: dict[str, dict[str, dict[str, Any]]] = {}
+    for tree in trees:
+        for what in (f"produce {BATCH}", "consumer read"):
+            v1, v2 = cells[(tree, what, "v1")], cells[(tree, what, "v2")]
+            per_round = [
+                b["records_per_s"] / a["records_per_s"] for a, b in zip(v1, v2, strict=True)
+            ]
+            cpu_v1, cpu_v2 = (
+                statistics.median(r["server_us_per_record"] for r in runs) for runs in (v1, v2)
+            )
+            cpu = cpu_v1 / cpu_v2 if cpu_v2 else None  # None: too short to tick the CPU clock
+            ratios.setdefault(tree, {})[what] = {
+                "rate": round(statistics.median(per_round), 2),
+                "cpu": None if cpu is None else round(cpu, 2),
+                "rounds": [round(r, 2) for r in per_round],
+            }
     return {"cells": rows, "v2_over_v1": ratios}
 
 
@@ -146,21 +183,49 @@ def markdown(doc: dict[str, Any]) -> str:
         "",
         f"`{meta['command']}`, {meta['rounds']} rounds, {meta['seconds_per_cell']} s a cell",
         "",
-        "| cell | api | records/s | requests/s | rounds (records/s) |",
-        "|---|---|---|---|---|",
+        "| tree | cell | api | records/s | requests/s | rounds (records/s) | server µs/record |",
+        "|---|---|---|---|---|---|---|",
     ]
     for row in doc["cells"]:
         lines.append(
-            f"| {row['what']} | {row['api']} | {row['records_per_s']} | "
-            f"{row['requests_per_s']} | {row['rounds_records_per_s']} |"
+            f"| {row['tree']} | {row['what']} | {row['api']} | {row['records_per_s']} | "
+            f"{row['requests_per_s']} | {row['rounds_records_per_s']} | "
+            f"{row['median_us_per_record']} |"
         )
-    lines += ["", "v2 / v1: " + ", ".join(f"{k} {v}" for k, v in doc["v2_over_v1"].items()), ""]
-    return "\n".join(lines)
+    lines += ["", "| tree | cell | v2/v1 rate (median of rounds) | rounds | v2/v1 by CPU |"]
+    lines.append("|---|---|---|---|---|")
+    for tree, ratios in doc["v2_over_v1"].items():
+        for what, ratio in ratios.items():
+            lines.append(
+                f"| {tree} | {what} | {ratio['rate']} | {ratio['rounds']} | {ratio['cpu']} |"
+            )
+    return "\n".join(lines) + "\n"
 
 
 def main() -> None:
-    out, doc = ratio_cli.run_rounds(__doc__ or "", "loadtests.rest_proxy_bench", 3, 5.0, run)
-    ratio_cli.write(out, "rest-proxy", doc, markdown(doc))
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="one short round (CI)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=5.0, help="per cell")
+    parser.add_argument("--out", type=Path, default=Path("bench-out"))
+    parser.add_argument("--before", type=Path, help="a checkout to measure beside this tree")
+    args = parser.parse_args()
+    rounds, seconds = (1, 1.0) if args.quick else (args.rounds, args.seconds)
+    with tempfile.TemporaryDirectory(prefix="sluice-bench-") as scratch:
+        doc = run(rounds, seconds, Path(scratch), args.before)
+    options = " --quick" if args.quick else f" --rounds {rounds} --seconds {seconds}"
+    before = f" --before {args.before}" if args.before else ""
+    doc["meta"] = {
+        "command": f"python -m loadtests.rest_proxy_bench{options}{before}",
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "rounds": rounds,
+        "seconds_per_cell": seconds,
+        "machine": machine(),
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    ratio_cli.write(args.out, "rest-proxy", doc, markdown(doc))
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ from gateway.api.fetch import (
 from gateway.api.groups import member_records, valid_group_id
 from gateway.api.problems import problem_of
 from gateway.api.records import produced
+from gateway.api.rest_proxy import fast as rest_proxy
 from gateway.api.topics import INTERNAL_TOPICS
 from gateway.auth.checks import (
     UNLIMITED_AUDIENCES,
@@ -66,6 +67,7 @@ from gateway.produce.front import Built, ProduceRequest
 from gateway.produce.idempotency import validate_key
 from gateway.state import Gateway
 from groups.coordinator import CURSOR_MASK
+from replication.errors import PartiallyAppended
 from replication.fetch_limits import FetchLimits
 from replication.metadata import TopicSpec
 from replication.node_contract import APPEND_PREFIX, APPEND_ROUTE, FORWARDED_BY, ON_BEHALF_OF
@@ -84,6 +86,7 @@ _PRODUCE_PARAMS = frozenset({"acks", "timeout_ms", "key"})
 _FETCH_PARAMS = frozenset({"offset", "max_records", "max_bytes", "min_bytes", "timeout_ms"})
 _MEMBER_FETCH_PARAMS = frozenset({"cursor", "max_records", "max_bytes", "min_bytes", "timeout_ms"})
 _APPEND_PARAMS = frozenset({"acks", "timeout_ms"})
+_V2_PRODUCE_PARAMS = frozenset({"acks", "timeout_ms"})
 _APPEND_ACKS = frozenset({"0", "1", "all"})
 # Accept headers a fetch takes as they are (anything else is negotiated by the Application).
 _FETCH_ACCEPT = {
@@ -115,12 +118,17 @@ log = logging.getLogger(__name__)
 
 @dataclass(slots=True)
 class FastProduce:
-    """A produce the fast routes took: what to produce, its route template and body size."""
+    """A produce the fast routes took: what to produce, its route template and body size; a
+    REST Proxy v2 produce also its batches (built in C as it was taken), each record's
+    partition, and its answer's media type (its answers and errors are v2's)."""
 
     produce: ProduceRequest
     route: str
     size: int
     cors: Headers = ()  # added to its answer, whatever it is
+    built: Built | None = None
+    owners: bytes | None = None  # v2: each record's partition (uint32s, request order)
+    answer_type: str = codecs.JSON
 
 
 @dataclass(slots=True)
@@ -305,6 +313,8 @@ class FastRoutes:
         if forwarded:
             return None
         get = method == "GET" and not body and "Content-Length" not in headers
+        if method == "POST" and target.startswith(rest_proxy.PREFIX):
+            return self._take_v2_produce(target, headers, body, connection)
         if target.startswith(_PREFIX):
             if method == "POST":
                 return self._take_produce(target, headers, body, connection)
@@ -403,7 +413,7 @@ class FastRoutes:
 
     def _refused(self, taken: FastRequest, problem: Problem) -> FastRefusal:
         method, route, _ = _route_of(taken)
-        answer = _problem(problem)
+        answer = _failure(taken, problem)
         answer.cors = taken.cors
         return FastRefusal(method, route, answer)
 
@@ -445,6 +455,56 @@ class FastRoutes:
             target=target,
         )
         return FastProduce(produce, route, len(body))
+
+    def _take_v2_produce(
+        self, target: str, headers: Mapping[str, str], body: bytes, connection: object
+    ) -> FastProduce | None:
+        """REST Proxy v2's json-format produce, when its body is one the C path builds (so
+        it is valid) and nothing else sets it apart; everything else goes to its route."""
+        if headers.get("Content-Type") != rest_proxy.PRODUCE_TYPE or len(body) > self.max_body:
+            return None
+        if "Idempotency-Key" in headers:
+            return None
+        answer_type = rest_proxy.answer_type(headers.get("Accept"))
+        parsed = rest_proxy.produce_target(target)
+        if answer_type is None or parsed is None or parsed[0] in INTERNAL_TOPICS:
+            return None
+        name, partition, query, route = parsed
+        topic = self.gateway.broker.store.view.topics.get(name)
+        if topic is None or (partition is not None and partition >= topic.partitions):
+            return None
+        params = _query(query, _V2_PRODUCE_PARAMS)
+        if params is None or not self._room_for(len(body), connection):
+            return None
+        settings = self.gateway.settings
+        acks = ACKS.get(params.get("acks", "all"))
+        try:
+            timeout_ms = query_int(
+                params, "timeout_ms", settings.default_produce_timeout_ms, 0, settings.max_wait_ms
+            )
+        except Problem:
+            return None
+        if acks is None:
+            return None
+        produce = ProduceRequest(
+            topic=name,
+            partition=partition,
+            acks=acks,
+            timeout_ms=timeout_ms,
+            content_type=rest_proxy.PRODUCE_TYPE,
+            body=body,
+            key=None,
+            idempotency_key=None,
+            target=target,
+        )
+        try:
+            made = self.gateway.producer.build_json_keyed(produce)
+        except Exception:  # the topic went meanwhile: its route says so
+            return None
+        if made is None:
+            return None
+        built, owners = made
+        return FastProduce(produce, route, len(body), (), built, owners, answer_type)
 
     def _plain_produce_target(self, target: str) -> PlainProduce | None:
         """What a produce's target says, when the fast routes may take it (the topic's existence
@@ -592,7 +652,7 @@ class FastRoutes:
         if isinstance(request, FastProduce) and request.produce.idempotency_key is None:
             producer = self.gateway.producer
             try:
-                built = producer.build(request.produce)
+                built = request.built or producer.build(request.produce)
             except Exception as exc:  # answered by `serve`, as any other failure
                 built = exc
             else:
@@ -636,9 +696,11 @@ class FastRoutes:
                 flushed.add_done_callback(functools.partial(_served, ready))
                 return
             document = self.gateway.producer.appended(request.produce, built, info)
-            answer = FastAnswer(produced(request.produce.acks), codecs.JSON, orjson.dumps(document))
+            answer = _produced(request, document)
         else:
-            answer = _problem(_problem_of(_as_exception(error), "POST", request.produce.target))
+            answer = _failure(
+                request, _problem_of(_as_exception(error), "POST", request.produce.target)
+            )
         answer.cors = request.cors
         self._release(request.size, connection)
         self._observe(request.route, "POST", answer.status, started)
@@ -660,9 +722,9 @@ class FastRoutes:
         try:
             await self.gateway.replicas.acknowledge(leader, info, produce.acks, produce.timeout_ms)
             document = self.gateway.producer.appended(produce, built, info)
-            answer = FastAnswer(produced(produce.acks), codecs.JSON, orjson.dumps(document))
+            answer = _produced(request, document)
         except Exception as exc:
-            answer = _problem(_problem_of(exc, "POST", produce.target))
+            answer = _failure(request, _problem_of(exc, "POST", produce.target))
         finally:
             self._release(request.size, connection)
             status = CLIENT_CLOSED if answer is None else answer.status
@@ -697,7 +759,7 @@ class FastRoutes:
                 if request.usage is not None:  # as the quota middleware charges a fetch
                     self.auth.quotas.charge(request.usage, "fetch_bytes", len(answer.body))
         except Exception as exc:
-            answer = _problem(_problem_of(exc, method, target))
+            answer = _failure(request, _problem_of(exc, method, target))
         finally:
             self._observe(
                 route, method, CLIENT_CLOSED if answer is None else answer.status, started
@@ -715,10 +777,14 @@ class FastRoutes:
         self._reserve(request.size, connection)
         try:
             if isinstance(request, FastProduce):
-                document = await self.gateway.producer.produce(request.produce, built)
-                return FastAnswer(
-                    produced(request.produce.acks), codecs.JSON, orjson.dumps(document)
-                )
+                try:
+                    document = await self.gateway.producer.produce(request.produce, built)
+                except PartiallyAppended as exc:
+                    if request.owners is None:
+                        raise
+                    body = rest_proxy.produced_answer(exc.appended, request.owners, exc.refused)
+                    return FastAnswer(produced(request.produce.acks), request.answer_type, body)
+                return _produced(request, document)
             info = await self.gateway.replicas.append(
                 request.topic, request.partition, request.data, request.acks, request.timeout_ms
             )
@@ -769,6 +835,8 @@ _FETCH = "GET " + PARTITION_ROUTE  # (the produce routes are POST's only)
 _ROUTES = {  # `_resource_of`'s name of a route -> its method and template
     TOPIC_ROUTE: ("POST", TOPIC_ROUTE),
     PARTITION_ROUTE: ("POST", PARTITION_ROUTE),
+    rest_proxy.TOPIC_ROUTE: ("POST", rest_proxy.TOPIC_ROUTE),
+    rest_proxy.PARTITION_ROUTE: ("POST", rest_proxy.PARTITION_ROUTE),
     _FETCH: ("GET", PARTITION_ROUTE),
     MEMBER_ROUTE: ("GET", MEMBER_ROUTE),
     APPEND_ROUTE: ("POST", APPEND_ROUTE),
@@ -836,6 +904,26 @@ def _served(
 def _as_exception(error: BaseException) -> Exception:
     """A failed append's error as the problem renderer takes it."""
     return error if isinstance(error, Exception) else RuntimeError(str(error))
+
+
+def _produced(request: FastProduce, document: dict[str, Any]) -> FastAnswer:
+    """A produce's answer: /v1's document, or v2's offsets for a v2 produce."""
+    status = produced(request.produce.acks)
+    if request.owners is None:
+        return FastAnswer(status, codecs.JSON, orjson.dumps(document))
+    body = rest_proxy.produced_answer(document["results"], request.owners, [])
+    return FastAnswer(status, request.answer_type, body)
+
+
+def _failure(request: FastRequest, problem: Problem) -> FastAnswer:
+    """A failure's answer: a problem, or v2's error body for a v2 request (the dialect the
+    Application's problem middleware picks for v2's paths)."""
+    if isinstance(request, FastProduce) and request.owners is not None:
+        body = rest_proxy.error_answer(problem)
+        return FastAnswer(
+            problem.status, rest_proxy.ERROR_TYPE, body, tuple(problem.headers.items())
+        )
+    return _problem(problem)
 
 
 def _problem(problem: Problem) -> FastAnswer:

@@ -14,6 +14,7 @@ come twice.
 from __future__ import annotations
 
 import contextlib
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +29,7 @@ from gateway.formats import codecs
 from gateway.http import sse
 from gateway.http.problem import Problem
 from gateway.state import Gateway
-from groups.coordinator import GroupFetch, JoinRequest
+from groups.coordinator import GroupFetch, JoinRequest, RecordDecoder
 from groups.errors import GroupError
 from groups.record_filter import RecordFilter
 from replication.errors import NotLeader
@@ -57,9 +58,7 @@ async def group_events(
 ) -> web.StreamResponse:
     """Join the group, stream what the member is given until the client goes, then leave."""
     coordinator = gateway.groups
-    join = JoinRequest(
-        (ask.topic,), ask.session_timeout_ms, ask.auto_offset_reset, False, keep=ask.keep
-    )
+    join = JoinRequest((ask.topic,), ask.session_timeout_ms, ask.auto_offset_reset, False)
     try:
         _, member = coordinator.join(ask.group, join)
     except NotLeader as exc:
@@ -90,6 +89,9 @@ class _Member:
         self.resume = dict(ask.resume)  # partitions whose Last-Event-ID position is not met yet
         self.positions: dict[int, int] = {}  # next offsets of what this stream delivered
         self.assignment: list[dict[str, Any]] | None = None
+        # Always a filter, even one that keeps everything: the C path of a fetch writes a
+        # batch's JSON whole, and each event needs its record's offset for its id.
+        self.decode: RecordDecoder = functools.partial(_decode_kept, ask.keep)
 
     async def run(self) -> None:
         coordinator = self.gateway.groups
@@ -101,7 +103,9 @@ class _Member:
             left = ask.max_events - sent if ask.max_events else MAX_RECORDS
             limits = FetchLimits(min(MAX_RECORDS, left), ask.max_bytes, 1, ask.heartbeat_ms)
             try:
-                answer = await coordinator.fetch(ask.group, self.member_id, limits)
+                answer = await coordinator.fetch(
+                    ask.group, self.member_id, limits, decode=self.decode
+                )
             except EngineError as exc:
                 await self.writer.send(sse.problem_event(from_engine_error(exc)))
                 return
@@ -159,6 +163,13 @@ class _Member:
         self.positions[partition] = offset + 1
         cursor = format_cursor(self.positions)
         return sse.event("record", codecs.encode_record(record), cursor)
+
+
+def _decode_kept(
+    keep: RecordFilter, data: memoryview, start: int, most: int, source: tuple[str, int]
+) -> tuple[list[Any], int]:
+    """The member's records that the stream's filter keeps (the others still pass)."""
+    return codecs.fetched_records(data, start, most, source, keep)
 
 
 def _where(record: Any) -> tuple[int, int]:

@@ -14,14 +14,24 @@ from gateway.auth.acl import Operation, ResourceType
 from gateway.auth.authenticator import Authenticator
 from gateway.auth.credentials import INTERNAL_PRINCIPAL
 from gateway.auth.quotas import FIELD_OF, PrincipalUsage, QuotaKind, Throttle
-from gateway.auth.route_operations import Access
+from gateway.auth.route_operations import Access, route_template
 from gateway.auth.service import AuthService
 from gateway.http.problem import Problem
 
 _RECORDS = "/v1/topics/{topic}/partitions/{partition}/records"
-PRODUCE_ROUTES = frozenset({("POST", "/v1/topics/{topic}/records"), ("POST", _RECORDS)})
+# The REST Proxy's produce and read routes are charged as /v1's that do the same.
+PRODUCE_ROUTES = frozenset(
+    {
+        ("POST", "/v1/topics/{topic}/records"),
+        ("POST", _RECORDS),
+        ("POST", "/topics/{topic}"),
+        ("POST", "/topics/{topic}/partitions/{partition}"),
+        ("POST", "/v3/clusters/{cluster_id}/topics/{topic}/records"),
+    }
+)
 _MEMBER_RECORDS = "/v1/groups/{group}/members/{member}/records"
-FETCH_ROUTES = frozenset({("GET", _RECORDS), ("GET", _MEMBER_RECORDS)})
+_V2_RECORDS = "/consumers/{group}/instances/{instance}/records"
+FETCH_ROUTES = frozenset({("GET", _RECORDS), ("GET", _MEMBER_RECORDS), ("GET", _V2_RECORDS)})
 UNLIMITED_AUDIENCES = frozenset({"public", "ops", "internal"})  # probes and nodes: never
 
 
@@ -72,7 +82,7 @@ def require_reads(auth: AuthService, principal: str, topics: Iterable[str]) -> N
 
 def quota_charged(method: str, template: str) -> QuotaKind | None:
     """The byte rate a route's requests are charged to, besides the request rate."""
-    route = (method, template)
+    route = (method, route_template(template))
     if route in PRODUCE_ROUTES:
         return "produce_bytes"
     return "fetch_bytes" if route in FETCH_ROUTES else None

@@ -120,6 +120,10 @@ ROUTES: dict[tuple[str, str], Access] = {
     ),
     ("GET", f"{_V2_INSTANCE}/subscription"): Access(_on("group", "read", "group")),
     ("DELETE", f"{_V2_INSTANCE}/subscription"): Access(_on("group", "read", "group")),
+    ("POST", f"{_V2_INSTANCE}/assignments"): Access(
+        _on("group", "read", "group"), also="read on each topic"
+    ),
+    ("GET", f"{_V2_INSTANCE}/assignments"): Access(_on("group", "read", "group")),
     ("GET", f"{_V2_INSTANCE}/records"): Access(
         _on("group", "read", "group"), also="read on each of the instance's topics"
     ),
@@ -137,6 +141,16 @@ ROUTES: dict[tuple[str, str], Access] = {
     ),
     ("POST", f"{_V2_INSTANCE}/positions/end"): Access(
         _on("group", "read", "group"), also="read on each topic"
+    ),
+    # Confluent REST Proxy v3 (gateway.api.rest_proxy.v3).
+    ("GET", "/v3/clusters"): Access(_on("cluster", "describe", None)),
+    ("GET", "/v3/clusters/{cluster_id}"): Access(_on("cluster", "describe", None)),
+    ("GET", "/v3/clusters/{cluster_id}/topics"): Access(
+        also="lists only the topics the principal may describe"
+    ),
+    ("GET", "/v3/clusters/{cluster_id}/topics/{topic}"): Access(_on("topic", "describe", "topic")),
+    ("POST", "/v3/clusters/{cluster_id}/topics/{topic}/records"): Access(
+        _on("topic", "write", "topic")
     ),
     ("GET", "/healthz"): Access(audience="public"),
     # The web console's page and files (gateway.console): it asks for credentials itself.

@@ -11,6 +11,10 @@
  * output is byte for byte the same (tests/gateway/test_fetchjson.py checks it on arbitrary
  * and damaged batches).
  *
+ * The same records in REST Proxy v2's shapes (json: keys and values as JSON; binary: base64; no
+ * headers or timestamps) are what codecs.rest_proxy_records writes in Python
+ * (tests/gateway/test_rest_proxy_codecs.py).
+ *
  * Every read is bounds-checked against the buffer, and within a record against its length.
  */
 #define PY_SSIZE_T_CLEAN
@@ -154,6 +158,94 @@ write_string(char *w, const unsigned char *s, Py_ssize_t n)
 
 enum outcome { DONE, PYTHON, FAILED };
 
+/* What a record's JSON looks like: Sluice's /v1 (offset, timestamp, key as text, value, headers),
+ * or REST Proxy v2's records (offset, key, value: json, keys and values as JSON; binary, both
+ * base64), each after the caller's prefix (which names topic and partition for v2). */
+enum shape { SHAPE_V1, SHAPE_V2_JSON, SHAPE_V2_BINARY, SHAPES };
+
+/* How v2's json format writes a key, as the Python path decides it (orjson.loads succeeds: the
+ * key as it is; else the key as a JSON string): 1 as it is, 0 as a string, -1 unsure (Python).
+ * Sure here: a string token without escapes, a plain integer, true/false/null; and a key whose
+ * first byte cannot start JSON. The key is valid UTF-8 already. */
+static int
+json_key_kind(const unsigned char *k, Py_ssize_t n)
+{
+    if (n == 0) {
+        return 0;
+    }
+    unsigned char c = k[0];
+    if (c == '"') {
+        if (n < 2 || k[n - 1] != '"') {
+            return -1;
+        }
+        for (Py_ssize_t i = 1; i < n - 1; i++) {
+            if (k[i] < 0x20 || k[i] == '"' || k[i] == '\\') {
+                return -1;
+            }
+        }
+        return 1;
+    }
+    if (c == '-' || (c >= '0' && c <= '9')) {
+        Py_ssize_t i = c == '-';
+        if (i >= n || n - i > 18 || (k[i] == '0' && n - i > 1)) {
+            return -1;
+        }
+        for (; i < n; i++) {
+            if (k[i] < '0' || k[i] > '9') {
+                return -1;
+            }
+        }
+        return 1;
+    }
+    static const char *const words[] = {"true", "false", "null"};
+    for (int w = 0; w < 3; w++) {
+        Py_ssize_t len = (Py_ssize_t)strlen(words[w]);
+        if (c == words[w][0]) {
+            if (n == len && memcmp(k, words[w], (size_t)len) == 0) {
+                return 1;
+            }
+            return n >= len && memcmp(k, words[w], (size_t)len) == 0 ? -1 : 0;
+        }
+    }
+    if (c == '{' || c == '[' || c == ' ' || c == '\t' || c == '\n' || c == '\r') {
+        return -1;
+    }
+    return 0;
+}
+
+/* Standard base64 with padding, as Python's base64.b64encode writes it, in quotes. */
+static char *
+write_base64(char *w, const unsigned char *s, Py_ssize_t n)
+{
+    static const char alphabet[] =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    *w++ = '"';
+    Py_ssize_t i = 0;
+    for (; n - i >= 3; i += 3) {
+        uint32_t v = (uint32_t)s[i] << 16 | (uint32_t)s[i + 1] << 8 | s[i + 2];
+        *w++ = alphabet[v >> 18];
+        *w++ = alphabet[(v >> 12) & 63];
+        *w++ = alphabet[(v >> 6) & 63];
+        *w++ = alphabet[v & 63];
+    }
+    if (n - i == 1) {
+        uint32_t v = (uint32_t)s[i] << 16;
+        *w++ = alphabet[v >> 18];
+        *w++ = alphabet[(v >> 12) & 63];
+        *w++ = '=';
+        *w++ = '=';
+    }
+    else if (n - i == 2) {
+        uint32_t v = (uint32_t)s[i] << 16 | (uint32_t)s[i + 1] << 8;
+        *w++ = alphabet[v >> 18];
+        *w++ = alphabet[(v >> 12) & 63];
+        *w++ = alphabet[(v >> 6) & 63];
+        *w++ = '=';
+    }
+    *w++ = '"';
+    return w;
+}
+
 struct scratch {
     char *data;
     Py_ssize_t size;
@@ -164,13 +256,14 @@ struct scratch {
 static enum outcome
 encode_records(const unsigned char *buf, Py_ssize_t end, int64_t start, Py_ssize_t limit,
                const char *prefix, Py_ssize_t prefix_len, PyObject *raw, PyObject *records,
-               struct scratch *scratch, int64_t *last_offset)
+               struct scratch *scratch, int64_t *last_offset, enum shape shape)
 {
     if (end < HEADER_SIZE) {
         return PYTHON;
     }
     int attributes = be_i16(buf + ATTRIBUTES_AT);
-    if ((attributes & COMPRESSION_MASK) || !(attributes & VALUES_JSON_MASK)) {
+    if ((attributes & COMPRESSION_MASK) ||
+        (shape != SHAPE_V2_BINARY && !(attributes & VALUES_JSON_MASK))) {
         return PYTHON;
     }
     int64_t base_offset = be_i64(buf);
@@ -204,9 +297,10 @@ encode_records(const unsigned char *buf, Py_ssize_t end, int64_t start, Py_ssize
             return PYTHON; /* the next offset would not fit in 64 bits */
         }
         int emit = offset >= start;
-        enum header_mode mode = !emit       ? HEADERS_SKIPPED
-                                : idempotent ? HEADERS_IDEMPOTENCY_ONLY
-                                             : HEADERS_NONE;
+        /* v2 shows no headers: any that decode are passed over. */
+        enum header_mode mode = !emit || shape != SHAPE_V1 ? HEADERS_SKIPPED
+                                : idempotent              ? HEADERS_IDEMPOTENCY_ONLY
+                                                          : HEADERS_NONE;
         if (check_headers(buf, record_end, &pos, headers, mode) < 0 || pos != record_end) {
             return PYTHON;
         }
@@ -219,12 +313,20 @@ encode_records(const unsigned char *buf, Py_ssize_t end, int64_t start, Py_ssize
             __builtin_add_overflow(first_timestamp, timestamp_delta, &timestamp)) {
             return PYTHON;
         }
-        if (key_len > 0 && !valid_utf8((const char *)buf + key_at, (Py_ssize_t)key_len)) {
+        if (shape != SHAPE_V2_BINARY && key_len > 0 &&
+            !valid_utf8((const char *)buf + key_at, (Py_ssize_t)key_len)) {
             return PYTHON;
         }
-
+        int key_kind = 0;
+        if (shape == SHAPE_V2_JSON && key_len >= 0) {
+            key_kind = json_key_kind(buf + key_at, (Py_ssize_t)key_len);
+            if (key_kind < 0) {
+                return PYTHON;
+            }
+        }
+        /* base64 takes 4 bytes per 3 (plus padding), within twice the size */
         Py_ssize_t need = prefix_len + RECORD_OVERHEAD + 6 * (key_len > 0 ? key_len : 0) +
-                          (value_len > 0 ? value_len : 0);
+                          2 * (value_len > 0 ? value_len : 0);
         if (need > scratch->size) {
             char *grown = PyMem_Realloc(scratch->data, (size_t)need);
             if (grown == NULL) {
@@ -237,6 +339,37 @@ encode_records(const unsigned char *buf, Py_ssize_t end, int64_t start, Py_ssize
         char *w = scratch->data;
         memcpy(w, prefix, (size_t)prefix_len);
         w += prefix_len;
+        if (shape != SHAPE_V1) {
+            w = write_literal(w, "\"offset\":");
+            w = write_int(w, &offset_text, offset);
+            w = write_literal(w, ",\"key\":");
+            if (key_len < 0) {
+                w = write_literal(w, "null");
+            }
+            else if (shape == SHAPE_V2_BINARY) {
+                w = write_base64(w, buf + key_at, (Py_ssize_t)key_len);
+            }
+            else if (key_kind) {
+                memcpy(w, buf + key_at, (size_t)key_len);
+                w += key_len;
+            }
+            else {
+                w = write_string(w, buf + key_at, (Py_ssize_t)key_len);
+            }
+            w = write_literal(w, ",\"value\":");
+            if (value_len < 0) {
+                w = write_literal(w, "null");
+            }
+            else if (shape == SHAPE_V2_BINARY) {
+                w = write_base64(w, buf + value_at, (Py_ssize_t)value_len);
+            }
+            else {
+                memcpy(w, buf + value_at, (size_t)value_len);
+                w += value_len;
+            }
+            *w++ = '}';
+            goto emitted;
+        }
         w = write_literal(w, "\"offset\":");
         w = write_int(w, &offset_text, offset);
         w = write_literal(w, ",\"timestamp\":");
@@ -257,7 +390,7 @@ encode_records(const unsigned char *buf, Py_ssize_t end, int64_t start, Py_ssize
             w += value_len;
         }
         w = write_literal(w, ",\"headers\":{}}");
-
+    emitted:;
         PyObject *text = PyBytes_FromStringAndSize(scratch->data, w - scratch->data);
         if (text == NULL) {
             return FAILED;
@@ -283,19 +416,28 @@ encode_records(const unsigned char *buf, Py_ssize_t end, int64_t start, Py_ssize
 }
 
 PyDoc_STRVAR(batch_json_doc,
-"batch_json(batch, start, limit, prefix, raw, /)\n"
+"batch_json(batch, start, limit, prefix, raw, shape=0, /)\n"
 "--\n\n"
 "The JSON objects of one batch's records at offsets >= start (at most limit), each as\n"
 "raw(bytes) and opened with prefix, and the offset after the last: (records, next_offset),\n"
 "next_offset being start if there is none. None when the batch is not one this path covers\n"
-"or is malformed: decode it in Python.");
+"or is malformed: decode it in Python. shape: 0 Sluice's /v1 records, 1 REST Proxy v2's json\n"
+"format, 2 its binary format (see enum shape).");
 
 static PyObject *
 batch_json(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)module;
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "batch_json takes 5 positional arguments");
+    if (nargs != 5 && nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "batch_json takes 5 or 6 positional arguments");
+        return NULL;
+    }
+    long shape = nargs == 6 ? PyLong_AsLong(args[5]) : SHAPE_V1;
+    if (shape == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (shape < 0 || shape >= SHAPES) {
+        PyErr_SetString(PyExc_ValueError, "batch_json: shape must be 0 (v1), 1 or 2 (v2)");
         return NULL;
     }
     if (!PyBytes_Check(args[3])) {
@@ -323,7 +465,8 @@ batch_json(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     int64_t last_offset = 0;
     enum outcome outcome = encode_records(
         (const unsigned char *)view.buf, view.len, start, limit, PyBytes_AS_STRING(args[3]),
-        PyBytes_GET_SIZE(args[3]), args[4], records, &scratch, &last_offset);
+        PyBytes_GET_SIZE(args[3]), args[4], records, &scratch, &last_offset,
+        (enum shape)shape);
     PyMem_Free(scratch.data);
     PyBuffer_Release(&view);
     if (outcome != DONE) {

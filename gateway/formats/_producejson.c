@@ -19,6 +19,12 @@
  * exact error; for the bodies this accepts the batches are byte for byte the same
  * (tests/gateway/test_producejson.py and the json_produce_native fuzz target check it).
  *
+ * REST Proxy v2's json format (v2_json_batches) is the same body with keys given as JSON values,
+ * stored as their compact JSON text (what its route stores: orjson's text of the key) and no
+ * headers or timestamps; the records' partitions come back too, and v2_offsets writes v2's
+ * answer from them. Keys orjson might write otherwise (escapes, non-integer numbers, objects,
+ * arrays) are handed back like anything else (tests/gateway/test_rest_proxy_codecs.py).
+ *
  * Every read is bounds-checked against the body; nothing recurses (nesting uses a fixed stack).
  */
 #define PY_SSIZE_T_CLEAN
@@ -233,6 +239,7 @@ struct parse {
     Py_ssize_t header_total, headers_cap;
     unsigned char *arena;
     Py_ssize_t arena_len, arena_cap;
+    int json_keys; /* REST Proxy v2's json format: keys are JSON values, no headers/timestamp */
 };
 
 static void
@@ -809,6 +816,65 @@ field_of(const struct parse *ps, const struct span *name)
     return -1;
 }
 
+/* A key given as a JSON value (REST Proxy v2's json format), stored as its compact JSON text as
+ * the Python path (orjson) writes it: the span of a string without escapes (quotes included),
+ * of an integer of at most 18 digits (not -0), of true or false; null: no key. Anything else
+ * (escapes, other numbers, objects, arrays) might be written differently: PYTHON. */
+static enum outcome
+read_json_key(struct parse *ps, struct span *out)
+{
+    enum outcome done;
+    skip_ws(ps);
+    if (ps->pos >= ps->end) {
+        return PYTHON;
+    }
+    Py_ssize_t start = ps->pos;
+    unsigned char c = ps->body[start];
+    if (c == 'n') {
+        *out = (struct span){0, -1, 0};
+        return read_literal(ps, "null", 4);
+    }
+    if (c == '"') {
+        struct span content;
+        if ((done = read_string(ps, &content, 0)) != DONE) {
+            return done;
+        }
+        if (memchr(ps->body + content.at, '\\', (size_t)content.len) != NULL) {
+            return PYTHON;
+        }
+    }
+    else if (c == '-' || is_digit(c)) {
+        if ((done = read_number(ps)) != DONE) {
+            return done;
+        }
+        Py_ssize_t digits = ps->pos - start - (c == '-');
+        for (Py_ssize_t i = start + (c == '-'); i < ps->pos; i++) {
+            if (!is_digit(ps->body[i])) {
+                return PYTHON;
+            }
+        }
+        if (digits > 18 || (c == '-' && ps->body[start + 1] == '0')) {
+            return PYTHON;
+        }
+    }
+    else if (c == 't') {
+        done = read_literal(ps, "true", 4);
+    }
+    else if (c == 'f') {
+        done = read_literal(ps, "false", 5);
+    }
+    else {
+        return PYTHON;
+    }
+    if (c == 't' || c == 'f') {
+        if (done != DONE) {
+            return done;
+        }
+    }
+    *out = (struct span){start, ps->pos - start, 0};
+    return DONE;
+}
+
 /* One record object, appended to ps->records. */
 static enum outcome
 read_record(struct parse *ps)
@@ -845,8 +911,13 @@ read_record(struct parse *ps)
                 return PYTHON;
             }
             seen |= 1 << field;
+            if (ps->json_keys && (field == HEADERS || field == TIMESTAMP)) {
+                return PYTHON; /* not v2 fields: Python's error */
+            }
             switch (field) {
-            case KEY: done = read_text(ps, &rec->key); break;
+            case KEY:
+                done = ps->json_keys ? read_json_key(ps, &rec->key) : read_text(ps, &rec->key);
+                break;
             case VALUE: done = read_value(ps, 3, &rec->value); break;
             case HEADERS: done = read_headers(ps, rec); break;
             case PARTITION: done = read_count(ps, &rec->partition); break;
@@ -1114,12 +1185,28 @@ build(struct parse *ps, Py_ssize_t partitions, Py_ssize_t url_partition, PyObjec
         keys[i] = (uint64_t)p << 32 | (uint64_t)i;
         sorted &= i == 0 || keys[i] > keys[i - 1];
     }
+    PyObject *owners = NULL;
+    if (ps->json_keys) { /* each record's partition, in request order (for v2's answer) */
+        owners = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(uint32_t));
+        if (owners == NULL) {
+            PyMem_Free(keys);
+            return NULL;
+        }
+        uint32_t *each = (uint32_t *)PyBytes_AS_STRING(owners);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            each[i] = (uint32_t)(keys[i] >> 32);
+        }
+    }
     if (!sorted) {
         qsort(keys, (size_t)n, sizeof(uint64_t), compare_keys);
     }
     PyObject *result = encode_partitions(b, keys, n);
     PyMem_Free(keys);
-    return result;
+    if (owners == NULL || result == NULL || result == Py_None) {
+        Py_XDECREF(owners);
+        return result;
+    }
+    return Py_BuildValue("(NN)", result, owners);
 }
 
 PyDoc_STRVAR(json_batches_doc,
@@ -1131,9 +1218,8 @@ PyDoc_STRVAR(json_batches_doc,
 "this path covers, or is refused: take the Python path, which gives the error.");
 
 static PyObject *
-json_batches(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+batches_of(PyObject *const *args, Py_ssize_t nargs, int json_keys)
 {
-    (void)module;
     if (nargs != 7) {
         PyErr_SetString(PyExc_TypeError, "json_batches takes 7 positional arguments");
         return NULL;
@@ -1177,7 +1263,7 @@ json_batches(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyBuffer_Release(&view);
         Py_RETURN_NONE;
     }
-    struct parse ps = {.body = view.buf, .end = view.len};
+    struct parse ps = {.body = view.buf, .end = view.len, .json_keys = json_keys};
     b.ps = &ps;
     PyObject *result;
     switch (read_body(&ps)) {
@@ -1195,8 +1281,132 @@ json_batches(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return result;
 }
 
+static PyObject *
+json_batches(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    return batches_of(args, nargs, 0);
+}
+
+PyDoc_STRVAR(v2_json_batches_doc,
+"v2_json_batches(body, partitions, url_partition, keyless, max_batch_bytes, now, compact, /)\n"
+"--\n\n"
+"json_batches for a REST Proxy v2 json-format body ({\"records\": [{key, value, partition}]},\n"
+"keys any JSON value, stored as their compact JSON text): ([(partition, batches, record\n"
+"count)], each record's partition as native uint32s in request order). None: not the common\n"
+"shape (escaped or non-integer keys, other fields), or refused: take the general path.");
+
+static PyObject *
+v2_json_batches(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    return batches_of(args, nargs, 1);
+}
+
+/* A non-negative integer's decimal digits at w; the position after them. */
+static char *
+put_decimal(char *w, uint64_t v)
+{
+    char digits[20];
+    int n = 0;
+    do {
+        digits[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    while (n) {
+        *w++ = digits[--n];
+    }
+    return w;
+}
+
+PyDoc_STRVAR(v2_offsets_doc,
+"v2_offsets(owners, bases, /)\n"
+"--\n\n"
+"REST Proxy v2's produce answer: each record's partition (owners: native uint32s, request\n"
+"order, as v2_json_batches gives them) and offset, counted up from its partition's base offset\n"
+"(bases: {partition: base offset}), with null schema ids and errors; what orjson writes of\n"
+"the same document. None if a partition has no base offset (it refused the records).");
+
+static PyObject *
+v2_offsets(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 2 || !PyDict_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "v2_offsets(owners: bytes, bases: dict)");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    Py_ssize_t n = view.len / (Py_ssize_t)sizeof(uint32_t);
+    Py_ssize_t known = PyDict_GET_SIZE(args[1]);
+    uint32_t *partitions = PyMem_Malloc((size_t)(known ? known : 1) * sizeof(uint32_t));
+    int64_t *next = PyMem_Malloc((size_t)(known ? known : 1) * sizeof(int64_t));
+    /* 61 bytes per entry at most besides the two numbers (10 and 19 digits) */
+    char *out = PyMem_Malloc((size_t)(64 + n * 96));
+    if (partitions == NULL || next == NULL || out == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    PyObject *name, *value;
+    Py_ssize_t at = 0, i = 0;
+    while (PyDict_Next(args[1], &at, &name, &value)) {
+        long long p = PyLong_AsLongLong(name), base = PyLong_AsLongLong(value);
+        if (PyErr_Occurred()) {
+            goto done;
+        }
+        if (p < 0 || p > UINT32_MAX || base < 0) {
+            PyErr_SetString(PyExc_ValueError, "v2_offsets: partitions and offsets are >= 0");
+            goto done;
+        }
+        partitions[i] = (uint32_t)p;
+        next[i++] = base;
+    }
+    static const char head[] = "{\"key_schema_id\":null,\"value_schema_id\":null,\"offsets\":[";
+    char *w = out;
+    memcpy(w, head, sizeof(head) - 1);
+    w += sizeof(head) - 1;
+    const uint32_t *owners = view.buf;
+    Py_ssize_t last = 0;
+    for (Py_ssize_t r = 0; r < n; r++) {
+        uint32_t p;
+        memcpy(&p, owners + r, sizeof(p));
+        if (last >= known || partitions[last] != p) {
+            for (last = 0; last < known && partitions[last] != p; last++) {
+            }
+            if (last == known) {
+                result = Py_NewRef(Py_None);
+                goto done;
+            }
+        }
+        if (r) {
+            *w++ = ',';
+        }
+        memcpy(w, "{\"partition\":", 13);
+        w = put_decimal(w + 13, p);
+        memcpy(w, ",\"offset\":", 10);
+        w = put_decimal(w + 10, (uint64_t)next[last]++);
+        memcpy(w, ",\"error_code\":null,\"error\":null}", 32);
+        w += 32;
+    }
+    *w++ = ']';
+    *w++ = '}';
+    result = PyBytes_FromStringAndSize(out, w - out);
+done:
+    PyMem_Free(partitions);
+    PyMem_Free(next);
+    PyMem_Free(out);
+    PyBuffer_Release(&view);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"v2_offsets", (PyCFunction)(void (*)(void))v2_offsets, METH_FASTCALL, v2_offsets_doc},
     {"json_batches", (PyCFunction)(void (*)(void))json_batches, METH_FASTCALL, json_batches_doc},
+    {"v2_json_batches", (PyCFunction)(void (*)(void))v2_json_batches, METH_FASTCALL,
+     v2_json_batches_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -30,7 +30,7 @@ from gateway.http.problem import Problem, bad_request
 # The API's binary media type is the one nodes send each other: batches as stored.
 from replication.node_contract import RECORD_BATCH as RECORD_BATCH
 
-_batch_json: Callable[[memoryview, int, int, bytes, type[msgspec.Raw]], Any] | None
+_batch_json: Callable[..., Any] | None
 try:
     from gateway.formats._fetchjson import batch_json as _batch_json
 except ImportError:  # built without a C compiler: fetches take the equivalent Python path
@@ -478,6 +478,82 @@ def fetched_records(
     if not out and data:
         next_offset = max(start, fmt.scan(data, check_crc=False).headers[-1][1].next_offset)
     return out, next_offset
+
+
+# REST Proxy v2's embedded formats -> the C encoder's record shape (gateway/formats/_fetchjson.c).
+_V2_SHAPES = {"json": 1, "binary": 2}
+
+
+def rest_proxy_records(
+    embedded: str, data: memoryview, start: int, max_records: int, source: tuple[str, int]
+) -> tuple[list[Any], int]:
+    """`fetched_records` in REST Proxy v2's shape: {topic, partition, offset, key, value}, keys
+    and values as JSON (`embedded` "json": as stored if that is JSON, else as a string) or
+    base64 ("binary"); v2 shows no headers or timestamps. In C where `_fetchjson` covers the
+    batch (byte for byte what the loop below writes)."""
+    out: list[Any] = []
+    shape = _V2_SHAPES[embedded]
+    prefix = _FETCH_ENCODER.encode({"topic": source[0], "partition": source[1]})[:-1] + b","
+    next_offset = start
+    pos, end = 0, len(data)
+    while pos < end and len(out) < max_records:
+        header = fmt.read_header(data, pos)
+        view = data[pos : pos + header.size]
+        pos += header.size
+        if header.last_offset < start:
+            continue
+        left = max_records - len(out)
+        done = (
+            None
+            if _batch_json is None
+            else _batch_json(view, start, left, prefix, msgspec.Raw, shape)
+        )
+        if done is not None:
+            if done[0]:
+                out += done[0]
+                next_offset = done[1]
+            continue
+        for rec in fmt.batch_records(view):
+            if rec.offset < start:
+                continue
+            item: dict[str, Any] = {
+                "topic": source[0],
+                "partition": source[1],
+                "offset": rec.offset,
+            }
+            if shape == 2:
+                item["key"] = _b64_or_none(rec.key)
+                item["value"] = _b64_or_none(rec.value)
+            else:
+                item["key"] = _as_json(rec.key)
+                item["value"] = (
+                    msgspec.Raw(rec.value)
+                    if header.values_json and rec.value is not None
+                    else _as_json(rec.value)
+                )
+            out.append(item)
+            next_offset = rec.offset + 1
+            left -= 1
+            if not left:
+                break
+    if not out and data:
+        next_offset = max(start, fmt.scan(data, check_crc=False).headers[-1][1].next_offset)
+    return out, next_offset
+
+
+def _b64_or_none(raw: bytes | None) -> str | None:
+    return None if raw is None else base64.b64encode(raw).decode()
+
+
+def _as_json(raw: bytes | None) -> Any:
+    """Stored bytes as a JSON value: as they are if they are JSON, else as a string."""
+    if raw is None:
+        return None
+    try:
+        orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return raw.decode(errors="replace")
+    return msgspec.Raw(raw)
 
 
 def negotiate(accept: str, offered: tuple[str, ...], default: str) -> str | None:

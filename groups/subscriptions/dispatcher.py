@@ -344,7 +344,7 @@ class PartitionDispatcher:
         if self.sub.format == "json":
             # The fetch decoder's records, in the same order (the C path's carry no offset).
             found, _ = self.services.decode_json(
-                data, start, len(read), (self.sub.topic, self.partition), None
+                data, start, len(read), (self.sub.topic, self.partition)
             )
             docs = [msgspec.json.encode(doc) for doc in found]
         out: list[DeliveryRecord] = []

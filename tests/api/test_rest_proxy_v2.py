@@ -280,3 +280,25 @@ async def test_auth_refusals_are_v2_errors(start: Start, data_dir: Path) -> None
     allowed = await produce(client, "/topics/orders", {"records": [{"value": 1}]}, **alice)
     assert allowed.status == 200
     assert await (await client.get("/topics", headers=alice)).json(content_type=None) == ["orders"]
+
+
+@pytest.mark.parametrize("path", ["/topics/metered", "/topics/metered/partitions/0/"])
+async def test_produce_bytes_quotas_charge_v2_and_v3(start: Start, path: str) -> None:
+    """The REST Proxy's produce routes are charged to the produce byte quota as /v1's are:
+    a body over the rate is served, the next produce refused (v2's body, v3's), nothing
+    appended by it."""
+    client = await start()
+    assert (await client.post("/v1/topics", json={"name": "metered"})).status == 201
+    await client.put("/v1/quotas/%3Cdefault%3E", json={"produce_bytes_per_second": 1000})
+    big = {"records": [{"value": "x" * 5000}]}
+    assert (await produce(client, path, big)).status == 200
+    message = await v2_error(await produce(client, path, big), 429, 429)
+    assert "produce_bytes_per_second" in message
+    cluster = (await (await client.get("/v3/clusters")).json())["data"][0]["cluster_id"]
+    v3 = await client.post(
+        f"/v3/clusters/{cluster}/topics/metered/records", json={"value": {"data": 1}}
+    )
+    assert v3.status == 429
+    assert (await v3.json())["error_code"] == 429
+    end = await (await client.get("/topics/metered/partitions/0/offsets")).json(content_type=None)
+    assert end["end_offset"] == 1

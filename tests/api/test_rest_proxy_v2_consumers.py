@@ -207,3 +207,89 @@ async def test_bad_requests_on_instances(client: Client, orders: str) -> None:
         await v2_error(await call(client, method, f"{BASE}/ghost/{path}"), 404, 40403)
     await v2_error(await call(client, "DELETE", f"{BASE}/ghost"), 404, 40403)
     await v2_error(await call(client, "GET", f"{BASE}/c1/records?timeout=x"), 400, 400)
+
+
+async def test_manual_assignments(client: Client, orders: str) -> None:
+    """Kafka's assign(): the instance reads exactly its partitions, outside the group's
+    assignment; subscribing and assigning exclude each other (40903)."""
+    await create(client, "c1", format="json", **{"auto.offset.reset": "earliest"})
+    await create(client, "c2", format="json", **{"auto.offset.reset": "earliest"})
+    await call(client, "POST", f"{BASE}/c2/subscription", {"topics": [orders]})
+    sent = await produce(client, f"/topics/{orders}/partitions/1", {"records": [{"value": 1}]})
+    assert sent.status == 200
+    one = {"partitions": [{"topic": orders, "partition": 1}]}
+    assert (await call(client, "POST", f"{BASE}/c1/assignments/", one)).status == 204
+    listed = await call(client, "GET", f"{BASE}/c1/assignments")
+    assert await listed.json(content_type=None) == one
+    records = await read(client, "c1")
+    assert records and {r["partition"] for r in records} == {1}
+    # The subscribed member still owns both partitions: a manual assignment takes none away.
+    group = await (await client.get("/v1/groups/billing")).json()
+    by_member = {m["member_id"]: m["assignment"] for m in group["members"]}
+    assert by_member["c2"] == [{"topic": orders, "partitions": [0, 1]}]
+    assert by_member["c1"] == [{"topic": orders, "partitions": [1]}]
+    # Commit and seek work on the assigned partition, not on the other.
+    assert (await call(client, "POST", f"{BASE}/c1/offsets")).status == 200
+    zero = {"offsets": [{"topic": orders, "partition": 0, "offset": 0}]}
+    await v2_error(await call(client, "POST", f"{BASE}/c1/positions", zero), 409, 40903)
+    # Subscribing an assigned instance, or assigning a subscribed one: 40903.
+    subscribe = {"topics": [orders]}
+    await v2_error(await call(client, "POST", f"{BASE}/c1/subscription", subscribe), 409, 40903)
+    await v2_error(await call(client, "POST", f"{BASE}/c2/assignments", one), 409, 40903)
+    # Unsubscribing clears the assignment too, as in Kafka; then it may subscribe.
+    assert (await call(client, "DELETE", f"{BASE}/c1/subscription")).status == 204
+    cleared = await call(client, "GET", f"{BASE}/c1/assignments")
+    assert await cleared.json(content_type=None) == {"partitions": []}
+    assert (await call(client, "POST", f"{BASE}/c1/subscription", subscribe)).status == 204
+    # An empty list assigns nothing.
+    await call(client, "DELETE", f"{BASE}/c1/subscription")
+    none: dict[str, list[object]] = {"partitions": []}
+    assert (await call(client, "POST", f"{BASE}/c1/assignments", none)).status == 204
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code"),
+    [
+        ({"partitions": [{"topic": "orders", "partition": 7}]}, 404, 40402),
+        ({"partitions": [{"topic": "nope", "partition": 0}]}, 404, 40401),
+        ({"partitions": [{"topic": "__consumer_offsets", "partition": 0}]}, 403, 403),
+        ({"partitions": [{"topic": "orders"}]}, 422, 42204),
+        ({"partitions": [{"topic": "orders", "partition": -1}]}, 422, 42204),
+        ({"partitions": "orders"}, 422, 42204),
+        ({}, 422, 42204),
+        ([], 422, 42204),
+    ],
+)
+async def test_bad_assignments(
+    client: Client, orders: str, body: object, status: int, code: int
+) -> None:
+    await create(client, "c1")
+    answer = await call(client, "POST", f"{BASE}/c1/assignments", body)
+    await v2_error(answer, status, code)
+    await v2_error(await call(client, "GET", f"{BASE}/ghost/assignments"), 404, 40403)
+
+
+async def test_a_pattern_picks_up_topics_created_later(client: Client, orders: str) -> None:
+    await create(client, "c1", format="json", **{"auto.offset.reset": "earliest"})
+    subscribe = {"topic_pattern": "ord.*|late-.*"}
+    assert (await call(client, "POST", f"{BASE}/c1/subscription", subscribe)).status == 204
+    assert len(await read(client, "c1")) == 3
+    assert (await client.post("/v1/topics", json={"name": "late-1", "partitions": 1})).status == 201
+    assert (await client.post("/v1/topics", json={"name": "other", "partitions": 1})).status == 201
+    for topic in ("late-1", "other"):
+        sent = await produce(client, f"/topics/{topic}", {"records": [{"value": topic}]})
+        assert sent.status == 200
+    records = await read(client, "c1")
+    assert [(r["topic"], r["value"]) for r in records] == [("late-1", "late-1")]
+    topics = await call(client, "GET", f"{BASE}/c1/subscription")
+    assert await topics.json(content_type=None) == {"topics": ["late-1", orders]}
+    # Subscribing to a list ends the pattern: a topic created later is not added.
+    assert (
+        await call(client, "POST", f"{BASE}/c1/subscription", {"topics": [orders]})
+    ).status == 204
+    assert (await client.post("/v1/topics", json={"name": "late-2", "partitions": 1})).status == 201
+    topics = await call(client, "GET", f"{BASE}/c1/subscription")
+    assert await topics.json(content_type=None) == {"topics": [orders]}
+    long_pattern = {"topic_pattern": "a" * 1001}
+    answer = await call(client, "POST", f"{BASE}/c1/subscription", long_pattern)
+    await v2_error(answer, 422, 42204)

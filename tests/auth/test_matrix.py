@@ -31,6 +31,7 @@ OPERATIONS = sorted(
 INTERNAL_KEY = "matrix-internal-key-0123456789abcdef"
 TOPIC, GROUP, INSTANCE, SUBSCRIPTION = "m-topic", "m-group", "m-instance", "m-hook"
 V2 = "application/vnd.kafka.v2+json"
+JSON = "application/json"
 V2_JSON = "application/vnd.kafka.json.v2+json"
 V2_REFUSED = {401: 40101, 403: 40301}  # the REST Proxy's error_code of a refusal
 
@@ -142,6 +143,18 @@ SAMPLES: dict[tuple[str, str], Sample] = {
     ("POST", "/consumers/{group}/instances/{instance}/positions/end"): Sample(
         json={"partitions": [{"topic": TOPIC, "partition": 0}]}, content_type=V2, also=READ_TOPIC
     ),
+    ("POST", "/consumers/{group}/instances/{instance}/assignments"): Sample(
+        json={"partitions": [{"topic": TOPIC, "partition": 0}]}, content_type=V2, also=READ_TOPIC
+    ),
+    ("GET", "/consumers/{group}/instances/{instance}/assignments"): Sample(),
+    # Confluent REST Proxy v3: {"error_code": <status>, "message"} in application/json.
+    ("GET", "/v3/clusters"): Sample(),
+    ("GET", "/v3/clusters/{cluster_id}"): Sample(),
+    ("GET", "/v3/clusters/{cluster_id}/topics"): Sample(),
+    ("GET", "/v3/clusters/{cluster_id}/topics/{topic}"): Sample(),
+    ("POST", "/v3/clusters/{cluster_id}/topics/{topic}/records"): Sample(
+        json={"value": {"data": 1}}, content_type="application/json"
+    ),
     ("GET", "/healthz"): Sample(),
     ("GET", "/readyz"): Sample(),
     ("GET", "/metrics"): Sample(),
@@ -180,7 +193,9 @@ def _check_declared(method: str, path: str, status: int, body: Any) -> None:
     response = _declared(method, path, status)
     assert response is not None, f"{method} {path} does not declare {status}"
     content = response["content"]
-    schema = content.get("application/problem+json", content.get(V2, {})).get("schema")
+    schema = next(
+        (content[t]["schema"] for t in ("application/problem+json", V2, JSON) if t in content), None
+    )
     assert schema is not None, f"{method} {path} declares no error body for {status}"
     validator = jsonschema_rs.Draft202012Validator({**schema, "components": CONTRACT["components"]})
     error = next(validator.iter_errors(body), None)
@@ -219,6 +234,8 @@ async def _world(start: Start, data_dir: Path, tmp_path: Path) -> tuple[Client, 
     assert subscribed.status == 204, await subscribed.text()
     hook = {"name": SUBSCRIPTION, "topic": TOPIC, "endpoint": "https://example.com/hook"}
     assert (await client.post("/v1/subscriptions", json=hook, headers=admin)).status == 201
+    clusters = await (await client.get("/v3/clusters", headers=admin)).json()
+    keys["cluster_id"] = clusters["data"][0]["cluster_id"]
     listed = await (await client.get("/v1/auth/keys", headers=admin)).json()
     keys["key_id"] = next(k["key_id"] for k in listed["keys"] if k["principal"] == "doomed")
     return client, keys
@@ -243,7 +260,7 @@ async def test_authorization_matrix(
     sample = SAMPLES[(method, path)]
     params = {"topic": TOPIC, "partition": "0", "group": GROUP, "member": keys["member"],
               "instance": INSTANCE, "key_id": keys["key_id"], "name": SUBSCRIPTION,
-              **sample.params}  # fmt: skip
+              "cluster_id": keys["cluster_id"], **sample.params}  # fmt: skip
     url = re.sub(r"\{(\w+)\}", lambda m: params[m.group(1)], path)
     url += f"?{sample.query}" if sample.query else ""
     rule = access(method, path)
@@ -256,7 +273,8 @@ async def test_authorization_matrix(
             method, url, headers=headers, json=sample.json, data=sample.data
         )
         text = await answer.text()
-        is_error = answer.content_type in ("application/problem+json", V2) and answer.status >= 400
+        dialects = ("application/problem+json", V2, *((JSON,) if path.startswith("/v3/") else ()))
+        is_error = answer.content_type in dialects and answer.status >= 400
         return answer.status, (await answer.json(content_type=None)) if is_error else text
 
     def refused(status: int, body: Any) -> None:
@@ -264,6 +282,8 @@ async def test_authorization_matrix(
         super user...), as the contract declares it."""
         if path.startswith(("/topics", "/brokers", "/consumers")):
             assert body["error_code"] == V2_REFUSED[status], body
+        elif path.startswith("/v3/"):
+            assert body["error_code"] == status, body
         elif status == 401:
             assert body["code"] == "UNAUTHENTICATED", body
         _check_declared(method, path, status, body)

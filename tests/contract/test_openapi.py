@@ -56,6 +56,7 @@ MAX_FETCH_WAIT_MS = 50  # generated long-poll waits are folded into 0..49 (see _
 VALID_IDEMPOTENCY_KEY = re.compile(r"[!-~]([ -~]*[!-~])?")
 GROUP = "contract-group"  # joined by MEMBERS at the start; generated group ids mostly become it
 MEMBERS: list[str] = []  # its members' ids (long sessions), filled by _seed_group
+CLUSTER_IDS: list[str] = []  # the gateway's cluster id (REST Proxy v3 paths), filled by live
 
 # -- schemathesis: the spec, the two non-JSON media types and the checks ---------------------
 
@@ -225,6 +226,8 @@ def _adapt_path(params: dict[str, Any] | None, *, topic_admin: bool) -> None:
         params["group"] = _pick_topic(params["group"], (GROUP,))
     if "member" in params and MEMBERS:
         params["member"] = _pick_topic(params["member"], tuple(MEMBERS))
+    if "cluster_id" in params and CLUSTER_IDS:
+        params["cluster_id"] = _pick_topic(params["cluster_id"], tuple(CLUSTER_IDS))
 
 
 def _adapt_group_body(body: dict[str, Any]) -> None:
@@ -437,6 +440,7 @@ def live(server: Server) -> Server:
     """The module's gateway, with its topics created and seeded."""
     _seed_topics(server)
     _seed_group(server)
+    CLUSTER_IDS.append(httpx.get(f"{server.url}/v3/clusters").json()["data"][0]["cluster_id"])
     return server
 
 

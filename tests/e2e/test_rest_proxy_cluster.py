@@ -35,7 +35,7 @@ def v2(method: str, url: str, body: object = None, **headers: str) -> Any:
     return call(method, url, data=data, headers={"Content-Type": V2, **headers})
 
 
-def read_all(urls: list[str], instance: str, want: int) -> list[int]:
+def read_all(urls: list[str], instance: str, want: int, group: str = GROUP) -> list[int]:
     """Read through every node in turn until `want` values arrived."""
     seen: list[int] = []
     turn = 0
@@ -43,7 +43,7 @@ def read_all(urls: list[str], instance: str, want: int) -> list[int]:
         assert turn < 200, f"only {len(seen)} of {want} records arrived"
         url = urls[turn % len(urls)]
         turn += 1
-        resp = v2("GET", f"{url}/consumers/{GROUP}/instances/{instance}/records?timeout=200",
+        resp = v2("GET", f"{url}/consumers/{group}/instances/{instance}/records?timeout=200",
                   Accept=JSON_V2)  # fmt: skip
         assert resp.status_code == 200, resp.text
         seen.extend(r["value"] for r in resp.json())
@@ -113,3 +113,40 @@ def test_an_instance_is_served_by_either_worker(tmp_path: Path) -> None:
         first.close()
         second.close()
         assert supervisor.stop() == 0
+
+
+def test_v3_produce_and_manual_assignments_through_every_node(cluster: LocalCluster) -> None:
+    """v3 record produce through each node reaches partitions led anywhere (the produce front
+    forwards); an instance assigned partitions through one node reads them through another,
+    and a pattern subscription made through a third picks up a topic created after it."""
+    urls = [node.url for node in cluster.nodes]
+    wait_offsets_topic(urls[0])
+    created = call("POST", f"{urls[0]}/v1/topics", json={"name": "audit", "partitions": 3})
+    assert created.status_code == 201, created.text
+    cluster_id = call("GET", f"{urls[1]}/v3/clusters").json()["data"][0]["cluster_id"]
+    assert {call("GET", f"{u}/v3/clusters").json()["data"][0]["cluster_id"] for u in urls} == {
+        cluster_id
+    }
+    for i, url in enumerate(urls * 3):
+        record = {"partition_id": i % 3, "value": {"type": "JSON", "data": i}}
+        answer = call("POST", f"{url}/v3/clusters/{cluster_id}/topics/audit/records", json=record)
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["partition_id"] == i % 3
+    config = {"name": "a1", "format": "json", "auto.offset.reset": "earliest"}
+    assert v2("POST", f"{urls[2]}/consumers/auditors", config).status_code == 200
+    base = "/consumers/auditors/instances/a1"
+    assigned = {"partitions": [{"topic": "audit", "partition": p} for p in (0, 2)]}
+    assert v2("POST", f"{urls[0]}{base}/assignments", assigned).status_code == 204
+    listed = v2("GET", f"{urls[1]}{base}/assignments").json()
+    assert listed == assigned
+    seen = read_all(urls, "a1", 6, "auditors")
+    assert sorted(seen) == [i for i in range(9) if i % 3 != 1]
+    assert v2("DELETE", f"{urls[1]}{base}/subscription").status_code == 204
+    pattern = {"topic_pattern": "later-.*"}
+    assert v2("POST", f"{urls[2]}{base}/subscription", pattern).status_code == 204
+    created = call("POST", f"{urls[1]}/v1/topics", json={"name": "later-1", "partitions": 1})
+    assert created.status_code == 201, created.text
+    produced = v2("POST", f"{urls[0]}/topics/later-1", {"records": [{"value": 42}]},
+                  **{"Content-Type": JSON_V2})  # fmt: skip
+    assert produced.status_code == 200, produced.text
+    assert read_all(urls, "a1", 1, "auditors") == [42]

@@ -88,3 +88,30 @@ def test_auth_bench_compares_the_same_cells_with_and_without_auth(tmp_path: Path
             cell["auth"]["requests_per_s"] / cell["open"]["requests_per_s"], abs=1e-3
         )
     assert [t["met"] for t in doc["targets"]] == [t["value"] >= t["target"] for t in doc["targets"]]
+
+
+def test_rest_proxy_bench_reports_rates_cpu_and_ratios(tmp_path: Path) -> None:
+    """Every cell of `loadtests.rest_proxy_bench` has its rate and the gateway's CPU per
+    record, and each v2/v1 ratio is computed from the same run's cells."""
+    doc = _quick("loadtests.rest_proxy_bench", tmp_path, "rest-proxy.json")
+    cells = {(c["what"], c["api"]): c for c in doc["cells"]}
+    assert set(cells) == {
+        ("produce 100", "v1"),
+        ("produce 100", "v2"),
+        ("consumer read", "v1"),
+        ("consumer read", "v2"),
+        ("produce 1", "v2"),
+    }
+    for cell in cells.values():
+        assert cell["records_per_s"] > 0 and cell["server_us_per_record"] >= 0, cell
+    ratios = doc["v2_over_v1"]["after"]
+    for what in ("produce 100", "consumer read"):
+        v1, v2 = cells[(what, "v1")], cells[(what, "v2")]
+        assert ratios[what]["rate"] == pytest.approx(
+            v2["records_per_s"] / v1["records_per_s"], abs=0.01
+        )
+        if v2["server_us_per_record"]:  # a read too short for the CPU clock has no ratio
+            assert ratios[what]["cpu"] == pytest.approx(
+                v1["server_us_per_record"] / v2["server_us_per_record"], abs=0.01
+            )
+    assert cells[("produce 100", "v2")]["server_us_per_record"] > 0

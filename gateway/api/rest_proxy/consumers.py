@@ -7,7 +7,6 @@ group's coordinator like every /v1 group call. Input checks here; the coordinato
 
 from __future__ import annotations
 
-import base64
 import re
 import uuid
 from typing import Any
@@ -24,6 +23,7 @@ from gateway.api.rest_proxy.errors import (
     UNSUPPORTED_FORMAT,
     v2_error,
 )
+from gateway.api.rest_proxy.fast import record_decoder
 from gateway.api.rest_proxy.media import (
     RECORDS_TYPES,
     SCHEMA_FORMATS,
@@ -33,18 +33,21 @@ from gateway.api.rest_proxy.media import (
     no_schema_registry,
 )
 from gateway.api.topics import INTERNAL_TOPICS, refuse_internal
-from gateway.auth.middleware import require
+from gateway.auth.middleware import may, require
 from gateway.formats import codecs
 from gateway.http.params import int_param, read_body
 from gateway.http.problem import Problem
 from gateway.state import gateway_of
-from groups.coordinator import GroupCoordinator, JoinRequest
+from groups.coordinator import GroupCoordinator, JoinRequest, Member
 from replication.fetch_limits import FetchLimits
 
 INSTANCE = "/consumers/{group}/instances/{instance}"
 INSTANCE_TIMEOUT_MS = 300_000  # Confluent's consumer.instance.timeout.ms
 DEFAULT_REQUEST_TIMEOUT_MS = 1_000  # Confluent's consumer.request.timeout.ms
 MAX_RECORDS = 10_000
+MAX_PARTITIONS = 10_000  # partitions a body may list
+MAX_PATTERN = 1_000  # characters of a topic_pattern
+PATTERN = "topic_pattern"  # the instance setting that keeps a pattern subscription
 INT64_MAX = 2**63 - 1
 _CREATE_FIELDS = {
     "name",
@@ -65,6 +68,8 @@ def add_routes(app: web.Application) -> None:
     add_route(app, "POST", f"{INSTANCE}/subscription", subscribe)
     add_route(app, "GET", f"{INSTANCE}/subscription", subscription)
     add_route(app, "DELETE", f"{INSTANCE}/subscription", unsubscribe)
+    add_route(app, "POST", f"{INSTANCE}/assignments", assign)
+    add_route(app, "GET", f"{INSTANCE}/assignments", assignments)
     add_route(app, "GET", f"{INSTANCE}/records", records)
     add_route(app, "POST", f"{INSTANCE}/offsets", commit)
     add_route(app, "GET", f"{INSTANCE}/offsets", committed)
@@ -176,42 +181,81 @@ async def delete(request: web.Request) -> web.Response:
 
 
 async def subscribe(request: web.Request) -> web.Response:
-    """Subscribe to `topics`, or to the topics that `topic_pattern` matches now."""
+    """Subscribe to `topics`, or to `topic_pattern`: the topics it matches now, and those
+    created later, picked up at the instance's next read (as a Kafka consumer's metadata
+    refresh picks them up); with auth, only topics the principal may read match."""
     gateway = gateway_of(request)
-    name = _group(request)
+    name, instance = _group(request), _instance(request)
     doc = await _body(request)
     topics, pattern = doc.get("topics"), doc.get("topic_pattern")
     if (topics is None) == (pattern is None):
         raise _invalid("give topics or topic_pattern (one of them)")
+    coordinator = _coordinator(request)
+    settings = {k: v for k, v in coordinator.touch(name, instance).instance.items()}
+    settings.pop(PATTERN, None)
     if pattern is not None:
-        if not isinstance(pattern, str):
-            raise _invalid("topic_pattern must be a regular expression")
+        if not isinstance(pattern, str) or len(pattern) > MAX_PATTERN:
+            raise _invalid(
+                f"topic_pattern must be a regular expression of at most {MAX_PATTERN} characters"
+            )
         try:
             compiled = re.compile(pattern)
         except re.error as exc:
             raise _invalid(f"topic_pattern: {exc}") from None
-        known = gateway.broker.store.view.topics
-        topics = sorted(t for t in known if t not in INTERNAL_TOPICS and compiled.fullmatch(t))
-    if not isinstance(topics, list) or not all(isinstance(t, str) for t in topics):
-        raise _invalid("topics must be a list of topic names")
-    names = tuple(dict.fromkeys(topics))
-    for topic in names:
-        refuse_internal(topic, "consuming it")
-        require(request, "topic", topic, "read")
-        gateway.replicas.topic(topic)
-    _coordinator(request).subscribe(name, _instance(request), names)
+        settings[PATTERN] = pattern
+        names = _matching(request, compiled)
+    else:
+        if not isinstance(topics, list) or not all(isinstance(t, str) for t in topics):
+            raise _invalid("topics must be a list of topic names")
+        names = tuple(dict.fromkeys(topics))
+        for topic in names:
+            refuse_internal(topic, "consuming it")
+            require(request, "topic", topic, "read")
+            gateway.replicas.topic(topic)
+    coordinator.subscribe(name, instance, names, settings)
     await _durable(request, name)
     return web.Response(status=204)
 
 
+def _matching(request: web.Request, pattern: re.Pattern[str]) -> tuple[str, ...]:
+    """The user topics the pattern matches in full that the principal may read."""
+    known = gateway_of(request).broker.store.view.topics
+    return tuple(
+        sorted(
+            t
+            for t in known
+            if t not in INTERNAL_TOPICS
+            and pattern.fullmatch(t)
+            and may(request, "topic", t, "read")
+        )
+    )
+
+
+async def _current(request: web.Request, name: str, instance: str) -> Member:
+    """The instance, its pattern subscription brought up to the topics that exist now."""
+    coordinator = _coordinator(request)
+    member = coordinator.touch(name, instance)
+    pattern = member.instance.get(PATTERN)
+    if pattern is None:
+        return member
+    matched = _matching(request, re.compile(pattern))
+    if matched == member.topics:
+        return member
+    member = coordinator.subscribe(name, instance, matched)
+    await _durable(request, name)
+    return member
+
+
 async def subscription(request: web.Request) -> web.Response:
-    member = _coordinator(request).touch(_group(request), _instance(request))
+    member = await _current(request, _group(request), _instance(request))
     return answer(request, {"topics": list(member.topics)})
 
 
 async def unsubscribe(request: web.Request) -> web.Response:
-    name = _group(request)
-    _coordinator(request).subscribe(name, _instance(request), ())
+    name, instance = _group(request), _instance(request)
+    coordinator = _coordinator(request)
+    settings = {k: v for k, v in coordinator.touch(name, instance).instance.items() if k != PATTERN}
+    coordinator.subscribe(name, instance, (), settings)
     await _durable(request, name)
     return web.Response(status=204)
 
@@ -224,7 +268,7 @@ async def records(request: web.Request) -> web.Response:
     settings = gateway.settings
     name, instance = _group(request), _instance(request)
     coordinator = _coordinator(request)
-    member = coordinator.touch(name, instance)
+    member = await _current(request, name, instance)
     embedded = member.instance.get("format", "binary")
     media = _records_type(request, embedded)
     timeout_ms = int_param(
@@ -238,18 +282,41 @@ async def records(request: web.Request) -> web.Response:
         request, "max_bytes", settings.default_fetch_bytes, 1, settings.max_fetch_bytes
     )
     min_bytes = min(int(member.instance.get("fetch_min_bytes", 1)), max_bytes)
-    for topic in member.topics:
+    for topic in _topics_of(member):
         require(request, "topic", topic, "read")
     refuse_when_full(gateway.notifier, settings)
     limits = FetchLimits(MAX_RECORDS, max_bytes, min_bytes, timeout_ms)
-    fetched = await coordinator.fetch(name, instance, limits)
+    fetched = await coordinator.fetch(name, instance, limits, decode=record_decoder(embedded))
     for topic, count in fetched.counts.items():
         gateway.metrics.traffic.fetched(topic, count, 0)
-    convert = _json_record if embedded == "json" else _binary_record
-    # The fetch's records come as the group route encodes them (C-built JSON, structs,
-    # dicts): read back as one shape, then written in v2's.
-    body = _ENCODER.encode([convert(r) for r in _FETCHED.decode(_ENCODER.encode(fetched.records))])
-    return web.Response(body=body, content_type=media)
+    return web.Response(body=_ENCODER.encode(fetched.records), content_type=media)
+
+
+def _topics_of(member: Member) -> list[str]:
+    """The topics an instance reads: subscribed, or manually assigned."""
+    return sorted(set(member.topics) | {topic for topic, _ in member.target})
+
+
+async def assign(request: web.Request) -> web.Response:
+    """Kafka's assign(): `{"partitions": [{"topic", "partition"}]}` (none: nothing); refused
+    with 40903 for a subscribed instance, as v2 refuses it."""
+    name = _group(request)
+    asked = _partitions(await _body(request), "partitions", with_offset=False, empty=True)
+    for topic, _ in asked:
+        refuse_internal(topic, "consuming it")
+        require(request, "topic", topic, "read")
+    _coordinator(request).assign(name, _instance(request), tuple(dict.fromkeys(asked)))
+    await _durable(request, name)
+    return web.Response(status=204)
+
+
+async def assignments(request: web.Request) -> web.Response:
+    """The partitions the instance reads, assigned manually or by its group."""
+    member = _coordinator(request).touch(_group(request), _instance(request))
+    return answer(
+        request,
+        {"partitions": [{"topic": t, "partition": p} for t, p in sorted(member.target)]},
+    )
 
 
 def _records_type(request: web.Request, embedded: str) -> str:
@@ -267,71 +334,18 @@ def _records_type(request: web.Request, embedded: str) -> str:
     return own
 
 
-class _Fetched(msgspec.Struct):
-    """A record as the group fetch encodes it (whichever path built it), read back exactly."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: str | None = None
-    value: msgspec.Raw = msgspec.Raw(b"null")
-    key_encoding: str | None = None
-    value_encoding: str | None = None
-
-    def key_bytes(self) -> bytes | None:
-        if self.key is None:
-            return None
-        return base64.b64decode(self.key) if self.key_encoding else self.key.encode()
-
-    def value_bytes(self) -> bytes | None:
-        raw = bytes(self.value)
-        if raw == b"null":
-            return None
-        return base64.b64decode(orjson.loads(raw)) if self.value_encoding else raw
-
-
 _ENCODER = msgspec.json.Encoder()
-_FETCHED = msgspec.json.Decoder(list[_Fetched])
 
 
-def _json_record(record: _Fetched) -> dict[str, Any]:
-    """v2's json record: key and value as the JSON they were stored as (a key or value that
-    is not JSON, produced through /v1, as a JSON string)."""
-    return {
-        "topic": record.topic,
-        "key": _as_json(record.key_bytes()),
-        "value": _as_json(record.value_bytes()),
-        "partition": record.partition,
-        "offset": record.offset,
-    }
-
-
-def _as_json(raw: bytes | None) -> Any:
-    if raw is None:
-        return None
-    try:
-        orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return raw.decode(errors="replace")
-    return msgspec.Raw(raw)
-
-
-def _binary_record(record: _Fetched) -> dict[str, Any]:
-    key, value = record.key_bytes(), record.value_bytes()
-    return {
-        "topic": record.topic,
-        "key": None if key is None else base64.b64encode(key).decode(),
-        "value": None if value is None else base64.b64encode(value).decode(),
-        "partition": record.partition,
-        "offset": record.offset,
-    }
-
-
-def _partitions(doc: dict[str, Any], field: str, with_offset: bool) -> list[tuple[Any, ...]]:
-    """`[{"topic", "partition"(, "offset")}]` from the body, checked."""
+def _partitions(
+    doc: dict[str, Any], field: str, with_offset: bool, empty: bool = False
+) -> list[tuple[Any, ...]]:
+    """`[{"topic", "partition"(, "offset")}]` from the body, checked (`empty`: may be [])."""
     items = doc.get(field)
-    if not isinstance(items, list) or not items:
+    if not isinstance(items, list) or not (items or empty):
         raise _invalid(f"{field} must be a non-empty list")
+    if len(items) > MAX_PARTITIONS:
+        raise _invalid(f"{field} lists more than {MAX_PARTITIONS} partitions")
     out: list[tuple[Any, ...]] = []
     for i, item in enumerate(items):
         if not isinstance(item, dict):

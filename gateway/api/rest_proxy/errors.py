@@ -44,6 +44,7 @@ _CODES = {
     "UNKNOWN_MEMBER": CONSUMER_NOT_FOUND,
     "MEMBER_ALREADY_EXISTS": CONSUMER_ALREADY_EXISTS,
     "PARTITION_NOT_ASSIGNED": ILLEGAL_STATE,
+    "ILLEGAL_STATE": ILLEGAL_STATE,
     "UNAUTHENTICATED": 40101,
     "ACL_DENIED": 40301,
     "INVALID_RECORD": INVALID_DATA,
@@ -90,6 +91,24 @@ def speaks_v2(request: web.Request) -> bool:
     return any(path == p or path.startswith(p + "/") for p in V2_PREFIXES)
 
 
+def speaks_v3(request: web.Request) -> bool:
+    return request.path.startswith("/v3/")
+
+
+def v3_render(problem: Problem) -> web.Response:
+    """A problem as v3 answers it (kafka-rest's V3ExceptionMapper): its HTTP status as the
+    error code, in `application/json`."""
+    return web.Response(
+        body=orjson.dumps({"error_code": problem.status, "message": problem.detail}),
+        status=problem.status,
+        content_type="application/json",
+        headers=problem.headers,
+    )
+
+
 def setup(app: web.Application) -> None:
-    """Failures on the v2 paths answer v2's body (auth's 401/403 and quotas' 429 included)."""
-    app.setdefault(PROBLEM_DIALECTS, []).append((speaks_v2, render))
+    """Failures on the v2 paths answer v2's body, on the v3 paths v3's (auth's 401/403 and
+    quotas' 429 included)."""
+    dialects = app.setdefault(PROBLEM_DIALECTS, [])
+    dialects.append((speaks_v2, render))
+    dialects.append((speaks_v3, v3_render))

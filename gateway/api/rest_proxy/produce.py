@@ -186,7 +186,7 @@ async def produce(request: web.Request) -> web.Response:
         if problem.code == "INVALID_RECORD":  # the front's refusal, in v2's terms
             raise v2_error(422, INVALID_DATA, problem.detail) from None
         raise
-    return answer(request, _answer(chosen, results, refused), produced(acks))
+    return answer(request, offsets_answer(chosen, results, refused), produced(acks))
 
 
 def _keyed(key: bytes | None, partitions: int) -> int | None:
@@ -199,7 +199,7 @@ def _results(done: dict[str, object]) -> list[dict[str, int]]:
     return results
 
 
-def _answer(
+def offsets_answer(
     chosen: list[int | None], results: dict[int, tuple[int, int]], refused: list[int]
 ) -> dict[str, object]:
     """v2's answer: each record's partition and offset; a record whose partition refused the

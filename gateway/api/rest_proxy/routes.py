@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from gateway.api.rest_proxy import consumers, errors, metadata, produce
+from gateway.api.rest_proxy import consumers, errors, metadata, produce, v3
 
 
 def add_routes(app: web.Application) -> None:
@@ -12,3 +12,4 @@ def add_routes(app: web.Application) -> None:
     metadata.add_routes(app)
     produce.add_routes(app)
     consumers.add_routes(app)
+    v3.add_routes(app)

@@ -20,6 +20,7 @@ from typing import Any
 from engine import batch as fmt
 from engine.config import TopicConfig
 from engine.errors import (
+    EngineError,
     LogClosed,
     OffsetMovedToTieredStorage,
     OffsetOutOfRange,
@@ -38,6 +39,7 @@ from replication.errors import (
     NotLeader,
     RequestTimedOut,
 )
+from replication.fetch_sessions import FetchSession, FetchSessions
 from replication.group_commit import AppendGroups, FlushGroups
 from replication.idempotency import IdempotencyIndex
 from replication.metadata import (
@@ -49,6 +51,7 @@ from replication.metadata import (
     TopicSpec,
 )
 from replication.partition import Partition
+from replication.session_wire import MAX_PARTITIONS, SessionFetchRequest
 from replication.sibling_replicas import SiblingReplicas
 from replication.tiering import TieringService
 
@@ -114,6 +117,8 @@ class ReplicaManager:
         self._closing = False
         self.appends = AppendGroups()  # produces of one loop turn: one write per partition
         self.flushes = FlushGroups()
+        self.sessions = FetchSessions(MAX_PARTITIONS)  # followers' fetch sessions, as leader
+        self._session_waiters: dict[int, asyncio.Future[None]] = {}  # one per session
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -617,6 +622,102 @@ class ReplicaManager:
             if result.data or remaining <= 0 or self.notifier.closing:
                 return result, leader
             await self.notifier.wait(leader.log, remaining)
+
+    async def session_fetch(
+        self, request: SessionFetchRequest
+    ) -> tuple[int, dict[TopicPartition, ReadResult | EngineError]]:
+        """A follower node's one fetch for all it follows here (KIP-227): (the session id, each
+        partition's batches and marks or its error). Answers as soon as any partition has
+        records or an error (a full request at once, bringing every partition), or the records
+        reach `min_bytes`, or `max_wait_ms` passes. One parked waiter for the whole session; a
+        newer full request of the same follower releases it."""
+        session = self.sessions.take(request)
+        released = self._session_waiters.pop(request.replica, None)
+        if released is not None and not released.done():
+            released.set_result(None)
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._session_waiters[request.replica] = waiter
+        deadline = time.monotonic() + request.max_wait_ms / 1000
+        try:
+            while True:
+                found, size, errors = self._session_round(session, request)
+                remaining = deadline - time.monotonic()
+                if not self.sessions.current(session):
+                    return session.id, {}  # replaced: its follower gave this request up
+                if (
+                    request.full
+                    or errors
+                    or (size and size >= request.min_bytes)
+                    or remaining <= 0
+                    or self.notifier.closing
+                ):
+                    return session.id, self._answered(session, found, request.full)
+                logs = [p.log for key, _ in session if (p := self.partitions.get(key))]
+                await self.notifier.wait_any(logs, remaining, waiter)
+                if self._session_waiters.get(request.replica) is not waiter:
+                    return session.id, {}  # a newer request of the follower took over
+                if waiter.done():  # a log woke it: a fresh one for the next park
+                    waiter = asyncio.get_running_loop().create_future()
+                    self._session_waiters[request.replica] = waiter
+        finally:
+            if self._session_waiters.get(request.replica) is waiter:
+                del self._session_waiters[request.replica]
+
+    def _session_round(
+        self, session: FetchSession, request: SessionFetchRequest
+    ) -> tuple[dict[TopicPartition, ReadResult | EngineError], int, bool]:
+        """Note the follower's position in every partition of the session and read what each
+        has from it, within each one's max_bytes and the request's in all (the first
+        partition with records may exceed them by one batch, as in Kafka): (the results, the
+        bytes read, whether any partition failed)."""
+        found: dict[TopicPartition, ReadResult | EngineError] = {}
+        size = 0
+        errors = False
+        for key, part in session:
+            position = part.position
+            room = min(position.max_bytes, request.max_bytes - size)
+            try:
+                leader = self._hosted(*key)
+                result, expand = leader.replica_fetch(
+                    session.replica,
+                    position.fetch_offset,
+                    position.leader_epoch,
+                    max(room, 0),
+                    min_one=size == 0,
+                )
+            except EngineError as exc:
+                found[key] = exc
+                errors = True
+                continue
+            if expand is not None:
+                self._background(self.change_isr(leader, expand))
+            size += len(result.data)
+            found[key] = ReadResult(
+                result.data, leader.high_watermark, leader.log_start_offset, result.log_end_offset
+            )
+        return found, size, errors
+
+    @staticmethod
+    def _answered(
+        session: FetchSession,
+        found: dict[TopicPartition, ReadResult | EngineError],
+        full: bool,
+    ) -> dict[TopicPartition, ReadResult | EngineError]:
+        """What the answer carries: everything in a full one, else the partitions with records,
+        errors or marks the follower has not been sent; noted as sent."""
+        answer: dict[TopicPartition, ReadResult | EngineError] = {}
+        for key, outcome in found.items():
+            part = session.partitions[key]
+            if isinstance(outcome, EngineError):
+                answer[key] = outcome
+                continue
+            hw, start = outcome.high_watermark, outcome.log_start_offset
+            if full or outcome.data or part.news(hw, start):
+                answer[key] = outcome
+                session.answered(key, hw, start)
+            if outcome.data:
+                session.to_back(key)
+        return answer
 
     def epoch_end(
         self, topic: str, partition: int, leader_epoch: int, epoch: int

@@ -1,0 +1,260 @@
+"""Scale of a 3-node cluster in partitions (issue 33): `python -m loadtests.scale_bench --cluster`.
+
+For each partition count, a fresh cluster (etcd and three nodes on this machine, as `sluice
+dev-cluster` runs them) and one topic of that many partitions with replication factor 3:
+
+- create: the seconds to the topic's 201, and until every partition has a leader and a full ISR;
+- idle: each node's CPU (% of one core) and RSS over a quiet window, before and after;
+- produce: keyed records in binary batches over all the partitions (acks=all, through every
+  node), against the same through a topic of 10 partitions, in alternating rounds;
+- restart: a node stopped (SIGTERM) and started again: the seconds until every ISR is full;
+- failover: the node leading the most partitions (not the controller) killed (SIGKILL): the
+  seconds until another node leads every one of them (its lease, 3 s, expires first).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from engine import batch as fmt
+from gateway.workers.local_cluster import LocalCluster
+from loadtests.common import cpu_seconds, http_json, progress, rss_bytes
+
+RECORD_BATCH = "application/vnd.sluice.record-batch"
+TOPIC = "wide"
+NARROW = "narrow"
+NARROW_PARTITIONS = 10
+POLL_S = 0.05
+
+
+@dataclass(frozen=True)
+class ClusterSizes:
+    partitions: tuple[int, ...]  # one cluster per count
+    idle_s: float  # the quiet window CPU is measured over
+    produce_s: float  # per produce cell
+    rounds: int  # produce cells alternate wide/narrow this many times
+    records_per_request: int
+    value_bytes: int
+    connections: int
+    deadline_s: float  # for the topic to be ready, an ISR to fill, a failover to end
+
+
+CLUSTER_FULL = ClusterSizes((1_000, 10_000), 30.0, 10.0, 3, 1_000, 100, 6, 600.0)
+CLUSTER_QUICK = ClusterSizes((12,), 1.0, 0.5, 1, 20, 10, 2, 120.0)
+
+
+def _mib(n: int) -> float:
+    return round(n / 2**20, 1)
+
+
+def _partitions(url: str, topic: str) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = http_json("GET", f"{url}/v1/topics/{topic}")["partitions"]
+    return rows
+
+
+def _wait(what: str, condition: Callable[[], bool], deadline_s: float) -> float:
+    """Seconds until `condition()` holds (polled), or RuntimeError after `deadline_s`."""
+    started = time.perf_counter()
+    while not condition():
+        if time.perf_counter() - started > deadline_s:
+            raise RuntimeError(f"{what}: not within {deadline_s} s")
+        time.sleep(POLL_S)
+    return round(time.perf_counter() - started, 2)
+
+
+def _all_full(url: str, topic: str, count: int | None, nodes: int = 3) -> Callable[[], bool]:
+    """Whether the topic has `count` partitions (any, if None), each led with a full ISR."""
+
+    def full() -> bool:
+        try:
+            rows = _partitions(url, topic)
+        except (RuntimeError, OSError):
+            return False
+        return (count is None or len(rows) == count) and all(
+            r["leader"] is not None and len(r["isr"]) == nodes for r in rows
+        )
+
+    return full
+
+
+def idle(cluster: LocalCluster, seconds: float) -> dict[str, Any]:
+    """Each node's CPU over `seconds` doing nothing (% of one core), and its RSS after."""
+    pids = {n.node_id: n.process.pid for n in cluster.nodes if n.process is not None}
+    before = {i: cpu_seconds(pid) for i, pid in pids.items()}
+    started = time.perf_counter()
+    time.sleep(seconds)
+    elapsed = time.perf_counter() - started
+    cpu = {i: round(100 * (cpu_seconds(pid) - before[i]) / elapsed, 1) for i, pid in pids.items()}
+    return {
+        "cpu_pct_per_node": cpu,
+        "cpu_pct_cluster": round(sum(cpu.values()), 1),
+        "rss_mib_per_node": {i: _mib(rss_bytes(pid)) for i, pid in pids.items()},
+    }
+
+
+def _keyed_bodies(sizes: ClusterSizes, count: int = 8) -> list[bytes]:
+    """Binary batches of keyed records, keys drawn so that they fall on every partition."""
+    value = os.urandom(sizes.value_bytes // 2).hex().encode()
+    keys = itertools.count()
+    return [
+        bytes(
+            fmt.encode_batch(
+                [
+                    fmt.RecordInput(b"key-%d" % next(keys), value)
+                    for _ in range(sizes.records_per_request)
+                ]
+            )
+        )
+        for _ in range(count)
+    ]
+
+
+async def _produce(urls: list[str], topic: str, bodies: list[bytes], sizes: ClusterSizes) -> float:
+    """Records/s acknowledged (acks=all) over `sizes.produce_s`, connections spread over nodes."""
+    headers = {"Content-Type": RECORD_BATCH}
+    acked = 0
+    deadline = time.perf_counter() + sizes.produce_s
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+
+        async def worker(n: int) -> None:
+            nonlocal acked
+            target = f"{urls[n % len(urls)]}/v1/topics/{topic}/records?acks=all"
+            for i in itertools.count(n):
+                if time.perf_counter() >= deadline:
+                    return
+                async with session.post(target, data=bodies[i % len(bodies)], headers=headers) as r:
+                    if r.status != 200:
+                        raise RuntimeError(f"produce -> {r.status}: {await r.text()}")
+                    await r.read()
+                acked += sizes.records_per_request
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker(n) for n in range(sizes.connections)))
+        return acked / (time.perf_counter() - started)
+
+
+def produce(cluster: LocalCluster, sizes: ClusterSizes) -> dict[str, Any]:
+    urls = [n.url for n in cluster.nodes]
+    bodies = _keyed_bodies(sizes)
+    wide: list[float] = []
+    narrow: list[float] = []
+    for _ in range(sizes.rounds):
+        wide.append(asyncio.run(_produce(urls, TOPIC, bodies, sizes)))
+        narrow.append(asyncio.run(_produce(urls, NARROW, bodies, sizes)))
+    w, n = sorted(wide)[len(wide) // 2], sorted(narrow)[len(narrow) // 2]
+    return {
+        "wide_records_s": round(w),
+        "narrow_records_s": round(n),
+        "ratio": round(w / n, 2) if n else None,
+        "rounds_wide": [round(x) for x in wide],
+        "rounds_narrow": [round(x) for x in narrow],
+    }
+
+
+def restart(cluster: LocalCluster, count: int, deadline_s: float) -> dict[str, Any]:
+    """Stop the last node, wait until the cluster took it out of every ISR, start it again:
+    seconds until every ISR is full once more."""
+    node = cluster.nodes[-1]
+    other = cluster.nodes[0].url
+    node.stop()
+
+    def left() -> bool:
+        return all(node.node_id not in r["isr"] for r in _partitions(other, TOPIC))
+
+    out_s = _wait("the stopped node leaves every ISR", left, deadline_s)
+    started = time.perf_counter()
+    node.start()
+    cluster.wait_ready()
+    back = _wait("every ISR full again", _all_full(other, TOPIC, count), deadline_s)
+    return {
+        "node": node.node_id,
+        "left_isr_s": out_s,
+        "isr_full_s": round(time.perf_counter() - started, 2),
+        "after_start_s": back,
+    }
+
+
+def failover(cluster: LocalCluster, deadline_s: float) -> dict[str, Any]:
+    """SIGKILL the non-controller node leading the most partitions; seconds until every one of
+    them has a live leader again."""
+    controller = http_json("GET", f"{cluster.nodes[0].url}/v1/cluster")["controller"]
+    rows = _partitions(cluster.nodes[0].url, TOPIC)
+    led = {n.node_id: sum(1 for r in rows if r["leader"] == n.node_id) for n in cluster.nodes}
+    victim = max((i for i in led if i != controller), key=lambda i: led[i])
+    witness = next(n for n in cluster.nodes if n.node_id != victim).url
+    cluster.nodes[victim].kill()
+    started = time.perf_counter()
+
+    def moved() -> bool:
+        try:
+            now = _partitions(witness, TOPIC)
+        except (RuntimeError, OSError):
+            return False
+        return all(r["leader"] not in (None, victim) for r in now)
+
+    _wait("every partition led again", moved, deadline_s)
+    return {
+        "node": victim,
+        "led": led[victim],
+        "controller": controller,
+        "all_led_again_s": round(time.perf_counter() - started, 2),
+    }
+
+
+def one_count(work: Path, count: int, sizes: ClusterSizes) -> dict[str, Any]:
+    progress(f"cluster with {count} partitions")
+    cluster = LocalCluster(work / f"cluster-{count}", 3)
+    cluster.start()
+    try:
+        url = cluster.nodes[0].url
+        _wait(
+            "__consumer_offsets ready",
+            _all_full(url, "__consumer_offsets", None),
+            sizes.deadline_s,
+        )
+        base = idle(cluster, sizes.idle_s)
+        progress(f"creating {count} partitions")
+        started = time.perf_counter()
+        http_json("POST", f"{url}/v1/topics", {"name": TOPIC, "partitions": count})
+        created_s = round(time.perf_counter() - started, 2)
+        ready = _wait("every partition led with a full ISR", _all_full(url, TOPIC, count), 900)
+        http_json("POST", f"{url}/v1/topics", {"name": NARROW, "partitions": NARROW_PARTITIONS})
+        _wait("the narrow topic", _all_full(url, NARROW, NARROW_PARTITIONS), sizes.deadline_s)
+        progress("idle")
+        quiet = idle(cluster, sizes.idle_s)
+        progress("produce")
+        produced = produce(cluster, sizes)
+        progress("restart")
+        restarted = restart(cluster, count, sizes.deadline_s)
+        quiet_after = idle(cluster, sizes.idle_s)
+        progress("failover")
+        failed_over = failover(cluster, sizes.deadline_s)
+        return {
+            "partitions": count,
+            "idle_before_topic": base,
+            "create_s": created_s,
+            "ready_s": round(created_s + ready, 2),
+            "idle": quiet,
+            "produce": produced,
+            "restart": restarted,
+            "idle_after_produce_and_restart": quiet_after,
+            "failover": failed_over,
+        }
+    finally:
+        cluster.stop()
+
+
+def run_cluster(sizes: ClusterSizes, work: Path) -> dict[str, Any]:
+    return {
+        "sizes": asdict(sizes),
+        "cluster": [one_count(work, n, sizes) for n in sizes.partitions],
+    }

@@ -7,7 +7,8 @@ dev-cluster` runs them) and one topic of that many partitions with replication f
 - idle: each node's CPU (% of one core) and RSS over a quiet window, before and after;
 - produce: keyed records in binary batches over all the partitions (acks=all, through every
   node), against the same through a topic of 10 partitions, in alternating rounds;
-- restart: a node stopped (SIGTERM) and started again: the seconds until every ISR is full;
+- restart: a node stopped (SIGTERM) and started again: the seconds until every ISR is full,
+  and until it leads its preferred partitions again (the controller's rebalance, every 30 s);
 - failover: the node leading the most partitions (not the controller) killed (SIGKILL): the
   seconds until another node leads every one of them (its lease, 3 s, expires first).
 """
@@ -175,11 +176,18 @@ def restart(cluster: LocalCluster, count: int, deadline_s: float) -> dict[str, A
     node.start()
     cluster.wait_ready()
     back = _wait("every ISR full again", _all_full(other, TOPIC, count), deadline_s)
+    full_s = round(time.perf_counter() - started, 2)
+
+    def balanced() -> bool:
+        return all(r["leader"] == r["replicas"][0] for r in _partitions(other, TOPIC))
+
+    _wait("every partition led by its preferred replica", balanced, deadline_s)
     return {
         "node": node.node_id,
         "left_isr_s": out_s,
-        "isr_full_s": round(time.perf_counter() - started, 2),
+        "isr_full_s": full_s,
         "after_start_s": back,
+        "balanced_s": round(time.perf_counter() - started, 2),
     }
 
 

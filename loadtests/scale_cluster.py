@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import re
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import orjson
 
 from engine import batch as fmt
 from gateway.workers.local_cluster import LocalCluster
@@ -35,6 +37,8 @@ TOPIC = "wide"
 NARROW = "narrow"
 NARROW_PARTITIONS = 10
 POLL_S = 0.05
+REFUSED_PAUSE_S = 0.1
+_MOVE = re.compile(r": leader -?\d+ -> -?\d+ in epoch")
 
 
 @dataclass(frozen=True)
@@ -87,6 +91,16 @@ def _all_full(url: str, topic: str, count: int | None, nodes: int = 3) -> Callab
     return full
 
 
+def leader_moves(cluster: LocalCluster) -> int:
+    """The leadership changes the controller logged so far (any node may have been it)."""
+    moves = 0
+    for node in cluster.nodes:
+        log = node.data_dir.parent / f"node-{node.node_id}.log"
+        if log.exists():
+            moves += sum(1 for line in log.open(errors="replace") if _MOVE.search(line))
+    return moves
+
+
 def idle(cluster: LocalCluster, seconds: float) -> dict[str, Any]:
     """Each node's CPU over `seconds` doing nothing (% of one core), and its RSS after."""
     pids = {n.node_id: n.process.pid for n in cluster.nodes if n.process is not None}
@@ -119,10 +133,14 @@ def _keyed_bodies(sizes: ClusterSizes, count: int = 8) -> list[bytes]:
     ]
 
 
-async def _produce(urls: list[str], topic: str, bodies: list[bytes], sizes: ClusterSizes) -> float:
-    """Records/s acknowledged (acks=all) over `sizes.produce_s`, connections spread over nodes."""
+async def _produce(
+    urls: list[str], topic: str, bodies: list[bytes], sizes: ClusterSizes
+) -> tuple[float, dict[str, int]]:
+    """Records/s acknowledged (acks=all) over `sizes.produce_s`, connections spread over nodes,
+    and the refusals by code (each retried after a pause, its records not counted)."""
     headers = {"Content-Type": RECORD_BATCH}
     acked = 0
+    refused: dict[str, int] = {}
     deadline = time.perf_counter() + sizes.produce_s
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
 
@@ -133,31 +151,41 @@ async def _produce(urls: list[str], topic: str, bodies: list[bytes], sizes: Clus
                 if time.perf_counter() >= deadline:
                     return
                 async with session.post(target, data=bodies[i % len(bodies)], headers=headers) as r:
-                    if r.status != 200:
-                        raise RuntimeError(f"produce -> {r.status}: {await r.text()}")
-                    await r.read()
-                acked += sizes.records_per_request
+                    body = await r.read()
+                    if r.status == 200:
+                        acked += sizes.records_per_request
+                        continue
+                    if r.status < 500:
+                        raise RuntimeError(f"produce -> {r.status}: {body[:500]!r}")
+                    code = f"{r.status} {orjson.loads(body).get('code', '')}"
+                refused[code] = refused.get(code, 0) + 1
+                await asyncio.sleep(REFUSED_PAUSE_S)
 
         started = time.perf_counter()
         await asyncio.gather(*(worker(n) for n in range(sizes.connections)))
-        return acked / (time.perf_counter() - started)
+        return acked / (time.perf_counter() - started), refused
 
 
 def produce(cluster: LocalCluster, sizes: ClusterSizes) -> dict[str, Any]:
     urls = [n.url for n in cluster.nodes]
     bodies = _keyed_bodies(sizes)
-    wide: list[float] = []
-    narrow: list[float] = []
+    rates: dict[str, list[float]] = {TOPIC: [], NARROW: []}
+    refused: dict[str, dict[str, int]] = {TOPIC: {}, NARROW: {}}
     for _ in range(sizes.rounds):
-        wide.append(asyncio.run(_produce(urls, TOPIC, bodies, sizes)))
-        narrow.append(asyncio.run(_produce(urls, NARROW, bodies, sizes)))
-    w, n = sorted(wide)[len(wide) // 2], sorted(narrow)[len(narrow) // 2]
+        for topic in (TOPIC, NARROW):
+            rate, codes = asyncio.run(_produce(urls, topic, bodies, sizes))
+            rates[topic].append(rate)
+            for code, times in codes.items():
+                refused[topic][code] = refused[topic].get(code, 0) + times
+    w, n = (sorted(rates[t])[len(rates[t]) // 2] for t in (TOPIC, NARROW))
     return {
         "wide_records_s": round(w),
         "narrow_records_s": round(n),
         "ratio": round(w / n, 2) if n else None,
-        "rounds_wide": [round(x) for x in wide],
-        "rounds_narrow": [round(x) for x in narrow],
+        "rounds_wide": [round(x) for x in rates[TOPIC]],
+        "rounds_narrow": [round(x) for x in rates[NARROW]],
+        "refused_wide": refused[TOPIC],
+        "refused_narrow": refused[NARROW],
     }
 
 
@@ -240,7 +268,9 @@ def one_count(work: Path, count: int, sizes: ClusterSizes) -> dict[str, Any]:
         progress("idle")
         quiet = idle(cluster, sizes.idle_s)
         progress("produce")
+        moves = leader_moves(cluster)
         produced = produce(cluster, sizes)
+        produced["leader_moves"] = leader_moves(cluster) - moves
         progress("restart")
         restarted = restart(cluster, count, sizes.deadline_s)
         quiet_after = idle(cluster, sizes.idle_s)

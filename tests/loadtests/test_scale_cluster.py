@@ -50,6 +50,8 @@ def test_produce_restart_and_failover_are_measured(report: dict[str, Any]) -> No
     for row in report["cluster"]:
         produced = row["produce"]
         assert produced["wide_records_s"] > 0 and produced["narrow_records_s"] > 0
+        assert produced["leader_moves"] >= 0
+        assert isinstance(produced["refused_wide"], dict)
         assert produced["ratio"] == pytest.approx(
             produced["wide_records_s"] / produced["narrow_records_s"], abs=0.01
         )

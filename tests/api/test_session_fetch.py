@@ -1,24 +1,32 @@
 """The leader's side of fetch sessions (KIP-227), in process: node 1 is a follower on paper
 (partition states naming it), and the test plays it by posting session fetches as its fetcher
-would. Bad bodies, session errors, full and incremental answers, the long-poll's one waiter."""
+would. Bad bodies, session errors, full and incremental answers, the long-poll's one waiter.
+Then this node as the follower of a scripted leader: what its session requests say."""
 
 from __future__ import annotations
 
 import asyncio
 import struct
 from dataclasses import replace
+from typing import Any
+
+from aiohttp import web
 
 from engine import batch as fmt
 from replication.memory_store import MemoryMetadataStore
 from replication.node_contract import SESSION_FETCH, SESSION_FETCH_ROUTE
 from replication.session_wire import (
     FetchPosition,
+    PartitionAnswer,
     SessionFetchAnswer,
     SessionFetchRequest,
     decode_answer,
+    decode_request,
+    encode_answer,
     encode_request,
 )
 from tests.api.support import Client, create_topic, gateway, parked, problem, produce, wait_until
+from tests.api.test_internal import lead_elsewhere
 
 FOLLOWER = 1
 PARTITIONS = 4
@@ -227,3 +235,58 @@ async def test_a_partition_refused_comes_back_as_its_problem(client: Client) -> 
     assert bad.error_status == 416 and b"OFFSET_OUT_OF_RANGE" in bad.error_body
     stale = await session_fetch(client, request(epoch - 1, {0: 0}))
     assert stale.partitions[("t", 0)].error_status == 409
+
+
+class ScriptedLeader:
+    """Node 1 as a leader of partitions this node follows: it answers epoch queries (nothing
+    to truncate) and session fetches by `script` (one answer per request, then it parks), and
+    keeps every session request it took."""
+
+    def __init__(self, script: list[tuple[int, int]]) -> None:
+        self.script = script  # (status, session id) per request
+        self.requests: list[SessionFetchRequest] = []
+        self.release = asyncio.Event()
+
+    async def answer(self, request: web.BaseRequest) -> web.StreamResponse:
+        if request.path.endswith("/epoch-end"):
+            return web.json_response({"epoch": -1, "end_offset": -1})
+        fetch = decode_request(await request.read())
+        self.requests.append(fetch)
+        if len(self.requests) > len(self.script):
+            await self.release.wait()  # parked, as an idle leader would
+            return web.Response(status=503)
+        status, session = self.script[len(self.requests) - 1]
+        if status != 200:
+            code = "FETCH_SESSION_ID_NOT_FOUND"
+            body = {"title": "gone", "status": status, "detail": code, "code": code}
+            return web.json_response(body, status=status, content_type="application/problem+json")
+        parts = {key: PartitionAnswer(0, 0) for key in fetch.partitions}
+        answer = b"".join(encode_answer(SessionFetchAnswer(session, parts)))
+        return web.Response(body=answer, content_type=SESSION_FETCH)
+
+
+async def test_a_follower_sends_one_full_request_then_starts_over_on_a_session_error(
+    client: Client, aiohttp_raw_server: Any
+) -> None:
+    leader = ScriptedLeader([(200, 7), (404, 0), (200, 8)])
+    server = await aiohttp_raw_server(leader.answer)
+    await create_topic(client, partitions=3)
+    try:
+        await lead_elsewhere(client, str(server.make_url("")).rstrip("/"), (1,))
+        await wait_until(lambda: len(leader.requests) == 4, timeout=10)
+        first, second, third, fourth = leader.requests
+        assert first.full and list(first.partitions) == [("t", 1)]
+        assert first.partitions[("t", 1)].fetch_offset == 0
+        # Nothing changed: the next request of session 7 names no partition.
+        assert (second.session_id, second.session_epoch, second.partitions) == (7, 1, {})
+        # The leader lost the session: a full request again, then session 8 goes on.
+        assert third.full and list(third.partitions) == [("t", 1)]
+        assert (fourth.session_id, fourth.session_epoch) == (8, 1)
+        # A partition joins while a request is parked: it is given up for a full one with both.
+        await lead_elsewhere(client, str(server.make_url("")).rstrip("/"), (1, 2))
+        await wait_until(lambda: len(leader.requests) == 5, timeout=10)
+        fifth = leader.requests[4]
+        assert fifth.full and sorted(fifth.partitions) == [("t", 1), ("t", 2)]
+        assert all(r.replica == 0 for r in leader.requests)
+    finally:
+        leader.release.set()

@@ -59,3 +59,4 @@ def test_produce_restart_and_failover_are_measured(report: dict[str, Any]) -> No
         failover = row["failover"]
         assert failover["node"] != failover["controller"] and failover["led"] > 0
         assert failover["all_led_again_s"] > 0
+        assert row["leases_lost"] >= 0

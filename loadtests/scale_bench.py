@@ -301,6 +301,15 @@ def main() -> None:
         "--partitions", help="with --cluster: the partition counts, comma-separated"
     )
     args = parser.parse_args()
+    name = "scale-cluster-report.json" if args.cluster else "scale-report.json"
+
+    def write(report: dict[str, Any]) -> bytes:
+        text = orjson.dumps(report, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS)
+        if args.out is not None:
+            args.out.mkdir(parents=True, exist_ok=True)
+            (args.out / name).write_bytes(text)
+        return text
+
     with tempfile.TemporaryDirectory() as tmp:
         if args.cluster:
             sizes = scale_cluster.CLUSTER_QUICK if args.quick else scale_cluster.CLUSTER_FULL
@@ -308,16 +317,14 @@ def main() -> None:
                 counts = tuple(int(n) for n in args.partitions.split(","))
                 sizes = dataclasses.replace(sizes, partitions=counts)
             raise_fd_limit()
-            report = {**_machine(), **scale_cluster.run_cluster(sizes, Path(tmp))}
-            name = "scale-cluster-report.json"
+            machine = _machine()
+            report = {
+                **machine,
+                **scale_cluster.run_cluster(sizes, Path(tmp), lambda r: write({**machine, **r})),
+            }
         else:
             report = run(QUICK if args.quick else FULL, Path(tmp))
-            name = "scale-report.json"
-    text = orjson.dumps(report, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS)
-    if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / name).write_bytes(text)
-    print(text.decode())
+    print(write(report).decode())
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ from replication.errors import (
 from replication.fetch_sessions import FetchSession, FetchSessions
 from replication.group_commit import AppendGroups, FlushGroups
 from replication.idempotency import IdempotencyIndex
+from replication.isr_writes import IsrWrites
 from replication.metadata import (
     NO_LEADER,
     ClusterView,
@@ -118,6 +119,7 @@ class ReplicaManager:
         self.appends = AppendGroups()  # produces of one loop turn: one write per partition
         self.flushes = FlushGroups()
         self.sessions = FetchSessions(MAX_PARTITIONS)  # followers' fetch sessions, as leader
+        self.isr_changes = IsrWrites(store)  # this turn's ISR changes, stored together
         self._session_waiters: dict[int, asyncio.Future[None]] = {}  # one per session
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -759,7 +761,7 @@ class ReplicaManager:
         self._isr_writes.add(key)
         leading.begin_isr_change(isr)
         try:
-            stored = await self.store.set_partition(key[0], key[1], partition.isr_state(isr))
+            stored = await self.isr_changes.write(key, partition.isr_state(isr))
         except Exception:
             leading.isr_change_failed()
             log.exception("%s-%d: ISR change to %s failed", key[0], key[1], list(isr))

@@ -56,14 +56,15 @@ class FetchSession:
                 known.position = position
 
     def answered(self, key: TopicPartition, high_watermark: int, log_start: int) -> None:
-        """Note what the follower was sent; a partition that brought records goes last, so
-        that the next answer starts with those that did not (Kafka's fairness rule)."""
+        """Note the marks the follower was sent (the next answer carries only new ones)."""
         part = self.partitions.get(key)
         if part is not None:
             part.sent_high_watermark = high_watermark
             part.sent_log_start = log_start
 
     def to_back(self, key: TopicPartition) -> None:
+        """A partition that brought records goes last, so that the next answer starts with
+        those that did not (Kafka's fairness rule)."""
         part = self.partitions.pop(key, None)
         if part is not None:
             self.partitions[key] = part

@@ -31,7 +31,6 @@ from replication.metadata import TopicPartition
 VERSION = 1
 MAX_PARTITIONS = 100_000  # in one request or answer (a session holds at most this many)
 MAX_PROBLEM_BYTES = 64 * 1024
-INT32_MAX = 2**31 - 1
 
 _REQUEST_HEAD = struct.Struct(">Biiiiiii")
 _PARTITION = struct.Struct(">iiqi")

@@ -60,6 +60,9 @@ log = logging.getLogger(__name__)
 
 TopicsListener = Callable[[set[str]], None]  # called with the names of deleted topics
 RoleListener = Callable[[Partition], Awaitable[None]]
+# Role changes handed to the listeners between two yields to the event loop: a view of
+# thousands (a topic created, a node back) must not hold it past a lease keepalive (TTL/3).
+ROLES_PER_TURN = 100
 
 
 @dataclass(frozen=True)
@@ -201,7 +204,9 @@ class ReplicaManager:
                 self.partitions[(partition.topic, partition.partition)] = partition
         first = {(partition.topic, partition.partition) for partition in new}
         changed = []
-        for key, state in hosted:
+        for i, (key, state) in enumerate(hosted, 1):
+            if i % ROLES_PER_TURN == 0:
+                await asyncio.sleep(0)  # let the loop breathe (the lease's keepalive)
             if self._take(self.partitions[key], state):
                 changed.append(self.partitions[key])
                 # A partition's first role (at start-up, or its topic created or grown here)
@@ -218,9 +223,11 @@ class ReplicaManager:
         if deleted or changed:
             for topics_listener in self._topics_listeners:
                 topics_listener(deleted)
-        for partition in changed:
+        for i, partition in enumerate(changed, 1):
             for role_listener in self._role_listeners:
                 await role_listener(partition)
+            if i % ROLES_PER_TURN == 0:
+                await asyncio.sleep(0)  # listeners may not suspend: let the loop breathe
         self._applied.set()
 
     def _log_offline(self, log_: PartitionLog) -> None:

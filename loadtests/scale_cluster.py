@@ -10,7 +10,7 @@ dev-cluster` runs them) and one topic of that many partitions with replication f
 - restart: a node stopped (SIGTERM) and started again: the seconds until every ISR is full,
   and until it leads its preferred partitions again (the controller's rebalance, every 30 s);
 - failover: the node leading the most partitions (not the controller) killed (SIGKILL): the
-  seconds until another node leads every one of them (its lease, 3 s, expires first), but
+  seconds until another node leads every one of them (its lease, 2 s, expires first), but
   those whose ISR held only that node (offline, as they should be: counted).
 """
 

@@ -61,7 +61,8 @@ log = logging.getLogger(__name__)
 TopicsListener = Callable[[set[str]], None]  # called with the names of deleted topics
 RoleListener = Callable[[Partition], Awaitable[None]]
 # Role changes handed to the listeners between two yields to the event loop: a view of
-# thousands (a topic created, a node back) must not hold it past a lease keepalive (TTL/3).
+# thousands (a topic created, a node back) must not hold it past the lease keepalive's
+# timeout (TTL/3).
 ROLES_PER_TURN = 100
 
 

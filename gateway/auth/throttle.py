@@ -67,7 +67,8 @@ async def _serve(
     charged: QuotaKind | None,
 ) -> web.StreamResponse:
     """Serve the request and charge its bytes: a produce's body (its Content-Length at once,
-    so concurrent requests see it; else what was read), a fetch's answer."""
+    so concurrent requests see it; else what was read, a streamed body's as it ended), a
+    fetch's answer."""
     if charged == "produce_bytes":
         length = request.content_length
         if length is not None:
@@ -75,8 +76,9 @@ async def _serve(
         try:
             return await handler(request)
         finally:
-            if length is None and BODY in request:
-                book.charge(usage, charged, len(request[BODY]))
+            if length is None:
+                read = len(request[BODY]) if BODY in request else request.content.total_bytes
+                book.charge(usage, charged, read)
     response = await handler(request)
     if charged == "fetch_bytes":
         book.charge(usage, charged, response.content_length or 0)

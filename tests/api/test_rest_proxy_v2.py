@@ -4,6 +4,7 @@ them (v2 media types, raw JSON), and the v2 error body for every refusal, never 
 from __future__ import annotations
 
 import base64
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -302,3 +303,24 @@ async def test_produce_bytes_quotas_charge_v2_and_v3(start: Start, path: str) ->
     assert (await v3.json())["error_code"] == 429
     end = await (await client.get("/topics/metered/partitions/0/offsets")).json(content_type=None)
     assert end["end_offset"] == 1
+
+
+async def test_a_streamed_v3_produce_is_charged_what_it_sent(start: Start) -> None:
+    """A chunked v3 body has no Content-Length: it is charged the bytes read once it ends, so
+    the next produce is refused."""
+    client = await start()
+    assert (await client.post("/v1/topics", json={"name": "metered"})).status == 201
+    await client.put("/v1/quotas/%3Cdefault%3E", json={"produce_bytes_per_second": 1000})
+    cluster = (await (await client.get("/v3/clusters")).json())["data"][0]["cluster_id"]
+    path = f"/v3/clusters/{cluster}/topics/metered/records"
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for n in range(5):
+            yield orjson.dumps({"value": {"type": "JSON", "data": "x" * 1000 + str(n)}})
+
+    streamed = await client.post(path, data=chunks(), headers={"Content-Type": "application/json"})
+    assert streamed.status == 200
+    assert (await streamed.text()).count("\n") == 5
+    refused = await client.post(path, json={"value": {"data": 1}})
+    assert refused.status == 429
+    assert (await refused.json())["error_code"] == 429

@@ -23,6 +23,7 @@ import pytest
 from tests.cluster.checker import Verdict, check
 from tests.cluster.conftest import DEFAULT_FAULT_SEED, SUMMARY, option
 from tests.cluster.harness import ETCD_PREFIX, Cluster, LogRecord, PartitionState, WaitTimeout
+from tests.cluster.liveness import NotLive, probe
 from tests.cluster.schedule import FaultLog, FaultRunner, Schedule, make_schedule
 from tests.cluster.workload import ATTEMPT_TIMEOUT_S, History, Workload
 
@@ -132,7 +133,7 @@ async def run_schedule(
     history = History(topic, PARTITIONS)
     faults = FaultLog()
     workload = Workload(cluster, history, rng, session)
-    runner = FaultRunner(cluster, topic, random.Random(seed + 1), faults, history.now)
+    runner = FaultRunner(cluster, topic, random.Random(seed + 1), faults, history.now, PARTITIONS)
 
     async def snapshot_midway() -> None:
         for at in sorted(rng.uniform(1.0, 5.0) for _ in range(2)):
@@ -177,6 +178,17 @@ async def run_schedule(
         cluster.etcd.history, f"{ETCD_PREFIX}/partitions/{topic}/".encode(), start_revision + 1
     )
     verdict = check(history, final_logs, final_end, _states(changes, topic))
+    if not faults.injected:
+        verdict.add("no-fault", f"none of the schedule's faults was injected: {faults.events}")
+    if verdict.acknowledged == 0:
+        verdict.add("nothing-acknowledged", "the schedule acknowledged no record")
+    try:
+        faults.events += [
+            f"{history.now():6.2f}s live: {d}"
+            for d in await probe(cluster, session, topic, PARTITIONS)
+        ]
+    except NotLive as exc:
+        verdict.add("not-live", str(exc))
     if not verdict.violations:
         response = await asyncio.to_thread(
             cluster.http.delete, cluster.url(0) + f"/v1/topics/{topic}"

@@ -39,6 +39,7 @@ SHOWN_PER_SCHEDULE = 8
 class Campaign:
     seed: int
     mechanism: str
+    lose_unsynced: bool = False  # schedules may make a node lose what it had not fsynced
     schedules: int = 0
     faults: Counter[str] = field(default_factory=Counter)
     skipped: Counter[str] = field(default_factory=Counter)
@@ -82,7 +83,8 @@ class Campaign:
         lines = [
             f"fault campaign: seed {self.seed}, partitions cut by {self.mechanism}, "
             f"{wall_s:.0f} s wall time",
-            f"  schedules: {self.schedules}",
+            f"  schedules: {self.schedules}"
+            + (" (lose-unsynced faults on)" if self.lose_unsynced else ""),
             f"  faults injected: {sum(self.faults.values())} ({faults})",
             f"  produce requests: {sum(self.ops.values())} ({ops}), {self.attempts} attempts",
             f"  records acknowledged: {self.acknowledged}",
@@ -125,9 +127,10 @@ async def run_schedule(
     session: aiohttp.ClientSession,
     index: int,
     seed: int,
+    lose_unsynced: bool,
 ) -> tuple[Schedule, FaultLog, Verdict]:
     rng = random.Random(seed)
-    schedule = make_schedule(seed, PARTITIONS)
+    schedule = make_schedule(seed, PARTITIONS, lose_unsynced)
     topic = f"campaign-{index}-{seed}"
     start_revision = await asyncio.to_thread(cluster.etcd.revision)
     await asyncio.to_thread(
@@ -208,10 +211,11 @@ async def run_campaign(cluster: Cluster, campaign: Campaign, schedules: int) -> 
             schedule_seed = seeds.randrange(2**31)
             try:
                 schedule, faults, verdict = await run_schedule(
-                    cluster, session, index, schedule_seed
+                    cluster, session, index, schedule_seed, campaign.lose_unsynced
                 )
             except Exception as exc:  # the schedule could not run to its end: say so, go on
-                schedule, faults = make_schedule(schedule_seed, PARTITIONS), FaultLog()
+                schedule = make_schedule(schedule_seed, PARTITIONS, campaign.lose_unsynced)
+                faults = FaultLog()
                 verdict = Verdict()
                 verdict.add("error", f"{type(exc).__name__}: {exc}")
             campaign.add(index, schedule, faults, verdict)
@@ -224,7 +228,8 @@ def test_fault_campaign(cluster: Cluster, request: pytest.FixtureRequest) -> Non
     given = str(option(request.config, "fault_seed", DEFAULT_FAULT_SEED))
     seed = random.SystemRandom().randrange(2**31) if given == "random" else int(given)
     cluster.heal()
-    campaign = Campaign(seed, cluster.topology.mechanism)
+    lose_unsynced = bool(option(request.config, "lose_unsynced", False))
+    campaign = Campaign(seed, cluster.topology.mechanism, lose_unsynced)
     started = time.monotonic()
     report = cluster.workdir / "campaign-report.txt"
     try:

@@ -1,7 +1,9 @@
 """The fault campaign: random, seeded fault schedules against the shared cluster, each over a
-fresh topic with acks=all producers (Idempotency-Key retries to any node), partition consumers
-and pollers; after each schedule every fault is healed, the ISR must fill again, and the
-checker judges the whole history (see checker.py for the properties).
+fresh topic with acks=all and acks=1 producers (Idempotency-Key retries to any node), partition
+consumers and pollers; after each schedule every fault is healed, the ISR must fill again, the
+checker judges the whole history (see checker.py for the properties), every kind of operation
+must succeed again (liveness.py), and the schedule must have injected a fault and acknowledged
+records (docs/cluster.md, "The fault campaign").
 
 `pytest tests/cluster/test_campaign.py --schedules 200 --fault-seed random` runs a longer
 campaign on new schedules, `--fault-seed S` repeats one (CI runs 30 on a fixed seed); the
@@ -23,6 +25,7 @@ import pytest
 from tests.cluster.checker import Verdict, check
 from tests.cluster.conftest import DEFAULT_FAULT_SEED, SUMMARY, option
 from tests.cluster.harness import ETCD_PREFIX, Cluster, LogRecord, PartitionState, WaitTimeout
+from tests.cluster.liveness import NotLive, probe
 from tests.cluster.schedule import FaultLog, FaultRunner, Schedule, make_schedule
 from tests.cluster.workload import ATTEMPT_TIMEOUT_S, History, Workload
 
@@ -36,6 +39,7 @@ SHOWN_PER_SCHEDULE = 8
 class Campaign:
     seed: int
     mechanism: str
+    lose_unsynced: bool = False  # schedules may make a node lose what it had not fsynced
     schedules: int = 0
     faults: Counter[str] = field(default_factory=Counter)
     skipped: Counter[str] = field(default_factory=Counter)
@@ -43,6 +47,7 @@ class Campaign:
     attempts: int = 0
     acknowledged: int = 0
     lost: int = 0
+    lost_allowed: int = 0
     divergences: int = 0
     duplicates: int = 0
     violations: Counter[str] = field(default_factory=Counter)
@@ -57,6 +62,7 @@ class Campaign:
         self.attempts += verdict.attempts
         self.acknowledged += verdict.acknowledged
         self.lost += verdict.lost
+        self.lost_allowed += verdict.lost_allowed
         self.divergences += verdict.divergences
         self.duplicates += verdict.duplicates
         self.violations.update(v.kind for v in verdict.violations)
@@ -77,11 +83,12 @@ class Campaign:
         lines = [
             f"fault campaign: seed {self.seed}, partitions cut by {self.mechanism}, "
             f"{wall_s:.0f} s wall time",
-            f"  schedules: {self.schedules}",
+            f"  schedules: {self.schedules}"
+            + (" (lose-unsynced faults on)" if self.lose_unsynced else ""),
             f"  faults injected: {sum(self.faults.values())} ({faults})",
             f"  produce requests: {sum(self.ops.values())} ({ops}), {self.attempts} attempts",
             f"  records acknowledged: {self.acknowledged}",
-            f"  lost: {self.lost}",
+            f"  lost: {self.lost} (acks=all), {self.lost_allowed} (acks=1, allowed)",
             f"  divergences: {self.divergences}",
             f"  duplicates: {self.duplicates}",
             f"  violations by kind: {kinds}",
@@ -120,9 +127,10 @@ async def run_schedule(
     session: aiohttp.ClientSession,
     index: int,
     seed: int,
+    lose_unsynced: bool,
 ) -> tuple[Schedule, FaultLog, Verdict]:
     rng = random.Random(seed)
-    schedule = make_schedule(seed, PARTITIONS)
+    schedule = make_schedule(seed, PARTITIONS, lose_unsynced)
     topic = f"campaign-{index}-{seed}"
     start_revision = await asyncio.to_thread(cluster.etcd.revision)
     await asyncio.to_thread(
@@ -132,7 +140,7 @@ async def run_schedule(
     history = History(topic, PARTITIONS)
     faults = FaultLog()
     workload = Workload(cluster, history, rng, session)
-    runner = FaultRunner(cluster, topic, random.Random(seed + 1), faults, history.now)
+    runner = FaultRunner(cluster, topic, random.Random(seed + 1), faults, history.now, PARTITIONS)
 
     async def snapshot_midway() -> None:
         for at in sorted(rng.uniform(1.0, 5.0) for _ in range(2)):
@@ -177,6 +185,17 @@ async def run_schedule(
         cluster.etcd.history, f"{ETCD_PREFIX}/partitions/{topic}/".encode(), start_revision + 1
     )
     verdict = check(history, final_logs, final_end, _states(changes, topic))
+    if not faults.injected:
+        verdict.add("no-fault", f"none of the schedule's faults was injected: {faults.events}")
+    if verdict.acknowledged == 0:
+        verdict.add("nothing-acknowledged", "the schedule acknowledged no record")
+    try:
+        faults.events += [
+            f"{history.now():6.2f}s live: {d}"
+            for d in await probe(cluster, session, topic, PARTITIONS)
+        ]
+    except NotLive as exc:
+        verdict.add("not-live", str(exc))
     if not verdict.violations:
         response = await asyncio.to_thread(
             cluster.http.delete, cluster.url(0) + f"/v1/topics/{topic}"
@@ -192,10 +211,11 @@ async def run_campaign(cluster: Cluster, campaign: Campaign, schedules: int) -> 
             schedule_seed = seeds.randrange(2**31)
             try:
                 schedule, faults, verdict = await run_schedule(
-                    cluster, session, index, schedule_seed
+                    cluster, session, index, schedule_seed, campaign.lose_unsynced
                 )
             except Exception as exc:  # the schedule could not run to its end: say so, go on
-                schedule, faults = make_schedule(schedule_seed, PARTITIONS), FaultLog()
+                schedule = make_schedule(schedule_seed, PARTITIONS, campaign.lose_unsynced)
+                faults = FaultLog()
                 verdict = Verdict()
                 verdict.add("error", f"{type(exc).__name__}: {exc}")
             campaign.add(index, schedule, faults, verdict)
@@ -208,7 +228,8 @@ def test_fault_campaign(cluster: Cluster, request: pytest.FixtureRequest) -> Non
     given = str(option(request.config, "fault_seed", DEFAULT_FAULT_SEED))
     seed = random.SystemRandom().randrange(2**31) if given == "random" else int(given)
     cluster.heal()
-    campaign = Campaign(seed, cluster.topology.mechanism)
+    lose_unsynced = bool(option(request.config, "lose_unsynced", False))
+    campaign = Campaign(seed, cluster.topology.mechanism, lose_unsynced)
     started = time.monotonic()
     report = cluster.workdir / "campaign-report.txt"
     try:

@@ -95,6 +95,16 @@ def test_a_lost_acknowledged_record() -> None:
     assert "lost" in kinds(verdict) and verdict.lost == 1
 
 
+def test_acks_1_may_lose_what_it_acknowledged() -> None:
+    history, logs, _, states = clean()
+    history.ops = [dataclasses.replace(op, acks="1") for op in history.ops]
+    for node in logs:
+        logs[node][0] = logs[node][0][:1]
+    verdict = check(history, logs, {0: 1}, states)
+    assert "lost" not in kinds(verdict)
+    assert (verdict.lost, verdict.lost_allowed) == (0, 1)
+
+
 def test_a_duplicate() -> None:
     history, logs, _, states = clean()
     for node in logs:

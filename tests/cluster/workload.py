@@ -22,6 +22,7 @@ PRODUCE_TIMEOUT_MS = 2500  # the server's wait for acks
 ATTEMPT_TIMEOUT_S = 4.0  # the client's wait for any answer (a paused node never answers)
 FETCH_WAIT_MS = 300
 POLL_INTERVAL_S = 0.25
+ACKS = ("all", "all", "all", "1")  # the produce modes and their weights
 
 # Answers after which the attempt surely appended nothing: validation happens before the
 # append, a retry while the first attempt runs is refused, and NOT_ENOUGH_REPLICAS is raised
@@ -69,6 +70,7 @@ class ProduceOp:
     records: list[tuple[int, int]]  # (partition, index) of each record, in request order
     attempts: list[Attempt] = field(default_factory=list)
     idempotent: bool = True  # sent with Idempotency-Key `key` (and retried); else sent once
+    acks: str = "all"  # "1": the leader's append alone acknowledges; the checker allows loss
 
     @property
     def outcome(self) -> str:
@@ -231,10 +233,12 @@ class Workload:
             entries = [
                 {"key": f"{key}#{i}", "value": record_value(key, i)} for i in range(len(chosen))
             ]
-        path += f"?acks=all&timeout_ms={PRODUCE_TIMEOUT_MS}"
+        acks = self.rng.choice(ACKS)
+        path += f"?acks={acks}&timeout_ms={PRODUCE_TIMEOUT_MS}"
         body = json.dumps({"records": entries}).encode()
         idempotent = self.rng.random() >= self.keyless
-        return ProduceOp(key, path, body, [(p, i) for i, p in enumerate(chosen)], [], idempotent)
+        records = [(p, i) for i, p in enumerate(chosen)]
+        return ProduceOp(key, path, body, records, [], idempotent, acks)
 
     async def _producer(self, worker: int) -> None:
         n = 0
@@ -410,8 +414,12 @@ class Workload:
                     if not seen:
                         continue
                     hw = seen[-1]
+                if not self.cluster.running(node):
+                    continue  # a dead node's files may be cut by a lost-unsynced fault
                 data_dir = self.cluster.nodes[node].data_dir
                 records = await asyncio.to_thread(read_replica_log, data_dir, history.topic, p)
+                if not self.cluster.running(node) or self.cluster.runs[node] != run:
+                    continue  # killed while read: the files may have been cut meanwhile
                 history.snapshots.append(
                     Snapshot(node, run, history.now(), p, hw, [r for r in records if r.offset < hw])
                 )

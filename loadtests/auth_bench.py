@@ -15,11 +15,8 @@ produces per second.
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
-import tempfile
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -27,7 +24,6 @@ from typing import Any
 import orjson
 
 from loadtests import generators, ratio_cli, report
-from loadtests.bench import machine
 from loadtests.common import start_gateway
 from loadtests.rows import body_for, rates
 
@@ -240,30 +236,10 @@ def markdown(doc: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--quick", action="store_true", help="one short round (CI)")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--seconds", type=float, default=4.0, help="per cell")
-    parser.add_argument("--out", type=Path, default=Path("bench-out"))
-    parser.add_argument("--before", type=Path, help="a checkout to measure beside this tree")
-    args = parser.parse_args()
-    rounds, seconds = (1, 1.0) if args.quick else (args.rounds, args.seconds)
-    with tempfile.TemporaryDirectory(prefix="sluice-bench-") as scratch:
-        doc = run(rounds, seconds, Path(scratch), args.before)
-    before = f" --before {args.before}" if args.before else ""
-    doc["meta"] = {
-        "command": f"python -m loadtests.auth_bench --rounds {rounds} --seconds {seconds}{before}",
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": machine(),
-    }
-    args.out.mkdir(parents=True, exist_ok=True)
-    ratio_cli.write(args.out, "auth-bench", doc, markdown(doc))
+    out, doc = ratio_cli.run_rounds_beside(__doc__ or "", "loadtests.auth_bench", 3, 4.0, run)
+    ratio_cli.write(out, "auth-bench", doc, markdown(doc))
     targets = [t | {"figure": f"{t['tree']}: {t['figure']}"} for t in doc["targets"]]
-    report.plot_ratios(
-        targets, "Authentication per request (issue 30)", args.out / "auth-bench.png"
-    )
+    report.plot_ratios(targets, "Authentication per request (issue 30)", out / "auth-bench.png")
 
 
 if __name__ == "__main__":

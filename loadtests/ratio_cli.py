@@ -15,6 +15,8 @@ import orjson
 from loadtests.bench import machine
 
 Run = Callable[[int, float, Path], dict[str, Any]]  # rounds, seconds per cell, scratch -> doc
+# The same, measuring an earlier checkout (--before DIR) in the same rounds when given.
+RunBeside = Callable[[int, float, Path, Path | None], dict[str, Any]]
 
 
 def run_rounds(
@@ -22,6 +24,19 @@ def run_rounds(
 ) -> tuple[Path, dict[str, Any]]:
     """Parse the options (defaults: `rounds`, `seconds`), run in a scratch directory; the
     output directory and the document with its `meta`."""
+    return _run(description, module, rounds, seconds, lambda r, s, p, _: run(r, s, p), False)
+
+
+def run_rounds_beside(
+    description: str, module: str, rounds: int, seconds: float, run: RunBeside
+) -> tuple[Path, dict[str, Any]]:
+    """`run_rounds` with `--before DIR`: a checkout measured beside this tree."""
+    return _run(description, module, rounds, seconds, run, True)
+
+
+def _run(
+    description: str, module: str, rounds: int, seconds: float, run: RunBeside, beside: bool
+) -> tuple[Path, dict[str, Any]]:
     parser = argparse.ArgumentParser(
         description=description, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -29,12 +44,16 @@ def run_rounds(
     parser.add_argument("--rounds", type=int, default=rounds)
     parser.add_argument("--seconds", type=float, default=seconds, help="per cell")
     parser.add_argument("--out", type=Path, default=Path("bench-out"))
+    if beside:
+        parser.add_argument("--before", type=Path, help="a checkout to measure beside this tree")
     args = parser.parse_args()
+    before: Path | None = args.before if beside else None
     rounds, seconds = (1, 1.0) if args.quick else (args.rounds, args.seconds)
     with tempfile.TemporaryDirectory(prefix="sluice-bench-") as scratch:
-        doc = run(rounds, seconds, Path(scratch))
+        doc = run(rounds, seconds, Path(scratch), before)
+    options = " --quick" if args.quick else f" --rounds {rounds} --seconds {seconds}"
     doc["meta"] = {
-        "command": f"python -m {module}" + (" --quick" if args.quick else ""),
+        "command": f"python -m {module}{options}" + (f" --before {before}" if before else ""),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "rounds": rounds,
         "seconds_per_cell": seconds,

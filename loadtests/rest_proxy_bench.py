@@ -19,9 +19,7 @@ the same cells in the same rounds, so before and after compare within one run.
 
 from __future__ import annotations
 
-import argparse
 import statistics
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -30,7 +28,6 @@ import httpx
 import orjson
 
 from loadtests import generators, ratio_cli
-from loadtests.bench import machine
 from loadtests.common import cpu_seconds, http_json, start_gateway
 from loadtests.rows import rates
 
@@ -203,29 +200,8 @@ def markdown(doc: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--quick", action="store_true", help="one short round (CI)")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--seconds", type=float, default=5.0, help="per cell")
-    parser.add_argument("--out", type=Path, default=Path("bench-out"))
-    parser.add_argument("--before", type=Path, help="a checkout to measure beside this tree")
-    args = parser.parse_args()
-    rounds, seconds = (1, 1.0) if args.quick else (args.rounds, args.seconds)
-    with tempfile.TemporaryDirectory(prefix="sluice-bench-") as scratch:
-        doc = run(rounds, seconds, Path(scratch), args.before)
-    options = " --quick" if args.quick else f" --rounds {rounds} --seconds {seconds}"
-    before = f" --before {args.before}" if args.before else ""
-    doc["meta"] = {
-        "command": f"python -m loadtests.rest_proxy_bench{options}{before}",
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "rounds": rounds,
-        "seconds_per_cell": seconds,
-        "machine": machine(),
-    }
-    args.out.mkdir(parents=True, exist_ok=True)
-    ratio_cli.write(args.out, "rest-proxy", doc, markdown(doc))
+    out, doc = ratio_cli.run_rounds_beside(__doc__ or "", "loadtests.rest_proxy_bench", 3, 5.0, run)
+    ratio_cli.write(out, "rest-proxy", doc, markdown(doc))
 
 
 if __name__ == "__main__":

@@ -476,16 +476,10 @@ class FastRoutes:
         params = _query(query, _V2_PRODUCE_PARAMS)
         if params is None or not self._room_for(len(body), connection):
             return None
-        settings = self.gateway.settings
-        acks = ACKS.get(params.get("acks", "all"))
-        try:
-            timeout_ms = query_int(
-                params, "timeout_ms", settings.default_produce_timeout_ms, 0, settings.max_wait_ms
-            )
-        except Problem:
+        delivery = self._acks_and_timeout(params)
+        if delivery is None:
             return None
-        if acks is None:
-            return None
+        acks, timeout_ms = delivery
         produce = ProduceRequest(
             topic=name,
             partition=partition,
@@ -506,6 +500,20 @@ class FastRoutes:
         built, owners = made
         return FastProduce(produce, route, len(body), (), built, owners, answer_type)
 
+    def _acks_and_timeout(self, params: Mapping[str, str]) -> tuple[str, int] | None:
+        """A produce's `acks` and `timeout_ms`; None when either is bad (the route says why)."""
+        settings = self.gateway.settings
+        acks = ACKS.get(params.get("acks", "all"))
+        if acks is None:
+            return None
+        try:
+            timeout_ms = query_int(
+                params, "timeout_ms", settings.default_produce_timeout_ms, 0, settings.max_wait_ms
+            )
+        except Problem:
+            return None
+        return acks, timeout_ms
+
     def _plain_produce_target(self, target: str) -> PlainProduce | None:
         """What a produce's target says, when the fast routes may take it (the topic's existence
         and partitions aside, which change): topic, partition, acks, timeout, record key, route."""
@@ -513,16 +521,10 @@ class FastRoutes:
         if parsed is None or parsed[0] in INTERNAL_TOPICS:
             return None
         name, partition, params = parsed
-        settings = self.gateway.settings
-        acks = ACKS.get(params.get("acks", "all"))
-        try:
-            timeout_ms = query_int(
-                params, "timeout_ms", settings.default_produce_timeout_ms, 0, settings.max_wait_ms
-            )
-        except Problem:
+        delivery = self._acks_and_timeout(params)
+        if delivery is None:
             return None
-        if acks is None:
-            return None
+        acks, timeout_ms = delivery
         route = PARTITION_ROUTE if partition is not None else TOPIC_ROUTE
         return name, partition, acks, timeout_ms, params.get("key"), route
 

@@ -89,7 +89,8 @@ class Broker:
             log.warning("recovery: %s", error)
         self.notifier = ChangeNotifier()
         self.store = self._store()
-        await self.store.start(NodeInfo(settings.node_id, settings.url))
+        clean = self.manager.had_clean_shutdown
+        await self.store.start(NodeInfo(settings.node_id, settings.url), clean_start=clean)
         self.controller = Controller(self.store, settings.node_id, self.manager.defaults)
         if not settings.cluster:
             await self._adopt_local_topics()

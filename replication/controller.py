@@ -16,7 +16,7 @@ import logging
 import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from engine.config import (
@@ -74,28 +74,39 @@ def elect_leader(
     live: frozenset[int],
     unclean: bool,
     offline: frozenset[int] = frozenset(),
+    restarted: frozenset[int] = frozenset(),
+    unclean_starts: frozenset[int] = frozenset(),
 ) -> PartitionState | None:
     """The partition's next state when a replica it counts on is gone, else None.
 
     A replica is available if its node is live and does not report the partition's log
-    `offline` (KIP-112: a failed disk takes only its replicas out). An available leader keeps
-    leading, with the unavailable dropped from the ISR at once (Kafka's controller on a
-    broker's session loss; else acks=all would wait out replica.lag.time.max.ms). Otherwise
-    the first available replica in the ISR leads, with the unavailable dropped from the ISR;
-    failing that, with `unclean`, the first available replica alone; else the partition is
+    `offline` (KIP-112: a failed disk takes only its replicas out). An ISR member in
+    `restarted` (its process started after the state was stored, so its log may have lost
+    what it had not fsynced) is available but no longer counts as in sync (KIP-841/903).
+    An available, in-sync leader keeps leading, with the others dropped from the ISR at once
+    (Kafka's controller on a broker's session loss; else acks=all would wait out
+    replica.lag.time.max.ms). Otherwise the first available in-sync replica leads. If only
+    restarted ISR members are left, the first of them leads alone, one that started cleanly
+    first (KIP-966's last replica standing; the caller says so, as what it lost is lost).
+    Failing that, with `unclean`, the first available replica alone; else the partition is
     offline with its last ISR kept, so that it comes back when an ISR member does. Every
     change is a new leader epoch."""
     available = live - offline
-    if state.leader in available:
-        isr = tuple(r for r in state.isr if r in available)
+    in_sync = available - restarted
+    if state.leader in in_sync:
+        isr = tuple(r for r in state.isr if r in in_sync)
         if isr == state.isr:
             return None
         return replace(state, leader_epoch=state.leader_epoch + 1, isr=isr)
     epoch = state.leader_epoch + 1
-    clean = next((r for r in state.replicas if r in available and r in state.isr), None)
+    clean = next((r for r in state.replicas if r in in_sync and r in state.isr), None)
     if clean is not None:
-        isr = tuple(r for r in state.isr if r in available)
+        isr = tuple(r for r in state.isr if r in in_sync)
         return replace(state, leader=clean, leader_epoch=epoch, isr=isr)
+    survivors = [r for r in state.replicas if r in available and r in state.isr]
+    survivors.sort(key=lambda r: r in unclean_starts)
+    if survivors:
+        return replace(state, leader=survivors[0], leader_epoch=epoch, isr=(survivors[0],))
     fallback = next((r for r in state.replicas if r in available), None) if unclean else None
     if fallback is not None:
         return replace(state, leader=fallback, leader_epoch=epoch, isr=(fallback,))
@@ -105,16 +116,20 @@ def elect_leader(
 
 
 def elect_preferred(
-    state: PartitionState, live: frozenset[int], offline: frozenset[int] = frozenset()
+    state: PartitionState,
+    live: frozenset[int],
+    offline: frozenset[int] = frozenset(),
+    restarted: frozenset[int] = frozenset(),
 ) -> PartitionState | None:
     """Leadership back to the preferred replica if it is live, does not report the
-    partition `offline`, is in the ISR and is not leading."""
+    partition `offline`, is in the ISR (not `restarted` since) and is not leading."""
     preferred = state.replicas[0]
     if (
         state.leader == preferred
         or preferred not in live
         or preferred in offline
         or preferred not in state.isr
+        or preferred in restarted
     ):
         return None
     return replace(state, leader=preferred, leader_epoch=state.leader_epoch + 1)
@@ -432,10 +447,11 @@ class Controller:
                 configs[topic] = self.defaults.with_overrides(spec.configs)
             unclean = configs[topic].unclean_leader_election_enable
             offline = view.offline_replicas(topic, partition)
-            new = elect_leader(state, view.live, unclean, offline)
+            restarted = view.restarted(state)
+            new = elect_leader(state, view.live, unclean, offline, restarted, view.unclean_starts)
             if new is not None:
-                change = Change(topic, partition, state, new, offline)
-                available = state.leader in view.live - offline
+                change = Change.decided(view, topic, partition, state, new, offline, restarted)
+                available = state.leader in view.live - offline - restarted
                 (shrinks if available else leaderless).append(change)
         # As Kafka's controller on a broker's loss: first the partitions without a leader
         # (unavailable until written), then the ISR shrinks of the others, each in as few
@@ -448,7 +464,7 @@ class Controller:
         """Store the changes at once; if one of them moved meanwhile, one by one (that one
         fails alone, and the change that moved it wakes the next pass)."""
         states = [((c.topic, c.partition), c.new) for c in changes]
-        stored = await self.store.set_partitions(states, fence)
+        stored = await self.store.set_partitions(states, fence, [c.incarnations for c in changes])
         if stored is None:
             for change in changes:
                 await self._write(fence, change)
@@ -463,8 +479,11 @@ class Controller:
             state = view.partition(topic, partition)
             if state is None:
                 continue
-            new = elect_preferred(state, view.live, view.offline_replicas(topic, partition))
-            if new is not None and await self._write(fence, Change(topic, partition, state, new)):
+            offline = view.offline_replicas(topic, partition)
+            new = elect_preferred(state, view.live, offline, view.restarted(state))
+            if new is None:
+                continue
+            if await self._write(fence, Change.decided(view, topic, partition, state, new)):
                 moved += 1
         return moved
 
@@ -472,7 +491,9 @@ class Controller:
         """Store a leadership change; False if the state moved since it was read (the change
         that moved it wakes the next pass, which decides again from the newer state)."""
         topic, partition = change.topic, change.partition
-        stored = await self.store.set_partition(topic, partition, change.new, fence)
+        stored = await self.store.set_partition(
+            topic, partition, change.new, fence, change.incarnations
+        )
         if stored is None:
             log.info("%s-%d changed while electing; deciding again", topic, partition)
             return False
@@ -483,20 +504,61 @@ class Controller:
 @dataclass(frozen=True)
 class Change:
     """A partition's state as read, and the one the controller decided; `offline`: the
-    replicas reporting the partition offline (named in the log if they caused it)."""
+    replicas reporting the partition offline, `restarted`: the ISR members whose process
+    started since (both named in the log if they caused it); `incarnations`: the new ISR's
+    incarnations the decision assumed (the write's guard, KIP-903); `unclean_recovery`:
+    the new leader is the last ISR member and started after a crash."""
 
     topic: str
     partition: int
     old: PartitionState
     new: PartitionState
     offline: frozenset[int] = frozenset()
+    restarted: frozenset[int] = frozenset()
+    incarnations: Mapping[int, int] = field(default_factory=dict)
+    unclean_recovery: bool = False
+
+    @classmethod
+    def decided(
+        cls,
+        view: ClusterView,
+        topic: str,
+        partition: int,
+        old: PartitionState,
+        new: PartitionState,
+        offline: frozenset[int] = frozenset(),
+        restarted: frozenset[int] = frozenset(),
+    ) -> Change:
+        """A change decided on `view`, guarded by the incarnations it saw."""
+        return cls(
+            topic,
+            partition,
+            old,
+            new,
+            offline,
+            restarted,
+            {r: view.registered.get(r, 0) for r in new.isr},
+            new.leader in restarted and new.leader in view.unclean_starts,
+        )
 
 
 def _log_change(change: Change, stored: PartitionState) -> None:
     old = change.old
     failed = sorted(change.offline & {old.leader, *old.isr})
+    restarted = sorted(change.restarted)
+    notes = []
+    if failed:
+        notes.append(f"nodes {failed} report its log offline")
+    if restarted:
+        notes.append(f"nodes {restarted} restarted")
+    if change.unclean_recovery:
+        notes.append(
+            f"node {stored.leader}, the last in-sync replica, restarted after an unclean "
+            "shutdown: what it had acknowledged but not fsynced is lost (KIP-966's unclean "
+            "recovery)"
+        )
     log.log(
-        logging.WARNING if failed else logging.INFO,
+        logging.WARNING if failed or change.unclean_recovery else logging.INFO,
         "%s-%d: leader %d -> %d in epoch %d, isr %s%s",
         change.topic,
         change.partition,
@@ -504,7 +566,7 @@ def _log_change(change: Change, stored: PartitionState) -> None:
         stored.leader,
         stored.leader_epoch,
         list(stored.isr),
-        f" (nodes {failed} report its log offline)" if failed else "",
+        f" ({'; '.join(notes)})" if notes else "",
     )
 
 

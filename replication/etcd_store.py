@@ -54,6 +54,12 @@ class _NodeRecord(msgspec.Struct):
     url: str
 
 
+class _IncarnationRecord(msgspec.Struct):
+    """incarnations/<id>: written once per process start; its mod revision is the broker epoch."""
+
+    clean_start: bool
+
+
 class _TopicRecord(msgspec.Struct):
     topic_id: str
     partitions: int
@@ -125,6 +131,9 @@ class EtcdMetadataStore(MetadataStore):
         self._cluster: str = cluster_id or ""
         self._nodes: dict[int, NodeInfo] = {}
         self._live: set[int] = set()
+        self._registered: dict[int, int] = {}  # node -> its incarnation's revision
+        self._unclean_starts: set[int] = set()
+        self._clean_start = True
         self._offline: dict[int, frozenset[TopicPartition]] = {}
         self._election: dict[str, tuple[int, int]] = {}  # key -> (create revision, node id)
         self._topics: dict[str, TopicSpec] = {}
@@ -134,8 +143,9 @@ class EtcdMetadataStore(MetadataStore):
     def _key(self, *parts: str | int) -> bytes:
         return (self._root + "/".join(str(p) for p in parts)).encode()
 
-    async def start(self, node: NodeInfo) -> None:
+    async def start(self, node: NodeInfo, clean_start: bool = True) -> None:
         self._node = node
+        self._clean_start = clean_start
         try:
             await self._ensure_cluster_id()
             await self._register()
@@ -186,7 +196,8 @@ class EtcdMetadataStore(MetadataStore):
 
     async def _register(self) -> None:
         """Take a new lease and publish this node: nodes/<id> for good, live/<id> and its
-        offline report (if any) under it."""
+        offline report (if any) under it; the first time, also this process's incarnation
+        (incarnations/<id>, for good), which a lease regained later does not change."""
         node = self._require_node()
         lease = await self._client.grant(max(1, math.ceil(self._lease_ttl_s)))
         record = msgspec.json.encode(_NodeRecord(node.node_id, node.url))
@@ -194,9 +205,14 @@ class EtcdMetadataStore(MetadataStore):
             Put(self._key("nodes", node.node_id), record),
             Put(self._key("live", node.node_id), record, lease.id),
         ]
+        if not self.registration:
+            incarnation = msgspec.json.encode(_IncarnationRecord(self._clean_start))
+            puts.append(Put(self._key("incarnations", node.node_id), incarnation))
         if self._reported:
             puts.append(self._put_report(lease.id))
-        await self._client.txn([], puts)
+        result = await self._client.txn([], puts)
+        if not self.registration:
+            self.registration = result.revision
         self._lease, self._keepalive_s = lease.id, lease.ttl_s / 3
         self._wake()
 
@@ -265,6 +281,8 @@ class EtcdMetadataStore(MetadataStore):
         else:
             self._nodes.clear()
             self._live.clear()
+            self._registered.clear()
+            self._unclean_starts.clear()
             self._offline.clear()
             self._election.clear()
             self._topics.clear()
@@ -287,6 +305,8 @@ class EtcdMetadataStore(MetadataStore):
                 self._live.add(int(rest))
             elif kind == "live":
                 self._live.discard(int(rest))
+            elif kind == "incarnations":
+                self._apply_incarnation(int(rest), kv)
             elif kind == "offline":
                 self._apply_offline(int(rest), kv)
             elif kind == "controller" and kv is not None:
@@ -311,6 +331,16 @@ class EtcdMetadataStore(MetadataStore):
             return
         record = msgspec.json.decode(kv.value, type=_NodeRecord)
         self._nodes[node_id] = NodeInfo(record.node_id, record.url)
+
+    def _apply_incarnation(self, node_id: int, kv: KeyValue | None) -> None:
+        self._unclean_starts.discard(node_id)
+        if kv is None:
+            self._registered.pop(node_id, None)
+            return
+        record = msgspec.json.decode(kv.value, type=_IncarnationRecord)
+        self._registered[node_id] = kv.mod_revision
+        if not record.clean_start:
+            self._unclean_starts.add(node_id)
 
     def _apply_offline(self, node_id: int, kv: KeyValue | None) -> None:
         reported = (
@@ -355,6 +385,8 @@ class EtcdMetadataStore(MetadataStore):
             revision=revision,
             offline=dict(self._offline),
             subscriptions=dict(self._subscriptions),
+            registered=dict(self._registered),
+            unclean_starts=frozenset(self._unclean_starts),
         )
 
     def _wake(self) -> None:
@@ -488,7 +520,10 @@ class EtcdMetadataStore(MetadataStore):
             raise UnknownTopic(f"topic {name!r} does not exist")
 
     async def set_partitions(
-        self, states: Sequence[tuple[TopicPartition, PartitionState]], fence: Fence | None = None
+        self,
+        states: Sequence[tuple[TopicPartition, PartitionState]],
+        fence: Fence | None = None,
+        incarnations: Sequence[Mapping[int, int]] = (),
     ) -> list[PartitionState] | None:
         if len(states) > MAX_PARTITIONS_PER_WRITE:
             raise ValueError(f"at most {MAX_PARTITIONS_PER_WRITE} partitions per write")
@@ -496,6 +531,12 @@ class EtcdMetadataStore(MetadataStore):
         for (topic, partition), state in states:
             key = self._key("partitions", topic, partition)
             compares += [Compare(key, "CREATE", 0, "GREATER"), Compare(key, "MOD", state.version)]
+        for assumed in incarnations:
+            # A node without an incarnation key compares as revision 0.
+            compares += [
+                Compare(self._key("incarnations", r), "MOD", revision)
+                for r, revision in assumed.items()
+            ]
         if fence is not None:
             compares.append(Compare(fence.key.encode(), "CREATE", fence.create_revision))
         puts = [self._put_partition(topic, p, state) for (topic, p), state in states]

@@ -48,6 +48,8 @@ class MemoryBackend:
         self.revision = 0
         self.nodes: dict[int, NodeInfo] = {}
         self.live: set[int] = set()
+        self.registered: dict[int, int] = {}  # node id -> revision of its process's start
+        self.unclean_starts: set[int] = set()
         self.election: dict[int, int] = {}  # node id -> create revision of its election key
         self.offline: dict[int, frozenset[TopicPartition]] = {}  # live nodes' reports
         self.topics: dict[str, TopicSpec] = {}
@@ -128,6 +130,8 @@ class MemoryBackend:
             revision=self.revision,
             offline=dict(self.offline),
             subscriptions=dict(self.subscriptions),
+            registered=dict(self.registered),
+            unclean_starts=frozenset(self.unclean_starts),
         )
 
     @contextmanager
@@ -167,12 +171,19 @@ class MemoryMetadataStore(MetadataStore):
         self.reported_offline: frozenset[TopicPartition] = frozenset()
         self.backend.stores.append(self)
 
-    async def start(self, node: NodeInfo) -> None:
+    async def start(self, node: NodeInfo, clean_start: bool = True) -> None:
         self.node = node
-        with self.backend.transaction():
-            self.backend.nodes[node.node_id] = node
-            self.backend.live.add(node.node_id)
-            self.backend.set_offline(node.node_id, self.reported_offline)
+        backend = self.backend
+        with backend.transaction() as revision:
+            backend.nodes[node.node_id] = node
+            backend.live.add(node.node_id)
+            backend.set_offline(node.node_id, self.reported_offline)
+            if not self.registration:
+                self.registration = backend.registered[node.node_id] = revision
+                if clean_start:
+                    backend.unclean_starts.discard(node.node_id)
+                else:
+                    backend.unclean_starts.add(node.node_id)
 
     async def close(self) -> None:
         if self in self.backend.stores:
@@ -253,7 +264,10 @@ class MemoryMetadataStore(MetadataStore):
                 del backend.partitions[key]
 
     async def set_partitions(
-        self, states: Sequence[tuple[TopicPartition, PartitionState]], fence: Fence | None = None
+        self,
+        states: Sequence[tuple[TopicPartition, PartitionState]],
+        fence: Fence | None = None,
+        incarnations: Sequence[Mapping[int, int]] = (),
     ) -> list[PartitionState] | None:
         await asyncio.sleep(0)
         backend = self.backend
@@ -261,6 +275,9 @@ class MemoryMetadataStore(MetadataStore):
             raise ValueError(f"at most {MAX_PARTITIONS_PER_WRITE} partitions per write")
         if fence is not None and not backend.fence_holds(fence):
             return None
+        for assumed in incarnations:
+            if any(backend.registered.get(r, 0) != rev for r, rev in assumed.items()):
+                return None
         for key, state in states:
             current = backend.partitions.get(key)
             if current is None or current.version != state.version:

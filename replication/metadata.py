@@ -72,6 +72,10 @@ class ClusterView:
     # report); only live nodes report, and only while they have something to report
     offline: Mapping[int, frozenset[TopicPartition]] = field(default_factory=dict)
     subscriptions: Mapping[str, StoredSubscription] = field(default_factory=dict)
+    # node -> the revision at which its running process registered (Kafka's broker epoch,
+    # KIP-841): a partition state stored before it does not know of that restart
+    registered: Mapping[int, int] = field(default_factory=dict)
+    unclean_starts: frozenset[int] = frozenset()  # nodes whose process started after a crash
 
     def partition(self, topic: str, partition: int) -> PartitionState | None:
         return self.partitions.get((topic, partition))
@@ -80,6 +84,12 @@ class ClusterView:
         """The nodes that report their replica of the partition offline."""
         tp = (topic, partition)
         return frozenset(node for node, reported in self.offline.items() if tp in reported)
+
+    def restarted(self, state: PartitionState) -> frozenset[int]:
+        """The ISR members whose process started after `state` was stored: their membership
+        is of a previous incarnation, whose unsynced writes may be gone (KIP-903)."""
+        registered = self.registered
+        return frozenset(r for r in state.isr if registered.get(r, 0) > state.version)
 
 
 @dataclass(frozen=True)
@@ -105,6 +115,9 @@ class MetadataStore(ABC):
 
     def __init__(self, view: ClusterView) -> None:
         self.view = view
+        # The revision at which this process registered (0 before start): a partition state
+        # older than that was decided without knowing this node restarted.
+        self.registration = 0
         self._listeners: list[Listener] = []
         self._changed: asyncio.Event | None = None
 
@@ -143,8 +156,12 @@ class MetadataStore(ABC):
         return True
 
     @abstractmethod
-    async def start(self, node: NodeInfo) -> None:
-        """Register this node (under a lease, kept alive in the background) and load the view."""
+    async def start(self, node: NodeInfo, clean_start: bool = True) -> None:
+        """Register this node (under a lease, kept alive in the background) and load the view.
+
+        The first start of a process also records its incarnation (sets `registration`), and
+        whether its logs were closed cleanly before (`clean_start`); a later call only
+        re-registers (the single node learning its URL)."""
 
     @abstractmethod
     async def close(self) -> None:
@@ -195,21 +212,33 @@ class MetadataStore(ABC):
         """Remove a topic and its partitions' states (UnknownTopic if there is none)."""
 
     async def set_partition(
-        self, topic: str, partition: int, state: PartitionState, fence: Fence | None = None
+        self,
+        topic: str,
+        partition: int,
+        state: PartitionState,
+        fence: Fence | None = None,
+        incarnations: Mapping[int, int] | None = None,
     ) -> PartitionState | None:
         """Compare-and-set a partition's state on `state.version` (the version it was read
-        at), also guarded by `fence` when the controller writes. Returns the stored state
-        with its new version, or None if the version or the fence no longer matched."""
-        stored = await self.set_partitions([((topic, partition), state)], fence)
+        at), also guarded by `fence` when the controller writes, and by `incarnations`: the
+        ISR members' incarnations (`ClusterView.registered`) the decision assumed, so that a
+        replica which restarted meanwhile is not kept in the ISR (KIP-903). Returns the
+        stored state with its new version, or None if a guard did not hold."""
+        guards = [] if incarnations is None else [incarnations]
+        stored = await self.set_partitions([((topic, partition), state)], fence, guards)
         return None if stored is None else stored[0]
 
     @abstractmethod
     async def set_partitions(
-        self, states: Sequence[tuple[TopicPartition, PartitionState]], fence: Fence | None = None
+        self,
+        states: Sequence[tuple[TopicPartition, PartitionState]],
+        fence: Fence | None = None,
+        incarnations: Sequence[Mapping[int, int]] = (),
     ) -> list[PartitionState] | None:
         """`set_partition` for several partitions at once, all or none (one etcd transaction:
-        at most MAX_PARTITIONS_PER_WRITE). Returns the stored states in order, or None if any
-        version or the fence no longer matched (then nothing was written)."""
+        at most MAX_PARTITIONS_PER_WRITE); `incarnations`: guards, any number. Returns the
+        stored states in order, or None if any guard did not hold (then nothing was
+        written)."""
 
     @abstractmethod
     async def put_subscription(self, name: str, document: bytes, version: int) -> int | None:

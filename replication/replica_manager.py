@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from engine import batch as fmt
@@ -286,7 +286,13 @@ class ReplicaManager:
             self.notifier.unwatch(log_)
 
     def _take(self, partition: Partition, state: PartitionState) -> bool:
-        """Adopt `state`; True if the role or the epoch changed."""
+        """Adopt `state`; True if the role or the epoch changed.
+
+        A leadership stored before this process registered was given to its previous
+        incarnation, whose unsynced writes may be lost: it is not taken up (the partition
+        waits leaderless here) until the controller decides again (KIP-841)."""
+        if state.leader == self.node_id and state.version < self.store.registration:
+            state = replace(state, leader=NO_LEADER)
         current = partition.state
         if current is not None and state.leader_epoch < current.leader_epoch:
             return False  # an older view than the one applied
@@ -655,10 +661,15 @@ class ReplicaManager:
         leading = partition.leader_state
         if leading is None or key in self._isr_writes:
             return False
+        new = partition.isr_state(isr)
+        registered = self.store.view.registered
+        carried = {r: registered.get(r, 0) for r in leading.isr if r in isr and r != self.node_id}
+        if any(revision > new.version for revision in carried.values()):
+            return False  # a member restarted: the controller drops it first (KIP-903)
         self._isr_writes.add(key)
         leading.begin_isr_change(isr)
         try:
-            stored = await self.store.set_partition(key[0], key[1], partition.isr_state(isr))
+            stored = await self.store.set_partition(key[0], key[1], new, incarnations=carried)
         except Exception:
             leading.isr_change_failed()
             log.exception("%s-%d: ISR change to %s failed", key[0], key[1], list(isr))

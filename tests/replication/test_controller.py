@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import pytest
@@ -392,14 +392,16 @@ async def test_a_concurrent_change_makes_the_controller_decide_again(
         set_partitions = c.stores[1].set_partitions
 
         async def racing(
-            states: Sequence[tuple[TopicPartition, PartitionState]], fence: Fence | None = None
+            states: Sequence[tuple[TopicPartition, PartitionState]],
+            fence: Fence | None = None,
+            incarnations: Sequence[Mapping[int, int]] = (),
         ) -> list[PartitionState] | None:
             nonlocal raced
             if not raced and ("t", 1) in dict(states):
                 raced = True  # node 3 is out of partition 1's ISR before the batch lands
                 current = c.state("t", 1)
                 assert await c.stores[2].set_partition("t", 1, replace(current, isr=(2, 1)))
-            return await set_partitions(states, fence)
+            return await set_partitions(states, fence, incarnations)
 
         monkeypatch.setattr(c.stores[1], "set_partitions", racing)
         c.backend.expire(2)
@@ -488,6 +490,96 @@ def test_elect_preferred_never_moves_leadership_to_a_replica_reported_offline() 
     assert moved is not None and (moved.leader, moved.leader_epoch) == (1, 5)
 
 
+# -- a node restarted before its lease ran out (KIP-841/903, KIP-966) -------------------------
+
+
+@pytest.mark.parametrize(
+    ("state", "restarted", "unclean_starts", "expected"),
+    [
+        # A restarted leader hands over to an in-sync replica that did not restart...
+        (LEADING, {1}, {1}, (2, 5, (2, 3))),
+        # ...and a restarted follower leaves the ISR, the leader staying.
+        (LEADING, {3}, {3}, (1, 5, (1, 2))),
+        # Only restarted ISR members left: the first one that started cleanly leads alone...
+        (LEADING, {1, 2, 3}, {1}, (2, 5, (2,))),
+        # ...or, all of them after a crash, the first in replica order (KIP-966's case).
+        (LEADING, {1, 2, 3}, {1, 2, 3}, (1, 5, (1,))),
+    ],
+)
+def test_elect_leader_voids_the_isr_membership_of_a_restarted_replica(
+    state: PartitionState,
+    restarted: set[int],
+    unclean_starts: set[int],
+    expected: tuple[int, int, tuple[int, ...]],
+) -> None:
+    new = elect_leader(
+        state, ALL, False, frozenset(), frozenset(restarted), frozenset(unclean_starts)
+    )
+    assert new is not None and (new.leader, new.leader_epoch, new.isr) == expected
+
+
+def test_elect_preferred_waits_for_a_restarted_preferred_replica_to_rejoin() -> None:
+    led_elsewhere = replace(LEADING, leader=2)
+    assert elect_preferred(led_elsewhere, ALL, frozenset(), frozenset({1})) is None
+
+
+async def restart(c: Cluster, node: int, clean_start: bool) -> MemoryMetadataStore:
+    """A new process of `node` registers before its old lease ran out (no expiry seen)."""
+    store = c.stores[node] = MemoryMetadataStore(c.backend)
+    await store.start(NodeInfo(node, f"http://node{node}:8080"), clean_start=clean_start)
+    return store
+
+
+async def test_a_node_restarted_within_its_lease_loses_its_leaderships_and_isr_places() -> None:
+    async with running_cluster() as c:
+        await c.controllers[1].create_topic("t", 3, 3)  # node 2 leads partition 1
+        before = c.state("t", 1)
+        store = await restart(c, 2, clean_start=False)
+        assert store.registration > before.version
+        await c.until(leader_is("t", 1, 3), "partition 1 to move to node 3")
+        assert c.state("t", 1).isr == (3, 1)
+        for p in (0, 2):
+            await c.until(out_of_isr(2, p), f"node 2 out of {p}'s ISR")
+            assert c.state("t", p).leader == c.state("t", p).replicas[0]
+
+
+async def test_the_last_isr_member_restarted_leads_alone_in_a_new_epoch(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Both followers are out of the ISR when the leader crashes and restarts: it leads again
+    (Kafka's behaviour, as nobody else has the records), in a new epoch, and the controller
+    says at WARNING that what it had not fsynced is lost."""
+    async with running_cluster() as c:
+        await c.controllers[1].create_topic("t", 3, 3)
+        alone = await shrunk_to_leader(c, "t", 1)
+        await restart(c, 2, clean_start=False)
+        await c.until(
+            lambda view: view.partitions[("t", 1)].leader_epoch > alone.leader_epoch,
+            "partition 1 in a new epoch",
+        )
+        state = c.state("t", 1)
+        assert (state.leader, state.isr) == (2, (2,))
+        warned = [r for r in caplog.records if "unclean recovery" in r.getMessage()]
+        assert warned and warned[0].levelname == "WARNING"
+
+
+async def test_a_leader_cannot_keep_a_restarted_member_in_the_isr() -> None:
+    """KIP-903: the guard on a member's incarnation refuses a write decided before the
+    member's restart, and lets through one that saw it."""
+    async with running_cluster() as c:
+        await c.controllers[1].create_topic("t", 3, 3)
+        state = c.state("t", 0)  # led by node 1, ISR (1, 2, 3)
+        seen = dict(c.view.registered)
+        await c.controllers[1].close()  # no controller write in between
+        await c.controllers[2].close()
+        await c.controllers[3].close()
+        await restart(c, 3, clean_start=True)
+        shrunk = replace(state, isr=(1, 3))
+        assert await c.stores[1].set_partition("t", 0, shrunk, incarnations={3: seen[3]}) is None
+        now = c.view.registered[3]
+        assert await c.stores[1].set_partition("t", 0, shrunk, incarnations={3: now}) is not None
+
+
 async def test_a_leader_reporting_its_log_offline_hands_the_partition_to_the_isr() -> None:
     async with running_cluster() as c:
         await c.controllers[1].create_topic("t", 3, 3)  # node 1 leads 0, follows 1 and 2
@@ -567,10 +659,13 @@ class FlakyStore(MemoryMetadataStore):
         return await super().campaign()
 
     async def set_partitions(
-        self, states: Sequence[tuple[TopicPartition, PartitionState]], fence: Fence | None = None
+        self,
+        states: Sequence[tuple[TopicPartition, PartitionState]],
+        fence: Fence | None = None,
+        incarnations: Sequence[Mapping[int, int]] = (),
     ) -> list[PartitionState] | None:
         self._outage("set_partitions")
-        return await super().set_partitions(states, fence)
+        return await super().set_partitions(states, fence, incarnations)
 
 
 async def test_store_outages_are_retried(monkeypatch: pytest.MonkeyPatch) -> None:

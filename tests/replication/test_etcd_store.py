@@ -421,3 +421,30 @@ async def test_a_too_large_transaction_names_the_etcd_limit(make_store: StoreFac
     fence = await one.campaign()
     with pytest.raises(MetadataUnavailable, match="max-txn-ops"):
         await one.create_topic(fence, topic("wide", 200), states(200))
+
+
+async def test_each_process_start_is_an_incarnation_that_guards_isr_writes(
+    make_store: StoreFactory, etcd_server: EtcdProcess, prefix: str
+) -> None:
+    """A store's first registration records the process's incarnation (its revision is the
+    broker epoch; whether it started cleanly rides with it); a second process of the same
+    node gets a later one, and a write that assumed the earlier incarnation fails."""
+    one = await make_store(1)
+    fence = await one.campaign()
+    await one.create_topic(fence, topic("t"), states())
+    assert await one.wait_for(lambda view: view.partition("t", 0) is not None, WAIT_S)
+    first = one.registration
+    assert first > 0 and one.view.registered[1] == first and not one.view.unclean_starts
+    read = one.view.partitions[("t", 0)]
+    restarted = EtcdMetadataStore([etcd_server.url], prefix=prefix)
+    try:
+        await restarted.start(NodeInfo(2, "http://127.0.0.1:9002"), clean_start=False)
+        assert await one.wait_for(lambda view: 2 in view.unclean_starts, WAIT_S)
+        assert one.view.registered[2] == restarted.registration > read.version
+        assert one.view.restarted(read) == frozenset({2})
+        shrunk = replace(read, isr=(1, 2))
+        assert await one.set_partition("t", 0, shrunk, incarnations={2: 0}) is None
+        assert await one.set_partition("t", 0, shrunk, incarnations={2: restarted.registration})
+    finally:
+        await restarted.close()
+    assert one.registration == first  # a store's incarnation is its process's

@@ -7,7 +7,7 @@ import mimetypes
 
 from aiohttp import web
 
-from gateway.console import ASSET_ROUTE, INDEX_ROUTE, STATIC
+from gateway.console import ASSET_ROUTE, INDEX_ROUTE, SLASHED_ROUTE, STATIC
 from gateway.http.problem import Problem
 
 # The page loads only its own files and talks only to this node.
@@ -43,6 +43,7 @@ ASSETS = _assets()
 
 def add_routes(app: web.Application) -> None:
     app.router.add_get(INDEX_ROUTE, index)
+    app.router.add_get(SLASHED_ROUTE, slashed)
     app.router.add_get(ASSET_ROUTE, asset)
 
 
@@ -50,6 +51,12 @@ async def index(request: web.Request) -> web.FileResponse:
     """The console's page; its routes are in the URL's fragment (`/console#/topics/orders`),
     so a deep link reloads this same page."""
     return _file("index.html")
+
+
+async def slashed(request: web.Request) -> web.Response:
+    """`/console/` to the page (relative, so that it holds behind a proxy's path prefix): served
+    there, its relative `console/app.js` would miss."""
+    raise web.HTTPPermanentRedirect("../console")
 
 
 async def asset(request: web.Request) -> web.FileResponse:

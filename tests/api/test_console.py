@@ -32,8 +32,15 @@ async def test_the_page_and_its_files(client: Client) -> None:
     assert again.status == 304
 
 
+async def test_a_trailing_slash_is_sent_to_the_page(client: Client) -> None:
+    moved = await client.get("/console/", allow_redirects=False)
+    assert moved.status == 308 and moved.headers["Location"] == "../console"
+    page = await client.get("/console/")
+    assert page.status == 200 and page.url.path == "/console"
+
+
 async def test_only_the_consoles_own_files(client: Client) -> None:
-    for name in ("nope.js", "..%2Fapp.py", "%2E%2E", ".", "index.html%00.js"):
+    for name in ("nope.js", "..%2Fapp.py", "%2E%2E", "index.html%00.js"):
         await problem(await client.get(f"/console/{name}"), 404, "NOT_FOUND")
     await problem(await client.get("/console/static/app.js"), 404, "NOT_FOUND")
 

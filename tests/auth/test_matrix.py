@@ -95,6 +95,7 @@ SAMPLES: dict[tuple[str, str], Sample] = {
     ("GET", "/v1/cluster"): Sample(),
     ("GET", "/v1/traffic"): Sample(),
     ("GET", "/console"): Sample(),
+    ("GET", "/console/"): Sample(),
     ("GET", "/console/{asset}"): Sample(params={"asset": "app.js"}),
     ("GET", "/v1/acls"): Sample(),
     ("POST", "/v1/acls"): Sample(json=ACL),

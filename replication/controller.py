@@ -75,44 +75,49 @@ def elect_leader(
     unclean: bool,
     offline: frozenset[int] = frozenset(),
     restarted: frozenset[int] = frozenset(),
-    unclean_starts: frozenset[int] = frozenset(),
+    crashed: frozenset[int] = frozenset(),
 ) -> PartitionState | None:
     """The partition's next state when a replica it counts on is gone, else None.
 
     A replica is available if its node is live and does not report the partition's log
     `offline` (KIP-112: a failed disk takes only its replicas out). An ISR member in
-    `restarted` (its process started after the state was stored, so its log may have lost
-    what it had not fsynced) is available but no longer counts as in sync (KIP-841/903).
-    An available, in-sync leader keeps leading, with the others dropped from the ISR at once
-    (Kafka's controller on a broker's session loss; else acks=all would wait out
-    replica.lag.time.max.ms). Otherwise the first available in-sync replica leads. If only
-    restarted ISR members are left, the first of them leads alone, one that started cleanly
-    first (KIP-966's last replica standing; the caller says so, as what it lost is lost).
-    Failing that, with `unclean`, the first available replica alone; else the partition is
-    offline with its last ISR kept, so that it comes back when an ISR member does. Every
-    change is a new leader epoch."""
+    `restarted` (its process started after the state was stored) is available but no longer
+    counts as in sync (KIP-841/903); one in `crashed` (it restarted after a crash, now or
+    while the partition had no leader) may have lost what it had not fsynced. An available,
+    in-sync leader keeps leading, with the others dropped from the ISR at once (Kafka's
+    controller on a broker's session loss; else acks=all would wait out
+    replica.lag.time.max.ms). Otherwise the first available in-sync replica leads. Failing
+    that, KIP-966's rule for the last replicas standing: a restarted ISR member that had shut
+    down cleanly leads alone; one that crashed, only once every ISR member is back and each
+    of them crashed (the first of them; the caller says what may be lost), as another may
+    come back with the records it lost. Failing that, with `unclean`, the first available
+    replica alone; else the partition is offline with its last ISR kept (its crashed members
+    recorded as `recovering`), so that it comes back when an ISR member does. Every change
+    is a new leader epoch."""
     available = live - offline
-    in_sync = available - restarted
+    in_sync = available - restarted - crashed
     if state.leader in in_sync:
         isr = tuple(r for r in state.isr if r in in_sync)
-        if isr == state.isr:
+        if isr == state.isr and not state.recovering:
             return None
-        return replace(state, leader_epoch=state.leader_epoch + 1, isr=isr)
+        return replace(state, leader_epoch=state.leader_epoch + 1, isr=isr, recovering=())
     epoch = state.leader_epoch + 1
+    led = replace(state, leader_epoch=epoch, recovering=())
     clean = next((r for r in state.replicas if r in in_sync and r in state.isr), None)
     if clean is not None:
-        isr = tuple(r for r in state.isr if r in in_sync)
-        return replace(state, leader=clean, leader_epoch=epoch, isr=isr)
-    survivors = [r for r in state.replicas if r in available and r in state.isr]
-    survivors.sort(key=lambda r: r in unclean_starts)
-    if survivors:
-        return replace(state, leader=survivors[0], leader_epoch=epoch, isr=(survivors[0],))
+        return replace(led, leader=clean, isr=tuple(r for r in state.isr if r in in_sync))
+    back = [r for r in state.replicas if r in available and r in state.isr]
+    intact = [r for r in back if r not in crashed]
+    if intact or (back and len(back) == len(state.isr)):
+        survivor = (intact or back)[0]
+        return replace(led, leader=survivor, isr=(survivor,))
     fallback = next((r for r in state.replicas if r in available), None) if unclean else None
     if fallback is not None:
-        return replace(state, leader=fallback, leader_epoch=epoch, isr=(fallback,))
-    if state.leader == NO_LEADER:
+        return replace(led, leader=fallback, isr=(fallback,))
+    recovering = tuple(r for r in state.isr if r in crashed)
+    if state.leader == NO_LEADER and state.recovering == recovering:
         return None
-    return replace(state, leader=NO_LEADER, leader_epoch=epoch)
+    return replace(state, leader=NO_LEADER, leader_epoch=epoch, recovering=recovering)
 
 
 def elect_preferred(
@@ -130,6 +135,7 @@ def elect_preferred(
         or preferred in offline
         or preferred not in state.isr
         or preferred in restarted
+        or preferred in state.recovering
     ):
         return None
     return replace(state, leader=preferred, leader_epoch=state.leader_epoch + 1)
@@ -448,7 +454,7 @@ class Controller:
             unclean = configs[topic].unclean_leader_election_enable
             offline = view.offline_replicas(topic, partition)
             restarted = view.restarted(state)
-            new = elect_leader(state, view.live, unclean, offline, restarted, view.unclean_starts)
+            new = elect_leader(state, view.live, unclean, offline, restarted, view.crashed(state))
             if new is not None:
                 change = Change.decided(view, topic, partition, state, new, offline, restarted)
                 available = state.leader in view.live - offline - restarted
@@ -507,7 +513,7 @@ class Change:
     replicas reporting the partition offline, `restarted`: the ISR members whose process
     started since (both named in the log if they caused it); `incarnations`: the new ISR's
     incarnations the decision assumed (the write's guard, KIP-903); `unclean_recovery`:
-    the new leader is the last ISR member and started after a crash."""
+    every ISR member restarted after a crash, and the new leader is one of them."""
 
     topic: str
     partition: int
@@ -538,7 +544,7 @@ class Change:
             offline,
             restarted,
             {r: view.registered.get(r, 0) for r in new.isr},
-            new.leader in restarted and new.leader in view.unclean_starts,
+            new.leader in view.crashed(old),
         )
 
 
@@ -553,9 +559,8 @@ def _log_change(change: Change, stored: PartitionState) -> None:
         notes.append(f"nodes {restarted} restarted")
     if change.unclean_recovery:
         notes.append(
-            f"node {stored.leader}, the last in-sync replica, restarted after an unclean "
-            "shutdown: what it had acknowledged but not fsynced is lost (KIP-966's unclean "
-            "recovery)"
+            f"every in-sync replica restarted after a crash, node {stored.leader} leads: what "
+            "it had acknowledged but not fsynced is lost (KIP-966's unclean recovery)"
         )
     log.log(
         logging.WARNING if failed or change.unclean_recovery else logging.INFO,

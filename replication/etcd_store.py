@@ -67,11 +67,12 @@ class _TopicRecord(msgspec.Struct):
     configs: dict[str, object]
 
 
-class _PartitionRecord(msgspec.Struct):
+class _PartitionRecord(msgspec.Struct, omit_defaults=True):
     leader: int
     leader_epoch: int
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
+    recovering: tuple[int, ...] = ()
 
 
 def _new_cluster_id() -> str:
@@ -86,6 +87,7 @@ def _partition_state(kv: KeyValue) -> PartitionState:
         leader_epoch=record.leader_epoch,
         replicas=record.replicas,
         isr=record.isr,
+        recovering=record.recovering,
         version=kv.mod_revision,
     )
 
@@ -482,7 +484,9 @@ class EtcdMetadataStore(MetadataStore):
         return Put(self._key("topics", spec.name), msgspec.json.encode(record))
 
     def _put_partition(self, topic: str, partition: int, state: PartitionState) -> Put:
-        record = _PartitionRecord(state.leader, state.leader_epoch, state.replicas, state.isr)
+        record = _PartitionRecord(
+            state.leader, state.leader_epoch, state.replicas, state.isr, state.recovering
+        )
         return Put(self._key("partitions", topic, partition), msgspec.json.encode(record))
 
     async def create_topic(

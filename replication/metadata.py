@@ -55,6 +55,9 @@ class PartitionState:
     replicas: tuple[int, ...]  # the first is the preferred leader
     isr: tuple[int, ...]
     version: int = 0  # the store's revision of this record (etcd mod_revision); 0 before stored
+    # ISR members that restarted after a crash while the partition had no leader to take over
+    # from: kept in the ISR (KIP-966 waits for all of them), but not in sync
+    recovering: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,11 @@ class ClusterView:
         is of a previous incarnation, whose unsynced writes may be gone (KIP-903)."""
         registered = self.registered
         return frozenset(r for r in state.isr if registered.get(r, 0) > state.version)
+
+    def crashed(self, state: PartitionState) -> frozenset[int]:
+        """The ISR members that may have lost unsynced writes since they were in sync: those
+        the state records as recovering, and those that restarted since after a crash."""
+        return frozenset(state.recovering) | (self.restarted(state) & self.unclean_starts)
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         f"(default {DEFAULT_FAULT_SEED}: CI runs the same schedules every time)",
     )
     group.addoption(
+        "--from-schedule",
+        type=int,
+        default=0,
+        help="skip the campaign's schedules before this index (replays schedule N of a seed: "
+        "--fault-seed S --from-schedule N --schedules N+1)",
+    )
+    group.addoption(
         "--lose-unsynced",
         action="store_true",
         help="schedules may also make a node lose what it had not fsynced (off in CI: it finds "

@@ -204,11 +204,13 @@ async def run_schedule(
     return schedule, faults, verdict
 
 
-async def run_campaign(cluster: Cluster, campaign: Campaign, schedules: int) -> None:
+async def run_campaign(cluster: Cluster, campaign: Campaign, schedules: range) -> None:
     seeds = random.Random(campaign.seed)
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
-        for index in range(schedules):
+        for index in range(schedules.stop):
             schedule_seed = seeds.randrange(2**31)
+            if index not in schedules:
+                continue
             try:
                 schedule, faults, verdict = await run_schedule(
                     cluster, session, index, schedule_seed, campaign.lose_unsynced
@@ -232,13 +234,14 @@ def test_fault_campaign(cluster: Cluster, request: pytest.FixtureRequest) -> Non
     campaign = Campaign(seed, cluster.topology.mechanism, lose_unsynced)
     started = time.monotonic()
     report = cluster.workdir / "campaign-report.txt"
+    first = int(str(option(request.config, "from_schedule", 0)))
     try:
-        asyncio.run(run_campaign(cluster, campaign, schedules))
+        asyncio.run(run_campaign(cluster, campaign, range(first, schedules)))
     finally:
         report.write_text("\n".join(campaign.report) + "\n")
         SUMMARY.extend(campaign.figures(time.monotonic() - started))
         SUMMARY.append(f"  full report: {report}")
-    assert campaign.schedules == schedules
+    assert campaign.schedules == len(range(first, schedules))
     assert not campaign.violations, (
         f"{sum(campaign.violations.values())} violations over {schedules} schedules "
         f"(seed {seed}; rerun with --fault-seed {seed}): {dict(campaign.violations)}; "

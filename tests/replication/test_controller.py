@@ -494,28 +494,39 @@ def test_elect_preferred_never_moves_leadership_to_a_replica_reported_offline() 
 
 
 @pytest.mark.parametrize(
-    ("state", "restarted", "unclean_starts", "expected"),
+    ("state", "live", "restarted", "crashed", "expected"),
     [
         # A restarted leader hands over to an in-sync replica that did not restart...
-        (LEADING, {1}, {1}, (2, 5, (2, 3))),
+        (LEADING, ALL, {1}, {1}, (2, 5, (2, 3))),
         # ...and a restarted follower leaves the ISR, the leader staying.
-        (LEADING, {3}, {3}, (1, 5, (1, 2))),
+        (LEADING, ALL, {3}, {3}, (1, 5, (1, 2))),
         # Only restarted ISR members left: the first one that started cleanly leads alone...
-        (LEADING, {1, 2, 3}, {1}, (2, 5, (2,))),
-        # ...or, all of them after a crash, the first in replica order (KIP-966's case).
-        (LEADING, {1, 2, 3}, {1, 2, 3}, (1, 5, (1,))),
+        (LEADING, ALL, {1, 2, 3}, {1}, (2, 5, (2,))),
+        # ...or, every one of them back after a crash, the first in replica order...
+        (LEADING, ALL, {1, 2, 3}, {1, 2, 3}, (1, 5, (1,))),
+        # ...but not while another ISR member may come back with what they lost (KIP-966).
+        (replace(LEADING, leader=2), {1}, {1}, {1}, (NO_LEADER, 5, (1, 2, 3))),
+        # A member recorded as recovering stays out of the running once no longer new...
+        (replace(LEADING, leader=NO_LEADER, recovering=(1,)), {1, 2}, set(), {1}, (2, 5, (2,))),
     ],
 )
 def test_elect_leader_voids_the_isr_membership_of_a_restarted_replica(
     state: PartitionState,
+    live: set[int],
     restarted: set[int],
-    unclean_starts: set[int],
+    crashed: set[int],
     expected: tuple[int, int, tuple[int, ...]],
 ) -> None:
     new = elect_leader(
-        state, ALL, False, frozenset(), frozenset(restarted), frozenset(unclean_starts)
+        state, frozenset(live), False, frozenset(), frozenset(restarted), frozenset(crashed)
     )
     assert new is not None and (new.leader, new.leader_epoch, new.isr) == expected
+    assert new.recovering == (tuple(crashed) if new.leader == NO_LEADER else ())
+
+
+def test_a_partition_waiting_for_an_isr_member_is_left_as_it_is() -> None:
+    waiting = replace(LEADING, leader=NO_LEADER, recovering=(1,))
+    assert elect_leader(waiting, frozenset({1}), False, crashed=frozenset({1})) is None
 
 
 def test_elect_preferred_waits_for_a_restarted_preferred_replica_to_rejoin() -> None:
@@ -561,6 +572,27 @@ async def test_the_last_isr_member_restarted_leads_alone_in_a_new_epoch(
         assert (state.leader, state.isr) == (2, (2,))
         warned = [r for r in caplog.records if "unclean recovery" in r.getMessage()]
         assert warned and warned[0].levelname == "WARNING"
+
+
+async def test_a_crashed_isr_member_back_alone_waits_for_one_that_kept_the_records() -> None:
+    """Schedule 35 of campaign seed 548307873: node 1 crashes (losing its unsynced tail) and
+    before anyone notices, nodes 2 and 3 go too; node 1 comes back first. It must not lead
+    what it may have lost: the partition waits until node 2 returns with the records."""
+    async with running_cluster() as c:
+        await c.controllers[1].create_topic("t", 1, 3)  # led by node 1, ISR (1, 2, 3)
+        before = c.state("t", 0)
+        await c.controllers[1].close()
+        for node in NODES:
+            c.backend.expire(node)
+        await restart(c, 1, clean_start=False)
+        c.controllers[1] = controller = Controller(c.stores[1], 1, TopicConfig())
+        controller.start()
+        await c.until(lambda view: view.partitions[("t", 0)].leader == NO_LEADER, "no leader")
+        waiting = c.state("t", 0)
+        assert (waiting.isr, waiting.recovering) == (before.isr, (1,))
+        c.backend.revive(2)
+        await c.until(leader_is("t", 0, 2), "node 2 to lead")
+        assert c.state("t", 0).isr == (2,)
 
 
 async def test_a_leader_cannot_keep_a_restarted_member_in_the_isr() -> None:

@@ -448,3 +448,17 @@ async def test_each_process_start_is_an_incarnation_that_guards_isr_writes(
     finally:
         await restarted.close()
     assert one.registration == first  # a store's incarnation is its process's
+
+
+async def test_a_partitions_recovering_members_are_stored(make_store: StoreFactory) -> None:
+    one = await make_store(1)
+    fence = await one.campaign()
+    await one.create_topic(fence, topic("t"), states())
+    assert await one.wait_for(lambda view: view.partition("t", 0) is not None, WAIT_S)
+    read = one.view.partitions[("t", 0)]
+    assert read.recovering == ()
+    waiting = replace(read, leader=-1, leader_epoch=1, recovering=(1,))
+    stored = await one.set_partition("t", 0, waiting, fence)
+    assert stored is not None
+    assert await one.wait_for(lambda view: view.partition("t", 0) == stored, WAIT_S)
+    assert one.view.crashed(stored) == frozenset({1})

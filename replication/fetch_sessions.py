@@ -4,7 +4,9 @@ A full request opens a session holding every partition it names; each later requ
 session (its epoch one more than the last) names only the partitions whose position changed,
 and those it forgets. The leader answers a full request with every partition, an incremental
 one with those that have records, an error, or a high watermark or log start the follower has
-not been sent. One session per follower node: a new full request replaces its old session.
+not been sent. One session per follower node: a new full request replaces its old session. A
+partition both forgotten and named starts afresh, as if new: the follower asks so for one whose
+part it could not take, whose marks the leader noted as sent when it answered.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ class FetchSession:
         self.partitions: dict[TopicPartition, SessionPartition] = {}
 
     def update(self, request: SessionFetchRequest) -> None:
+        """Forget, then add or move what the request names (so one in both starts afresh)."""
         for key in request.forgotten:
             self.partitions.pop(key, None)
         for key, position in request.partitions.items():

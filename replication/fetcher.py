@@ -13,6 +13,11 @@ KIP-101 bug). Then it fetches from its log end offset, appends the batches as th
 (offsets and epochs kept) and takes the leader's high watermark and log start from each
 answer. Its fetch offset is how the leader learns its progress. A partition the leader refuses
 (a stale epoch, a failure) leaves the session for a backoff; the others go on.
+
+The leader notes the marks it sent as it answers, so a part this follower does not take (its
+role changed while the answer was on its way) would leave its high watermark behind for good
+once producing stops: such a partition is forgotten and named again in the next request, which
+makes the leader send it whole.
 """
 
 from __future__ import annotations
@@ -93,20 +98,24 @@ class _Link:
     session_id: int = 0
     epoch: int = 0
     sent: dict[TopicPartition, FetchPosition] = field(default_factory=dict)  # the leader's view
+    # Partitions whose last part was not taken: the leader believes their marks were.
+    resend: set[TopicPartition] = field(default_factory=set)
     task: asyncio.Task[None] | None = None
 
     def reset(self) -> None:
         """Start over with a full request (a session error, or a request given up)."""
         self.session_id = self.epoch = 0
         self.sent.clear()
+        self.resend.clear()
 
     def request(
         self, replica: int, ready: dict[TopicPartition, FetchPosition], wait_ms: int, total: int
     ) -> SessionFetchRequest:
         if self.session_id == 0:
             return SessionFetchRequest(replica, 0, 0, wait_ms, 1, total, dict(ready))
-        changed = {k: p for k, p in ready.items() if self.sent.get(k) != p}
-        forgotten = tuple(k for k in self.sent if k not in ready)
+        # A partition to resend is forgotten and named again: the leader starts it afresh.
+        changed = {k: p for k, p in ready.items() if self.sent.get(k) != p or k in self.resend}
+        forgotten = tuple(k for k in self.sent if k not in ready or k in self.resend)
         return SessionFetchRequest(
             replica, self.session_id, self.epoch + 1, wait_ms, 1, total, changed, forgotten
         )
@@ -116,10 +125,12 @@ class _Link:
         if request.full:
             self.session_id, self.epoch = session_id, 0
             self.sent = dict(request.partitions)
+            self.resend.clear()
             return
         self.epoch = request.session_epoch
         for key in request.forgotten:
             self.sent.pop(key, None)
+            self.resend.discard(key)
         self.sent.update(request.partitions)
 
 
@@ -247,18 +258,21 @@ class ReplicaFetchers:
         return None
 
     def _take(self, link: _Link, answer: SessionFetchAnswer) -> None:
-        """Apply each partition's part: append its batches, take its marks, or handle its error."""
+        """Apply each partition's part: append its batches, take its marks, or handle its error.
+        A part dropped is resent: the leader noted its marks as sent when it answered."""
         for key, part in answer.partitions.items():
             followed = link.followed.get(key)
             if followed is None or not followed.current() or not followed.truncated:
-                continue  # the role changed while the fetch was out: drop what it brought
+                link.resend.add(key)  # the role changed while the fetch was out: drop it
+                continue
             partition = followed.partition
             try:
                 if part.error_status:
                     raise error_of(part.error_status, part.error_body)
                 sent = link.sent.get(key)
                 if part.records and (sent is None or sent.fetch_offset != partition.log_end_offset):
-                    continue  # read from a position this log has left; the next fetch says so
+                    link.resend.add(key)  # read from a position this log has left
+                    continue
                 partition.append_from_leader(
                     part.records, part.high_watermark, part.log_start_offset
                 )

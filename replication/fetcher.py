@@ -17,7 +17,8 @@ answer. Its fetch offset is how the leader learns its progress. A partition the 
 The leader notes the marks it sent as it answers, so a part this follower does not take (its
 role changed while the answer was on its way) would leave its high watermark behind for good
 once producing stops: such a partition is forgotten and named again in the next request, which
-makes the leader send it whole.
+makes the leader send it whole. An error nothing here expects is logged and the session starts
+over after a backoff; the task of a leader never ends while this node follows anything there.
 """
 
 from __future__ import annotations
@@ -100,6 +101,7 @@ class _Link:
     sent: dict[TopicPartition, FetchPosition] = field(default_factory=dict)  # the leader's view
     # Partitions whose last part was not taken: the leader believes their marks were.
     resend: set[TopicPartition] = field(default_factory=set)
+    backoff_ms: int = 0  # the pause after the last failed request (0 after a success)
     task: asyncio.Task[None] | None = None
 
     def reset(self) -> None:
@@ -195,47 +197,69 @@ class ReplicaFetchers:
     # -- one leader ----------------------------------------------------------------------------
 
     async def _run(self, link: _Link) -> None:
-        settings = self.settings
-        backoff = settings.backoff_ms
+        """Fetch from one leader for as long as this node lives. A failure nothing below
+        expects is logged and the session starts over after a backoff: this task must not end
+        silently, since only a role change of a partition led there would start another."""
         while True:
-            link.changed.clear()
-            for key in [k for k, f in link.followed.items() if not f.current()]:
-                self._forget(key)
-            url = self._leader_url(link.leader)
-            if url is not None:
-                await self._truncate_joined(link, url)
-            now = time.monotonic()
-            ready = {
-                key: f.position(settings.max_bytes)
-                for key, f in link.followed.items()
-                if f.truncated and f.retry_at <= now
-            }
-            later = [f.retry_at for f in link.followed.values() if f.retry_at > now]
-            wait_s = min([settings.wait_ms / 1000, *(t - now for t in later)])
-            if url is None or not ready:
-                idle_s = settings.max_backoff_ms / 1000 if url is None else wait_s
-                timeout = idle_s if later or url is None else None
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(link.changed.wait(), timeout)
-                continue
-            request = link.request(
-                self.node_id, ready, max(int(wait_s * 1000), 0), settings.response_max_bytes
-            )
             try:
-                answer = await self._fetch_unless_changed(link, url, request)
-            except ReplicationError as exc:
-                log.debug("fetch from node %d failed: %s", link.leader, exc)
+                await self._round(link)
+            except Exception:
+                log.exception("fetching from node %d failed; starting a new session", link.leader)
                 link.reset()
-                if not isinstance(exc, _SESSION_ERRORS):
-                    await asyncio.sleep(backoff / 1000)
-                    backoff = min(backoff * 2, settings.max_backoff_ms)
-                continue
-            if answer is None:
-                link.reset()  # given up for a partition that joined: the leader's view is unknown
-                continue
-            backoff = settings.backoff_ms
-            link.took(request, answer.session_id)
-            self._take(link, answer)
+                await self._pause(link)
+
+    async def _round(self, link: _Link) -> None:
+        """One request to the leader and its answer taken, or one wait while nothing is ready
+        (a backoff, no address for the leader, nothing followed there)."""
+        settings = self.settings
+        link.changed.clear()
+        for key in [k for k, f in link.followed.items() if not f.current()]:
+            self._forget(key)
+        url = self._leader_url(link.leader)
+        if url is not None:
+            await self._truncate_joined(link, url)
+        now = time.monotonic()
+        ready = {
+            key: f.position(settings.max_bytes)
+            for key, f in link.followed.items()
+            if f.truncated and f.retry_at <= now
+        }
+        later = [f.retry_at for f in link.followed.values() if f.retry_at > now]
+        wait_s = min([settings.wait_ms / 1000, *(t - now for t in later)])
+        if url is None or not ready:
+            # Only a link that follows nothing waits for a role change alone; otherwise the
+            # next pass looks again, whatever it was waiting for.
+            idle_s = settings.max_backoff_ms / 1000 if url is None else wait_s
+            timeout = idle_s if link.followed or url is None else None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(link.changed.wait(), timeout)
+            return
+        request = link.request(
+            self.node_id, ready, max(int(wait_s * 1000), 0), settings.response_max_bytes
+        )
+        try:
+            answer = await self._fetch_unless_changed(link, url, request)
+        except ReplicationError as exc:
+            log.debug("fetch from node %d failed: %s", link.leader, exc)
+            link.reset()
+            if not isinstance(exc, _SESSION_ERRORS):
+                await self._pause(link)
+            return
+        if answer is None:
+            link.reset()  # given up for a partition that joined: the leader's view is unknown
+            return
+        link.backoff_ms = 0
+        link.took(request, answer.session_id)
+        self._take(link, answer)
+
+    async def _pause(self, link: _Link) -> None:
+        """The pause after a failed request: replica.fetch.backoff.ms, doubling up to
+        max_backoff_ms while the failures go on."""
+        settings = self.settings
+        link.backoff_ms = min(
+            max(link.backoff_ms * 2, settings.backoff_ms), settings.max_backoff_ms
+        )
+        await asyncio.sleep(link.backoff_ms / 1000)
 
     async def _fetch_unless_changed(
         self, link: _Link, url: str, request: SessionFetchRequest

@@ -1,10 +1,12 @@
 """The follower's side of fetch sessions against a leader that keeps the session rules of
 replication.fetch_sessions (a part goes out with records or marks the follower was not sent):
-a part the follower drops when its role changes is sent again."""
+a part the follower drops when its role changes is sent again, and a failure nobody expects
+does not end the fetching from that leader."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +16,7 @@ import pytest
 from engine import batch as fmt
 from engine.manager import LogManager
 from replication.fetch_sessions import FetchSessions
-from replication.fetcher import ReplicaFetchers
+from replication.fetcher import FetcherSettings, ReplicaFetchers
 from replication.idempotency import IdempotencyIndex
 from replication.memory_store import MemoryBackend, MemoryMetadataStore
 from replication.metadata import NodeInfo, PartitionState
@@ -44,7 +46,7 @@ class SessionLeader:
     """Node 1 leading t-0 with RECORDS records (epoch 0): it answers a part with the records
     to a fetch from 0, and with its marks when the session has not sent them; with nothing to
     answer it parks until `move` changes its high watermark. Each request it takes is put in
-    `events`."""
+    `events`; `failures` are raised by the next fetches, one each."""
 
     def __init__(self) -> None:
         self.sessions = FetchSessions(MAX_PARTITIONS)
@@ -53,6 +55,7 @@ class SessionLeader:
         self.records = bytes(batch)
         self.high_watermark = 1
         self.events: asyncio.Queue[Event] = asyncio.Queue()
+        self.failures: list[Exception] = []
         self._moved = asyncio.Event()
 
     def move(self, high_watermark: int) -> None:
@@ -68,6 +71,8 @@ class SessionLeader:
         return epoch, RECORDS  # every epoch the follower has ends where the leader's log does
 
     async def session_fetch(self, url: str, request: SessionFetchRequest) -> SessionFetchAnswer:
+        if self.failures:
+            raise self.failures.pop(0)
         session = self.sessions.take(request)
         while True:
             parts = {}
@@ -106,7 +111,7 @@ async def follower(tmp_path: Path) -> AsyncIterator[Follower]:
     partition.make_follower(PartitionState(1, 0, (1, 0), (1, 0)))
     leader = SessionLeader()
     client: ReplicaClient = leader  # type: ignore[assignment]
-    fetchers = ReplicaFetchers(stores[0], client, 0)
+    fetchers = ReplicaFetchers(stores[0], client, 0, FetcherSettings(backoff_ms=1))
     try:
         yield Follower(partition, fetchers, leader)
     finally:
@@ -143,3 +148,23 @@ async def test_a_part_dropped_on_a_role_change_is_sent_again(follower: Follower)
     idle = await leader.next_event()
     assert idle.answer is None and KEY not in idle.request.forgotten
     assert partition.high_watermark == RECORDS
+
+
+async def test_an_unexpected_failure_is_logged_and_fetching_goes_on(
+    follower: Follower, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Only a role change would start another task for the leader: the one it has must not
+    end on an error nobody expected (here the client's), but log it and start a new session."""
+    partition, fetchers, leader = follower.partition, follower.fetchers, follower.leader
+    leader.failures.append(RuntimeError("a bug below the fetcher"))
+    with caplog.at_level(logging.ERROR, "replication.fetcher"):
+        await fetchers.role_changed(partition)
+        full = await leader.next_event()
+    assert full.request.full and full.answer is not None
+    [line] = [r for r in caplog.records if r.name == "replication.fetcher"]
+    assert line.levelno == logging.ERROR
+    assert "fetching from node 1 failed" in line.getMessage()
+    assert line.exc_info is not None and "a bug below the fetcher" in str(line.exc_info[1])
+    parked = await leader.next_event()
+    assert parked.answer is None
+    assert partition.log_end_offset == RECORDS

@@ -56,6 +56,11 @@ def start_gateway(
     return process, line.split()[-1]
 
 
+def progress(text: str) -> None:
+    """A benchmark's progress line, on stderr (the report goes to stdout)."""
+    print(f"{time.strftime('%H:%M:%S')} {text}", file=sys.stderr, flush=True)
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a server: the process, its live descendants (worker
     processes) and the children it has reaped, from /proc."""

@@ -14,19 +14,22 @@ __consumer_offsets too) plus the file cache, plus a few sockets and pipes, whate
 of segments.
 
     python -m loadtests.scale_bench [--quick] [--out DIR]
+    python -m loadtests.scale_bench --cluster [--partitions 1000,3000] [--quick] [--out DIR]
 
 --quick runs small sizes under a 1,024-descriptor limit (so the closed segments outnumber it).
+--cluster measures a 3-node cluster instead (loadtests.scale_cluster, issue 33); its report is
+scale-cluster-report.json.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import functools
 import os
 import platform
 import resource
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -40,7 +43,8 @@ import orjson
 from engine import batch as fmt
 from engine.file_cache import default_capacity
 from engine.manager import LogManager
-from loadtests.common import http_json, raise_fd_limit, rss_bytes, start_gateway
+from loadtests import scale_cluster
+from loadtests.common import http_json, progress, raise_fd_limit, rss_bytes, start_gateway
 
 RECORD_BATCH = "application/vnd.sluice.record-batch"
 CONNECTIONS = 16
@@ -184,10 +188,6 @@ async def fetch_all(
         return totals[0], totals[1], totals[2], time.perf_counter() - started
 
 
-def progress(text: str) -> None:
-    print(f"{time.strftime('%H:%M:%S')} {text}", file=sys.stderr, flush=True)
-
-
 def partition_figures(work: Path, partitions: int, sizes: Sizes) -> dict[str, Any]:
     progress(f"{partitions} partitions")
     gateway = Gateway(work / f"partitions-{partitions}", sizes.fd_limit)
@@ -272,11 +272,18 @@ def segment_figures(work: Path, sizes: Sizes) -> dict[str, Any]:
     return {**figures, "stop_s": gateway.stop()}
 
 
-def run(sizes: Sizes, work: Path) -> dict[str, Any]:
-    raise_fd_limit()
+def _machine() -> dict[str, str]:
     return {
         "machine": f"{platform.node()} ({os.cpu_count()} cores, {platform.machine()})",
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "load": "load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()),
+    }
+
+
+def run(sizes: Sizes, work: Path) -> dict[str, Any]:
+    raise_fd_limit()
+    return {
+        **_machine(),
         "sizes": asdict(sizes),
         "partitions": [partition_figures(work, n, sizes) for n in sizes.partitions],
         "closed_segments": segment_figures(work, sizes),
@@ -288,15 +295,36 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
     parser.add_argument("--quick", action="store_true", help="small sizes (a test runs this)")
-    parser.add_argument("--out", type=Path, help="also write scale-report.json here")
+    parser.add_argument("--out", type=Path, help="also write the report (JSON) here")
+    parser.add_argument("--cluster", action="store_true", help="a 3-node cluster's scale")
+    parser.add_argument(
+        "--partitions", help="with --cluster: the partition counts, comma-separated"
+    )
     args = parser.parse_args()
+    name = "scale-cluster-report.json" if args.cluster else "scale-report.json"
+
+    def write(report: dict[str, Any]) -> bytes:
+        text = orjson.dumps(report, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS)
+        if args.out is not None:
+            args.out.mkdir(parents=True, exist_ok=True)
+            (args.out / name).write_bytes(text)
+        return text
+
     with tempfile.TemporaryDirectory() as tmp:
-        report = run(QUICK if args.quick else FULL, Path(tmp))
-    text = orjson.dumps(report, option=orjson.OPT_INDENT_2)
-    if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "scale-report.json").write_bytes(text)
-    print(text.decode())
+        if args.cluster:
+            sizes = scale_cluster.CLUSTER_QUICK if args.quick else scale_cluster.CLUSTER_FULL
+            if args.partitions:
+                counts = tuple(int(n) for n in args.partitions.split(","))
+                sizes = dataclasses.replace(sizes, partitions=counts)
+            raise_fd_limit()
+            machine = _machine()
+            report = {
+                **machine,
+                **scale_cluster.run_cluster(sizes, Path(tmp), lambda r: write({**machine, **r})),
+            }
+        else:
+            report = run(QUICK if args.quick else FULL, Path(tmp))
+    print(write(report).decode())
 
 
 if __name__ == "__main__":

@@ -466,31 +466,33 @@ class Controller:
             for first in range(0, len(changes), MAX_PARTITIONS_PER_WRITE):
                 await self._write_all(fence, changes[first : first + MAX_PARTITIONS_PER_WRITE])
 
-    async def _write_all(self, fence: Fence, changes: Sequence[Change]) -> None:
+    async def _write_all(self, fence: Fence, changes: Sequence[Change]) -> int:
         """Store the changes at once; if one of them moved meanwhile, one by one (that one
-        fails alone, and the change that moved it wakes the next pass)."""
+        fails alone, and the change that moved it wakes the next pass). Returns how many
+        were stored."""
         states = [((c.topic, c.partition), c.new) for c in changes]
         stored = await self.store.set_partitions(states, fence, [c.incarnations for c in changes])
         if stored is None:
-            for change in changes:
-                await self._write(fence, change)
-            return
+            return sum([await self._write(fence, change) for change in changes])
         for change, state in zip(changes, stored, strict=True):
             _log_change(change, state)
+        return len(changes)
 
     async def _rebalance(self, fence: Fence) -> int:
-        moved = 0
-        for topic, partition in list(self.store.view.partitions):
-            view = self.store.view
-            state = view.partition(topic, partition)
-            if state is None:
-                continue
+        """Move leadership back to preferred replicas, as many partitions per etcd
+        transaction as its limit allows: a node back from a restart may prefer thousands, and
+        one write each took 30 s and as many views (each a role change on every node) for
+        333 partitions on this machine."""
+        view = self.store.view
+        changes = []
+        for (topic, partition), state in view.partitions.items():
             offline = view.offline_replicas(topic, partition)
             new = elect_preferred(state, view.live, offline, view.restarted(state))
-            if new is None:
-                continue
-            if await self._write(fence, Change.decided(view, topic, partition, state, new)):
-                moved += 1
+            if new is not None:
+                changes.append(Change.decided(view, topic, partition, state, new))
+        moved = 0
+        for first in range(0, len(changes), MAX_PARTITIONS_PER_WRITE):
+            moved += await self._write_all(fence, changes[first : first + MAX_PARTITIONS_PER_WRITE])
         return moved
 
     async def _write(self, fence: Fence, change: Change) -> bool:

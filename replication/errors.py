@@ -134,3 +134,23 @@ class PartiallyAppended(ReplicationError):
         self.appended = appended
         self.refused = refused
         self.cause_code = str(getattr(cause, "code", type(cause).__name__))
+
+
+class FetchSessionIdNotFound(ReplicationError):
+    """An incremental session fetch names a session the leader does not hold (it restarted,
+    or evicted it): the follower starts a new one with a full request (KIP-227)."""
+
+    code = "FETCH_SESSION_ID_NOT_FOUND"
+
+
+class InvalidFetchSessionEpoch(ReplicationError):
+    """An incremental session fetch out of turn (a request lost or repeated): the follower
+    starts a new session with a full request (KIP-227)."""
+
+    code = "INVALID_FETCH_SESSION_EPOCH"
+
+
+class FetchSessionTooLarge(ReplicationError):
+    """A session fetch would make its session hold more partitions than a leader keeps."""
+
+    code = "FETCH_SESSION_TOO_LARGE"

@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 
 REPORT_RETRY_S = 0.1  # the first pause before writing the offline report again; doubles
 REPORT_RETRY_MAX_S = 2.0
+MAX_PUTS_PER_TXN = 100  # a topic's partition records per transaction (and the fence, a guard)
 
 
 class _NodeRecord(msgspec.Struct):
@@ -73,6 +74,17 @@ class _PartitionRecord(msgspec.Struct, omit_defaults=True):
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
     recovering: tuple[int, ...] = ()
+
+
+def _split_for_topic(puts: list[Put]) -> tuple[list[list[Put]], list[Put]]:
+    """A topic's partition writes as batches to store before its record, and the rest, to
+    store with it: each transaction within etcd's default --max-txn-ops (128) and far below its
+    request size limit (1.5 MiB). The topic record is the commit point: the view shows no
+    partition of a topic without its record, nor past its count (a creation cut short leaves
+    keys nobody sees, overwritten when the name is created or grown again)."""
+    cut = len(puts) // MAX_PUTS_PER_TXN * MAX_PUTS_PER_TXN
+    before = [puts[i : i + MAX_PUTS_PER_TXN] for i in range(0, cut, MAX_PUTS_PER_TXN)]
+    return before, puts[cut:]
 
 
 def _new_cluster_id() -> str:
@@ -383,7 +395,11 @@ class EtcdMetadataStore(MetadataStore):
             nodes=dict(self._nodes),
             live=frozenset(self._live),
             topics=dict(self._topics),
-            partitions=dict(self._partitions),
+            partitions={
+                key: state
+                for key, state in self._partitions.items()
+                if (spec := self._topics.get(key[0])) is not None and key[1] < spec.partitions
+            },
             revision=revision,
             offline=dict(self._offline),
             subscriptions=dict(self._subscriptions),
@@ -494,9 +510,12 @@ class EtcdMetadataStore(MetadataStore):
     ) -> None:
         topic_key = self._key("topics", spec.name)
         puts = [self._put_partition(spec.name, p, state) for p, state in enumerate(states)]
-        result = await self._fenced_txn(
-            fence, [Compare(topic_key, "CREATE", 0)], [self._put_topic(spec), *puts]
-        )
+        absent = [Compare(topic_key, "CREATE", 0)]
+        before, last = _split_for_topic(puts)
+        for batch in before:
+            if not (await self._fenced_txn(fence, absent, batch)).succeeded:
+                raise TopicAlreadyExists(f"topic {spec.name!r} already exists")
+        result = await self._fenced_txn(fence, absent, [self._put_topic(spec), *last])
         if not result.succeeded:
             raise TopicAlreadyExists(f"topic {spec.name!r} already exists")
 
@@ -505,9 +524,14 @@ class EtcdMetadataStore(MetadataStore):
     ) -> bool:
         topic_key = self._key("topics", spec.name)
         puts = [self._put_partition(spec.name, p, state) for p, state in new_states.items()]
-        result = await self._fenced_txn(
-            fence, [Compare(topic_key, "MOD", spec.version)], [self._put_topic(spec), *puts]
-        )
+        unchanged = [Compare(topic_key, "MOD", spec.version)]
+        before, last = _split_for_topic(puts)
+        for batch in before:
+            result = await self._fenced_txn(fence, unchanged, batch)
+            if not result.succeeded:
+                break
+        else:
+            result = await self._fenced_txn(fence, unchanged, [self._put_topic(spec), *last])
         if not result.succeeded and result.gets[1] is None:
             raise UnknownTopic(f"topic {spec.name!r} does not exist")
         return result.succeeded

@@ -37,10 +37,13 @@ ANSWER_PREFIX = "sluice-"
 
 RECORD_BATCH = "application/vnd.sluice.record-batch"  # whole Kafka RecordBatch v2, as stored
 
-# Routes: a follower's fetch and epoch query, and the batches a front node built for a leader.
+# Routes: a follower's fetches and epoch query, and the batches a front node built for a leader.
 REPLICA_PREFIX = "/internal/v1/replicas"
 APPEND_PREFIX = "/internal/v1/partitions"
 REPLICA_RECORDS_ROUTE = REPLICA_PREFIX + "/{topic}/{partition}/records"
+# A follower's one fetch for every partition it follows at a leader (replication.session_wire).
+SESSION_FETCH_ROUTE = REPLICA_PREFIX + "/fetch"
+SESSION_FETCH = "application/vnd.sluice.session-fetch"  # its request's and answer's bodies
 EPOCH_END_ROUTE = REPLICA_PREFIX + "/{topic}/{partition}/epoch-end"
 APPEND_ROUTE = APPEND_PREFIX + "/{topic}/{partition}/append"
 # A node's own dispatchers of a subscription, for the node that describes it.
@@ -59,6 +62,8 @@ _ERRORS: dict[str, type[errors.ReplicationError]] = {
         errors.FencedLeaderEpoch,
         errors.UnknownLeaderEpoch,
         errors.NotController,
+        errors.FetchSessionIdNotFound,
+        errors.InvalidFetchSessionEpoch,
     )
 }
 

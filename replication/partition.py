@@ -266,10 +266,17 @@ class Partition:
         )
 
     def replica_fetch(
-        self, replica: int, fetch_offset: int, leader_epoch: int, max_bytes: int
+        self,
+        replica: int,
+        fetch_offset: int,
+        leader_epoch: int,
+        max_bytes: int,
+        *,
+        min_one: bool = True,
     ) -> tuple[ReadResult, tuple[int, ...] | None]:
         """A follower's fetch from its log end: note its progress, move the high watermark,
-        and read up to the log end. Also returns an ISR expansion to propose, if any. An
+        and read up to the log end (nothing to read for a follower caught up, the common case
+        of a session's partitions). Also returns an ISR expansion to propose, if any. An
         offline log answers KafkaStorageError before noting any progress: its high watermark
         no longer moves."""
         leading = self._leading()
@@ -290,7 +297,10 @@ class Partition:
         leading.on_follower_fetch(replica, fetch_offset, end, self.clock_ms())
         self.update_high_watermark()
         expand = leading.expand_proposal(replica, end)
-        result = log.read(fetch_offset, max_bytes, upper_offset=end)
+        if fetch_offset == end or (max_bytes <= 0 and not min_one):
+            empty = ReadResult(memoryview(b""), log.high_watermark, log.log_start_offset, end)
+            return empty, expand
+        result = log.read(fetch_offset, max_bytes, upper_offset=end, min_one=min_one)
         return result, expand
 
     def check_epoch(self, leader_epoch: int) -> None:

@@ -1,33 +1,29 @@
-"""The calls one node makes to another's internal routes: a follower's long-poll fetch and
-its leader-epoch query (KIP-279), over pooled keep-alive connections (replication.http1: a
-follower fetches once per replication round trip, so what a call costs is paid by every
-acks=all produce).
+"""The calls one node makes to another's internal routes: a follower's long-poll fetch of all
+it follows at a leader (a fetch session, replication.session_wire) and its leader-epoch query
+(KIP-279), over pooled keep-alive connections (replication.http1: a follower fetches once per
+replication round trip, so what a call costs is paid by every acks=all produce).
 
-The routes' answers are the contract: batches as `application/vnd.kafka.record-batch`, the
-leader's high watermark and log start in headers, errors as problem+json with the codes of
-`replication.errors`, which come back here as the same exceptions.
+The routes' answers are the contract: each partition's batches as stored with the leader's
+high watermark and log start, errors as problem+json with the codes of `replication.errors`
+(a partition's inside the answer, a session's as the answer), which come back here as the same
+exceptions.
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 from urllib.parse import urlencode
 
 import orjson
 
-from replication import errors
+from replication import errors, session_wire
 from replication.http1 import ConnectFailed, Http1Pool, Reply
-from replication.node_contract import HIGH_WATERMARK, LOG_START_OFFSET, error_of, replica_path
-
-
-@dataclass(frozen=True)
-class ReplicaFetch:
-    """A leader's answer to a follower: whole batches from the fetch offset, and its marks."""
-
-    data: bytes
-    high_watermark: int
-    log_start_offset: int
+from replication.node_contract import (
+    SESSION_FETCH,
+    SESSION_FETCH_ROUTE,
+    error_of,
+    replica_path,
+)
 
 
 class ReplicaClient:
@@ -43,12 +39,16 @@ class ReplicaClient:
 
     async def _get(self, url: str, path: str, params: dict[str, str]) -> Reply:
         """GET `path` at the node at `url`; a problem answer raised as its exception."""
-        headers = {} if self.authorization is None else {"Authorization": self.authorization}
+        return await self._call(url, "GET", f"{path}?{urlencode(params)}", {}, b"")
+
+    async def _call(
+        self, url: str, method: str, target: str, headers: dict[str, str], body: bytes
+    ) -> Reply:
+        if self.authorization is not None:
+            headers = {**headers, "Authorization": self.authorization}
         try:
             async with asyncio.timeout(self.request_timeout_s):
-                reply = await self._pool.request(
-                    url, "GET", f"{path}?{urlencode(params)}", headers, b""
-                )
+                reply = await self._pool.request(url, method, target, headers, body)
         except ConnectFailed as exc:
             raise errors.NodeUnreachable(f"{url}: {exc}", delivered=False) from exc
         except (OSError, ValueError, asyncio.IncompleteReadError, TimeoutError) as exc:
@@ -57,36 +57,24 @@ class ReplicaClient:
             raise error_of(reply.status, reply.body)
         return reply
 
-    async def fetch(
-        self,
-        leader_url: str,
-        topic: str,
-        partition: int,
-        *,
-        replica: int,
-        leader_epoch: int,
-        offset: int,
-        max_bytes: int,
-        timeout_ms: int,
-    ) -> ReplicaFetch:
-        """Long-poll the leader for batches from `offset`; it answers as soon as it has any."""
-        params = {
-            "replica": str(replica),
-            "leader_epoch": str(leader_epoch),
-            "offset": str(offset),
-            "max_bytes": str(max_bytes),
-            "timeout_ms": str(timeout_ms),
-        }
-        reply = await self._get(leader_url, replica_path(topic, partition, "records"), params)
-        marks = {name.lower(): value for name, value in reply.headers}
+    async def session_fetch(
+        self, leader_url: str, request: session_wire.SessionFetchRequest
+    ) -> session_wire.SessionFetchAnswer:
+        """One fetch for every partition of a session at the leader (KIP-227); a session error
+        comes back as FetchSessionIdNotFound or InvalidFetchSessionEpoch."""
+        reply = await self._call(
+            leader_url,
+            "POST",
+            SESSION_FETCH_ROUTE,
+            {"Content-Type": SESSION_FETCH},
+            session_wire.encode_request(request),
+        )
         try:
-            return ReplicaFetch(
-                reply.body,
-                int(marks[HIGH_WATERMARK.lower()]),
-                int(marks[LOG_START_OFFSET.lower()]),
-            )
-        except (KeyError, ValueError) as exc:
-            raise errors.ReplicationError(f"{leader_url}: a fetch answer without {exc}") from None
+            return session_wire.decode_answer(reply.body)
+        except session_wire.MalformedSessionFetch as exc:
+            raise errors.ReplicationError(
+                f"{leader_url}: a malformed session answer: {exc}"
+            ) from None
 
     async def epoch_end(
         self, leader_url: str, topic: str, partition: int, *, leader_epoch: int, epoch: int

@@ -20,6 +20,7 @@ from typing import Any
 from engine import batch as fmt
 from engine.config import TopicConfig
 from engine.errors import (
+    EngineError,
     LogClosed,
     OffsetMovedToTieredStorage,
     OffsetOutOfRange,
@@ -38,8 +39,10 @@ from replication.errors import (
     NotLeader,
     RequestTimedOut,
 )
+from replication.fetch_sessions import FetchSession, FetchSessions
 from replication.group_commit import AppendGroups, FlushGroups
 from replication.idempotency import IdempotencyIndex
+from replication.isr_writes import IsrWrites
 from replication.metadata import (
     NO_LEADER,
     ClusterView,
@@ -49,6 +52,7 @@ from replication.metadata import (
     TopicSpec,
 )
 from replication.partition import Partition
+from replication.session_wire import MAX_PARTITIONS, SessionFetchRequest
 from replication.sibling_replicas import SiblingReplicas
 from replication.tiering import TieringService
 
@@ -56,6 +60,10 @@ log = logging.getLogger(__name__)
 
 TopicsListener = Callable[[set[str]], None]  # called with the names of deleted topics
 RoleListener = Callable[[Partition], Awaitable[None]]
+# Role changes handed to the listeners between two yields to the event loop: a view of
+# thousands (a topic created, a node back) must not hold it past the lease keepalive's
+# timeout (TTL/3).
+ROLES_PER_TURN = 100
 
 
 @dataclass(frozen=True)
@@ -114,6 +122,9 @@ class ReplicaManager:
         self._closing = False
         self.appends = AppendGroups()  # produces of one loop turn: one write per partition
         self.flushes = FlushGroups()
+        self.sessions = FetchSessions(MAX_PARTITIONS)  # followers' fetch sessions, as leader
+        self.isr_changes = IsrWrites(store)  # this turn's ISR changes, stored together
+        self._session_waiters: dict[int, asyncio.Future[None]] = {}  # one per session
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -194,7 +205,9 @@ class ReplicaManager:
                 self.partitions[(partition.topic, partition.partition)] = partition
         first = {(partition.topic, partition.partition) for partition in new}
         changed = []
-        for key, state in hosted:
+        for i, (key, state) in enumerate(hosted, 1):
+            if i % ROLES_PER_TURN == 0:
+                await asyncio.sleep(0)  # let the loop breathe (the lease's keepalive)
             if self._take(self.partitions[key], state):
                 changed.append(self.partitions[key])
                 # A partition's first role (at start-up, or its topic created or grown here)
@@ -211,9 +224,11 @@ class ReplicaManager:
         if deleted or changed:
             for topics_listener in self._topics_listeners:
                 topics_listener(deleted)
-        for partition in changed:
+        for i, partition in enumerate(changed, 1):
             for role_listener in self._role_listeners:
                 await role_listener(partition)
+            if i % ROLES_PER_TURN == 0:
+                await asyncio.sleep(0)  # listeners may not suspend: let the loop breathe
         self._applied.set()
 
     def _log_offline(self, log_: PartitionLog) -> None:
@@ -624,6 +639,102 @@ class ReplicaManager:
                 return result, leader
             await self.notifier.wait(leader.log, remaining)
 
+    async def session_fetch(
+        self, request: SessionFetchRequest
+    ) -> tuple[int, dict[TopicPartition, ReadResult | EngineError]]:
+        """A follower node's one fetch for all it follows here (KIP-227): (the session id, each
+        partition's batches and marks or its error). Answers as soon as any partition has
+        records or an error (a full request at once, bringing every partition), or the records
+        reach `min_bytes`, or `max_wait_ms` passes. One parked waiter for the whole session; a
+        newer full request of the same follower releases it."""
+        session = self.sessions.take(request)
+        released = self._session_waiters.pop(request.replica, None)
+        if released is not None and not released.done():
+            released.set_result(None)
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._session_waiters[request.replica] = waiter
+        deadline = time.monotonic() + request.max_wait_ms / 1000
+        try:
+            while True:
+                found, size, errors = self._session_round(session, request)
+                remaining = deadline - time.monotonic()
+                if not self.sessions.current(session):
+                    return session.id, {}  # replaced: its follower gave this request up
+                if (
+                    request.full
+                    or errors
+                    or (size and size >= request.min_bytes)
+                    or remaining <= 0
+                    or self.notifier.closing
+                ):
+                    return session.id, self._answered(session, found, request.full)
+                logs = [p.log for key, _ in session if (p := self.partitions.get(key))]
+                await self.notifier.wait_any(logs, remaining, waiter)
+                if self._session_waiters.get(request.replica) is not waiter:
+                    return session.id, {}  # a newer request of the follower took over
+                if waiter.done():  # a log woke it: a fresh one for the next park
+                    waiter = asyncio.get_running_loop().create_future()
+                    self._session_waiters[request.replica] = waiter
+        finally:
+            if self._session_waiters.get(request.replica) is waiter:
+                del self._session_waiters[request.replica]
+
+    def _session_round(
+        self, session: FetchSession, request: SessionFetchRequest
+    ) -> tuple[dict[TopicPartition, ReadResult | EngineError], int, bool]:
+        """Note the follower's position in every partition of the session and read what each
+        has from it, within each one's max_bytes and the request's in all (the first
+        partition with records may exceed them by one batch, as in Kafka): (the results, the
+        bytes read, whether any partition failed)."""
+        found: dict[TopicPartition, ReadResult | EngineError] = {}
+        size = 0
+        errors = False
+        for key, part in session:
+            position = part.position
+            room = min(position.max_bytes, request.max_bytes - size)
+            try:
+                leader = self._hosted(*key)
+                result, expand = leader.replica_fetch(
+                    session.replica,
+                    position.fetch_offset,
+                    position.leader_epoch,
+                    max(room, 0),
+                    min_one=size == 0,
+                )
+            except EngineError as exc:
+                found[key] = exc
+                errors = True
+                continue
+            if expand is not None:
+                self._background(self.change_isr(leader, expand))
+            size += len(result.data)
+            found[key] = ReadResult(
+                result.data, leader.high_watermark, leader.log_start_offset, result.log_end_offset
+            )
+        return found, size, errors
+
+    @staticmethod
+    def _answered(
+        session: FetchSession,
+        found: dict[TopicPartition, ReadResult | EngineError],
+        full: bool,
+    ) -> dict[TopicPartition, ReadResult | EngineError]:
+        """What the answer carries: everything in a full one, else the partitions with records,
+        errors or marks the follower has not been sent; noted as sent."""
+        answer: dict[TopicPartition, ReadResult | EngineError] = {}
+        for key, outcome in found.items():
+            part = session.partitions[key]
+            if isinstance(outcome, EngineError):
+                answer[key] = outcome
+                continue
+            hw, start = outcome.high_watermark, outcome.log_start_offset
+            if full or outcome.data or part.news(hw, start):
+                answer[key] = outcome
+                session.answered(key, hw, start)
+            if outcome.data:
+                session.to_back(key)
+        return answer
+
     def epoch_end(
         self, topic: str, partition: int, leader_epoch: int, epoch: int
     ) -> tuple[int, int]:
@@ -669,7 +780,7 @@ class ReplicaManager:
         self._isr_writes.add(key)
         leading.begin_isr_change(isr)
         try:
-            stored = await self.store.set_partition(key[0], key[1], new, incarnations=carried)
+            stored = await self.isr_changes.write(key, new, carried)
         except Exception:
             leading.isr_change_failed()
             log.exception("%s-%d: ISR change to %s failed", key[0], key[1], list(isr))

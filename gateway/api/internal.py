@@ -1,21 +1,27 @@
-"""Internal routes between nodes: a follower's fetch and its leader-epoch query (the contract
-of `replication.replica_client`), and the append of batches a front node built for a
+"""Internal routes between nodes: a follower's fetches (one partition, or every partition it
+follows here in a fetch session) and its leader-epoch query (the contract of
+`replication.replica_client`), and the append of batches a front node built for a
 partition led here (`replication.forward_client`). Errors are problem+json like elsewhere."""
 
 from __future__ import annotations
 
 from aiohttp import web
 
+from engine.errors import EngineError
+from gateway.api.problems import from_engine_error
 from gateway.formats import codecs
 from gateway.http.params import choice_param, int_param, json_response, partition_param, read_body
-from gateway.http.problem import Problem
+from gateway.http.problem import Problem, problem_body
 from gateway.state import gateway_of
+from replication import session_wire
 from replication.node_contract import (
     APPEND_ROUTE,
     EPOCH_END_ROUTE,
     HIGH_WATERMARK,
     LOG_START_OFFSET,
     REPLICA_RECORDS_ROUTE,
+    SESSION_FETCH,
+    SESSION_FETCH_ROUTE,
 )
 
 INT32_MAX = 2**31 - 1
@@ -24,6 +30,7 @@ INT64_MAX = 2**63 - 1
 
 def add_routes(app: web.Application) -> None:
     app.router.add_get(REPLICA_RECORDS_ROUTE, replica_fetch)
+    app.router.add_post(SESSION_FETCH_ROUTE, session_fetch)
     app.router.add_get(EPOCH_END_ROUTE, epoch_end)
     app.router.add_post(APPEND_ROUTE, append)
 
@@ -66,6 +73,40 @@ async def replica_fetch(request: web.Request) -> web.Response:
             LOG_START_OFFSET: str(leader.log_start_offset),
         },
     )
+
+
+async def session_fetch(request: web.Request) -> web.Response:
+    """A follower node's fetch for every partition it follows here (replication.session_wire):
+    each partition's records, marks or problem, one part each."""
+    gateway = gateway_of(request)
+    settings = gateway.settings
+    if request.content_type != SESSION_FETCH:
+        raise Problem(415, "UNSUPPORTED_MEDIA_TYPE", f"expected {SESSION_FETCH}")
+    try:
+        fetch = session_wire.decode_request(await read_body(request, settings))
+    except session_wire.MalformedSessionFetch as exc:
+        raise Problem(400, "MALFORMED_SESSION_FETCH", str(exc)) from None
+    if fetch.max_wait_ms > settings.max_wait_ms or fetch.max_bytes > settings.max_fetch_bytes:
+        raise Problem(
+            400,
+            "INVALID_PARAMETER",
+            f"max_wait_ms and max_bytes are at most {settings.max_wait_ms} and "
+            f"{settings.max_fetch_bytes}",
+        )
+    session_id, found = await gateway.replicas.session_fetch(fetch)
+    parts: dict[tuple[str, int], session_wire.PartitionAnswer] = {}
+    for key, outcome in found.items():
+        if isinstance(outcome, EngineError):
+            problem = from_engine_error(outcome)
+            parts[key] = session_wire.PartitionAnswer(
+                -1, -1, error_status=problem.status, error_body=problem_body(problem)
+            )
+        else:
+            parts[key] = session_wire.PartitionAnswer(
+                outcome.high_watermark, outcome.log_start_offset, outcome.data
+            )
+    body = b"".join(session_wire.encode_answer(session_wire.SessionFetchAnswer(session_id, parts)))
+    return web.Response(body=body, content_type=SESSION_FETCH)
 
 
 async def epoch_end(request: web.Request) -> web.Response:

@@ -58,6 +58,9 @@ _ENGINE_STATUS: dict[type[errors.EngineError], int] = {
     replication.IdempotencyKeyReused: 422,
     replication.ControllerNotAvailable: 503,
     replication.LeaderChangedAfterAppend: 503,
+    replication.FetchSessionIdNotFound: 404,
+    replication.InvalidFetchSessionEpoch: 409,
+    replication.FetchSessionTooLarge: 422,
     replication.NodeUnreachable: 502,
     replication.PartiallyAppended: 503,
 }

@@ -160,6 +160,7 @@ ROUTES: dict[tuple[str, str], Access] = {
     ("GET", "/metrics"): Access(audience="ops"),
     ("GET", "/openapi.yaml"): Access(audience="authenticated"),
     ("GET", "/internal/v1/replicas/{topic}/{partition}/records"): Access(audience="internal"),
+    ("POST", "/internal/v1/replicas/fetch"): Access(audience="internal"),
     ("GET", "/internal/v1/replicas/{topic}/{partition}/epoch-end"): Access(audience="internal"),
     ("POST", "/internal/v1/partitions/{topic}/{partition}/append"): Access(audience="internal"),
     ("GET", "/internal/v1/ready"): Access(audience="internal"),

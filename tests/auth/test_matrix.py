@@ -17,6 +17,8 @@ from engine import batch as fmt
 from gateway.auth.acl import CLUSTER
 from gateway.auth.route_operations import access
 from openapi import SPEC
+from replication.node_contract import SESSION_FETCH
+from replication.session_wire import SessionFetchRequest, encode_request
 from tests.api.support import Client, Start
 from tests.auth.support import bearer, binding, grant, make_key
 
@@ -164,6 +166,10 @@ SAMPLES: dict[tuple[str, str], Sample] = {
     ("GET", "/metrics"): Sample(),
     ("GET", "/openapi.yaml"): Sample(),
     ("GET", "/internal/v1/replicas/{topic}/{partition}/records"): Sample(query=REPLICA),
+    ("POST", "/internal/v1/replicas/fetch"): Sample(
+        data=encode_request(SessionFetchRequest(1, 0, 0, 0, 1, 1024, {})),
+        content_type=SESSION_FETCH,
+    ),
     ("GET", "/internal/v1/replicas/{topic}/{partition}/epoch-end"): Sample(
         query="leader_epoch=0&epoch=0"
     ),

@@ -34,6 +34,7 @@ from replication.errors import (
 )
 from replication.memory_store import MemoryBackend, MemoryMetadataStore
 from replication.metadata import (
+    MAX_PARTITIONS_PER_WRITE,
     NO_LEADER,
     ClusterView,
     Fence,
@@ -435,6 +436,51 @@ async def test_rebalance_moves_leadership_back_to_preferred_replicas() -> None:
         assert (state.leader, state.leader_epoch, state.isr) == (3, 2, (1, 2, 3))
         assert {p: c.state("t", p).leader_epoch for p in (0, 1)} == others
         assert await c.controllers[1].rebalance_preferred_leaders() == 0
+
+
+async def test_rebalance_moves_many_partitions_in_few_writes() -> None:
+    """A node back from a restart may be preferred by thousands of partitions: they move in
+    transactions of MAX_PARTITIONS_PER_WRITE, one view each, not one write per partition."""
+    async with running_cluster() as c:
+        await c.controllers[1].create_topic("wide", 300, 3)
+        c.backend.expire(3)
+        led = [p for p in range(300) if c.state("wide", p).replicas[0] == 3]
+        await c.until(
+            lambda v: all(v.partitions[("wide", p)].leader != 3 for p in led), "node 3's loss"
+        )
+        c.backend.revive(3)
+        with c.backend.transaction() as revision:
+            for p in led:
+                state = c.backend.partitions[("wide", p)]
+                c.backend.partitions[("wide", p)] = replace(state, isr=(1, 2, 3), version=revision)
+        store, writes = c.stores[1], list[int]()
+        set_partitions, set_partition = store.set_partitions, store.set_partition
+
+        async def batch(
+            states: Sequence[tuple[TopicPartition, PartitionState]],
+            fence: Fence | None = None,
+            incarnations: Sequence[Mapping[int, int]] = (),
+        ) -> list[PartitionState] | None:
+            writes.append(len(states))
+            return await set_partitions(states, fence, incarnations)
+
+        async def one(
+            topic: str,
+            partition: int,
+            state: PartitionState,
+            fence: Fence | None = None,
+            incarnations: Mapping[int, int] | None = None,
+        ) -> PartitionState | None:
+            writes.append(1)
+            return await set_partition(topic, partition, state, fence, incarnations)
+
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(store, "set_partitions", batch)
+            patch.setattr(store, "set_partition", one)
+            assert await c.controllers[1].rebalance_preferred_leaders() == len(led) == 100
+        assert writes[-2:] == [MAX_PARTITIONS_PER_WRITE, 100 - MAX_PARTITIONS_PER_WRITE]
+        assert 1 not in writes
+        assert all(c.state("wide", p).leader == 3 for p in led)
 
 
 async def test_run_rebalances_on_its_interval() -> None:

@@ -416,11 +416,12 @@ async def test_a_watch_from_a_compacted_revision_reloads_a_snapshot(
     await watch.aclose()
 
 
-async def test_a_too_large_transaction_names_the_etcd_limit(make_store: StoreFactory) -> None:
-    one = await make_store(1)
-    fence = await one.campaign()
+async def test_a_too_large_transaction_names_the_etcd_limit(
+    client: EtcdClient, prefix: str
+) -> None:
+    puts = [Put(f"{prefix}/wide/{i}".encode(), b"x") for i in range(200)]
     with pytest.raises(MetadataUnavailable, match="max-txn-ops"):
-        await one.create_topic(fence, topic("wide", 200), states(200))
+        await client.txn([], puts)
 
 
 async def test_each_process_start_is_an_incarnation_that_guards_isr_writes(
@@ -462,3 +463,27 @@ async def test_a_partitions_recovering_members_are_stored(make_store: StoreFacto
     assert stored is not None
     assert await one.wait_for(lambda view: view.partition("t", 0) == stored, WAIT_S)
     assert one.view.crashed(stored) == frozenset({1})
+
+
+async def test_a_topic_wider_than_a_transaction_is_created_in_batches(
+    make_store: StoreFactory, client: EtcdClient, prefix: str
+) -> None:
+    """1,000 partitions on an etcd with the default --max-txn-ops (128): the partitions are
+    written in batches, the topic record last; nobody sees a partition before its topic."""
+    one = await make_store(1)
+    two = await make_store(2)
+    fence = await one.campaign()
+    await client.txn([], [Put(f"{prefix}/partitions/cut/{p}".encode(), b"{}") for p in range(3)])
+    await one.create_topic(fence, topic("wide", 1000), states(1000))
+    for store in (one, two):
+        assert await store.wait_for(lambda v: "wide" in v.topics, 10)
+        view = store.view
+        assert sorted(p for t, p in view.partitions if t == "wide") == list(range(1000))
+        assert not any(t == "cut" for t, _ in view.partitions)  # a creation cut short
+    with pytest.raises(TopicAlreadyExists):
+        await one.create_topic(fence, topic("wide", 1000), states(1000))
+    grown = one.view.topics["wide"]
+    more = {p: PartitionState(1, 0, (1, 2), (1, 2)) for p in range(1000, 1300)}
+    assert await one.update_topic(fence, replace(grown, partitions=1300), more)
+    assert await two.wait_for(lambda v: v.topics["wide"].partitions == 1300, 10)
+    assert sum(1 for t, _ in two.view.partitions if t == "wide") == 1300

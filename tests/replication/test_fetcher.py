@@ -1,0 +1,170 @@
+"""The follower's side of fetch sessions against a leader that keeps the session rules of
+replication.fetch_sessions (a part goes out with records or marks the follower was not sent):
+a part the follower drops when its role changes is sent again, and a failure nobody expects
+does not end the fetching from that leader."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from engine import batch as fmt
+from engine.manager import LogManager
+from replication.fetch_sessions import FetchSessions
+from replication.fetcher import FetcherSettings, ReplicaFetchers
+from replication.idempotency import IdempotencyIndex
+from replication.memory_store import MemoryBackend, MemoryMetadataStore
+from replication.metadata import NodeInfo, PartitionState
+from replication.partition import Partition
+from replication.replica_client import ReplicaClient
+from replication.session_wire import (
+    MAX_PARTITIONS,
+    PartitionAnswer,
+    SessionFetchAnswer,
+    SessionFetchRequest,
+)
+
+KEY = ("t", 0)
+RECORDS = 3
+EVENT_TIMEOUT_S = 10.0  # bounds a wait for the fetcher's next request; never reached when right
+
+
+@dataclass
+class Event:
+    """A request the leader took, and its answer (None: it parked)."""
+
+    request: SessionFetchRequest
+    answer: SessionFetchAnswer | None
+
+
+class SessionLeader:
+    """Node 1 leading t-0 with RECORDS records (epoch 0): it answers a part with the records
+    to a fetch from 0, and with its marks when the session has not sent them; with nothing to
+    answer it parks until `move` changes its high watermark. Each request it takes is put in
+    `events`; `failures` are raised by the next fetches, one each."""
+
+    def __init__(self) -> None:
+        self.sessions = FetchSessions(MAX_PARTITIONS)
+        batch = fmt.encode_batch([fmt.RecordInput(None, b"r", [], None)] * RECORDS)
+        fmt.set_leader_epoch(batch, 0, 0)
+        self.records = bytes(batch)
+        self.high_watermark = 1
+        self.events: asyncio.Queue[Event] = asyncio.Queue()
+        self.failures: list[Exception] = []
+        self._moved = asyncio.Event()
+
+    def move(self, high_watermark: int) -> None:
+        self.high_watermark = high_watermark
+        self._moved.set()
+
+    async def next_event(self) -> Event:
+        return await asyncio.wait_for(self.events.get(), EVENT_TIMEOUT_S)
+
+    async def epoch_end(
+        self, url: str, topic: str, partition: int, *, leader_epoch: int, epoch: int
+    ) -> tuple[int, int]:
+        return epoch, RECORDS  # every epoch the follower has ends where the leader's log does
+
+    async def session_fetch(self, url: str, request: SessionFetchRequest) -> SessionFetchAnswer:
+        if self.failures:
+            raise self.failures.pop(0)
+        session = self.sessions.take(request)
+        while True:
+            parts = {}
+            for key, part in session:
+                hw = self.high_watermark
+                records = self.records if part.position.fetch_offset == 0 else b""
+                if request.full or records or part.news(hw, 0):
+                    parts[key] = PartitionAnswer(hw, 0, records)
+                    session.answered(key, hw, 0)
+            if parts:
+                answer = SessionFetchAnswer(session.id, parts)
+                self.events.put_nowait(Event(request, answer))
+                return answer
+            self.events.put_nowait(Event(request, None))
+            self._moved.clear()
+            await self._moved.wait()
+
+
+@dataclass
+class Follower:
+    partition: Partition
+    fetchers: ReplicaFetchers
+    leader: SessionLeader
+
+
+@pytest.fixture
+async def follower(tmp_path: Path) -> AsyncIterator[Follower]:
+    """This node (0) following node 1's t-0 in epoch 0 through a SessionLeader."""
+    backend = MemoryBackend()
+    stores = [MemoryMetadataStore(backend) for _ in range(2)]
+    for node, store in enumerate(stores):
+        await store.start(NodeInfo(node, f"http://node{node}:8080"))
+    manager = LogManager(tmp_path)
+    manager.create_topic("t")
+    partition = Partition(manager.log(*KEY), 0, IdempotencyIndex(60, 100))
+    partition.make_follower(PartitionState(1, 0, (1, 0), (1, 0)))
+    leader = SessionLeader()
+    client: ReplicaClient = leader  # type: ignore[assignment]
+    fetchers = ReplicaFetchers(stores[0], client, 0, FetcherSettings(backoff_ms=1))
+    try:
+        yield Follower(partition, fetchers, leader)
+    finally:
+        await fetchers.close()
+        manager.close()
+        for store in stores:
+            await store.close()
+
+
+async def test_a_part_dropped_on_a_role_change_is_sent_again(follower: Follower) -> None:
+    """The leader notes a high watermark as sent when it answers; if the follower drops that
+    part (its role changed while the answer was on its way) and nothing is produced after, only
+    a session that starts the partition afresh tells it the high watermark again."""
+    partition, fetchers, leader = follower.partition, follower.fetchers, follower.leader
+    await fetchers.role_changed(partition)
+    full = await leader.next_event()
+    assert full.request.full and full.answer is not None
+    parked = await leader.next_event()  # caught up: the next fetch parks
+    assert not parked.request.full and parked.answer is None
+    assert (partition.log_end_offset, partition.high_watermark) == (RECORDS, 1)
+    # The leader's high watermark moves and the follower's role changes (a new epoch, the same
+    # leader) before it takes the answer that carries the mark: in one loop turn, in this order.
+    leader.move(RECORDS)
+    partition.make_follower(PartitionState(1, 1, (1, 0), (1, 0)))
+    await fetchers.role_changed(partition)
+    dropped = await leader.next_event()
+    assert dropped.answer is not None and dropped.answer.partitions[KEY].high_watermark == RECORDS
+    assert partition.high_watermark == 1  # the part came to a partition not yet truncated
+    # The next request starts the partition afresh: the leader sends the mark again.
+    again = await leader.next_event()
+    assert again.answer is not None, "the leader parked: it believes the follower has its mark"
+    assert again.answer.partitions[KEY].high_watermark == RECORDS
+    assert KEY in again.request.forgotten and KEY in again.request.partitions
+    idle = await leader.next_event()
+    assert idle.answer is None and KEY not in idle.request.forgotten
+    assert partition.high_watermark == RECORDS
+
+
+async def test_an_unexpected_failure_is_logged_and_fetching_goes_on(
+    follower: Follower, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Only a role change would start another task for the leader: the one it has must not
+    end on an error nobody expected (here the client's), but log it and start a new session."""
+    partition, fetchers, leader = follower.partition, follower.fetchers, follower.leader
+    leader.failures.append(RuntimeError("a bug below the fetcher"))
+    with caplog.at_level(logging.ERROR, "replication.fetcher"):
+        await fetchers.role_changed(partition)
+        full = await leader.next_event()
+    assert full.request.full and full.answer is not None
+    [line] = [r for r in caplog.records if r.name == "replication.fetcher"]
+    assert line.levelno == logging.ERROR
+    assert "fetching from node 1 failed" in line.getMessage()
+    assert line.exc_info is not None and "a bug below the fetcher" in str(line.exc_info[1])
+    parked = await leader.next_event()
+    assert parked.answer is None
+    assert partition.log_end_offset == RECORDS

@@ -1,0 +1,75 @@
+"""The session fetch body (replication.session_wire): what one half writes the other reads back
+whole, and every malformed answer a follower could meet is refused saying where."""
+
+from __future__ import annotations
+
+import pytest
+
+from replication.session_wire import (
+    FetchPosition,
+    MalformedSessionFetch,
+    PartitionAnswer,
+    SessionFetchAnswer,
+    SessionFetchRequest,
+    decode_answer,
+    decode_request,
+    encode_answer,
+    encode_request,
+)
+
+
+def test_a_request_reads_back_whole() -> None:
+    request = SessionFetchRequest(
+        2,
+        7,
+        3,
+        5000,
+        1,
+        1 << 20,
+        {("orders", 0): FetchPosition(4, 10, 4096), ("ü", 12): FetchPosition(0, 0, 1)},
+        (("gone", 1),),
+    )
+    assert decode_request(encode_request(request)) == request
+    assert not request.full and SessionFetchRequest(2, 0, 0, 0, 1, 1, {}).full
+
+
+def test_an_answer_reads_back_whole() -> None:
+    answer = SessionFetchAnswer(
+        9,
+        {
+            ("t", 0): PartitionAnswer(5, 0, b"batches"),
+            ("t", 1): PartitionAnswer(-1, -1, b"", 409, b'{"code":"FENCED_LEADER_EPOCH"}'),
+        },
+    )
+    assert decode_answer(b"".join(encode_answer(answer))) == answer
+
+
+@pytest.mark.parametrize(
+    ("cut", "says"),
+    [
+        (lambda b: b[:5], "ends inside the answer head"),
+        (lambda b: b[:-1], "needs 7 bytes"),
+        (lambda b: b + b"\0", "1 bytes after the last part"),
+        (lambda b: b"\x09" + b[1:], "answer version 9"),
+        (lambda b: b[:5] + b"\xff\xff\xff\xff" + b[9:], "-1 partitions"),
+    ],
+)
+def test_a_malformed_answer_is_refused_saying_where(cut: object, says: str) -> None:
+    body = b"".join(
+        encode_answer(SessionFetchAnswer(1, {("t", 0): PartitionAnswer(1, 0, b"x" * 7)}))
+    )
+    with pytest.raises(MalformedSessionFetch, match=says):
+        decode_answer(cut(body))  # type: ignore[operator]
+
+
+def test_a_partition_number_and_a_topic_name_are_checked() -> None:
+    body = encode_request(SessionFetchRequest(1, 0, 0, 0, 1, 1, {("t", 0): FetchPosition(0, 0, 1)}))
+    negative = body[:32] + b"\xff\xff\xff\xff" + body[36:]
+    with pytest.raises(MalformedSessionFetch, match="partition -1 is negative"):
+        decode_request(negative)
+    not_utf8 = body[:31] + b"\xff" + body[32:]
+    with pytest.raises(MalformedSessionFetch, match="is not UTF-8"):
+        decode_request(not_utf8)
+    zero_max = body[:-8] + b"\0\0\0\0" + body[-4:]
+    with pytest.raises(MalformedSessionFetch, match="max_bytes 0"):
+        decode_request(zero_max)

@@ -4,6 +4,7 @@ elsewhere continuing from the manifest, local retention waiting for S3, and remo
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -26,11 +27,14 @@ def make_log(directory: Path, segment_bytes: int) -> PartitionLog:
     return PartitionLog(directory, "t", 0, config)
 
 
+RECENT_MS = int(time.time() * 1000) - 3_600_000  # within retention.ms whatever the date
+
+
 def fill(log: PartitionLog, batches: int, epoch: int = 0, per_batch: int = 5) -> None:
     for b in range(batches):
         values = [b"v%d-%d" % (b, i) for i in range(per_batch)]
         log.append_as_leader(
-            fmt.encode_batch([fmt.RecordInput(None, v, [], 1_795_000_000_000) for v in values]),
+            fmt.encode_batch([fmt.RecordInput(None, v, [], RECENT_MS) for v in values]),
             epoch,
         )
     log.advance_high_watermark(log.log_end_offset)

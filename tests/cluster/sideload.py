@@ -188,7 +188,7 @@ class GroupMembers:
                     self.side.group_errors["join"] += 1
             else:
                 member, generation = await self._fetch_and_commit(member, generation)
-            await asyncio.sleep(self.rng.uniform(0.02, 0.1))  # pacing between calls
+            await asyncio.sleep(self.rng.uniform(0.05, 0.15))  # pacing between calls
         if member is not None:
             await _call(self.session, "DELETE", f"{self._base()}/{member}")
 
@@ -309,7 +309,7 @@ class TopicAdmin:
         self.side.topic_ops.append(op)
 
     async def _create(self, name: str) -> None:
-        partitions = self.rng.randint(1, 4)
+        partitions = self.rng.randint(1, 2)
         self._retention[name] = RETENTION_MS
         op = TopicOp(
             "create",

@@ -208,6 +208,7 @@ async def run_schedule(
         workload.stop_new.set()
         faults.events.append(f"{history.now():6.2f}s heal everything")
         await asyncio.gather(members.close(), admin.close(), asyncio.to_thread(cluster.heal))
+        faults.events.append(f"{history.now():6.2f}s healed")
         workload.give_up_at = time.monotonic() + DRAIN_S
         if not await workload.producers_done(DRAIN_S + ATTEMPT_TIMEOUT_S + 1):
             stuck = _stuck(f"producers still failing {DRAIN_S:.0f} s after healing", cluster, topic)
@@ -220,6 +221,7 @@ async def run_schedule(
                 stuck = _stuck(str(exc), cluster, topic)
             else:
                 final_end = {row["partition"]: row["end"] for row in rows}
+                faults.events.append(f"{history.now():6.2f}s in sync, log ends {final_end}")
                 workload.read_until = final_end
                 if not await workload.consumers_done(FINAL_READ_S):
                     stuck = _stuck("consumers could not read up to the log end", cluster, topic)
@@ -230,6 +232,7 @@ async def run_schedule(
         verdict.ops = Counter(op.outcome for op in history.ops)
         return schedule, faults, verdict, history
     await asyncio.gather(members.read_final(PARTITIONS), admin.read_final())
+    faults.events.append(f"{history.now():6.2f}s group offsets and topics read back")
     final_logs: dict[int, dict[int, list[LogRecord]]] = {
         node: {
             p: [r for r in cluster.replica_log(node, topic, p) if r.offset < final_end[p]]

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import httpx
 
 from engine import batch as fmt
 from tests.cluster.harness import (
@@ -42,6 +43,7 @@ CONTENT_TYPES = {
 }
 REPLAY_SHARE = 0.3  # acknowledged idempotent requests sent again after a leader change
 EPOCH_POLL_S = 0.1
+PACING_S = 0.045  # a producer's pause between requests, at most (acks 0 and 1 answer sooner)
 
 # Answers after which the attempt surely appended nothing: validation happens before the
 # append, a retry while the first attempt runs is refused, and NOT_ENOUGH_REPLICAS is raised
@@ -318,7 +320,7 @@ class Workload:
             if op.outcome == "ok" and op.idempotent and self.rng.random() < REPLAY_SHARE:
                 self._to_replay.append(_Replay(op, self.history.now()))
             if not self.stop_new.is_set():
-                await asyncio.sleep(self.rng.uniform(0.0, 0.03))  # pacing between requests
+                await asyncio.sleep(self.rng.uniform(0.0, PACING_S))  # pacing between requests
 
     async def _send(self, op: ProduceOp, node: int) -> Attempt:
         start = self.history.now()
@@ -372,14 +374,8 @@ class Workload:
         prefix = f"{ETCD_PREFIX}/partitions/{self.history.topic}/".encode()
         while not self._replays_closed.is_set():
             start = self.history.now()
-            with contextlib.suppress(Exception):  # etcd unreachable for a moment: poll again
-                kvs, _ = await asyncio.to_thread(self.cluster.etcd.range, prefix)
-                epochs = {
-                    int(base64.b64decode(kv["key"]).rsplit(b"/", 1)[1]): PartitionState.parse(
-                        base64.b64decode(kv["value"]), 0
-                    ).leader_epoch
-                    for kv in kvs
-                }
+            epochs = await self._epochs(prefix)
+            if len(epochs) == self.history.partitions:
                 waiting = []
                 for replay in self._to_replay:
                     parts = {p for p, _ in replay.op.records}
@@ -394,6 +390,19 @@ class Workload:
                 self._to_replay = waiting
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._replays_closed.wait(), EPOCH_POLL_S)
+
+    async def _epochs(self, prefix: bytes) -> dict[int, int]:
+        """Each partition's leader epoch in etcd (none when etcd did not answer)."""
+        try:
+            kvs, _ = await asyncio.to_thread(self.cluster.etcd.range, prefix)
+        except (httpx.HTTPError, OSError, ValueError, KeyError):
+            return {}
+        return {
+            int(base64.b64decode(kv["key"]).rsplit(b"/", 1)[1]): PartitionState.parse(
+                base64.b64decode(kv["value"]), 0
+            ).leader_epoch
+            for kv in kvs
+        }
 
     async def _replay(self, op: ProduceOp) -> None:
         """The request again, through a node other than the acknowledged attempt's, until it

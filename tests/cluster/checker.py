@@ -4,7 +4,12 @@ each node's reports, the replicas' logs on disk, the partition states' history i
 Properties (each violation names one):
 - lost: a record acknowledged (200) with acks=all is not in the final log at the offset its
   answer gave; one ISR replica always keeps its data (a lost-unsynced fault hits one node at a
-  time). acks=1 records may be lost (counted apart), never duplicated.
+  time). acks=1 and acks=0 records (acknowledged once the leader appended them: 200, and 202
+  with the offsets) may be lost, counted apart per mode, but only in a partition whose leader
+  changed during the schedule (only a deposed leader's unreplicated tail is truncated).
+- reordered: a request's records in one partition are not at consecutive offsets in request
+  order, or a producer's request answered before its next one was sent got a later offset
+  than that next one (both stored where their answers said), whatever the acks.
 - refused-but-appended: records appended by an attempt that was answered with a definite
   refusal (NOT_ENOUGH_REPLICAS "appends nothing", 4xx): the request's marker in the log holds
   the clock of the node that built the batch, which falls within that attempt only; or records
@@ -21,8 +26,20 @@ Properties (each violation names one):
   only rise, one leader per epoch, the ISR never empty, within the replicas and holding the
   leader, every new leader from the previous ISR (unclean election is off); every epoch a log
   holds was stored with a leader.
-- out-of-range / idempotency-reuse: a committed offset answered 416; an identical retry answered
-  IDEMPOTENCY_KEY_REUSED.
+- out-of-range / idempotency-reuse: a committed offset answered 416; an identical retry (or
+  replay) answered IDEMPOTENCY_KEY_REUSED.
+- replay-changed: an acknowledged request sent again with its Idempotency-Key through another
+  node after its partition's leader changed got other offsets than the first answer while the
+  first answer's records are still stored (the replay appending them again is a duplicate).
+- commit-ahead / commit-regressed: a group commit (answered, or read back after healing) is past
+  the partition's final high watermark; a member's commits of a partition within one generation
+  go back. Records the members were delivered count as consumer reads (divergence,
+  read-changed).
+- unclean-error / topic-lost / topic-mismatch / refused-but-created / config-lost: a topic
+  creation or config change answered an error without a problem+json body naming its code; a
+  created topic missing on a node after healing, or any topic there with other partitions than
+  asked; a topic whose creation was refused (4xx) exists; a node's retention.ms after healing is
+  neither the last acknowledged change nor one sent after it or left without an answer.
 """
 
 from __future__ import annotations
@@ -34,7 +51,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tests.cluster.harness import NO_LEADER, LogRecord, PartitionState
-from tests.cluster.workload import History, ProduceOp
+from tests.cluster.sideload import PROBLEM_JSON, SideHistory, TopicOp
+from tests.cluster.workload import Attempt, History, ProduceOp
 
 Content = tuple[str | None, str]  # (record key, canonical JSON of the value)
 
@@ -52,12 +70,17 @@ class Violation:
 class Verdict:
     violations: list[Violation] = field(default_factory=list)
     acknowledged: int = 0  # records acknowledged
-    lost: int = 0
-    lost_allowed: int = 0  # acks=1 records lost with a leader that had them alone
+    acknowledged_by: Counter[str] = field(default_factory=Counter)  # acks -> records
+    lost: int = 0  # acks=all records lost
+    lost_allowed: Counter[str] = field(default_factory=Counter)  # acks 0 and 1 -> records lost
     divergences: int = 0
     duplicates: int = 0  # extra copies of records
     ops: Counter[str] = field(default_factory=Counter)  # op outcomes
+    ops_by: Counter[str] = field(default_factory=Counter)  # "acks=all", "json"... -> requests
     attempts: int = 0
+    replays: Counter[str] = field(default_factory=Counter)  # sent, same answer, stored again...
+    group: Counter[str] = field(default_factory=Counter)  # joins, fetches, commits
+    topic_ops: Counter[str] = field(default_factory=Counter)  # "create ok", "config refused"...
 
     def add(self, kind: str, detail: str) -> None:
         self.violations.append(Violation(kind, detail))
@@ -117,14 +140,22 @@ def check(
     verdict = Verdict()
     verdict.attempts = sum(len(op.attempts) for op in history.ops)
     verdict.ops = Counter(op.outcome for op in history.ops)
+    verdict.ops_by = Counter(f"acks={op.acks}" for op in history.ops)
+    verdict.ops_by.update(op.format for op in history.ops)
     reference = _Reference(verdict)
-    for kind, detail in history.anomalies:
+    for kind, detail in history.anomalies + history.side.anomalies:
         verdict.add(kind, detail)
     _check_logs(history, final_logs, final_end, reference, verdict)
     _check_reads(history, final_end, reference, verdict)
-    _check_ops(history, final_logs, verdict)
+    # Partitions whose leader changed during the schedule: only there may acks 0 and 1 lose.
+    changed = {
+        p for p, states in etcd_changes.items() if len({s.leader_epoch for s in states if s}) > 1
+    }
+    _check_ops(history, final_logs, changed, verdict)
     _check_high_watermarks(history, verdict)
     _check_states(history, etcd_changes, final_logs, verdict)
+    _check_group(history.side, final_end, reference, verdict)
+    _check_topics(history.side, verdict)
     return verdict
 
 
@@ -200,7 +231,10 @@ def _check_reads(
 
 
 def _check_ops(
-    history: History, final_logs: dict[int, dict[int, list[LogRecord]]], verdict: Verdict
+    history: History,
+    final_logs: dict[int, dict[int, list[LogRecord]]],
+    changed: set[int],
+    verdict: Verdict,
 ) -> None:
     # All final logs are equal if there is no divergence; judge against each node's anyway.
     ops = {op.key: op for op in history.ops}
@@ -224,7 +258,8 @@ def _check_ops(
             if acked is not None:
                 if first_node:
                     verdict.acknowledged += len(op.records)
-                _check_acked(op, acked, at, node, verdict, count=first_node)
+                    verdict.acknowledged_by[op.acks] += len(op.records)
+                _check_acked(op, acked, at, changed, node, verdict, count=first_node)
             elif op.outcome == "failed":
                 present = [i for i in range(len(op.records)) if copies[(op.key, i)]]
                 if present:
@@ -237,6 +272,9 @@ def _check_ops(
                     )
         if not first_node:
             continue
+        _check_order(history.ops, at, where, verdict)
+        for op in history.ops:
+            _check_replays(op, at, verdict)
         for p, record in markers:
             _check_marker(p, record, ops, verdict)
         for ident, count in sorted(copies.items()):
@@ -275,7 +313,7 @@ def _check_marker(p: int, record: LogRecord, ops: dict[str, ProduceOp], verdict:
         return
     candidates = [
         a
-        for a in op.attempts
+        for a in op.attempts + op.replays
         if a.wall[0] - MARKER_SLACK_S <= created
         and (created <= a.wall[1] + MARKER_SLACK_S or a.outcome == "unknown")
     ]
@@ -284,7 +322,9 @@ def _check_marker(p: int, record: LogRecord, ops: dict[str, ProduceOp], verdict:
         verdict.add(
             "unattributed-append",
             f"{where}: op {key}'s batch was built at {created:.3f}, during none of its attempts: "
-            + "; ".join(f"{a} [{a.wall[0]:.3f}, {a.wall[1]:.3f}]" for a in op.attempts),
+            + "; ".join(
+                f"{a} [{a.wall[0]:.3f}, {a.wall[1]:.3f}]" for a in op.attempts + op.replays
+            ),
         )
     elif all(a.outcome == "failed" for a in candidates):
         verdict.add(
@@ -300,6 +340,7 @@ def _check_acked(
     op: ProduceOp,
     acked: list[tuple[int, int, int]],
     at: dict[tuple[int, int], tuple[str, int] | None],
+    changed: set[int],
     node: int,
     verdict: Verdict,
     count: bool,
@@ -316,17 +357,105 @@ def _check_acked(
             verdict.add("lost", f"op {op.key} p{p}: answered count {n}, sent {len(indices)}")
         for k, i in enumerate(indices):
             found = at.get((p, base + k))
-            if found != (op.key, i) and op.acks != "all":
-                verdict.lost_allowed += int(count)
-            elif found != (op.key, i):
-                if count:
-                    verdict.lost += 1
+            if found == (op.key, i):
+                continue
+            if op.acks != "all" and p in changed:
+                verdict.lost_allowed[op.acks] += int(count)
+                continue
+            if count and op.acks == "all":
+                verdict.lost += 1
+            why = "" if op.acks == "all" else f" (acks={op.acks}, but p{p}'s leader never changed)"
+            verdict.add(
+                "lost",
+                f"node {node}: acknowledged record {(op.key, i)} should be at p{p} offset "
+                f"{base + k}; the log has {found} there{why}. Attempts: "
+                + "; ".join(map(str, op.attempts)),
+            )
+
+
+def _stored_as_acked(op: ProduceOp, at: dict[tuple[int, int], tuple[str, int] | None]) -> bool:
+    """Whether every record of an acknowledged request is where its first answer said."""
+    acked = op.acked
+    if acked is None:
+        return False
+    indices: dict[int, list[int]] = defaultdict(list)
+    for p, i in op.records:
+        indices[p].append(i)
+    return all(
+        at.get((p, base + k)) == (op.key, i)
+        for p, base, _ in acked
+        for k, i in enumerate(indices.get(p, []))
+    )
+
+
+def _check_order(
+    ops: list[ProduceOp],
+    at: dict[tuple[int, int], tuple[str, int] | None],
+    where: dict[tuple[str, int], list[tuple[int, int]]],
+    verdict: Verdict,
+) -> None:
+    """A request's records in one partition sit at consecutive offsets in request order; a
+    producer's requests (sent one at a time) that are stored where their answers said got
+    rising offsets in each partition."""
+    last: dict[tuple[int, int], tuple[int, str]] = {}  # (worker, partition) -> base, op key
+    for op in sorted(ops, key=lambda o: (o.worker, o.attempts[0].start if o.attempts else 0.0)):
+        per_partition: dict[int, list[int]] = defaultdict(list)
+        for p, i in op.records:
+            found = where.get((op.key, i))
+            if found:
+                per_partition[p].append(found[0][1])
+        for p, offsets in sorted(per_partition.items()):
+            if offsets != list(range(offsets[0], offsets[0] + len(offsets))):
                 verdict.add(
-                    "lost",
-                    f"node {node}: acknowledged record {(op.key, i)} should be at p{p} offset "
-                    f"{base + k}; the log has {found} there. Attempts: "
-                    + "; ".join(map(str, op.attempts)),
+                    "reordered",
+                    f"op {op.key} (acks={op.acks}, {op.format}) p{p}: its records are at "
+                    f"offsets {offsets}, not consecutive in request order",
                 )
+        acked = op.acked
+        if acked is None or not _stored_as_acked(op, at):
+            continue
+        for p, base, _ in acked:
+            before = last.get((op.worker, p))
+            if before is not None and before[0] >= base:
+                verdict.add(
+                    "reordered",
+                    f"p{p}: op {op.key} (acks={op.acks}) was sent after op {before[1]} was "
+                    f"answered, yet got offset {base}, not past {before[0]}",
+                )
+            last[(op.worker, p)] = (base, op.key)
+
+
+def _check_replays(
+    op: ProduceOp, at: dict[tuple[int, int], tuple[str, int] | None], verdict: Verdict
+) -> None:
+    """A replay of an acknowledged request gets the first answer while its records are stored
+    there; it may store them again only once they were lost (acks 0 and 1)."""
+    answered = [a for a in op.replays if a.results is not None]
+    if op.replays:
+        verdict.replays["sent"] += 1
+    for attempt in op.attempts + op.replays:
+        if attempt.code == "IDEMPOTENCY_KEY_REUSED":
+            verdict.add(
+                "idempotency-reuse",
+                f"op {op.key}: the same request with its key answered {attempt}",
+            )
+    if not answered:
+        return
+    if all(a.results == op.acked for a in answered):
+        verdict.replays["same answer"] += 1
+    elif not _stored_as_acked(op, at):
+        verdict.replays["stored again after a loss"] += 1
+    else:
+        verdict.add(
+            "replay-changed",
+            f"op {op.key} (acks={op.acks}, {op.format}): first answered {op.acked} through "
+            f"node {_node(op.acked_attempt)}, still stored there, yet sent again through "
+            "another node after a leader change it answered " + "; ".join(map(str, answered)),
+        )
+
+
+def _node(attempt: Attempt | None) -> int | None:
+    return None if attempt is None else attempt.node
 
 
 def _check_high_watermarks(history: History, verdict: Verdict) -> None:
@@ -424,4 +553,87 @@ def _check_states(
                     "isr",
                     f"node {obs.node} at {obs.start:.2f}s reported p{row['partition']} led by "
                     f"{row['leader']} outside its ISR {isr}",
+                )
+
+
+def _check_group(
+    side: SideHistory, final_end: dict[int, int], reference: _Reference, verdict: Verdict
+) -> None:
+    """Group commits never pass what was stored, and a member's commits of a partition never
+    go back within one generation; delivered records are committed records."""
+    verdict.group.update(joins=side.joins, fetches=len(side.fetches), commits=len(side.commits))
+    for fetch in side.fetches:
+        source = f"member {fetch.member} (generation {fetch.generation})"
+        for p, offset, key, value in fetch.records:
+            if offset >= final_end[p]:
+                verdict.add(
+                    "read-changed",
+                    f"p{p} offset {offset} delivered to {source} is past the final log end "
+                    f"{final_end[p]}: it disappeared",
+                )
+            else:
+                reference.observe(p, offset, (key, _canonical(value)), source)
+    latest: dict[tuple[str, int, int], tuple[int, float]] = {}  # member, generation, p
+    for commit in side.commits:
+        for p, offset in sorted(commit.offsets.items()):
+            where = f"p{p}: member {commit.member} (generation {commit.generation})"
+            if offset > final_end[p]:
+                verdict.add(
+                    "commit-ahead",
+                    f"{where} committed {offset} at {commit.start:.2f}s, past the final high "
+                    f"watermark {final_end[p]}",
+                )
+            before = latest.get((commit.member, commit.generation, p))
+            if before is not None and offset < before[0]:
+                verdict.add(
+                    "commit-regressed",
+                    f"{where} committed {offset} at {commit.start:.2f}s after {before[0]} at "
+                    f"{before[1]:.2f}s",
+                )
+            latest[(commit.member, commit.generation, p)] = (offset, commit.start)
+    for p, committed in sorted((side.final_committed or {}).items()):
+        if committed is not None:
+            verdict.group["committed partitions"] += 1
+            if committed > final_end[p]:
+                verdict.add(
+                    "commit-ahead",
+                    f"p{p}: group {side.group} has {committed} committed after healing, past "
+                    f"the final high watermark {final_end[p]}",
+                )
+
+
+def _check_topics(side: SideHistory, verdict: Verdict) -> None:
+    """Topic changes succeed or fail with a problem+json error; once healed, every node shows
+    the topics created with the partitions asked and the last acknowledged config."""
+    by_topic: dict[str, list[TopicOp]] = defaultdict(list)
+    for op in side.topic_ops:
+        verdict.topic_ops[f"{op.kind} {op.outcome}"] += 1
+        by_topic[op.topic].append(op)
+        if (op.status or 0) >= 300 and (op.content_type != PROBLEM_JSON or not op.code):
+            verdict.add(
+                "unclean-error",
+                f"{op}: answered {op.content_type} without a problem+json code",
+            )
+    for name, views in sorted(side.final_topics.items()):
+        ops = by_topic[name]
+        create = next(op for op in ops if op.kind == "create")
+        history = "; ".join(map(str, ops))
+        # The last acknowledged value, or one never answered (it may have landed, even late).
+        acked = [op.retention_ms for op in ops if op.outcome == "ok"]
+        allowed = {op.retention_ms for op in ops if op.outcome == "unknown"} | set(acked[-1:])
+        for node, view in sorted(views.items()):
+            where = f"topic {name} on node {node} after healing"
+            if view is None:
+                if create.outcome == "ok":
+                    verdict.add("topic-lost", f"{where}: absent; {history}")
+                continue
+            if create.outcome == "refused":
+                verdict.add("refused-but-created", f"{where}: exists; {history}")
+            if view.partitions != create.partitions:
+                verdict.add("topic-mismatch", f"{where}: {view.partitions} partitions; {history}")
+            if view.retention_ms not in allowed:
+                verdict.add(
+                    "config-lost",
+                    f"{where}: retention.ms {view.retention_ms}, expected one of "
+                    f"{sorted(allowed)}; {history}",
                 )

@@ -50,12 +50,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--fault-seed S --from-schedule N --schedules N+1)",
     )
     group.addoption(
-        "--lose-unsynced",
-        action="store_true",
-        help="schedules may also make a node lose what it had not fsynced (off in CI: it finds "
-        "a known loss, docs/cluster.md 'Lost unsynced writes')",
-    )
-    group.addoption(
         "--partition-mechanism",
         choices=("auto", "netns", "proxy"),
         default="auto",

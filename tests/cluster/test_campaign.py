@@ -1,6 +1,8 @@
 """The fault campaign: random, seeded fault schedules against the shared cluster, each over a
-fresh topic with acks=all and acks=1 producers (Idempotency-Key retries to any node), partition
-consumers and pollers; after each schedule every fault is healed, the ISR must fill again, the
+fresh topic with producers of JSON, NDJSON and binary batches with acks=0, 1 and all
+(Idempotency-Key retries to any node, replays through another node after a leader change),
+partition consumers, pollers, group members (join, fetch, commit) and topic changes (create,
+config); after each schedule every fault is healed, the ISR must fill again, the
 checker judges the whole history (see checker.py for the properties), every kind of operation
 must succeed again (liveness.py), and the schedule must have injected a fault and acknowledged
 records (docs/cluster.md, "The fault campaign").
@@ -27,6 +29,7 @@ from tests.cluster.conftest import DEFAULT_FAULT_SEED, SUMMARY, option
 from tests.cluster.harness import ETCD_PREFIX, Cluster, LogRecord, PartitionState, WaitTimeout
 from tests.cluster.liveness import NotLive, probe
 from tests.cluster.schedule import FaultLog, FaultRunner, Schedule, make_schedule
+from tests.cluster.sideload import GroupMembers, SideHistory, TopicAdmin
 from tests.cluster.workload import ATTEMPT_TIMEOUT_S, History, Workload
 
 PARTITIONS = 3  # preferred leaders on every node
@@ -39,30 +42,51 @@ SHOWN_PER_SCHEDULE = 8
 class Campaign:
     seed: int
     mechanism: str
-    lose_unsynced: bool = False  # schedules may make a node lose what it had not fsynced
     schedules: int = 0
     faults: Counter[str] = field(default_factory=Counter)
     skipped: Counter[str] = field(default_factory=Counter)
     ops: Counter[str] = field(default_factory=Counter)
+    ops_by: Counter[str] = field(default_factory=Counter)
     attempts: int = 0
     acknowledged: int = 0
+    acknowledged_by: Counter[str] = field(default_factory=Counter)
     lost: int = 0
-    lost_allowed: int = 0
+    lost_allowed: Counter[str] = field(default_factory=Counter)
+    replays: Counter[str] = field(default_factory=Counter)
+    unreplayed: int = 0
+    group: Counter[str] = field(default_factory=Counter)
+    group_errors: Counter[str] = field(default_factory=Counter)
+    topic_ops: Counter[str] = field(default_factory=Counter)
     divergences: int = 0
     duplicates: int = 0
     violations: Counter[str] = field(default_factory=Counter)
     failing: list[str] = field(default_factory=list)  # report of each schedule with violations
     report: list[str] = field(default_factory=list)
 
-    def add(self, index: int, schedule: Schedule, faults: FaultLog, verdict: Verdict) -> None:
+    def add(
+        self,
+        index: int,
+        schedule: Schedule,
+        faults: FaultLog,
+        verdict: Verdict,
+        history: History | None,
+    ) -> None:
         self.schedules += 1
         self.faults.update(faults.injected)
         self.skipped.update(faults.skipped)
         self.ops.update(verdict.ops)
+        self.ops_by.update(verdict.ops_by)
         self.attempts += verdict.attempts
         self.acknowledged += verdict.acknowledged
+        self.acknowledged_by.update(verdict.acknowledged_by)
         self.lost += verdict.lost
-        self.lost_allowed += verdict.lost_allowed
+        self.lost_allowed.update(verdict.lost_allowed)
+        self.replays.update(verdict.replays)
+        self.group.update(verdict.group)
+        self.topic_ops.update(verdict.topic_ops)
+        if history is not None:
+            self.unreplayed += history.unreplayed
+            self.group_errors.update(history.side.group_errors)
         self.divergences += verdict.divergences
         self.duplicates += verdict.duplicates
         self.violations.update(v.kind for v in verdict.violations)
@@ -83,12 +107,26 @@ class Campaign:
         lines = [
             f"fault campaign: seed {self.seed}, partitions cut by {self.mechanism}, "
             f"{wall_s:.0f} s wall time",
-            f"  schedules: {self.schedules}"
-            + (" (lose-unsynced faults on)" if self.lose_unsynced else ""),
+            f"  schedules: {self.schedules}",
             f"  faults injected: {sum(self.faults.values())} ({faults})",
             f"  produce requests: {sum(self.ops.values())} ({ops}), {self.attempts} attempts",
-            f"  records acknowledged: {self.acknowledged}",
-            f"  lost: {self.lost} (acks=all), {self.lost_allowed} (acks=1, allowed)",
+            "    by acks: "
+            + ", ".join(f"{a} {self.ops_by[f'acks={a}']}" for a in MODES)
+            + "; by format: "
+            + ", ".join(f"{f} {self.ops_by[f]}" for f in ("json", "ndjson", "binary")),
+            f"  records acknowledged: {self.acknowledged} ("
+            + ", ".join(f"acks={a} {self.acknowledged_by[a]}" for a in MODES)
+            + ")",
+            f"  lost: {self.lost} (acks=all), {self.lost_allowed['1']} (acks=1, allowed), "
+            f"{self.lost_allowed['0']} (acks=0, allowed)",
+            f"  replays through another node after a leader change: {self.replays['sent']} "
+            f"(same answer {self.replays['same answer']}, stored again after a loss "
+            f"{self.replays['stored again after a loss']}; {self.unreplayed} picked saw no "
+            "leader change)",
+            f"  group members: {self.group['joins']} joins, {self.group['fetches']} fetches, "
+            f"{self.group['commits']} commits, failed calls {dict(self.group_errors)}; "
+            f"{self.group['committed partitions']} committed offsets read back",
+            f"  topic changes: {_counts(self.topic_ops)}",
             f"  divergences: {self.divergences}",
             f"  duplicates: {self.duplicates}",
             f"  violations by kind: {kinds}",
@@ -97,6 +135,13 @@ class Campaign:
             lines.append(f"  faults skipped (no target up): {dict(self.skipped)}")
         lines += ["  " + f for f in self.failing[:20]]
         return lines
+
+
+MODES = ("all", "1", "0")
+
+
+def _counts(counter: Counter[str]) -> str:
+    return ", ".join(f"{k} {n}" for k, n in sorted(counter.items())) or "none"
 
 
 def _states(
@@ -127,19 +172,22 @@ async def run_schedule(
     session: aiohttp.ClientSession,
     index: int,
     seed: int,
-    lose_unsynced: bool,
-) -> tuple[Schedule, FaultLog, Verdict]:
+) -> tuple[Schedule, FaultLog, Verdict, History]:
     rng = random.Random(seed)
-    schedule = make_schedule(seed, PARTITIONS, lose_unsynced)
+    schedule = make_schedule(seed, PARTITIONS)
     topic = f"campaign-{index}-{seed}"
     start_revision = await asyncio.to_thread(cluster.etcd.revision)
     await asyncio.to_thread(
         cluster.create_topic, topic, PARTITIONS, via=rng.randrange(cluster.size)
     )
     await asyncio.to_thread(cluster.wait_topic_everywhere, topic)
-    history = History(topic, PARTITIONS)
+    history = History(topic, PARTITIONS, side=SideHistory(f"group-{topic}"))
     faults = FaultLog()
     workload = Workload(cluster, history, rng, session)
+    members = GroupMembers(
+        cluster, history.side, random.Random(seed + 2), session, topic, history.now
+    )
+    admin = TopicAdmin(cluster, history.side, random.Random(seed + 3), session, topic, history.now)
     runner = FaultRunner(cluster, topic, random.Random(seed + 1), faults, history.now, PARTITIONS)
 
     async def snapshot_midway() -> None:
@@ -148,16 +196,21 @@ async def run_schedule(
             await workload.snapshot()
 
     workload.start()
+    members.start()
+    admin.start()
     final_end: dict[int, int] | None = None
     stuck: Verdict | None = None
     try:
         await asyncio.gather(runner.run(schedule), snapshot_midway())
         workload.stop_new.set()
         faults.events.append(f"{history.now():6.2f}s heal everything")
-        await asyncio.to_thread(cluster.heal)
+        await asyncio.gather(members.close(), admin.close(), asyncio.to_thread(cluster.heal))
+        faults.events.append(f"{history.now():6.2f}s healed")
         workload.give_up_at = time.monotonic() + DRAIN_S
         if not await workload.producers_done(DRAIN_S + ATTEMPT_TIMEOUT_S + 1):
             stuck = _stuck(f"producers still failing {DRAIN_S:.0f} s after healing", cluster, topic)
+        elif not await workload.replays_done(DRAIN_S + ATTEMPT_TIMEOUT_S + 1):
+            stuck = _stuck(f"replays still failing {DRAIN_S:.0f} s after healing", cluster, topic)
         else:
             try:
                 rows = await asyncio.to_thread(cluster.wait_in_sync, topic, PARTITIONS)
@@ -165,15 +218,18 @@ async def run_schedule(
                 stuck = _stuck(str(exc), cluster, topic)
             else:
                 final_end = {row["partition"]: row["end"] for row in rows}
+                faults.events.append(f"{history.now():6.2f}s in sync, log ends {final_end}")
                 workload.read_until = final_end
                 if not await workload.consumers_done(FINAL_READ_S):
                     stuck = _stuck("consumers could not read up to the log end", cluster, topic)
     finally:
-        await workload.close()
+        await asyncio.gather(members.close(), admin.close(), workload.close())
     if stuck is not None or final_end is None:
         verdict = stuck or Verdict()
         verdict.ops = Counter(op.outcome for op in history.ops)
-        return schedule, faults, verdict
+        return schedule, faults, verdict, history
+    await asyncio.gather(members.read_final(PARTITIONS), admin.read_final())
+    faults.events.append(f"{history.now():6.2f}s group offsets and topics read back")
     final_logs: dict[int, dict[int, list[LogRecord]]] = {
         node: {
             p: [r for r in cluster.replica_log(node, topic, p) if r.offset < final_end[p]]
@@ -201,7 +257,8 @@ async def run_schedule(
             cluster.http.delete, cluster.url(0) + f"/v1/topics/{topic}"
         )
         assert response.status_code == 204, response.text
-    return schedule, faults, verdict
+        await admin.delete()
+    return schedule, faults, verdict, history
 
 
 async def run_campaign(cluster: Cluster, campaign: Campaign, schedules: range) -> None:
@@ -211,16 +268,17 @@ async def run_campaign(cluster: Cluster, campaign: Campaign, schedules: range) -
             schedule_seed = seeds.randrange(2**31)
             if index not in schedules:
                 continue
+            history: History | None = None
             try:
-                schedule, faults, verdict = await run_schedule(
-                    cluster, session, index, schedule_seed, campaign.lose_unsynced
+                schedule, faults, verdict, history = await run_schedule(
+                    cluster, session, index, schedule_seed
                 )
             except Exception as exc:  # the schedule could not run to its end: say so, go on
-                schedule = make_schedule(schedule_seed, PARTITIONS, campaign.lose_unsynced)
+                schedule = make_schedule(schedule_seed, PARTITIONS)
                 faults = FaultLog()
                 verdict = Verdict()
                 verdict.add("error", f"{type(exc).__name__}: {exc}")
-            campaign.add(index, schedule, faults, verdict)
+            campaign.add(index, schedule, faults, verdict, history)
             if any(v.kind in ("stuck", "error") for v in verdict.violations):
                 await asyncio.to_thread(cluster.heal)  # if even this fails, the campaign stops
 
@@ -230,8 +288,7 @@ def test_fault_campaign(cluster: Cluster, request: pytest.FixtureRequest) -> Non
     given = str(option(request.config, "fault_seed", DEFAULT_FAULT_SEED))
     seed = random.SystemRandom().randrange(2**31) if given == "random" else int(given)
     cluster.heal()
-    lose_unsynced = bool(option(request.config, "lose_unsynced", False))
-    campaign = Campaign(seed, cluster.topology.mechanism, lose_unsynced)
+    campaign = Campaign(seed, cluster.topology.mechanism)
     started = time.monotonic()
     report = cluster.workdir / "campaign-report.txt"
     first = int(str(option(request.config, "from_schedule", 0)))

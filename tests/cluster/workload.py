@@ -1,11 +1,14 @@
-"""The campaign's clients and what they record: acks=all producers retrying each request with
-its Idempotency-Key, partition consumers, pollers of every node's view of the topic, and
-snapshots of the replicas' logs read from disk. Every call and its outcome goes into a
-`History`, which the checker judges after the schedule."""
+"""The campaign's clients and what they record: producers of JSON, NDJSON and binary batches
+with acks=0, 1 or all, retrying each request with its Idempotency-Key; replays of acknowledged
+requests through another node once their partition's leader changed; partition consumers,
+pollers of every node's view of the topic, and snapshots of the replicas' logs read from disk.
+Every call and its outcome goes into a `History`, which the checker judges after the schedule
+(group members and topic changes record theirs too: sideload.py)."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import random
@@ -14,15 +17,33 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import httpx
 
-from tests.cluster.harness import Cluster, LogRecord, read_replica_log
+from engine import batch as fmt
+from tests.cluster.harness import (
+    ETCD_PREFIX,
+    Cluster,
+    LogRecord,
+    PartitionState,
+    read_replica_log,
+)
+from tests.cluster.sideload import SideHistory
 
 FORWARDED_BY = "Sluice-Forwarded-By"  # a request carrying it is answered where it lands
 PRODUCE_TIMEOUT_MS = 2500  # the server's wait for acks
 ATTEMPT_TIMEOUT_S = 4.0  # the client's wait for any answer (a paused node never answers)
 FETCH_WAIT_MS = 300
 POLL_INTERVAL_S = 0.25
-ACKS = ("all", "all", "all", "1")  # the produce modes and their weights
+ACKS = ("all", "all", "1", "0")  # the produce modes and their weights
+FORMATS = ("json", "json", "ndjson", "binary")  # the body formats and their weights
+CONTENT_TYPES = {
+    "json": "application/json",
+    "ndjson": "application/x-ndjson",
+    "binary": "application/vnd.sluice.record-batch",
+}
+REPLAY_SHARE = 0.3  # acknowledged idempotent requests sent again after a leader change
+EPOCH_POLL_S = 0.1
+PACING_S = 0.045  # a producer's pause between requests, at most (acks 0 and 1 answer sooner)
 
 # Answers after which the attempt surely appended nothing: validation happens before the
 # append, a retry while the first attempt runs is refused, and NOT_ENOUGH_REPLICAS is raised
@@ -32,8 +53,9 @@ DEFINITE_CODES = {(409, "IDEMPOTENCY_KEY_IN_FLIGHT"), (503, "NOT_ENOUGH_REPLICAS
 
 
 def classify(status: int | None, code: str | None) -> str:
-    """ok, failed (surely not appended by this attempt) or unknown (may have been appended)."""
-    if status == 200:
+    """ok, failed (surely not appended by this attempt) or unknown (may have been appended).
+    acks=0 answers 202 once the leader appended, with the offsets: ok as well."""
+    if status in (200, 202):
         return "ok"
     if status is None:
         return "unknown"
@@ -70,7 +92,12 @@ class ProduceOp:
     records: list[tuple[int, int]]  # (partition, index) of each record, in request order
     attempts: list[Attempt] = field(default_factory=list)
     idempotent: bool = True  # sent with Idempotency-Key `key` (and retried); else sent once
-    acks: str = "all"  # "1": the leader's append alone acknowledges; the checker allows loss
+    acks: str = "all"  # "0" and "1": the leader's append alone acknowledges; loss is allowed
+    format: str = "json"  # json, ndjson or binary (the body's content type)
+    worker: int = 0  # the producer that sent it, one request at a time
+    # Sent again with the same key through another node than the acknowledged attempt's, after
+    # the partition's leader changed: each must get the first answer and append nothing.
+    replays: list[Attempt] = field(default_factory=list)
 
     @property
     def outcome(self) -> str:
@@ -83,8 +110,12 @@ class ProduceOp:
 
     @property
     def acked(self) -> list[tuple[int, int, int]] | None:
-        """The results of the first attempt answered 200."""
+        """The results of the first attempt answered 200 (202 with acks=0)."""
         return next((a.results for a in self.attempts if a.results is not None), None)
+
+    @property
+    def acked_attempt(self) -> Attempt | None:
+        return next((a for a in self.attempts if a.results is not None), None)
 
 
 @dataclass
@@ -139,6 +170,8 @@ class History:
     snapshots: list[Snapshot] = field(default_factory=list)
     anomalies: list[tuple[str, str]] = field(default_factory=list)  # (kind, detail)
     fetch_errors: int = 0
+    side: SideHistory = field(default_factory=lambda: SideHistory(""))
+    unreplayed: int = 0  # acknowledged requests picked for a replay whose leader never changed
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -146,6 +179,30 @@ class History:
 
 def record_value(op_key: str, index: int) -> dict[str, Any]:
     return {"op": op_key, "i": index}
+
+
+def encode_body(form: str, entries: list[dict[str, Any]]) -> bytes:
+    """A produce body in `form`: JSON; NDJSON (values only, so the records have no key); or one
+    Kafka RecordBatch v2 whose values are the same JSON texts."""
+    if form == "json":
+        return json.dumps({"records": entries}).encode()
+    if form == "ndjson":
+        return b"".join(json.dumps(e["value"]).encode() + b"\n" for e in entries)
+    return bytes(
+        fmt.encode_batch(
+            fmt.RecordInput(e["key"].encode(), json.dumps(e["value"]).encode()) for e in entries
+        )
+    )
+
+
+@dataclass
+class _Replay:
+    """An acknowledged request to send again once a leader epoch of its partitions rose past
+    `epochs`, read by a poll that began after the answer (`acked_at`)."""
+
+    op: ProduceOp
+    acked_at: float
+    epochs: dict[int, int] | None = None
 
 
 class Workload:
@@ -176,6 +233,9 @@ class Workload:
         self._producer_tasks: list[asyncio.Task[None]] = []
         self._consumer_tasks: list[asyncio.Task[None]] = []
         self._out_of_range: set[tuple[int, int]] = set()
+        self._to_replay: list[_Replay] = []
+        self._replay_tasks: list[asyncio.Task[None]] = []
+        self._replays_closed = asyncio.Event()
 
     def start(self) -> None:
         self._producer_tasks = [
@@ -188,6 +248,7 @@ class Workload:
             *self._producer_tasks,
             *self._consumer_tasks,
             *(asyncio.create_task(self._poller(i)) for i in range(self.cluster.size)),
+            asyncio.create_task(self._replayer()),
         ]
 
     async def producers_done(self, timeout: float) -> bool:
@@ -202,9 +263,11 @@ class Workload:
         self.stop_new.set()
         self.stop_polls.set()
         self.give_up_at = 0.0
-        for task in self._tasks:
+        self._replays_closed.set()
+        tasks = self._tasks + self._replay_tasks
+        for task in tasks:
             task.cancel()
-        results = await asyncio.gather(*self._tasks, return_exceptions=True)
+        results = await asyncio.gather(*tasks, return_exceptions=True)
         for result in results:
             if isinstance(result, Exception):
                 raise result
@@ -218,7 +281,8 @@ class Workload:
         key = f"{self.history.topic}/w{worker}/{n}"
         topic = self.history.topic
         parts = self.history.partitions
-        if parts > 1 and self.rng.random() < 0.25:
+        form = self.rng.choice(FORMATS)
+        if form == "json" and parts > 1 and self.rng.random() < 0.25:
             # One request to several partitions: each partition gets its own batch.
             chosen = [p % parts for p in range(self.rng.randint(2, 3))]
             path = f"/v1/topics/{topic}/records"
@@ -235,10 +299,11 @@ class Workload:
             ]
         acks = self.rng.choice(ACKS)
         path += f"?acks={acks}&timeout_ms={PRODUCE_TIMEOUT_MS}"
-        body = json.dumps({"records": entries}).encode()
         idempotent = self.rng.random() >= self.keyless
         records = [(p, i) for i, p in enumerate(chosen)]
-        return ProduceOp(key, path, body, records, [], idempotent, acks)
+        return ProduceOp(
+            key, path, encode_body(form, entries), records, [], idempotent, acks, form, worker
+        )
 
     async def _producer(self, worker: int) -> None:
         n = 0
@@ -247,22 +312,23 @@ class Workload:
             n += 1
             self.history.ops.append(op)
             while op.outcome != "ok" and time.monotonic() < self.give_up_at:
-                await self._attempt(op)
+                op.attempts.append(await self._send(op, self.rng.randrange(self.cluster.size)))
                 if not op.idempotent:
                     break  # without an Idempotency-Key a retry could duplicate: sent once
                 if op.outcome != "ok":
                     await asyncio.sleep(self.rng.uniform(0.05, 0.2))  # retry backoff
+            if op.outcome == "ok" and op.idempotent and self.rng.random() < REPLAY_SHARE:
+                self._to_replay.append(_Replay(op, self.history.now()))
             if not self.stop_new.is_set():
-                await asyncio.sleep(self.rng.uniform(0.0, 0.03))  # pacing between requests
+                await asyncio.sleep(self.rng.uniform(0.0, PACING_S))  # pacing between requests
 
-    async def _attempt(self, op: ProduceOp) -> None:
-        node = self.rng.randrange(self.cluster.size)
+    async def _send(self, op: ProduceOp, node: int) -> Attempt:
         start = self.history.now()
         status: int | None = None
         code: str | None = None
         results: list[tuple[int, int, int]] | None = None
         error: str | None = None
-        headers = {"Content-Type": "application/json"}
+        headers = {"Content-Type": CONTENT_TYPES[op.format]}
         if op.idempotent:
             headers["Idempotency-Key"] = op.key
         wall_start = time.time()
@@ -277,7 +343,7 @@ class Workload:
                 status = response.status
                 with contextlib.suppress(ValueError):
                     doc = json.loads(raw)
-                    if status == 200:
+                    if status in (200, 202):
                         results = [
                             (r["partition"], r["base_offset"], r["count"]) for r in doc["results"]
                         ]
@@ -287,20 +353,80 @@ class Workload:
             error = type(exc).__name__
         outcome = classify(status, code)
         if outcome == "ok" and results is None:
-            outcome, error = "unknown", "unparsable 200 answer"
-        op.attempts.append(
-            Attempt(
-                node,
-                start,
-                self.history.now(),
-                status,
-                code,
-                outcome,
-                results,
-                error,
-                (wall_start, time.time()),
-            )
+            outcome, error = "unknown", f"unparsable {status} answer"
+        return Attempt(
+            node,
+            start,
+            self.history.now(),
+            status,
+            code,
+            outcome,
+            results,
+            error,
+            (wall_start, time.time()),
         )
+
+    # -- replays across a leader change ------------------------------------------------------------
+
+    async def _replayer(self) -> None:
+        """Polls the partitions' leader epochs in etcd; sends each acknowledged request picked for
+        a replay again once an epoch of its partitions rose past the one read after its answer."""
+        prefix = f"{ETCD_PREFIX}/partitions/{self.history.topic}/".encode()
+        while not self._replays_closed.is_set():
+            start = self.history.now()
+            epochs = await self._epochs(prefix)
+            if len(epochs) == self.history.partitions:
+                waiting = []
+                for replay in self._to_replay:
+                    parts = {p for p, _ in replay.op.records}
+                    if replay.epochs is None:
+                        if start > replay.acked_at:  # this poll began after the answer
+                            replay.epochs = {p: epochs[p] for p in parts}
+                        waiting.append(replay)
+                    elif any(epochs[p] > replay.epochs[p] for p in parts):
+                        self._replay_tasks.append(asyncio.create_task(self._replay(replay.op)))
+                    else:
+                        waiting.append(replay)
+                self._to_replay = waiting
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._replays_closed.wait(), EPOCH_POLL_S)
+
+    async def _epochs(self, prefix: bytes) -> dict[int, int]:
+        """Each partition's leader epoch in etcd (none when etcd did not answer)."""
+        try:
+            kvs, _ = await asyncio.to_thread(self.cluster.etcd.range, prefix)
+        except (httpx.HTTPError, OSError, ValueError, KeyError):
+            return {}
+        return {
+            int(base64.b64decode(kv["key"]).rsplit(b"/", 1)[1]): PartitionState.parse(
+                base64.b64decode(kv["value"]), 0
+            ).leader_epoch
+            for kv in kvs
+        }
+
+    async def _replay(self, op: ProduceOp) -> None:
+        """The request again, through a node other than the acknowledged attempt's, until it
+        is answered (or the producers give up)."""
+        acked = op.acked_attempt
+        assert acked is not None
+        others = [n for n in range(self.cluster.size) if n != acked.node]
+        while time.monotonic() < self.give_up_at:
+            attempt = await self._send(op, self.rng.choice(others))
+            op.replays.append(attempt)
+            if attempt.outcome != "unknown":
+                return
+            await asyncio.sleep(self.rng.uniform(0.05, 0.2))  # retry backoff
+
+    async def replays_done(self, timeout: float) -> bool:
+        """Stop picking replays (those whose leader never changed are counted) and wait for
+        the ones under way."""
+        self._replays_closed.set()
+        self.history.unreplayed = len(self._to_replay)
+        self._to_replay = []
+        if not self._replay_tasks:
+            return True
+        done, _ = await asyncio.wait(self._replay_tasks, timeout=timeout)
+        return len(done) == len(self._replay_tasks)
 
     # -- consumers ---------------------------------------------------------------------------------
 

@@ -8,9 +8,9 @@ Orderings: `partition`, one batch outstanding (in flight or waiting to be retrie
 offset order; `key`, up to `max_in_flight` batches outstanding, a record taken only when no
 earlier record of its key is outstanding or left behind unsent; `none`, up to `max_in_flight`
 batches in any order. In every case the position to commit is the lowest offset not yet
-acknowledged or dead-lettered, and the records past the committed position (outstanding, or
-done but not yet committed) are at most `window` (max_in_flight x max_records): what a crash
-delivers again."""
+acknowledged or dead-lettered. The records outstanding are at most `window` (max_in_flight x
+max_records), and with those done but not yet committed (the driver coalesces commits) at
+most twice the window: what a crash delivers again."""
 
 from __future__ import annotations
 
@@ -179,8 +179,8 @@ class PartitionDispatch:
         self.dead_letter = dead_letter
         self.ordering = ordering
         self.max_outstanding = 1 if ordering == "partition" else max_in_flight
-        # Records past the committed position (outstanding, or done and not yet committed):
-        # at most this many, so that a crash delivers at most this many again.
+        # Records outstanding: at most this many; with those done but not yet committed, at
+        # most twice this many, so that a crash delivers at most that many again.
         self.window = self.max_outstanding * batching.max_records
         self.unsettled: list[tuple[int, int]] = []  # done: (last offset, records), uncommitted
         self.unsettled_records = 0
@@ -283,9 +283,11 @@ class PartitionDispatch:
         return Send(batch, batch.records, batch.attempts)
 
     def _room(self) -> int:
-        """How many more records the window lets out now."""
+        """How many more records the window lets out now: outstanding ones at most the window,
+        and with those done but not committed at most twice the window (a record held back,
+        ordering `key`, is inside it, so a commit always makes room for it)."""
         outstanding = sum(len(b.records) for b in self.batches)
-        return self.window - outstanding - self.unsettled_records
+        return min(self.window, 2 * self.window - self.unsettled_records) - outstanding
 
     def _may_take(self) -> bool:
         return (
@@ -294,6 +296,16 @@ class PartitionDispatch:
             and len(self.batches) < self.max_outstanding
             and self._room() > 0
         )
+
+    def settle_now(self) -> bool:
+        """Whether to commit at once rather than within the driver's interval: the records
+        done fill their half of the window, or nothing is in flight and nothing more is about
+        to be (paused, stopped, or nothing buffered)."""
+        if self.unsettled_records >= self.window:
+            return True
+        if any(b.sending for b in self.batches):
+            return False
+        return self.paused or self.stopped is not None or not self.buffered
 
     def wake_at(self) -> float | None:
         """When next_send may have something new to say without any other event."""

@@ -81,11 +81,14 @@ def test_one_in_flight_in_offset_order_and_commit_after_ack() -> None:
     assert state.next_send(0.0) is None  # ordering: one request in flight
     assert state.committable == 0 and state.in_flight == 1
     assert state.answered(first, Answer(204), 0.1, 0.5) is None
-    assert state.committable == 1 and state.delivered == 1
-    assert state.next_send(0.1) is None  # the window: until the position is committed
-    state.committed(1)
-    second = state.next_send(0.1)
+    assert state.committable == 1 and state.delivered == 1 and state.settle_now()
+    second = state.next_send(0.1)  # before the commit: 0 waits for it beside the window
     assert second is not None and second.records[0].offset == 1
+    state.answered(second, Answer(204), 0.2, 0.5)
+    assert state.next_send(0.2) is None  # twice the window open: until a commit
+    state.committed(2)
+    third = state.next_send(0.2)
+    assert third is not None and third.records[0].offset == 2
 
 
 def test_retry_waits_for_the_backoff_then_dead_letters_when_exhausted() -> None:

@@ -18,7 +18,7 @@ import ipaddress
 import socket
 import ssl
 from collections import deque
-from collections.abc import Collection, Iterable
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import cast
 from urllib.parse import urlsplit
@@ -72,18 +72,6 @@ def origin_of(url: str) -> Origin:
     ).encode("ascii")
     host = parts.hostname
     return Origin((parts.scheme, host, port), host, port, tls, head)
-
-
-def render(headers: Iterable[tuple[str, str]], body: bytes) -> bytes:
-    """Header lines and Content-Length, ended by the blank line; ValueError if a value
-    would end its line early."""
-    lines = []
-    for name, value in headers:
-        if "\r" in value or "\n" in value:
-            raise ValueError(f"header {name!r} has a line break in its value")
-        lines.append(f"{name}: {value}\r\n")
-    lines.append(f"Content-Length: {len(body)}\r\n\r\n")
-    return "".join(lines).encode("utf-8")
 
 
 class _Answer:
@@ -324,10 +312,11 @@ class DeliveryClient:
         return found
 
     async def post(
-        self, url: str, headers: bytes, body: bytes, timeout_s: float, body_limit: int
+        self, url: str, head: bytes, body: bytes, timeout_s: float, body_limit: int
     ) -> Response:
-        """One POST (`headers` from render()); TimeoutError past `timeout_s` (connecting
-        included), else OSError if no whole answer came."""
+        """One POST: `head` its header lines past the origin's (Content-Length included,
+        ended by the blank line); TimeoutError past `timeout_s` (connecting included), else
+        OSError if no whole answer came."""
         origin = self.origin(url)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
@@ -335,7 +324,7 @@ class DeliveryClient:
         if connection is None:
             async with asyncio.timeout_at(deadline):
                 connection = await self._connect(origin)
-        waiter = connection.send(origin.head + headers, body, body_limit)
+        waiter = connection.send(origin.head + head, body, body_limit)
         timer = loop.call_at(deadline, connection.expire)
         try:
             return await waiter

@@ -31,7 +31,7 @@ from engine.errors import EngineError, OffsetOutOfRange, UnknownPartition, Unkno
 from groups.coordinator import RecordDecoder
 from groups.partition_reader import PartitionRead, PartitionReader, out_of_range_start
 from groups.subscriptions import formats, partial
-from groups.subscriptions.client import DeliveryClient, render
+from groups.subscriptions.client import DeliveryClient
 from groups.subscriptions.errors import SubscriptionError
 from groups.subscriptions.flow import FlowControl, outcome
 from groups.subscriptions.positions import GroupPositions
@@ -124,6 +124,7 @@ class PartitionDispatcher:
         self.attempts: set[asyncio.Task[None]] = set()
         self.failure: BaseException | None = None  # an attempt's unexpected error
         self._commit_task: asyncio.Task[None] | None = None
+        self._fixed = formats.fixed(sub, partition)
         self._committed_at = -math.inf  # loop time of the last commit's start
         self._wakeup = asyncio.Event()
         self._loop = asyncio.get_running_loop()
@@ -426,12 +427,14 @@ class PartitionDispatcher:
     async def _post(self, send: Send) -> Answer:
         """One request; the endpoint's answer, or why there was none."""
         sub = self.sub
-        body, headers = formats.request(sub, self.partition, send.records, int(time.time()))
+        if self._fixed.sub is not sub:
+            self._fixed = formats.fixed(sub, self.partition)
         batch = len(send.records) > 1
         try:
+            body, head = formats.request(self._fixed, send.records, int(time.time()))
             response = await self.services.client.post(
                 sub.endpoint,
-                render(headers.items(), body),
+                head,
                 body,
                 sub.retry.timeout_ms / 1000,
                 partial.MAX_PARTIAL_BYTES if batch else MAX_ANSWER_BYTES,

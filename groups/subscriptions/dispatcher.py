@@ -6,10 +6,10 @@ subscription's flow control (flow.py) allow; the position committed is the lowes
 yet acknowledged or dead-lettered.
 
 Commits are coalesced: at most one every COMMIT_INTERVAL_S while requests are in flight, at
-once when the partition goes idle (nothing in flight, nothing more to send), when the
-acknowledged records fill their half of the window, and at a stop (pause, delete, shutdown,
-a change of leader or settings). So a crash redelivers what was in flight plus at most one
-interval's acknowledgements, never more than twice the window (state.py)."""
+once when the partition goes idle (nothing in flight, nothing more to send), when the records
+done but uncommitted reach UNCOMMITTED_WINDOWS windows, and at a stop (pause, delete,
+shutdown, a change of leader or settings). So a crash redelivers what was in flight plus at
+most one interval's acknowledgements, and never more than the state's open_limit."""
 
 from __future__ import annotations
 
@@ -452,9 +452,9 @@ class PartitionDispatcher:
         return Answer(status, response.reason, after)
 
     def _commit_if_due(self, state: PartitionDispatch) -> float | None:
-        """Start a commit if the committable position moved and one is due (the partition is
-        idle, or its acknowledged records fill their half of the window, or COMMIT_INTERVAL_S
-        passed since the last); else the seconds until one is due, if it waits on time."""
+        """Start a commit if the committable position moved and one is due (state.settle_now,
+        or COMMIT_INTERVAL_S passed since the last); else the seconds until one is due, if it
+        waits on time."""
         if self._commit_task is not None:
             return None  # its end wakes the loop
         if self.committed is not None and state.committable <= self.committed:

@@ -9,8 +9,9 @@ offset order; `key`, up to `max_in_flight` batches outstanding, a record taken o
 earlier record of its key is outstanding or left behind unsent; `none`, up to `max_in_flight`
 batches in any order. In every case the position to commit is the lowest offset not yet
 acknowledged or dead-lettered. The records outstanding are at most `window` (max_in_flight x
-max_records), and with those done but not yet committed (the driver coalesces commits) at
-most twice the window: what a crash delivers again."""
+max_records); the driver coalesces commits, and records done but not yet committed are asked
+to be committed at once past UNCOMMITTED_WINDOWS windows, and with those outstanding never
+exceed UNCOMMITTED_WINDOWS + 1 windows: what a crash delivers again, at most."""
 
 from __future__ import annotations
 
@@ -30,6 +31,9 @@ MIN_BUFFER_BYTES = 1024 * 1024
 MAX_BUFFER_RECORDS = 20_000
 # Ordering `key`: how many buffered records one new batch looks through for keys that are free.
 KEY_SCAN = 4096
+# Records done but not yet committed: a commit at once past this many windows of them (one
+# record a request, a window of 16: a commit every 64 acknowledgements at most).
+UNCOMMITTED_WINDOWS = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,8 +184,10 @@ class PartitionDispatch:
         self.ordering = ordering
         self.max_outstanding = 1 if ordering == "partition" else max_in_flight
         # Records outstanding: at most this many; with those done but not yet committed, at
-        # most twice this many, so that a crash delivers at most that many again.
+        # most `open_limit`, so that a crash delivers at most that many again.
         self.window = self.max_outstanding * batching.max_records
+        self.uncommitted_limit = UNCOMMITTED_WINDOWS * self.window
+        self.open_limit = self.window + self.uncommitted_limit
         self.unsettled: list[tuple[int, int]] = []  # done: (last offset, records), uncommitted
         self.unsettled_records = 0
         self.buffered: deque[DeliveryRecord] = deque()
@@ -284,10 +290,10 @@ class PartitionDispatch:
 
     def _room(self) -> int:
         """How many more records the window lets out now: outstanding ones at most the window,
-        and with those done but not committed at most twice the window (a record held back,
+        and with those done but not committed at most open_limit (a record held back,
         ordering `key`, is inside it, so a commit always makes room for it)."""
         outstanding = sum(len(b.records) for b in self.batches)
-        return min(self.window, 2 * self.window - self.unsettled_records) - outstanding
+        return min(self.window, self.open_limit - self.unsettled_records) - outstanding
 
     def _may_take(self) -> bool:
         return (
@@ -299,9 +305,9 @@ class PartitionDispatch:
 
     def settle_now(self) -> bool:
         """Whether to commit at once rather than within the driver's interval: the records
-        done fill their half of the window, or nothing is in flight and nothing more is about
-        to be (paused, stopped, or nothing buffered)."""
-        if self.unsettled_records >= self.window:
+        done reach uncommitted_limit, or nothing is in flight and nothing more is about to be
+        (paused, stopped, or nothing buffered)."""
+        if self.unsettled_records >= self.uncommitted_limit:
             return True
         if any(b.sending for b in self.batches):
             return False

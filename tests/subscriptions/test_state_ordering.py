@@ -13,6 +13,7 @@ import pytest
 from groups.subscriptions.spec import Batching, Ordering, RetryPolicy
 from groups.subscriptions.state import (
     KEY_SCAN,
+    UNCOMMITTED_WINDOWS,
     Answer,
     DeadLetter,
     DeliveryRecord,
@@ -92,10 +93,12 @@ def test_none_ordering_is_bounded_by_max_in_flight_and_commits_the_lowest_open()
 
 
 def test_a_record_waiting_for_retries_holds_the_window() -> None:
-    """Ordering none: past a failing record, what is outstanding and done stays within twice
-    the window, so that a crash delivers no more than that again."""
+    """Ordering none: past a failing record, what is outstanding and done stays within
+    open_limit (the window and UNCOMMITTED_WINDOWS more), so that a crash delivers no more
+    than that again."""
     state = machine("none", max_in_flight=3)
-    state.read(keyed(*"abcdefgh"), 8, now=0.0)
+    state.read(keyed(*"abcdefghijklmnopqrst"), 20, now=0.0)
+    assert state.open_limit == 3 + 3 * UNCOMMITTED_WINDOWS == 15
     stuck = state.next_send(0.0)
     assert stuck is not None
     state.answered(stuck, Answer(500), 0.0, 0.0)
@@ -104,30 +107,32 @@ def test_a_record_waiting_for_retries_holds_the_window() -> None:
         state.answered(send, Answer(204), 0.0, 0.0)
         acked += offsets(send)
         state.committed(state.committable)
-    assert acked == [1, 2, 3, 4, 5] and state.settle_now()
+    assert acked == list(range(1, 15)) and state.settle_now()
     assert state.committable == 0 and state.next_send(1.0) is not None  # the retry
-    assert state.next_send(1.0) is None and state.wake_at() is None  # 0 open, 1 to 5 done
-    assert [r.offset for r in state.buffered] == [6, 7]
+    assert state.next_send(1.0) is None and state.wake_at() is None  # 0 open, 1 to 14 done
+    assert [r.offset for r in state.buffered] == [15, 16, 17, 18, 19]
 
 
 def test_commits_wait_for_the_interval_while_busy_and_not_when_idle() -> None:
-    """settle_now: not while requests are in flight and records wait (the driver commits
-    within its interval), at once when nothing is in flight and nothing buffered, or when
-    the records done fill their half of the window."""
-    state = machine("none", max_in_flight=2)
-    state.read(keyed("a", "b", "c"), 3, now=0.0)
-    first, second = state.next_send(0.0), state.next_send(0.0)
-    assert first is not None and second is not None
-    state.answered(first, Answer(204), 0.0, 0.0)
-    assert not state.settle_now()  # 1 in flight, 2 buffered
-    third = state.next_send(0.0)
-    assert third is not None and offsets(third) == [2]
-    state.answered(second, Answer(204), 0.0, 0.0)
-    assert state.settle_now()  # 0 and 1 done: their half of the window is full
+    """settle_now: not while records are in flight or wait to be sent (the driver commits
+    within its interval), at once when the records done reach uncommitted_limit or when
+    nothing is in flight and nothing buffered."""
+    state = machine("none", max_in_flight=1)
+    state.read(keyed(*"abcdef"), 6, now=0.0)
+    for n in range(1, 5):
+        send = state.next_send(0.0)
+        assert send is not None and not state.settle_now()  # in flight
+        state.answered(send, Answer(204), 0.0, 0.0)
+        assert state.settle_now() == (n == state.uncommitted_limit == 4)
+    send = state.next_send(0.0)  # the window's own room, past the uncommitted limit
+    assert send is not None
+    state.answered(send, Answer(204), 0.0, 0.0)
+    assert state.next_send(0.0) is None  # open_limit reached: until a commit
     state.committed(state.committable)
-    assert not state.settle_now()  # 2 in flight
-    state.answered(third, Answer(204), 0.0, 0.0)
-    assert state.settle_now() and state.committable == 3  # idle: nothing in flight or left
+    send = state.next_send(0.0)
+    assert send is not None and offsets(send) == [5]
+    state.answered(send, Answer(204), 0.0, 0.0)
+    assert state.settle_now() and state.committable == 6  # idle: nothing in flight or left
 
 
 def test_partition_ordering_ignores_max_in_flight() -> None:
@@ -236,7 +241,7 @@ def test_simulated_runs_hold_to_the_ordering(ordering: Ordering, seed: int) -> N
         outstanding = sum(len(b.records) for b in state.batches)
         assert outstanding <= state.window, "window overrun"
         uncommitted = sum(o >= settled for o in done)
-        assert outstanding + uncommitted <= 2 * state.window, "more than twice the window open"
+        assert outstanding + uncommitted <= state.open_limit, "more than open_limit open"
         now += rng.choice([0.0, 0.01])
     check(traces, produced, ordering, max_in_flight, dead_lettered=frozenset(dead))
     assert state.committable == n and done == set(range(n))

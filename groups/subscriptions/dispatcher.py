@@ -126,7 +126,8 @@ class PartitionDispatcher:
         self._commit_task: asyncio.Task[None] | None = None
         self._fixed = formats.fixed(sub, partition)
         self._committed_at = -math.inf  # loop time of the last commit's start
-        self._wakeup = asyncio.Event()
+        self._woken = False  # something happened since the loop last looked
+        self._waiter: asyncio.Future[None] | None = None  # the loop waits on it
         self._loop = asyncio.get_running_loop()
         self.task = asyncio.create_task(self._run(), name=f"subscription-{sub.name}-{partition}")
 
@@ -141,7 +142,7 @@ class PartitionDispatcher:
                 self.state.pause()
             else:
                 self.state.resume()
-        self._wakeup.set()
+        self._wake()
 
     async def stop(self) -> None:
         """Stop at once: an attempt in flight is abandoned (it is delivered again by whoever
@@ -245,7 +246,7 @@ class PartitionDispatcher:
                 self.state.pause()
         state = self.state
         reading: asyncio.Task[PartitionRead] | None = None
-        self.flow.listeners.add(self._wakeup.set)
+        self.flow.listeners.add(self._wake)
         try:
             while not self.stopping:
                 if self.failure is not None:
@@ -261,16 +262,17 @@ class PartitionDispatcher:
                             READ_WAIT_MS,
                         )
                     )
+                    reading.add_done_callback(self._wake)
                 flow_wait = self._start_attempts(state)
                 commit_wait = self._commit_if_due(state)
                 if commit_wait is not None:
                     flow_wait = commit_wait if flow_wait is None else min(flow_wait, commit_wait)
-                await self._wait(state, reading, flow_wait)
+                await self._wait(state, flow_wait)
                 if reading is not None and reading.done():
                     done, reading = reading, None
                     self._took(state, done)
         finally:
-            self.flow.listeners.discard(self._wakeup.set)
+            self.flow.listeners.discard(self._wake)
             if reading is not None:
                 reading.cancel()
             tasks = list(self.attempts)
@@ -301,33 +303,35 @@ class PartitionDispatcher:
         self.attempts.discard(task)
         if not task.cancelled() and task.exception() is not None:
             self.failure = task.exception()
-        self._wakeup.set()
+        self._wake()
 
-    async def _wait(
-        self,
-        state: PartitionDispatch,
-        reading: asyncio.Task[PartitionRead] | None,
-        flow_wait: float | None,
-    ) -> None:
+    async def _wait(self, state: PartitionDispatch, flow_wait: float | None) -> None:
         """Until a read ends, an attempt or commit ends, a control change, or the next
         deadline (the state's, the rate limit's next token, or a commit's)."""
-        now = self._loop.time()
+        if self._woken:
+            self._woken = False
+            return
         wake_at = state.wake_at()
-        timeout = None if wake_at is None else max(0.0, wake_at - now)
+        timeout = None if wake_at is None else max(0.0, wake_at - self._loop.time())
         if flow_wait is not None:
             timeout = flow_wait if timeout is None else min(timeout, flow_wait)
-        if self._wakeup.is_set():
-            self._wakeup.clear()
-            return
-        waiter = asyncio.create_task(self._wakeup.wait())
-        waiting: set[asyncio.Future[Any]] = {waiter}
-        if reading is not None:
-            waiting.add(reading)
+        waiter = self._waiter = self._loop.create_future()
+        timer = None if timeout is None else self._loop.call_later(timeout, self._wake)
         try:
-            await asyncio.wait(waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            await waiter
         finally:
-            waiter.cancel()
-        self._wakeup.clear()
+            self._waiter = None
+            if timer is not None:
+                timer.cancel()
+        self._woken = False
+
+    def _wake(self, _: object = None) -> None:
+        """Wake the loop (a read, an attempt or a commit ended, a slot freed, a control
+        change, a deadline): one future, not a task and asyncio.wait per turn."""
+        self._woken = True
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     def _took(self, state: PartitionDispatch, done: asyncio.Task[PartitionRead]) -> None:
         """A read ended: its records into the state (or the position moved past a gap)."""
@@ -405,7 +409,9 @@ class PartitionDispatcher:
                 else send.records
             )
             self.counts.delivered += len(acked)
-            histogram = self.services.latency.setdefault(sub.name, LatencyHistogram())
+            histogram = self.services.latency.get(sub.name)
+            if histogram is None:
+                histogram = self.services.latency[sub.name] = LatencyHistogram()
             now_ms = time.time() * 1000
             for record in acked:
                 histogram.observe((now_ms - record.timestamp) / 1000)
@@ -473,7 +479,7 @@ class PartitionDispatcher:
         self._commit_task = None
         if not task.cancelled() and task.exception() is not None:
             self.failure = task.exception()
-        self._wakeup.set()
+        self._wake()
 
     async def _commit(self, state: PartitionDispatch) -> None:
         """Commit the state's committable position; a failing commit is retried until it

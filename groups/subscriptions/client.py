@@ -217,9 +217,10 @@ class _Connection(asyncio.Protocol):
         assert self.transport is not None and self.waiter is None
         self.answer = _Answer(body_limit)
         self.waiter = asyncio.get_running_loop().create_future()
-        self.transport.write(data + body if len(body) < 16384 else data)
-        if len(body) >= 16384:
-            self.transport.write(body)
+        if len(body) < 16384:
+            self.transport.write(data + body)  # one send
+        else:
+            self.transport.writelines((data, body))  # a large body is not copied
         return self.waiter
 
     def data_received(self, data: bytes) -> None:
@@ -267,9 +268,12 @@ class _Connection(asyncio.Protocol):
         else:
             self._fail(AnswerError(f"the connection closed before the answer was whole: {exc}"))
 
-    def expire(self) -> None:
-        """The request's time is up: give it up, and the connection with it."""
-        self._fail(TimeoutError())
+    def give_up(self, waiter: asyncio.Future[Response], exc: BaseException) -> None:
+        """The request `waiter` waits for ran out of time or was cancelled: fail it, and drop
+        the connection, if it is still the one in progress here (an answer that arrived in
+        the meantime left the connection to the next request)."""
+        if self.waiter is waiter:
+            self._fail(exc)
 
     def abort(self) -> None:
         if not self.closed:
@@ -325,11 +329,11 @@ class DeliveryClient:
             async with asyncio.timeout_at(deadline):
                 connection = await self._connect(origin)
         waiter = connection.send(origin.head + head, body, body_limit)
-        timer = loop.call_at(deadline, connection.expire)
+        timer = loop.call_at(deadline, connection.give_up, waiter, TimeoutError())
         try:
             return await waiter
-        except asyncio.CancelledError:
-            connection.abort()
+        except asyncio.CancelledError as exc:
+            connection.give_up(waiter, exc)
             raise
         finally:
             timer.cancel()

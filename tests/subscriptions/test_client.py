@@ -129,6 +129,27 @@ async def test_a_slow_answer_times_out_and_its_connection_is_dropped() -> None:
     await client.close()
 
 
+async def test_a_cancelled_request_drops_its_connection() -> None:
+    client = DeliveryClient(ALLOWED)
+    arrived = asyncio.Event()
+
+    def script(n: int) -> bytes:
+        if n == 0:
+            arrived.set()
+            return b""  # no answer: the request is cancelled while it waits
+        return NO_CONTENT
+
+    async with serving(script) as server:
+        pending = asyncio.create_task(post(client, server.url))
+        await arrived.wait()
+        pending.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await pending
+        assert (await post(client, server.url)).status == 204
+    assert server.connections == 2
+    await client.close()
+
+
 @pytest.mark.parametrize(
     "answer",
     [

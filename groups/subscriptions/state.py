@@ -194,6 +194,8 @@ class PartitionDispatch:
         self.buffered_bytes = 0
         self.first_buffered_at = 0.0  # when the oldest buffered record was read
         self.batches: list[Batch] = []  # outstanding, oldest first
+        self.outstanding_records = 0  # in self.batches
+        self.sending_count = 0  # of self.batches, those in flight
         self.busy_keys: dict[bytes | None, int] = {}  # ordering `key`: keys outstanding
         self.stalled = False  # ordering `key`: every buffered record's key is busy
         self.paused = False
@@ -255,7 +257,7 @@ class PartitionDispatch:
 
     @property
     def requests_in_flight(self) -> int:
-        return sum(1 for b in self.batches if b.sending)
+        return self.sending_count
 
     @property
     def attempts(self) -> int:
@@ -266,9 +268,10 @@ class PartitionDispatch:
         """The attempt to make now, if any: a batch due for its retry, else a new batch."""
         if self.paused or self.stopped is not None:
             return None
-        for batch in self.batches:
-            if not batch.sending and not batch.dead_lettering and now >= batch.not_before:
-                return self._send(batch)
+        if len(self.batches) > self.sending_count:  # a batch not in flight: a retry may be due
+            for batch in self.batches:
+                if not batch.sending and not batch.dead_lettering and now >= batch.not_before:
+                    return self._send(batch)
         if not self._may_take() or not self._full(now):
             return None
         records = self._take_keyed() if self.ordering == "key" else self._take()
@@ -281,10 +284,12 @@ class PartitionDispatch:
             for key in batch.keys:
                 self.busy_keys[key] = self.busy_keys.get(key, 0) + 1
         self.batches.append(batch)
+        self.outstanding_records += len(records)
         return self._send(batch)
 
     def _send(self, batch: Batch) -> Send:
         batch.sending = True
+        self.sending_count += 1
         batch.attempts += 1
         return Send(batch, batch.records, batch.attempts)
 
@@ -292,8 +297,8 @@ class PartitionDispatch:
         """How many more records the window lets out now: outstanding ones at most the window,
         and with those done but not committed at most open_limit (a record held back,
         ordering `key`, is inside it, so a commit always makes room for it)."""
-        outstanding = sum(len(b.records) for b in self.batches)
-        return min(self.window, self.open_limit - self.unsettled_records) - outstanding
+        room = min(self.window, self.open_limit - self.unsettled_records)
+        return room - self.outstanding_records
 
     def _may_take(self) -> bool:
         return (
@@ -309,7 +314,7 @@ class PartitionDispatch:
         (paused, stopped, or nothing buffered)."""
         if self.unsettled_records >= self.uncommitted_limit:
             return True
-        if any(b.sending for b in self.batches):
+        if self.sending_count:
             return False
         return self.paused or self.stopped is not None or not self.buffered
 
@@ -378,6 +383,7 @@ class PartitionDispatch:
         batch = send.batch
         assert batch.sending
         batch.sending = False
+        self.sending_count -= 1
         self.last = batch.last = answer
         verdict = classify(answer.status)
         if verdict == "ack" and answer.failed:
@@ -386,6 +392,7 @@ class PartitionDispatch:
             if acked:
                 self._unsettled(acked[-1], len(acked))
             self.delivered += len(acked)
+            self.outstanding_records -= len(batch.records) - len(failed)
             batch.records = failed
             verdict = "retry"
         if verdict == "ack":
@@ -417,6 +424,7 @@ class PartitionDispatch:
 
     def _done(self, batch: Batch) -> None:
         self.batches.remove(batch)
+        self.outstanding_records -= len(batch.records)
         if batch.records:
             self._unsettled(batch.records[-1].offset, len(batch.records))
         for key in batch.keys:
@@ -453,6 +461,7 @@ class PartitionDispatch:
         for batch in self.batches:
             if batch.sending:
                 batch.sending = False
+                self.sending_count -= 1
                 batch.not_before = 0.0
 
     # -- control -------------------------------------------------------------------------------

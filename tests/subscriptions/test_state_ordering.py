@@ -240,6 +240,8 @@ def test_simulated_runs_hold_to_the_ordering(ordering: Ordering, seed: int) -> N
             state.committed(settled)
         outstanding = sum(len(b.records) for b in state.batches)
         assert outstanding <= state.window, "window overrun"
+        assert state.outstanding_records == outstanding
+        assert state.sending_count == sum(b.sending for b in state.batches)
         uncommitted = sum(o >= settled for o in done)
         assert outstanding + uncommitted <= state.open_limit, "more than open_limit open"
         now += rng.choice([0.0, 0.01])

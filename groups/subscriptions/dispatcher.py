@@ -5,10 +5,10 @@ topic, and commits the position. Attempts run as tasks, as many as the ordering 
 subscription's flow control (flow.py) allow; the position committed is the lowest offset not
 yet acknowledged or dead-lettered.
 
-Commits are coalesced: at most one every COMMIT_INTERVAL_S while requests are in flight, at
-once when the partition goes idle (nothing in flight, nothing more to send), when the records
-done but uncommitted reach UNCOMMITTED_WINDOWS windows, and at a stop (pause, delete,
-shutdown, a change of leader or settings). So a crash redelivers what was in flight plus at
+Commits are coalesced: at most one every COMMIT_INTERVAL_S (a timer wakes the loop for it),
+at once when the records done but uncommitted reach UNCOMMITTED_WINDOWS windows or when a
+paused or stopped partition has nothing in flight, and at a stop (pause, delete, shutdown, a
+change of leader or settings). So a crash redelivers what was in flight plus at
 most one interval's acknowledgements, and never more than the state's open_limit."""
 
 from __future__ import annotations

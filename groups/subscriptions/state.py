@@ -310,13 +310,12 @@ class PartitionDispatch:
 
     def settle_now(self) -> bool:
         """Whether to commit at once rather than within the driver's interval: the records
-        done reach uncommitted_limit, or nothing is in flight and nothing more is about to be
-        (paused, stopped, or nothing buffered)."""
+        done reach uncommitted_limit, or nothing is in flight and nothing more will be until
+        a resume (paused, or stopped on a record). A partition that only caught up waits for
+        the interval too: at the log's tail it catches up after nearly every request."""
         if self.unsettled_records >= self.uncommitted_limit:
             return True
-        if self.sending_count:
-            return False
-        return self.paused or self.stopped is not None or not self.buffered
+        return not self.sending_count and (self.paused or self.stopped is not None)
 
     def wake_at(self) -> float | None:
         """When next_send may have something new to say without any other event."""

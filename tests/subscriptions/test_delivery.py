@@ -256,6 +256,8 @@ async def test_a_stopping_dispatcher_commits_what_was_acknowledged(
     assert doc["partitions"][0]["committed_offset"] < 10
     changed = await client.patch("/v1/subscriptions/s", json={"retry": {"max_attempts": 5}})
     assert changed.status == 200, await changed.text()
+    await receiver.until(lambda a: len(a) == 30)  # 20, then 10 to 19 again from 10
+    await client.post("/v1/subscriptions/s/pause")  # paused, nothing in flight: a commit
     await until_described(client, lambda d: d["partitions"][0]["committed_offset"] == 20)
     offsets = [a.offset for a in receiver.attempts]
     assert sorted(o for o in offsets if o < 10) == list(range(10))  # none sent again

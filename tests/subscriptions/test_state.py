@@ -87,7 +87,9 @@ def test_one_in_flight_in_offset_order_and_commit_after_ack() -> None:
         send = sent(state, 0.1)
         assert send.records[0].offset == offset and state.next_send(0.1) is None
         state.answered(send, Answer(204), 0.2, 0.5)
-    assert state.settle_now() and state.committable == 3  # idle: a commit at once
+    assert state.committable == 3 and not state.settle_now()  # caught up: the interval
+    state.pause()
+    assert state.settle_now()  # paused with nothing in flight: a commit at once
 
 
 def test_retry_waits_for_the_backoff_then_dead_letters_when_exhausted() -> None:

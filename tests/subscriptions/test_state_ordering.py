@@ -114,9 +114,9 @@ def test_a_record_waiting_for_retries_holds_the_window() -> None:
 
 
 def test_commits_wait_for_the_interval_while_busy_and_not_when_idle() -> None:
-    """settle_now: not while records are in flight or wait to be sent (the driver commits
-    within its interval), at once when the records done reach uncommitted_limit or when
-    nothing is in flight and nothing buffered."""
+    """settle_now: not while records are in flight, wait to be sent or were all sent (the
+    driver commits within its interval), at once when the records done reach
+    uncommitted_limit or when the partition is paused with nothing in flight."""
     state = machine("none", max_in_flight=1)
     state.read(keyed(*"abcdef"), 6, now=0.0)
     for n in range(1, 5):
@@ -132,7 +132,9 @@ def test_commits_wait_for_the_interval_while_busy_and_not_when_idle() -> None:
     send = state.next_send(0.0)
     assert send is not None and offsets(send) == [5]
     state.answered(send, Answer(204), 0.0, 0.0)
-    assert state.settle_now() and state.committable == 6  # idle: nothing in flight or left
+    assert state.committable == 6 and not state.settle_now()  # caught up: the interval
+    state.pause()
+    assert state.settle_now()
 
 
 def test_partition_ordering_ignores_max_in_flight() -> None:

@@ -14,15 +14,18 @@ run on one gateway, to one receiver (`loadtests.push_receiver`, its own process,
 - memory: the gateway's RSS growth per idle subscription at IDLE subscriptions, and per open
   SSE stream (`GET /v1/topics/{t}/events`) at IDLE streams, each on a fresh gateway.
 
-Throughput cells alternate over the rounds and the median round is the figure.
+Throughput cells alternate over the rounds and the median round is the figure. With
+`--before DIR` (a checkout of an earlier commit, its compiled extensions in place) that
+tree's gateway also delivers the one-record cell, in the same rounds, to the same receiver.
 
-    python -m loadtests.subscriptions_bench [--quick] [--rounds N] [--out DIR]
+    python -m loadtests.subscriptions_bench [--quick] [--rounds N] [--out DIR] [--before DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import os
 import subprocess
@@ -289,8 +292,11 @@ def _quantile(ordered: list[float], q: float) -> float:
 
 
 @contextmanager
-def gateway(scratch: Path, name: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    process, url = start_gateway(scratch / name, *ALLOWED, preexec=raise_fd_limit)
+def gateway(
+    scratch: Path, name: str, tree: Path | None = None
+) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """A gateway of this tree (or of `tree`) that may deliver to the loopback receiver."""
+    process, url = start_gateway(scratch / name, *ALLOWED, preexec=raise_fd_limit, tree=tree)
     try:
         yield process, url
     finally:
@@ -385,6 +391,7 @@ CELLS = (
     "subscription one record",
     "bridge one record",
 )
+BEFORE = "subscription one record (before)"  # the one-record cell on the --before gateway
 BATCHED = {"batching": {"max_records": BATCH, "max_wait_ms": 0}}
 
 
@@ -420,17 +427,29 @@ def cell(
     return bridge_cell(url, pid, receiver, "single", plan.single_records)
 
 
-def run(plan: Plan, scratch: Path) -> dict[str, Any]:
+def run(plan: Plan, scratch: Path, before: Path | None = None) -> dict[str, Any]:
     receiver = Receiver()
     cells: dict[str, list[dict[str, Any]]] = {}
+    names = (*CELLS, BEFORE) if before else CELLS
     try:
-        with gateway(scratch, "data") as (process, url):
+        with contextlib.ExitStack() as stack:
+            process, url = stack.enter_context(gateway(scratch, "data"))
             fill(url, "batch", plan.batch_records)
             fill(url, "single", plan.single_records)
             ordering = single_ordering(url, receiver.url)
+            if before:
+                old, old_url = stack.enter_context(gateway(scratch, "before", before))
+                fill(old_url, "single", plan.single_records)
+                old_ordering = single_ordering(old_url, receiver.url)
             for number in range(plan.rounds):  # alternating: the machine's drift hits all
-                for what in CELLS if number % 2 == 0 else reversed(CELLS):
-                    row = cell(what, url, process.pid, receiver, plan, ordering)
+                for what in names if number % 2 == 0 else reversed(names):
+                    if what == BEFORE:
+                        row = subscription_cell(
+                            old_url, old.pid, receiver, "single", plan.single_records,
+                            ordering=old_ordering,
+                        )  # fmt: skip
+                    else:
+                        row = cell(what, url, process.pid, receiver, plan, ordering)
                     cells.setdefault(what, []).append(row)
             medians = {what: _median(rows) for what, rows in cells.items()}
             rate = medians["subscription one record"]["records_per_s"] / 2
@@ -480,6 +499,16 @@ def figures(medians: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
             3.0,
         )
     )
+    if BEFORE in medians:
+        old = medians[BEFORE]
+        for what, key in (
+            ("records/s", "records_per_s"),
+            ("per gateway CPU-second", "records_per_server_cpu_s"),
+        ):
+            out.append(
+                _figure(f"one record a request: this tree / before ({what})",
+                        single[key] / old[key], 1.0)
+            )  # fmt: skip
     return out
 
 
@@ -554,6 +583,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="tiny sizes, one round (CI)")
     parser.add_argument("--rounds", type=int, help=f"default {FULL.rounds}")
     parser.add_argument("--out", type=Path, default=Path("bench-out"))
+    parser.add_argument(
+        "--before", type=Path, help="an earlier checkout whose gateway runs the one-record cell too"
+    )
     args = parser.parse_args()
     plan = QUICK if args.quick else FULL
     if args.rounds is not None:
@@ -563,9 +595,12 @@ def main() -> None:
     raise_fd_limit()
     before = [round(x, 2) for x in os.getloadavg()]
     with tempfile.TemporaryDirectory(prefix="sluice-subs-bench-") as scratch:
-        doc = run(plan, Path(scratch))
+        doc = run(plan, Path(scratch), args.before)
     doc["meta"] = {
-        "command": "python -m loadtests.subscriptions_bench" + (" --quick" if args.quick else ""),
+        "command": "python -m loadtests.subscriptions_bench"
+        + (" --quick" if args.quick else "")
+        + (f" --rounds {args.rounds}" if args.rounds is not None else "")
+        + (f" --before {args.before}" if args.before else ""),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "rounds": plan.rounds,
         "plan": dataclasses.asdict(plan),

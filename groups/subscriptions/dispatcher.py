@@ -1,10 +1,15 @@
 """The async driver around one partition's delivery state (state.py): it reads committed
 records where the partition is led (this node: the dispatcher runs on the leader), filters
-them, POSTs each batch with aiohttp, produces what exhausts its budget to the dead-letter
-topic, and commits the position after every acknowledged or dead-lettered batch. Attempts run
-as tasks, as many as the ordering and the subscription's flow control (flow.py) allow; the
-position committed is the lowest offset not yet acknowledged or dead-lettered, so a crash
-redelivers at most the batches that were outstanding."""
+them, POSTs each batch (client.py), produces what exhausts its budget to the dead-letter
+topic, and commits the position. Attempts run as tasks, as many as the ordering and the
+subscription's flow control (flow.py) allow; the position committed is the lowest offset not
+yet acknowledged or dead-lettered.
+
+Commits are coalesced: at most one every COMMIT_INTERVAL_S (a timer wakes the loop for it),
+at once when the records done but uncommitted reach UNCOMMITTED_WINDOWS windows or when a
+paused or stopped partition has nothing in flight, and at a stop (pause, delete, shutdown, a
+change of leader or settings). So a crash redelivers what was in flight plus at
+most one interval's acknowledgements, and never more than the state's open_limit."""
 
 from __future__ import annotations
 
@@ -19,7 +24,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
 import msgspec
 
 from engine import batch as fmt
@@ -27,6 +31,7 @@ from engine.errors import EngineError, OffsetOutOfRange, UnknownPartition, Unkno
 from groups.coordinator import RecordDecoder
 from groups.partition_reader import PartitionRead, PartitionReader, out_of_range_start
 from groups.subscriptions import formats, partial
+from groups.subscriptions.client import DeliveryClient
 from groups.subscriptions.errors import SubscriptionError
 from groups.subscriptions.flow import FlowControl, outcome
 from groups.subscriptions.positions import GroupPositions
@@ -48,6 +53,8 @@ log = logging.getLogger(__name__)
 READ_WAIT_MS = 5_000  # one long-poll of the partition, then another
 MAX_ANSWER_BYTES = 4096  # of an endpoint's answer body: read (to reuse the connection), unused
 RETRY_FIRST_S, RETRY_MAX_S = 0.1, 5.0  # a read, commit or dead-letter that failed waits, doubling
+COMMIT_INTERVAL_S = 0.05  # a busy partition's position is committed at most this often
+FLUSH_TIMEOUT_S = 2.0  # a stopping dispatcher's last commit, at most this long
 # (topic, records as (key, value, headers)) -> appended with acks=all, or raises
 DeadLetterSink = Callable[
     [str, list[tuple[bytes | None, bytes | None, fmt.Headers]]], Awaitable[None]
@@ -88,7 +95,7 @@ class Services:
     positions: GroupPositions
     dead_letter: DeadLetterSink
     decode_json: RecordDecoder
-    session: aiohttp.ClientSession
+    client: DeliveryClient
     set_paused: Callable[[str, str], Awaitable[None]]  # (name, reason): pause the subscription
     latency: dict[str, LatencyHistogram] = field(default_factory=dict)
 
@@ -116,8 +123,11 @@ class PartitionDispatcher:
         self.stopping = False
         self.attempts: set[asyncio.Task[None]] = set()
         self.failure: BaseException | None = None  # an attempt's unexpected error
-        self._committing = asyncio.Lock()
-        self._wakeup = asyncio.Event()
+        self._commit_task: asyncio.Task[None] | None = None
+        self._fixed = formats.fixed(sub, partition)
+        self._committed_at = -math.inf  # loop time of the last commit's start
+        self._woken = False  # something happened since the loop last looked
+        self._waiter: asyncio.Future[None] | None = None  # the loop waits on it
         self._loop = asyncio.get_running_loop()
         self.task = asyncio.create_task(self._run(), name=f"subscription-{sub.name}-{partition}")
 
@@ -132,15 +142,17 @@ class PartitionDispatcher:
                 self.state.pause()
             else:
                 self.state.resume()
-        self._wakeup.set()
+        self._wake()
 
     async def stop(self) -> None:
         """Stop at once: an attempt in flight is abandoned (it is delivered again by whoever
-        dispatches next, from the committed position)."""
+        dispatches next, from the committed position); what was acknowledged since the last
+        commit is committed first."""
         self.stopping = True
         self.task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self.task
+        await self._flush()
 
     def status(self) -> dict[str, Any]:
         """This partition's row in a subscription's description."""
@@ -234,7 +246,7 @@ class PartitionDispatcher:
                 self.state.pause()
         state = self.state
         reading: asyncio.Task[PartitionRead] | None = None
-        self.flow.listeners.add(self._wakeup.set)
+        self.flow.listeners.add(self._wake)
         try:
             while not self.stopping:
                 if self.failure is not None:
@@ -250,19 +262,25 @@ class PartitionDispatcher:
                             READ_WAIT_MS,
                         )
                     )
+                    reading.add_done_callback(self._wake)
                 flow_wait = self._start_attempts(state)
-                await self._wait(state, reading, flow_wait)
+                commit_wait = self._commit_if_due(state)
+                if commit_wait is not None:
+                    flow_wait = commit_wait if flow_wait is None else min(flow_wait, commit_wait)
+                await self._wait(state, flow_wait)
                 if reading is not None and reading.done():
                     done, reading = reading, None
                     self._took(state, done)
         finally:
-            self.flow.listeners.discard(self._wakeup.set)
+            self.flow.listeners.discard(self._wake)
             if reading is not None:
                 reading.cancel()
-            attempts = list(self.attempts)
-            for task in attempts:
+            tasks = list(self.attempts)
+            if self._commit_task is not None:
+                tasks.append(self._commit_task)
+            for task in tasks:
                 task.cancel()
-            await asyncio.gather(*attempts, return_exceptions=True)
+            await asyncio.gather(*tasks, return_exceptions=True)
             state.abandon()
 
     def _start_attempts(self, state: PartitionDispatch) -> float | None:
@@ -285,33 +303,35 @@ class PartitionDispatcher:
         self.attempts.discard(task)
         if not task.cancelled() and task.exception() is not None:
             self.failure = task.exception()
-        self._wakeup.set()
+        self._wake()
 
-    async def _wait(
-        self,
-        state: PartitionDispatch,
-        reading: asyncio.Task[PartitionRead] | None,
-        flow_wait: float | None,
-    ) -> None:
-        """Until a read ends, an attempt ends, a control change, or the next deadline (the
-        state's, or the rate limit's next token)."""
-        now = self._loop.time()
+    async def _wait(self, state: PartitionDispatch, flow_wait: float | None) -> None:
+        """Until a read ends, an attempt or commit ends, a control change, or the next
+        deadline (the state's, the rate limit's next token, or a commit's)."""
+        if self._woken:
+            self._woken = False
+            return
         wake_at = state.wake_at()
-        timeout = None if wake_at is None else max(0.0, wake_at - now)
+        timeout = None if wake_at is None else max(0.0, wake_at - self._loop.time())
         if flow_wait is not None:
             timeout = flow_wait if timeout is None else min(timeout, flow_wait)
-        if self._wakeup.is_set():
-            self._wakeup.clear()
-            return
-        waiter = asyncio.create_task(self._wakeup.wait())
-        waiting: set[asyncio.Future[Any]] = {waiter}
-        if reading is not None:
-            waiting.add(reading)
+        waiter = self._waiter = self._loop.create_future()
+        timer = None if timeout is None else self._loop.call_later(timeout, self._wake)
         try:
-            await asyncio.wait(waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            await waiter
         finally:
-            waiter.cancel()
-        self._wakeup.clear()
+            self._waiter = None
+            if timer is not None:
+                timer.cancel()
+        self._woken = False
+
+    def _wake(self, _: object = None) -> None:
+        """Wake the loop (a read, an attempt or a commit ended, a slot freed, a control
+        change, a deadline): one future, not a task and asyncio.wait per turn."""
+        self._woken = True
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     def _took(self, state: PartitionDispatch, done: asyncio.Task[PartitionRead]) -> None:
         """A read ended: its records into the state (or the position moved past a gap)."""
@@ -389,15 +409,15 @@ class PartitionDispatcher:
                 else send.records
             )
             self.counts.delivered += len(acked)
-            histogram = self.services.latency.setdefault(sub.name, LatencyHistogram())
+            histogram = self.services.latency.get(sub.name)
+            if histogram is None:
+                histogram = self.services.latency[sub.name] = LatencyHistogram()
             now_ms = time.time() * 1000
             for record in acked:
                 histogram.observe((now_ms - record.timestamp) / 1000)
             if not answer.failed:
                 self.last_error = None
-                await self._commit(state)
                 return
-            await self._commit(state)
         self.last_error = answer.describe()
         if step is None:
             self.counts.retried += len(send.batch.records)
@@ -411,67 +431,107 @@ class PartitionDispatcher:
             await self.services.set_paused(sub.name, step.reason)
 
     async def _post(self, send: Send) -> Answer:
+        """One request; the endpoint's answer, or why there was none."""
         sub = self.sub
-        body, headers = formats.request(sub, self.partition, send.records, int(time.time()))
-        timeout = aiohttp.ClientTimeout(total=sub.retry.timeout_ms / 1000)
+        if self._fixed.sub is not sub:
+            self._fixed = formats.fixed(sub, self.partition)
+        batch = len(send.records) > 1
         try:
-            async with self.services.session.post(
-                sub.endpoint, data=body, headers=headers, timeout=timeout, allow_redirects=False
-            ) as response:
-                status = response.status
-                after = retry_after_s(response.headers.get("Retry-After"), time.time())
-                if (
-                    200 <= status < 300
-                    and len(send.records) > 1
-                    and response.content_type.endswith("json")
-                ):
-                    body = await _read_up_to(response.content, partial.MAX_PARTIAL_BYTES + 1)
-                    failed, error = partial.failures(sub.topic, self.partition, send, body)
-                    return Answer(status, error, after, failed)
-                await response.content.read(MAX_ANSWER_BYTES)
-                return Answer(status, response.reason or "", after)
+            body, head = formats.request(self._fixed, send.records, int(time.time()))
+            response = await self.services.client.post(
+                sub.endpoint,
+                head,
+                body,
+                sub.retry.timeout_ms / 1000,
+                partial.MAX_PARTIAL_BYTES if batch else MAX_ANSWER_BYTES,
+            )
         except TimeoutError:
             return Answer(None, f"no answer within {sub.retry.timeout_ms} ms")
-        except (aiohttp.ClientError, OSError) as exc:
+        except (OSError, ValueError) as exc:
             return Answer(None, f"{type(exc).__name__}: {exc}"[:500])
+        status = response.status
+        after = retry_after_s(response.headers.get("retry-after"), time.time())
+        media = response.headers.get("content-type", "").partition(";")[0].strip().lower()
+        if 200 <= status < 300 and batch and media.endswith("json"):
+            failed, error = partial.failures(sub.topic, self.partition, send, response.body)
+            return Answer(status, error, after, failed)
+        return Answer(status, response.reason, after)
+
+    def _commit_if_due(self, state: PartitionDispatch) -> float | None:
+        """Start a commit if the committable position moved and one is due (state.settle_now,
+        or COMMIT_INTERVAL_S passed since the last); else the seconds until one is due, if it
+        waits on time."""
+        if self._commit_task is not None:
+            return None  # its end wakes the loop
+        if self.committed is not None and state.committable <= self.committed:
+            return None
+        now = self._loop.time()
+        if not state.settle_now():
+            wait = self._committed_at + COMMIT_INTERVAL_S - now
+            if wait > 0:
+                return wait
+        self._committed_at = now
+        self._commit_task = asyncio.create_task(self._commit(state))
+        self._commit_task.add_done_callback(self._commit_ended)
+        return None
+
+    def _commit_ended(self, task: asyncio.Task[None]) -> None:
+        self._commit_task = None
+        if not task.cancelled() and task.exception() is not None:
+            self.failure = task.exception()
+        self._wake()
 
     async def _commit(self, state: PartitionDispatch) -> None:
-        """Commit the state's committable position while it is past the committed one, one
-        commit at a time (positions only go forward); a failing commit is retried until it
+        """Commit the state's committable position; a failing commit is retried until it
         succeeds, since the window waits for it (at least once: a crash meanwhile delivers
         the window again)."""
         sub = self.sub
         delay, failed = RETRY_FIRST_S, False
-        async with self._committing:
-            while not self.stopping:
-                position = state.committable
-                if self.committed is not None and position <= self.committed:
-                    return
-                try:
-                    await self.services.positions.commit(sub, self.partition, position)
-                except SubscriptionError:
-                    self.last_error = "the subscription was deleted: its position is not kept"
-                    return
-                except (ReplicationError, EngineError, OSError) as exc:
-                    failed = True
-                    self.last_error = f"commit failed: {type(exc).__name__}: {exc}"
-                    log.info(
-                        "subscription %r partition %d: %s", sub.name, self.partition,
-                        self.last_error,
-                    )  # fmt: skip
-                    await asyncio.sleep(delay)
-                    delay = min(RETRY_MAX_S, delay * 2)
-                    continue
-                self.committed = position
-                if failed:
-                    self.last_error = None
-                    failed = False
-                state.committed(position)
-                self._wakeup.set()
+        while not self.stopping:
+            position = state.committable
+            try:
+                await self.services.positions.commit(sub, self.partition, position)
+            except SubscriptionError:
+                self.last_error = "the subscription was deleted: its position is not kept"
+                return
+            except (ReplicationError, EngineError, OSError) as exc:
+                failed = True
+                self.last_error = f"commit failed: {type(exc).__name__}: {exc}"
+                log.info(
+                    "subscription %r partition %d: %s", sub.name, self.partition,
+                    self.last_error,
+                )  # fmt: skip
+                await asyncio.sleep(delay)
+                delay = min(RETRY_MAX_S, delay * 2)
+                continue
+            self.committed = position
+            if failed:
+                self.last_error = None
+            state.committed(position)
+            return
+
+    async def _flush(self) -> None:
+        """A stopped dispatcher's last commit: what was acknowledged since the previous one,
+        tried once (bounded); if it fails, the next dispatcher delivers those records again."""
+        state = self.state
+        if state is None or self.committed is None or state.committable <= self.committed:
+            return
+        position = state.committable
+        try:
+            async with asyncio.timeout(FLUSH_TIMEOUT_S):
+                await self.services.positions.commit(self.sub, self.partition, position)
+        except (SubscriptionError, ReplicationError, EngineError, OSError, TimeoutError) as exc:
+            log.info(
+                "subscription %r partition %d: the last commit failed: %r",
+                self.sub.name, self.partition, exc,
+            )  # fmt: skip
+            return
+        self.committed = position
+        state.committed(position)
 
     async def _dead_letter(self, state: PartitionDispatch, step: DeadLetter) -> None:
         """Produce an exhausted batch to the dead-letter topic until it is in, then move past
-        it and commit."""
+        it (the loop commits)."""
         sub = self.sub
         delay = RETRY_FIRST_S
         assert sub.dead_letter_topic is not None
@@ -487,7 +547,6 @@ class PartitionDispatcher:
             delay = min(RETRY_MAX_S, delay * 2)
         self.counts.dead_lettered += len(step.records)
         state.dead_lettered(step.batch)
-        await self._commit(state)
 
     def _dead(
         self, sub: Subscription, record: DeliveryRecord, attempts: int, last: Answer
@@ -506,16 +565,3 @@ class PartitionDispatcher:
         )
         headers: fmt.Headers = [*record.headers, *((n, v.encode()) for n, v in why)]
         return record.key, record.value, headers
-
-
-async def _read_up_to(content: aiohttp.StreamReader, limit: int) -> bytes:
-    """An answer's body, or its first `limit` bytes (a read returns what has arrived)."""
-    chunks: list[bytes] = []
-    size = 0
-    while size < limit:
-        chunk = await content.read(limit - size)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        size += len(chunk)
-    return b"".join(chunks)

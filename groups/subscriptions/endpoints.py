@@ -7,12 +7,8 @@ dispatcher connects (the name may resolve elsewhere later)."""
 from __future__ import annotations
 
 import ipaddress
-import socket
 from collections.abc import Collection
 from urllib.parse import urlsplit
-
-from aiohttp.abc import AbstractResolver, ResolveResult
-from aiohttp.resolver import DefaultResolver
 
 from groups.subscriptions.errors import SubscriptionError
 
@@ -67,26 +63,3 @@ def check_endpoint(url: str, allowed_hosts: Collection[str]) -> str:
             "--subscription-allowed-hosts"
         )
     return host
-
-
-class GuardedResolver(AbstractResolver):
-    """Resolves as aiohttp would, then refuses loopback and link-local answers for hosts not
-    allowed by name: a name that points at 127.0.0.1 gets no further than a literal would."""
-
-    def __init__(self, allowed_hosts: Collection[str]) -> None:
-        self.allowed = frozenset(allowed_hosts)
-        self.inner = DefaultResolver()
-
-    async def resolve(
-        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
-    ) -> list[ResolveResult]:
-        found = await self.inner.resolve(host, port, family)
-        if host.lower() in self.allowed:
-            return found
-        kept = [r for r in found if not blocked_address(str(r["host"]))]
-        if not kept:
-            raise OSError(f"{host} resolves to loopback or link-local addresses only (refused)")
-        return kept
-
-    async def close(self) -> None:
-        await self.inner.close()

@@ -16,6 +16,7 @@ import hashlib
 import hmac
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
@@ -122,10 +123,44 @@ def structured(sub: Subscription, partition: int, record: DeliveryRecord) -> dic
     return event
 
 
-def body_and_headers(
-    sub: Subscription, partition: int, records: Sequence[DeliveryRecord]
-) -> tuple[bytes, dict[str, str]]:
-    """A delivery's body and content headers, by the subscription's format."""
+def _line(name: str, value: str) -> str:
+    """One header line; ValueError if the value would end it early."""
+    if "\r" in value or "\n" in value:
+        raise ValueError(f"header {name!r} has a line break in its value")
+    return f"{name}: {value}\r\n"
+
+
+@dataclass(frozen=True, slots=True)
+class Fixed:
+    """What every request for one partition of a subscription carries alike, rendered once:
+    the credential's header line, binary mode's constant `ce-` lines, the quoted `ce-id`
+    prefix, and an HMAC keyed with the signing key (copied per request: cheaper than keying
+    one)."""
+
+    sub: Subscription
+    partition: int
+    credential: str
+    binary: str
+    id_prefix: str
+    mac: hmac.HMAC
+
+
+def fixed(sub: Subscription, partition: int) -> Fixed:
+    credential = ""
+    if sub.auth is not None:
+        value = f"Bearer {sub.auth.value}" if sub.auth.bearer else sub.auth.value
+        credential = _line(sub.auth.header, value)
+    binary = f"ce-specversion: 1.0\r\nce-source: {_header(source(sub.topic))}\r\n" + _line(
+        "ce-type", sub.ce_type
+    )
+    prefix = _header(f"{sub.topic}/{partition}/")
+    mac = hmac.new(sub.signing_key(), digestmod=hashlib.sha256)
+    return Fixed(sub, partition, credential, binary, prefix, mac)
+
+
+def body_and_head(fixed: Fixed, records: Sequence[DeliveryRecord]) -> tuple[bytes, str]:
+    """A delivery's body and its content header lines, by the subscription's format."""
+    sub, partition = fixed.sub, fixed.partition
     if sub.format == "json":
         docs = b",".join(r.json or b"null" for r in records)
         body = b'{"topic":%s,"partition":%d,"records":[%s]}' % (
@@ -133,44 +168,40 @@ def body_and_headers(
             partition,
             docs,
         )
-        return body, {"Content-Type": "application/json"}
+        return body, "Content-Type: application/json\r\n"
     if sub.batching.max_records > 1:
         events = [structured(sub, partition, r) for r in records]
-        return orjson.dumps(events), {"Content-Type": CE_BATCH}
+        return orjson.dumps(events), f"Content-Type: {CE_BATCH}\r\n"
     (record,) = records
     if sub.format == "structured":
-        return orjson.dumps(structured(sub, partition, record)), {"Content-Type": CE_JSON}
-    headers = {
-        "Content-Type": content_type(record),
-        "ce-specversion": "1.0",
-        "ce-id": _header(ce_id(sub.topic, partition, record.offset)),
-        "ce-source": _header(source(sub.topic)),
-        "ce-type": sub.ce_type,
-        "ce-time": rfc3339(record.timestamp),
-    }
+        return orjson.dumps(structured(sub, partition, record)), f"Content-Type: {CE_JSON}\r\n"
+    lines = [
+        _line("Content-Type", content_type(record)),
+        fixed.binary,
+        f"ce-id: {fixed.id_prefix}{record.offset}\r\nce-time: {rfc3339(record.timestamp)}\r\n",
+    ]
     if record.key is not None:
-        headers["ce-partitionkey"] = _header(record.key)
+        lines.append(f"ce-partitionkey: {_header(record.key)}\r\n")
     for name, value in extensions(record).items():
-        headers[f"ce-{name}"] = _header(value)
-    return record.value or b"", headers
+        lines.append(f"ce-{name}: {_header(value)}\r\n")
+    return record.value or b"", "".join(lines)
 
 
-def sign(key: bytes, message_id: str, timestamp_s: int, body: bytes) -> str:
+def sign(keyed: hmac.HMAC, message_id: str, timestamp_s: int, body: bytes) -> str:
     """Standard Webhooks: `v1,` and the base64 HMAC-SHA256 of `id.timestamp.body`."""
-    signed = f"{message_id}.{timestamp_s}.".encode() + body
-    return "v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
+    mac = keyed.copy()
+    mac.update(f"{message_id}.{timestamp_s}.".encode())
+    mac.update(body)
+    return "v1," + base64.b64encode(mac.digest()).decode()
 
 
-def request(
-    sub: Subscription, partition: int, records: Sequence[DeliveryRecord], now_s: int
-) -> tuple[bytes, dict[str, str]]:
-    """The whole request: body, content headers, the credential, the signature headers."""
-    body, headers = body_and_headers(sub, partition, records)
-    message_id = webhook_id(sub.topic, partition, records)
-    headers["webhook-id"] = message_id
-    headers["webhook-timestamp"] = str(now_s)
-    headers["webhook-signature"] = sign(sub.signing_key(), message_id, now_s, body)
-    if sub.auth is not None:
-        value = f"Bearer {sub.auth.value}" if sub.auth.bearer else sub.auth.value
-        headers[sub.auth.header] = value
-    return body, headers
+def request(fixed: Fixed, records: Sequence[DeliveryRecord], now_s: int) -> tuple[bytes, bytes]:
+    """The whole request: its body, and its header lines (content, the credential, the
+    signature, Content-Length) ended by the blank line."""
+    body, head = body_and_head(fixed, records)
+    message_id = webhook_id(fixed.sub.topic, fixed.partition, records)
+    signature = sign(fixed.mac, message_id, now_s, body)
+    return body, (
+        f"{head}{fixed.credential}webhook-id: {message_id}\r\nwebhook-timestamp: {now_s}\r\n"
+        f"webhook-signature: {signature}\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode()

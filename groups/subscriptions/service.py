@@ -19,13 +19,13 @@ from collections.abc import Collection
 from typing import Any
 from urllib.parse import quote
 
-import aiohttp
 import orjson
 
 from engine.errors import UnknownTopic
 from groups.coordinator import RecordDecoder
 from groups.partition_reader import PartitionReader
 from groups.subscriptions import spec as specs
+from groups.subscriptions.client import DeliveryClient
 from groups.subscriptions.dispatcher import (
     Counts,
     DeadLetterSink,
@@ -33,7 +33,7 @@ from groups.subscriptions.dispatcher import (
     PartitionDispatcher,
     Services,
 )
-from groups.subscriptions.endpoints import GuardedResolver, check_endpoint
+from groups.subscriptions.endpoints import check_endpoint
 from groups.subscriptions.errors import SubscriptionError
 from groups.subscriptions.flow import FlowControl
 from groups.subscriptions.positions import GroupPositions
@@ -82,21 +82,13 @@ class SubscriptionService:
         self._reconciling: asyncio.Task[None] | None = None
         self._again = False
         self._closed = False
-        connector = aiohttp.TCPConnector(
-            limit=POOL_LIMIT,
-            limit_per_host=POOL_LIMIT_PER_HOST,
-            resolver=GuardedResolver(self.allowed_hosts),
-        )
         self.services = Services(
             reader=PartitionReader(replicas, forwarder),
             positions=positions,
             dead_letter=dead_letter,
             decode_json=decode_json,
-            session=aiohttp.ClientSession(
-                connector=connector,
-                timeout=aiohttp.ClientTimeout(sock_connect=CONNECT_TIMEOUT_S),
-                skip_auto_headers=("User-Agent",),
-                headers={"User-Agent": "sluice-subscriptions/1"},
+            client=DeliveryClient(
+                self.allowed_hosts, CONNECT_TIMEOUT_S, POOL_LIMIT, POOL_LIMIT_PER_HOST
             ),
             set_paused=self._paused_by_endpoint,
         )
@@ -122,7 +114,7 @@ class SubscriptionService:
                 await self._reconciling
         await asyncio.gather(*(d.stop() for d in self.dispatchers.values()))
         self.dispatchers.clear()
-        await self.services.session.close()
+        await self.services.client.close()
 
     def _view_changed(self, view: ClusterView) -> None:
         fresh: dict[str, Subscription] = {}

@@ -8,9 +8,10 @@ Orderings: `partition`, one batch outstanding (in flight or waiting to be retrie
 offset order; `key`, up to `max_in_flight` batches outstanding, a record taken only when no
 earlier record of its key is outstanding or left behind unsent; `none`, up to `max_in_flight`
 batches in any order. In every case the position to commit is the lowest offset not yet
-acknowledged or dead-lettered, and the records past the committed position (outstanding, or
-done but not yet committed) are at most `window` (max_in_flight x max_records): what a crash
-delivers again."""
+acknowledged or dead-lettered. The records outstanding are at most `window` (max_in_flight x
+max_records); the driver coalesces commits, and records done but not yet committed are asked
+to be committed at once past UNCOMMITTED_WINDOWS windows, and with those outstanding never
+exceed UNCOMMITTED_WINDOWS + 1 windows: what a crash delivers again, at most."""
 
 from __future__ import annotations
 
@@ -30,6 +31,9 @@ MIN_BUFFER_BYTES = 1024 * 1024
 MAX_BUFFER_RECORDS = 20_000
 # Ordering `key`: how many buffered records one new batch looks through for keys that are free.
 KEY_SCAN = 4096
+# Records done but not yet committed: a commit at once past this many windows of them (one
+# record a request, a window of 16: a commit every 64 acknowledgements at most).
+UNCOMMITTED_WINDOWS = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,15 +183,19 @@ class PartitionDispatch:
         self.dead_letter = dead_letter
         self.ordering = ordering
         self.max_outstanding = 1 if ordering == "partition" else max_in_flight
-        # Records past the committed position (outstanding, or done and not yet committed):
-        # at most this many, so that a crash delivers at most this many again.
+        # Records outstanding: at most this many; with those done but not yet committed, at
+        # most `open_limit`, so that a crash delivers at most that many again.
         self.window = self.max_outstanding * batching.max_records
+        self.uncommitted_limit = UNCOMMITTED_WINDOWS * self.window
+        self.open_limit = self.window + self.uncommitted_limit
         self.unsettled: list[tuple[int, int]] = []  # done: (last offset, records), uncommitted
         self.unsettled_records = 0
         self.buffered: deque[DeliveryRecord] = deque()
         self.buffered_bytes = 0
         self.first_buffered_at = 0.0  # when the oldest buffered record was read
         self.batches: list[Batch] = []  # outstanding, oldest first
+        self.outstanding_records = 0  # in self.batches
+        self.sending_count = 0  # of self.batches, those in flight
         self.busy_keys: dict[bytes | None, int] = {}  # ordering `key`: keys outstanding
         self.stalled = False  # ordering `key`: every buffered record's key is busy
         self.paused = False
@@ -249,7 +257,7 @@ class PartitionDispatch:
 
     @property
     def requests_in_flight(self) -> int:
-        return sum(1 for b in self.batches if b.sending)
+        return self.sending_count
 
     @property
     def attempts(self) -> int:
@@ -260,9 +268,10 @@ class PartitionDispatch:
         """The attempt to make now, if any: a batch due for its retry, else a new batch."""
         if self.paused or self.stopped is not None:
             return None
-        for batch in self.batches:
-            if not batch.sending and not batch.dead_lettering and now >= batch.not_before:
-                return self._send(batch)
+        if len(self.batches) > self.sending_count:  # a batch not in flight: a retry may be due
+            for batch in self.batches:
+                if not batch.sending and not batch.dead_lettering and now >= batch.not_before:
+                    return self._send(batch)
         if not self._may_take() or not self._full(now):
             return None
         records = self._take_keyed() if self.ordering == "key" else self._take()
@@ -275,17 +284,21 @@ class PartitionDispatch:
             for key in batch.keys:
                 self.busy_keys[key] = self.busy_keys.get(key, 0) + 1
         self.batches.append(batch)
+        self.outstanding_records += len(records)
         return self._send(batch)
 
     def _send(self, batch: Batch) -> Send:
         batch.sending = True
+        self.sending_count += 1
         batch.attempts += 1
         return Send(batch, batch.records, batch.attempts)
 
     def _room(self) -> int:
-        """How many more records the window lets out now."""
-        outstanding = sum(len(b.records) for b in self.batches)
-        return self.window - outstanding - self.unsettled_records
+        """How many more records the window lets out now: outstanding ones at most the window,
+        and with those done but not committed at most open_limit (a record held back,
+        ordering `key`, is inside it, so a commit always makes room for it)."""
+        room = min(self.window, self.open_limit - self.unsettled_records)
+        return room - self.outstanding_records
 
     def _may_take(self) -> bool:
         return (
@@ -294,6 +307,15 @@ class PartitionDispatch:
             and len(self.batches) < self.max_outstanding
             and self._room() > 0
         )
+
+    def settle_now(self) -> bool:
+        """Whether to commit at once rather than within the driver's interval: the records
+        done reach uncommitted_limit, or nothing is in flight and nothing more will be until
+        a resume (paused, or stopped on a record). A partition that only caught up waits for
+        the interval too: at the log's tail it catches up after nearly every request."""
+        if self.unsettled_records >= self.uncommitted_limit:
+            return True
+        return not self.sending_count and (self.paused or self.stopped is not None)
 
     def wake_at(self) -> float | None:
         """When next_send may have something new to say without any other event."""
@@ -360,6 +382,7 @@ class PartitionDispatch:
         batch = send.batch
         assert batch.sending
         batch.sending = False
+        self.sending_count -= 1
         self.last = batch.last = answer
         verdict = classify(answer.status)
         if verdict == "ack" and answer.failed:
@@ -368,6 +391,7 @@ class PartitionDispatch:
             if acked:
                 self._unsettled(acked[-1], len(acked))
             self.delivered += len(acked)
+            self.outstanding_records -= len(batch.records) - len(failed)
             batch.records = failed
             verdict = "retry"
         if verdict == "ack":
@@ -399,6 +423,7 @@ class PartitionDispatch:
 
     def _done(self, batch: Batch) -> None:
         self.batches.remove(batch)
+        self.outstanding_records -= len(batch.records)
         if batch.records:
             self._unsettled(batch.records[-1].offset, len(batch.records))
         for key in batch.keys:
@@ -435,6 +460,7 @@ class PartitionDispatch:
         for batch in self.batches:
             if batch.sending:
                 batch.sending = False
+                self.sending_count -= 1
                 batch.not_before = 0.0
 
     # -- control -------------------------------------------------------------------------------

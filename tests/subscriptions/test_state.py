@@ -82,10 +82,14 @@ def test_one_in_flight_in_offset_order_and_commit_after_ack() -> None:
     assert state.committable == 0 and state.in_flight == 1
     assert state.answered(first, Answer(204), 0.1, 0.5) is None
     assert state.committable == 1 and state.delivered == 1
-    assert state.next_send(0.1) is None  # the window: until the position is committed
-    state.committed(1)
-    second = state.next_send(0.1)
-    assert second is not None and second.records[0].offset == 1
+    assert not state.settle_now()  # more to send: the driver commits within its interval
+    for offset in (1, 2):  # before any commit: the window holds the one outstanding
+        send = sent(state, 0.1)
+        assert send.records[0].offset == offset and state.next_send(0.1) is None
+        state.answered(send, Answer(204), 0.2, 0.5)
+    assert state.committable == 3 and not state.settle_now()  # caught up: the interval
+    state.pause()
+    assert state.settle_now()  # paused with nothing in flight: a commit at once
 
 
 def test_retry_waits_for_the_backoff_then_dead_letters_when_exhausted() -> None:

@@ -13,6 +13,7 @@ import pytest
 from groups.subscriptions.spec import Batching, Ordering, RetryPolicy
 from groups.subscriptions.state import (
     KEY_SCAN,
+    UNCOMMITTED_WINDOWS,
     Answer,
     DeadLetter,
     DeliveryRecord,
@@ -53,9 +54,7 @@ def test_key_ordering_sends_other_keys_in_parallel_and_holds_a_busy_key() -> Non
     assert offsets(state.next_send(0.0)) == [4] and state.committable == 0
     state.answered(first, Answer(204), 0.0, 0.0)
     assert state.committable == 1
-    assert state.next_send(0.0) is None  # 2, 3 and 4 fill the window of 4 with 0 uncommitted
-    state.committed(1)
-    assert offsets(state.next_send(0.0)) == [1]
+    assert offsets(state.next_send(0.0)) == [1]  # a is free; 0 and 2 wait beside the window
 
 
 def test_key_ordering_batches_skip_held_keys_and_keep_the_rest_in_order() -> None:
@@ -89,27 +88,53 @@ def test_none_ordering_is_bounded_by_max_in_flight_and_commits_the_lowest_open()
     assert state.next_send(0.0) is None  # the window counts batches waiting for a retry
     state.answered(first, Answer(204), 0.0, 0.0)
     assert state.committable == 1  # 1 still waits for its retry
-    assert state.next_send(0.0) is None  # 0 is done but not committed: the window is full
-    state.committed(1)
     assert offsets(state.next_send(0.0)) == [2] and state.committable == 1
+    assert state.next_send(0.0) is None  # 1 and 2 outstanding: the window is full
 
 
 def test_a_record_waiting_for_retries_holds_the_window() -> None:
-    """Ordering none: past a failing record, at most the window is delivered, so that a
-    crash delivers no more than that again."""
+    """Ordering none: past a failing record, what is outstanding and done stays within
+    open_limit (the window and UNCOMMITTED_WINDOWS more), so that a crash delivers no more
+    than that again."""
     state = machine("none", max_in_flight=3)
-    state.read(keyed(*"abcdefgh"), 8, now=0.0)
+    state.read(keyed(*"abcdefghijklmnopqrst"), 20, now=0.0)
+    assert state.open_limit == 3 + 3 * UNCOMMITTED_WINDOWS == 15
     stuck = state.next_send(0.0)
     assert stuck is not None
     state.answered(stuck, Answer(500), 0.0, 0.0)
-    for _ in range(2):
-        send = state.next_send(0.0)
-        assert send is not None
+    acked = []
+    while (send := state.next_send(0.0)) is not None:
         state.answered(send, Answer(204), 0.0, 0.0)
+        acked += offsets(send)
         state.committed(state.committable)
+    assert acked == list(range(1, 15)) and state.settle_now()
     assert state.committable == 0 and state.next_send(1.0) is not None  # the retry
-    assert state.next_send(1.0) is None and state.wake_at() is None  # 0 open, 1 and 2 done
-    assert [r.offset for r in state.buffered] == [3, 4, 5, 6, 7]
+    assert state.next_send(1.0) is None and state.wake_at() is None  # 0 open, 1 to 14 done
+    assert [r.offset for r in state.buffered] == [15, 16, 17, 18, 19]
+
+
+def test_commits_wait_for_the_interval_while_busy_and_not_when_idle() -> None:
+    """settle_now: not while records are in flight, wait to be sent or were all sent (the
+    driver commits within its interval), at once when the records done reach
+    uncommitted_limit or when the partition is paused with nothing in flight."""
+    state = machine("none", max_in_flight=1)
+    state.read(keyed(*"abcdef"), 6, now=0.0)
+    for n in range(1, 5):
+        send = state.next_send(0.0)
+        assert send is not None and not state.settle_now()  # in flight
+        state.answered(send, Answer(204), 0.0, 0.0)
+        assert state.settle_now() == (n == state.uncommitted_limit == 4)
+    send = state.next_send(0.0)  # the window's own room, past the uncommitted limit
+    assert send is not None
+    state.answered(send, Answer(204), 0.0, 0.0)
+    assert state.next_send(0.0) is None  # open_limit reached: until a commit
+    state.committed(state.committable)
+    send = state.next_send(0.0)
+    assert send is not None and offsets(send) == [5]
+    state.answered(send, Answer(204), 0.0, 0.0)
+    assert state.committable == 6 and not state.settle_now()  # caught up: the interval
+    state.pause()
+    assert state.settle_now()
 
 
 def test_partition_ordering_ignores_max_in_flight() -> None:
@@ -216,7 +241,11 @@ def test_simulated_runs_hold_to_the_ordering(ordering: Ordering, seed: int) -> N
             settled = state.committable
             state.committed(settled)
         outstanding = sum(len(b.records) for b in state.batches)
-        assert outstanding + sum(o >= settled for o in done) <= state.window, "window overrun"
+        assert outstanding <= state.window, "window overrun"
+        assert state.outstanding_records == outstanding
+        assert state.sending_count == sum(b.sending for b in state.batches)
+        uncommitted = sum(o >= settled for o in done)
+        assert outstanding + uncommitted <= state.open_limit, "more than open_limit open"
         now += rng.choice([0.0, 0.01])
     check(traces, produced, ordering, max_in_flight, dead_lettered=frozenset(dead))
     assert state.committable == n and done == set(range(n))

@@ -1,0 +1,476 @@
+"""The delivery client: POSTs to subscription endpoints over HTTP/1.1 keep-alive connections
+pooled per origin, each an asyncio Protocol. A request is written as one bytes object (the
+origin's request line and fixed headers rendered once); the answer is parsed from the
+Protocol's buffer: status line, headers, then a body by Content-Length, by chunks, or up to
+the close.
+
+It replaces aiohttp's client on the delivery path for its cost: aiohttp's per-request
+machinery (request and response objects, connector, timers, tracing hooks) was about 28% of
+the gateway's CPU delivering one record a request (docs/PERFORMANCE.md, issue 31). As
+aiohttp did, it follows no redirects (a 3xx is an answer), reads at most `body_limit` bytes of
+an answer (a longer one is cut there and its connection closed), and refuses names that
+resolve to loopback or link-local addresses unless allowed (endpoints.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+import ssl
+from collections import deque
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import cast
+from urllib.parse import urlsplit
+
+from groups.subscriptions.endpoints import blocked_address
+
+MAX_HEAD = 64 * 1024  # an answer's status line and headers
+IDLE_S = 15.0  # a pooled connection idle this long is closed (aiohttp's keep-alive default)
+USER_AGENT = "sluice-subscriptions/1"
+_NO_BODY = frozenset({204, 304})
+_HEAD, _LENGTH, _CHUNK_SIZE, _CHUNK_DATA, _TRAILERS, _TO_CLOSE, _DONE = range(7)
+
+
+class AnswerError(OSError):
+    """The endpoint's answer is not HTTP/1.x that can be read, or the connection closed
+    before it was whole."""
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """An endpoint's answer: headers by lower-case name (the last of a repeated one), and at
+    most the body limit's bytes of its body."""
+
+    status: int
+    reason: str
+    headers: dict[str, str]
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """Where requests to one endpoint URL go, and their request line and fixed headers."""
+
+    key: tuple[str, str, int]  # scheme, host, port: the pool's key
+    host: str
+    port: int
+    tls: bool
+    head: bytes  # "POST target HTTP/1.1", Host and User-Agent, each line ended
+
+
+def origin_of(url: str) -> Origin:
+    """An endpoint URL's origin (URLs are checked when a subscription is stored)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{url!r} is not an absolute http(s) URL")
+    tls = parts.scheme == "https"
+    port = parts.port or (443 if tls else 80)
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    head = (
+        f"POST {target} HTTP/1.1\r\nHost: {parts.netloc}\r\nUser-Agent: {USER_AGENT}\r\n"
+    ).encode("ascii")
+    host = parts.hostname
+    return Origin((parts.scheme, host, port), host, port, tls, head)
+
+
+class _Answer:
+    """One answer being parsed (sans-IO): fed the connection's bytes until it is whole."""
+
+    __slots__ = (
+        "body", "body_limit", "close", "headers", "length", "reason", "size", "state", "status",
+    )  # fmt: skip
+
+    def __init__(self, body_limit: int) -> None:
+        self.body_limit = body_limit
+        self.state = _HEAD
+        self.status = 0
+        self.reason = ""
+        self.headers: dict[str, str] = {}
+        self.close = False  # the connection cannot be reused after it
+        self.length = 0  # body bytes (or chunk bytes) still to come
+        self.body: list[bytes] = []
+        self.size = 0  # body bytes kept
+
+    def feed(self, buffer: bytearray) -> bool:
+        """Take what `buffer` holds of this answer (removing it); True once it is whole or
+        its body passed the limit; AnswerError if it is not HTTP."""
+        while True:
+            state = self.state
+            if state == _HEAD:
+                end = buffer.find(b"\r\n\r\n")
+                if end < 0:
+                    if len(buffer) > MAX_HEAD:
+                        raise AnswerError(f"an answer's head exceeds {MAX_HEAD} bytes")
+                    return False
+                head = bytes(buffer[:end])
+                del buffer[: end + 4]
+                self._head(head)
+            elif state in (_LENGTH, _CHUNK_DATA):
+                take = min(self.length, len(buffer))
+                if take:
+                    self._keep(bytes(buffer[:take]))
+                    del buffer[:take]
+                    self.length -= take
+                if self.length:
+                    return self.size > self.body_limit
+                if state == _LENGTH:
+                    self.state = _DONE
+                else:
+                    if len(buffer) < 2:
+                        return self.size > self.body_limit
+                    if buffer[:2] != b"\r\n":
+                        raise AnswerError("a chunk not ended by CRLF")
+                    del buffer[:2]
+                    self.state = _CHUNK_SIZE
+            elif state == _CHUNK_SIZE:
+                end = buffer.find(b"\r\n")
+                if end < 0:
+                    if len(buffer) > 1024:
+                        raise AnswerError("a chunk size line too long")
+                    return False
+                line = bytes(buffer[:end]).split(b";", 1)[0].strip()
+                del buffer[: end + 2]
+                try:
+                    self.length = int(line, 16)
+                except ValueError:
+                    raise AnswerError(f"a chunk size that is not hex: {line[:20]!r}") from None
+                self.state = _CHUNK_DATA if self.length else _TRAILERS
+            elif state == _TRAILERS:
+                end = buffer.find(b"\r\n")
+                if end < 0:
+                    if len(buffer) > MAX_HEAD:
+                        raise AnswerError("trailers too long")
+                    return False
+                del buffer[: end + 2]
+                if end == 0:
+                    self.state = _DONE
+            elif state == _TO_CLOSE:
+                if buffer:
+                    self._keep(bytes(buffer))
+                    buffer.clear()
+                return self.size > self.body_limit
+            else:
+                return True
+
+    def _keep(self, data: bytes) -> None:
+        room = self.body_limit + 1 - self.size
+        if room > 0:
+            kept = data[:room]
+            self.body.append(kept)
+            self.size += len(kept)
+
+    def _head(self, head: bytes) -> None:
+        lines = head.decode("latin-1").split("\r\n")
+        version, _, rest = lines[0].partition(" ")
+        code, _, reason = rest.partition(" ")
+        if version not in ("HTTP/1.1", "HTTP/1.0") or len(code) != 3 or not code.isdigit():
+            raise AnswerError(f"not an HTTP/1.x status line: {lines[0][:100]!r}")
+        status = int(code)
+        if 100 <= status < 200:
+            return  # an interim answer: the real one follows
+        headers: dict[str, str] = {}
+        for line in lines[1:]:
+            name, colon, value = line.partition(":")
+            if not colon or not name or name != name.strip():
+                raise AnswerError(f"a malformed header line: {line[:100]!r}")
+            headers[name.lower()] = value.strip()
+        self.status, self.reason, self.headers = status, reason, headers
+        connection = headers.get("connection", "").lower()
+        self.close = version == "HTTP/1.0" and "keep-alive" not in connection
+        self.close = self.close or "close" in connection
+        if status in _NO_BODY:
+            self.state = _DONE
+        elif headers.get("transfer-encoding", "").lower().endswith("chunked"):
+            self.state = _CHUNK_SIZE
+        elif "content-length" in headers:
+            length = headers["content-length"]
+            if not length.isdigit():
+                raise AnswerError(f"a Content-Length that is not a number: {length[:20]!r}")
+            self.length = int(length)
+            self.state = _LENGTH
+        else:
+            self.state, self.close = _TO_CLOSE, True
+
+    def response(self) -> Response:
+        return Response(self.status, self.reason, self.headers, b"".join(self.body))
+
+
+class _Connection(asyncio.Protocol):
+    """One connection to an origin: at most one request at a time."""
+
+    def __init__(self, pool: DeliveryClient, origin: Origin) -> None:
+        self.pool = pool
+        self.origin = origin
+        self.transport: asyncio.Transport | None = None
+        self.buffer = bytearray()
+        self.answer: _Answer | None = None
+        self.waiter: asyncio.Future[Response] | None = None
+        self.closed = False
+        self.idle_since = 0.0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+
+    def send(self, data: bytes, body: bytes, body_limit: int) -> asyncio.Future[Response]:
+        """Write one request; its answer's future."""
+        assert self.transport is not None and self.waiter is None
+        self.answer = _Answer(body_limit)
+        self.waiter = asyncio.get_running_loop().create_future()
+        if len(body) < 16384:
+            self.transport.write(data + body)  # one send
+        else:
+            self.transport.writelines((data, body))  # a large body is not copied
+        return self.waiter
+
+    def data_received(self, data: bytes) -> None:
+        answer = self.answer
+        if answer is None:
+            self.abort()  # bytes nobody asked for: this connection cannot be trusted again
+            return
+        self.buffer += data
+        try:
+            done = answer.feed(self.buffer)
+        except AnswerError as exc:
+            self._fail(exc)
+            return
+        if done:
+            self._finish(answer, whole=answer.state == _DONE)
+
+    def _finish(self, answer: _Answer, whole: bool) -> None:
+        waiter = self.waiter
+        self.answer = self.waiter = None
+        if whole and not answer.close and not self.buffer and not self.closed:
+            self.pool.release(self)
+        else:
+            self.abort()
+        if waiter is not None and not waiter.done():
+            waiter.set_result(answer.response())
+
+    def _fail(self, exc: BaseException) -> None:
+        waiter = self.waiter
+        self.answer = self.waiter = None
+        self.abort()
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(exc)
+
+    def eof_received(self) -> bool | None:
+        return None  # the transport closes; connection_lost settles an answer in progress
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.pool.forget(self)
+        answer = self.answer
+        if answer is None:
+            return
+        if answer.state == _TO_CLOSE:
+            self._finish(answer, whole=True)
+        else:
+            self._fail(AnswerError(f"the connection closed before the answer was whole: {exc}"))
+
+    def give_up(self, waiter: asyncio.Future[Response], exc: BaseException) -> None:
+        """The request `waiter` waits for ran out of time or was cancelled: fail it, and drop
+        the connection, if it is still the one in progress here (an answer that arrived in
+        the meantime left the connection to the next request)."""
+        if self.waiter is waiter:
+            self._fail(exc)
+
+    def abort(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.pool.forget(self)
+            if self.transport is not None:
+                self.transport.abort()
+
+
+class DeliveryClient:
+    """Connections to endpoints by origin: as many per origin as requests in flight need, up
+    to `per_origin` (and `limit` in all); idle ones kept for IDLE_S."""
+
+    def __init__(
+        self,
+        allowed_hosts: Collection[str] = (),
+        connect_timeout_s: float = 10.0,
+        limit: int = 256,
+        per_origin: int = 64,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        self.allowed = frozenset(h.lower() for h in allowed_hosts)
+        self.connect_timeout_s = connect_timeout_s
+        self.limit = limit
+        self.per_origin = per_origin
+        self.ssl_context = ssl_context
+        self._origins: dict[str, Origin] = {}
+        self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
+        self._open: dict[tuple[str, str, int], set[_Connection]] = {}
+        self._total = 0
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._sweeper: asyncio.TimerHandle | None = None
+
+    def origin(self, url: str) -> Origin:
+        found = self._origins.get(url)
+        if found is None:
+            if len(self._origins) > 4096:
+                self._origins.clear()
+            found = self._origins[url] = origin_of(url)
+        return found
+
+    async def post(
+        self, url: str, head: bytes, body: bytes, timeout_s: float, body_limit: int
+    ) -> Response:
+        """One POST: `head` its header lines past the origin's (Content-Length included,
+        ended by the blank line); TimeoutError past `timeout_s` (connecting included), else
+        OSError if no whole answer came."""
+        origin = self.origin(url)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        connection = self._take(origin.key)
+        if connection is None:
+            async with asyncio.timeout_at(deadline):
+                connection = await self._connect(origin)
+        waiter = connection.send(origin.head + head, body, body_limit)
+        timer = loop.call_at(deadline, connection.give_up, waiter, TimeoutError())
+        try:
+            return await waiter
+        except asyncio.CancelledError as exc:
+            connection.give_up(waiter, exc)
+            raise
+        finally:
+            timer.cancel()
+
+    def _take(self, key: tuple[str, str, int]) -> _Connection | None:
+        idle = self._idle.get(key)
+        while idle:
+            connection = idle.pop()
+            if not connection.closed:
+                return connection
+        return None
+
+    def release(self, connection: _Connection) -> None:
+        """An answer ended and the connection may be reused."""
+        connection.idle_since = asyncio.get_running_loop().time()
+        self._idle.setdefault(connection.origin.key, []).append(connection)
+        if self._sweeper is None:
+            self._sweeper = asyncio.get_running_loop().call_later(IDLE_S, self._sweep)
+        self._wake()
+
+    def forget(self, connection: _Connection) -> None:
+        """A connection closed."""
+        opened = self._open.get(connection.origin.key)
+        if opened is not None and connection in opened:
+            opened.discard(connection)
+            self._total -= 1
+            if not opened:
+                del self._open[connection.origin.key]
+        self._wake()
+
+    def _wake(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    def _sweep(self) -> None:
+        """Close connections idle past IDLE_S."""
+        self._sweeper = None
+        old = asyncio.get_running_loop().time() - IDLE_S
+        for key, idle in list(self._idle.items()):
+            for connection in [c for c in idle if c.idle_since <= old or c.closed]:
+                idle.remove(connection)
+                connection.abort()
+            if not idle:
+                del self._idle[key]
+        if self._idle:
+            self._sweeper = asyncio.get_running_loop().call_later(IDLE_S / 2, self._sweep)
+
+    async def _connect(self, origin: Origin) -> _Connection:
+        """A new connection, once the limits allow one."""
+        key = origin.key
+        while True:
+            idle = self._take(key)
+            if idle is not None:
+                return idle
+            opened = self._open.setdefault(key, set())
+            if len(opened) < self.per_origin and self._total < self.limit:
+                break
+            if self._total >= self.limit and self._close_an_idle():
+                continue
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            await waiter
+        connection = _Connection(self, origin)
+        opened.add(connection)
+        self._total += 1
+        try:
+            await self._open_socket(origin, connection)
+        except BaseException:
+            connection.abort()
+            raise
+        return connection
+
+    def _close_an_idle(self) -> bool:
+        for idle in self._idle.values():
+            while idle:
+                connection = idle.pop(0)
+                if not connection.closed:
+                    connection.abort()
+                    return True
+        return False
+
+    async def _open_socket(self, origin: Origin, connection: _Connection) -> None:
+        addresses = await self._addresses(origin)
+        context = None
+        if origin.tls:
+            if self.ssl_context is None:
+                self.ssl_context = ssl.create_default_context()
+            context = self.ssl_context
+        error: OSError | None = None
+        async with asyncio.timeout(self.connect_timeout_s):
+            for address in addresses:
+                try:
+                    await asyncio.get_running_loop().create_connection(
+                        lambda: connection,
+                        address,
+                        origin.port,
+                        ssl=context,
+                        server_hostname=origin.host if context is not None else None,
+                    )
+                    return
+                except OSError as exc:
+                    error = exc
+        raise ConnectionError(f"cannot connect to {origin.host}:{origin.port}: {error}")
+
+    async def _addresses(self, origin: Origin) -> list[str]:
+        """The addresses to try: a literal as it is, a name's resolved ones, loopback and
+        link-local left out unless the host is allowed by name."""
+        host = origin.host
+        allowed = host.lower() in self.allowed
+        try:
+            ipaddress.ip_address(host.split("%", 1)[0])
+        except ValueError:
+            pass
+        else:
+            if not allowed and blocked_address(host):
+                raise ConnectionRefusedError(f"{host} is loopback or link-local (refused)")
+            return [host]
+        found = await asyncio.get_running_loop().getaddrinfo(
+            host, origin.port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
+        )
+        addresses = list(dict.fromkeys(str(info[4][0]) for info in found))
+        kept = addresses if allowed else [a for a in addresses if not blocked_address(a)]
+        if not kept:
+            raise ConnectionRefusedError(
+                f"{host} resolves to loopback or link-local addresses only (refused)"
+            )
+        return kept
+
+    async def close(self) -> None:
+        """Close every connection (requests in flight fail)."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+        for opened in list(self._open.values()):
+            for connection in list(opened):
+                connection.abort()
+        self._idle.clear()

@@ -1,0 +1,271 @@
+"""The delivery client against real loopback servers that answer as each test scripts: keep-alive
+reuse, Connection: close, answers that are slow, garbage, oversized, chunked, cut short, or
+interim; redirects not followed; the pool's limit; TLS; loopback refused unless allowed."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from groups.subscriptions.client import MAX_HEAD, AnswerError, DeliveryClient, Response
+from tests.tls import write_self_signed
+
+HEAD = b"Content-Length: 2\r\n\r\n"
+ALLOWED = ("127.0.0.1",)
+# The n-th request (from 0) -> the bytes to answer it with; None: answer nothing, close.
+Script = Callable[[int], bytes | None]
+
+
+@dataclass
+class Server:
+    """Reads whole requests (head and Content-Length body) and answers each by `script`,
+    closing the connection after those `close_after` names."""
+
+    script: Script
+    close_after: Callable[[int], bool] = lambda _: False
+    connections: int = 0
+    requests: list[bytes] = field(default_factory=list)
+    url: str = ""
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next(
+                    int(line.split(b":")[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length:")
+                )
+                self.requests.append(head + await reader.readexactly(length))
+                answer = self.script(len(self.requests) - 1)
+                if answer is None:
+                    break
+                writer.write(answer)
+                await writer.drain()
+                if self.close_after(len(self.requests) - 1):
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+@asynccontextmanager
+async def serving(script: Script, tls: ssl.SSLContext | None = None) -> AsyncIterator[Server]:
+    server = Server(script)
+    listening = await asyncio.start_server(server.handle, "127.0.0.1", 0, ssl=tls)
+    port = listening.sockets[0].getsockname()[1]
+    server.url = f"{'https' if tls else 'http'}://127.0.0.1:{port}/hook?x=1"
+    try:
+        yield server
+    finally:
+        listening.close()
+
+
+def always(answer: bytes) -> Script:
+    return lambda _: answer
+
+
+NO_CONTENT = b"HTTP/1.1 204 No Content\r\n\r\n"
+
+
+async def post(
+    client: DeliveryClient, url: str, timeout_s: float = 5.0, limit: int = 4096
+) -> Response:
+    return await client.post(url, HEAD, b"{}", timeout_s, limit)
+
+
+async def test_keep_alive_connections_are_reused() -> None:
+    client = DeliveryClient(ALLOWED)
+    async with serving(always(NO_CONTENT)) as server:
+        for _ in range(3):
+            assert (await post(client, server.url)).status == 204
+    assert server.connections == 1 and len(server.requests) == 3
+    first = server.requests[0]
+    assert first.startswith(b"POST /hook?x=1 HTTP/1.1\r\nHost: 127.0.0.1:")
+    assert first.endswith(b"Content-Length: 2\r\n\r\n{}")
+    await client.close()
+
+
+async def test_connection_close_and_http_1_0_are_not_reused() -> None:
+    client = DeliveryClient(ALLOWED)
+    answers = [
+        b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok",
+        b"HTTP/1.0 200 OK\r\n\r\nuntil the close",
+        NO_CONTENT,
+    ]
+    async with serving(lambda n: answers[n] if n < 3 else NO_CONTENT) as server:
+        server.close_after = lambda n: n == 1  # HTTP/1.0 without a length: the close ends it
+        assert (await post(client, server.url)).body == b"ok"
+        assert (await post(client, server.url)).body == b"until the close"
+        assert (await post(client, server.url)).status == 204
+    assert server.connections == 3
+    await client.close()
+
+
+async def test_a_slow_answer_times_out_and_its_connection_is_dropped() -> None:
+    client = DeliveryClient(ALLOWED)
+    answered = asyncio.Event()
+
+    def script(n: int) -> bytes | None:
+        if n == 0:
+            answered.set()
+            return b""  # nothing: the client's deadline passes first
+        return NO_CONTENT
+
+    async with serving(script) as server:
+        with pytest.raises(TimeoutError):
+            await post(client, server.url, timeout_s=0.2)
+        assert answered.is_set()
+        assert (await post(client, server.url)).status == 204
+    assert server.connections == 2
+    await client.close()
+
+
+async def test_a_cancelled_request_drops_its_connection() -> None:
+    client = DeliveryClient(ALLOWED)
+    arrived = asyncio.Event()
+
+    def script(n: int) -> bytes:
+        if n == 0:
+            arrived.set()
+            return b""  # no answer: the request is cancelled while it waits
+        return NO_CONTENT
+
+    async with serving(script) as server:
+        pending = asyncio.create_task(post(client, server.url))
+        await arrived.wait()
+        pending.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await pending
+        assert (await post(client, server.url)).status == 204
+    assert server.connections == 2
+    await client.close()
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b"garbage\r\n\r\n",
+        b"HTTP/2 200\r\n\r\n",
+        b"HTTP/1.1 20x OK\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nno colon\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: ten\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+        b"HTTP/1.1 200 OK\r\n" + b"X: " + b"y" * MAX_HEAD,
+    ],
+)
+async def test_garbage_answers_fail_the_attempt(answer: bytes) -> None:
+    client = DeliveryClient(ALLOWED)
+    async with serving(always(answer)) as server:
+        with pytest.raises(AnswerError):
+            await post(client, server.url)
+    await client.close()
+
+
+async def test_an_answer_cut_short_by_the_close_fails() -> None:
+    client = DeliveryClient(ALLOWED)
+    cut = b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly this"
+    async with serving(always(cut)) as server:
+        server.close_after = lambda _: True
+        with pytest.raises(AnswerError, match="before the answer was whole"):
+            await post(client, server.url)
+    await client.close()
+
+
+async def test_a_server_closing_without_an_answer_fails() -> None:
+    client = DeliveryClient(ALLOWED)
+    async with serving(lambda _: None) as server:
+        with pytest.raises(OSError):
+            await post(client, server.url)
+    await client.close()
+
+
+async def test_an_oversized_body_is_cut_at_the_limit_and_the_connection_dropped() -> None:
+    client = DeliveryClient(ALLOWED)
+    big = b"HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n" + b"x" * 1_000_000
+    async with serving(lambda n: big if n == 0 else NO_CONTENT) as server:
+        response = await post(client, server.url, limit=1000)
+        assert response.status == 200 and response.body == b"x" * 1001
+        assert (await post(client, server.url)).status == 204
+    assert server.connections == 2
+    await client.close()
+
+
+async def test_chunked_interim_and_headers() -> None:
+    client = DeliveryClient(ALLOWED)
+    answer = (
+        b"HTTP/1.1 100 Continue\r\n\r\n"
+        b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 7\r\n"
+        b"Content-Type: Application/JSON; charset=utf-8\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"3;ext=1\r\nabc\r\n2\r\nde\r\n0\r\nTrailer: x\r\n\r\n"
+    )
+    async with serving(always(answer)) as server:
+        for _ in range(2):
+            response = await post(client, server.url)
+            assert (response.status, response.reason, response.body) == (
+                429, "Too Many Requests", b"abcde",
+            )  # fmt: skip
+            assert response.headers["retry-after"] == "7"
+            assert response.headers["content-type"].startswith("Application/JSON")
+    assert server.connections == 1
+    await client.close()
+
+
+async def test_redirects_are_answers() -> None:
+    client = DeliveryClient(ALLOWED)
+    redirect = (
+        b"HTTP/1.1 307 Temporary Redirect\r\nLocation: /elsewhere\r\nContent-Length: 0\r\n\r\n"
+    )
+    async with serving(always(redirect)) as server:
+        assert (await post(client, server.url)).status == 307
+    assert len(server.requests) == 1
+    await client.close()
+
+
+async def test_bytes_nobody_asked_for_drop_the_connection() -> None:
+    client = DeliveryClient(ALLOWED)
+    async with serving(lambda n: NO_CONTENT + NO_CONTENT if n == 0 else NO_CONTENT) as server:
+        assert (await post(client, server.url)).status == 204
+        assert (await post(client, server.url)).status == 204
+    assert server.connections == 2
+    await client.close()
+
+
+async def test_the_per_origin_limit_queues_requests() -> None:
+    client = DeliveryClient(ALLOWED, per_origin=1)
+    async with serving(always(NO_CONTENT)) as server:
+        answers = await asyncio.gather(*(post(client, server.url) for _ in range(5)))
+    assert [a.status for a in answers] == [204] * 5 and server.connections == 1
+    await client.close()
+
+
+async def test_refused_connections_and_loopback_not_allowed() -> None:
+    async with serving(always(NO_CONTENT)) as server:
+        url = server.url
+    with pytest.raises(ConnectionError):
+        await post(DeliveryClient(ALLOWED), url)  # nobody listens there any more
+    with pytest.raises(ConnectionRefusedError, match="loopback"):
+        await post(DeliveryClient(()), url)
+
+
+async def test_https(tmp_path: Path) -> None:
+    cert, key = write_self_signed(tmp_path)
+    serving_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    serving_tls.load_cert_chain(cert, key)
+    trusting = ssl.create_default_context(cafile=str(cert))
+    async with serving(always(NO_CONTENT), serving_tls) as server:
+        client = DeliveryClient(ALLOWED, ssl_context=trusting)
+        assert (await post(client, server.url)).status == 204
+        assert (await post(client, server.url)).status == 204
+        assert server.connections == 1
+        await client.close()
+        with pytest.raises(ConnectionError, match="CERTIFICATE_VERIFY_FAILED"):
+            await post(DeliveryClient(ALLOWED), server.url)  # not trusted by default

@@ -86,6 +86,7 @@ class Gateway:
         replicas.add_role_listener(groups.role_changed)
         replicas.add_topics_listener(lambda deleted: _topics_changed(groups, deleted))
         await broker.start()
+        await groups.loaded()
         metrics = Metrics(lambda: replicas, lambda: broker.notifier, lambda: groups)
         metrics.registry.register(QuotaCollector(lambda: auth.quotas))
         producer = Producer(
@@ -122,6 +123,7 @@ class Gateway:
             gateway.tasks.add(asyncio.create_task(offsets))
         else:
             await offsets
+            await groups.loaded()
         gateway.tasks.add(asyncio.create_task(_expire_offsets(groups, settings)))
         subscriptions.start()
         keys = sum(len(p.idempotency) for p in replicas.partitions.values())

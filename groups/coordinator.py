@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
 import random
@@ -224,6 +225,7 @@ class GroupCoordinator:
         # offsets partition -> the leader epoch its groups were replayed in: until then a new
         # leader knows none of them, and must not answer as if they had no offsets
         self._loaded: dict[int, int] = {}
+        self._loads: dict[int, asyncio.Task[None]] = {}  # offsets partition -> its replay
         self._written: dict[str, tuple[Partition, int]] = {}  # each group's last write
         self.closing = False  # shutting down: sessions stop running out
         self._loop = asyncio.get_running_loop()
@@ -248,25 +250,24 @@ class GroupCoordinator:
             self.groups[name] = group
 
     async def role_changed(self, partition: Partition) -> None:
-        """An offsets partition came to this node (replay its groups from the log) or left it
-        (its groups are coordinated elsewhere now; their parked fetches answer)."""
+        """An offsets partition came to this node (replay its groups from the log, in the
+        background) or left it (its groups are coordinated elsewhere now; their parked
+        fetches answer)."""
         if partition.topic != offsets_topic.OFFSETS_TOPIC:
             return
+        previous = self._loads.pop(partition.partition, None)
+        if previous is not None:
+            previous.cancel()
         if partition.is_leader:
-            # A new leader's high watermark trails its log until the followers fetch from
-            # it; the log is the truth from now on, so replay it once it is all committed.
             epoch = partition.leader_epoch
             if partition.partition in self._loaded:  # led since its load: a new epoch only
                 self._loaded[partition.partition] = epoch
-            end = partition.log_end_offset
-            if partition.high_watermark < end:
-                with contextlib.suppress(EngineError):
-                    await self.replicas.wait_committed(partition, end - 1, REPLAY_WAIT_MS)
-            stored = await asyncio.to_thread(offsets_topic.replay, [partition])
-            if partition.is_leader:
-                self.restore(stored)
-                self._loaded[partition.partition] = epoch
-                self.topics_changed()
+            # Not awaited: the node applies its next views only after its role listeners
+            # return, and the view shrinking this partition's ISR to what is alive may be
+            # the one that lets its high watermark reach the log end the replay waits for.
+            load = asyncio.create_task(self._load(partition, epoch))
+            self._loads[partition.partition] = load
+            load.add_done_callback(functools.partial(self._loaded_by, partition.partition))
             return
         self._loaded.pop(partition.partition, None)
         count = partition_count(self.replicas)
@@ -280,6 +281,37 @@ class GroupCoordinator:
                 if member.expiry is not None:
                     member.expiry.cancel()
                 member.poke()
+
+    async def _load(self, partition: Partition, epoch: int) -> None:
+        """Replay an offsets partition's groups once its log is all committed: a new leader's
+        high watermark trails its log until the followers fetch from it, and the log is the
+        truth from now on. Only for the epoch it was started in."""
+        end = partition.log_end_offset
+        if partition.high_watermark < end:
+            with contextlib.suppress(EngineError):
+                await self.replicas.wait_committed(partition, end - 1, REPLAY_WAIT_MS)
+        stored = await asyncio.to_thread(offsets_topic.replay, [partition])
+        if partition.is_leader and partition.leader_epoch == epoch:
+            self.restore(stored)
+            self._loaded[partition.partition] = epoch
+            self.topics_changed()
+
+    async def loaded(self) -> None:
+        """Wait for the replays under way (a starting node answers for its groups once the
+        offsets partitions it leads are replayed, as Kafka's coordinator loads on start)."""
+        await asyncio.gather(*self._loads.values(), return_exceptions=True)
+
+    def _loaded_by(self, offsets_partition: int, load: asyncio.Task[None]) -> None:
+        """A replay ended: forget it, and say why if it failed."""
+        if self._loads.get(offsets_partition) is load:
+            del self._loads[offsets_partition]
+        if not load.cancelled() and load.exception() is not None:
+            logger.error(
+                "replaying %s-%d failed; its groups answer 503 until its next leader change",
+                offsets_topic.OFFSETS_TOPIC,
+                offsets_partition,
+                exc_info=load.exception(),
+            )
 
     def coordinator(self, name: str) -> Partition:
         """The offsets partition holding group `name`, which this node must lead: NotLeader
@@ -323,8 +355,10 @@ class GroupCoordinator:
                 group.owners[tp] = member.member_id
 
     def close(self) -> None:
-        """Shutting down: no more expiries; parked member fetches answer now."""
+        """Shutting down: no more expiries or replays; parked member fetches answer now."""
         self.closing = True
+        for load in self._loads.values():
+            load.cancel()
         for group in self.groups.values():
             for member in group.members.values():
                 if member.expiry is not None:

@@ -186,6 +186,9 @@ class Topology(ABC):
             raise ValueError("1 to 9 nodes")
         self.size = size
         self.active: list[LinkFault] = []
+        # A schedule applies and reverts overlapping faults from worker threads at once; two
+        # syncs computing the same change would both run it (`tc qdisc del` twice fails).
+        self._changing = threading.Lock()
 
     @abstractmethod
     def setup(self, etcd_port: int) -> None: ...
@@ -213,18 +216,21 @@ class Topology(ABC):
 
     def apply(self, fault: LinkFault) -> None:
         self._check(fault)
-        self.active.append(fault)
-        self._sync()
+        with self._changing:
+            self.active.append(fault)
+            self._sync()
 
     def revert(self, fault: LinkFault) -> None:
-        if fault in self.active:
-            self.active.remove(fault)
-            self._sync()
+        with self._changing:
+            if fault in self.active:
+                self.active.remove(fault)
+                self._sync()
 
     def heal(self) -> None:
-        if self.active:
-            self.active.clear()
-            self._sync()
+        with self._changing:
+            if self.active:
+                self.active.clear()
+                self._sync()
 
     def _check(self, fault: LinkFault) -> None:
         nodes = range(self.size)

@@ -12,6 +12,7 @@ from typing import Any
 import aiohttp
 
 from tests.cluster.harness import Cluster
+from tests.cluster.sideload import json_request
 
 LIVENESS_S = 30.0  # bound for each operation, counted from the end of healing
 ATTEMPT_S = 5.0
@@ -36,21 +37,10 @@ async def _until_ok(
     deadline = loop.time() + LIVENESS_S
     last = "no attempt"
     while loop.time() < deadline:
-        try:
-            async with session.request(
-                method,
-                url,
-                data=None if body is None else json.dumps(body).encode(),
-                headers={"Content-Type": "application/json"},
-                params=params,
-                timeout=aiohttp.ClientTimeout(total=ATTEMPT_S),
-            ) as response:
-                text = await response.text()
-                if response.status == ok:
-                    return json.loads(text) if text else None
-                last = f"{response.status} {text[:200]}"
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            last = f"{type(exc).__name__}: {exc}"
+        status, _, raw, error = await json_request(session, method, url, body, params, ATTEMPT_S)
+        if status == ok:
+            return json.loads(raw) if raw else None
+        last = error or f"{status} {raw[:200].decode(errors='replace')}"
         await asyncio.sleep(RETRY_PAUSE_S)  # pause between retries, not a synchronisation
     raise NotLive(f"{what} still failing {LIVENESS_S:.0f} s after healing: {last}")
 

@@ -102,6 +102,30 @@ class SideHistory:
     anomalies: list[tuple[str, str]] = field(default_factory=list)  # (kind, detail)
 
 
+async def json_request(
+    session: aiohttp.ClientSession,
+    method: str,
+    url: str,
+    body: dict[str, Any] | None = None,
+    params: dict[str, str] | None = None,
+    timeout_s: float = CALL_TIMEOUT_S,
+) -> tuple[int | None, str | None, bytes, str | None]:
+    """One call with a JSON body: (status, content type, answer body, and when there was no
+    answer, the error that stopped it)."""
+    try:
+        async with session.request(
+            method,
+            url,
+            data=None if body is None else json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+            params=params,
+            timeout=aiohttp.ClientTimeout(total=timeout_s),
+        ) as response:
+            return response.status, response.content_type, await response.read(), None
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        return None, None, b"", f"{type(exc).__name__}: {exc}"
+
+
 async def _call(
     session: aiohttp.ClientSession,
     method: str,
@@ -110,27 +134,16 @@ async def _call(
     params: dict[str, str] | None = None,
 ) -> tuple[int | None, str | None, Any, str | None]:
     """(status, content type, JSON answer or None, error name when there was no answer)."""
-    try:
-        async with session.request(
-            method,
-            url,
-            data=None if body is None else json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"},
-            params=params,
-            timeout=aiohttp.ClientTimeout(total=CALL_TIMEOUT_S),
-        ) as response:
-            raw = await response.read()
-            doc: Any = None
-            with contextlib.suppress(ValueError):
-                doc = json.loads(raw) if raw else None
-            return response.status, response.content_type, doc, None
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        return None, None, None, type(exc).__name__
+    status, content_type, raw, error = await json_request(session, method, url, body, params)
+    doc: Any = None
+    with contextlib.suppress(ValueError):
+        doc = json.loads(raw) if raw else None
+    return status, content_type, doc, None if error is None else error.split(":", 1)[0]
 
 
-class GroupMembers:
-    """Members of one group over the schedule's topic, each fetching and committing through
-    random nodes until told to stop, joining again when the group dropped them."""
+class SideActor:
+    """What the side load's actors act with: the cluster, the history they record into, their
+    random source and HTTP session, the schedule's topic and clock; `stop` ends them."""
 
     def __init__(
         self,
@@ -149,6 +162,11 @@ class GroupMembers:
         self.clock = clock
         self.stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+
+
+class GroupMembers(SideActor):
+    """Members of one group over the schedule's topic, each fetching and committing through
+    random nodes until told to stop, joining again when the group dropped them."""
 
     def start(self) -> None:
         self._tasks = [asyncio.create_task(self._member()) for _ in range(MEMBERS)]
@@ -255,36 +273,20 @@ class GroupMembers:
         )
 
 
-class TopicAdmin:
+class TopicAdmin(SideActor):
     """Creates topics and changes their retention.ms through random nodes during the faults,
-    each call sent once; after healing, reads what every node shows of them."""
+    each call sent once; after healing, reads what every node shows of them; their names
+    start with the schedule's topic."""
 
-    def __init__(
-        self,
-        cluster: Cluster,
-        side: SideHistory,
-        rng: random.Random,
-        session: aiohttp.ClientSession,
-        prefix: str,
-        clock: Callable[[], float],
-    ) -> None:
-        self.cluster = cluster
-        self.side = side
-        self.rng = rng
-        self.session = session
-        self.prefix = prefix
-        self.clock = clock
-        self.stop = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        self._retention: dict[str, int] = {}  # the last retention.ms requested, per topic
+    _retention: dict[str, int]  # the last retention.ms requested, per topic
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run())
+        self._retention = {}
+        self._tasks = [asyncio.create_task(self._run())]
 
     async def close(self) -> None:
         self.stop.set()
-        if self._task is not None:
-            await self._task
+        await asyncio.gather(*self._tasks)
 
     async def _run(self) -> None:
         for n in range(TOPIC_OPS):
@@ -294,7 +296,7 @@ class TopicAdmin:
             if self.stop.is_set():
                 return
             if not self._retention or self.rng.random() < 0.4:
-                await self._create(f"{self.prefix}-t{n}")
+                await self._create(f"{self.topic}-t{n}")
             else:
                 await self._change(self.rng.choice(sorted(self._retention)))
 

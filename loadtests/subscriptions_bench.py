@@ -4,13 +4,14 @@ run on one gateway, to one receiver (`loadtests.push_receiver`, its own process,
 - batch: a subscription delivering batches of 500 (CloudEvents batch, and the plain JSON
   format) against one long-poll /v1 group consumer reading the same records 500 at a time;
   goal: delivery >= 0.5 of the consumer's records/s;
-- single: one record per request (binary CloudEvents), ordering `partition` over PARTITIONS
+- single: one record per request (binary CloudEvents), ordering `none` over PARTITIONS
   partitions: requests/s, and requests per CPU-second of the gateway (its /proc CPU time);
+  again with PIPELINE requests pipelined on a connection (`concurrency.pipeline`);
 - bridge: the same records through the bridge a user writes today (`loadtests.push_bridge`:
   long-poll a group, POST each record with aiohttp, commit after each batch); goal: the
   subscription >= 3x its records/s;
-- latency: produce -> receiver at half the single-record rate (each record's timestamp, set by
-  the producer, against its arrival): p50 / p99;
+- latency: produce -> receiver at half the single-record rate, same ordering (each record's
+  timestamp, set by the producer, against its arrival): p50 / p99;
 - memory: the gateway's RSS growth per idle subscription at IDLE subscriptions, and per open
   SSE stream (`GET /v1/topics/{t}/events`) at IDLE streams, each on a fresh gateway.
 
@@ -55,6 +56,7 @@ from loadtests.rows import VALUE
 
 PARTITIONS = 4
 BATCH = 500
+PIPELINE = 16  # requests on one connection, in the pipelined one-record cell
 FILL_BATCH = 1000
 ALLOWED = ("--subscription-allowed-hosts", "127.0.0.1")
 DELIVERY_DEADLINE_S = 600.0
@@ -243,12 +245,15 @@ def bridge_cell(url: str, pid: int, receiver: Receiver, topic: str, count: int) 
     }
 
 
-def latency_cell(url: str, receiver: Receiver, rate: float, seconds: float) -> dict[str, Any]:
+def latency_cell(
+    url: str, receiver: Receiver, rate: float, seconds: float, **fields: Any
+) -> dict[str, Any]:
     """Produce at `rate` records/s for `seconds` (each record stamped with its send time) to a
-    fresh topic a one-record subscription follows; the receiver's delays, in ms."""
+    fresh topic a one-record subscription (with `fields`) follows; the receiver's delays, in
+    ms."""
     topic = f"lat-{next(NAMES)}"
     http_json("POST", url + "/v1/topics", {"name": topic, "partitions": PARTITIONS})
-    name = subscribe(url, topic, receiver.url, start="latest")
+    name = subscribe(url, topic, receiver.url, start="latest", **fields)
     described = f"{url}/v1/subscriptions/{name}"
     deadline = time.monotonic() + 60
     while not all(
@@ -389,10 +394,12 @@ CELLS = (
     "subscription batch 500 cloudevents",
     "subscription batch 500 json",
     "subscription one record",
+    "subscription one record pipelined",
     "bridge one record",
 )
 BEFORE = "subscription one record (before)"  # the one-record cell on the --before gateway
 BATCHED = {"batching": {"max_records": BATCH, "max_wait_ms": 0}}
+PIPELINED = {"ordering": "none", "concurrency": {"pipeline": PIPELINE}}
 
 
 def single_ordering(url: str, endpoint: str) -> str:
@@ -424,6 +431,8 @@ def cell(
         return subscription_cell(
             url, pid, receiver, "single", plan.single_records, ordering=ordering
         )
+    if what == "subscription one record pipelined":
+        return subscription_cell(url, pid, receiver, "single", plan.single_records, **PIPELINED)
     return bridge_cell(url, pid, receiver, "single", plan.single_records)
 
 
@@ -453,7 +462,7 @@ def run(plan: Plan, scratch: Path, before: Path | None = None) -> dict[str, Any]
                     cells.setdefault(what, []).append(row)
             medians = {what: _median(rows) for what, rows in cells.items()}
             rate = medians["subscription one record"]["records_per_s"] / 2
-            latency = latency_cell(url, receiver, rate, plan.latency_seconds)
+            latency = latency_cell(url, receiver, rate, plan.latency_seconds, ordering=ordering)
         memory = [
             idle_subscriptions_cell(scratch, receiver, plan.idle),
             sse_cell(scratch, plan.idle),
@@ -473,6 +482,7 @@ def figures(medians: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """The issue's goals, each a ratio of two cells of the same run."""
     consumer = medians["consumer batch 500"]["records_per_s"]
     single, bridge = medians["subscription one record"], medians["bridge one record"]
+    pipelined = medians["subscription one record pipelined"]
     out = []
     for fmt in ("cloudevents", "json"):
         rate = medians[f"subscription batch 500 {fmt}"]["records_per_s"]
@@ -496,6 +506,20 @@ def figures(medians: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
         _figure(
             "one record a request / bridge (records per CPU-second: gateway, gateway + bridge)",
             single["records_per_server_cpu_s"] / bridge["records_per_cpu_s"],
+            3.0,
+        )
+    )
+    out.append(
+        _figure(
+            f"one record a request, pipeline {PIPELINE} / bridge (records/s)",
+            pipelined["records_per_s"] / bridge["records_per_s"],
+            3.0,
+        )
+    )
+    out.append(
+        _figure(
+            f"one record a request, pipeline {PIPELINE} / bridge (records per CPU-second)",
+            pipelined["records_per_server_cpu_s"] / bridge["records_per_cpu_s"],
             3.0,
         )
     )
@@ -561,8 +585,9 @@ def markdown(doc: dict[str, Any]) -> str:
         ),
         "",
         f"Latency, produce -> receiver at {doc['latency']['rate']} records/s (half the one-record "
-        f"rate), {doc['latency']['records']} records: p50 {doc['latency']['p50_ms']} ms, p99 "
-        f"{doc['latency']['p99_ms']} ms, max {doc['latency']['max_ms']} ms.",
+        f"rate, ordering `{doc['single_record_ordering']}`), {doc['latency']['records']} "
+        f"records: p50 {doc['latency']['p50_ms']} ms, p99 {doc['latency']['p99_ms']} ms, max "
+        f"{doc['latency']['max_ms']} ms.",
         "",
     ]  # fmt: skip
     subs, sse = doc["memory"]

@@ -44,6 +44,9 @@ def add_commands(commands: Any, with_url: AddUrl) -> None:
     create.add_argument(
         "--max-requests", type=int, help="ceiling of the adaptive in-flight limit, per node"
     )
+    create.add_argument(
+        "--pipeline", type=int, help="requests on one connection before their answers (HTTP/1.1)"
+    )
     create.add_argument("--rate-limit", type=float, help="at most this many requests per second")
     create.add_argument(
         "--spec", help='further fields as a JSON object, e.g. \'{"retry": {"timeout_ms": 5000}}\''
@@ -87,7 +90,11 @@ def _spec(args: argparse.Namespace) -> dict[str, Any]:
         doc["retry"] = {**doc.get("retry", {}), "max_attempts": args.max_attempts}
     if args.ordering:
         doc["ordering"] = args.ordering
-    pairs = (("max_in_flight", args.max_in_flight), ("max_requests", args.max_requests))
+    pairs = (
+        ("max_in_flight", args.max_in_flight),
+        ("max_requests", args.max_requests),
+        ("pipeline", args.pipeline),
+    )
     concurrency = {k: v for k, v in pairs if v is not None}
     if concurrency:
         doc["concurrency"] = {**doc.get("concurrency", {}), **concurrency}

@@ -197,62 +197,107 @@ class _Answer:
 
 
 class _Connection(asyncio.Protocol):
-    """One connection to an origin: at most one request at a time."""
+    """One connection to an origin: up to `depth` requests written before their answers,
+    which come back in the order of the requests (HTTP/1.1 pipelining; 1: one at a time).
 
-    def __init__(self, pool: DeliveryClient, origin: Origin) -> None:
+    With a depth above one, the requests of one event loop turn go out in one write."""
+
+    def __init__(self, pool: DeliveryClient, origin: Origin, depth: int) -> None:
         self.pool = pool
         self.origin = origin
+        self.depth = depth
         self.transport: asyncio.Transport | None = None
         self.buffer = bytearray()
-        self.answer: _Answer | None = None
-        self.waiter: asyncio.Future[Response] | None = None
+        self.pending: deque[tuple[_Answer, asyncio.Future[Response]]] = deque()
+        self.outbox: list[bytes] = []  # requests of this turn, not yet written
+        self.reserved = 0  # requests promised a place here, not yet sent
+        self.listed = False  # on the pool's list of connections with room
+        self.connected: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.opening: asyncio.Future[None] | None = None
         self.closed = False
         self.idle_since = 0.0
+        self.key = (*origin.key, depth)  # the pool's: connections of one depth are pooled apart
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        if self.closed:
+            self.transport.abort()  # given up on while it was being opened
+        elif not self.connected.done():
+            self.connected.set_result(None)
+
+    def opened(self, opening: asyncio.Future[None]) -> None:
+        """Opening the socket ended: if it failed, so do the requests that waited for it."""
+        if opening.cancelled():
+            self._fail(ConnectionError("opening the connection was cancelled"))
+        elif opening.exception() is not None:
+            self._fail(cast(BaseException, opening.exception()))
 
     def send(self, data: bytes, body: bytes, body_limit: int) -> asyncio.Future[Response]:
-        """Write one request; its answer's future."""
-        assert self.transport is not None and self.waiter is None
-        self.answer = _Answer(body_limit)
-        self.waiter = asyncio.get_running_loop().create_future()
-        if len(body) < 16384:
+        """Write one request (with a depth above one, at the end of this loop turn); its
+        answer's future."""
+        assert self.transport is not None and self.reserved > 0
+        self.reserved -= 1
+        waiter = asyncio.get_running_loop().create_future()
+        self.pending.append((_Answer(body_limit), waiter))
+        if self.depth > 1:
+            if not self.outbox:
+                asyncio.get_running_loop().call_soon(self._write_outbox)
+            self.outbox += (data, body)
+        elif len(body) < 16384:
             self.transport.write(data + body)  # one send
         else:
             self.transport.writelines((data, body))  # a large body is not copied
-        return self.waiter
+        return waiter
+
+    def _write_outbox(self) -> None:
+        outbox, self.outbox = self.outbox, []
+        if not self.closed and self.transport is not None:
+            self.transport.writelines(outbox)
+
+    @property
+    def has_room(self) -> bool:
+        return not self.closed and len(self.pending) + self.reserved < self.depth
 
     def data_received(self, data: bytes) -> None:
-        answer = self.answer
-        if answer is None:
+        if not self.pending:
             self.abort()  # bytes nobody asked for: this connection cannot be trusted again
             return
         self.buffer += data
-        try:
-            done = answer.feed(self.buffer)
-        except AnswerError as exc:
-            self._fail(exc)
-            return
-        if done:
-            self._finish(answer, whole=answer.state == _DONE)
-
-    def _finish(self, answer: _Answer, whole: bool) -> None:
-        waiter = self.waiter
-        self.answer = self.waiter = None
-        if whole and not answer.close and not self.buffer and not self.closed:
-            self.pool.release(self)
-        else:
-            self.abort()
-        if waiter is not None and not waiter.done():
-            waiter.set_result(answer.response())
+        while self.pending:
+            answer, waiter = self.pending[0]
+            try:
+                done = answer.feed(self.buffer)
+            except AnswerError as exc:
+                self._fail(exc)
+                return
+            if not done:
+                return
+            self.pending.popleft()
+            reusable = answer.state == _DONE and not answer.close
+            if not waiter.done():
+                waiter.set_result(answer.response())
+            if not reusable:
+                self._fail(AnswerError("the connection closed before this request's answer"))
+                return
+            if not self.pending:
+                self.idle_since = asyncio.get_running_loop().time()
+            if not self.listed:
+                self.pool.release(self)  # it was full: room again
+            if not self.buffer:
+                return
+        self.abort()  # more bytes than the requests asked for
 
     def _fail(self, exc: BaseException) -> None:
-        waiter = self.waiter
-        self.answer = self.waiter = None
+        """Fail every request still waiting here (and those waiting for it to connect), and
+        drop the connection."""
+        pending, self.pending = self.pending, deque()
         self.abort()
-        if waiter is not None and not waiter.done():
-            waiter.set_exception(exc)
+        if not self.connected.done():
+            self.connected.set_exception(exc)
+            self.connected.exception()  # retrieved: a connection nobody else waited for
+        for _, waiter in pending:
+            if not waiter.done():
+                waiter.set_exception(exc)
 
     def eof_received(self) -> bool | None:
         return None  # the transport closes; connection_lost settles an answer in progress
@@ -260,19 +305,20 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.pool.forget(self)
-        answer = self.answer
-        if answer is None:
+        if not self.pending:
             return
+        answer, waiter = self.pending[0]
         if answer.state == _TO_CLOSE:
-            self._finish(answer, whole=True)
-        else:
-            self._fail(AnswerError(f"the connection closed before the answer was whole: {exc}"))
+            self.pending.popleft()
+            if not waiter.done():
+                waiter.set_result(answer.response())
+        self._fail(AnswerError(f"the connection closed before the answer was whole: {exc}"))
 
     def give_up(self, waiter: asyncio.Future[Response], exc: BaseException) -> None:
-        """The request `waiter` waits for ran out of time or was cancelled: fail it, and drop
-        the connection, if it is still the one in progress here (an answer that arrived in
-        the meantime left the connection to the next request)."""
-        if self.waiter is waiter:
+        """The request `waiter` waits for ran out of time or was cancelled: if it is still
+        waiting here, fail it and drop the connection (the requests behind it on the
+        connection fail with it: their answers would come after its own)."""
+        if any(w is waiter for _, w in self.pending):
             self._fail(exc)
 
     def abort(self) -> None:
@@ -281,11 +327,14 @@ class _Connection(asyncio.Protocol):
             self.pool.forget(self)
             if self.transport is not None:
                 self.transport.abort()
+            elif self.opening is not None:
+                self.opening.cancel()
 
 
 class DeliveryClient:
-    """Connections to endpoints by origin: as many per origin as requests in flight need, up
-    to `per_origin` (and `limit` in all); idle ones kept for IDLE_S."""
+    """Connections to endpoints by origin and pipelining depth: a request goes on a connection
+    with room, else a new one, up to `per_origin` (and `limit` in all); idle ones kept for
+    IDLE_S."""
 
     def __init__(
         self,
@@ -301,8 +350,8 @@ class DeliveryClient:
         self.per_origin = per_origin
         self.ssl_context = ssl_context
         self._origins: dict[str, Origin] = {}
-        self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
-        self._open: dict[tuple[str, str, int], set[_Connection]] = {}
+        self._ready: dict[tuple[str, str, int, int], list[_Connection]] = {}  # with room
+        self._open: dict[tuple[str, str, int, int], set[_Connection]] = {}
         self._total = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._sweeper: asyncio.TimerHandle | None = None
@@ -316,18 +365,32 @@ class DeliveryClient:
         return found
 
     async def post(
-        self, url: str, head: bytes, body: bytes, timeout_s: float, body_limit: int
+        self,
+        url: str,
+        head: bytes,
+        body: bytes,
+        timeout_s: float,
+        body_limit: int,
+        depth: int = 1,
     ) -> Response:
         """One POST: `head` its header lines past the origin's (Content-Length included,
-        ended by the blank line); TimeoutError past `timeout_s` (connecting included), else
-        OSError if no whole answer came."""
+        ended by the blank line), on a connection taking up to `depth` requests at once;
+        TimeoutError past `timeout_s` (connecting included), else OSError if no whole answer
+        came."""
         origin = self.origin(url)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
-        connection = self._take(origin.key)
-        if connection is None:
+        connection = self._take((*origin.key, depth))
+        try:
             async with asyncio.timeout_at(deadline):
-                connection = await self._connect(origin)
+                if connection is None:
+                    connection = await self._connect(origin, depth)
+                if not connection.connected.done():
+                    await asyncio.shield(connection.connected)
+        except BaseException:
+            if connection is not None:
+                self.unreserve(connection)
+            raise
         waiter = connection.send(origin.head + head, body, body_limit)
         timer = loop.call_at(deadline, connection.give_up, waiter, TimeoutError())
         try:
@@ -338,30 +401,49 @@ class DeliveryClient:
         finally:
             timer.cancel()
 
-    def _take(self, key: tuple[str, str, int]) -> _Connection | None:
-        idle = self._idle.get(key)
-        while idle:
-            connection = idle.pop()
-            if not connection.closed:
-                return connection
+    def _take(self, key: tuple[str, str, int, int]) -> _Connection | None:
+        """A connection with room, one place on it reserved; taken off the list of those with
+        room if that fills it (the most recently listed first, so that a turn's requests go
+        on one connection and share a write)."""
+        ready = self._ready.get(key)
+        while ready:
+            connection = ready[-1]
+            if not connection.has_room:
+                ready.pop()
+                connection.listed = False
+                continue
+            connection.reserved += 1
+            if not connection.has_room:
+                ready.pop()
+                connection.listed = False
+            return connection
         return None
 
+    def unreserve(self, connection: _Connection) -> None:
+        """A reserved place that will not be used (its request timed out or was cancelled
+        while the connection was being opened)."""
+        connection.reserved -= 1
+        if not connection.listed:
+            self.release(connection)
+
     def release(self, connection: _Connection) -> None:
-        """An answer ended and the connection may be reused."""
-        connection.idle_since = asyncio.get_running_loop().time()
-        self._idle.setdefault(connection.origin.key, []).append(connection)
+        """A connection that has room, onto the list of those with room."""
+        if connection.listed or not connection.has_room:
+            return
+        connection.listed = True
+        self._ready.setdefault(connection.key, []).append(connection)
         if self._sweeper is None:
             self._sweeper = asyncio.get_running_loop().call_later(IDLE_S, self._sweep)
         self._wake()
 
     def forget(self, connection: _Connection) -> None:
         """A connection closed."""
-        opened = self._open.get(connection.origin.key)
+        opened = self._open.get(connection.key)
         if opened is not None and connection in opened:
             opened.discard(connection)
             self._total -= 1
             if not opened:
-                del self._open[connection.origin.key]
+                del self._open[connection.key]
         self._wake()
 
     def _wake(self) -> None:
@@ -375,22 +457,28 @@ class DeliveryClient:
         """Close connections idle past IDLE_S."""
         self._sweeper = None
         old = asyncio.get_running_loop().time() - IDLE_S
-        for key, idle in list(self._idle.items()):
-            for connection in [c for c in idle if c.idle_since <= old or c.closed]:
-                idle.remove(connection)
+        for key, ready in list(self._ready.items()):
+            for connection in [
+                c
+                for c in ready
+                if c.closed or (not c.pending and not c.reserved and c.idle_since <= old)
+            ]:
+                ready.remove(connection)
+                connection.listed = False
                 connection.abort()
-            if not idle:
-                del self._idle[key]
-        if self._idle:
+            if not ready:
+                del self._ready[key]
+        if self._ready:
             self._sweeper = asyncio.get_running_loop().call_later(IDLE_S / 2, self._sweep)
 
-    async def _connect(self, origin: Origin) -> _Connection:
-        """A new connection, once the limits allow one."""
-        key = origin.key
+    async def _connect(self, origin: Origin, depth: int) -> _Connection:
+        """A new connection, once the limits allow one (or one with room, if that comes
+        first)."""
+        key = (*origin.key, depth)
         while True:
-            idle = self._take(key)
-            if idle is not None:
-                return idle
+            ready = self._take(key)
+            if ready is not None:
+                return ready
             opened = self._open.setdefault(key, set())
             if len(opened) < self.per_origin and self._total < self.limit:
                 break
@@ -399,21 +487,21 @@ class DeliveryClient:
             waiter = asyncio.get_running_loop().create_future()
             self._waiters.append(waiter)
             await waiter
-        connection = _Connection(self, origin)
+        connection = _Connection(self, origin, depth)
+        connection.reserved = 1
         opened.add(connection)
         self._total += 1
-        try:
-            await self._open_socket(origin, connection)
-        except BaseException:
-            connection.abort()
-            raise
+        self.release(connection)  # with a depth above one, others may queue on it at once
+        connection.opening = asyncio.ensure_future(self._open_socket(origin, connection))
+        connection.opening.add_done_callback(connection.opened)
         return connection
 
     def _close_an_idle(self) -> bool:
-        for idle in self._idle.values():
-            while idle:
-                connection = idle.pop(0)
-                if not connection.closed:
+        for ready in self._ready.values():
+            for connection in ready:
+                if not connection.closed and not connection.pending and not connection.reserved:
+                    ready.remove(connection)
+                    connection.listed = False
                     connection.abort()
                     return True
         return False
@@ -473,4 +561,4 @@ class DeliveryClient:
         for opened in list(self._open.values()):
             for connection in list(opened):
                 connection.abort()
-        self._idle.clear()
+        self._ready.clear()

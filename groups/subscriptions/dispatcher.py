@@ -444,6 +444,7 @@ class PartitionDispatcher:
                 body,
                 sub.retry.timeout_ms / 1000,
                 partial.MAX_PARTIAL_BYTES if batch else MAX_ANSWER_BYTES,
+                sub.concurrency.pipeline,
             )
         except TimeoutError:
             return Answer(None, f"no answer within {sub.retry.timeout_ms} ms")

@@ -29,6 +29,7 @@ HEADER_NAME = re.compile(r"[A-Za-z0-9-]{1,100}")
 FORMATS = ("binary", "structured", "json")
 ORDERINGS = ("partition", "key", "none")
 MAX_RATE_PER_S = 100_000.0
+MAX_PIPELINE = 64  # requests on one connection before their answers
 MAX_SECRET = 4096
 MAX_URL = 2048
 MAX_FILTER_HEADERS = 16
@@ -82,11 +83,14 @@ class Concurrency:
     """Requests in flight: at most `max_in_flight` per partition under ordering `key` or `none`
     (ordering `partition` has one by definition), and at most `max_requests` for the whole
     subscription on one dispatching node, a limit that starts at one and adapts to the
-    endpoint's answers (Pub/Sub's push flow control) unless `adaptive` is false."""
+    endpoint's answers (Pub/Sub's push flow control) unless `adaptive` is false. `pipeline`:
+    requests written on one connection before their answers (HTTP/1.1 pipelining; 1, the
+    default, is one at a time)."""
 
     max_in_flight: int = 16
     max_requests: int = 64
     adaptive: bool = True
+    pipeline: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,6 +258,7 @@ def document(sub: Subscription) -> dict[str, Any]:
             "max_in_flight": sub.concurrency.max_in_flight,
             "max_requests": sub.concurrency.max_requests,
             "adaptive": sub.concurrency.adaptive,
+            "pipeline": sub.concurrency.pipeline,
         },
         "rate_limit_per_s": sub.rate_limit_per_s,
         "format": sub.format,
@@ -367,7 +372,8 @@ def _batching(value: object) -> Batching:
 
 
 def _concurrency(value: object) -> Concurrency:
-    doc = _object(value, "/concurrency", {"max_in_flight", "max_requests", "adaptive"})
+    fields = {"max_in_flight", "max_requests", "adaptive", "pipeline"}
+    doc = _object(value, "/concurrency", fields)
     adaptive = doc.get("adaptive", True)
     if not isinstance(adaptive, bool):
         raise invalid("adaptive must be true or false", "/concurrency/adaptive")
@@ -375,6 +381,7 @@ def _concurrency(value: object) -> Concurrency:
         _int(doc, "max_in_flight", 16, 1, 1000, "/concurrency"),
         _int(doc, "max_requests", 64, 1, 10_000, "/concurrency"),
         adaptive,
+        _int(doc, "pipeline", 1, 1, MAX_PIPELINE, "/concurrency"),
     )
 
 

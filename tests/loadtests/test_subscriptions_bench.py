@@ -33,6 +33,7 @@ def test_quick_run_reports_every_cell_and_ratio(tmp_path: Path) -> None:
         assert row["records"] == wanted, (what, row)  # each record once: no duplicates
         assert row["records_per_s"] > 0 and row["seconds"] > 0, row
     assert cells["subscription one record"]["requests"] == QUICK.single_records
+    assert cells["subscription one record pipelined"]["requests"] == QUICK.single_records
     assert cells["bridge one record"]["bridge_cpu_s"] > 0
     consumer = cells["consumer batch 500"]["records_per_s"]
     first = doc["figures"][0]

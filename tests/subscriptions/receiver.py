@@ -48,10 +48,13 @@ class Receiver:
     attempts: list[Attempt] = field(default_factory=list)
     tries: dict[str, int] = field(default_factory=dict)
     changed: asyncio.Condition = field(default_factory=asyncio.Condition)
+    peers: set[tuple[str, int]] = field(default_factory=set)  # the connections requests came on
     url: str = ""
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
+        if request.transport is not None:
+            self.peers.add(request.transport.get_extra_info("peername"))
         key = request.headers.get("webhook-id", "")
         self.tries[key] = n = self.tries.get(key, 0) + 1
         answer = self.behaviour(n, key)

@@ -256,6 +256,17 @@ async def test_refused_connections_and_loopback_not_allowed() -> None:
         await post(DeliveryClient(()), url)
 
 
+async def test_requests_queued_on_a_connection_that_fails_to_open_fail_with_it() -> None:
+    async with serving(always(NO_CONTENT)) as server:
+        url = server.url
+    client = DeliveryClient(ALLOWED, per_origin=1)
+    answers = await asyncio.gather(
+        *(post_body(client, url, b"x", 4) for _ in range(4)), return_exceptions=True
+    )
+    assert all(isinstance(a, ConnectionError) for a in answers)
+    assert client._total == 0 and not client._ready.get((*client.origin(url).key, 4))
+
+
 async def test_https(tmp_path: Path) -> None:
     cert, key = write_self_signed(tmp_path)
     serving_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -269,3 +280,94 @@ async def test_https(tmp_path: Path) -> None:
         await client.close()
         with pytest.raises(ConnectionError, match="CERTIFICATE_VERIFY_FAILED"):
             await post(DeliveryClient(ALLOWED), server.url)  # not trusted by default
+
+
+def echo(server: Server) -> Script:
+    """Answer each request with its own body, so a test can tell which answer is whose."""
+
+    def script(n: int) -> bytes:
+        body = server.requests[n].split(b"\r\n\r\n", 1)[1]
+        return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+
+    return script
+
+
+async def post_body(client: DeliveryClient, url: str, body: bytes, depth: int) -> Response:
+    head = b"Content-Length: %d\r\n\r\n" % len(body)
+    return await client.post(url, head, body, 5.0, 4096, depth)
+
+
+async def test_pipelined_requests_share_connections_and_get_their_own_answers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from groups.subscriptions import client as module
+
+    writes: list[int] = []
+    write_outbox = module._Connection._write_outbox
+
+    def counted(self: module._Connection) -> None:
+        writes.append(len(self.outbox) // 2)
+        write_outbox(self)
+
+    monkeypatch.setattr(module._Connection, "_write_outbox", counted)
+    client = DeliveryClient(ALLOWED)
+    async with serving(always(b"")) as server:
+        server.script = echo(server)
+        bodies = [b"%03d" % i for i in range(12)]
+        answers = await asyncio.gather(*(post_body(client, server.url, b, 4) for b in bodies))
+        assert [a.body for a in answers] == bodies
+        # Twelve requests of one turn, four to a connection: three connections, one write each.
+        assert server.connections == 3 and writes == [4, 4, 4]
+        again = await asyncio.gather(*(post_body(client, server.url, b, 4) for b in bodies[:4]))
+        assert [a.body for a in again] == bodies[:4]
+    assert server.connections == 3 and len(server.requests) == 16
+    await client.close()
+
+
+async def test_depth_one_and_pipelined_connections_are_pooled_apart() -> None:
+    client = DeliveryClient(ALLOWED)
+    async with serving(always(b"")) as server:
+        server.script = echo(server)
+        assert (await post_body(client, server.url, b"a", 1)).body == b"a"
+        assert (await post_body(client, server.url, b"b", 2)).body == b"b"
+        assert (await post_body(client, server.url, b"c", 1)).body == b"c"
+    assert server.connections == 2
+    await client.close()
+
+
+async def test_a_close_in_a_pipeline_fails_the_requests_behind_it() -> None:
+    client = DeliveryClient(ALLOWED)
+    closing = b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok"
+    async with serving(lambda n: closing if n == 1 else NO_CONTENT) as server:
+        server.close_after = lambda n: n == 1
+        answers = await asyncio.gather(
+            *(post_body(client, server.url, b"x", 4) for _ in range(4)), return_exceptions=True
+        )
+        assert [getattr(a, "status", None) for a in answers[:2]] == [204, 200]
+        assert all(isinstance(a, AnswerError) for a in answers[2:])
+        assert (await post_body(client, server.url, b"x", 4)).status == 204
+    assert server.connections == 2
+    await client.close()
+
+
+async def test_a_timeout_in_a_pipeline_fails_the_requests_behind_it() -> None:
+    client = DeliveryClient(ALLOWED)
+    async with serving(lambda n: NO_CONTENT if n >= 2 else b"") as server:
+        first = asyncio.ensure_future(client.post(server.url, HEAD, b"{}", 0.2, 4096, 2))
+        second = asyncio.ensure_future(client.post(server.url, HEAD, b"{}", 30.0, 4096, 2))
+        with pytest.raises(TimeoutError):
+            await first
+        with pytest.raises(TimeoutError):
+            await second  # behind the first on its connection: failed with it
+        assert (await post_body(client, server.url, b"x", 2)).status == 204
+    assert server.connections == 2
+    await client.close()
+
+
+async def test_answers_split_or_joined_across_reads_in_a_pipeline() -> None:
+    client = DeliveryClient(ALLOWED)
+    both = NO_CONTENT + b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nbye"
+    async with serving(lambda n: both if n == 1 else b"") as server:
+        answers = await asyncio.gather(*(post_body(client, server.url, b"x", 2) for _ in range(2)))
+        assert [(a.status, a.body) for a in answers] == [(204, b""), (200, b"bye")]
+    await client.close()

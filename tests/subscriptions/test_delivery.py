@@ -264,6 +264,33 @@ async def test_a_stopping_dispatcher_commits_what_was_acknowledged(
     assert offsets.count(10) == 2
 
 
+async def test_pipelined_requests_are_all_delivered_and_a_hung_one_is_retried(
+    client: Client, receiver: Receiver
+) -> None:
+    """Eight requests to a connection: sixteen in flight go on two connections; a request
+    that hangs holds back those behind it on its connection (the receiver answers them in
+    order), its timeout fails them all, and each is sent again with the same ids."""
+
+    def behaviour(n: int, message_id: str) -> tuple[int, dict[str, str]] | None:
+        return None if message_id == "t/0/50" and n == 1 else (204, {})
+
+    receiver.behaviour = behaviour
+    concurrency = {"max_in_flight": 16, "max_requests": 16, "adaptive": False, "pipeline": 8}
+    sub = await subscribe(
+        client, receiver.url, ordering="none", concurrency=concurrency, retry=FAST
+    )
+    await values(client, 200)
+    await receiver.until(lambda a: {x.offset for x in receiver.acked()} == set(range(200)))
+    for attempt in receiver.attempts:
+        verify(sub["signing_secret"], attempt)
+        assert attempt.headers["webhook-id"] == attempt.ce_id
+    assert [a.status for a in receiver.attempts if a.offset == 50][:2] == [0, 204]
+    # The connection the hung request was on went away, and one replaced it.
+    assert 2 <= len(receiver.peers) <= 3
+    doc = await until_described(client, lambda d: d["partitions"][0]["committed_offset"] == 200)
+    assert doc["delivered"] == 200 and doc["retried"] >= 1
+
+
 @pytest.mark.parametrize("fmt", ["structured", "batch", "json"])
 async def test_formats(client: Client, receiver: Receiver, fmt: str) -> None:
     fields: dict[str, Any] = {"format": "json" if fmt == "json" else "structured"}

@@ -24,12 +24,17 @@ def test_defaults_are_bounded() -> None:
     assert sub.signing_secret.startswith("whsec_") and len(sub.signing_key()) == 32
     assert sub.group == "subscription.s.u"
     assert sub.ordering == "partition" and sub.rate_limit_per_s is None
-    assert sub.concurrency == specs.Concurrency(max_in_flight=16, max_requests=64, adaptive=True)
+    assert sub.concurrency == specs.Concurrency(
+        max_in_flight=16, max_requests=64, adaptive=True, pipeline=1
+    )
 
 
 def test_orderings_concurrency_and_rate_round_trip() -> None:
-    sub = parsed(ordering="key", concurrency={"max_in_flight": 4}, rate_limit_per_s=2.5)
+    sub = parsed(
+        ordering="key", concurrency={"max_in_flight": 4, "pipeline": 8}, rate_limit_per_s=2.5
+    )
     assert sub.ordering == "key" and sub.concurrency.max_in_flight == 4
+    assert sub.concurrency.pipeline == 8
     assert sub.concurrency.max_requests == 64 and sub.rate_limit_per_s == 2.5
     assert specs.loaded(specs.stored(sub), 1) == specs.parse(
         specs.document(sub), uid="u", version=1
@@ -49,6 +54,9 @@ def test_orderings_concurrency_and_rate_round_trip() -> None:
         ({"concurrency": {"max_in_flight": 0}}, "/concurrency/max_in_flight"),
         ({"concurrency": {"max_requests": 10_001}}, "/concurrency/max_requests"),
         ({"concurrency": {"adaptive": "yes"}}, "/concurrency/adaptive"),
+        ({"concurrency": {"pipeline": 0}}, "/concurrency/pipeline"),
+        ({"concurrency": {"pipeline": 65}}, "/concurrency/pipeline"),
+        ({"concurrency": {"pipeline": "8"}}, "/concurrency/pipeline"),
         ({"concurrency": {"window": 3}}, "/concurrency"),
         ({"rate_limit_per_s": 0}, "/rate_limit_per_s"),
         ({"rate_limit_per_s": "10"}, "/rate_limit_per_s"),

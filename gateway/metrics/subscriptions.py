@@ -1,6 +1,7 @@
 """Push subscriptions' metrics, read at scrape time from this node's dispatchers
 (groups.subscriptions): records delivered, retried and dead-lettered, requests in flight,
-lag, and the delivery latency (record timestamp -> 2xx) histogram. Each node reports the
+lag, the adaptive concurrency limit and the delivery latency (record timestamp -> 2xx)
+histogram. Each node reports the
 partitions it dispatches; summed over nodes they are the subscription's."""
 
 from __future__ import annotations
@@ -56,6 +57,20 @@ class SubscriptionCollector(Collector):
             "Partitions stopped on a record that exhausted its budget without a dead-letter topic",
             labels=labels,
         )
+        requests = GaugeMetricFamily(
+            "sluice_subscription_requests_in_flight",
+            "Requests to the endpoint now, this node's partitions",
+            labels=labels,
+        )
+        limit = GaugeMetricFamily(
+            "sluice_subscription_concurrency_limit",
+            "The adaptive limit on requests in flight from this node (grows on fast 2xx, halves "
+            "on 429, 503, timeouts and connection errors)",
+            labels=labels,
+        )
+        for name, flow in sorted(service.flows.items()):
+            requests.add_metric([name], flow.limit.in_flight)
+            limit.add_metric([name], flow.limit.limit)
         totals: dict[str, list[int]] = {}
         for (name, _), counts in service.counts.items():
             row = totals.setdefault(name, [0, 0, 0, 0, 0, 0])
@@ -89,4 +104,4 @@ class SubscriptionCollector(Collector):
                 running += count
                 buckets.append((str(bound) if bound != float("inf") else "+Inf", running))
             latency.add_metric([name], buckets, histogram.total)
-        return [delivered, retried, dead, in_flight, lag, stopped, latency]
+        return [delivered, retried, dead, in_flight, lag, stopped, requests, limit, latency]

@@ -381,16 +381,17 @@ class DeliveryClient:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         connection = self._take((*origin.key, depth))
-        try:
-            async with asyncio.timeout_at(deadline):
-                if connection is None:
-                    connection = await self._connect(origin, depth)
-                if not connection.connected.done():
-                    await asyncio.shield(connection.connected)
-        except BaseException:
-            if connection is not None:
-                self.unreserve(connection)
-            raise
+        if connection is None or not connection.connected.done():
+            try:
+                async with asyncio.timeout_at(deadline):
+                    if connection is None:
+                        connection = await self._connect(origin, depth)
+                    if not connection.connected.done():
+                        await asyncio.shield(connection.connected)
+            except BaseException:
+                if connection is not None:
+                    self.unreserve(connection)
+                raise
         waiter = connection.send(origin.head + head, body, body_limit)
         timer = loop.call_at(deadline, connection.give_up, waiter, TimeoutError())
         try:

@@ -27,6 +27,8 @@ SUBSCRIPTION_METRICS = {
     "sluice_subscription_in_flight_records",
     "sluice_subscription_lag",
     "sluice_subscription_stopped_partitions",
+    "sluice_subscription_requests_in_flight",
+    "sluice_subscription_concurrency_limit",
     "sluice_subscription_delivery_latency_seconds_bucket",
 }
 

@@ -115,6 +115,8 @@ async def test_a_recovering_endpoint_is_not_hit_by_a_storm(
     await until_described(
         client, lambda d: d["partitions"][0]["concurrency_limit"] == 1, timeout=20
     )
+    exposition = await (await client.get("/metrics")).text()
+    assert 'sluice_subscription_concurrency_limit{subscription="s"} 1.0' in exposition
     down = False
     mark = len(receiver.traces)
     await receiver.until(lambda _: len(receiver.acked()) == 128)

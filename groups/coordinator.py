@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import itertools
 import logging
 import random
 import time
@@ -54,6 +53,7 @@ OFFSET_RESETS = ("earliest", "latest", "none")
 # positions records, never encodes them.
 RecordDecoder = Callable[[memoryview, int, int, TopicPartition], tuple[list[Any], int]]
 logger = logging.getLogger(__name__)
+RemoteFetch = Literal["read", "poll"]
 AUTO_COMMIT_WRITE_S = 1.0  # auto-commits reach the log within this (auto.commit.interval.ms)
 CURSOR_MASK = 2**31 - 1
 REPLAY_WAIT_MS = 30_000  # how long a new coordinator waits for its offsets log to commit
@@ -229,6 +229,9 @@ class GroupCoordinator:
         self._written: dict[str, tuple[Partition, int]] = {}  # each group's last write
         self.closing = False  # shutting down: sessions stop running out
         self._loop = asyncio.get_running_loop()
+        # Fetch requests sent to other nodes for members' partitions they lead, one per leader
+        # node and pass: immediate reads, and parked long-polls.
+        self.remote_fetches: dict[RemoteFetch, int] = {"read": 0, "poll": 0}
 
     # -- start ---------------------------------------------------------------------------------
 
@@ -720,9 +723,11 @@ class GroupCoordinator:
                 ):
                     return self._deliver(group, member, answer)
                 wake = member.wake = self._loop.create_future()
+                # Those that failed at once would fail again at once: no poll for them.
+                read_there = {tp: url for tp, url in elsewhere.items() if tp in fetched}
                 polls = [
-                    asyncio.ensure_future(self._poll_remote(member, tp, url, limits, remaining))
-                    for tp, url in elsewhere.items()
+                    asyncio.ensure_future(self._poll_remote(member, url, tps, limits, remaining))
+                    for url, tps in self._by_leader(member, read_there).items()
                 ]
                 try:
                     await self.replicas.wait_any(self._leaders(member.owned), remaining, wake)
@@ -785,24 +790,101 @@ class GroupCoordinator:
         elsewhere: Mapping[TopicPartition, str],
         limits: FetchLimits,
     ) -> dict[TopicPartition, remote.RemoteRead]:
-        """Fetch each partition led elsewhere at the member's position, all at once."""
-        reads = await asyncio.gather(
-            *(self._fetch_remote(group, member, tp, url, limits) for tp, url in elsewhere.items()),
-            return_exceptions=True,
+        """Fetch the partitions led elsewhere at the member's positions: one request per leader
+        node, all at once."""
+        found = await asyncio.gather(
+            *(
+                self._fetch_remote(group, member, url, tps, limits)
+                for url, tps in self._by_leader(member, elsewhere).items()
+            )
         )
         out = {}
-        for tp, read in zip(elsewhere, reads, strict=True):
-            if isinstance(read, remote.RemoteRead):
-                out[tp] = read
-            elif isinstance(read, GroupError):
-                raise read
-            elif not isinstance(read, EngineError | asyncio.CancelledError):
-                logger.warning("reading %s-%d from its leader failed: %r", tp[0], tp[1], read)
+        for reads in found:
+            for tp, read in reads.items():
+                if isinstance(read, remote.RemoteRead):
+                    out[tp] = read
+                elif isinstance(read, GroupError):
+                    raise read
+                elif not isinstance(read, EngineError | asyncio.CancelledError):
+                    logger.warning("reading %s-%d from its leader failed: %r", tp[0], tp[1], read)
+        return out
+
+    def _by_leader(
+        self, member: Member, elsewhere: Mapping[TopicPartition, str]
+    ) -> dict[str, list[TopicPartition]]:
+        """The partitions of `elsewhere` by their leader's URL, each in the member's turn."""
+        out: dict[str, list[TopicPartition]] = {}
+        for tp in self._in_turn(member):
+            url = elsewhere.get(tp)
+            if url is not None:
+                out.setdefault(url, []).append(tp)
         return out
 
     async def _fetch_remote(
-        self, group: Group, member: Member, tp: TopicPartition, url: str, limits: FetchLimits
-    ) -> remote.RemoteRead:
+        self,
+        group: Group,
+        member: Member,
+        url: str,
+        tps: Sequence[TopicPartition],
+        limits: FetchLimits,
+    ) -> dict[TopicPartition, remote.RemoteRead | BaseException]:
+        """The member's partitions the node at `url` leads, read at their positions in one
+        request (a sibling worker's from its files instead): each one's read, or why it has
+        none. Those out of range there are reset (auto_offset_reset) and read again, together."""
+        out: dict[TopicPartition, remote.RemoteRead | BaseException] = {}
+        positions = await asyncio.gather(
+            *(self._remote_position(group, member, tp, url) for tp in tps),
+            return_exceptions=True,
+        )
+        asked = {}
+        for tp, position in zip(tps, positions, strict=True):
+            if isinstance(position, BaseException):
+                out[tp] = position
+                continue
+            try:
+                beside = self.replicas.fetch_from_sibling(*tp, position, limits.max_bytes, 0, 0)
+            except Exception as exc:  # that partition's failure, not the others'
+                out[tp] = exc
+                continue
+            if beside is not None:  # a sibling worker's partition, read from its files
+                out[tp] = remote.RemoteRead(position, beside[1].data, beside[1].high_watermark)
+            else:
+                asked[tp] = position
+        found = await self._read_many(url, asked, limits.max_bytes)
+        moved = {tp: exc for tp, exc in found.items() if isinstance(exc, OffsetOutOfRange)}
+        resets = await asyncio.gather(
+            *(self._remote_reset(member, tp, url, exc) for tp, exc in moved.items()),
+            return_exceptions=True,
+        )
+        again = {}
+        for tp, position in zip(moved, resets, strict=True):
+            if isinstance(position, BaseException):
+                found[tp] = position
+            else:
+                member.positions[tp] = again[tp] = position
+        found.update(await self._read_many(url, again, limits.max_bytes))
+        out.update(found)
+        return out
+
+    async def _read_many(
+        self, url: str, positions: Mapping[TopicPartition, int], max_bytes: int
+    ) -> dict[TopicPartition, remote.RemoteRead | BaseException]:
+        """One request, answered at once, for `positions` at the node at `url` (counted); a
+        request that failed is every partition's error."""
+        if not positions:
+            return {}
+        self.remote_fetches["read"] += 1
+        try:
+            found = await remote.fetch_many(self.forwarder, url, positions, max_bytes, 0)
+        except Exception as exc:
+            return dict.fromkeys(positions, exc)
+        return dict(found)
+
+    async def _remote_position(
+        self, group: Group, member: Member, tp: TopicPartition, url: str
+    ) -> int:
+        """The member's position in a partition led elsewhere: where it is, else the
+        committed offset, else where auto_offset_reset says (asked of the leader)."""
         position = member.positions.get(tp)
         if position is None:
             committed = group.offsets.get(tp)
@@ -811,14 +893,7 @@ class GroupCoordinator:
             else:
                 position = committed.offset
             member.positions[tp] = position
-        beside = self.replicas.fetch_from_sibling(*tp, position, limits.max_bytes, 0, 0)
-        if beside is not None:  # a sibling worker's partition, read from its files
-            return remote.RemoteRead(position, beside[1].data, beside[1].high_watermark)
-        try:
-            return await remote.fetch(self.forwarder, url, *tp, position, limits.max_bytes, 0)
-        except OffsetOutOfRange as exc:
-            position = member.positions[tp] = await self._remote_reset(member, tp, url, exc)
-            return await remote.fetch(self.forwarder, url, *tp, position, limits.max_bytes, 0)
+        return position
 
     async def _remote_reset(
         self, member: Member, tp: TopicPartition, url: str, out_of_range: OffsetOutOfRange | None
@@ -830,18 +905,26 @@ class GroupCoordinator:
         raise out_of_range
 
     async def _poll_remote(
-        self, member: Member, tp: TopicPartition, url: str, limits: FetchLimits, wait_s: float
+        self,
+        member: Member,
+        url: str,
+        tps: Sequence[TopicPartition],
+        limits: FetchLimits,
+        wait_s: float,
     ) -> None:
-        """Park at the leader until it has records at the member's position, then wake the
-        member's fetch (which reads them in its next pass)."""
-        position = member.positions.get(tp)
-        if position is None:
+        """Park at the node at `url` until any of the member's partitions it leads has records
+        at the member's position, then wake the member's fetch (which reads them in its next
+        pass). A partition failing there wakes it too: that pass leaves it out of the next poll.
+        A request that failed wakes nothing (the next would fail alike)."""
+        positions = {tp: member.positions[tp] for tp in tps if tp in member.positions}
+        if not positions:
             return
+        self.remote_fetches["poll"] += 1
         with contextlib.suppress(EngineError):
-            read = await remote.fetch(
-                self.forwarder, url, *tp, position, limits.max_bytes, int(wait_s * 1000)
+            found = await remote.fetch_many(
+                self.forwarder, url, positions, limits.max_bytes, int(wait_s * 1000)
             )
-            if read.data:
+            if any(isinstance(read, EngineError) or read.data for read in found.values()):
                 member.poke()
 
     def _leader(self, topic: str, p: int) -> Partition:
@@ -906,11 +989,9 @@ class GroupCoordinator:
     ) -> PartitionReads:
         """One pass over the member's partitions, from where a rotation left off: led here,
         read in place; led elsewhere, what `fetched` brought at the member's position."""
-        owned = sorted(member.owned)
-        start = member.rotation % len(owned) if owned else 0
         out = PartitionReads([], {}, {}, 0)
         records = out.records
-        for tp in itertools.chain(owned[start:], owned[:start]):
+        for tp in self._in_turn(member):
             left = limits.max_records - len(records)
             if left <= 0 or out.bytes_read >= limits.max_bytes:
                 break
@@ -933,6 +1014,14 @@ class GroupCoordinator:
             elif next_offset > position:
                 out.next_offsets[tp] = next_offset
         return out
+
+    @staticmethod
+    def _in_turn(member: Member) -> list[TopicPartition]:
+        """The member's partitions in the order a pass visits them: sorted, from where the
+        rotation left off (so that no partition is always last)."""
+        owned = sorted(member.owned)
+        start = member.rotation % len(owned) if owned else 0
+        return owned[start:] + owned[:start]
 
     def _read_local(
         self,

@@ -1,16 +1,27 @@
 """A group member's partitions that another node leads: read from that leader over the
-internal network, as any consumer would (committed batches only), for the coordinator."""
+internal network, as any consumer would (committed batches only), for the coordinator and the
+subscriptions' partition reader."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import quote
 
 import orjson
 
-from engine.errors import OffsetOutOfRange
+from engine.errors import EngineError, OffsetOutOfRange
+from replication import session_wire
+from replication.errors import ReplicationError
 from replication.forward_client import ForwardClient, RemoteError
-from replication.node_contract import HIGH_WATERMARK, RECORD_BATCH
+from replication.metadata import TopicPartition
+from replication.node_contract import (
+    HIGH_WATERMARK,
+    RECORD_BATCH,
+    SESSION_FETCH,
+    SESSION_FETCH_ROUTE,
+    error_of,
+)
 
 
 @dataclass(frozen=True)
@@ -50,6 +61,44 @@ async def fetch(
         raise RemoteError(answer.status, problem)
     high_watermark = int(answer.headers.get(HIGH_WATERMARK, position))
     return RemoteRead(position, memoryview(answer.body), high_watermark)
+
+
+async def fetch_many(
+    forwarder: ForwardClient,
+    url: str,
+    positions: Mapping[TopicPartition, int],
+    max_bytes: int,
+    timeout_ms: int,
+) -> dict[TopicPartition, RemoteRead | EngineError]:
+    """Batches of many partitions the node at `url` leads, each from its position, in one
+    consumer fetch (replication.session_wire, replica -1), long-polling up to `timeout_ms`
+    until any has some; each partition and the whole within `max_bytes`. Per partition its read
+    or its error (OffsetOutOfRange carries the leader's log bounds). A refused request raises
+    RemoteError."""
+    request = session_wire.consumer_request(positions, timeout_ms, max_bytes)
+    answer = await forwarder.forward(
+        url,
+        "POST",
+        SESSION_FETCH_ROUTE,
+        {"Content-Type": SESSION_FETCH},
+        session_wire.encode_request(request),
+    )
+    if answer.status != 200:
+        raise RemoteError(answer.status, orjson.loads(answer.body) if answer.body else {})
+    try:
+        parts = session_wire.decode_answer(answer.body).partitions
+    except session_wire.MalformedSessionFetch as exc:
+        raise ReplicationError(f"{url}: a malformed fetch answer: {exc}") from None
+    out: dict[TopicPartition, RemoteRead | EngineError] = {}
+    for key, position in positions.items():
+        part = parts.get(key)
+        if part is None:
+            out[key] = ReplicationError(f"{url} answered nothing for {key[0]}-{key[1]}")
+        elif part.error_status:
+            out[key] = error_of(part.error_status, part.error_body)
+        else:
+            out[key] = RemoteRead(position, memoryview(part.records), part.high_watermark)
+    return out
 
 
 async def offset(

@@ -52,7 +52,7 @@ from replication.metadata import (
     TopicSpec,
 )
 from replication.partition import Partition
-from replication.session_wire import MAX_PARTITIONS, SessionFetchRequest
+from replication.session_wire import MAX_PARTITIONS, UNKNOWN_EPOCH, SessionFetchRequest
 from replication.sibling_replicas import SiblingReplicas
 from replication.tiering import TieringService
 
@@ -532,22 +532,39 @@ class ReplicaManager:
         while True:
             if not leader.is_leader:  # deleted, or led elsewhere since the fetch parked
                 leader = await self.leader(topic, partition)
-            try:
-                result = leader.read(offset, max_bytes, max_records=max_records)
-            except OffsetMovedToTieredStorage as exc:
-                return await self._read_tiered(leader, offset, max_bytes, exc)
-            except LogClosed:
-                raise UnknownTopic(f"topic {topic!r} was deleted") from None
-            except OffsetOutOfRange as exc:
-                if exc.offset > exc.log_end_offset:
-                    await self.confirm_leadership(leader)
-                raise
+            result, tiered = await self._read_committed(
+                leader, offset, max_bytes, max_records=max_records
+            )
             remaining = deadline - time.monotonic()
-            if len(result.data) >= min_bytes or remaining <= 0 or self.notifier.closing:
+            if tiered or len(result.data) >= min_bytes or remaining <= 0 or self.notifier.closing:
                 return result
             if max_records is not None and covers(result.data, offset + max_records):
                 return result
             await self.notifier.wait(leader.log, remaining)
+
+    async def _read_committed(
+        self,
+        leader: Partition,
+        offset: int,
+        max_bytes: int,
+        *,
+        min_one: bool = True,
+        max_records: int | None = None,
+    ) -> tuple[ReadResult, bool]:
+        """A consumer's read of a partition led here, below the high watermark, and whether it
+        came from S3 (below the local log start; answered as it is). A deleted topic is
+        UnknownTopic; an offset past the log end is out of range only once the store confirms
+        this node still leads (a deposed leader's log may be behind the new one's)."""
+        try:
+            return leader.read(offset, max_bytes, min_one=min_one, max_records=max_records), False
+        except OffsetMovedToTieredStorage as exc:
+            return await self._read_tiered(leader, offset, max_bytes, exc), True
+        except LogClosed:
+            raise UnknownTopic(f"topic {leader.topic!r} was deleted") from None
+        except OffsetOutOfRange as exc:
+            if exc.offset > exc.log_end_offset:
+                await self.confirm_leadership(leader)
+            raise
 
     def fetch_from_sibling(
         self,
@@ -586,8 +603,12 @@ class ReplicaManager:
         before tiering was on), the first local batches."""
         if self.tiering is None:
             raise OffsetOutOfRange(offset, exc.local_log_start_offset, leader.log_end_offset)
-        data = await self.tiering.read(leader, offset, max_bytes)
         log_ = leader.log
+        if max_bytes <= 0:  # a many-partition answer already full: S3 is not asked
+            return ReadResult(
+                memoryview(b""), log_.high_watermark, log_.log_start_offset, log_.log_end_offset
+            )
+        data = await self.tiering.read(leader, offset, max_bytes)
         if data:
             return ReadResult(data, log_.high_watermark, log_.log_start_offset, log_.log_end_offset)
         return leader.read(log_.local_log_start_offset, max_bytes)
@@ -646,7 +667,10 @@ class ReplicaManager:
         partition's batches and marks or its error). Answers as soon as any partition has
         records or an error (a full request at once, bringing every partition), or the records
         reach `min_bytes`, or `max_wait_ms` passes. One parked waiter for the whole session; a
-        newer full request of the same follower releases it."""
+        newer full request of the same follower releases it. A consumer's request (replica -1)
+        is read as `consumer_fetch` reads it, with no session (id 0)."""
+        if request.consumer:
+            return 0, await self.consumer_fetch(request)
         session = self.sessions.take(request)
         released = self._session_waiters.pop(request.replica, None)
         if released is not None and not released.done():
@@ -678,6 +702,50 @@ class ReplicaManager:
         finally:
             if self._session_waiters.get(request.replica) is waiter:
                 del self._session_waiters[request.replica]
+
+    async def consumer_fetch(
+        self, request: SessionFetchRequest
+    ) -> dict[TopicPartition, ReadResult | EngineError]:
+        """A consumer's one fetch for many partitions led here (Kafka's FetchRequest with
+        replica -1; the group coordinator's for its members): each partition's committed
+        batches from its offset, or its error. Answers as soon as any partition fails or the
+        records reach `min_bytes`, else when `max_wait_ms` passes, with one parked waiter for
+        all. Notes nothing of followers, the ISR or fetch sessions."""
+        deadline = time.monotonic() + request.max_wait_ms / 1000
+        while True:
+            found, size, errors = await self._consumer_round(request)
+            remaining = deadline - time.monotonic()
+            if errors or size >= request.min_bytes or remaining <= 0 or self.notifier.closing:
+                return found
+            logs = [p.log for key in request.partitions if (p := self.partitions.get(key))]
+            await self.notifier.wait_any(logs, remaining)
+
+    async def _consumer_round(
+        self, request: SessionFetchRequest
+    ) -> tuple[dict[TopicPartition, ReadResult | EngineError], int, bool]:
+        """Read every partition of a consumer's request in its order, within each one's
+        max_bytes and the request's in all (the first batch read comes whole, as in Kafka;
+        once the answer is full the rest read nothing): (the results, the bytes read, whether
+        any partition failed)."""
+        found: dict[TopicPartition, ReadResult | EngineError] = {}
+        size = 0
+        errors = False
+        for key, position in request.partitions.items():
+            room = max(min(position.max_bytes, request.max_bytes - size), 0)
+            try:
+                leader = self._hosted(*key)
+                if position.leader_epoch != UNKNOWN_EPOCH:
+                    leader.check_epoch(position.leader_epoch)
+                result, _ = await self._read_committed(
+                    leader, position.fetch_offset, room, min_one=size == 0
+                )
+            except EngineError as exc:
+                found[key] = exc
+                errors = True
+                continue
+            size += len(result.data)
+            found[key] = result
+        return found, size, errors
 
     def _session_round(
         self, session: FetchSession, request: SessionFetchRequest

@@ -2,9 +2,14 @@
 from a follower for every partition it follows at one leader, and the leader's answer, each
 partition's part length-prefixed and its records the stored RecordBatch v2 bytes as they are.
 
+Replica -1 is a consumer, as in Kafka: the group coordinator reading its members' partitions
+at one leader. Its request is sessionless (session_id 0 and session_epoch -1, KIP-227's full
+fetch that opens no session) and forgets nothing; a leader epoch of -1 in it is not checked.
+
 Big-endian, fixed-width integers; a topic is a u16 length and UTF-8 bytes. Request:
 
-    u8 version, i32 replica, i32 session_id (0: a new, full session), i32 session_epoch,
+    u8 version, i32 replica (-1: a consumer), i32 session_id (0: a new, full session),
+    i32 session_epoch (-1: a consumer's, sessionless),
     i32 max_wait_ms, i32 min_bytes, i32 max_bytes (in all),
     i32 count, count x (topic, i32 partition, i32 leader_epoch, i64 fetch_offset, i32 max_bytes),
     i32 count, count x (topic, i32 partition)                      the partitions forgotten
@@ -23,12 +28,16 @@ what is wrong in a `MalformedSessionFetch`.
 from __future__ import annotations
 
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from engine.config import MAX_TOPIC_NAME_LENGTH
 from replication.metadata import TopicPartition
 
 VERSION = 1
+CONSUMER = -1  # the replica of a consumer's request
+SESSIONLESS_EPOCH = -1  # a consumer's session_epoch: a full request that opens no session
+UNKNOWN_EPOCH = -1  # a consumer's leader epoch when it does not know it: not checked
 MAX_PARTITIONS = 100_000  # in one request or answer (a session holds at most this many)
 MAX_PROBLEM_BYTES = 64 * 1024
 
@@ -57,7 +66,7 @@ class FetchPosition:
 
 @dataclass(frozen=True)
 class SessionFetchRequest:
-    replica: int
+    replica: int  # a follower's node id, or CONSUMER
     session_id: int  # 0: open a new session with every partition below (a full request)
     session_epoch: int  # the session's requests so far; ignored in a full request
     max_wait_ms: int
@@ -69,6 +78,11 @@ class SessionFetchRequest:
     @property
     def full(self) -> bool:
         return self.session_id == 0
+
+    @property
+    def consumer(self) -> bool:
+        """A consumer's request: read below the high watermark, no session, no follower."""
+        return self.replica == CONSUMER
 
 
 @dataclass(frozen=True)
@@ -86,6 +100,16 @@ class PartitionAnswer:
 class SessionFetchAnswer:
     session_id: int
     partitions: dict[TopicPartition, PartitionAnswer]
+
+
+def consumer_request(
+    offsets: Mapping[TopicPartition, int], max_wait_ms: int, max_bytes: int
+) -> SessionFetchRequest:
+    """A consumer's request for `offsets` (leader epochs unchecked), answered once any
+    partition has records or at `max_wait_ms`, each partition and the whole within
+    `max_bytes`."""
+    positions = {key: FetchPosition(UNKNOWN_EPOCH, o, max_bytes) for key, o in offsets.items()}
+    return SessionFetchRequest(CONSUMER, 0, SESSIONLESS_EPOCH, max_wait_ms, 1, max_bytes, positions)
 
 
 def encode_request(request: SessionFetchRequest) -> bytes:
@@ -122,26 +146,34 @@ def decode_request(body: bytes) -> SessionFetchRequest:
     )
     if version != VERSION:
         raise MalformedSessionFetch(f"version {version}; this node speaks {VERSION}")
+    if replica < CONSUMER:
+        raise MalformedSessionFetch(f"replica is {replica}; a node id, or -1 for a consumer")
+    consumer = replica == CONSUMER
+    if consumer and (session_id, epoch) != (0, SESSIONLESS_EPOCH):
+        raise MalformedSessionFetch(
+            f"replica is -1 (a consumer) with session {session_id} in epoch {epoch}; a "
+            f"consumer's fetch is sessionless: session_id 0, session_epoch {SESSIONLESS_EPOCH}"
+        )
     for name, value in (
-        ("replica", replica),
         ("session_id", session_id),
         ("session_epoch", epoch),
         ("max_wait_ms", wait),
         ("min_bytes", min_bytes),
     ):
-        if value < 0:
+        if value < 0 and not (consumer and name == "session_epoch"):
             raise MalformedSessionFetch(f"{name} is {value}; it must not be negative")
     if max_bytes < 1:
         raise MalformedSessionFetch(f"max_bytes is {max_bytes}; it must be at least 1")
     partitions: dict[TopicPartition, FetchPosition] = {}
+    lowest_epoch = UNKNOWN_EPOCH if consumer else 0
     for _ in range(reader.count(count, "partitions")):
         topic = reader.topic()
         partition, leader_epoch, offset, part_max = reader.unpack(_PARTITION, f"{topic}'s part")
         key = _key(topic, partition)
-        if leader_epoch < 0 or offset < 0 or part_max < 1:
+        if leader_epoch < lowest_epoch or offset < 0 or part_max < 1:
             raise MalformedSessionFetch(
                 f"{topic}-{partition}: leader epoch {leader_epoch}, offset {offset} and "
-                f"max_bytes {part_max} must be >= 0, >= 0 and >= 1"
+                f"max_bytes {part_max} must be >= {lowest_epoch}, >= 0 and >= 1"
             )
         if key in partitions:
             raise MalformedSessionFetch(f"{topic}-{partition} appears twice")
@@ -152,6 +184,8 @@ def decode_request(body: bytes) -> SessionFetchRequest:
         topic = reader.topic()
         (partition,) = reader.unpack(_PARTITION_NUMBER, f"forgotten {topic}'s partition")
         forgotten.append(_key(topic, partition))
+    if consumer and forgotten:
+        raise MalformedSessionFetch("a consumer's fetch has no session to forget partitions of")
     reader.end()
     return SessionFetchRequest(
         replica, session_id, epoch, wait, min_bytes, max_bytes, partitions, tuple(forgotten)

@@ -1,13 +1,15 @@
 """Internal routes between nodes: a follower's fetches (one partition, or every partition it
 follows here in a fetch session) and its leader-epoch query (the contract of
-`replication.replica_client`), and the append of batches a front node built for a
-partition led here (`replication.forward_client`). Errors are problem+json like elsewhere."""
+`replication.replica_client`), a group coordinator's consumer fetch of its members' partitions
+led here (`groups.remote`), and the append of batches a front node built for a partition led
+here (`replication.forward_client`). Errors are problem+json like elsewhere."""
 
 from __future__ import annotations
 
 from aiohttp import web
 
 from engine.errors import EngineError
+from gateway.api.fetch import refuse_when_full
 from gateway.api.problems import from_engine_error
 from gateway.formats import codecs
 from gateway.http.params import choice_param, int_param, json_response, partition_param, read_body
@@ -76,8 +78,11 @@ async def replica_fetch(request: web.Request) -> web.Response:
 
 
 async def session_fetch(request: web.Request) -> web.Response:
-    """A follower node's fetch for every partition it follows here (replication.session_wire):
-    each partition's records, marks or problem, one part each."""
+    """A follower node's fetch for every partition it follows here, or a consumer's (replica
+    -1: another node's group coordinator) for its members' partitions led here
+    (replication.session_wire): each partition's records, marks or problem, one part each. A
+    consumer's long-poll counts as a parked fetch, refused as a partition's is when too many
+    are parked."""
     gateway = gateway_of(request)
     settings = gateway.settings
     if request.content_type != SESSION_FETCH:
@@ -93,6 +98,8 @@ async def session_fetch(request: web.Request) -> web.Response:
             f"max_wait_ms and max_bytes are at most {settings.max_wait_ms} and "
             f"{settings.max_fetch_bytes}",
         )
+    if fetch.consumer and fetch.max_wait_ms:
+        refuse_when_full(gateway.notifier, settings)
     session_id, found = await gateway.replicas.session_fetch(fetch)
     parts: dict[tuple[str, int], session_wire.PartitionAnswer] = {}
     for key, outcome in found.items():

@@ -210,7 +210,8 @@ class TieringCollector(Collector):
 
 
 class GroupCollector(Collector):
-    """Each consumer group's members, generation and total lag, read at scrape time."""
+    """Each consumer group's members, generation and total lag, read at scrape time; the
+    fetch requests the coordinator sent other nodes for its members' partitions."""
 
     def __init__(self, groups: Callable[[], GroupCoordinator | None]) -> None:
         self.groups = groups
@@ -223,6 +224,13 @@ class GroupCollector(Collector):
         lag = GaugeMetricFamily(
             "sluice_group_lag", "Records not yet committed by the group", labels=["group"]
         )
+        remote = CounterMetricFamily(
+            "sluice_group_remote_fetches",
+            "Fetch requests sent to other nodes for group members' partitions they lead: one "
+            "per leader node and pass over a member's partitions (read: answered at once; "
+            "poll: a parked long-poll)",
+            labels=["kind"],
+        )
         coordinator = self.groups()
         if coordinator is not None:
             for row in coordinator.list_groups():
@@ -230,7 +238,9 @@ class GroupCollector(Collector):
                 members.add_metric([row["group"]], row["members"])
                 generation.add_metric([row["group"]], described["generation"])
                 lag.add_metric([row["group"]], described["lag"])
-        return [members, generation, lag]
+            for kind, count in coordinator.remote_fetches.items():
+                remote.add_metric([kind], count)
+        return [members, generation, lag, remote]
 
 
 class ForwardedCollector(Collector):

@@ -1,7 +1,9 @@
 """The leader's side of fetch sessions (KIP-227), in process: node 1 is a follower on paper
 (partition states naming it), and the test plays it by posting session fetches as its fetcher
 would. Bad bodies, session errors, full and incremental answers, the long-poll's one waiter.
-Then this node as the follower of a scripted leader: what its session requests say."""
+A consumer's request (replica -1, a group coordinator's): committed batches only, no session,
+no follower progress, each partition's problem in its part, one waiter for all. Then this node
+as the follower of a scripted leader: what its session requests say."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import struct
 from dataclasses import replace
 from typing import Any
 
+import orjson
 from aiohttp import web
 
 from engine import batch as fmt
@@ -20,21 +23,32 @@ from replication.session_wire import (
     PartitionAnswer,
     SessionFetchAnswer,
     SessionFetchRequest,
+    consumer_request,
     decode_answer,
     decode_request,
     encode_answer,
     encode_request,
 )
-from tests.api.support import Client, create_topic, gateway, parked, problem, produce, wait_until
+from tests.api.support import (
+    Client,
+    Start,
+    create_topic,
+    gateway,
+    parked,
+    problem,
+    produce,
+    wait_until,
+)
 from tests.api.test_internal import lead_elsewhere
 
 FOLLOWER = 1
 PARTITIONS = 4
 
 
-async def follow_all(client: Client, topic: str = "t") -> int:
+async def follow_all(client: Client, topic: str = "t", *, in_isr: bool = False) -> int:
     """Make node 1 a live follower of every partition of `topic` in a new leader epoch (outside
-    the ISR); the epoch."""
+    the ISR unless `in_isr`: then nothing appended after is committed until it fetches); the
+    epoch."""
     broker = gateway(client).broker
     assert isinstance(broker.store, MemoryMetadataStore)
     backend = broker.store.backend
@@ -45,7 +59,11 @@ async def follow_all(client: Client, topic: str = "t") -> int:
             if name == topic:
                 epoch = state.leader_epoch + 1
                 backend.partitions[(name, p)] = replace(
-                    state, leader_epoch=epoch, replicas=(0, FOLLOWER), isr=(0,), version=revision
+                    state,
+                    leader_epoch=epoch,
+                    replicas=(0, FOLLOWER),
+                    isr=(0, FOLLOWER) if in_isr else (0,),
+                    version=revision,
                 )
     replicas = gateway(client).replicas
     await wait_until(
@@ -235,6 +253,118 @@ async def test_a_partition_refused_comes_back_as_its_problem(client: Client) -> 
     assert bad.error_status == 416 and b"OFFSET_OUT_OF_RANGE" in bad.error_body
     stale = await session_fetch(client, request(epoch - 1, {0: 0}))
     assert stale.partitions[("t", 0)].error_status == 409
+
+
+def consumer(
+    offsets: dict[tuple[str, int], int],
+    *,
+    wait_ms: int = 0,
+    max_bytes: int = 1 << 20,
+    part_max: int | None = None,
+) -> SessionFetchRequest:
+    """A group coordinator's request for `offsets` (each partition within `part_max`, if
+    given, rather than `max_bytes`)."""
+    request = consumer_request(offsets, wait_ms, max_bytes)
+    if part_max is None:
+        return request
+    parts = {key: replace(at, max_bytes=part_max) for key, at in request.partitions.items()}
+    return replace(request, partitions=parts)
+
+
+async def test_a_consumer_reads_committed_batches_only_and_leaves_no_trace(client: Client) -> None:
+    await create_topic(client, partitions=2)
+    for p in range(2):
+        await produce(client, [{"value": p}], params={"acks": "1"}, partition=p)
+    await follow_all(client, in_isr=True)
+    for p in range(2):  # appended, not committed: the follower in the ISR has not fetched it
+        await produce(client, [{"value": "later"}], params={"acks": "1"}, partition=p)
+    replicas = gateway(client).replicas
+    leaders = [replicas.partitions[("t", p)] for p in range(2)]
+    assert [(p.high_watermark, p.log_end_offset) for p in leaders] == [(1, 2), (1, 2)]
+
+    def progress() -> list[object]:
+        return [
+            (p.high_watermark, p.isr, {r: replace(f) for r, f in p.leader_state.followers.items()})
+            for p in leaders
+            if p.leader_state is not None
+        ]
+
+    before = progress()
+    assert len(before) == 2
+    answer = await session_fetch(client, consumer({("t", 0): 0, ("t", 1): 0}))
+    assert answer.session_id == 0
+    for p in range(2):
+        part = answer.partitions[("t", p)]
+        assert offsets_of(part.records) == [0]  # the record at 1 is above the high watermark
+        assert (part.high_watermark, part.log_start_offset, part.error_status) == (1, 0, 0)
+    # At the high watermark: nothing yet, and no error.
+    caught_up = await session_fetch(client, consumer({("t", 0): 1}))
+    assert caught_up.partitions[("t", 0)] == PartitionAnswer(1, 0, b"")
+    assert len(replicas.sessions) == 0
+    assert progress() == before
+
+
+async def test_a_consumers_partition_refused_comes_back_as_its_problem(client: Client) -> None:
+    await create_topic(client, partitions=3)
+    for p in range(2):
+        await produce(client, [{"value": p}], params={"acks": "1"}, partition=p)
+    await lead_elsewhere(client, "http://127.0.0.1:9", (2,))
+    answer = await session_fetch(
+        client,
+        consumer({("t", 0): 0, ("t", 1): 5, ("t", 2): 0, ("t", 7): 0, ("nope", 0): 0}),
+    )
+    assert offsets_of(answer.partitions[("t", 0)].records) == [0]
+    out_of_range = answer.partitions[("t", 1)]
+    assert out_of_range.error_status == 416
+    problem_doc = orjson.loads(out_of_range.error_body)
+    assert problem_doc["code"] == "OFFSET_OUT_OF_RANGE"
+    assert (problem_doc["offset"], problem_doc["log_start_offset"]) == (5, 0)
+    assert problem_doc["log_end_offset"] == 1
+    not_leader = orjson.loads(answer.partitions[("t", 2)].error_body)
+    assert (not_leader["code"], not_leader["leader"]) == ("NOT_LEADER_OR_FOLLOWER", FOLLOWER)
+    assert answer.partitions[("t", 7)].error_status == 404
+    assert answer.partitions[("nope", 0)].error_status == 404
+
+
+async def test_a_consumers_answer_is_bounded_per_partition_and_in_all(client: Client) -> None:
+    await create_topic(client, partitions=PARTITIONS)
+    for p in range(PARTITIONS):
+        for _ in range(3):
+            await produce(client, [{"value": "v" * 200}], params={"acks": "1"}, partition=p)
+    everything = {("t", p): 0 for p in range(PARTITIONS)}
+    capped = await session_fetch(client, consumer(everything, max_bytes=10))
+    assert [offsets_of(p.records) for p in capped.partitions.values()] == [[0], [], [], []]
+    one = len(capped.partitions[("t", 0)].records)
+    per = consumer(everything, part_max=2 * one)
+    answer = await session_fetch(client, per)
+    assert [len(offsets_of(p.records)) for p in answer.partitions.values()] == [2] * PARTITIONS
+    wide = await session_fetch(client, consumer(everything, max_bytes=3 * one + one // 2))
+    assert [len(offsets_of(p.records)) for p in wide.partitions.values()] == [3, 0, 0, 0]
+
+
+async def test_a_consumers_long_poll_is_one_waiter_answered_by_any_partition(
+    client: Client,
+) -> None:
+    await create_topic(client, partitions=PARTITIONS)
+    before = parked(client)
+    waiting = asyncio.ensure_future(
+        session_fetch(client, consumer({("t", p): 0 for p in range(PARTITIONS)}, wait_ms=30_000))
+    )
+    await wait_until(lambda: parked(client) == before + 1)  # one, not one per partition
+    await produce(client, [{"value": "z"}], params={"acks": "1"}, partition=2)
+    answer = await asyncio.wait_for(waiting, 10)
+    assert [key for key, part in answer.partitions.items() if part.records] == [("t", 2)]
+    assert sorted(answer.partitions) == [("t", p) for p in range(PARTITIONS)]
+    assert parked(client) == before
+
+
+async def test_a_consumers_long_poll_is_refused_when_too_many_are_parked(start: Start) -> None:
+    client = await start(max_parked_fetches=0)
+    await create_topic(client)
+    waiting = encode_request(consumer({("t", 0): 0}, wait_ms=1000))
+    await problem(await post(client, waiting), 503, "TOO_MANY_WAITING_FETCHES")
+    at_once = await session_fetch(client, consumer({("t", 0): 0}))
+    assert at_once.partitions[("t", 0)].error_status == 0
 
 
 class ScriptedLeader:

@@ -1,7 +1,12 @@
 """The session fetch body (replication.session_wire): what one half writes the other reads back
-whole, and every malformed answer a follower could meet is refused saying where."""
+whole, and every malformed answer a follower could meet is refused saying where; a consumer's
+request (replica -1) is sessionless, and a follower's may not borrow its -1s."""
 
 from __future__ import annotations
+
+import re
+from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -11,6 +16,7 @@ from replication.session_wire import (
     PartitionAnswer,
     SessionFetchAnswer,
     SessionFetchRequest,
+    consumer_request,
     decode_answer,
     decode_request,
     encode_answer,
@@ -73,3 +79,44 @@ def test_a_partition_number_and_a_topic_name_are_checked() -> None:
     zero_max = body[:-8] + b"\0\0\0\0" + body[-4:]
     with pytest.raises(MalformedSessionFetch, match="max_bytes 0"):
         decode_request(zero_max)
+
+
+def test_a_consumer_request_reads_back_whole() -> None:
+    request = consumer_request({("orders", 0): 10, ("orders", 3): 0}, 500, 4096)
+    assert request.consumer and request.full
+    assert (request.replica, request.session_id, request.session_epoch) == (-1, 0, -1)
+    assert request.partitions[("orders", 0)] == FetchPosition(-1, 10, 4096)
+    assert decode_request(encode_request(request)) == request
+    known_epoch = replace(request, partitions={("orders", 0): FetchPosition(3, 10, 4096)})
+    assert decode_request(encode_request(known_epoch)) == known_epoch
+
+
+@pytest.mark.parametrize(
+    ("changes", "says"),
+    [
+        ({"session_epoch": 0}, "replica is -1 (a consumer) with session 0 in epoch 0"),
+        ({"session_id": 7}, "replica is -1 (a consumer) with session 7 in epoch -1"),
+        ({"forgotten": (("t", 1),)}, "no session to forget"),
+        ({"replica": -2}, "replica is -2; a node id, or -1 for a consumer"),
+        ({"partitions": {("t", 0): FetchPosition(-2, 0, 1)}}, "leader epoch -2"),
+    ],
+)
+def test_a_malformed_consumer_request_is_refused_saying_why(
+    changes: dict[str, Any], says: str
+) -> None:
+    body = encode_request(replace(consumer_request({("t", 0): 0}, 0, 1), **changes))
+    with pytest.raises(MalformedSessionFetch, match=re.escape(says)):
+        decode_request(body)
+
+
+@pytest.mark.parametrize(
+    ("changes", "says"),
+    [
+        ({"session_epoch": -1}, "session_epoch is -1"),
+        ({"partitions": {("t", 0): FetchPosition(-1, 0, 1)}}, "leader epoch -1"),
+    ],
+)
+def test_a_follower_may_not_use_a_consumers_minus_ones(changes: dict[str, Any], says: str) -> None:
+    follower = SessionFetchRequest(1, 0, 0, 0, 1, 1, {("t", 0): FetchPosition(0, 0, 1)})
+    with pytest.raises(MalformedSessionFetch, match=says):
+        decode_request(encode_request(replace(follower, **changes)))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import pytest
@@ -38,6 +38,7 @@ from replication.metadata import (
     NO_LEADER,
     ClusterView,
     Fence,
+    LogEnd,
     NodeInfo,
     PartitionState,
     TopicPartition,
@@ -396,13 +397,14 @@ async def test_a_concurrent_change_makes_the_controller_decide_again(
             states: Sequence[tuple[TopicPartition, PartitionState]],
             fence: Fence | None = None,
             incarnations: Sequence[Mapping[int, int]] = (),
+            recovered: Collection[TopicPartition] = (),
         ) -> list[PartitionState] | None:
             nonlocal raced
             if not raced and ("t", 1) in dict(states):
                 raced = True  # node 3 is out of partition 1's ISR before the batch lands
                 current = c.state("t", 1)
                 assert await c.stores[2].set_partition("t", 1, replace(current, isr=(2, 1)))
-            return await set_partitions(states, fence, incarnations)
+            return await set_partitions(states, fence, incarnations, recovered)
 
         monkeypatch.setattr(c.stores[1], "set_partitions", racing)
         c.backend.expire(2)
@@ -460,9 +462,10 @@ async def test_rebalance_moves_many_partitions_in_few_writes() -> None:
             states: Sequence[tuple[TopicPartition, PartitionState]],
             fence: Fence | None = None,
             incarnations: Sequence[Mapping[int, int]] = (),
+            recovered: Collection[TopicPartition] = (),
         ) -> list[PartitionState] | None:
             writes.append(len(states))
-            return await set_partitions(states, fence, incarnations)
+            return await set_partitions(states, fence, incarnations, recovered)
 
         async def one(
             topic: str,
@@ -470,9 +473,10 @@ async def test_rebalance_moves_many_partitions_in_few_writes() -> None:
             state: PartitionState,
             fence: Fence | None = None,
             incarnations: Mapping[int, int] | None = None,
+            recovered: bool = False,
         ) -> PartitionState | None:
             writes.append(1)
-            return await set_partition(topic, partition, state, fence, incarnations)
+            return await set_partition(topic, partition, state, fence, incarnations, recovered)
 
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(store, "set_partitions", batch)
@@ -641,6 +645,33 @@ async def test_a_crashed_isr_member_back_alone_waits_for_one_that_kept_the_recor
         assert c.state("t", 0).isr == (2,)
 
 
+async def test_log_end_reports_are_guarded_by_the_state_and_go_with_the_recovery() -> None:
+    """The memory store's reports: a report for a state that moved since fails; the write
+    that ends the partition's recovery deletes them, and so does the topic's deletion."""
+    backend = MemoryBackend()
+    one, two = MemoryMetadataStore(backend), MemoryMetadataStore(backend)
+    await one.start(NodeInfo(1, "http://node1:8080"))
+    await two.start(NodeInfo(2, "http://node2:8080"), clean_start=False)
+    fence = await one.campaign()
+    led = PartitionState(1, 0, (1, 2), (1, 2))
+    await one.create_topic(fence, TopicSpec("t", "id", 2, 2, {}), [led, led])
+    read = [one.view.partitions[("t", p)] for p in (0, 1)]
+    waiting = [replace(s, leader=NO_LEADER, leader_epoch=1, recovering=(1, 2)) for s in read]
+    stored = await one.set_partitions([(("t", p), s) for p, s in enumerate(waiting)], fence)
+    assert stored is not None
+    end = LogEnd(0, 42, two.registration)
+    assert not await two.report_log_ends([(("t", 0), read[0].version, end)])
+    assert await two.report_log_ends([(("t", p), s.version, end) for p, s in enumerate(stored)])
+    assert one.view.reported_log_ends("t", 1) == {2: end}
+    recovered = replace(stored[0], leader=2, leader_epoch=2, isr=(2,), recovering=())
+    assert await one.set_partition("t", 0, recovered, fence, recovered=True) is not None
+    assert list(one.view.log_ends) == [("t", 1)]
+    await one.delete_topic(fence, "t")
+    assert one.view.log_ends == {}
+    await two.close()
+    await one.close()
+
+
 async def test_a_leader_cannot_keep_a_restarted_member_in_the_isr() -> None:
     """KIP-903: the guard on a member's incarnation refuses a write decided before the
     member's restart, and lets through one that saw it."""
@@ -741,9 +772,10 @@ class FlakyStore(MemoryMetadataStore):
         states: Sequence[tuple[TopicPartition, PartitionState]],
         fence: Fence | None = None,
         incarnations: Sequence[Mapping[int, int]] = (),
+        recovered: Collection[TopicPartition] = (),
     ) -> list[PartitionState] | None:
         self._outage("set_partitions")
-        return await super().set_partitions(states, fence, incarnations)
+        return await super().set_partitions(states, fence, incarnations, recovered)
 
 
 async def test_store_outages_are_retried(monkeypatch: pytest.MonkeyPatch) -> None:

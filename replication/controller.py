@@ -92,11 +92,12 @@ def elect_leader(
     that, KIP-966's rule for the last replicas standing: a restarted ISR member that had shut
     down cleanly leads alone; one that crashed, only once every ISR member is back and each
     of them crashed, as another may come back with the records it lost: then the one with
-    the longest log (KIP-966's balanced recovery, on the `log_ends` their nodes reported;
-    the caller says what may be lost). Failing that, with `unclean`, the first available
-    replica alone; else the partition is offline with its last ISR kept (its crashed members
-    recorded as `recovering`: they report their log ends), so that it comes back when an ISR
-    member does. Every change is a new leader epoch."""
+    the longest log (KIP-966's balanced recovery, on the `log_ends` their nodes reported; the
+    caller says what may be lost), or with `unclean` the first of them without waiting.
+    Failing that, with `unclean`, the first available replica alone; else the partition is
+    offline with its last ISR kept (its crashed members recorded as `recovering`: they report
+    their log ends), so that it comes back when an ISR member does. Every change is a new
+    leader epoch."""
     available = live - offline
     in_sync = available - restarted - crashed
     if state.leader in in_sync:
@@ -114,6 +115,8 @@ def elect_leader(
     survivor = intact[0] if intact else None
     if survivor is None and back and len(back) == len(state.isr):
         survivor = longest_log(back, log_ends or {})
+        if survivor is None and unclean:
+            survivor = back[0]  # an unclean election does not wait for the log ends
     if survivor is not None:
         return replace(led, leader=survivor, isr=(survivor,))
     fallback = next((r for r in state.replicas if r in available), None) if unclean else None

@@ -619,6 +619,10 @@ def test_the_longest_log_is_elected_once_each_crashed_isr_member_reported() -> N
     assert elect_leader(RECOVERING, ALL, False, crashed=ALL, log_ends=partial) is None
     # One that dies before reporting is no longer back: the partition waits for its return.
     assert elect_leader(RECOVERING, frozenset({1, 2}), False, crashed=ALL, log_ends=partial) is None
+    # An unclean election waits for nothing: the first of them, not a replica out of the ISR.
+    narrow = replace(RECOVERING, isr=(2, 3), recovering=(2, 3))
+    new = elect_leader(narrow, ALL, True, crashed=ALL, log_ends=partial)
+    assert new is not None and (new.leader, new.isr) == (2, (2,))
 
 
 def test_a_log_end_reported_by_an_earlier_incarnation_is_ignored() -> None:

@@ -40,6 +40,7 @@ from replication.metadata import (
     NO_LEADER,
     ClusterView,
     Fence,
+    LogEnd,
     MetadataStore,
     PartitionState,
     TopicSpec,
@@ -76,6 +77,7 @@ def elect_leader(
     offline: frozenset[int] = frozenset(),
     restarted: frozenset[int] = frozenset(),
     crashed: frozenset[int] = frozenset(),
+    log_ends: Mapping[int, LogEnd] | None = None,
 ) -> PartitionState | None:
     """The partition's next state when a replica it counts on is gone, else None.
 
@@ -89,11 +91,13 @@ def elect_leader(
     replica.lag.time.max.ms). Otherwise the first available in-sync replica leads. Failing
     that, KIP-966's rule for the last replicas standing: a restarted ISR member that had shut
     down cleanly leads alone; one that crashed, only once every ISR member is back and each
-    of them crashed (the first of them; the caller says what may be lost), as another may
-    come back with the records it lost. Failing that, with `unclean`, the first available
-    replica alone; else the partition is offline with its last ISR kept (its crashed members
-    recorded as `recovering`), so that it comes back when an ISR member does. Every change
-    is a new leader epoch."""
+    of them crashed, as another may come back with the records it lost: then the one with
+    the longest log (KIP-966's balanced recovery, on the `log_ends` their nodes reported; the
+    caller says what may be lost), or with `unclean` the first of them without waiting.
+    Failing that, with `unclean`, the first available replica alone; else the partition is
+    offline with its last ISR kept (its crashed members recorded as `recovering`: they report
+    their log ends), so that it comes back when an ISR member does. Every change is a new
+    leader epoch."""
     available = live - offline
     in_sync = available - restarted - crashed
     if state.leader in in_sync:
@@ -108,8 +112,12 @@ def elect_leader(
         return replace(led, leader=clean, isr=tuple(r for r in state.isr if r in in_sync))
     back = [r for r in state.replicas if r in available and r in state.isr]
     intact = [r for r in back if r not in crashed]
-    if intact or (back and len(back) == len(state.isr)):
-        survivor = (intact or back)[0]
+    survivor = intact[0] if intact else None
+    if survivor is None and back and len(back) == len(state.isr):
+        survivor = longest_log(back, log_ends or {})
+        if survivor is None and unclean:
+            survivor = back[0]  # an unclean election does not wait for the log ends
+    if survivor is not None:
         return replace(led, leader=survivor, isr=(survivor,))
     fallback = next((r for r in state.replicas if r in available), None) if unclean else None
     if fallback is not None:
@@ -118,6 +126,16 @@ def elect_leader(
     if state.leader == NO_LEADER and state.recovering == recovering:
         return None
     return replace(state, leader=NO_LEADER, leader_epoch=epoch, recovering=recovering)
+
+
+def longest_log(candidates: Sequence[int], log_ends: Mapping[int, LogEnd]) -> int | None:
+    """The candidate whose log is longest: the greatest last leader epoch, then log end
+    offset; on a tie the first in order. None until each has reported, unless it is alone."""
+    if len(candidates) == 1:
+        return candidates[0]
+    if any(r not in log_ends for r in candidates):
+        return None
+    return max(candidates, key=lambda r: (log_ends[r].leader_epoch, log_ends[r].end_offset))
 
 
 def elect_preferred(
@@ -454,7 +472,15 @@ class Controller:
             unclean = configs[topic].unclean_leader_election_enable
             offline = view.offline_replicas(topic, partition)
             restarted = view.restarted(state)
-            new = elect_leader(state, view.live, unclean, offline, restarted, view.crashed(state))
+            new = elect_leader(
+                state,
+                view.live,
+                unclean,
+                offline,
+                restarted,
+                view.crashed(state),
+                view.reported_log_ends(topic, partition),
+            )
             if new is not None:
                 change = Change.decided(view, topic, partition, state, new, offline, restarted)
                 available = state.leader in view.live - offline - restarted
@@ -471,7 +497,12 @@ class Controller:
         fails alone, and the change that moved it wakes the next pass). Returns how many
         were stored."""
         states = [((c.topic, c.partition), c.new) for c in changes]
-        stored = await self.store.set_partitions(states, fence, [c.incarnations for c in changes])
+        stored = await self.store.set_partitions(
+            states,
+            fence,
+            [c.incarnations for c in changes],
+            [(c.topic, c.partition) for c in changes if c.recovered],
+        )
         if stored is None:
             return sum([await self._write(fence, change) for change in changes])
         for change, state in zip(changes, stored, strict=True):
@@ -500,7 +531,7 @@ class Controller:
         that moved it wakes the next pass, which decides again from the newer state)."""
         topic, partition = change.topic, change.partition
         stored = await self.store.set_partition(
-            topic, partition, change.new, fence, change.incarnations
+            topic, partition, change.new, fence, change.incarnations, change.recovered
         )
         if stored is None:
             log.info("%s-%d changed while electing; deciding again", topic, partition)
@@ -515,7 +546,8 @@ class Change:
     replicas reporting the partition offline, `restarted`: the ISR members whose process
     started since (both named in the log if they caused it); `incarnations`: the new ISR's
     incarnations the decision assumed (the write's guard, KIP-903); `unclean_recovery`:
-    every ISR member restarted after a crash, and the new leader is one of them."""
+    every ISR member restarted after a crash, and the new leader is one of them;
+    `log_ends`: the log ends its ISR members reported meanwhile (named in the log)."""
 
     topic: str
     partition: int
@@ -525,6 +557,12 @@ class Change:
     restarted: frozenset[int] = frozenset()
     incarnations: Mapping[int, int] = field(default_factory=dict)
     unclean_recovery: bool = False
+    log_ends: Mapping[int, LogEnd] = field(default_factory=dict)
+
+    @property
+    def recovered(self) -> bool:
+        """Whether the change ends the partition's recovery (its log ends go with it)."""
+        return bool(self.old.recovering) and not self.new.recovering
 
     @classmethod
     def decided(
@@ -538,6 +576,7 @@ class Change:
         restarted: frozenset[int] = frozenset(),
     ) -> Change:
         """A change decided on `view`, guarded by the incarnations it saw."""
+        unclean_recovery = new.leader in view.crashed(old)
         return cls(
             topic,
             partition,
@@ -546,7 +585,8 @@ class Change:
             offline,
             restarted,
             {r: view.registered.get(r, 0) for r in new.isr},
-            new.leader in view.crashed(old),
+            unclean_recovery,
+            view.reported_log_ends(topic, partition) if unclean_recovery else {},
         )
 
 
@@ -560,9 +600,20 @@ def _log_change(change: Change, stored: PartitionState) -> None:
     if restarted:
         notes.append(f"nodes {restarted} restarted")
     if change.unclean_recovery:
+        ends = change.log_ends
+        logs = ", ".join(
+            f"node {r} at {ends[r].end_offset} in epoch {ends[r].leader_epoch}"
+            for r in old.isr
+            if r in ends
+        )
+        lost = (
+            f" (log ends: {logs}): records acknowledged past its end are lost"
+            if logs
+            else ": what it had acknowledged but not fsynced is lost"
+        )
         notes.append(
-            f"every in-sync replica restarted after a crash, node {stored.leader} leads: what "
-            "it had acknowledged but not fsynced is lost (KIP-966's unclean recovery)"
+            f"every in-sync replica restarted after a crash, node {stored.leader} leads{lost} "
+            "(KIP-966's unclean recovery)"
         )
     log.log(
         logging.WARNING if failed or change.unclean_recovery else logging.INFO,

@@ -1,6 +1,6 @@
 """Cluster metadata in etcd: nodes registered under a lease, controller election by lowest
-create revision, topics and partition states, nodes' offline reports, push subscriptions; one
-watch keeps the published view current."""
+create revision, topics and partition states, nodes' offline reports and recovering replicas'
+log ends, push subscriptions; one watch keeps the published view current."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import functools
 import logging
 import math
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
 import msgspec
 
@@ -35,6 +35,7 @@ from replication.metadata import (
     MAX_PARTITIONS_PER_WRITE,
     ClusterView,
     Fence,
+    LogEnd,
     MetadataStore,
     NodeInfo,
     PartitionState,
@@ -76,6 +77,14 @@ class _PartitionRecord(msgspec.Struct, omit_defaults=True):
     recovering: tuple[int, ...] = ()
 
 
+class _LogEndRecord(msgspec.Struct):
+    """log_ends/<topic>/<partition>/<node>: a recovering replica's log end (LogEnd)."""
+
+    leader_epoch: int
+    end_offset: int
+    incarnation: int
+
+
 def _split_for_topic(puts: list[Put]) -> tuple[list[list[Put]], list[Put]]:
     """A topic's partition writes as batches to store before its record, and the rest, to
     store with it: each transaction within etcd's default --max-txn-ops (128) and far below its
@@ -109,7 +118,7 @@ class EtcdMetadataStore(MetadataStore):
 
     Layout: cluster_id, nodes/<id> (permanent), live/<id>, offline/<id> and
     controller/<lease hex> (under this node's lease), topics/<name>, partitions/<name>/<p>,
-    subscriptions/<name>; versions are mod revisions."""
+    log_ends/<name>/<p>/<id>, subscriptions/<name>; versions are mod revisions."""
 
     def __init__(
         self,
@@ -152,6 +161,7 @@ class EtcdMetadataStore(MetadataStore):
         self._election: dict[str, tuple[int, int]] = {}  # key -> (create revision, node id)
         self._topics: dict[str, TopicSpec] = {}
         self._partitions: dict[TopicPartition, PartitionState] = {}
+        self._log_ends: dict[TopicPartition, dict[int, LogEnd]] = {}
         self._subscriptions: dict[str, StoredSubscription] = {}
 
     def _key(self, *parts: str | int) -> bytes:
@@ -301,6 +311,7 @@ class EtcdMetadataStore(MetadataStore):
             self._election.clear()
             self._topics.clear()
             self._partitions.clear()
+            self._log_ends.clear()
             self._subscriptions.clear()
             for kv in update.kvs:
                 self._apply(kv.key, kv)
@@ -332,6 +343,9 @@ class EtcdMetadataStore(MetadataStore):
             elif kind == "partitions":
                 topic, _, partition = rest.rpartition("/")
                 self._apply_partition((topic, int(partition)), kv)
+            elif kind == "log_ends":
+                topic, partition, node = rest.rsplit("/", 2)
+                self._apply_log_end((topic, int(partition)), int(node), kv)
             elif kind == "subscriptions" and kv is not None:
                 self._subscriptions[rest] = StoredSubscription(rest, kv.value, kv.mod_revision)
             elif kind == "subscriptions":
@@ -387,6 +401,16 @@ class EtcdMetadataStore(MetadataStore):
             return
         self._partitions[tp] = _partition_state(kv)
 
+    def _apply_log_end(self, tp: TopicPartition, node_id: int, kv: KeyValue | None) -> None:
+        ends = self._log_ends.setdefault(tp, {})
+        if kv is None:
+            ends.pop(node_id, None)
+        else:
+            record = msgspec.json.decode(kv.value, type=_LogEndRecord)
+            ends[node_id] = LogEnd(record.leader_epoch, record.end_offset, record.incarnation)
+        if not ends:
+            del self._log_ends[tp]
+
     def _view(self, revision: int) -> ClusterView:
         controller = min(self._election.values())[1] if self._election else None
         return ClusterView(
@@ -405,6 +429,7 @@ class EtcdMetadataStore(MetadataStore):
             subscriptions=dict(self._subscriptions),
             registered=dict(self._registered),
             unclean_starts=frozenset(self._unclean_starts),
+            log_ends={key: dict(ends) for key, ends in self._log_ends.items()},
         )
 
     def _wake(self) -> None:
@@ -539,10 +564,15 @@ class EtcdMetadataStore(MetadataStore):
     async def delete_topic(self, fence: Fence, name: str) -> None:
         topic_key = self._key("topics", name)
         partitions = self._key("partitions", name) + b"/"
+        log_ends = self._key("log_ends", name) + b"/"
         result = await self._fenced_txn(
             fence,
             [Compare(topic_key, "VERSION", 0, "GREATER")],
-            [Delete(topic_key), Delete(partitions, prefix_end(partitions))],
+            [
+                Delete(topic_key),
+                Delete(partitions, prefix_end(partitions)),
+                Delete(log_ends, prefix_end(log_ends)),
+            ],
         )
         if not result.succeeded:
             raise UnknownTopic(f"topic {name!r} does not exist")
@@ -552,6 +582,7 @@ class EtcdMetadataStore(MetadataStore):
         states: Sequence[tuple[TopicPartition, PartitionState]],
         fence: Fence | None = None,
         incarnations: Sequence[Mapping[int, int]] = (),
+        recovered: Collection[TopicPartition] = (),
     ) -> list[PartitionState] | None:
         if len(states) > MAX_PARTITIONS_PER_WRITE:
             raise ValueError(f"at most {MAX_PARTITIONS_PER_WRITE} partitions per write")
@@ -567,11 +598,35 @@ class EtcdMetadataStore(MetadataStore):
             ]
         if fence is not None:
             compares.append(Compare(fence.key.encode(), "CREATE", fence.create_revision))
-        puts = [self._put_partition(topic, p, state) for (topic, p), state in states]
-        result = await self._client.txn(compares, puts)
+        ops: list[Put | Delete] = [
+            self._put_partition(topic, p, state) for (topic, p), state in states
+        ]
+        for topic, p in recovered:
+            log_ends = self._key("log_ends", topic, p) + b"/"
+            ops.append(Delete(log_ends, prefix_end(log_ends)))
+        result = await self._client.txn(compares, ops)
         if not result.succeeded:
             return None
         return [dataclasses.replace(state, version=result.revision) for _, state in states]
+
+    async def report_log_ends(self, reports: Sequence[tuple[TopicPartition, int, LogEnd]]) -> bool:
+        if len(reports) > MAX_PARTITIONS_PER_WRITE:
+            raise ValueError(f"at most {MAX_PARTITIONS_PER_WRITE} partitions per write")
+        node_id = self._node_id
+        compares = [
+            Compare(self._key("partitions", topic, p), "MOD", version)
+            for (topic, p), version, _ in reports
+        ]
+        puts = [
+            Put(
+                self._key("log_ends", topic, p, node_id),
+                msgspec.json.encode(
+                    _LogEndRecord(end.leader_epoch, end.end_offset, end.incarnation)
+                ),
+            )
+            for (topic, p), _, end in reports
+        ]
+        return (await self._client.txn(compares, puts)).succeeded
 
     async def put_subscription(self, name: str, document: bytes, version: int) -> int | None:
         key = self._key("subscriptions", name)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -25,6 +25,7 @@ from replication.metadata import (
     MAX_PARTITIONS_PER_WRITE,
     ClusterView,
     Fence,
+    LogEnd,
     MetadataStore,
     NodeInfo,
     PartitionState,
@@ -37,8 +38,8 @@ ELECTION_PREFIX = "election/"
 
 
 class MemoryBackend:
-    """The shared keyspace: nodes, leases, election keys, offline reports, topics and
-    partition states.
+    """The shared keyspace: nodes, leases, election keys, offline reports, topics, partition
+    states and the log ends reported for them.
 
     Every change takes the next revision of one counter (etcd's) as the version of what it
     wrote, and is published to every store attached to the backend."""
@@ -54,6 +55,7 @@ class MemoryBackend:
         self.offline: dict[int, frozenset[TopicPartition]] = {}  # live nodes' reports
         self.topics: dict[str, TopicSpec] = {}
         self.partitions: dict[TopicPartition, PartitionState] = {}
+        self.log_ends: dict[TopicPartition, dict[int, LogEnd]] = {}
         self.subscriptions: dict[str, StoredSubscription] = {}
         self.stores: list[MemoryMetadataStore] = []
         self._changed: asyncio.Event | None = None
@@ -132,6 +134,7 @@ class MemoryBackend:
             subscriptions=dict(self.subscriptions),
             registered=dict(self.registered),
             unclean_starts=frozenset(self.unclean_starts),
+            log_ends={key: dict(ends) for key, ends in self.log_ends.items()},
         )
 
     @contextmanager
@@ -262,12 +265,14 @@ class MemoryMetadataStore(MetadataStore):
             del backend.topics[name]
             for key in [key for key in backend.partitions if key[0] == name]:
                 del backend.partitions[key]
+                backend.log_ends.pop(key, None)
 
     async def set_partitions(
         self,
         states: Sequence[tuple[TopicPartition, PartitionState]],
         fence: Fence | None = None,
         incarnations: Sequence[Mapping[int, int]] = (),
+        recovered: Collection[TopicPartition] = (),
     ) -> list[PartitionState] | None:
         await asyncio.sleep(0)
         backend = self.backend
@@ -286,7 +291,25 @@ class MemoryMetadataStore(MetadataStore):
             stored = [replace(state, version=revision) for _, state in states]
             for (key, _), new in zip(states, stored, strict=True):
                 backend.partitions[key] = new
+            for key in recovered:
+                backend.log_ends.pop(key, None)
         return stored
+
+    async def report_log_ends(self, reports: Sequence[tuple[TopicPartition, int, LogEnd]]) -> bool:
+        await asyncio.sleep(0)
+        if self.node is None:
+            raise RuntimeError("start() the store before reporting")
+        backend = self.backend
+        if len(reports) > MAX_PARTITIONS_PER_WRITE:
+            raise ValueError(f"at most {MAX_PARTITIONS_PER_WRITE} partitions per write")
+        for key, version, _ in reports:
+            current = backend.partitions.get(key)
+            if current is None or current.version != version:
+                return False
+        with backend.transaction():
+            for key, _, end in reports:
+                backend.log_ends.setdefault(key, {})[self.node.node_id] = end
+        return True
 
     def _check_fence(self, fence: Fence) -> None:
         if not self.backend.fence_holds(fence):

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 NO_LEADER = -1
-# Partitions per all-or-none write: two guards each and the fence stay within etcd's default
-# --max-txn-ops of 128.
+# Partitions per all-or-none write: two guards each and the fence, a put and a delete each,
+# stay within etcd's default --max-txn-ops of 128.
 MAX_PARTITIONS_PER_WRITE = 60
 
 TopicPartition = tuple[str, int]
@@ -61,6 +61,17 @@ class PartitionState:
 
 
 @dataclass(frozen=True)
+class LogEnd:
+    """A replica's log as its node reports it while the partition waits for its crashed ISR
+    members (KIP-966's balanced recovery): the last epoch in its leader-epoch cache, its log
+    end offset, and the incarnation (`ClusterView.registered`) of the process that read them."""
+
+    leader_epoch: int
+    end_offset: int
+    incarnation: int
+
+
+@dataclass(frozen=True)
 class ClusterView:
     """One consistent snapshot of the metadata, as of `revision`."""
 
@@ -79,6 +90,8 @@ class ClusterView:
     # KIP-841): a partition state stored before it does not know of that restart
     registered: Mapping[int, int] = field(default_factory=dict)
     unclean_starts: frozenset[int] = frozenset()  # nodes whose process started after a crash
+    # partition -> node -> its replica's log end, reported while the partition is recovering
+    log_ends: Mapping[TopicPartition, Mapping[int, LogEnd]] = field(default_factory=dict)
 
     def partition(self, topic: str, partition: int) -> PartitionState | None:
         return self.partitions.get((topic, partition))
@@ -98,6 +111,13 @@ class ClusterView:
         """The ISR members that may have lost unsynced writes since they were in sync: those
         the state records as recovering, and those that restarted since after a crash."""
         return frozenset(state.recovering) | (self.restarted(state) & self.unclean_starts)
+
+    def reported_log_ends(self, topic: str, partition: int) -> dict[int, LogEnd]:
+        """The partition's log ends reported by the nodes' current processes: an earlier
+        incarnation's report describes a log that may have lost its tail since."""
+        registered = self.registered
+        reported = self.log_ends.get((topic, partition), {})
+        return {n: end for n, end in reported.items() if end.incarnation == registered.get(n)}
 
 
 @dataclass(frozen=True)
@@ -217,7 +237,8 @@ class MetadataStore(ABC):
 
     @abstractmethod
     async def delete_topic(self, fence: Fence, name: str) -> None:
-        """Remove a topic and its partitions' states (UnknownTopic if there is none)."""
+        """Remove a topic, its partitions' states and their reported log ends (UnknownTopic if
+        there is none)."""
 
     async def set_partition(
         self,
@@ -226,14 +247,19 @@ class MetadataStore(ABC):
         state: PartitionState,
         fence: Fence | None = None,
         incarnations: Mapping[int, int] | None = None,
+        recovered: bool = False,
     ) -> PartitionState | None:
         """Compare-and-set a partition's state on `state.version` (the version it was read
         at), also guarded by `fence` when the controller writes, and by `incarnations`: the
         ISR members' incarnations (`ClusterView.registered`) the decision assumed, so that a
-        replica which restarted meanwhile is not kept in the ISR (KIP-903). Returns the
+        replica which restarted meanwhile is not kept in the ISR (KIP-903). `recovered`: the
+        write ends the partition's recovery, its log ends reported go with it. Returns the
         stored state with its new version, or None if a guard did not hold."""
         guards = [] if incarnations is None else [incarnations]
-        stored = await self.set_partitions([((topic, partition), state)], fence, guards)
+        key = (topic, partition)
+        stored = await self.set_partitions(
+            [(key, state)], fence, guards, [key] if recovered else ()
+        )
         return None if stored is None else stored[0]
 
     @abstractmethod
@@ -242,11 +268,20 @@ class MetadataStore(ABC):
         states: Sequence[tuple[TopicPartition, PartitionState]],
         fence: Fence | None = None,
         incarnations: Sequence[Mapping[int, int]] = (),
+        recovered: Collection[TopicPartition] = (),
     ) -> list[PartitionState] | None:
         """`set_partition` for several partitions at once, all or none (one etcd transaction:
-        at most MAX_PARTITIONS_PER_WRITE); `incarnations`: guards, any number. Returns the
+        at most MAX_PARTITIONS_PER_WRITE); `incarnations`: guards, any number; `recovered`:
+        those of the partitions whose reported log ends the write deletes. Returns the
         stored states in order, or None if any guard did not hold (then nothing was
         written)."""
+
+    @abstractmethod
+    async def report_log_ends(self, reports: Sequence[tuple[TopicPartition, int, LogEnd]]) -> bool:
+        """Store this node's log end of each partition that waits for it (KIP-966's balanced
+        recovery), all or none (at most MAX_PARTITIONS_PER_WRITE), each guarded by the
+        version of the partition's state that asked for it, so that none outlives the
+        recovery. False if a guard did not hold (then nothing was written)."""
 
     @abstractmethod
     async def put_subscription(self, name: str, document: bytes, version: int) -> int | None:

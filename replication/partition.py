@@ -27,7 +27,7 @@ from replication.errors import (
     UnknownLeaderEpoch,
 )
 from replication.idempotency import IdempotencyIndex, Marker, first_marker
-from replication.metadata import NO_LEADER, PartitionState
+from replication.metadata import NO_LEADER, LogEnd, PartitionState
 from replication.replica_state import LeaderState
 
 
@@ -361,6 +361,11 @@ class Partition:
     def epoch_entries(self) -> list[tuple[int, int]]:
         """This replica's (leader epoch, start offset) entries, oldest first."""
         return [(e.epoch, e.start_offset) for e in self.log.epoch_cache.entries]
+
+    def log_end(self, incarnation: int) -> LogEnd:
+        """This replica's last leader epoch and log end offset, as this process (of
+        `incarnation`) reports them while the partition recovers (KIP-966)."""
+        return LogEnd(self.log.epoch_cache.latest_epoch, self.log.log_end_offset, incarnation)
 
     def truncate_to(self, offset: int) -> None:
         """Drop the local records at and after `offset` (a follower's divergent tail)."""

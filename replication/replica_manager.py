@@ -5,7 +5,8 @@ on disk; each partition made leader or follower in its epoch), and it is the one
 what the gateway and the group coordinator do to a partition: append and wait for acks, read
 below the high watermark with long-polling, answer followers' fetches, and write the ISR
 changes a leader decides. It reports the partitions a storage failure took offline here, for
-the controller to move their leadership (KIP-112).
+the controller to move their leadership (KIP-112), and its replicas' log ends where a partition
+waits for its crashed ISR members (KIP-966).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from replication.fetch_sessions import FetchSession, FetchSessions
 from replication.group_commit import AppendGroups, FlushGroups
 from replication.idempotency import IdempotencyIndex
 from replication.isr_writes import IsrWrites
+from replication.log_end_reports import LogEndReports
 from replication.metadata import (
     NO_LEADER,
     ClusterView,
@@ -124,6 +126,8 @@ class ReplicaManager:
         self.flushes = FlushGroups()
         self.sessions = FetchSessions(MAX_PARTITIONS)  # followers' fetch sessions, as leader
         self.isr_changes = IsrWrites(store)  # this turn's ISR changes, stored together
+        self.log_ends = LogEndReports(store)
+        self._log_ends_task: asyncio.Task[None] | None = None
         self._session_waiters: dict[int, asyncio.Future[None]] = {}  # one per session
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -132,6 +136,7 @@ class ReplicaManager:
         """Take up the roles of the current view, then follow every change. Views are applied
         one at a time: one that arrives while the first is applied (reading the logs'
         idempotency markers can take a while) waits for it, as every later one does."""
+        self._log_ends_task = asyncio.create_task(self.log_ends.run())
         self._applying = first = asyncio.create_task(self._apply(self.store.view))
         self.store.add_listener(self._view_changed)
         if self._report_offline:
@@ -148,9 +153,10 @@ class ReplicaManager:
         if self._report_offline:
             self.manager.remove_offline_listener(self._log_offline)
         tasks: list[asyncio.Future[Any]] = [*self._tasks]
-        tasks.extend(t for t in (self._applying, self._isr_task) if t is not None)
-        if self._isr_task is not None:
-            self._isr_task.cancel()
+        background = [t for t in (self._isr_task, self._log_ends_task) if t is not None]
+        tasks.extend(t for t in (self._applying, *background) if t is not None)
+        for task in background:
+            task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
     def add_topics_listener(self, listener: TopicsListener) -> None:
@@ -213,6 +219,15 @@ class ReplicaManager:
                 # A partition's first role (at start-up, or its topic created or grown here)
                 # is in the summary below; a later change (a failover) is news: a line each.
                 (log.debug if key in first else log.info)(_role(self.partitions[key]))
+        self.log_ends.update(
+            {
+                key: (state.version, self.partitions[key].log_end(self.store.registration))
+                for key, state in hosted
+                if state.leader == NO_LEADER
+                and self.node_id in state.recovering
+                and not self.partitions[key].log.offline
+            }
+        )
         if first:
             log.info(
                 "took up %d partitions: %s",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import pytest
@@ -38,6 +38,7 @@ from replication.metadata import (
     NO_LEADER,
     ClusterView,
     Fence,
+    LogEnd,
     NodeInfo,
     PartitionState,
     TopicPartition,
@@ -396,13 +397,14 @@ async def test_a_concurrent_change_makes_the_controller_decide_again(
             states: Sequence[tuple[TopicPartition, PartitionState]],
             fence: Fence | None = None,
             incarnations: Sequence[Mapping[int, int]] = (),
+            recovered: Collection[TopicPartition] = (),
         ) -> list[PartitionState] | None:
             nonlocal raced
             if not raced and ("t", 1) in dict(states):
                 raced = True  # node 3 is out of partition 1's ISR before the batch lands
                 current = c.state("t", 1)
                 assert await c.stores[2].set_partition("t", 1, replace(current, isr=(2, 1)))
-            return await set_partitions(states, fence, incarnations)
+            return await set_partitions(states, fence, incarnations, recovered)
 
         monkeypatch.setattr(c.stores[1], "set_partitions", racing)
         c.backend.expire(2)
@@ -460,9 +462,10 @@ async def test_rebalance_moves_many_partitions_in_few_writes() -> None:
             states: Sequence[tuple[TopicPartition, PartitionState]],
             fence: Fence | None = None,
             incarnations: Sequence[Mapping[int, int]] = (),
+            recovered: Collection[TopicPartition] = (),
         ) -> list[PartitionState] | None:
             writes.append(len(states))
-            return await set_partitions(states, fence, incarnations)
+            return await set_partitions(states, fence, incarnations, recovered)
 
         async def one(
             topic: str,
@@ -470,9 +473,10 @@ async def test_rebalance_moves_many_partitions_in_few_writes() -> None:
             state: PartitionState,
             fence: Fence | None = None,
             incarnations: Mapping[int, int] | None = None,
+            recovered: bool = False,
         ) -> PartitionState | None:
             writes.append(1)
-            return await set_partition(topic, partition, state, fence, incarnations)
+            return await set_partition(topic, partition, state, fence, incarnations, recovered)
 
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(store, "set_partitions", batch)
@@ -548,8 +552,9 @@ def test_elect_preferred_never_moves_leadership_to_a_replica_reported_offline() 
         (LEADING, ALL, {3}, {3}, (1, 5, (1, 2))),
         # Only restarted ISR members left: the first one that started cleanly leads alone...
         (LEADING, ALL, {1, 2, 3}, {1}, (2, 5, (2,))),
-        # ...or, every one of them back after a crash, the first in replica order...
-        (LEADING, ALL, {1, 2, 3}, {1, 2, 3}, (1, 5, (1,))),
+        # ...or, every one of them back after a crash, the longest log once each reported
+        # (below); until then none leads...
+        (LEADING, ALL, {1, 2, 3}, {1, 2, 3}, (NO_LEADER, 5, (1, 2, 3))),
         # ...but not while another ISR member may come back with what they lost (KIP-966).
         (replace(LEADING, leader=2), {1}, {1}, {1}, (NO_LEADER, 5, (1, 2, 3))),
         # A member recorded as recovering stays out of the running once no longer new...
@@ -573,6 +578,71 @@ def test_elect_leader_voids_the_isr_membership_of_a_restarted_replica(
 def test_a_partition_waiting_for_an_isr_member_is_left_as_it_is() -> None:
     waiting = replace(LEADING, leader=NO_LEADER, recovering=(1,))
     assert elect_leader(waiting, frozenset({1}), False, crashed=frozenset({1})) is None
+
+
+# Every ISR member back after a crash, waiting for their log ends (KIP-966's balanced recovery).
+RECOVERING = replace(LEADING, leader=NO_LEADER, leader_epoch=5, recovering=(1, 2, 3))
+
+
+def log_ends(**ends: tuple[int, int]) -> dict[int, LogEnd]:
+    """Nodes' (last leader epoch, log end offset) by name: n1=(4, 10) is node 1's."""
+    return {int(name[1:]): LogEnd(epoch, end, 0) for name, (epoch, end) in ends.items()}
+
+
+@pytest.mark.parametrize(
+    ("state", "ends", "leader"),
+    [
+        # The longest log leads...
+        (RECOVERING, log_ends(n1=(4, 10), n2=(4, 30), n3=(4, 20)), 2),
+        # ...the latest leader epoch before the larger end offset...
+        (RECOVERING, log_ends(n1=(3, 100), n2=(4, 10), n3=(4, 5)), 2),
+        # ...and of equal logs, the first in replica order.
+        (
+            replace(RECOVERING, replicas=(3, 1, 2), isr=(3, 1, 2), recovering=(3, 1, 2)),
+            log_ends(n1=(4, 30), n2=(4, 30), n3=(4, 10)),
+            1,
+        ),
+    ],
+)
+def test_every_isr_member_back_after_a_crash_elects_the_longest_log(
+    state: PartitionState, ends: dict[int, LogEnd], leader: int
+) -> None:
+    new = elect_leader(state, ALL, False, crashed=ALL, log_ends=ends)
+    assert new == replace(state, leader=leader, leader_epoch=6, isr=(leader,), recovering=())
+
+
+def test_the_longest_log_is_elected_once_each_crashed_isr_member_reported() -> None:
+    partial = log_ends(n1=(4, 10), n2=(4, 30))
+    # The leader among them, back within its lease: the partition waits, leaderless, for all.
+    waiting = elect_leader(LEADING, ALL, False, restarted=ALL, crashed=ALL, log_ends=partial)
+    assert waiting == RECOVERING
+    assert elect_leader(RECOVERING, ALL, False, crashed=ALL, log_ends=partial) is None
+    # One that dies before reporting is no longer back: the partition waits for its return.
+    assert elect_leader(RECOVERING, frozenset({1, 2}), False, crashed=ALL, log_ends=partial) is None
+    # An unclean election waits for nothing: the first of them, not a replica out of the ISR.
+    narrow = replace(RECOVERING, isr=(2, 3), recovering=(2, 3))
+    new = elect_leader(narrow, ALL, True, crashed=ALL, log_ends=partial)
+    assert new is not None and (new.leader, new.isr) == (2, (2,))
+
+
+def test_a_log_end_reported_by_an_earlier_incarnation_is_ignored() -> None:
+    view = ClusterView(
+        cluster_id="c",
+        controller=1,
+        nodes={},
+        live=ALL,
+        topics={},
+        partitions={("t", 0): RECOVERING},
+        registered={1: 10, 2: 11, 3: 12},
+        # Node 3's report is from its process before the last restart, whose log was longer.
+        log_ends={("t", 0): {1: LogEnd(4, 10, 10), 2: LogEnd(4, 20, 11), 3: LogEnd(4, 99, 7)}},
+    )
+    reported = view.reported_log_ends("t", 0)
+    assert reported == {1: LogEnd(4, 10, 10), 2: LogEnd(4, 20, 11)}
+    assert elect_leader(RECOVERING, ALL, False, crashed=ALL, log_ends=reported) is None
+    reported[3] = LogEnd(4, 15, 12)
+    new = elect_leader(RECOVERING, ALL, False, crashed=ALL, log_ends=reported)
+    assert new is not None and new.leader == 2
 
 
 def test_elect_preferred_waits_for_a_restarted_preferred_replica_to_rejoin() -> None:
@@ -639,6 +709,67 @@ async def test_a_crashed_isr_member_back_alone_waits_for_one_that_kept_the_recor
         c.backend.revive(2)
         await c.until(leader_is("t", 0, 2), "node 2 to lead")
         assert c.state("t", 0).isr == (2,)
+
+
+async def test_a_power_cut_elects_the_isr_member_that_kept_the_longest_log(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Every node loses power and comes back, each having lost a different part of its
+    unsynced tail: the partition waits, leaderless, until each has reported its log end, then
+    node 3, which kept the most, leads (the first in replica order, node 1, kept the least);
+    the controller names every log end in a WARNING, and the reports go with the recovery."""
+    async with running_cluster() as c:
+        await c.controllers[1].create_topic("t", 1, 3)  # led by node 1, ISR (1, 2, 3)
+        for node in NODES:
+            await c.controllers[node].close()
+            c.backend.expire(node)
+        for node in NODES:
+            await restart(c, node, clean_start=False)
+        c.controllers[1] = controller = Controller(c.stores[1], 1, TopicConfig())
+        controller.start()
+        await c.until(
+            lambda view: view.partitions[("t", 0)].recovering == NODES, "the partition to wait"
+        )
+        waiting = c.state("t", 0)
+        assert waiting.leader == NO_LEADER
+        for node, end in ((1, 10), (2, 20), (3, 30)):  # node 2 would lead without node 3's
+            store = c.stores[node]
+            end_of_log = LogEnd(0, end, store.registration)
+            assert await store.report_log_ends([(("t", 0), waiting.version, end_of_log)])
+        await c.until(lambda view: view.partitions[("t", 0)].leader != NO_LEADER, "a leader")
+        state = c.state("t", 0)
+        assert (state.leader, state.leader_epoch, state.isr) == (3, waiting.leader_epoch + 1, (3,))
+        assert c.view.log_ends == {}
+        warned = [r.getMessage() for r in caplog.records if "unclean recovery" in r.getMessage()]
+        assert len(warned) == 1
+        assert "node 3 leads (log ends: node 1 at 10 in epoch 0, node 2 at 20" in warned[0]
+
+
+async def test_log_end_reports_are_guarded_by_the_state_and_go_with_the_recovery() -> None:
+    """The memory store's reports: a report for a state that moved since fails; the write
+    that ends the partition's recovery deletes them, and so does the topic's deletion."""
+    backend = MemoryBackend()
+    one, two = MemoryMetadataStore(backend), MemoryMetadataStore(backend)
+    await one.start(NodeInfo(1, "http://node1:8080"))
+    await two.start(NodeInfo(2, "http://node2:8080"), clean_start=False)
+    fence = await one.campaign()
+    led = PartitionState(1, 0, (1, 2), (1, 2))
+    await one.create_topic(fence, TopicSpec("t", "id", 2, 2, {}), [led, led])
+    read = [one.view.partitions[("t", p)] for p in (0, 1)]
+    waiting = [replace(s, leader=NO_LEADER, leader_epoch=1, recovering=(1, 2)) for s in read]
+    stored = await one.set_partitions([(("t", p), s) for p, s in enumerate(waiting)], fence)
+    assert stored is not None
+    end = LogEnd(0, 42, two.registration)
+    assert not await two.report_log_ends([(("t", 0), read[0].version, end)])
+    assert await two.report_log_ends([(("t", p), s.version, end) for p, s in enumerate(stored)])
+    assert one.view.reported_log_ends("t", 1) == {2: end}
+    recovered = replace(stored[0], leader=2, leader_epoch=2, isr=(2,), recovering=())
+    assert await one.set_partition("t", 0, recovered, fence, recovered=True) is not None
+    assert list(one.view.log_ends) == [("t", 1)]
+    await one.delete_topic(fence, "t")
+    assert one.view.log_ends == {}
+    await two.close()
+    await one.close()
 
 
 async def test_a_leader_cannot_keep_a_restarted_member_in_the_isr() -> None:
@@ -741,9 +872,10 @@ class FlakyStore(MemoryMetadataStore):
         states: Sequence[tuple[TopicPartition, PartitionState]],
         fence: Fence | None = None,
         incarnations: Sequence[Mapping[int, int]] = (),
+        recovered: Collection[TopicPartition] = (),
     ) -> list[PartitionState] | None:
         self._outage("set_partitions")
-        return await super().set_partitions(states, fence, incarnations)
+        return await super().set_partitions(states, fence, incarnations, recovered)
 
 
 async def test_store_outages_are_retried(monkeypatch: pytest.MonkeyPatch) -> None:

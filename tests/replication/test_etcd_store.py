@@ -22,7 +22,9 @@ from replication.etcd_client import EtcdClient, Events, Put, Snapshot, TxnResult
 from replication.etcd_store import EtcdMetadataStore
 from replication.metadata import (
     MAX_PARTITIONS_PER_WRITE,
+    NO_LEADER,
     ClusterView,
+    LogEnd,
     NodeInfo,
     PartitionState,
     TopicSpec,
@@ -463,6 +465,48 @@ async def test_a_partitions_recovering_members_are_stored(make_store: StoreFacto
     assert stored is not None
     assert await one.wait_for(lambda view: view.partition("t", 0) == stored, WAIT_S)
     assert one.view.crashed(stored) == frozenset({1})
+
+
+async def test_log_ends_are_reported_for_a_recovering_state_and_go_with_its_recovery(
+    make_store: StoreFactory, etcd_server: EtcdProcess, prefix: str
+) -> None:
+    """A node's log end report is guarded by the state that asked for it, reaches every view
+    (tied to the reporting process's incarnation), and is deleted by the write that ends the
+    partition's recovery or by the topic's deletion. A full batch each way fits etcd's default
+    --max-txn-ops (this etcd's)."""
+    one = await make_store(1)
+    fence = await one.campaign()
+    count = MAX_PARTITIONS_PER_WRITE
+    await one.create_topic(fence, topic("t", count), states(count))
+    assert await one.wait_for(lambda view: view.partition("t", count - 1) is not None, WAIT_S)
+    read = [one.view.partitions[("t", p)] for p in range(count)]
+    waiting = [replace(s, leader=NO_LEADER, leader_epoch=1, recovering=(1, 2)) for s in read]
+    stored = await one.set_partitions([(("t", p), s) for p, s in enumerate(waiting)], fence)
+    assert stored is not None
+    two = EtcdMetadataStore([etcd_server.url], prefix=prefix)
+    try:
+        await two.start(NodeInfo(2, "http://127.0.0.1:9002"), clean_start=False)
+        ends = {p: LogEnd(0, 100 + p, two.registration) for p in range(count)}
+        reports = [(("t", p), s.version, ends[p]) for p, s in enumerate(stored)]
+        assert not await two.report_log_ends([(("t", 0), read[0].version, ends[0])])
+        assert await two.report_log_ends(reports)
+        assert await one.wait_for(lambda view: len(view.log_ends) == count, WAIT_S)
+        assert one.view.reported_log_ends("t", 7) == {2: ends[7]}
+
+        recovered = [
+            (("t", p), replace(s, leader=2, leader_epoch=2, isr=(2,), recovering=()))
+            for p, s in enumerate(stored)
+        ]
+        keys = [key for key, _ in recovered]
+        assert await one.set_partitions(recovered[1:], fence, (), keys[1:]) is not None
+        assert await one.wait_for(lambda view: list(view.log_ends) == [("t", 0)], WAIT_S)
+        await one.delete_topic(fence, "t")
+        assert await one.wait_for(lambda view: view.log_ends == {}, WAIT_S)
+        await one.create_topic(fence, topic("t", 1), states(1))
+        assert await two.wait_for(lambda view: "t" in view.topics, WAIT_S)
+        assert two.view.log_ends == {}  # a topic created again starts with none
+    finally:
+        await two.close()
 
 
 async def test_a_topic_wider_than_a_transaction_is_created_in_batches(

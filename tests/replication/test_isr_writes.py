@@ -4,7 +4,7 @@ compare-and-set on its own version."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 
 from replication.isr_writes import IsrWrites
@@ -39,9 +39,10 @@ async def test_one_turns_changes_go_in_batches() -> None:
         states: Sequence[tuple[TopicPartition, PartitionState]],
         fence: Fence | None = None,
         incarnations: Sequence[Mapping[int, int]] = (),
+        recovered: Collection[TopicPartition] = (),
     ) -> list[PartitionState] | None:
         batches.append(len(states))
-        return await set_partitions(states, fence, incarnations)
+        return await set_partitions(states, fence, incarnations, recovered)
 
     store.set_partitions = counted  # type: ignore[method-assign]  # counts the store's writes
     writes = IsrWrites(store)

@@ -589,13 +589,16 @@ class EtcdMetadataStore(MetadataStore):
         compares = []
         for (topic, partition), state in states:
             key = self._key("partitions", topic, partition)
-            compares += [Compare(key, "CREATE", 0, "GREATER"), Compare(key, "MOD", state.version)]
-        for assumed in incarnations:
-            # A node without an incarnation key compares as revision 0.
-            compares += [
-                Compare(self._key("incarnations", r), "MOD", revision)
-                for r, revision in assumed.items()
-            ]
+            compares.append(Compare(key, "MOD", state.version))  # a deleted key's is 0
+            if not state.version:
+                compares.append(Compare(key, "CREATE", 0, "GREATER"))
+        # One guard per node and revision for the whole write, however many partitions assumed
+        # it (etcd counts compares against --max-txn-ops). A node without an incarnation key
+        # compares as revision 0.
+        guards = {(r, revision) for assumed in incarnations for r, revision in assumed.items()}
+        compares += [
+            Compare(self._key("incarnations", r), "MOD", revision) for r, revision in sorted(guards)
+        ]
         if fence is not None:
             compares.append(Compare(fence.key.encode(), "CREATE", fence.create_revision))
         ops: list[Put | Delete] = [

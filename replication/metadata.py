@@ -15,8 +15,9 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 NO_LEADER = -1
-# Partitions per all-or-none write: two guards each and the fence, a put and a delete each,
-# stay within etcd's default --max-txn-ops of 128.
+# Partitions per all-or-none write: a guard each, one per node's incarnation and the fence; a
+# put and a delete each: within etcd's default --max-txn-ops of 128 (etcd counts the compares
+# and the operations apart) for clusters of up to 67 nodes.
 MAX_PARTITIONS_PER_WRITE = 60
 
 TopicPartition = tuple[str, int]

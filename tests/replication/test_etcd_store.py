@@ -453,6 +453,24 @@ async def test_each_process_start_is_an_incarnation_that_guards_isr_writes(
     assert one.registration == first  # a store's incarnation is its process's
 
 
+async def test_a_full_batch_guarded_by_every_members_incarnation_fits_the_default_txn_ops(
+    make_store: StoreFactory,
+) -> None:
+    """MAX_PARTITIONS_PER_WRITE partitions, each write assuming three nodes' incarnations (the
+    batched ISR writes): one guard per node for the whole write, within this etcd's default
+    --max-txn-ops of 128; a guard that no longer holds still fails all of it."""
+    one = await make_store(1)
+    fence = await one.campaign()
+    count = MAX_PARTITIONS_PER_WRITE
+    await one.create_topic(fence, topic("t", count), states(count))
+    assert await one.wait_for(lambda view: view.partition("t", count - 1) is not None, WAIT_S)
+    read = [(("t", p), one.view.partitions[("t", p)]) for p in range(count)]
+    assumed = [{1: one.registration, 5: 0, 6: 0}] * count  # 5, 6: never registered
+    stale = [{1: one.registration, 5: 1}, *assumed[1:]]
+    assert await one.set_partitions(read, fence, stale) is None
+    assert await one.set_partitions(read, fence, assumed) is not None
+
+
 async def test_a_partitions_recovering_members_are_stored(make_store: StoreFactory) -> None:
     one = await make_store(1)
     fence = await one.campaign()

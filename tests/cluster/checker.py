@@ -272,7 +272,7 @@ def _check_ops(
                     )
         if not first_node:
             continue
-        _check_order(history.ops, at, where, verdict)
+        _check_order(history.ops, at, where, _built_at(markers), changed, verdict)
         for op in history.ops:
             _check_replays(op, at, verdict)
         for p, record in markers:
@@ -388,16 +388,42 @@ def _stored_as_acked(op: ProduceOp, at: dict[tuple[int, int], tuple[str, int] | 
     )
 
 
+def _built_at(markers: list[tuple[int, LogRecord]]) -> dict[tuple[str, int], float]:
+    """When each stored request's batch was built, by op key and partition (its marker's
+    clock); unreadable markers are reported by _check_marker."""
+    out = {}
+    for p, record in markers:
+        assert record.idempotency is not None
+        fields = record.idempotency.decode().split("\n")
+        if len(fields) == 5 and fields[4].isdigit():
+            out[(fields[0], p)] = int(fields[4]) / 1000
+    return out
+
+
+def _restored(op: ProduceOp, p: int, built: dict[tuple[str, int], float]) -> bool:
+    """Whether op's batch in p was built after its first answer: the answered append was
+    lost and a later attempt or replay stored the records again (at the same offsets by
+    chance, or the op would not count as stored where its answer said)."""
+    answered = op.acked_attempt
+    when = built.get((op.key, p))
+    return answered is not None and when is not None and when > answered.wall[1] + MARKER_SLACK_S
+
+
 def _check_order(
     ops: list[ProduceOp],
     at: dict[tuple[int, int], tuple[str, int] | None],
     where: dict[tuple[str, int], list[tuple[int, int]]],
+    built: dict[tuple[str, int], float],
+    changed: set[int],
     verdict: Verdict,
 ) -> None:
     """A request's records in one partition sit at consecutive offsets in request order; a
     producer's requests (sent one at a time) that are stored where their answers said got
-    rising offsets in each partition."""
-    last: dict[tuple[int, int], tuple[int, str]] = {}  # (worker, partition) -> base, op key
+    rising offsets in each partition. An acks=0 or 1 request whose answered append was lost
+    with a leader change and stored again later is out of that order (that loss is allowed);
+    otherwise the order still holds it, as the loss rules do not allow that loss."""
+    # (worker, partition) -> base, op key and acks, stored again after its answer
+    last: dict[tuple[int, int], tuple[int, str, bool]] = {}
     for op in sorted(ops, key=lambda o: (o.worker, o.attempts[0].start if o.attempts else 0.0)):
         per_partition: dict[int, list[int]] = defaultdict(list)
         for p, i in op.records:
@@ -415,14 +441,17 @@ def _check_order(
         if acked is None or not _stored_as_acked(op, at):
             continue
         for p, base, _ in acked:
+            if op.acks != "all" and p in changed and _restored(op, p, built):
+                continue
             before = last.get((op.worker, p))
             if before is not None and before[0] >= base:
                 verdict.add(
                     "reordered",
                     f"p{p}: op {op.key} (acks={op.acks}) was sent after op {before[1]} was "
-                    f"answered, yet got offset {base}, not past {before[0]}",
+                    f"answered, yet got offset {base}, not past {before[0]}"
+                    + (" (stored again after its answer)" if before[2] else ""),
                 )
-            last[(op.worker, p)] = (base, op.key)
+            last[(op.worker, p)] = (base, f"{op.key} (acks={op.acks})", _restored(op, p, built))
 
 
 def _check_replays(

@@ -277,9 +277,10 @@ class PartitionDispatch:
         """The attempt to make now, if any: a batch due for its retry, else a new batch."""
         if self.paused or self.stopped is not None:
             return None
-        for batch in self._ready():
-            if now >= batch.not_before:
-                return self._send(batch)
+        if len(self.batches) > self.sending_count:  # a batch not in flight: a retry may be due
+            for batch in self._ready():
+                if now >= batch.not_before:
+                    return self._send(batch)
         if not self._may_take() or not self._full(now):
             return None
         records = self._take_keyed() if self.ordering == "key" else self._take()
@@ -305,7 +306,7 @@ class PartitionDispatch:
         """The outstanding batches to send again once due: not in flight nor being
         dead-lettered nor behind an earlier one (_waits), while fewer requests than
         max_outstanding are in flight (the halves of split batches may outnumber it)."""
-        if len(self.batches) == self.sending_count or self.sending_count >= self.max_outstanding:
+        if self.sending_count >= self.max_outstanding:
             return
         for at, batch in enumerate(self.batches):
             if not batch.sending and not batch.dead_lettering and not self._waits(at, batch):

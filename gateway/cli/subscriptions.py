@@ -34,6 +34,11 @@ def add_commands(commands: Any, with_url: AddUrl) -> None:
     create.add_argument("--max-wait-ms", type=int, help="how long a batch may wait to fill")
     create.add_argument("--max-attempts", type=int)
     create.add_argument(
+        "--bisect-on-error",
+        action="store_true",
+        help="split a batch the endpoint refuses (4xx, 5xx but 503) to isolate the bad record",
+    )
+    create.add_argument(
         "--ordering",
         choices=["partition", "key", "none"],
         help="partition: one request per partition, in order; key: in order per key; none",
@@ -86,8 +91,13 @@ def _spec(args: argparse.Namespace) -> dict[str, Any]:
                                   ("max_wait_ms", args.max_wait_ms)) if v is not None}  # fmt: skip
     if batching:
         doc["batching"] = {**doc.get("batching", {}), **batching}
+    retry: dict[str, Any] = {}
     if args.max_attempts is not None:
-        doc["retry"] = {**doc.get("retry", {}), "max_attempts": args.max_attempts}
+        retry["max_attempts"] = args.max_attempts
+    if args.bisect_on_error:
+        retry["bisect_on_error"] = True
+    if retry:
+        doc["retry"] = {**doc.get("retry", {}), **retry}
     if args.ordering:
         doc["ordering"] = args.ordering
     pairs = (

@@ -69,13 +69,16 @@ class RetryPolicy:
     """Knative's delivery spec in our words: `timeout_ms` per request, `max_attempts` in all
     (retry = max_attempts - 1), exponential backoff from `min_backoff_ms` doubling to
     `max_backoff_ms` with jitter, a receiver's Retry-After honoured up to
-    `retry_after_max_ms` (Knative's retryAfterMax)."""
+    `retry_after_max_ms` (Knative's retryAfterMax). `bisect_on_error`: a batch the endpoint
+    blames for its content is split in two rather than retried whole (Lambda's
+    BisectBatchOnFunctionError; state.py)."""
 
     timeout_ms: int = 10_000
     max_attempts: int = 10
     min_backoff_ms: int = 10_000
     max_backoff_ms: int = 600_000
     retry_after_max_ms: int = 600_000
+    bisect_on_error: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,6 +272,7 @@ def document(sub: Subscription) -> dict[str, Any]:
             "min_backoff_ms": sub.retry.min_backoff_ms,
             "max_backoff_ms": sub.retry.max_backoff_ms,
             "retry_after_max_ms": sub.retry.retry_after_max_ms,
+            "bisect_on_error": sub.retry.bisect_on_error,
         },
         "filter": {
             "key_prefix": None if sub.filter.key_prefix is None else sub.filter.key_prefix.decode(),
@@ -399,13 +403,17 @@ def _rate(value: object) -> float | None:
 
 def _retry(value: object) -> RetryPolicy:
     fields = {"timeout_ms", "max_attempts", "min_backoff_ms", "max_backoff_ms"}
-    doc = _object(value, "/retry", fields | {"retry_after_max_ms"})
+    doc = _object(value, "/retry", fields | {"retry_after_max_ms", "bisect_on_error"})
+    bisect = doc.get("bisect_on_error", False)
+    if not isinstance(bisect, bool):
+        raise invalid("bisect_on_error must be true or false", "/retry/bisect_on_error")
     policy = RetryPolicy(
         _int(doc, "timeout_ms", 10_000, 10, 900_000, "/retry"),
         _int(doc, "max_attempts", 10, 1, 100, "/retry"),
         _int(doc, "min_backoff_ms", 10_000, 1, 3_600_000, "/retry"),
         _int(doc, "max_backoff_ms", 600_000, 1, 3_600_000, "/retry"),
         _int(doc, "retry_after_max_ms", 600_000, 0, 3_600_000, "/retry"),
+        bisect,
     )
     if policy.max_backoff_ms < policy.min_backoff_ms:
         raise invalid("max_backoff_ms must be at least min_backoff_ms", "/retry/max_backoff_ms")

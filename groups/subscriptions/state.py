@@ -11,13 +11,20 @@ batches in any order. In every case the position to commit is the lowest offset 
 acknowledged or dead-lettered. The records outstanding are at most `window` (max_in_flight x
 max_records); the driver coalesces commits, and records done but not yet committed are asked
 to be committed at once past UNCOMMITTED_WINDOWS windows, and with those outstanding never
-exceed UNCOMMITTED_WINDOWS + 1 windows: what a crash delivers again, at most."""
+exceed UNCOMMITTED_WINDOWS + 1 windows: what a crash delivers again, at most.
+
+With `bisect_on_error`, a batch whose content the endpoint blames (a 4xx refusal, a 5xx other
+than 503) is replaced by its two halves, in its place among the outstanding batches (the
+window's records unchanged); a half is sent only after every earlier outstanding batch
+(`partition`) or every earlier one holding any of its keys (`key`) is done, and requests in
+flight stay within max_in_flight. The answer that splits a batch is not spent from its halves'
+budget (`Batch.spent`)."""
 
 from __future__ import annotations
 
 import email.utils
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -73,11 +80,13 @@ class Answer:
 @dataclass(eq=False, slots=True)
 class Batch:
     """Records sent together, from their first attempt until acknowledged or dead-lettered
-    (a partial batch response leaves only the records it named failed)."""
+    (a partial batch response leaves only the records it named failed; a split, two halves)."""
 
     records: tuple[DeliveryRecord, ...]
     keys: frozenset[bytes | None] = frozenset()  # ordering `key`: the keys it holds back
-    attempts: int = 0
+    attempts: int = 0  # requests that carried these records, a split batch's included
+    spent: int = 0  # of those, the ones counted against max_attempts (not the splitting one)
+    half: bool = False  # from a split: may wait for an earlier outstanding batch (_waits)
     not_before: float = 0.0  # its next attempt, not before this time
     sending: bool = False
     dead_lettering: bool = False  # waits for its dead-letter produce
@@ -269,8 +278,8 @@ class PartitionDispatch:
         if self.paused or self.stopped is not None:
             return None
         if len(self.batches) > self.sending_count:  # a batch not in flight: a retry may be due
-            for batch in self.batches:
-                if not batch.sending and not batch.dead_lettering and now >= batch.not_before:
+            for batch in self._ready():
+                if now >= batch.not_before:
                     return self._send(batch)
         if not self._may_take() or not self._full(now):
             return None
@@ -281,8 +290,7 @@ class PartitionDispatch:
         batch = Batch(records)
         if self.ordering == "key":
             batch.keys = frozenset(r.key for r in records)
-            for key in batch.keys:
-                self.busy_keys[key] = self.busy_keys.get(key, 0) + 1
+            self._hold(batch.keys)
         self.batches.append(batch)
         self.outstanding_records += len(records)
         return self._send(batch)
@@ -291,7 +299,40 @@ class PartitionDispatch:
         batch.sending = True
         self.sending_count += 1
         batch.attempts += 1
+        batch.spent += 1
         return Send(batch, batch.records, batch.attempts)
+
+    def _ready(self) -> Iterator[Batch]:
+        """The outstanding batches to send again once due: not in flight nor being
+        dead-lettered nor behind an earlier one (_waits), while fewer requests than
+        max_outstanding are in flight (the halves of split batches may outnumber it)."""
+        if self.sending_count >= self.max_outstanding:
+            return
+        for at, batch in enumerate(self.batches):
+            if not batch.sending and not batch.dead_lettering and not self._waits(at, batch):
+                yield batch
+
+    def _waits(self, at: int, batch: Batch) -> bool:
+        """Whether `batch`, the outstanding batch at `at`, waits for an earlier one: only a half
+        does (a batch taken new held only free keys), for any earlier batch under `partition`
+        (offset order), for one holding any of its keys under `key`."""
+        if not batch.half or self.ordering == "none":
+            return False
+        if self.ordering == "partition":
+            return at > 0
+        return any(not batch.keys.isdisjoint(b.keys) for b in self.batches[:at])
+
+    def _hold(self, keys: frozenset[bytes | None]) -> None:
+        for key in keys:
+            self.busy_keys[key] = self.busy_keys.get(key, 0) + 1
+
+    def _release(self, keys: frozenset[bytes | None]) -> None:
+        for key in keys:
+            left = self.busy_keys[key] - 1
+            if left:
+                self.busy_keys[key] = left
+            else:
+                del self.busy_keys[key]
 
     def _room(self) -> int:
         """How many more records the window lets out now: outstanding ones at most the window,
@@ -321,7 +362,7 @@ class PartitionDispatch:
         """When next_send may have something new to say without any other event."""
         if self.paused or self.stopped is not None:
             return None
-        due = [b.not_before for b in self.batches if not b.sending and not b.dead_lettering]
+        due = [b.not_before for b in self._ready()]
         if self._may_take():
             due.append(self.first_buffered_at + self.batching.max_wait_ms / 1000)
         return min(due, default=None)
@@ -400,16 +441,63 @@ class PartitionDispatch:
             return None
         if verdict == "gone":
             self.paused = True
-            batch.attempts = 0
+            batch.attempts = batch.spent = 0
             return Pause(f"the endpoint answered 410 Gone at offset {batch.records[0].offset}")
-        if verdict == "fail" or batch.attempts >= self.policy.max_attempts:
+        if self._bisects(batch, answer, verdict):
+            self._bisect(batch, verdict, now, rand)
+            return None
+        if verdict == "fail" or batch.spent >= self.policy.max_attempts:
             return self._exhausted(batch, answer)
         self.retried += len(batch.records)
-        delay = backoff_s(self.policy, batch.attempts, rand)
+        delay = backoff_s(self.policy, batch.spent, rand)
         if verdict == "throttle" and answer.retry_after_s is not None:
             delay = max(delay, min(answer.retry_after_s, self.policy.retry_after_max_ms / 1000))
         batch.not_before = now + delay
         return None
+
+    def _bisects(self, batch: Batch, answer: Answer, verdict: Verdict) -> bool:
+        """Whether to split `batch` rather than retry or dead-letter it whole: bisect_on_error,
+        more than one record, and an answer blaming its content, a 4xx refusal or a 5xx other
+        than 503; never a throttle (429, 503), a timeout or broken connection (no status), 408
+        or 410: those are not the records' fault, and splitting would multiply the requests
+        to an endpoint in trouble."""
+        status = answer.status
+        return (
+            self.policy.bisect_on_error
+            and len(batch.records) > 1
+            and status is not None
+            and (
+                (verdict == "fail" and 400 <= status < 500)
+                or (verdict == "retry" and status >= 500)
+            )
+        )
+
+    def _bisect(self, batch: Batch, verdict: Verdict, now: float, rand: float) -> None:
+        """Put `batch`'s two halves (the lower offsets first) in its place, each retried on its
+        own with the attempts it made but the splitting one not spent: at once after a 4xx (the
+        content was refused: waiting does not help), after the backoff after a 5xx."""
+        delay = 0.0 if verdict == "fail" else backoff_s(self.policy, batch.spent, rand)
+        cut = len(batch.records) // 2
+        halves = [
+            Batch(
+                part,
+                attempts=batch.attempts,
+                spent=batch.spent - 1,
+                not_before=now + delay,
+                half=True,
+                last=batch.last,
+            )
+            for part in (batch.records[:cut], batch.records[cut:])
+        ]
+        if self.ordering == "key":
+            for half in halves:
+                half.keys = frozenset(r.key for r in half.records)
+                self._hold(half.keys)
+            self._release(batch.keys)  # a partial response may have left keys in no half
+            self.stalled = False
+        at = self.batches.index(batch)
+        self.batches[at : at + 1] = halves
+        self.retried += len(batch.records)
 
     def _unsettled(self, last: int, records: int) -> None:
         self.unsettled.append((last, records))
@@ -426,12 +514,7 @@ class PartitionDispatch:
         self.outstanding_records -= len(batch.records)
         if batch.records:
             self._unsettled(batch.records[-1].offset, len(batch.records))
-        for key in batch.keys:
-            left = self.busy_keys[key] - 1
-            if left:
-                self.busy_keys[key] = left
-            else:
-                del self.busy_keys[key]
+        self._release(batch.keys)
         self.stalled = False
 
     def _exhausted(self, batch: Batch, answer: Answer) -> DeadLetter | Stop:
@@ -477,4 +560,4 @@ class PartitionDispatch:
             batch.not_before = 0.0
             if batch.exhausted:
                 batch.exhausted = False
-                batch.attempts = 0
+                batch.attempts = batch.spent = 0

@@ -60,3 +60,17 @@ async def test_malformed_json_duplicates_and_unknown_names(client: Client) -> No
     await problem(resp, 422, "ENDPOINT_NOT_ALLOWED")
     changed = await client.patch("/v1/subscriptions/s", json={"retry": {"max_attempts": 3}})
     assert changed.status == 200 and (await changed.json())["retry"]["max_attempts"] == 3
+
+
+async def test_bisect_on_error_is_refused_by_pointer_and_patched(client: Client) -> None:
+    bad = {**GOOD, "retry": {"bisect_on_error": "yes"}}
+    doc = await problem(
+        await client.post("/v1/subscriptions", json=bad), 400, "INVALID_SUBSCRIPTION"
+    )
+    assert doc["pointer"] == "/retry/bisect_on_error"
+    created = await client.post("/v1/subscriptions", json=GOOD)
+    assert (await created.json())["retry"]["bisect_on_error"] is False
+    changed = await client.patch("/v1/subscriptions/s", json={"retry": {"bisect_on_error": True}})
+    assert changed.status == 200 and (await changed.json())["retry"]["bisect_on_error"] is True
+    resp = await client.patch("/v1/subscriptions/s", json={"retry": {"bisect_on_error": 0}})
+    await problem(resp, 400, "INVALID_SUBSCRIPTION")

@@ -27,9 +27,16 @@ def test_ordering_concurrency_and_rate_flags() -> None:
     assert sub.concurrency == specs.Concurrency(4, 8, False) and sub.ordering == "key"
 
 
+def test_bisect_on_error_joins_the_other_retry_fields() -> None:
+    fixed = '{"retry": {"timeout_ms": 5000}}'
+    doc = _spec(parsed("--bisect-on-error", "--max-attempts", "4", "--spec", fixed))
+    assert doc["retry"] == {"timeout_ms": 5000, "max_attempts": 4, "bisect_on_error": True}
+    assert specs.parse(doc, uid="u").retry.bisect_on_error
+
+
 def test_without_the_flags_the_defaults_hold() -> None:
     doc = _spec(parsed())
-    assert not {"ordering", "concurrency", "rate_limit_per_s"} & set(doc)
+    assert not {"ordering", "concurrency", "rate_limit_per_s", "retry"} & set(doc)
 
 
 def test_an_unknown_ordering_is_refused() -> None:

@@ -27,6 +27,21 @@ def test_defaults_are_bounded() -> None:
     assert sub.concurrency == specs.Concurrency(
         max_in_flight=16, max_requests=64, adaptive=True, pipeline=1
     )
+    assert sub.retry.bisect_on_error is False  # as Lambda's BisectBatchOnFunctionError
+
+
+def test_bisect_on_error_round_trips_and_patches() -> None:
+    sub = parsed(retry={"bisect_on_error": True, "max_attempts": 3})
+    assert sub.retry.bisect_on_error and sub.retry.max_attempts == 3
+    assert specs.document(sub)["retry"]["bisect_on_error"] is True
+    assert specs.loaded(specs.stored(sub), 2) == specs.parse(
+        specs.document(sub), uid="u", version=2
+    )
+    off = specs.patched(sub, {"retry": {"bisect_on_error": False}})
+    assert not off.retry.bisect_on_error and off.retry.max_attempts == 3
+    assert not off.same_delivery(sub)
+    on = specs.patched(parsed(), {"retry": {"bisect_on_error": True}})
+    assert on.retry.bisect_on_error and on.retry.max_attempts == 10
 
 
 def test_orderings_concurrency_and_rate_round_trip() -> None:
@@ -70,6 +85,9 @@ def test_orderings_concurrency_and_rate_round_trip() -> None:
         ({"retry": {"max_attempts": 1000}}, "/retry/max_attempts"),
         ({"retry": {"min_backoff_ms": 10, "max_backoff_ms": 5}}, "/retry/max_backoff_ms"),
         ({"retry": {"retries": 3}}, "/retry"),
+        ({"retry": {"bisect_on_error": "true"}}, "/retry/bisect_on_error"),
+        ({"retry": {"bisect_on_error": 1}}, "/retry/bisect_on_error"),
+        ({"retry": {"bisect_on_error": None}}, "/retry/bisect_on_error"),
         ({"filter": {"headers": {"a": 1}}}, "/filter/headers"),
         ({"auth": {"bearer": "a\nb"}}, "/auth/bearer"),
         ({"auth": {"header": {"name": "webhook-signature", "value": "x"}}}, "/auth/header/name"),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -188,14 +189,20 @@ def test_abandoned_attempts_are_sent_again() -> None:
 STATUSES = (204, 204, 204, 200, 500, 503, 429, None, 400)
 
 
+@pytest.mark.parametrize("bisect", [False, True])
 @pytest.mark.parametrize("ordering", ["partition", "key", "none"])
 @pytest.mark.parametrize("seed", range(12))
-def test_simulated_runs_hold_to_the_ordering(ordering: Ordering, seed: int) -> None:
+def test_simulated_runs_hold_to_the_ordering(ordering: Ordering, seed: int, bisect: bool) -> None:
+    """Random answers to every attempt; with bisect_on_error, batches of 4 or 8 split on
+    400 and 500 (tests/subscriptions/test_state_bisect.py has the cases one by one)."""
     rng = random.Random(seed)
     n, max_in_flight = 60, rng.choice([1, 3, 8])
     keys = [rng.choice("abcde") for _ in range(n)]
-    max_records = rng.choice([1, 1, 4])
-    state = machine(ordering, max_in_flight, max_records=max_records)
+    max_records = rng.choice([4, 8]) if bisect else rng.choice([1, 1, 4])
+    policy = replace(POLICY, bisect_on_error=bisect)
+    state = PartitionDispatch(
+        0, Batching(max_records=max_records), policy, True, ordering, max_in_flight
+    )
     state.read(keyed(*keys), n, now=0.0)
     produced: dict[tuple[int, int], str | None] = {(0, o): k for o, k in enumerate(keys)}
     seq = itertools.count()

@@ -13,8 +13,8 @@ max_records); the driver coalesces commits, and records done but not yet committ
 to be committed at once past UNCOMMITTED_WINDOWS windows, and with those outstanding never
 exceed UNCOMMITTED_WINDOWS + 1 windows: what a crash delivers again, at most.
 
-With `bisect_on_error`, a batch whose content the endpoint blames (a 4xx refusal, a 5xx other
-than 503) is replaced by its two halves, in its place among the outstanding batches (the
+With `bisect_on_error`, a batch whose content the endpoint blames (400, 413, 415 or 422, a 5xx
+other than 503) is replaced by its two halves, in its place among the outstanding batches (the
 window's records unchanged); a half is sent only after every earlier outstanding batch
 (`partition`) or every earlier one holding any of its keys (`key`) is done, and requests in
 flight stay within max_in_flight. The answer that splits a batch is not spent from its halves'
@@ -41,6 +41,9 @@ KEY_SCAN = 4096
 # Records done but not yet committed: a commit at once past this many windows of them (one
 # record a request, a window of 16: a commit every 64 acknowledgements at most).
 UNCOMMITTED_WINDOWS = 4
+# 4xx answers that blame a request's content (bad, too large, unsupported, unprocessable):
+# with bisect_on_error, a batch answered one of them is split.
+CONTENT_REFUSALS = frozenset({400, 413, 415, 422})
 
 
 @dataclass(frozen=True, slots=True)
@@ -457,17 +460,18 @@ class PartitionDispatch:
 
     def _bisects(self, batch: Batch, answer: Answer, verdict: Verdict) -> bool:
         """Whether to split `batch` rather than retry or dead-letter it whole: bisect_on_error,
-        more than one record, and an answer blaming its content, a 4xx refusal or a 5xx other
-        than 503; never a throttle (429, 503), a timeout or broken connection (no status), 408
-        or 410: those are not the records' fault, and splitting would multiply the requests
-        to an endpoint in trouble."""
+        more than one record, and an answer blaming its content (CONTENT_REFUSALS, or a 5xx
+        other than 503); never a throttle (429, 503), a timeout or broken connection (no
+        status), another 4xx (401, 403, 404...: the endpoint or its credentials are wrong, as
+        they are for every record) or 410: those are not the records' fault, and splitting
+        would multiply the requests to an endpoint in trouble."""
         status = answer.status
         return (
             self.policy.bisect_on_error
             and len(batch.records) > 1
             and status is not None
             and (
-                (verdict == "fail" and 400 <= status < 500)
+                (verdict == "fail" and status in CONTENT_REFUSALS)
                 or (verdict == "retry" and status >= 500)
             )
         )

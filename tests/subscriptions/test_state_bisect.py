@@ -138,7 +138,7 @@ def produced(keys: str = KEYS) -> dict[tuple[int, int], str | None]:
 
 @pytest.mark.parametrize("ordering", ["partition", "key", "none"])
 @pytest.mark.parametrize("poison", [0, 1, 5, 7])
-@pytest.mark.parametrize("status", [400, 500])
+@pytest.mark.parametrize("status", [400, 413, 500])
 @pytest.mark.parametrize("seed", range(3))
 def test_a_poison_record_is_isolated_and_dead_lettered_alone(
     ordering: Ordering, poison: int, status: int, seed: int
@@ -147,7 +147,7 @@ def test_a_poison_record_is_isolated_and_dead_lettered_alone(
     run = drive(state, refusing(poison, status=status), seed)
     check(run.traces, produced(), ordering, 4, dead_lettered=frozenset({(0, poison)}))
     assert list(run.dead) == [poison] and run.dead[poison].last.status == status
-    alone = 1 if status == 400 else POLICY.max_attempts  # a refusal is not retried
+    alone = 1 if status < 500 else POLICY.max_attempts  # a refusal is not retried
     assert run.dead[poison].attempts == 3 + alone  # sent in 8, 4, 2, then alone
     assert sorted(run.acked) == [o for o in range(16) if o != poison]  # each exactly once
     # The poisoned batch: itself, two halves, two quarters, two eighths; the other batch once.
@@ -185,16 +185,21 @@ def test_without_bisect_on_error_the_whole_batch_is_dead_lettered() -> None:
         Answer(None, "ConnectionRefusedError"),
         Answer(408),
         Answer(301),
+        Answer(401),
+        Answer(403),
+        Answer(404),
     ],
     ids=lambda a: a.describe(),
 )
 def test_throttles_timeouts_and_redirects_do_not_split(answer: Answer) -> None:
-    """Not the records' fault: the batch is retried whole (or, a redirect, refused whole)."""
+    """Not the records' fault: the batch is retried whole (or, a redirect or a 4xx about the
+    endpoint rather than the content, refused whole)."""
     state = machine()
     run = drive(state, lambda sent: answer if 5 in sent else Answer(204))
     assert all(len(t.offsets) == 8 for t in run.traces)
     assert sorted(run.dead) == list(range(8))
-    tries = 1 if answer.status == 301 else POLICY.max_attempts
+    refused = answer.status is not None and answer.status not in (408, 429, 503)
+    tries = 1 if refused else POLICY.max_attempts
     assert len(run.traces) == tries + 1 and run.dead[0].attempts == tries
 
 

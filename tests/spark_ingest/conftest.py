@@ -3,8 +3,10 @@
 Both live as long as this package's tests (package scope: the environment they need is
 restored before other packages run). Nothing is skipped: without Java or pyspark the Spark
 fixture fails. `--ingest-kills N` sets how many of the job's crash points the exactly-once
-test tries (default 10), `--ingest-random-kills N` how many kills at a random moment per write
-path (default 2), and `--ingest-seed S|random` those moments (default 0).
+test tries on the default path (default 7: one of each kind) and a third as many on the
+data-source path (at most its 4), `--ingest-random-kills N` how many kills at a random moment
+per write path (default 1), and `--ingest-seed S|random` those moments (default 0). CI runs
+the defaults; longer runs raise them (docs/ingest.md).
 """
 
 from __future__ import annotations
@@ -26,6 +28,11 @@ from tests.spark_ingest.support import CREDENTIALS, SUBMIT_ARGS
 from tests.spark_ingest.tiered import Partition
 
 MOTO_SERVER = Path(sys.executable).with_name("moto_server")
+KILLS = 7  # the first seven crash points are one of each kind (test_exactly_once.kill_points)
+RANDOM_KILLS = 1
+# The data-source path's crash points, mid-write first: halfway through a part file, after
+# the summary, after a part file, halfway through a _SUCCESS marker.
+DATA_SOURCE_POINTS = ("during:part", "summary", "after:part", "during:marker")
 _buckets = itertools.count()
 
 
@@ -33,14 +40,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.getgroup("sluice-ingest", "Sluice Spark ingest tests").addoption(
         "--ingest-kills",
         type=int,
-        default=10,
-        help="crash points the exactly-once ingest test kills the job at (default 10)",
+        default=KILLS,
+        help=f"crash points the exactly-once ingest test kills the job at (default {KILLS}; "
+        "a third as many on the data-source path)",
     )
     parser.getgroup("sluice-ingest").addoption(
         "--ingest-random-kills",
         type=int,
-        default=2,
-        help="kills at a random moment, per write path, in the exactly-once test (default 2)",
+        default=RANDOM_KILLS,
+        help="kills at a random moment, per write path, in the exactly-once test "
+        f"(default {RANDOM_KILLS})",
     )
     parser.getgroup("sluice-ingest").addoption(
         "--ingest-seed",
@@ -54,7 +63,7 @@ def ingest_kills(config: pytest.Config) -> int:
     try:
         return int(config.getoption("--ingest-kills"))
     except ValueError:
-        return 10
+        return KILLS
 
 
 @pytest.fixture(scope="package")
@@ -143,9 +152,12 @@ def ingest_seed(config: pytest.Config) -> int:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "kill_index" in metafunc.fixturenames:
         metafunc.parametrize("kill_index", range(ingest_kills(metafunc.config)))
+    if "data_source_point" in metafunc.fixturenames:
+        count = max(1, min(len(DATA_SOURCE_POINTS), ingest_kills(metafunc.config) // 3))
+        metafunc.parametrize("data_source_point", DATA_SOURCE_POINTS[:count])
     if "random_kill" in metafunc.fixturenames:
         try:
             count = int(metafunc.config.getoption("--ingest-random-kills"))
         except ValueError:
-            count = 2
+            count = RANDOM_KILLS
         metafunc.parametrize("random_kill", range(count))

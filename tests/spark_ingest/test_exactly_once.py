@@ -148,10 +148,10 @@ def test_rerun_after_a_kill_rewrites_the_same_files(
     assert result["resumed"] == (point != "committed")
 
 
-@pytest.mark.parametrize("point", ["during:part", "after:part", "during:marker", "summary"])
 def test_the_data_source_path_reruns_after_a_kill(
-    spark: SparkSession, data_source_reference: Reference, point: str, tmp_path: Path
+    spark: SparkSession, data_source_reference: Reference, data_source_point: str, tmp_path: Path
 ) -> None:
+    point = data_source_point
     parts = sorted(f for f in data_source_reference.tree if f.endswith(".parquet"))
     markers = sorted(f for f in data_source_reference.tree if f.endswith("_SUCCESS"))
     kind, _, what = point.partition(":")

@@ -14,6 +14,7 @@ resolve to loopback or link-local addresses unless allowed (endpoints.py)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import socket
 import ssl
@@ -331,6 +332,27 @@ class _Connection(asyncio.Protocol):
                 self.opening.cancel()
 
 
+def _send_on(
+    connection: _Connection, head: bytes, body: bytes, body_limit: int, deadline: float
+) -> asyncio.Future[Response]:
+    """Send on a connected connection with a place reserved; the answer's future, failed
+    with TimeoutError at `deadline` (loop time)."""
+    waiter = connection.send(head, body, body_limit)
+    timer = asyncio.get_running_loop().call_at(deadline, connection.give_up, waiter, TimeoutError())
+    waiter.add_done_callback(functools.partial(_settled, connection, timer))
+    return waiter
+
+
+def _settled(
+    connection: _Connection, timer: asyncio.TimerHandle, waiter: asyncio.Future[Response]
+) -> None:
+    """A request's answer came, failed or was cancelled: its timer goes, and a cancelled
+    request drops its connection (its answer would be the next read there)."""
+    timer.cancel()
+    if waiter.cancelled():
+        connection.give_up(waiter, AnswerError("a request before it was cancelled"))
+
+
 class DeliveryClient:
     """Connections to endpoints by origin and pipelining depth: a request goes on a connection
     with room, else a new one, up to `per_origin` (and `limit` in all); idle ones kept for
@@ -377,30 +399,46 @@ class DeliveryClient:
         ended by the blank line), on a connection taking up to `depth` requests at once;
         TimeoutError past `timeout_s` (connecting included), else OSError if no whole answer
         came."""
+        sent = self.try_send(url, head, body, timeout_s, body_limit, depth)
+        if sent is not None:
+            return await sent
         origin = self.origin(url)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        connection = self._take((*origin.key, depth))
-        if connection is None or not connection.connected.done():
-            try:
-                async with asyncio.timeout_at(deadline):
-                    if connection is None:
-                        connection = await self._connect(origin, depth)
-                    if not connection.connected.done():
-                        await asyncio.shield(connection.connected)
-            except BaseException:
-                if connection is not None:
-                    self.unreserve(connection)
-                raise
-        waiter = connection.send(origin.head + head, body, body_limit)
-        timer = loop.call_at(deadline, connection.give_up, waiter, TimeoutError())
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        connection = None
         try:
-            return await waiter
-        except asyncio.CancelledError as exc:
-            connection.give_up(waiter, exc)
+            async with asyncio.timeout_at(deadline):
+                connection = self._take((*origin.key, depth))  # one being opened, if any
+                if connection is None:
+                    connection = await self._connect(origin, depth)
+                if not connection.connected.done():
+                    await asyncio.shield(connection.connected)
+        except BaseException:
+            if connection is not None:
+                self.unreserve(connection)
             raise
-        finally:
-            timer.cancel()
+        return await _send_on(connection, origin.head + head, body, body_limit, deadline)
+
+    def try_send(
+        self,
+        url: str,
+        head: bytes,
+        body: bytes,
+        timeout_s: float,
+        body_limit: int,
+        depth: int = 1,
+    ) -> asyncio.Future[Response] | None:
+        """`post` without a coroutine, when a connection with room is open: the answer's
+        future (TimeoutError past `timeout_s`; cancelling it drops the connection), else
+        None, and the caller posts."""
+        origin = self.origin(url)
+        connection = self._take((*origin.key, depth))
+        if connection is None:
+            return None
+        if not connection.connected.done():
+            self.unreserve(connection)
+            return None
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        return _send_on(connection, origin.head + head, body, body_limit, deadline)
 
     def _take(self, key: tuple[str, str, int, int]) -> _Connection | None:
         """A connection with room, one place on it reserved; taken off the list of those with

@@ -16,11 +16,12 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import functools
 import logging
 import math
 import random
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +32,7 @@ from engine.errors import EngineError, OffsetOutOfRange, UnknownPartition, Unkno
 from groups.coordinator import RecordDecoder
 from groups.partition_reader import PartitionRead, PartitionReader, out_of_range_start
 from groups.subscriptions import formats, partial
-from groups.subscriptions.client import DeliveryClient
+from groups.subscriptions.client import DeliveryClient, Response
 from groups.subscriptions.errors import SubscriptionError
 from groups.subscriptions.flow import FlowControl, outcome
 from groups.subscriptions.positions import GroupPositions
@@ -122,6 +123,7 @@ class PartitionDispatcher:
         self.last_error: str | None = None
         self.stopping = False
         self.attempts: set[asyncio.Task[None]] = set()
+        self.requests: set[asyncio.Future[Response]] = set()  # sent by _send_now, unanswered
         self.failure: BaseException | None = None  # an attempt's unexpected error
         self._commit_task: asyncio.Task[None] | None = None
         self._fixed = formats.fixed(sub, partition)
@@ -275,6 +277,8 @@ class PartitionDispatcher:
             self.flow.listeners.discard(self._wake)
             if reading is not None:
                 reading.cancel()
+            for request in list(self.requests):
+                request.cancel()
             tasks = list(self.attempts)
             if self._commit_task is not None:
                 tasks.append(self._commit_task)
@@ -295,14 +299,60 @@ class PartitionDispatcher:
             if send is None:
                 return None
             ticket = self.flow.acquire(now)
-            task = asyncio.create_task(self._attempt(state, send, ticket))
-            self.attempts.add(task)
-            task.add_done_callback(self._attempt_ended)
+            if not self._send_now(state, send, ticket, now):
+                self._track(self._attempt(state, send, ticket))
+
+    def _track(self, attempt: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(attempt)
+        self.attempts.add(task)
+        task.add_done_callback(self._attempt_ended)
 
     def _attempt_ended(self, task: asyncio.Task[None]) -> None:
         self.attempts.discard(task)
         if not task.cancelled() and task.exception() is not None:
             self.failure = task.exception()
+        self._wake()
+
+    def _send_now(self, state: PartitionDispatch, send: Send, ticket: int, now: float) -> bool:
+        """Send `send` on a connection open with room, its answer settled in a callback
+        (no task: most requests, one record a request above all); False when the client
+        has none ready (the caller runs `_attempt`, which waits for one)."""
+        try:
+            body, head, limit = self._request(send)
+        except ValueError:
+            return False  # `_attempt` answers it
+        sub = self.sub
+        sent = self.services.client.try_send(
+            sub.endpoint, head, body, sub.retry.timeout_ms / 1000, limit, sub.concurrency.pipeline
+        )
+        if sent is None:
+            return False
+        self.requests.add(sent)
+        sent.add_done_callback(functools.partial(self._answered, state, send, ticket, now))
+        return True
+
+    def _answered(
+        self,
+        state: PartitionDispatch,
+        send: Send,
+        ticket: int,
+        started: float,
+        sent: asyncio.Future[Response],
+    ) -> None:
+        """A request of `_send_now` ended: as `_attempt` after its POST, a task only for what
+        must wait (a dead-letter produce, a pause)."""
+        self.requests.discard(sent)
+        if sent.cancelled():  # the dispatcher stopped
+            self.flow.release(ticket, "slow")
+            return
+        try:
+            error = sent.exception()
+            answer = self._answer(send, None if error else sent.result(), error)
+            step = self._settle(state, send, ticket, started, answer)
+            if step is not None:
+                self._track(self._follow(state, step))
+        except Exception as exc:  # as a task's failure in `_attempt`
+            self.failure = exc
         self._wake()
 
     async def _wait(self, state: PartitionDispatch, flow_wait: float | None) -> None:
@@ -389,13 +439,22 @@ class PartitionDispatcher:
 
     async def _attempt(self, state: PartitionDispatch, send: Send, ticket: int) -> None:
         """One attempt, then what its answer calls for; the flow control learns how it went."""
-        sub = self.sub
         started = self._loop.time()
         try:
             answer = await self._post(send)
         except BaseException:
             self.flow.release(ticket, "slow")
             raise
+        step = self._settle(state, send, ticket, started, answer)
+        if step is not None:
+            await self._follow(state, step)
+
+    def _settle(
+        self, state: PartitionDispatch, send: Send, ticket: int, started: float, answer: Answer
+    ) -> DeadLetter | Pause | None:
+        """An attempt's answer into the state, the flow control and the counts; what must
+        still be awaited (a dead-letter produce, a pause), if anything."""
+        sub = self.sub
         now = self._loop.time()
         step = state.answered(send, answer, now, random.random())
         self.flow.release(
@@ -417,45 +476,63 @@ class PartitionDispatcher:
                 histogram.observe((now_ms - record.timestamp) / 1000)
             if not answer.failed:
                 self.last_error = None
-                return
+                return None
         self.last_error = answer.describe()
         if step is None:
             self.counts.retried += len(send.batch.records)
-        elif isinstance(step, DeadLetter):
-            await self._dead_letter(state, step)
         elif isinstance(step, Stop):
             log.warning("subscription %r partition %d: %s", sub.name, self.partition, step.reason)
             self.last_error = step.reason
-        elif isinstance(step, Pause):
-            log.warning("subscription %r: %s; pausing it", sub.name, step.reason)
-            await self.services.set_paused(sub.name, step.reason)
+        else:
+            if isinstance(step, Pause):
+                log.warning("subscription %r: %s; pausing it", sub.name, step.reason)
+            return step
+        return None
+
+    async def _follow(self, state: PartitionDispatch, step: DeadLetter | Pause) -> None:
+        """What an answer called for that must be awaited."""
+        if isinstance(step, DeadLetter):
+            await self._dead_letter(state, step)
+        else:
+            await self.services.set_paused(self.sub.name, step.reason)
+
+    def _request(self, send: Send) -> tuple[bytes, bytes, int]:
+        """The request's body and header lines, and how much of an answer to read."""
+        if self._fixed.sub is not self.sub:
+            self._fixed = formats.fixed(self.sub, self.partition)
+        body, head = formats.request(self._fixed, send.records, int(time.time()))
+        return body, head, partial.MAX_PARTIAL_BYTES if len(send.records) > 1 else MAX_ANSWER_BYTES
 
     async def _post(self, send: Send) -> Answer:
         """One request; the endpoint's answer, or why there was none."""
         sub = self.sub
-        if self._fixed.sub is not sub:
-            self._fixed = formats.fixed(sub, self.partition)
-        batch = len(send.records) > 1
         try:
-            body, head = formats.request(self._fixed, send.records, int(time.time()))
+            body, head, limit = self._request(send)
             response = await self.services.client.post(
-                sub.endpoint,
-                head,
-                body,
-                sub.retry.timeout_ms / 1000,
-                partial.MAX_PARTIAL_BYTES if batch else MAX_ANSWER_BYTES,
+                sub.endpoint, head, body, sub.retry.timeout_ms / 1000, limit,
                 sub.concurrency.pipeline,
-            )
-        except TimeoutError:
-            return Answer(None, f"no answer within {sub.retry.timeout_ms} ms")
+            )  # fmt: skip
         except (OSError, ValueError) as exc:
-            return Answer(None, f"{type(exc).__name__}: {exc}"[:500])
+            return self._answer(send, None, exc)
+        return self._answer(send, response, None)
+
+    def _answer(self, send: Send, response: Response | None, error: BaseException | None) -> Answer:
+        """The endpoint's answer to `send`, or why there was none (`error`: a timeout, a
+        connection or an answer that could not be read)."""
+        sub = self.sub
+        if response is None:
+            if isinstance(error, TimeoutError):
+                return Answer(None, f"no answer within {sub.retry.timeout_ms} ms")
+            if isinstance(error, OSError | ValueError):
+                return Answer(None, f"{type(error).__name__}: {error}"[:500])
+            raise error if error is not None else AssertionError("neither answer nor error")
+        batch = len(send.records) > 1
         status = response.status
         after = retry_after_s(response.headers.get("retry-after"), time.time())
         media = response.headers.get("content-type", "").partition(";")[0].strip().lower()
         if 200 <= status < 300 and batch and media.endswith("json"):
-            failed, error = partial.failures(sub.topic, self.partition, send, response.body)
-            return Answer(status, error, after, failed)
+            failed, why = partial.failures(sub.topic, self.partition, send, response.body)
+            return Answer(status, why, after, failed)
         return Answer(status, response.reason, after)
 
     def _commit_if_due(self, state: PartitionDispatch) -> float | None:

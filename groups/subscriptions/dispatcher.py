@@ -277,8 +277,9 @@ class PartitionDispatcher:
             self.flow.listeners.discard(self._wake)
             if reading is not None:
                 reading.cancel()
-            for request in list(self.requests):
-                request.cancel()
+            abandoned, self.requests = self.requests, set()
+            for request in abandoned:
+                request.cancel()  # an answer already in is dropped too: state.abandon()
             tasks = list(self.attempts)
             if self._commit_task is not None:
                 tasks.append(self._commit_task)
@@ -341,8 +342,11 @@ class PartitionDispatcher:
     ) -> None:
         """A request of `_send_now` ended: as `_attempt` after its POST, a task only for what
         must wait (a dead-letter produce, a pause)."""
+        if sent not in self.requests:  # abandoned: the loop stopped or starts again
+            self.flow.release(ticket, "slow")
+            return
         self.requests.discard(sent)
-        if sent.cancelled():  # the dispatcher stopped
+        if sent.cancelled():
             self.flow.release(ticket, "slow")
             return
         try:

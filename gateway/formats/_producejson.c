@@ -703,11 +703,11 @@ read_count(struct parse *ps, int64_t *out)
     int64_t v = 0;
     Py_ssize_t start = p;
     while (p < ps->end && is_digit(body[p])) {
+        if (p - start == 18) {
+            return PYTHON; /* a 19th digit: checked before it is added, as v * 10 may overflow */
+        }
         v = v * 10 + (body[p] - '0');
         p++;
-        if (p - start > 18) {
-            return PYTHON;
-        }
     }
     if (p == start || (body[start] == '0' && p - start > 1) ||
         (p < ps->end && (body[p] == '.' || body[p] == 'e' || body[p] == 'E'))) {

@@ -773,6 +773,14 @@ class PartitionLog:
                 self._watermarks.layout_changed()
                 self._publish()
 
+    def publish_leadership(self, leader_epoch: int) -> None:
+        """Tell readers in other processes the epoch this process leads the log in (-1: it does
+        not lead), published with the high watermark it vouches for from then on."""
+        with self._lock:
+            if self._watermarks is not None and self._watermarks.leader_epoch != leader_epoch:
+                self._watermarks.leader_epoch = leader_epoch
+                self._publish()
+
     def _publish(self) -> None:
         """Tell readers in other processes where the log now starts and is committed up to
         (callers hold the lock, or own the log alone)."""

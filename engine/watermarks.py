@@ -1,11 +1,13 @@
 """A partition's watermarks published in a small shared file (`<partition dir>/watermarks`), so
 that another process on the same host can read the log within them (`engine.sibling_log`).
 
-The file is 40 bytes: a sequence number, then the high watermark, the log start offset, the
-local log start offset and the layout generation, mapped by both sides. The one writer (one
-descriptor per log, counted by the manager's capacity check) makes the number odd, writes the
-offsets and makes it even again; a reader keeps the offsets only if it read the same even
-number before and after them (a seqlock), so it never mixes two updates.
+The file is 48 bytes: a sequence number, then the high watermark, the log start offset, the
+local log start offset, the layout generation and the leader epoch the writer leads in (-1 while
+it does not lead: a restarted process's high watermark is its last checkpoint's until it leads
+again, so a reader trusts only the epoch it knows as the leader's), mapped by both sides. The
+one writer (one descriptor per log, counted by the manager's capacity check) makes the number
+odd, writes the offsets and makes it even again; a reader keeps the offsets only if it read the
+same even number before and after them (a seqlock), so it never mixes two updates.
 
 The layout generation says when segment files change other than by appends: it is odd while
 the writer truncates or replaces files, even otherwise, and moves on with every such change
@@ -25,7 +27,7 @@ from typing import NamedTuple
 
 FILE_NAME = "watermarks"
 _SEQUENCE = struct.Struct("<Q")
-_OFFSETS = struct.Struct("<qqqq")
+_OFFSETS = struct.Struct("<qqqqq")
 _SIZE = _SEQUENCE.size + _OFFSETS.size
 _READ_ATTEMPTS = 100  # a writer holds the sequence odd for a few instructions only
 
@@ -35,12 +37,13 @@ class Watermarks(NamedTuple):
     log_start_offset: int
     local_log_start_offset: int
     generation: int  # of the segment files' layout: odd while they change in place
+    leader_epoch: int  # the writer leads in this epoch; -1: it does not lead
 
 
 class WatermarkFile:
     """The writer's side: a log publishes its watermarks here whenever one moves."""
 
-    __slots__ = ("_map", "_sequence", "generation")
+    __slots__ = ("_map", "_sequence", "generation", "leader_epoch")
 
     def __init__(self, directory: Path) -> None:
         """Create (or take over) the file, its generation moved on past the one found (the
@@ -55,6 +58,7 @@ class WatermarkFile:
         self._sequence = _SEQUENCE.unpack_from(self._map)[0] & ~1
         found = _OFFSETS.unpack_from(self._map, _SEQUENCE.size)[3]
         self.generation = (found | 1) + 1  # even, and past any generation a reader saw
+        self.leader_epoch = -1
 
     def publish(self, high_watermark: int, log_start: int, local_log_start: int) -> None:
         sequence = self._sequence + 1
@@ -66,6 +70,7 @@ class WatermarkFile:
             log_start,
             local_log_start,
             self.generation,
+            self.leader_epoch,
         )
         self._sequence = sequence + 1
         _SEQUENCE.pack_into(self._map, 0, sequence + 1)

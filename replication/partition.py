@@ -137,9 +137,11 @@ class Partition:
             self.clock_ms(),
         )
         self.update_high_watermark()
+        log.publish_leadership(state.leader_epoch)
 
     def make_follower(self, state: PartitionState) -> None:
         """Follow `state.leader` (or nobody, while the partition is offline)."""
+        self.log.publish_leadership(-1)
         self.state = state
         self.leader_state = None
 

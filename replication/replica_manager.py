@@ -599,7 +599,9 @@ class ReplicaManager:
         view = self.store.view.partitions.get((topic, partition))
         if view is None or view.leader in (NO_LEADER, self.node_id):
             return None
-        found = self.siblings.read(view.leader, topic, partition, offset, max_bytes, max_records)
+        found = self.siblings.read(
+            view.leader, view.leader_epoch, topic, partition, offset, max_bytes, max_records
+        )
         if found is None:
             return None
         start, result = found

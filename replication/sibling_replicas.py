@@ -24,6 +24,7 @@ class SiblingReplicas:
     def read(
         self,
         leader: int,
+        leader_epoch: int,
         topic: str,
         partition: int,
         offset: int | str,
@@ -31,8 +32,9 @@ class SiblingReplicas:
         max_records: int | None,
     ) -> tuple[int, ReadResult] | None:
         """(the offset read from, what `Partition.read` would answer there) from node
-        `leader`'s files, when they hold committed batches at `offset` (an offset, "earliest"
-        or "latest") or `offset` is the high watermark (no data); else None."""
+        `leader`'s files, when it leads in `leader_epoch` and they hold committed batches at
+        `offset` (an offset, "earliest" or "latest") or `offset` is the high watermark (no
+        data); else None."""
         directory = self.data_dirs.get(leader)
         if directory is None:
             return None
@@ -41,6 +43,8 @@ class SiblingReplicas:
             marks = log.watermarks()
         except OSError:  # no descriptor left, say: the leader answers
             marks = None
+        if marks is not None and marks.leader_epoch != leader_epoch:
+            marks = None  # not (yet, or any longer) the leader: its high watermark may lag
         data = None
         if marks is not None:
             if offset == "earliest":

@@ -80,7 +80,13 @@ def test_a_log_publishes_its_watermarks_only_when_asked(make_log: LogFactory) ->
     assert not (log.directory / FILE_NAME).exists()
     log.close()
     published = make_log(publish_watermarks=True, high_watermark=6)
-    assert offsets_of(WatermarkReader(published.directory)) == (6, 0, 0)
+    reader = WatermarkReader(published.directory)
+    assert offsets_of(reader) == (6, 0, 0)
+    marks = reader.read()
+    assert marks is not None and marks.leader_epoch == -1  # opened: it leads in no epoch yet
+    published.publish_leadership(4)
+    marks = reader.read()
+    assert marks is not None and marks.leader_epoch == 4 and marks.high_watermark == 6
     published.close()
 
 

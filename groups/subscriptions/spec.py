@@ -231,17 +231,29 @@ def patched(current: Subscription, patch: Mapping[str, Any]) -> Subscription:
     fixed = sorted(set(patch) & (FIELDS - MUTABLE))
     if fixed:
         raise invalid(f"{fixed[0]} cannot be changed; create another subscription", f"/{fixed[0]}")
-    doc = document(current)
-    for key, value in patch.items():
-        if value is None:
-            doc.pop(key, None)
-        elif isinstance(value, dict) and isinstance(doc.get(key), dict) and key != "auth":
-            doc[key] = {**doc[key], **{k: v for k, v in value.items() if v is not None}}
+    doc = merge_patch(document(current), {k: v for k, v in patch.items() if k != "auth"})
+    if "auth" in patch:  # one credential replaces the other whole: never a mix of two kinds
+        if patch["auth"] is None:
+            doc.pop("auth", None)
         else:
-            doc[key] = value
+            doc["auth"] = patch["auth"]
     if patch.get("paused") is not None and "pause_reason" not in patch:
         doc.pop("pause_reason", None)  # a new pause or a resume: the old reason goes
     return parse(doc, uid=current.uid, version=current.version)
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7396: an object patch merges member by member, at every depth, a null member
+    removing the target's (its field then takes its default); anything else replaces."""
+    if not isinstance(patch, dict):
+        return patch
+    merged = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = merge_patch(merged.get(key), value)
+    return merged
 
 
 def document(sub: Subscription) -> dict[str, Any]:

@@ -60,6 +60,8 @@ async def test_malformed_json_duplicates_and_unknown_names(client: Client) -> No
     await problem(resp, 422, "ENDPOINT_NOT_ALLOWED")
     changed = await client.patch("/v1/subscriptions/s", json={"retry": {"max_attempts": 3}})
     assert changed.status == 200 and (await changed.json())["retry"]["max_attempts"] == 3
+    reset = await client.patch("/v1/subscriptions/s", json={"retry": {"max_attempts": None}})
+    assert reset.status == 200 and (await reset.json())["retry"]["max_attempts"] == 10
 
 
 async def test_bisect_on_error_is_refused_by_pointer_and_patched(client: Client) -> None:

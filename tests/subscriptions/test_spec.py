@@ -125,6 +125,22 @@ def test_merge_patch_changes_what_may_change() -> None:
     assert refused.value.extra["pointer"] == "/topic"
 
 
+def test_a_null_member_at_any_depth_resets_that_field_only() -> None:
+    """RFC 7396: null removes the member it names, in nested objects too (the field then
+    takes its default); its siblings keep their values."""
+    sub = parsed(
+        retry={"max_attempts": 3, "timeout_ms": 50},
+        filter={"key_prefix": "eu-", "headers": {"kind": "order", "region": "eu"}},
+    )
+    changed = specs.patched(
+        sub, {"retry": {"max_attempts": None}, "filter": {"headers": {"region": None}}}
+    )
+    assert changed.retry.max_attempts == parsed().retry.max_attempts != 3
+    assert changed.retry.timeout_ms == 50
+    assert changed.filter.key_prefix == b"eu-" and changed.filter.headers == (("kind", b"order"),)
+    assert specs.patched(sub, {"filter": None}).filter == parsed().filter
+
+
 @pytest.mark.parametrize(
     "address",
     ["127.0.0.1", "127.9.9.9", "::1", "169.254.169.254", "fe80::1", "0.0.0.0", "::ffff:127.0.0.1"],

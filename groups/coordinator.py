@@ -726,7 +726,11 @@ class GroupCoordinator:
                 # Those that failed at once would fail again at once: no poll for them.
                 read_there = {tp: url for tp, url in elsewhere.items() if tp in fetched}
                 polls = [
-                    asyncio.ensure_future(self._poll_remote(member, url, tps, limits, remaining))
+                    asyncio.ensure_future(
+                        self._poll_remote(
+                            member, url, {tp: fetched[tp] for tp in tps}, limits, remaining
+                        )
+                    )
                     for url, tps in self._by_leader(member, read_there).items()
                 ]
                 try:
@@ -908,15 +912,16 @@ class GroupCoordinator:
         self,
         member: Member,
         url: str,
-        tps: Sequence[TopicPartition],
+        seen: Mapping[TopicPartition, remote.RemoteRead],
         limits: FetchLimits,
         wait_s: float,
     ) -> None:
         """Park at the node at `url` until any of the member's partitions it leads has records
-        at the member's position, then wake the member's fetch (which reads them in its next
-        pass). A partition failing there wakes it too: that pass leaves it out of the next poll.
-        A request that failed wakes nothing (the next would fail alike)."""
-        positions = {tp: member.positions[tp] for tp in tps if tp in member.positions}
+        past what the last pass read there (`seen`: short of min_bytes, they are no reason to
+        wake), then wake the member's fetch (which reads them in its next pass). A partition
+        failing there wakes it too: that pass leaves it out of the next poll. A request that
+        failed wakes nothing (the next would fail alike)."""
+        positions = {tp: read.end for tp, read in seen.items()}
         if not positions:
             return
         self.remote_fetches["poll"] += 1

@@ -10,6 +10,7 @@ from urllib.parse import quote
 
 import orjson
 
+from engine import batch as fmt
 from engine.errors import EngineError, OffsetOutOfRange
 from replication import session_wire
 from replication.errors import ReplicationError
@@ -31,6 +32,13 @@ class RemoteRead:
     position: int
     data: memoryview
     high_watermark: int
+
+    @property
+    def end(self) -> int:
+        """The offset after the batches read (`position` if none): where newer records start."""
+        if not self.data:
+            return self.position
+        return fmt.scan(self.data, check_crc=False).headers[-1][1].next_offset
 
 
 def _path(topic: str, partition: int, what: str) -> str:

@@ -80,9 +80,9 @@ def join(url: str, group: str, topic: str) -> None:
     assert resp.status_code == 201, resp.text
 
 
-def member_fetch(url: str, group: str, timeout_ms: int) -> list[Any]:
+def member_fetch(url: str, group: str, timeout_ms: int, min_bytes: int = 1) -> list[Any]:
     """One fetch as member m of `group`: the values it delivered."""
-    params = {"max_records": "500", "timeout_ms": str(timeout_ms)}
+    params = {"max_records": "500", "timeout_ms": str(timeout_ms), "min_bytes": str(min_bytes)}
     resp = requests.get(
         f"{url}/v1/groups/{group}/members/m/records", params=params, timeout=CLIENT_TIMEOUT_S
     )
@@ -146,3 +146,22 @@ def woken_by(
     assert after["poll"] - before["poll"] == 2
     # The pass before the park and the pass after the wake: each one request per leader.
     assert after["read"] - before["read"] == 4
+
+
+def test_a_member_short_of_min_bytes_parks_once_at_each_leader(cluster: LocalCluster) -> None:
+    """Records there but fewer bytes than min_bytes: the fetch parks at each other leader past
+    what it read (not at its position, which would answer at once, wake it, and poll again in
+    a loop until the timeout), and answers with them when the timeout passes."""
+    group, topic = "short-of-min-bytes", "short"
+    here = coordinator(cluster, group)
+    leaders = spread_topic(here, topic)
+    elsewhere = sorted(remote_leaders(cluster, leaders, here))
+    for value, partition in enumerate(elsewhere):
+        produce(here, topic, partition, [value])
+    join(here, group, topic)
+    before = remote_fetches(here)
+    delivered = member_fetch(here, group, 1500, min_bytes=1 << 20)
+    after = remote_fetches(here)
+    assert sorted(delivered) == list(range(len(elsewhere)))
+    assert after["poll"] - before["poll"] == 2  # one park at each of the two other leaders
+    assert after["read"] - before["read"] == 4  # the passes before the park and after it

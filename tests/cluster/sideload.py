@@ -94,7 +94,8 @@ class SideHistory:
     joins: int = 0
     fetches: list[GroupFetch] = field(default_factory=list)
     commits: list[Commit] = field(default_factory=list)
-    group_errors: Counter[str] = field(default_factory=Counter)  # failed group calls, by call
+    # Failed group calls, by call and answer: "fetch 503", "commit no answer (ClientOSError)".
+    group_errors: Counter[str] = field(default_factory=Counter)
     final_committed: dict[int, int | None] | None = None  # after healing: partition -> offset
     topic_ops: list[TopicOp] = field(default_factory=list)
     # After healing, each attempted topic as each node shows it (None: the node says 404).
@@ -139,6 +140,11 @@ async def _call(
     with contextlib.suppress(ValueError):
         doc = json.loads(raw) if raw else None
     return status, content_type, doc, None if error is None else error.split(":", 1)[0]
+
+
+def failed_call(call: str, status: int | None, error: str | None) -> str:
+    """How a group call failed, for the report: its answer's status, or why there was none."""
+    return f"{call} {status}" if status is not None else f"{call} no answer ({error})"
 
 
 class SideActor:
@@ -188,7 +194,7 @@ class GroupMembers(SideActor):
         generation = 0
         while not self.stop.is_set():
             if member is None:
-                status, _, doc, _ = await _call(
+                status, _, doc, error = await _call(
                     self.session,
                     "POST",
                     self._base(),
@@ -203,7 +209,7 @@ class GroupMembers(SideActor):
                     member, generation = doc["member_id"], doc["generation"]
                     self.side.joins += 1
                 else:
-                    self.side.group_errors["join"] += 1
+                    self.side.group_errors[failed_call("join", status, error)] += 1
             else:
                 member, generation = await self._fetch_and_commit(member, generation)
             await asyncio.sleep(self.rng.uniform(0.05, 0.15))  # pacing between calls
@@ -213,7 +219,7 @@ class GroupMembers(SideActor):
     async def _fetch_and_commit(self, member: str, generation: int) -> tuple[str | None, int]:
         """One fetch, then one commit of what was delivered; (member or None to join again,
         the generation the fetch answered with)."""
-        status, _, doc, _ = await _call(
+        status, _, doc, error = await _call(
             self.session,
             "GET",
             f"{self._base()}/{member}/records",
@@ -233,17 +239,17 @@ class GroupMembers(SideActor):
                 )
             )
         else:
-            self.side.group_errors["fetch"] += 1
+            self.side.group_errors[failed_call("fetch", status, error)] += 1
             return (None if status == 404 else member), generation
         start = self.clock()
-        status, _, doc, _ = await _call(self.session, "POST", f"{self._base()}/{member}/commit")
+        status, _, doc, error = await _call(self.session, "POST", f"{self._base()}/{member}/commit")
         if status == 200 and isinstance(doc, dict):
             offsets = {
                 o["partition"]: o["offset"] for o in doc["offsets"] if o["topic"] == self.topic
             }
             self.side.commits.append(Commit(member, generation, start, self.clock(), offsets))
         else:
-            self.side.group_errors["commit"] += 1
+            self.side.group_errors[failed_call("commit", status, error)] += 1
         return (None if status == 404 else member), generation
 
     async def read_final(self, partitions: int) -> None:

@@ -124,7 +124,7 @@ class Campaign:
             f"{self.replays['stored again after a loss']}; {self.unreplayed} picked saw no "
             "leader change)",
             f"  group members: {self.group['joins']} joins, {self.group['fetches']} fetches, "
-            f"{self.group['commits']} commits, failed calls {dict(self.group_errors)}; "
+            f"{self.group['commits']} commits, failed calls: {_counts(self.group_errors)}; "
             f"{self.group['committed partitions']} committed offsets read back",
             f"  topic changes: {_counts(self.topic_ops)}",
             f"  divergences: {self.divergences}",

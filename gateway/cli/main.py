@@ -235,7 +235,7 @@ def _format(record: dict[str, Any], print_key: bool, separator: str) -> str:
     return text
 
 
-RETRY_FIRST_S = 0.2  # a consumer's first retry after a lost connection or a 503
+RETRY_FIRST_S = 0.2  # a consumer's first retry after a lost connection, a 503 or a 421
 RETRY_MAX_S = 5.0
 
 
@@ -243,8 +243,9 @@ async def _call_retrying(
     session: aiohttp.ClientSession, method: str, url: str, **kwargs: Any
 ) -> Any:
     """A consumer's call (a fetch, a commit: both safe to repeat); a lost connection, a
-    restarting server or a 503 is retried with backoff (said once on stderr per outage), so
-    a consumer outlives a server restart."""
+    restarting server, a 503 or a 421 (a cluster's nodes disagreeing for a moment on who
+    leads) is retried with backoff (said once on stderr per outage), so a consumer outlives a
+    server restart and a leader change."""
     delay = RETRY_FIRST_S
     while True:
         try:
@@ -252,7 +253,7 @@ async def _call_retrying(
         except aiohttp.ClientConnectionError as exc:
             reason = _connection_error(exc)
         except CommandError as exc:
-            if exc.status != 503:
+            if exc.status not in (421, 503):
                 raise
             reason = str(exc)
         if delay == RETRY_FIRST_S:

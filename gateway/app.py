@@ -13,6 +13,7 @@ from gateway.api import groups as groups_api
 from gateway.api import internal as internal_api
 from gateway.api import ops as ops_api
 from gateway.api import quotas as quota_api
+from gateway.api import reassignments as reassignments_api
 from gateway.api import records as records_api
 from gateway.api import subscriptions as subscriptions_api
 from gateway.api import topics as topics_api
@@ -65,6 +66,7 @@ def build_app(settings: Settings) -> web.Application:
     groups_api.add_routes(app)
     subscriptions_api.add_routes(app)
     ops_api.add_routes(app)
+    reassignments_api.add_routes(app)
     internal_api.add_routes(app)
     auth_api.add_routes(app)
     quota_api.add_routes(app)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,7 +25,14 @@ from replication.controller import Controller
 from replication.errors import ControllerNotAvailable, NotController
 from replication.fetcher import FetcherSettings, ReplicaFetchers
 from replication.memory_store import MemoryBackend, MemoryMetadataStore
-from replication.metadata import ClusterView, MetadataStore, NodeInfo, PartitionState, TopicSpec
+from replication.metadata import (
+    ClusterView,
+    MetadataStore,
+    NodeInfo,
+    PartitionState,
+    TopicPartition,
+    TopicSpec,
+)
 from replication.replica_client import ReplicaClient
 from replication.replica_manager import ReplicaManager, ReplicationSettings
 from replication.sibling_replicas import SiblingReplicas
@@ -251,6 +258,39 @@ class Broker:
             task.add_done_callback(self._deletions.discard)
         await self.replicas.applied(
             lambda: name not in self.manager.topics, self.settings.topic_wait_s
+        )
+
+    # -- reassignment (the controller's, but for the throttle) ---------------------------------
+
+    async def reassign(
+        self, plan: Sequence[tuple[TopicPartition, Sequence[object]]]
+    ) -> dict[TopicPartition, PartitionState]:
+        """Start moving partitions to new replicas (as controller): all of the plan or none."""
+        self._check_controller()
+        return await self.controller.reassign(plan)
+
+    async def cancel_reassignments(
+        self, partitions: Sequence[TopicPartition] | None
+    ) -> dict[TopicPartition, PartitionState]:
+        """Put the partitions named (None: every moving one) back on their replicas."""
+        self._check_controller()
+        return await self.controller.cancel_reassignments(partitions)
+
+    async def set_reassignment_throttle(self, bytes_per_second: int | None) -> None:
+        """Set (None: lift) the bytes/s each node sends to replicas reassignments add;
+        returns once this node's view shows it."""
+        if bytes_per_second is not None and (
+            isinstance(bytes_per_second, bool)
+            or not isinstance(bytes_per_second, int)
+            or bytes_per_second < 1
+        ):
+            raise InvalidConfig(
+                f"the reassignment throttle must be a positive number of bytes per second, "
+                f"got {bytes_per_second!r}"
+            )
+        await self.store.set_reassignment_throttle(bytes_per_second)
+        await self.store.wait_for(
+            lambda view: view.reassignment_throttle == bytes_per_second, self.settings.topic_wait_s
         )
 
     def _check_tiering(self, value: object, current: TopicConfig | None = None) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import uuid
 from collections import deque
@@ -26,8 +27,9 @@ from engine.config import (
     normalised_overrides,
     validate_topic_name,
 )
-from engine.errors import InvalidTopicName, TopicAlreadyExists, UnknownTopic
+from engine.errors import InvalidTopicName, TopicAlreadyExists, UnknownPartition, UnknownTopic
 from engine.manager import check_partition_count
+from replication import reassignment
 from replication.errors import (
     ControllerNotAvailable,
     FencedController,
@@ -43,6 +45,7 @@ from replication.metadata import (
     LogEnd,
     MetadataStore,
     PartitionState,
+    TopicPartition,
     TopicSpec,
 )
 
@@ -243,6 +246,7 @@ class Controller:
                 raise FencedController(f"node {self.node_id} lost the controller election")
             try:
                 await self._elect_leaders(fence)
+                await self._advance_reassignments(fence)
                 if self._jobs:
                     await self._run_job(fence, *self._jobs.popleft())
                     if self._jobs:
@@ -297,6 +301,21 @@ class Controller:
     async def rebalance_preferred_leaders(self) -> int:
         """Move leadership back to preferred replicas now; returns how many partitions moved."""
         return await self._submit(self._rebalance)
+
+    async def reassign(
+        self, plan: Sequence[tuple[TopicPartition, Sequence[object]]]
+    ) -> dict[TopicPartition, PartitionState]:
+        """Start moving partitions to new replica lists (KIP-455), all of the plan or, if any
+        of it is faulty, none; returns the stored state of each partition that changed (a
+        partition already on its target is left out)."""
+        return await self._submit(lambda fence: self._reassign(fence, plan))
+
+    async def cancel_reassignments(
+        self, partitions: Sequence[TopicPartition] | None = None
+    ) -> dict[TopicPartition, PartitionState]:
+        """Put moving partitions back on their original replicas: the ones named (each must be
+        moving), or every moving one; returns their stored states."""
+        return await self._submit(lambda fence: self._cancel(fence, partitions))
 
     async def _submit(self, job: Callable[[Fence], Awaitable[T]]) -> T:
         """Queue `job` to the controller task and wait for its outcome. A node the view shows
@@ -453,6 +472,143 @@ class Controller:
             )
         return self.store.view.topics[name]
 
+    # -- reassignment --------------------------------------------------------------------------
+
+    async def _reassign(
+        self, fence: Fence, plan: Sequence[tuple[TopicPartition, Sequence[object]]]
+    ) -> dict[TopicPartition, PartitionState]:
+        targets = reassignment.check_plan(self.store.view, plan)
+        stored = await self._decide_and_write(
+            fence, list(targets), lambda key, state: reassignment.start(state, targets[key])
+        )
+        for (topic, partition), state in stored.items():
+            log.info(
+                "%s-%d: reassignment to %s started (adding %s, removing %s)",
+                topic,
+                partition,
+                list(state.target_replicas),
+                list(state.adding),
+                list(state.removing),
+            )
+        return stored
+
+    async def _cancel(
+        self, fence: Fence, partitions: Sequence[TopicPartition] | None
+    ) -> dict[TopicPartition, PartitionState]:
+        view = self.store.view
+        if partitions is None:
+            keys = list(reassignment.moving(view))
+        else:
+            keys = list(dict.fromkeys(partitions))
+            for topic, partition in keys:
+                if topic not in view.topics:
+                    raise UnknownTopic(f"topic {topic!r} does not exist")
+                state = view.partition(topic, partition)
+                if state is None:
+                    raise UnknownPartition(f"partition {topic}-{partition} does not exist")
+                reassignment.cancel(
+                    f"{topic}-{partition}", state, self._in_sync(view, topic, partition, state)
+                )
+
+        def decide(key: TopicPartition, state: PartitionState) -> PartitionState | None:
+            if not state.reassigning and partitions is None:
+                return None  # completed meanwhile
+            view = self.store.view
+            return reassignment.cancel(
+                f"{key[0]}-{key[1]}", state, self._in_sync(view, *key, state)
+            )
+
+        stored = await self._decide_and_write(fence, keys, decide)
+        for (topic, partition), state in stored.items():
+            log.info(
+                "%s-%d: reassignment cancelled, back on %s, leader %d in epoch %d",
+                topic,
+                partition,
+                list(state.replicas),
+                state.leader,
+                state.leader_epoch,
+            )
+        return stored
+
+    async def _advance_reassignments(self, fence: Fence) -> None:
+        """Complete every move whose new replicas have all joined the ISR."""
+        view = self.store.view
+        changes = []
+        for (topic, partition), state in reassignment.moving(view).items():
+            new = reassignment.complete(state, self._in_sync(view, topic, partition, state))
+            if new is not None:
+                changes.append(Change.decided(view, topic, partition, state, new))
+        for first in range(0, len(changes), MAX_PARTITIONS_PER_WRITE):
+            await self._write_all(fence, changes[first : first + MAX_PARTITIONS_PER_WRITE])
+
+    @staticmethod
+    def _in_sync(
+        view: ClusterView, topic: str, partition: int, state: PartitionState
+    ) -> frozenset[int]:
+        """The replicas able to lead the partition now: live, its log online there, and not
+        restarted (or crashed) since its ISR was stored."""
+        offline = view.offline_replicas(topic, partition)
+        return view.live - offline - view.restarted(state) - view.crashed(state)
+
+    async def _decide_and_write(
+        self,
+        fence: Fence,
+        keys: Sequence[TopicPartition],
+        decide: Callable[[TopicPartition, PartitionState], PartitionState | None],
+    ) -> dict[TopicPartition, PartitionState]:
+        """Decide each partition's new state from the view and store the changes, up to
+        MAX_PARTITIONS_PER_WRITE a transaction; a partition whose state moved meanwhile (a
+        leader's ISR change) is decided again on the newer view. Returns the stored states."""
+        stored: dict[TopicPartition, PartitionState] = {}
+        pending = list(keys)
+        for _ in range(TOPIC_WRITE_ATTEMPTS):
+            view = self.store.view
+            changes = []
+            for key in pending:
+                state = view.partitions.get(key)
+                new = None if state is None else decide(key, state)
+                if state is not None and new is not None:
+                    changes.append(Change.decided(view, *key, state, new))
+            pending = []
+            for first in range(0, len(changes), MAX_PARTITIONS_PER_WRITE):
+                batch = changes[first : first + MAX_PARTITIONS_PER_WRITE]
+                written = await self._write_batch(fence, batch)
+                for change in batch:
+                    key = (change.topic, change.partition)
+                    if key in written:
+                        stored[key] = written[key]
+                    else:
+                        pending.append(key)
+            if not pending:
+                return stored
+            await self.store.wait_for(
+                functools.partial(
+                    _moved_on, {key: view.partitions[key].version for key in pending}
+                ),
+                VIEW_CATCH_UP_S,
+            )
+        raise MetadataUnavailable(
+            f"{len(pending)} partitions changed under every one of {TOPIC_WRITE_ATTEMPTS} "
+            f"attempts to write them, {len(stored)} were written"
+        )
+
+    async def _write_batch(
+        self, fence: Fence, changes: Sequence[Change]
+    ) -> dict[TopicPartition, PartitionState]:
+        """Store the changes at once, else one by one; returns those stored."""
+        states = [((c.topic, c.partition), c.new) for c in changes]
+        stored = await self.store.set_partitions(states, fence, [c.incarnations for c in changes])
+        if stored is not None:
+            return {key: state for (key, _), state in zip(states, stored, strict=True)}
+        written = {}
+        for change in changes:
+            state = await self.store.set_partition(
+                change.topic, change.partition, change.new, fence, change.incarnations
+            )
+            if state is not None:
+                written[(change.topic, change.partition)] = state
+        return written
+
     # -- leadership ----------------------------------------------------------------------------
 
     async def _elect_leaders(self, fence: Fence) -> None:
@@ -588,6 +744,14 @@ class Change:
             unclean_recovery,
             view.reported_log_ends(topic, partition) if unclean_recovery else {},
         )
+
+
+def _moved_on(versions: Mapping[TopicPartition, int], view: ClusterView) -> bool:
+    """Whether the view shows each partition at another version than `versions` (or gone)."""
+    return all(
+        (state := view.partitions.get(key)) is None or state.version != version
+        for key, version in versions.items()
+    )
 
 
 def _log_change(change: Change, stored: PartitionState) -> None:

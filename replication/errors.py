@@ -154,3 +154,22 @@ class FetchSessionTooLarge(ReplicationError):
     """A session fetch would make its session hold more partitions than a leader keeps."""
 
     code = "FETCH_SESSION_TOO_LARGE"
+
+
+class InvalidReassignment(ReplicationError):
+    """A reassignment plan that cannot be carried out as written (unknown or dead nodes,
+    duplicate replicas, an empty list, a partition named twice); nothing of it was started."""
+
+    code = "INVALID_REPLICA_ASSIGNMENT"
+
+
+class ReassignmentInProgress(ReplicationError):
+    """A partition already moving was named in a new plan: cancel or wait for it first."""
+
+    code = "REASSIGNMENT_IN_PROGRESS"
+
+
+class NoReassignmentInProgress(ReplicationError):
+    """A cancellation named a partition that is not moving."""
+
+    code = "NO_REASSIGNMENT_IN_PROGRESS"

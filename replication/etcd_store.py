@@ -75,6 +75,8 @@ class _PartitionRecord(msgspec.Struct, omit_defaults=True):
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
     recovering: tuple[int, ...] = ()
+    adding: tuple[int, ...] = ()
+    removing: tuple[int, ...] = ()
 
 
 class _LogEndRecord(msgspec.Struct):
@@ -109,6 +111,8 @@ def _partition_state(kv: KeyValue) -> PartitionState:
         replicas=record.replicas,
         isr=record.isr,
         recovering=record.recovering,
+        adding=record.adding,
+        removing=record.removing,
         version=kv.mod_revision,
     )
 
@@ -163,6 +167,7 @@ class EtcdMetadataStore(MetadataStore):
         self._partitions: dict[TopicPartition, PartitionState] = {}
         self._log_ends: dict[TopicPartition, dict[int, LogEnd]] = {}
         self._subscriptions: dict[str, StoredSubscription] = {}
+        self._throttle: int | None = None
 
     def _key(self, *parts: str | int) -> bytes:
         return (self._root + "/".join(str(p) for p in parts)).encode()
@@ -313,6 +318,7 @@ class EtcdMetadataStore(MetadataStore):
             self._partitions.clear()
             self._log_ends.clear()
             self._subscriptions.clear()
+            self._throttle = None
             for kv in update.kvs:
                 self._apply(kv.key, kv)
         self._wake()
@@ -350,6 +356,8 @@ class EtcdMetadataStore(MetadataStore):
                 self._subscriptions[rest] = StoredSubscription(rest, kv.value, kv.mod_revision)
             elif kind == "subscriptions":
                 self._subscriptions.pop(rest, None)
+            elif kind == "reassignment_throttle":
+                self._throttle = None if kv is None else msgspec.json.decode(kv.value, type=int)
         except (ValueError, msgspec.DecodeError) as exc:
             log.warning("ignoring malformed etcd metadata at %r: %s", key, exc)
 
@@ -430,6 +438,7 @@ class EtcdMetadataStore(MetadataStore):
             registered=dict(self._registered),
             unclean_starts=frozenset(self._unclean_starts),
             log_ends={key: dict(ends) for key, ends in self._log_ends.items()},
+            reassignment_throttle=self._throttle,
         )
 
     def _wake(self) -> None:
@@ -526,7 +535,13 @@ class EtcdMetadataStore(MetadataStore):
 
     def _put_partition(self, topic: str, partition: int, state: PartitionState) -> Put:
         record = _PartitionRecord(
-            state.leader, state.leader_epoch, state.replicas, state.isr, state.recovering
+            state.leader,
+            state.leader_epoch,
+            state.replicas,
+            state.isr,
+            state.recovering,
+            state.adding,
+            state.removing,
         )
         return Put(self._key("partitions", topic, partition), msgspec.json.encode(record))
 
@@ -630,6 +645,11 @@ class EtcdMetadataStore(MetadataStore):
             for (topic, p), _, end in reports
         ]
         return (await self._client.txn(compares, puts)).succeeded
+
+    async def set_reassignment_throttle(self, bytes_per_second: int | None) -> None:
+        key = self._key("reassignment_throttle")
+        op = Delete(key) if bytes_per_second is None else Put(key, b"%d" % bytes_per_second)
+        await self._client.txn([], [op])
 
     async def put_subscription(self, name: str, document: bytes, version: int) -> int | None:
         key = self._key("subscriptions", name)

@@ -57,6 +57,7 @@ class MemoryBackend:
         self.partitions: dict[TopicPartition, PartitionState] = {}
         self.log_ends: dict[TopicPartition, dict[int, LogEnd]] = {}
         self.subscriptions: dict[str, StoredSubscription] = {}
+        self.reassignment_throttle: int | None = None
         self.stores: list[MemoryMetadataStore] = []
         self._changed: asyncio.Event | None = None
         self.state_file = state_file
@@ -135,6 +136,7 @@ class MemoryBackend:
             registered=dict(self.registered),
             unclean_starts=frozenset(self.unclean_starts),
             log_ends={key: dict(ends) for key, ends in self.log_ends.items()},
+            reassignment_throttle=self.reassignment_throttle,
         )
 
     @contextmanager
@@ -317,6 +319,11 @@ class MemoryMetadataStore(MetadataStore):
                 f"node {fence.node_id} is no longer the controller: its election key "
                 f"{fence.key!r} of revision {fence.create_revision} is gone"
             )
+
+    async def set_reassignment_throttle(self, bytes_per_second: int | None) -> None:
+        await asyncio.sleep(0)
+        with self.backend.transaction():
+            self.backend.reassignment_throttle = bytes_per_second
 
     async def put_subscription(self, name: str, document: bytes, version: int) -> int | None:
         await asyncio.sleep(0)

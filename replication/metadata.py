@@ -59,6 +59,24 @@ class PartitionState:
     # ISR members that restarted after a crash while the partition had no leader to take over
     # from: kept in the ISR (KIP-966 waits for all of them), but not in sync
     recovering: tuple[int, ...] = ()
+    # A reassignment in progress (KIP-455): `replicas` is the target followed by `removing`;
+    # `adding` are target replicas not in the original list (they fetch, and join the ISR).
+    adding: tuple[int, ...] = ()
+    removing: tuple[int, ...] = ()
+
+    @property
+    def reassigning(self) -> bool:
+        return bool(self.adding or self.removing)
+
+    @property
+    def target_replicas(self) -> tuple[int, ...]:
+        """The replicas the partition will have once its reassignment completes."""
+        return tuple(r for r in self.replicas if r not in self.removing)
+
+    @property
+    def original_replicas(self) -> tuple[int, ...]:
+        """The replicas it had before its reassignment began (what a cancellation restores)."""
+        return tuple(r for r in self.replicas if r not in self.adding)
 
 
 @dataclass(frozen=True)
@@ -93,6 +111,8 @@ class ClusterView:
     unclean_starts: frozenset[int] = frozenset()  # nodes whose process started after a crash
     # partition -> node -> its replica's log end, reported while the partition is recovering
     log_ends: Mapping[TopicPartition, Mapping[int, LogEnd]] = field(default_factory=dict)
+    # bytes/s each node may send to the replicas reassignments add (KIP-73); None: no limit
+    reassignment_throttle: int | None = None
 
     def partition(self, topic: str, partition: int) -> PartitionState | None:
         return self.partitions.get((topic, partition))
@@ -283,6 +303,11 @@ class MetadataStore(ABC):
         recovery), all or none (at most MAX_PARTITIONS_PER_WRITE), each guarded by the
         version of the partition's state that asked for it, so that none outlives the
         recovery. False if a guard did not hold (then nothing was written)."""
+
+    @abstractmethod
+    async def set_reassignment_throttle(self, bytes_per_second: int | None) -> None:
+        """Store the reassignment throttle every node applies (None removes it). Any node may
+        write it: it is a setting, no partition's state."""
 
     @abstractmethod
     async def put_subscription(self, name: str, document: bytes, version: int) -> int | None:

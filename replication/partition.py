@@ -146,8 +146,11 @@ class Partition:
         self.leader_state = None
 
     def update_state(self, state: PartitionState) -> None:
-        """A newer version of the same epoch's state (an ISR change stored by this leader)."""
+        """A newer version of the same epoch's state: an ISR change stored by this leader, or
+        replicas a reassignment added (followed from now on)."""
         self.state = state
+        if self.leader_state is not None and self.leader_state.replicas != state.replicas:
+            self.leader_state.set_replicas(state.replicas)
 
     # -- leader --------------------------------------------------------------------------------
 
@@ -258,6 +261,12 @@ class Partition:
                 f"{self.topic}-{self.partition} has {len(leading.isr)} in-sync replicas "
                 f"{list(leading.isr)}; min.insync.replicas is {required}; nothing was appended"
             )
+
+    def copying_to(self, replica: int) -> bool:
+        """Whether `replica` is one a reassignment adds and not yet in sync: what it fetches
+        is reassignment traffic (throttled), not the ISR's catch-up."""
+        state = self.state
+        return state is not None and replica in state.adding and replica not in state.isr
 
     def update_high_watermark(self) -> bool:
         """Move the high watermark to the minimum log end over the ISR; True if it moved."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, replace
@@ -54,6 +55,7 @@ from replication.metadata import (
     TopicSpec,
 )
 from replication.partition import Partition
+from replication.reassignment_throttle import ReassignmentThrottle
 from replication.session_wire import MAX_PARTITIONS, UNKNOWN_EPOCH, SessionFetchRequest
 from replication.sibling_replicas import SiblingReplicas
 from replication.tiering import TieringService
@@ -125,6 +127,7 @@ class ReplicaManager:
         self.appends = AppendGroups()  # produces of one loop turn: one write per partition
         self.flushes = FlushGroups()
         self.sessions = FetchSessions(MAX_PARTITIONS)  # followers' fetch sessions, as leader
+        self.throttle = ReassignmentThrottle()
         self.isr_changes = IsrWrites(store)  # this turn's ISR changes, stored together
         self.log_ends = LogEndReports(store)
         self._log_ends_task: asyncio.Task[None] | None = None
@@ -204,13 +207,13 @@ class ReplicaManager:
             for key, state in view.partitions.items()
             if self.node_id in state.replicas and key[0] in self.manager.topics
         ]
+        changed = await self._drop_removed({key for key, _ in hosted})
         new = [self._new_partition(*key) for key, _ in hosted if key not in self.partitions]
         if new:
             await asyncio.to_thread(_rebuild_idempotency, new)
             for partition in new:
                 self.partitions[(partition.topic, partition.partition)] = partition
         first = {(partition.topic, partition.partition) for partition in new}
-        changed = []
         for i, (key, state) in enumerate(hosted, 1):
             if i % ROLES_PER_TURN == 0:
                 await asyncio.sleep(0)  # let the loop breathe (the lease's keepalive)
@@ -245,6 +248,22 @@ class ReplicaManager:
             if i % ROLES_PER_TURN == 0:
                 await asyncio.sleep(0)  # listeners may not suspend: let the loop breathe
         self._applied.set()
+
+    async def _drop_removed(self, hosted: set[TopicPartition]) -> list[Partition]:
+        """Stop serving and following the partitions a reassignment took off this node (its
+        topic still has replicas here) and delete their records; returns them, for the role
+        listeners."""
+        removed = [key for key in self.partitions if key not in hosted]
+        dropped = []
+        for key in removed:
+            partition = self.partitions.pop(key)
+            partition.make_follower(PartitionState(NO_LEADER, partition.leader_epoch, (), ()))
+            self.notifier.wake(partition.log)
+            if not partition.log.offline:
+                await asyncio.to_thread(partition.log.truncate_fully_and_start_at, 0)
+            log.info("%s-%d: no longer a replica here; its records were deleted", *key)
+            dropped.append(partition)
+        return dropped
 
     def _log_offline(self, log_: PartitionLog) -> None:
         """The engine's word that a log went offline, from whichever thread met the failure."""
@@ -697,7 +716,7 @@ class ReplicaManager:
         deadline = time.monotonic() + request.max_wait_ms / 1000
         try:
             while True:
-                found, size, errors = self._session_round(session, request)
+                found, size, errors, held_s = self._session_round(session, request)
                 remaining = deadline - time.monotonic()
                 if not self.sessions.current(session):
                     return session.id, {}  # replaced: its follower gave this request up
@@ -710,7 +729,7 @@ class ReplicaManager:
                 ):
                     return session.id, self._answered(session, found, request.full)
                 logs = [p.log for key, _ in session if (p := self.partitions.get(key))]
-                await self.notifier.wait_any(logs, remaining, waiter)
+                await self.notifier.wait_any(logs, min(remaining, held_s), waiter)
                 if self._session_waiters.get(request.replica) is not waiter:
                     return session.id, {}  # a newer request of the follower took over
                 if waiter.done():  # a log woke it: a fresh one for the next park
@@ -766,37 +785,48 @@ class ReplicaManager:
 
     def _session_round(
         self, session: FetchSession, request: SessionFetchRequest
-    ) -> tuple[dict[TopicPartition, ReadResult | EngineError], int, bool]:
+    ) -> tuple[dict[TopicPartition, ReadResult | EngineError], int, bool, float]:
         """Note the follower's position in every partition of the session and read what each
         has from it, within each one's max_bytes and the request's in all (the first
-        partition with records may exceed them by one batch, as in Kafka): (the results, the
-        bytes read, whether any partition failed)."""
+        partition with records may exceed them by one batch, as in Kafka), and for a replica a
+        reassignment adds, within the reassignment throttle: (the results, the bytes read,
+        whether any partition failed, how long the throttle holds records back: inf if not)."""
         found: dict[TopicPartition, ReadResult | EngineError] = {}
         size = 0
         errors = False
+        now = time.monotonic()
+        bucket = self.throttle.configure(self.store.view.reassignment_throttle, now)
+        held_s = math.inf
         for key, part in session:
             position = part.position
-            room = min(position.max_bytes, request.max_bytes - size)
+            room = max(min(position.max_bytes, request.max_bytes - size), 0)
             try:
                 leader = self._hosted(*key)
+                throttled = bucket is not None and leader.copying_to(session.replica)
+                if bucket is not None and throttled:
+                    room = min(room, bucket.available(now))
                 result, expand = leader.replica_fetch(
                     session.replica,
                     position.fetch_offset,
                     position.leader_epoch,
-                    max(room, 0),
-                    min_one=size == 0,
+                    room,
+                    min_one=size == 0 and room > 0,
                 )
             except EngineError as exc:
                 found[key] = exc
                 errors = True
                 continue
+            if bucket is not None and throttled:
+                bucket.spend(len(result.data))
+                if not result.data and position.fetch_offset < result.log_end_offset:
+                    held_s = bucket.wait_s(now)
             if expand is not None:
                 self._background(self.change_isr(leader, expand))
             size += len(result.data)
             found[key] = ReadResult(
                 result.data, leader.high_watermark, leader.log_start_offset, result.log_end_offset
             )
-        return found, size, errors
+        return found, size, errors, held_s
 
     @staticmethod
     def _answered(

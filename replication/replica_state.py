@@ -73,6 +73,16 @@ class LeaderState:
             return self._isr
         return self._isr + tuple(r for r in self._pending if r not in self._isr)
 
+    def set_replicas(self, replicas: tuple[int, ...]) -> None:
+        """The replica list changed within the epoch (a reassignment added replicas): track the
+        new followers from now, forget the ones outside the ISR that left."""
+        if not set(self.maximal_isr) <= set(replicas):
+            raise ValueError(f"replicas {replicas} must hold the ISR {self.maximal_isr}")
+        self.replicas = replicas
+        self.followers = {
+            r: self.followers.get(r) or FollowerProgress() for r in replicas if r != self.node_id
+        }
+
     def _progress(self, replica: int) -> FollowerProgress:
         try:
             return self.followers[replica]

@@ -63,6 +63,9 @@ _ENGINE_STATUS: dict[type[errors.EngineError], int] = {
     replication.FetchSessionTooLarge: 422,
     replication.NodeUnreachable: 502,
     replication.PartiallyAppended: 503,
+    replication.InvalidReassignment: 400,
+    replication.ReassignmentInProgress: 409,
+    replication.NoReassignmentInProgress: 409,
 }
 # Errors a retry may cure shortly: their answers carry Retry-After.
 _RETRIABLE = (

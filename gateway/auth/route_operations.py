@@ -92,6 +92,14 @@ ROUTES: dict[tuple[str, str], Access] = {
     ("POST", f"{_SUBSCRIPTION}/resume"): Access(also=_CHANGE_SUBSCRIPTION),
     ("GET", "/v1/cluster"): Access(_on("cluster", "describe", None)),
     ("GET", "/v1/traffic"): Access(_on("cluster", "describe", None)),
+    # Kafka's rules: ListPartitionReassignments describes, AlterPartitionReassignments alters
+    ("GET", "/v1/cluster/reassignments"): Access(_on("cluster", "describe", None)),
+    ("POST", "/v1/cluster/reassignments"): Access(_on("cluster", "alter", None)),
+    ("DELETE", "/v1/cluster/reassignments"): Access(_on("cluster", "alter", None)),
+    ("DELETE", "/v1/cluster/reassignments/{topic}/{partition}"): Access(
+        _on("cluster", "alter", None)
+    ),
+    ("PUT", "/v1/cluster/reassignments/throttle"): Access(_on("cluster", "alter", None)),
     ("GET", "/v1/acls"): Access(_on("cluster", "describe", None)),
     ("POST", "/v1/acls"): Access(_on("cluster", "alter", None)),
     ("DELETE", "/v1/acls"): Access(_on("cluster", "alter", None)),
@@ -164,6 +172,7 @@ ROUTES: dict[tuple[str, str], Access] = {
     ("GET", "/internal/v1/replicas/{topic}/{partition}/epoch-end"): Access(audience="internal"),
     ("POST", "/internal/v1/partitions/{topic}/{partition}/append"): Access(audience="internal"),
     ("GET", "/internal/v1/ready"): Access(audience="internal"),
+    ("GET", "/internal/v1/reassignments/replicas"): Access(audience="internal"),
     ("GET", "/internal/v1/metrics"): Access(audience="internal"),
     ("GET", "/internal/v1/auth/refresh"): Access(audience="internal"),
     ("GET", "/internal/v1/subscriptions/{name}/partitions"): Access(audience="internal"),

@@ -70,6 +70,8 @@ class PartitionState:
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
     revision: int
+    adding: tuple[int, ...] = ()  # a reassignment in progress (KIP-455)
+    removing: tuple[int, ...] = ()
 
     @classmethod
     def parse(cls, value: bytes, revision: int) -> PartitionState:
@@ -80,6 +82,8 @@ class PartitionState:
             tuple(doc["replicas"]),
             tuple(doc["isr"]),
             revision,
+            tuple(doc.get("adding", ())),
+            tuple(doc.get("removing", ())),
         )
 
 

@@ -96,6 +96,13 @@ SAMPLES: dict[tuple[str, str], Sample] = {
     ("POST", "/v1/subscriptions/{name}/resume"): Sample(also=READ_TOPIC),
     ("GET", "/v1/cluster"): Sample(),
     ("GET", "/v1/traffic"): Sample(),
+    ("GET", "/v1/cluster/reassignments"): Sample(),
+    ("POST", "/v1/cluster/reassignments"): Sample(
+        json={"partitions": [{"topic": TOPIC, "partition": 0, "replicas": [0]}]}
+    ),
+    ("DELETE", "/v1/cluster/reassignments"): Sample(),
+    ("DELETE", "/v1/cluster/reassignments/{topic}/{partition}"): Sample(),
+    ("PUT", "/v1/cluster/reassignments/throttle"): Sample(json={"bytes_per_second": 1000}),
     ("GET", "/console"): Sample(),
     ("GET", "/console/"): Sample(),
     ("GET", "/console/{asset}"): Sample(params={"asset": "app.js"}),
@@ -177,6 +184,7 @@ SAMPLES: dict[tuple[str, str], Sample] = {
         query="acks=1", data=BATCH, content_type="application/vnd.sluice.record-batch"
     ),
     ("GET", "/internal/v1/ready"): Sample(),
+    ("GET", "/internal/v1/reassignments/replicas"): Sample(),
     ("GET", "/internal/v1/metrics"): Sample(),
     ("GET", "/internal/v1/auth/refresh"): Sample(),
     ("GET", "/internal/v1/subscriptions/{name}/partitions"): Sample(),

@@ -1,5 +1,6 @@
 """The checker itself, on small made-up histories (no cluster): a clean history passes, and each
-property fires on a history that breaks it."""
+property fires on a history that breaks it. Every check of checker.py must fail a test here when
+disabled: scripts/mutate_checker.py (run by test_checker_mutants.py) says which do not."""
 
 from __future__ import annotations
 
@@ -8,10 +9,10 @@ import json
 
 import pytest
 
-from tests.cluster.checker import Verdict, check
-from tests.cluster.harness import LogRecord, PartitionState
+from tests.cluster.checker import Verdict, Violation, check
+from tests.cluster.harness import NO_LEADER, LogRecord, PartitionState
 from tests.cluster.sideload import Commit, GroupFetch, SideHistory, TopicOp, TopicView
-from tests.cluster.workload import Attempt, History, Observation, ProduceOp, Read
+from tests.cluster.workload import Attempt, History, Observation, ProduceOp, Read, Snapshot
 
 T0 = 1_000_000.0  # wall clock of the first attempt
 
@@ -67,7 +68,7 @@ def clean() -> tuple[
     return history, logs, {0: 2}, {0: states}
 
 
-def row(hw: int, isr: list[int] | None = None, leader: int = 0) -> dict[str, object]:
+def row(hw: int, isr: list[int] | None = None, leader: int | None = 0) -> dict[str, object]:
     return {
         "partition": 0,
         "leader": leader,
@@ -82,10 +83,27 @@ def kinds(verdict: Verdict) -> set[str]:
     return {v.kind for v in verdict.violations}
 
 
+def named(verdict: Verdict, kind: str, detail: str) -> bool:
+    """Whether the verdict has a violation of that kind whose detail says `detail`."""
+    return any(v.kind == kind and detail in v.detail for v in verdict.violations)
+
+
 def test_a_clean_history_passes() -> None:
     verdict = check(*clean())
     assert verdict.violations == []
     assert (verdict.acknowledged, verdict.lost, verdict.duplicates) == (2, 0, 0)
+
+
+def test_anomalies_the_workload_reported_are_violations() -> None:
+    """The workload and the side actors report what they saw themselves (a 416 at an offset a
+    consumer had reached; a group unreadable after healing): the verdict carries them as is."""
+    history, logs, end, states = clean()
+    history.anomalies.append(("out-of-range", "p0: fetch at 1 answered 416"))
+    history.side.anomalies.append(("not-live", "group g unreadable after healing: 503"))
+    assert check(history, logs, end, states).violations == [
+        Violation("out-of-range", "p0: fetch at 1 answered 416"),
+        Violation("not-live", "group g unreadable after healing: 503"),
+    ]
 
 
 def test_a_lost_acknowledged_record() -> None:
@@ -94,6 +112,29 @@ def test_a_lost_acknowledged_record() -> None:
         logs[node][0] = logs[node][0][:1]
     verdict = check(history, logs, {0: 1}, states)
     assert "lost" in kinds(verdict) and verdict.lost == 1
+
+
+def test_an_answer_that_names_other_partitions_than_sent() -> None:
+    """o1 sent a third record to p1, and the answer names p0 alone: where p1's record went, the
+    client was never told."""
+    history, logs, end, states = clean()
+    history.ops[0].records.append((1, 2))
+    verdict = check(history, logs, end, states)
+    assert kinds(verdict) == {"lost"}
+    assert named(verdict, "lost", "op o1: answered partitions {0}, sent {0, 1}")
+    # Answered for both partitions, and stored where the answer said: fine.
+    history.ops[0].attempts = [attempt("ok", [(0, 0, 2), (1, 0, 1)], T0)]
+    for node in logs:
+        logs[node][1] = [rec(0, "o1", 2)]
+    assert check(history, logs, {0: 2, 1: 1}, states).violations == []
+
+
+def test_an_answer_that_counts_other_records_than_sent() -> None:
+    history, logs, end, states = clean()
+    history.ops[0].attempts = [attempt("ok", [(0, 0, 3)], T0)]
+    verdict = check(history, logs, end, states)
+    assert kinds(verdict) == {"lost"}
+    assert named(verdict, "lost", "op o1 p0: answered count 3, sent 2")
 
 
 def test_acks_1_may_lose_what_it_acknowledged() -> None:
@@ -138,6 +179,36 @@ def test_a_read_that_changed_or_disappeared() -> None:
     assert {"divergence", "read-changed"} <= kinds(check(history, logs, end, states))
 
 
+def read(offset: int, offsets: list[int], next_offset: int, hw: int) -> Read:
+    """An unpinned read through node 0 at 3.0 s of clean()'s records at `offsets`."""
+    found: list[tuple[int, str | None, object]] = [
+        (o, f"o1#{o}", {"op": "o1", "i": o}) for o in offsets
+    ]
+    return Read(0, 0, 1, False, 3.0, 3.1, offset, found, next_offset, hw)
+
+
+@pytest.mark.parametrize(
+    ("bad", "detail"),
+    [
+        (read(0, [1], 2, 2), "from 0: offsets [1]"),  # skipped the offset asked
+        (read(1, [0, 1], 2, 2), "from 1: offsets [0, 1]"),  # began before it
+        (read(0, [1, 0], 1, 2), "from 0: offsets [1, 0]"),  # out of order
+        (read(0, [0], 2, 2), "next_offset 2 after 0"),
+        (read(0, [0, 1], 2, 1), "record 1 at or past hw 1"),
+    ],
+)
+def test_a_read_with_wrong_offsets(bad: Read, detail: str) -> None:
+    history, logs, end, states = clean()
+    history.reads.append(bad)
+    verdict = check(history, logs, end, states)
+    assert kinds(verdict) == {"offsets"} and named(verdict, "offsets", detail), verdict
+    # The same records read right: from where they begin, the next offset past the last, below
+    # the high watermark; and a read at the end that found nothing.
+    history.reads[-1] = read(1, [1], 2, 2)
+    history.reads.append(read(2, [], 2, 2))
+    assert check(history, logs, end, states).violations == []
+
+
 def test_a_high_watermark_that_goes_back_within_one_run() -> None:
     history, logs, end, states = clean()
     history.observations.append(Observation(0, 1, 3.0, 3.1, [row(1)]))
@@ -147,20 +218,70 @@ def test_a_high_watermark_that_goes_back_within_one_run() -> None:
     assert check(history, logs, end, states).violations == []
 
 
+def test_a_high_watermark_that_a_pinned_fetch_saw_go_back() -> None:
+    """A fetch pinned to node 0 (answered by it as leader) at 3.0 s says hw 1, after node 0's
+    describe said 2: node 0's high watermark went back."""
+    history, logs, end, states = clean()
+    history.reads.append(dataclasses.replace(read(0, [0], 1, 1), pinned=True))
+    verdict = check(history, logs, end, states)
+    assert kinds(verdict) == {"hw-regressed"}
+    detail = "high watermark 2 (describe ending 2.10s), then 1 (pinned fetch at 3.00s)"
+    assert named(verdict, "hw-regressed", f"node 0 run 1 p0: {detail}")
+    # Unpinned, the answer may come from whichever node leads: it says nothing of node 0's.
+    history.reads[-1].pinned = False
+    assert check(history, logs, end, states).violations == []
+
+
 @pytest.mark.parametrize(
-    ("bad", "kind"),
+    ("bad", "kind", "detail"),
     [
-        (state(1, 0, (1,), 14), "epoch"),  # epoch falls; leader changes without a higher epoch
-        (state(0, 1, (0,), 14), "leader-per-epoch"),  # epoch 1 had leader 1 already
-        (state(1, 2, (), 14), "isr"),
-        (state(1, 2, (1, 5), 14), "isr"),
-        (state(0, 2, (1,), 14), "isr"),  # the leader outside its ISR
+        (state(1, 0, (1,), 14), "epoch", "epoch fell from 1"),
+        # Leader 1 in epoch 1, then leader 0 in epoch 1: a new leader in the same epoch.
+        (state(0, 1, (0,), 14), "epoch", "new leader without a higher epoch"),
+        (state(0, 1, (0,), 14), "leader-per-epoch", "epoch 1 had leaders [0, 1]"),
+        (state(NO_LEADER, 2, (), 14), "isr", "empty ISR"),  # leaderless: no other rule fires
+        (state(1, 2, (1, 5), 14), "isr", "ISR not a set within replicas"),
+        (state(1, 2, (1, 1), 14), "isr", "ISR not a set within replicas"),
+        (state(0, 2, (1,), 14), "isr", "the leader is not in the ISR"),
     ],
 )
-def test_stored_partition_states(bad: PartitionState, kind: str) -> None:
+def test_stored_partition_states(bad: PartitionState, kind: str, detail: str) -> None:
     history, logs, end, states = clean()
     states[0].append(bad)
-    assert kind in kinds(check(history, logs, end, states))
+    verdict = check(history, logs, end, states)
+    assert named(verdict, kind, detail), verdict.violations
+
+
+def test_stored_partition_states_that_keep_the_rules() -> None:
+    """A partition left leaderless in a new epoch, its ISR kept; then its ISR member elected in
+    a higher epoch."""
+    history, logs, end, states = clean()
+    states[0] += [state(NO_LEADER, 2, (1,), 14), state(1, 3, (1,), 15)]
+    assert check(history, logs, end, states).violations == []
+
+
+@pytest.mark.parametrize(
+    ("reported", "detail"),
+    [
+        (row(2, isr=[], leader=None), "reported p0 with ISR [] (replicas [0, 1])"),
+        (row(2, isr=[0, 5]), "reported p0 with ISR [0, 5] (replicas [0, 1])"),
+        (row(2, isr=[1], leader=0), "reported p0 led by 0 outside its ISR [1]"),
+    ],
+)
+def test_an_isr_a_node_reports(reported: dict[str, object], detail: str) -> None:
+    """Each node's describe of the topic, as the pollers saw it: the ISR is never empty, within
+    the replicas, and holds the leader the node names."""
+    history, logs, end, states = clean()
+    history.observations.append(Observation(1, 1, 3.0, 3.1, [reported]))
+    verdict = check(history, logs, end, states)
+    assert kinds(verdict) == {"isr"}
+    assert named(verdict, "isr", f"node 1 at 3.00s {detail}"), verdict.violations
+    # A node that knows no leader for the moment, or names one in its ISR: fine.
+    history.observations[-1:] = [
+        Observation(1, 1, 3.0, 3.1, [row(2, isr=[1], leader=None)]),
+        Observation(1, 1, 4.0, 4.1, [row(2, isr=[1], leader=1)]),
+    ]
+    assert check(history, logs, end, states).violations == []
 
 
 def test_a_leader_elected_from_outside_the_isr() -> None:
@@ -181,6 +302,82 @@ def test_offsets_with_a_gap() -> None:
     for node in logs:
         logs[node][0][1] = dataclasses.replace(logs[node][0][1], offset=2)
     assert "offsets" in kinds(check(history, logs, {0: 3}, states))
+
+
+def test_leader_epochs_that_go_back_along_a_log() -> None:
+    history, logs, end, states = clean()
+    for node in logs:
+        logs[node][0][0] = dataclasses.replace(logs[node][0][0], epoch=1)
+    verdict = check(history, logs, end, states)
+    assert kinds(verdict) == {"offsets"}
+    assert named(verdict, "offsets", "node 0 p0: leader epochs go back along the log")
+    # Rising: fine.
+    for node in logs:
+        logs[node][0][0] = dataclasses.replace(logs[node][0][0], epoch=0)
+        logs[node][0][1] = dataclasses.replace(logs[node][0][1], epoch=1)
+    assert check(history, logs, end, states).violations == []
+
+
+def snapshot(hw: int, records: list[LogRecord]) -> Snapshot:
+    """Node 0's log read from disk at 1.5 s, below the high watermark it reported."""
+    return Snapshot(0, 1, 1.5, 0, hw, records)
+
+
+@pytest.mark.parametrize(
+    ("hw", "offsets", "kind", "detail"),
+    [
+        (3, [0, 2], "offsets", "offsets not contiguous"),
+        (2, [0], "lost", "the log ends at 1, below its high watermark"),
+        (2, [], "lost", "the log ends at 0, below its high watermark"),
+    ],
+)
+def test_a_log_on_disk_during_the_schedule(
+    hw: int, offsets: list[int], kind: str, detail: str
+) -> None:
+    """A replica's log read while the faults fire: contiguous, and up to the high watermark
+    its node had reported."""
+    history, logs, end, states = clean()
+    history.snapshots.append(snapshot(hw, [rec(o, "o1", min(o, 1)) for o in offsets]))
+    verdict = check(history, logs, end, states)
+    assert kinds(verdict) == {kind}
+    assert named(verdict, kind, f"node 0 run 1 on disk at 1.50s (hw {hw}) p0: {detail}")
+    # Up to its high watermark (nothing yet at 0), or from a later offset on: fine.
+    history.snapshots[-1:] = [
+        snapshot(2, logs[0][0][:2]),
+        snapshot(0, []),
+        snapshot(2, [rec(1, "o1", 1)]),
+    ]
+    assert check(history, logs, end, states).violations == []
+
+
+def test_a_log_on_disk_that_differs_from_the_final_one() -> None:
+    history, logs, end, states = clean()
+    history.snapshots.append(snapshot(2, [logs[0][0][0], rec(1, "other", 0)]))
+    verdict = check(history, logs, end, states)
+    assert kinds(verdict) == {"divergence"}
+    assert named(verdict, "divergence", "node 0 run 1 on disk at 1.50s (hw 2) has")
+
+
+def test_an_unreadable_marker() -> None:
+    history, logs, end, states = clean()
+    for node in logs:
+        logs[node][0][0] = dataclasses.replace(logs[node][0][0], idempotency=b"o1\ndigest")
+    verdict = check(history, logs, end, states)
+    assert kinds(verdict) == {"offsets"}
+    assert named(verdict, "offsets", "p0 offset 0: unreadable marker")
+
+
+def test_a_batch_built_during_none_of_its_attempts() -> None:
+    """o1's batch was built 5 s after its only attempt was answered."""
+    history, logs, end, states = clean()
+    for node in logs:
+        logs[node][0][0] = rec(0, "o1", 0, mark=marker("o1", T0 + 5))
+    verdict = check(history, logs, end, states)
+    assert kinds(verdict) == {"unattributed-append"}
+    assert named(verdict, "unattributed-append", "op o1's batch was built at 1000005.000")
+    # Built after an attempt without an answer gave up: that attempt's, however late.
+    history.ops[0].attempts = [attempt("unknown", None, T0 + 4), attempt("ok", [(0, 0, 2)], T0 + 6)]
+    assert check(history, logs, end, states).violations == []
 
 
 def test_records_appended_by_an_attempt_answered_not_enough_replicas() -> None:
@@ -332,6 +529,20 @@ def test_an_identical_retry_answered_key_reused() -> None:
     assert kinds(check(history, logs, end, states)) == {"idempotency-reuse"}
 
 
+def test_a_replay_answered_key_reused() -> None:
+    """The replay (same key, same body, another node) was refused as a reuse of the key."""
+    history, logs, end, states = clean()
+    reused = dataclasses.replace(
+        attempt("failed", None, T0 + 2), status=422, code="IDEMPOTENCY_KEY_REUSED", node=1
+    )
+    history.ops[0].replays = [reused]
+    verdict = check(history, logs, end, states)
+    assert kinds(verdict) == {"idempotency-reuse"}
+    assert named(
+        verdict, "idempotency-reuse", "op o1: the same request with its key answered node 1 "
+    )
+
+
 def with_group(history: History) -> SideHistory:
     side = SideHistory("g")
     side.fetches.append(GroupFetch("m1", 1, [(0, 0, "o1#0", {"op": "o1", "i": 0})]))
@@ -420,6 +631,12 @@ def test_topic_changes_read_back_after_healing() -> None:
         # An error answered as plain JSON, without a problem+json code.
         (
             [dataclasses.replace(topic_op("create", 503, 100, 1.0), content_type="text/plain")],
+            [None],
+            "unclean-error",
+        ),
+        # A problem+json error that names no code.
+        (
+            [dataclasses.replace(topic_op("create", 503, 100, 1.0), code=None)],
             [None],
             "unclean-error",
         ),

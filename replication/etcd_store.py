@@ -77,6 +77,7 @@ class _PartitionRecord(msgspec.Struct, omit_defaults=True):
     recovering: tuple[int, ...] = ()
     adding: tuple[int, ...] = ()
     removing: tuple[int, ...] = ()
+    original: tuple[int, ...] = ()
 
 
 class _LogEndRecord(msgspec.Struct):
@@ -113,6 +114,7 @@ def _partition_state(kv: KeyValue) -> PartitionState:
         recovering=record.recovering,
         adding=record.adding,
         removing=record.removing,
+        original=record.original,
         version=kv.mod_revision,
     )
 
@@ -168,6 +170,8 @@ class EtcdMetadataStore(MetadataStore):
         self._log_ends: dict[TopicPartition, dict[int, LogEnd]] = {}
         self._subscriptions: dict[str, StoredSubscription] = {}
         self._throttle: int | None = None
+        self._shutting_down: set[int] = set()  # nodes in a controlled shutdown
+        self._leaving = False  # this node is one of them
 
     def _key(self, *parts: str | int) -> bytes:
         return (self._root + "/".join(str(p) for p in parts)).encode()
@@ -226,17 +230,21 @@ class EtcdMetadataStore(MetadataStore):
     async def _register(self) -> None:
         """Take a new lease and publish this node: nodes/<id> for good, live/<id> and its
         offline report (if any) under it; the first time, also this process's incarnation
-        (incarnations/<id>, for good), which a lease regained later does not change."""
+        (incarnations/<id>, for good), which a lease regained later does not change, and
+        without an earlier process's shutting-down mark (its lease may not have run out)."""
         node = self._require_node()
         lease = await self._client.grant(max(1, math.ceil(self._lease_ttl_s)))
         record = msgspec.json.encode(_NodeRecord(node.node_id, node.url))
-        puts = [
+        puts: list[Put | Delete] = [
             Put(self._key("nodes", node.node_id), record),
             Put(self._key("live", node.node_id), record, lease.id),
         ]
         if not self.registration:
             incarnation = msgspec.json.encode(_IncarnationRecord(self._clean_start))
             puts.append(Put(self._key("incarnations", node.node_id), incarnation))
+            puts.append(Delete(self._key("shutting_down", node.node_id)))
+        elif self._leaving:
+            puts.append(Put(self._key("shutting_down", node.node_id), b"", lease.id))
         if self._reported:
             puts.append(self._put_report(lease.id))
         result = await self._client.txn([], puts)
@@ -269,6 +277,16 @@ class EtcdMetadataStore(MetadataStore):
                     log.warning("cannot refresh the etcd lease %x: %s", self._lease, exc)
                     delay = 0  # at once, on the next endpoint: the TTL is running out
                 unreachable = True
+
+    async def begin_shutdown(self) -> None:
+        """shutting_down/<id> under this node's lease (written again with a new lease)."""
+        self._leaving = True
+        key = self._key("shutting_down", self._node_id)
+        await self._client.txn([], [Put(key, b"", self._lease)])
+
+    async def resign(self) -> None:
+        """Delete controller/<lease> (`campaign`'s key under the current lease)."""
+        await self._client.txn([], [Delete(self._key("controller", f"{self._lease:x}"))])
 
     def report_offline(self, partitions: Iterable[TopicPartition]) -> None:
         self._reported = frozenset(partitions)
@@ -319,6 +337,7 @@ class EtcdMetadataStore(MetadataStore):
             self._log_ends.clear()
             self._subscriptions.clear()
             self._throttle = None
+            self._shutting_down.clear()
             for kv in update.kvs:
                 self._apply(kv.key, kv)
         self._wake()
@@ -336,6 +355,10 @@ class EtcdMetadataStore(MetadataStore):
                 self._live.add(int(rest))
             elif kind == "live":
                 self._live.discard(int(rest))
+            elif kind == "shutting_down" and kv is not None:
+                self._shutting_down.add(int(rest))
+            elif kind == "shutting_down":
+                self._shutting_down.discard(int(rest))
             elif kind == "incarnations":
                 self._apply_incarnation(int(rest), kv)
             elif kind == "offline":
@@ -439,6 +462,7 @@ class EtcdMetadataStore(MetadataStore):
             unclean_starts=frozenset(self._unclean_starts),
             log_ends={key: dict(ends) for key, ends in self._log_ends.items()},
             reassignment_throttle=self._throttle,
+            shutting_down=frozenset(self._shutting_down),
         )
 
     def _wake(self) -> None:
@@ -542,6 +566,7 @@ class EtcdMetadataStore(MetadataStore):
             state.recovering,
             state.adding,
             state.removing,
+            state.original,
         )
         return Put(self._key("partitions", topic, partition), msgspec.json.encode(record))
 

@@ -60,9 +60,11 @@ class PartitionState:
     # from: kept in the ISR (KIP-966 waits for all of them), but not in sync
     recovering: tuple[int, ...] = ()
     # A reassignment in progress (KIP-455): `replicas` is the target followed by `removing`;
-    # `adding` are target replicas not in the original list (they fetch, and join the ISR).
+    # `adding` are target replicas not in the original list (they fetch, and join the ISR);
+    # `original` is the list before the move, in its order.
     adding: tuple[int, ...] = ()
     removing: tuple[int, ...] = ()
+    original: tuple[int, ...] = ()  # the replicas in their order before the move (a cancel's)
 
     @property
     def reassigning(self) -> bool:
@@ -76,7 +78,7 @@ class PartitionState:
     @property
     def original_replicas(self) -> tuple[int, ...]:
         """The replicas it had before its reassignment began (what a cancellation restores)."""
-        return tuple(r for r in self.replicas if r not in self.adding)
+        return self.original or tuple(r for r in self.replicas if r not in self.adding)
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,9 @@ class ClusterView:
     log_ends: Mapping[TopicPartition, Mapping[int, LogEnd]] = field(default_factory=dict)
     # bytes/s each node may send to the replicas reassignments add (KIP-73); None: no limit
     reassignment_throttle: int | None = None
+    # nodes in a controlled shutdown (a key under each one's lease): not to lead, nor to rejoin
+    # an ISR; the controller moves their leaderships and ISR memberships to others
+    shutting_down: frozenset[int] = frozenset()
 
     def partition(self, topic: str, partition: int) -> PartitionState | None:
         return self.partitions.get((topic, partition))
@@ -215,6 +220,17 @@ class MetadataStore(ABC):
     @abstractmethod
     async def close(self) -> None:
         """Leave: revoke the lease (the node is gone at once) and stop watching."""
+
+    @abstractmethod
+    async def begin_shutdown(self) -> None:
+        """Mark this node as shutting down (`ClusterView.shutting_down`), under its lease so
+        that the mark goes with the node; MetadataUnavailable if it cannot be written."""
+
+    @abstractmethod
+    async def resign(self) -> None:
+        """Leave the controller election (delete this node's election key): a controller
+        that shuts down hands the role to the next candidate before its lease goes. Call
+        only once this node's Controller is closed (else it campaigns again)."""
 
     @abstractmethod
     def report_offline(self, partitions: Iterable[TopicPartition]) -> None:

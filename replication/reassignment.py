@@ -2,8 +2,10 @@
 plan, start a move, complete it once the new replicas are in sync, cancel it. The controller
 stores each step as one guarded write; nothing here does I/O.
 
-A move keeps `replicas` as the target followed by the replicas being removed, with `adding`
-and `removing` beside them, so that a controller taking over mid-move knows both ends."""
+A move keeps `replicas` as the target followed by the replicas being removed (Kafka's order),
+with `adding`, `removing` and the `original` list beside them, so that a controller taking over
+mid-move knows both ends, and a cancellation restores the original order (its preferred
+leader), which Kafka's `replicas - adding` does not."""
 
 from __future__ import annotations
 
@@ -66,7 +68,9 @@ def start(state: PartitionState, target: tuple[int, ...]) -> PartitionState | No
     removing = tuple(r for r in original if r not in target)
     if not adding and not removing:
         return replace(state, replicas=target)
-    return replace(state, replicas=target + removing, adding=adding, removing=removing)
+    return replace(
+        state, replicas=target + removing, adding=adding, removing=removing, original=original
+    )
 
 
 def complete(state: PartitionState, in_sync: frozenset[int]) -> PartitionState | None:
@@ -92,6 +96,7 @@ def complete(state: PartitionState, in_sync: frozenset[int]) -> PartitionState |
         isr=isr,
         adding=(),
         removing=(),
+        original=(),
     )
 
 
@@ -119,6 +124,7 @@ def cancel(name: str, state: PartitionState, in_sync: frozenset[int]) -> Partiti
         isr=isr,
         adding=(),
         removing=(),
+        original=(),
     )
 
 

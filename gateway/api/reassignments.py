@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from engine.errors import UnknownPartition
 from gateway.http.params import json_object, json_response
 from gateway.http.problem import bad_request
 from gateway.state import Gateway, gateway_of
@@ -173,8 +174,8 @@ async def cancel_all(request: web.Request) -> web.Response:
 async def cancel_one(request: web.Request) -> web.Response:
     topic = request.match_info["topic"]
     raw = request.match_info["partition"]
-    if not raw.isdigit():
-        raise bad_request("partition must be an integer >= 0", "INVALID_REQUEST")
+    if not (raw.isascii() and raw.isdigit()):
+        raise UnknownPartition(f"no partition {raw!r} of topic {topic!r}")
     cancelled = await gateway_of(request).broker.cancel_reassignments([(topic, int(raw))])
     return json_response({"cancelled": [_move(key, state) for key, state in cancelled.items()]})
 

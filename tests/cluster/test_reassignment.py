@@ -5,7 +5,11 @@ nodes' answers and the replicas' logs on disk. Every wait polls a condition."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -233,3 +237,60 @@ def test_a_partition_named_twice_and_malformed_plans_are_refused(healthy: Cluste
         response = set_throttle(cluster, 2, rate)  # type: ignore[arg-type]
         assert response.status_code == 400, (rate, response.text)
     assert cluster.get(0, ROUTE).json()["throttle_bytes_per_second"] is None
+
+
+def sluice(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", "from gateway.cli.main import main; main()", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=SETTLE_S,
+        check=False,
+    )
+
+
+def test_the_cli_runs_a_plan_to_the_end_lists_and_cancels(healthy: Cluster, tmp_path: Path) -> None:
+    cluster = healthy
+    topic = new_topic("cli")
+    cluster.create_topic(topic, 1, replication_factor=2, min_insync=1)
+    cluster.wait_topic_everywhere(topic)
+    before = cluster.etcd.partition(topic, 0)
+    assert before is not None
+    joining = next(n for n in range(3) if n not in before.replicas)
+    fill(cluster, topic, 200)
+    plan = tmp_path / "plan.json"
+    target = [joining, before.replicas[0]]
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": topic, "partition": 0, "replicas": target}]}))  # fmt: skip
+    url = cluster.url(1)
+    done_ = sluice("cluster", "reassign", "--url", url, "--plan", str(plan))
+    assert done_.returncode == 0, done_.stderr
+    assert "1 partitions moved" in done_.stdout
+    assert "copied" in done_.stderr  # the progress, on stderr when piped
+    state = done(cluster, topic, tuple(target))
+    assert state.replicas == tuple(target)
+
+    back = [before.replicas[0], before.replicas[1]]
+    plan.write_text(
+        json.dumps({"partitions": [{"topic": topic, "partition": 0, "replicas": back}]})
+    )
+    throttled = sluice(
+        "cluster", "reassign", "--url", url, "--plan", str(plan), "--throttle", "1000",
+        "--no-wait", "--output", "json",
+    )  # fmt: skip
+    assert throttled.returncode == 0, throttled.stderr
+    assert json.loads(throttled.stdout)["reassignments"][0]["adding"] == [before.replicas[1]]
+    status = sluice("cluster", "reassign", "--url", url, "--status", "--output", "table")
+    assert status.returncode == 0 and topic in status.stdout, status.stdout
+    assert "throttle: 1000 bytes/s per node" in status.stdout
+    cancelled = sluice("cluster", "reassign", "--url", url, "--cancel", str(plan))
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert cluster.etcd.partition(topic, 0) is not None
+    cluster.wait_state(topic, 0, lambda s: s.replicas == tuple(target), "back on the target")
+    lifted = sluice("cluster", "throttle", "off", "--url", url)
+    assert lifted.returncode == 0 and "lifted" in lifted.stdout
+    bad = sluice("cluster", "reassign", "--url", url, "--plan", str(tmp_path / "missing.json"))
+    assert bad.returncode != 0 and "cannot read the plan" in bad.stderr
+    refused = sluice("cluster", "throttle", "0", "--url", url)
+    assert refused.returncode != 0 and "at least 1" in refused.stderr

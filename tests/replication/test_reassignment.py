@@ -37,7 +37,7 @@ def test_start_keeps_the_target_first_then_the_replicas_leaving() -> None:
     assert moving.replicas == (4, 2, 3, 1)
     assert (moving.adding, moving.removing) == ((4,), (1,))
     assert moving.target_replicas == (4, 2, 3)
-    assert moving.original_replicas == (2, 3, 1)
+    assert moving.original_replicas == (1, 2, 3)  # in its order: a cancel restores it
     assert (moving.leader, moving.leader_epoch, moving.isr) == (1, 4, (1, 2, 3))
 
 
@@ -139,13 +139,15 @@ def test_a_started_move_knows_both_ends_and_completes_onto_the_target(
     assert set(moving.original_replicas) == set(original)
     caught_up = PartitionState(
         moving.leader, 0, moving.replicas, moving.replicas, adding=moving.adding,
-        removing=moving.removing,
+        removing=moving.removing, original=moving.original,
     )  # fmt: skip
     done = reassignment.complete(caught_up, frozenset(range(1, 7)))
     if moving.reassigning:
         assert done is not None
         assert done.replicas == tuple(target) and set(done.isr) == set(target)
         assert done.leader in target and done.leader_epoch == 1
+        back = reassignment.cancel("t-0", caught_up, frozenset(range(1, 7)))
+        assert back.replicas == tuple(original) and not back.reassigning
     else:
         assert done is None and moving.replicas == tuple(target)
 

@@ -1,0 +1,187 @@
+"""`sluice cluster`: change a running cluster's shape through /v1/cluster/reassignments (like
+kafka-reassign-partitions): start a plan and follow the bytes copied, list or cancel moves, set
+the reassignment throttle."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+
+from gateway.cli import client as cli
+from gateway.cli.progress import Progress
+
+AddUrl = Callable[[argparse.ArgumentParser], argparse.ArgumentParser]
+ROUTE = "/v1/cluster/reassignments"
+POLL_S = 1.0  # how often a waiting `reassign` asks for progress
+
+
+def add_commands(commands: Any, with_url: AddUrl) -> None:
+    """The `cluster` subcommand (`commands`: argparse's subparsers action)."""
+    cluster = commands.add_parser("cluster", help="reassign partitions, throttle the moves")
+    actions = cluster.add_subparsers(dest="action", required=True)
+    reassign = with_url(
+        actions.add_parser(
+            "reassign",
+            help="start a plan (kafka-reassign-partitions' JSON) and follow it, list the moves "
+            "(--status) or cancel them (--cancel)",
+        )
+    )
+    what = reassign.add_mutually_exclusive_group(required=True)
+    what.add_argument(
+        "--plan", type=Path, metavar="FILE", help="the moves: a JSON file, - for stdin"
+    )
+    what.add_argument("--status", action="store_true", help="list the moves in progress")
+    what.add_argument(
+        "--cancel",
+        nargs="?",
+        const="-all-",
+        type=Path,
+        metavar="FILE",
+        help="cancel the moves of FILE's partitions, or every move",
+    )
+    reassign.add_argument(
+        "--throttle",
+        type=_rate,
+        metavar="BYTES_PER_S",
+        help="with --plan: set the reassignment throttle first",
+    )
+    reassign.add_argument(
+        "--no-wait", action="store_true", help="with --plan: return once the moves started"
+    )
+    _output(reassign)
+    throttle = with_url(
+        actions.add_parser("throttle", help="set (bytes/s per node) or lift (off) the throttle")
+    )
+    throttle.add_argument("rate", help="bytes per second, or off")
+
+
+def _rate(raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected bytes per second, got {raw!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {raw}")
+    return value
+
+
+def _output(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument(
+        "--output", choices=["table", "json"], help="default: a table on a terminal, JSON piped"
+    )
+
+
+def read_plan(path: Path) -> dict[str, Any]:
+    """A plan file: {"version": 1, "partitions": [{"topic", "partition", "replicas"}]}."""
+    try:
+        text = sys.stdin.read() if str(path) == "-" else path.read_text(encoding="utf-8")
+        doc = json.loads(text)
+    except (OSError, ValueError) as exc:
+        raise cli.CommandError(f"cannot read the plan {path}: {exc}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("partitions"), list):
+        raise cli.CommandError(f'{path}: expected {{"version": 1, "partitions": [...]}}')
+    return doc
+
+
+async def cluster_command(args: argparse.Namespace) -> None:
+    async with cli.session(args) as session:
+        if args.action == "throttle":
+            rate = None if args.rate == "off" else _rate_or_exit(args.rate)
+            doc = await cli.call(
+                session, "PUT", f"{args.url}{ROUTE}/throttle", json={"bytes_per_second": rate}
+            )
+            shown = doc["throttle_bytes_per_second"]
+            print("throttle lifted" if shown is None else f"throttle {shown} bytes/s per node")
+        elif args.status:
+            _print_moves(args, await cli.call(session, "GET", f"{args.url}{ROUTE}"))
+        elif args.cancel is not None:
+            await _cancel(args, session)
+        else:
+            await _reassign(args, session)
+
+
+def _rate_or_exit(raw: str) -> int:
+    try:
+        return _rate(raw)
+    except argparse.ArgumentTypeError as exc:
+        raise cli.CommandError(str(exc)) from None
+
+
+async def _cancel(args: argparse.Namespace, session: aiohttp.ClientSession) -> None:
+    if str(args.cancel) == "-all-":
+        doc = await cli.call(session, "DELETE", f"{args.url}{ROUTE}")
+        cancelled = doc["cancelled"]
+    else:
+        cancelled = []
+        for move in read_plan(args.cancel)["partitions"]:
+            url = f"{args.url}{ROUTE}/{quote(str(move['topic']), safe='')}/{move['partition']}"
+            try:
+                cancelled += (await cli.call(session, "DELETE", url))["cancelled"]
+            except cli.CommandError as exc:
+                if exc.code != "NO_REASSIGNMENT_IN_PROGRESS":
+                    raise
+    if not cli.as_table(args):
+        cli.print_json({"cancelled": cancelled})
+        return
+    rows = [[m["topic"], m["partition"], m["replicas"], m["leader"]] for m in cancelled]
+    print(
+        cli.table(("TOPIC", "PARTITION", "REPLICAS", "LEADER"), rows) if rows else "nothing moving"
+    )
+
+
+async def _reassign(args: argparse.Namespace, session: aiohttp.ClientSession) -> None:
+    plan = read_plan(args.plan)
+    if args.throttle is not None:
+        body = {"bytes_per_second": args.throttle}
+        await cli.call(session, "PUT", f"{args.url}{ROUTE}/throttle", json=body)
+    started = (await cli.call(session, "POST", f"{args.url}{ROUTE}", json=plan))["reassignments"]
+    keys = {(m["topic"], m["partition"]) for m in started}
+    if args.no_wait or not keys:
+        _print_moves(args, {"reassignments": started})
+        return
+    with Progress("copied", unit="bytes") as progress:
+        while True:
+            doc = await cli.call(session, "GET", f"{args.url}{ROUTE}")
+            moves = [m for m in doc["reassignments"] if (m["topic"], m["partition"]) in keys]
+            if not moves:
+                break
+            total, copied, notes = 0, 0, []
+            for move in moves:
+                size = move["leader_size_bytes"] or 0
+                have = sum(min(p["size_bytes"] or 0, size) for p in move["progress"])
+                want = size * len(move["progress"])
+                total, copied = total + want, copied + have
+                share = f"{100 * have // want}%" if want else "in sync"
+                notes.append(f"{move['topic']}-{move['partition']} {share}")
+            progress.total = max(progress.total or 0, total)
+            progress.advance(copied - progress.done, note=", ".join(notes[:4]))
+            await asyncio.sleep(POLL_S)
+    print(f"{len(keys)} partitions moved")
+
+
+def _print_moves(args: argparse.Namespace, doc: dict[str, Any]) -> None:
+    if not cli.as_table(args):
+        cli.print_json(doc)
+        return
+    rows = []
+    for m in doc["reassignments"]:
+        copied = ", ".join(
+            f"{p['replica']}: {'in sync' if p['in_sync'] else p['size_bytes']}"
+            for p in m.get("progress", [])
+        )
+        rows.append(
+            [m["topic"], m["partition"], m["replicas"], m["adding"], m["removing"], copied or "-"]
+        )
+    header = ("TOPIC", "PARTITION", "TARGET", "ADDING", "REMOVING", "COPIED (BYTES)")
+    print(cli.table(header, rows) if rows else "no moves in progress")
+    if "throttle_bytes_per_second" in doc:
+        rate = doc["throttle_bytes_per_second"]
+        print("throttle: " + ("none" if rate is None else f"{rate} bytes/s per node"))

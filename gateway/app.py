@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from gateway.api import acls as auth_api
+from gateway.api import cluster_plans as cluster_plans_api
 from gateway.api import console, cors, events
 from gateway.api import groups as groups_api
 from gateway.api import internal as internal_api
@@ -67,6 +68,7 @@ def build_app(settings: Settings) -> web.Application:
     subscriptions_api.add_routes(app)
     ops_api.add_routes(app)
     reassignments_api.add_routes(app)
+    cluster_plans_api.add_routes(app)
     internal_api.add_routes(app)
     auth_api.add_routes(app)
     quota_api.add_routes(app)
@@ -94,8 +96,11 @@ async def _open(app: web.Application) -> None:
 
 
 async def _release_long_polls(app: web.Application) -> None:
+    """Shutdown's drain: long-polls parked here answer with what they have, and those this
+    node forwarded elsewhere give up their wait (gateway.api.forwarding)."""
     gateway = app[GATEWAY]
     gateway.ready = False
+    gateway.draining.set()
     gateway.notifier.wake_all()
     gateway.groups.close()
 

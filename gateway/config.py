@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from gateway.settings import Settings
+from replication.metadata import RACK_NAME
 
 Parse = Callable[[str], Any]
 
@@ -141,6 +142,15 @@ def hosts(raw: str) -> tuple[str, ...]:
     return tuple(filter(None, (h.strip().lower() for h in raw.split(","))))
 
 
+def rack_name(raw: str) -> str:
+    """A rack, zone or data centre name: 1 to 64 printable ASCII characters, no spaces."""
+    if not RACK_NAME.fullmatch(raw):
+        raise argparse.ArgumentTypeError(
+            f"a rack name is 1 to 64 printable ASCII characters without spaces, got {raw!r}"
+        )
+    return raw
+
+
 def non_negative_float(raw: str) -> float:
     value = float(raw)
     if not value >= 0:
@@ -151,6 +161,12 @@ def non_negative_float(raw: str) -> float:
 def quota_mode(raw: str) -> str:
     if raw not in ("reject", "delay"):
         raise argparse.ArgumentTypeError(f"expected reject or delay, got {raw!r}")
+    return raw
+
+
+def balance_mode(raw: str) -> str:
+    if raw not in ("auto", "off"):
+        raise argparse.ArgumentTypeError(f"expected auto or off, got {raw!r}")
     return raw
 
 
@@ -289,6 +305,16 @@ OPTIONS: tuple[Option, ...] = (
     Option("advertise", "advertise", "cluster", "the URL other nodes and forwarded requests "
            "reach this node at (default http://HOST:PORT; needed with --cluster when HOST is "
            "0.0.0.0)", metavar="URL", kafka="advertised.listeners"),
+    Option("rack", "rack", "cluster", "this node's rack, zone or data centre: a partition's "
+           "replicas are spread over racks, and a fetch naming client_rack is served by an "
+           "in-sync replica there", rack_name, "NAME", "broker.rack"),
+    Option("replica-lost-timeout-ms", "replica_lost_timeout_ms", "cluster", "a node down "
+           "this long is removed and its replicas re-created on the others (unset: never; "
+           "a removed node that comes back holds nothing)", positive, "MS"),
+    Option("balance", "balance", "cluster", "auto: the controller moves replicas and "
+           "leaderships whenever a node is more than 10% off the mean (replicas, leaders, "
+           "bytes); off: only `sluice cluster balance` does", balance_mode,
+           "auto|off"),
     Option("etcd-prefix", "etcd_prefix", "cluster", "the key prefix of this cluster in etcd",
            metavar="PREFIX"),
     Option("default-replication-factor", "default_replication_factor", "cluster", "replicas "
@@ -300,6 +326,10 @@ OPTIONS: tuple[Option, ...] = (
            "partition's new leader", positive, "MS"),
     Option("replica-lag-time-max-ms", "replica_lag_time_max_ms", "cluster", "a follower not "
            "caught up for this long leaves the ISR", positive, "MS", "replica.lag.time.max.ms"),
+    Option("controlled-shutdown-timeout", "controlled_shutdown_timeout_s", "cluster", "on "
+           "SIGTERM, how long a node waits at most for the controller to move its leaderships "
+           "to other in-sync replicas before it drains and leaves (0: leave at once)",
+           non_negative_float, "S"),
     # -- tiered storage
     Option("s3-bucket", "s3_bucket", "tiering", "turn on tiered storage into this (existing) "
            "bucket", metavar="BUCKET"),

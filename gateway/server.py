@@ -125,6 +125,9 @@ async def serve(settings: Settings) -> None:
     print(f"sluice listening on {scheme}://{settings.host}:{public.port}", flush=True)
     await stop.wait()
     log.info("shutting down")
+    if settings.cluster and private is None and settings.controlled_shutdown_timeout_s > 0:
+        await _controlled_shutdown(gateway, stop, settings.controlled_shutdown_timeout_s)
+    log.info("draining: no new connections; long-polls answered, requests in flight finish")
     if private is not None:
         stop.clear()
         await _drain(public, gateway)
@@ -133,6 +136,26 @@ async def serve(settings: Settings) -> None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), SHUTDOWN_TIMEOUT_S)
     await site.runner.cleanup()
+
+
+async def _controlled_shutdown(gateway: Gateway, stop: asyncio.Event, timeout_s: float) -> None:
+    """Before anything stops (requests are still served), have this node's leaderships moved
+    to other in-sync replicas (replication.broker's controlled shutdown), at most `timeout_s`;
+    a second signal cuts the wait short. /readyz answers 503 from now on, so that a load
+    balancer sends no new requests. Workers skip it: they stop together, nothing to move to."""
+    gateway.ready = False
+    stop.clear()
+    handing = asyncio.create_task(gateway.broker.controlled_shutdown(timeout_s))
+    again = asyncio.create_task(stop.wait())
+    await asyncio.wait({handing, again}, return_when=asyncio.FIRST_COMPLETED)
+    again.cancel()
+    if not handing.done():
+        log.warning("a second signal: stopping without waiting for the handover")
+        handing.cancel()
+        await asyncio.wait({handing})
+    failure = None if handing.cancelled() else handing.exception()
+    if failure is not None:  # then the lease's end moves what is left, as without it
+        log.error("controlled shutdown failed", exc_info=failure)
 
 
 def private_address(settings: Settings) -> tuple[str, int]:

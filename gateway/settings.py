@@ -38,11 +38,16 @@ class Settings:
     node_id: int = 0
     cluster: tuple[str, ...] = ()  # etcd endpoints (host:port); empty: the embedded single node
     advertise: str | None = None  # the URL other nodes reach this one at (default: host:port)
+    rack: str | None = None  # this node's rack or zone (KIP-36): replicas spread over racks
+    replica_lost_timeout_ms: int | None = None  # a node down this long is removed (None: never)
+    balance: str = "off"  # "auto": the controller balances replicas continuously
     etcd_prefix: str = "/sluice"
     default_replication_factor: int | None = None  # None: 3, or the live nodes when fewer
     lease_ttl_s: float = 2.0  # a node silent this long is gone (etcd's lease minimum is ~1.5 s)
     leader_wait_ms: int = 5_000  # a request waits this long for a partition's new leader
     replica_lag_time_max_ms: int = 30_000  # replica.lag.time.max.ms
+    # On SIGTERM a cluster node waits this long at most for its leaderships to move; 0: no wait
+    controlled_shutdown_timeout_s: float = 10.0
     s3_endpoint: str | None = None  # None: AWS's endpoints (credentials: boto3's chain)
     s3_bucket: str | None = None  # tiered storage is on when set
     s3_prefix: str = ""

@@ -52,6 +52,8 @@ class Gateway:
     ready: bool = False
     port: int = 0  # the bound port, once listening (settings.port may be 0)
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    # Set when shutdown drains the connections: reads forwarded elsewhere stop waiting
+    draining: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def replicas(self) -> ReplicaManager:
@@ -200,6 +202,9 @@ def broker_settings(settings: Settings, authorization: str | None = None) -> Bro
         file_cache_size=settings.file_cache_size,
         node_id=settings.node_id,
         url=settings.advertise or f"http://{settings.host}:{settings.port}",
+        rack=settings.rack,
+        replica_lost_timeout_ms=settings.replica_lost_timeout_ms,
+        balance=settings.balance == "auto",
         cluster=settings.cluster,
         etcd_prefix=settings.etcd_prefix,
         lease_ttl_s=settings.lease_ttl_s,

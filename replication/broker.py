@@ -21,8 +21,9 @@ from engine.errors import InvalidConfig, TopicAlreadyExists
 from engine.manager import LogManager
 from engine.notify import ChangeNotifier
 from engine.tiered.remote import RemoteStorage
+from replication.controlled_shutdown import Handover, handover
 from replication.controller import Controller
-from replication.errors import ControllerNotAvailable, NotController
+from replication.errors import ControllerNotAvailable, MetadataUnavailable, NotController
 from replication.fetcher import FetcherSettings, ReplicaFetchers
 from replication.memory_store import MemoryBackend, MemoryMetadataStore
 from replication.metadata import (
@@ -33,6 +34,7 @@ from replication.metadata import (
     TopicPartition,
     TopicSpec,
 )
+from replication.placement import Plan
 from replication.replica_client import ReplicaClient
 from replication.replica_manager import ReplicaManager, ReplicationSettings
 from replication.sibling_replicas import SiblingReplicas
@@ -41,6 +43,7 @@ from replication.tiering import TieringService, TieringSettings
 log = logging.getLogger(__name__)
 ENSURE_RECHECK_S = 5.0
 METADATA_FILE = "metadata.json"  # a single node's subscriptions (its store is memory)
+BALANCE_INTERVAL_S = 60.0  # how often the continuous balancer looks (--balance auto)
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,9 @@ class BrokerSettings:
     file_cache_size: int | None = None  # closed segments' descriptors kept open; None: derived
     node_id: int = 0
     url: str = "http://127.0.0.1:8080"  # advertised to the other nodes
+    rack: str | None = None  # where the node stands (KIP-36), for placement and fetching
+    replica_lost_timeout_ms: int | None = None  # as controller: remove a node gone this long
+    balance: bool = False  # as controller: balance continuously
     cluster: tuple[str, ...] = ()  # etcd endpoints; empty: the embedded single node
     etcd_prefix: str = "/sluice"
     lease_ttl_s: float = 3.0
@@ -97,8 +103,16 @@ class Broker:
         self.notifier = ChangeNotifier()
         self.store = self._store()
         clean = self.manager.had_clean_shutdown
-        await self.store.start(NodeInfo(settings.node_id, settings.url), clean_start=clean)
-        self.controller = Controller(self.store, settings.node_id, self.manager.defaults)
+        node = NodeInfo(settings.node_id, settings.url, settings.rack)
+        await self.store.start(node, clean_start=clean)
+        lost_ms = settings.replica_lost_timeout_ms
+        self.controller = Controller(
+            self.store,
+            settings.node_id,
+            self.manager.defaults,
+            replica_lost_timeout_s=None if lost_ms is None else lost_ms / 1000,
+            balance_interval_s=BALANCE_INTERVAL_S if settings.balance else None,
+        )
         if not settings.cluster:
             await self._adopt_local_topics()
         self.tiering = None
@@ -188,11 +202,83 @@ class Broker:
         """The single node learned the URL it listens on (it may have asked for port 0); a
         cluster node advertises what it was told."""
         if not self.settings.cluster:
-            await self.store.start(NodeInfo(self.settings.node_id, url))
+            await self.store.start(NodeInfo(self.settings.node_id, url, self.settings.rack))
 
     def _topic_id(self, name: str) -> str | None:
         spec = self.store.view.topics.get(name)
         return None if spec is None else spec.topic_id
+
+    async def controlled_shutdown(self, timeout_s: float) -> Handover:
+        """Kafka's controlled shutdown, while this node still serves: leave the controller
+        election (a controller only once its own handover is done), mark this node shutting
+        down, and wait (at most `timeout_s`) until the controller has moved each leadership and
+        ISR membership it could to other in-sync replicas, so that stopping costs its clients
+        nothing. Returns what is left here (and logs it)."""
+        node_id = self.settings.node_id
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        deadline = started + timeout_s
+        led = [tp for tp, s in self.store.view.partitions.items() if s.leader == node_id]
+        if not self.is_controller:
+            await self._leave_election()
+        try:
+            await self.store.begin_shutdown()
+        except MetadataUnavailable as exc:
+            log.warning(
+                "node %d cannot announce its shutdown (%s): its partitions move when its lease "
+                "goes",
+                node_id,
+                exc,
+            )
+            return handover(self.store.view, node_id)
+        await self.store.wait_for(
+            lambda view: handover(view, node_id).done,
+            max(0.0, deadline - loop.time()),
+        )
+        view = self.store.view
+        left = handover(view, node_id)
+        moved = sum(1 for tp in led if (s := view.partitions.get(tp)) and s.leader != node_id)
+        log.info(
+            "node %d handed over %d of the %d leaderships it held in %.2f s",
+            node_id,
+            moved,
+            len(led),
+            loop.time() - started,
+        )
+        if left.kept:
+            log.warning(
+                "node %d keeps leading %d partitions no other in-sync replica can take (they "
+                "are unavailable until it is back): %s",
+                node_id,
+                len(left.kept),
+                _named(left.kept),
+            )
+        if not left.done:
+            log.warning(
+                "node %d: controlled shutdown timed out after %.1f s; %d partitions still led "
+                "or in sync here move when its lease goes: %s",
+                node_id,
+                timeout_s,
+                len(left.pending),
+                _named(left.pending),
+            )
+        if self.is_controller:
+            await self._leave_election()
+            await self.store.wait_for(
+                lambda view: view.controller != node_id, max(0.0, deadline - loop.time())
+            )
+        return left
+
+    async def _leave_election(self) -> None:
+        """Stop campaigning (or leading, as controller) and delete the election key, so that
+        the next candidate takes the role while this node's lease still holds."""
+        await self.controller.close()
+        try:
+            await self.store.resign()
+        except MetadataUnavailable as exc:
+            log.warning(
+                "node %d: its election key goes with its lease (%s)", self.settings.node_id, exc
+            )
 
     async def stop(self) -> None:
         """Leave the cluster, stop the background work, flush and close the logs."""
@@ -276,6 +362,21 @@ class Broker:
         self._check_controller()
         return await self.controller.cancel_reassignments(partitions)
 
+    async def balance(self, *, dry_run: bool) -> Plan:
+        """Plan (and unless `dry_run`, start) the moves that balance the nodes (as controller)."""
+        self._check_controller()
+        return await self.controller.balance(dry_run=dry_run)
+
+    async def decommission(self, node: int, *, dry_run: bool) -> Plan:
+        """Plan (and start) moving every replica off `node` (as controller)."""
+        self._check_controller()
+        return await self.controller.decommission(node, dry_run=dry_run)
+
+    async def remove_node(self, node: int, *, dry_run: bool) -> Plan:
+        """Plan (and start) re-creating a down node's replicas elsewhere (as controller)."""
+        self._check_controller()
+        return await self.controller.remove_node(node, dry_run=dry_run)
+
     async def set_reassignment_throttle(self, bytes_per_second: int | None) -> None:
         """Set (None: lift) the bytes/s each node sends to replicas reassignments add;
         returns once this node's view shows it."""
@@ -344,3 +445,9 @@ class Broker:
             )
 
         await self.replicas.applied(done, self.settings.topic_wait_s)
+
+
+def _named(partitions: Sequence[TopicPartition], shown: int = 10) -> str:
+    """`orders-0, orders-3 and 5 more`."""
+    named = ", ".join(f"{topic}-{p}" for topic, p in partitions[:shown])
+    return named + (f" and {len(partitions) - shown} more" if len(partitions) > shown else "")

@@ -29,17 +29,21 @@ from engine.config import (
 )
 from engine.errors import InvalidTopicName, TopicAlreadyExists, UnknownPartition, UnknownTopic
 from engine.manager import check_partition_count
-from replication import reassignment
+from replication import cluster_shape, controlled_shutdown, placement, reassignment
 from replication.errors import (
     ControllerNotAvailable,
     FencedController,
+    InvalidReassignment,
     InvalidReplicationFactor,
     MetadataUnavailable,
     NotController,
+    ReassignmentInProgress,
 )
 from replication.metadata import (
+    DECOMMISSIONING,
     MAX_PARTITIONS_PER_WRITE,
     NO_LEADER,
+    REMOVED,
     ClusterView,
     Fence,
     LogEnd,
@@ -177,11 +181,19 @@ class Controller:
         defaults: TopicConfig,
         *,
         leader_imbalance_check_interval_s: float | None = 30.0,
+        replica_lost_timeout_s: float | None = None,
+        balance_interval_s: float | None = None,
     ) -> None:
         self.store = store
         self.node_id = node_id
         self.defaults = defaults
         self.leader_imbalance_check_interval_s = leader_imbalance_check_interval_s
+        # a node down this long is removed and its replicas re-created (None: never)
+        self.replica_lost_timeout_s = replica_lost_timeout_s
+        self.balance_interval_s = balance_interval_s  # the continuous balancer's (None: off)
+        # the partitions' sizes for the planners; without one they count as empty
+        self.sizes: cluster_shape.SizesProvider | None = None
+        self._absent_since: dict[int, float] = {}  # node -> when this controller saw it go
         self._jobs: deque[tuple[Job, asyncio.Future[Any]]] = deque()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[Any] | None = None
@@ -240,6 +252,8 @@ class Controller:
         every view change. Raises FencedController once another node is the controller."""
         loop = asyncio.get_running_loop()
         next_rebalance = self._next_rebalance()
+        next_balance = None if self.balance_interval_s is None else loop.time()
+        self._absent_since.clear()
         while True:
             self._wake.clear()
             if self.store.view.controller != self.node_id:
@@ -247,6 +261,7 @@ class Controller:
             try:
                 await self._elect_leaders(fence)
                 await self._advance_reassignments(fence)
+                await self._advance_decommissions(fence)
                 if self._jobs:
                     await self._run_job(fence, *self._jobs.popleft())
                     if self._jobs:
@@ -254,11 +269,18 @@ class Controller:
                 if next_rebalance is not None and loop.time() >= next_rebalance:
                     await self._rebalance(fence)
                     next_rebalance = self._next_rebalance()
+                await self._heal_lost(fence)
+                if next_balance is not None and loop.time() >= next_balance:
+                    await self._balance_if_needed(fence)
+                    next_balance = loop.time() + (self.balance_interval_s or 0.0)
             except MetadataUnavailable as exc:
                 log.warning("controller pass failed, retrying in %.0f s: %s", STORE_RETRY_S, exc)
                 await asyncio.sleep(STORE_RETRY_S)
                 self._wake.set()
-            timeout = None if next_rebalance is None else max(0.0, next_rebalance - loop.time())
+            deadlines = [
+                d for d in (next_rebalance, next_balance, self._next_loss()) if d is not None
+            ]
+            timeout = max(0.0, min(deadlines) - loop.time()) if deadlines else None
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(timeout):
                     await self._wake.wait()
@@ -316,6 +338,21 @@ class Controller:
         """Put moving partitions back on their original replicas: the ones named (each must be
         moving), or every moving one; returns their stored states."""
         return await self._submit(lambda fence: self._cancel(fence, partitions))
+
+    async def balance(self, *, dry_run: bool) -> placement.Plan:
+        """Plan moves that bring every node within ±10% of the mean in replicas, preferred
+        leaderships and bytes, moving as few bytes as that allows; start them unless
+        `dry_run`."""
+        return await self._submit(lambda fence: self._balance(fence, dry_run))
+
+    async def decommission(self, node: int, *, dry_run: bool) -> placement.Plan:
+        """Move every replica off `node` (it serves meanwhile); it is marked removed once it
+        holds none."""
+        return await self._submit(lambda fence: self._decommission(fence, node, dry_run))
+
+    async def remove_node(self, node: int, *, dry_run: bool) -> placement.Plan:
+        """Mark a down node removed and re-create its replicas on the others."""
+        return await self._submit(lambda fence: self._remove(fence, node, dry_run))
 
     async def _submit(self, job: Callable[[Fence], Awaitable[T]]) -> T:
         """Queue `job` to the controller task and wait for its outcome. A node the view shows
@@ -391,10 +428,10 @@ class Controller:
         # leaders stay spread over the nodes as topics come and go.
         start = sum(topic.partitions for topic in view.topics.values()) % len(nodes)
         spec = TopicSpec(name, uuid.uuid4().hex, partitions, replication_factor, overrides)
-        states = [
-            _initial_state(replicas)
-            for replicas in assign_replicas(nodes, start, range(partitions), replication_factor)
-        ]
+        assigned = placement.assign_new(
+            cluster_shape.racks_of(view, set(nodes)), start, range(partitions), replication_factor
+        )
+        states = [_initial_state(replicas) for replicas in assigned]
         await self.store.create_topic(fence, spec, states)
         return await self._stored(name, lambda topic: topic.topic_id == spec.topic_id)
 
@@ -435,8 +472,12 @@ class Controller:
             check_partition_count(partitions, more_than=spec.partitions)
             nodes = _replica_nodes(view, spec.replication_factor)
             added = range(spec.partitions, partitions)
-            assigned = assign_replicas(
-                nodes, _start_index(view, name, nodes), added, spec.replication_factor
+            racks = cluster_shape.racks_of(view, set(nodes))
+            assigned = placement.assign_new(
+                racks,
+                _start_index(view, name, placement.rack_alternated(racks)),
+                added,
+                spec.replication_factor,
             )
             new_states = {p: _initial_state(r) for p, r in zip(added, assigned, strict=True)}
         total = spec.partitions if partitions is None else partitions
@@ -530,6 +571,116 @@ class Controller:
             )
         return stored
 
+    # -- the cluster's shape: balance, decommission, heal ------------------------------------
+
+    async def _sizes(self) -> Mapping[TopicPartition, int]:
+        return {} if self.sizes is None else await self.sizes()
+
+    async def _balance(self, fence: Fence, dry_run: bool) -> placement.Plan:
+        view = self.store.view
+        cluster_shape.check_all_up(view, "balance")
+        serving = view.in_service()
+        leaving = frozenset(n for n in view.live if n not in serving)
+        load = cluster_shape.load(view, await self._sizes(), view.live)
+        plan = placement.plan_balance(load, exclude=leaving)
+        if not dry_run:
+            await self._start_plan(fence, plan, "balance")
+        return plan
+
+    async def _decommission(self, fence: Fence, node: int, dry_run: bool) -> placement.Plan:
+        view = self.store.view
+        cluster_shape.check_decommission(view, node)
+        cluster_shape.check_all_up(view, f"decommission node {node}")
+        nodes = view.in_service() | {node}
+        plan = placement.plan_decommission(
+            cluster_shape.load(view, await self._sizes(), nodes), node
+        )
+        if not dry_run:
+            await self.store.set_node_state(fence, node, DECOMMISSIONING)
+            log.warning("node %d is being decommissioned", node)
+            await self._start_plan(fence, plan, f"decommission of node {node}")
+        return plan
+
+    async def _remove(self, fence: Fence, node: int, dry_run: bool) -> placement.Plan:
+        view = self.store.view
+        cluster_shape.check_remove(view, node)
+        plan = placement.plan_heal(
+            cluster_shape.load(view, await self._sizes(), view.in_service()), {node}
+        )
+        if not dry_run:
+            await self.store.set_node_state(fence, node, REMOVED)
+            log.warning(
+                "node %d is removed: its replicas of %d partitions are re-created elsewhere",
+                node,
+                len(plan.targets),
+            )
+            await self._start_plan(fence, plan, f"heal of node {node}")
+        return plan
+
+    async def _start_plan(self, fence: Fence, plan: placement.Plan, what: str) -> None:
+        """Start the plan's moves, those of partitions not moving already."""
+        view = self.store.view
+        moves = [
+            (key, list(target))
+            for key, target in plan.targets.items()
+            if (state := view.partitions.get(key)) is not None and not state.reassigning
+        ]
+        started = await self._reassign(fence, moves) if moves else {}
+        log.info(
+            "%s: %d partitions moving, %d bytes to copy", what, len(started), plan.bytes_to_move
+        )
+
+    async def _advance_decommissions(self, fence: Fence) -> None:
+        """A decommissioning node that holds no replica any more is removed."""
+        view = self.store.view
+        for node, state in sorted(view.node_states.items()):
+            if state == DECOMMISSIONING and not cluster_shape.holding(view, node):
+                await self.store.set_node_state(fence, node, REMOVED)
+                log.warning("node %d holds no replica any more: decommissioned", node)
+
+    def _next_loss(self) -> float | None:
+        """When the first absent node will have been gone replica.lost.timeout.ms."""
+        if self.replica_lost_timeout_s is None or not self._absent_since:
+            return None
+        return min(self._absent_since.values()) + self.replica_lost_timeout_s
+
+    async def _heal_lost(self, fence: Fence) -> None:
+        """Remove a node absent longer than replica.lost.timeout.ms (as this controller has
+        seen: a new controller starts counting again) and re-create its replicas."""
+        if self.replica_lost_timeout_s is None:
+            return
+        view = self.store.view
+        now = asyncio.get_running_loop().time()
+        absent = {n for n in view.nodes if n not in view.live and n not in view.node_states}
+        for node in list(self._absent_since):
+            if node not in absent:
+                del self._absent_since[node]
+        for node in sorted(absent):
+            since = self._absent_since.setdefault(node, now)
+            if now - since < self.replica_lost_timeout_s or not cluster_shape.holding(view, node):
+                continue
+            log.warning(
+                "node %d has been gone %.0f s (replica.lost.timeout.ms): removing it",
+                node,
+                now - since,
+            )
+            try:
+                await self._remove(fence, node, dry_run=False)
+            except (InvalidReassignment, ReassignmentInProgress) as exc:
+                log.warning("node %d cannot be removed yet: %s", node, exc)
+                self._absent_since[node] = now  # try again a timeout later
+            return
+
+    async def _balance_if_needed(self, fence: Fence) -> None:
+        """The continuous balancer (--balance auto): a balance whenever the cluster is out of
+        its bands, every node is up and nothing moves."""
+        try:
+            plan = await self._balance(fence, dry_run=True)
+        except (InvalidReassignment, ReassignmentInProgress):
+            return
+        if plan.targets and plan.before.worst() > plan.tolerance:
+            await self._start_plan(fence, plan, "continuous balance")
+
     async def _advance_reassignments(self, fence: Fence) -> None:
         """Complete every move whose new replicas have all joined the ISR."""
         view = self.store.view
@@ -545,10 +696,11 @@ class Controller:
     def _in_sync(
         view: ClusterView, topic: str, partition: int, state: PartitionState
     ) -> frozenset[int]:
-        """The replicas able to lead the partition now: live, its log online there, and not
-        restarted (or crashed) since its ISR was stored."""
+        """The replicas able to lead the partition now: live, its log online there, not in a
+        controlled shutdown, and not restarted (or crashed) since its ISR was stored."""
         offline = view.offline_replicas(topic, partition)
-        return view.live - offline - view.restarted(state) - view.crashed(state)
+        leaving = controlled_shutdown.shutting(view)
+        return view.live - offline - leaving - view.restarted(state) - view.crashed(state)
 
     async def _decide_and_write(
         self,
@@ -614,7 +766,8 @@ class Controller:
     async def _elect_leaders(self, fence: Fence) -> None:
         """Give every partition whose leader is not available (not live, or reporting the
         partition offline) a new leader, or take it offline; drop the unavailable replicas
-        from the ISR of the others."""
+        from the ISR of the others; move leaderships and ISR memberships off the nodes that
+        shut down (replication.controlled_shutdown)."""
         view = self.store.view
         configs: dict[str, TopicConfig] = {}
         leaderless: list[Change] = []
@@ -637,10 +790,14 @@ class Controller:
                 view.crashed(state),
                 view.reported_log_ends(topic, partition),
             )
+            new = controlled_shutdown.decide(view, (topic, partition), state, new)
             if new is not None:
                 change = Change.decided(view, topic, partition, state, new, offline, restarted)
+                if not controlled_shutdown.shutting(view).isdisjoint(state.isr):
+                    change = replace(change, leaving=controlled_shutdown.shutting(view))
                 available = state.leader in view.live - offline - restarted
-                (shrinks if available else leaderless).append(change)
+                moved = new.leader != state.leader  # a controlled shutdown's move: first too
+                (shrinks if available and not moved else leaderless).append(change)
         # As Kafka's controller on a broker's loss: first the partitions without a leader
         # (unavailable until written), then the ISR shrinks of the others, each in as few
         # etcd transactions as its limit allows (a node may hold thousands of replicas).
@@ -674,7 +831,8 @@ class Controller:
         changes = []
         for (topic, partition), state in view.partitions.items():
             offline = view.offline_replicas(topic, partition)
-            new = elect_preferred(state, view.live, offline, view.restarted(state))
+            live = view.live - controlled_shutdown.shutting(view)  # none back to a leaving node
+            new = elect_preferred(state, live, offline, view.restarted(state))
             if new is not None:
                 changes.append(Change.decided(view, topic, partition, state, new))
         moved = 0
@@ -703,7 +861,8 @@ class Change:
     started since (both named in the log if they caused it); `incarnations`: the new ISR's
     incarnations the decision assumed (the write's guard, KIP-903); `unclean_recovery`:
     every ISR member restarted after a crash, and the new leader is one of them;
-    `log_ends`: the log ends its ISR members reported meanwhile (named in the log)."""
+    `log_ends`: the log ends its ISR members reported meanwhile (named in the log);
+    `leaving`: the nodes in a controlled shutdown when it was decided (named in the log)."""
 
     topic: str
     partition: int
@@ -714,6 +873,7 @@ class Change:
     incarnations: Mapping[int, int] = field(default_factory=dict)
     unclean_recovery: bool = False
     log_ends: Mapping[int, LogEnd] = field(default_factory=dict)
+    leaving: frozenset[int] = frozenset()
 
     @property
     def recovered(self) -> bool:
@@ -763,6 +923,9 @@ def _log_change(change: Change, stored: PartitionState) -> None:
         notes.append(f"nodes {failed} report its log offline")
     if restarted:
         notes.append(f"nodes {restarted} restarted")
+    leaving = sorted(change.leaving & {old.leader, *old.isr})
+    if leaving:
+        notes.append(f"nodes {leaving} shutting down")
     if change.unclean_recovery:
         ends = change.log_ends
         logs = ", ".join(
@@ -793,7 +956,8 @@ def _log_change(change: Change, stored: PartitionState) -> None:
 
 
 def _replica_nodes(view: ClusterView, replication_factor: object) -> list[int]:
-    """The live nodes to place replicas on, sorted; checks the replication factor against them."""
+    """The nodes to place replicas on (live, in service), sorted; checks the replication factor
+    against them."""
     if (
         isinstance(replication_factor, bool)
         or not isinstance(replication_factor, int)
@@ -802,7 +966,7 @@ def _replica_nodes(view: ClusterView, replication_factor: object) -> list[int]:
         raise InvalidReplicationFactor(
             f"replication factor must be an integer of at least 1, got {replication_factor!r}"
         )
-    nodes = sorted(view.live)
+    nodes = sorted(view.in_service())
     if replication_factor > len(nodes):
         raise InvalidReplicationFactor(
             f"replication factor {replication_factor} is larger than the number of live nodes "

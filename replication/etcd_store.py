@@ -51,9 +51,10 @@ REPORT_RETRY_MAX_S = 2.0
 MAX_PUTS_PER_TXN = 100  # a topic's partition records per transaction (and the fence, a guard)
 
 
-class _NodeRecord(msgspec.Struct):
+class _NodeRecord(msgspec.Struct, omit_defaults=True):
     node_id: int
     url: str
+    rack: str | None = None
 
 
 class _IncarnationRecord(msgspec.Struct):
@@ -170,6 +171,7 @@ class EtcdMetadataStore(MetadataStore):
         self._log_ends: dict[TopicPartition, dict[int, LogEnd]] = {}
         self._subscriptions: dict[str, StoredSubscription] = {}
         self._throttle: int | None = None
+        self._node_states: dict[int, str] = {}
         self._shutting_down: set[int] = set()  # nodes in a controlled shutdown
         self._leaving = False  # this node is one of them
 
@@ -234,7 +236,7 @@ class EtcdMetadataStore(MetadataStore):
         without an earlier process's shutting-down mark (its lease may not have run out)."""
         node = self._require_node()
         lease = await self._client.grant(max(1, math.ceil(self._lease_ttl_s)))
-        record = msgspec.json.encode(_NodeRecord(node.node_id, node.url))
+        record = msgspec.json.encode(_NodeRecord(node.node_id, node.url, node.rack))
         puts: list[Put | Delete] = [
             Put(self._key("nodes", node.node_id), record),
             Put(self._key("live", node.node_id), record, lease.id),
@@ -244,7 +246,7 @@ class EtcdMetadataStore(MetadataStore):
             puts.append(Put(self._key("incarnations", node.node_id), incarnation))
             puts.append(Delete(self._key("shutting_down", node.node_id)))
         elif self._leaving:
-            puts.append(Put(self._key("shutting_down", node.node_id), b"", lease.id))
+            puts.append(self._put_leaving(lease.id))
         if self._reported:
             puts.append(self._put_report(lease.id))
         result = await self._client.txn([], puts)
@@ -281,8 +283,12 @@ class EtcdMetadataStore(MetadataStore):
     async def begin_shutdown(self) -> None:
         """shutting_down/<id> under this node's lease (written again with a new lease)."""
         self._leaving = True
+        await self._client.txn([], [self._put_leaving(self._lease)])
+
+    def _put_leaving(self, lease: int) -> Put:
+        """The mark's value is the process's incarnation (its registration revision)."""
         key = self._key("shutting_down", self._node_id)
-        await self._client.txn([], [Put(key, b"", self._lease)])
+        return Put(key, str(self.registration).encode(), lease)
 
     async def resign(self) -> None:
         """Delete controller/<lease> (`campaign`'s key under the current lease)."""
@@ -337,6 +343,7 @@ class EtcdMetadataStore(MetadataStore):
             self._log_ends.clear()
             self._subscriptions.clear()
             self._throttle = None
+            self._node_states.clear()
             self._shutting_down.clear()
             for kv in update.kvs:
                 self._apply(kv.key, kv)
@@ -379,6 +386,10 @@ class EtcdMetadataStore(MetadataStore):
                 self._subscriptions[rest] = StoredSubscription(rest, kv.value, kv.mod_revision)
             elif kind == "subscriptions":
                 self._subscriptions.pop(rest, None)
+            elif kind == "node_states" and kv is not None:
+                self._node_states[int(rest)] = kv.value.decode()
+            elif kind == "node_states":
+                self._node_states.pop(int(rest), None)
             elif kind == "reassignment_throttle":
                 self._throttle = None if kv is None else msgspec.json.decode(kv.value, type=int)
         except (ValueError, msgspec.DecodeError) as exc:
@@ -389,7 +400,7 @@ class EtcdMetadataStore(MetadataStore):
             self._nodes.pop(node_id, None)
             return
         record = msgspec.json.decode(kv.value, type=_NodeRecord)
-        self._nodes[node_id] = NodeInfo(record.node_id, record.url)
+        self._nodes[node_id] = NodeInfo(record.node_id, record.url, record.rack)
 
     def _apply_incarnation(self, node_id: int, kv: KeyValue | None) -> None:
         self._unclean_starts.discard(node_id)
@@ -462,6 +473,7 @@ class EtcdMetadataStore(MetadataStore):
             unclean_starts=frozenset(self._unclean_starts),
             log_ends={key: dict(ends) for key, ends in self._log_ends.items()},
             reassignment_throttle=self._throttle,
+            node_states=dict(self._node_states),
             shutting_down=frozenset(self._shutting_down),
         )
 
@@ -670,6 +682,11 @@ class EtcdMetadataStore(MetadataStore):
             for (topic, p), _, end in reports
         ]
         return (await self._client.txn(compares, puts)).succeeded
+
+    async def set_node_state(self, fence: Fence, node: int, state: str | None) -> None:
+        key = self._key("node_states", node)
+        op = Delete(key) if state is None else Put(key, state.encode())
+        await self._fenced_txn(fence, [], [op])
 
     async def set_reassignment_throttle(self, bytes_per_second: int | None) -> None:
         key = self._key("reassignment_throttle")

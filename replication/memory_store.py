@@ -58,6 +58,8 @@ class MemoryBackend:
         self.log_ends: dict[TopicPartition, dict[int, LogEnd]] = {}
         self.subscriptions: dict[str, StoredSubscription] = {}
         self.reassignment_throttle: int | None = None
+        self.node_states: dict[int, str] = {}
+        self.shutting_down: set[int] = set()  # nodes in a controlled shutdown
         self.stores: list[MemoryMetadataStore] = []
         self._changed: asyncio.Event | None = None
         self.state_file = state_file
@@ -95,6 +97,7 @@ class MemoryBackend:
             self.live.discard(node_id)
             self.election.pop(node_id, None)
             self.offline.pop(node_id, None)
+            self.shutting_down.discard(node_id)
 
     def revive(self, node_id: int) -> None:
         """Simulate an expired node coming back under a new lease (live, not campaigning,
@@ -137,6 +140,8 @@ class MemoryBackend:
             unclean_starts=frozenset(self.unclean_starts),
             log_ends={key: dict(ends) for key, ends in self.log_ends.items()},
             reassignment_throttle=self.reassignment_throttle,
+            node_states=dict(self.node_states),
+            shutting_down=frozenset(self.shutting_down),
         )
 
     @contextmanager
@@ -185,6 +190,7 @@ class MemoryMetadataStore(MetadataStore):
             backend.set_offline(node.node_id, self.reported_offline)
             if not self.registration:
                 self.registration = backend.registered[node.node_id] = revision
+                backend.shutting_down.discard(node.node_id)  # a new process is starting
                 if clean_start:
                     backend.unclean_starts.discard(node.node_id)
                 else:
@@ -196,6 +202,19 @@ class MemoryMetadataStore(MetadataStore):
         if self.node is not None:
             self.backend.expire(self.node.node_id)
             self.node = None
+
+    async def begin_shutdown(self) -> None:
+        await asyncio.sleep(0)
+        if self.node is None:
+            raise RuntimeError("start() the store before shutting down")
+        with self.backend.transaction():
+            self.backend.shutting_down.add(self.node.node_id)
+
+    async def resign(self) -> None:
+        await asyncio.sleep(0)
+        if self.node is not None and self.node.node_id in self.backend.election:
+            with self.backend.transaction():
+                del self.backend.election[self.node.node_id]
 
     def report_offline(self, partitions: Iterable[TopicPartition]) -> None:
         if self.node is None:
@@ -319,6 +338,15 @@ class MemoryMetadataStore(MetadataStore):
                 f"node {fence.node_id} is no longer the controller: its election key "
                 f"{fence.key!r} of revision {fence.create_revision} is gone"
             )
+
+    async def set_node_state(self, fence: Fence, node: int, state: str | None) -> None:
+        await asyncio.sleep(0)
+        self._check_fence(fence)
+        with self.backend.transaction():
+            if state is None:
+                self.backend.node_states.pop(node, None)
+            else:
+                self.backend.node_states[node] = state
 
     async def set_reassignment_throttle(self, bytes_per_second: int | None) -> None:
         await asyncio.sleep(0)

@@ -10,23 +10,30 @@ and every partition write is a compare-and-set on the version it was read at.
 from __future__ import annotations
 
 import asyncio
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 NO_LEADER = -1
+DECOMMISSIONING = "decommissioning"
+REMOVED = "removed"
 # Partitions per all-or-none write: a guard each, one per node's incarnation and the fence; a
 # put and a delete each: within etcd's default --max-txn-ops of 128 (etcd counts the compares
 # and the operations apart) for clusters of up to 67 nodes.
 MAX_PARTITIONS_PER_WRITE = 60
 
 TopicPartition = tuple[str, int]
+# A rack, zone or data centre name (Kafka's broker.rack, a fetch's client_rack): 1 to 64
+# printable ASCII characters, no spaces.
+RACK_NAME = re.compile(r"[!-~]{1,64}")
 
 
 @dataclass(frozen=True)
 class NodeInfo:
     node_id: int
     url: str  # the advertised base URL other nodes and clients use, e.g. http://10.0.0.2:8080
+    rack: str | None = None  # its rack, zone or data centre (KIP-36); None: not configured
 
 
 @dataclass(frozen=True)
@@ -115,6 +122,17 @@ class ClusterView:
     log_ends: Mapping[TopicPartition, Mapping[int, LogEnd]] = field(default_factory=dict)
     # bytes/s each node may send to the replicas reassignments add (KIP-73); None: no limit
     reassignment_throttle: int | None = None
+    # node -> DECOMMISSIONING (its replicas are moving off) or REMOVED (it holds none and is
+    # given none, and a process of it that comes back is in no ISR); absent: in service
+    node_states: Mapping[int, str] = field(default_factory=dict)
+
+    def in_service(self) -> frozenset[int]:
+        """The live nodes that may be given replicas: not decommissioning, not removed, not
+        in a controlled shutdown."""
+        return frozenset(
+            n for n in self.live if n not in self.node_states and n not in self.shutting_down
+        )
+
     # nodes in a controlled shutdown (a key under each one's lease): not to lead, nor to rejoin
     # an ISR; the controller moves their leaderships and ISR memberships to others
     shutting_down: frozenset[int] = frozenset()
@@ -319,6 +337,11 @@ class MetadataStore(ABC):
         recovery), all or none (at most MAX_PARTITIONS_PER_WRITE), each guarded by the
         version of the partition's state that asked for it, so that none outlives the
         recovery. False if a guard did not hold (then nothing was written)."""
+
+    @abstractmethod
+    async def set_node_state(self, fence: Fence, node: int, state: str | None) -> None:
+        """Store a node's state (DECOMMISSIONING, REMOVED; None: back in service), fenced:
+        the controller's decision. FencedController if the fence no longer holds."""
 
     @abstractmethod
     async def set_reassignment_throttle(self, bytes_per_second: int | None) -> None:

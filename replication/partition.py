@@ -402,6 +402,19 @@ class Partition:
         self._leading()
         return self.log.read(offset, max_bytes, min_one=min_one, max_records=max_records)
 
+    def read_in_sync(
+        self, offset: int, max_bytes: int, *, max_records: int | None = None
+    ) -> ReadResult:
+        """`read` on any replica in the ISR, below its own high watermark (what the leader
+        sent it: committed): a follower serving a consumer of its rack (KIP-392)."""
+        state = self.state
+        if state is None or self.node_id not in state.isr:
+            raise NotLeader(
+                f"node {self.node_id} is not in sync for {self.topic}-{self.partition}",
+                None if self.leader == NO_LEADER else self.leader,
+            )
+        return self.log.read(offset, max_bytes, max_records=max_records)
+
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         self._leading()
         return self.log.offset_for_timestamp(timestamp)

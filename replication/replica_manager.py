@@ -48,6 +48,7 @@ from replication.isr_writes import IsrWrites
 from replication.log_end_reports import LogEndReports
 from replication.metadata import (
     NO_LEADER,
+    REMOVED,
     ClusterView,
     MetadataStore,
     PartitionState,
@@ -600,6 +601,61 @@ class ReplicaManager:
                 await self.confirm_leadership(leader)
             raise
 
+    def read_replica_for(self, topic: str, partition: int, client_rack: str) -> int | None:
+        """KIP-392's choice for a consumer in `client_rack`: the leader if it stands there,
+        else an in-sync replica there that is live with its log online (this node first);
+        None: no replica stands there, the leader serves."""
+        view = self.store.view
+        state = view.partitions.get((topic, partition))
+        if state is None or state.leader == NO_LEADER:
+            return None
+        offline = view.offline_replicas(topic, partition)
+        there = [
+            r
+            for r in (state.leader, self.node_id, *state.isr)
+            if r in state.isr
+            and r in view.live
+            and r not in offline
+            and (node := view.nodes.get(r)) is not None
+            and node.rack == client_rack
+        ]
+        return there[0] if there else None
+
+    async def fetch_in_sync(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_bytes: int,
+        min_bytes: int,
+        timeout_ms: int,
+        max_records: int | None = None,
+    ) -> ReadResult:
+        """`fetch` served by this node's replica while it is in the ISR, leader or follower
+        (KIP-392), below its own high watermark. An offset past its log end, or a replica
+        fallen out of sync, is NotLeader naming the leader: the consumer's fetch goes there."""
+        local = self._hosted(topic, partition)
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            if offset > local.log_end_offset:
+                leader = None if local.leader == NO_LEADER else local.leader
+                raise NotLeader(f"node {self.node_id} is behind offset {offset}", leader)
+            try:
+                result = local.read_in_sync(offset, max_bytes, max_records=max_records)
+            except OffsetMovedToTieredStorage:
+                raise NotLeader(
+                    f"offset {offset} of {topic}-{partition} is on S3: the leader reads it",
+                    None if local.leader == NO_LEADER else local.leader,
+                ) from None
+            except LogClosed:
+                raise UnknownTopic(f"topic {topic!r} was deleted") from None
+            remaining = deadline - time.monotonic()
+            if len(result.data) >= min_bytes or remaining <= 0 or self.notifier.closing:
+                return result
+            if max_records is not None and covers(result.data, offset + max_records):
+                return result
+            await self.notifier.wait(local.log, remaining)
+
     def fetch_from_sibling(
         self,
         topic: str,
@@ -887,6 +943,11 @@ class ReplicaManager:
         leading = partition.leader_state
         if leading is None or key in self._isr_writes:
             return False
+        if not self.store.view.shutting_down.isdisjoint(set(isr) - set(leading.isr)):
+            return False  # a node in a controlled shutdown does not rejoin (Kafka's rule)
+        joining = set(isr) - set(leading.isr)
+        if any(self.store.view.node_states.get(r) == REMOVED for r in joining):
+            return False  # a removed node that came back rejoins no ISR
         new = partition.isr_state(isr)
         registered = self.store.view.registered
         carried = {r: registered.get(r, 0) for r in leading.isr if r in isr and r != self.node_id}

@@ -100,6 +100,22 @@ async def read_partition(
     return _answer(gateway, topic, offset, result, limits, accept)
 
 
+async def read_in_sync(
+    gateway: Gateway,
+    topic: str,
+    partition: int,
+    offset: int,
+    limits: FetchLimits,
+    accept: str,
+) -> FetchAnswer:
+    """`read_partition` from this node's in-sync replica, leader or not (a consumer of its
+    rack, KIP-392)."""
+    result = await gateway.replicas.fetch_in_sync(
+        topic, partition, offset, *_bounds(limits, accept)
+    )
+    return _answer(gateway, topic, offset, result, limits, accept)
+
+
 def read_from_sibling(
     gateway: Gateway,
     topic: str,

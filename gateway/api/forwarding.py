@@ -3,6 +3,7 @@ group's coordinator, the controller) is forwarded there once, and its answer rel
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 
 import aiohttp
@@ -13,7 +14,7 @@ from engine.errors import UnknownTopic
 from gateway.auth.middleware import principal_of
 from gateway.http import sse
 from gateway.http.params import read_body
-from gateway.state import gateway_of
+from gateway.state import Gateway, gateway_of
 from replication.errors import (
     LeaderNotAvailable,
     MetadataUnavailable,
@@ -21,6 +22,7 @@ from replication.errors import (
     NotController,
     NotLeader,
 )
+from replication.forward_client import Answer
 from replication.node_contract import FORWARDED_BY, ON_BEHALF_OF
 
 
@@ -47,9 +49,7 @@ async def forwarding_middleware(
         raise error
     body = await read_body(request, gateway.settings)
     try:
-        answer = await gateway.forwarder.forward(
-            node.url, request.method, request.path_qs, _forwarded_headers(request), body
-        )
+        answer = await _forward(gateway, request, node.url, body)
     except NodeUnreachable as unreachable:
         if unreachable.delivered:
             raise  # it may have been served: running it again could do it twice
@@ -59,7 +59,33 @@ async def forwarding_middleware(
                 f"node {target} does not answer and is still in the cluster; retry shortly"
             ) from None
         return await forwarding_middleware(request, handler)
+    if answer is None:
+        raise error  # this node drains: the client asks again, elsewhere
     return web.Response(status=answer.status, body=answer.body, headers=answer.headers)
+
+
+async def _forward(gateway: Gateway, request: web.Request, url: str, body: bytes) -> Answer | None:
+    """The other node's answer; None for a read (GET: a long-poll may wait there for
+    minutes) still waiting when this node starts draining, so that shutting down neither
+    waits for it nor cuts it off unanswered. Writes always run to their end."""
+    forwarding = gateway.forwarder.forward(
+        url, request.method, request.path_qs, _forwarded_headers(request), body
+    )
+    if request.method != "GET":
+        return await forwarding
+    task = asyncio.ensure_future(forwarding)
+    draining = asyncio.ensure_future(gateway.draining.wait())
+    try:
+        await asyncio.wait({task, draining}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:  # the client went
+        task.cancel()
+        raise
+    finally:
+        draining.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    return None
 
 
 MAX_RELAYED_PROBLEM = 64 * 1024  # a refusal's body, passed on whole

@@ -39,7 +39,18 @@ async def cluster(request: web.Request) -> web.Response:
             "cluster_id": view.cluster_id,
             "controller": view.controller,
             "nodes": [
-                {"node_id": node.node_id, "url": node.url, "alive": node.node_id in view.live}
+                {
+                    "node_id": node.node_id,
+                    "url": node.url,
+                    "alive": node.node_id in view.live,
+                    "rack": node.rack,
+                    **(
+                        {"state": view.node_states[node.node_id]}
+                        if node.node_id in view.node_states
+                        else {}
+                    ),
+                    **({"shutting_down": True} if node.node_id in view.shutting_down else {}),
+                }
                 for node in sorted(view.nodes.values(), key=lambda n: n.node_id)
             ],
         }

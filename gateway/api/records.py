@@ -9,9 +9,11 @@ from aiohttp import web
 from engine.errors import UnknownTopic
 from gateway.api.fetch import (
     INT64_MAX,
+    FetchAnswer,
     fetch_limits,
     parse_offset,
     read_from_sibling,
+    read_in_sync,
     read_partition,
     refuse_when_full,
     start_offset,
@@ -35,6 +37,7 @@ from gateway.settings import Settings
 from gateway.state import Gateway, gateway_of
 from replication.errors import NotLeader
 from replication.fetch_limits import FetchLimits
+from replication.metadata import RACK_NAME
 from replication.node_contract import FORWARDED_BY
 
 ACKS = ("0", "1", "all", "-1")
@@ -93,6 +96,13 @@ async def fetch(request: web.Request) -> web.StreamResponse:
     gateway = gateway_of(request)
     settings = gateway.settings
     topic, partition = request.match_info["topic"], partition_param(request)
+    client_rack = request.query.get("client_rack")
+    if client_rack is not None:
+        answer = await _fetch_in_rack(request, topic, partition, client_rack)
+        if answer is not None:
+            return web.Response(
+                body=answer.body, content_type=answer.content_type, headers=answer.headers
+            )
     try:
         leader = await gateway.replicas.leader(topic, partition)
     except NotLeader:
@@ -109,6 +119,34 @@ async def fetch(request: web.Request) -> web.StreamResponse:
         start = start_offset(offset, leader)
         answer = await read_partition(gateway, topic, partition, start, limits, accept)
     return web.Response(body=answer.body, content_type=answer.content_type, headers=answer.headers)
+
+
+async def _fetch_in_rack(
+    request: web.Request, topic: str, partition: int, client_rack: str
+) -> FetchAnswer | None:
+    """A fetch naming the consumer's rack (KIP-392): served here by an in-sync replica of that
+    rack, or sent to one (NotLeader naming it); None: none stands there, the leader serves."""
+    gateway = gateway_of(request)
+    if not RACK_NAME.fullmatch(client_rack):
+        raise bad_request(
+            f"client_rack must be 1 to 64 printable ASCII characters without spaces, got "
+            f"{client_rack!r}",
+            "INVALID_PARAMETER",
+        )
+    gateway.replicas.check_partition(topic, partition)
+    node = gateway.replicas.read_replica_for(topic, partition, client_rack)
+    if node is None:
+        return None
+    if node != gateway.settings.node_id:
+        raise NotLeader(f"node {node} serves {topic}-{partition} in rack {client_rack!r}", node)
+    accept, offset, limits = _fetch_params(request, gateway.settings)
+    refuse_when_full(gateway.notifier, gateway.settings)
+    local = gateway.replicas.local(topic, partition)
+    if local is None:
+        return None
+    return await read_in_sync(
+        gateway, topic, partition, start_offset(offset, local), limits, accept
+    )
 
 
 def _fetch_params(request: web.Request, settings: Settings) -> tuple[str, int | str, FetchLimits]:

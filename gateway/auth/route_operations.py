@@ -100,6 +100,9 @@ ROUTES: dict[tuple[str, str], Access] = {
         _on("cluster", "alter", None)
     ),
     ("PUT", "/v1/cluster/reassignments/throttle"): Access(_on("cluster", "alter", None)),
+    ("POST", "/v1/cluster/balance"): Access(_on("cluster", "alter", None)),
+    ("POST", "/v1/cluster/nodes/{node}/decommission"): Access(_on("cluster", "alter", None)),
+    ("POST", "/v1/cluster/nodes/{node}/remove"): Access(_on("cluster", "alter", None)),
     ("GET", "/v1/acls"): Access(_on("cluster", "describe", None)),
     ("POST", "/v1/acls"): Access(_on("cluster", "alter", None)),
     ("DELETE", "/v1/acls"): Access(_on("cluster", "alter", None)),
@@ -173,6 +176,7 @@ ROUTES: dict[tuple[str, str], Access] = {
     ("POST", "/internal/v1/partitions/{topic}/{partition}/append"): Access(audience="internal"),
     ("GET", "/internal/v1/ready"): Access(audience="internal"),
     ("GET", "/internal/v1/reassignments/replicas"): Access(audience="internal"),
+    ("GET", "/internal/v1/partition-sizes"): Access(audience="internal"),
     ("GET", "/internal/v1/metrics"): Access(audience="internal"),
     ("GET", "/internal/v1/auth/refresh"): Access(audience="internal"),
     ("GET", "/internal/v1/subscriptions/{name}/partitions"): Access(audience="internal"),

@@ -1,6 +1,7 @@
-"""`sluice cluster`: change a running cluster's shape through /v1/cluster/reassignments (like
-kafka-reassign-partitions): start a plan and follow the bytes copied, list or cancel moves, set
-the reassignment throttle."""
+"""`sluice cluster`: change a running cluster's shape: reassign partitions (like
+kafka-reassign-partitions) and follow the bytes copied, list or cancel moves, set the
+reassignment throttle; balance the nodes, decommission one, remove a lost one (each with
+--dry-run to print the plan first)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any
 from urllib.parse import quote
 
 import aiohttp
+from rich import filesize
 
 from gateway.cli import client as cli
 from gateway.cli.progress import Progress
@@ -61,6 +63,21 @@ def add_commands(commands: Any, with_url: AddUrl) -> None:
         actions.add_parser("throttle", help="set (bytes/s per node) or lift (off) the throttle")
     )
     throttle.add_argument("rate", help="bytes per second, or off")
+    for name, help_text in (
+        ("balance", "spread replicas, leaderships and bytes evenly over the nodes"),
+        ("decommission", "move every replica off NODE, then mark it removed"),
+        ("remove-node", "mark a down NODE removed and re-create its replicas elsewhere"),
+    ):
+        sub = with_url(actions.add_parser(name, help=help_text))
+        if name != "balance":
+            sub.add_argument("node", type=int, metavar="NODE")
+        sub.add_argument(
+            "--dry-run",
+            action="store_true",
+            help="print the plan (moves, bytes), move nothing",
+        )
+        sub.add_argument("--no-wait", action="store_true", help="return once the moves started")
+        _output(sub)
 
 
 def _rate(raw: str) -> int:
@@ -100,6 +117,8 @@ async def cluster_command(args: argparse.Namespace) -> None:
             )
             shown = doc["throttle_bytes_per_second"]
             print("throttle lifted" if shown is None else f"throttle {shown} bytes/s per node")
+        elif args.action in PLANS:
+            await _planned(args, session)
         elif args.status:
             _print_moves(args, await cli.call(session, "GET", f"{args.url}{ROUTE}"))
         elif args.cancel is not None:
@@ -147,6 +166,13 @@ async def _reassign(args: argparse.Namespace, session: aiohttp.ClientSession) ->
     if args.no_wait or not keys:
         _print_moves(args, {"reassignments": started})
         return
+    await _follow(args, session, keys)
+
+
+async def _follow(
+    args: argparse.Namespace, session: aiohttp.ClientSession, keys: set[tuple[str, int]]
+) -> None:
+    """A progress bar of the bytes the moves of `keys` copied, until none of them moves."""
     with Progress("copied", unit="bytes") as progress:
         while True:
             doc = await cli.call(session, "GET", f"{args.url}{ROUTE}")
@@ -165,6 +191,51 @@ async def _reassign(args: argparse.Namespace, session: aiohttp.ClientSession) ->
             progress.advance(copied - progress.done, note=", ".join(notes[:4]))
             await asyncio.sleep(POLL_S)
     print(f"{len(keys)} partitions moved")
+
+
+PLANS = {
+    "balance": "/v1/cluster/balance",
+    "decommission": "/v1/cluster/nodes/{node}/decommission",
+    "remove-node": "/v1/cluster/nodes/{node}/remove",
+}
+
+
+async def _planned(args: argparse.Namespace, session: aiohttp.ClientSession) -> None:
+    """balance, decommission, remove-node: print the plan, then (unless a dry run) follow
+    its moves as `reassign` does."""
+    path = PLANS[args.action].format(node=getattr(args, "node", ""))
+    query = "?dry_run=true" if args.dry_run else ""
+    plan = await cli.call(session, "POST", f"{args.url}{path}{query}")
+    if not cli.as_table(args):
+        cli.print_json(plan)
+    else:
+        _print_plan(plan)
+    keys = {(m["topic"], m["partition"]) for m in plan["moves"]}
+    if not args.dry_run and not args.no_wait and keys:
+        await _follow(args, session, keys)
+
+
+def _print_plan(plan: dict[str, Any]) -> None:
+    moved = [m for m in plan["moves"] if set(m["replicas"]) != set(m["from"])]
+    rows = [[m["topic"], m["partition"], m["from"], m["replicas"]] for m in plan["moves"]]
+    print(cli.table(("TOPIC", "PARTITION", "FROM", "TO"), rows) if rows else "nothing to move")
+    nodes = [
+        [
+            n["node_id"],
+            f"{n['replicas_before']} -> {n['replicas_after']}",
+            f"{n['leaders_before']} -> {n['leaders_after']}",
+            f"{filesize.decimal(n['bytes_before'])} -> {filesize.decimal(n['bytes_after'])}",
+        ]
+        for n in plan["nodes"]
+    ]
+    print(cli.table(("NODE", "REPLICAS", "LEADERS", "BYTES"), nodes))
+    print(
+        f"{len(moved)} partitions copy {filesize.decimal(plan['bytes_to_move'])}, "
+        f"{plan['leadership_changes']} change leadership only; goal "
+        f"{'met' if plan['goal_met'] else 'not met'} (±{plan['tolerance']:.0%})"
+    )
+    for note in plan["notes"]:
+        print(f"note: {note}")
 
 
 def _print_moves(args: argparse.Namespace, doc: dict[str, Any]) -> None:

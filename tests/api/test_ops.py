@@ -36,7 +36,7 @@ async def test_cluster(start: Start) -> None:
     assert isinstance(doc.pop("cluster_id"), str)
     assert doc == {
         "controller": 3,
-        "nodes": [{"node_id": 3, "url": "http://10.1.2.3:9092", "alive": True}],
+        "nodes": [{"node_id": 3, "url": "http://10.1.2.3:9092", "alive": True, "rack": None}],
     }
 
 

@@ -103,6 +103,11 @@ SAMPLES: dict[tuple[str, str], Sample] = {
     ("DELETE", "/v1/cluster/reassignments"): Sample(),
     ("DELETE", "/v1/cluster/reassignments/{topic}/{partition}"): Sample(),
     ("PUT", "/v1/cluster/reassignments/throttle"): Sample(json={"bytes_per_second": 1000}),
+    ("POST", "/v1/cluster/balance"): Sample(query="dry_run=true"),
+    ("POST", "/v1/cluster/nodes/{node}/decommission"): Sample(
+        params={"node": "0"}, query="dry_run=true"
+    ),
+    ("POST", "/v1/cluster/nodes/{node}/remove"): Sample(params={"node": "0"}, query="dry_run=true"),
     ("GET", "/console"): Sample(),
     ("GET", "/console/"): Sample(),
     ("GET", "/console/{asset}"): Sample(params={"asset": "app.js"}),
@@ -185,6 +190,7 @@ SAMPLES: dict[tuple[str, str], Sample] = {
     ),
     ("GET", "/internal/v1/ready"): Sample(),
     ("GET", "/internal/v1/reassignments/replicas"): Sample(),
+    ("GET", "/internal/v1/partition-sizes"): Sample(),
     ("GET", "/internal/v1/metrics"): Sample(),
     ("GET", "/internal/v1/auth/refresh"): Sample(),
     ("GET", "/internal/v1/subscriptions/{name}/partitions"): Sample(),

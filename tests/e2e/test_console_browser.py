@@ -417,7 +417,29 @@ def test_the_cluster_page_over_three_nodes(tmp_path: Path, browser: Any, shots: 
         )
         assert len(led) == 3 and sum(led) >= 6  # orders' 6, and the offsets topic's
         assert "None: every replica is in sync." in text
+        assert "None: no partition is moving." in text
         browser.save_screenshot(str(shots / "cluster-3-nodes.png"))
+        # a move held by the throttle is shown with the bytes its new copy holds
+        spec = {"name": "moving", "partitions": 1, "replication_factor": 1}
+        created = httpx.post(f"{first}/v1/topics", json=spec, timeout=30).json()
+        (source,) = created["partitions"][0]["replicas"]
+        records = {"records": [{"value": "x" * 1000} for _ in range(10)]}
+        url = f"{cluster.nodes[source].url}/v1/topics/moving/partitions/0/records"
+        for _ in range(30):  # 30 batches of 10 kB: 30 s at the throttle (a batch moves whole)
+            assert httpx.post(url, json=records, timeout=30).status_code == 200
+        reassignments = f"{first}/v1/cluster/reassignments"
+        throttle = {"bytes_per_second": 10_000}
+        assert httpx.put(f"{reassignments}/throttle", json=throttle).status_code == 200
+        target = (source + 1) % 3
+        plan = {"partitions": [{"topic": "moving", "partition": 0, "replicas": [target]}]}
+        assert httpx.post(reassignments, json=plan, timeout=30).status_code == 202
+        until(lambda: f"node {target}: " in reloaded(browser), "the move shown")
+        text = main_text(browser)
+        assert "Moves in progress" in text and "9.8 KiB/s per node" in text, text
+        browser.save_screenshot(str(shots / "cluster-moving.png"))
+        assert httpx.delete(f"{reassignments}/moving/0", timeout=30).status_code == 200
+        assert httpx.put(f"{reassignments}/throttle", json={"bytes_per_second": None}).is_success
+        until(lambda: "None: no partition is moving." in reloaded(browser), "the move gone")
         cluster.nodes[2].kill()
         until(lambda: "2 alive of 3" in reloaded(browser), "node 2 shown down")
         until(

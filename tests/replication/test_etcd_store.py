@@ -154,6 +154,38 @@ async def test_an_offline_report_lives_under_the_lease_and_is_written_again_unde
     assert await two.wait_for(lambda view: view.offline == {}, WAIT_S)
 
 
+async def test_a_shutting_down_mark_lives_under_the_lease_and_a_new_process_drops_it(
+    make_store: StoreFactory, client: EtcdClient, prefix: str
+) -> None:
+    one = await make_store(1)
+    two = await make_store(2)
+    await one.begin_shutdown()
+    assert await two.wait_for(lambda view: view.shutting_down == {1}, WAIT_S)
+    old_lease = await live_lease(client, prefix, 1)
+    kv = await client.get(f"{prefix}/shutting_down/1".encode())
+    assert kv is not None and kv.lease == old_lease
+    await client.revoke(old_lease)  # the lease lost mid-shutdown: the mark comes back with it
+    assert await two.wait_for(lambda view: 1 not in view.live, WAIT_S)
+    assert await two.wait_for(lambda view: view.shutting_down == {1} and 1 in view.live, WAIT_S)
+    again = await make_store(1)  # a new process of node 1, before the old lease runs out
+    assert await two.wait_for(lambda view: view.shutting_down == frozenset(), WAIT_S)
+    assert again.view.shutting_down == frozenset()
+
+
+async def test_a_resigning_controller_hands_the_role_to_the_next_candidate(
+    make_store: StoreFactory,
+) -> None:
+    one = await make_store(1)
+    two = await make_store(2)
+    await one.campaign()
+    second = asyncio.create_task(two.campaign())
+    assert await two.wait_for(lambda view: view.controller == 1, WAIT_S)
+    await one.resign()
+    fence = await asyncio.wait_for(second, WAIT_S)
+    assert fence.node_id == 2
+    assert await one.wait_for(lambda view: view.controller == 2 and 1 in view.live, WAIT_S)
+
+
 async def test_an_offline_report_is_retried_while_etcd_is_unavailable(
     make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -1,8 +1,9 @@
-// Cluster: the nodes (alive, controller, URL), the partitions each leads, and the partitions
-// that are under-replicated or offline.
+// Cluster: the nodes (alive, controller, rack, URL), the partitions each leads, the partition
+// moves in progress with the bytes copied, and the partitions that are under-replicated or
+// offline.
 
 import { get, path } from "./api.js";
-import { empty, facts, h, heading, link, table } from "./ui.js";
+import { bytes, empty, facts, h, heading, link, table } from "./ui.js";
 
 /** Every topic's description (internal ones too), asked in parallel. */
 export async function describeAll(signal, internal = true) {
@@ -10,8 +11,25 @@ export async function describeAll(signal, internal = true) {
   return Promise.all(topics.map((t) => get(path("/v1/topics", t.name), signal)));
 }
 
+/** Each added replica's copy against the leader's: "node 3: 1.2 MB of 4.0 MB (30%)". */
+function copied(move) {
+  const total = move.leader_size_bytes;
+  return move.progress
+    .map((p) => {
+      if (p.in_sync) return `node ${p.replica}: in sync`;
+      if (p.size_bytes === null || total === null) return `node ${p.replica}: copying`;
+      const share = total ? Math.min(100, Math.floor((100 * p.size_bytes) / total)) : 100;
+      return `node ${p.replica}: ${bytes(p.size_bytes)} of ${bytes(total)} (${share}%)`;
+    })
+    .join("; ");
+}
+
 export async function page(_params, _query, signal) {
-  const [cluster, topics] = await Promise.all([get("/v1/cluster", signal), describeAll(signal)]);
+  const [cluster, topics, moving] = await Promise.all([
+    get("/v1/cluster", signal),
+    describeAll(signal),
+    get("/v1/cluster/reassignments", signal),
+  ]);
   const led = new Map(cluster.nodes.map((n) => [n.node_id, 0]));
   const under = [];
   const offline = [];
@@ -57,9 +75,28 @@ export async function page(_params, _query, signal) {
         ["Role", (n) => (n.node_id === cluster.controller ? "controller" : "broker")],
         ["URL", (n) => h("a", { href: `${n.url}/console` }, n.url)],
         ["Partitions led", (n) => led.get(n.node_id) ?? 0],
+        ["Rack", (n) => n.rack ?? "—"],
+        ["Service", (n) => (n.shutting_down ? "shutting down" : (n.state ?? "in service"))],
       ],
       cluster.nodes,
     ),
+    h("h2", {}, "Moves in progress"),
+    moving.reassignments.length
+      ? table(
+          `Partitions moving to new replicas (throttle: ${
+            moving.throttle_bytes_per_second === null ? "none" : `${bytes(moving.throttle_bytes_per_second)}/s per node`
+          })`,
+          [
+            ["Topic", (m) => link(path("/topics", m.topic), m.topic)],
+            ["Partition", (m) => m.partition],
+            ["Target", (m) => m.replicas.join(", ")],
+            ["Adding", (m) => m.adding.join(", ") || "—"],
+            ["Removing", (m) => m.removing.join(", ") || "—"],
+            ["Copied", (m) => copied(m)],
+          ],
+          moving.reassignments,
+        )
+      : h("p", { class: "ok" }, "None: no partition is moving."),
     h("h2", {}, "Under-replicated partitions"),
     under.length
       ? table("Partitions whose in-sync replicas are fewer than their replicas", partitionColumns, under)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +17,7 @@ import pytest
 from engine import batch as fmt
 from engine.manager import LogManager
 from replication.fetch_sessions import FetchSessions
-from replication.fetcher import FetcherSettings, ReplicaFetchers
+from replication.fetcher import THREAD_APPEND_BYTES, FetcherSettings, ReplicaFetchers
 from replication.idempotency import IdempotencyIndex
 from replication.memory_store import MemoryBackend, MemoryMetadataStore
 from replication.metadata import NodeInfo, PartitionState
@@ -168,3 +169,33 @@ async def test_an_unexpected_failure_is_logged_and_fetching_goes_on(
     parked = await leader.next_event()
     assert parked.answer is None
     assert partition.log_end_offset == RECORDS
+
+
+async def test_a_large_part_is_written_off_the_event_loop(
+    follower: Follower, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A part of THREAD_APPEND_BYTES or more (a follower catching up, a replica a move adds) is
+    appended in a worker thread, so the loop serves the node's other work meanwhile; the log
+    ends as it would inline."""
+    partition, fetchers, leader = follower.partition, follower.fetchers, follower.leader
+    value = b"v" * (THREAD_APPEND_BYTES // RECORDS + 1)
+    batch = fmt.encode_batch([fmt.RecordInput(None, value, [], None)] * RECORDS)
+    fmt.set_leader_epoch(batch, 0, 0)
+    leader.records = bytes(batch)
+    threads: list[int] = []
+    append = partition.append_from_leader
+
+    def noting_thread(*args: object) -> None:
+        threads.append(threading.get_ident())
+        append(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(partition, "append_from_leader", noting_thread)
+    await fetchers.role_changed(partition)
+    full = await leader.next_event()
+    assert full.answer is not None and len(leader.records) >= THREAD_APPEND_BYTES
+    parked = await leader.next_event()
+    assert parked.answer is None
+    assert (partition.log_end_offset, partition.high_watermark) == (RECORDS, 1)
+    assert threads and threading.get_ident() not in threads
+    written = partition.log.read(0, 1 << 24, upper_offset=RECORDS).data
+    assert [r.value for r in fmt.iter_records(written)] == [value] * RECORDS

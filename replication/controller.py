@@ -591,9 +591,11 @@ class Controller:
         view = self.store.view
         cluster_shape.check_decommission(view, node)
         cluster_shape.check_all_up(view, f"decommission node {node}")
-        nodes = view.in_service() | {node}
+        out_of_service = view.live - view.in_service() - {node}
         plan = placement.plan_decommission(
-            cluster_shape.load(view, await self._sizes(), nodes), node
+            cluster_shape.load(view, await self._sizes(), view.live | {node}),
+            node,
+            exclude=out_of_service,
         )
         if not dry_run:
             await self.store.set_node_state(fence, node, DECOMMISSIONING)
@@ -605,7 +607,9 @@ class Controller:
         view = self.store.view
         cluster_shape.check_remove(view, node)
         plan = placement.plan_heal(
-            cluster_shape.load(view, await self._sizes(), view.in_service()), {node}
+            cluster_shape.load(view, await self._sizes(), view.live),
+            {node},
+            exclude=view.live - view.in_service(),
         )
         if not dry_run:
             await self.store.set_node_state(fence, node, REMOVED)

@@ -351,6 +351,14 @@ def _check_tolerance(tolerance: float) -> None:
         raise ValueError(f"tolerance must be between 0 and 1, got {tolerance!r}")
 
 
+def _excluded(state: _State, exclude: Collection[int]) -> frozenset[int]:
+    excluded = frozenset(exclude)
+    unknown = sorted(excluded - set(state.rack))
+    if unknown:
+        raise InvalidReassignment(f"nodes {unknown} are not in the cluster")
+    return excluded
+
+
 def _named(state: _State, partitions: Sequence[int]) -> str:
     names = ", ".join(state.name(p) for p in partitions[:_SHOWN])
     more = len(partitions) - _SHOWN
@@ -375,10 +383,7 @@ def plan_balance(
     it can and says so in `notes`."""
     _check_tolerance(tolerance)
     state = _State(load)
-    excluded = frozenset(exclude)
-    unknown = sorted(excluded - set(state.rack))
-    if unknown:
-        raise InvalidReassignment(f"nodes {unknown} are not in the cluster")
+    excluded = _excluded(state, exclude)
     nodes = [node for node in sorted(state.rack) if node not in excluded]
     if not nodes:
         raise InvalidReassignment("every node is excluded: there is nowhere to balance")
@@ -751,6 +756,7 @@ def plan_decommission(
     *,
     tolerance: float = DEFAULT_TOLERANCE,
     rebalance: bool = True,
+    exclude: Collection[int] = frozenset(),
 ) -> Plan:
     """Target replica lists that move every replica off `node`, each to the least loaded node
     that keeps the partition's racks, its leadership (where `node` was preferred) to the
@@ -760,15 +766,20 @@ def plan_decommission(
 
     `rebalance`: then balance the nodes left as `plan_balance` would (a node left at the edge
     of a band falls out of it when the mean rises, or its rack cannot take the node's
-    replicas), in the same plan; else `goal_met` only says whether they end balanced."""
+    replicas), in the same plan; else `goal_met` only says whether they end balanced.
+    `exclude`: nodes that keep what they hold but take nothing, as in `plan_balance` (another
+    node being decommissioned, one in a controlled shutdown)."""
     _check_tolerance(tolerance)
     state = _State(load)
     if node not in state.rack:
         raise InvalidReassignment(f"node {node} is not in the cluster")
-    remaining = [n for n in sorted(state.rack) if n != node]
-    if not remaining:
-        raise InvalidReassignment(f"node {node} is the only node: its replicas have nowhere to go")
     gone = frozenset({node})
+    excluded = _excluded(state, exclude) - gone
+    remaining = [n for n in sorted(state.rack) if n != node and n not in excluded]
+    if not remaining:
+        raise InvalidReassignment(
+            f"node {node} is the only node that could hold replicas: they have nowhere to go"
+        )
     short, lowered, _ = _evacuate(state, gone, remaining, keep_racks=True)
     if short:
         raise InvalidReassignment(
@@ -784,7 +795,8 @@ def plan_decommission(
     if rebalance:
         _Balancer(state, remaining, tolerance).run()
         _balance_leaders(state, remaining, tolerance)
-    return _plan(state, tolerance, sorted(state.rack), remaining, gone=gone)
+    counted_before = [n for n in sorted(state.rack) if n not in excluded]
+    return _plan(state, tolerance, counted_before, remaining, gone=gone)
 
 
 def plan_heal(
@@ -793,6 +805,7 @@ def plan_heal(
     *,
     tolerance: float = DEFAULT_TOLERANCE,
     rebalance: bool = False,
+    exclude: Collection[int] = frozenset(),
 ) -> Plan:
     """Target replica lists that replace every replica on a `lost` node with one on a live
     node (the nodes of `load.racks` not lost), restoring each partition's replication factor:
@@ -805,13 +818,16 @@ def plan_heal(
 
     `rebalance`: then balance the live nodes as `plan_balance` would, in the same plan. Off by
     default: a heal restores what was lost and copies nothing else while the cluster is short
-    of a node; the balancer's turn comes after."""
+    of a node; the balancer's turn comes after. `exclude`: nodes that keep what they hold but
+    take nothing, as in `plan_balance` (another node down but not given up, one being
+    decommissioned or in a controlled shutdown)."""
     _check_tolerance(tolerance)
     gone = frozenset(lost)
     state = _State(load, also=sorted(gone))
-    live = [n for n in sorted(state.rack) if n not in gone]
+    excluded = _excluded(state, exclude) - gone
+    live = [n for n in sorted(state.rack) if n not in gone and n not in excluded]
     if not live:
-        raise InvalidReassignment("every node is lost: there is nowhere to heal to")
+        raise InvalidReassignment("every node is lost or excluded: there is nowhere to heal to")
     short, lowered, skipped = _evacuate(state, gone, live, keep_racks=False)
     if short:
         raise InvalidReassignment(
@@ -827,7 +843,7 @@ def plan_heal(
     if rebalance:
         _Balancer(state, live, tolerance).run()
         _balance_leaders(state, live, tolerance)
-    counted_before = [n for n in sorted(state.rack) if n not in gone]
+    counted_before = [n for n in sorted(state.rack) if n not in gone and n not in excluded]
     return _plan(
         state,
         tolerance,
@@ -900,7 +916,8 @@ def _evacuate(
         if not survivors and not keep_racks:
             skipped.append(p)
             continue
-        if len(replicas) > n:
+        taken = sum(1 for r in survivors if r in current)  # targets holding it already
+        if len(replicas) - len(survivors) > n - taken:
             short.append(p)
             continue
         racks_before = state.diversity(replicas)
@@ -941,8 +958,10 @@ def _evacuate(
             current[dest] = key(dest)
             heapq.heappush(heaps[rack[dest]], (current[dest], dest))
         if original[0] in gone:
-            # the preferred leader went: the replica with the fewest leaderships leads
-            state.lead(p, min(state.reps[p], key=lambda r: (leaders[r], r)))
+            # the preferred leader went: the replica with the fewest leaderships leads (one
+            # that may take leaderships, where there is one)
+            heirs = [r for r in state.reps[p] if r in current] or state.reps[p]
+            state.lead(p, min(heirs, key=lambda r: (leaders[r], r)))
     return short, lowered, skipped
 
 

@@ -12,7 +12,8 @@ A fresh cluster of four nodes on this machine (etcd and `sluice serve --cluster`
    reached against the throttle.
 4. produce latency: one client sends acks=all batches to another topic, sequentially, for
    `--steady-s` seconds, then again while the big partition moves unthrottled three times
-   (back and forth): the p50/p99 of each, and their ratio.
+   (back and forth), then once throttled at a quarter of its unthrottled rate: the p50/p99
+   of each, and their ratios to the steady p99.
 5. balance: a topic of `--partitions` partitions (replication factor 2, skewed sizes) on the
    three nodes, the fourth started, `POST /v1/cluster/balance`: the seconds until every move
    completed, and each node's replicas, preferred leaders and bytes against the mean.
@@ -200,10 +201,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for target in (spare, follower, spare):  # back and forth: a longer window
                 move_s += bench.move(BIG, 0, [leader, target])
             move_end = time.monotonic()
+            # the same under a throttle of a quarter of the unthrottled rate
+            limit = int(size / moved_s / 4)
+            bench.throttle(limit)
+            limited_s = bench.move(BIG, 0, [leader, follower])
+            limited_end = time.monotonic()
+            bench.throttle(None)
             stop.set()
             client.join()
             steady = [s for at, s in samples if at < steady_end]
             during = [s for at, s in samples if steady_end <= at < move_end]
+            limited = [s for at, s in samples if move_end <= at < limited_end]
             report["latency"] = {
                 "steady": {
                     "requests": len(steady),
@@ -217,8 +225,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     "p99_ms": 1000 * _percentile(during, 0.99),
                 },
             }
-            report["latency"]["p99_ratio"] = report["latency"]["during_move"]["p99_ms"] / max(
-                report["latency"]["steady"]["p99_ms"], 1e-9
+            report["latency"]["during_throttled_move"] = {
+                "throttle": limit,
+                "requests": len(limited),
+                "seconds": limited_s,
+                "p50_ms": 1000 * _percentile(limited, 0.5),
+                "p99_ms": 1000 * _percentile(limited, 0.99),
+            }
+            steady_p99 = max(report["latency"]["steady"]["p99_ms"], 1e-9)
+            report["latency"]["p99_ratio"] = report["latency"]["during_move"]["p99_ms"] / steady_p99
+            report["latency"]["p99_ratio_throttled"] = (
+                report["latency"]["during_throttled_move"]["p99_ms"] / steady_p99
             )
 
             for topic in (BIG, LOAD):  # the balance is measured on the wide topic alone

@@ -245,6 +245,11 @@ class Node:
         """SIGTERM: a clean shutdown."""
         if self.process is not None:
             self.process.terminate()
+            self.wait_stopped(timeout)
+
+    def wait_stopped(self, timeout: float = 20.0) -> None:
+        """Wait for a node sent SIGTERM to exit (SIGKILL past `timeout`)."""
+        if self.process is not None:
             try:
                 self.process.wait(timeout)
             except subprocess.TimeoutExpired:
@@ -318,8 +323,13 @@ class LocalCluster:
         raise ClusterError(f"the cluster did not settle: {last}")
 
     def stop(self) -> None:
+        """Every node at once (a controlled shutdown each: with all of them leaving, no
+        leadership is handed from one to the next), then etcd."""
         for node in self.nodes:
-            node.stop()
+            if node.process is not None:
+                node.process.terminate()
+        for node in self.nodes:
+            node.wait_stopped()
         self.etcd.stop()
 
 

@@ -254,8 +254,8 @@ class GroupCoordinator:
 
     async def role_changed(self, partition: Partition) -> None:
         """An offsets partition came to this node (replay its groups from the log, in the
-        background) or left it (its groups are coordinated elsewhere now; their parked
-        fetches answer)."""
+        background), moved to a new epoch while led here since its replay (keep its groups),
+        or left it (its groups are coordinated elsewhere now; their parked fetches answer)."""
         if partition.topic != offsets_topic.OFFSETS_TOPIC:
             return
         previous = self._loads.pop(partition.partition, None)
@@ -263,8 +263,13 @@ class GroupCoordinator:
             previous.cancel()
         if partition.is_leader:
             epoch = partition.leader_epoch
-            if partition.partition in self._loaded:  # led since its load: a new epoch only
+            if partition.partition in self._loaded:
+                # Led here since its replay: every change since went through this node's
+                # log, so the groups in memory are the log's. A replay would replace them
+                # under their members: positions lost, parked fetches and session timers
+                # left on the replaced groups, and a commit answered while it ran missing.
                 self._loaded[partition.partition] = epoch
+                return
             # Not awaited: the node applies its next views only after its role listeners
             # return, and the view shrinking this partition's ISR to what is alive may be
             # the one that lets its high watermark reach the log end the replay waits for.
@@ -943,12 +948,16 @@ class GroupCoordinator:
         raise LeaderNotAvailable(f"{topic}-{p} has no leader on this node yet; retry shortly")
 
     def _position(self, group: Group, member: Member, tp: TopicPartition, log: Partition) -> int:
+        """The member's position in a partition led here: where it is, else the committed
+        offset, else where auto_offset_reset says. Out of range only outside the log: a new
+        leader's high watermark trails its log until its followers fetch, and a position past
+        it waits there, as a partition fetch does, rather than starting over."""
         position = member.positions.get(tp)
         if position is None:
             committed = group.offsets.get(tp)
             position = self._reset(member, tp, log) if committed is None else committed.offset
             member.positions[tp] = position
-        if not log.log_start_offset <= position <= log.high_watermark:
+        if not log.log_start_offset <= position <= log.log_end_offset:
             position = member.positions[tp] = self._reset(member, tp, log, position)
         return position
 
@@ -1124,13 +1133,18 @@ class GroupCoordinator:
     def _commit_positions(
         self, group: Group, member: Member, *, durable: bool = True
     ) -> list[tuple[TopicPartition, int]]:
+        """Commit the member's positions on its owned partitions. An answered commit
+        (`durable`) writes them all, changed or not, as Kafka appends every OffsetCommit, so
+        that its answer rests on the offsets partition's replicas, not on this node's memory:
+        a coordinator paused while another took its groups over resumes with old offsets, and
+        its write cannot commit. An auto-commit writes only what changed."""
         positions = sorted((tp, pos) for tp, pos in member.positions.items() if tp in member.owned)
-        changed = [
+        written = [
             (tp, pos, "")
             for tp, pos in positions
-            if (c := group.offsets.get(tp)) is None or c.offset != pos
+            if durable or (c := group.offsets.get(tp)) is None or c.offset != pos
         ]
-        self._store_offsets(group, changed, durable=durable)
+        self._store_offsets(group, written, durable=durable)
         return positions
 
     async def reset_offsets(

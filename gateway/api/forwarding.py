@@ -4,6 +4,7 @@ group's coordinator, the controller) is forwarded there once, and its answer rel
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable
 
 import aiohttp
@@ -23,6 +24,7 @@ from replication.errors import (
     NotLeader,
 )
 from replication.forward_client import Answer
+from replication.metadata import ClusterView
 from replication.node_contract import FORWARDED_BY, ON_BEHALF_OF
 
 
@@ -32,36 +34,63 @@ async def forwarding_middleware(
 ) -> web.StreamResponse:
     """On NotLeader or NotController, send the request to the node named; a request that was
     forwarded already is answered here (no loops: a stale view shows as 421 or 503). If that
-    node is down, wait (bounded) for the cluster to notice and choose another, and try again."""
+    node is down, wait (bounded by leader_wait_ms in all) for the cluster to notice and choose
+    another, and try again."""
     gateway = gateway_of(request)
-    view = gateway.broker.store.view
-    error: NotLeader | NotController
-    try:
-        return await handler(request)
-    except UnknownTopic as exc:
-        return await _confirm_unknown(request, handler, exc)
-    except NotLeader as exc:
-        target, error = exc.leader, exc
-    except NotController as exc:
-        target, error = view.controller, exc
-    node = None if target is None else view.nodes.get(target)
-    if node is None or FORWARDED_BY in request.headers or target == gateway.settings.node_id:
-        raise error
-    body = await read_body(request, gateway.settings)
-    try:
-        answer = await _forward(gateway, request, node.url, body)
-    except NodeUnreachable as unreachable:
-        if unreachable.delivered:
-            raise  # it may have been served: running it again could do it twice
-        wait_s = gateway.settings.leader_wait_ms / 1000
-        if not await gateway.broker.store.wait_for(lambda v: target not in v.live, wait_s):
-            raise LeaderNotAvailable(
-                f"node {target} does not answer and is still in the cluster; retry shortly"
-            ) from None
-        return await forwarding_middleware(request, handler)
-    if answer is None:
-        raise error  # this node drains: the client asks again, elsewhere
-    return web.Response(status=answer.status, body=answer.body, headers=answer.headers)
+    store = gateway.broker.store
+    deadline = asyncio.get_running_loop().time() + gateway.settings.leader_wait_ms / 1000
+    unreachable: set[int] = set()  # nodes this request found down
+    while True:
+        view = store.view
+        error: NotLeader | NotController
+        try:
+            return await handler(request)
+        except UnknownTopic as exc:
+            return await _confirm_unknown(request, handler, exc)
+        except NotLeader as exc:
+            target, error = exc.leader, exc
+        except NotController as exc:
+            target, error = view.controller, exc
+        node = None if target is None else view.nodes.get(target)
+        if target is None or node is None or FORWARDED_BY in request.headers:
+            raise error
+        if target == gateway.settings.node_id:
+            raise error
+        remaining = deadline - asyncio.get_running_loop().time()
+        if target in unreachable:
+            # The view still routes to the node found down: wait for a newer view (the
+            # node's loss, then another leader or controller), then route again.
+            newer = functools.partial(_newer, view.revision)
+            if remaining <= 0 or not await store.wait_for(newer, remaining):
+                raise LeaderNotAvailable(
+                    f"node {target} does not answer and no other node has taken over yet; "
+                    "retry shortly"
+                ) from None
+            continue
+        body = await read_body(request, gateway.settings)
+        try:
+            answer = await _forward(gateway, request, node.url, body)
+        except NodeUnreachable as exc:
+            if exc.delivered:
+                raise  # it may have been served: running it again could do it twice
+            unreachable.add(target)
+            gone = functools.partial(_gone, target)
+            if not await store.wait_for(gone, max(remaining, 0.0)):
+                raise LeaderNotAvailable(
+                    f"node {target} does not answer and is still in the cluster; retry shortly"
+                ) from None
+            continue
+        if answer is None:
+            raise error  # this node drains: the client asks again, elsewhere
+        return web.Response(status=answer.status, body=answer.body, headers=answer.headers)
+
+
+def _newer(revision: int, view: ClusterView) -> bool:
+    return view.revision > revision
+
+
+def _gone(node: int, view: ClusterView) -> bool:
+    return node not in view.live
 
 
 async def _forward(gateway: Gateway, request: web.Request, url: str, body: bytes) -> Answer | None:

@@ -24,6 +24,7 @@ from typing import Any
 START_DEADLINE_S = 30.0
 # One transaction creates a topic with all its partitions; etcd's default allows 128 ops.
 ETCD_MAX_TXN_OPS = 10_240
+DEV_REPLICA_LOST_TIMEOUT_MS = 60_000  # sluice dev-cluster's --replica-lost-timeout-ms
 
 
 class ClusterError(Exception):
@@ -334,8 +335,10 @@ class LocalCluster:
 
 
 def run_dev_cluster(size: int, workdir: Path, base_port: int) -> None:
-    """`sluice dev-cluster`: start, print the URLs, wait for Ctrl-C, stop everything."""
-    cluster = LocalCluster(workdir, size, base_port=base_port)
+    """`sluice dev-cluster`: start, print the URLs, wait for Ctrl-C, stop everything. A node
+    down a minute is removed and its replicas re-created on the others (where enough remain)."""
+    options = ("--replica-lost-timeout-ms", str(DEV_REPLICA_LOST_TIMEOUT_MS))
+    cluster = LocalCluster(workdir, size, base_port=base_port, node_options=options)
     try:
         cluster.start()
     except ClusterError as exc:

@@ -1,0 +1,208 @@
+"""A member's commits never go back within a generation across leadership changes: a commit
+is answered only on a write the offsets partition's in-sync replicas took (never on a
+coordinator's memory, which a node paused and deposed meanwhile still holds), a node that
+keeps leading through a new epoch keeps its groups as they are, and a position past a new
+leader's high watermark (which trails its log) waits there instead of starting over.
+
+One node (0) leads `__consumer_offsets-0` with node 1 in its ISR; node 1 exists only as the
+fetches the leader notes (`follower_fetched`), so the high watermark moves when the test says."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine import batch as fmt
+from engine import offsets_topic
+from engine.errors import EngineError
+from engine.manager import LogManager
+from engine.notify import ChangeNotifier
+from engine.offsets_topic import TopicPartition
+from groups.coordinator import GroupCoordinator, JoinRequest
+from replication.errors import RequestTimedOut
+from replication.fetch_limits import FetchLimits
+from replication.forward_client import ForwardClient
+from replication.memory_store import MemoryMetadataStore
+from replication.metadata import Fence, NodeInfo, PartitionState, TopicSpec
+from replication.partition import Partition
+from replication.replica_manager import ReplicaManager
+
+OFFSETS = offsets_topic.OFFSETS_TOPIC
+TOPIC = "t"
+TP = (TOPIC, 0)
+GROUP = "g"
+NOW = FetchLimits(max_records=100, max_bytes=1 << 20, min_bytes=1, timeout_ms=0)
+
+
+def offsets_of(
+    data: memoryview, position: int, limit: int, tp: TopicPartition
+) -> tuple[list[Any], int]:
+    """The records' offsets from `position` on, at most `limit`, and the offset after them."""
+    out: list[Any] = []
+    next_offset = position
+    for record in fmt.iter_records(data):
+        if record.offset < position:
+            continue
+        if len(out) == limit:
+            break
+        out.append(record.offset)
+        next_offset = record.offset + 1
+    return out, next_offset
+
+
+@dataclass
+class Node:
+    store: MemoryMetadataStore
+    fence: Fence
+    replicas: ReplicaManager
+    groups: GroupCoordinator
+
+    @property
+    def offsets(self) -> Partition:
+        return self.replicas.partitions[(OFFSETS, 0)]
+
+    def produce(self, count: int) -> None:
+        records = [fmt.RecordInput(None, b"v", []) for _ in range(count)]
+        self.replicas.partitions[TP].append(fmt.encode_batch(records), "1")
+
+    def follower_fetched(self) -> None:
+        """Node 1 fetched the offsets partition up to its log end, as its fetcher would."""
+        partition = self.offsets
+        partition.replica_fetch(1, partition.log_end_offset, partition.leader_epoch, 0)
+
+    async def offsets_state(self, leader: int, isr: tuple[int, ...]) -> None:
+        """The controller's next epoch of the offsets partition: `leader`, with `isr`."""
+        state = self.store.view.partitions[(OFFSETS, 0)]
+        new = PartitionState(leader, state.leader_epoch + 1, state.replicas, isr, state.version)
+        assert await self.store.set_partition(OFFSETS, 0, new, self.fence)
+
+
+@pytest.fixture
+async def node(tmp_path: Path) -> AsyncIterator[Node]:
+    store = MemoryMetadataStore()
+    await store.start(NodeInfo(0, "http://node0:8080"))
+    fence = await store.campaign()
+    offsets = TopicSpec(OFFSETS, "a" * 32, 1, 2, dict(offsets_topic.TOPIC_CONFIGS))
+    await store.create_topic(fence, offsets, [PartitionState(0, 1, (0, 1), (0, 1))])
+    await store.create_topic(
+        fence, TopicSpec(TOPIC, "b" * 32, 1, 1, {}), [PartitionState(0, 1, (0,), (0,))]
+    )
+    manager = LogManager(tmp_path)
+    replicas = ReplicaManager(manager, store, 0, ChangeNotifier())
+    forwarder = ForwardClient(0)
+    groups = GroupCoordinator(replicas, forwarder, 1000, 60_000, 100, offsets_of)
+    replicas.add_role_listener(groups.role_changed)
+    try:
+        await replicas.start()
+        await groups.loaded()
+        yield Node(store, fence, replicas, groups)
+    finally:
+        groups.close()
+        await replicas.close()
+        await forwarder.close()
+        await store.close()
+        manager.close()
+
+
+async def member_at(node: Node, committed: int) -> str:
+    """A member of GROUP over TOPIC, delivered and committed up to `committed`."""
+    node.produce(committed)
+    _, member = node.groups.join(GROUP, JoinRequest((TOPIC,), 30_000, "earliest", False))
+    node.follower_fetched()
+    await node.groups.durable(GROUP, 1000)
+    fetched = await node.groups.fetch(GROUP, member.member_id, NOW)
+    assert fetched.records == list(range(committed))
+    assert node.groups.commit(GROUP, member.member_id, None, None) == [(TP, committed)]
+    node.follower_fetched()
+    await node.groups.durable(GROUP, 1000)
+    return member.member_id
+
+
+async def test_a_deposed_coordinator_answers_no_commit_from_its_memory(node: Node) -> None:
+    member = await member_at(node, 5)
+    # Node 0 was paused; the controller gave the partition to node 1 (the member went on
+    # there). Node 0 resumes and serves a commit queued meanwhile before it applies that view:
+    # no await between the store's write and the commit, as on the paused node.
+    await node.offsets_state(1, (1,))
+    assert node.offsets.is_leader  # this node's view is the old one
+    assert node.groups.commit(GROUP, member, None, None) == [(TP, 5)]
+    # Its memory says 5 is committed, but it is no longer the coordinator: the answer must
+    # wait for a write, which cannot commit (node 1 does not fetch from here) and fails once
+    # the view is applied. Answered at once, 5 could go back past what node 1 answered.
+    with pytest.raises(EngineError):
+        await node.groups.durable(GROUP, 10_000)
+    assert not node.offsets.is_leader
+
+
+async def test_a_commit_is_answered_only_once_its_offsets_are_on_every_in_sync_replica(
+    node: Node,
+) -> None:
+    member = await member_at(node, 5)
+    node.produce(3)
+    assert (await node.groups.fetch(GROUP, member, NOW)).records == [5, 6, 7]
+    assert node.groups.commit(GROUP, member, None, None) == [(TP, 8)]
+    with pytest.raises(RequestTimedOut):  # node 1 has not fetched it: not answered
+        await node.groups.durable(GROUP, 0)
+    # The same commit again: 8 is in this node's memory only, so it is written and waited
+    # for again rather than answered from memory (a new leader would not know it).
+    assert node.groups.commit(GROUP, member, None, None) == [(TP, 8)]
+    with pytest.raises(RequestTimedOut):
+        await node.groups.durable(GROUP, 0)
+    node.follower_fetched()
+    assert node.groups.commit(GROUP, member, None, None) == [(TP, 8)]
+    node.follower_fetched()
+    await node.groups.durable(GROUP, 0)
+
+
+async def test_a_new_epoch_of_an_offsets_partition_led_here_keeps_its_groups(node: Node) -> None:
+    member = await member_at(node, 5)
+    node.produce(3)
+    assert (await node.groups.fetch(GROUP, member, NOW)).records == [5, 6, 7]  # not committed
+    group, epoch = node.groups.groups[GROUP], node.offsets.leader_epoch
+    # Node 1 is lost: the controller drops it from the ISR with a new epoch, this node leading.
+    await node.offsets_state(0, (0,))
+    assert await node.replicas.applied(lambda: node.offsets.leader_epoch == epoch + 1, 10)
+    await node.groups.loaded()
+    assert node.groups.groups[GROUP] is group  # not replaced by a replay of the log
+    node.produce(1)
+    # The member goes on from where it was, not from its committed offset (5..7 again).
+    assert (await node.groups.fetch(GROUP, member, NOW)).records == [8]
+    assert node.groups.commit(GROUP, member, None, None) == [(TP, 9)]
+    await node.groups.durable(GROUP, 1000)
+
+
+async def test_a_committed_offset_past_a_new_leaders_high_watermark_is_waited_for(
+    node: Node,
+) -> None:
+    # Topic u: node 1 leads it, node 0 follows with 8 records of which it knows 5 committed
+    # (a follower learns the high watermark a fetch late), node 2 follows too.
+    spec = TopicSpec("u", "c" * 32, 1, 3, {})
+    await node.store.create_topic(node.fence, spec, [PartitionState(1, 1, (1, 0, 2), (1, 0, 2))])
+    assert await node.replicas.applied(lambda: ("u", 0) in node.replicas.partitions, 10)
+    follower = node.replicas.partitions[("u", 0)]
+    batch = fmt.encode_batch([fmt.RecordInput(None, b"v", []) for _ in range(8)])
+    fmt.set_leader_epoch(batch, 0, 1)
+    follower.append_from_leader(bytes(batch), 5, 0)
+    _, joined = node.groups.join(GROUP, JoinRequest(("u",), 30_000, "earliest", False))
+    member = joined.member_id
+    node.follower_fetched()
+    await node.groups.durable(GROUP, 1000)
+    # The member read all 8 through node 1 (as another coordinator would have) and committed.
+    assert node.groups.commit(GROUP, member, [(("u", 0), 8, "")], None) == [(("u", 0), 8)]
+    node.follower_fetched()
+    await node.groups.durable(GROUP, 1000)
+    # Node 1 is lost: node 0 leads u, its high watermark at 5 until node 2 fetches from it.
+    state = node.store.view.partitions[("u", 0)]
+    moved = PartitionState(0, 2, state.replicas, (0, 2), state.version)
+    assert await node.store.set_partition("u", 0, moved, node.fence)
+    assert await node.replicas.applied(lambda: follower.is_leader, 10)
+    assert (follower.high_watermark, follower.log_end_offset) == (5, 8)
+    # The committed offset is in the log, past what this leader knows committed: wait there
+    # (as a partition fetch does), not start over from auto_offset_reset (earliest: 0, where
+    # the batch, past the high watermark, cannot be read yet) and commit 0.
+    assert (await node.groups.fetch(GROUP, member, NOW)).records == []
+    assert node.groups.commit(GROUP, member, None, None) == [(("u", 0), 8)]

@@ -254,10 +254,14 @@ class Controller:
         next_rebalance = self._next_rebalance()
         next_balance = None if self.balance_interval_s is None else loop.time()
         self._absent_since.clear()
+        serving = self.store.view.in_service()
         while True:
             self._wake.clear()
             if self.store.view.controller != self.node_id:
                 raise FencedController(f"node {self.node_id} lost the controller election")
+            if next_balance is not None and not self.store.view.in_service() <= serving:
+                next_balance = loop.time()  # a node joined: the continuous balancer looks now
+            serving = self.store.view.in_service()
             try:
                 await self._elect_leaders(fence)
                 await self._advance_reassignments(fence)

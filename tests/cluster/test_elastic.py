@@ -236,3 +236,46 @@ def test_decommission_then_a_lost_node_removed_by_itself_comes_back_empty(
         assert all(
             not {2, 3} & set(row["replicas"]) for row in created.json()["partitions"]
         )  # removed nodes are given nothing
+
+
+@pytest.fixture(scope="module")
+def self_balancing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalCluster, Etcd]]:
+    """Four nodes with the continuous balancer on, of which three start."""
+    workdir = tmp_path_factory.mktemp(f"{WORKDIR_MARKER}-{os.getpid()}-")
+    options = ("--lease-ttl", "2", "--offsets-topic-partitions", "1", "--balance", "auto")
+    cluster = LocalCluster(workdir, 4, node_options=options)
+    cluster.etcd.start()
+    etcd = Etcd(cluster.etcd.url)
+    try:
+        for node in cluster.nodes[:3]:
+            node.start()
+        cluster.wait_ready()
+        yield cluster, etcd
+    finally:
+        cluster.stop()
+        etcd.close()
+
+
+def test_the_continuous_balancer_moves_replicas_onto_a_node_that_joins(
+    self_balancing: tuple[LocalCluster, Etcd],
+) -> None:
+    cluster, etcd = self_balancing
+    url = cluster.nodes[0].url
+    with httpx.Client(timeout=30.0) as http:
+        created = http.post(
+            url + "/v1/topics",
+            json={"name": TOPIC, "partitions": PARTITIONS, "replication_factor": 2},
+        )
+        assert created.status_code == 201, created.text
+        produce_everywhere(http, url, records=10)
+        offsets = end_offsets(http, cluster)
+        cluster.nodes[3].start()  # nobody asks for a balance
+
+        def on_node_3() -> list[PartitionState] | None:
+            rows = settled(etcd, TOPIC, PARTITIONS)
+            return rows if rows is not None and sum(3 in r.replicas for r in rows) >= 5 else None
+
+        balanced = wait_for(on_node_3, SETTLE_S, "the controller to balance onto node 3")
+        counts = [sum(n in s.replicas for s in balanced) for n in range(4)]
+        assert min(counts) >= 5 and max(counts) <= 7, counts
+        assert end_offsets(http, cluster) == offsets

@@ -16,6 +16,9 @@ from urllib.parse import quote
 
 import aiohttp
 from rich import filesize
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, TaskID, TextColumn
+from rich.progress import Progress as Bar
 
 from gateway.cli import client as cli
 from gateway.cli.progress import Progress
@@ -172,25 +175,75 @@ async def _reassign(args: argparse.Namespace, session: aiohttp.ClientSession) ->
 async def _follow(
     args: argparse.Namespace, session: aiohttp.ClientSession, keys: set[tuple[str, int]]
 ) -> None:
-    """A progress bar of the bytes the moves of `keys` copied, until none of them moves."""
-    with Progress("copied", unit="bytes") as progress:
-        while True:
-            doc = await cli.call(session, "GET", f"{args.url}{ROUTE}")
-            moves = [m for m in doc["reassignments"] if (m["topic"], m["partition"]) in keys]
-            if not moves:
-                break
-            total, copied, notes = 0, 0, []
-            for move in moves:
-                size = move["leader_size_bytes"] or 0
-                have = sum(min(p["size_bytes"] or 0, size) for p in move["progress"])
-                want = size * len(move["progress"])
-                total, copied = total + want, copied + have
-                share = f"{100 * have // want}%" if want else "in sync"
-                notes.append(f"{move['topic']}-{move['partition']} {share}")
-            progress.total = max(progress.total or 0, total)
-            progress.advance(copied - progress.done, note=", ".join(notes[:4]))
-            await asyncio.sleep(POLL_S)
+    """Bars of the bytes the moves of `keys` copied, until none of them moves: on a terminal
+    one per partition (the first PARTITION_BARS still moving) and one for all; piped, plain
+    lines for all."""
+    bars = PartitionBars() if sys.stderr.isatty() else None
+    with Progress("copied", unit="bytes", show=bars is None) as progress:
+        try:
+            while True:
+                doc = await cli.call(session, "GET", f"{args.url}{ROUTE}")
+                moves = [m for m in doc["reassignments"] if (m["topic"], m["partition"]) in keys]
+                if not moves:
+                    if bars is not None:
+                        bars.show([])  # every bar done
+                    break
+                total, copied, notes = 0, 0, []
+                for move in moves:
+                    have, want = _copied(move)
+                    total, copied = total + want, copied + have
+                    share = f"{100 * have // want}%" if want else "in sync"
+                    notes.append(f"{move['topic']}-{move['partition']} {share}")
+                progress.total = max(progress.total or 0, total)
+                progress.advance(copied - progress.done, note=", ".join(notes[:4]))
+                if bars is not None:
+                    bars.show(moves)
+                await asyncio.sleep(POLL_S)
+        finally:
+            if bars is not None:
+                bars.close()
     print(f"{len(keys)} partitions moved")
+
+
+def _copied(move: dict[str, Any]) -> tuple[int, int]:
+    """(bytes the new replicas hold, bytes they will hold) of one move."""
+    size = move["leader_size_bytes"] or 0
+    have = sum(min(p["size_bytes"] or 0, size) for p in move["progress"])
+    return have, size * len(move["progress"])
+
+
+PARTITION_BARS = 20
+
+
+class PartitionBars:
+    """A terminal's bars: one per moving partition (bytes copied against the leader's), the
+    finished ones marked done, and a line for what does not fit."""
+
+    def __init__(self) -> None:
+        self.bar = Bar(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            DownloadColumn(),
+            TextColumn("{task.fields[note]}"),
+            console=Console(file=sys.stderr),
+        )
+        self.tasks: dict[tuple[str, int], TaskID] = {}
+        self.bar.start()
+
+    def show(self, moves: list[dict[str, Any]]) -> None:
+        moving = {(m["topic"], m["partition"]): m for m in moves}
+        for key, task in self.tasks.items():
+            if key not in moving:
+                self.bar.update(task, completed=self.bar.tasks[task].total, note="done")
+        for key, move in list(moving.items())[:PARTITION_BARS]:
+            have, want = _copied(move)
+            if key not in self.tasks:
+                self.tasks[key] = self.bar.add_task(f"{key[0]}-{key[1]}", total=want, note="")
+            note = "in sync, completing" if have >= want else ""
+            self.bar.update(self.tasks[key], completed=have, total=max(want, 1), note=note)
+
+    def close(self) -> None:
+        self.bar.stop()
 
 
 PLANS = {

@@ -5,7 +5,8 @@ through the store.
 Kafka's design (its ControllerEventManager): all controller work runs in one task, so two
 elections or a topic change and an election never interleave. Callers' requests are queued to
 that task; a change of the metadata view wakes it. The decisions themselves are plain
-functions of a partition's state (`elect_leader`, `elect_preferred`, `assign_replicas`).
+functions of a partition's state (`elect_leader`, `elect_preferred`; placement in
+replication.placement, moves in replication.reassignment).
 """
 
 from __future__ import annotations
@@ -62,19 +63,6 @@ TOPIC_WRITE_ATTEMPTS = 5  # compare-and-set tries of a topic record before Metad
 VIEW_CATCH_UP_S = 5.0  # how long a write waits for this node's view to show it
 LEADING_WAIT_S = 5.0  # how long a request waits for this node's election to finish
 STORE_RETRY_S = 1.0  # pause before campaigning or electing again when the store is unavailable
-
-
-def assign_replicas(
-    nodes: Sequence[int], start: int, partitions: range, replication_factor: int
-) -> list[tuple[int, ...]]:
-    """Partition p gets nodes[(start + p + j) % n] for j < replication_factor.
-
-    Kafka's assignReplicasToBrokers without its shift of later replicas: preferred leaders are
-    spread evenly, at the cost of a lost node's leaderships all falling to the next node."""
-    n = len(nodes)
-    return [
-        tuple(nodes[(start + p + j) % n] for j in range(replication_factor)) for p in partitions
-    ]
 
 
 def elect_leader(

@@ -6,7 +6,7 @@ moves (other nodes forward to it); it learns the partitions' sizes from their le
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import orjson
@@ -101,20 +101,20 @@ async def balance(request: web.Request) -> web.Response:
 
 async def decommission(request: web.Request) -> web.Response:
     """Move every replica off the node (it keeps serving); it is marked removed once empty."""
-    gateway = gateway_of(request)
-    node, dry_run = _node(request), _dry_run(request)
-    current = _current(gateway)
-    plan = await gateway.broker.decommission(node, dry_run=dry_run)
-    return _answer(plan, dry_run, current)
+    return await _node_plan(request, gateway_of(request).broker.decommission)
 
 
 async def remove_node(request: web.Request) -> web.Response:
     """Mark a down node removed and re-create its replicas on the others."""
-    gateway = gateway_of(request)
+    return await _node_plan(request, gateway_of(request).broker.remove_node)
+
+
+async def _node_plan(
+    request: web.Request, operation: Callable[..., Awaitable[Plan]]
+) -> web.Response:
     node, dry_run = _node(request), _dry_run(request)
-    current = _current(gateway)
-    plan = await gateway.broker.remove_node(node, dry_run=dry_run)
-    return _answer(plan, dry_run, current)
+    current = _current(gateway_of(request))
+    return _answer(await operation(node, dry_run=dry_run), dry_run, current)
 
 
 def _own_sizes(gateway: Gateway) -> dict[TopicPartition, int]:

@@ -7,6 +7,7 @@ cannot be carried out are refused whole. Every wait polls a condition."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import subprocess
 import sys
@@ -62,22 +63,31 @@ def end_offsets(http: httpx.Client, cluster: LocalCluster) -> list[int]:
     return ends
 
 
-@pytest.fixture(scope="module")
-def growing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalCluster, Etcd]]:
-    """Four nodes of which three start; the test starts the fourth."""
-    workdir = tmp_path_factory.mktemp(f"{WORKDIR_MARKER}-{os.getpid()}-")
-    options = ("--lease-ttl", "2", "--offsets-topic-partitions", "1")
-    cluster = LocalCluster(workdir, 4, node_options=options)
+@contextlib.contextmanager
+def running(
+    factory: pytest.TempPathFactory, size: int, started: int, *options: str
+) -> Iterator[tuple[LocalCluster, Etcd]]:
+    """etcd and `size` nodes with `options`, the first `started` of them running."""
+    workdir = factory.mktemp(f"{WORKDIR_MARKER}-{os.getpid()}-")  # reaped if orphaned
+    base = ("--lease-ttl", "2", "--offsets-topic-partitions", "1")
+    cluster = LocalCluster(workdir, size, node_options=(*base, *options))
     cluster.etcd.start()
     etcd = Etcd(cluster.etcd.url)
     try:
-        for node in cluster.nodes[:3]:
+        for node in cluster.nodes[:started]:
             node.start()
         cluster.wait_ready()
         yield cluster, etcd
     finally:
         cluster.stop()
         etcd.close()
+
+
+@pytest.fixture(scope="module")
+def growing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalCluster, Etcd]]:
+    """Four nodes of which three start; the test starts the fourth."""
+    with running(tmp_path_factory, 4, 3) as cluster:
+        yield cluster
 
 
 def test_a_node_added_balanced_in_a_lost_node_healed_and_a_node_decommissioned(
@@ -168,19 +178,8 @@ def test_a_node_added_balanced_in_a_lost_node_healed_and_a_node_decommissioned(
 @pytest.fixture(scope="module")
 def forgetful(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalCluster, Etcd]]:
     """Five nodes whose controller removes a node gone 3 s."""
-    workdir = tmp_path_factory.mktemp(f"{WORKDIR_MARKER}-{os.getpid()}-")
-    options = (
-        "--lease-ttl", "2", "--offsets-topic-partitions", "1",
-        "--replica-lost-timeout-ms", "3000",
-    )  # fmt: skip
-    cluster = LocalCluster(workdir, 5, node_options=options)
-    cluster.start()
-    etcd = Etcd(cluster.etcd.url)
-    try:
-        yield cluster, etcd
-    finally:
-        cluster.stop()
-        etcd.close()
+    with running(tmp_path_factory, 5, 5, "--replica-lost-timeout-ms", "3000") as cluster:
+        yield cluster
 
 
 def test_decommission_then_a_lost_node_removed_by_itself_comes_back_empty(
@@ -241,19 +240,8 @@ def test_decommission_then_a_lost_node_removed_by_itself_comes_back_empty(
 @pytest.fixture(scope="module")
 def self_balancing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalCluster, Etcd]]:
     """Four nodes with the continuous balancer on, of which three start."""
-    workdir = tmp_path_factory.mktemp(f"{WORKDIR_MARKER}-{os.getpid()}-")
-    options = ("--lease-ttl", "2", "--offsets-topic-partitions", "1", "--balance", "auto")
-    cluster = LocalCluster(workdir, 4, node_options=options)
-    cluster.etcd.start()
-    etcd = Etcd(cluster.etcd.url)
-    try:
-        for node in cluster.nodes[:3]:
-            node.start()
-        cluster.wait_ready()
-        yield cluster, etcd
-    finally:
-        cluster.stop()
-        etcd.close()
+    with running(tmp_path_factory, 4, 3, "--balance", "auto") as cluster:
+        yield cluster
 
 
 def test_the_continuous_balancer_moves_replicas_onto_a_node_that_joins(

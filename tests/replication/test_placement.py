@@ -11,7 +11,6 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from replication.controller import assign_replicas
 from replication.errors import InvalidReassignment, InvalidReplicationFactor
 from replication.metadata import TopicPartition
 from replication.placement import (
@@ -101,6 +100,11 @@ def check_invariants(load: ClusterLoad, plan: Plan, gone: frozenset[int] = froze
 # -- assign_new ---------------------------------------------------------------------------
 
 
+def round_robin(nodes: list[int], start: int, partitions: range, rf: int) -> list[tuple[int, ...]]:
+    """Partition p on nodes[(start + p + j) % n], j < rf: the placement before racks."""
+    return [tuple(nodes[(start + p + j) % len(nodes)] for j in range(rf)) for p in partitions]
+
+
 @given(
     nodes=st.lists(st.integers(0, 50), min_size=1, max_size=12, unique=True),
     start=st.integers(0, 100),
@@ -113,13 +117,13 @@ def test_assign_new_without_racks_is_the_round_robin(
 ) -> None:
     rf = data.draw(st.integers(1, len(nodes)))
     partitions = range(first, first + count)
-    expected = assign_replicas(sorted(nodes), start, partitions, rf)
+    expected = round_robin(sorted(nodes), start, partitions, rf)
     assert assign_new(dict.fromkeys(nodes), start, partitions, rf) == expected
 
 
 def test_a_node_without_a_rack_turns_racks_off() -> None:
     mixed: dict[int, str | None] = {0: "a", 1: None, 2: "b", 3: "a"}
-    assert assign_new(mixed, 1, range(8), 2) == assign_replicas([0, 1, 2, 3], 1, range(8), 2)
+    assert assign_new(mixed, 1, range(8), 2) == round_robin([0, 1, 2, 3], 1, range(8), 2)
     # a balance may then put a partition's replicas in one rack
     partitions = {("t", p): PartitionLoad((0, 1), GB) for p in range(20)}
     plan = plan_balance(ClusterLoad(mixed, partitions))

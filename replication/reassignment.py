@@ -74,13 +74,15 @@ def start(state: PartitionState, target: tuple[int, ...]) -> PartitionState | No
 
 
 def complete(state: PartitionState, in_sync: frozenset[int]) -> PartitionState | None:
-    """The state that ends the partition's move, once every added replica is in the ISR: the
-    target replicas alone, led by the leader if it stays, else by the first target replica in
-    the ISR and `in_sync` (live, its log online, not restarted since), in a new leader epoch
-    (the removed replicas are fenced). None while the move must wait."""
-    if not state.reassigning or any(r not in state.isr for r in state.adding):
-        return None
+    """The state that ends the partition's move, once every target replica is in the ISR (the
+    added ones caught up, and the ones that stay too: a shrink must not cut the ISR to fewer
+    in-sync copies than it had, KIP-455's rule): the target replicas alone, led by the leader
+    if it stays, else by the first target replica in `in_sync` (live, its log online, not
+    restarted since), in a new leader epoch (the removed replicas are fenced). None while the
+    move must wait."""
     target = state.target_replicas
+    if not state.reassigning or any(r not in state.isr for r in target):
+        return None
     isr = tuple(r for r in state.isr if r in target)
     leader = state.leader
     if leader not in target or leader not in in_sync:

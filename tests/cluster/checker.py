@@ -40,6 +40,17 @@ Properties (each violation names one):
   created topic missing on a node after healing, or any topic there with other partitions than
   asked; a topic whose creation was refused (4xx) exists; a node's retention.ms after healing is
   neither the last acknowledged change nor one sent after it or left without an answer.
+- reassignment-lost / reassignment-stuck / rf-not-restored / decommission-accepted /
+  unclean-error: a move answered 2xx (a reassignment, or a balance's move of the schedule's
+  topic) that etcd does not show completed (its first state stored after the call was sent,
+  then the first that moves nothing on its target) and that no cancel of the partition sent
+  after it may have undone (answered 200, or without an answer); after settling, a partition still
+  moving, or on fewer nodes than the replication factor; a decommission (even a dry run)
+  answered 2xx on a cluster whose widest partition spans every node; a reassignment call
+  answered an error without a problem+json code. A node whose replica of a partition a
+  reassignment removed (its copy deleted, maybe re-created empty) is not held to its earlier
+  high watermark reports of that partition (hw-regressed, and a snapshot's log against its
+  reported high watermark): the checker cannot tell which copy a report describes.
 """
 
 from __future__ import annotations
@@ -51,7 +62,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tests.cluster.harness import NO_LEADER, LogRecord, PartitionState
-from tests.cluster.sideload import PROBLEM_JSON, SideHistory, TopicOp
+from tests.cluster.sideload import PROBLEM_JSON, Move, ReassignOp, SideHistory, TopicOp
 from tests.cluster.workload import Attempt, History, ProduceOp
 
 Content = tuple[str | None, str]  # (record key, canonical JSON of the value)
@@ -81,6 +92,8 @@ class Verdict:
     replays: Counter[str] = field(default_factory=Counter)  # sent, same answer, stored again...
     group: Counter[str] = field(default_factory=Counter)  # joins, fetches, commits
     topic_ops: Counter[str] = field(default_factory=Counter)  # "create ok", "config refused"...
+    # "shrink ok", "cancel refused"..., and the moves: "started", "completed", "cancelled"
+    reassignments: Counter[str] = field(default_factory=Counter)
 
     def add(self, kind: str, detail: str) -> None:
         self.violations.append(Violation(kind, detail))
@@ -145,18 +158,45 @@ def check(
     reference = _Reference(verdict)
     for kind, detail in history.anomalies + history.side.anomalies:
         verdict.add(kind, detail)
-    _check_logs(history, final_logs, final_end, reference, verdict)
+    removed = _removed_replicas(etcd_changes)
+    _check_logs(history, final_logs, final_end, reference, removed, verdict)
     _check_reads(history, final_end, reference, verdict)
     # Partitions whose leader changed during the schedule: only there may acks 0 and 1 lose.
     changed = {
         p for p, states in etcd_changes.items() if len({s.leader_epoch for s in states if s}) > 1
     }
     _check_ops(history, final_logs, changed, verdict)
-    _check_high_watermarks(history, verdict)
+    _check_high_watermarks(history, removed, verdict)
     _check_states(history, etcd_changes, final_logs, verdict)
     _check_group(history.side, final_end, reference, verdict)
     _check_topics(history.side, verdict)
+    _check_reassignments(history.side, etcd_changes, verdict)
+    _check_settle(history.side, verdict)
     return verdict
+
+
+def judge_settle(side: SideHistory) -> Verdict:
+    """The settle rules alone, for a schedule whose partitions were not put back on every node
+    (its final logs cannot be compared: the campaign stops there)."""
+    verdict = Verdict()
+    _check_settle(side, verdict)
+    return verdict
+
+
+def _removed_replicas(
+    etcd_changes: dict[int, list[PartitionState | None]],
+) -> set[tuple[int, int]]:
+    """(node, partition): the node's replica of the partition was removed during the schedule
+    (etcd shows it among the replicas, then not): its copy was deleted, and a later move may
+    have made it a new one, empty at first."""
+    removed: set[tuple[int, int]] = set()
+    for p, states in etcd_changes.items():
+        held: set[int] = set()
+        for s in states:
+            if s is not None:
+                removed |= {(node, p) for node in held - set(s.replicas)}
+                held = set(s.replicas)
+    return removed
 
 
 def _check_logs(
@@ -164,6 +204,7 @@ def _check_logs(
     final_logs: dict[int, dict[int, list[LogRecord]]],
     final_end: dict[int, int],
     reference: _Reference,
+    removed: set[tuple[int, int]],
     verdict: Verdict,
 ) -> None:
     # Final logs first: they are the reference the others are compared with.
@@ -189,7 +230,13 @@ def _check_logs(
         offsets = [r.offset for r in snap.records]
         if offsets and offsets != list(range(offsets[0], offsets[0] + len(offsets))):
             verdict.add("offsets", f"{source} p{snap.partition}: offsets not contiguous")
-        if snap.high_watermark > 0 and (not offsets or offsets[-1] < snap.high_watermark - 1):
+        # A node whose replica was removed may have reported its old copy's high watermark.
+        recreated = (snap.node, snap.partition) in removed
+        if (
+            snap.high_watermark > 0
+            and not recreated
+            and (not offsets or offsets[-1] < snap.high_watermark - 1)
+        ):
             verdict.add(
                 "lost",
                 f"{source} p{snap.partition}: the log ends at "
@@ -484,9 +531,12 @@ def _node(attempt: Attempt | None) -> int | None:
     return None if attempt is None else attempt.node
 
 
-def _check_high_watermarks(history: History, verdict: Verdict) -> None:
+def _check_high_watermarks(
+    history: History, removed: set[tuple[int, int]], verdict: Verdict
+) -> None:
     """Per (node, run, partition): a report that started after another ended has a high
-    watermark at least as high."""
+    watermark at least as high; except where a reassignment removed the node's replica (its
+    reports may describe the deleted copy, then a new one)."""
     events: dict[tuple[int, int, int], list[tuple[float, float, int, str]]] = defaultdict(list)
     for obs in history.observations:
         for row in obs.rows:
@@ -500,6 +550,8 @@ def _check_high_watermarks(history: History, verdict: Verdict) -> None:
                 (read.start, read.end, read.high_watermark, "pinned fetch")
             )
     for (node, run, p), seen in sorted(events.items()):
+        if (node, p) in removed:
+            continue
         by_end = sorted(seen, key=lambda e: e[1])
         best: tuple[float, float, int, str] | None = None
         k = 0
@@ -663,3 +715,91 @@ def _check_topics(side: SideHistory, verdict: Verdict) -> None:
                     f"{where}: retention.ms {view.retention_ms}, expected one of "
                     f"{sorted(allowed)}; {history}",
                 )
+
+
+def _check_reassignments(
+    side: SideHistory,
+    etcd_changes: dict[int, list[PartitionState | None]],
+    verdict: Verdict,
+) -> None:
+    """Every move answered 2xx completes, or a cancel sent after it undid it; reassignment
+    calls fail with a problem+json error; a decommission is refused while a partition spans
+    every node."""
+    cancels: dict[int, list[ReassignOp]] = defaultdict(list)
+    for op in side.reassign_ops:
+        verdict.reassignments[f"{op.kind} {op.outcome}"] += 1
+        if op.kind == "cancel" and op.partition is not None and op.outcome != "refused":
+            cancels[op.partition].append(op)  # answered 200, or it may have landed
+        if (op.status or 0) >= 300 and (op.content_type != PROBLEM_JSON or not op.code):
+            verdict.add(
+                "unclean-error", f"{op}: answered {op.content_type} without a problem+json code"
+            )
+        if op.kind == "decommission" and op.outcome == "ok" and side.widest >= side.nodes > 0:
+            verdict.add(
+                "decommission-accepted",
+                f"{op}: a partition spans all {side.nodes} nodes ({side.widest} replicas), so "
+                "no node can leave: the plan must be refused",
+            )
+    for op in side.reassign_ops:
+        for p, move in sorted(op.moves.items()):
+            verdict.reassignments["started"] += 1
+            if op.kind == "balance":
+                verdict.reassignments["balance moves"] += 1
+            fate = _fate(etcd_changes.get(p, []), op.revision, move)
+            if fate == "completed":
+                verdict.reassignments["completed"] += 1
+            elif fate != NEVER_STORED and any(c.start > op.start for c in cancels[p]):
+                verdict.reassignments["cancelled"] += 1
+            else:
+                verdict.add(
+                    "reassignment-lost",
+                    f"p{p}: {op} set it moving to {list(move.target)} (adding "
+                    f"{move.adding}, removing {move.removing}); etcd: {fate}, and no cancel of "
+                    "it followed",
+                )
+
+
+NEVER_STORED = "the move was never stored"  # no cancel can explain that
+
+
+def _fate(states: list[PartitionState | None], revision: int, move: Move) -> str:
+    """What etcd shows of a move answered as started, the call sent after `revision`: its
+    first state (replicas = target + removing, its adding and removing), then the first state
+    that moves nothing from there: "completed" when that is on the target."""
+    after = [s for s in states if s is not None and s.revision > revision]
+    began = next(
+        (
+            i
+            for i, s in enumerate(after)
+            if s.replicas == move.target + s.removing
+            and move.adding in (None, s.adding)
+            and move.removing in (None, s.removing)
+        ),
+        None,
+    )
+    if began is None:
+        return NEVER_STORED
+    end = next((s for s in after[began:] if not s.adding and not s.removing), None)
+    if end is None:
+        return f"still moving at rev {after[-1].revision}"
+    if end.replicas == move.target:
+        return "completed"
+    return f"it ended on {list(end.replicas)} at rev {end.revision}"
+
+
+def _check_settle(side: SideHistory, verdict: Verdict) -> None:
+    """After settling, nothing moves and every partition is back on every node."""
+    settle = side.settle
+    if settle is None:
+        return
+    verdict.reassignments["restored"] += settle.restored
+    for p, s in sorted(settle.states.items()):
+        where = f"p{p} after settling ({settle.note or 'settled'})"
+        if s is None or s.adding or s.removing:
+            verdict.add("reassignment-stuck", f"{where}: still moving or unreadable: {s}")
+        elif len(set(s.replicas)) < settle.replication_factor:
+            verdict.add(
+                "rf-not-restored",
+                f"{where}: replicas {list(s.replicas)}, fewer than the replication factor "
+                f"{settle.replication_factor}",
+            )

@@ -1,11 +1,15 @@
 """The campaign's operations besides produce and fetch, run while the faults fire: consumer
-group members (join, fetch, commit) over the schedule's topic, and topic changes (creating
-topics, changing a config). What they did and what the cluster shows once healed goes into a
-`SideHistory`, which the checker judges (checker.py: the group and topic rules)."""
+group members (join, fetch, commit) over the schedule's topic, topic changes (creating
+topics, changing a config) and reassignments of the schedule's topic (shrinking a partition
+to two replicas and growing it back, new orders, throttles, cancellations, balance runs and
+decommission dry runs). What they did and what the cluster shows once healed goes into a
+`SideHistory`, which the checker judges (checker.py: the group, topic and reassignment
+rules)."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import random
@@ -15,8 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import httpx
 
-from tests.cluster.harness import Cluster
+from tests.cluster.harness import ETCD_PREFIX, Cluster, PartitionState
 
 PROBLEM_JSON = "application/problem+json"
 CALL_TIMEOUT_S = 4.0  # the client's wait for any answer (a paused node never answers)
@@ -26,6 +31,13 @@ MEMBERS = 2
 TOPIC_OPS = 5  # topic creations and config changes per schedule, at most
 FINAL_READ_S = 30.0  # after healing, bound for the nodes to agree on what the topics are
 RETENTION_MS = 3_600_000  # the config the changes set (each change a new, larger value)
+REASSIGN_OPS = (4, 8)  # cluster-shape calls per schedule (the throttle's included)
+# The reassignment throttle's range when one is set: a partition holds tens of kB by then, so
+# that a throttled copy lasts long enough (a fraction of a second) for a cancel to meet it.
+THROTTLE_BYTES_S = (20_000, 200_000)
+CANCEL_SHARE = 0.4  # the share of grows cancelled at once (while they copy, or too late)
+SETTLE_WAIT_S = 30.0  # after healing, bound of each of settle()'s waits
+REASSIGNMENTS = "/v1/cluster/reassignments"
 
 
 @dataclass
@@ -88,6 +100,80 @@ class TopicView:
     retention_ms: int
 
 
+MOVES = ("shrink", "grow", "reorder", "restore")  # the ReassignOp kinds that POST a plan
+
+
+@dataclass(frozen=True)
+class Move:
+    """A partition set moving, as an answer said: its target, the replicas it adds and those
+    it removes (the state stored has replicas = target + removing while it moves); None where
+    the answer does not tell (a balance's "from" is the answering node's view, maybe behind)."""
+
+    target: tuple[int, ...]
+    adding: tuple[int, ...] | None = ()
+    removing: tuple[int, ...] | None = ()
+
+
+@dataclass
+class ReassignOp:
+    """One call that changes (or plans to change) the cluster's shape, sent once through one
+    node: a reassignment of one partition of the schedule's topic (shrink: drop a replica;
+    grow: add the missing ones; reorder: a new preferred leader; restore: settle()'s put back
+    on every node), a cancel of one, a balance, a decommission dry run or a throttle change."""
+
+    kind: str  # shrink | grow | reorder | restore | cancel | balance | decommission | throttle
+    partition: int | None  # moves and cancels: the partition of the schedule's topic
+    target: tuple[int, ...]  # moves: the replicas asked; decommission: (the node,)
+    node: int  # the node the call went through
+    start: float
+    end: float
+    revision: int  # the etcd revision read just before the call was sent
+    status: int | None = None  # None: no answer
+    content_type: str | None = None
+    code: str | None = None
+    error: str | None = None
+    detail: str = ""  # an error's problem detail (for the report)
+    # 2xx moves and balances: the partitions of the schedule's topic the answer says were set
+    # moving (a move whose partition was on its target already is left out).
+    moves: dict[int, Move] = field(default_factory=dict)
+    throttle: int | None = None  # throttle: the bytes/s set (None: lifted)
+
+    @property
+    def outcome(self) -> str:
+        """ok (2xx), refused (4xx: surely not done) or unknown (5xx or no answer)."""
+        if self.status is None or self.status >= 500:
+            return "unknown"
+        return "ok" if self.status < 300 else "refused"
+
+    def __str__(self) -> str:
+        what = self.kind
+        if self.partition is not None:
+            what += f" p{self.partition}"
+        if self.kind in MOVES:
+            what += f" to {list(self.target)}"
+        elif self.kind == "decommission":
+            what += f" node {self.target[0]} (dry run)"
+        elif self.kind == "throttle":
+            what += f" {self.throttle}"
+        answer = self.status if self.status is not None else self.error
+        return (
+            f"{what} through node {self.node} at {self.start:.2f}s (etcd rev {self.revision}): "
+            f"{answer} {self.code or ''}".rstrip()
+            + (f" ({self.detail})" if self.detail else "")
+        )
+
+
+@dataclass
+class Settle:
+    """settle()'s outcome: the schedule's topic's partitions in etcd once it ended."""
+
+    ok: bool  # nothing moves and every partition is back on `replication_factor` nodes
+    replication_factor: int
+    states: dict[int, PartitionState | None]  # partition -> state (None: not readable)
+    note: str = ""  # what it waited for in vain, if anything
+    restored: int = 0  # partitions it put back on every node
+
+
 @dataclass
 class SideHistory:
     group: str
@@ -100,6 +186,12 @@ class SideHistory:
     topic_ops: list[TopicOp] = field(default_factory=list)
     # After healing, each attempted topic as each node shows it (None: the node says 404).
     final_topics: dict[str, dict[int, TopicView | None]] = field(default_factory=dict)
+    reassign_ops: list[ReassignOp] = field(default_factory=list)
+    settle: Settle | None = None  # None: no reassigner ran
+    # At the start: the cluster's nodes and the most replicas any partition has (a partition
+    # as wide as the cluster cannot lose a node: a decommission must be refused).
+    nodes: int = 0
+    widest: int = 0
     anomalies: list[tuple[str, str]] = field(default_factory=list)  # (kind, detail)
 
 
@@ -384,3 +476,265 @@ class TopicAdmin(SideActor):
         for name, views in self.side.final_topics.items():
             if any(v is not None for v in views.values()):
                 await _call(self.session, "DELETE", f"{self.cluster.url(0)}/v1/topics/{name}")
+
+
+class Reassigner(SideActor):
+    """Changes the shape of the schedule's topic through random nodes during the faults, each
+    call sent once: shrinks a partition to two replicas (a replica removed: its copy deleted)
+    and grows it back (the new replica copies the partition as a follower), gives partitions a
+    new order (a new preferred leader), sets the reassignment throttle before some moves and
+    lifts it later, cancels moves it started, runs balances and decommission dry runs (never a
+    real decommission: the three nodes hold partitions replicated three ways). After healing,
+    `settle()` puts every partition back on every node, so that the final logs can be read
+    from each."""
+
+    replication_factor = 3  # the schedule's topic's, and what settle() restores
+    timeline: list[str] | None = None  # where each call is noted (the schedule's fault log)
+
+    def start(self) -> None:
+        self._started: set[int] = set()  # partitions this actor set moving
+        self._throttled = False
+        self._tasks = [asyncio.create_task(self._run())]
+
+    async def close(self) -> None:
+        self.stop.set()
+        await asyncio.gather(*self._tasks)
+
+    def _note(self, text: str) -> None:
+        if self.timeline is not None:
+            self.timeline.append(f"{self.clock():6.2f}s {text}")
+
+    async def _range(self, prefix: bytes) -> tuple[list[dict[str, Any]], int] | None:
+        try:
+            return await asyncio.to_thread(self.cluster.etcd.range, prefix)
+        except (httpx.HTTPError, OSError, ValueError, KeyError):
+            return None
+
+    async def _states(self) -> tuple[dict[int, PartitionState], int] | None:
+        """The topic's partition states in etcd and the revision they were read at (None when
+        etcd did not answer)."""
+        prefix = f"{ETCD_PREFIX}/partitions/{self.topic}/".encode()
+        read = await self._range(prefix)
+        if read is None:
+            return None
+        kvs, revision = read
+        states = {
+            int(base64.b64decode(kv["key"])[len(prefix) :]): PartitionState.parse(
+                base64.b64decode(kv["value"]), int(kv["mod_revision"])
+            )
+            for kv in kvs
+        }
+        return states, revision
+
+    async def _survey(self) -> None:
+        """The cluster's size and its widest partition (the groups topic's, replicated on
+        every node), for the checker's decommission rule."""
+        self.side.nodes = self.cluster.size
+        read = await self._range(f"{ETCD_PREFIX}/partitions/".encode())
+        if read is not None:
+            self.side.widest = max(
+                (
+                    len(set(PartitionState.parse(base64.b64decode(kv["value"]), 0).replicas))
+                    for kv in read[0]
+                ),
+                default=0,
+            )
+
+    async def _run(self) -> None:
+        await self._survey()
+        for _ in range(self.rng.randint(*REASSIGN_OPS)):
+            with contextlib.suppress(TimeoutError):
+                # The pacing of the calls (ends early when told to stop).
+                await asyncio.wait_for(self.stop.wait(), self.rng.uniform(0.3, 1.0))
+            if self.stop.is_set():
+                return
+            await self._step()
+
+    async def _step(self) -> None:
+        read = await self._states()
+        if read is None:
+            return  # etcd did not answer: nothing to base a move on this turn
+        states, revision = read
+        idle = {p: s for p, s in sorted(states.items()) if not s.adding and not s.removing}
+        full = [p for p, s in idle.items() if len(s.replicas) >= self.replication_factor]
+        short = [p for p, s in idle.items() if len(s.replicas) < self.replication_factor]
+        moving = sorted(p for p in self._started if p in states and p not in idle)
+        weights = {
+            "shrink": 3 if full else 0,
+            "grow": 4 if short else 0,
+            "reorder": 1 if idle else 0,
+            "cancel": 3 if moving else 0,
+            "balance": 1,
+            "decommission": 1,
+            "lift": 1 if self._throttled else 0,
+        }
+        kind = self.rng.choices(list(weights), weights=list(weights.values()))[0]
+        if kind == "shrink":
+            p = self.rng.choice(full)
+            drop = self.rng.choice(idle[p].replicas)
+            await self._move("shrink", p, tuple(r for r in idle[p].replicas if r != drop), revision)
+        elif kind == "grow":
+            p = self.rng.choice(short)
+            missing = [n for n in range(self.cluster.size) if n not in idle[p].replicas]
+            self.rng.shuffle(missing)
+            if not self._throttled and self.rng.random() < 0.5:
+                await self._throttle(self.rng.randint(*THROTTLE_BYTES_S))
+            await self._move("grow", p, idle[p].replicas + tuple(missing), revision)
+            if p in self._started and self.rng.random() < CANCEL_SHARE:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.stop.wait(), self.rng.uniform(0.05, 0.3))
+                await self._cancel(p)
+        elif kind == "reorder":
+            p = self.rng.choice(list(idle))
+            replicas = idle[p].replicas
+            turn = self.rng.randrange(1, len(replicas)) if len(replicas) > 1 else 0
+            await self._move("reorder", p, replicas[turn:] + replicas[:turn], revision)
+        elif kind == "cancel":
+            await self._cancel(self.rng.choice(moving))
+        elif kind == "balance":
+            op = self._op("balance", None, (), revision)
+            doc = await self._send(op, "POST", "/v1/cluster/balance")
+            if op.outcome == "ok" and isinstance(doc, dict):
+                for row in doc.get("moves", []):
+                    target = tuple(row["replicas"])
+                    if row["topic"] == self.topic and target != tuple(row["from"]):
+                        op.moves[row["partition"]] = Move(target, None, None)
+                self._started |= set(op.moves)
+        elif kind == "decommission":
+            node = self.rng.randrange(self.cluster.size)
+            op = self._op("decommission", None, (node,), revision)
+            await self._send(
+                op, "POST", f"/v1/cluster/nodes/{node}/decommission", params={"dry_run": "true"}
+            )
+        else:
+            await self._throttle(None)
+
+    async def _cancel(self, p: int) -> None:
+        read = await self._states()
+        op = self._op("cancel", p, (), read[1] if read is not None else -1)
+        await self._send(op, "DELETE", f"{REASSIGNMENTS}/{self.topic}/{p}")
+
+    def _op(self, kind: str, p: int | None, target: tuple[int, ...], revision: int) -> ReassignOp:
+        node = self.rng.randrange(self.cluster.size)
+        return ReassignOp(kind, p, target, node, self.clock(), 0.0, revision)
+
+    async def _send(
+        self,
+        op: ReassignOp,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        params: dict[str, str] | None = None,
+    ) -> Any:
+        status, content_type, doc, error = await _call(
+            self.session, method, self.cluster.url(op.node) + path, body, params
+        )
+        op.end = self.clock()
+        op.status, op.content_type, op.error = status, content_type, error
+        if isinstance(doc, dict) and status is not None and status >= 300:
+            op.code = doc.get("code")
+            op.detail = str(doc.get("detail", ""))[:160]
+        self.side.reassign_ops.append(op)
+        self._note(f"reassigner: {op}")
+        return doc
+
+    async def _move(self, kind: str, p: int, target: tuple[int, ...], revision: int) -> None:
+        op = self._op(kind, p, target, revision)
+        body = {
+            "version": 1,
+            "partitions": [{"topic": self.topic, "partition": p, "replicas": list(target)}],
+        }
+        doc = await self._send(op, "POST", REASSIGNMENTS, body)
+        if op.outcome == "ok" and isinstance(doc, dict):
+            for row in doc.get("reassignments", []):
+                if row["topic"] == self.topic and row["partition"] == p:
+                    # The target asked (an answer naming another is the checker's to find).
+                    op.moves[p] = Move(target, tuple(row["adding"]), tuple(row["removing"]))
+            self._started |= set(op.moves)
+
+    async def _throttle(self, rate: int | None) -> ReassignOp:
+        read = await self._states()
+        op = self._op("throttle", None, (), read[1] if read is not None else -1)
+        op.throttle = rate
+        await self._send(op, "PUT", f"{REASSIGNMENTS}/throttle", {"bytes_per_second": rate})
+        if op.outcome == "ok":
+            self._throttled = rate is not None
+        return op
+
+    # -- after healing -----------------------------------------------------------------------
+
+    async def _wait(
+        self, partitions: int, done: Callable[[PartitionState], bool]
+    ) -> dict[int, PartitionState] | None:
+        """The topic's states once every partition's satisfies `done` (None after the bound)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + SETTLE_WAIT_S
+        while True:
+            read = await self._states()
+            if read is not None:
+                states = read[0]
+                if len(states) == partitions and all(done(s) for s in states.values()):
+                    return states
+            if loop.time() >= deadline:
+                return None
+            await asyncio.sleep(0.1)  # pause between reads, not a synchronisation
+
+    async def settle(self, partitions: int) -> bool:
+        """After healing: lift the throttle, wait (bounded) until no partition of the topic
+        moves, put every partition on fewer nodes than the replication factor back on all of
+        them (each plan sent until accepted, bounded) and wait until those moves complete.
+        Records what it found (`side.settle`); True when every partition is back in full."""
+        rf, size = self.replication_factor, self.cluster.size
+        loop = asyncio.get_running_loop()
+        notes: list[str] = []
+        deadline = loop.time() + SETTLE_WAIT_S
+        while (await self._throttle(None)).outcome != "ok" and loop.time() < deadline:
+            await asyncio.sleep(0.2)  # retry pause
+        if self._throttled:
+            notes.append("the throttle could not be lifted")
+        restored = 0
+        idle = await self._wait(partitions, lambda s: not s.adding and not s.removing)
+        if idle is None:
+            notes.append(f"partitions still moving {SETTLE_WAIT_S:.0f} s after healing")
+        else:
+            for p, state in sorted(idle.items()):
+                if len(set(state.replicas)) < rf:
+                    restored += await self._restore(p, state, size)
+            full = await self._wait(
+                partitions,
+                lambda s: not s.adding and not s.removing and len(set(s.replicas)) >= rf,
+            )
+            if full is None:
+                notes.append(f"partitions not back on {rf} nodes within {SETTLE_WAIT_S:.0f} s")
+        read = await self._states()
+        final: dict[int, PartitionState | None] = dict.fromkeys(range(partitions))
+        if read is not None:
+            final.update(read[0])
+        ok = all(
+            s is not None and not s.adding and not s.removing and len(set(s.replicas)) >= rf
+            for s in final.values()
+        )
+        self.side.settle = Settle(ok, rf, final, "; ".join(notes), restored)
+        self._note(f"reassigner settled: {'ok' if ok else 'NOT settled'} {'; '.join(notes)}")
+        return ok
+
+    async def _restore(self, p: int, state: PartitionState, size: int) -> int:
+        """Put partition p back on every node; 1 once a plan for it was accepted."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + SETTLE_WAIT_S
+        while loop.time() < deadline:
+            read = await self._states()
+            if read is not None:
+                states, revision = read
+                state = states.get(p, state)
+                if state.adding or state.removing:
+                    await asyncio.sleep(0.1)  # a late move: wait for it (bounded)
+                    continue
+                if len(set(state.replicas)) >= self.replication_factor:
+                    return 0  # an earlier attempt without an answer landed
+                missing = tuple(n for n in range(size) if n not in state.replicas)
+                await self._move("restore", p, state.replicas + missing, revision)
+                if self.side.reassign_ops[-1].outcome == "ok":
+                    return 1
+            await asyncio.sleep(0.2)  # retry pause: 421, 503, 409 or no answer
+        return 0

@@ -1,8 +1,10 @@
 """The fault campaign: random, seeded fault schedules against the shared cluster, each over a
 fresh topic with producers of JSON, NDJSON and binary batches with acks=0, 1 and all
 (Idempotency-Key retries to any node, replays through another node after a leader change),
-partition consumers, pollers, group members (join, fetch, commit) and topic changes (create,
-config); after each schedule every fault is healed, the ISR must fill again, the
+partition consumers, pollers, group members (join, fetch, commit), topic changes (create,
+config) and reassignments of the topic (shrink, grow, reorder, throttle, cancel, balance,
+decommission dry runs); after each schedule every fault is healed, every partition is put back
+on every node, the ISR must fill again, the
 checker judges the whole history (see checker.py for the properties), every kind of operation
 must succeed again (liveness.py), and the schedule must have injected a fault and acknowledged
 records (docs/cluster.md, "The fault campaign").
@@ -24,12 +26,12 @@ from dataclasses import dataclass, field
 import aiohttp
 import pytest
 
-from tests.cluster.checker import Verdict, check
+from tests.cluster.checker import Verdict, check, judge_settle
 from tests.cluster.conftest import DEFAULT_FAULT_SEED, SUMMARY, option
 from tests.cluster.harness import ETCD_PREFIX, Cluster, LogRecord, PartitionState, WaitTimeout
 from tests.cluster.liveness import NotLive, probe
 from tests.cluster.schedule import FaultLog, FaultRunner, Schedule, make_schedule
-from tests.cluster.sideload import GroupMembers, SideHistory, TopicAdmin
+from tests.cluster.sideload import GroupMembers, Reassigner, SideHistory, TopicAdmin
 from tests.cluster.workload import ATTEMPT_TIMEOUT_S, History, Workload
 
 PARTITIONS = 3  # preferred leaders on every node
@@ -57,6 +59,8 @@ class Campaign:
     group: Counter[str] = field(default_factory=Counter)
     group_errors: Counter[str] = field(default_factory=Counter)
     topic_ops: Counter[str] = field(default_factory=Counter)
+    reassignments: Counter[str] = field(default_factory=Counter)
+    reassign_refusals: Counter[str] = field(default_factory=Counter)  # "409 CODE" -> calls
     divergences: int = 0
     duplicates: int = 0
     violations: Counter[str] = field(default_factory=Counter)
@@ -84,9 +88,15 @@ class Campaign:
         self.replays.update(verdict.replays)
         self.group.update(verdict.group)
         self.topic_ops.update(verdict.topic_ops)
+        self.reassignments.update(verdict.reassignments)
         if history is not None:
             self.unreplayed += history.unreplayed
             self.group_errors.update(history.side.group_errors)
+            self.reassign_refusals.update(
+                f"{op.status} {op.code}"
+                for op in history.side.reassign_ops
+                if op.outcome == "refused"
+            )
         self.divergences += verdict.divergences
         self.duplicates += verdict.duplicates
         self.violations.update(v.kind for v in verdict.violations)
@@ -104,6 +114,9 @@ class Campaign:
         faults = ", ".join(f"{k} {n}" for k, n in sorted(self.faults.items())) or "none"
         ops = ", ".join(f"{k} {n}" for k, n in sorted(self.ops.items()))
         kinds = ", ".join(f"{k} {n}" for k, n in sorted(self.violations.items())) or "none"
+        r = self.reassignments
+        refused = sum(n for k, n in r.items() if k.endswith(" refused"))
+        unknown = sum(n for k, n in r.items() if k.endswith(" unknown"))
         lines = [
             f"fault campaign: seed {self.seed}, partitions cut by {self.mechanism}, "
             f"{wall_s:.0f} s wall time",
@@ -127,6 +140,12 @@ class Campaign:
             f"{self.group['commits']} commits, failed calls: {_counts(self.group_errors)}; "
             f"{self.group['committed partitions']} committed offsets read back",
             f"  topic changes: {_counts(self.topic_ops)}",
+            f"  reassignments: moves started {r['started']} (completed {r['completed']}, "
+            f"cancelled {r['cancelled']}), {refused} calls refused, {unknown} unanswered; "
+            f"partitions put back after healing {r['restored']}",
+            "    calls: "
+            + _counts(Counter({k: n for k, n in r.items() if " " in k}))
+            + f"; refused: {_counts(self.reassign_refusals)}",
             f"  divergences: {self.divergences}",
             f"  duplicates: {self.duplicates}",
             f"  violations by kind: {kinds}",
@@ -188,6 +207,10 @@ async def run_schedule(
         cluster, history.side, random.Random(seed + 2), session, topic, history.now
     )
     admin = TopicAdmin(cluster, history.side, random.Random(seed + 3), session, topic, history.now)
+    reassigner = Reassigner(
+        cluster, history.side, random.Random(seed + 4), session, topic, history.now
+    )
+    reassigner.timeline = faults.events
     runner = FaultRunner(cluster, topic, random.Random(seed + 1), faults, history.now, PARTITIONS)
 
     async def snapshot_midway() -> None:
@@ -198,16 +221,23 @@ async def run_schedule(
     workload.start()
     members.start()
     admin.start()
+    reassigner.start()
     final_end: dict[int, int] | None = None
     stuck: Verdict | None = None
     try:
         await asyncio.gather(runner.run(schedule), snapshot_midway())
         workload.stop_new.set()
         faults.events.append(f"{history.now():6.2f}s heal everything")
-        await asyncio.gather(members.close(), admin.close(), asyncio.to_thread(cluster.heal))
+        await asyncio.gather(
+            members.close(), admin.close(), reassigner.close(), asyncio.to_thread(cluster.heal)
+        )
         faults.events.append(f"{history.now():6.2f}s healed")
+        # Every partition back on every node before the final logs are read from each.
+        settled = await reassigner.settle(PARTITIONS)
         workload.give_up_at = time.monotonic() + DRAIN_S
-        if not await workload.producers_done(DRAIN_S + ATTEMPT_TIMEOUT_S + 1):
+        if not settled:
+            stuck = judge_settle(history.side)
+        elif not await workload.producers_done(DRAIN_S + ATTEMPT_TIMEOUT_S + 1):
             stuck = _stuck(f"producers still failing {DRAIN_S:.0f} s after healing", cluster, topic)
         elif not await workload.replays_done(DRAIN_S + ATTEMPT_TIMEOUT_S + 1):
             stuck = _stuck(f"replays still failing {DRAIN_S:.0f} s after healing", cluster, topic)
@@ -223,7 +253,7 @@ async def run_schedule(
                 if not await workload.consumers_done(FINAL_READ_S):
                     stuck = _stuck("consumers could not read up to the log end", cluster, topic)
     finally:
-        await asyncio.gather(members.close(), admin.close(), workload.close())
+        await asyncio.gather(members.close(), admin.close(), reassigner.close(), workload.close())
     if stuck is not None or final_end is None:
         verdict = stuck or Verdict()
         verdict.ops = Counter(op.outcome for op in history.ops)

@@ -9,9 +9,19 @@ import json
 
 import pytest
 
-from tests.cluster.checker import Verdict, Violation, check
+from tests.cluster.checker import Verdict, Violation, check, judge_settle
 from tests.cluster.harness import NO_LEADER, LogRecord, PartitionState
-from tests.cluster.sideload import Commit, GroupFetch, SideHistory, TopicOp, TopicView
+from tests.cluster.sideload import (
+    MOVES,
+    Commit,
+    GroupFetch,
+    Move,
+    ReassignOp,
+    Settle,
+    SideHistory,
+    TopicOp,
+    TopicView,
+)
 from tests.cluster.workload import Attempt, History, Observation, ProduceOp, Read, Snapshot
 
 T0 = 1_000_000.0  # wall clock of the first attempt
@@ -661,3 +671,248 @@ def test_topic_changes_that_break_a_rule(
     history, logs, end, states = clean()
     with_topics(history, *ops, views=views)
     assert kind in kinds(check(history, logs, end, states))
+
+
+# -- reassignments: moves complete or are cancelled, settling restores every partition ---------
+
+
+def move(
+    kind: str = "grow",
+    target: tuple[int, ...] = (1, 0, 2),
+    status: int | None = 202,
+    at: float = 2.0,
+    revision: int = 13,
+    listed: bool = True,
+) -> ReassignOp:
+    """A call through node 0 at `at`, sent after etcd revision `revision`; a 2xx move of
+    partition 0 (on 0 and 1) to `target` is listed as started (unless `listed` is False: the
+    partition was on its target already)."""
+    content_type = None if status is None else "application/json"
+    if status is not None and status >= 300:
+        content_type = "application/problem+json"
+    partition = 0 if kind in (*MOVES, "cancel") else None
+    op = ReassignOp(kind, partition, target, 0, at, at + 0.1, revision, status, content_type)
+    if status is not None and status >= 300:
+        op.code = "SOME_CODE"
+    if kind in MOVES and status is not None and status < 300 and listed:
+        adding = tuple(r for r in target if r not in (0, 1))
+        op.moves = {0: Move(target, adding, tuple(r for r in (0, 1) if r not in target))}
+    return op
+
+
+def growing() -> list[PartitionState]:
+    """clean()'s p0 (on 0 and 1, led by 1 in epoch 1 from revision 13) set moving to
+    [1, 0, 2]: node 2 copies it and joins the ISR."""
+    return [
+        PartitionState(1, 1, (1, 0, 2), (1,), 14, adding=(2,)),
+        PartitionState(1, 1, (1, 0, 2), (1, 2), 15, adding=(2,)),
+    ]
+
+
+COMPLETED = PartitionState(1, 2, (1, 0, 2), (1, 2), 16)
+CANCELLED = PartitionState(1, 2, (0, 1), (1,), 16)  # back on its original replicas
+# Then put on [1, 0, 2] by another move (settling's, say).
+MOVED_AGAIN = [
+    PartitionState(1, 2, (1, 0, 2), (1,), 17, adding=(2,)),
+    PartitionState(1, 3, (1, 0, 2), (1, 2), 18),
+]
+
+
+def with_moves(history: History, *ops: ReassignOp) -> SideHistory:
+    side = SideHistory("g")
+    side.reassign_ops = list(ops)
+    side.nodes, side.widest = 3, 3
+    history.side = side
+    return side
+
+
+def test_a_move_that_completed_passes() -> None:
+    history, logs, end, states = clean()
+    with_moves(history, move())
+    states[0] += [*growing(), COMPLETED]
+    verdict = check(history, logs, end, states)
+    assert verdict.violations == []
+    assert verdict.reassignments == {"grow ok": 1, "started": 1, "completed": 1}
+
+
+def test_a_shrink_that_completed_passes() -> None:
+    """Node 0 removed from p0: the move's first state keeps it as removing, the next drops it."""
+    history, logs, end, states = clean()
+    with_moves(history, move("shrink", (1,)))
+    states[0] += [
+        PartitionState(1, 1, (1, 0), (1,), 14, removing=(0,)),
+        PartitionState(1, 2, (1,), (1,), 15),
+    ]
+    verdict = check(history, logs, end, states)
+    assert verdict.violations == [] and verdict.reassignments["completed"] == 1
+
+
+def test_a_balance_move_is_followed_by_its_target() -> None:
+    """A balance's answer tells each move's target (its "from" is the answering node's view,
+    maybe behind): the move's first state is any that moves the partition to that target."""
+    history, logs, end, states = clean()
+    side = with_moves(history, move("balance", (), 202))
+    side.reassign_ops[0].moves = {0: Move((1, 0, 2), None, None)}
+    states[0] += [*growing(), COMPLETED]
+    verdict = check(history, logs, end, states)
+    assert verdict.violations == []
+    assert verdict.reassignments["completed"] == verdict.reassignments["balance moves"] == 1
+    states[0][-1] = CANCELLED  # undone, and no cancel was sent
+    assert kinds(check(history, logs, end, states)) == {"reassignment-lost"}
+
+
+def test_a_new_order_completes_at_once() -> None:
+    """A reorder needs no copy: its first state is on the target, moving nothing."""
+    history, logs, end, states = clean()
+    with_moves(history, move("reorder", (1, 0)))
+    states[0].append(PartitionState(1, 1, (1, 0), (1,), 14))
+    verdict = check(history, logs, end, states)
+    assert verdict.violations == [] and verdict.reassignments["completed"] == 1
+
+
+@pytest.mark.parametrize("answer", [200, None, 503])
+@pytest.mark.parametrize("after", [[CANCELLED], [CANCELLED, *MOVED_AGAIN], []])
+def test_a_move_cancelled_after_it_passes(answer: int | None, after: list[PartitionState]) -> None:
+    """A cancel sent after the move, answered 200 or left without an answer (it may have
+    landed): the move need not complete."""
+    history, logs, end, states = clean()
+    with_moves(history, move(), move("cancel", (), answer, at=3.0))
+    states[0] += growing() + after
+    verdict = check(history, logs, end, states)
+    assert verdict.violations == []
+    assert verdict.reassignments["cancelled"] == 1
+
+
+def test_a_move_on_its_target_already_is_not_followed() -> None:
+    """A 202 whose list leaves the partition out (it was on its target): nothing to complete."""
+    history, logs, end, states = clean()
+    with_moves(history, move(listed=False))
+    assert check(history, logs, end, states).violations == []
+
+
+@pytest.mark.parametrize(
+    ("ops", "more", "fate"),
+    [
+        ([move()], growing(), "still moving at rev 15"),  # never cancelled
+        ([move()], [], "never stored"),
+        ([move(), move("cancel", (), 200, at=3.0)], [], "never stored"),  # nothing to cancel
+        ([move(revision=16)], [*growing(), COMPLETED], "never stored"),  # stored before sent
+        ([move(target=(1, 2, 0))], [*growing(), COMPLETED], "never stored"),  # another order
+        ([move()], [*growing(), CANCELLED], "ended on [0, 1] at rev 16"),  # undone, no cancel
+        ([move(), move("cancel", (), 409, at=3.0)], [*growing(), CANCELLED], "ended on"),
+        ([move("cancel", (), 200, at=1.0), move()], [*growing(), CANCELLED], "ended on"),
+        # Undone without a cancel, then on the target by another move: not this one's doing.
+        ([move()], [*growing(), CANCELLED, *MOVED_AGAIN], "ended on [0, 1] at rev 16"),
+        # On the target, but never through this move's first state (adding node 2): another's.
+        ([move()], [PartitionState(1, 1, (1, 0, 2), (1, 2), 14)], "never stored"),
+        # A shrink of which etcd shows a new order only, or its target without node 0 ever
+        # being removed (another move's end).
+        ([move("shrink", (1,))], [PartitionState(1, 1, (1, 0), (1,), 14)], "never stored"),
+        ([move("shrink", (1,))], [PartitionState(1, 2, (1,), (1,), 14)], "never stored"),
+    ],
+)
+def test_a_move_accepted_and_never_completed(
+    ops: list[ReassignOp], more: list[PartitionState], fate: str
+) -> None:
+    history, logs, end, states = clean()
+    with_moves(history, *ops)
+    states[0] += more
+    verdict = check(history, logs, end, states)
+    assert kinds(verdict) == {"reassignment-lost"}, verdict.violations
+    kind = next(op.kind for op in ops if op.kind in MOVES)
+    assert named(verdict, "reassignment-lost", f"p0: {kind} p0 to "), verdict.violations
+    assert named(verdict, "reassignment-lost", fate), verdict.violations
+
+
+@pytest.mark.parametrize(
+    ("content_type", "code"),
+    [("text/plain", "SOME_CODE"), ("application/problem+json", None)],
+)
+def test_a_reassignment_call_failing_without_a_problem_code(
+    content_type: str, code: str | None
+) -> None:
+    history, logs, end, states = clean()
+    failed = dataclasses.replace(move(status=503), content_type=content_type, code=code)
+    with_moves(history, failed)
+    verdict = check(history, logs, end, states)
+    assert kinds(verdict) == {"unclean-error"}
+    assert named(verdict, "unclean-error", "grow p0 to [1, 0, 2] through node 0 at 2.00s")
+    # A problem+json naming its code: fine, whatever the status.
+    with_moves(history, move(status=409), move("balance", (), 400), move("cancel", (), 503))
+    assert check(history, logs, end, states).violations == []
+
+
+def test_a_decommission_accepted_while_a_partition_spans_every_node() -> None:
+    history, logs, end, states = clean()
+    side = with_moves(history, move("decommission", (2,), 200))
+    verdict = check(history, logs, end, states)
+    assert kinds(verdict) == {"decommission-accepted"}
+    assert named(verdict, "decommission-accepted", "decommission node 2 (dry run)")
+    # Refused, or on a cluster where every partition could do without a node: fine.
+    side.reassign_ops = [move("decommission", (2,), 400)]
+    assert check(history, logs, end, states).violations == []
+    side.reassign_ops, side.widest = [move("decommission", (2,), 200)], 2
+    assert check(history, logs, end, states).violations == []
+
+
+def full(revision: int, **moving: tuple[int, ...]) -> PartitionState:
+    return PartitionState(0, 3, (0, 1, 2), (0, 1, 2), revision, **moving)
+
+
+def test_settled_partitions_pass() -> None:
+    history, logs, end, states = clean()
+    side = with_moves(history)
+    side.settle = Settle(True, 3, {0: full(20), 1: full(21)}, restored=1)
+    verdict = check(history, logs, end, states)
+    assert verdict.violations == [] and verdict.reassignments["restored"] == 1
+    assert judge_settle(side).violations == []
+
+
+@pytest.mark.parametrize(
+    ("final", "kind"),
+    [
+        (None, "reassignment-stuck"),
+        (full(20, adding=(2,)), "reassignment-stuck"),
+        (full(20, removing=(2,)), "reassignment-stuck"),
+        (PartitionState(0, 3, (0, 1), (0, 1), 20), "rf-not-restored"),
+    ],
+)
+def test_a_partition_left_moving_or_short_after_settling(
+    final: PartitionState | None, kind: str
+) -> None:
+    history, logs, end, states = clean()
+    side = with_moves(history)
+    side.settle = Settle(False, 3, {0: final, 1: full(21)}, "waited in vain")
+    verdict = check(history, logs, end, states)
+    assert kinds(verdict) == {kind}
+    assert named(verdict, kind, "p0 after settling (waited in vain)")
+    assert kinds(judge_settle(side)) == {kind}
+
+
+def removed_and_back(node: int) -> list[PartitionState]:
+    """After clean()'s states (led by 1, ISR [1]): `node` taken off p0, then put back."""
+    if node == 0:
+        return [
+            PartitionState(1, 2, (1,), (1,), 14),
+            PartitionState(1, 2, (1, 0), (1,), 15, adding=(0,)),
+            PartitionState(1, 3, (1, 0), (1, 0), 16),
+        ]
+    return [
+        PartitionState(1, 1, (0, 1), (1, 0), 14),
+        PartitionState(0, 2, (0,), (0,), 15),
+        PartitionState(0, 2, (0, 1), (0,), 16, adding=(1,)),
+        PartitionState(0, 3, (0, 1), (0, 1), 17),
+    ]
+
+
+def test_a_replica_removed_and_made_again_starts_its_high_watermark_over() -> None:
+    """Node 0 said hw 2 for p0, a reassignment took p0 off it (its copy deleted) and put it
+    back: the new copy's hw starts from 0, and its log on disk may be behind what the old copy
+    reported. Only that node's reports of that partition are spared."""
+    history, logs, end, states = clean()
+    history.observations.append(Observation(0, 1, 3.0, 3.1, [row(1)]))
+    history.snapshots.append(snapshot(2, []))
+    states[0] += removed_and_back(0)
+    assert check(history, logs, end, states).violations == []
+    states[0][4:] = removed_and_back(1)  # another node's replica removed: node 0 is held
+    assert kinds(check(history, logs, end, states)) == {"hw-regressed", "lost"}

@@ -3,6 +3,8 @@ set across a move (LeaderState.set_replicas) and the throttle's byte budget."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -60,6 +62,17 @@ def test_completion_waits_for_every_added_replica_in_the_isr() -> None:
     # the leader is removed: the first target replica in sync leads, in a new epoch
     assert (done.leader, done.leader_epoch) == (4, 5)
     assert (done.replicas, done.isr, done.adding, done.removing) == ((4, 5, 3), (3, 4, 5), (), ())
+
+
+def test_a_shrink_waits_for_every_replica_it_keeps_to_be_in_sync() -> None:
+    """Dropping an in-sync replica while a kept one is out of sync would leave the leader the
+    only copy of what acks=all acknowledged: the move waits until the kept one is back."""
+    shrink = reassignment.start(PartitionState(1, 2, (1, 2, 0), (1, 2)), (1, 0))
+    assert shrink is not None and (shrink.adding, shrink.removing) == ((), (2,))
+    assert reassignment.complete(shrink, ALL | {0}) is None
+    back = replace(shrink, isr=(1, 2, 0))  # node 0 caught up and rejoined
+    done = reassignment.complete(back, ALL | {0})
+    assert done is not None and (done.replicas, done.isr) == ((1, 0), (1, 0))
 
 
 def test_completion_keeps_a_leader_that_stays_and_skips_unavailable_candidates() -> None:

@@ -274,6 +274,8 @@ class ReplicaFetchers:
             await asyncio.wait((fetch, changed), return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
             fetch.cancel()
+            if fetch.done() and not fetch.cancelled():
+                fetch.exception()  # it failed as the fetching stopped (the leader exiting too)
             raise
         finally:
             changed.cancel()

@@ -361,9 +361,9 @@ class GroupMembers(SideActor):
                         committed[row["partition"]] = row["committed_offset"]
                 self.side.final_committed = committed
                 return
-            if status == 404 and not self.side.commits:
+            if status == 404 and not any(commit.offsets for commit in self.side.commits):
                 self.side.final_committed = dict.fromkeys(range(partitions))
-                return  # no commit ever succeeded: the group may never have been stored
+                return  # no commit stored an offset: a group left empty is forgotten
             last = f"{status or error} {doc}"
             await asyncio.sleep(0.1)  # pause between retries, not a synchronisation
         self.side.anomalies.append(

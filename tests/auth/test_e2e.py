@@ -24,6 +24,8 @@ from tests.tls import write_client_ca, write_self_signed
 
 SLUICE = str(Path(sys.executable).parent / "sluice")
 
+FAST_ROUTE_TRIES = 20  # produces at most, for one served on the fast routes
+
 
 def create_key(data_dir: Path, principal: str, *extra: str) -> str:
     done = subprocess.run(
@@ -219,7 +221,6 @@ def test_a_client_certificate_opens_the_fast_routes(
         assert found is not None
         return int(float(found.group(1)))
 
-    before = fast_served()
     fast, general = produce("application/json"), produce("application/json; charset=utf-8")
     assert fast == general and fast[0] == 403 and orjson.loads(fast[1])["principal"] == "alice"
     acl = orjson.dumps(
@@ -229,11 +230,16 @@ def test_a_client_certificate_opens_the_fast_routes(
     granted = curl("--cacert", str(cert), "-X", "POST", f"{base}/v1/acls", *bearer,
                    "-H", "Content-Type: application/json", "-d", acl)  # fmt: skip
     assert granted[0] == 201, granted
-    assert produce("application/json")[0] == 200
-    # The 403 and the 200 are the fast routes' when the machine is quiet; in one full-suite run
-    # on a loaded VM one of the two over HTTP/2 went the Application's way (issue 30's note:
-    # cause not found). Either way both answers are the Application's, byte for byte.
-    assert 1 <= fast_served() - before <= 2
+    # The fast routes take a request whose body arrived with its head: over HTTP/2 a DATA frame
+    # read a moment after the HEADERS sends it the Application's way (the same answer, byte for
+    # byte), which a loaded machine makes likely. So produce until one is counted there.
+    for _ in range(FAST_ROUTE_TRIES):
+        before = fast_served()
+        assert produce("application/json")[0] == 200
+        if fast_served() > before:
+            break
+    else:
+        raise AssertionError(f"none of {FAST_ROUTE_TRIES} produces went the fast routes' way")
 
 
 def _served_certificate(port: int) -> bytes:

@@ -720,7 +720,7 @@ class Controller:
             pending = []
             for first in range(0, len(changes), MAX_PARTITIONS_PER_WRITE):
                 batch = changes[first : first + MAX_PARTITIONS_PER_WRITE]
-                written = await self._write_batch(fence, batch)
+                written = await self._write_all(fence, batch)
                 for change in batch:
                     key = (change.topic, change.partition)
                     if key in written:
@@ -739,23 +739,6 @@ class Controller:
             f"{len(pending)} partitions changed under every one of {TOPIC_WRITE_ATTEMPTS} "
             f"attempts to write them, {len(stored)} were written"
         )
-
-    async def _write_batch(
-        self, fence: Fence, changes: Sequence[Change]
-    ) -> dict[TopicPartition, PartitionState]:
-        """Store the changes at once, else one by one; returns those stored."""
-        states = [((c.topic, c.partition), c.new) for c in changes]
-        stored = await self.store.set_partitions(states, fence, [c.incarnations for c in changes])
-        if stored is not None:
-            return {key: state for (key, _), state in zip(states, stored, strict=True)}
-        written = {}
-        for change in changes:
-            state = await self.store.set_partition(
-                change.topic, change.partition, change.new, fence, change.incarnations
-            )
-            if state is not None:
-                written[(change.topic, change.partition)] = state
-        return written
 
     # -- leadership ----------------------------------------------------------------------------
 
@@ -801,10 +784,12 @@ class Controller:
             for first in range(0, len(changes), MAX_PARTITIONS_PER_WRITE):
                 await self._write_all(fence, changes[first : first + MAX_PARTITIONS_PER_WRITE])
 
-    async def _write_all(self, fence: Fence, changes: Sequence[Change]) -> int:
+    async def _write_all(
+        self, fence: Fence, changes: Sequence[Change]
+    ) -> dict[TopicPartition, PartitionState]:
         """Store the changes at once; if one of them moved meanwhile, one by one (that one
-        fails alone, and the change that moved it wakes the next pass). Returns how many
-        were stored."""
+        fails alone, and the change that moved it wakes the next pass). Returns the states
+        stored."""
         states = [((c.topic, c.partition), c.new) for c in changes]
         stored = await self.store.set_partitions(
             states,
@@ -813,10 +798,15 @@ class Controller:
             [(c.topic, c.partition) for c in changes if c.recovered],
         )
         if stored is None:
-            return sum([await self._write(fence, change) for change in changes])
+            written = {}
+            for change in changes:
+                state = await self._write(fence, change)
+                if state is not None:
+                    written[(change.topic, change.partition)] = state
+            return written
         for change, state in zip(changes, stored, strict=True):
             _log_change(change, state)
-        return len(changes)
+        return {(c.topic, c.partition): state for c, state in zip(changes, stored, strict=True)}
 
     async def _rebalance(self, fence: Fence) -> int:
         """Move leadership back to preferred replicas, as many partitions per etcd
@@ -833,11 +823,12 @@ class Controller:
                 changes.append(Change.decided(view, topic, partition, state, new))
         moved = 0
         for first in range(0, len(changes), MAX_PARTITIONS_PER_WRITE):
-            moved += await self._write_all(fence, changes[first : first + MAX_PARTITIONS_PER_WRITE])
+            batch = changes[first : first + MAX_PARTITIONS_PER_WRITE]
+            moved += len(await self._write_all(fence, batch))
         return moved
 
-    async def _write(self, fence: Fence, change: Change) -> bool:
-        """Store a leadership change; False if the state moved since it was read (the change
+    async def _write(self, fence: Fence, change: Change) -> PartitionState | None:
+        """Store a leadership change; None if the state moved since it was read (the change
         that moved it wakes the next pass, which decides again from the newer state)."""
         topic, partition = change.topic, change.partition
         stored = await self.store.set_partition(
@@ -845,9 +836,9 @@ class Controller:
         )
         if stored is None:
             log.info("%s-%d changed while electing; deciding again", topic, partition)
-            return False
+            return None
         _log_change(change, stored)
-        return True
+        return stored
 
 
 @dataclass(frozen=True)

@@ -41,16 +41,32 @@ PARTITION_OFFSETS = (
 log = logging.getLogger(__name__)
 
 
-async def _ask(gateway: Gateway, node_id: int, path: str) -> Answer | None:
+async def _ask(
+    gateway: Gateway, node_id: int, path: str, timeout_s: float = PEER_TIMEOUT_S
+) -> Answer | None:
     node = gateway.broker.store.view.nodes.get(node_id)
     if node is None:
         return None
     try:
         return await asyncio.wait_for(
-            gateway.forwarder.forward(node.url, "GET", path, {}, b""), PEER_TIMEOUT_S
+            gateway.forwarder.forward(node.url, "GET", path, {}, b""), timeout_s
         )
     except (NodeUnreachable, TimeoutError):
         return None
+
+
+async def node_docs(
+    gateway: Gateway, nodes: Iterable[int], path: str, timeout_s: float = PEER_TIMEOUT_S
+) -> dict[int, Any]:
+    """Other nodes' JSON answers to an internal GET `path`, asked in parallel; a node that did
+    not answer 200 within `timeout_s` is left out."""
+    ids = [n for n in nodes if n != gateway.settings.node_id]
+    answers = await asyncio.gather(*(_ask(gateway, n, path, timeout_s) for n in ids))
+    return {
+        n: orjson.loads(answer.body)
+        for n, answer in zip(ids, answers, strict=True)
+        if answer is not None and answer.status == 200
+    }
 
 
 async def _peers(gateway: Gateway, path: str) -> dict[int, Answer | None]:
@@ -82,11 +98,7 @@ def merging(request: web.Request) -> bool:
 
 async def _peer_docs(gateway: Gateway, path: str) -> list[Any]:
     """The other workers' own JSON answers to `path`; those that did not answer are left out."""
-    return [
-        orjson.loads(answer.body)
-        for answer in (await _peers(gateway, path)).values()
-        if answer is not None and answer.status == 200
-    ]
+    return list((await node_docs(gateway, range(gateway.settings.workers), path)).values())
 
 
 async def fill_partitions(gateway: Gateway, doc: dict[str, Any]) -> None:

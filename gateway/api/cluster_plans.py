@@ -5,17 +5,15 @@ moves (other nodes forward to it); it learns the partitions' sizes from their le
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-import orjson
 from aiohttp import web
 
+from gateway.api.all_workers import node_docs
 from gateway.http.params import choice_param, json_response
 from gateway.http.problem import Problem
 from gateway.state import GATEWAY, Gateway, gateway_of
-from replication.errors import NodeUnreachable
 from replication.metadata import TopicPartition
 from replication.placement import Plan, Spread
 
@@ -135,24 +133,8 @@ async def partition_sizes(request: web.Request) -> web.Response:
 async def _gather_sizes(gateway: Gateway) -> dict[TopicPartition, int]:
     """Every partition's size, as its leader tells (this node's own at once)."""
     sizes = _own_sizes(gateway)
-    view = gateway.broker.store.view
-    me = gateway.settings.node_id
-    others = [view.nodes[n] for n in sorted(view.live) if n != me and n in view.nodes]
-    answers = await asyncio.gather(*(_ask(gateway, node.url) for node in others))
-    for rows in answers:
-        for topic, partition, size in rows:
+    live = sorted(gateway.broker.store.view.live)
+    for doc in (await node_docs(gateway, live, SIZES_ROUTE, SIZES_TIMEOUT_S)).values():
+        for topic, partition, size in doc["partitions"]:
             sizes[(topic, partition)] = size
     return sizes
-
-
-async def _ask(gateway: Gateway, url: str) -> list[tuple[str, int, int]]:
-    try:
-        answer = await asyncio.wait_for(
-            gateway.forwarder.forward(url, "GET", SIZES_ROUTE, {}, b""), SIZES_TIMEOUT_S
-        )
-    except (NodeUnreachable, TimeoutError):
-        return []
-    if answer.status != 200:
-        return []
-    rows: list[tuple[str, int, int]] = [tuple(r) for r in orjson.loads(answer.body)["partitions"]]
-    return rows

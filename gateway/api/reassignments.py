@@ -5,18 +5,15 @@ listing, asking the live nodes for their replicas' sizes."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
-import orjson
 from aiohttp import web
 
-from engine.errors import UnknownPartition
-from gateway.http.params import json_object, json_response
+from gateway.api.all_workers import node_docs
+from gateway.http.params import json_object, json_response, partition_param
 from gateway.http.problem import bad_request
 from gateway.state import Gateway, gateway_of
 from replication import reassignment
-from replication.errors import NodeUnreachable
 from replication.metadata import NO_LEADER, PartitionState, TopicPartition
 
 ROUTE = "/v1/cluster/reassignments"
@@ -126,26 +123,12 @@ async def _sizes(gateway: Gateway, nodes: set[int]) -> dict[tuple[int, TopicPart
     """(node, partition) -> the bytes of its replica, as each node tells (self included)."""
     me = gateway.settings.node_id
     found = {(me, key): size for key, size in _own_sizes(gateway).items()}
-    view = gateway.broker.store.view
-    others = sorted(n for n in nodes if n != me and n in view.live and n in view.nodes)
-    answers = await asyncio.gather(*(_ask_sizes(gateway, view.nodes[n].url) for n in others))
-    for node, answer in zip(others, answers, strict=True):
-        for row in answer:
+    live = sorted(nodes & gateway.broker.store.view.live)
+    docs = await node_docs(gateway, live, REPLICA_SIZES_ROUTE, SIZES_TIMEOUT_S)
+    for node, doc in docs.items():
+        for row in doc["replicas"]:
             found[(node, (row["topic"], row["partition"]))] = row["size_bytes"]
     return found
-
-
-async def _ask_sizes(gateway: Gateway, url: str) -> list[dict[str, Any]]:
-    try:
-        answer = await asyncio.wait_for(
-            gateway.forwarder.forward(url, "GET", REPLICA_SIZES_ROUTE, {}, b""), SIZES_TIMEOUT_S
-        )
-    except (NodeUnreachable, TimeoutError):
-        return []
-    if answer.status != 200:
-        return []
-    replicas: list[dict[str, Any]] = orjson.loads(answer.body)["replicas"]
-    return replicas
 
 
 def _own_sizes(gateway: Gateway) -> dict[TopicPartition, int]:
@@ -173,10 +156,8 @@ async def cancel_all(request: web.Request) -> web.Response:
 
 async def cancel_one(request: web.Request) -> web.Response:
     topic = request.match_info["topic"]
-    raw = request.match_info["partition"]
-    if not (raw.isascii() and raw.isdigit()):
-        raise UnknownPartition(f"no partition {raw!r} of topic {topic!r}")
-    cancelled = await gateway_of(request).broker.cancel_reassignments([(topic, int(raw))])
+    partition = partition_param(request)
+    cancelled = await gateway_of(request).broker.cancel_reassignments([(topic, partition)])
     return json_response({"cancelled": [_move(key, state) for key, state in cancelled.items()]})
 
 

@@ -51,6 +51,19 @@ def produce_everywhere(http: httpx.Client, url: str, records: int = 50) -> None:
         assert answer.status_code == 200, answer.text
 
 
+def fill(http: httpx.Client, cluster: LocalCluster, records: int = 50) -> list[int]:
+    """The topic (replication factor 2) created, `records` produced to each partition: its
+    high watermarks."""
+    url = cluster.nodes[0].url
+    created = http.post(
+        url + "/v1/topics",
+        json={"name": TOPIC, "partitions": PARTITIONS, "replication_factor": 2},
+    )
+    assert created.status_code == 201, created.text
+    produce_everywhere(http, url, records)
+    return end_offsets(http, cluster)
+
+
 def end_offsets(http: httpx.Client, cluster: LocalCluster) -> list[int]:
     """Each partition's high watermark, from the running nodes that hold it (the highest)."""
     ends = [0] * PARTITIONS
@@ -96,13 +109,7 @@ def test_a_node_added_balanced_in_a_lost_node_healed_and_a_node_decommissioned(
     cluster, etcd = growing
     url = cluster.nodes[0].url
     with httpx.Client(timeout=30.0) as http:
-        created = http.post(
-            url + "/v1/topics",
-            json={"name": TOPIC, "partitions": PARTITIONS, "replication_factor": 2},
-        )
-        assert created.status_code == 201, created.text
-        produce_everywhere(http, url)
-        offsets = end_offsets(http, cluster)
+        offsets = fill(http, cluster)
 
         # -- add a node, plan, balance --------------------------------------------------------
         cluster.nodes[3].start()
@@ -188,13 +195,7 @@ def test_decommission_then_a_lost_node_removed_by_itself_comes_back_empty(
     cluster, etcd = forgetful
     url = cluster.nodes[0].url
     with httpx.Client(timeout=30.0) as http:
-        created = http.post(
-            url + "/v1/topics",
-            json={"name": TOPIC, "partitions": PARTITIONS, "replication_factor": 2},
-        )
-        assert created.status_code == 201, created.text
-        produce_everywhere(http, url, records=20)
-        offsets = end_offsets(http, cluster)
+        offsets = fill(http, cluster, 20)
 
         # decommission node 3: it serves until it holds nothing, then it is removed
         answer = http.post(url + "/v1/cluster/nodes/3/decommission")
@@ -248,15 +249,8 @@ def test_the_continuous_balancer_moves_replicas_onto_a_node_that_joins(
     self_balancing: tuple[LocalCluster, Etcd],
 ) -> None:
     cluster, etcd = self_balancing
-    url = cluster.nodes[0].url
     with httpx.Client(timeout=30.0) as http:
-        created = http.post(
-            url + "/v1/topics",
-            json={"name": TOPIC, "partitions": PARTITIONS, "replication_factor": 2},
-        )
-        assert created.status_code == 201, created.text
-        produce_everywhere(http, url, records=10)
-        offsets = end_offsets(http, cluster)
+        offsets = fill(http, cluster, 10)
         cluster.nodes[3].start()  # nobody asks for a balance
 
         def on_node_3() -> list[PartitionState] | None:

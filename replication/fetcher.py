@@ -28,6 +28,7 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from engine.errors import EngineError, KafkaStorageError, OffsetMismatch, OffsetOutOfRange
 from replication.errors import (
@@ -137,6 +138,11 @@ class _Link:
             self.sent.pop(key, None)
             self.resend.discard(key)
         self.sent.update(request.partitions)
+
+
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 class ReplicaFetchers:
@@ -273,9 +279,10 @@ class ReplicaFetchers:
         try:
             await asyncio.wait((fetch, changed), return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
+            # Its failure, if it ends in one rather than cancelled (a connect that failed as
+            # the cancellation came: the leader exiting too), is no news.
+            fetch.add_done_callback(_retrieved)
             fetch.cancel()
-            if fetch.done() and not fetch.cancelled():
-                fetch.exception()  # it failed as the fetching stopped (the leader exiting too)
             raise
         finally:
             changed.cancel()

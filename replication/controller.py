@@ -512,7 +512,11 @@ class Controller:
     ) -> dict[TopicPartition, PartitionState]:
         targets = reassignment.check_plan(self.store.view, plan)
         stored = await self._decide_and_write(
-            fence, list(targets), lambda key, state: reassignment.start(state, targets[key])
+            fence,
+            list(targets),
+            lambda key, state: reassignment.start(
+                state, targets[key], self.store.view.restarted(state)
+            ),
         )
         for (topic, partition), state in stored.items():
             log.info(
@@ -540,7 +544,10 @@ class Controller:
                 if state is None:
                     raise UnknownPartition(f"partition {topic}-{partition} does not exist")
                 reassignment.cancel(
-                    f"{topic}-{partition}", state, self._in_sync(view, topic, partition, state)
+                    f"{topic}-{partition}",
+                    state,
+                    self._in_sync(view, topic, partition, state),
+                    view.restarted(state),
                 )
 
         def decide(key: TopicPartition, state: PartitionState) -> PartitionState | None:
@@ -548,7 +555,7 @@ class Controller:
                 return None  # completed meanwhile
             view = self.store.view
             return reassignment.cancel(
-                f"{key[0]}-{key[1]}", state, self._in_sync(view, *key, state)
+                f"{key[0]}-{key[1]}", state, self._in_sync(view, *key, state), view.restarted(state)
             )
 
         stored = await self._decide_and_write(fence, keys, decide)
@@ -682,7 +689,9 @@ class Controller:
         view = self.store.view
         changes = []
         for (topic, partition), state in reassignment.moving(view).items():
-            new = reassignment.complete(state, self._in_sync(view, topic, partition, state))
+            new = reassignment.complete(
+                state, self._in_sync(view, topic, partition, state), view.restarted(state)
+            )
             if new is not None:
                 changes.append(Change.decided(view, topic, partition, state, new))
         for first in range(0, len(changes), MAX_PARTITIONS_PER_WRITE):

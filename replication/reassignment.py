@@ -25,8 +25,9 @@ def check_plan(
     view: ClusterView, plan: Sequence[tuple[TopicPartition, Sequence[object]]]
 ) -> dict[TopicPartition, tuple[int, ...]]:
     """The plan's target replica lists, each checked against the view: an existing partition
-    named once, not moving already, a non-empty list of distinct live nodes. Raises on the first
-    fault, naming it, so that nothing of a faulty plan starts."""
+    named once, not moving already, not waiting for the controller to elect past a restarted
+    in-sync replica, a non-empty list of distinct live nodes. Raises on the first fault, naming
+    it, so that nothing of a faulty plan starts."""
     targets: dict[TopicPartition, tuple[int, ...]] = {}
     for (topic, partition), replicas in plan:
         name = f"{topic}-{partition}"
@@ -54,34 +55,55 @@ def check_plan(
             raise ReassignmentInProgress(
                 f"{name} is already moving to {list(state.target_replicas)}; cancel it first"
             )
+        restarted = sorted(view.restarted(state))
+        if restarted:
+            # A write now would carry their in-sync places past their restart (KIP-903).
+            raise ReassignmentInProgress(
+                f"{name}: nodes {restarted} restarted since its in-sync replicas were stored; "
+                "the controller elects past them first, try again"
+            )
         targets[(topic, partition)] = nodes
     return targets
 
 
-def start(state: PartitionState, target: tuple[int, ...]) -> PartitionState | None:
-    """The state that starts moving the partition to `target`, or None if it is there already.
-    A new order of the same replicas needs no copy: it is stored as the new list at once."""
+def start(
+    state: PartitionState, target: tuple[int, ...], restarted: frozenset[int] = frozenset()
+) -> PartitionState | None:
+    """The state that starts moving the partition to `target`, or None if it is there already
+    or its leader is `restarted` (started after the state was stored: the controller's election
+    comes first). A new order of the same replicas needs no copy: it is stored as the new list
+    at once. Restarted followers leave the ISR with the write (KIP-903)."""
     original = state.replicas
-    if target == original:
+    if target == original or state.leader in restarted:
         return None
+    isr = tuple(r for r in state.isr if r not in restarted)
     adding = tuple(r for r in target if r not in original)
     removing = tuple(r for r in original if r not in target)
     if not adding and not removing:
-        return replace(state, replicas=target)
+        return replace(state, replicas=target, isr=isr)
     return replace(
-        state, replicas=target + removing, adding=adding, removing=removing, original=original
+        state,
+        replicas=target + removing,
+        isr=isr,
+        adding=adding,
+        removing=removing,
+        original=original,
     )
 
 
-def complete(state: PartitionState, in_sync: frozenset[int]) -> PartitionState | None:
+def complete(
+    state: PartitionState, in_sync: frozenset[int], restarted: frozenset[int] = frozenset()
+) -> PartitionState | None:
     """The state that ends the partition's move, once every target replica is in the ISR (the
     added ones caught up, and the ones that stay too: a shrink must not cut the ISR to fewer
     in-sync copies than it had, KIP-455's rule): the target replicas alone, led by the leader
     if it stays, else by the first target replica in `in_sync` (live, its log online, not
     restarted since), in a new leader epoch (the removed replicas are fenced). None while the
-    move must wait."""
+    move must wait, also while an ISR member is `restarted` (started after the state was
+    stored): the controller's election drops it first, as the new state would carry its
+    in-sync place past its restart (KIP-903)."""
     target = state.target_replicas
-    if not state.reassigning or any(r not in state.isr for r in target):
+    if not state.reassigning or restarted or any(r not in state.isr for r in target):
         return None
     isr = tuple(r for r in state.isr if r in target)
     leader = state.leader
@@ -102,14 +124,20 @@ def complete(state: PartitionState, in_sync: frozenset[int]) -> PartitionState |
     )
 
 
-def cancel(name: str, state: PartitionState, in_sync: frozenset[int]) -> PartitionState:
+def cancel(
+    name: str,
+    state: PartitionState,
+    in_sync: frozenset[int],
+    restarted: frozenset[int] = frozenset(),
+) -> PartitionState:
     """The state that puts a moving partition back on its original replicas, in a new leader
-    epoch; the added replicas drop out. Refused when no original replica is in the ISR (their
-    records would be lost) or none could lead."""
+    epoch; the added replicas drop out, and so do the ISR members `restarted` since the state
+    was stored (KIP-903). Refused when no original replica is in the ISR (their records would
+    be lost) or none could lead."""
     if not state.reassigning:
         raise NoReassignmentInProgress(f"{name} is not moving")
     original = state.original_replicas
-    isr = tuple(r for r in state.isr if r in original)
+    isr = tuple(r for r in state.isr if r in original and r not in restarted)
     leader = state.leader
     if leader not in original or (leader != NO_LEADER and leader not in in_sync):
         leader = next((r for r in original if r in isr and r in in_sync), NO_LEADER)

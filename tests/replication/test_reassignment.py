@@ -195,3 +195,25 @@ def test_the_throttle_follows_the_clusters_setting() -> None:
     slower = throttle.configure(10, 2.0)
     assert slower is first and slower.rate == 10 and slower.available(2.0) == 1
     assert throttle.configure(None, 3.0) is None
+
+
+# -- a replica restarted since its in-sync place was stored (KIP-903) --------------------------
+
+
+def test_no_move_carries_an_in_sync_place_past_a_restart() -> None:
+    """A restarted process may have lost what it had not flushed: a move's write must not
+    store its ISR place again under a newer version, which would make it look in sync."""
+    stored = replace(STABLE, version=100)
+    restarted = view(stored)
+    restarted = replace(restarted, registered={1: 50, 2: 50, 3: 120})
+    with pytest.raises(ReassignmentInProgress, match=r"nodes \[3\] restarted"):
+        reassignment.check_plan(restarted, [(("t", 0), [1, 2, 4])])
+    # decided on a view that saw the restart only after the plan was checked
+    moving = reassignment.start(stored, (1, 2, 4), frozenset({3}))
+    assert moving is not None and moving.isr == (1, 2)
+    assert reassignment.start(stored, (2, 3, 4), frozenset({1})) is None  # its leader: elect
+    caught_up = replace(moving, isr=(1, 2, 4, 3))
+    assert reassignment.complete(caught_up, ALL, frozenset({3})) is None
+    assert reassignment.complete(caught_up, ALL) is not None
+    back = reassignment.cancel("t-0", caught_up, ALL, frozenset({2}))
+    assert back.isr == (1, 3)

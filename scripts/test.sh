@@ -49,5 +49,5 @@ echo "== import layers (DESIGN.md §2, docs/layers.md)"
 lint-imports
 echo "== mypy"
 mypy engine replication groups gateway loadtests openapi spark_ingest tests
-echo "== pytest"
-pytest -q "$@"
+echo "== pytest (the 25 slowest tests are listed at the end: CI keeps its pytest time low)"
+pytest -q --durations=25 "$@"

@@ -57,6 +57,7 @@ from replication.metadata import (
 )
 from replication.partition import Partition
 from replication.reassignment_throttle import ReassignmentThrottle
+from replication.replica_state import LeaderState
 from replication.session_wire import MAX_PARTITIONS, UNKNOWN_EPOCH, SessionFetchRequest
 from replication.sibling_replicas import SiblingReplicas
 from replication.tiering import TieringService
@@ -746,7 +747,7 @@ class ReplicaManager:
         while True:
             result, expand = leader.replica_fetch(replica, offset, leader_epoch, max_bytes)
             if expand is not None:
-                self._background(self.change_isr(leader, expand))
+                self._background(self.change_isr(leader, expand, leader.leader_state))
             remaining = deadline - time.monotonic()
             if result.data or remaining <= 0 or self.notifier.closing:
                 return result, leader
@@ -877,7 +878,7 @@ class ReplicaManager:
                 if not result.data and position.fetch_offset < result.log_end_offset:
                     held_s = bucket.wait_s(now)
             if expand is not None:
-                self._background(self.change_isr(leader, expand))
+                self._background(self.change_isr(leader, expand, leader.leader_state))
             size += len(result.data)
             found[key] = ReadResult(
                 result.data, leader.high_watermark, leader.log_start_offset, result.log_end_offset
@@ -937,11 +938,20 @@ class ReplicaManager:
                 if proposal is not None:
                     await self.change_isr(partition, proposal)
 
-    async def change_isr(self, partition: Partition, isr: tuple[int, ...]) -> bool:
-        """Write a leader's ISR change to the store; the leader adopts it only once stored."""
+    async def change_isr(
+        self, partition: Partition, isr: tuple[int, ...], proposed_by: LeaderState | None = None
+    ) -> bool:
+        """Write a leader's ISR change to the store; the leader adopts it only once stored.
+        `proposed_by`: the leader state that proposed it, when the write runs later (a
+        follower's fetch proposes an expansion): a proposal of an earlier epoch or replica
+        list is dropped (the follower's next fetch proposes again if it still holds)."""
         key = (partition.topic, partition.partition)
         leading = partition.leader_state
-        if leading is None or key in self._isr_writes:
+        if (
+            leading is None
+            or key in self._isr_writes
+            or (proposed_by is not None and leading is not proposed_by)
+        ):
             return False
         if not self.store.view.shutting_down.isdisjoint(set(isr) - set(leading.isr)):
             return False  # a node in a controlled shutdown does not rejoin (Kafka's rule)
@@ -953,8 +963,8 @@ class ReplicaManager:
         carried = {r: registered.get(r, 0) for r in leading.isr if r in isr and r != self.node_id}
         if any(revision > new.version for revision in carried.values()):
             return False  # a member restarted: the controller drops it first (KIP-903)
-        self._isr_writes.add(key)
         leading.begin_isr_change(isr)
+        self._isr_writes.add(key)
         try:
             stored = await self.isr_changes.write(key, new, carried)
         except Exception:

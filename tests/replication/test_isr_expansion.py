@@ -1,0 +1,59 @@
+"""A leader's ISR expansion, proposed by a follower's fetch and written a loop turn later: a
+proposal the leader's next epoch made stale is dropped, and the partition's later ISR changes
+still go through (a move that completes as its new replica catches up left one behind, and
+every later expansion of the partition on that leader was refused)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from pathlib import Path
+
+from engine.manager import LogManager
+from engine.notify import ChangeNotifier
+from replication.memory_store import MemoryBackend, MemoryMetadataStore
+from replication.metadata import NodeInfo, PartitionState, TopicSpec
+from replication.replica_manager import ReplicaManager
+
+NODE = NodeInfo(0, "http://node0:8080")
+
+
+async def test_a_stale_expansion_is_dropped_and_later_ones_go_through(tmp_path: Path) -> None:
+    backend = MemoryBackend()
+    store = MemoryMetadataStore(backend)
+    await store.start(NODE)
+    controller = MemoryMetadataStore(backend)  # node 1, the controller
+    await controller.start(NodeInfo(1, "http://node1:8080"))
+    fence = await controller.campaign()
+    moving = PartitionState(0, 3, (0, 1, 2), (0, 1))  # node 2 copying, out of the ISR
+    await controller.create_topic(fence, TopicSpec("t", "a" * 32, 1, 3, {}), [moving])
+    manager = LogManager(tmp_path)
+    replicas = ReplicaManager(manager, store, 0, ChangeNotifier())
+    try:
+        await replicas.start()
+        assert await replicas.applied(lambda: replicas.leading("t", 0) is not None, 5)
+        partition = replicas.partitions[("t", 0)]
+        # Node 2's fetch at the log end proposes (0, 1, 2); before its write runs, the leader
+        # moves to an epoch whose replicas no longer hold node 2 (the move was cancelled).
+        await replicas.replica_fetch(
+            "t", 0, replica=2, leader_epoch=3, offset=0, max_bytes=1024, timeout_ms=0
+        )
+        stored = store.view.partitions[("t", 0)]
+        partition.make_leader(replace(stored, leader_epoch=4, replicas=(0, 1), isr=(0, 1)))
+        await asyncio.sleep(0)  # the proposal's write task takes its turn
+        assert partition.isr == (0, 1)
+        # The next epoch adds node 2 again: its fetch at the log end brings it into the ISR.
+        again = replace(stored, leader_epoch=4, replicas=(0, 1, 2), isr=(0, 1))
+        assert await controller.set_partition("t", 0, again, fence) is not None
+        assert await replicas.applied(
+            lambda: (leading := partition.leader_state) is not None and 2 in leading.followers, 5
+        )
+        await replicas.replica_fetch(
+            "t", 0, replica=2, leader_epoch=4, offset=0, max_bytes=1024, timeout_ms=0
+        )
+        assert await store.wait_for(lambda v: v.partitions[("t", 0)].isr == (0, 1, 2), 5)
+    finally:
+        await replicas.close()
+        await controller.close()
+        await store.close()
+        manager.close()

@@ -1,8 +1,8 @@
 """The web console (`GET /console`) in headless Chromium against real nodes: every page loads
 without a console error and calls nothing but the public /v1 API and its own files; each action
 works end to end; deep links survive a reload; the sign-in flow and a key without ACLs; the
-cluster page over three nodes. Screenshots of the pages go to $SLUICE_CONSOLE_SCREENSHOTS
-(docs/console/ holds a few), else to the test's temporary folder."""
+cluster page over four nodes, and its actions. Screenshots of the pages go to
+$SLUICE_CONSOLE_SCREENSHOTS (docs/console/ holds a few), else to the test's temporary folder."""
 
 from __future__ import annotations
 
@@ -401,25 +401,76 @@ def test_sign_in_and_what_a_key_without_acls_sees(
     assert script_errors(browser) == []
 
 
-def test_the_cluster_page_over_three_nodes(tmp_path: Path, browser: Any, shots: Path) -> None:
-    cluster = LocalCluster(tmp_path, 3, node_options=["--lease-ttl", "2"])
+def acted(browser: Any, act: Callable[[], None], what: str) -> None:
+    """Do `act`, an action after which the page shows itself again, and wait until it has (so
+    that its requests are done)."""
+    browser.execute_script("document.getElementById('main').removeAttribute('data-shown');")
+    act()
+    wait(browser, lambda: ready(browser), what)
+
+
+def plan_text(browser: Any) -> str:
+    """The cluster page's plan panel (a balance's, a decommission's, a removal's)."""
+    text: str = browser.execute_script("return document.getElementById('plan').innerText;")
+    return text
+
+
+def listing(reassignments: str) -> dict[str, Any]:
+    """The throttle and the moving partitions' (topic, target replicas), as the API lists them."""
+    doc = httpx.get(reassignments, timeout=30).json()
+    moving = [(m["topic"], m["replicas"]) for m in doc["reassignments"]]
+    return {"throttle_bytes_per_second": doc["throttle_bytes_per_second"], "moving": moving}
+
+
+def planned(browser: Any) -> bool:
+    """The plan panel shows a plan or a refusal (no longer "Planning…")."""
+    return bool(plan_text(browser)) and "Planning…" not in plan_text(browser)
+
+
+def cluster_nodes(url: str) -> dict[int, dict[str, Any]]:
+    nodes = httpx.get(f"{url}/v1/cluster", timeout=30).json()["nodes"]
+    return {n["node_id"]: n for n in nodes}
+
+
+def replicas(url: str) -> dict[str, list[int]]:
+    """Every partition (internal topics too) -> its replicas, as the node at `url` tells."""
+    with httpx.Client(base_url=url, timeout=30) as http:
+        names = [t["name"] for t in http.get("/v1/topics?internal=true").json()["topics"]]
+        return {
+            f"{name}-{p['partition']}": p["replicas"]
+            for name in names
+            for p in http.get(f"/v1/topics/{name}").json()["partitions"]
+        }
+
+
+def test_the_cluster_page_and_its_actions_over_four_nodes(
+    tmp_path: Path, browser: Any, shots: Path
+) -> None:
+    """The cluster page, then every action on it from the browser: a throttled move started,
+    cancelled, its throttle lifted, a refused plan, a balance planned, node 0 decommissioned;
+    then node 3 killed (under-replicated partitions) and removed, its replicas re-created."""
+    # Every topic at 2 replicas (the offsets topic too): once node 0 is decommissioned and
+    # node 3 lost, nodes 1 and 2 can still hold them all.
+    options = ["--lease-ttl", "2", "--offsets-topic-replication-factor", "2"]
+    cluster = LocalCluster(tmp_path, 4, node_options=options)
     cluster.start()
     try:
-        first = cluster.nodes[0].url
-        spec = {"name": "orders", "partitions": 6, "replication_factor": 3}
+        first, here = cluster.nodes[0].url, cluster.nodes[1].url
+        spec = {"name": "orders", "partitions": 6, "replication_factor": 2}
         assert httpx.post(f"{first}/v1/topics", json=spec, timeout=30).status_code == 201
-        shown(browser, "/cluster", cluster.nodes[1].url)
+        shown(browser, "/cluster", here)
         text = main_text(browser)
-        assert "3 alive of 3" in text and "controller" in text
+        assert "4 alive of 4" in text and "controller" in text
         led = browser.execute_script(
             "return [...document.querySelectorAll('table')[0].tBodies[0].rows]"
             ".map(r => Number(r.cells[4].textContent));"
         )
-        assert len(led) == 3 and sum(led) >= 6  # orders' 6, and the offsets topic's
+        assert len(led) == 4 and sum(led) >= 6  # orders' 6, and the offsets topic's
         assert "None: every replica is in sync." in text
         assert "None: no partition is moving." in text
-        browser.save_screenshot(str(shots / "cluster-3-nodes.png"))
-        # a move held by the throttle is shown with the bytes its new copy holds
+        assert browser.find_elements("id", "throttle-rate") == []  # no move, no throttle
+        browser.save_screenshot(str(shots / "cluster-4-nodes.png"))
+        # A move started from the form, held by its throttle, shows the bytes its copy holds.
         spec = {"name": "moving", "partitions": 1, "replication_factor": 1}
         created = httpx.post(f"{first}/v1/topics", json=spec, timeout=30).json()
         (source,) = created["partitions"][0]["replicas"]
@@ -427,27 +478,121 @@ def test_the_cluster_page_over_three_nodes(tmp_path: Path, browser: Any, shots: 
         url = f"{cluster.nodes[source].url}/v1/topics/moving/partitions/0/records"
         for _ in range(30):  # 30 batches of 10 kB: 30 s at the throttle (a batch moves whole)
             assert httpx.post(url, json=records, timeout=30).status_code == 200
-        reassignments = f"{first}/v1/cluster/reassignments"
-        throttle = {"bytes_per_second": 10_000}
-        assert httpx.put(f"{reassignments}/throttle", json=throttle).status_code == 200
-        target = (source + 1) % 3
-        plan = {"partitions": [{"topic": "moving", "partition": 0, "replicas": [target]}]}
-        assert httpx.post(reassignments, json=plan, timeout=30).status_code == 202
+        reassignments = f"{here}/v1/cluster/reassignments"
+        target = (source + 1) % 4
+        plan = {
+            "version": 1,
+            "partitions": [{"topic": "moving", "partition": 0, "replicas": [target]}],
+        }
+        fill(browser, "move-plan", json.dumps(plan))
+        fill(browser, "move-throttle", "10000")
+        acted(browser, lambda: submit(browser, "Move partitions"), "the move started")
+        started = {"throttle_bytes_per_second": 10_000, "moving": [("moving", [target])]}
+        until(lambda: listing(reassignments) == started, "the move and its throttle listed")
         until(lambda: f"node {target}: " in reloaded(browser), "the move shown")
         text = main_text(browser)
         assert "Moves in progress" in text and "9.8 KiB/s per node" in text, text
+        throttle = "return document.getElementById('throttle-rate').value;"
+        assert browser.execute_script(throttle) == "10000"
         browser.save_screenshot(str(shots / "cluster-moving.png"))
-        assert httpx.delete(f"{reassignments}/moving/0", timeout=30).status_code == 200
-        assert httpx.put(f"{reassignments}/throttle", json={"bytes_per_second": None}).is_success
+        # Cancelled from its row: back on its original replica, the moves' list empty.
+        cancel = 'button[aria-label="Cancel the move of moving partition 0"]'
+
+        def cancelled() -> None:
+            browser.find_element("css selector", cancel).click()
+            confirm_dialog(browser)
+
+        acted(browser, cancelled, "the move cancelled")
+        until(lambda: listing(reassignments)["moving"] == [], "the move cancelled")
+        until(lambda: replicas(here)["moving-0"] == [source], "moving-0 back on its replica")
         until(lambda: "None: no partition is moving." in reloaded(browser), "the move gone")
-        cluster.nodes[2].kill()
-        until(lambda: "2 alive of 3" in reloaded(browser), "node 2 shown down")
+        # The throttle, still set, is lifted from its form (empty: none).
+        fill(browser, "throttle-rate", "")
+        acted(browser, lambda: submit(browser, "Reassignment throttle"), "the throttle lifted")
+        until(
+            lambda: listing(reassignments)["throttle_bytes_per_second"] is None,
+            "the throttle lifted",
+        )
+        assert browser.find_elements("id", "throttle-rate") == []
+        # A plan naming an unknown node is refused whole: its detail shown, its throttle undone.
+        refused = {"partitions": [{"topic": "moving", "partition": 0, "replicas": [99]}]}
+        fill(browser, "move-plan", json.dumps(refused))
+        fill(browser, "move-throttle", "5000")
+        submit(browser, "Move partitions")
+        wait(browser, lambda: problems(browser), "the plan's refusal")
+        assert "moving-0: no node [99] is known to the cluster" in problems(browser)[0]
+        idle: dict[str, Any] = {"throttle_bytes_per_second": None, "moving": []}
+        until(lambda: listing(reassignments) == idle, "the throttle put back, nothing moving")
+        # Its one replica could be on the node lost below: it would stay there, lost.
+        assert httpx.delete(f"{here}/v1/topics/moving", timeout=30).status_code == 204
+        until(lambda: "moving-0" not in replicas(here), "the topic moving deleted")
+        # A balance is planned (a dry run: nothing moves) and its plan shown.
+        browser.find_element("id", "plan-balance").click()
+        wait(browser, lambda: planned(browser), "the balance's plan")
+        text = plan_text(browser)
+        assert "Balance: the plan" in text and "Bytes to copy" in text, text
+        assert "Each node before → after" in text, text
+        assert browser.find_elements("id", "apply-plan") or "balanced already" in text
+        assert listing(reassignments) == idle
+        browser.save_screenshot(str(shots / "cluster-balance-plan.png"))
+        # Node 0 decommissioned from its row: the plan first, then confirmed; it ends removed,
+        # holding nothing.
+        browser.find_element("id", "decommission-node-0").click()
+        wait(browser, lambda: planned(browser), "the decommission's plan")
+        text = plan_text(browser)
+        assert "Decommission node 0" in text and "Bytes to copy" in text, text
+        assert cluster_nodes(here)[0].get("state") is None  # a dry run
+        browser.save_screenshot(str(shots / "cluster-decommission-plan.png"))
+
+        def decommissioned() -> None:
+            browser.find_element("id", "apply-plan").click()
+            confirm_dialog(browser)
+
+        acted(browser, decommissioned, "the decommission started")
+        until(
+            lambda: (
+                cluster_nodes(here)[0].get("state") == "removed"
+                and not any(0 in r for r in replicas(here).values())
+            ),
+            "node 0 removed, holding nothing",
+            timeout=120,
+        )
+        until(lambda: "removed" in reloaded(browser), "node 0 shown removed")
+        assert browser.find_elements("id", "decommission-node-0") == []
+        assert browser.find_elements("id", "decommission-node-1")  # three in service left
+        # Node 3 down: under-replicated partitions. Removed from its row (the plan first, then
+        # its id typed), its replicas are re-created on nodes 1 and 2.
+        cluster.nodes[3].kill()
+        until(lambda: "3 alive of 4" in reloaded(browser), "node 3 shown down")
         until(
             lambda: "None: every replica is in sync." not in reloaded(browser),
             "under-replicated partitions listed",
         )
         assert "down" in main_text(browser)
         browser.save_screenshot(str(shots / "cluster-node-down.png"))
+        browser.find_element("id", "remove-node-3").click()
+        wait(browser, lambda: planned(browser), "the removal's plan")
+        text = plan_text(browser)
+        assert "Remove node 3" in text and "Bytes to copy" in text, text
+
+        def removed() -> None:
+            browser.find_element("id", "apply-plan").click()
+            confirm_dialog(browser, typed="node 3")
+
+        acted(browser, removed, "the removal started")
+        until(
+            lambda: (
+                cluster_nodes(here)[3].get("state") == "removed"
+                and not any(3 in r for r in replicas(here).values())
+            ),
+            "node 3 removed, its replicas re-created",
+            timeout=120,
+        )
+        until(
+            lambda: "None: every replica is in sync." in reloaded(browser),
+            "every replica in sync again",
+        )
+        assert browser.find_elements("id", "remove-node-3") == []
         assert script_errors(browser) == []
     finally:
         cluster.stop()

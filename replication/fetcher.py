@@ -26,7 +26,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -140,6 +143,20 @@ class _Link:
         self.sent.update(request.partitions)
 
 
+def _copying(partition: Partition, node_id: int) -> bool:
+    """Whether this node's replica is one a move adds and not yet in sync: its fetches are
+    reassignment traffic, which may wait for the CPU, not the ISR's catch-up."""
+    state = partition.state
+    return state is not None and node_id in state.adding and node_id not in state.isr
+
+
+def _lowest_priority() -> None:
+    """Run the calling thread at nice 19 (Linux sets it per thread): the kernel then gives the
+    CPU to the node's event loop and to the other processes first."""
+    with contextlib.suppress(OSError, AttributeError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+
+
 def _retrieved(task: asyncio.Future[Any]) -> None:
     if not task.cancelled():
         task.exception()
@@ -161,6 +178,9 @@ class ReplicaFetchers:
         self.settings = settings or FetcherSettings()
         self._links: dict[int, _Link] = {}
         self._leader_of: dict[TopicPartition, int] = {}  # the link each followed partition is in
+        # A move's copy is written at the lowest CPU priority: on shared cores it yields to
+        # the produce path (docs/PERFORMANCE.md, "Moving partitions").
+        self._copier = ThreadPoolExecutor(1, "sluice-copy", initializer=_lowest_priority)
 
     @property
     def following(self) -> dict[TopicPartition, int]:
@@ -202,6 +222,7 @@ class ReplicaFetchers:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        self._copier.shutdown(wait=False)
 
     # -- one leader ----------------------------------------------------------------------------
 
@@ -298,7 +319,7 @@ class ReplicaFetchers:
         A part dropped is resent: the leader noted its marks as sent when it answered. A large
         part (a follower catching up, a replica a reassignment adds) is written off the event
         loop, which meanwhile serves the node's other work (its other fetch sessions, the
-        produce requests it leads)."""
+        produce requests it leads); a move's copy in a thread of the lowest CPU priority."""
         for key, part in answer.partitions.items():
             followed = link.followed.get(key)
             if followed is None or not followed.current() or not followed.truncated:
@@ -314,7 +335,13 @@ class ReplicaFetchers:
                     continue
                 marks = (part.high_watermark, part.log_start_offset)
                 if len(part.records) >= THREAD_APPEND_BYTES:
-                    await asyncio.to_thread(partition.append_from_leader, part.records, *marks)
+                    copying = _copying(partition, self.node_id)
+                    await asyncio.get_running_loop().run_in_executor(
+                        self._copier if copying else None,
+                        partition.append_from_leader,
+                        part.records,
+                        *marks,
+                    )
                     if not followed.current():
                         link.resend.add(key)  # the role changed while it was written
                         continue

@@ -230,7 +230,7 @@ def decode_answer(body: bytes) -> SessionFetchAnswer:
             raise MalformedSessionFetch(f"{topic}-{partition}: a problem of {error_length} bytes")
         error = reader.take(error_length, f"{topic}-{partition}'s problem")
         (length,) = reader.unpack(_RECORDS_LENGTH, f"{topic}-{partition}'s records length")
-        records = reader.take(length, f"{topic}-{partition}'s records")
+        records = reader.view_of(length, f"{topic}-{partition}'s records")
         if key in partitions:
             raise MalformedSessionFetch(f"{topic}-{partition} appears twice")
         partitions[key] = PartitionAnswer(hw, log_start, records, status, error)
@@ -257,12 +257,16 @@ class _Reader:
         self.at = 0
 
     def take(self, length: int, what: str) -> bytes:
+        return bytes(self.view_of(length, what))
+
+    def view_of(self, length: int, what: str) -> memoryview:
+        """The next `length` bytes, not copied (a fetched part's records: a MiB each)."""
         end = self.at + length
         if end > len(self.view):
             raise MalformedSessionFetch(
                 f"{what} needs {length} bytes at byte {self.at}; the body ends at {len(self.view)}"
             )
-        data = bytes(self.view[self.at : end])
+        data = self.view[self.at : end]
         self.at = end
         return data
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -171,22 +172,29 @@ async def test_an_unexpected_failure_is_logged_and_fetching_goes_on(
     assert partition.log_end_offset == RECORDS
 
 
+@pytest.mark.parametrize(("copying", "nice"), [(False, 0), (True, 19)])
 async def test_a_large_part_is_written_off_the_event_loop(
-    follower: Follower, monkeypatch: pytest.MonkeyPatch
+    follower: Follower, monkeypatch: pytest.MonkeyPatch, copying: bool, nice: int
 ) -> None:
     """A part of THREAD_APPEND_BYTES or more (a follower catching up, a replica a move adds) is
     appended in a worker thread, so the loop serves the node's other work meanwhile; the log
-    ends as it would inline."""
+    ends as it would inline. A move's copy (this replica added, not in sync yet) is written at
+    the lowest CPU priority, the ISR's catch-up at the node's own."""
     partition, fetchers, leader = follower.partition, follower.fetchers, follower.leader
+    if copying:
+        partition.make_follower(PartitionState(1, 0, (1, 0), (1,), adding=(0,)))
+    own = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
     value = b"v" * (THREAD_APPEND_BYTES // RECORDS + 1)
     batch = fmt.encode_batch([fmt.RecordInput(None, value, [], None)] * RECORDS)
     fmt.set_leader_epoch(batch, 0, 0)
     leader.records = bytes(batch)
     threads: list[int] = []
+    priorities: list[int] = []
     append = partition.append_from_leader
 
     def noting_thread(*args: object) -> None:
         threads.append(threading.get_ident())
+        priorities.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
         append(*args)  # type: ignore[arg-type]
 
     monkeypatch.setattr(partition, "append_from_leader", noting_thread)
@@ -197,5 +205,6 @@ async def test_a_large_part_is_written_off_the_event_loop(
     assert parked.answer is None
     assert (partition.log_end_offset, partition.high_watermark) == (RECORDS, 1)
     assert threads and threading.get_ident() not in threads
+    assert priorities == [max(nice, own)]
     written = partition.log.read(0, 1 << 24, upper_offset=RECORDS).data
     assert [r.value for r in fmt.iter_records(written)] == [value] * RECORDS

@@ -47,7 +47,11 @@ def test_an_answer_reads_back_whole() -> None:
             ("t", 1): PartitionAnswer(-1, -1, b"", 409, b'{"code":"FENCED_LEADER_EPOCH"}'),
         },
     )
-    assert decode_answer(b"".join(encode_answer(answer))) == answer
+    body = b"".join(encode_answer(answer))
+    read = decode_answer(body)
+    assert read == answer
+    records = read.partitions[("t", 0)].records
+    assert isinstance(records, memoryview) and records.obj is body  # a fetched MiB: not copied
 
 
 @pytest.mark.parametrize(

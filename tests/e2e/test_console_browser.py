@@ -443,6 +443,25 @@ def replicas(url: str) -> dict[str, list[int]]:
         }
 
 
+def applied_until_removed(browser: Any, url: str, node: int, typed: str | None) -> None:
+    """Apply the plan shown (a decommission's or a removal's, confirmed, `typed` if asked) and
+    wait until the node is marked removed and no partition lists it."""
+
+    def apply() -> None:
+        browser.find_element("id", "apply-plan").click()
+        confirm_dialog(browser, typed=typed)
+
+    acted(browser, apply, f"node {node}'s plan applied")
+    until(
+        lambda: (
+            cluster_nodes(url)[node].get("state") == "removed"
+            and not any(node in r for r in replicas(url).values())
+        ),
+        f"node {node} removed, holding nothing",
+        timeout=120,
+    )
+
+
 def test_the_cluster_page_and_its_actions_over_four_nodes(
     tmp_path: Path, browser: Any, shots: Path
 ) -> None:
@@ -543,20 +562,7 @@ def test_the_cluster_page_and_its_actions_over_four_nodes(
         assert "Decommission node 0" in text and "Bytes to copy" in text, text
         assert cluster_nodes(here)[0].get("state") is None  # a dry run
         browser.save_screenshot(str(shots / "cluster-decommission-plan.png"))
-
-        def decommissioned() -> None:
-            browser.find_element("id", "apply-plan").click()
-            confirm_dialog(browser)
-
-        acted(browser, decommissioned, "the decommission started")
-        until(
-            lambda: (
-                cluster_nodes(here)[0].get("state") == "removed"
-                and not any(0 in r for r in replicas(here).values())
-            ),
-            "node 0 removed, holding nothing",
-            timeout=120,
-        )
+        applied_until_removed(browser, here, 0, None)
         until(lambda: "removed" in reloaded(browser), "node 0 shown removed")
         assert browser.find_elements("id", "decommission-node-0") == []
         assert browser.find_elements("id", "decommission-node-1")  # three in service left
@@ -574,20 +580,7 @@ def test_the_cluster_page_and_its_actions_over_four_nodes(
         wait(browser, lambda: planned(browser), "the removal's plan")
         text = plan_text(browser)
         assert "Remove node 3" in text and "Bytes to copy" in text, text
-
-        def removed() -> None:
-            browser.find_element("id", "apply-plan").click()
-            confirm_dialog(browser, typed="node 3")
-
-        acted(browser, removed, "the removal started")
-        until(
-            lambda: (
-                cluster_nodes(here)[3].get("state") == "removed"
-                and not any(3 in r for r in replicas(here).values())
-            ),
-            "node 3 removed, its replicas re-created",
-            timeout=120,
-        )
+        applied_until_removed(browser, here, 3, "node 3")
         until(
             lambda: "None: every replica is in sync." in reloaded(browser),
             "every replica in sync again",

@@ -870,6 +870,7 @@ class GroupCoordinator:
             if isinstance(position, BaseException):
                 found[tp] = position
             else:
+                _log_reset(group, member, tp, moved[tp], position)
                 member.positions[tp] = again[tp] = position
         found.update(await self._read_many(url, again, limits.max_bytes))
         out.update(found)
@@ -958,7 +959,10 @@ class GroupCoordinator:
             position = self._reset(member, tp, log) if committed is None else committed.offset
             member.positions[tp] = position
         if not log.log_start_offset <= position <= log.log_end_offset:
-            position = member.positions[tp] = self._reset(member, tp, log, position)
+            out_of_range = OffsetOutOfRange(position, log.log_start_offset, log.log_end_offset)
+            reset = member.positions[tp] = self._reset(member, tp, log, position)
+            _log_reset(group, member, tp, out_of_range, reset)
+            position = reset
         return position
 
     def _reset(
@@ -1401,3 +1405,21 @@ class GroupCoordinator:
             for g in sorted(self.groups.values(), key=lambda g: g.name)
             if g.members or g.offsets
         ]
+
+
+def _log_reset(
+    group: Group, member: Member, tp: TopicPartition, out: OffsetOutOfRange, to: int
+) -> None:
+    """A member's position moved by auto_offset_reset (as Kafka's consumer logs it): a
+    position going back makes records delivered again."""
+    logger.info(
+        "group %r member %s: %s-%d position %d is outside the log (%d..%d); %s: %d",
+        group.name,
+        member.member_id,
+        *tp,
+        out.offset,
+        out.log_start_offset,
+        out.log_end_offset,
+        member.auto_offset_reset,
+        to,
+    )

@@ -206,3 +206,18 @@ async def test_a_committed_offset_past_a_new_leaders_high_watermark_is_waited_fo
     # the batch, past the high watermark, cannot be read yet) and commit 0.
     assert (await node.groups.fetch(GROUP, member, NOW)).records == []
     assert node.groups.commit(GROUP, member, None, None) == [(("u", 0), 8)]
+
+
+async def test_a_position_outside_the_log_is_reset_and_said(
+    node: Node, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Retention (here: the log emptied, starting again at 9) took the member's position
+    away: it restarts where auto_offset_reset says, and the node logs the move (a position
+    going back means records delivered again)."""
+    member = await member_at(node, 3)
+    leader = node.replicas.partitions[TP]
+    leader.log.truncate_fully_and_start_at(9)
+    caplog.set_level("INFO", logger="groups.coordinator")
+    assert (await node.groups.fetch(GROUP, member, NOW)).records == []
+    assert node.groups.commit(GROUP, member, None, None) == [(TP, 9)]
+    assert f"member {member}: t-0 position 3 is outside the log (9..9); earliest: 9" in caplog.text

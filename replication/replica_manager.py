@@ -958,6 +958,10 @@ class ReplicaManager:
         joining = set(isr) - set(leading.isr)
         if any(self.store.view.node_states.get(r) == REMOVED for r in joining):
             return False  # a removed node that came back rejoins no ISR
+        if not joining <= self.store.view.live:
+            # Its lease lapsed (KIP-841's fenced broker): the controller would drop it again,
+            # each time in a new epoch; it rejoins once registered again.
+            return False
         new = partition.isr_state(isr)
         registered = self.store.view.registered
         carried = {r: registered.get(r, 0) for r in leading.isr if r in isr and r != self.node_id}

@@ -1,7 +1,9 @@
 """A leader's ISR expansion, proposed by a follower's fetch and written a loop turn later: a
 proposal the leader's next epoch made stale is dropped, and the partition's later ISR changes
 still go through (a move that completes as its new replica catches up left one behind, and
-every later expansion of the partition on that leader was refused)."""
+every later expansion of the partition on that leader was refused). A follower whose node is
+not live (its lease lapsed) does not rejoin until it registers again: the controller would
+drop it at once, each time in a new leader epoch."""
 
 from __future__ import annotations
 
@@ -25,6 +27,8 @@ async def test_a_stale_expansion_is_dropped_and_later_ones_go_through(tmp_path: 
     controller = MemoryMetadataStore(backend)  # node 1, the controller
     await controller.start(NodeInfo(1, "http://node1:8080"))
     fence = await controller.campaign()
+    follower = MemoryMetadataStore(backend)  # node 2
+    await follower.start(NodeInfo(2, "http://node2:8080"))
     moving = PartitionState(0, 3, (0, 1, 2), (0, 1))  # node 2 copying, out of the ISR
     await controller.create_topic(fence, TopicSpec("t", "a" * 32, 1, 3, {}), [moving])
     manager = LogManager(tmp_path)
@@ -54,6 +58,37 @@ async def test_a_stale_expansion_is_dropped_and_later_ones_go_through(tmp_path: 
         assert await store.wait_for(lambda v: v.partitions[("t", 0)].isr == (0, 1, 2), 5)
     finally:
         await replicas.close()
+        await follower.close()
+        await controller.close()
+        await store.close()
+        manager.close()
+
+
+async def test_a_follower_that_is_not_live_rejoins_once_registered(tmp_path: Path) -> None:
+    backend = MemoryBackend()
+    store = MemoryMetadataStore(backend)
+    await store.start(NODE)
+    controller = MemoryMetadataStore(backend)  # node 1, the controller
+    await controller.start(NodeInfo(1, "http://node1:8080"))
+    fence = await controller.campaign()
+    state = PartitionState(0, 3, (0, 1, 2), (0, 1))  # node 2 out of the ISR, not registered
+    await controller.create_topic(fence, TopicSpec("t", "a" * 32, 1, 3, {}), [state])
+    manager = LogManager(tmp_path)
+    replicas = ReplicaManager(manager, store, 0, ChangeNotifier())
+    follower = MemoryMetadataStore(backend)
+    try:
+        await replicas.start()
+        assert await replicas.applied(lambda: replicas.leading("t", 0) is not None, 5)
+        partition = replicas.partitions[("t", 0)]
+        assert not await replicas.change_isr(partition, (0, 1, 2))
+        assert partition.isr == (0, 1) and store.view.partitions[("t", 0)].isr == (0, 1)
+        await follower.start(NodeInfo(2, "http://node2:8080"))
+        assert await store.wait_for(lambda v: 2 in v.live, 5)
+        assert await replicas.change_isr(partition, (0, 1, 2))
+        assert store.view.partitions[("t", 0)].isr == (0, 1, 2)
+    finally:
+        await replicas.close()
+        await follower.close()
         await controller.close()
         await store.close()
         manager.close()

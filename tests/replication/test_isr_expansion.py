@@ -85,7 +85,7 @@ async def test_a_follower_that_is_not_live_rejoins_once_registered(tmp_path: Pat
         await follower.start(NodeInfo(2, "http://node2:8080"))
         assert await store.wait_for(lambda v: 2 in v.live, 5)
         assert await replicas.change_isr(partition, (0, 1, 2))
-        assert store.view.partitions[("t", 0)].isr == (0, 1, 2)
+        assert await store.wait_for(lambda v: v.partitions[("t", 0)].isr == (0, 1, 2), 5)
     finally:
         await replicas.close()
         await follower.close()

@@ -8,70 +8,47 @@ drop it at once, each time in a new leader epoch."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
 from pathlib import Path
+
+import pytest
 
 from engine.manager import LogManager
 from engine.notify import ChangeNotifier
 from replication.memory_store import MemoryBackend, MemoryMetadataStore
-from replication.metadata import NodeInfo, PartitionState, TopicSpec
+from replication.metadata import Fence, NodeInfo, PartitionState, TopicSpec
+from replication.partition import Partition
 from replication.replica_manager import ReplicaManager
 
-NODE = NodeInfo(0, "http://node0:8080")
+FOLLOWER = NodeInfo(2, "http://node2:8080")
 
 
-async def test_a_stale_expansion_is_dropped_and_later_ones_go_through(tmp_path: Path) -> None:
+@dataclass
+class Leading:
+    """Node 0 leading t-0 in epoch 3, replicas (0, 1, 2), ISR (0, 1); node 1 the controller;
+    node 2 (`follower`, a store not started: not live) out of the ISR."""
+
+    store: MemoryMetadataStore
+    controller: MemoryMetadataStore
+    fence: Fence
+    follower: MemoryMetadataStore
+    replicas: ReplicaManager
+
+    @property
+    def partition(self) -> Partition:
+        return self.replicas.partitions[("t", 0)]
+
+
+@pytest.fixture
+async def leading(tmp_path: Path) -> AsyncIterator[Leading]:
     backend = MemoryBackend()
     store = MemoryMetadataStore(backend)
-    await store.start(NODE)
-    controller = MemoryMetadataStore(backend)  # node 1, the controller
+    await store.start(NodeInfo(0, "http://node0:8080"))
+    controller = MemoryMetadataStore(backend)
     await controller.start(NodeInfo(1, "http://node1:8080"))
     fence = await controller.campaign()
-    follower = MemoryMetadataStore(backend)  # node 2
-    await follower.start(NodeInfo(2, "http://node2:8080"))
-    moving = PartitionState(0, 3, (0, 1, 2), (0, 1))  # node 2 copying, out of the ISR
-    await controller.create_topic(fence, TopicSpec("t", "a" * 32, 1, 3, {}), [moving])
-    manager = LogManager(tmp_path)
-    replicas = ReplicaManager(manager, store, 0, ChangeNotifier())
-    try:
-        await replicas.start()
-        assert await replicas.applied(lambda: replicas.leading("t", 0) is not None, 5)
-        partition = replicas.partitions[("t", 0)]
-        # Node 2's fetch at the log end proposes (0, 1, 2); before its write runs, the leader
-        # moves to an epoch whose replicas no longer hold node 2 (the move was cancelled).
-        await replicas.replica_fetch(
-            "t", 0, replica=2, leader_epoch=3, offset=0, max_bytes=1024, timeout_ms=0
-        )
-        stored = store.view.partitions[("t", 0)]
-        partition.make_leader(replace(stored, leader_epoch=4, replicas=(0, 1), isr=(0, 1)))
-        await asyncio.sleep(0)  # the proposal's write task takes its turn
-        assert partition.isr == (0, 1)
-        # The next epoch adds node 2 again: its fetch at the log end brings it into the ISR.
-        again = replace(stored, leader_epoch=4, replicas=(0, 1, 2), isr=(0, 1))
-        assert await controller.set_partition("t", 0, again, fence) is not None
-        assert await replicas.applied(
-            lambda: (leading := partition.leader_state) is not None and 2 in leading.followers, 5
-        )
-        await replicas.replica_fetch(
-            "t", 0, replica=2, leader_epoch=4, offset=0, max_bytes=1024, timeout_ms=0
-        )
-        assert await store.wait_for(lambda v: v.partitions[("t", 0)].isr == (0, 1, 2), 5)
-    finally:
-        await replicas.close()
-        await follower.close()
-        await controller.close()
-        await store.close()
-        manager.close()
-
-
-async def test_a_follower_that_is_not_live_rejoins_once_registered(tmp_path: Path) -> None:
-    backend = MemoryBackend()
-    store = MemoryMetadataStore(backend)
-    await store.start(NODE)
-    controller = MemoryMetadataStore(backend)  # node 1, the controller
-    await controller.start(NodeInfo(1, "http://node1:8080"))
-    fence = await controller.campaign()
-    state = PartitionState(0, 3, (0, 1, 2), (0, 1))  # node 2 out of the ISR, not registered
+    state = PartitionState(0, 3, (0, 1, 2), (0, 1))
     await controller.create_topic(fence, TopicSpec("t", "a" * 32, 1, 3, {}), [state])
     manager = LogManager(tmp_path)
     replicas = ReplicaManager(manager, store, 0, ChangeNotifier())
@@ -79,16 +56,45 @@ async def test_a_follower_that_is_not_live_rejoins_once_registered(tmp_path: Pat
     try:
         await replicas.start()
         assert await replicas.applied(lambda: replicas.leading("t", 0) is not None, 5)
-        partition = replicas.partitions[("t", 0)]
-        assert not await replicas.change_isr(partition, (0, 1, 2))
-        assert partition.isr == (0, 1) and store.view.partitions[("t", 0)].isr == (0, 1)
-        await follower.start(NodeInfo(2, "http://node2:8080"))
-        assert await store.wait_for(lambda v: 2 in v.live, 5)
-        assert await replicas.change_isr(partition, (0, 1, 2))
-        assert await store.wait_for(lambda v: v.partitions[("t", 0)].isr == (0, 1, 2), 5)
+        yield Leading(store, controller, fence, follower, replicas)
     finally:
         await replicas.close()
         await follower.close()
         await controller.close()
         await store.close()
         manager.close()
+
+
+async def test_a_stale_expansion_is_dropped_and_later_ones_go_through(leading: Leading) -> None:
+    store, replicas, partition = leading.store, leading.replicas, leading.partition
+    await leading.follower.start(FOLLOWER)
+    assert await store.wait_for(lambda v: 2 in v.live, 5)
+    # Node 2's fetch at the log end proposes (0, 1, 2); before its write runs, the leader
+    # moves to an epoch whose replicas no longer hold node 2 (the move was cancelled).
+    await replicas.replica_fetch(
+        "t", 0, replica=2, leader_epoch=3, offset=0, max_bytes=1024, timeout_ms=0
+    )
+    stored = store.view.partitions[("t", 0)]
+    partition.make_leader(replace(stored, leader_epoch=4, replicas=(0, 1), isr=(0, 1)))
+    await asyncio.sleep(0)  # the proposal's write task takes its turn
+    assert partition.isr == (0, 1)
+    # The next epoch adds node 2 again: its fetch at the log end brings it into the ISR.
+    again = replace(stored, leader_epoch=4, replicas=(0, 1, 2), isr=(0, 1))
+    assert await leading.controller.set_partition("t", 0, again, leading.fence) is not None
+    assert await replicas.applied(
+        lambda: (state := partition.leader_state) is not None and 2 in state.followers, 5
+    )
+    await replicas.replica_fetch(
+        "t", 0, replica=2, leader_epoch=4, offset=0, max_bytes=1024, timeout_ms=0
+    )
+    assert await store.wait_for(lambda v: v.partitions[("t", 0)].isr == (0, 1, 2), 5)
+
+
+async def test_a_follower_that_is_not_live_rejoins_once_registered(leading: Leading) -> None:
+    store, replicas, partition = leading.store, leading.replicas, leading.partition
+    assert not await replicas.change_isr(partition, (0, 1, 2))
+    assert partition.isr == (0, 1) and store.view.partitions[("t", 0)].isr == (0, 1)
+    await leading.follower.start(FOLLOWER)
+    assert await store.wait_for(lambda v: 2 in v.live, 5)
+    assert await replicas.change_isr(partition, (0, 1, 2))
+    assert await store.wait_for(lambda v: v.partitions[("t", 0)].isr == (0, 1, 2), 5)

@@ -870,7 +870,9 @@ class GroupCoordinator:
             if isinstance(position, BaseException):
                 found[tp] = position
             else:
-                _log_reset(group, member, tp, moved[tp], position)
+                missed = moved[tp]
+                bounds = (missed.log_start_offset, missed.log_end_offset)
+                _log_reset(group, member, tp, missed.offset, bounds, position)
                 member.positions[tp] = again[tp] = position
         found.update(await self._read_many(url, again, limits.max_bytes))
         out.update(found)
@@ -959,9 +961,9 @@ class GroupCoordinator:
             position = self._reset(member, tp, log) if committed is None else committed.offset
             member.positions[tp] = position
         if not log.log_start_offset <= position <= log.log_end_offset:
-            out_of_range = OffsetOutOfRange(position, log.log_start_offset, log.log_end_offset)
             reset = member.positions[tp] = self._reset(member, tp, log, position)
-            _log_reset(group, member, tp, out_of_range, reset)
+            bounds = (log.log_start_offset, log.log_end_offset)
+            _log_reset(group, member, tp, position, bounds, reset)
             position = reset
         return position
 
@@ -1408,7 +1410,12 @@ class GroupCoordinator:
 
 
 def _log_reset(
-    group: Group, member: Member, tp: TopicPartition, out: OffsetOutOfRange, to: int
+    group: Group,
+    member: Member,
+    tp: TopicPartition,
+    position: int,
+    bounds: tuple[int, int],
+    to: int,
 ) -> None:
     """A member's position moved by auto_offset_reset (as Kafka's consumer logs it): a
     position going back makes records delivered again."""
@@ -1417,9 +1424,8 @@ def _log_reset(
         group.name,
         member.member_id,
         *tp,
-        out.offset,
-        out.log_start_offset,
-        out.log_end_offset,
+        position,
+        *bounds,
         member.auto_offset_reset,
         to,
     )

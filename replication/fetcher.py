@@ -143,13 +143,6 @@ class _Link:
         self.sent.update(request.partitions)
 
 
-def _copying(partition: Partition, node_id: int) -> bool:
-    """Whether this node's replica is one a move adds and not yet in sync: its fetches are
-    reassignment traffic, which may wait for the CPU, not the ISR's catch-up."""
-    state = partition.state
-    return state is not None and node_id in state.adding and node_id not in state.isr
-
-
 def _lowest_priority() -> None:
     """Run the calling thread at nice 19 (Linux sets it per thread): the kernel then gives the
     CPU to the node's event loop and to the other processes first."""
@@ -335,7 +328,8 @@ class ReplicaFetchers:
                     continue
                 marks = (part.high_watermark, part.log_start_offset)
                 if len(part.records) >= THREAD_APPEND_BYTES:
-                    copying = _copying(partition, self.node_id)
+                    # A move's copy may wait for the CPU; the ISR's catch-up may not.
+                    copying = partition.copying_to(self.node_id)
                     await asyncio.get_running_loop().run_in_executor(
                         self._copier if copying else None,
                         partition.append_from_leader,

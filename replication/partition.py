@@ -264,7 +264,8 @@ class Partition:
 
     def copying_to(self, replica: int) -> bool:
         """Whether `replica` is one a reassignment adds and not yet in sync: what it fetches
-        is reassignment traffic (throttled), not the ISR's catch-up."""
+        is reassignment traffic (throttled by its leader, written at low priority by itself),
+        not the ISR's catch-up."""
         state = self.state
         return state is not None and replica in state.adding and replica not in state.isr
 

@@ -953,9 +953,9 @@ class ReplicaManager:
             or (proposed_by is not None and leading is not proposed_by)
         ):
             return False
-        if not self.store.view.shutting_down.isdisjoint(set(isr) - set(leading.isr)):
-            return False  # a node in a controlled shutdown does not rejoin (Kafka's rule)
         joining = set(isr) - set(leading.isr)
+        if not self.store.view.shutting_down.isdisjoint(joining):
+            return False  # a node in a controlled shutdown does not rejoin (Kafka's rule)
         if any(self.store.view.node_states.get(r) == REMOVED for r in joining):
             return False  # a removed node that came back rejoins no ISR
         if not joining <= self.store.view.live:

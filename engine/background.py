@@ -48,7 +48,8 @@ class BackgroundTasks:
     async def _every(self, name: str, interval: float, job: Callable[[], object]) -> None:
         while True:
             try:
-                await asyncio.wait_for(self._stopping.wait(), interval)
+                async with asyncio.timeout(interval):
+                    await self._stopping.wait()
                 return
             except TimeoutError:
                 pass

@@ -270,6 +270,11 @@ WORKERS: dict[str, Worker] = {
 }
 
 
+async def _within_deadline(consuming: Awaitable[int]) -> int:
+    async with asyncio.timeout(DEADLINE_S):
+        return await consuming
+
+
 def _worker_main(
     kind: str, params: dict[str, Any], shared: Shared, results: multiprocessing.Queue[Any]
 ) -> None:
@@ -282,9 +287,7 @@ def _worker_main(
         started["wall"], started["cpu"] = time.time(), time.process_time()
 
     try:
-        records = uvloop.run(
-            asyncio.wait_for(WORKERS[kind](params, shared, clock, ready), DEADLINE_S)
-        )
+        records = uvloop.run(_within_deadline(WORKERS[kind](params, shared, clock, ready)))
     except BaseException as error:  # report every failure to the bench, then end the process
         shared.barrier.abort()
         message = f"{type(error).__name__}: {error}".strip()

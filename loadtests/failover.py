@@ -27,7 +27,8 @@ async def first_ack(write: Callable[[], Awaitable[object]], started: float) -> d
     while time.monotonic() - started < TRIAL_DEADLINE_S:
         attempts += 1
         try:
-            await asyncio.wait_for(write(), ATTEMPT_S)
+            async with asyncio.timeout(ATTEMPT_S):
+                await write()
         except Exception as error:  # any refusal or timeout: the failover is not over yet
             failures[str(error) if isinstance(error, Refused) else type(error).__name__] += 1
             await asyncio.sleep(RETRY_PAUSE_S)

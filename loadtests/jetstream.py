@@ -286,7 +286,8 @@ async def _fetch(
             before, due = total, batch
             answered.clear()
             await client.publish(pull, request, reply=inbox)
-            await asyncio.wait_for(answered.wait(), PULL_EXPIRES_S + 10)
+            async with asyncio.timeout(PULL_EXPIRES_S + 10):
+                await answered.wait()
             clock.saw(total - before)
             shared.add(total - before)
     finally:

@@ -255,7 +255,8 @@ class ReplicaFetchers:
             idle_s = settings.max_backoff_ms / 1000 if url is None else wait_s
             timeout = idle_s if link.followed or url is None else None
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(link.changed.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await link.changed.wait()
             return
         request = link.request(
             self.node_id, ready, max(int(wait_s * 1000), 0), settings.response_max_bytes
@@ -302,9 +303,10 @@ class ReplicaFetchers:
             changed.cancel()
         if fetch.done():
             return fetch.result()
+        # Waited for, not awaited: its cancellation (or failure) must not pass for this task's.
+        fetch.add_done_callback(_retrieved)
         fetch.cancel()
-        with contextlib.suppress(asyncio.CancelledError, ReplicationError):
-            await fetch
+        await asyncio.wait((fetch,))
         return None
 
     async def _take(self, link: _Link, answer: SessionFetchAnswer) -> None:

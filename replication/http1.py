@@ -109,9 +109,8 @@ class Http1Pool:
 
     async def _connect(self, host: str, port: int) -> _Connection:
         try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(host, port, limit=MAX_HEAD), self.connect_timeout_s
-            )
+            async with asyncio.timeout(self.connect_timeout_s):
+                reader, writer = await asyncio.open_connection(host, port, limit=MAX_HEAD)
         except (OSError, TimeoutError) as exc:
             raise ConnectFailed(f"cannot connect to {host}:{port}: {exc!r}") from exc
         return _Connection(reader, writer)

@@ -93,7 +93,8 @@ class TieringService:
             await asyncio.gather(*(self._pass(p, topic_id) for p in tiered))
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.settings.interval_s)
+                async with asyncio.timeout(self.settings.interval_s):
+                    await self._wake.wait()
 
     def _forget(self, tp: TopicPartition) -> None:
         self._tiers.pop(tp, None)

@@ -48,9 +48,8 @@ async def _ask(
     if node is None:
         return None
     try:
-        return await asyncio.wait_for(
-            gateway.forwarder.forward(node.url, "GET", path, {}, b""), timeout_s
-        )
+        async with asyncio.timeout(timeout_s):
+            return await gateway.forwarder.forward(node.url, "GET", path, {}, b"")
     except (NodeUnreachable, TimeoutError):
         return None
 

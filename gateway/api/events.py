@@ -158,7 +158,8 @@ class _Stream:
             return
         while not self.gateway.notifier.closing:
             try:
-                item = await asyncio.wait_for(self.items.get(), heartbeat_s)
+                async with asyncio.timeout(heartbeat_s):
+                    item = await self.items.get()
             except TimeoutError:
                 if not await writer.send(sse.HEARTBEAT):
                     return

@@ -383,7 +383,8 @@ class H2Protocol(HandlerInternals):
         if self._streams:  # each is released once answered (a direct answer after its future)
             finished = self._streams_finished = self.event_loop.create_future()
             try:
-                await asyncio.wait_for(asyncio.shield(finished), timeout)
+                async with asyncio.timeout(timeout):
+                    await asyncio.shield(finished)
             except TimeoutError:
                 for stream in list(self._streams.values()):
                     if stream.task is not None:

@@ -53,12 +53,14 @@ class EventWriter:
         """Write a chunk; False once the client is gone or too slow to take it (then told so,
         if it ever reads again, and cut off)."""
         try:
-            await asyncio.wait_for(self.response.write(chunk), SLOW_READER_S)
+            async with asyncio.timeout(SLOW_READER_S):
+                await self.response.write(chunk)
         except TimeoutError:
             detail = f"the client took no events for {SLOW_READER_S:.0f} s"
             with contextlib.suppress(Exception):
                 slow = problem_event(Problem(503, "SLOW_READER", detail))
-                await asyncio.wait_for(self.response.write(slow), 1.0)
+                async with asyncio.timeout(1.0):
+                    await self.response.write(slow)
             log.info("an event stream of %s was cut off: %s", self.what, detail)
             self.cut_off = True
             return False

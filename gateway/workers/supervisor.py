@@ -220,7 +220,8 @@ class Supervisor:
         worker.process, worker.started = process, time.monotonic()
         assert process.stdout is not None
         try:
-            line = await asyncio.wait_for(process.stdout.readline(), START_DEADLINE_S)
+            async with asyncio.timeout(START_DEADLINE_S):
+                line = await process.stdout.readline()
         except TimeoutError:
             await _kill(process)
             raise WorkerFailed(
@@ -290,7 +291,8 @@ class Supervisor:
         for worker in running:
             assert worker.process is not None
             try:
-                await asyncio.wait_for(worker.process.wait(), EXIT_DEADLINE_S)
+                async with asyncio.timeout(EXIT_DEADLINE_S):
+                    await worker.process.wait()
             except TimeoutError:
                 log.error("worker %d did not stop; killing it", worker.node_id)
                 await _kill(worker.process)

@@ -338,9 +338,8 @@ class SubscriptionService:
             return []
         path = SUBSCRIPTION_PARTITIONS_ROUTE.format(name=quote(name, safe=""))
         try:
-            answer = await asyncio.wait_for(
-                self.forwarder.forward(node.url, "GET", path, {}, b""), PEER_TIMEOUT_S
-            )
+            async with asyncio.timeout(PEER_TIMEOUT_S):
+                answer = await self.forwarder.forward(node.url, "GET", path, {}, b"")
         except (NodeUnreachable, TimeoutError):
             return []
         if answer.status != 200:

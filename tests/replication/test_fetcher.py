@@ -208,3 +208,17 @@ async def test_a_large_part_is_written_off_the_event_loop(
     assert priorities == [max(nice, own)]
     written = partition.log.read(0, 1 << 24, upper_offset=RECORDS).data
     assert [r.value for r in fmt.iter_records(written)] == [value] * RECORDS
+
+
+async def test_close_ends_a_link_a_role_change_wakes_in_the_same_turn(follower: Follower) -> None:
+    """A node stopping as its roles change: the link waiting for a change is woken and
+    cancelled in one loop turn, and close still ends (with Python 3.11's asyncio.wait_for the
+    cancellation was swallowed, the link ran on, and the node never exited)."""
+    partition, fetchers = follower.partition, follower.fetchers
+    partition.make_follower(PartitionState(2, 0, (2, 0), (2, 0)))  # node 2: no address known
+    await fetchers.role_changed(partition)
+    await asyncio.sleep(0)  # the link's task takes its first turn: it waits for a change
+    partition.make_follower(PartitionState(2, 1, (2, 0), (2, 0)))
+    await fetchers.role_changed(partition)  # wakes the link, and does not yield
+    async with asyncio.timeout(EVENT_TIMEOUT_S):
+        await fetchers.close()

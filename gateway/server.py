@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 import uvloop
 
+from gateway import stop_watchdog
 from gateway.app import build_app
 from gateway.auth.tls import ServerTls
 from gateway.http.connections import Http1Connection, Http2Connection
@@ -27,6 +28,7 @@ from gateway.state import GATEWAY, Gateway
 from replication.errors import MetadataUnavailable
 
 SHUTDOWN_TIMEOUT_S = 10.0
+STUCK_S = 5.0  # a stop past its bounds by this much is reported (gateway.stop_watchdog)
 # Python's default first threshold (700) is below what the requests in flight hold alive (256
 # one-record produces: thousands of objects), so every young collection promoted live request
 # objects to the older generations, whose collections then cost 7% of the server's CPU
@@ -125,6 +127,8 @@ async def serve(settings: Settings) -> None:
     print(f"sluice listening on {scheme}://{settings.host}:{public.port}", flush=True)
     await stop.wait()
     log.info("shutting down")
+    # Past the handover's and the drain's bounds, and the closing's few seconds, it hangs.
+    stop_watchdog.arm(settings.controlled_shutdown_timeout_s + SHUTDOWN_TIMEOUT_S + STUCK_S)
     if settings.cluster and private is None and settings.controlled_shutdown_timeout_s > 0:
         await _controlled_shutdown(gateway, stop, settings.controlled_shutdown_timeout_s)
     log.info("draining: no new connections; long-polls answered, requests in flight finish")
@@ -134,7 +138,8 @@ async def serve(settings: Settings) -> None:
         # The supervisor's second SIGTERM says every worker has drained: none forwards here.
         print("sluice drained", flush=True)
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), SHUTDOWN_TIMEOUT_S)
+            async with asyncio.timeout(SHUTDOWN_TIMEOUT_S):
+                await stop.wait()
     await site.runner.cleanup()
 
 

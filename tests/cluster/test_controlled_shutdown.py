@@ -31,6 +31,7 @@ from tests.cluster.test_cluster import new_topic
 CONTROLLED_SHUTDOWN_S = 10.0  # the nodes' default --controlled-shutdown-timeout
 DRAIN_S = 10.0  # the server's shutdown timeout for requests in flight
 EXIT_BOUND_S = CONTROLLED_SHUTDOWN_S + DRAIN_S + 10.0
+STUCK_REPORT_CHARS = 20_000
 
 
 def terminate(cluster: Cluster, i: int) -> None:
@@ -42,7 +43,10 @@ def terminate(cluster: Cluster, i: int) -> None:
         status = node.process.wait(EXIT_BOUND_S)
     except subprocess.TimeoutExpired:
         node.kill()
-        raise AssertionError(f"node {i} did not exit within {EXIT_BOUND_S:.0f} s") from None
+        said = log_of(cluster, i)[-STUCK_REPORT_CHARS:]  # its stop watchdog's report, if any
+        raise AssertionError(
+            f"node {i} did not exit within {EXIT_BOUND_S:.0f} s; its log ends:\n{said}"
+        ) from None
     node.process = None
     assert status == 0, f"node {i} exited with status {status}"
 

@@ -52,6 +52,7 @@ from replication.metadata import (
     PartitionState,
     TopicPartition,
     TopicSpec,
+    with_eligible_leaders,
 )
 
 log = logging.getLogger(__name__)
@@ -88,11 +89,14 @@ def elect_leader(
     down cleanly leads alone; one that crashed, only once every ISR member is back and each
     of them crashed, as another may come back with the records it lost: then the one with
     the longest log (KIP-966's balanced recovery, on the `log_ends` their nodes reported; the
-    caller says what may be lost), or with `unclean` the first of them without waiting.
-    Failing that, with `unclean`, the first available replica alone; else the partition is
-    offline with its last ISR kept (its crashed members recorded as `recovering`: they report
-    their log ends), so that it comes back when an ISR member does. Every change is a new
-    leader epoch."""
+    caller says what may be lost), or with `unclean` the first of them without waiting. The
+    balanced recovery also waits for the eligible leader replicas (`state.elr`: they left
+    the ISR while it refused acks=all, so one may hold what the crashes lost) and weighs
+    their logs with the others'. Failing that, with `unclean`, the first available eligible
+    leader replica, else replica, alone; else the partition is offline with its last ISR kept
+    (its crashed members recorded as `recovering`: they and the eligible leader replicas
+    report their log ends), so that it comes back when an ISR member does. Every change is a
+    new leader epoch."""
     available = live - offline
     in_sync = available - restarted - crashed
     if state.leader in in_sync:
@@ -109,12 +113,15 @@ def elect_leader(
     intact = [r for r in back if r not in crashed]
     survivor = intact[0] if intact else None
     if survivor is None and back and len(back) == len(state.isr):
-        survivor = longest_log(back, log_ends or {})
+        eligible = [r for r in state.elr if r in available]
+        if len(eligible) == len(state.elr):
+            survivor = longest_log(back + eligible, log_ends or {})
         if survivor is None and unclean:
             survivor = back[0]  # an unclean election does not wait for the log ends
     if survivor is not None:
         return replace(led, leader=survivor, isr=(survivor,))
-    fallback = next((r for r in state.replicas if r in available), None) if unclean else None
+    candidates = (*state.elr, *state.replicas)  # an eligible replica lost the least
+    fallback = next((r for r in candidates if r in available), None) if unclean else None
     if fallback is not None:
         return replace(led, leader=fallback, isr=(fallback,))
     recovering = tuple(r for r in state.isr if r in crashed)
@@ -693,9 +700,17 @@ class Controller:
                 state, self._in_sync(view, topic, partition, state), view.restarted(state)
             )
             if new is not None:
-                changes.append(Change.decided(view, topic, partition, state, new))
+                changes.append(
+                    Change.decided(view, topic, partition, state, new, self._min_insync(topic))
+                )
         for first in range(0, len(changes), MAX_PARTITIONS_PER_WRITE):
             await self._write_all(fence, changes[first : first + MAX_PARTITIONS_PER_WRITE])
+
+    def _min_insync(self, topic: str) -> int:
+        """The topic's min.insync.replicas (the default if it is gone meanwhile)."""
+        spec = self.store.view.topics.get(topic)
+        configs = {} if spec is None else spec.configs
+        return self.defaults.with_overrides(configs).min_insync_replicas
 
     @staticmethod
     def _in_sync(
@@ -725,7 +740,7 @@ class Controller:
                 state = view.partitions.get(key)
                 new = None if state is None else decide(key, state)
                 if state is not None and new is not None:
-                    changes.append(Change.decided(view, *key, state, new))
+                    changes.append(Change.decided(view, *key, state, new, self._min_insync(key[0])))
             pending = []
             for first in range(0, len(changes), MAX_PARTITIONS_PER_WRITE):
                 batch = changes[first : first + MAX_PARTITIONS_PER_WRITE]
@@ -780,7 +795,10 @@ class Controller:
             )
             new = controlled_shutdown.decide(view, (topic, partition), state, new)
             if new is not None:
-                change = Change.decided(view, topic, partition, state, new, offline, restarted)
+                min_insync = configs[topic].min_insync_replicas
+                change = Change.decided(
+                    view, topic, partition, state, new, min_insync, offline, restarted
+                )
                 if not controlled_shutdown.shutting(view).isdisjoint(state.isr):
                     change = replace(change, leaving=controlled_shutdown.shutting(view))
                 available = state.leader in view.live - offline - restarted
@@ -829,7 +847,9 @@ class Controller:
             live = view.live - controlled_shutdown.shutting(view)  # none back to a leaving node
             new = elect_preferred(state, live, offline, view.restarted(state))
             if new is not None:
-                changes.append(Change.decided(view, topic, partition, state, new))
+                changes.append(
+                    Change.decided(view, topic, partition, state, new, self._min_insync(topic))
+                )
         moved = 0
         for first in range(0, len(changes), MAX_PARTITIONS_PER_WRITE):
             batch = changes[first : first + MAX_PARTITIONS_PER_WRITE]
@@ -884,16 +904,18 @@ class Change:
         partition: int,
         old: PartitionState,
         new: PartitionState,
+        min_insync: int,
         offline: frozenset[int] = frozenset(),
         restarted: frozenset[int] = frozenset(),
     ) -> Change:
-        """A change decided on `view`, guarded by the incarnations it saw."""
+        """A change decided on `view`, guarded by the incarnations it saw, with the eligible
+        leader replicas that follow from its ISR (the topic's `min_insync`)."""
         unclean_recovery = new.leader in view.crashed(old)
         return cls(
             topic,
             partition,
             old,
-            new,
+            with_eligible_leaders(old, new, min_insync),
             offline,
             restarted,
             {r: view.registered.get(r, 0) for r in new.isr},

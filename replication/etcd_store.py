@@ -79,6 +79,7 @@ class _PartitionRecord(msgspec.Struct, omit_defaults=True):
     adding: tuple[int, ...] = ()
     removing: tuple[int, ...] = ()
     original: tuple[int, ...] = ()
+    elr: tuple[int, ...] = ()
 
 
 class _LogEndRecord(msgspec.Struct):
@@ -116,6 +117,7 @@ def _partition_state(kv: KeyValue) -> PartitionState:
         adding=record.adding,
         removing=record.removing,
         original=record.original,
+        elr=record.elr,
         version=kv.mod_revision,
     )
 
@@ -579,6 +581,7 @@ class EtcdMetadataStore(MetadataStore):
             state.adding,
             state.removing,
             state.original,
+            state.elr,
         )
         return Put(self._key("partitions", topic, partition), msgspec.json.encode(record))
 

@@ -13,7 +13,7 @@ import asyncio
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 NO_LEADER = -1
 DECOMMISSIONING = "decommissioning"
@@ -72,6 +72,10 @@ class PartitionState:
     adding: tuple[int, ...] = ()
     removing: tuple[int, ...] = ()
     original: tuple[int, ...] = ()  # the replicas in their order before the move (a cancel's)
+    # KIP-966's eligible leader replicas: members that left the ISR while it was below
+    # min.insync.replicas, so they hold every record acks=all acknowledged; a recovery from
+    # crashed ISR members waits for them too, and weighs their logs
+    elr: tuple[int, ...] = ()
 
     @property
     def reassigning(self) -> bool:
@@ -86,6 +90,21 @@ class PartitionState:
     def original_replicas(self) -> tuple[int, ...]:
         """The replicas it had before its reassignment began (what a cancellation restores)."""
         return self.original or tuple(r for r in self.replicas if r not in self.adding)
+
+
+def with_eligible_leaders(
+    old: PartitionState, new: PartitionState, min_insync: int
+) -> PartitionState:
+    """`new` with its eligible leader replicas (KIP-966) carried from `old`: while the ISR is
+    below `min_insync`, acks=all is refused, so the members it drops (and those dropped before)
+    keep every acknowledged acks=all record; once the ISR is back at `min_insync`, acks=all
+    acknowledges without them again and none is eligible. A member back in the ISR, or no
+    longer a replica, leaves the list."""
+    if len(new.isr) >= min_insync:
+        return new if not new.elr else replace(new, elr=())
+    dropped = (r for r in (*old.elr, *old.isr) if r not in new.isr and r in new.replicas)
+    elr = tuple(dict.fromkeys(dropped))
+    return new if elr == new.elr else replace(new, elr=elr)
 
 
 @dataclass(frozen=True)

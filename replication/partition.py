@@ -27,7 +27,7 @@ from replication.errors import (
     UnknownLeaderEpoch,
 )
 from replication.idempotency import IdempotencyIndex, Marker, first_marker
-from replication.metadata import NO_LEADER, LogEnd, PartitionState
+from replication.metadata import NO_LEADER, LogEnd, PartitionState, with_eligible_leaders
 from replication.replica_state import LeaderState
 
 
@@ -349,9 +349,12 @@ class Partition:
             self.update_high_watermark()
 
     def isr_state(self, isr: tuple[int, ...]) -> PartitionState:
-        """The current state with `isr`, to write to the store (compare-and-set on version)."""
+        """The current state with `isr`, and the eligible leader replicas that follow, to
+        write to the store (compare-and-set on version)."""
         assert self.state is not None
-        return replace(self.state, isr=isr)
+        return with_eligible_leaders(
+            self.state, replace(self.state, isr=isr), self.config.min_insync_replicas
+        )
 
     # -- follower ------------------------------------------------------------------------------
 

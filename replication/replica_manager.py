@@ -197,7 +197,8 @@ class ReplicaManager:
                 return False
             self._applied.clear()
             try:
-                await asyncio.wait_for(self._applied.wait(), remaining)
+                async with asyncio.timeout(remaining):
+                    await self._applied.wait()
             except TimeoutError:
                 return predicate()
         return True
@@ -229,7 +230,8 @@ class ReplicaManager:
                 key: (state.version, self.partitions[key].log_end(self.store.registration))
                 for key, state in hosted
                 if state.leader == NO_LEADER
-                and self.node_id in state.recovering
+                and state.recovering
+                and (self.node_id in state.recovering or self.node_id in state.elr)
                 and not self.partitions[key].log.offline
             }
         )
@@ -511,7 +513,8 @@ class ReplicaManager:
             self._background(flushing)
             return
         try:
-            await asyncio.wait_for(flushing, timeout_ms / 1000)
+            async with asyncio.timeout(timeout_ms / 1000):
+                await flushing
         except TimeoutError:
             raise RequestTimedOut(
                 "the records were appended but not yet flushed within timeout_ms; "

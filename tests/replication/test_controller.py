@@ -43,6 +43,7 @@ from replication.metadata import (
     PartitionState,
     TopicPartition,
     TopicSpec,
+    with_eligible_leaders,
 )
 
 NODES = (1, 2, 3)
@@ -1035,3 +1036,101 @@ async def random_failures(ops: list[Op], unclean: bool) -> None:
 )
 def test_leadership_invariants_hold_over_random_failures(ops: list[Op], unclean: bool) -> None:
     asyncio.run(random_failures(ops, unclean))
+
+
+# -- eligible leader replicas (KIP-966) --------------------------------------------------------
+
+
+def state_of(
+    isr: tuple[int, ...], elr: tuple[int, ...] = (), replicas: tuple[int, ...] = (1, 2, 3)
+) -> PartitionState:
+    return PartitionState(isr[0] if isr else NO_LEADER, 4, replicas, isr, elr=elr)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "min_insync", "elr"),
+    [
+        # The ISR still at min.insync.replicas: acks=all goes on without the member dropped.
+        (state_of((1, 2, 3)), state_of((1, 2)), 2, ()),
+        # Below it: acks=all is refused from now on, so the member dropped keeps all of it...
+        (state_of((1, 2)), state_of((2,)), 2, (1,)),
+        # ...as do the members dropped before, while the ISR stays below...
+        (state_of((1, 2, 3)), state_of((3,)), 3, (1, 2)),
+        (state_of((2,), elr=(1,)), state_of((3,)), 3, (1, 2)),
+        # ...and a member back in the ISR is no longer listed...
+        (state_of((3,), elr=(1, 2)), state_of((3, 1)), 3, (2,)),
+        # ...nor any, once the ISR is back at min.insync.replicas.
+        (state_of((2,), elr=(1,)), state_of((2, 3)), 2, ()),
+        # A move that takes a replica away takes its eligibility with it.
+        (state_of((2,), elr=(1,)), state_of((2,), replicas=(2, 3, 4)), 2, ()),
+        # With min.insync.replicas=1 the ISR is never below it.
+        (state_of((1, 2)), state_of((2,)), 1, ()),
+    ],
+)
+def test_the_eligible_leader_replicas_follow_the_isr_and_min_insync(
+    old: PartitionState, new: PartitionState, min_insync: int, elr: tuple[int, ...]
+) -> None:
+    assert with_eligible_leaders(old, new, min_insync).elr == elr
+
+
+# Node 2 led alone after node 1 left the ISR below min.insync.replicas; then node 2 crashed.
+ALONE = PartitionState(NO_LEADER, 6, (1, 2, 3), (2,), elr=(1,))
+
+
+def test_a_crashed_isr_waits_for_its_eligible_leader_replicas_and_weighs_their_logs() -> None:
+    # Node 2 back after the crash, node 1 not yet: it does not lead what it may have lost.
+    waiting = elect_leader(ALONE, frozenset({2, 3}), False, crashed=frozenset({2}))
+    assert waiting == replace(ALONE, leader_epoch=7, recovering=(2,))
+    # Node 1 back: the longest of their logs leads, once both reported.
+    back = frozenset(NODES)
+    partial = log_ends(n2=(5, 10))
+    assert elect_leader(waiting, back, False, crashed=frozenset({2}), log_ends=partial) is None
+    kept = log_ends(n1=(4, 20), n2=(4, 10))  # node 2 lost records node 1 has
+    new = elect_leader(waiting, back, False, crashed=frozenset({2}), log_ends=kept)
+    assert new is not None and (new.leader, new.leader_epoch, new.isr) == (1, 8, (1,))
+    wrote = log_ends(n1=(4, 20), n2=(6, 12))  # node 2 kept what it led in epoch 6
+    new = elect_leader(waiting, back, False, crashed=frozenset({2}), log_ends=wrote)
+    assert new is not None and (new.leader, new.isr) == (2, (2,))
+
+
+def test_an_unclean_election_prefers_an_eligible_leader_replica() -> None:
+    state = replace(ALONE, replicas=(3, 2, 1))
+    # No ISR member back: an eligible leader replica before the first replica in order.
+    new = elect_leader(state, frozenset({1, 3}), True)
+    assert new is not None and (new.leader, new.isr) == (1, (1,))
+    # The crashed ISR member back: an unclean election waits for no one.
+    new = elect_leader(state, frozenset({2, 3}), True, crashed=frozenset({2}))
+    assert new is not None and new.leader == 2
+
+
+async def test_a_crashed_last_isr_member_waits_for_the_replica_that_left_below_min_insync() -> None:
+    """Schedule 170 of campaign seed 488242866: with min.insync.replicas=2, node 1 loses its
+    lease and leaves the ISR (1, 2), node 2 leads alone (acks=all refused); node 2 crashes,
+    losing its unsynced tail, and comes back before node 1. It must not lead alone: node 1 has
+    every record acks=all acknowledged. The partition waits for node 1, then the longer log
+    leads."""
+    async with running_cluster() as c:
+        await c.controllers[1].create_topic("t", 1, 3, {"min.insync.replicas": 2})
+        c.backend.expire(3)
+        await c.until(out_of_isr(3, 0), "node 3 out of the ISR")
+        assert c.state("t", 0).elr == ()  # (1, 2) is at min.insync.replicas
+        c.backend.expire(1)
+        await c.until(leader_is("t", 0, 2), "node 2 to lead")
+        assert (c.state("t", 0).isr, c.state("t", 0).elr) == ((2,), (1,))
+        await c.controllers[2].close()
+        c.backend.expire(2)
+        await restart(c, 2, clean_start=False)
+        c.controllers[2] = controller = Controller(c.stores[2], 2, TopicConfig())
+        controller.start()
+        await c.until(
+            lambda view: view.partitions[("t", 0)].recovering == (2,), "the partition to wait"
+        )
+        c.backend.revive(1)
+        waiting = c.state("t", 0)
+        assert (waiting.leader, waiting.elr) == (NO_LEADER, (1,))
+        for node, end in ((2, 10), (1, 20)):
+            store = c.stores[node]
+            end_of_log = LogEnd(0, end, store.registration)
+            assert await store.report_log_ends([(("t", 0), waiting.version, end_of_log)])
+        await c.until(leader_is("t", 0, 1), "node 1 to lead")
+        assert c.state("t", 0).isr == (1,)

@@ -504,13 +504,14 @@ async def test_a_full_batch_guarded_by_every_members_incarnation_fits_the_defaul
 
 
 async def test_a_partitions_recovering_members_are_stored(make_store: StoreFactory) -> None:
+    """Its recovering members and eligible leader replicas (a recovery waits for both)."""
     one = await make_store(1)
     fence = await one.campaign()
     await one.create_topic(fence, topic("t"), states())
     assert await one.wait_for(lambda view: view.partition("t", 0) is not None, WAIT_S)
     read = one.view.partitions[("t", 0)]
-    assert read.recovering == ()
-    waiting = replace(read, leader=-1, leader_epoch=1, recovering=(1,))
+    assert (read.recovering, read.elr) == ((), ())
+    waiting = replace(read, leader=-1, leader_epoch=1, recovering=(1,), elr=(2,))
     stored = await one.set_partition("t", 0, waiting, fence)
     assert stored is not None
     assert await one.wait_for(lambda view: view.partition("t", 0) == stored, WAIT_S)

@@ -3,7 +3,8 @@ proposal the leader's next epoch made stale is dropped, and the partition's late
 still go through (a move that completes as its new replica catches up left one behind, and
 every later expansion of the partition on that leader was refused). A follower whose node is
 not live (its lease lapsed) does not rejoin until it registers again: the controller would
-drop it at once, each time in a new leader epoch."""
+drop it at once, each time in a new leader epoch. A member a shrink drops below
+min.insync.replicas stays an eligible leader replica (KIP-966)."""
 
 from __future__ import annotations
 
@@ -98,3 +99,19 @@ async def test_a_follower_that_is_not_live_rejoins_once_registered(leading: Lead
     assert await store.wait_for(lambda v: 2 in v.live, 5)
     assert await replicas.change_isr(partition, (0, 1, 2))
     assert await store.wait_for(lambda v: v.partitions[("t", 0)].isr == (0, 1, 2), 5)
+
+
+async def test_a_shrink_below_min_insync_keeps_the_dropped_member_eligible(
+    leading: Leading,
+) -> None:
+    """KIP-966: while the ISR is below min.insync.replicas acks=all is refused, so a member the
+    leader drops keeps every acknowledged acks=all record: it is stored as an eligible leader
+    replica, until the ISR is back at min.insync.replicas."""
+    store, replicas, partition = leading.store, leading.replicas, leading.partition
+    partition.log.update_config(replace(partition.config, min_insync_replicas=2))
+    assert await replicas.change_isr(partition, (0,))
+    assert await store.wait_for(lambda v: v.partitions[("t", 0)].isr == (0,), 5)
+    assert store.view.partitions[("t", 0)].elr == (1,)
+    assert await replicas.change_isr(partition, (0, 1))
+    assert await store.wait_for(lambda v: v.partitions[("t", 0)].isr == (0, 1), 5)
+    assert not store.view.partitions[("t", 0)].elr

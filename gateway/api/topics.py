@@ -30,10 +30,10 @@ def add_routes(app: web.Application) -> None:
 
 
 def describe(replicas: ReplicaManager, name: str) -> dict[str, Any]:
-    """A topic with each partition's leader, replicas, ISR and the replicas whose log a
-    storage failure took offline, and the offsets of this node's replica of it (null where
-    this node holds none): its logical log start and, tiered, the first offset still on
-    local disk (below it, reads come from S3)."""
+    """A topic with each partition's leader, replicas, ISR, eligible leader replicas and the
+    replicas whose log a storage failure took offline, and the offsets of this node's replica
+    of it (null where this node holds none): its logical log start and, tiered, the first
+    offset still on local disk (below it, reads come from S3)."""
     spec = replicas.topic(name)
     view = replicas.store.view
     rows = []
@@ -46,6 +46,7 @@ def describe(replicas: ReplicaManager, name: str) -> dict[str, Any]:
                 "leader": None if state is None or state.leader == NO_LEADER else state.leader,
                 "replicas": [] if state is None else list(state.replicas),
                 "isr": [] if state is None else list(state.isr),
+                "eligible_leader_replicas": [] if state is None else list(state.elr),
                 "offline_replicas": sorted(view.offline_replicas(name, p)),
                 "log_start_offset": None if local is None else local.log_start_offset,
                 "local_log_start_offset": None if local is None else local.local_log_start_offset,

@@ -100,7 +100,7 @@ def _print_topic(doc: dict[str, Any], table: bool) -> None:
         f"topic {doc['name']}  id {doc['topic_id']}  partitions {len(rows)}  "
         f"replication factor {factor}  configs {overrides}\n"
     )
-    header = ("PARTITION", "LEADER", "REPLICAS", "ISR", "OFFLINE", "LOG-START",
+    header = ("PARTITION", "LEADER", "REPLICAS", "ISR", "ELR", "OFFLINE", "LOG-START",
               "HIGH-WATERMARK", "LOG-END", "SIZE")  # fmt: skip
     print(
         client.table(
@@ -111,6 +111,7 @@ def _print_topic(doc: dict[str, Any], table: bool) -> None:
                     "none" if r["leader"] is None else r["leader"],
                     ",".join(map(str, r["replicas"])),
                     ",".join(map(str, r["isr"])),
+                    ",".join(map(str, r["eligible_leader_replicas"])) or "-",
                     ",".join(map(str, r["offline_replicas"])) or "-",
                     *("-" if r[k] is None else r[k] for k in LOCAL_COLUMNS),
                 ]

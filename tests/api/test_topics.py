@@ -26,6 +26,7 @@ def empty_partition(partition: int, node: int = 0) -> dict[str, object]:
         "leader": node,
         "replicas": [node],
         "isr": [node],
+        "eligible_leader_replicas": [],
         "offline_replicas": [],
         "log_start_offset": 0,
         "local_log_start_offset": 0,

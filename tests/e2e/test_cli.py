@@ -481,11 +481,11 @@ def test_topics_print_a_table_or_json(server: Server) -> None:
     assert created.returncode == 0, created.stderr
     lines = created.stdout.splitlines()
     assert lines[0].split()[:2] == ["topic", "tab"] and "retention.ms=1000" in lines[0]
-    assert lines[2].split() == ["PARTITION", "LEADER", "REPLICAS", "ISR", "OFFLINE",
+    assert lines[2].split() == ["PARTITION", "LEADER", "REPLICAS", "ISR", "ELR", "OFFLINE",
                                 "LOG-START", "HIGH-WATERMARK", "LOG-END", "SIZE"]  # fmt: skip
     assert [line.split() for line in lines[3:]] == [
-        ["0", "0", "0", "0", "-", "0", "0", "0", "0"],
-        ["1", "0", "0", "0", "-", "0", "0", "0", "0"],
+        ["0", "0", "0", "0", "-", "-", "0", "0", "0", "0"],
+        ["1", "0", "0", "0", "-", "-", "0", "0", "0", "0"],
     ]
     piped = sluice(server, "topics", "describe", "tab")  # not a terminal: JSON
     assert orjson.loads(piped.stdout)["name"] == "tab"
@@ -497,14 +497,15 @@ def test_the_table_shows_offline_replicas_and_a_missing_leader(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """A cluster's partition whose only in-sync replica's disk failed: no leader, node 1
-    offline, and node 2's row without a local replica (its offsets null)."""
-    row = {"partition": 0, "leader": None, "replicas": [1, 2], "isr": [1],
-           "offline_replicas": [1], "log_start_offset": None, "high_watermark": None,
-           "log_end_offset": None, "size_bytes": None}  # fmt: skip
+    offline, node 3 eligible (it left the ISR below min.insync.replicas), and node 2's row
+    without a local replica (its offsets null)."""
+    row = {"partition": 0, "leader": None, "replicas": [1, 2, 3], "isr": [1],
+           "eligible_leader_replicas": [3], "offline_replicas": [1], "log_start_offset": None,
+           "high_watermark": None, "log_end_offset": None, "size_bytes": None}  # fmt: skip
     doc = {"name": "t", "topic_id": "a" * 32, "overrides": {}, "partitions": [row]}
     cli._print_topic(doc, table=True)
     lines = capsys.readouterr().out.splitlines()
-    assert lines[3].split() == ["0", "none", "1,2", "1", "1", "-", "-", "-", "-"]
+    assert lines[3].split() == ["0", "none", "1,2,3", "1", "3", "1", "-", "-", "-", "-"]
 
 
 def _produce(server: Server, stdin: Any, stderr: Any, *args: str) -> subprocess.Popen[bytes]:

@@ -332,6 +332,7 @@ export async function page(_params, _query, signal) {
     ["Leader", (r) => r.leader ?? "none"],
     ["Replicas", (r) => r.replicas.join(", ")],
     ["In sync", (r) => r.isr.join(", ")],
+    ["Eligible leaders", (r) => r.eligible_leader_replicas.join(", ") || "—"],
     ["Offline replicas", (r) => r.offline_replicas.join(", ") || "—"],
   ];
   return h(

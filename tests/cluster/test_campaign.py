@@ -37,6 +37,7 @@ from tests.cluster.workload import ATTEMPT_TIMEOUT_S, History, Workload
 PARTITIONS = 3  # preferred leaders on every node
 DRAIN_S = 30.0  # after healing, how long producers may still retry before it counts as stuck
 FINAL_READ_S = 30.0
+FINAL_READ_ATTEMPTS = 3  # reads of the final logs a late move may spoil before it counts as stuck
 SHOWN_PER_SCHEDULE = 8
 
 
@@ -186,6 +187,51 @@ def _stuck(what: str, cluster: Cluster, topic: str) -> Verdict:
     return verdict
 
 
+def _full_replicas(cluster: Cluster, topic: str) -> dict[int, tuple[int, ...]] | None:
+    """Each partition's replicas, if every partition is on every node and none moves."""
+    states = [cluster.etcd.partition(topic, p) for p in range(PARTITIONS)]
+    if any(
+        s is None or s.adding or s.removing or len(set(s.replicas)) < cluster.size for s in states
+    ):
+        return None
+    return {p: s.replicas for p, s in enumerate(states) if s is not None}
+
+
+async def _read_final_logs(
+    cluster: Cluster,
+    reassigner: Reassigner,
+    topic: str,
+    final_end: dict[int, int],
+    faults: FaultLog,
+) -> dict[int, dict[int, list[LogRecord]]] | None:
+    """Each node's log of each partition below its final end, read while every partition is on
+    every node and none changes its replicas. A move the reassigner sent without an answer may
+    still land after the settle, and a replica it drops deletes its log as the checker reads
+    it: then settle again and read again (bounded). None if it never held still."""
+    for _ in range(FINAL_READ_ATTEMPTS):
+        before = await asyncio.to_thread(_full_replicas, cluster, topic)
+        if before is not None:
+            logs = {
+                node: {
+                    p: [r for r in cluster.replica_log(node, topic, p) if r.offset < final_end[p]]
+                    for p in range(PARTITIONS)
+                }
+                for node in range(cluster.size)
+            }
+            if await asyncio.to_thread(_full_replicas, cluster, topic) == before:
+                return logs
+        faults.events.append("a late move changed the replicas: settle and read the logs again")
+        if not await reassigner.settle(PARTITIONS):
+            return None
+        try:
+            rows = await asyncio.to_thread(cluster.wait_in_sync, topic, PARTITIONS)
+        except WaitTimeout:
+            return None
+        if {row["partition"]: row["end"] for row in rows} != final_end:
+            return None
+    return None
+
+
 async def run_schedule(
     cluster: Cluster,
     session: aiohttp.ClientSession,
@@ -260,13 +306,13 @@ async def run_schedule(
         return schedule, faults, verdict, history
     await asyncio.gather(members.read_final(PARTITIONS), admin.read_final())
     faults.events.append(f"{history.now():6.2f}s group offsets and topics read back")
-    final_logs: dict[int, dict[int, list[LogRecord]]] = {
-        node: {
-            p: [r for r in cluster.replica_log(node, topic, p) if r.offset < final_end[p]]
-            for p in range(PARTITIONS)
-        }
-        for node in range(cluster.size)
-    }
+    final_logs = await _read_final_logs(cluster, reassigner, topic, final_end, faults)
+    if final_logs is None:
+        verdict = _stuck(
+            "partitions kept changing replicas while their logs were read", cluster, topic
+        )
+        verdict.ops = Counter(op.outcome for op in history.ops)
+        return schedule, faults, verdict, history
     changes = await asyncio.to_thread(
         cluster.etcd.history, f"{ETCD_PREFIX}/partitions/{topic}/".encode(), start_revision + 1
     )

@@ -29,6 +29,7 @@ from gateway.worker_dirs import sibling_data_dirs
 from groups.coordinator import GroupCoordinator
 from groups.subscriptions.positions import GroupPositions
 from groups.subscriptions.service import SubscriptionService
+from replication.acks import Acks
 from replication.broker import Broker, BrokerSettings
 from replication.forward_client import ForwardClient
 from replication.replica_manager import ReplicaManager, ReplicationSettings
@@ -179,7 +180,7 @@ async def _dead_letter(
         request = ProduceRequest(
             topic=topic,
             partition=p,
-            acks="all",
+            acks=Acks.ALL,
             timeout_ms=settings.default_produce_timeout_ms,
             content_type=codecs.RECORD_BATCH,
             body=bytes(fmt.encode_batch(batch)),

@@ -39,6 +39,7 @@ from engine.offsets_topic import CommittedOffset, StoredGroup, TopicPartition
 from groups import remote
 from groups.assignors import ASSIGNORS
 from groups.errors import GroupError
+from replication.acks import Acks
 from replication.errors import LeaderNotAvailable, NotLeader, ReplicationError
 from replication.fetch_limits import FetchLimits
 from replication.forward_client import ForwardClient
@@ -1327,7 +1328,7 @@ class GroupCoordinator:
         """Append to the group's offsets partition (`durable` waits for its replicas)."""
         partition = self.coordinator(group)
         limit = partition.config.max_message_bytes
-        info = partition.append(offsets_topic.encode(records, limit), "1")
+        info = partition.append(offsets_topic.encode(records, limit), Acks.LEADER)
         self._written[group] = (partition, info.last_offset)
 
     async def durable(self, name: str, timeout_ms: int) -> None:

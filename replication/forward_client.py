@@ -13,6 +13,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from replication.acks import Acks
 from replication.errors import NodeUnreachable, ReplicationError
 from replication.http1 import ConnectFailed, Http1Pool
 from replication.node_contract import (
@@ -114,13 +115,13 @@ class ForwardClient:
         topic: str,
         partition: int,
         data: bytes | bytearray,
-        acks: str,
+        acks: Acks,
         timeout_ms: int,
     ) -> int:
         """Append batches a front node built (flags and all) at the partition's leader, through
         its internal append route; returns their base offset."""
         path = append_path(topic, partition)
-        query = f"?acks={acks}&timeout_ms={timeout_ms}"
+        query = f"?acks={acks.value}&timeout_ms={timeout_ms}"
         answer = await self.forward(
             url, "POST", path + query, {"Content-Type": RECORD_BATCH}, bytes(data)
         )

@@ -17,9 +17,10 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
+from replication.acks import Acks
 from replication.forward_client import ForwardClient, RemoteError
 
-Key = tuple[str, str, int, str, int]  # leader URL, topic, partition, acks, timeout_ms
+Key = tuple[str, str, int, Acks, int]  # leader URL, topic, partition, acks, timeout_ms
 MAX_JOINED_BYTES = 4 * 1024 * 1024  # past this, a turn's appends go in more than one request
 
 
@@ -47,7 +48,7 @@ class ForwardedAppends:
         partition: int,
         data: bytes | bytearray,
         count: int,
-        acks: str,
+        acks: Acks,
         timeout_ms: int,
     ) -> int:
         """The base offset of `data` (`count` records) once the leader has it, acks honoured."""

@@ -12,9 +12,10 @@ from __future__ import annotations
 import asyncio
 
 from engine.log import AppendInfo
+from replication.acks import Acks
 from replication.partition import Partition
 
-Waiting = list[tuple[bytes | bytearray, str, "asyncio.Future[AppendInfo]"]]
+Waiting = list[tuple[bytes | bytearray, Acks, "asyncio.Future[AppendInfo]"]]
 
 
 class AppendGroups:
@@ -27,7 +28,7 @@ class AppendGroups:
         self.requests = 0
 
     def append(
-        self, partition: Partition, data: bytes | bytearray, acks: str
+        self, partition: Partition, data: bytes | bytearray, acks: Acks
     ) -> asyncio.Future[AppendInfo]:
         """Where `data` landed, once this turn's appends to `partition` are written."""
         loop = self._loop

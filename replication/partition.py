@@ -18,6 +18,7 @@ from engine.batch import BatchHeader
 from engine.config import TopicConfig
 from engine.errors import OffsetOutOfRange
 from engine.log import AppendInfo, PartitionLog, ReadResult
+from replication.acks import Acks
 from replication.errors import (
     FencedLeaderEpoch,
     IdempotencyKeyReused,
@@ -162,7 +163,7 @@ class Partition:
             )
         return self.leader_state
 
-    def append(self, data: bytes | bytearray, acks: str) -> AppendInfo:
+    def append(self, data: bytes | bytearray, acks: Acks) -> AppendInfo:
         """Append producer batches in this epoch. acks=all with the ISR below
         min.insync.replicas appends nothing (Kafka's NOT_ENOUGH_REPLICAS). A marked request
         this log already holds appends nothing and answers where its records are. An offline
@@ -174,7 +175,7 @@ class Partition:
             repeat = self._repeat(marker)
             if repeat is not None:
                 return repeat
-        if acks == "all":
+        if acks is Acks.ALL:
             self.check_enough_replicas()
         info = self.log.append_as_leader(data, leading.leader_epoch)
         if marker is not None:
@@ -183,7 +184,7 @@ class Partition:
         return info
 
     def append_together(
-        self, requests: Sequence[tuple[bytes | bytearray, str]]
+        self, requests: Sequence[tuple[bytes | bytearray, Acks]]
     ) -> list[AppendInfo | Exception]:
         """Append several produce requests (data, acks) in one write, each judged alone: a
         repeat answers with its first attempt's offsets, a refused one gets its own error, the
@@ -205,7 +206,7 @@ class Partition:
                     if repeat is not None:
                         outcomes[i] = repeat
                         continue
-                if acks == "all":
+                if acks is Acks.ALL:
                     self.check_enough_replicas()
                 buf = data if isinstance(data, bytearray) else bytearray(data)
                 checked.append((i, buf, self.log.check_as_leader(buf)))

@@ -32,6 +32,7 @@ from engine.errors import (
 from engine.log import AppendInfo, PartitionLog, ReadResult
 from engine.manager import LogManager
 from engine.notify import ChangeNotifier
+from replication.acks import Acks
 from replication.errors import (
     LeaderChangedAfterAppend,
     LeaderNotAvailable,
@@ -485,7 +486,7 @@ class ReplicaManager:
     # -- produce -------------------------------------------------------------------------------
 
     async def append(
-        self, topic: str, partition: int, data: bytes | bytearray, acks: str, timeout_ms: int
+        self, topic: str, partition: int, data: bytes | bytearray, acks: Acks, timeout_ms: int
     ) -> AppendInfo:
         """Append producer batches as leader and honour acks (one partition's whole produce)."""
         leader = await self.leader(topic, partition)
@@ -494,22 +495,22 @@ class ReplicaManager:
         return info
 
     async def acknowledge(
-        self, leader: Partition, info: AppendInfo, acks: str, timeout_ms: int
+        self, leader: Partition, info: AppendInfo, acks: Acks, timeout_ms: int
     ) -> None:
-        """After `leader.append`: "0" and "1" return at once (after an fsync the flush policy
-        asks for, with "1"), "all" once the high watermark passes the last record."""
+        """After `leader.append`: acks 0 and 1 return at once (after an fsync the flush policy
+        asks for, with 1), all once the high watermark passes the last record."""
         if info.flush_due:
             await self._flush(leader, info.last_offset, acks, timeout_ms)
-        if acks == "all":
+        if acks is Acks.ALL:
             self.counters.acks_waiting += 1
             try:
                 await self.wait_committed(leader, info.last_offset, timeout_ms)
             finally:
                 self.counters.acks_waiting -= 1
 
-    async def _flush(self, partition: Partition, offset: int, acks: str, timeout_ms: int) -> None:
+    async def _flush(self, partition: Partition, offset: int, acks: Acks, timeout_ms: int) -> None:
         flushing = self.flushes.flush_through(partition, offset)
-        if acks == "0":
+        if acks is Acks.NONE:
             self._background(flushing)
             return
         try:

@@ -67,6 +67,7 @@ from gateway.produce.front import Built, ProduceRequest
 from gateway.produce.idempotency import validate_key
 from gateway.state import Gateway
 from groups.coordinator import CURSOR_MASK
+from replication.acks import BY_SPELLING, Acks
 from replication.errors import PartiallyAppended
 from replication.fetch_limits import FetchLimits
 from replication.metadata import TopicSpec
@@ -76,7 +77,6 @@ from replication.partition import Partition
 TOPIC_ROUTE = "/v1/topics/{topic}/records"
 PARTITION_ROUTE = "/v1/topics/{topic}/partitions/{partition}/records"
 MEMBER_ROUTE = "/v1/groups/{group}/members/{member}/records"
-ACKS = {"0": "0", "1": "1", "all": "all", "-1": "all"}
 # Headers the body reader acts on: their requests take the general path (a forwarded request
 # too, but for the internal append, which only other nodes send).
 _GENERAL_PATH_HEADERS = ("Content-Encoding", "Expect")
@@ -87,7 +87,6 @@ _FETCH_PARAMS = frozenset({"offset", "max_records", "max_bytes", "min_bytes", "t
 _MEMBER_FETCH_PARAMS = frozenset({"cursor", "max_records", "max_bytes", "min_bytes", "timeout_ms"})
 _APPEND_PARAMS = frozenset({"acks", "timeout_ms"})
 _V2_PRODUCE_PARAMS = frozenset({"acks", "timeout_ms"})
-_APPEND_ACKS = frozenset({"0", "1", "all"})
 # Accept headers a fetch takes as they are (anything else is negotiated by the Application).
 _FETCH_ACCEPT = {
     None: codecs.JSON,
@@ -108,8 +107,8 @@ _date: tuple[str, tuple[bytes, bytes]] = ("", (b"date", b""))
 # A produce target's plain reading (`FastRoutes._plain_produce_target`), remembered: clients repeat
 # their target, and reading it costs ~2 µs of a produce. At most this many, then forgotten.
 _TARGETS_KEPT = 1024
-PlainProduce = tuple[str, int | None, str, int, str | None, str]
-_NOT_PLAIN: PlainProduce = ("", None, "", 0, None, "")  # a target the fast routes leave
+PlainProduce = tuple[str, int | None, Acks, int, str | None, str]
+_NOT_PLAIN: PlainProduce = ("", None, Acks.ALL, 0, None, "")  # a target the fast routes leave
 _ORIGINS_KEPT = 256  # the CORS headers of this many Origin values, remembered
 _ADMITTED_KEPT = 10_000  # (credentials, route, resource) admitted, remembered
 Headers = tuple[tuple[str, str], ...]
@@ -138,7 +137,7 @@ class FastAppend:
     topic: str
     partition: int
     data: bytes
-    acks: str
+    acks: Acks
     timeout_ms: int
     target: str
     cors: Headers = ()
@@ -500,10 +499,10 @@ class FastRoutes:
         built, owners = made
         return FastProduce(produce, route, len(body), (), built, owners, answer_type)
 
-    def _acks_and_timeout(self, params: Mapping[str, str]) -> tuple[str, int] | None:
+    def _acks_and_timeout(self, params: Mapping[str, str]) -> tuple[Acks, int] | None:
         """A produce's `acks` and `timeout_ms`; None when either is bad (the route says why)."""
         settings = self.gateway.settings
-        acks = ACKS.get(params.get("acks", "all"))
+        acks = BY_SPELLING.get(params.get("acks", "all"))
         if acks is None:
             return None
         try:
@@ -544,8 +543,8 @@ class FastRoutes:
         params = _query(query, _APPEND_PARAMS)
         if params is None or topic.name in INTERNAL_TOPICS:
             return None
-        acks = params.get("acks", "all")
-        if acks not in _APPEND_ACKS:
+        acks = BY_SPELLING.get(params.get("acks", "all"))
+        if acks is None:
             return None
         settings = self.gateway.settings
         try:

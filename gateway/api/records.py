@@ -35,12 +35,11 @@ from gateway.produce.front import ProduceRequest
 from gateway.produce.idempotency import validate_key
 from gateway.settings import Settings
 from gateway.state import Gateway, gateway_of
+from replication.acks import BY_SPELLING, Acks
 from replication.errors import NotLeader
 from replication.fetch_limits import FetchLimits
 from replication.metadata import RACK_NAME
 from replication.node_contract import FORWARDED_BY
-
-ACKS = ("0", "1", "all", "-1")
 
 
 def add_routes(app: web.Application) -> None:
@@ -79,7 +78,7 @@ async def produce(request: web.Request) -> web.Response:
         ProduceRequest(
             topic=name,
             partition=partition,
-            acks="all" if acks == "-1" else acks,
+            acks=acks,
             timeout_ms=timeout_ms,
             content_type=request.content_type,
             body=body,
@@ -198,15 +197,20 @@ async def delete_records(request: web.Request) -> web.Response:
     return json_response({"log_start_offset": start})
 
 
-def produced(acks: str) -> int:
+def produced(acks: Acks) -> int:
     """A produce's status: 202 when nothing was awaited (acks=0), else 200."""
-    return 202 if acks == "0" else 200
+    return 202 if acks is Acks.NONE else 200
 
 
-def produce_options(request: web.Request, gateway: Gateway) -> tuple[str, int, str | None]:
+def acks_param(request: web.Request) -> Acks:
+    """The request's `acks` (all when absent): 0, 1, all or Kafka's -1 for all."""
+    return BY_SPELLING[choice_param(request, "acks", "all", tuple(BY_SPELLING))]
+
+
+def produce_options(request: web.Request, gateway: Gateway) -> tuple[Acks, int, str | None]:
     """A produce's `acks`, `timeout_ms` and `Idempotency-Key`, checked (/v1 and the REST
     Proxy take the same)."""
-    acks = choice_param(request, "acks", "all", ACKS)
+    acks = acks_param(request)
     settings = gateway.settings
     timeout_ms = int_param(
         request, "timeout_ms", settings.default_produce_timeout_ms, 0, settings.max_wait_ms

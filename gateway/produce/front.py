@@ -23,6 +23,7 @@ from gateway.produce import idempotency
 from gateway.produce.errors import ProduceError
 from gateway.produce.idempotency import InFlight
 from gateway.produce.partitioner import StickyPartitioner, partition_for_key
+from replication.acks import Acks
 from replication.errors import LeaderNotAvailable, NodeUnreachable, NotLeader, PartiallyAppended
 from replication.forward_client import ForwardClient, RemoteError
 from replication.forwarded_appends import ForwardedAppends
@@ -48,7 +49,7 @@ except ImportError:  # built without a C compiler: JSON produces take the equiva
 class ProduceRequest:
     topic: str
     partition: int | None  # from the path, if the URL names one
-    acks: str  # "0", "1" or "all"
+    acks: Acks
     timeout_ms: int
     content_type: str
     body: bytes
@@ -161,7 +162,7 @@ class Producer:
         """The common produce's append, joining this loop turn's write without a coroutine:
         one partition led here, acks 0 or 1. Its landing and its leader; None for any other
         request (`produce` appends those)."""
-        if request.acks == "all" or len(built.batches) != 1:
+        if request.acks is Acks.ALL or len(built.batches) != 1:
             return None
         item = built.batches[0]
         leader = self.replicas.leading(built.topic.name, item.partition)
@@ -380,7 +381,7 @@ class Producer:
                 if node is None or request.forwarded:
                     raise
                 remote.append((item, node.url))
-        if request.acks == "all":
+        if request.acks is Acks.ALL:
             # Every partition's ISR first: a refused request appends nothing anywhere.
             for _, leader in local:
                 leader.check_enough_replicas()
@@ -392,7 +393,7 @@ class Producer:
             info = await self.replicas.appends.append(leader, item.data, request.acks)
             results[item.partition] = (info.first_offset, item.count)
             self.metrics.traffic.produced(topic.name, item.count, len(item.data))
-            if info.flush_due or request.acks == "all":
+            if info.flush_due or request.acks is Acks.ALL:
                 await self.replicas.acknowledge(leader, info, request.acks, request.timeout_ms)
             return
         # Every local partition's append joins this loop turn's write before any is awaited.

@@ -20,6 +20,7 @@ from engine.config import TopicConfig
 from gateway.formats import codecs
 from gateway.http.problem import Problem
 from gateway.produce import front as produce
+from replication.acks import Acks
 
 assert produce._json_batches is not None, "gateway.formats._producejson is not built"
 json_batches = produce._json_batches
@@ -73,7 +74,7 @@ def answer(body: bytes, topic: Topic, native: bool) -> tuple[Any, int]:
     producer = produce.Producer(cast(Any, _Replicas(config)), unused, unused, unused)
     spec = cast(Any, types.SimpleNamespace(name="t", partitions=topic.partitions))
     request = produce.ProduceRequest(
-        "t", topic.url_partition, "1", 1000, codecs.JSON, body, None, None, "/"
+        "t", topic.url_partition, Acks.LEADER, 1000, codecs.JSON, body, None, None, "/"
     )
     saved = produce._json_batches, produce.time  # type: ignore[attr-defined]
     produce._json_batches = json_batches if native else None

@@ -27,6 +27,7 @@ from gateway.formats import codecs
 from gateway.http.problem import Problem
 from gateway.produce import front as produce
 from gateway.produce.partitioner import partition_for_key
+from replication.acks import Acks
 from tests.gateway.test_fetchjson import logs
 
 _producejson = pytest.importorskip("gateway.formats._producejson")
@@ -93,7 +94,7 @@ def _route_batches(body: bytes, partitions: int, url_partition: int | None) -> A
     producer._keyless = lambda *args: KEYLESS  # type: ignore[method-assign]
     spec = cast(Any, types.SimpleNamespace(name="t", partitions=partitions))
     request = produce.ProduceRequest(
-        "t", url_partition, "1", 1000, codecs.JSON, v1_body, None, None, "/"
+        "t", url_partition, Acks.LEADER, 1000, codecs.JSON, v1_body, None, None, "/"
     )
     saved = produce._json_batches, produce.time  # type: ignore[attr-defined]
     produce._json_batches = None

@@ -23,6 +23,7 @@ from engine.manager import LogManager
 from engine.notify import ChangeNotifier
 from engine.offsets_topic import TopicPartition
 from groups.coordinator import GroupCoordinator, JoinRequest
+from replication.acks import Acks
 from replication.errors import RequestTimedOut
 from replication.fetch_limits import FetchLimits
 from replication.forward_client import ForwardClient
@@ -67,7 +68,7 @@ class Node:
 
     def produce(self, count: int) -> None:
         records = [fmt.RecordInput(None, b"v", []) for _ in range(count)]
-        self.replicas.partitions[TP].append(fmt.encode_batch(records), "1")
+        self.replicas.partitions[TP].append(fmt.encode_batch(records), Acks.LEADER)
 
     def follower_fetched(self) -> None:
         """Node 1 fetched the offsets partition up to its log end, as its fetcher would."""

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from replication.acks import Acks
 from replication.errors import NodeUnreachable
 from replication.forward_client import ForwardClient, RemoteError
 from replication.forwarded_appends import ForwardedAppends
@@ -23,12 +24,12 @@ class Leader(ForwardClient):
 
     def __init__(self, fail: BaseException | None = None) -> None:
         super().__init__(node_id=1)
-        self.sent: list[tuple[str, int, bytes, str, int]] = []
+        self.sent: list[tuple[str, int, bytes, Acks, int]] = []
         self.end = 0
         self.fail = fail
 
     async def produce_batches(
-        self, url: str, topic: str, partition: int, data: bytes | bytearray, acks: str,
+        self, url: str, topic: str, partition: int, data: bytes | bytearray, acks: Acks,
         timeout_ms: int,
     ) -> int:  # fmt: skip
         self.sent.append((topic, partition, bytes(data), acks, timeout_ms))
@@ -43,7 +44,9 @@ class Leader(ForwardClient):
         return base
 
 
-def one(appends: ForwardedAppends, data: bytes, partition: int = 0, acks: str = "1") -> Any:
+def one(
+    appends: ForwardedAppends, data: bytes, partition: int = 0, acks: Acks = Acks.LEADER
+) -> Any:
     return appends.append("http://leader", "t", partition, data, len(data), acks, 1000)
 
 
@@ -63,10 +66,10 @@ async def test_only_the_same_partition_acks_and_timeout_are_joined() -> None:
     leader = Leader()
     appends = ForwardedAppends(leader)
     await asyncio.gather(
-        one(appends, b"a"), one(appends, b"b", partition=1), one(appends, b"c", acks="all"),
+        one(appends, b"a"), one(appends, b"b", partition=1), one(appends, b"c", acks=Acks.ALL),
         one(appends, b"d"),
     )  # fmt: skip
-    assert sorted((p, acks, data) for _, p, data, acks, _ in leader.sent) == [
+    assert sorted((p, acks.value, data) for _, p, data, acks, _ in leader.sent) == [
         (0, "1", b"ad"),
         (0, "all", b"c"),
         (1, "1", b"b"),

@@ -15,6 +15,7 @@ from engine.config import TopicConfig
 from engine.errors import InvalidRecord, RecordTooLarge
 from engine.log import AppendInfo, PartitionLog
 from engine.segment import LogSegment
+from replication.acks import Acks
 from replication.errors import IdempotencyKeyReused, NotEnoughReplicas, NotLeader
 from replication.group_commit import AppendGroups, FlushGroups
 from replication.idempotency import IdempotencyIndex, Marker
@@ -65,7 +66,7 @@ async def test_one_turns_produces_share_one_write_with_their_own_offsets(
 ) -> None:
     groups = AppendGroups()
     bodies = [records(b"a"), records(b"b", b"c"), records(b"d")]
-    infos = await asyncio.gather(*(groups.append(leader, body, "1") for body in bodies))
+    infos = await asyncio.gather(*(groups.append(leader, body, Acks.LEADER) for body in bodies))
     assert [(i.first_offset, i.last_offset, i.record_count) for i in infos] == [
         (0, 0, 1),
         (1, 2, 2),
@@ -78,7 +79,7 @@ async def test_one_turns_produces_share_one_write_with_their_own_offsets(
 
 
 async def test_an_idle_partition_writes_in_the_turn_it_is_asked(leader: Partition) -> None:
-    landing = AppendGroups().append(leader, records(b"a"), "1")
+    landing = AppendGroups().append(leader, records(b"a"), Acks.LEADER)
     assert not landing.done()
     await asyncio.sleep(0)  # one loop turn: the write is scheduled with call_soon
     assert landing.done()
@@ -91,10 +92,10 @@ async def test_a_refused_request_fails_alone(leader: Partition, writes: list[int
     corrupt[-1] ^= 0xFF  # its CRC no longer matches
     too_large = records(b"y" * 5000)
     outcomes = await asyncio.gather(
-        groups.append(leader, records(b"a"), "1"),
-        groups.append(leader, corrupt, "1"),
-        groups.append(leader, too_large, "1"),
-        groups.append(leader, records(b"b"), "1"),
+        groups.append(leader, records(b"a"), Acks.LEADER),
+        groups.append(leader, corrupt, Acks.LEADER),
+        groups.append(leader, too_large, Acks.LEADER),
+        groups.append(leader, records(b"b"), Acks.LEADER),
         return_exceptions=True,
     )
     assert isinstance(outcomes[1], InvalidRecord)
@@ -112,8 +113,8 @@ async def test_acks_all_below_min_insync_is_refused_per_request(tmp_path: Path) 
     partition.make_leader(PartitionState(0, 1, (0, 1), (0,)))
     groups = AppendGroups()
     outcomes = await asyncio.gather(
-        groups.append(partition, records(b"a"), "all"),
-        groups.append(partition, records(b"b"), "1"),
+        groups.append(partition, records(b"a"), Acks.ALL),
+        groups.append(partition, records(b"b"), Acks.LEADER),
         return_exceptions=True,
     )
     assert isinstance(outcomes[0], NotEnoughReplicas)
@@ -127,10 +128,12 @@ async def test_idempotent_requests_in_one_write_keep_exactly_once(
     groups = AppendGroups()
     first = marked(marker("k1"), [b"a"])
     outcomes = await asyncio.gather(
-        groups.append(leader, first, "1"),
-        groups.append(leader, marked(marker("k2"), [b"b"]), "1"),
-        groups.append(leader, marked(marker("k1"), [b"a"]), "1"),  # a retry, in the same turn
-        groups.append(leader, marked(marker("k2", digest="other"), [b"z"]), "1"),
+        groups.append(leader, first, Acks.LEADER),
+        groups.append(leader, marked(marker("k2"), [b"b"]), Acks.LEADER),
+        groups.append(
+            leader, marked(marker("k1"), [b"a"]), Acks.LEADER
+        ),  # a retry, in the same turn
+        groups.append(leader, marked(marker("k2", digest="other"), [b"z"]), Acks.LEADER),
         return_exceptions=True,
     )
     assert isinstance(outcomes[0], AppendInfo) and isinstance(outcomes[1], AppendInfo)
@@ -140,7 +143,7 @@ async def test_idempotent_requests_in_one_write_keep_exactly_once(
     assert isinstance(outcomes[3], IdempotencyKeyReused)
     assert values_of(leader.log) == [b"a", b"b"]
     # A retry in a later turn is answered from the index, without a write.
-    again = await groups.append(leader, marked(marker("k2"), [b"b"]), "1")
+    again = await groups.append(leader, marked(marker("k2"), [b"b"]), Acks.LEADER)
     assert again.first_offset == 1
     assert len(writes) == 1
 
@@ -149,8 +152,8 @@ async def test_a_follower_refuses_the_whole_turn(leader: Partition) -> None:
     leader.make_follower(PartitionState(1, 4, (0, 1), (0, 1)))
     groups = AppendGroups()
     outcomes = await asyncio.gather(
-        groups.append(leader, records(b"a"), "1"),
-        groups.append(leader, records(b"b"), "1"),
+        groups.append(leader, records(b"a"), Acks.LEADER),
+        groups.append(leader, records(b"b"), Acks.LEADER),
         return_exceptions=True,
     )
     assert all(isinstance(o, NotLeader) for o in outcomes)
@@ -159,8 +162,8 @@ async def test_a_follower_refuses_the_whole_turn(leader: Partition) -> None:
 
 async def test_a_cancelled_request_does_not_stop_the_others(leader: Partition) -> None:
     groups = AppendGroups()
-    gone = groups.append(leader, records(b"a"), "1")
-    kept = groups.append(leader, records(b"b"), "1")
+    gone = groups.append(leader, records(b"a"), Acks.LEADER)
+    kept = groups.append(leader, records(b"b"), Acks.LEADER)
     gone.cancel()
     assert (await kept).first_offset == 1  # the cancelled one was still written: its client left
     assert values_of(leader.log) == [b"a", b"b"]
@@ -188,12 +191,12 @@ async def test_flushes_asked_for_while_one_runs_share_the_next(
     monkeypatch.setattr(PartitionLog, "flush", counted_flush)
     monkeypatch.setattr(LogSegment, "fsync", gated_fsync)
     flushes = FlushGroups()
-    leader.append(records(b"a"), "1")
+    leader.append(records(b"a"), Acks.LEADER)
     first = asyncio.ensure_future(flushes.flush_through(leader, 0))
     await entered.wait()
     later = []
     for value in (b"b", b"c", b"d"):
-        info = leader.append(records(value), "1")
+        info = leader.append(records(value), Acks.LEADER)
         later.append(asyncio.ensure_future(flushes.flush_through(leader, info.last_offset)))
     release.set()
     await asyncio.gather(first, *later)

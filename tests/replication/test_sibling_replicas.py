@@ -11,6 +11,7 @@ from pathlib import Path
 from engine import batch as fmt
 from engine.config import TopicConfig
 from engine.log import PartitionLog, ReadResult
+from replication.acks import Acks
 from replication.idempotency import IdempotencyIndex
 from replication.metadata import PartitionState
 from replication.partition import Partition
@@ -40,8 +41,8 @@ def test_only_the_leader_in_the_viewed_epoch_is_read_beside(tmp_path: Path) -> N
     siblings = SiblingReplicas({1: tmp_path})
     leader = open_leader(tmp_path)
     leader.make_leader(PartitionState(1, EPOCH, (1,), (1,)))
-    leader.append(one(b"a"), "1")
-    leader.append(one(b"b"), "all")
+    leader.append(one(b"a"), Acks.LEADER)
+    leader.append(one(b"b"), Acks.ALL)
     assert values(siblings.read(1, EPOCH, "t", 0, 0, 1 << 20, None)) == [b"a", b"b"]
     # A view of another epoch (older or newer than the writer's) reads nothing here.
     assert siblings.read(1, EPOCH - 1, "t", 0, 0, 1 << 20, None) is None

@@ -19,6 +19,7 @@ from engine.epoch_cache import UNDEFINED_EPOCH, UNDEFINED_OFFSET
 from engine.errors import KafkaStorageError
 from engine.manager import LogManager
 from engine.notify import ChangeNotifier
+from replication.acks import Acks
 from replication.fetcher import ReplicaFetchers
 from replication.idempotency import IdempotencyIndex
 from replication.memory_store import MemoryBackend, MemoryMetadataStore
@@ -56,11 +57,11 @@ async def replicas(tmp_path: Path) -> AsyncIterator[ReplicaManager]:
 
 async def test_an_offline_leader_stops_acknowledging(replicas: ReplicaManager) -> None:
     leader = replicas.partitions[("t", 0)]
-    first = await replicas.append("t", 0, batch(b"a"), "1", 5_000)
+    first = await replicas.append("t", 0, batch(b"a"), Acks.LEADER, 5_000)
     leader.replica_fetch(1, first.last_offset + 1, 0, 1 << 20)  # node 1 has it
     assert leader.high_watermark == 1
 
-    waiting = asyncio.ensure_future(replicas.append("t", 0, batch(b"b"), "all", 60_000))
+    waiting = asyncio.ensure_future(replicas.append("t", 0, batch(b"b"), Acks.ALL, 60_000))
     while leader.log_end_offset < 2:  # appended at the end of this loop turn
         await asyncio.sleep(0)
     assert not waiting.done()
@@ -72,7 +73,7 @@ async def test_an_offline_leader_stops_acknowledging(replicas: ReplicaManager) -
         leader.replica_fetch(1, 2, 0, 1 << 20)  # node 1 caught up: noted nowhere
     assert leader.high_watermark == 1
     with pytest.raises(KafkaStorageError, match="nothing was appended"):
-        await replicas.append("t", 0, batch(b"c"), "1", 5_000)
+        await replicas.append("t", 0, batch(b"c"), Acks.LEADER, 5_000)
     with pytest.raises(KafkaStorageError):
         await replicas.fetch("t", 0, 0, 1 << 20, 1, 0)
     assert replicas.offline_partitions() == [

@@ -169,7 +169,7 @@ async def produce(request: web.Request) -> web.Response:
             ProduceRequest(
                 topic=name,
                 partition=partition,
-                acks="all" if acks == "-1" else acks,
+                acks=acks,
                 timeout_ms=timeout_ms,
                 content_type="application/json",
                 body=v1_body,

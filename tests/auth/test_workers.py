@@ -10,7 +10,7 @@ by opening connections until one lands there (`/readyz` names the worker that an
 from __future__ import annotations
 
 import asyncio
-import os
+import shutil
 import ssl
 import subprocess
 import sys
@@ -37,7 +37,7 @@ from tests.e2e.test_workers import Supervisor, start_supervisor
 from tests.tls import write_client_ca, write_self_signed
 
 pytestmark = pytest.mark.skipif(
-    not all(os.path.exists(p) for p in ("/usr/bin/etcd", "/usr/bin/curl")),
+    not all(shutil.which(tool) for tool in ("etcd", "curl")),
     reason="needs etcd (etcd-server) and curl",
 )
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import time
 from collections.abc import Iterator
@@ -25,9 +26,7 @@ from groups.subscriptions.state import UNCOMMITTED_WINDOWS
 from tests.e2e.test_workers import start_supervisor
 from tests.subscriptions.receiver import Attempt, Receiver, checked_batches, offsets_of, serve
 
-pytestmark = pytest.mark.skipif(
-    not os.path.exists("/usr/bin/etcd"), reason="needs etcd (etcd-server)"
-)
+pytestmark = pytest.mark.skipif(shutil.which("etcd") is None, reason="needs etcd (etcd-server)")
 
 BATCH = 5  # records a request: the in-flight window of a partition
 RECORDS = 300  # per partition

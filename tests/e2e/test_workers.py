@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import ssl
 import subprocess
@@ -28,7 +29,7 @@ from tests.e2e.conftest import REPO, until
 from tests.tls import write_self_signed
 
 pytestmark = pytest.mark.skipif(
-    not all(os.path.exists(p) for p in ("/usr/bin/etcd", "/usr/bin/curl")),
+    not all(shutil.which(tool) for tool in ("etcd", "curl")),
     reason="needs etcd (etcd-server) and curl",
 )
 

@@ -6,7 +6,7 @@ and a delete forgets the positions on both."""
 from __future__ import annotations
 
 import asyncio
-import os
+import shutil
 from pathlib import Path
 
 import httpx
@@ -15,7 +15,7 @@ import pytest
 from tests.e2e.test_workers import start_supervisor
 from tests.subscriptions.tracing import TracingReceiver, check, serving
 
-pytestmark = pytest.mark.skipif(not os.path.exists("/usr/bin/etcd"), reason="needs etcd")
+pytestmark = pytest.mark.skipif(shutil.which("etcd") is None, reason="needs etcd (etcd-server)")
 
 PARTITIONS, PER_PARTITION = 4, 25
 

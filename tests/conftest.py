@@ -1,0 +1,36 @@
+"""Rules of the whole suite. Where the test command installed every tool and built every C
+extension (scripts/test.sh sets SLUICE_NO_SKIPS=1), a test that skips for a missing one fails
+instead: a C path that failed to compile, or a tool that failed to install, must not pass as
+a skip."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Generator
+from typing import Any
+
+import pytest
+
+NO_SKIPS = os.environ.get("SLUICE_NO_SKIPS") == "1"
+
+
+def _refuse_skip(report: pytest.TestReport | pytest.CollectReport) -> None:
+    if NO_SKIPS and report.skipped and not hasattr(report, "wasxfail"):
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"skipped where the test command installed everything: {reason}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, Any, None]:
+    outcome = yield
+    _refuse_skip(outcome.get_result())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, Any, None]:
+    outcome = yield
+    _refuse_skip(outcome.get_result())

@@ -876,8 +876,9 @@ class Change:
     replicas reporting the partition offline, `restarted`: the ISR members whose process
     started since (both named in the log if they caused it); `incarnations`: the new ISR's
     incarnations the decision assumed (the write's guard, KIP-903); `unclean_recovery`:
-    every ISR member restarted after a crash, and the new leader is one of them;
-    `log_ends`: the log ends its ISR members reported meanwhile (named in the log);
+    every ISR member restarted after a crash, and the new leader is one of them or an eligible
+    leader replica; `log_ends`: the log ends its ISR members and eligible leader replicas
+    reported meanwhile (named in the log);
     `leaving`: the nodes in a controlled shutdown when it was decided (named in the log)."""
 
     topic: str
@@ -910,7 +911,8 @@ class Change:
     ) -> Change:
         """A change decided on `view`, guarded by the incarnations it saw, with the eligible
         leader replicas that follow from its ISR (the topic's `min_insync`)."""
-        unclean_recovery = new.leader in view.crashed(old)
+        crashed = view.crashed(old)
+        unclean_recovery = new.leader in crashed or (bool(crashed) and new.leader in old.elr)
         return cls(
             topic,
             partition,
@@ -948,7 +950,7 @@ def _log_change(change: Change, stored: PartitionState) -> None:
         ends = change.log_ends
         logs = ", ".join(
             f"node {r} at {ends[r].end_offset} in epoch {ends[r].leader_epoch}"
-            for r in old.isr
+            for r in (*old.isr, *old.elr)
             if r in ends
         )
         lost = (

@@ -1103,7 +1103,9 @@ def test_an_unclean_election_prefers_an_eligible_leader_replica() -> None:
     assert new is not None and new.leader == 2
 
 
-async def test_a_crashed_last_isr_member_waits_for_the_replica_that_left_below_min_insync() -> None:
+async def test_a_crashed_last_isr_member_waits_for_the_replica_that_left_below_min_insync(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """Schedule 170 of campaign seed 488242866: with min.insync.replicas=2, node 1 loses its
     lease and leaves the ISR (1, 2), node 2 leads alone (acks=all refused); node 2 crashes,
     losing its unsynced tail, and comes back before node 1. It must not lead alone: node 1 has
@@ -1134,3 +1136,7 @@ async def test_a_crashed_last_isr_member_waits_for_the_replica_that_left_below_m
             assert await store.report_log_ends([(("t", 0), waiting.version, end_of_log)])
         await c.until(leader_is("t", 0, 1), "node 1 to lead")
         assert c.state("t", 0).isr == (1,)
+        warned = [r.getMessage() for r in caplog.records if "unclean recovery" in r.getMessage()]
+        assert len(warned) == 1
+        ends = "node 2 at 10 in epoch 0, node 1 at 20 in epoch 0"
+        assert f"node 1 leads (log ends: {ends})" in warned[0]

@@ -187,7 +187,7 @@ def _cells(medians: dict[Any, dict[str, Any]], trees: dict[str, Path | None]) ->
 
 
 def _targets(medians: dict[Any, dict[str, Any]], trees: dict[str, Path | None]) -> list[Any]:
-    """Issue 30's figures, per tree: the authenticated produce against the open one, the open
+    """The figures, per tree: the authenticated produce against the open one, the open
     produce against /healthz, and the authenticated produce's rate."""
     out = []
     for tree in trees:
@@ -239,7 +239,7 @@ def main() -> None:
     out, doc = ratio_cli.run_rounds_beside(__doc__ or "", "loadtests.auth_bench", 3, 4.0, run)
     ratio_cli.write(out, "auth-bench", doc, markdown(doc))
     targets = [t | {"figure": f"{t['tree']}: {t['figure']}"} for t in doc["targets"]]
-    report.plot_ratios(targets, "Authentication per request (issue 30)", out / "auth-bench.png")
+    report.plot_ratios(targets, "Authentication per request", out / "auth-bench.png")
 
 
 if __name__ == "__main__":

@@ -1,11 +1,11 @@
-"""The benchmark harness (issue 5): Sluice and Redis Streams, side by side, in one run.
+"""The benchmark harness: Sluice and Redis Streams, side by side, in one run.
 
 Starts a fresh gateway (`python -m gateway --port 0`) and a redis-server (loopback, persistence
 off), runs produce, fetch, group-consume, open-loop latency and scaling scenarios on both, and
 writes DIR/bench-report.json, DIR/bench-report.md and PNG plots. Compiled generators (wrk,
 h2load, redis-benchmark) or several client processes drive the load; every figure carries the
-CPU seconds of its generator and of the server. Then the cluster section (issue 9,
-`cluster_bench`): three Sluice nodes against three NATS JetStream servers. Run:
+CPU seconds of its generator and of the server. Then the cluster section
+(`cluster_bench`): three Sluice nodes against three NATS JetStream servers. Run:
 `python -m loadtests.bench [--out DIR] [--quick]`.
 """
 

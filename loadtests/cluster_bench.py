@@ -1,4 +1,4 @@
-"""The cluster section (issue 9): three Sluice nodes and three JetStream servers on this machine.
+"""The cluster section: three Sluice nodes and three JetStream servers on this machine.
 
 Sluice: `LocalCluster` (etcd and three `python -m gateway --cluster` processes), a topic with
 replication factor 3 and `min.insync.replicas=2`. Produce with acks=1 against acks=all (every

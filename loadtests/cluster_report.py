@@ -158,7 +158,7 @@ def markdown(section: dict[str, Any]) -> str:
     ]
     out = [
         "",
-        "## Cluster (issue 9)",
+        "## Cluster",
         "",
         f"Sluice: {setup['nodes']} nodes and etcd on this machine, replication factor "
         f"{setup['replication_factor']}, min.insync.replicas {setup['min_insync_replicas']}; "

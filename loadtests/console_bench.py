@@ -1,4 +1,4 @@
-"""Issue 34's figures for the web console, in one run against one real gateway:
+"""The web console's figures, in one run against one real gateway:
 
 - first load: `/console#/cluster` in headless Chromium with its cache off, the bytes it was
   sent (the console's files, the API's answers) and the time to interactive (from navigation

@@ -1,4 +1,4 @@
-"""Quick gateway figures (issue 3): produce, fetch, single-record latency, parked-poll memory.
+"""Quick gateway figures: produce, fetch, single-record latency, parked-poll memory.
 
 Black box: starts `python -m gateway` on a free port, drives it over HTTP only, with h2load
 (compiled, from Debian's nghttp2-client) as the load generator so the client is not the

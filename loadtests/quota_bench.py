@@ -1,4 +1,4 @@
-"""Issue 12's quota enforcement, measured against the configured rates: a real gateway with a
+"""Quota enforcement, measured against the configured rates: a real gateway with a
 `<default>` quota, and greedy clients (several connections, each sending back to back and,
 when refused, waiting exactly the `retry_after_ms` it is told, as `sluice` does). The figure
 is the rate the clients were served after the first burst / the quota; target 0.9 to 1.1.
@@ -117,7 +117,7 @@ def run(rounds: int, seconds: float, scratch: Path) -> dict[str, Any]:
 
 def markdown(doc: dict[str, Any]) -> str:
     out = [
-        "## Quota enforcement (issue 12)",
+        "## Quota enforcement",
         "",
         f"{CONNECTIONS} greedy connections; the first {WINDOW_S:g} s (the burst) left out.",
         "",
@@ -143,7 +143,7 @@ def main() -> None:
         }
         for f in doc["figures"]
     ]
-    report.plot_ratios(targets, "Quota enforcement (issue 12)", out / "quota-bench.png")
+    report.plot_ratios(targets, "Quota enforcement", out / "quota-bench.png")
 
 
 if __name__ == "__main__":

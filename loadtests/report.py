@@ -299,7 +299,7 @@ def markdown(doc: dict[str, Any]) -> str:
         out += [
             "",
             "Group consume / per-partition fetch (JSON), medians of alternating rounds: "
-            f"**{consume['group_to_partition_fetch']}** (issue 4 asks ≥ 0.70); by round: "
+            f"**{consume['group_to_partition_fetch']}** (the goal: ≥ 0.70); by round: "
             f"{consume.get('group_to_partition_fetch_by_round', [])}.",
         ]
     out += ["", "## End-to-end latency (open loop)", ""]

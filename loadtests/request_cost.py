@@ -1,4 +1,4 @@
-"""Issue 11's per-request figures, all from one gateway in one run (ratios, not absolutes).
+"""Per-request figures, all from one gateway in one run (ratios, not absolutes).
 
 h2load (compiled, HTTP/1.1 with --h1 or h2c with prior knowledge) against one gateway process:
 `GET /healthz` (the framework's floor) and one-record JSON produces with acks=1 to a single
@@ -143,7 +143,7 @@ def floor_share(rows: list[dict[str, Any]]) -> dict[str, float]:
 
 
 def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Issue 11's figures for one worker, each with its target and whether this run met it."""
+    """The figures for one worker, each with its target and whether this run met it."""
     rate = {(r["what"], r["protocol"], r["connections"]): r["requests_per_s"] for r in rows}
     produce = rate[("produce", "http/1.1", 64)]
     figures = [
@@ -172,7 +172,7 @@ def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def markdown(doc: dict[str, Any]) -> str:
     out = [
-        "## Request cost (issue 11)",
+        "## Request cost",
         "",
         "| request | protocol | connections | requests/s (median) | rounds | server CPU s | "
         "generator CPU s | requests per write |",
@@ -200,7 +200,7 @@ def markdown(doc: dict[str, Any]) -> str:
 def main() -> None:
     out, doc = ratio_cli.run_rounds(__doc__ or "", "loadtests.request_cost", 3, 5.0, run)
     ratio_cli.write(out, "request-cost", doc, markdown(doc))
-    report.plot_ratios(doc["targets"], "Request cost (issue 11)", out / "request-cost.png")
+    report.plot_ratios(doc["targets"], "Request cost", out / "request-cost.png")
 
 
 if __name__ == "__main__":

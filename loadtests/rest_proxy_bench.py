@@ -1,4 +1,4 @@
-"""Issue 32's figures: REST Proxy v2 against /v1 on one gateway in one run (ratios, not
+"""REST Proxy v2 against /v1 on one gateway in one run (ratios, not
 absolutes).
 
 - produce of 100-record JSON batches (keyed, acks=1, 64 HTTP/1.1 connections, h2load) through

@@ -1,4 +1,4 @@
-"""Scale with the log (issue 11): what one node costs as its partitions and segments grow.
+"""Scale with the log: what one node costs as its partitions and segments grow.
 
 1. Partitions: for each partition count, a fresh gateway and one topic of that many
    partitions; produce binary batches round robin over the partitions (HTTP, several
@@ -17,7 +17,7 @@ of segments.
     python -m loadtests.scale_bench --cluster [--partitions 1000,3000] [--quick] [--out DIR]
 
 --quick runs small sizes under a 1,024-descriptor limit (so the closed segments outnumber it).
---cluster measures a 3-node cluster instead (loadtests.scale_cluster, issue 33); its report is
+--cluster measures a 3-node cluster instead (loadtests.scale_cluster); its report is
 scale-cluster-report.json.
 """
 

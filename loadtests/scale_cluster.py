@@ -1,4 +1,4 @@
-"""Scale of a 3-node cluster in partitions (issue 33): `python -m loadtests.scale_bench --cluster`.
+"""Scale of a 3-node cluster in partitions: `python -m loadtests.scale_bench --cluster`.
 
 For each partition count, a fresh cluster (etcd and three nodes on this machine, as `sluice
 dev-cluster` runs them) and one topic of that many partitions with replication factor 3:

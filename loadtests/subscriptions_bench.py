@@ -1,4 +1,4 @@
-"""Issue 31's figures: push subscriptions against the ways a user reads a topic today, in one
+"""Push subscriptions against the ways a user reads a topic today, in one
 run on one gateway, to one receiver (`loadtests.push_receiver`, its own process, 204 at once).
 
 - batch: a subscription delivering batches of 500 (CloudEvents batch, and the plain JSON
@@ -552,7 +552,7 @@ def _figure(what: str, value: float, goal: float) -> dict[str, Any]:
 def markdown(doc: dict[str, Any]) -> str:
     meta = doc["meta"]
     lines = [
-        f"# Push subscriptions (issue 31), {meta['date']}",
+        f"# Push subscriptions, {meta['date']}",
         "",
         f"`{meta['command']}` on {meta['machine']['cpu_model']} ({meta['machine']['nproc']} "
         f"CPUs), load average before {meta['load_average_before']}, after "

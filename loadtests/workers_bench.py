@@ -1,4 +1,4 @@
-"""`sluice serve --workers 1` against `--workers 2` in one run (issue 11): what more processes
+"""`sluice serve --workers 1` against `--workers 2` in one run: what more processes
 behind one port buy on this machine.
 
 Both servers run at once with the same topic (4 partitions) and take turns under the same load
@@ -301,7 +301,7 @@ def main() -> None:
             {"figure": f"{name}: --workers 2 / 1", "value": cell["ratio"], "target": 1.6}
             for name, cell in doc["scenarios"].items()
         ]
-        report.plot_ratios(targets, "Workers (issue 11)", args.out / "workers.png")
+        report.plot_ratios(targets, "Workers", args.out / "workers.png")
     print(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
     print(text)
 

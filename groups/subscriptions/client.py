@@ -6,7 +6,7 @@ the close.
 
 It replaces aiohttp's client on the delivery path for its cost: aiohttp's per-request
 machinery (request and response objects, connector, timers, tracing hooks) was about 28% of
-the gateway's CPU delivering one record a request (docs/PERFORMANCE.md, issue 31). As
+the gateway's CPU delivering one record a request (docs/PERFORMANCE.md, "Push subscriptions"). As
 aiohttp did, it follows no redirects (a 3xx is an answer), reads at most `body_limit` bytes of
 an answer (a longer one is cut there and its connection closed), and refuses names that
 resolve to loopback or link-local addresses unless allowed (endpoints.py)."""

@@ -659,7 +659,7 @@ def test_out_of_file_descriptors_is_not_a_server_error(tmp_path: Path) -> None:
 def test_a_log_that_outgrows_the_file_descriptors_is_not_a_server_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 11's reproduction: one partition rolling tiny segments until descriptors run out
+    """One partition rolling tiny segments until descriptors run out
     answered 500 from index.flush; the answer is 503 STORAGE_ERROR, and what was appended
     before stays readable. Closed segments now share a bounded file cache, so the descriptors
     run out only with a cache configured past the limit."""

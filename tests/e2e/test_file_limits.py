@@ -1,4 +1,4 @@
-"""Issue 11 end to end: a server allowed 256 file descriptors keeps accepting produces to one
+"""End to end: a server allowed 256 file descriptors keeps accepting produces to one
 partition of 16 KiB segments long after it holds more segments than descriptors, and serves
 the whole log from offset 0."""
 

@@ -1,4 +1,4 @@
-"""Issue 11: closed segments share a bounded cache of open files, so a node's descriptors stay
+"""Closed segments share a bounded cache of open files, so a node's descriptors stay
 bounded whatever its number of segments. Each test runs under a soft RLIMIT_NOFILE just above
 what the process holds plus the cache's bound: a leak of one descriptor per segment fails with
 EMFILE, not with a count that happens to be large."""

@@ -159,7 +159,7 @@ def test_cluster_section_has_every_figure(report: tuple[Path, dict[str, Any]]) -
     cluster = doc["cluster"]
     sluice, jetstream = cluster["sluice"], cluster["jetstream"]
     assert (out / "cluster.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "## Cluster (issue 9)" in (out / "bench-report.md").read_text()
+    assert "## Cluster" in (out / "bench-report.md").read_text()
     assert cluster["setup"]["replication_factor"] == 3
     assert cluster["setup"]["min_insync_replicas"] == 2
     assert {(r["format"], r["acks"]) for r in sluice["produce"]} == {

@@ -1,6 +1,6 @@
-"""Quota enforcement measured against the configured rates on a real gateway (issue 12: within
-10%), with `loadtests.quota_bench`'s greedy clients. The rates are low enough that any machine
-can offer more than them: the figure is the gateway's, not the machine's."""
+"""Quota enforcement measured against the configured rates on a real gateway (the goal:
+within 10%), with `loadtests.quota_bench`'s greedy clients. The rates are low enough that any
+machine can offer more than them: the figure is the gateway's, not the machine's."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""`python -m loadtests.scale_bench --cluster --quick` writes its report with every figure issue 33
-asks for, each of the right shape: per-node idle CPU and RSS, creation, produce over all
+"""`python -m loadtests.scale_bench --cluster --quick` writes its report with every figure
+it names, each of the right shape: per-node idle CPU and RSS, creation, produce over all
 partitions against 10, ISR refill after a restart, failover. Speed is never judged."""
 
 from __future__ import annotations

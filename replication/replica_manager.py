@@ -205,7 +205,7 @@ class ReplicaManager:
         return True
 
     async def _apply(self, view: ClusterView) -> None:
-        deleted = await self._apply_topics(view)
+        deleted, left = await self._apply_topics(view)
         hosted = [
             (key, state)
             for key, state in view.partitions.items()
@@ -242,9 +242,9 @@ class ReplicaManager:
                 len(first),
                 _roles([p for p in changed if (p.topic, p.partition) in first]),
             )
-        if deleted and self._report_offline:
+        if left and self._report_offline:
             self._report()  # a deleted topic's offline logs are gone with it
-        if deleted or changed:
+        if left or changed:
             for topics_listener in self._topics_listeners:
                 topics_listener(deleted)
         for i, partition in enumerate(changed, 1):
@@ -295,17 +295,23 @@ class ReplicaManager:
         index = IdempotencyIndex(settings.idempotency_window_s, settings.idempotency_max_entries)
         return Partition(self.manager.log(topic, partition), self.node_id, index)
 
-    async def _apply_topics(self, view: ClusterView) -> set[str]:
-        """Create, grow, reconfigure and delete local topics to match the view's; returns
-        the names deleted here."""
+    async def _apply_topics(self, view: ClusterView) -> tuple[set[str], set[str]]:
+        """Create, grow, reconfigure and delete local topics to match the view's; returns the
+        names deleted from the cluster, and the names whose local files went here: those and
+        the topics this node no longer holds a replica of (moved away: the topic, and what
+        groups committed on it, lives on elsewhere)."""
         manager = self.manager
         hosted = {t for (t, _), s in view.partitions.items() if self.node_id in s.replicas}
         deleted: set[str] = set()
+        left: set[str] = set()
         for name in list(manager.topics):
             spec = view.topics.get(name)
-            if spec is None or name not in hosted or manager.topics[name].topic_id != spec.topic_id:
+            gone = spec is None or manager.topics[name].topic_id != spec.topic_id
+            if gone or name not in hosted:
                 await self._delete_local(name)
-                deleted.add(name)
+                left.add(name)
+                if gone:
+                    deleted.add(name)
         for name in sorted(hosted):
             spec = view.topics.get(name)
             if spec is None:
@@ -327,7 +333,7 @@ class ReplicaManager:
                 manager.alter_topic_configs(name, changes)
             if len(topic.partitions) < spec.partitions:
                 await asyncio.to_thread(manager.add_partitions, name, spec.partitions)
-        return deleted
+        return deleted, left
 
     async def _delete_local(self, name: str) -> None:
         topic = self.manager.topics[name]

@@ -222,3 +222,25 @@ async def test_a_position_outside_the_log_is_reset_and_said(
     assert (await node.groups.fetch(GROUP, member, NOW)).records == []
     assert node.groups.commit(GROUP, member, None, None) == [(TP, 9)]
     assert f"member {member}: t-0 position 3 is outside the log (9..9); earliest: 9" in caplog.text
+
+
+async def test_a_topic_moved_off_the_coordinators_node_keeps_its_committed_offsets(
+    node: Node,
+) -> None:
+    """Schedule 12 of CI's campaign seed: moves took every replica of a topic off the node
+    that coordinates a group on it. The node deletes its files of the topic, but the topic
+    lives on elsewhere: the node reports no deletion to its listeners (the gateway passes
+    deletions on to the groups, which write tombstones for the topic's offsets), and the
+    committed offsets stay, in memory and in the offsets log."""
+    member = await member_at(node, 3)
+    told: list[set[str]] = []  # what the node says was deleted (the gateway tells the groups)
+    node.replicas.add_topics_listener(told.append)
+    end = node.offsets.log_end_offset
+    state = node.store.view.partitions[TP]
+    moved = PartitionState(1, state.leader_epoch + 1, (1,), (1,), state.version)
+    assert await node.store.set_partition(TOPIC, 0, moved, node.fence)
+    assert await node.replicas.applied(lambda: TP not in node.replicas.partitions, 5)
+    assert told and not set().union(*told)
+    assert node.offsets.log_end_offset == end  # no tombstone written
+    [(_, committed)] = node.groups.committed(GROUP, member, [TP])
+    assert committed is not None and committed.offset == 3

@@ -236,6 +236,7 @@ TAKEN_APPENDS = [
     (APPEND.format(1), BINARY, FORWARDED),
     (APPEND.format(0) + "?acks=0", BINARY, FORWARDED),
     (APPEND.format(0) + "?acks=all", BINARY + BINARY, FORWARDED),
+    (APPEND.format(0) + "?acks=-1", BINARY, FORWARDED),  # Kafka's spelling of all
     (APPEND.format(0), BINARY[:-1] + b"\x00", FORWARDED),  # bad CRC
     (APPEND.format(0), BINARY[:20], FORWARDED),  # truncated
     (APPEND.format(0), b"", FORWARDED),
@@ -243,7 +244,6 @@ TAKEN_APPENDS = [
 # ... and those it leaves to the Application.
 LEFT_APPENDS = [
     (APPEND.format(0), BINARY, {"Content-Type": RECORD_BATCH}),  # not forwarded: the route may
-    (APPEND.format(0) + "?acks=-1", BINARY, FORWARDED),
     (APPEND.format(0) + "?acks=2", BINARY, FORWARDED),
     (APPEND.format(0) + "?timeout_ms=-1", BINARY, FORWARDED),
     (APPEND.format(0) + "?key=k", BINARY, FORWARDED),

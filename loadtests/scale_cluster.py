@@ -4,9 +4,11 @@ For each partition count, a fresh cluster (etcd and three nodes on this machine,
 dev-cluster` runs them) and one topic of that many partitions with replication factor 3:
 
 - create: the seconds to the topic's 201, and until every partition has a leader and a full ISR;
-- idle: each node's CPU (% of one core) and RSS over a quiet window, before and after;
+- idle: each node's CPU (% of one core) and RSS over a quiet window, before and after, and
+  etcd's CPU beside them (not in the nodes' sum);
 - produce: keyed records in binary batches over all the partitions (acks=all, through every
-  node), against the same through a topic of 10 partitions, in alternating rounds;
+  node; KEYS_PER_PARTITION distinct keys a partition, so that every one gets records),
+  against the same through a topic of 10 partitions, in alternating rounds;
 - restart: a node stopped (SIGTERM) and started again: the seconds until every ISR is full,
   and until it leads its preferred partitions again (the controller's rebalance, every 30 s);
 - failover: the node leading the most partitions (not the controller) killed (SIGKILL): the
@@ -56,6 +58,7 @@ class ClusterSizes:
     deadline_s: float  # for the topic to be ready, an ISR to fill, a failover to end
 
 
+KEYS_PER_PARTITION = 5  # distinct keys a partition: all but e^-5 (0.7%) of them get records
 CLUSTER_FULL = ClusterSizes((1_000, 10_000), 30.0, 10.0, 3, 1_000, 100, 6, 600.0)
 CLUSTER_QUICK = ClusterSizes((12,), 1.0, 0.5, 1, 20, 10, 2, 120.0)
 
@@ -131,22 +134,31 @@ def create(cluster: LocalCluster, topic: str, partitions: int, deadline_s: float
 
 
 def idle(cluster: LocalCluster, seconds: float) -> dict[str, Any]:
-    """Each node's CPU over `seconds` doing nothing (% of one core), and its RSS after."""
+    """Each node's CPU over `seconds` doing nothing (% of one core), and its RSS after; etcd's
+    CPU over the same window apart (the nodes' lease keepalives and watches cost it too)."""
     pids = {n.node_id: n.process.pid for n in cluster.nodes if n.process is not None}
+    etcd = cluster.etcd.process
     before = {i: cpu_seconds(pid) for i, pid in pids.items()}
+    etcd_before = None if etcd is None else cpu_seconds(etcd.pid)
     started = time.perf_counter()
     time.sleep(seconds)
     elapsed = time.perf_counter() - started
     cpu = {i: round(100 * (cpu_seconds(pid) - before[i]) / elapsed, 1) for i, pid in pids.items()}
+    etcd_cpu = None
+    if etcd is not None and etcd_before is not None:
+        etcd_cpu = round(100 * (cpu_seconds(etcd.pid) - etcd_before) / elapsed, 1)
     return {
         "cpu_pct_per_node": cpu,
         "cpu_pct_cluster": round(sum(cpu.values()), 1),
+        "cpu_pct_etcd": etcd_cpu,
         "rss_mib_per_node": {i: _mib(rss_bytes(pid)) for i, pid in pids.items()},
     }
 
 
-def _keyed_bodies(sizes: ClusterSizes, count: int = 8) -> list[bytes]:
-    """Binary batches of keyed records, keys drawn so that they fall on every partition."""
+def _keyed_bodies(sizes: ClusterSizes, partitions: int) -> list[bytes]:
+    """Binary batches of keyed records, KEYS_PER_PARTITION distinct keys a partition (at least
+    8 bodies): with 8,000 keys, 10,000 partitions had only about 55% of them written."""
+    count = max(8, -(-KEYS_PER_PARTITION * partitions // sizes.records_per_request))
     value = os.urandom(sizes.value_bytes // 2).hex().encode()
     keys = itertools.count()
     return [
@@ -195,9 +207,9 @@ async def _produce(
         return acked / (time.perf_counter() - started), refused
 
 
-def produce(cluster: LocalCluster, sizes: ClusterSizes) -> dict[str, Any]:
+def produce(cluster: LocalCluster, sizes: ClusterSizes, partitions: int) -> dict[str, Any]:
     urls = [n.url for n in cluster.nodes]
-    bodies = _keyed_bodies(sizes)
+    bodies = _keyed_bodies(sizes, partitions)
     rates: dict[str, list[float]] = {TOPIC: [], NARROW: []}
     refused: dict[str, dict[str, int]] = {TOPIC: {}, NARROW: {}}
     for _ in range(sizes.rounds):
@@ -300,7 +312,7 @@ def one_count(work: Path, count: int, sizes: ClusterSizes) -> dict[str, Any]:
         quiet = idle(cluster, sizes.idle_s)
         progress("produce")
         moves = logged(cluster, _MOVE)
-        produced = produce(cluster, sizes)
+        produced = produce(cluster, sizes, count)
         produced["leader_moves"] = logged(cluster, _MOVE) - moves
         progress("restart")
         restarted = restart(cluster, count, sizes.deadline_s)

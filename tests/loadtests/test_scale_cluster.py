@@ -43,6 +43,7 @@ def test_every_count_has_every_figure(report: dict[str, Any]) -> None:
                 sum(figures["cpu_pct_per_node"].values()), abs=0.2
             )
             assert all(rss > 0 for rss in figures["rss_mib_per_node"].values())
+            assert figures["cpu_pct_etcd"] >= 0  # beside the nodes', not in their sum
         assert 0 < row["create_s"] <= row["ready_s"]
 
 

@@ -24,8 +24,9 @@ Properties (each violation names one):
   its own replica, and fetches pinned to it as leader, ordered in real time).
 - epoch / leader-per-epoch / isr / unclean-leader: the partition states stored in etcd: epochs
   only rise, one leader per epoch, the ISR never empty, within the replicas and holding the
-  leader, every new leader from the previous ISR (unclean election is off); every epoch a log
-  holds was stored with a leader.
+  leader, every new leader from the previous ISR or its eligible leader replicas (KIP-966:
+  members that left it below min.insync.replicas; unclean election is off); every epoch a
+  log holds was stored with a leader.
 - out-of-range / idempotency-reuse: a committed offset answered 416; an identical retry (or
   replay) answered IDEMPOTENCY_KEY_REUSED.
 - replay-changed: an acknowledged request sent again with its Idempotency-Key through another
@@ -600,10 +601,12 @@ def _check_states(
                     s.leader_epoch > prev.leader_epoch
                     and s.leader != NO_LEADER
                     and s.leader not in prev.isr
+                    and s.leader not in prev.elr
                 ):
                     verdict.add(
                         "unclean-leader",
-                        f"{where}: leader {s.leader} was not in the ISR {list(prev.isr)}",
+                        f"{where}: leader {s.leader} was not in the ISR {list(prev.isr)} "
+                        f"nor eligible {list(prev.elr)}",
                     )
             prev = s
         for epoch, who in sorted(leaders.items()):

@@ -72,6 +72,7 @@ class PartitionState:
     revision: int
     adding: tuple[int, ...] = ()  # a reassignment in progress (KIP-455)
     removing: tuple[int, ...] = ()
+    elr: tuple[int, ...] = ()  # eligible leader replicas (KIP-966)
 
     @classmethod
     def parse(cls, value: bytes, revision: int) -> PartitionState:
@@ -84,6 +85,7 @@ class PartitionState:
             revision,
             tuple(doc.get("adding", ())),
             tuple(doc.get("removing", ())),
+            tuple(doc.get("elr", ())),
         )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -298,6 +299,9 @@ def test_a_leader_elected_from_outside_the_isr() -> None:
     history, logs, end, states = clean()
     states[0][1:] = [state(0, 0, (0,), 11), state(1, 1, (1,), 12)]
     assert kinds(check(history, logs, end, states)) == {"unclean-leader"}
+    # Node 1 left the ISR below min.insync.replicas: an eligible leader replica (KIP-966).
+    states[0][1] = replace(state(0, 0, (0,), 11), elr=(1,))
+    assert check(history, logs, end, states).violations == []
 
 
 def test_a_log_epoch_never_stored_with_a_leader() -> None:

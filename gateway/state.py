@@ -113,7 +113,7 @@ class Gateway:
             auth=auth,
             subscriptions=subscriptions,
         )
-        metrics.registry.register(ForwardedCollector(gateway.producer.forwarded))
+        metrics.registry.register(ForwardedCollector(gateway.producer.appender.forwarded))
         metrics.registry.register(SubscriptionCollector(lambda: gateway.subscriptions))
         offsets = broker.ensure_topic(
             offsets_topic.OFFSETS_TOPIC,
@@ -139,7 +139,7 @@ class Gateway:
         await asyncio.gather(*self.tasks, return_exceptions=True)
         await self.subscriptions.close()
         self.groups.flush()
-        await self.producer.forwarded.close()
+        await self.producer.appender.forwarded.close()
         await self.forwarder.close()
         await self.broker.stop()
         await self.auth.close()

@@ -1,4 +1,5 @@
-"""Produce: body -> per-partition batches -> appends, with acks and idempotency.
+"""Produce: body -> per-partition batches, handed to the partition layer
+(`replication.records_append`), which appends them and honours the acks.
 
 Every partition's batches are built and checked before the first append, so a request that
 fails validation appends nothing. Records bound for one partition go into one append call, so
@@ -24,12 +25,11 @@ from gateway.produce.errors import ProduceError
 from gateway.produce.idempotency import InFlight
 from gateway.produce.partitioner import StickyPartitioner, partition_for_key
 from replication.acks import Acks
-from replication.errors import LeaderNotAvailable, NodeUnreachable, NotLeader, PartiallyAppended
-from replication.forward_client import ForwardClient, RemoteError
-from replication.forwarded_appends import ForwardedAppends
+from replication.forward_client import ForwardClient
 from replication.idempotency import Marker
-from replication.metadata import ClusterView, TopicSpec
+from replication.metadata import TopicSpec
 from replication.partition import Partition
+from replication.records_append import Landed, PartitionBatch, RecordsAppender
 from replication.replica_manager import ReplicaManager
 
 JsonBatches = Callable[
@@ -59,15 +59,6 @@ class ProduceRequest:
     forwarded: bool = False  # from another node: never forwarded again
 
 
-@dataclass
-class PartitionBatch:
-    """What one partition receives: encoded batches and their record count."""
-
-    partition: int
-    data: bytearray
-    count: int
-
-
 @dataclass(slots=True)
 class Built:
     """A produce request's batches, checked and built; what its append goes on with."""
@@ -77,7 +68,8 @@ class Built:
 
 
 class Producer:
-    """Turns produce requests into appends on the local logs."""
+    """Turns produce requests into per-partition batches, and those into an answer once the
+    partition layer appended them."""
 
     def __init__(
         self,
@@ -88,8 +80,7 @@ class Producer:
         keyless_led_here: bool = False,
     ) -> None:
         self.replicas = replicas
-        self.forwarder = forwarder
-        self.forwarded = ForwardedAppends(forwarder)
+        self.appender = RecordsAppender(replicas, forwarder)
         self.metrics = metrics
         self.in_flight = in_flight
         self.sticky = StickyPartitioner()
@@ -102,12 +93,10 @@ class Producer:
         partition's first offset and count).
         `built`: what `build` made of a request without an idempotency key, if it ran."""
         key = request.idempotency_key
-        results: dict[int, tuple[int, int]] = {}
         if key is None:
             if built is None:
                 built = self.build(request)
-            await self._append(built.topic, built.batches, request, results)
-            return self._answer(request, results)
+            return await self._append(request, built.topic.name, built.batches)
         topic = self.replicas.topic(request.topic)
         if request.partition is not None:
             self.replicas.check_partition(request.topic, request.partition)
@@ -115,8 +104,26 @@ class Producer:
         # Each partition's leader answers a repeated request with the first attempt's offsets
         # (replication.idempotency); here, only a second copy in flight on this node waits.
         with self.in_flight.claim(topic.name, key):
-            await self._append(topic, self._build(topic, request, key, digest), request, results)
-        return self._answer(request, results)
+            return await self._append(request, topic.name, self._build(topic, request, key, digest))
+
+    async def _append(
+        self, request: ProduceRequest, topic: str, batches: list[PartitionBatch]
+    ) -> dict[str, object]:
+        """The answer once the partition layer appended `batches` and honoured the acks."""
+        landed: Landed = {}
+        try:
+            await self.appender.append_records(
+                topic,
+                batches,
+                request.acks,
+                request.timeout_ms,
+                landed,
+                may_forward=not request.forwarded,
+                joinable=request.idempotency_key is None,
+            )
+        finally:
+            self._count(topic, batches, landed)
+        return self._answer(request, landed)
 
     def build(self, request: ProduceRequest) -> Built:
         """A request without an idempotency key, checked and turned into its batches; raises
@@ -162,13 +169,9 @@ class Producer:
         """The common produce's append, joining this loop turn's write without a coroutine:
         one partition led here, acks 0 or 1. Its landing and its leader; None for any other
         request (`produce` appends those)."""
-        if request.acks is Acks.ALL or len(built.batches) != 1:
+        if len(built.batches) != 1:
             return None
-        item = built.batches[0]
-        leader = self.replicas.leading(built.topic.name, item.partition)
-        if leader is None:
-            return None
-        return self.replicas.appends.append(leader, item.data, request.acks), leader
+        return self.appender.append_now(built.topic.name, built.batches[0], request.acks)
 
     def appended(
         self, request: ProduceRequest, built: Built, info: AppendInfo
@@ -352,168 +355,11 @@ class Producer:
         not_json = {owner[i] for i in parsed.not_json}
         return groups, set(groups) - not_json, owner if len(groups) > 1 else None
 
-    # -- appending -----------------------------------------------------------------------------
-
-    async def _append(
-        self,
-        topic: TopicSpec,
-        batches: list[PartitionBatch],
-        request: ProduceRequest,
-        results: dict[int, tuple[int, int]],
-    ) -> None:
-        """Append every partition's batches in this loop turn's writes, then honour acks.
-
-        Each partition's (base offset, count) goes into `results` as soon as it is appended, so
-        an idempotent retry after a failure part-way never appends a partition twice.
-        """
-        local: list[tuple[PartitionBatch, Partition]] = []
-        remote: list[tuple[PartitionBatch, str]] = []
+    def _count(self, topic: str, batches: list[PartitionBatch], landed: Landed) -> None:
+        """The produced-records metrics of the partitions that have the batches."""
         for item in batches:
-            try:
-                leader = self.replicas.leading(topic.name, item.partition)
-                if leader is None:
-                    leader = await self.replicas.leader(topic.name, item.partition)
-                local.append((item, leader))
-            except NotLeader as exc:
-                # The batches are built: each goes to its leader as it is (the leader need not
-                # parse the body again), once.
-                node = self.replicas.store.view.nodes.get(-1 if exc.leader is None else exc.leader)
-                if node is None or request.forwarded:
-                    raise
-                remote.append((item, node.url))
-        if request.acks is Acks.ALL:
-            # Every partition's ISR first: a refused request appends nothing anywhere.
-            for _, leader in local:
-                leader.check_enough_replicas()
-            for item, _ in remote:
-                self.replicas.check_enough_replicas(topic.name, item.partition)
-        if len(local) == 1 and not remote:
-            # The common case, without gather's tasks: one partition, led here.
-            item, leader = local[0]
-            info = await self.replicas.appends.append(leader, item.data, request.acks)
-            results[item.partition] = (info.first_offset, item.count)
-            self.metrics.traffic.produced(topic.name, item.count, len(item.data))
-            if info.flush_due or request.acks is Acks.ALL:
-                await self.replicas.acknowledge(leader, info, request.acks, request.timeout_ms)
-            return
-        # Every local partition's append joins this loop turn's write before any is awaited.
-        appending = [
-            self.replicas.appends.append(leader, i.data, request.acks) for i, leader in local
-        ]
-        landed = await asyncio.gather(*appending, return_exceptions=True)
-        failed: list[tuple[int, BaseException]] = []
-        acknowledging = []
-        for (item, leader), landing in zip(local, landed, strict=True):
-            if isinstance(landing, BaseException):
-                failed.append((item.partition, landing))
-                continue
-            info = landing
-            results[item.partition] = (info.first_offset, item.count)
-            self.metrics.traffic.produced(topic.name, item.count, len(item.data))
-            acknowledging.append((leader, info))
-        partitions = [leader.partition for leader, _ in acknowledging] + [
-            item.partition for item, _ in remote
-        ]
-        outcomes = await asyncio.gather(
-            *(
-                self.replicas.acknowledge(leader, info, request.acks, request.timeout_ms)
-                for leader, info in acknowledging
-            ),
-            *(self._forward(topic.name, item, url, request, results) for item, url in remote),
-            return_exceptions=True,
-        )
-        failed += [(p, o) for p, o in zip(partitions, outcomes, strict=True) if o is not None]
-        if not failed:
-            return
-        unknown = [o for p, o in failed if p not in results and _may_have_appended(o)]
-        if unknown:
-            # Another node may hold some of the records: the answer must not be a refusal.
-            raise unknown[0]
-        refused = [p for p, _ in failed if p not in results]
-        if refused and results:
-            # A definite refusal for some partitions must not hide that others have records.
-            raise PartiallyAppended(dict(results), refused, failed[0][1])
-        raise failed[0][1]
-
-    async def _next_leader(self, topic: str, partition: int, dead_url: str) -> Partition | str:
-        """The partition's leader once it is no longer the node at `dead_url`: this node's
-        replica, or another node's URL. LeaderNotAvailable if none comes in time."""
-        store = self.replicas.store
-
-        def moved(view: ClusterView) -> bool:
-            state = view.partition(topic, partition)
-            if state is None or state.leader not in view.live:
-                return False
-            node = view.nodes.get(state.leader)
-            return node is not None and node.url != dead_url
-
-        if not await store.wait_for(moved, self.replicas.settings.leader_wait_ms / 1000):
-            raise LeaderNotAvailable(f"{topic}-{partition}: its leader is down; retry shortly")
-        try:
-            return await self.replicas.leader(topic, partition)
-        except NotLeader as exc:
-            node = store.view.nodes.get(-1 if exc.leader is None else exc.leader)
-            if node is None:
-                raise
-            return node.url
-
-    async def _forward(
-        self,
-        topic: str,
-        item: PartitionBatch,
-        url: str,
-        request: ProduceRequest,
-        results: dict[int, tuple[int, int]],
-    ) -> None:
-        try:
-            if request.idempotency_key is None:  # joined with this turn's others
-                base = await self.forwarded.append(
-                    url, topic, item.partition, item.data, item.count, request.acks,
-                    request.timeout_ms,
-                )  # fmt: skip
-            else:
-                base = await self.forwarder.produce_batches(
-                    url, topic, item.partition, item.data, request.acks, request.timeout_ms
-                )
-        except NodeUnreachable as exc:
-            if exc.delivered:
-                raise
-            # The leader is down and never saw the batches: once the cluster has another
-            # leader (bounded wait), append there instead.
-            leader = await self._next_leader(topic, item.partition, url)
-            if isinstance(leader, str):
-                base = await self.forwarder.produce_batches(
-                    leader, topic, item.partition, item.data, request.acks, request.timeout_ms
-                )
-            else:
-                info = await self.replicas.appends.append(leader, item.data, request.acks)
-                # Recorded before the acks: if they fail, the answer must still say that
-                # this partition has the records.
-                self._appended(topic, item, info.first_offset, results)
-                await self.replicas.acknowledge(leader, info, request.acks, request.timeout_ms)
-                return
-        self._appended(topic, item, base, results)
-
-    def _appended(
-        self, topic: str, item: PartitionBatch, base: int, results: dict[int, tuple[int, int]]
-    ) -> None:
-        results[item.partition] = (base, item.count)
-        self.metrics.traffic.produced(topic, item.count, len(item.data))
-
-
-# What a leader elsewhere answers when it appended nothing, besides a 4xx.
-_REMOTE_REFUSALS = frozenset({"NOT_ENOUGH_REPLICAS", "LEADER_NOT_AVAILABLE"})
-
-
-def _may_have_appended(failure: BaseException) -> bool:
-    """Whether a partition's batch may be in another node's log although its forward failed:
-    that node went silent after the batch reached it, or answered short of a refusal (timed
-    out waiting for acks, the ISR shrank after the append, a fault)."""
-    if isinstance(failure, NodeUnreachable):
-        return failure.delivered
-    if isinstance(failure, RemoteError):
-        return failure.status >= 500 and failure.code not in _REMOTE_REFUSALS
-    return False
+            if item.partition in landed:
+                self.metrics.traffic.produced(topic, item.count, len(item.data))
 
 
 def _partition_named() -> int:

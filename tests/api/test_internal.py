@@ -358,13 +358,13 @@ async def test_a_partition_appended_here_after_its_leader_died_is_reported_when_
 
     producer = gateway(client).producer
     waiting = asyncio.Event()
-    next_leader = producer._next_leader
+    next_leader = producer.appender._next_leader
 
     async def noted(topic: str, partition: int, url: str) -> Partition | str:
         waiting.set()
         return await next_leader(topic, partition, url)
 
-    monkeypatch.setattr(producer, "_next_leader", noted)
+    monkeypatch.setattr(producer.appender, "_next_leader", noted)
     answering = asyncio.ensure_future(
         client.post(
             records_path("t"),

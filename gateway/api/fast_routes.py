@@ -36,15 +36,14 @@ from gateway.api.backpressure import InflightBodies
 from gateway.api.cors import Policy
 from gateway.api.fetch import (
     FetchAnswer,
-    limits_of,
-    parse_offset,
+    fetch_position,
     read_from_sibling,
     read_partition,
     start_offset,
 )
-from gateway.api.groups import member_records, valid_group_id
+from gateway.api.groups import member_fetch_query, member_records, valid_group_id
 from gateway.api.problems import problem_of
-from gateway.api.records import produced
+from gateway.api.records import produce_delivery, produced
 from gateway.api.rest_proxy import fast as rest_proxy
 from gateway.api.topics import INTERNAL_TOPICS
 from gateway.auth.checks import (
@@ -59,15 +58,13 @@ from gateway.auth.quotas import ANONYMOUS, PrincipalUsage
 from gateway.auth.route_operations import Access, access
 from gateway.formats import codecs
 from gateway.http.memo import Memo
-from gateway.http.params import query_int
 from gateway.http.problem import PROBLEM_JSON, Problem, problem_body, status_code
 from gateway.metrics.collectors import CLIENT_CLOSED
 from gateway.produce.errors import ProduceError
 from gateway.produce.front import Built, ProduceRequest
 from gateway.produce.idempotency import validate_key
 from gateway.state import Gateway
-from groups.coordinator import CURSOR_MASK
-from replication.acks import BY_SPELLING, Acks
+from replication.acks import Acks
 from replication.errors import PartiallyAppended
 from replication.fetch_limits import FetchLimits
 from replication.metadata import TopicSpec
@@ -501,17 +498,10 @@ class FastRoutes:
 
     def _acks_and_timeout(self, params: Mapping[str, str]) -> tuple[Acks, int] | None:
         """A produce's `acks` and `timeout_ms`; None when either is bad (the route says why)."""
-        settings = self.gateway.settings
-        acks = BY_SPELLING.get(params.get("acks", "all"))
-        if acks is None:
-            return None
         try:
-            timeout_ms = query_int(
-                params, "timeout_ms", settings.default_produce_timeout_ms, 0, settings.max_wait_ms
-            )
+            return produce_delivery(params, self.gateway.settings)
         except Problem:
             return None
-        return acks, timeout_ms
 
     def _plain_produce_target(self, target: str) -> PlainProduce | None:
         """What a produce's target says, when the fast routes may take it (the topic's existence
@@ -543,19 +533,10 @@ class FastRoutes:
         params = _query(query, _APPEND_PARAMS)
         if params is None or topic.name in INTERNAL_TOPICS:
             return None
-        acks = BY_SPELLING.get(params.get("acks", "all"))
-        if acks is None:
+        delivery = self._acks_and_timeout(params)
+        if delivery is None or not self._room_for(len(body), connection):
             return None
-        settings = self.gateway.settings
-        try:
-            timeout_ms = query_int(
-                params, "timeout_ms", settings.default_produce_timeout_ms, 0, settings.max_wait_ms
-            )
-        except Problem:
-            return None
-        if not self._room_for(len(body), connection):
-            return None
-        return FastAppend(topic.name, partition, body, acks, timeout_ms, target)
+        return FastAppend(topic.name, partition, body, *delivery, target)
 
     def _room_for(self, size: int, connection: object) -> bool:
         """Whether a body of `size` bytes fits the in-flight limits (the connection's share,
@@ -581,8 +562,7 @@ class FastRoutes:
         if led_here and gateway.notifier.parked >= settings.max_parked_fetches:
             return None
         try:
-            offset = parse_offset(params.get("offset", "earliest"))
-            limits = limits_of(params, settings)
+            offset, limits = fetch_position(params, settings)
         except Problem:
             return None
         ready = None
@@ -610,8 +590,7 @@ class FastRoutes:
         if params is None or gateway.notifier.parked >= settings.max_parked_fetches:
             return None
         try:
-            limits = limits_of(params, settings)
-            cursor = query_int(params, "cursor", -1, 0, CURSOR_MASK)
+            limits, cursor = member_fetch_query(params, settings)
         except Problem:
             return None
         return FastMemberFetch(name, member, limits, cursor, target, tuple(joined.topics))

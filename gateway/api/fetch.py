@@ -8,8 +8,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from aiohttp import web
-
 from engine import batch as fmt
 from engine.log import ReadResult
 from engine.notify import ChangeNotifier
@@ -26,13 +24,9 @@ if TYPE_CHECKING:  # the gateway's state holds the group coordinator, which uses
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
-def fetch_limits(request: web.Request, settings: Settings) -> FetchLimits:
-    """max_records, max_bytes, min_bytes and timeout_ms, with Kafka's defaults, bounded."""
-    return limits_of(request.query, settings)
-
-
 def limits_of(query: Mapping[str, str], settings: Settings) -> FetchLimits:
-    """`fetch_limits` from a parsed query."""
+    """A fetch's max_records, max_bytes, min_bytes and timeout_ms from its query, with Kafka's
+    defaults, bounded."""
     return FetchLimits(
         max_records=query_int(
             query, "max_records", settings.default_fetch_records, 1, settings.max_fetch_records
@@ -45,6 +39,12 @@ def limits_of(query: Mapping[str, str], settings: Settings) -> FetchLimits:
             query, "timeout_ms", settings.default_fetch_wait_ms, 0, settings.max_wait_ms
         ),
     )
+
+
+def fetch_position(query: Mapping[str, str], settings: Settings) -> tuple[int | str, FetchLimits]:
+    """A partition fetch's offset (or earliest/latest) and limits from its query (the route's
+    and the fast routes')."""
+    return parse_offset(query.get("offset", "earliest")), limits_of(query, settings)
 
 
 def parse_offset(raw: str) -> int | str:

@@ -5,6 +5,7 @@ Every input is checked here; the coordinator (groups.coordinator) does the rest.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
@@ -13,12 +14,13 @@ from aiohttp import web
 from engine.config import validate_topic_name
 from engine.errors import InvalidTopicName
 from gateway.api import all_workers
-from gateway.api.fetch import fetch_limits, refuse_when_full
+from gateway.api.fetch import limits_of, refuse_when_full
 from gateway.api.topics import refuse_internal
 from gateway.auth.middleware import may, require
 from gateway.formats import codecs
-from gateway.http.params import int_param, json_object, json_response, read_body
+from gateway.http.params import json_object, json_response, query_int, read_body
 from gateway.http.problem import Problem, bad_request
+from gateway.settings import Settings
 from gateway.state import Gateway, gateway_of
 from groups.assignors import ASSIGNORS
 from groups.coordinator import (
@@ -171,12 +173,17 @@ async def fetch(request: web.Request) -> web.Response:
     accept = codecs.negotiate(request.headers.get("Accept", ""), (codecs.JSON,), codecs.JSON)
     if accept is None:
         raise Problem(406, "NOT_ACCEPTABLE", f"Accept allows none of {codecs.JSON}")
-    limits = fetch_limits(request, settings)
+    limits, cursor = member_fetch_query(request.query, settings)
     refuse_when_full(gateway.notifier, settings)
-    cursor = int_param(request, "cursor", -1, 0, CURSOR_MASK)
     _require_member_topics(request, name)
     body = await member_records(gateway, name, request.match_info["member"], limits, cursor)
     return web.Response(body=body, content_type=codecs.JSON)
+
+
+def member_fetch_query(query: Mapping[str, str], settings: Settings) -> tuple[FetchLimits, int]:
+    """A member fetch's limits and `cursor` (-1: none) from its query (the route's and the
+    fast routes')."""
+    return limits_of(query, settings), query_int(query, "cursor", -1, 0, CURSOR_MASK)
 
 
 async def member_records(

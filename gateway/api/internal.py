@@ -11,7 +11,7 @@ from aiohttp import web
 from engine.errors import EngineError
 from gateway.api.fetch import refuse_when_full
 from gateway.api.problems import from_engine_error
-from gateway.api.records import acks_param
+from gateway.api.records import produce_delivery
 from gateway.formats import codecs
 from gateway.http.params import int_param, json_response, partition_param, read_body
 from gateway.http.problem import Problem, problem_body
@@ -45,10 +45,7 @@ async def append(request: web.Request) -> web.Response:
     settings = gateway.settings
     if request.content_type != codecs.RECORD_BATCH:
         raise Problem(415, "UNSUPPORTED_MEDIA_TYPE", f"expected {codecs.RECORD_BATCH}")
-    acks = acks_param(request)
-    timeout_ms = int_param(
-        request, "timeout_ms", settings.default_produce_timeout_ms, 0, settings.max_wait_ms
-    )
+    acks, timeout_ms = produce_delivery(request.query, settings)
     body = await read_body(request, settings)
     info = await gateway.replicas.append(
         request.match_info["topic"], partition_param(request), body, acks, timeout_ms

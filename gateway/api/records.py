@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 
 from aiohttp import web
 
@@ -10,8 +11,7 @@ from engine.errors import UnknownTopic
 from gateway.api.fetch import (
     INT64_MAX,
     FetchAnswer,
-    fetch_limits,
-    parse_offset,
+    fetch_position,
     read_from_sibling,
     read_in_sync,
     read_partition,
@@ -22,12 +22,11 @@ from gateway.api.topics import refuse_internal
 from gateway.auth.middleware import require_create_topic
 from gateway.formats import codecs
 from gateway.http.params import (
-    choice_param,
-    int_param,
     json_object,
     json_response,
     parse_int,
     partition_param,
+    query_int,
     read_body,
 )
 from gateway.http.problem import Problem, bad_request
@@ -157,8 +156,7 @@ def _fetch_params(request: web.Request, settings: Settings) -> tuple[str, int | 
             "NOT_ACCEPTABLE",
             f"Accept allows none of {', '.join(codecs.FETCH_TYPES)}",
         )
-    offset = parse_offset(request.query.get("offset", "earliest"))
-    return accept, offset, fetch_limits(request, settings)
+    return accept, *fetch_position(request.query, settings)
 
 
 async def offsets(request: web.Request) -> web.Response:
@@ -202,18 +200,25 @@ def produced(acks: Acks) -> int:
     return 202 if acks is Acks.NONE else 200
 
 
-def acks_param(request: web.Request) -> Acks:
-    """The request's `acks` (all when absent): 0, 1, all or Kafka's -1 for all."""
-    return BY_SPELLING[choice_param(request, "acks", "all", tuple(BY_SPELLING))]
+def produce_delivery(query: Mapping[str, str], settings: Settings) -> tuple[Acks, int]:
+    """A produce's `acks` (all when absent: 0, 1, all or Kafka's -1 for all) and
+    `timeout_ms`, from its query: every produce route's and the internal append's, on aiohttp
+    and on the fast routes."""
+    raw = query.get("acks", "all")
+    acks = BY_SPELLING.get(raw)
+    if acks is None:
+        raise bad_request(
+            f"acks must be one of {', '.join(BY_SPELLING)}, got {raw!r}", "INVALID_PARAMETER"
+        )
+    timeout_ms = query_int(
+        query, "timeout_ms", settings.default_produce_timeout_ms, 0, settings.max_wait_ms
+    )
+    return acks, timeout_ms
 
 
 def produce_options(request: web.Request, gateway: Gateway) -> tuple[Acks, int, str | None]:
     """A produce's `acks`, `timeout_ms` and `Idempotency-Key`, checked (/v1 and the REST
     Proxy take the same)."""
-    acks = acks_param(request)
-    settings = gateway.settings
-    timeout_ms = int_param(
-        request, "timeout_ms", settings.default_produce_timeout_ms, 0, settings.max_wait_ms
-    )
+    acks, timeout_ms = produce_delivery(request.query, gateway.settings)
     raw_key = request.headers.get("Idempotency-Key")
     return acks, timeout_ms, None if raw_key is None else validate_key(raw_key)

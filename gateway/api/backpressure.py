@@ -24,6 +24,25 @@ class InflightBodies:
         self.reserved = 0
         self.by_connection: dict[object, int] = {}  # protocol -> bytes, while above 0
 
+    def room_for(self, size: int, connection: object) -> bool:
+        """Whether a body of `size` bytes fits the limits: the connection's share (once it
+        holds any), and the whole."""
+        held = self.by_connection.get(connection, 0)
+        if held and held + size > self.connection_limit:
+            return False
+        return self.reserved + size <= self.limit
+
+    def reserve(self, size: int, connection: object) -> None:
+        """Count a body being served in the account, until `release`."""
+        self.reserved += size
+        self.by_connection[connection] = self.by_connection.get(connection, 0) + size
+
+    def release(self, size: int, connection: object) -> None:
+        self.reserved -= size
+        left = self.by_connection.pop(connection) - size
+        if left:
+            self.by_connection[connection] = left
+
 
 INFLIGHT = web.AppKey("inflight_bodies", InflightBodies)
 
@@ -62,12 +81,8 @@ async def backpressure_middleware(
             f"this one needs {size}: retry shortly",
             headers={"Retry-After": "1", "Connection": "close"},
         )
-    inflight.reserved += size
-    inflight.by_connection[connection] = held + size
+    inflight.reserve(size, connection)
     try:
         return await handler(request)
     finally:
-        inflight.reserved -= size
-        left = inflight.by_connection.pop(connection) - size
-        if left:
-            inflight.by_connection[connection] = left
+        inflight.release(size, connection)

@@ -13,7 +13,8 @@ through the Application, which stays the reference. The middlewares' checks (cre
 quotas, CORS headers) are steps of `take`, through the same functions, whatever the options.
 What the fast routes serve is what the general path would answer: the same Producer, partition
 read and group fetch, the same refusals and error rendering, the same request metrics and body
-accounting.
+accounting. Which produces and fetches they take is `fast_produce`'s and `fast_fetch`'s, the
+targets they read `fast_targets`', and the answer's head `fast_answer`'s.
 """
 
 from __future__ import annotations
@@ -24,28 +25,26 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from http import HTTPStatus
 from typing import Any
 
 import orjson
-from aiohttp.helpers import rfc822_formatted_time
-from aiohttp.http import SERVER_SOFTWARE
 
 from engine.log import AppendInfo
 from gateway.api.backpressure import InflightBodies
 from gateway.api.cors import Policy
-from gateway.api.fetch import (
-    FetchAnswer,
-    fetch_position,
-    read_from_sibling,
-    read_partition,
-    start_offset,
+from gateway.api.fast_answer import FastAnswer, Headers, problem_answer
+from gateway.api.fast_fetch import FastFetch, FastMemberFetch, FetchIntake
+from gateway.api.fast_produce import FastAppend, FastProduce, ProduceIntake
+from gateway.api.fast_targets import (
+    GROUPS_PREFIX,
+    MEMBER_ROUTE,
+    PARTITION_ROUTE,
+    TOPIC_ROUTE,
+    TOPICS_PREFIX,
 )
-from gateway.api.groups import member_fetch_query, member_records, valid_group_id
 from gateway.api.problems import problem_of
-from gateway.api.records import produce_delivery, produced
+from gateway.api.records import produced
 from gateway.api.rest_proxy import fast as rest_proxy
-from gateway.api.topics import INTERNAL_TOPICS
 from gateway.auth.checks import (
     UNLIMITED_AUDIENCES,
     admit,
@@ -54,123 +53,24 @@ from gateway.auth.checks import (
     require_reads,
     unauthenticated,
 )
-from gateway.auth.quotas import ANONYMOUS, PrincipalUsage
+from gateway.auth.quotas import ANONYMOUS
 from gateway.auth.route_operations import Access, access
 from gateway.formats import codecs
 from gateway.http.memo import Memo
-from gateway.http.problem import PROBLEM_JSON, Problem, problem_body, status_code
+from gateway.http.problem import Problem, status_code
 from gateway.metrics.collectors import CLIENT_CLOSED
-from gateway.produce.errors import ProduceError
-from gateway.produce.front import Built, ProduceRequest
-from gateway.produce.idempotency import validate_key
+from gateway.produce.front import Built
 from gateway.state import Gateway
-from replication.acks import Acks
 from replication.errors import PartiallyAppended
-from replication.fetch_limits import FetchLimits
-from replication.metadata import TopicSpec
 from replication.node_contract import APPEND_PREFIX, APPEND_ROUTE, FORWARDED_BY, ON_BEHALF_OF
 from replication.partition import Partition
 
-TOPIC_ROUTE = "/v1/topics/{topic}/records"
-PARTITION_ROUTE = "/v1/topics/{topic}/partitions/{partition}/records"
-MEMBER_ROUTE = "/v1/groups/{group}/members/{member}/records"
 # Headers the body reader acts on: their requests take the general path (a forwarded request
 # too, but for the internal append, which only other nodes send).
 _GENERAL_PATH_HEADERS = ("Content-Encoding", "Expect")
-_PREFIX = "/v1/topics/"
-_GROUPS_PREFIX = "/v1/groups/"
-_PRODUCE_PARAMS = frozenset({"acks", "timeout_ms", "key"})
-_FETCH_PARAMS = frozenset({"offset", "max_records", "max_bytes", "min_bytes", "timeout_ms"})
-_MEMBER_FETCH_PARAMS = frozenset({"cursor", "max_records", "max_bytes", "min_bytes", "timeout_ms"})
-_APPEND_PARAMS = frozenset({"acks", "timeout_ms"})
-_V2_PRODUCE_PARAMS = frozenset({"acks", "timeout_ms"})
-# Accept headers a fetch takes as they are (anything else is negotiated by the Application).
-_FETCH_ACCEPT = {
-    None: codecs.JSON,
-    "*/*": codecs.JSON,
-    codecs.JSON: codecs.JSON,
-    codecs.NDJSON: codecs.NDJSON,
-    codecs.RECORD_BATCH: codecs.RECORD_BATCH,
-}
-# The head up to its length of an HTTP/1.1 answer with no other headers, per (status, content
-# type): a few statuses of the four types the fast routes answer with.
-_HTTP1_HEADS: dict[tuple[int, str], bytes] = {}
-_SERVER = SERVER_SOFTWARE.encode()
-# The same for HTTP/2: the status and content-type fields per (status, content type).
-_H2_FIELDS: dict[tuple[int, str], tuple[tuple[bytes, bytes], tuple[bytes, bytes]]] = {}
-_SERVER_FIELD = (b"server", _SERVER)
-# The date field of this second's answers, with aiohttp's text of it (the same str all second).
-_date: tuple[str, tuple[bytes, bytes]] = ("", (b"date", b""))
-# A produce target's plain reading (`FastRoutes._plain_produce_target`), remembered: clients repeat
-# their target, and reading it costs ~2 µs of a produce. At most this many, then forgotten.
-_TARGETS_KEPT = 1024
-PlainProduce = tuple[str, int | None, Acks, int, str | None, str]
-_NOT_PLAIN: PlainProduce = ("", None, Acks.ALL, 0, None, "")  # a target the fast routes leave
 _ORIGINS_KEPT = 256  # the CORS headers of this many Origin values, remembered
 _ADMITTED_KEPT = 10_000  # (credentials, route, resource) admitted, remembered
-Headers = tuple[tuple[str, str], ...]
 log = logging.getLogger(__name__)
-
-
-@dataclass(slots=True)
-class FastProduce:
-    """A produce the fast routes took: what to produce, its route template and body size; a
-    REST Proxy v2 produce also its batches (built in C as it was taken), each record's
-    partition, and its answer's media type (its answers and errors are v2's)."""
-
-    produce: ProduceRequest
-    route: str
-    size: int
-    cors: Headers = ()  # added to its answer, whatever it is
-    built: Built | None = None
-    owners: bytes | None = None  # v2: each record's partition (uint32s, request order)
-    answer_type: str = codecs.JSON
-
-
-@dataclass(slots=True)
-class FastAppend:
-    """Batches another node's front built for a partition led here (the internal append)."""
-
-    topic: str
-    partition: int
-    data: bytes
-    acks: Acks
-    timeout_ms: int
-    target: str
-    cors: Headers = ()
-
-    @property
-    def size(self) -> int:
-        return len(self.data)
-
-
-@dataclass(slots=True)
-class FastFetch:
-    """A partition fetch the fast routes took, its parameters checked."""
-
-    topic: str
-    partition: int
-    offset: int | str  # an offset, "earliest" or "latest"
-    limits: FetchLimits
-    accept: str
-    target: str
-    ready: FetchAnswer | None = None  # read already, from a sibling worker's files
-    cors: Headers = ()
-    usage: PrincipalUsage | None = None  # the quotas the answer's bytes are charged to
-
-
-@dataclass(slots=True)
-class FastMemberFetch:
-    """A group member's fetch the fast routes took: a member of a group coordinated here."""
-
-    group: str
-    member: str
-    limits: FetchLimits
-    cursor: int  # -1: none given
-    target: str
-    topics: tuple[str, ...] = ()  # the member's, each read
-    cors: Headers = ()
-    usage: PrincipalUsage | None = None
 
 
 @dataclass(slots=True)
@@ -185,74 +85,6 @@ class FastRefusal:
 FastRequest = FastProduce | FastAppend | FastFetch | FastMemberFetch
 
 
-@dataclass(slots=True)
-class FastAnswer:
-    """What the fast routes answer: status, content type, body, extra headers, and the CORS
-    headers, which aiohttp adds after its own (Server), as the answer is prepared."""
-
-    status: int
-    content_type: str
-    body: bytes
-    headers: Headers = ()
-    cors: Headers = ()
-
-    @property
-    def closes(self) -> bool:
-        """Whether the answer ends the connection (an error that leaves the stream unknown)."""
-        return ("Connection", "close") in self.headers
-
-    def http1(self) -> bytes:
-        """The whole HTTP/1.1 answer, headers as aiohttp writes them."""
-        status, headers = self.status, self.headers
-        head = None if headers else _HTTP1_HEADS.get((status, self.content_type))
-        if head is None:
-            extra = "".join(f"{name}: {value}\r\n" for name, value in headers)
-            head = (
-                f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n{extra}"
-                f"Content-Type: {self.content_type}\r\nContent-Length: "
-            ).encode("latin-1")
-            if not headers:
-                _HTTP1_HEADS[status, self.content_type] = head
-        body = self.body
-        date = rfc822_formatted_time().encode()
-        if self.cors:
-            late = "".join(f"{name}: {value}\r\n" for name, value in self.cors).encode("latin-1")
-            return b"%s%d\r\nDate: %s\r\nServer: %s\r\n%s\r\n%s" % (
-                head, len(body), date, _SERVER, late, body
-            )  # fmt: skip
-        return b"%s%d\r\nDate: %s\r\nServer: %s\r\n\r\n%s" % (head, len(body), date, _SERVER, body)
-
-    def h2_headers(self) -> list[tuple[bytes, bytes]]:
-        """The answer's HTTP/2 header list (no connection-specific fields)."""
-        known = _H2_FIELDS.get((self.status, self.content_type))
-        if known is None:
-            known = _H2_FIELDS[self.status, self.content_type] = (
-                (b":status", b"%d" % self.status),
-                (b"content-type", self.content_type.encode()),
-            )
-        status, content_type = known
-        length = (b"content-length", b"%d" % len(self.body))
-        date = _date_field()
-        if not self.headers and not self.cors:
-            return [status, content_type, length, date, _SERVER_FIELD]
-        extra = [
-            (name.lower().encode(), value.encode())
-            for name, value in self.headers
-            if name.lower() != "connection"
-        ]
-        late = [(name.lower().encode(), value.encode()) for name, value in self.cors]
-        return [status, *extra, content_type, length, date, _SERVER_FIELD, *late]
-
-
-def _date_field() -> tuple[bytes, bytes]:
-    """This second's HTTP/2 date field, encoded once a second rather than once an answer."""
-    global _date
-    text = rfc822_formatted_time()
-    if text is not _date[0]:
-        _date = (text, (b"date", text.encode()))
-    return _date[1]
-
-
 class FastRoutes:
     """Takes and serves the plain produces and fetches of one gateway, whatever its options:
     the checks the middlewares make (credentials, ACLs, quotas, CORS headers) run here as
@@ -263,11 +95,9 @@ class FastRoutes:
         self.inflight = inflight
         self.auth = gateway.auth
         self.cors = cors
-        # Bulk bodies too: on HTTP/2 the Application would copy a held body into a reader and
-        # out again, a quarter of a 1000-record produce. A larger one gets its 413 there.
-        self.max_body = gateway.settings.max_request_bytes
+        self.produces = ProduceIntake(gateway, inflight)
+        self.fetches = FetchIntake(gateway)
         self.served = 0  # requests answered here: sluice_lane_requests_total
-        self._produce_targets: Memo[str, PlainProduce] = Memo(_TARGETS_KEPT)
         self._cors_headers: Memo[str | None, Headers] = Memo(_ORIGINS_KEPT)
         # Per route (as `_resource_of` names it): its access rule, and whether quotas limit it
         # and the byte rate they charge (the quota middleware's reading of the same rule).
@@ -305,18 +135,18 @@ class FastRoutes:
             # does then; one without the header may be forwarded by the route, so is left to it.
             if method != "POST" or not forwarded:
                 return None
-            return self._take_append(target, headers, body, connection)
+            return self.produces.append(target, headers, body, connection)
         if forwarded:
             return None
         get = method == "GET" and not body and "Content-Length" not in headers
         if method == "POST" and target.startswith(rest_proxy.PREFIX):
-            return self._take_v2_produce(target, headers, body, connection)
-        if target.startswith(_PREFIX):
+            return self.produces.v2_produce(target, headers, body, connection)
+        if target.startswith(TOPICS_PREFIX):
             if method == "POST":
-                return self._take_produce(target, headers, body, connection)
-            return self._take_fetch(target, headers) if get else None
-        if get and target.startswith(_GROUPS_PREFIX):
-            return self._take_member_fetch(target, headers)
+                return self.produces.produce(target, headers, body, connection)
+            return self.fetches.fetch(target, headers) if get else None
+        if get and target.startswith(GROUPS_PREFIX):
+            return self.fetches.member_fetch(target, headers)
         return None
 
     def _checked(
@@ -413,202 +243,6 @@ class FastRoutes:
         answer.cors = taken.cors
         return FastRefusal(method, route, answer)
 
-    def _take_produce(
-        self, target: str, headers: Mapping[str, str], body: bytes, connection: object
-    ) -> FastProduce | None:
-        content_type = headers.get("Content-Type")
-        if content_type is None or content_type not in codecs.PRODUCE_TYPES:
-            return None
-        if len(body) > self.max_body:
-            return None
-        plain = self._produce_targets.get(target)
-        if plain is None:
-            plain = self._plain_produce_target(target) or _NOT_PLAIN
-            self._produce_targets.remember(target, plain)
-        if plain is _NOT_PLAIN:
-            return None
-        name, partition, acks, timeout_ms, record_key, route = plain
-        topic = self.gateway.broker.store.view.topics.get(name)
-        if topic is None or (partition is not None and partition >= topic.partitions):
-            return None
-        key = headers.get("Idempotency-Key")
-        if key is not None:
-            try:
-                validate_key(key)
-            except ProduceError:
-                return None
-        if not self._room_for(len(body), connection):
-            return None
-        produce = ProduceRequest(
-            topic=name,
-            partition=partition,
-            acks=acks,
-            timeout_ms=timeout_ms,
-            content_type=content_type,
-            body=body,
-            key=record_key,
-            idempotency_key=key,
-            target=target,
-        )
-        return FastProduce(produce, route, len(body))
-
-    def _take_v2_produce(
-        self, target: str, headers: Mapping[str, str], body: bytes, connection: object
-    ) -> FastProduce | None:
-        """REST Proxy v2's json-format produce, when its body is one the C path builds (so
-        it is valid) and nothing else sets it apart; everything else goes to its route."""
-        if headers.get("Content-Type") != rest_proxy.PRODUCE_TYPE or len(body) > self.max_body:
-            return None
-        if "Idempotency-Key" in headers:
-            return None
-        answer_type = rest_proxy.answer_type(headers.get("Accept"))
-        parsed = rest_proxy.produce_target(target)
-        if answer_type is None or parsed is None or parsed[0] in INTERNAL_TOPICS:
-            return None
-        name, partition, query, route = parsed
-        topic = self.gateway.broker.store.view.topics.get(name)
-        if topic is None or (partition is not None and partition >= topic.partitions):
-            return None
-        params = _query(query, _V2_PRODUCE_PARAMS)
-        if params is None or not self._room_for(len(body), connection):
-            return None
-        delivery = self._acks_and_timeout(params)
-        if delivery is None:
-            return None
-        acks, timeout_ms = delivery
-        produce = ProduceRequest(
-            topic=name,
-            partition=partition,
-            acks=acks,
-            timeout_ms=timeout_ms,
-            content_type=rest_proxy.PRODUCE_TYPE,
-            body=body,
-            key=None,
-            idempotency_key=None,
-            target=target,
-        )
-        try:
-            made = self.gateway.producer.build_json_keyed(produce)
-        except Exception:  # the topic went meanwhile: its route says so
-            return None
-        if made is None:
-            return None
-        built, owners = made
-        return FastProduce(produce, route, len(body), (), built, owners, answer_type)
-
-    def _acks_and_timeout(self, params: Mapping[str, str]) -> tuple[Acks, int] | None:
-        """A produce's `acks` and `timeout_ms`; None when either is bad (the route says why)."""
-        try:
-            return produce_delivery(params, self.gateway.settings)
-        except Problem:
-            return None
-
-    def _plain_produce_target(self, target: str) -> PlainProduce | None:
-        """What a produce's target says, when the fast routes may take it (the topic's existence
-        and partitions aside, which change): topic, partition, acks, timeout, record key, route."""
-        parsed = _parse_route(target, _PRODUCE_PARAMS)
-        if parsed is None or parsed[0] in INTERNAL_TOPICS:
-            return None
-        name, partition, params = parsed
-        delivery = self._acks_and_timeout(params)
-        if delivery is None:
-            return None
-        acks, timeout_ms = delivery
-        route = PARTITION_ROUTE if partition is not None else TOPIC_ROUTE
-        return name, partition, acks, timeout_ms, params.get("key"), route
-
-    def _take_append(
-        self, target: str, headers: Mapping[str, str], body: bytes, connection: object
-    ) -> FastAppend | None:
-        if headers.get("Content-Type") != codecs.RECORD_BATCH or len(body) > self.max_body:
-            return None
-        path, _, query = target.partition("?")
-        parts = path[len(APPEND_PREFIX) :].split("/")
-        if len(parts) != 4 or parts[0] or parts[3] != "append" or "%" in path:
-            return None
-        partition = _partition_number(parts[2])
-        topic = self.gateway.broker.store.view.topics.get(parts[1])
-        if topic is None or partition is None or partition >= topic.partitions:
-            return None
-        params = _query(query, _APPEND_PARAMS)
-        if params is None or topic.name in INTERNAL_TOPICS:
-            return None
-        delivery = self._acks_and_timeout(params)
-        if delivery is None or not self._room_for(len(body), connection):
-            return None
-        return FastAppend(topic.name, partition, body, *delivery, target)
-
-    def _room_for(self, size: int, connection: object) -> bool:
-        """Whether a body of `size` bytes fits the in-flight limits (the connection's share,
-        and the whole); a body that does not goes where the backpressure middleware waits."""
-        inflight = self.inflight
-        held = inflight.by_connection.get(connection, 0)
-        if held and held + size > inflight.connection_limit:
-            return False
-        return inflight.reserved + size <= inflight.limit
-
-    def _take_fetch(self, target: str, headers: Mapping[str, str]) -> FastFetch | None:
-        accept = _FETCH_ACCEPT.get(headers.get("Accept"))
-        routed = self._route(target, _FETCH_PARAMS)
-        if accept is None or routed is None:
-            return None
-        topic, partition, params = routed
-        gateway = self.gateway
-        if partition is None:
-            return None
-        local = gateway.replicas.local(topic.name, partition)
-        led_here = local is not None and local.is_leader
-        settings = gateway.settings
-        if led_here and gateway.notifier.parked >= settings.max_parked_fetches:
-            return None
-        try:
-            offset, limits = fetch_position(params, settings)
-        except Problem:
-            return None
-        ready = None
-        if not led_here:
-            ready = read_from_sibling(gateway, topic.name, partition, offset, limits, accept)
-            if ready is None:  # led elsewhere, and not readable here: the Application forwards
-                return None
-        return FastFetch(topic.name, partition, offset, limits, accept, target, ready)
-
-    def _take_member_fetch(self, target: str, headers: Mapping[str, str]) -> FastMemberFetch | None:
-        path, _, query = target.partition("?")
-        parts = path[len(_GROUPS_PREFIX) :].split("/")
-        if len(parts) != 4 or parts[1] != "members" or parts[3] != "records" or "%" in path:
-            return None
-        name, member = parts[0], parts[2]
-        if _FETCH_ACCEPT.get(headers.get("Accept")) != codecs.JSON or not valid_group_id(name):
-            return None
-        gateway = self.gateway
-        group = gateway.groups.groups.get(name)
-        joined = None if group is None else group.members.get(member)
-        if joined is None:  # coordinated elsewhere, or unknown: not plain
-            return None
-        settings = gateway.settings
-        params = _query(query, _MEMBER_FETCH_PARAMS)
-        if params is None or gateway.notifier.parked >= settings.max_parked_fetches:
-            return None
-        try:
-            limits, cursor = member_fetch_query(params, settings)
-        except Problem:
-            return None
-        return FastMemberFetch(name, member, limits, cursor, target, tuple(joined.topics))
-
-    def _route(
-        self, target: str, allowed: frozenset[str]
-    ) -> tuple[TopicSpec, int | None, dict[str, str]] | None:
-        """The topic (known here), the partition (if the path names one, and it exists) and
-        the query (each parameter allowed, once, unescaped) of a records route."""
-        parsed = _parse_route(target, allowed)
-        if parsed is None:
-            return None
-        name, partition, params = parsed
-        topic = self.gateway.broker.store.view.topics.get(name)
-        if topic is None or (partition is not None and partition >= topic.partitions):
-            return None
-        return topic, partition, params
-
     def start(
         self,
         request: FastRequest | FastRefusal,
@@ -639,7 +273,7 @@ class FastRoutes:
                 appending = producer.append_now(request.produce, built)
                 if appending is not None:
                     landing, leader = appending
-                    self._reserve(request.size, connection)
+                    self.inflight.reserve(request.size, connection)
                     landing.add_done_callback(
                         functools.partial(
                             self._landed, request, built, leader, connection, started, ready
@@ -662,7 +296,7 @@ class FastRoutes:
     ) -> None:
         """`start`'s produce, once its write landed (or failed, or its client went)."""
         if landing.cancelled():
-            self._release(request.size, connection)
+            self.inflight.release(request.size, connection)
             self._observe(request.route, "POST", CLIENT_CLOSED, started)
             ready(None)
             return
@@ -682,7 +316,7 @@ class FastRoutes:
                 request, _problem_of(_as_exception(error), "POST", request.produce.target)
             )
         answer.cors = request.cors
-        self._release(request.size, connection)
+        self.inflight.release(request.size, connection)
         self._observe(request.route, "POST", answer.status, started)
         self.served += 1
         ready(answer)
@@ -706,7 +340,7 @@ class FastRoutes:
         except Exception as exc:
             answer = _failure(request, _problem_of(exc, "POST", produce.target))
         finally:
-            self._release(request.size, connection)
+            self.inflight.release(request.size, connection)
             status = CLIENT_CLOSED if answer is None else answer.status
             self._observe(request.route, "POST", status, started)
         answer.cors = request.cors
@@ -733,9 +367,9 @@ class FastRoutes:
                 answer = await self._write(request, connection, built)
             else:
                 if isinstance(request, FastFetch):
-                    answer = await self._fetch(request)
+                    answer = await self.fetches.answer_fetch(request)
                 else:
-                    answer = await self._member_fetch(request)
+                    answer = await self.fetches.answer_member_fetch(request)
                 if request.usage is not None:  # as the quota middleware charges a fetch
                     self.auth.quotas.charge(request.usage, "fetch_bytes", len(answer.body))
         except Exception as exc:
@@ -754,7 +388,7 @@ class FastRoutes:
         """Produce or append, holding the body's bytes in the in-flight account meanwhile."""
         if isinstance(built, Exception):
             raise built
-        self._reserve(request.size, connection)
+        self.inflight.reserve(request.size, connection)
         try:
             if isinstance(request, FastProduce):
                 try:
@@ -771,44 +405,7 @@ class FastRoutes:
             landed = {"base_offset": info.first_offset, "count": info.record_count}
             return FastAnswer(200, codecs.JSON, orjson.dumps(landed))
         finally:
-            self._release(request.size, connection)
-
-    def _reserve(self, size: int, connection: object) -> None:
-        """Count a body being produced in the in-flight account (see `_room_for`)."""
-        inflight = self.inflight
-        inflight.reserved += size
-        inflight.by_connection[connection] = inflight.by_connection.get(connection, 0) + size
-
-    def _release(self, size: int, connection: object) -> None:
-        inflight = self.inflight
-        inflight.reserved -= size
-        left = inflight.by_connection.pop(connection) - size
-        if left:
-            inflight.by_connection[connection] = left
-
-    async def _fetch(self, request: FastFetch) -> FastAnswer:
-        """Read the partition as the route does (a long-poll waits here as there)."""
-        fetched = request.ready
-        if fetched is not None:
-            return FastAnswer(
-                200, fetched.content_type, fetched.body, tuple(fetched.headers.items())
-            )
-        gateway = self.gateway
-        leader = gateway.replicas.leading(request.topic, request.partition)
-        if leader is None:
-            leader = await gateway.replicas.leader(request.topic, request.partition)
-        offset = start_offset(request.offset, leader)
-        fetched = await read_partition(
-            gateway, request.topic, request.partition, offset, request.limits, request.accept
-        )
-        return FastAnswer(200, fetched.content_type, fetched.body, tuple(fetched.headers.items()))
-
-    async def _member_fetch(self, request: FastMemberFetch) -> FastAnswer:
-        """The member's long-poll, as the group route runs it."""
-        body = await member_records(
-            self.gateway, request.group, request.member, request.limits, request.cursor
-        )
-        return FastAnswer(200, codecs.JSON, body)
+            self.inflight.release(request.size, connection)
 
 
 _FETCH = "GET " + PARTITION_ROUTE  # (the produce routes are POST's only)
@@ -903,48 +500,4 @@ def _failure(request: FastRequest, problem: Problem) -> FastAnswer:
         return FastAnswer(
             problem.status, rest_proxy.ERROR_TYPE, body, tuple(problem.headers.items())
         )
-    return _problem(problem)
-
-
-def _problem(problem: Problem) -> FastAnswer:
-    return FastAnswer(
-        problem.status, PROBLEM_JSON, problem_body(problem), tuple(problem.headers.items())
-    )
-
-
-def _parse_route(
-    target: str, allowed: frozenset[str]
-) -> tuple[str, int | None, dict[str, str]] | None:
-    """A records route's topic name, partition (if the path names one) and query (each
-    parameter allowed, once, unescaped); None for any other target."""
-    path, _, query = target.partition("?")
-    parts = path[len(_PREFIX) :].split("/")
-    partition: int | None = None
-    if len(parts) == 4 and parts[1] == "partitions" and parts[3] == "records":
-        partition = _partition_number(parts[2])
-        if partition is None:
-            return None
-    elif len(parts) != 2 or parts[1] != "records":
-        return None
-    params = _query(query, allowed)
-    return None if params is None else (parts[0], partition, params)
-
-
-def _partition_number(raw: str) -> int | None:
-    """A path's partition number, if it is one (digits only, as the routes take it)."""
-    return int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 9 else None
-
-
-def _query(query: str, allowed: frozenset[str]) -> dict[str, str] | None:
-    """The query's parameters, if each is plain (no escapes, named once, allowed)."""
-    params: dict[str, str] = {}
-    if not query:
-        return params
-    if "%" in query or "+" in query:
-        return None
-    for pair in query.split("&"):
-        name, _, value = pair.partition("=")
-        if name not in allowed or name in params:
-            return None
-        params[name] = value
-    return params
+    return problem_answer(problem)

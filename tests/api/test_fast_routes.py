@@ -12,7 +12,9 @@ import orjson
 from multidict import CIMultiDict
 
 from engine.batch import RecordInput, encode_batch
-from gateway.api.fast_routes import FastAnswer, FastProduce, FastRefusal, FastRoutes
+from gateway.api.fast_answer import FastAnswer
+from gateway.api.fast_produce import FastProduce
+from gateway.api.fast_routes import FastRefusal, FastRoutes
 from gateway.auth.quotas import ANONYMOUS
 from gateway.http.fast_path import FAST_PATH
 from tests.api.support import (

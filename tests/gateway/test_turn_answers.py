@@ -8,8 +8,8 @@ from typing import cast
 
 import pytest
 
-from gateway.api import fast_routes
-from gateway.api.fast_routes import FastAnswer
+from gateway.api import fast_answer
+from gateway.api.fast_answer import FastAnswer
 from gateway.http.connections import Http1Connection, TurnAnswers, turn_answers
 
 
@@ -65,7 +65,7 @@ def test_an_http2_answer_dates_itself_with_the_current_second(
     """The date field is encoded once a second, and a new second gives a new one."""
     answer = FastAnswer(200, "application/json", b"{}")
     for now in ("Tue, 24 Nov 2026 18:00:00 GMT", "Tue, 24 Nov 2026 18:00:01 GMT"):
-        monkeypatch.setattr(fast_routes, "rfc822_formatted_time", lambda now=now: now)
+        monkeypatch.setattr(fast_answer, "rfc822_formatted_time", lambda now=now: now)
         fields = dict(answer.h2_headers())
         assert fields[b"date"] == now.encode()
         assert b"Date: " + now.encode() + b"\r\n" in answer.http1()

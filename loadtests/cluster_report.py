@@ -1,5 +1,5 @@
 """The cluster section's comparisons (acks=all/acks=1, non-leader/leader, Sluice/JetStream,
-the issue's targets), its part of bench-report.md and its plot."""
+the goals), its part of bench-report.md and its plot."""
 
 from __future__ import annotations
 
@@ -94,7 +94,7 @@ def ratios(section: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def targets(section: dict[str, Any]) -> list[dict[str, Any]]:
-    """The issue's targets against this run's figures; a missing figure is not met."""
+    """The goals against this run's figures; a missing figure is not met."""
     by_figure = {r["figure"]: r["ratio"] for r in section["ratios"]}
     rows: list[dict[str, Any]] = []
     for fmt, batch in section["setup"]["formats"]:

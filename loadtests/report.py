@@ -360,7 +360,7 @@ def markdown(doc: dict[str, Any]) -> str:
 
 def plot_ratios(figures: list[dict[str, Any]], title: str, path: Path) -> None:
     """One bar per figure (`figure`, `value`, `target`), each with its target as a tick: the
-    issue figures whose units differ (ratios, records/s) are drawn as value / target."""
+    goal figures whose units differ (ratios, records/s) are drawn as value / target."""
     names = [f["figure"] for f in figures]
     shares = [f["value"] / f["target"] if f["target"] else 0.0 for f in figures]
     figure, axes = plt.subplots(figsize=(9, 1.2 + 0.6 * len(figures)))

@@ -479,7 +479,7 @@ def run(plan: Plan, scratch: Path, before: Path | None = None) -> dict[str, Any]
 
 
 def figures(medians: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """The issue's goals, each a ratio of two cells of the same run."""
+    """The goals, each a ratio of two cells of the same run."""
     consumer = medians["consumer batch 500"]["records_per_s"]
     single, bridge = medians["subscription one record"], medians["bridge one record"]
     pipelined = medians["subscription one record pipelined"]

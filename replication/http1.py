@@ -1,5 +1,6 @@
 """A lean HTTP/1.1 client for forwarded requests: keep-alive connections pooled per node, a
-request written in one piece, its answer read by Content-Length (or chunks, or to the end).
+request written in one piece, its answer read by the shared sans-IO reader
+(`replication.http1_reader`) as the bytes arrive, a body kept as they came and joined once.
 
 It replaces aiohttp's client on the forwarding path only because of its cost: aiohttp spends
 100-200 µs of CPU on each call (request object, connector, timers, cookie jar, tracing hooks),
@@ -12,14 +13,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import cast
 from urllib.parse import quote, urlsplit
 
-MAX_HEAD = 64 * 1024  # a status line and headers larger than this are refused
+from replication.http1_reader import AnswerError, AnswerReader
+
 IDLE_S = 60.0  # a pooled connection idle longer is closed (the gateway closes at 75 s)
 DRAIN_ABOVE = 256 * 1024  # wait for the socket to take a request's bytes past this backlog
 _TARGET_SAFE = "/?#&=%:@!$'()*+,;[]~"  # kept as they are in a request target
-_NO_BODY = frozenset({204, 304})
 
 
 class ConnectFailed(OSError):
@@ -33,21 +35,89 @@ class Reply:
     body: bytes
 
 
-@dataclass
-class _Connection:
-    reader: asyncio.StreamReader
-    writer: asyncio.StreamWriter
-    idle_since: float = field(default_factory=time.monotonic)
+class _Connection(asyncio.Protocol):
+    """One keep-alive connection to a node, one request at a time."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.reader: AnswerReader | None = None  # the answer being read
+        self.answered: asyncio.Future[AnswerReader] | None = None
+        self.drained: asyncio.Future[None] | None = None  # while the socket's buffer is full
+        self.broken = False  # closed, or it sent bytes nobody asked for
+        self.idle_since = time.monotonic()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        self.transport.set_write_buffer_limits(high=DRAIN_ABOVE)
 
     def usable(self) -> bool:
         return (
-            not self.writer.transport.is_closing()
-            and not self.reader.at_eof()
+            not self.broken
+            and self.transport is not None
+            and not self.transport.is_closing()
             and time.monotonic() - self.idle_since < IDLE_S
         )
 
+    async def exchange(self, head: bytes, body: bytes, reader: AnswerReader) -> AnswerReader:
+        """Write a request and read its answer with `reader`."""
+        assert self.transport is not None
+        loop = asyncio.get_running_loop()
+        self.reader, self.answered = reader, loop.create_future()
+        self.transport.writelines((head, body))
+        if self.drained is not None:  # past DRAIN_ABOVE: until the socket takes more
+            await self.drained
+        return await self.answered
+
+    def pause_writing(self) -> None:
+        if self.drained is None:
+            self.drained = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        drained, self.drained = self.drained, None
+        if drained is not None and not drained.done():
+            drained.set_result(None)
+
+    def data_received(self, data: bytes) -> None:
+        reader = self.reader
+        if reader is None:
+            self.broken = True  # bytes nobody asked for: this connection cannot be trusted
+            self.close()
+            return
+        try:
+            used = reader.feed(data)
+        except AnswerError as exc:
+            self._settle(exc)
+            return
+        if reader.done:
+            self.broken = self.broken or used < len(data)
+            self._settle(None)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.broken = True
+        self.resume_writing()
+        if self.reader is not None:
+            try:
+                self.reader.closed()
+            except AnswerError as error:
+                self._settle(error)
+                return
+            self._settle(None)
+
+    def _settle(self, error: BaseException | None) -> None:
+        reader, answered = self.reader, self.answered
+        self.reader = self.answered = None
+        if answered is None or answered.done():
+            return
+        if error is None and reader is not None:
+            answered.set_result(reader)
+        else:
+            self.broken = True
+            answered.set_exception(error or AnswerError("no answer"))
+
     def close(self) -> None:
-        self.writer.transport.abort()
+        self.broken = True
+        if self.transport is not None:
+            self.transport.abort()
 
 
 class Http1Pool:
@@ -71,8 +141,8 @@ class Http1Pool:
     async def request(
         self, url: str, method: str, target: str, headers: Mapping[str, str], body: bytes
     ) -> Reply:
-        """One call; ConnectFailed if no connection could be made, else OSError, ValueError or
-        asyncio.IncompleteReadError once the request may have been sent."""
+        """One call; ConnectFailed if no connection could be made, else OSError (AnswerError
+        for an answer that cannot be read) once the request may have been sent."""
         host, port, netloc = self._origin(url)
         key = (host, port)
         head = [
@@ -83,20 +153,18 @@ class Http1Pool:
             head.append(f"{name}: {value}\r\n".encode("utf-8", "surrogateescape"))
         head.append(b"Content-Length: %d\r\n\r\n" % len(body))
         connection = self._take(key) or await self._connect(host, port)
+        reader = AnswerReader(bodiless=method == "HEAD")
         try:
-            connection.writer.writelines([b"".join(head), body])
-            if connection.writer.transport.get_write_buffer_size() > DRAIN_ABOVE:
-                await connection.writer.drain()
-            reply, reusable = await _read_reply(connection.reader, method)
+            await connection.exchange(b"".join(head), body, reader)
         except BaseException:
             connection.close()
             raise
-        if reusable:
+        if reader.reusable and not connection.broken:
             connection.idle_since = time.monotonic()
             self._idle.setdefault(key, []).append(connection)
         else:
             connection.close()
-        return reply
+        return Reply(reader.status, reader.headers, reader.body())
 
     def _take(self, key: tuple[str, int]) -> _Connection | None:
         idle = self._idle.get(key)
@@ -108,64 +176,16 @@ class Http1Pool:
         return None
 
     async def _connect(self, host: str, port: int) -> _Connection:
+        connection = _Connection()
         try:
             async with asyncio.timeout(self.connect_timeout_s):
-                reader, writer = await asyncio.open_connection(host, port, limit=MAX_HEAD)
+                await asyncio.get_running_loop().create_connection(lambda: connection, host, port)
         except (OSError, TimeoutError) as exc:
             raise ConnectFailed(f"cannot connect to {host}:{port}: {exc!r}") from exc
-        return _Connection(reader, writer)
+        return connection
 
     async def close(self) -> None:
         for idle in self._idle.values():
             for connection in idle:
                 connection.close()
         self._idle.clear()
-
-
-async def _read_reply(reader: asyncio.StreamReader, method: str) -> tuple[Reply, bool]:
-    """The answer (interim 1xx answers skipped) and whether the connection can be reused."""
-    while True:
-        try:
-            raw = await reader.readuntil(b"\r\n\r\n")
-        except asyncio.LimitOverrunError as exc:
-            raise ValueError(f"an answer's head exceeds {MAX_HEAD} bytes") from exc
-        lines = raw[:-4].decode("utf-8", "surrogateescape").split("\r\n")
-        version, _, rest = lines[0].partition(" ")
-        status = int(rest[:3])
-        if status >= 200:
-            break
-    headers = []
-    length: int | None = None
-    chunked = False
-    close = version == "HTTP/1.0"
-    for line in lines[1:]:
-        name, _, value = line.partition(":")
-        value = value.strip()
-        lowered = name.lower()
-        if lowered == "content-length":
-            length = int(value)
-        elif lowered == "transfer-encoding":
-            chunked = value.lower().endswith("chunked")
-        elif lowered == "connection":
-            close = close or "close" in value.lower()
-        headers.append((name, value))
-    if method == "HEAD" or status in _NO_BODY:
-        body = b""
-    elif chunked:
-        body = await _read_chunks(reader)
-    elif length is not None:
-        body = await reader.readexactly(length)
-    else:
-        body, close = await reader.read(), True
-    return Reply(status, headers, body), not close
-
-
-async def _read_chunks(reader: asyncio.StreamReader) -> bytes:
-    parts: list[bytes] = []
-    while True:
-        size = int((await reader.readuntil(b"\r\n")).split(b";", 1)[0].strip(), 16)
-        if size == 0:
-            while await reader.readuntil(b"\r\n") != b"\r\n":  # trailers, if any
-                pass
-            return b"".join(parts)
-        parts.append((await reader.readexactly(size + 2))[:-2])

@@ -1,8 +1,7 @@
 """The delivery client: POSTs to subscription endpoints over HTTP/1.1 keep-alive connections
 pooled per origin, each an asyncio Protocol. A request is written as one bytes object (the
-origin's request line and fixed headers rendered once); the answer is parsed from the
-Protocol's buffer: status line, headers, then a body by Content-Length, by chunks, or up to
-the close.
+origin's request line and fixed headers rendered once); the answer is read as its bytes
+arrive by the sans-IO reader the calls to other nodes use too (`replication.http1_reader`).
 
 It replaces aiohttp's client on the delivery path for its cost: aiohttp's per-request
 machinery (request and response objects, connector, timers, tracing hooks) was about 28% of
@@ -25,17 +24,10 @@ from typing import cast
 from urllib.parse import urlsplit
 
 from groups.subscriptions.endpoints import blocked_address
+from replication.http1_reader import AnswerError, AnswerReader
 
-MAX_HEAD = 64 * 1024  # an answer's status line and headers
 IDLE_S = 15.0  # a pooled connection idle this long is closed (aiohttp's keep-alive default)
 USER_AGENT = "sluice-subscriptions/1"
-_NO_BODY = frozenset({204, 304})
-_HEAD, _LENGTH, _CHUNK_SIZE, _CHUNK_DATA, _TRAILERS, _TO_CLOSE, _DONE = range(7)
-
-
-class AnswerError(OSError):
-    """The endpoint's answer is not HTTP/1.x that can be read, or the connection closed
-    before it was whole."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,128 +67,6 @@ def origin_of(url: str) -> Origin:
     return Origin((parts.scheme, host, port), host, port, tls, head)
 
 
-class _Answer:
-    """One answer being parsed (sans-IO): fed the connection's bytes until it is whole."""
-
-    __slots__ = (
-        "body", "body_limit", "close", "headers", "length", "reason", "size", "state", "status",
-    )  # fmt: skip
-
-    def __init__(self, body_limit: int) -> None:
-        self.body_limit = body_limit
-        self.state = _HEAD
-        self.status = 0
-        self.reason = ""
-        self.headers: dict[str, str] = {}
-        self.close = False  # the connection cannot be reused after it
-        self.length = 0  # body bytes (or chunk bytes) still to come
-        self.body: list[bytes] = []
-        self.size = 0  # body bytes kept
-
-    def feed(self, buffer: bytearray) -> bool:
-        """Take what `buffer` holds of this answer (removing it); True once it is whole or
-        its body passed the limit; AnswerError if it is not HTTP."""
-        while True:
-            state = self.state
-            if state == _HEAD:
-                end = buffer.find(b"\r\n\r\n")
-                if end < 0:
-                    if len(buffer) > MAX_HEAD:
-                        raise AnswerError(f"an answer's head exceeds {MAX_HEAD} bytes")
-                    return False
-                head = bytes(buffer[:end])
-                del buffer[: end + 4]
-                self._head(head)
-            elif state in (_LENGTH, _CHUNK_DATA):
-                take = min(self.length, len(buffer))
-                if take:
-                    self._keep(bytes(buffer[:take]))
-                    del buffer[:take]
-                    self.length -= take
-                if self.length:
-                    return self.size > self.body_limit
-                if state == _LENGTH:
-                    self.state = _DONE
-                else:
-                    if len(buffer) < 2:
-                        return self.size > self.body_limit
-                    if buffer[:2] != b"\r\n":
-                        raise AnswerError("a chunk not ended by CRLF")
-                    del buffer[:2]
-                    self.state = _CHUNK_SIZE
-            elif state == _CHUNK_SIZE:
-                end = buffer.find(b"\r\n")
-                if end < 0:
-                    if len(buffer) > 1024:
-                        raise AnswerError("a chunk size line too long")
-                    return False
-                line = bytes(buffer[:end]).split(b";", 1)[0].strip()
-                del buffer[: end + 2]
-                try:
-                    self.length = int(line, 16)
-                except ValueError:
-                    raise AnswerError(f"a chunk size that is not hex: {line[:20]!r}") from None
-                self.state = _CHUNK_DATA if self.length else _TRAILERS
-            elif state == _TRAILERS:
-                end = buffer.find(b"\r\n")
-                if end < 0:
-                    if len(buffer) > MAX_HEAD:
-                        raise AnswerError("trailers too long")
-                    return False
-                del buffer[: end + 2]
-                if end == 0:
-                    self.state = _DONE
-            elif state == _TO_CLOSE:
-                if buffer:
-                    self._keep(bytes(buffer))
-                    buffer.clear()
-                return self.size > self.body_limit
-            else:
-                return True
-
-    def _keep(self, data: bytes) -> None:
-        room = self.body_limit + 1 - self.size
-        if room > 0:
-            kept = data[:room]
-            self.body.append(kept)
-            self.size += len(kept)
-
-    def _head(self, head: bytes) -> None:
-        lines = head.decode("latin-1").split("\r\n")
-        version, _, rest = lines[0].partition(" ")
-        code, _, reason = rest.partition(" ")
-        if version not in ("HTTP/1.1", "HTTP/1.0") or len(code) != 3 or not code.isdigit():
-            raise AnswerError(f"not an HTTP/1.x status line: {lines[0][:100]!r}")
-        status = int(code)
-        if 100 <= status < 200:
-            return  # an interim answer: the real one follows
-        headers: dict[str, str] = {}
-        for line in lines[1:]:
-            name, colon, value = line.partition(":")
-            if not colon or not name or name != name.strip():
-                raise AnswerError(f"a malformed header line: {line[:100]!r}")
-            headers[name.lower()] = value.strip()
-        self.status, self.reason, self.headers = status, reason, headers
-        connection = headers.get("connection", "").lower()
-        self.close = version == "HTTP/1.0" and "keep-alive" not in connection
-        self.close = self.close or "close" in connection
-        if status in _NO_BODY:
-            self.state = _DONE
-        elif headers.get("transfer-encoding", "").lower().endswith("chunked"):
-            self.state = _CHUNK_SIZE
-        elif "content-length" in headers:
-            length = headers["content-length"]
-            if not length.isdigit():
-                raise AnswerError(f"a Content-Length that is not a number: {length[:20]!r}")
-            self.length = int(length)
-            self.state = _LENGTH
-        else:
-            self.state, self.close = _TO_CLOSE, True
-
-    def response(self) -> Response:
-        return Response(self.status, self.reason, self.headers, b"".join(self.body))
-
-
 class _Connection(asyncio.Protocol):
     """One connection to an origin: up to `depth` requests written before their answers,
     which come back in the order of the requests (HTTP/1.1 pipelining; 1: one at a time).
@@ -208,8 +78,7 @@ class _Connection(asyncio.Protocol):
         self.origin = origin
         self.depth = depth
         self.transport: asyncio.Transport | None = None
-        self.buffer = bytearray()
-        self.pending: deque[tuple[_Answer, asyncio.Future[Response]]] = deque()
+        self.pending: deque[tuple[AnswerReader, asyncio.Future[Response]]] = deque()
         self.outbox: list[bytes] = []  # requests of this turn, not yet written
         self.reserved = 0  # requests promised a place here, not yet sent
         self.listed = False  # on the pool's list of connections with room
@@ -239,7 +108,7 @@ class _Connection(asyncio.Protocol):
         assert self.transport is not None and self.reserved > 0
         self.reserved -= 1
         waiter = asyncio.get_running_loop().create_future()
-        self.pending.append((_Answer(body_limit), waiter))
+        self.pending.append((AnswerReader(body_limit), waiter))
         if self.depth > 1:
             if not self.outbox:
                 asyncio.get_running_loop().call_soon(self._write_outbox)
@@ -263,28 +132,27 @@ class _Connection(asyncio.Protocol):
         if not self.pending:
             self.abort()  # bytes nobody asked for: this connection cannot be trusted again
             return
-        self.buffer += data
         while self.pending:
             answer, waiter = self.pending[0]
             try:
-                done = answer.feed(self.buffer)
+                used = answer.feed(data)
             except AnswerError as exc:
                 self._fail(exc)
                 return
-            if not done:
+            if not answer.done:
                 return
+            data = data[used:]
             self.pending.popleft()
-            reusable = answer.state == _DONE and not answer.close
             if not waiter.done():
-                waiter.set_result(answer.response())
-            if not reusable:
+                waiter.set_result(_response(answer))
+            if not answer.reusable:
                 self._fail(AnswerError("the connection closed before this request's answer"))
                 return
             if not self.pending:
                 self.idle_since = asyncio.get_running_loop().time()
             if not self.listed:
                 self.pool.release(self)  # it was full: room again
-            if not self.buffer:
+            if not data:
                 return
         self.abort()  # more bytes than the requests asked for
 
@@ -309,10 +177,14 @@ class _Connection(asyncio.Protocol):
         if not self.pending:
             return
         answer, waiter = self.pending[0]
-        if answer.state == _TO_CLOSE:
+        try:
+            answer.closed()  # an answer read to the close is whole now
+        except AnswerError:
+            pass
+        else:
             self.pending.popleft()
             if not waiter.done():
-                waiter.set_result(answer.response())
+                waiter.set_result(_response(answer))
         self._fail(AnswerError(f"the connection closed before the answer was whole: {exc}"))
 
     def give_up(self, waiter: asyncio.Future[Response], exc: BaseException) -> None:
@@ -330,6 +202,13 @@ class _Connection(asyncio.Protocol):
                 self.transport.abort()
             elif self.opening is not None:
                 self.opening.cancel()
+
+
+def _response(answer: AnswerReader) -> Response:
+    """An answer as the dispatcher takes it: headers by lower-case name (the last of a
+    repeated one)."""
+    headers = {name.lower(): value for name, value in answer.headers}
+    return Response(answer.status, answer.reason, headers, answer.body())
 
 
 def _send_on(

@@ -1,7 +1,7 @@
 """`python -m loadtests.scale_bench --quick` writes its report, and the report holds what the
-scale goal asks: every produced record fetched back, and the gateway's open files within the bound (a
-descriptor per partition plus the file cache) plus a few sockets and pipes, even with more
-closed segments than descriptors. Speed is never judged (benchmarks are not tests)."""
+scale goal asks: every produced record fetched back, and the gateway's open files within the
+bound (a descriptor per partition plus the file cache) plus a few sockets and pipes, even with
+more closed segments than descriptors. Speed is never judged (benchmarks are not tests)."""
 
 from __future__ import annotations
 

@@ -91,7 +91,8 @@ async def test_a_connection_the_server_closed_is_not_reused(server: str) -> None
     try:
         await pool.request(server, "GET", "/echo", {}, b"")
         (kept,) = pool._idle[_key(server)]
-        kept.writer.transport.abort()  # as if the server had closed it while idle
+        assert kept.transport is not None
+        kept.transport.abort()  # as if the server had closed it while idle
         await asyncio.sleep(0)
         assert (await pool.request(server, "GET", "/echo", {}, b"x")).body == b"x"
     finally:

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from groups.subscriptions.client import MAX_HEAD, AnswerError, DeliveryClient, Response
+from groups.subscriptions.client import DeliveryClient, Response
+from replication.http1_reader import MAX_HEAD, AnswerError
 from tests.tls import write_self_signed
 
 HEAD = b"Content-Length: 2\r\n\r\n"

@@ -728,7 +728,7 @@ async def test_unreadable_group_metadata_keeps_the_offsets(start: Start) -> None
     resp = await client.put(f"{G}/offsets", json={"topic": "t", "to": 1})
     assert resp.status == 200
     coordinator = gateway(client).groups
-    coordinator._write("g", [(group_key("g"), b'{"generation": 3, "members": [{"id": 1}]}')])
+    coordinator.log.append("g", [(group_key("g"), b'{"generation": 3, "members": [{"id": 1}]}')])
     await client.close()
     client = await start()
     described = await describe_group(client)

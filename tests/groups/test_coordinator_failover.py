@@ -4,123 +4,18 @@ coordinator's memory, which a node paused and deposed meanwhile still holds), a 
 keeps leading through a new epoch keeps its groups as they are, and a position past a new
 leader's high watermark (which trails its log) waits there instead of starting over.
 
-One node (0) leads `__consumer_offsets-0` with node 1 in its ISR; node 1 exists only as the
-fetches the leader notes (`follower_fetched`), so the high watermark moves when the test says."""
+The node: see conftest.py."""
 
 from __future__ import annotations
-
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 import pytest
 
 from engine import batch as fmt
-from engine import offsets_topic
 from engine.errors import EngineError
-from engine.manager import LogManager
-from engine.notify import ChangeNotifier
-from engine.offsets_topic import TopicPartition
-from groups.coordinator import GroupCoordinator, JoinRequest
-from replication.acks import Acks
+from groups.coordinator import JoinRequest
 from replication.errors import RequestTimedOut
-from replication.fetch_limits import FetchLimits
-from replication.forward_client import ForwardClient
-from replication.memory_store import MemoryMetadataStore
-from replication.metadata import Fence, NodeInfo, PartitionState, TopicSpec
-from replication.partition import Partition
-from replication.replica_manager import ReplicaManager
-
-OFFSETS = offsets_topic.OFFSETS_TOPIC
-TOPIC = "t"
-TP = (TOPIC, 0)
-GROUP = "g"
-NOW = FetchLimits(max_records=100, max_bytes=1 << 20, min_bytes=1, timeout_ms=0)
-
-
-def offsets_of(
-    data: memoryview, position: int, limit: int, tp: TopicPartition
-) -> tuple[list[Any], int]:
-    """The records' offsets from `position` on, at most `limit`, and the offset after them."""
-    out: list[Any] = []
-    next_offset = position
-    for record in fmt.iter_records(data):
-        if record.offset < position:
-            continue
-        if len(out) == limit:
-            break
-        out.append(record.offset)
-        next_offset = record.offset + 1
-    return out, next_offset
-
-
-@dataclass
-class Node:
-    store: MemoryMetadataStore
-    fence: Fence
-    replicas: ReplicaManager
-    groups: GroupCoordinator
-
-    @property
-    def offsets(self) -> Partition:
-        return self.replicas.partitions[(OFFSETS, 0)]
-
-    def produce(self, count: int) -> None:
-        records = [fmt.RecordInput(None, b"v", []) for _ in range(count)]
-        self.replicas.partitions[TP].append(fmt.encode_batch(records), Acks.LEADER)
-
-    def follower_fetched(self) -> None:
-        """Node 1 fetched the offsets partition up to its log end, as its fetcher would."""
-        partition = self.offsets
-        partition.replica_fetch(1, partition.log_end_offset, partition.leader_epoch, 0)
-
-    async def offsets_state(self, leader: int, isr: tuple[int, ...]) -> None:
-        """The controller's next epoch of the offsets partition: `leader`, with `isr`."""
-        state = self.store.view.partitions[(OFFSETS, 0)]
-        new = PartitionState(leader, state.leader_epoch + 1, state.replicas, isr, state.version)
-        assert await self.store.set_partition(OFFSETS, 0, new, self.fence)
-
-
-@pytest.fixture
-async def node(tmp_path: Path) -> AsyncIterator[Node]:
-    store = MemoryMetadataStore()
-    await store.start(NodeInfo(0, "http://node0:8080"))
-    fence = await store.campaign()
-    offsets = TopicSpec(OFFSETS, "a" * 32, 1, 2, dict(offsets_topic.TOPIC_CONFIGS))
-    await store.create_topic(fence, offsets, [PartitionState(0, 1, (0, 1), (0, 1))])
-    await store.create_topic(
-        fence, TopicSpec(TOPIC, "b" * 32, 1, 1, {}), [PartitionState(0, 1, (0,), (0,))]
-    )
-    manager = LogManager(tmp_path)
-    replicas = ReplicaManager(manager, store, 0, ChangeNotifier())
-    forwarder = ForwardClient(0)
-    groups = GroupCoordinator(replicas, forwarder, 1000, 60_000, 100, offsets_of)
-    replicas.add_role_listener(groups.role_changed)
-    try:
-        await replicas.start()
-        await groups.loaded()
-        yield Node(store, fence, replicas, groups)
-    finally:
-        groups.close()
-        await replicas.close()
-        await forwarder.close()
-        await store.close()
-        manager.close()
-
-
-async def member_at(node: Node, committed: int) -> str:
-    """A member of GROUP over TOPIC, delivered and committed up to `committed`."""
-    node.produce(committed)
-    _, member = node.groups.join(GROUP, JoinRequest((TOPIC,), 30_000, "earliest", False))
-    node.follower_fetched()
-    await node.groups.durable(GROUP, 1000)
-    fetched = await node.groups.fetch(GROUP, member.member_id, NOW)
-    assert fetched.records == list(range(committed))
-    assert node.groups.commit(GROUP, member.member_id, None, None) == [(TP, committed)]
-    node.follower_fetched()
-    await node.groups.durable(GROUP, 1000)
-    return member.member_id
+from replication.metadata import PartitionState, TopicSpec
+from tests.groups.conftest import GROUP, NOW, TOPIC, TP, Node, member_at
 
 
 async def test_a_deposed_coordinator_answers_no_commit_from_its_memory(node: Node) -> None:

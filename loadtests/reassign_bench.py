@@ -101,15 +101,32 @@ class Bench:
         return mb * len(body)
 
     def moving(self, topic: str) -> bool:
-        doc = self.http.get(self.url(0) + "/v1/cluster/reassignments").json()
-        return any(m["topic"] == topic for m in doc["reassignments"])
+        """Whether any started node still sees a move of `topic`: the next plan goes to one
+        of them, and a view that has not caught up with the move's end refuses it (409)."""
+        for node in range(len(self.cluster.nodes)):
+            if self.cluster.nodes[node].process is None:
+                continue
+            doc = self.http.get(self.url(node) + "/v1/cluster/reassignments").json()
+            if any(m["topic"] == topic for m in doc["reassignments"]):
+                return True
+        return False
 
     def move(self, topic: str, partition: int, replicas: list[int]) -> float:
         """Start a move; the seconds until it completes."""
         plan = {"partitions": [{"topic": topic, "partition": partition, "replicas": replicas}]}
         started = time.monotonic()
-        answer = self.http.post(self.url(1) + "/v1/cluster/reassignments", json=plan)
-        answer.raise_for_status()
+
+        def accepted() -> bool:
+            """The plan taken; False while the controller asks to try again (409: a node
+            restarted since the ISR was stored, elected past first), raised otherwise."""
+            answer = self.http.post(self.url(1) + "/v1/cluster/reassignments", json=plan)
+            if answer.status_code == 409:
+                progress(f"plan refused for now: {answer.json().get('detail')}")
+                return False
+            answer.raise_for_status()
+            return True
+
+        _wait(accepted, f"the plan for {topic}-{partition} to be taken")
         _wait(lambda: not self.moving(topic), f"the move of {topic}-{partition}")
         return time.monotonic() - started
 

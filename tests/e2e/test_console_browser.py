@@ -644,3 +644,258 @@ def test_dead_letters_link_to_their_topic(tmp_path: Path, browser: Any) -> None:
         assert script_errors(browser) == []
     finally:
         assert server.stop() == 0
+
+
+# The polish found when the console was tried as a new user would: each test fails without its
+# fix.
+
+LONG_MAX = 9223372036854775807
+
+
+def test_integers_beyond_2_53_keep_their_digits(node: Server, browser: Any) -> None:
+    """Long.MAX (the default flush.ms) and a record's big integer show as the node sent them,
+    and a config set from the form to one reaches the node exact."""
+    with httpx.Client(base_url=node.url, timeout=30) as http:
+        assert http.get("/v1/topics/orders").json()["configs"]["flush.ms"] == LONG_MAX
+        record = {"records": [{"value": {"id": 12345678901234567891, "small": 7}, "partition": 0}]}
+        assert http.post("/v1/topics/orders/records", json=record).status_code == 200
+        shown(browser, "/topics/orders", node.url)
+        config = (
+            "return [...document.querySelectorAll('main table')[1].tBodies[0].rows]"
+            "  .find(r => r.cells[0].textContent === arguments[0]).cells[1].textContent;"
+        )
+        assert browser.execute_script(config, "flush.ms") == str(LONG_MAX)
+        choose(browser, "alter-config", "retention.ms")
+        fill(browser, "alter-value", str(LONG_MAX - 1))
+        acted(browser, lambda: submit(browser, "Change a config"), "the config changed")
+        assert http.get("/v1/topics/orders").json()["overrides"] == {"retention.ms": LONG_MAX - 1}
+        assert browser.execute_script(config, "retention.ms") == str(LONG_MAX - 1)
+    shown(browser, "/topics/orders/messages?partition=0&from=end&order=newest", node.url)
+    assert '"id": 12345678901234567891,' in main_text(browser)
+
+
+CONTRAST = """
+const rgb = (c) => (c.match(/[\\d.]+/g) || []).map(Number);
+const lum = ([r, g, b]) => [r, g, b].map((v) => {
+  v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4;
+}).reduce((sum, v, i) => sum + v * [0.2126, 0.7152, 0.0722][i], 0);
+const background = (el) => {
+  for (; el; el = el.parentElement) {
+    const c = rgb(getComputedStyle(el).backgroundColor);
+    if (c.length === 3 || c[3] > 0) return c.slice(0, 3);
+  }
+  return [255, 255, 255];
+};
+const ratio = (a, b) => {
+  const [l1, l2] = [lum(a), lum(b)].sort((x, y) => y - x);
+  return (l1 + 0.05) / (l2 + 0.05);
+};
+const low = [];
+for (const el of document.querySelectorAll('body *')) {
+  const own = [...el.childNodes].some((n) => n.nodeType === 3 && n.textContent.trim());
+  if (!own || el.disabled || !el.getClientRects().length) continue;
+  const style = getComputedStyle(el);
+  if (style.visibility === 'hidden') continue;
+  const r = ratio(rgb(style.color).slice(0, 3), background(el));
+  const text = el.textContent.trim().slice(0, 30);
+  if (r < 4.5) low.push(`${el.tagName}.${el.className} "${text}" ${r.toFixed(2)}`);
+}
+return {low, page: lum(background(document.body))};
+"""
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_text_and_filled_buttons_meet_wcag_aa_contrast(
+    node: Server, browser: Any, shots: Path, scheme: str
+) -> None:
+    """Every text on the pages (filled buttons, a confirmation's danger button, links,
+    notes, problems) is at 4.5:1 or more against its background, in both schemes."""
+    media = {"features": [{"name": "prefers-color-scheme", "value": scheme}]}
+    browser.execute_cdp_cmd("Emulation.setEmulatedMedia", media)
+    for route in ("/topics", "/topics/orders", "/groups/billing", "/access", "/groups/nobody"):
+        shown(browser, route, node.url)
+        found = browser.execute_script(CONTRAST)
+        assert (found["page"] < 0.05) == (scheme == "dark"), found  # the scheme is applied
+        assert found["low"] == [], (route, found["low"])
+    shown(browser, "/groups/billing", node.url)
+    browser.find_element("id", "delete-group").click()
+    wait(browser, lambda: browser.find_elements("css selector", "dialog[open]"), "the question")
+    browser.save_screenshot(str(shots / f"contrast-{scheme}.png"))
+    assert browser.execute_script(CONTRAST)["low"] == []
+    assert browser.find_element("css selector", "dialog[open] button[type=submit]").is_displayed()
+
+
+def test_records_read_at_400_pixels(node: Server, browser: Any, shots: Path) -> None:
+    """A value wraps at its JSON's lines and at the edge, in a cell wide enough to read."""
+    words = " ".join(["a sentence of ordinary words"] * 12)
+    value = {"note": words, "token": "x" * 150, "items": [{"sku": n} for n in range(3)]}
+    record = {"records": [{"key": "long", "value": value, "partition": 1}]}
+    assert httpx.post(f"{node.url}/v1/topics/orders/records", json=record).status_code == 200
+    browser.set_window_size(400, 844)
+    shown(browser, "/topics/orders/messages?partition=1&from=end&order=newest", node.url)
+    browser.save_screenshot(str(shots / "narrow-records.png"))
+    overflow = browser.execute_script(
+        "return document.documentElement.scrollWidth - document.documentElement.clientWidth;"
+    )
+    assert overflow <= 1
+    cell = browser.execute_script(
+        "const pre = document.querySelector('main pre.value');"
+        "const box = pre.closest('td').getBoundingClientRect();"
+        "const s = getComputedStyle(pre);"
+        "return {width: box.width, right: box.right, lines: pre.offsetHeight"
+        "  / parseFloat(s.lineHeight === 'normal' ? 16 : s.lineHeight),"
+        "  view: document.documentElement.clientWidth};"
+    )
+    assert cell["width"] > 150 and cell["right"] <= cell["view"], cell
+    assert cell["lines"] < 40, cell  # wrapped at sensible points, not every few characters
+
+
+def test_error_pages_say_what_was_not_found(node: Server, browser: Any) -> None:
+    for route, said in (
+        ("/topics/nope", "Topic 'nope' not found"),
+        ("/topics/nope/messages", "Topic 'nope' not found"),
+        ("/groups/nobody", "Group 'nobody' not found"),
+        ("/subscriptions/nothing", "Subscription 'nothing' not found"),
+        ("/nowhere", "Page '/nowhere' not found"),
+    ):
+        shown(browser, route, node.url)
+        assert heading(browser) == said, route
+        assert browser.title == f"{said} · Sluice"
+
+
+def test_a_refused_key_offers_another_sign_in_not_a_sign_out(
+    secured: tuple[Server, dict[str, str]], browser: Any
+) -> None:
+    server, keys = secured
+    browser.get(f"{server.url}/console#/topics")
+    sign_in(browser, "key", "sluice_not-a-key")
+    wait(browser, lambda: browser.find_elements("id", "refused"), "the refusal")
+    assert heading(browser) == "Sign in"
+    assert "The node refused that API key" in main_text(browser)
+    assert "UNAUTHENTICATED" in problems(browser)[0]
+    assert browser.find_element("id", "account").text == ""  # no "Sign out"
+    sign_in(browser, "basic", "carol", "not-her-password")
+    wait(browser, lambda: "refused that user and password" in main_text(browser), "the refusal")
+    assert browser.execute_script("return document.getElementById('login-kind').value;") == "basic"
+    assert browser.find_element("id", "account").text == ""
+    sign_in(browser, "key", keys["admin"])
+    wait(browser, lambda: ready(browser, "#/topics"), "the topics")
+    assert browser.find_element("id", "account").text == "Sign out"
+    assert browser.find_elements("id", "refused") == []
+
+
+def test_counts_are_pluralised(node: Server, browser: Any) -> None:
+    with httpx.Client(base_url=node.url, timeout=30) as http:
+        assert http.post("/v1/topics", json={"name": "solo"}).status_code == 201
+    shown(browser, "/topics", node.url)
+    assert "2 topics" in main_text(browser)
+    for route, said in (
+        ("/groups", "2 groups"),  # billing, and the subscription's
+        ("/subscriptions", "1 subscription"),
+        ("/topics/orders/tail", "Following 3 partitions"),
+        ("/topics/solo/tail", "Following 1 partition from"),
+        ("/groups/billing", "6 records"),  # 2 of 4 records committed on each of 3 partitions
+        ("/topics/orders/messages?partition=0&from=offset&offset=3&order=oldest", "1 record,"),
+    ):
+        shown(browser, route, node.url)
+        text = main_text(browser)
+        assert said in text, (route, text)
+        assert not any(f"1 {noun}s" in text for noun in ("group", "subscription", "record"))
+
+
+def test_a_new_key_is_listed_at_once(secured: tuple[Server, dict[str, str]], browser: Any) -> None:
+    server, keys = secured
+    browser.get(f"{server.url}/console#/access")
+    sign_in(browser, "key", keys["admin"])
+    wait(browser, lambda: ready(browser, "#/access"), "the access page")
+    listed = "return document.getElementById('credentials').innerText;"
+    assert "erin" not in browser.execute_script(listed)
+    fill(browser, "key-principal", "erin")
+    submit(browser, "Create a credential")
+    wait(browser, lambda: "erin" in browser.execute_script(listed), "erin's key listed")
+    secret = browser.find_element("id", "new-secret").text  # still shown, once
+    assert secret.startswith("sluice_") and secret not in browser.execute_script(listed)
+
+
+def test_no_create_forms_without_the_permission(
+    secured: tuple[Server, dict[str, str]], browser: Any
+) -> None:
+    """Bob may describe topics and the cluster, create and alter nothing: the lists show, the
+    forms that would be refused do not; the probes change nothing."""
+    server, keys = secured
+    admin = {"Authorization": f"Bearer {keys['admin']}"}
+    with httpx.Client(base_url=server.url, headers=admin, timeout=30) as http:
+        for grant in (
+            binding("bob", "topic", "orders", "describe"),
+            binding("bob", "cluster", "cluster", "describe"),
+        ):
+            assert http.post("/v1/acls", json=grant).status_code == 201
+        acls_before = http.get("/v1/acls").json()
+        browser.get(f"{server.url}/console#/topics")
+        sign_in(browser, "key", keys["bob"])
+        wait(browser, lambda: ready(browser, "#/topics"), "bob's topics")
+        assert first_column(browser) == ["orders"]
+        assert browser.find_elements("id", "create-name") == []
+        assert "You may not create topics" in main_text(browser)
+        shown(browser, "/access", server.url)
+        assert browser.find_elements("id", "acl-principal") == []
+        assert browser.find_elements("id", "quota-principal") == []
+        assert browser.find_elements("id", "key-principal") == []  # super users only
+        assert "You may not change ACL bindings" in main_text(browser)
+        assert "bob" in main_text(browser)  # the bindings are listed
+        # The admin sees every form.
+        browser.find_element("css selector", "#account button").click()
+        sign_in(browser, "key", keys["admin"])
+        wait(browser, lambda: ready(browser, "#/access"), "the admin's access page")
+        for control in ("acl-principal", "quota-principal", "key-principal"):
+            assert browser.find_elements("id", control), control
+        shown(browser, "/topics", server.url)
+        assert browser.find_elements("id", "create-name")
+        assert http.get("/v1/acls").json() == acls_before
+        assert [t["name"] for t in http.get("/v1/topics").json()["topics"]] == ["orders", "secret"]
+    assert script_errors(browser) == []
+
+
+def test_the_browse_form_asks_only_for_what_from_uses(node: Server, browser: Any) -> None:
+    shown(browser, "/topics/orders/messages?partition=0&from=end", node.url)
+
+    def visible() -> tuple[bool, bool]:
+        return (
+            browser.find_element("id", "browse-offset").is_displayed(),
+            browser.find_element("id", "browse-time").is_displayed(),
+        )
+
+    assert visible() == (False, False)
+    for choice, expected in (
+        ("offset", (True, False)),
+        ("time", (False, True)),
+        ("beginning", (False, False)),
+        ("end", (False, False)),
+        ("offset", (True, False)),
+    ):
+        choose(browser, "browse-from", choice)
+        assert visible() == expected, choice
+    fill(browser, "browse-offset", "2")
+    acted(browser, lambda: submit(browser, "Browse"), "the records from offset 2")
+    assert "from=offset" in browser.current_url and "offset=2" in browser.current_url
+    assert "time=" not in browser.current_url
+    assert visible() == (True, False)  # as the link says
+    shown(
+        browser, "/topics/orders/messages?partition=0&from=time&time=2000-01-01T00:00:00", node.url
+    )
+    assert visible() == (False, True)
+
+
+def test_charts_without_traffic_say_so(node: Server, browser: Any) -> None:
+    shown(browser, "/throughput", node.url)
+    box = "return document.getElementById('throughput').innerText;"
+    wait(browser, lambda: "No traffic since this page opened" in browser.execute_script(box), "")
+    assert browser.find_elements("css selector", "#throughput svg") == []
+    assert browser.execute_script(box).count("No traffic") == 2  # produced and fetched
+    with httpx.Client(base_url=node.url, timeout=30) as http:
+        # The group's lag is 0 once its offsets are at the end: said, not drawn flat.
+        reset = {"topic": "orders", "to": "latest"}
+        assert http.put("/v1/groups/billing/offsets", json=reset).status_code == 200
+    shown(browser, "/groups/billing", node.url)
+    assert "No lag since this page opened" in main_text(browser)
+    assert browser.find_elements("css selector", "main svg") == []

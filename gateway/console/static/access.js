@@ -1,7 +1,7 @@
 // Access: API keys (a new one's secret shown once), ACL bindings and quotas. Each section
 // shows the node's refusal when the signed-in principal may not see it.
 
-import { ApiError, api, authorization, get, path } from "./api.js";
+import { ApiError, allowed, api, authorization, get, path } from "./api.js";
 import { confirm, empty, field, form, h, heading, origin, problem, refresh, show, table } from "./ui.js";
 
 const OPERATIONS = ["read", "write", "create", "delete", "alter", "describe"];
@@ -31,8 +31,23 @@ function removeButton(label, question, run) {
   return button;
 }
 
+/** The credentials' table (or what to do when there is none). */
+function keyList(found) {
+  return found.length
+    ? table("Credentials", [
+        ["Key id", (k) => h("code", {}, k.key_id)],
+        ["Principal", (k) => k.principal],
+        ["Type", (k) => k.type],
+        ["Created", (k) => new Date(k.created_ms).toISOString()],
+        ["", (k) => removeButton(`Revoke ${k.key_id}`, `Revoke ${k.type} ${k.key_id} of ${k.principal}? Clients using it are refused from now on.`,
+          () => api("DELETE", path("/v1/auth/keys", k.key_id)))],
+      ], found)
+    : empty("No credentials yet.", `sluice auth create-key --principal alice`);
+}
+
 async function keys(signal) {
   const { keys: found } = await get("/v1/auth/keys", signal);
+  const list = h("div", { id: "credentials" }, keyList(found));
   const create = form(
     "Create a credential",
     [
@@ -41,29 +56,30 @@ async function keys(signal) {
     ],
     "Create",
     (data) => api("POST", "/v1/auth/keys", data),
-    (key) =>
-      h("div", { class: "secret", role: "alert" },
+    (key) => {
+      const { secret: _shownOnce, ...listed } = key; // the list never holds a secret
+      found.push(listed);
+      list.replaceChildren(keyList(found)); // listed at once, the secret still on screen
+      return h("div", { class: "secret", role: "alert" },
         h("p", {}, h("strong", {}, "Copy the secret now: it is not stored and will not be shown again.")),
         h("p", {}, `${key.type} for ${key.principal}: `, h("code", { id: "new-secret" }, key.secret)),
-        h("button", { type: "button", onclick: refresh }, "Done")),
+        h("button", { type: "button", onclick: refresh }, "Done"));
+    },
   );
-  return h("div", {},
-    found.length
-      ? table("Credentials", [
-          ["Key id", (k) => h("code", {}, k.key_id)],
-          ["Principal", (k) => k.principal],
-          ["Type", (k) => k.type],
-          ["Created", (k) => new Date(k.created_ms).toISOString()],
-          ["", (k) => removeButton(`Revoke ${k.key_id}`, `Revoke ${k.type} ${k.key_id} of ${k.principal}? Clients using it are refused from now on.`,
-            () => api("DELETE", path("/v1/auth/keys", k.key_id)))],
-        ], found)
-      : empty("No credentials yet.", `sluice auth create-key --principal alice`),
-    create);
+  return h("div", {}, list, create);
 }
 
-async function acls(signal) {
+/** A principal without ALTER on the cluster sees the ACL and quota lists, not their forms. */
+const noAlter = (what) =>
+  h("p", { class: "note" }, `You may not change ${what}: that needs ALTER on the cluster.`);
+
+/** May these credentials alter the cluster (ACLs, quotas)? Asked with a binding the node
+ * refuses as invalid after its ACL check. */
+const mayAlter = (signal) => allowed("DELETE", "/v1/acls", {}, signal);
+
+async function acls(signal, alters) {
   const { acls: found } = await get("/v1/acls", signal);
-  const add = form(
+  const add = !alters ? noAlter("ACL bindings") : form(
     "Add an ACL binding",
     [
       field("Principal", h("input", { id: "acl-principal", name: "principal", required: true, placeholder: "alice or *" })),
@@ -92,10 +108,10 @@ async function acls(signal) {
     add);
 }
 
-async function quotas(signal) {
+async function quotas(signal, alters) {
   const { quotas: found } = await get("/v1/quotas", signal);
   const number = (v) => (v === "" ? null : Number(v));
-  const set = form(
+  const set = !alters ? noAlter("quotas") : form(
     "Set a principal's quota",
     [
       field("Principal", h("input", { id: "quota-principal", name: "principal", required: true, placeholder: "alice or <default>" })),
@@ -133,10 +149,11 @@ async function offlineKeys() {
 }
 
 export async function page(_params, _query, signal) {
+  const alters = await mayAlter(signal);
   const parts = await Promise.all([
     section("API keys and Basic logins", () => (authorization() ? keys(signal) : offlineKeys())),
-    section("ACL bindings", () => acls(signal)),
-    section("Quotas", () => quotas(signal)),
+    section("ACL bindings", () => acls(signal, alters)),
+    section("Quotas", () => quotas(signal, alters)),
   ]);
   return h(
     "section",

@@ -12,6 +12,51 @@ export class ApiError extends Error {
   }
 }
 
+/**
+ * An integer beyond 2^53 as the node sent it: JSON.parse would round it (Long.MAX, the default
+ * `flush.ms`, would read 9223372036854776000), so its digits are kept. It shows as its digits
+ * (`String`, template literals) and compares and computes as the nearest Number.
+ */
+export class ExactInteger {
+  constructor(digits) {
+    this.digits = digits;
+  }
+
+  toString() {
+    return this.digits;
+  }
+
+  valueOf() {
+    return Number(this.digits);
+  }
+}
+
+// One token at a time: a string (skipped whole, so digits inside it stay text) or a number.
+const TOKENS = /"(?:[^"\\]|\\.)*"|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?/g;
+const MARK = `\u0000exact-${Math.random().toString(36).slice(2)}:`;
+
+/** JSON text as values, integers beyond 2^53 as ExactIntegers (the only place JSON is read). */
+export function parseJSON(text) {
+  if (!/\d{16}/.test(text)) return JSON.parse(text); // no integer that long: nothing to keep
+  let kept = false;
+  const marked = text.replace(TOKENS, (token) => {
+    if (token[0] === '"' || /[.eE]/.test(token) || Number.isSafeInteger(Number(token))) return token;
+    kept = true;
+    return JSON.stringify(MARK + token);
+  });
+  if (!kept) return JSON.parse(text);
+  return JSON.parse(marked, (_key, value) =>
+    typeof value === "string" && value.startsWith(MARK) ? new ExactInteger(value.slice(MARK.length)) : value);
+}
+
+/** JSON.stringify, ExactIntegers written as their digits (for a request, or a record shown). */
+export function toJSON(value, space) {
+  const text = JSON.stringify(value, (_key, v) => (v instanceof ExactInteger ? MARK + v.digits : v), space);
+  if (!text || !text.includes("exact-")) return text;
+  const escaped = JSON.stringify(MARK).slice(1, -1).replace(/[\\^$.*+?()[\]{}|]/g, "\\$&");
+  return text.replace(new RegExp(`"${escaped}(-?\\d+)"`, "g"), "$1");
+}
+
 const listeners = new Set();
 
 /** Call `handler(error)` whenever the node asks for credentials (401). */
@@ -48,7 +93,7 @@ async function failure(response) {
   const type = response.headers.get("Content-Type") || "";
   if (type.includes("json")) {
     try {
-      problem = await response.json();
+      problem = parseJSON(await response.text());
     } catch {
       // the body was not the JSON it claimed: keep the status line
     }
@@ -62,15 +107,32 @@ async function failure(response) {
 export async function api(method, path, body, signal) {
   const init = { method, headers: headers(), signal };
   if (body !== undefined) {
-    init.body = JSON.stringify(body);
+    init.body = toJSON(body);
     init.headers["Content-Type"] = "application/json";
   }
   const response = await fetch(path, init);
   if (!response.ok) throw await failure(response);
-  return response.status === 204 ? null : response.json();
+  return response.status === 204 ? null : parseJSON(await response.text());
 }
 
 export const get = (path, signal) => api("GET", path, undefined, signal);
+
+/**
+ * Whether the node lets these credentials `method path` (to show a form only to whom may use
+ * it). It is asked with a body the node refuses as invalid once its ACL check has passed, so
+ * nothing changes: 403 is no, any other answer yes. Without credentials the node runs
+ * without --auth (with it, the page's first call would have asked for them): yes.
+ */
+export async function allowed(method, path_, invalidBody, signal) {
+  if (!authorization()) return true;
+  try {
+    await api(method, path_, invalidBody, signal);
+  } catch (error) {
+    if (error.status === 401 || !(error instanceof ApiError)) throw error;
+    return error.status !== 403;
+  }
+  return true;
+}
 
 /** A path with its segments escaped: `path("/v1/topics", name)`. */
 export function path(...parts) {

@@ -4,9 +4,9 @@
 // moves, set the throttle, balance the nodes, decommission a node, remove a lost one; the
 // last three show the node's dry-run plan before anything moves.
 
-import { api, get, path } from "./api.js";
+import { api, get, parseJSON, path } from "./api.js";
 import {
-  bytes, confirm, empty, facts, field, form, h, heading, link, problem, refresh, table,
+  bytes, confirm, empty, facts, field, form, h, heading, link, plural, problem, refresh, table,
 } from "./ui.js";
 
 const REASSIGNMENTS = "/v1/cluster/reassignments";
@@ -50,7 +50,7 @@ function invalid(title, detail) {
 /** The textarea's plan as JSON; text that is not JSON is refused here, with the parser's word. */
 function parsePlan(text) {
   try {
-    return JSON.parse(text);
+    return parseJSON(text);
   } catch (error) {
     throw invalid("The plan is not JSON", error.message);
   }
@@ -145,7 +145,7 @@ function movesSection(moving, multi) {
       : h("p", { class: "ok" }, "None: no partition is moving."),
     moves.length
       ? confirmed({ class: "danger", id: "cancel-all-moves" }, "Cancel all moves", status,
-          [`Put all ${moves.length} moving partitions back on their original replicas? The copies made so far are deleted.`, "Put all back"],
+          [`${moves.length === 1 ? "Put the moving partition back on its" : `Put all ${moves.length} moving partitions back on their`} original replicas? The copies made so far are deleted.`, "Put all back"],
           () => api("DELETE", REASSIGNMENTS))
       : null,
     status,
@@ -181,7 +181,7 @@ function planView(plan) {
       : null,
     plan.moves.length
       ? table(
-          `${plan.moves.length} partitions change${plan.moves.length > shown.length ? ` (the first ${shown.length} listed)` : ""}`,
+          `${plural(plan.moves.length, "partition changes", "partitions change")}${plan.moves.length > shown.length ? ` (the first ${shown.length} listed)` : ""}`,
           [
             ["Topic", (m) => link(path("/topics", m.topic), m.topic)],
             ["Partition", (m) => m.partition],

@@ -3,7 +3,7 @@
 
 import { api, get, path } from "./api.js";
 import {
-  chart, confirm, empty, facts, field, form, h, heading, link, origin, problem, refresh, show, table,
+  chart, confirm, empty, facts, field, form, h, heading, link, origin, plural, problem, refresh, show, table,
 } from "./ui.js";
 
 const LAG_POLL_MS = 5000;
@@ -18,7 +18,7 @@ export async function list(_params, _query, signal) {
     heading("Consumer groups"),
     groups.length
       ? table(
-          `${groups.length} groups`,
+          plural(groups.length, "group"),
           [
             ["Group", (g) => link(path("/groups", g.group), g.group)],
             ["State", (g) => g.state],
@@ -45,7 +45,8 @@ function lagChart(name) {
   return chart([{ name: "total lag", points: lagHistory.get(name) ?? [] }], {
     span_ms: LAG_SPAN_MS,
     unit: "records",
-    summary: `Total lag of ${name}: ${lagHistory.get(name)?.at(-1)?.[1] ?? 0} records now`,
+    summary: `Total lag of ${name}: ${plural(lagHistory.get(name)?.at(-1)?.[1] ?? 0, "record")} now`,
+    idle: "No lag",
   });
 }
 
@@ -114,7 +115,7 @@ export async function detail([name], _query, signal) {
       ["State", group.state],
       ["Generation", group.generation],
       ["Assignor", group.assignor],
-      ["Total lag", `${group.lag} records`],
+      ["Total lag", plural(group.lag, "record")],
     ]),
     chartBox,
     group.members.length

@@ -1,8 +1,8 @@
 // Messages: browse a partition from an offset or a time, oldest or newest first; produce a
 // record from a form; follow the topic live over Server-Sent Events.
 
-import { ApiError, api, follow, get, path } from "./api.js";
-import { empty, field, form, h, heading, link, origin, problem, table } from "./ui.js";
+import { ApiError, api, follow, get, parseJSON, path, toJSON } from "./api.js";
+import { empty, field, form, h, heading, link, origin, plural, problem, table } from "./ui.js";
 
 const LIMITS = [20, 50, 100, 500];
 const COMPACT_CHARS = 300;
@@ -20,8 +20,8 @@ function records(path_, query) {
 function valueText(record, compact) {
   if (record.value === null) return "null (tombstone)";
   if (record.value_encoding === "base64") return `base64: ${record.value}`;
-  if (!compact) return JSON.stringify(record.value, null, 2);
-  const text = JSON.stringify(record.value);
+  if (!compact) return toJSON(record.value, 2);
+  const text = toJSON(record.value);
   return text.length > COMPACT_CHARS ? `${text.slice(0, COMPACT_CHARS)}…` : text;
 }
 
@@ -56,7 +56,7 @@ function produceForm(topic, partitions) {
     (data) => {
       let value;
       try {
-        value = JSON.parse(data.value);
+        value = parseJSON(data.value);
       } catch (error) {
         throw new ApiError(400, { title: "The value is not JSON", detail: `${error.message}. Quote text: "like this".` });
       }
@@ -83,18 +83,31 @@ function produceForm(topic, partitions) {
 function browseForm(topic, partitions, q) {
   const select = (id, name, options, chosen) =>
     h("select", { id, name }, options.map(([value, label]) => h("option", { value, selected: String(value) === String(chosen) }, label)));
+  // The offset and the time are asked for only when "From" uses them (a hidden field is
+  // disabled too, so it is left out of the URL).
+  const offsetField = field("Offset", h("input", { id: "browse-offset", name: "offset", type: "number", min: 0, value: q.offset }));
+  const timeField = field("Time (UTC)", h("input", { id: "browse-time", name: "time", type: "datetime-local", step: 1, value: q.time }));
+  const shownFor = () => {
+    const from = el.elements.from.value;
+    for (const [box, wanted] of [[offsetField, "offset"], [timeField, "time"]]) {
+      box.hidden = from !== wanted;
+      box.querySelector("input").disabled = from !== wanted;
+    }
+  };
   const el = h(
     "form",
     { class: "action inline" },
     h("fieldset", {}, h("legend", {}, "Browse"),
       field("Partition", select("browse-partition", "partition", Array.from({ length: partitions }, (_, p) => [p, p]), q.partition)),
       field("From", select("browse-from", "from", [["beginning", "the beginning"], ["end", "the end"], ["offset", "an offset"], ["time", "a time"]], q.from)),
-      field("Offset", h("input", { id: "browse-offset", name: "offset", type: "number", min: 0, value: q.offset })),
-      field("Time (UTC)", h("input", { id: "browse-time", name: "time", type: "datetime-local", step: 1, value: q.time })),
+      offsetField,
+      timeField,
       field("Order", select("browse-order", "order", [["oldest", "oldest first"], ["newest", "newest first"]], q.order)),
       field("Records", select("browse-limit", "limit", LIMITS.map((n) => [n, n]), q.limit)),
       h("button", { type: "submit" }, "Show")),
   );
+  el.elements.from.addEventListener("change", shownFor);
+  shownFor();
   el.addEventListener("submit", (event) => {
     event.preventDefault();
     const data = new URLSearchParams(new FormData(el));
@@ -160,7 +173,8 @@ export async function browse([topic], query, signal) {
       h("p", { class: "range" }, `Partition ${q.partition}: offsets ${first} to ${last} (log start and high watermark). `,
         older ? h("span", {}, "Older: ", older) : null, newer ? h("span", {}, " Next: ", newer) : null),
       rows.length
-        ? table(`Records ${q.order === "newest" ? "newest" : "oldest"} first, offsets ${start} to ${Math.max(start, end - 1)}`, recordColumns(false), rows)
+        ? table(`${plural(rows.length, "record")}, ${q.order === "newest" ? "newest" : "oldest"} first, offsets ${start} to ${Math.max(start, end - 1)}`,
+            recordColumns(false), rows, { stacked: true })
         : empty(last === first ? "This partition is empty. Produce a record with the form below, or with curl:" : "No records there.",
             `curl -X POST ${origin()}/v1/topics/${topic}/records -H 'Content-Type: application/json' -d '{"records": [{"key": "k", "value": {"hello": "world"}}]}'`),
     ];
@@ -220,12 +234,12 @@ export async function tail([topic], query, signal) {
     onState: (text) => (state.textContent = text),
     onEvent: (type, data) => {
       if (type === "problem") {
-        const doc = JSON.parse(data);
+        const doc = parseJSON(data);
         failure.replaceChildren(problem(new ApiError(doc.status, doc)));
         return;
       }
       if (type !== "record") return;
-      const record = JSON.parse(data);
+      const record = parseJSON(data);
       const expected = next.get(record.partition);
       if (expected !== undefined && record.offset > expected) skipped += record.offset - expected;
       next.set(record.partition, record.offset + 1);
@@ -244,7 +258,7 @@ export async function tail([topic], query, signal) {
     heading(`Live tail of ${topic}`, h("p", { class: "actions" },
       link(path("/topics", topic), "Topic"), " · ", link(`${path("/topics", topic)}/messages`, "Browse"), " · ",
       from === "latest" ? link(`${path("/topics", topic)}/tail?from=earliest`, "Replay from the beginning") : link(`${path("/topics", topic)}/tail`, "Only new records"))),
-    h("p", {}, `Following ${description.partitions.length} partitions from the ${from === "latest" ? "end" : "beginning"}: `, state, ". Records received: ", count,
+    h("p", {}, `Following ${plural(description.partitions.length, "partition")} from the ${from === "latest" ? "end" : "beginning"}: `, state, ". Records received: ", count,
       ", skipped to keep up: ", skippedOut, `. At most ${TAIL_BATCH} records a second are sent to this page; the last ${TAIL_ROWS} stay on screen; leave the page to stop.`),
     failure,
     shown,

@@ -2,7 +2,7 @@
 // dead-lettered records (with a link to browse the dead-letter topic); pause and resume.
 
 import { api, get, path } from "./api.js";
-import { empty, facts, h, heading, link, origin, problem, refresh, show, table } from "./ui.js";
+import { empty, facts, h, heading, link, origin, plural, problem, refresh, show, table } from "./ui.js";
 
 export async function list(_params, _query, signal) {
   const { subscriptions } = await get("/v1/subscriptions", signal);
@@ -12,7 +12,7 @@ export async function list(_params, _query, signal) {
     heading("Subscriptions"),
     subscriptions.length
       ? table(
-          `${subscriptions.length} subscriptions`,
+          plural(subscriptions.length, "subscription"),
           [
             ["Name", (s) => link(path("/subscriptions", s.name), s.name)],
             ["Topic", (s) => link(path("/topics", s.topic), s.topic)],
@@ -54,7 +54,7 @@ export async function detail([name], _query, signal) {
       ["Topic", link(path("/topics", sub.topic), sub.topic)],
       ["Endpoint", h("code", {}, sub.endpoint)],
       ["Group (positions)", link(path("/groups", sub.group), sub.group)],
-      ["Lag", `${show(sub.lag)} records`],
+      ["Lag", sub.lag === null || sub.lag === undefined ? "—" : plural(sub.lag, "record")],
       ["Delivered", sub.delivered],
       ["Retried", sub.retried],
       ["In flight", sub.in_flight],

@@ -45,8 +45,8 @@ function view() {
   }
   const round = (n) => (n < 10 ? n.toFixed(1) : Math.round(n).toLocaleString("en"));
   return h("div", {},
-    chart(produced, { span_ms: SPAN_MS, unit: "records/s", summary: "Records produced per second, per topic" }),
-    chart(fetched, { span_ms: SPAN_MS, unit: "records/s", summary: "Records fetched per second, per topic" }),
+    chart(produced, { span_ms: SPAN_MS, unit: "records/s", summary: "Records produced per second, per topic", idle: "No traffic" }),
+    chart(fetched, { span_ms: SPAN_MS, unit: "records/s", summary: "Records fetched per second, per topic", idle: "No traffic" }),
     table("Rates now (over the last poll) and totals since the node started", [
       ["Topic", (t) => t],
       ["Produced records/s", (t) => round(latest(produced, t))],

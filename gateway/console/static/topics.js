@@ -1,11 +1,11 @@
 // Topics: the list (partitions, size, retention, tiering), creating one, and a topic's page:
 // its configs (altered in place), its partitions, growing them, deleting the topic.
 
-import { api, get, path } from "./api.js";
+import { ExactInteger, allowed, api, get, path } from "./api.js";
 import { describeAll } from "./cluster.js";
 import {
-  bytes, confirm, duration, empty, facts, field, form, h, heading, link, origin, problem, refresh,
-  show, table,
+  bytes, confirm, duration, empty, facts, field, form, h, heading, link, origin, plural, problem,
+  refresh, show, table,
 } from "./ui.js";
 
 const size = (topic) => {
@@ -40,14 +40,14 @@ function createForm() {
 }
 
 export async function list(_params, _query, signal) {
-  const topics = await describeAll(signal, false);
+  const [topics, creates] = await Promise.all([describeAll(signal, false), mayCreate(signal)]);
   return h(
     "section",
     {},
     heading("Topics"),
     topics.length
       ? table(
-          `${topics.length} topics`,
+          plural(topics.length, "topic"),
           [
             ["Name", (t) => link(path("/topics", t.name), t.name)],
             ["Partitions", (t) => t.partitions.length],
@@ -59,19 +59,28 @@ export async function list(_params, _query, signal) {
           ],
           topics,
         )
-      : empty(
-          "No topics yet (or none you may describe). Create one with the form below, or with curl:",
-          `curl -X POST ${origin()}/v1/topics -H 'Content-Type: application/json' -d '{"name": "orders", "partitions": 3}'`,
-        ),
-    createForm(),
+      : creates
+        ? empty(
+            "No topics yet (or none you may describe). Create one with the form below, or with curl:",
+            `curl -X POST ${origin()}/v1/topics -H 'Content-Type: application/json' -d '{"name": "orders", "partitions": 3}'`,
+          )
+        : empty("No topics yet, or none you may describe.", null),
+    creates
+      ? createForm()
+      : h("p", { class: "note", id: "no-create" }, "You may not create topics here: that needs CREATE on the cluster (ask an administrator for the ACL)."),
   );
 }
 
 function configValue(raw) {
   if (raw === "") return null; // remove the override
   if (raw === "true" || raw === "false") return raw === "true";
+  if (/^-?\d+$/.test(raw) && !Number.isSafeInteger(Number(raw))) return new ExactInteger(raw); // Long.MAX stays exact
   return /^-?\d+(\.\d+)?$/.test(raw) ? Number(raw) : raw;
 }
+
+/** May these credentials create topics? CREATE on the cluster, asked with a count the node
+ * refuses (0 partitions) after its ACL check; one allowed only on some names is told no. */
+const mayCreate = (signal) => allowed("POST", "/v1/topics", { name: "console-create-check", partitions: 0 }, signal);
 
 export async function detail([name], _query, signal) {
   const topic = await get(path("/v1/topics", name), signal);

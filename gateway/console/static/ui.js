@@ -28,20 +28,27 @@ export function link(route, text) {
   return h("a", { href: `#${route}` }, text);
 }
 
-/** A table: `columns` are [heading, (row) => cell]; `caption` says what it lists. */
-export function table(caption, columns, rows) {
+/**
+ * A table: `columns` are [heading, (row) => cell]; `caption` says what it lists. `stacked`:
+ * in a narrow window each row shows as a block of labelled cells (the roles keep it a table
+ * to assistive technology, which a CSS display change would not).
+ */
+export function table(caption, columns, rows, { stacked = false } = {}) {
+  const role = (name) => (stacked ? name : undefined);
   return h(
     "div",
-    { class: "scroll" },
+    { class: stacked ? "scroll stacked" : "scroll" },
     h(
       "table",
-      {},
+      { role: role("table") },
       h("caption", {}, caption),
-      h("thead", {}, h("tr", {}, columns.map(([name]) => h("th", { scope: "col" }, name)))),
+      h("thead", { role: role("rowgroup") }, h("tr", { role: role("row") },
+        columns.map(([name]) => h("th", { scope: "col", role: role("columnheader") }, name)))),
       h(
         "tbody",
-        {},
-        rows.map((row) => h("tr", {}, columns.map(([, cell]) => h("td", {}, cell(row))))),
+        { role: role("rowgroup") },
+        rows.map((row) => h("tr", { role: role("row") },
+          columns.map(([name, cell]) => h("td", { role: role("cell"), "data-label": stacked ? name : undefined }, cell(row))))),
       ),
     ),
   );
@@ -182,19 +189,33 @@ export function duration(ms) {
   return `${ms} ms`;
 }
 
+/** A count with its noun: "1 partition", "2 partitions" (`many` for an irregular plural). */
+export const plural = (n, one, many = `${one}s`) => `${n} ${Number(n) === 1 ? one : many}`;
+
 export const show = (value) => (value === null || value === undefined ? "—" : String(value));
 
 const PALETTE = ["#1b6ac9", "#c2410c", "#15803d", "#7e22ce", "#b91c1c", "#0e7490"];
 
 /**
  * A line chart of `series` ([{name, points: [[time_ms, value], ...]}]) over the last
- * `span_ms`; described in text for screen readers by `summary`.
+ * `span_ms`; described in text for screen readers by `summary`. Nothing but zeros (or no
+ * reading yet) is said in words, `idle` ("No traffic") and since when, instead of a flat line.
  */
-export function chart(series, { span_ms, unit, summary }) {
+export function chart(series, { span_ms, unit, summary, idle = "Nothing" }) {
   const width = 640;
   const height = 180;
   const pad = 36;
   const now = Date.now();
+  const minutes = Math.round(span_ms / 60000);
+  const points = series.flatMap((s) => s.points);
+  if (points.every(([, v]) => Number(v) === 0)) {
+    const since = Math.min(now, ...points.map(([t]) => t));
+    const when = !points.length ? "measured yet"
+      : now - since >= span_ms - 60000 ? `in the last ${plural(minutes, "minute")}` : "since this page opened";
+    return h("figure", { class: "chart idle" },
+      h("p", {}, `${idle} ${when}.`),
+      h("figcaption", {}, `${summary} (${unit}, last ${minutes} min)`));
+  }
   const top = Math.max(1, ...series.flatMap((s) => s.points.map(([, v]) => v)));
   const x = (t) => pad + ((t - (now - span_ms)) / span_ms) * (width - pad - 8);
   const y = (v) => height - pad / 2 - (v / top) * (height - pad);
@@ -229,7 +250,7 @@ export function chart(series, { span_ms, unit, summary }) {
     h(
       "figcaption",
       {},
-      `${summary} (${unit}, last ${Math.round(span_ms / 60000)} min) `,
+      `${summary} (${unit}, last ${minutes} min) `,
       series.map((s, i) =>
         h("span", { class: `key key-${i % PALETTE.length}` }, s.name),
       ),

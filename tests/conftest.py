@@ -1,17 +1,28 @@
 """Rules of the whole suite. Where the test command installed every tool and built every C
 extension (scripts/test.sh sets SLUICE_NO_SKIPS=1), a test that skips for a missing one fails
 instead: a C path that failed to compile, or a tool that failed to install, must not pass as
-a skip."""
+a skip. And the processes tests start take Ctrl-C as a terminal gives it, however the suite
+itself was started."""
 
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Generator
 from typing import Any
 
 import pytest
 
 NO_SKIPS = os.environ.get("SLUICE_NO_SKIPS") == "1"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A suite started in the background by a script inherits SIGINT ignored, and so would
+    every process it starts (an ignored signal survives exec): the tests that stop a CLI or a
+    server with Ctrl-C would wait for ever. Python's own handler here gives children the
+    default again."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _refuse_skip(report: pytest.TestReport | pytest.CollectReport) -> None:

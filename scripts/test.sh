@@ -53,4 +53,7 @@ echo "== pytest (the 25 slowest tests are listed at the end: CI keeps its pytest
 # Everything a test needs was installed above: a skip (a C extension that did not build, a tool
 # that did not install) fails (tests/conftest.py).
 export SLUICE_NO_SKIPS=1
-pytest -q --durations=25 "$@"
+# Two processes (pytest-xdist): most tests wait on servers, etcd and sockets, so two share the
+# two cores of the smallest machine it runs on; tests isolate themselves (free ports, their own
+# directories and network namespaces). SLUICE_TEST_PROCESSES=0 runs them in this process.
+pytest -q -n "${SLUICE_TEST_PROCESSES:-2}" --durations=25 "$@"

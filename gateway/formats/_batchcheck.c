@@ -6,10 +6,11 @@
  * iterator building an object per record, a third to a half of a binary produce's CPU. This
  * walks the same fields with bounds-checked reads and builds nothing. It only ever answers
  * "well formed": anything it does not cover (a compressed batch) or finds odd makes it answer
- * False, and the caller then decodes the batch in Python, which is the reference and words the
- * error. It is stricter than aiokafka's reader (varints of Kafka's widths, lengths within the
- * record), never laxer: tests/gateway/test_batchcheck.py and the batch_check_native fuzz target
- * check that every batch it accepts, the Python path accepts too.
+ * False, and the caller then walks the batch in Python (engine/record_check.py, the same rules,
+ * the reference), which words the error. It is stricter than aiokafka's reader (varints of
+ * Kafka's widths, lengths within the record), never laxer: tests/gateway/test_batchcheck.py and
+ * the batch_check_native fuzz target check that every batch it accepts, the Python path accepts
+ * too.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

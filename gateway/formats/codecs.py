@@ -17,13 +17,13 @@ import binascii
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from operator import attrgetter
 from typing import Annotated, Any, Literal
 
 import msgspec
 import orjson
 
 from engine import batch as fmt
+from engine import record_check
 from engine.batch import Headers, RecordTuple
 from gateway.http.problem import Problem, bad_request
 
@@ -47,7 +47,6 @@ PRODUCE_TYPES = (JSON, NDJSON, RECORD_BATCH)
 FETCH_TYPES = (JSON, NDJSON, RECORD_BATCH)
 
 MAX_TIMESTAMP = 2**63 - 1
-_offset_of = attrgetter("offset")
 
 
 @dataclass(slots=True)
@@ -260,8 +259,9 @@ def _parse_ndjson_lines(body: bytes, key: bytes | None) -> list[RecordTuple]:
 
 
 def validate_record_batches(body: bytes) -> bytearray:
-    """Check binary batches (magic, sizes, CRC) and that every record decodes (in C where
-    `gateway.formats._batchcheck` can say so; else, and for its error, by decoding it here)."""
+    """Check binary batches (magic, sizes, CRC) and that every record reads at the offset
+    deltas 0..count-1 (in C where `gateway.formats._batchcheck` can say so; else, and for its
+    error, by `engine.record_check`, which decompresses a compressed batch first)."""
     result = fmt.scan(body, check_crc=True)
     if result.error is not None:
         raise bad_request(
@@ -284,21 +284,10 @@ def validate_record_batches(body: bytes) -> bytearray:
         batch = view[pos : pos + header.size]
         if _records_well_formed is not None and _records_well_formed(batch):
             continue
-        try:
-            # Consuming every record checks the structure: aiokafka's iterator raises when the
-            # records do not match the declared count or leave bytes over.
-            offsets = list(map(_offset_of, fmt.batch_records(batch)))
-        except Exception as exc:  # the C codec raises several types for malformed records
+        error = record_check.records_error(batch, header)
+        if error is not None:
             raise bad_request(
-                f"batch at byte {pos} holds malformed records: {exc}", "INVALID_RECORD", byte=pos
-            ) from None
-        # Offsets are assigned by stamping the base offset: the records' deltas must be
-        # 0..count-1, or a fetch would see offsets out of order and twice.
-        if offsets != list(range(header.base_offset, header.base_offset + len(offsets))):
-            raise bad_request(
-                f"batch at byte {pos}: its records' offset deltas are not 0..{len(offsets) - 1}",
-                "INVALID_RECORD",
-                byte=pos,
+                f"batch at byte {pos} holds malformed records: {error}", "INVALID_RECORD", byte=pos
             )
     return bytearray(body)
 

@@ -23,6 +23,18 @@ REGRESSIONS: list[tuple[str, str, bytes, str | None]] = [
         b"\x00\x02k\x02a\x00\x10\x00\x00\n\x02k\x02b\x00",
         None,
     ),
+    # A zstd batch whose decompressed records start with a negative length: aiokafka's reader
+    # read past its buffer and worded a different error each time (engine.record_check now).
+    (
+        "batch_check_native",
+        "zstd-records-read-past-their-buffer",
+        b"\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00V\xff\xff\xff\xff\x02\xe4&r\x84\x00"
+        b"\x04\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00\x01"
+        b"\xff?\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x00\x00\x00\x02(\xb5/\xfd \x1c"
+        b'\xe1\x00\x00\xff\xff\xff\xff\x00\x00\x00\x02"a": 1}\x00\x16\x00\x00\x00\x00\x00\x00'
+        b"\x00\x00\x80=\xf8",
+        None,
+    ),
     # HEADERS then RST_STREAM of stream 1, in one read: the stream's task, cancelled before it
     # started, never ran _run_stream's finally, and the H2Stream stayed in _streams.
     (

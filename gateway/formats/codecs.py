@@ -25,21 +25,11 @@ import orjson
 from engine import batch as fmt
 from engine import record_check
 from engine.batch import Headers, RecordTuple
+from gateway.formats import native
 from gateway.http.problem import Problem, bad_request
 
 # The API's binary media type is the one nodes send each other: batches as stored.
 from replication.node_contract import RECORD_BATCH as RECORD_BATCH
-
-_batch_json: Callable[..., Any] | None
-try:
-    from gateway.formats._fetchjson import batch_json as _batch_json
-except ImportError:  # built without a C compiler: fetches take the equivalent Python path
-    _batch_json = None
-_records_well_formed: Callable[[memoryview], bool] | None
-try:
-    from gateway.formats._batchcheck import records_well_formed as _records_well_formed
-except ImportError:  # the same: produced batches are checked by decoding them in Python
-    _records_well_formed = None
 
 JSON = "application/json"
 NDJSON = "application/x-ndjson"
@@ -282,7 +272,7 @@ def validate_record_batches(body: bytes) -> bytearray:
                 byte=pos,
             )
         batch = view[pos : pos + header.size]
-        if _records_well_formed is not None and _records_well_formed(batch):
+        if native.records_well_formed(batch):
             continue
         error = record_check.records_error(batch, header)
         if error is not None:
@@ -396,7 +386,7 @@ def fetched_records(
     append = out.append
     record = FetchedRecord
     raw = msgspec.Raw
-    batch_json = _batch_json
+    batch_json = native.batch_json
     if source is None:
         topic_partition: tuple[tuple[str, Any], ...] = ()
         prefix = b"{"
@@ -413,7 +403,7 @@ def fetched_records(
         if header.last_offset < start:
             continue
         left = max_records - len(out)
-        if batch_json is not None and keep is None:
+        if keep is None:
             done = batch_json(view, start, left, prefix, raw)
             if done is not None:
                 if done[0]:
@@ -492,11 +482,7 @@ def rest_proxy_records(
         if header.last_offset < start:
             continue
         left = max_records - len(out)
-        done = (
-            None
-            if _batch_json is None
-            else _batch_json(view, start, left, prefix, msgspec.Raw, shape)
-        )
+        done = native.batch_json(view, start, left, prefix, msgspec.Raw, shape)
         if done is not None:
             if done[0]:
                 out += done[0]

@@ -18,7 +18,7 @@ from engine import batch as fmt
 from engine.batch import RecordTuple
 from engine.errors import RecordTooLarge, UnknownPartition
 from engine.log import AppendInfo
-from gateway.formats import codecs
+from gateway.formats import codecs, native
 from gateway.metrics.collectors import Metrics
 from gateway.produce import idempotency
 from gateway.produce.errors import ProduceError
@@ -31,18 +31,6 @@ from replication.metadata import TopicSpec
 from replication.partition import Partition
 from replication.records_append import Landed, PartitionBatch, RecordsAppender
 from replication.replica_manager import ReplicaManager
-
-JsonBatches = Callable[
-    [bytes, int, int | None, Callable[[], int], int, int, bool],
-    list[tuple[int, bytearray, int]] | None,
-]
-_json_batches: JsonBatches | None
-_v2_json_batches: Callable[..., tuple[list[tuple[int, bytearray, int]], bytes] | None] | None
-try:
-    from gateway.formats._producejson import json_batches as _json_batches
-    from gateway.formats._producejson import v2_json_batches as _v2_json_batches
-except ImportError:  # built without a C compiler: JSON produces take the equivalent Python path
-    _json_batches = _v2_json_batches = None
 
 
 @dataclass(slots=True)  # not frozen: a frozen __init__ costs 1.3 µs more, once per produce
@@ -138,7 +126,7 @@ class Producer:
         json format; no idempotency key), built in C, with each record's partition (native
         uint32s, in request order). None where C does not cover the body or refuses it: the
         caller translates it and takes `build`, which is the reference and gives the errors."""
-        if _v2_json_batches is None or request.idempotency_key is not None:
+        if request.idempotency_key is not None:
             return None
         topic = self.replicas.topic(request.topic)
         if request.partition is not None:
@@ -149,7 +137,7 @@ class Producer:
             if request.partition is None
             else _partition_named
         )
-        made = _v2_json_batches(
+        made = native.v2_json_batches(
             request.body,
             topic.partitions,
             request.partition,
@@ -236,12 +224,12 @@ class Producer:
                 if request.partition is None
                 else _partition_named
             )
-            if key is None and _json_batches is not None:
+            if key is None:
                 # The common JSON body, straight to batches in C (gateway/formats/_producejson.c);
                 # None for any other body, including every refused one: the Python path below is the
                 # reference, byte for byte, and gives the errors. Idempotent requests always
                 # take the Python path, which puts the marker on their first record.
-                built = _json_batches(
+                built = native.json_batches(
                     request.body,
                     partitions,
                     request.partition,

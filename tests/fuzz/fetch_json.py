@@ -18,9 +18,10 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from engine import batch as fmt
 from gateway.formats import codecs
+from gateway.formats import native as c_paths
 
-assert codecs._batch_json is not None, "gateway.formats._fetchjson is not built"
-batch_json = codecs._batch_json
+assert c_paths.batch_json is not c_paths.declines, "gateway.formats._fetchjson is not built"
+batch_json = c_paths.batch_json
 
 Source = tuple[str, int] | None
 
@@ -40,11 +41,11 @@ def answer(data: bytes, start: int, max_records: int, source: Source) -> tuple[A
 
 def compare(data: bytes, start: int, max_records: int, source: Source) -> None:
     native = answer(data, start, max_records, source)
-    codecs._batch_json = None
+    c_paths.batch_json = c_paths.declines
     try:
         python = answer(data, start, max_records, source)
     finally:
-        codecs._batch_json = batch_json
+        c_paths.batch_json = batch_json
     assert native == python, (native, python)
 
 

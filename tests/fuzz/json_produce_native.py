@@ -18,12 +18,13 @@ import orjson
 
 from engine.config import TopicConfig
 from gateway.formats import codecs
+from gateway.formats import native as c_paths
 from gateway.http.problem import Problem
 from gateway.produce import front as produce
 from replication.acks import Acks
 
-assert produce._json_batches is not None, "gateway.formats._producejson is not built"
-json_batches = produce._json_batches
+assert c_paths.json_batches is not c_paths.declines, "gateway.formats._producejson is not built"
+json_batches = c_paths.json_batches
 
 NOW = 1_700_000_000.123  # time.time() while building: both paths stamp the same default
 MAX_MESSAGE_BYTES = (TopicConfig().max_message_bytes, 90, 120, 160, 200, 300, 1000, 4000)
@@ -76,8 +77,8 @@ def answer(body: bytes, topic: Topic, native: bool) -> tuple[Any, int]:
     request = produce.ProduceRequest(
         "t", topic.url_partition, Acks.LEADER, 1000, codecs.JSON, body, None, None, "/"
     )
-    saved = produce._json_batches, produce.time  # type: ignore[attr-defined]
-    produce._json_batches = json_batches if native else None
+    saved = c_paths.json_batches, produce.time  # type: ignore[attr-defined]
+    c_paths.json_batches = json_batches if native else c_paths.declines
     produce.time = cast(Any, types.SimpleNamespace(time=lambda: NOW))  # type: ignore[attr-defined]
     try:
         built = producer._build(spec, request, None, None)
@@ -87,7 +88,7 @@ def answer(body: bytes, topic: Topic, native: bool) -> tuple[Any, int]:
     except Exception as exc:  # the Python path's own faults must be the same too
         result = ("error", type(exc), str(exc))
     finally:
-        produce._json_batches, produce.time = saved  # type: ignore[attr-defined]
+        c_paths.json_batches, produce.time = saved  # type: ignore[attr-defined]
     return result, producer.sticky.next_partition(1 << 20)
 
 

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from engine import batch as fmt
 from gateway.formats import codecs
+from gateway.formats import native as c_paths
 
 _fetchjson = pytest.importorskip("gateway.formats._fetchjson")
 
@@ -142,7 +143,7 @@ def both_paths(
 ) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
     native = answer(data, start, max_records, source)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(codecs, "_batch_json", None)
+        patch.setattr(c_paths, "batch_json", c_paths.declines)
         python = answer(data, start, max_records, source)
     return native, python
 

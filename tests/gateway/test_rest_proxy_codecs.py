@@ -24,6 +24,7 @@ from engine import batch as fmt
 from engine.config import TopicConfig
 from gateway.api.rest_proxy.produce import offsets_answer, translate
 from gateway.formats import codecs
+from gateway.formats import native as c_paths
 from gateway.http.problem import Problem
 from gateway.produce import front as produce
 from gateway.produce.partitioner import partition_for_key
@@ -96,8 +97,8 @@ def _route_batches(body: bytes, partitions: int, url_partition: int | None) -> A
     request = produce.ProduceRequest(
         "t", url_partition, Acks.LEADER, 1000, codecs.JSON, v1_body, None, None, "/"
     )
-    saved = produce._json_batches, produce.time  # type: ignore[attr-defined]
-    produce._json_batches = None
+    saved = c_paths.json_batches, produce.time  # type: ignore[attr-defined]
+    c_paths.json_batches = c_paths.declines
     produce.time = cast(Any, types.SimpleNamespace(time=lambda: NOW))  # type: ignore[attr-defined]
     try:
         return [
@@ -107,7 +108,7 @@ def _route_batches(body: bytes, partitions: int, url_partition: int | None) -> A
     except Problem as problem:
         return ("problem", problem.status)
     finally:
-        produce._json_batches, produce.time = saved  # type: ignore[attr-defined]
+        c_paths.json_batches, produce.time = saved  # type: ignore[attr-defined]
 
 
 def _native(body: bytes, partitions: int, url_partition: int | None) -> Any:
@@ -194,16 +195,16 @@ def test_the_answer_is_what_orjson_writes(owners: list[int], base: int) -> None:
 
 
 def _records(embedded: str, data: bytes, start: int, native: bool) -> Any:
-    saved = codecs._batch_json
+    saved = c_paths.batch_json
     if not native:
-        codecs._batch_json = None
+        c_paths.batch_json = c_paths.declines
     try:
         out, next_offset = codecs.rest_proxy_records(embedded, memoryview(data), start, 5, ("t", 3))
         return msgspec.json.encode(out), next_offset
     except Exception as exc:
         return ("error", type(exc))
     finally:
-        codecs._batch_json = saved
+        c_paths.batch_json = saved
 
 
 @SETTINGS

@@ -5,14 +5,13 @@ reference for everything else); and the decoder of a v2 instance's records (`con
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 
 import orjson
 
 from gateway.api.rest_proxy.errors import V2_JSON, error_body
 from gateway.api.rest_proxy.media import ANSWER_TYPES, JSON_V2
 from gateway.api.rest_proxy.produce import offsets_answer
-from gateway.formats import codecs
+from gateway.formats import codecs, native
 from gateway.http.memo import Memo
 from gateway.http.problem import Problem
 from groups.coordinator import RecordDecoder
@@ -23,11 +22,6 @@ PARTITION_ROUTE = "/topics/{topic}/partitions/{partition}"
 PRODUCE_TYPE = JSON_V2  # the body type served here: v2's json format, parsed in C
 ERROR_TYPE = V2_JSON
 _ACCEPTS_KEPT = 64
-_v2_offsets: Callable[[bytes, dict[int, int]], bytes | None] | None
-try:
-    from gateway.formats._producejson import v2_offsets as _v2_offsets
-except ImportError:  # built without a C compiler: the answer is written in Python
-    _v2_offsets = None
 _answer_types: Memo[str | None, str | None] = Memo(_ACCEPTS_KEPT)
 
 
@@ -70,8 +64,8 @@ def produced_answer(
     document, byte for byte)."""
     if isinstance(results, list):
         results = {r["partition"]: (r["base_offset"], r["count"]) for r in results}
-    if _v2_offsets is not None and not refused:
-        written = _v2_offsets(owners, {p: base for p, (base, _) in results.items()})
+    if not refused:
+        written = native.v2_offsets(owners, {p: base for p, (base, _) in results.items()})
         if written is not None:
             return written
     chosen: list[int | None] = list(memoryview(owners).cast("I"))

@@ -1,0 +1,51 @@
+"""The formats' C paths, each under one name: the extension's function where it was built,
+else a stand-in that declines every input (None, or False: "cannot say"), which sends the
+caller to its Python path, the reference that gives the same bytes and the errors. Callers
+never ask whether C was built; a test swaps a name for its stand-in to compare the paths.
+
+- `batch_json` (`_fetchjson.c`): whole batches to JSON records for a fetch answer;
+- `records_well_formed` (`_batchcheck.c`): a produced batch's records decode;
+- `json_batches`, `v2_json_batches`, `v2_offsets` (`_producejson.c`): a JSON produce body (or
+  REST Proxy v2's) straight to batches, and v2's offsets answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+JsonBatches = Callable[
+    [bytes, int, int | None, Callable[[], int], int, int, bool],
+    list[tuple[int, bytearray, int]] | None,
+]
+V2JsonBatches = Callable[..., tuple[list[tuple[int, bytearray, int]], bytes] | None]
+
+
+def declines(*args: Any) -> None:
+    """The stand-in of a C path that answers None for what it does not cover: everything."""
+    return None
+
+
+def cannot_say(batch: memoryview) -> bool:
+    """`records_well_formed`'s stand-in: it cannot vouch for any batch (Python decodes it)."""
+    return False
+
+
+batch_json: Callable[..., tuple[list[Any], int] | None]
+records_well_formed: Callable[[memoryview], bool]
+json_batches: JsonBatches
+v2_json_batches: V2JsonBatches
+v2_offsets: Callable[[bytes, dict[int, int]], bytes | None]
+
+try:
+    from gateway.formats._fetchjson import batch_json
+except ImportError:  # built without a C compiler
+    batch_json = declines
+try:
+    from gateway.formats._batchcheck import records_well_formed
+except ImportError:
+    records_well_formed = cannot_say
+try:
+    from gateway.formats._producejson import json_batches, v2_json_batches, v2_offsets
+except ImportError:
+    json_batches = v2_json_batches = v2_offsets = declines

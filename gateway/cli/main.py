@@ -247,14 +247,9 @@ async def _call_retrying(
     """A consumer's call (a fetch, a commit: both safe to repeat); a lost connection, a
     restarting server, a 503 or a 421 (a cluster's nodes disagreeing for a moment on who
     leads) is retried with backoff (said once on stderr per outage), so a consumer outlives a
-    server restart and a leader change. A consumer asked to stop (Ctrl-C, SIGTERM) whose
-    cancellation a library call swallowed (aiohttp can, when it lands as a call completes)
-    stops here instead of polling on."""
+    server restart and a leader change."""
     delay = RETRY_FIRST_S
-    task = asyncio.current_task()
     while True:
-        if task is not None and task.cancelling():
-            raise asyncio.CancelledError
         try:
             return await client.call(session, method, url, **kwargs)
         except aiohttp.ClientConnectionError as exc:

@@ -3,8 +3,6 @@ what a cluster answers while it moves a leader (503, 421) is retried, a refusal 
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from typing import Any
 
 import aiohttp
@@ -53,24 +51,3 @@ async def test_a_refusal_is_not_retried(aiohttp_server: AiohttpServer) -> None:
         with pytest.raises(CommandError) as refused:
             await _call_retrying(session, "GET", url)
     assert refused.value.status == 400 and len(answers) == 1
-
-
-async def test_a_consumer_whose_cancel_was_swallowed_stops_at_its_next_call(
-    aiohttp_server: AiohttpServer,
-) -> None:
-    """Ctrl-C cancels the consumer's task; a call that swallowed that cancellation returns,
-    and the loop's next call must end it rather than poll on (the server is never asked)."""
-    answers = [web.json_response({"records": []})]
-    url = await serving(aiohttp_server, answers)
-    task = asyncio.current_task()
-    assert task is not None
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):  # swallowed, as a library call may
-        await asyncio.sleep(0)
-    try:
-        async with aiohttp.ClientSession() as session:
-            with pytest.raises(asyncio.CancelledError):
-                await _call_retrying(session, "GET", url)
-        assert len(answers) == 1
-    finally:
-        task.uncancel()

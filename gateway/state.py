@@ -80,8 +80,6 @@ class Gateway:
         groups = GroupCoordinator(
             replicas,
             forwarder,
-            settings.group_min_session_timeout_ms,
-            settings.group_max_session_timeout_ms,
             settings.group_max_members,
             codecs.fetched_records,
         )

@@ -53,17 +53,12 @@ class GroupCoordinator:
         self,
         replicas: ReplicaManager,
         forwarder: ForwardClient,
-        min_session_timeout_ms: int,
-        max_session_timeout_ms: int,
         max_members: int,
         decode_records: RecordDecoder,
     ) -> None:
+        """`max_members`: a group's limit; `decode_records`: how a member's fetch renders its
+        records. (The session timeout's bounds are the API's to check.)"""
         self.replicas = replicas
-        self.decode_records = decode_records
-        self.forwarder = forwarder
-        self.min_session_timeout_ms = min_session_timeout_ms
-        self.max_session_timeout_ms = max_session_timeout_ms
-        self.max_members = max_members
         self.groups: dict[str, Group] = {}  # shared by the parts
         self.log = OffsetsLog(replicas, self.restore, self.topics_changed, self._unload)
         self.offsets = Offsets(replicas, forwarder, self.groups, self.log)

@@ -114,7 +114,7 @@ async def node(tmp_path: Path) -> AsyncIterator[Node]:
     manager = LogManager(tmp_path)
     replicas = ReplicaManager(manager, store, 0, ChangeNotifier())
     forwarder = ForwardClient(0)
-    groups = GroupCoordinator(replicas, forwarder, 1000, 60_000, 100, offsets_of)
+    groups = GroupCoordinator(replicas, forwarder, 100, offsets_of)
     replicas.add_role_listener(groups.role_changed)
     try:
         await replicas.start()

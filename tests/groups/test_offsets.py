@@ -48,7 +48,7 @@ async def test_committed_offsets_survive_a_reload_from_the_offsets_partition(nod
     member = await member_at(node, 5)
     generation = node.groups.groups[GROUP].generation
     # A new coordinator on this node (as after a restart) knows the group only from the log.
-    fresh = GroupCoordinator(node.replicas, node.forwarder, 1000, 60_000, 100, offsets_of)
+    fresh = GroupCoordinator(node.replicas, node.forwarder, 100, offsets_of)
     try:
         await fresh.role_changed(node.offsets)
         await fresh.loaded()

@@ -39,7 +39,7 @@ async def test_a_replay_waiting_for_the_high_watermark_does_not_hold_up_the_view
     manager.log(TOPIC, 0).append_as_leader(fmt.encode_batch([record]), 1)
     replicas = ReplicaManager(manager, store, 0, ChangeNotifier())
     forwarder = ForwardClient(0)
-    groups = GroupCoordinator(replicas, forwarder, 1000, 60_000, 100, lambda *a: ([], 0))
+    groups = GroupCoordinator(replicas, forwarder, 100, lambda *a: ([], 0))
     replicas.add_role_listener(groups.role_changed)
     try:
         async with asyncio.timeout(10):  # the replay waits up to 30 s

@@ -81,15 +81,23 @@ def test_well_formed_records_pass_whatever_their_codec(compression: int) -> None
         # The header count says one more header than there are bytes: aiokafka read its name's
         # length from past the record.
         (record(0, headers=varint(1)), 1, "record 0: its header 0's name's length is cut off"),
-        (record(0, headers=varint(1) + varint(-1) + varint(-1)), 1, "header 0's name is null"),
-        (record(0, headers=varint(1) + b"\x02\xff\x00"), 1, "header 0's name is not UTF-8"),
+        (
+            record(0, headers=varint(1) + varint(-1) + varint(-1)),
+            1,
+            "record 0: header 0's name is null",
+        ),
+        (
+            record(0, headers=varint(1) + b"\x02\xff\x00"),
+            1,
+            "record 0: header 0's name is not UTF-8",
+        ),
         (record(0, headers=varint(-2)), 1, "record 0: header count -2"),
-        (record(0, key=b"k" * 3)[:-3], 1, "record 0: its length"),
+        (record(0, key=b"k" * 3)[:-3], 1, "record 0: its length 10 runs past the batch's 7"),
     ],
 )
 def test_each_malformed_field_is_named(records: bytes, count: int, why: str) -> None:
     found = error(batch(records, count))
-    assert found is not None and why in found, found
+    assert found is not None and found.startswith(why), found
 
 
 def test_a_compressed_stream_that_does_not_decompress_says_so() -> None:

@@ -34,7 +34,7 @@ DRAIN_S = 10.0
 MIN_SLEEP_S = 0.001
 DRAIN_POLL_S = 0.01
 CONTENT_LENGTH = re.compile(rb"content-length:\s*(\d+)", re.I)
-Answer = tuple[int, bool, int]  # an answer's end, whether it says success, where its body starts
+Answer = tuple[int, int, int]  # its end, its status (RESP: 200 or 500), where its body starts
 Splitter = Callable[[bytearray, int], Answer | None]
 
 
@@ -59,7 +59,7 @@ def _sluice_request(params: dict[str, Any], scheduled_ms: float) -> bytes:
     ) + body
 
 
-def _http_answer(buffer: bytearray, at: int) -> Answer | None:
+def http_answer(buffer: bytearray, at: int) -> Answer | None:
     """The HTTP/1.1 answer (Content-Length bodies) starting at `at`, if it is all there."""
     head_end = buffer.find(b"\r\n\r\n", at)
     if head_end < 0:
@@ -69,7 +69,7 @@ def _http_answer(buffer: bytearray, at: int) -> Answer | None:
     end = start + (int(length.group(1)) if length else 0)
     if len(buffer) < end:
         return None
-    return end, buffer[at + 9 : at + 10] == b"2", start
+    return end, int(buffer[at + 9 : at + 12]), start
 
 
 def _redis_request(params: dict[str, Any], scheduled_ms: float) -> bytes:
@@ -94,15 +94,15 @@ def _redis_answer(buffer: bytearray, at: int) -> Answer | None:
         end += int(buffer[at + 1 : line_end]) + 2
         if len(buffer) < end:
             return None
-    return end, kind in (b"$", b"+"), line_end + 2
+    return end, 200 if kind in (b"$", b"+") else 500, line_end + 2
 
 
-class _Answers(asyncio.Protocol):
+class Answers(asyncio.Protocol):
     """One connection's answers, split as they arrive by `split` and each handed to
-    `on_answer(ok, body)`: no StreamReader or client library, so that the generator's own CPU
+    `on_answer(status, body)`: no StreamReader or client library, so that the generator's own CPU
     stays small beside the server it measures on the same cores."""
 
-    def __init__(self, split: Splitter, on_answer: Callable[[bool, bytes], None]) -> None:
+    def __init__(self, split: Splitter, on_answer: Callable[[int, bytes], None]) -> None:
         self.split = split
         self.on_answer = on_answer
         self.buffer = bytearray()
@@ -117,8 +117,8 @@ class _Answers(asyncio.Protocol):
         buffer += data
         at = 0
         while (answer := self.split(buffer, at)) is not None:
-            end, ok, body = answer
-            self.on_answer(ok, bytes(buffer[body:end]))
+            end, status, body = answer
+            self.on_answer(status, bytes(buffer[body:end]))
             at = end
         del buffer[:at]
 
@@ -128,13 +128,9 @@ class _Answers(asyncio.Protocol):
             self.lost.exception()  # retrieved here: a producer's connections close at its end
 
 
-async def _connect(
-    port: int, split: Splitter, on_answer: Callable[[bool, bytes], None]
-) -> _Answers:
+async def connect(port: int, split: Splitter, on_answer: Callable[[int, bytes], None]) -> Answers:
     loop = asyncio.get_running_loop()
-    _, protocol = await loop.create_connection(
-        lambda: _Answers(split, on_answer), "127.0.0.1", port
-    )
+    _, protocol = await loop.create_connection(lambda: Answers(split, on_answer), "127.0.0.1", port)
     return protocol
 
 
@@ -142,18 +138,18 @@ async def _produce(params: dict[str, Any], barrier: threading.Barrier) -> dict[s
     """Send `rate` requests/s for `seconds` by the clock; ack latency counts from the schedule."""
     redis = params["system"] == "redis"
     make = _redis_request if redis else _sluice_request
-    split = _redis_answer if redis else _http_answer
+    split = _redis_answer if redis else http_answer
     pending: list[deque[float]] = [deque() for _ in range(CONNECTIONS)]
     acks: list[float] = []
     failures = 0
 
-    def acknowledged(slot: int, ok: bool, _: bytes) -> None:
+    def acknowledged(slot: int, status: int, _: bytes) -> None:
         nonlocal failures
         acks.append(time.time() * 1000 - pending[slot].popleft())
-        failures += not ok
+        failures += not 200 <= status < 300
 
     connections = [
-        await _connect(params["port"], split, functools.partial(acknowledged, slot))
+        await connect(params["port"], split, functools.partial(acknowledged, slot))
         for slot in range(CONNECTIONS)
     ]
     total = int(params["rate"] * params["seconds"])
@@ -204,12 +200,12 @@ async def _consume_sluice(
 ) -> None:
     """Long-poll fetches on one keep-alive connection until `total` records arrived."""
     loop = asyncio.get_running_loop()
-    answer: asyncio.Future[tuple[bool, bytes]] = loop.create_future()
+    answer: asyncio.Future[tuple[int, bytes]] = loop.create_future()
 
-    def answered(ok: bool, body: bytes) -> None:
-        answer.set_result((ok, body))
+    def answered(status: int, body: bytes) -> None:
+        answer.set_result((status, body))
 
-    connection = await _connect(params["port"], _http_answer, answered)
+    connection = await connect(params["port"], http_answer, answered)
     transport = connection.transport
     assert transport is not None
     target = f"/v1/topics/{params['topic']}/partitions/0/records"
@@ -224,9 +220,9 @@ async def _consume_sluice(
             await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
             if not answer.done():
                 await connection.lost  # raises what ended the connection
-            ok, body = answer.result()
+            status, body = answer.result()
             answer = loop.create_future()
-            if not ok:
+            if not 200 <= status < 300:
                 raise RuntimeError(f"fetch failed: {body[:200]!r}")
             now_ms = time.time() * 1000
             doc = orjson.loads(body)

@@ -56,31 +56,31 @@ async def test_the_producer_never_sleeps_below_a_tick(monkeypatch: pytest.Monkey
     ("split", "stream", "answers"),
     [
         (
-            openloop._http_answer,
+            openloop.http_answer,
             b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"
             b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 5\r\n\r\nbusy!"
             b"HTTP/1.1 204 No Content\r\n\r\n",
-            [(True, b"{}"), (False, b"busy!"), (True, b"")],
+            [(200, b"{}"), (503, b"busy!"), (204, b"")],
         ),
         (
             openloop._redis_answer,
             b"$15\r\n1700000000000-0\r\n+OK\r\n-ERR no such key\r\n",
-            [(True, b"1700000000000-0\r\n"), (True, b""), (False, b"")],
+            [(200, b"1700000000000-0\r\n"), (200, b""), (500, b"")],
         ),
     ],
 )
 async def test_answers_are_split_however_the_bytes_arrive(
-    split: openloop.Splitter, stream: bytes, answers: list[tuple[bool, bytes]]
+    split: openloop.Splitter, stream: bytes, answers: list[tuple[int, bytes]]
 ) -> None:
     """Every answer is handed on once, whole and in order, whether the bytes come at once, one
     by one, or cut anywhere."""
     for size in (len(stream), 1, 7):
-        got: list[tuple[bool, bytes]] = []
+        got: list[tuple[int, bytes]] = []
 
-        def seen(ok: bool, body: bytes, got: list[tuple[bool, bytes]] = got) -> None:
-            got.append((ok, body))
+        def seen(status: int, body: bytes, got: list[tuple[int, bytes]] = got) -> None:
+            got.append((status, body))
 
-        protocol = openloop._Answers(split, seen)
+        protocol = openloop.Answers(split, seen)
         for at in range(0, len(stream), size):
             protocol.data_received(stream[at : at + size])
         assert got == answers

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -18,6 +19,12 @@ from gateway.api import reassignments as reassignments_api
 from gateway.api import records as records_api
 from gateway.api import subscriptions as subscriptions_api
 from gateway.api import topics as topics_api
+from gateway.api.admission import (
+    ADMISSION,
+    Admission,
+    AdmissionCollector,
+    admission_middleware,
+)
 from gateway.api.backpressure import INFLIGHT, InflightBodies, backpressure_middleware
 from gateway.api.fast_routes import FastRoutes
 from gateway.api.forwarding import forwarding_middleware
@@ -43,6 +50,7 @@ def build_app(settings: Settings) -> web.Application:
             problem_middleware,
             *([auth_middleware] if settings.auth else []),  # refusals rendered and counted
             quota_middleware,  # by the principal auth found, before any body is read
+            admission_middleware,
             backpressure_middleware,
             forwarding_middleware,
         ],
@@ -57,6 +65,7 @@ def build_app(settings: Settings) -> web.Application:
     )
     app[SETTINGS] = settings
     app[INFLIGHT] = InflightBodies(settings)
+    app[ADMISSION] = Admission(settings)
     cors.setup(app)  # outermost: preflights carry no credentials
     app.on_startup.append(_open)
     app.on_shutdown.append(_release_long_polls)
@@ -89,9 +98,12 @@ async def _open(app: web.Application) -> None:
     gateway = app[GATEWAY] = await Gateway.open(app[SETTINGS])
     app[AUTH] = gateway.auth
     # Whatever the options: the fast routes make the middlewares' checks themselves.
-    fast = FastRoutes(gateway, app[INFLIGHT], app.get(cors.POLICY))
+    admission = app[ADMISSION]
+    admission.start(asyncio.get_running_loop())
+    fast = FastRoutes(gateway, app[INFLIGHT], admission, app.get(cors.POLICY))
     app[FAST_PATH] = fast
     gateway.metrics.registry.register(FastRoutesCollector(lambda: fast.served))
+    gateway.metrics.registry.register(AdmissionCollector(admission))
     gateway.ready = True
 
 
@@ -106,6 +118,7 @@ async def _release_long_polls(app: web.Application) -> None:
 
 
 async def _close(app: web.Application) -> None:
+    app[ADMISSION].stop()
     gateway = app[GATEWAY]
     await gateway.close()
     if gateway.broker.manager.closed_cleanly:

@@ -266,6 +266,13 @@ OPTIONS: tuple[Option, ...] = (
            "bodies being served on one connection together (its HTTP/2 streams; counted as "
            "for --max-inflight-request-bytes); past it, 503 CONNECTION_BUSY with Retry-After",
            positive, "N"),
+    Option("admission-max-inflight", "admission_max_inflight", "requests", "produces in "
+           "progress at once per worker; past it, 503 SERVER_OVERLOADED with Retry-After",
+           positive, "N"),
+    Option("admission-target-delay-ms", "admission_target_delay_ms", "requests", "the event "
+           "loop's queueing delay to hold: while above it, fewer produces are admitted at once "
+           "(the rest answered 503 SERVER_OVERLOADED at once); 0 turns this off",
+           non_negative, "MS"),
     Option("header-read-timeout", "header_read_timeout_s", "requests", "seconds a client may "
            "take to send a request's headers (HTTP/2: its connection preface and SETTINGS) "
            "before the connection is closed", positive_float, "S"),

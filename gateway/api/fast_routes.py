@@ -20,6 +20,7 @@ targets they read `fast_targets`', and the answer's head `fast_answer`'s.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import time
@@ -30,6 +31,7 @@ from typing import Any
 import orjson
 
 from engine.log import AppendInfo
+from gateway.api.admission import Admission
 from gateway.api.backpressure import InflightBodies
 from gateway.api.cors import Policy
 from gateway.api.fast_answer import FastAnswer, Headers, problem_answer
@@ -90,9 +92,16 @@ class FastRoutes:
     the checks the middlewares make (credentials, ACLs, quotas, CORS headers) run here as
     steps of `take`, calling the same functions (gateway.auth.checks, gateway.api.cors)."""
 
-    def __init__(self, gateway: Gateway, inflight: InflightBodies, cors: Policy | None) -> None:
+    def __init__(
+        self,
+        gateway: Gateway,
+        inflight: InflightBodies,
+        admission: Admission,
+        cors: Policy | None,
+    ) -> None:
         self.gateway = gateway
         self.inflight = inflight
+        self.admission = admission
         self.auth = gateway.auth
         self.cors = cors
         self.produces = ProduceIntake(gateway, inflight)
@@ -110,18 +119,36 @@ class FastRoutes:
         # credentials (the authenticator's generation) nor the ACLs (the authorizer) change:
         # the common request's credentials and route check in one lookup.
         self._admitted: Memo[tuple[str, str, str], str] = Memo(_ADMITTED_KEPT)
+        self._shed = {route: _shed_refusal(route, admission) for route in _PRODUCE_ROUTES}
         self._admitted_under: tuple[int, object] = (-1, None)
 
     def take(
         self, method: str, target: str, headers: Mapping[str, str], body: bytes, connection: object
     ) -> FastRequest | FastRefusal | None:
-        """What this complete request asks for, if the fast routes answer it; else None. What
-        they take has passed the checks the middlewares would make, or is refused as they
-        refuse it."""
-        taken = self._plain(method, target, headers, body, connection)
-        if taken is None or not (self.auth.enabled or self.auth.quotas.active or self.cors):
-            return taken
-        return self._checked(taken, headers, connection)
+        """What this complete request asks for, if the fast routes answer it; else None. A
+        produce is admitted first (gateway.api.admission), before anything is read of it: one
+        refused costs only its answer. What they take has passed the checks the middlewares
+        would make, or is refused as they refuse it."""
+        admitted = False
+        if method == "POST" and (route := _produce_route(target)) is not None:
+            if not self.admission.admit():
+                return self._overloaded(route, headers)
+            admitted = True
+        plain = self._plain(method, target, headers, body, connection)
+        taken: FastRequest | FastRefusal | None = plain
+        if plain is not None and (self.auth.enabled or self.auth.quotas.active or self.cors):
+            taken = self._checked(plain, headers, connection)
+        if admitted and not isinstance(taken, FastProduce):
+            self.admission.done()  # refused, or left to the Application, which admits it itself
+        return taken
+
+    def _overloaded(self, route: str, headers: Mapping[str, str]) -> FastRefusal:
+        """A produce the admission refused: 503 with Retry-After, in its route's dialect."""
+        refused = self._shed[route]
+        if self.cors is None:
+            return refused
+        answer = dataclasses.replace(refused.answer, cors=self._cors_of(headers.get("Origin")))
+        return FastRefusal(refused.method, refused.route, answer)
 
     def _plain(
         self, method: str, target: str, headers: Mapping[str, str], body: bytes, connection: object
@@ -253,8 +280,11 @@ class FastRoutes:
         """Begin answering what `take` accepted; `ready` gets the answer, or None when the
         returned future was cancelled first (the client went). The common produce (one
         partition led here, acks 0 or 1, no idempotency key) waits for its write without a
-        coroutine of its own: its answer is made when this turn's write lands."""
+        coroutine of its own: its answer is made when this turn's write lands. A produce
+        counts in the admission's account until `ready` has its answer."""
         started = time.perf_counter()
+        if isinstance(request, FastProduce):  # admitted by `take`
+            ready = functools.partial(_admitted_answer, self.admission, ready)
         if isinstance(request, FastRefusal):
             self._observe(request.route, request.method, request.answer.status, started)
             self.served += 1
@@ -460,6 +490,40 @@ def _problem_of(exc: Exception, method: str, target: str) -> Problem:
         log.exception("Error handling request", exc_info=exc)
         detail = "internal server error"
         return Problem(500, "INTERNAL_ERROR", detail, headers={"Connection": "close"})
+
+
+_PRODUCE_ROUTES = (TOPIC_ROUTE, PARTITION_ROUTE, rest_proxy.TOPIC_ROUTE, rest_proxy.PARTITION_ROUTE)
+
+
+def _produce_route(target: str) -> str | None:
+    """The produce route a POST to `target` is, if any (the admission's business)."""
+    path = target.split("?", 1)[0]
+    if path.startswith(TOPICS_PREFIX):
+        if not path.endswith("/records"):
+            return None
+        return PARTITION_ROUTE if "/partitions/" in path else TOPIC_ROUTE
+    if path.startswith(rest_proxy.PREFIX):
+        return rest_proxy.PARTITION_ROUTE if "/partitions/" in path else rest_proxy.TOPIC_ROUTE
+    return None
+
+
+def _shed_refusal(route: str, admission: Admission) -> FastRefusal:
+    """The answer to a produce on `route` the admission refused (v2's dialect on v2's)."""
+    problem = admission.refusal()
+    if route.startswith(rest_proxy.PREFIX):
+        body = rest_proxy.error_answer(problem)
+        answer = FastAnswer(503, rest_proxy.ERROR_TYPE, body, tuple(problem.headers.items()))
+    else:
+        answer = problem_answer(problem)
+    return FastRefusal("POST", route, answer)
+
+
+def _admitted_answer(
+    admission: Admission, ready: Callable[[FastAnswer | None], None], answer: FastAnswer | None
+) -> None:
+    """An admitted produce's answer: it leaves the admission's account, then goes out."""
+    admission.done()
+    ready(answer)
 
 
 def _served(

@@ -64,18 +64,30 @@ _TRAFFIC = {
     "sluice_records_out": "records_out",
     "sluice_bytes_out": "bytes_out",
 }
+# The admission control's counts (gateway.api.admission), by the field they answer as.
+_ADMISSION = {
+    "sluice_admission_admitted": "admitted",
+    "sluice_admission_shed": "shed",
+    "sluice_admission_inflight": "inflight",
+}
 
 
 async def traffic(request: web.Request) -> web.Response:
     """Records and bytes produced and fetched per topic since the node started (with workers,
-    every worker's added up), and the time read: a client's rates are the differences of two
-    answers. The metrics' own counters, as JSON, for clients without Prometheus (the console)."""
+    every worker's added up), the produces admitted and shed by the admission control, and the
+    time read: a client's rates are the differences of two answers. The metrics' own counters,
+    as JSON, for clients without Prometheus (the console)."""
     gateway = gateway_of(request)
     registry: Collector = gateway.metrics.registry
     if gateway.settings.workers > 1:
         registry = await all_workers.metrics(gateway)
     topics: dict[str, dict[str, int]] = {}
+    admission = dict.fromkeys(_ADMISSION.values(), 0)
     for family in registry.collect():
+        counted = _ADMISSION.get(family.name)
+        if counted is not None:  # every worker's, added up
+            admission[counted] += sum(int(sample.value) for sample in family.samples)
+            continue
         field = _TRAFFIC.get(family.name)
         if field is None:
             continue
@@ -89,6 +101,7 @@ async def traffic(request: web.Request) -> web.Response:
         {
             "time_ms": int(time.time() * 1000),
             "topics": [{"topic": name} | counts for name, counts in sorted(topics.items())],
+            "admission": admission,
         }
     )
 

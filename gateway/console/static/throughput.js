@@ -1,15 +1,20 @@
-// Throughput: produce and fetch rates per topic, from the node's own counters
-// (GET /v1/traffic, polled while the page is open), charted and tabled.
+// Throughput: produce and fetch rates per topic, and the produces the admission control
+// admitted and shed, from the node's own counters (GET /v1/traffic, polled while the page is
+// open), charted and tabled.
 
 import { get } from "./api.js";
 import { bytes, chart, empty, h, heading, origin, table } from "./ui.js";
 
 const POLL_MS = 2000;
 const SPAN_MS = 5 * 60 * 1000;
-const samples = []; // [{time_ms, topics: Map(topic -> counters)}], while the console is open
+const samples = []; // [{time_ms, topics: Map(topic -> counters), admission}], while the console is open
 
 function remember(answer) {
-  samples.push({ time_ms: answer.time_ms, topics: new Map(answer.topics.map((t) => [t.topic, t])) });
+  samples.push({
+    time_ms: answer.time_ms,
+    topics: new Map(answer.topics.map((t) => [t.topic, t])),
+    admission: answer.admission,
+  });
   while (samples.length > 2 && samples[0].time_ms < answer.time_ms - SPAN_MS) samples.shift();
 }
 
@@ -30,6 +35,31 @@ function rates(field) {
   return [...series].map(([name, points]) => ({ name, points }));
 }
 
+/** [[time_ms, rate], ...] of the admission's `field` (admitted, shed) per second. */
+function admissionRate(field) {
+  const points = [];
+  for (let i = 1; i < samples.length; i += 1) {
+    const [before, after] = [samples[i - 1], samples[i]];
+    const seconds = (after.time_ms - before.time_ms) / 1000;
+    if (seconds > 0) points.push([after.time_ms, Math.max(0, after.admission[field] - before.admission[field]) / seconds]);
+  }
+  return points;
+}
+
+/** The admission control's chart, and a warning while produces are being shed. */
+function admissionView() {
+  const admitted = admissionRate("admitted");
+  const shed = admissionRate("shed");
+  const shedNow = shed.at(-1)?.[1] ?? 0;
+  return h("div", { id: "admission" },
+    shedNow > 0
+      ? h("p", { class: "problem", role: "status" },
+        `Overloaded: ${Math.round(shedNow).toLocaleString("en")} produces/s answered 503 SERVER_OVERLOADED (clients retry after Retry-After).`)
+      : h("p", { class: "note" }, "No produce shed: every produce was admitted."),
+    chart([{ name: "admitted", points: admitted }, { name: "shed (503)", points: shed }],
+      { span_ms: SPAN_MS, unit: "produces/s", summary: "Produce requests admitted and shed per second (admission control)", idle: "No produce" }));
+}
+
 const latest = (series, topic) => series.find((s) => s.name === topic)?.points.at(-1)?.[1] ?? 0;
 
 function view() {
@@ -40,8 +70,8 @@ function view() {
   const last = samples.at(-1);
   const topics = last ? [...last.topics.keys()] : [];
   if (!topics.length) {
-    return empty("No traffic since this node started. Produce a record and watch it here:",
-      `curl -X POST ${origin()}/v1/topics/orders/records -H 'Content-Type: application/json' -d '{"records": [{"value": 1}]}'`);
+    return h("div", {}, admissionView(), empty("No traffic since this node started. Produce a record and watch it here:",
+      `curl -X POST ${origin()}/v1/topics/orders/records -H 'Content-Type: application/json' -d '{"records": [{"value": 1}]}'`));
   }
   const round = (n) => (n < 10 ? n.toFixed(1) : Math.round(n).toLocaleString("en"));
   return h("div", {},
@@ -55,7 +85,8 @@ function view() {
       ["Fetched bytes/s", (t) => bytes(Math.round(latest(fetchedBytes, t)))],
       ["Records in (total)", (t) => last.topics.get(t).records_in.toLocaleString("en")],
       ["Records out (total)", (t) => last.topics.get(t).records_out.toLocaleString("en")],
-    ], topics));
+    ], topics),
+    admissionView());
 }
 
 export async function page(_params, _query, signal) {

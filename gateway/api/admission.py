@@ -1,0 +1,247 @@
+"""Admission control of the produce routes: past what a worker can serve, a share of the
+produces is answered 503 with Retry-After at once rather than queued behind the others.
+
+Requests that arrive while the event loop is busy wait in the kernel until it reads them: a
+request's queueing delay is the length of the loop iteration it arrived in. Past capacity
+iterations grow without end, and every answer comes late. A timer re-armed every `PROBE_S`
+while produces arrive runs once an iteration at its start, so how late it runs measures the
+iteration before (the loop's delay; its longest is a metric: the loop's stalls, whatever their
+cause). As CoDel tells a standing queue from a burst, only a delay above
+`admission_target_delay_ms` for `INTERVAL_S` lowers the share of produces admitted (by
+`DECREASE` each probe, down to `MIN_SHARE`: a refusal costs a share of a produce too, so
+refusing more than this would not free the loop); a delay below half the target raises it
+again by `INCREASE` a probe. The refused ones are spread evenly (every n-th, not at random)
+and cost only their answer. Whatever the delay, at most `admission_max_inflight` produces are
+in progress at once, so memory stays bounded. Fetches are not shed: a parked long-poll costs
+nothing, and the parked ones are bounded by --max-parked-fetches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import itertools
+from collections.abc import Awaitable, Callable, Iterable
+
+from aiohttp import web
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from gateway.api.fast_targets import PARTITION_ROUTE, TOPIC_ROUTE
+from gateway.api.rest_proxy import fast as rest_proxy
+from gateway.api.rest_proxy.v3 import RECORDS as V3_RECORDS_ROUTE
+from gateway.http.problem import Problem
+from gateway.settings import Settings
+
+PROBE_S = 0.001
+INTERVAL_S = 0.1  # the delay above target this long: a standing queue, not a burst
+DECREASE = 0.9
+INCREASE = 0.05
+MIN_SHARE = 0.5
+DELAY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0)
+LONGEST_SLOT_S = 10.0
+LONGEST_SLOTS = 6
+IDLE_PROBES = 100  # probes without a produce, then the probe stops until the next produce
+RETRY_AFTER_S = "1"
+PRODUCE_ROUTES = frozenset(
+    {
+        TOPIC_ROUTE,
+        PARTITION_ROUTE,
+        rest_proxy.TOPIC_ROUTE,
+        rest_proxy.PARTITION_ROUTE,
+        V3_RECORDS_ROUTE,
+    }
+)
+
+
+class Admission:
+    """One worker's admission of produces: those in progress, the share admitted, and the
+    event loop's delay that share follows."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.max_inflight = settings.admission_max_inflight
+        self.target_s = settings.admission_target_delay_ms / 1000
+        self.share = 1.0  # of the produces arriving, the share admitted
+        self.inflight = 0
+        self.admitted = 0
+        self.shed = 0
+        self.delay_s = 0.0  # the last probe's
+        self.delays = [0] * (len(DELAY_BUCKETS_S) + 1)  # probes per delay bucket (+Inf last)
+        self.delay_sum_s = 0.0
+        self._longest = [0.0] * LONGEST_SLOTS  # the longest delay of each LONGEST_SLOT_S
+        self._longest_slot = 0
+        self._credit = 0.0  # admissions owed at `share`: every n-th produce is refused
+        self._above_since: float | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._due = 0.0
+        self._quiet_probes = 0
+        self._seen = 0
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Serve on this loop: its delay is probed while produces arrive."""
+        self._loop = loop
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def admit(self) -> bool:
+        """Whether one more produce may start now; True counts it in progress until `done`."""
+        if self._timer is None and self.target_s and self._loop is not None:
+            self._arm()
+        if self.share < 1.0:
+            self._credit += self.share
+            if self._credit < 1.0:
+                self.shed += 1
+                return False
+            self._credit -= 1.0
+        if self.inflight >= self.max_inflight:
+            self.shed += 1
+            return False
+        self.inflight += 1
+        self.admitted += 1
+        return True
+
+    def done(self) -> None:
+        """An admitted produce was answered (or its client went)."""
+        self.inflight -= 1
+
+    def refusal(self) -> Problem:
+        """The answer to a produce not admitted."""
+        return Problem(
+            503,
+            "SERVER_OVERLOADED",
+            f"this server is past its capacity: nothing was appended; retry after "
+            f"{RETRY_AFTER_S} s",
+            headers={"Retry-After": RETRY_AFTER_S},
+        )
+
+    def observe_delay(self, delay_s: float, now: float) -> None:
+        """Follow one measure of the loop's delay: a lower share admitted while it has stayed
+        above target for `INTERVAL_S`, a higher one once it is below half of it."""
+        self.delay_s = delay_s
+        self.delays[bisect.bisect_left(DELAY_BUCKETS_S, delay_s)] += 1
+        self.delay_sum_s += delay_s
+        slot = int(now / LONGEST_SLOT_S)
+        if slot != self._longest_slot:
+            for stale in range(
+                self._longest_slot + 1, min(slot, self._longest_slot + LONGEST_SLOTS) + 1
+            ):
+                self._longest[stale % LONGEST_SLOTS] = 0.0
+            self._longest_slot = slot
+        index = slot % LONGEST_SLOTS
+        self._longest[index] = max(self._longest[index], delay_s)
+        if not self.target_s:
+            return
+        if delay_s > self.target_s:
+            if self._above_since is None:
+                self._above_since = now
+            elif now - self._above_since >= INTERVAL_S:
+                self.share = max(MIN_SHARE, self.share * DECREASE)
+            return
+        self._above_since = None
+        if delay_s < self.target_s / 2 and self.share < 1.0:
+            self.share = min(1.0, self.share + INCREASE)
+            if self.share == 1.0:
+                self._credit = 0.0
+
+    def longest_delay_s(self) -> float:
+        """The longest delay probed in the last minute or so (LONGEST_SLOTS slots)."""
+        return max(self._longest)
+
+    def _arm(self) -> None:
+        assert self._loop is not None
+        self._due = self._loop.time() + PROBE_S
+        self._timer = self._loop.call_at(self._due, self._probe)
+
+    def _probe(self) -> None:
+        assert self._loop is not None
+        now = self._loop.time()
+        self.observe_delay(max(0.0, now - self._due), now)
+        seen = self.admitted + self.shed
+        self._quiet_probes = self._quiet_probes + 1 if seen == self._seen else 0
+        self._seen = seen
+        if self._quiet_probes < IDLE_PROBES:
+            self._arm()
+        else:  # no produce for a while: nothing to protect until the next one
+            self._timer = None
+            self._quiet_probes = 0
+
+
+ADMISSION = web.AppKey("admission", Admission)
+
+
+@web.middleware
+async def admission_middleware(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """The produces the fast routes leave to the Application, admitted as theirs are."""
+    resource = request.match_info.route.resource
+    if request.method != "POST" or resource is None or resource.canonical not in PRODUCE_ROUTES:
+        return await handler(request)
+    admission = request.app[ADMISSION]
+    if not admission.admit():
+        raise admission.refusal()
+    try:
+        return await handler(request)
+    finally:
+        admission.done()
+
+
+class AdmissionCollector(Collector):
+    """The admission's counts and state, read at scrape time: what was admitted and shed, the
+    limit in force, and the event loop's delay (the longest since the previous scrape shows
+    the loop's stalls, whatever their cause)."""
+
+    def __init__(self, admission: Admission) -> None:
+        self.admission = admission
+
+    def collect(self) -> Iterable[Metric]:
+        admission = self.admission
+        return [
+            CounterMetricFamily(
+                "sluice_admission_admitted",
+                "Produces admitted by the admission control",
+                value=admission.admitted,
+            ),
+            CounterMetricFamily(
+                "sluice_admission_shed",
+                "Produces answered 503 SERVER_OVERLOADED: past the admission limit",
+                value=admission.shed,
+            ),
+            GaugeMetricFamily(
+                "sluice_admission_inflight", "Produces in progress", value=admission.inflight
+            ),
+            GaugeMetricFamily(
+                "sluice_admission_share",
+                "The share of produces admitted now: below 1 while the event loop's delay "
+                "stays above the admission target",
+                value=admission.share,
+            ),
+            HistogramMetricFamily(
+                "sluice_event_loop_delay_seconds",
+                "How late the event loop ran its probe (every millisecond while produces "
+                "arrive): the queueing delay a request sees, and the loop's stalls",
+                buckets=[
+                    *zip(
+                        map(str, DELAY_BUCKETS_S),
+                        itertools.accumulate(admission.delays),
+                        strict=False,
+                    ),
+                    ("+Inf", sum(admission.delays)),
+                ],
+                sum_value=admission.delay_sum_s,
+            ),
+            GaugeMetricFamily(
+                "sluice_event_loop_delay_max_seconds",
+                "The longest event loop delay probed in the last minute",
+                value=admission.longest_delay_s(),
+            ),
+        ]

@@ -1,0 +1,138 @@
+"""The admission control's rule (gateway.api.admission), fed delays by hand: a burst sheds
+nothing, a standing delay lowers the share admitted (spread evenly, never below the floor),
+the share comes back once the loop is on time, and the in-progress bound holds whatever the
+delay. Then its probe on a real event loop: a stall shows as the loop's delay."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from pathlib import Path
+
+import pytest
+
+from gateway.api import admission
+from gateway.api.admission import Admission
+from gateway.settings import Settings
+
+TARGET_S = 0.005
+
+
+def admission_of(max_inflight: int = 1024, target_delay_ms: int = 5) -> Admission:
+    return Admission(
+        Settings(
+            data_dir=Path("unused"),
+            admission_max_inflight=max_inflight,
+            admission_target_delay_ms=target_delay_ms,
+        )
+    )
+
+
+def decisions(control: Admission, count: int) -> list[bool]:
+    """Admit `count` produces and answer each at once; whether each was admitted."""
+    made = []
+    for _ in range(count):
+        made.append(control.admit())
+        if made[-1]:
+            control.done()
+    return made
+
+
+def stand(control: Admission, delay_s: float, seconds: float, start: float = 0.0) -> float:
+    """Probes every millisecond for `seconds`, each measuring `delay_s`; the time after."""
+    now = start
+    while now < start + seconds:
+        control.observe_delay(delay_s, now)
+        now += 0.001
+    return now
+
+
+def test_a_burst_shorter_than_the_interval_sheds_nothing() -> None:
+    control = admission_of()
+    stand(control, 0.050, admission.INTERVAL_S - 0.01)
+    assert control.share == 1.0
+    assert all(decisions(control, 100))
+
+
+def test_a_standing_delay_lowers_the_share_evenly_down_to_the_floor() -> None:
+    control = admission_of()
+    now = stand(control, 0.050, admission.INTERVAL_S + 0.002)
+    assert admission.MIN_SHARE < control.share < 1.0
+    stand(control, 0.050, 1.0, now)
+    assert control.share == admission.MIN_SHARE
+    made = decisions(control, 100)
+    assert made.count(True) == 50
+    assert all(a != b for a, b in itertools.pairwise(made)), "every other one refused"
+    assert control.shed == 50 and control.admitted == 50
+
+
+def test_the_share_comes_back_once_the_loop_is_on_time() -> None:
+    control = admission_of()
+    now = stand(control, 0.050, 1.0)
+    now = stand(control, TARGET_S * 0.75, 0.5, now)  # above half the target: held
+    assert control.share == admission.MIN_SHARE
+    stand(control, 0.0, 0.1, now)
+    assert control.share == 1.0
+    assert all(decisions(control, 100))
+
+
+def test_at_most_the_limit_is_in_progress_whatever_the_delay() -> None:
+    control = admission_of(max_inflight=3)
+    assert [control.admit() for _ in range(5)] == [True, True, True, False, False]
+    assert control.inflight == 3 and control.shed == 2
+    control.done()
+    assert control.admit()
+    assert not control.admit()
+
+
+def test_a_target_of_zero_turns_the_delay_rule_off() -> None:
+    control = admission_of(target_delay_ms=0)
+    stand(control, 5.0, 2.0)
+    assert control.share == 1.0
+    loop = asyncio.new_event_loop()
+    try:
+        control.start(loop)
+        assert control.admit()
+        assert control._timer is None  # nothing probes the loop
+    finally:
+        loop.close()
+
+
+def test_the_delays_are_counted_and_the_longest_is_kept_for_a_minute() -> None:
+    control = admission_of()
+    control.observe_delay(0.0004, 1.0)
+    control.observe_delay(0.030, 2.0)
+    control.observe_delay(0.002, 3.0)
+    assert sum(control.delays) == 3
+    assert control.delays[0] == 1  # <= 1 ms
+    assert control.delays[admission.DELAY_BUCKETS_S.index(0.05)] == 1
+    assert control.longest_delay_s() == 0.030
+    control.observe_delay(0.001, 2.0 + admission.LONGEST_SLOT_S * admission.LONGEST_SLOTS)
+    assert control.longest_delay_s() == 0.001
+
+
+async def test_a_stall_of_the_loop_shows_as_its_delay() -> None:
+    """The probe runs while produces arrive: a callback blocking the loop for 50 ms is
+    measured as the delay of the probe that fell due meanwhile."""
+    control = admission_of()
+    control.start(asyncio.get_running_loop())
+    assert control.admit()
+    control.done()
+    probed = asyncio.get_running_loop().create_future()
+    original = control.observe_delay
+
+    def watched(delay_s: float, now: float) -> None:
+        original(delay_s, now)
+        if delay_s >= 0.04 and not probed.done():
+            probed.set_result(delay_s)
+
+    control.observe_delay = watched  # type: ignore[method-assign]
+    asyncio.get_running_loop().call_soon(time.sleep, 0.05)  # the stall
+    try:
+        async with asyncio.timeout(10):
+            delay = await probed
+    finally:
+        control.stop()
+    assert delay == pytest.approx(0.05, abs=0.03)
+    assert control.longest_delay_s() >= 0.04

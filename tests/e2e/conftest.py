@@ -6,6 +6,7 @@ from __future__ import annotations
 import fcntl
 import os
 import signal
+import socket
 import struct
 import subprocess
 import time
@@ -91,6 +92,31 @@ def read_values(
         values.extend(r["value"] for r in answer["records"])
         offset = answer["next_offset"]
     return values
+
+
+def held_produce(port: int, path: str, body: bytes) -> socket.socket:
+    """A JSON produce to `path` whose chunked body stops after its first five bytes: in
+    progress until `finish`ed (the admission control counts it meanwhile)."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=60)
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: sluice\r\nContent-Type: application/json\r\n"
+        "Transfer-Encoding: chunked\r\n\r\n"
+    ).encode()
+    sock.sendall(head + b"%x\r\n%s\r\n" % (len(body[:5]), body[:5]))
+    return sock
+
+
+def finish(sock: socket.socket, body: bytes) -> bytes:
+    """Send the rest of a held produce's `body`; its whole (JSON) answer."""
+    rest = body[5:]
+    sock.sendall(b"%x\r\n%s\r\n0\r\n\r\n" % (len(rest), rest))
+    answer = b""
+    while b"\r\n\r\n" not in answer or not answer.endswith(b"}"):
+        chunk = sock.recv(65536)
+        assert chunk, answer
+        answer += chunk
+    sock.close()
+    return answer
 
 
 @dataclass

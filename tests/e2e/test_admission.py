@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import re
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.e2e.conftest import Server, start_server, until
+from tests.e2e.conftest import Server, finish, held_produce, start_server, until
 
 WAIT_S = 30.0
 PROBLEM = "application/problem+json"
@@ -44,30 +43,6 @@ def metric(server: Server, name: str) -> float:
     found = re.search(rf"^{name} (\S+)$", text, re.MULTILINE)
     assert found is not None, name
     return float(found.group(1))
-
-
-def held_produce(server: Server) -> socket.socket:
-    """A produce whose chunked body stops after its first chunk: in progress until finished."""
-    sock = socket.create_connection(("127.0.0.1", server.port), timeout=WAIT_S)
-    head = (
-        f"POST {RECORDS} HTTP/1.1\r\nHost: sluice\r\nContent-Type: application/json\r\n"
-        "Transfer-Encoding: chunked\r\n\r\n"
-    ).encode()
-    sock.sendall(head + b"%x\r\n%s\r\n" % (len(BODY[:5]), BODY[:5]))
-    return sock
-
-
-def finish(sock: socket.socket) -> bytes:
-    """Send the rest of a held produce's body; its whole answer."""
-    rest = BODY[5:]
-    sock.sendall(b"%x\r\n%s\r\n0\r\n\r\n" % (len(rest), rest))
-    answer = b""
-    while b"\r\n\r\n" not in answer or not answer.endswith(b"}"):
-        chunk = sock.recv(65536)
-        assert chunk, answer
-        answer += chunk
-    sock.close()
-    return answer
 
 
 def refused(answer: httpx.Response, media: str = PROBLEM) -> None:
@@ -101,7 +76,7 @@ async def flood(server: Server, count: int) -> list[int]:
 def test_past_the_limit_every_produce_is_refused_at_once_and_appends_nothing(
     limited: Server,
 ) -> None:
-    held = [held_produce(limited) for _ in range(LIMIT)]
+    held = [held_produce(limited.port, RECORDS, BODY) for _ in range(LIMIT)]
     until(lambda: metric(limited, "sluice_admission_inflight") == LIMIT, "the held produces")
     url = limited.url
     json_type = {"Content-Type": "application/json"}
@@ -116,7 +91,9 @@ def test_past_the_limit_every_produce_is_refused_at_once_and_appends_nothing(
     )
     refused(v2, "application/vnd.kafka.v2+json")
     assert v2.json()["error_code"] == 50003, v2.json()  # v2: a retriable error
-    third = held_produce(limited)  # the Application's own admission: refused before its body
+    third = held_produce(
+        limited.port, RECORDS, BODY
+    )  # the Application's own admission: refused before its body
     answer_bytes = third.recv(65536)
     third.close()
     assert answer_bytes.startswith(b"HTTP/1.1 503"), answer_bytes
@@ -130,7 +107,7 @@ def test_past_the_limit_every_produce_is_refused_at_once_and_appends_nothing(
     assert end_offset(limited) == 0
 
     for sock in held:
-        assert finish(sock).startswith(b"HTTP/1.1 200 OK")
+        assert finish(sock, BODY).startswith(b"HTTP/1.1 200 OK")
     assert end_offset(limited) == LIMIT
     again = httpx.post(url + RECORDS, content=BODY, headers=json_type, timeout=WAIT_S)
     assert again.status_code == 200, again.text

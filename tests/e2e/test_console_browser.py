@@ -19,7 +19,7 @@ import pytest
 from gateway.workers.local_cluster import LocalCluster, free_port
 from tests.auth.support import binding, make_basic, make_key
 from tests.e2e.chromium import needs_chromium, start_chromium
-from tests.e2e.conftest import Server, start_server, until
+from tests.e2e.conftest import Server, finish, held_produce, start_server, until
 
 pytestmark = needs_chromium
 PAGES = (
@@ -899,3 +899,33 @@ def test_charts_without_traffic_say_so(node: Server, browser: Any) -> None:
     shown(browser, "/groups/billing", node.url)
     assert "No lag since this page opened" in main_text(browser)
     assert browser.find_elements("css selector", "main svg") == []
+
+
+def test_throughput_shows_produces_shed(tmp_path: Path, browser: Any) -> None:
+    """Past the admission limit, the Throughput page says produces are being shed and
+    charts them beside those admitted."""
+    server = start_server(tmp_path / "data", "--admission-max-inflight", "1")
+    body = b'{"records":[{"value":1}]}'
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as http:
+            assert http.post("/v1/topics", json={"name": "orders"}).status_code == 201
+            held = held_produce(server.port, "/v1/topics/orders/records", body)
+            until(
+                lambda: "sluice_admission_inflight 1.0" in http.get("/metrics").text,
+                "the held produce admitted",
+            )
+            shown(browser, "/throughput", server.url)
+            notice = "return document.getElementById('admission').innerText;"
+            assert "No produce shed" in browser.execute_script(notice)
+
+            def shedding() -> bool:
+                answer = http.post("/v1/topics/orders/records", content=body,
+                                   headers={"Content-Type": "application/json"})  # fmt: skip
+                assert answer.status_code == 503
+                return "SERVER_OVERLOADED" in browser.execute_script(notice)
+
+            until(shedding, "the shedding shown on the page")
+            assert browser.find_elements("css selector", "#admission svg polyline")
+            assert finish(held, body).startswith(b"HTTP/1.1 200 OK")
+    finally:
+        assert server.stop() == 0

@@ -270,8 +270,8 @@ OPTIONS: tuple[Option, ...] = (
            "progress at once per worker; past it, 503 SERVER_OVERLOADED with Retry-After",
            positive, "N"),
     Option("admission-target-delay-ms", "admission_target_delay_ms", "requests", "the event "
-           "loop's queueing delay to hold: while above it, fewer produces are admitted at once "
-           "(the rest answered 503 SERVER_OVERLOADED at once); 0 turns this off",
+           "loop's queueing delay to hold: while it stays above this for 100 ms, a share of the "
+           "produces (at most half) is answered 503 SERVER_OVERLOADED at once; 0 turns this off",
            non_negative, "MS"),
     Option("header-read-timeout", "header_read_timeout_s", "requests", "seconds a client may "
            "take to send a request's headers (HTTP/2: its connection preface and SETTINGS) "

@@ -9,12 +9,13 @@ from http import HTTPStatus
 from aiohttp.helpers import rfc822_formatted_time
 from aiohttp.http import SERVER_SOFTWARE
 
+from gateway.http.memo import Memo
 from gateway.http.problem import PROBLEM_JSON, Problem, problem_body
 
 Headers = tuple[tuple[str, str], ...]
-# The head up to its length of an HTTP/1.1 answer with no other headers, per (status, content
-# type): a few statuses of the four types the fast routes answer with.
-_HTTP1_HEADS: dict[tuple[int, str], bytes] = {}
+# The head up to its length of an HTTP/1.1 answer, per (status, content type, headers): a few
+# statuses of the four types the fast routes answer with, and their refusals' headers.
+_HTTP1_HEADS: Memo[tuple[int, str, Headers], bytes] = Memo(256)
 _SERVER = SERVER_SOFTWARE.encode()
 # The same for HTTP/2: the status and content-type fields per (status, content type).
 _H2_FIELDS: dict[tuple[int, str], tuple[tuple[bytes, bytes], tuple[bytes, bytes]]] = {}
@@ -41,18 +42,17 @@ class FastAnswer:
 
     def http1(self) -> bytes:
         """The whole HTTP/1.1 answer, headers as aiohttp writes them."""
-        status, headers = self.status, self.headers
-        head = None if headers else _HTTP1_HEADS.get((status, self.content_type))
+        key = (self.status, self.content_type, self.headers)
+        head = _HTTP1_HEADS.get(key)
         if head is None:
-            extra = "".join(f"{name}: {value}\r\n" for name, value in headers)
+            extra = "".join(f"{name}: {value}\r\n" for name, value in self.headers)
             head = (
-                f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n{extra}"
+                f"HTTP/1.1 {self.status} {HTTPStatus(self.status).phrase}\r\n{extra}"
                 f"Content-Type: {self.content_type}\r\nContent-Length: "
             ).encode("latin-1")
-            if not headers:
-                _HTTP1_HEADS[status, self.content_type] = head
+            _HTTP1_HEADS.remember(key, head)
         body = self.body
-        date = rfc822_formatted_time().encode()
+        date = _date_field()[1]
         if self.cors:
             late = "".join(f"{name}: {value}\r\n" for name, value in self.cors).encode("latin-1")
             return b"%s%d\r\nDate: %s\r\nServer: %s\r\n%s\r\n%s" % (

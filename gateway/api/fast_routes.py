@@ -270,6 +270,15 @@ class FastRoutes:
         answer.cors = taken.cors
         return FastRefusal(method, route, answer)
 
+    def immediate(self, taken: FastRequest | FastRefusal) -> FastAnswer | None:
+        """A refusal `take` made (the admission's 503, the checks' 401, 403, 429), counted
+        here: the connection writes it at once, with no future, callback or loop turn."""
+        if not isinstance(taken, FastRefusal):
+            return None
+        self._observe(taken.route, taken.method, taken.answer.status, time.perf_counter())
+        self.served += 1
+        return taken.answer
+
     def start(
         self,
         request: FastRequest | FastRefusal,

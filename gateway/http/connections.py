@@ -239,7 +239,15 @@ class Http1Connection(_ProblemErrors):
             self._stop_header_deadline()
             self._unparsed_at = end + length
             self.count_request()
-            self._start_fast(fast, taken)
+            answer = fast.immediate(taken)
+            if answer is None:
+                self._start_fast(fast, taken)
+            elif not self._write_fast_answer(answer):
+                return
+            elif self.writing_paused:  # a client that does not read: its next waits for that
+                self.request_started()
+                self._fast_task = self.event_loop.create_task(self._drain_then_go_on())
+                return
 
     def _parse_first(self, unparsed: bytes, end: int) -> None:
         """aiohttp's parser takes the held-back bytes, whose head (ending at `end`) is new. If
@@ -322,8 +330,9 @@ class Http1Connection(_ProblemErrors):
         self._answers.post(self, answer)
 
     def _write_fast_answer(self, answer: Answer) -> bool:
-        """Write the fast answer (TurnAnswers calls this at the end of the loop turn); False
-        when the connection went meanwhile."""
+        """Write the fast answer (TurnAnswers calls this at the end of the loop turn; an
+        immediate answer, a refusal, is written as its request is read); False when the
+        connection went meanwhile."""
         transport = self.transport
         if transport is None:
             return False

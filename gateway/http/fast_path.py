@@ -50,6 +50,11 @@ class FastPath(Protocol[Taken]):
         Application does."""
         ...
 
+    def immediate(self, taken: Taken) -> Answer | None:
+        """The answer `take` already made, when nothing is left to do (a refusal): an
+        HTTP/1.1 connection writes it at once, in order, instead of calling `start`."""
+        ...
+
     def start(
         self, taken: Taken, connection: object, ready: Ready, loop: asyncio.AbstractEventLoop
     ) -> asyncio.Future[Any]:

@@ -23,6 +23,7 @@ def start(aiohttp_client: AiohttpClient, data_dir: Path) -> Start:
     """Start a gateway on `data_dir` with Settings overrides; call again after close to restart."""
 
     async def go(**overrides: Any) -> Client:
+        overrides.setdefault("admission_target_delay_ms", 0)  # as tests/conftest.py says
         return await aiohttp_client(build_app(Settings(data_dir=data_dir, **overrides)))
 
     return go

@@ -1,17 +1,20 @@
-"""The bridge a user writes today instead of a push subscription, the baseline of
-`loadtests.subscriptions_bench`: a Python consumer that long-polls a /v1 group, POSTs each
-record to the endpoint with aiohttp (one at a time, in order, with a `webhook-id` as a
-subscription would send), and commits after each batch. It stops once `records` records were
-acknowledged and prints `{"records", "seconds", "requests"}`.
+"""The bridge a user writes instead of a push subscription, the baseline of
+`loadtests.subscriptions_bench`: a Python consumer that long-polls a /v1 group, POSTs the
+batch's records to the endpoint with aiohttp, IN_FLIGHT at a time (each with a `webhook-id`
+as a subscription would send), and commits once every POST of the batch succeeded, so nothing
+is lost. It stops once `records` records were acknowledged and prints
+`{"records", "seconds", "requests", "in_flight"}`.
 
-    python -m loadtests.push_bridge GATEWAY_URL TOPIC ENDPOINT RECORDS
+    python -m loadtests.push_bridge GATEWAY_URL TOPIC ENDPOINT RECORDS [IN_FLIGHT]
 """
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import time
 import uuid
+from typing import Any
 
 import aiohttp
 import orjson
@@ -19,12 +22,30 @@ import uvloop
 
 BATCH = 500  # records per long-poll
 POLL_MS = 1000
+IN_FLIGHT = 16  # POSTs at once: what a user's gather under a semaphore allows
 
 
-async def bridge(url: str, topic: str, endpoint: str, wanted: int) -> dict[str, float]:
+async def bridge(
+    url: str, topic: str, endpoint: str, wanted: int, in_flight: int = IN_FLIGHT
+) -> dict[str, float]:
     group = f"bridge-{uuid.uuid4().hex[:8]}"
-    connector = aiohttp.TCPConnector(limit=8)
+    connector = aiohttp.TCPConnector(limit=in_flight + 1)
+    slots = asyncio.Semaphore(in_flight)
     async with aiohttp.ClientSession(connector=connector) as http:
+
+        async def deliver(record: dict[str, Any]) -> None:
+            message_id = f"{record['topic']}/{record['partition']}/{record['offset']}"
+            async with (
+                slots,
+                http.post(
+                    endpoint,
+                    data=orjson.dumps(record["value"]),
+                    headers={"Content-Type": "application/json", "webhook-id": message_id},
+                ) as delivered,
+            ):
+                await delivered.read()
+                delivered.raise_for_status()
+
         async with http.post(
             f"{url}/v1/groups/{group}/members",
             json={"topics": [topic], "auto_offset_reset": "earliest", "auto_commit": False},
@@ -40,29 +61,23 @@ async def bridge(url: str, topic: str, endpoint: str, wanted: int) -> dict[str, 
                 answer.raise_for_status()
                 doc = await answer.json(loads=orjson.loads)
             cursor = doc["cursor"]
-            for record in doc["records"]:
-                message_id = f"{record['topic']}/{record['partition']}/{record['offset']}"
-                async with http.post(
-                    endpoint,
-                    data=orjson.dumps(record["value"]),
-                    headers={"Content-Type": "application/json", "webhook-id": message_id},
-                ) as delivered:
-                    await delivered.read()
-                    delivered.raise_for_status()
-                posts += 1
-            if doc["records"]:
+            records = doc["records"]
+            if records:
+                await asyncio.gather(*(deliver(record) for record in records))
+                posts += len(records)
                 async with http.post(f"{member}/commit") as committed:
                     committed.raise_for_status()
-                done += len(doc["records"])
+                done += len(records)
         seconds = time.perf_counter() - started
         async with http.delete(member):
             pass
-    return {"records": done, "seconds": seconds, "requests": posts}
+    return {"records": done, "seconds": seconds, "requests": posts, "in_flight": in_flight}
 
 
 def main() -> None:
     url, topic, endpoint, wanted = sys.argv[1:5]
-    print(orjson.dumps(uvloop.run(bridge(url, topic, endpoint, int(wanted)))).decode())
+    in_flight = int(sys.argv[5]) if len(sys.argv) > 5 else IN_FLIGHT
+    print(orjson.dumps(uvloop.run(bridge(url, topic, endpoint, int(wanted), in_flight))).decode())
 
 
 if __name__ == "__main__":

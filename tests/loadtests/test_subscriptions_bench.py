@@ -1,6 +1,7 @@
 """`loadtests.subscriptions_bench --quick`: every cell delivers every record to the receiver
-and reports its figures, each goal is a ratio of two cells of the same run, and the latency
-and memory cells give figures. Speed is never judged here."""
+(the bridge with its POSTs concurrent) and reports its figures, each goal is a ratio of two
+cells of the same run, and the latency and memory cells give figures. Speed is never judged
+here."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.subscriptions_bench import CELLS, QUICK
+from loadtests.subscriptions_bench import BRIDGE_IN_FLIGHT, CELLS, QUICK
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -35,6 +36,7 @@ def test_quick_run_reports_every_cell_and_ratio(tmp_path: Path) -> None:
     assert cells["subscription one record"]["requests"] == QUICK.single_records
     assert cells["subscription one record pipelined"]["requests"] == QUICK.single_records
     assert cells["bridge one record"]["bridge_cpu_s"] > 0
+    assert cells["bridge one record"]["in_flight"] == BRIDGE_IN_FLIGHT
     consumer = cells["consumer batch 500"]["records_per_s"]
     first = doc["figures"][0]
     rate = cells["subscription batch 500 cloudevents"]["records_per_s"]

@@ -13,12 +13,12 @@ resolve to loopback or link-local addresses unless allowed (endpoints.py)."""
 from __future__ import annotations
 
 import asyncio
-import functools
 import ipaddress
+import math
 import socket
 import ssl
 from collections import deque
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import cast
 from urllib.parse import urlsplit
@@ -67,26 +67,57 @@ def origin_of(url: str) -> Origin:
     return Origin((parts.scheme, host, port), host, port, tls, head)
 
 
+# A request's end: (request, answer, None) or (request, None, why there was none).
+Answered = Callable[["Request", "Response | None", "BaseException | None"], None]
+TIMER_SLACK_S = 0.001  # a deadline this close counts as passed (the loop's timers are in ms)
+
+
+class Request:
+    """One request on a connection: how its answer is read, its deadline (loop time) and the
+    callback its end is handed to, at once, in the loop turn that ends it (no future, no
+    timer of its own: a request a few µs cheaper)."""
+
+    __slots__ = ("answered", "connection", "deadline", "reader")
+
+    def __init__(
+        self, connection: _Connection, reader: AnswerReader, deadline: float, answered: Answered
+    ) -> None:
+        self.connection = connection
+        self.reader = reader
+        self.deadline = deadline
+        self.answered = answered
+
+    def cancel(self) -> None:
+        """Give the request up: if it still waits, its connection is dropped, and the
+        requests behind it there fail (their answers would come after its own)."""
+        self.connection.give_up(self, AnswerError("a request before it was cancelled"))
+
+
 class _Connection(asyncio.Protocol):
     """One connection to an origin: up to `depth` requests written before their answers,
     which come back in the order of the requests (HTTP/1.1 pipelining; 1: one at a time).
 
-    With a depth above one, the requests of one event loop turn go out in one write."""
+    With a depth above one, the requests of one event loop turn go out in one write. One
+    timer per connection watches its requests' deadlines: armed at the earliest, moved on
+    when it fires early for the requests now waiting."""
 
     def __init__(self, pool: DeliveryClient, origin: Origin, depth: int) -> None:
         self.pool = pool
         self.origin = origin
         self.depth = depth
+        self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
-        self.pending: deque[tuple[AnswerReader, asyncio.Future[Response]]] = deque()
+        self.pending: deque[Request] = deque()
         self.outbox: list[bytes] = []  # requests of this turn, not yet written
         self.reserved = 0  # requests promised a place here, not yet sent
         self.listed = False  # on the pool's list of connections with room
-        self.connected: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.connected: asyncio.Future[None] = self.loop.create_future()
         self.opening: asyncio.Future[None] | None = None
         self.closed = False
         self.idle_since = 0.0
         self.key = (*origin.key, depth)  # the pool's: connections of one depth are pooled apart
+        self.timer: asyncio.TimerHandle | None = None
+        self.timer_at = math.inf
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
@@ -102,22 +133,44 @@ class _Connection(asyncio.Protocol):
         elif opening.exception() is not None:
             self._fail(cast(BaseException, opening.exception()))
 
-    def send(self, data: bytes, body: bytes, body_limit: int) -> asyncio.Future[Response]:
-        """Write one request (with a depth above one, at the end of this loop turn); its
-        answer's future."""
+    def send(
+        self, data: bytes, body: bytes, body_limit: int, deadline: float, answered: Answered
+    ) -> Request:
+        """Write one request, `data` its head (with a depth above one, at the end of this
+        loop turn); `answered` is told how it ended, TimeoutError past `deadline`."""
         assert self.transport is not None and self.reserved > 0
         self.reserved -= 1
-        waiter = asyncio.get_running_loop().create_future()
-        self.pending.append((AnswerReader(body_limit), waiter))
+        request = Request(self, AnswerReader(body_limit), deadline, answered)
+        self.pending.append(request)
+        if deadline < self.timer_at:
+            self._arm(deadline)
         if self.depth > 1:
             if not self.outbox:
-                asyncio.get_running_loop().call_soon(self._write_outbox)
+                self.loop.call_soon(self._write_outbox)
             self.outbox += (data, body)
         elif len(body) < 16384:
             self.transport.write(data + body)  # one send
         else:
             self.transport.writelines((data, body))  # a large body is not copied
-        return waiter
+        return request
+
+    def _arm(self, deadline: float) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        self.timer = self.loop.call_at(deadline, self._expire)
+        self.timer_at = deadline
+
+    def _expire(self) -> None:
+        """The timer fired: a request past its deadline fails the connection (and so the
+        requests behind it); else the timer moves to the earliest deadline still waiting."""
+        self.timer, self.timer_at = None, math.inf
+        if not self.pending:
+            return
+        passed = self.loop.time() + TIMER_SLACK_S
+        if any(r.deadline <= passed for r in self.pending):
+            self._fail(TimeoutError())
+        else:
+            self._arm(min(r.deadline for r in self.pending))
 
     def _write_outbox(self) -> None:
         outbox, self.outbox = self.outbox, []
@@ -129,11 +182,13 @@ class _Connection(asyncio.Protocol):
         return not self.closed and len(self.pending) + self.reserved < self.depth
 
     def data_received(self, data: bytes) -> None:
-        if not self.pending:
+        pending = self.pending
+        if not pending:
             self.abort()  # bytes nobody asked for: this connection cannot be trusted again
             return
-        while self.pending:
-            answer, waiter = self.pending[0]
+        while pending:
+            request = pending[0]
+            answer = request.reader
             try:
                 used = answer.feed(data)
             except AnswerError as exc:
@@ -142,14 +197,13 @@ class _Connection(asyncio.Protocol):
             if not answer.done:
                 return
             data = data[used:]
-            self.pending.popleft()
-            if not waiter.done():
-                waiter.set_result(_response(answer))
+            pending.popleft()
+            request.answered(request, _response(answer), None)
             if not answer.reusable:
                 self._fail(AnswerError("the connection closed before this request's answer"))
                 return
-            if not self.pending:
-                self.idle_since = asyncio.get_running_loop().time()
+            if not pending:
+                self.idle_since = self.loop.time()
             if not self.listed:
                 self.pool.release(self)  # it was full: room again
             if not data:
@@ -164,9 +218,8 @@ class _Connection(asyncio.Protocol):
         if not self.connected.done():
             self.connected.set_exception(exc)
             self.connected.exception()  # retrieved: a connection nobody else waited for
-        for _, waiter in pending:
-            if not waiter.done():
-                waiter.set_exception(exc)
+        for request in pending:
+            request.answered(request, None, exc)
 
     def eof_received(self) -> bool | None:
         return None  # the transport closes; connection_lost settles an answer in progress
@@ -176,25 +229,27 @@ class _Connection(asyncio.Protocol):
         self.pool.forget(self)
         if not self.pending:
             return
-        answer, waiter = self.pending[0]
+        request = self.pending[0]
         try:
-            answer.closed()  # an answer read to the close is whole now
+            request.reader.closed()  # an answer read to the close is whole now
         except AnswerError:
             pass
         else:
             self.pending.popleft()
-            if not waiter.done():
-                waiter.set_result(_response(answer))
+            request.answered(request, _response(request.reader), None)
         self._fail(AnswerError(f"the connection closed before the answer was whole: {exc}"))
 
-    def give_up(self, waiter: asyncio.Future[Response], exc: BaseException) -> None:
-        """The request `waiter` waits for ran out of time or was cancelled: if it is still
-        waiting here, fail it and drop the connection (the requests behind it on the
-        connection fail with it: their answers would come after its own)."""
-        if any(w is waiter for _, w in self.pending):
+    def give_up(self, request: Request, exc: BaseException) -> None:
+        """`request` was cancelled: if it is still waiting here, fail it and drop the
+        connection (the requests behind it on the connection fail with it: their answers
+        would come after its own)."""
+        if request in self.pending:
             self._fail(exc)
 
     def abort(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer, self.timer_at = None, math.inf
         if not self.closed:
             self.closed = True
             self.pool.forget(self)
@@ -209,27 +264,6 @@ def _response(answer: AnswerReader) -> Response:
     repeated one)."""
     headers = {name.lower(): value for name, value in answer.headers}
     return Response(answer.status, answer.reason, headers, answer.body())
-
-
-def _send_on(
-    connection: _Connection, head: bytes, body: bytes, body_limit: int, deadline: float
-) -> asyncio.Future[Response]:
-    """Send on a connected connection with a place reserved; the answer's future, failed
-    with TimeoutError at `deadline` (loop time)."""
-    waiter = connection.send(head, body, body_limit)
-    timer = asyncio.get_running_loop().call_at(deadline, connection.give_up, waiter, TimeoutError())
-    waiter.add_done_callback(functools.partial(_settled, connection, timer))
-    return waiter
-
-
-def _settled(
-    connection: _Connection, timer: asyncio.TimerHandle, waiter: asyncio.Future[Response]
-) -> None:
-    """A request's answer came, failed or was cancelled: its timer goes, and a cancelled
-    request drops its connection (its answer would be the next read there)."""
-    timer.cancel()
-    if waiter.cancelled():
-        connection.give_up(waiter, AnswerError("a request before it was cancelled"))
 
 
 class DeliveryClient:
@@ -277,10 +311,39 @@ class DeliveryClient:
         """One POST: `head` its header lines past the origin's (Content-Length included,
         ended by the blank line), on a connection taking up to `depth` requests at once;
         TimeoutError past `timeout_s` (connecting included), else OSError if no whole answer
-        came."""
-        sent = self.try_send(url, head, body, timeout_s, body_limit, depth)
-        if sent is not None:
-            return await sent
+        came. Cancelling it drops the connection."""
+        waiter: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+
+        def answered(_: Request, response: Response | None, error: BaseException | None) -> None:
+            if waiter.done():
+                return
+            if response is not None:
+                waiter.set_result(response)
+            else:
+                waiter.set_exception(cast(BaseException, error))
+
+        request = self.try_send(url, head, body, timeout_s, body_limit, depth, answered)
+        if request is None:
+            request = await self._connect_and_send(
+                url, head, body, timeout_s, body_limit, depth, answered
+            )
+        try:
+            return await waiter
+        except asyncio.CancelledError:
+            request.cancel()
+            raise
+
+    async def _connect_and_send(
+        self,
+        url: str,
+        head: bytes,
+        body: bytes,
+        timeout_s: float,
+        body_limit: int,
+        depth: int,
+        answered: Answered,
+    ) -> Request:
+        """`try_send` once a connection with room is open, or opened, for it."""
         origin = self.origin(url)
         deadline = asyncio.get_running_loop().time() + timeout_s
         connection = None
@@ -295,7 +358,7 @@ class DeliveryClient:
             if connection is not None:
                 self.unreserve(connection)
             raise
-        return await _send_on(connection, origin.head + head, body, body_limit, deadline)
+        return connection.send(origin.head + head, body, body_limit, deadline, answered)
 
     def try_send(
         self,
@@ -304,11 +367,12 @@ class DeliveryClient:
         body: bytes,
         timeout_s: float,
         body_limit: int,
-        depth: int = 1,
-    ) -> asyncio.Future[Response] | None:
-        """`post` without a coroutine, when a connection with room is open: the answer's
-        future (TimeoutError past `timeout_s`; cancelling it drops the connection), else
-        None, and the caller posts."""
+        depth: int,
+        answered: Answered,
+    ) -> Request | None:
+        """`post` without a coroutine or a future, when a connection with room is open: the
+        request, whose end `answered` is told in the loop turn that ends it (TimeoutError
+        past `timeout_s`); else None, and the caller posts."""
         origin = self.origin(url)
         connection = self._take((*origin.key, depth))
         if connection is None:
@@ -316,8 +380,8 @@ class DeliveryClient:
         if not connection.connected.done():
             self.unreserve(connection)
             return None
-        deadline = asyncio.get_running_loop().time() + timeout_s
-        return _send_on(connection, origin.head + head, body, body_limit, deadline)
+        deadline = connection.loop.time() + timeout_s
+        return connection.send(origin.head + head, body, body_limit, deadline, answered)
 
     def _take(self, key: tuple[str, str, int, int]) -> _Connection | None:
         """A connection with room, one place on it reserved; taken off the list of those with

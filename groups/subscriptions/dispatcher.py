@@ -32,7 +32,7 @@ from engine.errors import EngineError, OffsetOutOfRange, UnknownPartition, Unkno
 from groups.coordinator import RecordDecoder
 from groups.partition_reader import PartitionRead, PartitionReader, out_of_range_start
 from groups.subscriptions import formats, partial
-from groups.subscriptions.client import DeliveryClient, Response
+from groups.subscriptions.client import DeliveryClient, Request, Response
 from groups.subscriptions.errors import SubscriptionError
 from groups.subscriptions.flow import FlowControl, outcome
 from groups.subscriptions.positions import GroupPositions
@@ -123,7 +123,7 @@ class PartitionDispatcher:
         self.last_error: str | None = None
         self.stopping = False
         self.attempts: set[asyncio.Task[None]] = set()
-        self.requests: set[asyncio.Future[Response]] = set()  # sent by _send_now, unanswered
+        self.requests: set[Request] = set()  # sent by _send_now, unanswered
         self.failure: BaseException | None = None  # an attempt's unexpected error
         self._commit_task: asyncio.Task[None] | None = None
         self._fixed = formats.fixed(sub, partition)
@@ -279,7 +279,7 @@ class PartitionDispatcher:
                 reading.cancel()
             abandoned, self.requests = self.requests, set()
             for request in abandoned:
-                request.cancel()  # an answer already in is dropped too: state.abandon()
+                request.cancel()  # its end comes back at once, as abandoned
             tasks = list(self.attempts)
             if self._commit_task is not None:
                 tasks.append(self._commit_task)
@@ -316,20 +316,20 @@ class PartitionDispatcher:
 
     def _send_now(self, state: PartitionDispatch, send: Send, ticket: int, now: float) -> bool:
         """Send `send` on a connection open with room, its answer settled in a callback
-        (no task: most requests, one record a request above all); False when the client
-        has none ready (the caller runs `_attempt`, which waits for one)."""
+        (no task, no future: most requests, one record a request above all); False when the
+        client has none ready (the caller runs `_attempt`, which waits for one)."""
         try:
             body, head, limit = self._request(send)
         except ValueError:
             return False  # `_attempt` answers it
         sub = self.sub
         sent = self.services.client.try_send(
-            sub.endpoint, head, body, sub.retry.timeout_ms / 1000, limit, sub.concurrency.pipeline
-        )
+            sub.endpoint, head, body, sub.retry.timeout_ms / 1000, limit,
+            sub.concurrency.pipeline, functools.partial(self._answered, state, send, ticket, now),
+        )  # fmt: skip
         if sent is None:
             return False
         self.requests.add(sent)
-        sent.add_done_callback(functools.partial(self._answered, state, send, ticket, now))
         return True
 
     def _answered(
@@ -338,7 +338,9 @@ class PartitionDispatcher:
         send: Send,
         ticket: int,
         started: float,
-        sent: asyncio.Future[Response],
+        sent: Request,
+        response: Response | None,
+        error: BaseException | None,
     ) -> None:
         """A request of `_send_now` ended: as `_attempt` after its POST, a task only for what
         must wait (a dead-letter produce, a pause)."""
@@ -346,12 +348,8 @@ class PartitionDispatcher:
             self.flow.release(ticket, "slow")
             return
         self.requests.discard(sent)
-        if sent.cancelled():
-            self.flow.release(ticket, "slow")
-            return
         try:
-            error = sent.exception()
-            answer = self._answer(send, None if error else sent.result(), error)
+            answer = self._answer(send, response, error)
             step = self._settle(state, send, ticket, started, answer)
             if step is not None:
                 self._track(self._follow(state, step))

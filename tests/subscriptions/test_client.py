@@ -372,3 +372,69 @@ async def test_answers_split_or_joined_across_reads_in_a_pipeline() -> None:
         answers = await asyncio.gather(*(post_body(client, server.url, b"x", 2) for _ in range(2)))
         assert [(a.status, a.body) for a in answers] == [(204, b""), (200, b"bye")]
     await client.close()
+
+
+async def test_a_shorter_deadline_behind_a_longer_one_times_out_at_its_own() -> None:
+    """One timer a connection, armed at the earliest deadline of the requests waiting there:
+    a request sent after one with a later deadline still times out at its own."""
+    client = DeliveryClient(ALLOWED)
+    async with serving(lambda n: NO_CONTENT if n >= 2 else b"") as server:
+        first = asyncio.ensure_future(client.post(server.url, HEAD, b"{}", 300.0, 4096, 2))
+        second = asyncio.ensure_future(client.post(server.url, HEAD, b"{}", 0.2, 4096, 2))
+        async with asyncio.timeout(60):  # far before the first request's deadline
+            with pytest.raises(TimeoutError):
+                await second
+            with pytest.raises(TimeoutError):
+                await first  # ahead of it on the connection: failed with it
+    await client.close()
+
+
+async def test_the_connection_timer_moves_to_the_requests_still_waiting() -> None:
+    """The timer armed for an answered request's deadline fails nothing when it fires: it
+    moves to the deadline of the request waiting now."""
+    client = DeliveryClient(ALLOWED)
+    arrived = asyncio.Event()
+
+    def script(n: int) -> bytes:
+        if n == 1:
+            arrived.set()
+            return b""  # no answer: the second request waits
+        return NO_CONTENT
+
+    async with serving(script) as server:
+        assert (await client.post(server.url, HEAD, b"{}", 5.0, 4096)).status == 204
+        (connection,) = client._open[(*client.origin(server.url).key, 1)]
+        armed_at = connection.timer_at
+        later = asyncio.ensure_future(client.post(server.url, HEAD, b"{}", 300.0, 4096))
+        await arrived.wait()
+        (waiting,) = connection.pending
+        assert connection.timer_at == armed_at < waiting.deadline
+        connection._expire()  # as it fires at the first request's deadline
+        assert not connection.closed and not later.done()
+        assert connection.timer_at == waiting.deadline
+        later.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await later
+        assert connection.closed and connection.timer is None
+    await client.close()
+
+
+async def test_try_send_hands_the_end_to_its_callback() -> None:
+    """`try_send` on an open connection: no future, the answer handed to the callback with
+    its request; None while no connection is open."""
+    client = DeliveryClient(ALLOWED)
+    ended: list[tuple[object, int | None, BaseException | None]] = []
+    done = asyncio.Event()
+
+    def answered(request: object, response: Response | None, error: BaseException | None) -> None:
+        ended.append((request, None if response is None else response.status, error))
+        done.set()
+
+    async with serving(always(NO_CONTENT)) as server:
+        assert client.try_send(server.url, HEAD, b"{}", 5.0, 4096, 1, answered) is None
+        assert (await post(client, server.url)).status == 204
+        request = client.try_send(server.url, HEAD, b"{}", 5.0, 4096, 1, answered)
+        assert request is not None
+        await done.wait()
+    assert ended == [(request, 204, None)]
+    await client.close()

@@ -10,20 +10,23 @@ only if the settings are unchanged; each event's `id` inside is always stable)."
 from __future__ import annotations
 
 import base64
+import binascii
 import datetime
 import functools
 import hashlib
-import hmac
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import orjson
 
 from groups.subscriptions.spec import Subscription
 from groups.subscriptions.state import DeliveryRecord
+
+if TYPE_CHECKING:
+    from _hashlib import HASH
 
 CE_JSON = "application/cloudevents+json"
 CE_BATCH = "application/cloudevents-batch+json"
@@ -42,13 +45,6 @@ _HEADER_SAFE = "".join(chr(c) for c in range(0x21, 0x7F) if chr(c) not in '"%')
 
 def ce_id(topic: str, partition: int, offset: int) -> str:
     return f"{topic}/{partition}/{offset}"
-
-
-def webhook_id(topic: str, partition: int, records: Sequence[DeliveryRecord]) -> str:
-    first, last = records[0].offset, records[-1].offset
-    if first == last:
-        return ce_id(topic, partition, first)
-    return f"{topic}/{partition}/{first}-{last}"
 
 
 def source(topic: str) -> str:
@@ -133,16 +129,19 @@ def _line(name: str, value: str) -> str:
 @dataclass(frozen=True, slots=True)
 class Fixed:
     """What every request for one partition of a subscription carries alike, rendered once:
-    the credential's header line, binary mode's constant `ce-` lines, the quoted `ce-id`
-    prefix, and an HMAC keyed with the signing key (copied per request: cheaper than keying
-    one)."""
+    the credential's header line, binary mode's constant `ce-` lines, the `ce-id` prefix
+    (quoted, and as `webhook-id` has it), and SHA-256 states keyed with the signing key's
+    inner and outer pads (RFC 2104), copied per request: cheaper than keying an HMAC, or
+    copying one through `hmac.HMAC`."""
 
     sub: Subscription
     partition: int
     credential: str
     binary: str
     id_prefix: str
-    mac: hmac.HMAC
+    message_prefix: str
+    inner: HASH
+    outer: HASH
 
 
 def fixed(sub: Subscription, partition: int) -> Fixed:
@@ -154,8 +153,17 @@ def fixed(sub: Subscription, partition: int) -> Fixed:
         "ce-type", sub.ce_type
     )
     prefix = _header(f"{sub.topic}/{partition}/")
-    mac = hmac.new(sub.signing_key(), digestmod=hashlib.sha256)
-    return Fixed(sub, partition, credential, binary, prefix, mac)
+    key = sub.signing_key().ljust(_SHA256_BLOCK, b"\0")  # at most 64 bytes (spec.py)
+    inner = hashlib.sha256(key.translate(_IPAD))
+    outer = hashlib.sha256(key.translate(_OPAD))
+    return Fixed(
+        sub, partition, credential, binary, prefix, f"{sub.topic}/{partition}/", inner, outer
+    )
+
+
+_SHA256_BLOCK = 64
+_IPAD = bytes(b ^ 0x36 for b in range(256))
+_OPAD = bytes(b ^ 0x5C for b in range(256))
 
 
 def body_and_head(fixed: Fixed, records: Sequence[DeliveryRecord]) -> tuple[bytes, str]:
@@ -175,32 +183,40 @@ def body_and_head(fixed: Fixed, records: Sequence[DeliveryRecord]) -> tuple[byte
     (record,) = records
     if sub.format == "structured":
         return orjson.dumps(structured(sub, partition, record)), f"Content-Type: {CE_JSON}\r\n"
-    lines = [
-        _line("Content-Type", content_type(record)),
-        fixed.binary,
-        f"ce-id: {fixed.id_prefix}{record.offset}\r\nce-time: {rfc3339(record.timestamp)}\r\n",
-    ]
+    head = (
+        f"{_line('Content-Type', content_type(record))}{fixed.binary}ce-id: {fixed.id_prefix}"
+        f"{record.offset}\r\nce-time: {rfc3339(record.timestamp)}\r\n"
+    )
     if record.key is not None:
-        lines.append(f"ce-partitionkey: {_header(record.key)}\r\n")
-    for name, value in extensions(record).items():
-        lines.append(f"ce-{name}: {_header(value)}\r\n")
-    return record.value or b"", "".join(lines)
+        head += f"ce-partitionkey: {_header(record.key)}\r\n"
+    if record.headers:
+        head += "".join(
+            f"ce-{name}: {_header(value)}\r\n" for name, value in extensions(record).items()
+        )
+    return record.value or b"", head
 
 
-def sign(keyed: hmac.HMAC, message_id: str, timestamp_s: int, body: bytes) -> str:
+def sign(fixed: Fixed, message_id: str, timestamp_s: int, body: bytes) -> str:
     """Standard Webhooks: `v1,` and the base64 HMAC-SHA256 of `id.timestamp.body`."""
-    mac = keyed.copy()
-    mac.update(f"{message_id}.{timestamp_s}.".encode())
-    mac.update(body)
-    return "v1," + base64.b64encode(mac.digest()).decode()
+    inner = fixed.inner.copy()
+    inner.update(f"{message_id}.{timestamp_s}.".encode())
+    inner.update(body)
+    outer = fixed.outer.copy()
+    outer.update(inner.digest())
+    return "v1," + binascii.b2a_base64(outer.digest(), newline=False).decode()
 
 
 def request(fixed: Fixed, records: Sequence[DeliveryRecord], now_s: int) -> tuple[bytes, bytes]:
     """The whole request: its body, and its header lines (content, the credential, the
     signature, Content-Length) ended by the blank line."""
     body, head = body_and_head(fixed, records)
-    message_id = webhook_id(fixed.sub.topic, fixed.partition, records)
-    signature = sign(fixed.mac, message_id, now_s, body)
+    first, last = records[0].offset, records[-1].offset
+    message_id = (
+        f"{fixed.message_prefix}{first}"
+        if first == last
+        else f"{fixed.message_prefix}{first}-{last}"
+    )
+    signature = sign(fixed, message_id, now_s, body)
     return body, (
         f"{head}{fixed.credential}webhook-id: {message_id}\r\nwebhook-timestamp: {now_s}\r\n"
         f"webhook-signature: {signature}\r\nContent-Length: {len(body)}\r\n\r\n"

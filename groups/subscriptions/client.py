@@ -1,7 +1,8 @@
 """The delivery client: POSTs to subscription endpoints over HTTP/1.1 keep-alive connections
-pooled per origin, each an asyncio Protocol. A request is written as one bytes object (the
-origin's request line and fixed headers rendered once); the answer is read as its bytes
-arrive by the sans-IO reader the calls to other nodes use too (`replication.http1_reader`).
+pooled per origin, each an asyncio Protocol. The requests of a loop turn are written at its
+end, one write per connection (the origin's request line and fixed headers rendered once);
+the answer is read as its bytes arrive by the sans-IO reader the calls to other nodes use too
+(`replication.http1_reader`).
 
 It replaces aiohttp's client on the delivery path for its cost: aiohttp's per-request
 machinery (request and response objects, connector, timers, tracing hooks) was about 28% of
@@ -97,7 +98,7 @@ class _Connection(asyncio.Protocol):
     """One connection to an origin: up to `depth` requests written before their answers,
     which come back in the order of the requests (HTTP/1.1 pipelining; 1: one at a time).
 
-    With a depth above one, the requests of one event loop turn go out in one write. One
+    The requests of one event loop turn go out at its end, in one write per connection. One
     timer per connection watches its requests' deadlines: armed at the earliest, moved on
     when it fires early for the requests now waiting."""
 
@@ -136,22 +137,17 @@ class _Connection(asyncio.Protocol):
     def send(
         self, data: bytes, body: bytes, body_limit: int, deadline: float, answered: Answered
     ) -> Request:
-        """Write one request, `data` its head (with a depth above one, at the end of this
-        loop turn); `answered` is told how it ended, TimeoutError past `deadline`."""
+        """Write one request, `data` its head, at the end of this loop turn; `answered` is
+        told how it ended, TimeoutError past `deadline`."""
         assert self.transport is not None and self.reserved > 0
         self.reserved -= 1
         request = Request(self, AnswerReader(body_limit), deadline, answered)
         self.pending.append(request)
         if deadline < self.timer_at:
             self._arm(deadline)
-        if self.depth > 1:
-            if not self.outbox:
-                self.loop.call_soon(self._write_outbox)
-            self.outbox += (data, body)
-        elif len(body) < 16384:
-            self.transport.write(data + body)  # one send
-        else:
-            self.transport.writelines((data, body))  # a large body is not copied
+        if not self.outbox:
+            self.pool.unwritten(self)
+        self.outbox += (data, body)
         return request
 
     def _arm(self, deadline: float) -> None:
@@ -172,10 +168,10 @@ class _Connection(asyncio.Protocol):
         else:
             self._arm(min(r.deadline for r in self.pending))
 
-    def _write_outbox(self) -> None:
+    def write_outbox(self) -> None:
         outbox, self.outbox = self.outbox, []
         if not self.closed and self.transport is not None:
-            self.transport.writelines(outbox)
+            self.transport.writelines(outbox)  # one writev
 
     @property
     def has_room(self) -> bool:
@@ -290,6 +286,21 @@ class DeliveryClient:
         self._total = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._sweeper: asyncio.TimerHandle | None = None
+        self._unwritten: list[_Connection] = []  # with requests of this turn to write
+
+    def unwritten(self, connection: _Connection) -> None:
+        """`connection` has requests to write: they go out at the end of this loop turn, with
+        every other connection's, back to back."""
+        if not self._unwritten:
+            connection.loop.call_soon(self._write)
+        self._unwritten.append(connection)
+
+    def _write(self) -> None:
+        """The turn's requests, one write a connection after the turn's work: a receiver
+        woken by the first finds the next ones while it is still awake."""
+        unwritten, self._unwritten = self._unwritten, []
+        for connection in unwritten:
+            connection.write_outbox()
 
     def origin(self, url: str) -> Origin:
         found = self._origins.get(url)

@@ -304,13 +304,13 @@ async def test_pipelined_requests_share_connections_and_get_their_own_answers(
     from groups.subscriptions import client as module
 
     writes: list[int] = []
-    write_outbox = module._Connection._write_outbox
+    write_outbox = module._Connection.write_outbox
 
     def counted(self: module._Connection) -> None:
         writes.append(len(self.outbox) // 2)
         write_outbox(self)
 
-    monkeypatch.setattr(module._Connection, "_write_outbox", counted)
+    monkeypatch.setattr(module._Connection, "write_outbox", counted)
     client = DeliveryClient(ALLOWED)
     async with serving(always(b"")) as server:
         server.script = echo(server)
@@ -437,4 +437,39 @@ async def test_try_send_hands_the_end_to_its_callback() -> None:
         assert request is not None
         await done.wait()
     assert ended == [(request, 204, None)]
+    await client.close()
+
+
+async def test_the_requests_of_a_turn_are_written_at_its_end_one_write_a_connection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Requests sent in one turn on three open connections (one request at a time each)
+    stay unwritten until the turn ends, then go out in one pass, one write a connection."""
+    from groups.subscriptions import client as module
+
+    passes: list[int] = []
+    write = module.DeliveryClient._write
+
+    def counted(self: module.DeliveryClient) -> None:
+        passes.append(len(self._unwritten))
+        write(self)
+
+    monkeypatch.setattr(module.DeliveryClient, "_write", counted)
+    client = DeliveryClient(ALLOWED)
+    async with serving(always(NO_CONTENT)) as server:
+        await asyncio.gather(*(post(client, server.url) for _ in range(3)))
+        assert server.connections == 3
+        passes.clear()
+        done = asyncio.Event()
+        ended: list[int | None] = []
+
+        def answered(_: object, response: Response | None, error: BaseException | None) -> None:
+            ended.append(None if response is None else response.status)
+            if len(ended) == 3:
+                done.set()
+
+        sent = [client.try_send(server.url, HEAD, b"{}", 5.0, 4096, 1, answered) for _ in range(3)]
+        assert all(r is not None and r.connection.outbox for r in sent)  # not written yet
+        await done.wait()
+    assert passes == [3] and ended == [204] * 3 and server.connections == 3
     await client.close()

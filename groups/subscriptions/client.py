@@ -21,7 +21,7 @@ import ssl
 from collections import deque
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from typing import cast
+from typing import NamedTuple, cast
 from urllib.parse import urlsplit
 
 from groups.subscriptions.endpoints import blocked_address
@@ -31,8 +31,7 @@ IDLE_S = 15.0  # a pooled connection idle this long is closed (aiohttp's keep-al
 USER_AGENT = "sluice-subscriptions/1"
 
 
-@dataclass(frozen=True, slots=True)
-class Response:
+class Response(NamedTuple):
     """An endpoint's answer: headers by lower-case name (the last of a repeated one), and at
     most the body limit's bytes of its body."""
 

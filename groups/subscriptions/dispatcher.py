@@ -528,13 +528,15 @@ class PartitionDispatcher:
             if isinstance(error, OSError | ValueError):
                 return Answer(None, f"{type(error).__name__}: {error}"[:500])
             raise error if error is not None else AssertionError("neither answer nor error")
-        batch = len(send.records) > 1
-        status = response.status
-        after = retry_after_s(response.headers.get("retry-after"), time.time())
-        media = response.headers.get("content-type", "").partition(";")[0].strip().lower()
-        if 200 <= status < 300 and batch and media.endswith("json"):
-            failed, why = partial.failures(sub.topic, self.partition, send, response.body)
-            return Answer(status, why, after, failed)
+        status, headers = response.status, response.headers
+        after = None
+        if "retry-after" in headers:
+            after = retry_after_s(headers["retry-after"], time.time())
+        if 200 <= status < 300 and len(send.records) > 1:
+            media = headers.get("content-type", "").partition(";")[0].strip().lower()
+            if media.endswith("json"):
+                failed, why = partial.failures(sub.topic, self.partition, send, response.body)
+                return Answer(status, why, after, failed)
         return Answer(status, response.reason, after)
 
     def _commit_if_due(self, state: PartitionDispatch) -> float | None:

@@ -419,21 +419,13 @@ class PartitionDispatcher:
                 data, start, len(read), (self.sub.topic, self.partition)
             )
             docs = [msgspec.json.encode(doc) for doc in found]
-        out: list[DeliveryRecord] = []
         next_offset = read[-1].offset + 1 if read else start
-        for record, doc in zip(read, docs, strict=True):
-            if keep.active and not keep(record.key, record.headers):
-                continue
-            out.append(
-                DeliveryRecord(
-                    record.offset,
-                    record.timestamp,
-                    record.key,
-                    record.value,
-                    record.headers,
-                    doc,
-                )
-            )
+        active = keep.active
+        out = [
+            DeliveryRecord(*record, doc)  # Record's fields, in DeliveryRecord's order
+            for record, doc in zip(read, docs, strict=True)
+            if not active or keep(record.key, record.headers)
+        ]
         headers = fmt.scan(data, check_crc=False).headers
         if headers:
             next_offset = max(next_offset, headers[-1][1].next_offset)

@@ -12,6 +12,9 @@ flood a fresh connection is opened every 100 ms and timed to its first answer.
 
 measures the gateway's maximum (h2load, the same connections, closed loop), then the cells:
 open-loop at 50% and 80% of it, and a flood: 50% for 3 s, 150% for `--seconds`, 50% for 5 s.
+Options after `--` go to the gateway (`-- --admission-target-delay-ms 0`: without the
+admission control's delay rule); `--maximum` takes shares of a given rate instead, so that two
+runs offer the same load.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ BUCKET_S = 0.1  # the timeline's resolution
 NEW_CONNECTION_EVERY_S = 0.1
 DRAIN_S = 15.0
 BODY = b'{"records":[{"value":{"event":"click","user":42}}]}'
+BEFORE_S, AFTER_S = 3.0, 5.0  # the flood cell's calm phases
 
 
 @dataclass(frozen=True)
@@ -288,6 +292,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0, help="the flood's length")
     parser.add_argument("--cell-seconds", type=float, default=10.0)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--maximum", type=float, help="the maximum rate to take shares of (default: measured)"
+    )
     parser.add_argument("--out", type=Path, default=Path("overload-report"))
     parser.add_argument("--drive", help=argparse.SUPPRESS)
     parser.add_argument("gateway_args", nargs="*", help="options for the gateway (after --)")
@@ -307,8 +314,8 @@ def main() -> None:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Maximum, the two open-loop cells and the flood, on one fresh gateway."""
-    seconds = 2.0 if args.quick else args.cell_seconds
-    flood_seconds = 3.0 if args.quick else args.seconds
+    seconds = 1.0 if args.quick else args.cell_seconds
+    flood_seconds = 2.0 if args.quick else args.seconds
     with tempfile.TemporaryDirectory(prefix="sluice-overload-") as scratch:
         gateway, url = start_gateway(Path(scratch) / "data", *args.gateway_args)
         try:
@@ -325,7 +332,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 )
                 for clients in (64, args.connections)
             }  # fmt: skip
-            maximum = closed[64].requests_per_s
+            maximum = args.maximum or closed[64].requests_per_s
             busy_cpu_us = closed[64].server_cpu_s / closed[64].requests * 1e6
             cells = {
                 f"{share:.0%}": cell(
@@ -334,10 +341,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 )
                 for share in (0.5, 0.8)
             }  # fmt: skip
+            calm = 1.0 if args.quick else BEFORE_S
             flood_phases = [
-                Phase("before", maximum * 0.5, 3.0),
+                Phase("before", maximum * 0.5, calm),
                 Phase("flood", maximum * 1.5, flood_seconds, flood=True),
-                Phase("after", maximum * 0.5, 5.0),
+                Phase("after", maximum * 0.5, 1.0 if args.quick else AFTER_S),
             ]
             flood = cell(gateway.pid, port, topic, flood_phases, args.connections)
         finally:
@@ -364,7 +372,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "flood_shed_max_ms": during["shed_latency"].get("max_ms"),
         "flood_new_connections": flood["new_connections"],
         "flood_peak_rss_mib": flood["peak_rss_mib"],
-        "recovery_s": recovery_seconds(flood["timeline"], 3.0 + flood_seconds, normal),
+        "recovery_s": recovery_seconds(flood["timeline"], calm + flood_seconds, normal),
     }
     return {"figures": figures, "cells": cells, "flood": flood}
 

@@ -1,0 +1,37 @@
+"""`loadtests.overload --quick`: every request the driver sends is answered (a 200 or a 503
+SERVER_OVERLOADED, nothing else), the flood's new connections are served, and every figure is
+reported. Speed is never judged here."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_quick_run_answers_every_request_and_reports_every_figure(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "loadtests.overload", "--quick", "--connections", "128",
+         "--out", str(tmp_path)],
+        cwd=REPO, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-5000:]
+    report = json.loads((tmp_path / "overload.json").read_text())
+    for run in [*report["cells"].values(), report["flood"]]:
+        for phase in run["phases"]:
+            assert phase["sent"] > 0 and phase["unanswered"] == 0, phase
+            assert phase["other_statuses"] == {}, phase
+            assert phase["admitted"] + phase["shed"] == phase["sent"], phase
+        assert run["server_cpu_s"] > 0 and run["peak_rss_mib"] > 0
+    fresh = report["flood"]["new_connections"]
+    assert fresh["opened"] == fresh["answered"] > 0
+    assert set(fresh["statuses"]) <= {200, 503}
+    figures = report["figures"]
+    assert figures["maximum_per_s"] > 0 and figures["recovery_s"] >= 0
+    assert set(figures) >= {
+        "open_loop_80_p99_ms", "open_loop_80_cpu_us_per_request", "cpu_ratio_80_to_busy",
+        "flood_goodput_share", "flood_admitted_p99_ms", "flood_shed", "flood_peak_rss_mib",
+    }  # fmt: skip

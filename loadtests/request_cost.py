@@ -2,9 +2,11 @@
 
 h2load (compiled, HTTP/1.1 with --h1 or h2c with prior knowledge) against one gateway process:
 `GET /healthz` (the framework's floor) and one-record JSON produces with acks=1 to a single
-partition, from 64 and 256 connections, one request in flight each; and the same produce
+partition, from 64 and 256 connections, one request in flight each; the same produce
 requests against `loadtests.floor_server` (uvloop and a bare Protocol answering a canned 200:
-the floor of any Python request path on this machine). Cells alternate over the rounds and the
+the floor of any Python request path on this machine); and Redis's `XADD` from as many
+redis-benchmark clients, one command in flight each (no pipeline), the baseline a user would
+run. Cells alternate over the rounds and the
 median is the figure. Server-side batching shows as produce requests per log write, read from
 the gateway's own counters around each cell.
 
@@ -23,7 +25,7 @@ from typing import Any
 import orjson
 
 from loadtests import generators, ratio_cli, report
-from loadtests.common import http_json, start_gateway
+from loadtests.common import RedisServer, http_json, start_gateway
 from loadtests.rows import rates
 
 ONE_RECORD = orjson.dumps({"records": [{"value": {"event": "click", "user": 42}}]})
@@ -34,6 +36,7 @@ CELLS = [  # (what, protocol, connections)
     ("produce", "h2c", 64),
     ("produce", "http/1.1", 256),
     ("floor", "http/1.1", 256),
+    ("xadd", "resp", 64),
 ]
 
 
@@ -88,12 +91,28 @@ def run_cell(
     return row
 
 
+def run_xadd(redis: RedisServer, connections: int, seconds: float) -> dict[str, Any]:
+    """redis-benchmark's one-field XADD for about `seconds`, sized by a short run first."""
+    args = ["XADD", "cost", "*", "v", "x" * len(ONE_RECORD)]  # as long, no quotes for its CSV
+    pid = redis.process.pid
+    probe = generators.redis_benchmark(
+        redis.port, args, requests=20_000, server_pid=pid, clients=connections
+    )
+    requests = max(20_000, int(probe.requests_per_s * seconds))
+    run = generators.redis_benchmark(
+        redis.port, args, requests=requests, server_pid=pid, clients=connections
+    )
+    redis.command("DEL", "cost")
+    return {"what": "xadd", "protocol": "resp", "connections": connections, **rates(run, 1, 0)}
+
+
 def run(rounds: int, seconds: float, scratch: Path) -> dict[str, Any]:
     """Every cell `rounds` times, alternating; the median round of each and the targets."""
     process, url = start_gateway(scratch / "data")
     floor = subprocess.Popen(
         [sys.executable, "-m", "loadtests.floor_server", "0"], stdout=subprocess.PIPE, text=True
     )
+    redis = RedisServer.start(scratch / "redis")
     body = scratch / "one-record.json"
     body.write_bytes(ONE_RECORD)
     results: dict[tuple[str, str, int], list[dict[str, Any]]] = {c: [] for c in CELLS}
@@ -106,11 +125,14 @@ def run(rounds: int, seconds: float, scratch: Path) -> dict[str, Any]:
         for _ in range(rounds):
             for cell in CELLS:
                 what, protocol, connections = cell
+                if what == "xadd":
+                    results[cell].append(run_xadd(redis, connections, seconds))
+                    continue
                 at, pid = (floor_url, floor.pid) if what == "floor" else (url, process.pid)
                 row = run_cell(at, pid, body, what, protocol, connections, seconds)
                 results[cell].append(row)
     finally:
-        for server_process in (process, floor):
+        for server_process in (process, floor, redis.process):
             server_process.terminate()
             server_process.wait(30)
     rows = []
@@ -161,7 +183,12 @@ def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         (
             "one-record produce h2c / HTTP/1.1, 64 connections",
             rate[("produce", "h2c", 64)] / produce,
-            0.8,
+            0.9,
+        ),
+        (
+            "one-record produce, HTTP/1.1 / Redis XADD without pipeline, 64 connections",
+            produce / rate[("xadd", "resp", 64)],
+            0.5,
         ),
     ]
     return [

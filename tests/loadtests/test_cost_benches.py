@@ -45,6 +45,7 @@ def test_request_cost_reports_every_cell_and_target(tmp_path: Path) -> None:
         ("produce", "h2c", 64),
         ("produce", "http/1.1", 256),
         ("floor", "http/1.1", 256),
+        ("xadd", "resp", 64),
     }
     for cell in cells.values():
         _spent(cell)

@@ -308,7 +308,8 @@ class SiblingReadsCollector(Collector):
 
 
 class Metrics:
-    """The gateway's registry (one per app, so tests can run several apps in one process)."""
+    """The gateway's registry (one per app, so tests can run several apps in one process);
+    made on the event loop it reports the tasks of."""
 
     def __init__(
         self,
@@ -325,6 +326,14 @@ class Metrics:
             "sluice_parked_fetches", "Long-poll fetches waiting for data", registry=self.registry
         )
         parked.set_function(lambda: float(n.parked) if (n := notifier()) else 0.0)
+        loop = asyncio.get_running_loop()
+        tasks = Gauge(
+            "sluice_event_loop_tasks",
+            "Tasks of this process's event loop not yet done (a steady rise under steady load "
+            "is a leak)",
+            registry=self.registry,
+        )
+        tasks.set_function(lambda: float(len(asyncio.all_tasks(loop))))
         self.registry.register(PartitionCollector(replicas))
         self.registry.register(TieringCollector(replicas))
         self.registry.register(SiblingReadsCollector(replicas))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import yaml
 
 from engine.batch import RecordInput
@@ -160,6 +162,19 @@ async def test_metrics_after_traffic(client: Client) -> None:
         assert sample(samples, "sluice_partition_log_start_offset", **labels) == 0
         assert sample(samples, "sluice_partition_size_bytes", **labels) == size
     assert sample(samples, "sluice_parked_fetches") == 0
+
+
+async def test_event_loop_tasks_gauge(client: Client) -> None:
+    """The gauge counts the tasks of the loop the gateway runs on (the test's own, here): five
+    more while five wait, as many as before once they are done."""
+    before = sample(await metrics(client), "sluice_event_loop_tasks")
+    assert before is not None and before >= 1  # the scrape's own handler at least
+    release = asyncio.Event()
+    waiting = [asyncio.create_task(release.wait()) for _ in range(5)]
+    assert sample(await metrics(client), "sluice_event_loop_tasks") == before + 5
+    release.set()
+    await asyncio.gather(*waiting)
+    assert sample(await metrics(client), "sluice_event_loop_tasks") == before
 
 
 async def test_metrics_follow_delete_records_and_topic_deletion(client: Client) -> None:

@@ -8,12 +8,15 @@ its `ce-time` (the record's timestamp) to the arrival. A bare asyncio Protocol o
     python -m loadtests.push_receiver     # prints "listening on PORT" once it accepts
 
 `GET /stats` answers the counts (`first_at` and `last_at` are CLOCK_MONOTONIC seconds, which
-every process of the machine shares); `POST /reset` zeroes them.
+every process of the machine shares; `GET /stats?covered` adds, per `topic/partition`, the
+offset ranges delivered, merged, to tell a record never delivered from one delivered twice);
+`POST /reset` zeroes them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import datetime
 import re
 import time
@@ -41,6 +44,7 @@ class Counts:
         self.first_at: float | None = None
         self.last_at: float | None = None
         self.latencies_ms: list[float] = []
+        self.covered: dict[str, list[list[int]]] = {}  # "topic/partition" -> [first, last]s
 
     def arrived(self, message_id: str, ce_time: str | None) -> None:
         now = time.monotonic()
@@ -49,6 +53,10 @@ class Counts:
         self.last_at = now
         self.requests += 1
         self.records += records_in(message_id)
+        where, _, offsets = message_id.rpartition("/")
+        first, _, last = offsets.partition("-")
+        if where and first.isdigit():
+            cover(self.covered.setdefault(where, []), int(first), int(last or first))
         if ce_time is not None and len(self.latencies_ms) < MAX_LATENCIES:
             sent = datetime.datetime.fromisoformat(ce_time).timestamp()
             self.latencies_ms.append((time.time() - sent) * 1000)
@@ -60,6 +68,19 @@ def records_in(message_id: str) -> int:
     if not sep:
         return 1
     return int(last) - int(first) + 1
+
+
+def cover(ranges: list[list[int]], first: int, last: int) -> None:
+    """Add the offsets `first`..`last` to sorted, disjoint, non-adjacent `ranges`."""
+    at = bisect.bisect_left(ranges, [first, first])
+    if at > 0 and ranges[at - 1][1] >= first - 1:
+        at -= 1
+    end = at
+    low, high = first, last
+    while end < len(ranges) and ranges[end][0] <= high + 1:
+        low, high = min(low, ranges[end][0]), max(high, ranges[end][1])
+        end += 1
+    ranges[at:end] = [[low, high]]
 
 
 class ReceiverProtocol(HttpRequests):
@@ -91,6 +112,7 @@ class ReceiverProtocol(HttpRequests):
                 "first_at": counts.first_at,
                 "last_at": counts.last_at,
                 "latencies_ms": counts.latencies_ms if b"latencies" in target[1] else [],
+                "covered": counts.covered if b"covered" in target[1] else {},
             })  # fmt: skip
             self.transport.write(JSON_HEAD % len(body) + body)
         elif target == [b"POST", b"/reset"]:

@@ -1,0 +1,97 @@
+"""`loadtests.soak`, short: every record acknowledged is consumed exactly once by the group,
+pushed and streamed, nothing fails, retention and tiering run, and the report has every field.
+Speed is never judged here."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loadtests.soak import check, drift
+
+REPO = Path(__file__).resolve().parents[2]
+ROW_FIELDS = {"t_s", "requests", "records_acked", "errors", "p50_ms", "p99_ms", "rss_mib",
+              "open_files", "tasks", "group_consumed"}  # fmt: skip
+SUMMARY_FIELDS = {"errors", "errors_by_kind", "exactly_once", "push", "sse", "group", "retention",
+                  "tiering", "rate", "rss_growth_pct", "open_files_drift", "tasks_drift",
+                  "p99_drift_pct", "passed"}  # fmt: skip
+
+
+def soak(out: Path, *options: str) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, "-m", "loadtests.soak", "--interval", "4", "--warmup", "4",
+         "--out", str(out), *options],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-5000:]
+    doc: dict[str, Any] = json.loads((out / "soak.json").read_text())
+    assert (out / "soak.png").stat().st_size > 0
+    assert "| t_s |" in (out / "soak.md").read_text()
+    return doc
+
+
+def check_behaviour(doc: dict[str, Any], nodes: int) -> None:
+    summary = doc["summary"]
+    assert set(summary) >= SUMMARY_FIELDS, summary
+    assert summary["passed"] and summary["errors"] == 0, summary["errors_by_kind"]
+    once = summary["exactly_once"]
+    assert once["acknowledged"] > 0 and once["lost"] == 0 and once["duplicates"] == 0, once
+    assert once["consumed"] == once["acknowledged"] + once["unacknowledged_consumed"]
+    assert summary["push"]["missing"] == 0 and summary["push"]["delivered"] > 0
+    assert summary["sse"]["gaps"] == summary["sse"]["repeats"] == 0
+    assert summary["sse"]["records"] == summary["push"]["records_in_topic"]
+    assert summary["group"]["joins"] >= 3  # the churning member came back at least once
+    rows = doc["rows"]
+    assert len(rows) >= 2
+    for row in rows:
+        assert set(row) >= ROW_FIELDS, row
+        assert len(row["rss_mib"]) == len(row["open_files"]) == len(row["tasks"]) == nodes
+    assert len(summary["rss_growth_pct"]) == nodes
+
+
+def test_one_node_calibrated(tmp_path: Path) -> None:
+    doc = soak(tmp_path, "--seconds", "16", "--calibrate-seconds", "2", "--share", "0.3")
+    check_behaviour(doc, 1)
+    assert doc["summary"]["rate"]["calibrated_requests_s"] > 0
+    assert doc["summary"]["tiering"]["segments_uploaded"] > 0
+    assert doc["summary"]["retention"]["expiring_records_deleted"] > 0
+
+
+def test_cluster_of_three(tmp_path: Path) -> None:
+    doc = soak(tmp_path, "--cluster", "--seconds", "8", "--rate", "50")
+    check_behaviour(doc, 3)
+    assert doc["summary"]["rate"]["calibrated_requests_s"] is None
+
+
+@pytest.mark.parametrize(
+    ("p99s", "expected"), [([10.0, 10.0, 20.0, 20.0, 20.0, 20.0], 100.0), ([5.0, 5.0], 0.0)]
+)
+def test_drift_counts_from_after_the_warm_up(p99s: list[float], expected: float) -> None:
+    rows = [
+        {"t_s": 60.0 * (i + 1), "p99_ms": p99, "rss_mib": {"0": 100.0 + i}, "open_files": {"0": 50},
+         "tasks": {"0": 40 + i}}
+        for i, p99 in enumerate([1000.0, *p99s])
+    ]  # fmt: skip
+    got = drift(rows, 60.0)
+    assert got["from_s"] == 120.0
+    assert got["rss_growth_pct"] == {"0": round(100 * (len(p99s) - 1) / 101, 1)}
+    assert got["open_files_drift"] == {"0": 0}
+    assert got["tasks_drift"] == {"0": len(p99s) - 1}
+    assert got["p99_drift_pct"] == expected
+
+
+def test_check_counts_lost_and_duplicated_records() -> None:
+    acked = bytes([1, 1, 1, 0, 1])
+    counts = bytes([1, 0, 3, 1])  # seq 1 and 4 never read, seq 2 thrice, seq 3 not acked
+    assert check(acked, counts) == {
+        "acknowledged": 4,
+        "consumed": 3,
+        "lost": 2,
+        "duplicates": 2,
+        "unacknowledged_consumed": 1,
+    }

@@ -56,7 +56,14 @@ import uvloop
 
 from engine.batch import RecordInput, encode_batch
 from gateway.workers.local_cluster import LocalCluster
-from loadtests.common import MotoServer, http_json, progress, rss_bytes, start_gateway
+from loadtests.common import (
+    MotoServer,
+    cpu_seconds,
+    http_json,
+    progress,
+    rss_bytes,
+    start_gateway,
+)
 from loadtests.openloop import _Answers, _connect, _http_answer, percentiles
 from loadtests.report import _save, _table
 from loadtests.rolling_restart import machine
@@ -262,7 +269,8 @@ class Producers:
             await asyncio.sleep(CHECK_POLL_S)
 
     def report(self, kind: str = "bucket", **extra: Any) -> None:
-        doc = {**self.bucket.summary(), **extra}
+        in_flight = sum(len(waiting) for waiting in self.pending)
+        doc = {**self.bucket.summary(), "in_flight": in_flight, **extra}
         self.results.put((kind, doc))
         self.bucket = Bucket()
 
@@ -311,11 +319,13 @@ class Producers:
                 self.send(await self.slot(), scheduled)
                 sent += 1
         await self.answers()
-        for slot in range(CONNECTIONS):
+        for slot, connection in enumerate(self.connections):
+            if self.pending[slot] and connection.transport is not None:
+                connection.transport.abort()  # no late answer to a request counted as failed
             while self.pending[slot]:
                 self.pending[slot].popleft()
                 self.bucket.fail("no answer within the drain")
-        self.report()  # sampled with every connection still open
+        self.report()  # sampled with every other connection still open
         self.results.put(("done", {"sent": sent, "acked": bytes(self.acked[: self.seq])}))
         while not self.stop.is_set():
             await asyncio.sleep(CHECK_POLL_S)  # a multiprocessing Event cannot be awaited
@@ -548,6 +558,7 @@ class Nodes:
 
     def __init__(self, work: Path, cluster: bool, options: Sequence[str]) -> None:
         self.cluster: LocalCluster | None = None
+        self.cpu: dict[str, tuple[float, float]] = {}  # node -> (when, its CPU seconds) last
         if cluster:
             self.cluster = LocalCluster(work, NODES, node_options=options)
             self.cluster.start()
@@ -588,9 +599,19 @@ class Nodes:
         return ends
 
     def sample(self) -> dict[str, dict[str, float]]:
-        """Each node's RSS (MiB), open files and event-loop tasks now."""
-        out: dict[str, dict[str, float]] = {"rss_mib": {}, "open_files": {}, "tasks": {}}
+        """Each node's RSS (MiB), open files and event-loop tasks now, and its CPU (% of one
+        core) since the last sample: on a shared machine, what the node got."""
+        out: dict[str, dict[str, float]] = {
+            "rss_mib": {}, "open_files": {}, "tasks": {}, "cpu_pct": {}
+        }  # fmt: skip
+        now = time.monotonic()
         for (node, pid), url in zip(self.pids.items(), self.urls, strict=True):
+            used = cpu_seconds(pid)
+            then, before = self.cpu.get(node, (now, used))
+            self.cpu[node] = (now, used)
+            out["cpu_pct"][node] = (
+                round(100 * (used - before) / (now - then), 1) if now > then else 0.0
+            )
             out["rss_mib"][node] = round(rss_bytes(pid) / 2**20, 1)
             out["open_files"][node] = len(os.listdir(f"/proc/{pid}/fd"))
             out["tasks"][node] = scrape(url)["sluice_event_loop_tasks"]
@@ -744,6 +765,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 continue
             if kind == "started":
                 rate, started = doc["rate"], time.monotonic()
+                nodes.sample()  # where each node's CPU is counted from
                 progress(f"soak: {rate:,.0f} requests/s for {args.seconds:.0f} s")
                 continue
             if kind == "done":
@@ -751,11 +773,13 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 continue
             row = {"t_s": round(time.monotonic() - started, 1), **doc, **nodes.sample()}
             row["group_consumed"], row["consumer_errors"] = shared[0], shared[2]
+            row["load_avg"] = round(os.getloadavg()[0], 2)
             rows.append(row)
             progress(
                 f"{row['t_s']:7.0f} s  p50 {row['p50_ms']} p99 {row['p99_ms']} ms, errors "
                 f"{row['errors']}+{shared[2]}, RSS {row['rss_mib']}, files {row['open_files']}, "
-                f"tasks {row['tasks']}"
+                f"tasks {row['tasks']}, CPU {row['cpu_pct']} %, in flight {row['in_flight']}, "
+                f"load {row['load_avg']}"
             )
         push = drain(nodes, receiver, shared)
         stop.set()
@@ -890,7 +914,8 @@ def markdown(doc: dict[str, Any]) -> str:
         "",
     ]
     columns = ["t_s", "requests", "records_acked", "errors", "p50_ms", "p99_ms", "send_late_p99_ms",
-               "rss_mib", "open_files", "tasks", "group_consumed"]  # fmt: skip
+               "in_flight", "rss_mib", "open_files", "tasks", "cpu_pct", "load_avg",
+               "group_consumed"]  # fmt: skip
     flat = [
         {k: (" / ".join(map(str, v.values())) if isinstance(v, dict) else v) for k, v in r.items()}
         for r in doc["rows"]

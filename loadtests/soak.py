@@ -643,18 +643,20 @@ def scrape(url: str) -> dict[str, float]:
 # -- the run --------------------------------------------------------------------------------
 
 
-def drift(rows: list[dict[str, Any]], warmup_s: float) -> dict[str, Any]:
-    """RSS growth (%), open-file and task drift from the first row after warm-up to the last,
-    per node; p99 drift (%) of the last third of those rows against their first third."""
-    warm = [r for r in rows if r["t_s"] > warmup_s] or rows[-1:]
-    first, last = warm[0], warm[-1]
-    share = max(1, len(warm) // 3)
+def drift(rows: list[dict[str, Any]], warmup_s: float, interval_s: float) -> dict[str, Any]:
+    """After the warm-up: RSS growth (%), open-file and task drift per node, from the sample
+    taken at the warm-up's end to the last; p99 drift (%), the last third of the intervals
+    that began after the warm-up against their first third."""
+    ended = min(len(rows) - 1, max(0, round(warmup_s / interval_s) - 1))
+    first, last = rows[ended], rows[-1]
+    after = rows[ended + 1 :] or rows[-1:]
+    share = max(1, len(after) // 3)
 
     def mean_p99(part: list[dict[str, Any]]) -> float:
         values = [r["p99_ms"] for r in part if r["p99_ms"] is not None]
         return sum(values) / len(values) if values else 0.0
 
-    early, late = mean_p99(warm[:share]), mean_p99(warm[-share:])
+    early, late = mean_p99(after[:share]), mean_p99(after[-share:])
     return {
         "from_s": first["t_s"],
         "rss_growth_pct": {
@@ -826,7 +828,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             "achieved_requests_s": round(produced["sent"] / args.seconds, 1),
             "records_acknowledged": once["acknowledged"],
         },
-        **drift(rows, args.warmup),
+        **drift(rows, args.warmup, args.interval),
     }
     summary["passed"] = (
         summary["errors"] == 0

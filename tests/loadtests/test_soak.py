@@ -71,17 +71,19 @@ def test_cluster_of_three(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("p99s", "expected"), [([10.0, 10.0, 20.0, 20.0, 20.0, 20.0], 100.0), ([5.0, 5.0], 0.0)]
 )
-def test_drift_counts_from_after_the_warm_up(p99s: list[float], expected: float) -> None:
+def test_drift_counts_from_the_end_of_the_warm_up(p99s: list[float], expected: float) -> None:
+    """Samples from the one taken as the warm-up ends; latency from the first interval that
+    began after it (the first interval's p99, 1000 ms, is the warm-up's)."""
     rows = [
         {"t_s": 60.0 * (i + 1), "p99_ms": p99, "rss_mib": {"0": 100.0 + i}, "open_files": {"0": 50},
          "tasks": {"0": 40 + i}}
         for i, p99 in enumerate([1000.0, *p99s])
     ]  # fmt: skip
-    got = drift(rows, 60.0)
-    assert got["from_s"] == 120.0
-    assert got["rss_growth_pct"] == {"0": round(100 * (len(p99s) - 1) / 101, 1)}
+    got = drift(rows, 60.0, 60.0)
+    assert got["from_s"] == 60.0
+    assert got["rss_growth_pct"] == {"0": float(len(p99s))}
     assert got["open_files_drift"] == {"0": 0}
-    assert got["tasks_drift"] == {"0": len(p99s) - 1}
+    assert got["tasks_drift"] == {"0": len(p99s)}
     assert got["p99_drift_pct"] == expected
 
 

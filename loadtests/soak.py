@@ -11,9 +11,9 @@ on a local `moto_server`:
   running, until the group and the checked stream have read it all; the soak then offers
   `--share` (0.7) of that rate, or `--rate` requests/s;
 - producers, open loop (latency counts from each request's scheduled send time, so a slow
-  server cannot slow the offered load; each request goes on an idle connection, a new one
-  when none is, so that no request waits behind another's answer): JSON and
-  binary bodies of one and five records into a tiered topic, every record keyed by a unique
+  server cannot slow the offered load; each request goes on an idle one of 256 connections,
+  so that none waits behind another's answer while one is free): JSON and binary bodies of
+  one and five records into a tiered topic, every record keyed by a unique
   sequence number, and JSON batches into a topic whose short `retention.ms` deletes segments
   as the tiering passes ship them;
 - a consumer group (two members long-polling and committing, a third joining and leaving each
@@ -22,11 +22,11 @@ on a local `moto_server`:
 - a push subscription to `loadtests.push_receiver`: every offset delivered (at least once);
 - two SSE streams, one checked for gaps and repeats per partition, one filtered by key.
 
-Each interval reports every node's RSS, open files (/proc/PID/fd) and event-loop tasks
-(`sluice_event_loop_tasks`), and the produces' p50/p99 and errors. The summary gives the
-errors, the exactly-once check, RSS growth after warm-up (%), open-file and task drift, p99
-drift (%). DIR gets soak.json, soak.md and soak.png; the exit status is 1 on any error, lost
-or duplicated record.
+Each interval reports every node's RSS, open files (/proc/PID/fd), event-loop tasks
+(`sluice_event_loop_tasks`) and CPU, and the produces' p50/p99 and errors. The summary gives
+the errors, the exactly-once check, RSS growth after warm-up (%), open-file and task drift,
+p99 drift (%). DIR gets soak.json, soak.md and soak.png; the exit status is 1 on any error,
+or any record lost, duplicated or not delivered.
 """
 
 from __future__ import annotations

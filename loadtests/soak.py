@@ -212,16 +212,17 @@ class Producers:
         self.acked = bytearray()  # 1 at each acknowledged sequence number
         self.pending: list[deque[tuple[float, int, int]]] = []
         self.connections: list[_Answers] = []
-        self.idle: set[int] = set()
+        self.idle: deque[int] = deque()  # least recently used first
         self.sent = 0
         self.seq = 0
         self.closed_loop_until = 0.0  # while calibrating, each answer sends the next request
 
     async def slot(self) -> int:
-        """A connection for the next request: an idle one, else the one with the fewest
-        requests waiting; one that closed is replaced (its requests failed)."""
+        """A connection for the next request: the one idle longest (so that every connection
+        stays in use, none closed by the node's keep-alive timeout), else the one with the
+        fewest requests waiting; one that closed is replaced (its requests failed)."""
         if self.idle:
-            slot = self.idle.pop()
+            slot = self.idle.popleft()
         else:
             slot = min(range(CONNECTIONS), key=lambda i: len(self.pending[i]))
         if self.connections[slot].lost.done():
@@ -237,7 +238,6 @@ class Producers:
         if len(self.acked) < self.seq + records:
             self.acked.extend(bytes(1 << 16))
         self.pending[slot].append((scheduled * 1000, self.seq, records))
-        self.idle.discard(slot)
         transport = self.connections[slot].transport
         assert transport is not None
         transport.write(request)
@@ -256,7 +256,7 @@ class Producers:
         if now < self.closed_loop_until:
             self.send(slot, now)
         elif not self.pending[slot]:
-            self.idle.add(slot)
+            self.idle.append(slot)
 
     async def connect(self, slot: int) -> _Answers:
         port = self.plan.ports[slot % len(self.plan.ports)]
@@ -296,7 +296,7 @@ class Producers:
         plan = self.plan
         self.pending = [deque() for _ in range(CONNECTIONS)]
         self.connections = [await self.connect(slot) for slot in range(CONNECTIONS)]
-        self.idle = set(range(CONNECTIONS))
+        self.idle = deque(range(CONNECTIONS))
         rate = plan.rate or plan.share * await self.calibrate()
         intervals = math.ceil(plan.seconds / plan.interval)
         total = int(rate * plan.seconds)

@@ -602,7 +602,7 @@ class Nodes:
         """Each node's RSS (MiB), open files and event-loop tasks now, and its CPU (% of one
         core) since the last sample: on a shared machine, what the node got."""
         out: dict[str, dict[str, float]] = {
-            "rss_mib": {}, "open_files": {}, "tasks": {}, "cpu_pct": {}
+            "rss_mib": {}, "open_files": {}, "sockets": {}, "tasks": {}, "cpu_pct": {}
         }  # fmt: skip
         now = time.monotonic()
         for (node, pid), url in zip(self.pids.items(), self.urls, strict=True):
@@ -613,7 +613,7 @@ class Nodes:
                 round(100 * (used - before) / (now - then), 1) if now > then else 0.0
             )
             out["rss_mib"][node] = round(rss_bytes(pid) / 2**20, 1)
-            out["open_files"][node] = len(os.listdir(f"/proc/{pid}/fd"))
+            out["open_files"][node], out["sockets"][node] = descriptors(pid)
             out["tasks"][node] = scrape(url)["sluice_event_loop_tasks"]
         return out
 
@@ -625,6 +625,18 @@ class Nodes:
                 if name in sums:
                     sums[name] += value
         return sums
+
+
+def descriptors(pid: int) -> tuple[int, int]:
+    """A process's open descriptors, and how many of them are sockets (the rest are files,
+    pipes and the event loop's own)."""
+    folder = f"/proc/{pid}/fd"
+    fds = os.listdir(folder)
+    sockets = 0
+    for fd in fds:
+        with contextlib.suppress(OSError):  # closed while we looked
+            sockets += os.readlink(f"{folder}/{fd}").startswith("socket:")
+    return len(fds), sockets
 
 
 def scrape(url: str) -> dict[str, float]:
@@ -916,7 +928,7 @@ def markdown(doc: dict[str, Any]) -> str:
         "",
     ]
     columns = ["t_s", "requests", "records_acked", "errors", "p50_ms", "p99_ms", "send_late_p99_ms",
-               "in_flight", "rss_mib", "open_files", "tasks", "cpu_pct", "load_avg",
+               "in_flight", "rss_mib", "open_files", "sockets", "tasks", "cpu_pct", "load_avg",
                "group_consumed"]  # fmt: skip
     flat = [
         {k: (" / ".join(map(str, v.values())) if isinstance(v, dict) else v) for k, v in r.items()}

@@ -16,7 +16,7 @@ from loadtests.soak import check, drift
 
 REPO = Path(__file__).resolve().parents[2]
 ROW_FIELDS = {"t_s", "requests", "records_acked", "errors", "p50_ms", "p99_ms", "rss_mib",
-              "open_files", "tasks", "group_consumed"}  # fmt: skip
+              "open_files", "sockets", "tasks", "group_consumed"}  # fmt: skip
 SUMMARY_FIELDS = {"errors", "errors_by_kind", "exactly_once", "push", "sse", "group", "retention",
                   "tiering", "rate", "rss_growth_pct", "open_files_drift", "tasks_drift",
                   "p99_drift_pct", "passed"}  # fmt: skip

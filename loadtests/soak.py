@@ -64,7 +64,7 @@ from loadtests.common import (
     rss_bytes,
     start_gateway,
 )
-from loadtests.openloop import _Answers, _connect, _http_answer, percentiles
+from loadtests.openloop import Answers, connect, http_answer, percentiles
 from loadtests.report import _save, _table
 from loadtests.rolling_restart import machine
 from loadtests.rows import MEDIA
@@ -211,7 +211,7 @@ class Producers:
         self.bucket = Bucket()
         self.acked = bytearray()  # 1 at each acknowledged sequence number
         self.pending: list[deque[tuple[float, int, int]]] = []
-        self.connections: list[_Answers] = []
+        self.connections: list[Answers] = []
         self.idle: deque[int] = deque()  # least recently used first
         self.sent = 0
         self.seq = 0
@@ -244,11 +244,11 @@ class Producers:
         self.seq += records
         self.sent += 1
 
-    def answered(self, slot: int, ok: bool, body: bytes) -> None:
+    def answered(self, slot: int, status: int, body: bytes) -> None:
         scheduled, seq, records = self.pending[slot].popleft()
         now = time.time()
         self.bucket.latencies.append(now * 1000 - scheduled)
-        if ok:
+        if 200 <= status < 300:
             self.bucket.records += records
             self.acked[seq : seq + records] = b"\1" * records
         else:
@@ -258,9 +258,9 @@ class Producers:
         elif not self.pending[slot]:
             self.idle.append(slot)
 
-    async def connect(self, slot: int) -> _Answers:
+    async def connect(self, slot: int) -> Answers:
         port = self.plan.ports[slot % len(self.plan.ports)]
-        return await _connect(port, _http_answer, functools.partial(self.answered, slot))
+        return await connect(port, http_answer, functools.partial(self.answered, slot))
 
     async def answers(self) -> None:
         """Wait (at most ANSWER_DRAIN_S) until every request sent has its answer."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -115,3 +116,51 @@ def test_past_the_limit_every_produce_is_refused_at_once_and_appends_nothing(
     traffic = httpx.get(url + "/v1/traffic", timeout=WAIT_S).json()["admission"]
     assert traffic["shed"] == metric(limited, "sluice_admission_shed_total") >= 104
     assert traffic["admitted"] >= LIMIT + 1 and traffic["inflight"] == 0
+
+
+def test_pipelined_produces_past_the_limit_are_refused_in_order_on_their_connection(
+    limited: Server,
+) -> None:
+    """Produces pipelined on one keep-alive connection while the limit is taken: each is
+    answered 503 at once and in order (the connection writes a refusal as it reads its
+    request), and the connection goes on serving once there is room again."""
+    request = (
+        f"POST {RECORDS} HTTP/1.1\r\nHost: sluice\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(BODY)}\r\n\r\n"
+    ).encode() + BODY
+    with socket.create_connection(("127.0.0.1", limited.port), timeout=WAIT_S) as sock:
+        sock.sendall(request)  # a first produce: its head is known from here on
+        assert read_answers(sock, 1)[0].startswith(b"HTTP/1.1 200")
+        held = [held_produce(limited.port, RECORDS, BODY) for _ in range(LIMIT)]
+        until(lambda: metric(limited, "sluice_admission_inflight") == LIMIT, "the held produces")
+        sock.sendall(request * 20)
+        answers = read_answers(sock, 20)
+        assert all(a.startswith(b"HTTP/1.1 503") and b"SERVER_OVERLOADED" in a for a in answers)
+        for other in held:
+            assert finish(other, BODY).startswith(b"HTTP/1.1 200 OK")
+        sock.sendall(request * 3)
+        assert all(a.startswith(b"HTTP/1.1 200") for a in read_answers(sock, 3))
+    assert end_offset(limited) == 1 + LIMIT + 3
+
+
+def read_answers(sock: socket.socket, count: int) -> list[bytes]:
+    """The next `count` HTTP/1.1 answers on `sock` (Content-Length bodies)."""
+    data, answers = b"", list[bytes]()
+    while len(answers) < count:
+        head_end = data.find(b"\r\n\r\n")
+        if head_end < 0:
+            chunk = sock.recv(65536)
+            assert chunk, answers
+            data += chunk
+            continue
+        found = re.search(rb"Content-Length: (\d+)", data[:head_end])
+        assert found is not None, data[:head_end]
+        length = int(found.group(1))
+        end = head_end + 4 + length
+        while len(data) < end:
+            chunk = sock.recv(65536)
+            assert chunk, answers
+            data += chunk
+        answers.append(data[:end])
+        data = data[end:]
+    return answers

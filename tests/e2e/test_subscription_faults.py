@@ -55,6 +55,19 @@ def settled(attempts: list[Attempt], produced: dict[int, int]) -> bool:
     return all(done[p] >= set(range(n)) for p, n in produced.items())
 
 
+async def until_settled(
+    receiver: Receiver, http: httpx.AsyncClient, url: str, produced: dict[int, int]
+) -> None:
+    """Until every produced offset is settled at the receiver; past the deadline, fail with
+    the subscription's own account of each partition (its state and last error: a delivery
+    stopped on exhausted attempts says so there)."""
+    try:
+        await receiver.until(lambda a: settled(a, produced), timeout=DEADLINE_S)
+    except TimeoutError:
+        answer = await call(http, "GET", f"{url}/v1/subscriptions/s")
+        raise AssertionError(f"not settled in {DEADLINE_S} s: {answer.text}") from None
+
+
 async def call(http: httpx.AsyncClient, method: str, url: str, **kwargs: Any) -> httpx.Response:
     """One call, retried while the cluster moves leaders (503, 421...) until a deadline."""
     deadline = time.monotonic() + DEADLINE_S
@@ -118,7 +131,7 @@ async def test_workers_deliver_every_partition_through_a_killed_worker(tmp_path:
             victim = await asyncio.to_thread(supervisor.worker_pid, coordinator)
             os.kill(victim, signal.SIGKILL)
             killed_at = len(receiver.attempts)
-            await receiver.until(lambda a: settled(a, {0: RECORDS, 1: RECORDS}), timeout=DEADLINE_S)
+            await until_settled(receiver, http, supervisor.url, {0: RECORDS, 1: RECORDS})
             doc = await until_caught_up(http, supervisor.url)
         assert await asyncio.to_thread(supervisor.worker_pid, coordinator) != victim  # restarted
         twice = checked_batches(receiver.attempts, {0: RECORDS, 1: RECORDS}, {}, secret)
@@ -176,8 +189,8 @@ async def test_delivery_moves_with_the_leader_when_it_is_killed(cluster: LocalCl
             )
             await asyncio.to_thread(cluster.nodes[leader].kill)
             killed_at = len(receiver.attempts)
-            await receiver.until(lambda a: settled(a, produced), timeout=DEADLINE_S)
             alive = next(node.url for node in cluster.nodes if node.running)
+            await until_settled(receiver, http, alive, produced)
             dead = await dead_lettered(http, alive, poison)
             doc = await until_caught_up(http, alive)
         twice = checked_batches(receiver.attempts, produced, dead, secret)

@@ -31,7 +31,7 @@ def cannot_say(batch: memoryview) -> bool:
     return False
 
 
-batch_json: Callable[..., tuple[list[Any], int] | None]
+batch_json: Callable[..., tuple[list[Any], int] | tuple[list[Any], int, int] | None]
 records_well_formed: Callable[[memoryview], bool]
 json_batches: JsonBatches
 v2_json_batches: V2JsonBatches

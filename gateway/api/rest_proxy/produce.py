@@ -140,8 +140,6 @@ def translate(body: bytes, embedded: str) -> tuple[bytes, list[bytes | None], li
     else:
         for index, b in enumerate(doc.records):
             keys.append(None if b.key is None else _decoded(b.key, index, "key"))
-            if b.value is not None:
-                _decoded(b.value, index, "value")
             out.append(
                 _V1Binary(
                     b.value,
@@ -155,11 +153,12 @@ def translate(body: bytes, embedded: str) -> tuple[bytes, list[bytes | None], li
 
 
 def _refusal(body: bytes, embedded: str, why: str) -> Problem:
-    """Why v2 refuses a body its format's decoder did not take, checked in Karapace's order:
-    the request's shape (422, or 400 for `records` or a record that is not what it must
-    be), then, for a schema-registry format, the schema each populated side needs (42201
-    for keys, 42202 for values, Confluent's codes), then binary's base64 (400); a body that
-    passes all these is a schema format's (406, no registry) or has a bad field (42205)."""
+    """Why v2 refuses a body its format's decoder (or the produce front, for a value) did not
+    take, checked in Karapace's order: the request's shape (422, or 400 for `records` or a
+    record that is not what it must be), then, for a schema-registry format, the schema each
+    populated side needs (42201 for keys, 42202 for values, Confluent's codes), then binary's
+    base64 (400); a body that passes all these is a schema format's (406, no registry) or
+    has a bad field (42205)."""
     try:
         doc = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
@@ -275,8 +274,8 @@ async def produce(request: web.Request) -> web.Response:
             raise too_large(len(keys), exc.extra.get("index", 0), str(exc)) from None
         raise
     except Problem as problem:
-        if problem.code == "INVALID_RECORD":  # the front's refusal, in v2's terms
-            raise v2_error(422, INVALID_DATA, problem.detail) from None
+        if problem.code == "INVALID_RECORD":  # the front's refusal (a value), in v2's terms
+            raise _refusal(body, embedded, problem.detail) from None
         raise
     return answer(request, offsets_answer(chosen, results, refused), produced(acks))
 

@@ -10,9 +10,10 @@ The codes, and where each comes from:
   records have keys (values) but no key (value) schema or schema id.
 - Confluent's kafka-rest `KafkaExceptionMapper`: 40101 authentication failed, 40301 not
   authorized.
-- Karapace's `kafka_rest_apis/error_codes.py`: 42205 invalid data (a record that cannot be
-  produced as sent: bad base64, a missing or unknown field).
-- rest-utils (Confluent's and Karapace's base): any other error's code is its HTTP status.
+- Karapace's `kafka_rest_apis/error_codes.py`: 42205 invalid data (a field of the wrong type
+  or range, a record too large to produce).
+- rest-utils (Confluent's and Karapace's base): any other error's code is its HTTP status
+  (a produce body of the wrong shape is 422, bad base64 400, as Karapace answers them).
 
 Sluice keeps its own HTTP statuses (429 with Retry-After, 503 for a leader election, 416 for an
 offset out of range): v2 clients branch on `error_code`, and retry on 5xx as before.

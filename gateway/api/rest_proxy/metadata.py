@@ -8,7 +8,8 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway.api.rest_proxy.errors import PARTITION_NOT_FOUND, TOPIC_NOT_FOUND, v2_error
+from engine.errors import UnknownTopic
+from gateway.api.rest_proxy.errors import PARTITION_NOT_FOUND, v2_error
 from gateway.api.rest_proxy.media import add_route, answer
 from gateway.api.topics import INTERNAL_TOPICS
 from gateway.auth.middleware import may
@@ -27,10 +28,11 @@ def add_routes(app: web.Application) -> None:
 
 
 def topic_named(replicas: ReplicaManager, name: str) -> TopicSpec:
-    """The topic, or v2's 40401 with the message Karapace's clients look for."""
+    """The topic, or v2's 40401 with the message Karapace's clients look for (raised as the
+    partition layer's UnknownTopic, so that a node whose view lags asks the store first)."""
     spec = replicas.store.view.topics.get(name)
     if spec is None:
-        raise v2_error(404, TOPIC_NOT_FOUND, f"Topic {name} not found")
+        raise UnknownTopic(f"Topic {name} not found", name)
     return spec
 
 

@@ -181,10 +181,10 @@ class GroupCoordinator:
         name: str,
         member_id: str,
         targets: list[tuple[TopicPartition, object]],
-        in_log: bool = True,
+        within_log: bool = True,
     ) -> None:
-        """Set the member's next position on owned partitions (`in_log`: see MemberFetch)."""
-        await self.member_fetch.seek(name, member_id, targets, in_log)
+        """Set the member's next position on owned partitions (`within_log`: see MemberFetch)."""
+        await self.member_fetch.seek(name, member_id, targets, within_log)
 
     # -- offsets -------------------------------------------------------------------------------
 
@@ -194,13 +194,13 @@ class GroupCoordinator:
         member_id: str,
         offsets: list[tuple[TopicPartition, int, str]] | None,
         generation: int | None,
-        in_log: bool = True,
+        within_log: bool = True,
     ) -> list[tuple[TopicPartition, int]]:
         """Commit the given offsets, or everything delivered; only owned partitions. It renews
-        the member's session (`in_log`: see Offsets.commit)."""
+        the member's session (`within_log`: see Offsets.commit)."""
         group, member = self.membership.member(name, member_id)
         self.membership.renew(group, member)
-        return self.offsets.commit(group, member, offsets, generation, in_log)
+        return self.offsets.commit(group, member, offsets, generation, within_log)
 
     def committed(
         self, name: str, member_id: str, partitions: list[TopicPartition]

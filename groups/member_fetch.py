@@ -172,10 +172,10 @@ class MemberFetch:
         name: str,
         member_id: str,
         targets: list[tuple[TopicPartition, object]],
-        in_log: bool = True,
+        within_log: bool = True,
     ) -> None:
         """Set the member's next position on owned partitions: an offset within the log,
-        `earliest` or `latest` (Kafka's seek, seekToBeginning, seekToEnd). `in_log` False
+        `earliest` or `latest` (Kafka's seek, seekToBeginning, seekToEnd). `within_log` False
         takes any offset as Kafka's seek() does: a read finds it out of range and starts
         where auto_offset_reset says."""
         group, member = self.membership.member(name, member_id)
@@ -183,7 +183,12 @@ class MemberFetch:
             if tp not in member.owned:
                 raise not_assigned(group, member, tp)
         resolved = [
-            (tp, to if isinstance(to, int) and not in_log else await self.offsets.resolve(*tp, to))
+            (
+                tp,
+                to
+                if isinstance(to, int) and not within_log
+                else await self.offsets.resolve(*tp, to),
+            )
             for tp, to in targets
         ]
         group, member = self.membership.member(name, member_id)

@@ -378,7 +378,7 @@ async def commit(request: web.Request) -> web.Response:
         for topic, _, _ in given:
             require(request, "topic", topic, "read")
         targets = [((t, p), o + 1, "") for t, p, o in given]
-        coordinator.commit(name, instance, targets, None, in_log=False)
+        coordinator.commit(name, instance, targets, None, within_log=False)
     await _durable(request, name)
     return web.Response(status=200)
 
@@ -421,7 +421,7 @@ async def _seek(
 ) -> web.Response:
     for (topic, _), _ in targets:
         require(request, "topic", topic, "read")
-    await _coordinator(request).seek(_group(request), _instance(request), targets, in_log=False)
+    await _coordinator(request).seek(_group(request), _instance(request), targets, within_log=False)
     return web.Response(status=204)
 
 

@@ -218,7 +218,7 @@ def delete_version(
 ) -> Decision[int]:
     """Soft-delete one version, or (permanent, once soft-deleted) remove it."""
     _writable(state, subject)
-    found = state.version(subject, version, deleted=permanent and version != LATEST)
+    found = state.version(subject, version, deleted=permanent or version != LATEST)
     if found.deleted and not permanent:
         raise SchemaError(
             errors.VERSION_SOFT_DELETED,

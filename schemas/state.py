@@ -111,9 +111,7 @@ class RegistryState:
             return known[-1]
         found = self.subjects[subject].get(version)
         if found is None or (found.deleted and not deleted):
-            raise SchemaError(
-                errors.VERSION_NOT_FOUND, f"Version {version} not found for subject '{subject}'."
-            )
+            raise SchemaError(errors.VERSION_NOT_FOUND, f"Version {version} not found.")
         return found
 
     def referenced_by(self, subject: str, version: int) -> list[int]:

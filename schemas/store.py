@@ -93,6 +93,8 @@ class SchemaStore:
                 log.debug("following %s: %s; retrying", records.TOPIC, exc)
                 await asyncio.sleep(RETRY_S)
                 continue
+            if not read.data and self.replicas.notifier.closing:
+                return  # shutting down: long-polls answer at once now
             self._apply(read.data)
 
     def _apply(self, data: memoryview) -> None:

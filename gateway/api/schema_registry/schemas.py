@@ -8,8 +8,6 @@ from aiohttp import web
 
 from gateway.api.schema_registry.media import V1_JSON, add_route, answer, flag, store_of, window
 from gateway.api.schema_registry.subjects import references_doc
-from schemas import errors
-from schemas.errors import SchemaError
 from schemas.state import RegistryState, StoredSchema
 from schemas.types import SCHEMA_TYPES
 
@@ -33,7 +31,7 @@ async def _by_id(request: web.Request) -> tuple[RegistryState, StoredSchema]:
     try:
         schema_id = int(raw)
     except ValueError:
-        raise SchemaError(errors.SCHEMA_NOT_FOUND, f"Schema {raw} not found") from None
+        raise web.HTTPNotFound(text="HTTP 404 Not Found") from None
     store = store_of(request)
     state = store.state
     if schema_id not in state.schemas:

@@ -85,6 +85,8 @@ def schema_of(doc: dict[str, Any]) -> tuple[SchemaType, str, tuple[Reference, ..
                 "Each reference must be an object with a name, a subject and a version", 422
             )
         references.append(Reference(item["name"], item["subject"], item["version"]))
+    if not doc["schema"].strip():
+        raise SchemaError(errors.INVALID_SCHEMA, "Empty schema")
     return schema_type, doc["schema"], tuple(references)
 
 

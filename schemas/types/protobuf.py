@@ -1,0 +1,13 @@
+"""Protobuf schemas (being built: every Protobuf schema is refused until then)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from schemas.errors import INVALID_SCHEMA, SchemaError
+from schemas.types import ParsedSchema
+
+
+def parse(text: str, references: Mapping[str, ParsedSchema]) -> ParsedSchema:
+    """Refuse: Protobuf schemas are not supported yet."""
+    raise SchemaError(INVALID_SCHEMA, "Protobuf schemas are not supported yet")

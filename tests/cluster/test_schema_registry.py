@@ -94,7 +94,9 @@ def test_writer_killed_mid_registers(healthy: Cluster) -> None:
     for url in live:
         reader = client(url)
         for n, schema_id in answered:
-            assert json.loads(reader.get_schema(schema_id).schema_str) == json.loads(user_schema(n))
+            assert json.loads(reader.get_schema(schema_id).schema_str or "") == json.loads(
+                user_schema(n)
+            )
     again = client(*live)
     for n, schema_id in answered[-3:]:
         assert again.register_schema("failover-value", Schema(user_schema(n), "AVRO")) == schema_id

@@ -36,6 +36,10 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{next(_names)}"
 
 
+def avro_name(prefix: str) -> str:
+    return f"{prefix}_{next(_names)}"
+
+
 def record(name: str, *fields: tuple[str, Any]) -> str:
     """An Avro record schema's text."""
     return json.dumps(
@@ -72,12 +76,12 @@ def error(answer: httpx.Response, status: int, code: int) -> str:
 
 def test_register_is_idempotent_and_shares_ids_across_subjects(sr: httpx.Client) -> None:
     a, b = unique("a"), unique("b")
-    schema = record(unique("R"), ("f", "string"))
+    schema = record(avro_name("R"), ("f", "string"))
     first = register(sr, a, schema)
     assert register(sr, a, schema) == first
     assert register(sr, b, schema) == first
     assert sr.get(f"/subjects/{a}/versions").json() == [1]
-    other = register(sr, a, record(unique("R"), ("f", "string")), schemaType="AVRO")
+    other = register(sr, unique("c"), record(avro_name("R"), ("f", "string")), schemaType="AVRO")
     assert other > first
     versions = sr.get(f"/schemas/ids/{first}/versions").json()
     assert {"subject": a, "version": 1} in versions and {"subject": b, "version": 1} in versions
@@ -215,12 +219,12 @@ def test_soft_and_permanent_deletes(sr: httpx.Client) -> None:
 
 def test_references_and_referenced_by(sr: httpx.Client) -> None:
     base, user = unique("base"), unique("user")
-    name = unique("Base").replace("-", "_")
+    name = avro_name("Base")
     register(sr, base, record(name, ("a", "int")))
     child = json.dumps(
         {
             "type": "record",
-            "name": unique("User").replace("-", "_"),
+            "name": avro_name("User"),
             "fields": [{"name": "b", "type": name}],
         }
     )
@@ -286,7 +290,7 @@ def test_modes(sr: httpx.Client) -> None:
         post(sr, f"/subjects/{imported}/versions", {"schema": '"double"', "id": 90001}), 422, 42205
     )
     sr.delete(f"/mode/{imported}")
-    assert register(sr, unique("after"), record(unique("R"), ("x", "int"))) > 90001
+    assert register(sr, unique("after"), record(avro_name("R"), ("x", "int"))) > 90001
 
 
 def test_schema_types_and_listing(sr: httpx.Client) -> None:

@@ -55,13 +55,13 @@ def test_the_client_registers_reads_and_deletes(client: SchemaRegistryClient) ->
     subject = f"users-{id(client)}-value"
     schema_id = client.register_schema(subject, Schema(USER, "AVRO"))
     assert client.register_schema(subject, Schema(USER, "AVRO")) == schema_id
-    assert json.loads(client.get_schema(schema_id).schema_str) == json.loads(USER)
+    assert json.loads(client.get_schema(schema_id).schema_str or "") == json.loads(USER)
     latest = client.get_latest_version(subject)
     assert (latest.schema_id, latest.version, latest.subject) == (schema_id, 1, subject)
     assert client.lookup_schema(subject, Schema(USER, "AVRO")).version == 1
     assert subject in client.get_subjects()
     assert client.get_versions(subject) == [1]
-    assert client.set_compatibility(subject, "FULL") == {"compatibility": "FULL"}
+    client.set_compatibility(subject, "FULL")
     assert client.get_compatibility(subject) == "FULL"
     assert client.test_compatibility(subject, Schema(USER, "AVRO"))
     assert client.delete_subject(subject) == [1]

@@ -18,6 +18,7 @@ from gateway.api.schema_registry.media import (
     view,
     window,
 )
+from gateway.auth.middleware import may
 from schemas import errors, registry
 from schemas.errors import SchemaError
 from schemas.records import SchemaVersion
@@ -98,7 +99,7 @@ async def list_subjects(request: web.Request) -> web.Response:
     if flag(request, "deleted_only"):
         live = set(state.subject_names())
         names = [n for n in state.subject_names(True) if n not in live and n.startswith(prefix)]
-    return answer(window(request, names))
+    return answer(window(request, [n for n in names if may(request, "subject", n, "read")]))
 
 
 async def list_versions(request: web.Request) -> web.Response:

@@ -330,3 +330,58 @@ def test_compatibility_endpoint_errors(sr: httpx.Client) -> None:
     error(post(sr, f"/compatibility/subjects/{unique('no')}/versions/latest", body), 404, 40401)
     error(post(sr, f"{path}/latest", {"schema": '{"type": "nonsense"}'}), 422, 42201)
     error(post(sr, f"{path}/zero", body), 422, 42202)
+
+
+@pytest.mark.parametrize(
+    ("level", "added_ok", "removed_ok"),
+    [
+        ("NONE", True, True),
+        ("BACKWARD", False, True),
+        ("BACKWARD_TRANSITIVE", False, True),
+        ("FORWARD", True, False),
+        ("FORWARD_TRANSITIVE", True, False),
+        ("FULL", False, False),
+        ("FULL_TRANSITIVE", False, False),
+    ],
+)
+def test_each_compatibility_level(
+    sr: httpx.Client, level: str, added_ok: bool, removed_ok: bool
+) -> None:
+    """Cases from Karapace's test_record_schema_compatibility_backward/_forward: a field added
+    without a default breaks backward compatibility (new readers, old data), a field removed
+    that has no default breaks forward compatibility (old readers, new data)."""
+    name = avro_name("R")
+    one, two = record(name, ("a", "int")), record(name, ("a", "int"), ("b", "int"))
+    for old, new, ok in ((one, two, added_ok), (two, one, removed_ok)):
+        subject = unique(f"level-{level.lower()}")
+        assert put(sr, f"/config/{subject}", {"compatibility": level}).status_code == 200
+        register(sr, subject, old)
+        check = post(sr, f"/compatibility/subjects/{subject}/versions", {"schema": new})
+        assert check.json()["is_compatible"] is ok, check.text
+        answer = post(sr, f"/subjects/{subject}/versions", {"schema": new})
+        if ok:
+            assert answer.status_code == 200, answer.text
+        else:
+            assert "incompatible" in error(answer, 409, 409)
+
+
+@pytest.mark.parametrize(("level", "ok"), [("BACKWARD", True), ("BACKWARD_TRANSITIVE", False)])
+def test_transitive_levels_check_every_version(sr: httpx.Client, level: str, ok: bool) -> None:
+    """Karapace's test_transitive_compatibility: a field dropped, then added back with another
+    type and a default, reads the previous version's data but not the first's."""
+    name, subject = avro_name("T"), unique("transitive")
+    put(sr, f"/config/{subject}", {"compatibility": level})
+    register(sr, subject, record(name, ("a", "int"), ("z", "int")))
+    register(sr, subject, record(name, ("z", "int")))
+    again = json.dumps(
+        {
+            "type": "record",
+            "name": name,
+            "fields": [
+                {"name": "z", "type": "int"},
+                {"name": "a", "type": "string", "default": "x"},
+            ],
+        }
+    )
+    answer = post(sr, f"/subjects/{subject}/versions", {"schema": again})
+    assert (answer.status_code == 200) is ok, answer.text

@@ -1,5 +1,5 @@
-"""confluent-kafka's SchemaRegistryClient and its Avro serializers, unchanged, against a real
-gateway: the registry under the gateway's prefix, and at the root of its own port."""
+"""confluent-kafka's SchemaRegistryClient and its Avro and JSON serializers, unchanged, against
+a real gateway: the registry under the gateway's prefix, and at the root of its own port."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.schema_registry.error import SchemaRegistryError
+from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from tests.e2e.conftest import Server, start_server
@@ -94,3 +95,33 @@ def test_avro_serializer_round_trip(client: SchemaRegistryClient) -> None:
     fresh = SchemaRegistryClient({"url": client._rest_client.base_urls[0]})
     assert AvroDeserializer(fresh)(payload, context) == user
     assert deserialize(payload, context) == user
+
+
+def test_json_serializer_round_trip(client: SchemaRegistryClient) -> None:
+    topic = f"orders-{id(client)}"
+    schema = json.dumps(
+        {
+            "type": "object",
+            "properties": {"id": {"type": "integer"}, "item": {"type": "string"}},
+            "required": ["id"],
+        }
+    )
+    context = SerializationContext(topic, MessageField.VALUE)
+    payload = JSONSerializer(schema, client)({"id": 7, "item": "tea"}, context)
+    assert payload is not None and payload[0] == 0
+    assert client.get_latest_version(f"{topic}-value").schema.schema_type == "JSON"
+    fresh = SchemaRegistryClient({"url": client._rest_client.base_urls[0]})
+    assert JSONDeserializer(None, schema_registry_client=fresh)(payload, context) == {
+        "id": 7,
+        "item": "tea",
+    }
+
+
+def test_protobuf_schema_through_the_client(client: SchemaRegistryClient) -> None:
+    """A .proto text registered and read back through the client (its ProtobufSerializer
+    registers a base64 FileDescriptorProto, which the Protobuf type does not parse yet)."""
+    proto = 'syntax = "proto3";\npackage example;\nmessage Tick { int64 at = 1; }\n'
+    subject = f"ticks-{id(client)}-value"
+    schema_id = client.register_schema(subject, Schema(proto, "PROTOBUF"))
+    assert client.get_schema(schema_id).schema_type == "PROTOBUF"
+    assert client.lookup_schema(subject, Schema(proto, "PROTOBUF")).schema_id == schema_id

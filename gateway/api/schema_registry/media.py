@@ -28,6 +28,8 @@ BODY_TYPES = frozenset({V1_JSON, "application/vnd.schemaregistry+json", "applica
 # Registry answers on this app are at the root (the registry's own port), not under PREFIX.
 AT_ROOT = web.AppKey("schema_registry_at_root", bool)
 UNKNOWN_PROPERTIES = "Confluent-Accept-Unknown-Properties"
+# Confluent's codes for refused credentials and ACLs (rest-utils' 40101 and 40301).
+AUTH_CODES = {"UNAUTHENTICATED": 40101, "ACL_DENIED": 40301}
 
 T = TypeVar("T")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -117,6 +119,8 @@ def error_code(problem: Problem) -> int:
     explicit = problem.extra.get("error_code")
     if isinstance(explicit, int):
         return explicit
+    if problem.code in AUTH_CODES:
+        return AUTH_CODES[problem.code]
     if problem.status in (502, 503):
         return errors.FORWARDING_ERROR
     if problem.status == 504:

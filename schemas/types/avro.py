@@ -30,7 +30,7 @@ from fastavro._read_py import schemaless_reader as bounded_schemaless_reader
 from fastavro.validation import ValidationError, validate
 
 from schemas.errors import INVALID_SCHEMA, SchemaError
-from schemas.types import InvalidValue, ParsedSchema, SchemaType, limits
+from schemas.types import InvalidValue, ParsedSchema, SchemaType, limits, references_of
 
 Converter = Callable[[Any], Any]
 
@@ -58,19 +58,15 @@ class AvroSchema:
     def __init__(self, text: str, references: Mapping[str, ParsedSchema]) -> None:
         self.text = text
         document = limits.load_json(text)
+        typed, depth = references_of(references, AvroSchema, "AVRO")
         definitions: list[Any] = []
         seen: set[str] = set()
-        depth = 0
-        for name, reference in references.items():
-            if not isinstance(reference, AvroSchema):
-                raise SchemaError(INVALID_SCHEMA, f"reference {name!r} is not an Avro schema")
-            depth = max(depth, reference.reference_depth + 1)
+        for reference in typed.values():
             for definition in reference.definitions:
                 key = _sorted_json(definition)
                 if key not in seen:
                     seen.add(key)
                     definitions.append(definition)
-        limits.check_reference_depth(depth)
         self.reference_depth = depth
         self.definitions: tuple[Any, ...] = (*definitions, document)
         self._canonical = _sorted_json(document)

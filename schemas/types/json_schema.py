@@ -20,7 +20,7 @@ import jsonschema.exceptions
 import jsonschema_rs
 
 from schemas.errors import INVALID_SCHEMA, SchemaError
-from schemas.types import InvalidValue, ParsedSchema, SchemaType, limits
+from schemas.types import InvalidValue, ParsedSchema, SchemaType, limits, references_of
 
 _COMBINATORS = ("anyOf", "oneOf", "allOf")
 _OBJECT_KEYWORDS = frozenset(
@@ -56,15 +56,11 @@ class JsonSchema:
         self.document = limits.load_json(text)
         if not isinstance(self.document, (dict, bool)):
             raise SchemaError(INVALID_SCHEMA, "a JSON Schema is an object or a boolean")
+        typed, depth = references_of(references, JsonSchema, "JSON")
         resources: dict[str, Any] = {}
-        depth = 0
-        for name, reference in references.items():
-            if not isinstance(reference, JsonSchema):
-                raise SchemaError(INVALID_SCHEMA, f"reference {name!r} is not a JSON Schema")
-            depth = max(depth, reference.reference_depth + 1)
+        for name, reference in typed.items():
             resources.update(reference.resources)
             resources[name] = reference.document
-        limits.check_reference_depth(depth)
         self.reference_depth = depth
         self.resources = resources
         _check_enums(self.document)

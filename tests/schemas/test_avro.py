@@ -122,7 +122,7 @@ def test_references_of_references_resolve_and_a_shared_one_counts_once() -> None
 
 
 def test_a_reference_of_another_type_is_refused() -> None:
-    with pytest.raises(SchemaError, match="not an Avro schema"):
+    with pytest.raises(SchemaError, match="is JSON, not AVRO"):
         avro(record("R", {"name": "f", "type": "int"}), {"Other": NotAvro()})
 
 

@@ -171,7 +171,7 @@ def test_references_of_references_resolve() -> None:
 
 def test_a_reference_of_another_type_is_refused() -> None:
     avro = parse("AVRO", '"string"', {})
-    with pytest.raises(SchemaError, match="not a JSON Schema"):
+    with pytest.raises(SchemaError, match="is AVRO, not JSON"):
         schema({"$ref": "a.avsc"}, {"a.avsc": avro})
 
 

@@ -169,7 +169,7 @@ def test_a_reference_name_must_be_a_relative_proto_path(name: str) -> None:
 
 
 def test_a_reference_of_another_type_is_refused() -> None:
-    with pytest.raises(SchemaError, match="not a Protobuf schema"):
+    with pytest.raises(SchemaError, match="is AVRO, not PROTOBUF"):
         proto('syntax = "proto3"; message M {}', {"a.proto": parse("AVRO", '"int"', {})})
 
 

@@ -308,6 +308,16 @@ FIXED_8 = {"type": "fixed", "name": "Fixed", "size": 8}
         (A_INT_B_INT, A_INT, False),
         (A_DINT, record("Record1"), True),
         (A_INT, record("Record1"), False),
+        (["int", "string"], ["string", "int"], True),
+        (["float"], ["int", "long"], True),
+        ("long", ["int", "long"], True),
+        ("double", ["int", "long", "float", "double"], True),
+        ("int", ["int"], True),
+        (["int"], "int", True),
+        (["int", "string"], ["int", "string", "long"], False),
+        ({"type": "map", "values": "string"}, {"type": "array", "items": "string"}, False),
+        (A_INT, A_DINT, True),
+        (A_DINT, A_INT_B_INT, True),
         (FIXED_4, FIXED_8, False),
         (FIXED_4, FIXED_4, True),
     ],
@@ -321,6 +331,9 @@ def test_incompatibilities_name_the_error_type_and_where() -> None:
     found = avro(SCHEMA3).incompatibilities(avro(SCHEMA1))
     assert found[0].startswith("{errorType:'READER_FIELD_MISSING_DEFAULT_VALUE'")
     assert "/fields/1" in found[-1] and "f2" in found[-1]
+    fixed = avro(FIXED_4).incompatibilities(avro(FIXED_8))
+    assert fixed[0].startswith("{errorType:'FIXED_SIZE_MISMATCH'")
+    assert "'/size'" in fixed[-1] and "expected: 8, found: 4" in fixed[-1]
     mismatch = avro(A_INT).incompatibilities(avro(A_LONG))
     assert mismatch[0].startswith("{errorType:'TYPE_MISMATCH'")
     assert avro(A_INT).incompatibilities(cast(ParsedSchema, NotAvro())) == [

@@ -75,9 +75,11 @@ class JsonSchema:
             raise SchemaError(
                 INVALID_SCHEMA, f"invalid JSON Schema at '/{where}': {e.message}"
             ) from None
-        options: dict[str, Any] = {}
+        options: dict[str, Any] = {"retriever": _refuse_retrieval}
         if resources:
-            options["registry"] = jsonschema_rs.Registry(list(resources.items()))
+            options["registry"] = jsonschema_rs.Registry(
+                list(resources.items()), retriever=_refuse_retrieval
+            )
         declared = isinstance(self.document, dict) and "$schema" in self.document
         compile_validator = (
             jsonschema_rs.validator_for if declared else jsonschema_rs.Draft7Validator
@@ -127,6 +129,12 @@ class JsonSchema:
 def parse(text: str, references: Mapping[str, ParsedSchema]) -> JsonSchema:
     """Parse a JSON Schema; SchemaError(INVALID_SCHEMA) says why it is not one."""
     return JsonSchema(text, references)
+
+
+def _refuse_retrieval(uri: str) -> Any:
+    """jsonschema_rs would fetch a `$ref` it does not know over HTTP or from a file: a schema
+    names only its references, so nothing is fetched."""
+    raise ValueError(f"{uri} is not one of the schema's references")
 
 
 def _check_enums(document: Any) -> None:

@@ -158,6 +158,15 @@ def test_ref_names_a_reference_and_a_definition_inside_it() -> None:
         person.validate({"city": 3})
 
 
+@pytest.mark.parametrize(
+    "ref", ["http://127.0.0.1:1/x.json", "file:///etc/passwd", "https://json-schema.org/x.json"]
+)
+def test_a_ref_outside_the_references_is_never_fetched(ref: str) -> None:
+    with pytest.raises(SchemaError, match="is not one of the schema's references") as refused:
+        schema({"properties": {"a": {"$ref": ref}}})
+    assert refused.value.error_code == INVALID_SCHEMA
+
+
 def test_references_of_references_resolve() -> None:
     city = schema({"type": "string", "minLength": 1})
     address = schema(

@@ -168,6 +168,13 @@ def test_a_reference_name_must_be_a_relative_proto_path(name: str) -> None:
         proto('syntax = "proto3"; message M {}', {name: base})
 
 
+@pytest.mark.parametrize("path", ["../../../../etc/hostname", "/etc/hostname", "a/../../x.proto"])
+def test_an_import_outside_the_references_is_never_read(path: str) -> None:
+    with pytest.raises(SchemaError, match=r"not found|not allowed") as refused:
+        proto(f'syntax = "proto3"; import "{path}"; message M {{}}')
+    assert refused.value.error_code == INVALID_SCHEMA
+
+
 def test_a_reference_of_another_type_is_refused() -> None:
     with pytest.raises(SchemaError, match="is AVRO, not PROTOBUF"):
         proto('syntax = "proto3"; message M {}', {"a.proto": parse("AVRO", '"int"', {})})

@@ -97,7 +97,8 @@ class AvroSchema:
             return []
         kinds = list(dict.fromkeys(kind.value for kind in result.incompatibilities))
         messages = [
-            f"{{errorType:'{kind.upper()}', description:'{_DESCRIPTIONS[kind]}'}}" for kind in kinds
+            f"{{errorType:'{kind.upper()}', description:'{_DESCRIPTIONS.get(kind, kind)}'}}"
+            for kind in kinds
         ]
         locations = ", ".join(sorted(result.locations))
         details = "; ".join(sorted(result.messages))
@@ -246,14 +247,19 @@ def _compile(node: Any, named: dict[str, Any], compiled: dict[str, Converter]) -
         fields = [
             (field["name"], _compile(field["type"], named, compiled)) for field in node["fields"]
         ]
-        final.append(_record(fields))
+        needed = [(name, convert) for name, convert in fields if convert is not _identity]
+        final.append(_record(needed) if needed else _identity)
         compiled[node["name"]] = final[0]
         return final[0]
     if kind == "array":
         items = _compile(node["items"], named, compiled)
+        if items is _identity:
+            return _identity
         return lambda value: [items(v) for v in value] if isinstance(value, list) else value
     if kind == "map":
         values = _compile(node["values"], named, compiled)
+        if values is _identity:
+            return _identity
         return lambda value: (
             {k: values(v) for k, v in value.items()} if isinstance(value, dict) else value
         )

@@ -79,6 +79,7 @@ class AvroSchema:
             self._codec = parse_schema(_without_logical_types(document), named_schemas=named)
         except Exception as e:  # fastavro raises bare exceptions of several kinds
             raise SchemaError(INVALID_SCHEMA, f"invalid Avro schema: {e}") from None
+        _check_arrays(self._codec, named)
         self._to_datum = _compile(self._codec, named, {})
         self._has_bytes = _mentions_bytes(self._codec, named)
         self._read = bounded_schemaless_reader if _is_recursive(named) else schemaless_reader
@@ -350,6 +351,44 @@ def _mentions_bytes(node: Any, named: dict[str, Any]) -> bool:
             stack.extend(current.get(key) for key in ("type", "items", "values"))
             stack.extend(field["type"] for field in current.get("fields", ()))
     return False
+
+
+def _check_arrays(codec: Any, named: dict[str, Any]) -> None:
+    """Refuse an array whose items take no bytes (null, an empty record, a zero-size fixed):
+    a payload of a few bytes could declare billions of them, all built on decode."""
+    stack = [codec, *named.values()]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, dict):
+            if node.get("type") == "array" and _zero_width(node["items"], named, set()):
+                raise SchemaError(
+                    INVALID_SCHEMA,
+                    "an array's items take no bytes (null, an empty record or a zero-size "
+                    "fixed): a payload of a few bytes could decode to billions of them",
+                )
+            stack.extend(node.get(key) for key in ("type", "items", "values"))
+            stack.extend(field["type"] for field in node.get("fields", ()))
+
+
+def _zero_width(node: Any, named: dict[str, Any], visiting: set[str]) -> bool:
+    """True if every value of `node` encodes to no bytes at all."""
+    if isinstance(node, str):
+        if node == "null":
+            return True
+        if node in _PRIMITIVES or node in visiting or node not in named:
+            return False
+        return _zero_width(named[node], named, visiting | {node})
+    if not isinstance(node, dict):
+        return False
+    kind = node["type"]
+    if kind == "fixed":
+        return bool(node["size"] == 0)
+    if kind in ("record", "error"):
+        inside = visiting | {node["name"]}
+        return all(_zero_width(field["type"], named, inside) for field in node["fields"])
+    return isinstance(kind, str) and kind == "null"
 
 
 def _is_recursive(named: dict[str, Any]) -> bool:

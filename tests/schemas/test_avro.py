@@ -223,6 +223,32 @@ def test_a_schema_nested_too_deep_is_refused() -> None:
         avro_text("[" * 100_000 + "]" * 100_000)
 
 
+@pytest.mark.parametrize(
+    "items",
+    [
+        "null",
+        {"type": "null"},
+        record("Empty"),
+        record("Nulls", {"name": "a", "type": "null"}, {"name": "b", "type": record("E")}),
+        {"type": "fixed", "name": "F0", "size": 0},
+    ],
+)
+def test_an_array_of_items_that_take_no_bytes_is_refused(items: Any) -> None:
+    with pytest.raises(SchemaError, match="items take no bytes") as refused:
+        avro(record("R", {"name": "a", "type": {"type": "array", "items": items}}))
+    assert refused.value.error_code == INVALID_SCHEMA
+
+
+def test_arrays_of_items_that_take_bytes_are_kept() -> None:
+    for items in (
+        ["null", "int"],
+        {"type": "enum", "name": "E", "symbols": ["A"]},
+        record("I", {"name": "i", "type": "int"}),
+    ):
+        avro({"type": "array", "items": items})
+    avro({"type": "map", "values": "null"})
+
+
 def test_a_schema_text_too_long_is_refused() -> None:
     huge = json.dumps(
         record("R", {"name": "f", "type": "string", "doc": "x" * limits.MAX_SCHEMA_CHARS})

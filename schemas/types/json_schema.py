@@ -97,10 +97,16 @@ class JsonSchema:
         """What values `writer` allows that this schema refuses, by Confluent's change types."""
         if not isinstance(writer, JsonSchema):
             return [f"the old schema is {writer.schema_type}, not JSON"]
-        checker = _Checker(self, writer)
+        try:
+            changes = _Checker(self, writer).compare(self.document, writer.document, "")
+        except _TooComplex:
+            return [
+                "{errorType:'COMPARISON_TOO_COMPLEX', jsonPath:'#', description:'the schemas "
+                f"need more than {_MAX_COMPARISONS} subschema comparisons'}}"
+            ]
         return [
             f"{{errorType:'{kind}', jsonPath:'#{path}', description:'{why}'}}"
-            for kind, path, why in checker.compare(self.document, writer.document, "")
+            for kind, path, why in changes
         ]
 
     def validate(self, value: Any) -> None:
@@ -151,13 +157,23 @@ def _check_enums(document: Any) -> None:
 
 
 Change = tuple[str, str, str]
+_MAX_COMPARISONS = 20_000
+
+
+class _TooComplex(Exception):
+    """The comparison met more pairs of subschemas than it may."""
 
 
 class _Checker:
-    """Reader/writer comparison of two schemas, each with its own `$ref` targets."""
+    """Reader/writer comparison of two schemas, each with its own `$ref` targets. A pair of
+    subschemas is compared once (later meetings reuse the answer, a pair met again inside
+    itself is taken as compatible), and the whole comparison is bounded: combinators nested in
+    combinators would otherwise cost exponential time."""
 
     def __init__(self, reader: JsonSchema, writer: JsonSchema) -> None:
         self._roots = (reader, writer)
+        self._answers: dict[tuple[int, int], list[Change]] = {}
+        self._kept: list[Any] = []
         self._in_progress: set[tuple[int, int]] = set()
 
     def compare(self, reader: Any, writer: Any, path: str) -> list[Change]:
@@ -165,13 +181,21 @@ class _Checker:
         reader = self._resolve(reader, 0)
         writer = self._resolve(writer, 1)
         pair = (id(reader), id(writer))
+        known = self._answers.get(pair)
+        if known is not None:
+            return known
         if pair in self._in_progress:
             return []
+        if len(self._answers) >= _MAX_COMPARISONS:
+            raise _TooComplex
+        self._kept.append((reader, writer))
         self._in_progress.add(pair)
         try:
-            return list(self._changes(_normal(reader), _normal(writer), path))
+            found = list(self._changes(_normal(reader), _normal(writer), path))
         finally:
             self._in_progress.discard(pair)
+        self._answers[pair] = found
+        return found
 
     def _resolve(self, node: Any, side: int) -> Any:
         for _ in range(limits.MAX_DEPTH):
@@ -246,7 +270,7 @@ class _Checker:
             if key in writer:
                 rest = {k: v for k, v in writer.items() if k != key}
                 for index, branch in enumerate(writer[key]):
-                    merged = {**rest, **branch} if isinstance(branch, dict) else branch
+                    merged = {**rest, **branch} if rest and isinstance(branch, dict) else branch
                     found = self.compare(reader, merged, path)
                     if found:
                         yield (
@@ -275,7 +299,9 @@ class _Checker:
         for key in ("anyOf", "oneOf"):
             if key in reader:
                 rest = {k: v for k, v in reader.items() if k != key}
-                branches = [{**rest, **b} if isinstance(b, dict) else b for b in reader[key]]
+                branches = [
+                    {**rest, **b} if rest and isinstance(b, dict) else b for b in reader[key]
+                ]
                 if all(self.compare(branch, writer, path) for branch in branches):
                     yield (
                         "COMBINED_TYPE_CHANGED",

@@ -316,6 +316,31 @@ def test_widening_is_compatible() -> None:
         assert schema(reader).incompatibilities(schema(writer)) == [], (reader, writer)
 
 
+def test_combinators_nested_in_combinators_compare_in_bounded_time() -> None:
+    definitions: dict[str, Any] = {"d0": {"type": "string"}}
+    for i in range(1, 40):
+        below = {"$ref": f"#/definitions/d{i - 1}"}
+        definitions[f"d{i}"] = {"anyOf": [below, {"type": "object", "properties": {"x": below}}]}
+    reader = schema({"definitions": definitions, "$ref": "#/definitions/d39"})
+    writer = schema(
+        {"definitions": {**definitions, "d0": {"type": "integer"}}, "$ref": "#/definitions/d39"}
+    )
+    assert reader.incompatibilities(reader) == []
+    assert "SUM_TYPE_NARROWED" in reader.incompatibilities(writer)[0]
+
+    def inline(depth: int, kind: str) -> Any:
+        node: Any = {"type": kind}
+        for i in range(depth):
+            node = {"anyOf": [node, {"type": "object", "properties": {f"a{i}": node}}]}
+        return node
+
+    found = schema(inline(12, "string")).incompatibilities(schema(inline(12, "integer")))
+    assert found == [
+        "{errorType:'COMPARISON_TOO_COMPLEX', jsonPath:'#', description:'the schemas need more "
+        "than 20000 subschema comparisons'}"
+    ]
+
+
 def test_ref_to_references_compares_their_targets() -> None:
     narrow = schema({"type": "string", "maxLength": 5})
     wide = schema({"type": "string"})

@@ -289,7 +289,7 @@ class _Checker:
                             "the new schema adds a condition all values must meet",
                         )
                 return
-            if not any(not self.compare(reader, branch, path) for branch in writer["allOf"]):
+            if all(self.compare(reader, branch, path) for branch in writer["allOf"]):
                 yield (
                     "COMBINED_TYPE_CHANGED",
                     path,

@@ -174,16 +174,10 @@ def _parse_avro(definitions: list[Any], document: Any) -> avro.schema.Schema:
 
 
 def _check_enums(document: Any) -> None:
-    stack = [document]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict):
-            symbols = node.get("symbols")
-            if node.get("type") == "enum" and isinstance(symbols, list):
-                limits.check_enum(len(symbols), f"enum {node.get('name')!r}")
-            stack.extend(node.values())
-        elif isinstance(node, list):
-            stack.extend(node)
+    for node in limits.objects(document):
+        symbols = node.get("symbols")
+        if node.get("type") == "enum" and isinstance(symbols, list):
+            limits.check_enum(len(symbols), f"enum {node.get('name')!r}")
 
 
 def _without_logical_types(node: Any) -> Any:

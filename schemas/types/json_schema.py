@@ -144,16 +144,10 @@ def _refuse_retrieval(uri: str) -> Any:
 
 
 def _check_enums(document: Any) -> None:
-    stack = [document]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict):
-            values = node.get("enum")
-            if isinstance(values, list):
-                limits.check_enum(len(values), "an enum")
-            stack.extend(node.values())
-        elif isinstance(node, list):
-            stack.extend(node)
+    for node in limits.objects(document):
+        values = node.get("enum")
+        if isinstance(values, list):
+            limits.check_enum(len(values), "an enum")
 
 
 Change = tuple[str, str, str]

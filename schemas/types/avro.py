@@ -26,10 +26,11 @@ import avro.schema
 from avro.compatibility import ReaderWriterCompatibilityChecker, SchemaCompatibilityType
 from avro.name import Names
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
+from fastavro._read_py import schemaless_reader as bounded_schemaless_reader
 from fastavro.validation import ValidationError, validate
 
 from schemas.errors import INVALID_SCHEMA, SchemaError
-from schemas.types import InvalidValue, ParsedSchema, SchemaType, limits
+from schemas.types import InvalidValue, ParsedSchema, SchemaType, limits, references_of
 
 Converter = Callable[[Any], Any]
 
@@ -57,19 +58,15 @@ class AvroSchema:
     def __init__(self, text: str, references: Mapping[str, ParsedSchema]) -> None:
         self.text = text
         document = limits.load_json(text)
+        typed, depth = references_of(references, AvroSchema, "AVRO")
         definitions: list[Any] = []
         seen: set[str] = set()
-        depth = 0
-        for name, reference in references.items():
-            if not isinstance(reference, AvroSchema):
-                raise SchemaError(INVALID_SCHEMA, f"reference {name!r} is not an Avro schema")
-            depth = max(depth, reference.reference_depth + 1)
+        for reference in typed.values():
             for definition in reference.definitions:
                 key = _sorted_json(definition)
                 if key not in seen:
                     seen.add(key)
                     definitions.append(definition)
-        limits.check_reference_depth(depth)
         self.reference_depth = depth
         self.definitions: tuple[Any, ...] = (*definitions, document)
         self._canonical = _sorted_json(document)
@@ -82,8 +79,10 @@ class AvroSchema:
             self._codec = parse_schema(_without_logical_types(document), named_schemas=named)
         except Exception as e:  # fastavro raises bare exceptions of several kinds
             raise SchemaError(INVALID_SCHEMA, f"invalid Avro schema: {e}") from None
+        _check_arrays(self._codec, named)
         self._to_datum = _compile(self._codec, named, {})
         self._has_bytes = _mentions_bytes(self._codec, named)
+        self._read = bounded_schemaless_reader if _is_recursive(named) else schemaless_reader
 
     def canonical(self) -> str:
         """The schema's JSON, keys sorted, compact."""
@@ -99,7 +98,8 @@ class AvroSchema:
             return []
         kinds = list(dict.fromkeys(kind.value for kind in result.incompatibilities))
         messages = [
-            f"{{errorType:'{kind.upper()}', description:'{_DESCRIPTIONS[kind]}'}}" for kind in kinds
+            f"{{errorType:'{kind.upper()}', description:'{_DESCRIPTIONS.get(kind, kind)}'}}"
+            for kind in kinds
         ]
         locations = ", ".join(sorted(result.locations))
         details = "; ".join(sorted(result.messages))
@@ -114,21 +114,26 @@ class AvroSchema:
         """The Avro binary encoding of the JSON `value`."""
         datum = self._datum(value)
         out = io.BytesIO()
-        schemaless_writer(out, self._codec, datum)
+        try:
+            schemaless_writer(out, self._codec, datum)
+        except (ValueError, TypeError, OverflowError, RecursionError) as e:
+            raise InvalidValue(f"not a value of this schema: {e}") from None
         return out.getvalue()
 
     def decode(self, payload: bytes) -> Any:
         """The JSON value of an Avro binary payload written with this schema."""
         stream = io.BytesIO(payload)
         try:
-            datum = schemaless_reader(stream, self._codec, None)
+            datum = self._read(stream, self._codec, None)
+            if stream.tell() != len(payload):
+                raise InvalidValue(
+                    f"{len(payload) - stream.tell()} bytes left over after the Avro value"
+                )
+            return _to_json(datum) if self._has_bytes else datum
+        except InvalidValue:
+            raise
         except Exception as e:  # a truncated or foreign payload fails in many ways
             raise InvalidValue(f"not an Avro payload of this schema: {e!r}") from None
-        if stream.tell() != len(payload):
-            raise InvalidValue(
-                f"{len(payload) - stream.tell()} bytes left over after the Avro value"
-            )
-        return _to_json(datum) if self._has_bytes else datum
 
     def _datum(self, value: Any) -> Any:
         try:
@@ -140,6 +145,8 @@ class AvroSchema:
             ) from None
         except _BadValue as e:
             raise InvalidValue(str(e)) from None
+        except RecursionError:
+            raise InvalidValue("value is nested too deep to check") from None
         return datum
 
 
@@ -167,16 +174,10 @@ def _parse_avro(definitions: list[Any], document: Any) -> avro.schema.Schema:
 
 
 def _check_enums(document: Any) -> None:
-    stack = [document]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict):
-            symbols = node.get("symbols")
-            if node.get("type") == "enum" and isinstance(symbols, list):
-                limits.check_enum(len(symbols), f"enum {node.get('name')!r}")
-            stack.extend(node.values())
-        elif isinstance(node, list):
-            stack.extend(node)
+    for node in limits.objects(document):
+        symbols = node.get("symbols")
+        if node.get("type") == "enum" and isinstance(symbols, list):
+            limits.check_enum(len(symbols), f"enum {node.get('name')!r}")
 
 
 def _without_logical_types(node: Any) -> Any:
@@ -241,14 +242,19 @@ def _compile(node: Any, named: dict[str, Any], compiled: dict[str, Converter]) -
         fields = [
             (field["name"], _compile(field["type"], named, compiled)) for field in node["fields"]
         ]
-        final.append(_record(fields))
+        needed = [(name, convert) for name, convert in fields if convert is not _identity]
+        final.append(_record(needed) if needed else _identity)
         compiled[node["name"]] = final[0]
         return final[0]
     if kind == "array":
         items = _compile(node["items"], named, compiled)
+        if items is _identity:
+            return _identity
         return lambda value: [items(v) for v in value] if isinstance(value, list) else value
     if kind == "map":
         values = _compile(node["values"], named, compiled)
+        if values is _identity:
+            return _identity
         return lambda value: (
             {k: values(v) for k, v in value.items()} if isinstance(value, dict) else value
         )
@@ -339,6 +345,90 @@ def _mentions_bytes(node: Any, named: dict[str, Any]) -> bool:
             stack.extend(current.get(key) for key in ("type", "items", "values"))
             stack.extend(field["type"] for field in current.get("fields", ()))
     return False
+
+
+def _check_arrays(codec: Any, named: dict[str, Any]) -> None:
+    """Refuse an array whose items take no bytes (null, an empty record, a zero-size fixed):
+    a payload of a few bytes could declare billions of them, all built on decode."""
+    stack = [codec, *named.values()]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, dict):
+            if node.get("type") == "array" and _zero_width(node["items"], named, set()):
+                raise SchemaError(
+                    INVALID_SCHEMA,
+                    "an array's items take no bytes (null, an empty record or a zero-size "
+                    "fixed): a payload of a few bytes could decode to billions of them",
+                )
+            stack.extend(node.get(key) for key in ("type", "items", "values"))
+            stack.extend(field["type"] for field in node.get("fields", ()))
+
+
+def _zero_width(node: Any, named: dict[str, Any], visiting: set[str]) -> bool:
+    """True if every value of `node` encodes to no bytes at all."""
+    if isinstance(node, str):
+        if node == "null":
+            return True
+        if node in _PRIMITIVES or node in visiting or node not in named:
+            return False
+        return _zero_width(named[node], named, visiting | {node})
+    if not isinstance(node, dict):
+        return False
+    kind = node["type"]
+    if kind == "fixed":
+        return bool(node["size"] == 0)
+    if kind in ("record", "error"):
+        inside = visiting | {node["name"]}
+        return all(_zero_width(field["type"], named, inside) for field in node["fields"])
+    return isinstance(kind, str) and kind == "null"
+
+
+def _is_recursive(named: dict[str, Any]) -> bool:
+    """True if a named type contains itself. A payload of such a schema can nest without end,
+    and fastavro's compiled reader recurses on the C stack, so its pure-Python reader, which
+    stops at Python's recursion limit, reads those."""
+    edges = {name: _named_children(definition) for name, definition in named.items()}
+    done: set[str] = set()
+    for start in edges:
+        if start in done:
+            continue
+        path = {start}
+        stack = [(start, iter(edges[start]))]
+        while stack:
+            name, children = stack[-1]
+            child = next(children, None)
+            if child is None:
+                stack.pop()
+                path.discard(name)
+                done.add(name)
+            elif child in path:
+                return True
+            elif child not in done and child in edges:
+                path.add(child)
+                stack.append((child, iter(edges[child])))
+    return False
+
+
+def _named_children(definition: Any) -> set[str]:
+    """The named types a named type's definition uses directly."""
+    found: set[str] = set()
+    stack = [definition.get("fields", ()) if isinstance(definition, dict) else ()]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):
+            found.add(node)
+        elif isinstance(node, (list, tuple)):
+            stack.extend(node)
+        elif isinstance(node, dict):
+            if node.get("type") in ("record", "error", "enum", "fixed") and "name" in node:
+                found.add(node["name"])
+            elif "fields" not in node:
+                stack.extend(node.get(key) for key in ("type", "items", "values"))
+            else:
+                stack.extend(field.get("type") for field in node["fields"])
+    return found
 
 
 def _to_json(datum: Any) -> Any:

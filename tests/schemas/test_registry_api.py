@@ -385,3 +385,31 @@ def test_transitive_levels_check_every_version(sr: httpx.Client, level: str, ok:
     )
     answer = post(sr, f"/subjects/{subject}/versions", {"schema": again})
     assert (answer.status_code == 200) is ok, answer.text
+
+
+def test_a_restarted_node_rebuilds_its_view_from_the_topic(tmp_path: Path) -> None:
+    """Everything the registry knows is in `_schemas`: after a restart the subjects, levels,
+    soft deletes and the next id are as they were."""
+    data = tmp_path / "data"
+    first = start_server(data)
+    with httpx.Client(base_url=f"{first.url}/schema-registry") as c:
+        put(c, "/config", {"compatibility": "FULL"})
+        ids = [register(c, f"kept-{n}", record(f"K{n}", ("a", "int"))) for n in range(3)]
+        c.delete("/subjects/kept-1")
+    assert first.stop() == 0
+    again = start_server(data)
+    try:
+        with httpx.Client(base_url=f"{again.url}/schema-registry") as c:
+            assert c.get("/config").json() == {"compatibilityLevel": "FULL"}
+            assert c.get("/subjects").json() == ["kept-0", "kept-2"]
+            assert c.get("/subjects", params={"deleted": "true"}).json() == [
+                "kept-0",
+                "kept-1",
+                "kept-2",
+            ]
+            assert c.get("/schemas/ids/" + str(ids[2])).json()["schema"] == record(
+                "K2", ("a", "int")
+            )
+            assert register(c, "kept-3", record("K3", ("a", "int"))) == max(ids) + 1
+    finally:
+        assert again.stop() == 0

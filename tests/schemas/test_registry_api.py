@@ -413,3 +413,47 @@ def test_a_restarted_node_rebuilds_its_view_from_the_topic(tmp_path: Path) -> No
             assert register(c, "kept-3", record("K3", ("a", "int"))) == max(ids) + 1
     finally:
         assert again.stop() == 0
+
+
+@pytest.mark.parametrize(
+    ("accept", "media"),
+    [
+        (None, V1),
+        ("application/json", "application/json"),
+        ("text/html, image/gif, image/jpeg, *; q=.2, */*; q=.2", V1),
+        (
+            "application/vnd.schemaregistry.v2+json; q=0.1, "
+            "application/vnd.schemaregistry+json; q=0.9",
+            "application/vnd.schemaregistry+json",
+        ),
+        ("application/*", V1),
+        ("*/does_not_matter", V1),
+        ("*", V1),
+        ("*/*", V1),
+        ("application/vnd.schemaregistry.v2+json", None),
+        ("text/*", None),
+        ("application/octet-stream", None),
+    ],
+)
+def test_accept_negotiation(gateway: Server, accept: str | None, media: str | None) -> None:
+    """Karapace's test_http_headers."""
+    headers = {} if accept is None else {"Accept": accept}
+    answer = httpx.get(f"{gateway.url}/schema-registry/subjects", headers=headers)
+    if media is None:
+        error(answer, 406, 406)
+    else:
+        assert answer.status_code == 200
+        assert answer.headers["content-type"] == media
+
+
+def test_body_media_types(sr: httpx.Client) -> None:
+    """Karapace's test_http_headers: octet-stream and a charset are taken; text/html is not."""
+    level = json.dumps({"compatibility": "NONE"})
+    subject = unique("media")
+    for media in ("application/octet-stream", f"{V1}; charset=utf-8"):
+        answer = sr.put(f"/config/{subject}", content=level, headers={"Content-Type": media})
+        assert answer.json() == {"compatibility": "NONE"}
+        assert answer.headers["content-type"] == V1
+    error(
+        sr.put(f"/config/{subject}", content=level, headers={"Content-Type": "text/html"}), 415, 415
+    )

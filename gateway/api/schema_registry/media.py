@@ -24,7 +24,9 @@ from schemas.store import SchemaStore
 
 PREFIX = "/schema-registry"  # where the gateway's port serves the registry
 V1_JSON = "application/vnd.schemaregistry.v1+json"
-BODY_TYPES = frozenset({V1_JSON, "application/vnd.schemaregistry+json", "application/json"})
+# What an answer may be sent as, the default first; bodies may be any of these (or octet-stream).
+ANSWER_TYPES = (V1_JSON, "application/vnd.schemaregistry+json", "application/json")
+BODY_TYPES = frozenset({*ANSWER_TYPES, "application/octet-stream"})
 # Registry answers on this app are at the root (the registry's own port), not under PREFIX.
 AT_ROOT = web.AppKey("schema_registry_at_root", bool)
 UNKNOWN_PROPERTIES = "Confluent-Accept-Unknown-Properties"
@@ -36,8 +38,43 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def add_route(app: web.Application, method: str, path: str, handler: Handler) -> None:
-    """Route a registry path, under PREFIX unless the app serves the registry at its root."""
-    app.router.add_route(method, path if app.get(AT_ROOT, False) else PREFIX + path, handler)
+    """Route a registry path, under PREFIX unless the app serves the registry at its root;
+    its answer in the media type the request's Accept prefers."""
+
+    async def negotiated(request: web.Request) -> web.StreamResponse:
+        media = answer_type(request.headers.get("Accept", ""))
+        response = await handler(request)
+        if isinstance(response, web.Response) and response.content_type in ANSWER_TYPES:
+            response.content_type = media
+        return response
+
+    app.router.add_route(method, path if app.get(AT_ROOT, False) else PREFIX + path, negotiated)
+
+
+def answer_type(accept: str) -> str:
+    """The registry's media type an Accept header prefers (by weight; a wildcard takes the
+    default); 406 if it accepts none of them."""
+    best, best_q = None, 0.0
+    for item in accept.split(",") if accept.strip() else ["*/*"]:
+        media, *params = (part.strip() for part in item.split(";"))
+        q = 1.0
+        for param in params:
+            name, _, value = param.partition("=")
+            if name.strip().lower() == "q":
+                try:
+                    q = float(value)
+                except ValueError:
+                    q = 0.0
+        kind, _, sub = media.lower().partition("/")
+        if kind == "*" or (kind == "application" and sub in ("*", "")):
+            found: str | None = V1_JSON
+        else:
+            found = media.lower() if media.lower() in ANSWER_TYPES else None
+        if found is not None and q > best_q:
+            best, best_q = found, q
+    if best is None:
+        raise invalid(f"None of {accept!r} is one of {', '.join(ANSWER_TYPES)}", 406)
+    return best
 
 
 def store_of(request: web.Request) -> SchemaStore:

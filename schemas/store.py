@@ -93,6 +93,10 @@ class SchemaStore:
                 log.debug("following %s: %s; retrying", records.TOPIC, exc)
                 await asyncio.sleep(RETRY_S)
                 continue
+            except Exception:  # a view that stopped following would answer stale for ever
+                log.exception("following %s failed; retrying", records.TOPIC)
+                await asyncio.sleep(RETRY_S)
+                continue
             if not read.data and self.replicas.notifier.closing:
                 return  # shutting down: long-polls answer at once now
             self._apply(read.data)

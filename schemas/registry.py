@@ -35,6 +35,8 @@ class Decision(Generic[T]):
 
 @dataclass(frozen=True, slots=True)
 class Registered:
+    """A register's answer: the schema's id and its version under the subject."""
+
     schema_id: int
     version: int
 
@@ -258,6 +260,7 @@ def compatibility_level(text: object) -> str:
 
 
 def set_config(state: RegistryState, subject: str | None, level: str) -> Decision[str]:
+    """Set a subject's (or the global) compatibility level."""
     _writable(state, subject)
     return Decision([ConfigSet(subject, level)], level)
 
@@ -299,6 +302,7 @@ def set_mode(state: RegistryState, subject: str | None, value: str, force: bool)
 
 
 def delete_mode(state: RegistryState, subject: str) -> Decision[str]:
+    """Forget a subject's mode; answers the old one (40409 if it had none)."""
     old = state.mode_of(subject, default_to_global=False)
     if old is None:
         raise SchemaError(

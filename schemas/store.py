@@ -67,9 +67,11 @@ class SchemaStore:
         self._follower: asyncio.Task[None] | None = None
 
     def start(self) -> None:
+        """Begin following the topic (the view fills as the records are read)."""
         self._follower = asyncio.create_task(self._follow())
 
     async def close(self) -> None:
+        """Stop following."""
         if self._follower is not None:
             self._follower.cancel()
             with contextlib.suppress(asyncio.CancelledError):

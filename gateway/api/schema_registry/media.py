@@ -42,6 +42,7 @@ def add_route(app: web.Application, method: str, path: str, handler: Handler) ->
     its answer in the media type the request's Accept prefers."""
 
     async def negotiated(request: web.Request) -> web.StreamResponse:
+        """The handler's answer in the negotiated media type."""
         media = answer_type(request.headers.get("Accept", ""))
         response = await handler(request)
         if isinstance(response, web.Response) and response.content_type in ANSWER_TYPES:
@@ -78,6 +79,7 @@ def answer_type(accept: str) -> str:
 
 
 def store_of(request: web.Request) -> SchemaStore:
+    """This node's registry store."""
     return gateway_of(request).schemas
 
 
@@ -87,6 +89,7 @@ async def view(request: web.Request) -> RegistryState:
 
 
 def answer(body: object, status: int = 200) -> web.Response:
+    """A JSON answer in the registry's media type (add_route sets the one Accept prefers)."""
     return web.Response(body=orjson.dumps(body), status=status, content_type=V1_JSON)
 
 
@@ -178,6 +181,7 @@ def render(problem: Problem) -> web.Response:
 
 
 def speaks_registry(request: web.Request) -> bool:
+    """Whether the request is the registry's (its errors answer in Confluent's body)."""
     path = request.path
     return request.app.get(AT_ROOT, False) or path == PREFIX or path.startswith(PREFIX + "/")
 

@@ -14,6 +14,7 @@ from gateway.state import GATEWAY, Gateway
 
 
 def build_app(gateway: Gateway) -> web.Application:
+    """The registry's routes at the root, over the node's gateway state."""
     settings = gateway.settings
     app = web.Application(
         client_max_size=settings.max_request_bytes,

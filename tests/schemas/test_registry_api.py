@@ -9,6 +9,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -457,3 +458,59 @@ def test_body_media_types(sr: httpx.Client) -> None:
     error(
         sr.put(f"/config/{subject}", content=level, headers={"Content-Type": "text/html"}), 415, 415
     )
+
+
+def test_subject_allowed_chars(sr: httpx.Client) -> None:
+    """Karapace's test_subject_allowed_chars."""
+    prefix = unique("chars")
+    for suffix in ['"', "{", ":", "}", "'"]:
+        subject = f"{prefix}{suffix}"
+        answer = sr.post(
+            f"/subjects/{quote(subject, safe='')}/versions",
+            content=json.dumps({"schema": json.dumps({"type": "string"})}),
+            headers={"Content-Type": V1},
+        )
+        assert answer.status_code == 200, (subject, answer.text)
+        assert subject in sr.get("/subjects", params={"subjectPrefix": prefix}).json()
+
+
+def test_schema_version_numbering(sr: httpx.Client) -> None:
+    """Karapace's test_schema_version_numbering: a subject deleted and recreated numbers on."""
+    subject, name = unique("numbering"), avro_name("N")
+    first = record(name, ("first_name", "string"))
+    register(sr, subject, first)
+    put(sr, f"/config/{subject}", {"compatibility": "FORWARD"})
+    register(sr, subject, record(name, ("first_name", "string"), ("last_name", "string")))
+    assert sr.get(f"/subjects/{subject}/versions").json() == [1, 2]
+    assert sr.delete(f"/subjects/{subject}").json() == [1, 2]
+    register(sr, subject, first)
+    assert sr.get(f"/subjects/{subject}/versions").json() == [3]
+
+
+def test_schema_json_subject_comparison(sr: httpx.Client) -> None:
+    """Karapace's test_schema_json_subject_comparison: the same JSON Schema with its members
+    in another order is the same schema."""
+    subject = unique("json-cmp")
+    text = '{"type": "string", "value": "int"}'
+    schema_id = register(sr, subject, text, schemaType="JSON")
+    reordered = {"schemaType": "JSON", "schema": '{"value": "int", "type": "string"}'}
+    found = post(sr, f"/subjects/{subject}", reordered).json()
+    assert found == {
+        "subject": subject, "version": 1, "id": schema_id, "schema": text, "schemaType": "JSON"
+    }  # fmt: skip
+    assert register(sr, unique("json-cmp"), reordered["schema"], schemaType="JSON") == schema_id
+
+
+def test_three_subjects_sharing_a_schema(sr: httpx.Client) -> None:
+    """Karapace's test_schema_three_subjects_sharing_schema."""
+    schema = record(avro_name("Shared"), ("a", "string"))
+    subjects = [unique("share") for _ in range(3)]
+    ids = {register(sr, s, schema) for s in subjects}
+    assert len(ids) == 1
+    (schema_id,) = ids
+    assert sorted(sr.get(f"/schemas/ids/{schema_id}/subjects").json()) == sorted(subjects)
+    sr.delete(f"/subjects/{subjects[0]}")
+    remaining = sr.get(f"/schemas/ids/{schema_id}/subjects").json()
+    assert sorted(remaining) == sorted(subjects[1:])
+    with_deleted = sr.get(f"/schemas/ids/{schema_id}/subjects", params={"deleted": "true"})
+    assert sorted(with_deleted.json()) == sorted(subjects)

@@ -49,6 +49,8 @@ def add_route(app: web.Application, method: str, path: str, handler: Handler) ->
             response.content_type = media
         return response
 
+    # A subject may hold any character but "/" (aiohttp's default also refuses braces).
+    path = path.replace("{subject}", "{subject:[^/]+}")
     app.router.add_route(method, path if app.get(AT_ROOT, False) else PREFIX + path, negotiated)
 
 

@@ -14,6 +14,8 @@ from urllib.parse import quote
 import httpx
 import pytest
 
+from gateway.api.schema_registry.media import render
+from gateway.http.problem import Problem
 from tests.e2e.conftest import Server, start_server
 
 V1 = "application/vnd.schemaregistry.v1+json"
@@ -514,3 +516,13 @@ def test_three_subjects_sharing_a_schema(sr: httpx.Client) -> None:
     assert sorted(remaining) == sorted(subjects[1:])
     with_deleted = sr.get(f"/schemas/ids/{schema_id}/subjects", params={"deleted": "true"})
     assert sorted(with_deleted.json()) == sorted(subjects)
+
+
+def test_a_write_that_reached_a_deposed_writer_is_retriable() -> None:
+    """The writer moved while a write was forwarded to it: its NotLeader (421, not retried by
+    confluent-kafka) answers 503 with Confluent's forwarding code and Retry-After."""
+    answer = render(Problem(421, "NOT_LEADER", "node 2 leads _schemas-0", leader=2))
+    assert answer.status == 503 and answer.headers["Retry-After"] == "1"
+    assert answer.body is not None
+    doc = json.loads(bytes(answer.body))  # type: ignore[arg-type]
+    assert doc["error_code"] == 50003 and doc["status"] == 503

@@ -173,7 +173,16 @@ def error_code(problem: Problem) -> int:
 
 
 def render(problem: Problem) -> web.Response:
-    """A failure as Confluent's body and a problem document in one."""
+    """A failure as Confluent's body and a problem document in one. A write that reached a
+    node no longer writing (the writer moved while it was forwarded) is a retriable 503."""
+    if problem.status == 421:
+        problem = Problem(
+            503,
+            problem.code,
+            problem.detail,
+            headers={"Retry-After": "1"},
+            error_code=errors.FORWARDING_ERROR,
+        )
     doc = orjson.loads(problem_body(problem))
     doc["error_code"] = error_code(problem)
     doc["message"] = problem.detail

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
@@ -16,6 +18,7 @@ from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSe
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from tests.e2e.conftest import Server, start_server
+from tests.tls import write_self_signed
 
 USER = json.dumps(
     {
@@ -125,3 +128,23 @@ def test_protobuf_schema_through_the_client(client: SchemaRegistryClient) -> Non
     schema_id = client.register_schema(subject, Schema(proto, "PROTOBUF"))
     assert client.get_schema(schema_id).schema_type == "PROTOBUF"
     assert client.lookup_schema(subject, Schema(proto, "PROTOBUF")).schema_id == schema_id
+
+
+def test_the_registry_port_speaks_tls_when_the_gateway_does(tmp_path: Path) -> None:
+    """With --tls-cert the registry's own port is HTTPS too, never plain beside it."""
+    cert, key = write_self_signed(tmp_path)
+    port = free_port()
+    running = start_server(
+        tmp_path / "data",
+        "--tls-cert", str(cert), "--tls-key", str(key), "--schema-registry-port", str(port),
+    )  # fmt: skip
+    try:
+        answer = httpx.get(
+            f"https://localhost:{port}/schemas/types",
+            verify=ssl.create_default_context(cafile=str(cert)),
+        )
+        assert answer.status_code == 200 and "AVRO" in answer.json()
+        with pytest.raises(httpx.HTTPError):
+            httpx.get(f"http://localhost:{port}/schemas/types")
+    finally:
+        assert running.stop() == 0

@@ -1,5 +1,6 @@
-"""confluent-kafka's SchemaRegistryClient and its Avro and JSON serializers, unchanged, against
-a real gateway: the registry under the gateway's prefix, and at the root of its own port."""
+"""confluent-kafka's SchemaRegistryClient and its Avro, JSON and Protobuf serializers,
+unchanged, against a real gateway: the registry under the gateway's prefix, and at the root
+of its own port."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
+from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from tests.e2e.conftest import Server, start_server
 from tests.tls import write_self_signed
@@ -121,8 +124,7 @@ def test_json_serializer_round_trip(client: SchemaRegistryClient) -> None:
 
 
 def test_protobuf_schema_through_the_client(client: SchemaRegistryClient) -> None:
-    """A .proto text registered and read back through the client (its ProtobufSerializer
-    registers a base64 FileDescriptorProto, which the Protobuf type does not parse yet)."""
+    """A .proto text registered and read back through the client."""
     proto = 'syntax = "proto3";\npackage example;\nmessage Tick { int64 at = 1; }\n'
     subject = f"ticks-{id(client)}-value"
     schema_id = client.register_schema(subject, Schema(proto, "PROTOBUF"))
@@ -148,3 +150,14 @@ def test_the_registry_port_speaks_tls_when_the_gateway_does(tmp_path: Path) -> N
             httpx.get(f"http://localhost:{port}/schemas/types")
     finally:
         assert running.stop() == 0
+
+
+def test_protobuf_serializer_round_trip(client: SchemaRegistryClient) -> None:
+    topic = f"times-{id(client)}"
+    context = SerializationContext(topic, MessageField.VALUE)
+    serialize = ProtobufSerializer(Timestamp, client, {"use.deprecated.format": False})
+    payload = serialize(Timestamp(seconds=1_700_000_000, nanos=5), context)
+    assert payload is not None and payload[0] == 0
+    assert client.get_latest_version(f"{topic}-value").schema.schema_type == "PROTOBUF"
+    deserialize = ProtobufDeserializer(Timestamp, {"use.deprecated.format": False})
+    assert deserialize(payload, context) == Timestamp(seconds=1_700_000_000, nanos=5)

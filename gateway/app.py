@@ -30,6 +30,7 @@ from gateway.api.fast_routes import FastRoutes
 from gateway.api.forwarding import forwarding_middleware
 from gateway.api.problems import problem_middleware
 from gateway.api.rest_proxy import routes as rest_proxy_api
+from gateway.api.schema_registry import routes as schema_registry_api
 from gateway.auth.middleware import AUTH, auth_middleware
 from gateway.auth.throttle import quota_middleware
 from gateway.http.fast_path import FAST_PATH
@@ -82,6 +83,7 @@ def build_app(settings: Settings) -> web.Application:
     auth_api.add_routes(app)
     quota_api.add_routes(app)
     rest_proxy_api.add_routes(app)
+    schema_registry_api.add_routes(app)
     if not settings.no_console:
         console.add_routes(app)
     return app

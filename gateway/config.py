@@ -216,6 +216,10 @@ OPTIONS: tuple[Option, ...] = (
            "1024)", positive, "N"),
     Option("host", "host", "node", "listening address", metavar="HOST"),
     Option("port", "port", "node", "listening port (0 picks a free one)", non_negative, "PORT"),
+    Option("schema-registry-port", "schema_registry_port", "node", "also serve the schema "
+           "registry at the root path of this port, for clients that need it there (it is "
+           "always served under /schema-registry on --port); off by default", non_negative,
+           "PORT"),
     Option("listen-backlog", "listen_backlog", "node", "connections the kernel completes and "
            "queues for the gateway to accept (capped by net.core.somaxconn); a burst of new "
            "connections past it waits for the client's retries or is lost", positive, "N",
@@ -286,6 +290,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("offsets-topic-replication-factor", "offsets_topic_replication_factor", "groups",
            "replicas of __consumer_offsets in a cluster (a single node: 1)", positive, "N",
            "offsets.topic.replication.factor"),
+    Option("schemas-topic-replication-factor", "schemas_topic_replication_factor", "groups",
+           "replicas of _schemas (the schema registry's topic) in a cluster (a single node: 1)",
+           positive, "N"),
     Option("group-min-session-timeout-ms", "group_min_session_timeout_ms", "groups", "the "
            "shortest session_timeout_ms a member may ask", positive, "MS",
            "group.min.session.timeout.ms"),

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 import uvloop
 
 from gateway import stop_watchdog
+from gateway.api.schema_registry import own_port as schema_registry_port
 from gateway.app import build_app
 from gateway.auth.tls import ServerTls
 from gateway.http.connections import Http1Connection, Http2Connection
@@ -111,6 +112,14 @@ async def serve(settings: Settings) -> None:
         await public.start()
     gateway = app[GATEWAY]
     gateway.port = public.port
+    registry = None
+    if settings.schema_registry_port is not None:
+        try:
+            registry = await schema_registry_port.serve(
+                gateway, settings.schema_registry_port, context
+            )
+        except OSError as exc:
+            raise SystemExit(f"sluice: cannot listen for the registry: {exc}") from None
     scheme = "https" if settings.tls_cert else "http"
     await gateway.broker.bound(f"{scheme}://{settings.host}:{public.port}")
     # Long-lived objects (modules, routes, the engine's state) leave the collector's view, so
@@ -140,6 +149,8 @@ async def serve(settings: Settings) -> None:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(SHUTDOWN_TIMEOUT_S):
                 await stop.wait()
+    if registry is not None:
+        await registry.cleanup()
     await site.runner.cleanup()
 
 

@@ -56,6 +56,8 @@ class Settings:
     tiering_interval_s: float = 5.0  # between passes uploading closed segments
     offsets_topic_partitions: int = 50  # offsets.topic.num.partitions
     offsets_topic_replication_factor: int = 3  # offsets.topic.replication.factor (a cluster's)
+    schemas_topic_replication_factor: int = 3  # replicas of _schemas (a cluster's)
+    schema_registry_port: int | None = None  # the registry at the root of its own port too
     group_min_session_timeout_ms: int = 1_000  # group.min.session.timeout.ms (Kafka: 6 s)
     group_max_session_timeout_ms: int = 1_800_000  # group.max.session.timeout.ms
     group_max_members: int = 1_000  # group.max.size (Kafka: unbounded)

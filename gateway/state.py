@@ -27,6 +27,7 @@ from gateway.produce.partitioner import partition_for_key
 from gateway.settings import Settings
 from gateway.worker_dirs import sibling_data_dirs
 from groups.coordinator import GroupCoordinator
+from groups.partition_reader import PartitionReader
 from groups.subscriptions.positions import GroupPositions
 from groups.subscriptions.service import SubscriptionService
 from replication.acks import Acks
@@ -34,6 +35,8 @@ from replication.broker import Broker, BrokerSettings
 from replication.forward_client import ForwardClient
 from replication.replica_manager import ReplicaManager, ReplicationSettings
 from replication.tiering import TieringSettings
+from schemas import records as schema_records
+from schemas.store import SchemaStore
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +53,7 @@ class Gateway:
     forwarder: ForwardClient
     auth: AuthService
     subscriptions: SubscriptionService
+    schemas: SchemaStore
     ready: bool = False
     port: int = 0  # the bound port, once listening (settings.port may be 0)
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
@@ -110,6 +114,9 @@ class Gateway:
             forwarder=forwarder,
             auth=auth,
             subscriptions=subscriptions,
+            schemas=SchemaStore(
+                replicas, PartitionReader(replicas, forwarder), settings.leader_wait_ms
+            ),
         )
         metrics.registry.register(ForwardedCollector(gateway.producer.appender.forwarded))
         metrics.registry.register(SubscriptionCollector(lambda: gateway.subscriptions))
@@ -125,6 +132,17 @@ class Gateway:
         else:
             await offsets
             await groups.loaded()
+        schemas_topic = broker.ensure_topic(
+            schema_records.TOPIC,
+            1,
+            settings.schemas_topic_replication_factor if settings.cluster else 1,
+            schema_records.TOPIC_CONFIGS,
+        )
+        if settings.cluster:
+            gateway.tasks.add(asyncio.create_task(schemas_topic))
+        else:
+            await schemas_topic
+        gateway.schemas.start()
         gateway.tasks.add(asyncio.create_task(_expire_offsets(groups, settings)))
         subscriptions.start()
         keys = sum(len(p.idempotency) for p in replicas.partitions.values())
@@ -135,6 +153,7 @@ class Gateway:
         for task in self.tasks:
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
+        await self.schemas.close()
         await self.subscriptions.close()
         self.groups.flush()
         await self.producer.appender.forwarded.close()

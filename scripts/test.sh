@@ -48,7 +48,7 @@ ruff format --check .
 echo "== import layers (DESIGN.md §2, docs/layers.md)"
 lint-imports
 echo "== mypy"
-mypy engine replication groups gateway loadtests openapi spark_ingest tests
+mypy engine replication groups schemas gateway loadtests openapi spark_ingest tests
 echo "== pytest (the 25 slowest tests are listed at the end: CI keeps its pytest time low)"
 # Everything a test needs was installed above: a skip (a C extension that did not build, a tool
 # that did not install) fails (tests/conftest.py).

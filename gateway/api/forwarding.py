@@ -12,7 +12,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from engine.errors import UnknownTopic
-from gateway.auth.middleware import principal_of
+from gateway.auth.middleware import ROUTE_PREFIX, principal_of
 from gateway.http import sse
 from gateway.http.params import read_body
 from gateway.state import Gateway, gateway_of
@@ -97,8 +97,9 @@ async def _forward(gateway: Gateway, request: web.Request, url: str, body: bytes
     """The other node's answer; None for a read (GET: a long-poll may wait there for
     minutes) still waiting when this node starts draining, so that shutting down neither
     waits for it nor cuts it off unanswered. Writes always run to their end."""
+    path = request.app.get(ROUTE_PREFIX, "") + request.path_qs
     forwarding = gateway.forwarder.forward(
-        url, request.method, request.path_qs, _forwarded_headers(request), body
+        url, request.method, path, _forwarded_headers(request), body
     )
     if request.method != "GET":
         return await forwarding

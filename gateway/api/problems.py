@@ -19,6 +19,8 @@ from gateway.produce.errors import ProduceError
 from groups.errors import GroupError
 from replication import errors as replication
 from replication.forward_client import RemoteError
+from schemas import errors as schema_errors
+from schemas.errors import SchemaError
 
 log = logging.getLogger(__name__)
 # Other dialects of error answer, by the paths they serve (the REST Proxy v2 and v3 bodies):
@@ -107,11 +109,21 @@ _DOMAIN_STATUS = {
     "SUBSCRIPTION_CHANGED": 409,
 }
 _RETRY_SOON = frozenset({"COORDINATOR_NOT_AVAILABLE", "IDEMPOTENCY_KEY_IN_FLIGHT"})
+# The schema registry's Confluent codes by their names (SUBJECT_NOT_FOUND for 40401, ...).
+_SCHEMA_CODES = {
+    value: name
+    for name, value in vars(schema_errors).items()
+    if name.isupper() and isinstance(value, int)
+}
 
 
 def from_engine_error(exc: errors.EngineError) -> Problem:
     if isinstance(exc, RemoteError):
         return Problem(exc.status, exc.code, str(exc), **exc.extra)
+    if isinstance(exc, SchemaError):
+        name = _SCHEMA_CODES.get(exc.error_code, "SCHEMA_REGISTRY_ERROR")
+        retry = {"Retry-After": "1"} if exc.status >= 500 else None
+        return Problem(exc.status, name, exc.message, headers=retry, error_code=exc.error_code)
     if isinstance(exc, GroupError | ProduceError):
         status = _DOMAIN_STATUS.get(exc.code, 500)
         retry = {"Retry-After": "1"} if exc.code in _RETRY_SOON else None

@@ -15,10 +15,11 @@ from gateway.http.problem import Problem, bad_request
 from gateway.state import gateway_of
 from replication.metadata import NO_LEADER
 from replication.replica_manager import ReplicaManager
+from schemas.records import TOPIC as SCHEMAS_TOPIC
 
 _CREATE_FIELDS = {"name", "partitions", "replication_factor", "configs"}
 _ALTER_FIELDS = {"partitions", "configs"}
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, SCHEMAS_TOPIC})
 
 
 def add_routes(app: web.Application) -> None:

@@ -29,6 +29,11 @@ def _preflight(request: web.Request) -> bool:
     )
 
 
+# The prefix an app's routes are known by in the access rules and to the other nodes: the
+# registry's own port serves at its root what the gateway's port serves under a prefix.
+ROUTE_PREFIX = web.AppKey("route_prefix", str)
+
+
 @web.middleware
 async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Registered only with --auth; runs inside problem_middleware, so its refusals are
@@ -36,7 +41,7 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     auth = request.app[AUTH]
     match_info = request.match_info
     resource = match_info.route.resource
-    template = None if resource is None else resource.canonical
+    template = None if resource is None else request.app.get(ROUTE_PREFIX, "") + resource.canonical
     if template in auth.public or (request.method == hdrs.METH_OPTIONS and _preflight(request)):
         return await handler(request)
     principal = await auth.authenticator.authenticate(request)

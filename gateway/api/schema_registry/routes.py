@@ -1,0 +1,17 @@
+"""Registers the schema registry's routes and its error dialect on an app: under the prefix on
+the gateway's port, at the root on the registry's own port."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from gateway.api.schema_registry import compatibility, config, media, mode, schemas, subjects
+
+
+def add_routes(app: web.Application) -> None:
+    media.setup(app)
+    subjects.add_routes(app)
+    schemas.add_routes(app)
+    config.add_routes(app)
+    mode.add_routes(app)
+    compatibility.add_routes(app)

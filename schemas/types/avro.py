@@ -26,6 +26,7 @@ import avro.schema
 from avro.compatibility import ReaderWriterCompatibilityChecker, SchemaCompatibilityType
 from avro.name import Names
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
+from fastavro._read_py import schemaless_reader as bounded_schemaless_reader
 from fastavro.validation import ValidationError, validate
 
 from schemas.errors import INVALID_SCHEMA, SchemaError
@@ -84,6 +85,7 @@ class AvroSchema:
             raise SchemaError(INVALID_SCHEMA, f"invalid Avro schema: {e}") from None
         self._to_datum = _compile(self._codec, named, {})
         self._has_bytes = _mentions_bytes(self._codec, named)
+        self._read = bounded_schemaless_reader if _is_recursive(named) else schemaless_reader
 
     def canonical(self) -> str:
         """The schema's JSON, keys sorted, compact."""
@@ -114,21 +116,26 @@ class AvroSchema:
         """The Avro binary encoding of the JSON `value`."""
         datum = self._datum(value)
         out = io.BytesIO()
-        schemaless_writer(out, self._codec, datum)
+        try:
+            schemaless_writer(out, self._codec, datum)
+        except (ValueError, TypeError, OverflowError, RecursionError) as e:
+            raise InvalidValue(f"not a value of this schema: {e}") from None
         return out.getvalue()
 
     def decode(self, payload: bytes) -> Any:
         """The JSON value of an Avro binary payload written with this schema."""
         stream = io.BytesIO(payload)
         try:
-            datum = schemaless_reader(stream, self._codec, None)
+            datum = self._read(stream, self._codec, None)
+            if stream.tell() != len(payload):
+                raise InvalidValue(
+                    f"{len(payload) - stream.tell()} bytes left over after the Avro value"
+                )
+            return _to_json(datum) if self._has_bytes else datum
+        except InvalidValue:
+            raise
         except Exception as e:  # a truncated or foreign payload fails in many ways
             raise InvalidValue(f"not an Avro payload of this schema: {e!r}") from None
-        if stream.tell() != len(payload):
-            raise InvalidValue(
-                f"{len(payload) - stream.tell()} bytes left over after the Avro value"
-            )
-        return _to_json(datum) if self._has_bytes else datum
 
     def _datum(self, value: Any) -> Any:
         try:
@@ -140,6 +147,8 @@ class AvroSchema:
             ) from None
         except _BadValue as e:
             raise InvalidValue(str(e)) from None
+        except RecursionError:
+            raise InvalidValue("value is nested too deep to check") from None
         return datum
 
 
@@ -339,6 +348,52 @@ def _mentions_bytes(node: Any, named: dict[str, Any]) -> bool:
             stack.extend(current.get(key) for key in ("type", "items", "values"))
             stack.extend(field["type"] for field in current.get("fields", ()))
     return False
+
+
+def _is_recursive(named: dict[str, Any]) -> bool:
+    """True if a named type contains itself. A payload of such a schema can nest without end,
+    and fastavro's compiled reader recurses on the C stack, so its pure-Python reader, which
+    stops at Python's recursion limit, reads those."""
+    edges = {name: _named_children(definition) for name, definition in named.items()}
+    done: set[str] = set()
+    for start in edges:
+        if start in done:
+            continue
+        path = {start}
+        stack = [(start, iter(edges[start]))]
+        while stack:
+            name, children = stack[-1]
+            child = next(children, None)
+            if child is None:
+                stack.pop()
+                path.discard(name)
+                done.add(name)
+            elif child in path:
+                return True
+            elif child not in done and child in edges:
+                path.add(child)
+                stack.append((child, iter(edges[child])))
+    return False
+
+
+def _named_children(definition: Any) -> set[str]:
+    """The named types a named type's definition uses directly."""
+    found: set[str] = set()
+    stack = [definition.get("fields", ()) if isinstance(definition, dict) else ()]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):
+            found.add(node)
+        elif isinstance(node, (list, tuple)):
+            stack.extend(node)
+        elif isinstance(node, dict):
+            if node.get("type") in ("record", "error", "enum", "fixed") and "name" in node:
+                found.add(node["name"])
+            elif "fields" not in node:
+                stack.extend(node.get(key) for key in ("type", "items", "values"))
+            else:
+                stack.extend(field.get("type") for field in node["fields"])
+    return found
 
 
 def _to_json(datum: Any) -> Any:

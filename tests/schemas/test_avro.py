@@ -143,6 +143,19 @@ def test_a_recursive_record_round_trips() -> None:
     assert node.decode(node.encode(value)) == {"v": "a", "next": {"v": "\u00e9", "next": None}}
 
 
+def test_a_value_or_payload_nested_too_deep_is_invalid_not_a_crash() -> None:
+    node = avro(
+        record("Node", {"name": "v", "type": "bytes"}, {"name": "next", "type": ["null", "Node"]})
+    )
+    value: Any = None
+    for _ in range(5000):
+        value = {"v": "", "next": value}
+    with pytest.raises(InvalidValue, match="nested too deep"):
+        node.validate(value)
+    with pytest.raises(InvalidValue):
+        node.decode(b"\x00\x02" * 50_000 + b"\x00\x00")
+
+
 def test_a_plain_union_value_takes_the_first_branch_that_describes_it() -> None:
     union = avro(["null", "string", "bytes", {"type": "map", "values": "int"}])
     assert union.encode("x") == b"\x02\x02x"

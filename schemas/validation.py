@@ -12,9 +12,9 @@ JSON strings. One record that fails refuses the request; nothing of it is append
 
 from __future__ import annotations
 
-from collections.abc import Container, Sequence
+from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import orjson
 
@@ -88,6 +88,34 @@ def check_records(
         )
 
 
+def all_registered(state: RegistryState, topic: str, check: Checked, ids: Iterable[int]) -> bool:
+    """Whether each schema id (those a batch's framed fields carry, gathered in C) is
+    registered under its subject; False: check the records one by one, which says why not."""
+    field = _FieldCheck(state, topic, check, None)
+    return all(field.registered(schema_id) for schema_id in ids)
+
+
+def json_records_hold(
+    state: RegistryState, topic: str, checks: Sequence[Checked], records: list[Any]
+) -> bool:
+    """Whether the records of a JSON body, decoded whole (dicts with a string `key` and a JSON
+    `value`), all match their subjects' latest schemas: one decode of the body, then one
+    validator call per field. False: check them one by one, which says which fails and why."""
+    for check in checks:
+        field = _FieldCheck(state, topic, check, None)
+        try:
+            schema_id, _ = field.json_schema(0)
+            parsed = state.parsed(schema_id)
+            for record in records:
+                value = record.get(check.field)
+                if value is None:
+                    return False
+                parsed.validate(value)
+        except (RecordRefused, SchemaError, InvalidValue):
+            return False
+    return True
+
+
 class _FieldCheck:
     """One field of one request's records: the subject's ids and latest schema, looked up once."""
 
@@ -130,9 +158,13 @@ class _FieldCheck:
                 index, self.field, subject, f"schema id {schema_id} is not registered under it"
             )
 
+    def registered(self, schema_id: int) -> bool:
+        stored = self.state.schemas.get(schema_id)
+        return stored is not None and schema_id in self._ids_under(self._subject(stored))
+
     def _json(self, index: int, text: str | None, data: bytes) -> None:
         """A JSON field: `text` is a string key, else `data` is the value's JSON text."""
-        schema_id, subject = self._json_schema(index)
+        schema_id, subject = self.json_schema(index)
         try:
             parsed = self.state.parsed(schema_id)
             parsed.validate(orjson.loads(memoryview(data)) if text is None else text)
@@ -141,7 +173,7 @@ class _FieldCheck:
         except SchemaError as exc:
             raise RecordRefused(index, self.field, subject, exc.message) from None
 
-    def _json_schema(self, index: int) -> tuple[int, str | None]:
+    def json_schema(self, index: int) -> tuple[int, str | None]:
         """The id of the schema a JSON field is checked against, and its subject."""
         named = self.named
         if named is not None and named.schema_id is not None:

@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass
 
+import orjson
+
 from engine import batch as fmt
 from engine.batch import RecordTuple
 from engine.errors import RecordTooLarge, UnknownPartition
@@ -207,7 +209,7 @@ class Producer:
             data = codecs.validate_record_batches(request.body)
             p = self._keyless_partition(request, partitions, pin)
             headers = fmt.scan(data, check_crc=False).headers
-            if checks:
+            if checks and not self._schema_ids_registered(topic.name, checks, data, headers):
                 sent = [(r.key, r.value, r.headers, r.timestamp) for r in fmt.iter_records(data)]
                 self._check_schemas(topic.name, checks, sent, (), json_keys=False)
             if key is None:
@@ -237,7 +239,7 @@ class Producer:
                 if request.partition is None
                 else _partition_named
             )
-            if key is None and not checks:
+            if key is None and (not checks or self._json_schemas_hold(topic.name, checks, request)):
                 # The common JSON body, straight to batches in C (gateway/formats/_producejson.c);
                 # None for any other body, including every refused one: the Python path below is the
                 # reference, byte for byte, and gives the errors. Idempotent requests always
@@ -365,6 +367,45 @@ class Producer:
                 owner.append(partition)
         not_json = {owner[i] for i in parsed.not_json}
         return groups, set(groups) - not_json, owner if len(groups) > 1 else None
+
+    def _json_schemas_hold(
+        self, topic: str, checks: tuple[Checked, ...], request: ProduceRequest
+    ) -> bool:
+        """Whether a plain JSON body's records (no base64 field) all match their subjects'
+        schemas, from one decode of the body; False when not, or for any other body:
+        `_check_schemas` then checks record by record and says which fails and why."""
+        try:
+            doc = orjson.loads(request.body)
+        except orjson.JSONDecodeError:
+            return False
+        records = doc.get("records") if isinstance(doc, dict) else None
+        if not isinstance(records, list) or not all(
+            type(r) is dict and "key_encoding" not in r and "value_encoding" not in r
+            for r in records
+        ):
+            return False
+        return validation.json_records_hold(self.registry(), topic, checks, records)
+
+    def _schema_ids_registered(
+        self,
+        topic: str,
+        checks: tuple[Checked, ...],
+        data: bytearray,
+        headers: list[tuple[int, fmt.BatchHeader]],
+    ) -> bool:
+        """Whether every checked field of the binary batches is framed with an id registered
+        under its subject, as C reads them (no record decoded); False when it is not so or C
+        cannot say: `_check_schemas` then walks the records and says which fails and why."""
+        view = memoryview(data)
+        state = self.registry()
+        for check in checks:
+            for pos, header in headers:
+                found = native.wire_schema_ids(view[pos : pos + header.size], check.field == "key")
+                if found is None or found[0] >= 0:
+                    return False
+                if not validation.all_registered(state, topic, check, found[1]):
+                    return False
+        return True
 
     def _check_schemas(
         self,

@@ -29,6 +29,7 @@ from schemas.types.protobuf import ProtobufSchema
 
 Field = Literal["key", "value"]
 TOPIC_NAME, RECORD_NAME, TOPIC_RECORD_NAME = SUBJECT_NAME_STRATEGIES
+MAX_SCHEMA_ID = 2**31 - 1  # ids are Java ints in Confluent's registry
 
 
 class RecordRefused(EngineError):

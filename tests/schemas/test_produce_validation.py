@@ -246,3 +246,27 @@ def test_the_setting_can_be_turned_on_later(
     registry.register_schema("later-value", Schema(json.dumps({"type": "integer"}), "JSON"))
     assert http.post(f"/v1/topics/{name}/records", json={"records": [{"value": 2}]}).is_success
     assert end_offset(http, name) == 2
+
+
+def test_a_request_may_name_the_schema_its_json_values_are_checked_against(
+    http: httpx.Client, registry: SchemaRegistryClient
+) -> None:
+    name = topic(http, "named", **{"value.schema.validation": "true"})
+    first = registry.register_schema("named-value", Schema('{"type": "integer"}', "JSON"))
+    registry.register_schema("named-value", Schema('{"type": ["integer", "string"]}', "JSON"))
+    elsewhere = registry.register_schema("other-value", Schema('{"type": "boolean"}', "JSON"))
+    records = f"/v1/topics/{name}/records"
+    text = {"records": [{"value": "seven"}]}
+    assert http.post(records, json=text).is_success, "the latest takes strings"
+    refused(http.post(records, params={"value_schema_id": first}, json=text), 0)
+    seven = {"records": [{"value": 7}]}
+    assert http.post(records, params={"value_schema_id": first}, json=seven).is_success
+    problem = refused(
+        http.post(records, params={"value_schema_id": elsewhere}, json={"records": [{"value": 1}]}),
+        0,
+    )
+    assert "not registered under it" in problem["detail"]
+    for bad in ("0", "x", "-1", str(2**31)):
+        answer = http.post(records, params={"value_schema_id": bad}, json=text)
+        assert answer.status_code == 400 and answer.json()["code"] == "INVALID_PARAMETER"
+    assert end_offset(http, name) == 2

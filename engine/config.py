@@ -16,6 +16,9 @@ _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 
 CLEANUP_POLICIES = ("delete", "compact", "compact,delete")
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+# How the schema registry's subject of a record's key or value is named (Confluent's).
+SUBJECT_NAME_STRATEGIES = ("TopicNameStrategy", "RecordNameStrategy", "TopicRecordNameStrategy")
+_STRATEGY_PACKAGE = "io.confluent.kafka.serializers.subject."  # Confluent's class names
 
 
 def validate_topic_name(name: object) -> str:
@@ -81,6 +84,16 @@ def _as_bool(name: str, value: object) -> bool:
     raise InvalidConfig(f"{name} must be true or false, got {value!r}")
 
 
+def _as_strategy(name: str, value: object) -> str:
+    """A subject name strategy by its short name or Confluent's class name."""
+    short = value.removeprefix(_STRATEGY_PACKAGE) if isinstance(value, str) else value
+    if short not in SUBJECT_NAME_STRATEGIES:
+        raise InvalidConfig(
+            f"{name} must be one of {', '.join(SUBJECT_NAME_STRATEGIES)}, got {value!r}"
+        )
+    return str(short)
+
+
 def _int(minimum: int, maximum: int = LONG_MAX) -> Callable[[str, object], Any]:
     return lambda name, value: _as_int(name, value, minimum, maximum)
 
@@ -108,6 +121,20 @@ _SPEC: dict[str, tuple[str, Callable[[str, object], Any]]] = {
     "remote.storage.enable": ("remote_storage_enable", _as_bool),
     "local.retention.ms": ("local_retention_ms", _int(-2)),
     "local.retention.bytes": ("local_retention_bytes", _int(-2)),
+    "key.schema.validation": ("key_schema_validation", _as_bool),
+    "value.schema.validation": ("value_schema_validation", _as_bool),
+    "key.subject.name.strategy": ("key_subject_name_strategy", _as_strategy),
+    "value.subject.name.strategy": ("value_subject_name_strategy", _as_strategy),
+}
+# Confluent Server's names of the same settings.
+_ALIASES = {
+    f"confluent.{name}": name
+    for name in (
+        "key.schema.validation",
+        "value.schema.validation",
+        "key.subject.name.strategy",
+        "value.subject.name.strategy",
+    )
 }
 
 KAFKA_SEGMENT_MS = 7 * 24 * 3600 * 1000
@@ -137,6 +164,11 @@ class TopicConfig:
     remote_storage_enable: bool = False  # closed segments are copied to S3
     local_retention_ms: int = -2  # -2: as retention.ms (how long data stays on local disk)
     local_retention_bytes: int = -2  # -2: as retention.bytes
+    # produced keys / values must be described by a schema registered under their subject
+    key_schema_validation: bool = False
+    value_schema_validation: bool = False
+    key_subject_name_strategy: str = "TopicNameStrategy"
+    value_subject_name_strategy: str = "TopicNameStrategy"
 
     @property
     def compact(self) -> bool:
@@ -164,7 +196,8 @@ class TopicConfig:
         if not isinstance(overrides, Mapping):
             raise InvalidConfig("configs must be an object of Kafka config names to values")
         changes: dict[str, Any] = {}
-        for name, value in overrides.items():
+        for given, value in overrides.items():
+            name = _ALIASES.get(given, given)
             spec = _SPEC.get(name)
             if spec is None:
                 raise InvalidConfig(
@@ -199,8 +232,9 @@ def merged_overrides(
     overrides: Mapping[str, object], changes: Mapping[str, object | None]
 ) -> dict[str, object]:
     """Overrides after `changes`, where a None value removes one (back to the default)."""
-    merged = dict(overrides)
-    for name, value in changes.items():
+    merged = {_ALIASES.get(name, name): value for name, value in overrides.items()}
+    for given, value in changes.items():
+        name = _ALIASES.get(given, given)
         if value is not None:
             merged[name] = value
         elif name in CONFIG_NAMES:
@@ -215,7 +249,8 @@ def merged_overrides(
 def normalised_overrides(config: TopicConfig, overrides: Mapping[str, object]) -> dict[str, object]:
     """Overrides as parsed values ("1000" -> 1000), as stored and shown."""
     values = config.to_dict()
-    return {name: values[name] for name in overrides}
+    names = (_ALIASES.get(name, name) for name in overrides)
+    return {name: values[name] for name in names}
 
 
 def collision_key(name: str) -> str:

@@ -118,6 +118,7 @@ class Gateway:
                 replicas, PartitionReader(replicas, forwarder), settings.leader_wait_ms
             ),
         )
+        producer.registry = lambda: gateway.schemas.state
         metrics.registry.register(ForwardedCollector(gateway.producer.appender.forwarded))
         metrics.registry.register(SubscriptionCollector(lambda: gateway.subscriptions))
         offsets = broker.ensure_topic(

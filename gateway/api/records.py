@@ -39,6 +39,7 @@ from replication.errors import NotLeader
 from replication.fetch_limits import FetchLimits
 from replication.metadata import RACK_NAME
 from replication.node_contract import FORWARDED_BY
+from schemas.validation import MAX_SCHEMA_ID, Field, Named
 
 
 def add_routes(app: web.Application) -> None:
@@ -85,9 +86,28 @@ async def produce(request: web.Request) -> web.Response:
             idempotency_key=key,
             target=request.path_qs,
             forwarded=FORWARDED_BY in request.headers,
+            schemas=_named_schemas(request.query),
         )
     )
     return json_response(answer, produced(acks))
+
+
+def _named_schemas(query: Mapping[str, str]) -> dict[Field, Named] | None:
+    """`value_schema_id` / `key_schema_id`: the registered schema a validated topic checks the
+    request's JSON values (keys) against, instead of their subject's latest."""
+    named: dict[Field, Named] = {}
+    for field in ("key", "value"):
+        raw = query.get(f"{field}_schema_id")
+        if raw is None:
+            continue
+        schema_id = parse_int(raw)
+        if schema_id is None or not 1 <= schema_id <= MAX_SCHEMA_ID:
+            raise bad_request(
+                f"{field}_schema_id must be a schema id (a positive integer), got {raw!r}",
+                "INVALID_PARAMETER",
+            )
+        named[field] = Named(schema_id=schema_id)
+    return named or None
 
 
 async def fetch(request: web.Request) -> web.StreamResponse:

@@ -25,6 +25,7 @@ from gateway.cli import auth as auth_cli
 from gateway.cli import client
 from gateway.cli import cluster as cluster_cli
 from gateway.cli import quotas as quota_cli
+from gateway.cli import schemas as schemas_cli
 from gateway.cli import subscriptions as subscriptions_cli
 from gateway.cli.client import CommandError
 from gateway.cli.progress import Progress
@@ -660,6 +661,7 @@ def parser() -> argparse.ArgumentParser:
     auth_cli.add_commands(commands, with_url)
     quota_cli.add_commands(commands, with_url)
     subscriptions_cli.add_commands(commands, with_url)
+    schemas_cli.add_commands(commands, with_url)
     cluster_cli.add_commands(commands, with_url)
     return root
 
@@ -743,6 +745,7 @@ def _main(argv: Sequence[str] | None) -> None:
         "acls": auth_cli.acls_command,
         "quotas": quota_cli.quotas_command,
         "subscriptions": subscriptions_cli.subscriptions_command,
+        "schemas": schemas_cli.schemas_command,
         "cluster": cluster_cli.cluster_command,
     }
     try:

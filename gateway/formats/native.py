@@ -5,6 +5,7 @@ never ask whether C was built; a test swaps a name for its stand-in to compare t
 
 - `batch_json` (`_fetchjson.c`): whole batches to JSON records for a fetch answer;
 - `records_well_formed` (`_batchcheck.c`): a produced batch's records decode;
+- `wire_schema_ids` (`_batchcheck.c`): the schema ids of a batch's keys or values;
 - `json_batches`, `v2_json_batches`, `v2_offsets` (`_producejson.c`): a JSON produce body (or
   REST Proxy v2's) straight to batches, and v2's offsets answer.
 """
@@ -33,6 +34,7 @@ def cannot_say(batch: memoryview) -> bool:
 
 batch_json: Callable[..., tuple[list[Any], int] | tuple[list[Any], int, int] | None]
 records_well_formed: Callable[[memoryview], bool]
+wire_schema_ids: Callable[[memoryview, bool], tuple[int, tuple[int, ...]] | None]
 json_batches: JsonBatches
 v2_json_batches: V2JsonBatches
 v2_offsets: Callable[[bytes, dict[int, int]], bytes | None]
@@ -42,9 +44,10 @@ try:
 except ImportError:  # built without a C compiler
     batch_json = declines
 try:
-    from gateway.formats._batchcheck import records_well_formed
+    from gateway.formats._batchcheck import records_well_formed, wire_schema_ids
 except ImportError:
     records_well_formed = cannot_say
+    wire_schema_ids = declines
 try:
     from gateway.formats._producejson import json_batches, v2_json_batches, v2_offsets
 except ImportError:

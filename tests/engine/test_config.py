@@ -27,6 +27,11 @@ KAFKA_DEFAULTS: dict[str, object] = {
     "remote.storage.enable": False,
     "local.retention.ms": -2,
     "local.retention.bytes": -2,
+    # Confluent Server's (also under their `confluent.` names)
+    "key.schema.validation": False,
+    "value.schema.validation": False,
+    "key.subject.name.strategy": "TopicNameStrategy",
+    "value.subject.name.strategy": "TopicNameStrategy",
 }
 
 
@@ -114,3 +119,18 @@ def test_remote_storage_rolls_segments_sooner_and_refuses_compaction() -> None:
         TopicConfig().with_overrides({"remote.storage.enable": True, "cleanup.policy": "compact"})
     with pytest.raises(InvalidConfig, match=r"local\.retention\.ms"):
         TopicConfig().with_overrides({"local.retention.ms": -3})
+
+
+def test_confluent_names_are_the_same_settings() -> None:
+    config = TopicConfig().with_overrides(
+        {
+            "confluent.value.schema.validation": "true",
+            "confluent.key.subject.name.strategy": "io.confluent.kafka.serializers.subject."
+            "TopicRecordNameStrategy",
+        }
+    )
+    assert config.value_schema_validation and not config.key_schema_validation
+    assert config.key_subject_name_strategy == "TopicRecordNameStrategy"
+    assert "confluent.value.schema.validation" not in config.to_dict()
+    with pytest.raises(InvalidConfig, match="TopicNameStrategy"):
+        TopicConfig().with_overrides({"value.subject.name.strategy": "Mine"})

@@ -126,3 +126,49 @@ def test_under_sanitizers(tmp_path: Path) -> None:
     """This file's tests again, against gateway/formats/_batchcheck.c built with ASan and UBSan:
     every access checked, any undefined behaviour fatal."""
     sanitizers.check_tests(__file__, "_batchcheck", tmp_path)
+
+
+def _framed(schema_id: int, payload: bytes = b"x") -> bytes:
+    return b"\x00" + schema_id.to_bytes(4, "big") + payload
+
+
+framed_fields = (
+    st.none()
+    | st.binary(max_size=6)
+    | st.builds(
+        lambda schema_id, payload: _framed(schema_id, payload),
+        st.sampled_from([0, 1, 7, 2**31, 2**32 - 1]),
+        st.binary(max_size=8),
+    )
+)
+
+
+@given(st.lists(st.tuples(framed_fields, framed_fields), min_size=1, max_size=8), st.booleans())
+@SETTINGS
+def test_the_wire_schema_ids_are_those_python_reads(
+    drawn: list[tuple[bytes | None, bytes | None]], key: bool
+) -> None:
+    """The C walk's ids and first unframed record, against the records as aiokafka reads them."""
+    batch = bytes(fmt.encode_batch([fmt.RecordInput(k, v) for k, v in drawn]))
+    fields = [r.key if key else r.value for r in fmt.iter_records(batch)]
+    framed = [f for f in fields if f is not None and len(f) >= 5 and f[0] == 0]
+    bad = next((i for i, f in enumerate(fields) if f not in framed), -1)
+    ids = dict.fromkeys(int.from_bytes(f[1:5], "big") for f in framed[: None if bad < 0 else bad])
+    assert _batchcheck.wire_schema_ids(batch, key) == (bad, tuple(ids))
+
+
+def test_the_wire_schema_ids_of_framed_values_and_where_c_cannot_say() -> None:
+    values = [_framed(7), _framed(7, b""), _framed(2**32 - 1), _framed(7)]
+    batch = bytes(fmt.encode_batch([fmt.RecordInput(None, v) for v in values]))
+    assert _batchcheck.wire_schema_ids(batch, False) == (-1, (7, 2**32 - 1))
+    assert _batchcheck.wire_schema_ids(batch, True) == (0, ())  # the keys are null
+    unframed = [_framed(1), b"\x01" + _framed(1)[1:], _framed(3)]
+    batch = bytes(fmt.encode_batch([fmt.RecordInput(None, v) for v in unframed]))
+    assert _batchcheck.wire_schema_ids(batch, False) == (1, (1,))
+    many = [_framed(i) for i in range(17)]
+    batch = bytes(fmt.encode_batch([fmt.RecordInput(None, v) for v in many]))
+    assert _batchcheck.wire_schema_ids(batch, False) is None, "more ids than C keeps"
+    gzip = 1
+    compressed = bytes(fmt.encode_batch([fmt.RecordInput(None, _framed(1))], compression=gzip))
+    assert _batchcheck.wire_schema_ids(compressed, False) is None
+    assert _batchcheck.wire_schema_ids(batch[:-3], False) is None, "a truncated batch"

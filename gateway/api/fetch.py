@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from engine import batch as fmt
 from engine.log import ReadResult
 from engine.notify import ChangeNotifier
 from gateway.formats import codecs
+from gateway.formats.decoded import decoded_records
 from gateway.http.params import parse_int, query_int
 from gateway.http.problem import Problem, bad_request
 from gateway.settings import Settings
@@ -159,11 +160,34 @@ def _answer(
         return FetchAnswer(accept, bytes(data), max(offset, next_offset), result.high_watermark)
     records, next_offset = codecs.fetched_records(data, offset, limits.max_records)
     traffic.fetched(topic, len(records), len(data))
+    return _json_answer(accept, records, next_offset, result.high_watermark)
+
+
+def _json_answer(
+    accept: str, records: list[Any], next_offset: int, high_watermark: int
+) -> FetchAnswer:
     if accept == codecs.NDJSON:
         body = codecs.encode_ndjson_body(records)
     else:
-        body = codecs.encode_json_body(records, next_offset, result.high_watermark)
-    return FetchAnswer(accept, body, next_offset, result.high_watermark)
+        body = codecs.encode_json_body(records, next_offset, high_watermark)
+    return FetchAnswer(accept, body, next_offset, high_watermark)
+
+
+async def read_decoded(
+    gateway: Gateway,
+    topic: str,
+    partition: int,
+    offset: int,
+    limits: FetchLimits,
+    accept: str,
+) -> FetchAnswer:
+    """`read_partition` in JSON or NDJSON with the values decoded by the schema registry
+    (`decode_values=schema`)."""
+    result = await gateway.replicas.fetch(topic, partition, offset, *_bounds(limits, accept))
+    records, next_offset = codecs.fetched_records(result.data, offset, limits.max_records)
+    gateway.metrics.traffic.fetched(topic, len(records), len(result.data))
+    records = await decoded_records(gateway.value_decoder, records)
+    return _json_answer(accept, records, next_offset, result.high_watermark)
 
 
 def refuse_when_full(notifier: ChangeNotifier, settings: Settings) -> None:

@@ -18,6 +18,7 @@ from gateway.http.problem import Problem, bad_request
 from gateway.settings import Settings
 from replication.fetch_limits import FetchLimits
 from replication.partition import Partition
+from schemas.decoding import ValueDecoder
 
 if TYPE_CHECKING:  # the gateway's state holds the group coordinator, which uses the limits
     from gateway.state import Gateway
@@ -94,11 +95,18 @@ async def read_partition(
     offset: int,
     limits: FetchLimits,
     accept: str,
+    decoder: ValueDecoder | None = None,
 ) -> FetchAnswer:
     """Fetch from a partition led here (waiting as the limits say) and encode the records in
-    the media type asked for; the records and bytes go in the topic's traffic."""
+    the media type asked for; the records and bytes go in the topic's traffic. With `decoder`
+    (`decode_values=schema`, JSON or NDJSON), values are decoded by the schema registry."""
     result = await gateway.replicas.fetch(topic, partition, offset, *_bounds(limits, accept))
-    return _answer(gateway, topic, offset, result, limits, accept)
+    if decoder is None:
+        return _answer(gateway, topic, offset, result, limits, accept)
+    records, next_offset = codecs.fetched_records(result.data, offset, limits.max_records)
+    gateway.metrics.traffic.fetched(topic, len(records), len(result.data))
+    records = await decoded_records(decoder, records)
+    return _json_answer(accept, records, next_offset, result.high_watermark)
 
 
 async def read_in_sync(
@@ -171,23 +179,6 @@ def _json_answer(
     else:
         body = codecs.encode_json_body(records, next_offset, high_watermark)
     return FetchAnswer(accept, body, next_offset, high_watermark)
-
-
-async def read_decoded(
-    gateway: Gateway,
-    topic: str,
-    partition: int,
-    offset: int,
-    limits: FetchLimits,
-    accept: str,
-) -> FetchAnswer:
-    """`read_partition` in JSON or NDJSON with the values decoded by the schema registry
-    (`decode_values=schema`)."""
-    result = await gateway.replicas.fetch(topic, partition, offset, *_bounds(limits, accept))
-    records, next_offset = codecs.fetched_records(result.data, offset, limits.max_records)
-    gateway.metrics.traffic.fetched(topic, len(records), len(result.data))
-    records = await decoded_records(gateway.value_decoder, records)
-    return _json_answer(accept, records, next_offset, result.high_watermark)
 
 
 def refuse_when_full(notifier: ChangeNotifier, settings: Settings) -> None:

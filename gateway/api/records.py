@@ -12,7 +12,6 @@ from gateway.api.fetch import (
     INT64_MAX,
     FetchAnswer,
     fetch_position,
-    read_decoded,
     read_from_sibling,
     read_in_sync,
     read_partition,
@@ -137,8 +136,9 @@ async def _fetch_decoded(request: web.Request, topic: str, partition: int) -> we
             "carry values as stored",
         )
     refuse_when_full(gateway.notifier, gateway.settings)
-    answer = await read_decoded(
-        gateway, topic, partition, start_offset(offset, leader), limits, accept
+    start = start_offset(offset, leader)
+    answer = await read_partition(
+        gateway, topic, partition, start, limits, accept, gateway.value_decoder
     )
     return web.Response(body=answer.body, content_type=answer.content_type, headers=answer.headers)
 

@@ -10,10 +10,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from collections.abc import AsyncIterator
 
 import orjson
-import pytest
 from cloudevents.core.bindings.http import HTTPMessage, from_http
 from cloudevents.core.formats.json import JSONFormat
 from confluent_kafka.schema_registry import SchemaRegistryClient
@@ -22,8 +20,10 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from schemas import wire
 from tests.api.support import Client, produce
-from tests.subscriptions.receiver import Receiver, serve
-from tests.subscriptions.test_delivery import FAST, describe, subscribe
+from tests.subscriptions.receiver import Receiver
+from tests.subscriptions.test_delivery import FAST, describe, receiver, subscribe
+
+__all__ = ["receiver"]  # the fixture, shared with test_delivery
 
 USER = {
     "type": "record",
@@ -31,14 +31,6 @@ USER = {
     "fields": [{"name": "name", "type": "string"}, {"name": "age", "type": "int"}],
 }
 UNKNOWN = wire.frame(424242, b"\x02")
-
-
-@pytest.fixture
-async def receiver() -> AsyncIterator[Receiver]:
-    got = Receiver()
-    runner = await serve(got)
-    yield got
-    await runner.cleanup()
 
 
 async def written(client: Client) -> tuple[int, bytes]:

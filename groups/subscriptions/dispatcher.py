@@ -425,35 +425,43 @@ class PartitionDispatcher:
         )
         if not got.data:
             return got, [], position
-        records, next_offset = self._decode(got.data, position)
-        if sub.decode_values == "schema" and records:
-            records = await self._schema_decoded(records)
+        if sub.decode_values == "schema":
+            records, next_offset = await self._schema_decoded(got.data, position)
+        else:
+            records, next_offset = self._decode(got.data, position)
         return got, records, next_offset
 
-    async def _schema_decoded(self, records: list[DeliveryRecord]) -> list[DeliveryRecord]:
-        """The records with their values as the schema registry reads them (and, for the JSON
-        format, their fetch documents so)."""
+    async def _schema_decoded(
+        self, data: memoryview, start: int
+    ) -> tuple[list[DeliveryRecord], int]:
+        """`_decode`, with the values as the schema registry reads them (for the JSON format,
+        in its fetch documents)."""
         values = self.services.schema_values
         if self.sub.format == "json":
-            docs = await values.documents([msgspec.json.decode(r.json or b"null") for r in records])
-            return [
-                r._replace(json=msgspec.json.encode(doc))
-                for r, doc in zip(records, docs, strict=True)
-            ]
+            # Every record takes bytes: at most len(data) records, so all of those read.
+            found = await values.documents(self._documents(data, start, len(data)))
+            return self._decode(data, start, found)
+        records, next_offset = self._decode(data, start)
         decoded = await values.values([r.value for r in records])
-        return [r._replace(schema=schema) for r, schema in zip(records, decoded, strict=True)]
+        return [r._replace(schema=v) for r, v in zip(records, decoded, strict=True)], next_offset
 
-    def _decode(self, data: memoryview, start: int) -> tuple[list[DeliveryRecord], int]:
+    def _documents(self, data: memoryview, start: int, most: int) -> list[Any]:
+        """The fetch decoder's records at or past `start`, in order (the C path's carry no
+        offset)."""
+        found, _ = self.services.decode_json(data, start, most, (self.sub.topic, self.partition))
+        return found
+
+    def _decode(
+        self, data: memoryview, start: int, found: list[Any] | None = None
+    ) -> tuple[list[DeliveryRecord], int]:
         """The records at or past `start` that the filter keeps, and the offset after the
-        last record read."""
+        last record read (`found`: the JSON format's documents, if made already)."""
         keep = self.sub.filter
         read = [r for r in fmt.iter_records(data) if r.offset >= start]
         docs: list[bytes | None] = [None] * len(read)
         if self.sub.format == "json":
-            # The fetch decoder's records, in the same order (the C path's carry no offset).
-            found, _ = self.services.decode_json(
-                data, start, len(read), (self.sub.topic, self.partition)
-            )
+            if found is None:
+                found = self._documents(data, start, len(read))
             docs = [msgspec.json.encode(doc) for doc in found]
         next_offset = read[-1].offset + 1 if read else start
         active = keep.active

@@ -207,15 +207,15 @@ def body_and_head(fixed: Fixed, records: Sequence[DeliveryRecord]) -> tuple[byte
     if record.key is not None:
         head += f"ce-partitionkey: {_header(record.key)}\r\n"
     schema = record.schema
-    if record.headers or schema is not None:
-        attributes: dict[str, str | int] = dict(extensions(record))
-        attributes.update(schema_attributes(record))
-        head += "".join(
-            f"ce-{name}: {_header(str(value))}\r\n" for name, value in attributes.items()
-        )
-    if schema is not None and schema.json is not None:
-        return schema.json, head
-    return record.value or b"", head
+    if schema is None:
+        if record.headers:
+            head += "".join(
+                f"ce-{name}: {_header(value)}\r\n" for name, value in extensions(record).items()
+            )
+        return record.value or b"", head
+    attributes = {**extensions(record), **schema_attributes(record)}
+    head += "".join(f"ce-{name}: {_header(str(value))}\r\n" for name, value in attributes.items())
+    return schema.json if schema.json is not None else record.value or b"", head
 
 
 def sign(fixed: Fixed, message_id: str, timestamp_s: int, body: bytes) -> str:

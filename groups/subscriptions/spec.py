@@ -187,11 +187,7 @@ def parse(doc: Mapping[str, Any], *, uid: str, version: int = 0) -> Subscription
         raise invalid(f"format must be one of {', '.join(FORMATS)}", "/format")
     decode_values = doc.get("decode_values", "none")
     if decode_values not in DECODINGS:
-        raise invalid(
-            'decode_values must be "none" or "schema" (values in the schema registry\'s wire '
-            "format delivered as JSON)",
-            "/decode_values",
-        )
+        raise invalid(f"decode_values must be one of {', '.join(DECODINGS)}", "/decode_values")
     ce_type = doc.get("ce_type", "dev.sluice.record")
     if not isinstance(ce_type, str) or not CE_TYPE.fullmatch(ce_type):
         raise invalid("ce_type must be 1 to 200 characters of A-Z a-z 0-9 . _ : / -", "/ce_type")

@@ -99,12 +99,15 @@ async def test_the_json_format_decodes_as_a_fetch_does(client: Client, receiver:
         receiver.url,
         decode_values="schema",
         format="json",
-        batching={"max_records": 3},
+        batching={"max_records": 4},
     )
     await produce_values(client, avro)
-    await receiver.until(lambda a: sum(len(orjson.loads(x.body)["records"]) for x in a) == 3)
-    records = [r for a in receiver.attempts for r in orjson.loads(a.body)["records"]]
-    decoded, unknown, plain = records
+    big = 2**70  # JSON text past 64 bits goes through as written
+    await produce(client, [{"value": {"big": big}}])
+    await receiver.until(lambda a: sum(len(json.loads(x.body)["records"]) for x in a) == 4)
+    records = [r for a in receiver.attempts for r in json.loads(a.body)["records"]]
+    decoded, unknown, plain, large = records
+    assert large["value"] == {"big": big}
     assert decoded["value"] == {"name": "Ada", "age": 36}
     assert decoded["value_schema_id"] == schema_id
     assert base64.b64decode(unknown["value"]) == UNKNOWN

@@ -373,6 +373,7 @@ def test_schemas_and_decoded_values(node: Server, browser: Any, shots: Path) -> 
     text = main_text(browser)
     assert '"order": 7' in text and "decoded with schema id 1" in text
     assert "not decoded: schema id 999 is not registered" in text
+    browser.save_screenshot(str(shots / "decoded-records.png"))
     shown(browser, f"{route}&values=stored", node.url)
     text = main_text(browser)
     assert '"order": 7' not in text and f"base64: {records[0]['value']}" in text

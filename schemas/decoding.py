@@ -71,13 +71,21 @@ class ValueDecoder:
             reason = unparsable[schema_id] = f"schema id {schema_id} cannot be read: {exc.message}"
             return Undecoded(reason, schema_id)
         try:
-            return Decoded(schema_id, orjson.dumps(parsed.decode(payload)))
+            value = parsed.decode(payload)
         except InvalidValue as exc:
             return Undecoded(f"not a value of schema id {schema_id}: {exc}", schema_id)
-        except orjson.JSONEncodeError as exc:  # a JSON payload's integer past 64 bits, say
-            return Undecoded(f"schema id {schema_id}'s value is not writable as JSON: {exc}")
         except RecursionError:
             return Undecoded(f"not a value of schema id {schema_id}: nested too deep", schema_id)
+        except Exception as exc:  # a library failing where it documents nothing (a Protobuf
+            # Any naming a type the schema does not hold raises TypeError): still the reader's
+            log.debug("decoding a value of schema id %d failed", schema_id, exc_info=True)
+            return Undecoded(f"schema id {schema_id} cannot decode this value: {exc}", schema_id)
+        try:
+            return Decoded(schema_id, orjson.dumps(value))
+        except orjson.JSONEncodeError as exc:  # a JSON payload's integer past 64 bits, say
+            return Undecoded(
+                f"schema id {schema_id}'s value is not writable as JSON: {exc}", schema_id
+            )
 
     async def decode_all(self, values: Sequence[bytes | None]) -> list[Decoded | Undecoded | None]:
         """`decode` of each value (None stays None). Values naming ids newer than the view wait
@@ -88,9 +96,12 @@ class ValueDecoder:
             return decoded
         highest = self.view().highest_id
         newer = [
-            i
-            for i, got in enumerate(decoded)
-            if isinstance(got, Undecoded) and got.schema_id is not None and got.schema_id > highest
+            (i, value)
+            for i, (value, got) in enumerate(zip(values, decoded, strict=True))
+            if value is not None
+            and isinstance(got, Undecoded)
+            and got.schema_id is not None
+            and got.schema_id > highest
         ]
         if not newer:
             return decoded
@@ -99,9 +110,7 @@ class ValueDecoder:
         except SchemaError as exc:
             log.debug("the registry view could not catch up for decoding: %s", exc.message)
             return decoded
-        for i in newer:
-            value = values[i]
-            assert value is not None
+        for i, value in newer:
             decoded[i] = self.decode(value)
         return decoded
 

@@ -129,6 +129,23 @@ def test_bad_values_say_why_and_never_raise(value: bytes, reason: str) -> None:
     assert got.reason.startswith(reason), got.reason
 
 
+def test_a_library_failing_undocumented_is_said_so() -> None:
+    state = RegistryState()
+    text = (
+        'syntax = "proto3"; import "google/protobuf/any.proto"; '
+        "message M { google.protobuf.Any a = 1; }"
+    )
+    register(state, 5, "PROTOBUF", text)
+    parsed = parse("PROTOBUF", text, {})
+    assert isinstance(parsed, ProtobufSchema)
+    message = parsed._class([0])()
+    message.a.type_url = "type.googleapis.com/nowhere.Thing"  # a type the schema does not hold
+    message.a.value = b"\x08\x01"
+    got = ValueDecoder(lambda: state).decode(wire.frame(5, b"\x00" + message.SerializeToString()))
+    assert isinstance(got, Undecoded) and got.schema_id == 5
+    assert got.reason.startswith("schema id 5 cannot decode this value: Can not find message")
+
+
 def test_an_unreadable_schema_is_parsed_once_and_said_so() -> None:
     state = RegistryState()
     register(state, 1, "AVRO", '{"type": "nonsense"}')

@@ -1,8 +1,9 @@
 """The web console (`GET /console`) in headless Chromium against real nodes: every page loads
-without a console error and calls nothing but the public /v1 API and its own files; each action
-works end to end; deep links survive a reload; the sign-in flow and a key without ACLs; the
-cluster page over four nodes, and its actions. Screenshots of the pages go to
-$SLUICE_CONSOLE_SCREENSHOTS (docs/console/ holds a few), else to the test's temporary folder."""
+without a console error and calls nothing but the public /v1 API, the schema registry's and its
+own files; each action works end to end; deep links survive a reload; the sign-in flow and a
+key without ACLs; the cluster page over four nodes, and its actions; the Schemas page and
+decoded values. Screenshots of the pages go to $SLUICE_CONSOLE_SCREENSHOTS (docs/console/ holds
+a few), else to the test's temporary folder."""
 
 from __future__ import annotations
 

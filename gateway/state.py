@@ -18,6 +18,7 @@ from engine.notify import ChangeNotifier
 from engine.tiered.remote import S3Location
 from gateway.auth.service import AuthService
 from gateway.formats import codecs
+from gateway.formats.decoded import SubscriptionValues
 from gateway.metrics.collectors import ForwardedCollector, Metrics
 from gateway.metrics.quotas import QuotaCollector
 from gateway.metrics.subscriptions import SubscriptionCollector
@@ -36,6 +37,7 @@ from replication.forward_client import ForwardClient
 from replication.replica_manager import ReplicaManager, ReplicationSettings
 from replication.tiering import TieringSettings
 from schemas import records as schema_records
+from schemas.decoding import ValueDecoder
 from schemas.store import SchemaStore
 
 log = logging.getLogger(__name__)
@@ -54,6 +56,7 @@ class Gateway:
     auth: AuthService
     subscriptions: SubscriptionService
     schemas: SchemaStore
+    value_decoder: ValueDecoder  # record values read with the registry, for readers that ask
     ready: bool = False
     port: int = 0  # the bound port, once listening (settings.port may be 0)
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
@@ -97,12 +100,17 @@ class Gateway:
         producer = Producer(
             replicas, metrics, in_flight, forwarder, keyless_led_here=settings.workers > 1
         )
+        schemas = SchemaStore(
+            replicas, PartitionReader(replicas, forwarder), settings.leader_wait_ms
+        )
+        value_decoder = ValueDecoder(lambda: schemas.state, schemas.synced)
         subscriptions = SubscriptionService(
             replicas,
             forwarder,
             GroupPositions(groups, forwarder, settings.default_produce_timeout_ms),
             functools.partial(_dead_letter, producer, settings),
             codecs.fetched_records,
+            SubscriptionValues(value_decoder),
             settings.subscription_allowed_hosts,
         )
         gateway = cls(
@@ -114,9 +122,8 @@ class Gateway:
             forwarder=forwarder,
             auth=auth,
             subscriptions=subscriptions,
-            schemas=SchemaStore(
-                replicas, PartitionReader(replicas, forwarder), settings.leader_wait_ms
-            ),
+            schemas=schemas,
+            value_decoder=value_decoder,
         )
         producer.registry = lambda: gateway.schemas.state
         metrics.registry.register(ForwardedCollector(gateway.producer.appender.forwarded))

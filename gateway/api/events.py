@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Any, Literal
 
 import orjson
 from aiohttp import web
@@ -30,6 +30,7 @@ from gateway.api.group_events import GroupStream, group_events
 from gateway.api.groups import DEFAULT_SESSION_TIMEOUT_MS, valid_group_id
 from gateway.auth.middleware import require
 from gateway.formats import codecs
+from gateway.formats.decoded import decode_values, decoded_records
 from gateway.http import sse
 from gateway.http.params import int_param
 from gateway.http.problem import Problem, bad_request
@@ -37,6 +38,7 @@ from gateway.state import Gateway, gateway_of
 from groups.partition_reader import PartitionReader, out_of_range_start
 from groups.record_filter import RecordFilter
 from replication.errors import ReplicationError
+from schemas.decoding import ValueDecoder
 
 DEFAULT_HEARTBEAT_MS = 15_000  # a comment line this often keeps proxies from closing the stream
 MIN_READ_BYTES = 64 * 1024  # a partition's read, however many partitions share the budget
@@ -96,10 +98,13 @@ async def events(request: web.Request) -> web.StreamResponse:
     max_bytes = int_param(
         request, "max_bytes", settings.default_fetch_bytes, 1, settings.max_fetch_bytes
     )
+    decode = decode_values(request.query)
     if "group" in request.query:
         ask = _group_stream(request, topic, spec.partitions, keep, heartbeat_ms, max_events)
         refuse_when_full(gateway.notifier, settings)
-        return await group_events(request, gateway, replace(ask, max_bytes=max_bytes))
+        return await group_events(
+            request, gateway, replace(ask, max_bytes=max_bytes, decode_values=decode)
+        )
     wanted = _partitions(request.query.get("partitions"), spec.partitions)
     raw_cursor = request.headers.get("Last-Event-ID") or request.query.get("cursor")
     cursor = {} if not raw_cursor else parse_cursor(raw_cursor, spec.partitions)
@@ -114,7 +119,13 @@ async def events(request: web.Request) -> web.StreamResponse:
     await response.prepare(request)
     writer = sse.EventWriter(response, topic)
     stream = _Stream(
-        gateway, reader, topic, positions, keep, max(MIN_READ_BYTES, max_bytes // len(positions))
+        gateway,
+        reader,
+        topic,
+        positions,
+        keep,
+        max(MIN_READ_BYTES, max_bytes // len(positions)),
+        gateway.value_decoder if decode else None,
     )
     try:
         await stream.run(writer, heartbeat_ms / 1000, max_events)
@@ -134,8 +145,10 @@ class _Stream:
         positions: dict[int, int],
         keep: RecordFilter,
         read_bytes: int,
+        decoder: ValueDecoder | None,
     ) -> None:
         self.gateway = gateway
+        self.decoder = decoder  # decode_values=schema
         self.reader = reader
         self.topic = topic
         self.positions = positions
@@ -173,27 +186,35 @@ class _Stream:
                 chunk = sse.event("gap", orjson.dumps(gap), format_cursor(self.positions))
             else:
                 left = max_events - sent if max_events else 2**31
-                chunk, count = self._records(item, left)
-                sent += count
+                records = self._records(item, left)
+                if self.decoder is not None:
+                    records = await decoded_records(self.decoder, records)
+                chunk = self._events(item.partition, records)
+                sent += len(records)
             if chunk and not await writer.send(chunk):
                 return
             if max_events and sent >= max_events:
                 return
 
-    def _records(self, read: _Read, left: int) -> tuple[bytes, int]:
-        """The events of a read's records past the stream's position (at most `left`)."""
+    def _records(self, read: _Read, left: int) -> list[Any]:
+        """A read's records past the stream's position (at most `left`); the position moves
+        past them."""
         p = read.partition
         records, next_offset = codecs.fetched_records(
             read.data, self.positions[p], left, (self.topic, p), self.keep
         )
         self.positions[p] = next_offset
+        return records
+
+    def _events(self, p: int, records: list[Any]) -> bytes:
+        """The events of a partition's records, each with its cursor."""
         before, after = self._cursor_around(p)
         out = []
         for record in records:
             offset = record["offset"] if isinstance(record, dict) else record.offset
             cursor = f"{before}{p}-{offset + 1}{after}"
             out.append(sse.event("record", codecs.encode_record(record), cursor))
-        return b"".join(out), len(records)
+        return b"".join(out)
 
     def _cursor_around(self, partition: int) -> tuple[str, str]:
         """The cursor's text before and after `partition`'s pair."""

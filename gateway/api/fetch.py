@@ -6,17 +6,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from engine import batch as fmt
 from engine.log import ReadResult
 from engine.notify import ChangeNotifier
 from gateway.formats import codecs
+from gateway.formats.decoded import decoded_records
 from gateway.http.params import parse_int, query_int
 from gateway.http.problem import Problem, bad_request
 from gateway.settings import Settings
 from replication.fetch_limits import FetchLimits
 from replication.partition import Partition
+from schemas.decoding import ValueDecoder
 
 if TYPE_CHECKING:  # the gateway's state holds the group coordinator, which uses the limits
     from gateway.state import Gateway
@@ -93,11 +95,18 @@ async def read_partition(
     offset: int,
     limits: FetchLimits,
     accept: str,
+    decoder: ValueDecoder | None = None,
 ) -> FetchAnswer:
     """Fetch from a partition led here (waiting as the limits say) and encode the records in
-    the media type asked for; the records and bytes go in the topic's traffic."""
+    the media type asked for; the records and bytes go in the topic's traffic. With `decoder`
+    (`decode_values=schema`, JSON or NDJSON), values are decoded by the schema registry."""
     result = await gateway.replicas.fetch(topic, partition, offset, *_bounds(limits, accept))
-    return _answer(gateway, topic, offset, result, limits, accept)
+    if decoder is None:
+        return _answer(gateway, topic, offset, result, limits, accept)
+    records, next_offset = codecs.fetched_records(result.data, offset, limits.max_records)
+    gateway.metrics.traffic.fetched(topic, len(records), len(result.data))
+    records = await decoded_records(decoder, records)
+    return _json_answer(accept, records, next_offset, result.high_watermark)
 
 
 async def read_in_sync(
@@ -159,11 +168,17 @@ def _answer(
         return FetchAnswer(accept, bytes(data), max(offset, next_offset), result.high_watermark)
     records, next_offset = codecs.fetched_records(data, offset, limits.max_records)
     traffic.fetched(topic, len(records), len(data))
+    return _json_answer(accept, records, next_offset, result.high_watermark)
+
+
+def _json_answer(
+    accept: str, records: list[Any], next_offset: int, high_watermark: int
+) -> FetchAnswer:
     if accept == codecs.NDJSON:
         body = codecs.encode_ndjson_body(records)
     else:
-        body = codecs.encode_json_body(records, next_offset, result.high_watermark)
-    return FetchAnswer(accept, body, next_offset, result.high_watermark)
+        body = codecs.encode_json_body(records, next_offset, high_watermark)
+    return FetchAnswer(accept, body, next_offset, high_watermark)
 
 
 def refuse_when_full(notifier: ChangeNotifier, settings: Settings) -> None:

@@ -26,6 +26,7 @@ from gateway.api.event_cursor import format_cursor
 from gateway.api.forwarding import relay_stream
 from gateway.api.problems import from_engine_error
 from gateway.formats import codecs
+from gateway.formats.decoded import decoded_records
 from gateway.http import sse
 from gateway.http.problem import Problem
 from gateway.state import Gateway
@@ -51,6 +52,7 @@ class GroupStream:
     max_events: int
     max_bytes: int
     resume: dict[int, int]  # Last-Event-ID: where the client was, per partition
+    decode_values: bool = False  # values in the registry's wire format as their JSON
 
 
 async def group_events(
@@ -116,6 +118,8 @@ class _Member:
                 doc = {"generation": answer.generation, "partitions": owned}
                 chunks.append(sse.event("assignment", orjson.dumps(doc)))
             records = await self._resumed(answer)
+            if ask.decode_values:
+                records = await decoded_records(self.gateway.value_decoder, records)
             for record in records:
                 chunks.append(self._event(record))
             sent += len(records)

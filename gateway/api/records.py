@@ -21,6 +21,7 @@ from gateway.api.fetch import (
 from gateway.api.topics import refuse_internal
 from gateway.auth.middleware import require_create_topic
 from gateway.formats import codecs
+from gateway.formats.decoded import decode_values
 from gateway.http.params import (
     json_object,
     json_response,
@@ -114,6 +115,8 @@ async def fetch(request: web.Request) -> web.StreamResponse:
     gateway = gateway_of(request)
     settings = gateway.settings
     topic, partition = request.match_info["topic"], partition_param(request)
+    if decode_values(request.query):
+        return await _fetch_decoded(request, topic, partition)
     client_rack = request.query.get("client_rack")
     if client_rack is not None:
         answer = await _fetch_in_rack(request, topic, partition, client_rack)
@@ -136,6 +139,27 @@ async def fetch(request: web.Request) -> web.StreamResponse:
         refuse_when_full(gateway.notifier, settings)
         start = start_offset(offset, leader)
         answer = await read_partition(gateway, topic, partition, start, limits, accept)
+    return web.Response(body=answer.body, content_type=answer.content_type, headers=answer.headers)
+
+
+async def _fetch_decoded(request: web.Request, topic: str, partition: int) -> web.Response:
+    """A fetch with `decode_values=schema`: JSON or NDJSON, served by the partition's leader
+    (another node's, or another worker's, is forwarded there)."""
+    gateway = gateway_of(request)
+    leader = await gateway.replicas.leader(topic, partition)
+    accept, offset, limits = _fetch_params(request, gateway.settings)
+    if accept == codecs.RECORD_BATCH:
+        raise Problem(
+            406,
+            "NOT_ACCEPTABLE",
+            f"decode_values=schema answers {codecs.JSON} or {codecs.NDJSON}: record batches "
+            "carry values as stored",
+        )
+    refuse_when_full(gateway.notifier, gateway.settings)
+    start = start_offset(offset, leader)
+    answer = await read_partition(
+        gateway, topic, partition, start, limits, accept, gateway.value_decoder
+    )
     return web.Response(body=answer.body, content_type=answer.content_type, headers=answer.headers)
 
 

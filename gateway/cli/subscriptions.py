@@ -30,6 +30,11 @@ def add_commands(commands: Any, with_url: AddUrl) -> None:
     create.add_argument("--start", default="latest", help="earliest, latest or a timestamp (ms)")
     create.add_argument("--dead-letter-topic")
     create.add_argument("--format", choices=["binary", "structured", "json"])
+    create.add_argument(
+        "--decode-values",
+        choices=["none", "schema"],
+        help="schema: values in the schema registry's wire format delivered as their JSON",
+    )
     create.add_argument("--max-records", type=int, help="records per request (batching)")
     create.add_argument("--max-wait-ms", type=int, help="how long a batch may wait to fill")
     create.add_argument("--max-attempts", type=int)
@@ -87,6 +92,8 @@ def _spec(args: argparse.Namespace) -> dict[str, Any]:
         doc["dead_letter_topic"] = args.dead_letter_topic
     if args.format:
         doc["format"] = args.format
+    if args.decode_values:
+        doc["decode_values"] = args.decode_values
     batching = {k: v for k, v in (("max_records", args.max_records),
                                   ("max_wait_ms", args.max_wait_ms)) if v is not None}  # fmt: skip
     if batching:

@@ -23,7 +23,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -43,6 +43,7 @@ from groups.subscriptions.state import (
     DeliveryRecord,
     PartitionDispatch,
     Pause,
+    SchemaValue,
     Send,
     Stop,
     retry_after_s,
@@ -88,6 +89,22 @@ class LatencyHistogram:
         self.total += seconds
 
 
+# A read's batches, their records to deliver, and the offset after the last record read.
+Read = tuple[PartitionRead, list[DeliveryRecord], int]
+
+
+class SchemaValues(Protocol):
+    """Record values read by the schema registry, for `decode_values: schema` (the gateway's:
+    groups know no schemas)."""
+
+    async def values(self, values: Sequence[bytes | None]) -> list[SchemaValue | None]:
+        """Each value decoded, or why not; None for a null or JSON value (delivered as is)."""
+
+    async def documents(self, records: list[Any]) -> list[Any]:
+        """Fetch documents (the JSON format's records) with their values decoded as a fetch
+        with `decode_values=schema` has them."""
+
+
 @dataclass
 class Services:
     """What a dispatcher uses, shared by all of a node's dispatchers."""
@@ -96,6 +113,7 @@ class Services:
     positions: GroupPositions
     dead_letter: DeadLetterSink
     decode_json: RecordDecoder
+    schema_values: SchemaValues
     client: DeliveryClient
     set_paused: Callable[[str, str], Awaitable[None]]  # (name, reason): pause the subscription
     latency: dict[str, LatencyHistogram] = field(default_factory=dict)
@@ -247,7 +265,7 @@ class PartitionDispatcher:
             if sub.paused:
                 self.state.pause()
         state = self.state
-        reading: asyncio.Task[PartitionRead] | None = None
+        reading: asyncio.Task[Read] | None = None
         self.flow.listeners.add(self._wake)
         try:
             while not self.stopping:
@@ -255,15 +273,7 @@ class PartitionDispatcher:
                     failure, self.failure = self.failure, None
                     raise failure
                 if reading is None and state.wants_read():
-                    reading = asyncio.create_task(
-                        self.services.reader.read(
-                            sub.topic,
-                            self.partition,
-                            state.position,
-                            sub.batching.max_bytes,
-                            READ_WAIT_MS,
-                        )
-                    )
+                    reading = asyncio.create_task(self._read(state.position))
                     reading.add_done_callback(self._wake)
                 flow_wait = self._start_attempts(state)
                 commit_wait = self._commit_if_due(state)
@@ -385,10 +395,10 @@ class PartitionDispatcher:
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    def _took(self, state: PartitionDispatch, done: asyncio.Task[PartitionRead]) -> None:
+    def _took(self, state: PartitionDispatch, done: asyncio.Task[Read]) -> None:
         """A read ended: its records into the state (or the position moved past a gap)."""
         try:
-            got = done.result()
+            got, records, next_offset = done.result()
         except OffsetOutOfRange as exc:
             to = out_of_range_start(exc)
             log.warning(
@@ -404,20 +414,54 @@ class PartitionDispatcher:
             return
         self.high_watermark = got.high_watermark
         if got.data:
-            records, next_offset = self._decode(got.data, state.position)
             state.read(records, next_offset, self._loop.time())
 
-    def _decode(self, data: memoryview, start: int) -> tuple[list[DeliveryRecord], int]:
+    async def _read(self, position: int) -> Read:
+        """Committed batches from `position`, their records decoded (with `decode_values:
+        schema`, their values read by the schema registry too)."""
+        sub = self.sub
+        got = await self.services.reader.read(
+            sub.topic, self.partition, position, sub.batching.max_bytes, READ_WAIT_MS
+        )
+        if not got.data:
+            return got, [], position
+        if sub.decode_values == "schema":
+            records, next_offset = await self._schema_decoded(got.data, position)
+        else:
+            records, next_offset = self._decode(got.data, position)
+        return got, records, next_offset
+
+    async def _schema_decoded(
+        self, data: memoryview, start: int
+    ) -> tuple[list[DeliveryRecord], int]:
+        """`_decode`, with the values as the schema registry reads them (for the JSON format,
+        in its fetch documents)."""
+        values = self.services.schema_values
+        if self.sub.format == "json":
+            # Every record takes bytes: at most len(data) records, so all of those read.
+            found = await values.documents(self._documents(data, start, len(data)))
+            return self._decode(data, start, found)
+        records, next_offset = self._decode(data, start)
+        decoded = await values.values([r.value for r in records])
+        return [r._replace(schema=v) for r, v in zip(records, decoded, strict=True)], next_offset
+
+    def _documents(self, data: memoryview, start: int, most: int) -> list[Any]:
+        """The fetch decoder's records at or past `start`, in order (the C path's carry no
+        offset)."""
+        found, _ = self.services.decode_json(data, start, most, (self.sub.topic, self.partition))
+        return found
+
+    def _decode(
+        self, data: memoryview, start: int, found: list[Any] | None = None
+    ) -> tuple[list[DeliveryRecord], int]:
         """The records at or past `start` that the filter keeps, and the offset after the
-        last record read."""
+        last record read (`found`: the JSON format's documents, if made already)."""
         keep = self.sub.filter
         read = [r for r in fmt.iter_records(data) if r.offset >= start]
         docs: list[bytes | None] = [None] * len(read)
         if self.sub.format == "json":
-            # The fetch decoder's records, in the same order (the C path's carry no offset).
-            found, _ = self.services.decode_json(
-                data, start, len(read), (self.sub.topic, self.partition)
-            )
+            if found is None:
+                found = self._documents(data, start, len(read))
             docs = [msgspec.json.encode(doc) for doc in found]
         next_offset = read[-1].offset + 1 if read else start
         active = keep.active

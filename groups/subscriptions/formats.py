@@ -74,8 +74,10 @@ def _is_json(value: bytes | None) -> bool:
 
 
 def content_type(record: DeliveryRecord) -> str:
-    """The value's media type: its `content-type` header, else JSON if it parses as JSON,
-    else bytes."""
+    """The value's media type: JSON if the registry decoded it, else its `content-type`
+    header, else JSON if it parses as JSON, else bytes."""
+    if record.schema is not None and record.schema.json is not None:
+        return "application/json"
     for name, value in record.headers:
         if name.lower() == "content-type" and value:
             return value.decode("latin-1")
@@ -91,6 +93,17 @@ def extensions(record: DeliveryRecord) -> dict[str, str]:
         if EXTENSION.fullmatch(lowered) and lowered not in RESERVED_ATTRIBUTES and value:
             out[lowered] = value.decode("utf-8", "replace")
     return out
+
+
+def schema_attributes(record: DeliveryRecord) -> dict[str, str | int]:
+    """With `decode_values: schema`, the extension attributes that say how the value was read:
+    `schemaid` when the data is its decoded JSON, `schemaerror` (why) when it stays as stored."""
+    schema = record.schema
+    if schema is None:
+        return {}
+    if schema.json is not None and schema.schema_id is not None:
+        return {"schemaid": schema.schema_id}
+    return {"schemaerror": schema.error or ""}
 
 
 def _header(value: str | bytes) -> str:
@@ -111,8 +124,12 @@ def structured(sub: Subscription, partition: int, record: DeliveryRecord) -> dic
     if record.key is not None:
         event["partitionkey"] = record.key.decode("utf-8", "replace")
     event.update(extensions(record))
+    if record.schema is not None:
+        event.update(schema_attributes(record))
     if record.value is not None:
-        if media.endswith("json") and _is_json(record.value):
+        if record.schema is not None and record.schema.json is not None:
+            event["data"] = orjson.Fragment(record.schema.json)
+        elif media.endswith("json") and _is_json(record.value):
             event["data"] = orjson.Fragment(record.value)
         else:
             event["data_base64"] = base64.b64encode(record.value).decode()
@@ -189,11 +206,16 @@ def body_and_head(fixed: Fixed, records: Sequence[DeliveryRecord]) -> tuple[byte
     )
     if record.key is not None:
         head += f"ce-partitionkey: {_header(record.key)}\r\n"
-    if record.headers:
-        head += "".join(
-            f"ce-{name}: {_header(value)}\r\n" for name, value in extensions(record).items()
-        )
-    return record.value or b"", head
+    schema = record.schema
+    if schema is None:
+        if record.headers:
+            head += "".join(
+                f"ce-{name}: {_header(value)}\r\n" for name, value in extensions(record).items()
+            )
+        return record.value or b"", head
+    attributes = {**extensions(record), **schema_attributes(record)}
+    head += "".join(f"ce-{name}: {_header(str(value))}\r\n" for name, value in attributes.items())
+    return schema.json if schema.json is not None else record.value or b"", head
 
 
 def sign(fixed: Fixed, message_id: str, timestamp_s: int, body: bytes) -> str:

@@ -31,6 +31,7 @@ from groups.subscriptions.dispatcher import (
     DeadLetterSink,
     LatencyHistogram,
     PartitionDispatcher,
+    SchemaValues,
     Services,
 )
 from groups.subscriptions.endpoints import check_endpoint
@@ -67,6 +68,7 @@ class SubscriptionService:
         positions: GroupPositions,
         dead_letter: DeadLetterSink,
         decode_json: RecordDecoder,
+        schema_values: SchemaValues,
         allowed_hosts: Collection[str] = (),
     ) -> None:
         self.replicas = replicas
@@ -87,6 +89,7 @@ class SubscriptionService:
             positions=positions,
             dead_letter=dead_letter,
             decode_json=decode_json,
+            schema_values=schema_values,
             client=DeliveryClient(
                 self.allowed_hosts, CONNECT_TIMEOUT_S, POOL_LIMIT, POOL_LIMIT_PER_HOST
             ),

@@ -27,6 +27,7 @@ NAME = re.compile(r"[A-Za-z0-9._-]{1,200}")
 CE_TYPE = re.compile(r"[A-Za-z0-9._:/-]{1,200}")
 HEADER_NAME = re.compile(r"[A-Za-z0-9-]{1,100}")
 FORMATS = ("binary", "structured", "json")
+DECODINGS = ("none", "schema")
 ORDERINGS = ("partition", "key", "none")
 MAX_RATE_PER_S = 100_000.0
 MAX_PIPELINE = 64  # requests on one connection before their answers
@@ -44,7 +45,7 @@ FIELDS = frozenset(
     {
         "name", "topic", "endpoint", "start", "ordering", "batching", "format", "ce_type",
         "retry", "dead_letter_topic", "filter", "auth", "signing_secret", "paused",
-        "concurrency", "rate_limit_per_s",
+        "concurrency", "rate_limit_per_s", "decode_values",
     }
 )  # fmt: skip
 # What PATCH may change: not the name, the topic or the start (the position is the group's).
@@ -119,6 +120,7 @@ class Subscription:
     concurrency: Concurrency = field(default_factory=Concurrency)
     rate_limit_per_s: float | None = None  # requests per second to the endpoint, at most
     format: Literal["binary", "structured", "json"] = "binary"
+    decode_values: Literal["none", "schema"] = "none"  # schema: values in the wire format as JSON
     ce_type: str = "dev.sluice.record"
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     dead_letter_topic: str | None = None
@@ -183,6 +185,9 @@ def parse(doc: Mapping[str, Any], *, uid: str, version: int = 0) -> Subscription
     fmt = doc.get("format", "binary")
     if fmt not in FORMATS:
         raise invalid(f"format must be one of {', '.join(FORMATS)}", "/format")
+    decode_values = doc.get("decode_values", "none")
+    if decode_values not in DECODINGS:
+        raise invalid(f"decode_values must be one of {', '.join(DECODINGS)}", "/decode_values")
     ce_type = doc.get("ce_type", "dev.sluice.record")
     if not isinstance(ce_type, str) or not CE_TYPE.fullmatch(ce_type):
         raise invalid("ce_type must be 1 to 200 characters of A-Z a-z 0-9 . _ : / -", "/ce_type")
@@ -212,6 +217,7 @@ def parse(doc: Mapping[str, Any], *, uid: str, version: int = 0) -> Subscription
         concurrency=_concurrency(doc.get("concurrency", {})),
         rate_limit_per_s=_rate(doc.get("rate_limit_per_s")),
         format=fmt,
+        decode_values=decode_values,
         ce_type=ce_type,
         retry=_retry(doc.get("retry", {})),
         dead_letter_topic=None
@@ -277,6 +283,7 @@ def document(sub: Subscription) -> dict[str, Any]:
         },
         "rate_limit_per_s": sub.rate_limit_per_s,
         "format": sub.format,
+        "decode_values": sub.decode_values,
         "ce_type": sub.ce_type,
         "retry": {
             "timeout_ms": sub.retry.timeout_ms,

@@ -46,10 +46,20 @@ UNCOMMITTED_WINDOWS = 4
 CONTENT_REFUSALS = frozenset({400, 413, 415, 422})
 
 
+class SchemaValue(NamedTuple):
+    """A record's value as the schema registry read it (`decode_values: schema`): its JSON
+    text and schema id, or why it stays as stored (`error`)."""
+
+    json: bytes | None
+    schema_id: int | None
+    error: str | None = None
+
+
 class DeliveryRecord(NamedTuple):
     """A committed record to deliver; `json` is its /v1 fetch document (the plain JSON
-    format), when the subscription asks for it. A named tuple, as Send and Answer: made per
-    record or per request, it costs a third of a frozen dataclass."""
+    format), when the subscription asks for it; `schema`, its value decoded, when it asks for
+    that (None: the value is JSON text or null, delivered as it is). A named tuple, as Send and
+    Answer: made per record or per request, it costs a third of a frozen dataclass."""
 
     offset: int
     timestamp: int
@@ -57,6 +67,7 @@ class DeliveryRecord(NamedTuple):
     value: bytes | None
     headers: Headers
     json: bytes | None = None
+    schema: SchemaValue | None = None
 
     @property
     def size(self) -> int:

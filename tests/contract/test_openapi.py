@@ -518,6 +518,21 @@ def test_fetch_formats_conform(live: Server, accept: str) -> None:
         assert records[4]["key_encoding"] == "base64"
 
 
+def test_decoded_fetch_conforms(live: Server) -> None:
+    """`decode_values=schema`: JSON values as they are, raw bytes outside the wire format as
+    stored with the reason."""
+    operation = schema["/v1/topics/{topic}/partitions/{partition}/records"]["GET"]
+    url = f"{live.url}/v1/topics/{SAMPLES}/partitions/0/records"
+    params = {"offset": "earliest", "timeout_ms": "0", "decode_values": "schema"}
+    answer = requests.get(url, params=params, timeout=10)
+    assert answer.status_code == 200, answer.text
+    operation.validate_response(answer)
+    records = answer.json()["records"]
+    assert records[0]["value"] == {"n": 1, "tags": ["a", "b"]}
+    assert "value_schema_error" not in records[0]
+    assert records[3]["value_schema_error"].startswith("not in the wire format")
+
+
 def test_group_answers_conform(live: Server) -> None:
     """A member's join, fetch (JSON, tombstones, raw bytes), commit and the group views."""
     base = f"{live.url}/v1/groups/contract-samples-group"

@@ -1,11 +1,13 @@
 """The web console (`GET /console`) in headless Chromium against real nodes: every page loads
-without a console error and calls nothing but the public /v1 API and its own files; each action
-works end to end; deep links survive a reload; the sign-in flow and a key without ACLs; the
-cluster page over four nodes, and its actions. Screenshots of the pages go to
-$SLUICE_CONSOLE_SCREENSHOTS (docs/console/ holds a few), else to the test's temporary folder."""
+without a console error and calls nothing but the public /v1 API, the schema registry's and its
+own files; each action works end to end; deep links survive a reload; the sign-in flow and a
+key without ACLs; the cluster page over four nodes, and its actions; the Schemas page and
+decoded values. Screenshots of the pages go to $SLUICE_CONSOLE_SCREENSHOTS (docs/console/ holds
+a few), else to the test's temporary folder."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 from collections.abc import Callable, Iterator
@@ -15,6 +17,9 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
 
 from gateway.workers.local_cluster import LocalCluster, free_port
 from tests.auth.support import binding, make_basic, make_key
@@ -32,14 +37,28 @@ PAGES = (
     "/groups/billing",
     "/subscriptions",
     "/subscriptions/orders-hook",
+    "/schemas",
+    "/schemas/orders-value",
     "/access",
     "/throughput",
 )
 CONSOLE_FILES = {"/console"} | {
     f"/console/{name}"
     for name in ("app.js", "api.js", "ui.js", "style.css", "cluster.js", "topics.js",
-                 "messages.js", "groups.js", "subscriptions.js", "access.js", "throughput.js")
+                 "messages.js", "groups.js", "subscriptions.js", "schemas.js", "access.js",
+                 "throughput.js")
 }  # fmt: skip
+
+
+ORDER_SCHEMA: dict[str, Any] = {
+    "type": "record",
+    "name": "Order",
+    "namespace": "shop",
+    "fields": [
+        {"name": "order", "type": "int"},
+        {"name": "items", "type": {"type": "array", "items": "string"}},
+    ],
+}
 
 
 @pytest.fixture
@@ -182,6 +201,9 @@ def seed(url: str) -> None:
         assert http.delete(f"/v1/groups/billing/members/{member}").status_code == 204
         sub = {"name": "orders-hook", "topic": "orders", "endpoint": "https://hooks.example.com/o"}
         assert http.post("/v1/subscriptions", json=sub).status_code == 201
+        schema = {"schema": json.dumps(ORDER_SCHEMA)}
+        answer = http.post("/schema-registry/subjects/orders-value/versions", json=schema)
+        assert answer.status_code == 200, answer.text
 
 
 @pytest.fixture
@@ -211,7 +233,9 @@ def test_every_page_loads_and_calls_only_the_public_api(
         paths.add(parts.path)
     assert paths >= CONSOLE_FILES
     others = paths - CONSOLE_FILES
-    assert others and all(p.startswith("/v1/") for p in others), sorted(others)
+    assert others and all(p.startswith(("/v1/", "/schema-registry/")) for p in others), sorted(
+        others
+    )
 
 
 def test_the_pages_read_in_a_narrow_window(node: Server, browser: Any, shots: Path) -> None:
@@ -232,11 +256,12 @@ def test_keyboard_reaches_every_page_from_the_navigation(node: Server, browser: 
     shown(browser, "/cluster", node.url)
     body = browser.find_element("tag name", "body")
     reached = []
-    for _ in range(8):  # the skip link, the brand, then the six pages
+    for _ in range(9):  # the skip link, the brand, then the seven pages
         body.send_keys(Keys.TAB)
         reached.append(browser.execute_script("return document.activeElement.textContent;"))
     assert reached[0] == "Skip to the page"
-    for page in ("Cluster", "Topics", "Groups", "Subscriptions", "Access", "Throughput"):
+    pages = ("Cluster", "Topics", "Groups", "Subscriptions", "Schemas", "Access", "Throughput")
+    for page in pages:
         assert page in reached
     browser.switch_to.active_element.send_keys(Keys.ENTER)  # the last one: Throughput
     wait(browser, lambda: ready(browser) and heading(browser) == "Throughput", "the page")
@@ -315,6 +340,50 @@ def test_actions_end_to_end(node: Server, browser: Any, shots: Path) -> None:
     http.close()
 
 
+def test_schemas_and_decoded_values(node: Server, browser: Any, shots: Path) -> None:
+    registry = SchemaRegistryClient({"url": f"{node.url}/schema-registry"})
+    context = SerializationContext("orders", MessageField.VALUE)
+    avro = AvroSerializer(registry, json.dumps(ORDER_SCHEMA))({"order": 7, "items": []}, context)
+    assert avro is not None
+    note = {"name": "note", "type": "string", "default": ""}
+    later = {**ORDER_SCHEMA, "fields": [*ORDER_SCHEMA["fields"], note]}
+    assert registry.register_schema("orders-value", Schema(json.dumps(later), "AVRO")) == 2
+    values = [avro, b"\x00\x00\x00\x03\xe7\x02"]  # the second: an id nobody registered
+    records = [
+        {"value": base64.b64encode(v).decode(), "value_encoding": "base64", "partition": 1}
+        for v in values
+    ]
+    answer = httpx.post(f"{node.url}/v1/topics/orders/records", json={"records": records})
+    assert answer.status_code == 200, answer.text
+    # The subjects and their versions; a version's schema, pretty-printed.
+    shown(browser, "/schemas", node.url)
+    assert first_column(browser) == ["orders-value"] and "1, 2" in main_text(browser)
+    browser.find_element("link text", "orders-value").click()
+    wait(browser, lambda: ready(browser, "#/schemas/orders-value"), "the subject")
+    assert browser.find_element("id", "schema-version").text == "2"
+    assert '"name": "note"' in browser.find_element("id", "schema-text").text
+    browser.find_element("link text", "1").click()
+    wait(browser, lambda: ready(browser, "#/schemas/orders-value?version=1"), "version 1")
+    text = browser.find_element("id", "schema-text").text
+    assert '"namespace": "shop"' in text and "note" not in text
+    assert "BACKWARD" in main_text(browser)
+    browser.save_screenshot(str(shots / "schemas.png"))
+    # The records view shows the Avro value decoded, and the other as stored with why.
+    route = "/topics/orders/messages?partition=1&from=offset&offset=4&order=oldest"
+    shown(browser, route, node.url)
+    text = main_text(browser)
+    assert '"order": 7' in text and "decoded with schema id 1" in text
+    assert "not decoded: schema id 999 is not registered" in text
+    browser.save_screenshot(str(shots / "decoded-records.png"))
+    shown(browser, f"{route}&values=stored", node.url)
+    text = main_text(browser)
+    assert '"order": 7' not in text and f"base64: {records[0]['value']}" in text
+    # The live tail decodes too.
+    shown(browser, "/topics/orders/tail?from=earliest", node.url)
+    wait(browser, lambda: "decoded with schema id 1" in main_text(browser), "the decoded tail")
+    assert script_errors(browser) == []
+
+
 def test_deep_links_survive_a_reload(node: Server, browser: Any) -> None:
     route = "/topics/orders/messages?partition=2&from=offset&offset=3&order=newest&limit=20"
     shown(browser, route, node.url)
@@ -363,6 +432,10 @@ def test_sign_in_and_what_a_key_without_acls_sees(
     sign_in(browser, "key", keys["admin"])
     wait(browser, lambda: ready(browser) and heading(browser) == "Topics", "the topics")
     assert first_column(browser) == ["orders", "secret"]
+    # The registry's pages call it with the credentials too.
+    assert httpx.get(f"{server.url}/schema-registry/subjects").status_code == 401
+    shown(browser, "/schemas", server.url)
+    assert heading(browser) == "Schemas" and problems(browser) == []
     assert browser.get_cookies() == []  # nothing but this tab's session storage
     # A new key's secret is shown once.
     shown(browser, "/access", server.url)

@@ -34,9 +34,16 @@ def test_bisect_on_error_joins_the_other_retry_fields() -> None:
     assert specs.parse(doc, uid="u").retry.bisect_on_error
 
 
+def test_decode_values() -> None:
+    doc = _spec(parsed("--decode-values", "schema"))
+    assert specs.parse(doc, uid="u").decode_values == "schema"
+    with pytest.raises(SystemExit):
+        parsed("--decode-values", "avro")
+
+
 def test_without_the_flags_the_defaults_hold() -> None:
     doc = _spec(parsed())
-    assert not {"ordering", "concurrency", "rate_limit_per_s", "retry"} & set(doc)
+    assert not {"ordering", "concurrency", "rate_limit_per_s", "retry", "decode_values"} & set(doc)
 
 
 def test_an_unknown_ordering_is_refused() -> None:

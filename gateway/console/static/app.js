@@ -6,6 +6,7 @@ import * as access from "./access.js";
 import * as cluster from "./cluster.js";
 import * as groups from "./groups.js";
 import * as messages from "./messages.js";
+import * as schemas from "./schemas.js";
 import * as subscriptions from "./subscriptions.js";
 import * as throughput from "./throughput.js";
 import * as topics from "./topics.js";
@@ -22,6 +23,8 @@ const ROUTES = [
   [/^\/groups\/([^/]+)$/, groups.detail, "groups", "Group"],
   [/^\/subscriptions$/, subscriptions.list, "subscriptions"],
   [/^\/subscriptions\/([^/]+)$/, subscriptions.detail, "subscriptions", "Subscription"],
+  [/^\/schemas$/, schemas.list, "schemas"],
+  [/^\/schemas\/([^/]+)$/, schemas.detail, "schemas", "Subject"],
   [/^\/access$/, access.page, "access"],
   [/^\/throughput$/, throughput.page, "throughput"],
 ];

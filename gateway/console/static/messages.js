@@ -1,5 +1,6 @@
 // Messages: browse a partition from an offset or a time, oldest or newest first; produce a
-// record from a form; follow the topic live over Server-Sent Events.
+// record from a form; follow the topic live over Server-Sent Events. Values in the schema
+// registry's wire format are shown decoded (the node decodes them: `decode_values=schema`).
 
 import { ApiError, api, follow, get, parseJSON, path, toJSON } from "./api.js";
 import { empty, field, form, h, heading, link, origin, plural, problem, table } from "./ui.js";
@@ -25,6 +26,18 @@ function valueText(record, compact) {
   return text.length > COMPACT_CHARS ? `${text.slice(0, COMPACT_CHARS)}…` : text;
 }
 
+/** The value's cell: its text, and how the schema registry read it (decoded with which
+ * schema, or why not) when the page asked for decoded values. */
+function valueCell(record, live) {
+  const note = record.value_schema_id !== undefined
+    ? h("small", { class: "schema-note" }, `decoded with schema id ${record.value_schema_id}`)
+    : record.value_schema_error
+      ? h("small", { class: "schema-note" }, `not decoded: ${record.value_schema_error}`)
+      : null;
+  if (live) return h("code", {}, valueText(record, true), note ? [" ", note] : null);
+  return [h("pre", { class: "value" }, valueText(record, false)), note];
+}
+
 function headersOf(record) {
   const entries = Object.entries(record.headers || {});
   if (!entries.length) return "—";
@@ -38,7 +51,7 @@ const recordColumns = (live) => [
   ["Time", (r) => h("time", { datetime: new Date(r.timestamp).toISOString() }, new Date(r.timestamp).toISOString().replace("T", " ").replace("Z", ""))],
   ["Key", (r) => (r.key === null ? "—" : h("code", {}, r.key_encoding ? `base64: ${r.key}` : r.key))],
   ["Headers", headersOf],
-  ["Value", (r) => (live ? h("code", {}, valueText(r, true)) : h("pre", { class: "value" }, valueText(r, false)))],
+  ["Value", (r) => valueCell(r, live)],
 ];
 
 function produceForm(topic, partitions) {
@@ -104,6 +117,7 @@ function browseForm(topic, partitions, q) {
       timeField,
       field("Order", select("browse-order", "order", [["oldest", "oldest first"], ["newest", "newest first"]], q.order)),
       field("Records", select("browse-limit", "limit", LIMITS.map((n) => [n, n]), q.limit)),
+      field("Values", select("browse-values", "values", [["decoded", "decoded (schema registry)"], ["stored", "as stored"]], q.values)),
       h("button", { type: "submit" }, "Show")),
   );
   el.elements.from.addEventListener("change", shownFor);
@@ -125,6 +139,7 @@ function options(query) {
     time: query.get("time") ?? "",
     order: query.get("order") === "oldest" ? "oldest" : "newest",
     limit: LIMITS.includes(limit) ? limit : 50,
+    values: query.get("values") === "stored" ? "stored" : "decoded",
   };
 }
 
@@ -151,7 +166,8 @@ async function load(topic, q, signal) {
   const end = q.order === "newest" ? until : last.offset;
   let rows = [];
   if (start < end) {
-    const answer = await records(`${base}/records`, { offset: start, max_records: q.limit, timeout_ms: 0 });
+    const decode = q.values === "decoded" ? { decode_values: "schema" } : {};
+    const answer = await records(`${base}/records`, { offset: start, max_records: q.limit, timeout_ms: 0, ...decode });
     rows = answer.records.filter((r) => r.offset < end);
   }
   if (q.order === "newest") rows.reverse();
@@ -221,7 +237,7 @@ export async function tail([topic], query, signal) {
   }, TAIL_DRAW_MS);
   signal.addEventListener("abort", () => clearInterval(draw));
   const replay = query.get("from") === "earliest";
-  const base = `${path("/v1/topics", topic, "events")}?max_events=${TAIL_BATCH}&max_bytes=${TAIL_READ_BYTES}`;
+  const base = `${path("/v1/topics", topic, "events")}?max_events=${TAIL_BATCH}&max_bytes=${TAIL_READ_BYTES}&decode_values=schema`;
   // Each stream ends after TAIL_BATCH records and the next opens a second after the last did:
   // a topic faster than that is sampled (the page says how many records it skipped), so a
   // console left open costs the node a bounded effort. A replay goes on from where the last

@@ -4,7 +4,7 @@ which direction (reader new / writer old, or the reverse), as Confluent Schema R
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Literal, get_args
 
 from schemas.types import ParsedSchema
 
@@ -17,15 +17,7 @@ Level = Literal[
     "FULL_TRANSITIVE",
     "NONE",
 ]
-LEVELS: tuple[Level, ...] = (
-    "BACKWARD",
-    "BACKWARD_TRANSITIVE",
-    "FORWARD",
-    "FORWARD_TRANSITIVE",
-    "FULL",
-    "FULL_TRANSITIVE",
-    "NONE",
-)
+LEVELS: tuple[Level, ...] = get_args(Level)
 DEFAULT_LEVEL: Level = "BACKWARD"
 
 

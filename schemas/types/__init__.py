@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
+
+from schemas.errors import INVALID_SCHEMA, SchemaError
 
 SchemaType = Literal["AVRO", "JSON", "PROTOBUF"]
 SCHEMA_TYPES: tuple[SchemaType, ...] = ("AVRO", "JSON", "PROTOBUF")
@@ -35,6 +37,7 @@ class ParsedSchema(Protocol):
 
     schema_type: SchemaType
     text: str  # as registered
+    reference_depth: int  # how deep its chain of references nests (0: it has none)
 
     def canonical(self) -> str:
         """The normalised text: two registrations with the same canonical text (and the same
@@ -53,6 +56,30 @@ class ParsedSchema(Protocol):
     def decode(self, payload: bytes) -> Any:
         """A binary payload back to a JSON value; InvalidValue if it is not one of
         this schema's."""
+
+
+Typed = TypeVar("Typed")
+
+
+def references_of(
+    references: Mapping[str, ParsedSchema], kind: type[Typed], type_name: SchemaType
+) -> tuple[dict[str, Typed], int]:
+    """A schema's references as schemas of its own type, and the depth of its reference chain
+    (SchemaError(INVALID_SCHEMA) for a reference of another type or a chain too deep)."""
+    from schemas.types import limits
+
+    typed: dict[str, Typed] = {}
+    depth = 0
+    for name, reference in references.items():
+        if not isinstance(reference, kind):
+            raise SchemaError(
+                INVALID_SCHEMA,
+                f"reference {name!r} is {reference.schema_type}, not {type_name}",
+            )
+        typed[name] = reference
+        depth = max(depth, reference.reference_depth + 1)
+    limits.check_reference_depth(depth)
+    return typed, depth
 
 
 def parse(

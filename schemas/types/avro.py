@@ -30,7 +30,7 @@ from fastavro._read_py import schemaless_reader as bounded_schemaless_reader
 from fastavro.validation import ValidationError, validate
 
 from schemas.errors import INVALID_SCHEMA, SchemaError
-from schemas.types import InvalidValue, ParsedSchema, SchemaType, limits
+from schemas.types import InvalidValue, ParsedSchema, SchemaType, limits, references_of
 
 Converter = Callable[[Any], Any]
 
@@ -58,19 +58,15 @@ class AvroSchema:
     def __init__(self, text: str, references: Mapping[str, ParsedSchema]) -> None:
         self.text = text
         document = limits.load_json(text)
+        typed, depth = references_of(references, AvroSchema, "AVRO")
         definitions: list[Any] = []
         seen: set[str] = set()
-        depth = 0
-        for name, reference in references.items():
-            if not isinstance(reference, AvroSchema):
-                raise SchemaError(INVALID_SCHEMA, f"reference {name!r} is not an Avro schema")
-            depth = max(depth, reference.reference_depth + 1)
+        for reference in typed.values():
             for definition in reference.definitions:
                 key = _sorted_json(definition)
                 if key not in seen:
                     seen.add(key)
                     definitions.append(definition)
-        limits.check_reference_depth(depth)
         self.reference_depth = depth
         self.definitions: tuple[Any, ...] = (*definitions, document)
         self._canonical = _sorted_json(document)
@@ -83,6 +79,7 @@ class AvroSchema:
             self._codec = parse_schema(_without_logical_types(document), named_schemas=named)
         except Exception as e:  # fastavro raises bare exceptions of several kinds
             raise SchemaError(INVALID_SCHEMA, f"invalid Avro schema: {e}") from None
+        _check_arrays(self._codec, named)
         self._to_datum = _compile(self._codec, named, {})
         self._has_bytes = _mentions_bytes(self._codec, named)
         self._read = bounded_schemaless_reader if _is_recursive(named) else schemaless_reader
@@ -101,7 +98,8 @@ class AvroSchema:
             return []
         kinds = list(dict.fromkeys(kind.value for kind in result.incompatibilities))
         messages = [
-            f"{{errorType:'{kind.upper()}', description:'{_DESCRIPTIONS[kind]}'}}" for kind in kinds
+            f"{{errorType:'{kind.upper()}', description:'{_DESCRIPTIONS.get(kind, kind)}'}}"
+            for kind in kinds
         ]
         locations = ", ".join(sorted(result.locations))
         details = "; ".join(sorted(result.messages))
@@ -176,16 +174,10 @@ def _parse_avro(definitions: list[Any], document: Any) -> avro.schema.Schema:
 
 
 def _check_enums(document: Any) -> None:
-    stack = [document]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict):
-            symbols = node.get("symbols")
-            if node.get("type") == "enum" and isinstance(symbols, list):
-                limits.check_enum(len(symbols), f"enum {node.get('name')!r}")
-            stack.extend(node.values())
-        elif isinstance(node, list):
-            stack.extend(node)
+    for node in limits.objects(document):
+        symbols = node.get("symbols")
+        if node.get("type") == "enum" and isinstance(symbols, list):
+            limits.check_enum(len(symbols), f"enum {node.get('name')!r}")
 
 
 def _without_logical_types(node: Any) -> Any:
@@ -250,14 +242,19 @@ def _compile(node: Any, named: dict[str, Any], compiled: dict[str, Converter]) -
         fields = [
             (field["name"], _compile(field["type"], named, compiled)) for field in node["fields"]
         ]
-        final.append(_record(fields))
+        needed = [(name, convert) for name, convert in fields if convert is not _identity]
+        final.append(_record(needed) if needed else _identity)
         compiled[node["name"]] = final[0]
         return final[0]
     if kind == "array":
         items = _compile(node["items"], named, compiled)
+        if items is _identity:
+            return _identity
         return lambda value: [items(v) for v in value] if isinstance(value, list) else value
     if kind == "map":
         values = _compile(node["values"], named, compiled)
+        if values is _identity:
+            return _identity
         return lambda value: (
             {k: values(v) for k, v in value.items()} if isinstance(value, dict) else value
         )
@@ -348,6 +345,44 @@ def _mentions_bytes(node: Any, named: dict[str, Any]) -> bool:
             stack.extend(current.get(key) for key in ("type", "items", "values"))
             stack.extend(field["type"] for field in current.get("fields", ()))
     return False
+
+
+def _check_arrays(codec: Any, named: dict[str, Any]) -> None:
+    """Refuse an array whose items take no bytes (null, an empty record, a zero-size fixed):
+    a payload of a few bytes could declare billions of them, all built on decode."""
+    stack = [codec, *named.values()]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, dict):
+            if node.get("type") == "array" and _zero_width(node["items"], named, set()):
+                raise SchemaError(
+                    INVALID_SCHEMA,
+                    "an array's items take no bytes (null, an empty record or a zero-size "
+                    "fixed): a payload of a few bytes could decode to billions of them",
+                )
+            stack.extend(node.get(key) for key in ("type", "items", "values"))
+            stack.extend(field["type"] for field in node.get("fields", ()))
+
+
+def _zero_width(node: Any, named: dict[str, Any], visiting: set[str]) -> bool:
+    """True if every value of `node` encodes to no bytes at all."""
+    if isinstance(node, str):
+        if node == "null":
+            return True
+        if node in _PRIMITIVES or node in visiting or node not in named:
+            return False
+        return _zero_width(named[node], named, visiting | {node})
+    if not isinstance(node, dict):
+        return False
+    kind = node["type"]
+    if kind == "fixed":
+        return bool(node["size"] == 0)
+    if kind in ("record", "error"):
+        inside = visiting | {node["name"]}
+        return all(_zero_width(field["type"], named, inside) for field in node["fields"])
+    return isinstance(kind, str) and kind == "null"
 
 
 def _is_recursive(named: dict[str, Any]) -> bool:

@@ -20,7 +20,7 @@ import jsonschema.exceptions
 import jsonschema_rs
 
 from schemas.errors import INVALID_SCHEMA, SchemaError
-from schemas.types import InvalidValue, ParsedSchema, SchemaType, limits
+from schemas.types import InvalidValue, ParsedSchema, SchemaType, limits, references_of
 
 _COMBINATORS = ("anyOf", "oneOf", "allOf")
 _OBJECT_KEYWORDS = frozenset(
@@ -56,15 +56,11 @@ class JsonSchema:
         self.document = limits.load_json(text)
         if not isinstance(self.document, (dict, bool)):
             raise SchemaError(INVALID_SCHEMA, "a JSON Schema is an object or a boolean")
+        typed, depth = references_of(references, JsonSchema, "JSON")
         resources: dict[str, Any] = {}
-        depth = 0
-        for name, reference in references.items():
-            if not isinstance(reference, JsonSchema):
-                raise SchemaError(INVALID_SCHEMA, f"reference {name!r} is not a JSON Schema")
-            depth = max(depth, reference.reference_depth + 1)
+        for name, reference in typed.items():
             resources.update(reference.resources)
             resources[name] = reference.document
-        limits.check_reference_depth(depth)
         self.reference_depth = depth
         self.resources = resources
         _check_enums(self.document)
@@ -79,9 +75,11 @@ class JsonSchema:
             raise SchemaError(
                 INVALID_SCHEMA, f"invalid JSON Schema at '/{where}': {e.message}"
             ) from None
-        options: dict[str, Any] = {}
+        options: dict[str, Any] = {"retriever": _refuse_retrieval}
         if resources:
-            options["registry"] = jsonschema_rs.Registry(list(resources.items()))
+            options["registry"] = jsonschema_rs.Registry(
+                list(resources.items()), retriever=_refuse_retrieval
+            )
         declared = isinstance(self.document, dict) and "$schema" in self.document
         compile_validator = (
             jsonschema_rs.validator_for if declared else jsonschema_rs.Draft7Validator
@@ -99,10 +97,16 @@ class JsonSchema:
         """What values `writer` allows that this schema refuses, by Confluent's change types."""
         if not isinstance(writer, JsonSchema):
             return [f"the old schema is {writer.schema_type}, not JSON"]
-        checker = _Checker(self, writer)
+        try:
+            changes = _Checker(self, writer).compare(self.document, writer.document, "")
+        except _TooComplex:
+            return [
+                "{errorType:'COMPARISON_TOO_COMPLEX', jsonPath:'#', description:'the schemas "
+                f"need more than {_MAX_COMPARISONS} subschema comparisons'}}"
+            ]
         return [
             f"{{errorType:'{kind}', jsonPath:'#{path}', description:'{why}'}}"
-            for kind, path, why in checker.compare(self.document, writer.document, "")
+            for kind, path, why in changes
         ]
 
     def validate(self, value: Any) -> None:
@@ -133,27 +137,37 @@ def parse(text: str, references: Mapping[str, ParsedSchema]) -> JsonSchema:
     return JsonSchema(text, references)
 
 
+def _refuse_retrieval(uri: str) -> Any:
+    """jsonschema_rs would fetch a `$ref` it does not know over HTTP or from a file: a schema
+    names only its references, so nothing is fetched."""
+    raise ValueError(f"{uri} is not one of the schema's references")
+
+
 def _check_enums(document: Any) -> None:
-    stack = [document]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict):
-            values = node.get("enum")
-            if isinstance(values, list):
-                limits.check_enum(len(values), "an enum")
-            stack.extend(node.values())
-        elif isinstance(node, list):
-            stack.extend(node)
+    for node in limits.objects(document):
+        values = node.get("enum")
+        if isinstance(values, list):
+            limits.check_enum(len(values), "an enum")
 
 
 Change = tuple[str, str, str]
+_MAX_COMPARISONS = 20_000
+
+
+class _TooComplex(Exception):
+    """The comparison met more pairs of subschemas than it may."""
 
 
 class _Checker:
-    """Reader/writer comparison of two schemas, each with its own `$ref` targets."""
+    """Reader/writer comparison of two schemas, each with its own `$ref` targets. A pair of
+    subschemas is compared once (later meetings reuse the answer, a pair met again inside
+    itself is taken as compatible), and the whole comparison is bounded: combinators nested in
+    combinators would otherwise cost exponential time."""
 
     def __init__(self, reader: JsonSchema, writer: JsonSchema) -> None:
         self._roots = (reader, writer)
+        self._answers: dict[tuple[int, int], list[Change]] = {}
+        self._kept: list[Any] = []
         self._in_progress: set[tuple[int, int]] = set()
 
     def compare(self, reader: Any, writer: Any, path: str) -> list[Change]:
@@ -161,13 +175,21 @@ class _Checker:
         reader = self._resolve(reader, 0)
         writer = self._resolve(writer, 1)
         pair = (id(reader), id(writer))
+        known = self._answers.get(pair)
+        if known is not None:
+            return known
         if pair in self._in_progress:
             return []
+        if len(self._answers) >= _MAX_COMPARISONS:
+            raise _TooComplex
+        self._kept.append((reader, writer))
         self._in_progress.add(pair)
         try:
-            return list(self._changes(_normal(reader), _normal(writer), path))
+            found = list(self._changes(_normal(reader), _normal(writer), path))
         finally:
             self._in_progress.discard(pair)
+        self._answers[pair] = found
+        return found
 
     def _resolve(self, node: Any, side: int) -> Any:
         for _ in range(limits.MAX_DEPTH):
@@ -242,7 +264,7 @@ class _Checker:
             if key in writer:
                 rest = {k: v for k, v in writer.items() if k != key}
                 for index, branch in enumerate(writer[key]):
-                    merged = {**rest, **branch} if isinstance(branch, dict) else branch
+                    merged = {**rest, **branch} if rest and isinstance(branch, dict) else branch
                     found = self.compare(reader, merged, path)
                     if found:
                         yield (
@@ -261,7 +283,7 @@ class _Checker:
                             "the new schema adds a condition all values must meet",
                         )
                 return
-            if not any(not self.compare(reader, branch, path) for branch in writer["allOf"]):
+            if all(self.compare(reader, branch, path) for branch in writer["allOf"]):
                 yield (
                     "COMBINED_TYPE_CHANGED",
                     path,
@@ -271,7 +293,9 @@ class _Checker:
         for key in ("anyOf", "oneOf"):
             if key in reader:
                 rest = {k: v for k, v in reader.items() if k != key}
-                branches = [{**rest, **b} if isinstance(b, dict) else b for b in reader[key]]
+                branches = [
+                    {**rest, **b} if rest and isinstance(b, dict) else b for b in reader[key]
+                ]
                 if all(self.compare(branch, writer, path) for branch in branches):
                     yield (
                         "COMBINED_TYPE_CHANGED",

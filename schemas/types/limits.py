@@ -3,6 +3,7 @@ instead of costing a node its memory, its stack or its time."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from schemas.errors import INVALID_SCHEMA, SchemaError
@@ -37,6 +38,18 @@ def check_depth(document: Any) -> None:
             stack.extend((child, depth + 1) for child in node.values())
         elif isinstance(node, list):
             stack.extend((child, depth + 1) for child in node)
+
+
+def objects(document: Any) -> Iterator[dict[str, Any]]:
+    """Every JSON object in a document, nested ones too (walked without recursion)."""
+    stack = [document]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            yield node
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
 
 
 def check_enum(count: int, where: str) -> None:

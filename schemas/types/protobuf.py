@@ -36,7 +36,7 @@ from grpc_tools import _protoc_compiler
 
 from schemas import wire
 from schemas.errors import INVALID_SCHEMA, SchemaError
-from schemas.types import InvalidValue, ParsedSchema, SchemaType, limits
+from schemas.types import InvalidValue, ParsedSchema, SchemaType, limits, references_of
 
 MAIN = "schema.proto"
 _WELL_KNOWN = str(Path(grpc_tools.__file__).parent / "_proto")
@@ -66,6 +66,7 @@ _WIRE_GROUPS = {
     )
     for kind in kinds
 }
+_NAMED_TYPES = frozenset((_FDP.TYPE_MESSAGE, _FDP.TYPE_GROUP, _FDP.TYPE_ENUM))
 _LENGTH_DELIMITED = frozenset((_FDP.TYPE_STRING, _FDP.TYPE_BYTES, _FDP.TYPE_MESSAGE))
 
 
@@ -82,15 +83,11 @@ class ProtobufSchema:
         self.text = text
         limits.check_text(text)
         _check_nesting(text)
+        typed, depth = references_of(references, ProtobufSchema, "PROTOBUF")
         files: dict[str, str] = {}
-        depth = 0
-        for name, reference in references.items():
-            if not isinstance(reference, ProtobufSchema):
-                raise SchemaError(INVALID_SCHEMA, f"reference {name!r} is not a Protobuf schema")
-            depth = max(depth, reference.reference_depth + 1)
+        for name, reference in typed.items():
             files.update(reference.files)
             files[name] = reference.text
-        limits.check_reference_depth(depth)
         self.reference_depth = depth
         self.files = files
         compiled = _compile(text, files)
@@ -314,7 +311,7 @@ class _Comparison:
         if _WIRE_GROUPS[new.type] != _WIRE_GROUPS[old.type]:
             yield "FIELD_KIND_CHANGED", where, f"field {old.name} no longer has the same wire type"
             return
-        if new.type in (_FDP.TYPE_MESSAGE, _FDP.TYPE_GROUP):
+        if new.type == old.type and new.type in _NAMED_TYPES:
             new_name = _relative(new.type_name, self._reader.package)
             old_name = _relative(old.type_name, self._writer.package)
             if new_name != old_name:
@@ -322,15 +319,6 @@ class _Comparison:
                     "FIELD_NAMED_TYPE_CHANGED",
                     where,
                     f"field {old.name} is now of type {new_name}",
-                )
-        if new.type == _FDP.TYPE_ENUM and old.type == _FDP.TYPE_ENUM:
-            new_name = _relative(new.type_name, self._reader.package)
-            old_name = _relative(old.type_name, self._writer.package)
-            if new_name != old_name:
-                yield (
-                    "FIELD_NAMED_TYPE_CHANGED",
-                    where,
-                    f"field {old.name} is now of enum {new_name}",
                 )
         repeated = (new.label == _FDP.LABEL_REPEATED, old.label == _FDP.LABEL_REPEATED)
         if repeated[0] != repeated[1] and old.type not in _LENGTH_DELIMITED:

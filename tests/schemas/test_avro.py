@@ -122,7 +122,7 @@ def test_references_of_references_resolve_and_a_shared_one_counts_once() -> None
 
 
 def test_a_reference_of_another_type_is_refused() -> None:
-    with pytest.raises(SchemaError, match="not an Avro schema"):
+    with pytest.raises(SchemaError, match="is JSON, not AVRO"):
         avro(record("R", {"name": "f", "type": "int"}), {"Other": NotAvro()})
 
 
@@ -223,6 +223,32 @@ def test_a_schema_nested_too_deep_is_refused() -> None:
         avro_text("[" * 100_000 + "]" * 100_000)
 
 
+@pytest.mark.parametrize(
+    "items",
+    [
+        "null",
+        {"type": "null"},
+        record("Empty"),
+        record("Nulls", {"name": "a", "type": "null"}, {"name": "b", "type": record("E")}),
+        {"type": "fixed", "name": "F0", "size": 0},
+    ],
+)
+def test_an_array_of_items_that_take_no_bytes_is_refused(items: Any) -> None:
+    with pytest.raises(SchemaError, match="items take no bytes") as refused:
+        avro(record("R", {"name": "a", "type": {"type": "array", "items": items}}))
+    assert refused.value.error_code == INVALID_SCHEMA
+
+
+def test_arrays_of_items_that_take_bytes_are_kept() -> None:
+    for items in (
+        ["null", "int"],
+        {"type": "enum", "name": "E", "symbols": ["A"]},
+        record("I", {"name": "i", "type": "int"}),
+    ):
+        avro({"type": "array", "items": items})
+    avro({"type": "map", "values": "null"})
+
+
 def test_a_schema_text_too_long_is_refused() -> None:
     huge = json.dumps(
         record("R", {"name": "f", "type": "string", "doc": "x" * limits.MAX_SCHEMA_CHARS})
@@ -308,6 +334,16 @@ FIXED_8 = {"type": "fixed", "name": "Fixed", "size": 8}
         (A_INT_B_INT, A_INT, False),
         (A_DINT, record("Record1"), True),
         (A_INT, record("Record1"), False),
+        (["int", "string"], ["string", "int"], True),
+        (["float"], ["int", "long"], True),
+        ("long", ["int", "long"], True),
+        ("double", ["int", "long", "float", "double"], True),
+        ("int", ["int"], True),
+        (["int"], "int", True),
+        (["int", "string"], ["int", "string", "long"], False),
+        ({"type": "map", "values": "string"}, {"type": "array", "items": "string"}, False),
+        (A_INT, A_DINT, True),
+        (A_DINT, A_INT_B_INT, True),
         (FIXED_4, FIXED_8, False),
         (FIXED_4, FIXED_4, True),
     ],
@@ -321,6 +357,9 @@ def test_incompatibilities_name_the_error_type_and_where() -> None:
     found = avro(SCHEMA3).incompatibilities(avro(SCHEMA1))
     assert found[0].startswith("{errorType:'READER_FIELD_MISSING_DEFAULT_VALUE'")
     assert "/fields/1" in found[-1] and "f2" in found[-1]
+    fixed = avro(FIXED_4).incompatibilities(avro(FIXED_8))
+    assert fixed[0].startswith("{errorType:'FIXED_SIZE_MISMATCH'")
+    assert "'/size'" in fixed[-1] and "expected: 8, found: 4" in fixed[-1]
     mismatch = avro(A_INT).incompatibilities(avro(A_LONG))
     assert mismatch[0].startswith("{errorType:'TYPE_MISMATCH'")
     assert avro(A_INT).incompatibilities(cast(ParsedSchema, NotAvro())) == [

@@ -158,6 +158,15 @@ def test_ref_names_a_reference_and_a_definition_inside_it() -> None:
         person.validate({"city": 3})
 
 
+@pytest.mark.parametrize(
+    "ref", ["http://127.0.0.1:1/x.json", "file:///etc/passwd", "https://json-schema.org/x.json"]
+)
+def test_a_ref_outside_the_references_is_never_fetched(ref: str) -> None:
+    with pytest.raises(SchemaError, match="is not one of the schema's references") as refused:
+        schema({"properties": {"a": {"$ref": ref}}})
+    assert refused.value.error_code == INVALID_SCHEMA
+
+
 def test_references_of_references_resolve() -> None:
     city = schema({"type": "string", "minLength": 1})
     address = schema(
@@ -171,7 +180,7 @@ def test_references_of_references_resolve() -> None:
 
 def test_a_reference_of_another_type_is_refused() -> None:
     avro = parse("AVRO", '"string"', {})
-    with pytest.raises(SchemaError, match="not a JSON Schema"):
+    with pytest.raises(SchemaError, match="is AVRO, not JSON"):
         schema({"$ref": "a.avsc"}, {"a.avsc": avro})
 
 
@@ -305,6 +314,31 @@ def test_widening_is_compatible() -> None:
     ]
     for reader, writer in pairs:
         assert schema(reader).incompatibilities(schema(writer)) == [], (reader, writer)
+
+
+def test_combinators_nested_in_combinators_compare_in_bounded_time() -> None:
+    definitions: dict[str, Any] = {"d0": {"type": "string"}}
+    for i in range(1, 40):
+        below = {"$ref": f"#/definitions/d{i - 1}"}
+        definitions[f"d{i}"] = {"anyOf": [below, {"type": "object", "properties": {"x": below}}]}
+    reader = schema({"definitions": definitions, "$ref": "#/definitions/d39"})
+    writer = schema(
+        {"definitions": {**definitions, "d0": {"type": "integer"}}, "$ref": "#/definitions/d39"}
+    )
+    assert reader.incompatibilities(reader) == []
+    assert "SUM_TYPE_NARROWED" in reader.incompatibilities(writer)[0]
+
+    def inline(depth: int, kind: str) -> Any:
+        node: Any = {"type": kind}
+        for i in range(depth):
+            node = {"anyOf": [node, {"type": "object", "properties": {f"a{i}": node}}]}
+        return node
+
+    found = schema(inline(12, "string")).incompatibilities(schema(inline(12, "integer")))
+    assert found == [
+        "{errorType:'COMPARISON_TOO_COMPLEX', jsonPath:'#', description:'the schemas need more "
+        "than 20000 subschema comparisons'}"
+    ]
 
 
 def test_ref_to_references_compares_their_targets() -> None:

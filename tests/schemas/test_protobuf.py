@@ -1,7 +1,9 @@
 """Protobuf schemas: protoc's parsing of proto3 and proto2, imports as references, values in
 protobuf's JSON mapping, the payload as confluent-kafka's ProtobufSerializer writes it (message
 indexes first), schema bombs, and Confluent's compatibility rules. The compatibility cases
-named karapace_* are from Karapace's tests/unit/protobuf/test_protobuf_compatibility.py."""
+in test_compatibility_rules are from Karapace's tests/unit/protobuf/test_protobuf_compatibility.py
+and tests/unit/compatibility/test_protobuf_checks.py, with the wire-level rules Confluent
+documents."""
 
 from __future__ import annotations
 
@@ -168,8 +170,15 @@ def test_a_reference_name_must_be_a_relative_proto_path(name: str) -> None:
         proto('syntax = "proto3"; message M {}', {name: base})
 
 
+@pytest.mark.parametrize("path", ["../../../../etc/hostname", "/etc/hostname", "a/../../x.proto"])
+def test_an_import_outside_the_references_is_never_read(path: str) -> None:
+    with pytest.raises(SchemaError, match=r"not found|not allowed") as refused:
+        proto(f'syntax = "proto3"; import "{path}"; message M {{}}')
+    assert refused.value.error_code == INVALID_SCHEMA
+
+
 def test_a_reference_of_another_type_is_refused() -> None:
-    with pytest.raises(SchemaError, match="not a Protobuf schema"):
+    with pytest.raises(SchemaError, match="is AVRO, not PROTOBUF"):
         proto('syntax = "proto3"; message M {}', {"a.proto": parse("AVRO", '"int"', {})})
 
 
@@ -250,6 +259,16 @@ NESTED = "message Value { string str = 1; %s } string test = 1; Value val = 2; %
         (message("int32 a = 1;", extra="message N {}"), message("int32 a = 1;"), None),
         (message("int32 a = 1;"), message("int32 a = 1;", extra="enum E { A = 0; }"), None),
         (message("oneof o { int32 a = 1; }"), message("int32 a = 1;"), None),
+        (
+            proto('syntax = "proto3"; message Human { string name = 1; }'),
+            proto('syntax = "proto3"; message Person { string name = 1; }'),
+            "MESSAGE_REMOVED",
+        ),
+        (
+            message("E e = 1;", extra="enum E { A = 0; B = 1; C = 2; }"),
+            message("E e = 1;", extra="enum E { A = 0; B = 1; }"),
+            None,
+        ),
         (message("string a = 1;"), message("int32 a = 1;"), "FIELD_KIND_CHANGED"),
         (message("sint32 a = 1;"), message("int32 a = 1;"), "FIELD_KIND_CHANGED"),
         (message("fixed32 a = 1;"), message("fixed64 a = 1;"), "FIELD_KIND_CHANGED"),

@@ -415,6 +415,8 @@ def execute(
             frame, schema = prepare(spark, options, plan)
         elif options.value_schema is not None and schema is None:
             schema = registry.to_json(registry.fetch(str(options.registry_url), options.topics))
+            for topic in options.topics:  # a subject no column can be made from fails here
+                value_columns(schema, topic)
     if not plan.resumed:
         pending = ckpt.Pending(plan.run, options.settings(), schema, plan.ranges, plan.gaps)
         ckpt.save(checkpoint_location(options), state.planned(str(out), pending))

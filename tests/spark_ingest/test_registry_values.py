@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import io
 import json
 import re
 import signal
@@ -19,11 +20,12 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import fastavro
 import httpx
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
@@ -348,3 +350,43 @@ def test_bad_options_are_refused_before_anything_runs(
     opts = replace(options("http://127.0.0.1:1", BUCKET, tmp_path, ("t",)), **extra)
     with pytest.raises(IngestError, match=message):
         job.run(opts)
+
+
+def test_references_and_soft_deleted_versions_still_type_their_records(
+    env: Env, spark: SparkSession, tmp_path: Path
+) -> None:
+    """A version's references come with it; a soft-deleted version still decodes the records
+    written with it (they are still in the log)."""
+    topic = env.topic("shipments")
+    address = {"type": "record", "name": "Address", "namespace": "shop",
+               "fields": [{"name": "city", "type": "string"}]}  # fmt: skip
+    env.registry.register_schema("address", Schema(json.dumps(address), "AVRO"))
+    refs = [SchemaReference("shop.Address", "address", 1)]
+    v1 = {"type": "record", "name": "Shipment", "namespace": "shop",
+          "fields": [{"name": "to", "type": "shop.Address"}]}  # fmt: skip
+    v2 = {
+        **v1,
+        "fields": [*v1["fields"], {"name": "kg", "type": ["null", "double"], "default": None}],
+    }
+    subject = f"{topic}-value"
+    ids = [
+        env.registry.register_schema(subject, Schema(json.dumps(v), "AVRO", refs)) for v in (v1, v2)
+    ]
+    assert env.registry.delete_version(subject, 1) == 1
+
+    def written(schema: dict[str, Any], value: dict[str, Any]) -> bytes:
+        named: dict[str, Any] = {}
+        fastavro.parse_schema(address, named)
+        out = io.BytesIO()
+        fastavro.schemaless_writer(out, fastavro.parse_schema(schema, named), value)
+        return out.getvalue()
+
+    oslo = wire.frame(ids[0], written(v1, {"to": {"city": "Oslo"}}))
+    rome = wire.frame(ids[1], written(v2, {"to": {"city": "Rome"}, "kg": 2.5}))
+    env.produce(topic, [oslo, rome])
+    job.run(env.options(tmp_path, topic), spark)
+    rows = sorted(read_output(tmp_path / "out"), key=lambda r: r["offset"])
+    assert [(r["value_schema_id"], r["to"], r["kg"]) for r in rows] == [
+        (ids[0], {"city": "Oslo"}, None),
+        (ids[1], {"city": "Rome"}, 2.5),
+    ]

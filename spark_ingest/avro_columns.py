@@ -3,7 +3,9 @@
 The columns of a topic are the union of its subject's versions: each record field becomes a
 column of the Arrow type its Avro type maps to (record → struct, array → list, map → map,
 a union with null → that branch, enum → string, fixed and bytes → binary, date, time,
-timestamp and decimal logical types → their Arrow types). A field several versions declare
+timestamp and decimal logical types → their Arrow types; time-millis and time-micros are
+stored as their Avro int and long, since Spark reads no Parquet TIME). A field several
+versions declare
 takes the widest of their types (int < long < float < double; string and bytes → binary).
 Each value is read with its own writer schema, found by the id in its header, and projected
 onto the columns: fields its version lacks are null. A value that is not in the wire format,
@@ -119,6 +121,21 @@ def arrow_type(schema: Any, named: Mapping[str, Any], where: str, seen: frozense
     return arrow_type(kind, named, where, seen)  # a primitive in its {"type": ...} form
 
 
+def stored(kind: Any) -> Any:
+    """`kind` with each time type replaced by the integer Avro stores it as."""
+    if pa.types.is_time32(kind):
+        return pa.int32()
+    if pa.types.is_time64(kind):
+        return pa.int64()
+    if pa.types.is_struct(kind):
+        return pa.struct([f.with_type(stored(f.type)) for f in kind])
+    if pa.types.is_list(kind):
+        return pa.list_(stored(kind.value_type))
+    if pa.types.is_map(kind):
+        return pa.map_(kind.key_type, stored(kind.item_type))
+    return kind
+
+
 def widest(a: Any, b: Any, where: str) -> Any:
     """The one Arrow type that holds values of both `a` and `b` (see the module docstring)."""
     if a == b:
@@ -176,7 +193,9 @@ class ValueColumns:
             named = parsed["__named_schemas"]
             record_fields.append(list(arrow_type(parsed, named, where, frozenset())))
             self.writers[v.schema_id] = parsed
+        # What fastavro's values convert to, and what the files hold.
         self.type = pa.struct(merge_fields(record_fields, f"subject {topic}-value: field"))
+        self.stored_type = stored(self.type)
         self.names = [column_name(f.name, taken) for f in self.type]
 
     def decode(self, raw: bytes | None) -> tuple[int | None, Any]:
@@ -208,6 +227,8 @@ class ValueColumns:
             ids.append(schema_id)
             records.append(record)
         typed = pa.array(records, type=self.type)
+        if self.stored_type != self.type:
+            typed = typed.cast(self.stored_type)
         table = table.append_column(SCHEMA_ID, pa.array(ids, SCHEMA_ID.type))
         for name, column in zip(self.names, typed.flatten(), strict=True):
             table = table.append_column(name, column)

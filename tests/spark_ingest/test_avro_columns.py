@@ -6,6 +6,7 @@ specification's schema resolution rules.
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 import json
 from typing import Any
@@ -81,6 +82,29 @@ def test_a_field_of_several_versions_takes_the_widest_type(
     old: Any, new: Any, merged: pa.DataType
 ) -> None:
     assert columns(record(("f", old)), record(("f", new))).type == pa.struct([("f", merged)])
+
+
+def test_times_are_stored_as_the_integers_avro_writes() -> None:
+    millis = {"type": "int", "logicalType": "time-millis"}
+    micros = {"type": "long", "logicalType": "time-micros"}
+    schema = record(
+        ("t", millis),
+        ("in", record(("u", micros), name="In")),
+        ("ts", {"type": "array", "items": millis}),
+    )
+    typed = columns(schema)
+    assert typed.stored_type == pa.struct(
+        [("t", pa.int32()), ("in", pa.struct([("u", pa.int64())])), ("ts", pa.list_(pa.int32()))]
+    )
+    value = {
+        "t": dt.time(0, 0, 1, 500_000),
+        "in": {"u": dt.time(0, 0, 0, 7)},
+        "ts": [dt.time(0, 1)],
+    }
+    table = typed.add_to(pa.table({"value_bytes": pa.array([framed(101, schema, value)])}))
+    assert table.select(["t", "in", "ts"]).to_pylist() == [
+        {"t": 1500, "in": {"u": 7}, "ts": [60_000]}
+    ]
 
 
 def test_fields_are_the_union_of_the_versions_nested_records_too() -> None:

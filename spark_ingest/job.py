@@ -36,7 +36,6 @@ from pyspark.sql.types import DataType, StructType
 
 from spark_ingest import checkpoint as ckpt
 from spark_ingest import decode, layout, manifest, registry, sink, source, storage, summary
-from spark_ingest.avro_columns import SCHEMA_ID, ValueColumns
 from spark_ingest.errors import IngestError
 from spark_ingest.faults import KillSwitch
 from spark_ingest.manifest import Manifest
@@ -50,6 +49,7 @@ from spark_ingest.plan import (
     segment_tasks,
 )
 from spark_ingest.progress import Counter, spark_tasks
+from spark_ingest.typed_values import SCHEMA_ID, ValueColumns
 from spark_ingest.writer import WrittenFile, write_hour_files
 
 log = logging.getLogger("spark_ingest")

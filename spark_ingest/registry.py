@@ -14,8 +14,8 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
-from spark_ingest.avro_columns import Version
 from spark_ingest.errors import IngestError
+from spark_ingest.typed_values import Version
 
 MEDIA_TYPE = "application/vnd.schemaregistry.v1+json"
 TIMEOUT_S = 30.0
@@ -75,7 +75,7 @@ def references(url: str, doc: dict[str, Any], chain: tuple[str, ...]) -> list[st
 
 
 def subject_versions(url: str, topic: str) -> list[Version]:
-    """Every version of the topic's value subject, oldest first; only Avro ones are typed."""
+    """Every version of the topic's value subject, oldest first."""
     subject = subject_of(topic)
     try:
         numbers = get(url, f"/subjects/{_quoted(subject)}/versions?deleted=true")
@@ -86,12 +86,6 @@ def subject_versions(url: str, topic: str) -> list[Version]:
     versions: list[Version] = []
     for number in sorted(int(n) for n in numbers):
         doc = version(url, subject, number)
-        kind = doc.get("schemaType", "AVRO")
-        if kind != "AVRO":
-            raise IngestError(
-                f"subject {subject} version {number} is {kind}: --value-schema registry types "
-                "Avro values only"
-            )
         versions.append(
             Version(
                 subject,
@@ -99,6 +93,7 @@ def subject_versions(url: str, topic: str) -> list[Version]:
                 int(doc["id"]),
                 str(doc["schema"]),
                 tuple(references(url, doc, (f"{subject}/{number}",))),
+                str(doc.get("schemaType", "AVRO")),
             )
         )
     return versions
@@ -121,6 +116,7 @@ def to_json(found: dict[str, list[Version]]) -> str:
                         "id": v.schema_id,
                         "schema": v.text,
                         "references": list(v.references),
+                        "schema_type": v.schema_type,
                     }
                     for v in versions
                 ]
@@ -143,6 +139,7 @@ def from_json(text: str) -> dict[str, list[Version]]:
                     int(v["id"]),
                     str(v["schema"]),
                     tuple(str(r) for r in v["references"]),
+                    str(v["schema_type"]),
                 )
                 for v in versions
             ]

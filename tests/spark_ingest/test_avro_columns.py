@@ -17,8 +17,8 @@ import pytest
 
 from schemas import wire
 from spark_ingest import registry
-from spark_ingest.avro_columns import ValueColumns, Version
 from spark_ingest.errors import IngestError
+from spark_ingest.typed_values import ValueColumns, Version
 
 
 def record(*fields: tuple[str, Any], name: str = "R") -> dict[str, Any]:

@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 import pytest
 from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.schema_registry.json_schema import JSONSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
 from pyspark.errors import PySparkException
@@ -299,10 +300,11 @@ def test_bad_registry_input_fails_the_run_before_it_plans(
     env.produce(plain, [b"raw"])
     cases.append((plain, "has no subject no-subject-value"))
 
-    as_json = env.topic("json-subject")
-    env.registry.register_schema(f"{as_json}-value", Schema('{"type": "object"}', "JSON"))
-    env.produce(as_json, [{"a": 1}])
-    cases.append((as_json, "is JSON: --value-schema registry types Avro values only"))
+    proto = env.topic("proto-subject")
+    message = 'syntax = "proto3";\nmessage M { int32 a = 1; }\n'
+    env.registry.register_schema(f"{proto}-value", Schema(message, "PROTOBUF"))
+    env.produce(proto, [b"\x00\x00\x00\x00\x01\x00\x08\x01"])
+    cases.append((proto, "is PROTOBUF: --value-schema registry types Avro and JSON Schema"))
 
     scalar = env.topic("scalar-subject")
     env.produce(scalar, env.avro(scalar, {"type": "string"}, ["text"]))
@@ -390,3 +392,38 @@ def test_references_and_soft_deleted_versions_still_type_their_records(
         (ids[0], {"city": "Oslo"}, None),
         (ids[1], {"city": "Rome"}, 2.5),
     ]
+
+
+def test_json_schema_values_become_columns(env: Env, spark: SparkSession, tmp_path: Path) -> None:
+    """confluent-kafka's JSONSerializer's values: the payload is JSON, typed by the version's
+    properties; a value its schema does not describe is kept with null typed columns."""
+    topic = env.topic("payments")
+    schema = {
+        "type": "object",
+        "properties": {
+            "id": {"type": "integer"},
+            "amount": {"type": "number"},
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "payer": {"$ref": "#/definitions/Payer"},
+        },
+        "required": ["id"],
+        "definitions": {"Payer": {"type": "object", "properties": {"name": {"type": "string"}}}},
+    }
+    serialize = JSONSerializer(json.dumps(schema), env.registry)
+    context = SerializationContext(topic, MessageField.VALUE)
+    values = [{"id": n, "amount": n / 4, "tags": ["a"], "payer": {"name": f"p{n}"}} for n in (1, 2)]
+    written = [serialize(v, context) for v in values]
+    schema_id = env.registry.get_latest_version(f"{topic}-value").schema_id
+    assert schema_id is not None and all(isinstance(w, bytes) for w in written)
+    misfit = wire.frame(schema_id, b'{"id": "one"}')  # the serializer would refuse it
+    env.produce(topic, [*[bytes(w) for w in written if w is not None], misfit])
+    job.run(env.options(tmp_path, topic), spark)
+    files = sorted((tmp_path / "out").rglob("*.parquet"))
+    assert pq.read_schema(files[0]).field("amount").type == pa.float64()
+    rows = sorted(read_output(tmp_path / "out"), key=lambda r: r["offset"])
+    assert [(r["value_schema_id"], r["id"], r["amount"], r["tags"], r["payer"]) for r in rows] == [
+        (schema_id, 1, 0.25, ["a"], {"name": "p1"}),
+        (schema_id, 2, 0.5, ["a"], {"name": "p2"}),
+        (None, None, None, None, None),
+    ]
+    assert rows[2]["value_bytes"] == misfit

@@ -3,7 +3,8 @@
 The order makes every crash recoverable by a plain rerun:
 1. plan the ranges (checkpoint -> newest manifest entry) and store them as `pending`;
 2. Spark runs a task per segment that downloads, decodes and writes its hourly files, named
-   by offsets (with --json-schema, the `sluice` source's frame goes through Spark's JSON
+   by offsets (with --value-schema registry, typing values with the registry versions the
+   plan stores; with --json-schema, the `sluice` source's frame goes through Spark's JSON
    functions and the `sluice_hourly` writer instead);
 3. each touched hour's `_SUCCESS` is merged with the files written to it;
 4. the summary is stored, then the checkpoint commits the plan.

@@ -1,6 +1,7 @@
 """Spark ingest throughput: tiered segments on S3 -> hourly Parquet, against spark.read.json.
 
     python -m loadtests.ingest_bench --records 1000000 --out DIR [--cores 2] [--unflagged]
+        [--typed]
 
 N records (a key, a ~90-byte JSON object value, one timestamp a second) are written through
 the engine as segments of --segment-records records, spread over --partitions partitions,
@@ -13,7 +14,14 @@ local[--cores]:
   `spark.read.schema(...).json(...)` (an explicit schema: the job infers nothing either) and
   written with `.write.parquet(...)`.
 
-Both paths write Parquet (zstd) to local disk. A tiny warm-up of both runs first, so neither
+With --typed, two more cells type the values into columns, over the same records:
+
+- json-typed: the job with `--json-schema` (a DDL file of the four fields) over the JSON values;
+- avro-typed: the job with `--value-schema registry` over the same objects written as Avro in
+  Confluent's wire format, their schema registered in a gateway's registry (a local
+  `python -m gateway`).
+
+Every path writes Parquet (zstd) to local disk. A tiny warm-up of each runs first, so none
 pays the JVM's and Python workers' start-up. Records/s per core is records / wall seconds /
 cores. By default values sit in batches flagged as JSON (the gateway's JSON produce), so the
 job trusts them; --unflagged makes it validate each value with json.loads.
@@ -24,20 +32,26 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import hashlib
+import io
 import json
 import os
 import shutil
+import struct
 import sys
 import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import boto3
+import fastavro
 
 from engine import batch as fmt
 from engine.config import TopicConfig
 from engine.log import PartitionLog
-from loadtests.common import MotoServer
+from loadtests.common import MotoServer, start_gateway
 from spark_ingest import job
 
 T0 = 1_795_000_000_000 - 1_795_000_000_000 % 3_600_000
@@ -48,16 +62,50 @@ CREDENTIALS = {
 }
 BUCKET = "ingest-bench"
 JSON_DDL = "partition INT, offset BIGINT, timestamp TIMESTAMP, key STRING, value STRING"
+VALUE_DDL = "id BIGINT, customer STRING, amount BIGINT, status STRING"  # --json-schema's
+AVRO_SCHEMA = {
+    "type": "record",
+    "name": "Payment",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "customer", "type": "string"},
+        {"name": "amount", "type": "long"},
+        {"name": "status", "type": "string"},
+    ],
+}
+WIRE_HEADER = struct.Struct(">bI")  # Confluent's wire format: magic byte 0, schema id
+
+
+def fields_of(n: int) -> dict[str, Any]:
+    return {"id": n, "customer": f"c-{n % 9973}", "amount": n % 1000, "status": "paid"}
 
 
 def value_of(n: int) -> bytes:
-    return json.dumps(
-        {"id": n, "customer": f"c-{n % 9973}", "amount": n % 1000, "status": "paid"}
-    ).encode()
+    return json.dumps(fields_of(n)).encode()
+
+
+def avro_values(schema_id: int) -> Callable[[int], bytes]:
+    """Record n's fields as Avro in the wire format, with the registered schema's id."""
+    parsed = fastavro.parse_schema(AVRO_SCHEMA)
+    header = WIRE_HEADER.pack(0, schema_id)
+
+    def encode(n: int) -> bytes:
+        out = io.BytesIO()
+        fastavro.schemaless_writer(out, parsed, fields_of(n))
+        return header + out.getvalue()
+
+    return encode
 
 
 def make_segments(
-    root: Path, s3: Any, topic: str, records: int, partitions: int, per_segment: int, flagged: bool
+    root: Path,
+    s3: Any,
+    topic: str,
+    records: int,
+    partitions: int,
+    per_segment: int,
+    flagged: bool,
+    value: Callable[[int], bytes] = value_of,
 ) -> list[Path]:
     """Write the records through engine logs, upload segments + manifests; return JSON files.
 
@@ -73,7 +121,7 @@ def make_segments(
         for first in range(0, per_partition, per_segment):
             begin = p * per_partition + first
             rows: list[tuple[bytes, bytes, fmt.Headers, int]] = [
-                (f"k{n % 1000}".encode(), value_of(n), [], T0 + n * 1000)
+                (f"k{n % 1000}".encode(), value(n), [], T0 + n * 1000)
                 for n in range(begin, min(begin + per_segment, (p + 1) * per_partition))
             ]
             data = fmt.encode_batches(rows, max_batch_bytes=1 << 20, values_json=flagged)
@@ -98,13 +146,13 @@ def make_segments(
             )
             path = json_dir / f"{topic}-{p}-{name}.json"
             with path.open("w") as out:
-                for offset, (key, value, _, ts) in enumerate(rows, info.first_offset):
+                for i, (key, _, _, ts) in enumerate(rows):
                     line = {
                         "partition": p,
-                        "offset": offset,
+                        "offset": info.first_offset + i,
                         "timestamp": dt.datetime.fromtimestamp(ts / 1000, dt.UTC).isoformat(),
                         "key": key.decode(),
-                        "value": json.loads(value),
+                        "value": fields_of(begin + i),
                     }
                     out.write(json.dumps(line) + "\n")
             files.append(path)
@@ -122,7 +170,16 @@ def make_segments(
     return files
 
 
-def run_ingest(spark: Any, endpoint: str, topic: str, out: Path) -> tuple[float, int]:
+def run_ingest(
+    spark: Any,
+    endpoint: str,
+    topic: str,
+    out: Path,
+    json_schema: str | None = None,
+    value_schema: str | None = None,
+    registry_url: str | None = None,
+) -> tuple[float, int]:
+    """Time one job run (values typed as JobOptions' typing options say)."""
     options = job.JobOptions(
         endpoint=endpoint,
         bucket=BUCKET,
@@ -130,6 +187,9 @@ def run_ingest(spark: Any, endpoint: str, topic: str, out: Path) -> tuple[float,
         topics=(topic,),
         out=str(out / "parquet"),
         checkpoint=str(out / "offsets.json"),
+        json_schema=json_schema,
+        value_schema=value_schema,
+        registry_url=registry_url,
     )
     began = time.perf_counter()
     rows = int(job.run(options, spark)["rows"])
@@ -144,6 +204,64 @@ def run_json(spark: Any, files: list[Path], out: Path) -> tuple[float, int]:
     return seconds, int(spark.read.parquet(str(out)).count())
 
 
+@contextmanager
+def registry(root: Path) -> Iterator[str]:
+    """A local gateway; the URL of its schema registry."""
+    process, url = start_gateway(root / "gateway")
+    try:
+        yield f"{url}/schema-registry"
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def register(registry_url: str, subject: str) -> int:
+    """Register AVRO_SCHEMA under `subject`; its id."""
+    request = urllib.request.Request(
+        f"{registry_url}/subjects/{subject}/versions",
+        data=json.dumps({"schema": json.dumps(AVRO_SCHEMA)}).encode(),
+        headers={"Content-Type": "application/vnd.schemaregistry.v1+json"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        schema_id: int = json.loads(answer.read())["id"]
+    return schema_id
+
+
+def cell(seconds: float, rows: int, cores: int) -> dict[str, Any]:
+    """One run's figures."""
+    return {
+        "seconds": round(seconds, 2),
+        "rows": rows,
+        "records_per_s_per_core": round(rows / seconds / cores),
+    }
+
+
+def run_typed(
+    spark: Any, endpoint: str, args: argparse.Namespace, s3: Any, registry_url: str
+) -> dict[str, Any]:
+    """The json-typed and avro-typed cells (warmed up), over the same records."""
+    ddl = args.out / "values.ddl"
+    ddl.write_text(VALUE_DDL)
+    as_json = {"json_schema": str(ddl)}
+    as_avro = {"value_schema": "registry", "registry_url": registry_url}
+    for topic in ("avro-warmup", "avro"):
+        encode = avro_values(register(registry_url, f"{topic}-value"))
+        size = 2000 if topic == "avro-warmup" else args.records
+        per_segment = 1000 if topic == "avro-warmup" else args.segment_records
+        make_segments(
+            args.out / topic, s3, topic, size, args.partitions, per_segment, False, encode
+        )
+    run_ingest(spark, endpoint, "warmup", args.out / "warm-json-typed", **as_json)
+    run_ingest(spark, endpoint, "avro-warmup", args.out / "warm-avro-typed", **as_avro)
+    json_s, json_rows = run_ingest(spark, endpoint, "bench", args.out / "json-typed", **as_json)
+    avro_s, avro_rows = run_ingest(spark, endpoint, "avro", args.out / "avro-typed", **as_avro)
+    return {
+        "json_typed": cell(json_s, json_rows, args.cores),
+        "avro_typed": cell(avro_s, avro_rows, args.cores),
+        "ratio_avro_typed_over_json_typed": round(json_s / avro_s, 2),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=1_000_000)
@@ -152,6 +270,9 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--segment-records", type=int, default=100_000)
     parser.add_argument("--unflagged", action="store_true", help="values not flagged as JSON")
+    parser.add_argument(
+        "--typed", action="store_true", help="also the json-typed and avro-typed cells"
+    )
     args = parser.parse_args()
 
     os.environ.update(CREDENTIALS)
@@ -178,6 +299,10 @@ def main() -> None:
 
         ingest_s, ingest_rows = run_ingest(spark, endpoint, "bench", args.out / "ingest")
         json_s, json_rows = run_json(spark, files, args.out / "json-parquet")
+        typed: dict[str, Any] = {}
+        if args.typed:
+            with registry(args.out) as registry_url:
+                typed = run_typed(spark, endpoint, args, s3, registry_url)
         spark.stop()
     finally:
         moto.close()
@@ -186,17 +311,10 @@ def main() -> None:
         "records": args.records,
         "cores": args.cores,
         "values": "flagged JSON" if flagged else "unflagged (validated per record)",
-        "ingest": {
-            "seconds": round(ingest_s, 2),
-            "rows": ingest_rows,
-            "records_per_s_per_core": round(ingest_rows / ingest_s / args.cores),
-        },
-        "spark_read_json": {
-            "seconds": round(json_s, 2),
-            "rows": json_rows,
-            "records_per_s_per_core": round(json_rows / json_s / args.cores),
-        },
+        "ingest": cell(ingest_s, ingest_rows, args.cores),
+        "spark_read_json": cell(json_s, json_rows, args.cores),
         "ratio_ingest_over_json": round(json_s / ingest_s, 2),
+        **typed,
     }
     (args.out / "ingest_bench.json").write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2))

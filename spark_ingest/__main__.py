@@ -39,6 +39,19 @@ def ingest_parser() -> argparse.ArgumentParser:
         help="expand JSON values into columns: a schema file (Spark DDL or JSON) or 'infer'",
     )
     parser.add_argument(
+        "--value-schema",
+        choices=["registry"],
+        help="type Avro and JSON Schema values (Confluent's wire format) into columns with "
+        "the versions of each topic's subject <topic>-value in the schema registry at "
+        "--registry-url",
+    )
+    parser.add_argument(
+        "--registry-url",
+        metavar="URL",
+        help="a Confluent-compatible schema registry: a gateway's /schema-registry or a "
+        "registry's root",
+    )
+    parser.add_argument(
         "--start-offsets",
         default="{}",
         metavar="JSON",
@@ -77,6 +90,8 @@ def ingest(argv: list[str]) -> int:
         time_zone=args.time_zone,
         master=args.master,
         json_schema=args.json_schema,
+        value_schema=args.value_schema,
+        registry_url=args.registry_url,
         start_offsets=parse_offsets(args.start_offsets, "--start-offsets"),
         kill=KillSwitch.from_env(),
     )

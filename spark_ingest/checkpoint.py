@@ -33,6 +33,7 @@ class Settings:
     topics: tuple[str, ...]
     time_zone: str
     json_schema: str  # "none", "infer" or "file"
+    value_schema: str = "none"  # "none" or "registry"
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,9 @@ class Pending:
 
     run: int
     settings: Settings
-    schema: str | None  # the JSON expansion schema the run uses (Spark's JSON form)
+    # The JSON expansion schema the run uses (Spark's JSON form), or the registry versions
+    # that type its values (registry.to_json).
+    schema: str | None
     ranges: tuple[Range, ...]
     gaps: tuple[Gap, ...]
 
@@ -91,7 +94,10 @@ def _pending(obj: dict[str, Any]) -> Pending:
     return Pending(
         run=int(obj["run"]),
         settings=Settings(
-            tuple(settings["topics"]), str(settings["time_zone"]), str(settings["json_schema"])
+            tuple(settings["topics"]),
+            str(settings["time_zone"]),
+            str(settings["json_schema"]),
+            str(settings.get("value_schema", "none")),
         ),
         schema=obj["schema"],
         ranges=tuple(Range(**r) for r in obj["ranges"]),

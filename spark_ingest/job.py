@@ -3,7 +3,8 @@
 The order makes every crash recoverable by a plain rerun:
 1. plan the ranges (checkpoint -> newest manifest entry) and store them as `pending`;
 2. Spark runs a task per segment that downloads, decodes and writes its hourly files, named
-   by offsets (with --json-schema, the `sluice` source's frame goes through Spark's JSON
+   by offsets (with --value-schema registry, typing values with the registry versions the
+   plan stores; with --json-schema, the `sluice` source's frame goes through Spark's JSON
    functions and the `sluice_hourly` writer instead);
 3. each touched hour's `_SUCCESS` is merged with the files written to it;
 4. the summary is stored, then the checkpoint commits the plan.
@@ -35,7 +36,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StructType
 
 from spark_ingest import checkpoint as ckpt
-from spark_ingest import decode, layout, manifest, sink, source, storage, summary
+from spark_ingest import decode, layout, manifest, registry, sink, source, storage, summary
 from spark_ingest.errors import IngestError
 from spark_ingest.faults import KillSwitch
 from spark_ingest.manifest import Manifest
@@ -49,6 +50,7 @@ from spark_ingest.plan import (
     segment_tasks,
 )
 from spark_ingest.progress import Counter, spark_tasks
+from spark_ingest.typed_values import SCHEMA_ID, ValueColumns
 from spark_ingest.writer import WrittenFile, write_hour_files
 
 log = logging.getLogger("spark_ingest")
@@ -71,6 +73,8 @@ class JobOptions:
     time_zone: str = "UTC"
     master: str = "local[*]"
     json_schema: str | None = None  # None, "infer" or a schema file
+    value_schema: str | None = None  # None or "registry"
+    registry_url: str | None = None  # the schema registry `--value-schema registry` reads
     start_offsets: Offsets = field(default_factory=dict)  # for partitions not checkpointed yet
     kill: KillSwitch = field(default_factory=lambda: KillSwitch(None, 0))
 
@@ -81,7 +85,12 @@ class JobOptions:
         return "infer" if self.json_schema == "infer" else "file"
 
     def settings(self) -> ckpt.Settings:
-        return ckpt.Settings(tuple(sorted(set(self.topics))), self.time_zone, self.json_mode)
+        return ckpt.Settings(
+            tuple(sorted(set(self.topics))),
+            self.time_zone,
+            self.json_mode,
+            self.value_schema or "none",
+        )
 
 
 def check_options(options: JobOptions) -> None:
@@ -98,6 +107,13 @@ def check_options(options: JobOptions) -> None:
         raise IngestError(f"unknown --time-zone {options.time_zone!r}") from exc
     if options.json_mode == "file" and not Path(str(options.json_schema)).is_file():
         raise IngestError(f"--json-schema: no such file {options.json_schema!r}")
+    if options.value_schema is not None:
+        if options.value_schema != "registry":
+            raise IngestError(f"--value-schema must be 'registry', not {options.value_schema!r}")
+        if options.json_schema is not None:
+            raise IngestError("give one of --json-schema and --value-schema")
+        if not options.registry_url:
+            raise IngestError("--value-schema registry needs --registry-url")
 
 
 def start_spark(master: str) -> SparkSession:
@@ -216,13 +232,31 @@ def write_files(df: DataFrame, options: JobOptions) -> list[WrittenFile]:
         return sink.read_results(results)
 
 
+@functools.lru_cache(maxsize=16)
+def value_columns(versions: str, topic: str) -> ValueColumns:
+    """The typed columns of `topic` from the registry versions a plan stored (once a worker)."""
+    found = registry.from_json(versions)
+    if topic not in found:
+        raise IngestError(f"the run's registry versions have no subject for topic {topic}")
+    return ValueColumns(topic, found[topic], FIXED_COLUMNS | {SCHEMA_ID.name})
+
+
 def ingest_segment(
-    endpoint: str | None, bucket: str, out: str, time_zone: str, kill: KillSwitch, task: SegmentTask
+    endpoint: str | None,
+    bucket: str,
+    out: str,
+    time_zone: str,
+    kill: KillSwitch,
+    versions: str | None,
+    task: SegmentTask,
 ) -> list[WrittenFile]:
-    """One Spark task of the direct path: download, verify and decode one segment, then write
-    its hourly files, all in the same Python worker."""
+    """One Spark task of the direct path: download, verify and decode one segment (typing its
+    values if the plan has registry `versions`), then write its hourly files, all in the same
+    Python worker."""
     batches = list(source.read_segment(endpoint, bucket, task))
     table = pa.Table.from_batches(batches, schema=decode.SCHEMA)
+    if versions is not None:
+        table = value_columns(versions, task.topic).add_to(table)
     location = storage.location(out, endpoint)
     return write_hour_files(table, location, time_zone, kill)
 
@@ -247,7 +281,7 @@ def plan_segments(
 
 
 def ingest_direct(
-    spark: SparkSession, options: JobOptions, tasks: list[SegmentTask]
+    spark: SparkSession, options: JobOptions, tasks: list[SegmentTask], versions: str | None
 ) -> list[WrittenFile]:
     """Without JSON expansion, Spark only schedules: a task per segment reads and writes it
     (the rows never cross into the JVM and back, which costs more than decoding them)."""
@@ -255,7 +289,7 @@ def ingest_direct(
         return []
     work = functools.partial(
         ingest_segment, options.endpoint, options.bucket, options.out, options.time_zone,
-        options.kill,
+        options.kill, versions,
     )  # fmt: skip
     written = spark.sparkContext.parallelize(tasks, len(tasks)).map(work).collect()
     return sorted((f for files in written for f in files), key=lambda f: f.path)
@@ -338,7 +372,7 @@ def make_plan(options: JobOptions, state: ckpt.Checkpoint, manifests: list[Manif
         if pending.settings != options.settings():
             raise IngestError(
                 f"the checkpoint holds an unfinished run with {pending.settings}; rerun with "
-                "the same --topics, --time-zone and --json-schema to finish it"
+                "the same --topics, --time-zone, --json-schema and --value-schema to finish it"
             )
         log.info("redoing unfinished run %d", pending.run)
         gaps = (*pending.gaps, *resume_gaps(manifests, pending))
@@ -380,6 +414,10 @@ def execute(
         spark = spark or start_spark(options.master)
         if options.json_mode != "none":
             frame, schema = prepare(spark, options, plan)
+        elif options.value_schema is not None and schema is None:
+            schema = registry.to_json(registry.fetch(str(options.registry_url), options.topics))
+            for topic in options.topics:  # a subject no column can be made from fails here
+                value_columns(schema, topic)
     if not plan.resumed:
         pending = ckpt.Pending(plan.run, options.settings(), schema, plan.ranges, plan.gaps)
         ckpt.save(checkpoint_location(options), state.planned(str(out), pending))
@@ -393,7 +431,8 @@ def execute(
             if frame is not None:
                 files = write_files(frame, options)
             else:
-                files = ingest_direct(spark, options, segments)
+                versions = schema if options.value_schema is not None else None
+                files = ingest_direct(spark, options, segments, versions)
         log.info("wrote %d files, %d rows", len(files), sum(f.rows for f in files))
     return files, finalize_hours(out, files, options.kill)
 

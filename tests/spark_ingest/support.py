@@ -59,6 +59,13 @@ def cli_args(options: JobOptions) -> list[str]:
     ]  # fmt: skip
     if options.json_schema is not None:
         args += ["--json-schema", options.json_schema]
+    if options.value_schema is not None:
+        args += [
+            "--value-schema",
+            options.value_schema,
+            "--registry-url",
+            str(options.registry_url),
+        ]
     return args
 
 

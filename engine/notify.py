@@ -23,7 +23,9 @@ class ChangeNotifier:
         self._waiters: dict[PartitionLog, set[asyncio.Future[None]]] = {}
         self._watched: set[PartitionLog] = set()
         self.closing = False
-        self.parked = 0  # waiters parked now (a metric, and the limit's count): one per wait
+        # Waiters parked now (a metric, and the limit's count): one per client's wait; the
+        # server's own followers of a log (the registry's of _schemas) are not counted.
+        self.parked = 0
 
     def watch(self, log: PartitionLog) -> None:
         if log not in self._watched:
@@ -36,15 +38,17 @@ class ChangeNotifier:
             log.remove_listener(self._changed)
             self._wake(log)
 
-    async def wait(self, log: PartitionLog, timeout: float) -> bool:
-        """Wait for the log to change; False on timeout. Cancellation releases the waiter."""
-        return await self.wait_any((log,), timeout)
+    async def wait(self, log: PartitionLog, timeout: float, counted: bool = True) -> bool:
+        """Wait for the log to change; False on timeout. Cancellation releases the waiter.
+        `counted` False: a server's own follower of a log, not in `parked`."""
+        return await self.wait_any((log,), timeout, counted=counted)
 
     async def wait_any(
         self,
         logs: Iterable[PartitionLog],
         timeout: float,
         also: asyncio.Future[None] | None = None,
+        counted: bool = True,
     ) -> bool:
         """Wait for any of the logs to change, or `also` to be resolved; False on timeout.
 
@@ -57,7 +61,7 @@ class ChangeNotifier:
             waiters = self._waiters.setdefault(log, set())
             waiters.add(future)
             parked.append((log, waiters))
-        self.parked += 1
+        self.parked += counted
         # A timer on the future itself: asyncio.wait_for would add a future, two callbacks and
         # a loop lookup to every park, and a long-poll parks once per answer.
         waiter = future if also is None else self._loop.create_future()
@@ -77,7 +81,7 @@ class ChangeNotifier:
                 waiter.exception()  # a timeout that raced a cancellation: read, not logged
             if also is not None and follow is not None:
                 also.remove_done_callback(follow)
-            self.parked -= 1
+            self.parked -= counted
             for log, waiters in parked:
                 waiters.discard(future)
                 if not waiters and self._waiters.get(log) is waiters:

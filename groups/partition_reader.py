@@ -37,16 +37,23 @@ class PartitionReader:
         self.forwarder = forwarder
 
     async def read(
-        self, topic: str, partition: int, position: int, max_bytes: int, timeout_ms: int
+        self,
+        topic: str,
+        partition: int,
+        position: int,
+        max_bytes: int,
+        timeout_ms: int,
+        counted: bool = True,
     ) -> PartitionRead:
         """Batches from `position`, waiting up to `timeout_ms` for the first one; raises
-        OffsetOutOfRange with the leader's bounds, LeaderNotAvailable while none leads."""
+        OffsetOutOfRange with the leader's bounds, LeaderNotAvailable while none leads.
+        `counted` False: the server's own follower, not among the parked fetches here."""
         for _ in range(LEADER_MOVES):
             url = self._leader_url(topic, partition)
             if url is None:
                 try:
                     got = await self.replicas.fetch(
-                        topic, partition, position, max_bytes, 1, timeout_ms
+                        topic, partition, position, max_bytes, 1, timeout_ms, counted=counted
                     )
                 except NotLeader:
                     continue

@@ -570,9 +570,11 @@ class ReplicaManager:
         min_bytes: int,
         timeout_ms: int,
         max_records: int | None = None,
+        counted: bool = True,
     ) -> ReadResult:
         """Read from `offset` below the high watermark; with less than `min_bytes` there, park
-        until more is committed or `timeout_ms` passes. A parked request costs one future."""
+        until more is committed or `timeout_ms` passes. A parked request costs one future
+        (`counted` False: the server's own reader, not a client's parked fetch)."""
         leader = await self.leader(topic, partition)
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
@@ -586,7 +588,7 @@ class ReplicaManager:
                 return result
             if max_records is not None and covers(result.data, offset + max_records):
                 return result
-            await self.notifier.wait(leader.log, remaining)
+            await self.notifier.wait(leader.log, remaining, counted)
 
     async def _read_committed(
         self,

@@ -48,7 +48,13 @@ class PartitionReader(Protocol):
     """Committed records of a partition read wherever it is led (the groups' reader)."""
 
     async def read(
-        self, topic: str, partition: int, position: int, max_bytes: int, timeout_ms: int
+        self,
+        topic: str,
+        partition: int,
+        position: int,
+        max_bytes: int,
+        timeout_ms: int,
+        counted: bool = True,
     ) -> Read: ...
 
     async def offset(
@@ -86,7 +92,7 @@ class SchemaStore:
             try:
                 async with asyncio.timeout(FOLLOW_WAIT_MS / 1000 + READ_SLACK_S):
                     read = await self.reader.read(
-                        records.TOPIC, 0, self.position, READ_BYTES, FOLLOW_WAIT_MS
+                        records.TOPIC, 0, self.position, READ_BYTES, FOLLOW_WAIT_MS, counted=False
                     )
             except TimeoutError:
                 continue

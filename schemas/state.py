@@ -10,6 +10,7 @@ from schemas import errors
 from schemas.errors import SchemaError
 from schemas.records import ConfigSet, HighestId, ModeSet, Record, SchemaVersion, VersionRemoved
 from schemas.types import ParsedSchema, Reference, SchemaType, parse
+from schemas.types.protobuf import ProtobufSchema
 
 DEFAULT_COMPATIBILITY = "BACKWARD"
 DEFAULT_MODE = "READWRITE"
@@ -147,6 +148,17 @@ class RegistryState:
             found = parse(stored.schema_type, stored.text, self.resolve(stored.references))
             self._parsed[schema_id] = found
         return found
+
+    def text_as(self, schema_id: int, form: str | None) -> str:
+        """The schema's text in the form a reader asks for: `serialized` gives a Protobuf
+        schema's FileDescriptorProto in base64, as confluent-kafka's Protobuf serializers
+        ask for it; any other form, the text as registered."""
+        stored = self.schema(schema_id)
+        if form == "serialized" and stored.schema_type == "PROTOBUF":
+            parsed = self.parsed(schema_id)
+            if isinstance(parsed, ProtobufSchema):
+                return parsed.serialized()
+        return stored.text
 
     def resolve(self, references: Iterable[Reference]) -> dict[str, ParsedSchema]:
         """The schemas references name, parsed; 42201 for a reference to nothing."""

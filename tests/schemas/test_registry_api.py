@@ -4,6 +4,7 @@ test_schema_registry_mode.py (Apache-2.0), ported to plain HTTP."""
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
 from collections.abc import Iterator
@@ -526,3 +527,29 @@ def test_a_write_that_reached_a_deposed_writer_is_retriable() -> None:
     assert answer.body is not None
     doc = json.loads(bytes(answer.body))  # type: ignore[arg-type]
     assert doc["error_code"] == 50003 and doc["status"] == 503
+
+
+def test_format_serialized_gives_a_protobuf_schema_as_its_descriptor(sr: httpx.Client) -> None:
+    subject = unique("proto")
+    proto = 'syntax = "proto3";\nmessage Tick { int64 at = 1; }\n'
+    registered = post(
+        sr, f"/subjects/{subject}/versions", {"schema": proto, "schemaType": "PROTOBUF"}
+    )
+    schema_id = registered.json()["id"]
+    assert sr.get(f"/schemas/ids/{schema_id}").json()["schema"] == proto
+    serialized = sr.get(f"/schemas/ids/{schema_id}", params={"format": "serialized"}).json()
+    descriptor = base64.b64decode(serialized["schema"], validate=True)
+    assert b"Tick" in descriptor and serialized["schemaType"] == "PROTOBUF"
+    latest = sr.get(f"/subjects/{subject}/versions/latest", params={"format": "serialized"})
+    assert latest.json()["schema"] == serialized["schema"]
+    again = post(
+        sr,
+        f"/subjects/{subject}/versions",
+        {"schema": serialized["schema"], "schemaType": "PROTOBUF"},
+    )
+    assert again.json()["id"] == schema_id, "the serialized form is the same schema"
+    avro_subject = unique("avro")
+    avro = record(avro_name("Plain"), ("n", "int"))
+    avro_id = post(sr, f"/subjects/{avro_subject}/versions", {"schema": avro}).json()["id"]
+    plain = sr.get(f"/schemas/ids/{avro_id}", params={"format": "serialized"}).json()
+    assert plain["schema"] == avro, "only Protobuf has a serialized form"

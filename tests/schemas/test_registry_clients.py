@@ -14,6 +14,7 @@ import httpx
 import pytest
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+from confluent_kafka.schema_registry.common.protobuf import _str_to_proto
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
 from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
@@ -161,3 +162,19 @@ def test_protobuf_serializer_round_trip(client: SchemaRegistryClient) -> None:
     assert client.get_latest_version(f"{topic}-value").schema.schema_type == "PROTOBUF"
     deserialize = ProtobufDeserializer(Timestamp, {"use.deprecated.format": False})
     assert deserialize(payload, context) == Timestamp(seconds=1_700_000_000, nanos=5)
+
+
+def test_a_proto_text_is_served_serialized_as_the_protobuf_clients_ask(
+    client: SchemaRegistryClient,
+) -> None:
+    """confluent-kafka's Protobuf serializers read schemas with format=serialized and decode
+    them as a base64 FileDescriptorProto, whichever form the schema was registered in."""
+    proto = 'syntax = "proto3";\npackage example;\nmessage Click { string page = 1; }\n'
+    subject = f"clicks-{id(client)}-value"
+    schema_id = client.register_schema(subject, Schema(proto, "PROTOBUF"))
+    served = client.get_schema(schema_id, fmt="serialized").schema_str
+    assert served is not None
+    file = _str_to_proto("click.proto", served)
+    assert file.package == "example" and [m.name for m in file.message_type] == ["Click"]
+    latest = client.get_latest_version(subject, fmt="serialized").schema.schema_str
+    assert latest == served

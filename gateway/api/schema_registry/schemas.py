@@ -42,8 +42,8 @@ async def _by_id(request: web.Request) -> tuple[RegistryState, StoredSchema]:
 
 async def get_schema(request: web.Request) -> web.Response:
     """The schema with this id (its type unless Avro, its references if any)."""
-    _, stored = await _by_id(request)
-    doc: dict[str, Any] = {"schema": stored.text}
+    state, stored = await _by_id(request)
+    doc: dict[str, Any] = {"schema": state.text_as(stored.schema_id, request.query.get("format"))}
     if stored.schema_type != "AVRO":
         doc["schemaType"] = stored.schema_type
     if stored.references:
@@ -52,9 +52,10 @@ async def get_schema(request: web.Request) -> web.Response:
 
 
 async def get_schema_text(request: web.Request) -> web.Response:
-    """The schema's text alone, as registered."""
-    _, stored = await _by_id(request)
-    return web.Response(text=stored.text, content_type=V1_JSON)
+    """The schema's text alone, as registered (or in the form `format` asks for)."""
+    state, stored = await _by_id(request)
+    text = state.text_as(stored.schema_id, request.query.get("format"))
+    return web.Response(text=text, content_type=V1_JSON)
 
 
 async def get_subjects(request: web.Request) -> web.Response:

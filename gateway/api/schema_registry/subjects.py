@@ -119,7 +119,9 @@ async def get_version(request: web.Request) -> web.Response:
     state = await view(request)
     version = registry.parse_version(request.match_info["version"])
     found = state.version(request.match_info["subject"], version, flag(request, "deleted"))
-    return answer(version_doc(found))
+    doc = version_doc(found)
+    doc["schema"] = state.text_as(found.schema_id, request.query.get("format"))
+    return answer(doc)
 
 
 async def get_version_schema(request: web.Request) -> web.Response:
@@ -127,7 +129,8 @@ async def get_version_schema(request: web.Request) -> web.Response:
     state = await view(request)
     version = registry.parse_version(request.match_info["version"])
     found = state.version(request.match_info["subject"], version, flag(request, "deleted"))
-    return web.Response(text=found.text, content_type="application/vnd.schemaregistry.v1+json")
+    text = state.text_as(found.schema_id, request.query.get("format"))
+    return web.Response(text=text, content_type="application/vnd.schemaregistry.v1+json")
 
 
 async def referenced_by(request: web.Request) -> web.Response:

@@ -37,6 +37,7 @@ COPY gateway ./gateway
 COPY groups ./groups
 COPY openapi ./openapi
 COPY replication ./replication
+COPY schemas ./schemas
 COPY spark_ingest ./spark_ingest
 
 RUN pip wheel --wheel-dir /wheels . \

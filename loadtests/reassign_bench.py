@@ -85,19 +85,22 @@ class Bench:
         rows: list[dict[str, Any]] = answer.json()["partitions"]
         return rows
 
-    def produce(self, topic: str, partition: int, body: bytes, acks: str = "1") -> None:
+    def produce(
+        self, topic: str, partition: int, body: bytes, acks: str = "1", node: int = 0
+    ) -> None:
+        """A produce sent to `node` (one that is not paused)."""
         answer = self.http.post(
-            f"{self.url(0)}/v1/topics/{topic}/partitions/{partition}/records?acks={acks}",
+            f"{self.url(node)}/v1/topics/{topic}/partitions/{partition}/records?acks={acks}",
             content=body,
             headers={"Content-Type": RECORD_BATCH},
         )
         answer.raise_for_status()
 
-    def fill(self, topic: str, partition: int, mb: int) -> int:
-        """`mb` MB in 1 MB batches (acks=1); the bytes sent."""
+    def fill(self, topic: str, partition: int, mb: int, node: int) -> int:
+        """`mb` MB in 1 MB batches (acks=1) sent to `node`; the bytes sent."""
         body = _batch(1000, 1000)
         for _ in range(mb):
-            self.produce(topic, partition, body)
+            self.produce(topic, partition, body, node=node)
         return mb * len(body)
 
     def moving(self, topic: str) -> bool:
@@ -177,7 +180,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
             progress(f"catch-up: node {follower} paused, {args.mb} MB produced")
             cluster.nodes[follower].pause()
-            size = bench.fill(BIG, 0, args.mb)
+            size = bench.fill(BIG, 0, args.mb, leader)  # wherever the paused follower is
             end = bench.describe(leader, BIG)[0]["log_end_offset"]
             started = time.monotonic()
             cluster.nodes[follower].resume()

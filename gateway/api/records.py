@@ -98,16 +98,9 @@ def _named_schemas(query: Mapping[str, str]) -> dict[Field, Named] | None:
     request's JSON values (keys) against, instead of their subject's latest."""
     named: dict[Field, Named] = {}
     for field in ("key", "value"):
-        raw = query.get(f"{field}_schema_id")
-        if raw is None:
-            continue
-        schema_id = parse_int(raw)
-        if schema_id is None or not 1 <= schema_id <= MAX_SCHEMA_ID:
-            raise bad_request(
-                f"{field}_schema_id must be a schema id (a positive integer), got {raw!r}",
-                "INVALID_PARAMETER",
-            )
-        named[field] = Named(schema_id=schema_id)
+        name = f"{field}_schema_id"
+        if query.get(name, "") != "":
+            named[field] = Named(schema_id=query_int(query, name, None, 1, MAX_SCHEMA_ID))
     return named or None
 
 

@@ -541,9 +541,10 @@ def test_the_cluster_page_and_its_actions_over_four_nodes(
     """The cluster page, then every action on it from the browser: a throttled move started,
     cancelled, its throttle lifted, a refused plan, a balance planned, node 0 decommissioned;
     then node 3 killed (under-replicated partitions) and removed, its replicas re-created."""
-    # Every topic at 2 replicas (the offsets topic too): once node 0 is decommissioned and
-    # node 3 lost, nodes 1 and 2 can still hold them all.
+    # Every topic at 2 replicas (the offsets and schemas topics too): once node 0 is
+    # decommissioned and node 3 lost, nodes 1 and 2 can still hold them all.
     options = ["--lease-ttl", "2", "--offsets-topic-replication-factor", "2"]
+    options += ["--schemas-topic-replication-factor", "2"]
     cluster = LocalCluster(tmp_path, 4, node_options=options)
     cluster.start()
     try:

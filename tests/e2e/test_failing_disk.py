@@ -99,7 +99,7 @@ def restart_after_repair(ext4: Ext4, server: Server, expected: dict[str, list[st
     assert server.stop() == 0
     ext4.repair()
     assert not (ext4.mount / "data" / ".clean-shutdown").exists()
-    again = start_server(ext4.mount / "data")
+    again = start_server(ext4.mount / "data", log=ext4.image.parent / "restart.log")
     try:
         with httpx.Client(base_url=again.url, timeout=30) as http:
             ready = http.get("/readyz")

@@ -26,7 +26,7 @@ import orjson
 
 from loadtests import generators, ratio_cli, report
 from loadtests.common import RedisServer, http_json, start_gateway
-from loadtests.rows import rates
+from loadtests.rows import judged, rates
 
 ONE_RECORD = orjson.dumps({"records": [{"value": {"event": "click", "user": 42}}]})
 CELLS = [  # (what, protocol, connections)
@@ -191,10 +191,7 @@ def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             0.5,
         ),
     ]
-    return [
-        {"figure": name, "value": round(value, 3), "target": target, "met": value >= target}
-        for name, value, target in figures
-    ]
+    return judged(figures)
 
 
 def markdown(doc: dict[str, Any]) -> str:

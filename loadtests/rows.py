@@ -55,3 +55,11 @@ def median_cell(cells: list[dict[str, Any]]) -> dict[str, Any]:
         **good[(len(good) - 1) // 2],
         "rounds_records_per_s": [c["records_per_s"] for c in good],
     }
+
+
+def judged(figures: list[tuple[str, float, float]]) -> list[dict[str, Any]]:
+    """(figure, this run's value, target) as a report's rows: rounded, and whether it is met."""
+    return [
+        {"figure": name, "value": round(value, 3), "target": target, "met": value >= target}
+        for name, value, target in figures
+    ]

@@ -25,7 +25,7 @@ from fastavro import parse_schema, schemaless_writer
 from engine import batch as fmt
 from loadtests import generators, ratio_cli, report
 from loadtests.common import http_json, start_gateway
-from loadtests.rows import rates
+from loadtests.rows import judged, rates
 
 RECORDS = 1000
 REGISTRY = "/schema-registry"
@@ -167,10 +167,7 @@ def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             0.5,
         ),
     ]
-    return [
-        {"figure": name, "value": round(value, 3), "target": target, "met": value >= target}
-        for name, value, target in figures
-    ]
+    return judged(figures)
 
 
 def markdown(doc: dict[str, Any]) -> str:

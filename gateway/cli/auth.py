@@ -45,11 +45,11 @@ def add_commands(commands: Any, with_url: AddUrl) -> None:
         )
         sub.add_argument("--prefixed", action="store_true", help="the name is a prefix")
         sub.add_argument("--deny", action="store_true", help="a deny binding (deny wins)")
-        _output(sub)
+        cli.with_output(sub)
     listing = with_url(acl_actions.add_parser("list", help="bindings, filtered"))
     listing.add_argument("--principal")
     _resource(listing, required=False)
-    _output(listing)
+    cli.with_output(listing)
 
 
 def _with_place(sub: argparse.ArgumentParser, with_url: AddUrl) -> argparse.ArgumentParser:
@@ -80,14 +80,6 @@ def _resource(sub: argparse.ArgumentParser, *, required: bool) -> None:
     which.add_argument("--topic", metavar="NAME")
     which.add_argument("--group", metavar="NAME")
     which.add_argument("--cluster", action="store_true")
-
-
-def _output(sub: argparse.ArgumentParser) -> None:
-    sub.add_argument(
-        "--output",
-        choices=["table", "json"],
-        help="default: a table on a terminal, JSON when piped",
-    )
 
 
 async def auth_command(args: argparse.Namespace) -> None:

@@ -87,6 +87,16 @@ def print_json(doc: object) -> None:
     sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
 
 
+def with_output(sub: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The subcommand with `--output table|json` (`as_table` reads it)."""
+    sub.add_argument(
+        "--output",
+        choices=["table", "json"],
+        help="default: a table on a terminal, JSON (the server's answer) when piped",
+    )
+    return sub
+
+
 def as_table(args: argparse.Namespace) -> bool:
     """--output, else a table on a terminal and JSON when piped (for scripts and jq)."""
     output = getattr(args, "output", None)

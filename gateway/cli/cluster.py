@@ -61,7 +61,7 @@ def add_commands(commands: Any, with_url: AddUrl) -> None:
     reassign.add_argument(
         "--no-wait", action="store_true", help="with --plan: return once the moves started"
     )
-    _output(reassign)
+    cli.with_output(reassign)
     throttle = with_url(
         actions.add_parser("throttle", help="set (bytes/s per node) or lift (off) the throttle")
     )
@@ -80,7 +80,7 @@ def add_commands(commands: Any, with_url: AddUrl) -> None:
             help="print the plan (moves, bytes), move nothing",
         )
         sub.add_argument("--no-wait", action="store_true", help="return once the moves started")
-        _output(sub)
+        cli.with_output(sub)
 
 
 def _rate(raw: str) -> int:
@@ -91,12 +91,6 @@ def _rate(raw: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {raw}")
     return value
-
-
-def _output(sub: argparse.ArgumentParser) -> None:
-    sub.add_argument(
-        "--output", choices=["table", "json"], help="default: a table on a terminal, JSON piped"
-    )
 
 
 def read_plan(path: Path) -> dict[str, Any]:

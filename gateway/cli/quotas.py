@@ -22,9 +22,11 @@ def add_commands(commands: Any, with_url: AddUrl) -> None:
     put.add_argument("--produce-bytes-per-second", type=cli_rate(int), metavar="N")
     put.add_argument("--fetch-bytes-per-second", type=cli_rate(int), metavar="N")
     put.add_argument("--requests-per-second", type=cli_rate(float), metavar="N")
-    _output(put)
-    _output(with_url(actions.add_parser("list", help="every quota set")))
-    _output(_entity(with_url(actions.add_parser("describe", help="own and effective rates"))))
+    cli.with_output(put)
+    cli.with_output(with_url(actions.add_parser("list", help="every quota set")))
+    cli.with_output(
+        _entity(with_url(actions.add_parser("describe", help="own and effective rates")))
+    )
     _entity(with_url(actions.add_parser("remove", help="delete a principal's own quota")))
 
 
@@ -49,12 +51,6 @@ def _entity(sub: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "without its own",
     )  # fmt: skip
     return sub
-
-
-def _output(sub: argparse.ArgumentParser) -> None:
-    sub.add_argument(
-        "--output", choices=["table", "json"], help="default: a table on a terminal, JSON piped"
-    )
 
 
 async def quotas_command(args: argparse.Namespace) -> None:

@@ -31,20 +31,26 @@ def add_commands(commands: Any, with_url: AddUrl) -> None:
         "schemas", help="the schema registry: subjects, versions, register, check, delete"
     )
     actions = schemas.add_subparsers(dest="action", required=True)
-    subjects = _output(with_url(actions.add_parser("subjects", help="every subject")))
+    subjects = cli.with_output(with_url(actions.add_parser("subjects", help="every subject")))
     subjects.add_argument("--deleted", action="store_true", help="soft-deleted ones too")
-    versions = _output(with_url(actions.add_parser("versions", help="a subject's versions")))
+    versions = cli.with_output(
+        with_url(actions.add_parser("versions", help="a subject's versions"))
+    )
     versions.add_argument("subject")
-    show = _output(with_url(actions.add_parser("show", help="a subject's version (latest)")))
+    show = cli.with_output(
+        with_url(actions.add_parser("show", help="a subject's version (latest)"))
+    )
     show.add_argument("subject")
     show.add_argument("version", nargs="?", default="latest")
-    by_id = _output(with_url(actions.add_parser("id", help="a schema by id, and who uses it")))
+    by_id = cli.with_output(
+        with_url(actions.add_parser("id", help="a schema by id, and who uses it"))
+    )
     by_id.add_argument("id", type=int)
     for action, text in (
         ("register", "register a schema (a file, or - for stdin) under a subject"),
         ("check", "whether a schema is compatible with a subject's version (latest)"),
     ):
-        sub = _output(with_url(actions.add_parser(action, help=text)))
+        sub = cli.with_output(with_url(actions.add_parser(action, help=text)))
         sub.add_argument("subject")
         sub.add_argument("file", help="the schema's text: a path, or - for stdin")
         sub.add_argument(
@@ -59,23 +65,18 @@ def add_commands(commands: Any, with_url: AddUrl) -> None:
         )
         if action == "check":
             sub.add_argument("--version", default="latest")
-    delete = _output(with_url(actions.add_parser("delete", help="a subject, or one version")))
+    delete = cli.with_output(
+        with_url(actions.add_parser("delete", help="a subject, or one version"))
+    )
     delete.add_argument("subject")
     delete.add_argument("version", nargs="?")
     delete.add_argument("--permanent", action="store_true", help="after a soft delete")
     for action, choices in (("compatibility", LEVELS), ("mode", MODES)):
-        sub = _output(with_url(actions.add_parser(action, help=f"show or set the {action}")))
+        sub = cli.with_output(
+            with_url(actions.add_parser(action, help=f"show or set the {action}"))
+        )
         sub.add_argument("subject", nargs="?", help="default: the global one")
         sub.add_argument("--set", choices=choices, dest="value")
-
-
-def _output(sub: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    sub.add_argument(
-        "--output",
-        choices=["table", "json"],
-        help="default: a table on a terminal, JSON (the registry's answer) when piped",
-    )
-    return sub
 
 
 def schema_document(args: argparse.Namespace) -> dict[str, Any]:

@@ -23,7 +23,7 @@ def add_commands(commands: Any, with_url: AddUrl) -> None:
         "subscriptions", help="push a topic to an HTTP endpoint: create, list, describe, ..."
     )
     actions = subs.add_subparsers(dest="action", required=True)
-    create = _output(with_url(actions.add_parser("create", help="a new subscription")))
+    create = cli.with_output(with_url(actions.add_parser("create", help="a new subscription")))
     create.add_argument("name")
     create.add_argument("--topic", required=True)
     create.add_argument("--endpoint", required=True, help="the http(s) URL records are POSTed to")
@@ -61,23 +61,14 @@ def add_commands(commands: Any, with_url: AddUrl) -> None:
     create.add_argument(
         "--spec", help='further fields as a JSON object, e.g. \'{"retry": {"timeout_ms": 5000}}\''
     )
-    _output(with_url(actions.add_parser("list", help="every subscription")))
+    cli.with_output(with_url(actions.add_parser("list", help="every subscription")))
     for action, text in (
         ("describe", "state, positions, lag and errors per partition"),
         ("pause", "stop sending (positions are kept)"),
         ("resume", "go on from the committed positions"),
         ("delete", "stop and forget the positions"),
     ):
-        _output(with_url(actions.add_parser(action, help=text))).add_argument("name")
-
-
-def _output(sub: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    sub.add_argument(
-        "--output",
-        choices=["table", "json"],
-        help="default: a table on a terminal, JSON (the server's answer) when piped",
-    )
-    return sub
+        cli.with_output(with_url(actions.add_parser(action, help=text))).add_argument("name")
 
 
 def _spec(args: argparse.Namespace) -> dict[str, Any]:

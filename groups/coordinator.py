@@ -177,10 +177,14 @@ class GroupCoordinator:
         return await self.member_fetch.fetch(name, member_id, limits, cursor, decode)
 
     async def seek(
-        self, name: str, member_id: str, targets: list[tuple[TopicPartition, object]]
+        self,
+        name: str,
+        member_id: str,
+        targets: list[tuple[TopicPartition, object]],
+        within_log: bool = True,
     ) -> None:
-        """Set the member's next position on owned partitions."""
-        await self.member_fetch.seek(name, member_id, targets)
+        """Set the member's next position on owned partitions (`within_log`: see MemberFetch)."""
+        await self.member_fetch.seek(name, member_id, targets, within_log)
 
     # -- offsets -------------------------------------------------------------------------------
 
@@ -190,12 +194,13 @@ class GroupCoordinator:
         member_id: str,
         offsets: list[tuple[TopicPartition, int, str]] | None,
         generation: int | None,
+        within_log: bool = True,
     ) -> list[tuple[TopicPartition, int]]:
         """Commit the given offsets, or everything delivered; only owned partitions. It renews
-        the member's session."""
+        the member's session (`within_log`: see Offsets.commit)."""
         group, member = self.membership.member(name, member_id)
         self.membership.renew(group, member)
-        return self.offsets.commit(group, member, offsets, generation)
+        return self.offsets.commit(group, member, offsets, generation, within_log)
 
     def committed(
         self, name: str, member_id: str, partitions: list[TopicPartition]

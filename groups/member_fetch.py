@@ -168,15 +168,29 @@ class MemberFetch:
                 self.membership.schedule_expiry(group, member)
 
     async def seek(
-        self, name: str, member_id: str, targets: list[tuple[TopicPartition, object]]
+        self,
+        name: str,
+        member_id: str,
+        targets: list[tuple[TopicPartition, object]],
+        within_log: bool = True,
     ) -> None:
         """Set the member's next position on owned partitions: an offset within the log,
-        `earliest` or `latest` (Kafka's seek, seekToBeginning, seekToEnd)."""
+        `earliest` or `latest` (Kafka's seek, seekToBeginning, seekToEnd). `within_log` False
+        takes any offset as Kafka's seek() does: a read finds it out of range and starts
+        where auto_offset_reset says."""
         group, member = self.membership.member(name, member_id)
         for tp, _ in targets:
             if tp not in member.owned:
                 raise not_assigned(group, member, tp)
-        resolved = [(tp, await self.offsets.resolve(*tp, to)) for tp, to in targets]
+        resolved = [
+            (
+                tp,
+                to
+                if isinstance(to, int) and not within_log
+                else await self.offsets.resolve(*tp, to),
+            )
+            for tp, to in targets
+        ]
         group, member = self.membership.member(name, member_id)
         for tp, position in resolved:
             if tp not in member.owned:

@@ -53,9 +53,11 @@ class Offsets:
         member: Member,
         offsets: list[tuple[TopicPartition, int, str]] | None,
         generation: int | None,
+        within_log: bool = True,
     ) -> list[tuple[TopicPartition, int]]:
         """Commit the given offsets, or everything delivered; only owned partitions, and only
-        in the group's current generation (if given)."""
+        in the group's current generation (if given). `within_log` False takes any offset, as
+        Kafka's coordinator does (a read from it resets where auto_offset_reset says)."""
         if generation is not None and generation != group.generation:
             raise GroupError(
                 "STALE_GENERATION",
@@ -71,7 +73,7 @@ class Offsets:
             # Checked where the log is at hand; a partition led elsewhere takes it as given,
             # as Kafka's coordinator takes every commit.
             log = self.replicas.local(topic, p)
-            if log is None or not log.is_leader:
+            if log is None or not log.is_leader or not within_log:
                 continue
             if not log.log_start_offset <= offset <= log.high_watermark:
                 raise OffsetOutOfRange(offset, log.log_start_offset, log.high_watermark)

@@ -11,9 +11,12 @@ cause). As CoDel tells a standing queue from a burst, only a delay above
 `DECREASE` each probe, down to `MIN_SHARE`: a refusal costs a share of a produce too, so
 refusing more than this would not free the loop); a delay below half the target raises it
 again by `INCREASE` a probe. The refused ones are spread evenly (every n-th, not at random)
-and cost only their answer. Whatever the delay, at most `admission_max_inflight` produces are
-in progress at once, so memory stays bounded. Fetches are not shed: a parked long-poll costs
-nothing, and the parked ones are bounded by --max-parked-fetches.
+and cost only their answer. While the share is lowered, a request pipelined behind others on
+its connection that has waited past the target since it was read (its sojourn time, as
+CoDel's) is refused too: it and those behind it would be answered late. Whatever the delay,
+at most `admission_max_inflight` produces are in progress at once, so memory stays bounded.
+Fetches are not shed: a parked long-poll costs nothing, and the parked ones are bounded by
+--max-parked-fetches.
 """
 
 from __future__ import annotations
@@ -70,6 +73,7 @@ class Admission:
         self.inflight = 0
         self.admitted = 0
         self.shed = 0
+        self.shed_waited = 0  # of those shed, refused for having waited past the target
         self.delay_s = 0.0  # the last probe's
         self.delays = [0] * (len(DELAY_BUCKETS_S) + 1)  # probes per delay bucket (+Inf last)
         self.delay_sum_s = 0.0
@@ -92,10 +96,17 @@ class Admission:
             self._timer.cancel()
             self._timer = None
 
-    def admit(self) -> bool:
-        """Whether one more produce may start now; True counts it in progress until `done`."""
+    def admit(self, waited_s: float = 0.0) -> bool:
+        """Whether one more produce may start now; True counts it in progress until `done`.
+        `waited_s`: how long it waited after it was read; past the target while the share is
+        lowered (the delay stood above target: a queue, not a burst), it is refused: its client
+        has waited long already, and those behind it would wait for it too."""
         if self._timer is None and self.target_s and self._loop is not None:
             self._arm()
+        if waited_s > self.target_s and self.share < 1.0:
+            self.shed += 1
+            self.shed_waited += 1
+            return False
         if self.share < 1.0:
             self._credit += self.share
             if self._credit < 1.0:
@@ -215,6 +226,12 @@ class AdmissionCollector(Collector):
                 "sluice_admission_shed",
                 "Produces answered 503 SERVER_OVERLOADED: past the admission limit",
                 value=admission.shed,
+            ),
+            CounterMetricFamily(
+                "sluice_admission_shed_waited",
+                "Of the produces shed, those that had waited past the admission target after "
+                "they were read (pipelined behind others while the loop's delay stood above it)",
+                value=admission.shed_waited,
             ),
             GaugeMetricFamily(
                 "sluice_admission_inflight", "Produces in progress", value=admission.inflight

@@ -123,7 +123,13 @@ class FastRoutes:
         self._admitted_under: tuple[int, object] = (-1, None)
 
     def take(
-        self, method: str, target: str, headers: Mapping[str, str], body: bytes, connection: object
+        self,
+        method: str,
+        target: str,
+        headers: Mapping[str, str],
+        body: bytes,
+        connection: object,
+        waited_s: float = 0.0,
     ) -> FastRequest | FastRefusal | None:
         """What this complete request asks for, if the fast routes answer it; else None. A
         produce is admitted first (gateway.api.admission), before anything is read of it: one
@@ -131,7 +137,7 @@ class FastRoutes:
         would make, or is refused as they refuse it."""
         admitted = False
         if method == "POST" and (route := _produce_route(target)) is not None:
-            if not self.admission.admit():
+            if not self.admission.admit(waited_s):
                 return self._overloaded(route, headers)
             admitted = True
         plain = self._plain(method, target, headers, body, connection)

@@ -11,8 +11,8 @@
  * output is byte for byte the same (tests/gateway/test_fetchjson.py checks it on arbitrary
  * and damaged batches).
  *
- * The same records in REST Proxy v2's shapes (json: keys and values as JSON; binary: base64; no
- * headers or timestamps) are what codecs.rest_proxy_records writes in Python
+ * The same records in REST Proxy v2's shapes (json: keys and values as JSON; binary: base64; a
+ * timestamp, as Karapace gives it; no headers) are what codecs.rest_proxy_records writes in Python
  * (tests/gateway/test_rest_proxy_codecs.py).
  *
  * Every read is bounds-checked against the buffer, and within a record against its length.
@@ -253,10 +253,14 @@ struct scratch {
 
 /* Append the records' JSON to `records`: DONE, PYTHON (leave the batch to Python; the list is
  * then discarded) or FAILED (a Python exception is set). */
+/* `budget`: the key and value bytes the records may take (negative: no bound); a record that
+ * would go over it ends the batch, unless it is the first and `first_free`. What they took is
+ * added to `*spent`. */
 static enum outcome
 encode_records(const unsigned char *buf, Py_ssize_t end, int64_t start, Py_ssize_t limit,
                const char *prefix, Py_ssize_t prefix_len, PyObject *raw, PyObject *records,
-               struct scratch *scratch, int64_t *last_offset, enum shape shape)
+               struct scratch *scratch, int64_t *last_offset, enum shape shape,
+               int64_t budget, int first_free, int64_t *spent)
 {
     if (end < HEADER_SIZE) {
         return PYTHON;
@@ -307,6 +311,12 @@ encode_records(const unsigned char *buf, Py_ssize_t end, int64_t start, Py_ssize
         if (!emit) {
             continue;
         }
+        int64_t size = (key_len > 0 ? key_len : 0) + (value_len > 0 ? value_len : 0);
+        if (budget >= 0 && *spent + size > budget &&
+            !(first_free && PyList_GET_SIZE(records) == 0)) {
+            return DONE; /* the records so far; the rest waits for the next read */
+        }
+        *spent += size;
         idempotent = 0; /* only the first record emitted carries the key */
         int64_t timestamp = max_timestamp;
         if (!log_append_time &&
@@ -342,6 +352,8 @@ encode_records(const unsigned char *buf, Py_ssize_t end, int64_t start, Py_ssize
         if (shape != SHAPE_V1) {
             w = write_literal(w, "\"offset\":");
             w = write_int(w, &offset_text, offset);
+            w = write_literal(w, ",\"timestamp\":");
+            w = write_int(w, &timestamp_text, timestamp);
             w = write_literal(w, ",\"key\":");
             if (key_len < 0) {
                 w = write_literal(w, "null");
@@ -416,24 +428,34 @@ encode_records(const unsigned char *buf, Py_ssize_t end, int64_t start, Py_ssize
 }
 
 PyDoc_STRVAR(batch_json_doc,
-"batch_json(batch, start, limit, prefix, raw, shape=0, /)\n"
+"batch_json(batch, start, limit, prefix, raw, shape=0, budget=-1, first_free=0, /)\n"
 "--\n\n"
 "The JSON objects of one batch's records at offsets >= start (at most limit), each as\n"
 "raw(bytes) and opened with prefix, and the offset after the last: (records, next_offset),\n"
 "next_offset being start if there is none. None when the batch is not one this path covers\n"
 "or is malformed: decode it in Python. shape: 0 Sluice's /v1 records, 1 REST Proxy v2's json\n"
-"format, 2 its binary format (see enum shape).");
+"format, 2 its binary format (see enum shape). With a budget (>= 0), the records' key and\n"
+"value bytes stay within it (the first may exceed it if first_free), and the answer is\n"
+"(records, next_offset, bytes they took).");
 
 static PyObject *
 batch_json(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)module;
-    if (nargs != 5 && nargs != 6) {
-        PyErr_SetString(PyExc_TypeError, "batch_json takes 5 or 6 positional arguments");
+    if (nargs < 5 || nargs > 8) {
+        PyErr_SetString(PyExc_TypeError, "batch_json takes 5 to 8 positional arguments");
         return NULL;
     }
-    long shape = nargs == 6 ? PyLong_AsLong(args[5]) : SHAPE_V1;
+    long shape = nargs >= 6 ? PyLong_AsLong(args[5]) : SHAPE_V1;
     if (shape == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    long long budget = nargs >= 7 ? PyLong_AsLongLong(args[6]) : -1;
+    if (budget == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    int first_free = nargs == 8 ? PyObject_IsTrue(args[7]) : 0;
+    if (first_free < 0) {
         return NULL;
     }
     if (shape < 0 || shape >= SHAPES) {
@@ -462,11 +484,11 @@ batch_json(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     struct scratch scratch = {NULL, 0};
-    int64_t last_offset = 0;
+    int64_t last_offset = 0, spent = 0;
     enum outcome outcome = encode_records(
         (const unsigned char *)view.buf, view.len, start, limit, PyBytes_AS_STRING(args[3]),
         PyBytes_GET_SIZE(args[3]), args[4], records, &scratch, &last_offset,
-        (enum shape)shape);
+        (enum shape)shape, budget, first_free, &spent);
     PyMem_Free(scratch.data);
     PyBuffer_Release(&view);
     if (outcome != DONE) {
@@ -477,6 +499,9 @@ batch_json(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         Py_RETURN_NONE;
     }
     long long next_offset = PyList_GET_SIZE(records) ? last_offset + 1 : start;
+    if (budget >= 0) {
+        return Py_BuildValue("(NLL)", records, next_offset, (long long)spent);
+    }
     return Py_BuildValue("(NL)", records, next_offset);
 }
 

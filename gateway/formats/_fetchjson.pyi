@@ -9,7 +9,11 @@ def batch_json(
     prefix: bytes,
     raw: type[msgspec.Raw],
     shape: int = 0,
+    budget: int = -1,
+    first_free: bool = False,
     /,
-) -> tuple[list[msgspec.Raw], int] | None:
+) -> tuple[list[msgspec.Raw], int] | tuple[list[msgspec.Raw], int, int] | None:
     """One plain batch's records as JSON at offsets >= start, in `shape` (0: Sluice's /v1, 1: REST
-    Proxy v2's json format, 2: its binary format); None: decode in Python."""
+    Proxy v2's json format, 2: its binary format); None: decode in Python. With a budget (>= 0)
+    their key and value bytes stay within it (the first may pass it if first_free), and the
+    bytes they took come third."""

@@ -463,38 +463,71 @@ def fetched_records(
 _V2_SHAPES = {"json": 1, "binary": 2}
 
 
+@dataclass
+class ByteBudget:
+    """The key and value bytes one REST Proxy v2 read may still take, across its partitions:
+    a record that would go over it waits for the next read, unless the read has none yet (as
+    Kafka's fetch.max.bytes, a record larger than the bound still comes, alone)."""
+
+    left: int
+    delivered: bool = False
+
+
 def rest_proxy_records(
-    embedded: str, data: memoryview, start: int, max_records: int, source: tuple[str, int]
+    embedded: str,
+    data: memoryview,
+    start: int,
+    max_records: int,
+    source: tuple[str, int],
+    budget: ByteBudget | None = None,
 ) -> tuple[list[Any], int]:
-    """`fetched_records` in REST Proxy v2's shape: {topic, partition, offset, key, value}, keys
-    and values as JSON (`embedded` "json": as stored if that is JSON, else as a string) or
-    base64 ("binary"); v2 shows no headers or timestamps. In C where `_fetchjson` covers the
-    batch (byte for byte what the loop below writes)."""
+    """`fetched_records` in REST Proxy v2's shape: {topic, partition, offset, timestamp, key,
+    value} (Karapace's; Confluent's proxy leaves out the timestamp), keys and values as JSON
+    (`embedded` "json": as stored if that is JSON, else as a string) or base64 ("binary");
+    v2 shows no headers. Within `budget`, if given. In C where `_fetchjson` covers the batch
+    (byte for byte what the loop below writes)."""
     out: list[Any] = []
     shape = _V2_SHAPES[embedded]
     prefix = _FETCH_ENCODER.encode({"topic": source[0], "partition": source[1]})[:-1] + b","
     next_offset = start
     pos, end = 0, len(data)
+    bounded = (-1,) if budget is None else (max(budget.left, 0), not budget.delivered)
     while pos < end and len(out) < max_records:
+        if budget is not None and budget.left < 0:  # a first record larger than the bound
+            break
         header = fmt.read_header(data, pos)
         view = data[pos : pos + header.size]
         pos += header.size
         if header.last_offset < start:
             continue
         left = max_records - len(out)
-        done = native.batch_json(view, start, left, prefix, msgspec.Raw, shape)
+        done = native.batch_json(view, start, left, prefix, msgspec.Raw, shape, *bounded)
         if done is not None:
             if done[0]:
                 out += done[0]
                 next_offset = done[1]
+            if budget is not None:
+                budget.left -= done[-1]
+                budget.delivered = budget.delivered or bool(done[0])
+                if not done[0] or done[1] <= header.last_offset:  # stopped inside the batch
+                    return out, next_offset
+                bounded = (max(budget.left, 0), False)
             continue
         for rec in fmt.batch_records(view):
             if rec.offset < start:
                 continue
+            if budget is not None:
+                size = len(rec.key or b"") + len(rec.value or b"")
+                if size > budget.left and budget.delivered:
+                    return out, next_offset
+                budget.left -= size
+                budget.delivered = True
+                bounded = (max(budget.left, 0), False)
             item: dict[str, Any] = {
                 "topic": source[0],
                 "partition": source[1],
                 "offset": rec.offset,
+                "timestamp": rec.timestamp,
             }
             if shape == 2:
                 item["key"] = _b64_or_none(rec.key)
@@ -511,7 +544,7 @@ def rest_proxy_records(
             left -= 1
             if not left:
                 break
-    if not out and data:
+    if not out and data and (budget is None or not budget.delivered):
         next_offset = max(start, fmt.scan(data, check_crc=False).headers[-1][1].next_offset)
     return out, next_offset
 

@@ -32,7 +32,7 @@ def cannot_say(batch: memoryview) -> bool:
     return False
 
 
-batch_json: Callable[..., tuple[list[Any], int] | None]
+batch_json: Callable[..., tuple[list[Any], int] | tuple[list[Any], int, int] | None]
 records_well_formed: Callable[[memoryview], bool]
 wire_schema_ids: Callable[[memoryview, bool], tuple[int, tuple[int, ...]] | None]
 json_batches: JsonBatches

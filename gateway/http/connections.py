@@ -10,6 +10,7 @@ import asyncio
 import logging
 import math
 import time
+from collections import deque
 from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any
@@ -142,8 +143,10 @@ class Http1Connection(_ProblemErrors):
         "_header_timeout",
         "_last_payload",
         "_loop_started",
+        "_reads",
         "_unparsed",
         "_unparsed_at",
+        "_unparsed_base",
     )
 
     def __init__(
@@ -169,6 +172,11 @@ class Http1Connection(_ProblemErrors):
         # (`_serve_unparsed`). None once the parser takes everything, for the connection's life.
         self._unparsed: bytes | None = None if self._fast is None else b""
         self._unparsed_at = 0  # where in `_unparsed` the next request starts
+        # When the held-back bytes were read: (where each read began, counted from the
+        # connection's first held-back byte, loop time), oldest first; a request's wait counts
+        # from the read that brought its first byte.
+        self._unparsed_base = 0  # where `_unparsed` begins, counted so
+        self._reads: deque[tuple[int, float]] = deque()
 
     async def start(self) -> None:
         """aiohttp's request loop, begun once the fast path is done with the connection's first
@@ -186,7 +194,16 @@ class Http1Connection(_ProblemErrors):
             self._feed(data)
         elif not self.closing:  # as aiohttp ignores bytes after the end
             at = self._unparsed_at
-            unparsed = self._unparsed = unparsed[at:] + data if at < len(unparsed) else data
+            reads = self._reads
+            if at < len(unparsed):
+                self._unparsed_base += at
+                reads.append((self._unparsed_base + len(unparsed) - at, self.event_loop.time()))
+                unparsed = self._unparsed = unparsed[at:] + data
+            else:
+                self._unparsed_base += len(unparsed)
+                reads.clear()
+                reads.append((self._unparsed_base, self.event_loop.time()))
+                unparsed = self._unparsed = data
             self._unparsed_at = 0
             if len(unparsed) > _HELD_BACK_MAX_BYTES:  # pipelined behind a long answer
                 self._stop_holding_back()
@@ -232,7 +249,8 @@ class Http1Connection(_ProblemErrors):
             fast = self._fast
             taken = None
             if len(body) == length and fast is not None:
-                taken = fast.take(message.method, message.path, message.headers, body, self)
+                waited = self._waited(at)
+                taken = fast.take(message.method, message.path, message.headers, body, self, waited)
             if fast is None or taken is None:  # a body still arriving, or one the path leaves
                 self._stop_holding_back()
                 return
@@ -248,6 +266,15 @@ class Http1Connection(_ProblemErrors):
                 self.request_started()
                 self._fast_task = self.event_loop.create_task(self._drain_then_go_on())
                 return
+
+    def _waited(self, at: int) -> float:
+        """How long the held-back request at `at` has waited since its first byte was read:
+        one pipelined behind others waits for theirs to be answered first."""
+        start = self._unparsed_base + at
+        reads = self._reads
+        while len(reads) > 1 and reads[1][0] <= start:
+            reads.popleft()
+        return self.event_loop.time() - reads[0][1]
 
     def _parse_first(self, unparsed: bytes, end: int) -> None:
         """aiohttp's parser takes the held-back bytes, whose head (ending at `end`) is new. If

@@ -44,10 +44,17 @@ class FastPath(Protocol[Taken]):
     """Takes the requests it can answer without aiohttp's Request, router and middlewares."""
 
     def take(
-        self, method: str, target: str, headers: Mapping[str, str], body: bytes, connection: object
+        self,
+        method: str,
+        target: str,
+        headers: Mapping[str, str],
+        body: bytes,
+        connection: object,
+        waited_s: float = 0.0,
     ) -> Taken | None:
         """What this complete request asks for, if the fast path answers it; None: the
-        Application does."""
+        Application does. `waited_s`: how long it has waited since it was read (pipelined
+        behind others on its connection)."""
         ...
 
     def immediate(self, taken: Taken) -> Answer | None:

@@ -101,7 +101,7 @@ async def test_unknown_topic_and_partition(client: Client, topic: str) -> None:
     await v2_error(await client.get("/topics/missing"), 404, 40401)
     await v2_error(await client.get("/topics/missing/partitions"), 404, 40401)
     await v2_error(await client.get(f"/topics/{topic}/partitions/3"), 404, 40402)
-    await v2_error(await client.get(f"/topics/{topic}/partitions/x/offsets"), 404, 40402)
+    await v2_error(await client.get(f"/topics/{topic}/partitions/x/offsets"), 404, 404)
     await v2_error(
         await produce(client, "/topics/missing", {"records": [{"value": 1}]}), 404, 40401
     )
@@ -195,23 +195,29 @@ async def test_produce_to_a_partition(client: Client, topic: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("body", "media"),
+    ("body", "media", "status", "code"),
     [
-        (b'{"records": [{"key": "!!", "value": "eHl6"}]}', BINARY_V2),
-        (b'{"records": [{"value": "not base64!"}]}', BINARY_V2),
-        (b'{"records": [{"value": {"x": 1}}]}', BINARY_V2),
-        (b'{"records": []}', JSON_V2),
-        (b"{}", JSON_V2),
-        (b'{"records": [{"valeu": 1}]}', JSON_V2),
-        (b'{"records": [{"value": 1, "partition": -1}]}', JSON_V2),
-        (b'{"records": [{"value": 1}], "extra": true}', JSON_V2),
-        (b'{"records": {"value": 1}}', JSON_V2),
-        (b"[]", JSON_V2),
+        (b'{"records": [{"key": "!!", "value": "eHl6"}]}', BINARY_V2, 400, 400),
+        (b'{"records": [{"value": "not base64!"}]}', BINARY_V2, 400, 400),
+        (b'{"records": [{"value": {"x": 1}}]}', BINARY_V2, 400, 400),
+        (b'{"records": ["x"]}', BINARY_V2, 400, 400),
+        (b'{"records": {"value": 1}}', JSON_V2, 400, 400),
+        (b'{"records": []}', JSON_V2, 422, 422),
+        (b"{}", JSON_V2, 422, 422),
+        (b'{"records": [{"valeu": 1}]}', JSON_V2, 422, 422),
+        (b'{"records": [{"value": 1}], "extra": true}', JSON_V2, 422, 422),
+        (b"[]", JSON_V2, 422, 422),
+        (b'{"records": [{"value": 1, "partition": -1}]}', JSON_V2, 422, 42205),
+        (b'{"records": [{"value": 1}], "value_schema_id": "x"}', JSON_V2, 422, 42205),
     ],
 )
-async def test_invalid_data_is_42205(client: Client, topic: str, body: bytes, media: str) -> None:
+async def test_bad_produce_bodies(
+    client: Client, topic: str, body: bytes, media: str, status: int, code: int
+) -> None:
+    """Karapace's checks, in its order: the body's shape (422; 400 for `records` or a record
+    that is not what it must be, and for binary's base64), then each field (42205)."""
     answer = await client.post(f"/topics/{topic}", data=body, headers={"Content-Type": media})
-    await v2_error(answer, 422, 42205)
+    await v2_error(answer, status, code)
     assert await (await client.get(f"/topics/{topic}/partitions/0/offsets")).json(
         content_type=None
     ) == {"beginning_offset": 0, "end_offset": 0}
@@ -227,14 +233,51 @@ async def test_malformed_json_is_400(client: Client, topic: str) -> None:
 async def test_schema_formats_say_there_is_no_registry(
     client: Client, topic: str, name: str
 ) -> None:
+    """A schema format's body is checked first: keys (values) without a key (value) schema
+    are 42201 (42202), Confluent's codes; a body that names its schemas answers 40601."""
     media = f"application/vnd.kafka.{name}.v2+json"
     body = {"value_schema_id": 1, "records": [{"value": {"a": 1}}]}
     message = await v2_error(await produce(client, f"/topics/{topic}", body, media), 406, 40601)
     assert "schema registry" in message
+    keyed = {"value_schema": "{}", "records": [{"key": 1, "value": {"a": 1}}]}
+    await v2_error(await produce(client, f"/topics/{topic}", keyed, media), 422, 42201)
+    for unnamed in (
+        {"records": [{"value": 1}]},
+        {"value_schema_id": "x", "records": [{"value": 1}]},
+    ):
+        await v2_error(await produce(client, f"/topics/{topic}", unnamed, media), 422, 42202)
+    missing = await produce(client, "/topics/missing", body, media)
+    await v2_error(missing, 404, 40401)
+
+
+async def test_v1_and_versionless_media_types(client: Client, topic: str) -> None:
+    """v1's media types and those without a version are v2's, as Karapace takes them; a body
+    without a type (`application/octet-stream`) is binary."""
+    for media, value in (
+        ("application/vnd.kafka.v1+json", "eA=="),
+        ("application/vnd.kafka.binary.v1+json", "eA=="),
+        ("application/vnd.kafka.json+json", {"x": 1}),
+        ("application/octet-stream", "eA=="),
+    ):
+        answer = await produce(
+            client, f"/topics/{topic}/partitions/0", {"records": [{"value": value}]}, media
+        )
+        assert answer.status == 200, (media, await answer.text())
+    values = [r["value"] for r in await v1_records(client, topic, 0)]
+    assert values == [base64.b64encode(b"x").decode()] * 2 + [
+        {"x": 1},
+        base64.b64encode(b"x").decode(),
+    ]
 
 
 async def test_other_media_types_are_415(client: Client, topic: str) -> None:
-    for media in ("text/plain", "application/x-ndjson", "application/octet-stream"):
+    for media in (
+        "text/plain",
+        "application/x-ndjson",
+        "application/vnd.kafka.v3+json",
+        "application/vnd.kafka.avro.v0+json",
+        "application/vnd.kafka+binary",
+    ):
         await v2_error(await produce(client, f"/topics/{topic}", {"records": []}, media), 415, 415)
 
 

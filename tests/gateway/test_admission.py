@@ -136,3 +136,14 @@ async def test_a_stall_of_the_loop_shows_as_its_delay() -> None:
         control.stop()
     assert delay == pytest.approx(0.05, abs=0.03)
     assert control.longest_delay_s() >= 0.04
+
+
+def test_a_produce_that_waited_past_the_target_is_refused_only_while_a_queue_stands() -> None:
+    control = admission_of()
+    assert control.admit(waited_s=1.0), "a burst: the share is whole, nothing is refused"
+    control.done()
+    stand(control, 0.050, 1.0)
+    control._credit = 10.0  # the share's own refusals owe nothing yet
+    assert not control.admit(waited_s=TARGET_S * 2)
+    assert control.admit(waited_s=TARGET_S / 2)
+    assert (control.shed, control.shed_waited, control.inflight) == (1, 1, 1)

@@ -5,7 +5,8 @@ v2_offsets, gateway/formats/_fetchjson.c's v2 shapes) against the Python paths t
   (translated to /v1's body, then Producer._build), and each record's partition as the route
   chooses it; bodies the C path leaves are handed back (None), the common shapes are covered.
 - the answer: v2_offsets writes what orjson writes of the route's document.
-- fetch: a v2 instance's records, json and binary, are what the Python loop writes.
+- fetch: a v2 instance's records, json and binary, are what the Python loop writes, within a
+  read's byte budget too.
 """
 
 from __future__ import annotations
@@ -194,13 +195,19 @@ def test_the_answer_is_what_orjson_writes(owners: list[int], base: int) -> None:
     assert _producejson.v2_offsets(raw.obj, missing) is None
 
 
-def _records(embedded: str, data: bytes, start: int, native: bool) -> Any:
+def _records(
+    embedded: str, data: bytes, start: int, native: bool, max_bytes: int | None = None
+) -> Any:
+    """The records' JSON and next offset (and with `max_bytes`, what is left of the budget)."""
     saved = c_paths.batch_json
     if not native:
         c_paths.batch_json = c_paths.declines
+    budget = None if max_bytes is None else codecs.ByteBudget(max_bytes)
     try:
-        out, next_offset = codecs.rest_proxy_records(embedded, memoryview(data), start, 5, ("t", 3))
-        return msgspec.json.encode(out), next_offset
+        out, next_offset = codecs.rest_proxy_records(
+            embedded, memoryview(data), start, 5, ("t", 3), budget
+        )
+        return msgspec.json.encode(out), next_offset, budget
     except Exception as exc:
         return ("error", type(exc))
     finally:
@@ -225,3 +232,51 @@ def test_keys_read_back_as_the_python_loop_writes_them(keys: list[bytes | None])
     data = bytes(fmt.encode_batches(records, max_batch_bytes=1 << 20, values_json=True))
     for embedded in ("json", "binary"):
         assert _records(embedded, data, 0, True) == _records(embedded, data, 0, False)
+
+
+@SETTINGS
+@given(logs(), st.integers(0, 40), st.booleans(), st.sampled_from(["json", "binary"]))
+def test_a_byte_budget_bounds_records_alike(
+    data: bytes, max_bytes: int, delivered: bool, embedded: str
+) -> None:
+    """Records' key and value bytes stay within the budget, in C as in Python; a read with
+    none yet takes its first record whatever its size; the next offset follows the last."""
+    start = fmt.read_header(data).base_offset
+    answers: list[Any] = []
+    for native in (True, False):
+        saved = c_paths.batch_json
+        if not native:
+            c_paths.batch_json = c_paths.declines
+        budget = codecs.ByteBudget(max_bytes, delivered)
+        try:
+            out, next_offset = codecs.rest_proxy_records(
+                embedded, memoryview(data), start, 5, ("t", 3), budget
+            )
+        except Exception as exc:
+            answers.append(("error", type(exc)))
+            continue
+        finally:
+            c_paths.batch_json = saved
+        answers.append((msgspec.json.encode(out), next_offset, budget))
+        sizes = _sizes(data)
+        taken = sizes[: len(out)]
+        assert sum(taken) <= max_bytes or (len(out) == 1 and not delivered)
+        assert budget.left == max_bytes - sum(taken)
+        if out and len(out) < min(5, len(sizes)):
+            assert sum(sizes[: len(out) + 1]) > max_bytes
+        if not out and delivered:
+            assert next_offset == start
+    assert answers[0] == answers[1]
+
+
+def _sizes(data: bytes) -> list[int]:
+    """Each record's key and value bytes, over the batches."""
+    view, pos, out = memoryview(data), 0, []
+    while pos < len(data):
+        header = fmt.read_header(view, pos)
+        out += [
+            len(r.key or b"") + len(r.value or b"")
+            for r in fmt.batch_records(view[pos : pos + header.size])
+        ]
+        pos += header.size
+    return out

@@ -19,6 +19,7 @@ from gateway.api.fetch import refuse_when_full
 from gateway.api.groups import valid_group_id
 from gateway.api.rest_proxy.errors import (
     CONSUMER_NOT_FOUND,
+    ILLEGAL_STATE,
     INVALID_CONSUMER_CONFIG,
     UNSUPPORTED_FORMAT,
     v2_error,
@@ -49,15 +50,12 @@ MAX_PARTITIONS = 10_000  # partitions a body may list
 MAX_PATTERN = 1_000  # characters of a topic_pattern
 PATTERN = "topic_pattern"  # the instance setting that keeps a pattern subscription
 INT64_MAX = 2**63 - 1
-_CREATE_FIELDS = {
-    "name",
-    "id",
-    "format",
-    "auto.offset.reset",
-    "auto.commit.enable",
-    "fetch.min.bytes",
-    "consumer.request.timeout.ms",
-}
+# Subscribing by name and by pattern at once (Karapace's words: its clients match them).
+_ONE_WAY = (
+    "IllegalStateError: You must choose only one way to configure your consumer: (1) subscribe "
+    "to specific topics by name, (2) subscribe to topics matching a regex pattern, (3) assign "
+    "itself specific topic-partitions."
+)
 _RESETS = {"earliest": "earliest", "latest": "latest", "none": "none", "smallest": "earliest",
            "largest": "latest"}  # fmt: skip
 
@@ -134,19 +132,14 @@ async def create(request: web.Request) -> web.Response:
     gateway = gateway_of(request)
     name = _group(request)
     doc = await _body(request)
-    unknown = sorted(set(doc) - _CREATE_FIELDS)
-    if unknown:
-        raise _invalid(f"unknown fields {', '.join(unknown)}")
     instance = doc.get("name", doc.get("id")) or f"rest-consumer-{uuid.uuid4().hex}"
     if not valid_group_id(instance):
         raise _invalid("name must be 1 to 255 printable characters without '/'")
     embedded = doc.get("format", "binary")
-    if not isinstance(embedded, str):
-        raise _invalid("format must be json or binary")
-    if embedded in SCHEMA_FORMATS:
-        raise no_schema_registry(embedded)
-    if embedded not in RECORDS_TYPES:
-        raise _invalid("format must be json or binary")
+    if not isinstance(embedded, str) or not (
+        embedded in RECORDS_TYPES or embedded in SCHEMA_FORMATS
+    ):
+        raise _invalid(f"format must be one of json, binary, {', '.join(SCHEMA_FORMATS)}")
     reset = _RESETS.get(str(doc.get("auto.offset.reset", "latest")))
     if reset is None:
         raise _invalid("auto.offset.reset must be earliest, latest or none")
@@ -188,8 +181,10 @@ async def subscribe(request: web.Request) -> web.Response:
     name, instance = _group(request), _instance(request)
     doc = await _body(request)
     topics, pattern = doc.get("topics"), doc.get("topic_pattern")
-    if (topics is None) == (pattern is None):
-        raise _invalid("give topics or topic_pattern (one of them)")
+    if topics is None and pattern is None:
+        raise _invalid("give topics or topic_pattern")
+    if topics is not None and pattern is not None:
+        raise v2_error(409, ILLEGAL_STATE, _ONE_WAY)
     coordinator = _coordinator(request)
     settings = {k: v for k, v in coordinator.touch(name, instance).instance.items()}
     settings.pop(PATTERN, None)
@@ -262,14 +257,16 @@ async def unsubscribe(request: web.Request) -> web.Response:
 
 async def records(request: web.Request) -> web.Response:
     """The instance's next records from its assignment, in its format: a long-poll of up to
-    `timeout` ms (default: its consumer.request.timeout.ms) for fetch.min.bytes, at most
-    `max_bytes`."""
+    `timeout` ms (default: its consumer.request.timeout.ms) for fetch.min.bytes; their keys
+    and values take at most `max_bytes` (one larger record comes alone)."""
     gateway = gateway_of(request)
     settings = gateway.settings
     name, instance = _group(request), _instance(request)
     coordinator = _coordinator(request)
     member = await _current(request, name, instance)
     embedded = member.instance.get("format", "binary")
+    if embedded in SCHEMA_FORMATS:
+        raise no_schema_registry(embedded)
     media = _records_type(request, embedded)
     timeout_ms = int_param(
         request,
@@ -286,7 +283,8 @@ async def records(request: web.Request) -> web.Response:
         require(request, "topic", topic, "read")
     refuse_when_full(gateway.notifier, settings)
     limits = FetchLimits(MAX_RECORDS, max_bytes, min_bytes, timeout_ms)
-    fetched = await coordinator.fetch(name, instance, limits, decode=record_decoder(embedded))
+    decode = record_decoder(embedded, codecs.ByteBudget(max_bytes))
+    fetched = await coordinator.fetch(name, instance, limits, decode=decode)
     for topic, count in fetched.counts.items():
         gateway.metrics.traffic.fetched(topic, count, 0)
     return web.Response(body=_ENCODER.encode(fetched.records), content_type=media)
@@ -379,7 +377,8 @@ async def commit(request: web.Request) -> web.Response:
         given = _partitions(doc, "offsets", with_offset=True)
         for topic, _, _ in given:
             require(request, "topic", topic, "read")
-        coordinator.commit(name, instance, [((t, p), o + 1, "") for t, p, o in given], None)
+        targets = [((t, p), o + 1, "") for t, p, o in given]
+        coordinator.commit(name, instance, targets, None, within_log=False)
     await _durable(request, name)
     return web.Response(status=200)
 
@@ -422,7 +421,7 @@ async def _seek(
 ) -> web.Response:
     for (topic, _), _ in targets:
         require(request, "topic", topic, "read")
-    await _coordinator(request).seek(_group(request), _instance(request), targets)
+    await _coordinator(request).seek(_group(request), _instance(request), targets, within_log=False)
     return web.Response(status=204)
 
 

@@ -6,11 +6,14 @@ The codes, and where each comes from:
   40403 consumer instance not found, 40601 the consumer's format does not match the request,
   40902 consumer instance already exists, 40903 illegal state (subscribe and assign at once),
   42204 invalid consumer configuration, 50002 Kafka error, 50003 retriable Kafka error.
+- Confluent's kafka-rest `Errors.java` too: 42201 and 42202, a produce in a schema format whose
+  records have keys (values) but no key (value) schema or schema id.
 - Confluent's kafka-rest `KafkaExceptionMapper`: 40101 authentication failed, 40301 not
   authorized.
-- Karapace's `kafka_rest_apis/error_codes.py`: 42205 invalid data (a record that cannot be
-  produced as sent: bad base64, a missing or unknown field).
-- rest-utils (Confluent's and Karapace's base): any other error's code is its HTTP status.
+- Karapace's `kafka_rest_apis/error_codes.py`: 42205 invalid data (a field of the wrong type
+  or range, a record too large to produce).
+- rest-utils (Confluent's and Karapace's base): any other error's code is its HTTP status
+  (a produce body of the wrong shape is 422, bad base64 400, as Karapace answers them).
 
 Sluice keeps its own HTTP statuses (429 with Retry-After, 503 for a leader election, 416 for an
 offset out of range): v2 clients branch on `error_code`, and retry on 5xx as before.
@@ -32,10 +35,18 @@ CONSUMER_NOT_FOUND = 40403
 UNSUPPORTED_FORMAT = 40601
 CONSUMER_ALREADY_EXISTS = 40902
 ILLEGAL_STATE = 40903
+KEY_SCHEMA_MISSING = 42201
+VALUE_SCHEMA_MISSING = 42202
 INVALID_CONSUMER_CONFIG = 42204
 INVALID_DATA = 42205
 KAFKA_ERROR = 50002
 KAFKA_RETRIABLE_ERROR = 50003
+
+# Kafka's text for MESSAGE_TOO_LARGE, which v2 clients see in a record's error.
+MESSAGE_TOO_LARGE = (
+    "The server has a configurable maximum message size to avoid unbounded memory allocation. "
+    "This error is thrown if the client attempt to produce a message larger than this maximum."
+)
 
 # Sluice's stable problem codes -> v2's error codes.
 _CODES = {
@@ -52,9 +63,10 @@ _CODES = {
 }
 
 
-def v2_error(status: int, error_code: int, message: str) -> Problem:
-    """An error in v2's terms, raised as a problem so the middlewares count and render it."""
-    return Problem(status, "REST_PROXY_ERROR", message, error_code=error_code)
+def v2_error(status: int, error_code: int, message: str, **fields: object) -> Problem:
+    """An error in v2's terms, raised as a problem so the middlewares count and render it;
+    `fields` join its body (a refused produce's per-record offsets)."""
+    return Problem(status, "REST_PROXY_ERROR", message, error_code=error_code, v2_fields=fields)
 
 
 def v2_code(problem: Problem) -> int:
@@ -70,7 +82,11 @@ def v2_code(problem: Problem) -> int:
 
 
 def error_body(problem: Problem) -> dict[str, object]:
-    return {"error_code": v2_code(problem), "message": problem.detail}
+    fields = problem.extra.get("v2_fields")
+    body: dict[str, object] = {"error_code": v2_code(problem), "message": problem.detail}
+    if isinstance(fields, dict):
+        body.update(fields)
+    return body
 
 
 def render(problem: Problem) -> web.Response:

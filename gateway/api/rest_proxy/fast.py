@@ -9,7 +9,7 @@ import functools
 import orjson
 
 from gateway.api.rest_proxy.errors import V2_JSON, error_body
-from gateway.api.rest_proxy.media import ANSWER_TYPES, JSON_V2
+from gateway.api.rest_proxy.media import ANSWER_TYPES, JSON_V2, accepted
 from gateway.api.rest_proxy.produce import offsets_answer
 from gateway.formats import codecs, native
 from gateway.http.memo import Memo
@@ -51,7 +51,7 @@ def answer_type(accept: str | None) -> str | None:
     it); None: not acceptable (the Application answers the 406)."""
     known = _answer_types.get(accept, "")
     if known == "":
-        known = codecs.negotiate(accept or "", ANSWER_TYPES, V2_JSON)
+        known = codecs.negotiate(accepted(accept or ""), ANSWER_TYPES, V2_JSON)
         _answer_types.remember(accept, known)
     return known
 
@@ -77,7 +77,7 @@ def error_answer(problem: Problem) -> bytes:
     return orjson.dumps(error_body(problem))
 
 
-@functools.cache
-def record_decoder(embedded: str) -> RecordDecoder:
-    """How a v2 instance's fetch turns batches into its records (the group fetch's decoder)."""
-    return functools.partial(codecs.rest_proxy_records, embedded)
+def record_decoder(embedded: str, budget: codecs.ByteBudget) -> RecordDecoder:
+    """How a v2 instance's read turns batches into its records (the group fetch's decoder),
+    within the read's byte budget."""
+    return functools.partial(codecs.rest_proxy_records, embedded, budget=budget)

@@ -4,11 +4,12 @@ slash (as Confluent's REST Proxy and Karapace do).
 v2's media types are `application/vnd.kafka[.embedded].v2+json`: the embedded format (json,
 binary; avro, jsonschema and protobuf need a schema registry) says how keys and values travel;
 without one (`application/vnd.kafka.v2+json`, `application/json`) a produce is binary, as in
-Confluent's REST Proxy and Karapace.
+Confluent's REST Proxy and Karapace. v1's types and the versionless ones are taken alike.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable
 from typing import Literal
 
@@ -23,28 +24,20 @@ Format = Literal["json", "binary"]
 JSON_V2 = "application/vnd.kafka.json.v2+json"
 BINARY_V2 = "application/vnd.kafka.binary.v2+json"
 KAFKA_JSON = "application/vnd.kafka+json"
+V1_JSON = "application/vnd.kafka.v1+json"
 SCHEMA_FORMATS = ("avro", "jsonschema", "protobuf")
-# Body media types -> the embedded format they carry.
-BODY_FORMATS: dict[str, Format] = {
-    JSON_V2: "json",
-    BINARY_V2: "binary",
-    V2_JSON: "binary",
-    KAFKA_JSON: "binary",
-    codecs.JSON: "binary",
-}
+# A v2 body's media type (v1's and the versionless ones too, as Karapace takes them) and the
+# embedded format it names; plain JSON, and `application/octet-stream` (what a client that
+# names no type sends), are v2 JSON without one.
+_BODY_TYPE = re.compile(
+    r"application/(?:vnd\.kafka(?:\.(?P<embedded>json|binary|avro|jsonschema|protobuf))?"
+    r"(?:\.v[12])?\+json|json|octet-stream)"
+)
 # What an answer without embedded data may be sent as; the first is the default.
-ANSWER_TYPES = (V2_JSON, KAFKA_JSON, codecs.JSON)
+ANSWER_TYPES = (V2_JSON, KAFKA_JSON, codecs.JSON, V1_JSON)
 RECORDS_TYPES: dict[Format, str] = {"json": JSON_V2, "binary": BINARY_V2}
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-def _schema_format(media: str) -> str | None:
-    """The schema-registry format a v2 media type names, if any."""
-    for name in SCHEMA_FORMATS:
-        if media.startswith(f"application/vnd.kafka.{name}.v"):
-            return name
-    return None
 
 
 def no_schema_registry(name: str) -> Problem:
@@ -56,33 +49,33 @@ def no_schema_registry(name: str) -> Problem:
     )
 
 
-def body_format(request: web.Request) -> Format:
-    """The embedded format of a produce body, from its Content-Type."""
+def body_format(request: web.Request) -> str:
+    """The embedded format a produce body's Content-Type names (binary if none: v2's
+    default), schema-registry ones included; 415 for a type that is not v2's."""
     media = request.content_type
-    found = BODY_FORMATS.get(media)
-    if found is not None:
-        return found
-    schema = _schema_format(media)
-    if schema is not None:
-        raise no_schema_registry(schema)
-    raise v2_error(
-        415,
-        415,
-        f"Content-Type {media!r} is not one of {', '.join(BODY_FORMATS)}",
-    )
+    found = _BODY_TYPE.fullmatch(media)
+    if found is None:
+        raise v2_error(415, 415, f"Content-Type {media!r} is not a v2 media type")
+    return found["embedded"] or "binary"
 
 
 def json_body_type(request: web.Request) -> None:
     """A body without embedded data (consumer settings, subscriptions, offsets): any v2 media
     type, or plain JSON."""
-    media = request.content_type
-    if media not in BODY_FORMATS and _schema_format(media) is None:
-        raise v2_error(415, 415, f"Content-Type {media!r} is not a v2 JSON media type")
+    if _BODY_TYPE.fullmatch(request.content_type) is None:
+        raise v2_error(
+            415, 415, f"Content-Type {request.content_type!r} is not a v2 JSON media type"
+        )
+
+
+def accepted(header: str) -> str:
+    """An Accept header with Karapace's `*/json` read as `application/json`."""
+    return header.replace("*/json", codecs.JSON)
 
 
 def answer_type(request: web.Request) -> str:
     """The media type of an answer without embedded data, from Accept (406 if none fits)."""
-    chosen = codecs.negotiate(request.headers.get("Accept", ""), ANSWER_TYPES, V2_JSON)
+    chosen = codecs.negotiate(accepted(request.headers.get("Accept", "")), ANSWER_TYPES, V2_JSON)
     if chosen is None:
         raise v2_error(406, 406, f"Accept allows none of {', '.join(ANSWER_TYPES)}")
     return chosen

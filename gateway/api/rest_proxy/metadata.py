@@ -8,12 +8,13 @@ from typing import Any
 
 from aiohttp import web
 
+from engine.errors import UnknownTopic
+from gateway.api.rest_proxy.errors import PARTITION_NOT_FOUND, v2_error
 from gateway.api.rest_proxy.media import add_route, answer
 from gateway.api.topics import INTERNAL_TOPICS
 from gateway.auth.middleware import may
-from gateway.http.params import partition_param
 from gateway.state import gateway_of
-from replication.metadata import NO_LEADER
+from replication.metadata import NO_LEADER, TopicSpec
 from replication.replica_manager import ReplicaManager
 
 
@@ -24,6 +25,33 @@ def add_routes(app: web.Application) -> None:
     add_route(app, "GET", "/topics/{topic}/partitions/{partition}", describe_partition)
     add_route(app, "GET", "/topics/{topic}/partitions/{partition}/offsets", partition_offsets)
     add_route(app, "GET", "/brokers", list_brokers)
+
+
+def topic_named(replicas: ReplicaManager, name: str) -> TopicSpec:
+    """The topic, or v2's 40401 with the message Karapace's clients look for (raised as the
+    partition layer's UnknownTopic, so that a node whose view lags asks the store first)."""
+    spec = replicas.store.view.topics.get(name)
+    if spec is None:
+        raise UnknownTopic(f"Topic {name} not found", name)
+    return spec
+
+
+def v2_partition(request: web.Request) -> int:
+    """The path's partition number; one that is not a number is a path v2 does not have
+    (404, error code 404, as Confluent's and Karapace's proxies answer it)."""
+    raw = request.match_info["partition"]
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 9:
+        raise v2_error(404, 404, f"Partition {raw} not found")
+    return int(raw)
+
+
+def partition_named(request: web.Request) -> tuple[str, int]:
+    """The path's topic and partition, both known (40401, 40402 otherwise)."""
+    topic, partition = request.match_info["topic"], v2_partition(request)
+    spec = topic_named(gateway_of(request).replicas, topic)
+    if partition >= spec.partitions:
+        raise v2_error(404, PARTITION_NOT_FOUND, f"Partition {partition} not found")
+    return topic, partition
 
 
 def partition_doc(replicas: ReplicaManager, topic: str, partition: int) -> dict[str, Any]:
@@ -59,7 +87,7 @@ async def list_topics(request: web.Request) -> web.Response:
 
 async def describe_topic(request: web.Request) -> web.Response:
     replicas = gateway_of(request).replicas
-    spec = replicas.topic(request.match_info["topic"])
+    spec = topic_named(replicas, request.match_info["topic"])
     configs = replicas.topic_config(spec.name).to_dict()
     return answer(
         request,
@@ -82,23 +110,20 @@ def _config_text(value: object) -> str | None:
 
 async def list_partitions(request: web.Request) -> web.Response:
     replicas = gateway_of(request).replicas
-    spec = replicas.topic(request.match_info["topic"])
+    spec = topic_named(replicas, request.match_info["topic"])
     return answer(request, [partition_doc(replicas, spec.name, p) for p in range(spec.partitions)])
 
 
 async def describe_partition(request: web.Request) -> web.Response:
-    replicas = gateway_of(request).replicas
-    topic, partition = request.match_info["topic"], partition_param(request)
-    replicas.check_partition(topic, partition)
-    return answer(request, partition_doc(replicas, topic, partition))
+    topic, partition = partition_named(request)
+    return answer(request, partition_doc(gateway_of(request).replicas, topic, partition))
 
 
 async def partition_offsets(request: web.Request) -> web.Response:
     """The first offset still in the log and the high watermark (what a consumer can read up
     to), from the partition's leader."""
     gateway = gateway_of(request)
-    topic, partition = request.match_info["topic"], partition_param(request)
-    gateway.replicas.check_partition(topic, partition)
+    topic, partition = partition_named(request)
     leader = await gateway.replicas.leader(topic, partition)
     return answer(
         request, {"beginning_offset": leader.log_start_offset, "end_offset": leader.high_watermark}

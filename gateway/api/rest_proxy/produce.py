@@ -24,11 +24,27 @@ import orjson
 from aiohttp import web
 
 from gateway.api.records import ensure_topic, produce_options, produced
-from gateway.api.rest_proxy.errors import INVALID_DATA, KAFKA_RETRIABLE_ERROR, v2_error
-from gateway.api.rest_proxy.media import Format, add_route, answer, body_format
+from gateway.api.rest_proxy.errors import (
+    INVALID_DATA,
+    KAFKA_ERROR,
+    KAFKA_RETRIABLE_ERROR,
+    KEY_SCHEMA_MISSING,
+    MESSAGE_TOO_LARGE,
+    VALUE_SCHEMA_MISSING,
+    v2_error,
+)
+from gateway.api.rest_proxy.media import (
+    SCHEMA_FORMATS,
+    add_route,
+    answer,
+    body_format,
+    no_schema_registry,
+)
+from gateway.api.rest_proxy.metadata import topic_named, v2_partition
 from gateway.api.topics import refuse_internal
-from gateway.http.params import partition_param, read_body
+from gateway.http.params import read_body
 from gateway.http.problem import Problem
+from gateway.produce.errors import ProduceError
 from gateway.produce.front import ProduceRequest
 from gateway.produce.partitioner import partition_for_key
 from gateway.state import gateway_of
@@ -82,6 +98,8 @@ class _V1Binary(msgspec.Struct, omit_defaults=True):
     partition: int | None = None
 
 
+_BODY_FIELDS = {"records", "key_schema", "key_schema_id", "value_schema", "value_schema_id"}
+_RECORD_FIELDS = {"key", "value", "partition"}
 _DECODERS: dict[str, msgspec.json.Decoder[_JsonBody] | msgspec.json.Decoder[_BinaryBody]] = {
     "json": msgspec.json.Decoder(_JsonBody),
     "binary": msgspec.json.Decoder(_BinaryBody),
@@ -94,22 +112,23 @@ def add_routes(app: web.Application) -> None:
     add_route(app, "POST", "/topics/{topic}/partitions/{partition}", produce)
 
 
-def translate(body: bytes, embedded: Format) -> tuple[bytes, list[bytes | None], list[int | None]]:
+def translate(body: bytes, embedded: str) -> tuple[bytes, list[bytes | None], list[int | None]]:
     """A v2 produce body -> the /v1 JSON body it stands for, each record's key bytes (None: no
-    key) and the partition each names (None: chosen by the front). 422 INVALID_DATA for a body
-    v2 would refuse."""
-    decoder: msgspec.json.Decoder[_JsonBody] | msgspec.json.Decoder[_BinaryBody]
-    decoder = _DECODERS[embedded]
+    key) and the partition each names (None: chosen by the front). A body v2 refuses gets
+    the error Karapace's and Confluent's proxies give it (see `_refusal`)."""
+    decoder = _DECODERS.get(embedded)
     try:
+        if decoder is None:
+            raise msgspec.ValidationError("a schema-registry format")
         doc = decoder.decode(body)
+        if not doc.records:
+            raise msgspec.ValidationError("no records")
     except msgspec.ValidationError as exc:
-        raise v2_error(422, INVALID_DATA, f"invalid produce body: {exc}") from None
+        raise _refusal(body, embedded, str(exc)) from None
     except msgspec.DecodeError as exc:
         raise v2_error(400, 400, f"malformed JSON: {exc}") from None
     except RecursionError:
         raise v2_error(400, 400, "the body nests JSON deeper than the parser allows") from None
-    if not doc.records:
-        raise v2_error(422, INVALID_DATA, "records must be a non-empty list")
     keys: list[bytes | None] = []
     named = [r.partition for r in doc.records]
     out: list[Any] = []
@@ -133,6 +152,70 @@ def translate(body: bytes, embedded: Format) -> tuple[bytes, list[bytes | None],
     return _ENCODER.encode({"records": out}), keys, named
 
 
+def _refusal(body: bytes, embedded: str, why: str) -> Problem:
+    """Why v2 refuses a body its format's decoder (or the produce front, for a value) did not
+    take, checked in Karapace's order: the request's shape (422, or 400 for `records` or a
+    record that is not what it must be), then, for a schema-registry format, the schema each
+    populated side needs (42201 for keys, 42202 for values, Confluent's codes), then binary's
+    base64 (400); a body that passes all these is a schema format's (406, no registry) or
+    has a bad field (42205)."""
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        return v2_error(400, 400, f"malformed JSON: {exc}")
+    if not isinstance(doc, dict) or not doc.get("records") or set(doc) - _BODY_FIELDS:
+        return v2_error(422, 422, "Invalid request format: give a non-empty records list")
+    records = doc["records"]
+    if not isinstance(records, list):
+        return v2_error(400, 400, "'records' must be an array")
+    for index, record in enumerate(records):
+        if not isinstance(record, dict):
+            return v2_error(400, 400, f"records[{index}] must be an object")
+        unknown = set(record) - _RECORD_FIELDS
+        if unknown:
+            return v2_error(422, 422, f"records[{index}] has unknown fields {sorted(unknown)}")
+    if embedded in SCHEMA_FORMATS:
+        for side, code in (("key", KEY_SCHEMA_MISSING), ("value", VALUE_SCHEMA_MISSING)):
+            if all(r.get(side) is None for r in records):
+                continue
+            if not _names_schema(doc, side):
+                return v2_error(
+                    422,
+                    code,
+                    f"Request includes {side}s and uses a format that requires schemas but "
+                    f"does not include the {side}_schema or {side}_schema_id fields",
+                )
+        return no_schema_registry(embedded)
+    if embedded == "binary":
+        for index, record in enumerate(records):
+            for side in ("key", "value"):
+                text = record.get(side)
+                if text is not None and not _is_base64(text):
+                    return v2_error(400, 400, f"records[{index}].{side} is not a base64 string")
+    return v2_error(422, INVALID_DATA, f"invalid produce body: {why}")
+
+
+def _names_schema(doc: dict[str, Any], side: str) -> bool:
+    """Whether the body gives this side's schema: an id (a number, or its decimal text) or
+    the schema's text."""
+    schema_id = doc.get(f"{side}_schema_id")
+    if schema_id is not None:
+        return (isinstance(schema_id, int) and not isinstance(schema_id, bool)) or (
+            isinstance(schema_id, str) and schema_id.isdigit()
+        )
+    return isinstance(doc.get(f"{side}_schema"), str)
+
+
+def _is_base64(text: object) -> bool:
+    if not isinstance(text, str):
+        return False
+    try:
+        base64.b64decode(text, validate=True)
+    except ValueError:
+        return False
+    return True
+
+
 def _compact_key(raw: msgspec.Raw, index: int) -> str:
     try:
         return orjson.dumps(orjson.loads(memoryview(raw))).decode()
@@ -144,19 +227,23 @@ def _decoded(text: str, index: int, field: str) -> bytes:
     try:
         return base64.b64decode(text, validate=True)
     except ValueError:
-        raise v2_error(
-            422, INVALID_DATA, f"records[{index}].{field} is not a valid base64 string"
-        ) from None
+        raise v2_error(400, 400, f"records[{index}].{field} is not a base64 string") from None
 
 
 async def produce(request: web.Request) -> web.Response:
+    """The topic is looked up first, then the body (as Karapace's proxy does), so a request
+    for a missing topic answers 40401 whatever its body; with --auto-create-topics the
+    topic is created only for a body that will be produced."""
     gateway = gateway_of(request)
     name = request.match_info["topic"]
     refuse_internal(name, "producing to it")
-    partition = partition_param(request) if "partition" in request.match_info else None
+    partition = v2_partition(request) if "partition" in request.match_info else None
     embedded = body_format(request)
     acks, timeout_ms, idempotency_key = produce_options(request, gateway)
-    v1_body, keys, named = translate(await read_body(request, gateway.settings), embedded)
+    body = await read_body(request, gateway.settings)
+    if not gateway.settings.auto_create_topics:
+        topic_named(gateway.replicas, name)
+    v1_body, keys, named = translate(body, embedded)
     await ensure_topic(request, gateway, name)
     partitions = gateway.replicas.topic(name).partitions
     chosen = [
@@ -182,11 +269,38 @@ async def produce(request: web.Request) -> web.Response:
         results = {r["partition"]: (r["base_offset"], r["count"]) for r in _results(done)}
     except PartiallyAppended as exc:
         results, refused = exc.appended, exc.refused
+    except ProduceError as exc:
+        if exc.code == "RECORD_TOO_LARGE":
+            raise too_large(len(keys), exc.extra.get("index", 0), str(exc)) from None
+        raise
     except Problem as problem:
-        if problem.code == "INVALID_RECORD":  # the front's refusal, in v2's terms
-            raise v2_error(422, INVALID_DATA, problem.detail) from None
+        if problem.code == "INVALID_RECORD":  # the front's refusal (a value), in v2's terms
+            raise _refusal(body, embedded, problem.detail) from None
         raise
     return answer(request, offsets_answer(chosen, results, refused), produced(acks))
+
+
+def too_large(count: int, index: int, detail: str) -> Problem:
+    """A record over the topic's max.message.bytes: 422 with an entry per record, the large
+    one's error Kafka's MESSAGE_TOO_LARGE text (as Karapace answers; Confluent's proxy
+    gives the same entry); nothing of the request was appended, so every entry is an error."""
+    offsets = [
+        {
+            "partition": None,
+            "offset": None,
+            "error_code": KAFKA_ERROR,
+            "error": MESSAGE_TOO_LARGE if i == index else f"not appended: {detail}",
+        }
+        for i in range(count)
+    ]
+    return v2_error(
+        422,
+        INVALID_DATA,
+        detail,
+        key_schema_id=None,
+        value_schema_id=None,
+        offsets=offsets,
+    )
 
 
 def _keyed(key: bytes | None, partitions: int) -> int | None:

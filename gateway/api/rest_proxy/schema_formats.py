@@ -41,6 +41,7 @@ from schemas.errors import SchemaError
 from schemas.state import RegistryState
 from schemas.types import InvalidValue, ParsedSchema, SchemaType, parse
 from schemas.types.avro import AvroSchema
+from schemas.types.protobuf import ProtobufSchema
 
 Side = Literal["key", "value"]
 SCHEMA_TYPES: dict[str, SchemaType] = {"avro": "AVRO", "jsonschema": "JSON", "protobuf": "PROTOBUF"}
@@ -88,27 +89,38 @@ async def side_schema(
     given = doc.get(f"{side}_schema_id")
     if given is not None:
         schema_id = int(given)
-        state = gateway.schemas.state
-        if schema_id not in state.schemas:
-            state = await gateway.schemas.synced()
-        if not _uses(state, schema_id, subject):
+        state = await view_with(gateway, schema_id)
+        if not uses(state, schema_id, subject):
             raise _invalid_schema(schema_type, f"schema_id = {schema_id}")
         return schema_id, state.parsed(schema_id)
     text = doc[f"{side}_schema"]
-    key = (subject, schema_type, text)
-    ids = request.app[_IDS]
-    known = ids.get(key)
+    try:
+        parsed = parse(schema_type, text, {})
+    except SchemaError:
+        raise _invalid_schema(schema_type, f"schema = {text}") from None
+    try:
+        schema_id = await registered_id(request, subject, parsed)
+    except SchemaError as exc:
+        raise v2_error(
+            408,
+            SCHEMA_RETRIEVAL_ERROR,
+            f"Error when registering schema. format = {schema_type}, subject = {subject}: "
+            f"{exc.message}",
+        ) from None
+    return schema_id, (await view_with(gateway, schema_id)).parsed(schema_id)
+
+
+async def view_with(gateway: Gateway, schema_id: int) -> RegistryState:
+    """The node's registry view, brought up to date first if it lacks this id (registered
+    through another node a moment ago)."""
     state = gateway.schemas.state
-    if known is None or not _uses(state, known, subject):
-        known = await _registered(request, gateway, subject, schema_type, text)
-        ids.remember(key, known)
-        state = gateway.schemas.state
-        if known not in state.schemas:
-            state = await gateway.schemas.synced()
-    return known, state.parsed(known)
+    if schema_id not in state.schemas:
+        state = await gateway.schemas.synced()
+    return state
 
 
-def _uses(state: RegistryState, schema_id: int, subject: str) -> bool:
+def uses(state: RegistryState, schema_id: int, subject: str) -> bool:
+    """Whether a live version of the subject has this schema id."""
     users = state.uses.get(schema_id, ())
     return any(s == subject and not state.subjects[s][v].deleted for s, v in users)
 
@@ -117,46 +129,39 @@ def _invalid_schema(schema_type: SchemaType, what: str) -> Problem:
     return v2_error(422, INVALID_DATA, f"Invalid schema. format = {schema_type}, {what}")
 
 
-def _registration_failed(schema_type: SchemaType, subject: str, why: str) -> Problem:
-    return v2_error(
-        408,
-        SCHEMA_RETRIEVAL_ERROR,
-        f"Error when registering schema. format = {schema_type}, subject = {subject}: {why}",
-    )
-
-
-async def _registered(
-    request: web.Request, gateway: Gateway, subject: str, schema_type: SchemaType, text: str
-) -> int:
-    """The schema's id under the subject: found in the view, else registered by the writer
-    (this node, or the one NotLeader names)."""
+async def registered_id(request: web.Request, subject: str, parsed: ParsedSchema) -> int:
+    """The schema's id under the subject: remembered, found in the view, else registered by
+    the registry's writer (this node, or the one NotLeader names); SchemaError if the
+    registry refuses it (incompatible, read-only)."""
+    gateway = gateway_of(request)
+    key = (subject, parsed.schema_type, parsed.text)
+    ids = request.app[_IDS]
+    known = ids.get(key)
+    if known is not None and uses(gateway.schemas.state, known, subject):
+        return known
     state = await gateway.schemas.synced()
-    try:
-        parsed = parse(schema_type, text, {})
-    except SchemaError:
-        raise _invalid_schema(schema_type, f"schema = {text}") from None
     found = state.find_in_subject(subject, parsed, ())
     if found is not None and not found.deleted:
-        return found.schema_id
-    decide = functools.partial(
-        registry.register, subject=subject, schema_type=schema_type, text=text, references=()
-    )
-    try:
-        registered: registry.Registered = await gateway.schemas.write(decide)
-    except NotLeader as exc:
-        return await _register_at(request, gateway, exc, subject, schema_type, text)
-    except SchemaError as exc:
-        raise _registration_failed(schema_type, subject, exc.message) from None
-    return registered.schema_id
+        known = found.schema_id
+    else:
+        decide = functools.partial(
+            registry.register,
+            subject=subject,
+            schema_type=parsed.schema_type,
+            text=parsed.text,
+            references=(),
+        )
+        try:
+            registered: registry.Registered = await gateway.schemas.write(decide)
+            known = registered.schema_id
+        except NotLeader as exc:
+            known = await _register_at(request, gateway, exc, subject, parsed)
+    ids.remember(key, known)
+    return known
 
 
 async def _register_at(
-    request: web.Request,
-    gateway: Gateway,
-    error: NotLeader,
-    subject: str,
-    schema_type: SchemaType,
-    text: str,
+    request: web.Request, gateway: Gateway, error: NotLeader, subject: str, parsed: ParsedSchema
 ) -> int:
     """Register through the registry's writer node (its registry API, on the client's
     behalf), as the registry's own register is forwarded."""
@@ -167,7 +172,7 @@ async def _register_at(
     principal = principal_of(request)
     if principal is not None:
         headers[ON_BEHALF_OF] = principal
-    body = orjson.dumps({"schema": text, "schemaType": schema_type})
+    body = orjson.dumps({"schema": parsed.text, "schemaType": parsed.schema_type})
     path = f"{REGISTRY_PREFIX}/subjects/{quote(subject, safe='')}/versions"
     answer = await gateway.forwarder.forward(node.url, "POST", path, headers, body)
     try:
@@ -177,7 +182,11 @@ async def _register_at(
     if answer.status == 200 and isinstance(doc.get("id"), int):
         schema_id: int = doc["id"]
         return schema_id
-    raise _registration_failed(schema_type, subject, str(doc.get("message", answer.status)))
+    code = doc.get("error_code")
+    raise SchemaError(
+        code if isinstance(code, int) else errors.STORE_ERROR,
+        str(doc.get("message", f"the registry's writer answered {answer.status}")),
+    )
 
 
 def framed(schema_id: int, parsed: ParsedSchema, values: Sequence[Any]) -> list[bytes | None]:
@@ -238,7 +247,7 @@ async def decoded(request: web.Request, embedded: str, records: list[Any]) -> li
 async def _decode(gateway: Gateway, state: RegistryState, data: bytes) -> tuple[RegistryState, Any]:
     schema_id, payload = wire.unframe(data)
     if schema_id not in state.schemas:
-        state = await gateway.schemas.synced()
+        state = await view_with(gateway, schema_id)
     try:
         parsed = state.parsed(schema_id)
     except SchemaError as exc:
@@ -247,4 +256,6 @@ async def _decode(gateway: Gateway, state: RegistryState, data: bytes) -> tuple[
         raise InvalidValue(exc.message) from None
     if isinstance(parsed, AvroSchema):
         return state, parsed.decode_base64_bytes(payload)
+    if isinstance(parsed, ProtobufSchema):
+        return state, parsed.decode_with_defaults(payload)
     return state, parsed.decode(payload)

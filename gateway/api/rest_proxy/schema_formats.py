@@ -30,7 +30,8 @@ import orjson
 import referencing.exceptions
 from aiohttp import web
 
-from gateway.api.rest_proxy.errors import INVALID_DATA, v2_error
+from gateway.api.rest_proxy.errors import INVALID_DATA, SCHEMA_RETRIEVAL_ERROR, v2_error
+from gateway.api.schema_registry import media as registry_media
 from gateway.auth.middleware import principal_of
 from gateway.http.problem import Problem
 from gateway.state import Gateway, gateway_of
@@ -45,11 +46,8 @@ from schemas.types.protobuf import ProtobufSchema
 
 Side = Literal["key", "value"]
 SCHEMA_TYPES: dict[str, SchemaType] = {"avro": "AVRO", "jsonschema": "JSON", "protobuf": "PROTOBUF"}
-REGISTRY_PREFIX = "/schema-registry"  # gateway.api.schema_registry.media.PREFIX
-SCHEMA_RETRIEVAL_ERROR = 40801  # Confluent's and Karapace's "Error when registering schema"
 DOES_NOT_FIT = "Object does not fit to stored schema"  # Karapace's words for avro, protobuf
 IDS_KEPT = 4096
-_REGISTRY_TYPE = "application/vnd.schemaregistry.v1+json"
 _IDS: web.AppKey[SchemaIds] = web.AppKey("rest_proxy_schema_ids")
 
 
@@ -168,12 +166,12 @@ async def _register_at(
     node = None if error.leader is None else gateway.broker.store.view.nodes.get(error.leader)
     if node is None or error.leader == gateway.settings.node_id:
         raise error
-    headers = {"Content-Type": _REGISTRY_TYPE, "Accept": _REGISTRY_TYPE}
+    headers = {"Content-Type": registry_media.V1_JSON, "Accept": registry_media.V1_JSON}
     principal = principal_of(request)
     if principal is not None:
         headers[ON_BEHALF_OF] = principal
     body = orjson.dumps({"schema": parsed.text, "schemaType": parsed.schema_type})
-    path = f"{REGISTRY_PREFIX}/subjects/{quote(subject, safe='')}/versions"
+    path = f"{registry_media.PREFIX}/subjects/{quote(subject, safe='')}/versions"
     answer = await gateway.forwarder.forward(node.url, "POST", path, headers, body)
     try:
         doc = orjson.loads(answer.body)

@@ -32,7 +32,7 @@ from aiohttp import web
 
 from gateway.api.rest_proxy.errors import INVALID_DATA, SCHEMA_RETRIEVAL_ERROR, v2_error
 from gateway.api.schema_registry import media as registry_media
-from gateway.auth.middleware import principal_of
+from gateway.auth.middleware import principal_of, require
 from gateway.http.problem import Problem
 from gateway.state import Gateway, gateway_of
 from replication.errors import NotLeader
@@ -130,7 +130,9 @@ def _invalid_schema(schema_type: SchemaType, what: str) -> Problem:
 async def registered_id(request: web.Request, subject: str, parsed: ParsedSchema) -> int:
     """The schema's id under the subject: remembered, found in the view, else registered by
     the registry's writer (this node, or the one NotLeader names); SchemaError if the
-    registry refuses it (incompatible, read-only)."""
+    registry refuses it (incompatible, read-only). Needs `write` on the subject, as the
+    registry's own register does."""
+    require(request, "subject", subject, "write")
     gateway = gateway_of(request)
     key = (subject, parsed.schema_type, parsed.text)
     ids = request.app[_IDS]

@@ -19,6 +19,7 @@ import orjson
 from aiohttp import web
 
 from gateway.api.rest_proxy.schema_formats import registered_id, subject_of, uses, view_with
+from gateway.auth.middleware import require
 from gateway.http.problem import Problem
 from gateway.state import gateway_of
 from schemas import wire
@@ -127,6 +128,7 @@ async def encoded(
                 "name the subject"
             )
         subject = fields.subject or subject_of(topic, side)
+        require(request, "subject", subject, "read")
         state = await gateway.schemas.synced()
         wanted = LATEST if fields.schema_version is None else fields.schema_version
         try:

@@ -7,13 +7,17 @@ is the figure):
   `GET /healthz`, 64 connections;
 - produce of a batch of 1,000 records, 16 connections, acks=1, to a topic without validation
   and to one with `value.schema.validation`: binary batches of Avro values in Confluent's wire
-  format (the check is the schema id's), and JSON bodies checked against a JSON Schema.
+  format (the check is the schema id's), and JSON bodies checked against a JSON Schema;
+- REST Proxy v2 produce of 100 records, 16 connections: the avro format with `value_schema_id`
+  (each value encoded by the proxy) against the binary format carrying the same wire-format
+  bytes as base64.
 
     python -m loadtests.schemas_bench [--quick] [--rounds N] [--seconds S] [--out DIR]
 """
 
 from __future__ import annotations
 
+import base64
 import io
 import time
 from pathlib import Path
@@ -28,6 +32,7 @@ from loadtests.common import http_json, start_gateway
 from loadtests.rows import judged, rates
 
 RECORDS = 1000
+REST_RECORDS = 100
 REGISTRY = "/schema-registry"
 USER = {
     "type": "record",
@@ -55,7 +60,13 @@ CELLS = [  # (what, connections)
     ("avro-batch-validated", 16),
     ("json-batch", 16),
     ("json-batch-validated", 16),
+    ("rest-binary", 16),
+    ("rest-avro", 16),
 ]
+REST_TYPES = {
+    "rest-binary": "application/vnd.kafka.binary.v2+json",
+    "rest-avro": "application/vnd.kafka.avro.v2+json",
+}
 
 
 def _register(url: str, subject: str, schema: object, schema_type: str) -> int:
@@ -65,17 +76,41 @@ def _register(url: str, subject: str, schema: object, schema_type: str) -> int:
     return schema_id
 
 
-def _avro_batch(schema_id: int) -> bytes:
-    """1,000 Avro values in the wire format, in one binary batch (as a Kafka producer with
-    confluent-kafka's AvroSerializer would send them)."""
+def _user(i: int) -> dict[str, Any]:
+    return {"id": i, "name": f"user-{i}", "score": i / 7}
+
+
+def _avro_values(schema_id: int, count: int) -> list[bytes]:
+    """Avro values in the wire format (as confluent-kafka's AvroSerializer writes them)."""
     parsed = parse_schema(USER)
     values = []
-    for i in range(RECORDS):
+    for i in range(count):
         out = io.BytesIO()
         out.write(b"\x00" + schema_id.to_bytes(4, "big"))
-        schemaless_writer(out, parsed, {"id": i, "name": f"user-{i}", "score": i / 7})
+        schemaless_writer(out, parsed, _user(i))
         values.append(out.getvalue())
+    return values
+
+
+def _avro_batch(schema_id: int) -> bytes:
+    """1,000 Avro values in one binary batch (as a Kafka producer would send them)."""
+    values = _avro_values(schema_id, RECORDS)
     return bytes(fmt.encode_batch([fmt.RecordInput(None, v) for v in values]))
+
+
+def _rest_bodies(schema_id: int) -> dict[str, bytes]:
+    """v2 produce bodies of 100 users: avro (JSON values, the schema by id) and binary (the
+    same values already in the wire format, base64)."""
+    binary = [base64.b64encode(v).decode() for v in _avro_values(schema_id, REST_RECORDS)]
+    return {
+        "rest-avro": orjson.dumps(
+            {
+                "value_schema_id": schema_id,
+                "records": [{"value": _user(i)} for i in range(REST_RECORDS)],
+            }
+        ),
+        "rest-binary": orjson.dumps({"records": [{"value": v} for v in binary]}),
+    }
 
 
 def _json_body() -> bytes:
@@ -99,12 +134,18 @@ def run(rounds: int, seconds: float, scratch: Path) -> dict[str, Any]:
             "avro-batch-validated": _topic(url, "users", True),
             "json-batch": _topic(url, "plain-json", False),
             "json-batch-validated": _topic(url, "accounts", True),
+            "rest-binary": _topic(url, "rest-binary", False),
+            "rest-avro": _topic(url, "rest-avro", False),
         }
         avro_id = _register(url, "users-value", USER, "AVRO")
         _register(url, "accounts-value", USER_JSON, "JSON")
+        rest_id = _register(url, "rest-avro-value", USER, "AVRO")
         bodies = {"avro": scratch / "avro.bin", "json": scratch / "json.json"}
         bodies["avro"].write_bytes(_avro_batch(avro_id))
         bodies["json"].write_bytes(_json_body())
+        for what, rest_body in _rest_bodies(rest_id).items():
+            bodies[what] = scratch / f"{what}.json"
+            bodies[what].write_bytes(rest_body)
         for _ in range(rounds):
             for cell in CELLS:
                 what, connections = cell
@@ -114,6 +155,10 @@ def run(rounds: int, seconds: float, scratch: Path) -> dict[str, Any]:
                     target = url + "/healthz"
                 elif what == "schema-by-id":
                     target = f"{url}{REGISTRY}/schemas/ids/{avro_id}"
+                elif what in REST_TYPES:
+                    body = bodies[what]
+                    headers = {"Content-Type": REST_TYPES[what]}
+                    target = f"{url}/topics/{topics[what]}/partitions/0?acks=1"
                 else:
                     kind = what.split("-")[0]
                     body = bodies[kind]
@@ -133,6 +178,8 @@ def run(rounds: int, seconds: float, scratch: Path) -> dict[str, Any]:
                     http1=True,
                 )
                 per_request = RECORDS if body is not None else 1
+                if what in REST_TYPES:
+                    per_request = REST_RECORDS
                 results[cell].append(
                     {"what": what, "connections": connections, **rates(run_, per_request, 0)}
                 )
@@ -164,6 +211,11 @@ def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         (
             "produce 1,000 JSON records, JSON Schema validated / not",
             rate["json-batch-validated"] / rate["json-batch"],
+            0.5,
+        ),
+        (
+            "REST Proxy v2 produce of 100 records, avro (value_schema_id) / binary",
+            rate["rest-avro"] / rate["rest-binary"],
             0.5,
         ),
     ]

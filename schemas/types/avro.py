@@ -16,6 +16,7 @@ the same encoding back, with union values plain.
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 from collections.abc import Callable, Mapping
@@ -122,6 +123,16 @@ class AvroSchema:
 
     def decode(self, payload: bytes) -> Any:
         """The JSON value of an Avro binary payload written with this schema."""
+        datum = self._datum_of(payload)
+        return _to_json(datum) if self._has_bytes else datum
+
+    def decode_base64_bytes(self, payload: bytes) -> Any:
+        """`decode`, but bytes and fixed values as base64 (how Karapace's REST Proxy shows
+        them) instead of Avro's JSON encoding."""
+        datum = self._datum_of(payload)
+        return _to_base64(datum) if self._has_bytes else datum
+
+    def _datum_of(self, payload: bytes) -> Any:
         stream = io.BytesIO(payload)
         try:
             datum = self._read(stream, self._codec, None)
@@ -129,7 +140,7 @@ class AvroSchema:
                 raise InvalidValue(
                     f"{len(payload) - stream.tell()} bytes left over after the Avro value"
                 )
-            return _to_json(datum) if self._has_bytes else datum
+            return datum
         except InvalidValue:
             raise
         except Exception as e:  # a truncated or foreign payload fails in many ways
@@ -431,11 +442,24 @@ def _named_children(definition: Any) -> set[str]:
     return found
 
 
-def _to_json(datum: Any) -> Any:
+def _code_points(data: bytes) -> str:
+    return data.decode("latin-1")
+
+
+def _base64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def _to_json(datum: Any, text_of: Callable[[bytes], str] = _code_points) -> Any:
+    """A datum as JSON: its bytes values as `text_of` writes them."""
     if isinstance(datum, bytes):
-        return datum.decode("latin-1")
+        return text_of(datum)
     if isinstance(datum, dict):
-        return {key: _to_json(value) for key, value in datum.items()}
+        return {key: _to_json(value, text_of) for key, value in datum.items()}
     if isinstance(datum, list):
-        return [_to_json(value) for value in datum]
+        return [_to_json(value, text_of) for value in datum]
     return datum
+
+
+def _to_base64(datum: Any) -> Any:
+    return _to_json(datum, _base64)

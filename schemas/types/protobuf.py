@@ -145,13 +145,25 @@ class ProtobufSchema:
 
     def decode(self, payload: bytes) -> Any:
         """The JSON value of a payload: its message-index path, then that message's bytes."""
+        return json_format.MessageToDict(self._decoded(payload), preserving_proto_field_name=True)
+
+    def decode_with_defaults(self, payload: bytes) -> Any:
+        """`decode`, with the fields that hold their default value too (as Karapace's REST
+        Proxy shows a message)."""
+        return json_format.MessageToDict(
+            self._decoded(payload),
+            preserving_proto_field_name=True,
+            always_print_fields_with_no_presence=True,
+        )
+
+    def _decoded(self, payload: bytes) -> message.Message:
         indexes, body = wire.read_message_indexes(payload)
         decoded = self._class(indexes)()
         try:
             decoded.ParseFromString(body)
         except message.DecodeError as e:
             raise InvalidValue(f"not a Protobuf payload of this schema: {e}") from None
-        return json_format.MessageToDict(decoded, preserving_proto_field_name=True)
+        return decoded
 
     def _message(self, value: Any) -> message.Message:
         if not isinstance(value, dict):

@@ -230,15 +230,16 @@ async def test_malformed_json_is_400(client: Client, topic: str) -> None:
 
 
 @pytest.mark.parametrize("name", ["avro", "jsonschema", "protobuf"])
-async def test_schema_formats_say_there_is_no_registry(
+async def test_schema_format_bodies_are_checked_first(
     client: Client, topic: str, name: str
 ) -> None:
     """A schema format's body is checked first: keys (values) without a key (value) schema
-    are 42201 (42202), Confluent's codes; a body that names its schemas answers 40601."""
+    are 42201 (42202), Confluent's codes; then the schema it names: an unknown id is 42205
+    "Invalid schema" (Karapace's answer); a missing topic is 40401 before all of these."""
     media = f"application/vnd.kafka.{name}.v2+json"
     body = {"value_schema_id": 1, "records": [{"value": {"a": 1}}]}
-    message = await v2_error(await produce(client, f"/topics/{topic}", body, media), 406, 40601)
-    assert "schema registry" in message
+    message = await v2_error(await produce(client, f"/topics/{topic}", body, media), 422, 42205)
+    assert message.startswith("Invalid schema.") and "schema_id = 1" in message
     keyed = {"value_schema": "{}", "records": [{"key": 1, "value": {"a": 1}}]}
     await v2_error(await produce(client, f"/topics/{topic}", keyed, media), 422, 42201)
     for unnamed in (

@@ -172,14 +172,21 @@ async def test_bad_instance_settings(client: Client, body: object, status: int, 
 
 
 async def test_schema_format_instances_and_other_settings(client: Client, orders: str) -> None:
-    """An instance in a schema format is created (as Karapace creates it) and says at its
-    first read that there is no registry; settings v2 does not use (Kafka consumer configs
-    that Karapace passes on) are taken and ignored."""
+    """An instance in a schema format is created (as Karapace creates it) and reads through
+    the node's registry: a value not in the wire format answers 422, naming the format;
+    settings v2 does not use (Kafka consumer configs that Karapace passes on) are taken and
+    ignored."""
     await create(client, "c9", format="avro", **{"topic.metadata.refresh.interval.ms": 100})
     subscribed = await call(client, "POST", f"{BASE}/c9/subscription", {"topics": [orders]})
     assert subscribed.status == 204
+    await call(
+        client,
+        "POST",
+        f"{BASE}/c9/positions/beginning",
+        {"partitions": [{"topic": orders, "partition": 0}]},
+    )
     answer = await call(client, "GET", f"{BASE}/c9/records?timeout=0")
-    assert "schema registry" in await v2_error(answer, 406, 40601)
+    assert "deserialization error for format avro" in await v2_error(answer, 422, 422)
 
 
 async def test_bad_requests_on_instances(client: Client, orders: str) -> None:

@@ -160,8 +160,8 @@ def test_a_v2_produce_over_http2(gateway: Server) -> None:
             "/topics/t",
             b'{"value_schema_id":1,"records":[{"value":1}]}',
             "application/vnd.kafka.avro.v2+json",
-            406,
-            40601,
+            422,
+            42205,
         ),
         (
             "/topics/t",

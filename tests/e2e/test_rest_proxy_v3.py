@@ -177,8 +177,8 @@ def test_keys_go_where_v1_puts_them(gateway: Server) -> None:
 @pytest.mark.parametrize(
     ("body", "status", "says"),
     [
-        (b'{"value": {"type": "AVRO", "data": 1}}', 400, "schema registry"),
-        (b'{"value": {"schema_id": 3, "data": 1}}', 400, "schema registry"),
+        (b'{"value": {"type": "AVRO", "data": 1}}', 400, "Subject 't-value' not found"),
+        (b'{"value": {"schema_id": 3, "data": 1}}', 400, "Schema 3 not found"),
         (b'{"value": {"type": "XML", "data": 1}}', 400, "BINARY, JSON or STRING"),
         (b'{"value": {"type": "STRING", "data": 1}}', 400, "must be a string"),
         (b'{"key": {"type": "BINARY", "data": "!"}}', 400, "base64"),

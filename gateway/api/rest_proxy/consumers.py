@@ -17,6 +17,7 @@ from aiohttp import web
 
 from gateway.api.fetch import refuse_when_full
 from gateway.api.groups import valid_group_id
+from gateway.api.rest_proxy import schema_formats
 from gateway.api.rest_proxy.errors import (
     CONSUMER_NOT_FOUND,
     ILLEGAL_STATE,
@@ -31,7 +32,6 @@ from gateway.api.rest_proxy.media import (
     add_route,
     answer,
     json_body_type,
-    no_schema_registry,
 )
 from gateway.api.topics import INTERNAL_TOPICS, refuse_internal
 from gateway.auth.middleware import may, require
@@ -136,10 +136,8 @@ async def create(request: web.Request) -> web.Response:
     if not valid_group_id(instance):
         raise _invalid("name must be 1 to 255 printable characters without '/'")
     embedded = doc.get("format", "binary")
-    if not isinstance(embedded, str) or not (
-        embedded in RECORDS_TYPES or embedded in SCHEMA_FORMATS
-    ):
-        raise _invalid(f"format must be one of json, binary, {', '.join(SCHEMA_FORMATS)}")
+    if not isinstance(embedded, str) or embedded not in RECORDS_TYPES:
+        raise _invalid(f"format must be one of {', '.join(RECORDS_TYPES)}")
     reset = _RESETS.get(str(doc.get("auto.offset.reset", "latest")))
     if reset is None:
         raise _invalid("auto.offset.reset must be earliest, latest or none")
@@ -265,8 +263,6 @@ async def records(request: web.Request) -> web.Response:
     coordinator = _coordinator(request)
     member = await _current(request, name, instance)
     embedded = member.instance.get("format", "binary")
-    if embedded in SCHEMA_FORMATS:
-        raise no_schema_registry(embedded)
     media = _records_type(request, embedded)
     timeout_ms = int_param(
         request,
@@ -283,11 +279,15 @@ async def records(request: web.Request) -> web.Response:
         require(request, "topic", topic, "read")
     refuse_when_full(gateway.notifier, settings)
     limits = FetchLimits(MAX_RECORDS, max_bytes, min_bytes, timeout_ms)
-    decode = record_decoder(embedded, codecs.ByteBudget(max_bytes))
+    schemas = embedded in SCHEMA_FORMATS
+    decode = record_decoder("binary" if schemas else embedded, codecs.ByteBudget(max_bytes))
     fetched = await coordinator.fetch(name, instance, limits, decode=decode)
     for topic, count in fetched.counts.items():
         gateway.metrics.traffic.fetched(topic, count, 0)
-    return web.Response(body=_ENCODER.encode(fetched.records), content_type=media)
+    found = fetched.records
+    if schemas:
+        found = await schema_formats.decoded(request, embedded, found)
+    return web.Response(body=_ENCODER.encode(found), content_type=media)
 
 
 def _topics_of(member: Member) -> list[str]:
@@ -320,7 +320,7 @@ async def assignments(request: web.Request) -> web.Response:
 def _records_type(request: web.Request, embedded: str) -> str:
     """The records' media type: the instance's format; an Accept naming another embedded
     format answers 406 (40601), as v2 does."""
-    own = RECORDS_TYPES[embedded]  # type: ignore[index]
+    own = RECORDS_TYPES[embedded]
     offered = (own, "application/vnd.kafka.v2+json", codecs.JSON)
     chosen = codecs.negotiate(request.headers.get("Accept", ""), offered, own)
     if chosen is None:

@@ -8,6 +8,8 @@ The codes, and where each comes from:
   42204 invalid consumer configuration, 50002 Kafka error, 50003 retriable Kafka error.
 - Confluent's kafka-rest `Errors.java` too: 42201 and 42202, a produce in a schema format whose
   records have keys (values) but no key (value) schema or schema id.
+- Confluent's kafka-rest `Errors.java` and Karapace's `error_codes.py`: 40801, a schema the
+  registry refused to register for a produce.
 - Confluent's kafka-rest `KafkaExceptionMapper`: 40101 authentication failed, 40301 not
   authorized.
 - Karapace's `kafka_rest_apis/error_codes.py`: 42205 invalid data (a field of the wrong type
@@ -35,6 +37,7 @@ CONSUMER_NOT_FOUND = 40403
 UNSUPPORTED_FORMAT = 40601
 CONSUMER_ALREADY_EXISTS = 40902
 ILLEGAL_STATE = 40903
+SCHEMA_RETRIEVAL_ERROR = 40801
 KEY_SCHEMA_MISSING = 42201
 VALUE_SCHEMA_MISSING = 42202
 INVALID_CONSUMER_CONFIG = 42204

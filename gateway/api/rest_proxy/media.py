@@ -2,7 +2,8 @@
 slash (as Confluent's REST Proxy and Karapace do).
 
 v2's media types are `application/vnd.kafka[.embedded].v2+json`: the embedded format (json,
-binary; avro, jsonschema and protobuf need a schema registry) says how keys and values travel;
+binary; avro, jsonschema and protobuf, on the node's schema registry) says how keys and values
+travel;
 without one (`application/vnd.kafka.v2+json`, `application/json`) a produce is binary, as in
 Confluent's REST Proxy and Karapace. v1's types and the versionless ones are taken alike.
 """
@@ -11,16 +12,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable
-from typing import Literal
 
 import orjson
 from aiohttp import web
 
-from gateway.api.rest_proxy.errors import UNSUPPORTED_FORMAT, V2_JSON, v2_error
+from gateway.api.rest_proxy.errors import V2_JSON, v2_error
 from gateway.formats import codecs
-from gateway.http.problem import Problem
 
-Format = Literal["json", "binary"]
 JSON_V2 = "application/vnd.kafka.json.v2+json"
 BINARY_V2 = "application/vnd.kafka.binary.v2+json"
 KAFKA_JSON = "application/vnd.kafka+json"
@@ -35,18 +33,11 @@ _BODY_TYPE = re.compile(
 )
 # What an answer without embedded data may be sent as; the first is the default.
 ANSWER_TYPES = (V2_JSON, KAFKA_JSON, codecs.JSON, V1_JSON)
-RECORDS_TYPES: dict[Format, str] = {"json": JSON_V2, "binary": BINARY_V2}
+RECORDS_TYPES = {
+    name: f"application/vnd.kafka.{name}.v2+json" for name in ("json", "binary", *SCHEMA_FORMATS)
+}
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-def no_schema_registry(name: str) -> Problem:
-    return v2_error(
-        406,
-        UNSUPPORTED_FORMAT,
-        f"the {name} format needs a schema registry, and Sluice has none configured: use "
-        "application/vnd.kafka.json.v2+json or application/vnd.kafka.binary.v2+json",
-    )
 
 
 def body_format(request: web.Request) -> str:

@@ -24,6 +24,7 @@ import orjson
 from aiohttp import web
 
 from gateway.api.records import ensure_topic, produce_options, produced
+from gateway.api.rest_proxy import schema_formats
 from gateway.api.rest_proxy.errors import (
     INVALID_DATA,
     KAFKA_ERROR,
@@ -33,13 +34,7 @@ from gateway.api.rest_proxy.errors import (
     VALUE_SCHEMA_MISSING,
     v2_error,
 )
-from gateway.api.rest_proxy.media import (
-    SCHEMA_FORMATS,
-    add_route,
-    answer,
-    body_format,
-    no_schema_registry,
-)
+from gateway.api.rest_proxy.media import SCHEMA_FORMATS, add_route, answer, body_format
 from gateway.api.rest_proxy.metadata import topic_named, v2_partition
 from gateway.api.topics import refuse_internal
 from gateway.http.params import read_body
@@ -67,13 +62,20 @@ class _BinaryRecord(msgspec.Struct, forbid_unknown_fields=True):
     partition: Partition | None = None
 
 
+class _SchemaRecord(msgspec.Struct, forbid_unknown_fields=True):
+    key: Any = None
+    value: Any = None
+    partition: Partition | None = None
+
+
 class _Schemas(msgspec.Struct, forbid_unknown_fields=True):
-    """The schema fields are accepted and ignored: json and binary need no schema."""
+    """The schema fields: json and binary accept and ignore them; an id may be its decimal
+    text (as Karapace takes it)."""
 
     key_schema: str | None = None
-    key_schema_id: int | None = None
+    key_schema_id: int | str | None = None
     value_schema: str | None = None
-    value_schema_id: int | None = None
+    value_schema_id: int | str | None = None
 
 
 class _JsonBody(_Schemas, forbid_unknown_fields=True):
@@ -82,6 +84,10 @@ class _JsonBody(_Schemas, forbid_unknown_fields=True):
 
 class _BinaryBody(_Schemas, forbid_unknown_fields=True):
     records: list[_BinaryRecord] = []
+
+
+class _SchemaBody(_Schemas, forbid_unknown_fields=True):
+    records: list[_SchemaRecord] = []
 
 
 class _V1Json(msgspec.Struct, omit_defaults=True):
@@ -100,27 +106,30 @@ class _V1Binary(msgspec.Struct, omit_defaults=True):
 
 _BODY_FIELDS = {"records", "key_schema", "key_schema_id", "value_schema", "value_schema_id"}
 _RECORD_FIELDS = {"key", "value", "partition"}
-_DECODERS: dict[str, msgspec.json.Decoder[_JsonBody] | msgspec.json.Decoder[_BinaryBody]] = {
+_DECODERS: dict[
+    str,
+    msgspec.json.Decoder[_JsonBody]
+    | msgspec.json.Decoder[_BinaryBody]
+    | msgspec.json.Decoder[_SchemaBody],
+] = {
     "json": msgspec.json.Decoder(_JsonBody),
     "binary": msgspec.json.Decoder(_BinaryBody),
+    **{name: msgspec.json.Decoder(_SchemaBody) for name in SCHEMA_FORMATS},
 }
 _ENCODER = msgspec.json.Encoder()
 
 
 def add_routes(app: web.Application) -> None:
+    schema_formats.setup(app)
     add_route(app, "POST", "/topics/{topic}", produce)
     add_route(app, "POST", "/topics/{topic}/partitions/{partition}", produce)
 
 
-def translate(body: bytes, embedded: str) -> tuple[bytes, list[bytes | None], list[int | None]]:
-    """A v2 produce body -> the /v1 JSON body it stands for, each record's key bytes (None: no
-    key) and the partition each names (None: chosen by the front). A body v2 refuses gets
-    the error Karapace's and Confluent's proxies give it (see `_refusal`)."""
-    decoder = _DECODERS.get(embedded)
+def _parsed(body: bytes, embedded: str) -> _JsonBody | _BinaryBody | _SchemaBody:
+    """The body in its format's shape; what v2 refuses gets the error Karapace's and
+    Confluent's proxies give it (see `_refusal`)."""
     try:
-        if decoder is None:
-            raise msgspec.ValidationError("a schema-registry format")
-        doc = decoder.decode(body)
+        doc = _DECODERS[embedded].decode(body)
         if not doc.records:
             raise msgspec.ValidationError("no records")
     except msgspec.ValidationError as exc:
@@ -129,6 +138,17 @@ def translate(body: bytes, embedded: str) -> tuple[bytes, list[bytes | None], li
         raise v2_error(400, 400, f"malformed JSON: {exc}") from None
     except RecursionError:
         raise v2_error(400, 400, "the body nests JSON deeper than the parser allows") from None
+    return doc
+
+
+def translate(body: bytes, embedded: str) -> tuple[bytes, list[bytes | None], list[int | None]]:
+    """A json or binary v2 produce body -> the /v1 JSON body it stands for, each record's key
+    bytes (None: no key) and the partition each names (None: chosen by the front)."""
+    doc = _parsed(body, embedded)
+    assert not isinstance(doc, _SchemaBody)
+    for schema_id in (doc.key_schema_id, doc.value_schema_id):
+        if isinstance(schema_id, str) and not (schema_id.isascii() and schema_id.isdigit()):
+            raise _refusal(body, embedded, f"schema id {schema_id!r} is not a number")
     keys: list[bytes | None] = []
     named = [r.partition for r in doc.records]
     out: list[Any] = []
@@ -152,13 +172,47 @@ def translate(body: bytes, embedded: str) -> tuple[bytes, list[bytes | None], li
     return _ENCODER.encode({"records": out}), keys, named
 
 
+async def translate_schemas(
+    request: web.Request, topic: str, body: bytes, embedded: str
+) -> tuple[bytes, list[bytes | None], list[int | None], dict[str, int | None]]:
+    """A schema-format body -> the /v1 binary body of its records in the wire format (each
+    side's schema resolved or registered first), the key bytes, the partitions each names,
+    and the schema ids the answer carries."""
+    doc = _parsed(body, embedded)
+    assert isinstance(doc, _SchemaBody)
+    sides: dict[str, list[bytes | None]] = {}
+    ids: dict[str, int | None] = {"key_schema_id": None, "value_schema_id": None}
+    fields = msgspec.structs.asdict(doc)
+    for side in ("key", "value"):
+        values = [getattr(r, side) for r in doc.records]
+        if all(v is None for v in values):
+            sides[side] = [None] * len(values)
+            continue
+        if not _names_schema(fields, side):
+            raise _refusal(body, embedded, f"no {side} schema")
+        schema_id, parsed = await schema_formats.side_schema(request, topic, side, embedded, fields)
+        ids[f"{side}_schema_id"] = schema_id
+        sides[side] = schema_formats.framed(schema_id, parsed, values)
+    out = [
+        _V1Binary(
+            None if v is None else base64.b64encode(v).decode(),
+            None if k is None else base64.b64encode(k).decode(),
+            None if k is None else "base64",
+            None if v is None else "base64",
+            r.partition,
+        )
+        for k, v, r in zip(sides["key"], sides["value"], doc.records, strict=True)
+    ]
+    named = [r.partition for r in doc.records]
+    return _ENCODER.encode({"records": out}), sides["key"], named, ids
+
+
 def _refusal(body: bytes, embedded: str, why: str) -> Problem:
     """Why v2 refuses a body its format's decoder (or the produce front, for a value) did not
     take, checked in Karapace's order: the request's shape (422, or 400 for `records` or a
     record that is not what it must be), then, for a schema-registry format, the schema each
     populated side needs (42201 for keys, 42202 for values, Confluent's codes), then binary's
-    base64 (400); a body that passes all these is a schema format's (406, no registry) or
-    has a bad field (42205)."""
+    base64 (400); a body that passes all these has a bad field (42205)."""
     try:
         doc = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
@@ -185,7 +239,6 @@ def _refusal(body: bytes, embedded: str, why: str) -> Problem:
                     f"Request includes {side}s and uses a format that requires schemas but "
                     f"does not include the {side}_schema or {side}_schema_id fields",
                 )
-        return no_schema_registry(embedded)
     if embedded == "binary":
         for index, record in enumerate(records):
             for side in ("key", "value"):
@@ -201,7 +254,7 @@ def _names_schema(doc: dict[str, Any], side: str) -> bool:
     schema_id = doc.get(f"{side}_schema_id")
     if schema_id is not None:
         return (isinstance(schema_id, int) and not isinstance(schema_id, bool)) or (
-            isinstance(schema_id, str) and schema_id.isdigit()
+            isinstance(schema_id, str) and schema_id.isascii() and schema_id.isdigit()
         )
     return isinstance(doc.get(f"{side}_schema"), str)
 
@@ -243,7 +296,11 @@ async def produce(request: web.Request) -> web.Response:
     body = await read_body(request, gateway.settings)
     if not gateway.settings.auto_create_topics:
         topic_named(gateway.replicas, name)
-    v1_body, keys, named = translate(body, embedded)
+    ids: dict[str, int | None] = {}
+    if embedded in SCHEMA_FORMATS:
+        v1_body, keys, named, ids = await translate_schemas(request, name, body, embedded)
+    else:
+        v1_body, keys, named = translate(body, embedded)
     await ensure_topic(request, gateway, name)
     partitions = gateway.replicas.topic(name).partitions
     chosen = [
@@ -277,7 +334,7 @@ async def produce(request: web.Request) -> web.Response:
         if problem.code == "INVALID_RECORD":  # the front's refusal (a value), in v2's terms
             raise _refusal(body, embedded, problem.detail) from None
         raise
-    return answer(request, offsets_answer(chosen, results, refused), produced(acks))
+    return answer(request, {**offsets_answer(chosen, results, refused), **ids}, produced(acks))
 
 
 def too_large(count: int, index: int, detail: str) -> Problem:

@@ -6,8 +6,8 @@ acks, batches); errors are v3's `{"error_code": <HTTP status>, "message"}` (erro
 
 A record: `{"partition_id", "headers": [{"name", "value": base64}], "key": {"type", "data"},
 "value": {"type", "data"}, "timestamp": ISO 8601}`, each optional. Types: BINARY (base64 data),
-JSON (stored as its compact text) and STRING (stored as UTF-8); no type means JSON. The
-schema-registry types and fields answer 400: Sluice has no schema registry.
+JSON (stored as its compact text) and STRING (stored as UTF-8); no type means JSON. AVRO,
+JSONSCHEMA and PROTOBUF, or any schema field, make the data schema-aware (v3_schemas).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from engine import batch as fmt
 from engine.errors import RecordTooLarge
 from gateway.api.problems import problem_of
 from gateway.api.records import produce_options
+from gateway.api.rest_proxy import v3_schemas
 from gateway.api.rest_proxy.json_stream import ObjectStream, StreamError
 from gateway.api.rest_proxy.media import add_route
 from gateway.api.topics import INTERNAL_TOPICS, refuse_internal
@@ -44,7 +45,6 @@ TOPICS = f"{CLUSTER}/topics"
 TOPIC = f"{TOPICS}/{{topic}}"
 RECORDS = f"{TOPIC}/records"
 MAX_IN_FLIGHT = 64  # records of one stream being produced at once (then reading waits)
-SCHEMA_TYPES = frozenset({"AVRO", "JSONSCHEMA", "PROTOBUF"})
 _NULL = msgspec.Raw(b"null")
 Partition = Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)]
 
@@ -152,7 +152,7 @@ def _json(doc: object, status: int = 200) -> web.Response:
 
 
 class _Data(msgspec.Struct, forbid_unknown_fields=True):
-    """A key or value: its type and data (the schema fields are refused by name)."""
+    """A key or value: its type and data, and the schema fields of a schema-aware one."""
 
     type: str | None = None
     data: msgspec.Raw = _NULL
@@ -184,17 +184,30 @@ def _invalid(message: str) -> Problem:
     return Problem(400, "INVALID_RECORD", message)
 
 
-def _serialized(field: str, data: _Data | None) -> tuple[bytes | None, str | None]:
-    """A key's or value's bytes as stored, and its type; (None, None) for none."""
+async def _field(
+    request: web.Request, topic: str, field: str, data: _Data | None
+) -> tuple[bytes | None, dict[str, Any] | None]:
+    """A key's or value's bytes as stored, and its part of the delivery report (None: none)."""
     if data is None:
         return None, None
-    if data.schema_id is not None or data.schema_version is not None or data.schema is not None:
-        raise _invalid(f"{field}: schemas need a schema registry, and Sluice has none")
-    if data.subject is not None or data.subject_name_strategy is not None:
-        raise _invalid(f"{field}: subjects need a schema registry, and Sluice has none")
+    fields = v3_schemas.SchemaFields(
+        data.type,
+        data.subject,
+        data.subject_name_strategy,
+        data.schema_id,
+        data.schema_version,
+        data.schema,
+    )
+    if fields.named():
+        done = await v3_schemas.encoded(request, topic, field, fields, bytes(data.data))
+        return done.data, done.report()
+    raw, kind = _serialized(field, data)
+    return raw, {"type": kind, "size": 0 if raw is None else len(raw)}
+
+
+def _serialized(field: str, data: _Data) -> tuple[bytes | None, str]:
+    """A schema-less key's or value's bytes as stored, and its type."""
     kind = (data.type or "JSON").upper()
-    if kind in SCHEMA_TYPES:
-        raise _invalid(f"{field}: the {kind} type needs a schema registry, and Sluice has none")
     raw = bytes(data.data)
     if raw == b"null":
         return None, kind
@@ -270,8 +283,8 @@ class _Produce:
             raise _invalid(f"invalid record: {exc}") from None
         except (msgspec.DecodeError, RecursionError) as exc:
             raise Problem(400, "INVALID_JSON", f"malformed JSON: {exc}") from None
-        key, key_type = _serialized("key", record.key)
-        value, value_type = _serialized("value", record.value)
+        key, key_report = await _field(self.request, self.topic, "key", record.key)
+        value, value_report = await _field(self.request, self.topic, "value", record.value)
         timestamp = _timestamp_ms(record.timestamp)
         replicas = self.gateway.replicas
         spec = replicas.topic(self.topic)
@@ -311,10 +324,10 @@ class _Produce:
             "offset": results[0]["base_offset"],
             "timestamp": _iso(timestamp),
         }
-        if key_type is not None:
-            report["key"] = {"type": key_type, "size": 0 if key is None else len(key)}
-        if value_type is not None:
-            report["value"] = {"type": value_type, "size": 0 if value is None else len(value)}
+        if key_report is not None:
+            report["key"] = key_report
+        if value_report is not None:
+            report["value"] = value_report
         return report
 
 

@@ -277,6 +277,10 @@ OPTIONS: tuple[Option, ...] = (
            "loop's queueing delay to hold: while it stays above this for 100 ms, a share of the "
            "produces (at most half) is answered 503 SERVER_OVERLOADED at once; 0 turns this off",
            non_negative, "MS"),
+    Option("admission-max-wait-ms", "admission_max_wait_ms", "requests", "while that share "
+           "is lowered, a produce pipelined behind others on its connection that has waited "
+           "this long since it was read is refused too (latency before goodput); 0 (the "
+           "default) turns this off", non_negative, "MS"),
     Option("header-read-timeout", "header_read_timeout_s", "requests", "seconds a client may "
            "take to send a request's headers (HTTP/2: its connection preface and SETTINGS) "
            "before the connection is closed", positive_float, "S"),

@@ -11,9 +11,10 @@ cause). As CoDel tells a standing queue from a burst, only a delay above
 `DECREASE` each probe, down to `MIN_SHARE`: a refusal costs a share of a produce too, so
 refusing more than this would not free the loop); a delay below half the target raises it
 again by `INCREASE` a probe. The refused ones are spread evenly (every n-th, not at random)
-and cost only their answer. While the share is lowered, a request pipelined behind others on
-its connection that has waited past the target since it was read (its sojourn time, as
-CoDel's) is refused too: it and those behind it would be answered late. Whatever the delay,
+and cost only their answer. With `admission_max_wait_ms`, while the share is lowered, a request
+pipelined behind others on its connection that has waited that long since it was read (its
+sojourn time, as CoDel's) is refused too: it and those behind it would be answered late. Off
+by default: it trades goodput for latency (docs/PERFORMANCE.md, "Overload"). Whatever the delay,
 at most `admission_max_inflight` produces are in progress at once, so memory stays bounded.
 Fetches are not shed: a parked long-poll costs nothing, and the parked ones are bounded by
 --max-parked-fetches.
@@ -69,6 +70,7 @@ class Admission:
     def __init__(self, settings: Settings) -> None:
         self.max_inflight = settings.admission_max_inflight
         self.target_s = settings.admission_target_delay_ms / 1000
+        self.max_wait_s = settings.admission_max_wait_ms / 1000
         self.share = 1.0  # of the produces arriving, the share admitted
         self.inflight = 0
         self.admitted = 0
@@ -98,12 +100,12 @@ class Admission:
 
     def admit(self, waited_s: float = 0.0) -> bool:
         """Whether one more produce may start now; True counts it in progress until `done`.
-        `waited_s`: how long it waited after it was read; past the target while the share is
-        lowered (the delay stood above target: a queue, not a burst), it is refused: its client
-        has waited long already, and those behind it would wait for it too."""
+        `waited_s`: how long it waited after it was read; past `admission_max_wait_ms` while
+        the share is lowered (the delay stood above target: a queue, not a burst), it is
+        refused: its client has waited long already, and those behind it wait for it too."""
         if self._timer is None and self.target_s and self._loop is not None:
             self._arm()
-        if waited_s > self.target_s and self.share < 1.0:
+        if self.max_wait_s and waited_s > self.max_wait_s and self.share < 1.0:
             self.shed += 1
             self.shed_waited += 1
             return False
@@ -229,7 +231,7 @@ class AdmissionCollector(Collector):
             ),
             CounterMetricFamily(
                 "sluice_admission_shed_waited",
-                "Of the produces shed, those that had waited past the admission target after "
+                "Of the produces shed, those that had waited past --admission-max-wait-ms after "
                 "they were read (pipelined behind others while the loop's delay stood above it)",
                 value=admission.shed_waited,
             ),

@@ -1,6 +1,6 @@
 """A produce pipelined behind another on its keep-alive connection counts its wait from when
 its bytes were read: while the admission's share is lowered (a standing queue), one that
-waited past the target is refused 503 at once; otherwise it is served as before."""
+waited past --admission-max-wait-ms is refused 503 at once; otherwise it is served as before."""
 
 from __future__ import annotations
 
@@ -34,8 +34,11 @@ REQUEST = (
 @pytest.fixture
 async def site(tmp_path: Path) -> AsyncIterator[Http2Site]:
     """A gateway in this process on the server's own HTTP/1.1 connections (the fast path's),
-    with the admission's delay target set; topic `t`."""
-    app = build_app(Settings(data_dir=tmp_path, admission_target_delay_ms=TARGET_MS))
+    with the admission's delay target and wait limit set; topic `t`."""
+    settings = Settings(
+        data_dir=tmp_path, admission_target_delay_ms=TARGET_MS, admission_max_wait_ms=TARGET_MS
+    )
+    app = build_app(settings)
     http1 = partial(Http1Connection, header_timeout=5.0, app=app)
     served = await start_server(app, "127.0.0.1", 0, http1=http1)
     try:
@@ -93,7 +96,7 @@ async def _two_pipelined(port: int, routes: FastRoutes, monkeypatch: Any) -> lis
 
 
 @pytest.mark.parametrize("queue_stands", [False, True])
-async def test_a_pipelined_produce_that_waited_past_the_target_is_refused_while_a_queue_stands(
+async def test_a_pipelined_produce_that_waited_past_the_limit_is_refused_while_a_queue_stands(
     site: Http2Site, monkeypatch: pytest.MonkeyPatch, queue_stands: bool
 ) -> None:
     runner = site.runner

@@ -138,12 +138,21 @@ async def test_a_stall_of_the_loop_shows_as_its_delay() -> None:
     assert control.longest_delay_s() >= 0.04
 
 
-def test_a_produce_that_waited_past_the_target_is_refused_only_while_a_queue_stands() -> None:
-    control = admission_of()
+def test_a_produce_that_waited_past_the_limit_is_refused_only_while_a_queue_stands() -> None:
+    control = Admission(
+        Settings(data_dir=Path("unused"), admission_target_delay_ms=5, admission_max_wait_ms=10)
+    )
     assert control.admit(waited_s=1.0), "a burst: the share is whole, nothing is refused"
     control.done()
     stand(control, 0.050, 1.0)
     control._credit = 10.0  # the share's own refusals owe nothing yet
-    assert not control.admit(waited_s=TARGET_S * 2)
-    assert control.admit(waited_s=TARGET_S / 2)
+    assert not control.admit(waited_s=0.011)
+    assert control.admit(waited_s=0.009)
     assert (control.shed, control.shed_waited, control.inflight) == (1, 1, 1)
+
+
+def test_without_a_wait_limit_nothing_is_refused_for_its_wait() -> None:
+    control = admission_of()
+    stand(control, 0.050, 1.0)
+    control._credit = 10.0
+    assert control.admit(waited_s=60.0) and control.shed_waited == 0

@@ -26,7 +26,7 @@ from engine import batch as fmt
 from schemas import records
 from schemas.records import SchemaVersion
 from tests.cluster.harness import Cluster
-from tests.cluster.sideload import json_request
+from tests.cluster.sideload import CALL_TIMEOUT_S, call_json
 
 PREFIX = "/schema-registry"
 SUBJECTS = 3  # the schedule's own subjects, besides the validated topic's
@@ -35,7 +35,6 @@ AGAIN_SHARE = 0.25  # calls that register an acknowledged schema again
 CONFIG_SHARE = 0.1  # calls that set a subject's compatibility level
 PRODUCE_SHARE = 0.5  # new schemas of the validated subject produced with, once acknowledged
 LEVELS = ("BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FORWARD_TRANSITIVE", "FULL", "NONE")
-CALL_TIMEOUT_S = 4.0  # the campaign's short client timeout
 PRODUCE_RETRY_S = 0.3  # between two attempts of a validated produce
 DRAIN_S = 30.0  # after healing, bound of the validated produces' retries and the final reads
 RECORD_BATCH = "application/vnd.sluice.record-batch"
@@ -212,14 +211,11 @@ class Registrar:
                     self._produces.append(asyncio.create_task(self._produce(produce, value)))
 
     async def _send(self, op: RegistryOp, method: str, path: str, body: dict[str, Any]) -> Any:
-        status, _, raw, error = await json_request(
-            self.session, method, self._url(op.node, path), body, timeout_s=CALL_TIMEOUT_S
+        status, _, doc, error = await call_json(
+            self.session, method, self._url(op.node, path), body
         )
         op.end = self.clock()
         op.status, op.error = status, error
-        doc: Any = None
-        with contextlib.suppress(ValueError):
-            doc = json.loads(raw) if raw else None
         if isinstance(doc, dict) and status is not None and status >= 300:
             code = doc.get("error_code")
             op.error_code = code if isinstance(code, int) else None
@@ -273,7 +269,8 @@ class Registrar:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + DRAIN_S
         while True:
-            views = {node: await self._view(node) for node in range(self.cluster.size)}
+            nodes = range(self.cluster.size)
+            views = dict(zip(nodes, await asyncio.gather(*map(self._view, nodes)), strict=True))
             answered = all(v.error is None for v in views.values())
             shown = {json.dumps([v.versions, v.levels], sort_keys=True) for v in views.values()}
             if (answered and len(shown) == 1) or loop.time() >= deadline:
@@ -314,12 +311,7 @@ class Registrar:
         return view
 
     async def _get(self, node: int, path: str) -> tuple[int | None, Any, str | None]:
-        status, _, raw, error = await json_request(
-            self.session, "GET", self._url(node, path), timeout_s=CALL_TIMEOUT_S
-        )
-        doc: Any = None
-        with contextlib.suppress(ValueError):
-            doc = json.loads(raw) if raw else None
+        status, _, doc, error = await call_json(self.session, "GET", self._url(node, path))
         return status, doc, error
 
     def _read_log(self) -> None:

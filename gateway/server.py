@@ -115,7 +115,9 @@ async def serve(settings: Settings) -> None:
     registry = None
     if settings.schema_registry_port is not None:
         try:
-            registry = await schema_registry_port.serve(gateway, settings.schema_registry_port)
+            registry = await schema_registry_port.serve(
+                gateway, settings.schema_registry_port, context
+            )
         except OSError as exc:
             raise SystemExit(f"sluice: cannot listen for the registry: {exc}") from None
     scheme = "https" if settings.tls_cert else "http"

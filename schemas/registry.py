@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from schemas import compatibility, errors
+from schemas.compatibility import DEFAULT_LEVEL, LEVELS, Level
 from schemas.errors import SchemaError
 from schemas.records import (
     ConfigSet,
@@ -19,15 +20,6 @@ from schemas.records import (
 from schemas.state import LATEST, RegistryState
 from schemas.types import ParsedSchema, Reference, SchemaType, parse
 
-LEVELS = (
-    "BACKWARD",
-    "BACKWARD_TRANSITIVE",
-    "FORWARD",
-    "FORWARD_TRANSITIVE",
-    "FULL",
-    "FULL_TRANSITIVE",
-    "NONE",
-)
 MODES = ("READWRITE", "READONLY", "READONLY_OVERRIDE", "IMPORT")
 MAX_VERSION = 2**31 - 1
 T = TypeVar("T")
@@ -43,6 +35,8 @@ class Decision(Generic[T]):
 
 @dataclass(frozen=True, slots=True)
 class Registered:
+    """A register's answer: the schema's id and its version under the subject."""
+
     schema_id: int
     version: int
 
@@ -129,7 +123,7 @@ def register(
     if mode != "IMPORT":
         live = [v for _, v in sorted(all_versions.items()) if not v.deleted]
         problems = compatibility.incompatibilities(
-            state.compatibility_of(subject) or "BACKWARD",
+            level_of(state, subject),
             parsed,
             [state.parsed(v.schema_id) for v in live],
         )
@@ -163,17 +157,22 @@ def check(
     references: tuple[Reference, ...],
 ) -> list[str]:
     """Why the schema could not be registered under the subject (empty: it could): against
-    the version named (without the level's transitivity), else per the subject's level."""
+    the version named, else per the subject's level against its live versions."""
     parsed = parse_schema(state, schema_type, text, references)
-    level = state.compatibility_of(subject) or "BACKWARD"
+    level = level_of(state, subject)
     if version is None:
         existing = [v for _, v in sorted(state.subjects.get(subject, {}).items()) if not v.deleted]
     else:
         existing = [state.version(subject, version)]
-        level = level.removesuffix("_TRANSITIVE")
     return compatibility.incompatibilities(
         level, parsed, [state.parsed(v.schema_id) for v in existing]
     )
+
+
+def level_of(state: RegistryState, subject: str) -> Level:
+    """The compatibility level that applies to the subject."""
+    stored = state.compatibility_of(subject)
+    return next((level for level in LEVELS if level == stored), DEFAULT_LEVEL)
 
 
 def _referenced(state: RegistryState, subject: str, version: int) -> None:
@@ -261,6 +260,7 @@ def compatibility_level(text: object) -> str:
 
 
 def set_config(state: RegistryState, subject: str | None, level: str) -> Decision[str]:
+    """Set a subject's (or the global) compatibility level."""
     _writable(state, subject)
     return Decision([ConfigSet(subject, level)], level)
 
@@ -302,6 +302,7 @@ def set_mode(state: RegistryState, subject: str | None, value: str, force: bool)
 
 
 def delete_mode(state: RegistryState, subject: str) -> Decision[str]:
+    """Forget a subject's mode; answers the old one (40409 if it had none)."""
     old = state.mode_of(subject, default_to_global=False)
     if old is None:
         raise SchemaError(

@@ -29,7 +29,10 @@ from schemas.state import RegistryState
 
 T = TypeVar("T")
 READ_BYTES = 4 * 1024 * 1024
-FOLLOW_WAIT_MS = 10_000  # one long-poll of the follower at the leader
+FOLLOW_WAIT_MS = 2_000  # one long-poll of the follower at the leader
+# A leader that stopped answering (paused, cut off) holds a read this long past its wait at
+# most: then the follower looks for the partition's leader again.
+READ_SLACK_S = 1.0
 RETRY_S = 0.2  # after a failed read (no leader yet, the leader moving): the next try
 log = logging.getLogger(__name__)
 
@@ -67,9 +70,11 @@ class SchemaStore:
         self._follower: asyncio.Task[None] | None = None
 
     def start(self) -> None:
+        """Begin following the topic (the view fills as the records are read)."""
         self._follower = asyncio.create_task(self._follow())
 
     async def close(self) -> None:
+        """Stop following."""
         if self._follower is not None:
             self._follower.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -79,9 +84,12 @@ class SchemaStore:
         """Apply the topic's committed records in order, long-polling for new ones."""
         while True:
             try:
-                read = await self.reader.read(
-                    records.TOPIC, 0, self.position, READ_BYTES, FOLLOW_WAIT_MS
-                )
+                async with asyncio.timeout(FOLLOW_WAIT_MS / 1000 + READ_SLACK_S):
+                    read = await self.reader.read(
+                        records.TOPIC, 0, self.position, READ_BYTES, FOLLOW_WAIT_MS
+                    )
+            except TimeoutError:
+                continue
             except OffsetOutOfRange as exc:
                 if exc.offset < exc.log_start_offset:  # deleted below us: read it all again
                     self.state = RegistryState()
@@ -91,6 +99,10 @@ class SchemaStore:
                 continue
             except (EngineError, OSError) as exc:
                 log.debug("following %s: %s; retrying", records.TOPIC, exc)
+                await asyncio.sleep(RETRY_S)
+                continue
+            except Exception:  # a view that stopped following would answer stale for ever
+                log.exception("following %s failed; retrying", records.TOPIC)
                 await asyncio.sleep(RETRY_S)
                 continue
             if not read.data and self.replicas.notifier.closing:
@@ -137,7 +149,13 @@ class SchemaStore:
         """The view, once it holds every record committed when asked (what any node
         answered before this read began is in it)."""
         try:
-            latest = await self.reader.offset(records.TOPIC, 0, "latest")
+            async with asyncio.timeout(self.wait_ms / 1000):
+                latest = await self.reader.offset(records.TOPIC, 0, "latest")
+        except TimeoutError:
+            raise SchemaError(
+                errors.FORWARDING_ERROR,
+                f"the leader of {records.TOPIC}-0 did not answer in time; retry shortly",
+            ) from None
         except UnknownTopic:
             return self.state  # not created yet: nothing registered anywhere
         except EngineError as exc:

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, cast, get_args
 
-ResourceType = Literal["topic", "group", "cluster"]
+ResourceType = Literal["topic", "group", "cluster", "subject"]  # subject: the schema registry's
 Operation = Literal["read", "write", "create", "delete", "alter", "describe"]
 PatternType = Literal["literal", "prefixed"]
 Permission = Literal["allow", "deny"]

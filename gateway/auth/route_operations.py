@@ -49,6 +49,10 @@ _V2_PARTITION = "/topics/{topic}/partitions/{partition}"
 _V2_INSTANCE = "/consumers/{group}/instances/{instance}"
 _SUBSCRIPTION = "/v1/subscriptions/{name}"
 _CHANGE_SUBSCRIPTION = "read on the subscription's topic, write on its dead-letter topic"
+_SR = "/schema-registry"  # gateway.api.schema_registry.media.PREFIX
+_SR_SUBJECT = f"{_SR}/subjects/{{subject}}"
+_SR_VERSION = f"{_SR_SUBJECT}/versions/{{version}}"
+_SR_ID = f"{_SR}/schemas/ids/{{id}}"
 ROUTES: dict[tuple[str, str], Access] = {
     ("POST", "/v1/topics"): Access(also="create on the named topic, or on the cluster"),
     ("GET", "/v1/topics"): Access(also="lists only the topics the principal may describe"),
@@ -169,6 +173,40 @@ ROUTES: dict[tuple[str, str], Access] = {
     ("GET", "/console/{asset}"): Access(audience="public"),
     ("GET", "/readyz"): Access(audience="ops"),
     ("GET", "/metrics"): Access(audience="ops"),
+    # Confluent Schema Registry (gateway.api.schema_registry): a subject is read, written
+    # (register), deleted or altered (its level and mode); the global settings alter the
+    # cluster; a schema by id, the types and the global settings are read by anyone signed in.
+    ("GET", f"{_SR}/subjects"): Access(also="lists only the subjects the principal may read"),
+    ("POST", _SR_SUBJECT): Access(_on("subject", "read", "subject")),
+    ("DELETE", _SR_SUBJECT): Access(_on("subject", "delete", "subject")),
+    ("GET", f"{_SR_SUBJECT}/versions"): Access(_on("subject", "read", "subject")),
+    ("POST", f"{_SR_SUBJECT}/versions"): Access(_on("subject", "write", "subject")),
+    ("GET", _SR_VERSION): Access(_on("subject", "read", "subject")),
+    ("DELETE", _SR_VERSION): Access(_on("subject", "delete", "subject")),
+    ("GET", f"{_SR_VERSION}/schema"): Access(_on("subject", "read", "subject")),
+    ("GET", f"{_SR_VERSION}/referencedby"): Access(_on("subject", "read", "subject")),
+    ("GET", f"{_SR}/schemas/types"): Access(audience="authenticated"),
+    ("GET", _SR_ID): Access(audience="authenticated"),
+    ("GET", f"{_SR_ID}/schema"): Access(audience="authenticated"),
+    ("GET", f"{_SR_ID}/subjects"): Access(audience="authenticated"),
+    ("GET", f"{_SR_ID}/versions"): Access(audience="authenticated"),
+    ("GET", f"{_SR}/config"): Access(audience="authenticated"),
+    ("PUT", f"{_SR}/config"): Access(_on("cluster", "alter", None)),
+    ("DELETE", f"{_SR}/config"): Access(_on("cluster", "alter", None)),
+    ("GET", f"{_SR}/config/{{subject}}"): Access(_on("subject", "read", "subject")),
+    ("PUT", f"{_SR}/config/{{subject}}"): Access(_on("subject", "alter", "subject")),
+    ("DELETE", f"{_SR}/config/{{subject}}"): Access(_on("subject", "alter", "subject")),
+    ("GET", f"{_SR}/mode"): Access(audience="authenticated"),
+    ("PUT", f"{_SR}/mode"): Access(_on("cluster", "alter", None)),
+    ("GET", f"{_SR}/mode/{{subject}}"): Access(_on("subject", "read", "subject")),
+    ("PUT", f"{_SR}/mode/{{subject}}"): Access(_on("subject", "alter", "subject")),
+    ("DELETE", f"{_SR}/mode/{{subject}}"): Access(_on("subject", "alter", "subject")),
+    ("POST", f"{_SR}/compatibility/subjects/{{subject}}/versions"): Access(
+        _on("subject", "read", "subject")
+    ),
+    ("POST", f"{_SR}/compatibility/subjects/{{subject}}/versions/{{version}}"): Access(
+        _on("subject", "read", "subject")
+    ),
     ("GET", "/openapi.yaml"): Access(audience="authenticated"),
     ("GET", "/internal/v1/replicas/{topic}/{partition}/records"): Access(audience="internal"),
     ("POST", "/internal/v1/replicas/fetch"): Access(audience="internal"),

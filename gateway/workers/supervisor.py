@@ -142,7 +142,7 @@ class Supervisor:
             "--node-id", str(worker.node_id), "--cluster", self.etcd.endpoint,
             "--data-dir", str(worker.data_dir), "--port", str(self.port),
             "--advertise", worker.url, "--default-replication-factor", str(factor),
-            "--offsets-topic-replication-factor", "1",
+            "--offsets-topic-replication-factor", "1", "--schemas-topic-replication-factor", "1",
             *(["--internal-key-file", str(self.internal_key)] if self.internal_key else []),
         ]  # fmt: skip
 

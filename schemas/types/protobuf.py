@@ -16,7 +16,10 @@ followed by the message's binary encoding; values are in protobuf's JSON mapping
 from __future__ import annotations
 
 import ast
+import base64
+import importlib
 import os
+import re
 import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -68,6 +71,7 @@ _WIRE_GROUPS = {
 }
 _NAMED_TYPES = frozenset((_FDP.TYPE_MESSAGE, _FDP.TYPE_GROUP, _FDP.TYPE_ENUM))
 _LENGTH_DELIMITED = frozenset((_FDP.TYPE_STRING, _FDP.TYPE_BYTES, _FDP.TYPE_MESSAGE))
+_BASE64 = re.compile(r"[A-Za-z0-9+/]+={0,2}")
 
 
 class ProtobufSchema:
@@ -78,30 +82,44 @@ class ProtobufSchema:
     """How deep its references nest (0: it has none)."""
     files: dict[str, str]
     """The texts its imports may name: its references and theirs, by import path."""
+    compiled: list[descriptor_pb2.FileDescriptorProto]
+    """Its descriptor and those it imports, dependencies first."""
 
     def __init__(self, text: str, references: Mapping[str, ParsedSchema]) -> None:
         self.text = text
         limits.check_text(text)
-        _check_nesting(text)
         typed, depth = references_of(references, ProtobufSchema, "PROTOBUF")
-        files: dict[str, str] = {}
-        for name, reference in typed.items():
-            files.update(reference.files)
-            files[name] = reference.text
         self.reference_depth = depth
-        self.files = files
-        compiled = _compile(text, files)
+        serialized = _serialized_form(text)
+        if serialized is None:
+            _check_nesting(text)
+            files: dict[str, str] = {}
+            for name, reference in typed.items():
+                files.update(reference.files)
+                files[name] = reference.text
+            self.files = files
+            compiled = _compile(text, files)
+        else:
+            self.files = {}
+            compiled = [*_dependencies(serialized, typed), serialized]
+        self.compiled = compiled
         self.descriptor = compiled[-1]
         for enum_values, where in _enums(self.descriptor):
             limits.check_enum(enum_values, where)
-        self._canonical: str = text_format.MessageToString(self.descriptor)
+        self._canonical: str = text_format.MessageToString(_named_as_main(self.descriptor))
         self._pool = descriptor_pool.DescriptorPool()
         try:
             for file in compiled:
                 self._pool.Add(file)
-        except (TypeError, ValueError) as e:
+            self._pool.FindFileByName(self.descriptor.name)
+        except (TypeError, ValueError, KeyError) as e:
             raise SchemaError(INVALID_SCHEMA, f"invalid Protobuf schema: {e}") from None
         self._classes: dict[tuple[int, ...], type[message.Message]] = {}
+
+    def serialized(self) -> str:
+        """The schema as confluent-kafka's Protobuf serializers register and ask for it
+        (`format=serialized`): its FileDescriptorProto, base64."""
+        return base64.standard_b64encode(self.descriptor.SerializeToString()).decode("ascii")
 
     def canonical(self) -> str:
         """The compiled descriptor in protobuf's text format."""
@@ -172,6 +190,74 @@ class ProtobufSchema:
 def parse(text: str, references: Mapping[str, ParsedSchema]) -> ProtobufSchema:
     """Compile a .proto text; SchemaError(INVALID_SCHEMA) says why it is not one."""
     return ProtobufSchema(text, references)
+
+
+def _serialized_form(text: str) -> descriptor_pb2.FileDescriptorProto | None:
+    """The FileDescriptorProto of a schema registered in its serialized form (base64, as
+    confluent-kafka's ProtobufSerializer registers one); None for a .proto text."""
+    stripped = text.strip()
+    if not _BASE64.fullmatch(stripped):
+        return None
+    try:
+        return descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(stripped))
+    except (ValueError, message.DecodeError) as e:
+        raise SchemaError(
+            INVALID_SCHEMA, f"invalid Protobuf schema: not a serialized FileDescriptorProto ({e})"
+        ) from None
+
+
+def _dependencies(
+    file: descriptor_pb2.FileDescriptorProto, references: Mapping[str, ProtobufSchema]
+) -> list[descriptor_pb2.FileDescriptorProto]:
+    """The descriptors a serialized schema's imports name, dependencies first: its references'
+    (by import path, as the client registered them) and Google's well-known and common types."""
+    out: list[descriptor_pb2.FileDescriptorProto] = []
+    seen: set[str] = set()
+    for name in file.dependency:
+        reference = references.get(name)
+        if reference is not None:
+            chain = [d for d in reference.compiled[:-1]] + [_named(reference.descriptor, name)]
+        elif name.startswith("google/"):
+            chain = [_bundled(name)]
+        else:
+            raise SchemaError(
+                INVALID_SCHEMA, f"invalid Protobuf schema: import {name!r} names no reference"
+            )
+        for dependency in chain:
+            if dependency.name not in seen:
+                seen.add(dependency.name)
+                out.append(dependency)
+    return out
+
+
+def _bundled(name: str) -> descriptor_pb2.FileDescriptorProto:
+    """A Google .proto file the protobuf and googleapis-common-protos packages carry."""
+    module = name.removesuffix(".proto").replace("/", ".") + "_pb2"
+    try:
+        serialized = importlib.import_module(module).DESCRIPTOR.serialized_pb
+    except ImportError:
+        raise SchemaError(
+            INVALID_SCHEMA, f"invalid Protobuf schema: import {name!r} names no reference"
+        ) from None
+    return descriptor_pb2.FileDescriptorProto.FromString(serialized)
+
+
+def _named(
+    file: descriptor_pb2.FileDescriptorProto, name: str
+) -> descriptor_pb2.FileDescriptorProto:
+    """`file` under the import path that names it."""
+    renamed = descriptor_pb2.FileDescriptorProto()
+    renamed.CopyFrom(file)
+    renamed.name = name
+    return renamed
+
+
+def _named_as_main(file: descriptor_pb2.FileDescriptorProto) -> descriptor_pb2.FileDescriptorProto:
+    """The descriptor as compiled from a text (named MAIN, without source locations), so that a
+    schema registered as text and in its serialized form are the same schema."""
+    plain = _named(file, MAIN)
+    plain.ClearField("source_code_info")
+    return plain
 
 
 def _check_nesting(text: str) -> None:

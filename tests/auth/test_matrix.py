@@ -36,6 +36,10 @@ V2 = "application/vnd.kafka.v2+json"
 JSON = "application/json"
 V2_JSON = "application/vnd.kafka.json.v2+json"
 V2_REFUSED = {401: 40101, 403: 40301}  # the REST Proxy's error_code of a refusal
+REGISTRY = "/schema-registry"
+SR_JSON = "application/vnd.schemaregistry.v1+json"  # the registry's answers, errors too
+SUBJECT = "m-subject"
+SCHEMA = {"schema": '{"type": "record", "name": "M", "fields": [{"name": "a", "type": "int"}]}'}
 
 
 @dataclass(frozen=True)
@@ -173,6 +177,36 @@ SAMPLES: dict[tuple[str, str], Sample] = {
     ("POST", "/v3/clusters/{cluster_id}/topics/{topic}/records"): Sample(
         json={"value": {"data": 1}}, content_type="application/json"
     ),
+    # Confluent Schema Registry: Confluent's error body (error_code 40101, 40301).
+    ("GET", f"{REGISTRY}/subjects"): Sample(),
+    ("POST", f"{REGISTRY}/subjects/{{subject}}"): Sample(json=SCHEMA),
+    ("DELETE", f"{REGISTRY}/subjects/{{subject}}"): Sample(),
+    ("GET", f"{REGISTRY}/subjects/{{subject}}/versions"): Sample(),
+    ("POST", f"{REGISTRY}/subjects/{{subject}}/versions"): Sample(json=SCHEMA),
+    ("GET", f"{REGISTRY}/subjects/{{subject}}/versions/{{version}}"): Sample(),
+    ("DELETE", f"{REGISTRY}/subjects/{{subject}}/versions/{{version}}"): Sample(),
+    ("GET", f"{REGISTRY}/subjects/{{subject}}/versions/{{version}}/schema"): Sample(),
+    ("GET", f"{REGISTRY}/subjects/{{subject}}/versions/{{version}}/referencedby"): Sample(),
+    ("GET", f"{REGISTRY}/schemas/types"): Sample(),
+    ("GET", f"{REGISTRY}/schemas/ids/{{id}}"): Sample(),
+    ("GET", f"{REGISTRY}/schemas/ids/{{id}}/schema"): Sample(),
+    ("GET", f"{REGISTRY}/schemas/ids/{{id}}/subjects"): Sample(),
+    ("GET", f"{REGISTRY}/schemas/ids/{{id}}/versions"): Sample(),
+    ("GET", f"{REGISTRY}/config"): Sample(),
+    ("PUT", f"{REGISTRY}/config"): Sample(json={"compatibility": "BACKWARD"}),
+    ("DELETE", f"{REGISTRY}/config"): Sample(),
+    ("GET", f"{REGISTRY}/config/{{subject}}"): Sample(query="defaultToGlobal=true"),
+    ("PUT", f"{REGISTRY}/config/{{subject}}"): Sample(json={"compatibility": "NONE"}),
+    ("DELETE", f"{REGISTRY}/config/{{subject}}"): Sample(),
+    ("GET", f"{REGISTRY}/mode"): Sample(),
+    ("PUT", f"{REGISTRY}/mode"): Sample(json={"mode": "READWRITE"}),
+    ("GET", f"{REGISTRY}/mode/{{subject}}"): Sample(query="defaultToGlobal=true"),
+    ("PUT", f"{REGISTRY}/mode/{{subject}}"): Sample(json={"mode": "READWRITE"}),
+    ("DELETE", f"{REGISTRY}/mode/{{subject}}"): Sample(),
+    ("POST", f"{REGISTRY}/compatibility/subjects/{{subject}}/versions"): Sample(json=SCHEMA),
+    ("POST", f"{REGISTRY}/compatibility/subjects/{{subject}}/versions/{{version}}"): Sample(
+        json=SCHEMA
+    ),
     ("GET", "/healthz"): Sample(),
     ("GET", "/readyz"): Sample(),
     ("GET", "/metrics"): Sample(),
@@ -218,7 +252,12 @@ def _check_declared(method: str, path: str, status: int, body: Any) -> None:
     assert response is not None, f"{method} {path} does not declare {status}"
     content = response["content"]
     schema = next(
-        (content[t]["schema"] for t in ("application/problem+json", V2, JSON) if t in content), None
+        (
+            content[t]["schema"]
+            for t in ("application/problem+json", V2, JSON, SR_JSON)
+            if t in content
+        ),
+        None,
     )
     assert schema is not None, f"{method} {path} declares no error body for {status}"
     validator = jsonschema_rs.Draft202012Validator({**schema, "components": CONTRACT["components"]})
@@ -258,6 +297,10 @@ async def _world(start: Start, data_dir: Path, tmp_path: Path) -> tuple[Client, 
     assert subscribed.status == 204, await subscribed.text()
     hook = {"name": SUBSCRIPTION, "topic": TOPIC, "endpoint": "https://example.com/hook"}
     assert (await client.post("/v1/subscriptions", json=hook, headers=admin)).status == 201
+    registered = await client.post(
+        f"{REGISTRY}/subjects/{SUBJECT}/versions", json=SCHEMA, headers=admin
+    )
+    assert registered.status == 200, await registered.text()
     clusters = await (await client.get("/v3/clusters", headers=admin)).json()
     keys["cluster_id"] = clusters["data"][0]["cluster_id"]
     listed = await (await client.get("/v1/auth/keys", headers=admin)).json()
@@ -284,7 +327,8 @@ async def test_authorization_matrix(
     sample = SAMPLES[(method, path)]
     params = {"topic": TOPIC, "partition": "0", "group": GROUP, "member": keys["member"],
               "instance": INSTANCE, "key_id": keys["key_id"], "name": SUBSCRIPTION,
-              "cluster_id": keys["cluster_id"], **sample.params}  # fmt: skip
+              "cluster_id": keys["cluster_id"], "subject": SUBJECT, "version": "1", "id": "1",
+              **sample.params}  # fmt: skip
     url = re.sub(r"\{(\w+)\}", lambda m: params[m.group(1)], path)
     url += f"?{sample.query}" if sample.query else ""
     rule = access(method, path)
@@ -297,14 +341,19 @@ async def test_authorization_matrix(
             method, url, headers=headers, json=sample.json, data=sample.data
         )
         text = await answer.text()
-        dialects = ("application/problem+json", V2, *((JSON,) if path.startswith("/v3/") else ()))
+        dialects = (
+            "application/problem+json",
+            V2,
+            SR_JSON,
+            *((JSON,) if path.startswith("/v3/") else ()),
+        )
         is_error = answer.content_type in dialects and answer.status >= 400
         return answer.status, (await answer.json(content_type=None)) if is_error else text
 
     def refused(status: int, body: Any) -> None:
         """The refusal in the route's dialect (a 403's code, in /v1, says why: no ACL, not a
         super user...), as the contract declares it."""
-        if path.startswith(("/topics", "/brokers", "/consumers")):
+        if path.startswith(("/topics", "/brokers", "/consumers", REGISTRY)):
             assert body["error_code"] == V2_REFUSED[status], body
         elif path.startswith("/v3/"):
             assert body["error_code"] == status, body

@@ -94,9 +94,64 @@ def test_writer_killed_mid_registers(healthy: Cluster) -> None:
     for url in live:
         reader = client(url)
         for n, schema_id in answered:
-            assert json.loads(reader.get_schema(schema_id).schema_str) == json.loads(user_schema(n))
+            assert json.loads(reader.get_schema(schema_id).schema_str or "") == json.loads(
+                user_schema(n)
+            )
     again = client(*live)
     for n, schema_id in answered[-3:]:
         assert again.register_schema("failover-value", Schema(user_schema(n), "AVRO")) == schema_id
     with pytest.raises(SchemaRegistryError):
         again.get_schema(max(ids) + 1000)
+
+
+def test_a_paused_writer_is_fenced(healthy: Cluster) -> None:
+    """The writer is paused (SIGSTOP) with a register forwarded to it; another node takes
+    over and registers; when the old writer resumes, the register it held is refused
+    (retriable 503) or answered with the id the new writer's log has for that schema: never
+    an id given to another schema."""
+    leader = schemas_partition(healthy).leader
+    live = [healthy.url(i) for i in range(healthy.size) if i != leader]
+    http = httpx.Client(timeout=60.0)
+    held: list[httpx.Response] = []
+    held_schema = json.dumps({"type": "enum", "name": "Held", "symbols": ["A"]})
+    other_schema = json.dumps({"type": "enum", "name": "Other", "symbols": ["B"]})
+    healthy.pause(leader)
+    try:
+        sender = threading.Thread(
+            target=lambda: held.append(
+                http.post(
+                    f"{live[0]}/schema-registry/subjects/held-value/versions",
+                    json={"schema": held_schema},
+                )
+            )
+        )
+        sender.start()
+        wait_for(
+            lambda: (s := healthy.etcd.partition(TOPIC, 0)) is not None and s.leader != leader,
+            SETTLE_S,
+            "another writer",
+        )
+
+        def registered() -> httpx.Response | None:
+            answer = http.post(
+                f"{live[1]}/schema-registry/subjects/other-value/versions",
+                json={"schema": other_schema},
+            )
+            return answer if answer.status_code == 200 else None
+
+        other = wait_for(registered, SETTLE_S, "a register at the new writer")
+    finally:
+        healthy.resume(leader)
+    sender.join(timeout=SETTLE_S)
+    assert held, "the held register was never answered"
+    answer = held[0]
+    other_id = other.json()["id"]
+    if answer.status_code == 200:
+        assert answer.json()["id"] != other_id
+        found = client(live[1]).get_schema(answer.json()["id"]).schema_str
+        assert json.loads(found or "") == json.loads(held_schema)
+    else:
+        assert answer.status_code == 503 and answer.json()["error_code"] == 50003, answer.text
+    assert json.loads(client(live[0]).get_schema(other_id).schema_str or "") == json.loads(
+        other_schema
+    )

@@ -38,9 +38,10 @@ def test_the_startup_report_in_the_log_and_the_metrics(tmp_path: Path) -> None:
         lines = (tmp_path / "new.log").read_text().splitlines()
         assert any("a new data directory, nothing to recover" in line for line in lines)
         roles = [line for line in lines if "replication.replica_manager" in line]
-        assert len(roles) == 1 and roles[0].endswith(
+        assert len(roles) == 2 and roles[0].endswith(
             "took up 50 partitions: leader of __consumer_offsets[0-49]"
         )
+        assert roles[1].endswith("took up 1 partitions: leader of _schemas[0]")
         assert startup_samples(url) == {}
         created = httpx.post(f"{url}/v1/topics", json={"name": "t", "partitions": 2})
         assert created.status_code == 201
@@ -59,8 +60,8 @@ def test_the_startup_report_in_the_log_and_the_metrics(tmp_path: Path) -> None:
     process, url = start(data, tmp_path / "crash.log")
     try:
         text = (tmp_path / "crash.log").read_text()
-        assert "52 partitions opened after an unclean shutdown in" in text
-        assert "52 partitions checked, 1 partition cut back by 7 bytes; slowest " in text
+        assert "53 partitions opened after an unclean shutdown in" in text
+        assert "53 partitions checked, 1 partition cut back by 7 bytes; slowest " in text
         cut = [line for line in text.splitlines() if "recovery cut" in line]
         assert len(cut) == 1 and "WARNING" in cut[0]
         assert "t-0: recovery cut 7 bytes of a torn or corrupt tail (0 segments dropped)" in cut[0]
@@ -68,7 +69,7 @@ def test_the_startup_report_in_the_log_and_the_metrics(tmp_path: Path) -> None:
         assert samples[("sluice_startup_partition_truncated_bytes", "t", "0")] == 7
         assert samples[("sluice_startup_partition_truncated_bytes", "t", "1")] == 0
         assert samples[("sluice_startup_partition_recovery_seconds", "t", "1")] >= 0
-        assert len(samples) == 2 * 52  # every partition checked, none else
+        assert len(samples) == 2 * 53  # every partition checked, none else
     finally:
         process.send_signal(signal.SIGTERM)
         assert process.wait(30) == 0
@@ -76,7 +77,7 @@ def test_the_startup_report_in_the_log_and_the_metrics(tmp_path: Path) -> None:
     process, url = start(data, tmp_path / "clean.log")
     try:
         text = (tmp_path / "clean.log").read_text()
-        assert "2 topics, 52 partitions opened after a clean shutdown in" in text
+        assert "3 topics, 53 partitions opened after a clean shutdown in" in text
         assert "checked" not in text and startup_samples(url) == {}
     finally:
         process.send_signal(signal.SIGTERM)

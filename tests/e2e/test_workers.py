@@ -651,3 +651,16 @@ def _zombie(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
     except OSError:
         return True
+
+
+def test_schema_registry_across_workers(pair: tuple[httpx.Client, httpx.Client]) -> None:
+    """The registry's topic is created with the workers' replication factor (one replica per
+    worker group would never have three), a register through one worker is read through the
+    other, and the same schema again answers the same id."""
+    first, second = pair
+    body = {"schema": '{"type": "enum", "name": "Colour", "symbols": ["RED"]}'}
+    path = "/schema-registry/subjects/colours-value/versions"
+    registered = first.post(path, json=body)
+    assert registered.status_code == 200, registered.text
+    assert second.get(f"{path}/latest").json()["id"] == registered.json()["id"]
+    assert second.post(path, json=body).json() == registered.json()

@@ -368,3 +368,37 @@ def test_karapace_package_change_is_incompatible_as_confluent_rules_it() -> None
     )
     found = proto(template % ("a2", "a2")).incompatibilities(proto(template % ("a1", "a1")))
     assert [change.split(",")[0] for change in found] == ["{errorType:'PACKAGE_CHANGED'"]
+
+
+def test_the_serialized_form_the_client_registers_is_the_same_schema() -> None:
+    """confluent-kafka's ProtobufSerializer registers a base64 FileDescriptorProto (and asks
+    for one back with format=serialized): it parses to the same schema as the .proto text,
+    whatever file name the client gave, and its well-known imports resolve."""
+    order = proto(ORDER)
+    file = order._class([0]).DESCRIPTOR.file
+    registered = MockSchemaRegistryClient({"url": "mock://protobuf-serialized"})
+    context = SerializationContext("orders", MessageField.VALUE)
+    ProtobufSerializer(order._class([0]), registered, {"use.deprecated.format": False})(
+        order._class([0])(), context
+    )
+    text = registered.get_latest_version("orders-value").schema.schema_str
+    assert text == order.serialized()
+    from_client = proto(text)
+    assert from_client.canonical() == order.canonical()
+    assert from_client.decode(order.encode(AN_ORDER)) == order.decode(order.encode(AN_ORDER))
+    assert proto(from_client.serialized()).canonical() == order.canonical()
+    assert file.name == "schema.proto"
+
+
+def test_a_serialized_form_with_a_reference_and_bad_ones() -> None:
+    common = proto('syntax = "proto3"; package c; message Money { int64 cents = 1; }')
+    text = 'syntax = "proto3"; import "money.proto"; message Price { c.Money amount = 1; }'
+    price = proto(text, {"money.proto": common})
+    again = proto(price.serialized(), {"money.proto": common})
+    assert again.canonical() == price.canonical()
+    assert again.decode(price.encode({"amount": {"cents": "5"}})) == {"amount": {"cents": "5"}}
+    with pytest.raises(SchemaError, match="names no reference") as refused:
+        proto(price.serialized())
+    assert refused.value.error_code == INVALID_SCHEMA
+    with pytest.raises(SchemaError, match="FileDescriptorProto"):
+        proto("bm90IGEgZGVzY3JpcHRvcg==")  # base64, but not a descriptor

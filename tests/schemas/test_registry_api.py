@@ -9,10 +9,13 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
 
+from gateway.api.schema_registry.media import render
+from gateway.http.problem import Problem
 from tests.e2e.conftest import Server, start_server
 
 V1 = "application/vnd.schemaregistry.v1+json"
@@ -34,6 +37,10 @@ def sr(gateway: Server) -> Iterator[httpx.Client]:
 
 def unique(prefix: str) -> str:
     return f"{prefix}-{next(_names)}"
+
+
+def avro_name(prefix: str) -> str:
+    return f"{prefix}_{next(_names)}"
 
 
 def record(name: str, *fields: tuple[str, Any]) -> str:
@@ -72,12 +79,12 @@ def error(answer: httpx.Response, status: int, code: int) -> str:
 
 def test_register_is_idempotent_and_shares_ids_across_subjects(sr: httpx.Client) -> None:
     a, b = unique("a"), unique("b")
-    schema = record(unique("R"), ("f", "string"))
+    schema = record(avro_name("R"), ("f", "string"))
     first = register(sr, a, schema)
     assert register(sr, a, schema) == first
     assert register(sr, b, schema) == first
     assert sr.get(f"/subjects/{a}/versions").json() == [1]
-    other = register(sr, a, record(unique("R"), ("f", "string")), schemaType="AVRO")
+    other = register(sr, unique("c"), record(avro_name("R"), ("f", "string")), schemaType="AVRO")
     assert other > first
     versions = sr.get(f"/schemas/ids/{first}/versions").json()
     assert {"subject": a, "version": 1} in versions and {"subject": b, "version": 1} in versions
@@ -215,12 +222,12 @@ def test_soft_and_permanent_deletes(sr: httpx.Client) -> None:
 
 def test_references_and_referenced_by(sr: httpx.Client) -> None:
     base, user = unique("base"), unique("user")
-    name = unique("Base").replace("-", "_")
+    name = avro_name("Base")
     register(sr, base, record(name, ("a", "int")))
     child = json.dumps(
         {
             "type": "record",
-            "name": unique("User").replace("-", "_"),
+            "name": avro_name("User"),
             "fields": [{"name": "b", "type": name}],
         }
     )
@@ -286,7 +293,7 @@ def test_modes(sr: httpx.Client) -> None:
         post(sr, f"/subjects/{imported}/versions", {"schema": '"double"', "id": 90001}), 422, 42205
     )
     sr.delete(f"/mode/{imported}")
-    assert register(sr, unique("after"), record(unique("R"), ("x", "int"))) > 90001
+    assert register(sr, unique("after"), record(avro_name("R"), ("x", "int"))) > 90001
 
 
 def test_schema_types_and_listing(sr: httpx.Client) -> None:
@@ -326,3 +333,196 @@ def test_compatibility_endpoint_errors(sr: httpx.Client) -> None:
     error(post(sr, f"/compatibility/subjects/{unique('no')}/versions/latest", body), 404, 40401)
     error(post(sr, f"{path}/latest", {"schema": '{"type": "nonsense"}'}), 422, 42201)
     error(post(sr, f"{path}/zero", body), 422, 42202)
+
+
+@pytest.mark.parametrize(
+    ("level", "added_ok", "removed_ok"),
+    [
+        ("NONE", True, True),
+        ("BACKWARD", False, True),
+        ("BACKWARD_TRANSITIVE", False, True),
+        ("FORWARD", True, False),
+        ("FORWARD_TRANSITIVE", True, False),
+        ("FULL", False, False),
+        ("FULL_TRANSITIVE", False, False),
+    ],
+)
+def test_each_compatibility_level(
+    sr: httpx.Client, level: str, added_ok: bool, removed_ok: bool
+) -> None:
+    """Cases from Karapace's test_record_schema_compatibility_backward/_forward: a field added
+    without a default breaks backward compatibility (new readers, old data), a field removed
+    that has no default breaks forward compatibility (old readers, new data)."""
+    name = avro_name("R")
+    one, two = record(name, ("a", "int")), record(name, ("a", "int"), ("b", "int"))
+    for old, new, ok in ((one, two, added_ok), (two, one, removed_ok)):
+        subject = unique(f"level-{level.lower()}")
+        assert put(sr, f"/config/{subject}", {"compatibility": level}).status_code == 200
+        register(sr, subject, old)
+        check = post(sr, f"/compatibility/subjects/{subject}/versions", {"schema": new})
+        assert check.json()["is_compatible"] is ok, check.text
+        answer = post(sr, f"/subjects/{subject}/versions", {"schema": new})
+        if ok:
+            assert answer.status_code == 200, answer.text
+        else:
+            assert "incompatible" in error(answer, 409, 409)
+
+
+@pytest.mark.parametrize(("level", "ok"), [("BACKWARD", True), ("BACKWARD_TRANSITIVE", False)])
+def test_transitive_levels_check_every_version(sr: httpx.Client, level: str, ok: bool) -> None:
+    """Karapace's test_transitive_compatibility: a field dropped, then added back with another
+    type and a default, reads the previous version's data but not the first's."""
+    name, subject = avro_name("T"), unique("transitive")
+    put(sr, f"/config/{subject}", {"compatibility": level})
+    register(sr, subject, record(name, ("a", "int"), ("z", "int")))
+    register(sr, subject, record(name, ("z", "int")))
+    again = json.dumps(
+        {
+            "type": "record",
+            "name": name,
+            "fields": [
+                {"name": "z", "type": "int"},
+                {"name": "a", "type": "string", "default": "x"},
+            ],
+        }
+    )
+    answer = post(sr, f"/subjects/{subject}/versions", {"schema": again})
+    assert (answer.status_code == 200) is ok, answer.text
+
+
+def test_a_restarted_node_rebuilds_its_view_from_the_topic(tmp_path: Path) -> None:
+    """Everything the registry knows is in `_schemas`: after a restart the subjects, levels,
+    soft deletes and the next id are as they were."""
+    data = tmp_path / "data"
+    first = start_server(data)
+    with httpx.Client(base_url=f"{first.url}/schema-registry") as c:
+        put(c, "/config", {"compatibility": "FULL"})
+        ids = [register(c, f"kept-{n}", record(f"K{n}", ("a", "int"))) for n in range(3)]
+        c.delete("/subjects/kept-1")
+    assert first.stop() == 0
+    again = start_server(data)
+    try:
+        with httpx.Client(base_url=f"{again.url}/schema-registry") as c:
+            assert c.get("/config").json() == {"compatibilityLevel": "FULL"}
+            assert c.get("/subjects").json() == ["kept-0", "kept-2"]
+            assert c.get("/subjects", params={"deleted": "true"}).json() == [
+                "kept-0",
+                "kept-1",
+                "kept-2",
+            ]
+            assert c.get("/schemas/ids/" + str(ids[2])).json()["schema"] == record(
+                "K2", ("a", "int")
+            )
+            assert register(c, "kept-3", record("K3", ("a", "int"))) == max(ids) + 1
+    finally:
+        assert again.stop() == 0
+
+
+@pytest.mark.parametrize(
+    ("accept", "media"),
+    [
+        (None, V1),
+        ("application/json", "application/json"),
+        ("text/html, image/gif, image/jpeg, *; q=.2, */*; q=.2", V1),
+        (
+            "application/vnd.schemaregistry.v2+json; q=0.1, "
+            "application/vnd.schemaregistry+json; q=0.9",
+            "application/vnd.schemaregistry+json",
+        ),
+        ("application/*", V1),
+        ("*/does_not_matter", V1),
+        ("*", V1),
+        ("*/*", V1),
+        ("application/vnd.schemaregistry.v2+json", None),
+        ("text/*", None),
+        ("application/octet-stream", None),
+    ],
+)
+def test_accept_negotiation(gateway: Server, accept: str | None, media: str | None) -> None:
+    """Karapace's test_http_headers."""
+    headers = {} if accept is None else {"Accept": accept}
+    answer = httpx.get(f"{gateway.url}/schema-registry/subjects", headers=headers)
+    if media is None:
+        error(answer, 406, 406)
+    else:
+        assert answer.status_code == 200
+        assert answer.headers["content-type"] == media
+
+
+def test_body_media_types(sr: httpx.Client) -> None:
+    """Karapace's test_http_headers: octet-stream and a charset are taken; text/html is not."""
+    level = json.dumps({"compatibility": "NONE"})
+    subject = unique("media")
+    for media in ("application/octet-stream", f"{V1}; charset=utf-8"):
+        answer = sr.put(f"/config/{subject}", content=level, headers={"Content-Type": media})
+        assert answer.json() == {"compatibility": "NONE"}
+        assert answer.headers["content-type"] == V1
+    error(
+        sr.put(f"/config/{subject}", content=level, headers={"Content-Type": "text/html"}), 415, 415
+    )
+
+
+def test_subject_allowed_chars(sr: httpx.Client) -> None:
+    """Karapace's test_subject_allowed_chars."""
+    prefix = unique("chars")
+    for suffix in ['"', "{", ":", "}", "'"]:
+        subject = f"{prefix}{suffix}"
+        answer = sr.post(
+            f"/subjects/{quote(subject, safe='')}/versions",
+            content=json.dumps({"schema": json.dumps({"type": "string"})}),
+            headers={"Content-Type": V1},
+        )
+        assert answer.status_code == 200, (subject, answer.text)
+        assert subject in sr.get("/subjects", params={"subjectPrefix": prefix}).json()
+
+
+def test_schema_version_numbering(sr: httpx.Client) -> None:
+    """Karapace's test_schema_version_numbering: a subject deleted and recreated numbers on."""
+    subject, name = unique("numbering"), avro_name("N")
+    first = record(name, ("first_name", "string"))
+    register(sr, subject, first)
+    put(sr, f"/config/{subject}", {"compatibility": "FORWARD"})
+    register(sr, subject, record(name, ("first_name", "string"), ("last_name", "string")))
+    assert sr.get(f"/subjects/{subject}/versions").json() == [1, 2]
+    assert sr.delete(f"/subjects/{subject}").json() == [1, 2]
+    register(sr, subject, first)
+    assert sr.get(f"/subjects/{subject}/versions").json() == [3]
+
+
+def test_schema_json_subject_comparison(sr: httpx.Client) -> None:
+    """Karapace's test_schema_json_subject_comparison: the same JSON Schema with its members
+    in another order is the same schema."""
+    subject = unique("json-cmp")
+    text = '{"type": "string", "value": "int"}'
+    schema_id = register(sr, subject, text, schemaType="JSON")
+    reordered = {"schemaType": "JSON", "schema": '{"value": "int", "type": "string"}'}
+    found = post(sr, f"/subjects/{subject}", reordered).json()
+    assert found == {
+        "subject": subject, "version": 1, "id": schema_id, "schema": text, "schemaType": "JSON"
+    }  # fmt: skip
+    assert register(sr, unique("json-cmp"), reordered["schema"], schemaType="JSON") == schema_id
+
+
+def test_three_subjects_sharing_a_schema(sr: httpx.Client) -> None:
+    """Karapace's test_schema_three_subjects_sharing_schema."""
+    schema = record(avro_name("Shared"), ("a", "string"))
+    subjects = [unique("share") for _ in range(3)]
+    ids = {register(sr, s, schema) for s in subjects}
+    assert len(ids) == 1
+    (schema_id,) = ids
+    assert sorted(sr.get(f"/schemas/ids/{schema_id}/subjects").json()) == sorted(subjects)
+    sr.delete(f"/subjects/{subjects[0]}")
+    remaining = sr.get(f"/schemas/ids/{schema_id}/subjects").json()
+    assert sorted(remaining) == sorted(subjects[1:])
+    with_deleted = sr.get(f"/schemas/ids/{schema_id}/subjects", params={"deleted": "true"})
+    assert sorted(with_deleted.json()) == sorted(subjects)
+
+
+def test_a_write_that_reached_a_deposed_writer_is_retriable() -> None:
+    """The writer moved while a write was forwarded to it: its NotLeader (421, not retried by
+    confluent-kafka) answers 503 with Confluent's forwarding code and Retry-After."""
+    answer = render(Problem(421, "NOT_LEADER", "node 2 leads _schemas-0", leader=2))
+    assert answer.status == 503 and answer.headers["Retry-After"] == "1"
+    assert answer.body is not None
+    doc = json.loads(bytes(answer.body))  # type: ignore[arg-type]
+    assert doc["error_code"] == 50003 and doc["status"] == 503

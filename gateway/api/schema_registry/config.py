@@ -35,6 +35,7 @@ async def get_config(request: web.Request) -> web.Response:
 
 
 async def put_config(request: web.Request) -> web.Response:
+    """Set the subject's level (or the global one); 42203 for none of Confluent's."""
     doc = await body_object(request, FIELDS)
     level = registry.compatibility_level(doc.get("compatibility", doc.get("compatibilityLevel")))
     decide = functools.partial(
@@ -44,5 +45,6 @@ async def put_config(request: web.Request) -> web.Response:
 
 
 async def delete_config(request: web.Request) -> web.Response:
+    """Forget the subject's level (the global one returns to BACKWARD); answers the old one."""
     decide = functools.partial(registry.delete_config, subject=request.match_info.get("subject"))
     return answer({"compatibilityLevel": await store_of(request).write(decide)})

@@ -24,21 +24,64 @@ from schemas.store import SchemaStore
 
 PREFIX = "/schema-registry"  # where the gateway's port serves the registry
 V1_JSON = "application/vnd.schemaregistry.v1+json"
-BODY_TYPES = frozenset({V1_JSON, "application/vnd.schemaregistry+json", "application/json"})
+# What an answer may be sent as, the default first; bodies may be any of these (or octet-stream).
+ANSWER_TYPES = (V1_JSON, "application/vnd.schemaregistry+json", "application/json")
+BODY_TYPES = frozenset({*ANSWER_TYPES, "application/octet-stream"})
 # Registry answers on this app are at the root (the registry's own port), not under PREFIX.
 AT_ROOT = web.AppKey("schema_registry_at_root", bool)
 UNKNOWN_PROPERTIES = "Confluent-Accept-Unknown-Properties"
+# Confluent's codes for refused credentials and ACLs (rest-utils' 40101 and 40301).
+AUTH_CODES = {"UNAUTHENTICATED": 40101, "ACL_DENIED": 40301}
 
 T = TypeVar("T")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def add_route(app: web.Application, method: str, path: str, handler: Handler) -> None:
-    """Route a registry path, under PREFIX unless the app serves the registry at its root."""
-    app.router.add_route(method, path if app.get(AT_ROOT, False) else PREFIX + path, handler)
+    """Route a registry path, under PREFIX unless the app serves the registry at its root;
+    its answer in the media type the request's Accept prefers."""
+
+    async def negotiated(request: web.Request) -> web.StreamResponse:
+        """The handler's answer in the negotiated media type."""
+        media = answer_type(request.headers.get("Accept", ""))
+        response = await handler(request)
+        if isinstance(response, web.Response) and response.content_type in ANSWER_TYPES:
+            response.content_type = media
+        return response
+
+    # A subject may hold any character but "/" (aiohttp's default also refuses braces).
+    path = path.replace("{subject}", "{subject:[^/]+}")
+    app.router.add_route(method, path if app.get(AT_ROOT, False) else PREFIX + path, negotiated)
+
+
+def answer_type(accept: str) -> str:
+    """The registry's media type an Accept header prefers (by weight; a wildcard takes the
+    default); 406 if it accepts none of them."""
+    best, best_q = None, 0.0
+    for item in accept.split(",") if accept.strip() else ["*/*"]:
+        media, *params = (part.strip() for part in item.split(";"))
+        q = 1.0
+        for param in params:
+            name, _, value = param.partition("=")
+            if name.strip().lower() == "q":
+                try:
+                    q = float(value)
+                except ValueError:
+                    q = 0.0
+        kind, _, sub = media.lower().partition("/")
+        if kind == "*" or (kind == "application" and sub in ("*", "")):
+            found: str | None = V1_JSON
+        else:
+            found = media.lower() if media.lower() in ANSWER_TYPES else None
+        if found is not None and q > best_q:
+            best, best_q = found, q
+    if best is None:
+        raise invalid(f"None of {accept!r} is one of {', '.join(ANSWER_TYPES)}", 406)
+    return best
 
 
 def store_of(request: web.Request) -> SchemaStore:
+    """This node's registry store."""
     return gateway_of(request).schemas
 
 
@@ -48,6 +91,7 @@ async def view(request: web.Request) -> RegistryState:
 
 
 def answer(body: object, status: int = 200) -> web.Response:
+    """A JSON answer in the registry's media type (add_route sets the one Accept prefers)."""
     return web.Response(body=orjson.dumps(body), status=status, content_type=V1_JSON)
 
 
@@ -117,6 +161,8 @@ def error_code(problem: Problem) -> int:
     explicit = problem.extra.get("error_code")
     if isinstance(explicit, int):
         return explicit
+    if problem.code in AUTH_CODES:
+        return AUTH_CODES[problem.code]
     if problem.status in (502, 503):
         return errors.FORWARDING_ERROR
     if problem.status == 504:
@@ -127,7 +173,16 @@ def error_code(problem: Problem) -> int:
 
 
 def render(problem: Problem) -> web.Response:
-    """A failure as Confluent's body and a problem document in one."""
+    """A failure as Confluent's body and a problem document in one. A write that reached a
+    node no longer writing (the writer moved while it was forwarded) is a retriable 503."""
+    if problem.status == 421:
+        problem = Problem(
+            503,
+            problem.code,
+            problem.detail,
+            headers={"Retry-After": "1"},
+            error_code=errors.FORWARDING_ERROR,
+        )
     doc = orjson.loads(problem_body(problem))
     doc["error_code"] = error_code(problem)
     doc["message"] = problem.detail
@@ -137,6 +192,7 @@ def render(problem: Problem) -> web.Response:
 
 
 def speaks_registry(request: web.Request) -> bool:
+    """Whether the request is the registry's (its errors answer in Confluent's body)."""
     path = request.path
     return request.app.get(AT_ROOT, False) or path == PREFIX or path.startswith(PREFIX + "/")
 

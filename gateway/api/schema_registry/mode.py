@@ -21,6 +21,8 @@ def add_routes(app: web.Application) -> None:
 
 
 async def get_mode(request: web.Request) -> web.Response:
+    """The mode that applies (the global one for a subject without its own, unless
+    defaultToGlobal=false: then 40409)."""
     state = await view(request)
     subject = request.match_info.get("subject")
     mode = state.mode_of(subject, flag(request, "defaultToGlobal") or subject is None)
@@ -33,6 +35,8 @@ async def get_mode(request: web.Request) -> web.Response:
 
 
 async def put_mode(request: web.Request) -> web.Response:
+    """Set the subject's mode (or the global one); IMPORT only where nothing is registered yet
+    unless force=true."""
     doc = await body_object(request, {"mode": (str,)}, ("mode",))
     decide = functools.partial(
         registry.set_mode,
@@ -44,5 +48,6 @@ async def put_mode(request: web.Request) -> web.Response:
 
 
 async def delete_mode(request: web.Request) -> web.Response:
+    """Forget the subject's mode; answers the old one."""
     decide = functools.partial(registry.delete_mode, subject=request.match_info["subject"])
     return answer({"mode": await store_of(request).write(decide)})

@@ -3,6 +3,8 @@ take a path in its URL: the same routes, credentials and forwarding as under the
 
 from __future__ import annotations
 
+import ssl
+
 from aiohttp import web
 
 from gateway.api.forwarding import forwarding_middleware
@@ -14,6 +16,7 @@ from gateway.state import GATEWAY, Gateway
 
 
 def build_app(gateway: Gateway) -> web.Application:
+    """The registry's routes at the root, over the node's gateway state."""
     settings = gateway.settings
     app = web.Application(
         client_max_size=settings.max_request_bytes,
@@ -32,11 +35,14 @@ def build_app(gateway: Gateway) -> web.Application:
     return app
 
 
-async def serve(gateway: Gateway, port: int) -> web.AppRunner:
-    """Listen on `port` (shared by the workers of one machine); the runner to clean up."""
+async def serve(gateway: Gateway, port: int, context: ssl.SSLContext | None) -> web.AppRunner:
+    """Listen on `port` (shared by the workers of one machine; with TLS as the gateway's port
+    is); the runner to clean up."""
     runner = web.AppRunner(build_app(gateway), access_log=None)
     await runner.setup()
     settings = gateway.settings
-    site = web.TCPSite(runner, settings.host, port, reuse_port=settings.workers > 1)
+    site = web.TCPSite(
+        runner, settings.host, port, ssl_context=context, reuse_port=settings.workers > 1
+    )
     await site.start()
     return runner

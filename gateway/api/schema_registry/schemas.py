@@ -21,6 +21,7 @@ def add_routes(app: web.Application) -> None:
 
 
 async def schema_types(request: web.Request) -> web.Response:
+    """The schema types this registry parses."""
     return answer(list(SCHEMA_TYPES))
 
 
@@ -40,6 +41,7 @@ async def _by_id(request: web.Request) -> tuple[RegistryState, StoredSchema]:
 
 
 async def get_schema(request: web.Request) -> web.Response:
+    """The schema with this id (its type unless Avro, its references if any)."""
     _, stored = await _by_id(request)
     doc: dict[str, Any] = {"schema": stored.text}
     if stored.schema_type != "AVRO":
@@ -50,11 +52,13 @@ async def get_schema(request: web.Request) -> web.Response:
 
 
 async def get_schema_text(request: web.Request) -> web.Response:
+    """The schema's text alone, as registered."""
     _, stored = await _by_id(request)
     return web.Response(text=stored.text, content_type=V1_JSON)
 
 
 async def get_subjects(request: web.Request) -> web.Response:
+    """The subjects with a version using this id."""
     state, stored = await _by_id(request)
     users = state.users(stored.schema_id, flag(request, "deleted"))
     subject = request.query.get("subject")
@@ -63,6 +67,7 @@ async def get_subjects(request: web.Request) -> web.Response:
 
 
 async def get_versions(request: web.Request) -> web.Response:
+    """The (subject, version) pairs using this id."""
     state, stored = await _by_id(request)
     users = state.users(stored.schema_id, flag(request, "deleted"))
     subject = request.query.get("subject")

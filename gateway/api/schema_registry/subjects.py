@@ -18,6 +18,7 @@ from gateway.api.schema_registry.media import (
     view,
     window,
 )
+from gateway.auth.middleware import may
 from schemas import errors, registry
 from schemas.errors import SchemaError
 from schemas.records import SchemaVersion
@@ -61,6 +62,7 @@ def version_doc(found: SchemaVersion) -> dict[str, Any]:
 
 
 def references_doc(references: tuple[Reference, ...]) -> list[dict[str, Any]]:
+    """References as Confluent's bodies carry them."""
     return [{"name": r.name, "subject": r.subject, "version": r.version} for r in references]
 
 
@@ -91,6 +93,7 @@ def schema_of(doc: dict[str, Any]) -> tuple[SchemaType, str, tuple[Reference, ..
 
 
 async def list_subjects(request: web.Request) -> web.Response:
+    """The subjects with a live version (deleted=true: any), those the principal may read."""
     state = await view(request)
     deleted = flag(request, "deleted")
     prefix = request.query.get("subjectPrefix", "")
@@ -98,10 +101,11 @@ async def list_subjects(request: web.Request) -> web.Response:
     if flag(request, "deleted_only"):
         live = set(state.subject_names())
         names = [n for n in state.subject_names(True) if n not in live and n.startswith(prefix)]
-    return answer(window(request, names))
+    return answer(window(request, [n for n in names if may(request, "subject", n, "read")]))
 
 
 async def list_versions(request: web.Request) -> web.Response:
+    """The subject's version numbers, oldest first."""
     state = await view(request)
     subject = request.match_info["subject"]
     found = state.versions(subject, deleted=flag(request, "deleted"))
@@ -111,6 +115,7 @@ async def list_versions(request: web.Request) -> web.Response:
 
 
 async def get_version(request: web.Request) -> web.Response:
+    """One version of the subject (latest / -1: its newest live one)."""
     state = await view(request)
     version = registry.parse_version(request.match_info["version"])
     found = state.version(request.match_info["subject"], version, flag(request, "deleted"))
@@ -126,6 +131,7 @@ async def get_version_schema(request: web.Request) -> web.Response:
 
 
 async def referenced_by(request: web.Request) -> web.Response:
+    """The ids of the live schemas whose references name this version."""
     state = await view(request)
     subject = request.match_info["subject"]
     found = state.version(subject, registry.parse_version(request.match_info["version"]))
@@ -169,6 +175,7 @@ async def lookup(request: web.Request) -> web.Response:
 
 
 async def delete_subject(request: web.Request) -> web.Response:
+    """Soft-delete the subject, or remove it once soft-deleted (permanent=true)."""
     decide = functools.partial(
         registry.delete_subject,
         subject=request.match_info["subject"],
@@ -179,6 +186,7 @@ async def delete_subject(request: web.Request) -> web.Response:
 
 
 async def delete_version(request: web.Request) -> web.Response:
+    """Soft-delete a version, or remove it once soft-deleted (permanent=true)."""
     decide = functools.partial(
         registry.delete_version,
         subject=request.match_info["subject"],

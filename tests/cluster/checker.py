@@ -52,6 +52,19 @@ Properties (each violation names one):
   reassignment removed (its copy deleted, maybe re-created empty) is not held to its earlier
   high watermark reports of that partition (hw-regressed, and a snapshot's log against its
   reported high watermark): the checker cannot tell which copy a report describes.
+- registry-lost / registry-id-reused / registry-two-ids / registry-id-order /
+  registry-version-order / registry-config-lost / registry-divergence / registry-refused /
+  validation-refused / unclean-error: the schema registry (registryload.py). A register
+  answered 200 with an id is on every node after healing, under its subject with that id and
+  schema; no id names two schemas and no schema has two ids, in any answer, any node's view or
+  the writer's log of `_schemas`; along that log every new id is above every id before it,
+  and a register answered before another new one was sent got the lower id; a subject's
+  versions are 1..n, each version whose schema was new there above the ids of the versions
+  before it; a subject's level is the last acknowledged one (or one sent without an answer);
+  every node shows the same subjects, versions and levels; a register or level change of
+  these always valid, compatible schemas is never refused (4xx), and an error carries
+  Confluent's error_code; a value framed with an acknowledged id is accepted by the topic that
+  validates it within the bound after healing.
 """
 
 from __future__ import annotations
@@ -63,6 +76,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tests.cluster.harness import NO_LEADER, LogRecord, PartitionState
+from tests.cluster.registryload import RegistryHistory, RegistryOp
 from tests.cluster.sideload import PROBLEM_JSON, Move, ReassignOp, SideHistory, TopicOp
 from tests.cluster.workload import Attempt, History, ProduceOp
 
@@ -95,6 +109,7 @@ class Verdict:
     topic_ops: Counter[str] = field(default_factory=Counter)  # "create ok", "config refused"...
     # "shrink ok", "cancel refused"..., and the moves: "started", "completed", "cancelled"
     reassignments: Counter[str] = field(default_factory=Counter)
+    registry: Counter[str] = field(default_factory=Counter)  # "new ok", "produce accepted"...
 
     def add(self, kind: str, detail: str) -> None:
         self.violations.append(Violation(kind, detail))
@@ -173,6 +188,7 @@ def check(
     _check_topics(history.side, verdict)
     _check_reassignments(history.side, etcd_changes, verdict)
     _check_settle(history.side, verdict)
+    _check_registry(history.registry, verdict)
     return verdict
 
 
@@ -805,4 +821,164 @@ def _check_settle(side: SideHistory, verdict: Verdict) -> None:
                 "rf-not-restored",
                 f"{where}: replicas {list(s.replicas)}, fewer than the replication factor "
                 f"{settle.replication_factor}",
+            )
+
+
+def _schema_key(text: str) -> str:
+    """A schema text in one form (the registry may store it reformatted)."""
+    try:
+        return _canonical(json.loads(text))
+    except ValueError:
+        return text
+
+
+def _check_registry(reg: RegistryHistory, verdict: Verdict) -> None:
+    """The schema registry's rules (the module's docstring): ids unique, never reused, in the
+    writer's order; acknowledged registrations and levels kept on every node."""
+    for op in reg.ops:
+        verdict.registry[f"{op.kind} {op.outcome}"] += 1
+        if op.outcome == "refused":
+            verdict.add("registry-refused", f"{op}: a valid, compatible schema or level refused")
+        if (op.status or 0) >= 300 and op.error_code is None:
+            verdict.add("unclean-error", f"registry {op}: answered without an error_code")
+    for produce in reg.produces:
+        verdict.registry["produce " + ("accepted" if produce.accepted else "refused")] += 1
+        verdict.registry["produce attempts"] += len(produce.attempts)
+        if not produce.accepted:
+            verdict.add(
+                "validation-refused",
+                f"a value framed with id {produce.schema_id} (acknowledged at "
+                f"{produce.acked_at:.2f}s) was never accepted; attempts: "
+                + "; ".join(f"node {n} at {t:.2f}s: {a}" for n, t, a in produce.attempts[-5:]),
+            )
+    # Every (id, schema) pair shown anywhere: the answers, each node's view, the writer's log.
+    pairs: list[tuple[int, str, str]] = [
+        (op.schema_id, op.text, str(op)) for op in reg.ops if op.schema_id is not None
+    ]
+    for node, view in sorted(reg.views.items()):
+        for subject, versions in sorted(view.versions.items()):
+            pairs += [
+                (schema_id, text, f"node {node}: {subject} version {v}")
+                for v, (schema_id, text) in sorted(versions.items())
+            ]
+    pairs += [
+        (r.schema_id, r.text, f"the writer's log: {r.subject} version {r.version}") for r in reg.log
+    ]
+    _check_ids(pairs, verdict)
+    _check_writer_order(reg, verdict)
+    home = {_schema_key(op.text): op.subject for op in reg.ops if op.kind == "new"}
+    for node, view in sorted(reg.views.items()):
+        if view.error is not None:
+            verdict.add(
+                "not-live", f"node {node}'s registry unreadable after healing: {view.error}"
+            )
+        _check_registry_view(reg, node, view.versions, home, verdict)
+        _check_levels(reg.ops, node, view.levels, verdict)
+    if reg.log_error is not None:
+        verdict.add("not-live", f"the writer's log unreadable after healing: {reg.log_error}")
+    shown = {node: (v.versions, v.levels) for node, v in reg.views.items() if v.error is None}
+    if len({json.dumps(s, sort_keys=True) for s in shown.values()}) > 1:
+        verdict.add("registry-divergence", f"the nodes' views differ after healing: {shown}")
+
+
+def _check_ids(pairs: list[tuple[int, str, str]], verdict: Verdict) -> None:
+    """No id names two schemas; no schema has two ids."""
+    by_id: dict[int, tuple[str, str]] = {}
+    by_text: dict[str, tuple[int, str]] = {}
+    for schema_id, text, source in pairs:
+        key = _schema_key(text)
+        named = by_id.setdefault(schema_id, (key, source))
+        if named[0] != key:
+            verdict.add(
+                "registry-id-reused",
+                f"id {schema_id} is {named[0]} ({named[1]}) and {text} ({source})",
+            )
+        given = by_text.setdefault(key, (schema_id, source))
+        if given[0] != schema_id:
+            verdict.add(
+                "registry-two-ids",
+                f"{text} has id {given[0]} ({given[1]}) and id {schema_id} ({source})",
+            )
+
+
+def _check_writer_order(reg: RegistryHistory, verdict: Verdict) -> None:
+    """Ids rise in the order the writer gave them: along its log, and in real time (a new
+    schema acknowledged before another's register was sent has the lower id)."""
+    highest = 0
+    seen: set[int] = set()
+    for r in reg.log:
+        if r.schema_id not in seen and r.schema_id <= highest:
+            verdict.add(
+                "registry-id-order",
+                f"the writer's log gives {r.subject} version {r.version} the new id "
+                f"{r.schema_id}, not above {highest} given before it",
+            )
+        seen.add(r.schema_id)
+        highest = max(highest, r.schema_id)
+    new = sorted(
+        (
+            (op.start, op.end, op.schema_id, op)
+            for op in reg.ops
+            if op.kind == "new" and op.schema_id is not None
+        ),
+        key=lambda row: row[0],
+    )
+    for first, second in itertools.combinations(new, 2):
+        (_, end, earlier_id, earlier), (start, _, later_id, later) = first, second
+        if end < start and earlier_id >= later_id:
+            verdict.add(
+                "registry-id-order",
+                f"{earlier} was answered before {later} was sent, yet has the higher id",
+            )
+
+
+def _check_registry_view(
+    reg: RegistryHistory,
+    node: int,
+    versions: dict[str, dict[int, tuple[int, str]]],
+    home: dict[str, str],
+    verdict: Verdict,
+) -> None:
+    """One node's view holds every acknowledged register; its versions are 1..n, and each
+    version whose schema was new in the subject has an id above the earlier versions'."""
+    for op in reg.ops:
+        if op.kind == "config" or op.schema_id is None:
+            continue
+        shown = versions.get(op.subject, {}).values()
+        if (op.schema_id, _schema_key(op.text)) not in {(i, _schema_key(t)) for i, t in shown}:
+            verdict.add(
+                "registry-lost",
+                f"node {node} after healing: {op}, yet {op.subject} has {sorted(shown)}",
+            )
+    for subject, found in sorted(versions.items()):
+        if sorted(found) != list(range(1, len(found) + 1)):
+            verdict.add(
+                "registry-version-order", f"node {node}: {subject} has versions {sorted(found)}"
+            )
+        below = 0
+        for version, (schema_id, text) in sorted(found.items()):
+            if home.get(_schema_key(text)) == subject and schema_id <= below:
+                verdict.add(
+                    "registry-version-order",
+                    f"node {node}: {subject} version {version} has the new id {schema_id}, "
+                    f"not above {below} of an earlier version",
+                )
+            below = max(below, schema_id)
+
+
+def _check_levels(
+    ops: list[RegistryOp], node: int, levels: dict[str, str | None], verdict: Verdict
+) -> None:
+    """A subject's level after healing is its last acknowledged one, or one sent without an
+    answer (it may have landed, even late); none if none was acknowledged."""
+    for subject, level in sorted(levels.items()):
+        sets = [op for op in ops if op.kind == "config" and op.subject == subject]
+        acked = [op.text for op in sets if op.outcome == "ok"]
+        allowed: set[str | None] = {op.text for op in sets if op.outcome == "unknown"}
+        allowed |= set(acked[-1:]) if acked else {None}
+        if level not in allowed:
+            verdict.add(
+                "registry-config-lost",
+                f"node {node}: {subject} has level {level}, expected one of "
+                f"{sorted(map(str, allowed))}; " + "; ".join(map(str, sets)),
             )

@@ -1,7 +1,7 @@
 """Liveness after a schedule: once every fault is healed, each kind of operation must succeed
 within a bound — a produce through every node, a fetch of every partition, a group member's
-join, fetch and commit. A cluster that refused everything after a fault would otherwise pass
-the safety checks with nothing to judge."""
+join, fetch and commit, a new schema registered through every node. A cluster that refused
+everything after a fault would otherwise pass the safety checks with nothing to judge."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any
 import aiohttp
 
 from tests.cluster.harness import Cluster
+from tests.cluster.registryload import PREFIX, schema_text
 from tests.cluster.sideload import json_request
 
 LIVENESS_S = 30.0  # bound for each operation, counted from the end of healing
@@ -102,4 +103,15 @@ async def probe(
     await _until_ok(session, "group commit", "POST", f"{base}/{member}/commit", 200)
     await _until_ok(session, "group leave", "DELETE", f"{base}/{member}", 204)
     done.append("group join, fetch, commit, leave")
+    subject = f"live-{topic}-value"
+    for node in range(cluster.size):
+        await _until_ok(
+            session,
+            f"schema register through node {node}",
+            "POST",
+            f"{cluster.url(node)}{PREFIX}/subjects/{subject}/versions",
+            200,
+            {"schema": schema_text(f"live_{topic.replace('-', '_')}", node)},
+        )
+    done.append(f"a new schema registered through each of {cluster.size} nodes")
     return done

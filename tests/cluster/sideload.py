@@ -219,7 +219,7 @@ async def json_request(
         return None, None, b"", f"{type(exc).__name__}: {exc}"
 
 
-async def _call(
+async def call_json(
     session: aiohttp.ClientSession,
     method: str,
     url: str,
@@ -286,7 +286,7 @@ class GroupMembers(SideActor):
         generation = 0
         while not self.stop.is_set():
             if member is None:
-                status, _, doc, error = await _call(
+                status, _, doc, error = await call_json(
                     self.session,
                     "POST",
                     self._base(),
@@ -306,12 +306,12 @@ class GroupMembers(SideActor):
                 member, generation = await self._fetch_and_commit(member, generation)
             await asyncio.sleep(self.rng.uniform(0.05, 0.15))  # pacing between calls
         if member is not None:
-            await _call(self.session, "DELETE", f"{self._base()}/{member}")
+            await call_json(self.session, "DELETE", f"{self._base()}/{member}")
 
     async def _fetch_and_commit(self, member: str, generation: int) -> tuple[str | None, int]:
         """One fetch, then one commit of what was delivered; (member or None to join again,
         the generation the fetch answered with)."""
-        status, _, doc, error = await _call(
+        status, _, doc, error = await call_json(
             self.session,
             "GET",
             f"{self._base()}/{member}/records",
@@ -334,7 +334,9 @@ class GroupMembers(SideActor):
             self.side.group_errors[failed_call("fetch", status, error)] += 1
             return (None if status == 404 else member), generation
         start = self.clock()
-        status, _, doc, error = await _call(self.session, "POST", f"{self._base()}/{member}/commit")
+        status, _, doc, error = await call_json(
+            self.session, "POST", f"{self._base()}/{member}/commit"
+        )
         if status == 200 and isinstance(doc, dict):
             offsets = {
                 o["partition"]: o["offset"] for o in doc["offsets"] if o["topic"] == self.topic
@@ -351,7 +353,7 @@ class GroupMembers(SideActor):
         last = "no attempt"
         while loop.time() < deadline:
             node = self.rng.randrange(self.cluster.size)
-            status, _, doc, error = await _call(
+            status, _, doc, error = await call_json(
                 self.session, "GET", f"{self.cluster.url(node)}/v1/groups/{self.side.group}"
             )
             if status == 200 and isinstance(doc, dict):
@@ -399,7 +401,7 @@ class TopicAdmin(SideActor):
                 await self._change(self.rng.choice(sorted(self._retention)))
 
     async def _send(self, op: TopicOp, method: str, path: str, body: dict[str, Any]) -> None:
-        status, content_type, doc, error = await _call(
+        status, content_type, doc, error = await call_json(
             self.session, method, self.cluster.url(op.node) + path, body
         )
         op.end = self.clock()
@@ -462,7 +464,7 @@ class TopicAdmin(SideActor):
     async def _views(self, name: str) -> dict[int, TopicView | None]:
         views: dict[int, TopicView | None] = {}
         for node in range(self.cluster.size):
-            status, _, doc, _ = await _call(
+            status, _, doc, _ = await call_json(
                 self.session, "GET", f"{self.cluster.url(node)}/v1/topics/{name}"
             )
             if status == 404:
@@ -475,7 +477,7 @@ class TopicAdmin(SideActor):
         """Delete the topics that exist (after a schedule without violations)."""
         for name, views in self.side.final_topics.items():
             if any(v is not None for v in views.values()):
-                await _call(self.session, "DELETE", f"{self.cluster.url(0)}/v1/topics/{name}")
+                await call_json(self.session, "DELETE", f"{self.cluster.url(0)}/v1/topics/{name}")
 
 
 class Reassigner(SideActor):
@@ -626,7 +628,7 @@ class Reassigner(SideActor):
         body: dict[str, Any] | None = None,
         params: dict[str, str] | None = None,
     ) -> Any:
-        status, content_type, doc, error = await _call(
+        status, content_type, doc, error = await call_json(
             self.session, method, self.cluster.url(op.node) + path, body, params
         )
         op.end = self.clock()

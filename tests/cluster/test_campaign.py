@@ -3,10 +3,11 @@ fresh topic with producers of JSON, NDJSON and binary batches with acks=0, 1 and
 (Idempotency-Key retries to any node, replays through another node after a leader change),
 partition consumers, pollers, group members (join, fetch, commit), topic changes (create,
 config) and reassignments of the topic (shrink, grow, reorder, throttle, cancel, balance,
-decommission dry runs); after each schedule every fault is healed, every partition is put back
-on every node, the ISR must fill again, the
-checker judges the whole history (see checker.py for the properties), every kind of operation
-must succeed again (liveness.py), and the schedule must have injected a fault and acknowledged
+decommission dry runs) and the schema registry (registers, levels, produces framed with an
+id just acknowledged into a topic that validates them); after each schedule every fault is
+healed, every partition is put back on every node, the ISR must fill again, the checker
+judges the whole history (see checker.py for the properties), every kind of operation must
+succeed again (liveness.py), and the schedule must have injected a fault and acknowledged
 records (docs/cluster.md, "The fault campaign").
 
 `pytest tests/cluster/test_campaign.py --schedules 200 --fault-seed random` runs a longer
@@ -30,6 +31,7 @@ from tests.cluster.checker import Verdict, check, judge_settle
 from tests.cluster.conftest import DEFAULT_FAULT_SEED, SUMMARY, option
 from tests.cluster.harness import ETCD_PREFIX, Cluster, LogRecord, PartitionState, WaitTimeout
 from tests.cluster.liveness import NotLive, probe
+from tests.cluster.registryload import Registrar
 from tests.cluster.schedule import FaultLog, FaultRunner, Schedule, make_schedule
 from tests.cluster.sideload import GroupMembers, Reassigner, SideHistory, TopicAdmin
 from tests.cluster.workload import ATTEMPT_TIMEOUT_S, History, Workload
@@ -61,6 +63,7 @@ class Campaign:
     group_errors: Counter[str] = field(default_factory=Counter)
     topic_ops: Counter[str] = field(default_factory=Counter)
     reassignments: Counter[str] = field(default_factory=Counter)
+    registry: Counter[str] = field(default_factory=Counter)
     reassign_refusals: Counter[str] = field(default_factory=Counter)  # "409 CODE" -> calls
     divergences: int = 0
     duplicates: int = 0
@@ -90,6 +93,7 @@ class Campaign:
         self.group.update(verdict.group)
         self.topic_ops.update(verdict.topic_ops)
         self.reassignments.update(verdict.reassignments)
+        self.registry.update(verdict.registry)
         if history is not None:
             self.unreplayed += history.unreplayed
             self.group_errors.update(history.side.group_errors)
@@ -147,6 +151,9 @@ class Campaign:
             "    calls: "
             + _counts(Counter({k: n for k, n in r.items() if " " in k}))
             + f"; refused: {_counts(self.reassign_refusals)}",
+            f"  schema registry: registers {_counts(self._registry('new'))}; again "
+            f"{_counts(self._registry('again'))}; level changes {_counts(self._registry('config'))}"
+            f"; validated produces {_counts(self._registry('produce'))}",
             f"  divergences: {self.divergences}",
             f"  duplicates: {self.duplicates}",
             f"  violations by kind: {kinds}",
@@ -155,6 +162,12 @@ class Campaign:
             lines.append(f"  faults skipped (no target up): {dict(self.skipped)}")
         lines += ["  " + f for f in self.failing[:20]]
         return lines
+
+    def _registry(self, kind: str) -> Counter[str]:
+        """The registry calls of one kind by outcome."""
+        return Counter(
+            {k.split(" ", 1)[1]: n for k, n in self.registry.items() if k.startswith(kind + " ")}
+        )
 
 
 MODES = ("all", "1", "0")
@@ -257,6 +270,10 @@ async def run_schedule(
         cluster, history.side, random.Random(seed + 4), session, topic, history.now
     )
     reassigner.timeline = faults.events
+    registrar = Registrar(
+        cluster, history.registry, random.Random(seed + 5), session, topic, history.now
+    )
+    await asyncio.to_thread(registrar.create_topic)
     runner = FaultRunner(cluster, topic, random.Random(seed + 1), faults, history.now, PARTITIONS)
 
     async def snapshot_midway() -> None:
@@ -268,6 +285,7 @@ async def run_schedule(
     members.start()
     admin.start()
     reassigner.start()
+    registrar.start()
     final_end: dict[int, int] | None = None
     stuck: Verdict | None = None
     try:
@@ -275,7 +293,11 @@ async def run_schedule(
         workload.stop_new.set()
         faults.events.append(f"{history.now():6.2f}s heal everything")
         await asyncio.gather(
-            members.close(), admin.close(), reassigner.close(), asyncio.to_thread(cluster.heal)
+            members.close(),
+            admin.close(),
+            reassigner.close(),
+            registrar.close(),
+            asyncio.to_thread(cluster.heal),
         )
         faults.events.append(f"{history.now():6.2f}s healed")
         # Every partition back on every node before the final logs are read from each.
@@ -299,13 +321,17 @@ async def run_schedule(
                 if not await workload.consumers_done(FINAL_READ_S):
                     stuck = _stuck("consumers could not read up to the log end", cluster, topic)
     finally:
-        await asyncio.gather(members.close(), admin.close(), reassigner.close(), workload.close())
+        await asyncio.gather(
+            members.close(), admin.close(), reassigner.close(), registrar.close(), workload.close()
+        )
     if stuck is not None or final_end is None:
+        await registrar.drain(0.0)
         verdict = stuck or Verdict()
         verdict.ops = Counter(op.outcome for op in history.ops)
         return schedule, faults, verdict, history
-    await asyncio.gather(members.read_final(PARTITIONS), admin.read_final())
-    faults.events.append(f"{history.now():6.2f}s group offsets and topics read back")
+    await asyncio.gather(members.read_final(PARTITIONS), admin.read_final(), registrar.drain())
+    await registrar.read_final()
+    faults.events.append(f"{history.now():6.2f}s group offsets, topics and registry read back")
     final_logs = await _read_final_logs(cluster, reassigner, topic, final_end, faults)
     if final_logs is None:
         verdict = _stuck(
@@ -334,6 +360,9 @@ async def run_schedule(
         )
         assert response.status_code == 204, response.text
         await admin.delete()
+        await asyncio.to_thread(
+            cluster.http.delete, cluster.url(0) + f"/v1/topics/{registrar.validated}"
+        )
     return schedule, faults, verdict, history
 
 

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
 
+from schemas.records import SchemaVersion
 from tests.cluster.checker import Verdict, Violation, check, judge_settle
 from tests.cluster.harness import NO_LEADER, LogRecord, PartitionState
+from tests.cluster.registryload import RegistryHistory, RegistryOp, RegistryView, ValidatedProduce
 from tests.cluster.sideload import (
     MOVES,
     Commit,
@@ -920,3 +923,162 @@ def test_a_replica_removed_and_made_again_starts_its_high_watermark_over() -> No
     assert check(history, logs, end, states).violations == []
     states[0][4:] = removed_and_back(1)  # another node's replica removed: node 0 is held
     assert kinds(check(history, logs, end, states)) == {"hw-regressed", "lost"}
+
+
+# -- the schema registry: ids unique and in the writer's order, registrations kept ------------
+
+
+def schema(n: int) -> str:
+    return json.dumps({"type": "record", "name": "R", "fields": [{"name": f"f{n}", "type": "int"}]})
+
+
+def reg_op(
+    kind: str, subject: str, text: str, at: float, status: int | None, schema_id: int | None
+) -> RegistryOp:
+    op = RegistryOp(kind, subject, text, 0, at, at + 0.1, status, schema_id)
+    if status is not None and status >= 300:
+        op.error_code = status * 100 + 1
+    return op
+
+
+def with_registry(history: History) -> RegistryHistory:
+    """s's schemas 1 and 2 registered (ids 1, 2), schema 1 again under v (same id), s's level
+    set to FULL, schema 3 sent to v without an answer and landed (id 3); a value framed with
+    id 1 refused by a node that lagged, then accepted; two nodes agree on it all."""
+    reg = history.registry
+    reg.subjects = ["s", "v"]
+    reg.ops = [
+        reg_op("new", "s", schema(1), 0.0, 200, 1),
+        reg_op("new", "s", schema(2), 0.2, 200, 2),
+        reg_op("again", "v", schema(1), 0.4, 200, 1),
+        reg_op("config", "s", "FULL", 0.6, 200, None),
+        reg_op("new", "v", schema(3), 0.8, None, None),
+    ]
+    reg.produces = [
+        ValidatedProduce(1, 0.5, [(0, 0.6, "422 not registered"), (1, 1.0, "200")], True)
+    ]
+    for node in (0, 1):
+        reg.views[node] = RegistryView(
+            {
+                "s": {1: (1, schema(1)), 2: (2, schema(2))},
+                "v": {1: (1, schema(1)), 2: (3, schema(3))},
+            },
+            {"s": "FULL", "v": None},
+        )
+    reg.log = [
+        SchemaVersion("s", 1, 1, "AVRO", schema(1), (), False),
+        SchemaVersion("s", 2, 2, "AVRO", schema(2), (), False),
+        SchemaVersion("v", 1, 1, "AVRO", schema(1), (), False),
+        SchemaVersion("v", 2, 3, "AVRO", schema(3), (), False),
+    ]
+    return reg
+
+
+def test_registry_history_that_keeps_every_rule() -> None:
+    history, logs, end, states = clean()
+    with_registry(history)
+    verdict = check(history, logs, end, states)
+    assert verdict.violations == []
+    assert verdict.registry == {
+        "new ok": 2,
+        "new unknown": 1,
+        "again ok": 1,
+        "config ok": 1,
+        "produce accepted": 1,
+        "produce attempts": 2,
+    }
+
+
+def _refused(reg: RegistryHistory) -> None:
+    reg.ops[1] = reg_op("new", "s", schema(2), 0.2, 422, None)
+    reg.views = {}
+
+
+def _unclean(reg: RegistryHistory) -> None:
+    reg.ops[4].status = 503
+
+
+def _never_accepted(reg: RegistryHistory) -> None:
+    reg.produces[0].accepted = False
+
+
+def _id_reused(reg: RegistryHistory) -> None:
+    reg.log[3] = SchemaVersion("v", 2, 2, "AVRO", schema(3), (), False)
+
+
+def _two_ids(reg: RegistryHistory) -> None:
+    reg.ops[2].schema_id = 4
+
+
+def _log_out_of_order(reg: RegistryHistory) -> None:
+    reg.log = [reg.log[1], reg.log[0]]
+
+
+def _answered_out_of_order(reg: RegistryHistory) -> None:
+    reg.ops[0].schema_id, reg.ops[1].schema_id = 2, 1
+    reg.log = []
+    reg.views = {}
+
+
+def _lost(reg: RegistryHistory) -> None:
+    reg.views[1].versions["s"] = {1: (1, schema(1))}
+
+
+def _version_gap(reg: RegistryHistory) -> None:
+    for view in reg.views.values():
+        view.versions["s"] = {1: (1, schema(1)), 3: (2, schema(2))}
+
+
+def _new_id_below(reg: RegistryHistory) -> None:
+    for view in reg.views.values():
+        view.versions["s"] = {1: (2, schema(2)), 2: (1, schema(1))}
+
+
+def _level_lost(reg: RegistryHistory) -> None:
+    for view in reg.views.values():
+        view.levels["s"] = "BACKWARD"
+
+
+def _level_without_a_set(reg: RegistryHistory) -> None:
+    for view in reg.views.values():
+        view.levels["v"] = "NONE"
+
+
+def _views_differ(reg: RegistryHistory) -> None:
+    reg.views[1].versions["v"][3] = (5, schema(5))
+
+
+def _unreadable(reg: RegistryHistory) -> None:
+    reg.views[1] = RegistryView(error="s versions: 503")
+
+
+def _leaderless(reg: RegistryHistory) -> None:
+    reg.log, reg.log_error = [], "_schemas-0 has no leader"
+
+
+@pytest.mark.parametrize(
+    ("breaks", "kind"),
+    [
+        (_refused, "registry-refused"),
+        (_unclean, "unclean-error"),
+        (_never_accepted, "validation-refused"),
+        (_id_reused, "registry-id-reused"),
+        (_two_ids, "registry-two-ids"),
+        (_log_out_of_order, "registry-id-order"),
+        (_answered_out_of_order, "registry-id-order"),
+        (_lost, "registry-lost"),
+        (_version_gap, "registry-version-order"),
+        (_new_id_below, "registry-version-order"),
+        (_level_lost, "registry-config-lost"),
+        (_level_without_a_set, "registry-config-lost"),
+        (_views_differ, "registry-divergence"),
+        (_unreadable, "not-live"),
+        (_leaderless, "not-live"),
+    ],
+)
+def test_registry_histories_that_break_a_rule(
+    breaks: Callable[[RegistryHistory], None], kind: str
+) -> None:
+    history, logs, end, states = clean()
+    breaks(with_registry(history))
+    assert kind in kinds(check(history, logs, end, states))

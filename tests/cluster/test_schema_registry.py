@@ -155,3 +155,29 @@ def test_a_paused_writer_is_fenced(healthy: Cluster) -> None:
     assert json.loads(client(live[0]).get_schema(other_id).schema_str or "") == json.loads(
         other_schema
     )
+
+
+def test_a_forwarded_write_that_lands_off_the_writer_is_retried_by_clients(
+    healthy: Cluster,
+) -> None:
+    """A register forwarded to the writer as the writer moved lands on a node that does not
+    write the registry (the fault campaign: a link cut and leader flaps): it appended nothing,
+    and it is answered with Confluent's forwarding error, a 5xx its clients retry, not with the
+    v1 API's 421, on which confluent-kafka gives up."""
+    leader = schemas_partition(healthy).leader
+    other = next(i for i in range(healthy.size) if i != leader)
+    answer = httpx.post(
+        f"{healthy.url(other)}/schema-registry/subjects/misdirected-value/versions",
+        json={"schema": user_schema(0)},
+        headers={"Sluice-Forwarded-By": str(leader)},
+        timeout=30.0,
+    )
+    assert answer.status_code == 503, answer.text
+    assert answer.json()["error_code"] == 50003, answer.text
+    assert answer.headers["Retry-After"] == "1"
+    assert (
+        httpx.get(f"{healthy.url(leader)}/schema-registry/subjects")
+        .json()
+        .count("misdirected-value")
+        == 0
+    )

@@ -27,6 +27,7 @@ from tests.cluster.harness import (
     PartitionState,
     read_replica_log,
 )
+from tests.cluster.registryload import RegistryHistory
 from tests.cluster.sideload import SideHistory
 
 FORWARDED_BY = "Sluice-Forwarded-By"  # a request carrying it is answered where it lands
@@ -171,6 +172,7 @@ class History:
     anomalies: list[tuple[str, str]] = field(default_factory=list)  # (kind, detail)
     fetch_errors: int = 0
     side: SideHistory = field(default_factory=lambda: SideHistory(""))
+    registry: RegistryHistory = field(default_factory=RegistryHistory)
     unreplayed: int = 0  # acknowledged requests picked for a replay whose leader never changed
 
     def now(self) -> float:

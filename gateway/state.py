@@ -126,6 +126,7 @@ class Gateway:
             value_decoder=value_decoder,
         )
         producer.registry = lambda: gateway.schemas.state
+        producer.registry_synced = gateway.schemas.synced
         metrics.registry.register(ForwardedCollector(gateway.producer.appender.forwarded))
         metrics.registry.register(SubscriptionCollector(lambda: gateway.subscriptions))
         offsets = broker.ensure_topic(

@@ -37,12 +37,17 @@ class RecordRefused(EngineError):
 
     code = "SCHEMA_VALIDATION_FAILED"
 
-    def __init__(self, index: int, field: Field, subject: str | None, why: str) -> None:
+    def __init__(
+        self, index: int, field: Field, subject: str | None, why: str, unknown: bool = False
+    ) -> None:
         named = f" (subject {subject!r})" if subject is not None else ""
         super().__init__(f"records[{index}].{field}{named}: {why}")
         self.index = index
         self.field = field
         self.subject = subject
+        # What the node's view does not know (an id, a subject's version): a view that has not
+        # caught up with the registry yet would say the same.
+        self.unknown = unknown
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,11 +157,17 @@ class _FieldCheck:
             raise RecordRefused(index, self.field, None, f"not in the wire format: {exc}") from None
         stored = self.state.schemas.get(schema_id)
         if stored is None:
-            raise RecordRefused(index, self.field, None, f"schema id {schema_id} is not registered")
+            raise RecordRefused(
+                index, self.field, None, f"schema id {schema_id} is not registered", unknown=True
+            )
         subject = self._subject(stored)
         if schema_id not in self._ids_under(subject):
             raise RecordRefused(
-                index, self.field, subject, f"schema id {schema_id} is not registered under it"
+                index,
+                self.field,
+                subject,
+                f"schema id {schema_id} is not registered under it",
+                unknown=True,
             )
 
     def registered(self, schema_id: int) -> bool:
@@ -181,7 +192,11 @@ class _FieldCheck:
             stored = self.state.schemas.get(named.schema_id)
             if stored is None:
                 raise RecordRefused(
-                    index, self.field, None, f"schema id {named.schema_id} is not registered"
+                    index,
+                    self.field,
+                    None,
+                    f"schema id {named.schema_id} is not registered",
+                    unknown=True,
                 )
             subject = self._subject(stored)
             if named.schema_id not in self._ids_under(subject):
@@ -190,6 +205,7 @@ class _FieldCheck:
                     self.field,
                     subject,
                     f"schema id {named.schema_id} is not registered under it",
+                    unknown=True,
                 )
             return named.schema_id, subject
         if self.strategy != TOPIC_NAME:
@@ -206,7 +222,7 @@ class _FieldCheck:
                 subject, -1 if named is None or named.version is None else named.version
             )
         except SchemaError as exc:
-            raise RecordRefused(index, self.field, subject, exc.message) from None
+            raise RecordRefused(index, self.field, subject, exc.message, unknown=True) from None
         return version.schema_id, subject
 
     def _subject(self, stored: StoredSchema) -> str:

@@ -61,6 +61,7 @@ from gateway.formats import codecs
 from gateway.http.memo import Memo
 from gateway.http.problem import Problem, status_code
 from gateway.metrics.collectors import CLIENT_CLOSED
+from gateway.produce.errors import SchemaViewBehind
 from gateway.produce.front import Built
 from gateway.state import Gateway
 from replication.errors import PartiallyAppended
@@ -431,6 +432,8 @@ class FastRoutes:
         self, request: FastProduce | FastAppend, connection: object, built: Built | Exception | None
     ) -> FastAnswer:
         """Produce or append, holding the body's bytes in the in-flight account meanwhile."""
+        if isinstance(built, SchemaViewBehind):
+            built = None  # the producer builds it again once the registry view caught up
         if isinstance(built, Exception):
             raise built
         self.inflight.reserve(request.size, connection)

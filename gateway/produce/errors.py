@@ -15,3 +15,9 @@ class ProduceError(EngineError):
         super().__init__(detail)
         self.code = code
         self.extra = extra
+
+
+class SchemaViewBehind(ProduceError):
+    """A record refused for a schema id or subject version this node's registry view does not
+    know: a view that has not caught up yet says the same, so the produce waits for it once
+    and is built again."""

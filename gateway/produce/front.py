@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Callable, Container, Sequence
+from collections.abc import Awaitable, Callable, Container, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import orjson
 
@@ -23,7 +24,7 @@ from engine.log import AppendInfo
 from gateway.formats import codecs, native
 from gateway.metrics.collectors import Metrics
 from gateway.produce import idempotency
-from gateway.produce.errors import ProduceError
+from gateway.produce.errors import ProduceError, SchemaViewBehind
 from gateway.produce.idempotency import InFlight
 from gateway.produce.partitioner import StickyPartitioner, partition_for_key
 from replication.acks import Acks
@@ -36,6 +37,8 @@ from replication.replica_manager import ReplicaManager
 from schemas import validation
 from schemas.state import RegistryState
 from schemas.validation import Checked, Field, Named, RecordRefused
+
+T = TypeVar("T")
 
 
 @dataclass(slots=True)  # not frozen: a frozen __init__ costs 1.3 µs more, once per produce
@@ -81,6 +84,7 @@ class Producer:
         self.keyless_led_here = keyless_led_here  # workers: key-less records stay local
         # This node's registry view, for topics that validate their records' schemas.
         self.registry: Callable[[], RegistryState] = RegistryState
+        self.registry_synced: Callable[[], Awaitable[object]] = _nothing_to_wait_for
 
     async def produce(
         self, request: ProduceRequest, built: Built | None = None
@@ -91,7 +95,7 @@ class Producer:
         key = request.idempotency_key
         if key is None:
             if built is None:
-                built = self.build(request)
+                built = await self._built_once_synced(lambda: self.build(request))
             return await self._append(request, built.topic.name, built.batches)
         topic = self.replicas.topic(request.topic)
         if request.partition is not None:
@@ -100,7 +104,20 @@ class Producer:
         # Each partition's leader answers a repeated request with the first attempt's offsets
         # (replication.idempotency); here, only a second copy in flight on this node waits.
         with self.in_flight.claim(topic.name, key):
-            return await self._append(request, topic.name, self._build(topic, request, key, digest))
+            batches = await self._built_once_synced(
+                lambda: self._build(topic, request, key, digest)
+            )
+            return await self._append(request, topic.name, batches)
+
+    async def _built_once_synced(self, build: Callable[[], T]) -> T:
+        """`build()`; if a record names a schema this node's registry view does not know, the
+        view catches up with the registry first and the request is built again (a schema
+        registered through another node an instant before)."""
+        try:
+            return build()
+        except SchemaViewBehind:
+            await self.registry_synced()
+            return build()
 
     async def _append(
         self, request: ProduceRequest, topic: str, batches: list[PartitionBatch]
@@ -431,7 +448,8 @@ class Producer:
                 self.registry(), topic, checks, records, json_values, json_keys, named
             )
         except RecordRefused as exc:
-            raise ProduceError(
+            refused = SchemaViewBehind if exc.unknown else ProduceError
+            raise refused(
                 exc.code, str(exc), index=exc.index, field=exc.field, subject=exc.subject
             ) from None
 
@@ -440,6 +458,10 @@ class Producer:
         for item in batches:
             if item.partition in landed:
                 self.metrics.traffic.produced(topic, item.count, len(item.data))
+
+
+async def _nothing_to_wait_for() -> None:
+    """The registry view's catch-up where the node has none (a Producer built alone)."""
 
 
 def _partition_named() -> int:

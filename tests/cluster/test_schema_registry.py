@@ -4,6 +4,7 @@ leader of `_schemas-0`) is killed while registers go on, and no id is given twic
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 import time
@@ -181,3 +182,36 @@ def test_a_forwarded_write_that_lands_off_the_writer_is_retried_by_clients(
         .count("misdirected-value")
         == 0
     )
+
+
+def test_a_validated_produce_right_after_a_register_elsewhere_is_accepted(
+    healthy: Cluster,
+) -> None:
+    """A schema registered through the writer, and at once a framed value produced through each
+    other node into a validating topic: a node whose view has not read the new id yet catches
+    up with the registry before judging the record, so none is refused."""
+    leader = schemas_partition(healthy).leader
+    others = [i for i in range(healthy.size) if i != leader]
+    topic = "validated-at-once"
+    created = healthy.post(
+        others[0],
+        "/v1/topics",
+        json={"name": topic, "replication_factor": 3, "configs": {"value.schema.validation": True}},
+    )
+    assert created.status_code == 201, created.text
+    writer = client(healthy.url(leader))
+    context = SerializationContext(topic, MessageField.VALUE)
+    for n in range(12):
+        payload = AvroSerializer(writer, user_schema(n))({"f0": n}, context)
+        assert payload is not None
+        for node in others:
+            produced = healthy.post(
+                node,
+                f"/v1/topics/{topic}/records",
+                json={
+                    "records": [
+                        {"value": base64.b64encode(payload).decode(), "value_encoding": "base64"}
+                    ]
+                },
+            )
+            assert produced.status_code == 200, (n, node, produced.text)

@@ -310,7 +310,7 @@ def test_publish_with_incompatible_schema(rest: httpx.Client) -> None:
 
 
 def test_publish_with_schema_id_of_another_subject(rest: httpx.Client) -> None:
-    """Karapace issue 658: a schema id registered under another subject than the topic's."""
+    """A schema id registered under another subject than the topic's is refused."""
     topic_name = new_topic(rest)
     schema_1_id = register(rest, f"{topic_name}-value", orjson.dumps(SCHEMA_1).decode())
     schema_2_id = register(rest, "some-other-subject-value", orjson.dumps(SCHEMA_2).decode())

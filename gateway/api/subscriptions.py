@@ -154,16 +154,19 @@ def _count(doc: dict[str, Any], field: str) -> int:
 
 
 async def commit_position(request: web.Request) -> web.Response:
-    """A dispatcher's commit, at the group's coordinator (this node): refused with 404 once
-    this node's view has lost the subscription, so that a delete stays final."""
+    """A dispatcher's commit, at the group's coordinator (this node), judged once this node's
+    view has reached the revision the dispatcher saw the subscription at: refused with 404
+    once the view has lost the subscription, so that a delete stays final."""
     name = _name(request)
     doc = await json_object(request, gateway_of(request).settings)
     topic = doc.get("topic")
     if not isinstance(topic, str) or not 0 < len(topic) <= 249:
         raise invalid("topic must be a topic name", "/topic")
+    seen_at = _count(doc, "version") if "version" in doc else 0
     await _service(request).positions.commit_here(
-        name, _uid(doc.get("uid")), topic, _count(doc, "partition"), _count(doc, "offset")
-    )
+        name, _uid(doc.get("uid")), topic, _count(doc, "partition"), _count(doc, "offset"),
+        seen_at,
+    )  # fmt: skip
     return web.Response(status=204)
 
 

@@ -6,7 +6,9 @@ A delete is final: the coordinator applies a commit only while its own view of t
 store still has the subscription (name and uid), and checks again once the commit is in; it
 forgets the group only once its view has lost the subscription. Views follow the store in
 order, so a commit late from any node either lands before the forget (which erases it) or
-finds the subscription gone (and is refused, or erased by the committer itself)."""
+finds the subscription gone (and is refused, or erased by the committer itself). A commit
+early from a node whose view is ahead carries the revision it saw the subscription at, and
+the coordinator judges it only once its own view has reached that revision."""
 
 from __future__ import annotations
 
@@ -17,12 +19,12 @@ import orjson
 from groups.coordinator import GroupCoordinator
 from groups.subscriptions.errors import SubscriptionError
 from groups.subscriptions.spec import Subscription
-from replication.errors import LeaderNotAvailable, NotLeader
+from replication.errors import LeaderNotAvailable, MetadataUnavailable, NotLeader
 from replication.forward_client import ForwardClient, RemoteError
 from replication.metadata import ClusterView
 from replication.node_contract import SUBSCRIPTION_POSITIONS_ROUTE
 
-VIEW_WAIT_S = 5.0  # a forget waits this long at most for the coordinator's view to lose it
+VIEW_WAIT_S = 5.0  # how long the coordinator's view may take to catch up with a commit or forget
 
 
 def group_of(name: str, uid: str) -> str:
@@ -97,7 +99,10 @@ class GroupPositions:
             self.groups.coordinator(sub.group)
         except NotLeader as exc:
             url = self._remote(sub.group, exc.leader)
-            doc = {"uid": sub.uid, "topic": sub.topic, "partition": partition, "offset": offset}
+            doc = {
+                "uid": sub.uid, "topic": sub.topic, "partition": partition, "offset": offset,
+                "version": sub.version,
+            }  # fmt: skip
             answer = await self.forwarder.forward(
                 url, "PUT", _path(sub.name), {"Content-Type": "application/json"},
                 orjson.dumps(doc),
@@ -107,11 +112,19 @@ class GroupPositions:
         await self.commit_here(sub.name, sub.uid, sub.topic, partition, offset)
 
     async def commit_here(
-        self, name: str, uid: str, topic: str, partition: int, offset: int
+        self, name: str, uid: str, topic: str, partition: int, offset: int, seen_at: int = 0
     ) -> None:
-        """The commit, on the coordinator: only while this node's view has the subscription;
-        if it went while the commit was written, the group is forgotten again here."""
+        """The commit, on the coordinator, once this node's view has reached revision
+        `seen_at` (where the committer saw the subscription): only while that view has the
+        subscription; if it went while the commit was written, the group is forgotten again
+        here. METADATA_UNAVAILABLE (retriable) if the view stays behind for VIEW_WAIT_S."""
         group = group_of(name, uid)
+        store = self.groups.replicas.store
+        if not await store.wait_for(lambda view: view.revision >= seen_at, VIEW_WAIT_S):
+            raise MetadataUnavailable(
+                f"this node's view of the cluster metadata has not reached revision {seen_at} "
+                f"yet (it is at {store.view.revision}); retry"
+            )
         if not self.alive(name, uid):
             raise gone(name)
         await self.groups.reset_offsets(group, topic, [partition], offset)

@@ -1,13 +1,20 @@
 """A delete is final: a commit that reaches the group's coordinator after the subscription was
 deleted (a dispatcher on another node, late) is refused and brings no offset back, through the
-same internal route such a node uses; the route checks what it is given."""
+same internal route such a node uses; a commit from a node whose view is ahead of the
+coordinator's waits for it instead; the route checks what it is given."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
+from gateway.state import GATEWAY
+from groups.subscriptions import positions
+from replication.metadata import ClusterView
 from tests.api.support import Client, produce
 from tests.subscriptions.receiver import Receiver, serve
 from tests.subscriptions.test_delivery import subscribe, until_described
@@ -35,6 +42,49 @@ async def test_a_late_commit_after_a_delete_is_refused(client: Client) -> None:
         await runner.cleanup()
 
 
+async def test_an_early_commit_waits_for_the_coordinators_view(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dispatcher on a node that saw the subscription commits to a coordinator whose view
+    has not yet: the commit waits for that view (not refused as if deleted, which stopped the
+    dispatcher for good), and a view that stays behind answers a retriable 503."""
+    receiver = Receiver()
+    runner = await serve(receiver)
+    try:
+        sub = await subscribe(client, receiver.url)
+        await until_described(client, lambda d: d["partitions"][0]["committed_offset"] == 0)
+        assert client.app is not None
+        store = client.app[GATEWAY].replicas.store
+        current = store.view
+        version = current.subscriptions["s"].version
+        waiting = asyncio.Event()
+        wait_for = store.wait_for
+
+        async def spied(predicate: Callable[[ClusterView], bool], timeout: float) -> bool:
+            if not predicate(store.view):
+                waiting.set()
+            return await wait_for(predicate, timeout)
+
+        monkeypatch.setattr(store, "wait_for", spied)
+        store.publish(replace(current, revision=version - 1, subscriptions={}))  # not seen yet
+        early = {
+            "uid": sub["group"].rsplit(".", 1)[1], "topic": "t", "partition": 0, "offset": 0,
+            "version": version,
+        }  # fmt: skip
+        put = asyncio.ensure_future(client.put(ROUTE, json=early))
+        waited = asyncio.ensure_future(waiting.wait())
+        await asyncio.wait([put, waited], return_when=asyncio.FIRST_COMPLETED)
+        assert not put.done(), put.result().status
+        store.publish(current)
+        assert (await put).status == 204
+
+        monkeypatch.setattr(positions, "VIEW_WAIT_S", 0.05)
+        resp = await client.put(ROUTE, json={**early, "version": store.view.revision + 1})
+        assert resp.status == 503 and (await resp.json())["code"] == "METADATA_UNAVAILABLE"
+    finally:
+        await runner.cleanup()
+
+
 async def test_a_forget_names_the_uid(client: Client) -> None:
     """A forget of another uid (a subscription deleted, then made again under the same name)
     leaves the living one's positions."""
@@ -58,6 +108,7 @@ async def test_a_forget_names_the_uid(client: Client) -> None:
         ({"uid": "ab", "topic": "t", "partition": -1, "offset": 0}, "/partition"),
         ({"uid": "ab", "topic": "t", "partition": 0, "offset": True}, "/offset"),
         ({"uid": "ab", "topic": "t", "partition": 0}, "/offset"),
+        ({"uid": "ab", "topic": "t", "partition": 0, "offset": 0, "version": "1"}, "/version"),
     ],
 )
 async def test_the_positions_route_checks_its_input(

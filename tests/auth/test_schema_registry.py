@@ -1,6 +1,8 @@
 """The schema registry with --auth, against a real gateway process: credentials on every
 registry route (under the prefix and on its own port), reads of a subject need read on it,
-register needs write, and the global settings need alter on the cluster."""
+register needs write, and the global settings need alter on the cluster. Validation at
+produce checks records for a producer that may write the topic, without rights on the
+subject (the node validates, as Confluent Server's broker does)."""
 
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ def secured(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[Server, int, dict[str, str]]]:
     data = Path(tmp_path_factory.mktemp("registry-auth")) / "data"
-    keys = {who: make_key(data, who) for who in ("admin", "reader", "writer")}
+    keys = {who: make_key(data, who) for who in ("admin", "reader", "writer", "producer")}
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -36,6 +38,7 @@ def secured(
         for doc in (
             binding("reader", "subject", SUBJECT, "read"),
             binding("writer", "subject", "orders", "write", pattern="prefixed"),
+            binding("producer", "topic", "payments", "write"),
         ):
             assert admin.post("/v1/acls", json=doc).status_code in (200, 201)
     yield running, port, keys
@@ -86,3 +89,34 @@ def test_register_needs_write_and_reads_need_read(
         assert admin.put("/config", content=json.dumps({"compatibility": "FULL"})).json() == {
             "compatibility": "FULL"
         }
+
+
+def test_validation_at_produce_needs_only_write_on_the_topic(
+    secured: tuple[Server, int, dict[str, str]],
+) -> None:
+    server, _, keys = secured
+    payment = {"type": "record", "name": "Payment", "fields": [{"name": "cents", "type": "int"}]}
+    with httpx.Client(base_url=server.url, headers=bearer(keys["admin"])) as admin:
+        configs = {"value.schema.validation": "true"}
+        made = admin.post("/v1/topics", json={"name": "payments", "configs": configs})
+        assert made.status_code == 201, made.text
+        with registry(server, keys["admin"]) as admin_registry:
+            body = json.dumps({"schema": json.dumps(payment)})
+            assert admin_registry.post("/subjects/payments-value/versions", content=body).json()
+        path = "/v1/topics/payments/partitions/0/records"
+        good = {"records": [{"value": {"cents": 250}}]}
+        bad = {"records": [{"value": {"cents": 1}}, {"value": {"cents": "many"}}]}
+        with httpx.Client(base_url=server.url, headers=bearer(keys["producer"])) as producer:
+            assert producer.post(path, json=good).status_code == 200
+            refused = producer.post(path, json=bad)
+            assert refused.status_code == 422, refused.text
+            assert refused.json()["code"] == "SCHEMA_VALIDATION_FAILED"
+            assert refused.json()["index"] == 1
+            with registry(server, keys["producer"]) as its_registry:
+                assert code(its_registry.get("/subjects/payments-value/versions")) == (403, 40301)
+        with httpx.Client(base_url=server.url, headers=bearer(keys["reader"])) as reader:
+            denied = reader.post(path, json=bad)  # refused for its rights before any schema
+            assert denied.status_code == 403 and denied.json()["code"] != "SCHEMA_VALIDATION_FAILED"
+        assert httpx.post(f"{server.url}{path}", json=good).status_code == 401
+        end = admin.get("/v1/topics/payments/partitions/0/offsets").json()["offset"]
+        assert end == 1, "only the producer's valid record was appended"

@@ -1,6 +1,6 @@
 """Avro schemas: Apache Avro's library parses them and checks reader/writer compatibility
 (its port of the Java checker Confluent uses); fastavro's compiled reader, writer and
-validator handle the values.
+validator handle the values (a quick check compiled per schema accepts the plain ones first).
 
 Canonical form: the schema's JSON with object keys sorted, compact. Avro's Parsing Canonical
 Form would drop defaults, docs and aliases, which Confluent keeps as part of a schema's
@@ -32,6 +32,7 @@ from fastavro.validation import ValidationError, validate
 
 from schemas.errors import INVALID_SCHEMA, SchemaError
 from schemas.types import InvalidValue, ParsedSchema, SchemaType, limits, references_of
+from schemas.types.avro_check import quick_check
 
 Converter = Callable[[Any], Any]
 
@@ -82,6 +83,7 @@ class AvroSchema:
             raise SchemaError(INVALID_SCHEMA, f"invalid Avro schema: {e}") from None
         _check_arrays(self._codec, named)
         self._to_datum = _compile(self._codec, named, {})
+        self._quick = quick_check(self._codec, named)
         self._has_bytes = _mentions_bytes(self._codec, named)
         self._read = bounded_schemaless_reader if _is_recursive(named) else schemaless_reader
 
@@ -149,7 +151,8 @@ class AvroSchema:
     def _datum(self, value: Any) -> Any:
         try:
             datum = self._to_datum(value)
-            validate(datum, self._codec, raise_errors=True)
+            if self._quick is None or not self._quick(datum):
+                validate(datum, self._codec, raise_errors=True)
         except ValidationError as e:
             raise InvalidValue(
                 "; ".join(str(error) for error in e.errors) or "not a value of this schema"

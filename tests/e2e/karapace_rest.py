@@ -145,6 +145,11 @@ def new_consumer(
     return instance
 
 
+def produce(rest: httpx.Client, topic: str, fmt: str, body: dict[str, Any]) -> httpx.Response:
+    """A v2 produce of the body to the topic, in the format's media type."""
+    return rest.post(f"/topics/{topic}", json=body, headers=REST_HEADERS[fmt])
+
+
 def register(rest: httpx.Client, subject: str, schema: str, schema_type: str | None = None) -> int:
     """Register a schema under the subject in the node's registry; its id."""
     body: dict[str, Any] = {"schema": schema}

@@ -37,6 +37,7 @@ from tests.e2e.karapace_rest import (
     assign_and_seek_to_beginning,
     new_consumer,
     new_topic,
+    produce,
     read_binary_value_as,
     read_records,
     register,
@@ -220,17 +221,18 @@ def test_avro_publish(rest: httpx.Client) -> None:
 def test_publish_with_incompatible_data(rest: httpx.Client) -> None:
     topic_name = new_topic(rest)
     schema_1_id = register(rest, f"{topic_name}-value", orjson.dumps(SCHEMA_1).decode())
-    url = f"/topics/{topic_name}"
-    res = rest.post(
-        url,
-        json={"value_schema_id": str(schema_1_id), "records": [{"value": {"name": "Foobar"}}]},
-        headers=REST_HEADERS["avro"],
+    res = produce(
+        rest,
+        topic_name,
+        "avro",
+        {"value_schema_id": str(schema_1_id), "records": [{"value": {"name": "Foobar"}}]},
     )
     assert res.status_code == 200, res.text
-    res = rest.post(
-        url,
-        json={"value_schema_id": str(schema_1_id), "records": [{"value": {"temperature": 25}}]},
-        headers=REST_HEADERS["avro"],
+    res = produce(
+        rest,
+        topic_name,
+        "avro",
+        {"value_schema_id": str(schema_1_id), "records": [{"value": {"temperature": 25}}]},
     )
     assert res.status_code == 422
     assert res.json()["error_code"] == 42205
@@ -240,23 +242,20 @@ def test_publish_with_incompatible_data(rest: httpx.Client) -> None:
 def test_publish_with_incompatible_schema(rest: httpx.Client) -> None:
     """Karapace answers a schema the subject refuses (incompatible) with 408, 40801."""
     topic_name = new_topic(rest)
-    url = f"/topics/{topic_name}"
-    res = rest.post(
-        url,
-        json={
-            "value_schema": orjson.dumps(SCHEMA_1).decode(),
-            "records": [{"value": {"name": "Foobar"}}],
-        },
-        headers=REST_HEADERS["avro"],
+    schema_1 = orjson.dumps(SCHEMA_1).decode()
+    res = produce(
+        rest,
+        topic_name,
+        "avro",
+        {"value_schema": schema_1, "records": [{"value": {"name": "Foobar"}}]},
     )
     assert res.status_code == 200, res.text
-    res = rest.post(
-        url,
-        json={
-            "value_schema": orjson.dumps(SCHEMA_2).decode(),
-            "records": [{"value": {"temperature": 25}}],
-        },
-        headers=REST_HEADERS["avro"],
+    schema_2 = orjson.dumps(SCHEMA_2).decode()
+    res = produce(
+        rest,
+        topic_name,
+        "avro",
+        {"value_schema": schema_2, "records": [{"value": {"temperature": 25}}]},
     )
     assert res.status_code == 408
     assert res.json()["error_code"] == 40801
@@ -268,19 +267,20 @@ def test_publish_with_schema_id_of_another_subject(rest: httpx.Client) -> None:
     topic_name = new_topic(rest)
     schema_1_id = register(rest, f"{topic_name}-value", orjson.dumps(SCHEMA_1).decode())
     schema_2_id = register(rest, "some-other-subject-value", orjson.dumps(SCHEMA_2).decode())
-    url = f"/topics/{topic_name}"
-    res = rest.post(
-        url,
-        json={"value_schema_id": schema_2_id, "records": [{"value": {"temperature": 25}}]},
-        headers=REST_HEADERS["avro"],
+    res = produce(
+        rest,
+        topic_name,
+        "avro",
+        {"value_schema_id": schema_2_id, "records": [{"value": {"temperature": 25}}]},
     )
     assert res.status_code == 422
     assert res.json()["error_code"] == 42205
     assert f"Invalid schema. format = AVRO, schema_id = {schema_2_id}" in res.json()["message"]
-    res = rest.post(
-        url,
-        json={"value_schema_id": schema_1_id, "records": [{"value": {"name": "Mr. Mustache"}}]},
-        headers=REST_HEADERS["avro"],
+    res = produce(
+        rest,
+        topic_name,
+        "avro",
+        {"value_schema_id": schema_1_id, "records": [{"value": {"name": "Mr. Mustache"}}]},
     )
     assert res.status_code == 200
 

@@ -32,6 +32,7 @@ from tests.e2e.karapace_rest import (
     assign_and_seek_to_beginning,
     new_consumer,
     new_topic,
+    produce,
     read_records,
     register,
     rest_client,  # noqa: F401 (the rest fixture)
@@ -39,10 +40,6 @@ from tests.e2e.karapace_rest import (
 )
 
 KEY_SCHEMA = '"string"'
-
-
-def produce(rest: httpx.Client, topic: str, fmt: str, body: dict[str, Any]) -> httpx.Response:
-    return rest.post(f"/topics/{topic}", json=body, headers=REST_HEADERS[fmt])
 
 
 def stored(rest: httpx.Client, topic: str) -> list[tuple[bytes | None, bytes | None]]:

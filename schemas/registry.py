@@ -259,6 +259,18 @@ def compatibility_level(text: object) -> str:
     return level
 
 
+def compatibility_of(state: RegistryState, subject: str | None, default_to_global: bool) -> str:
+    """The level that applies to the subject; 40408 where it has none of its own and the
+    global one is not to stand in."""
+    level = state.compatibility_of(subject, default_to_global)
+    if level is None:
+        raise SchemaError(
+            errors.SUBJECT_COMPATIBILITY_NOT_CONFIGURED,
+            f"Subject '{subject}' does not have subject-level compatibility configured",
+        )
+    return level
+
+
 def set_config(state: RegistryState, subject: str | None, level: str) -> Decision[str]:
     """Set a subject's (or the global) compatibility level."""
     _writable(state, subject)
@@ -268,12 +280,7 @@ def set_config(state: RegistryState, subject: str | None, level: str) -> Decisio
 def delete_config(state: RegistryState, subject: str | None) -> Decision[str]:
     """Forget a subject's level (the global one goes back to BACKWARD); answers the old one."""
     _writable(state, subject)
-    old = state.compatibility_of(subject, default_to_global=False)
-    if old is None:
-        raise SchemaError(
-            errors.SUBJECT_COMPATIBILITY_NOT_CONFIGURED,
-            f"Subject '{subject}' does not have subject-level compatibility configured",
-        )
+    old = compatibility_of(state, subject, default_to_global=False)
     return Decision([ConfigSet(subject, None)], old)
 
 
@@ -284,6 +291,18 @@ def mode(text: object) -> str:
         raise SchemaError(
             errors.INVALID_MODE,
             "Invalid mode. Valid values are READWRITE, READONLY, READONLY_OVERRIDE and IMPORT",
+        )
+    return value
+
+
+def mode_of(state: RegistryState, subject: str | None, default_to_global: bool) -> str:
+    """The mode that applies to the subject; 40409 where it has none of its own and the global
+    one is not to stand in."""
+    value = state.mode_of(subject, default_to_global)
+    if value is None:
+        raise SchemaError(
+            errors.SUBJECT_MODE_NOT_CONFIGURED,
+            f"Subject '{subject}' does not have subject-level mode configured",
         )
     return value
 
@@ -303,10 +322,5 @@ def set_mode(state: RegistryState, subject: str | None, value: str, force: bool)
 
 def delete_mode(state: RegistryState, subject: str) -> Decision[str]:
     """Forget a subject's mode; answers the old one (40409 if it had none)."""
-    old = state.mode_of(subject, default_to_global=False)
-    if old is None:
-        raise SchemaError(
-            errors.SUBJECT_MODE_NOT_CONFIGURED,
-            f"Subject '{subject}' does not have subject-level mode configured",
-        )
+    old = mode_of(state, subject, default_to_global=False)
     return Decision([ModeSet(subject, None)], old)

@@ -205,19 +205,23 @@ class RegistryState:
 
     def compatibility_of(self, subject: str | None, default_to_global: bool = True) -> str | None:
         """The level that applies to the subject (its own, else the global one)."""
-        if subject is not None and subject in self.compatibility:
-            return self.compatibility[subject]
-        if subject is not None and not default_to_global:
-            return None
-        return self.compatibility.get(None, DEFAULT_COMPATIBILITY)
+        return _applying(self.compatibility, subject, default_to_global, DEFAULT_COMPATIBILITY)
 
     def mode_of(self, subject: str | None, default_to_global: bool = True) -> str | None:
         """The mode that applies to the subject (its own, else the global one)."""
-        if subject is not None and subject in self.modes:
-            return self.modes[subject]
-        if subject is not None and not default_to_global:
-            return None
-        return self.modes.get(None, DEFAULT_MODE)
+        return _applying(self.modes, subject, default_to_global, DEFAULT_MODE)
+
+
+def _applying(
+    values: dict[str | None, str], subject: str | None, default_to_global: bool, default: str
+) -> str | None:
+    """A subject's own setting, else the global one (None: the subject has none and the global
+    one is not to stand in)."""
+    if subject is not None and subject in values:
+        return values[subject]
+    if subject is not None and not default_to_global:
+        return None
+    return values.get(None, default)
 
 
 def _set(values: dict[str | None, str], subject: str | None, value: str | None) -> None:

@@ -26,7 +26,7 @@ from engine import batch as fmt
 from schemas import records
 from schemas.records import SchemaVersion
 from tests.cluster.harness import Cluster
-from tests.cluster.sideload import CALL_TIMEOUT_S, call_json
+from tests.cluster.sideload import CALL_TIMEOUT_S, SentOnce, SideActor, call_json
 
 PREFIX = "/schema-registry"
 SUBJECTS = 3  # the schedule's own subjects, besides the validated topic's
@@ -55,7 +55,7 @@ def framed(schema_id: int, text: str, n: int) -> bytes:
 
 
 @dataclass
-class RegistryOp:
+class RegistryOp(SentOnce):
     """One registry call sent once through one node: a register (new: a schema's first;
     again: an acknowledged schema once more) or a compatibility level set."""
 
@@ -69,13 +69,6 @@ class RegistryOp:
     schema_id: int | None = None  # a register's answer
     error_code: int | None = None
     error: str | None = None
-
-    @property
-    def outcome(self) -> str:
-        """ok (200), refused (4xx: surely not done) or unknown (5xx or no answer)."""
-        if self.status is None or self.status >= 500:
-            return "unknown"
-        return "ok" if self.status < 300 else "refused"
 
     def __str__(self) -> str:
         what = self.status if self.status is not None else self.error
@@ -120,7 +113,7 @@ class RegistryHistory:
     log_error: str | None = None
 
 
-class Registrar:
+class Registrar(SideActor[RegistryHistory]):
     """The registry load of one schedule (see the module's docstring)."""
 
     def __init__(
@@ -132,18 +125,12 @@ class Registrar:
         topic: str,
         clock: Callable[[], float],
     ) -> None:
-        self.cluster = cluster
-        self.history = history
-        self.rng = rng
-        self.session = session
+        super().__init__(cluster, history, rng, session, topic, clock)
         self.validated = f"{topic}-v"  # the topic with value.schema.validation
         self.name = topic.replace("-", "_")  # the schemas' record name: unique to the schedule
-        self.clock = clock
-        self.stop = asyncio.Event()
         history.subjects = [f"{topic}-s{k}-value" for k in range(SUBJECTS)]
         history.subjects.append(f"{self.validated}-value")
         self._acked: list[tuple[str, str]] = []  # (subject, schema) answered 200
-        self._tasks: list[asyncio.Task[None]] = []
         self._produces: list[asyncio.Task[None]] = []
         self._counter = 0
         self._give_up_at: float | None = None
@@ -189,24 +176,24 @@ class Registrar:
                 return
             draw = self.rng.random()
             if draw < CONFIG_SHARE:
-                await self._config(self.rng.choice(self.history.subjects))
+                await self._config(self.rng.choice(self.side.subjects))
             elif draw < CONFIG_SHARE + AGAIN_SHARE and self._acked:
                 home, text = self.rng.choice(self._acked)
-                subjects = self.history.subjects
+                subjects = self.side.subjects
                 subject = home if self.rng.random() < 0.5 else self.rng.choice(subjects)
                 await self._register("again", subject, text)
             else:
                 self._counter += 1
                 text = schema_text(self.name, self._counter)
-                op = await self._register("new", self.rng.choice(self.history.subjects), text)
+                op = await self._register("new", self.rng.choice(self.side.subjects), text)
                 if (
                     op.outcome == "ok"
                     and op.schema_id is not None
-                    and op.subject == self.history.subjects[-1]
+                    and op.subject == self.side.subjects[-1]
                     and self.rng.random() < PRODUCE_SHARE
                 ):
                     produce = ValidatedProduce(op.schema_id, self.clock())
-                    self.history.produces.append(produce)
+                    self.side.produces.append(produce)
                     value = framed(op.schema_id, text, self._counter)
                     self._produces.append(asyncio.create_task(self._produce(produce, value)))
 
@@ -219,7 +206,7 @@ class Registrar:
         if isinstance(doc, dict) and status is not None and status >= 300:
             code = doc.get("error_code")
             op.error_code = code if isinstance(code, int) else None
-        self.history.ops.append(op)
+        self.side.ops.append(op)
         return doc
 
     async def _register(self, kind: str, subject: str, text: str) -> RegistryOp:
@@ -276,12 +263,12 @@ class Registrar:
             if (answered and len(shown) == 1) or loop.time() >= deadline:
                 break
             await asyncio.sleep(0.2)  # pause between reads, not a synchronisation
-        self.history.views = views
+        self.side.views = views
         await asyncio.to_thread(self._read_log)
 
     async def _view(self, node: int) -> RegistryView:
         view = RegistryView()
-        for subject in self.history.subjects:
+        for subject in self.side.subjects:
             path = f"/subjects/{quote(subject)}/versions"
             status, doc, error = await self._get(node, path)
             if status == 404:
@@ -319,10 +306,10 @@ class Registrar:
         order the writer assigned ids in."""
         state = self.cluster.etcd.partition(records.TOPIC, 0)
         if state is None or state.leader < 0:
-            self.history.log_error = f"{records.TOPIC}-0 has no leader: {state}"
+            self.side.log_error = f"{records.TOPIC}-0 has no leader: {state}"
             return
-        subjects = set(self.history.subjects)
+        subjects = set(self.side.subjects)
         for record in self.cluster.replica_log(state.leader, records.TOPIC, 0):
             decoded = records.decode(record.key, record.value)
             if isinstance(decoded, SchemaVersion) and decoded.subject in subjects:
-                self.history.log.append(decoded)
+                self.side.log.append(decoded)

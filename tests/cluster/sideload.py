@@ -16,13 +16,14 @@ import random
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import aiohttp
 import httpx
 
 from tests.cluster.harness import ETCD_PREFIX, Cluster, PartitionState
 
+H = TypeVar("H")
 PROBLEM_JSON = "application/problem+json"
 CALL_TIMEOUT_S = 4.0  # the client's wait for any answer (a paused node never answers)
 SESSION_TIMEOUT_MS = 10_000  # a member whose calls all fail this long is dropped and rejoins
@@ -60,8 +61,21 @@ class Commit:
     offsets: dict[int, int]  # partition -> committed offset
 
 
+class SentOnce:
+    """A call sent once, judged by its answer's status (None: no answer)."""
+
+    status: int | None
+
+    @property
+    def outcome(self) -> str:
+        """ok (2xx), refused (4xx: surely not done) or unknown (5xx or no answer)."""
+        if self.status is None or self.status >= 500:
+            return "unknown"
+        return "ok" if self.status < 300 else "refused"
+
+
 @dataclass
-class TopicOp:
+class TopicOp(SentOnce):
     """One topic creation or config change, sent once through one node."""
 
     kind: str  # create | config
@@ -75,13 +89,6 @@ class TopicOp:
     content_type: str | None = None
     code: str | None = None
     error: str | None = None
-
-    @property
-    def outcome(self) -> str:
-        """ok (2xx), refused (4xx: surely not done) or unknown (5xx or no answer)."""
-        if self.status is None or self.status >= 500:
-            return "unknown"
-        return "ok" if self.status < 300 else "refused"
 
     def __str__(self) -> str:
         what = self.status if self.status is not None else self.error
@@ -115,7 +122,7 @@ class Move:
 
 
 @dataclass
-class ReassignOp:
+class ReassignOp(SentOnce):
     """One call that changes (or plans to change) the cluster's shape, sent once through one
     node: a reassignment of one partition of the schedule's topic (shrink: drop a replica;
     grow: add the missing ones; reorder: a new preferred leader; restore: settle()'s put back
@@ -137,13 +144,6 @@ class ReassignOp:
     # moving (a move whose partition was on its target already is left out).
     moves: dict[int, Move] = field(default_factory=dict)
     throttle: int | None = None  # throttle: the bytes/s set (None: lifted)
-
-    @property
-    def outcome(self) -> str:
-        """ok (2xx), refused (4xx: surely not done) or unknown (5xx or no answer)."""
-        if self.status is None or self.status >= 500:
-            return "unknown"
-        return "ok" if self.status < 300 else "refused"
 
     def __str__(self) -> str:
         what = self.kind
@@ -239,14 +239,14 @@ def failed_call(call: str, status: int | None, error: str | None) -> str:
     return f"{call} {status}" if status is not None else f"{call} no answer ({error})"
 
 
-class SideActor:
-    """What the side load's actors act with: the cluster, the history they record into, their
+class SideActor(Generic[H]):
+    """What the side loads' actors act with: the cluster, the history they record into, their
     random source and HTTP session, the schedule's topic and clock; `stop` ends them."""
 
     def __init__(
         self,
         cluster: Cluster,
-        side: SideHistory,
+        side: H,
         rng: random.Random,
         session: aiohttp.ClientSession,
         topic: str,
@@ -262,7 +262,7 @@ class SideActor:
         self._tasks: list[asyncio.Task[None]] = []
 
 
-class GroupMembers(SideActor):
+class GroupMembers(SideActor[SideHistory]):
     """Members of one group over the schedule's topic, each fetching and committing through
     random nodes until told to stop, joining again when the group dropped them."""
 
@@ -373,7 +373,7 @@ class GroupMembers(SideActor):
         )
 
 
-class TopicAdmin(SideActor):
+class TopicAdmin(SideActor[SideHistory]):
     """Creates topics and changes their retention.ms through random nodes during the faults,
     each call sent once; after healing, reads what every node shows of them; their names
     start with the schedule's topic."""
@@ -480,7 +480,7 @@ class TopicAdmin(SideActor):
                 await call_json(self.session, "DELETE", f"{self.cluster.url(0)}/v1/topics/{name}")
 
 
-class Reassigner(SideActor):
+class Reassigner(SideActor[SideHistory]):
     """Changes the shape of the schedule's topic through random nodes during the faults, each
     call sent once: shrinks a partition to two replicas (a replica removed: its copy deleted)
     and grows it back (the new replica copies the partition as a follower), gives partitions a

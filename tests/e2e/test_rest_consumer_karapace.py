@@ -11,7 +11,6 @@ timeouts of test_consume_timeout are a fifth of Karapace's, to keep the suite fa
 from __future__ import annotations
 
 import base64
-import copy
 import random
 import time
 from collections.abc import Callable
@@ -24,9 +23,13 @@ import pytest
 from tests.e2e.karapace_rest import (
     CONSUMER_VALID_PAYLOAD,
     REST_HEADERS,
+    assign,
+    assign_and_seek_to_beginning,
     new_consumer,
     new_random_name,
     new_topic,
+    read_binary_value_as,
+    read_records,
     rest_client,  # noqa: F401 (the rest fixture)
     send,
 )
@@ -34,35 +37,38 @@ from tests.e2e.karapace_rest import (
 TRAILS = pytest.mark.parametrize("trail", ["", "/"])
 
 
-def produce_simple_messages(
-    rest: httpx.Client, topic: str, num: int, prefix: str = "message"
-) -> None:
-    send(rest, topic, [f"{prefix}_{i}".encode() for i in range(num)])
+def simple_messages(num: int) -> list[bytes]:
+    return [f"message_{i}".encode() for i in range(num)]
 
 
-def produce_sized_messages(rest: httpx.Client, topic: str, num: int, size: int) -> None:
+def sized_messages(num: int, size: int) -> list[bytes]:
     values = []
     for i in range(num):
         prefix = f"msg_{i}_".encode()
         values.append(prefix + b"x" * (size - len(prefix)))
-    send(rest, topic, values)
+    return values
 
 
-def assign_and_seek_to_beginning(
+def accepting_only(fmt: str) -> dict[str, str]:
+    """The format's headers, accepting its embedded format alone (as Karapace's reads do)."""
+    return {**REST_HEADERS[fmt], "Accept": f"application/vnd.kafka.{fmt}.v2+json"}
+
+
+def at_beginning(
     rest: httpx.Client,
     group: str,
-    instance: str,
-    topic: str,
-    header: dict[str, str],
+    fmt: str,
+    values: list[bytes],
     trail: str = "",
-) -> None:
-    """Karapace sleeps half a second between the two; Sluice's assignment holds once answered."""
-    base = f"/consumers/{group}/instances/{instance}"
-    partitions = {"partitions": [{"topic": topic, "partition": 0}]}
-    res = rest.post(f"{base}/assignments{trail}", json=partitions, headers=header)
-    assert res.is_success, res.text
-    res = rest.post(f"{base}/positions/beginning{trail}", json=partitions, headers=header)
-    assert res.is_success, res.text
+    payload_override: dict[str, Any] | None = None,
+) -> tuple[str, str]:
+    """A new `fmt` instance of the group and a new topic holding `values`, the instance assigned
+    the topic's partition and at its beginning: (instance, topic)."""
+    instance = new_consumer(rest, group, fmt=fmt, trail=trail, payload_override=payload_override)
+    topic = new_topic(rest)
+    send(rest, topic, values)
+    assign_and_seek_to_beginning(rest, group, instance, topic, REST_HEADERS[fmt], trail=trail)
+    return instance, topic
 
 
 def committed(rest: httpx.Client, path: str, topic: str, header: dict[str, str]) -> dict[str, Any]:
@@ -75,6 +81,14 @@ def committed(rest: httpx.Client, path: str, topic: str, header: dict[str, str])
     entry: dict[str, Any] = data["offsets"][0]
     assert entry["topic"] == topic and entry["partition"] == 0
     return entry
+
+
+def commit(rest: httpx.Client, path: str, topic: str, offset: int, header: dict[str, str]) -> None:
+    """Commit `offset` of partition 0; the committed offset then reads as the next one."""
+    at = {"offsets": [{"topic": topic, "partition": 0, "offset": offset}]}
+    res = rest.post(path, json=at, headers=header)
+    assert res.is_success, res.text
+    assert committed(rest, path, topic, header)["offset"] == offset + 1
 
 
 @TRAILS
@@ -128,7 +142,6 @@ def test_subscription(rest: httpx.Client, trail: str) -> None:
     topic_name = new_topic(rest)
     instance_id = new_consumer(rest, group_name, fmt="binary", trail=trail)
     sub_path = f"/consumers/{group_name}/instances/{instance_id}/subscription{trail}"
-    consume_path = f"/consumers/{group_name}/instances/{instance_id}/records{trail}?timeout=5000"
     res = rest.get(sub_path, headers=header)
     assert res.is_success
     assert res.json()["topics"] == []
@@ -138,7 +151,7 @@ def test_subscription(rest: httpx.Client, trail: str) -> None:
     assert res.is_success
     assert res.json()["topics"] == [topic_name]
     send(rest, topic_name, 3 * [b"foo"])
-    resp = rest.get(consume_path, headers=header)
+    resp = read_records(rest, group_name, instance_id, header, trail=trail)
     assert resp.is_success, resp.text
     assert len(resp.json()) == 3
     res = rest.delete(sub_path, headers=header)
@@ -150,14 +163,14 @@ def test_subscription(rest: httpx.Client, trail: str) -> None:
     pattern_topics = [new_topic(rest, prefix=f"{prefix}{i}") for i in range(3)]
     res = rest.post(sub_path, json={"topic_pattern": f"{prefix}.*"}, headers=REST_HEADERS["json"])
     assert res.is_success
-    resp = rest.get(consume_path, headers=header)
+    resp = read_records(rest, group_name, instance_id, header, trail=trail)
     assert resp.is_success
     res = rest.get(sub_path, headers=header)
     assert res.is_success
     assert set(res.json()["topics"]) == set(pattern_topics)
     for t in pattern_topics:
         send(rest, t, 3 * [b"bar"])
-    resp = rest.get(consume_path, headers=header)
+    resp = read_records(rest, group_name, instance_id, header, trail=trail)
     assert resp.is_success, resp.text
     assert len(resp.json()) == 9
     res = rest.post(
@@ -194,13 +207,7 @@ def test_seek(rest: httpx.Client, trail: str) -> None:
     positions = f"/consumers/{group}/instances/{instance_id}/positions"
     seek_path = f"{positions}{trail}"
     topic_name = new_topic(rest)
-    assign_path = f"/consumers/{group}/instances/{instance_id}/assignments{trail}"
-    res = rest.post(
-        assign_path,
-        headers=REST_HEADERS["json"],
-        json={"partitions": [{"topic": topic_name, "partition": 0}]},
-    )
-    assert res.is_success
+    assign(rest, group, instance_id, topic_name, REST_HEADERS["json"], trail)
     seek_payload = {"offsets": [{"topic": topic_name, "partition": 0, "offset": 10}]}
     res = rest.post(seek_path, json=seek_payload, headers=REST_HEADERS["json"])
     assert res.is_success, res.text
@@ -221,25 +228,9 @@ def test_offsets(rest: httpx.Client, trail: str) -> None:
     instance_id = new_consumer(rest, group_name, fmt="binary", trail=trail)
     topic_name = new_topic(rest)
     offsets_path = f"/consumers/{group_name}/instances/{instance_id}/offsets{trail}"
-    assign_path = f"/consumers/{group_name}/instances/{instance_id}/assignments{trail}"
-    res = rest.post(
-        assign_path, json={"partitions": [{"topic": topic_name, "partition": 0}]}, headers=header
-    )
-    assert res.is_success, res.text
-    res = rest.post(
-        offsets_path,
-        json={"offsets": [{"topic": topic_name, "partition": 0, "offset": 0}]},
-        headers=header,
-    )
-    assert res.is_success, res.text
-    assert committed(rest, offsets_path, topic_name, header)["offset"] == 1
-    res = rest.post(
-        offsets_path,
-        json={"offsets": [{"topic": topic_name, "partition": 0, "offset": 1}]},
-        headers=header,
-    )
-    assert res.is_success, res.text
-    assert committed(rest, offsets_path, topic_name, header)["offset"] == 2
+    assign(rest, group_name, instance_id, topic_name, header, trail)
+    commit(rest, offsets_path, topic_name, 0, header)
+    commit(rest, offsets_path, topic_name, 1, header)
 
 
 @TRAILS
@@ -257,28 +248,17 @@ def test_offsets_no_payload(rest: httpx.Client, trail: str) -> None:
     )
     topic_name = new_topic(rest)
     offsets_path = f"/consumers/{group_name}/instances/{instance_id}/offsets{trail}"
-    assign_path = f"/consumers/{group_name}/instances/{instance_id}/assignments{trail}"
-    consume_path = f"/consumers/{group_name}/instances/{instance_id}/records{trail}?timeout=5000"
-    res = rest.post(
-        assign_path, json={"partitions": [{"topic": topic_name, "partition": 0}]}, headers=header
-    )
-    assert res.is_success, res.text
+    assign(rest, group_name, instance_id, topic_name, header, trail)
     send(rest, topic_name, [b"message-value"])
     res = rest.post(offsets_path, headers=header, json={})
     assert res.is_success, res.text
-    resp = rest.get(consume_path, headers=header)
+    resp = read_records(rest, group_name, instance_id, header, trail=trail)
     assert resp.is_success, resp.text
     assert len(resp.json()) == 1
     res = rest.post(offsets_path, headers=header, json={})
     assert res.is_success, res.text
     assert committed(rest, offsets_path, topic_name, header)["offset"] == 1
-    res = rest.post(
-        offsets_path,
-        json={"offsets": [{"topic": topic_name, "partition": 0, "offset": 1}]},
-        headers=header,
-    )
-    assert res.is_success, res.text
-    assert committed(rest, offsets_path, topic_name, header)["offset"] == 2
+    commit(rest, offsets_path, topic_name, 1, header)
 
 
 VALUES = {
@@ -295,16 +275,8 @@ DESERIALIZERS: dict[str, Callable[[Any], bytes]] = {
 def test_consume(rest: httpx.Client, trail: str) -> None:
     group_name = "consume_group"
     for fmt in ["binary", "json"]:
-        header = copy.deepcopy(REST_HEADERS[fmt])
-        instance_id = new_consumer(rest, group_name, fmt=fmt, trail=trail)
-        consume_path = (
-            f"/consumers/{group_name}/instances/{instance_id}/records{trail}?timeout=5000"
-        )
-        topic_name = new_topic(rest)
-        send(rest, topic_name, VALUES[fmt])
-        assign_and_seek_to_beginning(rest, group_name, instance_id, topic_name, header, trail=trail)
-        header["Accept"] = f"application/vnd.kafka.{fmt}.v2+json"
-        resp = rest.get(consume_path, headers=header)
+        instance_id, topic_name = at_beginning(rest, group_name, fmt, VALUES[fmt], trail=trail)
+        resp = read_records(rest, group_name, instance_id, accepting_only(fmt), trail=trail)
         assert resp.is_success, resp.text
         data = resp.json()
         assert len(data) == len(VALUES[fmt])
@@ -319,31 +291,26 @@ def test_consume(rest: httpx.Client, trail: str) -> None:
 def test_consume_timeout(rest: httpx.Client) -> None:
     group_name = "consume_group"
     for fmt in ["binary", "json"]:
-        header = copy.deepcopy(REST_HEADERS[fmt])
-        instance_id = new_consumer(
-            rest, group_name, fmt=fmt, payload_override={"consumer.request.timeout.ms": 2200}
+        instance_id, _ = at_beginning(
+            rest,
+            group_name,
+            fmt,
+            VALUES[fmt],
+            payload_override={"consumer.request.timeout.ms": 2200},
         )
-        records_path = f"/consumers/{group_name}/instances/{instance_id}/records"
-        topic_name = new_topic(rest)
-        send(rest, topic_name, VALUES[fmt])
-        assign_and_seek_to_beginning(rest, group_name, instance_id, topic_name, header)
-        header["Accept"] = f"application/vnd.kafka.{fmt}.v2+json"
-        resp = rest.get(f"{records_path}?timeout=1000", headers=header)
+        header = accepting_only(fmt)
+        resp = read_records(rest, group_name, instance_id, header, "timeout=1000")
         assert resp.is_success, resp.text
         data = resp.json()
         assert [DESERIALIZERS[fmt](r["value"]) for r in data] == VALUES[fmt]
-        start_time = time.monotonic()
-        resp = rest.get(f"{records_path}?timeout=1000", headers=header)
-        duration = time.monotonic() - start_time
-        assert resp.is_success
-        assert resp.json() == []
-        assert 1.0 <= duration < 2.0
-        start_time = time.monotonic()
-        resp = rest.get(records_path, headers=header)
-        duration = time.monotonic() - start_time
-        assert resp.is_success
-        assert resp.json() == []
-        assert 2.2 <= duration < 3.2
+        # An empty read lasts the read's timeout, else the instance's request timeout.
+        for query, low, high in [("timeout=1000", 1.0, 2.0), ("", 2.2, 3.2)]:
+            start_time = time.monotonic()
+            resp = read_records(rest, group_name, instance_id, header, query)
+            duration = time.monotonic() - start_time
+            assert resp.is_success
+            assert resp.json() == []
+            assert low <= duration < high
 
 
 @pytest.mark.parametrize("fmt", ["binary", "json"])
@@ -351,24 +318,7 @@ def test_consume_graceful_deserialization_error_handling(rest: httpx.Client, fmt
     """A binary record read by a json instance: Karapace answers 422 ("value deserialization
     error for format json"), Confluent's proxy fails the read; Sluice gives the value as a
     JSON string (documented), so one undecodable record does not stop the instance."""
-    topic_name = new_topic(rest, prefix=f"{fmt}_")
-    resp = rest.post(
-        f"topics/{topic_name}",
-        json={"records": [{"value": "dGVzdA=="}]},
-        headers=REST_HEADERS["binary"],
-    )
-    assert resp.is_success, resp.text
-    headers = REST_HEADERS[fmt]
-    group_name = f"e2e_group_{fmt}"
-    instance_id = new_consumer(rest, group_name, fmt=fmt)
-    assign_path = f"/consumers/{group_name}/instances/{instance_id}/assignments"
-    res = rest.post(
-        assign_path, json={"partitions": [{"topic": topic_name, "partition": 0}]}, headers=headers
-    )
-    assert res.is_success
-    resp = rest.get(
-        f"/consumers/{group_name}/instances/{instance_id}/records?timeout=5000", headers=headers
-    )
+    resp = read_binary_value_as(rest, fmt)
     assert resp.status_code == 200, resp.text
     [record] = resp.json()
     assert record["value"] == ("dGVzdA==" if fmt == "binary" else "test")
@@ -376,17 +326,11 @@ def test_consume_graceful_deserialization_error_handling(rest: httpx.Client, fmt
 
 def test_consume_bulk_messages(rest: httpx.Client) -> None:
     group_name = "bulk_consume_group"
-    fmt = "binary"
-    header = copy.deepcopy(REST_HEADERS[fmt])
-    instance_id = new_consumer(rest, group_name, fmt=fmt)
-    topic_name = new_topic(rest)
     num_messages = 100
-    produce_simple_messages(rest, topic_name, num_messages)
-    assign_and_seek_to_beginning(rest, group_name, instance_id, topic_name, header)
-    header["Accept"] = f"application/vnd.kafka.{fmt}.v2+json"
-    resp = rest.get(
-        f"/consumers/{group_name}/instances/{instance_id}/records?timeout=10000", headers=header
+    instance_id, topic_name = at_beginning(
+        rest, group_name, "binary", simple_messages(num_messages)
     )
+    resp = read_records(rest, group_name, instance_id, accepting_only("binary"), "timeout=10000")
     assert resp.is_success, resp.text
     data = resp.json()
     assert len(data) >= num_messages * 0.9
@@ -401,18 +345,18 @@ def test_consume_with_max_bytes(rest: httpx.Client) -> None:
     """Records are counted by their key and value bytes, as Confluent's proxy and Karapace
     count them, not by the batches they are stored in (one batch here)."""
     group_name = "max_bytes_group"
-    fmt = "binary"
-    header = copy.deepcopy(REST_HEADERS[fmt])
-    instance_id = new_consumer(rest, group_name, fmt=fmt)
-    topic_name = new_topic(rest)
     message_size = 1000
     num_messages = 50
-    produce_sized_messages(rest, topic_name, num_messages, message_size)
-    assign_and_seek_to_beginning(rest, group_name, instance_id, topic_name, header)
+    values = sized_messages(num_messages, message_size)
+    instance_id, _ = at_beginning(rest, group_name, "binary", values)
     max_bytes = 10000
-    header["Accept"] = f"application/vnd.kafka.{fmt}.v2+json"
-    path = f"/consumers/{group_name}/instances/{instance_id}/records"
-    resp = rest.get(f"{path}?timeout=10000&max_bytes={max_bytes}", headers=header)
+    resp = read_records(
+        rest,
+        group_name,
+        instance_id,
+        accepting_only("binary"),
+        f"timeout=10000&max_bytes={max_bytes}",
+    )
     assert resp.is_success, resp.text
     data = resp.json()
     assert len(data) > 0
@@ -425,15 +369,9 @@ def test_consume_with_max_bytes(rest: httpx.Client) -> None:
 
 def test_consume_with_small_max_bytes(rest: httpx.Client) -> None:
     group_name = "small_max_bytes_group"
-    fmt = "binary"
-    header = copy.deepcopy(REST_HEADERS[fmt])
-    instance_id = new_consumer(rest, group_name, fmt=fmt)
-    topic_name = new_topic(rest)
-    produce_simple_messages(rest, topic_name, num=5)
-    assign_and_seek_to_beginning(rest, group_name, instance_id, topic_name, header)
-    header["Accept"] = f"application/vnd.kafka.{fmt}.v2+json"
-    path = f"/consumers/{group_name}/instances/{instance_id}/records?timeout=5000&max_bytes=10"
-    resp = rest.get(path, headers=header)
+    instance_id, _ = at_beginning(rest, group_name, "binary", simple_messages(5))
+    header = accepting_only("binary")
+    resp = read_records(rest, group_name, instance_id, header, "timeout=5000&max_bytes=10")
     assert resp.is_success, resp.text
     data = resp.json()
     assert 1 <= len(data) <= 2
@@ -441,21 +379,12 @@ def test_consume_with_small_max_bytes(rest: httpx.Client) -> None:
 
 def test_consume_estimated_messages_calculation(rest: httpx.Client) -> None:
     group_name = "estimated_messages_group"
-    fmt = "json"
-    header = copy.deepcopy(REST_HEADERS[fmt])
-    instance_id = new_consumer(rest, group_name, fmt=fmt)
-    topic_name = new_topic(rest)
     num_messages = 200
-    send(
-        rest, topic_name, [orjson.dumps({"id": i, "data": f"item{i}"}) for i in range(num_messages)]
-    )
-    assign_and_seek_to_beginning(rest, group_name, instance_id, topic_name, header)
-    header["Accept"] = f"application/vnd.kafka.{fmt}.v2+json"
-    path = (
-        f"/consumers/{group_name}/instances/{instance_id}/records?timeout=10000&max_bytes=1000000"
-    )
+    values = [orjson.dumps({"id": i, "data": f"item{i}"}) for i in range(num_messages)]
+    instance_id, _ = at_beginning(rest, group_name, "json", values)
+    header = accepting_only("json")
     start_time = time.monotonic()
-    resp = rest.get(path, headers=header)
+    resp = read_records(rest, group_name, instance_id, header, "timeout=10000&max_bytes=1000000")
     duration = time.monotonic() - start_time
     assert resp.is_success, resp.text
     data = resp.json()

@@ -28,69 +28,38 @@ import orjson
 import pytest
 
 from tests.e2e.karapace_rest import (
+    AVRO_USER,
     REST_HEADERS,
     SCHEMA_AVRO_JSON,
+    SCHEMA_DATA,
     TEST_OBJECTS_AVRO,
+    assign,
+    assign_and_seek_to_beginning,
     new_consumer,
     new_topic,
+    produce,
+    read_binary_value_as,
+    read_records,
+    register,
     rest_client,  # noqa: F401 (the rest fixture)
     send,
 )
-from tests.e2e.test_rest_consumer_karapace import assign_and_seek_to_beginning
 
-REGISTRY = "/schema-registry"
+# Karapace's evolution of its User schema: one more field, with a default.
 SCHEMA_AVRO_JSON_EVOLUTION = orjson.dumps(
     {
-        "namespace": "example.avro",
-        "type": "record",
-        "name": "example.avro.User",
+        **AVRO_USER,
         "fields": [
-            {"name": "name", "type": "string"},
-            {"name": "favorite_number", "type": "int"},
-            {"name": "favorite_color", "type": "string"},
+            *AVRO_USER["fields"],
             {"name": "favorite_quark", "type": "string", "default": "def"},
         ],
     }
 ).decode()
 TEST_OBJECTS_AVRO_EVOLUTION = [
-    {"name": "First Foo", "favorite_number": 2, "favorite_color": "bar", "favorite_quark": "up"},
-    {"name": "Second Foo", "favorite_number": 3, "favorite_color": "baz", "favorite_quark": "down"},
-    {
-        "name": "Third Foo",
-        "favorite_number": 5,
-        "favorite_color": "quux",
-        "favorite_quark": "charm",
-    },
+    {**o, "favorite_quark": quark}
+    for o, quark in zip(TEST_OBJECTS_AVRO, ("up", "down", "charm"), strict=True)
 ]
 SECOND_OBJ = [{"name": "doe"}, {"name": "john"}]
-SCHEMA_JSONSCHEMA_JSON = orjson.dumps(
-    {"type": "object", "properties": {"foo": {"type": "integer"}}}
-).decode()
-TEST_OBJECTS_JSONSCHEMA = [{"foo": 100}, {"foo": 200}]
-SCHEMA_PROTOBUF = """syntax = "proto3";
-
-option java_package = "com.codingharbour.protobuf";
-option java_outer_classname = "TestEnumOrder";
-
-message Message {
-  int32 query = 1;
-  Enum speed = 2;
-}
-enum Enum {
-  HIGH = 0;
-  MIDDLE = 1;
-  LOW = 2;
-}
-"""
-TEST_OBJECTS_PROTOBUF = [
-    {"query": 5, "speed": "HIGH"},
-    {"query": 10, "speed": "MIDDLE"},
-]
-SCHEMA_DATA: dict[str, tuple[str, list[Any]]] = {
-    "avro": (SCHEMA_AVRO_JSON, TEST_OBJECTS_AVRO),
-    "jsonschema": (SCHEMA_JSONSCHEMA_JSON, TEST_OBJECTS_JSONSCHEMA),
-    "protobuf": (SCHEMA_PROTOBUF, TEST_OBJECTS_PROTOBUF),
-}
 SCHEMA_1 = {"type": "record", "name": "Schema1", "fields": [{"name": "name", "type": "string"}]}
 SCHEMA_2 = {
     "type": "record",
@@ -175,20 +144,6 @@ DEBEZIUM_BYTES_RECORD = {
 }
 
 
-def register(rest: httpx.Client, subject: str, schema: str, schema_type: str | None = None) -> int:
-    body: dict[str, Any] = {"schema": schema}
-    if schema_type is not None:
-        body["schemaType"] = schema_type
-    res = rest.post(
-        f"{REGISTRY}/subjects/{subject}/versions",
-        json=body,
-        headers={"Content-Type": "application/vnd.schemaregistry.v1+json"},
-    )
-    assert res.status_code == 200, res.text
-    schema_id: int = res.json()["id"]
-    return schema_id
-
-
 def check_successful_publish_response(
     res: httpx.Response, objects: list[Any], partition_id: int | None = None
 ) -> None:
@@ -266,17 +221,18 @@ def test_avro_publish(rest: httpx.Client) -> None:
 def test_publish_with_incompatible_data(rest: httpx.Client) -> None:
     topic_name = new_topic(rest)
     schema_1_id = register(rest, f"{topic_name}-value", orjson.dumps(SCHEMA_1).decode())
-    url = f"/topics/{topic_name}"
-    res = rest.post(
-        url,
-        json={"value_schema_id": str(schema_1_id), "records": [{"value": {"name": "Foobar"}}]},
-        headers=REST_HEADERS["avro"],
+    res = produce(
+        rest,
+        topic_name,
+        "avro",
+        {"value_schema_id": str(schema_1_id), "records": [{"value": {"name": "Foobar"}}]},
     )
     assert res.status_code == 200, res.text
-    res = rest.post(
-        url,
-        json={"value_schema_id": str(schema_1_id), "records": [{"value": {"temperature": 25}}]},
-        headers=REST_HEADERS["avro"],
+    res = produce(
+        rest,
+        topic_name,
+        "avro",
+        {"value_schema_id": str(schema_1_id), "records": [{"value": {"temperature": 25}}]},
     )
     assert res.status_code == 422
     assert res.json()["error_code"] == 42205
@@ -286,23 +242,20 @@ def test_publish_with_incompatible_data(rest: httpx.Client) -> None:
 def test_publish_with_incompatible_schema(rest: httpx.Client) -> None:
     """Karapace answers a schema the subject refuses (incompatible) with 408, 40801."""
     topic_name = new_topic(rest)
-    url = f"/topics/{topic_name}"
-    res = rest.post(
-        url,
-        json={
-            "value_schema": orjson.dumps(SCHEMA_1).decode(),
-            "records": [{"value": {"name": "Foobar"}}],
-        },
-        headers=REST_HEADERS["avro"],
+    schema_1 = orjson.dumps(SCHEMA_1).decode()
+    res = produce(
+        rest,
+        topic_name,
+        "avro",
+        {"value_schema": schema_1, "records": [{"value": {"name": "Foobar"}}]},
     )
     assert res.status_code == 200, res.text
-    res = rest.post(
-        url,
-        json={
-            "value_schema": orjson.dumps(SCHEMA_2).decode(),
-            "records": [{"value": {"temperature": 25}}],
-        },
-        headers=REST_HEADERS["avro"],
+    schema_2 = orjson.dumps(SCHEMA_2).decode()
+    res = produce(
+        rest,
+        topic_name,
+        "avro",
+        {"value_schema": schema_2, "records": [{"value": {"temperature": 25}}]},
     )
     assert res.status_code == 408
     assert res.json()["error_code"] == 40801
@@ -314,19 +267,20 @@ def test_publish_with_schema_id_of_another_subject(rest: httpx.Client) -> None:
     topic_name = new_topic(rest)
     schema_1_id = register(rest, f"{topic_name}-value", orjson.dumps(SCHEMA_1).decode())
     schema_2_id = register(rest, "some-other-subject-value", orjson.dumps(SCHEMA_2).decode())
-    url = f"/topics/{topic_name}"
-    res = rest.post(
-        url,
-        json={"value_schema_id": schema_2_id, "records": [{"value": {"temperature": 25}}]},
-        headers=REST_HEADERS["avro"],
+    res = produce(
+        rest,
+        topic_name,
+        "avro",
+        {"value_schema_id": schema_2_id, "records": [{"value": {"temperature": 25}}]},
     )
     assert res.status_code == 422
     assert res.json()["error_code"] == 42205
     assert f"Invalid schema. format = AVRO, schema_id = {schema_2_id}" in res.json()["message"]
-    res = rest.post(
-        url,
-        json={"value_schema_id": schema_1_id, "records": [{"value": {"name": "Mr. Mustache"}}]},
-        headers=REST_HEADERS["avro"],
+    res = produce(
+        rest,
+        topic_name,
+        "avro",
+        {"value_schema_id": schema_1_id, "records": [{"value": {"name": "Mr. Mustache"}}]},
     )
     assert res.status_code == 200
 
@@ -388,13 +342,8 @@ def test_publish_consume_avro(rest: httpx.Client, trail: str) -> None:
     header = REST_HEADERS["avro"]
     group_name = "e2e_group"
     instance_id = new_consumer(rest, group_name, fmt="avro", trail=trail)
-    assign_path = f"/consumers/{group_name}/instances/{instance_id}/assignments{trail}"
-    consume_path = f"/consumers/{group_name}/instances/{instance_id}/records{trail}?timeout=5000"
     tn = new_topic(rest)
-    res = rest.post(
-        assign_path, json={"partitions": [{"topic": tn, "partition": 0}]}, headers=header
-    )
-    assert res.is_success
+    assign(rest, group_name, instance_id, tn, header, trail)
     schema, objects = SCHEMA_DATA["avro"]
     res = rest.post(
         f"topics/{tn}{trail}",
@@ -402,7 +351,7 @@ def test_publish_consume_avro(rest: httpx.Client, trail: str) -> None:
         headers=header,
     )
     assert res.is_success, res.text
-    resp = rest.get(consume_path, headers=header)
+    resp = read_records(rest, group_name, instance_id, header, trail=trail)
     assert resp.is_success, resp.text
     assert [x["value"] for x in resp.json()] == objects
 
@@ -422,9 +371,7 @@ def test_consume_complex_union_avro_schema_does_not_500(rest: httpx.Client) -> N
     assert res.is_success, res.text
     instance_id = new_consumer(rest, group_name, fmt="avro")
     assign_and_seek_to_beginning(rest, group_name, instance_id, topic_name, header)
-    resp = rest.get(
-        f"/consumers/{group_name}/instances/{instance_id}/records?timeout=5000", headers=header
-    )
+    resp = read_records(rest, group_name, instance_id, header)
     assert resp.is_success, resp.text
     assert [item["value"] for item in resp.json()] == COMPLEX_UNION_AVRO_RECORDS
 
@@ -442,9 +389,7 @@ def test_consume_debezium_bytes_schema_does_not_500(rest: httpx.Client) -> None:
     send(rest, topic_name, [out.getvalue()])
     instance_id = new_consumer(rest, group_name, fmt="avro")
     assign_and_seek_to_beginning(rest, group_name, instance_id, topic_name, header)
-    resp = rest.get(
-        f"/consumers/{group_name}/instances/{instance_id}/records?timeout=5000", headers=header
-    )
+    resp = read_records(rest, group_name, instance_id, header)
     assert resp.is_success, resp.text
     [message] = resp.json()
     assert (
@@ -465,14 +410,8 @@ def test_consume_avro_key_deserialization_error_fallback(rest: httpx.Client) -> 
     headers = REST_HEADERS["avro"]
     group_name = "e2e_group_avro"
     instance_id = new_consumer(rest, group_name, fmt="avro")
-    assign_path = f"/consumers/{group_name}/instances/{instance_id}/assignments"
-    res = rest.post(
-        assign_path, json={"partitions": [{"topic": topic_name, "partition": 0}]}, headers=headers
-    )
-    assert res.is_success, res.text
-    res = rest.get(
-        f"/consumers/{group_name}/instances/{instance_id}/records?timeout=1000", headers=headers
-    )
+    assign(rest, group_name, instance_id, topic_name, headers)
+    res = read_records(rest, group_name, instance_id, headers, "timeout=1000")
     assert res.is_success, res.text
     for record in res.json():
         assert record["key"] == publish_payload
@@ -481,23 +420,6 @@ def test_consume_avro_key_deserialization_error_fallback(rest: httpx.Client) -> 
 @pytest.mark.parametrize("fmt", ["avro", "protobuf"])
 def test_consume_graceful_deserialization_error_handling(rest: httpx.Client, fmt: str) -> None:
     """A binary record read by a schema-format instance: 422 naming the format."""
-    topic_name = new_topic(rest, prefix=f"{fmt}_")
-    res = rest.post(
-        f"topics/{topic_name}",
-        json={"records": [{"value": "dGVzdA=="}]},
-        headers=REST_HEADERS["binary"],
-    )
-    assert res.is_success, res.text
-    headers = REST_HEADERS[fmt]
-    group_name = f"e2e_group_{fmt}"
-    instance_id = new_consumer(rest, group_name, fmt=fmt)
-    assign_path = f"/consumers/{group_name}/instances/{instance_id}/assignments"
-    res = rest.post(
-        assign_path, json={"partitions": [{"topic": topic_name, "partition": 0}]}, headers=headers
-    )
-    assert res.is_success
-    resp = rest.get(
-        f"/consumers/{group_name}/instances/{instance_id}/records?timeout=5000", headers=headers
-    )
+    resp = read_binary_value_as(rest, fmt)
     assert resp.status_code == 422, resp.text
     assert f"value deserialization error for format {fmt}" in resp.json()["message"]

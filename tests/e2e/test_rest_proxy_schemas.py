@@ -22,28 +22,24 @@ from google.protobuf.json_format import MessageToDict
 
 from schemas.types.protobuf import ProtobufSchema
 from tests.e2e.karapace_rest import (
+    REGISTRY,
     REST_HEADERS,
     SCHEMA_AVRO_JSON,
-    TEST_OBJECTS_AVRO,
-    new_consumer,
-    new_topic,
-    rest_client,  # noqa: F401 (the rest fixture)
-    send,
-)
-from tests.e2e.test_rest_consumer_karapace import assign_and_seek_to_beginning
-from tests.e2e.test_rest_proxy_karapace_schemas import (
     SCHEMA_DATA,
     SCHEMA_JSONSCHEMA_JSON,
     SCHEMA_PROTOBUF,
+    TEST_OBJECTS_AVRO,
+    assign_and_seek_to_beginning,
+    new_consumer,
+    new_topic,
+    produce,
+    read_records,
     register,
+    rest_client,  # noqa: F401 (the rest fixture)
+    send,
 )
 
-REGISTRY = "/schema-registry"
 KEY_SCHEMA = '"string"'
-
-
-def produce(rest: httpx.Client, topic: str, fmt: str, body: dict[str, Any]) -> httpx.Response:
-    return rest.post(f"/topics/{topic}", json=body, headers=REST_HEADERS[fmt])
 
 
 def stored(rest: httpx.Client, topic: str) -> list[tuple[bytes | None, bytes | None]]:
@@ -157,9 +153,7 @@ def test_instances_decode_each_format(rest: httpx.Client, fmt: str) -> None:
     group = f"decode_{fmt}"
     instance = new_consumer(rest, group, fmt=fmt)
     assign_and_seek_to_beginning(rest, group, instance, topic, REST_HEADERS[fmt])
-    answer = rest.get(
-        f"/consumers/{group}/instances/{instance}/records?timeout=5000", headers=REST_HEADERS[fmt]
-    )
+    answer = read_records(rest, group, instance, REST_HEADERS[fmt])
     assert answer.status_code == 200, answer.text
     assert answer.headers["Content-Type"].startswith(f"application/vnd.kafka.{fmt}.v2+json")
     assert [r["value"] for r in answer.json()] == objects
@@ -173,10 +167,7 @@ def test_an_instance_answers_422_for_an_unknown_schema_id(rest: httpx.Client) ->
     group = "unknown_id_group"
     instance = new_consumer(rest, group, fmt="avro")
     assign_and_seek_to_beginning(rest, group, instance, topic, REST_HEADERS["avro"])
-    answer = rest.get(
-        f"/consumers/{group}/instances/{instance}/records?timeout=5000",
-        headers=REST_HEADERS["avro"],
-    )
+    answer = read_records(rest, group, instance, REST_HEADERS["avro"])
     assert answer.status_code == 422, answer.text
     assert answer.json()["error_code"] == 422
     assert "no schema with id 1000000" in answer.json()["message"]

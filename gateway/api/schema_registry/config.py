@@ -7,8 +7,7 @@ import functools
 from aiohttp import web
 
 from gateway.api.schema_registry.media import add_route, answer, body_object, flag, store_of, view
-from schemas import errors, registry
-from schemas.errors import SchemaError
+from schemas import registry
 
 FIELDS: dict[str, tuple[type, ...]] = {"compatibility": (str,), "compatibilityLevel": (str,)}
 
@@ -25,12 +24,9 @@ async def get_config(request: web.Request) -> web.Response:
     defaultToGlobal=false: then 40408)."""
     state = await view(request)
     subject = request.match_info.get("subject")
-    level = state.compatibility_of(subject, flag(request, "defaultToGlobal") or subject is None)
-    if level is None:
-        raise SchemaError(
-            errors.SUBJECT_COMPATIBILITY_NOT_CONFIGURED,
-            f"Subject '{subject}' does not have subject-level compatibility configured",
-        )
+    level = registry.compatibility_of(
+        state, subject, flag(request, "defaultToGlobal") or subject is None
+    )
     return answer({"compatibilityLevel": level})
 
 

@@ -8,8 +8,7 @@ import functools
 from aiohttp import web
 
 from gateway.api.schema_registry.media import add_route, answer, body_object, flag, store_of, view
-from schemas import errors, registry
-from schemas.errors import SchemaError
+from schemas import registry
 
 
 def add_routes(app: web.Application) -> None:
@@ -25,12 +24,7 @@ async def get_mode(request: web.Request) -> web.Response:
     defaultToGlobal=false: then 40409)."""
     state = await view(request)
     subject = request.match_info.get("subject")
-    mode = state.mode_of(subject, flag(request, "defaultToGlobal") or subject is None)
-    if mode is None:
-        raise SchemaError(
-            errors.SUBJECT_MODE_NOT_CONFIGURED,
-            f"Subject '{subject}' does not have subject-level mode configured",
-        )
+    mode = registry.mode_of(state, subject, flag(request, "defaultToGlobal") or subject is None)
     return answer({"mode": mode})
 
 

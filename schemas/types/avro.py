@@ -26,8 +26,9 @@ import avro.errors
 import avro.schema
 from avro.compatibility import ReaderWriterCompatibilityChecker, SchemaCompatibilityType
 from avro.name import Names
-from fastavro import parse_schema, schemaless_reader, schemaless_writer
+from fastavro import parse_schema, schemaless_reader
 from fastavro._read_py import schemaless_reader as bounded_schemaless_reader
+from fastavro._write import write_data  # type: ignore[attr-defined]
 from fastavro.validation import ValidationError, validate
 
 from schemas.errors import INVALID_SCHEMA, SchemaError
@@ -35,6 +36,11 @@ from schemas.types import InvalidValue, ParsedSchema, SchemaType, limits, refere
 from schemas.types.avro_check import quick_check
 
 Converter = Callable[[Any], Any]
+
+# fastavro's compiled writer below its public `schemaless_writer`, which parses the schema
+# again and copies through a file object for every value; the options are the public one's
+# defaults.
+WRITE_OPTIONS = {"strict": False, "strict_allow_default": False, "disable_tuple_notation": False}
 
 _PRIMITIVES = frozenset(("null", "boolean", "int", "long", "float", "double", "bytes", "string"))
 _DESCRIPTIONS = {
@@ -82,6 +88,7 @@ class AvroSchema:
         except Exception as e:  # fastavro raises bare exceptions of several kinds
             raise SchemaError(INVALID_SCHEMA, f"invalid Avro schema: {e}") from None
         _check_arrays(self._codec, named)
+        self._named = named
         self._to_datum = _compile(self._codec, named, {})
         self._quick = quick_check(self._codec, named)
         self._has_bytes = _mentions_bytes(self._codec, named)
@@ -116,12 +123,12 @@ class AvroSchema:
     def encode(self, value: Any) -> bytes:
         """The Avro binary encoding of the JSON `value`."""
         datum = self._datum(value)
-        out = io.BytesIO()
+        out = bytearray()
         try:
-            schemaless_writer(out, self._codec, datum)
+            write_data(out, datum, self._codec, self._named, "", WRITE_OPTIONS)
         except (ValueError, TypeError, OverflowError, RecursionError) as e:
             raise InvalidValue(f"not a value of this schema: {e}") from None
-        return out.getvalue()
+        return bytes(out)
 
     def decode(self, payload: bytes) -> Any:
         """The JSON value of an Avro binary payload written with this schema."""

@@ -5,6 +5,7 @@ from Confluent's AvroCompatibilityTest and Apache Avro's TestSchemaCompatibility
 
 from __future__ import annotations
 
+import io
 import json
 from typing import Any, cast
 
@@ -14,6 +15,7 @@ from confluent_kafka.schema_registry._sync.mock_schema_registry_client import (
 )
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
+from fastavro import parse_schema, schemaless_writer
 
 from schemas import wire
 from schemas.errors import INVALID_SCHEMA, SchemaError
@@ -133,6 +135,14 @@ def test_values_in_avro_json_encoding_round_trip() -> None:
     user.validate(A_USER)
     user.validate({**A_USER, "age": 36})
     user.validate({**A_USER, "age": None})
+
+
+def test_values_are_written_as_fastavros_public_writer_writes_them() -> None:
+    """The type writes through fastavro's compiled writer below `schemaless_writer`."""
+    datum = {**A_USER, "age": 36, "avatar": b"\x00\xff", "id": b"ab"}
+    out = io.BytesIO()
+    schemaless_writer(out, parse_schema(USER), datum)
+    assert avro(USER).encode(A_USER) == out.getvalue()
 
 
 def test_a_recursive_record_round_trips() -> None:

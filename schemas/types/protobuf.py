@@ -8,7 +8,8 @@ and proto2/proto3 rules, and it yields the FileDescriptorProto that dynamic mess
 
 Canonical form: the compiled FileDescriptorProto in protobuf's text format, so comments,
 whitespace and how a type is spelled (relative or full name) do not make a new schema.
-Imports name references by import path; Google's well-known types import without one.
+Imports name references by import path; Google's well-known and common types (google/type)
+import without one.
 The payload is Confluent's message-index path (of the file's first message when encoding)
 followed by the message's binary encoding; values are in protobuf's JSON mapping.
 """
@@ -16,10 +17,14 @@ followed by the message's binary encoding; values are in protobuf's JSON mapping
 from __future__ import annotations
 
 import ast
+import atexit
 import base64
+import functools
 import importlib
+import importlib.util
 import os
 import re
+import shutil
 import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -316,12 +321,28 @@ def _compile(text: str, files: Mapping[str, str]) -> list[descriptor_pb2.FileDes
             path.write_text(content, encoding="utf-8")
         try:
             generated = _protoc_compiler.get_protos(
-                MAIN.encode(), [root.encode(), _WELL_KNOWN.encode()]
+                MAIN.encode(), [root.encode(), _WELL_KNOWN.encode(), _common_types().encode()]
             )
         except _protoc_compiler.ProtocErrors as e:
             message_text = str(e).replace(root + os.sep, "")
             raise SchemaError(INVALID_SCHEMA, f"invalid Protobuf schema: {message_text}") from None
     return [_serialized_descriptor(code) for _, code in generated]
+
+
+@functools.cache
+def _common_types() -> str:
+    """An include path holding Google's common types (`google/type/*.proto`, from
+    googleapis-common-protos) and nothing else, so that a schema imports them without a
+    reference, as Confluent's registry lets it. A directory of its own, made once per process,
+    with the package's directory linked in: protoc has no virtual paths here, and an include
+    path of the whole site-packages would expose every .proto file installed."""
+    root = tempfile.mkdtemp(prefix="sluice-proto-common-")
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    Path(root, "google").mkdir()
+    spec = importlib.util.find_spec("google.type")
+    assert spec is not None and spec.submodule_search_locations, "googleapis-common-protos"
+    Path(root, "google", "type").symlink_to(next(iter(spec.submodule_search_locations)))
+    return root
 
 
 def _serialized_descriptor(code: bytes) -> descriptor_pb2.FileDescriptorProto:

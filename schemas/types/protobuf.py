@@ -378,6 +378,9 @@ class _Comparison:
     def __init__(self, reader: ProtobufSchema, writer: ProtobufSchema) -> None:
         self._reader = reader.descriptor
         self._writer = writer.descriptor
+        self._reader_imported = _imported_messages(reader.compiled[:-1])
+        self._writer_imported = _imported_messages(writer.compiled[:-1])
+        self._compared: set[str] = set()
 
     def changes(self) -> Iterator[Change]:
         if self._reader.package != self._writer.package:
@@ -439,6 +442,7 @@ class _Comparison:
                     where,
                     f"field {old.name} is now of type {new_name}",
                 )
+        yield from self._imported(new, old)
         repeated = (new.label == _FDP.LABEL_REPEATED, old.label == _FDP.LABEL_REPEATED)
         if repeated[0] != repeated[1] and old.type not in _LENGTH_DELIMITED:
             yield (
@@ -448,6 +452,34 @@ class _Comparison:
             )
         if old.label != _FDP.LABEL_REQUIRED and new.label == _FDP.LABEL_REQUIRED:
             yield "REQUIRED_FIELD_ADDED", where, f"field {old.name} became required"
+
+    def _imported(self, new: Any, old: Any) -> Iterator[Change]:
+        """A message-typed field whose message both sides import (a reference's, a Google
+        type) compares that message too, as Confluent's checker follows a field into its
+        type: data written with the old reference's message is read with the new one's. Each
+        imported message once (types may refer to each other)."""
+        name = new.type_name
+        if (
+            new.type != _FDP.TYPE_MESSAGE
+            or old.type != _FDP.TYPE_MESSAGE
+            or name != old.type_name
+            or name in self._compared
+        ):
+            return
+        reader, writer = self._reader_imported.get(name), self._writer_imported.get(name)
+        if reader is not None and writer is not None:
+            self._compared.add(name)
+            yield from self._message(reader, writer, name.removeprefix("."))
+
+
+def _imported_messages(
+    files: list[descriptor_pb2.FileDescriptorProto],
+) -> dict[str, descriptor_pb2.DescriptorProto]:
+    """The messages of imported files by full name (`.package.Name`, as fields name them)."""
+    found: dict[str, descriptor_pb2.DescriptorProto] = {}
+    for file in files:
+        found.update(_messages(file.message_type, f".{file.package}." if file.package else "."))
+    return found
 
 
 def _messages(messages: Any, prefix: str) -> dict[str, descriptor_pb2.DescriptorProto]:

@@ -199,8 +199,8 @@ def _referenced(state: RegistryState, subject: str, version: int) -> None:
     if users:
         raise SchemaError(
             errors.REFERENCE_EXISTS,
-            f"One or more references exist to the schema {{subject={subject}, "
-            f"version={version}}}: schemas {users}",
+            "One or more references exist to the schema "
+            f"{{magic=1,keytype=SCHEMA,subject={subject},version={version}}}.",
         )
 
 

@@ -65,6 +65,24 @@ def parse_schema(
     return parse(schema_type, text, state.resolve(references))
 
 
+def pin_latest(state: RegistryState, references: tuple[Reference, ...]) -> tuple[Reference, ...]:
+    """References to a subject's latest version (-1) as the version that is latest now, as
+    Confluent's registry and Karapace keep them: a schema is stored with the versions it was
+    parsed with, so it does not change meaning when the subject moves on, and its references
+    hold those versions against deletes. A reference to nothing is left for `parse_schema`
+    to refuse."""
+    pinned = []
+    for reference in references:
+        if reference.version == LATEST:
+            try:
+                latest = state.version(reference.subject, LATEST).version
+            except SchemaError:
+                latest = LATEST
+            reference = Reference(reference.name, reference.subject, latest)
+        pinned.append(reference)
+    return tuple(pinned)
+
+
 def _writable(state: RegistryState, subject: str | None) -> str:
     mode = state.mode_of(subject) or "READWRITE"
     if mode in ("READONLY", "READONLY_OVERRIDE"):
@@ -91,6 +109,7 @@ def register(
             errors.OPERATION_NOT_PERMITTED,
             f"Subject {subject} is not in import mode: a schema id or version may not be given",
         )
+    references = pin_latest(state, references)
     parsed = parse_schema(state, schema_type, text, references)
     existing = state.find_in_subject(subject, parsed, references)
     if (
@@ -180,8 +199,8 @@ def _referenced(state: RegistryState, subject: str, version: int) -> None:
     if users:
         raise SchemaError(
             errors.REFERENCE_EXISTS,
-            f"One or more references exist to the schema {{subject={subject}, "
-            f"version={version}}}: schemas {users}",
+            "One or more references exist to the schema "
+            f"{{magic=1,keytype=SCHEMA,subject={subject},version={version}}}.",
         )
 
 

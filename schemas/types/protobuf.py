@@ -8,7 +8,8 @@ and proto2/proto3 rules, and it yields the FileDescriptorProto that dynamic mess
 
 Canonical form: the compiled FileDescriptorProto in protobuf's text format, so comments,
 whitespace and how a type is spelled (relative or full name) do not make a new schema.
-Imports name references by import path; Google's well-known types import without one.
+Imports name references by import path; Google's well-known and common types (google/type)
+import without one.
 The payload is Confluent's message-index path (of the file's first message when encoding)
 followed by the message's binary encoding; values are in protobuf's JSON mapping.
 """
@@ -16,10 +17,14 @@ followed by the message's binary encoding; values are in protobuf's JSON mapping
 from __future__ import annotations
 
 import ast
+import atexit
 import base64
+import functools
 import importlib
+import importlib.util
 import os
 import re
+import shutil
 import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -316,12 +321,28 @@ def _compile(text: str, files: Mapping[str, str]) -> list[descriptor_pb2.FileDes
             path.write_text(content, encoding="utf-8")
         try:
             generated = _protoc_compiler.get_protos(
-                MAIN.encode(), [root.encode(), _WELL_KNOWN.encode()]
+                MAIN.encode(), [root.encode(), _WELL_KNOWN.encode(), _common_types().encode()]
             )
         except _protoc_compiler.ProtocErrors as e:
             message_text = str(e).replace(root + os.sep, "")
             raise SchemaError(INVALID_SCHEMA, f"invalid Protobuf schema: {message_text}") from None
     return [_serialized_descriptor(code) for _, code in generated]
+
+
+@functools.cache
+def _common_types() -> str:
+    """An include path holding Google's common types (`google/type/*.proto`, from
+    googleapis-common-protos) and nothing else, so that a schema imports them without a
+    reference, as Confluent's registry lets it. A directory of its own, made once per process,
+    with the package's directory linked in: protoc has no virtual paths here, and an include
+    path of the whole site-packages would expose every .proto file installed."""
+    root = tempfile.mkdtemp(prefix="sluice-proto-common-")
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    Path(root, "google").mkdir()
+    spec = importlib.util.find_spec("google.type")
+    assert spec is not None and spec.submodule_search_locations, "googleapis-common-protos"
+    Path(root, "google", "type").symlink_to(next(iter(spec.submodule_search_locations)))
+    return root
 
 
 def _serialized_descriptor(code: bytes) -> descriptor_pb2.FileDescriptorProto:
@@ -357,6 +378,9 @@ class _Comparison:
     def __init__(self, reader: ProtobufSchema, writer: ProtobufSchema) -> None:
         self._reader = reader.descriptor
         self._writer = writer.descriptor
+        self._reader_imported = _imported_messages(reader.compiled[:-1])
+        self._writer_imported = _imported_messages(writer.compiled[:-1])
+        self._compared: set[str] = set()
 
     def changes(self) -> Iterator[Change]:
         if self._reader.package != self._writer.package:
@@ -418,6 +442,7 @@ class _Comparison:
                     where,
                     f"field {old.name} is now of type {new_name}",
                 )
+        yield from self._imported(new, old)
         repeated = (new.label == _FDP.LABEL_REPEATED, old.label == _FDP.LABEL_REPEATED)
         if repeated[0] != repeated[1] and old.type not in _LENGTH_DELIMITED:
             yield (
@@ -427,6 +452,34 @@ class _Comparison:
             )
         if old.label != _FDP.LABEL_REQUIRED and new.label == _FDP.LABEL_REQUIRED:
             yield "REQUIRED_FIELD_ADDED", where, f"field {old.name} became required"
+
+    def _imported(self, new: Any, old: Any) -> Iterator[Change]:
+        """A message-typed field whose message both sides import (a reference's, a Google
+        type) compares that message too, as Confluent's checker follows a field into its
+        type: data written with the old reference's message is read with the new one's. Each
+        imported message once (types may refer to each other)."""
+        name = new.type_name
+        if (
+            new.type != _FDP.TYPE_MESSAGE
+            or old.type != _FDP.TYPE_MESSAGE
+            or name != old.type_name
+            or name in self._compared
+        ):
+            return
+        reader, writer = self._reader_imported.get(name), self._writer_imported.get(name)
+        if reader is not None and writer is not None:
+            self._compared.add(name)
+            yield from self._message(reader, writer, name.removeprefix("."))
+
+
+def _imported_messages(
+    files: list[descriptor_pb2.FileDescriptorProto],
+) -> dict[str, descriptor_pb2.DescriptorProto]:
+    """The messages of imported files by full name (`.package.Name`, as fields name them)."""
+    found: dict[str, descriptor_pb2.DescriptorProto] = {}
+    for file in files:
+        found.update(_messages(file.message_type, f".{file.package}." if file.package else "."))
+    return found
 
 
 def _messages(messages: Any, prefix: str) -> dict[str, descriptor_pb2.DescriptorProto]:

@@ -170,6 +170,7 @@ async def lookup(request: web.Request) -> web.Response:
     schema_type, text, references = schema_of(doc)
     state = await view(request)
     state.versions(subject, deleted)
+    references = registry.pin_latest(state, references)
     parsed = registry.parse_schema(state, schema_type, text, references)
     found = state.find_in_subject(subject, parsed, references)
     if found is None or (found.deleted and not deleted):

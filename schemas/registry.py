@@ -175,16 +175,20 @@ def check(
     text: str,
     references: tuple[Reference, ...],
 ) -> list[str]:
-    """Why the schema could not be registered under the subject (empty: it could): against
-    the version named, else per the subject's level against its live versions."""
+    """Why the schema could not be registered under the subject (empty: it could): per the
+    subject's level, against its live versions, or (as Confluent does) against the one live
+    version named alone: `latest` is none on a subject without one (nothing to be
+    incompatible with), any other version missing or soft-deleted is 40402."""
+    live = [v for _, v in sorted(state.subjects.get(subject, {}).items()) if not v.deleted]
+    if version == LATEST:
+        live = live[-1:]
+    elif version is not None:
+        live = [v for v in live if v.version == version]
+        if not live:
+            raise SchemaError(errors.VERSION_NOT_FOUND, f"Version {version} not found.")
     parsed = parse_schema(state, schema_type, text, references)
-    level = level_of(state, subject)
-    if version is None:
-        existing = [v for _, v in sorted(state.subjects.get(subject, {}).items()) if not v.deleted]
-    else:
-        existing = [state.version(subject, version)]
     return compatibility.incompatibilities(
-        level, parsed, [state.parsed(v.schema_id) for v in existing]
+        level_of(state, subject), parsed, [state.parsed(v.schema_id) for v in live]
     )
 
 

@@ -176,6 +176,7 @@ ROUTES: dict[tuple[str, str], Access] = {
     # Confluent Schema Registry (gateway.api.schema_registry): a subject is read, written
     # (register), deleted or altered (its level and mode); the global settings alter the
     # cluster; a schema by id, the types and the global settings are read by anyone signed in.
+    ("GET", _SR): Access(audience="authenticated"),
     ("GET", f"{_SR}/subjects"): Access(also="lists only the subjects the principal may read"),
     ("POST", _SR_SUBJECT): Access(_on("subject", "read", "subject")),
     ("DELETE", _SR_SUBJECT): Access(_on("subject", "delete", "subject")),
@@ -185,6 +186,9 @@ ROUTES: dict[tuple[str, str], Access] = {
     ("DELETE", _SR_VERSION): Access(_on("subject", "delete", "subject")),
     ("GET", f"{_SR_VERSION}/schema"): Access(_on("subject", "read", "subject")),
     ("GET", f"{_SR_VERSION}/referencedby"): Access(_on("subject", "read", "subject")),
+    ("GET", f"{_SR}/schemas"): Access(
+        also="lists only the versions of the subjects the principal may read"
+    ),
     ("GET", f"{_SR}/schemas/types"): Access(audience="authenticated"),
     ("GET", _SR_ID): Access(audience="authenticated"),
     ("GET", f"{_SR_ID}/schema"): Access(audience="authenticated"),

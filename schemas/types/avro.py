@@ -77,7 +77,7 @@ class AvroSchema:
                     definitions.append(definition)
         self.reference_depth = depth
         self.definitions: tuple[Any, ...] = (*definitions, document)
-        self._canonical = _sorted_json(document)
+        self._canonical = _sorted_json(_as_parsed(document))
         _check_enums(document)
         self.avro = _parse_avro(definitions, document)
         named: dict[str, Any] = {}
@@ -178,6 +178,45 @@ class _BadValue(ValueError):
 def parse(text: str, references: Mapping[str, ParsedSchema]) -> AvroSchema:
     """Parse an Avro schema; SchemaError(INVALID_SCHEMA) says why it is not one."""
     return AvroSchema(text, references)
+
+
+_PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
+# Attributes Avro's parsers take for their own: on a primitive type they mean nothing and are
+# dropped (Java's Schema.parse, so Confluent's canonical string, and Python's avro alike).
+_RESERVED = frozenset(
+    {"name", "namespace", "doc", "aliases", "fields", "items", "size", "symbols", "values"}
+)
+
+
+def _as_parsed(node: Any) -> Any:
+    """The schema as Avro reads it, for matching schemas: a primitive type's reserved
+    attributes are dropped and a primitive left with its type alone is its name, so that
+    {"type": "int", "name": "x"} is the schema "int" (Karapace's
+    test_schema_same_subject_unnamed; Confluent matches them too). Everything else (docs,
+    logical types, custom attributes, defaults) is kept."""
+    if isinstance(node, list):
+        return [_as_parsed(branch) for branch in node]
+    if not isinstance(node, dict):
+        return node
+    kind = node.get("type")
+    if isinstance(kind, str) and kind in _PRIMITIVES:
+        kept = {k: v for k, v in node.items() if k not in _RESERVED}
+        return kind if len(kept) == 1 else kept
+    if isinstance(kind, dict | list):
+        if set(node) == {"type"}:
+            return _as_parsed(kind)
+        return {**node, "type": _as_parsed(kind)}
+    found = dict(node)
+    fields = node.get("fields")
+    if kind in ("record", "error") and isinstance(fields, list):
+        found["fields"] = [
+            {**f, "type": _as_parsed(f["type"])} if isinstance(f, dict) and "type" in f else f
+            for f in fields
+        ]
+    for key, holder in (("items", "array"), ("values", "map")):
+        if kind == holder and key in node:
+            found[key] = _as_parsed(node[key])
+    return found
 
 
 def _sorted_json(document: Any) -> str:

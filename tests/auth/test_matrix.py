@@ -178,6 +178,7 @@ SAMPLES: dict[tuple[str, str], Sample] = {
         json={"value": {"data": 1}}, content_type="application/json"
     ),
     # Confluent Schema Registry: Confluent's error body (error_code 40101, 40301).
+    ("GET", REGISTRY): Sample(),
     ("GET", f"{REGISTRY}/subjects"): Sample(),
     ("POST", f"{REGISTRY}/subjects/{{subject}}"): Sample(json=SCHEMA),
     ("DELETE", f"{REGISTRY}/subjects/{{subject}}"): Sample(),
@@ -187,6 +188,7 @@ SAMPLES: dict[tuple[str, str], Sample] = {
     ("DELETE", f"{REGISTRY}/subjects/{{subject}}/versions/{{version}}"): Sample(),
     ("GET", f"{REGISTRY}/subjects/{{subject}}/versions/{{version}}/schema"): Sample(),
     ("GET", f"{REGISTRY}/subjects/{{subject}}/versions/{{version}}/referencedby"): Sample(),
+    ("GET", f"{REGISTRY}/schemas"): Sample(),
     ("GET", f"{REGISTRY}/schemas/types"): Sample(),
     ("GET", f"{REGISTRY}/schemas/ids/{{id}}"): Sample(),
     ("GET", f"{REGISTRY}/schemas/ids/{{id}}/schema"): Sample(),

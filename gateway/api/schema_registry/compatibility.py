@@ -18,7 +18,8 @@ def add_routes(app: web.Application) -> None:
 
 
 async def check(request: web.Request) -> web.Response:
-    """`is_compatible`, and with verbose=true the reasons it is not."""
+    """`is_compatible`, and with verbose=true the reasons it is not (schemas.registry.check
+    says against what)."""
     subject = request.match_info["subject"]
     raw = request.match_info.get("version")
     version = None if raw is None else registry.parse_version(raw)
@@ -27,8 +28,6 @@ async def check(request: web.Request) -> web.Response:
     doc = await body_object(request, SCHEMA_FIELDS, ("schema",))
     schema_type, text, references = schema_of(doc)
     state = await view(request)
-    if version is not None:
-        state.version(subject, version)
     problems = registry.check(state, subject, version, schema_type, text, references)
     result: dict[str, Any] = {"is_compatible": not problems}
     if verbose:

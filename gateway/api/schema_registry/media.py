@@ -38,8 +38,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def add_route(app: web.Application, method: str, path: str, handler: Handler) -> None:
-    """Route a registry path, under PREFIX unless the app serves the registry at its root;
-    its answer in the media type the request's Accept prefers."""
+    """Route a registry path ("": the registry's root), under PREFIX unless the app serves
+    the registry at its root; its answer in the media type the request's Accept prefers."""
 
     async def negotiated(request: web.Request) -> web.StreamResponse:
         """The handler's answer in the negotiated media type."""
@@ -51,7 +51,12 @@ def add_route(app: web.Application, method: str, path: str, handler: Handler) ->
 
     # A subject may hold any character but "/" (aiohttp's default also refuses braces).
     path = path.replace("{subject}", "{subject:[^/]+}")
-    app.router.add_route(method, path if app.get(AT_ROOT, False) else PREFIX + path, negotiated)
+    if app.get(AT_ROOT, False):
+        app.router.add_route(method, path or "/", negotiated)
+        return
+    app.router.add_route(method, PREFIX + path, negotiated)
+    if not path:  # the root under the prefix, with its slash as clients join it too
+        app.router.add_route(method, PREFIX + "/", negotiated)
 
 
 def answer_type(accept: str) -> str:

@@ -1,4 +1,5 @@
-"""Schemas by id: the schema, its text alone, the subjects and versions using it; the types."""
+"""Schemas: every subject's versions (`/schemas`); by id, the schema, its text alone, the
+subjects and versions using it; the types."""
 
 from __future__ import annotations
 
@@ -6,18 +7,46 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway.api.schema_registry.media import V1_JSON, add_route, answer, flag, store_of, window
-from gateway.api.schema_registry.subjects import references_doc
+from gateway.api.schema_registry.media import (
+    V1_JSON,
+    add_route,
+    answer,
+    flag,
+    store_of,
+    view,
+    window,
+)
+from gateway.api.schema_registry.subjects import references_doc, version_doc
+from gateway.auth.middleware import may
 from schemas.state import RegistryState, StoredSchema
 from schemas.types import SCHEMA_TYPES
 
 
 def add_routes(app: web.Application) -> None:
+    add_route(app, "GET", "/schemas", list_schemas)
     add_route(app, "GET", "/schemas/types", schema_types)
     add_route(app, "GET", "/schemas/ids/{id}", get_schema)
     add_route(app, "GET", "/schemas/ids/{id}/schema", get_schema_text)
     add_route(app, "GET", "/schemas/ids/{id}/subjects", get_subjects)
     add_route(app, "GET", "/schemas/ids/{id}/versions", get_versions)
+
+
+async def list_schemas(request: web.Request) -> web.Response:
+    """Every live version (deleted=true: soft-deleted ones too) of the subjects starting with
+    subjectPrefix that the principal may read, by subject then version, as
+    /subjects/{subject}/versions/{version} shows each; latestOnly=true: each subject's newest
+    of those only. Confluent's `GET /schemas`."""
+    state = await view(request)
+    deleted = flag(request, "deleted")
+    latest_only = flag(request, "latestOnly")
+    prefix = request.query.get("subjectPrefix", "")
+    found: list[dict[str, Any]] = []
+    for subject in state.subject_names(deleted):
+        if not subject.startswith(prefix) or not may(request, "subject", subject, "read"):
+            continue
+        versions = state.versions(subject, deleted)
+        found.extend(version_doc(v) for v in (versions[-1:] if latest_only else versions))
+    return answer(window(request, found))
 
 
 async def schema_types(request: web.Request) -> web.Response:

@@ -147,14 +147,22 @@ class Ext4:
             os.close(fd)
 
     def repair(self) -> None:
-        """The operator's fix: unmount, fsck, mount again (read-write)."""
+        """The operator's fix: unmount, fsck, mount again (read-write). The failed
+        filesystem's superblock can outlive the unmount for a while on its loop device, and
+        mount(8) given the same image file reuses that device and mounts the read-only
+        superblock again: the repaired filesystem is mounted from a copy of the image."""
         run("umount", str(self.mount))
+        fresh = self.image.with_name(f"{self.image.stem}-repaired{self.image.suffix}")
+        run("cp", "--sparse=always", str(self.image), str(fresh))
+        self.image = fresh
         fsck = subprocess.run(["e2fsck", "-fy", str(self.image)], capture_output=True, text=True)
         assert fsck.returncode in (0, 1), fsck.stdout + fsck.stderr  # 1: errors corrected
         self.attach()
 
     def attach(self) -> None:
         run("mount", "-o", "loop,errors=remount-ro", str(self.image), str(self.mount))
+        options = run("findmnt", "-n", "-o", "OPTIONS", str(self.mount)).strip().split(",")
+        assert "rw" in options, f"{self.image} mounted {options}"
 
 
 def run(*command: str) -> str:

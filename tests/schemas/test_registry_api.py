@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import itertools
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -21,19 +20,6 @@ from tests.e2e.conftest import Server, start_server
 
 V1 = "application/vnd.schemaregistry.v1+json"
 _names = itertools.count()
-
-
-@pytest.fixture(scope="module")
-def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    running = start_server(Path(tmp_path_factory.mktemp("registry")) / "data")
-    yield running
-    assert running.stop() == 0
-
-
-@pytest.fixture
-def sr(gateway: Server) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=f"{gateway.url}/schema-registry", headers={"Accept": V1}) as c:
-        yield c
 
 
 def unique(prefix: str) -> str:

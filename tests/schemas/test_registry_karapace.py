@@ -24,14 +24,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import httpx
 import pytest
 
-from tests.e2e.conftest import Server, start_server
 from tests.schemas.test_registry_api import (
     V1,
     avro_name,
@@ -44,19 +42,6 @@ from tests.schemas.test_registry_api import (
 )
 
 LEVELS = ("BACKWARD", "FORWARD", "FULL")
-
-
-@pytest.fixture(scope="module")
-def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    running = start_server(Path(tmp_path_factory.mktemp("karapace")) / "data")
-    yield running
-    assert running.stop() == 0
-
-
-@pytest.fixture
-def sr(gateway: Server) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=f"{gateway.url}/schema-registry", headers={"Accept": V1}) as c:
-        yield c
 
 
 @pytest.fixture

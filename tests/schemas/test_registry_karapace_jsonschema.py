@@ -20,14 +20,11 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.e2e.conftest import Server, start_server
 from tests.schemas.test_json_schema import DIVERGENCES, KARAPACE_SCHEMAS
 
 V1 = "application/vnd.schemaregistry.v1+json"
@@ -888,19 +885,6 @@ TRUE_READS_EVERYTHING = {("TRUE_SCHEMA", writer) for writer in NON_OBJECT_SCHEMA
 def sluice_answer(reader: str, writer: str, karapace: bool) -> bool:
     """Karapace's answer, but for the pairs where Sluice answers otherwise on purpose."""
     return not karapace if (reader, writer) in DIVERGENCES | TRUE_READS_EVERYTHING else karapace
-
-
-@pytest.fixture(scope="module")
-def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    running = start_server(Path(tmp_path_factory.mktemp("registry-jsonschema")) / "data")
-    yield running
-    assert running.stop() == 0
-
-
-@pytest.fixture(scope="module")
-def sr(gateway: Server) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=f"{gateway.url}/schema-registry", headers={"Accept": V1}) as c:
-        yield c
 
 
 def post(c: httpx.Client, path: str, body: object) -> httpx.Response:

@@ -7,15 +7,12 @@ refusal (42206) to delete a referenced version are in test_registry_api.py
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.e2e.conftest import Server, start_server
-from tests.schemas.test_registry_api import V1, error, post, register, unique
+from tests.schemas.test_registry_api import error, post, register, unique
 
 COUNTRY = {
     "type": "record",
@@ -54,19 +51,6 @@ def person(age: str = "int", name: str = "Person", job: bool = True) -> dict[str
         "namespace": "com.netapp",
         "fields": [*fields, {"name": "job", "type": "Job"}] if job else fields,
     }
-
-
-@pytest.fixture(scope="module")
-def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    running = start_server(Path(tmp_path_factory.mktemp("karapace-refs")) / "data")
-    yield running
-    assert running.stop() == 0
-
-
-@pytest.fixture
-def sr(gateway: Server) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=f"{gateway.url}/schema-registry", headers={"Accept": V1}) as c:
-        yield c
 
 
 def address_refs(prefix: str) -> list[dict[str, Any]]:

@@ -25,6 +25,7 @@ from schemas import wire
 from schemas.errors import SchemaError
 from schemas.state import RegistryState, StoredSchema
 from schemas.types import InvalidValue, ParsedSchema
+from schemas.types.json_schema import JsonSchema
 from schemas.types.protobuf import ProtobufSchema
 
 Field = Literal["key", "value"]
@@ -104,16 +105,21 @@ def all_registered(state: RegistryState, topic: str, check: Checked, ids: Iterab
 def json_records_hold(
     state: RegistryState, topic: str, checks: Sequence[Checked], records: list[Any]
 ) -> bool:
-    """Whether the records of a JSON body, decoded whole (dicts with a string `key` and a JSON
-    `value`), all match their subjects' latest schemas: one decode of the body, then one
-    validator call per field. False: check them one by one, which says which fails and why."""
+    """Whether the records of a JSON body, decoded whole, are all objects whose checked fields
+    (a string `key`, a JSON `value`) match their subjects' latest schemas: one decode of the
+    body, then one validator call per field where the type allows. False: check them one by
+    one, which says which fails and why."""
     for check in checks:
         field = _FieldCheck(state, topic, check, None)
         try:
             schema_id, _ = field.json_schema(0)
             parsed = state.parsed(schema_id)
+            if isinstance(parsed, JsonSchema):
+                if not parsed.all_valid_at(records, check.field):
+                    return False
+                continue
             for record in records:
-                value = record.get(check.field)
+                value = record.get(check.field) if type(record) is dict else None
                 if value is None:
                     return False
                 parsed.validate(value)

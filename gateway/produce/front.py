@@ -404,10 +404,13 @@ class Producer:
         except orjson.JSONDecodeError:
             return False
         records = doc.get("records") if isinstance(doc, dict) else None
-        if not isinstance(records, list) or not all(
-            type(r) is dict and "key_encoding" not in r and "value_encoding" not in r
-            for r in records
-        ):
+        if not isinstance(records, list):
+            return False
+        try:
+            fields = set().union(*records)  # the records' names, if they are objects
+        except TypeError:
+            return False
+        if "key_encoding" in fields or "value_encoding" in fields:
             return False
         return validation.json_records_hold(self.registry(), topic, checks, records)
 

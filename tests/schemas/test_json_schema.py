@@ -126,6 +126,85 @@ def test_values_the_schema_does_not_allow_are_invalid(value: Any, where: str) ->
         person.decode(json.dumps(value).encode())
 
 
+ROOT_RELATIVE = {  # each names a location from its root: a list of them checks value by value
+    "$ref": "#/definitions/name",
+    "definitions": {"name": {"type": "string", "maxLength": 3}},
+}
+ANCHORED = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "$defs": {"small": {"$anchor": "small", "type": "integer", "maximum": 9}},
+    "type": "array",
+    "items": {"$ref": "#small"},
+}
+OLD_ID = {
+    "$schema": "http://json-schema.org/draft-04/schema#",
+    "id": "http://example.com/root.json",
+    "type": "object",
+    "properties": {"n": {"$ref": "#/definitions/n"}},
+    "definitions": {"n": {"type": "integer"}},
+}
+TREE = {
+    "type": "object",
+    "properties": {
+        "value": {"type": "integer"},
+        "children": {"type": "array", "items": {"$ref": "#"}},
+    },
+}
+DRAFT_2020 = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "properties": {"n": {"type": "integer"}},
+    "unevaluatedProperties": False,
+}
+
+
+@pytest.mark.parametrize(
+    ("document", "values"),
+    [
+        (PERSON, [{"name": "ada"}, {"name": "a", "age": 2, "tags": []}]),
+        (PERSON, [{"name": "ada"}, {"name": "a", "age": -2}]),
+        (PERSON, [{"name": "ada"}, []]),
+        (PERSON, []),
+        (True, [1, "x", []]),
+        (False, [1]),
+        ({"type": "integer"}, [1, 2, 3.5]),
+        ({"type": "integer"}, [1, 2, 3]),
+        (ROOT_RELATIVE, ["abc", "ab"]),
+        (ROOT_RELATIVE, ["abc", "abcd"]),
+        (TREE, [{"value": 1, "children": [{"value": 2}]}]),
+        (TREE, [{"value": 1, "children": [{"value": "x"}]}]),
+        (ANCHORED, [[1, 2], [9]]),
+        (ANCHORED, [[1, 2], [10]]),
+        (OLD_ID, [{"n": 1}]),
+        (OLD_ID, [{"n": 1}, {"n": "x"}]),
+        (DRAFT_2020, [{"n": 1}]),
+        (DRAFT_2020, [{"n": 1}, {"n": 1, "m": 2}]),
+    ],
+)
+def test_a_list_of_values_is_valid_when_each_value_is(document: Any, values: list[Any]) -> None:
+    parsed = schema(document)
+    each = []
+    for value in values:
+        try:
+            parsed.validate(value)
+            each.append(True)
+        except InvalidValue:
+            each.append(False)
+    assert parsed.all_valid_at([{"value": v, "key": "k"} for v in values], "value") is all(each)
+
+
+@pytest.mark.parametrize("document", [True, {"type": "string"}, ROOT_RELATIVE])
+@pytest.mark.parametrize(
+    "objects",
+    [[{"value": "ab"}, {"value": None}], [{"value": "ab"}, {"key": "k"}], [{"value": "ab"}, []]],
+)
+def test_a_list_with_a_null_a_missing_value_or_not_an_object_is_not_valid(
+    document: Any, objects: list[Any]
+) -> None:
+    assert schema(document).all_valid_at(objects, "value") is False
+    assert schema(document).all_valid_at(objects[:1], "value") is True
+
+
 @pytest.mark.parametrize("payload", [b"", b"{", b"\xff", b"[" * 100_000])
 def test_payloads_that_are_not_json_are_invalid(payload: bytes) -> None:
     with pytest.raises(InvalidValue):

@@ -281,6 +281,9 @@ OPTIONS: tuple[Option, ...] = (
            "is lowered, a produce pipelined behind others on its connection that has waited "
            "this long since it was read is refused too (latency before goodput); 0 (the "
            "default) turns this off", non_negative, "MS"),
+    Option("stall-report-ms", "stall_report_ms", "requests", "log the event loop's stack "
+           "whenever it stays away from its timers this long (a stall: a long callback, a "
+           "blocking call); 0 (the default) turns this off", non_negative, "MS"),
     Option("header-read-timeout", "header_read_timeout_s", "requests", "seconds a client may "
            "take to send a request's headers (HTTP/2: its connection preface and SETTINGS) "
            "before the connection is closed", positive_float, "S"),

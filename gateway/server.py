@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 import uvloop
 
-from gateway import stop_watchdog
+from gateway import loop_stalls, stop_watchdog
 from gateway.api.schema_registry import own_port as schema_registry_port
 from gateway.app import build_app
 from gateway.auth.tls import ServerTls
@@ -128,6 +128,10 @@ async def serve(settings: Settings) -> None:
     gc.set_threshold(*GC_THRESHOLDS)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    stalls = None
+    if settings.stall_report_ms:
+        stalls = loop_stalls.StallWatch(loop, settings.stall_report_ms / 1000)
+        stalls.start()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGHUP, _reload, tls, gateway)
@@ -152,6 +156,8 @@ async def serve(settings: Settings) -> None:
     if registry is not None:
         await registry.cleanup()
     await site.runner.cleanup()
+    if stalls is not None:
+        stalls.stop()
 
 
 async def _controlled_shutdown(gateway: Gateway, stop: asyncio.Event, timeout_s: float) -> None:

@@ -11,10 +11,14 @@ import sys
 import threading
 import time
 import traceback
+from types import FrameType
 
 log = logging.getLogger("sluice")
 
 STACK_LIMIT = 40  # frames kept of the loop thread's stack
+OTHER_LIMIT = 12  # and of each other busy thread's
+# Where an idle thread waits: a pool worker for work, a timer or event for its time.
+_IDLE = frozenset(("wait", "get", "_worker", "select", "poll", "_wait_for_tstate_lock"))
 
 
 class StallWatch:
@@ -61,16 +65,27 @@ class StallWatch:
                 self._report(beat[0] - wall, beat[1] - cpu, stack)
                 self._stalled = None
             if self._stalled is None and time.monotonic() - beat[0] > self.threshold_s:
-                frame = sys._current_frames().get(self._loop_thread)
-                stack = "".join(traceback.format_stack(frame, limit=STACK_LIMIT)) if frame else ""
-                self._stalled = (beat, stack.rstrip())
+                self._stalled = (beat, self._stacks())
+
+    def _stacks(self) -> str:
+        """The loop thread's stack, then those of the other threads that are not idle (one of
+        them may hold the lock or the GIL the loop waits for)."""
+        names = {thread.ident: thread.name for thread in threading.enumerate()}
+        frames = sys._current_frames()
+        loop_frame = frames.pop(self._loop_thread, None)
+        frames.pop(threading.get_ident(), None)
+        parts = [_format(loop_frame, STACK_LIMIT)]
+        for ident, frame in frames.items():
+            if frame.f_code.co_name not in _IDLE:
+                parts.append(f"thread {names.get(ident, ident)}:\n{_format(frame, OTHER_LIMIT)}")
+        return "\n".join(parts)
 
     def _report(self, away_s: float, cpu_s: float, stack: str) -> None:
         self.stalls += 1
         log.warning(
             "event loop stalled: its timers ran %.0f ms late, the loop thread on a CPU for %.0f "
             "ms of it (the rest: waiting on a lock, a system call or the GIL, or not scheduled); "
-            "it was in:\n%s",
+            "it was in (then the busy threads):\n%s",
             (away_s - self.threshold_s / 2) * 1000,
             cpu_s * 1000,
             stack,
@@ -80,3 +95,7 @@ class StallWatch:
 def _now() -> tuple[float, float]:
     """A beat: the time, and the CPU time the calling (loop) thread has used."""
     return time.monotonic(), time.thread_time()
+
+
+def _format(frame: FrameType | None, limit: int) -> str:
+    return "".join(traceback.format_stack(frame, limit=limit)).rstrip() if frame else ""

@@ -45,11 +45,9 @@ class RecordsAppender:
         self, topic: str, item: PartitionBatch, acks: Acks
     ) -> tuple[asyncio.Future[AppendInfo], Partition] | None:
         """The common produce's append, joining this loop turn's write without a coroutine:
-        a partition led here, acks 0 or 1. Its landing and its leader (`replicas.acknowledge`
-        follows when the landing's `flush_due`); None for any other, which `append_records`
-        takes."""
-        if acks is Acks.ALL:
-            return None
+        a partition led here. Its landing and its leader (`replicas.acknowledge` follows when
+        the landing's `flush_due`, or for acks=all unless `replicas.committed` already holds);
+        None for any other, which `append_records` takes."""
         leader = self.replicas.leading(topic, item.partition)
         if leader is None:
             return None

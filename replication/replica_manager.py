@@ -528,6 +528,15 @@ class ReplicaManager:
                 "they may still become durable"
             ) from None
 
+    def committed(self, partition: Partition, last_offset: int) -> bool:
+        """Whether acks=all's wait for `last_offset` would end at once, acknowledged: the high
+        watermark passed it with min.insync.replicas in sync (a leader alone moves the high
+        watermark as it appends)."""
+        return (
+            partition.high_watermark > last_offset
+            and len(partition.isr) >= partition.config.min_insync_replicas
+        )
+
     async def wait_committed(self, partition: Partition, last_offset: int, timeout_ms: int) -> None:
         """Wait until the high watermark passes `last_offset` (Kafka's acks=all)."""
         deadline = time.monotonic() + timeout_ms / 1000

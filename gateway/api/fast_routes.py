@@ -64,6 +64,7 @@ from gateway.metrics.collectors import CLIENT_CLOSED
 from gateway.produce.errors import SchemaViewBehind
 from gateway.produce.front import Built
 from gateway.state import Gateway
+from replication.acks import Acks
 from replication.errors import PartiallyAppended
 from replication.node_contract import APPEND_PREFIX, APPEND_ROUTE, FORWARDED_BY, ON_BEHALF_OF
 from replication.partition import Partition
@@ -295,8 +296,9 @@ class FastRoutes:
     ) -> asyncio.Future[Any]:
         """Begin answering what `take` accepted; `ready` gets the answer, or None when the
         returned future was cancelled first (the client went). The common produce (one
-        partition led here, acks 0 or 1, no idempotency key) waits for its write without a
-        coroutine of its own: its answer is made when this turn's write lands. A produce
+        partition led here, no idempotency key) waits for its write without a coroutine of
+        its own: its answer is made when this turn's write lands (acks=all: if the high
+        watermark passed it then, as on a leader alone). A produce
         counts in the admission's account until `ready` has its answer."""
         started = time.perf_counter()
         if isinstance(request, FastProduce):  # admitted by `take`
@@ -349,11 +351,14 @@ class FastRoutes:
         error = landing.exception()
         if error is None:
             info = landing.result()
-            if info.flush_due:  # the flush policy asks for an fsync first: that waits
-                flushed = asyncio.ensure_future(
-                    self._flushed(request, built, leader, info, connection, started)
+            if info.flush_due or (
+                request.produce.acks is Acks.ALL
+                and not self.gateway.replicas.committed(leader, info.last_offset)
+            ):  # an fsync the flush policy asks for, or the in-sync replicas: that waits
+                acknowledged = asyncio.ensure_future(
+                    self._acknowledged(request, built, leader, info, connection, started)
                 )
-                flushed.add_done_callback(functools.partial(_served, ready))
+                acknowledged.add_done_callback(functools.partial(_served, ready))
                 return
             document = self.gateway.producer.appended(request.produce, built, info)
             answer = _produced(request, document)
@@ -367,7 +372,7 @@ class FastRoutes:
         self.served += 1
         ready(answer)
 
-    async def _flushed(
+    async def _acknowledged(
         self,
         request: FastProduce,
         built: Built,
@@ -376,7 +381,8 @@ class FastRoutes:
         connection: object,
         started: float,
     ) -> FastAnswer:
-        """`_landed`'s answer after the fsync the flush policy asks for."""
+        """`_landed`'s answer after the fsync the flush policy asks for, or once the in-sync
+        replicas have the records (acks=all)."""
         answer: FastAnswer | None = None
         produce = request.produce
         try:

@@ -182,8 +182,8 @@ class Producer:
         self, request: ProduceRequest, built: Built
     ) -> tuple[asyncio.Future[AppendInfo], Partition] | None:
         """The common produce's append, joining this loop turn's write without a coroutine:
-        one partition led here, acks 0 or 1. Its landing and its leader; None for any other
-        request (`produce` appends those)."""
+        one partition led here. Its landing and its leader; None for any other request
+        (`produce` appends those)."""
         if len(built.batches) != 1:
             return None
         return self.appender.append_now(built.topic.name, built.batches[0], request.acks)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 from multidict import CIMultiDict
 
 from engine.batch import RecordInput, encode_batch
@@ -95,16 +96,20 @@ def _one(value: object) -> bytes:
     return orjson.dumps({"records": [{"value": value}]})
 
 
-async def test_plain_produces_of_one_turn_share_a_write_and_need_no_task(start: Start) -> None:
-    """The common produce (one partition led here, acks 0 or 1, no idempotency key) joins the
-    turn's write and is answered when it lands, without a coroutine of its own; each keeps its
-    own consecutive offsets and answer, and the in-flight account is back to nothing."""
+@pytest.mark.parametrize("acks", ["1", "all"])
+async def test_plain_produces_of_one_turn_share_a_write_and_need_no_task(
+    start: Start, acks: str
+) -> None:
+    """The common produce (one partition led here, no idempotency key) joins the turn's write
+    and is answered when it lands, without a coroutine of its own (acks=all too: a leader alone
+    moves the high watermark as it appends); each keeps its own consecutive offsets and answer,
+    and the in-flight account is back to nothing."""
     client = await start()
     await create_topic(client)
     state = gateway(client)
     writes = state.replicas.appends.writes
     started, answers = await _started(
-        client, "/v1/topics/t/partitions/0/records?acks=1", [_one(i) for i in range(5)]
+        client, f"/v1/topics/t/partitions/0/records?acks={acks}", [_one(i) for i in range(5)]
     )
     assert not any(isinstance(future, asyncio.Task) for future in started)
     assert state.replicas.appends.writes == writes + 1
@@ -119,16 +124,34 @@ async def test_plain_produces_of_one_turn_share_a_write_and_need_no_task(start: 
 async def test_produces_the_fast_routes_cannot_answer_at_once_still_take_a_task(
     start: Start,
 ) -> None:
-    """acks=all and idempotent produces wait in a coroutine as before, and answer the same."""
+    """Idempotent produces, and those to several partitions, wait in a coroutine as before,
+    and answer the same."""
     client = await start()
-    await create_topic(client)
-    for target, headers in (
-        ("/v1/topics/t/partitions/0/records?acks=all", {}),
-        ("/v1/topics/t/partitions/0/records?acks=1", {"Idempotency-Key": "k-1"}),
+    await create_topic(client, partitions=2)
+    two = orjson.dumps({"records": [{"value": 1, "partition": 0}, {"value": 2, "partition": 1}]})
+    for target, body, headers in (
+        ("/v1/topics/t/partitions/0/records?acks=1", _one("x"), {"Idempotency-Key": "k-1"}),
+        ("/v1/topics/t/records?acks=all", two, {}),
     ):
-        started, answers = await _started(client, target, [_one("x")], headers)
+        started, answers = await _started(client, target, [body], headers)
         assert isinstance(started[0], asyncio.Task)
         assert answers[0] is not None and answers[0].status == 200, answers[0]
+
+
+async def test_acks_all_with_too_few_in_sync_replicas_is_refused_without_a_task(
+    start: Start,
+) -> None:
+    """min.insync.replicas above the in-sync replicas: acks=all is refused as its write is
+    checked (503 NOT_ENOUGH_REPLICAS), nothing appended; acks=1 still lands beside it."""
+    client = await start()
+    await create_topic(client, configs={"min.insync.replicas": 2})
+    started, answers = await _started(
+        client, "/v1/topics/t/partitions/0/records?acks=all", [_one("x")]
+    )
+    assert not isinstance(started[0], asyncio.Task)
+    assert answers[0] is not None and answers[0].status == 503
+    assert orjson.loads(answers[0].body)["code"] == "NOT_ENOUGH_REPLICAS"
+    assert await fetch_all(client) == []
 
 
 async def test_a_bad_produce_fails_alone_among_the_turns_plain_ones(start: Start) -> None:

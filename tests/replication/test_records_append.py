@@ -98,10 +98,21 @@ async def test_a_partition_led_elsewhere_is_refused_when_it_may_not_be_forwarded
     assert log_end(appender, 0) == 0
 
 
-async def test_append_now_takes_acks_1_led_here_and_leaves_the_rest(
+async def test_append_now_takes_what_is_led_here_and_leaves_the_rest(
     appender: RecordsAppender,
 ) -> None:
-    assert appender.append_now(TOPIC, batch(0, b"a"), Acks.ALL) is None
+    """Any acks on a partition led here: acks=all below min.insync.replicas is refused as its
+    write is checked, nothing appended; with a follower in sync it lands, not yet committed
+    (the answer waits for the follower). A partition led elsewhere is left to append_records."""
+    refused = appender.append_now(TOPIC, batch(1, b"a"), Acks.ALL)
+    assert refused is not None
+    with pytest.raises(NotEnoughReplicas):
+        await refused[0]
+    assert log_end(appender, 1) == 0
+    replicated = appender.append_now(TOPIC, batch(0, b"a"), Acks.ALL)
+    assert replicated is not None
+    info = await replicated[0]
+    assert not appender.replicas.committed(replicated[1], info.last_offset)
     assert appender.append_now(TOPIC, batch(2, b"a"), Acks.LEADER) is None
     appending = appender.append_now(TOPIC, batch(1, b"a"), Acks.LEADER)
     assert appending is not None

@@ -80,8 +80,11 @@ def readable(
     bundled = files.pop(_DESCRIPTOR_PROTO, None) or descriptor_pb2.FileDescriptorProto.FromString(
         descriptor_pb2.DESCRIPTOR.serialized_pb
     )
+    defines_descriptors = file.package == "google.protobuf" and any(
+        declared.name == "FileDescriptorProto" for declared in file.message_type
+    )
     try:
-        if file.name != _DESCRIPTOR_PROTO:
+        if not defines_descriptors:  # descriptor.proto itself, under any name
             pool.Add(bundled)
         for dependency in files.values():
             pool.Add(dependency)
@@ -140,6 +143,7 @@ class _Printer:
         self._qualified = qualified
         self._symbols = _symbols([*imported, file])
         self._lines: list[str] = []
+        self._kind = "syntax"
 
     def text(self) -> str:
         file = self._file
@@ -155,7 +159,10 @@ class _Printer:
         public, weak = set(file.public_dependency), set(file.weak_dependency)
         for index, name in enumerate(file.dependency):
             kind = "public " if index in public else "weak " if index in weak else ""
+            self._section(0, "import")
             self._line(0, f"import {kind}{_string(name)};")
+        if file.options.ListFields():
+            self._section(0, "option")
         self._statements(0, file.options, file.package)
         self._scope(0, file.package, file.message_type, file.enum_type, file.extension, [])
         for service in file.service:
@@ -234,15 +241,18 @@ class _Printer:
             position = end
         extension_owned = [o for e in extensions if (o := _owned(e, types, scope)) is not None]
         types_before(min(extension_owned, default=len(types)))
-        self._extends(depth, extensions, scope, declare)
+        if extension_owned:  # a group's message is declared where its extension is
+            self._extends(depth, extensions, scope, declare)
         types_before(len(types))
         for enum in enums:
             self._enum(depth, enum, scope)
+        if not extension_owned:
+            self._extends(depth, extensions, scope, declare)
 
     def _message(self, depth: int, declared: Any, scope: str) -> None:
         _identifier(declared.name, "message")
         name = _join(scope, declared.name)
-        self._gap(depth)
+        self._section(depth, "type")
         self._line(depth, f"message {declared.name} {{")
         self._body(depth + 1, declared, name)
         self._close(depth)
@@ -281,7 +291,7 @@ class _Printer:
                 if extendee is not None:
                     self._close(depth)
                 extendee = extension.extendee
-                self._gap(depth)
+                self._section(depth, "extend")
                 self._line(depth, f"extend {self._reference(extendee, scope)} {{")
             declare(extension, False, depth + 1)
         if extendee is not None:
@@ -345,7 +355,7 @@ class _Printer:
 
     def _enum(self, depth: int, enum: Any, scope: str) -> None:
         _identifier(enum.name, "enum")
-        self._gap(depth)
+        self._section(depth, "type")
         self._line(depth, f"enum {enum.name} {{")
         name = _join(scope, enum.name)
         self._statements(depth + 1, enum.options, name)
@@ -364,7 +374,7 @@ class _Printer:
     def _service(self, service: Any, scope: str) -> None:
         _identifier(service.name, "service")
         name = _join(scope, service.name)
-        self._gap(0)
+        self._section(0, "service")
         self._line(0, f"service {service.name} {{")
         self._statements(1, service.options, name)
         for method in service.method:
@@ -474,9 +484,12 @@ class _Printer:
         else:
             self._line(depth, "}")
 
-    def _gap(self, depth: int) -> None:
-        """A blank line before a top-level declaration."""
-        if depth == 0 and self._lines and self._lines[-1]:
+    def _section(self, depth: int, kind: str) -> None:
+        """A blank line where the file's top level passes from one kind of statement to
+        another (imports, options, types, extends, services), as Confluent's registry lays
+        a file out."""
+        if depth == 0 and kind != self._kind:
+            self._kind = kind
             self._lines.append("")
 
 

@@ -154,12 +154,36 @@ def test_the_registry_port_speaks_tls_when_the_gateway_does(tmp_path: Path) -> N
 
 
 def test_protobuf_serializer_round_trip(client: SchemaRegistryClient) -> None:
+    """The serializer registers Timestamp's descriptor in base64: it reads back as the .proto
+    text Confluent's registry answers, and as the descriptor the deserializer asks for."""
     topic = f"times-{id(client)}"
     context = SerializationContext(topic, MessageField.VALUE)
     serialize = ProtobufSerializer(Timestamp, client, {"use.deprecated.format": False})
     payload = serialize(Timestamp(seconds=1_700_000_000, nanos=5), context)
     assert payload is not None and payload[0] == 0
-    assert client.get_latest_version(f"{topic}-value").schema.schema_type == "PROTOBUF"
+    registered = client.get_latest_version(f"{topic}-value")
+    assert registered.schema.schema_type == "PROTOBUF"
+    assert registered.schema.schema_str == (
+        'syntax = "proto3";\n'
+        "package google.protobuf;\n"
+        "\n"
+        'option java_package = "com.google.protobuf";\n'
+        'option java_outer_classname = "TimestampProto";\n'
+        "option java_multiple_files = true;\n"
+        'option go_package = "google.golang.org/protobuf/types/known/timestamppb";\n'
+        "option cc_enable_arenas = true;\n"
+        'option objc_class_prefix = "GPB";\n'
+        'option csharp_namespace = "Google.Protobuf.WellKnownTypes";\n'
+        "\n"
+        "message Timestamp {\n"
+        "  int64 seconds = 1;\n"
+        "  int32 nanos = 2;\n"
+        "}\n"
+    )
+    assert registered.schema_id is not None
+    served = client.get_schema(registered.schema_id, fmt="serialized").schema_str
+    assert served is not None
+    assert _str_to_proto("timestamp.proto", served).message_type[0].name == "Timestamp"
     deserialize = ProtobufDeserializer(Timestamp, {"use.deprecated.format": False})
     assert deserialize(payload, context) == Timestamp(seconds=1_700_000_000, nanos=5)
 

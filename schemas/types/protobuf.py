@@ -244,11 +244,29 @@ def _serialized_form(text: str) -> descriptor_pb2.FileDescriptorProto | None:
         return None
     stripped = text.strip()
     try:
-        return descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(stripped))
+        file = descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(stripped))
     except (ValueError, message.DecodeError) as e:
         raise SchemaError(
             INVALID_SCHEMA, f"invalid Protobuf schema: not a serialized FileDescriptorProto ({e})"
         ) from None
+    _check_utf8(file)
+    return file
+
+
+def _check_utf8(file: descriptor_pb2.FileDescriptorProto) -> None:
+    """Refuse a descriptor with a string (a name, a default) that is not UTF-8: protobuf
+    reads one in a proto2 message as bytes, which no .proto text, and no lookup, takes."""
+    stack: list[message.Message] = [file]
+    while stack:
+        for field, value in stack.pop().ListFields():
+            values = value if protobuf_text.repeated(field) else [value]
+            if field.type == field.TYPE_MESSAGE:
+                stack.extend(values)
+            elif field.type == field.TYPE_STRING and any(isinstance(v, bytes) for v in values):
+                raise SchemaError(
+                    INVALID_SCHEMA,
+                    f"invalid Protobuf schema: its descriptor's {field.name} is not UTF-8",
+                )
 
 
 def _as_text(
@@ -271,7 +289,9 @@ def _as_text(
                 _check_nesting(text)
                 compiled = _compile(text, files)
             except SchemaError as e:
-                problem = e.message
+                problem = "it does not compile: " + e.message.removeprefix(
+                    "invalid Protobuf schema: "
+                )
                 continue
             found = protobuf_text.comparable(compiled[-1], compiled[:-1])
             if found == expected:

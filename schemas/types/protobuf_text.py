@@ -431,7 +431,7 @@ class _Printer:
                 continue  # a map field's message: the map<K, V> says it
             else:
                 key = field.name
-            for item in value if _repeated(field) else [value]:
+            for item in value if repeated(field) else [value]:
                 found.append((key, _value(field, item)))
         return found
 
@@ -554,7 +554,9 @@ def _in_real_oneof(field: Any) -> bool:
     return field.HasField("oneof_index") and not field.proto3_optional
 
 
-def _repeated(field: Any) -> bool:
+def repeated(field: Any) -> bool:
+    """Whether a field (a FieldDescriptor) is repeated, in protobuf's releases before and
+    after `label` gave way to `is_repeated`."""
     flag = getattr(field, "is_repeated", None)
     if flag is not None:
         return bool(flag)

@@ -415,6 +415,15 @@ def test_a_descriptor_protobuf_cannot_load_is_invalid() -> None:
     assert refused.value.error_code == errors.INVALID_SCHEMA
 
 
+def test_a_descriptor_with_a_name_not_utf8_is_invalid() -> None:
+    """protobuf reads a proto2 string that is not UTF-8 as bytes: an import named so was a
+    server error (a TypeError where the import's name was looked at)."""
+    file = b"\x0a\x07x.proto" + b"\x1a\x01\xff"  # name "x.proto", dependency b"\xff"
+    with pytest.raises(SchemaError, match="dependency is not UTF-8") as refused:
+        proto(base64.b64encode(file).decode("ascii"))
+    assert refused.value.error_code == errors.INVALID_SCHEMA
+
+
 def test_a_default_json_name_is_the_same_schema_as_none() -> None:
     default = 'type: TYPE_INT32 json_name: "aB"'
     explicit = serialized(

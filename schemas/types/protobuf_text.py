@@ -301,7 +301,7 @@ class _Printer:
         _identifier(field.name, "field")
         options = []
         if field.HasField("default_value"):
-            options.append(("default", self._default(field, scope)))
+            options.append(("default", _default(field)))
         if field.HasField("json_name") and field.json_name != json_name(field.name):
             options.append(("json_name", _string(field.json_name)))
         options.extend(self._options(field.options, scope))
@@ -343,15 +343,6 @@ class _Printer:
         if not field.HasField("type") or field.type not in _SCALARS:
             raise Unprintable(f"field {field.name!r} has no type")
         return _SCALARS[field.type]
-
-    def _default(self, field: Any, scope: str) -> str:
-        """A proto2 default as the descriptor keeps it (bytes already C-escaped)."""
-        value = field.default_value
-        if field.type == _FDP.TYPE_STRING:
-            return _string(value)
-        if field.type == _FDP.TYPE_BYTES:
-            return f'"{value}"'
-        return str(value)
 
     def _enum(self, depth: int, enum: Any, scope: str) -> None:
         _identifier(enum.name, "enum")
@@ -585,6 +576,17 @@ def _value(field: Any, value: Any) -> str:
         if math.isinf(value):
             return "inf" if value > 0 else "-inf"
         return repr(value)
+    return str(value)
+
+
+def _default(field: Any) -> str:
+    """A proto2 default as the descriptor keeps it (a string as is, bytes C-escaped, a number
+    or an enum value's name as text)."""
+    value = field.default_value
+    if field.type == _FDP.TYPE_STRING:
+        return _string(value)
+    if field.type == _FDP.TYPE_BYTES:
+        return f'"{value}"'
     return str(value)
 
 

@@ -269,6 +269,20 @@ def test_googles_own_files_round_trip() -> None:
         ), name
 
 
+def test_a_name_that_reads_as_a_keyword_is_printed_in_full() -> None:
+    """A message named `optional` reads as the label where its short name stands; the text
+    with every type by its full name is the one kept."""
+    keyword = proto(
+        'syntax = "proto3"; message optional { int32 a = 1; } message M { .optional o = 1; }'
+    )
+    short = proto_text(keyword.descriptor, keyword.compiled[:-1])
+    with pytest.raises(SchemaError, match="Expected field name"):
+        proto(short)
+    stored = proto(keyword.serialized())
+    assert "  .optional o = 1;" in stored.text
+    assert proto(stored.text).canonical() == keyword.canonical()
+
+
 def test_a_reference_round_trips_and_its_options_print_by_name() -> None:
     options = proto(
         'syntax = "proto3"; package opts; import "google/protobuf/descriptor.proto";'

@@ -19,6 +19,7 @@ from schemas.records import (
 )
 from schemas.state import LATEST, RegistryState
 from schemas.types import ParsedSchema, Reference, SchemaType, parse
+from schemas.types.protobuf import ProtobufSchema
 
 MODES = ("READWRITE", "READONLY", "READONLY_OVERRIDE", "IMPORT")
 MAX_VERSION = 2**31 - 1
@@ -102,7 +103,9 @@ def register(
 ) -> Decision[Registered]:
     """Register a schema under a subject: the same schema again answers its id and version
     (nothing written); the same schema under another subject keeps its id; a new schema gets
-    the next id. An explicit id or version (IMPORT mode only) is kept as given."""
+    the next id. An explicit id or version (IMPORT mode only) is kept as given. What is
+    stored is the parsed schema's text: as registered, but for a Protobuf descriptor
+    registered in its serialized form, stored as its .proto text (42201 if it has none)."""
     mode = _writable(state, subject)
     if (schema_id is not None or version is not None) and mode != "IMPORT":
         raise SchemaError(
@@ -111,6 +114,9 @@ def register(
         )
     references = pin_latest(state, references)
     parsed = parse_schema(state, schema_type, text, references)
+    if isinstance(parsed, ProtobufSchema) and parsed.unprintable is not None:
+        raise SchemaError(errors.INVALID_SCHEMA, parsed.unprintable)
+    text = parsed.text
     existing = state.find_in_subject(subject, parsed, references)
     if (
         existing is not None

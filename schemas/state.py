@@ -10,7 +10,7 @@ from schemas import errors
 from schemas.errors import SchemaError
 from schemas.records import ConfigSet, HighestId, ModeSet, Record, SchemaVersion, VersionRemoved
 from schemas.types import ParsedSchema, Reference, SchemaType, parse
-from schemas.types.protobuf import ProtobufSchema
+from schemas.types.protobuf import ProtobufSchema, is_serialized
 
 DEFAULT_COMPATIBILITY = "BACKWARD"
 DEFAULT_MODE = "READWRITE"
@@ -152,13 +152,29 @@ class RegistryState:
     def text_as(self, schema_id: int, form: str | None) -> str:
         """The schema's text in the form a reader asks for: `serialized` gives a Protobuf
         schema's FileDescriptorProto in base64, as confluent-kafka's Protobuf serializers
-        ask for it; any other form, the text as registered."""
+        ask for it; any other form, the text as stored (a Protobuf descriptor stored in its
+        serialized form, as one was before descriptors were stored as .proto text: its
+        .proto text)."""
         stored = self.schema(schema_id)
-        if form == "serialized" and stored.schema_type == "PROTOBUF":
+        if stored.schema_type != "PROTOBUF":
+            return stored.text
+        if form == "serialized":
             parsed = self.parsed(schema_id)
             if isinstance(parsed, ProtobufSchema):
                 return parsed.serialized()
+        elif is_serialized(stored.text):
+            try:
+                return self.parsed(schema_id).text
+            except SchemaError:
+                pass  # no longer parses: answered as stored
         return stored.text
+
+    def version_text(self, version: SchemaVersion) -> str:
+        """A version's text as registered, but a Protobuf descriptor stored in its serialized
+        form (see `text_as`): the .proto text of its schema."""
+        if version.schema_type == "PROTOBUF" and is_serialized(version.text):
+            return self.text_as(version.schema_id, None)
+        return version.text
 
     def resolve(self, references: Iterable[Reference]) -> dict[str, ParsedSchema]:
         """The schemas references name, parsed; 42201 for a reference to nothing."""

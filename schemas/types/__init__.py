@@ -36,7 +36,7 @@ class ParsedSchema(Protocol):
     """A valid schema of one type."""
 
     schema_type: SchemaType
-    text: str  # as registered
+    text: str  # as registered (a Protobuf descriptor registered serialized: its .proto text)
     reference_depth: int  # how deep its chain of references nests (0: it has none)
 
     def canonical(self) -> str:

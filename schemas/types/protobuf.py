@@ -12,6 +12,11 @@ Imports name references by import path; Google's well-known and common types (go
 import without one.
 The payload is Confluent's message-index path (of the file's first message when encoding)
 followed by the message's binary encoding; values are in protobuf's JSON mapping.
+
+A schema registered in its serialized form (a base64 FileDescriptorProto, as confluent-kafka's
+ProtobufSerializer registers one) becomes its .proto text (protobuf_text), checked to compile
+to the same descriptor: that text is what is stored and answered, as Confluent's registry
+answers it, and `serialized()` gives the descriptor back.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import ast
 import atexit
 import base64
+import difflib
 import functools
 import importlib
 import importlib.util
@@ -44,7 +50,14 @@ from grpc_tools import _protoc_compiler
 
 from schemas import wire
 from schemas.errors import INVALID_SCHEMA, SchemaError
-from schemas.types import InvalidValue, ParsedSchema, SchemaType, limits, references_of
+from schemas.types import (
+    InvalidValue,
+    ParsedSchema,
+    SchemaType,
+    limits,
+    protobuf_text,
+    references_of,
+)
 
 MAIN = "schema.proto"
 _WELL_KNOWN = str(Path(grpc_tools.__file__).parent / "_proto")
@@ -89,24 +102,34 @@ class ProtobufSchema:
     """The texts its imports may name: its references and theirs, by import path."""
     compiled: list[descriptor_pb2.FileDescriptorProto]
     """Its descriptor and those it imports, dependencies first."""
+    text: str
+    """Its .proto text: as registered, or the text of a descriptor registered serialized."""
+    unprintable: str | None
+    """Why a descriptor registered serialized has no .proto text (then `text` is the base64
+    as registered, and the registry refuses to register it); None otherwise."""
 
     def __init__(self, text: str, references: Mapping[str, ParsedSchema]) -> None:
-        self.text = text
         limits.check_text(text)
         typed, depth = references_of(references, ProtobufSchema, "PROTOBUF")
         self.reference_depth = depth
+        files: dict[str, str] = {}
+        for name, reference in typed.items():
+            files.update(reference.files)
+            files[name] = reference.text
+        self.files = files
+        self.unprintable = None
         serialized = _serialized_form(text)
         if serialized is None:
             _check_nesting(text)
-            files: dict[str, str] = {}
-            for name, reference in typed.items():
-                files.update(reference.files)
-                files[name] = reference.text
-            self.files = files
             compiled = _compile(text, files)
         else:
-            self.files = {}
-            compiled = [*_dependencies(serialized, typed), serialized]
+            imported = _dependencies(serialized, typed)
+            try:
+                text, compiled = _as_text(serialized, imported, files)
+            except SchemaError as e:
+                self.unprintable = e.message
+                compiled = [*imported, serialized]
+        self.text = text
         self.compiled = compiled
         self.descriptor = compiled[-1]
         for enum_values, where in _enums(self.descriptor):
@@ -209,25 +232,104 @@ def parse(text: str, references: Mapping[str, ParsedSchema]) -> ProtobufSchema:
     return ProtobufSchema(text, references)
 
 
+def is_serialized(text: str) -> bool:
+    """Whether a Protobuf schema's text is its serialized form (base64), not .proto text."""
+    return _BASE64.fullmatch(text.strip()) is not None
+
+
 def _serialized_form(text: str) -> descriptor_pb2.FileDescriptorProto | None:
     """The FileDescriptorProto of a schema registered in its serialized form (base64, as
     confluent-kafka's ProtobufSerializer registers one); None for a .proto text."""
-    stripped = text.strip()
-    if not _BASE64.fullmatch(stripped):
+    if not is_serialized(text):
         return None
+    stripped = text.strip()
     try:
-        return descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(stripped))
+        file = descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(stripped))
     except (ValueError, message.DecodeError) as e:
         raise SchemaError(
             INVALID_SCHEMA, f"invalid Protobuf schema: not a serialized FileDescriptorProto ({e})"
         ) from None
+    _check_utf8(file)
+    return file
+
+
+def _check_utf8(file: descriptor_pb2.FileDescriptorProto) -> None:
+    """Refuse a descriptor with a string (a name, a default) that is not UTF-8: protobuf
+    reads one in a proto2 message as bytes, which no .proto text, and no lookup, takes."""
+    stack: list[message.Message] = [file]
+    while stack:
+        for field, value in stack.pop().ListFields():
+            values = value if protobuf_text.repeated(field) else [value]
+            if field.type == field.TYPE_MESSAGE:
+                stack.extend(values)
+            elif field.type == field.TYPE_STRING and any(isinstance(v, bytes) for v in values):
+                raise SchemaError(
+                    INVALID_SCHEMA,
+                    f"invalid Protobuf schema: its descriptor's {field.name} is not UTF-8",
+                )
+
+
+def _as_text(
+    file: descriptor_pb2.FileDescriptorProto,
+    imported: list[descriptor_pb2.FileDescriptorProto],
+    files: Mapping[str, str],
+) -> tuple[str, list[descriptor_pb2.FileDescriptorProto]]:
+    """A serialized schema's .proto text and what that compiles to: the same descriptor but
+    for its file name, source locations and json names that are the default (types by their
+    shortest names first, by their full names if those read back otherwise).
+    SchemaError(INVALID_SCHEMA) if no text says the same."""
+    what = "invalid Protobuf schema: the serialized descriptor has no .proto text"
+    _check_descriptor_nesting(file)
+    try:
+        expected = protobuf_text.comparable(file, imported)
+        problem = ""
+        for qualified in (False, True):
+            text = protobuf_text.proto_text(file, imported, qualified)
+            try:
+                _check_nesting(text)
+                compiled = _compile(text, files)
+            except SchemaError as e:
+                problem = "it does not compile: " + e.message.removeprefix(
+                    "invalid Protobuf schema: "
+                )
+                continue
+            found = protobuf_text.comparable(compiled[-1], compiled[:-1])
+            if found == expected:
+                return text, compiled
+            problem = "it would read back as " + _difference(expected, found)
+    except protobuf_text.Unprintable as e:
+        raise SchemaError(INVALID_SCHEMA, f"{what}: {e}") from None
+    raise SchemaError(INVALID_SCHEMA, f"{what} ({problem})")
+
+
+def _difference(expected: str, found: str) -> str:
+    """The first lines where two descriptors' text formats differ."""
+    changed = [
+        line.strip()
+        for line in difflib.unified_diff(expected.splitlines(), found.splitlines(), n=0)
+        if line[:1] in "+-" and not line.startswith(("+++", "---"))
+    ]
+    return "; ".join(changed[:4])
+
+
+def _check_descriptor_nesting(file: descriptor_pb2.FileDescriptorProto) -> None:
+    """Refuse messages nested deeper than the limit before the printer walks them."""
+    stack = [(message_type, 1) for message_type in file.message_type]
+    while stack:
+        declared, depth = stack.pop()
+        if depth > limits.MAX_DEPTH:
+            raise SchemaError(
+                INVALID_SCHEMA, f"schema is nested more than {limits.MAX_DEPTH} levels deep"
+            )
+        stack.extend((nested, depth + 1) for nested in declared.nested_type)
 
 
 def _dependencies(
     file: descriptor_pb2.FileDescriptorProto, references: Mapping[str, ProtobufSchema]
 ) -> list[descriptor_pb2.FileDescriptorProto]:
     """The descriptors a serialized schema's imports name, dependencies first: its references'
-    (by import path, as the client registered them) and Google's well-known and common types."""
+    (by import path, as the client registered them) and Google's well-known and common types
+    (with the files they import)."""
     out: list[descriptor_pb2.FileDescriptorProto] = []
     seen: set[str] = set()
     for name in file.dependency:
@@ -235,7 +337,7 @@ def _dependencies(
         if reference is not None:
             chain = [d for d in reference.compiled[:-1]] + [_named(reference.descriptor, name)]
         elif name.startswith("google/"):
-            chain = [_bundled(name)]
+            chain = _bundled_chain(name)
         else:
             raise SchemaError(
                 INVALID_SCHEMA, f"invalid Protobuf schema: import {name!r} names no reference"
@@ -245,6 +347,23 @@ def _dependencies(
                 seen.add(dependency.name)
                 out.append(dependency)
     return out
+
+
+def _bundled_chain(name: str) -> list[descriptor_pb2.FileDescriptorProto]:
+    """A Google file and the Google files it imports, dependencies first."""
+    chain: list[descriptor_pb2.FileDescriptorProto] = []
+    pending = [(name, False)]
+    while pending:
+        current, expanded = pending.pop()
+        if any(found.name == current for found in chain):
+            continue
+        file = _bundled(current)
+        if expanded:
+            chain.append(file)
+        else:
+            pending.append((current, True))
+            pending.extend((dependency, False) for dependency in reversed(file.dependency))
+    return chain
 
 
 def _bundled(name: str) -> descriptor_pb2.FileDescriptorProto:

@@ -19,7 +19,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from schemas import wire
 from schemas.errors import INVALID_SCHEMA, SchemaError
 from schemas.types import InvalidValue, limits, parse
-from schemas.types.protobuf import ProtobufSchema
+from schemas.types.protobuf import ProtobufSchema, is_serialized
 
 
 def proto(text: str, references: dict[str, Any] | None = None) -> ProtobufSchema:
@@ -373,7 +373,8 @@ def test_karapace_package_change_is_incompatible_as_confluent_rules_it() -> None
 def test_the_serialized_form_the_client_registers_is_the_same_schema() -> None:
     """confluent-kafka's ProtobufSerializer registers a base64 FileDescriptorProto (and asks
     for one back with format=serialized): it parses to the same schema as the .proto text,
-    whatever file name the client gave, and its well-known imports resolve."""
+    whatever file name the client gave, and its well-known imports resolve. Its text is the
+    descriptor printed as .proto text, as Confluent's registry answers it."""
     order = proto(ORDER)
     file = order._class([0]).DESCRIPTOR.file
     registered = MockSchemaRegistryClient({"url": "mock://protobuf-serialized"})
@@ -385,6 +386,8 @@ def test_the_serialized_form_the_client_registers_is_the_same_schema() -> None:
     assert text == order.serialized()
     from_client = proto(text)
     assert from_client.canonical() == order.canonical()
+    assert not is_serialized(from_client.text) and "message Order {" in from_client.text
+    assert proto(from_client.text).canonical() == order.canonical()
     assert from_client.decode(order.encode(AN_ORDER)) == order.decode(order.encode(AN_ORDER))
     assert proto(from_client.serialized()).canonical() == order.canonical()
     assert file.name == "schema.proto"

@@ -13,9 +13,11 @@ from urllib.parse import quote
 
 import httpx
 import pytest
+from google.protobuf import descriptor_pb2, struct_pb2
 
 from gateway.api.schema_registry.media import render
 from gateway.http.problem import Problem
+from schemas.types.protobuf_text import comparable
 from tests.e2e.conftest import Server, start_server
 
 V1 = "application/vnd.schemaregistry.v1+json"
@@ -537,8 +539,47 @@ def test_format_serialized_gives_a_protobuf_schema_as_its_descriptor(sr: httpx.C
         {"schema": serialized["schema"], "schemaType": "PROTOBUF"},
     )
     assert again.json()["id"] == schema_id, "the serialized form is the same schema"
+    elsewhere = unique("proto")
+    assert register(sr, elsewhere, serialized["schema"], schemaType="PROTOBUF") == schema_id
+    assert sr.get(f"/schemas/ids/{schema_id}").json()["schema"] == proto, "the text it had"
+    assert sr.get(f"/subjects/{elsewhere}/versions/1").json()["schema"] == proto
     avro_subject = unique("avro")
     avro = record(avro_name("Plain"), ("n", "int"))
     avro_id = post(sr, f"/subjects/{avro_subject}/versions", {"schema": avro}).json()["id"]
     plain = sr.get(f"/schemas/ids/{avro_id}", params={"format": "serialized"}).json()
     assert plain["schema"] == avro, "only Protobuf has a serialized form"
+
+
+def test_a_protobuf_schema_registered_serialized_reads_back_as_proto_text(sr: httpx.Client) -> None:
+    """confluent-kafka's ProtobufSerializer registers its generated module's descriptor in
+    base64; as Confluent's registry does, the registry answers it as .proto text (every read:
+    a version, by id, the text alone, listings, lookup), a text that is the same schema, and
+    as the descriptor with format=serialized."""
+    descriptor = base64.b64encode(struct_pb2.DESCRIPTOR.serialized_pb).decode("ascii")
+    subject = unique("struct")
+    schema_id = register(sr, subject, descriptor, schemaType="PROTOBUF")
+    text = sr.get(f"/subjects/{subject}/versions/1").json()["schema"]
+    assert "message Struct {" in text and "map<string, Value> fields = 1;" in text
+    assert "oneof kind {" in text and "enum NullValue {" in text
+    assert sr.get(f"/schemas/ids/{schema_id}").json()["schema"] == text
+    assert sr.get(f"/schemas/ids/{schema_id}/schema").text == text
+    assert sr.get(f"/subjects/{subject}/versions/latest/schema").text == text
+    listed = sr.get("/schemas", params={"subjectPrefix": subject}).json()
+    assert [version["schema"] for version in listed] == [text]
+    looked = post(sr, f"/subjects/{subject}", {"schema": descriptor, "schemaType": "PROTOBUF"})
+    assert looked.json()["id"] == schema_id and looked.json()["schema"] == text
+    assert register(sr, subject, text, schemaType="PROTOBUF") == schema_id, "the same schema"
+    served = sr.get(f"/subjects/{subject}/versions/1", params={"format": "serialized"}).json()
+    file = descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(served["schema"]))
+    assert [m.name for m in file.message_type] == ["Struct", "Value", "ListValue"]
+    generated = descriptor_pb2.FileDescriptorProto.FromString(struct_pb2.DESCRIPTOR.serialized_pb)
+    assert comparable(file, []) == comparable(generated, [])
+
+
+def test_a_descriptor_with_no_proto_text_is_an_invalid_schema(sr: httpx.Client) -> None:
+    file = descriptor_pb2.FileDescriptorProto(name="x.proto", syntax="editions")
+    file.edition = descriptor_pb2.EDITION_2023
+    file.message_type.add(name="M")
+    body = {"schema": base64.b64encode(file.SerializeToString()).decode(), "schemaType": "PROTOBUF"}
+    refused = post(sr, f"/subjects/{unique('editions')}/versions", body)
+    assert "has no .proto text" in error(refused, 422, 42201)

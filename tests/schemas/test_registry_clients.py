@@ -19,8 +19,12 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
 from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
+from google.protobuf import descriptor_pb2, descriptor_pool
+from google.protobuf.message_factory import GetMessageClass
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from schemas.types import parse
+from schemas.types.protobuf import ProtobufSchema
 from tests.e2e.conftest import Server, start_server
 from tests.tls import write_self_signed
 
@@ -154,14 +158,88 @@ def test_the_registry_port_speaks_tls_when_the_gateway_does(tmp_path: Path) -> N
 
 
 def test_protobuf_serializer_round_trip(client: SchemaRegistryClient) -> None:
+    """The serializer registers Timestamp's descriptor in base64: it reads back as the .proto
+    text Confluent's registry answers, and as the descriptor the deserializer asks for."""
     topic = f"times-{id(client)}"
     context = SerializationContext(topic, MessageField.VALUE)
     serialize = ProtobufSerializer(Timestamp, client, {"use.deprecated.format": False})
     payload = serialize(Timestamp(seconds=1_700_000_000, nanos=5), context)
     assert payload is not None and payload[0] == 0
-    assert client.get_latest_version(f"{topic}-value").schema.schema_type == "PROTOBUF"
+    registered = client.get_latest_version(f"{topic}-value")
+    assert registered.schema.schema_type == "PROTOBUF"
+    assert registered.schema.schema_str == (
+        'syntax = "proto3";\n'
+        "package google.protobuf;\n"
+        "\n"
+        'option java_package = "com.google.protobuf";\n'
+        'option java_outer_classname = "TimestampProto";\n'
+        "option java_multiple_files = true;\n"
+        'option go_package = "google.golang.org/protobuf/types/known/timestamppb";\n'
+        "option cc_enable_arenas = true;\n"
+        'option objc_class_prefix = "GPB";\n'
+        'option csharp_namespace = "Google.Protobuf.WellKnownTypes";\n'
+        "\n"
+        "message Timestamp {\n"
+        "  int64 seconds = 1;\n"
+        "  int32 nanos = 2;\n"
+        "}\n"
+    )
+    assert registered.schema_id is not None
+    served = client.get_schema(registered.schema_id, fmt="serialized").schema_str
+    assert served is not None
+    assert _str_to_proto("timestamp.proto", served).message_type[0].name == "Timestamp"
     deserialize = ProtobufDeserializer(Timestamp, {"use.deprecated.format": False})
     assert deserialize(payload, context) == Timestamp(seconds=1_700_000_000, nanos=5)
+
+
+def test_protobuf_serializer_with_a_reference_reads_back_as_proto_text(
+    client: SchemaRegistryClient,
+) -> None:
+    """The serializer registers a message's file and the file it imports, both serialized
+    (the import as a reference): each reads back as .proto text, the import's as the text
+    its importer compiles against, and the deserializer, asking for both serialized through
+    the client, reads the value."""
+    suffix = id(client)
+    money = parse(
+        "PROTOBUF",
+        f'syntax = "proto3"; package m{suffix}; message Money {{ int64 cents = 1; }}',
+        {},
+    )
+    price = parse(
+        "PROTOBUF",
+        f'syntax = "proto3"; package p{suffix}; import "money{suffix}.proto";'
+        f" message Price {{ m{suffix}.Money amount = 1; string currency = 2; }}",
+        {f"money{suffix}.proto": money},
+    )
+    assert isinstance(price, ProtobufSchema)
+    pool = descriptor_pool.DescriptorPool()
+    for file in price.compiled[:-1]:
+        pool.Add(file)
+    main = descriptor_pb2.FileDescriptorProto()
+    main.CopyFrom(price.descriptor)
+    main.name = f"price{suffix}.proto"
+    pool.Add(main)
+    price_class = GetMessageClass(pool.FindMessageTypeByName(f"p{suffix}.Price"))
+    topic = f"prices-{suffix}"
+    context = SerializationContext(topic, MessageField.VALUE)
+    serialize = ProtobufSerializer(price_class, client, {"use.deprecated.format": False})
+    value = price_class(amount={"cents": 250}, currency="EUR")
+    payload = serialize(value, context)
+    fresh = SchemaRegistryClient({"url": client._rest_client.base_urls[0]})  # no cached reads
+    registered = fresh.get_latest_version(f"{topic}-value")
+    assert registered.schema.schema_str is not None
+    assert f'import "money{suffix}.proto";' in registered.schema.schema_str
+    assert f"m{suffix}.Money amount = 1;" in registered.schema.schema_str
+    [reference] = registered.schema.references or []
+    assert reference.subject is not None and reference.version is not None
+    imported = fresh.get_version(reference.subject, reference.version).schema.schema_str
+    assert imported is not None and "message Money {" in imported
+    # A client of its own: the client caches a version whatever format it was read in.
+    reader = SchemaRegistryClient({"url": client._rest_client.base_urls[0]})
+    deserialize = ProtobufDeserializer(
+        price_class, {"use.deprecated.format": False}, schema_registry_client=reader
+    )
+    assert deserialize(payload, context) == value
 
 
 def test_a_proto_text_is_served_serialized_as_the_protobuf_clients_ask(

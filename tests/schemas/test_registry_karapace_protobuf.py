@@ -759,22 +759,19 @@ SCHEMA_SERIALIZED = (
 
 def test_protobuf_binary_serialized(sr: httpx.Client) -> None:
     """Karapace's test_protobuf_binary_serialized: a schema registered in its serialized form
-    (a base64 FileDescriptorProto) is the same schema as its .proto text, and
-    `format=serialized` gives a form that registers as it again.
-
-    Differs on purpose: Sluice keeps a schema as registered (docs/schemas.md), so the schema
-    first registered serialized reads back serialized; Karapace (and Confluent) answer the
-    .proto text rendered from the descriptor."""
+    (a base64 FileDescriptorProto) is the same schema as its .proto text, is answered as that
+    text (as Karapace and Confluent lay it out), and `format=serialized` gives a form that
+    registers as it again."""
     subject = unique("binary_serialized")
     schema_id = register(sr, subject, SCHEMA_SERIALIZED)
     assert register(sr, subject, SCHEMA_PLAIN) == schema_id
-    assert sr.get(f"/schemas/ids/{schema_id}").json()["schema"] == SCHEMA_SERIALIZED
+    assert sr.get(f"/schemas/ids/{schema_id}").json()["schema"] == SCHEMA_PLAIN
     serialized = sr.get(f"/schemas/ids/{schema_id}", params={"format": "serialized"})
     assert serialized.status_code == 200 and serialized.json()["schema"]
     assert register(sr, subject, serialized.json()["schema"]) == schema_id
     plain_subject = unique("binary_serialized_plain")
     assert register(sr, plain_subject, SCHEMA_PLAIN) == schema_id
-    assert sr.get(f"/subjects/{plain_subject}/versions/1").json()["schema"] == SCHEMA_SERIALIZED
+    assert sr.get(f"/subjects/{plain_subject}/versions/1").json()["schema"] == SCHEMA_PLAIN
 
 
 def test_protobuf_update_ordering(sr: httpx.Client) -> None:

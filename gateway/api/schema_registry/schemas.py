@@ -45,7 +45,7 @@ async def list_schemas(request: web.Request) -> web.Response:
         if not subject.startswith(prefix) or not may(request, "subject", subject, "read"):
             continue
         versions = state.versions(subject, deleted)
-        found.extend(version_doc(v) for v in (versions[-1:] if latest_only else versions))
+        found.extend(version_doc(state, v) for v in (versions[-1:] if latest_only else versions))
     return answer(window(request, found))
 
 

@@ -22,6 +22,7 @@ from gateway.auth.middleware import may
 from schemas import errors, registry
 from schemas.errors import SchemaError
 from schemas.records import SchemaVersion
+from schemas.state import RegistryState
 from schemas.types import SCHEMA_TYPES, Reference, SchemaType
 
 SCHEMA_FIELDS: dict[str, tuple[type, ...]] = {
@@ -46,13 +47,13 @@ def add_routes(app: web.Application) -> None:
     add_route(app, "GET", "/subjects/{subject}/versions/{version}/referencedby", referenced_by)
 
 
-def version_doc(found: SchemaVersion) -> dict[str, Any]:
+def version_doc(state: RegistryState, found: SchemaVersion) -> dict[str, Any]:
     """A subject's version as Confluent shows it (schemaType only when not Avro)."""
     doc: dict[str, Any] = {
         "subject": found.subject,
         "version": found.version,
         "id": found.schema_id,
-        "schema": found.text,
+        "schema": state.version_text(found),
     }
     if found.schema_type != "AVRO":
         doc["schemaType"] = found.schema_type
@@ -119,7 +120,7 @@ async def get_version(request: web.Request) -> web.Response:
     state = await view(request)
     version = registry.parse_version(request.match_info["version"])
     found = state.version(request.match_info["subject"], version, flag(request, "deleted"))
-    doc = version_doc(found)
+    doc = version_doc(state, found)
     doc["schema"] = state.text_as(found.schema_id, request.query.get("format"))
     return answer(doc)
 
@@ -175,7 +176,7 @@ async def lookup(request: web.Request) -> web.Response:
     found = state.find_in_subject(subject, parsed, references)
     if found is None or (found.deleted and not deleted):
         raise SchemaError(errors.SCHEMA_NOT_FOUND, "Schema not found")
-    return answer(version_doc(found))
+    return answer(version_doc(state, found))
 
 
 async def delete_subject(request: web.Request) -> web.Response:

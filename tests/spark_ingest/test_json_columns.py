@@ -97,7 +97,7 @@ def test_references_and_text_that_is_not_json_are_refused() -> None:
 
 def test_versions_of_another_schema_type_are_refused() -> None:
     other = Version("t-value", 3, 1, "<xs:schema/>", (), "XML")
-    with pytest.raises(IngestError, match="version 3 is XML: .* Avro, JSON Schema and Protobuf"):
+    with pytest.raises(IngestError, match=r"version 3 is XML: .* Avro, JSON Schema and Protobuf"):
         ValueColumns("t", [other], frozenset())
 
 

@@ -14,12 +14,15 @@ local[--cores]:
   `spark.read.schema(...).json(...)` (an explicit schema: the job infers nothing either) and
   written with `.write.parquet(...)`.
 
-With --typed, two more cells type the values into columns, over the same records:
+With --typed, three more cells type the values into columns, over the same records:
 
 - json-typed: the job with `--json-schema` (a DDL file of the four fields) over the JSON values;
 - avro-typed: the job with `--value-schema registry` over the same objects written as Avro in
   Confluent's wire format, their schema registered in a gateway's registry (a local
-  `python -m gateway`).
+  `python -m gateway`);
+- protobuf-typed: the same as Protobuf messages (the four fields; the first message's index,
+  then its bytes), their schema registered in its serialized form, as confluent-kafka's
+  ProtobufSerializer registers one.
 
 Every path writes Parquet (zstd) to local disk. A tiny warm-up of each runs first, so none
 pays the JVM's and Python workers' start-up. Records/s per core is records / wall seconds /
@@ -30,6 +33,7 @@ job trusts them; --unflagged makes it validate each value with json.loads.
 from __future__ import annotations
 
 import argparse
+import base64
 import datetime as dt
 import hashlib
 import io
@@ -47,6 +51,7 @@ from typing import Any
 
 import boto3
 import fastavro
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from engine import batch as fmt
 from engine.config import TopicConfig
@@ -76,6 +81,20 @@ AVRO_SCHEMA = {
 WIRE_HEADER = struct.Struct(">bI")  # Confluent's wire format: magic byte 0, schema id
 
 
+def payment_proto() -> descriptor_pb2.FileDescriptorProto:
+    """AVRO_SCHEMA's record as a proto3 message: `message Payment { int64 id = 1; string
+    customer = 2; int64 amount = 3; string status = 4; }`."""
+    kinds = descriptor_pb2.FieldDescriptorProto
+    file = descriptor_pb2.FileDescriptorProto(name="payment.proto", syntax="proto3")
+    payment = file.message_type.add(name="Payment")
+    for number, (name, kind) in enumerate(
+        [("id", kinds.TYPE_INT64), ("customer", kinds.TYPE_STRING),
+         ("amount", kinds.TYPE_INT64), ("status", kinds.TYPE_STRING)], 1,
+    ):  # fmt: skip
+        payment.field.add(name=name, number=number, type=kind, label=kinds.LABEL_OPTIONAL)
+    return file
+
+
 def fields_of(n: int) -> dict[str, Any]:
     return {"id": n, "customer": f"c-{n % 9973}", "amount": n % 1000, "status": "paid"}
 
@@ -93,6 +112,21 @@ def avro_values(schema_id: int) -> Callable[[int], bytes]:
         out = io.BytesIO()
         fastavro.schemaless_writer(out, parsed, fields_of(n))
         return header + out.getvalue()
+
+    return encode
+
+
+def protobuf_values(schema_id: int) -> Callable[[int], bytes]:
+    """Record n's fields as a Protobuf message in the wire format: the header, the first
+    message's index (a single 0 byte), the message."""
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(payment_proto())
+    payment = message_factory.GetMessageClass(pool.FindMessageTypeByName("Payment"))
+    header = WIRE_HEADER.pack(0, schema_id) + b"\x00"
+
+    def encode(n: int) -> bytes:
+        body: bytes = payment(**fields_of(n)).SerializeToString()
+        return header + body
 
     return encode
 
@@ -215,11 +249,16 @@ def registry(root: Path) -> Iterator[str]:
         process.wait(timeout=30)
 
 
-def register(registry_url: str, subject: str) -> int:
-    """Register AVRO_SCHEMA under `subject`; its id."""
+def register(registry_url: str, subject: str, schema_type: str = "AVRO") -> int:
+    """Register AVRO_SCHEMA (or its Protobuf message, serialized) under `subject`; its id."""
+    if schema_type == "AVRO":
+        body = {"schema": json.dumps(AVRO_SCHEMA)}
+    else:
+        serialized = base64.standard_b64encode(payment_proto().SerializeToString()).decode()
+        body = {"schema": serialized, "schemaType": schema_type}
     request = urllib.request.Request(
         f"{registry_url}/subjects/{subject}/versions",
-        data=json.dumps({"schema": json.dumps(AVRO_SCHEMA)}).encode(),
+        data=json.dumps(body).encode(),
         headers={"Content-Type": "application/vnd.schemaregistry.v1+json"},
     )
     with urllib.request.urlopen(request, timeout=30) as answer:
@@ -239,27 +278,33 @@ def cell(seconds: float, rows: int, cores: int) -> dict[str, Any]:
 def run_typed(
     spark: Any, endpoint: str, args: argparse.Namespace, s3: Any, registry_url: str
 ) -> dict[str, Any]:
-    """The json-typed and avro-typed cells (warmed up), over the same records."""
+    """The json-typed, avro-typed and protobuf-typed cells (warmed up), over the same
+    records."""
     ddl = args.out / "values.ddl"
     ddl.write_text(VALUE_DDL)
     as_json = {"json_schema": str(ddl)}
-    as_avro = {"value_schema": "registry", "registry_url": registry_url}
-    for topic in ("avro-warmup", "avro"):
-        encode = avro_values(register(registry_url, f"{topic}-value"))
-        size = 2000 if topic == "avro-warmup" else args.records
-        per_segment = 1000 if topic == "avro-warmup" else args.segment_records
-        make_segments(
-            args.out / topic, s3, topic, size, args.partitions, per_segment, False, encode
-        )
+    as_registry = {"value_schema": "registry", "registry_url": registry_url}
+    encoders = {"avro": avro_values, "protobuf": protobuf_values}
+    for kind, values in encoders.items():
+        for topic in (f"{kind}-warmup", kind):
+            encode = values(register(registry_url, f"{topic}-value", kind.upper()))
+            size = 2000 if topic.endswith("-warmup") else args.records
+            per_segment = 1000 if topic.endswith("-warmup") else args.segment_records
+            make_segments(
+                args.out / topic, s3, topic, size, args.partitions, per_segment, False, encode
+            )
     run_ingest(spark, endpoint, "warmup", args.out / "warm-json-typed", **as_json)
-    run_ingest(spark, endpoint, "avro-warmup", args.out / "warm-avro-typed", **as_avro)
+    for kind in encoders:
+        run_ingest(
+            spark, endpoint, f"{kind}-warmup", args.out / f"warm-{kind}-typed", **as_registry
+        )
     json_s, json_rows = run_ingest(spark, endpoint, "bench", args.out / "json-typed", **as_json)
-    avro_s, avro_rows = run_ingest(spark, endpoint, "avro", args.out / "avro-typed", **as_avro)
-    return {
-        "json_typed": cell(json_s, json_rows, args.cores),
-        "avro_typed": cell(avro_s, avro_rows, args.cores),
-        "ratio_avro_typed_over_json_typed": round(json_s / avro_s, 2),
-    }
+    report: dict[str, Any] = {"json_typed": cell(json_s, json_rows, args.cores)}
+    for kind in encoders:
+        seconds, rows = run_ingest(spark, endpoint, kind, args.out / f"{kind}-typed", **as_registry)
+        report[f"{kind}_typed"] = cell(seconds, rows, args.cores)
+        report[f"ratio_{kind}_typed_over_json_typed"] = round(json_s / seconds, 2)
+    return report
 
 
 def main() -> None:
@@ -271,7 +316,9 @@ def main() -> None:
     parser.add_argument("--segment-records", type=int, default=100_000)
     parser.add_argument("--unflagged", action="store_true", help="values not flagged as JSON")
     parser.add_argument(
-        "--typed", action="store_true", help="also the json-typed and avro-typed cells"
+        "--typed",
+        action="store_true",
+        help="also the json-typed, avro-typed and protobuf-typed cells",
     )
     args = parser.parse_args()
 

@@ -41,9 +41,9 @@ def ingest_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--value-schema",
         choices=["registry"],
-        help="type Avro and JSON Schema values (Confluent's wire format) into columns with "
-        "the versions of each topic's subject <topic>-value in the schema registry at "
-        "--registry-url",
+        help="type Avro, JSON Schema and Protobuf values (Confluent's wire format) into "
+        "columns with the versions of each topic's subject <topic>-value in the schema "
+        "registry at --registry-url",
     )
     parser.add_argument(
         "--registry-url",

@@ -61,17 +61,18 @@ def version(url: str, subject: str, number: int) -> dict[str, Any]:
     return found
 
 
-def references(url: str, doc: dict[str, Any], chain: tuple[str, ...]) -> list[str]:
-    """The texts of the schemas a version references, each after its own, dependencies first."""
-    texts: list[str] = []
+def references(url: str, doc: dict[str, Any], chain: tuple[str, ...]) -> list[tuple[str, str]]:
+    """The schemas a version references, each after its own, dependencies first: the name the
+    referencing schema gives it (a Protobuf import path) and its text."""
+    found_refs: list[tuple[str, str]] = []
     for ref in doc.get("references") or []:
         key = f"{ref['subject']}/{ref['version']}"
         if key in chain:
             raise IngestError(f"schema registry {url}: references loop through {key}")
         found = version(url, str(ref["subject"]), int(ref["version"]))
-        texts += references(url, found, (*chain, key))
-        texts.append(str(found["schema"]))
-    return texts
+        found_refs += references(url, found, (*chain, key))
+        found_refs.append((str(ref["name"]), str(found["schema"])))
+    return found_refs
 
 
 def subject_versions(url: str, topic: str) -> list[Version]:
@@ -86,14 +87,16 @@ def subject_versions(url: str, topic: str) -> list[Version]:
     versions: list[Version] = []
     for number in sorted(int(n) for n in numbers):
         doc = version(url, subject, number)
+        refs = references(url, doc, (f"{subject}/{number}",))
         versions.append(
             Version(
                 subject,
                 number,
                 int(doc["id"]),
                 str(doc["schema"]),
-                tuple(references(url, doc, (f"{subject}/{number}",))),
+                tuple(text for _, text in refs),
                 str(doc.get("schemaType", "AVRO")),
+                tuple(name for name, _ in refs),
             )
         )
     return versions
@@ -117,6 +120,7 @@ def to_json(found: dict[str, list[Version]]) -> str:
                         "schema": v.text,
                         "references": list(v.references),
                         "schema_type": v.schema_type,
+                        "reference_names": list(v.reference_names),
                     }
                     for v in versions
                 ]
@@ -140,6 +144,8 @@ def from_json(text: str) -> dict[str, list[Version]]:
                     str(v["schema"]),
                     tuple(str(r) for r in v["references"]),
                     str(v["schema_type"]),
+                    # plans stored before the names were kept have none
+                    tuple(str(r) for r in v.get("reference_names", ())),
                 )
                 for v in versions
             ]

@@ -1,9 +1,10 @@
 """Typed columns from values in Confluent's wire format (`--value-schema registry`).
 
 The columns of a topic are the union of its subject's versions: each field of the version's
-record (Avro) or object (JSON Schema) becomes a column of the Arrow type its schema type maps
-to (avro_columns.py, json_columns.py). A field several versions declare takes the widest of
-their types (int < long < float < double; string and bytes → binary). Each value is read
+record (Avro), object (JSON Schema) or first message (Protobuf) becomes a column of the Arrow
+type its schema type maps to (avro_columns.py, json_columns.py, protobuf_columns.py). A field
+several versions declare takes the widest of their types (int < long < float < double; string
+and bytes → binary). Each value is read
 with its own version, found by the id in its header, and projected onto the columns: fields
 its version lacks are null. A value that is not in the wire format, names an id that is not
 one of the subject's versions, or does not decode to the version's types gets null in every
@@ -20,7 +21,7 @@ import pyarrow as pa
 
 from schemas import wire
 from schemas.types import InvalidValue
-from spark_ingest import avro_columns, json_columns
+from spark_ingest import avro_columns, json_columns, protobuf_columns
 from spark_ingest.errors import IngestError
 
 SCHEMA_ID = pa.field("value_schema_id", pa.int32())
@@ -35,7 +36,8 @@ Reader = Callable[[bytes], Any]  # a version's payload to its record; raises if 
 @dataclass(frozen=True)
 class Version:
     """One registered version of a subject: its id, type, and schema with the texts of the
-    schemas it references (dependencies first), all as the registry stores them."""
+    schemas it references (dependencies first), all as the registry stores them, and the
+    names the references go by (a Protobuf import path; in the same order)."""
 
     subject: str
     version: int
@@ -43,6 +45,7 @@ class Version:
     text: str
     references: tuple[str, ...] = ()
     schema_type: str = "AVRO"
+    reference_names: tuple[str, ...] = ()
 
     def where(self) -> str:
         return f"subject {self.subject} version {self.version}"
@@ -80,7 +83,8 @@ def widest(a: Any, b: Any, where: str) -> Any:
     if pa.types.is_list(a) and pa.types.is_list(b):
         return pa.list_(widest(a.value_type, b.value_type, f"{where}[]"))
     if pa.types.is_map(a) and pa.types.is_map(b):
-        return pa.map_(pa.string(), widest(a.item_type, b.item_type, f"{where}{{}}"))
+        key = widest(a.key_type, b.key_type, f"{where}{{key}}")
+        return pa.map_(key, widest(a.item_type, b.item_type, f"{where}{{}}"))
     raise IngestError(f"{where} is {a} in one version and {b} in another: no column holds both")
 
 
@@ -107,9 +111,11 @@ def columns_of(version: Version) -> tuple[list[pa.Field], Reader]:
         return avro_columns.columns_of(version)
     if version.schema_type == "JSON":
         return json_columns.columns_of(version)
+    if version.schema_type == "PROTOBUF":
+        return protobuf_columns.columns_of(version)
     raise IngestError(
-        f"{version.where()} is {version.schema_type}: --value-schema registry types Avro and "
-        "JSON Schema values"
+        f"{version.where()} is {version.schema_type}: --value-schema registry types Avro, "
+        "JSON Schema and Protobuf values"
     )
 
 

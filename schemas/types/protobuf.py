@@ -90,6 +90,7 @@ _WIRE_GROUPS = {
 _NAMED_TYPES = frozenset((_FDP.TYPE_MESSAGE, _FDP.TYPE_GROUP, _FDP.TYPE_ENUM))
 _LENGTH_DELIMITED = frozenset((_FDP.TYPE_STRING, _FDP.TYPE_BYTES, _FDP.TYPE_MESSAGE))
 _BASE64 = re.compile(r"[A-Za-z0-9+/]+={0,2}")
+_IMPORT = re.compile(r"""\bimport\s+(?:public\s+|weak\s+)?["']([^"']+)["']""")
 
 
 class ProtobufSchema:
@@ -208,6 +209,11 @@ class ProtobufSchema:
             raise InvalidValue(f"required fields are missing: {missing}")
         return parsed
 
+    def message_class(self, indexes: list[int]) -> type[message.Message]:
+        """The message class (protobuf's compiled, upb) of the message at the index path
+        `indexes` ([0]: the file's first message); InvalidValue if the path names none."""
+        return self._class(indexes)
+
     def _class(self, indexes: list[int]) -> type[message.Message]:
         key = tuple(indexes)
         found = self._classes.get(key)
@@ -235,6 +241,16 @@ def parse(text: str, references: Mapping[str, ParsedSchema]) -> ProtobufSchema:
 def is_serialized(text: str) -> bool:
     """Whether a Protobuf schema's text is its serialized form (base64), not .proto text."""
     return _BASE64.fullmatch(text.strip()) is not None
+
+
+def imports(text: str) -> list[str]:
+    """The import paths a schema's text names, without compiling it: a serialized descriptor's
+    dependencies, or a .proto text's `import` statements (an import inside a comment is
+    listed too, so the list may name more than protoc would read, never less)."""
+    serialized = _serialized_form(text)
+    if serialized is not None:
+        return list(serialized.dependency)
+    return _IMPORT.findall(text)
 
 
 def _serialized_form(text: str) -> descriptor_pb2.FileDescriptorProto | None:

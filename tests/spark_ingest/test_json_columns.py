@@ -95,12 +95,10 @@ def test_references_and_text_that_is_not_json_are_refused() -> None:
         ValueColumns("t", [Version("t-value", 1, 1, "{nope", (), "JSON")], frozenset())
 
 
-def test_protobuf_versions_are_refused() -> None:
-    proto = Version(
-        "t-value", 3, 1, 'syntax = "proto3"; message M { int32 a = 1; }', (), "PROTOBUF"
-    )
-    with pytest.raises(IngestError, match="version 3 is PROTOBUF"):
-        ValueColumns("t", [proto], frozenset())
+def test_versions_of_another_schema_type_are_refused() -> None:
+    other = Version("t-value", 3, 1, "<xs:schema/>", (), "XML")
+    with pytest.raises(IngestError, match=r"version 3 is XML: .* Avro, JSON Schema and Protobuf"):
+        ValueColumns("t", [other], frozenset())
 
 
 def test_values_that_do_not_fit_their_schema_are_null_and_the_others_kept() -> None:

@@ -28,6 +28,7 @@ import pytest
 from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.schema_registry.json_schema import JSONSerializer
+from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
 from pyspark.errors import PySparkException
@@ -35,6 +36,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
 from schemas import wire
+from schemas.types.protobuf import ProtobufSchema
 from spark_ingest import job, manifest
 from spark_ingest.errors import IngestError
 from spark_ingest.job import JobOptions
@@ -300,11 +302,11 @@ def test_bad_registry_input_fails_the_run_before_it_plans(
     env.produce(plain, [b"raw"])
     cases.append((plain, "has no subject no-subject-value"))
 
-    proto = env.topic("proto-subject")
-    message = 'syntax = "proto3";\nmessage M { int32 a = 1; }\n'
-    env.registry.register_schema(f"{proto}-value", Schema(message, "PROTOBUF"))
-    env.produce(proto, [b"\x00\x00\x00\x00\x01\x00\x08\x01"])
-    cases.append((proto, "is PROTOBUF: --value-schema registry types Avro and JSON Schema"))
+    tree_topic = env.topic("proto-tree")
+    node = 'syntax = "proto3";\nmessage Node { string name = 1; repeated Node children = 2; }\n'
+    node_id = env.registry.register_schema(f"{tree_topic}-value", Schema(node, "PROTOBUF"))
+    env.produce(tree_topic, [wire.frame(node_id, b"\x00\x0a\x01n")])
+    cases.append((tree_topic, r"field\.children\[\]: recursive message Node has no typed column"))
 
     scalar = env.topic("scalar-subject")
     env.produce(scalar, env.avro(scalar, {"type": "string"}, ["text"]))
@@ -427,3 +429,104 @@ def test_json_schema_values_become_columns(env: Env, spark: SparkSession, tmp_pa
         (None, None, None, None, None),
     ]
     assert rows[2]["value_bytes"] == misfit
+
+
+LINE_PROTO = 'syntax = "proto3";\npackage shop;\nmessage Line { string sku = 1; double kg = 2; }\n'
+ORDER_PROTO = """syntax = "proto3";
+package shop;
+import "google/protobuf/timestamp.proto";
+import "shop/line.proto";
+message Order {
+  int32 qty = 1;
+  string offset = 2;
+  Status status = 3;
+  repeated Line lines = 4;
+  map<string, int64> attrs = 5;
+  google.protobuf.Timestamp at = 6;
+  oneof pay { string card = 7; string iban = 8; }
+  uint64 big = 9;
+  enum Status { NEW = 0; PAID = 1; }
+}
+message Refund { string why = 1; }
+"""
+# v2 widens qty (int32 -> int64, the same wire type) and adds a field: both BACKWARD.
+ORDER_PROTO_V2 = ORDER_PROTO.replace("int32 qty", "int64 qty").replace(
+    "uint64 big = 9;", "uint64 big = 9;\n  optional string note = 10;"
+)
+
+
+def test_protobuf_values_become_columns(env: Env, spark: SparkSession, tmp_path: Path) -> None:
+    """confluent-kafka's ProtobufSerializer's values (their schema and its import registered
+    by the serializer, in its serialized form) typed by the first message's fields, over two
+    versions; values it cannot type are kept with null typed columns."""
+    topic = env.topic("orders-pb")
+    line = ProtobufSchema(LINE_PROTO, {})
+    v1, v2 = (ProtobufSchema(t, {"shop/line.proto": line}) for t in (ORDER_PROTO, ORDER_PROTO_V2))
+    context = SerializationContext(topic, MessageField.VALUE)
+    conf = {"use.deprecated.format": False}
+
+    def written(schema: ProtobufSchema, index: int, **fields: Any) -> bytes:
+        cls = schema.message_class([index])
+        value = ProtobufSerializer(cls, env.registry, conf)(cls(**fields), context)
+        assert value is not None
+        return bytes(value)
+
+    at = dt.datetime(2026, 11, 27, 9, 30, 0, 250_000, tzinfo=dt.UTC)
+    old = written(
+        v1, 0, qty=3, offset="o1", status=1, lines=[{"sku": "s", "kg": 1.5}],
+        attrs={"n": 2**40}, at=at, card="c", big=2**64 - 1,
+    )  # fmt: skip
+    new = written(v2, 0, qty=2**40, iban="DE", note="hi")
+    ids = [wire.unframe(v)[0] for v in (old, new)]
+    assert env.registry.get_versions(f"{topic}-value") == [1, 2]
+    refund = written(v1, 1, why="late")  # message 1 of the file: not the columns' message
+    # cut inside big's varint; an id the subject does not have; another message
+    undecodable = [old[:-2], wire.frame(987654, b"\x00"), refund]
+    env.produce(topic, [old, new, *undecodable])
+
+    job.run(env.options(tmp_path, topic), spark)
+    out = tmp_path / "out"
+    schema = pq.read_schema(next(out.rglob("*.parquet")))
+    typed = ["qty", "value_offset", "status", "lines", "attrs", "at", "card", "iban", "big"]
+    assert schema.names == [*SOURCE, "value_schema_id", *typed, "note"]
+    assert [schema.field(n).type for n in ("qty", "status", "at", "big")] == [
+        pa.int64(), pa.string(), pa.timestamp("us", tz="UTC"), pa.decimal128(20, 0),
+    ]  # fmt: skip
+    rows = sorted(read_output(out), key=lambda r: r["offset"])
+    assert {k: rows[0][k] for k in (*typed, "note", "value_schema_id")} == {
+        "value_schema_id": ids[0],
+        "qty": 3,
+        "value_offset": "o1",
+        "status": "PAID",
+        "lines": [{"sku": "s", "kg": 1.5}],
+        "attrs": [("n", 2**40)],
+        "at": at,
+        "card": "c",
+        "iban": None,
+        "big": Decimal(2**64 - 1),
+        "note": None,  # v1 has no note
+    }
+    assert {k: rows[1][k] for k in (*typed, "note", "value_schema_id")} == {
+        "value_schema_id": ids[1],
+        "qty": 2**40,
+        "value_offset": "",  # proto3 scalars absent read as their defaults
+        "status": "NEW",
+        "lines": [],
+        "attrs": [],
+        "at": None,  # messages absent are null, as are oneof members not set
+        "card": None,
+        "iban": "DE",
+        "big": Decimal(0),
+        "note": "hi",
+    }
+    for row, raw in zip(rows[2:], undecodable, strict=True):
+        assert row["value_schema_id"] is None and row["value_bytes"] == raw
+        assert all(row[k] is None for k in (*typed, "note"))
+
+    read = spark.read.parquet(str(out / f"topic={topic}"))
+    types = {f.name: f.dataType for f in read.schema.fields}
+    assert types["big"] == T.DecimalType(20, 0) and types["at"] == T.TimestampType()
+    assert types["attrs"] == T.MapType(T.StringType(), T.LongType())
+    line_type = T.StructType([T.StructField("sku", T.StringType()),
+                              T.StructField("kg", T.DoubleType())])  # fmt: skip
+    assert types["lines"] == T.ArrayType(line_type)

@@ -37,6 +37,7 @@ from loadtests.common import (
     http_json,
     raise_fd_limit,
     start_gateway,
+    stop_on_sigterm,
 )
 from loadtests.consumers import run_workers
 from loadtests.openloop import run_latency
@@ -638,6 +639,7 @@ def main() -> None:
         "--quick", action="store_true", help="a smoke run: every scenario, small and short"
     )
     args = parser.parse_args()
+    stop_on_sigterm()
     for tool in ("wrk", "h2load", "redis-server", "redis-benchmark"):
         if shutil.which(tool) is None:
             raise SystemExit(f"{tool} is needed: apt-get install wrk nghttp2-client redis-server")

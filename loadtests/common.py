@@ -7,6 +7,7 @@ import os
 import re
 import resource
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -54,6 +55,16 @@ def start_gateway(
         said = "" if log is None else "\n" + log.read_text()
         raise RuntimeError(f"gateway did not start: {line!r}{said}")
     return process, line.split()[-1]
+
+
+def stop_on_sigterm() -> None:
+    """Make SIGTERM end a load tool as Ctrl-C does, through its `finally` and `with` blocks,
+    so the servers it started are stopped with it instead of left running."""
+
+    def stop(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
 
 
 def progress(text: str) -> None:

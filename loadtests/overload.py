@@ -37,7 +37,13 @@ import orjson
 import uvloop
 
 from loadtests import generators
-from loadtests.common import cpu_seconds, http_json, raise_fd_limit, start_gateway
+from loadtests.common import (
+    cpu_seconds,
+    http_json,
+    raise_fd_limit,
+    start_gateway,
+    stop_on_sigterm,
+)
 from loadtests.openloop import MIN_SLEEP_S, Answers, connect, http_answer, percentiles
 
 BUCKET_S = 0.1  # the timeline's resolution
@@ -299,6 +305,7 @@ def main() -> None:
     parser.add_argument("--drive", help=argparse.SUPPRESS)
     parser.add_argument("gateway_args", nargs="*", help="options for the gateway (after --)")
     args = parser.parse_args()
+    stop_on_sigterm()
     raise_fd_limit()
     if args.drive:
         spec = orjson.loads(args.drive)

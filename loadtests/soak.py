@@ -63,6 +63,7 @@ from loadtests.common import (
     progress,
     rss_bytes,
     start_gateway,
+    stop_on_sigterm,
 )
 from loadtests.openloop import Answers, connect, http_answer, percentiles
 from loadtests.report import _save, _table
@@ -952,6 +953,7 @@ def main() -> None:
     parser.add_argument("--calibrate-seconds", type=float, default=5.0)
     parser.add_argument("--out", type=Path, default=Path("soak-out"))
     args = parser.parse_args()
+    stop_on_sigterm()
     if args.seconds is None:
         args.seconds = args.minutes * 60
     args.out.mkdir(parents=True, exist_ok=True)

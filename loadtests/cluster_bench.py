@@ -68,8 +68,8 @@ QUICK = ClusterPlan(
     seconds=1,
     rounds=1,
     failover_trials=3,
-    consume_records_per_partition=10_000,
-    jetstream_messages=10_000,
+    consume_records_per_partition=2_000,
+    jetstream_messages=2_000,
 )
 
 

@@ -336,6 +336,9 @@ OPTIONS: tuple[Option, ...] = (
            "leaderships whenever a node is more than 10% off the mean (replicas, leaders, "
            "bytes); off: only `sluice cluster balance` does", balance_mode,
            "auto|off"),
+    Option("leader-imbalance-check-interval-ms", "leader_imbalance_check_interval_ms",
+           "cluster", "how often the controller moves leadership back to preferred replicas "
+           "(Kafka's leader.imbalance.check.interval.seconds, in ms)", positive, "MS"),
     Option("etcd-prefix", "etcd_prefix", "cluster", "the key prefix of this cluster in etcd",
            metavar="PREFIX"),
     Option("default-replication-factor", "default_replication_factor", "cluster", "replicas "

@@ -45,6 +45,8 @@ class Settings:
     rack: str | None = None  # this node's rack or zone (KIP-36): replicas spread over racks
     replica_lost_timeout_ms: int | None = None  # a node down this long is removed (None: never)
     balance: str = "off"  # "auto": the controller balances replicas continuously
+    # the controller moves leadership back to preferred replicas this often
+    leader_imbalance_check_interval_ms: int = 30_000
     etcd_prefix: str = "/sluice"
     default_replication_factor: int | None = None  # None: 3, or the live nodes when fewer
     lease_ttl_s: float = 2.0  # a node silent this long is gone (etcd's lease minimum is ~1.5 s)

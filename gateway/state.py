@@ -232,6 +232,7 @@ def broker_settings(settings: Settings, authorization: str | None = None) -> Bro
         rack=settings.rack,
         replica_lost_timeout_ms=settings.replica_lost_timeout_ms,
         balance=settings.balance == "auto",
+        leader_imbalance_check_interval_ms=settings.leader_imbalance_check_interval_ms,
         cluster=settings.cluster,
         etcd_prefix=settings.etcd_prefix,
         lease_ttl_s=settings.lease_ttl_s,

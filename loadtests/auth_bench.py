@@ -18,6 +18,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -142,11 +143,7 @@ def run_cell(
 def run(rounds: int, seconds: float, scratch: Path, before: Path | None) -> dict[str, Any]:
     """Every cell on every node, `rounds` times, the nodes in a different order each round."""
     trees = {"after": None, **({"before": before} if before else {})}
-    nodes = {
-        (tree, auth): Node(scratch, auth == "auth", path)
-        for tree, path in trees.items()
-        for auth in ("open", "auth")
-    }
+    nodes = _start_nodes(scratch, trees)
     results: dict[tuple[str, str, str, str, int], list[dict[str, Any]]] = {}
     try:
         for round_ in range(rounds):
@@ -167,6 +164,29 @@ def run(rounds: int, seconds: float, scratch: Path, before: Path | None) -> dict
             "rounds_requests_per_s": [r["requests_per_s"] for r in rows],
         }
     return {"cells": _cells(medians, trees), "targets": _targets(medians, trees)}
+
+
+def _start_nodes(scratch: Path, trees: dict[str, Path | None]) -> dict[tuple[str, str], Node]:
+    """Every tree's open and authenticated node, started at once (each waits mostly on its
+    own processes' start-up); if any fails, the others are stopped."""
+    keys = [(tree, auth) for tree in trees for auth in ("open", "auth")]
+    with ThreadPoolExecutor(len(keys)) as pool:
+        starting = {
+            key: pool.submit(Node, scratch, key[1] == "auth", trees[key[0]]) for key in keys
+        }
+    nodes: dict[tuple[str, str], Node] = {}
+    failed: BaseException | None = None
+    for key, future in starting.items():
+        error = future.exception()
+        if error is None:
+            nodes[key] = future.result()
+        elif failed is None:
+            failed = error
+    if failed is not None:
+        for node in nodes.values():
+            node.close()
+        raise failed
+    return nodes
 
 
 def _cells(medians: dict[Any, dict[str, Any]], trees: dict[str, Path | None]) -> list[Any]:

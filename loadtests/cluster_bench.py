@@ -28,7 +28,7 @@ import orjson
 
 from gateway.workers.local_cluster import LocalCluster
 from loadtests import cluster_report, generators, jetstream
-from loadtests.common import children_cpu_seconds, cpu_seconds, http_json
+from loadtests.common import children_cpu_seconds, cpu_seconds, http_json, start_cluster
 from loadtests.consumers import run_workers
 from loadtests.failover import Refused, first_ack, summarize
 from loadtests.rows import MEDIA, VALUE, body_for, median_cell, rates
@@ -68,8 +68,8 @@ QUICK = ClusterPlan(
     seconds=1,
     rounds=1,
     failover_trials=3,
-    consume_records_per_partition=10_000,
-    jetstream_messages=10_000,
+    consume_records_per_partition=2_000,
+    jetstream_messages=2_000,
 )
 
 
@@ -90,7 +90,7 @@ class SluiceCluster:
         self.serial = 0
 
     def start(self) -> None:
-        self.local.start()
+        start_cluster(self.local)
 
     def stop(self) -> None:
         self.local.stop()
@@ -382,8 +382,9 @@ class ClusterBench:
         topic, _ = cluster.topic("cluster-failover", PARTITIONS)
         trials = []
         for trial in range(self.plan.failover_trials):
+            last = trial == self.plan.failover_trials - 1  # the cluster stops after it
             try:
-                outcome = asyncio.run(_sluice_trial(cluster, topic, trial))
+                outcome = asyncio.run(_sluice_trial(cluster, topic, trial, restart=not last))
             except Exception as error:
                 outcome = {"error": f"trial {trial}: {type(error).__name__}: {error}"}
             trials.append({"trial": trial, **outcome})
@@ -495,8 +496,9 @@ class ClusterBench:
         servers = _need(servers)
         trials = []
         for trial in range(self.plan.failover_trials):
+            last = trial == self.plan.failover_trials - 1  # the servers stop after it
             try:
-                outcome = asyncio.run(jetstream.failover_trial(servers))
+                outcome = asyncio.run(jetstream.failover_trial(servers, restart=not last))
             except Exception as error:
                 outcome = {"error": f"trial {trial}: {type(error).__name__}: {error}"}
             trials.append({"trial": trial, **outcome})
@@ -531,10 +533,12 @@ def _by_round(top: list[dict[str, Any]], bottom: list[dict[str, Any]]) -> list[f
     ]
 
 
-async def _sluice_trial(cluster: SluiceCluster, topic: str, trial: int) -> dict[str, Any]:
+async def _sluice_trial(
+    cluster: SluiceCluster, topic: str, trial: int, *, restart: bool = True
+) -> dict[str, Any]:
     """One failover: kill a partition's leader (every other trial the controller's node too),
-    produce through the next node until acked, then restart the killed node (the next trial
-    waits for a full ISR)."""
+    produce through the next node until acked, then, unless `restart` is false (the last
+    trial), restart the killed node (the next trial waits for a full ISR)."""
     partition, leader, controller = cluster.preferred_led(topic, controller_too=trial % 2 == 1)
     via = (leader + 1) % NODES
     url = f"{cluster.url(via)}/v1/topics/{topic}/partitions/{partition}/records?acks=all"
@@ -555,7 +559,7 @@ async def _sluice_trial(cluster: SluiceCluster, topic: str, trial: int) -> dict[
             outcome = await first_ack(write, started)
         state = http_json("GET", f"{cluster.url(via)}/v1/topics/{topic}")["partitions"]
     finally:
-        if not cluster.local.nodes[leader].running:
+        if restart and not cluster.local.nodes[leader].running:
             cluster.local.nodes[leader].start()
             cluster.local.wait_ready()
     return {

@@ -126,7 +126,7 @@ def h2load(
     """h2load for `--duration` seconds: h2c with prior knowledge, or HTTP/1.1 with `http1`."""
     command = [
         "h2load", "-t", str(threads), "-c", str(clients), "-m", str(streams),
-        "-D", str(max(1, round(seconds))),
+        "-D", _h2load_duration(seconds),
     ]  # fmt: skip
     if http1:
         command.append("--h1")
@@ -159,6 +159,14 @@ def h2load(
         generator_cpu_s=generator_cpu,
         server_cpu_s=server_cpu,
     )
+
+
+def _h2load_duration(seconds: float) -> str:
+    """h2load's `-D`: whole seconds as before, a shorter or fractional run in milliseconds
+    (h2load takes a unit; wrk's `-d` does not, so a wrk cell lasts at least 1 s)."""
+    if seconds >= 1 and seconds == int(seconds):
+        return str(int(seconds))
+    return f"{max(100, round(seconds * 1000))}ms"
 
 
 def redis_benchmark(

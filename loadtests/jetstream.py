@@ -194,8 +194,10 @@ async def create_consumer(urls: list[str], stream: str, durable: str) -> None:
         await client.close()
 
 
-async def failover_trial(cluster: NatsCluster) -> dict[str, Any]:
-    """SIGKILL the stream leader's server; time until a publish through the others is acked."""
+async def failover_trial(cluster: NatsCluster, *, restart: bool = True) -> dict[str, Any]:
+    """SIGKILL the stream leader's server; time until a publish through the others is acked.
+    Then, unless `restart` is false (the last trial), start it again and wait until the
+    stream's replicas are current."""
     leader = await settled_leader(cluster.urls(), STREAM)
     client = await connect(cluster.urls(without=leader))
     try:
@@ -211,9 +213,10 @@ async def failover_trial(cluster: NatsCluster) -> dict[str, Any]:
         info = (await js.stream_info(STREAM)).cluster
     finally:
         await client.close()
-        if not cluster.server(leader).running:
+        if restart and not cluster.server(leader).running:
             cluster.server(leader).start()
-    await settled_leader(cluster.urls(), STREAM)
+    if restart:
+        await settled_leader(cluster.urls(), STREAM)
     new_leader = None if info is None else info.leader
     return {"killed": leader, "new_leader": new_leader, **outcome}
 

@@ -51,6 +51,9 @@ NEW_CONNECTION_EVERY_S = 0.1
 DRAIN_S = 15.0
 BODY = b'{"records":[{"value":{"event":"click","user":42}}]}'
 BEFORE_S, AFTER_S = 3.0, 5.0  # the flood cell's calm phases
+# --quick (a smoke run: every figure, none judged): cells of 0.5 s, the flood 1 s (ten fresh
+# connections) between calm phases of 0.5 s
+QUICK_CELL_S, QUICK_FLOOD_S, QUICK_CALM_S = 0.5, 1.0, 0.5
 
 
 @dataclass(frozen=True)
@@ -321,8 +324,8 @@ def main() -> None:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Maximum, the two open-loop cells and the flood, on one fresh gateway."""
-    seconds = 1.0 if args.quick else args.cell_seconds
-    flood_seconds = 2.0 if args.quick else args.seconds
+    seconds = QUICK_CELL_S if args.quick else args.cell_seconds
+    flood_seconds = QUICK_FLOOD_S if args.quick else args.seconds
     with tempfile.TemporaryDirectory(prefix="sluice-overload-") as scratch:
         gateway, url = start_gateway(Path(scratch) / "data", *args.gateway_args)
         try:
@@ -348,11 +351,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 )
                 for share in (0.5, 0.8)
             }  # fmt: skip
-            calm = 1.0 if args.quick else BEFORE_S
+            calm = QUICK_CALM_S if args.quick else BEFORE_S
             flood_phases = [
                 Phase("before", maximum * 0.5, calm),
                 Phase("flood", maximum * 1.5, flood_seconds, flood=True),
-                Phase("after", maximum * 0.5, 1.0 if args.quick else AFTER_S),
+                Phase("after", maximum * 0.5, QUICK_CALM_S if args.quick else AFTER_S),
             ]
             flood = cell(gateway.pid, port, topic, flood_phases, args.connections)
         finally:

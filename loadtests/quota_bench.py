@@ -12,7 +12,9 @@ Cells: produce bytes/s (64 KiB JSON bodies), fetch bytes/s (~64 KiB answers), re
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -85,25 +87,51 @@ def _call(url: str, method: str, path: str, doc: object) -> None:
     asyncio.run(go())
 
 
+def _start_cell(data: Path, field: str, mode: str) -> tuple[subprocess.Popen[str], str]:
+    """A fresh gateway in quota mode `mode` with the `<default>` quota on `field` alone."""
+    process, url = start_gateway(data, "--quota-mode", mode, "--quota-window", str(WINDOW_S))
+    try:
+        _call(url, "POST", "/v1/topics", {"name": "bench", "partitions": 2})
+        _call(url, "POST", "/v1/topics/bench/partitions/0/records?acks=1",
+              orjson.loads(PRODUCE_BODY))  # fmt: skip
+        _call(url, "PUT", "/v1/quotas/%3Cdefault%3E", {field: QUOTAS[field]})
+    except BaseException:
+        _stop(process)
+        raise
+    return process, url
+
+
+def _stop(process: subprocess.Popen[str]) -> None:
+    if process.poll() is None:
+        process.terminate()
+        process.wait(30)
+
+
 def run(rounds: int, seconds: float, scratch: Path) -> dict[str, Any]:
-    """Each cell on a fresh gateway (its quota alone set), `rounds` times; the median."""
+    """Each cell on a fresh gateway (its quota alone set), `rounds` times; the median. A
+    round's gateways start at once (idle until their cell: no load on the one measured)."""
     results: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for round_ in range(rounds):
-        for field, mode in CELLS:
-            data = scratch / f"{field}-{mode}-{round_}"
-            process, url = start_gateway(
-                data, "--quota-mode", mode, "--quota-window", str(WINDOW_S)
-            )
-            try:
-                _call(url, "POST", "/v1/topics", {"name": "bench", "partitions": 2})
-                _call(url, "POST", "/v1/topics/bench/partitions/0/records?acks=1",
-                      orjson.loads(PRODUCE_BODY))  # fmt: skip
-                _call(url, "PUT", "/v1/quotas/%3Cdefault%3E", {field: QUOTAS[field]})
+        with ThreadPoolExecutor(len(CELLS)) as pool:
+            starting = {
+                (field, mode): pool.submit(
+                    _start_cell, scratch / f"{field}-{mode}-{round_}", field, mode
+                )
+                for field, mode in CELLS
+            }
+        gateways = {
+            cell: future.result() for cell, future in starting.items() if not future.exception()
+        }
+        try:
+            for future in starting.values():
+                future.result()  # a failure raised once the gateways that started are stopped
+            for (field, mode), (process, url) in gateways.items():
                 row = asyncio.run(greedy(url, field, seconds))
-            finally:
-                process.terminate()
-                process.wait(30)
-            results.setdefault((field, mode), []).append(row)
+                _stop(process)
+                results.setdefault((field, mode), []).append(row)
+        finally:
+            for process, _ in gateways.values():
+                _stop(process)
     figures = []
     for (field, mode), rows in results.items():
         rows.sort(key=lambda r: r["served_per_s"])

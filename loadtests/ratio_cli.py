@@ -17,6 +17,9 @@ from loadtests.bench import machine
 Run = Callable[[int, float, Path], dict[str, Any]]  # rounds, seconds per cell, scratch -> doc
 # The same, measuring an earlier checkout (--before DIR) in the same rounds when given.
 RunBeside = Callable[[int, float, Path, Path | None], dict[str, Any]]
+# --quick: one round of cells this short (h2load takes milliseconds), long enough for
+# every cell to show both sides' CPU
+QUICK_SECONDS = 0.5
 
 
 def run_rounds(
@@ -40,7 +43,9 @@ def _run(
     parser = argparse.ArgumentParser(
         description=description, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--quick", action="store_true", help="one short round (CI)")
+    parser.add_argument(
+        "--quick", action="store_true", help=f"one round of {QUICK_SECONDS:g} s cells (CI)"
+    )
     parser.add_argument("--rounds", type=int, default=rounds)
     parser.add_argument("--seconds", type=float, default=seconds, help="per cell")
     parser.add_argument("--out", type=Path, default=Path("bench-out"))
@@ -48,7 +53,7 @@ def _run(
         parser.add_argument("--before", type=Path, help="a checkout to measure beside this tree")
     args = parser.parse_args()
     before: Path | None = args.before if beside else None
-    rounds, seconds = (1, 1.0) if args.quick else (args.rounds, args.seconds)
+    rounds, seconds = (1, QUICK_SECONDS) if args.quick else (args.rounds, args.seconds)
     with tempfile.TemporaryDirectory(prefix="sluice-bench-") as scratch:
         doc = run(rounds, seconds, Path(scratch), before)
     options = " --quick" if args.quick else f" --rounds {rounds} --seconds {seconds}"

@@ -36,7 +36,7 @@ import orjson
 
 from engine import batch as fmt
 from gateway.workers.local_cluster import LocalCluster
-from loadtests.common import progress
+from loadtests.common import progress, start_nodes
 
 RECORD_BATCH = "application/vnd.sluice.record-batch"
 BIG = "big"
@@ -169,8 +169,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "mb": args.mb,
     }
     try:
-        for node in cluster.nodes[:3]:
-            node.start()
+        start_nodes(cluster.nodes[:3])
         cluster.wait_ready()
         with httpx.Client(timeout=120.0) as http:
             bench = Bench(cluster, http)

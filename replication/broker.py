@@ -55,6 +55,7 @@ class BrokerSettings:
     rack: str | None = None  # where the node stands (KIP-36), for placement and fetching
     replica_lost_timeout_ms: int | None = None  # as controller: remove a node gone this long
     balance: bool = False  # as controller: balance continuously
+    leader_imbalance_check_interval_ms: int = 30_000  # as controller: back to preferred leaders
     cluster: tuple[str, ...] = ()  # etcd endpoints; empty: the embedded single node
     etcd_prefix: str = "/sluice"
     lease_ttl_s: float = 3.0
@@ -112,6 +113,7 @@ class Broker:
             self.manager.defaults,
             replica_lost_timeout_s=None if lost_ms is None else lost_ms / 1000,
             balance_interval_s=BALANCE_INTERVAL_S if settings.balance else None,
+            leader_imbalance_check_interval_s=settings.leader_imbalance_check_interval_ms / 1000,
         )
         if not settings.cluster:
             await self._adopt_local_topics()

@@ -14,6 +14,7 @@ import pytest
 from gateway import config
 from gateway.cli.main import parser
 from gateway.settings import Settings
+from gateway.state import broker_settings
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -154,3 +155,9 @@ def test_serve_help_lists_every_setting_in_its_group_with_its_default() -> None:
         section = text[sections[option.group] : ends[option.group]]
         assert f" --{option.flag} " in section, option.flag
     assert "(default: 8080; $SLUICE_PORT)" in text
+
+
+def test_the_leader_imbalance_interval_reaches_the_broker() -> None:
+    settings, _ = resolve(["--leader-imbalance-check-interval-ms", "2000"])
+    assert broker_settings(settings).leader_imbalance_check_interval_ms == 2000
+    assert broker_settings(resolve([])[0]).leader_imbalance_check_interval_ms == 30_000

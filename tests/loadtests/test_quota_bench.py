@@ -25,7 +25,9 @@ def test_every_quota_holds_its_clients_to_its_rate(
     )
     monkeypatch.setattr(quota_bench, "CELLS", tuple(
         (field, mode) for field in quota_bench.QUOTAS for mode in ("reject", "delay")))  # fmt: skip
-    doc = quota_bench.run(1, 3.0, tmp_path)
+    # A burst of half a second, then 1.5 s measured: within 1% of the rate on this machine.
+    monkeypatch.setattr(quota_bench, "WINDOW_S", 0.5)
+    doc = quota_bench.run(1, 1.5, tmp_path)
     figures = {(f["quota"], f["mode"]): f for f in doc["figures"]}
     assert set(figures) == set(quota_bench.CELLS)
     for (_, mode), figure in figures.items():

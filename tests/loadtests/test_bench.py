@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+# One process takes every test here: the fixture runs the whole quick bench (a minute and more).
+pytestmark = pytest.mark.xdist_group("bench")
 REPO = Path(__file__).resolve().parents[2]
 PLOTS = ["produce.png", "fetch-consume.png", "latency.png", "partitions.png", "parked-polls.png"]
 # Without these the cluster section must still be there, as error rows that say what is missing.

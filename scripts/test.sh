@@ -56,6 +56,4 @@ export SLUICE_NO_SKIPS=1
 # Two processes (pytest-xdist): most tests wait on servers, etcd and sockets, so two share the
 # two cores of the smallest machine it runs on; tests isolate themselves (free ports, their own
 # directories and network namespaces). SLUICE_TEST_PROCESSES=0 runs them in this process.
-# --dist loadgroup: the tests of a module marked `xdist_group` share one process, so a costly
-# module fixture (the benchmark harness's run) is made once.
-pytest -q -n "${SLUICE_TEST_PROCESSES:-2}" --dist loadgroup --durations=25 "$@"
+pytest -q -n "${SLUICE_TEST_PROCESSES:-2}" --durations=25 "$@"

@@ -17,17 +17,13 @@ from typing import Any
 
 import pytest
 
-# One process takes every test here: the fixture runs the whole quick bench (a minute and more).
-pytestmark = pytest.mark.xdist_group("bench")
 REPO = Path(__file__).resolve().parents[2]
 PLOTS = ["produce.png", "fetch-consume.png", "latency.png", "partitions.png", "parked-polls.png"]
 # Without these the cluster section must still be there, as error rows that say what is missing.
 CLUSTER_TOOLS = all(shutil.which(tool) for tool in ("etcd", "nats-server"))
 
 
-@pytest.fixture(scope="module")
-def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
-    out = tmp_path_factory.mktemp("bench")
+def _quick_bench(out: Path) -> tuple[Path, dict[str, Any]]:
     done = subprocess.run(
         [sys.executable, "-m", "loadtests.bench", "--quick", "--out", str(out)],
         cwd=REPO,
@@ -55,7 +51,7 @@ def _figure(row: dict[str, Any]) -> None:
             assert row[side] > 0, (side, row)
 
 
-def test_every_output_file_is_written(report: tuple[Path, dict[str, Any]]) -> None:
+def _every_output_file_is_written(report: tuple[Path, dict[str, Any]]) -> None:
     out, _ = report
     for name in PLOTS:
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
@@ -65,7 +61,7 @@ def test_every_output_file_is_written(report: tuple[Path, dict[str, Any]]) -> No
     assert "## Sluice / Redis" in markdown
 
 
-def test_progress_is_plain_lines_on_a_pipe(report: tuple[Path, dict[str, Any]]) -> None:
+def _progress_is_plain_lines_on_a_pipe(report: tuple[Path, dict[str, Any]]) -> None:
     """stderr piped: `scenario i of n` as each starts, a line as each ends (and every 10 s at
     most in between); stdout keeps only the closing line."""
     out = report[0]
@@ -79,7 +75,7 @@ def test_progress_is_plain_lines_on_a_pipe(report: tuple[Path, dict[str, Any]]) 
     assert (out / "stdout.txt").read_text().startswith(f"wrote {out}/bench-report.json")
 
 
-def test_meta_records_machine_and_load(report: tuple[Path, dict[str, Any]]) -> None:
+def _meta_records_machine_and_load(report: tuple[Path, dict[str, Any]]) -> None:
     meta = report[1]["meta"]
     assert meta["quick"] is True
     assert meta["machine"]["nproc"] >= 1
@@ -87,7 +83,7 @@ def test_meta_records_machine_and_load(report: tuple[Path, dict[str, Any]]) -> N
     assert meta["command"] == "python -m loadtests.bench --quick"
 
 
-def test_throughput_scenarios_give_figures_on_both_systems(
+def _throughput_scenarios_give_figures_on_both_systems(
     report: tuple[Path, dict[str, Any]],
 ) -> None:
     doc = report[1]
@@ -113,7 +109,7 @@ def test_throughput_scenarios_give_figures_on_both_systems(
         _figure(row["redis"])
 
 
-def test_latency_and_parked_polls_on_both_systems(report: tuple[Path, dict[str, Any]]) -> None:
+def _latency_and_parked_polls_on_both_systems(report: tuple[Path, dict[str, Any]]) -> None:
     doc = report[1]
     assert [row["share_of_max"] for row in doc["latency"]] == [0.1, 0.5, 0.9]
     for row in doc["latency"]:
@@ -128,7 +124,7 @@ def test_latency_and_parked_polls_on_both_systems(report: tuple[Path, dict[str, 
         assert [s["polls"] for s in steps] == [1, 100]
 
 
-def test_ratios_pair_each_figure_with_redis(report: tuple[Path, dict[str, Any]]) -> None:
+def _ratios_pair_each_figure_with_redis(report: tuple[Path, dict[str, Any]]) -> None:
     doc = report[1]
     figures = {r["figure"] for r in doc["ratios"]}
     assert any(f.startswith("produce ") for f in figures)
@@ -156,7 +152,7 @@ def _cluster_figure(row: dict[str, Any]) -> None:
     assert [key for key in row if key.startswith("cpu_s_")], row
 
 
-def test_cluster_section_has_every_figure(report: tuple[Path, dict[str, Any]]) -> None:
+def _cluster_section_has_every_figure(report: tuple[Path, dict[str, Any]]) -> None:
     out, doc = report
     cluster = doc["cluster"]
     sluice, jetstream = cluster["sluice"], cluster["jetstream"]
@@ -185,7 +181,7 @@ def test_cluster_section_has_every_figure(report: tuple[Path, dict[str, Any]]) -
             assert trial["killed"] != trial["new_leader"], trial
 
 
-def test_cluster_ratios_come_from_the_same_run(report: tuple[Path, dict[str, Any]]) -> None:
+def _cluster_ratios_come_from_the_same_run(report: tuple[Path, dict[str, Any]]) -> None:
     cluster = report[1]["cluster"]
     produce = {(r["format"], r["acks"]): r for r in cluster["sluice"]["produce"]}
     by_figure = {r["figure"]: r for r in cluster["ratios"]}
@@ -209,3 +205,24 @@ def test_cluster_ratios_come_from_the_same_run(report: tuple[Path, dict[str, Any
                 target["value"] < 3 if target["target"].startswith("<") else target["value"] >= 0.7
             )
         )
+
+
+CHECKS = [
+    _every_output_file_is_written,
+    _progress_is_plain_lines_on_a_pipe,
+    _meta_records_machine_and_load,
+    _throughput_scenarios_give_figures_on_both_systems,
+    _latency_and_parked_polls_on_both_systems,
+    _ratios_pair_each_figure_with_redis,
+    _cluster_section_has_every_figure,
+    _cluster_ratios_come_from_the_same_run,
+]
+
+
+def test_one_quick_bench_run_passes_every_check(tmp_path: Path, subtests: pytest.Subtests) -> None:
+    """One test, each check a subtest: the bench (a minute and more) runs once whichever
+    xdist process takes it, where a module fixture ran once in each process given a test."""
+    report = _quick_bench(tmp_path)
+    for check in CHECKS:
+        with subtests.test(check.__name__.lstrip("_")):
+            check(report)

@@ -39,9 +39,7 @@ from replication.errors import (
     FetchSessionIdNotFound,
     FetchSessionTooLarge,
     InvalidFetchSessionEpoch,
-    NotLeader,
     ReplicationError,
-    UnknownLeaderEpoch,
 )
 from replication.metadata import NO_LEADER, MetadataStore, PartitionState, TopicPartition
 from replication.node_contract import error_of
@@ -354,8 +352,10 @@ class ReplicaFetchers:
                 followed.truncated = False
             except KafkaStorageError as exc:
                 self._stop(key, followed, exc)
-            except (FencedLeaderEpoch, NotLeader, UnknownLeaderEpoch):
-                # The leader moved on: the view will bring the new state and a new role.
+            except FencedLeaderEpoch:
+                # This follower is behind: the view will bring the new state and a new role. A
+                # leader behind its view (NotLeader, UnknownLeaderEpoch) is asked again after
+                # the backoff, as after any failure.
                 followed.retry_at = time.monotonic() + self.settings.max_backoff_ms / 1000
             except EngineError as exc:
                 self._back_off(key, followed, exc)
@@ -399,7 +399,7 @@ class ReplicaFetchers:
                     await self._truncate(followed, url)
                 except KafkaStorageError as exc:
                     self._stop(key, followed, exc)
-                except (FencedLeaderEpoch, NotLeader):
+                except FencedLeaderEpoch:
                     followed.retry_at = time.monotonic() + self.settings.max_backoff_ms / 1000
                 except EngineError as exc:
                     self._back_off(key, followed, exc)

@@ -13,10 +13,12 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import orjson
 import pytest
 
 from engine import batch as fmt
 from engine.manager import LogManager
+from replication.errors import NotLeader, ReplicationError, UnknownLeaderEpoch
 from replication.fetch_sessions import FetchSessions
 from replication.fetcher import THREAD_APPEND_BYTES, FetcherSettings, ReplicaFetchers
 from replication.idempotency import IdempotencyIndex
@@ -34,6 +36,8 @@ from replication.session_wire import (
 KEY = ("t", 0)
 RECORDS = 3
 EVENT_TIMEOUT_S = 10.0  # bounds a wait for the fetcher's next request; never reached when right
+# The longest backoff, far past EVENT_TIMEOUT_S: a fetcher waiting it fails the test at once.
+MAX_BACKOFF_MS = int(EVENT_TIMEOUT_S * 1000) * 6
 
 
 @dataclass
@@ -48,7 +52,8 @@ class SessionLeader:
     """Node 1 leading t-0 with RECORDS records (epoch 0): it answers a part with the records
     to a fetch from 0, and with its marks when the session has not sent them; with nothing to
     answer it parks until `move` changes its high watermark. Each request it takes is put in
-    `events`; `failures` are raised by the next fetches, one each."""
+    `events`; `failures` are raised by the next fetches, one each, `epoch_failures` by the
+    next truncation requests; `part_failures` answer the next parts, one each."""
 
     def __init__(self) -> None:
         self.sessions = FetchSessions(MAX_PARTITIONS)
@@ -58,6 +63,8 @@ class SessionLeader:
         self.high_watermark = 1
         self.events: asyncio.Queue[Event] = asyncio.Queue()
         self.failures: list[Exception] = []
+        self.epoch_failures: list[Exception] = []
+        self.part_failures: list[ReplicationError] = []
         self._moved = asyncio.Event()
 
     def move(self, high_watermark: int) -> None:
@@ -70,6 +77,8 @@ class SessionLeader:
     async def epoch_end(
         self, url: str, topic: str, partition: int, *, leader_epoch: int, epoch: int
     ) -> tuple[int, int]:
+        if self.epoch_failures:
+            raise self.epoch_failures.pop(0)
         return epoch, RECORDS  # every epoch the follower has ends where the leader's log does
 
     async def session_fetch(self, url: str, request: SessionFetchRequest) -> SessionFetchAnswer:
@@ -81,7 +90,11 @@ class SessionLeader:
             for key, part in session:
                 hw = self.high_watermark
                 records = self.records if part.position.fetch_offset == 0 else b""
-                if request.full or records or part.news(hw, 0):
+                if self.part_failures:
+                    failure = self.part_failures.pop(0)
+                    problem = orjson.dumps({"code": failure.code, "detail": str(failure)})
+                    parts[key] = PartitionAnswer(hw, 0, error_status=409, error_body=problem)
+                elif request.full or records or part.news(hw, 0):
                     parts[key] = PartitionAnswer(hw, 0, records)
                     session.answered(key, hw, 0)
             if parts:
@@ -113,7 +126,9 @@ async def follower(tmp_path: Path) -> AsyncIterator[Follower]:
     partition.make_follower(PartitionState(1, 0, (1, 0), (1, 0)))
     leader = SessionLeader()
     client: ReplicaClient = leader  # type: ignore[assignment]
-    fetchers = ReplicaFetchers(stores[0], client, 0, FetcherSettings(backoff_ms=1))
+    fetchers = ReplicaFetchers(
+        stores[0], client, 0, FetcherSettings(backoff_ms=1, max_backoff_ms=MAX_BACKOFF_MS)
+    )
     try:
         yield Follower(partition, fetchers, leader)
     finally:
@@ -150,6 +165,30 @@ async def test_a_part_dropped_on_a_role_change_is_sent_again(follower: Follower)
     idle = await leader.next_event()
     assert idle.answer is None and KEY not in idle.request.forgotten
     assert partition.high_watermark == RECORDS
+
+
+@pytest.mark.parametrize("failure", [NotLeader("not yet"), UnknownLeaderEpoch("not yet")])
+@pytest.mark.parametrize("step", ["truncation", "fetch"])
+async def test_a_leader_behind_its_view_is_asked_again_after_the_backoff(
+    follower: Follower, failure: ReplicationError, step: str
+) -> None:
+    """A new partition's follower may ask before its leader has taken the view that makes it
+    leader: the leader refuses (not the leader, or an epoch it does not know yet) and the
+    follower asks again after replica.fetch.backoff.ms, not after the longest backoff."""
+    partition, fetchers, leader = follower.partition, follower.fetchers, follower.leader
+    if step == "truncation":
+        leader.epoch_failures.append(failure)
+    else:
+        leader.part_failures.append(failure)
+    await fetchers.role_changed(partition)
+    answered = await leader.next_event()
+    if step == "fetch":
+        assert answered.answer is not None and answered.answer.partitions[KEY].error_status
+        answered = await leader.next_event()
+    assert answered.answer is not None and answered.answer.partitions[KEY].records
+    parked = await leader.next_event()
+    assert parked.answer is None
+    assert partition.log_end_offset == RECORDS
 
 
 async def test_an_unexpected_failure_is_logged_and_fetching_goes_on(

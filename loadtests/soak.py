@@ -6,10 +6,14 @@
 On a fresh gateway (or a 3-node cluster, every topic replicated 3 times) with tiered storage
 on a local `moto_server`:
 
-- calibration: the most the node(s) take end to end: the soak's produce mix closed loop (64
-  requests in flight, a connection each) for a few seconds, with every consumer below
-  running, until the group and the checked stream have read it all; the soak then offers
-  `--share` (0.7) of that rate, or `--rate` requests/s;
+- calibration: the most the node(s) take end to end, in the soak's own shape: first the
+  produce mix closed loop (64 requests in flight, a connection each) for a few seconds, with
+  every consumer below running, until the group and the checked stream have read it all;
+  then the same mix open loop over all the connections at rising shares of that rate, a few
+  seconds each, while every answer is 2xx and the p99 stays within STEP_P99_MS (open loop,
+  with requests spread over many connections, a request costs the node more than closed
+  loop: 70% of the closed-loop rate saturated one node). The highest rate held is the
+  maximum; the soak offers `--share` (0.7) of it, or `--rate` requests/s;
 - producers, open loop (latency counts from each request's scheduled send time, so a slow
   server cannot slow the offered load; each request goes on an idle one of 256 connections,
   so that none waits behind another's answer while one is free): JSON and binary bodies of
@@ -81,6 +85,10 @@ SUBSCRIPTION = "soak-push"
 NODES = 3
 CONNECTIONS = 256  # the producers' connections, spread over the nodes, open all along
 CALIBRATE_IN_FLIGHT = 64
+# The open-loop steps of the calibration, as shares of the closed-loop rate; a step holds
+# while every answer is 2xx (a node past its capacity sheds 503s) and the p99 stays within this.
+CALIBRATE_STEPS = (0.4, 0.55, 0.7, 0.85, 1.0)
+STEP_P99_MS = 50.0
 BATCH = 5  # records in a small-batch request
 PAD = "x" * 80  # a record's value is about 100 bytes
 # One request in ten goes to the expiring topic; the rest are JSON and binary, one record or
@@ -184,6 +192,7 @@ class Bucket(Tally):
 
     latencies: list[float] = field(default_factory=list)
     late: list[float] = field(default_factory=list)
+    shed: int = 0  # 503s while calibrating: what past the maximum looks like, not errors
 
     def summary(self) -> dict[str, Any]:
         figures = percentiles(self.latencies)
@@ -191,6 +200,7 @@ class Bucket(Tally):
             "requests": len(self.latencies),
             "records_acked": self.records,
             "errors": self.errors,
+            "shed": self.shed,
             "error_examples": self.examples,
             "p50_ms": figures.get("p50_ms"),
             "p99_ms": figures.get("p99_ms"),
@@ -218,6 +228,7 @@ class Producers:
         self.sent = 0
         self.seq = 0
         self.closed_loop_until = 0.0  # while calibrating, each answer sends the next request
+        self.calibrating = False
 
     async def slot(self) -> int:
         """A connection for the next request: the one idle longest (so that every connection
@@ -253,6 +264,8 @@ class Producers:
         if 200 <= status < 300:
             self.bucket.records += records
             self.acked[seq : seq + records] = b"\1" * records
+        elif status == 503 and self.calibrating:
+            self.bucket.shed += 1
         else:
             self.bucket.fail(body.decode(errors="replace"))
         if now < self.closed_loop_until:
@@ -277,9 +290,12 @@ class Producers:
         self.bucket = Bucket()
 
     async def calibrate(self) -> float:
-        """The most the node(s) take end to end: the mix closed loop, CALIBRATE_IN_FLIGHT
-        requests in flight (a connection each), for `calibrate_seconds`, then until the group
-        and the checked stream have read every record; requests/s over the whole time."""
+        """The most the node(s) take end to end in the soak's shape: the mix closed loop,
+        CALIBRATE_IN_FLIGHT requests in flight (a connection each), for `calibrate_seconds`,
+        then until the group and the checked stream have read every record (requests/s over
+        the whole time); then open loop at CALIBRATE_STEPS of that rate, `calibrate_seconds`
+        each, until a step is shed or its p99 passes STEP_P99_MS. The highest rate held."""
+        self.calibrating = True
         slots = [await self.slot() for _ in range(CALIBRATE_IN_FLIGHT)]
         started = time.time()
         self.closed_loop_until = started + self.plan.calibrate_seconds
@@ -287,28 +303,50 @@ class Producers:
             self.send(slot, started)
         await asyncio.sleep(self.plan.calibrate_seconds)  # the measuring window
         await self.answers()
+        await self.consumed()
+        closed_loop = len(self.bucket.latencies) / (time.time() - started)
+        calibration = self.bucket.summary()
+        steps = []
+        maximum = CALIBRATE_STEPS[0] * closed_loop  # if even the first step is not held
+        for share in CALIBRATE_STEPS:
+            self.bucket = Bucket()
+            rate = share * closed_loop
+            await self.offer(rate, self.plan.calibrate_seconds)
+            await self.answers()
+            step = {"share": share, "rate": round(rate, 1), **self.bucket.summary()}
+            step["held"] = (
+                step["errors"] == 0 and step["shed"] == 0 and (step["p99_ms"] or 0) <= STEP_P99_MS
+            )
+            steps.append(step)
+            calibration["errors"] += step["errors"]
+            if not step["held"]:
+                break
+            maximum = rate
+        await self.consumed()
+        self.calibrating = False
+        self.bucket = Bucket()
+        self.report("calibrated", **calibration, rate=maximum, closed_loop=closed_loop, steps=steps)
+        return maximum
+
+    async def consumed(self) -> None:
+        """Wait (at most CONSUME_DRAIN_S) until the group and the checked stream have read
+        every record sent."""
         deadline = time.monotonic() + CONSUME_DRAIN_S
         while min(self.shared[0], self.shared[1]) < self.seq and time.monotonic() < deadline:
             await asyncio.sleep(CHECK_POLL_S)
-        rate = len(self.bucket.latencies) / (time.time() - started)
-        self.report("calibrated", rate=rate)
-        return rate
 
-    async def run(self) -> None:
-        plan = self.plan
-        self.pending = [deque() for _ in range(CONNECTIONS)]
-        self.connections = [await self.connect(slot) for slot in range(CONNECTIONS)]
-        self.idle = deque(range(CONNECTIONS))
-        rate = plan.rate or plan.share * await self.calibrate()
-        intervals = math.ceil(plan.seconds / plan.interval)
-        total = int(rate * plan.seconds)
+    async def offer(self, rate: float, seconds: float, interval: float | None = None) -> int:
+        """Send `rate` requests/s for `seconds` on a clock (open loop), each on `slot()`; with
+        `interval`, report each interval's answers as it ends (the last is the caller's). The
+        number sent."""
+        intervals = math.ceil(seconds / interval) if interval else 1
+        total = int(rate * seconds)
         step = 1.0 / rate
         start = time.time() + 0.05
-        self.results.put(("started", {"rate": rate}))
         boundary, sent = 1, 0
         while sent < total:
             now = time.time()
-            if boundary < intervals and now >= start + boundary * plan.interval:
+            if interval and boundary < intervals and now >= start + boundary * interval:
                 self.report()
                 boundary += 1
             due = start + sent * step
@@ -320,6 +358,16 @@ class Producers:
                 self.bucket.late.append((now - scheduled) * 1000)
                 self.send(await self.slot(), scheduled)
                 sent += 1
+        return sent
+
+    async def run(self) -> None:
+        plan = self.plan
+        self.pending = [deque() for _ in range(CONNECTIONS)]
+        self.connections = [await self.connect(slot) for slot in range(CONNECTIONS)]
+        self.idle = deque(range(CONNECTIONS))
+        rate = plan.rate or plan.share * await self.calibrate()
+        self.results.put(("started", {"rate": rate}))
+        sent = await self.offer(rate, plan.seconds, plan.interval)
         await self.answers()
         for slot, connection in enumerate(self.connections):
             if self.pending[slot] and connection.transport is not None:
@@ -770,14 +818,21 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         rate = args.rate
         produced: dict[str, Any] | None = None
         while produced is None:
-            kind, doc = results.get(
-                timeout=args.interval + args.calibrate_seconds + ANSWER_DRAIN_S + 120
-            )
+            calibrating_s = args.calibrate_seconds * (1 + len(CALIBRATE_STEPS)) + CONSUME_DRAIN_S
+            kind, doc = results.get(timeout=args.interval + calibrating_s + ANSWER_DRAIN_S + 120)
             if kind == "error":
                 raise RuntimeError(doc)
             if kind == "calibrated":
                 calibration = doc
-                progress(f"calibration: {doc['rate']:,.0f} requests/s closed loop")
+                held = ", ".join(
+                    f"{step['rate']:,.0f}/s {'held' if step['held'] else 'not held'} "
+                    f"(p99 {step['p99_ms']} ms, {step['shed']} shed)"
+                    for step in doc["steps"]
+                )
+                progress(
+                    f"calibration: {doc['closed_loop']:,.0f} requests/s closed loop; open loop "
+                    f"{held}: maximum {doc['rate']:,.0f} requests/s"
+                )
                 continue
             if kind == "started":
                 rate, started = doc["rate"], time.monotonic()
@@ -837,6 +892,9 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             "remote_segments_deleted": int(metrics["sluice_tier_segments_deleted_total"]),
         },
         "rate": {
+            "closed_loop_requests_s": None
+            if calibration is None
+            else round(calibration["closed_loop"], 1),
             "calibrated_requests_s": None if calibration is None else round(calibration["rate"], 1),
             "target_requests_s": round(rate or 0.0, 1),
             "achieved_requests_s": round(produced["sent"] / args.seconds, 1),
@@ -901,6 +959,18 @@ def plot(doc: dict[str, Any], path: Path) -> None:
     _save(figure, path)
 
 
+def calibration_lines(calibration: dict[str, Any] | None) -> list[str]:
+    """The calibration's open-loop steps, one line (none with `--rate`)."""
+    if calibration is None:
+        return []
+    steps = "; ".join(
+        f"{step['rate']:,.0f}/s p99 {step['p99_ms']} ms, {step['shed']} shed: "
+        f"{'held' if step['held'] else 'not held'}"
+        for step in calibration["steps"]
+    )
+    return [f"- calibration: {calibration['closed_loop']:,.0f}/s closed loop; open loop {steps}"]
+
+
 def markdown(doc: dict[str, Any]) -> str:
     s = doc["summary"]
     once, push, sse = s["exactly_once"], s["push"], s["sse"]
@@ -913,6 +983,7 @@ def markdown(doc: dict[str, Any]) -> str:
         f"- **{'passed' if s['passed'] else 'FAILED'}**; errors: {s['errors']} "
         f"{s['errors_by_kind']}",
         f"- rate: {s['rate']}",
+        *calibration_lines(doc.get("calibration")),
         f"- exactly once (group): {once['acknowledged']:,} acknowledged, {once['lost']} lost, "
         f"{once['duplicates']} duplicates, {once['unacknowledged_consumed']} consumed but not "
         "acknowledged",

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from loadtests.soak import check, drift
+from loadtests.soak import CALIBRATE_STEPS, check, drift
 
 REPO = Path(__file__).resolve().parents[2]
 ROW_FIELDS = {"t_s", "requests", "records_acked", "errors", "p50_ms", "p99_ms", "rss_mib",
@@ -55,9 +55,19 @@ def check_behaviour(doc: dict[str, Any], nodes: int) -> None:
 
 
 def test_one_node_calibrated(tmp_path: Path) -> None:
-    doc = soak(tmp_path, "--seconds", "16", "--calibrate-seconds", "2", "--share", "0.3")
+    doc = soak(tmp_path, "--seconds", "16", "--calibrate-seconds", "1", "--share", "0.3")
     check_behaviour(doc, 1)
-    assert doc["summary"]["rate"]["calibrated_requests_s"] > 0
+    rate = doc["summary"]["rate"]
+    # The maximum is the highest open-loop step held, the steps rising until one is not.
+    steps = doc["calibration"]["steps"]
+    assert [step["share"] for step in steps] == list(CALIBRATE_STEPS[: len(steps)])
+    assert all(step["held"] for step in steps[:-1])
+    held = [step["rate"] for step in steps if step["held"]]
+    first = CALIBRATE_STEPS[0] * rate["closed_loop_requests_s"]
+    assert rate["calibrated_requests_s"] == pytest.approx(held[-1] if held else first, abs=0.2)
+    assert 0 < rate["calibrated_requests_s"] <= rate["closed_loop_requests_s"]
+    assert rate["target_requests_s"] == pytest.approx(0.3 * rate["calibrated_requests_s"], abs=0.2)
+    assert "- calibration: " in (tmp_path / "soak.md").read_text()
     assert doc["summary"]["tiering"]["segments_uploaded"] > 0
     assert doc["summary"]["retention"]["expiring_records_deleted"] > 0
 

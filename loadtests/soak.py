@@ -2,6 +2,7 @@
 
     python -m loadtests.soak --minutes 10 --out DIR            # one node
     python -m loadtests.soak --minutes 10 --cluster --out DIR  # etcd and three nodes
+    python -m loadtests.soak --minutes 10 --out DIR -- --stall-report-ms 10  # node options
 
 On a fresh gateway (or a 3-node cluster, every topic replicated 3 times) with tiered storage
 on a local `moto_server`:
@@ -782,7 +783,8 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         receiver = Receiver()
         stack.callback(receiver.close)
         options = ["--s3-endpoint", moto.url, "--s3-bucket", moto.new_bucket(),
-                   "--tiering-interval", str(TIERING_INTERVAL_S), *ALLOWED]  # fmt: skip
+                   "--tiering-interval", str(TIERING_INTERVAL_S), *ALLOWED,
+                   *args.gateway_args]  # fmt: skip
         nodes = Nodes(work, args.cluster, options)
         stack.callback(nodes.stop)
         nodes.create_topic(TOPIC, CHECKED_CONFIGS)
@@ -1024,6 +1026,9 @@ def main() -> None:
     parser.add_argument("--share", type=float, default=0.7, help="of the calibrated maximum")
     parser.add_argument("--calibrate-seconds", type=float, default=5.0)
     parser.add_argument("--out", type=Path, default=Path("soak-out"))
+    parser.add_argument(
+        "gateway_args", nargs="*", help="options for every node (after --: --stall-report-ms 10)"
+    )
     args = parser.parse_args()
     stop_on_sigterm()
     if args.seconds is None:
@@ -1031,13 +1036,12 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="soak-") as scratch:
         work = Path(scratch)
-        passed = False
         try:
             doc = run(args, work)
-            passed = doc["summary"]["passed"]
         finally:
-            for log in [] if passed else work.glob("*.log"):  # the nodes' logs, to find why
+            for log in work.glob("*.log"):  # the nodes' logs: why it failed, the stalls reported
                 shutil.copy(log, args.out)
+    passed = doc["summary"]["passed"]
     (args.out / "soak.json").write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
     (args.out / "soak.md").write_text(markdown(doc))
     plot(doc, args.out / "soak.png")

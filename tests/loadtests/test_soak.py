@@ -107,3 +107,15 @@ def test_check_counts_lost_and_duplicated_records() -> None:
         "duplicates": 2,
         "unacknowledged_consumed": 1,
     }
+
+
+def test_node_options_reach_the_nodes_and_their_logs_the_report(tmp_path: Path) -> None:
+    """What follows `--` is given to every node; the nodes' logs are copied next to the report
+    (here the one a refused option leaves)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "loadtests.soak", "--seconds", "1", "--out", str(tmp_path),
+         "--", "--no-such-option"],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert "--no-such-option" in (tmp_path / "gateway.log").read_text()

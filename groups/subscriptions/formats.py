@@ -76,12 +76,20 @@ def _is_json(value: bytes | None) -> bool:
 def content_type(record: DeliveryRecord) -> str:
     """The value's media type: JSON if the registry decoded it, else its `content-type`
     header, else JSON if it parses as JSON, else bytes."""
+    return _media(record)[0]
+
+
+def _media(record: DeliveryRecord) -> tuple[str, bool]:
+    """The value's media type (`content_type`), and whether the value is JSON that can go
+    inline as a structured event's `data` (parsed once: a batch does this for every record)."""
     if record.schema is not None and record.schema.json is not None:
-        return "application/json"
+        return "application/json", False
     for name, value in record.headers:
         if name.lower() == "content-type" and value:
-            return value.decode("latin-1")
-    return "application/json" if _is_json(record.value) else "application/octet-stream"
+            media = value.decode("latin-1")
+            return media, media.endswith("json") and _is_json(record.value)
+    inline = _is_json(record.value)
+    return ("application/json" if inline else "application/octet-stream"), inline
 
 
 def extensions(record: DeliveryRecord) -> dict[str, str]:
@@ -112,7 +120,7 @@ def _header(value: str | bytes) -> str:
 
 def structured(sub: Subscription, partition: int, record: DeliveryRecord) -> dict[str, Any]:
     """One record as a structured-mode event (JSON data inline, other data as base64)."""
-    media = content_type(record)
+    media, inline = _media(record)
     event: dict[str, Any] = {
         "specversion": "1.0",
         "id": ce_id(sub.topic, partition, record.offset),
@@ -123,13 +131,14 @@ def structured(sub: Subscription, partition: int, record: DeliveryRecord) -> dic
     }
     if record.key is not None:
         event["partitionkey"] = record.key.decode("utf-8", "replace")
-    event.update(extensions(record))
+    if record.headers:
+        event.update(extensions(record))
     if record.schema is not None:
         event.update(schema_attributes(record))
     if record.value is not None:
         if record.schema is not None and record.schema.json is not None:
             event["data"] = orjson.Fragment(record.schema.json)
-        elif media.endswith("json") and _is_json(record.value):
+        elif inline:
             event["data"] = orjson.Fragment(record.value)
         else:
             event["data_base64"] = base64.b64encode(record.value).decode()

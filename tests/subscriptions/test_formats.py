@@ -1,5 +1,6 @@
 """The request's signature: the pads keyed once per partition give the HMAC-SHA256 that
-`hmac` computes, for keys of every length a secret may have (24 to 64 bytes)."""
+`hmac` computes, for keys of every length a secret may have (24 to 64 bytes). A structured
+event carries JSON data inline, other data as base64, with its media type."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import base64
 import hashlib
 import hmac
 
+import orjson
 import pytest
 
 from groups.subscriptions import formats
@@ -27,3 +29,26 @@ def test_the_signature_is_hmac_sha256_of_id_timestamp_and_body(length: int) -> N
     expected = hmac.new(key, b"orders/2/41.1764000001." + body, hashlib.sha256).digest()
     assert f"webhook-signature: v1,{base64.b64encode(expected).decode()}\r\n" in head.decode()
     assert head.decode().startswith("Content-Type: application/json\r\nce-specversion: 1.0\r\n")
+
+
+@pytest.mark.parametrize(
+    ("value", "headers", "media", "inline"),
+    [
+        (b'{"n": 1}', [], "application/json", True),
+        (b"\x00\x01", [], "application/octet-stream", False),
+        (b"not json", [("content-type", b"application/json")], "application/json", False),
+        (b'{"n": 1}', [("Content-Type", b"application/cloudevents+json")], None, True),
+        (b'{"n": 1}', [("content-type", b"text/plain")], "text/plain", False),
+    ],
+)
+def test_a_structured_event_inlines_only_json_data(
+    value: bytes, headers: list[tuple[str, bytes]], media: str | None, inline: bool
+) -> None:
+    sub = parse({"name": "s", "topic": "orders", "endpoint": "http://h/hook"}, uid="u")
+    record = DeliveryRecord(7, 1_764_000_000_123, b"k", value, headers)
+    event = orjson.loads(orjson.dumps(formats.structured(sub, 0, record)))
+    assert event["datacontenttype"] == (media or headers[0][1].decode())
+    if inline:
+        assert event["data"] == orjson.loads(value) and "data_base64" not in event
+    else:
+        assert base64.b64decode(event["data_base64"]) == value and "data" not in event

@@ -28,7 +28,7 @@ import orjson
 
 from gateway.workers.local_cluster import LocalCluster
 from loadtests import cluster_report, generators, jetstream
-from loadtests.common import children_cpu_seconds, cpu_seconds, http_json, start_cluster
+from loadtests.common import children_cpu_seconds, cpu_seconds, http_json
 from loadtests.consumers import run_workers
 from loadtests.failover import Refused, first_ack, summarize
 from loadtests.rows import MEDIA, VALUE, body_for, median_cell, rates
@@ -90,7 +90,7 @@ class SluiceCluster:
         self.serial = 0
 
     def start(self) -> None:
-        start_cluster(self.local)
+        self.local.start()
 
     def stop(self) -> None:
         self.local.stop()

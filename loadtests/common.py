@@ -15,15 +15,14 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from gateway.workers.local_cluster import LocalCluster, Node, free_port
+from gateway.workers.local_cluster import free_port
 
 
 def start_gateway(
@@ -66,27 +65,6 @@ def stop_on_sigterm() -> None:
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, stop)
-
-
-def start_nodes(nodes: Sequence[Node]) -> None:
-    """Start cluster nodes at once: each waits about a second on its own imports, not on the
-    others' as `LocalCluster.start` has them. If one fails, the others still come up (the
-    caller's stop ends them) and the first failure is raised."""
-    with ThreadPoolExecutor(max(1, len(nodes))) as pool:
-        starting = [pool.submit(node.start) for node in nodes]
-    for future in starting:
-        future.result()
-
-
-def start_cluster(cluster: LocalCluster) -> None:
-    """`cluster.start()` with its nodes started at once; everything stopped if it fails."""
-    cluster.etcd.start()
-    try:
-        start_nodes(cluster.nodes)
-        cluster.wait_ready()
-    except BaseException:
-        cluster.stop()
-        raise
 
 
 def progress(text: str) -> None:

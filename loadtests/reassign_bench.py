@@ -35,8 +35,8 @@ import httpx
 import orjson
 
 from engine import batch as fmt
-from gateway.workers.local_cluster import LocalCluster
-from loadtests.common import progress, start_nodes
+from gateway.workers.local_cluster import LocalCluster, start_together
+from loadtests.common import progress
 
 RECORD_BATCH = "application/vnd.sluice.record-batch"
 BIG = "big"
@@ -169,7 +169,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "mb": args.mb,
     }
     try:
-        start_nodes(cluster.nodes[:3])
+        start_together(cluster.nodes[:3])
         cluster.wait_ready()
         with httpx.Client(timeout=120.0) as http:
             bench = Bench(cluster, http)

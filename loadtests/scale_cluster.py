@@ -34,7 +34,7 @@ import orjson
 
 from engine import batch as fmt
 from gateway.workers.local_cluster import LocalCluster
-from loadtests.common import cpu_seconds, http_json, progress, rss_bytes, start_cluster
+from loadtests.common import cpu_seconds, http_json, progress, rss_bytes
 
 RECORD_BATCH = "application/vnd.sluice.record-batch"
 TOPIC = "wide"
@@ -301,7 +301,7 @@ def one_count(work: Path, count: int, sizes: ClusterSizes) -> dict[str, Any]:
     if sizes.rebalance_ms is not None:
         options = ["--leader-imbalance-check-interval-ms", str(sizes.rebalance_ms)]
     cluster = LocalCluster(work / f"cluster-{count}", 3, node_options=options)
-    start_cluster(cluster)
+    cluster.start()
     try:
         url = cluster.nodes[0].url
         _wait(

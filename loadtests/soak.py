@@ -67,7 +67,6 @@ from loadtests.common import (
     http_json,
     progress,
     rss_bytes,
-    start_cluster,
     start_gateway,
     stop_on_sigterm,
 )
@@ -612,7 +611,7 @@ class Nodes:
         self.cpu: dict[str, tuple[float, float]] = {}  # node -> (when, its CPU seconds) last
         if cluster:
             self.cluster = LocalCluster(work, NODES, node_options=options)
-            start_cluster(self.cluster)
+            self.cluster.start()
             self.urls = [node.url for node in self.cluster.nodes]
             self.pids = {str(n.node_id): n.process.pid for n in self.cluster.nodes if n.process}
         else:

@@ -5,10 +5,16 @@ offset, then rewrites every closed segment without superseded records and withou
 older than delete.retention.ms. Offsets and order are preserved (gaps are allowed). Each
 segment is rebuilt in a scratch directory and swapped in by `PartitionLog.replace_segment`,
 so appends and reads go on meanwhile and a crash at any point leaves a valid log.
+
+A pass runs in a worker thread beside the event loop and paces itself (engine.pacing): a busy
+group's offsets partition holds hundreds of thousands of one-record commits, whose decoding
+would otherwise hold the GIL for seconds. A batch of the dirty section that holds none of the
+latest offsets is dropped on its header alone.
 """
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import os
 import shutil
@@ -18,6 +24,7 @@ from typing import NamedTuple
 from engine import batch as fmt
 from engine.file_cache import FileGone
 from engine.log import CLEANED_SUFFIX, PartitionLog
+from engine.pacing import Pacer
 from engine.segment import LogSegment
 
 SCRATCH_DIR = "cleaning"
@@ -57,8 +64,11 @@ def clean(
     now_ms: int | None = None,
     force: bool = False,
     max_keys: int = DEFAULT_MAX_KEYS,
+    pacer: Pacer | None = None,
 ) -> CleanStats | None:
-    """Run one compaction pass if the dirty ratio calls for it (or `force`); None if skipped."""
+    """Run one compaction pass if the dirty ratio calls for it (or `force`); None if skipped.
+    `pacer` paces the work between batches (a Pacer of engine.pacing's defaults if None)."""
+    pacer = Pacer() if pacer is None else pacer
     config = log.config
     segments = cleanable(log)
     if not segments:
@@ -74,6 +84,7 @@ def clean(
             break
         try:
             for _, data in segment.batches():
+                pacer.tick()
                 for record in fmt.iter_records(data):
                     if record.offset >= first_dirty_offset:
                         latest[record.key] = record.offset
@@ -87,6 +98,7 @@ def clean(
     scratch = log.directory / SCRATCH_DIR
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir()
+    dirty = _Dirty(first_dirty_offset, end, sorted(latest.values()))
     rewritten = removed = before = after = 0
     try:
         for segment in segments:
@@ -94,7 +106,7 @@ def clean(
                 break
             size = segment.size
             try:
-                dropped = _rewrite(segment, latest, horizon, scratch)
+                dropped = _rewrite(segment, latest, dirty, horizon, scratch, pacer)
             except FileGone:
                 continue  # retention deleted it meanwhile
             if dropped == 0:
@@ -109,8 +121,30 @@ def clean(
     return CleanStats(rewritten, removed, before, after, end)
 
 
+class _Dirty(NamedTuple):
+    """The section a pass mapped, and the offsets it keeps there: the latest of each key."""
+
+    start: int
+    end: int
+    kept: list[int]  # sorted
+
+    def drops_whole(self, header: fmt.BatchHeader) -> bool:
+        """Whether every record of this batch is superseded: it lies in the section and holds
+        none of the offsets kept (each of its records has a later one of its key)."""
+        first, last = header.base_offset, header.last_offset
+        if first < self.start or last >= self.end:
+            return False
+        i = bisect.bisect_left(self.kept, first)
+        return i == len(self.kept) or self.kept[i] > last
+
+
 def _rewrite(
-    segment: LogSegment, latest: dict[bytes | None, int], horizon: int, scratch: Path
+    segment: LogSegment,
+    latest: dict[bytes | None, int],
+    dirty: _Dirty,
+    horizon: int,
+    scratch: Path,
+    pacer: Pacer,
 ) -> int:
     """Write the cleaned copy of `segment` as `.cleaned` files beside it; return records dropped.
 
@@ -120,6 +154,10 @@ def _rewrite(
     dropped = 0
     pending: list[tuple[fmt.BatchHeader, memoryview]] = []
     for header, data in segment.batches():
+        pacer.tick()
+        if dirty.drops_whole(header):
+            dropped += header.record_count
+            continue
         records = list(fmt.iter_records(data))
         kept = [
             r

@@ -1,11 +1,17 @@
-"""Compaction: latest record per key, tombstones, preserved offsets, concurrency with appends."""
+"""Compaction: latest record per key, tombstones, preserved offsets, concurrency with appends,
+the pass paced, superseded batches dropped on their headers."""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 
+import pytest
+
+from engine import batch as fmt
 from engine import cleaner
 from engine.log import PartitionLog
+from engine.pacing import Pacer
 from tests.engine.conftest import FakeClock, LogFactory, batch_of, read_all
 
 COMPACT = {"cleanup.policy": "compact", "segment.bytes": 250, "index.interval.bytes": 1}
@@ -128,3 +134,54 @@ def test_swap_is_refused_when_the_segment_changed(make_log: LogFactory, clock: F
     log.truncate_to(0)
     assert not log.replace_segment(segment, segment.size)
     assert not list(log.directory.glob("*.cleaned"))
+
+
+class CountingPacer(Pacer):
+    """A pacer that never sleeps and counts the ticks it was given."""
+
+    def __init__(self) -> None:
+        super().__init__(sleep=lambda seconds: None)
+        self.ticks = 0
+
+    def tick(self) -> None:
+        self.ticks += 1
+        super().tick()
+
+
+def test_a_pass_paces_itself_batch_by_batch(make_log: LogFactory, clock: FakeClock) -> None:
+    """Every batch the pass maps or rewrites gives the event loop its turn (engine.pacing)."""
+    log = make_log(COMPACT)
+    for i in range(30):
+        put(log, b"k%d" % (i % 3), b"v" * 50, clock.ms)
+    closed = sum(1 for s in cleaner.cleanable(log) for _ in s.batches())
+    pacer = CountingPacer()
+    assert cleaner.clean(log, 0, force=True, pacer=pacer) is not None
+    assert pacer.ticks == 2 * closed  # mapped, then rewritten
+
+
+def test_superseded_batches_are_dropped_on_their_headers(
+    make_log: LogFactory, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A busy group's commits: one-record batches of few keys. Only the batches holding a
+    key's latest offset are decoded again when the segments are rewritten."""
+    log = make_log({**COMPACT, "segment.bytes": 2000})
+    written = [put(log, b"k%d" % (i % 3), b"v" * 50, clock.ms) for i in range(120)]
+    active_base = log.segments[-1].base_offset
+    latest = {written[i]: b"k%d" % (i % 3) for i in range(120) if written[i] < active_base}
+    kept = {b"k%d" % k: max(o for o, key in latest.items() if key == b"k%d" % k) for k in range(3)}
+    decoded: list[int] = []
+    iter_records = fmt.iter_records
+
+    def counting(data: memoryview) -> Iterator[fmt.Record]:
+        decoded.append(fmt.read_header(data).base_offset)
+        return iter_records(data)
+
+    monkeypatch.setattr(fmt, "iter_records", counting)
+    stats = cleaner.clean(log, 0, force=True)
+    assert stats is not None and stats.records_removed == len(latest) - 3
+    rewritten = decoded[len(latest) :]  # after the map's pass over every closed batch
+    assert sorted(rewritten) == sorted(kept.values())
+    records = read_all(log)
+    assert [(r.key, r.offset) for r in records if r.offset < active_base] == sorted(
+        kept.items(), key=lambda item: item[1]
+    )

@@ -17,6 +17,7 @@ import msgspec
 
 from engine import batch as fmt
 from engine.log import PartitionLog
+from engine.pacing import Pacer
 from engine.segment import LogSegment
 from engine.tiered.manifest import (
     Manifest,
@@ -70,9 +71,14 @@ class _FileRange(io.RawIOBase):
         return len(data)
 
 
-def scan_segment(segment: LogSegment, from_offset: int, index_interval: int) -> SegmentUpload:
+def scan_segment(
+    segment: LogSegment, from_offset: int, index_interval: int, pacer: Pacer | None = None
+) -> SegmentUpload:
     """Checksum, count and index the segment's batches from the one starting at `from_offset`
-    (a new leader's segment may straddle the manifest's end), CRC-checking each."""
+    (a new leader's segment may straddle the manifest's end), CRC-checking each. Paced batch by
+    batch (engine.pacing): a segment of small batches is millions of them, walked in a worker
+    thread beside the event loop."""
+    pacer = Pacer() if pacer is None else pacer
     digest = hashlib.sha256()
     index, time_index = bytearray(), bytearray()
     epochs: list[tuple[int, int]] = []
@@ -82,6 +88,7 @@ def scan_segment(segment: LogSegment, from_offset: int, index_interval: int) -> 
     records = size = since_index = 0
     position = 0
     for header, data in segment.batches():
+        pacer.tick()
         here = position
         position += header.size
         if header.base_offset < from_offset:

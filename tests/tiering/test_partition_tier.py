@@ -13,10 +13,11 @@ from engine import batch as fmt
 from engine.config import TopicConfig
 from engine.errors import OffsetMovedToTieredStorage
 from engine.log import PartitionLog
+from engine.pacing import Pacer
 from engine.tiered.manifest import decode_manifest
 from engine.tiered.reader import RemoteReader
 from engine.tiered.remote import ManifestConflict, RemoteStorage, S3Location
-from engine.tiered.uploader import PartitionTier, StaleLeader
+from engine.tiered.uploader import PartitionTier, StaleLeader, scan_segment
 from tests.s3 import MotoServer
 
 TIERED = {"remote.storage.enable": True, "local.retention.bytes": 0}
@@ -148,3 +149,19 @@ def test_an_earlier_topic_of_the_same_name_is_not_continued(
     assert second.refresh().segments == []
     second.upload(second.pending()[0], 0)
     assert second.refresh().topic_id == "new-id"
+
+
+def test_a_segments_scan_is_paced_batch_by_batch(tmp_path: Path) -> None:
+    """The upload's scan walks every batch in a worker thread: each gives the event loop its
+    turn (engine.pacing), whatever the segment's size."""
+    log = make_log(tmp_path, 1 << 20)
+    fill(log, 40, per_batch=1)
+    log.roll()
+    ticks: list[None] = []
+
+    class Counting(Pacer):
+        def tick(self) -> None:
+            ticks.append(None)
+
+    scanned = scan_segment(log.segments[0], 0, 4096, Counting())
+    assert len(ticks) == 40 and scanned.segment.records == 40

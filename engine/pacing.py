@@ -35,7 +35,6 @@ class Pacer:
         self.slice_s = slice_s
         self.clock = clock
         self.sleep = sleep
-        self.rested_s = 0.0  # slept in all: how much longer the pass took for its pacing
         self._since: float | None = None
 
     def tick(self) -> None:
@@ -50,5 +49,4 @@ class Pacer:
         rest = worked * self.rest_per_work
         if rest > 0:
             self.sleep(rest)
-            self.rested_s += rest
         self._since = self.clock()

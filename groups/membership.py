@@ -252,6 +252,8 @@ class Membership:
     def _assign(self, group: Group, member: Member, partitions: tuple[TopicPartition, ...]) -> None:
         for tp in member.owned - set(partitions):
             self._release(group, member, tp)
+        for tp in set(partitions) - member.owned:
+            _start_afresh(member, tp)
         member.manual = bool(partitions)
         member.target = set(partitions)
         member.owned = set(partitions)
@@ -354,6 +356,7 @@ class Membership:
             if tp not in group.owners:
                 group.owners[tp] = member.member_id
                 member.owned.add(tp)
+                _start_afresh(member, tp)
 
     def reconcile(self, group: Group, member: Member) -> None:
         """At a fetch: give up what was moved away, take what has been freed."""
@@ -367,6 +370,13 @@ class Membership:
         """The group's record (members, generation, assignment), with its pending commits."""
         doc = orjson.dumps(group.metadata())
         self.offsets.write_group(group, [(offsets_topic.group_key(group.name), doc)])
+
+
+def _start_afresh(member: Member, tp: TopicPartition) -> None:
+    """A partition the member takes (back) is read from its committed offset: a position
+    left from before, by a read that ended after the partition went, is another owner's past."""
+    member.positions.pop(tp, None)
+    member.before_last.pop(tp, None)
 
 
 def _uncommitted(group: Group, member: Member, tp: TopicPartition) -> bool:

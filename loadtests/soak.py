@@ -396,7 +396,8 @@ def _producer_main(plan: Plan, results: Any, shared: Any, stop: Any) -> None:
 
 class Consumers:
     """The group's members and the SSE streams, until `stop` is set; `shared` holds the
-    group's distinct records, the checked stream's records and the errors so far."""
+    group's distinct records, the checked stream's records, the errors and the group's records
+    delivered again so far (each row shows when repeats began)."""
 
     def __init__(self, plan: Plan, stop: Any, shared: Any) -> None:
         self.plan = plan
@@ -421,6 +422,8 @@ class Consumers:
             self.counts.extend(bytes(seq - len(self.counts) + (1 << 16)))
         if self.counts[seq] == 0:
             self.shared[0] += 1
+        else:
+            self.shared[3] += 1
         self.counts[seq] = min(255, self.counts[seq] + 1)
 
     async def call(
@@ -805,7 +808,8 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         context = multiprocessing.get_context("fork")
         results = context.Queue()
         stop = context.Event()
-        shared = context.Array("q", 3)  # the group's distinct records, the stream's, errors
+        # The group's distinct records, the stream's, errors, the group's records delivered again.
+        shared = context.Array("q", 4)
         processes = [
             context.Process(target=_producer_main, args=(plan, results, shared, stop), daemon=True),
             context.Process(target=_consumer_main, args=(plan, stop, shared, results), daemon=True),
@@ -845,13 +849,14 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 continue
             row = {"t_s": round(time.monotonic() - started, 1), **doc, **nodes.sample()}
             row["group_consumed"], row["consumer_errors"] = shared[0], shared[2]
+            row["group_repeats"] = shared[3]
             row["load_avg"] = round(os.getloadavg()[0], 2)
             rows.append(row)
             progress(
                 f"{row['t_s']:7.0f} s  p50 {row['p50_ms']} p99 {row['p99_ms']} ms, errors "
                 f"{row['errors']}+{shared[2]}, RSS {row['rss_mib']}, files {row['open_files']}, "
                 f"tasks {row['tasks']}, CPU {row['cpu_pct']} %, in flight {row['in_flight']}, "
-                f"load {row['load_avg']}"
+                f"load {row['load_avg']}, group repeats {row['group_repeats']}"
             )
         push = drain(nodes, receiver, shared)
         stop.set()
@@ -1003,7 +1008,7 @@ def markdown(doc: dict[str, Any]) -> str:
     ]
     columns = ["t_s", "requests", "records_acked", "errors", "p50_ms", "p99_ms", "send_late_p99_ms",
                "in_flight", "rss_mib", "open_files", "sockets", "tasks", "cpu_pct", "load_avg",
-               "group_consumed"]  # fmt: skip
+               "group_consumed", "group_repeats"]  # fmt: skip
     flat = [
         {k: (" / ".join(map(str, v.values())) if isinstance(v, dict) else v) for k, v in r.items()}
         for r in doc["rows"]

@@ -4,10 +4,19 @@ says, or is an error with `none`."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Mapping
+
+import orjson
 import pytest
 
 from engine.errors import OffsetOutOfRange
+from engine.offsets_topic import TopicPartition
 from groups.coordinator import JoinRequest, Member
+from replication import session_wire
+from replication.forward_client import Answer, ForwardClient
+from replication.memory_store import MemoryMetadataStore
+from replication.metadata import NodeInfo, PartitionState, TopicSpec
 from tests.groups.conftest import GROUP, NOW, TOPIC, TP, Node
 
 
@@ -37,3 +46,55 @@ async def test_a_position_outside_the_log_without_a_reset_is_an_error(node: Node
     member = committed_past_the_log(node, "none")
     with pytest.raises(OffsetOutOfRange):
         await node.groups.member_fetch.fetch(GROUP, member.member_id, NOW)
+
+
+class HeldForwarder(ForwardClient):
+    """Node 1 as the member fetch meets it: an offset lookup waits until `answer` is set (the
+    fetch is mid-flight), a records fetch fails; every records fetch's positions are kept."""
+
+    def __init__(self) -> None:
+        super().__init__(0)
+        self.asked = asyncio.Event()
+        self.answer = asyncio.Event()
+        self.fetched: list[dict[TopicPartition, int]] = []
+
+    async def forward(
+        self, url: str, method: str, path_qs: str, headers: Mapping[str, str], body: bytes
+    ) -> Answer:
+        if "/offsets" in path_qs:
+            self.asked.set()
+            await self.answer.wait()
+            return Answer(200, {}, orjson.dumps({"offset": 0}))
+        request = session_wire.decode_request(body)
+        self.fetched.append({key: p.fetch_offset for key, p in request.partitions.items()})
+        return Answer(503, {}, b"")
+
+
+async def test_a_partition_taken_back_starts_at_its_commit_not_at_a_position_found_meanwhile(
+    node: Node,
+) -> None:
+    """A member whose fetch was looking up its start in a partition led elsewhere when a
+    rebalance moved that partition away must not keep that start: when the partition comes
+    back, after another member read and committed it, reading resumes at that commit."""
+    await MemoryMetadataStore(node.store.backend).start(NodeInfo(1, "http://node1:8080"))
+    await node.store.create_topic(
+        node.fence, TopicSpec("r", "c" * 32, 1, 1, {}), [PartitionState(1, 1, (1,), (1,))]
+    )
+    assert await node.store.wait_for(lambda view: ("r", 0) in view.partitions, 5)
+    forwarder = HeldForwarder()
+    node.groups.member_fetch.forwarder = forwarder
+    groups = node.groups.membership
+    later = JoinRequest(("r",), 30_000, "earliest", False, instance_id="z")
+    first = JoinRequest(("r",), 30_000, "earliest", False, instance_id="a")
+    groups.join(GROUP, later)
+    fetching = asyncio.ensure_future(node.groups.member_fetch.fetch(GROUP, "z", NOW))
+    await forwarder.asked.wait()
+    group, taker = groups.join(GROUP, first)  # "a" sorts first: the partition moves to it
+    assert taker.owned == {("r", 0)}
+    forwarder.answer.set()
+    await fetching
+    node.groups.offsets.commit(group, taker, [(("r", 0), 10, "")], None)
+    groups.leave(GROUP, "a")
+    forwarder.fetched.clear()
+    await node.groups.member_fetch.fetch(GROUP, "z", NOW)
+    assert forwarder.fetched == [{("r", 0): 10}]

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from loadtests.soak import CALIBRATE_STEPS, check, drift
+from loadtests.soak import CALIBRATE_STEPS, Consumers, check, drift
 
 REPO = Path(__file__).resolve().parents[2]
 ROW_FIELDS = {"t_s", "requests", "records_acked", "errors", "p50_ms", "p99_ms", "rss_mib",
-              "open_files", "sockets", "tasks", "group_consumed"}  # fmt: skip
+              "open_files", "sockets", "tasks", "group_consumed", "group_repeats"}  # fmt: skip
 SUMMARY_FIELDS = {"errors", "errors_by_kind", "exactly_once", "push", "sse", "group", "retention",
                   "tiering", "rate", "rss_growth_pct", "open_files_drift", "tasks_drift",
                   "p99_drift_pct", "passed"}  # fmt: skip
@@ -52,6 +52,7 @@ def check_behaviour(doc: dict[str, Any], nodes: int) -> None:
     for row in rows:
         assert set(row) >= ROW_FIELDS, row
         assert len(row["rss_mib"]) == len(row["open_files"]) == len(row["tasks"]) == nodes
+        assert row["group_repeats"] == 0, row
     assert len(summary["rss_growth_pct"]) == nodes
 
 
@@ -120,3 +121,14 @@ def test_node_options_reach_the_nodes_and_their_logs_the_report(tmp_path: Path) 
     )  # fmt: skip
     assert done.returncode != 0
     assert "--no-such-option" in (tmp_path / "gateway.log").read_text()
+
+
+def test_each_row_counts_the_records_the_group_delivered_again() -> None:
+    """A record consumed a second time is counted as it comes (rows locate repeats in time);
+    keys without a sequence are errors, not records."""
+    shared = [0, 0, 0, 0]
+    consumers = Consumers(None, None, shared)  # type: ignore[arg-type]
+    for key in ["s0", "s5", "s0", "s0", "x1"]:
+        consumers.consumed(key)
+    assert shared == [2, 0, 0, 2]
+    assert consumers.group.errors == 1

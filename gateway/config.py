@@ -284,6 +284,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("stall-report-ms", "stall_report_ms", "requests", "log the event loop's stack "
            "whenever it stays away from its timers this long (a stall: a long callback, a "
            "blocking call); 0 (the default) turns this off", non_negative, "MS"),
+    Option("heap-trim-s", "heap_trim_s", "node", "return the memory allocator's free "
+           "pages to the system this often, so that RSS follows the memory in use (glibc "
+           "only); 0 turns this off", non_negative_float, "S"),
     Option("header-read-timeout", "header_read_timeout_s", "requests", "seconds a client may "
            "take to send a request's headers (HTTP/2: its connection preface and SETTINGS) "
            "before the connection is closed", positive_float, "S"),

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 import uvloop
 
-from gateway import loop_stalls, stop_watchdog
+from gateway import heap_release, loop_stalls, stop_watchdog
 from gateway.api.schema_registry import own_port as schema_registry_port
 from gateway.app import build_app
 from gateway.auth.tls import ServerTls
@@ -132,6 +132,8 @@ async def serve(settings: Settings) -> None:
     if settings.stall_report_ms:
         stalls = loop_stalls.StallWatch(loop, settings.stall_report_ms / 1000)
         stalls.start()
+    trimmer = heap_release.HeapTrimmer(settings.heap_trim_s)
+    trimmer.start()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGHUP, _reload, tls, gateway)
@@ -158,6 +160,7 @@ async def serve(settings: Settings) -> None:
     await site.runner.cleanup()
     if stalls is not None:
         stalls.stop()
+    await trimmer.stop()
 
 
 async def _controlled_shutdown(gateway: Gateway, stop: asyncio.Event, timeout_s: float) -> None:
@@ -219,6 +222,8 @@ def raise_open_file_limit() -> int:
 
 def run(settings: Settings) -> None:
     raise_open_file_limit()
+    if settings.heap_trim_s:
+        heap_release.fix_thresholds()
     # Workers share the supervisor's stderr: each line says whose it is.
     worker = f"worker {settings.node_id} " if settings.workers > 1 else ""
     logging.basicConfig(

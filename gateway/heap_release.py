@@ -1,11 +1,11 @@
 """Freed memory goes back to the system (glibc's allocator), so that RSS follows what is in use.
 
-Left to itself, glibc raises its mmap threshold after the first large buffer is freed (large
-buffers then come from the heap, where they leave holes), and keeps freed heap pages. A log
-server's large buffers (segment reads, compaction passes, tiering uploads) come and go all day:
-measured in the soak, the heap kept 13 to 20 MiB free and RSS grew with every compaction pass.
-At start the threshold is fixed; every `--heap-trim-s` seconds a thread returns free pages.
-Without glibc (musl, macOS) nothing is done.
+glibc keeps the heap's freed pages: a log server's large buffers (segment reads, compaction
+passes, tiering uploads, a growing index) leave free regions behind them, and RSS rises at
+every compaction pass and stays. Every `--heap-trim-s` seconds a thread calls `malloc_trim`,
+which hands the whole free pages of every arena back. Large buffers still come from the heap
+between trims (glibc's dynamic mmap threshold): mapping each apart would cost page faults on
+every large read. Without glibc (musl, macOS) nothing is done.
 """
 
 from __future__ import annotations
@@ -14,14 +14,6 @@ import asyncio
 import contextlib
 import ctypes
 import ctypes.util
-import logging
-
-log = logging.getLogger("sluice")
-
-M_TRIM_THRESHOLD = -1  # mallopt parameters (malloc.h)
-M_MMAP_THRESHOLD = -3
-MMAP_THRESHOLD = 128 * 1024  # glibc's initial value, kept: larger buffers are mapped apart
-TRIM_THRESHOLD = 128 * 1024  # free memory at the heap's top beyond this is returned at once
 
 
 def _glibc() -> ctypes.CDLL | None:
@@ -30,24 +22,13 @@ def _glibc() -> ctypes.CDLL | None:
         return None
     try:
         libc = ctypes.CDLL(name)
-        libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
         libc.malloc_trim.argtypes = [ctypes.c_size_t]
-    except (OSError, AttributeError):  # not glibc: no mallopt or malloc_trim
+    except (OSError, AttributeError):  # not glibc: no malloc_trim
         return None
     return libc
 
 
 _LIBC = _glibc()
-
-
-def fix_thresholds() -> bool:
-    """Fix the mmap and trim thresholds (no dynamic raise); False without glibc."""
-    if _LIBC is None:
-        return False
-    return bool(
-        _LIBC.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
-        and _LIBC.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD)
-    )
 
 
 def trim() -> bool:

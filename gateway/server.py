@@ -222,8 +222,6 @@ def raise_open_file_limit() -> int:
 
 def run(settings: Settings) -> None:
     raise_open_file_limit()
-    if settings.heap_trim_s:
-        heap_release.fix_thresholds()
     # Workers share the supervisor's stderr: each line says whose it is.
     worker = f"worker {settings.node_id} " if settings.workers > 1 else ""
     logging.basicConfig(

@@ -311,8 +311,7 @@ class MemberFetch:
                 missed = moved[tp]
                 bounds = (missed.log_start_offset, missed.log_end_offset)
                 _log_reset(group, member, tp, missed.offset, bounds, position)
-                if tp in member.owned:  # else it moved on while the reset was asked
-                    member.positions[tp] = again[tp] = position
+                member.positions[tp] = again[tp] = position
         found.update(await self._read_many(url, again, limits.max_bytes))
         out.update(found)
         return out
@@ -335,9 +334,7 @@ class MemberFetch:
         self, group: Group, member: Member, tp: TopicPartition, url: str
     ) -> int:
         """The member's position in a partition led elsewhere: where it is, else the
-        committed offset, else where auto_offset_reset says (asked of the leader). Kept only
-        while the member owns the partition: a rebalance may have moved it since the pass
-        began (this runs later, and may wait for the leader)."""
+        committed offset, else where auto_offset_reset says (asked of the leader)."""
         position = member.positions.get(tp)
         if position is None:
             committed = group.offsets.get(tp)
@@ -345,8 +342,7 @@ class MemberFetch:
                 position = await self._remote_reset(member, tp, url, None)
             else:
                 position = committed.offset
-            if tp in member.owned:
-                member.positions[tp] = position
+            member.positions[tp] = position
         return position
 
     async def _remote_reset(

@@ -494,40 +494,44 @@ def figures(medians: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for fmt in ("cloudevents", "json"):
         rate = medians[f"subscription batch 500 {fmt}"]["records_per_s"]
-        out.append(_figure(f"batch 500 ({fmt}) / long-poll consumer", rate / consumer, 0.5))
+        out.append(_figure(f"batch 500 ({fmt}) / long-poll consumer", rate, consumer, 0.5))
     out.append(
         _figure(
             "batch 500 (cloudevents) / bridge (records/s)",
-            medians["subscription batch 500 cloudevents"]["records_per_s"]
-            / bridge["records_per_s"],
+            medians["subscription batch 500 cloudevents"]["records_per_s"],
+            bridge["records_per_s"],
             3.0,
         )
     )
     out.append(
         _figure(
             "one record a request / bridge (records/s)",
-            single["records_per_s"] / bridge["records_per_s"],
+            single["records_per_s"],
+            bridge["records_per_s"],
             3.0,
         )
     )
     out.append(
         _figure(
             "one record a request / bridge (records per CPU-second: gateway, gateway + bridge)",
-            single["records_per_server_cpu_s"] / bridge["records_per_cpu_s"],
+            single["records_per_server_cpu_s"],
+            bridge["records_per_cpu_s"],
             3.0,
         )
     )
     out.append(
         _figure(
             f"one record a request, pipeline {PIPELINE} / bridge (records/s)",
-            pipelined["records_per_s"] / bridge["records_per_s"],
+            pipelined["records_per_s"],
+            bridge["records_per_s"],
             3.0,
         )
     )
     out.append(
         _figure(
             f"one record a request, pipeline {PIPELINE} / bridge (records per CPU-second)",
-            pipelined["records_per_server_cpu_s"] / bridge["records_per_cpu_s"],
+            pipelined["records_per_server_cpu_s"],
+            bridge["records_per_cpu_s"],
             3.0,
         )
     )
@@ -539,7 +543,7 @@ def figures(medians: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
         ):
             out.append(
                 _figure(f"one record a request: this tree / before ({what})",
-                        single[key] / old[key], 1.0)
+                        single[key], old[key], 1.0)
             )  # fmt: skip
     return out
 
@@ -552,9 +556,21 @@ def _median(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _figure(what: str, value: float, goal: float) -> dict[str, Any]:
-    value = round(value, 2)
+def _figure(what: str, of: float | None, to: float | None, goal: float) -> dict[str, Any]:
+    """The ratio `of / to` against its goal; None (not measured) when a side is missing, as a
+    gateway's CPU over a short cell can read 0 in /proc's 10 ms ticks."""
+    if of is None or not to:
+        return {"figure": what, "value": None, "goal": goal, "met": None}
+    value = round(of / to, 2)
     return {"figure": what, "value": value, "goal": goal, "met": value >= goal}
+
+
+def _shown(value: float | None) -> str:
+    return "not measured" if value is None else str(value)
+
+
+def _met(met: bool | None) -> str:
+    return "-" if met is None else "yes" if met else "no"
 
 
 def markdown(doc: dict[str, Any]) -> str:
@@ -589,7 +605,7 @@ def markdown(doc: dict[str, Any]) -> str:
         "| figure | value | goal | met |",
         "|---|---|---|---|",
         *(
-            f"| {f['figure']} | {f['value']} | >= {f['goal']} | {'yes' if f['met'] else 'no'} |"
+            f"| {f['figure']} | {_shown(f['value'])} | >= {f['goal']} | {_met(f['met'])} |"
             for f in doc["figures"]
         ),
         "",

@@ -10,6 +10,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from engine import batch as fmt
@@ -22,6 +23,7 @@ from replication.metadata import TopicPartition
 from replication.partition import Partition
 
 log = logging.getLogger(__name__)
+OBJECTS_IN_FLIGHT = 4  # an upload's PUTs at once: its .log, .index, .timeindex and .epochs
 TopicIds = Callable[[str], str | None]  # a topic's id in the current metadata, if it exists
 
 
@@ -60,6 +62,9 @@ class TieringService:
         self.reader = RemoteReader(storage, settings.location.prefix, settings.cache_bytes)
         self.counters = TieringCounters()
         self._tiers: dict[TopicPartition, PartitionTier] = {}
+        self._senders = ThreadPoolExecutor(
+            settings.max_concurrent * OBJECTS_IN_FLIGHT, thread_name_prefix="s3-upload"
+        )
         self._retries: dict[TopicPartition, _Retry] = {}
         self._refreshed: dict[TopicPartition, float] = {}
         self._threads = asyncio.Semaphore(settings.max_concurrent)
@@ -80,6 +85,7 @@ class TieringService:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         self.reader.close()
+        self._senders.shutdown(wait=False, cancel_futures=True)
 
     async def _run(self, partitions: dict[TopicPartition, Partition], topic_id: TopicIds) -> None:
         while True:
@@ -114,7 +120,7 @@ class TieringService:
         tier = self._tiers.get(tp)
         if tier is None or tier.log is not partition.log:
             tier = self._tiers[tp] = PartitionTier(
-                self.storage, self.settings.location.prefix, partition.log, topic_id
+                self.storage, self.settings.location.prefix, partition.log, topic_id, self._senders
             )
         try:
             async with self._threads:

@@ -10,7 +10,7 @@ import io
 import logging
 import struct
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, wait
 from dataclasses import dataclass
 
 import msgspec
@@ -128,10 +128,20 @@ def scan_segment(
 
 class PartitionTier:
     """One partition's manifest as last read or written (with its ETag), and the steps that
-    change it. Not thread-safe: one step at a time per partition."""
+    change it. Not thread-safe: one step at a time per partition. `senders` runs the object
+    PUTs of an upload side by side: a pool shared by the node's partitions, kept for its life
+    rather than threads started for every segment."""
 
-    def __init__(self, storage: RemoteStorage, prefix: str, log_: PartitionLog, topic_id: str):
+    def __init__(
+        self,
+        storage: RemoteStorage,
+        prefix: str,
+        log_: PartitionLog,
+        topic_id: str,
+        senders: Executor,
+    ):
         self.storage = storage
+        self.senders = senders
         self.log = log_
         self.topic_id = topic_id
         self.prefix = partition_prefix(prefix, log_.topic, log_.partition)
@@ -184,8 +194,9 @@ class PartitionTier:
         interval = self.log.config.index_interval_bytes
         # The objects go up in parallel: the whole file's name is known before the scan that
         # checksums it, and the indexes as soon as the scan is done. The manifest comes last.
-        with ThreadPoolExecutor(4) as pool:
-            sent = []
+        pool = self.senders
+        sent = []
+        try:
             if start_offset == segment.base_offset:
                 name = f"{segment.base_offset:020d}-{segment.next_offset - 1:020d}"
                 path = str(segment.path)
@@ -205,8 +216,10 @@ class PartitionTier:
                 (".epochs", scanned.epochs),
             ):
                 sent.append(pool.submit(self.storage.put, self.key(remote, suffix), data))
-            for future in sent:
-                future.result()
+        finally:
+            wait(sent)  # none left running if the scan failed
+        for future in sent:
+            future.result()
         log_start = manifest.log_start_offset if manifest.segments else remote.base_offset
         self._commit(
             manifest,

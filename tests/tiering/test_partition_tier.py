@@ -4,7 +4,10 @@ elsewhere continuing from the manifest, local retention waiting for S3, and remo
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -49,20 +52,30 @@ def copy_batches(source: PartitionLog, target: PartitionLog) -> None:
     target.advance_high_watermark(target.log_end_offset)
 
 
+@pytest.fixture(scope="module")
+def senders() -> Iterator[ThreadPoolExecutor]:
+    with ThreadPoolExecutor(4) as pool:
+        yield pool
+
+
 @pytest.fixture
 def storage(moto: MotoServer, bucket: str) -> RemoteStorage:
     return RemoteStorage(S3Location(moto.url, bucket, "p"))
 
 
 def test_uploads_commit_through_the_manifest_and_local_retention_waits(
-    tmp_path: Path, storage: RemoteStorage, moto: MotoServer, bucket: str
+    tmp_path: Path,
+    storage: RemoteStorage,
+    senders: ThreadPoolExecutor,
+    moto: MotoServer,
+    bucket: str,
 ) -> None:
     log = make_log(tmp_path / "a", 600)
     fill(log, 20)
     closed = len(log.segments) - 1
     assert closed >= 3
     assert log.apply_retention() == 0  # nothing is on S3 yet: nothing local may go
-    tier = PartitionTier(storage, "p", log, "id-1")
+    tier = PartitionTier(storage, "p", log, "id-1", senders)
     for segment in tier.pending():
         tier.upload(segment, 0)
     manifest = decode_manifest(
@@ -92,13 +105,16 @@ def test_uploads_commit_through_the_manifest_and_local_retention_waits(
 
 
 def test_a_stale_leader_cannot_overwrite_a_newer_manifest(
-    tmp_path: Path, storage: RemoteStorage
+    tmp_path: Path, storage: RemoteStorage, senders: ThreadPoolExecutor
 ) -> None:
     old = make_log(tmp_path / "old", 600)
     fill(old, 20, epoch=0)
     new = make_log(tmp_path / "new", 600)
     copy_batches(old, new)
-    stale, current = PartitionTier(storage, "p", old, "id"), PartitionTier(storage, "p", new, "id")
+    stale, current = (
+        PartitionTier(storage, "p", old, "id", senders),
+        PartitionTier(storage, "p", new, "id", senders),
+    )
     stale.refresh()
     current.refresh()
     first = current.pending()[0]
@@ -111,17 +127,17 @@ def test_a_stale_leader_cannot_overwrite_a_newer_manifest(
 
 
 def test_a_new_leader_continues_from_the_manifest_where_its_segments_differ(
-    tmp_path: Path, storage: RemoteStorage
+    tmp_path: Path, storage: RemoteStorage, senders: ThreadPoolExecutor
 ) -> None:
     leader = make_log(tmp_path / "leader", 600)
     fill(leader, 12)
     follower = make_log(tmp_path / "follower", 1000)  # other segment boundaries
     copy_batches(leader, follower)
-    tier = PartitionTier(storage, "p", leader, "id")
+    tier = PartitionTier(storage, "p", leader, "id", senders)
     tier.upload(tier.pending()[0], 0)
     uploaded_to = tier.manifest.end_offset if tier.manifest else None
     assert uploaded_to is not None
-    successor = PartitionTier(storage, "p", follower, "id")
+    successor = PartitionTier(storage, "p", follower, "id", senders)
     successor.refresh()
     for segment in successor.pending():
         successor.upload(segment, 1)
@@ -137,15 +153,15 @@ def test_a_new_leader_continues_from_the_manifest_where_its_segments_differ(
 
 
 def test_an_earlier_topic_of_the_same_name_is_not_continued(
-    tmp_path: Path, storage: RemoteStorage
+    tmp_path: Path, storage: RemoteStorage, senders: ThreadPoolExecutor
 ) -> None:
     log = make_log(tmp_path / "a", 600)
     fill(log, 6)
-    first = PartitionTier(storage, "p", log, "old-id")
+    first = PartitionTier(storage, "p", log, "old-id", senders)
     first.upload(first.pending()[0], 0)
     again = make_log(tmp_path / "b", 600)
     fill(again, 6)
-    second = PartitionTier(storage, "p", again, "new-id")
+    second = PartitionTier(storage, "p", again, "new-id", senders)
     assert second.refresh().segments == []
     second.upload(second.pending()[0], 0)
     assert second.refresh().topic_id == "new-id"
@@ -165,3 +181,33 @@ def test_a_segments_scan_is_paced_batch_by_batch(tmp_path: Path) -> None:
 
     scanned = scan_segment(log.segments[0], 0, 4096, Counting())
     assert len(ticks) == 40 and scanned.segment.records == 40
+
+
+def test_uploads_start_no_thread_of_their_own(
+    tmp_path: Path,
+    storage: RemoteStorage,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An upload's four objects go up side by side in the node's long-lived pool: a pool
+    already at its size starts no thread, however many segments go up."""
+    log = make_log(tmp_path, 600)
+    fill(log, 20)
+    gate = threading.Barrier(5)
+    with ThreadPoolExecutor(4) as senders:
+        for _ in range(4):  # every thread of the pool started before the uploads
+            senders.submit(gate.wait)
+        gate.wait()
+        started: list[threading.Thread] = []
+        start = threading.Thread.start
+
+        def counted(thread: threading.Thread) -> None:
+            started.append(thread)
+            start(thread)
+
+        monkeypatch.setattr(threading.Thread, "start", counted)
+        tier = PartitionTier(storage, "p", log, "id", senders)
+        pending = tier.pending()
+        for segment in pending:
+            tier.upload(segment, 0)
+    assert len(pending) >= 3 and tier.refresh().end_offset == pending[-1].next_offset
+    assert started == []

@@ -279,15 +279,19 @@ class MemberFetch:
         request (a sibling worker's from its files instead): each one's read, or why it has
         none. Those out of range there are reset (auto_offset_reset) and read again, together."""
         out: dict[TopicPartition, remote.RemoteRead | BaseException] = {}
+        handovers = member.handovers
         positions = await asyncio.gather(
             *(self._remote_position(group, member, tp, url) for tp in tps),
             return_exceptions=True,
         )
+        if member.handovers != handovers:  # what was found may be a former ownership's
+            return out
         asked = {}
         for tp, position in zip(tps, positions, strict=True):
             if isinstance(position, BaseException):
                 out[tp] = position
                 continue
+            member.positions[tp] = position
             try:
                 beside = self.replicas.fetch_from_sibling(*tp, position, limits.max_bytes, 0, 0)
             except Exception as exc:  # that partition's failure, not the others'
@@ -303,6 +307,8 @@ class MemberFetch:
             *(self._remote_reset(member, tp, url, exc) for tp, exc in moved.items()),
             return_exceptions=True,
         )
+        if member.handovers != handovers:
+            return out
         again = {}
         for tp, position in zip(moved, resets, strict=True):
             if isinstance(position, BaseException):
@@ -334,15 +340,14 @@ class MemberFetch:
         self, group: Group, member: Member, tp: TopicPartition, url: str
     ) -> int:
         """The member's position in a partition led elsewhere: where it is, else the
-        committed offset, else where auto_offset_reset says (asked of the leader)."""
+        committed offset, else where auto_offset_reset says (asked of the leader). The caller
+        records it, unless the partition changed hands while it was asked."""
         position = member.positions.get(tp)
         if position is None:
             committed = group.offsets.get(tp)
             if committed is None:
-                position = await self._remote_reset(member, tp, url, None)
-            else:
-                position = committed.offset
-            member.positions[tp] = position
+                return await self._remote_reset(member, tp, url, None)
+            return committed.offset
         return position
 
     async def _remote_reset(

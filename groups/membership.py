@@ -377,6 +377,7 @@ def _start_afresh(member: Member, tp: TopicPartition) -> None:
     left from before, by a read that ended after the partition went, is another owner's past."""
     member.positions.pop(tp, None)
     member.before_last.pop(tp, None)
+    member.handovers += 1
 
 
 def _uncommitted(group: Group, member: Member, tp: TopicPartition) -> bool:

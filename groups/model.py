@@ -33,6 +33,8 @@ class Member:
     cursor: int = field(default_factory=lambda: random.getrandbits(31))  # the last delivery's
     before_last: dict[TopicPartition, int] = field(default_factory=dict)  # positions it moved
     rotation: int = 0  # where the next fetch starts among the owned partitions
+    # Partitions taken so far: a position found across an await that saw it change is stale.
+    handovers: int = 0
     wake: asyncio.Future[None] | None = None
     expiry: asyncio.TimerHandle | None = None  # fires at or before `deadline`
     deadline: float = 0.0  # loop time when the session runs out, if no request is in flight

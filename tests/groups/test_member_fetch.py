@@ -98,3 +98,30 @@ async def test_a_partition_taken_back_starts_at_its_commit_not_at_a_position_fou
     forwarder.fetched.clear()
     await node.groups.member_fetch.fetch(GROUP, "z", NOW)
     assert forwarder.fetched == [{("r", 0): 10}]
+
+
+async def test_a_start_looked_up_while_the_partition_went_and_came_back_is_not_kept(
+    node: Node,
+) -> None:
+    """The partition moves away and comes back while the member's first start lookup (no
+    commit yet: asked of the leader) is still on its way: that lookup's answer belongs to the
+    earlier ownership, and reading resumes at the commit made meanwhile."""
+    await MemoryMetadataStore(node.store.backend).start(NodeInfo(1, "http://node1:8080"))
+    await node.store.create_topic(
+        node.fence, TopicSpec("r", "c" * 32, 1, 1, {}), [PartitionState(1, 1, (1,), (1,))]
+    )
+    assert await node.store.wait_for(lambda view: ("r", 0) in view.partitions, 5)
+    forwarder = HeldForwarder()
+    node.groups.member_fetch.forwarder = forwarder
+    groups = node.groups.membership
+    groups.join(GROUP, JoinRequest(("r",), 30_000, "earliest", False, instance_id="z"))
+    fetching = asyncio.ensure_future(node.groups.member_fetch.fetch(GROUP, "z", NOW))
+    await forwarder.asked.wait()
+    first = JoinRequest(("r",), 30_000, "earliest", False, instance_id="a")
+    group, taker = groups.join(GROUP, first)
+    node.groups.offsets.commit(group, taker, [(("r", 0), 10, "")], None)
+    groups.leave(GROUP, "a")  # back to "z" before its lookup answers
+    forwarder.answer.set()
+    await fetching
+    await node.groups.member_fetch.fetch(GROUP, "z", NOW)
+    assert forwarder.fetched and all(asked == {("r", 0): 10} for asked in forwarder.fetched)

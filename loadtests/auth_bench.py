@@ -26,7 +26,7 @@ import orjson
 
 from loadtests import generators, ratio_cli, report
 from loadtests.common import start_gateway
-from loadtests.rows import body_for, rates
+from loadtests.rows import body_for, judged, rates
 
 MEDIA = {"binary": "application/vnd.sluice.record-batch", "json": "application/json"}
 FETCH_RECORDS = 20_000
@@ -222,11 +222,7 @@ def _targets(medians: dict[Any, dict[str, Any]], trees: dict[str, Path | None]) 
             ("authenticated one-record produces/s, HTTP/1.1, 64 connections",
              rate[("auth", *produce)], 10_000),
         ]  # fmt: skip
-        out += [
-            {"tree": tree, "figure": name, "value": round(value, 3), "target": target,
-             "met": value >= target}
-            for name, value, target in figures
-        ]  # fmt: skip
+        out += [{"tree": tree, **row} for row in judged(figures)]
     return out
 
 

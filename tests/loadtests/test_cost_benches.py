@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from loadtests.rows import judged
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -116,3 +118,8 @@ def test_rest_proxy_bench_reports_rates_cpu_and_ratios(tmp_path: Path) -> None:
                 v1["server_us_per_record"] / v2["server_us_per_record"], abs=0.01
             )
     assert cells[("produce 100", "v2")]["server_us_per_record"] > 0
+
+
+def test_a_figure_is_judged_as_the_report_shows_it() -> None:
+    rows = judged([("at the goal once rounded", 0.89996, 0.9), ("short", 0.8994, 0.9)])
+    assert [(r["value"], r["met"]) for r in rows] == [(0.9, True), (0.899, False)]

@@ -10,8 +10,9 @@ flood a fresh connection is opened every 100 ms and timed to its first answer.
 
     python -m loadtests.overload [--connections 1024] [--seconds 30] [--out DIR] [--quick]
 
-measures the gateway's maximum (h2load, the same connections, closed loop), then the cells:
-open-loop at 50% and 80% of it, and a flood: 50% for 3 s, 150% for `--seconds`, 50% for 5 s.
+measures the gateway's maximum (h2load closed loop, from 64 connections and from all of them),
+then the cells: open loop at 50% and 80% of the 64-connection maximum, at 80% of the
+all-connection one, and a flood: 50% for 3 s, 150% for `--seconds`, 50% for 5 s.
 Options after `--` go to the gateway (`-- --admission-target-delay-ms 0`: without the
 admission control's delay rule); `--maximum` takes shares of a given rate instead, so that two
 runs offer the same load.
@@ -351,6 +352,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 )
                 for share in (0.5, 0.8)
             }  # fmt: skip
+            # 80% of what these connections themselves take closed loop: a produce over many
+            # mostly idle connections costs more, so 80% of the 64-connection rate is more load.
+            own = closed[args.connections].requests_per_s
+            cells["80% of own"] = cell(
+                gateway.pid, port, topic, [Phase("80% of own", own * 0.8, seconds)],
+                args.connections,
+            )  # fmt: skip
             calm = QUICK_CALM_S if args.quick else BEFORE_S
             flood_phases = [
                 Phase("before", maximum * 0.5, calm),
@@ -363,7 +371,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             gateway.wait(timeout=60)
     normal = flood["phases"][0]["admitted_latency"].get("p99_ms", 0.0)
     during = flood["phases"][1]
-    at80 = cells["80%"]
+    at80, own80 = cells["80%"], cells["80% of own"]
     figures = {
         "maximum_per_s": round(maximum, 1),
         "closed_loop_all_connections_per_s": round(closed[args.connections].requests_per_s, 1),
@@ -375,6 +383,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "open_loop_80_send_late_p99_ms": at80["send_late"].get("p99_ms"),
         "open_loop_80_driver_cpu_s": at80["driver_cpu_s"],
         "cpu_ratio_80_to_busy": round(at80["server_cpu_us_per_request"] / busy_cpu_us, 2),
+        "open_loop_80_of_own_p99_ms": own80["phases"][0]["admitted_latency"].get("p99_ms"),
+        "open_loop_80_of_own_p999_ms": own80["phases"][0]["admitted_latency"].get("p999_ms"),
+        "open_loop_80_of_own_send_late_p99_ms": own80["send_late"].get("p99_ms"),
         "flood_goodput_share": round(during["goodput_per_s"] / maximum, 3),
         "flood_admitted_p99_ms": during["admitted_latency"].get("p99_ms"),
         "flood_shed": during["shed"],

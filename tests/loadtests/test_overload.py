@@ -33,5 +33,6 @@ def test_quick_run_answers_every_request_and_reports_every_figure(tmp_path: Path
     assert figures["maximum_per_s"] > 0 and figures["recovery_s"] >= 0
     assert set(figures) >= {
         "open_loop_80_p99_ms", "open_loop_80_cpu_us_per_request", "cpu_ratio_80_to_busy",
+        "open_loop_80_of_own_p99_ms", "open_loop_80_of_own_p999_ms",
         "flood_goodput_share", "flood_admitted_p99_ms", "flood_shed", "flood_peak_rss_mib",
     }  # fmt: skip

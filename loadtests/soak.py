@@ -27,8 +27,10 @@ on a local `moto_server`:
 - a push subscription to `loadtests.push_receiver`: every offset delivered (at least once);
 - two SSE streams, one checked for gaps and repeats per partition, one filtered by key.
 
-Each interval reports every node's RSS, open files (/proc/PID/fd), event-loop tasks
-(`sluice_event_loop_tasks`) and CPU, and the produces' p50/p99 and errors. The summary gives
+Each interval reports every node's RSS (the mean of samples every 5 s, so that it spans the
+node's heap trims rather than falling at one phase of them), open files (/proc/PID/fd),
+event-loop tasks (`sluice_event_loop_tasks`) and CPU, and the produces' p50/p99 and errors.
+The summary gives
 the errors, the exactly-once check, RSS growth after warm-up (%), open-file and task drift,
 p99 drift (%). DIR gets soak.json, soak.md and soak.png; the exit status is 1 on any error,
 or any record lost, duplicated or not delivered.
@@ -46,6 +48,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from collections import deque
@@ -108,6 +111,7 @@ EXPIRING_CONFIGS = {
     "retention.ms": 10_000,
 }
 TIERING_INTERVAL_S = 1.0
+RSS_SAMPLE_S = 5.0
 PRODUCE_TIMEOUT_MS = 10_000
 ANSWER_DRAIN_S = 30.0  # after the last send, the producers wait this long for answers
 CONSUME_DRAIN_S = 180.0  # then the consumers get this long to read everything
@@ -612,6 +616,8 @@ class Nodes:
     def __init__(self, work: Path, cluster: bool, options: Sequence[str]) -> None:
         self.cluster: LocalCluster | None = None
         self.cpu: dict[str, tuple[float, float]] = {}  # node -> (when, its CPU seconds) last
+        self.rss: dict[str, list[int]] = {}  # node -> its RSS samples since the last row
+        self._sampling = threading.Event()
         if cluster:
             self.cluster = LocalCluster(work, NODES, node_options=options)
             self.cluster.start()
@@ -621,7 +627,20 @@ class Nodes:
             self.process, url = start_gateway(work / "data", *options, log=work / "gateway.log")
             self.urls, self.pids = [url], {"0": self.process.pid}
 
+    def start_sampling(self) -> None:
+        """Start sampling RSS (after the load processes are forked: no thread to fork with)."""
+        threading.Thread(target=self._sample_rss, daemon=True, name="rss").start()
+
+    def _sample_rss(self) -> None:
+        """Every RSS_SAMPLE_S, each node's RSS: a row's figure is their mean, which spans the
+        node's heap-trim cycles instead of falling at one phase of them."""
+        while not self._sampling.wait(RSS_SAMPLE_S):
+            for node, pid in self.pids.items():
+                with contextlib.suppress(OSError):  # a node stopped meanwhile
+                    self.rss.setdefault(node, []).append(rss_bytes(pid))
+
     def stop(self) -> None:
+        self._sampling.set()
         if self.cluster is not None:
             self.cluster.stop()
         else:
@@ -652,8 +671,8 @@ class Nodes:
         return ends
 
     def sample(self) -> dict[str, dict[str, float]]:
-        """Each node's RSS (MiB), open files and event-loop tasks now, and its CPU (% of one
-        core) since the last sample: on a shared machine, what the node got."""
+        """Each node's mean RSS (MiB) and CPU (% of one core: on a shared machine, what the node
+        got) since the last sample, its open files and event-loop tasks now."""
         out: dict[str, dict[str, float]] = {
             "rss_mib": {}, "open_files": {}, "sockets": {}, "tasks": {}, "cpu_pct": {}
         }  # fmt: skip
@@ -665,7 +684,8 @@ class Nodes:
             out["cpu_pct"][node] = (
                 round(100 * (used - before) / (now - then), 1) if now > then else 0.0
             )
-            out["rss_mib"][node] = round(rss_bytes(pid) / 2**20, 1)
+            samples = self.rss.pop(node, None) or [rss_bytes(pid)]
+            out["rss_mib"][node] = round(sum(samples) / len(samples) / 2**20, 1)
             out["open_files"][node], out["sockets"][node] = descriptors(pid)
             out["tasks"][node] = scrape(url)["sluice_event_loop_tasks"]
         return out
@@ -817,6 +837,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         for process in processes:
             process.start()
             stack.callback(process.kill)
+        nodes.start_sampling()
         started = time.monotonic()
         rows: list[dict[str, Any]] = []
         calibration: dict[str, Any] | None = None

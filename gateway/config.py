@@ -287,6 +287,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("heap-trim-s", "heap_trim_s", "node", "return the memory allocator's free "
            "pages to the system this often, so that RSS follows the memory in use (glibc "
            "only); 0 turns this off", non_negative_float, "S"),
+    Option("malloc-arenas", "malloc_arenas", "node", "the most malloc arenas the process "
+           "uses (glibc's MALLOC_ARENA_MAX): a few keep threads' freed memory reusable, so RSS "
+           "stays flat; 0 leaves glibc's own limit (eight per core)", non_negative, "N"),
     Option("header-read-timeout", "header_read_timeout_s", "requests", "seconds a client may "
            "take to send a request's headers (HTTP/2: its connection preface and SETTINGS) "
            "before the connection is closed", positive_float, "S"),

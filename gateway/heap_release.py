@@ -6,6 +6,11 @@ every compaction pass and stays. Every `--heap-trim-s` seconds a thread calls `m
 which hands the whole free pages of every arena back. Large buffers still come from the heap
 between trims (glibc's dynamic mmap threshold): mapping each apart would cost page faults on
 every large read. Without glibc (musl, macOS) nothing is done.
+
+glibc also gives threads arenas of their own (up to eight per core). The node's worker threads
+(S3 uploads and reads, flushes, retention, compaction) each free into a different arena what
+the next allocation, in another thread, cannot reuse: the arenas grow while what is in use
+stays flat. `--malloc-arenas` caps them (MALLOC_ARENA_MAX) before the first thread starts.
 """
 
 from __future__ import annotations
@@ -23,12 +28,22 @@ def _glibc() -> ctypes.CDLL | None:
     try:
         libc = ctypes.CDLL(name)
         libc.malloc_trim.argtypes = [ctypes.c_size_t]
+        libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     except (OSError, AttributeError):  # not glibc: no malloc_trim
         return None
     return libc
 
 
 _LIBC = _glibc()
+
+
+_M_ARENA_MAX = -8  # mallopt's parameter number, from glibc's malloc.h
+
+
+def limit_arenas(count: int) -> bool:
+    """Let the process use at most `count` malloc arenas (0: glibc's own limit); call it
+    before any thread starts. Whether it took effect (False without glibc)."""
+    return _LIBC is not None and count > 0 and bool(_LIBC.mallopt(_M_ARENA_MAX, count))
 
 
 def trim() -> bool:

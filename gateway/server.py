@@ -222,6 +222,7 @@ def raise_open_file_limit() -> int:
 
 def run(settings: Settings) -> None:
     raise_open_file_limit()
+    heap_release.limit_arenas(settings.malloc_arenas)  # before the loop starts any thread
     # Workers share the supervisor's stderr: each line says whose it is.
     worker = f"worker {settings.node_id} " if settings.workers > 1 else ""
     logging.basicConfig(

@@ -26,6 +26,7 @@ class Settings:
     admission_max_wait_ms: int = 0  # a pipelined produce held this long is refused then; 0: off
     stall_report_ms: int = 0  # the loop away from its timers this long logs its stack; 0: off
     heap_trim_s: float = 60.0  # free heap pages go back to the system this often; 0: never
+    malloc_arenas: int = 2  # glibc's malloc arenas at most (MALLOC_ARENA_MAX); 0: its own
     header_read_timeout_s: float = 10.0  # a request's headers (or h2's preface) arrive within
     keepalive_timeout_s: float = 75.0  # an idle connection is closed (above LBs' usual 60 s)
     auto_create_topics: bool = False

@@ -1,6 +1,7 @@
 """Freed memory goes back to the system: `trim` returns a freed heap region's pages (checked in a
 fresh process, where no earlier buffer moved the allocator); the trimmer runs every interval,
-and 0 turns it off."""
+and 0 turns it off; the arena limit holds threads to that many malloc arenas, set before the
+server's loop starts."""
 
 from __future__ import annotations
 
@@ -10,7 +11,11 @@ import sys
 import textwrap
 from pathlib import Path
 
-from gateway import heap_release
+import pytest
+import uvloop
+
+from gateway import config, heap_release, server
+from gateway.cli.main import parser
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -67,3 +72,50 @@ async def test_zero_turns_the_trimmer_off() -> None:
     trimmer.start()
     assert not trimmer.running
     await trimmer.stop()
+
+
+ARENAS_USED = """
+import ctypes, sys, threading
+from gateway import heap_release
+if {limit}:
+    assert heap_release.limit_arenas({limit})
+gate = threading.Barrier(8)
+def allocate():
+    kept = [bytes(1024) + b"x" for _ in range(100)]  # past pymalloc's 512 bytes: malloc's
+    gate.wait()  # all eight alive at once: none hands its arena to the next
+threads = [threading.Thread(target=allocate) for _ in range(8)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+sys.stderr.flush()
+ctypes.CDLL(None).malloc_stats()  # one "Arena N:" block per arena, on stderr
+"""
+
+
+def arenas(limit: int) -> int:
+    done = subprocess.run(
+        [sys.executable, "-c", ARENAS_USED.format(limit=limit)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stderr.count("Arena ")
+
+
+def test_the_arena_limit_holds_threads_to_that_many_arenas() -> None:
+    assert arenas(0) > 2  # glibc's own limit: eight threads, arenas of their own
+    assert arenas(2) == 2
+
+
+def test_the_server_sets_the_limit_before_its_loop_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--malloc-arenas` reaches glibc before the event loop, and so any thread, starts."""
+    calls: list[tuple[str, int]] = []
+    monkeypatch.setattr(heap_release, "limit_arenas", lambda n: calls.append(("limit", n)))
+    monkeypatch.setattr(uvloop, "run", lambda coroutine: calls.append(("loop", 0)))
+    monkeypatch.setattr(server, "serve", lambda settings: None)
+    settings, _ = config.resolve(parser().parse_args(["serve", "--malloc-arenas", "1"]), {})
+    server.run(settings)
+    assert calls == [("limit", 1), ("loop", 0)]

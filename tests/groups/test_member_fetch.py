@@ -70,12 +70,8 @@ class HeldForwarder(ForwardClient):
         return Answer(503, {}, b"")
 
 
-async def test_a_partition_taken_back_starts_at_its_commit_not_at_a_position_found_meanwhile(
-    node: Node,
-) -> None:
-    """A member whose fetch was looking up its start in a partition led elsewhere when a
-    rebalance moved that partition away must not keep that start: when the partition comes
-    back, after another member read and committed it, reading resumes at that commit."""
+async def led_by_node_1(node: Node) -> HeldForwarder:
+    """Topic "r", its one partition led by node 1, reached through a HeldForwarder."""
     await MemoryMetadataStore(node.store.backend).start(NodeInfo(1, "http://node1:8080"))
     await node.store.create_topic(
         node.fence, TopicSpec("r", "c" * 32, 1, 1, {}), [PartitionState(1, 1, (1,), (1,))]
@@ -83,6 +79,16 @@ async def test_a_partition_taken_back_starts_at_its_commit_not_at_a_position_fou
     assert await node.store.wait_for(lambda view: ("r", 0) in view.partitions, 5)
     forwarder = HeldForwarder()
     node.groups.member_fetch.forwarder = forwarder
+    return forwarder
+
+
+async def test_a_partition_taken_back_starts_at_its_commit_not_at_a_position_found_meanwhile(
+    node: Node,
+) -> None:
+    """A member whose fetch was looking up its start in a partition led elsewhere when a
+    rebalance moved that partition away must not keep that start: when the partition comes
+    back, after another member read and committed it, reading resumes at that commit."""
+    forwarder = await led_by_node_1(node)
     groups = node.groups.membership
     later = JoinRequest(("r",), 30_000, "earliest", False, instance_id="z")
     first = JoinRequest(("r",), 30_000, "earliest", False, instance_id="a")
@@ -106,13 +112,7 @@ async def test_a_start_looked_up_while_the_partition_went_and_came_back_is_not_k
     """The partition moves away and comes back while the member's first start lookup (no
     commit yet: asked of the leader) is still on its way: that lookup's answer belongs to the
     earlier ownership, and reading resumes at the commit made meanwhile."""
-    await MemoryMetadataStore(node.store.backend).start(NodeInfo(1, "http://node1:8080"))
-    await node.store.create_topic(
-        node.fence, TopicSpec("r", "c" * 32, 1, 1, {}), [PartitionState(1, 1, (1,), (1,))]
-    )
-    assert await node.store.wait_for(lambda view: ("r", 0) in view.partitions, 5)
-    forwarder = HeldForwarder()
-    node.groups.member_fetch.forwarder = forwarder
+    forwarder = await led_by_node_1(node)
     groups = node.groups.membership
     groups.join(GROUP, JoinRequest(("r",), 30_000, "earliest", False, instance_id="z"))
     fetching = asyncio.ensure_future(node.groups.member_fetch.fetch(GROUP, "z", NOW))

@@ -30,10 +30,9 @@ on a local `moto_server`:
 Each interval reports every node's RSS (the mean of samples every 5 s, so that it spans the
 node's heap trims rather than falling at one phase of them), open files (/proc/PID/fd),
 event-loop tasks (`sluice_event_loop_tasks`) and CPU, and the produces' p50/p99 and errors.
-The summary gives
-the errors, the exactly-once check, RSS growth after warm-up (%), open-file and task drift,
-p99 drift (%). DIR gets soak.json, soak.md and soak.png; the exit status is 1 on any error,
-or any record lost, duplicated or not delivered.
+The summary gives the errors, the exactly-once check, RSS growth after warm-up (%), open-file
+and task drift, p99 drift (%). DIR gets soak.json, soak.md and soak.png; the exit status is 1
+on any error, or any record lost, duplicated or not delivered.
 """
 
 from __future__ import annotations

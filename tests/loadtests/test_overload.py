@@ -9,6 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import uvloop
+
+from loadtests.common import http_json, start_gateway
+from loadtests.overload import Phase, drive
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -36,3 +41,23 @@ def test_quick_run_answers_every_request_and_reports_every_figure(tmp_path: Path
         "open_loop_80_of_own_p99_ms", "open_loop_80_of_own_p999_ms",
         "flood_goodput_share", "flood_admitted_p99_ms", "flood_shed", "flood_peak_rss_mib",
     }  # fmt: skip
+
+
+def test_each_connection_carries_one_produce_before_the_schedule_and_it_is_not_counted(
+    tmp_path: Path,
+) -> None:
+    """The warm-up: every connection is set up in the gateway before the clock starts, and
+    its request is neither in the phases nor in the timeline."""
+    gateway, url = start_gateway(tmp_path / "data")
+    try:
+        http_json("POST", f"{url}/v1/topics", {"name": "t", "partitions": 1})
+        port = int(url.rsplit(":", 1)[1])
+        result = uvloop.run(drive(port, "t", [Phase("steady", 200.0, 0.1)], 8))
+        latest = http_json("GET", f"{url}/v1/topics/t/partitions/0/offsets?timestamp=latest")
+    finally:
+        gateway.terminate()
+        gateway.wait(timeout=60)
+    (phase,) = result["phases"]
+    assert phase["sent"] == phase["admitted"] == 20
+    assert sum(bucket["admitted"] for bucket in result["timeline"]) == 20
+    assert latest["offset"] == 8 + 20

@@ -111,6 +111,7 @@ EXPIRING_CONFIGS = {
 }
 TIERING_INTERVAL_S = 1.0
 RSS_SAMPLE_S = 5.0
+MAX_DEFAULT_WARMUP_S = 600.0  # the longest default warm-up (see default_warmup_s)
 PRODUCE_TIMEOUT_MS = 10_000
 ANSWER_DRAIN_S = 30.0  # after the last send, the producers wait this long for answers
 CONSUME_DRAIN_S = 180.0  # then the consumers get this long to read everything
@@ -727,10 +728,18 @@ def scrape(url: str) -> dict[str, float]:
 # -- the run --------------------------------------------------------------------------------
 
 
+def default_warmup_s(run_s: float) -> float:
+    """A third of the run, at most `MAX_DEFAULT_WARMUP_S`: under the soak's load the node's
+    allocator arenas settle about ten minutes in (docs/PERFORMANCE.md, "30 minutes, one node"),
+    and a short run keeps two thirds of its rows to judge."""
+    return min(run_s / 3, MAX_DEFAULT_WARMUP_S)
+
+
 def drift(rows: list[dict[str, Any]], warmup_s: float, interval_s: float) -> dict[str, Any]:
     """After the warm-up: RSS growth (%), open-file and task drift per node, from the sample
     taken at the warm-up's end to the last; p99 drift (%), the last third of the intervals
-    that began after the warm-up against their first third."""
+    that began after the warm-up against their first third. RSS growth from the first row
+    too, so that the warm-up's own growth is in the report."""
     ended = min(len(rows) - 1, max(0, round(warmup_s / interval_s) - 1))
     first, last = rows[ended], rows[-1]
     after = rows[ended + 1 :] or rows[-1:]
@@ -741,11 +750,16 @@ def drift(rows: list[dict[str, Any]], warmup_s: float, interval_s: float) -> dic
         return sum(values) / len(values) if values else 0.0
 
     early, late = mean_p99(after[:share]), mean_p99(after[-share:])
+
+    def growth(since: dict[str, Any]) -> dict[str, float]:
+        return {
+            n: round(100 * (last["rss_mib"][n] - v) / v, 1) for n, v in since["rss_mib"].items()
+        }
+
     return {
         "from_s": first["t_s"],
-        "rss_growth_pct": {
-            n: round(100 * (last["rss_mib"][n] - v) / v, 1) for n, v in first["rss_mib"].items()
-        },
+        "rss_growth_pct": growth(first),
+        "rss_growth_from_first_row_pct": growth(rows[0]),
         "open_files_drift": {n: last["open_files"][n] - v for n, v in first["open_files"].items()},
         "tasks_drift": {n: last["tasks"][n] - v for n, v in first["tasks"].items()},
         "p99_drift_pct": round(100 * (late - early) / early, 1) if early else None,
@@ -1021,7 +1035,8 @@ def markdown(doc: dict[str, Any]) -> str:
         f"{s['tiering']['remote_segments_deleted']:,} deleted from S3",
         f"- after warm-up (from {s['from_s']} s): RSS growth {s['rss_growth_pct']} %, open files "
         f"drift {s['open_files_drift']}, tasks drift {s['tasks_drift']}, p99 drift "
-        f"{s['p99_drift_pct']} %",
+        f"{s['p99_drift_pct']} %; RSS growth from the first row "
+        f"{s['rss_growth_from_first_row_pct']} %",
         "",
         "![soak](soak.png)",
         "",
@@ -1044,7 +1059,12 @@ def main() -> None:
     length.add_argument("--minutes", type=float, default=10.0)
     length.add_argument("--seconds", type=float, help="the length in seconds instead (short runs)")
     parser.add_argument("--interval", type=float, default=60.0, help="seconds per report row")
-    parser.add_argument("--warmup", type=float, default=60.0, help="seconds before drift counts")
+    parser.add_argument(
+        "--warmup",
+        type=float,
+        help="seconds before drift counts (default: a third of the run, at most "
+        f"{MAX_DEFAULT_WARMUP_S:.0f})",
+    )
     parser.add_argument("--cluster", action="store_true", help="etcd and three nodes")
     parser.add_argument("--rate", type=float, help="requests/s (skips the calibration)")
     parser.add_argument("--share", type=float, default=0.7, help="of the calibrated maximum")
@@ -1057,6 +1077,8 @@ def main() -> None:
     stop_on_sigterm()
     if args.seconds is None:
         args.seconds = args.minutes * 60
+    if args.warmup is None:
+        args.warmup = default_warmup_s(args.seconds)
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="soak-") as scratch:
         work = Path(scratch)

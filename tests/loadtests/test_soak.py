@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 
-from loadtests.soak import CALIBRATE_STEPS, Consumers, check, drift
+from loadtests.soak import CALIBRATE_STEPS, Consumers, check, default_warmup_s, drift
 
 REPO = Path(__file__).resolve().parents[2]
 ROW_FIELDS = {"t_s", "requests", "records_acked", "errors", "p50_ms", "p99_ms", "rss_mib",
               "open_files", "sockets", "tasks", "group_consumed", "group_repeats"}  # fmt: skip
 SUMMARY_FIELDS = {"errors", "errors_by_kind", "exactly_once", "push", "sse", "group", "retention",
-                  "tiering", "rate", "rss_growth_pct", "open_files_drift", "tasks_drift",
-                  "p99_drift_pct", "passed"}  # fmt: skip
+                  "tiering", "rate", "rss_growth_pct", "rss_growth_from_first_row_pct",
+                  "open_files_drift", "tasks_drift", "p99_drift_pct", "passed"}  # fmt: skip
 
 
 def soak(out: Path, *options: str) -> dict[str, Any]:
@@ -94,6 +94,7 @@ def test_drift_counts_from_the_end_of_the_warm_up(p99s: list[float], expected: f
     got = drift(rows, 60.0, 60.0)
     assert got["from_s"] == 60.0
     assert got["rss_growth_pct"] == {"0": float(len(p99s))}
+    assert got["rss_growth_from_first_row_pct"] == {"0": float(len(p99s))}
     assert got["open_files_drift"] == {"0": 0}
     assert got["tasks_drift"] == {"0": len(p99s)}
     assert got["p99_drift_pct"] == expected
@@ -132,3 +133,22 @@ def test_each_row_counts_the_records_the_group_delivered_again() -> None:
         consumers.consumed(key)
     assert shared == [2, 0, 0, 2]
     assert consumers.group.errors == 1
+
+
+def test_rss_growth_is_reported_from_the_first_row_as_well() -> None:
+    rows = [
+        {"t_s": 60.0 * (i + 1), "p99_ms": 5.0, "rss_mib": {"0": rss}, "open_files": {"0": 50},
+         "tasks": {"0": 40}}
+        for i, rss in enumerate([100.0, 110.0, 111.0, 112.0])
+    ]  # fmt: skip
+    got = drift(rows, 120.0, 60.0)
+    assert got["rss_growth_pct"] == {"0": round(100 * 2 / 110, 1)}
+    assert got["rss_growth_from_first_row_pct"] == {"0": 12.0}
+
+
+@pytest.mark.parametrize(("run_s", "expected"), [(16.0, 16 / 3), (600.0, 200.0), (1800.0, 600.0),
+                                                 (7200.0, 600.0)])  # fmt: skip
+def test_the_default_warm_up_is_a_third_of_the_run_up_to_ten_minutes(
+    run_s: float, expected: float
+) -> None:
+    assert default_warmup_s(run_s) == pytest.approx(expected)

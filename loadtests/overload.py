@@ -7,8 +7,8 @@ t0 + i/rate whatever the answers (no coordinated omission): each to a connection
 in flight when there is one, else pipelined behind a busy one; latency counts from the
 scheduled time. Each connection first carries one produce, answered before the clock starts
 and not counted, so that the gateway's accepting a thousand connections at once is not
-measured as the load's latency. A schedule is a list of phases (rate, seconds) run back to back. During a
-flood a fresh connection is opened every 100 ms and timed to its first answer.
+measured as the load's latency. A schedule is a list of phases (rate, seconds) run back to
+back. During a flood a fresh connection is opened every 100 ms and timed to its first answer.
 
     python -m loadtests.overload [--connections 1024] [--seconds 30] [--out DIR] [--quick]
 

@@ -59,7 +59,6 @@ SWAP_SUFFIX = ".swap"
 
 Listener = Callable[["PartitionLog"], None]
 _key_of = attrgetter("key")
-RollListener = Callable[["PartitionLog", LogSegment], None]
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
 
@@ -134,7 +133,6 @@ class PartitionLog:
         self.clock = clock
         self._lock = threading.RLock()
         self._listeners: list[Listener] = []
-        self._roll_listeners: list[RollListener] = []
         self._closed = False
         self._closing = False
         # Why the log went offline (None while its storage works): see `_failed`.
@@ -448,8 +446,6 @@ class PartitionLog:
             old.seal()
             segments, bases = self._view  # one more at the end: no walk over all of them
             self._view = SegmentView((*segments, new), (*bases, new.base_offset))
-        for listener in self._roll_listeners:
-            listener(self, old)
         return new
 
     # -- reads ---------------------------------------------------------------------------------
@@ -753,10 +749,6 @@ class PartitionLog:
 
     def remove_listener(self, listener: Listener) -> None:
         self._listeners.remove(listener)
-
-    def add_roll_listener(self, listener: RollListener) -> None:
-        """Call `listener(log, closed_segment)` when a segment rolls (tiering hooks here)."""
-        self._roll_listeners.append(listener)
 
     @contextlib.contextmanager
     def _changing_files(self) -> Iterator[None]:

@@ -230,15 +230,6 @@ def test_roll_by_age(make_log: LogFactory, clock: FakeClock) -> None:
     assert [s.base_offset for s in log.segments] == [0, 2]
 
 
-def test_roll_listener_gets_the_closed_segment(make_log: LogFactory) -> None:
-    log = make_log({"segment.bytes": 200})
-    rolled: list[tuple[int, int]] = []
-    log.add_roll_listener(lambda lg, seg: rolled.append((seg.base_offset, seg.next_offset)))
-    fill(log, 6, per_batch=1, size=80)
-    assert rolled and rolled[0][0] == 0
-    assert all(start < end for start, end in rolled)
-
-
 def test_listeners_hear_appends_watermarks_and_truncation(make_log: LogFactory) -> None:
     log = make_log()
     heard: list[tuple[int, int]] = []

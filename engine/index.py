@@ -1,10 +1,10 @@
 """Sparse per-segment indexes: offset -> file position, and timestamp -> offset.
 
 The active segment's entries are kept in memory (two `array('q')`, bisected in O(log n)) and
-written to disk in Kafka's layout on flush, roll and close. A closed segment's index is released
-to its file and bisected there, one `pread` per probe through the file cache, so closed segments
-cost no memory for their indexes. Entries past the recovery point may be lost in a crash;
-recovery rebuilds them from the log, as Kafka does.
+written to disk in Kafka's layout on flush, roll and close, and whenever `PENDING_MAX` wait. A
+closed segment's index is released to its file and bisected there, one `pread` per probe
+through the file cache, so closed segments cost no memory for their indexes. Entries past the
+recovery point may be lost in a crash; recovery rebuilds them from the log, as Kafka does.
 """
 
 from __future__ import annotations
@@ -21,6 +21,10 @@ from engine.file_cache import CachedFile, FileCache
 from engine.fsync import checked_fsync
 
 _RELEASED = (array("q"), array("q"))  # what a released index holds in memory: nothing, shared
+# Entries appended but not yet in the file, at most: each is encoded in Python, and a roll (on
+# the event loop, with the append that fills the segment) writes those left, so this bounds
+# its length (about half a millisecond), however many entries the segment holds.
+PENDING_MAX = 1024
 
 
 class SparseIndex:
@@ -59,6 +63,8 @@ class SparseIndex:
         keys, values = self._entries
         keys.append(key)
         values.append(value)
+        if len(keys) - self._persisted >= PENDING_MAX:
+            self.flush()
 
     def truncate_entries(self, count: int) -> None:
         """Keep only the first `count` entries (in memory and on disk)."""

@@ -55,6 +55,7 @@ class Params:
     segment_bytes: int
     pool_batches: int  # distinct pre-encoded batches, appended round-robin
     warmup_batches: int
+    roll_batches: int  # one-record batches in the segment each timed roll closes
     records_per_batch: int = 1000
     value_bytes: int = 100
     read_max_bytes: int = MIB
@@ -71,6 +72,7 @@ FULL = Params(
     segment_bytes=GIB,
     pool_batches=256,
     warmup_batches=50,
+    roll_batches=800_000,
 )
 QUICK = Params(
     quick=True,
@@ -82,6 +84,7 @@ QUICK = Params(
     segment_bytes=16 * MIB,
     pool_batches=16,
     warmup_batches=5,
+    roll_batches=2_000,
 )
 
 
@@ -422,6 +425,22 @@ class Bench:
         large.close()
         return small_samples, large_samples, large, info
 
+    def rolls(self) -> list[Sample]:
+        """Roll a segment of `roll_batches` one-record batches (a one-record produce's shape,
+        the most index entries for its bytes), `reps` times: the event loop runs a roll in line
+        with the append that fills the segment, so its length is a loop stall."""
+        p = self.params
+        log = self.new_log("roll")
+        single = fmt.encode_batch(self.records[:1], default_timestamp=now_ms())
+        samples = []
+        for _ in range(p.reps):
+            append_encoded(log, [single], p.roll_batches)
+            watch = Stopwatch()
+            log.roll()
+            samples.append(watch.sample(1))
+        log.delete()
+        return samples
+
     def recovery(self, closed: PartitionLog) -> tuple[list[Sample], list[Sample]]:
         """Reopen a closed log uncleanly (CRC-check everything), hot and then cold."""
         directory, topic, size = closed.directory, closed.topic, closed.size_bytes
@@ -460,6 +479,7 @@ def run(params: Params, directory: Path | None) -> dict[str, Any]:
         reads = bench.reads()
         encode, large, large_log, large_info = bench.encode_appends()
         recovery_hot, recovery_cold = bench.recovery(large_log)
+        rolls = bench.rolls()
     finally:
         shutil.rmtree(root, ignore_errors=True)
     machine["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
@@ -483,6 +503,7 @@ def run(params: Params, directory: Path | None) -> dict[str, Any]:
         "large_vs_small_ratio": round(large_rate / small_rate, 3),
         "recovery_s_per_gb": round(hot_gb_seconds, 3),
         "recovery_cold_s_per_gb": round(cold_gb_seconds, 3),
+        "segment_roll_ms": round(max(s.seconds for s in rolls) * 1000, 3),
     }
     record_bytes = params.records_per_batch * params.value_bytes
     return {
@@ -527,6 +548,11 @@ def run(params: Params, directory: Path | None) -> dict[str, Any]:
             "large_log": {**large_info, **summary(large)},
             "recovery_hot_bytes_per_s": summary(recovery_hot),
             "recovery_cold_bytes_per_s": summary(recovery_cold),
+            "segment_roll": {
+                "ms": [round(s.seconds * 1000, 3) for s in rolls],
+                "cpu_ms": [round(s.cpu_seconds * 1000, 3) for s in rolls],
+                "batches_per_segment": params.roll_batches,
+            },
         },
         "notes": notes(params),
         "machine": machine,
@@ -572,6 +598,9 @@ def notes(params: Params) -> list[str]:
         "Recovery opens the closed large log with trust_files=False, recovery_point=0 (CRC-check "
         "every batch, rebuild both indexes); recovery_s_per_gb is hot (page cache, as after a "
         "process crash), recovery_cold_s_per_gb after dropping the files from the page cache.",
+        "segment_roll_ms: the longest of the runs' `roll()` of a segment of roll_batches "
+        "one-record batches (pending index entries written, the indexes released, the next "
+        "segment's file created); the gateway runs a roll on its event loop.",
         "MB = 10**6 bytes, GB = 10**9 bytes.",
     ]
     if params.quick:
@@ -604,6 +633,7 @@ def render(report: dict[str, Any]) -> str:
         ("large / small", "large_vs_small_ratio", "", "large_vs_small_ratio"),
         ("recovery (hot)", "recovery_s_per_gb", "s/GB", ""),
         ("recovery (cold)", "recovery_cold_s_per_gb", "s/GB", ""),
+        ("segment roll (longest)", "segment_roll_ms", "ms", ""),
     ]
     targets = report["targets"]
     per_cpu = report["per_cpu_second"]

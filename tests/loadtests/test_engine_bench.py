@@ -16,6 +16,7 @@ FIGURES = (
     "read_records_per_s",
     "large_log_encode_append_records_per_s",
     "recovery_s_per_gb",
+    "segment_roll_ms",
 )
 
 

@@ -1,4 +1,5 @@
-"""Shared by the load tools: start a gateway or redis-server; read a process's CPU and RSS."""
+"""Shared by the load tools: start a gateway or redis-server; read a process's CPU and RSS;
+keep the gateway and the load generators on separate CPUs."""
 
 from __future__ import annotations
 
@@ -55,6 +56,18 @@ def start_gateway(
         said = "" if log is None else "\n" + log.read_text()
         raise RuntimeError(f"gateway did not start: {line!r}{said}")
     return process, line.split()[-1]
+
+
+def separate_cpus(gateway_pid: int) -> str:
+    """The gateway (every thread) on the first CPU, this process and the generators it starts
+    on the others, so client and server never wait for each other's core; says what it did."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return "shared (one CPU)"
+    for thread in Path(f"/proc/{gateway_pid}/task").iterdir():
+        os.sched_setaffinity(int(thread.name), {cpus[0]})
+    os.sched_setaffinity(0, set(cpus[1:]))
+    return f"gateway on CPU {cpus[0]}, load generators on CPU {','.join(map(str, cpus[1:]))}"
 
 
 def stop_on_sigterm() -> None:

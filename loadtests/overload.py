@@ -17,7 +17,9 @@ then the cells: open loop at 50% and 80% of the 64-connection maximum, at 80% of
 all-connection one, and a flood: 50% for 3 s, 150% for `--seconds`, 50% for 5 s.
 Options after `--` go to the gateway (`-- --admission-target-delay-ms 0`: without the
 admission control's delay rule); `--maximum` takes shares of a given rate instead, so that two
-runs offer the same load.
+runs offer the same load. The gateway runs on the first CPU and h2load and the driver on the
+others (as `loadtests.quick`): sharing the cores, the scheduler put them on one at first and
+the first ~80 ms of a cell measured that; `--shared-cpus` leaves them together.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from loadtests.common import (
     cpu_seconds,
     http_json,
     raise_fd_limit,
+    separate_cpus,
     start_gateway,
     stop_on_sigterm,
 )
@@ -320,6 +323,11 @@ def main() -> None:
     parser.add_argument("--cell-seconds", type=float, default=10.0)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument(
+        "--shared-cpus",
+        action="store_true",
+        help="leave the gateway and the load generators on every CPU (default: apart)",
+    )
+    parser.add_argument(
         "--maximum", type=float, help="the maximum rate to take shares of (default: measured)"
     )
     parser.add_argument("--out", type=Path, default=Path("overload-report"))
@@ -347,6 +355,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="sluice-overload-") as scratch:
         gateway, url = start_gateway(Path(scratch) / "data", *args.gateway_args)
         try:
+            placement = "shared" if args.shared_cpus else separate_cpus(gateway.pid)
             port = int(url.rsplit(":", 1)[1])
             topic = "overload"
             http_json("POST", f"{url}/v1/topics", {"name": topic, "partitions": 1})
@@ -412,7 +421,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "flood_peak_rss_mib": flood["peak_rss_mib"],
         "recovery_s": recovery_seconds(flood["timeline"], calm + flood_seconds, normal),
     }
-    return {"figures": figures, "cells": cells, "flood": flood}
+    return {"figures": figures, "cpus": placement, "cells": cells, "flood": flood}
 
 
 if __name__ == "__main__":

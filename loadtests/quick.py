@@ -26,7 +26,7 @@ import orjson
 
 from engine.batch import RecordInput, encode_batch
 from loadtests import generators
-from loadtests.common import cpu_seconds, rss_bytes, start_gateway
+from loadtests.common import cpu_seconds, rss_bytes, separate_cpus, start_gateway
 
 RECORDS_PER_REQUEST = 1000
 VALUE = "x" * 88  # with the JSON quoting and a short key, ~100 bytes per record
@@ -69,18 +69,6 @@ def bodies(directory: Path) -> dict[str, tuple[Path, str]]:
         "ndjson": (ndjson_body, "application/x-ndjson"),
         "binary": (binary_body, "application/vnd.sluice.record-batch"),
     }
-
-
-def separate_cpus(gateway_pid: int) -> str:
-    """The gateway (every thread) on the first CPU, this process and the generators it starts
-    on the others, so client and server never wait for each other's core; says what it did."""
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) < 2:
-        return "shared (one CPU)"
-    for thread in Path(f"/proc/{gateway_pid}/task").iterdir():
-        os.sched_setaffinity(int(thread.name), {cpus[0]})
-    os.sched_setaffinity(0, set(cpus[1:]))
-    return f"gateway on CPU {cpus[0]}, load generators on CPU {','.join(map(str, cpus[1:]))}"
 
 
 def latency_single_record(url: str, pid: int, scratch: Path) -> dict[str, float]:

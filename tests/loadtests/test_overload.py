@@ -34,6 +34,10 @@ def test_quick_run_answers_every_request_and_reports_every_figure(tmp_path: Path
     fresh = report["flood"]["new_connections"]
     assert fresh["opened"] == fresh["answered"] > 0
     assert set(fresh["statuses"]) <= {200, 503}
+    # The gateway and the load generators on separate CPUs, where there are two or more.
+    assert report["cpus"].startswith("gateway on CPU 0, load generators on CPU") or (
+        report["cpus"] == "shared (one CPU)"
+    )
     figures = report["figures"]
     assert figures["maximum_per_s"] > 0 and figures["recovery_s"] >= 0
     assert set(figures) >= {

@@ -1,7 +1,7 @@
 """Sparse per-segment indexes: offset -> file position, and timestamp -> offset.
 
 The active segment's entries are kept in memory (two `array('q')`, bisected in O(log n)) and
-written to disk in Kafka's layout on flush, roll and close, and whenever `PENDING_MAX` wait. A
+written to disk in Kafka's layout on flush, roll and close, and when `PENDING_MAX` wait. A
 closed segment's index is released to its file and bisected there, one `pread` per probe
 through the file cache, so closed segments cost no memory for their indexes. Entries past the
 recovery point may be lost in a crash; recovery rebuilds them from the log, as Kafka does.
@@ -21,9 +21,9 @@ from engine.file_cache import CachedFile, FileCache
 from engine.fsync import checked_fsync
 
 _RELEASED = (array("q"), array("q"))  # what a released index holds in memory: nothing, shared
-# Entries appended but not yet in the file, at most: each is encoded in Python, and a roll (on
-# the event loop, with the append that fills the segment) writes those left, so this bounds
-# its length (about half a millisecond), however many entries the segment holds.
+# The active segment writes its indexes' entries once this many wait (LogSegment.append): each
+# is encoded in Python, and a roll (on the event loop, with the append that fills the segment)
+# writes those left, so this bounds its length, however many entries the segment holds.
 PENDING_MAX = 1024
 
 
@@ -63,8 +63,11 @@ class SparseIndex:
         keys, values = self._entries
         keys.append(key)
         values.append(value)
-        if len(keys) - self._persisted >= PENDING_MAX:
-            self.flush()
+
+    @property
+    def pending(self) -> int:
+        """Entries held in memory and not yet in the file."""
+        return len(self._entries[0]) - self._persisted
 
     def truncate_entries(self, count: int) -> None:
         """Keep only the first `count` entries (in memory and on disk)."""

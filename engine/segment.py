@@ -6,7 +6,7 @@ import errno
 import os
 from bisect import bisect_right
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import NamedTuple
 
@@ -15,7 +15,7 @@ from engine import file_cache
 from engine.errors import CorruptRecord
 from engine.file_cache import CachedFile, FileCache, FileGone
 from engine.fsync import FileStateUnknown, checked_fsync
-from engine.index import OffsetIndex, TimeIndex
+from engine.index import PENDING_MAX, OffsetIndex, TimeIndex
 
 _HEADER_PROBE = 8 * 1024  # bytes read at once while walking batch headers (> index interval)
 # Bytes read at once by `batches()` (recovery, compaction, the tiering scan). Every batch
@@ -170,6 +170,16 @@ class LogSegment:
         for pos, header in headers:
             self._index_batch(start + pos, header)
         self.size = start + len(data)
+        if self.index.pending >= PENDING_MAX or self.time_index.pending >= PENDING_MAX:
+            self._write_waiting_entries()
+
+    def _write_waiting_entries(self) -> None:
+        """Write the indexes' waiting entries now, so that a roll has few left. Best effort: the
+        batches are appended already, and on an error the entries stay waiting for the next
+        flush, roll or close, which write them or take a failing disk's error as theirs."""
+        with suppress(OSError):
+            self.index.flush()
+            self.time_index.flush()
 
     def _index_batch(self, position: int, header: fmt.BatchHeader) -> None:
         if header.max_timestamp > self.max_timestamp:

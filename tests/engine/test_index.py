@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.index import PENDING_MAX, OffsetIndex, TimeIndex
+from engine.index import OffsetIndex, TimeIndex
 
 
 def test_offset_lookup_is_floor(tmp_path: Path) -> None:
@@ -62,21 +62,3 @@ def test_time_index_keeps_only_growing_timestamps(tmp_path: Path) -> None:
     assert index.lookup(1500) == 0
     assert index.lookup(2000) == 0
     assert index.lookup(2001) == 10
-
-
-def test_entries_are_written_once_pending_max_wait_so_a_roll_writes_few(tmp_path: Path) -> None:
-    """A segment of many batches leaves at most PENDING_MAX entries for its roll to encode."""
-    path = tmp_path / "0.index"
-    index = OffsetIndex(path, 0)
-    for i in range(PENDING_MAX - 1):
-        index.append(i, i * 4096)
-    assert not path.exists()
-    index.append(PENDING_MAX - 1, (PENDING_MAX - 1) * 4096)
-    assert path.stat().st_size == PENDING_MAX * 8
-    for i in range(PENDING_MAX, 2 * PENDING_MAX + 5):
-        index.append(i, i * 4096)
-    assert path.stat().st_size == 2 * PENDING_MAX * 8
-    index.release()
-    again = OffsetIndex(path, 0)
-    assert again.load()
-    assert list(again.keys) == list(range(2 * PENDING_MAX + 5))

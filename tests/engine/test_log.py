@@ -16,6 +16,7 @@ from engine.errors import (
     OffsetOutOfRange,
     RecordTooLarge,
 )
+from engine.index import PENDING_MAX
 from engine.log import PartitionLog
 from tests.engine.conftest import FakeClock, LogFactory, batch_of, read_all
 
@@ -475,3 +476,40 @@ def test_a_read_racing_delete_records_gets_the_batch_holding_its_offset(
     assert len(seen) >= 2  # the log start, then the segments
     assert [(name, base) for name, base, following in seen if not base <= 10 < following] == []
     assert log.log_start_offset == log.segments[0].base_offset == 8
+
+
+def test_the_active_segment_writes_its_index_entries_once_pending_max_wait(
+    make_log: LogFactory,
+) -> None:
+    """A roll runs on the event loop: it must find at most PENDING_MAX entries left to write,
+    however many batches the segment holds."""
+    log = make_log({"index.interval.bytes": 1})  # an offset-index entry for every batch
+    fill(log, PENDING_MAX - 1, per_batch=1)
+    path = log.segments[-1].index.path
+    assert not path.exists() or path.stat().st_size == 0
+    fill(log, 1, per_batch=1)
+    assert path.stat().st_size == PENDING_MAX * 8
+    fill(log, 10, per_batch=1)
+    assert path.stat().st_size == PENDING_MAX * 8
+    log.roll()
+    assert path.stat().st_size == (PENDING_MAX + 10) * 8
+
+
+def test_an_index_write_that_fails_on_append_is_left_to_the_next_flush(
+    make_log: LogFactory,
+) -> None:
+    """The batches are appended already when the entries are written: a failing write fails
+    no append, and the entries wait for the flush, which writes them all."""
+    log = make_log({"index.interval.bytes": 1})
+    path = log.segments[-1].index.path
+    path.mkdir()  # opening it for writing fails (IsADirectoryError)
+    fill(log, PENDING_MAX + 5, per_batch=1)
+    assert log.log_end_offset == PENDING_MAX + 5
+    headers = fmt.scan(log.read(PENDING_MAX, 10_000).data).headers
+    assert headers[0][1].base_offset == PENDING_MAX
+    path.rmdir()
+    log.flush()
+    assert path.stat().st_size == (PENDING_MAX + 5) * 8
+    log.close()
+    again = make_log({"index.interval.bytes": 1})
+    assert again.segments[-1].index.lookup(PENDING_MAX + 3)[0] == PENDING_MAX + 3

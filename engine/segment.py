@@ -170,7 +170,7 @@ class LogSegment:
         for pos, header in headers:
             self._index_batch(start + pos, header)
         self.size = start + len(data)
-        if self.index.pending >= PENDING_MAX or self.time_index.pending >= PENDING_MAX:
+        if self.index.pending >= PENDING_MAX:  # the time index gains entries only with it
             self._write_waiting_entries()
 
     def _write_waiting_entries(self) -> None:

@@ -128,8 +128,7 @@ async def drive(port: int, topic: str, phases: list[Phase], connections: int) ->
         if not pending[slot]:
             idle.append(slot)
         if phase == WARM_UP:
-            warming.discard(slot)
-            if not warming:
+            if len(idle) == connections:
                 warmed.set()
             return
         now = time.perf_counter()
@@ -150,7 +149,7 @@ async def drive(port: int, topic: str, phases: list[Phase], connections: int) ->
         pool.append(await connect(port, http_answer, functools.partial(answered, slot)))
     # Every connection carries one produce before the clock starts: the gateway has accepted
     # and set up all of them, as a serverless fleet's keep-alive connections already are.
-    warming, warmed = set(range(connections)), asyncio.Event()
+    warmed = asyncio.Event()  # set once every connection is idle again
     for slot, protocol in enumerate(pool):
         pending[slot].append((0.0, WARM_UP))
         assert protocol.transport is not None

@@ -100,6 +100,9 @@ class BatchHeader(NamedTuple):
         return bool(self.attributes & IDEMPOTENT_MASK)
 
 
+_new_tuple = tuple.__new__
+
+
 class Record(NamedTuple):
     """One decoded record; `headers` are (name, value) pairs as on the wire."""
 
@@ -126,22 +129,25 @@ class RecordInput(NamedTuple):
 
 
 def restamped(header: BatchHeader, base_offset: int, epoch: int, max_timestamp: int) -> BatchHeader:
-    """`header` as a leader's append stamps it (namedtuple's `_replace` costs three times
-    this, once per batch appended)."""
-    return BatchHeader(
-        base_offset,
-        header.length,
-        epoch,
-        header.magic,
-        header.crc,
-        header.attributes,
-        header.last_offset_delta,
-        header.first_timestamp,
-        max_timestamp,
-        header.producer_id,
-        header.producer_epoch,
-        header.base_sequence,
-        header.record_count,
+    """`header` as a leader's append stamps it, once per batch appended (built with
+    `tuple.__new__`: namedtuple's `_replace` costs three times this, its constructor 1.6 times)."""
+    return _new_tuple(
+        BatchHeader,
+        (
+            base_offset,
+            header.length,
+            epoch,
+            header.magic,
+            header.crc,
+            header.attributes,
+            header.last_offset_delta,
+            header.first_timestamp,
+            max_timestamp,
+            header.producer_id,
+            header.producer_epoch,
+            header.base_sequence,
+            header.record_count,
+        ),
     )
 
 
@@ -181,12 +187,11 @@ def scan(
     pos = 0
     end = len(buf)
     unpack = HEADER.unpack_from
-    make = BatchHeader._make
     view = memoryview(buf) if check_crc else None
     while pos < end:
         if end - pos < HEADER_SIZE:
             return ScanResult(found, pos, "truncated batch header", HEADER_SIZE)
-        header = make(unpack(buf, pos))
+        header = _new_tuple(BatchHeader, unpack(buf, pos))  # `_make` without its Python call
         if header.magic != MAGIC:
             return ScanResult(found, pos, f"unsupported magic {header.magic}")
         length = header.length

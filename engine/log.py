@@ -262,6 +262,32 @@ class PartitionLog:
             for part, part_headers in requests:
                 headers.extend((pos + shift, header) for pos, header in part_headers)
                 shift += len(part)
+        start, append_time, flush_due = self._stamp_and_write(buf, headers, leader_epoch)
+        infos = []
+        for _, part_headers in requests:
+            count = sum(header.record_count for _, header in part_headers)
+            infos.append(AppendInfo(start, start + count - 1, count, append_time, flush_due))
+            start += count
+        return infos
+
+    def append_batches_as_leader(
+        self, buf: bytearray, headers: list[tuple[int, fmt.BatchHeader]], leader_epoch: int
+    ) -> list[AppendInfo]:
+        """Append checked producer batches (`check_as_leader` of `buf`) in one write, one
+        AppendInfo per batch: for requests of one batch each, checked together as one."""
+        start, append_time, flush_due = self._stamp_and_write(buf, headers, leader_epoch)
+        infos = []
+        for _, header in headers:
+            count = header.record_count
+            infos.append(AppendInfo(start, start + count - 1, count, append_time, flush_due))
+            start += count
+        return infos
+
+    def _stamp_and_write(
+        self, buf: bytearray, headers: list[tuple[int, fmt.BatchHeader]], leader_epoch: int
+    ) -> tuple[int, int, bool]:
+        """Stamp checked batches with offsets from the log end and the leader's epoch, write
+        them: their first offset, the append time (-1 but for LogAppendTime), flush due."""
         now = self.now_ms()
         log_append_time = self.config.log_append_time
         stamp, restamped = fmt.stamp_offset_and_epoch, fmt.restamped
@@ -286,15 +312,8 @@ class PartitionLog:
                 self._drop_epochs_past_end()
                 raise
             flush_due = self._note_unflushed(offset - first, now)
-            append_time = now if log_append_time else -1
-            infos = []
-            start = first
-            for _, part_headers in requests:
-                count = sum(header.record_count for _, header in part_headers)
-                infos.append(AppendInfo(start, start + count - 1, count, append_time, flush_due))
-                start += count
         self._notify()
-        return infos
+        return first, now if log_append_time else -1, flush_due
 
     def append_as_follower(self, data: bytes | bytearray | memoryview) -> AppendInfo:
         """Append a leader's batches as they are; the first must start at the log end offset."""

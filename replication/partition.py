@@ -12,9 +12,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from itertools import accumulate
 from typing import NamedTuple
 
-from engine.batch import BatchHeader
+from engine.batch import IDEMPOTENT_MASK, BatchHeader
 from engine.config import TopicConfig
 from engine.errors import OffsetOutOfRange
 from engine.log import AppendInfo, PartitionLog, ReadResult
@@ -191,6 +192,10 @@ class Partition:
         rest get consecutive offsets in request order."""
         leading = self._leading()
         self.log.check_online("nothing was appended")
+        if len(requests) > 1:
+            plain = self._append_plain_together(requests, leading.leader_epoch)
+            if plain is not None:
+                return plain
         outcomes: list[AppendInfo | Exception | None] = [None] * len(requests)
         checked: list[tuple[int, bytearray, list[tuple[int, BatchHeader]]]] = []
         markers: dict[int, Marker] = {}
@@ -242,6 +247,34 @@ class Partition:
                 raise RuntimeError("a request of the write was left without an outcome")
             done.append(outcome)
         return done
+
+    def _append_plain_together(
+        self, requests: Sequence[tuple[bytes | bytearray, Acks]], leader_epoch: int
+    ) -> list[AppendInfo | Exception] | None:
+        """The common write, checked in one pass over the requests' bytes joined: each request
+        is one valid batch, none is marked, the ISR is large enough for acks=all. None when any
+        of that fails: `append_together` then judges each request alone, as it would anyway."""
+        buf = bytearray().join([data for data, _ in requests])
+        try:
+            if any(acks is Acks.ALL for _, acks in requests):
+                self.check_enough_replicas()
+            headers = self.log.check_as_leader(buf)
+        except Exception:
+            return None
+        starts = list(accumulate([len(data) for data, _ in requests], initial=0))
+        del starts[-1]
+        if [pos for pos, _ in headers] != starts or any(
+            header.attributes & IDEMPOTENT_MASK for _, header in headers
+        ):
+            return None
+        try:
+            infos: list[AppendInfo | Exception] = list(
+                self.log.append_batches_as_leader(buf, headers, leader_epoch)
+            )
+        except Exception as exc:  # the write failed: nothing of it was appended
+            return [exc] * len(requests)
+        self.update_high_watermark()
+        return infos
 
     def _repeat(self, marker: Marker) -> AppendInfo | None:
         """Where a request this log already holds put its records; None for a new request."""

@@ -4,6 +4,7 @@ each still gets its own offsets, its own idempotent answer and its own error."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 
 from engine import batch as fmt
 from engine.config import TopicConfig
-from engine.errors import InvalidRecord, RecordTooLarge
+from engine.errors import InsufficientStorage, InvalidRecord, RecordTooLarge
 from engine.log import AppendInfo, PartitionLog
 from engine.segment import LogSegment
 from replication.acks import Acks
@@ -76,6 +77,62 @@ async def test_one_turns_produces_share_one_write_with_their_own_offsets(
     assert values_of(leader.log) == [b"a", b"b", b"c", b"d"]
     batches = fmt.scan(leader.log.read(0, 1 << 20, upper_offset=4).data, check_crc=True)
     assert [h.partition_leader_epoch for _, h in batches.headers] == [3, 3, 3]
+
+
+async def test_plain_requests_are_checked_together_in_one_pass(
+    leader: Partition, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checked: list[int] = []
+    check = PartitionLog.check_as_leader
+
+    def counted(log: PartitionLog, data: bytes | bytearray) -> list[tuple[int, fmt.BatchHeader]]:
+        checked.append(len(data))
+        return check(log, data)
+
+    monkeypatch.setattr(PartitionLog, "check_as_leader", counted)
+    groups = AppendGroups()
+    bodies: list[bytes | bytearray] = [records(b"a"), records(b"b", b"c"), bytes(records(b"d"))]
+    infos = await asyncio.gather(*(groups.append(leader, body, Acks.LEADER) for body in bodies))
+    assert checked == [sum(len(body) for body in bodies)]  # one check of the joined bytes
+    assert [(i.first_offset, i.last_offset, i.record_count) for i in infos] == [
+        (0, 0, 1),
+        (1, 2, 2),
+        (3, 3, 1),
+    ]
+    assert values_of(leader.log) == [b"a", b"b", b"c", b"d"]
+
+
+async def test_a_request_of_several_batches_gets_the_offsets_of_all_of_them(
+    leader: Partition, writes: list[int]
+) -> None:
+    groups = AppendGroups()
+    bodies = [records(b"a"), records(b"b") + records(b"c", b"d"), records(b"e")]
+    infos = await asyncio.gather(*(groups.append(leader, body, Acks.LEADER) for body in bodies))
+    assert [(i.first_offset, i.last_offset, i.record_count) for i in infos] == [
+        (0, 0, 1),
+        (1, 3, 3),
+        (4, 4, 1),
+    ]
+    assert len(writes) == 1
+    assert values_of(leader.log) == [b"a", b"b", b"c", b"d", b"e"]
+
+
+async def test_a_failed_write_fails_every_request_of_the_turn(
+    leader: Partition, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def full(self: LogSegment, data: bytes | bytearray | memoryview, *args: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(LogSegment, "append", full)
+    groups = AppendGroups()
+    outcomes = await asyncio.gather(
+        *(groups.append(leader, records(v), Acks.LEADER) for v in (b"a", b"b", b"c")),
+        return_exceptions=True,
+    )
+    assert all(isinstance(o, InsufficientStorage) for o in outcomes)
+    assert leader.log.log_end_offset == 0
+    monkeypatch.undo()
+    assert (await groups.append(leader, records(b"d"), Acks.LEADER)).first_offset == 0
 
 
 async def test_an_idle_partition_writes_in_the_turn_it_is_asked(leader: Partition) -> None:

@@ -58,16 +58,18 @@ def start_gateway(
     return process, line.split()[-1]
 
 
-def separate_cpus(gateway_pid: int) -> str:
-    """The gateway (every thread) on the first CPU, this process and the generators it starts
-    on the others, so client and server never wait for each other's core; says what it did."""
+def separate_cpus(*server_pids: int) -> str:
+    """The servers (every thread; the gateway, and any baseline measured in turn with it) on
+    the first CPU, this process and the generators it starts on the others, so client and
+    server never wait for each other's core; says what it did."""
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         return "shared (one CPU)"
-    for thread in Path(f"/proc/{gateway_pid}/task").iterdir():
-        os.sched_setaffinity(int(thread.name), {cpus[0]})
+    for pid in server_pids:
+        for thread in Path(f"/proc/{pid}/task").iterdir():
+            os.sched_setaffinity(int(thread.name), {cpus[0]})
     os.sched_setaffinity(0, set(cpus[1:]))
-    return f"gateway on CPU {cpus[0]}, load generators on CPU {','.join(map(str, cpus[1:]))}"
+    return f"servers on CPU {cpus[0]}, load generators on CPU {','.join(map(str, cpus[1:]))}"
 
 
 def stop_on_sigterm() -> None:

@@ -6,9 +6,10 @@ partition, from 64 and 256 connections, one request in flight each; the same pro
 requests against `loadtests.floor_server` (uvloop and a bare Protocol answering a canned 200:
 the floor of any Python request path on this machine); and Redis's `XADD` from as many
 redis-benchmark clients, one command in flight each (no pipeline), the baseline a user would
-run. Cells alternate over the rounds and the
-median is the figure. Server-side batching shows as produce requests per log write, read from
-the gateway's own counters around each cell.
+run. The servers run on the first CPU and the generators on the others, so that neither waits
+for the other's core (the report's `cpus`). Cells alternate over the rounds and the median is
+the figure. Server-side batching shows as produce requests per log write, read from the
+gateway's own counters around each cell.
 
     python -m loadtests.request_cost [--quick] [--rounds N] [--seconds S] [--out DIR]
 """
@@ -25,7 +26,7 @@ from typing import Any
 import orjson
 
 from loadtests import generators, ratio_cli, report
-from loadtests.common import RedisServer, http_json, start_gateway
+from loadtests.common import RedisServer, http_json, separate_cpus, start_gateway
 from loadtests.rows import judged, rates
 
 ONE_RECORD = orjson.dumps({"records": [{"value": {"event": "click", "user": 42}}]})
@@ -122,6 +123,7 @@ def run(rounds: int, seconds: float, scratch: Path) -> dict[str, Any]:
         if not said.startswith("listening on "):
             raise RuntimeError(f"loadtests.floor_server did not start: {said!r}")
         floor_url = "http://127.0.0.1:" + said.split()[-1]
+        placement = separate_cpus(process.pid, floor.pid, redis.process.pid)
         for _ in range(rounds):
             for cell in CELLS:
                 what, protocol, connections = cell
@@ -144,7 +146,12 @@ def run(rounds: int, seconds: float, scratch: Path) -> dict[str, Any]:
                 "rounds_requests_per_s": [r["requests_per_s"] for r in runs],
             }
         )
-    return {"cells": rows, "targets": targets(rows), "floor_share": floor_share(rows)}
+    return {
+        "cells": rows,
+        "targets": targets(rows),
+        "floor_share": floor_share(rows),
+        "cpus": placement,
+    }
 
 
 def floor_share(rows: list[dict[str, Any]]) -> dict[str, float]:
@@ -210,6 +217,8 @@ def markdown(doc: dict[str, Any]) -> str:
         )
     share = doc["floor_share"]
     out += [
+        "",
+        f"CPUs: {doc['cpus']}.",
         "",
         f"At 256 connections the gateway serves {share['produce_over_floor_rate']} of the bare "
         f"Protocol's rate: {share['produce_server_us_per_request']} µs of server CPU per produce "

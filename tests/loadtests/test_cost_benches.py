@@ -52,6 +52,10 @@ def test_request_cost_reports_every_cell_and_target(tmp_path: Path) -> None:
     for cell in cells.values():
         _spent(cell)
         assert not cell["failures"], cell  # the bare Protocol answered every request too
+    # The servers apart from the generators, where there are two or more CPUs.
+    assert doc["cpus"].startswith("servers on CPU 0, load generators on CPU") or (
+        doc["cpus"] == "shared (one CPU)"
+    )
     share = doc["floor_share"]
     produce, floor = cells[("produce", "http/1.1", 256)], cells[("floor", "http/1.1", 256)]
     assert share["produce_over_floor_rate"] == pytest.approx(

@@ -35,7 +35,7 @@ def test_quick_run_answers_every_request_and_reports_every_figure(tmp_path: Path
     assert fresh["opened"] == fresh["answered"] > 0
     assert set(fresh["statuses"]) <= {200, 503}
     # The gateway and the load generators on separate CPUs, where there are two or more.
-    assert report["cpus"].startswith("gateway on CPU 0, load generators on CPU") or (
+    assert report["cpus"].startswith("servers on CPU 0, load generators on CPU") or (
         report["cpus"] == "shared (one CPU)"
     )
     figures = report["figures"]

@@ -167,8 +167,7 @@ class LogSegment:
                     f"{first.strerror}, and cutting {self.path.name} back failed: {cut.strerror}",
                 ) from exc
             raise
-        for pos, header in headers:
-            self._index_batch(start + pos, header)
+        self._index_batches(start, headers)
         self.size = start + len(data)
         if self.index.pending >= PENDING_MAX:  # the time index gains entries only with it
             self._write_waiting_entries()
@@ -181,20 +180,34 @@ class LogSegment:
             self.index.flush()
             self.time_index.flush()
 
-    def _index_batch(self, position: int, header: fmt.BatchHeader) -> None:
-        if header.max_timestamp > self.max_timestamp:
-            self.max_timestamp = header.max_timestamp
-        if self._bytes_since_index >= self.index_interval_bytes or not len(self.index):
-            self.index.append(header.base_offset, position)
-            # Keyed by the segment's largest timestamp so far, as in Kafka: a batch between two
-            # entries may carry a larger one than either, and the last key is the max on reload.
-            self.time_index.maybe_append(self.max_timestamp, header.base_offset)
-            self._bytes_since_index = 0
-            self._tail = [(header.base_offset, position)]  # a new list: readers hold the old
-        else:
-            self._tail.append((header.base_offset, position))
-        self._bytes_since_index += header.size
-        self.next_offset = header.next_offset
+    def _index_batches(self, start: int, headers: list[tuple[int, fmt.BatchHeader]]) -> None:
+        """Note batches written from `start` on (each header's position relative to it) in the
+        indexes and the tail, in one loop over a write's batches with the segment's state in
+        locals (a method call and two properties per batch before)."""
+        interval = self.index_interval_bytes
+        since = self._bytes_since_index
+        max_timestamp = self.max_timestamp
+        tail = self._tail
+        for pos, header in headers:
+            base_offset = header.base_offset
+            if header.max_timestamp > max_timestamp:
+                max_timestamp = header.max_timestamp
+            if since >= interval or not len(self.index):
+                self.index.append(base_offset, start + pos)
+                # Keyed by the segment's largest timestamp so far, as in Kafka: a batch between
+                # two entries may carry a larger one than either, and the last key is the max on
+                # reload.
+                self.time_index.maybe_append(max_timestamp, base_offset)
+                since = 0
+                tail = self._tail = [(base_offset, start + pos)]  # a new list: readers hold the old
+            else:
+                tail.append((base_offset, start + pos))
+            since += header.length + fmt.LOG_OVERHEAD
+        if headers:
+            last = headers[-1][1]
+            self.next_offset = last.base_offset + last.last_offset_delta + 1
+        self.max_timestamp = max_timestamp
+        self._bytes_since_index = since
 
     def flush(self, fsync: bool = True) -> None:
         """Write pending index entries; with `fsync`, also make the log and indexes durable."""
@@ -335,8 +348,7 @@ class LogSegment:
         self._reset_state()
         _, position = self.index.lookup(2**63 - 1)
         result = fmt.scan(self.pread(self.size - position, position), check_crc=False)
-        for pos, header in result.headers:
-            self._index_batch(position + pos, header)
+        self._index_batches(position, result.headers)
         return result.error is None
 
     def load(self) -> bool:
@@ -375,7 +387,7 @@ class LogSegment:
                 if header.base_offset < self.next_offset:
                     error = f"offset {header.base_offset} goes backwards at byte {position}"
                     break
-                self._index_batch(position, header)
+                self._index_batches(position, [(0, header)])
                 position += header.size
                 if not epochs or header.partition_leader_epoch > epochs[-1][0]:
                     epochs.append((header.partition_leader_epoch, header.base_offset))

@@ -39,7 +39,7 @@ GC_THRESHOLDS = (10_000, 10, 10)
 # A thread beside the loop doing Python (tiering's S3 calls and segment scans, the cleaner)
 # keeps the GIL until the loop has waited this long for it, at every system call the loop
 # makes: 0.5 ms rather than Python's 5 took the loop's stalls of 10 ms or more under tiering
-# from 89 - 126 a minute to 38 - 41 (docs/PERFORMANCE.md, "Loop stalls").
+# from 89 - 125 a minute to 38 - 41 (docs/PERFORMANCE.md, "Loop stalls").
 SWITCH_INTERVAL_S = 0.0005
 log = logging.getLogger("sluice")
 

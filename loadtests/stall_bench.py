@@ -26,7 +26,7 @@ from typing import Any
 
 import orjson
 
-from loadtests import generators
+from loadtests import generators, ratio_cli
 from loadtests.bench import machine
 from loadtests.common import MotoServer, http_json, separate_cpus, start_gateway
 
@@ -181,10 +181,7 @@ def main() -> None:
         "machine": machine(),
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "stall-bench.json").write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
-    text = markdown(doc)
-    (args.out / "stall-bench.md").write_text(text)
-    print(text)
+    ratio_cli.write(args.out, "stall-bench", doc, markdown(doc))
 
 
 if __name__ == "__main__":

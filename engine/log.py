@@ -262,25 +262,31 @@ class PartitionLog:
             for part, part_headers in requests:
                 headers.extend((pos + shift, header) for pos, header in part_headers)
                 shift += len(part)
-        start, append_time, flush_due = self._stamp_and_write(buf, headers, leader_epoch)
-        infos = []
-        for _, part_headers in requests:
-            count = sum(header.record_count for _, header in part_headers)
-            infos.append(AppendInfo(start, start + count - 1, count, append_time, flush_due))
-            start += count
-        return infos
+        return self.append_batches_as_leader(
+            buf, headers, leader_epoch, [len(part_headers) for _, part_headers in requests]
+        )
 
     def append_batches_as_leader(
-        self, buf: bytearray, headers: list[tuple[int, fmt.BatchHeader]], leader_epoch: int
+        self,
+        buf: bytearray,
+        headers: list[tuple[int, fmt.BatchHeader]],
+        leader_epoch: int,
+        batches: Sequence[int],
     ) -> list[AppendInfo]:
-        """Append checked producer batches (`check_as_leader` of `buf`) in one write, one
-        AppendInfo per batch: for requests of one batch each, checked together as one."""
+        """Append checked producer batches (`check_as_leader` of `buf`) in one write: one
+        AppendInfo per request, `batches` saying how many of the batches, in order, each holds
+        (requests checked together as one, or joined by `append_checked_as_leader`)."""
         start, append_time, flush_due = self._stamp_and_write(buf, headers, leader_epoch)
         infos = []
-        for _, header in headers:
-            count = header.record_count
+        at = 0
+        for n in batches:
+            if n == 1:
+                count = headers[at][1].record_count
+            else:
+                count = sum(header.record_count for _, header in headers[at : at + n])
             infos.append(AppendInfo(start, start + count - 1, count, append_time, flush_due))
             start += count
+            at += n
         return infos
 
     def _stamp_and_write(

@@ -252,8 +252,8 @@ class Partition:
         self, requests: Sequence[tuple[bytes | bytearray, Acks]], leader_epoch: int
     ) -> list[AppendInfo | Exception] | None:
         """The common write, checked in one pass over the requests' bytes joined: each request
-        is one valid batch, none is marked, the ISR is large enough for acks=all. None when any
-        of that fails: `append_together` then judges each request alone, as it would anyway."""
+        is whole valid batches, none is marked, the ISR is large enough for acks=all. None when
+        any of that fails: `append_together` then judges each request alone, as it would anyway."""
         buf = bytearray().join([data for data, _ in requests])
         try:
             if any(acks is Acks.ALL for _, acks in requests):
@@ -261,15 +261,23 @@ class Partition:
             headers = self.log.check_as_leader(buf)
         except Exception:
             return None
-        starts = list(accumulate([len(data) for data, _ in requests], initial=0))
-        del starts[-1]
-        if [pos for pos, _ in headers] != starts or any(
-            header.attributes & IDEMPOTENT_MASK for _, header in headers
-        ):
+        if any(header.attributes & IDEMPOTENT_MASK for _, header in headers):
             return None
+        lengths = [len(data) for data, _ in requests]
+        starts = list(accumulate(lengths[:-1], initial=0))
+        positions = [pos for pos, _ in headers]
+        if positions == starts:  # one batch a request, the common case
+            batches = [1] * len(requests)
+        else:  # each request must begin a batch, and hold one at least
+            first = {pos: i for i, pos in enumerate(positions)}
+            firsts = [first.get(start, -1) for start in starts]
+            if 0 in lengths or -1 in firsts:
+                return None
+            ends = [*firsts[1:], len(headers)]
+            batches = [end - begin for begin, end in zip(firsts, ends, strict=True)]
         try:
             infos: list[AppendInfo | Exception] = list(
-                self.log.append_batches_as_leader(buf, headers, leader_epoch)
+                self.log.append_batches_as_leader(buf, headers, leader_epoch, batches)
             )
         except Exception as exc:  # the write failed: nothing of it was appended
             return [exc] * len(requests)

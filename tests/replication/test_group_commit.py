@@ -57,6 +57,20 @@ def writes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return sizes
 
 
+@pytest.fixture
+def checks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The size of the bytes of every `check_as_leader` call."""
+    sizes: list[int] = []
+    check = PartitionLog.check_as_leader
+
+    def counted(log: PartitionLog, data: bytes | bytearray) -> list[tuple[int, fmt.BatchHeader]]:
+        sizes.append(len(data))
+        return check(log, data)
+
+    monkeypatch.setattr(PartitionLog, "check_as_leader", counted)
+    return sizes
+
+
 def values_of(log: PartitionLog) -> list[bytes | None]:
     data = log.read(0, 1 << 20, upper_offset=log.log_end_offset).data
     return [record.value for record in fmt.iter_records(data)]
@@ -80,20 +94,12 @@ async def test_one_turns_produces_share_one_write_with_their_own_offsets(
 
 
 async def test_plain_requests_are_checked_together_in_one_pass(
-    leader: Partition, monkeypatch: pytest.MonkeyPatch
+    leader: Partition, checks: list[int]
 ) -> None:
-    checked: list[int] = []
-    check = PartitionLog.check_as_leader
-
-    def counted(log: PartitionLog, data: bytes | bytearray) -> list[tuple[int, fmt.BatchHeader]]:
-        checked.append(len(data))
-        return check(log, data)
-
-    monkeypatch.setattr(PartitionLog, "check_as_leader", counted)
     groups = AppendGroups()
     bodies: list[bytes | bytearray] = [records(b"a"), records(b"b", b"c"), bytes(records(b"d"))]
     infos = await asyncio.gather(*(groups.append(leader, body, Acks.LEADER) for body in bodies))
-    assert checked == [sum(len(body) for body in bodies)]  # one check of the joined bytes
+    assert checks == [sum(len(body) for body in bodies)]  # one check of the joined bytes
     assert [(i.first_offset, i.last_offset, i.record_count) for i in infos] == [
         (0, 0, 1),
         (1, 2, 2),
@@ -103,7 +109,7 @@ async def test_plain_requests_are_checked_together_in_one_pass(
 
 
 async def test_a_request_of_several_batches_gets_the_offsets_of_all_of_them(
-    leader: Partition, writes: list[int]
+    leader: Partition, writes: list[int], checks: list[int]
 ) -> None:
     groups = AppendGroups()
     bodies = [records(b"a"), records(b"b") + records(b"c", b"d"), records(b"e")]
@@ -114,7 +120,21 @@ async def test_a_request_of_several_batches_gets_the_offsets_of_all_of_them(
         (4, 4, 1),
     ]
     assert len(writes) == 1
+    assert checks == [sum(len(body) for body in bodies)]  # checked together all the same
     assert values_of(leader.log) == [b"a", b"b", b"c", b"d", b"e"]
+
+
+async def test_an_empty_request_fails_alone(leader: Partition) -> None:
+    groups = AppendGroups()
+    outcomes = await asyncio.gather(
+        groups.append(leader, records(b"a"), Acks.LEADER),
+        groups.append(leader, b"", Acks.LEADER),
+        groups.append(leader, records(b"b"), Acks.LEADER),
+        return_exceptions=True,
+    )
+    assert isinstance(outcomes[1], InvalidRecord)
+    assert [o.first_offset for o in outcomes if isinstance(o, AppendInfo)] == [0, 1]
+    assert values_of(leader.log) == [b"a", b"b"]
 
 
 async def test_a_failed_write_fails_every_request_of_the_turn(

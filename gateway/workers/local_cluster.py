@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import json
 import os
 import random
@@ -14,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -43,7 +45,8 @@ def die_with_parent() -> None:
 
 
 _LOWEST_PORT = 10_000
-_handed_out: set[int] = set()
+_handed_out: dict[int, int] = {}  # port -> the descriptor of its lock (-1: none)
+_PORT_LOCKS = Path(tempfile.gettempdir()) / "sluice-ports"
 
 
 def _ephemeral_low() -> int:
@@ -53,12 +56,28 @@ def _ephemeral_low() -> int:
         return 32_768
 
 
+def _reserve(port: int) -> bool:
+    """Hold `port` for this process's life against every other process choosing here: a lock
+    on a file named after it, released by the kernel when the process ends, however it ends.
+    Two processes (pytest's workers) picking at random would otherwise hand out the same port
+    now and then, and one child would fail to bind it."""
+    _PORT_LOCKS.mkdir(exist_ok=True)
+    fd = os.open(_PORT_LOCKS / str(port), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return False
+    _handed_out[port] = fd
+    return True
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A port free now, for a child process to listen on.
 
     Chosen at random below the kernel's ephemeral range, so no outgoing connection can take
     it before the child binds it (a port from `bind(0)` can be, on a busy machine), and never
-    one this process handed out before."""
+    one this or another process running now handed out before (`_reserve`)."""
     low = _ephemeral_low()
     for _ in range(200 if low > _LOWEST_PORT + 1000 else 0):
         port = random.randrange(_LOWEST_PORT, low)
@@ -66,12 +85,12 @@ def free_port(host: str = "127.0.0.1") -> int:
             continue
         with socket.socket() as sock, contextlib.suppress(OSError):
             sock.bind((host, port))
-            _handed_out.add(port)
-            return port
+            if _reserve(port):
+                return port
     with socket.socket() as sock:
         sock.bind((host, 0))
         chosen: int = sock.getsockname()[1]
-        _handed_out.add(chosen)
+        _handed_out[chosen] = -1
         return chosen
 
 

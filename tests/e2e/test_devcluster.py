@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import random
 import socket
 import subprocess
 import sys
@@ -21,6 +22,34 @@ def test_free_ports_are_distinct_and_below_the_ephemeral_range() -> None:
     for port in ports[:20]:
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", port))
+
+
+def test_a_port_another_process_handed_out_is_not_handed_out_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two processes choosing at random (pytest's workers) never hand out the same port while
+    both live: the first's choice is held by a lock the second cannot take."""
+    script = (
+        "import sys; from gateway.workers.local_cluster import free_port; "
+        "print(free_port(), flush=True); sys.stdin.read()"
+    )
+    other = subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert other.stdout is not None
+        taken = int(other.stdout.readline())
+        offered = [taken, taken]  # then random ones again
+        randrange = random.randrange
+        monkeypatch.setattr(
+            random, "randrange", lambda *a: offered.pop() if offered else randrange(*a)
+        )
+        assert free_port() != taken
+        assert not offered
+    finally:
+        assert other.stdin is not None
+        other.stdin.close()
+        other.wait()
 
 
 def test_a_node_that_cannot_reach_etcd_says_so_in_one_line(tmp_path: Path) -> None:

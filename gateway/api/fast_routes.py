@@ -71,9 +71,11 @@ from replication.partition import Partition
 
 # Headers the body reader acts on: their requests take the general path (a forwarded request
 # too, but for the internal append, which only other nodes send).
-_GENERAL_PATH_HEADERS = ("Content-Encoding", "Expect")
+_CONTENT_ENCODING, _EXPECT = "Content-Encoding", "Expect"
 _ORIGINS_KEPT = 256  # the CORS headers of this many Origin values, remembered
 _ADMITTED_KEPT = 10_000  # (credentials, route, resource) admitted, remembered
+_TARGETS_KEPT = 1024  # POST targets and the produce route each is (or None), remembered
+_UNSEEN = ""  # no route: a target not remembered
 log = logging.getLogger(__name__)
 
 
@@ -122,6 +124,7 @@ class FastRoutes:
         # the common request's credentials and route check in one lookup.
         self._admitted: Memo[tuple[str, str, str], str] = Memo(_ADMITTED_KEPT)
         self._shed = {route: _shed_refusal(route, admission) for route in _PRODUCE_ROUTES}
+        self._produce_routes: Memo[str, str | None] = Memo(_TARGETS_KEPT)  # target -> route
         self._admitted_under: tuple[int, object] = (-1, None)
 
     def take(
@@ -138,10 +141,15 @@ class FastRoutes:
         refused costs only its answer. What they take has passed the checks the middlewares
         would make, or is refused as they refuse it."""
         admitted = False
-        if method == "POST" and (route := _produce_route(target)) is not None:
-            if not self.admission.admit(waited_s):
-                return self._overloaded(route, headers)
-            admitted = True
+        if method == "POST":
+            route = self._produce_routes.get(target, _UNSEEN)
+            if route is _UNSEEN:
+                route = _produce_route(target)
+                self._produce_routes.remember(target, route)
+            if route is not None:
+                if not self.admission.admit(waited_s):
+                    return self._overloaded(route, headers)
+                admitted = True
         plain = self._plain(method, target, headers, body, connection)
         taken: FastRequest | FastRefusal | None = plain
         if plain is not None and (self.auth.enabled or self.auth.quotas.active or self.cors):
@@ -162,7 +170,7 @@ class FastRoutes:
         self, method: str, target: str, headers: Mapping[str, str], body: bytes, connection: object
     ) -> FastRequest | None:
         """What the request asks for, if it is one the fast routes serve as the routes would."""
-        if any(name in headers for name in _GENERAL_PATH_HEADERS):
+        if _CONTENT_ENCODING in headers or _EXPECT in headers:
             return None
         forwarded = FORWARDED_BY in headers
         if target.startswith(APPEND_PREFIX):

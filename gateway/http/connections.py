@@ -39,6 +39,12 @@ _STARTS = (b"POST /", b"GET /")  # how a request the fast path may take begins
 log = logging.getLogger(__name__)
 
 
+def _may_start(unparsed: bytes, at: int) -> bool:
+    """Whether the few bytes from `at` (fewer than a start of `_STARTS`) may begin one."""
+    rest = unparsed[at:]
+    return len(rest) < len(_STARTS[0]) and any(start.startswith(rest) for start in _STARTS)
+
+
 class BadRequestLog:
     """One line per bad request, at most `per_minute` a minute; the lines left out are counted
     and the count logged when the next minute's first bad request comes."""
@@ -230,7 +236,7 @@ class Http1Connection(_ProblemErrors):
             unparsed, at = self._unparsed, self._unparsed_at
             if unparsed is None or at == len(unparsed):
                 return
-            if not any(unparsed.startswith(start[: len(unparsed) - at], at) for start in _STARTS):
+            if not unparsed.startswith(_STARTS, at) and not _may_start(unparsed, at):
                 self._stop_holding_back()  # not a request the fast path takes: aiohttp answers
                 return
             end = unparsed.find(b"\r\n\r\n", at) + 4

@@ -76,6 +76,7 @@ _ORIGINS_KEPT = 256  # the CORS headers of this many Origin values, remembered
 _ADMITTED_KEPT = 10_000  # (credentials, route, resource) admitted, remembered
 _TARGETS_KEPT = 1024  # POST targets and the produce route each is (or None), remembered
 _UNSEEN = ""  # no route: a target not remembered
+_ONE_RESULT = b'{"results":[{"partition":%d,"base_offset":%d,"count":%d}]}'
 log = logging.getLogger(__name__)
 
 
@@ -368,8 +369,7 @@ class FastRoutes:
                 )
                 acknowledged.add_done_callback(functools.partial(_served, ready))
                 return
-            document = self.gateway.producer.appended(request.produce, built, info)
-            answer = _produced(request, document)
+            answer = _landed_answer(request, self.gateway.producer.appended(built, info))
         else:
             answer = _failure(
                 request, _problem_of(_as_exception(error), "POST", request.produce.target)
@@ -395,8 +395,7 @@ class FastRoutes:
         produce = request.produce
         try:
             await self.gateway.replicas.acknowledge(leader, info, produce.acks, produce.timeout_ms)
-            document = self.gateway.producer.appended(produce, built, info)
-            answer = _produced(request, document)
+            answer = _landed_answer(request, self.gateway.producer.appended(built, info))
         except Exception as exc:
             answer = _failure(request, _problem_of(exc, "POST", produce.target))
         finally:
@@ -577,6 +576,17 @@ def _served(
 def _as_exception(error: BaseException) -> Exception:
     """A failed append's error as the problem renderer takes it."""
     return error if isinstance(error, Exception) else RuntimeError(str(error))
+
+
+def _landed_answer(request: FastProduce, landed: tuple[int, int, int]) -> FastAnswer:
+    """The answer to a produce appended in one batch: /v1's document as the Producer's answer
+    is written by orjson, byte for byte, without building it; v2's offsets for a v2 produce."""
+    status = produced(request.produce.acks)
+    if request.owners is None:
+        return FastAnswer(status, codecs.JSON, _ONE_RESULT % landed)
+    partition, base, count = landed
+    body = rest_proxy.produced_answer({partition: (base, count)}, request.owners, [])
+    return FastAnswer(status, request.answer_type, body)
 
 
 def _produced(request: FastProduce, document: dict[str, Any]) -> FastAnswer:

@@ -188,14 +188,12 @@ class Producer:
             return None
         return self.appender.append_now(built.topic.name, built.batches[0], request.acks)
 
-    def appended(
-        self, request: ProduceRequest, built: Built, info: AppendInfo
-    ) -> dict[str, object]:
-        """The answer to `append_now`'s append once it landed (and, when `info.flush_due`,
-        once `replicas.acknowledge` returned)."""
+    def appended(self, built: Built, info: AppendInfo) -> tuple[int, int, int]:
+        """`append_now`'s append, landed (and, when `info.flush_due`, acknowledged by
+        `replicas.acknowledge`), counted: its partition, base offset and record count."""
         item = built.batches[0]
         self.metrics.traffic.produced(built.topic.name, item.count, len(item.data))
-        return self._answer(request, {item.partition: (info.first_offset, item.count)})
+        return item.partition, info.first_offset, item.count
 
     def _answer(
         self, request: ProduceRequest, results: dict[int, tuple[int, int]]

@@ -310,8 +310,6 @@ class FastRoutes:
         watermark passed it then, as on a leader alone). A produce
         counts in the admission's account until `ready` has its answer."""
         started = time.perf_counter()
-        if isinstance(request, FastProduce):  # admitted by `take`
-            ready = functools.partial(_admitted_answer, self.admission, ready)
         if isinstance(request, FastRefusal):
             self._observe(request.route, request.method, request.answer.status, started)
             self.served += 1
@@ -320,23 +318,25 @@ class FastRoutes:
             refused.add_done_callback(functools.partial(_served, ready))
             return refused
         built: Built | Exception | None = None
-        if isinstance(request, FastProduce) and request.produce.idempotency_key is None:
-            producer = self.gateway.producer
-            try:
-                built = request.built or producer.build(request.produce)
-            except Exception as exc:  # answered by `serve`, as any other failure
-                built = exc
-            else:
-                appending = producer.append_now(request.produce, built)
-                if appending is not None:
-                    landing, leader = appending
-                    self.inflight.reserve(request.size, connection)
-                    landing.add_done_callback(
-                        functools.partial(
-                            self._landed, request, built, leader, connection, started, ready
+        if isinstance(request, FastProduce):  # admitted by `take`
+            if request.produce.idempotency_key is None:
+                producer = self.gateway.producer
+                try:
+                    built = request.built or producer.build(request.produce)
+                except Exception as exc:  # answered by `serve`, as any other failure
+                    built = exc
+                else:
+                    appending = producer.append_now(request.produce, built)
+                    if appending is not None:
+                        landing, leader = appending
+                        self.inflight.reserve(request.size, connection)
+                        landing.add_done_callback(  # `_landed` settles the admission
+                            functools.partial(
+                                self._landed, request, built, leader, connection, started, ready
+                            )
                         )
-                    )
-                    return landing
+                        return landing
+            ready = functools.partial(_admitted_answer, self.admission, ready)
         task = loop.create_task(self.serve(request, connection, built))
         task.add_done_callback(functools.partial(_served, ready))
         return task
@@ -351,10 +351,12 @@ class FastRoutes:
         ready: Callable[[FastAnswer | None], None],
         landing: asyncio.Future[AppendInfo],
     ) -> None:
-        """`start`'s produce, once its write landed (or failed, or its client went)."""
+        """`start`'s produce, once its write landed (or failed, or its client went); it
+        leaves the admission's account as `ready` gets its answer."""
         if landing.cancelled():
             self.inflight.release(request.size, connection)
             self._observe(request.route, "POST", CLIENT_CLOSED, started)
+            self.admission.done()
             ready(None)
             return
         error = landing.exception()
@@ -367,7 +369,8 @@ class FastRoutes:
                 acknowledged = asyncio.ensure_future(
                     self._acknowledged(request, built, leader, info, connection, started)
                 )
-                acknowledged.add_done_callback(functools.partial(_served, ready))
+                admitted = functools.partial(_admitted_answer, self.admission, ready)
+                acknowledged.add_done_callback(functools.partial(_served, admitted))
                 return
             answer = _landed_answer(request, self.gateway.producer.appended(built, info))
         else:
@@ -378,6 +381,7 @@ class FastRoutes:
         self.inflight.release(request.size, connection)
         self._observe(request.route, "POST", answer.status, started)
         self.served += 1
+        self.admission.done()
         ready(answer)
 
     async def _acknowledged(

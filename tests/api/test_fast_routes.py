@@ -70,7 +70,8 @@ async def _started(
     client: Client, target: str, bodies: list[bytes], headers: dict[str, str] | None = None
 ) -> tuple[list[asyncio.Future[Any]], list[FastAnswer | None]]:
     """`FastRoutes.start` for each body in one loop turn; the futures it returned and the answers
-    handed to `ready`, once every one has been handed."""
+    handed to `ready`, once every one has been handed (each produce has then left the
+    admission's account, whatever way it was answered)."""
     assert client.app is not None
     routes = fast_routes_of(client)
     loop = asyncio.get_running_loop()
@@ -88,7 +89,9 @@ async def _started(
         )
         assert isinstance(taken, FastProduce)
         started.append(routes.start(taken, i, functools.partial(ready, i), loop))
+    assert routes.admission.inflight == len(bodies)
     await asyncio.gather(*handed)
+    assert routes.admission.inflight == 0
     return started, answers
 
 
@@ -193,6 +196,7 @@ async def test_a_plain_produce_whose_client_went_hands_no_answer(start: Start) -
     assert got[0] is None
     assert got[1] is not None and got[1].status == 200
     assert routes.inflight.reserved == 0 and not routes.inflight.by_connection
+    assert routes.admission.inflight == 0
 
 
 async def test_a_plain_produce_the_flush_policy_syncs_is_answered_after_the_fsync(

@@ -6,7 +6,7 @@ import errno
 import os
 from bisect import bisect_right
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
@@ -49,6 +49,7 @@ class LogSegment:
     __slots__ = (
         "_bytes_since_index",
         "_fd",
+        "_index_write_at",
         "_log",
         "_tail",
         "base_offset",
@@ -91,6 +92,7 @@ class LogSegment:
         # mtime after a restart), not record timestamps, which producers may set far in the past.
         self.rolling_base_ms: int | None = int(mtime * 1000) if self.size else None
         self._bytes_since_index = 0
+        self._index_write_at = PENDING_MAX  # entries waiting when the next write is tried
         # (base offset, position) of each batch from the last index entry on, while active: a
         # consumer at the tail asks for the offset just appended, found here without a walk.
         self._tail: list[tuple[int, int]] = []
@@ -169,16 +171,21 @@ class LogSegment:
             raise
         self._index_batches(start, headers)
         self.size = start + len(data)
-        if self.index.pending >= PENDING_MAX:  # the time index gains entries only with it
+        if self.index.pending >= self._index_write_at:  # the time index gains entries with it
             self._write_waiting_entries()
 
     def _write_waiting_entries(self) -> None:
         """Write the indexes' waiting entries now, so that a roll has few left. Best effort: the
         batches are appended already, and on an error the entries stay waiting for the next
-        flush, roll or close, which write them or take a failing disk's error as theirs."""
-        with suppress(OSError):
+        flush, roll or close, which write them or take a failing disk's error as theirs; the
+        next try here waits for PENDING_MAX more (each try encodes every waiting entry)."""
+        try:
             self.index.flush()
             self.time_index.flush()
+        except OSError:
+            self._index_write_at = self.index.pending + PENDING_MAX
+        else:
+            self._index_write_at = PENDING_MAX
 
     def _index_batches(self, start: int, headers: list[tuple[int, fmt.BatchHeader]]) -> None:
         """Note batches written from `start` on (each header's position relative to it) in the

@@ -16,7 +16,7 @@ from engine.errors import (
     OffsetOutOfRange,
     RecordTooLarge,
 )
-from engine.index import PENDING_MAX
+from engine.index import PENDING_MAX, OffsetIndex
 from engine.log import PartitionLog
 from tests.engine.conftest import FakeClock, LogFactory, batch_of, read_all
 
@@ -496,20 +496,32 @@ def test_the_active_segment_writes_its_index_entries_once_pending_max_wait(
 
 
 def test_an_index_write_that_fails_on_append_is_left_to_the_next_flush(
-    make_log: LogFactory,
+    make_log: LogFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The batches are appended already when the entries are written: a failing write fails
-    no append, and the entries wait for the flush, which writes them all."""
+    no append, and the entries wait for the flush, which writes them all. Appends try again
+    only once PENDING_MAX more wait: each try encodes every waiting entry."""
     log = make_log({"index.interval.bytes": 1})
     path = log.segments[-1].index.path
     path.mkdir()  # opening it for writing fails (IsADirectoryError)
+    tries = []
+    flush = OffsetIndex.flush
+
+    def counted(index: OffsetIndex, fsync: bool = False) -> None:
+        tries.append(fsync)
+        flush(index, fsync)
+
+    monkeypatch.setattr(OffsetIndex, "flush", counted)
     fill(log, PENDING_MAX + 5, per_batch=1)
+    assert len(tries) == 1
     assert log.log_end_offset == PENDING_MAX + 5
     headers = fmt.scan(log.read(PENDING_MAX, 10_000).data).headers
     assert headers[0][1].base_offset == PENDING_MAX
+    fill(log, PENDING_MAX - 5, per_batch=1)
+    assert len(tries) == 2
     path.rmdir()
     log.flush()
-    assert path.stat().st_size == (PENDING_MAX + 5) * 8
+    assert path.stat().st_size == 2 * PENDING_MAX * 8
     log.close()
     again = make_log({"index.interval.bytes": 1})
     assert again.segments[-1].index.lookup(PENDING_MAX + 3)[0] == PENDING_MAX + 3

@@ -195,11 +195,13 @@ class LogSegment:
         since = self._bytes_since_index
         max_timestamp = self.max_timestamp
         tail = self._tail
+        unindexed = not len(self.index)
         for pos, header in headers:
             base_offset = header.base_offset
             if header.max_timestamp > max_timestamp:
                 max_timestamp = header.max_timestamp
-            if since >= interval or not len(self.index):
+            if since >= interval or unindexed:
+                unindexed = False
                 self.index.append(base_offset, start + pos)
                 # Keyed by the segment's largest timestamp so far, as in Kafka: a batch between
                 # two entries may carry a larger one than either, and the last key is the max on

@@ -23,9 +23,10 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
 
-# setup.py builds the C extensions (gateway/formats/_batchcheck.c, _fetchjson.c, _producejson.c and
-# _h2session.c, the last over libnghttp2); they are optional there, so the check below makes a
-# missing compiler or header fail the build instead of silently shipping the slower paths.
+# setup.py builds the C extensions (gateway/formats/_batchcheck.c, _fetchjson.c, _producejson.c,
+# engine/_scan.c and _h2session.c, the last over libnghttp2); they are optional there, so the
+# check below makes a missing compiler or header fail the build instead of silently shipping the
+# slower paths.
 RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc libc6-dev libnghttp2-dev \
     && rm -rf /var/lib/apt/lists/*
@@ -43,8 +44,9 @@ COPY spark_ingest ./spark_ingest
 RUN pip wheel --wheel-dir /wheels . \
     && python -c "import glob, sys, zipfile; \
 names = zipfile.ZipFile(glob.glob('/wheels/sluice-*.whl')[0]).namelist(); \
-lacking = [m for m in ('formats/_batchcheck', 'formats/_fetchjson', 'formats/_producejson', 'http/_h2session') \
-if not any(n.startswith(f'gateway/{m}.') and n.endswith('.so') for n in names)]; \
+lacking = [m for m in ('gateway/formats/_batchcheck', 'gateway/formats/_fetchjson', \
+'gateway/formats/_producejson', 'gateway/http/_h2session', 'engine/_scan') \
+if not any(n.startswith(f'{m}.') and n.endswith('.so') for n in names)]; \
 sys.exit(f'the sluice wheel lacks its C extensions {lacking}' if lacking else 0)"
 
 # ---- runtime: the wheels installed, no compiler, no source tree ------------------------------

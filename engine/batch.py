@@ -8,8 +8,8 @@ depends on neither aiohttp nor the rest of the engine, so readers of segment fil
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Iterator, Sequence
-from typing import NamedTuple
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, NamedTuple
 
 from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from crc32c import crc32c
@@ -102,6 +102,15 @@ class BatchHeader(NamedTuple):
 
 _new_tuple = tuple.__new__
 
+NativeScan = Callable[
+    [bytes | bytearray | memoryview, bool, type], tuple[list[Any], int, str | None, int]
+]
+_native_scan: NativeScan | None
+try:
+    from engine._scan import scan as _native_scan
+except ImportError:  # built without a C compiler: `python_scan`
+    _native_scan = None
+
 
 class Record(NamedTuple):
     """One decoded record; `headers` are (name, value) pairs as on the wire."""
@@ -182,7 +191,19 @@ def scan(
     *,
     check_crc: bool = True,
 ) -> ScanResult:
-    """Walk the batches in `buf`, stopping at the first incomplete or invalid one."""
+    """Walk the batches in `buf`, stopping at the first incomplete or invalid one: in C
+    (engine/_scan.c) where it was built, else `python_scan`, the reference."""
+    if _native_scan is None:
+        return python_scan(buf, check_crc=check_crc)
+    return _new_tuple(ScanResult, _native_scan(buf, check_crc, BatchHeader))
+
+
+def python_scan(
+    buf: bytes | bytearray | memoryview,
+    *,
+    check_crc: bool = True,
+) -> ScanResult:
+    """`scan`'s walk in Python, one batch at a time."""
     found: list[tuple[int, BatchHeader]] = []
     pos = 0
     end = len(buf)

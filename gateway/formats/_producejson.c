@@ -33,11 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && \
-    !defined(PRODUCEJSON_PORTABLE_CRC32C)
-#define HAVE_SSE42_CRC32C 1
-#include <nmmintrin.h>
-#endif
+#include "../../engine/_crc32c.h"
 
 #define HEADER_SIZE 61
 #define LOG_OVERHEAD 12 /* base offset and length: the bytes a batch's length leaves out */
@@ -61,82 +57,6 @@
 #define MAX_BODY ((Py_ssize_t)1 << 30)
 
 enum outcome { DONE, PYTHON, FAILED };
-
-/* -- CRC-32C (Castagnoli), as the batch header's checksum ---------------------------------- */
-
-static uint32_t crc_table[8][256];
-
-static void
-crc32c_init(void)
-{
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t crc = i;
-        for (int bit = 0; bit < 8; bit++) {
-            crc = (crc >> 1) ^ (0x82F63B78u & (0u - (crc & 1u)));
-        }
-        crc_table[0][i] = crc;
-    }
-    for (int t = 1; t < 8; t++) {
-        for (int i = 0; i < 256; i++) {
-            uint32_t prev = crc_table[t - 1][i];
-            crc_table[t][i] = (prev >> 8) ^ crc_table[0][prev & 0xff];
-        }
-    }
-}
-
-/* Eight bytes a step through the tables above. */
-static uint32_t
-crc32c_portable(const unsigned char *p, size_t n)
-{
-    uint32_t crc = 0xFFFFFFFFu;
-    while (n >= 8) {
-        uint32_t lo = crc ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-                             (uint32_t)p[3] << 24);
-        crc = crc_table[7][lo & 0xff] ^ crc_table[6][(lo >> 8) & 0xff] ^
-              crc_table[5][(lo >> 16) & 0xff] ^ crc_table[4][lo >> 24] ^ crc_table[3][p[4]] ^
-              crc_table[2][p[5]] ^ crc_table[1][p[6]] ^ crc_table[0][p[7]];
-        p += 8;
-        n -= 8;
-    }
-    while (n--) {
-        crc = (crc >> 8) ^ crc_table[0][(crc ^ *p++) & 0xff];
-    }
-    return ~crc;
-}
-
-#ifdef HAVE_SSE42_CRC32C
-static int have_sse42;
-
-/* SSE4.2's crc32 instruction computes the same polynomial, eight bytes an instruction. */
-__attribute__((target("sse4.2"))) static uint32_t
-crc32c_sse42(const unsigned char *p, size_t n)
-{
-    uint64_t crc = 0xFFFFFFFFu;
-    while (n >= 8) {
-        uint64_t word;
-        memcpy(&word, p, 8);
-        crc = _mm_crc32_u64(crc, word);
-        p += 8;
-        n -= 8;
-    }
-    uint32_t small = (uint32_t)crc;
-    while (n--) {
-        small = _mm_crc32_u8(small, *p++);
-    }
-    return ~small;
-}
-#endif
-
-static uint32_t
-crc32c(const unsigned char *p, size_t n)
-{
-#ifdef HAVE_SSE42_CRC32C
-    if (have_sse42) {
-        return crc32c_sse42(p, n);
-    }
-#endif
-    return crc32c_portable(p, n);
-}
 
 /* -- Kafka's encodings ---------------------------------------------------------------------- */
 
@@ -1414,11 +1334,7 @@ static int
 module_exec(PyObject *module)
 {
     (void)module;
-    crc32c_init();
-#ifdef HAVE_SSE42_CRC32C
-    __builtin_cpu_init();
-    have_sse42 = __builtin_cpu_supports("sse4.2");
-#endif
+    crc32c_setup();
     return 0;
 }
 

@@ -34,6 +34,7 @@ PACKAGE = {  # C path: the package its extension module lives in
     "_fetchjson": "gateway.formats",
     "_producejson": "gateway.formats",
     "_h2session": "gateway.http",
+    "_scan": "engine",
 }
 LINK = {  # C path: what it links with (setup.py's libraries), after its source on the command line
     "_h2session": ["-lnghttp2"],
@@ -42,9 +43,9 @@ FLAGS = [
     "-fsanitize=address,undefined",
     "-fno-sanitize-recover=all",
     "-fno-omit-frame-pointer",
-    # _producejson's portable CRC-32C (what machines without SSE4.2 run), which this build
+    # The portable CRC-32C of engine/_crc32c.h (what machines without SSE4.2 run), which this build
     # then checks against the Python path too.
-    "-DPRODUCEJSON_PORTABLE_CRC32C",
+    "-DPORTABLE_CRC32C",
 ]
 
 

@@ -300,15 +300,22 @@ class LogSegment:
 
     def batches(self) -> Iterator[tuple[fmt.BatchHeader, memoryview]]:
         """Every batch in file order, CRC-checked; the first bad one raises CorruptRecord."""
+        for chunk, headers in self.batch_chunks():
+            for pos, header in headers:
+                yield header, chunk[pos : pos + header.size]
+
+    def batch_chunks(self) -> Iterator[tuple[memoryview, list[tuple[int, fmt.BatchHeader]]]]:
+        """`batches`, a read at a time: the bytes read and (position in them, header) of each
+        whole batch they hold, CRC-checked; the first bad batch raises CorruptRecord."""
         position = 0
         expected = self.base_offset
         chunk_size = _SCAN_CHUNK
         while position < self.size:
             chunk = memoryview(self.pread(min(chunk_size, self.size - position), position))
             result = fmt.scan(chunk, check_crc=True)
-            for pos, header in result.headers:
-                yield header, chunk[pos : pos + header.size]
-                expected = header.next_offset
+            if result.headers:
+                yield chunk, result.headers
+                expected = result.headers[-1][1].next_offset
             position += result.valid_bytes
             if result.error is None:
                 continue

@@ -77,7 +77,8 @@ def scan_segment(
     """Checksum, count and index the segment's batches from the one starting at `from_offset`
     (a new leader's segment may straddle the manifest's end), CRC-checking each. Paced batch by
     batch (engine.pacing): a segment of small batches is millions of them, walked in a worker
-    thread beside the event loop."""
+    thread beside the event loop; the bytes are checked (engine/_scan.c) and hashed a read at
+    a time, without the GIL."""
     pacer = Pacer() if pacer is None else pacer
     digest = hashlib.sha256()
     index, time_index = bytearray(), bytearray()
@@ -87,28 +88,34 @@ def scan_segment(
     max_ts = fmt.NO_TIMESTAMP
     records = size = since_index = 0
     position = 0
-    for header, data in segment.batches():
-        pacer.tick()
-        here = position
-        position += header.size
-        if header.base_offset < from_offset:
-            continue
-        if start is None:
-            start, base, first_ts = here, header.base_offset, header.first_timestamp
-        digest.update(data)
-        size += header.size
-        last = header.last_offset
-        if not header.is_control:
-            records += header.record_count
-        if header.max_timestamp > max_ts:
-            max_ts = header.max_timestamp
-        if not epochs or epochs[-1][0] != header.partition_leader_epoch:
-            epochs.append((header.partition_leader_epoch, header.base_offset))
-        if since_index >= index_interval or not index:
-            index += _OFFSET_ENTRY.pack(header.base_offset - base, here - start)
-            time_index += _TIME_ENTRY.pack(max_ts, header.base_offset - base)
-            since_index = 0
-        since_index += header.size
+    for chunk, headers in segment.batch_chunks():
+        kept = None  # where the chunk's batches to upload begin in it
+        for at, header in headers:
+            pacer.tick()
+            here = position
+            position += header.size
+            if header.base_offset < from_offset:
+                continue
+            if kept is None:
+                kept = at
+            if start is None:
+                start, base, first_ts = here, header.base_offset, header.first_timestamp
+            size += header.size
+            last = header.last_offset
+            if not header.is_control:
+                records += header.record_count
+            if header.max_timestamp > max_ts:
+                max_ts = header.max_timestamp
+            if not epochs or epochs[-1][0] != header.partition_leader_epoch:
+                epochs.append((header.partition_leader_epoch, header.base_offset))
+            if since_index >= index_interval or not index:
+                index += _OFFSET_ENTRY.pack(header.base_offset - base, here - start)
+                time_index += _TIME_ENTRY.pack(max_ts, header.base_offset - base)
+                since_index = 0
+            since_index += header.size
+        if kept is not None:  # one update a read: hashlib lets go of the GIL past 2 KiB
+            end, final = headers[-1]
+            digest.update(chunk[kept : end + final.size])
     if start is None:
         raise ManifestError(f"{segment.path.name} has no batch at or after offset {from_offset}")
     remote = RemoteSegment(

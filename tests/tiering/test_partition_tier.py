@@ -4,6 +4,7 @@ elsewhere continuing from the manifest, local retention waiting for S3, and remo
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from collections.abc import Iterator
@@ -181,6 +182,22 @@ def test_a_segments_scan_is_paced_batch_by_batch(tmp_path: Path) -> None:
 
     scanned = scan_segment(log.segments[0], 0, 4096, Counting())
     assert len(ticks) == 40 and scanned.segment.records == 40
+
+
+@pytest.mark.parametrize("from_batch", [0, 1, 2_500, 7_999])
+def test_a_scan_hashes_exactly_the_bytes_it_uploads(tmp_path: Path, from_batch: int) -> None:
+    """The checksum covers the batches from `from_offset` on, hashed a read (256 KiB) at a
+    time: the same as the file's bytes there, wherever the first batch falls in a read."""
+    log = make_log(tmp_path, 8 << 20)
+    fill(log, 8_000, per_batch=1)  # about 600 KiB: three reads
+    log.roll()
+    segment = log.segments[0]
+    scanned = scan_segment(segment, from_batch, 4096)
+    data = segment.pread(segment.size, 0)
+    uploaded = data[scanned.start_position : scanned.start_position + scanned.segment.size]
+    assert scanned.start_position + scanned.segment.size == segment.size
+    assert fmt.read_header(uploaded).base_offset == scanned.segment.base_offset == from_batch
+    assert hashlib.sha256(uploaded).hexdigest() == scanned.segment.sha256
 
 
 def test_uploads_start_no_thread_of_their_own(

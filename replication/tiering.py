@@ -70,6 +70,9 @@ class TieringService:
         self._threads = asyncio.Semaphore(settings.max_concurrent)
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        # Set by close(): a pass running in a thread stops at its next segment (the process
+        # exits only once the thread has, and a backlog is many segments).
+        self._closing = False
 
     def start(self, partitions: dict[TopicPartition, Partition], topic_id: TopicIds) -> None:
         """Run passes over `partitions` (the replica manager's, live) until close()."""
@@ -80,6 +83,7 @@ class TieringService:
         self._wake.set()
 
     async def close(self) -> None:
+        self._closing = True
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -143,12 +147,15 @@ class TieringService:
 
     def _lead(self, tier: PartitionTier, leader_epoch: int) -> None:
         """One leader pass (in a thread): roll an aged segment, upload what is closed and
-        committed, apply total retention, then local retention."""
+        committed, apply total retention, then local retention; once the service closes, no
+        further segment is begun (each is committed whole or not at all)."""
         log_ = tier.log
         if tier.manifest is None or tier.manifest.leader_epoch < leader_epoch:
             tier.refresh()  # a new leader continues from what S3 holds
         log_.roll_if_aged()
         for segment in tier.pending():
+            if self._closing:
+                return
             remote = tier.upload(segment, leader_epoch)
             self.counters.segments_uploaded += 1
             self.counters.bytes_uploaded += remote.size

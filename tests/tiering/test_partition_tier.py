@@ -4,6 +4,7 @@ elsewhere continuing from the manifest, local retention waiting for S3, and remo
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import threading
 import time
@@ -18,10 +19,12 @@ from engine.config import TopicConfig
 from engine.errors import OffsetMovedToTieredStorage
 from engine.log import PartitionLog
 from engine.pacing import Pacer
-from engine.tiered.manifest import decode_manifest
+from engine.segment import LogSegment
+from engine.tiered.manifest import RemoteSegment, decode_manifest
 from engine.tiered.reader import RemoteReader
 from engine.tiered.remote import ManifestConflict, RemoteStorage, S3Location
 from engine.tiered.uploader import PartitionTier, StaleLeader, scan_segment
+from replication.tiering import TieringService, TieringSettings
 from tests.s3 import MotoServer
 
 TIERED = {"remote.storage.enable": True, "local.retention.bytes": 0}
@@ -198,6 +201,42 @@ def test_a_scan_hashes_exactly_the_bytes_it_uploads(tmp_path: Path, from_batch: 
     assert scanned.start_position + scanned.segment.size == segment.size
     assert fmt.read_header(uploaded).base_offset == scanned.segment.base_offset == from_batch
     assert hashlib.sha256(uploaded).hexdigest() == scanned.segment.sha256
+
+
+def test_a_closing_service_begins_no_further_upload(
+    tmp_path: Path,
+    storage: RemoteStorage,
+    senders: ThreadPoolExecutor,
+    moto: MotoServer,
+    bucket: str,
+) -> None:
+    """A pass over a backlog runs in a thread the process waits for as it exits: once the
+    service closes, the segment being uploaded is finished and no other is begun."""
+    log = make_log(tmp_path, 300)
+    fill(log, 12)
+    service = TieringService(storage, TieringSettings(S3Location(moto.url, bucket, "p")))
+    tier = PartitionTier(storage, "p", log, "id", senders)
+    backlog = len(tier.pending())
+    assert backlog >= 3
+    entered, release = threading.Event(), threading.Event()
+    uploaded: list[int] = []
+    upload = tier.upload
+
+    def held(segment: LogSegment, epoch: int) -> RemoteSegment:
+        uploaded.append(segment.base_offset)
+        entered.set()
+        assert release.wait(30)
+        return upload(segment, epoch)
+
+    tier.upload = held  # type: ignore[method-assign]
+    passing = threading.Thread(target=service._lead, args=(tier, 0))
+    passing.start()
+    assert entered.wait(30)
+    asyncio.run(service.close())
+    release.set()
+    passing.join(30)
+    assert not passing.is_alive()
+    assert len(uploaded) == 1 and len(tier.pending()) == backlog - 1
 
 
 def test_uploads_start_no_thread_of_their_own(

@@ -287,8 +287,12 @@ static struct PyModuleDef_Slot slots[] = {
 };
 
 static struct PyModuleDef module_def = {
-    PyModuleDef_HEAD_INIT, "_scan", "engine.batch.scan's walk over record batches, in C.", 0,
-    methods, slots, NULL, NULL, NULL,
+    PyModuleDef_HEAD_INIT,
+    .m_name = "engine._scan",
+    .m_doc = "engine.batch.scan's walk over record batches, in C.",
+    .m_size = 0,
+    .m_methods = methods,
+    .m_slots = slots,
 };
 
 PyMODINIT_FUNC

@@ -41,6 +41,6 @@ setup(
             libraries=["nghttp2"],
             extra_compile_args=FLAGS,
             optional=True,
-        )
+        ),
     ]
 )

@@ -228,7 +228,7 @@ def test_a_closing_service_begins_no_further_upload(
         assert release.wait(30)
         return upload(segment, epoch)
 
-    tier.upload = held  # type: ignore[method-assign]
+    tier.upload = held  # type: ignore[method-assign,assignment]
     passing = threading.Thread(target=service._lead, args=(tier, 0))
     passing.start()
     assert entered.wait(30)

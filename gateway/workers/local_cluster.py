@@ -60,9 +60,14 @@ def _reserve(port: int) -> bool:
     """Hold `port` for this process's life against every other process choosing here: a lock
     on a file named after it, released by the kernel when the process ends, however it ends.
     Two processes (pytest's workers) picking at random would otherwise hand out the same port
-    now and then, and one child would fail to bind it."""
-    _PORT_LOCKS.mkdir(exist_ok=True)
-    fd = os.open(_PORT_LOCKS / str(port), os.O_RDWR | os.O_CREAT, 0o600)
+    now and then, and one child would fail to bind it. Where no lock file can be made (the
+    directory another user's), the port is this process's alone, as before there were locks."""
+    try:
+        _PORT_LOCKS.mkdir(exist_ok=True)
+        fd = os.open(_PORT_LOCKS / str(port), os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError:
+        _handed_out[port] = -1
+        return True
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from gateway.workers import local_cluster
 from gateway.workers.local_cluster import ClusterError, Node, free_port
 
 
@@ -50,6 +51,19 @@ def test_a_port_another_process_handed_out_is_not_handed_out_again(
         assert other.stdin is not None
         other.stdin.close()
         other.wait()
+
+
+def test_ports_are_handed_out_where_no_lock_file_can_be_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lock directory that cannot be made (here a path under a file) costs the locks only:
+    the ports are still chosen below the ephemeral range."""
+    blocker = tmp_path / "a-file"
+    blocker.write_bytes(b"")
+    monkeypatch.setattr(local_cluster, "_PORT_LOCKS", blocker / "sluice-ports")
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    ports = {free_port() for _ in range(5)}
+    assert len(ports) == 5 and all(port < low for port in ports)
 
 
 def test_a_node_that_cannot_reach_etcd_says_so_in_one_line(tmp_path: Path) -> None:

@@ -75,7 +75,6 @@ _CONTENT_ENCODING, _EXPECT = "Content-Encoding", "Expect"
 _ORIGINS_KEPT = 256  # the CORS headers of this many Origin values, remembered
 _ADMITTED_KEPT = 10_000  # (credentials, route, resource) admitted, remembered
 _TARGETS_KEPT = 1024  # POST targets and the produce route each is (or None), remembered
-_UNSEEN = ""  # no route: a target not remembered
 _ONE_RESULT = b'{"results":[{"partition":%d,"base_offset":%d,"count":%d}]}'
 log = logging.getLogger(__name__)
 
@@ -125,7 +124,8 @@ class FastRoutes:
         # the common request's credentials and route check in one lookup.
         self._admitted: Memo[tuple[str, str, str], str] = Memo(_ADMITTED_KEPT)
         self._shed = {route: _shed_refusal(route, admission) for route in _PRODUCE_ROUTES}
-        self._produce_routes: Memo[str, str | None] = Memo(_TARGETS_KEPT)  # target -> route
+        # POST target -> the produce route it is, "" for none
+        self._produce_routes: Memo[str, str] = Memo(_TARGETS_KEPT)
         self._admitted_under: tuple[int, object] = (-1, None)
 
     def take(
@@ -143,11 +143,11 @@ class FastRoutes:
         would make, or is refused as they refuse it."""
         admitted = False
         if method == "POST":
-            route = self._produce_routes.get(target, _UNSEEN)
-            if route is _UNSEEN:
-                route = _produce_route(target)
+            route = self._produce_routes.get(target)
+            if route is None:
+                route = _produce_route(target) or ""
                 self._produce_routes.remember(target, route)
-            if route is not None:
+            if route:
                 if not self.admission.admit(waited_s):
                     return self._overloaded(route, headers)
                 admitted = True

@@ -23,7 +23,7 @@ from typing import Any, ClassVar, NamedTuple
 from unittest import mock
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -39,6 +39,7 @@ from engine.config import TopicConfig
 from engine.errors import InvalidRecord, OffsetOutOfRange
 from engine.log import PartitionLog
 from engine.segment import segment_name
+from tests.hypothesis_runs import deterministic
 
 KEYS = (b"a", b"b", b"c", b"d")
 START_MS = 1_000_000_000  # whole seconds, so `clock() * 1000` round-trips exactly
@@ -664,14 +665,7 @@ class CompactDeleteLogMachine(LogMachine):
     policy = "compact,delete"
 
 
-_SETTINGS = settings(
-    max_examples=80,
-    stateful_step_count=50,
-    derandomize=True,
-    database=None,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
+_SETTINGS = deterministic(80, HealthCheck.filter_too_much, stateful_step_count=50)
 
 TestDeletePolicy = LogMachine.TestCase
 TestDeletePolicy.settings = _SETTINGS

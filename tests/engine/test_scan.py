@@ -8,21 +8,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from engine import batch as fmt
 from tests.fuzz import sanitizers
+from tests.hypothesis_runs import deterministic
 
 _scan = pytest.importorskip("engine._scan")
 
-SETTINGS = settings(
-    max_examples=400,
-    derandomize=True,
-    database=None,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+SETTINGS = deterministic(400)
 
 
 @st.composite

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import ClassVar
 from unittest import mock
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -32,6 +32,7 @@ from engine.errors import OffsetOutOfRange
 from engine.log import PartitionLog
 from engine.sibling_log import SiblingLog
 from tests.engine.conftest import FakeClock, batch_of
+from tests.hypothesis_runs import deterministic
 
 KEYS = (b"a", b"b", b"c", b"d", b"e")
 MAX_BYTES = (1, 100, 4096, 65536)
@@ -265,14 +266,7 @@ class CompactedSiblingMachine(SiblingMachine):
     policy = "compact"
 
 
-_SETTINGS = settings(
-    max_examples=60,
-    stateful_step_count=30,
-    derandomize=True,
-    database=None,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
+_SETTINGS = deterministic(60, HealthCheck.filter_too_much, stateful_step_count=30)
 
 TestDeletePolicy = SiblingMachine.TestCase
 TestDeletePolicy.settings = _SETTINGS

@@ -9,23 +9,18 @@ from pathlib import Path
 
 import pytest
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from engine import batch as fmt
 from tests.fuzz import sanitizers
 from tests.fuzz.batch_check_native import both_paths
 from tests.fuzz.batch_validator import fix_crcs
+from tests.hypothesis_runs import deterministic
 
 _batchcheck = pytest.importorskip("gateway.formats._batchcheck")
 
-SETTINGS = settings(
-    max_examples=400,
-    derandomize=True,
-    database=None,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+SETTINGS = deterministic(400)
 
 header_names = st.sampled_from(["h", "é", "", fmt.IDEMPOTENCY_HEADER]) | st.text(max_size=4)
 records = st.tuples(

@@ -13,22 +13,17 @@ import msgspec
 import orjson
 import pytest
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from engine import batch as fmt
 from gateway.formats import codecs
 from gateway.formats import native as c_paths
+from tests.hypothesis_runs import deterministic
 
 _fetchjson = pytest.importorskip("gateway.formats._fetchjson")
 
-SETTINGS = settings(
-    max_examples=300,
-    derandomize=True,
-    database=None,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+SETTINGS = deterministic(300)
 
 json_values = st.recursive(
     st.none()

@@ -38,7 +38,7 @@ from hyperframe.frame import (
     SettingsFrame,
     WindowUpdateFrame,
 )
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 
 from gateway.http import h2_session
@@ -58,6 +58,7 @@ from gateway.http.h2_session import (
     header_block,
 )
 from tests.fuzz import sanitizers
+from tests.hypothesis_runs import deterministic
 
 _h2session = pytest.importorskip("gateway.http._h2session")
 
@@ -1593,13 +1594,7 @@ def cut(data: bytes, sizes: list[int]) -> list[bytes]:
     return reads
 
 
-@settings(
-    max_examples=300,
-    derandomize=True,
-    database=None,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+@deterministic(300, HealthCheck.data_too_large)
 @given(
     st.lists(actions, max_size=25).flatmap(lambda rest: opens.map(lambda first: [first, *rest])),
     st.booleans(),

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 
 from engine import batch as fmt
@@ -30,14 +30,9 @@ from tests.fuzz.json_produce_native import (  # noqa: E402 - needs the extension
     compare,
     covered,
 )
+from tests.hypothesis_runs import deterministic  # noqa: E402
 
-SETTINGS = settings(
-    max_examples=300,
-    derandomize=True,
-    database=None,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
+SETTINGS = deterministic(300, HealthCheck.filter_too_much)
 
 # Text that stresses escaping and UTF-8: quotes, backslashes, control characters, DEL,
 # non-ASCII of every width, noncharacters, a line separator.

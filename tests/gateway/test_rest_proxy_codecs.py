@@ -18,7 +18,7 @@ from typing import Any, cast
 import msgspec
 import orjson
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 
 from engine import batch as fmt
@@ -31,16 +31,11 @@ from gateway.produce import front as produce
 from gateway.produce.partitioner import partition_for_key
 from replication.acks import Acks
 from tests.gateway.test_fetchjson import logs
+from tests.hypothesis_runs import deterministic
 
 _producejson = pytest.importorskip("gateway.formats._producejson")
 
-SETTINGS = settings(
-    max_examples=300,
-    derandomize=True,
-    database=None,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
+SETTINGS = deterministic(300, HealthCheck.filter_too_much)
 NOW = 1_700_000_000.123
 KEYLESS = 1  # the sticky partition both paths are given
 MAX_BYTES = TopicConfig().max_message_bytes

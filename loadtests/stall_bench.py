@@ -18,6 +18,8 @@ import argparse
 import os
 import re
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 import urllib.request
@@ -34,6 +36,10 @@ STALL_REPORT_MS = 10
 PARTITIONS = 4
 SEGMENT_BYTES = 262_144
 SHIPPED_WAIT_S = 30.0  # after the load, for the tiering cell's first closed segment to ship
+# A stop's bound: the gateway's own (controlled shutdown 10 s, then 10 s) and its watchdog's
+# report 5 s past it, with room. A gateway still running then is killed and its log's end
+# (the watchdog's stacks) printed: the cell's figures were taken before the stop.
+STOP_WAIT_S = 45.0
 CONNECTIONS = 8
 CELLS = ("no tiering", "tiering")
 ONE_RECORD = orjson.dumps({"records": [{"value": {"event": "click", "user": 42}}]})
@@ -104,7 +110,14 @@ def run_cell(
         shipped = _shipped(url, tiering)
     finally:
         process.terminate()
-        process.wait(30)
+        try:
+            process.wait(STOP_WAIT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            said = log.read_text(errors="replace")[-20_000:]
+            print(f"the {cell} cell's gateway did not stop in {STOP_WAIT_S:g} s:\n{said}",
+                  file=sys.stderr)  # fmt: skip
     stalls = stalls_in(log.read_text())
     late = sorted(late for late, _ in stalls)
     return {

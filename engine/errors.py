@@ -2,11 +2,25 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class EngineError(Exception):
     """Base of every error the engine raises on purpose."""
 
     code = "ENGINE_ERROR"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled whole, its own attributes too, and rebuilt without its `__init__`: an error
+        raised in another process (a segment's upload) reaches the caller as it was raised."""
+        return _rebuilt, (type(self), self.args, self.__dict__)
+
+
+def _rebuilt(cls: type[EngineError], args: tuple[Any, ...], state: dict[str, Any]) -> EngineError:
+    error = cls.__new__(cls, *args)
+    error.args = args
+    error.__dict__.update(state)
+    return error
 
 
 class InvalidTopicName(EngineError):

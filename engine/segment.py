@@ -5,7 +5,7 @@ from __future__ import annotations
 import errno
 import os
 from bisect import bisect_right
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
@@ -305,24 +305,8 @@ class LogSegment:
                 yield header, chunk[pos : pos + header.size]
 
     def batch_chunks(self) -> Iterator[tuple[memoryview, list[tuple[int, fmt.BatchHeader]]]]:
-        """`batches`, a read at a time: the bytes read and (position in them, header) of each
-        whole batch they hold, CRC-checked; the first bad batch raises CorruptRecord."""
-        position = 0
-        expected = self.base_offset
-        chunk_size = _SCAN_CHUNK
-        while position < self.size:
-            chunk = memoryview(self.pread(min(chunk_size, self.size - position), position))
-            result = fmt.scan(chunk, check_crc=True)
-            if result.headers:
-                yield chunk, result.headers
-                expected = result.headers[-1][1].next_offset
-            position += result.valid_bytes
-            if result.error is None:
-                continue
-            if result.needed and position + result.needed <= self.size:
-                chunk_size = max(_SCAN_CHUNK, result.needed)  # a batch straddled the chunk
-                continue
-            raise CorruptRecord(f"{result.error} at byte {position} of {self.path.name}", expected)
+        """`batches`, a read at a time (module `batch_chunks`)."""
+        return batch_chunks(self.pread, self.size, self.base_offset, self._log.path)
 
     def find_offset_by_timestamp(
         self, timestamp: int, start_offset: int = 0
@@ -537,3 +521,28 @@ def read_batches(
             break
         pos += header.size
     return data[:pos]
+
+
+def batch_chunks(
+    pread: Callable[[int, int], bytes], size: int, base_offset: int, path: str
+) -> Iterator[tuple[memoryview, list[tuple[int, fmt.BatchHeader]]]]:
+    """The batches of a segment's first `size` bytes, a read at a time: the bytes read and
+    (position in them, header) of each whole batch they hold, CRC-checked; the first bad batch
+    raises CorruptRecord. `pread(length, position)` reads the `.log` file at `path`."""
+    position = 0
+    expected = base_offset
+    chunk_size = _SCAN_CHUNK
+    while position < size:
+        chunk = memoryview(pread(min(chunk_size, size - position), position))
+        result = fmt.scan(chunk, check_crc=True)
+        if result.headers:
+            yield chunk, result.headers
+            expected = result.headers[-1][1].next_offset
+        position += result.valid_bytes
+        if result.error is None:
+            continue
+        if result.needed and position + result.needed <= size:
+            chunk_size = max(_SCAN_CHUNK, result.needed)  # a batch straddled the chunk
+            continue
+        name = os.path.basename(path)
+        raise CorruptRecord(f"{result.error} at byte {position} of {name}", expected)

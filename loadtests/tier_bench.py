@@ -16,7 +16,6 @@ import platform
 import tempfile
 import time
 import urllib.request
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ from engine import batch as fmt
 from engine.config import TopicConfig
 from engine.log import PartitionLog
 from engine.tiered.remote import RemoteStorage, S3Location
+from engine.tiered.shipping import Shipper
 from engine.tiered.uploader import PartitionTier
 from loadtests.common import MotoServer, http_json, start_gateway
 
@@ -68,16 +68,19 @@ def upload_figures(
 
     def tiered() -> None:
         storage = RemoteStorage(S3Location(moto.url, moto.new_bucket(), "b"))
-        tier = PartitionTier(storage, "b", log, "id", senders)
+        tier = PartitionTier(storage, "b", log, "id", shipper.ship)
         started = time.perf_counter()
         for segment in tier.pending():
             tier.upload(segment, 0)
         tier_runs.append(time.perf_counter() - started)
 
-    with ThreadPoolExecutor(4) as senders:  # an upload's four objects at once, as in a node
+    shipper = Shipper(1, S3Location(moto.url, "any"))  # uploads in its process, as in a node
+    try:
         for round_ in range(rounds):
             for run in (plain, tiered) if round_ % 2 == 0 else (tiered, plain):
                 run()
+    finally:
+        shipper.close()
     log.close()
     ratios = sorted(p / t for p, t in zip(plain_runs, tier_runs, strict=True))
     return {

@@ -1,7 +1,8 @@
 """Tiering, the partition layer's side (Kafka's RemoteLogManager): each partition this node
 leads uploads its closed segments and applies total retention to S3; each it follows learns
 from the manifest what S3 holds, so its local retention may delete those segments too. Reads
-below a leader's local log start are served from S3. All S3 work runs in threads."""
+below a leader's local log start are served from S3. All S3 work runs in threads; each segment's
+upload (its scan and objects) in a shipper process (engine.tiered.shipping)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from engine import batch as fmt
@@ -18,12 +18,12 @@ from engine.errors import EngineError
 from engine.tiered.manifest import Manifest, empty_manifest, partition_prefix, topic_prefix
 from engine.tiered.reader import RemoteReader
 from engine.tiered.remote import RemoteStorage, S3Location
+from engine.tiered.shipping import Shipper
 from engine.tiered.uploader import PartitionTier
 from replication.metadata import TopicPartition
 from replication.partition import Partition
 
 log = logging.getLogger(__name__)
-OBJECTS_IN_FLIGHT = 4  # an upload's PUTs at once: its .log, .index, .timeindex and .epochs
 TopicIds = Callable[[str], str | None]  # a topic's id in the current metadata, if it exists
 
 
@@ -62,9 +62,7 @@ class TieringService:
         self.reader = RemoteReader(storage, settings.location.prefix, settings.cache_bytes)
         self.counters = TieringCounters()
         self._tiers: dict[TopicPartition, PartitionTier] = {}
-        self._senders = ThreadPoolExecutor(
-            settings.max_concurrent * OBJECTS_IN_FLIGHT, thread_name_prefix="s3-upload"
-        )
+        self._shipper = Shipper(settings.max_concurrent, settings.location)
         self._retries: dict[TopicPartition, _Retry] = {}
         self._refreshed: dict[TopicPartition, float] = {}
         self._threads = asyncio.Semaphore(settings.max_concurrent)
@@ -89,7 +87,7 @@ class TieringService:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         self.reader.close()
-        self._senders.shutdown(wait=False, cancel_futures=True)
+        self._shipper.close()
 
     async def _run(self, partitions: dict[TopicPartition, Partition], topic_id: TopicIds) -> None:
         while True:
@@ -124,7 +122,11 @@ class TieringService:
         tier = self._tiers.get(tp)
         if tier is None or tier.log is not partition.log:
             tier = self._tiers[tp] = PartitionTier(
-                self.storage, self.settings.location.prefix, partition.log, topic_id, self._senders
+                self.storage,
+                self.settings.location.prefix,
+                partition.log,
+                topic_id,
+                self._shipper.ship,
             )
         try:
             async with self._threads:

@@ -5,19 +5,12 @@ names them, under names that depend only on their offsets."""
 
 from __future__ import annotations
 
-import hashlib
-import io
 import logging
-import struct
-import time
-from concurrent.futures import Executor, wait
-from dataclasses import dataclass
+from collections.abc import Callable
 
 import msgspec
 
-from engine import batch as fmt
 from engine.log import PartitionLog
-from engine.pacing import Pacer
 from engine.segment import LogSegment
 from engine.tiered.manifest import (
     Manifest,
@@ -27,12 +20,10 @@ from engine.tiered.manifest import (
     partition_prefix,
 )
 from engine.tiered.remote import RemoteStorage
+from engine.tiered.shipping import Shipment
 
 log = logging.getLogger(__name__)
-
-_OFFSET_ENTRY = struct.Struct(">ii")
-_TIME_ENTRY = struct.Struct(">qi")
-_CHUNK = 8 * 1024 * 1024
+Ship = Callable[[Shipment], RemoteSegment]  # uploads a segment's objects, commits nothing
 
 
 class StaleLeader(ManifestError):
@@ -41,103 +32,11 @@ class StaleLeader(ManifestError):
     code = "STALE_LEADER"
 
 
-@dataclass(frozen=True)
-class SegmentUpload:
-    """What one scan of a closed segment's batches yields for its upload."""
-
-    segment: RemoteSegment
-    start_position: int  # where the uploaded bytes start in the local file
-    index: bytes
-    time_index: bytes
-    epochs: bytes
-
-
-class _FileRange(io.RawIOBase):
-    """Bytes [start, start + length) of a file, as a readable stream for boto3."""
-
-    def __init__(self, segment: LogSegment, start: int, length: int) -> None:
-        self._segment, self._position, self._end = segment, start, start + length
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
-        want = min(len(buffer), self._end - self._position)
-        if want <= 0:
-            return 0
-        data = self._segment.pread(want, self._position)
-        buffer[: len(data)] = data
-        self._position += len(data)
-        return len(data)
-
-
-def scan_segment(
-    segment: LogSegment, from_offset: int, index_interval: int, pacer: Pacer | None = None
-) -> SegmentUpload:
-    """Checksum, count and index the segment's batches from the one starting at `from_offset`
-    (a new leader's segment may straddle the manifest's end), CRC-checking each. Paced batch by
-    batch (engine.pacing): a segment of small batches is millions of them, walked in a worker
-    thread beside the event loop; the bytes are checked (engine/_scan.c) and hashed a read at
-    a time, without the GIL."""
-    pacer = Pacer() if pacer is None else pacer
-    digest = hashlib.sha256()
-    index, time_index = bytearray(), bytearray()
-    epochs: list[tuple[int, int]] = []
-    start: int | None = None
-    base = last = first_ts = -1
-    max_ts = fmt.NO_TIMESTAMP
-    records = size = since_index = 0
-    position = 0
-    for chunk, headers in segment.batch_chunks():
-        kept = None  # where the chunk's batches to upload begin in it
-        for at, header in headers:
-            pacer.tick()
-            here = position
-            position += header.size
-            if header.base_offset < from_offset:
-                continue
-            if kept is None:
-                kept = at
-            if start is None:
-                start, base, first_ts = here, header.base_offset, header.first_timestamp
-            size += header.size
-            last = header.last_offset
-            if not header.is_control:
-                records += header.record_count
-            if header.max_timestamp > max_ts:
-                max_ts = header.max_timestamp
-            if not epochs or epochs[-1][0] != header.partition_leader_epoch:
-                epochs.append((header.partition_leader_epoch, header.base_offset))
-            if since_index >= index_interval or not index:
-                index += _OFFSET_ENTRY.pack(header.base_offset - base, here - start)
-                time_index += _TIME_ENTRY.pack(max_ts, header.base_offset - base)
-                since_index = 0
-            since_index += header.size
-        if kept is not None:  # one update a read: hashlib lets go of the GIL past 2 KiB
-            end, final = headers[-1]
-            digest.update(chunk[kept : end + final.size])
-    if start is None:
-        raise ManifestError(f"{segment.path.name} has no batch at or after offset {from_offset}")
-    remote = RemoteSegment(
-        base_offset=base,
-        last_offset=last,
-        records=records,
-        size=size,
-        first_timestamp=first_ts,
-        max_timestamp=max_ts,
-        sha256=digest.hexdigest(),
-        epochs=epochs,
-        uploaded_ms=int(time.time() * 1000),
-    )
-    lines = "".join(f"{epoch} {offset}\n" for epoch, offset in epochs).encode()
-    return SegmentUpload(remote, start, bytes(index), bytes(time_index), lines)
-
-
 class PartitionTier:
     """One partition's manifest as last read or written (with its ETag), and the steps that
-    change it. Not thread-safe: one step at a time per partition. `senders` runs the object
-    PUTs of an upload side by side: a pool shared by the node's partitions, kept for its life
-    rather than threads started for every segment."""
+    change it. Not thread-safe: one step at a time per partition. `ship` uploads a segment's
+    objects (engine.tiered.shipping: in a node, `Shipper.ship`, in a process of its own; `ship`
+    itself in this one); the manifest that commits them is written here."""
 
     def __init__(
         self,
@@ -145,10 +44,10 @@ class PartitionTier:
         prefix: str,
         log_: PartitionLog,
         topic_id: str,
-        senders: Executor,
+        ship: Ship,
     ):
         self.storage = storage
-        self.senders = senders
+        self.ship = ship
         self.log = log_
         self.topic_id = topic_id
         self.prefix = partition_prefix(prefix, log_.topic, log_.partition)
@@ -198,35 +97,17 @@ class PartitionTier:
         self._check_epoch(manifest, leader_epoch)
         end = manifest.end_offset
         start_offset = segment.base_offset if end is None else max(end, segment.base_offset)
-        interval = self.log.config.index_interval_bytes
-        # The objects go up in parallel: the whole file's name is known before the scan that
-        # checksums it, and the indexes as soon as the scan is done. The manifest comes last.
-        pool = self.senders
-        sent = []
-        try:
-            if start_offset == segment.base_offset:
-                name = f"{segment.base_offset:020d}-{segment.next_offset - 1:020d}"
-                path = str(segment.path)
-                sent.append(pool.submit(self.storage.upload_file, f"{self.prefix}{name}.log", path))
-                scanned = scan_segment(segment, start_offset, interval)
-                if (scanned.segment.name, scanned.segment.size) != (name, segment.size):
-                    raise ManifestError(f"{segment.path.name} changed while it was uploaded")
-            else:  # a new leader's segment that starts before the manifest's end
-                scanned = scan_segment(segment, start_offset, interval)
-                body = _FileRange(segment, scanned.start_position, scanned.segment.size)
-                key = self.key(scanned.segment, ".log")
-                sent.append(pool.submit(self.storage.upload_stream, key, body))
-            remote = scanned.segment
-            for suffix, data in (
-                (".index", scanned.index),
-                (".timeindex", scanned.time_index),
-                (".epochs", scanned.epochs),
-            ):
-                sent.append(pool.submit(self.storage.put, self.key(remote, suffix), data))
-        finally:
-            wait(sent)  # none left running if the scan failed
-        for future in sent:
-            future.result()
+        shipment = Shipment(
+            location=self.storage.location,
+            key_prefix=self.prefix,
+            path=str(segment.path),
+            base_offset=segment.base_offset,
+            next_offset=segment.next_offset,
+            size=segment.size,
+            from_offset=start_offset,
+            index_interval=self.log.config.index_interval_bytes,
+        )
+        remote = self.ship(shipment)
         log_start = manifest.log_start_offset if manifest.segments else remote.base_offset
         self._commit(
             manifest,

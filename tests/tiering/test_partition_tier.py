@@ -6,26 +6,28 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
+import signal
 import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from engine import batch as fmt
 from engine.config import TopicConfig
-from engine.errors import OffsetMovedToTieredStorage
+from engine.errors import CorruptRecord, OffsetMovedToTieredStorage
 from engine.log import PartitionLog
-from engine.pacing import Pacer
 from engine.segment import LogSegment
+from engine.tiered import shipping
 from engine.tiered.manifest import RemoteSegment, decode_manifest
 from engine.tiered.reader import RemoteReader
 from engine.tiered.remote import ManifestConflict, RemoteStorage, S3Location
-from engine.tiered.uploader import PartitionTier, StaleLeader, scan_segment
+from engine.tiered.shipping import NICENESS, OBJECTS_IN_FLIGHT, Shipper, ShipperFailed, scan_segment
+from engine.tiered.uploader import PartitionTier, Ship, StaleLeader
 from replication.tiering import TieringService, TieringSettings
-from tests.s3 import MotoServer
+from tests.s3 import CREDENTIALS, MotoServer
 
 TIERED = {"remote.storage.enable": True, "local.retention.bytes": 0}
 
@@ -57,9 +59,20 @@ def copy_batches(source: PartitionLog, target: PartitionLog) -> None:
 
 
 @pytest.fixture(scope="module")
-def senders() -> Iterator[ThreadPoolExecutor]:
-    with ThreadPoolExecutor(4) as pool:
-        yield pool
+def shipper(moto: MotoServer) -> Iterator[Shipper]:
+    """Uploads run in a process of their own, as in a node (which takes its credentials from
+    the environment as it starts)."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in CREDENTIALS.items():
+            patch.setenv(name, value)
+        processes = Shipper(1, S3Location(moto.url, "any", "p"))
+    yield processes
+    processes.close()
+
+
+@pytest.fixture
+def ship(shipper: Shipper) -> Ship:
+    return shipper.ship
 
 
 @pytest.fixture
@@ -70,7 +83,7 @@ def storage(moto: MotoServer, bucket: str) -> RemoteStorage:
 def test_uploads_commit_through_the_manifest_and_local_retention_waits(
     tmp_path: Path,
     storage: RemoteStorage,
-    senders: ThreadPoolExecutor,
+    ship: Ship,
     moto: MotoServer,
     bucket: str,
 ) -> None:
@@ -79,7 +92,7 @@ def test_uploads_commit_through_the_manifest_and_local_retention_waits(
     closed = len(log.segments) - 1
     assert closed >= 3
     assert log.apply_retention() == 0  # nothing is on S3 yet: nothing local may go
-    tier = PartitionTier(storage, "p", log, "id-1", senders)
+    tier = PartitionTier(storage, "p", log, "id-1", ship)
     for segment in tier.pending():
         tier.upload(segment, 0)
     manifest = decode_manifest(
@@ -109,15 +122,15 @@ def test_uploads_commit_through_the_manifest_and_local_retention_waits(
 
 
 def test_a_stale_leader_cannot_overwrite_a_newer_manifest(
-    tmp_path: Path, storage: RemoteStorage, senders: ThreadPoolExecutor
+    tmp_path: Path, storage: RemoteStorage, ship: Ship
 ) -> None:
     old = make_log(tmp_path / "old", 600)
     fill(old, 20, epoch=0)
     new = make_log(tmp_path / "new", 600)
     copy_batches(old, new)
     stale, current = (
-        PartitionTier(storage, "p", old, "id", senders),
-        PartitionTier(storage, "p", new, "id", senders),
+        PartitionTier(storage, "p", old, "id", ship),
+        PartitionTier(storage, "p", new, "id", ship),
     )
     stale.refresh()
     current.refresh()
@@ -131,17 +144,17 @@ def test_a_stale_leader_cannot_overwrite_a_newer_manifest(
 
 
 def test_a_new_leader_continues_from_the_manifest_where_its_segments_differ(
-    tmp_path: Path, storage: RemoteStorage, senders: ThreadPoolExecutor
+    tmp_path: Path, storage: RemoteStorage, ship: Ship
 ) -> None:
     leader = make_log(tmp_path / "leader", 600)
     fill(leader, 12)
     follower = make_log(tmp_path / "follower", 1000)  # other segment boundaries
     copy_batches(leader, follower)
-    tier = PartitionTier(storage, "p", leader, "id", senders)
+    tier = PartitionTier(storage, "p", leader, "id", ship)
     tier.upload(tier.pending()[0], 0)
     uploaded_to = tier.manifest.end_offset if tier.manifest else None
     assert uploaded_to is not None
-    successor = PartitionTier(storage, "p", follower, "id", senders)
+    successor = PartitionTier(storage, "p", follower, "id", ship)
     successor.refresh()
     for segment in successor.pending():
         successor.upload(segment, 1)
@@ -157,34 +170,90 @@ def test_a_new_leader_continues_from_the_manifest_where_its_segments_differ(
 
 
 def test_an_earlier_topic_of_the_same_name_is_not_continued(
-    tmp_path: Path, storage: RemoteStorage, senders: ThreadPoolExecutor
+    tmp_path: Path, storage: RemoteStorage, ship: Ship
 ) -> None:
     log = make_log(tmp_path / "a", 600)
     fill(log, 6)
-    first = PartitionTier(storage, "p", log, "old-id", senders)
+    first = PartitionTier(storage, "p", log, "old-id", ship)
     first.upload(first.pending()[0], 0)
     again = make_log(tmp_path / "b", 600)
     fill(again, 6)
-    second = PartitionTier(storage, "p", again, "new-id", senders)
+    second = PartitionTier(storage, "p", again, "new-id", ship)
     assert second.refresh().segments == []
     second.upload(second.pending()[0], 0)
     assert second.refresh().topic_id == "new-id"
 
 
-def test_a_segments_scan_is_paced_batch_by_batch(tmp_path: Path) -> None:
-    """The upload's scan walks every batch in a worker thread: each gives the event loop its
-    turn (engine.pacing), whatever the segment's size."""
-    log = make_log(tmp_path, 1 << 20)
-    fill(log, 40, per_batch=1)
-    log.roll()
-    ticks: list[None] = []
+def shipper_processes() -> list[int]:
+    """This process's children that run a shipper (multiprocessing's spawned interpreters)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text()
+            command = (entry / "cmdline").read_bytes()
+        except (OSError, ValueError):
+            continue
+        if int(stat.rpartition(")")[2].split()[1]) == os.getpid() and b"spawn_main" in command:
+            found.append(int(entry.name))
+    return found
 
-    class Counting(Pacer):
-        def tick(self) -> None:
-            ticks.append(None)
 
-    scanned = scan_segment(log.segments[0], 0, 4096, Counting())
-    assert len(ticks) == 40 and scanned.segment.records == 40
+def test_shippers_are_child_processes_at_a_lower_priority(shipper: Shipper) -> None:
+    """A segment's scan and PUTs do not run on the node's GIL, and yield the CPU to it; the
+    processes start with the shipper, not at the first upload."""
+    children = shipper_processes()
+    assert children  # this module's shipper's, before any upload
+    lower = min(19, os.getpriority(os.PRIO_PROCESS, 0) + NICENESS)
+    assert {os.getpriority(os.PRIO_PROCESS, child) for child in children} == {lower}
+
+
+def test_uploads_go_on_after_a_shipper_process_is_killed(
+    tmp_path: Path, storage: RemoteStorage, moto: MotoServer, bucket: str
+) -> None:
+    """A shipper process that dies (killed, out of memory) fails at most the upload it was
+    running, as ShipperFailed (retried like any failed upload); a new process takes the next."""
+    others = set(shipper_processes())
+    shipper = Shipper(1, S3Location(moto.url, bucket, "p"))
+    try:
+        log = make_log(tmp_path, 600)
+        fill(log, 20)
+        tier = PartitionTier(storage, "p", log, "id", shipper.ship)
+        tier.upload(tier.pending()[0], 0)
+        (killed,) = set(shipper_processes()) - others
+        os.kill(killed, signal.SIGKILL)
+        failures = 0
+        for _ in range(2):
+            try:
+                tier.upload(tier.pending()[0], 0)
+            except ShipperFailed:
+                failures += 1
+        assert failures <= 1 and len(tier.refresh().segments) == 1 + 2 - failures
+        (started,) = set(shipper_processes()) - others
+        assert started != killed
+    finally:
+        shipper.close()
+
+
+def test_a_corrupt_segment_is_refused_across_the_process_and_nothing_is_committed(
+    tmp_path: Path, storage: RemoteStorage, ship: Ship, moto: MotoServer, bucket: str
+) -> None:
+    """The shipper's CRC check of a damaged batch reaches the partition as the CorruptRecord it
+    raised (its offset too), and the manifest is not written."""
+    log = make_log(tmp_path, 600)
+    fill(log, 20)
+    tier = PartitionTier(storage, "p", log, "id", ship)
+    segment = tier.pending()[0]
+    with open(segment.path, "r+b") as file:
+        file.seek(fmt.HEADER_SIZE + 4)  # in the first batch's records
+        byte = file.read(1)
+        file.seek(fmt.HEADER_SIZE + 4)
+        file.write(bytes([byte[0] ^ 0xFF]))
+    with pytest.raises(CorruptRecord) as raised:
+        tier.upload(segment, 0)
+    assert raised.value.offset == segment.base_offset and "CRC" in str(raised.value).upper()
+    listed = moto.client().list_objects_v2(Bucket=bucket, Prefix="p/t/0/manifest")
+    assert listed.get("KeyCount", 0) == 0 and tier.manifest is not None
+    assert tier.manifest.segments == []
 
 
 @pytest.mark.parametrize("from_batch", [0, 1, 2_500, 7_999])
@@ -206,7 +275,7 @@ def test_a_scan_hashes_exactly_the_bytes_it_uploads(tmp_path: Path, from_batch: 
 def test_a_closing_service_begins_no_further_upload(
     tmp_path: Path,
     storage: RemoteStorage,
-    senders: ThreadPoolExecutor,
+    ship: Ship,
     moto: MotoServer,
     bucket: str,
 ) -> None:
@@ -215,7 +284,7 @@ def test_a_closing_service_begins_no_further_upload(
     log = make_log(tmp_path, 300)
     fill(log, 12)
     service = TieringService(storage, TieringSettings(S3Location(moto.url, bucket, "p")))
-    tier = PartitionTier(storage, "p", log, "id", senders)
+    tier = PartitionTier(storage, "p", log, "id", ship)
     backlog = len(tier.pending())
     assert backlog >= 3
     entered, release = threading.Event(), threading.Event()
@@ -244,26 +313,24 @@ def test_uploads_start_no_thread_of_their_own(
     storage: RemoteStorage,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """An upload's four objects go up side by side in the node's long-lived pool: a pool
-    already at its size starts no thread, however many segments go up."""
+    """A shipper sends an upload's four objects side by side in its own long-lived pool: at
+    most that pool's threads ever start, however many segments go up (here the uploads run in
+    this process, so that its threads can be counted)."""
     log = make_log(tmp_path, 600)
-    fill(log, 20)
-    gate = threading.Barrier(5)
-    with ThreadPoolExecutor(4) as senders:
-        for _ in range(4):  # every thread of the pool started before the uploads
-            senders.submit(gate.wait)
-        gate.wait()
-        started: list[threading.Thread] = []
-        start = threading.Thread.start
+    fill(log, 40)
+    started: list[threading.Thread] = []
+    start = threading.Thread.start
 
-        def counted(thread: threading.Thread) -> None:
-            started.append(thread)
-            start(thread)
+    def counted(thread: threading.Thread) -> None:
+        started.append(thread)
+        start(thread)
 
-        monkeypatch.setattr(threading.Thread, "start", counted)
-        tier = PartitionTier(storage, "p", log, "id", senders)
-        pending = tier.pending()
-        for segment in pending:
-            tier.upload(segment, 0)
-    assert len(pending) >= 3 and tier.refresh().end_offset == pending[-1].next_offset
-    assert started == []
+    monkeypatch.setattr(threading.Thread, "start", counted)
+    tier = PartitionTier(storage, "p", log, "id", shipping.ship)
+    pending = tier.pending()
+    for segment in pending:
+        tier.upload(segment, 0)
+    assert len(pending) > 2 * OBJECTS_IN_FLIGHT
+    assert tier.refresh().end_offset == pending[-1].next_offset
+    assert len(started) <= OBJECTS_IN_FLIGHT
+    assert all(thread.name.startswith("s3-upload") for thread in started)

@@ -9,6 +9,8 @@
  * - a request's header block is one bytes object, "name\0value\0" a field: the key of the
  *   gateway's memo of parsed requests, split only when the memo misses (nghttp2 refuses NUL in
  *   names and values, so the encoding is unambiguous);
+ * - a request whose whole body follows its header block in the same read (a one-record
+ *   produce) is one event carrying both, not a request and its body's;
  * - an answer (HEADERS and a whole body) is one call;
  * - a stream the gateway has released ("forget") raises no event when it closes.
  *
@@ -27,15 +29,16 @@
 #include <string.h>
 
 enum event_kind {
-    EV_REQUEST = 0,   /* (0, stream, header block, end_stream) */
-    EV_DATA,          /* (1, stream, bytes, end_stream) */
-    EV_TRAILERS,      /* (2, stream, None, True) */
-    EV_CLOSED,        /* (3, stream, error code, None) */
-    EV_RESET,         /* (4, stream, error code, None): the peer's RST_STREAM */
-    EV_WINDOW,        /* (5, stream or 0, None, None) */
-    EV_SETTINGS,      /* (6, 0, None, None) */
-    EV_GOAWAY,        /* (7, 0, error code, None) */
-    EV_TERMINATED,    /* (8, 0, None, None): the session sent its final GOAWAY */
+    EV_REQUEST = 0,       /* (0, stream, header block, end_stream) */
+    EV_DATA,              /* (1, stream, bytes, end_stream) */
+    EV_TRAILERS,          /* (2, stream, None, True) */
+    EV_CLOSED,            /* (3, stream, error code, None) */
+    EV_RESET,             /* (4, stream, error code, None): the peer's RST_STREAM */
+    EV_WINDOW,            /* (5, stream or 0, None, None) */
+    EV_SETTINGS,          /* (6, 0, None, None) */
+    EV_GOAWAY,            /* (7, 0, error code, None) */
+    EV_TERMINATED,        /* (8, 0, None, None): the session sent its final GOAWAY */
+    EV_REQUEST_WITH_BODY, /* (9, stream, header block, body): a request ended by its body */
     EV_KINDS
 };
 
@@ -106,6 +109,8 @@ typedef struct {
     char *data;               /* one stream's DATA bytes held back (see on_data_chunk) */
     size_t data_len, data_cap;
     int32_t data_stream;      /* 0: none held */
+    PyObject *request;        /* a request's header block held back (see on_frame_recv), or NULL */
+    int32_t request_stream;
     char *out;                /* data_to_send's buffer */
     size_t out_cap;
     stream_state *streams;    /* every stream_state, freed on close or with the session */
@@ -117,17 +122,14 @@ typedef struct {
 /* ---- events ------------------------------------------------------------------------------ */
 
 static int emit_held_data(Session *self, int end_stream);
+static int emit_held_request(Session *self);
 
-/* Append (kind, stream_id, a, b), after any DATA held back (events keep the frames' order);
- * steals a and b. */
+/* Append (kind, stream_id, a, b) as it is; steals a and b. */
 static int
-emit(Session *self, enum event_kind kind, int32_t stream_id, PyObject *a, PyObject *b)
+append(Session *self, enum event_kind kind, int32_t stream_id, PyObject *a, PyObject *b)
 {
     PyObject *sid = NULL, *event = NULL;
     if (a == NULL || b == NULL) {
-        goto fail;
-    }
-    if (kind != EV_DATA && self->data_stream != 0 && emit_held_data(self, 0) < 0) {
         goto fail;
     }
     if (self->events == NULL && (self->events = PyList_New(0)) == NULL) {
@@ -156,6 +158,20 @@ fail:
     return NGHTTP2_ERR_CALLBACK_FAILURE;
 }
 
+/* Append (kind, stream_id, a, b), after any request and DATA held back (events keep the
+ * frames' order); steals a and b. */
+static int
+emit(Session *self, enum event_kind kind, int32_t stream_id, PyObject *a, PyObject *b)
+{
+    if ((self->request != NULL && emit_held_request(self) < 0) ||
+        (kind != EV_DATA && self->data_stream != 0 && emit_held_data(self, 0) < 0)) {
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    }
+    return append(self, kind, stream_id, a, b);
+}
+
 static PyObject *
 none(void)
 {
@@ -177,6 +193,25 @@ emit_held_data(Session *self, int end_stream)
     return emit(self, EV_DATA, stream_id,
                 PyBytes_FromStringAndSize(self->data, (Py_ssize_t)self->data_len),
                 flag(end_stream));
+}
+
+/* The request held back as a REQUEST event (its body did not come whole with it). */
+static int
+emit_held_request(Session *self)
+{
+    PyObject *block = self->request;
+    self->request = NULL;
+    return append(self, EV_REQUEST, self->request_stream, block, flag(0));
+}
+
+/* Whatever is held back, as events: at the end of a read. */
+static int
+emit_held(Session *self)
+{
+    if (self->request != NULL && emit_held_request(self) < 0) {
+        return -1;
+    }
+    return self->data_stream != 0 ? emit_held_data(self, 0) : 0;
 }
 
 static PyObject *
@@ -507,6 +542,10 @@ on_data_chunk(nghttp2_session *session, uint8_t flags, int32_t stream_id, const 
     (void)session;
     (void)flags;
     Session *self = user_data;
+    if (self->request != NULL && self->request_stream != stream_id &&
+        emit_held_request(self) < 0) {
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    }
     if (self->data_stream != stream_id) {
         if (self->data_stream != 0 && emit_held_data(self, 0) < 0) {
             return NGHTTP2_ERR_CALLBACK_FAILURE;
@@ -545,6 +584,20 @@ on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, void *user_d
         if (!end_stream) {
             return 0; /* its bytes stay held for the frames that follow */
         }
+        if (self->request != NULL && self->request_stream == stream_id) {
+            /* The whole body came with the header block: one event. Its bytes hold window
+             * until acknowledged, as a DATA event's; libnghttp2 has checked them against any
+             * content-length before this callback (a mismatch resets the stream instead). */
+            PyObject *block = self->request, *body;
+            self->request = NULL;
+            if (self->data_stream == stream_id) {
+                self->data_stream = 0;
+                body = PyBytes_FromStringAndSize(self->data, (Py_ssize_t)self->data_len);
+            } else {
+                body = PyBytes_FromStringAndSize(NULL, 0);
+            }
+            return append(self, EV_REQUEST_WITH_BODY, stream_id, block, body);
+        }
         if (self->data_stream != stream_id) {
             if (self->data_stream != 0 && emit_held_data(self, 0) < 0) {
                 return NGHTTP2_ERR_CALLBACK_FAILURE;
@@ -555,9 +608,19 @@ on_frame_recv(nghttp2_session *session, const nghttp2_frame *frame, void *user_d
         return emit_held_data(self, 1);
     case NGHTTP2_HEADERS:
         if (frame->headers.cat == NGHTTP2_HCAT_REQUEST) {
-            return emit(self, EV_REQUEST, stream_id,
-                        PyBytes_FromStringAndSize(self->block, (Py_ssize_t)self->block_len),
-                        flag(end_stream));
+            PyObject *block = PyBytes_FromStringAndSize(self->block, (Py_ssize_t)self->block_len);
+            if (end_stream || block == NULL) {
+                return emit(self, EV_REQUEST, stream_id, block, flag(end_stream));
+            }
+            /* Held back until the read's next event, another stream's bytes or its end: if
+             * its body's END_STREAM comes first, the request and body are one event. */
+            if (emit_held(self) < 0) {
+                Py_DECREF(block);
+                return NGHTTP2_ERR_CALLBACK_FAILURE;
+            }
+            self->request = block;
+            self->request_stream = stream_id;
+            return 0;
         }
         if (frame->headers.cat == NGHTTP2_HCAT_HEADERS) {
             return emit(self, EV_TRAILERS, stream_id, none(), flag(1));
@@ -633,6 +696,7 @@ Session_dealloc(Session *self)
         free_state(self, self->streams);
     }
     Py_CLEAR(self->events);
+    Py_CLEAR(self->request);
     PyMem_Free(self->data);
     PyMem_Free(self->block);
     PyMem_Free(self->out);
@@ -743,6 +807,7 @@ static PyObject *
 fail(Session *self, int rv)
 {
     Py_CLEAR(self->events);
+    Py_CLEAR(self->request);
     self->data_stream = 0;
     if (self->failed) {
         self->failed = 0;
@@ -778,7 +843,7 @@ Session_receive(Session *self, PyObject *data)
             rv = ended;
         }
     }
-    if (rv >= 0 && self->data_stream != 0 && emit_held_data(self, 0) < 0) {
+    if (rv >= 0 && emit_held(self) < 0) {
         rv = NGHTTP2_ERR_CALLBACK_FAILURE;
     }
     if (self->data_cap > DATA_KEPT) {
@@ -1262,8 +1327,10 @@ exec_module(PyObject *module)
             return -1;
         }
     }
-    static const char *names[EV_KINDS] = {"REQUEST", "DATA",     "TRAILERS", "CLOSED",    "RESET",
-                                          "WINDOW",  "SETTINGS", "GOAWAY",   "TERMINATED"};
+    static const char *names[EV_KINDS] = {
+        "REQUEST", "DATA",     "TRAILERS", "CLOSED",     "RESET",
+        "WINDOW",  "SETTINGS", "GOAWAY",   "TERMINATED", "REQUEST_WITH_BODY",
+    };
     for (int i = 0; i < EV_KINDS; i++) {
         if (PyModule_AddIntConstant(module, names[i], i) < 0) {
             return -1;

@@ -12,6 +12,7 @@ WINDOW: Final[int]
 SETTINGS: Final[int]
 GOAWAY: Final[int]
 TERMINATED: Final[int]
+REQUEST_WITH_BODY: Final[int]
 NGHTTP2_VERSION: Final[str]
 
 class SessionError(Exception): ...

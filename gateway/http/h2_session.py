@@ -5,6 +5,10 @@ Events are tuples ``(kind, stream_id, a, b)``:
 
 - ``REQUEST``: a request's header block (``name\\0value\\0`` a field, one bytes key for the
   gateway's memo of parsed requests), and whether it ended the stream;
+- ``REQUEST_WITH_BODY``: a request's header block and its whole body, when the body's frames
+  (up to its END_STREAM) followed the block in the same read with no other event between: the
+  REQUEST and DATA events it stands for, in one (a one-record produce is one read); its bytes
+  hold window until acknowledged, as DATA's do;
 - ``DATA``: body bytes, and whether they ended the stream;
 - ``TRAILERS``: the stream's trailers came (they end it);
 - ``CLOSED``: the stream closed, with its error code (not raised for a forgotten stream);
@@ -42,6 +46,7 @@ __all__ = (
     "DATA",
     "GOAWAY",
     "REQUEST",
+    "REQUEST_WITH_BODY",
     "RESET",
     "SETTINGS",
     "TERMINATED",
@@ -67,6 +72,7 @@ WINDOW: Final = 5
 SETTINGS: Final = 6
 GOAWAY: Final = 7
 TERMINATED: Final = 8
+REQUEST_WITH_BODY: Final = 9
 
 Event = tuple[int, int, Any, Any]
 Headers = list[tuple[bytes, bytes]]
@@ -295,13 +301,30 @@ class NgH2Session:
 
     def events(self) -> list[Event]:
         out: list[Event] = []
+        held = -1  # where a request not ended stands, followed only by DATA events of its own
         for event in self._conn.events():
+            count = len(out)
             if isinstance(event, ngh2.RequestReceived):
                 block = header_block(event.headers)
+                held = -1 if event.end_stream else count
                 out.append((REQUEST, event.stream_id, block, event.end_stream))
-            elif isinstance(event, ngh2.DataReceived):
-                out.append((DATA, event.stream_id, event.data, event.end_stream))
-            elif isinstance(event, ngh2.TrailersReceived):
+                continue
+            if isinstance(event, ngh2.DataReceived):
+                stream_id, data, ended = event.stream_id, event.data, event.end_stream
+                if not data and not ended:
+                    continue  # an empty frame hands nothing over (the C session raises no event)
+                if held >= 0 and out[held][1] == stream_id:
+                    if ended:  # the body whole after its request: one event, as the C session's
+                        body = b"".join([*(e[2] for e in out[held + 1 :]), data])
+                        out[held:] = [(REQUEST_WITH_BODY, stream_id, out[held][2], body)]
+                        held = -1
+                    else:
+                        out.append((DATA, stream_id, data, False))
+                    continue
+                held = -1
+                out.append((DATA, stream_id, data, ended))
+                continue
+            if isinstance(event, ngh2.TrailersReceived):
                 out.append((TRAILERS, event.stream_id, None, True))
             elif isinstance(event, ngh2.StreamClosed):
                 if event.stream_id in self._forgotten:
@@ -318,6 +341,8 @@ class NgH2Session:
                 out.append((GOAWAY, 0, event.error_code, None))
             elif isinstance(event, ngh2.ConnectionClosed):
                 out.append((TERMINATED, 0, None, None))
+            if len(out) > count:
+                held = -1
         return out
 
     def data_to_send(self) -> bytes:

@@ -34,6 +34,7 @@ from .h2_session import (
     DATA,
     GOAWAY,
     REQUEST,
+    REQUEST_WITH_BODY,
     RESET,
     SETTINGS,
     TERMINATED,
@@ -282,7 +283,8 @@ class H2Protocol(HandlerInternals):
         self._transport: asyncio.Transport | None = None
         self._streams: dict[int, H2Stream] = {}
         self._streams_finished: asyncio.Future[None] | None = None  # a shutdown waits on it
-        self._beginning: list[tuple[H2Stream, RawRequestMessage]] = []  # held, to begin
+        # Held, to begin, each with its whole body when it came with its header block.
+        self._beginning: list[tuple[H2Stream, RawRequestMessage, bytes | None]] = []
         self._lingering: dict[int, asyncio.TimerHandle] = {}
         self._blocked: set[H2Stream] = set()
         self._resets: deque[float] = deque()
@@ -404,7 +406,9 @@ class H2Protocol(HandlerInternals):
             for kind, stream_id, value, ended in events:
                 if self._transport is None:
                     return
-                if kind == REQUEST:
+                if kind == REQUEST_WITH_BODY:
+                    self._on_request(stream_id, value, True, ended)
+                elif kind == REQUEST:
                     self._on_request(stream_id, value, ended)
                 elif kind == DATA:
                     self._on_data(stream_id, value, ended)
@@ -427,30 +431,36 @@ class H2Protocol(HandlerInternals):
         beginning = self._beginning
         if beginning:
             self._beginning = []
-            for stream, message in beginning:
-                self._begin_held(stream, message)
+            for stream, message, body in beginning:
+                self._begin_held(stream, message, body)
 
-    def _on_request(self, stream_id: int, block: bytes, end_stream: bool) -> None:
+    def _on_request(
+        self, stream_id: int, block: bytes, end_stream: bool, body: bytes | None = None
+    ) -> None:
+        """A request's header block; `body` its whole body when it came with the block (a
+        REQUEST_WITH_BODY event), taken as a DATA event ending the stream would be."""
         conn = self._h2
         if self._goaway_sent:
-            conn.reset_stream(stream_id, ErrorCode.REFUSED_STREAM)
+            self._refuse(stream_id, ErrorCode.REFUSED_STREAM, body)
             return
         self._last_stream_id = stream_id
         message = _message_of(block)
         if message is None:
-            conn.reset_stream(stream_id, ErrorCode.PROTOCOL_ERROR)
+            self._refuse(stream_id, ErrorCode.PROTOCOL_ERROR, body)
             return
         stream = H2Stream(self, stream_id, self.event_loop)
         stream.remote_ended = end_stream
         self._streams[stream_id] = stream
+        if body is not None:
+            stream.received = len(body)  # its window goes back as a DATA event's would
         if self.may_answer_directly(message):
             # A reader is made only if the Application is to read the body. Begun once the
             # frames of this read are in (`_on_events`), as its task's first step would be.
             stream.held = []
-            self._beginning.append((stream, message))
+            self._beginning.append((stream, message, body))
             return
         payload: StreamReader
-        if end_stream:
+        if end_stream and body is None:
             payload = EMPTY_PAYLOAD
         else:
             payload = stream.reader = StreamReader(
@@ -458,18 +468,33 @@ class H2Protocol(HandlerInternals):
             )
             if message.headers.get("expect", "").lower() == "100-continue":
                 conn.send_informational(stream_id, [(b":status", b"100")])
+            if body is not None:
+                if body:
+                    payload.feed_data(body)
+                payload.feed_eof()
         stream.task = self.event_loop.create_task(self._run_stream(stream, message, payload))
 
-    def _begin_held(self, stream: H2Stream, message: RawRequestMessage) -> None:
+    def _refuse(self, stream_id: int, error_code: int, body: bytes | None) -> None:
+        """Reset a stream not taken; a body that came with its request is discarded and its
+        window given back at once, as a DATA event's on a stream nobody reads."""
+        conn = self._h2
+        conn.reset_stream(stream_id, error_code)
+        if body:
+            conn.acknowledge_received_data(len(body), stream_id)
+
+    def _begin_held(self, stream: H2Stream, message: RawRequestMessage, body: bytes | None) -> None:
         """A stream whose body was held: answered directly when it came whole and the subclass
-        takes it (no task), else handed to the Application with a reader of what was held."""
+        takes it (no task), else handed to the Application with a reader of what was held.
+        `body`, when not None, is the whole body, which came with the header block."""
         held = stream.held
         if stream.reset or held is None or self._streams.get(stream.stream_id) is not stream:
             return  # reset (and released) before it began
         stream.held = None
         if stream.remote_ended:
             answering = self.start_directly(
-                message, b"".join(held), functools.partial(self._answer_directly, stream)
+                message,
+                b"".join(held) if body is None else body,
+                functools.partial(self._answer_directly, stream),
             )
             if answering is not None:
                 stream.started = True
@@ -477,6 +502,8 @@ class H2Protocol(HandlerInternals):
                 if self.web_server is not None:
                     self.web_server.requests_count += 1
                 return
+        if body:
+            held = [body]
         # No body at all is aiohttp's EMPTY_PAYLOAD, as on HTTP/1.1: a reader would be
         # counted as a body of --max-request-bytes by the in-flight limits.
         payload = (

@@ -47,6 +47,7 @@ from gateway.http.h2_session import (
     DATA,
     GOAWAY,
     REQUEST,
+    REQUEST_WITH_BODY,
     RESET,
     SETTINGS,
     TERMINATED,
@@ -170,7 +171,12 @@ def field_list_size(fields: Iterable[tuple[bytes, bytes]]) -> int:
 
 
 def body_of(events: Iterable[Event], stream_id: int) -> bytes:
-    return b"".join(e[2] for e in events if e[0] == DATA and e[1] == stream_id)
+    """A stream's body bytes, from its DATA events or the REQUEST_WITH_BODY they came in."""
+    return b"".join(
+        e[2] if e[0] == DATA else e[3]
+        for e in events
+        if e[0] in (DATA, REQUEST_WITH_BODY) and e[1] == stream_id
+    )
 
 
 def client_body(events: Iterable[h2events.Event], stream_id: int) -> bytes:
@@ -189,6 +195,7 @@ def test_the_module_exports_what_h2_session_documents() -> None:
     the libnghttp2 it runs on, and the session the gateway takes when it is built."""
     for name in ("REQUEST", "DATA", "TRAILERS", "CLOSED", "RESET", "WINDOW", "SETTINGS"):
         assert getattr(_h2session, name) == getattr(h2_session, name)
+    assert _h2session.REQUEST_WITH_BODY == REQUEST_WITH_BODY
     assert (_h2session.GOAWAY, _h2session.TERMINATED) == (GOAWAY, TERMINATED)
     assert issubclass(CalmError, SessionError) and issubclass(StreamClosedError, SessionError)
     assert not issubclass(CalmError, StreamClosedError)
@@ -326,22 +333,109 @@ def test_a_request_is_one_event_with_its_header_block(make: Maker) -> None:
     ),
 )
 def test_a_body_arrives_as_data_events(make: Maker, data: list[Event]) -> None:
-    """A body's bytes in DATA events, the last one ending the stream (an empty frame can).
-    The C session raises one event for a stream's frames that follow one another in a read,
-    ngh2 one a frame."""
+    """A body's bytes after its request's read in DATA events, the last one ending the
+    stream (an empty frame can). The C session raises one event for a stream's frames that
+    follow one another in a read, ngh2 one a frame."""
     pair = Pair(make)
-    pair.client.send_headers(1, list(POST))
+    assert pair.request(1, POST, end=False) == [(REQUEST, 1, header_block(POST), False)]
     pair.client.send_data(1, b"hello")
     pair.client.send_data(1, b" world", pad_length=7)
     pair.client.send_data(1, b"", end_stream=True)
-    assert pair.to_server() == [(REQUEST, 1, header_block(POST), False), *data]
+    assert pair.to_server() == data
+
+
+@both
+@pytest.mark.parametrize(
+    "frames",
+    [[b"hello world"], [b"hello", b" wor", b"ld"], [b""], [b"", b"hello world", b""]],
+    ids=["one-frame", "three-frames", "empty", "empty-frames-around"],
+)
+def test_a_body_whole_with_its_request_is_one_event(make: Maker, frames: list[bytes]) -> None:
+    """HEADERS and every DATA frame up to END_STREAM in one read (a one-record produce):
+    one REQUEST_WITH_BODY event with the header block and the whole body (padding, empty
+    frames and a PING between them left out), in place of REQUEST and DATA events."""
+    pair = Pair(make)
+    pair.client.send_headers(1, list(POST))
+    for at, data in enumerate(frames):
+        pair.client.send_data(1, data, end_stream=at == len(frames) - 1, pad_length=at or None)
+        if at == 0:
+            pair.client.ping(b"pingping")
+    body = b"".join(frames)
+    assert pair.to_server() == [(REQUEST_WITH_BODY, 1, header_block(POST), body)]
+    assert pair.request(3) == [(REQUEST, 3, header_block(GET), True)]  # no body: as before
+
+
+@both
+def test_a_body_with_its_request_stays_in_order_with_other_events(make: Maker) -> None:
+    """Another stream's request or body, or any other event, between a request and the end
+    of its body: REQUEST and DATA events as before, in the frames' order."""
+    pair = Pair(make)
+    pair.client.send_headers(1, list(POST))
+    pair.client.send_headers(3, list(POST))
+    pair.client.send_data(3, b"three", end_stream=True)
+    pair.client.send_data(1, b"one", end_stream=True)
+    assert pair.to_server() == [
+        (REQUEST, 1, header_block(POST), False),
+        (REQUEST_WITH_BODY, 3, header_block(POST), b"three"),
+        (DATA, 1, b"one", True),
+    ]
+    pair.client.send_headers(5, list(POST))
+    pair.client.send_data(5, b"a")
+    pair.client.increment_flow_control_window(100)
+    pair.client.send_data(5, b"b", end_stream=True)
+    assert pair.to_server() == [
+        (REQUEST, 5, header_block(POST), False),
+        (DATA, 5, b"a", False),
+        (WINDOW, 0, None, None),
+        (DATA, 5, b"b", True),
+    ]
+
+
+def cut_request(make: Maker, frames: list[Frame], cut: int) -> tuple[int, list[Event]]:
+    """A session's events for a request's frames cut in two reads at `cut`, after the preface
+    and SETTINGS; and where its HEADERS frame ends."""
+    server, _ = raw_session(make)
+    data = wire(frames)
+    return len(frames[0].serialize()), server.receive(data[:cut]) + server.receive(data[cut:])
+
+
+@both
+@deterministic(60)
+@given(
+    st.lists(st.binary(max_size=40), min_size=1, max_size=4),
+    st.lists(st.none() | st.integers(0, 9), min_size=4, max_size=4),
+    st.data(),
+)
+def test_a_request_cut_anywhere_is_one_event_only_when_whole_in_a_read(
+    make: Maker, chunks: list[bytes], pads: list[int | None], data: st.DataObject
+) -> None:
+    """Wherever the reads cut a request with a body: REQUEST_WITH_BODY if one read has its
+    HEADERS and all of its DATA frames, else REQUEST and DATA events as before (the body
+    cut after its HEADERS, or in its frames); the body is the same either way."""
+    frames: list[Frame] = [raw_request(1, POST, end=False)]
+    for at, chunk in enumerate(chunks):
+        end = ["END_STREAM"] if at == len(chunks) - 1 else []
+        pad = pads[at]
+        flags = [*end, "PADDED"] if pad is not None else end
+        frames.append(DataFrame(1, chunk, flags=flags, pad_length=pad or 0))
+    total = len(wire(frames))
+    cut = data.draw(st.integers(0, total))
+    headers_end, events = cut_request(make, frames, cut)
+    body = b"".join(chunks)
+    if cut < headers_end or cut == total:
+        assert events == [(REQUEST_WITH_BODY, 1, header_block(POST), body)]
+    else:
+        assert events[0] == (REQUEST, 1, header_block(POST), False)
+        assert {e[0] for e in events[1:]} == {DATA}
+        assert body_of(events, 1) == body and [e[3] for e in events][-1] is True
 
 
 def test_the_c_session_joins_a_streams_frames_in_a_read() -> None:
     """One event for a stream's DATA frames that follow one another in a read (a 100 KB body
-    is seven frames). The bytes held go out before another stream's, before any other event
-    (the events keep the frames' order) and at the end of the read; a frame that raises no
-    event (PING) does not split them."""
+    is seven frames): with its request's header block when they came in the same read. The
+    bytes held go out before another stream's, before any other event (the events keep the
+    frames' order) and at the end of the read; a frame that raises no event (PING) does not
+    split them."""
     body = bytes(range(256)) * 400
     frames = [DataFrame(1, body[at : at + 16384]) for at in range(0, len(body), 16384)]
     _, events = raw_session(
@@ -353,7 +447,7 @@ def test_the_c_session_joins_a_streams_frames_in_a_read() -> None:
         initial_window_size=1 << 20,
         connection_window_size=1 << 20,
     )
-    assert events == [(REQUEST, 1, header_block(POST), False), (DATA, 1, body, True)]
+    assert events == [(REQUEST_WITH_BODY, 1, header_block(POST), body)]
 
     server, events = raw_session(
         CSession,
@@ -513,6 +607,56 @@ def test_window_goes_back_only_when_acknowledged(make: Maker) -> None:
     updated = [e for e in pair.to_client() if isinstance(e, h2events.WindowUpdated)]
     assert {(e.stream_id, e.delta) for e in updated} == {(0, 65535), (1, 65535)}
     assert pair.client.local_flow_control_window(1) == 65535
+
+
+@both
+def test_a_body_with_its_request_holds_window_until_acknowledged(make: Maker) -> None:
+    """As a DATA event's: no WINDOW_UPDATE for a REQUEST_WITH_BODY's bytes until
+    acknowledge_received_data, then the stream and the connection reopen."""
+    pair = Pair(make)
+    pair.client.send_headers(1, list(POST))
+    for at in range(4):
+        pair.client.send_data(1, b"x" * (16384 if at < 3 else 16383), end_stream=at == 3)
+    ((kind, _, _, body),) = pair.to_server()
+    assert (kind, len(body)) == (REQUEST_WITH_BODY, 65535)
+    assert not [e for e in pair.to_client() if isinstance(e, h2events.WindowUpdated)]
+    assert pair.client.outbound_flow_control_window == 0
+    pair.server.acknowledge_received_data(len(body), 1)
+    updated = [e for e in pair.to_client() if isinstance(e, h2events.WindowUpdated)]
+    assert {(e.stream_id, e.delta) for e in updated} == {(0, 65535), (1, 65535)}
+    assert pair.client.outbound_flow_control_window == 65535
+
+
+@both
+@pytest.mark.parametrize("split", [False, True], ids=["one-read", "split"])
+def test_bodies_with_their_requests_give_window_back_as_data_does(make: Maker, split: bool) -> None:
+    """Twenty 10,000-byte produces, each acknowledged and answered as the gateway does: the
+    same connection WINDOW_UPDATEs whether each body came with its request (one event) or in
+    a read of its own (REQUEST, then DATA): one each time half the window was consumed.
+    Three times the connection's window: without them the client could not send them all."""
+    pair = Pair(make)
+    body = bytes(range(250)) * 40
+    updates: list[tuple[int, int]] = []
+    for stream_id in range(1, 41, 2):
+        pair.client.send_headers(stream_id, list(POST))
+        events = pair.to_server() if split else []
+        pair.client.send_data(stream_id, body, end_stream=True)
+        events += pair.to_server()
+        if split:
+            assert events == [
+                (REQUEST, stream_id, header_block(POST), False),
+                (DATA, stream_id, body, True),
+            ]
+            pair.server.acknowledge_received_data(len(events[1][2]), stream_id)
+        else:
+            assert events == [(REQUEST_WITH_BODY, stream_id, header_block(POST), body)]
+            pair.server.acknowledge_received_data(len(events[0][3]), stream_id)
+        pair.server.respond(stream_id, OK, b"")
+        got = pair.to_client()
+        updates += [(e.stream_id, e.delta) for e in got if isinstance(e, h2events.WindowUpdated)]
+        assert pair.server.events() == [(CLOSED, stream_id, 0, None)]
+    assert updates == [(0, 40_000)] * 5
+    assert pair.client.outbound_flow_control_window == 65535
 
 
 @pytest.mark.parametrize(
@@ -1045,7 +1189,7 @@ def test_a_refused_frame_cut_anywhere(
     for at in range(len(data) + 1):
         server, _ = raw_session(make)
         events = server.receive(data[:at]) + server.receive(data[at:])
-        requests = [e[1] for e in events if e[0] == REQUEST]
+        requests = [e[1] for e in events if e[0] in (REQUEST, REQUEST_WITH_BODY)]
         assert (requests, {i: body_of(events, i) for i in before[1]}) == before, at
         ended_by(server, code, requests[-1])
 
@@ -1070,14 +1214,15 @@ def test_after_a_refused_frame_the_session_takes_no_more(make: Maker) -> None:
     ended_by(server, ErrorCodes.PROTOCOL_ERROR, 1)
 
 
-# -- where the two sessions differ ------------------------------------------------------------
-
-
-@pytest.mark.parametrize(("make", "events"), each([], [(DATA, 1, b"", False)]))
-def test_an_empty_data_frame_that_does_not_end_the_stream(make: Maker, events: list[Event]) -> None:
-    """The C session raises no event for it (nothing to hand over), ngh2 an empty DATA."""
+@both
+def test_an_empty_data_frame_that_does_not_end_the_stream(make: Maker) -> None:
+    """No event for it: nothing to hand over (ngh2's empty DATA event is dropped too, so that
+    the body after it in the read still comes with its request)."""
     _, received = raw_session(make, raw_request(1, POST, end=False), DataFrame(1, b""))
-    assert received == [(REQUEST, 1, header_block(POST), False), *events]
+    assert received == [(REQUEST, 1, header_block(POST), False)]
+
+
+# -- where the two sessions differ ------------------------------------------------------------
 
 
 @pytest.mark.parametrize(("make", "data"), each([(DATA, 1, b"abc", False)], []))
@@ -1516,9 +1661,10 @@ def client_stream(script: Sequence[Action], goaway: bool) -> bytes:
 
 def serve(make: Maker, reads: Sequence[bytes]) -> list[tuple[Any, ...]]:
     """What a session makes of the client's reads, answering each request once it ended and
-    acknowledging all DATA: its events (from receiving, then from sending), any error, and
-    whether it reads and writes on; normalised for comparison: DATA events become the bytes
-    of each stream (however a frame was cut) and an END marker where a body ended.
+    acknowledging all body bytes: its events (from receiving, then from sending), any error,
+    and whether it reads and writes on; normalised for comparison: DATA events become the
+    bytes of each stream (however a frame was cut) and an END marker where a body ended (a
+    REQUEST_WITH_BODY stays one event, its body counted with the stream's bytes).
 
     Two differences are left out. ngh2 also raises TERMINATED (its ConnectionClosed) when the
     session ends without a GOAWAY of ours, as after the client's GOAWAY once no stream is
@@ -1537,10 +1683,15 @@ def serve(make: Maker, reads: Sequence[bytes]) -> list[tuple[Any, ...]]:
     def note(events: list[Event], sent_goaway: bool) -> None:
         for kind, stream_id, a, b in events:
             if kind == DATA:
-                if a:  # ngh2 raises an event for an empty DATA frame, the C session doesn't
+                if a:
                     bodies[stream_id] = bodies.get(stream_id, b"") + a
                 if b:
                     log.append(("END", stream_id))
+            elif kind == REQUEST_WITH_BODY:  # kept apart: both sessions must make it alike
+                log.append((kind, stream_id, a))
+                if b:
+                    bodies[stream_id] = bodies.get(stream_id, b"") + b
+                log.append(("END", stream_id))
             elif kind == TERMINATED and not sent_goaway and make is NgH2Session:
                 pass  # the first difference above
             elif kind == CLOSED and a == ErrorCodes.FLOW_CONTROL_ERROR and make is CSession:
@@ -1560,7 +1711,9 @@ def serve(make: Maker, reads: Sequence[bytes]) -> list[tuple[Any, ...]]:
         for kind, stream_id, data, ended in events:
             if kind == DATA and data:
                 server.acknowledge_received_data(len(data), stream_id)
-            ended = (ended and kind in (REQUEST, DATA)) or kind == TRAILERS
+            elif kind == REQUEST_WITH_BODY and ended:
+                server.acknowledge_received_data(len(ended), stream_id)
+            ended = (ended and kind in (REQUEST, DATA)) or kind in (TRAILERS, REQUEST_WITH_BODY)
             if ended and stream_id not in answered:
                 answered.add(stream_id)
                 try:

@@ -253,11 +253,22 @@ class Shipper:
 
 def _start(location: S3Location) -> None:
     """A shipper process's start: below the node's CPU priority, deaf to the signals sent to
-    the node's process group (its parent ends it), its client made."""
+    the node's process group (its node ends it), gone with its node however that ends, its
+    client made."""
     os.nice(NICENESS)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    node = multiprocessing.parent_process()
+    if node is not None:
+        threading.Thread(target=_end_with, args=(node,), name="node-watch", daemon=True).start()
     _storage(location)
+
+
+def _end_with(node: multiprocessing.process.BaseProcess) -> None:
+    """End this process once its node has ended: a node killed (SIGKILL, the OOM killer)
+    closes no queue, and the process would otherwise wait on it for ever."""
+    node.join()
+    os._exit(1)
 
 
 _state = threading.Lock()

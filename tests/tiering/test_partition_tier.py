@@ -7,7 +7,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import select
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -232,6 +235,40 @@ def test_uploads_go_on_after_a_shipper_process_is_killed(
         assert started != killed
     finally:
         shipper.close()
+
+
+NODE = """
+import os, sys
+from engine.tiered.remote import S3Location
+from engine.tiered.shipping import Shipper
+shipper = Shipper(2, S3Location(sys.argv[1], "any"))
+children = []
+for task in os.listdir("/proc/self/task"):
+    children += open(f"/proc/self/task/{task}/children").read().split()
+print(" ".join(children), flush=True)
+sys.stdin.read()
+"""
+
+
+def test_shipper_processes_end_with_a_killed_node(moto: MotoServer) -> None:
+    """A node killed outright (SIGKILL, the OOM killer) closes nothing: its shipper processes
+    (and multiprocessing's resource tracker) see it end and end too, none left behind."""
+    node = subprocess.Popen(
+        [sys.executable, "-c", NODE, moto.url],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env={**os.environ, **CREDENTIALS},
+    )  # fmt: skip
+    assert node.stdout is not None
+    children = [int(pid) for pid in node.stdout.readline().split()]
+    assert len(children) == 3  # two shippers and the resource tracker
+    watches = [os.pidfd_open(pid) for pid in children]
+    try:
+        node.kill()
+        node.wait(30)
+        for watch in watches:  # readable once the process has ended
+            assert select.select([watch], [], [], 30)[0] == [watch]
+    finally:
+        for watch in watches:
+            os.close(watch)
 
 
 def test_a_corrupt_segment_is_refused_across_the_process_and_nothing_is_committed(

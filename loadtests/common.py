@@ -91,16 +91,31 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a server: the process, its live descendants (worker
     processes) and the children it has reaped, from /proc."""
     stats = _proc_stats()
+    return sum(stats[p][1] for p in _tree(pid, stats)) / os.sysconf("SC_CLK_TCK")
+
+
+def tree_rss_bytes(pid: int) -> int:
+    """Resident bytes of a server and its live descendants (worker processes, tiering's
+    shipper processes)."""
+    total = 0
+    for member in _tree(pid, _proc_stats()):
+        with contextlib.suppress(OSError, RuntimeError):  # it exited while we looked
+            total += rss_bytes(member)
+    return total
+
+
+def _tree(pid: int, stats: dict[int, tuple[int, int]]) -> list[int]:
+    """`pid` and its live descendants, by the parent pids of `stats`."""
     children: dict[int, list[int]] = {}
     for child, (parent, _) in stats.items():
         children.setdefault(parent, []).append(child)
-    total, todo = 0, [pid]
+    found, todo = [], [pid]
     while todo:
         current = todo.pop()
         if current in stats:
-            total += stats[current][1]
+            found.append(current)
             todo.extend(children.get(current, ()))
-    return total / os.sysconf("SC_CLK_TCK")
+    return found
 
 
 def _proc_stats() -> dict[int, tuple[int, int]]:

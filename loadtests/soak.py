@@ -27,8 +27,9 @@ on a local `moto_server`:
 - a push subscription to `loadtests.push_receiver`: every offset delivered (at least once);
 - two SSE streams, one checked for gaps and repeats per partition, one filtered by key.
 
-Each interval reports every node's RSS (the mean of samples every 5 s, so that it spans the
-node's heap trims rather than falling at one phase of them), open files (/proc/PID/fd),
+Each interval reports every node's RSS (its process and their children, tiering's shipper
+processes; the mean of samples every 5 s, so that it spans the node's heap trims rather than
+falling at one phase of them), open files (/proc/PID/fd),
 event-loop tasks (`sluice_event_loop_tasks`) and CPU, and the produces' p50/p99 and errors.
 The summary gives the errors, the exactly-once check, RSS growth after warm-up (%), open-file
 and task drift, p99 drift (%). DIR gets soak.json, soak.md and soak.png; the exit status is 1
@@ -68,9 +69,9 @@ from loadtests.common import (
     cpu_seconds,
     http_json,
     progress,
-    rss_bytes,
     start_gateway,
     stop_on_sigterm,
+    tree_rss_bytes,
 )
 from loadtests.openloop import Answers, connect, http_answer, percentiles
 from loadtests.report import _save, _table
@@ -637,7 +638,7 @@ class Nodes:
         while not self._sampling.wait(RSS_SAMPLE_S):
             for node, pid in self.pids.items():
                 with contextlib.suppress(OSError):  # a node stopped meanwhile
-                    self.rss.setdefault(node, []).append(rss_bytes(pid))
+                    self.rss.setdefault(node, []).append(tree_rss_bytes(pid))
 
     def stop(self) -> None:
         self._sampling.set()
@@ -684,7 +685,7 @@ class Nodes:
             out["cpu_pct"][node] = (
                 round(100 * (used - before) / (now - then), 1) if now > then else 0.0
             )
-            samples = self.rss.pop(node, None) or [rss_bytes(pid)]
+            samples = self.rss.pop(node, None) or [tree_rss_bytes(pid)]
             out["rss_mib"][node] = round(sum(samples) / len(samples) / 2**20, 1)
             out["open_files"][node], out["sockets"][node] = descriptors(pid)
             out["tasks"][node] = scrape(url)["sluice_event_loop_tasks"]

@@ -1,10 +1,13 @@
-"""What the load tools share: SIGTERM ends one through its cleanup, as Ctrl-C does."""
+"""What the load tools share: SIGTERM ends one through its cleanup, as Ctrl-C does; a server's
+memory counts its children's."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 from pathlib import Path
+
+from loadtests.common import rss_bytes, tree_rss_bytes
 
 REPO = Path(__file__).resolve().parents[2]
 TERMINATED = """
@@ -25,3 +28,22 @@ def test_sigterm_runs_the_tools_cleanup_and_exits_143() -> None:
     )
     assert done.returncode == 143, done.stderr
     assert done.stdout == "servers stopped\n"
+
+
+def test_a_servers_rss_counts_its_children() -> None:
+    """A node's memory is its process's and its children's (tiering's shipper processes): a
+    child holding 64 MiB shows in the tree's RSS, not in the process's own."""
+    holder = "import sys; b = bytearray(64 << 20); b[::4096] = b'x' * len(b[::4096]); "
+    holder += "print('ready', flush=True); sys.stdin.read()"
+    parent = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {holder!r}])"
+    process = subprocess.Popen(
+        [sys.executable, "-c", parent], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stdout is not None and process.stdout.readline() == "ready\n"
+        own, tree = rss_bytes(process.pid), tree_rss_bytes(process.pid)
+        assert tree - own >= 64 << 20
+    finally:
+        assert process.stdin is not None
+        process.stdin.close()
+        process.wait(30)

@@ -28,6 +28,7 @@ from hyperframe.frame import (
 )
 
 from gateway.http.http2 import PREFACE, H2Limits, H2Protocol
+from tests.memory_transport import MemoryTransport
 
 # Small limits, so that the Rapid Reset and stream limits are within the fuzzer's reach.
 LIMITS = H2Limits(max_concurrent_streams=8, max_resets=4, max_header_list_size=4096)
@@ -55,42 +56,6 @@ class _Protocol(H2Protocol):
         self.errors.append((args, kw.get("exc_info")))
 
 
-class _Transport(asyncio.Transport):
-    """A socket that keeps what is written and closes as a real one does (asynchronously)."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__()
-        self.loop = loop
-        self.protocol: _Protocol | None = None
-        self.closing = False
-        self.written = 0
-
-    def write(self, data: Any) -> None:
-        assert not self.closing, "write after close"
-        self.written += len(data)
-
-    def close(self) -> None:
-        if not self.closing:
-            self.closing = True
-            assert self.protocol is not None
-            self.loop.call_soon(self.protocol.connection_lost, None)
-
-    def is_closing(self) -> bool:
-        return self.closing
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return default
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-
 def _spin(loop: asyncio.AbstractEventLoop, rounds: int = 8) -> None:
     for _ in range(rounds):
         loop.run_until_complete(asyncio.sleep(0))
@@ -114,8 +79,7 @@ def _connection(loop: asyncio.AbstractEventLoop, data: bytes) -> None:
     server = web.Server(_answer, loop=loop, handler_cancellation=True)
     protocol = _Protocol(server, loop=loop, limits=LIMITS, access_log=None)
     protocol.errors = failures
-    transport = _Transport(loop)
-    transport.protocol = protocol
+    transport = MemoryTransport(loop, protocol)
     protocol.connection_made(transport)
     reads = 1 + (data[0] % 4 if data else 0)
     body = data[1:]

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -43,6 +42,8 @@ from gateway.http.h2_session import (
 from gateway.http.h2_stream import Headers
 from gateway.http.http2 import H2Limits, H2Protocol, Http2Site, start_server
 from gateway.settings import Settings
+from tests.gateway.test_http2_direct import Answer
+from tests.memory_transport import MemoryTransport
 
 TIMEOUT = 30.0
 # Windows of the default size: twenty 10 KB bodies need the connection's back three times.
@@ -120,19 +121,6 @@ def produce_fields(path: bytes, size: int, content_type: bytes = b"application/j
 # -- in memory ----------------------------------------------------------------------------------
 
 
-@dataclass
-class _Answer:
-    body: bytes
-    status: int = 200
-    closes: bool = False
-
-    def http1(self) -> bytes:
-        return b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(self.body), self.body)
-
-    def h2_headers(self) -> Headers:
-        return [(b":status", b"200"), (b"content-length", b"%d" % len(self.body))]
-
-
 class _Direct(H2Protocol):
     """Answers POST /direct itself, in the next turn, with its body's size; a body that
     begins with `decline` goes to the Application."""
@@ -147,49 +135,12 @@ class _Direct(H2Protocol):
             return None
         future = self.event_loop.create_future()
         future.set_result(None)
-        self.event_loop.call_soon(answered, _Answer(b"direct %d" % len(body)))
+        self.event_loop.call_soon(answered, Answer(b"direct %d" % len(body)))
         return future
 
 
 async def _read_all(request: web.BaseRequest) -> web.Response:
     return web.Response(body=b"application %d" % len(await request.read()))
-
-
-class _Transport(asyncio.Transport):
-    """A socket that keeps what is written, for the client to take."""
-
-    def __init__(self, protocol: H2Protocol) -> None:
-        super().__init__()
-        self.protocol = protocol
-        self.out = bytearray()
-        self.closing = False
-
-    def take(self) -> bytes:
-        out, self.out = bytes(self.out), bytearray()
-        return out
-
-    def write(self, data: Any) -> None:
-        self.out += data
-
-    def close(self) -> None:
-        if not self.closing:
-            self.closing = True
-            asyncio.get_running_loop().call_soon(self.protocol.connection_lost, None)
-
-    def is_closing(self) -> bool:
-        return self.closing
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return default
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
 
 
 async def serve_one(
@@ -202,7 +153,7 @@ async def serve_one(
     spies.splitting = old
     server = web.Server(_read_all, handler_cancellation=True)
     protocol = _Direct(server, loop=asyncio.get_running_loop(), access_log=None, limits=H2Limits())
-    transport = _Transport(protocol)
+    transport = MemoryTransport(asyncio.get_running_loop(), protocol)
     protocol.connection_made(transport)
     client = H2Connection(H2Configuration(client_side=True, header_encoding=None))
     client.initiate_connection()

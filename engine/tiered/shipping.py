@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Protocol
 
 from engine import batch as fmt
+from engine import heap
 from engine.errors import EngineError
 from engine.segment import batch_chunks
 from engine.tiered.manifest import ManifestError, RemoteSegment
@@ -29,6 +30,7 @@ _OFFSET_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
 OBJECTS_IN_FLIGHT = 4  # an upload's PUTs at once: its .log, .index, .timeindex and .epochs
 NICENESS = 10  # the shipper's CPU priority below the node's: requests come first
+ARENAS = 2  # a shipper's malloc arenas: what its sender threads free stays reusable
 
 
 class ReadableSegment(Protocol):
@@ -222,11 +224,11 @@ class Shipper:
             if self._closed:
                 raise ShipperFailed("the node is stopping: no upload begins")
             try:
-                future = self._pool.submit(ship, shipment)
+                future = self._pool.submit(_ship_and_trim, shipment)
             except BrokenExecutor:
                 self._pool.shutdown(wait=False)
                 self._pool = self._started()
-                future = self._pool.submit(ship, shipment)
+                future = self._pool.submit(_ship_and_trim, shipment)
         try:
             return future.result()
         except BrokenExecutor as exc:
@@ -252,16 +254,26 @@ class Shipper:
 
 
 def _start(location: S3Location) -> None:
-    """A shipper process's start: below the node's CPU priority, deaf to the signals sent to
-    the node's process group (its node ends it), gone with its node however that ends, its
-    client made."""
+    """A shipper process's start: below the node's CPU priority, its malloc arenas capped,
+    deaf to the signals sent to the node's process group (its node ends it), gone with its node
+    however that ends, its client made."""
     os.nice(NICENESS)
+    heap.limit_arenas(ARENAS)  # before any thread of its own starts
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     node = multiprocessing.parent_process()
     if node is not None:
         threading.Thread(target=_end_with, args=(node,), name="node-watch", daemon=True).start()
     _storage(location)
+
+
+def _ship_and_trim(shipment: Shipment) -> RemoteSegment:
+    """`ship` in a shipper process, then its freed heap handed back to the system: an upload's
+    buffers (a segment's reads, boto3's) would otherwise stay in its RSS."""
+    try:
+        return ship(shipment)
+    finally:
+        heap.trim()
 
 
 def _end_with(node: multiprocessing.process.BaseProcess) -> None:

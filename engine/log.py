@@ -669,7 +669,8 @@ class PartitionLog:
 
             def expired(segment: LogSegment, following: int) -> bool:
                 nonlocal excess
-                if following <= self.log_start_offset:
+                if following <= self.log_start_offset:  # gone: its bytes count no more
+                    excess -= segment.size
                     return True
                 if not config.delete:
                     return False
@@ -694,7 +695,8 @@ class PartitionLog:
 
             def expired(segment: LogSegment, following: int) -> bool:
                 nonlocal excess
-                if following <= self.log_start_offset:
+                if following <= self.log_start_offset:  # gone: its bytes count no more
+                    excess -= segment.size
                     return True
                 if uploaded is None or following > uploaded:
                     return False

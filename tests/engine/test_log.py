@@ -10,6 +10,7 @@ import pytest
 
 from engine import batch as fmt
 from engine import checkpoint
+from engine.config import TopicConfig
 from engine.errors import (
     InvalidRecord,
     OffsetMismatch,
@@ -322,6 +323,45 @@ def test_retention_by_size(make_log: LogFactory) -> None:
     assert log.size_bytes - log.segments[0].size < 700
     assert log.size_bytes >= 700 or len(log.segments) == 1
     assert read_all(log)[-1].offset == 19
+
+
+def test_retention_by_size_counts_segments_below_the_log_start_as_gone(
+    make_log: LogFactory,
+) -> None:
+    """A closed segment wholly below the log start (DELETE records up to the end, then a roll)
+    goes, and its bytes no longer count against retention.bytes: the next segment stays when
+    what would be left without it is under the limit (Kafka's size pass runs after the
+    log-start pass)."""
+    log = make_log()
+    fill(log, 3)
+    log.delete_records(log.log_end_offset)  # the active segment's records, all below the start
+    log.roll()
+    fill(log, 3)
+    log.roll()
+    fill(log, 3)
+    _below, kept, active = (s.size for s in log.segments)
+    log.update_config(TopicConfig().with_overrides({"retention.bytes": active + 1}))
+    assert log.apply_retention() == 1
+    assert [s.size for s in log.segments] == [kept, active]
+
+
+def test_local_retention_by_size_counts_segments_below_the_log_start_as_gone(
+    make_log: LogFactory,
+) -> None:
+    """The same for a tiered log's local retention, over segments S3 holds."""
+    log = make_log({"remote.storage.enable": True})
+    fill(log, 3)
+    log.delete_records(log.log_end_offset)
+    log.roll()
+    fill(log, 3)
+    log.roll()
+    fill(log, 3)
+    log.mark_uploaded(log.segments[-1].base_offset)
+    _below, kept, active = (s.size for s in log.segments)
+    overrides = {"remote.storage.enable": True, "local.retention.bytes": active + 1}
+    log.update_config(TopicConfig().with_overrides(overrides))
+    assert log.apply_retention() == 1
+    assert [s.size for s in log.segments] == [kept, active]
 
 
 def test_retention_never_deletes_above_the_high_watermark(make_log: LogFactory) -> None:

@@ -5,6 +5,7 @@ the manifest that commits an upload is written by the partition (engine.tiered.u
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import multiprocessing
@@ -283,23 +284,14 @@ def _end_with(node: multiprocessing.process.BaseProcess) -> None:
     os._exit(1)
 
 
-_state = threading.Lock()
-_storages: dict[S3Location, RemoteStorage] = {}
-_pool: list[ThreadPoolExecutor] = []
-
-
+@functools.cache
 def _storage(location: S3Location) -> RemoteStorage:
-    """This process's client for `location`, made once (a boto3 client costs milliseconds)."""
-    with _state:
-        storage = _storages.get(location)
-        if storage is None:
-            storage = _storages[location] = RemoteStorage(location)
-        return storage
+    """This process's client for `location`, made once (a boto3 client costs milliseconds); a
+    shipper runs one upload at a time, so no two threads make it at once."""
+    return RemoteStorage(location)
 
 
+@functools.cache
 def _senders() -> ThreadPoolExecutor:
     """This process's pool for an upload's objects, made once: no thread starts per segment."""
-    with _state:
-        if not _pool:
-            _pool.append(ThreadPoolExecutor(OBJECTS_IN_FLIGHT, thread_name_prefix="s3-upload"))
-        return _pool[0]
+    return ThreadPoolExecutor(OBJECTS_IN_FLIGHT, thread_name_prefix="s3-upload")

@@ -113,6 +113,12 @@ class SparseIndex:
                 checked_fsync(f.fileno(), self.file.path)
         self._persisted = end
 
+    def create_file(self) -> None:
+        """Create the file, empty, if it is missing. Creating a file can wait on the disk; the
+        active segment's index files are made with it (in a roll's thread), so the writes of
+        its entries on the event loop only ever append."""
+        os.close(os.open(self.file.path, os.O_WRONLY | os.O_CREAT, 0o666))
+
     def release(self) -> None:
         """Write out the pending entries, then keep them in the file only."""
         self.flush()

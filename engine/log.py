@@ -408,17 +408,39 @@ class PartitionLog:
             or now - self._last_flush_ms >= self.config.flush_ms
         )
 
-    def _maybe_roll(self, size: int, last_offset: int, now: int) -> LogSegment:
+    def needs_room(self, size: int) -> bool:
+        """Whether an append of `size` bytes now would do file work beyond its write: roll the
+        active segment first (full or aged: new files, whose creation can wait on the disk), or
+        wait for another thread that holds the log (a roll, a flush, a retention pass). A caller
+        on an event loop then calls `make_room` in a thread before it appends."""
+        if not self._lock.acquire(blocking=False):
+            return True
+        try:
+            return self._roll_due(size, self.now_ms())
+        finally:
+            self._lock.release()
+
+    def make_room(self, size: int) -> None:
+        """Wait for the log, then roll the active segment if an append of `size` bytes would."""
+        with self._lock:
+            if self._roll_due(size, self.now_ms()):
+                self.roll()
+
+    def _roll_due(self, size: int, now: int) -> bool:
+        """Whether `size` more bytes go to a new segment: the active one is not empty and they
+        would overflow segment.bytes, or it is older than segment.ms."""
         active = self._view.segments[-1]
         if active.empty:
-            return active
-        full = active.size + size > self.config.segment_bytes
-        aged = (
+            return False
+        return active.size + size > self.config.segment_bytes or (
             active.rolling_base_ms is not None
             and now - active.rolling_base_ms > self.config.segment_ms
         )
-        offsets_overflow = last_offset - active.base_offset > INT_MAX
-        if full or aged or offsets_overflow:
+
+    def _maybe_roll(self, size: int, last_offset: int, now: int) -> LogSegment:
+        active = self._view.segments[-1]
+        offsets_overflow = not active.empty and last_offset - active.base_offset > INT_MAX
+        if offsets_overflow or self._roll_due(size, now):
             return self._roll()
         return active
 

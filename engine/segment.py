@@ -104,8 +104,8 @@ class LogSegment:
     # -- open for appends, or closed -----------------------------------------------------------
 
     def activate(self) -> None:
-        """Open the file for appends (creating it) and keep it open: this is now the active
-        segment. Released indexes come back into memory (or are rebuilt)."""
+        """Open the file for appends (creating it and the index files) and keep it open: this
+        is now the active segment. Released indexes come back into memory (or are rebuilt)."""
         if self._log.writer:
             return
         writer = CachedFile(self._log.path)
@@ -114,6 +114,8 @@ class LogSegment:
         self.files.forget(stale)
         if (self.index.released or self.time_index.released) and not self.load():
             self.recover()
+        self.index.create_file()
+        self.time_index.create_file()
 
     def seal(self) -> None:
         """Closed for appends: release the indexes to their files and hand the log's descriptor

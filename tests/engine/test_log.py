@@ -232,6 +232,61 @@ def test_roll_by_age(make_log: LogFactory, clock: FakeClock) -> None:
     assert [s.base_offset for s in log.segments] == [0, 2]
 
 
+def test_needs_room_says_when_an_append_would_roll_and_make_room_rolls(
+    make_log: LogFactory, clock: FakeClock
+) -> None:
+    """What a caller on an event loop asks before appending: whether the append would roll
+    (full or aged; never an empty active segment); `make_room` then rolls, where the append
+    would have, and only then."""
+    log = make_log({"segment.bytes": 400, "segment.ms": 1000})
+    assert not log.needs_room(10_000)
+    size = len(batch_of([b"a"], timestamp=clock.ms))
+    log.append_as_leader(batch_of([b"a"], timestamp=clock.ms), 0)
+    assert not log.needs_room(size)
+    assert log.needs_room(400)
+    log.make_room(size)
+    assert len(log.segments) == 1
+    clock.advance(1001)
+    assert log.needs_room(size)
+    log.make_room(size)
+    assert [s.base_offset for s in log.segments] == [0, 1]
+    assert not log.needs_room(size)
+    log.append_as_leader(batch_of([b"b"], timestamp=clock.ms), 0)
+    assert [s.base_offset for s in log.segments] == [0, 1]
+
+
+def test_an_active_segment_begins_with_its_index_files(make_log: LogFactory) -> None:
+    """A roll creates the new segment's index files with its log file, so the first write of
+    their entries (on the event loop, once PENDING_MAX wait) appends to files that exist."""
+    log = make_log({"segment.bytes": 400})
+    fill(log, 10, per_batch=2, size=40)
+    active = log.segments[-1]
+    assert len(log.segments) > 1 and active.size > 0
+    for index in (active.index, active.time_index):
+        assert index.path.exists() and index.path.stat().st_size == 0
+
+
+def test_needs_room_while_another_thread_holds_the_log(make_log: LogFactory) -> None:
+    """A log held by another thread (a roll, a flush, a retention pass) would make an append
+    wait: `needs_room` says so without waiting, and `make_room` returns once it is free."""
+    log = make_log({})
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with log._lock:
+            held.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait(10)
+    assert log.needs_room(1)
+    release.set()
+    log.make_room(1)
+    holder.join()
+    assert not log.needs_room(1)
+
+
 def test_listeners_hear_appends_watermarks_and_truncation(make_log: LogFactory) -> None:
     log = make_log()
     heard: list[tuple[int, int]] = []
@@ -543,6 +598,7 @@ def test_an_index_write_that_fails_on_append_is_left_to_the_next_flush(
     only once PENDING_MAX more wait: each try encodes every waiting entry."""
     log = make_log({"index.interval.bytes": 1})
     path = log.segments[-1].index.path
+    path.unlink()
     path.mkdir()  # opening it for writing fails (IsADirectoryError)
     tries = []
     flush = OffsetIndex.flush

@@ -52,7 +52,8 @@ log = logging.getLogger(__name__)
 
 TRUNCATIONS_AT_ONCE = 16  # epoch queries in flight to one leader while partitions join
 # A part this large is written in a thread (the file write and CRC checks release the GIL):
-# a follower catching up at 100+ MB/s otherwise holds the loop a millisecond per MiB.
+# a follower catching up at 100+ MB/s otherwise holds the loop a millisecond per MiB. So is
+# any part whose append would roll a segment or wait for another thread holding the log.
 THREAD_APPEND_BYTES = 256 * 1024
 # The leader lost the session or took a request out of turn: start a new one at once.
 _SESSION_ERRORS = (FetchSessionIdNotFound, InvalidFetchSessionEpoch, FetchSessionTooLarge)
@@ -327,7 +328,8 @@ class ReplicaFetchers:
                     link.resend.add(key)  # read from a position this log has left
                     continue
                 marks = (part.high_watermark, part.log_start_offset)
-                if len(part.records) >= THREAD_APPEND_BYTES:
+                size = len(part.records)
+                if size >= THREAD_APPEND_BYTES or (size and partition.log.needs_room(size)):
                     # A move's copy may wait for the CPU; the ISR's catch-up may not.
                     copying = partition.copying_to(self.node_id)
                     await asyncio.get_running_loop().run_in_executor(

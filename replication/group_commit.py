@@ -2,9 +2,11 @@
 
 Appends that reach a partition in the same event-loop turn are written together at the end of
 that turn (`Partition.append_together`), so an idle partition waits for nothing but the turn it
-is already in, and a busy one pays one write for many requests. fsyncs the flush policy asks
-for run one at a time per partition in a thread; the requests that arrive while one runs share
-the next.
+is already in, and a busy one pays one write for many requests. A write that would first roll
+a segment (creating files, which can wait on the disk) or wait for another thread holding the
+log makes room in a thread; the partition's requests gather meanwhile and go in the next write.
+fsyncs the flush policy asks for run one at a time per partition in a thread; the requests that
+arrive while one runs share the next.
 """
 
 from __future__ import annotations
@@ -42,8 +44,14 @@ class AppendGroups:
         waiting.append((data, acks, done))
         return done
 
-    def _write(self, partition: Partition) -> None:
-        waiting = self._waiting.pop(partition)
+    def _write(self, partition: Partition, room_made: bool = False) -> None:
+        waiting = self._waiting[partition]
+        if not room_made:
+            size = sum(len(data) for data, _, _ in waiting)
+            if partition.log.needs_room(size):
+                self._make_room(partition, size)
+                return
+        del self._waiting[partition]
         self.writes += 1
         self.requests += len(waiting)
         try:
@@ -60,6 +68,18 @@ class AppendGroups:
                 done.set_exception(outcome)
             else:
                 done.set_result(outcome)
+
+    def _make_room(self, partition: Partition, size: int) -> None:
+        """Roll (or wait for the log) in a thread, then write what gathered meanwhile. A failed
+        roll is left to the write, which meets the same error and answers each request."""
+        making = asyncio.ensure_future(asyncio.to_thread(partition.log.make_room, size))
+
+        def made(future: asyncio.Future[None]) -> None:
+            if not future.cancelled():
+                future.exception()
+            self._write(partition, room_made=True)
+
+        making.add_done_callback(made)
 
 
 class FlushGroups:

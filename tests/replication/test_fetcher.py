@@ -249,6 +249,56 @@ async def test_a_large_part_is_written_off_the_event_loop(
     assert [r.value for r in fmt.iter_records(written)] == [value] * RECORDS
 
 
+async def test_a_small_part_waits_off_the_loop_for_a_log_another_thread_holds(
+    follower: Follower, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A part below THREAD_APPEND_BYTES whose append would wait (another thread holds the log:
+    a roll, a flush, a retention pass) or roll a segment is written in a worker thread too."""
+    partition, fetchers, leader = follower.partition, follower.fetchers, follower.leader
+    assert len(leader.records) < THREAD_APPEND_BYTES
+    loop = asyncio.get_running_loop()
+    held, release = threading.Event(), threading.Event()
+    entered: asyncio.Future[None] = loop.create_future()
+    threads: list[int] = []
+    append = partition.append_from_leader
+
+    def hold() -> None:
+        with partition.log._lock:
+            held.set()
+            release.wait(EVENT_TIMEOUT_S)
+
+    def set_once() -> None:
+        if not entered.done():
+            entered.set_result(None)
+
+    def noting_thread(*args: object) -> None:
+        threads.append(threading.get_ident())
+        loop.call_soon_threadsafe(set_once)
+        append(*args)  # type: ignore[arg-type]
+
+    holder = threading.Thread(target=hold)
+    fetch = leader.session_fetch
+
+    async def holding_from_the_answer(url: str, request: SessionFetchRequest) -> SessionFetchAnswer:
+        answer = await fetch(url, request)
+        if not holder.is_alive() and not release.is_set():  # the truncation step is done
+            holder.start()
+            held.wait(EVENT_TIMEOUT_S)
+        return answer
+
+    monkeypatch.setattr(partition, "append_from_leader", noting_thread)
+    monkeypatch.setattr(leader, "session_fetch", holding_from_the_answer)
+    await fetchers.role_changed(partition)
+    await asyncio.wait_for(entered, EVENT_TIMEOUT_S)
+    assert partition.log_end_offset == 0
+    release.set()
+    assert (await leader.next_event()).answer is not None
+    assert (await leader.next_event()).answer is None
+    holder.join()
+    assert threads and threading.get_ident() not in threads
+    assert partition.log_end_offset == RECORDS
+
+
 async def test_close_ends_a_link_a_role_change_wakes_in_the_same_turn(follower: Follower) -> None:
     """A node stopping as its roles change: the link waiting for a change is woken and
     cancelled in one loop turn, and close still ends (with Python 3.11's asyncio.wait_for the

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +24,8 @@ from replication.idempotency import IdempotencyIndex, Marker
 from replication.metadata import PartitionState
 from replication.partition import Partition
 from tests.replication.test_idempotency import marked
+
+EVENT_TIMEOUT_S = 10.0  # bounds a wait on another thread; never reached when right
 
 
 def records(*values: bytes) -> bytearray:
@@ -72,8 +75,12 @@ def checks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 def values_of(log: PartitionLog) -> list[bytes | None]:
-    data = log.read(0, 1 << 20, upper_offset=log.log_end_offset).data
-    return [record.value for record in fmt.iter_records(data)]
+    """Every record's value, over all segments."""
+    values: list[bytes | None] = []
+    while len(values) < log.log_end_offset:
+        data = log.read(len(values), 1 << 20, upper_offset=log.log_end_offset).data
+        values.extend(record.value for record in fmt.iter_records(data))
+    return values
 
 
 async def test_one_turns_produces_share_one_write_with_their_own_offsets(
@@ -279,3 +286,97 @@ async def test_flushes_asked_for_while_one_runs_share_the_next(
     await asyncio.gather(first, *later)
     assert targets == [1, 4]  # two fsyncs for four requests: the three later ones share one
     assert leader.log.recovery_point == 4
+
+
+@pytest.fixture
+def small_segments(tmp_path: Path) -> Iterator[Partition]:
+    """A leader whose segments hold about two one-record requests each."""
+    size = len(records(b"a"))
+    config = TopicConfig().with_overrides({"segment.bytes": 2 * size + size // 2})
+    log = PartitionLog(tmp_path / "s-0", "s", 0, config)
+    partition = Partition(log, 0, IdempotencyIndex(3600, 1000))
+    partition.make_leader(PartitionState(0, 3, (0,), (0,)))
+    yield partition
+    log.close()
+
+
+async def test_a_write_that_rolls_rolls_in_a_thread_with_later_requests_behind_it(
+    small_segments: Partition, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A segment's files are created off the loop (their creation can wait on the disk); the
+    loop turns meanwhile, requests made during the roll join the next write, and every
+    request lands in order in the new segment."""
+    log = small_segments.log
+    loop = asyncio.get_running_loop()
+    rolled_in: list[int] = []
+    rolling = asyncio.Event()
+    release = threading.Event()
+    roll = PartitionLog._roll
+
+    def gated_roll(self: PartitionLog) -> LogSegment:
+        rolled_in.append(threading.get_ident())
+        loop.call_soon_threadsafe(rolling.set)
+        release.wait(EVENT_TIMEOUT_S)
+        return roll(self)
+
+    monkeypatch.setattr(PartitionLog, "_roll", gated_roll)
+    groups = AppendGroups()
+    await asyncio.gather(
+        *(groups.append(small_segments, records(v), Acks.LEADER) for v in (b"a", b"b"))
+    )
+    first = groups.append(small_segments, records(b"c"), Acks.LEADER)
+    await asyncio.wait_for(rolling.wait(), EVENT_TIMEOUT_S)
+    later = [groups.append(small_segments, records(v), Acks.LEADER) for v in (b"d", b"e")]
+    assert not first.done()
+    release.set()
+    infos = await asyncio.wait_for(asyncio.gather(first, *later), EVENT_TIMEOUT_S)
+    assert [info.first_offset for info in infos] == [2, 3, 4]
+    assert rolled_in and threading.get_ident() not in rolled_in
+    assert [s.base_offset for s in log.segments] == [0, 2]
+    assert values_of(log) == [b"a", b"b", b"c", b"d", b"e"]
+
+
+async def test_a_log_another_thread_holds_is_waited_for_off_the_loop(leader: Partition) -> None:
+    """While a thread holds the log (a roll of the tiering pass, a flush, a retention pass),
+    a write waits for it in a thread: the loop goes on turning and the write lands after."""
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with leader.log._lock:
+            held.set()
+            release.wait(EVENT_TIMEOUT_S)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait(EVENT_TIMEOUT_S)
+    landing = AppendGroups().append(leader, records(b"a"), Acks.LEADER)
+    for _ in range(3):
+        await asyncio.sleep(0)  # loop turns the write's callback would block, were it inline
+    assert not landing.done()
+    release.set()
+    assert (await asyncio.wait_for(landing, EVENT_TIMEOUT_S)).first_offset == 0
+    holder.join()
+
+
+async def test_a_roll_that_fails_answers_every_request_with_its_error(
+    small_segments: Partition, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    groups = AppendGroups()
+    await asyncio.gather(
+        *(groups.append(small_segments, records(v), Acks.LEADER) for v in (b"a", b"b"))
+    )
+
+    def full(self: PartitionLog, base_offset: int) -> LogSegment:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(PartitionLog, "_new_active_segment", full)
+    outcomes = await asyncio.gather(
+        *(groups.append(small_segments, records(v), Acks.LEADER) for v in (b"c", b"d")),
+        return_exceptions=True,
+    )
+    assert all(isinstance(o, InsufficientStorage) for o in outcomes)
+    assert small_segments.log.log_end_offset == 2
+    monkeypatch.undo()
+    info = await groups.append(small_segments, records(b"c"), Acks.LEADER)
+    assert info.first_offset == 2
+    assert values_of(small_segments.log) == [b"a", b"b", b"c"]

@@ -7,7 +7,8 @@ in the tiering cell the gateway ships every closed segment to moto_server
 (`--tiering-interval 1`), in the other it keeps them. Cells alternate over the rounds. Per
 cell: the stall reports a minute, how late the loop's timers ran (p50, max), the share of the
 stalls the loop thread spent on a CPU (the rest it waited: for the GIL, a lock, a system call
-or the core), requests/s and segments shipped.
+or the core), where the loop thread was (the innermost frame of Sluice's code in each report's
+stack), requests/s and segments shipped.
 
     python -m loadtests.stall_bench [--rounds N] [--seconds S] [--segment-bytes B] [--out DIR]
 """
@@ -23,8 +24,9 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -45,11 +47,29 @@ CELLS = ("no tiering", "tiering")
 ONE_RECORD = orjson.dumps({"records": [{"value": {"event": "click", "user": 42}}]})
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench"}
 _STALL = re.compile(r"timers ran (\d+) ms late, the loop thread on a CPU for (\d+) ms")
+_SLUICE_FRAME = re.compile(
+    r'File "[^"]*?/((?:engine|replication|groups|schemas|gateway)/[^"]+)", line (\d+), in (\w+)'
+)
+# A report's loop-thread stack ends where the busy threads' stacks or the next record begin.
+_STACK_END = re.compile(r"^(?:thread |\d{4}-\d\d-\d\d )", re.MULTILINE)
 
 
-def stalls_in(log: str) -> list[tuple[int, int]]:
-    """(ms the timers ran late, ms the loop thread was on a CPU) of each stall report."""
-    return [(int(late), int(cpu)) for late, cpu in _STALL.findall(log)]
+class Stall(NamedTuple):
+    late_ms: int  # how late the loop's timers ran
+    cpu_ms: int  # how long the loop thread was on a CPU meanwhile
+    where: str  # the innermost frame of Sluice's code in the loop thread's stack, or ""
+
+
+def stalls_in(log: str) -> list[Stall]:
+    """Each stall report of a gateway's log."""
+    stalls = []
+    for found in _STALL.finditer(log):
+        rest = log[found.end() :]
+        end = _STACK_END.search(rest, rest.find("\n") + 1)
+        frames = _SLUICE_FRAME.findall(rest[: end.start() if end else len(rest)])
+        where = f"{frames[-1][0]}:{frames[-1][1]} {frames[-1][2]}" if frames else ""
+        stalls.append(Stall(int(found[1]), int(found[2]), where))
+    return stalls
 
 
 def _counter(url: str, name: str) -> float:
@@ -119,7 +139,7 @@ def run_cell(
             print(f"the {cell} cell's gateway did not stop in {STOP_WAIT_S:g} s:\n{said}",
                   file=sys.stderr)  # fmt: skip
     stalls = stalls_in(log.read_text())
-    late = sorted(late for late, _ in stalls)
+    late = sorted(stall.late_ms for stall in stalls)
     return {
         "cell": cell,
         "cpus": placement,
@@ -128,7 +148,8 @@ def run_cell(
         "stalls_per_minute": round(len(stalls) * 60 / seconds, 1),
         "late_p50_ms": statistics.median(late) if late else 0,
         "late_max_ms": late[-1] if late else 0,
-        "loop_on_cpu_share": round(sum(c for _, c in stalls) / sum(late), 2) if late else None,
+        "loop_on_cpu_share": round(sum(s.cpu_ms for s in stalls) / sum(late), 2) if late else None,
+        "where": dict(Counter(stall.where for stall in stalls).most_common()),
         "requests_per_s": run.requests_per_s,
         "failures": run.failures,
         "segments_shipped": int(shipped),
@@ -164,14 +185,16 @@ def markdown(doc: dict[str, Any]) -> str:
         "or more.",
         "",
         "| round | cell | stalls a minute | timers late p50 / max ms | loop on a CPU | "
-        "requests/s | segments shipped |",
-        "|---|---|---|---|---|---|---|",
+        "requests/s | segments shipped | where |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in doc["rows"]:
         share = "" if r["loop_on_cpu_share"] is None else f"{r['loop_on_cpu_share']:.0%}"
+        where = "; ".join(f"{place or 'no Sluice frame'}: {n}" for place, n in r["where"].items())
         out.append(
             f"| {r['round']} | {r['cell']} | {r['stalls_per_minute']} | {r['late_p50_ms']} / "
-            f"{r['late_max_ms']} | {share} | {r['requests_per_s']:,.0f} | {r['segments_shipped']} |"
+            f"{r['late_max_ms']} | {share} | {r['requests_per_s']:,.0f} | {r['segments_shipped']} "
+            f"| {where} |"
         )
     return "\n".join(out) + "\n"
 

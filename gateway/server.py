@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import gc
 import logging
+import os
 import resource
 import signal
 import ssl
@@ -41,6 +43,11 @@ GC_THRESHOLDS = (10_000, 10, 10)
 # makes: 0.5 ms rather than Python's 5 took the loop's stalls of 10 ms or more under tiering
 # from 89 - 125 a minute to 38 - 41 (docs/PERFORMANCE.md, "Loop stalls").
 SWITCH_INTERVAL_S = 0.0005
+# The kernel grows a process's descriptor table (doubling it) when a descriptor past its size
+# is opened, and waits an RCU grace period before it frees the old one: milliseconds on the
+# thread that opens, the event loop's for a connection or a segment file. The server grows it
+# once at start to its limit, up to this many slots (8 bytes each).
+DESCRIPTOR_TABLE = 65_536
 log = logging.getLogger("sluice")
 
 
@@ -231,8 +238,23 @@ def raise_open_file_limit() -> int:
     return hard
 
 
+def reserve_descriptor_table(limit: int) -> int:
+    """Grow the descriptor table to `limit` slots (at most DESCRIPTOR_TABLE) before the loop
+    runs, so that no accept or open under load waits for the kernel to grow it; its size."""
+    size = min(limit, DESCRIPTOR_TABLE)
+    probe = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        # The lowest free descriptor from the top slot on: none in use is replaced.
+        os.close(fcntl.fcntl(probe, fcntl.F_DUPFD_CLOEXEC, size - 1))
+    except OSError:  # the top slot and all above it are taken, or past the limit: no matter
+        pass
+    finally:
+        os.close(probe)
+    return size
+
+
 def run(settings: Settings) -> None:
-    raise_open_file_limit()
+    reserve_descriptor_table(raise_open_file_limit())
     heap_release.limit_arenas(settings.malloc_arenas)  # before the loop starts any thread
     # Workers share the supervisor's stderr: each line says whose it is.
     worker = f"worker {settings.node_id} " if settings.workers > 1 else ""

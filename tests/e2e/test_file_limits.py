@@ -1,6 +1,6 @@
 """End to end: a server allowed 256 file descriptors keeps accepting produces to one
 partition of 16 KiB segments long after it holds more segments than descriptors, and serves
-the whole log from offset 0."""
+the whole log from offset 0. The descriptor table is grown once, at start."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from pathlib import Path
 
 import httpx
 
-from tests.e2e.conftest import read_values, start_server
+from gateway.server import DESCRIPTOR_TABLE
+from tests.e2e.conftest import Server, read_values, start_server
 
 LIMIT = 256  # soft and hard: `sluice serve` raises the soft limit to the hard one
 CACHE = LIMIT // 8  # the file cache's default at this limit
@@ -24,6 +25,39 @@ def limit_open_files() -> None:
 
 def open_fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def descriptor_table_size(pid: int) -> int:
+    """The slots of the process's descriptor table (`FDSize`), which the kernel grows when a
+    descriptor past them is opened, waiting an RCU grace period in that thread."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("FDSize:"):
+                return int(line.split()[1])
+    raise AssertionError("no FDSize in /proc/PID/status")
+
+
+def test_the_descriptor_table_is_grown_at_start_to_the_limit(server: Server) -> None:
+    """Grown before any request: a connection or a segment file opened under load never waits
+    for the kernel to grow it (up to DESCRIPTOR_TABLE slots), and no descriptor is left open
+    for it."""
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    expected = DESCRIPTOR_TABLE if hard == resource.RLIM_INFINITY else min(hard, DESCRIPTOR_TABLE)
+    assert descriptor_table_size(server.process.pid) >= expected
+    fds = os.listdir(f"/proc/{server.process.pid}/fd")
+    assert all(int(fd) < expected - 1 for fd in fds), sorted(map(int, fds))[-3:]
+
+
+def test_a_small_limit_grows_the_table_to_it(tmp_path: Path) -> None:
+    """A limit below DESCRIPTOR_TABLE: the table is grown to it, not past it, and the server
+    starts and stops as usual."""
+    server = start_server(tmp_path / "data", preexec=limit_open_files)
+    try:
+        assert descriptor_table_size(server.process.pid) == LIMIT
+        assert server.stop() == 0
+    finally:
+        if server.process.poll() is None:
+            server.kill()
 
 
 def test_a_log_of_far_more_segments_than_descriptors_is_written_and_read_whole(

@@ -9,9 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from engine.heap import available, limit_arenas, trim
-
-__all__ = ["HeapTrimmer", "limit_arenas", "trim"]
+from engine.heap import available, trim
 
 
 class HeapTrimmer:

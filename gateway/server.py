@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 import uvloop
 
+from engine import heap
 from gateway import heap_release, loop_stalls, stop_watchdog
 from gateway.api.schema_registry import own_port as schema_registry_port
 from gateway.app import build_app
@@ -255,7 +256,7 @@ def reserve_descriptor_table(limit: int) -> int:
 
 def run(settings: Settings) -> None:
     reserve_descriptor_table(raise_open_file_limit())
-    heap_release.limit_arenas(settings.malloc_arenas)  # before the loop starts any thread
+    heap.limit_arenas(settings.malloc_arenas)  # before the loop starts any thread
     # Workers share the supervisor's stderr: each line says whose it is.
     worker = f"worker {settings.node_id} " if settings.workers > 1 else ""
     logging.basicConfig(

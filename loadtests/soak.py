@@ -27,7 +27,7 @@ on a local `moto_server`:
 - a push subscription to `loadtests.push_receiver`: every offset delivered (at least once);
 - two SSE streams, one checked for gaps and repeats per partition, one filtered by key.
 
-Each interval reports every node's RSS (its process and their children, tiering's shipper
+Each interval reports every node's RSS (the process and its children, tiering's shipper
 processes; the mean of samples every 5 s, so that it spans the node's heap trims rather than
 falling at one phase of them), open files (/proc/PID/fd),
 event-loop tasks (`sluice_event_loop_tasks`) and CPU, and the produces' p50/p99 and errors.

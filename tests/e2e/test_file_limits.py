@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import resource
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
@@ -48,16 +50,24 @@ def test_the_descriptor_table_is_grown_at_start_to_the_limit(server: Server) -> 
     assert all(int(fd) < expected - 1 for fd in fds), sorted(map(int, fds))[-3:]
 
 
-def test_a_small_limit_grows_the_table_to_it(tmp_path: Path) -> None:
-    """A limit below DESCRIPTOR_TABLE: the table is grown to it, not past it, and the server
-    starts and stops as usual."""
-    server = start_server(tmp_path / "data", preexec=limit_open_files)
-    try:
-        assert descriptor_table_size(server.process.pid) == LIMIT
-        assert server.stop() == 0
-    finally:
-        if server.process.poll() is None:
-            server.kill()
+RESERVE = """
+import os, resource
+from gateway.server import reserve_descriptor_table
+resource.setrlimit(resource.RLIMIT_NOFILE, (4096, 4096))
+before = len(os.listdir("/proc/self/fd"))
+sizes = [reserve_descriptor_table(4096), reserve_descriptor_table(1 << 20)]
+size = next(l for l in open("/proc/self/status") if l.startswith("FDSize:")).split()[1]
+print(*sizes, size, len(os.listdir("/proc/self/fd")) - before)
+"""
+
+
+def test_the_table_is_grown_to_the_limit_and_no_further() -> None:
+    """In a fresh interpreter (a table of 64 slots): grown to a 4,096 limit; a limit past the
+    process's own (the top slot refused) leaves it as it is; no descriptor is left open."""
+    done = subprocess.run(
+        [sys.executable, "-c", RESERVE], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.split() == ["4096", str(DESCRIPTOR_TABLE), "4096", "0"]
 
 
 def test_a_log_of_far_more_segments_than_descriptors_is_written_and_read_whole(

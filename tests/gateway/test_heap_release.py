@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import uvloop
 
+from engine import heap
 from gateway import config, heap_release, server
 from gateway.cli.main import parser
 
@@ -40,14 +41,14 @@ def run(script: str) -> str:
 def test_trim_returns_a_freed_heap_regions_pages() -> None:
     got = run(
         """
-        from gateway import heap_release
+        from engine import heap
         chunks = [bytearray(64 << 10) for _ in range(128)]
         for chunk in chunks:
             chunk[::4096] = b"x" * len(chunk[::4096])  # touched: resident
         pinned = bytearray(64 << 10)  # above them: freeing them cannot shrink the heap's top
         del chunks
         before = rss()
-        trimmed = heap_release.trim()
+        trimmed = heap.trim()
         print(trimmed, (before - rss()) >> 20)
         """
     )
@@ -76,9 +77,9 @@ async def test_zero_turns_the_trimmer_off() -> None:
 
 ARENAS_USED = """
 import ctypes, sys, threading
-from gateway import heap_release
+from engine import heap
 if {limit}:
-    assert heap_release.limit_arenas({limit})
+    assert heap.limit_arenas({limit})
 gate = threading.Barrier(8)
 def allocate():
     kept = [bytes(1024) + b"x" for _ in range(100)]  # past pymalloc's 512 bytes: malloc's
@@ -113,7 +114,7 @@ def test_the_arena_limit_holds_threads_to_that_many_arenas() -> None:
 def test_the_server_sets_the_limit_before_its_loop_starts(monkeypatch: pytest.MonkeyPatch) -> None:
     """`--malloc-arenas` reaches glibc before the event loop, and so any thread, starts."""
     calls: list[tuple[str, int]] = []
-    monkeypatch.setattr(heap_release, "limit_arenas", lambda n: calls.append(("limit", n)))
+    monkeypatch.setattr(heap, "limit_arenas", lambda n: calls.append(("limit", n)))
     monkeypatch.setattr(uvloop, "run", lambda coroutine: calls.append(("loop", 0)))
     monkeypatch.setattr(server, "serve", lambda settings: None)
     settings, _ = config.resolve(parser().parse_args(["serve", "--malloc-arenas", "1"]), {})

@@ -2,7 +2,8 @@
 pooled per origin, each an asyncio Protocol. The requests of a loop turn are written at its
 end, one write per connection (the origin's request line and fixed headers rendered once);
 the answer is read as its bytes arrive by the sans-IO reader the calls to other nodes use too
-(`replication.http1_reader`).
+(`replication.http1_reader`), unless a read brings bytes that were a whole answer before: an
+endpoint tends to answer alike, byte for byte, so what they were read as is remembered.
 
 It replaces aiohttp's client on the delivery path for its cost: aiohttp's per-request
 machinery (request and response objects, connector, timers, tracing hooks) was about 28% of
@@ -28,12 +29,16 @@ from groups.subscriptions.endpoints import blocked_address
 from replication.http1_reader import AnswerError, AnswerReader
 
 IDLE_S = 15.0  # a pooled connection idle this long is closed (aiohttp's keep-alive default)
+# Answers remembered by their bytes (forgotten together when full), each of at most so many.
+KNOWN_ANSWERS = 256
+KNOWN_ANSWER_MAX_BYTES = 2048
 USER_AGENT = "sluice-subscriptions/1"
 
 
 class Response(NamedTuple):
     """An endpoint's answer: headers by lower-case name (the last of a repeated one), and at
-    most the body limit's bytes of its body."""
+    most the body limit's bytes of its body. Shared by the requests answered with the same
+    bytes: read only."""
 
     status: int
     reason: str
@@ -73,17 +78,19 @@ TIMER_SLACK_S = 0.001  # a deadline this close counts as passed (the loop's time
 
 
 class Request:
-    """One request on a connection: how its answer is read, its deadline (loop time) and the
+    """One request on a connection: how much of its answer's body is kept (`body_limit`), the
+    reader of its answer once one is needed, its deadline (loop time) and the
     callback its end is handed to, at once, in the loop turn that ends it (no future, no
     timer of its own: a request a few µs cheaper)."""
 
-    __slots__ = ("answered", "connection", "deadline", "reader")
+    __slots__ = ("answered", "body_limit", "connection", "deadline", "reader")
 
     def __init__(
-        self, connection: _Connection, reader: AnswerReader, deadline: float, answered: Answered
+        self, connection: _Connection, body_limit: int, deadline: float, answered: Answered
     ) -> None:
         self.connection = connection
-        self.reader = reader
+        self.body_limit = body_limit
+        self.reader: AnswerReader | None = None
         self.deadline = deadline
         self.answered = answered
 
@@ -140,7 +147,7 @@ class _Connection(asyncio.Protocol):
         told how it ended, TimeoutError past `deadline`."""
         assert self.transport is not None and self.reserved > 0
         self.reserved -= 1
-        request = Request(self, AnswerReader(body_limit), deadline, answered)
+        request = Request(self, body_limit, deadline, answered)
         self.pending.append(request)
         if deadline < self.timer_at:
             self._arm(deadline)
@@ -181,9 +188,21 @@ class _Connection(asyncio.Protocol):
         if not pending:
             self.abort()  # bytes nobody asked for: this connection cannot be trusted again
             return
+        known = self.pool.known
         while pending:
             request = pending[0]
             answer = request.reader
+            if answer is None:  # nothing of its answer read yet
+                response = known.get(data)
+                if response is not None and len(response.body) <= request.body_limit:
+                    pending.popleft()
+                    request.answered(request, response, None)
+                    self._after_answer()
+                    return
+                answer = request.reader = AnswerReader(request.body_limit)
+                whole = data
+            else:
+                whole = b""
             try:
                 used = answer.feed(data)
             except AnswerError as exc:
@@ -193,17 +212,28 @@ class _Connection(asyncio.Protocol):
                 return
             data = data[used:]
             pending.popleft()
-            request.answered(request, _response(answer), None)
+            response = _response(answer)
+            request.answered(request, response, None)
             if not answer.reusable:
                 self._fail(AnswerError("the connection closed before this request's answer"))
                 return
-            if not pending:
-                self.idle_since = self.loop.time()
-            if not self.listed:
-                self.pool.release(self)  # it was full: room again
+            if whole and not data and len(whole) <= KNOWN_ANSWER_MAX_BYTES:
+                # One whole answer in one read: an endpoint tends to answer alike, byte for
+                # byte, and the next read of these bytes needs no reader.
+                if len(known) >= KNOWN_ANSWERS:
+                    known.clear()
+                known[whole] = response
+            self._after_answer()
             if not data:
                 return
         self.abort()  # more bytes than the requests asked for
+
+    def _after_answer(self) -> None:
+        """A request's answer was whole and the connection may carry more."""
+        if not self.pending:
+            self.idle_since = self.loop.time()
+        if not self.listed:
+            self.pool.release(self)  # it was full: room again
 
     def _fail(self, exc: BaseException) -> None:
         """Fail every request still waiting here (and those waiting for it to connect), and
@@ -225,13 +255,15 @@ class _Connection(asyncio.Protocol):
         if not self.pending:
             return
         request = self.pending[0]
-        try:
-            request.reader.closed()  # an answer read to the close is whole now
-        except AnswerError:
-            pass
-        else:
-            self.pending.popleft()
-            request.answered(request, _response(request.reader), None)
+        reader = request.reader
+        if reader is not None:  # an answer read to the close is whole now
+            try:
+                reader.closed()
+            except AnswerError:
+                pass
+            else:
+                self.pending.popleft()
+                request.answered(request, _response(reader), None)
         self._fail(AnswerError(f"the connection closed before the answer was whole: {exc}"))
 
     def give_up(self, request: Request, exc: BaseException) -> None:
@@ -286,6 +318,7 @@ class DeliveryClient:
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._sweeper: asyncio.TimerHandle | None = None
         self._unwritten: list[_Connection] = []  # with requests of this turn to write
+        self.known: dict[bytes, Response] = {}  # answers read whole from one read, by its bytes
 
     def unwritten(self, connection: _Connection) -> None:
         """`connection` has requests to write: they go out at the end of this loop turn, with

@@ -220,6 +220,55 @@ async def test_chunked_interim_and_headers() -> None:
     await client.close()
 
 
+async def test_an_answer_repeated_byte_for_byte_is_read_once() -> None:
+    """An endpoint answering alike: the bytes of the second answer are known, so it is the
+    first's response (read by no reader); an answer that ends its connection is not kept."""
+    client = DeliveryClient(ALLOWED)
+    answer = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\nok"
+    closing = b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok"
+    async with serving(lambda n: closing if n == 2 else answer) as server:
+        server.close_after = lambda n: n == 2
+        first = await post(client, server.url)
+        second = await post(client, server.url)
+        assert (await post(client, server.url)).body == b"ok"
+        assert (await post(client, server.url)) is first
+    assert second is first
+    assert (first.status, first.headers["content-type"], first.body) == (
+        200, "application/json", b"ok",
+    )  # fmt: skip
+    assert client.known == {answer: first} and server.connections == 2
+    await client.close()
+
+
+async def test_a_known_answer_past_a_smaller_limit_is_cut_as_any_other() -> None:
+    client = DeliveryClient(ALLOWED)
+    answer = b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n0123456789"
+    async with serving(always(answer)) as server:
+        assert (await post(client, server.url, limit=100)).body == b"0123456789"
+        assert answer in client.known
+        assert (await post(client, server.url, limit=4)).body == b"01234"  # one past the limit
+        assert (await post(client, server.url, limit=100)).body == b"0123456789"
+    assert server.connections == 2  # the cut answer's connection was dropped
+    await client.close()
+
+
+async def test_the_known_answers_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    from groups.subscriptions import client as module
+
+    monkeypatch.setattr(module, "KNOWN_ANSWERS", 2)
+    large = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % module.KNOWN_ANSWER_MAX_BYTES
+    large += b"x" * module.KNOWN_ANSWER_MAX_BYTES
+    client = DeliveryClient(ALLOWED)
+    async with serving(always(large)) as server:
+        assert len((await post(client, server.url)).body) == module.KNOWN_ANSWER_MAX_BYTES
+        assert not client.known  # too large to keep
+        server.script = lambda n: b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n%d" % (n % 10)
+        for n in range(1, 6):
+            assert (await post(client, server.url)).body == b"%d" % n
+            assert 1 <= len(client.known) <= 2
+    await client.close()
+
+
 async def test_redirects_are_answers() -> None:
     client = DeliveryClient(ALLOWED)
     redirect = (

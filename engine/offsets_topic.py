@@ -7,6 +7,7 @@ naturally); a key is the same bytes for the same thing, so compaction keeps only
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -46,8 +47,10 @@ class StoredGroup:
     metadata: dict[str, Any] | None = None
 
 
+@functools.lru_cache(maxsize=4096)
 def partition_for(group: str, partitions: int) -> int:
-    """Kafka's choice, `Utils.abs(groupId.hashCode) % partitions`, with Java's String.hashCode."""
+    """Kafka's choice, `Utils.abs(groupId.hashCode) % partitions`, with Java's String.hashCode;
+    remembered, since a group's every call asks it again (7 µs for a 60-character name)."""
     units = group.encode("utf-16-be")
     h = 0
     for i in range(0, len(units), 2):

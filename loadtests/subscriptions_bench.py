@@ -75,7 +75,7 @@ class Plan:
     rounds: int
 
 
-FULL = Plan(batch_records=200_000, single_records=20_000, latency_seconds=10.0, idle=1000, rounds=3)
+FULL = Plan(batch_records=200_000, single_records=60_000, latency_seconds=10.0, idle=1000, rounds=3)
 QUICK = Plan(batch_records=2_000, single_records=300, latency_seconds=1.0, idle=20, rounds=1)
 
 

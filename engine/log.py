@@ -138,6 +138,10 @@ class PartitionLog:
         # Why the log went offline (None while its storage works): see `_failed`.
         self.failure: str | None = None
         self._flush_lock = threading.Lock()  # one fsync at a time (see `flush`)
+        # The high watermark and the watermarks published to other processes: moved under this
+        # short lock, not the log's, so that an event loop advancing the high watermark never
+        # waits for a thread holding the log (a roll creating files, a retention pass).
+        self._marks_lock = threading.Lock()
         directory.mkdir(parents=True, exist_ok=True)
         self.epoch_cache = LeaderEpochCache(directory / EPOCH_CHECKPOINT)
         self._view = SegmentView((), ())
@@ -585,13 +589,15 @@ class PartitionLog:
     # -- watermarks and truncation ---------------------------------------------------------
 
     def advance_high_watermark(self, offset: int) -> bool:
-        """Move the high watermark forward (never past the log end); True if it moved."""
-        with self._lock:
+        """Move the high watermark forward (never past the log end); True if it moved. Only
+        the watermarks' lock is taken: a truncation lowers the log end first, then the high
+        watermark under that lock, so that no move made meanwhile outlives it."""
+        with self._marks_lock:
             target = min(offset, self.log_end_offset)
             if target <= self.high_watermark:
                 return False
             self.high_watermark = target
-            self._publish()
+            self._publish_held()
         self._notify()
         return True
 
@@ -624,7 +630,8 @@ class PartitionLog:
                 # The cut took a batch straddling the log start: what is left lies wholly
                 # below it, so the log is empty from the log start on (never below it).
                 self._truncate_fully(self.log_start_offset)
-        self.high_watermark = min(self.high_watermark, self.log_end_offset)
+        with self._marks_lock:
+            self.high_watermark = min(self.high_watermark, self.log_end_offset)
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
         self.epoch_cache.truncate_from_end(self.log_end_offset)
 
@@ -642,7 +649,9 @@ class PartitionLog:
             segment.delete()
         self._set_segments([self._new_active_segment(offset)])
         self.log_start_offset = self.log_end_offset = offset
-        self.high_watermark = self.recovery_point = offset
+        with self._marks_lock:
+            self.high_watermark = offset
+        self.recovery_point = offset
         self.epoch_cache.clear()
 
     def delete_records(self, before_offset: int) -> int:
@@ -803,28 +812,34 @@ class PartitionLog:
     def _changing_files(self) -> Iterator[None]:
         """Around a truncation or a swap of segment files (under the lock): readers in other
         processes learn that the files change in place (engine.watermarks, the generation)."""
-        marks = self._watermarks
-        if marks is not None:
-            marks.layout_changing()
-            self._publish()
+        with self._marks_lock:
+            if self._watermarks is not None:
+                self._watermarks.layout_changing()
+                self._publish_held()
         try:
             yield
         finally:
-            if self._watermarks is not None:
-                self._watermarks.layout_changed()
-                self._publish()
+            with self._marks_lock:
+                if self._watermarks is not None:
+                    self._watermarks.layout_changed()
+                    self._publish_held()
 
     def publish_leadership(self, leader_epoch: int) -> None:
         """Tell readers in other processes the epoch this process leads the log in (-1: it does
         not lead), published with the high watermark it vouches for from then on."""
-        with self._lock:
+        with self._lock, self._marks_lock:
             if self._watermarks is not None and self._watermarks.leader_epoch != leader_epoch:
                 self._watermarks.leader_epoch = leader_epoch
-                self._publish()
+                self._publish_held()
 
     def _publish(self) -> None:
         """Tell readers in other processes where the log now starts and is committed up to
-        (callers hold the lock, or own the log alone)."""
+        (callers hold the log's lock, or own the log alone)."""
+        with self._marks_lock:
+            self._publish_held()
+
+    def _publish_held(self) -> None:
+        """`_publish` for a caller holding the watermarks' lock (the file has one writer)."""
         if self._watermarks is not None:
             self._watermarks.publish(
                 self.high_watermark, self.log_start_offset, self.local_log_start_offset
@@ -933,27 +948,30 @@ class PartitionLog:
                 except OSError as exc:
                     error = error or self._failed("closing the log", exc)
             self._closed = True
+            self._close_watermarks()
+        if error is not None:
+            raise error
+
+    def _close_watermarks(self) -> None:
+        with self._marks_lock:
             if self._watermarks is not None:
                 self._watermarks.close()
                 self._watermarks = None
-        if error is not None:
-            raise error
 
     def delete(self) -> None:
         """Close and remove the partition's directory."""
         with self._lock:
-            if self._watermarks is not None:  # odd for good: readers of this file read no more
-                self._watermarks.layout_changing()
-                self._publish()
+            with self._marks_lock:
+                if self._watermarks is not None:  # odd for good: readers of it read no more
+                    self._watermarks.layout_changing()
+                    self._publish_held()
             for segment in self._view.segments:
                 # A failed disk: what is left goes with the directory, or at the next start
                 # (the manager removes partition directories no topic owns).
                 with contextlib.suppress(OSError):
                     segment.delete()
             self._closed = True
-            if self._watermarks is not None:
-                self._watermarks.close()
-                self._watermarks = None
+            self._close_watermarks()
         shutil.rmtree(self.directory, ignore_errors=True)
 
     def replace_segment(self, old: LogSegment, expected_size: int) -> bool:

@@ -19,6 +19,7 @@ from engine.errors import (
 )
 from engine.index import PENDING_MAX, OffsetIndex
 from engine.log import PartitionLog
+from engine.watermarks import WatermarkReader
 from tests.engine.conftest import FakeClock, LogFactory, batch_of, read_all
 
 
@@ -285,6 +286,38 @@ def test_needs_room_while_another_thread_holds_the_log(make_log: LogFactory) -> 
     log.make_room(1)
     holder.join()
     assert not log.needs_room(1)
+
+
+def test_the_high_watermark_moves_while_another_thread_holds_the_log(
+    make_log: LogFactory,
+) -> None:
+    """An event loop moving the high watermark (a follower fetched, a write landed) does not
+    wait for a thread holding the log (a roll creating files, a retention pass): the move and
+    its publication to other processes take only the watermarks' lock."""
+    log = make_log({}, publish_watermarks=True)
+    log.append_as_leader(batch_of([b"a", b"b"]), 0)
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with log._lock:
+            held.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait(30)
+    moved: list[bool] = []
+    mover = threading.Thread(target=lambda: moved.append(log.advance_high_watermark(5)))
+    mover.start()
+    mover.join(30)  # bounds a wait for the holder, which lets go only after this
+    waited = mover.is_alive()
+    release.set()
+    holder.join()
+    mover.join()
+    assert not waited and moved == [True] and log.high_watermark == 2  # never past the end
+    marks = WatermarkReader(log.directory).read()
+    assert marks is not None and marks.high_watermark == 2
+    log.close()
 
 
 def test_listeners_hear_appends_watermarks_and_truncation(make_log: LogFactory) -> None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import threading
+from collections.abc import Iterator
 
 import pytest
 
@@ -267,24 +269,34 @@ def test_an_active_segment_begins_with_its_index_files(make_log: LogFactory) -> 
         assert index.path.exists() and index.path.stat().st_size == 0
 
 
-def test_needs_room_while_another_thread_holds_the_log(make_log: LogFactory) -> None:
-    """A log held by another thread (a roll, a flush, a retention pass) would make an append
-    wait: `needs_room` says so without waiting, and `make_room` returns once it is free."""
-    log = make_log({})
+@contextlib.contextmanager
+def held_by_another_thread(log: PartitionLog) -> Iterator[None]:
+    """The log held by another thread (as a roll, a flush or a retention pass holds it) until
+    the block ends."""
     held, release = threading.Event(), threading.Event()
 
     def hold() -> None:
         with log._lock:
             held.set()
-            release.wait(10)
+            release.wait(30)
 
     holder = threading.Thread(target=hold)
     holder.start()
-    held.wait(10)
-    assert log.needs_room(1)
-    release.set()
+    held.wait(30)
+    try:
+        yield
+    finally:
+        release.set()
+        holder.join()
+
+
+def test_needs_room_while_another_thread_holds_the_log(make_log: LogFactory) -> None:
+    """A log held by another thread would make an append wait: `needs_room` says so without
+    waiting, and `make_room` returns once it is free."""
+    log = make_log({})
+    with held_by_another_thread(log):
+        assert log.needs_room(1)
     log.make_room(1)
-    holder.join()
     assert not log.needs_room(1)
 
 
@@ -296,23 +308,12 @@ def test_the_high_watermark_moves_while_another_thread_holds_the_log(
     its publication to other processes take only the watermarks' lock."""
     log = make_log({}, publish_watermarks=True)
     log.append_as_leader(batch_of([b"a", b"b"]), 0)
-    held, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with log._lock:
-            held.set()
-            release.wait(30)
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    held.wait(30)
     moved: list[bool] = []
     mover = threading.Thread(target=lambda: moved.append(log.advance_high_watermark(5)))
-    mover.start()
-    mover.join(30)  # bounds a wait for the holder, which lets go only after this
-    waited = mover.is_alive()
-    release.set()
-    holder.join()
+    with held_by_another_thread(log):
+        mover.start()
+        mover.join(30)  # bounds a wait for the holder, which lets go only after this
+        waited = mover.is_alive()
     mover.join()
     assert not waited and moved == [True] and log.high_watermark == 2  # never past the end
     marks = WatermarkReader(log.directory).read()

@@ -6,8 +6,11 @@ partition, from 64 and 256 connections, one request in flight each; the same pro
 requests against `loadtests.floor_server` (uvloop and a bare Protocol answering a canned 200:
 the floor of any Python request path on this machine); and Redis's `XADD` from as many
 redis-benchmark clients, one command in flight each (no pipeline), the baseline a user would
-run. The servers run on the first CPU and the generators on the others, so that neither waits
-for the other's core (the report's `cpus`). Cells alternate over the rounds and the median is
+run. The bulk cells, over HTTP/1.1 and h2c from 8 connections: a binary produce of one
+1000-record batch (100 KB; dirty pages written back first, so that one cell's writes do not
+slow the next), a binary fetch of one 1000-record batch and a JSON fetch of 1000 records.
+The servers run on the first CPU and the generators on the others, so that neither waits for
+the other's core (the report's `cpus`). Cells alternate over the rounds and the median is
 the figure. Server-side batching shows as produce requests per log write, read from the
 gateway's own counters around each cell.
 
@@ -16,6 +19,7 @@ gateway's own counters around each cell.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -27,9 +31,12 @@ import orjson
 
 from loadtests import generators, ratio_cli, report
 from loadtests.common import RedisServer, http_json, separate_cpus, start_gateway
-from loadtests.rows import judged, rates
+from loadtests.rows import body_for, judged, rates
 
 ONE_RECORD = orjson.dumps({"records": [{"value": {"event": "click", "user": 42}}]})
+BATCH = "application/vnd.sluice.record-batch"
+BULK = ("produce binary 1000", "fetch binary 1000", "fetch json 1000")
+FETCH_RECORDS = 20_000  # prefilled for the fetch cells, in 1000-record batches
 CELLS = [  # (what, protocol, connections)
     ("healthz", "http/1.1", 64),
     ("produce", "http/1.1", 64),
@@ -38,6 +45,7 @@ CELLS = [  # (what, protocol, connections)
     ("produce", "http/1.1", 256),
     ("floor", "http/1.1", 256),
     ("xadd", "resp", 64),
+    *((what, protocol, 8) for what in BULK for protocol in ("http/1.1", "h2c")),
 ]
 
 
@@ -59,23 +67,54 @@ def http_text(url: str) -> str:
         return str(response.read().decode())
 
 
+def fill(url: str) -> None:
+    """The topic the fetch cells read: FETCH_RECORDS records in 1000-record binary batches."""
+    http_json("POST", url + "/v1/topics", {"name": "fetched", "partitions": 1})
+    batch = body_for("binary", 1000)
+    for _ in range(FETCH_RECORDS // 1000):
+        request = urllib.request.Request(
+            url + "/v1/topics/fetched/partitions/0/records?acks=1",
+            data=batch,
+            method="POST",
+            headers={"Content-Type": BATCH},
+        )
+        with urllib.request.urlopen(request, timeout=60) as response:
+            response.read()
+
+
 def run_cell(
-    url: str, pid: int, body: Path, what: str, protocol: str, connections: int, seconds: float
+    url: str, pid: int, bodies: Path, what: str, protocol: str, connections: int, seconds: float
 ) -> dict[str, Any]:
     """One h2load run; for produce, a fresh topic and the requests each write carried."""
+    topic = ""
+    records = 1000 if what in BULK else 1
     if what == "healthz":
-        target, headers, payload = url + "/healthz", {}, None
+        targets, headers, payload = [url + "/healthz"], {}, None
     elif what == "floor":
-        target = url + "/v1/topics/floor/partitions/0/records?acks=1"
-        headers, payload = {"Content-Type": "application/json"}, body
+        targets = [url + "/v1/topics/floor/partitions/0/records?acks=1"]
+        headers, payload = {"Content-Type": "application/json"}, bodies / "produce"
+    elif what.startswith("fetch"):
+        # One 1000-record batch an answer: bounded by bytes, a binary fetch takes the first
+        # whole batch; unbounded it would answer ~1 MB, which HTTP/1.1 sends with sendfile.
+        bound = "max_bytes=1000" if what == "fetch binary 1000" else "max_records=1000"
+        accept = BATCH if what == "fetch binary 1000" else "application/json"
+        targets = [
+            f"{url}/v1/topics/fetched/partitions/0/records?offset={offset}&{bound}"
+            for offset in range(0, FETCH_RECORDS, 1000)
+        ]
+        headers, payload = {"Accept": accept}, None
     else:
         topic = f"cost-{protocol.replace('/', '')}-{connections}-{time.monotonic_ns()}"
         http_json("POST", url + "/v1/topics", {"name": topic, "partitions": 1})
-        target = url + f"/v1/topics/{topic}/partitions/0/records?acks=1"
-        headers, payload = {"Content-Type": "application/json"}, body
-    before = _written(url) if what == "produce" else (0.0, 0.0)
+        targets = [url + f"/v1/topics/{topic}/partitions/0/records?acks=1"]
+        if what == "produce":
+            headers, payload = {"Content-Type": "application/json"}, bodies / "produce"
+        else:
+            headers, payload = {"Content-Type": BATCH}, bodies / "produce binary 1000"
+            os.sync()
+    before = _written(url) if topic else (0.0, 0.0)
     run = generators.h2load(
-        [target],
+        targets,
         seconds=seconds,
         server_pid=pid,
         body=payload,
@@ -83,9 +122,15 @@ def run_cell(
         clients=connections,
         http1=protocol == "http/1.1",
     )
-    after = _written(url) if what == "produce" else (0.0, 0.0)
-    row = {"what": what, "protocol": protocol, "connections": connections, **rates(run, 1, 0)}
-    if what == "produce":
+    after = _written(url) if topic else (0.0, 0.0)
+    size = payload.stat().st_size if payload is not None else 0
+    row = {
+        "what": what,
+        "protocol": protocol,
+        "connections": connections,
+        **rates(run, records, size),
+    }
+    if topic:
         writes = after[1] - before[1]
         row["requests_per_write"] = round((after[0] - before[0]) / writes, 2) if writes else None
         http_json("DELETE", url + f"/v1/topics/{topic}")
@@ -114,8 +159,10 @@ def run(rounds: int, seconds: float, scratch: Path) -> dict[str, Any]:
         [sys.executable, "-m", "loadtests.floor_server", "0"], stdout=subprocess.PIPE, text=True
     )
     redis = RedisServer.start(scratch / "redis")
-    body = scratch / "one-record.json"
-    body.write_bytes(ONE_RECORD)
+    bodies = scratch / "bodies"
+    bodies.mkdir()
+    (bodies / "produce").write_bytes(ONE_RECORD)
+    (bodies / "produce binary 1000").write_bytes(body_for("binary", 1000))
     results: dict[tuple[str, str, int], list[dict[str, Any]]] = {c: [] for c in CELLS}
     try:
         assert floor.stdout is not None
@@ -124,6 +171,7 @@ def run(rounds: int, seconds: float, scratch: Path) -> dict[str, Any]:
             raise RuntimeError(f"loadtests.floor_server did not start: {said!r}")
         floor_url = "http://127.0.0.1:" + said.split()[-1]
         placement = separate_cpus(process.pid, floor.pid, redis.process.pid)
+        fill(url)
         for _ in range(rounds):
             for cell in CELLS:
                 what, protocol, connections = cell
@@ -131,7 +179,7 @@ def run(rounds: int, seconds: float, scratch: Path) -> dict[str, Any]:
                     results[cell].append(run_xadd(redis, connections, seconds))
                     continue
                 at, pid = (floor_url, floor.pid) if what == "floor" else (url, process.pid)
-                row = run_cell(at, pid, body, what, protocol, connections, seconds)
+                row = run_cell(at, pid, bodies, what, protocol, connections, seconds)
                 results[cell].append(row)
     finally:
         for server_process in (process, floor, redis.process):
@@ -196,6 +244,14 @@ def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "one-record produce, HTTP/1.1 / Redis XADD without pipeline, 64 connections",
             produce / rate[("xadd", "resp", 64)],
             0.5,
+        ),
+        *(
+            (
+                f"{what}, h2c / HTTP/1.1, 8 connections",
+                rate[(what, "h2c", 8)] / rate[(what, "http/1.1", 8)],
+                0.9,
+            )
+            for what in BULK
         ),
     ]
     return judged(figures)

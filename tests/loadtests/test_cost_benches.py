@@ -48,6 +48,11 @@ def test_request_cost_reports_every_cell_and_target(tmp_path: Path) -> None:
         ("produce", "http/1.1", 256),
         ("floor", "http/1.1", 256),
         ("xadd", "resp", 64),
+        *(
+            (what, protocol, 8)
+            for what in ("produce binary 1000", "fetch binary 1000", "fetch json 1000")
+            for protocol in ("http/1.1", "h2c")
+        ),
     }
     for cell in cells.values():
         _spent(cell)
@@ -65,8 +70,15 @@ def test_request_cost_reports_every_cell_and_target(tmp_path: Path) -> None:
         spent = row["server_cpu_s"] / row["requests"] * 1e6
         assert share[f"{key}_server_us_per_request"] == pytest.approx(spent, abs=0.1)
     for what, protocol, connections in cells:
-        if what == "produce":  # the gateway's own counters: every request was written
+        if what.startswith("produce"):  # the gateway's own counters: every request was written
             assert cells[(what, protocol, connections)]["requests_per_write"] >= 1
+    for what in ("produce binary 1000", "fetch binary 1000", "fetch json 1000"):
+        bulk = cells[(what, "h2c", 8)]
+        assert bulk["records_per_s"] == pytest.approx(bulk["requests_per_s"] * 1000, rel=1e-3)
+        [judged] = [t for t in doc["targets"] if t["figure"].startswith(what)]
+        assert judged["value"] == pytest.approx(
+            bulk["requests_per_s"] / cells[(what, "http/1.1", 8)]["requests_per_s"], abs=1e-3
+        )
     ratio = doc["targets"][0]
     assert ratio["value"] == pytest.approx(
         cells[("produce", "http/1.1", 64)]["requests_per_s"]

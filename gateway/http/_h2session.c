@@ -48,6 +48,8 @@ enum event_kind {
 #define PEER_WINDOW 256            /* client streams remembered below the last one opened */
 #define FIELD_OVERHEAD 32          /* RFC 9113 §6.5.2: a field's size is name, value and 32 */
 #define OUT_KEPT (256 * 1024)      /* a larger output buffer is freed after use */
+#define OUT_COPIED (16 * 1024)     /* data_to_send copies out what is no larger; more is the
+                                      buffer itself, handed over */
 #define DATA_KEPT (64 * 1024)      /* and a larger buffer of held DATA after a read */
 
 static PyObject *kinds[EV_KINDS];
@@ -111,8 +113,9 @@ typedef struct {
     int32_t data_stream;      /* 0: none held */
     PyObject *request;        /* a request's header block held back (see on_frame_recv), or NULL */
     int32_t request_stream;
-    char *out;                /* data_to_send's buffer */
-    size_t out_cap;
+    PyObject *out;            /* data_to_send's buffer: a bytes object only we hold, or NULL */
+    size_t out_len, out_cap;
+    size_t out_hint;          /* the size of the last buffer handed over: the next one's */
     stream_state *streams;    /* every stream_state, freed on close or with the session */
     int own_flow_resets;      /* RST_STREAM FLOW_CONTROL_ERROR we submitted, still to send */
     int ending;               /* we ended the connection (terminate, or a frame refused) */
@@ -305,21 +308,89 @@ queue_chunk(stream_state *st, PyObject *data)
     return 0;
 }
 
+/* How many of a stream's queued body bytes go in its next DATA frame: not copied here, but
+ * by send_body when the frame is sent (NO_COPY), straight into data_to_send's buffer. */
 static ssize_t
 read_body(nghttp2_session *session, int32_t stream_id, uint8_t *buf, size_t length,
           uint32_t *data_flags, nghttp2_data_source *source, void *user_data)
 {
     (void)session;
     (void)stream_id;
+    (void)buf;
     (void)user_data;
     stream_state *st = source->ptr;
-    size_t copied = 0;
-    while (st->head != NULL && copied < length) {
+    size_t n = (size_t)st->queued < length ? (size_t)st->queued : length;
+    if (n == (size_t)st->queued && st->end) {
+        *data_flags |= NGHTTP2_DATA_FLAG_EOF;
+    } else if (n == 0) {
+        st->deferred = 1;
+        return NGHTTP2_ERR_DEFERRED;
+    }
+    if (n > 0) {
+        *data_flags |= NGHTTP2_DATA_FLAG_NO_COPY;
+    }
+    return (ssize_t)n;
+}
+
+/* Room for `n` more bytes in data_to_send's buffer; -1 with MemoryError. A new buffer is as
+ * large as the last one handed over, so that output of the same size needs no growing. */
+static int
+reserve_out(Session *self, size_t n)
+{
+    size_t need = self->out_len + n;
+    if (need <= self->out_cap) {
+        return 0;
+    }
+    size_t first = self->out_hint > 4096 ? self->out_hint : 4096;
+    size_t cap = self->out_cap ? self->out_cap * 2 : first;
+    while (cap < need) {
+        cap *= 2;
+    }
+    if (self->out == NULL) {
+        self->out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)cap);
+    } else if (_PyBytes_Resize(&self->out, (Py_ssize_t)cap) < 0) {
+        self->out = NULL; /* freed by _PyBytes_Resize */
+    }
+    if (self->out == NULL) {
+        self->out_len = self->out_cap = 0;
+        return -1;
+    }
+    self->out_cap = cap;
+    return 0;
+}
+
+static void
+put_out(Session *self, const void *bytes, size_t n)
+{
+    memcpy(PyBytes_AS_STRING(self->out) + self->out_len, bytes, n);
+    self->out_len += n;
+}
+
+/* A DATA frame whose bytes read_body left in the stream's queue: its header, its bytes taken
+ * from the queued chunks, and any padding, appended to data_to_send's buffer. */
+static int
+send_body(nghttp2_session *session, nghttp2_frame *frame, const uint8_t *framehd, size_t length,
+          nghttp2_data_source *source, void *user_data)
+{
+    (void)session;
+    Session *self = user_data;
+    stream_state *st = source->ptr;
+    size_t padlen = frame->data.padlen;
+    if (reserve_out(self, FRAME_HEADER + length + padlen) < 0) {
+        self->failed = 1;
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    }
+    put_out(self, framehd, FRAME_HEADER);
+    if (padlen > 0) {
+        uint8_t pad_length = (uint8_t)(padlen - 1);
+        put_out(self, &pad_length, 1);
+    }
+    while (length > 0) {
         chunk *c = st->head;
         size_t left = (size_t)(PyBytes_GET_SIZE(c->obj) - c->off);
-        size_t n = left < length - copied ? left : length - copied;
-        memcpy(buf + copied, PyBytes_AS_STRING(c->obj) + c->off, n);
-        copied += n;
+        size_t n = left < length ? left : length;
+        put_out(self, PyBytes_AS_STRING(c->obj) + c->off, n);
+        length -= n;
         c->off += (Py_ssize_t)n;
         st->queued -= (Py_ssize_t)n;
         if (c->off == PyBytes_GET_SIZE(c->obj)) {
@@ -331,13 +402,11 @@ read_body(nghttp2_session *session, int32_t stream_id, uint8_t *buf, size_t leng
             PyMem_Free(c);
         }
     }
-    if (st->head == NULL && st->end) {
-        *data_flags |= NGHTTP2_DATA_FLAG_EOF;
-    } else if (copied == 0) {
-        st->deferred = 1;
-        return NGHTTP2_ERR_DEFERRED;
+    if (padlen > 1) {
+        memset(PyBytes_AS_STRING(self->out) + self->out_len, 0, padlen - 1);
+        self->out_len += padlen - 1;
     }
-    return (ssize_t)copied;
+    return 0;
 }
 
 /* ---- the client's streams ----------------------------------------------------------------- */
@@ -699,7 +768,7 @@ Session_dealloc(Session *self)
     Py_CLEAR(self->request);
     PyMem_Free(self->data);
     PyMem_Free(self->block);
-    PyMem_Free(self->out);
+    Py_CLEAR(self->out);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -869,7 +938,7 @@ Session_data_to_send(Session *self, PyObject *Py_UNUSED(ignored))
     if (!ready(self)) {
         return NULL;
     }
-    size_t total = 0;
+    self->out_len = 0;
     for (;;) {
         const uint8_t *piece;
         ssize_t len = nghttp2_session_mem_send(self->session, &piece);
@@ -879,26 +948,30 @@ Session_data_to_send(Session *self, PyObject *Py_UNUSED(ignored))
         if (len == 0) {
             break;
         }
-        if (total + (size_t)len > self->out_cap) {
-            size_t cap = self->out_cap ? self->out_cap : 4096;
-            while (cap < total + (size_t)len) {
-                cap *= 2;
-            }
-            char *out = PyMem_Realloc(self->out, cap);
-            if (out == NULL) {
-                return PyErr_NoMemory();
-            }
-            self->out = out;
-            self->out_cap = cap;
+        if (reserve_out(self, (size_t)len) < 0) {
+            return NULL;
         }
-        memcpy(self->out + total, piece, (size_t)len);
-        total += (size_t)len;
+        put_out(self, piece, (size_t)len);
     }
-    PyObject *result = PyBytes_FromStringAndSize(self->out, (Py_ssize_t)total);
-    if (self->out_cap > OUT_KEPT) {
-        PyMem_Free(self->out);
-        self->out = NULL;
-        self->out_cap = 0;
+    size_t total = self->out_len;
+    self->out_len = 0;
+    if (total <= OUT_COPIED) {
+        const char *bytes = total ? PyBytes_AS_STRING(self->out) : "";
+        PyObject *result = PyBytes_FromStringAndSize(bytes, (Py_ssize_t)total);
+        if (self->out_cap > OUT_KEPT) {
+            Py_CLEAR(self->out);
+            self->out_cap = 0;
+        }
+        return result;
+    }
+    /* Large output (a body's DATA frames): the buffer itself, cut to its length, rather than a
+     * copy of it; the next flush starts a buffer of the same size. */
+    PyObject *result = self->out;
+    self->out = NULL;
+    self->out_cap = 0;
+    self->out_hint = total <= OUT_KEPT ? total : OUT_KEPT;
+    if (_PyBytes_Resize(&result, (Py_ssize_t)total) < 0) {
+        return NULL;
     }
     return result;
 }
@@ -1321,6 +1394,7 @@ exec_module(PyObject *module)
         nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks, on_frame_recv);
         nghttp2_session_callbacks_set_on_stream_close_callback(callbacks, on_stream_close);
         nghttp2_session_callbacks_set_on_frame_send_callback(callbacks, on_frame_send);
+        nghttp2_session_callbacks_set_send_data_callback(callbacks, send_body);
     }
     for (int i = 0; i < EV_KINDS; i++) {
         if (kinds[i] == NULL && (kinds[i] = PyLong_FromLong(i)) == NULL) {

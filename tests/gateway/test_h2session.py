@@ -716,6 +716,32 @@ def test_respond_sends_headers_and_the_whole_body(make: Maker) -> None:
 
 
 @both
+def test_flushes_of_many_frames_and_small_ones_after_them(make: Maker) -> None:
+    """A flush of many DATA frames (past 16 KiB the C session hands its output buffer over
+    rather than copying it), the frames owed before them (a PING's acknowledgement), small
+    flushes after and a large one again: every frame whole and in order."""
+    pair = Pair(make)
+    pair.client.ping(b"12345678")
+    pair.request(1)
+    pair.request(3)
+    big = bytes(range(256)) * 200
+    pair.server.respond(1, [*OK, (b"content-type", b"application/octet-stream")], big)
+    got = pair.to_client()
+    assert isinstance(got[0], h2events.PingAckReceived) and got[0].ping_data == b"12345678"
+    assert client_body(got, 1) == big and isinstance(got[-1], h2events.StreamEnded)
+    pair.server.respond(3, OK, b"small")
+    assert client_body(pair.to_client(), 3) == b"small"
+    assert pair.server.data_to_send() == b""
+    pair.client.acknowledge_received_data(len(big), 1)
+    pair.client.acknowledge_received_data(len(b"small"), 3)
+    pair.to_server()
+    pair.request(5)
+    again = big[::-1]
+    pair.server.respond(5, OK, again)
+    assert client_body(pair.to_client(), 5) == again
+
+
+@both
 def test_respond_without_a_body_ends_with_the_headers(make: Maker) -> None:
     """An empty body: one HEADERS frame, with END_STREAM, and no DATA frame."""
     pair = Pair(make)

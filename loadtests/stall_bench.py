@@ -64,9 +64,8 @@ def stalls_in(log: str) -> list[Stall]:
     """Each stall report of a gateway's log."""
     stalls = []
     for found in _STALL.finditer(log):
-        rest = log[found.end() :]
-        end = _STACK_END.search(rest, rest.find("\n") + 1)
-        frames = _SLUICE_FRAME.findall(rest[: end.start() if end else len(rest)])
+        end = _STACK_END.search(log, log.find("\n", found.end()) + 1 or len(log))
+        frames = _SLUICE_FRAME.findall(log, found.end(), end.start() if end else len(log))
         where = f"{frames[-1][0]}:{frames[-1][1]} {frames[-1][2]}" if frames else ""
         stalls.append(Stall(int(found[1]), int(found[2]), where))
     return stalls

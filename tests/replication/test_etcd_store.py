@@ -554,7 +554,10 @@ async def test_log_ends_are_reported_for_a_recovering_state_and_go_with_its_reco
         await one.delete_topic(fence, "t")
         assert await one.wait_for(lambda view: view.log_ends == {}, WAIT_S)
         await one.create_topic(fence, topic("t", 1), states(1))
-        assert await two.wait_for(lambda view: "t" in view.topics, WAIT_S)
+        assert await one.wait_for(lambda view: "t" in view.topics, WAIT_S)
+        created = one.view.revision  # two's view may still hold the topic before its deletion
+        assert await two.wait_for(lambda view: view.revision >= created, WAIT_S)
+        assert "t" in two.view.topics
         assert two.view.log_ends == {}  # a topic created again starts with none
     finally:
         await two.close()

@@ -273,9 +273,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("admission-max-inflight", "admission_max_inflight", "requests", "produces in "
            "progress at once per worker; past it, 503 SERVER_OVERLOADED with Retry-After",
            positive, "N"),
-    Option("admission-target-delay-ms", "admission_target_delay_ms", "requests", "the event "
-           "loop's queueing delay to hold: while it stays above this for 100 ms, a share of the "
-           "produces (at most half) is answered 503 SERVER_OVERLOADED at once; 0 turns this off",
+    Option("admission-target-delay-ms", "admission_target_delay_ms", "requests", "the "
+           "queueing delay to hold (the event loop's, or the produces' wait behind others on "
+           "their connections): while it stays above this for 100 ms, a share of the produces "
+           "(at most four in five) is answered 503 SERVER_OVERLOADED at once; 0 turns this off",
            non_negative, "MS"),
     Option("admission-max-wait-ms", "admission_max_wait_ms", "requests", "while that share "
            "is lowered, a produce pipelined behind others on its connection that has waited "

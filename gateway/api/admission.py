@@ -1,17 +1,21 @@
 """Admission control of the produce routes: past what a worker can serve, a share of the
 produces is answered 503 with Retry-After at once rather than queued behind the others.
 
-Requests that arrive while the event loop is busy wait in the kernel until it reads them: a
-request's queueing delay is the length of the loop iteration it arrived in. Past capacity
-iterations grow without end, and every answer comes late. A timer re-armed every `PROBE_S`
-while produces arrive runs once an iteration at its start, so how late it runs measures the
-iteration before (the loop's delay; its longest is a metric: the loop's stalls, whatever their
-cause). As CoDel tells a standing queue from a burst, only a delay above
-`admission_target_delay_ms` for `INTERVAL_S` lowers the share of produces admitted (by
-`DECREASE` each probe, down to `MIN_SHARE`: a refusal costs a share of a produce too, so
-refusing more than this would not free the loop); a delay below half the target raises it
-again by `INCREASE` a probe. The refused ones are spread evenly (every n-th, not at random)
-and cost only their answer. With `admission_max_wait_ms`, while the share is lowered, a request
+Requests wait in two places. Those that arrive while the event loop is busy wait in the
+kernel until it reads them, for the length of the loop iteration they arrived in; a timer
+re-armed every `PROBE_S` while produces arrive runs once an iteration at its start, so how
+late it runs measures the iteration before (the loop's delay; its longest is a metric: the
+loop's stalls, whatever their cause). And a request pipelined behind others on its connection
+waits, after it was read, for theirs to be answered, one an iteration: past capacity that
+backlog grows in the connections while iterations stay short. The queueing delay the rule
+follows is the longer of the loop's delay and a moving average of how long the produces taken
+had waited since they were read (`WAITED_WEIGHT` each). As CoDel tells a standing queue from a
+burst, only a queueing delay above `admission_target_delay_ms` for `INTERVAL_S` lowers the
+share of produces admitted (by `DECREASE` each probe, down to `MIN_SHARE`: a refusal costs
+about half a produce, so at twice the capacity refusing alone fills the loop, and a lower
+share would only give up goodput); one below half the target raises it again by `INCREASE` a
+probe. The refused ones are spread evenly (every n-th, not at random) and cost only their
+answer. With `admission_max_wait_ms`, while the share is lowered, a request
 pipelined behind others on its connection that has waited that long since it was read (its
 sojourn time, as CoDel's) is refused too: it and those behind it would be answered late. Off
 by default: it trades goodput for latency (docs/PERFORMANCE.md, "Overload"). Whatever the delay,
@@ -46,7 +50,8 @@ PROBE_S = 0.001
 INTERVAL_S = 0.1  # the delay above target this long: a standing queue, not a burst
 DECREASE = 0.9
 INCREASE = 0.05
-MIN_SHARE = 0.5
+MIN_SHARE = 0.2
+WAITED_WEIGHT = 1 / 64  # of each produce's wait in the moving average the probe reads
 DELAY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0)
 LONGEST_SLOT_S = 10.0
 LONGEST_SLOTS = 6
@@ -88,6 +93,7 @@ class Admission:
         self._due = 0.0
         self._quiet_probes = 0
         self._seen = 0
+        self.waited_s = 0.0  # how long the produces taken lately waited (a moving average)
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Serve on this loop: its delay is probed while produces arrive."""
@@ -105,6 +111,7 @@ class Admission:
         refused: its client has waited long already, and those behind it wait for it too."""
         if self._timer is None and self.target_s and self._loop is not None:
             self._arm()
+        self.waited_s += (waited_s - self.waited_s) * WAITED_WEIGHT
         if self.max_wait_s and waited_s > self.max_wait_s and self.share < 1.0:
             self.shed += 1
             self.shed_waited += 1
@@ -136,9 +143,11 @@ class Admission:
             headers={"Retry-After": RETRY_AFTER_S},
         )
 
-    def observe_delay(self, delay_s: float, now: float) -> None:
-        """Follow one measure of the loop's delay: a lower share admitted while it has stayed
-        above target for `INTERVAL_S`, a higher one once it is below half of it."""
+    def observe_delay(self, delay_s: float, now: float, waited_s: float = 0.0) -> None:
+        """Follow one measure of the queueing delay, the loop's delay or, if longer, how long
+        the produces taken lately had waited after they were read (`waited_s`): a lower share
+        admitted while it has stayed above target for `INTERVAL_S`, a higher one once it is
+        below half of it. The loop's delay alone is kept as the loop's stalls."""
         self.delay_s = delay_s
         self.delays[bisect.bisect_left(DELAY_BUCKETS_S, delay_s)] += 1
         self.delay_sum_s += delay_s
@@ -153,14 +162,15 @@ class Admission:
         self._longest[index] = max(self._longest[index], delay_s)
         if not self.target_s:
             return
-        if delay_s > self.target_s:
+        queued_s = max(delay_s, waited_s)
+        if queued_s > self.target_s:
             if self._above_since is None:
                 self._above_since = now
             elif now - self._above_since >= INTERVAL_S:
                 self.share = max(MIN_SHARE, self.share * DECREASE)
             return
         self._above_since = None
-        if delay_s < self.target_s / 2 and self.share < 1.0:
+        if queued_s < self.target_s / 2 and self.share < 1.0:
             self.share = min(1.0, self.share + INCREASE)
             if self.share == 1.0:
                 self._credit = 0.0
@@ -177,7 +187,7 @@ class Admission:
     def _probe(self) -> None:
         assert self._loop is not None
         now = self._loop.time()
-        self.observe_delay(max(0.0, now - self._due), now)
+        self.observe_delay(max(0.0, now - self._due), now, self.waited_s)
         seen = self.admitted + self.shed
         self._quiet_probes = self._quiet_probes + 1 if seen == self._seen else 0
         self._seen = seen
@@ -239,9 +249,16 @@ class AdmissionCollector(Collector):
                 "sluice_admission_inflight", "Produces in progress", value=admission.inflight
             ),
             GaugeMetricFamily(
+                "sluice_admission_waited_seconds",
+                "How long the produces taken lately had waited after they were read, pipelined "
+                "behind others on their connection (a moving average)",
+                value=admission.waited_s,
+            ),
+            GaugeMetricFamily(
                 "sluice_admission_share",
-                "The share of produces admitted now: below 1 while the event loop's delay "
-                "stays above the admission target",
+                "The share of produces admitted now: below 1 while the queueing delay (the "
+                "event loop's, or the produces' wait after they were read) stays above the "
+                "admission target",
                 value=admission.share,
             ),
             HistogramMetricFamily(

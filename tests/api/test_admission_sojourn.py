@@ -106,7 +106,7 @@ async def test_a_pipelined_produce_that_waited_past_the_limit_is_refused_while_a
     admission = routes.admission
     # The share stays as set: the loop's delay probe would raise a lowered one back (or lower
     # it on a busy machine) if a millisecond passed between the test's requests.
-    monkeypatch.setattr(admission, "observe_delay", lambda delay_s, now: None)
+    monkeypatch.setattr(admission, "observe_delay", lambda *probed: None)
     if queue_stands:
         admission.share = 0.99
         monkeypatch.setattr(admission, "_credit", 10.0)  # the share's own refusals owe none yet

@@ -1,7 +1,8 @@
 """The admission control's rule (gateway.api.admission), fed delays by hand: a burst sheds
 nothing, a standing delay lowers the share admitted (spread evenly, never below the floor),
-the share comes back once the loop is on time, and the in-progress bound holds whatever the
-delay. Then its probe on a real event loop: a stall shows as the loop's delay."""
+and so does a standing wait of pipelined produces after they were read; the share comes back
+once the loop is on time, and the in-progress bound holds whatever the delay. Then its probe
+on a real event loop: a stall shows as the loop's delay."""
 
 from __future__ import annotations
 
@@ -62,9 +63,33 @@ def test_a_standing_delay_lowers_the_share_evenly_down_to_the_floor() -> None:
     stand(control, 0.050, 1.0, now)
     assert control.share == admission.MIN_SHARE
     made = decisions(control, 100)
-    assert made.count(True) == 50
-    assert all(a != b for a, b in itertools.pairwise(made)), "every other one refused"
-    assert control.shed == 50 and control.admitted == 50
+    assert made.count(True) == 100 * admission.MIN_SHARE
+    admitted_at = [i for i, taken in enumerate(made) if taken]
+    gaps = {b - a for a, b in itertools.pairwise(admitted_at)}
+    assert gaps == {round(1 / admission.MIN_SHARE)}, "every n-th one admitted, evenly"
+    assert control.shed == 100 - control.admitted
+
+
+def test_a_standing_wait_of_pipelined_produces_lowers_the_share_with_the_loop_on_time() -> None:
+    """Produces that waited behind others on their connections (a backlog the loop's delay
+    does not show) count as queueing delay; a few fresh ones among them do not end it."""
+    control = admission_of()
+    now = 0.0
+    for probe in range(200):
+        for taken in range(20):
+            fresh = taken == 0 and probe % 2  # one read just now, in every other probe
+            if control.admit(0.0 if fresh else 0.040):
+                control.done()
+        control.observe_delay(0.001, now, control.waited_s)
+        now += 0.001
+    assert control.waited_s > TARGET_S
+    assert control.share == admission.MIN_SHARE
+    for _ in range(200):  # the backlog drained: produces are taken as they are read
+        if control.admit(0.0):
+            control.done()
+    stand(control, 0.0, 0.1, now)
+    assert control.waited_s < TARGET_S / 2
+    assert control.share == 1.0
 
 
 def test_the_share_comes_back_once_the_loop_is_on_time() -> None:
@@ -122,8 +147,8 @@ async def test_a_stall_of_the_loop_shows_as_its_delay() -> None:
     probed = asyncio.get_running_loop().create_future()
     original = control.observe_delay
 
-    def watched(delay_s: float, now: float) -> None:
-        original(delay_s, now)
+    def watched(delay_s: float, now: float, waited_s: float = 0.0) -> None:
+        original(delay_s, now, waited_s)
         if delay_s >= 0.04 and not probed.done():
             probed.set_result(delay_s)
 

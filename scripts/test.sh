@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 # Outside clients the tests drive the server with: curl (HTTP/1.1, h2c, h2 over TLS) and h2load;
 # the cluster tests need etcd (the metadata store) and iproute2 (network namespaces); the
 # benchmark harness also needs wrk, redis-server and nats-server (its Redis Streams and NATS
-# JetStream peers); the Spark ingest tests need a Java runtime (Spark's local mode). The C
+# JetStream peers) and nginx (the cheapest answer a server gives here); the Spark ingest tests need a Java runtime (Spark's local mode). The C
 # extensions (setup.py) need a compiler and Python's headers, the HTTP/2 session also
 # libnghttp2's (without them pip still installs, and the tests of the C paths skip); gcc also
 # brings the ASan and UBSan runtimes their sanitizer tests load.
@@ -24,6 +24,7 @@ command -v nats-server >/dev/null || missing+=(nats-server)
 command -v h2load >/dev/null || missing+=(nghttp2-client)
 command -v wrk >/dev/null || missing+=(wrk)
 command -v redis-server >/dev/null || missing+=(redis-server)
+[ -x /usr/sbin/nginx ] || command -v nginx >/dev/null || missing+=(nginx)
 command -v java >/dev/null || missing+=(openjdk-17-jre-headless)
 # A real EventSource: headless Chromium driven by Selenium (tests/e2e/test_events_browser.py).
 command -v chromium >/dev/null || missing+=(chromium)
@@ -33,6 +34,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   [ "$(id -u)" = 0 ] || sudo="sudo"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+  # The package starts its own server where port 80 is free: the benchmarks start their own.
+  [ ! -f /run/nginx.pid ] || $sudo /usr/sbin/nginx -s quit || true
 fi
 
 if [ ! -x .venv/bin/python ]; then

@@ -1,6 +1,6 @@
-"""`loadtests.request_cost` and `loadtests.auth_bench` in their quick modes: every cell gives a
-figure with the CPU both sides spent, and each ratio is computed from the same run. Speed is
-never judged here."""
+"""`loadtests.request_cost`, `loadtests.auth_bench` and `loadtests.answer_floor` in their quick
+modes: every cell gives a figure with the CPU both sides spent, and each ratio is computed from
+the same run. Speed is never judged here."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from loadtests.answer_floor import flood_bound
 from loadtests.rows import judged
 
 REPO = Path(__file__).resolve().parents[2]
@@ -139,3 +140,44 @@ def test_rest_proxy_bench_reports_rates_cpu_and_ratios(tmp_path: Path) -> None:
 def test_a_figure_is_judged_as_the_report_shows_it() -> None:
     rows = judged([("at the goal once rounded", 0.89996, 0.9), ("short", 0.8994, 0.9)])
     assert [(r["value"], r["met"]) for r in rows] == [(0.9, True), (0.899, False)]
+
+
+def test_answer_floor_measures_every_server_and_bounds_from_the_same_run(tmp_path: Path) -> None:
+    """nginx, the Python floor, the gateway's refusal and its produce each answer and cost
+    the server CPU; the refusal cells' answers are refusals the gateway counted; the bounds
+    are computed from this run's cells."""
+    doc = _quick("loadtests.answer_floor", tmp_path, "answer-floor.json")
+    cells = {(c["server"], c["protocol"], c["connections"]): c for c in doc["cells"]}
+    assert set(cells) == {
+        (server, protocol, connections)
+        for server in ("nginx", "python floor", "refusal", "produce")
+        for protocol in ("http/1.1", "h2c")
+        for connections in (64, 1024)
+        if not (server == "python floor" and protocol == "h2c")
+    }
+    for (server, _, _), cell in cells.items():
+        assert cell["answers"] > 0 and cell["server_cpu_s"] > 0, cell
+        assert cell["server_us_per_answer"] == pytest.approx(
+            cell["server_cpu_s"] / cell["answers"] * 1e6, abs=0.01
+        )
+        if server == "refusal":  # all but the odd admitted produce
+            assert cell["refused"] > 0.9 * cell["answers"], cell
+        else:
+            assert cell["refused"] == 0, cell
+    for bound in doc["bounds"]:
+        n = bound["connections"]
+        us = {k[:2]: c["server_us_per_answer"] for k, c in cells.items() if k[2] == n}
+        share = us[("refusal", "http/1.1")] / us[("produce", "http/1.1")]
+        assert bound["refusal_over_produce"] == pytest.approx(share, abs=1e-3)
+        assert bound["flood_bound_with_refusals"] == pytest.approx(flood_bound(share), abs=1e-3)
+        extra = us[("nginx", "h2c")] - us[("nginx", "http/1.1")]
+        assert bound["nginx_h2c_extra_us"] == pytest.approx(extra, abs=0.01)
+
+
+def test_the_flood_bound_is_what_a_core_can_answer() -> None:
+    """Free refusals keep the whole maximum; refusals at half a produce, half of it; at two
+    thirds of a produce, refusing the excess of a 150% flood alone fills the core."""
+    assert flood_bound(0.0) == 1.0
+    assert flood_bound(0.5) == pytest.approx(0.5)
+    assert flood_bound(2 / 3) == pytest.approx(0.0, abs=1e-9)
+    assert flood_bound(0.9) == 0.0

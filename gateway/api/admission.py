@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import itertools
+import time
 from collections.abc import Awaitable, Callable, Iterable
 
 from aiohttp import web
@@ -52,6 +53,7 @@ DECREASE = 0.9
 INCREASE = 0.05
 MIN_SHARE = 0.2
 WAITED_WEIGHT = 1 / 64  # of each produce's wait in the moving average the probe reads
+BUSY_FLOOR = 0.9  # the loop's share of its core below which produces' waits are not its queue
 DELAY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0)
 LONGEST_SLOT_S = 10.0
 LONGEST_SLOTS = 6
@@ -94,6 +96,8 @@ class Admission:
         self._quiet_probes = 0
         self._seen = 0
         self.waited_s = 0.0  # how long the produces taken lately waited (a moving average)
+        self.busy = 0.0  # the loop thread's share of a core over the last `INTERVAL_S` or so
+        self._cpu_at = (0.0, 0.0)  # (loop time, the thread's CPU time) at the last probe
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Serve on this loop: its delay is probed while produces arrive."""
@@ -143,11 +147,16 @@ class Admission:
             headers={"Retry-After": RETRY_AFTER_S},
         )
 
-    def observe_delay(self, delay_s: float, now: float, waited_s: float = 0.0) -> None:
+    def observe_delay(
+        self, delay_s: float, now: float, waited_s: float = 0.0, busy: float = 1.0
+    ) -> None:
         """Follow one measure of the queueing delay, the loop's delay or, if longer, how long
-        the produces taken lately had waited after they were read (`waited_s`): a lower share
-        admitted while it has stayed above target for `INTERVAL_S`, a higher one once it is
-        below half of it. The loop's delay alone is kept as the loop's stalls."""
+        the produces taken lately had waited after they were read (`waited_s`), while the loop
+        keeps its core busy (`busy`, at least `BUSY_FLOOR`; with room to spare, a wait is for
+        the requests ahead to finish elsewhere, a replica or the disk, and refusing would not
+        shorten it): a lower share admitted while it has stayed above target for
+        `INTERVAL_S`, a higher one once it is below half of it. The loop's delay alone is kept
+        as the loop's stalls."""
         self.delay_s = delay_s
         self.delays[bisect.bisect_left(DELAY_BUCKETS_S, delay_s)] += 1
         self.delay_sum_s += delay_s
@@ -162,7 +171,7 @@ class Admission:
         self._longest[index] = max(self._longest[index], delay_s)
         if not self.target_s:
             return
-        queued_s = max(delay_s, waited_s)
+        queued_s = max(delay_s, waited_s) if busy >= BUSY_FLOOR else delay_s
         if queued_s > self.target_s:
             if self._above_since is None:
                 self._above_since = now
@@ -187,7 +196,13 @@ class Admission:
     def _probe(self) -> None:
         assert self._loop is not None
         now = self._loop.time()
-        self.observe_delay(max(0.0, now - self._due), now, self.waited_s)
+        cpu = time.thread_time()
+        then, cpu_then = self._cpu_at
+        self._cpu_at = (now, cpu)
+        if now > then:
+            weight = min(1.0, (now - then) / INTERVAL_S)
+            self.busy += (min(1.0, (cpu - cpu_then) / (now - then)) - self.busy) * weight
+        self.observe_delay(max(0.0, now - self._due), now, self.waited_s, self.busy)
         seen = self.admitted + self.shed
         self._quiet_probes = self._quiet_probes + 1 if seen == self._seen else 0
         self._seen = seen

@@ -92,6 +92,24 @@ def test_a_standing_wait_of_pipelined_produces_lowers_the_share_with_the_loop_on
     assert control.share == 1.0
 
 
+def test_waits_behind_slow_requests_on_a_loop_with_room_lower_nothing() -> None:
+    """Produces that waited behind others finishing elsewhere (a replica's acknowledgement, an
+    fsync) while the loop kept well under its core: refusing would not shorten their wait."""
+    control = admission_of()
+    now = 0.0
+    for _ in range(300):
+        if control.admit(0.050):
+            control.done()
+        control.observe_delay(0.0005, now, control.waited_s, busy=0.3)
+        now += 0.001
+    assert control.waited_s > TARGET_S
+    assert control.share == 1.0
+    for _ in range(110):  # the same waits with the loop's core busy: its own queue
+        control.observe_delay(0.0005, now, control.waited_s, busy=admission.BUSY_FLOOR)
+        now += 0.001
+    assert control.share < 1.0
+
+
 def test_the_share_comes_back_once_the_loop_is_on_time() -> None:
     control = admission_of()
     now = stand(control, 0.050, 1.0)
@@ -147,8 +165,8 @@ async def test_a_stall_of_the_loop_shows_as_its_delay() -> None:
     probed = asyncio.get_running_loop().create_future()
     original = control.observe_delay
 
-    def watched(delay_s: float, now: float, waited_s: float = 0.0) -> None:
-        original(delay_s, now, waited_s)
+    def watched(delay_s: float, now: float, waited_s: float = 0.0, busy: float = 1.0) -> None:
+        original(delay_s, now, waited_s, busy)
         if delay_s >= 0.04 and not probed.done():
             probed.set_result(delay_s)
 
@@ -161,6 +179,7 @@ async def test_a_stall_of_the_loop_shows_as_its_delay() -> None:
         control.stop()
     assert delay == pytest.approx(0.05, abs=0.03)
     assert control.longest_delay_s() >= 0.04
+    assert control.busy < 0.5  # the stall slept: the loop's thread used little of its core
 
 
 def test_a_produce_that_waited_past_the_limit_is_refused_only_while_a_queue_stands() -> None:

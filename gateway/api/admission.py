@@ -1,27 +1,28 @@
 """Admission control of the produce routes: past what a worker can serve, a share of the
 produces is answered 503 with Retry-After at once rather than queued behind the others.
 
-Requests wait in two places. Those that arrive while the event loop is busy wait in the
-kernel until it reads them, for the length of the loop iteration they arrived in; a timer
-re-armed every `PROBE_S` while produces arrive runs once an iteration at its start, so how
-late it runs measures the iteration before (the loop's delay; its longest is a metric: the
-loop's stalls, whatever their cause). And a request pipelined behind others on its connection
-waits, after it was read, for theirs to be answered, one an iteration: past capacity that
-backlog grows in the connections while iterations stay short. The queueing delay the rule
-follows is the longer of the loop's delay and a moving average of how long the produces taken
-had waited since they were read (`WAITED_WEIGHT` each). As CoDel tells a standing queue from a
-burst, only a queueing delay above `admission_target_delay_ms` for `INTERVAL_S` lowers the
-share of produces admitted (by `DECREASE` each probe, down to `MIN_SHARE`: a refusal costs
-about half a produce, so at twice the capacity refusing alone fills the loop, and a lower
-share would only give up goodput); one below half the target raises it again by `INCREASE` a
-probe. The refused ones are spread evenly (every n-th, not at random) and cost only their
-answer. With `admission_max_wait_ms`, while the share is lowered, a request
-pipelined behind others on its connection that has waited that long since it was read (its
-sojourn time, as CoDel's) is refused too: it and those behind it would be answered late. Off
-by default: it trades goodput for latency (docs/PERFORMANCE.md, "Overload"). Whatever the delay,
-at most `admission_max_inflight` produces are in progress at once, so memory stays bounded.
-Fetches are not shed: a parked long-poll costs nothing, and the parked ones are bounded by
---max-parked-fetches.
+Requests wait in two places. Those that arrive while the event loop is busy wait in the kernel
+until it reads them, for the length of the loop iteration they arrived in; a timer re-armed
+every `PROBE_S` while produces arrive runs once an iteration at its start, so how late it runs
+measures the iteration before (the loop's delay; its longest is a metric: the loop's stalls,
+whatever their cause). And a request pipelined behind others on its connection waits, after it
+was read, for theirs to be answered, one an iteration: past capacity that backlog grows in the
+connections while iterations stay short. The queueing delay the rule follows is the longer of
+the loop's delay and a moving average of how long the produces taken had waited since they were
+read (`WAITED_WEIGHT` each), the latter only while the loop's thread keeps `BUSY_FLOOR` of its
+core busy: with room to spare, a produce waits for the one ahead to finish elsewhere (a replica,
+the disk), which refusing would not shorten. As CoDel tells a standing queue from a burst, only
+a queueing delay above `admission_target_delay_ms` for `INTERVAL_S` lowers the share of produces
+admitted (by `DECREASE` each probe, down to `MIN_SHARE`: a refusal costs about half a produce,
+so at twice the capacity refusing alone fills the loop, and a lower share would only give up
+goodput); one below half the target raises it again by `INCREASE` a probe. The refused ones are
+spread evenly (every n-th, not at random) and cost only their answer. With
+`admission_max_wait_ms`, while the share is lowered, a request pipelined behind others on its
+connection that has waited that long since it was read (its sojourn time, as CoDel's) is refused
+too: it and those behind it would be answered late. Off by default: it trades goodput for
+latency (docs/PERFORMANCE.md, "Overload"). Whatever the delay, at most `admission_max_inflight`
+produces are in progress at once, so memory stays bounded. Fetches are not shed: a parked
+long-poll costs nothing, and the parked ones are bounded by --max-parked-fetches.
 """
 
 from __future__ import annotations

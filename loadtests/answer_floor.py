@@ -5,7 +5,10 @@ SERVER_OVERLOADED: a gateway started with `--admission-max-inflight 1`, so nearl
 produce is refused) and its one-record produce; over HTTP/1.1 and h2c (not the Python floor,
 which speaks HTTP/1.1 only), from 64 and 1,024 connections with one request in flight each.
 The figure is the server's CPU per answer (µs), servers on the first CPU and h2load on the
-others. Cells alternate over the rounds; the median round is the figure.
+others. Cells alternate over the rounds; the median round is the figure. Then the same servers
+but the produce under `loadtests.overload`'s open loop over 1,024 connections, at 150% of the
+rate the gateway's produce reached from 64 connections in the first round: a flood's pattern,
+each request arriving alone on its connection, with a read, a write and a wake-up of its own.
 
 Two bounds follow, for one worker on one core. A flood at 150% of the produce's capacity
 keeps its latency only if the answers fit the core: admitting a share of the maximum and
@@ -29,7 +32,7 @@ from typing import Any
 import orjson
 
 from gateway.workers.local_cluster import free_port
-from loadtests import generators, ratio_cli
+from loadtests import generators, overload, ratio_cli
 from loadtests.common import http_json, separate_cpus, start_gateway
 
 ONE_RECORD = orjson.dumps({"records": [{"value": {"event": "click", "user": 42}}]})
@@ -49,6 +52,8 @@ CELLS = [  # (server, protocol, connections)
     if not (server == "python floor" and protocol == "h2c")
 ]
 FLOOD = 1.5  # the offered load of the flood bound, in shares of the produce's capacity
+OPEN_LOOP = ("nginx", "python floor", "refusal")  # the servers that keep up with a flood
+OPEN_CONNECTIONS = 1024
 
 
 def nginx_config(directory: Path, port: int, h2c_port: int) -> Path:
@@ -185,12 +190,18 @@ def run(rounds: int, seconds: float, scratch: Path) -> dict[str, Any]:
         }
         placement = separate_cpus(*(p.pid for p in processes))
         results: dict[tuple[str, str, int], list[dict[str, Any]]] = {c: [] for c in CELLS}
+        flood: dict[str, list[dict[str, Any]]] = {server: [] for server in OPEN_LOOP}
+        rate = 0.0
         for _ in range(rounds):
             for cell in CELLS:
                 server, protocol, connections = cell
                 url, pid = at[(server, protocol)]
                 row = run_cell(url, pid, body, server == "refusal", protocol, connections, seconds)
                 results[cell].append(row)
+            rate = rate or FLOOD * results[("produce", "http/1.1", 64)][0]["answers_per_s"]
+            for server in OPEN_LOOP:
+                url, pid = at[(server, "http/1.1")]
+                flood[server].append(open_loop_cell(server, url, pid, rate, seconds))
     finally:
         for process in processes:
             process.terminate()
@@ -208,7 +219,37 @@ def run(rounds: int, seconds: float, scratch: Path) -> dict[str, Any]:
                 "rounds_us_per_answer": [r["server_us_per_answer"] for r in runs],
             }
         )
-    return {"cells": rows, "bounds": bounds(rows), "cpus": placement}
+    open_rows = []
+    for runs in flood.values():
+        runs.sort(key=lambda r: r["server_us_per_answer"] or 0.0)
+        open_rows.append(
+            {
+                **runs[(len(runs) - 1) // 2],
+                "rounds_us_per_answer": [r["server_us_per_answer"] for r in runs],
+            }
+        )
+    return {"cells": rows, "bounds": bounds(rows), "open_loop": open_rows, "cpus": placement}
+
+
+def open_loop_cell(server: str, url: str, pid: int, rate: float, seconds: float) -> dict[str, Any]:
+    """`loadtests.overload`'s driver at `rate` for `seconds` over `OPEN_CONNECTIONS`
+    connections: the server's CPU per answer, and how late the answers came."""
+    port = int(url.rsplit(":", 1)[1])
+    phase = overload.Phase("open loop", rate, seconds)
+    result = overload.cell(pid, port, "answers", [phase], OPEN_CONNECTIONS)
+    [tally] = result["phases"]
+    latency = [tally["admitted_latency"], tally["shed_latency"]]
+    return {
+        "server": server,
+        "offered_per_s": round(rate),
+        "connections": OPEN_CONNECTIONS,
+        "answers": tally["admitted"] + tally["shed"],
+        "refused": tally["shed"],
+        "unanswered": tally["unanswered"],
+        "p99_ms": max(part.get("p99_ms", 0.0) for part in latency),
+        "server_cpu_s": result["server_cpu_s"],
+        "server_us_per_answer": result["server_cpu_us_per_request"],
+    }
 
 
 def flood_bound(refusal_share: float) -> float:
@@ -272,6 +313,18 @@ def markdown(doc: dict[str, Any]) -> str:
             f"{b['flood_bound_with_refusals']} | {b['nginx_over_produce']} | "
             f"{b['flood_bound_with_nginx']} | {b['h2c_over_http1_produce']} | "
             f"{b['nginx_h2c_extra_us']} | {b['h2c_over_http1_bound']} |"
+        )
+    out += [
+        "",
+        "| server, open loop | offered/s | connections | µs of server CPU an answer (median) | "
+        "rounds | refused | unanswered | p99 ms |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in doc["open_loop"]:
+        out.append(
+            f"| {r['server']} | {r['offered_per_s']:,} | {r['connections']} | "
+            f"{r['server_us_per_answer']} | {', '.join(map(str, r['rounds_us_per_answer']))} | "
+            f"{r['refused']:,} | {r['unanswered']:,} | {r['p99_ms']} |"
         )
     return "\n".join(out) + "\n"
 

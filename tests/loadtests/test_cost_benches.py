@@ -145,7 +145,8 @@ def test_a_figure_is_judged_as_the_report_shows_it() -> None:
 def test_answer_floor_measures_every_server_and_bounds_from_the_same_run(tmp_path: Path) -> None:
     """nginx, the Python floor, the gateway's refusal and its produce each answer and cost
     the server CPU; the refusal cells' answers are refusals the gateway counted; the bounds
-    are computed from this run's cells."""
+    are computed from this run's cells; the open-loop cells offer 150% of the produce's rate
+    over 1,024 connections to the servers that refuse or answer at once."""
     doc = _quick("loadtests.answer_floor", tmp_path, "answer-floor.json")
     cells = {(c["server"], c["protocol"], c["connections"]): c for c in doc["cells"]}
     assert set(cells) == {
@@ -172,6 +173,14 @@ def test_answer_floor_measures_every_server_and_bounds_from_the_same_run(tmp_pat
         assert bound["flood_bound_with_refusals"] == pytest.approx(flood_bound(share), abs=1e-3)
         extra = us[("nginx", "h2c")] - us[("nginx", "http/1.1")]
         assert bound["nginx_h2c_extra_us"] == pytest.approx(extra, abs=0.01)
+    produce = cells[("produce", "http/1.1", 64)]["answers_per_s"]
+    opened = {row["server"]: row for row in doc["open_loop"]}
+    assert set(opened) == {"nginx", "python floor", "refusal"}
+    for server, row in opened.items():  # a flood's rate, all of it answered
+        assert row["offered_per_s"] == pytest.approx(1.5 * produce, rel=1e-3)
+        assert row["connections"] == 1024 and row["unanswered"] == 0, row
+        assert row["answers"] > 0 and row["server_us_per_answer"] > 0, row
+        assert (row["refused"] > 0.9 * row["answers"]) == (server == "refusal"), row
 
 
 def test_the_flood_bound_is_what_a_core_can_answer() -> None:

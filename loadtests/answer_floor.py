@@ -207,28 +207,21 @@ def run(rounds: int, seconds: float, scratch: Path) -> dict[str, Any]:
             process.terminate()
         for process in processes:
             process.wait(30)
-    rows = []
-    for (server, protocol, connections), runs in results.items():
-        runs.sort(key=lambda r: r["server_us_per_answer"] or 0.0)
-        rows.append(
-            {
-                "server": server,
-                "protocol": protocol,
-                "connections": connections,
-                **runs[(len(runs) - 1) // 2],
-                "rounds_us_per_answer": [r["server_us_per_answer"] for r in runs],
-            }
-        )
-    open_rows = []
-    for runs in flood.values():
-        runs.sort(key=lambda r: r["server_us_per_answer"] or 0.0)
-        open_rows.append(
-            {
-                **runs[(len(runs) - 1) // 2],
-                "rounds_us_per_answer": [r["server_us_per_answer"] for r in runs],
-            }
-        )
+    rows = [
+        {"server": server, "protocol": protocol, "connections": connections, **median(runs)}
+        for (server, protocol, connections), runs in results.items()
+    ]
+    open_rows = [median(runs) for runs in flood.values()]
     return {"cells": rows, "bounds": bounds(rows), "open_loop": open_rows, "cpus": placement}
+
+
+def median(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The median round by CPU an answer, with every round's figure."""
+    ordered = sorted(runs, key=lambda r: r["server_us_per_answer"] or 0.0)
+    return {
+        **ordered[(len(ordered) - 1) // 2],
+        "rounds_us_per_answer": [r["server_us_per_answer"] for r in ordered],
+    }
 
 
 def open_loop_cell(server: str, url: str, pid: int, rate: float, seconds: float) -> dict[str, Any]:

@@ -37,11 +37,12 @@ from loadtests.common import http_json, separate_cpus, start_gateway
 
 ONE_RECORD = orjson.dumps({"records": [{"value": {"event": "click", "user": 42}}]})
 TARGET = "/v1/topics/answers/partitions/0/records?acks=1"
-# nginx answers with the gateway's refusal body, as a 200 so that h2load counts it answered.
+# nginx answers with a body as long as the gateway's refusal (tests/loadtests keeps them equal),
+# as a 200 so that h2load counts it answered.
 CANNED = (
-    b'{"type":"about:blank","title":"Service Unavailable","status":503,'
-    b'"detail":"this server is past its capacity: nothing was appended; retry after 1 s",'
-    b'"error_code":"SERVER_OVERLOADED"}'
+    b'{"type":"https://sluice.dev/problems/server-overloaded","title":"Service Unavailable",'
+    b'"status":503,"detail":"this server is past its capacity: nothing was appended; retry '
+    b'after 1 s","code":"SERVER_OVERLOADED"}'
 )
 SERVERS = ("nginx", "python floor", "refusal", "produce")
 CELLS = [  # (server, protocol, connections)

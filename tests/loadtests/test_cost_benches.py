@@ -12,7 +12,10 @@ from typing import Any
 
 import pytest
 
-from loadtests.answer_floor import flood_bound
+from gateway.api.admission import Admission
+from gateway.api.fast_answer import problem_answer
+from gateway.settings import Settings
+from loadtests.answer_floor import CANNED, flood_bound
 from loadtests.rows import judged
 
 REPO = Path(__file__).resolve().parents[2]
@@ -181,6 +184,11 @@ def test_answer_floor_measures_every_server_and_bounds_from_the_same_run(tmp_pat
         assert row["connections"] == 1024 and row["unanswered"] == 0, row
         assert row["answers"] > 0 and row["server_us_per_answer"] > 0, row
         assert (row["refused"] > 0.9 * row["answers"]) == (server == "refusal"), row
+
+
+def test_nginx_answers_with_a_body_as_long_as_the_gateways_refusal() -> None:
+    refusal = Admission(Settings(data_dir=Path("unused"))).refusal()
+    assert len(CANNED) == len(problem_answer(refusal).body)
 
 
 def test_the_flood_bound_is_what_a_core_can_answer() -> None:

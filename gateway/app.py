@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -33,6 +34,7 @@ from gateway.api.rest_proxy import routes as rest_proxy_api
 from gateway.api.schema_registry import routes as schema_registry_api
 from gateway.auth.middleware import AUTH, auth_middleware
 from gateway.auth.throttle import quota_middleware
+from gateway.http.connections import send_turn_now
 from gateway.http.fast_path import FAST_PATH
 from gateway.metrics.collectors import FastRoutesCollector
 from gateway.settings import Settings
@@ -101,9 +103,12 @@ async def _open(app: web.Application) -> None:
     app[AUTH] = gateway.auth
     # Whatever the options: the fast routes make the middlewares' checks themselves.
     admission = app[ADMISSION]
-    admission.start(asyncio.get_running_loop())
+    loop = asyncio.get_running_loop()
+    admission.start(loop)
     fast = FastRoutes(gateway, app[INFLIGHT], admission, app.get(cors.POLICY))
     app[FAST_PATH] = fast
+    # What a group commit's write answered goes out in that pass, not the loop's next one.
+    gateway.replicas.appends.on_written.append(functools.partial(send_turn_now, loop))
     gateway.metrics.registry.register(FastRoutesCollector(lambda: fast.served))
     gateway.metrics.registry.register(AdmissionCollector(admission))
     gateway.ready = True

@@ -10,6 +10,8 @@ request once its batches exist is decided here, once."""
 from __future__ import annotations
 
 import asyncio
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from engine.log import AppendInfo
@@ -22,6 +24,7 @@ from replication.partition import Partition
 from replication.replica_manager import ReplicaManager
 
 Landed = dict[int, tuple[int, int]]  # partition -> (base offset, record count)
+LandedThen = Callable[[Partition, "asyncio.Future[AppendInfo]"], None]
 
 
 @dataclass
@@ -42,16 +45,19 @@ class RecordsAppender:
         self.forwarded = ForwardedAppends(forwarder)
 
     def append_now(
-        self, topic: str, item: PartitionBatch, acks: Acks
-    ) -> tuple[asyncio.Future[AppendInfo], Partition] | None:
+        self, topic: str, item: PartitionBatch, acks: Acks, then: LandedThen
+    ) -> asyncio.Future[AppendInfo] | None:
         """The common produce's append, joining this loop turn's write without a coroutine:
-        a partition led here. Its landing and its leader (`replicas.acknowledge` follows when
-        the landing's `flush_due`, or for acks=all unless `replicas.committed` already holds);
-        None for any other, which `append_records` takes."""
+        a partition led here. Its landing, which `then` gets with the leader in the write's own
+        pass (`AppendGroups.append`; `replicas.acknowledge` follows when the landing's
+        `flush_due`, or for acks=all unless `replicas.committed` already holds); None for any
+        other, which `append_records` takes."""
         leader = self.replicas.leading(topic, item.partition)
         if leader is None:
             return None
-        return self.replicas.appends.append(leader, item.data, acks), leader
+        return self.replicas.appends.append(
+            leader, item.data, acks, functools.partial(then, leader)
+        )
 
     async def append_records(
         self,

@@ -326,15 +326,12 @@ class FastRoutes:
                 except Exception as exc:  # answered by `serve`, as any other failure
                     built = exc
                 else:
-                    appending = producer.append_now(request.produce, built)
-                    if appending is not None:
-                        landing, leader = appending
+                    landed = functools.partial(  # settles the admission, in the write's pass
+                        self._landed, request, built, connection, started, ready
+                    )
+                    landing = producer.append_now(request.produce, built, landed)
+                    if landing is not None:
                         self.inflight.reserve(request.size, connection)
-                        landing.add_done_callback(  # `_landed` settles the admission
-                            functools.partial(
-                                self._landed, request, built, leader, connection, started, ready
-                            )
-                        )
                         return landing
             ready = functools.partial(_admitted_answer, self.admission, ready)
         task = loop.create_task(self.serve(request, connection, built))
@@ -345,14 +342,14 @@ class FastRoutes:
         self,
         request: FastProduce,
         built: Built,
-        leader: Partition,
         connection: object,
         started: float,
         ready: Callable[[FastAnswer | None], None],
+        leader: Partition,
         landing: asyncio.Future[AppendInfo],
     ) -> None:
-        """`start`'s produce, once its write landed (or failed, or its client went); it
-        leaves the admission's account as `ready` gets its answer."""
+        """`start`'s produce, once its write landed (or failed, or its client went), called in
+        the write's pass; it leaves the admission's account as `ready` gets its answer."""
         if landing.cancelled():
             self.inflight.release(request.size, connection)
             self._observe(request.route, "POST", CLIENT_CLOSED, started)

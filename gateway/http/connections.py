@@ -21,7 +21,7 @@ from aiohttp.streams import StreamReader
 
 from gateway.http.aiohttp_private import ErrInfo, HandlerInternals, buffered_body
 from gateway.http.fast_path import FAST_PATH, Answer, FastPath, Ready
-from gateway.http.http2 import H2Protocol
+from gateway.http.http2 import H2Protocol, turn_flushes
 from gateway.http.memo import Memo
 from gateway.http.per_loop import PerLoop
 from gateway.http.problem import PROBLEM_JSON, Problem, one_line, problem_body, problem_response
@@ -85,13 +85,23 @@ class TurnAnswers:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._waiting: list[tuple[Http1Connection, Answer]] = []
+        self._handle: asyncio.Handle | None = None
 
     def post(self, connection: Http1Connection, answer: Answer) -> None:
         if not self._waiting:
-            self._loop.call_soon(self._write_all)
+            self._handle = self._loop.call_soon(self._write_all)
         self._waiting.append((connection, answer))
 
+    def write_now(self) -> None:
+        """Write the answers posted so far now, not at the end of the turn: those a group
+        commit's write made, which would otherwise wait for the loop's next pass."""
+        if self._waiting:
+            assert self._handle is not None
+            self._handle.cancel()
+            self._write_all()
+
     def _write_all(self) -> None:
+        self._handle = None
         waiting, self._waiting = self._waiting, []
         written = [connection._write_fast_answer(answer) for connection, answer in waiting]
         for (connection, _), done in zip(waiting, written, strict=True):
@@ -100,6 +110,13 @@ class TurnAnswers:
 
 # The loop's TurnAnswers.
 turn_answers: PerLoop[TurnAnswers] = PerLoop(TurnAnswers)
+
+
+def send_turn_now(loop: asyncio.AbstractEventLoop) -> None:
+    """Send the fast path's answers made so far in this pass, HTTP/1.1 and HTTP/2 alike, rather
+    than a pass later: the group commit calls it after each write (gateway.app)."""
+    turn_answers(loop).write_now()
+    turn_flushes(loop).flush_now()
 
 
 class _ProblemErrors(HandlerInternals):

@@ -212,23 +212,32 @@ def _build_message(block: bytes) -> RawRequestMessage | None:
     )
 
 
-class _TurnFlushes:
+class TurnFlushes:
     """The HTTP/2 connections with frames to send, flushed one after another at the end of the
     loop's turn: one callback a turn rather than one a connection, ~1,000 instructions less
     an h2c request (docs/PERFORMANCE.md, "One flush a turn")."""
 
-    __slots__ = ("_due", "_loop")
+    __slots__ = ("_due", "_handle", "_loop")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._due: list[H2Protocol] = []
+        self._handle: asyncio.Handle | None = None
 
     def add(self, protocol: H2Protocol) -> None:
         if not self._due:
-            self._loop.call_soon(self._flush_all)
+            self._handle = self._loop.call_soon(self._flush_all)
         self._due.append(protocol)
 
+    def flush_now(self) -> None:
+        """Flush the connections with frames due now, not at the end of the turn."""
+        if self._due:
+            assert self._handle is not None
+            self._handle.cancel()
+            self._flush_all()
+
     def _flush_all(self) -> None:
+        self._handle = None
         due, self._due = self._due, []
         for protocol in due:
             try:
@@ -239,7 +248,7 @@ class _TurnFlushes:
                 )
 
 
-_turn_flushes: PerLoop[_TurnFlushes] = PerLoop(_TurnFlushes)
+turn_flushes: PerLoop[TurnFlushes] = PerLoop(TurnFlushes)
 
 
 class H2Protocol(HandlerInternals):
@@ -290,7 +299,7 @@ class H2Protocol(HandlerInternals):
         self._resets: deque[float] = deque()
         self._goaway_sent = False
         self._flush_scheduled = False
-        self._flushes = _turn_flushes(self.event_loop)
+        self._flushes = turn_flushes(self.event_loop)
         self._last_stream_id = 0
         self._idle_since = 0.0
         self._idle_handle: asyncio.TimerHandle | None = None

@@ -31,8 +31,7 @@ from replication.acks import Acks
 from replication.forward_client import ForwardClient
 from replication.idempotency import Marker
 from replication.metadata import TopicSpec
-from replication.partition import Partition
-from replication.records_append import Landed, PartitionBatch, RecordsAppender
+from replication.records_append import Landed, LandedThen, PartitionBatch, RecordsAppender
 from replication.replica_manager import ReplicaManager
 from schemas import validation
 from schemas.state import RegistryState
@@ -179,14 +178,14 @@ class Producer:
         return Built(topic, [PartitionBatch(p, data, count) for p, data, count in groups]), owners
 
     def append_now(
-        self, request: ProduceRequest, built: Built
-    ) -> tuple[asyncio.Future[AppendInfo], Partition] | None:
+        self, request: ProduceRequest, built: Built, then: LandedThen
+    ) -> asyncio.Future[AppendInfo] | None:
         """The common produce's append, joining this loop turn's write without a coroutine:
-        one partition led here. Its landing and its leader; None for any other request
-        (`produce` appends those)."""
+        one partition led here. Its landing, which `then` gets with its leader in the write's
+        pass; None for any other request (`produce` appends those)."""
         if len(built.batches) != 1:
             return None
-        return self.appender.append_now(built.topic.name, built.batches[0], request.acks)
+        return self.appender.append_now(built.topic.name, built.batches[0], request.acks, then)
 
     def appended(self, built: Built, info: AppendInfo) -> tuple[int, int, int]:
         """`append_now`'s append, landed (and, when `info.flush_due`, acknowledged by

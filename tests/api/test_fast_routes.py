@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import pytest
@@ -17,6 +17,7 @@ from gateway.api.fast_answer import FastAnswer
 from gateway.api.fast_produce import FastProduce
 from gateway.api.fast_routes import FastRefusal, FastRoutes
 from gateway.auth.quotas import ANONYMOUS
+from gateway.http.connections import Http1Connection, turn_answers
 from gateway.http.fast_path import FAST_PATH
 from tests.api.support import (
     JSON,
@@ -122,6 +123,54 @@ async def test_plain_produces_of_one_turn_share_a_write_and_need_no_task(
     assert client.app is not None
     inflight = fast_routes_of(client).inflight
     assert inflight.reserved == 0 and not inflight.by_connection
+
+
+class _Recorded:
+    """A connection as TurnAnswers sees it: records its answer's write in a shared list."""
+
+    def __init__(self, name: str, events: list[str]) -> None:
+        self.name, self.events = name, events
+
+    def _write_fast_answer(self, answer: FastAnswer) -> bool:
+        self.events.append(f"written {self.name} {answer.status}")
+        return True
+
+    def _fast_answered(self, written: bool) -> None:
+        pass
+
+
+async def test_plain_produces_are_answered_and_written_in_their_writes_pass(start: Start) -> None:
+    """The answers of a turn's plain produces are made and written in the pass of its group
+    commit's write (the gateway hooks `send_turn_now` to it), before what was scheduled behind
+    that write runs: a future's callback, and then the turn's end, would each wait for a pass
+    in which every connection readable meanwhile is read."""
+    client = await start()
+    await create_topic(client)
+    routes = fast_routes_of(client)
+    loop = asyncio.get_running_loop()
+    events: list[str] = []
+    answers = turn_answers(loop)
+
+    def ready(connection: str, answer: FastAnswer | None) -> None:
+        assert answer is not None
+        events.append(f"answered {connection}")
+        answers.post(cast(Http1Connection, _Recorded(connection, events)), answer)
+
+    headers = CIMultiDict({"Content-Type": JSON})
+    for connection in ("a", "b"):
+        taken = routes.take("POST", "/v1/topics/t/records?acks=1", headers, _one(1), connection)
+        assert isinstance(taken, FastProduce)
+        routes.start(taken, connection, functools.partial(ready, connection), loop)
+    loop.call_soon(events.append, "behind the write")
+    for _ in range(3):  # the write's pass and the next two: all of it has run by then
+        await asyncio.sleep(0)
+    assert events == [
+        "answered a",
+        "answered b",
+        "written a 200",
+        "written b 200",
+        "behind the write",
+    ]
 
 
 async def test_produces_the_fast_routes_cannot_answer_at_once_still_take_a_task(

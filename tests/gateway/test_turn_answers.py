@@ -1,5 +1,6 @@
 """TurnAnswers: the fast routes' HTTP/1.1 answers of one loop turn are written back to back at its
-end, and only then does each connection go on to its next request."""
+end, and only then does each connection go on to its next request; those a group commit's write
+made go out at once (`write_now`), as do HTTP/2 connections' frames due (`TurnFlushes`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import pytest
 
 from gateway.api import fast_answer
 from gateway.api.fast_answer import FastAnswer
-from gateway.http.connections import Http1Connection, TurnAnswers, turn_answers
+from gateway.http.connections import Http1Connection, TurnAnswers, send_turn_now, turn_answers
+from gateway.http.http2 import H2Protocol, turn_flushes
 
 
 class _Connection:
@@ -47,6 +49,46 @@ async def test_a_turns_answers_are_all_written_before_any_connection_goes_on() -
     answers.post(cast(Http1Connection, _Connection("d", events)), FastAnswer(202, "x", b""))
     await asyncio.sleep(0)
     assert events == ["write d 202", "next d True"]  # the next turn's are written in theirs
+
+
+async def test_answers_written_now_are_not_written_again_at_the_turns_end() -> None:
+    """`write_now` (after a group commit's write) writes what was posted at once; the turn's
+    end then has nothing left, and an answer posted after it waits for the end again."""
+    events: list[str] = []
+    answers = TurnAnswers(asyncio.get_running_loop())
+    answers.write_now()  # nothing posted: nothing to do
+    answers.post(cast(Http1Connection, _Connection("a", events)), FastAnswer(200, "x", b""))
+    answers.write_now()
+    assert events == ["write a 200", "next a True"]
+    answers.post(cast(Http1Connection, _Connection("b", events)), FastAnswer(201, "x", b""))
+    assert events[2:] == []
+    await asyncio.sleep(0)
+    assert events[2:] == ["write b 201", "next b True"]
+
+
+class _Flushed:
+    """Records the flushes TurnFlushes makes of an HTTP/2 connection."""
+
+    def __init__(self, events: list[str]) -> None:
+        self.events = events
+
+    def _flush(self) -> None:
+        self.events.append("flush")
+
+
+async def test_a_passs_answers_both_protocols_go_out_now_and_not_again() -> None:
+    """`send_turn_now`, which the group commit calls after each write: the loop's HTTP/1.1
+    answers posted so far are written and its HTTP/2 connections with frames due flushed."""
+    events: list[str] = []
+    loop = asyncio.get_running_loop()
+    turn_flushes(loop).add(cast(H2Protocol, _Flushed(events)))
+    turn_answers(loop).post(
+        cast(Http1Connection, _Connection("a", events)), FastAnswer(200, "x", b"")
+    )
+    send_turn_now(loop)
+    assert events == ["write a 200", "next a True", "flush"]
+    await asyncio.sleep(0)
+    assert events == ["write a 200", "next a True", "flush"]
 
 
 async def test_each_event_loop_has_its_own_answers() -> None:

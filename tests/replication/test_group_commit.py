@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import functools
 import threading
 import time
 from collections.abc import Iterator
@@ -72,6 +73,10 @@ def checks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     monkeypatch.setattr(PartitionLog, "check_as_leader", counted)
     return sizes
+
+
+def _full(self: LogSegment, data: bytes | bytearray | memoryview, *args: object) -> None:
+    raise OSError(errno.ENOSPC, "No space left on device")
 
 
 def values_of(log: PartitionLog) -> list[bytes | None]:
@@ -147,10 +152,7 @@ async def test_an_empty_request_fails_alone(leader: Partition) -> None:
 async def test_a_failed_write_fails_every_request_of_the_turn(
     leader: Partition, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def full(self: LogSegment, data: bytes | bytearray | memoryview, *args: object) -> None:
-        raise OSError(errno.ENOSPC, "No space left on device")
-
-    monkeypatch.setattr(LogSegment, "append", full)
+    monkeypatch.setattr(LogSegment, "append", _full)
     groups = AppendGroups()
     outcomes = await asyncio.gather(
         *(groups.append(leader, records(v), Acks.LEADER) for v in (b"a", b"b", b"c")),
@@ -251,6 +253,69 @@ async def test_a_cancelled_request_does_not_stop_the_others(leader: Partition) -
     gone.cancel()
     assert (await kept).first_offset == 1  # the cancelled one was still written: its client left
     assert values_of(leader.log) == [b"a", b"b"]
+
+
+async def test_then_runs_in_the_writes_pass_with_the_landing_settled(leader: Partition) -> None:
+    """`then` is called in the write's own pass, before a callback scheduled behind the write
+    (a future's callback would run a pass later, after it); then the `on_written` hooks."""
+    groups = AppendGroups()
+    order: list[str] = []
+
+    def then(name: str, landing: asyncio.Future[AppendInfo]) -> None:
+        order.append(f"{name} {landing.result().first_offset}")
+
+    groups.on_written.append(lambda: order.append("written"))
+    first = groups.append(leader, records(b"a"), Acks.LEADER, functools.partial(then, "a"))
+    first.add_done_callback(lambda _: order.append("future's callback"))
+    groups.append(leader, records(b"b"), Acks.LEADER, functools.partial(then, "b"))
+    asyncio.get_running_loop().call_soon(order.append, "scheduled after the write")
+    await first
+    assert order == ["a 0", "b 1", "written", "scheduled after the write", "future's callback"]
+
+
+async def test_then_hears_of_a_failure_and_of_a_cancelled_landing(
+    leader: Partition, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failed write is handed to every `then`; one whose request was cancelled meanwhile (its
+    client went) is called too, with the cancelled landing, so that it can let go of it."""
+    monkeypatch.setattr(LogSegment, "append", _full)
+    groups = AppendGroups()
+    seen: list[str] = []
+
+    def then(landing: asyncio.Future[AppendInfo]) -> None:
+        seen.append("cancelled" if landing.cancelled() else type(landing.exception()).__name__)
+
+    gone = groups.append(leader, records(b"a"), Acks.LEADER, then)
+    kept = groups.append(leader, records(b"b"), Acks.LEADER, then)
+    gone.cancel()
+    with pytest.raises(InsufficientStorage):
+        await kept
+    assert seen == ["cancelled", "InsufficientStorage"]
+
+
+async def test_a_failing_then_is_reported_and_the_others_still_run(leader: Partition) -> None:
+    """A `then` that raises goes to the loop's exception handler, as a future's callback's
+    error would; the other requests' and the hooks still run."""
+    loop = asyncio.get_running_loop()
+    reported: list[BaseException] = []
+    loop.set_exception_handler(lambda _, context: reported.append(context["exception"]))
+    try:
+        groups = AppendGroups()
+        seen: list[int] = []
+
+        def broken(landing: asyncio.Future[AppendInfo]) -> None:
+            raise RuntimeError("a bug in one request's callback")
+
+        def then(landing: asyncio.Future[AppendInfo]) -> None:
+            seen.append(landing.result().first_offset)
+
+        groups.on_written.append(lambda: seen.append(-1))
+        groups.append(leader, records(b"a"), Acks.LEADER, broken)
+        await groups.append(leader, records(b"b"), Acks.LEADER, then)
+    finally:
+        loop.set_exception_handler(None)
+    assert seen == [1, -1]
+    assert [str(exc) for exc in reported] == ["a bug in one request's callback"]
 
 
 async def test_flushes_asked_for_while_one_runs_share_the_next(

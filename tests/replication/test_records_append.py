@@ -5,12 +5,14 @@ allowed."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from engine import batch as fmt
+from engine.log import AppendInfo
 from engine.manager import LogManager
 from engine.notify import ChangeNotifier
 from replication.acks import Acks
@@ -18,6 +20,7 @@ from replication.errors import NotEnoughReplicas, NotLeader
 from replication.forward_client import ForwardClient
 from replication.memory_store import MemoryMetadataStore
 from replication.metadata import NodeInfo, PartitionState, TopicSpec
+from replication.partition import Partition
 from replication.records_append import Landed, PartitionBatch, RecordsAppender
 from replication.replica_manager import ReplicaManager
 
@@ -103,19 +106,29 @@ async def test_append_now_takes_what_is_led_here_and_leaves_the_rest(
 ) -> None:
     """Any acks on a partition led here: acks=all below min.insync.replicas is refused as its
     write is checked, nothing appended; with a follower in sync it lands, not yet committed
-    (the answer waits for the follower). A partition led elsewhere is left to append_records."""
-    refused = appender.append_now(TOPIC, batch(1, b"a"), Acks.ALL)
+    (the answer waits for the follower). A partition led elsewhere is left to append_records.
+    `then` gets the leader and the landing, settled, in the write's pass."""
+    handed: list[tuple[Partition, asyncio.Future[AppendInfo]]] = []
+
+    def then(leader: Partition, landing: asyncio.Future[AppendInfo]) -> None:
+        assert landing.done()
+        handed.append((leader, landing))
+
+    refused = appender.append_now(TOPIC, batch(1, b"a"), Acks.ALL, then)
     assert refused is not None
     with pytest.raises(NotEnoughReplicas):
-        await refused[0]
+        await refused
     assert log_end(appender, 1) == 0
-    replicated = appender.append_now(TOPIC, batch(0, b"a"), Acks.ALL)
+    replicated = appender.append_now(TOPIC, batch(0, b"a"), Acks.ALL, then)
     assert replicated is not None
-    info = await replicated[0]
-    assert not appender.replicas.committed(replicated[1], info.last_offset)
-    assert appender.append_now(TOPIC, batch(2, b"a"), Acks.LEADER) is None
-    appending = appender.append_now(TOPIC, batch(1, b"a"), Acks.LEADER)
-    assert appending is not None
-    landing, leader = appending
-    assert leader.partition == 1
+    info = await replicated
+    assert not appender.replicas.committed(handed[-1][0], info.last_offset)
+    assert appender.append_now(TOPIC, batch(2, b"a"), Acks.LEADER, then) is None
+    landing = appender.append_now(TOPIC, batch(1, b"a"), Acks.LEADER, then)
+    assert landing is not None
     assert (await landing).first_offset == 0
+    assert [(leader.partition, handed_landing) for leader, handed_landing in handed] == [
+        (1, refused),
+        (0, replicated),
+        (1, landing),
+    ]

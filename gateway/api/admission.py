@@ -13,9 +13,10 @@ read (`WAITED_WEIGHT` each), the latter only while the loop's thread keeps `BUSY
 core busy: with room to spare, a produce waits for the one ahead to finish elsewhere (a replica,
 the disk), which refusing would not shorten. As CoDel tells a standing queue from a burst, only
 a queueing delay above `admission_target_delay_ms` for `INTERVAL_S` lowers the share of produces
-admitted (by `DECREASE` each probe, down to `MIN_SHARE`: a refusal costs about half a produce,
-so at twice the capacity refusing alone fills the loop, and a lower share would only give up
-goodput); one below half the target raises it again by `INCREASE` a probe. The refused ones are
+admitted (by `DECREASE` each probe, down to `MIN_SHARE`: in a flood a refusal costs about half
+a produce, so at 150% of capacity the share that fits the loop is about a tenth, and at twice
+the capacity refusing alone fills it, where a lower share would only give up goodput); one
+below half the target raises it again by `INCREASE` a probe. The refused ones are
 spread evenly (every n-th, not at random) and cost only their answer. With
 `admission_max_wait_ms`, while the share is lowered, a request pipelined behind others on its
 connection that has waited that long since it was read (its sojourn time, as CoDel's) is refused
@@ -52,7 +53,8 @@ PROBE_S = 0.001
 INTERVAL_S = 0.1  # the delay above target this long: a standing queue, not a burst
 DECREASE = 0.9
 INCREASE = 0.05
-MIN_SHARE = 0.2
+MIN_SHARE = 0.1
+CREDIT_ROUNDING = 1e-9  # ten additions of a share of 0.1 fall short of 1 by a rounding
 WAITED_WEIGHT = 1 / 64  # of each produce's wait in the moving average the probe reads
 BUSY_FLOOR = 0.9  # the loop's share of its core below which produces' waits are not its queue
 DELAY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0)
@@ -123,7 +125,7 @@ class Admission:
             return False
         if self.share < 1.0:
             self._credit += self.share
-            if self._credit < 1.0:
+            if self._credit < 1.0 - CREDIT_ROUNDING:
                 self.shed += 1
                 return False
             self._credit -= 1.0

@@ -22,7 +22,7 @@ class Settings:
     body_read_timeout_s: float = 30.0  # a client slower than this to send its body gets 408
     max_connection_inflight_bytes: int = 64 * 1024 * 1024  # one connection's bodies (h2 streams)
     admission_max_inflight: int = 1024  # produces in progress at once, per worker
-    admission_target_delay_ms: int = 20  # held above it, a share of produces refused; 0: off
+    admission_target_delay_ms: int = 50  # held above it, a share of produces refused; 0: off
     admission_max_wait_ms: int = 0  # a pipelined produce held this long is refused then; 0: off
     stall_report_ms: int = 0  # the loop away from its timers this long logs its stack; 0: off
     heap_trim_s: float = 60.0  # free heap pages go back to the system this often; 0: never

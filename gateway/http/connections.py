@@ -79,8 +79,10 @@ class TurnAnswers:
 
     Written back to back, the answers reach clients that are still reading the previous ones;
     written as each request finishes, nearly every write wakes a client that had gone idle
-    meanwhile, which on this VM costs more than the write (docs/PERFORMANCE.md, "Answers
-    written together"). Each connection goes on to its next request after all are written."""
+    meanwhile, which costs more than the write (docs/PERFORMANCE.md, "Answers written
+    together"). Each connection goes on to its next request after all are written; one whose
+    write or next step fails is reported to the loop's exception handler and closed, and the
+    others still go on."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -103,9 +105,24 @@ class TurnAnswers:
     def _write_all(self) -> None:
         self._handle = None
         waiting, self._waiting = self._waiting, []
-        written = [connection._write_fast_answer(answer) for connection, answer in waiting]
+        written = []
+        for connection, answer in waiting:
+            try:
+                written.append(connection._write_fast_answer(answer))
+            except Exception as exc:
+                self._failed(connection, exc)
+                written.append(False)
         for (connection, _), done in zip(waiting, written, strict=True):
-            connection._fast_answered(done)
+            try:
+                connection._fast_answered(done)
+            except Exception as exc:
+                self._failed(connection, exc)
+
+    def _failed(self, connection: Http1Connection, exc: Exception) -> None:
+        self._loop.call_exception_handler(
+            {"message": "a fast answer's write failed", "exception": exc, "protocol": connection}
+        )
+        connection.force_close()
 
 
 # The loop's TurnAnswers.

@@ -27,6 +27,16 @@ class _Connection:
 
     def _fast_answered(self, written: bool) -> None:
         self.events.append(f"next {self.name} {written}")
+        if self.name == "broken next":
+            raise RuntimeError("its next request failed")
+
+    def force_close(self) -> None:
+        self.events.append(f"close {self.name}")
+
+
+class _Broken(_Connection):
+    def _write_fast_answer(self, answer: FastAnswer) -> bool:
+        raise RuntimeError("the write failed")
 
 
 async def test_a_turns_answers_are_all_written_before_any_connection_goes_on() -> None:
@@ -89,6 +99,37 @@ async def test_a_passs_answers_both_protocols_go_out_now_and_not_again() -> None
     assert events == ["write a 200", "next a True", "flush"]
     await asyncio.sleep(0)
     assert events == ["write a 200", "next a True", "flush"]
+
+
+async def test_a_connection_that_fails_is_closed_and_the_others_go_on() -> None:
+    """A write that raises, or a next step that raises, is reported to the loop's exception
+    handler and its connection closed; the other answers of the turn are still written and
+    their connections go on (none is left waiting for an answer that never comes)."""
+    loop = asyncio.get_running_loop()
+    reported: list[str] = []
+    loop.set_exception_handler(lambda _, context: reported.append(str(context["exception"])))
+    events: list[str] = []
+    answers = TurnAnswers(loop)
+    try:
+        for connection in (
+            _Broken("broken write", events),
+            _Connection("broken next", events),
+            _Connection("c", events),
+        ):
+            answers.post(cast(Http1Connection, connection), FastAnswer(200, "x", b""))
+        answers.write_now()
+    finally:
+        loop.set_exception_handler(None)
+    assert events == [
+        "close broken write",
+        "write broken next 200",
+        "write c 200",
+        "next broken write False",
+        "next broken next True",
+        "close broken next",
+        "next c True",
+    ]
+    assert reported == ["the write failed", "its next request failed"]
 
 
 async def test_each_event_loop_has_its_own_answers() -> None:

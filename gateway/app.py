@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -34,7 +33,7 @@ from gateway.api.rest_proxy import routes as rest_proxy_api
 from gateway.api.schema_registry import routes as schema_registry_api
 from gateway.auth.middleware import AUTH, auth_middleware
 from gateway.auth.throttle import quota_middleware
-from gateway.http.connections import send_turn_now
+from gateway.http.connections import turn_sender
 from gateway.http.fast_path import FAST_PATH
 from gateway.metrics.collectors import FastRoutesCollector
 from gateway.settings import Settings
@@ -108,7 +107,7 @@ async def _open(app: web.Application) -> None:
     fast = FastRoutes(gateway, app[INFLIGHT], admission, app.get(cors.POLICY))
     app[FAST_PATH] = fast
     # What a group commit's write answered goes out in that pass, not the loop's next one.
-    gateway.replicas.appends.on_written.append(functools.partial(send_turn_now, loop))
+    gateway.replicas.appends.on_written.append(turn_sender(loop))
     gateway.metrics.registry.register(FastRoutesCollector(lambda: fast.served))
     gateway.metrics.registry.register(AdmissionCollector(admission))
     gateway.ready = True

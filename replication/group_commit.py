@@ -37,7 +37,7 @@ class AppendGroups:
         self.writes = 0  # turns written; `requests / writes` is how much sharing happens
         self.requests = 0
         # Called after each write's landings were handed on (the gateway writes the answers
-        # they made then: gateway.http.connections.send_turn_now).
+        # they made then: gateway.http.connections.turn_sender).
         self.on_written: list[Callable[[], None]] = []
 
     def append(

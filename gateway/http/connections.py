@@ -129,11 +129,17 @@ class TurnAnswers:
 turn_answers: PerLoop[TurnAnswers] = PerLoop(TurnAnswers)
 
 
-def send_turn_now(loop: asyncio.AbstractEventLoop) -> None:
-    """Send the fast path's answers made so far in this pass, HTTP/1.1 and HTTP/2 alike, rather
-    than a pass later: the group commit calls it after each write (gateway.app)."""
-    turn_answers(loop).write_now()
-    turn_flushes(loop).flush_now()
+def turn_sender(loop: asyncio.AbstractEventLoop) -> Callable[[], None]:
+    """What sends the fast path's answers made so far in a pass of `loop`, HTTP/1.1 and HTTP/2
+    alike, rather than a pass later: the group commit calls it after each write (gateway.app).
+    The loop's objects are looked up once, not at every write."""
+    answers, flushes = turn_answers(loop), turn_flushes(loop)
+
+    def send_now() -> None:
+        answers.write_now()
+        flushes.flush_now()
+
+    return send_now
 
 
 class _ProblemErrors(HandlerInternals):

@@ -141,7 +141,7 @@ class _Recorded:
 
 async def test_plain_produces_are_answered_and_written_in_their_writes_pass(start: Start) -> None:
     """The answers of a turn's plain produces are made and written in the pass of its group
-    commit's write (the gateway hooks `send_turn_now` to it), before what was scheduled behind
+    commit's write (the gateway hooks `turn_sender` to it), before what was scheduled behind
     that write runs: a future's callback, and then the turn's end, would each wait for a pass
     in which every connection readable meanwhile is read."""
     client = await start()

@@ -11,7 +11,7 @@ import pytest
 
 from gateway.api import fast_answer
 from gateway.api.fast_answer import FastAnswer
-from gateway.http.connections import Http1Connection, TurnAnswers, send_turn_now, turn_answers
+from gateway.http.connections import Http1Connection, TurnAnswers, turn_answers, turn_sender
 from gateway.http.http2 import H2Protocol, turn_flushes
 
 
@@ -86,8 +86,8 @@ class _Flushed:
         self.events.append("flush")
 
 
-async def test_a_passs_answers_both_protocols_go_out_now_and_not_again() -> None:
-    """`send_turn_now`, which the group commit calls after each write: the loop's HTTP/1.1
+async def test_a_pass_answers_of_both_protocols_go_out_now_and_not_again() -> None:
+    """`turn_sender`'s function, which the group commit calls after each write: the loop's HTTP/1.1
     answers posted so far are written and its HTTP/2 connections with frames due flushed."""
     events: list[str] = []
     loop = asyncio.get_running_loop()
@@ -95,7 +95,7 @@ async def test_a_passs_answers_both_protocols_go_out_now_and_not_again() -> None
     turn_answers(loop).post(
         cast(Http1Connection, _Connection("a", events)), FastAnswer(200, "x", b"")
     )
-    send_turn_now(loop)
+    turn_sender(loop)()
     assert events == ["write a 200", "next a True", "flush"]
     await asyncio.sleep(0)
     assert events == ["write a 200", "next a True", "flush"]

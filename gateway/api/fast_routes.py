@@ -25,7 +25,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -61,6 +61,7 @@ from gateway.formats import codecs
 from gateway.http.memo import Memo
 from gateway.http.problem import Problem, status_code
 from gateway.metrics.collectors import CLIENT_CLOSED
+from gateway.metrics.requests import Labels
 from gateway.produce.errors import SchemaViewBehind
 from gateway.produce.front import Built
 from gateway.state import Gateway
@@ -81,11 +82,16 @@ log = logging.getLogger(__name__)
 
 @dataclass(slots=True)
 class FastRefusal:
-    """A request the checks refused (401, 403, 429): answered as the middlewares answer it."""
+    """A request the admission (503) or the checks (401, 403, 429) refused: answered as the
+    middlewares answer it, at once."""
 
     method: str
     route: str
     answer: FastAnswer
+    labels: Labels = field(init=False)  # its request metrics' (route, method, status)
+
+    def __post_init__(self) -> None:
+        self.labels = (self.route, self.method, str(self.answer.status))
 
 
 FastRequest = FastProduce | FastAppend | FastFetch | FastMemberFetch
@@ -124,6 +130,8 @@ class FastRoutes:
         # the common request's credentials and route check in one lookup.
         self._admitted: Memo[tuple[str, str, str], str] = Memo(_ADMITTED_KEPT)
         self._shed = {route: _shed_refusal(route, admission) for route in _PRODUCE_ROUTES}
+        self._shed_cors: Memo[tuple[str, str | None], FastRefusal] = Memo(_ORIGINS_KEPT)
+        self._latency = gateway.metrics.latency
         # POST target -> the produce route it is, "" for none
         self._produce_routes: Memo[str, str] = Memo(_TARGETS_KEPT)
         self._admitted_under: tuple[int, object] = (-1, None)
@@ -164,8 +172,13 @@ class FastRoutes:
         refused = self._shed[route]
         if self.cors is None:
             return refused
-        answer = dataclasses.replace(refused.answer, cors=self._cors_of(headers.get("Origin")))
-        return FastRefusal(refused.method, refused.route, answer)
+        origin = headers.get("Origin")
+        known = self._shed_cors.get((route, origin))
+        if known is None:  # one answer per route and origin, its bytes made once a second
+            answer = dataclasses.replace(refused.answer, cors=self._cors_of(origin))
+            known = FastRefusal(refused.method, route, answer)
+            self._shed_cors.remember((route, origin), known)
+        return known
 
     def _plain(
         self, method: str, target: str, headers: Mapping[str, str], body: bytes, connection: object
@@ -292,7 +305,7 @@ class FastRoutes:
         here: the connection writes it at once, with no future, callback or loop turn."""
         if not isinstance(taken, FastRefusal):
             return None
-        self._observe(taken.route, taken.method, taken.answer.status, time.perf_counter())
+        self._latency.observe_at_once(taken.labels)
         self.served += 1
         return taken.answer
 
@@ -311,7 +324,7 @@ class FastRoutes:
         counts in the admission's account until `ready` has its answer."""
         started = time.perf_counter()
         if isinstance(request, FastRefusal):
-            self._observe(request.route, request.method, request.answer.status, started)
+            self._latency.observe_at_once(request.labels)
             self.served += 1
             refused: asyncio.Future[FastAnswer] = loop.create_future()
             refused.set_result(request.answer)
@@ -410,7 +423,7 @@ class FastRoutes:
     def _observe(self, route: str, method: str, status: int, started: float) -> None:
         """Count and time the answer under its route, as the metrics middleware does."""
         elapsed = time.perf_counter() - started
-        self.gateway.metrics.latency.observe(route, method, str(status), elapsed)
+        self._latency.observe(route, method, str(status), elapsed)
 
     async def serve(
         self, request: FastRequest, connection: object, built: Built | Exception | None = None

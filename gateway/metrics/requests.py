@@ -34,6 +34,7 @@ LATENCY_BUCKETS = (
 # one entry instead of growing the table without bound.
 MAX_LABEL_SETS = 2_000
 OVERFLOW = ("overflow", "OTHER", "0")
+Labels = tuple[str, str, str]  # route, method, status
 
 
 class RequestLatency(Collector):
@@ -42,17 +43,28 @@ class RequestLatency(Collector):
 
     def __init__(self) -> None:
         # (route, method, status) -> [bucket counts..., +Inf count, sum]
-        self._series: dict[tuple[str, str, str], list[float]] = {}
+        self._series: dict[Labels, list[float]] = {}
 
     def observe(self, route: str, method: str, status: str, seconds: float) -> None:
-        labels = (route, method, status)
+        series = self._series_of((route, method, status))
+        series[bisect_left(LATENCY_BUCKETS, seconds)] += 1
+        series[-1] += seconds
+
+    def observe_at_once(self, labels: Labels) -> None:
+        """An answer written as its request was read (a refusal): in the first bucket, the
+        microsecond it took neither timed nor added to the sum."""
+        series = self._series.get(labels)
+        if series is None:
+            series = self._series_of(labels)
+        series[0] += 1
+
+    def _series_of(self, labels: Labels) -> list[float]:
         series = self._series.get(labels)
         if series is None:
             if len(self._series) >= MAX_LABEL_SETS:
                 labels = OVERFLOW
             series = self._series.setdefault(labels, [0.0] * (len(LATENCY_BUCKETS) + 2))
-        series[bisect_left(LATENCY_BUCKETS, seconds)] += 1
-        series[-1] += seconds
+        return series
 
     def collect(self) -> Iterable[Metric]:
         names = ["route", "method", "status"]

@@ -16,6 +16,7 @@ from engine.batch import RecordInput, encode_batch
 from gateway.api.fast_answer import FastAnswer
 from gateway.api.fast_produce import FastProduce
 from gateway.api.fast_routes import FastRefusal, FastRoutes
+from gateway.api.fast_targets import PARTITION_ROUTE
 from gateway.auth.quotas import ANONYMOUS
 from gateway.http.connections import Http1Connection, turn_answers
 from gateway.http.fast_path import FAST_PATH
@@ -28,7 +29,9 @@ from tests.api.support import (
     create_topic,
     fetch_all,
     gateway,
+    metrics,
     problem,
+    sample,
 )
 from tests.auth.support import bearer, binding, grant, make_key
 
@@ -344,3 +347,46 @@ async def test_an_acl_removed_refuses_the_next_request(start: Start, data_dir: P
     assert (await client.delete("/v1/acls", json=write, headers=admin)).status == 204
     refused = routes.take("POST", "/v1/topics/t/records", headers, _one(1), 1)
     assert isinstance(refused, FastRefusal) and refused.answer.status == 403
+
+
+async def test_a_refused_produce_is_counted_at_once_its_bytes_made_once_a_second(
+    start: Start, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A produce the admission refuses is counted under its route in the first latency bucket
+    (nothing timed); its answer, per origin when CORS is on, is one object whose HTTP/1.1
+    bytes are made again only when the Date or its CORS headers change, and are a fresh
+    answer's."""
+    client = await start(admission_max_inflight=0, cors_origins=("https://app.example",))
+    await create_topic(client, "t")
+    routes = fast_routes_of(client)
+    target = "/v1/topics/t/partitions/0/records"
+    origin = CIMultiDict({"Origin": "https://app.example"})
+    refused = [routes.take("POST", target, origin, b"{}", 1) for _ in range(2)]
+    other = routes.take("POST", target, CIMultiDict(), b"{}", 1)
+    assert isinstance(refused[0], FastRefusal) and isinstance(other, FastRefusal)
+    assert refused[0] is refused[1] and refused[0] is not other
+    answers = [routes.immediate(refused[0]), routes.immediate(refused[1])]
+    answer = answers[0]
+    assert answer is not None and answer is answers[1] and answer.status == 503
+    assert ("Access-Control-Allow-Origin", "https://app.example") in answer.cors
+    labels = {"route": PARTITION_ROUTE, "method": "POST", "status": "503"}
+    scraped = await metrics(client)
+    assert sample(scraped, "sluice_http_requests_total", **labels) == 2
+    first_bucket = sample(
+        scraped, "sluice_http_request_duration_seconds_bucket", le="0.0005", **labels
+    )
+    assert first_bucket == 2
+    assert sample(scraped, "sluice_http_request_duration_seconds_sum", **labels) == 0.0
+
+    texts = iter(["Sat, 28 Nov 2026 07:00:01 GMT", "Sat, 28 Nov 2026 07:00:02 GMT"])
+    second = next(texts)  # one str all second, as aiohttp's clock gives
+    monkeypatch.setattr("gateway.api.fast_answer.rfc822_formatted_time", lambda: second)
+    first = answer.http1()
+    assert answer.http1() is first and b"Date: Sat, 28 Nov 2026 07:00:01 GMT\r\n" in first
+    second = next(texts)
+    later = answer.http1()
+    assert later is not first and b"07:00:02 GMT" in later
+    fresh = FastAnswer(answer.status, answer.content_type, answer.body, answer.headers, answer.cors)
+    assert later == fresh.http1()
+    answer.cors = ()
+    assert b"Access-Control" not in answer.http1()

@@ -7,23 +7,28 @@ every `PROBE_S` while produces arrive runs once an iteration at its start, so ho
 measures the iteration before (the loop's delay; its longest is a metric: the loop's stalls,
 whatever their cause). And a request pipelined behind others on its connection waits, after it
 was read, for theirs to be answered, one an iteration: past capacity that backlog grows in the
-connections while iterations stay short. The queueing delay the rule follows is the longer of
-the loop's delay and a moving average of how long the produces taken had waited since they were
-read (`WAITED_WEIGHT` each), the latter only while the loop's thread keeps `BUSY_FLOOR` of its
-core busy: with room to spare, a produce waits for the one ahead to finish elsewhere (a replica,
-the disk), which refusing would not shorten. As CoDel tells a standing queue from a burst, only
-a queueing delay above `admission_target_delay_ms` for `INTERVAL_S` lowers the share of produces
-admitted (by `DECREASE` each probe, down to `MIN_SHARE`: in a flood a refusal costs about half
-a produce, so at 150% of capacity the share that fits the loop is about a tenth, and at twice
-the capacity refusing alone fills it, where a lower share would only give up goodput); one
-below half the target raises it again by `INCREASE` a probe. The refused ones are
-spread evenly (every n-th, not at random) and cost only their answer. With
-`admission_max_wait_ms`, while the share is lowered, a request pipelined behind others on its
-connection that has waited that long since it was read (its sojourn time, as CoDel's) is refused
-too: it and those behind it would be answered late. Off by default: it trades goodput for
-latency (docs/PERFORMANCE.md, "Overload"). Whatever the delay, at most `admission_max_inflight`
-produces are in progress at once, so memory stays bounded. Fetches are not shed: a parked
-long-poll costs nothing, and the parked ones are bounded by --max-parked-fetches.
+connections while iterations stay short. The queueing delay the rule follows is the loop's
+delay plus a moving average of how long the produces taken had waited since they were read
+(`WAITED_WEIGHT` each): a pipelined request waits for both, first in the kernel, then in its
+connection. The wait counts only while the loop's thread keeps `BUSY_FLOOR` of its core busy:
+with room to spare, a produce waits for the one ahead to finish elsewhere (a replica, the disk),
+which refusing would not shorten. As CoDel tells a standing queue from a burst, only a queueing
+delay above `admission_target_delay_ms` for `INTERVAL_S` lowers the share of produces admitted;
+from then on, and whenever the delay is below the target, the share moves by the ratio of the
+target to the delay (at most halved or doubled) every `ADJUST_S` of time, not of probes: a
+loop's iterations grow long under load, and a step a probe would then slow the rule down just
+when it is needed. The further from the target, the faster it moves, so the share settles near
+what the loop serves instead of swinging between the floor and whole. It never falls below
+`MIN_SHARE`: in a flood a refusal costs about half a produce, so at 150% of capacity the share
+that fits the loop is about a tenth, and at twice the capacity refusing alone fills it, where a
+lower share would only give up goodput. The refused ones are spread evenly (every n-th, not at
+random) and cost only their answer. With `admission_max_wait_ms`, while the share is lowered, a
+request pipelined behind others on its connection that has waited that long since it was read
+(its sojourn time, as CoDel's) is refused too: it and those behind it would be answered late.
+Off by default: it trades goodput for latency (docs/PERFORMANCE.md, "Overload"). Whatever the
+delay, at most `admission_max_inflight` produces are in progress at once, so memory stays
+bounded. Fetches are not shed: a parked long-poll costs nothing, and the parked ones are
+bounded by --max-parked-fetches.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import itertools
+import math
 import time
 from collections.abc import Awaitable, Callable, Iterable
 
@@ -51,8 +57,9 @@ from gateway.settings import Settings
 
 PROBE_S = 0.001
 INTERVAL_S = 0.1  # the delay above target this long: a standing queue, not a burst
-DECREASE = 0.9
-INCREASE = 0.05
+ADJUST_S = 0.05  # the share is multiplied by target / delay (within RATIOS) each this long
+RATIOS = (0.5, 2.0)
+ADJUST_MAX_S = 0.1  # a probe after a longer gap moves the share as if this long had passed
 MIN_SHARE = 0.1
 CREDIT_ROUNDING = 1e-9  # ten additions of a share of 0.1 fall short of 1 by a rounding
 WAITED_WEIGHT = 1 / 64  # of each produce's wait in the moving average the probe reads
@@ -93,6 +100,7 @@ class Admission:
         self._longest_slot = 0
         self._credit = 0.0  # admissions owed at `share`: every n-th produce is refused
         self._above_since: float | None = None
+        self._observed_at = -math.inf  # loop time of the last delay observed
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._due = 0.0
@@ -153,13 +161,13 @@ class Admission:
     def observe_delay(
         self, delay_s: float, now: float, waited_s: float = 0.0, busy: float = 1.0
     ) -> None:
-        """Follow one measure of the queueing delay, the loop's delay or, if longer, how long
-        the produces taken lately had waited after they were read (`waited_s`), while the loop
-        keeps its core busy (`busy`, at least `BUSY_FLOOR`; with room to spare, a wait is for
-        the requests ahead to finish elsewhere, a replica or the disk, and refusing would not
-        shorten it): a lower share admitted while it has stayed above target for
-        `INTERVAL_S`, a higher one once it is below half of it. The loop's delay alone is kept
-        as the loop's stalls."""
+        """Follow one measure of the queueing delay: the loop's delay, plus how long the
+        produces taken lately had waited after they were read (`waited_s`) while the loop keeps
+        its core busy (`busy`, at least `BUSY_FLOOR`; with room to spare, a wait is for the
+        requests ahead to finish elsewhere, a replica or the disk, and refusing would not
+        shorten it). Once it has stood above target for `INTERVAL_S`, or whenever it is below,
+        the share admitted moves by target / delay for the time since the last measure. The
+        loop's delay alone is kept as the loop's stalls."""
         self.delay_s = delay_s
         self.delays[bisect.bisect_left(DELAY_BUCKETS_S, delay_s)] += 1
         self.delay_sum_s += delay_s
@@ -174,18 +182,23 @@ class Admission:
         self._longest[index] = max(self._longest[index], delay_s)
         if not self.target_s:
             return
-        queued_s = max(delay_s, waited_s) if busy >= BUSY_FLOOR else delay_s
+        elapsed = min(ADJUST_MAX_S, now - self._observed_at)
+        self._observed_at = now
+        queued_s = delay_s + waited_s if busy >= BUSY_FLOOR else delay_s
         if queued_s > self.target_s:
             if self._above_since is None:
                 self._above_since = now
-            elif now - self._above_since >= INTERVAL_S:
-                self.share = max(MIN_SHARE, self.share * DECREASE)
-            return
-        self._above_since = None
-        if queued_s < self.target_s / 2 and self.share < 1.0:
-            self.share = min(1.0, self.share + INCREASE)
+            if now - self._above_since < INTERVAL_S:
+                return
+        else:
+            self._above_since = None
             if self.share == 1.0:
-                self._credit = 0.0
+                return
+        low, high = RATIOS
+        ratio = min(high, max(low, self.target_s / queued_s)) if queued_s else high
+        self.share = min(1.0, max(MIN_SHARE, self.share * ratio ** (elapsed / ADJUST_S)))
+        if self.share == 1.0:
+            self._credit = 0.0
 
     def longest_delay_s(self) -> float:
         """The longest delay probed in the last minute or so (LONGEST_SLOTS slots)."""

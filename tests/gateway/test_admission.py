@@ -1,8 +1,9 @@
 """The admission control's rule (gateway.api.admission), fed delays by hand: a burst sheds
 nothing, a standing delay lowers the share admitted (spread evenly, never below the floor),
-and so does a standing wait of pipelined produces after they were read; the share comes back
-once the loop is on time, and the in-progress bound holds whatever the delay. Then its probe
-on a real event loop: a stall shows as the loop's delay."""
+and so does a standing wait of pipelined produces after they were read, added to the loop's
+delay; the share moves with time, not with the number of probes, faster the further the delay
+is from the target, and comes back once the loop is on time; the in-progress bound holds
+whatever the delay. Then its probe on a real event loop: a stall shows as the loop's delay."""
 
 from __future__ import annotations
 
@@ -40,12 +41,14 @@ def decisions(control: Admission, count: int) -> list[bool]:
     return made
 
 
-def stand(control: Admission, delay_s: float, seconds: float, start: float = 0.0) -> float:
-    """Probes every millisecond for `seconds`, each measuring `delay_s`; the time after."""
+def stand(
+    control: Admission, delay_s: float, seconds: float, start: float = 0.0, every: float = 0.001
+) -> float:
+    """Probes `every` so often for `seconds`, each measuring `delay_s`; the time after."""
     now = start
     while now < start + seconds:
         control.observe_delay(delay_s, now)
-        now += 0.001
+        now += every
     return now
 
 
@@ -75,7 +78,7 @@ def test_a_standing_wait_of_pipelined_produces_lowers_the_share_with_the_loop_on
     does not show) count as queueing delay; a few fresh ones among them do not end it."""
     control = admission_of()
     now = 0.0
-    for probe in range(200):
+    for probe in range(400):
         for taken in range(20):
             fresh = taken == 0 and probe % 2  # one read just now, in every other probe
             if control.admit(0.0 if fresh else 0.040):
@@ -84,7 +87,7 @@ def test_a_standing_wait_of_pipelined_produces_lowers_the_share_with_the_loop_on
         now += 0.001
     assert control.waited_s > TARGET_S
     assert control.share == admission.MIN_SHARE
-    for _ in range(100):  # the backlog drained: produces are taken as they are read
+    for _ in range(300):  # the backlog drained: produces are taken as they are read
         for _ in range(20):
             if control.admit(0.0):
                 control.done()
@@ -112,14 +115,45 @@ def test_waits_behind_slow_requests_on_a_loop_with_room_lower_nothing() -> None:
     assert control.share < 1.0
 
 
-def test_the_share_comes_back_once_the_loop_is_on_time() -> None:
-    control = admission_of()
-    now = stand(control, 0.050, 1.0)
-    now = stand(control, TARGET_S * 0.75, 0.5, now)  # above half the target: held
-    assert control.share == admission.MIN_SHARE
-    stand(control, 0.0, 0.1, now)
-    assert control.share == 1.0
-    assert all(decisions(control, 100))
+def test_the_loops_delay_and_the_wait_after_the_read_add_up() -> None:
+    """Each below the target, together above it: a pipelined request waited for both, while
+    the loop's core was busy; with room to spare, the wait is not the loop's."""
+    busy, idle = admission_of(), admission_of()
+    now = 0.0
+    for _ in range(300):
+        for control in (busy, idle):
+            if control.admit(TARGET_S * 0.6):
+                control.done()
+        busy.observe_delay(TARGET_S * 0.6, now, busy.waited_s, busy=admission.BUSY_FLOOR)
+        idle.observe_delay(TARGET_S * 0.6, now, idle.waited_s, busy=0.3)
+        now += 0.001
+    assert busy.share < 1.0
+    assert idle.share == 1.0
+
+
+def test_the_share_moves_with_time_not_with_the_number_of_probes() -> None:
+    """A loop whose iterations grow long under load probes less often: the share falls as
+    far over the same time as it does probed every millisecond."""
+    often, seldom = admission_of(), admission_of()
+    stand(often, TARGET_S * 1.2, 0.3)
+    stand(seldom, TARGET_S * 1.2, 0.3, every=0.04)
+    assert admission.MIN_SHARE < often.share < 1.0
+    assert seldom.share == pytest.approx(often.share, rel=0.25)
+
+
+def test_the_share_comes_back_faster_the_further_below_the_target() -> None:
+    near, far = admission_of(), admission_of()
+    for control in (near, far):
+        now = stand(control, 0.050, 1.0)
+        assert control.share == admission.MIN_SHARE
+        now = stand(control, TARGET_S, 0.5, now)  # at the target: held
+        assert control.share == admission.MIN_SHARE
+    stand(near, TARGET_S * 0.75, 0.1, now)
+    stand(far, 0.0, 0.1, now)
+    assert admission.MIN_SHARE < near.share < far.share < 1.0
+    stand(far, 0.0, 0.1, now + 0.1)
+    assert far.share == 1.0
+    assert all(decisions(far, 100))
 
 
 def test_at_most_the_limit_is_in_progress_whatever_the_delay() -> None:

@@ -17,8 +17,8 @@ delay above `admission_target_delay_ms` for `INTERVAL_S` lowers the share of pro
 from then on, and whenever the delay is below the target, the share moves by the ratio of the
 target to the delay (at most halved or doubled) every `ADJUST_S` of time, not of probes: a
 loop's iterations grow long under load, and a step a probe would then slow the rule down just
-when it is needed. The further from the target, the faster it moves, so the share settles near
-what the loop serves instead of swinging between the floor and whole. It never falls below
+when it is needed. The further from the target, the faster it moves, so the share swings less
+far past what the loop serves than fixed steps made it. It never falls below
 `MIN_SHARE`: in a flood a refusal costs about half a produce, so at 150% of capacity the share
 that fits the loop is about a tenth, and at twice the capacity refusing alone fills it, where a
 lower share would only give up goodput. The refused ones are spread evenly (every n-th, not at

@@ -19,8 +19,8 @@ target to the delay (at most halved or doubled) every `ADJUST_S` of time, not of
 loop's iterations grow long under load, and a step a probe would then slow the rule down just
 when it is needed. The further from the target, the faster it moves, so the share swings less
 far past what the loop serves than fixed steps made it. It never falls below
-`MIN_SHARE`: in a flood a refusal costs about half a produce, so at 150% of capacity the share
-that fits the loop is about a tenth, and at twice the capacity refusing alone fills it, where a
+`MIN_SHARE`: in a flood a refusal costs about half a produce, so at 150% of capacity about a
+third of the produces fits the loop, and at twice the capacity refusing alone fills it, where a
 lower share would only give up goodput. The refused ones are spread evenly (every n-th, not at
 random) and cost only their answer. With `admission_max_wait_ms`, while the share is lowered, a
 request pipelined behind others on its connection that has waited that long since it was read

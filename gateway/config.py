@@ -274,9 +274,10 @@ OPTIONS: tuple[Option, ...] = (
            "progress at once per worker; past it, 503 SERVER_OVERLOADED with Retry-After",
            positive, "N"),
     Option("admission-target-delay-ms", "admission_target_delay_ms", "requests", "the "
-           "queueing delay to hold (the event loop's, or the produces' wait behind others on "
-           "their connections): while it stays above this for 100 ms, a share of the produces "
-           "(at most nine in ten) is answered 503 SERVER_OVERLOADED at once; 0 turns this off",
+           "queueing delay to hold (the event loop's, plus the produces' wait behind others on "
+           "their connections): once it has stood above this for 100 ms, a share of the "
+           "produces (at most nine in ten) is answered 503 SERVER_OVERLOADED at once, the share "
+           "following target / delay until the delay is back below; 0 turns this off",
            non_negative, "MS"),
     Option("admission-max-wait-ms", "admission_max_wait_ms", "requests", "while that share "
            "is lowered, a produce pipelined behind others on its connection that has waited "

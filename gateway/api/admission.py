@@ -227,6 +227,12 @@ class Admission:
         else:  # no produce for a while: nothing to protect until the next one
             self._timer = None
             self._quiet_probes = 0
+            self._rest()
+
+    def _rest(self) -> None:
+        """No produce for `IDLE_PROBES` probes: none waits, so the next are all admitted (the
+        share does not wait for probes to raise it, nor the wait's average for produces)."""
+        self.share, self._credit, self.waited_s, self._above_since = 1.0, 0.0, 0.0, None
 
 
 ADMISSION = web.AppKey("admission", Admission)

@@ -218,6 +218,35 @@ async def test_a_stall_of_the_loop_shows_as_its_delay() -> None:
     assert control.busy < 0.5  # the stall slept: the loop's thread used little of its core
 
 
+async def test_after_a_quiet_spell_every_produce_is_admitted_again() -> None:
+    """A flood that stops at once leaves the share lowered and the wait's average high; once
+    no produce came for `IDLE_PROBES` probes, the probe stops and the next produces are all
+    admitted, whatever came before."""
+    control = admission_of()
+    control.start(asyncio.get_running_loop())
+    rested = asyncio.get_running_loop().create_future()
+    original = control._rest
+
+    def watched() -> None:
+        original()
+        if not rested.done():
+            rested.set_result(None)
+
+    control._rest = watched  # type: ignore[method-assign]
+    assert control.admit()
+    control.done()
+    control.share, control.waited_s = admission.MIN_SHARE, 0.200
+    try:
+        async with asyncio.timeout(10):
+            await rested
+    finally:
+        control.stop()
+    assert control._timer is None
+    assert control.share == 1.0 and control.waited_s == 0.0
+    assert all(decisions(control, 20))
+    control.stop()  # the produces armed the probe again
+
+
 def test_a_produce_that_waited_past_the_limit_is_refused_only_while_a_queue_stands() -> None:
     control = Admission(
         Settings(data_dir=Path("unused"), admission_target_delay_ms=5, admission_max_wait_ms=10)

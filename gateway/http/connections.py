@@ -34,6 +34,7 @@ _FAST_METHODS = ("POST", "GET")  # what the fast path may serve: produces and fe
 _KNOWN_HEAD_MAX_BYTES = 2048
 _KNOWN_HEADS: Memo[bytes, tuple[RawRequestMessage, int]] = Memo(512)
 _HELD_BACK_MAX_BYTES = 256 * 1024  # beyond this, aiohttp's parser and its pausing take over
+_MADE_TOGETHER = 16  # answers made at once written in one go, at most (then: does it read?)
 _STARTS = (b"POST /", b"GET /")  # how a request the fast path may take begins
 log = logging.getLogger(__name__)
 
@@ -270,7 +271,20 @@ class Http1Connection(_ProblemErrors):
     def _serve_unparsed(self) -> None:
         """While the fast path serves nothing here, give it each held-back request whose head
         it took before (aiohttp's parse of that head, remembered: `_KNOWN_HEADS`); at the first
-        other request, let aiohttp's parser take it and every byte after."""
+        other request, let aiohttp's parser take it and every byte after. The answers made at
+        once (refusals) of one pass go out in one write: in a flood a connection's pipelined
+        produces are refused several in a row, and a system call each cost more than the
+        refusal's own work."""
+        made: list[Answer] = []
+        self._serve_held(made)
+        if made:
+            self._write_made(made)
+        self._wait_for_reader()
+
+    def _serve_held(self, made: list[Answer]) -> None:
+        """`_serve_unparsed`'s pass; the answers made at once gather in `made`, written
+        before anything else can write (every `_MADE_TOGETHER`, to see whether the client
+        reads, and at the end of the pass)."""
         while True:
             unparsed, at = self._unparsed, self._unparsed_at
             if unparsed is None or at == len(unparsed):
@@ -307,12 +321,44 @@ class Http1Connection(_ProblemErrors):
             answer = fast.immediate(taken)
             if answer is None:
                 self._start_fast(fast, taken)
-            elif not self._write_fast_answer(answer):
+                continue
+            made.append(answer)
+            full = answer.closes or len(made) == _MADE_TOGETHER
+            if full and (not self._write_made(made) or self.writing_paused):
                 return
-            elif self.writing_paused:  # a client that does not read: its next waits for that
-                self.request_started()
-                self._fast_task = self.event_loop.create_task(self._drain_then_go_on())
-                return
+
+    def _write_made(self, made: list[Answer]) -> bool:
+        """Write the answers made at once, in one write (emptying `made`); False when the
+        connection went meanwhile or closes after them."""
+        transport = self.transport
+        if len(made) == 1:
+            first = made[0]
+            data, closes = first.http1(), first.closes
+        else:
+            data = b"".join([answer.http1() for answer in made])
+            closes = any(answer.closes for answer in made)
+        made.clear()
+        if transport is None:
+            return False
+        transport.write(data)
+        if closes or self.closing:
+            self.force_close()
+            return False
+        self.keep_alive_from_now()
+        return True
+
+    def _wait_for_reader(self) -> None:
+        """A client that does not read the answers written here: its next held-back requests
+        wait until it takes them."""
+        if (
+            self._fast_task is None
+            and self._unparsed is not None
+            and self.writing_paused
+            and self.transport is not None
+            and not self.closing
+        ):
+            self.request_started()
+            self._fast_task = self.event_loop.create_task(self._drain_then_go_on())
 
     def _waited(self, at: int) -> float:
         """How long the held-back request at `at` has waited since its first byte was read:
@@ -404,8 +450,8 @@ class Http1Connection(_ProblemErrors):
         self._answers.post(self, answer)
 
     def _write_fast_answer(self, answer: Answer) -> bool:
-        """Write the fast answer (TurnAnswers calls this at the end of the loop turn; an
-        immediate answer, a refusal, is written as its request is read); False when the
+        """Write the fast answer (TurnAnswers calls this at the end of the loop turn, or in a
+        group commit's pass; the answers made at once are `_write_made`'s); False when the
         connection went meanwhile."""
         transport = self.transport
         if transport is None:

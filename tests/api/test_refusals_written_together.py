@@ -1,0 +1,140 @@
+"""Produces pipelined on one keep-alive connection and refused in one pass (the admission's
+503) are written in one write, in order: in a flood a system call each cost more than the
+refusals' own work. A client that does not read still holds back its next requests, at most
+`_MADE_TOGETHER` answers past the transport's limit."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from gateway.app import build_app
+from gateway.http import connections
+from gateway.http.connections import Http1Connection
+from gateway.http.fast_path import FAST_PATH
+from gateway.http.http2 import Http2Site, start_server
+from gateway.settings import Settings
+
+BODY = orjson.dumps({"records": [{"value": 1}]})
+REQUEST = (
+    b"POST /v1/topics/t/partitions/0/records HTTP/1.1\r\nHost: sluice\r\n"
+    b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(BODY), BODY)
+)
+STATUS_503 = b"HTTP/1.1 503 Service Unavailable\r\n"
+
+
+class _Transport:
+    """Stands in for the socket once the connection is set up: records each write, and
+    tells the connection its buffer is full after `pause_after` writes."""
+
+    def __init__(self, connection: Http1Connection, pause_after: int | None = None) -> None:
+        self.connection, self.pause_after = connection, pause_after
+        self.writes: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+        if self.pause_after is not None and len(self.writes) == self.pause_after:
+            self.connection.pause_writing()
+
+    def is_closing(self) -> bool:
+        return False
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return default
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+async def site(tmp_path: Path) -> AsyncIterator[tuple[Http2Site, list[Http1Connection]]]:
+    """A gateway in this process on its own HTTP/1.1 connections, refusing every produce (at
+    most none in progress); topic `t`; the connections it accepts."""
+    app = build_app(Settings(data_dir=tmp_path, admission_max_inflight=0))
+    accepted: list[Http1Connection] = []
+
+    class Kept(Http1Connection):
+        __slots__ = ()
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            accepted.append(self)
+            super().connection_made(transport)
+
+    served = await start_server(
+        app, "127.0.0.1", 0, http1=partial(Kept, header_timeout=5.0, app=app)
+    )
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", served.port)
+        writer.write(
+            b"POST /v1/topics HTTP/1.1\r\nHost: sluice\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 13\r\nConnection: close\r\n\r\n{"name": "t"}'
+        )
+        assert (await reader.read()).startswith(b"HTTP/1.1 201")
+        writer.close()
+        yield served, accepted
+    finally:
+        await served.runner.cleanup()
+
+
+async def _refusing_connection(
+    served: Http2Site, accepted: list[Http1Connection]
+) -> tuple[Http1Connection, asyncio.StreamWriter]:
+    """A connection whose first produce was refused over the socket (its head now known)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", served.port)
+    writer.write(REQUEST)
+    head = await reader.readuntil(b"\r\n\r\n")
+    assert head.startswith(STATUS_503)
+    return accepted[-1], writer
+
+
+async def test_refusals_of_one_pass_go_out_in_one_write_in_order(
+    site: tuple[Http2Site, list[Http1Connection]],
+) -> None:
+    served, accepted = site
+    connection, writer = await _refusing_connection(served, accepted)
+    routes = served.runner.app[FAST_PATH]  # type: ignore[attr-defined]
+    transport = _Transport(connection)
+    real, connection.transport = connection.transport, transport  # type: ignore[assignment]
+    try:
+        connection.data_received(REQUEST * 3)
+        assert len(transport.writes) == 1
+        assert transport.writes[0].count(STATUS_503) == 3
+        assert transport.writes[0].startswith(STATUS_503)
+        connection.data_received(REQUEST)
+        assert len(transport.writes) == 2 and transport.writes[1].count(STATUS_503) == 1
+        assert routes.admission.shed == 5
+    finally:
+        connection.transport = real
+        writer.close()
+
+
+async def test_a_client_that_does_not_read_holds_back_the_rest(
+    site: tuple[Http2Site, list[Http1Connection]],
+) -> None:
+    """Past the transport's limit the pass stops after the next `_MADE_TOGETHER` answers:
+    what follows waits, unread, until the client has taken them."""
+    served, accepted = site
+    connection, writer = await _refusing_connection(served, accepted)
+    together = connections._MADE_TOGETHER
+    transport = _Transport(connection, pause_after=1)
+    real, connection.transport = connection.transport, transport  # type: ignore[assignment]
+    try:
+        connection.data_received(REQUEST * (together + 5))
+        assert len(transport.writes) == 1
+        assert transport.writes[0].count(STATUS_503) == together
+        draining = connection._fast_task
+        assert draining is not None  # waiting for the client to read
+        connection.resume_writing()
+        async with asyncio.timeout(10):
+            await draining
+        assert len(transport.writes) == 2
+        assert transport.writes[1].count(STATUS_503) == 5
+    finally:
+        connection.transport = real
+        writer.close()

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from functools import partial
 from http import HTTPStatus
 from typing import Any
 
@@ -15,6 +17,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from engine import batch as fmt
 from engine.batch import RecordInput
+from gateway.app import build_app
+from gateway.http.connections import Http1Connection
+from gateway.http.http2 import Http2Site, start_server
+from gateway.settings import Settings
 from gateway.state import GATEWAY, Gateway
 
 Client = TestClient[web.Request, web.Application]
@@ -261,3 +267,26 @@ class BlockedFlush:
     def __exit__(self, *exc: object) -> None:
         self.release.set()
         self.log.flush = self._flush  # type: ignore[method-assign]
+
+
+@contextlib.asynccontextmanager
+async def own_connections(
+    settings: Settings, connection: type[Http1Connection] = Http1Connection
+) -> AsyncIterator[Http2Site]:
+    """A gateway in this process on the server's own HTTP/1.1 connections (`connection`, the
+    fast path's), not aiohttp's test client; topic `t`, created over a socket."""
+    app = build_app(settings)
+    served = await start_server(
+        app, "127.0.0.1", 0, http1=partial(connection, header_timeout=5.0, app=app)
+    )
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", served.port)
+        writer.write(
+            b"POST /v1/topics HTTP/1.1\r\nHost: sluice\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 13\r\nConnection: close\r\n\r\n{"name": "t"}'
+        )
+        assert (await reader.read()).startswith(b"HTTP/1.1 201")
+        writer.close()
+        yield served
+    finally:
+        await served.runner.cleanup()

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +15,10 @@ import pytest
 from aiohttp import web
 
 from gateway.api.fast_routes import FastRoutes
-from gateway.app import build_app
-from gateway.http.connections import Http1Connection
 from gateway.http.fast_path import FAST_PATH
-from gateway.http.http2 import Http2Site, start_server
+from gateway.http.http2 import Http2Site
 from gateway.settings import Settings
+from tests.api.support import own_connections
 
 TARGET_MS = 5
 STALL_S = 0.03  # the first produce's take blocks the loop this long: the second waits behind
@@ -38,20 +36,8 @@ async def site(tmp_path: Path) -> AsyncIterator[Http2Site]:
     settings = Settings(
         data_dir=tmp_path, admission_target_delay_ms=TARGET_MS, admission_max_wait_ms=TARGET_MS
     )
-    app = build_app(settings)
-    http1 = partial(Http1Connection, header_timeout=5.0, app=app)
-    served = await start_server(app, "127.0.0.1", 0, http1=http1)
-    try:
-        reader, writer = await asyncio.open_connection("127.0.0.1", served.port)
-        writer.write(
-            b"POST /v1/topics HTTP/1.1\r\nHost: sluice\r\nContent-Type: application/json\r\n"
-            b'Content-Length: 13\r\nConnection: close\r\n\r\n{"name": "t"}'
-        )
-        assert (await reader.read()).startswith(b"HTTP/1.1 201")
-        writer.close()
+    async with own_connections(settings) as served:
         yield served
-    finally:
-        await served.runner.cleanup()
 
 
 async def _two_pipelined(port: int, routes: FastRoutes, monkeypatch: Any) -> list[bytes]:

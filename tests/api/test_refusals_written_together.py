@@ -7,19 +7,18 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
-from gateway.app import build_app
 from gateway.http import connections
 from gateway.http.connections import Http1Connection
 from gateway.http.fast_path import FAST_PATH
-from gateway.http.http2 import Http2Site, start_server
+from gateway.http.http2 import Http2Site
 from gateway.settings import Settings
+from tests.api.support import own_connections
 
 BODY = orjson.dumps({"records": [{"value": 1}]})
 REQUEST = (
@@ -56,7 +55,6 @@ class _Transport:
 async def site(tmp_path: Path) -> AsyncIterator[tuple[Http2Site, list[Http1Connection]]]:
     """A gateway in this process on its own HTTP/1.1 connections, refusing every produce (at
     most none in progress); topic `t`; the connections it accepts."""
-    app = build_app(Settings(data_dir=tmp_path, admission_max_inflight=0))
     accepted: list[Http1Connection] = []
 
     class Kept(Http1Connection):
@@ -66,20 +64,9 @@ async def site(tmp_path: Path) -> AsyncIterator[tuple[Http2Site, list[Http1Conne
             accepted.append(self)
             super().connection_made(transport)
 
-    served = await start_server(
-        app, "127.0.0.1", 0, http1=partial(Kept, header_timeout=5.0, app=app)
-    )
-    try:
-        reader, writer = await asyncio.open_connection("127.0.0.1", served.port)
-        writer.write(
-            b"POST /v1/topics HTTP/1.1\r\nHost: sluice\r\nContent-Type: application/json\r\n"
-            b'Content-Length: 13\r\nConnection: close\r\n\r\n{"name": "t"}'
-        )
-        assert (await reader.read()).startswith(b"HTTP/1.1 201")
-        writer.close()
+    settings = Settings(data_dir=tmp_path, admission_max_inflight=0)
+    async with own_connections(settings, Kept) as served:
         yield served, accepted
-    finally:
-        await served.runner.cleanup()
 
 
 async def _refusing_connection(

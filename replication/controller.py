@@ -838,8 +838,8 @@ class Controller:
     async def _rebalance(self, fence: Fence) -> int:
         """Move leadership back to preferred replicas, as many partitions per etcd
         transaction as its limit allows: a node back from a restart may prefer thousands, and
-        one write each took 30 s and as many views (each a role change on every node) for
-        333 partitions on this machine."""
+        one write each took 30 s and as many views (each a role change on every node) for the
+        333 partitions a node restarted in a 1,000-partition cluster prefers (docs/cluster.md)."""
         view = self.store.view
         changes = []
         for (topic, partition), state in view.partitions.items():

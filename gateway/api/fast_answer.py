@@ -34,9 +34,6 @@ class FastAnswer:
     body: bytes
     headers: Headers = ()
     cors: Headers = ()
-    # (the Date text, the CORS headers, the HTTP/1.1 bytes): an answer given again and again,
-    # a refusal, is written this second without being formatted anew.
-    _http1: tuple[str, Headers, bytes] | None = field(default=None, init=False, repr=False)
 
     @property
     def closes(self) -> bool:
@@ -45,15 +42,6 @@ class FastAnswer:
 
     def http1(self) -> bytes:
         """The whole HTTP/1.1 answer, headers as aiohttp writes them."""
-        text = rfc822_formatted_time()  # the same str all second
-        known = self._http1
-        if known is not None and known[0] is text and known[1] is self.cors:
-            return known[2]
-        whole = self._http1_now(_date_field(text)[1])
-        self._http1 = (text, self.cors, whole)
-        return whole
-
-    def _http1_now(self, date: bytes) -> bytes:
         key = (self.status, self.content_type, self.headers)
         head = _HTTP1_HEADS.get(key)
         if head is None:
@@ -64,6 +52,7 @@ class FastAnswer:
             ).encode("latin-1")
             _HTTP1_HEADS.remember(key, head)
         body = self.body
+        date = _date_field()[1]
         if self.cors:
             late = "".join(f"{name}: {value}\r\n" for name, value in self.cors).encode("latin-1")
             return b"%s%d\r\nDate: %s\r\nServer: %s\r\n%s\r\n%s" % (
@@ -81,7 +70,7 @@ class FastAnswer:
             )
         status, content_type = known
         length = (b"content-length", b"%d" % len(self.body))
-        date = _date_field(rfc822_formatted_time())
+        date = _date_field()
         if not self.headers and not self.cors:
             return [status, content_type, length, date, _SERVER_FIELD]
         extra = [
@@ -93,10 +82,28 @@ class FastAnswer:
         return [status, *extra, content_type, length, date, _SERVER_FIELD, *late]
 
 
-def _date_field(text: str) -> tuple[bytes, bytes]:
-    """This second's HTTP/2 date field (`text`, aiohttp's), encoded once a second rather than
-    once an answer."""
+@dataclass(slots=True)
+class RepeatedAnswer(FastAnswer):
+    """An answer given again and again (the admission's refusal): its HTTP/1.1 bytes are made
+    once a second, not for each request it answers."""
+
+    # (the Date text, the CORS headers, the HTTP/1.1 bytes) of this second
+    _http1: tuple[str, Headers, bytes] | None = field(default=None, init=False, repr=False)
+
+    def http1(self) -> bytes:
+        text = rfc822_formatted_time()  # the same str all second
+        known = self._http1
+        if known is not None and known[0] is text and known[1] is self.cors:
+            return known[2]
+        whole = FastAnswer.http1(self)
+        self._http1 = (text, self.cors, whole)
+        return whole
+
+
+def _date_field() -> tuple[bytes, bytes]:
+    """This second's HTTP/2 date field, encoded once a second rather than once an answer."""
     global _date
+    text = rfc822_formatted_time()
     if text is not _date[0]:
         _date = (text, (b"date", text.encode()))
     return _date[1]

@@ -34,7 +34,7 @@ from engine.log import AppendInfo
 from gateway.api.admission import Admission
 from gateway.api.backpressure import InflightBodies
 from gateway.api.cors import Policy
-from gateway.api.fast_answer import FastAnswer, Headers, problem_answer
+from gateway.api.fast_answer import FastAnswer, Headers, RepeatedAnswer, problem_answer
 from gateway.api.fast_fetch import FastFetch, FastMemberFetch, FetchIntake
 from gateway.api.fast_produce import FastAppend, FastProduce, ProduceIntake
 from gateway.api.fast_targets import (
@@ -59,7 +59,7 @@ from gateway.auth.quotas import ANONYMOUS
 from gateway.auth.route_operations import Access, access
 from gateway.formats import codecs
 from gateway.http.memo import Memo
-from gateway.http.problem import Problem, status_code
+from gateway.http.problem import PROBLEM_JSON, Problem, problem_body, status_code
 from gateway.metrics.collectors import CLIENT_CLOSED
 from gateway.metrics.requests import Labels
 from gateway.produce.errors import SchemaViewBehind
@@ -556,10 +556,10 @@ def _shed_refusal(route: str, admission: Admission) -> FastRefusal:
     """The answer to a produce on `route` the admission refused (v2's dialect on v2's)."""
     problem = admission.refusal()
     if route.startswith(rest_proxy.PREFIX):
-        body = rest_proxy.error_answer(problem)
-        answer = FastAnswer(503, rest_proxy.ERROR_TYPE, body, tuple(problem.headers.items()))
+        kind, body = rest_proxy.ERROR_TYPE, rest_proxy.error_answer(problem)
     else:
-        answer = problem_answer(problem)
+        kind, body = PROBLEM_JSON, problem_body(problem)
+    answer = RepeatedAnswer(503, kind, body, tuple(problem.headers.items()))
     return FastRefusal("POST", route, answer)
 
 

@@ -272,39 +272,32 @@ class Http1Connection(_ProblemErrors):
         """While the fast path serves nothing here, give it each held-back request whose head
         it took before (aiohttp's parse of that head, remembered: `_KNOWN_HEADS`); at the first
         other request, let aiohttp's parser take it and every byte after. The answers made at
-        once (refusals) of one pass go out in one write: in a flood a connection's pipelined
-        produces are refused several in a row, and a system call each cost more than the
-        refusal's own work."""
-        made: list[Answer] = []
-        self._serve_held(made)
-        if made:
-            self._write_made(made)
-        self._wait_for_reader()
-
-    def _serve_held(self, made: list[Answer]) -> None:
-        """`_serve_unparsed`'s pass; the answers made at once gather in `made`, written
-        before anything else can write (every `_MADE_TOGETHER`, to see whether the client
-        reads, and at the end of the pass)."""
+        once (refusals) of one pass go out in one write, every `_MADE_TOGETHER` (to see whether
+        the client reads) and at the pass's end, before anything else can write: in a flood a
+        connection's pipelined produces are refused several in a row, and a system call each
+        cost more than the refusal's own work."""
+        made: list[Answer] = []  # answers made at once, not written yet
+        written = False  # some were, and the connection goes on
         while True:
             unparsed, at = self._unparsed, self._unparsed_at
             if unparsed is None or at == len(unparsed):
-                return
+                break
             if self._fast_task is not None or self.closing:
-                return
+                break
             if not unparsed.startswith(_STARTS, at) and not _may_start(unparsed, at):
                 self._stop_holding_back()  # not a request the fast path takes: aiohttp answers
-                return
+                break
             end = unparsed.find(b"\r\n\r\n", at) + 4
             if end == 3:  # no whole head yet
                 if len(unparsed) - at > _KNOWN_HEAD_MAX_BYTES:
                     self._stop_holding_back()
                 elif self._header_deadline is None:
                     self._start_header_deadline()
-                return
+                break
             known = _KNOWN_HEADS.get(unparsed[at:end])
             if known is None:
                 self._parse_first(unparsed[at:], end - at)
-                return
+                break
             message, length = known
             body = unparsed[end : end + length]
             fast = self._fast
@@ -314,7 +307,7 @@ class Http1Connection(_ProblemErrors):
                 taken = fast.take(message.method, message.path, message.headers, body, self, waited)
             if fast is None or taken is None:  # a body still arriving, or one the path leaves
                 self._stop_holding_back()
-                return
+                break
             self._stop_header_deadline()
             self._unparsed_at = end + length
             self.count_request()
@@ -323,14 +316,18 @@ class Http1Connection(_ProblemErrors):
                 self._start_fast(fast, taken)
                 continue
             made.append(answer)
-            full = answer.closes or len(made) == _MADE_TOGETHER
-            if full and (not self._write_made(made) or self.writing_paused):
-                return
+            if answer.closes or len(made) == _MADE_TOGETHER:
+                written = self._write_made(made)
+                if not written or self.writing_paused:
+                    break
+        if made:
+            written = self._write_made(made)
+        if written:
+            self._wait_for_reader()
 
     def _write_made(self, made: list[Answer]) -> bool:
         """Write the answers made at once, in one write (emptying `made`); False when the
         connection went meanwhile or closes after them."""
-        transport = self.transport
         if len(made) == 1:
             first = made[0]
             data, closes = first.http1(), first.closes
@@ -338,25 +335,12 @@ class Http1Connection(_ProblemErrors):
             data = b"".join([answer.http1() for answer in made])
             closes = any(answer.closes for answer in made)
         made.clear()
-        if transport is None:
-            return False
-        transport.write(data)
-        if closes or self.closing:
-            self.force_close()
-            return False
-        self.keep_alive_from_now()
-        return True
+        return self._send(data, closes) and not self.closing
 
     def _wait_for_reader(self) -> None:
         """A client that does not read the answers written here: its next held-back requests
         wait until it takes them."""
-        if (
-            self._fast_task is None
-            and self._unparsed is not None
-            and self.writing_paused
-            and self.transport is not None
-            and not self.closing
-        ):
+        if self._fast_task is None and self._unparsed is not None and self.writing_paused:
             self.request_started()
             self._fast_task = self.event_loop.create_task(self._drain_then_go_on())
 
@@ -453,11 +437,16 @@ class Http1Connection(_ProblemErrors):
         """Write the fast answer (TurnAnswers calls this at the end of the loop turn, or in a
         group commit's pass; the answers made at once are `_write_made`'s); False when the
         connection went meanwhile."""
+        return self._send(answer.http1(), answer.closes)
+
+    def _send(self, data: bytes, closes: bool) -> bool:
+        """Write answers' bytes; the connection then ends (`closes`, or it was closing) or its
+        idle timer restarts. False when the connection went meanwhile."""
         transport = self.transport
         if transport is None:
             return False
-        transport.write(answer.http1())
-        if answer.closes or self.closing:
+        transport.write(data)
+        if closes or self.closing:
             self.force_close()
         else:
             self.keep_alive_from_now()

@@ -148,11 +148,18 @@ class Partition:
         self.leader_state = None
 
     def update_state(self, state: PartitionState) -> None:
-        """A newer version of the same epoch's state: an ISR change stored by this leader, or
-        replicas a reassignment added (followed from now on)."""
+        """A newer version of the same epoch's state: an ISR change stored by this leader, or a
+        move's start (replicas added, followed from now on; members restarted since dropped
+        from the ISR, which they rejoin through their fetches)."""
         self.state = state
-        if self.leader_state is not None and self.leader_state.replicas != state.replicas:
-            self.leader_state.set_replicas(state.replicas)
+        leading = self.leader_state
+        if leading is None:
+            return
+        if leading.isr != state.isr:
+            leading.isr_stored(state.isr)
+            self.update_high_watermark()
+        if leading.replicas != state.replicas:
+            leading.set_replicas(state.replicas)
 
     # -- leader --------------------------------------------------------------------------------
 

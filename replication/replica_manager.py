@@ -362,8 +362,8 @@ class ReplicaManager:
             and state.leader == current.leader
         ):
             if state.version > current.version:
-                # A leader's ISR changes only through its own writes (change_isr); this keeps
-                # the version it compares against current.
+                # Its own ISR change, or a move's start: the version its next write compares
+                # against, and the ISR it holds.
                 partition.update_state(state)
                 self.notifier.wake(partition.log)
             return False

@@ -163,6 +163,14 @@ class LeaderState:
         self._isr = new_isr
         self._pending = None
 
+    def isr_stored(self, isr: tuple[int, ...]) -> None:
+        """The store holds `isr` for this epoch: this leader's own change, or the controller's
+        (a move's start drops the members restarted since, KIP-903, without a new epoch). It is
+        the committed ISR from now on; a pending change still fails or commits in the store."""
+        if self.node_id not in isr or not set(isr) <= set(self.replicas):
+            raise ValueError(f"ISR {isr} must hold the leader {self.node_id} and only replicas")
+        self._isr = isr
+
     def isr_change_failed(self) -> None:
         """The store refused the pending change: the committed ISR stands."""
         if self._pending is None:

@@ -91,6 +91,27 @@ async def test_a_stale_expansion_is_dropped_and_later_ones_go_through(leading: L
     assert await store.wait_for(lambda v: v.partitions[("t", 0)].isr == (0, 1, 2), 5)
 
 
+async def test_a_member_the_controller_drops_in_the_epoch_rejoins_through_its_fetch(
+    leading: Leading,
+) -> None:
+    """A move's start drops an ISR member restarted since (KIP-903) in the leader's epoch:
+    the leader holds the stored ISR at once, and the member's next fetch at the log end brings
+    it back (while the leader kept its old place, it never proposed it again and the move,
+    waiting for it in the ISR, never completed)."""
+    store, replicas, partition = leading.store, leading.replicas, leading.partition
+    stored = store.view.partitions[("t", 0)]
+    dropped = replace(stored, isr=(0,))
+    assert await leading.controller.set_partition("t", 0, dropped, leading.fence) is not None
+    assert await replicas.applied(lambda: partition.isr == (0,), 5)
+    state = partition.leader_state
+    assert state is not None and state.isr == (0,)
+    await replicas.replica_fetch(
+        "t", 0, replica=1, leader_epoch=3, offset=0, max_bytes=1024, timeout_ms=0
+    )
+    assert await store.wait_for(lambda v: v.partitions[("t", 0)].isr == (0, 1), 5)
+    assert partition.leader_state is state and partition.isr == (0, 1)
+
+
 async def test_a_follower_that_is_not_live_rejoins_once_registered(leading: Leading) -> None:
     store, replicas, partition = leading.store, leading.replicas, leading.partition
     assert not await replicas.change_isr(partition, (0, 1, 2))

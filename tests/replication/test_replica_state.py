@@ -190,6 +190,27 @@ def test_isr_change_commit_and_failure() -> None:
         state.isr_change_failed()
 
 
+def test_an_isr_the_controller_stored_in_the_epoch_is_the_isr_and_its_member_rejoins() -> None:
+    """A move's start drops a member restarted since (KIP-903) without a new epoch: the leader
+    takes the stored ISR, so the member's next fetch at the log end proposes it again, and no
+    change of the leader's carries its old place."""
+    state = leader()
+    state.on_follower_fetch(3, 10, 10, T0)
+    assert state.expand_proposal(3, 10) is None  # a member
+    state.isr_stored((1, 2))
+    assert isr_and_pending(state) == ((1, 2), None)
+    assert state.expand_proposal(3, 10) == (1, 2, 3)
+    assert state.shrink_proposal(T0 + LAG_MAX + 1, 11, LAG_MAX) == (1,)  # 3 is no member
+    state.begin_isr_change((1, 2, 3))
+    state.isr_stored((1,))  # stored meanwhile: the pending write fails on its version
+    assert isr_and_pending(state) == ((1,), (1, 2, 3))
+    state.isr_change_failed()
+    assert isr_and_pending(state) == ((1,), None)
+    for bad in ((2, 3), (1, 9)):
+        with pytest.raises(ValueError):
+            state.isr_stored(bad)  # without the leader, or a node that is no replica
+
+
 @pytest.mark.parametrize("bad", [(1, 2, 3), (2, 3), (1, 2, 9)])
 def test_begin_isr_change_rejects(bad: tuple[int, ...]) -> None:
     with pytest.raises(ValueError):

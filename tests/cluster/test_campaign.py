@@ -42,7 +42,8 @@ PARTITIONS = 3  # preferred leaders on every node
 DRAIN_S = 30.0  # after healing, how long producers may still retry before it counts as stuck
 FINAL_READ_S = 30.0
 FINAL_READ_ATTEMPTS = 3  # reads of the final logs a late move may spoil before it counts as stuck
-SHOWN_PER_SCHEDULE = 8
+DETAIL_CHARS = 600  # of each violation the failure message shows
+NODE_LOG_LINES = 20  # of each node's log about the topic, in the failure message
 
 
 @dataclass
@@ -72,6 +73,7 @@ class Campaign:
     violations: Counter[str] = field(default_factory=Counter)
     failing: list[str] = field(default_factory=list)  # report of each schedule with violations
     report: list[str] = field(default_factory=list)
+    evidence: list[str] = field(default_factory=list)  # the first failing schedule's, in full
 
     def add(
         self,
@@ -255,7 +257,7 @@ async def run_schedule(
 ) -> tuple[Schedule, FaultLog, Verdict, History]:
     rng = random.Random(seed)
     schedule = make_schedule(seed, PARTITIONS)
-    topic = f"campaign-{index}-{seed}"
+    topic = topic_of(index, seed)
     start_revision = await asyncio.to_thread(cluster.etcd.revision)
     await asyncio.to_thread(
         cluster.create_topic, topic, PARTITIONS, via=rng.randrange(cluster.size)
@@ -386,8 +388,44 @@ async def run_campaign(cluster: Cluster, campaign: Campaign, schedules: range) -
                 verdict = Verdict()
                 verdict.add("error", f"{type(exc).__name__}: {exc}")
             campaign.add(index, schedule, faults, verdict, history)
+            if verdict.violations and not campaign.evidence:
+                campaign.evidence = await asyncio.to_thread(
+                    _evidence, cluster, index, schedule, faults, verdict, schedule_seed
+                )
             if any(v.kind in ("stuck", "error") for v in verdict.violations):
                 await asyncio.to_thread(cluster.heal)  # if even this fails, the campaign stops
+
+
+def topic_of(index: int, seed: int) -> str:
+    """The topic a schedule runs on (new for each)."""
+    return f"campaign-{index}-{seed}"
+
+
+def _evidence(
+    cluster: Cluster,
+    index: int,
+    schedule: Schedule,
+    faults: FaultLog,
+    verdict: Verdict,
+    seed: int,
+) -> list[str]:
+    """A failing schedule's account for the failure message (CI keeps no files): its
+    timeline, its violations and what each node logged about its topic last."""
+    topic = topic_of(index, seed)
+    lines = [f"schedule {index} ({schedule}), in full:"]
+    lines += ["  " + e for e in faults.events]
+    lines += [f"  VIOLATION {str(v)[:DETAIL_CHARS]}" for v in verdict.violations]
+    for node in cluster.nodes:
+        path = node.data_dir.parent / f"node-{node.node_id}.log"
+        try:
+            text = path.read_text(errors="replace")
+        except OSError as exc:
+            lines.append(f"  node {node.node_id}'s log: {exc}")
+            continue
+        about = [line for line in text.splitlines() if topic in line][-NODE_LOG_LINES:]
+        lines.append(f"  node {node.node_id}'s last {len(about)} log lines about {topic}:")
+        lines += ["    " + line for line in about]
+    return lines
 
 
 def schedule_seeds(seed: int) -> Iterator[int]:
@@ -423,5 +461,5 @@ def test_fault_campaign(cluster: Cluster, request: pytest.FixtureRequest) -> Non
     assert not campaign.violations, (
         f"{sum(campaign.violations.values())} violations over {schedules} schedules "
         f"(seed {seed}; rerun with --fault-seed {seed}): {dict(campaign.violations)}; "
-        f"see {report}\n" + "\n".join(campaign.failing[:20])
+        f"see {report}\n" + "\n".join(campaign.failing[:20] + campaign.evidence)
     )

@@ -988,6 +988,7 @@ class ReplicaManager:
         carried = {r: registered.get(r, 0) for r in leading.isr if r in isr and r != self.node_id}
         if any(revision > new.version for revision in carried.values()):
             return False  # a member restarted: the controller drops it first (KIP-903)
+        shrinking = len(isr) < len(leading.isr)  # the view may show the write before it returns
         leading.begin_isr_change(isr)
         self._isr_writes.add(key)
         try:
@@ -1002,7 +1003,7 @@ class ReplicaManager:
             leading.isr_change_failed()
             return False
         log.info("%s-%d: ISR is now %s", key[0], key[1], list(isr))
-        if len(isr) < len(leading.isr):
+        if shrinking:
             self.counters.shrinks += 1
         else:
             self.counters.expands += 1

@@ -84,11 +84,15 @@ class FastAnswer:
 
 @dataclass(slots=True)
 class RepeatedAnswer(FastAnswer):
-    """An answer given again and again (the admission's refusal): its HTTP/1.1 bytes are made
-    once a second, not for each request it answers."""
+    """An answer given again and again (the admission's refusal): its HTTP/1.1 bytes and its
+    HTTP/2 header list are made once a second, not for each request it answers."""
 
     # (the Date text, the CORS headers, the HTTP/1.1 bytes) of this second
     _http1: tuple[str, Headers, bytes] | None = field(default=None, init=False, repr=False)
+    # (the Date text, the CORS headers, the HTTP/2 header list) of this second
+    _h2: tuple[str, Headers, list[tuple[bytes, bytes]]] | None = field(
+        default=None, init=False, repr=False
+    )
 
     def http1(self) -> bytes:
         text = rfc822_formatted_time()  # the same str all second
@@ -98,6 +102,15 @@ class RepeatedAnswer(FastAnswer):
         whole = FastAnswer.http1(self)
         self._http1 = (text, self.cors, whole)
         return whole
+
+    def h2_headers(self) -> list[tuple[bytes, bytes]]:
+        text = rfc822_formatted_time()
+        known = self._h2
+        if known is not None and known[0] is text and known[1] is self.cors:
+            return known[2]
+        fields = FastAnswer.h2_headers(self)
+        self._h2 = (text, self.cors, fields)
+        return fields
 
 
 def _date_field() -> tuple[bytes, bytes]:

@@ -591,9 +591,12 @@ class Http2Connection(_ProblemErrors, H2Protocol):
 
     def start_directly(
         self, message: RawRequestMessage, body: bytes, answered: Ready
-    ) -> asyncio.Future[Any] | None:
+    ) -> asyncio.Future[Any] | Answer | None:
         fast = self._fast
         if fast is None:
             return None
         taken = fast.take(message.method, message.path, message.headers, body, self)
-        return None if taken is None else fast.start(taken, self, answered, self.event_loop)
+        if taken is None:
+            return None
+        answer = fast.immediate(taken)
+        return answer if answer is not None else fast.start(taken, self, answered, self.event_loop)

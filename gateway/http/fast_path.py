@@ -58,15 +58,16 @@ class FastPath(Protocol[Taken]):
         ...
 
     def immediate(self, taken: Taken) -> Answer | None:
-        """The answer `take` already made, when nothing is left to do (a refusal): an
-        HTTP/1.1 connection writes it at once, in order, instead of calling `start`."""
+        """The answer `take` already made, when nothing is left to do (a refusal): the
+        connection sends it at once (HTTP/1.1 in order, HTTP/2 on its stream) instead of
+        calling `start`."""
         ...
 
     def start(
         self, taken: Taken, connection: object, ready: Ready, loop: asyncio.AbstractEventLoop
     ) -> asyncio.Future[Any]:
-        """Begin answering what `take` accepted: `ready` gets the answer, or None once the
-        returned future was cancelled (the client went)."""
+        """Begin answering what `take` accepted and `immediate` did not answer: `ready` gets
+        the answer, or None once the returned future was cancelled (the client went)."""
         ...
 
 

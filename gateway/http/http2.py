@@ -362,9 +362,9 @@ class H2Protocol(HandlerInternals):
             return
         if events:
             self._on_events(events)
-        if self._transport is not None and conn.want_write:
-            # Most reads leave nothing to answer at once (a request's frames): its answer's
-            # flush follows. Frames the engine owes (SETTINGS and PING acks) go now.
+        if self._transport is not None and conn.want_write and not self._flush_scheduled:
+            # What the read answered (refusals) goes with the flush at the end of the turn;
+            # frames the engine owes when none is due (SETTINGS and PING acks) go now.
             self._flush()
 
     def pause_writing(self) -> None:
@@ -507,9 +507,12 @@ class H2Protocol(HandlerInternals):
             )
             if answering is not None:
                 stream.started = True
-                stream.task = answering
                 if self.web_server is not None:
                     self.web_server.requests_count += 1
+                if asyncio.isfuture(answering):
+                    stream.task = answering
+                else:
+                    self._answer_directly(stream, answering)
                 return
         if body:
             held = [body]
@@ -646,10 +649,11 @@ class H2Protocol(HandlerInternals):
         message: RawRequestMessage,
         body: bytes,
         answered: Ready,
-    ) -> asyncio.Future[Any] | None:
+    ) -> asyncio.Future[Any] | Answer | None:
         """Begin a subclass's answer to a request it serves without the Application, given its
         whole body: `answered` gets it, or None once the returned future was cancelled (the
-        stream was reset). None: the Application answers it."""
+        stream was reset). An answer made already (a refusal) is returned instead, and sent
+        at once, with no future or callback. None: the Application answers it."""
         return None
 
     def _reader_of(self, stream: H2Stream, held: list[bytes]) -> StreamReader:

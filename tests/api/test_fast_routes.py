@@ -390,3 +390,9 @@ async def test_a_refused_produce_is_counted_at_once_its_bytes_made_once_a_second
     assert later == fresh.http1()
     answer.cors = ()
     assert b"Access-Control" not in answer.http1()
+    fields = answer.h2_headers()  # HTTP/2's header list too, made once a second
+    assert answer.h2_headers() is fields and (b"date", b"Sat, 28 Nov 2026 07:00:02 GMT") in fields
+    fresh.cors = ()
+    assert fields == fresh.h2_headers()  # a fresh answer's fields
+    second = "Sat, 28 Nov 2026 07:00:03 GMT"
+    assert answer.h2_headers() is not fields

@@ -65,9 +65,11 @@ class DirectProtocol(H2Protocol):
         message: RawRequestMessage,
         body: bytes,
         answered: Callable[[DirectAnswer | None], None],
-    ) -> asyncio.Future[Any] | None:
+    ) -> asyncio.Future[Any] | DirectAnswer | None:
         if body == b"decline":
             return None
+        if body == b"refuse":
+            return Answer(b"made already", 503)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         future.add_done_callback(lambda f: answered(None) if f.cancelled() else None)
         DIRECTLY.futures[body] = future
@@ -109,6 +111,18 @@ async def test_a_direct_answer_takes_no_task_and_releases_its_stream(site: Http2
     frames = await client.until(ends(1))
     assert client.status(frames, 1) == 200 and body_of(frames, 1) == b"answer to one"
     assert not protocol._streams
+    await client.close()
+
+
+async def test_an_answer_made_already_goes_out_at_once_with_no_future(site: Http2Site) -> None:
+    """A refusal is answered as its request is read: no future, no callback, its stream
+    released before the read's turn ends."""
+    client = await RawH2.connect(site.port)
+    client.write(*post(client, 1, b"refuse"))
+    frames = await client.until(ends(1))
+    assert client.status(frames, 1) == 200 and body_of(frames, 1) == b"made already"
+    (protocol,) = DIRECTLY.protocols
+    assert not protocol._streams and not DIRECTLY.futures and DIRECTLY.started.empty()
     await client.close()
 
 

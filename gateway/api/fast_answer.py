@@ -83,34 +83,40 @@ class FastAnswer:
 
 
 @dataclass(slots=True)
+class _ThisSecond:
+    """What a repeated answer made for one Date text and one set of CORS headers."""
+
+    date: str
+    cors: Headers
+    http1: bytes | None = None
+    h2_headers: list[tuple[bytes, bytes]] | None = None
+
+
+@dataclass(slots=True)
 class RepeatedAnswer(FastAnswer):
     """An answer given again and again (the admission's refusal): its HTTP/1.1 bytes and its
     HTTP/2 header list are made once a second, not for each request it answers."""
 
-    # (the Date text, the CORS headers, the HTTP/1.1 bytes) of this second
-    _http1: tuple[str, Headers, bytes] | None = field(default=None, init=False, repr=False)
-    # (the Date text, the CORS headers, the HTTP/2 header list) of this second
-    _h2: tuple[str, Headers, list[tuple[bytes, bytes]]] | None = field(
-        default=None, init=False, repr=False
-    )
+    _made: _ThisSecond | None = field(default=None, init=False, repr=False)
 
     def http1(self) -> bytes:
-        text = rfc822_formatted_time()  # the same str all second
-        known = self._http1
-        if known is not None and known[0] is text and known[1] is self.cors:
-            return known[2]
-        whole = FastAnswer.http1(self)
-        self._http1 = (text, self.cors, whole)
-        return whole
+        made = self._this_second()
+        if made.http1 is None:
+            made.http1 = FastAnswer.http1(self)
+        return made.http1
 
     def h2_headers(self) -> list[tuple[bytes, bytes]]:
-        text = rfc822_formatted_time()
-        known = self._h2
-        if known is not None and known[0] is text and known[1] is self.cors:
-            return known[2]
-        fields = FastAnswer.h2_headers(self)
-        self._h2 = (text, self.cors, fields)
-        return fields
+        made = self._this_second()
+        if made.h2_headers is None:
+            made.h2_headers = FastAnswer.h2_headers(self)
+        return made.h2_headers
+
+    def _this_second(self) -> _ThisSecond:
+        text = rfc822_formatted_time()  # the same str all second
+        made = self._made
+        if made is None or made.date is not text or made.cors is not self.cors:
+            made = self._made = _ThisSecond(text, self.cors)
+        return made
 
 
 def _date_field() -> tuple[bytes, bytes]:

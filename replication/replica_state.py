@@ -21,6 +21,12 @@ class FollowerProgress:
     last_fetch_leader_end: int = UNKNOWN_OFFSET
 
 
+def _check_isr(leader: int, isr: tuple[int, ...], replicas: tuple[int, ...]) -> None:
+    """An ISR holds its leader and only the partition's replicas."""
+    if leader not in isr or not set(isr) <= set(replicas):
+        raise ValueError(f"ISR {isr} must hold the leader {leader} and only replicas")
+
+
 class LeaderState:
     """The leader's view of a partition in one leader epoch: follower progress, ISR, HW.
     An ISR change is pending from `begin_isr_change` until the store write's outcome is reported."""
@@ -35,8 +41,7 @@ class LeaderState:
         high_watermark: int,
         now_ms: int,
     ) -> None:
-        if node_id not in isr or not set(isr) <= set(replicas):
-            raise ValueError(f"ISR {isr} must hold the leader {node_id} and only replicas")
+        _check_isr(node_id, isr, replicas)
         if high_watermark > epoch_start_offset:
             raise ValueError(
                 f"high watermark {high_watermark} past the log end {epoch_start_offset}"
@@ -167,8 +172,7 @@ class LeaderState:
         """The store holds `isr` for this epoch: this leader's own change, or the controller's
         (a move's start drops the members restarted since, KIP-903, without a new epoch). It is
         the committed ISR from now on; a pending change still fails or commits in the store."""
-        if self.node_id not in isr or not set(isr) <= set(self.replicas):
-            raise ValueError(f"ISR {isr} must hold the leader {self.node_id} and only replicas")
+        _check_isr(self.node_id, isr, self.replicas)
         self._isr = isr
 
     def isr_change_failed(self) -> None:

@@ -69,7 +69,7 @@ class DirectProtocol(H2Protocol):
         if body == b"decline":
             return None
         if body == b"refuse":
-            return Answer(b"made already", 503)
+            return Answer(b"made already")
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         future.add_done_callback(lambda f: answered(None) if f.cancelled() else None)
         DIRECTLY.futures[body] = future

@@ -316,20 +316,15 @@ class FastRoutes:
         ready: Callable[[FastAnswer | None], None],
         loop: asyncio.AbstractEventLoop,
     ) -> asyncio.Future[Any]:
-        """Begin answering what `take` accepted; `ready` gets the answer, or None when the
-        returned future was cancelled first (the client went). The common produce (one
-        partition led here, no idempotency key) waits for its write without a coroutine of
-        its own: its answer is made when this turn's write lands (acks=all: if the high
-        watermark passed it then, as on a leader alone). A produce
+        """Begin answering what `take` accepted (a refusal is `immediate`'s); `ready` gets the
+        answer, or None when the returned future was cancelled first (the client went). The
+        common produce (one partition led here, no idempotency key) waits for its write
+        without a coroutine of its own: its answer is made when this turn's write lands
+        (acks=all: if the high watermark passed it then, as on a leader alone). A produce
         counts in the admission's account until `ready` has its answer."""
-        started = time.perf_counter()
         if isinstance(request, FastRefusal):
-            self._latency.observe_at_once(request.labels)
-            self.served += 1
-            refused: asyncio.Future[FastAnswer] = loop.create_future()
-            refused.set_result(request.answer)
-            refused.add_done_callback(functools.partial(_served, ready))
-            return refused
+            raise TypeError("a refusal is answered at once: FastRoutes.immediate")
+        started = time.perf_counter()
         built: Built | Exception | None = None
         if isinstance(request, FastProduce):  # admitted by `take`
             if request.produce.idempotency_key is None:

@@ -361,8 +361,8 @@ class Http1Connection(_ProblemErrors):
         self.parse_quietly(unparsed)
         queue = self.request_queue
         first = queue[0] if len(queue) == 1 else None
-        self._dispatch()
-        if first is None or queue or self._fast_task is None:
+        took = self._dispatch()
+        if first is None or not took or queue:
             return  # not one request, or aiohttp's loop has it: the parser keeps the connection
         message, payload = first
         if (
@@ -384,41 +384,54 @@ class Http1Connection(_ProblemErrors):
         if unparsed is not None and at < len(unparsed):
             self._feed(unparsed[at:])
 
-    def _dispatch(self) -> None:
-        """Give the first queued request to the fast path if it takes it, else wake aiohttp's
-        loop; only when that loop waits idle (or has not begun) and the fast path serves
-        nothing on this connection."""
+    def _dispatch(self) -> bool:
+        """Give the queued requests to the fast path while it takes them, else wake aiohttp's
+        loop for the first; only when that loop waits idle (or has not begun) and the fast path
+        serves nothing on this connection. A refusal is written at once, and the next queued
+        request follows it. True when the fast path took the first queued request."""
         if self._unparsed is not None:  # nothing is queued: the held-back bytes are next
             self._serve_unparsed()
-            return
-        waiter = self.loop_waiter
-        idle = not self._loop_started if waiter is None else not waiter.done()
-        queue = self.request_queue
-        if self._fast_task is not None or not idle or not queue:
-            return
-        message, payload = queue[0]
-        fast = self._fast
-        taken = None
-        if (
-            fast is not None
-            and not isinstance(message, ErrInfo)
-            and message.method in _FAST_METHODS
-            and message.version == HttpVersion11
-            and not message.should_close
-            and payload.is_eof()
-            and not self.closing
-        ):
-            body = buffered_body(payload)
-            taken = fast.take(message.method, message.path, message.headers, body, self)
-        if fast is None or taken is None:
-            if waiter is not None:
-                waiter.set_result(None)
-            return
-        self.take_first_queued()
-        self._start_fast(fast, taken)
-        # Re-parses what the parser held back and comes back here (data_received(b"")): the
-        # fast path must be busy by then, or it would take the next request too.
-        self.resume_reading_if_drained()
+            return False
+        took = False
+        while True:
+            waiter = self.loop_waiter
+            idle = not self._loop_started if waiter is None else not waiter.done()
+            queue = self.request_queue
+            if self._fast_task is not None or not idle or not queue:
+                return took
+            message, payload = queue[0]
+            fast = self._fast
+            taken = None
+            if (
+                fast is not None
+                and not isinstance(message, ErrInfo)
+                and message.method in _FAST_METHODS
+                and message.version == HttpVersion11
+                and not message.should_close
+                and payload.is_eof()
+                and not self.closing
+            ):
+                body = buffered_body(payload)
+                taken = fast.take(message.method, message.path, message.headers, body, self)
+            if fast is None or taken is None:
+                if waiter is not None:
+                    waiter.set_result(None)
+                return took
+            took = True
+            self.take_first_queued()
+            answer = fast.immediate(taken)
+            if answer is None:
+                self._start_fast(fast, taken)
+            elif not self._send(answer.http1(), answer.closes) or self.closing:
+                return took
+            elif self.writing_paused:  # its next requests wait until the client reads
+                self.request_started()
+                self._fast_task = self.event_loop.create_task(self._drain_then_go_on())
+            # Re-parses what the parser held back and comes back here (data_received(b"")):
+            # the fast path must be busy by then, or it would take the next request too.
+            self.resume_reading_if_drained()
+            if answer is None:
+                return took
 
     def _start_fast(self, fast: FastPath[Any], taken: object) -> None:
         self.request_started()

@@ -125,3 +125,49 @@ async def test_a_client_that_does_not_read_holds_back_the_rest(
     finally:
         connection.transport = real
         writer.close()
+
+
+async def test_a_connection_on_aiohttps_parser_has_its_refusals_written_at_once(
+    site: tuple[Http2Site, list[Http1Connection]],
+) -> None:
+    """A connection aiohttp's parser serves (its first request one the fast routes leave to
+    the Application) still has each refused produce answered as it is parsed, in order, with
+    no future or loop turn between: the next queued request follows it in the same read."""
+    served, accepted = site
+    reader, writer = await asyncio.open_connection("127.0.0.1", served.port)
+    writer.write(b"GET /healthz HTTP/1.1\r\nHost: sluice\r\n\r\n")
+    head = await reader.readuntil(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 ")
+    connection = accepted[-1]
+    async with asyncio.timeout(10):
+        while connection.loop_waiter is None:  # aiohttp's loop waits for the next request
+            await asyncio.sleep(0)
+    assert connection._unparsed is None  # the parser keeps the connection
+    transport = _Transport(connection)
+    real, connection.transport = connection.transport, transport  # type: ignore[assignment]
+    try:
+        connection.data_received(REQUEST * 3)
+        assert [w.count(STATUS_503) for w in transport.writes] == [1, 1, 1]
+        assert all(w.startswith(STATUS_503) for w in transport.writes)
+        assert connection._fast_task is None and not connection.request_queue
+    finally:
+        connection.transport = real
+        writer.close()
+
+
+async def test_a_connection_whose_new_head_was_refused_is_held_back_again(
+    site: tuple[Http2Site, list[Http1Connection]],
+) -> None:
+    """A produce whose head no connection sent before goes through aiohttp's parser; refused,
+    its head is remembered and the connection's next requests are held back from the parser,
+    as after an admitted one."""
+    served, accepted = site
+    new_head = REQUEST.replace(b"Host: sluice\r\n", b"Host: sluice\r\nX-Refused-First: 1\r\n")
+    reader, writer = await asyncio.open_connection("127.0.0.1", served.port)
+    writer.write(new_head)
+    head = await reader.readuntil(b"\r\n\r\n")
+    assert head.startswith(STATUS_503)
+    connection = accepted[-1]
+    assert connection._unparsed == b""
+    assert new_head[: new_head.index(b"\r\n\r\n") + 4] in connections._KNOWN_HEADS
+    writer.close()

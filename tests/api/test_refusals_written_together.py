@@ -6,7 +6,8 @@ refusals' own work. A client that does not read still holds back its next reques
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import contextlib
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -80,15 +81,27 @@ async def _refusing_connection(
     return accepted[-1], writer
 
 
+@contextlib.contextmanager
+def _recorded(
+    connection: Http1Connection, writer: asyncio.StreamWriter, pause_after: int | None = None
+) -> Iterator[_Transport]:
+    """The connection writes to a `_Transport` meanwhile; then its socket again, closed."""
+    transport = _Transport(connection, pause_after)
+    real, connection.transport = connection.transport, transport  # type: ignore[assignment]
+    try:
+        yield transport
+    finally:
+        connection.transport = real
+        writer.close()
+
+
 async def test_refusals_of_one_pass_go_out_in_one_write_in_order(
     site: tuple[Http2Site, list[Http1Connection]],
 ) -> None:
     served, accepted = site
     connection, writer = await _refusing_connection(served, accepted)
     routes = served.runner.app[FAST_PATH]  # type: ignore[attr-defined]
-    transport = _Transport(connection)
-    real, connection.transport = connection.transport, transport  # type: ignore[assignment]
-    try:
+    with _recorded(connection, writer) as transport:
         connection.data_received(REQUEST * 3)
         assert len(transport.writes) == 1
         assert transport.writes[0].count(STATUS_503) == 3
@@ -96,9 +109,6 @@ async def test_refusals_of_one_pass_go_out_in_one_write_in_order(
         connection.data_received(REQUEST)
         assert len(transport.writes) == 2 and transport.writes[1].count(STATUS_503) == 1
         assert routes.admission.shed == 5
-    finally:
-        connection.transport = real
-        writer.close()
 
 
 async def test_a_client_that_does_not_read_holds_back_the_rest(
@@ -109,9 +119,7 @@ async def test_a_client_that_does_not_read_holds_back_the_rest(
     served, accepted = site
     connection, writer = await _refusing_connection(served, accepted)
     together = connections._MADE_TOGETHER
-    transport = _Transport(connection, pause_after=1)
-    real, connection.transport = connection.transport, transport  # type: ignore[assignment]
-    try:
+    with _recorded(connection, writer, pause_after=1) as transport:
         connection.data_received(REQUEST * (together + 5))
         assert len(transport.writes) == 1
         assert transport.writes[0].count(STATUS_503) == together
@@ -122,12 +130,9 @@ async def test_a_client_that_does_not_read_holds_back_the_rest(
             await draining
         assert len(transport.writes) == 2
         assert transport.writes[1].count(STATUS_503) == 5
-    finally:
-        connection.transport = real
-        writer.close()
 
 
-async def test_a_connection_on_aiohttps_parser_has_its_refusals_written_at_once(
+async def test_a_connection_aiohttp_parses_has_its_refusals_written_at_once(
     site: tuple[Http2Site, list[Http1Connection]],
 ) -> None:
     """A connection aiohttp's parser serves (its first request one the fast routes leave to
@@ -143,16 +148,11 @@ async def test_a_connection_on_aiohttps_parser_has_its_refusals_written_at_once(
         while connection.loop_waiter is None:  # aiohttp's loop waits for the next request
             await asyncio.sleep(0)
     assert connection._unparsed is None  # the parser keeps the connection
-    transport = _Transport(connection)
-    real, connection.transport = connection.transport, transport  # type: ignore[assignment]
-    try:
+    with _recorded(connection, writer) as transport:
         connection.data_received(REQUEST * 3)
         assert [w.count(STATUS_503) for w in transport.writes] == [1, 1, 1]
         assert all(w.startswith(STATUS_503) for w in transport.writes)
         assert connection._fast_task is None and not connection.request_queue
-    finally:
-        connection.transport = real
-        writer.close()
 
 
 async def test_a_connection_whose_new_head_was_refused_is_held_back_again(

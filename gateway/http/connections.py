@@ -427,8 +427,9 @@ class Http1Connection(_ProblemErrors):
             elif self.writing_paused:  # its next requests wait until the client reads
                 self.request_started()
                 self._fast_task = self.event_loop.create_task(self._drain_then_go_on())
-            # Re-parses what the parser held back and comes back here (data_received(b"")):
-            # the fast path must be busy by then, or it would take the next request too.
+            # Re-parses what the parser held back, which comes back here (data_received(b""))
+            # and takes the next request only while the fast path is idle: after a refusal
+            # written, in order; after a start, it must not.
             self.resume_reading_if_drained()
             if answer is None:
                 return took

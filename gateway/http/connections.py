@@ -341,8 +341,13 @@ class Http1Connection(_ProblemErrors):
         """A client that does not read the answers written here: its next held-back requests
         wait until it takes them."""
         if self._fast_task is None and self._unparsed is not None and self.writing_paused:
-            self.request_started()
-            self._fast_task = self.event_loop.create_task(self._drain_then_go_on())
+            self._go_on_once_read()
+
+    def _go_on_once_read(self) -> None:
+        """The answers written at once wait in the socket: the connection's next requests
+        wait, as a request in progress, until the client has read them."""
+        self.request_started()
+        self._fast_task = self.event_loop.create_task(self._drain_then_go_on())
 
     def _waited(self, at: int) -> float:
         """How long the held-back request at `at` has waited since its first byte was read:
@@ -424,9 +429,8 @@ class Http1Connection(_ProblemErrors):
                 self._start_fast(fast, taken)
             elif not self._send(answer.http1(), answer.closes) or self.closing:
                 return took
-            elif self.writing_paused:  # its next requests wait until the client reads
-                self.request_started()
-                self._fast_task = self.event_loop.create_task(self._drain_then_go_on())
+            elif self.writing_paused:
+                self._go_on_once_read()
             # Re-parses what the parser held back, which comes back here (data_received(b""))
             # and takes the next request only while the fast path is idle: after a refusal
             # written, in order; after a start, it must not.

@@ -509,7 +509,7 @@ class H2Protocol(HandlerInternals):
                 stream.started = True
                 if self.web_server is not None:
                     self.web_server.requests_count += 1
-                if asyncio.isfuture(answering):
+                if isinstance(answering, asyncio.Future):  # not a Python call per produce
                     stream.task = answering
                 else:
                     self._answer_directly(stream, answering)

@@ -302,7 +302,8 @@ class FastRoutes:
 
     def immediate(self, taken: FastRequest | FastRefusal) -> FastAnswer | None:
         """A refusal `take` made (the admission's 503, the checks' 401, 403, 429), counted
-        here: the connection writes it at once, with no future, callback or loop turn."""
+        here: the connection sends it with no future or callback (docs/gateway.md, "Answers
+        written together")."""
         if not isinstance(taken, FastRefusal):
             return None
         self._latency.observe_at_once(taken.labels)

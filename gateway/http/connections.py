@@ -34,7 +34,7 @@ _FAST_METHODS = ("POST", "GET")  # what the fast path may serve: produces and fe
 _KNOWN_HEAD_MAX_BYTES = 2048
 _KNOWN_HEADS: Memo[bytes, tuple[RawRequestMessage, int]] = Memo(512)
 _HELD_BACK_MAX_BYTES = 256 * 1024  # beyond this, aiohttp's parser and its pausing take over
-_MADE_TOGETHER = 16  # answers made at once written in one go, at most (then: does it read?)
+_MADE_TOGETHER = 16  # answers made at once posted in one write, at most (then: does it read?)
 _STARTS = (b"POST /", b"GET /")  # how a request the fast path may take begins
 log = logging.getLogger(__name__)
 
@@ -43,6 +43,13 @@ def _may_start(unparsed: bytes, at: int) -> bool:
     """Whether the few bytes from `at` (fewer than a start of `_STARTS`) may begin one."""
     rest = unparsed[at:]
     return len(rest) < len(_STARTS[0]) and any(start.startswith(rest) for start in _STARTS)
+
+
+def _joined(made: list[Answer]) -> tuple[bytes, bool]:
+    """Answers made at once as one write's bytes, and whether the connection closes after."""
+    if len(made) == 1:
+        return made[0].http1(), made[0].closes
+    return b"".join([answer.http1() for answer in made]), any(answer.closes for answer in made)
 
 
 class BadRequestLog:
@@ -78,21 +85,32 @@ class TurnAnswers:
     """The fast path's HTTP/1.1 answers of one loop turn, written one after another at its end.
 
     Written back to back, the answers reach clients that are still reading the previous ones;
-    written as each request finishes, nearly every write wakes a client that had gone idle
-    meanwhile, which costs more than the write (docs/PERFORMANCE.md, "Answers written
-    together"). Each connection goes on to its next request after all are written; one whose
-    write or next step fails is reported to the loop's exception handler and closed, and the
-    others still go on."""
+    written as each request finishes (or, for refusals, as each read's pass ends), nearly every
+    write wakes a client that had gone idle meanwhile, which costs more than the write
+    (docs/PERFORMANCE.md, "Answers written together"). A connection goes on to its next request
+    after its answers are written, all of them before any goes on; what it answers then waits
+    for the next turn's end (served there, a connection's whole backlog would lengthen this
+    turn, and every admitted produce's wait with it). One whose write or next step fails is
+    reported to the loop's exception handler and closed, and the others still go on."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._waiting: list[tuple[Http1Connection, Answer]] = []
+        # (connection, the answers' bytes, whether it closes after them, whether it goes on then)
+        self._waiting: list[tuple[Http1Connection, bytes, bool, bool]] = []
         self._handle: asyncio.Handle | None = None
 
     def post(self, connection: Http1Connection, answer: Answer) -> None:
+        """A request's answer: the connection goes on once it is written."""
+        self.post_bytes(connection, answer.http1(), answer.closes, True)
+
+    def post_bytes(
+        self, connection: Http1Connection, data: bytes, closes: bool, goes_on: bool
+    ) -> None:
+        """Answers' bytes; `goes_on`: the connection's next request waits for them (not when a
+        request behind them is in progress already, whose answer then comes after them)."""
         if not self._waiting:
             self._handle = self._loop.call_soon(self._write_all)
-        self._waiting.append((connection, answer))
+        self._waiting.append((connection, data, closes, goes_on))
 
     def write_now(self) -> None:
         """Write the answers posted so far now, not at the end of the turn: those a group
@@ -106,23 +124,37 @@ class TurnAnswers:
         self._handle = None
         waiting, self._waiting = self._waiting, []
         written = []
-        for connection, answer in waiting:
+        for connection, data, closes, _ in waiting:
             try:
-                written.append(connection._write_fast_answer(answer))
+                written.append(connection._send(data, closes))
             except Exception as exc:
                 self._failed(connection, exc)
                 written.append(False)
-        for (connection, _), done in zip(waiting, written, strict=True):
-            try:
-                connection._fast_answered(done)
-            except Exception as exc:
-                self._failed(connection, exc)
+        for (connection, _, _, goes_on), done in zip(waiting, written, strict=True):
+            if goes_on:
+                try:
+                    connection._fast_answered(done)
+                except Exception as exc:
+                    self._failed(connection, exc)
 
     def _failed(self, connection: Http1Connection, exc: Exception) -> None:
         self._loop.call_exception_handler(
             {"message": "a fast answer's write failed", "exception": exc, "protocol": connection}
         )
         connection.force_close()
+
+
+class _Posted:
+    """A connection's `_fast_task` while refusals it made wait in `TurnAnswers`: its next
+    requests wait for their write, as behind a request in progress (nothing to cancel)."""
+
+    __slots__ = ()
+
+    def cancel(self) -> bool:
+        return False
+
+
+_POSTED = _Posted()
 
 
 # The loop's TurnAnswers.
@@ -209,7 +241,8 @@ class Http1Connection(_ProblemErrors):
         self._last_payload: StreamReader | None = None  # the newest request's body
         # Set at the Application's startup, which runs before any connection is accepted.
         self._fast: FastPath[Any] | None = None if app is None else app.get(FAST_PATH)
-        self._fast_task: asyncio.Future[Any] | None = None  # the fast path's request in progress
+        # The fast path's request in progress, or _POSTED: refusals made wait to be written.
+        self._fast_task: asyncio.Future[Any] | _Posted | None = None
         self._answers = turn_answers(self.event_loop)
         self._fast_idle: asyncio.Future[None] | None = None  # start() waits for the fast path
         self._loop_started = False  # whether aiohttp's request loop (start) has begun
@@ -272,12 +305,12 @@ class Http1Connection(_ProblemErrors):
         """While the fast path serves nothing here, give it each held-back request whose head
         it took before (aiohttp's parse of that head, remembered: `_KNOWN_HEADS`); at the first
         other request, let aiohttp's parser take it and every byte after. The answers made at
-        once (refusals) of one pass go out in one write, every `_MADE_TOGETHER` (to see whether
-        the client reads) and at the pass's end, before anything else can write: in a flood a
-        connection's pipelined produces are refused several in a row, and a system call each
-        cost more than the refusal's own work."""
-        made: list[Answer] = []  # answers made at once, not written yet
-        written = False  # some were, and the connection goes on
+        once (refusals) of one pass are posted together for the turn's end (`_post_made`): in
+        a flood a connection's pipelined produces are refused several in a row, and a write
+        each, waking a client each time, cost more than the refusals' own work. The pass stops
+        after `_MADE_TOGETHER` of them (to see whether the client reads), or at a request
+        behind them that it can neither refuse nor start, which waits for their write."""
+        made: list[Answer] = []  # answers made at once, not posted yet
         while True:
             unparsed, at = self._unparsed, self._unparsed_at
             if unparsed is None or at == len(unparsed):
@@ -285,18 +318,21 @@ class Http1Connection(_ProblemErrors):
             if self._fast_task is not None or self.closing:
                 break
             if not unparsed.startswith(_STARTS, at) and not _may_start(unparsed, at):
-                self._stop_holding_back()  # not a request the fast path takes: aiohttp answers
+                if not made:
+                    self._stop_holding_back()  # not a request the fast path takes: aiohttp answers
                 break
             end = unparsed.find(b"\r\n\r\n", at) + 4
             if end == 3:  # no whole head yet
                 if len(unparsed) - at > _KNOWN_HEAD_MAX_BYTES:
-                    self._stop_holding_back()
+                    if not made:
+                        self._stop_holding_back()
                 elif self._header_deadline is None:
                     self._start_header_deadline()
                 break
             known = _KNOWN_HEADS.get(unparsed[at:end])
             if known is None:
-                self._parse_first(unparsed[at:], end - at)
+                if not made:
+                    self._parse_first(unparsed[at:], end - at)
                 break
             message, length = known
             body = unparsed[end : end + length]
@@ -306,48 +342,31 @@ class Http1Connection(_ProblemErrors):
                 waited = self._waited(at)
                 taken = fast.take(message.method, message.path, message.headers, body, self, waited)
             if fast is None or taken is None:  # a body still arriving, or one the path leaves
-                self._stop_holding_back()
+                if not made:
+                    self._stop_holding_back()
                 break
             self._stop_header_deadline()
             self._unparsed_at = end + length
             self.count_request()
             answer = fast.immediate(taken)
             if answer is None:
+                if made:  # written before this one's answer, which waits for the group commit
+                    self._answers.post_bytes(self, *_joined(made), False)
+                    made.clear()
                 self._start_fast(fast, taken)
                 continue
             made.append(answer)
             if answer.closes or len(made) == _MADE_TOGETHER:
-                written = self._write_made(made)
-                if not written or self.writing_paused:
-                    break
+                break
         if made:
-            written = self._write_made(made)
-        if written:
-            self._wait_for_reader()
+            self._post_made(*_joined(made))
 
-    def _write_made(self, made: list[Answer]) -> bool:
-        """Write the answers made at once, in one write (emptying `made`); False when the
-        connection went meanwhile or closes after them."""
-        if len(made) == 1:
-            first = made[0]
-            data, closes = first.http1(), first.closes
-        else:
-            data = b"".join([answer.http1() for answer in made])
-            closes = any(answer.closes for answer in made)
-        made.clear()
-        return self._send(data, closes) and not self.closing
-
-    def _wait_for_reader(self) -> None:
-        """A client that does not read the answers written here: its next held-back requests
-        wait until it takes them."""
-        if self._fast_task is None and self._unparsed is not None and self.writing_paused:
-            self._go_on_once_read()
-
-    def _go_on_once_read(self) -> None:
-        """The answers written at once wait in the socket: the connection's next requests
-        wait, as a request in progress, until the client has read them."""
+    def _post_made(self, data: bytes, closes: bool) -> None:
+        """Post answers made at once for the turn's end; the connection's next requests wait
+        for their write, as behind a request in progress."""
         self.request_started()
-        self._fast_task = self.event_loop.create_task(self._drain_then_go_on())
+        self._fast_task = _POSTED
+        self._answers.post_bytes(self, data, closes, True)
 
     def _waited(self, at: int) -> float:
         """How long the held-back request at `at` has waited since its first byte was read:
@@ -390,53 +409,47 @@ class Http1Connection(_ProblemErrors):
             self._feed(unparsed[at:])
 
     def _dispatch(self) -> bool:
-        """Give the queued requests to the fast path while it takes them, else wake aiohttp's
-        loop for the first; only when that loop waits idle (or has not begun) and the fast path
-        serves nothing on this connection. A refusal is written at once, and the next queued
-        request follows it. True when the fast path took the first queued request."""
+        """Give the first queued request to the fast path if it takes it, else wake aiohttp's
+        loop for it; only when that loop waits idle (or has not begun) and the fast path serves
+        nothing on this connection. A refusal is posted for the turn's end, as the held-back
+        requests' are, and the next queued request follows its write. True when the fast path
+        took the request."""
         if self._unparsed is not None:  # nothing is queued: the held-back bytes are next
             self._serve_unparsed()
             return False
-        took = False
-        while True:
-            waiter = self.loop_waiter
-            idle = not self._loop_started if waiter is None else not waiter.done()
-            queue = self.request_queue
-            if self._fast_task is not None or not idle or not queue:
-                return took
-            message, payload = queue[0]
-            fast = self._fast
-            taken = None
-            if (
-                fast is not None
-                and not isinstance(message, ErrInfo)
-                and message.method in _FAST_METHODS
-                and message.version == HttpVersion11
-                and not message.should_close
-                and payload.is_eof()
-                and not self.closing
-            ):
-                body = buffered_body(payload)
-                taken = fast.take(message.method, message.path, message.headers, body, self)
-            if fast is None or taken is None:
-                if waiter is not None:
-                    waiter.set_result(None)
-                return took
-            took = True
-            self.take_first_queued()
-            answer = fast.immediate(taken)
-            if answer is None:
-                self._start_fast(fast, taken)
-            elif not self._send(answer.http1(), answer.closes) or self.closing:
-                return took
-            elif self.writing_paused:
-                self._go_on_once_read()
-            # Re-parses what the parser held back, which comes back here (data_received(b""))
-            # and takes the next request only while the fast path is idle: after a refusal
-            # written, in order; after a start, it must not.
-            self.resume_reading_if_drained()
-            if answer is None:
-                return took
+        waiter = self.loop_waiter
+        idle = not self._loop_started if waiter is None else not waiter.done()
+        queue = self.request_queue
+        if self._fast_task is not None or not idle or not queue:
+            return False
+        message, payload = queue[0]
+        fast = self._fast
+        taken = None
+        if (
+            fast is not None
+            and not isinstance(message, ErrInfo)
+            and message.method in _FAST_METHODS
+            and message.version == HttpVersion11
+            and not message.should_close
+            and payload.is_eof()
+            and not self.closing
+        ):
+            body = buffered_body(payload)
+            taken = fast.take(message.method, message.path, message.headers, body, self)
+        if fast is None or taken is None:
+            if waiter is not None:
+                waiter.set_result(None)
+            return False
+        self.take_first_queued()
+        answer = fast.immediate(taken)
+        if answer is None:
+            self._start_fast(fast, taken)
+        else:
+            self._post_made(answer.http1(), answer.closes)
+        # Re-parses what the parser held back, which comes back here (data_received(b"")) and
+        # must not take the next request while this one's answer is to come.
+        self.resume_reading_if_drained()
+        return True
 
     def _start_fast(self, fast: FastPath[Any], taken: object) -> None:
         self.request_started()
@@ -451,14 +464,9 @@ class Http1Connection(_ProblemErrors):
             return
         self._answers.post(self, answer)
 
-    def _write_fast_answer(self, answer: Answer) -> bool:
-        """Write the fast answer (TurnAnswers calls this at the end of the loop turn, or in a
-        group commit's pass; the answers made at once are `_write_made`'s); False when the
-        connection went meanwhile."""
-        return self._send(answer.http1(), answer.closes)
-
     def _send(self, data: bytes, closes: bool) -> bool:
-        """Write answers' bytes; the connection then ends (`closes`, or it was closing) or its
+        """Write answers' bytes (TurnAnswers calls this at the end of the loop turn, or in a
+        group commit's pass); the connection then ends (`closes`, or it was closing) or its
         idle timer restarts. False when the connection went meanwhile."""
         transport = self.transport
         if transport is None:

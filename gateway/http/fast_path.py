@@ -59,8 +59,8 @@ class FastPath(Protocol[Taken]):
 
     def immediate(self, taken: Taken) -> Answer | None:
         """The answer `take` already made, when nothing is left to do (a refusal): the
-        connection sends it at once (HTTP/1.1 in order, HTTP/2 on its stream) instead of
-        calling `start`."""
+        connection sends it with no future or task instead of calling `start` (HTTP/1.1 with
+        the turn's other answers, in order; HTTP/2 on its stream)."""
         ...
 
     def start(

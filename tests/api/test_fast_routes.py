@@ -134,8 +134,8 @@ class _Recorded:
     def __init__(self, name: str, events: list[str]) -> None:
         self.name, self.events = name, events
 
-    def _write_fast_answer(self, answer: FastAnswer) -> bool:
-        self.events.append(f"written {self.name} {answer.status}")
+    def _send(self, data: bytes, closes: bool) -> bool:
+        self.events.append(f"written {self.name} {int(data[9:12])}")
         return True
 
     def _fast_answered(self, written: bool) -> None:

@@ -1,7 +1,8 @@
 """Produces pipelined on one keep-alive connection and refused in one pass (the admission's
-503) are written in one write, in order: in a flood a system call each cost more than the
-refusals' own work. A client that does not read still holds back its next requests, at most
-`_MADE_TOGETHER` answers past the transport's limit."""
+503) are written in one write at the turn's end, with the turn's other answers, in order: in a
+flood a write each, waking the client each time, cost more than the refusals' own work. A
+client that does not read still holds back its next requests, at most `_MADE_TOGETHER` answers
+past the transport's limit."""
 
 from __future__ import annotations
 
@@ -95,49 +96,105 @@ def _recorded(
         writer.close()
 
 
-async def test_refusals_of_one_pass_go_out_in_one_write_in_order(
+async def _written(transport: _Transport, count: int) -> None:
+    """Until the transport has had `count` writes (the turn's end, a group commit's pass)."""
+    async with asyncio.timeout(10):
+        while len(transport.writes) < count:
+            await asyncio.sleep(0)
+
+
+async def test_refusals_of_one_pass_go_out_in_one_write_at_the_turns_end(
     site: tuple[Http2Site, list[Http1Connection]],
 ) -> None:
+    """Refused as they are read, written with the turn's other answers, in order."""
     served, accepted = site
     connection, writer = await _refusing_connection(served, accepted)
     routes = served.runner.app[FAST_PATH]  # type: ignore[attr-defined]
+    answers = connections.turn_answers(asyncio.get_running_loop())
     with _recorded(connection, writer) as transport:
         connection.data_received(REQUEST * 3)
+        assert transport.writes == []  # posted, not written, while the turn goes on
+        assert connection.busy()  # the next requests wait for the write
+        answers.write_now()
         assert len(transport.writes) == 1
         assert transport.writes[0].count(STATUS_503) == 3
         assert transport.writes[0].startswith(STATUS_503)
+        assert not connection.busy()
         connection.data_received(REQUEST)
+        answers.write_now()
         assert len(transport.writes) == 2 and transport.writes[1].count(STATUS_503) == 1
         assert routes.admission.shed == 5
+
+
+async def test_refusals_and_an_admitted_produce_of_one_read_are_answered_in_order(
+    site: tuple[Http2Site, list[Http1Connection]],
+) -> None:
+    """Refusals made before an admitted produce in the same read are written before its
+    answer, which waits for the group commit; the request behind it follows its write."""
+    served, accepted = site
+    connection, writer = await _refusing_connection(served, accepted)
+    admission = served.runner.app[FAST_PATH].admission  # type: ignore[attr-defined]
+    admission.max_inflight, admission.share = 10, 0.5  # every other produce: refused, admitted
+    with _recorded(connection, writer) as transport:
+        connection.data_received(REQUEST * 3)
+        await _written(transport, 3)
+        statuses = [write[:12] for write in transport.writes]
+        assert statuses == [STATUS_503[:12], b"HTTP/1.1 200", STATUS_503[:12]]
+        assert b'"base_offset":0' in transport.writes[1]  # the one produce appended
+        assert admission.admitted == 1
+
+
+async def test_a_new_head_behind_refusals_is_answered_after_them(
+    site: tuple[Http2Site, list[Http1Connection]],
+) -> None:
+    """A request whose head is new (parsed by aiohttp) pipelined behind refusals of known heads
+    waits for their write: its answer, refused in another dialect, comes after theirs."""
+    served, accepted = site
+    connection, writer = await _refusing_connection(served, accepted)
+    v2 = orjson.dumps({"records": [{"value": 1}]})
+    rest_proxy = (
+        b"POST /topics/t HTTP/1.1\r\nHost: sluice\r\n"
+        b"Content-Type: application/vnd.kafka.json.v2+json\r\nContent-Length: %d\r\n\r\n%s"
+        % (len(v2), v2)
+    )
+    with _recorded(connection, writer) as transport:
+        connection.data_received(REQUEST * 2 + rest_proxy)
+        await _written(transport, 2)
+        first, second = transport.writes
+        assert first.count(STATUS_503) == 2 and b"SERVER_OVERLOADED" in first
+        assert second.startswith(STATUS_503) and b'"error_code":50003' in second
 
 
 async def test_a_client_that_does_not_read_holds_back_the_rest(
     site: tuple[Http2Site, list[Http1Connection]],
 ) -> None:
-    """Past the transport's limit the pass stops after the next `_MADE_TOGETHER` answers:
-    what follows waits, unread, until the client has taken them."""
+    """A pass stops after `_MADE_TOGETHER` answers; past the transport's limit what follows
+    waits, unread, until the client has taken them."""
     served, accepted = site
     connection, writer = await _refusing_connection(served, accepted)
     together = connections._MADE_TOGETHER
+    answers = connections.turn_answers(asyncio.get_running_loop())
     with _recorded(connection, writer, pause_after=1) as transport:
         connection.data_received(REQUEST * (together + 5))
+        answers.write_now()
         assert len(transport.writes) == 1
         assert transport.writes[0].count(STATUS_503) == together
         draining = connection._fast_task
-        assert draining is not None  # waiting for the client to read
+        assert isinstance(draining, asyncio.Task)  # waiting for the client to read
         connection.resume_writing()
         async with asyncio.timeout(10):
             await draining
+        answers.write_now()
         assert len(transport.writes) == 2
         assert transport.writes[1].count(STATUS_503) == 5
 
 
-async def test_a_connection_aiohttp_parses_has_its_refusals_written_at_once(
+async def test_a_connection_aiohttp_parses_has_its_refusals_written_in_order(
     site: tuple[Http2Site, list[Http1Connection]],
 ) -> None:
     """A connection aiohttp's parser serves (its first request one the fast routes leave to
-    the Application) still has each refused produce answered as it is parsed, in order, with
-    no future or loop turn between: the next queued request follows it in the same read."""
+    the Application) has its refused produces answered in order with the turns' other
+    answers: each queued request follows the write of the one before, a turn later."""
     served, accepted = site
     reader, writer = await asyncio.open_connection("127.0.0.1", served.port)
     writer.write(b"GET /healthz HTTP/1.1\r\nHost: sluice\r\n\r\n")
@@ -150,6 +207,10 @@ async def test_a_connection_aiohttp_parses_has_its_refusals_written_at_once(
     assert connection._unparsed is None  # the parser keeps the connection
     with _recorded(connection, writer) as transport:
         connection.data_received(REQUEST * 3)
+        assert transport.writes == []
+        connections.turn_answers(asyncio.get_running_loop()).write_now()
+        assert [w.count(STATUS_503) for w in transport.writes] == [1]
+        await _written(transport, 3)
         assert [w.count(STATUS_503) for w in transport.writes] == [1, 1, 1]
         assert all(w.startswith(STATUS_503) for w in transport.writes)
         assert connection._fast_task is None and not connection.request_queue

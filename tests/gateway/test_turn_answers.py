@@ -21,8 +21,8 @@ class _Connection:
     def __init__(self, name: str, events: list[str], alive: bool = True) -> None:
         self.name, self.events, self.alive = name, events, alive
 
-    def _write_fast_answer(self, answer: FastAnswer) -> bool:
-        self.events.append(f"write {self.name} {answer.status}")
+    def _send(self, data: bytes, closes: bool) -> bool:
+        self.events.append(f"write {self.name} {int(data[9:12])}")
         return self.alive
 
     def _fast_answered(self, written: bool) -> None:
@@ -35,7 +35,7 @@ class _Connection:
 
 
 class _Broken(_Connection):
-    def _write_fast_answer(self, answer: FastAnswer) -> bool:
+    def _send(self, data: bytes, closes: bool) -> bool:
         raise RuntimeError("the write failed")
 
 
@@ -74,6 +74,44 @@ async def test_answers_written_now_are_not_written_again_at_the_turns_end() -> N
     assert events[2:] == []
     await asyncio.sleep(0)
     assert events[2:] == ["write b 201", "next b True"]
+
+
+async def test_refusals_posted_ahead_of_a_request_in_progress_leave_it_waiting() -> None:
+    """Answers posted without `goes_on` (refusals made before a produce now in progress) are
+    written in their place, and only the answer that ends the wait lets the connection go on."""
+    events: list[str] = []
+    answers = TurnAnswers(asyncio.get_running_loop())
+    connection = cast(Http1Connection, _Connection("a", events))
+    answers.post_bytes(connection, FastAnswer(503, "x", b"").http1(), False, False)
+    answers.post(connection, FastAnswer(200, "x", b""))
+    answers.write_now()
+    assert events == ["write a 503", "write a 200", "next a True"]
+
+
+class _Goes(_Connection):
+    """Answers its next request (a refusal) as it goes on."""
+
+    def __init__(self, name: str, events: list[str], answers: TurnAnswers) -> None:
+        super().__init__(name, events)
+        self.answers = answers
+
+    def _fast_answered(self, written: bool) -> None:
+        super()._fast_answered(written)
+        if len(self.events) < 4:
+            refusal = FastAnswer(503, "x", b"").http1()
+            self.answers.post_bytes(cast(Http1Connection, self), refusal, False, True)
+
+
+async def test_what_a_connection_answers_as_it_goes_on_waits_for_the_next_turn() -> None:
+    """A connection's next answer, made as it goes on in the write's pass, is written at the
+    next turn's end: that pass stays as long as the answers it was given."""
+    events: list[str] = []
+    answers = TurnAnswers(asyncio.get_running_loop())
+    answers.post(cast(Http1Connection, _Goes("a", events, answers)), FastAnswer(200, "x", b""))
+    answers.write_now()
+    assert events == ["write a 200", "next a True"]
+    await asyncio.sleep(0)
+    assert events == ["write a 200", "next a True", "write a 503", "next a True"]
 
 
 class _Flushed:

@@ -82,7 +82,7 @@ async def test_refusals_posted_ahead_of_a_request_in_progress_leave_it_waiting()
     events: list[str] = []
     answers = TurnAnswers(asyncio.get_running_loop())
     connection = cast(Http1Connection, _Connection("a", events))
-    answers.post_bytes(connection, FastAnswer(503, "x", b"").http1(), False, False)
+    answers.post(connection, FastAnswer(503, "x", b""), False)
     answers.post(connection, FastAnswer(200, "x", b""))
     answers.write_now()
     assert events == ["write a 503", "write a 200", "next a True"]
@@ -98,8 +98,7 @@ class _Goes(_Connection):
     def _fast_answered(self, written: bool) -> None:
         super()._fast_answered(written)
         if len(self.events) < 4:
-            refusal = FastAnswer(503, "x", b"").http1()
-            self.answers.post_bytes(cast(Http1Connection, self), refusal, False, True)
+            self.answers.post(cast(Http1Connection, self), FastAnswer(503, "x", b""))
 
 
 async def test_what_a_connection_answers_as_it_goes_on_waits_for_the_next_turn() -> None:

@@ -7,6 +7,7 @@ within --header-read-timeout; bad requests are logged on one line each, at most
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import time
@@ -329,6 +330,7 @@ class Http1Connection(_ProblemErrors):
         after `_MADE_TOGETHER` of them (to see whether the client reads), or at a request
         behind them that it can neither refuse nor start, which waits for their write."""
         made: list[Answer] = []  # answers made at once, not posted yet
+        hand_over: Callable[[], None] | None = None  # to aiohttp's parser, unless `made` waits
         while True:
             unparsed, at = self._unparsed, self._unparsed_at
             if unparsed is None or at == len(unparsed):
@@ -336,21 +338,18 @@ class Http1Connection(_ProblemErrors):
             if self._fast_task is not None or self.closing:
                 break
             if not unparsed.startswith(_STARTS, at) and not _may_start(unparsed, at):
-                if not made:
-                    self._stop_holding_back()  # not a request the fast path takes: aiohttp answers
+                hand_over = self._stop_holding_back  # not a request the fast path takes
                 break
             end = unparsed.find(b"\r\n\r\n", at) + 4
             if end == 3:  # no whole head yet
                 if len(unparsed) - at > _KNOWN_HEAD_MAX_BYTES:
-                    if not made:
-                        self._stop_holding_back()
+                    hand_over = self._stop_holding_back
                 elif self._header_deadline is None:
                     self._start_header_deadline()
                 break
             known = _KNOWN_HEADS.get(unparsed[at:end])
             if known is None:
-                if not made:
-                    self._parse_first(unparsed[at:], end - at)
+                hand_over = functools.partial(self._parse_first, unparsed[at:], end - at)
                 break
             message, length = known
             body = unparsed[end : end + length]
@@ -360,8 +359,7 @@ class Http1Connection(_ProblemErrors):
                 waited = self._waited(at)
                 taken = fast.take(message.method, message.path, message.headers, body, self, waited)
             if fast is None or taken is None:  # a body still arriving, or one the path leaves
-                if not made:
-                    self._stop_holding_back()
+                hand_over = self._stop_holding_back
                 break
             self._stop_header_deadline()
             self._unparsed_at = end + length
@@ -377,7 +375,9 @@ class Http1Connection(_ProblemErrors):
             if answer.closes or len(made) == _MADE_TOGETHER:
                 break
         if made:
-            self._post_made(_joined(made))
+            self._post_made(_joined(made))  # what the parser would take waits for their write
+        elif hand_over is not None:
+            hand_over()
 
     def _post_made(self, answer: _Written) -> None:
         """Post answers made at once for the turn's end; the connection's next requests wait

@@ -403,8 +403,8 @@ class Http1Connection(_ProblemErrors):
         self.parse_quietly(unparsed)
         queue = self.request_queue
         first = queue[0] if len(queue) == 1 else None
-        took = self._dispatch()
-        if first is None or not took or queue:
+        self._dispatch()
+        if first is None or queue or self._fast_task is None:
             return  # not one request, or aiohttp's loop has it: the parser keeps the connection
         message, payload = first
         if (
@@ -426,20 +426,19 @@ class Http1Connection(_ProblemErrors):
         if unparsed is not None and at < len(unparsed):
             self._feed(unparsed[at:])
 
-    def _dispatch(self) -> bool:
+    def _dispatch(self) -> None:
         """Give the first queued request to the fast path if it takes it, else wake aiohttp's
         loop for it; only when that loop waits idle (or has not begun) and the fast path serves
         nothing on this connection. A refusal is posted for the turn's end, as the held-back
-        requests' are, and the next queued request follows its write. True when the fast path
-        took the request."""
+        requests' are, and the next queued request follows its write."""
         if self._unparsed is not None:  # nothing is queued: the held-back bytes are next
             self._serve_unparsed()
-            return False
+            return
         waiter = self.loop_waiter
         idle = not self._loop_started if waiter is None else not waiter.done()
         queue = self.request_queue
         if self._fast_task is not None or not idle or not queue:
-            return False
+            return
         message, payload = queue[0]
         fast = self._fast
         taken = None
@@ -457,7 +456,7 @@ class Http1Connection(_ProblemErrors):
         if fast is None or taken is None:
             if waiter is not None:
                 waiter.set_result(None)
-            return False
+            return
         self.take_first_queued()
         answer = fast.immediate(taken)
         if answer is None:
@@ -467,7 +466,6 @@ class Http1Connection(_ProblemErrors):
         # Re-parses what the parser held back, which comes back here (data_received(b"")) and
         # must not take the next request while this one's answer is to come.
         self.resume_reading_if_drained()
-        return True
 
     def _start_fast(self, fast: FastPath[Any], taken: object) -> None:
         self.request_started()

@@ -34,11 +34,12 @@ class FastAnswer:
     body: bytes
     headers: Headers = ()
     cors: Headers = ()
+    # Whether the answer ends the connection (an error that leaves the stream unknown): read
+    # once or twice for every answer written, so worked out as the answer is made.
+    closes: bool = field(init=False)
 
-    @property
-    def closes(self) -> bool:
-        """Whether the answer ends the connection (an error that leaves the stream unknown)."""
-        return ("Connection", "close") in self.headers
+    def __post_init__(self) -> None:
+        self.closes = ("Connection", "close") in self.headers
 
     def http1(self) -> bytes:
         """The whole HTTP/1.1 answer, headers as aiohttp writes them."""

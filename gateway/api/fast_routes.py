@@ -157,6 +157,8 @@ class FastRoutes:
                 self._produce_routes.remember(target, route)
             if route:
                 if not self.admission.admit(waited_s):
+                    if self.cors is None:
+                        return self._shed[route]
                     return self._overloaded(route, headers)
                 admitted = True
         plain = self._plain(method, target, headers, body, connection)
@@ -168,10 +170,9 @@ class FastRoutes:
         return taken
 
     def _overloaded(self, route: str, headers: Mapping[str, str]) -> FastRefusal:
-        """A produce the admission refused: 503 with Retry-After, in its route's dialect."""
+        """A produce the admission refused, answered with CORS headers: 503 with Retry-After, in
+        its route's dialect (`_shed` holds the answers without them)."""
         refused = self._shed[route]
-        if self.cors is None:
-            return refused
         origin = headers.get("Origin")
         known = self._shed_cors.get((route, origin))
         if known is None:  # one answer per route and origin, its bytes made once a second

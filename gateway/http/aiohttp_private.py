@@ -218,9 +218,9 @@ class HandlerInternals(RequestHandler):
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    def count_request(self) -> None:
-        """One more request on this connection that aiohttp's parser did not see."""
-        self._request_count += 1
+    def count_requests(self, count: int) -> None:
+        """`count` more requests on this connection that aiohttp's parser did not see."""
+        self._request_count += count
 
     def keep_alive_from_now(self) -> None:
         """aiohttp's idle timer, restarted as its loop does after each answer."""

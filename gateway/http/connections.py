@@ -57,7 +57,8 @@ class _Written(Protocol):
 
 
 class _Joined:
-    """Answers made at once, written as one."""
+    """Answers made at once, written as one: a run of the same answer (a connection's
+    pipelined produces refused alike) made once."""
 
     __slots__ = ("_answers",)
 
@@ -66,10 +67,17 @@ class _Joined:
 
     @property
     def closes(self) -> bool:
-        return any(answer.closes for answer in self._answers)
+        return self._answers[-1].closes  # a pass stops at an answer that closes
 
     def http1(self) -> bytes:
-        return b"".join([answer.http1() for answer in self._answers])
+        parts = []
+        last: Answer | None = None
+        made = b""
+        for answer in self._answers:
+            if answer is not last:
+                last, made = answer, answer.http1()
+            parts.append(made)
+        return b"".join(parts)
 
 
 def _joined(made: list[Answer]) -> _Written:
@@ -329,14 +337,14 @@ class Http1Connection(_ProblemErrors):
         each, waking a client each time, cost more than the refusals' own work. The pass stops
         after `_MADE_TOGETHER` of them (to see whether the client reads), or at a request
         behind them that it can neither refuse nor start, which waits for their write."""
+        unparsed, at, fast = self._unparsed, self._unparsed_at, self._fast
+        if unparsed is None or at == len(unparsed) or fast is None or self.closing:
+            return
+        now = self.event_loop.time()
         made: list[Answer] = []  # answers made at once, not posted yet
         hand_over: Callable[[], None] | None = None  # to aiohttp's parser, unless `made` waits
-        while True:
-            unparsed, at = self._unparsed, self._unparsed_at
-            if unparsed is None or at == len(unparsed):
-                break
-            if self._fast_task is not None or self.closing:
-                break
+        taken_here = 0
+        while at < len(unparsed) and self._fast_task is None:
             if not unparsed.startswith(_STARTS, at) and not _may_start(unparsed, at):
                 hand_over = self._stop_holding_back  # not a request the fast path takes
                 break
@@ -353,27 +361,31 @@ class Http1Connection(_ProblemErrors):
                 break
             message, length = known
             body = unparsed[end : end + length]
-            fast = self._fast
-            taken = None
-            if len(body) == length and fast is not None:
-                waited = self._waited(at)
-                taken = fast.take(message.method, message.path, message.headers, body, self, waited)
-            if fast is None or taken is None:  # a body still arriving, or one the path leaves
+            if len(body) != length:  # a body still arriving
                 hand_over = self._stop_holding_back
                 break
-            self._stop_header_deadline()
-            self._unparsed_at = end + length
-            self.count_request()
+            reads = self._reads
+            waited = now - reads[0][1] if len(reads) == 1 else self._waited(at, now)
+            taken = fast.take(message.method, message.path, message.headers, body, self, waited)
+            if taken is None:  # one the path leaves
+                hand_over = self._stop_holding_back
+                break
+            if self._header_deadline is not None:
+                self._stop_header_deadline()
+            at = self._unparsed_at = end + length
+            taken_here += 1
             answer = fast.immediate(taken)
             if answer is None:
                 if made:  # written before this one's answer, which waits for the group commit
                     self._answers.post(self, _joined(made), False)
                     made = []
                 self._start_fast(fast, taken)
-                continue
+                break
             made.append(answer)
             if answer.closes or len(made) == _MADE_TOGETHER:
                 break
+        if taken_here:
+            self.count_requests(taken_here)
         if made:
             self._post_made(_joined(made))  # what the parser would take waits for their write
         elif hand_over is not None:
@@ -386,14 +398,14 @@ class Http1Connection(_ProblemErrors):
         self._fast_task = _POSTED
         self._answers.post(self, answer)
 
-    def _waited(self, at: int) -> float:
-        """How long the held-back request at `at` has waited since its first byte was read:
-        one pipelined behind others waits for theirs to be answered first."""
+    def _waited(self, at: int, now: float) -> float:
+        """How long, at `now`, the held-back request at `at` has waited since its first byte was
+        read: one pipelined behind others waits for theirs to be answered first."""
         start = self._unparsed_base + at
         reads = self._reads
         while len(reads) > 1 and reads[1][0] <= start:
             del reads[0]
-        return self.event_loop.time() - reads[0][1]
+        return now - reads[0][1]
 
     def _parse_first(self, unparsed: bytes, end: int) -> None:
         """aiohttp's parser takes the held-back bytes, whose head (ending at `end`) is new. If

@@ -5,12 +5,14 @@ made go out at once (`write_now`), as do HTTP/2 connections' frames due (`TurnFl
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import cast
 
 import pytest
 
 from gateway.api import fast_answer
 from gateway.api.fast_answer import FastAnswer
+from gateway.http import connections
 from gateway.http.connections import Http1Connection, TurnAnswers, turn_answers, turn_sender
 from gateway.http.http2 import H2Protocol, turn_flushes
 
@@ -190,3 +192,28 @@ def test_an_http2_answer_dates_itself_with_the_current_second(
         assert fields[b"date"] == now.encode()
         assert b"Date: " + now.encode() + b"\r\n" in answer.http1()
         assert fields[b":status"] == b"200" and fields[b"content-length"] == b"2"
+
+
+class _Counted(FastAnswer):
+    """Counts how often its bytes are made."""
+
+    made = 0
+
+    def http1(self) -> bytes:
+        _Counted.made += 1
+        return FastAnswer.http1(self)
+
+
+def test_answers_made_at_once_are_written_in_order_each_run_made_once() -> None:
+    """A pass's answers written as one: a run of the same answer (pipelined produces refused
+    alike) is made once, every answer still goes out in its place, and the write closes the
+    connection as its last answer does (a pass stops at one that closes)."""
+    refused = _Counted(503, "application/problem+json", b"{}", (("Retry-After", "1"),))
+    forbidden = _Counted(403, "application/problem+json", b"{}")
+    closing = _Counted(400, "application/problem+json", b"{}", (("Connection", "close"),))
+    joined = connections._joined([refused, refused, forbidden, refused, refused, closing])
+    data = joined.http1()
+    assert re.findall(rb"HTTP/1\.1 (\d+)", data) == [b"503", b"503", b"403", b"503", b"503", b"400"]
+    assert _Counted.made == 4
+    assert joined.closes
+    assert not connections._joined([refused, forbidden]).closes

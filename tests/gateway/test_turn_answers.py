@@ -208,6 +208,7 @@ def test_answers_made_at_once_are_written_in_order_each_run_made_once() -> None:
     """A pass's answers written as one: a run of the same answer (pipelined produces refused
     alike) is made once, every answer still goes out in its place, and the write closes the
     connection as its last answer does (a pass stops at one that closes)."""
+    _Counted.made = 0
     refused = _Counted(503, "application/problem+json", b"{}", (("Retry-After", "1"),))
     forbidden = _Counted(403, "application/problem+json", b"{}")
     closing = _Counted(400, "application/problem+json", b"{}", (("Connection", "close"),))

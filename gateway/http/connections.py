@@ -439,44 +439,55 @@ class Http1Connection(_ProblemErrors):
             self._feed(unparsed[at:])
 
     def _dispatch(self) -> None:
-        """Give the first queued request to the fast path if it takes it, else wake aiohttp's
-        loop for it; only when that loop waits idle (or has not begun) and the fast path serves
-        nothing on this connection. A refusal is posted for the turn's end, as the held-back
-        requests' are, and the next queued request follows its write."""
+        """Give the queued requests to the fast path while it takes them, else wake aiohttp's
+        loop for the first; only when that loop waits idle (or has not begun) and the fast path
+        serves nothing on this connection. Refusals are posted for the turn's end together, as
+        the held-back requests' are (at most `_MADE_TOGETHER`); a request behind them that the
+        fast path starts is answered after them, and one it leaves follows their write."""
         if self._unparsed is not None:  # nothing is queued: the held-back bytes are next
             self._serve_unparsed()
             return
         waiter = self.loop_waiter
         idle = not self._loop_started if waiter is None else not waiter.done()
         queue = self.request_queue
-        if self._fast_task is not None or not idle or not queue:
-            return
-        message, payload = queue[0]
         fast = self._fast
-        taken = None
-        if (
-            fast is not None
-            and not isinstance(message, ErrInfo)
-            and message.method in _FAST_METHODS
-            and message.version == HttpVersion11
-            and not message.should_close
-            and payload.is_eof()
-            and not self.closing
-        ):
-            body = buffered_body(payload)
-            taken = fast.take(message.method, message.path, message.headers, body, self)
-        if fast is None or taken is None:
-            if waiter is not None:
-                waiter.set_result(None)
+        if fast is None or self._fast_task is not None or not idle or not queue:
             return
-        self.take_first_queued()
-        answer = fast.immediate(taken)
-        if answer is None:
-            self._start_fast(fast, taken)
-        else:
-            self._post_made(answer)
+        made: list[Answer] = []  # answers made at once, not posted yet
+        while queue:
+            message, payload = queue[0]
+            taken = None
+            if (
+                not isinstance(message, ErrInfo)
+                and message.method in _FAST_METHODS
+                and message.version == HttpVersion11
+                and not message.should_close
+                and payload.is_eof()
+                and not self.closing
+            ):
+                body = buffered_body(payload)
+                taken = fast.take(message.method, message.path, message.headers, body, self)
+            if taken is None:
+                if not made:
+                    if waiter is not None:
+                        waiter.set_result(None)
+                    return
+                break  # aiohttp's loop takes it once the refusals are written
+            self.take_first_queued()
+            answer = fast.immediate(taken)
+            if answer is None:
+                if made:  # written before this one's answer
+                    self._answers.post(self, _joined(made), False)
+                    made = []
+                self._start_fast(fast, taken)
+                break
+            made.append(answer)
+            if answer.closes or len(made) == _MADE_TOGETHER:
+                break
+        if made:
+            self._post_made(_joined(made))
         # Re-parses what the parser held back, which comes back here (data_received(b"")) and
-        # must not take the next request while this one's answer is to come.
+        # must not take the next request while these answers are to come.
         self.resume_reading_if_drained()
 
     def _start_fast(self, fast: FastPath[Any], taken: object) -> None:

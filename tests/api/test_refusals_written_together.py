@@ -193,8 +193,8 @@ async def test_a_connection_aiohttp_parses_has_its_refusals_written_in_order(
     site: tuple[Http2Site, list[Http1Connection]],
 ) -> None:
     """A connection aiohttp's parser serves (its first request one the fast routes leave to
-    the Application) has its refused produces answered in order with the turns' other
-    answers: each queued request follows the write of the one before, a turn later."""
+    the Application) has its queued produces refused together, written in order in one write
+    with the turn's other answers."""
     served, accepted = site
     reader, writer = await asyncio.open_connection("127.0.0.1", served.port)
     writer.write(b"GET /healthz HTTP/1.1\r\nHost: sluice\r\n\r\n")
@@ -209,11 +209,34 @@ async def test_a_connection_aiohttp_parses_has_its_refusals_written_in_order(
         connection.data_received(REQUEST * 3)
         assert transport.writes == []
         connections.turn_answers(asyncio.get_running_loop()).write_now()
-        assert [w.count(STATUS_503) for w in transport.writes] == [1]
-        await _written(transport, 3)
-        assert [w.count(STATUS_503) for w in transport.writes] == [1, 1, 1]
-        assert all(w.startswith(STATUS_503) for w in transport.writes)
+        assert [w.count(STATUS_503) for w in transport.writes] == [3]
+        assert transport.writes[0].startswith(STATUS_503)
         assert connection._fast_task is None and not connection.request_queue
+
+
+async def test_a_request_the_fast_routes_leave_behind_queued_refusals_follows_them(
+    site: tuple[Http2Site, list[Http1Connection]],
+) -> None:
+    """On a connection aiohttp's parser serves, a request the fast routes leave to the
+    Application, queued behind refused produces, is answered by aiohttp's loop after their
+    write."""
+    served, accepted = site
+    reader, writer = await asyncio.open_connection("127.0.0.1", served.port)
+    healthz = b"GET /healthz HTTP/1.1\r\nHost: sluice\r\n\r\n"
+    writer.write(healthz)
+    assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200 ")
+    connection = accepted[-1]
+    async with asyncio.timeout(10):
+        while connection.loop_waiter is None:
+            await asyncio.sleep(0)
+    with _recorded(connection, writer) as transport:
+        connection.data_received(REQUEST * 2 + healthz)
+        waiter = connection.loop_waiter
+        assert waiter is not None and not waiter.done()  # it waits for the refusals' write
+        connections.turn_answers(asyncio.get_running_loop()).write_now()
+        assert [w.count(STATUS_503) for w in transport.writes] == [2]
+        await _written(transport, 2)
+        assert transport.writes[1].startswith(b"HTTP/1.1 200 ")
 
 
 async def test_a_connection_whose_new_head_was_refused_is_held_back_again(

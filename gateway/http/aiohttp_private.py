@@ -218,6 +218,18 @@ class HandlerInternals(RequestHandler):
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
+    def linger_then_close(self, seconds: float) -> None:
+        """Close once the answer written is read: the write side ends now (with TLS, which
+        cannot end it alone, at the close), what still arrives is dropped, and the connection
+        closes `seconds` later. Closed at once while the client still sends, its bytes arriving
+        after the close would make the kernel reset the connection, and the client could lose
+        the answer unread."""
+        self._close = True  # aiohttp's data_received drops what arrives from now on
+        transport = self.transport
+        if transport is not None and transport.can_write_eof():
+            transport.write_eof()
+        self.event_loop.call_later(seconds, self.force_close)
+
     def count_requests(self, count: int) -> None:
         """`count` more requests on this connection that aiohttp's parser did not see."""
         self._request_count += count

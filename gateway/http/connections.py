@@ -36,6 +36,7 @@ _KNOWN_HEAD_MAX_BYTES = 2048
 _KNOWN_HEADS: Memo[bytes, tuple[RawRequestMessage, int]] = Memo(512)
 _HELD_BACK_MAX_BYTES = 256 * 1024  # beyond this, aiohttp's parser and its pausing take over
 _MADE_TOGETHER = 16  # answers made at once posted in one write, at most (then: does it read?)
+_LINGER_S = 1.0  # what still arrives after a 408 is read and dropped this long, then it closes
 _STARTS = (b"POST /", b"GET /")  # how a request the fast path may take begins
 log = logging.getLogger(__name__)
 
@@ -632,7 +633,7 @@ class Http1Connection(_ProblemErrors):
             b"HTTP/1.1 408 Request Timeout\r\nContent-Type: %s\r\nContent-Length: %d\r\n"
             b"Connection: close\r\n\r\n%s" % (PROBLEM_JSON.encode(), len(body), body)
         )
-        self.force_close()
+        self.linger_then_close(_LINGER_S)  # a client still trickling its headers reads the 408
 
 
 class Http2Connection(_ProblemErrors, H2Protocol):

@@ -375,15 +375,7 @@ class Http1Connection(_ProblemErrors):
                 self._stop_header_deadline()
             at = self._unparsed_at = end + length
             taken_here += 1
-            answer = fast.immediate(taken)
-            if answer is None:
-                if made:  # written before this one's answer, which waits for the group commit
-                    self._answers.post(self, _joined(made), False)
-                    made = []
-                self._start_fast(fast, taken)
-                break
-            made.append(answer)
-            if answer.closes or len(made) == _MADE_TOGETHER:
+            if not self._answer_taken(fast, taken, made):
                 break
         if taken_here:
             self.count_requests(taken_here)
@@ -391,6 +383,20 @@ class Http1Connection(_ProblemErrors):
             self._post_made(_joined(made))  # what the parser would take waits for their write
         elif hand_over is not None:
             hand_over()
+
+    def _answer_taken(self, fast: FastPath[Any], taken: object, made: list[Answer]) -> bool:
+        """Answer a request the fast path took, in a pass over a connection's requests: a
+        refusal joins `made`; one to start has the refusals made before it posted first (its
+        answer waits for the group commit). Whether the pass may go on to the next request."""
+        answer = fast.immediate(taken)
+        if answer is None:
+            if made:
+                self._answers.post(self, _joined(made.copy()), False)
+                made.clear()
+            self._start_fast(fast, taken)
+            return False
+        made.append(answer)
+        return not answer.closes and len(made) < _MADE_TOGETHER
 
     def _post_made(self, answer: _Written) -> None:
         """Post answers made at once for the turn's end; the connection's next requests wait
@@ -475,15 +481,7 @@ class Http1Connection(_ProblemErrors):
                     return
                 break  # aiohttp's loop takes it once the refusals are written
             self.take_first_queued()
-            answer = fast.immediate(taken)
-            if answer is None:
-                if made:  # written before this one's answer
-                    self._answers.post(self, _joined(made), False)
-                    made = []
-                self._start_fast(fast, taken)
-                break
-            made.append(answer)
-            if answer.closes or len(made) == _MADE_TOGETHER:
+            if not self._answer_taken(fast, taken, made):
                 break
         if made:
             self._post_made(_joined(made))

@@ -269,6 +269,21 @@ class BlockedFlush:
         self.log.flush = self._flush  # type: ignore[method-assign]
 
 
+def kept_connections() -> tuple[type[Http1Connection], list[Http1Connection]]:
+    """A connection class for `own_connections` that keeps each connection it is made for, in
+    the list returned with it (to look inside a connection a test's client opened)."""
+    accepted: list[Http1Connection] = []
+
+    class Kept(Http1Connection):
+        __slots__ = ()
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            accepted.append(self)
+            super().connection_made(transport)
+
+    return Kept, accepted
+
+
 @contextlib.asynccontextmanager
 async def own_connections(
     settings: Settings, connection: type[Http1Connection] = Http1Connection

@@ -10,24 +10,15 @@ from pathlib import Path
 
 import orjson
 
-from gateway.http.connections import Http1Connection
 from gateway.settings import Settings
-from tests.api.support import own_connections
+from tests.api.support import kept_connections, own_connections
 
 
 async def test_the_408_is_read_whole_and_later_bytes_are_dropped_until_the_close(
     tmp_path: Path,
 ) -> None:
-    accepted: list[Http1Connection] = []
-
-    class Kept(Http1Connection):
-        __slots__ = ()
-
-        def connection_made(self, transport: asyncio.BaseTransport) -> None:
-            accepted.append(self)
-            super().connection_made(transport)
-
-    async with own_connections(Settings(data_dir=tmp_path), Kept) as served:
+    kept, accepted = kept_connections()
+    async with own_connections(Settings(data_dir=tmp_path), kept) as served:
         reader, writer = await asyncio.open_connection("127.0.0.1", served.port)
         writer.write(b"GET /healthz HTTP/1.1\r\nHost: sluice\r\nX-Slow: ")
         async with asyncio.timeout(10):  # until the partial head is read and its deadline set

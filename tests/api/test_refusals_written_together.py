@@ -20,7 +20,7 @@ from gateway.http.connections import Http1Connection
 from gateway.http.fast_path import FAST_PATH
 from gateway.http.http2 import Http2Site
 from gateway.settings import Settings
-from tests.api.support import own_connections
+from tests.api.support import kept_connections, own_connections
 
 BODY = orjson.dumps({"records": [{"value": 1}]})
 REQUEST = (
@@ -57,17 +57,9 @@ class _Transport:
 async def site(tmp_path: Path) -> AsyncIterator[tuple[Http2Site, list[Http1Connection]]]:
     """A gateway in this process on its own HTTP/1.1 connections, refusing every produce (at
     most none in progress); topic `t`; the connections it accepts."""
-    accepted: list[Http1Connection] = []
-
-    class Kept(Http1Connection):
-        __slots__ = ()
-
-        def connection_made(self, transport: asyncio.BaseTransport) -> None:
-            accepted.append(self)
-            super().connection_made(transport)
-
+    kept, accepted = kept_connections()
     settings = Settings(data_dir=tmp_path, admission_max_inflight=0)
-    async with own_connections(settings, Kept) as served:
+    async with own_connections(settings, kept) as served:
         yield served, accepted
 
 

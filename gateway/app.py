@@ -17,6 +17,7 @@ from gateway.api import ops as ops_api
 from gateway.api import quotas as quota_api
 from gateway.api import reassignments as reassignments_api
 from gateway.api import records as records_api
+from gateway.api import share_groups as share_groups_api
 from gateway.api import subscriptions as subscriptions_api
 from gateway.api import topics as topics_api
 from gateway.api.admission import (
@@ -76,6 +77,7 @@ def build_app(settings: Settings) -> web.Application:
     records_api.add_routes(app)
     events.add_routes(app)
     groups_api.add_routes(app)
+    share_groups_api.add_routes(app)
     subscriptions_api.add_routes(app)
     ops_api.add_routes(app)
     reassignments_api.add_routes(app)

@@ -29,6 +29,8 @@ from gateway.settings import Settings
 from gateway.worker_dirs import sibling_data_dirs
 from groups.coordinator import GroupCoordinator
 from groups.partition_reader import PartitionReader
+from groups.share import state_topic
+from groups.share.coordinator import ShareCoordinator
 from groups.subscriptions.positions import GroupPositions
 from groups.subscriptions.service import SubscriptionService
 from replication.acks import Acks
@@ -57,6 +59,7 @@ class Gateway:
     subscriptions: SubscriptionService
     schemas: SchemaStore
     value_decoder: ValueDecoder  # record values read with the registry, for readers that ask
+    share_groups: ShareCoordinator
     ready: bool = False
     port: int = 0  # the bound port, once listening (settings.port may be 0)
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
@@ -90,9 +93,17 @@ class Gateway:
             settings.group_max_members,
             codecs.fetched_records,
         )
+        share_groups = ShareCoordinator(
+            replicas,
+            PartitionReader(replicas, forwarder),
+            settings.group_max_members,
+            settings.default_produce_timeout_ms,
+        )
         in_flight = InFlight()
         replicas.add_role_listener(groups.role_changed)
+        replicas.add_role_listener(share_groups.role_changed)
         replicas.add_topics_listener(lambda deleted: _topics_changed(groups, deleted))
+        replicas.add_topics_listener(share_groups.topics_changed)
         await broker.start()
         await groups.loaded()
         metrics = Metrics(lambda: replicas, lambda: broker.notifier, lambda: groups)
@@ -124,6 +135,7 @@ class Gateway:
             subscriptions=subscriptions,
             schemas=schemas,
             value_decoder=value_decoder,
+            share_groups=share_groups,
         )
         producer.registry = lambda: gateway.schemas.state
         producer.registry_synced = gateway.schemas.synced
@@ -164,11 +176,27 @@ class Gateway:
         await asyncio.gather(*self.tasks, return_exceptions=True)
         await self.schemas.close()
         await self.subscriptions.close()
+        self.share_groups.close()
         self.groups.flush()
         await self.producer.appender.forwarded.close()
         await self.forwarder.close()
         await self.broker.stop()
         await self.auth.close()
+
+    async def share_groups_ready(self) -> ShareCoordinator:
+        """The share-group coordinator, once `__share_group_state` exists (made at the first
+        share group's first call, as Kafka makes it) and the partitions led here are loaded."""
+        if state_topic.STATE_TOPIC not in self.broker.store.view.topics:
+            settings = self.settings
+            async with asyncio.timeout(settings.leader_wait_ms / 1000):
+                await self.broker.ensure_topic(
+                    state_topic.STATE_TOPIC,
+                    settings.offsets_topic_partitions,
+                    settings.offsets_topic_replication_factor if settings.cluster else 1,
+                    state_topic.TOPIC_CONFIGS,
+                )
+            await self.share_groups.loaded()
+        return self.share_groups
 
     async def reload(self) -> None:
         """SIGHUP: what the auth settings name is read again; calls to other nodes carry the

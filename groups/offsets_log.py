@@ -1,7 +1,8 @@
-"""The `__consumer_offsets` partitions this node leads: which are replayed, and the appends.
+"""The partitions of a coordinator's internal topic this node leads (`__consumer_offsets` for
+consumer groups, `__share_group_state` for share groups): which are replayed, and the appends.
 
-A node coordinates the groups of an offsets partition it leads once it has replayed it; every
-group change is appended here before it is answered (`durable` waits for the replicas).
+A node coordinates the groups of such a partition it leads once it has replayed it; every
+group change is appended there before it is answered (`durable` waits for the replicas).
 """
 
 from __future__ import annotations
@@ -10,11 +11,12 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Generic, TypeVar
 
 from engine import offsets_topic
 from engine.errors import EngineError
-from engine.offsets_topic import StoredGroup
+from engine.offsets_topic import CommittedLog, StoredGroup
 from groups.errors import GroupError
 from replication.acks import Acks
 from replication.errors import LeaderNotAvailable, NotLeader
@@ -24,17 +26,18 @@ from replication.replica_manager import ReplicaManager
 
 REPLAY_WAIT_MS = 30_000  # how long a new coordinator waits for its offsets log to commit
 logger = logging.getLogger("groups.coordinator")  # every part logs as the coordinator
+Stored = TypeVar("Stored")  # what a replay gives per group
 
 
-def partition_count(replicas: ReplicaManager) -> int:
-    """The offsets topic's partition count; until the controller has created the topic, no
+def partition_count(replicas: ReplicaManager, topic: str = offsets_topic.OFFSETS_TOPIC) -> int:
+    """The coordinator topic's partition count; until the controller has created the topic, no
     node can coordinate a group (Kafka's COORDINATOR_NOT_AVAILABLE)."""
-    spec = replicas.store.view.topics.get(offsets_topic.OFFSETS_TOPIC)
+    spec = replicas.store.view.topics.get(topic)
     if spec is None:
         raise GroupError(
             "COORDINATOR_NOT_AVAILABLE",
-            f"{offsets_topic.OFFSETS_TOPIC} does not exist yet (the controller creates it once "
-            "enough nodes are alive); retry shortly",
+            f"{topic} does not exist yet (the controller creates it once enough nodes are "
+            "alive); retry shortly",
         )
     return spec.partitions
 
@@ -50,17 +53,22 @@ def local_leader(replicas: ReplicaManager, topic: str, p: int) -> Partition:
     raise LeaderNotAvailable(f"{topic}-{p} has no leader on this node yet; retry shortly")
 
 
-class OffsetsLog:
-    """Replays of the offsets partitions led here, and each group's appends to its own."""
+class CoordinatorLog(Generic[Stored]):
+    """Replays of a coordinator topic's partitions led here, and each group's appends to its
+    own partition (the one `offsets_topic.partition_for` names, as Kafka chooses)."""
 
     def __init__(
         self,
         replicas: ReplicaManager,
-        restore: Callable[[Mapping[str, StoredGroup]], None],
+        restore: Callable[[Mapping[str, Stored]], None],
         replayed: Callable[[], None],
         unload: Callable[[int], None],
+        topic: str,
+        replay: Callable[[Iterable[CommittedLog]], Mapping[str, Stored]],
     ) -> None:
         self.replicas = replicas
+        self.topic = topic
+        self._replay = replay
         self._restore = restore  # a replay's groups, to take over
         self._replayed = replayed  # after a replay: the topics may have changed meanwhile
         self._unload = unload  # an offsets partition left this node: drop its groups
@@ -74,7 +82,7 @@ class OffsetsLog:
         """An offsets partition came to this node (replay its groups from the log, in the
         background), moved to a new epoch while led here since its replay (keep its groups),
         or left it (its groups are coordinated elsewhere now; their parked fetches answer)."""
-        if partition.topic != offsets_topic.OFFSETS_TOPIC:
+        if partition.topic != self.topic:
             return
         previous = self._loads.pop(partition.partition, None)
         if previous is not None:
@@ -106,7 +114,7 @@ class OffsetsLog:
         if partition.high_watermark < end:
             with contextlib.suppress(EngineError):
                 await self.replicas.wait_committed(partition, end - 1, REPLAY_WAIT_MS)
-        stored = await asyncio.to_thread(offsets_topic.replay, [partition])
+        stored = await asyncio.to_thread(self._replay, [partition])
         if partition.is_leader and partition.leader_epoch == epoch:
             self._restore(stored)
             self._loaded[partition.partition] = epoch
@@ -124,16 +132,16 @@ class OffsetsLog:
         if not load.cancelled() and load.exception() is not None:
             logger.error(
                 "replaying %s-%d failed; its groups answer 503 until its next leader change",
-                offsets_topic.OFFSETS_TOPIC,
+                self.topic,
                 offsets_partition,
                 exc_info=load.exception(),
             )
 
     def coordinator(self, name: str) -> Partition:
-        """The offsets partition holding group `name`, which this node must lead: NotLeader
-        names the node that does (the gateway forwards there)."""
-        topic = offsets_topic.OFFSETS_TOPIC
-        p = offsets_topic.partition_for(name, partition_count(self.replicas))
+        """The partition holding group `name`, which this node must lead: NotLeader names the
+        node that does (the gateway forwards there)."""
+        topic = self.topic
+        p = offsets_topic.partition_for(name, partition_count(self.replicas, topic))
         partition = local_leader(self.replicas, topic, p)
         if self._loaded.get(p) != partition.leader_epoch:
             raise LeaderNotAvailable(
@@ -143,14 +151,14 @@ class OffsetsLog:
         return partition
 
     def append(self, group: str, records: Sequence[tuple[bytes, bytes | None]]) -> None:
-        """Append to the group's offsets partition (`durable` waits for its replicas)."""
+        """Append to the group's partition (`durable` waits for its replicas)."""
         partition = self.coordinator(group)
         limit = partition.config.max_message_bytes
         info = partition.append(offsets_topic.encode(records, limit), Acks.LEADER)
         self._written[group] = (partition, info.last_offset)
 
     async def durable(self, name: str, timeout_ms: int) -> None:
-        """Wait until the group's last write is on every in-sync replica of its offsets
+        """Wait until the group's last write is on every in-sync replica of its
         partition (Kafka's offsets.commit.required.acks=-1), so that a new coordinator
         replays it: a commit or a join is answered only then."""
         written = self._written.pop(name, None)
@@ -162,3 +170,23 @@ class OffsetsLog:
         """Shutting down: the replays under way stop."""
         for load in self._loads.values():
             load.cancel()
+
+
+class OffsetsLog(CoordinatorLog[StoredGroup]):
+    """The consumer groups' `__consumer_offsets` partitions led here."""
+
+    def __init__(
+        self,
+        replicas: ReplicaManager,
+        restore: Callable[[Mapping[str, StoredGroup]], None],
+        replayed: Callable[[], None],
+        unload: Callable[[int], None],
+    ) -> None:
+        super().__init__(
+            replicas,
+            restore,
+            replayed,
+            unload,
+            offsets_topic.OFFSETS_TOPIC,
+            offsets_topic.replay,
+        )

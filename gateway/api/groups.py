@@ -72,7 +72,8 @@ def valid_group_id(value: object) -> bool:
     )
 
 
-def _group(request: web.Request) -> str:
+def group_param(request: web.Request) -> str:
+    """The route's {group}, checked."""
     name = request.match_info["group"]
     if not valid_group_id(name):
         raise bad_request(
@@ -82,7 +83,8 @@ def _group(request: web.Request) -> str:
     return name
 
 
-def _fields(doc: dict[str, Any], allowed: set[str]) -> None:
+def check_fields(doc: dict[str, Any], allowed: set[str]) -> None:
+    """400 for a body member not in `allowed`."""
     unknown = sorted(set(doc) - allowed)
     if unknown:
         raise bad_request(
@@ -91,7 +93,8 @@ def _fields(doc: dict[str, Any], allowed: set[str]) -> None:
         )
 
 
-def _int(doc: dict[str, Any], name: str, minimum: int, maximum: int, where: str = "") -> int:
+def int_field(doc: dict[str, Any], name: str, minimum: int, maximum: int, where: str = "") -> int:
+    """A body member that must be an integer in [minimum, maximum]."""
     value = doc.get(name)
     if isinstance(value, bool) or not isinstance(value, int):
         raise bad_request(f"{where}{name} must be an integer", "INVALID_PARAMETER")
@@ -103,7 +106,8 @@ def _int(doc: dict[str, Any], name: str, minimum: int, maximum: int, where: str 
     return value
 
 
-def _topic(value: object, where: str) -> str:
+def topic_field(value: object, where: str) -> str:
+    """A topic name from a body, checked."""
     try:
         return validate_topic_name(value)
     except InvalidTopicName as exc:
@@ -113,19 +117,19 @@ def _topic(value: object, where: str) -> str:
 async def join(request: web.Request) -> web.Response:
     gateway = gateway_of(request)
     settings = gateway.settings
-    name = _group(request)
+    name = group_param(request)
     doc = await json_object(request, settings)
-    _fields(doc, JOIN_FIELDS)
+    check_fields(doc, JOIN_FIELDS)
     topics = doc.get("topics")
     if not isinstance(topics, list) or not 1 <= len(topics) <= MAX_TOPICS:
         raise bad_request(f"topics must be a list of 1 to {MAX_TOPICS} topic names")
-    names = tuple(dict.fromkeys(_topic(t, f"topics[{i}]") for i, t in enumerate(topics)))
+    names = tuple(dict.fromkeys(topic_field(t, f"topics[{i}]") for i, t in enumerate(topics)))
     for topic in names:
         refuse_internal(topic, "consuming it in a group")
         require(request, "topic", topic, "read")
     session = DEFAULT_SESSION_TIMEOUT_MS
     if "session_timeout_ms" in doc:
-        session = _int(
+        session = int_field(
             doc,
             "session_timeout_ms",
             settings.group_min_session_timeout_ms,
@@ -169,7 +173,7 @@ async def join(request: web.Request) -> web.Response:
 async def fetch(request: web.Request) -> web.Response:
     gateway = gateway_of(request)
     settings = gateway.settings
-    name = _group(request)
+    name = group_param(request)
     accept = codecs.negotiate(request.headers.get("Accept", ""), (codecs.JSON,), codecs.JSON)
     if accept is None:
         raise Problem(406, "NOT_ACCEPTABLE", f"Accept allows none of {codecs.JSON}")
@@ -214,7 +218,7 @@ def _require_member_topics(request: web.Request, name: str) -> None:
 
 
 def _offsets(doc: dict[str, Any]) -> list[tuple[tuple[str, int], int, str]]:
-    _fields(doc, {"offsets", "generation"})
+    check_fields(doc, {"offsets", "generation"})
     items = doc.get("offsets")
     if not isinstance(items, list) or not items:
         raise bad_request("offsets must be a non-empty list of {topic, partition, offset}")
@@ -223,10 +227,10 @@ def _offsets(doc: dict[str, Any]) -> list[tuple[tuple[str, int], int, str]]:
         where = f"offsets[{i}]."
         if not isinstance(item, dict):
             raise bad_request(f"offsets[{i}] must be an object")
-        _fields(item, {"topic", "partition", "offset", "metadata"})
-        topic = _topic(item.get("topic"), f"offsets[{i}].topic")
-        partition = _int(item, "partition", 0, 2**31 - 1, where)
-        offset = _int(item, "offset", 0, INT64_MAX, where)
+        check_fields(item, {"topic", "partition", "offset", "metadata"})
+        topic = topic_field(item.get("topic"), f"offsets[{i}].topic")
+        partition = int_field(item, "partition", 0, 2**31 - 1, where)
+        offset = int_field(item, "offset", 0, INT64_MAX, where)
         metadata = item.get("metadata", "")
         if not isinstance(metadata, str) or len(metadata.encode()) > MAX_METADATA:
             raise bad_request(f"{where}metadata must be a string of at most {MAX_METADATA} bytes")
@@ -236,14 +240,14 @@ def _offsets(doc: dict[str, Any]) -> list[tuple[tuple[str, int], int, str]]:
 
 async def commit(request: web.Request) -> web.Response:
     gateway = gateway_of(request)
-    name = _group(request)
+    name = group_param(request)
     body = await read_body(request, gateway.settings)
     offsets = None
     generation = None
     if body.strip():
         doc = await json_object(request, gateway.settings)
         if "generation" in doc:
-            generation = _int(doc, "generation", 0, INT64_MAX)
+            generation = int_field(doc, "generation", 0, INT64_MAX)
         if "offsets" in doc or set(doc) - {"generation"}:
             offsets = _offsets(doc)
     if offsets is None:
@@ -260,7 +264,7 @@ async def commit(request: web.Request) -> web.Response:
 
 
 async def leave(request: web.Request) -> web.Response:
-    name = _group(request)
+    name = group_param(request)
     _coordinator(request).leave(name, request.match_info["member"])
     await _durable(request, name)
     return web.Response(status=204)
@@ -283,7 +287,7 @@ async def list_groups(request: web.Request) -> web.Response:
 
 
 async def describe_group(request: web.Request) -> web.Response:
-    doc = _coordinator(request).describe(_group(request))
+    doc = _coordinator(request).describe(group_param(request))
     if gateway_of(request).settings.workers > 1:  # asks topic descriptions: no loop
         await all_workers.fill_lag(gateway_of(request), doc)
     return json_response(doc)
@@ -291,7 +295,7 @@ async def describe_group(request: web.Request) -> web.Response:
 
 async def delete_group(request: web.Request) -> web.Response:
     """Delete a group that has no members: its committed offsets and metadata."""
-    name = _group(request)
+    name = group_param(request)
     _coordinator(request).delete_group(name)
     await _durable(request, name)
     return web.Response(status=204)
@@ -299,10 +303,25 @@ async def delete_group(request: web.Request) -> web.Response:
 
 async def reset_offsets(request: web.Request) -> web.Response:
     gateway = gateway_of(request)
-    name = _group(request)
-    doc = await json_object(request, gateway.settings)
-    _fields(doc, {"topic", "partitions", "to"})
-    topic = _topic(doc.get("topic"), "topic")
+    name = group_param(request)
+    topic, partitions, to = reset_request(request, await json_object(request, gateway.settings))
+    reset = await _coordinator(request).reset_offsets(name, topic, partitions, to)
+    await _durable(request, name)
+    return json_response(
+        {
+            "group": name,
+            "offsets": [{"topic": t, "partition": p, "offset": o} for (t, p), o in reset],
+        }
+    )
+
+
+def reset_request(
+    request: web.Request, doc: dict[str, Any]
+) -> tuple[str, list[int] | None, str | int | dict[str, int]]:
+    """An offsets reset's topic (read on it required), partitions (None: all) and target:
+    earliest, latest, an offset or {"timestamp": ms}. A group's and a share group's."""
+    check_fields(doc, {"topic", "partitions", "to"})
+    topic = topic_field(doc.get("topic"), "topic")
     require(request, "topic", topic, "read")
     partitions = doc.get("partitions")
     if partitions is not None:
@@ -314,19 +333,12 @@ async def reset_offsets(request: web.Request) -> web.Response:
         partitions = sorted(set(partitions))
     to = doc.get("to")
     if isinstance(to, dict):
-        _fields(to, {"timestamp"})
-        _int(to, "timestamp", 0, INT64_MAX, "to.")
+        check_fields(to, {"timestamp"})
+        int_field(to, "timestamp", 0, INT64_MAX, "to.")
     elif isinstance(to, bool) or not (
         to in ("earliest", "latest") or (isinstance(to, int) and 0 <= to <= INT64_MAX)
     ):
         raise bad_request(
             'to must be "earliest", "latest", an offset or {"timestamp": ms}', "INVALID_PARAMETER"
         )
-    reset = await _coordinator(request).reset_offsets(name, topic, partitions, to)
-    await _durable(request, name)
-    return json_response(
-        {
-            "group": name,
-            "offsets": [{"topic": t, "partition": p, "offset": o} for (t, p), o in reset],
-        }
-    )
+    return topic, partitions, to

@@ -13,13 +13,14 @@ from gateway.auth.middleware import may, require_create_topic
 from gateway.http.params import choice_param, json_object, json_response
 from gateway.http.problem import Problem, bad_request
 from gateway.state import gateway_of
+from groups.share.state_topic import STATE_TOPIC as SHARE_STATE_TOPIC
 from replication.metadata import NO_LEADER
 from replication.replica_manager import ReplicaManager
 from schemas.records import TOPIC as SCHEMAS_TOPIC
 
 _CREATE_FIELDS = {"name", "partitions", "replication_factor", "configs"}
 _ALTER_FIELDS = {"partitions", "configs"}
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, SCHEMAS_TOPIC})
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, SCHEMAS_TOPIC, SHARE_STATE_TOPIC})
 
 
 def add_routes(app: web.Application) -> None:
@@ -107,8 +108,8 @@ async def _described(request: web.Request, name: str) -> dict[str, Any]:
 
 
 def refuse_internal(name: str, action: str) -> None:
-    """The offsets topic is written only by the group coordinator, and its partition count
-    decides where every group lives."""
+    """The internal topics are written only by their coordinators (groups, share groups, the
+    schema registry), and their partition counts decide where every group lives."""
     if name in INTERNAL_TOPICS:
         raise Problem(403, "INTERNAL_TOPIC", f"{name!r} is an internal topic; {action} is refused")
 

@@ -45,6 +45,8 @@ def _on(resource_type: ResourceType, operation: Operation, param: str | None) ->
 
 _TOPIC_RECORDS = "/v1/topics/{topic}/partitions/{partition}"
 _MEMBER = "/v1/groups/{group}/members/{member}"
+_SHARE = "/v1/share-groups/{group}"
+_SHARE_MEMBER = f"{_SHARE}/members/{{member}}"
 _V2_PARTITION = "/topics/{topic}/partitions/{partition}"
 _V2_INSTANCE = "/consumers/{group}/instances/{instance}"
 _SUBSCRIPTION = "/v1/subscriptions/{name}"
@@ -85,6 +87,17 @@ ROUTES: dict[tuple[str, str], Access] = {
         _on("group", "read", "group"), also="read on each topic committed"
     ),
     ("DELETE", _MEMBER): Access(_on("group", "read", "group")),
+    ("GET", "/v1/share-groups"): Access(also="lists only the groups the principal may describe"),
+    ("GET", _SHARE): Access(_on("group", "describe", "group")),
+    ("DELETE", _SHARE): Access(_on("group", "delete", "group")),
+    ("PUT", f"{_SHARE}/configs"): Access(_on("group", "alter", "group")),
+    ("PUT", f"{_SHARE}/offsets"): Access(_on("group", "read", "group"), also="read on the topic"),
+    ("POST", f"{_SHARE}/members"): Access(_on("group", "read", "group"), also="read on each topic"),
+    ("DELETE", _SHARE_MEMBER): Access(_on("group", "read", "group")),
+    ("POST", f"{_SHARE_MEMBER}/acquire"): Access(
+        _on("group", "read", "group"), also="read on each of the member's topics"
+    ),
+    ("POST", f"{_SHARE_MEMBER}/acknowledge"): Access(_on("group", "read", "group")),
     ("POST", "/v1/subscriptions"): Access(also="read on the topic, write on the dead-letter topic"),
     ("GET", "/v1/subscriptions"): Access(
         also="lists only the subscriptions of topics the principal may describe"

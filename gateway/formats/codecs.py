@@ -320,6 +320,28 @@ def _record_headers(out: dict[str, Any], headers: list[tuple[str, bytes | None]]
         out["headers_encoding"] = "base64"
 
 
+def record_doc(
+    offset: int,
+    timestamp: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: list[tuple[str, bytes | None]],
+    values_json: bool,
+    into: dict[str, Any],
+) -> dict[str, Any]:
+    """One record as a fetch answers it (key and headers as text or base64, a JSON value
+    embedded), added to `into` (the fields a reader puts first)."""
+    into["offset"] = offset
+    into["timestamp"] = timestamp
+    _text_or_base64(into, "key", key)
+    _value(into, value, values_json)
+    if headers:
+        _record_headers(into, headers)
+    else:
+        into["headers"] = {}
+    return into
+
+
 class FetchedRecord(msgspec.Struct, gc=False):
     """A fetched record on the common path; `value` is stored JSON text, embedded as is.
 
@@ -441,15 +463,7 @@ def fetched_records(
                     )
             else:
                 item: dict[str, Any] = {} if source is None else dict(topic_partition)
-                item["offset"] = offset
-                item["timestamp"] = rec.timestamp
-                _text_or_base64(item, "key", key)
-                _value(item, value, known_json)
-                if headers:
-                    _record_headers(item, headers)
-                else:
-                    item["headers"] = {}
-                append(item)
+                append(record_doc(offset, rec.timestamp, key, value, headers, known_json, item))
             next_offset = offset + 1
             left -= 1
             if not left:

@@ -1,0 +1,251 @@
+"""Share-group routes (queues, KIP-932): configs, join and leave, acquire records under locks,
+acknowledge them one by one, describe, list, reset the start, delete.
+
+Every input is checked here; the share coordinator (groups.share.coordinator) does the rest.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import orjson
+from aiohttp import web
+
+from gateway.api.fetch import refuse_when_full
+from gateway.api.groups import (
+    DEFAULT_SESSION_TIMEOUT_MS,
+    MAX_TOPICS,
+    check_fields,
+    group_param,
+    int_field,
+    reset_request,
+    topic_field,
+)
+from gateway.api.topics import refuse_internal
+from gateway.auth.middleware import may, require
+from gateway.formats import codecs
+from gateway.http.params import json_object, json_response, query_int, read_body
+from gateway.http.problem import Problem, bad_request, problem_body
+from gateway.state import Gateway, gateway_of
+from groups.share.coordinator import AckResult, ShareCoordinator
+from groups.share.model import ShareRecord
+from groups.share.partition_state import AckType
+
+MAX_ACQUIRE_RECORDS = 1_000  # records one acquire may take
+MAX_ACKNOWLEDGEMENTS = 1_000  # acknowledgements in one request
+MAX_RELEASE_DELAY_MS = 12 * 3_600_000  # as SQS's longest visibility timeout
+_BASE = "/v1/share-groups/{group}"
+_MEMBER = _BASE + "/members/{member}"
+_ENCODER = msgspec.json.Encoder()
+_ACK_TYPES = {t.value: t for t in AckType}
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_get("/v1/share-groups", list_share_groups)
+    app.router.add_get(_BASE, describe)
+    app.router.add_delete(_BASE, delete)
+    app.router.add_put(_BASE + "/configs", set_configs)
+    app.router.add_put(_BASE + "/offsets", reset_offsets)
+    app.router.add_post(_BASE + "/members", join)
+    app.router.add_delete(_MEMBER, leave)
+    app.router.add_post(_MEMBER + "/acquire", acquire)
+    app.router.add_post(_MEMBER + "/acknowledge", acknowledge)
+
+
+async def _coordinator(request: web.Request) -> ShareCoordinator:
+    return await gateway_of(request).share_groups_ready()
+
+
+async def set_configs(request: web.Request) -> web.Response:
+    """Set or (null) unset the group's configs; the group is made if new."""
+    gateway = gateway_of(request)
+    name = group_param(request)
+    doc = await json_object(request, gateway.settings)
+    check_fields(doc, {"configs"})
+    configs = doc.get("configs")
+    if not isinstance(configs, dict) or not configs:
+        raise bad_request("configs must be a non-empty object of config names to values")
+    stored = await (await _coordinator(request)).set_configs(name, configs)
+    return json_response({"group": name, "configs": stored})
+
+
+async def join(request: web.Request) -> web.Response:
+    gateway = gateway_of(request)
+    settings = gateway.settings
+    name = group_param(request)
+    doc = await json_object(request, settings)
+    check_fields(doc, {"topics", "session_timeout_ms"})
+    topics = doc.get("topics")
+    if not isinstance(topics, list) or not 1 <= len(topics) <= MAX_TOPICS:
+        raise bad_request(f"topics must be a list of 1 to {MAX_TOPICS} topic names")
+    names = tuple(dict.fromkeys(topic_field(t, f"topics[{i}]") for i, t in enumerate(topics)))
+    for topic in names:
+        refuse_internal(topic, "consuming it in a share group")
+        require(request, "topic", topic, "read")
+        gateway.replicas.topic(topic)  # 404 UNKNOWN_TOPIC_OR_PARTITION for a topic not made
+    session = DEFAULT_SESSION_TIMEOUT_MS
+    if "session_timeout_ms" in doc:
+        session = int_field(
+            doc,
+            "session_timeout_ms",
+            settings.group_min_session_timeout_ms,
+            settings.group_max_session_timeout_ms,
+        )
+    member_id = await (await _coordinator(request)).join(name, names, session)
+    return json_response(
+        {"member_id": member_id, "topics": list(names), "session_timeout_ms": session}, 201
+    )
+
+
+async def leave(request: web.Request) -> web.Response:
+    name = group_param(request)
+    released = await (await _coordinator(request)).leave(name, request.match_info["member"])
+    return json_response({"released": released})
+
+
+async def acquire(request: web.Request) -> web.Response:
+    """Acquire up to max_records records, waiting up to timeout_ms for one."""
+    gateway = gateway_of(request)
+    settings = gateway.settings
+    name = group_param(request)
+    accept = codecs.negotiate(
+        request.headers.get("Accept", ""), (codecs.JSON, codecs.NDJSON), codecs.JSON
+    )
+    if accept is None:
+        raise Problem(
+            406, "NOT_ACCEPTABLE", f"Accept allows none of {codecs.JSON}, {codecs.NDJSON}"
+        )
+    query = request.query
+    max_records = query_int(query, "max_records", 1, 1, MAX_ACQUIRE_RECORDS)
+    max_bytes = query_int(
+        query, "max_bytes", settings.default_fetch_bytes, 1, settings.max_fetch_bytes
+    )
+    timeout_ms = query_int(query, "timeout_ms", 0, 0, settings.max_wait_ms)
+    if (await read_body(request, settings)).strip():
+        raise bad_request("an acquire takes its limits in the query; send no body")
+    coordinator = await _coordinator(request)
+    member_id = request.match_info["member"]
+    group = coordinator.groups.get(name)
+    member = None if group is None else group.members.get(member_id)
+    for topic in () if member is None else member.topics:
+        require(request, "topic", topic, "read")
+    if timeout_ms:
+        refuse_when_full(gateway.notifier, settings)
+    records = await coordinator.acquire(name, member_id, max_records, max_bytes, timeout_ms)
+    docs = [_record(r) for r in records]
+    for r in records:
+        gateway.metrics.traffic.fetched(r.topic, 1, 0)
+    if accept == codecs.NDJSON:
+        body = b"".join(_ENCODER.encode(d) + b"\n" for d in docs)
+        return web.Response(body=body, content_type=codecs.NDJSON)
+    return web.Response(body=_ENCODER.encode({"records": docs}), content_type=codecs.JSON)
+
+
+def _record(r: ShareRecord) -> dict[str, Any]:
+    into: dict[str, Any] = {"topic": r.topic, "partition": r.partition}
+    doc = codecs.record_doc(r.offset, r.timestamp, r.key, r.value, r.headers, r.values_json, into)
+    doc["delivery_count"] = r.delivery_count
+    doc["lock_expires_at"] = r.lock_deadline_ms
+    doc["token"] = r.token
+    return doc
+
+
+async def acknowledge(request: web.Request) -> web.Response:
+    """Accept, release (optionally after delay_ms), reject or renew acquired records; each
+    answers on its own whether it took effect."""
+    gateway = gateway_of(request)
+    name = group_param(request)
+    items = await _acknowledgements(request, gateway)
+    coordinator = await _coordinator(request)
+    results = await coordinator.acknowledge(name, request.match_info["member"], items)
+    return web.Response(
+        body=_ENCODER.encode({"results": [_result(r) for r in results]}),
+        content_type=codecs.JSON,
+    )
+
+
+async def _acknowledgements(
+    request: web.Request, gateway: Gateway
+) -> list[tuple[str, AckType, int]]:
+    """The body's acknowledgements: {"acknowledgements": [...]} as JSON, or one per line as
+    NDJSON; each {"token", "type": accept|release|reject|renew, "delay_ms"?}."""
+    content_type = request.content_type
+    if content_type == codecs.NDJSON:
+        body = await read_body(request, gateway.settings)
+        items: list[Any] = []
+        for n, line in enumerate(body.splitlines(), 1):
+            if line.strip():
+                try:
+                    items.append(orjson.loads(line))
+                except orjson.JSONDecodeError as exc:
+                    raise bad_request(f"line {n} is not JSON: {exc}", "INVALID_JSON") from None
+    else:
+        doc = await json_object(request, gateway.settings)
+        check_fields(doc, {"acknowledgements"})
+        items = doc.get("acknowledgements")  # type: ignore[assignment]
+        if not isinstance(items, list):
+            raise bad_request("acknowledgements must be a list of {token, type}")
+    if not 1 <= len(items) <= MAX_ACKNOWLEDGEMENTS:
+        raise bad_request(f"a request acknowledges 1 to {MAX_ACKNOWLEDGEMENTS} records")
+    out = []
+    for i, item in enumerate(items):
+        where = f"acknowledgements[{i}]"
+        if not isinstance(item, dict):
+            raise bad_request(f"{where} must be an object {{token, type}}")
+        check_fields(item, {"token", "type", "delay_ms"})
+        token = item.get("token")
+        if not isinstance(token, str) or not 1 <= len(token) <= 512:
+            raise bad_request(f"{where}.token must be a token from an acquire")
+        kind = _ACK_TYPES.get(item.get("type", "accept"))
+        if kind is None:
+            raise bad_request(f"{where}.type must be one of {', '.join(_ACK_TYPES)}")
+        delay = 0
+        if "delay_ms" in item:
+            if kind is not AckType.RELEASE:
+                raise bad_request(f"{where}.delay_ms is for a release only")
+            delay = int_field(item, "delay_ms", 0, MAX_RELEASE_DELAY_MS, f"{where}.")
+        out.append((token, kind, delay))
+    return out
+
+
+def _result(r: AckResult) -> dict[str, Any]:
+    doc: dict[str, Any] = {"token": r.token, "type": r.kind.value}
+    if r.refused is None:
+        doc["status"] = "ok"
+        if r.lock_deadline_ms is not None:
+            doc["lock_expires_at"] = r.lock_deadline_ms
+        return doc
+    doc["status"] = "refused"
+    doc["problem"] = orjson.loads(problem_body(Problem(409, r.refused.code, str(r.refused))))
+    return doc
+
+
+async def describe(request: web.Request) -> web.Response:
+    return json_response(await (await _coordinator(request)).describe(group_param(request)))
+
+
+async def list_share_groups(request: web.Request) -> web.Response:
+    groups = (await _coordinator(request)).list_groups()
+    return json_response(
+        {"share_groups": [g for g in groups if may(request, "group", g["group"], "describe")]}
+    )
+
+
+async def delete(request: web.Request) -> web.Response:
+    await (await _coordinator(request)).delete(group_param(request))
+    return web.Response(status=204)
+
+
+async def reset_offsets(request: web.Request) -> web.Response:
+    """Start the group's share-partitions of a topic over (no members may be in it)."""
+    gateway = gateway_of(request)
+    name = group_param(request)
+    topic, partitions, to = reset_request(request, await json_object(request, gateway.settings))
+    starts = await (await _coordinator(request)).reset(name, topic, partitions, to)
+    return json_response(
+        {
+            "group": name,
+            "offsets": [{"topic": t, "partition": p, "start_offset": o} for (t, p), o in starts],
+        }
+    )

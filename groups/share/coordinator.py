@@ -1,0 +1,801 @@
+"""Share groups (KIP-932, "queues for Kafka"): records of a topic handed out one at a time
+under acquisition locks, each acknowledged by itself, to as many consumers as want them.
+
+The node that leads a group's partition of `__share_group_state` coordinates it, as a consumer
+group's coordinator is chosen: it keeps every share-partition's window (groups.share.
+partition_state), reads the records wherever their partitions are led (groups.
+partition_reader), and appends each change of a window to its state partition before it
+answers, so that the next coordinator (failover, reassignment, controlled shutdown) rebuilds
+the windows as they were answered. Any node forwards a share group's request here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from engine import batch as fmt
+from engine.errors import EngineError, OffsetOutOfRange
+from engine.offsets_topic import TopicPartition, partition_for
+from groups.errors import GroupError
+from groups.offsets_log import CoordinatorLog, partition_count
+from groups.partition_reader import PartitionReader
+from groups.share import state_topic
+from groups.share.model import (
+    DELIVERY_LIMIT,
+    LOCK_DURATION,
+    MAX_RECORD_LOCKS,
+    ReadAhead,
+    ShareGroup,
+    ShareMember,
+    ShareRecord,
+    check_configs,
+    parse_token,
+    reset_lookback_ms,
+)
+from groups.share.partition_state import (
+    AckRefused,
+    AckType,
+    RecordState,
+    ShareConfig,
+    SharePartition,
+    Transition,
+)
+from replication.partition import Partition
+from replication.replica_manager import ReplicaManager
+
+READ_BYTES = 1024 * 1024  # one read ahead of a window
+WATCH_MS = 10_000  # a parked acquire's long-poll at a partition's leader, renewed while parked
+WATCH_RETRY_S = 0.5  # after a failed long-poll (no leader, say), before the next
+logger = logging.getLogger("groups.share")
+
+
+def now_ms() -> int:
+    """Wall-clock milliseconds: lock deadlines outlive the node that set them."""
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class AckResult:
+    """One acknowledgement's outcome: None when it took effect, else why not."""
+
+    token: str
+    kind: AckType
+    refused: AckRefused | None
+    lock_deadline_ms: int | None = None  # a renewal's new deadline
+
+
+class ShareCoordinator:
+    """Every share group whose state partition this node leads."""
+
+    def __init__(
+        self,
+        replicas: ReplicaManager,
+        reader: PartitionReader,
+        max_members: int,
+        write_timeout_ms: int,
+    ) -> None:
+        self.replicas = replicas
+        self.reader = reader
+        self.max_members = max_members
+        self.write_timeout_ms = write_timeout_ms
+        self.groups: dict[str, ShareGroup] = {}
+        self.log: CoordinatorLog[state_topic.StoredShareGroup] = CoordinatorLog(
+            replicas,
+            self._restore,
+            lambda: None,
+            self._unload,
+            state_topic.STATE_TOPIC,
+            state_topic.replay,
+        )
+        self.closing = False
+        # What happened to records, for /metrics: acquired, accepted, released, rejected,
+        # archived, lock_expired, redelivered, renewed.
+        self.counts: dict[str, int] = dict.fromkeys(
+            (
+                "acquired",
+                "accepted",
+                "released",
+                "rejected",
+                "archived",
+                "lock_expired",
+                "redelivered",
+                "renewed",
+            ),
+            0,
+        )
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # -- start and stop --------------------------------------------------------------------------
+
+    async def role_changed(self, partition: Partition) -> None:
+        """A state partition came to this node, moved to a new epoch, or left it."""
+        await self.log.role_changed(partition)
+
+    async def loaded(self) -> None:
+        await self.log.loaded()
+
+    def close(self) -> None:
+        """Shutting down: parked acquires answer now, timers and watchers stop."""
+        self.closing = True
+        self.log.close()
+        for group in self.groups.values():
+            self._drop(group)
+        for task in self._tasks:
+            task.cancel()
+
+    def _restore(self, stored: Mapping[str, state_topic.StoredShareGroup]) -> None:
+        """Take over groups as the state topic left them: members with fresh sessions, windows
+        as their last answered change left them (locks in force stay held by their members)."""
+        for name, doc in stored.items():
+            old = self.groups.pop(name, None)
+            if old is not None:
+                self._drop(old)
+            group = ShareGroup(name)
+            metadata = doc.metadata or {}
+            try:
+                group.configs = check_configs(dict(metadata.get("configs") or {}))
+                for m in metadata.get("members") or []:
+                    member = ShareMember(
+                        str(m["member_id"]), tuple(m["topics"]), int(m["session_timeout_ms"])
+                    )
+                    group.members[member.member_id] = member
+                config = _config_of(group)
+                for tp, window in doc.partitions.items():
+                    group.partitions[tp] = SharePartition.from_snapshot(window, config)
+            except (KeyError, TypeError, ValueError) as exc:
+                logger.error("share group %r: its stored state is unreadable: %s", name, exc)
+                continue
+            self.groups[name] = group
+            for member in group.members.values():
+                self._renew(group, member)
+
+    def _unload(self, state_partition: int) -> None:
+        """A state partition left this node: its groups are coordinated elsewhere now."""
+        count = partition_count(self.replicas, state_topic.STATE_TOPIC)
+        for name in [n for n in self.groups if partition_for(n, count) == state_partition]:
+            self._drop(self.groups.pop(name))
+
+    def _drop(self, group: ShareGroup) -> None:
+        for member in group.members.values():
+            if member.expiry is not None:
+                member.expiry.cancel()
+        for watcher in group.watchers.values():
+            watcher.cancel()
+        if group.timer is not None:
+            group.timer.cancel()
+        group.wake()
+
+    def _group(self, name: str, create: bool = False) -> ShareGroup:
+        """The group, coordinated here (NotLeader names the node that coordinates it)."""
+        self.log.coordinator(name)
+        group = self.groups.get(name)
+        if group is None:
+            if not create:
+                raise GroupError("UNKNOWN_GROUP", f"share group {name!r} does not exist")
+            group = self.groups[name] = ShareGroup(name)
+        return group
+
+    # -- configs and membership ------------------------------------------------------------------
+
+    async def set_configs(self, name: str, configs: dict[str, Any]) -> dict[str, Any]:
+        """Set (a null value: unset) some of the group's configs; creates the group."""
+        try:
+            checked = check_configs({k: v for k, v in configs.items() if v is not None})
+        except ValueError as exc:
+            raise GroupError("INVALID_CONFIG", str(exc)) from None
+        group = self._group(name, create=True)
+        merged = {**group.configs, **checked}
+        for key, value in configs.items():
+            if value is None:
+                merged.pop(key, None)
+        check_configs(merged)
+        group.configs = merged
+        config = _config_of(group)
+        for window in group.partitions.values():
+            window.config = config
+        await self._store(group, (), with_group=True)
+        return dict(group.configs)
+
+    async def join(self, name: str, topics: tuple[str, ...], session_timeout_ms: int) -> str:
+        """A new member of the group (created if new), reading `topics`; its id."""
+        group = self._group(name, create=True)
+        if len(group.members) >= self.max_members:
+            raise GroupError(
+                "GROUP_MAX_SIZE_REACHED",
+                f"share group {name!r} has {len(group.members)} members, its limit",
+            )
+        member = ShareMember(str(uuid.uuid4()), topics, session_timeout_ms)
+        group.members[member.member_id] = member
+        self._renew(group, member)
+        await self._store(group, (), with_group=True)
+        return member.member_id
+
+    async def leave(self, name: str, member_id: str) -> int:
+        """A member leaves: what it holds is released at once. Returns how many."""
+        group = self._group(name)
+        member = group.member(member_id)
+        return await self._remove(group, member)
+
+    async def _remove(self, group: ShareGroup, member: ShareMember) -> int:
+        if member.expiry is not None:
+            member.expiry.cancel()
+        group.members.pop(member.member_id, None)
+        changed = []
+        released = 0
+        for tp, window in group.partitions.items():
+            moved = window.release_member(member.member_id)
+            if moved:
+                self._count(moved)
+                changed.append(tp)
+                released += len(moved)
+        await self._store(group, changed, with_group=True)
+        group.wake()
+        return released
+
+    def _renew(self, group: ShareGroup, member: ShareMember) -> None:
+        """The member's session starts again (unless a request of its is in flight)."""
+        if member.expiry is not None:
+            member.expiry.cancel()
+            member.expiry = None
+        if member.acquiring or self.closing:
+            return
+        loop = asyncio.get_running_loop()
+        member.expiry = loop.call_later(
+            member.session_timeout_ms / 1000, self._expire_member, group, member
+        )
+
+    def _expire_member(self, group: ShareGroup, member: ShareMember) -> None:
+        if self.groups.get(group.name) is not group or member.acquiring:
+            return
+        logger.info("share group %r: member %s expired", group.name, member.member_id)
+        self._spawn(self._remove(group, member))
+
+    def _spawn(self, work: Any) -> None:
+        task: asyncio.Task[Any] = asyncio.ensure_future(work)
+        self._tasks.add(task)
+
+        def done(t: asyncio.Task[Any]) -> None:
+            self._tasks.discard(t)
+            if not t.cancelled() and t.exception() is not None:
+                logger.warning("share groups: a background write failed: %s", t.exception())
+
+        task.add_done_callback(done)
+
+    # -- acquire ---------------------------------------------------------------------------------
+
+    async def acquire(
+        self, name: str, member_id: str, max_records: int, max_bytes: int, timeout_ms: int
+    ) -> list[ShareRecord]:
+        """Up to `max_records` records (and about `max_bytes`; the first always comes)
+        acquired for the member across its partitions, waiting up to `timeout_ms` for one.
+        Answered once their acquisition is stored."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_ms / 1000
+        group = self._group(name)
+        member = group.member(member_id)
+        member.acquiring += 1
+        self._renew(group, member)
+        try:
+            while True:
+                got, changed = await self._acquire_pass(group, member, max_records, max_bytes)
+                if got:
+                    await self._store(group, changed)
+                    return got
+                if changed:
+                    await self._store(group, changed)
+                left = deadline - loop.time()
+                if left <= 0 or self.closing:
+                    return []
+                await self._park(group, member, left)
+                if self.groups.get(name) is not group:
+                    group = self._group(name)  # moved away: NotLeader names the new place
+                    member = group.member(member_id)
+                if group.members.get(member_id) is not member:
+                    raise GroupError("UNKNOWN_MEMBER", f"member {member_id!r} left the group")
+        finally:
+            member.acquiring -= 1
+            if group.members.get(member_id) is member:
+                self._renew(group, member)
+
+    def _member_partitions(self, member: ShareMember) -> list[TopicPartition]:
+        topics = self.replicas.store.view.topics
+        return [
+            (topic, p)
+            for topic in member.topics
+            if topic in topics
+            for p in range(topics[topic].partitions)
+        ]
+
+    async def _acquire_pass(
+        self, group: ShareGroup, member: ShareMember, max_records: int, max_bytes: int
+    ) -> tuple[list[ShareRecord], list[TopicPartition]]:
+        """One turn over the member's partitions from where the last one left off: records
+        due again first, then records new to each window."""
+        partitions = self._member_partitions(member)
+        if not partitions:
+            return [], []
+        turn = member.rotation % len(partitions)
+        member.rotation += 1
+        changed: list[TopicPartition] = []
+        got: list[ShareRecord] = []
+        size = 0
+        for tp in partitions[turn:] + partitions[:turn]:
+            if len(got) >= max_records or (got and size >= max_bytes):
+                break
+            window = group.partitions.get(tp)
+            if window is None:
+                window = await self._start_window(group, tp)
+                changed.append(tp)
+            if group.partitions.get(tp) is not window:
+                continue  # reset or unloaded meanwhile
+            expired = window.expire(now_ms())
+            if expired:
+                self._count(expired)
+                changed.append(tp)
+            taken = await self._take(group, member, tp, window, max_records - len(got))
+            if taken:
+                changed.append(tp)
+                for record in taken:
+                    got.append(record)
+                    size += record.size
+        return got, list(dict.fromkeys(changed))
+
+    async def _take(
+        self,
+        group: ShareGroup,
+        member: ShareMember,
+        tp: TopicPartition,
+        window: SharePartition,
+        limit: int,
+    ) -> list[ShareRecord]:
+        """Acquire up to `limit` records of one window: those due again, then new ones."""
+        out: list[ShareRecord] = []
+        due = window.available(now_ms())[:limit]
+        if due:
+            found = await self._read_offsets(group, tp, due)
+            now = now_ms()
+            still = set(window.available(now))
+            due = [o for o in due if o in still and o in found]
+            if due:
+                for t in window.acquire(due, member.member_id, now):
+                    out.append(_delivered(found[t.offset], t, now + window.config.lock_ms))
+                self._count_acquired(out)
+        left = limit - len(out)
+        if left > 0 and window.room:
+            ahead = await self._read_ahead(group, tp, window)
+            if ahead is None or group.partitions.get(tp) is not window:
+                return out
+            now = now_ms()
+            while ahead.records and ahead.records[0].offset < window.end:
+                ahead.records.popleft()
+            take: list[ShareRecord] = []
+            while ahead.records and len(take) < min(left, window.room):
+                take.append(ahead.records.popleft())
+            if take:
+                transitions = window.acquire([r.offset for r in take], member.member_id, now)
+                new = [
+                    _delivered(r, t, now + window.config.lock_ms)
+                    for r, t in zip(take, transitions, strict=True)
+                ]
+                self._count_acquired(new)
+                out += new
+            elif not ahead.records:
+                window.skip_to(ahead.end)
+        return out
+
+    async def _read_ahead(
+        self, group: ShareGroup, tp: TopicPartition, window: SharePartition
+    ) -> ReadAhead | None:
+        """Records from the window's end on, read once for every acquirer."""
+        ahead = group.ahead.get(tp)
+        if ahead is not None and ahead.records and ahead.records[-1].offset >= window.end:
+            return ahead
+        lock = group.reading.setdefault(tp, asyncio.Lock())
+        async with lock:
+            ahead = group.ahead.get(tp)
+            if ahead is not None and ahead.records and ahead.records[-1].offset >= window.end:
+                return ahead
+            position = window.end
+            try:
+                data, end = await self._read(window, tp, position, 0)
+            except EngineError as exc:
+                logger.debug("share group %r: reading %s-%d: %s", group.name, *tp, exc)
+                return None
+            ahead = ReadAhead(deque(_records(tp, data, position)), end)
+            group.ahead[tp] = ahead
+            return ahead
+
+    async def _read(
+        self, window: SharePartition, tp: TopicPartition, position: int, timeout_ms: int
+    ) -> tuple[memoryview, int]:
+        """Committed batches at `position` (a window that fell below the log start moves up to
+        it first) and where they end."""
+        try:
+            read = await self.reader.read(*tp, position, READ_BYTES, timeout_ms)
+        except OffsetOutOfRange as exc:
+            if exc.offset >= exc.log_start_offset:
+                raise
+            lost = window.advance_to(exc.log_start_offset)
+            if lost:
+                logger.warning(
+                    "%s-%d: %d records not yet acknowledged fell out of the log", *tp, lost
+                )
+            position = window.end
+            read = await self.reader.read(*tp, position, READ_BYTES, timeout_ms)
+        data = read.data
+        end = position
+        if data:
+            end = max(position, fmt.scan(data, check_crc=False).headers[-1][1].next_offset)
+        return data, end
+
+    async def _read_offsets(
+        self, group: ShareGroup, tp: TopicPartition, offsets: list[int]
+    ) -> dict[int, ShareRecord]:
+        """The records at `offsets` (ascending), read again for their redelivery."""
+        found: dict[int, ShareRecord] = {}
+        wanted = set(offsets)
+        position = offsets[0]
+        window = group.partitions[tp]
+        while wanted and position <= offsets[-1]:
+            try:
+                data, end = await self._read(window, tp, position, 0)
+            except EngineError as exc:
+                logger.debug("share group %r: reading %s-%d: %s", group.name, *tp, exc)
+                break
+            for record in _records(tp, data, position):
+                if record.offset in wanted:
+                    found[record.offset] = record
+                    wanted.discard(record.offset)
+            if end <= position:
+                break
+            position = min((o for o in wanted if o >= end), default=offsets[-1] + 1)
+        return found
+
+    async def _start_window(self, group: ShareGroup, tp: TopicPartition) -> SharePartition:
+        """A share-partition read for the first time starts at the group's
+        share.auto.offset.reset; stored before anything is acquired from it."""
+        lookback = reset_lookback_ms(group.reset)
+        at: str | int = group.reset if lookback is None else now_ms() - lookback
+        start = await self.reader.offset(tp[0], tp[1], at)  # type: ignore[arg-type]
+        window = group.partitions.get(tp)
+        if window is None:
+            window = group.partitions[tp] = SharePartition(start, _config_of(group))
+        return window
+
+    # -- waiting ---------------------------------------------------------------------------------
+
+    async def _park(self, group: ShareGroup, member: ShareMember, left_s: float) -> None:
+        """Wait until something may be acquirable: new records at one of the member's
+        partitions, a record given back or due again, or `left_s` passes."""
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        group.parked.append(waiter)
+        self._arm_timer(group)
+        for tp in self._member_partitions(member):
+            window = group.partitions.get(tp)
+            if window is not None and window.room and tp not in group.watchers:
+                group.watchers[tp] = asyncio.ensure_future(self._watch(group, tp, window))
+        try:
+            await asyncio.wait((waiter,), timeout=left_s)
+        finally:
+            if not waiter.done():
+                waiter.cancel()
+                with contextlib.suppress(ValueError):
+                    group.parked.remove(waiter)
+
+    def _arm_timer(self, group: ShareGroup) -> None:
+        """Wake the parked acquires when the group's next lock lapses or delayed release is
+        due."""
+        deadlines = [d for w in group.partitions.values() if (d := w.next_deadline()) is not None]
+        if group.timer is not None:
+            group.timer.cancel()
+            group.timer = None
+        if deadlines:
+            delay = max(0.0, (min(deadlines) - now_ms()) / 1000) + 0.001
+            group.timer = asyncio.get_running_loop().call_later(delay, group.wake)
+
+    async def _watch(self, group: ShareGroup, tp: TopicPartition, window: SharePartition) -> None:
+        """While acquires are parked, long-poll the partition's leader past the window's end;
+        what it brings is read ahead for them, and wakes them."""
+        try:
+            while group.parked and self.groups.get(group.name) is group:
+                ahead = group.ahead.get(tp)
+                if ahead is not None and ahead.records and ahead.records[-1].offset >= window.end:
+                    group.wake()
+                    return
+                position = window.end
+                try:
+                    data, end = await self._read(window, tp, position, WATCH_MS)
+                except EngineError as exc:
+                    logger.debug("share group %r: watching %s-%d: %s", group.name, *tp, exc)
+                    await asyncio.sleep(WATCH_RETRY_S)
+                    continue
+                if data and window.end == position and group.partitions.get(tp) is window:
+                    group.ahead[tp] = ReadAhead(deque(_records(tp, data, position)), end)
+                    group.wake()
+                    return
+        finally:
+            if group.watchers.get(tp) is asyncio.current_task():
+                del group.watchers[tp]
+
+    # -- acknowledge -----------------------------------------------------------------------------
+
+    async def acknowledge(
+        self, name: str, member_id: str, acks: list[tuple[str, AckType, int]]
+    ) -> list[AckResult]:
+        """Apply each (token, type, delay_ms) in order; each answers whether it took effect.
+        Answered once the changes are stored."""
+        group = self._group(name)
+        member = group.member(member_id)
+        self._renew(group, member)
+        now = now_ms()
+        results = []
+        changed: list[TopicPartition] = []
+        expired_checked: set[TopicPartition] = set()
+        released = False
+        for token, kind, delay_ms in acks:
+            try:
+                tp, offset, delivery = parse_token(token)
+            except ValueError:
+                refused = AckRefused("INVALID_TOKEN", f"{token!r} is not a token of an acquire")
+                results.append(AckResult(token, kind, refused))
+                continue
+            window = group.partitions.get(tp)
+            if window is None or tp[0] not in member.topics:
+                refused = AckRefused(
+                    "RECORD_NOT_ACQUIRED",
+                    f"{tp[0]}-{tp[1]} has no record acquired in share group {name!r}",
+                )
+                results.append(AckResult(token, kind, refused))
+                continue
+            if tp not in expired_checked:
+                expired_checked.add(tp)
+                expired = window.expire(now)
+                if expired:
+                    self._count(expired)
+                    changed.append(tp)
+            try:
+                done = window.acknowledge(offset, delivery, member_id, kind, now, delay_ms)
+            except AckRefused as exc:
+                results.append(AckResult(token, kind, exc))
+                continue
+            self._count([done])
+            released = released or done.state is RecordState.AVAILABLE
+            changed.append(tp)
+            deadline = now + window.config.lock_ms if kind is AckType.RENEW else None
+            results.append(AckResult(token, kind, None, deadline))
+        await self._store(group, list(dict.fromkeys(changed)))
+        if released:
+            group.wake()
+        if changed and group.parked:
+            self._arm_timer(group)
+        return results
+
+    # -- operations ------------------------------------------------------------------------------
+
+    async def describe(self, name: str) -> dict[str, Any]:
+        """Members, and per share-partition its window and lag."""
+        group = self._group(name)
+        now = now_ms()
+        rows = []
+        total = 0
+        for (topic, p), window in sorted(group.partitions.items()):
+            expired = window.expire(now)
+            self._count(expired)
+            try:
+                high_watermark: int | None = await self.reader.offset(topic, p, "latest")
+            except EngineError:
+                high_watermark = None
+            lag = None if high_watermark is None else window.lag(high_watermark)
+            total += lag or 0
+            counts = window.counts()
+            rows.append(
+                {
+                    "topic": topic,
+                    "partition": p,
+                    "start_offset": window.start,
+                    "end_offset": window.end,
+                    "high_watermark": high_watermark,
+                    "in_flight": len(window.records),
+                    "acquired": counts["acquired"],
+                    "available": counts["available"],
+                    "acknowledged": counts["acknowledged"],
+                    "archived": counts["archived"],
+                    "lag": lag,
+                }
+            )
+        members = []
+        for member in sorted(group.members.values(), key=lambda m: m.member_id):
+            held = sum(len(w.held_by(member.member_id)) for w in group.partitions.values())
+            members.append(
+                {
+                    "member_id": member.member_id,
+                    "topics": list(member.topics),
+                    "session_timeout_ms": member.session_timeout_ms,
+                    "acquired": held,
+                }
+            )
+        return {
+            "group": name,
+            "state": "Stable" if group.members else "Empty",
+            "configs": dict(group.configs),
+            "members": members,
+            "partitions": rows,
+            "lag": total,
+        }
+
+    def list_groups(self) -> list[dict[str, Any]]:
+        return [
+            {"group": name, "state": "Stable" if g.members else "Empty", "members": len(g.members)}
+            for name, g in sorted(self.groups.items())
+            if g.exists
+        ]
+
+    async def delete(self, name: str) -> None:
+        """Forget a group without members, its windows and configs (tombstones)."""
+        group = self._group(name)
+        if group.members:
+            raise GroupError(
+                "GROUP_NOT_EMPTY", f"share group {name!r} has {len(group.members)} members"
+            )
+        records: list[tuple[bytes, bytes | None]] = [(state_topic.group_key(name), None)]
+        records += [(state_topic.partition_key(name, *tp), None) for tp in group.partitions]
+        self.log.append(name, records)
+        await self.log.durable(name, self.write_timeout_ms)
+        self._drop(self.groups.pop(name))
+
+    async def reset(
+        self, name: str, topic: str, partitions: list[int] | None, to: str | int | dict[str, int]
+    ) -> list[tuple[TopicPartition, int]]:
+        """Start the group's share-partitions of `topic` over at `to` (earliest, latest, an
+        offset, or {"timestamp": ms}), as kafka-share-groups --reset-offsets; only without
+        members."""
+        group = self._group(name, create=True)
+        if group.members:
+            raise GroupError(
+                "GROUP_NOT_EMPTY",
+                f"share group {name!r} has {len(group.members)} members; reset it when empty",
+            )
+        count = self.replicas.topic(topic).partitions
+        chosen = list(range(count)) if partitions is None else partitions
+        for p in chosen:
+            if not 0 <= p < count:
+                raise GroupError("UNKNOWN_PARTITION", f"{topic} has no partition {p}")
+        starts = []
+        for p in chosen:
+            if isinstance(to, dict):
+                offset = await self.reader.offset(topic, p, int(to["timestamp"]))
+            elif isinstance(to, int):
+                low = await self.reader.offset(topic, p, "earliest")
+                high = await self.reader.offset(topic, p, "latest")
+                if not low <= to <= high:
+                    raise OffsetOutOfRange(to, low, high)
+                offset = to
+            else:
+                offset = await self.reader.offset(topic, p, to)  # type: ignore[arg-type]
+            starts.append(((topic, p), offset))
+        for tp, offset in starts:
+            window = group.partitions.get(tp)
+            if window is None:
+                group.partitions[tp] = SharePartition(offset, _config_of(group))
+            else:
+                window.reset(offset)
+            group.ahead.pop(tp, None)
+        await self._store(group, [tp for tp, _ in starts], with_group=True)
+        return starts
+
+    def topics_changed(self, deleted: set[str]) -> None:
+        """Topics were deleted: their share-partitions go (tombstones)."""
+        for group in list(self.groups.values()):
+            gone = [tp for tp in group.partitions if tp[0] in deleted]
+            if not gone:
+                continue
+            for tp in gone:
+                del group.partitions[tp]
+                group.ahead.pop(tp, None)
+            records = [(state_topic.partition_key(group.name, *tp), None) for tp in gone]
+            with contextlib.suppress(EngineError):
+                self.log.append(group.name, records)
+
+    # -- inside ----------------------------------------------------------------------------------
+
+    async def _store(
+        self,
+        group: ShareGroup,
+        partitions: list[TopicPartition] | tuple[()],
+        with_group: bool = False,
+    ) -> None:
+        """Append the group's changed windows (and its own record) and wait until every
+        in-sync replica has them: what is answered then survives the coordinator."""
+        records: list[tuple[bytes, bytes | None]] = []
+        if with_group:
+            records.append((state_topic.group_key(group.name), orjson.dumps(group.stored())))
+        for tp in partitions:
+            window = group.partitions.get(tp)
+            if window is not None:
+                records.append(
+                    (state_topic.partition_key(group.name, *tp), orjson.dumps(window.snapshot()))
+                )
+        if not records:
+            return
+        self.log.append(group.name, records)
+        await self.log.durable(group.name, self.write_timeout_ms)
+
+    def _count(self, transitions: list[Transition]) -> None:
+        counts = self.counts
+        for t in transitions:
+            counts[t.cause] += 1
+            if t.state is RecordState.ARCHIVED:
+                counts["archived"] += 1
+
+    def _count_acquired(self, records: list[ShareRecord]) -> None:
+        self.counts["acquired"] += len(records)
+        self.counts["redelivered"] += sum(1 for r in records if r.delivery_count > 1)
+
+
+def _config_of(group: ShareGroup) -> ShareConfig:
+    return ShareConfig(
+        group.config(LOCK_DURATION), group.config(DELIVERY_LIMIT), group.config(MAX_RECORD_LOCKS)
+    )
+
+
+def _delivered(record: ShareRecord, t: Transition, deadline_ms: int) -> ShareRecord:
+    return ShareRecord(
+        record.topic,
+        record.partition,
+        record.offset,
+        record.timestamp,
+        record.key,
+        record.value,
+        record.headers,
+        record.values_json,
+        t.delivery_count,
+        deadline_ms,
+    )
+
+
+def _records(tp: TopicPartition, data: memoryview, start: int) -> list[ShareRecord]:
+    """The data records of whole batches from `start` on (control batches left out, Sluice's
+    own idempotency header taken off)."""
+    out = []
+    pos = 0
+    end = len(data)
+    while pos < end:
+        header = fmt.read_header(data, pos)
+        view = data[pos : pos + header.size]
+        pos += header.size
+        if header.last_offset < start or header.is_control:
+            continue
+        internal = header.idempotent
+        for rec in fmt.batch_records(view):
+            if rec.offset < start:
+                continue
+            headers = rec.headers
+            if internal:
+                internal = False
+                headers = [h for h in headers if h[0] != fmt.IDEMPOTENCY_HEADER]
+            out.append(
+                ShareRecord(
+                    tp[0],
+                    tp[1],
+                    rec.offset,
+                    rec.timestamp,
+                    rec.key,
+                    rec.value,
+                    headers,
+                    header.values_json,
+                    0,
+                    0,
+                )
+            )
+    return out

@@ -1,0 +1,181 @@
+"""A share group's state in memory: its configs, members and share-partitions, the records
+read ahead of its windows, and who waits for records."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine import batch as fmt
+from engine.offsets_topic import TopicPartition
+from groups.errors import GroupError
+from groups.share.partition_state import (
+    DEFAULT_DELIVERY_LIMIT,
+    DEFAULT_LOCK_MS,
+    DEFAULT_MAX_RECORD_LOCKS,
+    SharePartition,
+)
+
+AUTO_OFFSET_RESET = "share.auto.offset.reset"
+LOCK_DURATION = "share.record.lock.duration.ms"
+DELIVERY_LIMIT = "share.delivery.count.limit"
+MAX_RECORD_LOCKS = "share.partition.max.record.locks"
+# Each config's default and bounds (Kafka's group.share.* broker bounds, the lock's widened).
+CONFIG_BOUNDS: dict[str, tuple[int, int, int]] = {
+    LOCK_DURATION: (DEFAULT_LOCK_MS, 1_000, 3_600_000),
+    DELIVERY_LIMIT: (DEFAULT_DELIVERY_LIMIT, 2, 10),
+    MAX_RECORD_LOCKS: (DEFAULT_MAX_RECORD_LOCKS, 100, 10_000),
+}
+DEFAULT_RESET = "latest"
+_DURATION = re.compile(r"^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?$")
+
+
+def reset_lookback_ms(value: str) -> int | None:
+    """`by_duration:<ISO-8601 duration>` (KIP-1106) as milliseconds back from now; None for
+    `earliest` and `latest`; ValueError for anything else."""
+    if value in ("earliest", "latest"):
+        return None
+    prefix = "by_duration:"
+    match = _DURATION.match(value[len(prefix) :]) if value.startswith(prefix) else None
+    if match is None or value == prefix + "P" or value.endswith("T"):
+        raise ValueError(
+            f"{AUTO_OFFSET_RESET} is earliest, latest or by_duration:<ISO-8601 duration> "
+            "(by_duration:PT1H, by_duration:P1DT12H)"
+        )
+    days, hours, minutes, seconds = (float(g) if g else 0.0 for g in match.groups())
+    return int((((days * 24 + hours) * 60 + minutes) * 60 + seconds) * 1000)
+
+
+def check_configs(configs: dict[str, Any]) -> dict[str, Any]:
+    """Configs as a share group stores them; ValueError names the first bad one."""
+    out: dict[str, Any] = {}
+    for name, value in configs.items():
+        if name == AUTO_OFFSET_RESET:
+            if not isinstance(value, str):
+                raise ValueError(f"{name} must be a string")
+            reset_lookback_ms(value)
+        elif name in CONFIG_BOUNDS:
+            _, low, high = CONFIG_BOUNDS[name]
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                raise ValueError(f"{name} must be an integer between {low} and {high}")
+        else:
+            known = ", ".join(sorted([AUTO_OFFSET_RESET, *CONFIG_BOUNDS]))
+            raise ValueError(f"unknown config {name!r}; known: {known}")
+        out[name] = value
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class ShareRecord:
+    """A record delivered under an acquisition lock: what to deliver, and how to acknowledge
+    it (`token`)."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: fmt.Headers
+    values_json: bool
+    delivery_count: int
+    lock_deadline_ms: int  # wall-clock ms
+
+    @property
+    def token(self) -> str:
+        return make_token(self.topic, self.partition, self.offset, self.delivery_count)
+
+    @property
+    def size(self) -> int:
+        return len(self.key or b"") + len(self.value or b"")
+
+
+def make_token(topic: str, partition: int, offset: int, delivery_count: int) -> str:
+    """An acquisition's handle: which record, and which of its deliveries."""
+    return f"{topic}:{partition}:{offset}:{delivery_count}"
+
+
+def parse_token(token: str) -> tuple[TopicPartition, int, int]:
+    """(topic, partition), offset and delivery count of a token; ValueError if malformed."""
+    topic, partition, offset, delivery = token.rsplit(":", 3)
+    numbers = int(partition), int(offset), int(delivery)
+    if not topic or min(numbers) < 0 or not all(p.isdigit() for p in (partition, offset)):
+        raise ValueError(token)
+    return (topic, numbers[0]), numbers[1], numbers[2]
+
+
+@dataclass
+class ShareMember:
+    member_id: str
+    topics: tuple[str, ...]
+    session_timeout_ms: int
+    acquiring: int = 0  # requests in flight: the session does not run out meanwhile
+    rotation: int = 0  # where the next acquire starts among the member's partitions
+    expiry: asyncio.TimerHandle | None = None
+
+    def stored(self) -> dict[str, Any]:
+        return {
+            "member_id": self.member_id,
+            "topics": list(self.topics),
+            "session_timeout_ms": self.session_timeout_ms,
+        }
+
+
+@dataclass
+class ReadAhead:
+    """Records read from the log past the window's end, not yet acquired: the next acquirers
+    take them without another read. `end` is where the read stopped."""
+
+    records: deque[ShareRecord]
+    end: int
+
+
+@dataclass
+class ShareGroup:
+    name: str
+    configs: dict[str, Any] = field(default_factory=dict)
+    members: dict[str, ShareMember] = field(default_factory=dict)
+    partitions: dict[TopicPartition, SharePartition] = field(default_factory=dict)
+    ahead: dict[TopicPartition, ReadAhead] = field(default_factory=dict)
+    reading: dict[TopicPartition, asyncio.Lock] = field(default_factory=dict)
+    parked: list[asyncio.Future[None]] = field(default_factory=list)
+    watchers: dict[TopicPartition, asyncio.Task[None]] = field(default_factory=dict)
+    timer: asyncio.TimerHandle | None = None
+
+    def config(self, name: str) -> int:
+        return int(self.configs.get(name, CONFIG_BOUNDS[name][0]))
+
+    @property
+    def reset(self) -> str:
+        return str(self.configs.get(AUTO_OFFSET_RESET, DEFAULT_RESET))
+
+    @property
+    def exists(self) -> bool:
+        return bool(self.members or self.partitions or self.configs)
+
+    def stored(self) -> dict[str, Any]:
+        return {
+            "configs": self.configs,
+            "members": [m.stored() for m in self.members.values()],
+        }
+
+    def member(self, member_id: str) -> ShareMember:
+        member = self.members.get(member_id)
+        if member is None:
+            raise GroupError(
+                "UNKNOWN_MEMBER",
+                f"share group {self.name!r} has no member {member_id!r} (it left or expired: "
+                "join again)",
+            )
+        return member
+
+    def wake(self) -> None:
+        """Something may be acquirable: every parked acquire looks again, longest-waiting
+        first."""
+        parked, self.parked = self.parked, []
+        for waiter in parked:
+            if not waiter.done():
+                waiter.set_result(None)

@@ -1,0 +1,88 @@
+"""The internal `__share_group_state` topic: how share groups are stored in it, and the replay
+that rebuilds them on the node that comes to lead one of its partitions.
+
+As `__consumer_offsets`, keys and values are JSON and a key is the same bytes for the same
+thing, so compaction keeps the latest of each: a group's record (its configs and members) and
+one record per share-partition (its window, `SharePartition.snapshot`). A null value deletes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from engine import batch as fmt
+from engine.errors import InvalidRecord
+from engine.offsets_topic import READ_CHUNK_BYTES, CommittedLog, TopicPartition
+
+STATE_TOPIC = "__share_group_state"
+DEFAULT_PARTITIONS = 50  # share.coordinator.state.topic.num.partitions
+TOPIC_CONFIGS: dict[str, object] = {
+    "cleanup.policy": "compact",
+    "segment.bytes": 100 * 1024 * 1024,  # share.coordinator.state.topic.segment.bytes
+}
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class StoredShareGroup:
+    """What the topic holds for one share group."""
+
+    metadata: dict[str, Any] | None = None  # {"configs": {...}, "members": [...]}
+    partitions: dict[TopicPartition, dict[str, Any]] = field(default_factory=dict)
+
+
+def group_key(group: str) -> bytes:
+    return orjson.dumps(["share_group", group])
+
+
+def partition_key(group: str, topic: str, partition: int) -> bytes:
+    return orjson.dumps(["share_partition", group, topic, partition])
+
+
+def replay(partition_logs: Iterable[CommittedLog]) -> dict[str, StoredShareGroup]:
+    """Every share group's latest record and windows, read from the committed records."""
+    groups: dict[str, StoredShareGroup] = {}
+    for partition_log in partition_logs:
+        offset = partition_log.log_start_offset
+        while offset < partition_log.high_watermark:
+            data = partition_log.read(offset, READ_CHUNK_BYTES).data
+            if not data:
+                break
+            for record in fmt.iter_records(data):
+                if record.offset >= offset:
+                    _apply(groups, record.key, record.value, partition_log)
+                    offset = record.offset + 1
+            offset = max(offset, fmt.scan(data, check_crc=False).headers[-1][1].next_offset)
+    return {n: g for n, g in groups.items() if g.metadata is not None or g.partitions}
+
+
+def _apply(
+    groups: dict[str, StoredShareGroup],
+    key: bytes | None,
+    value: bytes | None,
+    where: CommittedLog,
+) -> None:
+    try:
+        parts = orjson.loads(key or b"")
+        doc = None if value is None else orjson.loads(value)
+        if doc is not None and not isinstance(doc, dict):
+            raise InvalidRecord(f"a value that is not an object under {key!r}")
+        match parts:
+            case ["share_group", str(group)]:
+                groups.setdefault(group, StoredShareGroup()).metadata = doc
+            case ["share_partition", str(group), str(topic), int(partition)]:
+                stored = groups.setdefault(group, StoredShareGroup())
+                if doc is None:
+                    stored.partitions.pop((topic, partition), None)
+                else:
+                    stored.partitions[(topic, partition)] = doc
+            case _:
+                raise InvalidRecord(f"unknown key {key!r}")
+    except (orjson.JSONDecodeError, InvalidRecord) as exc:
+        log.warning("%s-%d: skipped an unreadable record: %s", where.topic, where.partition, exc)

@@ -83,7 +83,7 @@ async def join(request: web.Request) -> web.Response:
     for topic in names:
         refuse_internal(topic, "consuming it in a share group")
         require(request, "topic", topic, "read")
-        gateway.replicas.topic(topic)  # 404 UNKNOWN_TOPIC_OR_PARTITION for a topic not made
+        gateway.replicas.topic(topic)  # 404 UNKNOWN_TOPIC for a topic not made
     session = DEFAULT_SESSION_TIMEOUT_MS
     if "session_timeout_ms" in doc:
         session = int_field(
@@ -197,7 +197,8 @@ async def _acknowledgements(
         token = item.get("token")
         if not isinstance(token, str) or not 1 <= len(token) <= 512:
             raise bad_request(f"{where}.token must be a token from an acquire")
-        kind = _ACK_TYPES.get(item.get("type", "accept"))
+        name = item.get("type", "accept")
+        kind = _ACK_TYPES.get(name) if isinstance(name, str) else None
         if kind is None:
             raise bad_request(f"{where}.type must be one of {', '.join(_ACK_TYPES)}")
         delay = 0

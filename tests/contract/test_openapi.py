@@ -98,6 +98,7 @@ def _component_validator(name: str) -> jsonschema_rs.Draft202012Validator:
 
 
 RECORD_VALIDATOR = _component_validator("Record")
+SHARE_RECORD_VALIDATOR = _component_validator("ShareRecord")
 
 
 @schemathesis.serializer(NDJSON)
@@ -116,15 +117,20 @@ schemathesis.serializer.alias(
 
 @schemathesis.deserializer(NDJSON)
 def _ndjson_response(ctx: schemathesis.DeserializationContext, response: Any) -> str:
-    """Check every line against the Record schema; the body itself is a string in the spec."""
+    """Check every line against the Record schema (ShareRecord for a share group's acquire);
+    the body itself is a string in the spec."""
     text: str = response.content.decode()
+    shared = "/share-groups/" in str(response.request.url)
+    validator, name = (
+        (SHARE_RECORD_VALIDATOR, "ShareRecord") if shared else (RECORD_VALIDATOR, "Record")
+    )
     if text and not text.endswith("\n"):
         raise ValueError("an NDJSON body must end with a newline")
     # split on "\n" only: JSON strings may hold U+2028 and other line breaks unescaped
     for number, line in enumerate(text.split("\n")[:-1], 1):
-        error = next(RECORD_VALIDATOR.iter_errors(json.loads(line)), None)
+        error = next(validator.iter_errors(json.loads(line)), None)
         if error is not None:
-            raise ValueError(f"NDJSON line {number} is not a Record: {error.message}")
+            raise ValueError(f"NDJSON line {number} is not a {name}: {error.message}")
     return text
 
 
@@ -566,6 +572,47 @@ def test_group_answers_conform(live: Server) -> None:
     reset = requests.put(f"{base}/offsets", json={"topic": SAMPLES, "to": "earliest"}, timeout=10)
     schema["/v1/groups/{group}/offsets"]["PUT"].validate_response(reset)
     assert reset.json()["offsets"][0]["offset"] == 0
+
+
+def test_share_group_answers_conform(live: Server) -> None:
+    """A share group's configs, join, acquire (JSON and NDJSON), acknowledge, views, reset."""
+    base = f"{live.url}/v1/share-groups/contract-share-group"
+    configs = {"share.auto.offset.reset": "earliest", "share.delivery.count.limit": 3}
+    configured = requests.put(f"{base}/configs", json={"configs": configs}, timeout=10)
+    schema["/v1/share-groups/{group}/configs"]["PUT"].validate_response(configured)
+    joined = requests.post(f"{base}/members", json={"topics": [SAMPLES]}, timeout=10)
+    schema["/v1/share-groups/{group}/members"]["POST"].validate_response(joined)
+    member = joined.json()["member_id"]
+    acquire = f"{base}/members/{member}/acquire"
+    got = requests.post(acquire, params={"max_records": 4}, timeout=10)
+    schema["/v1/share-groups/{group}/members/{member}/acquire"]["POST"].validate_response(got)
+    records = got.json()["records"]
+    assert records[0]["value"] == {"n": 1, "tags": ["a", "b"]}
+    assert records[3]["value_encoding"] == "base64"
+    lines = requests.post(
+        acquire, params={"max_records": 2}, headers={"Accept": NDJSON}, timeout=10
+    )
+    schema["/v1/share-groups/{group}/members/{member}/acquire"]["POST"].validate_response(lines)
+    tokens = [r["token"] for r in records] + ["nonsense"]
+    kinds = ["accept", "release", "reject", "renew", "accept"]
+    acks = [{"token": t, "type": k} for t, k in zip(tokens, kinds, strict=True)]
+    acked = requests.post(
+        f"{base}/members/{member}/acknowledge", json={"acknowledgements": acks}, timeout=10
+    )
+    schema["/v1/share-groups/{group}/members/{member}/acknowledge"]["POST"].validate_response(acked)
+    assert [r["status"] for r in acked.json()["results"]] == ["ok"] * 4 + ["refused"]
+    described = requests.get(base, timeout=10)
+    schema["/v1/share-groups/{group}"]["GET"].validate_response(described)
+    listed = requests.get(f"{live.url}/v1/share-groups", timeout=10)
+    schema["/v1/share-groups"]["GET"].validate_response(listed)
+    refused = requests.put(f"{base}/offsets", json={"topic": SAMPLES, "to": 0}, timeout=10)
+    schema["/v1/share-groups/{group}/offsets"]["PUT"].validate_response(refused)
+    assert refused.status_code == 409
+    left = requests.delete(f"{base}/members/{member}", timeout=10)
+    schema["/v1/share-groups/{group}/members/{member}"]["DELETE"].validate_response(left)
+    reset = requests.put(f"{base}/offsets", json={"topic": SAMPLES, "to": "earliest"}, timeout=10)
+    schema["/v1/share-groups/{group}/offsets"]["PUT"].validate_response(reset)
+    assert requests.delete(base, timeout=10).status_code == 204
 
 
 def test_problem_members_conform(live: Server) -> None:

@@ -1,0 +1,556 @@
+"""Share groups over HTTP, in process: join, acquire under locks, acknowledge one record at a
+time (accept, release, reject, renew), lock expiry and the delivery limit, long-poll, leave,
+expiry, reset, delete, a restart, and every kind of bad input."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+import pytest
+
+from groups.share import coordinator as share_coordinator
+from groups.share.state_topic import STATE_TOPIC
+from tests.api.support import Client, Start, create_topic, gateway, problem, produce, wait_until
+
+G = "/v1/share-groups/q"
+NDJSON = "application/x-ndjson"
+
+
+class Clock:
+    """The share coordinator's wall clock, moved by the test instead of waited for."""
+
+    def __init__(self) -> None:
+        self.now = 1_800_000_000_000
+
+    def __call__(self) -> int:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[Clock]:
+    fake = Clock()
+    monkeypatch.setattr(share_coordinator, "now_ms", fake)
+    yield fake
+
+
+async def configure(client: Client, **configs: object) -> dict[str, Any]:
+    names = {
+        "reset": "share.auto.offset.reset",
+        "lock_ms": "share.record.lock.duration.ms",
+        "limit": "share.delivery.count.limit",
+        "locks": "share.partition.max.record.locks",
+    }
+    body = {"configs": {names[k]: v for k, v in configs.items()}}
+    resp = await client.put(f"{G}/configs", json=body)
+    assert resp.status == 200, await resp.text()
+    doc: dict[str, Any] = await resp.json()
+    return doc
+
+
+async def join(client: Client, topics: tuple[str, ...] = ("t",), **fields: Any) -> str:
+    resp = await client.post(f"{G}/members", json={"topics": list(topics), **fields})
+    assert resp.status == 201, await resp.text()
+    member: str = (await resp.json())["member_id"]
+    return member
+
+
+async def acquire(client: Client, member: str, **params: object) -> list[dict[str, Any]]:
+    query = {"max_records": "100", **{k: str(v) for k, v in params.items()}}
+    resp = await client.post(f"{G}/members/{member}/acquire", params=query)
+    assert resp.status == 200, await resp.text()
+    records: list[dict[str, Any]] = (await resp.json())["records"]
+    return records
+
+
+async def ack(
+    client: Client, member: str, *items: tuple[str, str] | tuple[str, str, int]
+) -> list[dict[str, Any]]:
+    acks = []
+    for item in items:
+        doc: dict[str, object] = {"token": item[0], "type": item[1]}
+        if len(item) == 3:
+            doc["delay_ms"] = item[2]
+        acks.append(doc)
+    resp = await client.post(f"{G}/members/{member}/acknowledge", json={"acknowledgements": acks})
+    assert resp.status == 200, await resp.text()
+    results: list[dict[str, Any]] = (await resp.json())["results"]
+    return results
+
+
+def codes(results: list[dict[str, Any]]) -> list[str]:
+    return [r["problem"]["code"] if r["status"] == "refused" else "ok" for r in results]
+
+
+async def describe(client: Client) -> dict[str, Any]:
+    resp = await client.get(G)
+    assert resp.status == 200, await resp.text()
+    doc: dict[str, Any] = await resp.json()
+    return doc
+
+
+async def setup(client: Client, records: int = 5, partitions: int = 1, **configs: object) -> str:
+    await create_topic(client, "t", partitions)
+    await configure(client, reset="earliest", **configs)
+    for p in range(partitions if records else 0):
+        await produce(client, [{"value": i} for i in range(records)], partition=p)
+    return await join(client)
+
+
+# -- the happy paths ------------------------------------------------------------------------------
+
+
+async def test_records_are_acquired_once_and_accepted_records_never_come_again(
+    client: Client, clock: Clock
+) -> None:
+    member = await setup(client, 3)
+    got = await acquire(client, member)
+    assert [(r["offset"], r["value"], r["delivery_count"]) for r in got] == [
+        (0, 0, 1),
+        (1, 1, 1),
+        (2, 2, 1),
+    ]
+    assert {r["lock_expires_at"] for r in got} == {clock.now + 30_000}
+    assert got[0]["token"] == "t:0:0:1" and got[0]["topic"] == "t" and got[0]["partition"] == 0
+    assert await acquire(client, member) == []  # all held
+    assert codes(await ack(client, member, *[(r["token"], "accept") for r in got])) == ["ok"] * 3
+    clock.now += 60_000  # well past every lock
+    assert await acquire(client, member) == []
+    doc = await describe(client)
+    assert doc["partitions"] == [
+        {
+            "topic": "t",
+            "partition": 0,
+            "start_offset": 3,
+            "end_offset": 3,
+            "high_watermark": 3,
+            "in_flight": 0,
+            "acquired": 0,
+            "available": 0,
+            "acknowledged": 0,
+            "archived": 0,
+            "lag": 0,
+        }
+    ]
+    assert doc["state"] == "Stable" and doc["lag"] == 0
+
+
+async def test_many_members_share_one_partition_each_record_to_one_of_them(
+    client: Client, clock: Clock
+) -> None:
+    await setup(client, 6)
+    members = [await join(client) for _ in range(3)]
+    taken = [await acquire(client, m, max_records=2) for m in members]
+    offsets = [[r["offset"] for r in records] for records in taken]
+    assert offsets == [[0, 1], [2, 3], [4, 5]]
+    assert codes(await ack(client, members[0], (taken[1][0]["token"], "accept"))) == ["NOT_HOLDER"]
+
+
+async def test_a_released_record_comes_again_with_its_delivery_counted(
+    client: Client, clock: Clock
+) -> None:
+    member = await setup(client, 2)
+    first = await acquire(client, member, max_records=1)
+    assert codes(await ack(client, member, (first[0]["token"], "release"))) == ["ok"]
+    again = await acquire(client, member, max_records=1)
+    assert (again[0]["offset"], again[0]["delivery_count"], again[0]["token"]) == (0, 2, "t:0:0:2")
+    # The first delivery's token is over: refused, nothing changed.
+    assert codes(await ack(client, member, (first[0]["token"], "accept"))) == ["DELIVERED_AGAIN"]
+    assert codes(await ack(client, member, (again[0]["token"], "accept"))) == ["ok"]
+
+
+async def test_a_release_with_a_delay_keeps_the_record_back_until_it_is_due(
+    client: Client, clock: Clock
+) -> None:
+    member = await setup(client, 2)
+    first = await acquire(client, member, max_records=1)
+    assert codes(await ack(client, member, (first[0]["token"], "release", 5_000))) == ["ok"]
+    # Offset 0 waits; the record behind it is delivered meanwhile.
+    assert [r["offset"] for r in await acquire(client, member)] == [1]
+    clock.now += 4_999
+    assert await acquire(client, member) == []
+    clock.now += 1
+    assert [(r["offset"], r["delivery_count"]) for r in await acquire(client, member)] == [(0, 2)]
+
+
+async def test_a_lapsed_lock_gives_the_record_back_and_its_holder_can_no_longer_accept(
+    client: Client, clock: Clock
+) -> None:
+    member = await setup(client, 1, lock_ms=2_000)
+    got = await acquire(client, member)
+    clock.now += 2_000
+    assert codes(await ack(client, member, (got[0]["token"], "accept"))) == ["LOCK_EXPIRED"]
+    other = await join(client)
+    again = await acquire(client, other)
+    assert (again[0]["offset"], again[0]["delivery_count"]) == (0, 2)
+
+
+async def test_renew_keeps_a_record_for_long_work(client: Client, clock: Clock) -> None:
+    member = await setup(client, 1, lock_ms=2_000)
+    got = await acquire(client, member)
+    clock.now += 1_500
+    results = await ack(client, member, (got[0]["token"], "renew"))
+    assert codes(results) == ["ok"] and results[0]["lock_expires_at"] == clock.now + 2_000
+    clock.now += 1_500  # past the first lock, within the renewed one
+    assert await acquire(client, await join(client)) == []
+    assert codes(await ack(client, member, (got[0]["token"], "accept"))) == ["ok"]
+
+
+async def test_a_rejected_record_is_archived_and_never_delivered_again(
+    client: Client, clock: Clock
+) -> None:
+    member = await setup(client, 2)
+    got = await acquire(client, member, max_records=1)
+    assert codes(await ack(client, member, (got[0]["token"], "reject"))) == ["ok"]
+    clock.now += 60_000
+    assert [r["offset"] for r in await acquire(client, member)] == [1]
+    doc = await describe(client)
+    assert doc["partitions"][0]["start_offset"] == 1  # offset 0 is done: archived
+    assert doc["partitions"][0]["acquired"] == 1
+
+
+async def test_a_record_that_always_fails_is_archived_at_the_delivery_limit_while_the_rest_go_on(
+    client: Client, clock: Clock
+) -> None:
+    member = await setup(client, 4, limit=3)
+    accepted = []
+    deliveries = 0
+    for _ in range(10):
+        got = await acquire(client, member)
+        if not got:
+            break
+        for r in got:
+            if r["offset"] == 0:  # the poison record: released every time
+                deliveries += 1
+                assert r["delivery_count"] == deliveries
+                assert codes(await ack(client, member, (r["token"], "release"))) == ["ok"]
+            else:
+                accepted.append(r["offset"])
+                assert codes(await ack(client, member, (r["token"], "accept"))) == ["ok"]
+    assert deliveries == 3 and sorted(accepted) == [1, 2, 3]
+    doc = await describe(client)
+    assert doc["partitions"][0]["start_offset"] == 4 and doc["lag"] == 0
+
+
+async def test_records_across_partitions_and_topics_are_acquired_in_turn(
+    client: Client, clock: Clock
+) -> None:
+    await create_topic(client, "t", 2)
+    await create_topic(client, "u", 1)
+    await configure(client, reset="earliest")
+    for p in range(2):
+        await produce(client, [{"value": p}], partition=p)
+    await produce(client, [{"value": "u"}], topic="u", partition=0)
+    member = await join(client, ("t", "u"))
+    got = await acquire(client, member)
+    assert sorted((r["topic"], r["partition"]) for r in got) == [("t", 0), ("t", 1), ("u", 0)]
+
+
+async def test_latest_starts_after_what_is_there_when_first_read(client: Client) -> None:
+    await create_topic(client)
+    await produce(client, [{"value": "old"}])
+    member = await join(client)
+    assert await acquire(client, member) == []  # the default: latest
+    await produce(client, [{"value": "new"}])
+    assert [r["value"] for r in await acquire(client, member)] == ["new"]
+
+
+async def test_a_parked_acquire_answers_as_soon_as_a_record_arrives(client: Client) -> None:
+    member = await setup(client, 0)
+    waiting = asyncio.ensure_future(acquire(client, member, timeout_ms=30_000))
+    share = gateway(client).share_groups
+    await wait_until(lambda: bool(share.groups["q"].parked))
+    await produce(client, [{"value": "late"}])
+    got = await asyncio.wait_for(waiting, 10)
+    assert [r["value"] for r in got] == ["late"]
+
+
+async def test_a_parked_acquire_answers_when_a_record_is_released(
+    client: Client, clock: Clock
+) -> None:
+    member = await setup(client, 1)
+    held = await acquire(client, member)
+    other = await join(client)
+    waiting = asyncio.ensure_future(acquire(client, other, timeout_ms=30_000))
+    share = gateway(client).share_groups
+    await wait_until(lambda: bool(share.groups["q"].parked))
+    await ack(client, member, (held[0]["token"], "release"))
+    got = await asyncio.wait_for(waiting, 10)
+    assert [(r["offset"], r["delivery_count"]) for r in got] == [(0, 2)]
+
+
+async def test_ndjson_acquire_and_acknowledge(client: Client, clock: Clock) -> None:
+    member = await setup(client, 2)
+    resp = await client.post(
+        f"{G}/members/{member}/acquire", params={"max_records": "2"}, headers={"Accept": NDJSON}
+    )
+    assert resp.status == 200 and resp.content_type == NDJSON
+    lines = [orjson.loads(line) for line in (await resp.read()).splitlines()]
+    assert [r["offset"] for r in lines] == [0, 1]
+    body = b"".join(orjson.dumps({"token": r["token"]}) + b"\n" for r in lines)
+    resp = await client.post(
+        f"{G}/members/{member}/acknowledge", data=body, headers={"Content-Type": NDJSON}
+    )
+    assert resp.status == 200, await resp.text()
+    assert [r["status"] for r in (await resp.json())["results"]] == ["ok", "ok"]
+
+
+# -- members ------------------------------------------------------------------------------------
+
+
+async def test_a_member_that_leaves_gives_back_what_it_holds(client: Client, clock: Clock) -> None:
+    member = await setup(client, 2)
+    await acquire(client, member)
+    resp = await client.delete(f"{G}/members/{member}")
+    assert resp.status == 200 and (await resp.json()) == {"released": 2}
+    other = await join(client)
+    assert [(r["offset"], r["delivery_count"]) for r in await acquire(client, other)] == [
+        (0, 2),
+        (1, 2),
+    ]
+    await problem(await client.post(f"{G}/members/{member}/acquire"), 404, "UNKNOWN_MEMBER")
+
+
+async def test_a_member_whose_session_runs_out_gives_back_what_it_holds(start: Start) -> None:
+    client = await start(group_min_session_timeout_ms=100)
+    await setup(client, 1)
+    member = await join(client, session_timeout_ms=100)
+    assert len(await acquire(client, member)) == 1
+    share = gateway(client).share_groups
+    await join(client)  # keeps the group alive
+    await wait_until(lambda: member not in share.groups["q"].members, timeout=10)
+    window = share.groups["q"].partitions[("t", 0)]
+    await wait_until(lambda: not window.held_by(member))
+
+
+# -- operations ------------------------------------------------------------------------------
+
+
+async def test_reset_and_delete_need_an_empty_group(client: Client, clock: Clock) -> None:
+    member = await setup(client, 3)
+    got = await acquire(client, member)
+    await ack(client, member, *[(r["token"], "accept") for r in got])
+    reset = {"topic": "t", "to": "earliest"}
+    await problem(await client.put(f"{G}/offsets", json=reset), 409, "GROUP_NOT_EMPTY")
+    await problem(await client.delete(G), 409, "GROUP_NOT_EMPTY")
+    await client.delete(f"{G}/members/{member}")
+    resp = await client.put(f"{G}/offsets", json=reset)
+    assert resp.status == 200, await resp.text()
+    assert (await resp.json())["offsets"] == [{"topic": "t", "partition": 0, "start_offset": 0}]
+    member = await join(client)
+    assert [r["offset"] for r in await acquire(client, member)] == [0, 1, 2]
+    await client.delete(f"{G}/members/{member}")
+    resp = await client.put(f"{G}/offsets", json={"topic": "t", "to": 2})
+    assert (await resp.json())["offsets"][0]["start_offset"] == 2
+    await problem(
+        await client.put(f"{G}/offsets", json={"topic": "t", "to": 9}), 416, "OFFSET_OUT_OF_RANGE"
+    )
+    assert (await client.delete(G)).status == 204
+    await problem(await client.get(G), 404, "UNKNOWN_GROUP")
+    listed = await (await client.get("/v1/share-groups")).json()
+    assert listed == {"share_groups": []}
+
+
+async def test_list_describes_each_group(client: Client) -> None:
+    await setup(client, 0)
+    listed = await (await client.get("/v1/share-groups")).json()
+    assert listed == {"share_groups": [{"group": "q", "state": "Stable", "members": 1}]}
+
+
+async def test_state_survives_a_restart_with_deliveries_counted_and_accepts_kept(
+    start: Start, clock: Clock
+) -> None:
+    client = await start()
+    member = await setup(client, 3)
+    got = await acquire(client, member)
+    await ack(client, member, (got[0]["token"], "accept"), (got[1]["token"], "release"))
+    await client.close()
+    client = await start()
+    # The member and its lock on offset 2 came back with the state topic.
+    assert codes(await ack(client, member, (got[2]["token"], "accept"))) == ["ok"]
+    again = await acquire(client, member)
+    assert [(r["offset"], r["delivery_count"]) for r in again] == [(1, 2)]
+    doc = await describe(client)
+    assert doc["configs"] == {"share.auto.offset.reset": "earliest"}
+    assert [m["member_id"] for m in doc["members"]] == [member]
+
+
+async def test_the_state_topic_is_internal(client: Client) -> None:
+    await setup(client, 0)
+    resp = await client.post(f"/v1/topics/{STATE_TOPIC}/records", json={"records": [{"value": 1}]})
+    await problem(resp, 403, "INTERNAL_TOPIC")
+    await problem(await client.delete(f"/v1/topics/{STATE_TOPIC}"), 403, "INTERNAL_TOPIC")
+    resp = await client.post(f"{G}/members", json={"topics": [STATE_TOPIC]})
+    await problem(resp, 403, "INTERNAL_TOPIC")
+    names = [t["name"] for t in (await (await client.get("/v1/topics")).json())["topics"]]
+    assert STATE_TOPIC not in names
+
+
+async def test_a_deleted_topic_takes_its_share_partitions_with_it(
+    client: Client, clock: Clock
+) -> None:
+    member = await setup(client, 1)
+    await acquire(client, member)
+    assert (await client.delete("/v1/topics/t")).status == 204
+    share = gateway(client).share_groups
+    await wait_until(lambda: not share.groups["q"].partitions)
+    assert (await describe(client))["partitions"] == []
+
+
+# -- bad input -----------------------------------------------------------------------------------
+
+
+async def test_each_refused_acknowledgement_says_why_and_changes_nothing(
+    client: Client, clock: Clock
+) -> None:
+    member = await setup(client, 2)
+    got = await acquire(client, member, max_records=1)
+    before = (await describe(client))["partitions"]
+    results = await ack(
+        client,
+        member,
+        ("nonsense", "accept"),
+        ("t:0:x:1", "accept"),
+        ("t:0:1:1", "accept"),  # never acquired
+        ("t:0:0:7", "accept"),  # a delivery that never was
+        ("zz:0:0:1", "accept"),  # a topic the member does not read
+        (got[0]["token"], "accept"),
+        (got[0]["token"], "accept"),  # twice
+    )
+    assert codes(results) == [
+        "INVALID_TOKEN",
+        "INVALID_TOKEN",
+        "RECORD_NOT_ACQUIRED",
+        "DELIVERED_AGAIN",
+        "RECORD_NOT_ACQUIRED",
+        "ok",
+        "ALREADY_ACKNOWLEDGED",
+    ]
+    problem_doc = results[0]["problem"]
+    assert problem_doc["status"] == 409 and problem_doc["type"].endswith("/invalid-token")
+    after = (await describe(client))["partitions"]
+    assert after[0]["acknowledged"] == 0 and after[0]["start_offset"] == 1  # only the accept
+    assert before[0]["start_offset"] == 0
+
+
+@pytest.mark.parametrize(
+    ("body", "detail"),
+    [
+        (b"{", "JSON"),
+        (b"[]", "object"),
+        (b'{"acknowledgements": 1}', "list"),
+        (b'{"acknowledgements": []}', "1 to"),
+        (b'{"acknowledgements": [1]}', "object"),
+        (b'{"acknowledgements": [{"type": "accept"}]}', "token"),
+        (b'{"acknowledgements": [{"token": 5}]}', "token"),
+        (b'{"acknowledgements": [{"token": "t:0:0:1", "type": "maybe"}]}', "type"),
+        (b'{"acknowledgements": [{"token": "t:0:0:1", "type": {}}]}', "type"),
+        (b'{"acknowledgements": [{"token": "t:0:0:1", "delay_ms": 5}]}', "release"),
+        (
+            b'{"acknowledgements": [{"token": "t:0:0:1", "type": "release", "delay_ms": -1}]}',
+            "delay",
+        ),
+        (b'{"acknowledgements": [{"token": "t:0:0:1", "extra": 1}]}', "unknown"),
+        (b'{"acks": []}', "unknown"),
+    ],
+)
+async def test_malformed_acknowledgements_are_refused_whole(
+    client: Client, body: bytes, detail: str
+) -> None:
+    member = await setup(client, 0)
+    resp = await client.post(
+        f"{G}/members/{member}/acknowledge", data=body, headers={"Content-Type": "application/json"}
+    )
+    assert resp.status == 400, await resp.text()
+    assert detail in (await resp.json())["detail"]
+
+
+async def test_too_many_acknowledgements_are_refused(client: Client) -> None:
+    member = await setup(client, 0)
+    acks = [{"token": f"t:0:{i}:1"} for i in range(1_001)]
+    resp = await client.post(f"{G}/members/{member}/acknowledge", json={"acknowledgements": acks})
+    await problem(resp, 400, "BAD_REQUEST")
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"max_records": "0"},
+        {"max_records": "1001"},
+        {"max_records": "x"},
+        {"timeout_ms": "-1"},
+        {"max_bytes": "0"},
+    ],
+)
+async def test_acquire_limits_are_checked(client: Client, params: dict[str, str]) -> None:
+    member = await setup(client, 0)
+    resp = await client.post(f"{G}/members/{member}/acquire", params=params)
+    await problem(resp, 400, "INVALID_PARAMETER")
+
+
+async def test_an_acquire_with_a_body_is_refused(client: Client) -> None:
+    member = await setup(client, 0)
+    resp = await client.post(f"{G}/members/{member}/acquire", json={"max_records": 5})
+    await problem(resp, 400, "BAD_REQUEST")
+
+
+@pytest.mark.parametrize(
+    ("configs", "detail"),
+    [
+        ({"share.delivery.count.limit": 1}, "between 2 and 10"),
+        ({"share.delivery.count.limit": "3"}, "integer"),
+        ({"share.record.lock.duration.ms": 10}, "between"),
+        ({"share.partition.max.record.locks": True}, "integer"),
+        ({"share.auto.offset.reset": "sometime"}, "by_duration"),
+        ({"share.auto.offset.reset": "by_duration:P"}, "by_duration"),
+        ({"group.share.unknown": 1}, "unknown config"),
+    ],
+)
+async def test_bad_configs_are_refused(
+    client: Client, configs: dict[str, object], detail: str
+) -> None:
+    resp = await client.put(f"{G}/configs", json={"configs": configs})
+    body = await problem(resp, 400, "INVALID_CONFIG")
+    assert detail in body["detail"]
+
+
+async def test_configs_can_be_unset_and_by_duration_is_accepted(client: Client) -> None:
+    doc = await configure(client, reset="by_duration:PT1H30M", limit=3)
+    assert doc["configs"] == {
+        "share.auto.offset.reset": "by_duration:PT1H30M",
+        "share.delivery.count.limit": 3,
+    }
+    resp = await client.put(f"{G}/configs", json={"configs": {"share.delivery.count.limit": None}})
+    assert (await resp.json())["configs"] == {"share.auto.offset.reset": "by_duration:PT1H30M"}
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code"),
+    [
+        ({"topics": []}, 400, "BAD_REQUEST"),
+        ({"topics": "t"}, 400, "BAD_REQUEST"),
+        ({"topics": ["bad name!"]}, 400, "INVALID_TOPIC_NAME"),
+        ({"topics": ["t"], "assignor": "range"}, 400, "INVALID_REQUEST"),
+        ({"topics": ["t"], "session_timeout_ms": 1}, 400, "INVALID_PARAMETER"),
+        ({"topics": ["nope"]}, 404, "UNKNOWN_TOPIC"),
+    ],
+)
+async def test_bad_joins_are_refused(
+    client: Client, body: dict[str, object], status: int, code: str
+) -> None:
+    await create_topic(client)
+    await problem(await client.post(f"{G}/members", json=body), status, code)
+
+
+async def test_unknown_groups_members_and_bad_group_ids(client: Client) -> None:
+    await problem(await client.get(G), 404, "UNKNOWN_GROUP")
+    await problem(await client.delete(f"{G}/members/nobody"), 404, "UNKNOWN_GROUP")
+    await setup(client, 0)
+    await problem(await client.post(f"{G}/members/nobody/acquire"), 404, "UNKNOWN_MEMBER")
+    resp = await client.post(
+        f"{G}/members/nobody/acknowledge", json={"acknowledgements": [{"token": "t:0:0:1"}]}
+    )
+    await problem(resp, 404, "UNKNOWN_MEMBER")
+    await problem(await client.get("/v1/share-groups/" + "x" * 256), 400, "INVALID_GROUP_ID")

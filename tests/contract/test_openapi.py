@@ -577,7 +577,9 @@ def test_group_answers_conform(live: Server) -> None:
 def test_share_group_answers_conform(live: Server) -> None:
     """A share group's configs, join, acquire (JSON and NDJSON), acknowledge, views, reset."""
     base = f"{live.url}/v1/share-groups/contract-share-group"
-    configs = {"configs": {"share.auto.offset.reset": "earliest", "share.delivery.count.limit": 3}}
+    configs: dict[str, Any] = {
+        "configs": {"share.auto.offset.reset": "earliest", "share.delivery.count.limit": 3}
+    }
     configured = requests.put(f"{base}/configs", json=configs, timeout=10)
     schema["/v1/share-groups/{group}/configs"]["PUT"].validate_response(configured)
     joined = requests.post(f"{base}/members", json={"topics": [SAMPLES]}, timeout=10)

@@ -21,6 +21,7 @@ from gateway.formats import codecs
 from gateway.formats.decoded import SubscriptionValues
 from gateway.metrics.collectors import ForwardedCollector, Metrics
 from gateway.metrics.quotas import QuotaCollector
+from gateway.metrics.share_groups import ShareGroupCollector
 from gateway.metrics.subscriptions import SubscriptionCollector
 from gateway.produce.front import Producer, ProduceRequest
 from gateway.produce.idempotency import InFlight
@@ -108,6 +109,7 @@ class Gateway:
         await groups.loaded()
         metrics = Metrics(lambda: replicas, lambda: broker.notifier, lambda: groups)
         metrics.registry.register(QuotaCollector(lambda: auth.quotas))
+        metrics.registry.register(ShareGroupCollector(lambda: share_groups))
         producer = Producer(
             replicas, metrics, in_flight, forwarder, keyless_led_here=settings.workers > 1
         )

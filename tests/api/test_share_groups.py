@@ -13,7 +13,16 @@ import pytest
 
 from groups.share import coordinator as share_coordinator
 from groups.share.state_topic import STATE_TOPIC
-from tests.api.support import Client, Start, create_topic, gateway, problem, produce, wait_until
+from tests.api.support import (
+    Client,
+    Start,
+    create_topic,
+    gateway,
+    metrics,
+    problem,
+    produce,
+    wait_until,
+)
 
 G = "/v1/share-groups/q"
 NDJSON = "application/x-ndjson"
@@ -554,3 +563,33 @@ async def test_unknown_groups_members_and_bad_group_ids(client: Client) -> None:
     )
     await problem(resp, 404, "UNKNOWN_MEMBER")
     await problem(await client.get("/v1/share-groups/" + "x" * 256), 400, "INVALID_GROUP_ID")
+
+
+async def test_metrics_count_what_happened_to_records(client: Client, clock: Clock) -> None:
+    member = await setup(client, 3, limit=2)
+    got = await acquire(client, member)
+    await ack(client, member, (got[0]["token"], "accept"), (got[1]["token"], "reject"))
+    await ack(client, member, (got[2]["token"], "renew"), (got[2]["token"], "release"))
+    again = await acquire(client, member)
+    clock.now += 60_000
+    await acquire(client, member)  # the lapsed lock of the second delivery: archived
+    assert [r["delivery_count"] for r in again] == [2]
+    scraped = await metrics(client)
+
+    def value(name: str, **labels: str) -> float:
+        return scraped[(name, frozenset(labels.items()))]
+
+    events = {
+        "acquired": 4,
+        "accepted": 1,
+        "rejected": 1,
+        "released": 1,
+        "renewed": 1,
+        "lock_expired": 1,
+        "redelivered": 1,
+        "archived": 2,
+    }
+    for event, count in events.items():
+        assert value("sluice_share_records_total", event=event) == count, event
+    assert value("sluice_share_group_members", group="q") == 1
+    assert value("sluice_share_group_records", group="q", state="acquired") == 0

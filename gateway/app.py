@@ -123,6 +123,7 @@ async def _release_long_polls(app: web.Application) -> None:
     gateway.draining.set()
     gateway.notifier.wake_all()
     gateway.groups.close()
+    gateway.share_groups.close()
 
 
 async def _close(app: web.Application) -> None:

@@ -218,6 +218,7 @@ async def _drain(public: Http2Site, gateway: Gateway) -> None:
     gateway.ready = False
     gateway.notifier.wake_all()
     gateway.groups.close()
+    gateway.share_groups.close()
     server = public.runner.server
     if server is None:
         return

@@ -19,6 +19,7 @@ from engine.tiered.remote import S3Location
 from gateway.auth.service import AuthService
 from gateway.formats import codecs
 from gateway.formats.decoded import SubscriptionValues
+from gateway.formats.share_records import share_record_json
 from gateway.metrics.collectors import ForwardedCollector, Metrics
 from gateway.metrics.quotas import QuotaCollector
 from gateway.metrics.share_groups import ShareGroupCollector
@@ -124,6 +125,8 @@ class Gateway:
             functools.partial(_dead_letter, producer, settings),
             codecs.fetched_records,
             SubscriptionValues(value_decoder),
+            share_groups,
+            share_record_json,
             settings.subscription_allowed_hosts,
         )
         gateway = cls(

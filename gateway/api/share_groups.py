@@ -25,11 +25,11 @@ from gateway.api.groups import (
 from gateway.api.topics import refuse_internal
 from gateway.auth.middleware import may, require
 from gateway.formats import codecs
+from gateway.formats.share_records import share_record_doc
 from gateway.http.params import json_object, json_response, query_int, read_body
 from gateway.http.problem import Problem, bad_request, problem_body
 from gateway.state import Gateway, gateway_of
 from groups.share.coordinator import AckResult, ShareCoordinator
-from groups.share.model import ShareRecord
 from groups.share.partition_state import AckType
 
 MAX_ACQUIRE_RECORDS = 1_000  # records one acquire may take
@@ -133,22 +133,13 @@ async def acquire(request: web.Request) -> web.Response:
     if timeout_ms:
         refuse_when_full(gateway.notifier, settings)
     records = await coordinator.acquire(name, member_id, max_records, max_bytes, timeout_ms)
-    docs = [_record(r) for r in records]
+    docs = [share_record_doc(r) for r in records]
     for r in records:
         gateway.metrics.traffic.fetched(r.topic, 1, 0)
     if accept == codecs.NDJSON:
         body = b"".join(_ENCODER.encode(d) + b"\n" for d in docs)
         return web.Response(body=body, content_type=codecs.NDJSON)
     return web.Response(body=_ENCODER.encode({"records": docs}), content_type=codecs.JSON)
-
-
-def _record(r: ShareRecord) -> dict[str, Any]:
-    into: dict[str, Any] = {"topic": r.topic, "partition": r.partition}
-    doc = codecs.record_doc(r.offset, r.timestamp, r.key, r.value, r.headers, r.values_json, into)
-    doc["delivery_count"] = r.delivery_count
-    doc["lock_expires_at"] = r.lock_deadline_ms
-    doc["token"] = r.token
-    return doc
 
 
 async def acknowledge(request: web.Request) -> web.Response:

@@ -63,11 +63,14 @@ def _may_change(request: web.Request, sub: Subscription) -> None:
 
 async def create(request: web.Request) -> web.Response:
     """201 with the subscription; the only answer that shows its signing secret."""
-    doc = await json_object(request, gateway_of(request).settings)
+    gateway = gateway_of(request)
+    doc = await json_object(request, gateway.settings)
     service = _service(request)
     for field in ("topic", "dead_letter_topic"):  # ACLs first: no probing by error answers
         if isinstance(doc.get(field), str):
             require(request, "topic", doc[field], "read" if field == "topic" else "write")
+    if doc.get("mode") == "queue":
+        await gateway.share_groups_ready()  # its share group's state topic, made at first use
     sub = await service.create(doc)
     body: dict[str, Any] = specs.public_view(sub) | {"signing_secret": sub.signing_secret}
     response = json_response(body, 201)

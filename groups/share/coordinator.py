@@ -17,7 +17,7 @@ import logging
 import time
 import uuid
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,10 +89,13 @@ class ShareCoordinator:
         self.max_members = max_members
         self.write_timeout_ms = write_timeout_ms
         self.groups: dict[str, ShareGroup] = {}
+        # Told when the groups coordinated here change (a state partition loaded or gone): the
+        # queue-mode subscriptions follow where their share group is coordinated.
+        self.listeners: set[Callable[[], None]] = set()
         self.log: CoordinatorLog[state_topic.StoredShareGroup] = CoordinatorLog(
             replicas,
             self._restore,
-            lambda: None,
+            self._tell,
             self._unload,
             state_topic.STATE_TOPIC,
             state_topic.replay,
@@ -125,7 +128,8 @@ class ShareCoordinator:
         await self.log.loaded()
 
     def close(self) -> None:
-        """Shutting down: parked acquires answer now, timers and watchers stop."""
+        """Shutting down (from the drain on): parked acquires answer now and new ones do not
+        wait, timers and watchers stop; acknowledgements are still taken."""
         self.closing = True
         self.log.close()
         for group in self.groups.values():
@@ -164,6 +168,20 @@ class ShareCoordinator:
         count = partition_count(self.replicas, state_topic.STATE_TOPIC)
         for name in [n for n in self.groups if partition_for(n, count) == state_partition]:
             self._drop(self.groups.pop(name))
+        self._tell()
+
+    def _tell(self) -> None:
+        for listener in list(self.listeners):
+            listener()
+
+    def coordinates(self, name: str) -> bool:
+        """Whether this node coordinates share group `name` now (its state partition is led
+        and loaded here)."""
+        try:
+            self.log.coordinator(name)
+        except EngineError:
+            return False
+        return True
 
     def _drop(self, group: ShareGroup) -> None:
         for member in group.members.values():
@@ -206,16 +224,28 @@ class ShareCoordinator:
         await self._store(group, (), with_group=True)
         return dict(group.configs)
 
-    async def join(self, name: str, topics: tuple[str, ...], session_timeout_ms: int) -> str:
-        """A new member of the group (created if new), reading `topics`; its id."""
+    async def join(
+        self,
+        name: str,
+        topics: tuple[str, ...],
+        session_timeout_ms: int,
+        member_id: str | None = None,
+    ) -> str:
+        """A new member of the group (created if new), reading `topics`; its id. With
+        `member_id`, the member of that id is the same client again (its settings renewed)."""
         group = self._group(name, create=True)
-        if len(group.members) >= self.max_members:
+        known = None if member_id is None else group.members.get(member_id)
+        if known is None and len(group.members) >= self.max_members:
             raise GroupError(
                 "GROUP_MAX_SIZE_REACHED",
                 f"share group {name!r} has {len(group.members)} members, its limit",
             )
-        member = ShareMember(str(uuid.uuid4()), topics, session_timeout_ms)
-        group.members[member.member_id] = member
+        if known is None:
+            member = ShareMember(member_id or str(uuid.uuid4()), topics, session_timeout_ms)
+            group.members[member.member_id] = member
+        else:
+            member = known
+            member.topics, member.session_timeout_ms = topics, session_timeout_ms
         self._renew(group, member)
         await self._store(group, (), with_group=True)
         return member.member_id
@@ -507,13 +537,15 @@ class ShareCoordinator:
     async def _watch(self, group: ShareGroup, tp: TopicPartition, window: SharePartition) -> None:
         """While acquires are parked, long-poll the partition's leader past the window's end;
         what it brings is read ahead for them, and wakes them."""
+        loop = asyncio.get_running_loop()
         try:
-            while group.parked and self.groups.get(group.name) is group:
+            while group.parked and self.groups.get(group.name) is group and not self.closing:
                 ahead = group.ahead.get(tp)
                 if ahead is not None and ahead.records and ahead.records[-1].offset >= window.end:
                     group.wake()
                     return
                 position = window.end
+                started = loop.time()
                 try:
                     data, end = await self._read(window, tp, position, WATCH_MS)
                 except EngineError as exc:
@@ -524,6 +556,9 @@ class ShareCoordinator:
                     group.ahead[tp] = ReadAhead(deque(_records(tp, data, position)), end)
                     group.wake()
                     return
+                if not data and loop.time() - started < WATCH_MS / 2000:
+                    # answered early with nothing (the node is draining its long-polls)
+                    await asyncio.sleep(WATCH_RETRY_S)
         finally:
             if group.watchers.get(tp) is asyncio.current_task():
                 del group.watchers[tp]

@@ -653,7 +653,10 @@ class PartitionDispatcher:
         sub = self.sub
         delay = RETRY_FIRST_S
         assert sub.dead_letter_topic is not None
-        records = [self._dead(sub, r, step.attempts, step.last) for r in step.records]
+        records = [
+            dead_letter_record(sub, self.partition, r, step.attempts, step.last)
+            for r in step.records
+        ]
         while True:
             try:
                 await self.services.dead_letter(sub.dead_letter_topic, records)
@@ -666,20 +669,28 @@ class PartitionDispatcher:
         self.counts.dead_lettered += len(step.records)
         state.dead_lettered(step.batch)
 
-    def _dead(
-        self, sub: Subscription, record: DeliveryRecord, attempts: int, last: Answer
-    ) -> tuple[bytes | None, bytes | None, fmt.Headers]:
-        """A dead-lettered record: the original key, value and headers, and headers that say
-        where it came from and why it failed."""
-        why: Sequence[tuple[str, str]] = (
-            ("sluice-subscription", sub.name),
-            ("sluice-topic", sub.topic),
-            ("sluice-partition", str(self.partition)),
-            ("sluice-offset", str(record.offset)),
-            ("sluice-timestamp", str(record.timestamp)),
-            ("sluice-attempts", str(attempts)),
-            ("sluice-status", "" if last.status is None else str(last.status)),
-            ("sluice-error", last.describe()),
-        )
-        headers: fmt.Headers = [*record.headers, *((n, v.encode()) for n, v in why)]
-        return record.key, record.value, headers
+
+def dead_letter_record(
+    sub: Subscription,
+    partition: int,
+    record: DeliveryRecord,
+    attempts: int,
+    last: Answer,
+    reason: str | None = None,
+) -> tuple[bytes | None, bytes | None, fmt.Headers]:
+    """A dead-lettered record: the original key, value and headers, and headers that say
+    where it came from and why it failed (`reason`: why a queue-mode record was archived)."""
+    why: list[tuple[str, str]] = [
+        ("sluice-subscription", sub.name),
+        ("sluice-topic", sub.topic),
+        ("sluice-partition", str(partition)),
+        ("sluice-offset", str(record.offset)),
+        ("sluice-timestamp", str(record.timestamp)),
+        ("sluice-attempts", str(attempts)),
+        ("sluice-status", "" if last.status is None else str(last.status)),
+        ("sluice-error", last.describe()),
+    ]
+    if reason is not None:
+        why.append(("sluice-reason", reason))
+    headers: fmt.Headers = [*record.headers, *((n, v.encode()) for n, v in why)]
+    return record.key, record.value, headers

@@ -15,15 +15,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any
 from urllib.parse import quote
 
 import orjson
 
-from engine.errors import UnknownTopic
+from engine.errors import EngineError, UnknownTopic
 from groups.coordinator import RecordDecoder
 from groups.partition_reader import PartitionReader
+from groups.share import state_topic
+from groups.share.coordinator import ShareCoordinator
+from groups.share.model import ShareRecord
 from groups.subscriptions import spec as specs
 from groups.subscriptions.client import DeliveryClient
 from groups.subscriptions.dispatcher import (
@@ -38,8 +41,9 @@ from groups.subscriptions.endpoints import check_endpoint
 from groups.subscriptions.errors import SubscriptionError
 from groups.subscriptions.flow import FlowControl
 from groups.subscriptions.positions import GroupPositions
+from groups.subscriptions.queue_dispatcher import QueueDispatcher
 from groups.subscriptions.spec import Subscription
-from replication.errors import NodeUnreachable
+from replication.errors import NodeUnreachable, NotLeader
 from replication.forward_client import ForwardClient
 from replication.metadata import ClusterView, StoredSubscription
 from replication.node_contract import SUBSCRIPTION_PARTITIONS_ROUTE
@@ -56,6 +60,7 @@ POOL_LIMIT = 256  # connections to endpoints, all subscriptions of the node
 POOL_LIMIT_PER_HOST = 64
 CONNECT_TIMEOUT_S = 10.0
 PAUSED_BY_USER = "paused through the API"
+QUEUE_ROW = -1  # a queue-mode subscription's dispatcher, among partition rows
 
 
 class SubscriptionService:
@@ -69,9 +74,17 @@ class SubscriptionService:
         dead_letter: DeadLetterSink,
         decode_json: RecordDecoder,
         schema_values: SchemaValues,
+        share: ShareCoordinator,
+        share_json: Callable[[ShareRecord], bytes],
         allowed_hosts: Collection[str] = (),
     ) -> None:
+        """`share` and `share_json`: the share groups queue-mode subscriptions acquire from,
+        and how a record they acquire is written in the `json` format."""
         self.replicas = replicas
+        self.share = share
+        self.share_json = share_json
+        # Queue-mode subscriptions whose share group this node coordinates, by name.
+        self.queues: dict[str, QueueDispatcher] = {}
         self.store = replicas.store
         self.forwarder = forwarder
         self.positions = positions
@@ -106,6 +119,7 @@ class SubscriptionService:
         """Follow the store's view and this node's roles from now on."""
         self.store.add_listener(self._view_changed)
         self.replicas.add_role_listener(self._role_changed)
+        self.share.listeners.add(self._reconcile)
         self._view_changed(self.store.view)
 
     async def close(self) -> None:
@@ -116,7 +130,9 @@ class SubscriptionService:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reconciling
         await asyncio.gather(*(d.stop() for d in self.dispatchers.values()))
+        await asyncio.gather(*(q.stop() for q in self.queues.values()))
         self.dispatchers.clear()
+        self.queues.clear()
         await self.services.client.close()
 
     def _view_changed(self, view: ClusterView) -> None:
@@ -139,7 +155,10 @@ class SubscriptionService:
         self._reconcile()
 
     async def _role_changed(self, partition: Partition) -> None:
-        if any(s.topic == partition.topic for s in self.subscriptions.values()):
+        if (
+            any(s.topic == partition.topic for s in self.subscriptions.values())
+            or partition.topic == state_topic.STATE_TOPIC
+        ):
             self._reconcile()
 
     def _reconcile(self) -> None:
@@ -161,14 +180,19 @@ class SubscriptionService:
     async def _reconcile_once(self) -> None:
         wanted: dict[tuple[str, int], Subscription] = {}
         topics = self.store.view.topics
+        queues: dict[str, Subscription] = {}
         for sub in self.subscriptions.values():
             topic = topics.get(sub.topic)
             if topic is None:
                 continue
+            if sub.mode == "queue":
+                if self.share.coordinates(sub.group):
+                    queues[sub.name] = sub
+                continue
             for p in range(topic.partitions):
                 if self.replicas.leading(sub.topic, p) is not None:
                     wanted[(sub.name, p)] = sub
-        stopping = []
+        stopping: list[PartitionDispatcher | QueueDispatcher] = []
         for key, dispatcher in list(self.dispatchers.items()):
             want = wanted.get(key)
             if (
@@ -179,7 +203,19 @@ class SubscriptionService:
                 stopping.append(self.dispatchers.pop(key))
             elif want.version != dispatcher.sub.version:
                 dispatcher.set_paused(want)  # paused, or resumed (a stopped partition too)
+        for name, queue in list(self.queues.items()):
+            want = queues.get(name)
+            if want is None or want.uid != queue.sub.uid or not want.same_delivery(queue.sub):
+                stopping.append(self.queues.pop(name))
+            elif want.version != queue.sub.version:
+                queue.set_paused(want)
         await asyncio.gather(*(d.stop() for d in stopping))
+        for name, sub in queues.items():
+            if name not in self.queues:
+                counts = self.counts.setdefault((name, -1), Counts())
+                self.queues[name] = QueueDispatcher(
+                    self.services, self.share, self.share_json, sub, counts, self._flow(sub)
+                )
         for key, sub in wanted.items():
             if key not in self.dispatchers:
                 counts = self.counts.setdefault(key, Counts())
@@ -187,7 +223,7 @@ class SubscriptionService:
                 self.dispatchers[key] = PartitionDispatcher(
                     self.services, sub, key[1], counts, flow
                 )
-        for name in set(self.flows) - {n for n, _ in self.dispatchers}:
+        for name in set(self.flows) - {n for n, _ in self.dispatchers} - set(self.queues):
             del self.flows[name]
         for key in set(self.counts) - {(n, p) for n, p in self.counts if n in self.subscriptions}:
             del self.counts[key]
@@ -303,14 +339,43 @@ class SubscriptionService:
     # -- descriptions --------------------------------------------------------------------------
 
     def local_partitions(self, name: str) -> list[dict[str, Any]]:
-        """This node's dispatchers of the subscription, as description rows."""
+        """This node's dispatchers of the subscription, as description rows (a queue-mode
+        subscription's one dispatcher as partition -1)."""
+        queue = self.queues.get(name)
+        if queue is not None:
+            return [queue.status() | {"partition": QUEUE_ROW}]
         return [d.status() for (n, _), d in sorted(self.dispatchers.items()) if n == name]
+
+    async def _describe_queue(self, sub: Subscription, doc: dict[str, Any]) -> dict[str, Any]:
+        """A queue-mode subscription's description: its dispatcher's row, from the node that
+        coordinates its share group."""
+        rows = self.local_partitions(sub.name)
+        if not rows:
+            try:
+                self.share.log.coordinator(sub.group)
+            except NotLeader as exc:
+                if exc.leader is not None:
+                    rows = await self._peer_rows(exc.leader, sub.name)
+            except EngineError:
+                pass
+        queue = next((r for r in rows if r.get("partition") == QUEUE_ROW), None)
+        doc["partitions"] = []
+        doc["queue"] = (
+            None if queue is None else {k: v for k, v in queue.items() if k != "partition"}
+        )
+        doc["state"] = "paused" if sub.paused else ("unknown" if queue is None else "running")
+        for total in ("delivered", "retried", "dead_lettered", "in_flight"):
+            doc[total] = 0 if queue is None else int(queue.get(total) or 0)
+        doc["lag"] = None
+        return doc
 
     async def describe(self, name: str) -> dict[str, Any]:
         """The subscription (secrets masked), its state, and a row per partition from the
         node dispatching it."""
         sub = self.get(name)
         doc = specs.public_view(sub)
+        if sub.mode == "queue":
+            return await self._describe_queue(sub, doc)
         try:
             count = self.replicas.topic(sub.topic).partitions
         except UnknownTopic:

@@ -29,6 +29,8 @@ HEADER_NAME = re.compile(r"[A-Za-z0-9-]{1,100}")
 FORMATS = ("binary", "structured", "json")
 DECODINGS = ("none", "schema")
 ORDERINGS = ("partition", "key", "none")
+MODES = ("log", "queue")
+MAX_QUEUE_ATTEMPTS = 10  # a share group's highest delivery limit
 MAX_RATE_PER_S = 100_000.0
 MAX_PIPELINE = 64  # requests on one connection before their answers
 MAX_SECRET = 4096
@@ -45,14 +47,16 @@ FIELDS = frozenset(
     {
         "name", "topic", "endpoint", "start", "ordering", "batching", "format", "ce_type",
         "retry", "dead_letter_topic", "filter", "auth", "signing_secret", "paused",
-        "concurrency", "rate_limit_per_s", "decode_values",
+        "concurrency", "rate_limit_per_s", "decode_values", "mode",
     }
 )  # fmt: skip
-# What PATCH may change: not the name, the topic or the start (the position is the group's).
-MUTABLE = FIELDS - {"name", "topic", "start"}
+# What PATCH may change: not the name, the topic, the start (the position is the group's) or
+# the mode (a log's positions and a queue's windows are different states).
+MUTABLE = FIELDS - {"name", "topic", "start", "mode"}
 
 Start = Literal["earliest", "latest"] | int  # an int: the first record at or after it (ms)
 Ordering = Literal["partition", "key", "none"]
+Mode = Literal["log", "queue"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +119,7 @@ class Subscription:
     uid: str  # set at creation: names the group, so a subscription made again starts afresh
     signing_secret: str
     start: Start = "latest"
+    mode: Mode = "log"  # queue: records acquired from a share group, one a request
     ordering: Ordering = "partition"
     batching: Batching = field(default_factory=Batching)
     concurrency: Concurrency = field(default_factory=Concurrency)
@@ -132,7 +137,8 @@ class Subscription:
 
     @property
     def group(self) -> str:
-        """The consumer group holding its committed positions in `__consumer_offsets`."""
+        """The consumer group holding its committed positions in `__consumer_offsets` (in
+        queue mode, the share group it acquires from)."""
         return f"subscription.{self.name}.{self.uid}"
 
     def signing_key(self) -> bytes:
@@ -175,7 +181,14 @@ def parse(doc: Mapping[str, Any], *, uid: str, version: int = 0) -> Subscription
         raise invalid(
             f"endpoint must be an http(s) URL of at most {MAX_URL} characters", "/endpoint"
         )
-    ordering = doc.get("ordering", "partition")
+    mode = doc.get("mode", "log")
+    if mode not in MODES:
+        raise invalid(
+            'mode must be "log" (each partition in order from the group\'s position) or '
+            '"queue" (records acquired one at a time from a share group)',
+            "/mode",
+        )
+    ordering = doc.get("ordering", "none" if mode == "queue" else "partition")
     if ordering not in ORDERINGS:
         raise invalid(
             'ordering must be "partition" (one request in flight per partition, in offset '
@@ -205,13 +218,14 @@ def parse(doc: Mapping[str, Any], *, uid: str, version: int = 0) -> Subscription
             f"signing_secret must be {SECRET_PREFIX} and the base64 of 24 to 64 bytes",
             "/signing_secret",
         )
-    return Subscription(
+    sub = Subscription(
         name=name,
         topic=_topic(doc.get("topic"), "/topic"),
         endpoint=endpoint,
         uid=uid,
         signing_secret=secret,
         start=_start(doc.get("start", "latest")),
+        mode=mode,
         ordering=ordering,
         batching=_batching(doc.get("batching", {})),
         concurrency=_concurrency(doc.get("concurrency", {})),
@@ -229,6 +243,28 @@ def parse(doc: Mapping[str, Any], *, uid: str, version: int = 0) -> Subscription
         pause_reason=reason if paused else None,
         version=version,
     )
+    if mode == "queue":
+        _check_queue(sub)
+    return sub
+
+
+def _check_queue(sub: Subscription) -> None:
+    """What queue mode allows: records one a request, in no order or in order per key, within
+    the share group's delivery limit."""
+    if sub.ordering == "partition":
+        raise invalid(
+            'in queue mode ordering is "none" (the default) or "key": a queue has no partition '
+            "order",
+            "/ordering",
+        )
+    if sub.batching.max_records != 1:
+        raise invalid("in queue mode records are delivered one a request", "/batching/max_records")
+    if sub.retry.max_attempts > MAX_QUEUE_ATTEMPTS:
+        raise invalid(
+            f"in queue mode retry.max_attempts is at most {MAX_QUEUE_ATTEMPTS} (the share "
+            "group's delivery limit)",
+            "/retry/max_attempts",
+        )
 
 
 def patched(current: Subscription, patch: Mapping[str, Any]) -> Subscription:
@@ -300,6 +336,8 @@ def document(sub: Subscription) -> dict[str, Any]:
         "signing_secret": sub.signing_secret,
         "paused": sub.paused,
     }
+    if sub.mode == "queue":  # a log's documents stay as they were before queue mode
+        doc["mode"] = sub.mode
     if sub.filter.key_prefix is None:
         del doc["filter"]["key_prefix"]
     if sub.dead_letter_topic is not None:

@@ -15,12 +15,14 @@ from aiohttp import web
 from gateway.api.fetch import refuse_when_full
 from gateway.api.groups import (
     DEFAULT_SESSION_TIMEOUT_MS,
+    MAX_GROUP_ID,
     MAX_TOPICS,
     check_fields,
     group_param,
     int_field,
     reset_request,
     topic_field,
+    valid_group_id,
 )
 from gateway.api.topics import refuse_internal
 from gateway.auth.middleware import may, require
@@ -75,7 +77,13 @@ async def join(request: web.Request) -> web.Response:
     settings = gateway.settings
     name = group_param(request)
     doc = await json_object(request, settings)
-    check_fields(doc, {"topics", "session_timeout_ms"})
+    check_fields(doc, {"topics", "session_timeout_ms", "member_id"})
+    member_id = doc.get("member_id")
+    if member_id is not None and not valid_group_id(member_id):
+        raise bad_request(
+            f"member_id must be 1 to {MAX_GROUP_ID} printable characters without '/'",
+            "INVALID_PARAMETER",
+        )
     topics = doc.get("topics")
     if not isinstance(topics, list) or not 1 <= len(topics) <= MAX_TOPICS:
         raise bad_request(f"topics must be a list of 1 to {MAX_TOPICS} topic names")
@@ -92,7 +100,7 @@ async def join(request: web.Request) -> web.Response:
             settings.group_min_session_timeout_ms,
             settings.group_max_session_timeout_ms,
         )
-    member_id = await (await _coordinator(request)).join(name, names, session)
+    member_id = await (await _coordinator(request)).join(name, names, session, member_id)
     return json_response(
         {"member_id": member_id, "topics": list(names), "session_timeout_ms": session}, 201
     )

@@ -553,6 +553,20 @@ async def test_bad_joins_are_refused(
     await problem(await client.post(f"{G}/members", json=body), status, code)
 
 
+async def test_a_member_may_choose_its_id_and_join_again_holding_what_it_held(
+    client: Client, clock: Clock
+) -> None:
+    await setup(client, 2)
+    member = await join(client, member_id="worker-1")
+    assert member == "worker-1"
+    got = await acquire(client, member, max_records=1)
+    assert await join(client, member_id="worker-1") == "worker-1"  # a restarted client
+    assert codes(await ack(client, member, (got[0]["token"], "accept"))) == ["ok"]
+    assert len((await describe(client))["members"]) == 2  # setup's and worker-1
+    resp = await client.post(f"{G}/members", json={"topics": ["t"], "member_id": "a/b"})
+    await problem(resp, 400, "INVALID_PARAMETER")
+
+
 async def test_unknown_groups_members_and_bad_group_ids(client: Client) -> None:
     await problem(await client.get(G), 404, "UNKNOWN_GROUP")
     await problem(await client.delete(f"{G}/members/nobody"), 404, "UNKNOWN_GROUP")

@@ -83,6 +83,8 @@ class SubscriptionCollector(Collector):
             row[3] += status["in_flight"]
             row[4] += status["lag"] or 0
             row[5] += status["state"] == "stopped"
+        for name, queue in service.queues.items():
+            totals.setdefault(name, [0, 0, 0, 0, 0, 0])[3] += queue.status()["in_flight"]
         for name, (d, r, dl, f, lg, st) in sorted(totals.items()):
             delivered.add_metric([name], d)
             retried.add_metric([name], r)

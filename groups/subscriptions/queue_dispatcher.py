@@ -37,6 +37,7 @@ from groups.subscriptions.dispatcher import (
     RETRY_FIRST_S,
     RETRY_MAX_S,
     Counts,
+    LatencyHistogram,
     Services,
     dead_letter_record,
 )
@@ -287,8 +288,14 @@ class QueueDispatcher:
         record = held.record
         if verdict == "ack":
             self.counts.delivered += 1
+            self.last_error = None
+            histogram = self.services.latency.get(sub.name)
+            if histogram is None:
+                histogram = self.services.latency[sub.name] = LatencyHistogram()
+            histogram.observe(time.time() - record.timestamp / 1000)
             await self._settle(held, AckType.ACCEPT)
             return
+        self.last_error = answer.describe()
         if verdict == "gone":
             await self._settle(held, AckType.RELEASE)
             await self.services.set_paused(sub.name, f"the endpoint answered 410: {answer.error}")

@@ -14,7 +14,7 @@ import orjson
 import pytest
 from aiohttp import web
 
-from tests.api.support import Client, fetch_all, problem, produce
+from tests.api.support import Client, fetch_all, metrics, problem, produce
 from tests.subscriptions.receiver import Receiver, serve, verify
 
 FAST = {"timeout_ms": 300, "max_attempts": 3, "min_backoff_ms": 50, "max_backoff_ms": 100}
@@ -221,7 +221,9 @@ async def test_the_json_format_carries_each_record_with_its_delivery(
     assert record["value"] == {"n": 1} and record["delivery_count"] == 1
 
 
-async def test_the_description_shows_the_queue(client: Client, receiver: Receiver) -> None:
+async def test_the_description_and_metrics_show_the_queue(
+    client: Client, receiver: Receiver
+) -> None:
     await produce(client, [{"value": 1}])
     sub = await subscribe(client, receiver.url)
     await until_done(client, sub)
@@ -229,6 +231,10 @@ async def test_the_description_shows_the_queue(client: Client, receiver: Receive
     doc = await resp.json()
     assert doc["mode"] == "queue" and doc["partitions"] == []
     assert doc["queue"]["share_group"] == sub["group"] and doc["delivered"] == 1
+    scraped = await metrics(client)
+    labels = frozenset({("subscription", "q")})
+    assert scraped[("sluice_subscription_delivered_records_total", labels)] == 1
+    assert scraped[("sluice_subscription_delivery_latency_seconds_count", labels)] == 1
 
 
 @pytest.mark.parametrize(

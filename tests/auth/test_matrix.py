@@ -39,6 +39,8 @@ V2_REFUSED = {401: 40101, 403: 40301}  # the REST Proxy's error_code of a refusa
 REGISTRY = "/schema-registry"
 SR_JSON = "application/vnd.schemaregistry.v1+json"  # the registry's answers, errors too
 SUBJECT = "m-subject"
+SHARER = "m-sharer"  # a member of the share group GROUP
+EMPTY_SHARE = "m-empty-share"  # a share group without members
 SCHEMA = {"schema": '{"type": "record", "name": "M", "fields": [{"name": "a", "type": "int"}]}'}
 
 
@@ -88,6 +90,23 @@ SAMPLES: dict[tuple[str, str], Sample] = {
     ),
     ("POST", "/v1/groups/{group}/members/{member}/commit"): Sample(also=READ_TOPIC),
     ("DELETE", "/v1/groups/{group}/members/{member}"): Sample(),
+    ("GET", "/v1/share-groups"): Sample(),
+    ("GET", "/v1/share-groups/{group}"): Sample(),
+    ("DELETE", "/v1/share-groups/{group}"): Sample(params={"group": EMPTY_SHARE}),
+    ("PUT", "/v1/share-groups/{group}/configs"): Sample(
+        json={"configs": {"share.delivery.count.limit": 3}}
+    ),
+    ("PUT", "/v1/share-groups/{group}/offsets"): Sample(
+        params={"group": EMPTY_SHARE}, json={"topic": TOPIC, "to": "earliest"}, also=READ_TOPIC
+    ),
+    ("POST", "/v1/share-groups/{group}/members"): Sample(json={"topics": [TOPIC]}, also=READ_TOPIC),
+    ("DELETE", "/v1/share-groups/{group}/members/{member}"): Sample(params={"member": SHARER}),
+    ("POST", "/v1/share-groups/{group}/members/{member}/acquire"): Sample(
+        params={"member": SHARER}, also=READ_TOPIC
+    ),
+    ("POST", "/v1/share-groups/{group}/members/{member}/acknowledge"): Sample(
+        params={"member": SHARER}, json={"acknowledgements": [{"token": f"{TOPIC}:0:0:1"}]}
+    ),
     ("POST", "/v1/subscriptions"): Sample(
         json={"name": "m-new", "topic": TOPIC, "endpoint": "https://example.com/hook"},
         also=READ_TOPIC,
@@ -285,6 +304,17 @@ async def _world(start: Start, data_dir: Path, tmp_path: Path) -> tuple[Client, 
         )
         assert joined.status == 201
         keys.setdefault("member", (await joined.json())["member_id"])
+    shared = await client.post(
+        f"/v1/share-groups/{GROUP}/members",
+        json={"topics": [TOPIC], "member_id": SHARER},
+        headers=admin,
+    )
+    assert shared.status == 201, await shared.text()
+    empty = {"configs": {"share.auto.offset.reset": "earliest"}}
+    configured = await client.put(
+        f"/v1/share-groups/{EMPTY_SHARE}/configs", json=empty, headers=admin
+    )
+    assert configured.status == 200, await configured.text()
     created = await client.post(
         f"/consumers/{GROUP}",
         json={"name": INSTANCE, "format": "json"},

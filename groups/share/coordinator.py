@@ -392,9 +392,12 @@ class ShareCoordinator:
         out: list[ShareRecord] = []
         due = window.available(now_ms())[:limit]
         if due:
-            found = await self._read_offsets(group, tp, due)
+            found, read_to = await self._read_offsets(group, tp, due)
             now = now_ms()
             still = set(window.available(now))
+            gone = [o for o in due if o in still and o not in found and o < read_to]
+            if gone:  # compacted away since their last delivery: nothing left to deliver
+                window.forget(gone)
             due = [o for o in due if o in still and o in found]
             if due:
                 for t in window.acquire(due, member.member_id, now):
@@ -470,11 +473,13 @@ class ShareCoordinator:
 
     async def _read_offsets(
         self, group: ShareGroup, tp: TopicPartition, offsets: list[int]
-    ) -> dict[int, ShareRecord]:
-        """The records at `offsets` (ascending), read again for their redelivery."""
+    ) -> tuple[dict[int, ShareRecord], int]:
+        """The records at `offsets` (ascending), read again for their redelivery, and the
+        offset the reads covered the log up to (a wanted offset below it is no longer there)."""
         found: dict[int, ShareRecord] = {}
         wanted = set(offsets)
         position = offsets[0]
+        covered = position
         window = group.partitions[tp]
         while wanted and position <= offsets[-1]:
             try:
@@ -488,8 +493,10 @@ class ShareCoordinator:
                     wanted.discard(record.offset)
             if end <= position:
                 break
+            if position == covered:
+                covered = end
             position = min((o for o in wanted if o >= end), default=offsets[-1] + 1)
-        return found
+        return found, covered
 
     async def _start_window(self, group: ShareGroup, tp: TopicPartition) -> SharePartition:
         """A share-partition read for the first time starts at the group's

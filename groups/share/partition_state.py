@@ -233,6 +233,15 @@ class SharePartition:
         self._advance()
         return open_records
 
+    def forget(self, offsets: Iterable[int]) -> None:
+        """Records the log no longer holds (compacted away while available): nothing is left
+        to deliver of them, so they leave the window as done."""
+        for offset in offsets:
+            record = self.records.get(offset)
+            if record is not None and record.state is RecordState.AVAILABLE:
+                del self.records[offset]
+        self._advance()
+
     def reset(self, offset: int) -> None:
         """Start over at `offset` with an empty window (the group has no members)."""
         if any(r.state is RecordState.ACQUIRED for r in self.records.values()):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -104,9 +104,11 @@ class CommittedLog(Protocol):
     def read(self, offset: int, max_bytes: int) -> ReadResult: ...
 
 
-def replay(partition_logs: Iterable[CommittedLog]) -> dict[str, StoredGroup]:
-    """Every group's latest offsets and metadata, read from the committed records."""
-    groups: dict[str, StoredGroup] = {}
+def committed_records(
+    partition_logs: Iterable[CommittedLog],
+) -> Iterator[tuple[bytes | None, bytes | None, CommittedLog]]:
+    """Every committed record's key and value, in offset order, and the log it is in: what a
+    coordinator's topic is replayed from (this one and `__share_group_state`)."""
     for partition_log in partition_logs:
         offset = partition_log.log_start_offset
         while offset < partition_log.high_watermark:
@@ -115,9 +117,16 @@ def replay(partition_logs: Iterable[CommittedLog]) -> dict[str, StoredGroup]:
                 break
             for record in fmt.iter_records(data):
                 if record.offset >= offset:
-                    _apply(groups, record.key, record.value, partition_log)
+                    yield record.key, record.value, partition_log
                     offset = record.offset + 1
             offset = max(offset, fmt.scan(data, check_crc=False).headers[-1][1].next_offset)
+
+
+def replay(partition_logs: Iterable[CommittedLog]) -> dict[str, StoredGroup]:
+    """Every group's latest offsets and metadata, read from the committed records."""
+    groups: dict[str, StoredGroup] = {}
+    for key, value, where in committed_records(partition_logs):
+        _apply(groups, key, value, where)
     return {name: stored for name, stored in groups.items() if stored.offsets or stored.metadata}
 
 

@@ -114,18 +114,17 @@ def topic_field(value: object, where: str) -> str:
         raise bad_request(f"{where}: {exc}", "INVALID_TOPIC_NAME") from None
 
 
-async def join(request: web.Request) -> web.Response:
-    gateway = gateway_of(request)
-    settings = gateway.settings
-    name = group_param(request)
-    doc = await json_object(request, settings)
-    check_fields(doc, JOIN_FIELDS)
+def member_request(
+    request: web.Request, doc: dict[str, Any], settings: Settings, kind: str
+) -> tuple[tuple[str, ...], int]:
+    """A join's topics (read on each required; no internal topic) and session timeout, for
+    a consumer group's and a share group's (`kind` names which, in a refusal)."""
     topics = doc.get("topics")
     if not isinstance(topics, list) or not 1 <= len(topics) <= MAX_TOPICS:
         raise bad_request(f"topics must be a list of 1 to {MAX_TOPICS} topic names")
     names = tuple(dict.fromkeys(topic_field(t, f"topics[{i}]") for i, t in enumerate(topics)))
     for topic in names:
-        refuse_internal(topic, "consuming it in a group")
+        refuse_internal(topic, f"consuming it in {kind}")
         require(request, "topic", topic, "read")
     session = DEFAULT_SESSION_TIMEOUT_MS
     if "session_timeout_ms" in doc:
@@ -135,6 +134,16 @@ async def join(request: web.Request) -> web.Response:
             settings.group_min_session_timeout_ms,
             settings.group_max_session_timeout_ms,
         )
+    return names, session
+
+
+async def join(request: web.Request) -> web.Response:
+    gateway = gateway_of(request)
+    settings = gateway.settings
+    name = group_param(request)
+    doc = await json_object(request, settings)
+    check_fields(doc, JOIN_FIELDS)
+    names, session = member_request(request, doc, settings, "a group")
     reset = doc.get("auto_offset_reset", "latest")
     if reset not in OFFSET_RESETS:
         raise bad_request(

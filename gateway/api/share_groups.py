@@ -14,17 +14,14 @@ from aiohttp import web
 
 from gateway.api.fetch import refuse_when_full
 from gateway.api.groups import (
-    DEFAULT_SESSION_TIMEOUT_MS,
     MAX_GROUP_ID,
-    MAX_TOPICS,
     check_fields,
     group_param,
     int_field,
+    member_request,
     reset_request,
-    topic_field,
     valid_group_id,
 )
-from gateway.api.topics import refuse_internal
 from gateway.auth.middleware import may, require
 from gateway.formats import codecs
 from gateway.formats.share_records import share_record_doc
@@ -84,22 +81,9 @@ async def join(request: web.Request) -> web.Response:
             f"member_id must be 1 to {MAX_GROUP_ID} printable characters without '/'",
             "INVALID_PARAMETER",
         )
-    topics = doc.get("topics")
-    if not isinstance(topics, list) or not 1 <= len(topics) <= MAX_TOPICS:
-        raise bad_request(f"topics must be a list of 1 to {MAX_TOPICS} topic names")
-    names = tuple(dict.fromkeys(topic_field(t, f"topics[{i}]") for i, t in enumerate(topics)))
+    names, session = member_request(request, doc, settings, "a share group")
     for topic in names:
-        refuse_internal(topic, "consuming it in a share group")
-        require(request, "topic", topic, "read")
         gateway.replicas.topic(topic)  # 404 UNKNOWN_TOPIC for a topic not made
-    session = DEFAULT_SESSION_TIMEOUT_MS
-    if "session_timeout_ms" in doc:
-        session = int_field(
-            doc,
-            "session_timeout_ms",
-            settings.group_min_session_timeout_ms,
-            settings.group_max_session_timeout_ms,
-        )
     member_id = await (await _coordinator(request)).join(name, names, session, member_id)
     return json_response(
         {"member_id": member_id, "topics": list(names), "session_timeout_ms": session}, 201

@@ -15,9 +15,8 @@ from typing import Any
 
 import orjson
 
-from engine import batch as fmt
 from engine.errors import InvalidRecord
-from engine.offsets_topic import READ_CHUNK_BYTES, CommittedLog, TopicPartition
+from engine.offsets_topic import CommittedLog, TopicPartition, committed_records
 
 STATE_TOPIC = "__share_group_state"
 DEFAULT_PARTITIONS = 50  # share.coordinator.state.topic.num.partitions
@@ -48,17 +47,8 @@ def partition_key(group: str, topic: str, partition: int) -> bytes:
 def replay(partition_logs: Iterable[CommittedLog]) -> dict[str, StoredShareGroup]:
     """Every share group's latest record and windows, read from the committed records."""
     groups: dict[str, StoredShareGroup] = {}
-    for partition_log in partition_logs:
-        offset = partition_log.log_start_offset
-        while offset < partition_log.high_watermark:
-            data = partition_log.read(offset, READ_CHUNK_BYTES).data
-            if not data:
-                break
-            for record in fmt.iter_records(data):
-                if record.offset >= offset:
-                    _apply(groups, record.key, record.value, partition_log)
-                    offset = record.offset + 1
-            offset = max(offset, fmt.scan(data, check_crc=False).headers[-1][1].next_offset)
+    for key, value, where in committed_records(partition_logs):
+        _apply(groups, key, value, where)
     return {n: g for n, g in groups.items() if g.metadata is not None or g.partitions}
 
 

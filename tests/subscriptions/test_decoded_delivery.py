@@ -21,9 +21,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from schemas import wire
 from tests.api.support import Client, produce
 from tests.subscriptions.receiver import Receiver
-from tests.subscriptions.test_delivery import FAST, describe, receiver, subscribe
-
-__all__ = ["receiver"]  # the fixture, shared with test_delivery
+from tests.subscriptions.test_delivery import FAST, describe, subscribe
 
 USER = {
     "type": "record",

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import socket
-from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
@@ -23,21 +22,12 @@ from tests.subscriptions.receiver import (
     Behaviour,
     Receiver,
     checked_in_order,
-    serve,
     verify,
 )
 
 # Small delays, so the policy's bounds can be checked in a test's time.
 FAST = {"timeout_ms": 300, "max_attempts": 4, "min_backoff_ms": 100, "max_backoff_ms": 400}
 TOLERANCE_S = 0.25  # scheduling slack on top of a delay's upper bound
-
-
-@pytest.fixture
-async def receiver() -> AsyncIterator[Receiver]:
-    got = Receiver()
-    runner = await serve(got)
-    yield got
-    await runner.cleanup()
 
 
 async def subscribe(client: Client, url: str, **fields: Any) -> dict[str, Any]:

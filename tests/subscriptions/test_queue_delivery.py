@@ -15,17 +15,9 @@ import pytest
 from aiohttp import web
 
 from tests.api.support import Client, fetch_all, metrics, problem, produce
-from tests.subscriptions.receiver import Receiver, serve, verify
+from tests.subscriptions.receiver import Receiver, verify
 
 FAST = {"timeout_ms": 300, "max_attempts": 3, "min_backoff_ms": 50, "max_backoff_ms": 100}
-
-
-@pytest.fixture
-async def receiver() -> AsyncIterator[Receiver]:
-    got = Receiver()
-    runner = await serve(got)
-    yield got
-    await runner.cleanup()
 
 
 async def subscribe(client: Client, url: str, **fields: Any) -> dict[str, Any]:

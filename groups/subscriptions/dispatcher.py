@@ -647,27 +647,42 @@ class PartitionDispatcher:
         self.committed = position
         state.committed(position)
 
+    def _failed(self, why: str) -> None:
+        self.last_error = why
+
     async def _dead_letter(self, state: PartitionDispatch, step: DeadLetter) -> None:
         """Produce an exhausted batch to the dead-letter topic until it is in, then move past
         it (the loop commits)."""
         sub = self.sub
-        delay = RETRY_FIRST_S
-        assert sub.dead_letter_topic is not None
         records = [
             dead_letter_record(sub, self.partition, r, step.attempts, step.last)
             for r in step.records
         ]
-        while True:
-            try:
-                await self.services.dead_letter(sub.dead_letter_topic, records)
-                break
-            except (ReplicationError, EngineError, OSError) as exc:
-                self.last_error = f"dead-letter produce failed: {type(exc).__name__}: {exc}"
-                log.info("subscription %r: %s", sub.name, self.last_error)
-            await asyncio.sleep(delay)
-            delay = min(RETRY_MAX_S, delay * 2)
+        await produce_dead_letters(self.services, sub, records, self._failed)
         self.counts.dead_lettered += len(step.records)
         state.dead_lettered(step.batch)
+
+
+async def produce_dead_letters(
+    services: Services,
+    sub: Subscription,
+    records: list[tuple[bytes | None, bytes | None, fmt.Headers]],
+    failed: Callable[[str], None],
+) -> None:
+    """Produce records to the subscription's dead-letter topic until they are in, backing off
+    between tries (`failed` is told why each failed)."""
+    assert sub.dead_letter_topic is not None
+    delay = RETRY_FIRST_S
+    while True:
+        try:
+            await services.dead_letter(sub.dead_letter_topic, records)
+            return
+        except (ReplicationError, EngineError, OSError) as exc:
+            why = f"dead-letter produce failed: {type(exc).__name__}: {exc}"
+            failed(why)
+            log.info("subscription %r: %s", sub.name, why)
+        await asyncio.sleep(delay)
+        delay = min(RETRY_MAX_S, delay * 2)
 
 
 def dead_letter_record(

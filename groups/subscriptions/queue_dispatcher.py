@@ -40,6 +40,7 @@ from groups.subscriptions.dispatcher import (
     LatencyHistogram,
     Services,
     dead_letter_record,
+    produce_dead_letters,
 )
 from groups.subscriptions.errors import SubscriptionError
 from groups.subscriptions.flow import FlowControl, outcome
@@ -339,6 +340,9 @@ class QueueDispatcher:
         if self.keys.get(held.key) is held:
             del self.keys[held.key]
 
+    def _failed(self, why: str) -> None:
+        self.last_error = why
+
     async def _dead_letter(self, held: Held, attempts: int, reason: str) -> None:
         """Produce the record to the dead-letter topic (until it is in) before it is archived."""
         sub = self.sub
@@ -355,16 +359,7 @@ class QueueDispatcher:
         dead = dead_letter_record(
             sub, held.record.partition, _delivery(held.record), attempts, held.last, reason
         )
-        delay = RETRY_FIRST_S
-        while True:
-            try:
-                await self.services.dead_letter(sub.dead_letter_topic, [dead])
-                break
-            except (ReplicationError, EngineError, OSError) as exc:
-                self.last_error = f"dead-letter produce failed: {type(exc).__name__}: {exc}"
-                log.info("subscription %r: %s", sub.name, self.last_error)
-            await asyncio.sleep(delay)
-            delay = min(RETRY_MAX_S, delay * 2)
+        await produce_dead_letters(self.services, sub, [dead], self._failed)
         self.counts.dead_lettered += 1
 
     async def _post(self, held: Held) -> Answer:

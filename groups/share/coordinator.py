@@ -501,13 +501,17 @@ class ShareCoordinator:
     async def _start_window(self, group: ShareGroup, tp: TopicPartition) -> SharePartition:
         """A share-partition read for the first time starts at the group's
         share.auto.offset.reset; stored before anything is acquired from it."""
-        lookback = reset_lookback_ms(group.reset)
-        at: str | int = group.reset if lookback is None else now_ms() - lookback
-        start = await self.reader.offset(tp[0], tp[1], at)  # type: ignore[arg-type]
+        start = await self._reset_offset(group, tp)
         window = group.partitions.get(tp)
         if window is None:
             window = group.partitions[tp] = SharePartition(start, _config_of(group))
         return window
+
+    async def _reset_offset(self, group: ShareGroup, tp: TopicPartition) -> int:
+        """Where share.auto.offset.reset starts a share-partition now."""
+        lookback = reset_lookback_ms(group.reset)
+        at: str | int = group.reset if lookback is None else now_ms() - lookback
+        return await self.reader.offset(tp[0], tp[1], at)  # type: ignore[arg-type]
 
     # -- waiting ---------------------------------------------------------------------------------
 
@@ -626,12 +630,20 @@ class ShareCoordinator:
     # -- operations ------------------------------------------------------------------------------
 
     async def describe(self, name: str) -> dict[str, Any]:
-        """Members, and per share-partition its window and lag."""
+        """Members, and per share-partition its window and lag (a partition of the members'
+        topics not read yet: the window it would start with)."""
         group = self._group(name)
         now = now_ms()
         rows = []
         total = 0
-        for (topic, p), window in sorted(group.partitions.items()):
+        windows = dict(group.partitions)
+        for member in group.members.values():
+            for tp in self._member_partitions(member):
+                if tp not in windows:
+                    with contextlib.suppress(EngineError):
+                        start = await self._reset_offset(group, tp)
+                        windows[tp] = SharePartition(start, _config_of(group))
+        for (topic, p), window in sorted(windows.items()):
             expired = window.expire(now)
             self._count(expired)
             try:

@@ -257,6 +257,17 @@ async def test_records_across_partitions_and_topics_are_acquired_in_turn(
     assert sorted((r["topic"], r["partition"]) for r in got) == [("t", 0), ("t", 1), ("u", 0)]
 
 
+async def test_partitions_not_read_yet_count_in_the_lag(client: Client, clock: Clock) -> None:
+    member = await setup(client, 3, partitions=2)
+    await acquire(client, member, max_records=1)  # the first partition's window only
+    doc = await describe(client)
+    assert [(p["partition"], p["start_offset"], p["lag"]) for p in doc["partitions"]] == [
+        (0, 0, 3),
+        (1, 0, 3),
+    ]
+    assert doc["lag"] == 6
+
+
 async def test_latest_starts_after_what_is_there_when_first_read(client: Client) -> None:
     await create_topic(client)
     await produce(client, [{"value": "old"}])

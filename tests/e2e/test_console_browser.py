@@ -35,6 +35,8 @@ PAGES = (
     "/topics/orders/tail",
     "/groups",
     "/groups/billing",
+    "/queues",
+    "/queues/workers",
     "/subscriptions",
     "/subscriptions/orders-hook",
     "/schemas",
@@ -45,8 +47,8 @@ PAGES = (
 CONSOLE_FILES = {"/console"} | {
     f"/console/{name}"
     for name in ("app.js", "api.js", "ui.js", "style.css", "cluster.js", "topics.js",
-                 "messages.js", "groups.js", "subscriptions.js", "schemas.js", "access.js",
-                 "throughput.js")
+                 "messages.js", "groups.js", "queues.js", "subscriptions.js", "schemas.js",
+                 "access.js", "throughput.js")
 }  # fmt: skip
 
 
@@ -184,7 +186,7 @@ def confirm_dialog(browser: Any, typed: str | None = None) -> None:
 
 def seed(url: str) -> None:
     """A topic with records (JSON, keys, headers), a group with committed offsets and no
-    members, and a push subscription."""
+    members, a share group with a member holding records, and a push subscription."""
     with httpx.Client(base_url=url, timeout=30) as http:
         assert http.post("/v1/topics", json={"name": "orders", "partitions": 3}).status_code == 201
         records = [
@@ -201,6 +203,12 @@ def seed(url: str) -> None:
         assert http.delete(f"/v1/groups/billing/members/{member}").status_code == 204
         sub = {"name": "orders-hook", "topic": "orders", "endpoint": "https://hooks.example.com/o"}
         assert http.post("/v1/subscriptions", json=sub).status_code == 201
+        configs = {"configs": {"share.auto.offset.reset": "earliest"}}
+        assert http.put("/v1/share-groups/workers/configs", json=configs).status_code == 200
+        joined = {"topics": ["orders"], "member_id": "worker-1"}
+        assert http.post("/v1/share-groups/workers/members", json=joined).status_code == 201
+        answer = http.post("/v1/share-groups/workers/members/worker-1/acquire?max_records=4")
+        assert len(answer.json()["records"]) == 4, answer.text
         schema = {"schema": json.dumps(ORDER_SCHEMA)}
         answer = http.post("/schema-registry/subjects/orders-value/versions", json=schema)
         assert answer.status_code == 200, answer.text
@@ -256,11 +264,13 @@ def test_keyboard_reaches_every_page_from_the_navigation(node: Server, browser: 
     shown(browser, "/cluster", node.url)
     body = browser.find_element("tag name", "body")
     reached = []
-    for _ in range(9):  # the skip link, the brand, then the seven pages
+    for _ in range(10):  # the skip link, the brand, then the eight pages
         body.send_keys(Keys.TAB)
         reached.append(browser.execute_script("return document.activeElement.textContent;"))
     assert reached[0] == "Skip to the page"
-    pages = ("Cluster", "Topics", "Groups", "Subscriptions", "Schemas", "Access", "Throughput")
+    pages = (
+        "Cluster", "Topics", "Groups", "Queues", "Subscriptions", "Schemas", "Access", "Throughput"
+    )  # fmt: skip
     for page in pages:
         assert page in reached
     browser.switch_to.active_element.send_keys(Keys.ENTER)  # the last one: Throughput

@@ -6,6 +6,7 @@ import * as access from "./access.js";
 import * as cluster from "./cluster.js";
 import * as groups from "./groups.js";
 import * as messages from "./messages.js";
+import * as queues from "./queues.js";
 import * as schemas from "./schemas.js";
 import * as subscriptions from "./subscriptions.js";
 import * as throughput from "./throughput.js";
@@ -21,6 +22,8 @@ const ROUTES = [
   [/^\/topics\/([^/]+)\/tail$/, messages.tail, "topics", "Topic"],
   [/^\/groups$/, groups.list, "groups"],
   [/^\/groups\/([^/]+)$/, groups.detail, "groups", "Group"],
+  [/^\/queues$/, queues.list, "queues"],
+  [/^\/queues\/([^/]+)$/, queues.detail, "queues", "Share group"],
   [/^\/subscriptions$/, subscriptions.list, "subscriptions"],
   [/^\/subscriptions\/([^/]+)$/, subscriptions.detail, "subscriptions", "Subscription"],
   [/^\/schemas$/, schemas.list, "schemas"],

@@ -614,6 +614,10 @@ class ShareCoordinator:
                 done = window.acknowledge(offset, delivery, member_id, kind, now, delay_ms)
             except AckRefused as exc:
                 results.append(AckResult(token, kind, exc))
+                if exc.code == "ALREADY_ACKNOWLEDGED":
+                    # a retry of an acknowledgement whose answer was lost or failed: the
+                    # window is written and waited for again, never answered from memory
+                    changed.append(tp)
                 continue
             self._count([done])
             released = released or done.state is RecordState.AVAILABLE

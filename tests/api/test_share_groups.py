@@ -13,6 +13,7 @@ import pytest
 
 from groups.share import coordinator as share_coordinator
 from groups.share.state_topic import STATE_TOPIC
+from replication.errors import RequestTimedOut
 from tests.api.support import (
     Client,
     Start,
@@ -417,6 +418,30 @@ async def test_a_deleted_topic_takes_its_share_partitions_with_it(
     share = gateway(client).share_groups
     await wait_until(lambda: not share.groups["q"].partitions)
     assert (await describe(client))["partitions"] == []
+
+
+async def test_an_acknowledgement_retried_after_a_failed_write_is_written_again(
+    client: Client, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    member = await setup(client, 1)
+    got = await acquire(client, member)
+    share = gateway(client).share_groups
+    durable = share.log.durable
+    waits: list[str] = []
+
+    async def failing_once(name: str, timeout_ms: int) -> None:
+        waits.append(name)
+        if len(waits) == 1:
+            raise RequestTimedOut("not on every in-sync replica within the timeout")
+        await durable(name, timeout_ms)
+
+    monkeypatch.setattr(share.log, "durable", failing_once)
+    body = {"acknowledgements": [{"token": got[0]["token"], "type": "accept"}]}
+    path = f"{G}/members/{member}/acknowledge"
+    await problem(await client.post(path, json=body), 504, "REQUEST_TIMED_OUT")
+    # Its retry is not answered from memory: the window is written and waited for again.
+    assert codes(await ack(client, member, (got[0]["token"], "accept"))) == ["ALREADY_ACKNOWLEDGED"]
+    assert waits == ["q", "q"]
 
 
 # -- bad input -----------------------------------------------------------------------------------

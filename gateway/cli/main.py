@@ -11,18 +11,16 @@ import signal
 import stat
 import sys
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 from urllib.parse import quote
 
 import aiohttp
-import msgspec
 import orjson
 
 from gateway import config
 from gateway.cli import auth as auth_cli
-from gateway.cli import client
+from gateway.cli import client, consumer
 from gateway.cli import cluster as cluster_cli
 from gateway.cli import quotas as quota_cli
 from gateway.cli import schemas as schemas_cli
@@ -44,46 +42,6 @@ def _config_pairs(pairs: Sequence[str]) -> dict[str, str]:
             raise SystemExit(f"--config takes name=value, got {pair!r}")
         out[name] = value
     return out
-
-
-class StoredText(str):
-    """A fetched value no JSON decoder here can read (a number too large for a double, stored
-    before the gateway refused them), kept as the JSON text the gateway sent."""
-
-
-def _records_answer(body: bytes) -> Any:
-    """A fetch's answer. A value that cannot be decoded becomes its StoredText, with a one-line
-    warning on stderr, so one bad record in the log never stops a consumer."""
-    try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError:
-        pass
-    try:
-        fields = msgspec.json.decode(body, type=dict[str, msgspec.Raw])
-        raw_records = msgspec.json.decode(fields.pop("records"), type=list[dict[str, msgspec.Raw]])
-    except (msgspec.DecodeError, KeyError) as exc:
-        raise CommandError(f"the gateway's answer is not a fetch answer: {exc}") from None
-    answer: dict[str, Any] = {name: orjson.loads(memoryview(raw)) for name, raw in fields.items()}
-    answer["records"] = records = []
-    for raw_record in raw_records:
-        record: dict[str, Any] = {}
-        for name, raw in raw_record.items():
-            try:
-                record[name] = orjson.loads(memoryview(raw))
-            except orjson.JSONDecodeError as exc:
-                record[name] = StoredText(bytes(raw).decode(errors="replace"))
-                where = f"offset {record.get('offset', '?')}"
-                print(f"sluice: {where}: {name} printed as stored ({exc})", file=sys.stderr)
-        records.append(record)
-    return answer
-
-
-def _print_deleted(doc: dict[str, object], line: str, table: bool) -> None:
-    """A delete has no answer body: a line for people, an object for scripts."""
-    if table:
-        print(line)
-    else:
-        client.print_json(doc)
 
 
 LOCAL_COLUMNS = ("log_start_offset", "high_watermark", "log_end_offset", "size_bytes")
@@ -157,7 +115,9 @@ async def topics_command(args: argparse.Namespace) -> None:
             )
         elif args.action == "delete":
             await client.call(session, "DELETE", f"{base}/{args.topic}")
-            _print_deleted({"topic": args.topic, "deleted": True}, f"deleted {args.topic}", table)
+            client.print_deleted(
+                {"topic": args.topic, "deleted": True}, f"deleted {args.topic}", table
+            )
 
 
 def _record(line: str, separator: str | None) -> dict[str, object]:
@@ -230,41 +190,6 @@ async def produce_command(args: argparse.Namespace) -> None:
     print(f"produced {sent} records", file=sys.stderr)
 
 
-def _format(record: dict[str, Any], print_key: bool, separator: str) -> str:
-    value = record["value"]  # a StoredText is a str: printed as the gateway sent it
-    text = value if isinstance(value, str) else orjson.dumps(value).decode()
-    if print_key:
-        return f"{record['key']}{separator}{text}"
-    return text
-
-
-RETRY_FIRST_S = 0.2  # a consumer's first retry after a lost connection, a 503 or a 421
-RETRY_MAX_S = 5.0
-
-
-async def _call_retrying(
-    session: aiohttp.ClientSession, method: str, url: str, **kwargs: Any
-) -> Any:
-    """A consumer's call (a fetch, a commit: both safe to repeat); a lost connection, a
-    restarting server, a 503 or a 421 (a cluster's nodes disagreeing for a moment on who
-    leads) is retried with backoff (said once on stderr per outage), so a consumer outlives a
-    server restart and a leader change."""
-    delay = RETRY_FIRST_S
-    while True:
-        try:
-            return await client.call(session, method, url, **kwargs)
-        except aiohttp.ClientConnectionError as exc:
-            reason = _connection_error(exc)
-        except CommandError as exc:
-            if exc.status not in (421, 503):
-                raise
-            reason = str(exc)
-        if delay == RETRY_FIRST_S:
-            print(f"sluice: {reason}; retrying", file=sys.stderr, flush=True)
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, RETRY_MAX_S)
-
-
 async def _follow_partition(
     session: aiohttp.ClientSession,
     args: argparse.Namespace,
@@ -280,8 +205,8 @@ async def _follow_partition(
     while not done.is_set():
         params = {"offset": offset, "timeout_ms": "10000", "max_records": "1000"}
         try:
-            answer = await _call_retrying(
-                session, "GET", url, params=params, decode=_records_answer
+            answer = await consumer.call_retrying(
+                session, "GET", url, params=params, decode=consumer.records_answer
             )
         except CommandError as exc:
             if exc.code != "OFFSET_OUT_OF_RANGE" or exc.problem is None:
@@ -293,7 +218,7 @@ async def _follow_partition(
                 break
             if wanted is not None and record["offset"] < wanted:
                 continue
-            print(_format(record, args.print_key, args.key_separator), flush=True)
+            print(consumer.format_record(record, args.print_key, args.key_separator), flush=True)
             remaining[0] -= 1
         if remaining[0] == 0:
             done.set()
@@ -320,15 +245,6 @@ def _out_of_range(
         flush=True,
     )
     return str(args.reset)
-
-
-def _connection_error(exc: aiohttp.ClientConnectionError) -> str:
-    """A lost connection in a line (aiohttp's own names `ssl:default` for plain http)."""
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        error = exc.os_error
-        reason = os.strerror(error.errno) if error.errno else (error.strerror or repr(error))
-        return f"cannot connect to {exc.host}:{exc.port}: {reason}"
-    return f"connection lost ({str(exc) or type(exc).__name__})"
 
 
 async def _join(
@@ -379,21 +295,21 @@ async def group_consume(args: argparse.Namespace) -> None:
                     "cursor": str(cursor),  # an answer lost on the way comes again
                 }
                 try:
-                    answer = await _call_retrying(
+                    answer = await consumer.call_retrying(
                         session,
                         "GET",
                         f"{members}/{member}/records",
                         params=params,
-                        decode=_records_answer,
+                        decode=consumer.records_answer,
                     )
                     records = answer["records"]
                     cursor = answer["cursor"]
                     for record in records:
-                        print(_format(record, args.print_key, args.key_separator))
+                        print(consumer.format_record(record, args.print_key, args.key_separator))
                     sys.stdout.flush()
                     if records:
                         offsets = _printed_offsets(records)
-                        await _call_retrying(
+                        await consumer.call_retrying(
                             session,
                             "POST",
                             f"{members}/{member}/commit",
@@ -448,35 +364,6 @@ async def consume_command(args: argparse.Namespace) -> None:
                 raise task.exception()  # type: ignore[misc]
 
 
-def _reset_target(args: argparse.Namespace) -> object:
-    if args.to_earliest:
-        return "earliest"
-    if args.to_latest:
-        return "latest"
-    if args.to_offset is not None:
-        return args.to_offset
-    if args.to_timestamp is not None:
-        return {"timestamp": args.to_timestamp}
-    try:
-        when = datetime.fromisoformat(args.to_datetime)
-    except ValueError:
-        raise CommandError(
-            f"--to-datetime takes an ISO 8601 time, got {args.to_datetime!r}"
-        ) from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return {"timestamp": int(when.timestamp() * 1000)}
-
-
-def _partition_list(text: str) -> list[int]:
-    try:
-        return [int(p) for p in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected partition numbers like 0,1,2, got {text!r}"
-        ) from None
-
-
 async def groups_command(args: argparse.Namespace) -> None:
     base = f"{args.url}/v1/groups"
     table = client.as_table(args)
@@ -505,9 +392,7 @@ async def groups_command(args: argparse.Namespace) -> None:
             keys = ("topic", "partition", "committed_offset", "log_end_offset", "lag", "owner")
             print(client.table(header, [[row[k] for k in keys] for row in doc["partitions"]]))
         elif args.action == "reset-offsets":
-            body: dict[str, object] = {"topic": args.topic, "to": _reset_target(args)}
-            if args.partitions is not None:
-                body["partitions"] = args.partitions
+            body = client.reset_body(args)
             answer = await client.call(session, "PUT", f"{url}/offsets", json=body)
             if not table:
                 client.print_json(answer)
@@ -516,7 +401,7 @@ async def groups_command(args: argparse.Namespace) -> None:
             print(client.table(("TOPIC", "PARTITION", "NEW-OFFSET"), rows))
         elif args.action == "delete":
             await client.call(session, "DELETE", url)
-            _print_deleted(
+            client.print_deleted(
                 {"group": args.group, "deleted": True}, f"deleted group {args.group}", table
             )
 
@@ -648,16 +533,7 @@ def parser() -> argparse.ArgumentParser:
         )
     )
     reset.add_argument("group")
-    reset.add_argument("--topic", required=True)
-    reset.add_argument("--partitions", type=_partition_list, help="e.g. 0,1 (default: all)")
-    to = reset.add_mutually_exclusive_group(required=True)
-    to.add_argument("--to-earliest", action="store_true")
-    to.add_argument("--to-latest", action="store_true")
-    to.add_argument("--to-offset", type=int, metavar="N")
-    to.add_argument("--to-timestamp", type=int, metavar="MS", help="milliseconds since the epoch")
-    to.add_argument(
-        "--to-datetime", metavar="ISO", help="e.g. 2026-01-31T12:00:00 (UTC unless it says)"
-    )
+    client.add_reset_arguments(reset)
     auth_cli.add_commands(commands, with_url)
     quota_cli.add_commands(commands, with_url)
     subscriptions_cli.add_commands(commands, with_url)
@@ -755,6 +631,6 @@ def _main(argv: Sequence[str] | None) -> None:
     except CommandError as exc:
         raise SystemExit(f"sluice: {exc}") from None
     except aiohttp.ClientConnectionError as exc:
-        raise SystemExit(f"sluice: {_connection_error(exc)}") from None
+        raise SystemExit(f"sluice: {client.connection_error(exc)}") from None
     except aiohttp.ClientError as exc:
         raise SystemExit(f"sluice: {exc}") from None

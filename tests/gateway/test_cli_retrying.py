@@ -1,4 +1,4 @@
-"""A console consumer's calls (`gateway.cli.main._call_retrying`) against a real HTTP server:
+"""A console consumer's calls (`gateway.cli.consumer.call_retrying`) against a real HTTP server:
 what a cluster answers while it moves a leader (503, 421) is retried, a refusal is not."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from aiohttp import web
 from pytest_aiohttp import AiohttpServer
 
 from gateway.cli.client import CommandError
-from gateway.cli.main import _call_retrying
+from gateway.cli.consumer import call_retrying
 
 PROBLEM = "application/problem+json"
 
@@ -39,7 +39,7 @@ async def test_a_leader_change_is_waited_out(
     answers = [problem(status, code), problem(status, code), web.json_response({"records": []})]
     url = await serving(aiohttp_server, answers)
     async with aiohttp.ClientSession() as session:
-        got: Any = await _call_retrying(session, "GET", url)
+        got: Any = await call_retrying(session, "GET", url)
     assert got == {"records": []} and answers == []
     assert capsys.readouterr().err.count("retrying") == 1  # said once per outage
 
@@ -49,5 +49,5 @@ async def test_a_refusal_is_not_retried(aiohttp_server: AiohttpServer) -> None:
     url = await serving(aiohttp_server, answers)
     async with aiohttp.ClientSession() as session:
         with pytest.raises(CommandError) as refused:
-            await _call_retrying(session, "GET", url)
+            await call_retrying(session, "GET", url)
     assert refused.value.status == 400 and len(answers) == 1

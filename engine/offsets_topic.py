@@ -17,9 +17,10 @@ import orjson
 
 from engine import batch as fmt
 from engine.errors import InvalidRecord
+from engine.internal_topics import CONSUMER_OFFSETS
 from engine.log import ReadResult
 
-OFFSETS_TOPIC = "__consumer_offsets"
+OFFSETS_TOPIC = CONSUMER_OFFSETS
 DEFAULT_PARTITIONS = 50  # offsets.topic.num.partitions
 TOPIC_CONFIGS: dict[str, object] = {
     "cleanup.policy": "compact",

@@ -33,6 +33,12 @@ class NotController(ReplicationError):
     code = "NOT_CONTROLLER"
 
 
+class InternalTopicWrite(ReplicationError):
+    """A client's produce to an internal topic: only its coordinator writes there."""
+
+    code = "INTERNAL_TOPIC"
+
+
 class NotEnoughReplicas(ReplicationError):
     """acks=all with the ISR below min.insync.replicas: nothing was appended."""
 

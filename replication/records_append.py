@@ -21,7 +21,7 @@ from replication.forward_client import ForwardClient, RemoteError
 from replication.forwarded_appends import ForwardedAppends
 from replication.metadata import ClusterView
 from replication.partition import Partition
-from replication.replica_manager import ReplicaManager
+from replication.replica_manager import ReplicaManager, refuse_internal
 
 Landed = dict[int, tuple[int, int]]  # partition -> (base offset, record count)
 LandedThen = Callable[[Partition, "asyncio.Future[AppendInfo]"], None]
@@ -37,7 +37,7 @@ class PartitionBatch:
 
 
 class RecordsAppender:
-    """Appends a produce's batches on their leaders and honours its acks."""
+    """Appends a produce's batches on their leaders and honours its acks: a client's way in."""
 
     def __init__(self, replicas: ReplicaManager, forwarder: ForwardClient) -> None:
         self.replicas = replicas
@@ -52,6 +52,7 @@ class RecordsAppender:
         pass (`AppendGroups.append`; `replicas.acknowledge` follows when the landing's
         `flush_due`, or for acks=all unless `replicas.committed` already holds); None for any
         other, which `append_records` takes."""
+        refuse_internal(topic)
         leader = self.replicas.leading(topic, item.partition)
         if leader is None:
             return None
@@ -78,6 +79,7 @@ class RecordsAppender:
         `joinable`: forwarded batches may share an internal append with this turn's others
         (not an idempotent request's, whose marker the leader answers a retry by).
         """
+        refuse_internal(topic)
         replicas = self.replicas
         local: list[tuple[PartitionBatch, Partition]] = []
         remote: list[tuple[PartitionBatch, str]] = []

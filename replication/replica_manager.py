@@ -29,11 +29,13 @@ from engine.errors import (
     UnknownPartition,
     UnknownTopic,
 )
+from engine.internal_topics import INTERNAL_TOPICS
 from engine.log import AppendInfo, PartitionLog, ReadResult
 from engine.manager import LogManager
 from engine.notify import ChangeNotifier
 from replication.acks import Acks
 from replication.errors import (
+    InternalTopicWrite,
     LeaderChangedAfterAppend,
     LeaderNotAvailable,
     MetadataUnavailable,
@@ -88,6 +90,14 @@ class ReplicationCounters:
     shrinks: int = 0
     expands: int = 0
     acks_waiting: int = 0
+
+
+def refuse_internal(topic: str) -> None:
+    """Clients never write an internal topic, whichever route their batches came by (Kafka's
+    appendRecords with internalTopicsAllowed false): its coordinator appends to its own
+    partitions through `Partition.append`, never through a produce's ways in."""
+    if topic in INTERNAL_TOPICS:
+        raise InternalTopicWrite(f"{topic!r} is an internal topic; producing to it is refused")
 
 
 class ReplicaManager:
@@ -494,7 +504,9 @@ class ReplicaManager:
     async def append(
         self, topic: str, partition: int, data: bytes | bytearray, acks: Acks, timeout_ms: int
     ) -> AppendInfo:
-        """Append producer batches as leader and honour acks (one partition's whole produce)."""
+        """Append producer batches as leader and honour acks (one partition's whole produce,
+        forwarded by another node's produce front: a client's, so never an internal topic)."""
+        refuse_internal(topic)
         leader = await self.leader(topic, partition)
         info = await self.appends.append(leader, data, acks)
         await self.acknowledge(leader, info, acks, timeout_ms)

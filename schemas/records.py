@@ -12,9 +12,10 @@ from typing import Any
 
 import orjson
 
+from engine.internal_topics import SCHEMAS
 from schemas.types import SCHEMA_TYPES, Reference, SchemaType
 
-TOPIC = "_schemas"
+TOPIC = SCHEMAS
 TOPIC_CONFIGS: dict[str, object] = {"cleanup.policy": "compact"}
 
 

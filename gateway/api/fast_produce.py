@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from engine.internal_topics import INTERNAL_TOPICS
 from gateway.api.backpressure import InflightBodies
 from gateway.api.fast_answer import Headers
 from gateway.api.fast_targets import (
@@ -18,7 +19,6 @@ from gateway.api.fast_targets import (
 )
 from gateway.api.records import produce_delivery
 from gateway.api.rest_proxy import fast as rest_proxy
-from gateway.api.topics import INTERNAL_TOPICS
 from gateway.formats import codecs
 from gateway.http.memo import Memo
 from gateway.http.problem import Problem

@@ -49,6 +49,7 @@ _ENGINE_STATUS: dict[type[errors.EngineError], int] = {
     replication.NotLeader: 421,
     replication.LeaderNotAvailable: 503,
     replication.NotController: 421,
+    replication.InternalTopicWrite: 403,
     replication.NotEnoughReplicas: 503,
     replication.NotEnoughReplicasAfterAppend: 503,
     replication.RequestTimedOut: 504,

@@ -6,21 +6,18 @@ from typing import Any
 
 from aiohttp import web
 
+from engine.internal_topics import INTERNAL_TOPICS
 from engine.manager import check_partition_count
-from engine.offsets_topic import OFFSETS_TOPIC
 from gateway.api import all_workers
 from gateway.auth.middleware import may, require_create_topic
 from gateway.http.params import choice_param, json_object, json_response
 from gateway.http.problem import Problem, bad_request
 from gateway.state import gateway_of
-from groups.share.state_topic import STATE_TOPIC as SHARE_STATE_TOPIC
 from replication.metadata import NO_LEADER
 from replication.replica_manager import ReplicaManager
-from schemas.records import TOPIC as SCHEMAS_TOPIC
 
 _CREATE_FIELDS = {"name", "partitions", "replication_factor", "configs"}
 _ALTER_FIELDS = {"partitions", "configs"}
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, SCHEMAS_TOPIC, SHARE_STATE_TOPIC})
 
 
 def add_routes(app: web.Application) -> None:

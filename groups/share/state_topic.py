@@ -16,9 +16,10 @@ from typing import Any
 import orjson
 
 from engine.errors import InvalidRecord
+from engine.internal_topics import SHARE_GROUP_STATE
 from engine.offsets_topic import CommittedLog, TopicPartition, committed_records
 
-STATE_TOPIC = "__share_group_state"
+STATE_TOPIC = SHARE_GROUP_STATE
 DEFAULT_PARTITIONS = 50  # share.coordinator.state.topic.num.partitions
 TOPIC_CONFIGS: dict[str, object] = {
     "cleanup.policy": "compact",

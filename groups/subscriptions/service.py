@@ -22,6 +22,7 @@ from urllib.parse import quote
 import orjson
 
 from engine.errors import EngineError, UnknownTopic
+from engine.internal_topics import INTERNAL_TOPICS
 from groups.coordinator import RecordDecoder
 from groups.partition_reader import PartitionReader
 from groups.share import state_topic
@@ -259,6 +260,12 @@ class SubscriptionService:
                 raise SubscriptionError(
                     "INVALID_SUBSCRIPTION",
                     "the dead-letter topic must not be the subscription's own topic",
+                    pointer="/dead_letter_topic",
+                )
+            if sub.dead_letter_topic in INTERNAL_TOPICS:
+                raise SubscriptionError(
+                    "INVALID_SUBSCRIPTION",
+                    "the dead-letter topic must not be an internal topic",
                     pointer="/dead_letter_topic",
                 )
             self.replicas.topic(sub.dead_letter_topic)

@@ -16,11 +16,20 @@ import pytest
 from aiohttp import web
 
 from engine import batch as fmt
-from replication.errors import MetadataUnavailable
+from engine.internal_topics import INTERNAL_TOPICS, SHARE_GROUP_STATE
+from replication.acks import Acks
+from replication.errors import InternalTopicWrite, MetadataUnavailable
 from replication.memory_store import MemoryBackend, MemoryMetadataStore
 from replication.metadata import NodeInfo, PartitionState
-from replication.node_contract import HIGH_WATERMARK, LOG_START_OFFSET, replica_path
+from replication.node_contract import (
+    APPEND_ROUTE,
+    HIGH_WATERMARK,
+    LOG_START_OFFSET,
+    RECORD_BATCH,
+    replica_path,
+)
 from replication.partition import Partition
+from replication.records_append import PartitionBatch
 from tests.api.support import (
     Client,
     Start,
@@ -406,3 +415,30 @@ async def test_a_refusal_elsewhere_does_not_hide_a_partition_that_may_have_appen
         json={"records": [{"value": 1, "partition": 1}, {"value": 2, "partition": 2}]},
     )
     await problem(response, 504, "REQUEST_TIMED_OUT")
+
+
+@pytest.mark.parametrize("topic", sorted(INTERNAL_TOPICS))
+async def test_a_clients_batches_never_reach_an_internal_topic_below_http(
+    client: Client, topic: str
+) -> None:
+    """The rule holds below the routes: the produce front's two ways into an append and the
+    forwarded batches' route refuse an internal topic whichever route sent the batches, and
+    nothing is appended; the coordinators append to their own partitions directly."""
+    if topic == SHARE_GROUP_STATE:
+        await gateway(client).share_groups_ready()
+    before = gateway(client).replicas.local(topic, 0)
+    assert before is not None
+    end = before.log_end_offset
+    appender = gateway(client).producer.appender
+    batch = PartitionBatch(0, fmt.encode_batch([fmt.RecordInput(b"k", b"1", [], None)]), 1)
+    with pytest.raises(InternalTopicWrite):
+        appender.append_now(topic, batch, Acks.LEADER, lambda leader, landing: None)
+    with pytest.raises(InternalTopicWrite):
+        await appender.append_records(topic, [batch], Acks.LEADER, 1_000, {})
+    forwarded = await client.post(
+        APPEND_ROUTE.format(topic=topic, partition=0),
+        data=bytes(batch.data),
+        headers={"Content-Type": RECORD_BATCH},
+    )
+    await problem(forwarded, 403, "INTERNAL_TOPIC")
+    assert before.log_end_offset == end

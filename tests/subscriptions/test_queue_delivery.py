@@ -232,6 +232,7 @@ async def test_the_description_and_metrics_show_the_queue(
 @pytest.mark.parametrize(
     ("fields", "pointer"),
     [
+        ({"dead_letter_topic": "__consumer_offsets"}, "/dead_letter_topic"),
         ({"ordering": "partition"}, "/ordering"),
         ({"batching": {"max_records": 2}}, "/batching/max_records"),
         ({"retry": {"max_attempts": 11}}, "/retry/max_attempts"),

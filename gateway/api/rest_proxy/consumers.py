@@ -15,6 +15,7 @@ import msgspec
 import orjson
 from aiohttp import web
 
+from engine.internal_topics import INTERNAL_TOPICS
 from gateway.api.fetch import refuse_when_full
 from gateway.api.groups import valid_group_id
 from gateway.api.rest_proxy import schema_formats
@@ -33,7 +34,7 @@ from gateway.api.rest_proxy.media import (
     answer,
     json_body_type,
 )
-from gateway.api.topics import INTERNAL_TOPICS, refuse_internal
+from gateway.api.topics import refuse_internal
 from gateway.auth.middleware import may, require
 from gateway.formats import codecs
 from gateway.http.params import int_param, read_body

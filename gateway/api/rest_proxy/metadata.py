@@ -9,9 +9,9 @@ from typing import Any
 from aiohttp import web
 
 from engine.errors import UnknownTopic
+from engine.internal_topics import INTERNAL_TOPICS
 from gateway.api.rest_proxy.errors import PARTITION_NOT_FOUND, v2_error
 from gateway.api.rest_proxy.media import add_route, answer
-from gateway.api.topics import INTERNAL_TOPICS
 from gateway.auth.middleware import may
 from gateway.state import gateway_of
 from replication.metadata import NO_LEADER, TopicSpec

@@ -25,12 +25,13 @@ from aiohttp import web
 
 from engine import batch as fmt
 from engine.errors import RecordTooLarge
+from engine.internal_topics import INTERNAL_TOPICS
 from gateway.api.problems import problem_of
 from gateway.api.records import produce_options
 from gateway.api.rest_proxy import v3_schemas
 from gateway.api.rest_proxy.json_stream import ObjectStream, StreamError
 from gateway.api.rest_proxy.media import add_route
-from gateway.api.topics import INTERNAL_TOPICS, refuse_internal
+from gateway.api.topics import refuse_internal
 from gateway.auth.middleware import may
 from gateway.formats import codecs
 from gateway.http.problem import Problem

@@ -41,3 +41,8 @@ class SchemaError(EngineError):
     def status(self) -> int:
         """The HTTP status Confluent answers this code with (40401 → 404, 409 → 409)."""
         return self.error_code if self.error_code < 1000 else self.error_code // 100
+
+
+class InvalidValue(ValueError):
+    """A value, or a binary payload, the schema does not describe (here, not in the schema
+    types, so that the wire format needs nothing of them)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import struct
 
-from schemas.types import InvalidValue
+from schemas.errors import InvalidValue
 
 MAGIC = 0
 HEADER = struct.Struct(">bI")

@@ -12,7 +12,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypeVar
 
-from schemas.errors import INVALID_SCHEMA, SchemaError
+from schemas.errors import INVALID_SCHEMA, InvalidValue, SchemaError
+
+__all__ = [
+    "SCHEMA_TYPES",
+    "InvalidValue",
+    "ParsedSchema",
+    "Reference",
+    "SchemaType",
+    "parse",
+    "references_of",
+]
 
 SchemaType = Literal["AVRO", "JSON", "PROTOBUF"]
 SCHEMA_TYPES: tuple[SchemaType, ...] = ("AVRO", "JSON", "PROTOBUF")
@@ -26,10 +36,6 @@ class Reference:
     name: str
     subject: str
     version: int
-
-
-class InvalidValue(ValueError):
-    """A value, or a binary payload, the schema does not describe."""
 
 
 class ParsedSchema(Protocol):

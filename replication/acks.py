@@ -17,7 +17,7 @@ class Acks(enum.Enum):
         """`0`, `1`, `all` or `-1` (Kafka's spelling of all); ValueError for anything else."""
         acks = BY_SPELLING.get(text)
         if acks is None:
-            raise ValueError(f"acks must be one of {', '.join(BY_SPELLING)}, not {text!r}")
+            raise ValueError(f"acks must be one of {', '.join(BY_SPELLING)}, got {text!r}")
         return acks
 
 

@@ -35,7 +35,7 @@ from gateway.produce.front import ProduceRequest
 from gateway.produce.idempotency import validate_key
 from gateway.settings import Settings
 from gateway.state import Gateway, gateway_of
-from replication.acks import BY_SPELLING, Acks
+from replication.acks import Acks
 from replication.errors import NotLeader
 from replication.fetch_limits import FetchLimits
 from replication.metadata import RACK_NAME
@@ -241,12 +241,10 @@ def produce_delivery(query: Mapping[str, str], settings: Settings) -> tuple[Acks
     """A produce's `acks` (all when absent: 0, 1, all or Kafka's -1 for all) and
     `timeout_ms`, from its query: every produce route's and the internal append's, on aiohttp
     and on the fast routes."""
-    raw = query.get("acks", "all")
-    acks = BY_SPELLING.get(raw)
-    if acks is None:
-        raise bad_request(
-            f"acks must be one of {', '.join(BY_SPELLING)}, got {raw!r}", "INVALID_PARAMETER"
-        )
+    try:
+        acks = Acks.parse(query.get("acks", "all"))
+    except ValueError as exc:
+        raise bad_request(str(exc), "INVALID_PARAMETER") from None
     timeout_ms = query_int(
         query, "timeout_ms", settings.default_produce_timeout_ms, 0, settings.max_wait_ms
     )

@@ -35,7 +35,6 @@ from replication.errors import (
     ControllerNotAvailable,
     FencedController,
     InvalidReassignment,
-    InvalidReplicationFactor,
     MetadataUnavailable,
     NotController,
     ReassignmentInProgress,
@@ -978,20 +977,8 @@ def _log_change(change: Change, stored: PartitionState) -> None:
 def _replica_nodes(view: ClusterView, replication_factor: object) -> list[int]:
     """The nodes to place replicas on (live, in service), sorted; checks the replication factor
     against them."""
-    if (
-        isinstance(replication_factor, bool)
-        or not isinstance(replication_factor, int)
-        or replication_factor < 1
-    ):
-        raise InvalidReplicationFactor(
-            f"replication factor must be an integer of at least 1, got {replication_factor!r}"
-        )
     nodes = sorted(view.in_service())
-    if replication_factor > len(nodes):
-        raise InvalidReplicationFactor(
-            f"replication factor {replication_factor} is larger than the number of live nodes "
-            f"({len(nodes)})"
-        )
+    placement.checked_replication_factor(replication_factor, len(nodes), "live nodes")
     return nodes
 
 

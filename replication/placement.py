@@ -145,21 +145,10 @@ def assign_new(
     (KIP-36's walk along the list, skipping racks in use, loads the node after a skipped one).
     Without racks (or with a node that has none) it is exactly the round-robin over the
     sorted node ids: nodes[(start + p + j) % n] for j < replication_factor."""
-    if (
-        isinstance(replication_factor, bool)
-        or not isinstance(replication_factor, int)
-        or replication_factor < 1
-    ):
-        raise InvalidReplicationFactor(
-            f"replication factor must be an integer of at least 1, got {replication_factor!r}"
-        )
     racks = _checked_racks(racks)
     nodes = rack_alternated(racks)
     n = len(nodes)
-    if replication_factor > n:
-        raise InvalidReplicationFactor(
-            f"replication factor {replication_factor} is larger than the number of nodes ({n})"
-        )
+    replication_factor = checked_replication_factor(replication_factor, n, "nodes")
     if all(racks[node] is None for node in nodes):
         return [
             tuple(nodes[(start + p + j) % n] for j in range(replication_factor)) for p in partitions
@@ -314,6 +303,25 @@ class _State:
 
 
 _LOST_RACK = "\x00lost"  # the rack of a lost node no rack map names: matches no live node
+
+
+def checked_replication_factor(replication_factor: object, nodes: int, which: str) -> int:
+    """A replication factor: an integer from 1 to the number of `which` nodes there are
+    (InvalidReplicationFactor says why not)."""
+    if (
+        isinstance(replication_factor, bool)
+        or not isinstance(replication_factor, int)
+        or replication_factor < 1
+    ):
+        raise InvalidReplicationFactor(
+            f"replication factor must be an integer of at least 1, got {replication_factor!r}"
+        )
+    if replication_factor > nodes:
+        raise InvalidReplicationFactor(
+            f"replication factor {replication_factor} is larger than the number of {which} "
+            f"({nodes})"
+        )
+    return replication_factor
 
 
 def _checked_racks(racks: Mapping[int, str | None]) -> dict[int, str | None]:

@@ -17,6 +17,7 @@ from typing import Any
 DEFAULT_LOCK_MS = 30_000  # group.share.record.lock.duration.ms
 DEFAULT_DELIVERY_LIMIT = 5  # group.share.delivery.count.limit
 DEFAULT_MAX_RECORD_LOCKS = 2_000  # group.share.partition.max.record.locks
+NEVER = 2**63  # a time after every deadline
 
 
 class RecordState(enum.IntEnum):
@@ -89,6 +90,12 @@ class SharePartition:
         # The records of [start, end) that exist in the log and are not below start, in
         # ascending offset order (offsets are only ever added at the end).
         self.records: dict[int, InFlight] = {}
+        # Lower bounds that spare an acquire's pass a scan of the window (a thousand parked
+        # consumers woken at once each look): no lock lapses before `_locks_until`, no record
+        # is due again before `_due_from` (infinity: none is available). A scan makes them
+        # exact; a transition only ever lowers them.
+        self._locks_until = NEVER
+        self._due_from = NEVER
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -100,21 +107,24 @@ class SharePartition:
     def available(self, now_ms: int) -> list[int]:
         """The offsets that may be acquired again now (released, or their lock lapsed), in
         offset order."""
-        return [
-            offset
-            for offset, record in self.records.items()
-            if record.state is RecordState.AVAILABLE and record.deadline_ms <= now_ms
-        ]
+        if now_ms < self._due_from:
+            return []
+        due = []
+        later = NEVER
+        for offset, record in self.records.items():
+            if record.state is RecordState.AVAILABLE:
+                if record.deadline_ms <= now_ms:
+                    due.append(offset)
+                else:
+                    later = min(later, record.deadline_ms)
+        self._due_from = min(later, now_ms) if due else later
+        return due
 
     def next_deadline(self) -> int | None:
-        """The earliest time a lock lapses or a delayed release becomes available."""
-        deadlines = [
-            r.deadline_ms
-            for r in self.records.values()
-            if r.state is RecordState.ACQUIRED
-            or (r.state is RecordState.AVAILABLE and r.deadline_ms > 0)
-        ]
-        return min(deadlines, default=None)
+        """When a lock may lapse or a delayed release become available next (at the earliest:
+        the time to look again)."""
+        soonest = min(self._locks_until, self._due_from)
+        return None if soonest == NEVER else soonest
 
     def counts(self) -> dict[str, int]:
         """How many records of the window are in each state."""
@@ -142,10 +152,17 @@ class SharePartition:
     def expire(self, now_ms: int) -> list[Transition]:
         """Locks that lapsed give their records back (archived once they reached the delivery
         limit); a delayed release that is due needs nothing (`available` tells)."""
+        if now_ms < self._locks_until:
+            return []
         out = []
+        later = NEVER
         for offset, record in self.records.items():
-            if record.state is RecordState.ACQUIRED and record.deadline_ms <= now_ms:
-                out.append(self._give_back(offset, record, 0, "lock_expired"))
+            if record.state is RecordState.ACQUIRED:
+                if record.deadline_ms <= now_ms:
+                    out.append(self._give_back(offset, record, 0, "lock_expired"))
+                else:
+                    later = min(later, record.deadline_ms)
+        self._locks_until = later
         if out:
             self._advance()
         return out
@@ -156,6 +173,7 @@ class SharePartition:
         Each acquisition counts a delivery and locks the record for `lock_ms`."""
         out = []
         deadline = now_ms + self.config.lock_ms
+        self._locks_until = min(self._locks_until, deadline)
         for offset in offsets:
             record = self.records.get(offset)
             if record is None:
@@ -287,6 +305,7 @@ class SharePartition:
             record.state = RecordState.ARCHIVED
         else:
             record.state = RecordState.AVAILABLE
+            self._due_from = min(self._due_from, available_at)
         record.deadline_ms = available_at
         return Transition(offset, record.state, record.delivery_count, cause)
 
@@ -323,6 +342,7 @@ class SharePartition:
                 )
         if out.start > out.end or any(not out.start <= o < out.end for o in out.records):
             raise ValueError("a window whose records lie outside [start, end)")
+        out._locks_until = out._due_from = 0  # unknown: the first look scans
         return out
 
 

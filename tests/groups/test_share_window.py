@@ -149,6 +149,7 @@ def test_lapsed_locks_give_records_back_and_archive_at_the_limit() -> None:
     w.acquire([0, 1], A, 0)
     w.acknowledge(1, 1, A, AckType.RELEASE, 0)
     w.acquire([1], A, 0)  # its second delivery: the limit
+    assert w.available(0) == []  # a look makes the next deadline exact
     assert w.next_deadline() == 1_000
     done = w.expire(1_000)
     assert [(t.offset, t.state, t.cause) for t in done] == [
@@ -377,3 +378,35 @@ def test_every_record_ends_accepted_or_archived_once_consumers_keep_going(
         for t in w.acquire(due, "last", run.now):
             w.acknowledge(t.offset, t.delivery_count, "last", kinds[turn % len(kinds)], run.now)
     assert run.w.start >= end and all(o >= end for o in run.w.records)
+
+
+@settings(max_examples=300, derandomize=True, deadline=None)
+@given(OPS)
+def test_the_shortcuts_never_hide_a_due_record_or_a_lapsed_lock(ops: list[Op]) -> None:
+    """`available` and `expire` skip their scan while the window's lower bounds say nothing is
+    due: they must answer as a scan of every record would."""
+    run = Run()
+    for op in ops:
+        run.step(op)
+        w, now = run.w, run.now
+        w.expire(now)
+        assert not [
+            o
+            for o, r in w.records.items()
+            if r.state is RecordState.ACQUIRED and r.deadline_ms <= now
+        ]
+        due = [
+            o
+            for o, r in w.records.items()
+            if r.state is RecordState.AVAILABLE and r.deadline_ms <= now
+        ]
+        assert w.available(now) == due
+        soonest = w.next_deadline()
+        pending = [
+            r.deadline_ms
+            for r in w.records.values()
+            if r.state is RecordState.ACQUIRED
+            or (r.state is RecordState.AVAILABLE and r.deadline_ms > now)
+        ]
+        if pending:
+            assert soonest is not None and soonest <= min(pending)

@@ -24,6 +24,7 @@ from gateway.cli import client, consumer
 from gateway.cli import cluster as cluster_cli
 from gateway.cli import quotas as quota_cli
 from gateway.cli import schemas as schemas_cli
+from gateway.cli import share_groups as share_groups_cli
 from gateway.cli import subscriptions as subscriptions_cli
 from gateway.cli.client import CommandError
 from gateway.cli.progress import Progress
@@ -534,6 +535,7 @@ def parser() -> argparse.ArgumentParser:
     )
     reset.add_argument("group")
     client.add_reset_arguments(reset)
+    share_groups_cli.add_commands(commands, with_url)
     auth_cli.add_commands(commands, with_url)
     quota_cli.add_commands(commands, with_url)
     subscriptions_cli.add_commands(commands, with_url)
@@ -617,6 +619,7 @@ def _main(argv: Sequence[str] | None) -> None:
         "produce": produce_command,
         "consume": consume_command,
         "groups": groups_command,
+        "share-groups": share_groups_cli.share_groups_command,
         "auth": auth_cli.auth_command,
         "acls": auth_cli.acls_command,
         "quotas": quota_cli.quotas_command,
@@ -625,7 +628,7 @@ def _main(argv: Sequence[str] | None) -> None:
         "cluster": cluster_cli.cluster_command,
     }
     try:
-        # Ctrl-C, and SIGTERM for a group consumer, cancel the command: exit quietly.
+        # Ctrl-C, and SIGTERM for a group or share-group consumer, cancel the command: exit quietly.
         with contextlib.suppress(KeyboardInterrupt, asyncio.CancelledError):
             asyncio.run(command[args.command](args))
     except CommandError as exc:

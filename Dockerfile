@@ -75,11 +75,12 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 
 # Only from the wheels built above (--no-index): the same versions as the build stage, and the
-# wheels themselves never become a layer of this image.
+# wheels themselves never become a layer of this image. setup.py's C extensions are optional
+# (a failed compile installs the slower Python paths): importing each fails a build without one.
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
     pip install --no-index --find-links=/wheels sluice \
-    && python -c "import gateway.formats._batchcheck, gateway.formats._fetchjson, gateway.formats._producejson, \
-gateway.http._h2session"
+    && python -c "import engine._scan, gateway.formats._batchcheck, gateway.formats._fetchjson, \
+gateway.formats._producejson, gateway.http._h2session"
 
 USER sluice:sluice
 WORKDIR /data

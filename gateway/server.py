@@ -161,8 +161,10 @@ async def serve(settings: Settings) -> None:
     print(f"sluice listening on {scheme}://{settings.host}:{public.port}", flush=True)
     await stop.wait()
     log.info("shutting down")
+    bound_s = settings.controlled_shutdown_timeout_s + SHUTDOWN_TIMEOUT_S  # handover, drain
+    gateway.broker.stopping(bound_s)
     # Past the handover's and the drain's bounds, and the closing's few seconds, it hangs.
-    stop_watchdog.arm(settings.controlled_shutdown_timeout_s + SHUTDOWN_TIMEOUT_S + STUCK_S)
+    stop_watchdog.arm(bound_s + STUCK_S)
     if settings.cluster and private is None and settings.controlled_shutdown_timeout_s > 0:
         await _controlled_shutdown(gateway, stop, settings.controlled_shutdown_timeout_s)
     log.info("draining: no new connections; long-polls answered, requests in flight finish")

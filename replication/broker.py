@@ -210,6 +210,12 @@ class Broker:
         spec = self.store.view.topics.get(name)
         return None if spec is None else spec.topic_id
 
+    def stopping(self, bound_s: float) -> None:
+        """The node is stopping: what it still asks the metadata store (leaving the election,
+        the handover, the lease's revocation) ends within `bound_s`, and once the store is
+        found unreachable nothing more is asked: the node hands nothing over and exits."""
+        self.store.stopping(asyncio.get_running_loop().time() + bound_s)
+
     async def controlled_shutdown(self, timeout_s: float) -> Handover:
         """Kafka's controlled shutdown, while this node still serves: leave the controller
         election (a controller only once its own handover is done), mark this node shutting

@@ -251,6 +251,9 @@ class EtcdClient:
             raise ValueError("at least one etcd endpoint is needed")
         self._endpoints = [_endpoint(e) for e in endpoints]
         self._timeout_s = timeout_s
+        # A stop's bounds (end_by): no request past the deadline, none waiting longer than that.
+        self._deadline: float | None = None
+        self._longest_s = timeout_s
         self._current = 0
         self._session: aiohttp.ClientSession | None = None
         self._closed = False
@@ -264,6 +267,23 @@ class EtcdClient:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+    def end_by(self, deadline: float, longest_s: float) -> None:
+        """A stop: from now on each request waits at most `longest_s` and ends by `deadline`
+        (the loop's clock); past it none is sent."""
+        self._deadline = deadline
+        self._longest_s = longest_s
+
+    def _limit(self, path: str, timeout_s: float | None) -> float:
+        """How long a request may wait: its own timeout (else the client's), within a stop's
+        bounds; MetadataUnavailable past the stop's deadline."""
+        limit = timeout_s or self._timeout_s
+        if self._deadline is None:
+            return limit
+        left = self._deadline - asyncio.get_running_loop().time()
+        if left <= 0:
+            raise MetadataUnavailable(f"etcd {path}: not asked, past the stop's deadline")
+        return min(limit, self._longest_s, left)
 
     def _http(self) -> aiohttp.ClientSession:
         if self._closed:
@@ -287,7 +307,7 @@ class EtcdClient:
         """POST one request; try the next endpoint only when this one refuses the connection
         (the request was surely not applied), else fail with MetadataUnavailable."""
         payload = msgspec.json.encode(request)
-        timeout = aiohttp.ClientTimeout(total=timeout_s or self._timeout_s)
+        timeout = aiohttp.ClientTimeout(total=self._limit(path, timeout_s))
         refused: list[str] = []
         for _ in self._endpoints:
             index = self._current

@@ -11,7 +11,8 @@ import functools
 import logging
 import math
 import uuid
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
+from typing import TypeVar
 
 import msgspec
 
@@ -49,6 +50,7 @@ log = logging.getLogger(__name__)
 REPORT_RETRY_S = 0.1  # the first pause before writing the offline report again; doubles
 REPORT_RETRY_MAX_S = 2.0
 MAX_PUTS_PER_TXN = 100  # a topic's partition records per transaction (and the fence, a guard)
+_T = TypeVar("_T")
 
 
 class _NodeRecord(msgspec.Struct, omit_defaults=True):
@@ -176,6 +178,7 @@ class EtcdMetadataStore(MetadataStore):
         self._node_states: dict[int, str] = {}
         self._shutting_down: set[int] = set()  # nodes in a controlled shutdown
         self._leaving = False  # this node is one of them
+        self._unanswered: str | None = None  # why etcd counts as unreachable in this stop
 
     def _key(self, *parts: str | int) -> bytes:
         return (self._root + "/".join(str(p) for p in parts)).encode()
@@ -208,7 +211,7 @@ class EtcdMetadataStore(MetadataStore):
         self._tasks.clear()
         if self._lease:
             try:
-                await self._client.revoke(self._lease)
+                await self._leaving_request(functools.partial(self._client.revoke, self._lease))
             except LeaseNotFound:
                 pass  # expired or revoked already: the node is gone either way
             except MetadataUnavailable as exc:
@@ -282,10 +285,33 @@ class EtcdMetadataStore(MetadataStore):
                     delay = 0  # at once, on the next endpoint: the TTL is running out
                 unreachable = True
 
+    def stopping(self, deadline: float) -> None:
+        """Each request from now on ends by `deadline` and waits at most the lease's TTL: a
+        node whose requests go unanswered that long has lost its lease anyway (its keep-alives
+        go the same way), so waiting longer buys nothing."""
+        self._client.end_by(deadline, self._lease_ttl_s)
+
+    async def _leaving_request(self, request: Callable[[], Awaitable[_T]]) -> _T:
+        """One of the stop's own requests (leaving the election, the shutting-down mark, the
+        lease's revocation). Once one went unanswered, etcd counts as unreachable: the others
+        fail at once, so that a stop waits for an unreachable etcd once, not once each."""
+        if self._unanswered is not None:
+            raise MetadataUnavailable(
+                f"etcd did not answer earlier in this stop: {self._unanswered}"
+            )
+        try:
+            return await request()
+        except LeaseNotFound:
+            raise  # an answer: the lease is gone
+        except MetadataUnavailable as exc:
+            self._unanswered = str(exc)
+            raise
+
     async def begin_shutdown(self) -> None:
         """shutting_down/<id> under this node's lease (written again with a new lease)."""
         self._leaving = True
-        await self._client.txn([], [self._put_leaving(self._lease)])
+        mark = [self._put_leaving(self._lease)]
+        await self._leaving_request(functools.partial(self._client.txn, [], mark))
 
     def _put_leaving(self, lease: int) -> Put:
         """The mark's value is the process's incarnation (its registration revision)."""
@@ -294,7 +320,8 @@ class EtcdMetadataStore(MetadataStore):
 
     async def resign(self) -> None:
         """Delete controller/<lease> (`campaign`'s key under the current lease)."""
-        await self._client.txn([], [Delete(self._key("controller", f"{self._lease:x}"))])
+        key = [Delete(self._key("controller", f"{self._lease:x}"))]
+        await self._leaving_request(functools.partial(self._client.txn, [], key))
 
     def report_offline(self, partitions: Iterable[TopicPartition]) -> None:
         self._reported = frozenset(partitions)

@@ -203,6 +203,9 @@ class MemoryMetadataStore(MetadataStore):
             self.backend.expire(self.node.node_id)
             self.node = None
 
+    def stopping(self, deadline: float) -> None:
+        """Nothing to bound: memory answers at once."""
+
     async def begin_shutdown(self) -> None:
         await asyncio.sleep(0)
         if self.node is None:

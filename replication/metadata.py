@@ -259,6 +259,11 @@ class MetadataStore(ABC):
         """Leave: revoke the lease (the node is gone at once) and stop watching."""
 
     @abstractmethod
+    def stopping(self, deadline: float) -> None:
+        """The node is stopping: whatever it still asks the store ends by `deadline` (the
+        loop's clock), and a store found unreachable meanwhile is asked nothing more."""
+
+    @abstractmethod
     async def begin_shutdown(self) -> None:
         """Mark this node as shutting down (`ClusterView.shutting_down`), under its lease so
         that the mark goes with the node; MetadataUnavailable if it cannot be written."""

@@ -8,9 +8,11 @@ loopback, every compose address translated to a free local port."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
+import runpy
 import shlex
 import shutil
 import signal
@@ -24,6 +26,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from unittest import mock
 from urllib.parse import urlsplit
 
 import pytest
@@ -314,6 +317,31 @@ def test_dockerfile_builds_the_wheel_and_runs_it_slim_and_unprivileged(
     check = healthcheck_command(only(final, "HEALTHCHECK"))
     assert check[:2] == ["python", "-c"]
     assert "http://127.0.0.1:8080/healthz" in check[2], "the health check probes the CMD's port"
+
+
+def c_extensions() -> set[str]:
+    """The C extension modules setup.py builds."""
+    with mock.patch("setuptools.setup") as setup:
+        runpy.run_path(str(REPO / "setup.py"))
+    return {extension.name for extension in setup.call_args.kwargs["ext_modules"]}
+
+
+def test_the_image_checks_that_every_c_extension_imports(final: list[Instruction]) -> None:
+    """The extensions are optional in setup.py (a failed compile installs the slower Python
+    paths without a word): the image build imports each, so an image without one fails."""
+    runs = " ".join(i.args for i in final if i.keyword == "RUN")
+    checks = re.findall(r'python -c "([^"]*)"', runs)
+    assert checks, "the final stage runs no `python -c` import check"
+    imported = {
+        alias.name
+        for check in checks
+        for node in ast.walk(ast.parse(check))
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    }
+    extensions = c_extensions()
+    assert len(extensions) >= 5
+    assert extensions <= imported, f"not imported by the image build: {extensions - imported}"
 
 
 def dockerignore_patterns() -> list[re.Pattern[str]]:

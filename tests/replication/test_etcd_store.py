@@ -415,6 +415,39 @@ async def test_a_hung_endpoint_moves_the_watch_to_the_next(
     assert await one.wait_for(lambda view: view.live == {1, 2}, WAIT_S)
 
 
+async def test_a_stopping_store_asks_nothing_past_the_stops_deadline(
+    make_store: StoreFactory, client: EtcdClient, prefix: str
+) -> None:
+    store = await make_store(1)
+    lease = await live_lease(client, prefix, 1)
+    store.stopping(asyncio.get_running_loop().time())
+    with pytest.raises(MetadataUnavailable, match="past the stop's deadline"):
+        await store.begin_shutdown()
+    await store.close()  # the lease is not revoked: it runs out
+    assert await client.get(f"{prefix}/shutting_down/1".encode()) is None
+    assert await live_lease(client, prefix, 1) == lease
+
+
+async def test_a_stopping_store_whose_etcd_hangs_waits_for_it_once(
+    etcd_server: EtcdProcess, freezing_proxy: FreezingProxy, client: EtcdClient, prefix: str
+) -> None:
+    """The first of the stop's requests waits (at most the lease's TTL) and fails; etcd then
+    counts as unreachable: the mark and the lease's revocation are not even sent."""
+    store = EtcdMetadataStore([freezing_proxy.url], prefix=prefix, lease_ttl_s=1.0)
+    await store.start(NodeInfo(1, "http://127.0.0.1:9001"))
+    lease = await live_lease(client, prefix, 1)
+    store.stopping(asyncio.get_running_loop().time() + 60.0)
+    freezing_proxy.freeze()
+    with pytest.raises(MetadataUnavailable, match="TimeoutError"):
+        await store.resign()
+    with pytest.raises(MetadataUnavailable, match="did not answer earlier in this stop"):
+        await store.begin_shutdown()
+    await store.close()
+    assert await client.get(f"{prefix}/shutting_down/1".encode()) is None
+    kv = await client.get(f"{prefix}/live/1".encode())
+    assert kv is None or kv.lease == lease  # expired by now, or about to: never revoked
+
+
 async def test_the_store_recovers_when_etcd_restarts_mid_watch(
     own_etcd: EtcdProcess, make_store: StoreFactory
 ) -> None:

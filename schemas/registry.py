@@ -204,36 +204,42 @@ def level_of(state: RegistryState, subject: str) -> Level:
     return next((level for level in LEVELS if level == stored), DEFAULT_LEVEL)
 
 
-def _referenced(state: RegistryState, subject: str, version: int) -> None:
-    users = state.referenced_by(subject, version)
-    if users:
+def _referenced(
+    state: RegistryState, found: SchemaVersion, permanent: bool, whole_subject: bool
+) -> None:
+    """42206 while a schema's references name the version: a live one holds it against a soft
+    delete, a soft-deleted one too against a permanent delete (its record still names the
+    version). A subject's delete goes on past its own versions' references, as they go too."""
+    referrers = state.referrers(found.subject, found.version, deleted=permanent)
+    if any(not (whole_subject and r.subject == found.subject) for r in referrers):
         raise SchemaError(
             errors.REFERENCE_EXISTS,
             "One or more references exist to the schema "
-            f"{{magic=1,keytype=SCHEMA,subject={subject},version={version}}}.",
+            f"{{magic=1,keytype=SCHEMA,subject={found.subject},version={found.version}}}.",
         )
 
 
 def delete_subject(state: RegistryState, subject: str, permanent: bool) -> Decision[list[int]]:
     """Soft-delete a subject's live versions, or (permanent, once all are soft-deleted) remove
-    them; answers the versions deleted."""
+    them; answers the versions deleted. Version by version, as Confluent's: references first
+    (42206), then a live version in a permanent delete (40405)."""
     _writable(state, subject)
     versions = [v for _, v in sorted(state.subjects.get(subject, {}).items())]
     if not versions:
         raise SchemaError(errors.SUBJECT_NOT_FOUND, f"Subject '{subject}' not found.")
     live = [v for v in versions if not v.deleted]
-    if permanent and live:
-        raise SchemaError(
-            errors.SUBJECT_NOT_SOFT_DELETED,
-            f"Subject '{subject}' was not deleted first before being permanently deleted",
-        )
     if not permanent and not live:
         raise SchemaError(
             errors.SUBJECT_SOFT_DELETED,
             f"Subject '{subject}' was soft deleted.Set permanent=true to delete permanently",
         )
-    for v in live:
-        _referenced(state, subject, v.version)
+    for v in versions if permanent else live:
+        _referenced(state, v, permanent, whole_subject=True)
+        if permanent and not v.deleted:
+            raise SchemaError(
+                errors.SUBJECT_NOT_SOFT_DELETED,
+                f"Subject '{subject}' was not deleted first before being permanently deleted",
+            )
     if permanent:
         removed: list[Record] = [VersionRemoved(subject, v.version) for v in versions]
         return Decision(removed, [v.version for v in versions])
@@ -244,7 +250,8 @@ def delete_subject(state: RegistryState, subject: str, permanent: bool) -> Decis
 def delete_version(
     state: RegistryState, subject: str, version: int, permanent: bool
 ) -> Decision[int]:
-    """Soft-delete one version, or (permanent, once soft-deleted) remove it."""
+    """Soft-delete one version, or (permanent, once soft-deleted) remove it; references are
+    checked before the version's state, as Confluent's (42206 before 40407)."""
     _writable(state, subject)
     found = state.version(subject, version, deleted=permanent or version != LATEST)
     if found.deleted and not permanent:
@@ -253,13 +260,13 @@ def delete_version(
             f"Subject '{subject}' Version {found.version} was soft deleted.Set permanent=true "
             "to delete permanently",
         )
+    _referenced(state, found, permanent, whole_subject=False)
     if permanent and not found.deleted:
         raise SchemaError(
             errors.VERSION_NOT_SOFT_DELETED,
             f"Subject '{subject}' Version {found.version} was not deleted first before being "
             "permanently deleted",
         )
-    _referenced(state, subject, found.version)
     record: Record = VersionRemoved(subject, found.version) if permanent else _soft_deleted(found)
     return Decision([record], found.version)
 

@@ -115,14 +115,21 @@ class RegistryState:
             raise SchemaError(errors.VERSION_NOT_FOUND, f"Version {version} not found.")
         return found
 
-    def referenced_by(self, subject: str, version: int) -> list[int]:
-        """The ids of the live schemas whose references name this version."""
-        return sorted(
-            schema_id
+    def referrers(self, subject: str, version: int, deleted: bool = False) -> list[SchemaVersion]:
+        """The live versions whose schemas' references name this version (with `deleted`,
+        the soft-deleted ones too), sorted by subject and version."""
+        return [
+            self.subjects[s][v]
             for schema_id, stored in self.schemas.items()
             if any(r.subject == subject and r.version == version for r in stored.references)
-            and any(not self.subjects[s][v].deleted for s, v in self.uses.get(schema_id, ()))
-        )
+            for s, v in sorted(self.uses.get(schema_id, ()))
+            if deleted or not self.subjects[s][v].deleted
+        ]
+
+    def referenced_by(self, subject: str, version: int, deleted: bool = False) -> list[int]:
+        """The ids of the live schemas whose references name this version (with `deleted`,
+        of the soft-deleted ones too)."""
+        return sorted({v.schema_id for v in self.referrers(subject, version, deleted)})
 
     # -- schemas -------------------------------------------------------------------------------
 

@@ -227,6 +227,42 @@ def test_references_and_referenced_by(sr: httpx.Client) -> None:
     assert sr.get(f"/subjects/{user}/versions/1").json()["references"] == refs
     error(sr.delete(f"/subjects/{base}/versions/1"), 422, 42206)
     error(sr.delete(f"/subjects/{base}"), 422, 42206)
+    # As Confluent's: the reference is named before the version's state (not 40407).
+    error(sr.delete(f"/subjects/{base}/versions/1", params={"permanent": "true"}), 422, 42206)
+
+    # A soft-deleted referrer lets the version be soft-deleted, not permanently: its record
+    # still names the version, until it is permanently deleted too.
+    assert sr.delete(f"/subjects/{user}").json() == [1]
+    assert sr.get(f"/subjects/{base}/versions/1/referencedby").json() == []
+    deleted = {"deleted": "true"}
+    assert sr.get(f"/subjects/{base}/versions/1/referencedby", params=deleted).json() == [child_id]
+    assert sr.delete(f"/subjects/{base}/versions/1").json() == 1
+    assert sr.get(f"/subjects/{base}/versions/1/referencedby", params=deleted).json() == [child_id]
+    permanent = {"permanent": "true"}
+    refused = sr.delete(f"/subjects/{base}/versions/1", params=permanent)
+    assert error(refused, 422, 42206) == (
+        f"One or more references exist to the schema {{magic=1,keytype=SCHEMA,subject={base},"
+        "version=1}."
+    )
+    error(sr.delete(f"/subjects/{base}", params=permanent), 422, 42206)
+    assert sr.delete(f"/subjects/{user}", params=permanent).json() == [1]
+    assert sr.get(f"/subjects/{base}/versions/1/referencedby", params=deleted).json() == []
+    assert sr.delete(f"/subjects/{base}/versions/1", params=permanent).json() == 1
+
+
+def test_a_subject_referencing_itself_is_deleted_whole(sr: httpx.Client) -> None:
+    """As Confluent's: a subject's own references do not hold its delete, softly or
+    permanently; one of its versions alone still is held."""
+    subject = unique("selfref")
+    name = avro_name("Base")
+    assert put(sr, f"/config/{subject}", {"compatibility": "NONE"}).status_code == 200
+    register(sr, subject, record(name, ("a", "int")))
+    derived = record(avro_name("Derived"), ("base", name))
+    register(sr, subject, derived, references=[{"name": name, "subject": subject, "version": 1}])
+    error(sr.delete(f"/subjects/{subject}/versions/1"), 422, 42206)
+    assert sr.delete(f"/subjects/{subject}").json() == [1, 2]
+    assert sr.delete(f"/subjects/{subject}", params={"permanent": "true"}).json() == [1, 2]
+    error(sr.get(f"/subjects/{subject}/versions", params={"deleted": "true"}), 404, 40401)
 
 
 def test_config_global_and_per_subject(sr: httpx.Client) -> None:

@@ -177,10 +177,10 @@ def test_protobuf_schema_references(sr: httpx.Client) -> None:
     a schema references the version.
 
     Differs on purpose: Karapace's TestMessage uses an undeclared custom option, which protoc
-    refuses (checked here) and the port declares; once the referencing schema is soft-deleted,
-    its reference no longer holds `customer` version 1 (as in Confluent's registry, which drops
-    a soft-deleted schema from its referencedBy index; Karapace refuses until the permanent
-    delete), so `referencedby` is empty and the delete succeeds."""
+    refuses (checked here) and the port declares. Once the referencing schema is soft-deleted,
+    `customer` version 1 may be soft-deleted (as in Confluent's registry; Karapace refuses
+    until the permanent delete), but not permanently: the soft-deleted schema still names it,
+    in both, until it is permanently deleted too."""
     place, customer, test_schema = unique("place"), unique("customer"), unique("test_schema")
     customer_schema = """syntax = "proto3";
 package a1;
@@ -256,8 +256,17 @@ message TestMessage {
         "permanently"
     )
     assert sr.get(f"/subjects/{customer}/versions/latest/referencedby").json() == []
-    assert sr.delete(f"/subjects/{test_schema}/versions/1?permanent=true").status_code == 200
+    assert sr.get(f"/subjects/{customer}/versions/1/referencedby?deleted=true").json() == [test_id]
     assert sr.delete(f"/subjects/{customer}/versions/1").status_code == 200
+    refused = sr.delete(f"/subjects/{customer}/versions/1?permanent=true")
+    assert error(refused, 422, 42206) == referenced_exists(customer, 1)
+    # customer, soft-deleted, holds place's version 1 in turn.
+    refused = sr.delete(f"/subjects/{place}/versions/1?permanent=true")
+    assert error(refused, 422, 42206) == referenced_exists(place, 1)
+    assert sr.delete(f"/subjects/{test_schema}/versions/1?permanent=true").status_code == 200
+    assert sr.delete(f"/subjects/{customer}/versions/1?permanent=true").status_code == 200
+    assert sr.delete(f"/subjects/{place}").json() == [1]
+    assert sr.delete(f"/subjects/{place}?permanent=true").json() == [1]
 
 
 def test_protobuf_schema_jjaakola_one(sr: httpx.Client) -> None:

@@ -4,6 +4,7 @@ applying them, and the decisions a write makes; ids survive permanent deletes an
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import TypeVar
 
 import pytest
@@ -157,3 +158,67 @@ def test_a_reference_to_a_deleted_version_is_invalid() -> None:
     with pytest.raises(SchemaError) as refused:
         registry.register(log.state, "c", "AVRO", child, (Reference("Base", "base", 1),))
     assert refused.value.error_code == errors.INVALID_SCHEMA
+
+
+def referencing(log: Log, subject: str, base: str, version: int = 1) -> None:
+    """Register under `subject` a record whose field is `base`'s record `Base`."""
+    child = json.dumps({"type": "record", "name": "C", "fields": [{"name": "b", "type": "Base"}]})
+    reference = (Reference("Base", base, version),)
+    log.write(registry.register(log.state, subject, "AVRO", child, reference))
+
+
+def refused(code: int, decide: Callable[[], object]) -> None:
+    """`decide` raises the registry error `code`."""
+    with pytest.raises(SchemaError) as raised:
+        decide()
+    assert raised.value.error_code == code
+
+
+def test_a_soft_deleted_referrer_holds_its_reference_against_permanent_deletes() -> None:
+    """As Confluent's registry: a soft delete goes on once no live schema references the
+    version, a permanent one (of the version or its subject) not while a soft-deleted schema's
+    record still names it, until that schema is permanently deleted too."""
+    log = Log()
+    log.write(registry.register(log.state, "base", "AVRO", avro("Base", "x"), ()))
+    referencing(log, "child", "base")
+    refused(errors.REFERENCE_EXISTS, lambda: registry.delete_version(log.state, "base", 1, False))
+    refused(errors.REFERENCE_EXISTS, lambda: registry.delete_subject(log.state, "base", False))
+    # A permanent delete of a referenced live version is refused for the reference first.
+    refused(errors.REFERENCE_EXISTS, lambda: registry.delete_version(log.state, "base", 1, True))
+    refused(errors.REFERENCE_EXISTS, lambda: registry.delete_subject(log.state, "base", True))
+
+    log.write(registry.delete_version(log.state, "child", 1, permanent=False))
+    assert log.state.referenced_by("base", 1) == []
+    assert log.state.referenced_by("base", 1, deleted=True) == [2]
+    assert log.write(registry.delete_version(log.state, "base", 1, permanent=False)) == 1
+    refused(errors.REFERENCE_EXISTS, lambda: registry.delete_version(log.state, "base", 1, True))
+    refused(errors.REFERENCE_EXISTS, lambda: registry.delete_subject(log.state, "base", True))
+
+    log.write(registry.delete_version(log.state, "child", 1, permanent=True))
+    assert log.state.referenced_by("base", 1, deleted=True) == []
+    assert log.write(registry.delete_subject(log.state, "base", permanent=True)) == [1]
+
+
+def test_a_subjects_own_references_do_not_hold_its_delete() -> None:
+    """As Confluent's registry: a subject whose later version references an earlier one is
+    deleted whole, softly then permanently; its versions one by one still are not."""
+    log = Log()
+    log.write(registry.set_config(log.state, "s", "NONE"))
+    log.write(registry.register(log.state, "s", "AVRO", avro("Base", "x"), ()))
+    referencing(log, "s", "s")
+    refused(errors.REFERENCE_EXISTS, lambda: registry.delete_version(log.state, "s", 1, False))
+    assert log.write(registry.delete_subject(log.state, "s", permanent=False)) == [1, 2]
+    refused(errors.REFERENCE_EXISTS, lambda: registry.delete_version(log.state, "s", 1, True))
+    assert log.write(registry.delete_subject(log.state, "s", permanent=True)) == [1, 2]
+    assert "s" not in log.state.subjects
+
+
+def test_another_subjects_reference_holds_a_subject_delete() -> None:
+    log = Log()
+    log.write(registry.register(log.state, "base", "AVRO", avro("Base", "x"), ()))
+    referencing(log, "child", "base")
+    log.write(registry.delete_subject(log.state, "child", permanent=False))
+    assert log.write(registry.delete_subject(log.state, "base", permanent=False)) == [1]
+    refused(errors.REFERENCE_EXISTS, lambda: registry.delete_subject(log.state, "base", True))
+    log.write(registry.delete_subject(log.state, "child", permanent=True))
+    assert log.write(registry.delete_subject(log.state, "base", permanent=True)) == [1]

@@ -135,11 +135,14 @@ async def get_version_schema(request: web.Request) -> web.Response:
 
 
 async def referenced_by(request: web.Request) -> web.Response:
-    """The ids of the live schemas whose references name this version."""
+    """The ids of the live schemas whose references name this version; with deleted=true, of
+    the soft-deleted ones too (what holds the version against a permanent delete), and the
+    version may be soft-deleted."""
     state = await view(request)
     subject = request.match_info["subject"]
-    found = state.version(subject, registry.parse_version(request.match_info["version"]))
-    return answer(window(request, state.referenced_by(subject, found.version)))
+    deleted = flag(request, "deleted")
+    found = state.version(subject, registry.parse_version(request.match_info["version"]), deleted)
+    return answer(window(request, state.referenced_by(subject, found.version, deleted)))
 
 
 async def register(request: web.Request) -> web.Response:

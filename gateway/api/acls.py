@@ -1,6 +1,7 @@
 """Admin routes: ACL bindings (`/v1/acls`, Kafka's CreateAcls/DescribeAcls/DeleteAcls) and
-credentials (`/v1/auth/keys`, super users only, with --auth; a secret is shown once); and,
-between workers, the reading again of what another worker changed."""
+credentials (`/v1/auth/keys`, super users only, with --auth; a secret is shown once); what the
+caller is and may do (`/v1/auth/whoami`, and the describe answers' authorized operations,
+Kafka's KIP-430); and, between workers, the reading again of what another worker changed."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ from typing import Any
 from aiohttp import web
 
 from gateway.api import all_workers
-from gateway.auth.acl import FIELDS, AclBinding, AclError
+from gateway.auth.acl import CLUSTER, FIELDS, AclBinding, AclError, ResourceType
 from gateway.auth.credentials import KINDS, CredentialError, Kind, new_credential
-from gateway.http.params import json_object, json_response
+from gateway.auth.middleware import authorized_operations, principal_of
+from gateway.auth.quotas import ANONYMOUS
+from gateway.http.params import choice_param, json_object, json_response
 from gateway.http.problem import Problem, bad_request
 from gateway.state import gateway_of
 
@@ -20,10 +23,40 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/v1/acls", list_acls)
     app.router.add_post("/v1/acls", add_acl)
     app.router.add_delete("/v1/acls", remove_acl)
+    app.router.add_get("/v1/auth/whoami", whoami)
     app.router.add_get("/v1/auth/keys", list_keys)
     app.router.add_post("/v1/auth/keys", create_key)
     app.router.add_delete("/v1/auth/keys/{key_id}", revoke_key)
     app.router.add_get(all_workers.AUTH_REFRESH, refresh)
+
+
+def with_authorized_operations(
+    request: web.Request, doc: dict[str, Any], resource_type: ResourceType, name: str
+) -> dict[str, Any]:
+    """A describe answer, with `authorized_operations` when the query asks for them
+    (`include_authorized_operations=true`, as Kafka's describe requests do)."""
+    asked = choice_param(request, "include_authorized_operations", "false", ("true", "false"))
+    if asked == "true":
+        doc["authorized_operations"] = list(authorized_operations(request, resource_type, name))
+    return doc
+
+
+async def whoami(request: web.Request) -> web.Response:
+    """The caller's principal, whether it is a super user, and what it may do to the cluster,
+    so that a client (the console) asks instead of trying: nothing it could not learn by
+    trying. With auth off every request is ANONYMOUS and may do everything."""
+    auth = gateway_of(request).auth
+    principal = principal_of(request)
+    return json_response(
+        {
+            "principal": principal or ANONYMOUS,
+            "auth": auth.enabled,
+            "super_user": principal is not None and principal in auth.super_users,
+            "cluster_authorized_operations": list(
+                authorized_operations(request, "cluster", CLUSTER)
+            ),
+        }
+    )
 
 
 async def _binding(request: web.Request) -> AclBinding:

@@ -14,6 +14,7 @@ from aiohttp import web
 from engine.config import validate_topic_name
 from engine.errors import InvalidTopicName
 from gateway.api import all_workers
+from gateway.api.acls import with_authorized_operations
 from gateway.api.fetch import limits_of, refuse_when_full
 from gateway.api.topics import refuse_internal
 from gateway.auth.middleware import may, require
@@ -296,10 +297,11 @@ async def list_groups(request: web.Request) -> web.Response:
 
 
 async def describe_group(request: web.Request) -> web.Response:
-    doc = _coordinator(request).describe(group_param(request))
+    name = group_param(request)
+    doc = _coordinator(request).describe(name)
     if gateway_of(request).settings.workers > 1:  # asks topic descriptions: no loop
         await all_workers.fill_lag(gateway_of(request), doc)
-    return json_response(doc)
+    return json_response(with_authorized_operations(request, doc, "group", name))
 
 
 async def delete_group(request: web.Request) -> web.Response:

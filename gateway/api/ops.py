@@ -14,6 +14,8 @@ from engine.config import TopicConfig
 from engine.errors import KafkaStorageError
 from engine.offsets_topic import OFFSETS_TOPIC
 from gateway.api import all_workers
+from gateway.api.acls import with_authorized_operations
+from gateway.auth.acl import CLUSTER
 from gateway.http.params import json_response
 from gateway.http.problem import Problem
 from gateway.state import Gateway, gateway_of
@@ -32,29 +34,29 @@ def add_routes(app: web.Application) -> None:
 
 
 async def cluster(request: web.Request) -> web.Response:
-    """The cluster as this node sees it: its id, the controller, every node and its liveness."""
+    """The cluster as this node sees it: its id, the controller, every node and its liveness
+    (and what the caller may do to it, when asked)."""
     view = gateway_of(request).broker.store.view
-    return json_response(
-        {
-            "cluster_id": view.cluster_id,
-            "controller": view.controller,
-            "nodes": [
-                {
-                    "node_id": node.node_id,
-                    "url": node.url,
-                    "alive": node.node_id in view.live,
-                    "rack": node.rack,
-                    **(
-                        {"state": view.node_states[node.node_id]}
-                        if node.node_id in view.node_states
-                        else {}
-                    ),
-                    **({"shutting_down": True} if node.node_id in view.shutting_down else {}),
-                }
-                for node in sorted(view.nodes.values(), key=lambda n: n.node_id)
-            ],
-        }
-    )
+    doc: dict[str, Any] = {
+        "cluster_id": view.cluster_id,
+        "controller": view.controller,
+        "nodes": [
+            {
+                "node_id": node.node_id,
+                "url": node.url,
+                "alive": node.node_id in view.live,
+                "rack": node.rack,
+                **(
+                    {"state": view.node_states[node.node_id]}
+                    if node.node_id in view.node_states
+                    else {}
+                ),
+                **({"shutting_down": True} if node.node_id in view.shutting_down else {}),
+            }
+            for node in sorted(view.nodes.values(), key=lambda n: n.node_id)
+        ],
+    }
+    return json_response(with_authorized_operations(request, doc, "cluster", CLUSTER))
 
 
 # The per-topic counters of gateway.metrics.requests.TopicTraffic, by the field they answer as.

@@ -9,6 +9,7 @@ from aiohttp import web
 from engine.internal_topics import INTERNAL_TOPICS
 from engine.manager import check_partition_count
 from gateway.api import all_workers
+from gateway.api.acls import with_authorized_operations
 from gateway.auth.middleware import may, require_create_topic
 from gateway.http.params import choice_param, json_object, json_response
 from gateway.http.problem import Problem, bad_request
@@ -129,7 +130,9 @@ async def list_topics(request: web.Request) -> web.Response:
 
 
 async def describe_topic(request: web.Request) -> web.Response:
-    return json_response(await _described(request, request.match_info["topic"]))
+    name = request.match_info["topic"]
+    doc = await _described(request, name)
+    return json_response(with_authorized_operations(request, doc, "topic", name))
 
 
 async def alter_topic(request: web.Request) -> web.Response:

@@ -17,6 +17,14 @@ PATTERN_TYPES: tuple[PatternType, ...] = get_args(PatternType)
 PERMISSIONS: tuple[Permission, ...] = get_args(Permission)
 CLUSTER = "cluster"  # the name of the one cluster resource
 WILDCARD = "*"  # as a principal or a literal resource name: every one
+# What can be done to a resource of each type: the operations its routes check, each type's
+# list of Kafka's authorized operations (KIP-430) in Sluice's terms.
+RESOURCE_OPERATIONS: dict[ResourceType, tuple[Operation, ...]] = {
+    "topic": ("read", "write", "create", "delete", "alter", "describe"),
+    "group": ("read", "delete", "alter", "describe"),
+    "cluster": ("create", "alter", "describe"),
+    "subject": ("read", "write", "delete", "alter"),
+}
 # Kafka: allowing any of these also allows describe on the same resource.
 IMPLIES_DESCRIBE: frozenset[Operation] = frozenset({"read", "write", "delete", "alter"})
 MAX_NAME = 255
@@ -122,6 +130,17 @@ class Authorizer:
                 self._cache.clear()
             self._cache[key] = decision
         return decision
+
+    def authorized_operations(
+        self, principal: str, resource_type: ResourceType, name: str
+    ) -> tuple[Operation, ...]:
+        """What `principal` may do to the named resource, of what can be done to one of its
+        type (KIP-430's authorized operations)."""
+        return tuple(
+            op
+            for op in RESOURCE_OPERATIONS[resource_type]
+            if self.allowed(principal, resource_type, name, op)
+        )
 
     def _decide(
         self, principal: str, resource_type: ResourceType, name: str, operation: Operation

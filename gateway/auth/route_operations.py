@@ -127,6 +127,7 @@ ROUTES: dict[tuple[str, str], Access] = {
     ("GET", "/v1/quotas/{principal}"): Access(_on("cluster", "describe", None)),
     ("PUT", "/v1/quotas/{principal}"): Access(_on("cluster", "alter", None)),
     ("DELETE", "/v1/quotas/{principal}"): Access(_on("cluster", "alter", None)),
+    ("GET", "/v1/auth/whoami"): Access(audience="authenticated"),
     ("GET", "/v1/auth/keys"): Access(audience="super_user"),
     ("POST", "/v1/auth/keys"): Access(audience="super_user"),
     ("DELETE", "/v1/auth/keys/{key_id}"): Access(audience="super_user"),

@@ -123,6 +123,11 @@ class AuthService:
     ) -> bool:
         return self.authorizer.allowed(principal, resource_type, name, operation)
 
+    def authorized_operations(
+        self, principal: str, resource_type: ResourceType, name: str
+    ) -> tuple[Operation, ...]:
+        return self.authorizer.authorized_operations(principal, resource_type, name)
+
     async def reload(self) -> None:
         """SIGHUP: the key and ACL files, the JWKS and the internal keys, read again; what
         cannot be read is kept as it was (and logged)."""

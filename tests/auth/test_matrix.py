@@ -143,6 +143,7 @@ SAMPLES: dict[tuple[str, str], Sample] = {
         params={"principal": "m-someone"}, json={"requests_per_second": 1000}
     ),
     ("DELETE", "/v1/quotas/{principal}"): Sample(params={"principal": "m-someone"}),
+    ("GET", "/v1/auth/whoami"): Sample(),
     ("GET", "/v1/auth/keys"): Sample(),
     ("POST", "/v1/auth/keys"): Sample(json={"principal": "m-made"}),
     ("DELETE", "/v1/auth/keys/{key_id}"): Sample(),

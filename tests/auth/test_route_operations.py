@@ -1,5 +1,6 @@
 """Every route the app serves has an access rule, and every rule a route and a place in the
-OpenAPI contract, whose 401 and 403 answers it declares: no route is forgotten."""
+OpenAPI contract, whose 401 and 403 answers it declares: no route is forgotten; and what an
+authorized-operations answer asks about covers every operation a route checks."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 import yaml
 
 from gateway.app import build_app
+from gateway.auth.acl import RESOURCE_OPERATIONS
 from gateway.auth.route_operations import ROUTES, access, route_template
 from gateway.settings import Settings
 from openapi import SPEC
@@ -54,3 +56,15 @@ def test_the_contract_declares_what_each_rule_can_answer() -> None:
             or (rule.also and not rule.also.startswith("lists only"))
         )
         assert ("403" in declared) == bool(can_deny), (method, path)
+
+
+def test_authorized_operations_cover_every_operation_a_route_checks() -> None:
+    """A caller told its authorized operations (KIP-430) is told of each one a route may
+    refuse it: those the rules check, and create on a topic or the cluster (a topic's
+    creation, checked by its handler)."""
+    checked = {
+        (need.resource_type, need.operation) for rule in ROUTES.values() for need in rule.needs
+    }
+    checked |= {("topic", "create"), ("cluster", "create")}
+    listed = {(kind, op) for kind, ops in RESOURCE_OPERATIONS.items() for op in ops}
+    assert checked <= listed, sorted(checked - listed)

@@ -188,7 +188,10 @@ def test_keys_go_where_v1_puts_them(gateway: Server) -> None:
         (b'{"partition_id": 9}', 404, "partition"),
         (b'{"value": ', 400, "ends inside"),
         (b"[1]", 400, "JSON object"),
-        (b"", 400, "no record"),
+        (b"null", 400, "JSON object"),
+        (b"null null", 400, "JSON object"),
+        (b"", 422, "Request body is empty"),
+        (b" \r\n\t ", 422, "Request body is empty"),
         (b'{"value": {"data": 1}', 400, "ends inside"),
     ],
 )
@@ -200,6 +203,42 @@ def test_bad_records_get_v3_errors(gateway: Server, body: bytes, status: int, sa
     assert answer.status_code == status, answer.text
     assert answer.json()["error_code"] == status
     assert says in answer.json()["message"]
+
+
+@pytest.mark.parametrize("chunks", [[], [b""], [b" ", b"\n"]])
+def test_a_streamed_body_with_no_record_is_refused_whole(
+    gateway: Server, chunks: list[bytes]
+) -> None:
+    """As kafka-rest's invalid payload: 422 for the request, not a 200 stream carrying it."""
+    create_topic(gateway, "t", partitions=1)
+    answer = httpx.post(
+        records_url(gateway, "t"),
+        content=iter(chunks),
+        headers={"Content-Type": "application/json"},
+    )
+    assert answer.request.headers["transfer-encoding"] == "chunked"
+    assert answer.status_code == 422, answer.text
+    assert answer.headers["content-type"] == "application/json"
+    assert answer.json() == {
+        "error_code": 422,
+        "message": "Error: 42206 : Payload error. Request body is empty. Data is required.",
+    }
+    assert stored(gateway, "t", 0) == []
+
+
+def test_an_empty_record_object_is_a_record(gateway: Server) -> None:
+    """`{}`: every field is optional, so a record with no key, no value and no headers, as
+    kafka-rest stores it."""
+    create_topic(gateway, "t", partitions=1)
+    answer = httpx.post(
+        records_url(gateway, "t"), content=b"{}", headers={"Content-Type": "application/json"}
+    )
+    assert answer.status_code == 200, answer.text
+    report = answer.json()
+    assert (report["error_code"], report["offset"]) == (200, 0)
+    assert "key" not in report and "value" not in report
+    [record] = stored(gateway, "t", 0)
+    assert (record["key"], record["value"]) == (None, None)
 
 
 def test_bad_requests_get_v3_errors(gateway: Server) -> None:

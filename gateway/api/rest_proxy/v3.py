@@ -336,7 +336,8 @@ async def produce_records(request: web.Request) -> web.StreamResponse:
     """Each JSON object of the body is a record. A body of known length holding one object:
     its report is the answer, with the report's status. Otherwise (many objects, or a body
     streamed without a length: the streaming mode) 200, and each record's report written as it
-    is acknowledged, in order, a line each; a failed record's report carries its error."""
+    is acknowledged, in order, a line each; a failed record's report carries its error. A body
+    holding no record is refused whole (422)."""
     gateway = gateway_of(request)
     _view(request)
     name = request.match_info["topic"]
@@ -371,11 +372,28 @@ async def _read(request: web.Request, limit: int, producing: _Produce, reports: 
         if not stream.end():
             raise StreamError(400, "the body ends inside a record")
         if count == 0:
-            raise StreamError(400, "the body holds no record")
+            await reports.put(_refused(_empty_body()))
     except StreamError as exc:
         await reports.put(_failed(exc.status, str(exc)))
     finally:
         await reports.put(None)
+
+
+def _empty_body() -> Problem:
+    """A body with no record in it (nothing, or only whitespace): the request is refused
+    whole, streamed or not, as kafka-rest's invalid payload (422, its code 42206 in the text)."""
+    return Problem(
+        422,
+        "EMPTY_BODY",
+        "Error: 42206 : Payload error. Request body is empty. Data is required.",
+    )
+
+
+def _refused(problem: Problem) -> asyncio.Future[tuple[int, bytes]]:
+    """A report that refuses the request as a whole: awaiting it raises the problem."""
+    done: asyncio.Future[tuple[int, bytes]] = asyncio.get_running_loop().create_future()
+    done.set_exception(problem)
+    return done
 
 
 def _failed(status: int, message: str) -> asyncio.Future[tuple[int, bytes]]:
@@ -387,7 +405,7 @@ def _failed(status: int, message: str) -> asyncio.Future[tuple[int, bytes]]:
 async def _answer(request: web.Request, reports: Reports) -> web.StreamResponse:
     first = await reports.get()
     assert first is not None  # the reader queues a report before the body's end
-    status, body = await first
+    status, body = await first  # raises a refusal of the whole request, before any answer
     streamed = request.content_length is None
     following = None if streamed else await reports.get()
     if not streamed and following is None:

@@ -772,9 +772,9 @@ class ReplicaManager:
         max_bytes: int,
         timeout_ms: int,
     ) -> tuple[ReadResult, Partition]:
-        """A follower's long-poll: batches from `offset` up to the log end, answered as soon as
-        there are any. A high watermark that moved alone waits for the next answer (as in
-        Kafka): waking every follower on each move would double the fetches behind acks=all."""
+        """A follower's long-poll of one partition: batches from `offset` up to the log end,
+        answered as soon as there are any. A high watermark that moved alone waits for the next
+        answer, as in Kafka; the fetch sessions followers use answer it at once."""
         leader = self._hosted(topic, partition)
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
@@ -792,9 +792,13 @@ class ReplicaManager:
         """A follower node's one fetch for all it follows here (KIP-227): (the session id, each
         partition's batches and marks or its error). Answers as soon as any partition has
         records or an error (a full request at once, bringing every partition), or the records
-        reach `min_bytes`, or `max_wait_ms` passes. One parked waiter for the whole session; a
-        newer full request of the same follower releases it. A consumer's request (replica -1)
-        is read as `consumer_fetch` reads it, with no session (id 0)."""
+        reach `min_bytes`, or a partition's high watermark or log start is not what the
+        follower was last sent, or `max_wait_ms` passes. So a follower learns a high watermark
+        within a round trip of its move, records or not, and serves its rack's consumers what
+        is committed then (KIP-392), not at the end of its wait. One parked waiter for the
+        whole session, woken by any change of its partitions' logs (an append, a high
+        watermark move); a newer full request of the same follower releases it. A consumer's
+        request (replica -1) is read as `consumer_fetch` reads it, with no session (id 0)."""
         if request.consumer:
             return 0, await self.consumer_fetch(request)
         session = self.sessions.take(request)
@@ -814,6 +818,7 @@ class ReplicaManager:
                     request.full
                     or errors
                     or (size and size >= request.min_bytes)
+                    or _marks_moved(session, found)
                     or remaining <= 0
                     or self.notifier.closing
                 ):
@@ -1022,6 +1027,19 @@ class ReplicaManager:
         partition.stored_isr(stored)
         self.notifier.wake(partition.log)
         return True
+
+
+def _marks_moved(
+    session: FetchSession, found: dict[TopicPartition, ReadResult | EngineError]
+) -> bool:
+    """Whether a partition read for the session has a high watermark or log start its follower
+    was not sent (noted as sent when answered: a mark that stays put answers once)."""
+    for key, outcome in found.items():
+        if isinstance(outcome, ReadResult) and session.partitions[key].news(
+            outcome.high_watermark, outcome.log_start_offset
+        ):
+            return True
+    return False
 
 
 def _role(partition: Partition) -> str:

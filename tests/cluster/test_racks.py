@@ -1,6 +1,7 @@
 """Racks on a real cluster (etcd and four node processes in two racks): new topics spread each
 partition's replicas over the racks (KIP-36), and a fetch naming `client_rack` is served by an
-in-sync replica of that rack, even a follower, up to the high watermark (KIP-392)."""
+in-sync replica of that rack, even a follower, up to the high watermark (KIP-392), which the
+follower learns as soon as the leader moves it."""
 
 from __future__ import annotations
 
@@ -97,3 +98,45 @@ def test_a_fetch_naming_its_rack_is_served_by_the_in_sync_replica_there(
         assert bad.status_code == 400 and bad.json()["code"] == "INVALID_PARAMETER"
         unknown = http.get(base + "/v1/topics/nearby/partitions/5/records?client_rack=west")
         assert unknown.status_code == 404
+
+
+def test_a_follower_serves_an_acks_all_produce_as_soon_as_it_is_answered(
+    racked: LocalCluster,
+) -> None:
+    """After an acks=all produce, a fetch parked at the follower of the consumer's rack gets the
+    records at once: the leader answers the follower's parked fetch when the high watermark
+    moves. Before, the follower learned it only when that fetch came back empty (its wait, 5 s),
+    and this 4 s long-poll answered nothing."""
+    with httpx.Client(timeout=10.0) as http:
+        base = racked.nodes[0].url
+        created = http.post(
+            base + "/v1/topics", json={"name": "prompt", "partitions": 1, "replication_factor": 2}
+        )
+        assert created.status_code == 201, created.text
+        (row,) = created.json()["partitions"]
+        leader = row["leader"]
+        follower = next(r for r in row["replicas"] if r != leader)
+        far_rack = RACKS[follower]
+        produce = racked.nodes[leader].url + "/v1/topics/prompt/partitions/0/records?acks=all"
+        warm = http.post(produce, json={"records": [{"value": "warm"}]})
+        assert warm.status_code == 200, warm.text
+
+        def settled() -> bool:
+            mine = http.get(racked.nodes[follower].url + "/v1/topics/prompt").json()
+            (state,) = mine["partitions"]
+            return bool(state["high_watermark"] == 1 and len(state["isr"]) == 2)
+
+        wait_for(settled, SETTLE_S, "the follower in sync with the high watermark at 1")
+        before = traffic_out(http, racked.nodes[follower].url, "prompt")
+        leader_before = traffic_out(http, racked.nodes[leader].url, "prompt")
+        produced = http.post(produce, json={"records": [{"value": i} for i in range(3)]})
+        assert produced.status_code == 200, produced.text
+        fetched = http.get(
+            racked.nodes[follower].url + "/v1/topics/prompt/partitions/0/records",
+            params={"offset": 1, "client_rack": far_rack, "timeout_ms": 4000},
+        )
+        assert fetched.status_code == 200, fetched.text
+        assert [r["value"] for r in fetched.json()["records"]] == [0, 1, 2]
+        assert fetched.headers["Sluice-High-Watermark"] == "4"
+        assert traffic_out(http, racked.nodes[follower].url, "prompt") > before
+        assert traffic_out(http, racked.nodes[leader].url, "prompt") == leader_before

@@ -31,6 +31,8 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
+from packaging.licenses import canonicalize_license_expression
+from packaging.requirements import Requirement
 
 from gateway.cli.main import parser
 from gateway.workers.local_cluster import ETCD_MAX_TXN_OPS, free_port
@@ -420,6 +422,21 @@ def test_the_build_context_holds_what_the_dockerfile_copies(
     for include in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]:
         package = include.removesuffix("*")
         assert package in copied, f"the wheel needs the {package} package; COPY it"
+
+
+def test_the_license_is_an_spdx_expression_the_build_reads() -> None:
+    """PEP 639's form, a string naming an SPDX expression: setuptools deprecates the TOML table
+    (`{text = ...}`) and stops building projects that use it after 2027-02-18. setuptools 77 is
+    the first to read the string, so the build requires at least that."""
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    expression = pyproject["project"]["license"]
+    assert isinstance(expression, str)
+    assert canonicalize_license_expression(expression) == expression
+    [setuptools] = [
+        r for r in map(Requirement, pyproject["build-system"]["requires"]) if r.name == "setuptools"
+    ]
+    assert setuptools.specifier.contains("77.0")
+    assert not setuptools.specifier.contains("76.1.0")
 
 
 def test_the_image_command_serves_and_stops_on_sigterm(

@@ -197,10 +197,11 @@ class ShareCoordinator:
         """The group, coordinated here (NotLeader names the node that coordinates it)."""
         self.log.coordinator(name)
         group = self.groups.get(name)
-        if group is None:
-            if not create:
-                raise GroupError("UNKNOWN_GROUP", f"share group {name!r} does not exist")
-            group = self.groups[name] = ShareGroup(name)
+        if group is not None and (create or group.exists):
+            return group
+        if not create:  # never made, or left with nothing (no members, configs, windows)
+            raise GroupError("UNKNOWN_GROUP", f"share group {name!r} does not exist")
+        group = self.groups[name] = ShareGroup(name)
         return group
 
     # -- configs and membership ------------------------------------------------------------------
@@ -702,10 +703,7 @@ class ShareCoordinator:
     async def delete(self, name: str) -> None:
         """Forget a group without members, its windows and configs (tombstones)."""
         group = self._group(name)
-        if group.members:
-            raise GroupError(
-                "GROUP_NOT_EMPTY", f"share group {name!r} has {len(group.members)} members"
-            )
+        _refuse_members(group, "delete it")
         records: list[tuple[bytes, bytes | None]] = [(state_topic.group_key(name), None)]
         records += [(state_topic.partition_key(name, *tp), None) for tp in group.partitions]
         self.log.append(name, records)
@@ -718,12 +716,10 @@ class ShareCoordinator:
         """Start the group's share-partitions of `topic` over at `to` (earliest, latest, an
         offset, or {"timestamp": ms}), as kafka-share-groups --reset-offsets; only without
         members."""
-        group = self._group(name, create=True)
-        if group.members:
-            raise GroupError(
-                "GROUP_NOT_EMPTY",
-                f"share group {name!r} has {len(group.members)} members; reset it when empty",
-            )
+        self.log.coordinator(name)
+        known = self.groups.get(name)
+        if known is not None:
+            _refuse_members(known, "reset it")
         count = self.replicas.topic(topic).partitions
         chosen = list(range(count)) if partitions is None else partitions
         for p in chosen:
@@ -742,6 +738,8 @@ class ShareCoordinator:
             else:
                 offset = await self.reader.offset(topic, p, to)  # type: ignore[arg-type]
             starts.append(((topic, p), offset))
+        group = self._group(name, create=True)  # only once every target was found
+        _refuse_members(group, "reset it")  # a member may have joined meanwhile
         for tp, offset in starts:
             window = group.partitions.get(tp)
             if window is None:
@@ -799,6 +797,15 @@ class ShareCoordinator:
     def _count_acquired(self, records: list[ShareRecord]) -> None:
         self.counts["acquired"] += len(records)
         self.counts["redelivered"] += sum(1 for r in records if r.delivery_count > 1)
+
+
+def _refuse_members(group: ShareGroup, what: str) -> None:
+    """GROUP_NOT_EMPTY while the group has members."""
+    if group.members:
+        raise GroupError(
+            "GROUP_NOT_EMPTY",
+            f"share group {group.name!r} has {len(group.members)} members; {what} when empty",
+        )
 
 
 def _config_of(group: ShareGroup) -> ShareConfig:

@@ -374,6 +374,20 @@ async def test_reset_and_delete_need_an_empty_group(client: Client, clock: Clock
     assert listed == {"share_groups": []}
 
 
+async def test_a_refused_reset_or_an_emptied_group_leaves_no_group_behind(client: Client) -> None:
+    await create_topic(client)
+    resp = await client.put(f"{G}/offsets", json={"topic": "nosuch", "to": "earliest"})
+    await problem(resp, 404, "UNKNOWN_TOPIC")
+    resp = await client.put(f"{G}/offsets", json={"topic": "t", "partitions": [5], "to": 0})
+    await problem(resp, 404, "UNKNOWN_PARTITION")
+    await problem(await client.get(G), 404, "UNKNOWN_GROUP")
+    await problem(await client.delete(G), 404, "UNKNOWN_GROUP")
+    member = await join(client)  # no configs, never acquired
+    await client.delete(f"{G}/members/{member}")
+    await problem(await client.get(G), 404, "UNKNOWN_GROUP")
+    assert await (await client.get("/v1/share-groups")).json() == {"share_groups": []}
+
+
 async def test_list_describes_each_group(client: Client) -> None:
     await setup(client, 0)
     listed = await (await client.get("/v1/share-groups")).json()

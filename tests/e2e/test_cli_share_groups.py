@@ -190,7 +190,7 @@ def test_reset_offsets(server: Server) -> None:
         "409 GROUP_NOT_EMPTY: share group 'g' has 1 members; reset it when empty"
     )
     assert refused(server, "share-groups", "delete", "g").endswith(
-        "409 GROUP_NOT_EMPTY: share group 'g' has 1 members"
+        "409 GROUP_NOT_EMPTY: share group 'g' has 1 members; delete it when empty"
     )
 
 

@@ -5,7 +5,8 @@ watermark moves when the test says."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,8 @@ from engine import offsets_topic
 from engine.manager import LogManager
 from engine.notify import ChangeNotifier
 from engine.offsets_topic import TopicPartition
-from groups.coordinator import GroupCoordinator, JoinRequest
+from groups.coordinator import GroupCoordinator, JoinRequest, Member
+from groups.model import Group
 from replication.acks import Acks
 from replication.fetch_limits import FetchLimits
 from replication.forward_client import ForwardClient
@@ -32,6 +34,8 @@ TOPIC = "t"
 TP = (TOPIC, 0)
 GROUP = "g"
 NOW = FetchLimits(max_records=100, max_bytes=1 << 20, min_bytes=1, timeout_ms=0)
+PARKED = FetchLimits(max_records=100, max_bytes=1 << 20, min_bytes=1, timeout_ms=30_000)
+WAIT_S = 10.0  # bound of every wait on a condition
 
 
 def offsets_of(
@@ -140,3 +144,20 @@ async def member_at(node: Node, committed: int) -> str:
     node.follower_fetched()
     await node.groups.durable(GROUP, 1000)
     return member.member_id
+
+
+def run_out(node: Node, group: Group, member: Member) -> None:
+    """End the member's session at the loop's next turn, as if its `session_timeout_ms` had
+    passed without a request from it: the coordinator's own timer removes it."""
+    member.session_timeout_ms = 0
+    node.groups.membership.schedule_expiry(group, member)
+
+
+async def until(condition: Callable[[], bool], what: str) -> None:
+    """Let the loop run (its timers too) until `condition` holds; fail after WAIT_S."""
+    try:
+        async with asyncio.timeout(WAIT_S):
+            while not condition():
+                await asyncio.sleep(0)
+    except TimeoutError:
+        raise AssertionError(f"timed out after {WAIT_S:.0f} s waiting for {what}") from None

@@ -184,10 +184,11 @@ def confirm_dialog(browser: Any, typed: str | None = None) -> None:
     browser.find_element("css selector", "dialog[open] button[type=submit]").click()
 
 
-def seed(url: str) -> None:
+def seed(url: str, headers: dict[str, str] | None = None) -> None:
     """A topic with records (JSON, keys, headers), a group with committed offsets and no
-    members, a share group with a member holding records, and a push subscription."""
-    with httpx.Client(base_url=url, timeout=30) as http:
+    members, a share group with a member holding records, and a push subscription (`headers`:
+    the credentials, on a node with --auth)."""
+    with httpx.Client(base_url=url, headers=headers, timeout=30) as http:
         assert http.post("/v1/topics", json={"name": "orders", "partitions": 3}).status_code == 201
         records = [
             {"key": f"k{n}", "value": {"order": n, "items": ["tea", "cake"]},
@@ -459,15 +460,18 @@ def test_sign_in_and_what_a_key_without_acls_sees(
     assert httpx.get(f"{server.url}/v1/topics", headers=dave).status_code == 200
     text = reloaded(browser)
     assert "dave" in text and secret not in text
-    # Bob's key has no ACL: refusals where the cluster is asked, no topics listed.
+    # Bob's key has no ACL: the cluster's pages refused without asking, no topics listed.
     browser.find_element("css selector", "#account button").click()
     sign_in(browser, "key", keys["bob"])
     shown(browser, "/topics", server.url)
     assert first_column(browser) == [] and "No topics yet" in main_text(browser)
     shown(browser, "/cluster", server.url)
-    assert "ACL_DENIED" in problems(browser)[0] and "'bob' may not describe" in problems(browser)[0]
+    assert heading(browser) == "Access refused"
+    assert "Principal 'bob' may not describe the cluster" in problems(browser)[0]
     shown(browser, "/access", server.url)
-    assert any("SUPER_USER_ONLY" in p for p in problems(browser))
+    assert problems(browser) == []
+    assert "Only super users manage credentials" in main_text(browser)
+    assert "You may not see the ACL bindings" in main_text(browser)
     admin = {"Authorization": f"Bearer {keys['admin']}"}
     grant = binding("bob", "topic", "orders", "describe")
     assert httpx.post(f"{server.url}/v1/acls", json=grant, headers=admin).status_code == 201
@@ -482,6 +486,69 @@ def test_sign_in_and_what_a_key_without_acls_sees(
     wait(browser, lambda: problems(browser), "the refusal")
     assert "UNAUTHENTICATED" in problems(browser)[0] and heading(browser) == "Sign in"
     assert script_errors(browser) == []
+
+
+def unauthenticated(server: Server) -> str:
+    """The browser's line for the console's first call without credentials on a node with
+    --auth: the deliberate 401 that opens the sign-in form."""
+    return (
+        f"{server.url}/v1/auth/whoami - Failed to load resource: the server responded with a "
+        "status of 401 (Unauthorized)"
+    )
+
+
+def severe(browser: Any) -> list[str]:
+    """Every SEVERE line of the browser's console since the last call: script errors, and the
+    network's own line for each request answered 4xx or 5xx."""
+    return [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+
+
+@pytest.fixture
+def seeded_with_auth(tmp_path: Path) -> Iterator[tuple[Server, dict[str, str]]]:
+    """A node with --auth holding what `seed` makes; the keys of `admin`, its super user, and of
+    `bob`, who has no ACL."""
+    data = tmp_path / "data"
+    keys = {name: make_key(data, name) for name in ("admin", "bob")}
+    running = start_server(data, "--auth", "--super-user", "admin")
+    seed(running.url, {"Authorization": f"Bearer {keys['admin']}"})
+    yield running, keys
+    assert running.stop() == 0
+
+
+NAVIGATION = ("/cluster", "/topics", "/groups", "/queues", "/subscriptions", "/schemas",
+              "/access", "/throughput")  # fmt: skip
+
+
+def test_a_tour_with_auth_logs_nothing_severe(
+    seeded_with_auth: tuple[Server, dict[str, str]], browser: Any
+) -> None:
+    """Signed in with --auth, every page loads without a red line in the browser's console, for
+    a super user and for a principal without ACLs (each page of the navigation): the console
+    asks what the principal may do and sends no request it expects to be refused. The one
+    deliberate refusal is the 401 of its first call before any credentials, which is how it
+    learns that it must ask for them."""
+    server, keys = seeded_with_auth
+    logged: dict[str, list[str]] = {}
+
+    def tour(who: str, routes: tuple[str, ...]) -> None:
+        wait(browser, lambda: ready(browser, "sign-in"), "the sign-in form")
+        logged[f"{who}, before signing in"] = severe(browser)
+        sign_in(browser, "key", keys[who])
+        wait(browser, lambda: ready(browser) and heading(browser) != "Sign in", "the page")
+        logged[f"{who}, signing in"] = severe(browser)
+        for route in routes:
+            shown(browser, route, server.url)
+            logged[f"{who}, {route}"] = severe(browser)
+
+    browser.get(f"{server.url}/console#/cluster")
+    tour("admin", PAGES)
+    browser.find_element("css selector", "#account button").click()  # sign out
+    tour("bob", NAVIGATION)
+    found = {when: lines for when, lines in logged.items() if lines}
+    assert found == {
+        "admin, before signing in": [unauthenticated(server)],
+        "bob, before signing in": [unauthenticated(server)],
+    }, json.dumps(found, indent=1)
 
 
 def acted(browser: Any, act: Callable[[], None], what: str) -> None:
@@ -904,13 +971,17 @@ def test_a_new_key_is_listed_at_once(secured: tuple[Server, dict[str, str]], bro
 def test_no_create_forms_without_the_permission(
     secured: tuple[Server, dict[str, str]], browser: Any
 ) -> None:
-    """Bob may describe topics and the cluster, create and alter nothing: the lists show, the
-    forms that would be refused do not; the probes change nothing."""
+    """Bob may describe a topic, a group and the cluster, create and alter nothing: the lists
+    and descriptions show, the forms that would be refused do not (the console asks what he
+    may do: nothing is tried, nothing changes)."""
     server, keys = secured
     admin = {"Authorization": f"Bearer {keys['admin']}"}
     with httpx.Client(base_url=server.url, headers=admin, timeout=30) as http:
+        reset = http.put("/v1/groups/billing/offsets", json={"topic": "orders", "to": "earliest"})
+        assert reset.status_code == 200, reset.text
         for grant in (
             binding("bob", "topic", "orders", "describe"),
+            binding("bob", "group", "billing", "describe"),
             binding("bob", "cluster", "cluster", "describe"),
         ):
             assert http.post("/v1/acls", json=grant).status_code == 201
@@ -921,6 +992,14 @@ def test_no_create_forms_without_the_permission(
         assert first_column(browser) == ["orders"]
         assert browser.find_elements("id", "create-name") == []
         assert "You may not create topics" in main_text(browser)
+        shown(browser, "/topics/orders", server.url)
+        for control in ("alter-config", "grow-partitions", "delete-topic"):
+            assert browser.find_elements("id", control) == [], control
+        assert browser.find_elements("id", "no-alter") and browser.find_elements("id", "no-delete")
+        shown(browser, "/groups/billing", server.url)
+        assert browser.find_elements("id", "reset-topic") == []
+        assert browser.find_elements("id", "delete-group") == []
+        assert browser.find_elements("id", "no-reset") and browser.find_elements("id", "no-delete")
         shown(browser, "/access", server.url)
         assert browser.find_elements("id", "acl-principal") == []
         assert browser.find_elements("id", "quota-principal") == []
@@ -935,9 +1014,16 @@ def test_no_create_forms_without_the_permission(
             assert browser.find_elements("id", control), control
         shown(browser, "/topics", server.url)
         assert browser.find_elements("id", "create-name")
+        shown(browser, "/topics/orders", server.url)
+        for control in ("alter-config", "grow-partitions", "delete-topic"):
+            assert browser.find_elements("id", control), control
+        shown(browser, "/groups/billing", server.url)
+        assert browser.find_elements("id", "reset-topic")
+        assert browser.find_elements("id", "delete-group")
         assert http.get("/v1/acls").json() == acls_before
         assert [t["name"] for t in http.get("/v1/topics").json()["topics"]] == ["orders", "secret"]
-    assert script_errors(browser) == []
+    # Nothing refused but the first call of each sign-in, made before its credentials.
+    assert severe(browser) == [unauthenticated(server)] * 2
 
 
 def test_the_browse_form_asks_only_for_what_from_uses(node: Server, browser: Any) -> None:

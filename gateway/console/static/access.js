@@ -1,7 +1,7 @@
 // Access: API keys (a new one's secret shown once), ACL bindings and quotas. Each section
 // shows the node's refusal when the signed-in principal may not see it.
 
-import { ApiError, allowed, api, authorization, get, path } from "./api.js";
+import { ApiError, api, get, path } from "./api.js";
 import { confirm, empty, field, form, h, heading, origin, problem, refresh, show, table } from "./ui.js";
 
 const OPERATIONS = ["read", "write", "create", "delete", "alter", "describe"];
@@ -69,16 +69,15 @@ async function keys(signal) {
   return h("div", {}, list, create);
 }
 
-/** A principal without ALTER on the cluster sees the ACL and quota lists, not their forms. */
+/** A principal without ALTER on the cluster sees the ACL and quota lists, not their forms;
+ * one without DESCRIBE on it, not the lists. */
 const noAlter = (what) =>
   h("p", { class: "note" }, `You may not change ${what}: that needs ALTER on the cluster.`);
+const noDescribe = (what) =>
+  h("p", { class: "note" }, `You may not see ${what}: that needs DESCRIBE on the cluster.`);
 
-/** May these credentials alter the cluster (ACLs, quotas)? Asked with a binding the node
- * refuses as invalid after its ACL check. */
-const mayAlter = (signal) => allowed("DELETE", "/v1/acls", {}, signal);
-
-async function acls(signal, alters) {
-  const { acls: found } = await get("/v1/acls", signal);
+async function acls(signal, describes, alters) {
+  const found = describes ? (await get("/v1/acls", signal)).acls : null;
   const add = !alters ? noAlter("ACL bindings") : form(
     "Add an ACL binding",
     [
@@ -94,7 +93,7 @@ async function acls(signal, alters) {
     refresh,
   );
   return h("div", {},
-    found.length
+    found === null ? noDescribe("the ACL bindings") : found.length
       ? table("ACL bindings", [
           ["Principal", (a) => a.principal],
           ["Resource", (a) => `${a.resource_type} ${a.resource_name}${a.pattern_type === "prefixed" ? "*" : ""}`],
@@ -108,8 +107,8 @@ async function acls(signal, alters) {
     add);
 }
 
-async function quotas(signal, alters) {
-  const { quotas: found } = await get("/v1/quotas", signal);
+async function quotas(signal, describes, alters) {
+  const found = describes ? (await get("/v1/quotas", signal)).quotas : null;
   const number = (v) => (v === "" ? null : Number(v));
   const set = !alters ? noAlter("quotas") : form(
     "Set a principal's quota",
@@ -128,7 +127,7 @@ async function quotas(signal, alters) {
     refresh,
   );
   return h("div", {},
-    found.length
+    found === null ? noDescribe("the quotas") : found.length
       ? table("Quotas", [
           ["Principal", (q) => q.principal],
           ["Produce bytes/s", (q) => show(q.produce_bytes_per_second)],
@@ -141,25 +140,28 @@ async function quotas(signal, alters) {
     set);
 }
 
-/** Without credentials the node runs without --auth (with it, every /v1 call would have
- * asked for them), and keys are managed offline: say so instead of asking for a refusal. */
-async function offlineKeys() {
-  return empty("This node runs without --auth: credentials are created offline, and checked once it runs with --auth.",
-    "sluice auth create-key --data-dir DIR --principal alice");
+/** Credentials are listed and made by super users only, and without --auth, offline: say so
+ * instead of asking for a refusal. */
+async function noKeys(me) {
+  return me.auth
+    ? h("p", { class: "note", id: "no-keys" }, "Only super users manage credentials: ask one for a key, or make it where the node keeps them (sluice auth create-key).")
+    : empty("This node runs without --auth: credentials are created offline, and checked once it runs with --auth.",
+        "sluice auth create-key --data-dir DIR --principal alice");
 }
 
-export async function page(_params, _query, signal) {
-  const alters = await mayAlter(signal);
+export async function page(_params, _query, signal, me) {
+  const describes = me.cluster_authorized_operations.includes("describe");
+  const alters = me.cluster_authorized_operations.includes("alter");
   const parts = await Promise.all([
-    section("API keys and Basic logins", () => (authorization() ? keys(signal) : offlineKeys())),
-    section("ACL bindings", () => acls(signal, alters)),
-    section("Quotas", () => quotas(signal, alters)),
+    section("API keys and Basic logins", () => (me.super_user ? keys(signal) : noKeys(me))),
+    section("ACL bindings", () => acls(signal, describes, alters)),
+    section("Quotas", () => quotas(signal, describes, alters)),
   ]);
   return h(
     "section",
     {},
     heading("Access"),
-    authorization()
+    me.auth
       ? null
       : h("p", { class: "note" }, "This node runs without --auth: no credentials are checked; ACL bindings and quotas are kept, and enforced once it runs with --auth."),
     ...parts,

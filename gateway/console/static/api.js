@@ -118,20 +118,25 @@ export async function api(method, path, body, signal) {
 export const get = (path, signal) => api("GET", path, undefined, signal);
 
 /**
- * Whether the node lets these credentials `method path` (to show a form only to whom may use
- * it). It is asked with a body the node refuses as invalid once its ACL check has passed, so
- * nothing changes: 403 is no, any other answer yes. Without credentials the node runs
- * without --auth (with it, the page's first call would have asked for them): yes.
+ * Who the credentials are and what they may do to the cluster (`GET /v1/auth/whoami`:
+ * `{principal, auth, super_user, cluster_authorized_operations}`), asked before each page so
+ * that a page offers only what the node would allow instead of trying it. On a node with
+ * --auth and no credentials yet it answers 401, which opens the sign-in form: the one refusal
+ * the console asks for.
  */
-export async function allowed(method, path_, invalidBody, signal) {
-  if (!authorization()) return true;
-  try {
-    await api(method, path_, invalidBody, signal);
-  } catch (error) {
-    if (error.status === 401 || !(error instanceof ApiError)) throw error;
-    return error.status !== 403;
-  }
-  return true;
+export const whoami = (signal) => get("/v1/auth/whoami", signal);
+
+/** A describe answer (cluster, topic, group) with what these credentials may do to the
+ * resource: its `authorized_operations` (Kafka's KIP-430). */
+export const describe = (path_, signal) => get(`${path_}?include_authorized_operations=true`, signal);
+
+/** A page the principal may not see, told without asking the node (whoami said so): shown as
+ * the node's refusals are, under "Access refused". */
+export function notAllowed(me, what) {
+  return new ApiError(403, {
+    title: "Not allowed",
+    detail: `Principal '${me.principal}' may not ${what}: ask an administrator for the ACL.`,
+  });
 }
 
 /** A path with its segments escaped: `path("/v1/topics", name)`. */

@@ -1,7 +1,7 @@
 // The console: routes in the URL's fragment (`#/topics/orders`, so a reload keeps the page),
 // the sign-in form when the node asks for credentials, and the page being shown.
 
-import { authorization, onUnauthenticated, signIn, signOut } from "./api.js";
+import { authorization, onUnauthenticated, signIn, signOut, whoami } from "./api.js";
 import * as access from "./access.js";
 import * as cluster from "./cluster.js";
 import * as groups from "./groups.js";
@@ -62,7 +62,8 @@ async function render(focus = false) {
   const params = pattern.exec(route).slice(1).map(decodeURIComponent);
   main.setAttribute("aria-busy", "true");
   try {
-    const content = await page(params, query, controller.signal);
+    const me = await whoami(controller.signal);
+    const content = await page(params, query, controller.signal, me);
     if (!controller.signal.aborted) shown(content, focus);
   } catch (error) {
     if (controller.signal.aborted) return;

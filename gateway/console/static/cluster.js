@@ -4,7 +4,7 @@
 // moves, set the throttle, balance the nodes, decommission a node, remove a lost one; the
 // last three show the node's dry-run plan before anything moves.
 
-import { api, get, parseJSON, path } from "./api.js";
+import { api, describe, get, notAllowed, parseJSON, path } from "./api.js";
 import {
   bytes, confirm, empty, facts, field, form, h, heading, link, plural, problem, refresh, table,
 } from "./ui.js";
@@ -118,8 +118,9 @@ function throttleForm(throttle) {
   );
 }
 
-/** The moves in progress, each cancellable, with the forms that start moves and throttle them. */
-function movesSection(moving, multi) {
+/** The moves in progress, each cancellable, with the forms that start moves and throttle them
+ * (`alters`: for a principal with ALTER on the cluster; the others see the moves only). */
+function movesSection(moving, multi, alters) {
   const status = h("div", { class: "status", "aria-live": "polite" });
   const moves = moving.reassignments;
   const cancel = (m) =>
@@ -138,21 +139,21 @@ function movesSection(moving, multi) {
             ["Adding", (m) => m.adding.join(", ") || "—"],
             ["Removing", (m) => m.removing.join(", ") || "—"],
             ["Copied", (m) => copied(m)],
-            ["", cancel],
+            ...(alters ? [["", cancel]] : []),
           ],
           moves,
         )
       : h("p", { class: "ok" }, "None: no partition is moving."),
-    moves.length
+    moves.length && alters
       ? confirmed({ class: "danger", id: "cancel-all-moves" }, "Cancel all moves", status,
           [`${moves.length === 1 ? "Put the moving partition back on its" : `Put all ${moves.length} moving partitions back on their`} original replicas? The copies made so far are deleted.`, "Put all back"],
           () => api("DELETE", REASSIGNMENTS))
       : null,
     status,
-    multi && (moves.length || moving.throttle_bytes_per_second !== null)
+    alters && multi && (moves.length || moving.throttle_bytes_per_second !== null)
       ? throttleForm(moving.throttle_bytes_per_second)
       : null,
-    multi ? moveForm(moving.throttle_bytes_per_second) : null,
+    alters && multi ? moveForm(moving.throttle_bytes_per_second) : null,
   ];
 }
 
@@ -271,8 +272,9 @@ function nodeActions(node, nodes, panel) {
   }, "Decommission…");
 }
 
-/** The nodes, each with its actions (none on a single node: there is nowhere to move to). */
-function nodesTable(cluster, led, panel) {
+/** The nodes, each with its actions (none on a single node: there is nowhere to move to; none
+ * without ALTER on the cluster). */
+function nodesTable(cluster, led, panel, alters) {
   const columns = [
     ["Node", (n) => `node ${n.node_id}`],
     ["State", (n) => h("span", { class: n.alive ? "ok" : "bad" }, n.alive ? "alive" : "down")],
@@ -282,7 +284,7 @@ function nodesTable(cluster, led, panel) {
     ["Rack", (n) => n.rack ?? "—"],
     ["Service", (n) => (n.shutting_down ? "shutting down" : (n.state ?? "in service"))],
   ];
-  if (cluster.nodes.length > 1) columns.push(["Actions", (n) => nodeActions(n, cluster.nodes, panel)]);
+  if (alters && cluster.nodes.length > 1) columns.push(["Actions", (n) => nodeActions(n, cluster.nodes, panel)]);
   return table("Nodes", columns, cluster.nodes);
 }
 
@@ -307,12 +309,14 @@ function planSection(cluster, panel) {
   ];
 }
 
-export async function page(_params, _query, signal) {
+export async function page(_params, _query, signal, me) {
+  if (!me.cluster_authorized_operations.includes("describe")) throw notAllowed(me, "describe the cluster");
   const [cluster, topics, moving] = await Promise.all([
-    get("/v1/cluster", signal),
+    describe("/v1/cluster", signal),
     describeAll(signal),
     get(REASSIGNMENTS, signal),
   ]);
+  const alters = cluster.authorized_operations.includes("alter");
   const led = new Map(cluster.nodes.map((n) => [n.node_id, 0]));
   const under = [];
   const offline = [];
@@ -352,9 +356,12 @@ export async function page(_params, _query, signal) {
             "balance or decommission. To try replication, run a three-node cluster on this machine: sluice dev-cluster.",
         )
       : null,
-    nodesTable(cluster, led, panel),
-    single ? null : planSection(cluster, panel),
-    movesSection(moving, !single),
+    single || alters
+      ? null
+      : h("p", { class: "note", id: "no-alter" }, "You may not move partitions, balance or decommission nodes: that needs ALTER on the cluster."),
+    nodesTable(cluster, led, panel, alters),
+    single || !alters ? null : planSection(cluster, panel),
+    movesSection(moving, !single, alters),
     h("h2", {}, "Under-replicated partitions"),
     under.length
       ? table("Partitions whose in-sync replicas are fewer than their replicas", partitionColumns, under)

@@ -1,7 +1,7 @@
 // Groups: the list, and a group's members, assignment, committed offsets and lag per
 // partition, with its total lag charted while the page is open; reset offsets, delete.
 
-import { api, get, path } from "./api.js";
+import { api, describe, get, path } from "./api.js";
 import {
   chart, confirm, empty, facts, field, form, h, heading, link, origin, plural, problem, refresh, show, table,
 } from "./ui.js";
@@ -83,7 +83,8 @@ function resetForm(name, group) {
 }
 
 export async function detail([name], _query, signal) {
-  const group = await get(path("/v1/groups", name), signal);
+  const group = await describe(path("/v1/groups", name), signal);
+  const may = (operation) => group.authorized_operations.includes(operation);
   remember(name, group);
   const chartBox = h("div", {}, lagChart(name));
   const timer = setInterval(async () => {
@@ -144,9 +145,13 @@ export async function detail([name], _query, signal) {
           group.partitions,
         )
       : empty("No partitions: the group has no committed offsets and no subscribed topics.", null),
-    group.partitions.length ? resetForm(name, group) : null,
+    group.partitions.length && may("read") ? resetForm(name, group) : null,
+    group.partitions.length && !may("read")
+      ? h("p", { class: "note", id: "no-reset" }, "You may not reset this group's offsets: that needs READ on it.")
+      : null,
     h("h2", {}, "Delete"),
-    remove,
-    removed,
+    may("delete")
+      ? [remove, removed]
+      : h("p", { class: "note", id: "no-delete" }, "You may not delete this group: that needs DELETE on it."),
   );
 }

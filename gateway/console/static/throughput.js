@@ -2,7 +2,7 @@
 // admitted and shed, from the node's own counters (GET /v1/traffic, polled while the page is
 // open), charted and tabled.
 
-import { get } from "./api.js";
+import { get, notAllowed } from "./api.js";
 import { bytes, chart, empty, h, heading, origin, table } from "./ui.js";
 
 const POLL_MS = 2000;
@@ -89,7 +89,8 @@ function view() {
     admissionView());
 }
 
-export async function page(_params, _query, signal) {
+export async function page(_params, _query, signal, me) {
+  if (!me.cluster_authorized_operations.includes("describe")) throw notAllowed(me, "describe the cluster, whose traffic this page charts");
   remember(await get("/v1/traffic", signal));
   const box = h("div", { id: "throughput" }, view());
   const timer = setInterval(async () => {

@@ -1,7 +1,7 @@
 // Topics: the list (partitions, size, retention, tiering), creating one, and a topic's page:
 // its configs (altered in place), its partitions, growing them, deleting the topic.
 
-import { ExactInteger, allowed, api, get, path } from "./api.js";
+import { ExactInteger, api, describe, path } from "./api.js";
 import { describeAll } from "./cluster.js";
 import {
   bytes, confirm, duration, empty, facts, field, form, h, heading, link, origin, plural, problem,
@@ -39,8 +39,10 @@ function createForm() {
   );
 }
 
-export async function list(_params, _query, signal) {
-  const [topics, creates] = await Promise.all([describeAll(signal, false), mayCreate(signal)]);
+export async function list(_params, _query, signal, me) {
+  const topics = await describeAll(signal, false);
+  // CREATE on the cluster; one allowed only on some topic names (a prefixed ACL) is told no.
+  const creates = me.cluster_authorized_operations.includes("create");
   return h(
     "section",
     {},
@@ -78,12 +80,9 @@ function configValue(raw) {
   return /^-?\d+(\.\d+)?$/.test(raw) ? Number(raw) : raw;
 }
 
-/** May these credentials create topics? CREATE on the cluster, asked with a count the node
- * refuses (0 partitions) after its ACL check; one allowed only on some names is told no. */
-const mayCreate = (signal) => allowed("POST", "/v1/topics", { name: "console-create-check", partitions: 0 }, signal);
-
 export async function detail([name], _query, signal) {
-  const topic = await get(path("/v1/topics", name), signal);
+  const topic = await describe(path("/v1/topics", name), signal);
+  const may = (operation) => topic.authorized_operations.includes(operation);
   const configNames = Object.keys(topic.configs).sort();
   const topicPath = path("/topics", name);
   const alter = form(
@@ -152,10 +151,12 @@ export async function detail([name], _query, signal) {
       ],
       configNames,
     ),
-    alter,
-    grow,
+    may("alter")
+      ? [alter, grow]
+      : h("p", { class: "note", id: "no-alter" }, "You may not change this topic's configs or partitions: that needs ALTER on it."),
     h("h2", {}, "Delete"),
-    remove,
-    removed,
+    may("delete")
+      ? [remove, removed]
+      : h("p", { class: "note", id: "no-delete" }, "You may not delete this topic: that needs DELETE on it."),
   );
 }

@@ -37,6 +37,7 @@ from groups.subscriptions.positions import GroupPositions
 from groups.subscriptions.service import SubscriptionService
 from replication.acks import Acks
 from replication.broker import Broker, BrokerSettings
+from replication.errors import NotController
 from replication.forward_client import ForwardClient
 from replication.replica_manager import ReplicaManager, ReplicationSettings
 from replication.tiering import TieringSettings
@@ -190,9 +191,16 @@ class Gateway:
 
     async def share_groups_ready(self) -> ShareCoordinator:
         """The share-group coordinator, once `__share_group_state` exists (made at the first
-        share group's first call, as Kafka makes it) and the partitions led here are loaded."""
-        if state_topic.STATE_TOPIC not in self.broker.store.view.topics:
+        share group's first call, as Kafka makes it) and the partitions led here are loaded.
+        Only the controller makes it: another node sends that first call there."""
+        view = self.broker.store.view
+        if state_topic.STATE_TOPIC not in view.topics:
             settings = self.settings
+            if view.controller != settings.node_id:
+                raise NotController(
+                    f"{state_topic.STATE_TOPIC} does not exist yet; the controller (node "
+                    f"{view.controller}) makes it"
+                )
             async with asyncio.timeout(settings.leader_wait_ms / 1000):
                 await self.broker.ensure_topic(
                     state_topic.STATE_TOPIC,

@@ -6,9 +6,16 @@ delivery counted."""
 
 from __future__ import annotations
 
+import os
 import time
+from collections.abc import Iterator
 from typing import Any
 
+import httpx
+import pytest
+
+from gateway.workers.local_cluster import LocalCluster
+from tests.cluster.conftest import WORKDIR_MARKER
 from tests.cluster.harness import NO_LEADER, SETTLE_S, Cluster, wait_for
 from tests.cluster.test_cluster import leader_state, new_topic, produce_until_ok
 
@@ -114,3 +121,35 @@ def test_a_share_group_survives_its_coordinators_death_with_nothing_accepted_del
     assert described["lag"] == 0
     assert sorted(p["start_offset"] for p in described["partitions"]) == [10, 10]
     cluster.restart(coordinator)
+
+
+@pytest.fixture
+def fresh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A cluster of its own, on which no share group was ever used (no state topic yet)."""
+    workdir = tmp_path_factory.mktemp(f"{WORKDIR_MARKER}-{os.getpid()}-")  # reaped if orphaned
+    options = ("--lease-ttl", "2", "--offsets-topic-partitions", "1")
+    cluster = LocalCluster(workdir, 3, node_options=options)
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def test_the_first_share_group_request_through_a_node_that_is_not_the_controller(
+    fresh: LocalCluster,
+) -> None:
+    """Only the controller makes `__share_group_state`: the node the first request reaches
+    sends it there (a 421 or 503 on the way is the cluster settling: asked again)."""
+    with httpx.Client(timeout=30.0) as http:
+        controller = http.get(fresh.nodes[0].url + "/v1/cluster").json()["controller"]
+        via = next(node for node in fresh.nodes if node.node_id != controller)
+        body = {"configs": {"share.auto.offset.reset": "earliest"}}
+
+        def attempt() -> httpx.Response | None:
+            response = http.put(f"{via.url}/v1/share-groups/first/configs", json=body)
+            return None if response.status_code in (421, 503) else response
+
+        answer = wait_for(attempt, SETTLE_S, "the first share-group request", 0.1)
+        assert answer.status_code == 200, answer.text
+        assert http.get(f"{via.url}/v1/topics/{STATE_TOPIC}").status_code == 200

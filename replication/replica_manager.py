@@ -73,6 +73,12 @@ RoleListener = Callable[[Partition], Awaitable[None]]
 # thousands (a topic created, a node back) must not hold it past the lease keepalive's
 # timeout (TTL/3).
 ROLES_PER_TURN = 100
+# How long a parked follower fetch with a new high watermark (or log start) to tell, and no
+# records, waits for records to carry it. Under load they come within it and the mark rides
+# with them: answered alone, each produce cost each follower a second answer (1.7 session
+# fetches per acks=all request instead of 1.1; docs/PERFORMANCE.md, "Cluster"). On a quiet
+# partition the follower learns the mark this much later.
+MARKS_LINGER_S = 0.01
 
 
 @dataclass(frozen=True)
@@ -792,13 +798,14 @@ class ReplicaManager:
         """A follower node's one fetch for all it follows here (KIP-227): (the session id, each
         partition's batches and marks or its error). Answers as soon as any partition has
         records or an error (a full request at once, bringing every partition), or the records
-        reach `min_bytes`, or a partition's high watermark or log start is not what the
-        follower was last sent, or `max_wait_ms` passes. So a follower learns a high watermark
-        within a round trip of its move, records or not, and serves its rack's consumers what
-        is committed then (KIP-392), not at the end of its wait. One parked waiter for the
-        whole session, woken by any change of its partitions' logs (an append, a high
-        watermark move); a newer full request of the same follower releases it. A consumer's
-        request (replica -1) is read as `consumer_fetch` reads it, with no session (id 0)."""
+        reach `min_bytes`, or `max_wait_ms` passes; and MARKS_LINGER_S after a partition's
+        high watermark or log start is not what the follower was last sent, records or not. So
+        a follower learns a high watermark within that and a round trip of its move, and
+        serves its rack's consumers what is committed then (KIP-392), not at the end of its
+        wait. One parked waiter for the whole session, woken by any change of its partitions'
+        logs (an append, a high watermark move); a newer full request of the same follower
+        releases it. A consumer's request (replica -1) is read as `consumer_fetch` reads it,
+        with no session (id 0)."""
         if request.consumer:
             return 0, await self.consumer_fetch(request)
         session = self.sessions.take(request)
@@ -808,23 +815,28 @@ class ReplicaManager:
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._session_waiters[request.replica] = waiter
         deadline = time.monotonic() + request.max_wait_ms / 1000
+        told_by = math.inf  # when the marks not yet sent must go, records or not
         try:
             while True:
                 found, size, errors, held_s = self._session_round(session, request)
-                remaining = deadline - time.monotonic()
+                now = time.monotonic()
+                remaining = deadline - now
                 if not self.sessions.current(session):
                     return session.id, {}  # replaced: its follower gave this request up
+                if told_by == math.inf and _marks_moved(session, found):
+                    told_by = now + MARKS_LINGER_S
                 if (
                     request.full
                     or errors
                     or (size and size >= request.min_bytes)
-                    or _marks_moved(session, found)
+                    or now >= told_by
                     or remaining <= 0
                     or self.notifier.closing
                 ):
                     return session.id, self._answered(session, found, request.full)
                 logs = [p.log for key, _ in session if (p := self.partitions.get(key))]
-                await self.notifier.wait_any(logs, min(remaining, held_s), waiter)
+                wait_s = min(remaining, held_s, told_by - now)
+                await self.notifier.wait_any(logs, wait_s, waiter)
                 if self._session_waiters.get(request.replica) is not waiter:
                     return session.id, {}  # a newer request of the follower took over
                 if waiter.done():  # a log woke it: a fresh one for the next park

@@ -1,7 +1,8 @@
-"""A leader's fetch sessions answer a parked follower as soon as the high watermark of one of
-its partitions moves past what it was last sent, records or not: a follower learns what is
-committed within a round trip, not at the end of its wait (5 s) while nothing more is produced,
-and so do the consumers it serves (KIP-392). Nothing new, the fetch stays parked."""
+"""A leader's fetch sessions answer a parked follower when the high watermark of one of its
+partitions moves past what it was last sent, records or not, after a short linger for records
+to carry it: a follower learns what is committed within the linger and a round trip, not at
+the end of its wait (5 s) while nothing more is produced, and so do the consumers it serves
+(KIP-392). Nothing new, the fetch stays parked."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from engine.errors import EngineError
 from engine.log import ReadResult
 from engine.manager import LogManager
 from engine.notify import ChangeNotifier
+from replication import replica_manager
 from replication.acks import Acks
 from replication.memory_store import MemoryBackend, MemoryMetadataStore
 from replication.metadata import NodeInfo, PartitionState, TopicPartition, TopicSpec
@@ -104,3 +106,25 @@ async def test_a_high_watermark_move_answers_the_parked_session_fetches(
     await leader.append(*KEY, bytes(record), Acks.LEADER, 1000)
     _, more = await asyncio.wait_for(again, TIMEOUT_S)
     assert part(more)[0] == 1 and part(more)[1] > 0
+
+
+async def test_a_mark_waits_the_linger_for_records_to_carry_it(
+    leader: ReplicaManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under load the next records come within the linger: the high watermark rides with them
+    instead of costing each follower an answer of its own per produce."""
+    monkeypatch.setattr(replica_manager, "MARKS_LINGER_S", PARKED_MS / 1000)
+    record = fmt.encode_batch([fmt.RecordInput(None, b"r", [], None)])
+    await leader.append(*KEY, bytes(record), Acks.LEADER, 1000)
+    sessions = {}
+    for replica in (1, 2):
+        sessions[replica], _ = await leader.session_fetch(fetch(replica, (0, 0), 0))
+    first = await parks(leader, fetch(1, (sessions[1], 1), 1))
+    # Node 2's fetch moves the high watermark to 1 and waits: so does node 1's, woken by it.
+    second = await parks(leader, fetch(2, (sessions[2], 1), 1))
+    moved = leader.leading(*KEY)
+    assert moved is not None and moved.high_watermark == 1 and not first.done()
+    await leader.append(*KEY, bytes(record), Acks.LEADER, 1000)
+    for answer in (first, second):
+        _, found = await asyncio.wait_for(answer, TIMEOUT_S)
+        assert part(found)[0] == 1 and part(found)[1] > 0  # the mark with the next record

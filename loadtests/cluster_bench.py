@@ -4,7 +4,9 @@ Sluice: `LocalCluster` (etcd and three `python -m gateway --cluster` processes),
 replication factor 3 and `min.insync.replicas=2`. Produce with acks=1 against acks=all (every
 partition driven at its leader), through a non-leader against through the leader, consume,
 and the time from a SIGKILL of a partition's leader to the first acknowledged acks=all produce
-through another node. JetStream: three `nats-server` on loopback, a stream with three replicas,
+through another node, and how long after an acks=all produce's answer a consumer naming a
+follower's rack (`client_rack`, KIP-392) reads the records there, beside one at the leader.
+JetStream: three `nats-server` on loopback, a stream with three replicas,
 publishing the same 100-byte values with acks, pulling them, and the same failover. Every row
 carries the CPU seconds of every server process and of the load generator.
 """
@@ -30,7 +32,7 @@ from gateway.workers.local_cluster import LocalCluster
 from loadtests import cluster_report, generators, jetstream
 from loadtests.common import children_cpu_seconds, cpu_seconds, http_json
 from loadtests.consumers import run_workers
-from loadtests.failover import Refused, first_ack, summarize
+from loadtests.failover import Refused, first_ack, nearest_rank, summarize
 from loadtests.rows import MEDIA, VALUE, body_for, median_cell, rates
 
 NODES = 3
@@ -41,6 +43,9 @@ FORMATS = [("binary", 1000), ("json", 100)]
 ROUTING_ACKS = "1"  # no replication wait to hide the extra hop
 PUBLISHERS = 2  # JetStream publishing processes (nats-py costs more per message than wrk)
 SETTLE_DEADLINE_S = 60.0
+RACKS = ("a", "b", "c")  # node i's rack: a consumer of a follower's rack reads there (KIP-392)
+READ_WAIT_MS = 10_000  # the follower-read consumers' long-poll: past a follower's 5 s fetch wait
+READ_PAUSE_S = 0.2  # between follower-read rounds: every fetch of the cluster parks again
 
 T = TypeVar("T")
 Guard = Callable[[str, dict[str, Any], Callable[[], dict[str, Any]]], dict[str, Any]]
@@ -55,6 +60,7 @@ class ClusterPlan:
     failover_trials: int
     consume_records_per_partition: int  # JetStream: as many in total in its one stream
     jetstream_messages: int  # per JetStream publish cell
+    follower_read_rounds: int  # one acks=all record each, read at the leader and at a follower
 
 
 FULL = ClusterPlan(
@@ -63,6 +69,7 @@ FULL = ClusterPlan(
     failover_trials=20,
     consume_records_per_partition=200_000,
     jetstream_messages=200_000,
+    follower_read_rounds=200,
 )
 QUICK = ClusterPlan(
     seconds=1,
@@ -70,6 +77,7 @@ QUICK = ClusterPlan(
     failover_trials=3,
     consume_records_per_partition=2_000,
     jetstream_messages=2_000,
+    follower_read_rounds=10,
 )
 
 
@@ -87,6 +95,8 @@ class SluiceCluster:
 
     def __init__(self, workdir: Path) -> None:
         self.local = LocalCluster(workdir, NODES)
+        for node, rack in zip(self.local.nodes, RACKS, strict=True):
+            node.extra += ["--rack", rack]
         self.serial = 0
 
     def start(self) -> None:
@@ -151,6 +161,22 @@ class SluiceCluster:
                 return led[0]["partition"], led[0]["leader"], controller
             time.sleep(0.5)
         raise TimeoutError(f"no partition of {topic} is led by its preferred replica")
+
+    def high_watermark_at(self, node: int, topic: str, high_watermark: int) -> None:
+        """Wait until `node`'s replica of partition 0 is in sync with `high_watermark`."""
+        deadline = time.monotonic() + SETTLE_DEADLINE_S
+        last: Any = None
+        while time.monotonic() < deadline:
+            last = http_json("GET", f"{self.url(node)}/v1/topics/{topic}")["partitions"][0]
+            if last["high_watermark"] == high_watermark and node in last["isr"]:
+                return
+            time.sleep(0.05)
+        raise TimeoutError(f"node {node} never had {topic}'s high watermark {high_watermark}")
+
+    def traffic_out(self, node: int, topic: str) -> int:
+        """The bytes `node` has served of `topic` to consumers (its /v1/traffic)."""
+        rows = http_json("GET", f"{self.url(node)}/v1/traffic")["topics"]
+        return sum(int(row["bytes_out"]) for row in rows if row["topic"] == topic)
 
     def drop(self, topic: str) -> None:
         http_json("DELETE", f"{self.any_url()}/v1/topics/{topic}", ok=(404,))
@@ -241,6 +267,11 @@ class ClusterBench:
                 **self.sluice_produce(up),
                 "consume": self.guarded(
                     "cluster_consume", {"system": "sluice"}, lambda: self.sluice_consume(up)
+                ),
+                "follower_reads": self.guarded(
+                    "cluster_follower_reads",
+                    {"system": "sluice"},
+                    lambda: self.sluice_follower_reads(up),
                 ),
                 "failover": self.guarded(
                     "cluster_failover", {"system": "sluice"}, lambda: self.sluice_failover(up)
@@ -375,6 +406,53 @@ class ClusterBench:
         finally:
             cluster.drop(topic)
         return _with_processes(row, _cpu_since(before, pids), {"format": "json"})
+
+    def sluice_follower_reads(self, cluster: SluiceCluster | None) -> dict[str, Any]:
+        """One record a round, acks=all through the leader of a quiet partition, read by two
+        long-polling consumers parked from its offset: one at the leader, one naming a
+        follower's rack (served by that follower). Each round waits for both reads and pauses
+        before the next, so every fetch in the cluster is parked when the record comes: the
+        follower learns the high watermark from its leader, not from the next records."""
+        cluster = _need(cluster)
+        topic, leaders = cluster.topic("cluster-follower-reads", 1)
+        leader = leaders[0]
+        follower = (leader + 1) % NODES
+        try:
+            cluster.warm(topic, leaders)
+            cluster.high_watermark_at(follower, topic, 1)
+            served_before = cluster.traffic_out(follower, topic)
+            pids = cluster.pids()
+            before = _cpu(pids)
+            rounds = asyncio.run(
+                _follower_read_rounds(
+                    cluster.url(leader),
+                    cluster.url(follower),
+                    RACKS[follower],
+                    topic,
+                    self.plan.follower_read_rounds,
+                )
+            )
+            by_process = _cpu_since(before, pids)
+            served = cluster.traffic_out(follower, topic) - served_before
+        finally:
+            cluster.drop(topic)
+        missed = [r for r in rounds if "error" in r]
+        row: dict[str, Any] = {
+            "rounds": len(rounds),
+            "pause_s": READ_PAUSE_S,
+            "leader": leader,
+            "follower": follower,
+            "client_rack": RACKS[follower],
+            "follower_bytes_out": served,
+            **_latencies(rounds),
+            "server_cpu_s": round(sum(by_process.values()), 2),
+            **{f"cpu_s_{name}": s for name, s in by_process.items()},
+        }
+        if missed:
+            row["error"] = f"{len(missed)} of {len(rounds)} rounds failed: {missed[0]['error']}"
+        elif not served:
+            row["error"] = f"node {follower} served none of the client_rack reads"
+        return row
 
     def sluice_failover(self, cluster: SluiceCluster | None) -> dict[str, Any]:
         """SIGKILL a partition's leader; time to the first acked produce through another node."""
@@ -533,6 +611,76 @@ def _by_round(top: list[dict[str, Any]], bottom: list[dict[str, Any]]) -> list[f
     ]
 
 
+async def _follower_read_rounds(
+    leader_url: str, follower_url: str, rack: str, topic: str, rounds: int
+) -> list[dict[str, Any]]:
+    """Each round: both consumers parked from the next offset (the pause lets them park), one
+    acks=all record through the leader, then the time from its send to its answer and to each
+    consumer's read, in ms; a round whose produce or read failed is {"error": ...}."""
+    path = f"/v1/topics/{topic}/partitions/0/records"
+    produce = leader_url + path + "?acks=all"
+    body = orjson.dumps({"records": [{"value": orjson.Fragment(VALUE)}]})
+    out: list[dict[str, Any]] = []
+    async with aiohttp.ClientSession() as http:
+
+        async def read(url: str, params: dict[str, Any]) -> float:
+            async with http.get(url + path, params=params) as response:
+                answer = await response.read()
+            arrived = time.perf_counter()
+            if response.status != 200 or len(orjson.loads(answer)["records"]) != 1:
+                raise RuntimeError(f"{url}: {response.status} {answer[:200]!r}")
+            return arrived
+
+        for offset in range(1, rounds + 1):
+            wait = {"offset": offset, "timeout_ms": READ_WAIT_MS}
+            reads = [
+                asyncio.ensure_future(read(leader_url, wait)),
+                asyncio.ensure_future(read(follower_url, {**wait, "client_rack": rack})),
+            ]
+            await asyncio.sleep(READ_PAUSE_S)
+            sent = time.perf_counter()
+            try:
+                async with http.post(
+                    produce, data=body, headers={"Content-Type": MEDIA["json"]}
+                ) as response:
+                    text = await response.text()
+                    if response.status != 200:
+                        raise RuntimeError(f"produce: {response.status} {text[:200]}")
+                answered = time.perf_counter()
+                at_leader, at_follower = await asyncio.gather(*reads)
+            except Exception as error:
+                for pending in reads:
+                    pending.cancel()
+                await asyncio.gather(*reads, return_exceptions=True)
+                out.append({"error": f"round {offset}: {type(error).__name__}: {error}"})
+                continue
+            out.append(
+                {
+                    "produce_ms": (answered - sent) * 1000,
+                    "leader_ms": (at_leader - sent) * 1000,
+                    "follower_ms": (at_follower - sent) * 1000,
+                    # 0: served before the produce's answer reached the producer
+                    "follower_after_answer_ms": max(at_follower - answered, 0) * 1000,
+                }
+            )
+    return out
+
+
+def _latencies(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """p50 / p99 / max (nearest rank, ms) of each figure over the rounds that ran."""
+    good = [r for r in rounds if "error" not in r]
+    if not good:
+        return {}
+    out: dict[str, Any] = {}
+    for figure in ("produce_ms", "leader_ms", "follower_ms", "follower_after_answer_ms"):
+        values = [r[figure] for r in good]
+        name = figure.removesuffix("_ms")
+        out[f"{name}_p50_ms"] = round(nearest_rank(values, 0.50), 2)
+        out[f"{name}_p99_ms"] = round(nearest_rank(values, 0.99), 2)
+        out[f"{name}_max_ms"] = round(max(values), 2)
+    return out
+
+
 async def _sluice_trial(
     cluster: SluiceCluster, topic: str, trial: int, *, restart: bool = True
 ) -> dict[str, Any]:
@@ -598,6 +746,7 @@ def run(plan: ClusterPlan, scratch: Path, guarded: Guard) -> dict[str, Any]:
             "replication_factor": NODES,
             "min_insync_replicas": MIN_INSYNC,
             "partitions": PARTITIONS,
+            "racks": RACKS,
             "connections": CONNECTIONS,
             "formats": FORMATS,
             "routing_acks": ROUTING_ACKS,

@@ -1,5 +1,5 @@
 """The cluster section's comparisons (acks=all/acks=1, non-leader/leader, Sluice/JetStream,
-the goals), its part of bench-report.md and its plot."""
+the goals: the follower read's latency among them), its part of bench-report.md and its plot."""
 
 from __future__ import annotations
 
@@ -13,6 +13,9 @@ import matplotlib.pyplot as plt  # after use("Agg"): no display on servers and C
 
 TARGET_RATIO = 0.7  # acks=all / acks=1 and non-leader / leader (Kafka 2014: 0.54)
 TARGET_FAILOVER_P99_S = 3.0  # Kafka's default broker session timeout is 9 s
+# An acks=all produce's answer -> a consumer of a follower's rack reading the records there
+# (Kafka's follower learns the high watermark up to replica.fetch.wait.max.ms later, 500 ms).
+TARGET_FOLLOWER_READ_P99_MS = 50.0
 
 
 def _ratio(
@@ -121,7 +124,41 @@ def targets(section: dict[str, Any]) -> list[dict[str, Any]]:
             "met": p99 is not None and p99 < TARGET_FAILOVER_P99_S,
         }
     )
+    reads = section["sluice"].get("follower_reads", {})
+    after = None if "error" in reads else reads.get("follower_after_answer_p99_ms")
+    rows.append(
+        {
+            "figure": "client_rack read at a follower after the acks=all produce's answer, p99 "
+            f"over {reads.get('rounds', 0)} rounds (ms)",
+            "value": after,
+            "target": f"<= {TARGET_FOLLOWER_READ_P99_MS:g}",
+            "met": after is not None and after <= TARGET_FOLLOWER_READ_P99_MS,
+        }
+    )
     return rows
+
+
+def _follower_read_rows(reads: dict[str, Any]) -> list[dict[str, Any]]:
+    """The follower-read cell as rows: each consumer's read, from the produce's send or answer."""
+    if "error" in reads and "leader_p50_ms" not in reads:
+        return [{"read": "every round", "error": reads["error"]}]
+    named = [
+        ("the acks=all produce's answer, from its send", "produce"),
+        ("a consumer at the leader, from the produce's send", "leader"),
+        ("a consumer naming the follower's rack, from the produce's send", "follower"),
+        (
+            "a consumer naming the follower's rack, from the produce's answer",
+            "follower_after_answer",
+        ),
+    ]
+    return [
+        {
+            "read": label,
+            **{q: reads.get(f"{key}_{q}") for q in ("p50_ms", "p99_ms", "max_ms")},
+            "error": reads.get("error"),
+        }
+        for label, key in named
+    ]
 
 
 def _cell(value: Any) -> str:
@@ -148,6 +185,7 @@ def markdown(section: dict[str, Any]) -> str:
     machine = section["machine"]
     rate = ["records_per_s", "rounds_records_per_s", "p99_ms", "generator_cpu_s", "server_cpu_s"]
     produce, routing = sluice["produce"], sluice["routing"]
+    follower_reads = sluice.get("follower_reads", {})
     failover_rows = [
         {"system": name, **row}
         for name, row in (("sluice", sluice["failover"]), ("jetstream", peer["failover"]))
@@ -226,6 +264,21 @@ def markdown(section: dict[str, Any]) -> str:
                 *_cpu_columns(consume_rows),
                 "error",
             ],
+        ),
+        "",
+        "### Reading at a follower: a consumer naming its rack against one at the leader",
+        "",
+        f"Racks {list(setup.get('racks', []))} (node i in the i-th); one partition, "
+        f"{follower_reads.get('rounds', 0)} rounds of one acks=all record through the leader, "
+        "both consumers long-polling from its offset, "
+        f"{follower_reads.get('pause_s', '')} s between rounds (the cluster quiet, every "
+        f"fetch parked). Node {follower_reads.get('follower', '')} (rack "
+        f"{follower_reads.get('client_rack', '')}) served "
+        f"{_cell(follower_reads.get('follower_bytes_out'))} bytes of the `client_rack` reads; "
+        f"server CPU {follower_reads.get('server_cpu_s', '')} s over the cell.",
+        "",
+        *_table(
+            _follower_read_rows(follower_reads), ["read", "p50_ms", "p99_ms", "max_ms", "error"]
         ),
         "",
         "### Failover: SIGKILL of the leader -> first acknowledged write through another node",

@@ -197,14 +197,29 @@ def _cluster_ratios_come_from_the_same_run(report: tuple[Path, dict[str, Any]]) 
         assert any(f.startswith("Sluice / JetStream, acks=all produce") for f in by_figure)
         assert "Sluice / JetStream, consume" in by_figure
     targets = cluster["targets"]
-    assert len(targets) == 5
+    assert len(targets) == 6
+    bounds = {"< 3.0": lambda v: v < 3, ">= 0.7": lambda v: v >= 0.7, "<= 50": lambda v: v <= 50}
     for target in targets:
         assert target["met"] == (
-            target["value"] is not None
-            and (
-                target["value"] < 3 if target["target"].startswith("<") else target["value"] >= 0.7
-            )
+            target["value"] is not None and bounds[target["target"]](target["value"])
         )
+
+
+def _follower_reads_are_timed_beside_leader_reads(report: tuple[Path, dict[str, Any]]) -> None:
+    """The client_rack consumer's reads were served by the follower and timed, as the leader
+    consumer's were, from each produce's send and answer; or (without etcd) an error row."""
+    out, doc = report
+    reads = doc["cluster"]["sluice"]["follower_reads"]
+    if "error" in reads:
+        assert not CLUSTER_TOOLS, reads
+        return
+    assert reads["rounds"] == 10 and reads["follower"] != reads["leader"]
+    assert reads["client_rack"] == doc["cluster"]["setup"]["racks"][reads["follower"]]
+    assert reads["follower_bytes_out"] > 0
+    for name in ("produce", "leader", "follower", "follower_after_answer"):
+        figures = [reads[f"{name}_{q}_ms"] for q in ("p50", "p99", "max")]
+        assert 0 <= figures[0] <= figures[1] <= figures[2], (name, reads)
+    assert "### Reading at a follower" in (out / "bench-report.md").read_text()
 
 
 CHECKS = [
@@ -216,6 +231,7 @@ CHECKS = [
     _ratios_pair_each_figure_with_redis,
     _cluster_section_has_every_figure,
     _cluster_ratios_come_from_the_same_run,
+    _follower_reads_are_timed_beside_leader_reads,
 ]
 
 

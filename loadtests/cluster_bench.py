@@ -9,18 +9,23 @@ follower's rack (`client_rack`, KIP-392) reads the records there, beside one at 
 JetStream: three `nats-server` on loopback, a stream with three replicas,
 publishing the same 100-byte values with acks, pulling them, and the same failover. Every row
 carries the CPU seconds of every server process and of the load generator.
+
+`python -m loadtests.cluster_bench [--rounds N] [--out FILE]` runs the follower-read cell
+alone, on a cluster of its own (the whole section runs in `python -m loadtests.bench`).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import os
+import tempfile
 import time
 import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -765,3 +770,41 @@ def run(plan: ClusterPlan, scratch: Path, guarded: Guard) -> dict[str, Any]:
     section["ratios"] = cluster_report.ratios(section)
     section["targets"] = cluster_report.targets(section)
     return section
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=FULL.follower_read_rounds, help="records, one a round"
+    )
+    parser.add_argument("--out", type=Path, help="also write the report (JSON) here")
+    args = parser.parse_args()
+    plan = replace(QUICK, follower_read_rounds=args.rounds)
+    began = time.time()
+    load_before = [round(x, 2) for x in os.getloadavg()]
+    with tempfile.TemporaryDirectory(prefix="sluice-follower-reads-") as tmp:
+        cluster = SluiceCluster(Path(tmp) / "sluice")
+        cluster.start()
+        try:
+            bench = ClusterBench(plan, Path(tmp), lambda _scenario, what, run: {**what, **run()})
+            row = bench.sluice_follower_reads(cluster)
+        finally:
+            cluster.stop()
+    report = {
+        "command": f"python -m loadtests.cluster_bench --rounds {args.rounds}",
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(began)),
+        "load_average_before": load_before,
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "nproc": os.cpu_count(),
+        "follower_reads": row,
+    }
+    text = orjson.dumps(report, option=orjson.OPT_INDENT_2)
+    if args.out is not None:
+        args.out.write_bytes(text)
+    print(text.decode())
+
+
+if __name__ == "__main__":
+    main()

@@ -35,7 +35,7 @@ NEXT_OFFSET = re.compile(rb"sluice-next-offset:\s*(\d+)", re.I)
 
 
 class RawHttp:
-    """A bare keep-alive HTTP/1.1 GET client: aiohttp's response handling cost the client more
+    """A bare keep-alive HTTP/1.1 client: aiohttp's response handling cost the client more
     CPU per record than the gateway spent serving it, which made the client the bottleneck."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -49,6 +49,20 @@ class RawHttp:
     async def get(self, target: str, accept: str = "application/json") -> tuple[int, bytes, bytes]:
         """Status, head and body of one GET."""
         self.writer.write(f"GET {target} HTTP/1.1\r\nHost: b\r\nAccept: {accept}\r\n\r\n".encode())
+        return await self._answer()
+
+    async def send(
+        self, method: str, target: str, body: bytes = b"", content_type: str = "application/json"
+    ) -> tuple[int, bytes, bytes]:
+        """Status, head and body of one request with a body (a POST, a DELETE)."""
+        head = (
+            f"{method} {target} HTTP/1.1\r\nHost: b\r\nContent-Type: {content_type}\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        )
+        self.writer.write(head.encode() + body)
+        return await self._answer()
+
+    async def _answer(self) -> tuple[int, bytes, bytes]:
         head = await self.reader.readuntil(b"\r\n\r\n")
         length = CONTENT_LENGTH.search(head)
         if length is None:

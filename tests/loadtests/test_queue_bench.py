@@ -1,0 +1,85 @@
+"""`loadtests.queue_bench --quick`: every throughput cell acquires and accepts its records on
+each server (Sluice, Redis Streams, NATS JetStream) and reports its figures, the fairness
+cases report the consumers' waits, and the poison record is delivered exactly its delivery
+limit and archived while the records behind it are accepted. Speed is never judged here."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from loadtests.queue_bench import QUICK, SYSTEMS, fairness_figures, summarize
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_quick_run_reports_every_cell(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "loadtests.queue_bench", "--quick", "--out", str(tmp_path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-5000:]
+    doc = json.loads((tmp_path / "queues.json").read_text())
+    assert list(doc["throughput"]) == [str(b) for b in QUICK.cell_records]
+    for batch, row in doc["throughput"].items():
+        assert list(row) == list(SYSTEMS)
+        for system, cell in row.items():
+            assert cell["records"] >= QUICK.cell_records[int(batch)], (system, cell)
+            assert cell["records_per_s"] > 0 and cell["seconds"] > 0, (system, cell)
+    assert len(doc["figures"]) == 4 * len(QUICK.cell_records)
+    for figure in doc["figures"]:
+        if figure["goal"] is None or figure["value"] is None:
+            assert figure["met"] is None, figure
+        else:
+            assert figure["met"] == (figure["value"] >= figure["goal"]), figure
+    trickle, backlog = doc["fairness"]
+    assert trickle["records"] == QUICK.fair_rate * QUICK.fair_seconds
+    assert backlog["records"] == QUICK.fair_backlog
+    for case in (trickle, backlog):
+        # more records than consumers: some consumer waited again after its first record
+        assert case["steady_waits"] > 0 and case["wait_s"]["max"] >= case["wait_s"]["mean"]
+    for case in doc["poison"]:
+        assert case["delivery_counts"] == list(range(1, QUICK.delivery_limit + 1)), case
+        assert case["archived_metric"] == 1 and case["accepted"] == QUICK.poison_behind, case
+    assert [case["how"] for case in doc["poison"]] == ["release", "hang"]
+    text = (tmp_path / "queues.md").read_text()
+    for heading in ("## Acquire and accept", "## Fairness", "## A poison record"):
+        assert heading in text
+
+
+def test_a_wait_past_twice_the_mean_misses_the_fairness_goal() -> None:
+    row = {"records": 8, "seconds": 1.0, "server_cpu_s": 0.5}
+    fair = fairness_figures([[0.1, 1.0, 1.0], [0.2, 1.0, 1.0], [0.3, 1.0, 1.0]], row)
+    assert fair["met"] is True and fair["max_over_mean"] == 1.0
+    unfair = fairness_figures([[0.1, 1.0, 1.0], [0.2, 1.0, 1.0], [0.3, 1.0, 5.0]], row)
+    assert unfair["met"] is False
+    assert unfair["consumers_within_2x_mean"] == 2 and unfair["consumers_measured"] == 3
+    assert unfair["wait_s"]["mean"] == pytest.approx(10 / 6, abs=1e-3)
+
+
+def test_a_profile_summary_leaves_out_executor_threads_waiting_for_work() -> None:
+    collapsed = "\n".join(
+        [
+            "run (/srv/venv/lib/python3.11/site-packages/uvloop/__init__.py:10);"
+            f"acquire ({REPO}/gateway/api/share_groups.py:120);"
+            f"_runs ({REPO}/groups/share/partition_state.py:300) 3",
+            "run (/srv/venv/lib/python3.11/site-packages/uvloop/__init__.py:10);"
+            "write (aiohttp/http_writer.py:5) 1",
+            "Thread.run (threading.py:982);_worker (concurrent/futures/thread.py:81) 96",
+        ]
+    )
+    summary = summarize(collapsed)
+    assert summary["samples"] == 4 and summary["idle_samples"] == 96
+    assert summary["own"][0] == ["_runs (groups/share/partition_state.py)", 75.0]
+    assert ["run (uvloop/__init__.py)", 100.0] in summary["inclusive"]
+    assert summary["share_code"] == [
+        ["acquire (gateway/api/share_groups.py)", 75.0],
+        ["_runs (groups/share/partition_state.py)", 75.0],
+    ]

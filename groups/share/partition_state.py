@@ -110,14 +110,13 @@ class SharePartition:
         if now_ms < self._due_from:
             return []
         due = []
-        later = NEVER
+        soonest = NEVER  # of every available record: a wall clock may step back
         for offset, record in self.records.items():
             if record.state is RecordState.AVAILABLE:
+                soonest = min(soonest, record.deadline_ms)
                 if record.deadline_ms <= now_ms:
                     due.append(offset)
-                else:
-                    later = min(later, record.deadline_ms)
-        self._due_from = min(later, now_ms) if due else later
+        self._due_from = soonest
         return due
 
     def next_deadline(self) -> int | None:
@@ -221,7 +220,9 @@ class SharePartition:
         elif kind is AckType.RELEASE:
             out = self._give_back(offset, record, now_ms + delay_ms if delay_ms else 0, "released")
         else:
+            # maybe before the last deadline: the lock duration set shorter, the clock stepped back
             record.deadline_ms = now_ms + self.config.lock_ms
+            self._locks_until = min(self._locks_until, record.deadline_ms)
             return Transition(offset, record.state, record.delivery_count, "renewed")
         self._advance()
         return out

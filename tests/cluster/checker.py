@@ -52,6 +52,18 @@ Properties (each violation names one):
   reassignment removed (its copy deleted, maybe re-created empty) is not held to its earlier
   high watermark reports of that partition (hw-regressed, and a snapshot's log against its
   reported high watermark): the checker cannot tell which copy a report describes.
+- share-not-done / share-delivered-again / share-count-regressed / share-count-over-limit /
+  share-double-held: the share group (shareload.py). Once the faults stopped, every record of
+  the final log is accepted or archived (each share-partition's start offset reaches the final
+  log end within the bound); a record is never delivered again once an answer said it was
+  done (an accept or reject answered ok, a release answered ok at the delivery limit, a
+  refusal ALREADY_ACKNOWLEDGED), nor with a higher delivery count than an accept or reject
+  answered ok; a record delivered by an acquire sent after another's answer has a higher
+  delivery count, and none has a count outside 1..the limit; no record is held by two
+  deliveries whose locks are both in force (each from its acquire, the lock's deadline minus
+  its duration, to its deadline or a renewal's answered, cut where a release, accept or reject
+  of it was sent; a few ms allowed for the clocks). Delivered records are consumer reads too
+  (divergence, read-changed).
 - registry-lost / registry-id-reused / registry-two-ids / registry-id-order /
   registry-version-order / registry-config-lost / registry-divergence / registry-refused /
   validation-refused / unclean-error: the schema registry (registryload.py). A register
@@ -77,6 +89,7 @@ from typing import Any
 
 from tests.cluster.harness import NO_LEADER, LogRecord, PartitionState
 from tests.cluster.registryload import RegistryHistory, RegistryOp
+from tests.cluster.shareload import ShareAck, ShareDelivery, ShareHistory
 from tests.cluster.sideload import PROBLEM_JSON, Move, ReassignOp, SideHistory, TopicOp
 from tests.cluster.workload import Attempt, History, ProduceOp
 
@@ -110,6 +123,7 @@ class Verdict:
     # "shrink ok", "cancel refused"..., and the moves: "started", "completed", "cancelled"
     reassignments: Counter[str] = field(default_factory=Counter)
     registry: Counter[str] = field(default_factory=Counter)  # "new ok", "produce accepted"...
+    share: Counter[str] = field(default_factory=Counter)  # "deliveries", "ack accept ok"...
 
     def add(self, kind: str, detail: str) -> None:
         self.violations.append(Violation(kind, detail))
@@ -185,6 +199,7 @@ def check(
     _check_high_watermarks(history, removed, verdict)
     _check_states(history, etcd_changes, final_logs, verdict)
     _check_group(history.side, final_end, reference, verdict)
+    _check_share(history.share, final_end, reference, verdict)
     _check_topics(history.side, verdict)
     _check_reassignments(history.side, etcd_changes, verdict)
     _check_settle(history.side, verdict)
@@ -697,6 +712,91 @@ def _check_group(
                     f"p{p}: group {side.group} has {committed} committed after healing, past "
                     f"the final high watermark {final_end[p]}",
                 )
+
+
+SKEW_MS = 5  # between the clocks of the processes on one machine
+
+
+def _check_share(
+    share: ShareHistory, final_end: dict[int, int], reference: _Reference, verdict: Verdict
+) -> None:
+    """The share group's rules (the module's docstring)."""
+    if not share.group:
+        return
+    verdict.share.update(deliveries=len(share.deliveries), joins=share.joins)
+    verdict.share.update(f"ack {a.kind} {a.code or a.status}" for a in share.acks)
+    verdict.share["left to lapse"] += share.left_to_lapse
+    starts = share.final_starts or {}
+    for p, end in sorted(final_end.items()):
+        start = starts.get(p)
+        if start is None or start < end:
+            verdict.add(
+                "share-not-done",
+                f"p{p}: share group {share.group} starts at {start} after draining, below the "
+                f"final log end {end}: records neither accepted nor archived ({share.note})",
+            )
+    records: dict[tuple[int, int], list[ShareDelivery]] = defaultdict(list)
+    for d in share.deliveries:
+        if d.delivery_count > 1:
+            verdict.share["delivered again"] += 1
+        if not 1 <= d.delivery_count <= share.limit:
+            verdict.add("share-count-over-limit", f"{d}: the delivery limit is {share.limit}")
+        if d.offset >= final_end[d.partition]:
+            verdict.add(
+                "read-changed",
+                f"{d} is past the final log end {final_end[d.partition]}: it disappeared",
+            )
+        else:
+            reference.observe(d.partition, d.offset, (d.key, _canonical(d.value)), str(d))
+        records[(d.partition, d.offset)].append(d)
+    acks: dict[tuple[int, int], list[ShareAck]] = defaultdict(list)
+    for a in share.acks:
+        acks[(a.partition, a.offset)].append(a)
+    for key, delivered in sorted(records.items()):
+        _check_share_record(share, delivered, acks[key], verdict)
+
+
+def _check_share_record(
+    share: ShareHistory, delivered: list[ShareDelivery], acks: list[ShareAck], verdict: Verdict
+) -> None:
+    """One record's deliveries against each other and against its acknowledgements."""
+    for a, b in itertools.permutations(delivered, 2):
+        if b.start > a.end and b.delivery_count <= a.delivery_count:
+            verdict.add(
+                "share-count-regressed", f"{b}, sent after {a} was answered: the count fell"
+            )
+    done = [
+        a
+        for a in acks
+        if (a.status == "ok" and a.kind in ("accept", "reject"))
+        or (a.status == "ok" and a.kind == "release" and a.delivery_count >= share.limit)
+        or a.code == "ALREADY_ACKNOWLEDGED"
+    ]
+    for ack in done:
+        counted = ack.status == "ok" and ack.kind != "release"  # the count it was done at
+        for d in delivered:
+            if d.start > ack.end or (counted and d.delivery_count > ack.delivery_count):
+                verdict.add("share-delivered-again", f"{d}, though done by {ack}")
+    # In the order they were acquired (every lock lasts the same from its acquire).
+    locks = sorted(delivered, key=lambda d: d.lock_expires_at)
+    for a, b in itertools.combinations(locks, 2):
+        taken = b.lock_expires_at - share.lock_ms
+        held_until = _held_until(a, [x for x in acks if x.token == a.token])
+        if taken < held_until - SKEW_MS:
+            verdict.add(
+                "share-double-held",
+                f"{b} acquired at {taken} while {a} held it (its lock in force to {held_until})",
+            )
+
+
+def _held_until(d: ShareDelivery, acks: list[ShareAck]) -> int:
+    """Until when (ms since the epoch) a delivery's lock is surely in force: its deadline, or
+    a later one a renewal answered, unless a release, accept or reject of it was sent first."""
+    until = max([d.lock_expires_at] + [a.lock_expires_at or 0 for a in acks if a.status == "ok"])
+    for a in acks:
+        if a.kind != "renew" and a.status != "refused":
+            until = min(until, int(a.wall_start * 1000))
+    return until
 
 
 def _check_topics(side: SideHistory, verdict: Verdict) -> None:

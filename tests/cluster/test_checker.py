@@ -15,6 +15,7 @@ from schemas.records import SchemaVersion
 from tests.cluster.checker import Verdict, Violation, check, judge_settle
 from tests.cluster.harness import NO_LEADER, LogRecord, PartitionState
 from tests.cluster.registryload import RegistryHistory, RegistryOp, RegistryView, ValidatedProduce
+from tests.cluster.shareload import ShareAck, ShareDelivery, ShareHistory
 from tests.cluster.sideload import (
     MOVES,
     Commit,
@@ -602,6 +603,210 @@ def test_a_delivered_record_that_changed() -> None:
     side = with_group(history)
     side.fetches.append(GroupFetch("m1", 1, [(0, 1, "o1#1", "else"), (0, 2, "x", "gone")]))
     assert kinds(check(history, logs, end, states)) == {"divergence", "read-changed"}
+
+
+W = 1_800_000_000_000  # ms since the epoch: the coordinator's clock at the first acquire
+LOCK = 1_000  # the share group's lock duration (ms)
+
+
+def delivery(offset: int, count: int, at: float, taken: int, member: str = "c0") -> ShareDelivery:
+    """A delivery of p0 `offset` (the clean log's record there), acquired at `at` (the test's
+    clock, answered 0.1 s later) and at `taken` on the coordinator's clock."""
+    value = {"op": "o1", "i": offset}
+    token = f"t:0:{offset}:{count}"
+    return ShareDelivery(
+        member, 0, at, at + 0.1, 0, offset, f"o1#{offset}", value, count, taken + LOCK, token
+    )
+
+
+def ack(
+    d: ShareDelivery,
+    kind: str,
+    at: float,
+    sent: int,
+    status: str = "ok",
+    code: str | None = None,
+    renewed_to: int | None = None,
+) -> ShareAck:
+    """An acknowledgement of delivery `d` sent at `at` (answered 0.1 s later), at `sent` on
+    the nodes' clock."""
+    return ShareAck(
+        d.member,
+        0,
+        kind,
+        d.token,
+        d.partition,
+        d.offset,
+        d.delivery_count,
+        at,
+        at + 0.1,
+        sent / 1000,
+        status,
+        code,
+        renewed_to,
+    )
+
+
+def with_share(history: History) -> ShareHistory:
+    """Offset 0 delivered and accepted; offset 1 delivered, its lock renewed, released, then
+    delivered to another member, whose accept was refused (its lock lapsed) and who got it
+    again after the lock's deadline and accepted it; a retry of that accept is refused as
+    done already. The group is done with the log."""
+    share = ShareHistory("s", lock_ms=LOCK, limit=3)
+    d0 = delivery(0, 1, 1.0, W)
+    d1 = delivery(1, 1, 1.0, W)
+    d2 = delivery(1, 2, 1.5, W + 500, member="c1")
+    d3 = delivery(1, 3, 3.0, W + 2_300, member="c1")
+    share.deliveries += [d0, d1, d2, d3]
+    share.acks += [
+        ack(d0, "accept", 1.2, W + 200),
+        ack(d1, "renew", 1.2, W + 200, renewed_to=W + 1_200),
+        ack(d1, "release", 1.3, W + 300),
+        ack(d2, "accept", 2.8, W + 2_250, "refused", "LOCK_EXPIRED"),
+        ack(d3, "accept", 3.2, W + 2_500),
+        ack(d3, "accept", 3.4, W + 2_700, "refused", "ALREADY_ACKNOWLEDGED"),
+    ]
+    share.final_starts = {0: 2}
+    history.share = share
+    return share
+
+
+def test_a_share_group_that_keeps_every_rule() -> None:
+    history, logs, end, states = clean()
+    with_share(history)
+    verdict = check(history, logs, end, states)
+    assert verdict.violations == []
+    assert verdict.share["deliveries"] == 4 and verdict.share["delivered again"] == 2
+    assert verdict.share["ack accept ok"] == 2 and verdict.share["ack renew ok"] == 1
+
+
+@pytest.mark.parametrize("starts", [None, {}, {0: 1}])
+def test_a_share_group_not_done_with_the_final_log(starts: dict[int, int] | None) -> None:
+    """After draining, a share-partition's start offset is unknown or below the final log
+    end: records neither accepted nor archived."""
+    history, logs, end, states = clean()
+    with_share(history).final_starts = starts
+    verdict = check(history, logs, end, states)
+    assert kinds(verdict) == {"share-not-done"}
+
+
+@pytest.mark.parametrize("count", [0, 4])
+def test_a_delivery_count_outside_one_to_the_limit(count: int) -> None:
+    history, logs, end, states = clean()
+    with_share(history).deliveries.append(delivery(0, count, 0.5, W - 2_000))
+    verdict = check(history, logs, end, states)
+    assert named(verdict, "share-count-over-limit", f"delivery {count} to c0")
+
+
+def test_a_share_delivery_that_changed_or_disappeared() -> None:
+    """A delivered record is a consumer read: what it holds is the final log's record at its
+    offset, below the final log end."""
+    history, logs, end, states = clean()
+    share = with_share(history)
+    share.deliveries[0].value = {"op": "else"}
+    assert kinds(check(history, logs, end, states)) == {"divergence"}
+    share.deliveries[0].value = {"op": "o1", "i": 0}
+    share.deliveries.append(delivery(2, 1, 3.0, W + 3_000))
+    assert kinds(check(history, logs, end, states)) == {"read-changed"}
+
+
+def test_a_delivery_count_that_did_not_rise() -> None:
+    """Offset 1 delivered to c1 with the count of the delivery before it, by an acquire sent
+    after that one was answered."""
+    history, logs, end, states = clean()
+    share = with_share(history)
+    share.deliveries[2].delivery_count = 1
+    verdict = check(history, logs, end, states)
+    assert kinds(verdict) == {"share-count-regressed"}
+
+
+def _accepted(d: ShareDelivery) -> ShareAck:
+    return ack(d, "accept", 1.2, W + 200)
+
+
+def _rejected(d: ShareDelivery) -> ShareAck:
+    return ack(d, "reject", 1.2, W + 200)
+
+
+def _released_at_the_limit(d: ShareDelivery) -> ShareAck:
+    d.delivery_count = 3
+    return ack(d, "release", 1.2, W + 200)
+
+
+def _done_already(d: ShareDelivery) -> ShareAck:
+    return ack(d, "accept", 1.2, W + 200, "refused", "ALREADY_ACKNOWLEDGED")
+
+
+@pytest.mark.parametrize("done", [_accepted, _rejected, _released_at_the_limit, _done_already])
+def test_a_record_delivered_again_once_it_was_done(
+    done: Callable[[ShareDelivery], ShareAck],
+) -> None:
+    """Offset 0, done by an answered acknowledgement, acquired again by an acquire sent after
+    that answer (its lock long after the first one's)."""
+    history, logs, end, states = clean()
+    share = with_share(history)
+    d0 = share.deliveries[0]
+    share.acks[0] = done(d0)
+    again = delivery(0, 3, 2.0, W + 5_000, member="c1")
+    share.deliveries.append(again)
+    verdict = check(history, logs, end, states)
+    assert named(verdict, "share-delivered-again", "p0 offset 0 delivery 3 to c1")
+
+
+def test_a_record_delivered_again_with_a_count_past_its_accept() -> None:
+    """An acquire sent before offset 0's accept was answered got it with a higher count than
+    the accepted delivery's, its lock taken after the accept was sent: it was never due."""
+    history, logs, end, states = clean()
+    share = with_share(history)
+    share.deliveries.append(delivery(0, 2, 1.15, W + 250, member="c1"))
+    verdict = check(history, logs, end, states)
+    assert kinds(verdict) == {"share-delivered-again"}
+
+
+@pytest.mark.parametrize(
+    ("status", "code"), [("refused", "LOCK_EXPIRED"), ("unknown", None), ("ok", None)]
+)
+def test_what_does_not_end_a_record(status: str, code: str | None) -> None:
+    """An accept refused or never answered, or a release below the limit, leaves the record
+    to be delivered again."""
+    history, logs, end, states = clean()
+    share = with_share(history)
+    d0 = share.deliveries[0]
+    share.acks[0] = ack(d0, "release" if status == "ok" else "accept", 1.2, W + 200, status, code)
+    share.deliveries.append(delivery(0, 2, 2.0, W + 1_500, member="c1"))
+    assert check(history, logs, end, states).violations == []
+
+
+@pytest.mark.parametrize(
+    ("taken", "held"),
+    [
+        (W + 250, True),  # within c0's first lock
+        (W + 1_100, True),  # past it, within its renewal's (to W + 1_200)
+        (W + 1_196, False),  # within the clocks' skew of the renewal's end
+        (W + 1_300, False),  # after it
+    ],
+)
+def test_a_record_held_twice_while_both_locks_are_in_force(taken: int, held: bool) -> None:
+    history, logs, end, states = clean()
+    share = with_share(history)
+    del share.acks[2]  # c0 never releases offset 1: its lock holds until its renewal's end
+    share.deliveries[2].lock_expires_at = taken + LOCK
+    verdict = check(history, logs, end, states)
+    assert kinds(verdict) == ({"share-double-held"} if held else set())
+
+
+def test_a_release_without_an_answer_may_have_ended_the_lock_and_a_refused_one_did_not() -> None:
+    history, logs, end, states = clean()
+    share = with_share(history)
+    share.deliveries[2].lock_expires_at = W + 350 + LOCK
+    share.acks[2].status = "unknown"
+    assert check(history, logs, end, states).violations == []
+    share.acks[2].status, share.acks[2].code = "refused", "LOCK_EXPIRED"
+    assert kinds(check(history, logs, end, states)) == {"share-double-held"}
+    # Refused, the renewal extends nothing either: the lock ends at its first deadline.
+    share.acks[1].status, share.acks[1].code = "refused", "LOCK_EXPIRED"
+    share.deliveries[2].lock_expires_at = W + 1_050 + LOCK
+    assert check(history, logs, end, states).violations == []
 
 
 def topic_op(kind: str, status: int | None, retention_ms: int, at: float) -> TopicOp:

@@ -3,7 +3,8 @@ with acks=0, 1 or all, retrying each request with its Idempotency-Key; replays o
 requests through another node once their partition's leader changed; partition consumers,
 pollers of every node's view of the topic, and snapshots of the replicas' logs read from disk.
 Every call and its outcome goes into a `History`, which the checker judges after the schedule
-(group members and topic changes record theirs too: sideload.py)."""
+(group members and topic changes record theirs too: sideload.py; the share group's consumers:
+shareload.py)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from tests.cluster.harness import (
     read_replica_log,
 )
 from tests.cluster.registryload import RegistryHistory
+from tests.cluster.shareload import ShareHistory
 from tests.cluster.sideload import SideHistory
 
 FORWARDED_BY = "Sluice-Forwarded-By"  # a request carrying it is answered where it lands
@@ -173,6 +175,7 @@ class History:
     fetch_errors: int = 0
     side: SideHistory = field(default_factory=lambda: SideHistory(""))
     registry: RegistryHistory = field(default_factory=RegistryHistory)
+    share: ShareHistory = field(default_factory=ShareHistory)
     unreplayed: int = 0  # acknowledged requests picked for a replay whose leader never changed
 
     def now(self) -> float:

@@ -4,11 +4,11 @@ A full request opens a session holding every partition it names; each later requ
 session (its epoch one more than the last) names only the partitions whose position changed,
 and those it forgets. The leader answers a full request with every partition, an incremental
 one with those that have records, an error, or a high watermark or log start the follower has
-not been sent; such a mark alone answers a parked request (`ReplicaManager.session_fetch`), so
-a follower learns a high watermark within a round trip of its move. One session per follower
-node: a new full request replaces its old session. A partition both forgotten and named starts
-afresh, as if new: the follower asks so for one whose part it could not take, whose marks the
-leader noted as sent when it answered.
+not been sent; such a mark alone answers a parked request 10 ms on
+(`ReplicaManager.session_fetch`), so a follower learns a high watermark within that and a round
+trip of its move. One session per follower node: a new full request replaces its old session. A
+partition both forgotten and named starts afresh, as if new: the follower asks so for one whose
+part it could not take, whose marks the leader noted as sent when it answered.
 """
 
 from __future__ import annotations

@@ -3,9 +3,9 @@
 Kafka's FetchRequest with KIP-227 sessions: a follower sends one long-poll per leader node for
 all the partitions it follows there; after the first, full request only the partitions whose
 position changed (and those it stopped following) are sent, and the leader answers as soon as
-any has records or a high watermark it has not sent (so this follower, and the consumers of its
-rack it serves, learn what is committed within a round trip). A session error (the leader
-restarted, a request lost) starts a new session with a full request.
+any has records, or 10 ms after a high watermark it has not sent appears (so this follower, and
+the consumers of its rack it serves, learn what is committed within that and a round trip). A
+session error (the leader restarted, a request lost) starts a new session with a full request.
 
 Each partition keeps its own rules. On every role change the follower first truncates its log
 where it diverges from the new leader's (KIP-279: it asks the leader where its latest epoch
@@ -65,8 +65,8 @@ class FetcherSettings:
     max_bytes: int = 1024 * 1024  # replica.fetch.max.bytes, per partition
     response_max_bytes: int = 10 * 1024 * 1024  # replica.fetch.response.max.bytes, in all
     # How long a follower's fetch parks at an idle leader. The leader answers at once when
-    # records arrive or a high watermark moves, and a caught-up follower never counts as
-    # lagging, so a long wait costs nothing but saves idle round trips.
+    # records arrive, 10 ms after a high watermark moves, and a caught-up follower never
+    # counts as lagging, so a long wait costs nothing but saves idle round trips.
     wait_ms: int = 5_000
     backoff_ms: int = 100  # replica.fetch.backoff.ms; doubles up to max_backoff_ms
     max_backoff_ms: int = 1_000

@@ -76,7 +76,7 @@ ROLES_PER_TURN = 100
 # How long a parked follower fetch with a new high watermark (or log start) to tell, and no
 # records, waits for records to carry it. Under load they come within it and the mark rides
 # with them: answered alone, each produce cost each follower a second answer (1.7 session
-# fetches per acks=all request instead of 1.1; docs/PERFORMANCE.md, "Cluster"). On a quiet
+# fetches per acks=all request instead of about 1; docs/PERFORMANCE.md, "Cluster"). On a quiet
 # partition the follower learns the mark this much later.
 MARKS_LINGER_S = 0.01
 
@@ -780,7 +780,7 @@ class ReplicaManager:
     ) -> tuple[ReadResult, Partition]:
         """A follower's long-poll of one partition: batches from `offset` up to the log end,
         answered as soon as there are any. A high watermark that moved alone waits for the next
-        answer, as in Kafka; the fetch sessions followers use answer it at once."""
+        answer, as in Kafka; the fetch sessions followers use answer it MARKS_LINGER_S on."""
         leader = self._hosted(topic, partition)
         deadline = time.monotonic() + timeout_ms / 1000
         while True:

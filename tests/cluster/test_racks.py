@@ -104,7 +104,7 @@ def test_a_follower_serves_an_acks_all_produce_as_soon_as_it_is_answered(
     racked: LocalCluster,
 ) -> None:
     """After an acks=all produce, a fetch parked at the follower of the consumer's rack gets the
-    records at once: the leader answers the follower's parked fetch when the high watermark
+    records: the leader answers the follower's parked fetch 10 ms after the high watermark
     moves. Before, the follower learned it only when that fetch came back empty (its wait, 5 s),
     and this 4 s long-poll answered nothing."""
     with httpx.Client(timeout=10.0) as http:

@@ -62,8 +62,8 @@ Properties (each violation names one):
   delivery count, and none has a count outside 1..the limit; no record is held by two
   deliveries whose locks are both in force (each from its acquire, the lock's deadline minus
   its duration, to its deadline or a renewal's answered, cut where a release, accept or reject
-  of it was sent; a few ms allowed for the clocks). Delivered records are consumer reads too
-  (divergence, read-changed).
+  of it or its member's leave was sent; a few ms allowed for the clocks). Delivered records
+  are consumer reads too (divergence, read-changed).
 - registry-lost / registry-id-reused / registry-two-ids / registry-id-order /
   registry-version-order / registry-config-lost / registry-divergence / registry-refused /
   validation-refused / unclean-error: the schema registry (registryload.py). A register
@@ -781,7 +781,7 @@ def _check_share_record(
     locks = sorted(delivered, key=lambda d: d.lock_expires_at)
     for a, b in itertools.combinations(locks, 2):
         taken = b.lock_expires_at - share.lock_ms
-        held_until = _held_until(a, [x for x in acks if x.token == a.token])
+        held_until = _held_until(share, a, [x for x in acks if x.token == a.token])
         if taken < held_until - SKEW_MS:
             verdict.add(
                 "share-double-held",
@@ -789,13 +789,22 @@ def _check_share_record(
             )
 
 
-def _held_until(d: ShareDelivery, acks: list[ShareAck]) -> int:
+def _held_until(share: ShareHistory, d: ShareDelivery, acks: list[ShareAck]) -> int:
     """Until when (ms since the epoch) a delivery's lock is surely in force: its deadline, or
-    a later one a renewal answered, unless a release, accept or reject of it was sent first."""
+    a later one a renewal answered, unless a release, accept or reject of it, or its member's
+    leave, was sent first. A leave sent earlier without an answer may land at any time."""
     until = max([d.lock_expires_at] + [a.lock_expires_at or 0 for a in acks if a.status == "ok"])
     for a in acks:
         if a.kind != "renew" and a.status != "refused":
             until = min(until, int(a.wall_start * 1000))
+    taken = d.lock_expires_at - share.lock_ms
+    for leave in share.leaves:
+        if leave.member == d.member:
+            sent = int(leave.wall_start * 1000)
+            if sent > taken:
+                until = min(until, sent)
+            elif leave.status is None or leave.status >= 500:
+                until = taken
     return until
 
 

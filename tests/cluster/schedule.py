@@ -4,7 +4,8 @@ A schedule is a few faults, each starting at a time within the first seconds and
 while; its target is resolved when it fires (a random node that is up, the current leader of a
 partition, the controller), so the schedule stays meaningful whatever happened before it.
 Every fault is undone at its end (restart, SIGCONT, link healed); the campaign heals whatever
-remains before checking.
+remains before checking. A fault that hits the share group's coordinator (the node leading its
+state partition) says so, and is counted apart.
 """
 
 from __future__ import annotations
@@ -15,7 +16,17 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tests.cluster.harness import LEASE_TTL_S, NO_LEADER, REPLICA_LAG_TIME_MAX_MS, Cluster
+import httpx
+
+from engine.internal_topics import SHARE_GROUP_STATE
+from engine.offsets_topic import partition_for
+from tests.cluster.harness import (
+    ETCD_PREFIX,
+    LEASE_TTL_S,
+    NO_LEADER,
+    REPLICA_LAG_TIME_MAX_MS,
+    Cluster,
+)
 from tests.cluster.netfaults import LinkFault
 from tests.cluster.powercut import lose_unsynced
 
@@ -109,6 +120,7 @@ def make_schedule(seed: int, partitions: int) -> Schedule:
 class FaultLog:
     injected: Counter[str] = field(default_factory=Counter)
     skipped: Counter[str] = field(default_factory=Counter)
+    coordinator: Counter[str] = field(default_factory=Counter)  # the injected that hit it
     events: list[str] = field(default_factory=list)
 
 
@@ -123,10 +135,12 @@ class FaultRunner:
         log: FaultLog,
         clock: Callable[[], float],
         partitions: int,
+        share_group: str = "",
     ) -> None:
         self.cluster = cluster
         self.topic = topic
         self.partitions = partitions
+        self.share_group = share_group
         self.rng = rng
         self.log = log
         self.clock = clock
@@ -189,9 +203,11 @@ class FaultRunner:
             return
         self.busy.add(node)
         try:
-            self.log.injected[kind if kind != signal else signal.upper()] += 1
+            name = kind if kind != signal else signal.upper()
+            self.log.injected[name] += 1
+            label = kind + await self._coordinating(name, (node,))
             if signal == "sigkill":
-                self._note(f"SIGKILL node {node} ({kind})")
+                self._note(f"SIGKILL node {node} ({label})")
                 self.cluster.kill(node)
                 if kind == "lose-unsynced":
                     cut = await asyncio.to_thread(
@@ -206,13 +222,37 @@ class FaultRunner:
                     self._note(f"restart node {node}")
                     await asyncio.to_thread(self.cluster.restart, node)
             else:
-                self._note(f"SIGSTOP node {node} ({kind})")
+                self._note(f"SIGSTOP node {node} ({label})")
                 self.cluster.pause(node)
                 await asyncio.sleep(duration)
                 self._note(f"SIGCONT node {node}")
                 self.cluster.resume(node)
         finally:
             self.busy.discard(node)
+
+    async def _coordinating(self, kind: str, nodes: tuple[int, ...]) -> str:
+        """Whether a fault of `kind` on `nodes` hits the share group's coordinator: counted,
+        and said in the timeline (what to add to the fault's note)."""
+        if not self.share_group:
+            return ""
+        coordinator = await asyncio.to_thread(self._coordinator)
+        if coordinator not in nodes:
+            return ""
+        self.log.coordinator[kind] += 1
+        return f", the share group's coordinator {coordinator}"
+
+    def _coordinator(self) -> int | None:
+        """The leader of the share group's state partition (None before the topic is made)."""
+        prefix = f"{ETCD_PREFIX}/partitions/{SHARE_GROUP_STATE}/"
+        try:
+            kvs, _ = self.cluster.etcd.range(prefix.encode())
+            if not kvs:
+                return None
+            p = partition_for(self.share_group, len(kvs))
+            state = self.cluster.etcd.partition(SHARE_GROUP_STATE, p)
+        except (httpx.HTTPError, OSError, ValueError, KeyError):
+            return None
+        return None if state is None else state.leader
 
     async def _link_fault(self, step: FaultStep) -> None:
         size = self.cluster.size
@@ -228,7 +268,9 @@ class FaultRunner:
                 else LinkFault(step.link, b, a)
             )
         self.log.injected[f"partition:{step.link}"] += 1
-        self._note(f"network fault {fault}")
+        nodes = (fault.a,) if fault.b is None else (fault.a, fault.b)
+        on = await self._coordinating(f"partition:{step.link}", nodes)
+        self._note(f"network fault {fault}{on}")
         await asyncio.to_thread(self.cluster.topology.apply, fault)
         await asyncio.sleep(step.duration)
         self._note(f"heal {fault}")
@@ -248,7 +290,8 @@ class FaultRunner:
             self.busy.add(old)
             try:
                 self.log.injected["leader-flap"] += 1
-                self._note(f"leader-flap: SIGSTOP leader {old} of p{p} (epoch {epoch})")
+                on = await self._coordinating("leader-flap", (old,))
+                self._note(f"leader-flap: SIGSTOP leader {old} of p{p} (epoch {epoch}){on}")
                 self.cluster.pause(old)
                 loop = asyncio.get_running_loop()
                 deadline = loop.time() + FLAP_WAIT_S

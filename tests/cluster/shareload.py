@@ -83,12 +83,24 @@ class ShareAck:
 
 
 @dataclass
+class ShareLeave:
+    """A member's leave, sent once through one node: every lock it holds ends."""
+
+    member: str
+    node: int
+    start: float
+    wall_start: float  # time.time() when sent (the nodes' clock)
+    status: int | None = None  # None: no answer
+
+
+@dataclass
 class ShareHistory:
     group: str = ""  # empty: no share group ran
     lock_ms: int = LOCK_MS
     limit: int = DELIVERY_LIMIT
     deliveries: list[ShareDelivery] = field(default_factory=list)
     acks: list[ShareAck] = field(default_factory=list)
+    leaves: list[ShareLeave] = field(default_factory=list)
     joins: int = 0
     left_to_lapse: int = 0
     errors: Counter[str] = field(default_factory=Counter)  # failed calls by call and answer
@@ -109,7 +121,8 @@ class ShareConsumers(SideActor[ShareHistory]):
     """CONSUMERS members of the schedule's share group, each acquiring and acknowledging
     through random nodes until told to stop; `drain` makes them accept everything."""
 
-    draining = False
+    draining = False  # its consumers accept whatever they acquire
+    leaving = False  # each leaves the group once (releasing what it holds) and joins again
 
     def start(self) -> None:
         self._tasks = [asyncio.create_task(self._run())]
@@ -146,16 +159,26 @@ class ShareConsumers(SideActor[ShareHistory]):
     async def _consumer(self, member: str) -> None:
         joined = False
         kept: list[_Kept] = []
-        lapsing: list[ShareDelivery] = []  # left to lapse, their locks maybe still in force
+        left = False
         while not self.stop.is_set():
-            if not joined:
+            if self.leaving and not left:
+                await self._leave(member)
+                kept.clear()
+                left, joined = True, False
+            elif not joined:
                 joined = await self._join(member)
             else:
-                joined = await self._turn(member, kept, lapsing)
+                joined = await self._turn(member, kept)
             await asyncio.sleep(self.rng.uniform(0.02, 0.1))  # pacing between calls
         if joined:
-            _, url = self._url(f"/members/{member}")
-            await call_json(self.session, "DELETE", url)
+            await self._leave(member)
+
+    async def _leave(self, member: str) -> None:
+        """Leave the group: what the member holds is released at once."""
+        node, url = self._url(f"/members/{member}")
+        leave = ShareLeave(member, node, self.clock(), time.time())
+        self.side.leaves.append(leave)
+        leave.status, _, _, _ = await call_json(self.session, "DELETE", url)
 
     async def _join(self, member: str) -> bool:
         """Join with the member's own id (joining again keeps what it holds)."""
@@ -172,21 +195,13 @@ class ShareConsumers(SideActor[ShareHistory]):
         self.side.errors[failed_call("join", status, error)] += 1
         return False
 
-    async def _turn(self, member: str, kept: list[_Kept], lapsing: list[ShareDelivery]) -> bool:
+    async def _turn(self, member: str, kept: list[_Kept]) -> bool:
         """One acquire, then the acknowledgements of what it brought and of the records kept
-        from earlier turns; False when the group no longer knows the member. Draining, the
-        records it left to lapse whose locks may still hold are accepted at once (the worker
-        came back to them), so that the group's end does not wait for their deadlines."""
+        from earlier turns; False when the group no longer knows the member."""
         got = await self._acquire(member)
         if got is None:
             return False
         due: list[tuple[ShareDelivery, str, int]] = []  # (delivery, type, delay_ms)
-        now_ms = time.time() * 1000
-        if self.draining:
-            due += [(d, "accept", 0) for d in lapsing if d.lock_expires_at > now_ms]
-            lapsing.clear()
-        else:
-            lapsing[:] = [d for d in lapsing if d.lock_expires_at > now_ms]
         still = []
         for k in kept:
             k.turns -= 1
@@ -202,7 +217,6 @@ class ShareConsumers(SideActor[ShareHistory]):
                 kept.append(_Kept(d, self.rng.randint(*KEEP_TURNS)))
             elif action == "lapse":
                 self.side.left_to_lapse += 1
-                lapsing.append(d)
             elif action == "release" and self.rng.random() < 0.5:
                 due.append((d, "release", self.rng.randint(*RELEASE_DELAY_MS)))
             else:
@@ -301,9 +315,11 @@ class ShareConsumers(SideActor[ShareHistory]):
         return True
 
     async def drain(self, final_end: dict[int, int]) -> None:
-        """After healing: the consumers accept everything until every share-partition's start
-        offset reached the final log end (read from the group's describe), then leave."""
-        self.draining = True
+        """After healing: each consumer leaves the group and joins again, so that what it
+        holds (records it left to lapse, acquires whose answers were lost) comes again at once;
+        they accept everything until every share-partition's start offset reached the final
+        log end (read from the group's describe), then leave."""
+        self.draining = self.leaving = True
         self.side.note = "no describe answered"
         loop = asyncio.get_running_loop()
         began = loop.time()

@@ -1,14 +1,15 @@
 """The fault campaign: random, seeded fault schedules against the shared cluster, each over a
 fresh topic with producers of JSON, NDJSON and binary batches with acks=0, 1 and all
 (Idempotency-Key retries to any node, replays through another node after a leader change),
-partition consumers, pollers, group members (join, fetch, commit), topic changes (create,
-config) and reassignments of the topic (shrink, grow, reorder, throttle, cancel, balance,
-decommission dry runs) and the schema registry (registers, levels, produces framed with an
-id just acknowledged into a topic that validates them); after each schedule every fault is
-healed, every partition is put back on every node, the ISR must fill again, the checker
-judges the whole history (see checker.py for the properties), every kind of operation must
-succeed again (liveness.py), and the schedule must have injected a fault and acknowledged
-records (docs/cluster.md, "The fault campaign").
+partition consumers, pollers, group members (join, fetch, commit), a share group's consumers
+(acquire; accept, release, reject, renew, let locks lapse), topic changes (create, config) and
+reassignments of the topic (shrink, grow, reorder, throttle, cancel, balance, decommission dry
+runs) and the schema registry (registers, levels, produces framed with an id just acknowledged
+into a topic that validates them); after each schedule every fault is healed, every partition
+is put back on every node, the ISR must fill again, the share group must be done with every
+record, the checker judges the whole history (see checker.py for the properties), every kind
+of operation must succeed again (liveness.py), and the schedule must have injected a fault and
+acknowledged records (docs/cluster.md, "The fault campaign").
 
 `pytest tests/cluster/test_campaign.py --schedules 200 --fault-seed random` runs a longer
 campaign on new schedules, `--fault-seed S` repeats one (CI runs 16 on a fixed seed, which
@@ -35,6 +36,7 @@ from tests.cluster.harness import ETCD_PREFIX, Cluster, LogRecord, PartitionStat
 from tests.cluster.liveness import NotLive, probe
 from tests.cluster.registryload import Registrar
 from tests.cluster.schedule import FAULT_WEIGHTS, FaultLog, FaultRunner, Schedule, make_schedule
+from tests.cluster.shareload import ShareConsumers
 from tests.cluster.sideload import GroupMembers, Reassigner, SideHistory, TopicAdmin
 from tests.cluster.workload import ATTEMPT_TIMEOUT_S, History, Workload
 
@@ -52,6 +54,7 @@ class Campaign:
     mechanism: str
     schedules: int = 0
     faults: Counter[str] = field(default_factory=Counter)
+    coordinator_faults: Counter[str] = field(default_factory=Counter)  # on the share group's
     skipped: Counter[str] = field(default_factory=Counter)
     ops: Counter[str] = field(default_factory=Counter)
     ops_by: Counter[str] = field(default_factory=Counter)
@@ -67,6 +70,9 @@ class Campaign:
     topic_ops: Counter[str] = field(default_factory=Counter)
     reassignments: Counter[str] = field(default_factory=Counter)
     registry: Counter[str] = field(default_factory=Counter)
+    share: Counter[str] = field(default_factory=Counter)
+    share_errors: Counter[str] = field(default_factory=Counter)
+    share_drained_s: float = 0.0  # the longest wait for a share group to finish after healing
     reassign_refusals: Counter[str] = field(default_factory=Counter)  # "409 CODE" -> calls
     divergences: int = 0
     duplicates: int = 0
@@ -85,6 +91,7 @@ class Campaign:
     ) -> None:
         self.schedules += 1
         self.faults.update(faults.injected)
+        self.coordinator_faults.update(faults.coordinator)
         self.skipped.update(faults.skipped)
         self.ops.update(verdict.ops)
         self.ops_by.update(verdict.ops_by)
@@ -98,7 +105,10 @@ class Campaign:
         self.topic_ops.update(verdict.topic_ops)
         self.reassignments.update(verdict.reassignments)
         self.registry.update(verdict.registry)
+        self.share.update(verdict.share)
         if history is not None:
+            self.share_errors.update(history.share.errors)
+            self.share_drained_s = max(self.share_drained_s, history.share.drained_in)
             self.unreplayed += history.unreplayed
             self.group_errors.update(history.side.group_errors)
             self.reassign_refusals.update(
@@ -158,6 +168,13 @@ class Campaign:
             f"  schema registry: registers {_counts(self._registry('new'))}; again "
             f"{_counts(self._registry('again'))}; level changes {_counts(self._registry('config'))}"
             f"; validated produces {_counts(self._registry('produce'))}",
+            f"    on the share group's coordinator: {_counts(self.coordinator_faults)}",
+            f"  share group: {self.share['deliveries']} deliveries ({self.share['delivered again']}"
+            f" again), {self.share['joins']} joins, {self.share['left to lapse']} left to lapse; "
+            "acknowledgements: "
+            + _counts(Counter({k[4:]: n for k, n in self.share.items() if k.startswith("ack ")}))
+            + f"; failed calls: {_counts(self.share_errors)}; done at most "
+            f"{self.share_drained_s:.1f} s after the final log end was known",
             f"  divergences: {self.divergences}",
             f"  duplicates: {self.duplicates}",
             f"  violations by kind: {kinds}",
@@ -264,6 +281,7 @@ async def run_schedule(
     )
     await asyncio.to_thread(cluster.wait_topic_everywhere, topic)
     history = History(topic, PARTITIONS, side=SideHistory(f"group-{topic}"))
+    history.share.group = f"share-{topic}"
     faults = FaultLog()
     workload = Workload(cluster, history, rng, session)
     members = GroupMembers(
@@ -277,8 +295,19 @@ async def run_schedule(
     registrar = Registrar(
         cluster, history.registry, random.Random(seed + 5), session, topic, history.now
     )
+    share = ShareConsumers(
+        cluster, history.share, random.Random(seed + 6), session, topic, history.now
+    )
     await asyncio.to_thread(registrar.create_topic)
-    runner = FaultRunner(cluster, topic, random.Random(seed + 1), faults, history.now, PARTITIONS)
+    runner = FaultRunner(
+        cluster,
+        topic,
+        random.Random(seed + 1),
+        faults,
+        history.now,
+        PARTITIONS,
+        history.share.group,
+    )
 
     async def snapshot_midway() -> None:
         for at in sorted(rng.uniform(1.0, 5.0) for _ in range(2)):
@@ -290,11 +319,15 @@ async def run_schedule(
     admin.start()
     reassigner.start()
     registrar.start()
+    share.start()
     final_end: dict[int, int] | None = None
     stuck: Verdict | None = None
+    # Its consumers accept what is left while the final reads go on, then leave.
+    share_drain: asyncio.Task[None] | None = None
     try:
         await asyncio.gather(runner.run(schedule), snapshot_midway())
         workload.stop_new.set()
+        share.draining = True  # from now on its consumers accept what they acquire
         faults.events.append(f"{history.now():6.2f}s heal everything")
         await asyncio.gather(
             members.close(),
@@ -322,20 +355,30 @@ async def run_schedule(
                 final_end = {row["partition"]: row["end"] for row in rows}
                 faults.events.append(f"{history.now():6.2f}s in sync, log ends {final_end}")
                 workload.read_until = final_end
+                share_drain = asyncio.create_task(share.drain(final_end))
                 if not await workload.consumers_done(FINAL_READ_S):
                     stuck = _stuck("consumers could not read up to the log end", cluster, topic)
+    except BaseException:
+        await _stop_share(share, share_drain)
+        raise
     finally:
         await asyncio.gather(
             members.close(), admin.close(), reassigner.close(), registrar.close(), workload.close()
         )
-    if stuck is not None or final_end is None:
+    if stuck is not None or final_end is None or share_drain is None:
+        await _stop_share(share, share_drain)
         await registrar.drain(0.0)
         verdict = stuck or Verdict()
         verdict.ops = Counter(op.outcome for op in history.ops)
         return schedule, faults, verdict, history
-    await asyncio.gather(members.read_final(PARTITIONS), admin.read_final(), registrar.drain())
+    await asyncio.gather(
+        members.read_final(PARTITIONS), admin.read_final(), registrar.drain(), share_drain
+    )
     await registrar.read_final()
-    faults.events.append(f"{history.now():6.2f}s group offsets, topics and registry read back")
+    faults.events.append(
+        f"{history.now():6.2f}s group offsets, topics and registry read back; share group "
+        f"done {share.side.drained_in:.1f} s after the log ends were known: {share.side.note}"
+    )
     final_logs = await _read_final_logs(cluster, reassigner, topic, final_end, faults)
     if final_logs is None:
         verdict = _stuck(
@@ -364,10 +407,18 @@ async def run_schedule(
         )
         assert response.status_code == 204, response.text
         await admin.delete()
+        await share.delete()
         await asyncio.to_thread(
             cluster.http.delete, cluster.url(0) + f"/v1/topics/{registrar.validated}"
         )
     return schedule, faults, verdict, history
+
+
+async def _stop_share(share: ShareConsumers, drain: asyncio.Task[None] | None) -> None:
+    """The share group's consumers stop (a drain under way ends with them)."""
+    await share.close()
+    if drain is not None:
+        await asyncio.gather(drain, return_exceptions=True)
 
 
 async def run_campaign(cluster: Cluster, campaign: Campaign, schedules: range) -> None:

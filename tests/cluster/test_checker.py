@@ -15,7 +15,7 @@ from schemas.records import SchemaVersion
 from tests.cluster.checker import Verdict, Violation, check, judge_settle
 from tests.cluster.harness import NO_LEADER, LogRecord, PartitionState
 from tests.cluster.registryload import RegistryHistory, RegistryOp, RegistryView, ValidatedProduce
-from tests.cluster.shareload import ShareAck, ShareDelivery, ShareHistory
+from tests.cluster.shareload import ShareAck, ShareDelivery, ShareHistory, ShareLeave
 from tests.cluster.sideload import (
     MOVES,
     Commit,
@@ -807,6 +807,25 @@ def test_a_release_without_an_answer_may_have_ended_the_lock_and_a_refused_one_d
     share.acks[1].status, share.acks[1].code = "refused", "LOCK_EXPIRED"
     share.deliveries[2].lock_expires_at = W + 1_050 + LOCK
     assert check(history, logs, end, states).violations == []
+
+
+@pytest.mark.parametrize(
+    ("sent", "status", "held"),
+    [
+        (W + 200, 204, False),  # c0 left after it acquired offset 1: its lock ended there
+        (W + 200, None, False),  # ... or may have
+        (W - 100, 204, True),  # it left before it acquired, and joined again: held
+        (W - 100, None, False),  # a leave without an answer may land at any time later
+    ],
+)
+def test_a_members_leave_ends_its_locks(sent: int, status: int | None, held: bool) -> None:
+    history, logs, end, states = clean()
+    share = with_share(history)
+    del share.acks[2]  # c0 never releases offset 1
+    share.deliveries[2].lock_expires_at = W + 250 + LOCK
+    share.leaves.append(ShareLeave("c0", 0, 0.5, sent / 1000, status))
+    verdict = check(history, logs, end, states)
+    assert kinds(verdict) == ({"share-double-held"} if held else set())
 
 
 def topic_op(kind: str, status: int | None, retention_ms: int, at: float) -> TopicOp:

@@ -44,6 +44,15 @@ VALUES_JSON_MASK = 0x4000
 IDEMPOTENT_MASK = 0x2000
 IDEMPOTENCY_HEADER = "sluice-idempotency-key"
 
+# A control batch's one record: key = int16 version + int16 type, value = int16 version + int32
+# coordinator epoch (Kafka's EndTransactionMarker).
+CONTROL_ABORT = 0
+CONTROL_COMMIT = 1
+_CONTROL_KEY = struct.Struct(">hh")
+_CONTROL_VALUE = struct.Struct(">hi")
+_PRODUCER_FIELDS = struct.Struct(">qhi")  # producer id, producer epoch, base sequence
+PRODUCER_ID_AT = 43
+
 COMPRESSION_CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 NO_TIMESTAMP = -1
 NO_EPOCH = -1
@@ -86,6 +95,10 @@ class BatchHeader(NamedTuple):
     @property
     def log_append_time(self) -> bool:
         return bool(self.attributes & TIMESTAMP_TYPE_MASK)
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_MASK)
 
     @property
     def is_control(self) -> bool:
@@ -263,6 +276,66 @@ def set_attributes(
     _ATTRIBUTES_FIELD.pack_into(buf, pos + ATTRIBUTES_AT, attributes)
     crc = crc32c(memoryview(buf)[pos + ATTRIBUTES_AT : pos + header.size])
     _CRC_FIELD.pack_into(buf, pos + CRC_AT, crc)
+
+
+def set_producer(
+    buf: bytearray | memoryview, pos: int, header: BatchHeader, producer_id: int, epoch: int
+) -> BatchHeader:
+    """Make the batch at `pos` a transactional one of `producer_id` at `epoch` (sequence -1:
+    Sluice fences by epoch, not by sequence), re-CRC it; its new header."""
+    _PRODUCER_FIELDS.pack_into(buf, pos + PRODUCER_ID_AT, producer_id, epoch, -1)
+    attributes = header.attributes | TRANSACTIONAL_MASK
+    set_attributes(buf, pos, header, attributes)
+    return read_header(buf, pos)
+
+
+def encode_control_batch(
+    producer_id: int, epoch: int, commit: bool, coordinator_epoch: int, timestamp: int
+) -> bytearray:
+    """A COMMIT or ABORT marker as Kafka writes it: a transactional control batch of one record."""
+    builder = DefaultRecordBatchBuilder(2, 0, 1, producer_id, epoch, -1, 2**31 - 1)
+    key = _CONTROL_KEY.pack(0, CONTROL_COMMIT if commit else CONTROL_ABORT)
+    builder.append(0, timestamp, key, _CONTROL_VALUE.pack(0, coordinator_epoch), [])
+    out: bytearray = builder.build()
+    header = read_header(out)
+    set_attributes(out, 0, header, header.attributes | CONTROL_MASK)
+    return out
+
+
+def empty_batch(header: BatchHeader) -> bytearray:
+    """A batch holding no record that spans `header`'s offsets: what a reader is given in place
+    of a batch it must not see (its producer and sequence kept, not transactional any more)."""
+    attributes = header.attributes & TIMESTAMP_TYPE_MASK
+    out = bytearray(HEADER_SIZE)
+    HEADER.pack_into(
+        out,
+        0,
+        header.base_offset,
+        MIN_BATCH_LENGTH,
+        header.partition_leader_epoch,
+        MAGIC,
+        0,
+        attributes,
+        header.last_offset_delta,
+        header.first_timestamp,
+        header.max_timestamp,
+        header.producer_id,
+        header.producer_epoch,
+        header.base_sequence,
+        0,
+    )
+    _CRC_FIELD.pack_into(out, CRC_AT, crc32c(memoryview(out)[ATTRIBUTES_AT:]))
+    return out
+
+
+def control_type(batch: bytes | bytearray | memoryview) -> int:
+    """CONTROL_COMMIT or CONTROL_ABORT: the type in the key of a control batch's record."""
+    for record in DefaultRecordBatch(memoryview(batch)):
+        key = record.key
+        if key is None or len(key) < _CONTROL_KEY.size:
+            break
+        return int(_CONTROL_KEY.unpack_from(key)[1])
+    raise InvalidRecord("a control batch without a control record")
 
 
 def encode_batch(

@@ -149,3 +149,17 @@ class KafkaStorageError(StorageError):
 
 class LogClosed(EngineError):
     code = "LOG_CLOSED"
+
+
+class ProducerFenced(EngineError):
+    """A transactional write of a producer epoch older than the partition has seen: a newer
+    holder of the transactional id fenced it (Kafka's PRODUCER_FENCED / INVALID_PRODUCER_EPOCH)."""
+
+    code = "PRODUCER_FENCED"
+
+
+class TransactionNotOngoing(EngineError):
+    """A transactional write after the partition's marker for that producer epoch: the
+    transaction already ended, so the write would hang a new one (KIP-890's defence)."""
+
+    code = "INVALID_TXN_STATE"

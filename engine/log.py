@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import NamedTuple, TypeVar
 
 from engine import batch as fmt
-from engine import file_cache
+from engine import file_cache, producer_state, txn_index
 from engine.config import INT_MAX, TopicConfig
 from engine.epoch_cache import LeaderEpochCache
 from engine.errors import (
@@ -48,7 +48,9 @@ from engine.errors import (
 )
 from engine.file_cache import FileCache, FileGone
 from engine.fsync import FileStateUnknown
+from engine.producer_state import Isolation, ProducerState
 from engine.segment import LogSegment
+from engine.txn_index import AbortedTxn
 from engine.watermarks import WatermarkFile
 
 EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
@@ -81,6 +83,7 @@ class ReadResult(NamedTuple):
     high_watermark: int
     log_start_offset: int
     log_end_offset: int
+    last_stable_offset: int = -1  # set by a consumer's read: below it no transaction is open
 
 
 class SegmentView(NamedTuple):
@@ -168,6 +171,9 @@ class PartitionLog:
         self.epoch_cache.truncate_from_start(self.log_start_offset)
         self._unflushed_messages = 0
         self._last_flush_ms = self.now_ms()
+        self._aborted: dict[int, list[AbortedTxn]] = {}  # segment base -> its aborted txns
+        self.producer_state = ProducerState()
+        self._rebuild_producer_state(self.log_end_offset)
         if publish_watermarks:
             self._watermarks = WatermarkFile(directory)
             self._publish()
@@ -234,6 +240,39 @@ class PartitionLog:
         self._set_segments(segments)
         return RecoveryReport(scanned, truncated, deleted, errors, time.monotonic() - started)
 
+    def _rebuild_producer_state(self, end: int) -> None:
+        """Producer state and aborted-transaction indexes as of `end` (the log end): the latest
+        snapshot at or below it, then the transactional batches after it (index entries past
+        the snapshot are rebuilt from their markers, which may not have reached the file)."""
+        loaded = producer_state.load_snapshot(self.directory, end)
+        segments = self._view.segments
+        start, state = (segments[0].base_offset, ProducerState()) if loaded is None else loaded
+        self._aborted = {}
+        for segment in segments:
+            path = txn_index.index_path(self.directory, segment.base_offset)
+            if segment.next_offset > start:
+                txn_index.truncate_from(path, start)
+            entries = txn_index.read_entries(path)
+            if entries:
+                self._aborted[segment.base_offset] = entries
+        self.producer_state = state
+        for segment in segments:
+            if segment.next_offset <= start or segment.empty:
+                continue
+            for _, header, data in segment.transactional_batches(start):
+                aborted = state.apply(data, [(0, header)])
+                if aborted:
+                    self._record_aborted(segment.base_offset, aborted)
+
+    def _record_aborted(self, segment_base: int, aborted: list[AbortedTxn]) -> None:
+        txn_index.append_entries(txn_index.index_path(self.directory, segment_base), aborted)
+        self._aborted.setdefault(segment_base, []).extend(aborted)
+
+    def _snapshot_producers(self) -> None:
+        """Write the producer state as of the log end (at a roll or a clean close), so a
+        restart replays only the batches after it."""
+        producer_state.write_snapshot(self.directory, self.log_end_offset, self.producer_state)
+
     # -- appends -------------------------------------------------------------------------------
 
     def append_as_leader(self, data: bytes | bytearray, leader_epoch: int) -> AppendInfo:
@@ -292,6 +331,47 @@ class PartitionLog:
             start += count
             at += n
         return infos
+
+    def append_transactional_as_leader(
+        self, data: bytes | bytearray, leader_epoch: int, producer_id: int, producer_epoch: int
+    ) -> AppendInfo:
+        """`append_as_leader` of batches inside the transaction of `producer_id` at
+        `producer_epoch`: each becomes transactional and carries them. An older epoch is
+        ProducerFenced, the epoch of a transaction this partition saw end TransactionNotOngoing
+        (a late write would open a transaction no marker closes)."""
+        if self.config.compact:
+            raise InvalidRecord(
+                f"{self.topic} is compacted: transactions write to topics with cleanup.policy "
+                "delete only"
+            )
+        buf = data if isinstance(data, bytearray) else bytearray(data)
+        checked = self._validate(buf, leader=True)
+        headers = [
+            (pos, fmt.set_producer(buf, pos, header, producer_id, producer_epoch))
+            for pos, header in checked
+        ]
+        with self._lock:
+            self.producer_state.check(producer_id, producer_epoch)
+            return self.append_batches_as_leader(buf, headers, leader_epoch, [len(headers)])[0]
+
+    def append_marker_as_leader(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+        leader_epoch: int,
+    ) -> AppendInfo | None:
+        """Write the COMMIT or ABORT marker ending the transaction of `producer_id` here; None
+        when it is already written (a coordinator's retry) or a newer epoch wrote since."""
+        with self._lock:
+            if not self.producer_state.marker_due(producer_id, producer_epoch):
+                return None
+            buf = fmt.encode_control_batch(
+                producer_id, producer_epoch, commit, coordinator_epoch, self.now_ms()
+            )
+            headers = fmt.scan(buf, check_crc=False).headers
+            return self.append_batches_as_leader(buf, headers, leader_epoch, [1])[0]
 
     def _stamp_and_write(
         self, buf: bytearray, headers: list[tuple[int, fmt.BatchHeader]], leader_epoch: int
@@ -404,6 +484,13 @@ class PartitionLog:
         if segment.rolling_base_ms is None:
             segment.rolling_base_ms = now
         self.log_end_offset = segment.next_offset
+        for _, header in headers:
+            if header.attributes & fmt.TRANSACTIONAL_MASK:
+                aborted = self.producer_state.apply(data, headers)
+                if aborted:
+                    with self._io("writing the aborted-transaction index"):
+                        self._record_aborted(segment.base_offset, aborted)
+                break
 
     def _note_unflushed(self, records: int, now: int) -> bool:
         self._unflushed_messages += records
@@ -493,6 +580,8 @@ class PartitionLog:
             if old.empty:
                 return old
             old.flush(fsync=False)
+            if self.producer_state.producers:
+                self._snapshot_producers()
             new = self._new_active_segment(self.log_end_offset)  # may fail: old stays active
             old.seal()
             segments, bases = self._view  # one more at the end: no walk over all of them
@@ -508,15 +597,51 @@ class PartitionLog:
         upper_offset: int | None = None,
         min_one: bool = True,
         max_records: int | None = None,
+        isolation: Isolation = Isolation.READ_UNCOMMITTED,
     ) -> ReadResult:
         """Whole batches from the one holding `offset`, below `upper_offset` (default: the HW).
 
         The first batch may start before `offset`; the caller skips those records. With
-        `max_records`, batches the caller would not reach are not read past the first.
+        `max_records`, batches the caller would not reach are not read past the first. A
+        consumer's `isolation` empties the batches it must not see (`consumer_view`);
+        read_committed stops at the last stable offset.
         """
-        return self._lock_free(
+        if isolation is Isolation.READ_COMMITTED:
+            lso = self.last_stable_offset
+            upper_offset = lso if upper_offset is None else min(upper_offset, lso)
+        result = self._lock_free(
             lambda: self._read(offset, max_bytes, upper_offset, min_one, max_records)
         )
+        first = self.producer_state.first_transactional
+        if isolation is Isolation.RAW or first is None or not result.data:
+            return result
+        committed = isolation is Isolation.READ_COMMITTED
+        lso = self.last_stable_offset
+        end = fmt.scan(result.data, check_crc=False).headers[-1][1].next_offset
+        if end <= first:
+            return result._replace(last_stable_offset=lso)
+        aborted = self.aborted_transactions(offset, end) if committed else []
+        data = producer_state.consumer_view(result.data, aborted, committed)
+        return result._replace(data=data, last_stable_offset=lso)
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The high watermark, or the first offset of the oldest open transaction if lower:
+        read_committed consumers read below it."""
+        unstable = self.producer_state.first_unstable_offset()
+        hw = self.high_watermark
+        return hw if unstable is None else min(unstable, hw)
+
+    def aborted_transactions(self, start: int, end: int) -> list[AbortedTxn]:
+        """The aborted transactions with records in [start, end), from the segments' indexes."""
+        found: list[AbortedTxn] = []
+        for segment in self._view.segments:
+            if segment.next_offset <= start and segment.base_offset < start:
+                continue
+            for entry in self._aborted.get(segment.base_offset, ()):
+                if entry.last_offset >= start and entry.first_offset < end:
+                    found.append(entry)
+        return found
 
     def _read(
         self,
@@ -634,6 +759,7 @@ class PartitionLog:
             self.high_watermark = min(self.high_watermark, self.log_end_offset)
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
         self.epoch_cache.truncate_from_end(self.log_end_offset)
+        self._rebuild_producer_state(self.log_end_offset)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Empty the log and restart it at `offset` (a follower behind the leader's log start,
@@ -653,6 +779,9 @@ class PartitionLog:
             self.high_watermark = offset
         self.recovery_point = offset
         self.epoch_cache.clear()
+        producer_state.delete_snapshots(self.directory)
+        self.producer_state = ProducerState()
+        self._aborted = {}
 
     def delete_records(self, before_offset: int) -> int:
         """Advance the log start offset (Kafka's DeleteRecords); returns the new log start."""
@@ -942,6 +1071,11 @@ class PartitionLog:
         except StorageError as exc:
             error = exc
         with self._lock:
+            if self.failure is None and error is None:
+                try:
+                    self._snapshot_producers()
+                except OSError as exc:
+                    error = self._failed("writing the producer-state snapshot", exc)
             for segment in self._view.segments:
                 try:
                     segment.close(write_indexes=self.failure is None)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from engine import batch as fmt
-from engine import file_cache
+from engine import file_cache, txn_index
 from engine.errors import CorruptRecord
 from engine.file_cache import CachedFile, FileCache, FileGone
 from engine.fsync import FileStateUnknown, checked_fsync
@@ -310,6 +310,24 @@ class LogSegment:
         """`batches`, a read at a time (module `batch_chunks`)."""
         return batch_chunks(self.pread, self.size, self.base_offset, self._log.path)
 
+    def transactional_batches(
+        self, start_offset: int
+    ) -> Iterator[tuple[int, fmt.BatchHeader, bytes]]:
+        """(position, header, bytes) of each transactional batch from `start_offset` on, read
+        by walking the headers (the bytes are read for control batches only, b"" otherwise):
+        what rebuilding a partition's producer state needs."""
+        with self._pinned() as fd:
+            found = self._translate(fd, start_offset)
+            if found is None:
+                return
+            for position, header in walk_headers(fd, found[0], self.size, self._log.path):
+                if not header.attributes & fmt.TRANSACTIONAL_MASK:
+                    continue
+                data = b""
+                if header.attributes & fmt.CONTROL_MASK:
+                    data = os.pread(fd, header.size, position)
+                yield position, header, data
+
     def find_offset_by_timestamp(
         self, timestamp: int, start_offset: int = 0
     ) -> tuple[int, int] | None:
@@ -446,6 +464,7 @@ class LogSegment:
         self.path.unlink(missing_ok=True)
         self.index.delete()
         self.time_index.delete()
+        txn_index.index_path(self.directory, self.base_offset).unlink(missing_ok=True)
 
     def __repr__(self) -> str:
         return f"LogSegment({self.path}, next_offset={self.next_offset}, size={self.size})"

@@ -163,3 +163,10 @@ class TransactionNotOngoing(EngineError):
     transaction already ended, so the write would hang a new one (KIP-890's defence)."""
 
     code = "INVALID_TXN_STATE"
+
+
+class IsolationUnavailable(EngineError):
+    """A read_committed read of offsets only remote storage holds: their aborted-transaction
+    index stays on the local disk, so which records were aborted is not known there."""
+
+    code = "ISOLATION_UNAVAILABLE"

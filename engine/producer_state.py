@@ -15,6 +15,7 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import orjson
 
@@ -31,6 +32,14 @@ class Isolation(enum.Enum):
     RAW = "raw"
     READ_UNCOMMITTED = "read_uncommitted"
     READ_COMMITTED = "read_committed"
+
+
+class ProducerIdentity(NamedTuple):
+    """Who writes in a transaction: the producer id its transactional id was given, and the
+    epoch of this transaction (bumped by each begin, fencing the ones before)."""
+
+    producer_id: int
+    epoch: int
 
 
 SNAPSHOT_SUFFIX = ".snapshot"

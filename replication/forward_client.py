@@ -13,6 +13,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from engine.producer_state import ProducerIdentity
 from replication.acks import Acks
 from replication.errors import NodeUnreachable, ReplicationError
 from replication.http1 import ConnectFailed, Http1Pool
@@ -23,6 +24,7 @@ from replication.node_contract import (
     RECORD_BATCH,
     REQUEST_HEADERS,
     append_path,
+    marker_path,
 )
 
 _ANSWER_HEADERS = frozenset(name.lower() for name in ANSWER_HEADERS)
@@ -117,11 +119,15 @@ class ForwardClient:
         data: bytes | bytearray,
         acks: Acks,
         timeout_ms: int,
+        producer: ProducerIdentity | None = None,
     ) -> int:
         """Append batches a front node built (flags and all) at the partition's leader, through
-        its internal append route; returns their base offset."""
+        its internal append route, in `producer`'s transaction if given; returns their base
+        offset."""
         path = append_path(topic, partition)
         query = f"?acks={acks.value}&timeout_ms={timeout_ms}"
+        if producer is not None:
+            query += f"&producer_id={producer.producer_id}&producer_epoch={producer.epoch}"
         answer = await self.forward(
             url, "POST", path + query, {"Content-Type": RECORD_BATCH}, bytes(data)
         )
@@ -129,3 +135,30 @@ class ForwardClient:
         if answer.status >= 400:
             raise RemoteError(answer.status, doc if isinstance(doc, dict) else {})
         return int(doc["base_offset"])
+
+    async def write_marker(
+        self,
+        url: str,
+        topic: str,
+        partition: int,
+        producer: ProducerIdentity,
+        commit: bool,
+        coordinator_epoch: int,
+        timeout_ms: int,
+    ) -> None:
+        """`ReplicaManager.write_marker` at the partition's leader, through its internal
+        markers route."""
+        body = orjson.dumps(
+            {
+                "producer_id": producer.producer_id,
+                "producer_epoch": producer.epoch,
+                "commit": commit,
+                "coordinator_epoch": coordinator_epoch,
+                "timeout_ms": timeout_ms,
+            }
+        )
+        path = marker_path(topic, partition)
+        answer = await self.forward(url, "POST", path, {"Content-Type": "application/json"}, body)
+        if answer.status >= 400:
+            doc = orjson.loads(answer.body) if answer.body else {}
+            raise RemoteError(answer.status, doc if isinstance(doc, dict) else {})

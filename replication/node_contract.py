@@ -46,6 +46,8 @@ SESSION_FETCH_ROUTE = REPLICA_PREFIX + "/fetch"
 SESSION_FETCH = "application/vnd.sluice.session-fetch"  # its request's and answer's bodies
 EPOCH_END_ROUTE = REPLICA_PREFIX + "/{topic}/{partition}/epoch-end"
 APPEND_ROUTE = APPEND_PREFIX + "/{topic}/{partition}/append"
+# A transaction coordinator's COMMIT or ABORT marker for a partition led there.
+MARKER_ROUTE = APPEND_PREFIX + "/{topic}/{partition}/markers"
 # A node's own dispatchers of a subscription, for the node that describes it.
 SUBSCRIPTION_PARTITIONS_ROUTE = "/internal/v1/subscriptions/{name}/partitions"
 # A subscription's positions at its group's coordinator: commit (PUT) and forget (DELETE),
@@ -76,6 +78,11 @@ def replica_path(topic: str, partition: int, what: str) -> str:
 def append_path(topic: str, partition: int) -> str:
     """The internal append route's path."""
     return f"{APPEND_PREFIX}/{quote(topic, safe='')}/{partition}/append"
+
+
+def marker_path(topic: str, partition: int) -> str:
+    """The internal markers route's path."""
+    return f"{APPEND_PREFIX}/{quote(topic, safe='')}/{partition}/markers"
 
 
 def error_of(status: int, body: bytes) -> EngineError:

@@ -19,6 +19,7 @@ from engine.batch import IDEMPOTENT_MASK, BatchHeader
 from engine.config import TopicConfig
 from engine.errors import OffsetOutOfRange
 from engine.log import AppendInfo, PartitionLog, ReadResult
+from engine.producer_state import Isolation, ProducerIdentity
 from replication.acks import Acks
 from replication.errors import (
     FencedLeaderEpoch,
@@ -191,6 +192,37 @@ class Partition:
         self.update_high_watermark()
         return info
 
+    def append_transactional(
+        self, data: bytes | bytearray, acks: Acks, producer: ProducerIdentity
+    ) -> AppendInfo:
+        """Append producer batches inside `producer`'s transaction (no idempotency marker:
+        the producer epoch fences retries and zombies)."""
+        leading = self._leading()
+        self.log.check_online("nothing was appended")
+        if acks is Acks.ALL:
+            self.check_enough_replicas()
+        info = self.log.append_transactional_as_leader(
+            data, leading.leader_epoch, producer.producer_id, producer.epoch
+        )
+        self.update_high_watermark()
+        return info
+
+    def write_marker(
+        self, producer: ProducerIdentity, commit: bool, coordinator_epoch: int
+    ) -> AppendInfo | None:
+        """End `producer`'s transaction here with a COMMIT or ABORT marker (None: it was)."""
+        leading = self._leading()
+        self.log.check_online("no marker was written")
+        info = self.log.append_marker_as_leader(
+            producer.producer_id, producer.epoch, commit, coordinator_epoch, leading.leader_epoch
+        )
+        self.update_high_watermark()
+        return info
+
+    @property
+    def last_stable_offset(self) -> int:
+        return self.log.last_stable_offset
+
     def append_together(
         self, requests: Sequence[tuple[bytes | bytearray, Acks]]
     ) -> list[AppendInfo | Exception]:
@@ -361,7 +393,9 @@ class Partition:
         if fetch_offset == end or (max_bytes <= 0 and not min_one):
             empty = ReadResult(memoryview(b""), log.high_watermark, log.log_start_offset, end)
             return empty, expand
-        result = log.read(fetch_offset, max_bytes, upper_offset=end, min_one=min_one)
+        result = log.read(
+            fetch_offset, max_bytes, upper_offset=end, min_one=min_one, isolation=Isolation.RAW
+        )
         return result, expand
 
     def check_epoch(self, leader_epoch: int) -> None:
@@ -450,13 +484,22 @@ class Partition:
         *,
         min_one: bool = True,
         max_records: int | None = None,
+        isolation: Isolation = Isolation.READ_UNCOMMITTED,
     ) -> ReadResult:
-        """Whole batches from `offset`, never at or past the high watermark (leader only)."""
+        """Whole batches from `offset`, never at or past the high watermark (leader only);
+        read_committed stops at the last stable offset."""
         self._leading()
-        return self.log.read(offset, max_bytes, min_one=min_one, max_records=max_records)
+        return self.log.read(
+            offset, max_bytes, min_one=min_one, max_records=max_records, isolation=isolation
+        )
 
     def read_in_sync(
-        self, offset: int, max_bytes: int, *, max_records: int | None = None
+        self,
+        offset: int,
+        max_bytes: int,
+        *,
+        max_records: int | None = None,
+        isolation: Isolation = Isolation.READ_UNCOMMITTED,
     ) -> ReadResult:
         """`read` on any replica in the ISR, below its own high watermark (what the leader
         sent it: committed): a follower serving a consumer of its rack (KIP-392)."""
@@ -466,7 +509,7 @@ class Partition:
                 f"node {self.node_id} is not in sync for {self.topic}-{self.partition}",
                 None if self.leader == NO_LEADER else self.leader,
             )
-        return self.log.read(offset, max_bytes, max_records=max_records)
+        return self.log.read(offset, max_bytes, max_records=max_records, isolation=isolation)
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         self._leading()

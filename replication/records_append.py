@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from engine.log import AppendInfo
+from engine.producer_state import ProducerIdentity
 from replication.acks import Acks
 from replication.errors import LeaderNotAvailable, NodeUnreachable, NotLeader, PartiallyAppended
 from replication.forward_client import ForwardClient, RemoteError
@@ -133,17 +134,45 @@ class RecordsAppender:
             return_exceptions=True,
         )
         failed += [(p, o) for p, o in zip(partitions, outcomes, strict=True) if o is not None]
-        if not failed:
-            return
-        unknown = [o for p, o in failed if p not in landed and _may_have_appended(o)]
-        if unknown:
-            # Another node may hold some of the records: the answer must not be a refusal.
-            raise unknown[0]
-        refused = [p for p, _ in failed if p not in landed]
-        if refused and landed:
-            # A definite refusal for some partitions must not hide that others have records.
-            raise PartiallyAppended(dict(landed), refused, failed[0][1])
-        raise failed[0][1]
+        _raise_failures(failed, landed)
+
+    async def append_transactional(
+        self,
+        topic: str,
+        batches: list[PartitionBatch],
+        acks: Acks,
+        timeout_ms: int,
+        landed: Landed,
+        producer: ProducerIdentity,
+    ) -> None:
+        """`append_records` inside `producer`'s transaction: each partition's batches on its
+        leader, here or forwarded once; the leaders check the producer's epoch."""
+        refuse_internal(topic)
+        replicas = self.replicas
+
+        async def one(item: PartitionBatch) -> None:
+            try:
+                info = await replicas.append_transactional(
+                    topic, item.partition, item.data, acks, timeout_ms, producer
+                )
+                landed[item.partition] = (info.first_offset, item.count)
+            except NotLeader as exc:
+                node = replicas.store.view.nodes.get(-1 if exc.leader is None else exc.leader)
+                if node is None:
+                    raise
+                base = await self.forwarder.produce_batches(
+                    node.url, topic, item.partition, item.data, acks, timeout_ms, producer
+                )
+                landed[item.partition] = (base, item.count)
+
+        if acks is Acks.ALL:
+            for item in batches:
+                replicas.check_enough_replicas(topic, item.partition)
+        outcomes = await asyncio.gather(*(one(item) for item in batches), return_exceptions=True)
+        _raise_failures(
+            [(i.partition, o) for i, o in zip(batches, outcomes, strict=True) if o is not None],
+            landed,
+        )
 
     async def _forward(
         self,
@@ -204,6 +233,21 @@ class RecordsAppender:
             if node is None:
                 raise
             return node.url
+
+
+def _raise_failures(failed: list[tuple[int, BaseException]], landed: Landed) -> None:
+    """What a produce's failed partitions mean for its client, if any failed: a possible
+    append elsewhere first (the answer must not be a refusal), then a refusal that must not
+    hide the partitions holding records."""
+    if not failed:
+        return
+    unknown = [o for p, o in failed if p not in landed and _may_have_appended(o)]
+    if unknown:
+        raise unknown[0]
+    refused = [p for p, _ in failed if p not in landed]
+    if refused and landed:
+        raise PartiallyAppended(dict(landed), refused, failed[0][1])
+    raise failed[0][1]
 
 
 # What a leader elsewhere answers when it appended nothing, besides a 4xx.

@@ -23,6 +23,7 @@ from engine import batch as fmt
 from engine.config import TopicConfig
 from engine.errors import (
     EngineError,
+    IsolationUnavailable,
     LogClosed,
     OffsetMovedToTieredStorage,
     OffsetOutOfRange,
@@ -33,6 +34,7 @@ from engine.internal_topics import INTERNAL_TOPICS
 from engine.log import AppendInfo, PartitionLog, ReadResult
 from engine.manager import LogManager
 from engine.notify import ChangeNotifier
+from engine.producer_state import Isolation, ProducerIdentity, consumer_view
 from replication.acks import Acks
 from replication.errors import (
     InternalTopicWrite,
@@ -518,6 +520,42 @@ class ReplicaManager:
         await self.acknowledge(leader, info, acks, timeout_ms)
         return info
 
+    async def append_transactional(
+        self,
+        topic: str,
+        partition: int,
+        data: bytes | bytearray,
+        acks: Acks,
+        timeout_ms: int,
+        producer: ProducerIdentity,
+    ) -> AppendInfo:
+        """`append` inside `producer`'s transaction, on the partition led here (the caller
+        added the partition to the transaction at its coordinator first, KIP-890)."""
+        refuse_internal(topic)
+        leader = await self.leader(topic, partition)
+        if leader.log.needs_room(len(data)):
+            await asyncio.to_thread(leader.log.make_room, len(data))
+        info = leader.append_transactional(data, acks, producer)
+        await self.acknowledge(leader, info, acks, timeout_ms)
+        return info
+
+    async def write_marker(
+        self,
+        topic: str,
+        partition: int,
+        producer: ProducerIdentity,
+        commit: bool,
+        coordinator_epoch: int,
+        timeout_ms: int,
+    ) -> None:
+        """End `producer`'s transaction on a partition led here: its COMMIT or ABORT marker
+        (internal topics too: a transaction's offsets), on every in-sync replica before this
+        returns. Written once: a coordinator's retry waits for the first one to commit."""
+        leader = await self.leader(topic, partition)
+        info = leader.write_marker(producer, commit, coordinator_epoch)
+        last = leader.log_end_offset - 1 if info is None else info.last_offset
+        await self.wait_committed(leader, last, timeout_ms)
+
     async def acknowledge(
         self, leader: Partition, info: AppendInfo, acks: Acks, timeout_ms: int
     ) -> None:
@@ -598,17 +636,19 @@ class ReplicaManager:
         timeout_ms: int,
         max_records: int | None = None,
         counted: bool = True,
+        isolation: Isolation = Isolation.READ_UNCOMMITTED,
     ) -> ReadResult:
-        """Read from `offset` below the high watermark; with less than `min_bytes` there, park
-        until more is committed or `timeout_ms` passes. A parked request costs one future
-        (`counted` False: the server's own reader, not a client's parked fetch)."""
+        """Read from `offset` below the high watermark (read_committed: the last stable
+        offset); with less than `min_bytes` there, park until more is committed or `timeout_ms`
+        passes. A parked request costs one future (`counted` False: the server's own reader,
+        not a client's parked fetch)."""
         leader = await self.leader(topic, partition)
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
             if not leader.is_leader:  # deleted, or led elsewhere since the fetch parked
                 leader = await self.leader(topic, partition)
             result, tiered = await self._read_committed(
-                leader, offset, max_bytes, max_records=max_records
+                leader, offset, max_bytes, max_records=max_records, isolation=isolation
             )
             remaining = deadline - time.monotonic()
             if tiered or len(result.data) >= min_bytes or remaining <= 0 or self.notifier.closing:
@@ -625,15 +665,19 @@ class ReplicaManager:
         *,
         min_one: bool = True,
         max_records: int | None = None,
+        isolation: Isolation = Isolation.READ_UNCOMMITTED,
     ) -> tuple[ReadResult, bool]:
         """A consumer's read of a partition led here, below the high watermark, and whether it
         came from S3 (below the local log start; answered as it is). A deleted topic is
         UnknownTopic; an offset past the log end is out of range only once the store confirms
         this node still leads (a deposed leader's log may be behind the new one's)."""
         try:
-            return leader.read(offset, max_bytes, min_one=min_one, max_records=max_records), False
+            read = leader.read(
+                offset, max_bytes, min_one=min_one, max_records=max_records, isolation=isolation
+            )
+            return read, False
         except OffsetMovedToTieredStorage as exc:
-            return await self._read_tiered(leader, offset, max_bytes, exc), True
+            return await self._read_tiered(leader, offset, max_bytes, exc, isolation), True
         except LogClosed:
             raise UnknownTopic(f"topic {leader.topic!r} was deleted") from None
         except OffsetOutOfRange as exc:
@@ -670,6 +714,7 @@ class ReplicaManager:
         min_bytes: int,
         timeout_ms: int,
         max_records: int | None = None,
+        isolation: Isolation = Isolation.READ_UNCOMMITTED,
     ) -> ReadResult:
         """`fetch` served by this node's replica while it is in the ISR, leader or follower
         (KIP-392), below its own high watermark. An offset past its log end, or a replica
@@ -681,7 +726,9 @@ class ReplicaManager:
                 leader = None if local.leader == NO_LEADER else local.leader
                 raise NotLeader(f"node {self.node_id} is behind offset {offset}", leader)
             try:
-                result = local.read_in_sync(offset, max_bytes, max_records=max_records)
+                result = local.read_in_sync(
+                    offset, max_bytes, max_records=max_records, isolation=isolation
+                )
             except OffsetMovedToTieredStorage:
                 raise NotLeader(
                     f"offset {offset} of {topic}-{partition} is on S3: the leader reads it",
@@ -725,14 +772,22 @@ class ReplicaManager:
             max_records is not None and covers(result.data, start + max_records)
         ):
             return None  # the leader would wait for more
+        if holds_transactional(result.data):
+            return None  # its control batches are the leader's to hide
         self.siblings.served += 1
         return found
 
     async def _read_tiered(
-        self, leader: Partition, offset: int, max_bytes: int, exc: OffsetMovedToTieredStorage
+        self,
+        leader: Partition,
+        offset: int,
+        max_bytes: int,
+        exc: OffsetMovedToTieredStorage,
+        isolation: Isolation,
     ) -> ReadResult:
         """Batches below the local log start, from S3; where S3 has nothing there (a gap from
-        before tiering was on), the first local batches."""
+        before tiering was on), the first local batches. Control batches are emptied; S3 keeps
+        no aborted-transaction index, so a read_committed reader is refused there."""
         if self.tiering is None:
             raise OffsetOutOfRange(offset, exc.local_log_start_offset, leader.log_end_offset)
         log_ = leader.log
@@ -740,10 +795,21 @@ class ReplicaManager:
             return ReadResult(
                 memoryview(b""), log_.high_watermark, log_.log_start_offset, log_.log_end_offset
             )
+        if (
+            isolation is Isolation.READ_COMMITTED
+            and log_.producer_state.first_transactional is not None
+        ):
+            raise IsolationUnavailable(
+                f"offset {offset} of {leader.topic}-{leader.partition} is on remote storage only, "
+                "where no aborted-transaction index is kept; read_committed reads from offset "
+                f"{exc.local_log_start_offset} on"
+            )
         data = await self.tiering.read(leader, offset, max_bytes)
         if data:
+            if isolation is not Isolation.RAW:
+                data = consumer_view(data, (), committed=False)
             return ReadResult(data, log_.high_watermark, log_.log_start_offset, log_.log_end_offset)
-        return leader.read(log_.local_log_start_offset, max_bytes)
+        return leader.read(log_.local_log_start_offset, max_bytes, isolation=isolation)
 
     async def offset_for_timestamp(
         self, leader: Partition, timestamp: int
@@ -1098,6 +1164,12 @@ def _spans(numbers: list[int]) -> str:
 def _rebuild_idempotency(partitions: list[Partition]) -> None:
     for partition in partitions:
         partition.rebuild_idempotency()
+
+
+def holds_transactional(data: memoryview) -> bool:
+    """Whether any batch in `data` belongs to a transaction (data or marker)."""
+    headers = fmt.scan(data, check_crc=False).headers
+    return any(h.attributes & fmt.TRANSACTIONAL_MASK for _, h in headers)
 
 
 def covers(data: memoryview, end_offset: int) -> bool:

@@ -9,11 +9,12 @@ from __future__ import annotations
 from aiohttp import web
 
 from engine.errors import EngineError
+from engine.producer_state import ProducerIdentity
 from gateway.api.fetch import refuse_when_full
 from gateway.api.problems import from_engine_error
 from gateway.api.records import produce_delivery
 from gateway.formats import codecs
-from gateway.http.params import int_param, json_response, partition_param, read_body
+from gateway.http.params import int_param, json_object, json_response, partition_param, read_body
 from gateway.http.problem import Problem, problem_body
 from gateway.state import gateway_of
 from replication import session_wire
@@ -22,6 +23,7 @@ from replication.node_contract import (
     EPOCH_END_ROUTE,
     HIGH_WATERMARK,
     LOG_START_OFFSET,
+    MARKER_ROUTE,
     REPLICA_RECORDS_ROUTE,
     SESSION_FETCH,
     SESSION_FETCH_ROUTE,
@@ -29,6 +31,7 @@ from replication.node_contract import (
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
+INT16_MAX = 2**15 - 1
 
 
 def add_routes(app: web.Application) -> None:
@@ -36,6 +39,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post(SESSION_FETCH_ROUTE, session_fetch)
     app.router.add_get(EPOCH_END_ROUTE, epoch_end)
     app.router.add_post(APPEND_ROUTE, append)
+    app.router.add_post(MARKER_ROUTE, write_marker)
 
 
 async def append(request: web.Request) -> web.Response:
@@ -47,10 +51,39 @@ async def append(request: web.Request) -> web.Response:
         raise Problem(415, "UNSUPPORTED_MEDIA_TYPE", f"expected {codecs.RECORD_BATCH}")
     acks, timeout_ms = produce_delivery(request.query, settings)
     body = await read_body(request, settings)
-    info = await gateway.replicas.append(
-        request.match_info["topic"], partition_param(request), body, acks, timeout_ms
-    )
+    topic, partition = request.match_info["topic"], partition_param(request)
+    if "producer_id" in request.query:
+        producer = ProducerIdentity(
+            int_param(request, "producer_id", 0, 0, INT64_MAX),
+            int_param(request, "producer_epoch", 0, 0, INT16_MAX),
+        )
+        info = await gateway.replicas.append_transactional(
+            topic, partition, body, acks, timeout_ms, producer
+        )
+    else:
+        info = await gateway.replicas.append(topic, partition, body, acks, timeout_ms)
     return json_response({"base_offset": info.first_offset, "count": info.record_count})
+
+
+async def write_marker(request: web.Request) -> web.Response:
+    """A transaction coordinator's marker for a partition led here (`replication.markers`)."""
+    gateway = gateway_of(request)
+    doc = await json_object(request, gateway.settings)
+    try:
+        producer = ProducerIdentity(int(doc["producer_id"]), int(doc["producer_epoch"]))
+        commit, coordinator_epoch = bool(doc["commit"]), int(doc["coordinator_epoch"])
+        timeout_ms = int(doc["timeout_ms"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise Problem(400, "INVALID_REQUEST", f"a malformed marker request: {exc!r}") from exc
+    await gateway.replicas.write_marker(
+        request.match_info["topic"],
+        partition_param(request),
+        producer,
+        commit,
+        coordinator_epoch,
+        timeout_ms,
+    )
+    return web.Response(status=204)
 
 
 async def replica_fetch(request: web.Request) -> web.Response:

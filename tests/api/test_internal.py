@@ -16,7 +16,8 @@ import pytest
 from aiohttp import web
 
 from engine import batch as fmt
-from engine.internal_topics import INTERNAL_TOPICS, SHARE_GROUP_STATE
+from engine.internal_topics import INTERNAL_TOPICS, SHARE_GROUP_STATE, TRANSACTION_STATE
+from groups.transactions import state_topic as transaction_state
 from replication.acks import Acks
 from replication.errors import InternalTopicWrite, MetadataUnavailable
 from replication.memory_store import MemoryBackend, MemoryMetadataStore
@@ -426,6 +427,10 @@ async def test_a_clients_batches_never_reach_an_internal_topic_below_http(
     nothing is appended; the coordinators append to their own partitions directly."""
     if topic == SHARE_GROUP_STATE:
         await gateway(client).share_groups_ready()
+    if topic == TRANSACTION_STATE:
+        await gateway(client).broker.ensure_topic(
+            TRANSACTION_STATE, 1, 1, transaction_state.TOPIC_CONFIGS
+        )
     before = gateway(client).replicas.local(topic, 0)
     assert before is not None
     end = before.log_end_offset

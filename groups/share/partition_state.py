@@ -10,6 +10,7 @@ share-group state topic before it answers; `from_snapshot` rebuilds the window o
 from __future__ import annotations
 
 import enum
+from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -90,6 +91,10 @@ class SharePartition:
         # The records of [start, end) that exist in the log and are not below start, in
         # ascending offset order (offsets are only ever added at the end).
         self.records: dict[int, InFlight] = {}
+        # The offsets of `records` in order, some perhaps gone from it: where the start moves
+        # next, found without iterating a dict whose front keeps being deleted (CPython scans
+        # the deleted slots first).
+        self._order: deque[int] = deque()
         # Lower bounds that spare an acquire's pass a scan of the window (a thousand parked
         # consumers woken at once each look): no lock lapses before `_locks_until`, no record
         # is due again before `_due_from` (infinity: none is available). A scan makes them
@@ -182,6 +187,7 @@ class SharePartition:
                     raise ValueError("the window is full")
                 record = InFlight(RecordState.AVAILABLE, 0, None, 0)
                 self.records[offset] = record
+                self._order.append(offset)
                 self.end = offset + 1
             elif record.state is not RecordState.AVAILABLE or record.deadline_ms > now_ms:
                 raise ValueError(f"offset {offset} is not available")
@@ -247,6 +253,8 @@ class SharePartition:
         open_records = sum(1 for o in dropped if not self.records[o].done)
         for o in dropped:
             del self.records[o]
+        while self._order and self._order[0] < offset:
+            self._order.popleft()
         self.end = max(self.end, offset)
         self.start = offset
         self._advance()
@@ -266,6 +274,7 @@ class SharePartition:
         if any(r.state is RecordState.ACQUIRED for r in self.records.values()):
             raise ValueError("records are acquired")
         self.records.clear()
+        self._order.clear()
         self.start = self.end = offset
 
     # -- inside ----------------------------------------------------------------------------------
@@ -313,12 +322,16 @@ class SharePartition:
     def _advance(self) -> None:
         """Move the start past the acknowledged and archived records at the window's front."""
         records = self.records
-        while records:
-            first = next(iter(records))
-            if not records[first].done:
-                self.start = first
-                return
-            del records[first]
+        order = self._order
+        while order:
+            first = order[0]
+            record = records.get(first)
+            if record is not None:
+                if not record.done:
+                    self.start = first
+                    return
+                del records[first]
+            order.popleft()
         self.start = self.end
 
     # -- stored form -----------------------------------------------------------------------------
@@ -343,6 +356,7 @@ class SharePartition:
                 )
         if out.start > out.end or any(not out.start <= o < out.end for o in out.records):
             raise ValueError("a window whose records lie outside [start, end)")
+        out._order.extend(out.records)
         out._locks_until = out._due_from = 0  # unknown: the first look scans
         return out
 

@@ -34,6 +34,7 @@ from groups.share.model import (
     DELIVERY_LIMIT,
     LOCK_DURATION,
     MAX_RECORD_LOCKS,
+    PendingWrite,
     ReadAhead,
     ShareGroup,
     ShareMember,
@@ -241,14 +242,21 @@ class ShareCoordinator:
                 "GROUP_MAX_SIZE_REACHED",
                 f"share group {name!r} has {len(group.members)} members, its limit",
             )
+        changed = known is None or (known.topics, known.session_timeout_ms) != (
+            topics,
+            session_timeout_ms,
+        )
         if known is None:
             member = ShareMember(member_id or str(uuid.uuid4()), topics, session_timeout_ms)
             group.members[member.member_id] = member
         else:
             member = known
             member.topics, member.session_timeout_ms = topics, session_timeout_ms
+            if changed and member.expiry is not None:  # timed by its new session from now
+                member.expiry.cancel()
+                member.expiry = None
         self._renew(group, member)
-        await self._store(group, (), with_group=True)
+        await self._store(group, (), with_group=changed)  # the same member again: no write
         return member.member_id
 
     async def leave(self, name: str, member_id: str) -> int:
@@ -274,19 +282,30 @@ class ShareCoordinator:
         return released
 
     def _renew(self, group: ShareGroup, member: ShareMember) -> None:
-        """The member's session starts again (unless a request of its is in flight)."""
-        if member.expiry is not None:
-            member.expiry.cancel()
-            member.expiry = None
-        if member.acquiring or self.closing:
-            return
+        """The member was heard from: its session starts again. Only `seen` moves; the one
+        timer of the member looks at it when it fires."""
         loop = asyncio.get_running_loop()
-        member.expiry = loop.call_later(
-            member.session_timeout_ms / 1000, self._expire_member, group, member
-        )
+        member.seen = loop.time()
+        if member.expiry is None and not self.closing:
+            member.expiry = loop.call_later(
+                member.session_timeout_ms / 1000, self._expire_member, group, member
+            )
 
     def _expire_member(self, group: ShareGroup, member: ShareMember) -> None:
-        if self.groups.get(group.name) is not group or member.acquiring:
+        """The session's timer fired: the member expires if it was not heard from for its
+        session and has no request in flight (an acquire parked in a long-poll keeps it);
+        else the timer waits the rest of the session."""
+        member.expiry = None
+        current = self.groups.get(group.name) is group
+        if not current or group.members.get(member.member_id) is not member:
+            return
+        loop = asyncio.get_running_loop()
+        if member.acquiring:
+            member.seen = loop.time()
+        left = member.seen + member.session_timeout_ms / 1000 - loop.time()
+        if left > 0:
+            if not self.closing:
+                member.expiry = loop.call_later(left, self._expire_member, group, member)
             return
         logger.info("share group %r: member %s expired", group.name, member.member_id)
         self._spawn(self._remove(group, member))
@@ -704,6 +723,11 @@ class ShareCoordinator:
         """Forget a group without members, its windows and configs (tombstones)."""
         group = self._group(name)
         _refuse_members(group, "delete it")
+        while group.pending is not None:  # the tombstones go after the writes of the group
+            await asyncio.shield(group.pending.written)
+            if self.groups.get(name) is not group:
+                group = self._group(name)
+            _refuse_members(group, "delete it")
         records: list[tuple[bytes, bytes | None]] = [(state_topic.group_key(name), None)]
         records += [(state_topic.partition_key(name, *tp), None) for tp in group.partitions]
         self.log.append(name, records)
@@ -771,12 +795,35 @@ class ShareCoordinator:
         partitions: list[TopicPartition] | tuple[()],
         with_group: bool = False,
     ) -> None:
-        """Append the group's changed windows (and its own record) and wait until every
-        in-sync replica has them: what is answered then survives the coordinator."""
+        """Store the group's changed windows (and its own record), and wait until every
+        in-sync replica has them: what is answered then survives the coordinator. The changes
+        of one loop turn go out in one append (`_write`). With nothing to write, wait for the
+        group's write under way, if any: what this answer reports may be in it."""
+        if not partitions and not with_group and not group.unsure:
+            if group.writing is not None:
+                await asyncio.shield(group.writing)
+            return
+        pending = group.pending
+        if pending is None:
+            pending = group.pending = PendingWrite()
+            # Its first step runs in the next turn, after this turn's requests joined it.
+            written = asyncio.ensure_future(self._write(group, pending))
+            written.add_done_callback(_retrieved)
+            pending.written = group.writing = written
+        pending.partitions.update(partitions)
+        pending.with_group = pending.with_group or with_group
+        await asyncio.shield(pending.written)
+
+    async def _write(self, group: ShareGroup, pending: PendingWrite) -> None:
+        """One append of what this turn's requests changed, each window as it is now, and the
+        wait for the in-sync replicas. After a failed write, everything is written."""
+        if group.pending is pending:
+            group.pending = None
+        everything = group.unsure
         records: list[tuple[bytes, bytes | None]] = []
-        if with_group:
+        if pending.with_group or everything:
             records.append((state_topic.group_key(group.name), orjson.dumps(group.stored())))
-        for tp in partitions:
+        for tp in group.partitions if everything else sorted(pending.partitions):
             window = group.partitions.get(tp)
             if window is not None:
                 records.append(
@@ -784,8 +831,18 @@ class ShareCoordinator:
                 )
         if not records:
             return
-        self.log.append(group.name, records)
-        await self.log.durable(group.name, self.write_timeout_ms)
+        try:
+            self.log.append(group.name, records)
+            await self.log.durable(group.name, self.write_timeout_ms)
+        except BaseException:
+            group.unsure = True
+            raise
+        else:
+            if everything:
+                group.unsure = False
+        finally:
+            if group.writing is pending.written:
+                group.writing = None
 
     def _count(self, transitions: list[Transition]) -> None:
         counts = self.counts
@@ -806,6 +863,13 @@ def _refuse_members(group: ShareGroup, what: str) -> None:
             "GROUP_NOT_EMPTY",
             f"share group {group.name!r} has {len(group.members)} members; {what} when empty",
         )
+
+
+def _retrieved(written: asyncio.Task[None]) -> None:
+    """A write's failure is its waiters' to answer; one whose waiters all went is not logged
+    as never retrieved."""
+    if not written.cancelled():
+        written.exception()
 
 
 def _config_of(group: ShareGroup) -> ShareConfig:

@@ -114,7 +114,10 @@ class ShareMember:
     session_timeout_ms: int
     acquiring: int = 0  # requests in flight: the session does not run out meanwhile
     rotation: int = 0  # where the next acquire starts among the member's partitions
+    # The session's timer, and when the member was last heard from (loop time): a request
+    # only moves `seen`; the timer, when it fires, looks at it and waits the rest.
     expiry: asyncio.TimerHandle | None = None
+    seen: float = 0.0
 
     def stored(self) -> dict[str, Any]:
         return {
@@ -134,6 +137,16 @@ class ReadAhead:
 
 
 @dataclass
+class PendingWrite:
+    """What a group's next append to its state partition writes: the changes of one loop
+    turn's requests go out together (group commit), each window once, as it is then."""
+
+    partitions: set[TopicPartition] = field(default_factory=set)
+    with_group: bool = False  # the group's own record (configs, members)
+    written: asyncio.Task[None] = field(init=False)  # the append and the wait for the replicas
+
+
+@dataclass
 class ShareGroup:
     name: str
     configs: dict[str, Any] = field(default_factory=dict)
@@ -144,6 +157,10 @@ class ShareGroup:
     parked: list[asyncio.Future[None]] = field(default_factory=list)
     watchers: dict[TopicPartition, asyncio.Task[None]] = field(default_factory=dict)
     timer: asyncio.TimerHandle | None = None
+    pending: PendingWrite | None = None  # the write this turn's changes join
+    writing: asyncio.Task[None] | None = None  # the latest write, until it is stored
+    # A write failed: what the log holds is not known, so the next write is of everything.
+    unsure: bool = False
 
     def config(self, name: str) -> int:
         return int(self.configs.get(name, CONFIG_BOUNDS[name][0]))

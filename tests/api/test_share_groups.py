@@ -12,6 +12,7 @@ import orjson
 import pytest
 
 from groups.share import coordinator as share_coordinator
+from groups.share.partition_state import AckType
 from groups.share.state_topic import STATE_TOPIC
 from replication.errors import RequestTimedOut
 from tests.api.support import (
@@ -456,6 +457,66 @@ async def test_an_acknowledgement_retried_after_a_failed_write_is_written_again(
     # Its retry is not answered from memory: the window is written and waited for again.
     assert codes(await ack(client, member, (got[0]["token"], "accept"))) == ["ALREADY_ACKNOWLEDGED"]
     assert waits == ["q", "q"]
+
+
+async def test_the_changes_of_concurrent_requests_go_out_in_one_append(
+    client: Client, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await setup(client, 4, partitions=2)
+    share = gateway(client).share_groups
+    members = [await join(client) for _ in range(4)]
+    appended: list[list[bytes]] = []
+    append = share.log.append
+
+    def counted(group: str, records: list[tuple[bytes, bytes | None]]) -> None:
+        appended.append([key for key, _ in records])
+        append(group, records)
+
+    monkeypatch.setattr(share.log, "append", counted)
+    got = await asyncio.gather(*(share.acquire("q", m, 2, 1 << 20, 0) for m in members))
+    # Four acquires of one turn: one append, each window in it once.
+    assert sorted(len(records) for records in got) == [2, 2, 2, 2]
+    assert len(appended) == 1 and len(appended[0]) == 2
+    acks = [
+        share.acknowledge("q", m, [(r.token, AckType.ACCEPT, 0) for r in records])
+        for m, records in zip(members, got, strict=True)
+    ]
+    results = await asyncio.gather(*acks)
+    assert all(r.refused is None for answered in results for r in answered)
+    assert len(appended) == 2 and len(appended[1]) == 2
+    assert [p["start_offset"] for p in (await describe(client))["partitions"]] == [4, 4]
+
+
+async def test_a_join_that_changes_nothing_writes_nothing(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await setup(client, 0)
+    share = gateway(client).share_groups
+    await join(client, member_id="worker-1", session_timeout_ms=30_000)
+    appended: list[str] = []
+    append = share.log.append
+
+    def counted(group: str, records: list[tuple[bytes, bytes | None]]) -> None:
+        appended.append(group)
+        append(group, records)
+
+    monkeypatch.setattr(share.log, "append", counted)
+    await join(client, member_id="worker-1", session_timeout_ms=30_000)
+    assert appended == []
+    await join(client, member_id="worker-1", session_timeout_ms=40_000)  # its settings changed
+    assert appended == ["q"]
+
+
+async def test_a_member_heard_from_within_its_session_stays(start: Start) -> None:
+    client = await start(group_min_session_timeout_ms=100)
+    await setup(client, 0)
+    member = await join(client, session_timeout_ms=1_000)
+    share = gateway(client).share_groups
+    for _ in range(6):  # 1.5 s in all, never a whole session without a word
+        await asyncio.sleep(0.25)
+        assert await acquire(client, member) == []
+    assert member in share.groups["q"].members
+    await wait_until(lambda: member not in share.groups["q"].members, timeout=10)
 
 
 # -- bad input -----------------------------------------------------------------------------------

@@ -613,10 +613,12 @@ class PartitionLog:
             lambda: self._read(offset, max_bytes, upper_offset, min_one, max_records)
         )
         first = self.producer_state.first_transactional
-        if isolation is Isolation.RAW or first is None or not result.data:
+        if isolation is Isolation.RAW or first is None:
             return result
         committed = isolation is Isolation.READ_COMMITTED
         lso = self.last_stable_offset
+        if not result.data:
+            return result._replace(last_stable_offset=lso)
         end = fmt.scan(result.data, check_crc=False).headers[-1][1].next_offset
         if end <= first:
             return result._replace(last_stable_offset=lso)

@@ -23,6 +23,7 @@ from engine.errors import (
     UnknownTopic,
 )
 from engine.offsets_topic import TopicPartition
+from engine.producer_state import Isolation
 from groups import remote
 from groups.errors import GroupError
 from groups.membership import Membership
@@ -226,7 +227,9 @@ class MemberFetch:
                 continue
             try:
                 position = _position(group, member, tp, local)
-                read = await self.replicas.fetch(*tp, position, limits.max_bytes, 0, 0)
+                read = await self.replicas.fetch(
+                    *tp, position, limits.max_bytes, 0, 0, isolation=limits.isolation
+                )
             except EngineError:
                 continue
             out[tp] = remote.RemoteRead(position, read.data, read.high_watermark)
@@ -292,6 +295,9 @@ class MemberFetch:
                 out[tp] = position
                 continue
             member.positions[tp] = position
+            if limits.isolation is Isolation.READ_COMMITTED:
+                asked[tp] = position  # the last stable offset is the leader's to know
+                continue
             try:
                 beside = self.replicas.fetch_from_sibling(*tp, position, limits.max_bytes, 0, 0)
             except Exception as exc:  # that partition's failure, not the others'
@@ -301,7 +307,7 @@ class MemberFetch:
                 out[tp] = remote.RemoteRead(position, beside[1].data, beside[1].high_watermark)
             else:
                 asked[tp] = position
-        found = await self._read_many(url, asked, limits.max_bytes)
+        found = await self._read_many(url, asked, limits)
         moved = {tp: exc for tp, exc in found.items() if isinstance(exc, OffsetOutOfRange)}
         resets = await asyncio.gather(
             *(self._remote_reset(member, tp, url, exc) for tp, exc in moved.items()),
@@ -318,12 +324,12 @@ class MemberFetch:
                 bounds = (missed.log_start_offset, missed.log_end_offset)
                 _log_reset(group, member, tp, missed.offset, bounds, position)
                 member.positions[tp] = again[tp] = position
-        found.update(await self._read_many(url, again, limits.max_bytes))
+        found.update(await self._read_many(url, again, limits))
         out.update(found)
         return out
 
     async def _read_many(
-        self, url: str, positions: Mapping[TopicPartition, int], max_bytes: int
+        self, url: str, positions: Mapping[TopicPartition, int], limits: FetchLimits
     ) -> dict[TopicPartition, remote.RemoteRead | BaseException]:
         """One request, answered at once, for `positions` at the node at `url` (counted); a
         request that failed is every partition's error."""
@@ -331,7 +337,9 @@ class MemberFetch:
             return {}
         self.remote_fetches["read"] += 1
         try:
-            found = await remote.fetch_many(self.forwarder, url, positions, max_bytes, 0)
+            found = await remote.fetch_many(
+                self.forwarder, url, positions, limits.max_bytes, 0, limits.isolation
+            )
         except Exception as exc:
             return dict.fromkeys(positions, exc)
         return dict(found)
@@ -378,7 +386,12 @@ class MemberFetch:
         self.remote_fetches["poll"] += 1
         with contextlib.suppress(EngineError):
             found = await remote.fetch_many(
-                self.forwarder, url, positions, limits.max_bytes, int(wait_s * 1000)
+                self.forwarder,
+                url,
+                positions,
+                limits.max_bytes,
+                int(wait_s * 1000),
+                limits.isolation,
             )
             if any(isinstance(read, EngineError) or read.data for read in found.values()):
                 member.poke()
@@ -432,13 +445,15 @@ class MemberFetch:
         try:
             log = local_leader(self.replicas, *tp)
             position = _position(group, member, tp, log)
-            if position >= log.high_watermark:
+            committed = limits.isolation is Isolation.READ_COMMITTED
+            if position >= (log.last_stable_offset if committed else log.high_watermark):
                 return None
             data = log.read(
                 position,
                 limits.max_bytes - out.bytes_read,
                 min_one=not out.records,
                 max_records=left,
+                isolation=limits.isolation,
             ).data
         except (
             UnknownTopic,

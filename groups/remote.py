@@ -12,6 +12,7 @@ import orjson
 
 from engine import batch as fmt
 from engine.errors import EngineError, OffsetOutOfRange
+from engine.producer_state import Isolation
 from replication import session_wire
 from replication.errors import ReplicationError
 from replication.forward_client import ForwardClient, RemoteError
@@ -77,13 +78,14 @@ async def fetch_many(
     positions: Mapping[TopicPartition, int],
     max_bytes: int,
     timeout_ms: int,
+    isolation: Isolation = Isolation.READ_UNCOMMITTED,
 ) -> dict[TopicPartition, RemoteRead | EngineError]:
     """Batches of many partitions the node at `url` leads, each from its position, in one
     consumer fetch (replication.session_wire, replica -1), long-polling up to `timeout_ms`
     until any has some; each partition and the whole within `max_bytes`. Per partition its read
     or its error (OffsetOutOfRange carries the leader's log bounds). A refused request raises
     RemoteError."""
-    request = session_wire.consumer_request(positions, timeout_ms, max_bytes)
+    request = session_wire.consumer_request(positions, timeout_ms, max_bytes, isolation)
     answer = await forwarder.forward(
         url,
         "POST",

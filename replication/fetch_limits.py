@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from engine.producer_state import Isolation
+
 
 @dataclass(frozen=True)
 class FetchLimits:
@@ -15,3 +17,6 @@ class FetchLimits:
     max_bytes: int
     min_bytes: int
     timeout_ms: int
+    # Kafka's isolation.level: read_committed reads below the last stable offset, never an
+    # aborted transaction's records.
+    isolation: Isolation = Isolation.READ_UNCOMMITTED

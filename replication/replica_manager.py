@@ -946,7 +946,11 @@ class ReplicaManager:
                 if position.leader_epoch != UNKNOWN_EPOCH:
                     leader.check_epoch(position.leader_epoch)
                 result, _ = await self._read_committed(
-                    leader, position.fetch_offset, room, min_one=size == 0
+                    leader,
+                    position.fetch_offset,
+                    room,
+                    min_one=size == 0,
+                    isolation=request.isolation,
                 )
             except EngineError as exc:
                 found[key] = exc

@@ -13,6 +13,7 @@ Big-endian, fixed-width integers; a topic is a u16 length and UTF-8 bytes. Reque
     i32 max_wait_ms, i32 min_bytes, i32 max_bytes (in all),
     i32 count, count x (topic, i32 partition, i32 leader_epoch, i64 fetch_offset, i32 max_bytes),
     i32 count, count x (topic, i32 partition)                      the partitions forgotten
+    [u8 isolation]   a consumer's read_committed only (1); absent: read_uncommitted
 
 Answer:
 
@@ -32,6 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from engine.config import MAX_TOPIC_NAME_LENGTH
+from engine.producer_state import Isolation
 from replication.metadata import TopicPartition
 
 VERSION = 1
@@ -44,6 +46,8 @@ MAX_PROBLEM_BYTES = 64 * 1024
 _REQUEST_HEAD = struct.Struct(">Biiiiiii")
 _PARTITION = struct.Struct(">iiqi")
 _COUNT = struct.Struct(">i")
+_ISOLATION = struct.Struct(">B")
+READ_COMMITTED = 1
 _TOPIC_LENGTH = struct.Struct(">H")
 _PARTITION_NUMBER = struct.Struct(">i")
 _ANSWER_HEAD = struct.Struct(">Bii")
@@ -74,6 +78,7 @@ class SessionFetchRequest:
     max_bytes: int
     partitions: dict[TopicPartition, FetchPosition]  # full: all; incremental: changed only
     forgotten: tuple[TopicPartition, ...] = ()
+    isolation: Isolation = Isolation.READ_UNCOMMITTED  # a consumer's
 
     @property
     def full(self) -> bool:
@@ -103,13 +108,18 @@ class SessionFetchAnswer:
 
 
 def consumer_request(
-    offsets: Mapping[TopicPartition, int], max_wait_ms: int, max_bytes: int
+    offsets: Mapping[TopicPartition, int],
+    max_wait_ms: int,
+    max_bytes: int,
+    isolation: Isolation = Isolation.READ_UNCOMMITTED,
 ) -> SessionFetchRequest:
     """A consumer's request for `offsets` (leader epochs unchecked), answered once any
     partition has records or at `max_wait_ms`, each partition and the whole within
     `max_bytes`."""
     positions = {key: FetchPosition(UNKNOWN_EPOCH, o, max_bytes) for key, o in offsets.items()}
-    return SessionFetchRequest(CONSUMER, 0, SESSIONLESS_EPOCH, max_wait_ms, 1, max_bytes, positions)
+    return SessionFetchRequest(
+        CONSUMER, 0, SESSIONLESS_EPOCH, max_wait_ms, 1, max_bytes, positions, (), isolation
+    )
 
 
 def encode_request(request: SessionFetchRequest) -> bytes:
@@ -136,6 +146,8 @@ def encode_request(request: SessionFetchRequest) -> bytes:
     for topic, partition in request.forgotten:
         parts.append(_topic(topic))
         parts.append(_PARTITION_NUMBER.pack(partition))
+    if request.isolation is Isolation.READ_COMMITTED:
+        parts.append(_ISOLATION.pack(READ_COMMITTED))
     return b"".join(parts)
 
 
@@ -186,9 +198,23 @@ def decode_request(body: bytes) -> SessionFetchRequest:
         forgotten.append(_key(topic, partition))
     if consumer and forgotten:
         raise MalformedSessionFetch("a consumer's fetch has no session to forget partitions of")
+    isolation = Isolation.READ_UNCOMMITTED
+    if consumer and reader.left():
+        (level,) = reader.unpack(_ISOLATION, "the isolation level")
+        if level != READ_COMMITTED:
+            raise MalformedSessionFetch(f"isolation level {level}; 1 (read_committed) or none")
+        isolation = Isolation.READ_COMMITTED
     reader.end()
     return SessionFetchRequest(
-        replica, session_id, epoch, wait, min_bytes, max_bytes, partitions, tuple(forgotten)
+        replica,
+        session_id,
+        epoch,
+        wait,
+        min_bytes,
+        max_bytes,
+        partitions,
+        tuple(forgotten),
+        isolation,
     )
 
 
@@ -294,6 +320,9 @@ class _Reader:
             raise MalformedSessionFetch(
                 f"a topic name before byte {self.at} is not UTF-8"
             ) from None
+
+    def left(self) -> int:
+        return len(self.view) - self.at
 
     def end(self) -> None:
         if self.at != len(self.view):

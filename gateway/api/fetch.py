@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from engine import batch as fmt
 from engine.log import ReadResult
 from engine.notify import ChangeNotifier
+from engine.producer_state import Isolation
 from gateway.formats import codecs
 from gateway.formats.decoded import decoded_records
 from gateway.http.params import parse_int, query_int
@@ -40,7 +41,24 @@ def limits_of(query: Mapping[str, str], settings: Settings) -> FetchLimits:
         timeout_ms=query_int(
             query, "timeout_ms", settings.default_fetch_wait_ms, 0, settings.max_wait_ms
         ),
+        isolation=isolation_of(query),
     )
+
+
+ISOLATIONS = {i.value: i for i in (Isolation.READ_UNCOMMITTED, Isolation.READ_COMMITTED)}
+
+
+def isolation_of(query: Mapping[str, str]) -> Isolation:
+    """A fetch's `isolation` (Kafka's isolation.level): read_uncommitted (the default) or
+    read_committed."""
+    raw = query.get("isolation", Isolation.READ_UNCOMMITTED.value)
+    found = ISOLATIONS.get(raw)
+    if found is None:
+        raise bad_request(
+            f"isolation must be read_uncommitted or read_committed, got {raw!r}",
+            "INVALID_PARAMETER",
+        )
+    return found
 
 
 def fetch_position(query: Mapping[str, str], settings: Settings) -> tuple[int | str, FetchLimits]:
@@ -79,13 +97,17 @@ class FetchAnswer:
     body: bytes
     next_offset: int
     high_watermark: int
+    last_stable_offset: int = -1  # a read_committed fetch's
 
     @property
     def headers(self) -> dict[str, str]:
-        return {
+        headers = {
             "Sluice-Next-Offset": str(self.next_offset),
             "Sluice-High-Watermark": str(self.high_watermark),
         }
+        if self.last_stable_offset >= 0:
+            headers["Sluice-Last-Stable-Offset"] = str(self.last_stable_offset)
+        return headers
 
 
 async def read_partition(
@@ -100,13 +122,15 @@ async def read_partition(
     """Fetch from a partition led here (waiting as the limits say) and encode the records in
     the media type asked for; the records and bytes go in the topic's traffic. With `decoder`
     (`decode_values=schema`, JSON or NDJSON), values are decoded by the schema registry."""
-    result = await gateway.replicas.fetch(topic, partition, offset, *_bounds(limits, accept))
+    result = await gateway.replicas.fetch(
+        topic, partition, offset, *_bounds(limits, accept), isolation=limits.isolation
+    )
     if decoder is None:
         return _answer(gateway, topic, offset, result, limits, accept)
     records, next_offset = codecs.fetched_records(result.data, offset, limits.max_records)
     gateway.metrics.traffic.fetched(topic, len(records), len(result.data))
     records = await decoded_records(decoder, records)
-    return _json_answer(accept, records, next_offset, result.high_watermark)
+    return _json_answer(accept, records, next_offset, result, limits)
 
 
 async def read_in_sync(
@@ -120,7 +144,7 @@ async def read_in_sync(
     """`read_partition` from this node's in-sync replica, leader or not (a consumer of its
     rack, KIP-392)."""
     result = await gateway.replicas.fetch_in_sync(
-        topic, partition, offset, *_bounds(limits, accept)
+        topic, partition, offset, *_bounds(limits, accept), isolation=limits.isolation
     )
     return _answer(gateway, topic, offset, result, limits, accept)
 
@@ -135,6 +159,8 @@ def read_from_sibling(
 ) -> FetchAnswer | None:
     """`read_partition` of a partition a sibling worker leads, from its files, when they hold
     what it would answer at once (replication.sibling_replicas); None: forward the fetch to it."""
+    if limits.isolation is Isolation.READ_COMMITTED:
+        return None  # the last stable offset is the leader's to know
     found = gateway.replicas.fetch_from_sibling(topic, partition, offset, *_bounds(limits, accept))
     if found is None:
         return None
@@ -165,20 +191,34 @@ def _answer(
         batches = fmt.scan(data, check_crc=False).headers
         next_offset = batches[-1][1].next_offset if batches else offset
         traffic.fetched(topic, sum(h.record_count for _, h in batches), len(data))
-        return FetchAnswer(accept, bytes(data), max(offset, next_offset), result.high_watermark)
+        return FetchAnswer(
+            accept,
+            bytes(data),
+            max(offset, next_offset),
+            result.high_watermark,
+            _lso(result, limits),
+        )
     records, next_offset = codecs.fetched_records(data, offset, limits.max_records)
     traffic.fetched(topic, len(records), len(data))
-    return _json_answer(accept, records, next_offset, result.high_watermark)
+    return _json_answer(accept, records, next_offset, result, limits)
+
+
+def _lso(result: ReadResult, limits: FetchLimits) -> int:
+    """The last stable offset a read_committed answer names (-1: not one)."""
+    if limits.isolation is not Isolation.READ_COMMITTED:
+        return -1
+    return result.last_stable_offset if result.last_stable_offset >= 0 else result.high_watermark
 
 
 def _json_answer(
-    accept: str, records: list[Any], next_offset: int, high_watermark: int
+    accept: str, records: list[Any], next_offset: int, result: ReadResult, limits: FetchLimits
 ) -> FetchAnswer:
+    hw = result.high_watermark
     if accept == codecs.NDJSON:
         body = codecs.encode_ndjson_body(records)
     else:
-        body = codecs.encode_json_body(records, next_offset, high_watermark)
-    return FetchAnswer(accept, body, next_offset, high_watermark)
+        body = codecs.encode_json_body(records, next_offset, hw)
+    return FetchAnswer(accept, body, next_offset, hw, _lso(result, limits))
 
 
 def refuse_when_full(notifier: ChangeNotifier, settings: Settings) -> None:

@@ -21,6 +21,7 @@ from engine import batch as fmt
 from engine.batch import RecordTuple
 from engine.errors import RecordTooLarge, UnknownPartition
 from engine.log import AppendInfo
+from engine.producer_state import ProducerIdentity
 from gateway.formats import codecs, native
 from gateway.metrics.collectors import Metrics
 from gateway.produce import idempotency
@@ -53,6 +54,9 @@ class ProduceRequest:
     target: str  # path and query: part of what makes two requests the same
     forwarded: bool = False  # from another node: never forwarded again
     schemas: dict[Field, Named] | None = None  # the schemas named to check JSON fields against
+    # Inside a transaction: adds the partitions to it at its coordinator (KIP-890's server
+    # side: before any of them is written) and says who writes.
+    transaction: Callable[[list[int]], Awaitable[ProducerIdentity]] | None = None
 
 
 @dataclass(slots=True)
@@ -124,15 +128,21 @@ class Producer:
         """The answer once the partition layer appended `batches` and honoured the acks."""
         landed: Landed = {}
         try:
-            await self.appender.append_records(
-                topic,
-                batches,
-                request.acks,
-                request.timeout_ms,
-                landed,
-                may_forward=not request.forwarded,
-                joinable=request.idempotency_key is None,
-            )
+            if request.transaction is not None:
+                producer = await request.transaction(sorted({b.partition for b in batches}))
+                await self.appender.append_transactional(
+                    topic, batches, request.acks, request.timeout_ms, landed, producer
+                )
+            else:
+                await self.appender.append_records(
+                    topic,
+                    batches,
+                    request.acks,
+                    request.timeout_ms,
+                    landed,
+                    may_forward=not request.forwarded,
+                    joinable=request.idempotency_key is None,
+                )
         finally:
             self._count(topic, batches, landed)
         return self._answer(request, landed)

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from engine.producer_state import Isolation
 from replication.session_wire import (
     FetchPosition,
     MalformedSessionFetch,
@@ -93,6 +94,15 @@ def test_a_consumer_request_reads_back_whole() -> None:
     assert decode_request(encode_request(request)) == request
     known_epoch = replace(request, partitions={("orders", 0): FetchPosition(3, 10, 4096)})
     assert decode_request(encode_request(known_epoch)) == known_epoch
+
+
+def test_a_read_committed_consumer_request_says_so_and_others_do_not() -> None:
+    committed = consumer_request({("orders", 0): 10}, 500, 4096, Isolation.READ_COMMITTED)
+    assert decode_request(encode_request(committed)).isolation is Isolation.READ_COMMITTED
+    plain = consumer_request({("orders", 0): 10}, 500, 4096)
+    assert encode_request(committed) == encode_request(plain) + b"\x01"
+    with pytest.raises(MalformedSessionFetch, match="isolation level 2"):
+        decode_request(encode_request(plain) + b"\x02")
 
 
 @pytest.mark.parametrize(

@@ -202,6 +202,19 @@ class GroupCoordinator:
         self.membership.renew(group, member)
         return self.offsets.commit(group, member, offsets, generation, within_log)
 
+    def check_generation(self, name: str, member_id: str, generation: int) -> None:
+        """Refuse (UNKNOWN_MEMBER, STALE_GENERATION) unless the member is of the group's
+        current generation: offsets sent to a transaction must be (KIP-447)."""
+        group, _ = self.membership.member(name, member_id)
+        self.offsets.check_generation(group, generation)
+
+    def commit_transactional(
+        self, name: str, offsets: list[tuple[TopicPartition, int, str]]
+    ) -> None:
+        """Commit a committed transaction's offsets for the group, whoever owns the partitions
+        now: they were checked when sent, and the transaction's commit may not be undone."""
+        self.offsets.commit_decided(name, offsets)
+
     def committed(
         self, name: str, member_id: str, partitions: list[TopicPartition]
     ) -> list[tuple[TopicPartition, CommittedOffset | None]]:

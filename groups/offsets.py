@@ -58,13 +58,8 @@ class Offsets:
         """Commit the given offsets, or everything delivered; only owned partitions, and only
         in the group's current generation (if given). `within_log` False takes any offset, as
         Kafka's coordinator does (a read from it resets where auto_offset_reset says)."""
-        if generation is not None and generation != group.generation:
-            raise GroupError(
-                "STALE_GENERATION",
-                f"generation {generation} is not the group's current one ({group.generation}); "
-                "fetch to learn the new assignment",
-                generation=group.generation,
-            )
+        if generation is not None:
+            self.check_generation(group, generation)
         if offsets is None:
             return self.commit_positions(group, member)
         for (topic, p), offset, _ in offsets:
@@ -79,6 +74,21 @@ class Offsets:
                 raise OffsetOutOfRange(offset, log.log_start_offset, log.high_watermark)
         self._store(group, [(tp, offset, meta) for tp, offset, meta in offsets])
         return [(tp, offset) for tp, offset, _ in offsets]
+
+    def check_generation(self, group: Group, generation: int) -> None:
+        if generation != group.generation:
+            raise GroupError(
+                "STALE_GENERATION",
+                f"generation {generation} is not the group's current one ({group.generation}); "
+                "fetch to learn the new assignment",
+                generation=group.generation,
+            )
+
+    def commit_decided(self, name: str, offsets: list[tuple[TopicPartition, int, str]]) -> None:
+        """Commit offsets a committed transaction carried, members or not (`durable` waits)."""
+        self.log.coordinator(name)
+        group = self.groups.setdefault(name, Group(name))
+        self._store(group, offsets)
 
     def commit_positions(
         self, group: Group, member: Member, *, durable: bool = True

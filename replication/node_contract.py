@@ -50,6 +50,9 @@ APPEND_ROUTE = APPEND_PREFIX + "/{topic}/{partition}/append"
 MARKER_ROUTE = APPEND_PREFIX + "/{topic}/{partition}/markers"
 # A node's own dispatchers of a subscription, for the node that describes it.
 SUBSCRIPTION_PARTITIONS_ROUTE = "/internal/v1/subscriptions/{name}/partitions"
+# A transaction's offsets at its group's coordinator: the generation check (offsets null)
+# and the commit of a committed transaction's offsets.
+TRANSACTION_OFFSETS_ROUTE = "/internal/v1/groups/{group}/transaction-offsets"
 # A subscription's positions at its group's coordinator: commit (PUT) and forget (DELETE),
 # each checked there against that node's view of the subscription.
 SUBSCRIPTION_POSITIONS_ROUTE = "/internal/v1/subscriptions/{name}/positions"

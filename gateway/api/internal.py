@@ -17,6 +17,7 @@ from gateway.formats import codecs
 from gateway.http.params import int_param, json_object, json_response, partition_param, read_body
 from gateway.http.problem import Problem, problem_body
 from gateway.state import gateway_of
+from groups.transactions import group_offsets
 from replication import session_wire
 from replication.node_contract import (
     APPEND_ROUTE,
@@ -27,6 +28,7 @@ from replication.node_contract import (
     REPLICA_RECORDS_ROUTE,
     SESSION_FETCH,
     SESSION_FETCH_ROUTE,
+    TRANSACTION_OFFSETS_ROUTE,
 )
 
 INT32_MAX = 2**31 - 1
@@ -40,6 +42,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get(EPOCH_END_ROUTE, epoch_end)
     app.router.add_post(APPEND_ROUTE, append)
     app.router.add_post(MARKER_ROUTE, write_marker)
+    app.router.add_post(TRANSACTION_OFFSETS_ROUTE, transaction_offsets)
 
 
 async def append(request: web.Request) -> web.Response:
@@ -83,6 +86,27 @@ async def write_marker(request: web.Request) -> web.Response:
         coordinator_epoch,
         timeout_ms,
     )
+    return web.Response(status=204)
+
+
+async def transaction_offsets(request: web.Request) -> web.Response:
+    """A transaction coordinator's call for a group coordinated here
+    (`groups.transactions.group_offsets`): check a member's generation (offsets null), or
+    commit a committed transaction's offsets."""
+    gateway = gateway_of(request)
+    doc = await json_object(request, gateway.settings)
+    group = request.match_info["group"]
+    try:
+        member_id, generation = str(doc["member_id"]), int(doc["generation_id"])
+        raw = doc["offsets"]
+        offsets = None if raw is None else [(str(t), int(p), int(o), str(m)) for t, p, o, m in raw]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise Problem(400, "INVALID_REQUEST", f"a malformed offsets request: {exc!r}") from exc
+    if offsets is None:
+        gateway.groups.check_generation(group, member_id, generation)
+    else:
+        group_offsets.here(gateway.groups, group, offsets)
+        await gateway.groups.durable(group, gateway.settings.default_produce_timeout_ms)
     return web.Response(status=204)
 
 

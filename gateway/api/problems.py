@@ -46,6 +46,9 @@ _ENGINE_STATUS: dict[type[errors.EngineError], int] = {
     errors.KafkaStorageError: 503,  # offline until a restart: no Retry-After
     errors.StorageError: 503,
     errors.RemoteStorageError: 503,
+    errors.ProducerFenced: 409,
+    errors.TransactionNotOngoing: 409,
+    errors.IsolationUnavailable: 416,
     replication.NotLeader: 421,
     replication.LeaderNotAvailable: 503,
     replication.NotController: 421,
@@ -110,8 +113,17 @@ _DOMAIN_STATUS = {
     "UNKNOWN_SUBSCRIPTION": 404,
     "SUBSCRIPTION_EXISTS": 409,
     "SUBSCRIPTION_CHANGED": 409,
+    "PRODUCER_FENCED": 409,
+    "INVALID_TXN_STATE": 409,
+    "UNKNOWN_TRANSACTIONAL_ID": 404,
+    "CONCURRENT_TRANSACTIONS": 409,
+    "TRANSACTION_TIMED_OUT": 409,
+    "INVALID_TRANSACTION_TIMEOUT": 400,
+    "NOT_TRANSACTION_OWNER": 403,
 }
-_RETRY_SOON = frozenset({"COORDINATOR_NOT_AVAILABLE", "IDEMPOTENCY_KEY_IN_FLIGHT"})
+_RETRY_SOON = frozenset(
+    {"COORDINATOR_NOT_AVAILABLE", "IDEMPOTENCY_KEY_IN_FLIGHT", "CONCURRENT_TRANSACTIONS"}
+)
 # The schema registry's Confluent codes by their names (SUBJECT_NOT_FOUND for 40401, ...).
 _SCHEMA_CODES = {
     value: name

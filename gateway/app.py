@@ -20,6 +20,7 @@ from gateway.api import records as records_api
 from gateway.api import share_groups as share_groups_api
 from gateway.api import subscriptions as subscriptions_api
 from gateway.api import topics as topics_api
+from gateway.api import transactions as transactions_api
 from gateway.api.admission import (
     ADMISSION,
     Admission,
@@ -78,6 +79,7 @@ def build_app(settings: Settings) -> web.Application:
     events.add_routes(app)
     groups_api.add_routes(app)
     share_groups_api.add_routes(app)
+    transactions_api.add_routes(app)
     subscriptions_api.add_routes(app)
     ops_api.add_routes(app)
     reassignments_api.add_routes(app)
@@ -124,6 +126,7 @@ async def _release_long_polls(app: web.Application) -> None:
     gateway.notifier.wake_all()
     gateway.groups.close()
     gateway.share_groups.close()
+    gateway.transactions.close()
 
 
 async def _close(app: web.Application) -> None:

@@ -221,6 +221,7 @@ async def _drain(public: Http2Site, gateway: Gateway) -> None:
     gateway.notifier.wake_all()
     gateway.groups.close()
     gateway.share_groups.close()
+    gateway.transactions.close()
     server = public.runner.server
     if server is None:
         return

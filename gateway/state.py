@@ -7,6 +7,7 @@ import asyncio
 import functools
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -15,6 +16,7 @@ from engine import batch as fmt
 from engine import offsets_topic
 from engine.errors import EngineError
 from engine.notify import ChangeNotifier
+from engine.producer_state import ProducerIdentity
 from engine.tiered.remote import S3Location
 from gateway.auth.service import AuthService
 from gateway.formats import codecs
@@ -35,10 +37,14 @@ from groups.share import state_topic
 from groups.share.coordinator import ShareCoordinator
 from groups.subscriptions.positions import GroupPositions
 from groups.subscriptions.service import SubscriptionService
+from groups.transactions import state_topic as txn_state_topic
+from groups.transactions.coordinator import TransactionCoordinator
+from groups.transactions.group_offsets import TransactionOffsets
 from replication.acks import Acks
 from replication.broker import Broker, BrokerSettings
 from replication.errors import NotController
 from replication.forward_client import ForwardClient
+from replication.markers import MarkerWriter
 from replication.replica_manager import ReplicaManager, ReplicationSettings
 from replication.tiering import TieringSettings
 from schemas import records as schema_records
@@ -63,6 +69,7 @@ class Gateway:
     schemas: SchemaStore
     value_decoder: ValueDecoder  # record values read with the registry, for readers that ask
     share_groups: ShareCoordinator
+    transactions: TransactionCoordinator
     ready: bool = False
     port: int = 0  # the bound port, once listening (settings.port may be 0)
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
@@ -102,9 +109,21 @@ class Gateway:
             settings.group_max_members,
             settings.default_produce_timeout_ms,
         )
+        markers = MarkerWriter(replicas, forwarder)
+        txn_offsets = TransactionOffsets(groups, forwarder, settings.default_produce_timeout_ms)
+        transactions = TransactionCoordinator(
+            replicas,
+            lambda topic, p, pid, epoch, commit, ce: markers.write(
+                topic, p, ProducerIdentity(pid, epoch), commit, ce
+            ),
+            txn_offsets.commit,
+            txn_offsets.check_generation,
+            settings.default_produce_timeout_ms,
+        )
         in_flight = InFlight()
         replicas.add_role_listener(groups.role_changed)
         replicas.add_role_listener(share_groups.role_changed)
+        replicas.add_role_listener(transactions.role_changed)
         replicas.add_topics_listener(lambda deleted: _topics_changed(groups, deleted))
         replicas.add_topics_listener(share_groups.topics_changed)
         await broker.start()
@@ -142,6 +161,7 @@ class Gateway:
             schemas=schemas,
             value_decoder=value_decoder,
             share_groups=share_groups,
+            transactions=transactions,
         )
         producer.registry = lambda: gateway.schemas.state
         producer.registry_synced = gateway.schemas.synced
@@ -183,6 +203,7 @@ class Gateway:
         await self.schemas.close()
         await self.subscriptions.close()
         self.share_groups.close()
+        self.transactions.close()
         self.groups.flush()
         await self.producer.appender.forwarded.close()
         await self.forwarder.close()
@@ -191,25 +212,42 @@ class Gateway:
 
     async def share_groups_ready(self) -> ShareCoordinator:
         """The share-group coordinator, once `__share_group_state` exists (made at the first
-        share group's first call, as Kafka makes it) and the partitions led here are loaded.
-        Only the controller makes it: another node sends that first call there."""
-        view = self.broker.store.view
-        if state_topic.STATE_TOPIC not in view.topics:
-            settings = self.settings
-            if view.controller != settings.node_id:
-                raise NotController(
-                    f"{state_topic.STATE_TOPIC} does not exist yet; the controller (node "
-                    f"{view.controller}) makes it"
-                )
-            async with asyncio.timeout(settings.leader_wait_ms / 1000):
-                await self.broker.ensure_topic(
-                    state_topic.STATE_TOPIC,
-                    settings.offsets_topic_partitions,
-                    settings.offsets_topic_replication_factor if settings.cluster else 1,
-                    state_topic.TOPIC_CONFIGS,
-                )
-            await self.share_groups.loaded()
+        share group's first call, as Kafka makes it) and the partitions led here are loaded."""
+        await self._state_topic_ready(
+            state_topic.STATE_TOPIC, state_topic.TOPIC_CONFIGS, self.share_groups.loaded
+        )
         return self.share_groups
+
+    async def transactions_ready(self) -> TransactionCoordinator:
+        """The transaction coordinator, once `__transaction_state` exists (made at the first
+        transactional call, as Kafka makes it) and the partitions led here are loaded."""
+        await self._state_topic_ready(
+            txn_state_topic.STATE_TOPIC, txn_state_topic.TOPIC_CONFIGS, self.transactions.loaded
+        )
+        return self.transactions
+
+    async def _state_topic_ready(
+        self, topic: str, configs: dict[str, object], loaded: Callable[[], Awaitable[None]]
+    ) -> None:
+        """Make a coordinator's internal state topic if it does not exist yet, then wait for
+        the replays of its partitions led here. Only the controller makes it: another node
+        sends that first call there."""
+        view = self.broker.store.view
+        if topic in view.topics:
+            return
+        settings = self.settings
+        if view.controller != settings.node_id:
+            raise NotController(
+                f"{topic} does not exist yet; the controller (node {view.controller}) makes it"
+            )
+        async with asyncio.timeout(settings.leader_wait_ms / 1000):
+            await self.broker.ensure_topic(
+                topic,
+                settings.offsets_topic_partitions,
+                settings.offsets_topic_replication_factor if settings.cluster else 1,
+                configs,
+            )
+        await loaded()
 
     async def reload(self) -> None:
         """SIGHUP: what the auth settings name is read again; calls to other nodes carry the

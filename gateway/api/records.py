@@ -19,6 +19,7 @@ from gateway.api.fetch import (
     start_offset,
 )
 from gateway.api.topics import refuse_internal
+from gateway.api.transactions import produce_transaction
 from gateway.auth.middleware import require_create_topic
 from gateway.formats import codecs
 from gateway.formats.decoded import decode_values
@@ -88,6 +89,7 @@ async def produce(request: web.Request) -> web.Response:
             target=request.path_qs,
             forwarded=FORWARDED_BY in request.headers,
             schemas=_named_schemas(request.query),
+            transaction=produce_transaction(request, request.query),
         )
     )
     return json_response(answer, produced(acks))

@@ -7,7 +7,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, cast, get_args
 
-ResourceType = Literal["topic", "group", "cluster", "subject"]  # subject: the schema registry's
+# subject: the schema registry's; transactional_id: Kafka's TransactionalId
+ResourceType = Literal["topic", "group", "cluster", "subject", "transactional_id"]
 Operation = Literal["read", "write", "create", "delete", "alter", "describe"]
 PatternType = Literal["literal", "prefixed"]
 Permission = Literal["allow", "deny"]
@@ -24,6 +25,7 @@ RESOURCE_OPERATIONS: dict[ResourceType, tuple[Operation, ...]] = {
     "group": ("read", "delete", "alter", "describe"),
     "cluster": ("create", "alter", "describe"),
     "subject": ("read", "write", "delete", "alter"),
+    "transactional_id": ("write", "describe"),
 }
 # Kafka: allowing any of these also allows describe on the same resource.
 IMPLIES_DESCRIBE: frozenset[Operation] = frozenset({"read", "write", "delete", "alter"})

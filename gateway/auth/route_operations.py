@@ -49,6 +49,7 @@ _SHARE = "/v1/share-groups/{group}"
 _SHARE_MEMBER = f"{_SHARE}/members/{{member}}"
 _V2_PARTITION = "/topics/{topic}/partitions/{partition}"
 _V2_INSTANCE = "/consumers/{group}/instances/{instance}"
+_TXN = "/v1/transactions/{transactional_id}"
 _SUBSCRIPTION = "/v1/subscriptions/{name}"
 _CHANGE_SUBSCRIPTION = "read on the subscription's topic, write on its dead-letter topic"
 _SR = "/schema-registry"  # gateway.api.schema_registry.media.PREFIX
@@ -62,9 +63,12 @@ ROUTES: dict[tuple[str, str], Access] = {
     ("PATCH", "/v1/topics/{topic}"): Access(_on("topic", "alter", "topic")),
     ("DELETE", "/v1/topics/{topic}"): Access(_on("topic", "delete", "topic")),
     ("POST", "/v1/topics/{topic}/records"): Access(
-        _on("topic", "write", "topic"), also="create on the topic or cluster to auto-create it"
+        _on("topic", "write", "topic"),
+        also="create on the topic or cluster to auto-create it; write on the transactional id",
     ),
-    ("POST", f"{_TOPIC_RECORDS}/records"): Access(_on("topic", "write", "topic")),
+    ("POST", f"{_TOPIC_RECORDS}/records"): Access(
+        _on("topic", "write", "topic"), also="write on the transactional id"
+    ),
     ("GET", f"{_TOPIC_RECORDS}/records"): Access(_on("topic", "read", "topic")),
     ("GET", "/v1/topics/{topic}/events"): Access(
         _on("topic", "read", "topic"), also="read on the group named by `group`"
@@ -98,6 +102,20 @@ ROUTES: dict[tuple[str, str], Access] = {
         _on("group", "read", "group"), also="read on each of the member's topics"
     ),
     ("POST", f"{_SHARE_MEMBER}/acknowledge"): Access(_on("group", "read", "group")),
+    ("GET", "/v1/transactions"): Access(
+        also="lists only the transactional ids the principal may describe"
+    ),
+    ("POST", _TXN): Access(_on("transactional_id", "write", "transactional_id")),
+    ("GET", _TXN): Access(_on("transactional_id", "describe", "transactional_id")),
+    ("POST", f"{_TXN}/offsets"): Access(
+        _on("transactional_id", "write", "transactional_id"),
+        also="read on the group and on each topic",
+    ),
+    ("POST", f"{_TXN}/commit"): Access(_on("transactional_id", "write", "transactional_id")),
+    ("POST", f"{_TXN}/abort"): Access(
+        _on("transactional_id", "write", "transactional_id"),
+        also="alter on the cluster for an abort without producer_epoch (an operator's)",
+    ),
     ("POST", "/v1/subscriptions"): Access(also="read on the topic, write on the dead-letter topic"),
     ("GET", "/v1/subscriptions"): Access(
         also="lists only the subscriptions of topics the principal may describe"

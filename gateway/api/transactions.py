@@ -1,0 +1,280 @@
+"""Transaction routes (KIP-98 over HTTP): begin under a transactional id, send a consumer
+group's offsets, commit or abort, describe and list; and the produce routes' way into a
+transaction (`transactional_id` and `producer_epoch` in the query).
+
+Every input is checked here; the transaction coordinator (groups.transactions.coordinator)
+does the rest. A call reaching a node that does not coordinate the id is forwarded there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from engine.producer_state import ProducerIdentity
+from gateway.api.groups import MAX_GROUP_ID, check_fields, int_field, valid_group_id
+from gateway.auth.acl import CLUSTER
+from gateway.auth.middleware import may, principal_of, require
+from gateway.http.params import json_object, json_response, query_int
+from gateway.http.problem import bad_request
+from gateway.state import Gateway, gateway_of
+from groups.transactions.coordinator import TransactionCoordinator
+from groups.transactions.model import OffsetEntry, TransactionMetadata, TransactionState
+from replication.errors import NodeUnreachable
+from replication.forward_client import RemoteError
+from replication.node_contract import FORWARDED_BY
+
+MAX_TRANSACTIONAL_ID = 249  # Kafka's limit on a transactional id's length
+MAX_EPOCH = 2**15 - 1
+MAX_OFFSETS = 10_000  # offsets in one request
+DEFAULT_TIMEOUT_MS = 60_000  # Kafka's transaction.timeout.ms default
+_BASE = "/v1/transactions/{transactional_id}"
+_STATES = {s.value: s for s in TransactionState}
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_get("/v1/transactions", list_transactions)
+    app.router.add_post(_BASE, begin)
+    app.router.add_get(_BASE, describe)
+    app.router.add_post(_BASE + "/offsets", add_offsets)
+    app.router.add_post(_BASE + "/commit", commit)
+    app.router.add_post(_BASE + "/abort", abort)
+
+
+def valid_transactional_id(value: object) -> bool:
+    return (
+        isinstance(value, str)
+        and 1 <= len(value) <= MAX_TRANSACTIONAL_ID
+        and value.isprintable()
+        and "/" not in value
+    )
+
+
+def transactional_id_param(request: web.Request) -> str:
+    name = request.match_info["transactional_id"]
+    if not valid_transactional_id(name):
+        raise bad_request(
+            f"a transactional id is 1 to {MAX_TRANSACTIONAL_ID} printable characters without '/'",
+            "INVALID_TRANSACTIONAL_ID",
+        )
+    return name
+
+
+async def _coordinator(request: web.Request) -> TransactionCoordinator:
+    return await gateway_of(request).transactions_ready()
+
+
+def transaction_doc(meta: TransactionMetadata) -> dict[str, Any]:
+    """A transaction as the API shows it."""
+    doc = meta.as_dict()
+    doc["partitions"] = [{"topic": t, "partition": p} for t, p in sorted(meta.partitions)]
+    doc["pending_offsets"] = [
+        {
+            "group_id": group,
+            "member_id": pending.member_id,
+            "generation_id": pending.generation_id,
+            "offsets": [
+                {"topic": t, "partition": p, "offset": o, "metadata": m}
+                for t, p, o, m in pending.offsets
+            ],
+        }
+        for group, pending in sorted(meta.pending_offsets.items())
+    ]
+    if meta.state is TransactionState.ONGOING:
+        doc["expires_ms"] = meta.started_ms + meta.timeout_ms
+    return doc
+
+
+async def begin(request: web.Request) -> web.Response:
+    """Begin a transaction: a new producer epoch, fencing every earlier holder of the id."""
+    gateway = gateway_of(request)
+    name = transactional_id_param(request)
+    doc = await json_object(request, gateway.settings) if request.can_read_body else {}
+    check_fields(doc, {"timeout_ms"})
+    timeout_ms = DEFAULT_TIMEOUT_MS
+    if "timeout_ms" in doc:
+        timeout_ms = int_field(doc, "timeout_ms", 1, 2**31 - 1)
+    coordinator = await _coordinator(request)
+    meta = await coordinator.begin(name, timeout_ms, principal_of(request))
+    return json_response(transaction_doc(meta), 201)
+
+
+async def describe(request: web.Request) -> web.Response:
+    name = transactional_id_param(request)
+    return json_response(transaction_doc((await _coordinator(request)).describe(name)))
+
+
+async def add_offsets(request: web.Request) -> web.Response:
+    """A consumer group's offsets, committed with the transaction (sendOffsetsToTransaction)."""
+    gateway = gateway_of(request)
+    name = transactional_id_param(request)
+    doc = await json_object(request, gateway.settings)
+    check_fields(doc, {"producer_epoch", "group_id", "member_id", "generation_id", "offsets"})
+    epoch = int_field(doc, "producer_epoch", 0, MAX_EPOCH)
+    group, member_id = doc.get("group_id"), doc.get("member_id")
+    if not valid_group_id(group) or not valid_group_id(member_id):
+        raise bad_request(
+            f"group_id and member_id must be 1 to {MAX_GROUP_ID} printable characters without '/'",
+            "INVALID_PARAMETER",
+        )
+    assert isinstance(group, str) and isinstance(member_id, str)
+    generation = int_field(doc, "generation_id", 0, 2**31 - 1)
+    offsets = _offsets(doc.get("offsets"))
+    require(request, "group", group, "read")
+    for topic in {t for t, _, _, _ in offsets}:
+        require(request, "topic", topic, "read")
+    meta = await (await _coordinator(request)).add_offsets(
+        name, epoch, group, member_id, generation, offsets, principal_of(request)
+    )
+    return json_response(transaction_doc(meta))
+
+
+def _offsets(raw: object) -> list[OffsetEntry]:
+    if not isinstance(raw, list) or not raw or len(raw) > MAX_OFFSETS:
+        raise bad_request(
+            f"offsets must be a list of 1 to {MAX_OFFSETS} objects", "INVALID_PARAMETER"
+        )
+    out: list[OffsetEntry] = []
+    seen: set[tuple[str, int]] = set()
+    for i, entry in enumerate(raw):
+        where = f"offsets[{i}]."
+        if not isinstance(entry, dict):
+            raise bad_request(f"offsets[{i}] must be an object", "INVALID_PARAMETER")
+        check_fields(entry, {"topic", "partition", "offset", "metadata"})
+        topic = entry.get("topic")
+        if not isinstance(topic, str) or not topic:
+            raise bad_request(f"{where}topic must be a topic name", "INVALID_PARAMETER")
+        partition = int_field(entry, "partition", 0, 2**31 - 1, where)
+        offset = int_field(entry, "offset", 0, 2**63 - 1, where)
+        metadata = entry.get("metadata", "")
+        if not isinstance(metadata, str) or len(metadata) > 4096:
+            raise bad_request(
+                f"{where}metadata must be a string of at most 4096 characters",
+                "INVALID_PARAMETER",
+            )
+        if (topic, partition) in seen:
+            raise bad_request(f"{topic}-{partition} appears twice in offsets", "INVALID_PARAMETER")
+        seen.add((topic, partition))
+        out.append((topic, partition, offset, metadata))
+    return out
+
+
+async def commit(request: web.Request) -> web.Response:
+    """Commit: every record produced in the transaction and its offsets, or none of them."""
+    name, epoch = await _end_request(request, epoch_required=True)
+    assert epoch is not None
+    coordinator = await _coordinator(request)
+    meta = await coordinator.commit(name, epoch, principal_of(request))
+    return json_response(transaction_doc(meta))
+
+
+async def abort(request: web.Request) -> web.Response:
+    """Abort: the producer's (with its epoch), or an operator's (without: alter on the
+    cluster, as kafka-transactions.sh abort) of a hanging transaction."""
+    name, epoch = await _end_request(request, epoch_required=False)
+    coordinator = await _coordinator(request)
+    if epoch is None:
+        require(request, "cluster", CLUSTER, "alter")
+        meta = await coordinator.abort_by_operator(name)
+    else:
+        meta = await coordinator.abort(name, epoch, principal_of(request))
+    return json_response(transaction_doc(meta))
+
+
+async def _end_request(request: web.Request, *, epoch_required: bool) -> tuple[str, int | None]:
+    gateway = gateway_of(request)
+    name = transactional_id_param(request)
+    doc = await json_object(request, gateway.settings) if request.can_read_body else {}
+    check_fields(doc, {"producer_epoch"})
+    if "producer_epoch" not in doc and not epoch_required:
+        return name, None
+    return name, int_field(doc, "producer_epoch", 0, MAX_EPOCH)
+
+
+async def list_transactions(request: web.Request) -> web.Response:
+    """The transactions of the cluster (each node's coordinated ones), optionally in some
+    states, that the principal may describe (kafka-transactions.sh list)."""
+    raw = request.query.get("state", "")
+    states = None
+    if raw:
+        unknown = [s for s in raw.split(",") if s not in _STATES]
+        if unknown:
+            raise bad_request(
+                f"unknown state {unknown[0]!r}; one of {', '.join(_STATES)}", "INVALID_PARAMETER"
+            )
+        states = {_STATES[s] for s in raw.split(",")}
+    coordinator = await _coordinator(request)
+    docs = [transaction_doc(m) for m in coordinator.list_transactions(states)]
+    gateway = gateway_of(request)
+    if FORWARDED_BY not in request.headers:
+        docs += await _other_nodes(gateway, request.path_qs)
+    docs.sort(key=lambda d: str(d["transactional_id"]))
+    allowed = [
+        d for d in docs if may(request, "transactional_id", d["transactional_id"], "describe")
+    ]
+    return json_response({"transactions": allowed})
+
+
+async def _other_nodes(gateway: Gateway, path_qs: str) -> list[dict[str, Any]]:
+    """Every other live node's own list (asked as forwarded, so it answers only its own)."""
+    view = gateway.broker.store.view
+    me = gateway.settings.node_id
+    urls = [n.url for i, n in view.nodes.items() if i != me and i in view.live]
+    headers = {FORWARDED_BY: str(me)}
+
+    async def one(url: str) -> list[dict[str, Any]]:
+        answer = await gateway.forwarder.forward(url, "GET", path_qs, headers, b"")
+        if answer.status != 200:
+            raise RemoteError(answer.status, orjson.loads(answer.body) if answer.body else {})
+        return list(orjson.loads(answer.body)["transactions"])
+
+    found = await asyncio.gather(*(one(u) for u in urls), return_exceptions=True)
+    out: list[dict[str, Any]] = []
+    for result in found:
+        if isinstance(result, NodeUnreachable | RemoteError):
+            continue  # a node going away: its coordinators move, the next list shows them
+        if isinstance(result, BaseException):
+            raise result
+        out.extend(result)
+    return out
+
+
+def produce_transaction(
+    request: web.Request, query: Mapping[str, str]
+) -> Callable[[list[int]], Awaitable[ProducerIdentity]] | None:
+    """A produce's transaction, if its query names one (`transactional_id` with
+    `producer_epoch`): what adds the produce's partitions to it at its coordinator."""
+    name = query.get("transactional_id")
+    if name is None:
+        if "producer_epoch" in query:
+            raise bad_request("producer_epoch goes with transactional_id", "INVALID_PARAMETER")
+        return None
+    if not valid_transactional_id(name):
+        raise bad_request(
+            f"transactional_id must be 1 to {MAX_TRANSACTIONAL_ID} printable characters "
+            "without '/'",
+            "INVALID_TRANSACTIONAL_ID",
+        )
+    epoch = query_int(query, "producer_epoch", None, 0, MAX_EPOCH)
+    if "Idempotency-Key" in request.headers:
+        raise bad_request(
+            "a transactional produce takes no Idempotency-Key: its producer epoch fences "
+            "retries and zombies",
+            "INVALID_PARAMETER",
+        )
+    require(request, "transactional_id", name, "write")
+    topic = request.match_info["topic"]
+    principal = principal_of(request)
+
+    async def add(partitions: list[int]) -> ProducerIdentity:
+        coordinator = await _coordinator(request)
+        meta = await coordinator.add_partitions(
+            name, epoch, [(topic, p) for p in partitions], principal
+        )
+        return ProducerIdentity(meta.producer_id, meta.producer_epoch)
+
+    return add

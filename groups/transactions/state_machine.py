@@ -218,11 +218,13 @@ class TransactionStateMachine:
         """The ids whose open transaction ran past its timeout (to abort)."""
         return sorted(tid for tid, meta in self.transactions.items() if _past_timeout(meta, now))
 
-    def time_out(self, transactional_id: str, now: int) -> Transition | None:
-        """Abort the id's transaction if it is still open past its timeout."""
-        meta = self.transactions.get(transactional_id)
-        if meta is None or not _past_timeout(meta, now):
-            return None
+    def time_out(self, transactional_id: str, now: int) -> Transition:
+        """Abort the id's transaction, open past its timeout (the coordinator's timer)."""
+        meta = self.get(transactional_id)
+        if not _past_timeout(meta, now):
+            raise InvalidTxnState(
+                f"the transaction of {transactional_id!r} is not open past its timeout"
+            )
         aborted = dataclasses.replace(
             meta, state=State.PREPARE_ABORT, updated_ms=now, abort_cause=AbortCause.TIMEOUT
         )
@@ -230,15 +232,17 @@ class TransactionStateMachine:
 
     def removable(self, now: int, expiration_ms: int) -> list[str]:
         """The ids idle with no transaction open for `expiration_ms`
-        (transactional.id.expiration.ms): deleted."""
+        (transactional.id.expiration.ms): to delete."""
         return sorted(
-            tid
-            for tid, meta in self.transactions.items()
-            if meta.state.complete and now >= meta.updated_ms + expiration_ms
+            tid for tid, meta in self.transactions.items() if _idle(meta, now, expiration_ms)
         )
 
-    def remove(self, transactional_id: str) -> Transition:
-        self.get(transactional_id)
+    def remove(self, transactional_id: str, now: int, expiration_ms: int) -> Transition:
+        """Delete an id idle for `expiration_ms`; its producer id is never given again."""
+        if not _idle(self.get(transactional_id), now, expiration_ms):
+            raise InvalidTxnState(
+                f"{transactional_id!r} has been used in the last {expiration_ms} ms"
+            )
         return Transition(transactional_id, None)
 
     # -- applying and loading --------------------------------------------------------------------
@@ -324,6 +328,10 @@ class TransactionStateMachine:
 
 def _past_timeout(meta: TransactionMetadata, now: int) -> bool:
     return meta.state is State.ONGOING and now >= meta.started_ms + meta.timeout_ms
+
+
+def _idle(meta: TransactionMetadata, now: int, expiration_ms: int) -> bool:
+    return meta.state.complete and now >= meta.updated_ms + expiration_ms
 
 
 def _own(meta: TransactionMetadata, principal: str | None) -> None:

@@ -33,11 +33,12 @@ log = logging.getLogger(__name__)
 
 
 class Replayed(dict[str, TransactionMetadata]):
-    """A replay's transactional ids, and each replayed partition's last producer id counter."""
+    """A replay's transactional ids, and each replayed partition's last producer id counter
+    (None: it has allocated none)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.last_counters: dict[int, int] = {}
+        self.last_counters: dict[int, int | None] = {}
 
 
 def transaction_key(transactional_id: str) -> bytes:
@@ -58,8 +59,10 @@ def records(transition: Transition) -> list[tuple[bytes, bytes | None]]:
 def replay(partition_logs: Iterable[CommittedLog]) -> Replayed:
     """Every transactional id's latest state, and the counters, from the committed records."""
     replayed = Replayed()
-    for key, value, where in committed_records(partition_logs):
-        _apply(replayed, key, value, where)
+    for partition_log in partition_logs:
+        replayed.last_counters[partition_log.partition] = None
+        for key, value, where in committed_records([partition_log]):
+            _apply(replayed, key, value, where)
     return replayed
 
 
@@ -77,8 +80,10 @@ def _apply(replayed: Replayed, key: bytes | None, value: bytes | None, where: Co
                     replayed[transactional_id] = TransactionMetadata.from_dict(doc)
             case ["producer_ids"] if doc is not None:
                 last = int(doc["last"])
-                known = replayed.last_counters.get(where.partition, last)
-                replayed.last_counters[where.partition] = max(known, last)
+                known = replayed.last_counters.get(where.partition)
+                replayed.last_counters[where.partition] = (
+                    last if known is None else max(known, last)
+                )
             case _:
                 raise InvalidRecord(f"unknown key {key!r}")
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, InvalidRecord) as exc:

@@ -174,7 +174,8 @@ def test_unknown_ids_are_refused() -> None:
         lambda: m.end(TID, 0, True, ME, 0),
         lambda: m.operator_abort(TID, 0),
         lambda: m.get(TID),
-        lambda: m.remove(TID),
+        lambda: m.remove(TID, 0, 0),
+        lambda: m.time_out(TID, 0),
     )
 
 
@@ -273,7 +274,8 @@ def test_an_open_transaction_past_its_timeout_is_aborted_and_its_producer_told()
     began(m, now=1000)
     do(m, m.add_partitions(TID, 0, [("t", 0)], ME, 30_000))  # activity does not extend it
     assert m.expired(60_999) == []
-    assert m.time_out(TID, 60_999) is None
+    with pytest.raises(InvalidTxnState):
+        m.time_out(TID, 60_999)
     assert m.expired(61_000) == [TID]
     t = m.time_out(TID, 61_000)
     assert t is not None
@@ -302,7 +304,8 @@ def test_a_decided_transaction_does_not_time_out() -> None:
     began(m)
     do(m, m.end(TID, 0, True, ME, 1))
     assert m.expired(10**9) == []
-    assert m.time_out(TID, 10**9) is None
+    with pytest.raises(InvalidTxnState):
+        m.time_out(TID, 10**9)
 
 
 def test_an_operator_aborts_an_open_transaction_whatever_its_epoch() -> None:
@@ -345,7 +348,12 @@ def test_ids_idle_past_the_expiration_are_removed() -> None:
     do(m, m.complete("tx", 20))
     assert m.removable(119, 100) == []
     assert m.removable(120, 100) == ["tx"]  # "other" is open: never removed
-    t = m.remove("tx")
+    refused(
+        InvalidTxnState,
+        lambda: m.remove("tx", 119, 100),
+        lambda: m.remove("other", 10**9, 100),
+    )
+    t = m.remove("tx", 120, 100)
     assert t == Transition("tx", None)
     m.apply(t)
     assert "tx" not in m.transactions
@@ -396,7 +404,7 @@ def test_producer_ids_stay_unique_across_restarts_and_deleted_ids() -> None:
     given = {meta.producer_id for meta in m.transactions.values()}
     stored(m.end("other", 0, True, ME, 1))
     stored(m.complete("other", 2))
-    stored(m.remove("other"))
+    stored(m.remove("other", 2, 0))
     # The replay of partition 3's records (the tombstone of "other" applied)
     replayed = state_topic.Replayed()
     last = None

@@ -1,0 +1,492 @@
+"""The transaction coordinator (KIP-98): the node that leads a transactional id's partition of
+`__transaction_state` keeps its state, decides its transactions and sees them through.
+
+Every change is appended to the id's state partition and waited on every in-sync replica
+before it takes effect and is answered, so the next coordinator (failover, reassignment,
+shutdown) replays what was answered. A decided transaction (PrepareCommit, PrepareAbort) is
+then completed in the background: a marker on every partition it wrote and, for a commit, the
+consumer groups' offsets it carries, each retried with backoff until done; only then is
+CompleteCommit (CompleteAbort) stored. A new coordinator completes the decided transactions
+it replays, and aborts the open ones that run past their timeout, as the old one would have.
+
+Markers and offsets go through injected callables (the partition layer's marker write, the
+group coordinator's commit), so this package knows neither route.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
+
+from engine.errors import EngineError, UnknownPartition, UnknownTopic
+from engine.offsets_topic import TopicPartition, partition_for
+from groups.offsets_log import CoordinatorLog, partition_count
+from groups.transactions import state_topic
+from groups.transactions.errors import ConcurrentTransactions, TransactionError
+from groups.transactions.model import OffsetEntry, TransactionMetadata, TransactionState
+from groups.transactions.state_machine import (
+    DEFAULT_MAX_TIMEOUT_MS,
+    TransactionStateMachine,
+    Transition,
+)
+from replication.partition import Partition
+from replication.replica_manager import ReplicaManager, refuse_internal
+
+ABORT_INTERVAL_MS = 10_000  # transaction.abort.timed.out.transaction.cleanup.interval.ms
+EXPIRATION_MS = 7 * 24 * 3600 * 1000  # transactional.id.expiration.ms
+RETRY_BACKOFF_MS = 100  # a failed marker or offsets commit, first retry
+RETRY_BACKOFF_MAX_MS = 1000
+logger = logging.getLogger("groups.transactions")
+
+WriteMarker = Callable[[str, int, int, int, bool, int], Awaitable[None]]
+"""(topic, partition, producer_id, producer_epoch, commit, coordinator_epoch): append a
+COMMIT (ABORT) marker as that partition's leader, on every in-sync replica; raises if not."""
+CommitOffsets = Callable[[str, str, int, list[OffsetEntry]], Awaitable[None]]
+"""(group, member_id, generation_id, [(topic, partition, offset, metadata)]): the group
+coordinator's commit of a committed transaction's offsets; raises if not done."""
+CheckGeneration = Callable[[str, str, int], Awaitable[None]]
+"""(group, member_id, generation_id): raises unless that member is of the group's current
+generation (KIP-447: a zombie's offsets are refused when sent)."""
+
+
+def now_ms() -> int:
+    """Wall-clock milliseconds: transaction timeouts outlive the node that started them."""
+    return int(time.time() * 1000)
+
+
+class TransactionCoordinator:
+    """Every transactional id whose state partition this node leads."""
+
+    def __init__(
+        self,
+        replicas: ReplicaManager,
+        write_marker: WriteMarker,
+        commit_offsets: CommitOffsets,
+        check_generation: CheckGeneration,
+        write_timeout_ms: int,
+        *,
+        max_timeout_ms: int = DEFAULT_MAX_TIMEOUT_MS,
+        abort_interval_ms: int = ABORT_INTERVAL_MS,
+        expiration_ms: int = EXPIRATION_MS,
+        retry_backoff_ms: int = RETRY_BACKOFF_MS,
+        retry_backoff_max_ms: int = RETRY_BACKOFF_MAX_MS,
+        clock: Callable[[], int] = now_ms,
+    ) -> None:
+        self.replicas = replicas
+        self.write_marker = write_marker
+        self.commit_offsets = commit_offsets
+        self.check_generation = check_generation
+        self.write_timeout_ms = (
+            write_timeout_ms  # a state write's wait, and an end's for its markers
+        )
+        self.abort_interval_ms = abort_interval_ms
+        self.expiration_ms = expiration_ms
+        self.retry_backoff_ms = retry_backoff_ms
+        self.retry_backoff_max_ms = retry_backoff_max_ms
+        self.clock = clock
+        self.machine = TransactionStateMachine(self._partition_of, max_timeout_ms)
+        self.log: CoordinatorLog[TransactionMetadata] = CoordinatorLog(
+            replicas,
+            self._restore,
+            self._replayed,
+            self._unload,
+            state_topic.STATE_TOPIC,
+            state_topic.replay,
+        )
+        self.closing = False
+        self._locks: dict[str, asyncio.Lock] = {}  # one change of an id at a time
+        self._completions: dict[str, asyncio.Task[None]] = {}  # decided ids being completed
+        self._timer: asyncio.Task[None] | None = None
+
+    # -- start and stop --------------------------------------------------------------------------
+
+    async def role_changed(self, partition: Partition) -> None:
+        """A state partition came to this node, moved to a new epoch, or left it."""
+        await self.log.role_changed(partition)
+
+    async def loaded(self) -> None:
+        """Wait for the replays under way."""
+        await self.log.loaded()
+
+    def close(self) -> None:
+        """Shutting down: replays, completions and the timer stop (a decided transaction is
+        completed by the next coordinator, which replays it)."""
+        self.closing = True
+        self.log.close()
+        for task in self._completions.values():
+            task.cancel()
+        if self._timer is not None:
+            self._timer.cancel()
+
+    def coordinates(self, transactional_id: str) -> bool:
+        """Whether this node coordinates the id now (its partition led and loaded here)."""
+        try:
+            self.log.coordinator(transactional_id)
+        except EngineError:
+            return False
+        return True
+
+    def _partition_of(self, transactional_id: str) -> int:
+        count = partition_count(self.replicas, state_topic.STATE_TOPIC)
+        return partition_for(transactional_id, count)
+
+    def _restore(self, stored: Mapping[str, TransactionMetadata]) -> None:
+        """Take over state partitions as their replay left them."""
+        assert isinstance(stored, state_topic.Replayed)
+        for state_partition, last_counter in stored.last_counters.items():
+            ids = {
+                tid: meta
+                for tid, meta in stored.items()
+                if self._partition_of(tid) == state_partition
+            }
+            for tid in self.machine.restore(state_partition, ids, last_counter):
+                logger.info("transaction %r: completing its %s", tid, ids[tid].state)
+
+    def _replayed(self) -> None:
+        """A partition is loaded: its decided transactions are completed, and the timer runs."""
+        if self.closing:
+            return
+        for tid, meta in list(self.machine.transactions.items()):
+            if meta.state.deciding:
+                self._complete_later(tid)
+        if self._timer is None:
+            self._timer = asyncio.create_task(self._tick())
+
+    def _unload(self, state_partition: int) -> None:
+        """A state partition left this node: its ids are coordinated elsewhere now."""
+        for tid in self.machine.unload(state_partition):
+            task = self._completions.pop(tid, None)
+            if task is not None:
+                task.cancel()
+            self._locks.pop(tid, None)
+
+    # -- the producer's calls --------------------------------------------------------------------
+
+    async def begin(
+        self, transactional_id: str, timeout_ms: int, principal: str | None
+    ) -> TransactionMetadata:
+        """Begin a transaction under a new epoch (a new producer id at the first begin). An
+        open transaction of the id is aborted first (its producer is fenced), and a completing
+        one waited for: `ConcurrentTransactions` if that takes longer than write_timeout_ms."""
+        deadline = self._deadline()
+        while True:
+            try:
+                meta = await self._change(
+                    transactional_id,
+                    lambda now: self.machine.begin(transactional_id, timeout_ms, principal, now),
+                )
+            except ConcurrentTransactions:
+                if not await self._completed(transactional_id, deadline):
+                    raise
+                continue
+            if meta.state is TransactionState.ONGOING:
+                return meta
+
+    async def add_partitions(
+        self,
+        transactional_id: str,
+        producer_epoch: int,
+        partitions: Iterable[TopicPartition],
+        principal: str | None,
+    ) -> TransactionMetadata:
+        """Partitions the transaction writes (before its first write to each): each gets a
+        marker when the transaction ends."""
+        wanted = list(partitions)
+
+        def decide(now: int) -> Transition:
+            transition = self.machine.add_partitions(
+                transactional_id, producer_epoch, wanted, principal, now
+            )
+            for topic, p in wanted:
+                self._check_partition(topic, p)
+            return transition
+
+        return await self._change(transactional_id, decide)
+
+    async def add_offsets(
+        self,
+        transactional_id: str,
+        producer_epoch: int,
+        group: str,
+        member_id: str,
+        generation_id: int,
+        offsets: Iterable[OffsetEntry],
+        principal: str | None,
+    ) -> TransactionMetadata:
+        """A consumer group's offsets (topic, partition, offset, metadata), committed as that
+        member if the transaction commits. The member must be of the group's current
+        generation now (KIP-447); `check_generation`'s refusal is raised as it is."""
+        entries = list(offsets)
+
+        def decide(now: int) -> Transition:
+            return self.machine.add_offsets(
+                transactional_id,
+                producer_epoch,
+                group,
+                member_id,
+                generation_id,
+                entries,
+                principal,
+                now,
+            )
+
+        self.log.coordinator(transactional_id)
+        decide(self.clock())  # refused (fenced, not open) before the group is asked
+        await self.check_generation(group, member_id, generation_id)
+        return await self._change(transactional_id, decide)
+
+    async def commit(
+        self, transactional_id: str, producer_epoch: int, principal: str | None
+    ) -> TransactionMetadata:
+        """Commit: decided once PrepareCommit is stored (never undone from then on), answered
+        once complete or after write_timeout_ms (state PrepareCommit: still completing). A
+        retry of a commit answers as the first."""
+        return await self._end(transactional_id, producer_epoch, True, principal)
+
+    async def abort(
+        self, transactional_id: str, producer_epoch: int, principal: str | None
+    ) -> TransactionMetadata:
+        """Abort: ABORT markers on every partition added; answered as `commit` is."""
+        return await self._end(transactional_id, producer_epoch, False, principal)
+
+    # -- operators -------------------------------------------------------------------------------
+
+    async def abort_by_operator(self, transactional_id: str) -> TransactionMetadata:
+        """An operator aborts the id's open transaction, whatever its producer's epoch
+        (kafka-transactions.sh abort); answered as `abort` is."""
+        meta = await self._change(
+            transactional_id, lambda now: self.machine.operator_abort(transactional_id, now)
+        )
+        return await self._until_complete(transactional_id, meta)
+
+    def describe(self, transactional_id: str) -> TransactionMetadata:
+        """The id's state (NotLeader names the coordinator when it is elsewhere)."""
+        self.log.coordinator(transactional_id)
+        return self.machine.get(transactional_id)
+
+    def list_transactions(
+        self, states: Collection[TransactionState] | None = None
+    ) -> list[TransactionMetadata]:
+        """The ids coordinated here (in the given states), by id."""
+        return [
+            meta
+            for _, meta in sorted(self.machine.transactions.items())
+            if states is None or meta.state in states
+        ]
+
+    async def abort_timed_out(self) -> list[str]:
+        """Abort the open transactions past their timeout (the timer's pass); their ids."""
+        aborted: list[str] = []
+        for tid in self.machine.expired(self.clock()):
+            try:
+                await self._change(tid, functools.partial(self.machine.time_out, tid))
+            except TransactionError:
+                continue  # ended meanwhile
+            except Exception as exc:
+                logger.warning("transaction %r: its timeout abort failed: %s", tid, exc)
+                continue
+            logger.info("transaction %r: aborted, past its timeout", tid)
+            aborted.append(tid)
+        return aborted
+
+    async def expire_ids(self) -> list[str]:
+        """Delete the ids idle past transactional.id.expiration.ms (the timer's pass)."""
+        removed: list[str] = []
+        for tid in self.machine.removable(self.clock(), self.expiration_ms):
+            try:
+                await self._store(
+                    tid,
+                    functools.partial(self.machine.remove, tid, expiration_ms=self.expiration_ms),
+                )
+            except TransactionError:
+                continue  # used again meanwhile
+            except Exception as exc:
+                logger.warning("transaction %r: its expiration failed: %s", tid, exc)
+                continue
+            self._locks.pop(tid, None)
+            removed.append(tid)
+        return removed
+
+    # -- inside ----------------------------------------------------------------------------------
+
+    async def _end(
+        self, transactional_id: str, producer_epoch: int, commit: bool, principal: str | None
+    ) -> TransactionMetadata:
+        meta = await self._change(
+            transactional_id,
+            lambda now: self.machine.end(transactional_id, producer_epoch, commit, principal, now),
+        )
+        return await self._until_complete(transactional_id, meta)
+
+    async def _change(
+        self, transactional_id: str, decide: Callable[[int], Transition]
+    ) -> TransactionMetadata:
+        """Decide a transition under the id's lock, store it on every in-sync replica, then
+        apply it (a decided transaction starts completing). Raised refusals store nothing."""
+        transition = await self._store(transactional_id, decide)
+        assert transition.metadata is not None
+        return transition.metadata
+
+    async def _store(
+        self, transactional_id: str, decide: Callable[[int], Transition]
+    ) -> Transition:
+        self.log.coordinator(transactional_id)
+        lock = self._locks.setdefault(transactional_id, asyncio.Lock())
+        async with lock:
+            self.log.coordinator(transactional_id)  # it may have left while queued
+            transition = decide(self.clock())
+            # no await between the decision and its append: producer id counters are
+            # appended in the order they were allocated
+            self.log.append(transactional_id, state_topic.records(transition))
+            await self.log.durable(transactional_id, self.write_timeout_ms)
+            self.log.coordinator(transactional_id)  # still ours: else the next one has it
+            self.machine.apply(transition)
+        meta = transition.metadata
+        if meta is not None and meta.state.deciding:
+            self._complete_later(transactional_id)
+        return transition
+
+    def _check_partition(self, topic: str, partition: int) -> None:
+        refuse_internal(topic)
+        spec = self.replicas.store.view.topics.get(topic)
+        if spec is None:
+            raise UnknownTopic(f"topic {topic!r} does not exist", topic)
+        if not 0 <= partition < spec.partitions:
+            raise UnknownPartition(f"{topic} has no partition {partition}")
+
+    def _deadline(self) -> float:
+        return asyncio.get_running_loop().time() + self.write_timeout_ms / 1000
+
+    async def _until_complete(
+        self, transactional_id: str, meta: TransactionMetadata
+    ) -> TransactionMetadata:
+        """A decided transaction's state once complete, or as it is after write_timeout_ms."""
+        if not meta.state.deciding:
+            return meta
+        await self._completed(transactional_id, self._deadline())
+        now = self.machine.transactions.get(transactional_id)
+        same = now is not None and (now.producer_id, now.producer_epoch) == (
+            meta.producer_id,
+            meta.producer_epoch,
+        )
+        return now if same and now is not None else meta
+
+    async def _completed(self, transactional_id: str, deadline: float) -> bool:
+        """Wait until the id's decided transaction is complete (or `deadline`); whether it
+        is (or was not decided)."""
+        meta = self.machine.transactions.get(transactional_id)
+        if meta is None or not meta.state.deciding:
+            return True
+        task = self._complete_later(transactional_id)
+        left = deadline - asyncio.get_running_loop().time()
+        if left > 0:
+            await asyncio.wait((task,), timeout=left)
+        return task.done()
+
+    def _complete_later(self, transactional_id: str) -> asyncio.Task[None]:
+        """The id's completion, started unless under way."""
+        task = self._completions.get(transactional_id)
+        if task is None or task.done():
+            task = asyncio.create_task(self._complete(transactional_id))
+            self._completions[transactional_id] = task
+            task.add_done_callback(functools.partial(self._completion_ended, transactional_id))
+        return task
+
+    def _completion_ended(self, transactional_id: str, task: asyncio.Task[None]) -> None:
+        if self._completions.get(transactional_id) is task:
+            del self._completions[transactional_id]
+        if not task.cancelled() and task.exception() is not None:
+            logger.error(
+                "transaction %r: completing it failed", transactional_id, exc_info=task.exception()
+            )
+
+    async def _complete(self, transactional_id: str) -> None:
+        """Write every marker (and a commit's offsets), each until done, then store the
+        transaction complete."""
+        meta = self.machine.get(transactional_id)
+        jobs = [
+            self._retry(
+                transactional_id,
+                f"the marker on {topic}-{p}",
+                functools.partial(self._mark, meta, topic, p),
+            )
+            for topic, p in sorted(meta.partitions)
+        ]
+        if meta.state.commits:
+            jobs += [
+                self._retry(
+                    transactional_id,
+                    f"the offsets of group {group!r}",
+                    functools.partial(
+                        self.commit_offsets,
+                        group,
+                        pending.member_id,
+                        pending.generation_id,
+                        list(pending.offsets),
+                    ),
+                )
+                for group, pending in sorted(meta.pending_offsets.items())
+            ]
+        await asyncio.gather(*jobs)
+        await self._retry(
+            transactional_id,
+            "its completion",
+            functools.partial(
+                self._change,
+                transactional_id,
+                lambda now: self.machine.complete(transactional_id, now),
+            ),
+        )
+
+    async def _mark(self, meta: TransactionMetadata, topic: str, partition: int) -> None:
+        spec = self.replicas.store.view.topics.get(topic)
+        if spec is None or partition >= spec.partitions:
+            logger.info(
+                "transaction %r: %s-%d no longer exists; no marker",
+                meta.transactional_id,
+                topic,
+                partition,
+            )
+            return
+        coordinator_epoch = self.log.coordinator(meta.transactional_id).leader_epoch
+        await self.write_marker(
+            topic,
+            partition,
+            meta.producer_id,
+            meta.producer_epoch,
+            meta.state.commits,
+            coordinator_epoch,
+        )
+
+    async def _retry(
+        self, transactional_id: str, what: str, attempt: Callable[[], Awaitable[object]]
+    ) -> None:
+        """Until `attempt` succeeds, with backoff (cancelled when the id leaves this node)."""
+        backoff = self.retry_backoff_ms
+        while True:
+            try:
+                await attempt()
+                return
+            except TransactionError as exc:  # the state machine's: nothing left to do
+                logger.error("transaction %r: %s refused: %s", transactional_id, what, exc)
+                return
+            except Exception as exc:
+                logger.warning(
+                    "transaction %r: writing %s failed (%s); retrying in %d ms",
+                    transactional_id,
+                    what,
+                    exc,
+                    backoff,
+                )
+            await asyncio.sleep(backoff / 1000)
+            backoff = min(backoff * 2, self.retry_backoff_max_ms)
+
+    async def _tick(self) -> None:
+        """Every abort_interval_ms: abort what timed out, delete the ids expired."""
+        while True:
+            await asyncio.sleep(self.abort_interval_ms / 1000)
+            await self.abort_timed_out()
+            await self.expire_ids()

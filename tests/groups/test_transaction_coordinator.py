@@ -425,9 +425,9 @@ async def test_an_operator_aborts_whatever_the_epoch(node: Node) -> None:
 
 async def test_idle_ids_expire_and_their_producer_id_is_never_given_again(node: Node) -> None:
     c = await node.fresh(expiration_ms=1000)
-    first = await c.begin(TID, 60_000, ME)
-    await c.commit(TID, first.producer_epoch, ME)
     await c.begin("other", 60_000, ME)  # open: never expires
+    first = await c.begin(TID, 60_000, ME)  # the last producer id given
+    await c.commit(TID, first.producer_epoch, ME)
     node.clock.now += 999
     assert await c.expire_ids() == []
     node.clock.now += 1

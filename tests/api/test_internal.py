@@ -17,7 +17,6 @@ from aiohttp import web
 
 from engine import batch as fmt
 from engine.internal_topics import INTERNAL_TOPICS, SHARE_GROUP_STATE, TRANSACTION_STATE
-from groups.transactions import state_topic as transaction_state
 from replication.acks import Acks
 from replication.errors import InternalTopicWrite, MetadataUnavailable
 from replication.memory_store import MemoryBackend, MemoryMetadataStore
@@ -428,9 +427,7 @@ async def test_a_clients_batches_never_reach_an_internal_topic_below_http(
     if topic == SHARE_GROUP_STATE:
         await gateway(client).share_groups_ready()
     if topic == TRANSACTION_STATE:
-        await gateway(client).broker.ensure_topic(
-            TRANSACTION_STATE, 1, 1, transaction_state.TOPIC_CONFIGS
-        )
+        await gateway(client).transactions_ready()
     before = gateway(client).replicas.local(topic, 0)
     assert before is not None
     end = before.log_end_offset

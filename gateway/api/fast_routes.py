@@ -1,5 +1,6 @@
-"""The fast routes: plain produces, partition fetches, group members' fetches and other nodes'
-internal appends served without aiohttp's per-request machinery.
+"""The fast routes: plain produces, partition fetches, group members' fetches, share-group
+members' acquires and acknowledgements, and other nodes' internal appends served without
+aiohttp's per-request machinery.
 
 aiohttp builds a Request, runs the middlewares and the router and writes a StreamResponse for
 every request: for a one-record produce, or a long-poll that returns a few records, that costs
@@ -14,7 +15,8 @@ quotas, CORS headers) are steps of `take`, through the same functions, whatever 
 What the fast routes serve is what the general path would answer: the same Producer, partition
 read and group fetch, the same refusals and error rendering, the same request metrics and body
 accounting. Which produces and fetches they take is `fast_produce`'s and `fast_fetch`'s, the
-targets they read `fast_targets`', and the answer's head `fast_answer`'s.
+share-group requests `fast_share`'s, the targets they read `fast_targets`', and the answer's
+head `fast_answer`'s.
 """
 
 from __future__ import annotations
@@ -37,6 +39,14 @@ from gateway.api.cors import Policy
 from gateway.api.fast_answer import FastAnswer, Headers, RepeatedAnswer, problem_answer
 from gateway.api.fast_fetch import FastFetch, FastMemberFetch, FetchIntake
 from gateway.api.fast_produce import FastAppend, FastProduce, ProduceIntake
+from gateway.api.fast_share import (
+    ACKNOWLEDGE_ROUTE,
+    ACQUIRE_ROUTE,
+    SHARE_PREFIX,
+    FastShareAck,
+    FastShareAcquire,
+    ShareIntake,
+)
 from gateway.api.fast_targets import (
     GROUPS_PREFIX,
     MEMBER_ROUTE,
@@ -94,7 +104,9 @@ class FastRefusal:
         self.labels = (self.route, self.method, str(self.answer.status))
 
 
-FastRequest = FastProduce | FastAppend | FastFetch | FastMemberFetch
+FastRequest = (
+    FastProduce | FastAppend | FastFetch | FastMemberFetch | FastShareAcquire | FastShareAck
+)
 
 
 class FastRoutes:
@@ -116,6 +128,7 @@ class FastRoutes:
         self.cors = cors
         self.produces = ProduceIntake(gateway, inflight)
         self.fetches = FetchIntake(gateway)
+        self.shares = ShareIntake(gateway)
         self.served = 0  # requests answered here: sluice_lane_requests_total
         self._cors_headers: Memo[str | None, Headers] = Memo(_ORIGINS_KEPT)
         # Per route (as `_resource_of` names it): its access rule, and whether quotas limit it
@@ -205,6 +218,8 @@ class FastRoutes:
             return self.fetches.fetch(target, headers) if get else None
         if get and target.startswith(GROUPS_PREFIX):
             return self.fetches.member_fetch(target, headers)
+        if method == "POST" and target.startswith(SHARE_PREFIX):
+            return self.shares.take(target, headers, body)
         return None
 
     def _checked(
@@ -260,7 +275,7 @@ class FastRoutes:
                     # A limited principal's fetch goes the middleware's way: charged here, the
                     # answers' bytes overran the rate by 17% (loadtests.quota_bench).
                     return None
-        if auth.enabled and isinstance(taken, FastMemberFetch):
+        if auth.enabled and isinstance(taken, FastMemberFetch | FastShareAcquire):
             try:
                 require_reads(auth, principal, taken.topics)
             except Problem as problem:
@@ -435,6 +450,8 @@ class FastRoutes:
         try:
             if isinstance(request, FastProduce | FastAppend):
                 answer = await self._write(request, connection, built)
+            elif isinstance(request, FastShareAcquire | FastShareAck):
+                answer = await self.shares.answer(request)
             else:
                 if isinstance(request, FastFetch):
                     answer = await self.fetches.answer_fetch(request)
@@ -489,6 +506,8 @@ _ROUTES = {  # `_resource_of`'s name of a route -> its method and template
     _FETCH: ("GET", PARTITION_ROUTE),
     MEMBER_ROUTE: ("GET", MEMBER_ROUTE),
     APPEND_ROUTE: ("POST", APPEND_ROUTE),
+    ACQUIRE_ROUTE: ("POST", ACQUIRE_ROUTE),
+    ACKNOWLEDGE_ROUTE: ("POST", ACKNOWLEDGE_ROUTE),
 }
 
 
@@ -506,6 +525,10 @@ def _route_of(request: FastRequest) -> tuple[str, str, dict[str, str]]:
         return "GET", PARTITION_ROUTE, {"topic": request.topic}
     if isinstance(request, FastMemberFetch):
         return "GET", MEMBER_ROUTE, {"group": request.group}
+    if isinstance(request, FastShareAcquire):
+        return "POST", ACQUIRE_ROUTE, {"group": request.group}
+    if isinstance(request, FastShareAck):
+        return "POST", ACKNOWLEDGE_ROUTE, {"group": request.group}
     return "POST", APPEND_ROUTE, {}
 
 
@@ -518,6 +541,10 @@ def _resource_of(request: FastRequest) -> tuple[str, str]:
         return _FETCH, request.topic
     if isinstance(request, FastMemberFetch):
         return MEMBER_ROUTE, request.group
+    if isinstance(request, FastShareAcquire):
+        return ACQUIRE_ROUTE, request.group
+    if isinstance(request, FastShareAck):
+        return ACKNOWLEDGE_ROUTE, request.group
     return APPEND_ROUTE, ""
 
 

@@ -6,6 +6,7 @@ Every input is checked here; the share coordinator (groups.share.coordinator) do
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
@@ -27,6 +28,7 @@ from gateway.formats import codecs
 from gateway.formats.share_records import share_record_doc
 from gateway.http.params import json_object, json_response, query_int, read_body
 from gateway.http.problem import Problem, bad_request, problem_body
+from gateway.settings import Settings
 from gateway.state import Gateway, gateway_of
 from groups.share.coordinator import AckResult, ShareCoordinator
 from groups.share.partition_state import AckType
@@ -108,12 +110,7 @@ async def acquire(request: web.Request) -> web.Response:
         raise Problem(
             406, "NOT_ACCEPTABLE", f"Accept allows none of {codecs.JSON}, {codecs.NDJSON}"
         )
-    query = request.query
-    max_records = query_int(query, "max_records", 1, 1, MAX_ACQUIRE_RECORDS)
-    max_bytes = query_int(
-        query, "max_bytes", settings.default_fetch_bytes, 1, settings.max_fetch_bytes
-    )
-    timeout_ms = query_int(query, "timeout_ms", 0, 0, settings.max_wait_ms)
+    max_records, max_bytes, timeout_ms = acquire_query(request.query, settings)
     if (await read_body(request, settings)).strip():
         raise bad_request("an acquire takes its limits in the query; send no body")
     coordinator = await _coordinator(request)
@@ -124,14 +121,40 @@ async def acquire(request: web.Request) -> web.Response:
         require(request, "topic", topic, "read")
     if timeout_ms:
         refuse_when_full(gateway.notifier, settings)
-    records = await coordinator.acquire(name, member_id, max_records, max_bytes, timeout_ms)
-    docs = [share_record_doc(r) for r in records]
+    body = await acquired(gateway, name, member_id, max_records, max_bytes, timeout_ms, accept)
+    return web.Response(body=body, content_type=accept)
+
+
+def acquire_query(query: Mapping[str, str], settings: Settings) -> tuple[int, int, int]:
+    """An acquire's max_records, max_bytes and timeout_ms (the route's and the fast routes')."""
+    return (
+        query_int(query, "max_records", 1, 1, MAX_ACQUIRE_RECORDS),
+        query_int(query, "max_bytes", settings.default_fetch_bytes, 1, settings.max_fetch_bytes),
+        query_int(query, "timeout_ms", 0, 0, settings.max_wait_ms),
+    )
+
+
+async def acquired(
+    gateway: Gateway,
+    name: str,
+    member_id: str,
+    max_records: int,
+    max_bytes: int,
+    timeout_ms: int,
+    accept: str,
+) -> bytes:
+    """A member's acquire as its answer's body, JSON or NDJSON; the records counted per topic
+    (the route's and the fast routes')."""
+    records = await gateway.share_groups.acquire(
+        name, member_id, max_records, max_bytes, timeout_ms
+    )
+    traffic = gateway.metrics.traffic
     for r in records:
-        gateway.metrics.traffic.fetched(r.topic, 1, 0)
+        traffic.fetched(r.topic, 1, 0)
+    docs = [share_record_doc(r) for r in records]
     if accept == codecs.NDJSON:
-        body = b"".join(_ENCODER.encode(d) + b"\n" for d in docs)
-        return web.Response(body=body, content_type=codecs.NDJSON)
-    return web.Response(body=_ENCODER.encode({"records": docs}), content_type=codecs.JSON)
+        return b"".join(_ENCODER.encode(d) + b"\n" for d in docs)
+    return _ENCODER.encode({"records": docs})
 
 
 async def acknowledge(request: web.Request) -> web.Response:
@@ -140,35 +163,54 @@ async def acknowledge(request: web.Request) -> web.Response:
     gateway = gateway_of(request)
     name = group_param(request)
     items = await _acknowledgements(request, gateway)
-    coordinator = await _coordinator(request)
-    results = await coordinator.acknowledge(name, request.match_info["member"], items)
-    return web.Response(
-        body=_ENCODER.encode({"results": [_result(r) for r in results]}),
-        content_type=codecs.JSON,
-    )
+    await _coordinator(request)
+    body = await acknowledged(gateway, name, request.match_info["member"], items)
+    return web.Response(body=body, content_type=codecs.JSON)
+
+
+async def acknowledged(
+    gateway: Gateway, name: str, member_id: str, items: list[tuple[str, AckType, int]]
+) -> bytes:
+    """A member's acknowledgements as their answer's body (the route's and the fast
+    routes')."""
+    results = await gateway.share_groups.acknowledge(name, member_id, items)
+    return _ENCODER.encode({"results": [_result(r) for r in results]})
 
 
 async def _acknowledgements(
     request: web.Request, gateway: Gateway
 ) -> list[tuple[str, AckType, int]]:
     """The body's acknowledgements: {"acknowledgements": [...]} as JSON, or one per line as
-    NDJSON; each {"token", "type": accept|release|reject|renew, "delay_ms"?}."""
-    content_type = request.content_type
-    if content_type == codecs.NDJSON:
-        body = await read_body(request, gateway.settings)
-        items: list[Any] = []
-        for n, line in enumerate(body.splitlines(), 1):
-            if line.strip():
-                try:
-                    items.append(orjson.loads(line))
-                except orjson.JSONDecodeError as exc:
-                    raise bad_request(f"line {n} is not JSON: {exc}", "INVALID_JSON") from None
-    else:
-        doc = await json_object(request, gateway.settings)
-        check_fields(doc, {"acknowledgements"})
-        items = doc.get("acknowledgements")  # type: ignore[assignment]
-        if not isinstance(items, list):
-            raise bad_request("acknowledgements must be a list of {token, type}")
+    NDJSON."""
+    if request.content_type == codecs.NDJSON:
+        return acknowledgements_of(ndjson_items(await read_body(request, gateway.settings)))
+    return acknowledgements_of(json_items(await json_object(request, gateway.settings)))
+
+
+def ndjson_items(body: bytes) -> list[Any]:
+    """An NDJSON body's acknowledgements, one a line."""
+    items: list[Any] = []
+    for n, line in enumerate(body.splitlines(), 1):
+        if line.strip():
+            try:
+                items.append(orjson.loads(line))
+            except orjson.JSONDecodeError as exc:
+                raise bad_request(f"line {n} is not JSON: {exc}", "INVALID_JSON") from None
+    return items
+
+
+def json_items(doc: dict[str, Any]) -> list[Any]:
+    """A JSON body's acknowledgements: {"acknowledgements": [...]}."""
+    check_fields(doc, {"acknowledgements"})
+    items = doc.get("acknowledgements")
+    if not isinstance(items, list):
+        raise bad_request("acknowledgements must be a list of {token, type}")
+    return items
+
+
+def acknowledgements_of(items: list[Any]) -> list[tuple[str, AckType, int]]:
+    """Each acknowledgement checked, {"token", "type": accept|release|reject|renew,
+    "delay_ms"?}, as (token, type, delay_ms); a bad one refuses the whole request (400)."""
     if not 1 <= len(items) <= MAX_ACKNOWLEDGEMENTS:
         raise bad_request(f"a request acknowledges 1 to {MAX_ACKNOWLEDGEMENTS} records")
     out = []

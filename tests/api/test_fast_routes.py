@@ -16,6 +16,7 @@ from engine.batch import RecordInput, encode_batch
 from gateway.api.fast_answer import FastAnswer
 from gateway.api.fast_produce import FastProduce
 from gateway.api.fast_routes import FastRefusal, FastRoutes
+from gateway.api.fast_share import FastShareAck, FastShareAcquire
 from gateway.api.fast_targets import PARTITION_ROUTE
 from gateway.auth.quotas import ANONYMOUS
 from gateway.http.connections import Http1Connection, turn_answers
@@ -311,6 +312,51 @@ async def test_refusals_are_taken_and_answered_at_once(start: Start, data_dir: P
     taken = routes.take("GET", target, CIMultiDict(carol), b"", 1)
     assert isinstance(taken, FastRefusal)
     assert orjson.loads(taken.answer.body) == body
+
+
+async def test_a_share_acquire_is_checked_and_served_as_its_route_does(
+    start: Start, data_dir: Path
+) -> None:
+    """A share-group member's acquire and acknowledge of a group coordinated here are taken;
+    an acquire is refused 403 for a topic its principal may not read, as the route refuses it;
+    what the route would refuse for bad input is left to it."""
+    keys = {name: make_key(data_dir, name) for name in ("admin", "dave")}
+    client = await start(auth=True, super_users=("admin",))
+    admin, dave = bearer(keys["admin"]), bearer(keys["dave"])
+    assert (await client.post("/v1/topics", json={"name": "t"}, headers=admin)).status == 201
+    reads = [binding("dave", "group", "q", "read"), binding("dave", "topic", "t", "read")]
+    await grant(client, keys["admin"], *reads)
+    joined = await client.post("/v1/share-groups/q/members", json={"topics": ["t"]}, headers=dave)
+    assert joined.status == 201, await joined.text()
+    member = (await joined.json())["member_id"]
+    routes = fast_routes_of(client)
+    acquire = f"/v1/share-groups/q/members/{member}/acquire?max_records=5"
+    taken = routes.take("POST", acquire, CIMultiDict(dave), b"", 1)
+    assert isinstance(taken, FastShareAcquire) and taken.max_records == 5
+    answer = await routes.serve(taken, 1)
+    assert (answer.status, orjson.loads(answer.body)) == (200, {"records": []})
+    acknowledge = f"/v1/share-groups/q/members/{member}/acknowledge"
+    body = orjson.dumps({"acknowledgements": [{"token": "t:0:0:1"}]})
+    headers = CIMultiDict({"Content-Type": JSON, **dave})
+    taken_ack = routes.take("POST", acknowledge, headers, body, 1)
+    assert isinstance(taken_ack, FastShareAck)
+    answer = await routes.serve(taken_ack, 1)
+    assert orjson.loads(answer.body)["results"][0]["problem"]["code"] == "RECORD_NOT_ACQUIRED"
+    for target, sent in (
+        (acquire + "&max_records=2", b""),  # named twice
+        (acquire.replace("5", "0"), b""),  # out of bounds
+        (acquire, b"{}"),  # a body
+        ("/v1/share-groups/q/members/nobody/acquire", b""),  # not a member here
+        (acknowledge, b'{"acknowledgements": []}'),
+        (acknowledge, b"[1]"),
+    ):
+        assert routes.take("POST", target, headers, sent, 1) is None, target
+    removed = await client.delete("/v1/acls", json=reads[1], headers=admin)
+    assert removed.status == 204
+    body_403 = await problem(await client.post(acquire, headers=dave), 403, "ACL_DENIED")
+    refused = routes.take("POST", acquire, CIMultiDict(dave), b"", 1)
+    assert isinstance(refused, FastRefusal)
+    assert orjson.loads(refused.answer.body) == body_403
 
 
 async def test_a_delayed_quota_is_left_to_the_application(start: Start) -> None:

@@ -945,6 +945,81 @@ async def test_a_group_members_fetch_takes_the_fast_routes(
     assert fast_served(server) - before == 2
 
 
+async def test_a_share_groups_acquire_and_acknowledge_take_the_fast_routes(
+    servers: list[Server], tmp_path: Path
+) -> None:
+    """Two share groups read one topic, one through the fast routes and one through the
+    Application (the same Accept with a q parameter, the same body type with a charset): the
+    same records with the same tokens, and the same acknowledgement results, refusals too."""
+    server = launch(servers, tmp_path)
+    create_topic(server, partitions=2)
+    for n in range(6):
+        path = f"{server.url}/v1/topics/t/partitions/{n % 2}/records"
+        assert httpx.post(path, json={"records": [{"value": n}]}).status_code == 200
+    members = {}
+    for group in ("fast", "app"):
+        base = f"{server.url}/v1/share-groups/{group}"
+        configs = {"configs": {"share.auto.offset.reset": "earliest"}}
+        assert httpx.put(f"{base}/configs", json=configs).status_code == 200
+        joined = httpx.post(f"{base}/members", json={"topics": ["t"]})
+        assert joined.status_code == 201, joined.text
+        members[group] = joined.json()["member_id"]
+    before = fast_served(server)
+
+    def acquire(group: str, accept: str, query: str = "max_records=4") -> bytes:
+        target = f"/v1/share-groups/{group}/members/{members[group]}/acquire?{query}"
+        return (
+            f"POST {target} HTTP/1.1\r\nHost: x\r\nAccept: {accept}\r\nContent-Length: 0\r\n\r\n"
+        ).encode()
+
+    def acknowledge(group: str, content_type: str, body: bytes) -> bytes:
+        target = f"/v1/share-groups/{group}/members/{members[group]}/acknowledge"
+        return request(target, body, content_type)
+
+    conn = await Connection.open(server)
+    try:
+        # The Application's last: a request right after one the Application served may find
+        # aiohttp's loop not yet idle, and go through it too (docs/gateway.md, "The fast routes").
+        fast = await conn.exchange(acquire("fast", FAST_TYPE))
+        fast_nd = await conn.exchange(acquire("fast", NDJSON, "max_records=2"))
+        tokens = [r["token"] for r in orjson.loads(fast[2])["records"]]
+        tokens += [orjson.loads(line)["token"] for line in fast_nd[2].splitlines()]
+        acks = [{"token": token, "type": "accept"} for token in tokens[:5]]
+        acks += [{"token": tokens[5], "type": "renew"}, {"token": "t:0:0:9", "type": "accept"}]
+        body = orjson.dumps({"acknowledgements": acks})
+        fast_acked = await conn.exchange(acknowledge("fast", FAST_TYPE, body))
+        app = await conn.exchange(acquire("app", f"{FAST_TYPE};q=1"))
+        app_nd = await conn.exchange(acquire("app", f"{NDJSON};q=1", "max_records=2"))
+        app_acked = await conn.exchange(acknowledge("app", APP_TYPE, body))
+    finally:
+        conn.close()
+    assert fast_served(server) - before == 3
+
+    def records(answer: tuple[bytes, dict[str, str], bytes], ndjson: bool) -> list[Any]:
+        docs = (
+            [orjson.loads(line) for line in answer[2].splitlines()]
+            if ndjson
+            else orjson.loads(answer[2])["records"]
+        )
+        for doc in docs:
+            assert doc.pop("lock_expires_at") > 0
+        return docs
+
+    assert fast[0] == app[0] == b"HTTP/1.1 200 OK"
+    assert fast[1]["content-type"] == app[1]["content-type"] == FAST_TYPE
+    assert fast_nd[1]["content-type"] == app_nd[1]["content-type"] == NDJSON
+    assert records(fast, False) == records(app, False)
+    assert records(fast_nd, True) == records(app_nd, True)
+    assert len(tokens) == 6
+    answers = {"fast": fast_acked, "app": app_acked}
+    results = {name: orjson.loads(a[2])["results"] for name, a in answers.items()}
+    for answered in results.values():
+        assert answered[5].pop("lock_expires_at") > 0
+    assert results["fast"] == results["app"]
+    assert [r["status"] for r in results["fast"]] == ["ok"] * 6 + ["refused"]
+    assert comparable(fast_acked)[0] == comparable(app_acked)[0]
+
+
 LONG_POLL = (
     b"GET /v1/topics/t/partitions/0/records?offset=latest&timeout_ms=30000 HTTP/1.1\r\n"
     b"Host: x\r\n\r\n"

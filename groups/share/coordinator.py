@@ -65,7 +65,7 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class AckResult:
     """One acknowledgement's outcome: None when it took effect, else why not."""
 
@@ -118,6 +118,15 @@ class ShareCoordinator:
             0,
         )
         self._tasks: set[asyncio.Task[None]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The running loop, bound once: asyncio.get_running_loop() is a getpid() system call,
+        and a request asks for it several times."""
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        return loop
 
     # -- start and stop --------------------------------------------------------------------------
 
@@ -284,7 +293,7 @@ class ShareCoordinator:
     def _renew(self, group: ShareGroup, member: ShareMember) -> None:
         """The member was heard from: its session starts again. Only `seen` moves; the one
         timer of the member looks at it when it fires."""
-        loop = asyncio.get_running_loop()
+        loop = self.loop()
         member.seen = loop.time()
         if member.expiry is None and not self.closing:
             member.expiry = loop.call_later(
@@ -299,7 +308,7 @@ class ShareCoordinator:
         current = self.groups.get(group.name) is group
         if not current or group.members.get(member.member_id) is not member:
             return
-        loop = asyncio.get_running_loop()
+        loop = self.loop()
         if member.acquiring:
             member.seen = loop.time()
         left = member.seen + member.session_timeout_ms / 1000 - loop.time()
@@ -311,7 +320,7 @@ class ShareCoordinator:
         self._spawn(self._remove(group, member))
 
     def _spawn(self, work: Any) -> None:
-        task: asyncio.Task[Any] = asyncio.ensure_future(work)
+        task: asyncio.Task[Any] = self.loop().create_task(work)
         self._tasks.add(task)
 
         def done(t: asyncio.Task[Any]) -> None:
@@ -329,7 +338,7 @@ class ShareCoordinator:
         """Up to `max_records` records (and about `max_bytes`; the first always comes)
         acquired for the member across its partitions, waiting up to `timeout_ms` for one.
         Answered once their acquisition is stored."""
-        loop = asyncio.get_running_loop()
+        loop = self.loop()
         deadline = loop.time() + timeout_ms / 1000
         group = self._group(name)
         member = group.member(member_id)
@@ -538,14 +547,14 @@ class ShareCoordinator:
     async def _park(self, group: ShareGroup, member: ShareMember, left_s: float) -> None:
         """Wait until something may be acquirable: new records at one of the member's
         partitions, a record given back or due again, or `left_s` passes."""
-        loop = asyncio.get_running_loop()
+        loop = self.loop()
         waiter: asyncio.Future[None] = loop.create_future()
         group.parked.append(waiter)
         self._arm_timer(group)
         for tp in self._member_partitions(member):
             window = group.partitions.get(tp)
             if window is not None and window.room and tp not in group.watchers:
-                group.watchers[tp] = asyncio.ensure_future(self._watch(group, tp, window))
+                group.watchers[tp] = loop.create_task(self._watch(group, tp, window))
         try:
             await asyncio.wait((waiter,), timeout=left_s)
         finally:
@@ -563,12 +572,12 @@ class ShareCoordinator:
             group.timer = None
         if deadlines:
             delay = max(0.0, (min(deadlines) - now_ms()) / 1000) + 0.001
-            group.timer = asyncio.get_running_loop().call_later(delay, group.wake)
+            group.timer = self.loop().call_later(delay, group.wake)
 
     async def _watch(self, group: ShareGroup, tp: TopicPartition, window: SharePartition) -> None:
         """While acquires are parked, long-poll the partition's leader past the window's end;
         what it brings is read ahead for them, and wakes them."""
-        loop = asyncio.get_running_loop()
+        loop = self.loop()
         try:
             while group.parked and self.groups.get(group.name) is group and not self.closing:
                 ahead = group.ahead.get(tp)
@@ -807,7 +816,7 @@ class ShareCoordinator:
         if pending is None:
             pending = group.pending = PendingWrite()
             # Its first step runs in the next turn, after this turn's requests joined it.
-            written = asyncio.ensure_future(self._write(group, pending))
+            written = self.loop().create_task(self._write(group, pending))
             written.add_done_callback(_retrieved)
             pending.written = group.writing = written
         pending.partitions.update(partitions)
@@ -879,18 +888,11 @@ def _config_of(group: ShareGroup) -> ShareConfig:
 
 
 def _delivered(record: ShareRecord, t: Transition, deadline_ms: int) -> ShareRecord:
-    return ShareRecord(
-        record.topic,
-        record.partition,
-        record.offset,
-        record.timestamp,
-        record.key,
-        record.value,
-        record.headers,
-        record.values_json,
-        t.delivery_count,
-        deadline_ms,
-    )
+    """The record as this delivery hands it out (a record read for it, held by nothing else:
+    marked in place, not copied)."""
+    record.delivery_count = t.delivery_count
+    record.lock_deadline_ms = deadline_ms
+    return record
 
 
 def _records(tp: TopicPartition, data: memoryview, start: int) -> list[ShareRecord]:

@@ -68,7 +68,7 @@ def check_configs(configs: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ShareRecord:
     """A record delivered under an acquisition lock: what to deliver, and how to acknowledge
     it (`token`)."""
@@ -101,10 +101,9 @@ def make_token(topic: str, partition: int, offset: int, delivery_count: int) -> 
 def parse_token(token: str) -> tuple[TopicPartition, int, int]:
     """(topic, partition), offset and delivery count of a token; ValueError if malformed."""
     topic, partition, offset, delivery = token.rsplit(":", 3)
-    numbers = int(partition), int(offset), int(delivery)
-    if not topic or min(numbers) < 0 or not all(p.isdigit() for p in (partition, offset)):
+    if not (topic and partition.isdigit() and offset.isdigit() and delivery.isdigit()):
         raise ValueError(token)
-    return (topic, numbers[0]), numbers[1], numbers[2]
+    return (topic, int(partition)), int(offset), int(delivery)
 
 
 @dataclass

@@ -30,6 +30,9 @@ class RecordState(enum.IntEnum):
     ARCHIVED = 4
 
 
+_DONE = (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED)  # never delivered again
+
+
 class AckType(enum.Enum):
     """What an acknowledgement asks of an acquired record (RENEW as KIP-1222)."""
 
@@ -60,7 +63,7 @@ class InFlight:
 
     @property
     def done(self) -> bool:
-        return self.state in (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED)
+        return self.state in _DONE
 
 
 class AckRefused(Exception):
@@ -71,7 +74,7 @@ class AckRefused(Exception):
         self.code = code
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Transition:
     """A record that changed state, for the coordinator's counters and dead letters."""
 
@@ -288,7 +291,7 @@ class SharePartition:
         record = self.records.get(offset)
         if record is None:
             raise AckRefused("RECORD_NOT_ACQUIRED", f"offset {offset} was never acquired")
-        if record.done:
+        if record.state in _DONE:
             raise AckRefused(
                 "ALREADY_ACKNOWLEDGED", f"offset {offset} is acknowledged or archived already"
             )
@@ -327,7 +330,7 @@ class SharePartition:
             first = order[0]
             record = records.get(first)
             if record is not None:
-                if not record.done:
+                if record.state not in _DONE:
                     self.start = first
                     return
                 del records[first]

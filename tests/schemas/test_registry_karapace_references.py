@@ -157,9 +157,9 @@ def test_avro_incompatible_name_references(sr: httpx.Client) -> None:
 
 
 def test_referenced_versions_cannot_be_deleted(sr: httpx.Client) -> None:
-    """The brief's references case (Confluent's rule, which Karapace shares): a version another
-    live schema references is not deleted, softly or as a subject (42206); once the referrer
-    is deleted, it is."""
+    """The registry keeps what a live schema references (Confluent's rule, which Karapace
+    shares): a referenced version is not deleted, softly or as a subject (42206); once the
+    referrer is deleted, it is."""
     prefix, person_id = fill(sr)
     assert sr.get(f"/subjects/{prefix}job/versions/1/referencedby").json() == [person_id]
     error(sr.delete(f"/subjects/{prefix}job/versions/1"), 422, 42206)

@@ -1,6 +1,7 @@
 """Segment bytes to Arrow: verify the object, walk its batches, build columnar record batches.
 
-Records are decoded by aiokafka's C codec (through engine.batch); control batches are skipped.
+Records are decoded by aiokafka's C codec (through engine.batch); control batches are skipped,
+and so are the batches of aborted transactions the caller names (see transactions.py).
 A value is JSON text when its batch carries Sluice's VALUES_JSON_MASK (the gateway validated
 it) or when it parses as UTF-8 JSON; otherwise its raw bytes go to `value_bytes`. Two columns,
 because one Parquet column cannot hold strings for some rows and bytes for others.
@@ -10,13 +11,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
 
 from engine import batch as fmt
 from spark_ingest.errors import IngestError
+from spark_ingest.transactions import Aborted, is_aborted
 
 HEADER_TYPE = pa.struct([("key", pa.string()), ("value", pa.binary())])
 HEADERS_TYPE = pa.list_(pa.field("element", HEADER_TYPE))
@@ -59,25 +61,41 @@ def is_json(raw: bytes) -> bool:
     return True
 
 
-def data_batches(
-    data: bytes, lo: int, hi: int, where: str
-) -> Iterator[tuple[int, fmt.BatchHeader]]:
-    """(position, header) of the data batches in `data` that hold offsets in [lo, hi)."""
+def scan_segment(data: bytes, where: str) -> list[tuple[int, fmt.BatchHeader]]:
+    """(position, header) of every batch of a segment, CRC-checked."""
     result = fmt.scan(data, check_crc=True)
     if result.error is not None:
         raise IngestError(
             f"segment {where} is corrupt at byte {result.valid_bytes}: {result.error}"
         )
-    for pos, header in result.headers:
-        if not header.is_control and header.last_offset >= lo and header.base_offset < hi:
-            yield pos, header
+    return result.headers
+
+
+def data_batches(
+    headers: Iterable[tuple[int, fmt.BatchHeader]],
+    lo: int,
+    hi: int,
+    aborted: Sequence[Aborted] = (),
+) -> Iterator[tuple[int, fmt.BatchHeader]]:
+    """The batches holding records with offsets in [lo, hi): no control batch, none of an
+    aborted transaction. Only a transactional batch costs more than a bit test."""
+    for pos, header in headers:
+        if header.last_offset < lo or header.base_offset >= hi:
+            continue
+        attributes = header.attributes
+        if attributes & fmt.TRANSACTIONAL_MASK and (
+            attributes & fmt.CONTROL_MASK
+            or is_aborted(aborted, header.producer_id, header.base_offset)
+        ):
+            continue
+        yield pos, header
 
 
 def count_records(data: bytes, lo: int, hi: int, where: str) -> int:
     """Data records with offsets in [lo, hi), decoding only batches that straddle a bound."""
     view = memoryview(data)
     count = 0
-    for pos, header in data_batches(data, lo, hi, where):
+    for pos, header in data_batches(scan_segment(data, where), lo, hi):
         if header.base_offset >= lo and header.last_offset < hi:
             count += header.record_count
         else:
@@ -163,12 +181,21 @@ class _Columns:
 
 
 def decode_segment(
-    data: bytes, topic: str, partition: int, lo: int, hi: int, where: str
+    data: bytes,
+    topic: str,
+    partition: int,
+    lo: int,
+    hi: int,
+    where: str,
+    aborted: Sequence[Aborted] = (),
+    headers: Sequence[tuple[int, fmt.BatchHeader]] | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """The data records of a segment with offsets in [lo, hi), as Arrow batches in SCHEMA."""
+    """The data records of a segment with offsets in [lo, hi), as Arrow batches in SCHEMA,
+    but those of the `aborted` transactions; `headers` when the segment is scanned already."""
     view = memoryview(data)
     columns = _Columns()
-    for pos, header in data_batches(data, lo, hi, where):
+    scanned = scan_segment(data, where) if headers is None else headers
+    for pos, header in data_batches(scanned, lo, hi, aborted):
         batch = fmt.batch_records(view[pos : pos + header.size])
         try:
             columns.add_batch(batch, lo, hi, header.values_json)

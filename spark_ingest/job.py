@@ -5,7 +5,11 @@ The order makes every crash recoverable by a plain rerun:
 2. Spark runs a task per segment that downloads, decodes and writes its hourly files, named
    by offsets (with --value-schema registry, typing values with the registry versions the
    plan stores; with --json-schema, the `sluice` source's frame goes through Spark's JSON
-   functions and the `sluice_hourly` writer instead);
+   functions and the `sluice_hourly` writer instead). Kafka transactions are decided from
+   the segments (transactions.py): a segment holding transactional records is written once
+   its partition's markers are known, without the aborted ones, and nothing from the first
+   offset of a transaction still undecided on (files written past it go again), which is
+   where the partition's checkpoint stops;
 3. each touched hour's `_SUCCESS` is merged with the files written to it;
 4. the summary is stored, then the checkpoint commits the plan.
 A rerun that finds `pending` redoes that exact plan with the same settings: it rewrites the
@@ -16,6 +20,7 @@ Spark is started only when there is something to read.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import logging
@@ -25,7 +30,7 @@ import sys
 import tempfile
 import time
 import zoneinfo
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,8 +40,19 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DataType, StructType
 
+from engine import batch as fmt
 from spark_ingest import checkpoint as ckpt
-from spark_ingest import decode, layout, manifest, registry, sink, source, storage, summary
+from spark_ingest import (
+    decode,
+    layout,
+    manifest,
+    registry,
+    sink,
+    source,
+    storage,
+    summary,
+    transactions,
+)
 from spark_ingest.errors import IngestError
 from spark_ingest.faults import KillSwitch
 from spark_ingest.manifest import Manifest
@@ -50,6 +66,7 @@ from spark_ingest.plan import (
     segment_tasks,
 )
 from spark_ingest.progress import Counter, spark_tasks
+from spark_ingest.transactions import NONE_DECIDED, Decisions, TxnEvent
 from spark_ingest.typed_values import SCHEMA_ID, ValueColumns
 from spark_ingest.writer import WrittenFile, write_hour_files
 
@@ -192,15 +209,19 @@ def expand(df: DataFrame, schema: StructType) -> DataFrame:
     return df.select(*[F.col(c) for c in df.columns], *extra)
 
 
-def read_frame(spark: SparkSession, options: JobOptions, ranges: list[Range]) -> DataFrame:
-    """The `sluice` source over exactly `ranges` (log start not re-applied: see source.py)."""
+def read_frame(
+    spark: SparkSession, options: JobOptions, ranges: list[Range], decided: Decided
+) -> DataFrame:
+    """The `sluice` source over exactly `ranges` (log start not re-applied: see source.py),
+    up to each partition's first undecided transaction and without its aborted ones."""
     assign: dict[str, list[int]] = {}
     start: Offsets = {}
     end: Offsets = {}
-    for r in ranges:
+    for r in bounded(ranges, decided):
         assign.setdefault(r.topic, []).append(r.partition)
         start.setdefault(r.topic, {})[r.partition] = r.start
         end.setdefault(r.topic, {})[r.partition] = r.end
+    aborted = {key: d.aborted for key, d in decided.items()}
     return (
         spark.read.format(source.NAME)
         .option("endpoint", options.endpoint or "")
@@ -210,6 +231,7 @@ def read_frame(spark: SparkSession, options: JobOptions, ranges: list[Range]) ->
         .option("start_offsets", json.dumps(offsets_to_json(start)))
         .option("end_offsets", json.dumps(offsets_to_json(end)))
         .option("apply_log_start", "false")
+        .option("aborted", transactions.aborted_to_json(aborted))
         .load()
     )
 
@@ -241,6 +263,38 @@ def value_columns(versions: str, topic: str) -> ValueColumns:
     return ValueColumns(topic, found[topic], FIXED_COLUMNS | {SCHEMA_ID.name})
 
 
+def write_segment(
+    data: bytes,
+    headers: Sequence[tuple[int, fmt.BatchHeader]] | None,
+    where: str,
+    out: str,
+    endpoint: str | None,
+    time_zone: str,
+    kill: KillSwitch,
+    versions: str | None,
+    task: SegmentTask,
+) -> list[WrittenFile]:
+    """Decode a downloaded segment's records of `task` (typing its values if the plan has
+    registry `versions`) and write its hourly files."""
+    batches = decode.decode_segment(
+        data, task.topic, task.partition, task.lo, task.hi, where, task.aborted, headers
+    )
+    table = pa.Table.from_batches(list(batches), schema=decode.SCHEMA)
+    if versions is not None:
+        table = value_columns(versions, task.topic).add_to(table)
+    return write_hour_files(table, storage.location(out, endpoint), time_zone, kill)
+
+
+@dataclass(frozen=True)
+class FirstPass:
+    """What a segment's first task did: the files it wrote, none when its records wait on its
+    partition's transaction markers (`deferred`), and its transactional batches."""
+
+    files: list[WrittenFile]
+    events: tuple[TxnEvent, ...]
+    deferred: bool
+
+
 def ingest_segment(
     endpoint: str | None,
     bucket: str,
@@ -249,16 +303,79 @@ def ingest_segment(
     kill: KillSwitch,
     versions: str | None,
     task: SegmentTask,
+) -> FirstPass:
+    """One Spark task of the direct path: download, verify and scan one segment; unless it
+    holds transactional records, decode it and write its hourly files in the same Python
+    worker. A segment without a transactional batch costs a bit test per batch more."""
+    data, where = source.download(endpoint, bucket, task)
+    headers = decode.scan_segment(data, where)
+    events = transactions.segment_events(data, headers, task.lo, task.hi)
+    if transactions.has_records(events):
+        return FirstPass([], events, True)
+    files = write_segment(data, headers, where, out, endpoint, time_zone, kill, versions, task)
+    return FirstPass(files, events, False)
+
+
+def ingest_decided(
+    endpoint: str | None,
+    bucket: str,
+    out: str,
+    time_zone: str,
+    kill: KillSwitch,
+    versions: str | None,
+    task: SegmentTask,
 ) -> list[WrittenFile]:
-    """One Spark task of the direct path: download, verify and decode one segment (typing its
-    values if the plan has registry `versions`), then write its hourly files, all in the same
-    Python worker."""
-    batches = list(source.read_segment(endpoint, bucket, task))
-    table = pa.Table.from_batches(batches, schema=decode.SCHEMA)
-    if versions is not None:
-        table = value_columns(versions, task.topic).add_to(table)
-    location = storage.location(out, endpoint)
-    return write_hour_files(table, location, time_zone, kill)
+    """A deferred segment once its partition's transactions are decided (`task` bounded and
+    naming its aborted transactions): download it again and write its files."""
+    data, where = source.download(endpoint, bucket, task)
+    return write_segment(data, None, where, out, endpoint, time_zone, kill, versions, task)
+
+
+def scan_transactions(endpoint: str | None, bucket: str, task: SegmentTask) -> tuple[TxnEvent, ...]:
+    """The transactional batches of one segment (the data-source path's first pass)."""
+    data, where = source.download(endpoint, bucket, task)
+    return transactions.segment_events(data, decode.scan_segment(data, where), task.lo, task.hi)
+
+
+Decided = dict[transactions.Partition, Decisions]
+
+
+def decide(tasks: list[SegmentTask], events: list[tuple[TxnEvent, ...]]) -> Decided:
+    """Each partition's decisions from its segments' events (`tasks` in offset order)."""
+    by_partition: dict[transactions.Partition, list[TxnEvent]] = {}
+    for task, found in zip(tasks, events, strict=True):
+        if found:
+            by_partition.setdefault((task.topic, task.partition), []).extend(found)
+    return {key: transactions.decide(found) for key, found in by_partition.items()}
+
+
+def bound(decided: Decided, topic: str, partition: int) -> int | None:
+    """The offset a partition's run stops at: its first undecided transaction's (or None)."""
+    return decided.get((topic, partition), NONE_DECIDED).first_undecided
+
+
+def bounded(ranges: Iterable[Range], decided: Decided) -> tuple[Range, ...]:
+    """`ranges` ending at their partition's first undecided transaction, if one is open."""
+    out: list[Range] = []
+    for r in ranges:
+        stop = bound(decided, r.topic, r.partition)
+        end = r.end if stop is None else max(r.start, min(r.end, stop))
+        out.append(dataclasses.replace(r, end=end))
+    return tuple(out)
+
+
+def decided_tasks(tasks: Iterable[SegmentTask], decided: Decided) -> list[SegmentTask]:
+    """`tasks` bounded by their partition's first undecided transaction, naming the aborted
+    transactions that may have batches in their segment; those wholly past it go."""
+    out: list[SegmentTask] = []
+    for task in tasks:
+        d = decided.get((task.topic, task.partition), NONE_DECIDED)
+        hi = task.hi if d.first_undecided is None else min(task.hi, d.first_undecided)
+        if max(task.lo, task.base_offset) >= hi:
+            continue
+        aborted = transactions.overlapping(d.aborted, task.base_offset, task.last_offset)
+        out.append(dataclasses.replace(task, hi=hi, aborted=aborted))
+    return out
 
 
 def plan_segments(
@@ -282,17 +399,38 @@ def plan_segments(
 
 def ingest_direct(
     spark: SparkSession, options: JobOptions, tasks: list[SegmentTask], versions: str | None
-) -> list[WrittenFile]:
+) -> tuple[list[WrittenFile], Decided]:
     """Without JSON expansion, Spark only schedules: a task per segment reads and writes it
-    (the rows never cross into the JVM and back, which costs more than decoding them)."""
+    (the rows never cross into the JVM and back, which costs more than decoding them). The
+    segments with transactional records go in a second pass, once their partition's markers
+    are known; the files the first wrote past a transaction still undecided are removed."""
     if not tasks:
-        return []
+        return [], {}
+    context = spark.sparkContext
     work = functools.partial(
         ingest_segment, options.endpoint, options.bucket, options.out, options.time_zone,
         options.kill, versions,
     )  # fmt: skip
-    written = spark.sparkContext.parallelize(tasks, len(tasks)).map(work).collect()
-    return sorted((f for files in written for f in files), key=lambda f: f.path)
+    first: list[FirstPass] = context.parallelize(tasks, len(tasks)).map(work).collect()
+    decided = decide(tasks, [f.events for f in first])
+    files: list[WrittenFile] = []
+    out = storage.location(options.out, options.endpoint)
+    for f in (f for result in first for f in result.files):
+        stop = bound(decided, f.topic, f.partition)
+        if stop is not None and f.first_offset >= stop:
+            out.child(f.path).delete()
+        else:
+            files.append(f)
+    deferred = decided_tasks((t for t, f in zip(tasks, first, strict=True) if f.deferred), decided)
+    if deferred:
+        log.info("writing %d segments with transactions", len(deferred))
+        again = functools.partial(
+            ingest_decided, options.endpoint, options.bucket, options.out, options.time_zone,
+            options.kill, versions,
+        )  # fmt: skip
+        written = context.parallelize(deferred, len(deferred)).map(again).collect()
+        files.extend(f for found in written for f in found)
+    return sorted(files, key=lambda f: f.path), decided
 
 
 def finalize_hours(out: storage.Location, files: list[WrittenFile], kill: KillSwitch) -> list[str]:
@@ -386,17 +524,39 @@ def make_plan(options: JobOptions, state: ckpt.Checkpoint, manifests: list[Manif
     return Plan(state.run + 1, moving, tuple(found), None, resumed=False)
 
 
-def prepare(spark: SparkSession, options: JobOptions, plan: Plan) -> tuple[DataFrame, str | None]:
+def decide_first(spark: SparkSession, options: JobOptions, tasks: list[SegmentTask]) -> Decided:
+    """The transactions of the segments of `tasks`, read in a pass of their own."""
+    if not tasks:
+        return {}
+    work = functools.partial(scan_transactions, options.endpoint, options.bucket)
+    with spark_errors(), spark_tasks(spark, "reading transactions", len(tasks)):
+        events = spark.sparkContext.parallelize(tasks, len(tasks)).map(work).collect()
+    return decide(tasks, events)
+
+
+def prepare(
+    spark: SparkSession, options: JobOptions, plan: Plan, decided: Decided
+) -> tuple[DataFrame, str | None]:
     """The frame to write (JSON fields expanded if asked) and the expansion schema used."""
     # Only from_json's parsing of zone-less timestamps depends on it; pin it for stable bytes.
     spark.conf.set("spark.sql.session.timeZone", "UTC")
     register(spark)
     with spark_errors():
-        frame = read_frame(spark, options, plan.reading)
+        frame = read_frame(spark, options, plan.reading, decided)
         schema = resolve_schema(spark, options, frame, plan)
     if schema is None:
         return frame, None
     return expand(frame, schema), schema.json()
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a run wrote: its files, the hours it finalized, and its ranges as far as they
+    were ingested (each up to its partition's first undecided transaction)."""
+
+    files: list[WrittenFile]
+    hours: list[str]
+    ranges: tuple[Range, ...]
 
 
 def execute(
@@ -405,15 +565,18 @@ def execute(
     state: ckpt.Checkpoint,
     manifests: list[Manifest],
     spark: SparkSession | None,
-) -> tuple[list[WrittenFile], list[str]]:
-    """Store the plan as pending, write its files, finalize its hours; return both."""
+) -> Outcome:
+    """Store the plan as pending, write its files, finalize its hours."""
     out = storage.location(options.out, options.endpoint)
     frame: DataFrame | None = None
     schema = plan.schema
+    segments = plan_segments(options, manifests, plan.reading) if plan.reading else []
+    decided: Decided = {}
     if plan.reading:
         spark = spark or start_spark(options.master)
         if options.json_mode != "none":
-            frame, schema = prepare(spark, options, plan)
+            decided = decide_first(spark, options, segments)
+            frame, schema = prepare(spark, options, plan, decided)
         elif options.value_schema is not None and schema is None:
             schema = registry.to_json(registry.fetch(str(options.registry_url), options.topics))
             for topic in options.topics:  # a subject no column can be made from fails here
@@ -425,16 +588,19 @@ def execute(
     files: list[WrittenFile] = []
     if plan.reading:
         assert spark is not None
-        segments = plan_segments(options, manifests, plan.reading)
         log.info("writing run %d: %d segments", plan.run, len(segments))
         with spark_errors(), spark_tasks(spark, "writing", len(segments)):
             if frame is not None:
                 files = write_files(frame, options)
             else:
                 versions = schema if options.value_schema is not None else None
-                files = ingest_direct(spark, options, segments, versions)
+                files, decided = ingest_direct(spark, options, segments, versions)
         log.info("wrote %d files, %d rows", len(files), sum(f.rows for f in files))
-    return files, finalize_hours(out, files, options.kill)
+    for key, d in sorted(decided.items()):
+        if d.first_undecided is not None:
+            log.info("%s/%d: stopping at offset %d, where a transaction is undecided",
+                     *key, d.first_undecided)  # fmt: skip
+    return Outcome(files, finalize_hours(out, files, options.kill), bounded(plan.ranges, decided))
 
 
 def checkpoint_location(options: JobOptions) -> storage.Location:
@@ -468,22 +634,26 @@ def run(options: JobOptions, spark: SparkSession | None = None) -> dict[str, Any
         len(plan.reading),
         sum(r.end - r.start for r in plan.reading),
     )
-    files, hours = execute(options, plan, state, manifests, spark) if plan.active else ([], [])
+    done = execute(options, plan, state, manifests, spark) if plan.active else Outcome([], [], ())
     result = summary.build(
         run=plan.run if plan.active else state.run,
         out=out,
         time_zone=options.time_zone,
-        ranges=plan.reading,
+        ranges=[
+            r
+            for r, planned in zip(done.ranges, plan.ranges, strict=True)
+            if planned.start < planned.end
+        ],
         gaps=plan.gaps,
-        files=files,
-        hours=hours,
+        files=done.files,
+        hours=done.hours,
         resumed=plan.resumed,
         seconds=time.monotonic() - began,
     )
     summary.location_for(where).write(summary.to_bytes(result))
     options.kill.at("summary")
     if plan.active:
-        ckpt.save(where, state.committed(out, plan.run, plan.ranges))
+        ckpt.save(where, state.committed(out, plan.run, done.ranges))
         log.info("committed run %d to %s", plan.run, where)
     options.kill.at("committed")
     return result

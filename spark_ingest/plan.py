@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from spark_ingest.errors import IngestError
 from spark_ingest.manifest import Manifest, check_topic, segment_key
+from spark_ingest.transactions import Aborted
 
 Offsets = dict[str, dict[int, int]]
 
@@ -57,7 +58,8 @@ def offsets_to_json(offsets: Mapping[str, Mapping[int, int]]) -> dict[str, dict[
 
 @dataclass(frozen=True)
 class SegmentTask:
-    """Read one segment object, keeping its data records with offsets in [lo, hi)."""
+    """Read one segment object, keeping its data records with offsets in [lo, hi) but those
+    of the `aborted` transactions."""
 
     topic: str
     partition: int
@@ -68,6 +70,7 @@ class SegmentTask:
     last_offset: int
     lo: int
     hi: int
+    aborted: tuple[Aborted, ...] = ()
 
 
 def segment_tasks(

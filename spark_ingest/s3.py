@@ -69,6 +69,12 @@ def put(endpoint: str | None, bucket: str, key: str, data: bytes) -> None:
         client(endpoint).put_object(Bucket=bucket, Key=key, Body=data)
 
 
+def delete(endpoint: str | None, bucket: str, key: str) -> None:
+    """Remove an object (S3 answers a missing one with success too)."""
+    with translated(f"deleting s3://{bucket}/{key}", bucket):
+        client(endpoint).delete_object(Bucket=bucket, Key=key)
+
+
 def list_prefixes(endpoint: str | None, bucket: str, prefix: str) -> list[str]:
     """The 'directories' directly under `prefix` (which ends with '/'), in key order."""
     found: list[str] = []

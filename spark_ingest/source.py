@@ -8,11 +8,14 @@ Options: `endpoint` (S3 endpoint URL; default AWS), `bucket` (required), `prefix
 partitions only), `start_offsets` / `end_offsets` (JSON `{"topic": {"0": 123}}`; start
 inclusive, end exclusive; default earliest / the newest segment's end), `apply_log_start`
 ("false" reads records below the manifests' log_start_offset that a listed segment still
-holds, which re-running a plan made before a retention pass needs).
+holds, which re-running a plan made before a retention pass needs), `aborted` (JSON
+`{"topic": {"0": [[producer id, first offset, ABORT marker offset], ...]}}`: the transactions
+whose records to leave out, as the ingest job decides them; see transactions.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -25,6 +28,7 @@ from pyspark.sql.types import StructType
 from spark_ingest import decode, manifest, s3
 from spark_ingest.errors import IngestError
 from spark_ingest.plan import Offsets, SegmentTask, parse_offsets, segment_tasks
+from spark_ingest.transactions import aborted_from_json, overlapping
 
 NAME = "sluice"
 SCHEMA: StructType = from_arrow_schema(decode.SCHEMA, prefer_timestamp_ntz=False)
@@ -52,6 +56,7 @@ class ReadOptions:
         if apply not in ("true", "false"):
             raise IngestError(f"option 'apply_log_start' must be true or false, not {apply!r}")
         self.apply_log_start = apply == "true"
+        self.aborted = aborted_from_json(options.get("aborted") or "{}", "aborted")
 
 
 def parse_assign(text: str) -> dict[str, list[int]]:
@@ -81,14 +86,22 @@ def load_manifests(o: ReadOptions) -> list[manifest.Manifest]:
     return [m for m in manifests if m.partition in o.assign[m.topic]]
 
 
-def read_segment(endpoint: str | None, bucket: str, task: SegmentTask) -> Iterator[pa.RecordBatch]:
-    """Download one segment, check it against its manifest entry, decode [lo, hi)."""
+def download(endpoint: str | None, bucket: str, task: SegmentTask) -> tuple[bytes, str]:
+    """One segment's bytes, checked against its manifest entry, and where they are."""
     where = f"s3://{bucket}/{task.key}"
     data = s3.get(endpoint, bucket, task.key)
     if data is None:
         raise IngestError(f"segment {where} is named by its manifest but missing")
     decode.verify(data, task.size, task.sha256, where)
-    return decode.decode_segment(data, task.topic, task.partition, task.lo, task.hi, where)
+    return data, where
+
+
+def read_segment(endpoint: str | None, bucket: str, task: SegmentTask) -> Iterator[pa.RecordBatch]:
+    """Download one segment, check it against its manifest entry, decode [lo, hi)."""
+    data, where = download(endpoint, bucket, task)
+    return decode.decode_segment(
+        data, task.topic, task.partition, task.lo, task.hi, where, task.aborted
+    )
 
 
 class SluiceReader(DataSourceReader):
@@ -103,7 +116,19 @@ class SluiceReader(DataSourceReader):
         tasks = segment_tasks(
             manifests, o.prefix, o.start, o.end, apply_log_start=o.apply_log_start
         )
-        return [InputPartition(task) for task in tasks]
+        return [
+            InputPartition(
+                dataclasses.replace(
+                    task,
+                    aborted=overlapping(
+                        o.aborted.get((task.topic, task.partition), ()),
+                        task.base_offset,
+                        task.last_offset,
+                    ),
+                )
+            )
+            for task in tasks
+        ]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         task: SegmentTask | None = partition.value

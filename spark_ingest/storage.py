@@ -28,6 +28,10 @@ class Location(Protocol):
         the data written where a crash would leave it."""
         ...
 
+    def delete(self) -> None:
+        """Remove it (nothing to do when it does not exist)."""
+        ...
+
     def child(self, *parts: str) -> Location:
         """The location `parts` below this one (a directory or key prefix)."""
         ...
@@ -67,6 +71,9 @@ class LocalFile:
         finally:
             os.close(fd)
 
+    def delete(self) -> None:
+        self.path.unlink(missing_ok=True)
+
     def child(self, *parts: str) -> LocalFile:
         return LocalFile(self.path.joinpath(*parts))
 
@@ -90,6 +97,9 @@ class S3Object:
         if midway is not None:  # a PUT is all or nothing: a crash during it, before it
             midway()
         s3.put(self.endpoint, self.bucket, self.key, data)
+
+    def delete(self) -> None:
+        s3.delete(self.endpoint, self.bucket, self.key)
 
     def child(self, *parts: str) -> S3Object:
         return S3Object(self.endpoint, self.bucket, "/".join(p for p in (self.key, *parts) if p))

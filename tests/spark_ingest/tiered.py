@@ -1,7 +1,8 @@
 """Tiered data for the ingest tests, made as the engine makes it, uploaded per docs/tiering.md.
 
 A `Partition` is a real engine PartitionLog in a temporary directory. Records go in through
-`append_as_leader` (encoded with engine.batch, any compression); `upload()` rolls the active
+`append_as_leader` (encoded with engine.batch, any compression), or inside a Kafka transaction
+through `append_transactional_as_leader` and its marker; `upload()` rolls the active
 segment and uploads each closed segment's `.log` (and its indexes) to S3 before rewriting the
 partition's manifest.json, as the tiering uploader does. Nothing here uses the uploader itself.
 """
@@ -17,7 +18,7 @@ from typing import Any
 
 from engine import batch as fmt
 from engine.config import TopicConfig
-from engine.log import PartitionLog
+from engine.log import AppendInfo, PartitionLog
 
 EPOCH = 3
 HOUR_MS = 3_600_000
@@ -61,7 +62,8 @@ class Partition:
         self.topic, self.partition = topic, partition
         config = TopicConfig().with_overrides(configs or {})
         self.log = PartitionLog(root / f"{topic}-{partition}", topic, partition, config)
-        self.produced: list[Produced] = []
+        self.produced: list[Produced] = []  # what ingest must write: no uncommitted record
+        self.open: dict[int, list[Produced]] = {}  # of each producer's open transaction
         self.entries: list[dict[str, Any]] = []
         self.log_start_offset = 0
 
@@ -81,18 +83,47 @@ class Partition:
         )
         info = self.log.append_as_leader(data, EPOCH)
         self.log.advance_high_watermark(info.last_offset + 1)
-        for i, (key, value, headers, ts) in enumerate(records):
-            self.produced.append(
-                Produced(
-                    self.topic,
-                    self.partition,
-                    info.first_offset + i,
-                    ts if info.log_append_time < 0 else info.log_append_time,
-                    key,
-                    value,
-                    tuple(headers),
-                )
+        self.produced.extend(self._produced(info, records))
+
+    def append_transactional(
+        self,
+        records: list[tuple[bytes | None, bytes | None, list[Header], int]],
+        producer_id: int,
+        epoch: int = 0,
+    ) -> int:
+        """Append records inside the transaction of `producer_id` at `epoch`, flagged as JSON
+        values; they count as produced once `end_transaction` commits it. The first offset."""
+        data = fmt.encode_batches(records, max_batch_bytes=1 << 20, values_json=True)
+        info = self.log.append_transactional_as_leader(data, EPOCH, producer_id, epoch)
+        self.log.advance_high_watermark(info.last_offset + 1)
+        self.open.setdefault(producer_id, []).extend(self._produced(info, records))
+        return info.first_offset
+
+    def end_transaction(self, producer_id: int, epoch: int, commit: bool) -> None:
+        """The COMMIT or ABORT marker of `producer_id`'s transaction, as its coordinator
+        writes it."""
+        info = self.log.append_marker_as_leader(producer_id, epoch, commit, 0, EPOCH)
+        assert info is not None
+        self.log.advance_high_watermark(info.last_offset + 1)
+        records = self.open.pop(producer_id, [])
+        if commit:
+            self.produced.extend(records)
+
+    def _produced(
+        self, info: AppendInfo, records: list[tuple[bytes | None, bytes | None, list[Header], int]]
+    ) -> list[Produced]:
+        return [
+            Produced(
+                self.topic,
+                self.partition,
+                info.first_offset + i,
+                ts if info.log_append_time < 0 else info.log_append_time,
+                key,
+                value,
+                tuple(headers),
             )
+            for i, (key, value, headers, ts) in enumerate(records)
+        ]
 
     def append_commit_marker(self, timestamp: int) -> None:
         """A transaction commit marker: a control batch no reader may show as a record."""

@@ -58,8 +58,12 @@ async def test_a_commit_shows_every_partition_of_every_topic_at_once(topics: Cli
     txn = await begin(client, timeout_ms=30_000)
     assert (txn["state"], txn["producer_epoch"], txn["timeout_ms"]) == ("Ongoing", 0, 30_000)
     epoch = txn["producer_epoch"]
-    await produce(client, [{"value": "o0", "partition": 0}, {"value": "o1", "partition": 1}],
-                  topic="orders", params=in_txn(epoch))  # fmt: skip
+    await produce(
+        client,
+        [{"value": "o0", "partition": 0}, {"value": "o1", "partition": 1}],
+        topic="orders",
+        params=in_txn(epoch),
+    )
     await produce(client, [{"value": "a"}], topic="audit", params=in_txn(epoch))
     await produce(client, [{"value": "plain"}], topic="audit")
     assert await values(client, "orders", 0, "read_committed") == []
@@ -79,8 +83,9 @@ async def test_a_commit_shows_every_partition_of_every_topic_at_once(topics: Cli
     assert await values(client, "audit", 0, "read_uncommitted") == ["a", "plain"]  # no marker
     # A retried commit answers as the first; an abort after it is refused.
     assert (await end(client, "commit", epoch))["state"] == "CompleteCommit"
-    await problem(await client.post(f"{T}/abort", json={"producer_epoch": epoch}), 409,
-                  "INVALID_TXN_STATE")  # fmt: skip
+    await problem(
+        await client.post(f"{T}/abort", json={"producer_epoch": epoch}), 409, "INVALID_TXN_STATE"
+    )
 
 
 async def test_an_abort_is_never_read_committed_and_readers_move_past_it(topics: Client) -> None:
@@ -93,8 +98,9 @@ async def test_an_abort_is_never_read_committed_and_readers_move_past_it(topics:
     assert doc["records"] == [] and doc["next_offset"] == 1  # past the aborted batch
     assert await values(client, "orders", 0, "read_committed") == ["after"]
     assert await values(client, "orders", 0, "read_uncommitted") == ["gone", "after"]
-    await problem(await client.post(f"{T}/commit", json={"producer_epoch": epoch}), 409,
-                  "INVALID_TXN_STATE")  # fmt: skip
+    await problem(
+        await client.post(f"{T}/commit", json={"producer_epoch": epoch}), 409, "INVALID_TXN_STATE"
+    )
 
 
 async def test_a_read_committed_answer_names_the_last_stable_offset(topics: Client) -> None:
@@ -116,17 +122,22 @@ async def test_a_read_committed_answer_names_the_last_stable_offset(topics: Clie
 async def test_a_new_begin_fences_the_previous_holder(topics: Client) -> None:
     client = topics
     old = (await begin(client))["producer_epoch"]
-    await produce(client, [{"value": "zombie-1", "partition": 0}], topic="orders",
-                  params=in_txn(old))  # fmt: skip
+    await produce(
+        client, [{"value": "zombie-1", "partition": 0}], topic="orders", params=in_txn(old)
+    )
     new = (await begin(client))["producer_epoch"]
     assert new > old
     before = await end_offsets(client, "orders")
-    resp = await client.post("/v1/topics/orders/records", params=in_txn(old),
-                             json={"records": [{"value": "zombie-2", "partition": 0}]})  # fmt: skip
+    resp = await client.post(
+        "/v1/topics/orders/records",
+        params=in_txn(old),
+        json={"records": [{"value": "zombie-2", "partition": 0}]},
+    )
     await problem(resp, 409, "PRODUCER_FENCED")
     assert await end_offsets(client, "orders") == before  # nothing written
-    await problem(await client.post(f"{T}/commit", json={"producer_epoch": old}), 409,
-                  "PRODUCER_FENCED")  # fmt: skip
+    await problem(
+        await client.post(f"{T}/commit", json={"producer_epoch": old}), 409, "PRODUCER_FENCED"
+    )
     await produce(client, [{"value": "new", "partition": 0}], topic="orders", params=in_txn(new))
     await end(client, "commit", new)
     # The fenced transaction was aborted by the begin that fenced it.
@@ -135,8 +146,9 @@ async def test_a_new_begin_fences_the_previous_holder(topics: Client) -> None:
 
 async def test_offsets_take_effect_if_and_only_if_the_transaction_commits(topics: Client) -> None:
     client = topics
-    resp = await client.post("/v1/groups/g/members",
-                             json={"topics": ["orders"], "auto_offset_reset": "earliest"})  # fmt: skip
+    resp = await client.post(
+        "/v1/groups/g/members", json={"topics": ["orders"], "auto_offset_reset": "earliest"}
+    )
     member = await resp.json()
     offsets = {
         "group_id": "g",
@@ -180,11 +192,17 @@ async def test_a_transaction_past_its_timeout_is_aborted_by_the_cluster(
     await wait_until(lambda: coordinator.machine.get("tx").state.complete)
     described = await (await client.get(T)).json()
     assert (described["state"], described["abort_cause"]) == ("CompleteAbort", "timeout")
-    resp = await client.post("/v1/topics/orders/records", params=in_txn(epoch),
-                             json={"records": [{"value": "x", "partition": 0}]})  # fmt: skip
+    resp = await client.post(
+        "/v1/topics/orders/records",
+        params=in_txn(epoch),
+        json={"records": [{"value": "x", "partition": 0}]},
+    )
     await problem(resp, 409, "TRANSACTION_TIMED_OUT")
-    await problem(await client.post(f"{T}/commit", json={"producer_epoch": epoch}), 409,
-                  "TRANSACTION_TIMED_OUT")  # fmt: skip
+    await problem(
+        await client.post(f"{T}/commit", json={"producer_epoch": epoch}),
+        409,
+        "TRANSACTION_TIMED_OUT",
+    )
     assert await values(client, "orders", 0, "read_committed") == []
 
 
@@ -210,8 +228,9 @@ async def test_list_shows_transactions_by_state(topics: Client) -> None:
     ]
     ongoing = await (await client.get("/v1/transactions", params={"state": "Ongoing"})).json()
     assert [t["transactional_id"] for t in ongoing["transactions"]] == ["a"]
-    await problem(await client.get("/v1/transactions", params={"state": "Open"}), 400,
-                  "INVALID_PARAMETER")  # fmt: skip
+    await problem(
+        await client.get("/v1/transactions", params={"state": "Open"}), 400, "INVALID_PARAMETER"
+    )
 
 
 @pytest.mark.parametrize(
@@ -224,7 +243,7 @@ async def test_list_shows_transactions_by_state(topics: Client) -> None:
             {},
             404,
             "UNKNOWN_TRANSACTIONAL_ID",
-        ),  # fmt: skip
+        ),
         ({"transactional_id": "tx", "producer_epoch": "x"}, {}, 400, "INVALID_PARAMETER"),
         ({"transactional_id": "tx", "producer_epoch": "40000"}, {}, 400, "INVALID_PARAMETER"),
         (
@@ -232,13 +251,13 @@ async def test_list_shows_transactions_by_state(topics: Client) -> None:
             {},
             400,
             "INVALID_TRANSACTIONAL_ID",
-        ),  # fmt: skip
+        ),
         (
             {"transactional_id": "tx", "producer_epoch": "0"},
             {"Idempotency-Key": "k"},
             400,
             "INVALID_PARAMETER",
-        ),  # fmt: skip
+        ),
     ],
 )
 async def test_a_bad_transactional_produce_is_refused_and_writes_nothing(
@@ -246,8 +265,12 @@ async def test_a_bad_transactional_produce_is_refused_and_writes_nothing(
 ) -> None:
     client = topics
     await begin(client)
-    resp = await client.post("/v1/topics/orders/records", params=params, headers=headers,
-                             json={"records": [{"value": 1, "partition": 0}]})  # fmt: skip
+    resp = await client.post(
+        "/v1/topics/orders/records",
+        params=params,
+        headers=headers,
+        json={"records": [{"value": 1, "partition": 0}]},
+    )
     await problem(resp, status, code)
     assert await end_offsets(client, "orders") == [0, 0]
 
@@ -258,12 +281,18 @@ async def test_a_produce_to_a_transaction_not_open_or_to_an_internal_topic_is_re
     client = topics
     epoch = (await begin(client))["producer_epoch"]
     await end(client, "commit", epoch)
-    resp = await client.post("/v1/topics/orders/records", params=in_txn(epoch),
-                             json={"records": [{"value": 1, "partition": 0}]})  # fmt: skip
+    resp = await client.post(
+        "/v1/topics/orders/records",
+        params=in_txn(epoch),
+        json={"records": [{"value": 1, "partition": 0}]},
+    )
     await problem(resp, 409, "INVALID_TXN_STATE")
     epoch = (await begin(client))["producer_epoch"]
-    resp = await client.post("/v1/topics/__consumer_offsets/records", params=in_txn(epoch),
-                             json={"records": [{"value": 1}]})  # fmt: skip
+    resp = await client.post(
+        "/v1/topics/__consumer_offsets/records",
+        params=in_txn(epoch),
+        json={"records": [{"value": 1}]},
+    )
     await problem(resp, 403, "INTERNAL_TOPIC")
     assert await end_offsets(client, "orders") == [0, 0]
 
@@ -291,7 +320,7 @@ async def test_a_produce_to_a_transaction_not_open_or_to_an_internal_topic_is_re
             },
             400,
             "INVALID_PARAMETER",
-        ),  # fmt: skip
+        ),
         (
             "/offsets",
             {
@@ -303,7 +332,7 @@ async def test_a_produce_to_a_transaction_not_open_or_to_an_internal_topic_is_re
             },
             400,
             "INVALID_PARAMETER",
-        ),  # fmt: skip
+        ),
     ],
 )
 async def test_bad_transaction_calls_are_refused(
@@ -321,8 +350,9 @@ async def test_unknown_transactional_ids_and_bad_isolation(topics: Client) -> No
         404,
         "UNKNOWN_TRANSACTIONAL_ID",
     )
-    resp = await client.get("/v1/topics/orders/partitions/0/records",
-                            params={"isolation": "serializable"})  # fmt: skip
+    resp = await client.get(
+        "/v1/topics/orders/partitions/0/records", params={"isolation": "serializable"}
+    )
     await problem(resp, 400, "INVALID_PARAMETER")
 
 
@@ -330,8 +360,9 @@ async def test_a_group_member_reading_committed_sees_only_committed_records(
     topics: Client,
 ) -> None:
     client = topics
-    resp = await client.post("/v1/groups/rc/members",
-                             json={"topics": ["audit"], "auto_offset_reset": "earliest"})  # fmt: skip
+    resp = await client.post(
+        "/v1/groups/rc/members", json={"topics": ["audit"], "auto_offset_reset": "earliest"}
+    )
     member = (await resp.json())["member_id"]
     epoch = (await begin(client))["producer_epoch"]
     await produce(client, [{"value": "aborted"}], topic="audit", params=in_txn(epoch))
@@ -340,8 +371,10 @@ async def test_a_group_member_reading_committed_sees_only_committed_records(
     await produce(client, [{"value": "kept"}], topic="audit", params=in_txn(epoch))
 
     async def poll(isolation: str) -> list[object]:
-        resp = await client.get(f"/v1/groups/rc/members/{member}/records",
-                                params={"timeout_ms": "0", "isolation": isolation})  # fmt: skip
+        resp = await client.get(
+            f"/v1/groups/rc/members/{member}/records",
+            params={"timeout_ms": "0", "isolation": isolation},
+        )
         assert resp.status == 200, await resp.text()
         return [r["value"] for r in (await resp.json())["records"]]
 

@@ -34,6 +34,7 @@ from groups.share.model import (
     DELIVERY_LIMIT,
     LOCK_DURATION,
     MAX_RECORD_LOCKS,
+    Parked,
     PendingWrite,
     ReadAhead,
     ShareGroup,
@@ -280,6 +281,7 @@ class ShareCoordinator:
         group.members.pop(member.member_id, None)
         changed = []
         released = 0
+        full = {tp for tp, window in group.partitions.items() if not window.room}
         for tp, window in group.partitions.items():
             moved = window.release_member(member.member_id)
             if moved:
@@ -287,7 +289,8 @@ class ShareCoordinator:
                 changed.append(tp)
                 released += len(moved)
         await self._store(group, changed, with_group=True)
-        group.wake()
+        for tp in changed:
+            self._wake_for(group, tp, tp in full)
         return released
 
     def _renew(self, group: ShareGroup, member: ShareMember) -> None:
@@ -341,12 +344,25 @@ class ShareCoordinator:
         loop = self.loop()
         deadline = loop.time() + timeout_ms / 1000
         group = self._group(name)
-        member = group.member(member_id)
+        member = joined = group.member(member_id)
         member.acquiring += 1
         self._renew(group, member)
+        woken: int | None = None  # the wake this pass answers, if one woke it
         try:
             while True:
-                got, changed = await self._acquire_pass(group, member, max_records, max_bytes)
+                try:
+                    if woken is not None and self.groups.get(name) is not group:
+                        group = self._group(name)  # moved away: NotLeader names the new place
+                        member = group.member(member_id)
+                    if group.members.get(member_id) is not member:
+                        raise GroupError("UNKNOWN_MEMBER", f"member {member_id!r} left the group")
+                    got, changed = await self._acquire_pass(group, member, max_records, max_bytes)
+                except BaseException:
+                    if woken is not None:
+                        self._pass_on(group, member.topics, woken)
+                    raise
+                if woken is not None and not got:
+                    self._pass_on(group, member.topics, woken)
                 if got:
                     await self._store(group, changed)
                     return got
@@ -355,16 +371,11 @@ class ShareCoordinator:
                 left = deadline - loop.time()
                 if left <= 0 or self.closing:
                     return []
-                await self._park(group, member, left)
-                if self.groups.get(name) is not group:
-                    group = self._group(name)  # moved away: NotLeader names the new place
-                    member = group.member(member_id)
-                if group.members.get(member_id) is not member:
-                    raise GroupError("UNKNOWN_MEMBER", f"member {member_id!r} left the group")
+                woken = await self._park(group, member, left)
         finally:
-            member.acquiring -= 1
-            if group.members.get(member_id) is member:
-                self._renew(group, member)
+            joined.acquiring -= 1
+            if group.members.get(member_id) is joined:
+                self._renew(group, joined)
 
     def _member_partitions(self, member: ShareMember) -> list[TopicPartition]:
         topics = self.replicas.store.view.topics
@@ -544,35 +555,91 @@ class ShareCoordinator:
 
     # -- waiting ---------------------------------------------------------------------------------
 
-    async def _park(self, group: ShareGroup, member: ShareMember, left_s: float) -> None:
+    async def _park(self, group: ShareGroup, member: ShareMember, left_s: float) -> int | None:
         """Wait until something may be acquirable: new records at one of the member's
-        partitions, a record given back or due again, or `left_s` passes."""
+        partitions, a record given back or due again, or `left_s` passes (None). Parked
+        acquires are woken as many as there are records for them, longest waiting first; one
+        woken but gone before it looked passes its wake on."""
         loop = self.loop()
-        waiter: asyncio.Future[None] = loop.create_future()
-        group.parked.append(waiter)
+        waiter: asyncio.Future[int | None] = loop.create_future()
+        parked = Parked(waiter, member.topics, group.parks)
+        group.parks += 1
+        group.parked.append(parked)
         self._arm_timer(group)
         for tp in self._member_partitions(member):
             window = group.partitions.get(tp)
             if window is not None and window.room and tp not in group.watchers:
                 group.watchers[tp] = loop.create_task(self._watch(group, tp, window))
+        timeout = loop.call_later(left_s, _time_up, waiter)
         try:
-            await asyncio.wait((waiter,), timeout=left_s)
+            return await waiter
+        except asyncio.CancelledError:
+            if not waiter.cancelled() and (wake := waiter.result()) is not None:
+                self._pass_on(group, member.topics, wake)
+            raise
         finally:
-            if not waiter.done():
-                waiter.cancel()
+            timeout.cancel()
+            if waiter.cancelled() or waiter.result() is None:
                 with contextlib.suppress(ValueError):
-                    group.parked.remove(waiter)
+                    group.parked.remove(parked)
+
+    def _pass_on(self, group: ShareGroup, topics: tuple[str, ...], wake: int) -> None:
+        """A woken acquire took nothing (or failed, or went): if records are still there for
+        its topics, the next acquire parked before that wake looks in its place."""
+        if not group.parked:
+            return
+        now = now_ms()
+        for tp, window in group.partitions.items():
+            if tp[0] not in topics:
+                continue
+            ahead = group.ahead.get(tp)
+            fresh = ahead is not None and ahead.records and ahead.records[-1].offset >= window.end
+            waiting = (fresh and window.room) or window.available(now)
+            if waiting and group.wake(1, tp[0], before=wake):
+                return
 
     def _arm_timer(self, group: ShareGroup) -> None:
-        """Wake the parked acquires when the group's next lock lapses or delayed release is
-        due."""
-        deadlines = [d for w in group.partitions.values() if (d := w.next_deadline()) is not None]
+        """Look again when the group's next lock may lapse or delayed release be due (a timer
+        set for sooner stays)."""
+        soonest = min(
+            (d for w in group.partitions.values() if (d := w.next_deadline()) is not None),
+            default=None,
+        )
+        if soonest is None or (group.timer is not None and group.timer_at <= soonest):
+            return
         if group.timer is not None:
             group.timer.cancel()
-            group.timer = None
-        if deadlines:
-            delay = max(0.0, (min(deadlines) - now_ms()) / 1000) + 0.001
-            group.timer = self.loop().call_later(delay, group.wake)
+        delay = max(0.0, (soonest - now_ms()) / 1000) + 0.001
+        group.timer = self.loop().call_later(delay, self._timer_fired, group)
+        group.timer_at = soonest
+
+    def _timer_fired(self, group: ShareGroup) -> None:
+        """Locks that lapsed give their records back, delayed releases come due: as many
+        parked acquires wake as records came back; the timer is set again for the next."""
+        group.timer = None
+        if self.groups.get(group.name) is not group:
+            return
+        now = now_ms()
+        for tp, window in group.partitions.items():
+            was_full = not window.room
+            self._count(window.expire(now))
+            self._wake_for(group, tp, was_full, now)
+        if group.parked:
+            self._arm_timer(group)
+
+    def _wake_for(
+        self, group: ShareGroup, tp: TopicPartition, was_full: bool, now: int | None = None
+    ) -> None:
+        """Wake as many parked acquires of the window's topic as it may serve now: records
+        due again, and, if it was full and has room now, as many more as the room."""
+        window = group.partitions.get(tp)
+        if window is None or not group.parked:
+            return
+        count = len(window.available(now_ms() if now is None else now))
+        if was_full:
+            count += window.room
+        if count:
+            group.wake(count, tp[0])
 
     async def _watch(self, group: ShareGroup, tp: TopicPartition, window: SharePartition) -> None:
         """While acquires are parked, long-poll the partition's leader past the window's end;
@@ -582,7 +649,7 @@ class ShareCoordinator:
             while group.parked and self.groups.get(group.name) is group and not self.closing:
                 ahead = group.ahead.get(tp)
                 if ahead is not None and ahead.records and ahead.records[-1].offset >= window.end:
-                    group.wake()
+                    group.wake(_fresh(ahead, window), tp[0])
                     return
                 position = window.end
                 started = loop.time()
@@ -593,9 +660,12 @@ class ShareCoordinator:
                     await asyncio.sleep(WATCH_RETRY_S)
                     continue
                 if data and window.end == position and group.partitions.get(tp) is window:
-                    group.ahead[tp] = ReadAhead(deque(_records(tp, data, position)), end)
-                    group.wake()
-                    return
+                    ahead = group.ahead[tp] = ReadAhead(deque(_records(tp, data, position)), end)
+                    if ahead.records:
+                        group.wake(_fresh(ahead, window), tp[0])
+                        return
+                    window.skip_to(end)  # nothing to deliver there: watch on from its end
+                    continue
                 if not data and loop.time() - started < WATCH_MS / 2000:
                     # answered early with nothing (the node is draining its long-polls)
                     await asyncio.sleep(WATCH_RETRY_S)
@@ -616,8 +686,7 @@ class ShareCoordinator:
         now = now_ms()
         results = []
         changed: list[TopicPartition] = []
-        expired_checked: set[TopicPartition] = set()
-        released = False
+        touched: dict[TopicPartition, bool] = {}  # each window acknowledged in: was it full
         for token, kind, delay_ms in acks:
             try:
                 tp, offset, delivery = parse_token(token)
@@ -633,8 +702,8 @@ class ShareCoordinator:
                 )
                 results.append(AckResult(token, kind, refused))
                 continue
-            if tp not in expired_checked:
-                expired_checked.add(tp)
+            if tp not in touched:
+                touched[tp] = not window.room
                 expired = window.expire(now)
                 if expired:
                     self._count(expired)
@@ -649,14 +718,13 @@ class ShareCoordinator:
                     changed.append(tp)
                 continue
             self._count([done])
-            released = released or done.state is RecordState.AVAILABLE
             changed.append(tp)
             deadline = now + window.config.lock_ms if kind is AckType.RENEW else None
             results.append(AckResult(token, kind, None, deadline))
         await self._store(group, list(dict.fromkeys(changed)))
-        if released:
-            group.wake()
         if changed and group.parked:
+            for tp, was_full in touched.items():
+                self._wake_for(group, tp, was_full)
             self._arm_timer(group)
         return results
 
@@ -872,6 +940,23 @@ def _refuse_members(group: ShareGroup, what: str) -> None:
             "GROUP_NOT_EMPTY",
             f"share group {group.name!r} has {len(group.members)} members; {what} when empty",
         )
+
+
+def _time_up(waiter: asyncio.Future[int | None]) -> None:
+    """A parked acquire's timeout."""
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+def _fresh(ahead: ReadAhead, window: SharePartition) -> int:
+    """How many records read ahead the window may take now."""
+    records = ahead.records
+    new = (
+        len(records)
+        if records[0].offset >= window.end
+        else sum(1 for r in records if r.offset >= window.end)
+    )
+    return min(new, window.room)
 
 
 def _retrieved(written: asyncio.Task[None]) -> None:

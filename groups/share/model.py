@@ -135,6 +135,16 @@ class ReadAhead:
     end: int
 
 
+@dataclass(slots=True, eq=False)
+class Parked:
+    """An acquire waiting for records: its future gets the number of the wake that woke it,
+    or None at its timeout. `seq` orders the parked (longest waiting first)."""
+
+    future: asyncio.Future[int | None]
+    topics: tuple[str, ...]
+    seq: int
+
+
 @dataclass
 class PendingWrite:
     """What a group's next append to its state partition writes: the changes of one loop
@@ -153,9 +163,11 @@ class ShareGroup:
     partitions: dict[TopicPartition, SharePartition] = field(default_factory=dict)
     ahead: dict[TopicPartition, ReadAhead] = field(default_factory=dict)
     reading: dict[TopicPartition, asyncio.Lock] = field(default_factory=dict)
-    parked: list[asyncio.Future[None]] = field(default_factory=list)
+    parked: deque[Parked] = field(default_factory=deque)
+    parks: int = 0  # acquires parked so far: the next one's `seq`
     watchers: dict[TopicPartition, asyncio.Task[None]] = field(default_factory=dict)
-    timer: asyncio.TimerHandle | None = None
+    timer: asyncio.TimerHandle | None = None  # when a lock lapses or a release is due
+    timer_at: int = 0  # its wall-clock ms
     pending: PendingWrite | None = None  # the write this turn's changes join
     writing: asyncio.Task[None] | None = None  # the latest write, until it is stored
     # A write failed: what the log holds is not known, so the next write is of everything.
@@ -188,10 +200,25 @@ class ShareGroup:
             )
         return member
 
-    def wake(self) -> None:
-        """Something may be acquirable: every parked acquire looks again, longest-waiting
-        first."""
-        parked, self.parked = self.parked, []
-        for waiter in parked:
-            if not waiter.done():
-                waiter.set_result(None)
+    def wake(self, count: int | None = None, topic: str | None = None, before: int = -1) -> int:
+        """Wake up to `count` parked acquires (None: all), longest waiting first, of members
+        reading `topic` (None: any); `before` (a wake passed on) only those parked before it.
+        Each is told the wake's number; returns how many were woken."""
+        parked = self.parked
+        event = self.parks if before < 0 else before
+        skipped: list[Parked] = []
+        woken = 0
+        while parked and (count is None or woken < count):
+            waiter = parked[0]
+            if waiter.seq >= event:
+                break  # parked since: so are all behind it
+            parked.popleft()
+            if waiter.future.done():
+                continue
+            if topic is not None and topic not in waiter.topics:
+                skipped.append(waiter)
+                continue
+            waiter.future.set_result(event)
+            woken += 1
+        parked.extendleft(reversed(skipped))
+        return woken

@@ -303,6 +303,76 @@ async def test_a_parked_acquire_answers_when_a_record_is_released(
     assert [(r["offset"], r["delivery_count"]) for r in got] == [(0, 2)]
 
 
+async def test_a_record_wakes_one_parked_acquire_not_all(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    member = await setup(client, 0)
+    share = gateway(client).share_groups
+    members = [member] + [await join(client) for _ in range(4)]
+    parked = []
+    for m in members:  # one after another: the first waits longest
+        parked.append(asyncio.ensure_future(share.acquire("q", m, 1, 1 << 20, 30_000)))
+        await wait_until(lambda: len(share.groups["q"].parked) == len(parked))
+    passes: list[str] = []
+    acquire_pass = share._acquire_pass
+
+    async def counted(group: Any, member: Any, *limits: int) -> Any:
+        passes.append(member.member_id)
+        return await acquire_pass(group, member, *limits)
+
+    monkeypatch.setattr(share, "_acquire_pass", counted)
+    await produce(client, [{"value": "one"}])
+    done, waiting = await asyncio.wait(parked, return_when=asyncio.FIRST_COMPLETED)
+    # The longest parked took it, and only it looked.
+    assert [t.result()[0].value for t in done] == [b'"one"'] and parked[0] in done
+    assert passes == [members[0]]
+    assert len(share.groups["q"].parked) == 4
+    for task in waiting:
+        task.cancel()
+
+
+async def test_a_woken_acquire_whose_client_went_passes_its_wake_on(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = await setup(client, 0)
+    share = gateway(client).share_groups
+    second = await join(client)
+    gone = asyncio.ensure_future(share.acquire("q", first, 1, 1 << 20, 30_000))
+    await wait_until(lambda: len(share.groups["q"].parked) == 1)
+    waiting = asyncio.ensure_future(share.acquire("q", second, 1, 1 << 20, 30_000))
+    await wait_until(lambda: len(share.groups["q"].parked) == 2)
+    group = share.groups["q"]
+    wake = group.wake
+
+    def woken_then_gone(*args: Any, **kwargs: Any) -> int:
+        woken = wake(*args, **kwargs)
+        if woken and not gone.cancelling():
+            gone.cancel()  # woken for the new record, its client gone before it looked
+        return woken
+
+    monkeypatch.setattr(group, "wake", woken_then_gone)
+    await produce(client, [{"value": "one"}])
+    got = await asyncio.wait_for(waiting, 10)
+    assert [r.offset for r in got] == [0]
+    with pytest.raises(asyncio.CancelledError):
+        await gone
+
+
+async def test_room_made_in_a_full_window_wakes_a_parked_acquire(
+    client: Client, clock: Clock
+) -> None:
+    holder = await setup(client, 101, locks=100)
+    share = gateway(client).share_groups
+    held = await share.acquire("q", holder, 1_000, 1 << 30, 0)
+    assert len(held) == 100  # the window is full
+    other = await join(client)
+    waiting = asyncio.ensure_future(share.acquire("q", other, 1, 1 << 20, 30_000))
+    await wait_until(lambda: len(share.groups["q"].parked) == 1)
+    await share.acknowledge("q", holder, [(held[0].token, AckType.ACCEPT, 0)])
+    got = await asyncio.wait_for(waiting, 10)
+    assert [r.offset for r in got] == [100]
+
+
 async def test_ndjson_acquire_and_acknowledge(client: Client, clock: Clock) -> None:
     member = await setup(client, 2)
     resp = await client.post(

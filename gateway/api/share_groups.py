@@ -40,6 +40,7 @@ _BASE = "/v1/share-groups/{group}"
 _MEMBER = _BASE + "/members/{member}"
 _ENCODER = msgspec.json.Encoder()
 _ACK_TYPES = {t.value: t for t in AckType}
+_ACK_FIELDS = frozenset({"token", "type", "delay_ms"})
 
 
 def add_routes(app: web.Application) -> None:
@@ -215,19 +216,20 @@ def acknowledgements_of(items: list[Any]) -> list[tuple[str, AckType, int]]:
         raise bad_request(f"a request acknowledges 1 to {MAX_ACKNOWLEDGEMENTS} records")
     out = []
     for i, item in enumerate(items):
-        where = f"acknowledgements[{i}]"
         if not isinstance(item, dict):
-            raise bad_request(f"{where} must be an object {{token, type}}")
-        check_fields(item, {"token", "type", "delay_ms"})
+            raise bad_request(f"acknowledgements[{i}] must be an object {{token, type}}")
+        if not item.keys() <= _ACK_FIELDS:
+            check_fields(item, set(_ACK_FIELDS))
         token = item.get("token")
         if not isinstance(token, str) or not 1 <= len(token) <= 512:
-            raise bad_request(f"{where}.token must be a token from an acquire")
+            raise bad_request(f"acknowledgements[{i}].token must be a token from an acquire")
         name = item.get("type", "accept")
         kind = _ACK_TYPES.get(name) if isinstance(name, str) else None
         if kind is None:
-            raise bad_request(f"{where}.type must be one of {', '.join(_ACK_TYPES)}")
+            raise bad_request(f"acknowledgements[{i}].type must be one of {', '.join(_ACK_TYPES)}")
         delay = 0
         if "delay_ms" in item:
+            where = f"acknowledgements[{i}]"
             if kind is not AckType.RELEASE:
                 raise bad_request(f"{where}.delay_ms is for a release only")
             delay = int_field(item, "delay_ms", 0, MAX_RELEASE_DELAY_MS, f"{where}.")

@@ -22,7 +22,17 @@ from gateway.workers.local_cluster import LocalCluster, free_port
 from tests.e2e.conftest import REPO, Server, start_server
 from tests.s3 import CREDENTIALS, MotoServer
 
-VOLATILE = {"timestamp", "topic_id", "cursor", "cluster_id", "lock_expires_at"}  # per run
+# per run
+VOLATILE = {
+    "timestamp",
+    "topic_id",
+    "cursor",
+    "cluster_id",
+    "lock_expires_at",
+    "started_ms",
+    "updated_ms",
+    "expires_ms",
+}
 CLUSTER_VOLATILE = VOLATILE | {"controller"}
 
 

@@ -32,6 +32,7 @@ from gateway.produce.partitioner import partition_for_key
 from gateway.settings import Settings
 from gateway.worker_dirs import sibling_data_dirs
 from groups.coordinator import GroupCoordinator
+from groups.errors import GroupError
 from groups.partition_reader import PartitionReader
 from groups.share import state_topic
 from groups.share.coordinator import ShareCoordinator
@@ -240,13 +241,22 @@ class Gateway:
             raise NotController(
                 f"{topic} does not exist yet; the controller (node {view.controller}) makes it"
             )
-        async with asyncio.timeout(settings.leader_wait_ms / 1000):
-            await self.broker.ensure_topic(
+        factor = settings.offsets_topic_replication_factor if settings.cluster else 1
+        if len(view.live) < factor:
+            raise _state_topic_unavailable(
                 topic,
-                settings.offsets_topic_partitions,
-                settings.offsets_topic_replication_factor if settings.cluster else 1,
-                configs,
+                f"{len(view.live)} nodes are alive, fewer than its replication factor "
+                f"({factor}, --offsets-topic-replication-factor)",
             )
+        try:
+            async with asyncio.timeout(settings.leader_wait_ms / 1000):
+                await self.broker.ensure_topic(
+                    topic, settings.offsets_topic_partitions, factor, configs
+                )
+        except TimeoutError:
+            raise _state_topic_unavailable(
+                topic, f"it was not made within {settings.leader_wait_ms} ms"
+            ) from None
         await loaded()
 
     async def reload(self) -> None:
@@ -254,6 +264,15 @@ class Gateway:
         (possibly new) first internal key."""
         await self.auth.reload()
         self.forwarder.authorization = self.broker.client.authorization = self.auth.authorization
+
+
+def _state_topic_unavailable(topic: str, why: str) -> GroupError:
+    """503 COORDINATOR_NOT_AVAILABLE with Retry-After (not a gateway timeout): no group of a
+    coordinator can be served until its state topic exists."""
+    return GroupError(
+        "COORDINATOR_NOT_AVAILABLE",
+        f"the {topic} topic cannot be made yet: {why}; retry once enough nodes are alive",
+    )
 
 
 async def _expire_offsets(groups: GroupCoordinator, settings: Settings) -> None:

@@ -1,6 +1,7 @@
 """Share groups against a real server process: curl as the outside client, a SIGKILL between
 an accept and the next acquire (nothing accepted comes again; a held record comes again after
-its lock with its delivery counted), and a graceful shutdown answering a parked acquire."""
+its lock with its delivery counted), a graceful shutdown answering a parked acquire, and a
+cluster too small for the share-group state topic answering 503."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 
 import httpx
 
+from gateway.workers.local_cluster import LocalCluster
 from tests.e2e.conftest import Server, start_server, until
 
 WAIT_S = 30
@@ -94,3 +96,30 @@ def test_a_graceful_shutdown_answers_a_parked_acquire(tmp_path: Path) -> None:
     parked.join(WAIT_S)
     assert answers and answers[0].status_code == 200 and answers[0].json() == {"records": []}
     assert server.process.wait(timeout=WAIT_S) == 0
+
+
+def test_a_cluster_with_fewer_nodes_than_the_state_topics_replicas_answers_503(
+    tmp_path: Path,
+) -> None:
+    """One live node of a cluster whose state topics take three replicas: the share-group
+    state topic cannot be made, and a share-group call says so at once, 503 problem+json with
+    Retry-After (not a gateway timeout once the leader wait is over)."""
+    options = ["--offsets-topic-replication-factor", "3", "--leader-wait-ms", "20000"]
+    cluster = LocalCluster(tmp_path, 1, node_options=options)
+    cluster.start()
+    try:
+        url = cluster.nodes[0].url
+        created = httpx.post(f"{url}/v1/topics", json={"name": "jobs"}, timeout=WAIT_S)
+        assert created.status_code == 201, created.text
+        answer = httpx.post(
+            f"{url}/v1/share-groups/workers/members", json={"topics": ["jobs"]}, timeout=WAIT_S
+        )
+        assert answer.status_code == 503, answer.text
+        assert answer.headers["content-type"] == "application/problem+json"
+        assert answer.headers["retry-after"] == "1"
+        problem = answer.json()
+        assert problem["code"] == "COORDINATOR_NOT_AVAILABLE"
+        assert "__share_group_state" in problem["detail"]
+        assert "1 nodes are alive, fewer than its replication factor (3" in problem["detail"]
+    finally:
+        cluster.stop()

@@ -1,0 +1,128 @@
+"""Transactions on the three-node cluster: any node serves a transaction's calls (forwarded to
+its coordinator, the leader of its `__transaction_state` partition), a transaction writes to
+partitions led by every node and its markers reach each of them, and a transaction outlives
+its coordinator's death: the next coordinator commits what its producer commits, and nothing
+of an aborted one is ever read committed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.offsets_topic import partition_for
+from tests.cluster.harness import SETTLE_S, Cluster, wait_for
+from tests.cluster.test_cluster import leader_state, new_topic
+from tests.cluster.test_share_groups import call
+
+STATE_TOPIC = "__transaction_state"
+
+
+def records(cluster: Cluster, node: int, topic: str, partition: int) -> list[Any]:
+    """The values a read_committed reader sees now, read through `node`."""
+    params = {"isolation": "read_committed", "timeout_ms": 0, "max_records": 1000}
+    path = f"/v1/topics/{topic}/partitions/{partition}/records"
+    doc = call(cluster, node, "GET", path, params=params)
+    return [r["value"] for r in doc["records"]]
+
+
+def begin(cluster: Cluster, node: int, tid: str) -> int:
+    doc = call(cluster, node, "POST", f"/v1/transactions/{tid}", json={"timeout_ms": 60_000})
+    assert doc["state"] == "Ongoing"
+    epoch: int = doc["producer_epoch"]
+    return epoch
+
+
+def produce(
+    cluster: Cluster, node: int, tid: str, epoch: int, topic: str, values: list[Any]
+) -> None:
+    body = {"records": [{"value": v, "partition": p} for p, v in enumerate(values)]}
+    params = {"transactional_id": tid, "producer_epoch": epoch}
+    call(cluster, node, "POST", f"/v1/topics/{topic}/records", params=params, json=body)
+
+
+def end(cluster: Cluster, node: int, tid: str, how: str, epoch: int) -> dict[str, Any]:
+    doc: dict[str, Any] = call(
+        cluster, node, "POST", f"/v1/transactions/{tid}/{how}", json={"producer_epoch": epoch}
+    )
+    return doc
+
+
+def coordinator_partition(cluster: Cluster, tid: str) -> int:
+    """The `__transaction_state` partition of `tid` (the cluster's partition count of it)."""
+    return partition_for(tid, len(cluster.describe(0, STATE_TOPIC)["partitions"]))
+
+
+def spread_topic(cluster: Cluster) -> str:
+    """A topic of three partitions led by more than one node."""
+    topic = new_topic("txn")
+    cluster.create_topic(topic, 3)
+    cluster.wait_topic_everywhere(topic)
+    leaders = {leader_state(cluster, topic, p).leader for p in range(3)}
+    assert len(leaders) > 1, leaders
+    return topic
+
+
+def test_a_transaction_over_partitions_led_by_every_node_commits_together(
+    healthy: Cluster,
+) -> None:
+    """Begun through one node, produced through another, committed through the third: every
+    partition's records become read committed together, read through any node."""
+    cluster = healthy
+    topic = spread_topic(cluster)
+    epoch = begin(cluster, 0, "everywhere")
+    produce(cluster, 1, "everywhere", epoch, topic, ["a", "b", "c"])
+    for p in range(3):
+        assert records(cluster, 2, topic, p) == []
+    done = end(cluster, 2, "everywhere", "commit", epoch)
+    assert done["state"] == "CompleteCommit"
+    for node in range(3):
+        assert [records(cluster, node, topic, p) for p in range(3)] == [["a"], ["b"], ["c"]]
+    epoch = begin(cluster, 1, "everywhere")
+    produce(cluster, 0, "everywhere", epoch, topic, ["x", "y", "z"])
+    assert end(cluster, 0, "everywhere", "abort", epoch)["state"] == "CompleteAbort"
+    assert [records(cluster, 2, topic, p) for p in range(3)] == [["a"], ["b"], ["c"]]
+
+
+def test_a_transaction_outlives_its_coordinators_death(healthy: Cluster) -> None:
+    """The coordinator is SIGKILLed with a transaction open: the next coordinator knows it
+    (its epoch, its partitions), the producer's commit through it makes every record read
+    committed, and a zombie of the previous epoch stays fenced."""
+    cluster = healthy
+    topic = spread_topic(cluster)
+    tid = "survivor"
+    epoch = begin(cluster, 0, tid)
+    state = leader_state(cluster, STATE_TOPIC, coordinator_partition(cluster, tid))
+    others = [n for n in range(cluster.size) if n != state.leader]
+    produce(cluster, others[1], tid, epoch, topic, ["p0", "p1", "p2"])
+    cluster.kill(state.leader)
+    moved = new_coordinator_of(cluster, tid, state)
+    assert moved.leader in others
+    described = call(cluster, others[1], "GET", f"/v1/transactions/{tid}")
+    assert (described["state"], described["producer_epoch"]) == ("Ongoing", epoch)
+    assert len(described["partitions"]) == 3
+    assert end(cluster, others[0], tid, "commit", epoch)["state"] == "CompleteCommit"
+
+    def all_read() -> bool | None:
+        got = [records(cluster, others[1], topic, p) for p in range(3)]
+        return got == [["p0"], ["p1"], ["p2"]] or None
+
+    wait_for(all_read, SETTLE_S, "the committed records, read committed", 0.1)
+    next_epoch = begin(cluster, others[1], tid)
+    assert next_epoch > epoch
+    response = cluster.post(
+        others[0],
+        f"/v1/topics/{topic}/records",
+        params={"transactional_id": tid, "producer_epoch": epoch},
+        json={"records": [{"value": "zombie", "partition": 0}]},
+    )
+    assert response.status_code == 409 and response.json()["code"] == "PRODUCER_FENCED"
+
+
+def new_coordinator_of(cluster: Cluster, tid: str, old: Any) -> Any:
+    """The state partition of `tid` led by a node other than `old`'s."""
+    partition = coordinator_partition(cluster, tid)
+    return cluster.wait_state(
+        STATE_TOPIC,
+        partition,
+        lambda s: s.leader != old.leader and s.leader >= 0 and s.leader_epoch > old.leader_epoch,
+        f"a coordinator of {tid!r} other than node {old.leader}",
+    )

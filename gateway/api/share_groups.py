@@ -13,6 +13,7 @@ import msgspec
 import orjson
 from aiohttp import web
 
+from gateway.api.acls import with_authorized_operations
 from gateway.api.fetch import refuse_when_full
 from gateway.api.groups import (
     MAX_GROUP_ID,
@@ -250,7 +251,10 @@ def _result(r: AckResult) -> dict[str, Any]:
 
 
 async def describe(request: web.Request) -> web.Response:
-    return json_response(await (await _coordinator(request)).describe(group_param(request)))
+    """The group; with `include_authorized_operations=true`, what the caller may do to it."""
+    name = group_param(request)
+    doc = await (await _coordinator(request)).describe(name)
+    return json_response(with_authorized_operations(request, doc, "group", name))
 
 
 async def list_share_groups(request: web.Request) -> web.Response:

@@ -1,5 +1,5 @@
 """What a caller may do, asked rather than tried (Kafka's KIP-430): `GET /v1/auth/whoami` and
-the describe answers of the cluster, a topic and a group with
+the describe answers of the cluster, a topic, a group and a share group with
 `include_authorized_operations=true`, for a super user, principals with a few bindings, and
 with auth off (everything allowed)."""
 
@@ -24,8 +24,8 @@ async def keys(data_dir: Path) -> dict[str, str]:
 
 @pytest.fixture
 async def client(start: Start, keys: dict[str, str]) -> Client:
-    """--auth with `admin` a super user, `orders` a topic and `billing` a group with a
-    committed offset."""
+    """--auth with `admin` a super user, `orders` a topic, `billing` a group with a
+    committed offset and a share group with a config."""
     client = await start(auth=True, super_users=("admin",))
     admin = bearer(keys["admin"])
     created = await client.post("/v1/topics", json={"name": "orders"}, headers=admin)
@@ -33,6 +33,9 @@ async def client(start: Start, keys: dict[str, str]) -> Client:
     offsets = {"topic": "orders", "to": "earliest"}
     reset = await client.put("/v1/groups/billing/offsets", json=offsets, headers=admin)
     assert reset.status == 200, await reset.text()
+    configs = {"configs": {"share.delivery.count.limit": 3}}
+    shared = await client.put("/v1/share-groups/billing/configs", json=configs, headers=admin)
+    assert shared.status == 200, await shared.text()
     return client
 
 
@@ -62,9 +65,8 @@ async def test_a_super_user_may_do_everything(client: Client, keys: dict[str, st
     assert await operations(client, "/v1/topics/orders", admin) == [
         "read", "write", "create", "delete", "alter", "describe",
     ]  # fmt: skip
-    assert await operations(client, "/v1/groups/billing", admin) == [
-        "read", "delete", "alter", "describe",
-    ]  # fmt: skip
+    for group in ("/v1/groups/billing", "/v1/share-groups/billing"):
+        assert await operations(client, group, admin) == ["read", "delete", "alter", "describe"]
 
 
 async def test_read_on_one_topic(client: Client, keys: dict[str, str]) -> None:
@@ -102,6 +104,8 @@ async def test_prefixed_bindings_and_a_group(client: Client, keys: dict[str, str
     )
     assert await operations(client, "/v1/topics/orders", bob) == ["write", "create", "describe"]
     assert await operations(client, "/v1/groups/billing", bob) == ["read", "delete", "describe"]
+    shared = await operations(client, "/v1/share-groups/billing", bob)
+    assert shared == ["read", "delete", "describe"]
     assert (await whoami(client, bob))["cluster_authorized_operations"] == []
 
 
@@ -132,7 +136,12 @@ async def test_a_change_of_bindings_shows_at_once(client: Client, keys: dict[str
 
 async def test_asked_only_when_asked(client: Client, keys: dict[str, str]) -> None:
     admin = bearer(keys["admin"])
-    for path in ("/v1/cluster", "/v1/topics/orders", "/v1/groups/billing"):
+    for path in (
+        "/v1/cluster",
+        "/v1/topics/orders",
+        "/v1/groups/billing",
+        "/v1/share-groups/billing",
+    ):
         plain = await client.get(path, headers=admin)
         assert "authorized_operations" not in await plain.json(), path
         declined = await client.get(f"{path}?include_authorized_operations=false", headers=admin)

@@ -2,8 +2,10 @@
 
 Every offset the gateway acknowledged ends up in a manifest, whose `records` counts the data
 records of each segment. A segment the run covered whole is checked by that count; one it
-covered in part (a run that started at a log start inside a segment) is counted by decoding
-the object. Offsets no longer in the manifest cannot be checked and fail the audit too.
+covered in part (a run that started at a log start inside a segment, or stopped at an
+undecided transaction) is counted by decoding the object. The records of aborted
+transactions the run left out (its summary says how many) are not expected. Offsets no
+longer in the manifest cannot be checked and fail the audit too.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ class Finding:
             return f"ok        {head}: {self.ingested} rows"
         if self.expected is None:
             return f"UNCHECKED {head}: {self.ingested} rows; {self.note}"
-        return f"MISMATCH  {head}: ingested {self.ingested}, manifest says {self.expected}"
+        told = f"ingested {self.ingested}, manifest says {self.expected}"
+        return f"MISMATCH  {head}: {told}" + (f" ({self.note})" if self.note else "")
 
 
 def expected_records(
@@ -81,5 +84,8 @@ def audit(summary: dict[str, Any], endpoint: str | None, bucket: str, prefix: st
         if m is None:
             raise IngestError(f"partition {topic}/{partition} has no manifest in s3://{bucket}")
         expected, note = expected_records(m, start, end, endpoint, bucket, prefix)
+        if expected is not None and p["aborted"]:
+            expected -= p["aborted"]
+            note = f"its count less the {p['aborted']} records of aborted transactions"
         findings.append(Finding(topic, partition, start, end, p["rows"], expected, note))
     return findings

@@ -343,10 +343,12 @@ Decided = dict[transactions.Partition, Decisions]
 def decide(tasks: list[SegmentTask], events: list[tuple[TxnEvent, ...]]) -> Decided:
     """Each partition's decisions from its segments' events (`tasks` in offset order)."""
     by_partition: dict[transactions.Partition, list[TxnEvent]] = {}
+    start: dict[transactions.Partition, int] = {}
     for task, found in zip(tasks, events, strict=True):
         if found:
             by_partition.setdefault((task.topic, task.partition), []).extend(found)
-    return {key: transactions.decide(found) for key, found in by_partition.items()}
+            start[(task.topic, task.partition)] = task.lo
+    return {key: transactions.decide(found, start[key]) for key, found in by_partition.items()}
 
 
 def bound(decided: Decided, topic: str, partition: int) -> int | None:
@@ -557,6 +559,7 @@ class Outcome:
     files: list[WrittenFile]
     hours: list[str]
     ranges: tuple[Range, ...]
+    aborted_records: dict[transactions.Partition, int]
 
 
 def execute(
@@ -600,7 +603,9 @@ def execute(
         if d.first_undecided is not None:
             log.info("%s/%d: stopping at offset %d, where a transaction is undecided",
                      *key, d.first_undecided)  # fmt: skip
-    return Outcome(files, finalize_hours(out, files, options.kill), bounded(plan.ranges, decided))
+    hours = finalize_hours(out, files, options.kill)
+    left_out = {key: d.aborted_records for key, d in decided.items()}
+    return Outcome(files, hours, bounded(plan.ranges, decided), left_out)
 
 
 def checkpoint_location(options: JobOptions) -> storage.Location:
@@ -634,7 +639,9 @@ def run(options: JobOptions, spark: SparkSession | None = None) -> dict[str, Any
         len(plan.reading),
         sum(r.end - r.start for r in plan.reading),
     )
-    done = execute(options, plan, state, manifests, spark) if plan.active else Outcome([], [], ())
+    done = (
+        execute(options, plan, state, manifests, spark) if plan.active else Outcome([], [], (), {})
+    )
     result = summary.build(
         run=plan.run if plan.active else state.run,
         out=out,
@@ -647,6 +654,7 @@ def run(options: JobOptions, spark: SparkSession | None = None) -> dict[str, Any
         gaps=plan.gaps,
         files=done.files,
         hours=done.hours,
+        aborted_records=done.aborted_records,
         resumed=plan.resumed,
         seconds=time.monotonic() - began,
     )

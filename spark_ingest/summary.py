@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from spark_ingest.errors import IngestError
@@ -37,8 +37,10 @@ def build(
     hours: list[str],
     resumed: bool,
     seconds: float,
+    aborted_records: Mapping[tuple[str, int], int] | None = None,
 ) -> dict[str, Any]:
-    """The summary of a run that ingested `ranges` as `files` and finalized `hours`."""
+    """The summary of a run that ingested `ranges` as `files` and finalized `hours`, leaving
+    out `aborted_records` records of aborted transactions per partition."""
     partitions = []
     for r in ranges:
         mine = [f for f in files if f.topic == r.topic and f.partition == r.partition]
@@ -52,6 +54,7 @@ def build(
                 "start": r.start,
                 "end": r.end,
                 "rows": sum(f.rows for f in mine),
+                "aborted": (aborted_records or {}).get((r.topic, r.partition), 0),
                 "files": len(mine),
                 "hours": {h: per_hour[h] for h in sorted(per_hour)},
             }
@@ -85,7 +88,8 @@ def load(location: Location) -> dict[str, Any]:
         if summary.get("format") != FORMAT:
             raise ValueError(f"unsupported format {summary.get('format')!r}")
         for p in summary["partitions"]:
-            for name in ("start", "end", "rows", "partition"):
+            p.setdefault("aborted", 0)  # summaries written before transactions were read
+            for name in ("start", "end", "rows", "partition", "aborted"):
                 if type(p[name]) is not int:
                     raise ValueError(f"partition entry {p!r}: {name!r} is not an integer")
             if not isinstance(p["topic"], str):

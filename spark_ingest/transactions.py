@@ -40,11 +40,13 @@ class Aborted(NamedTuple):
 
 
 class Decisions(NamedTuple):
-    """What a partition's batches decided: the aborted transactions, and the first offset of
-    the oldest transaction still undecided (None: none is)."""
+    """What a partition's batches decided: the aborted transactions, the first offset of the
+    oldest transaction still undecided (None: none is), and how many records of the aborted
+    ones lie between the run's start and that offset (left out: the audit counts them)."""
 
     aborted: tuple[Aborted, ...]
     first_undecided: int | None
+    aborted_records: int = 0
 
 
 NONE_DECIDED = Decisions((), None)
@@ -75,9 +77,10 @@ def has_records(events: Iterable[TxnEvent]) -> bool:
     return any(e.commit is None for e in events)
 
 
-def decide(events: Iterable[TxnEvent]) -> Decisions:
-    """Fold one partition's events, in offset order. A marker of a producer with no open
-    transaction seen here (its batches lie before the run) decides nothing."""
+def decide(events: Sequence[TxnEvent], start: int = 0) -> Decisions:
+    """Fold one partition's events, in offset order, of a run from offset `start`. A marker
+    of a producer with no open transaction seen here (its batches lie before the run) decides
+    nothing."""
     open_first: dict[int, int] = {}
     aborted: list[Aborted] = []
     for event in events:
@@ -88,7 +91,15 @@ def decide(events: Iterable[TxnEvent]) -> Decisions:
         first = open_first.pop(pid, None)
         if first is not None and not event.commit:
             aborted.append(Aborted(pid, first, event.base_offset))
-    return Decisions(tuple(aborted), min(open_first.values()) if open_first else None)
+    first_undecided = min(open_first.values()) if open_first else None
+    stop = first_undecided if first_undecided is not None else 1 << 63
+    # Transactional topics are never compacted: a batch holds every offset it spans.
+    left_out = sum(
+        max(0, min(e.last_offset + 1, stop) - max(e.base_offset, start))
+        for e in events
+        if e.commit is None and is_aborted(aborted, e.producer_id, e.base_offset)
+    )
+    return Decisions(tuple(aborted), first_undecided, left_out)
 
 
 def overlapping(

@@ -58,6 +58,7 @@ def test_second_run_writes_only_new_files_and_refinalizes_a_late_hour(
             "start": 90,
             "end": 111,
             "rows": 21,
+            "aborted": 0,
             "files": 2,
             "hours": {"2026-11-18T11": 1, "2026-11-18T13": 20},
         }

@@ -80,6 +80,15 @@ def expected(produced: list[Produced], below: int | None = None) -> list[Any]:
     )
 
 
+def audit(moto: str, bucket: str, tmp_path: Path) -> str:
+    """`python -m spark_ingest audit` of the last run: its one line."""
+    summary = str(tmp_path / "ckpt" / "offsets.summary.json")
+    done = cli("audit", "--summary", summary, "--s3-endpoint", moto, "--bucket", bucket,
+               "--prefix", "tier")  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout.splitlines()[0]
+
+
 def offsets(tmp_path: Path) -> dict[str, Any]:
     checkpoint: dict[str, Any] = json.loads((tmp_path / "ckpt" / "offsets.json").read_text())
     return checkpoint
@@ -106,6 +115,8 @@ def test_only_committed_records_and_the_checkpoint_stops_at_an_undecided_transac
     [partition] = first["partitions"]
     assert (partition["start"], partition["end"]) == (0, undecided)
     assert partition["rows"] == len(expected(p.produced, below=undecided))
+    assert partition["aborted"] == 2  # the first transaction of ABORTS
+    assert audit(moto, bucket, tmp_path) == f"ok        orders/0 [0, {undecided}): 15 rows"
 
     decide_the_rest(p)
     second = job.run(opts, spark)
@@ -115,6 +126,9 @@ def test_only_committed_records_and_the_checkpoint_stops_at_an_undecided_transac
     [partition] = second["partitions"]
     assert (partition["start"], partition["end"]) == (undecided, p.log.log_end_offset)
     assert first["rows"] + second["rows"] == len(p.produced)
+    assert partition["aborted"] == 2  # the second transaction of ABORTS
+    end = p.log.log_end_offset
+    assert audit(moto, bucket, tmp_path) == f"ok        orders/0 [{undecided}, {end}): 14 rows"
 
     third = job.run(opts, spark)  # nothing new
     assert (third["rows"], third["partitions"]) == (0, [])
@@ -162,8 +176,10 @@ def test_decisions_follow_each_producers_markers_in_offset_order() -> None:
         event(4, 8, commit=False),  # nothing of 4 seen: decides nothing
     ]
     decided = transactions.decide(events)
-    assert decided == Decisions((Aborted(1, 0, 5),), 4)
+    # 1's offsets 0, 1 and 3 are left out; 1's batch at 7 is past the first undecided (4)
+    assert decided == Decisions((Aborted(1, 0, 5),), 4, 3)
     assert transactions.is_aborted(decided.aborted, 1, 3)
     assert not transactions.is_aborted(decided.aborted, 2, 3)
     assert not transactions.is_aborted(decided.aborted, 1, 7)
+    assert transactions.decide(events, start=1).aborted_records == 2
     assert transactions.decide([]) == transactions.NONE_DECIDED

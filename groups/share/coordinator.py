@@ -336,11 +336,19 @@ class ShareCoordinator:
     # -- acquire ---------------------------------------------------------------------------------
 
     async def acquire(
-        self, name: str, member_id: str, max_records: int, max_bytes: int, timeout_ms: int
+        self,
+        name: str,
+        member_id: str,
+        max_records: int,
+        max_bytes: int,
+        timeout_ms: int,
+        counted: bool = True,
     ) -> list[ShareRecord]:
         """Up to `max_records` records (and about `max_bytes`; the first always comes)
         acquired for the member across its partitions, waiting up to `timeout_ms` for one.
-        Answered once their acquisition is stored."""
+        Answered once their acquisition is stored. While parked, it counts among the node's
+        parked fetches (`--max-parked-fetches`), unless `counted` is False (the server's own
+        acquires: a queue-mode subscription's)."""
         loop = self.loop()
         deadline = loop.time() + timeout_ms / 1000
         group = self._group(name)
@@ -371,7 +379,7 @@ class ShareCoordinator:
                 left = deadline - loop.time()
                 if left <= 0 or self.closing:
                     return []
-                woken = await self._park(group, member, left)
+                woken = await self._park(group, member, left, counted)
         finally:
             joined.acquiring -= 1
             if group.members.get(member_id) is joined:
@@ -489,12 +497,18 @@ class ShareCoordinator:
             return ahead
 
     async def _read(
-        self, window: SharePartition, tp: TopicPartition, position: int, timeout_ms: int
+        self,
+        window: SharePartition,
+        tp: TopicPartition,
+        position: int,
+        timeout_ms: int,
+        counted: bool = True,
     ) -> tuple[memoryview, int]:
         """Committed batches at `position` (a window that fell below the log start moves up to
-        it first) and where they end."""
+        it first) and where they end. `counted` False: a watch for parked acquires, which
+        count themselves among the parked fetches."""
         try:
-            read = await self.reader.read(*tp, position, READ_BYTES, timeout_ms)
+            read = await self.reader.read(*tp, position, READ_BYTES, timeout_ms, counted)
         except OffsetOutOfRange as exc:
             if exc.offset >= exc.log_start_offset:
                 raise
@@ -504,7 +518,7 @@ class ShareCoordinator:
                     "%s-%d: %d records not yet acknowledged fell out of the log", *tp, lost
                 )
             position = window.end
-            read = await self.reader.read(*tp, position, READ_BYTES, timeout_ms)
+            read = await self.reader.read(*tp, position, READ_BYTES, timeout_ms, counted)
         data = read.data
         end = position
         if data:
@@ -555,7 +569,9 @@ class ShareCoordinator:
 
     # -- waiting ---------------------------------------------------------------------------------
 
-    async def _park(self, group: ShareGroup, member: ShareMember, left_s: float) -> int | None:
+    async def _park(
+        self, group: ShareGroup, member: ShareMember, left_s: float, counted: bool
+    ) -> int | None:
         """Wait until something may be acquirable: new records at one of the member's
         partitions, a record given back or due again, or `left_s` passes (None). Parked
         acquires are woken as many as there are records for them, longest waiting first; one
@@ -571,6 +587,8 @@ class ShareCoordinator:
             if window is not None and window.room and tp not in group.watchers:
                 group.watchers[tp] = loop.create_task(self._watch(group, tp, window))
         timeout = loop.call_later(left_s, _time_up, waiter)
+        notifier = self.replicas.notifier
+        notifier.parked += counted
         try:
             return await waiter
         except asyncio.CancelledError:
@@ -578,6 +596,7 @@ class ShareCoordinator:
                 self._pass_on(group, member.topics, wake)
             raise
         finally:
+            notifier.parked -= counted
             timeout.cancel()
             if waiter.cancelled() or waiter.result() is None:
                 with contextlib.suppress(ValueError):
@@ -654,7 +673,7 @@ class ShareCoordinator:
                 position = window.end
                 started = loop.time()
                 try:
-                    data, end = await self._read(window, tp, position, WATCH_MS)
+                    data, end = await self._read(window, tp, position, WATCH_MS, counted=False)
                 except EngineError as exc:
                     logger.debug("share group %r: watching %s-%d: %s", group.name, *tp, exc)
                     await asyncio.sleep(WATCH_RETRY_S)

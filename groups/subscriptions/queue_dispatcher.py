@@ -204,6 +204,7 @@ class QueueDispatcher:
                             room,
                             sub.batching.max_bytes,
                             ACQUIRE_WAIT_MS,
+                            counted=False,  # the server's own wait, not a client's
                         )
                     )
                     acquiring.add_done_callback(self._wake)

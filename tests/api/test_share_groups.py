@@ -373,6 +373,31 @@ async def test_room_made_in_a_full_window_wakes_a_parked_acquire(
     assert [r.offset for r in got] == [100]
 
 
+async def test_parked_acquires_count_against_the_parked_fetches_limit(start: Start) -> None:
+    client = await start(max_parked_fetches=2)
+    first = await setup(client, 0)
+    second = await join(client)
+    share = gateway(client).share_groups
+    notifier = gateway(client).notifier
+    parked = []
+    for member in (first, second):
+        waiting = acquire(client, member, max_records=1, timeout_ms=30_000)
+        parked.append(asyncio.ensure_future(waiting))
+        await wait_until(lambda: len(share.groups["q"].parked) == len(parked))
+    # Each parked acquire counts once (its partition's watch is the server's own wait).
+    assert notifier.parked == 2
+    third = await join(client)
+    resp = await client.post(f"{G}/members/{third}/acquire", params={"timeout_ms": "1000"})
+    await problem(resp, 503, "TOO_MANY_WAITING_FETCHES")
+    assert resp.headers["Retry-After"] == "1"
+    long_poll = await client.get("/v1/topics/t/partitions/0/records", params={"timeout_ms": "1000"})
+    await problem(long_poll, 503, "TOO_MANY_WAITING_FETCHES")
+    assert await acquire(client, third) == []  # one that does not wait is served
+    await produce(client, [{"value": 1}, {"value": 2}])
+    assert sorted(len(records) for records in await asyncio.gather(*parked)) == [1, 1]
+    assert notifier.parked == 0
+
+
 async def test_ndjson_acquire_and_acknowledge(client: Client, clock: Clock) -> None:
     member = await setup(client, 2)
     resp = await client.post(

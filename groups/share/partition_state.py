@@ -177,28 +177,39 @@ class SharePartition:
     def acquire(self, offsets: Iterable[int], member: str, now_ms: int) -> list[Transition]:
         """Acquire records of the window that are available now, or records new to it (at or
         past its end, ascending: offsets skipped between are records the log no longer has).
-        Each acquisition counts a delivery and locks the record for `lock_ms`."""
+        Each acquisition counts a delivery and locks the record for `lock_ms`. All or nothing:
+        ValueError, and nothing changed, if any of them may not be acquired."""
+        offsets = list(offsets)
+        records = self.records
+        end = self.end
+        new = 0
+        for offset in offsets:
+            record = records.get(offset)
+            if record is None:
+                if offset < end:
+                    raise ValueError(f"offset {offset} is not in the window")
+                end = offset + 1
+                new += 1
+            elif record.state is not RecordState.AVAILABLE or record.deadline_ms > now_ms:
+                raise ValueError(f"offset {offset} is not available")
+        if new > self.room:
+            raise ValueError("the window is full")
+        if len(offsets) - new != len({o for o in offsets if o in records}):
+            raise ValueError("an offset named twice")
         out = []
         deadline = now_ms + self.config.lock_ms
         self._locks_until = min(self._locks_until, deadline)
         for offset in offsets:
-            record = self.records.get(offset)
+            record = records.get(offset)
             if record is None:
-                if offset < self.end:
-                    raise ValueError(f"offset {offset} is not in the window")
-                if not self.room:
-                    raise ValueError("the window is full")
-                record = InFlight(RecordState.AVAILABLE, 0, None, 0)
-                self.records[offset] = record
+                record = records[offset] = InFlight(RecordState.AVAILABLE, 0, None, 0)
                 self._order.append(offset)
-                self.end = offset + 1
-            elif record.state is not RecordState.AVAILABLE or record.deadline_ms > now_ms:
-                raise ValueError(f"offset {offset} is not available")
             record.state = RecordState.ACQUIRED
             record.delivery_count += 1
             record.member = member
             record.deadline_ms = deadline
             out.append(Transition(offset, record.state, record.delivery_count, "acquired"))
+        self.end = end
         return out
 
     def skip_to(self, offset: int) -> None:

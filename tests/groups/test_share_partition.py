@@ -131,6 +131,25 @@ def test_an_acquire_of_new_records_past_the_room_is_refused() -> None:
     not_acquired(w, [5], 0, "full")
 
 
+def test_an_acquire_refused_part_way_changes_nothing() -> None:
+    """All or nothing: an acquire of several records, one of which may not be acquired, takes
+    none of them (the window, its end and its room as they were)."""
+    w = window(config=replace(CONFIG, max_record_locks=4))
+    w.acquire([0, 1], A, 0)
+    not_acquired(w, [2, 3, 0], 0, "not available")  # new ones first, then one held
+    not_acquired(w, [2, 3, 1, 4], 0, "not available")
+    not_acquired(w, [2, 2], 0, "not in the window")  # a new one named twice
+    w.acknowledge(0, 1, A, RELEASE, 0)
+    not_acquired(w, [0, 0], 0, "twice")  # an available one named twice: one delivery
+    not_acquired(w, [0, 2, 3, 4], 0, "full")  # due again, then more new ones than the room
+    assert (w.end, w.room) == (2, 2)
+    assert w.acquire([0, 2, 3], B, 0) == [
+        Transition(0, ACQUIRED, 2, "acquired"),
+        Transition(2, ACQUIRED, 1, "acquired"),
+        Transition(3, ACQUIRED, 1, "acquired"),
+    ]
+
+
 # -- acknowledge --------------------------------------------------------------------------------
 
 

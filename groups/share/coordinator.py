@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 
 from engine import batch as fmt
-from engine.errors import EngineError, OffsetOutOfRange
+from engine.errors import EngineError, InvalidRecord, OffsetOutOfRange
 from engine.offsets_topic import TopicPartition, partition_for
 from groups.errors import GroupError
 from groups.offsets_log import CoordinatorLog, partition_count
@@ -167,7 +167,7 @@ class ShareCoordinator:
                 config = _config_of(group)
                 for tp, window in doc.partitions.items():
                     group.partitions[tp] = SharePartition.from_snapshot(window, config)
-            except (KeyError, TypeError, ValueError) as exc:
+            except (KeyError, TypeError, ValueError, InvalidRecord) as exc:
                 logger.error("share group %r: its stored state is unreadable: %s", name, exc)
                 continue
             self.groups[name] = group

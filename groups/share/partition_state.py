@@ -15,6 +15,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from engine.errors import InvalidRecord
+
 DEFAULT_LOCK_MS = 30_000  # group.share.record.lock.duration.ms
 DEFAULT_DELIVERY_LIMIT = 5  # group.share.delivery.count.limit
 DEFAULT_MAX_RECORD_LOCKS = 2_000  # group.share.partition.max.record.locks
@@ -357,22 +359,53 @@ class SharePartition:
 
     @classmethod
     def from_snapshot(cls, doc: dict[str, Any], config: ShareConfig) -> SharePartition:
-        """The window a snapshot stored (ValueError/KeyError/TypeError if malformed)."""
-        out = cls(int(doc["start"]), config)
-        out.end = int(doc["end"])
-        for first, last, state, count, member, deadline in doc["runs"]:
-            for offset in range(int(first), int(last) + 1):
-                out.records[offset] = InFlight(
-                    RecordState(int(state)),
-                    int(count),
-                    None if member is None else str(member),
-                    int(deadline),
-                )
-        if out.start > out.end or any(not out.start <= o < out.end for o in out.records):
-            raise ValueError("a window whose records lie outside [start, end)")
-        out._order.extend(out.records)
+        """The window a snapshot stored (InvalidRecord if malformed: `check_snapshot`)."""
+        start, end, runs = check_snapshot(doc)
+        out = cls(start, config)
+        out.end = end
+        records = out.records
+        for first, last, state, count, member, deadline in runs:
+            for offset in range(first, last + 1):
+                records[offset] = InFlight(state, count, member, deadline)
+        out._order.extend(records)
         out._locks_until = out._due_from = 0  # unknown: the first look scans
         return out
+
+
+Run = tuple[int, int, RecordState, int, str | None, int]
+
+
+def check_snapshot(doc: dict[str, Any]) -> tuple[int, int, list[Run]]:
+    """A stored window's start, end and runs, checked: InvalidRecord unless every run is well
+    formed, the runs ascend without overlapping, and they lie within [start, end)."""
+    try:
+        start, end = int(doc["start"]), int(doc["end"])
+        runs: list[Run] = [
+            (
+                int(first),
+                int(last),
+                RecordState(int(state)),
+                int(count),
+                None if member is None else str(member),
+                int(deadline),
+            )
+            for first, last, state, count, member, deadline in doc["runs"]
+        ]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InvalidRecord(f"a malformed share-partition window: {exc}") from None
+    if start > end:
+        raise InvalidRecord(f"a share-partition window that starts ({start}) past its end ({end})")
+    below = start  # the lowest offset the next run may begin at
+    for first, last, *_ in runs:
+        if first < below or last < first:
+            raise InvalidRecord(
+                f"a share-partition window whose runs are out of order, overlap or lie below "
+                f"its start ({first}-{last} after {below - 1})"
+            )
+        below = last + 1
+    if below > end:
+        raise InvalidRecord(f"a share-partition window with records past its end ({end})")
+    return start, end, runs
 
 
 def _runs(records: dict[int, InFlight]) -> Iterator[list[Any]]:

@@ -18,6 +18,7 @@ import orjson
 from engine.errors import InvalidRecord
 from engine.internal_topics import SHARE_GROUP_STATE
 from engine.offsets_topic import CommittedLog, TopicPartition, committed_records
+from groups.share.partition_state import check_snapshot
 
 STATE_TOPIC = SHARE_GROUP_STATE
 DEFAULT_PARTITIONS = 50  # share.coordinator.state.topic.num.partitions
@@ -68,6 +69,8 @@ def _apply(
             case ["share_group", str(group)]:
                 groups.setdefault(group, StoredShareGroup()).metadata = doc
             case ["share_partition", str(group), str(topic), int(partition)]:
+                if doc is not None:
+                    check_snapshot(doc)  # a window that cannot be restored is not taken
                 stored = groups.setdefault(group, StoredShareGroup())
                 if doc is None:
                     stored.partitions.pop((topic, partition), None)

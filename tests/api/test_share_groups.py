@@ -13,7 +13,7 @@ import pytest
 
 from groups.share import coordinator as share_coordinator
 from groups.share.partition_state import AckType
-from groups.share.state_topic import STATE_TOPIC
+from groups.share.state_topic import STATE_TOPIC, partition_key
 from replication.errors import RequestTimedOut
 from tests.api.support import (
     Client,
@@ -506,6 +506,29 @@ async def test_state_survives_a_restart_with_deliveries_counted_and_accepts_kept
     doc = await describe(client)
     assert doc["configs"] == {"share.auto.offset.reset": "earliest"}
     assert [m["member_id"] for m in doc["members"]] == [member]
+
+
+async def test_a_stored_window_whose_runs_overlap_is_skipped_on_replay(
+    start: Start, clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    client = await start()
+    member = await setup(client, 3)
+    got = await acquire(client, member)
+    await ack(client, member, (got[0]["token"], "accept"))
+    share = gateway(client).share_groups
+    # A later record of the window that no coordinator would write: runs out of order.
+    bad = {"start": 1, "end": 3, "runs": [[2, 2, 0, 1, None, 0], [1, 1, 0, 1, None, 0]]}
+    share.log.append("q", [(partition_key("q", "t", 0), orjson.dumps(bad))])
+    await share.log.durable("q", 5_000)
+    await client.close()
+    client = await start()
+    # The window is the last one stored that can be restored: offsets 1 and 2 still held.
+    (window,) = (await describe(client))["partitions"]
+    assert (window["start_offset"], window["acquired"], window["available"]) == (1, 2, 0)
+    assert any(
+        "skipped an unreadable record" in r.getMessage() and "out of order" in r.getMessage()
+        for r in caplog.records
+    )
 
 
 async def test_the_state_topic_is_internal(client: Client) -> None:

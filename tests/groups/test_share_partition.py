@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from engine.errors import InvalidRecord
 from groups.share.partition_state import (
     AckRefused,
     AckType,
@@ -19,6 +20,7 @@ from groups.share.partition_state import (
     ShareConfig,
     SharePartition,
     Transition,
+    check_snapshot,
 )
 from tests.hypothesis_runs import deterministic
 
@@ -515,10 +517,16 @@ def test_a_window_with_gaps_and_every_state_round_trips_and_goes_on_alike() -> N
         {"start": "zero", "end": 2, "runs": []},
         {"start": 0, "end": 2, "runs": [[0, 0, 1, None, A, 0]]},
         {"start": 0, "end": 2, "runs": 5},
+        {"start": 0, "end": 4, "runs": [[2, 3, 0, 1, None, 0], [0, 1, 0, 1, None, 0]]},  # order
+        {"start": 0, "end": 4, "runs": [[0, 2, 0, 1, None, 0], [2, 3, 1, 1, A, 9]]},  # overlap
+        {"start": 0, "end": 4, "runs": [[0, 1, 0, 1, None, 0], [1, 1, 0, 2, None, 0]]},
+        {"start": 0, "end": 4, "runs": [[2, 1, 0, 1, None, 0]]},  # ends before it begins
     ],
 )
 def test_a_malformed_snapshot_is_refused(doc: dict[str, Any]) -> None:
-    with pytest.raises((KeyError, TypeError, ValueError)):
+    with pytest.raises(InvalidRecord):
+        check_snapshot(doc)
+    with pytest.raises(InvalidRecord):
         SharePartition.from_snapshot(doc, CONFIG)
 
 

@@ -231,9 +231,13 @@ class ShareCoordinator:
         check_configs(merged)
         group.configs = merged
         config = _config_of(group)
-        for window in group.partitions.values():
-            window.config = config
-        await self._store(group, (), with_group=True)
+        changed = []
+        for tp, window in group.partitions.items():
+            archived = window.configure(config)
+            if archived:
+                self._count(archived)
+                changed.append(tp)
+        await self._store(group, changed, with_group=True)
         return dict(group.configs)
 
     async def join(
@@ -943,7 +947,8 @@ class ShareCoordinator:
     def _count(self, transitions: list[Transition]) -> None:
         counts = self.counts
         for t in transitions:
-            counts[t.cause] += 1
+            if t.cause != "archived":
+                counts[t.cause] += 1
             if t.state is RecordState.ARCHIVED:
                 counts["archived"] += 1
 

@@ -83,7 +83,9 @@ class Transition:
     offset: int
     state: RecordState
     delivery_count: int
-    cause: str  # "acquired", "accepted", "released", "rejected", "lock_expired", "renewed"
+    # "acquired", "accepted", "released", "rejected", "lock_expired", "renewed", "archived" (at
+    # a lowered delivery limit)
+    cause: str
 
 
 class SharePartition:
@@ -212,6 +214,21 @@ class SharePartition:
             record.deadline_ms = deadline
             out.append(Transition(offset, record.state, record.delivery_count, "acquired"))
         self.end = end
+        return out
+
+    def configure(self, config: ShareConfig) -> list[Transition]:
+        """Take new limits. A record given back that has had as many deliveries as a lowered
+        delivery limit allows is archived now (it may not be delivered again); one held is
+        archived when it is given back, as always."""
+        self.config = config
+        limit = config.delivery_limit
+        out = []
+        for offset, record in self.records.items():
+            if record.state is RecordState.AVAILABLE and record.delivery_count >= limit:
+                record.state = RecordState.ARCHIVED
+                out.append(Transition(offset, record.state, record.delivery_count, "archived"))
+        if out:
+            self._advance()
         return out
 
     def skip_to(self, offset: int) -> None:

@@ -245,6 +245,23 @@ async def test_a_record_that_always_fails_is_archived_at_the_delivery_limit_whil
     assert doc["partitions"][0]["start_offset"] == 4 and doc["lag"] == 0
 
 
+async def test_a_lowered_delivery_limit_archives_a_record_given_back_that_many_times(
+    client: Client, clock: Clock
+) -> None:
+    member = await setup(client, 2, limit=5)
+    for delivery in (1, 2):
+        got = await acquire(client, member, max_records=1)
+        assert (got[0]["offset"], got[0]["delivery_count"]) == (0, delivery)
+        assert codes(await ack(client, member, (got[0]["token"], "release"))) == ["ok"]
+    await configure(client, limit=2)
+    # Offset 0 had its 2 deliveries: archived, never a third; offset 1 comes.
+    assert [(r["offset"], r["delivery_count"]) for r in await acquire(client, member)] == [(1, 1)]
+    (window,) = (await describe(client))["partitions"]
+    assert (window["start_offset"], window["archived"]) == (1, 0)
+    scraped = await metrics(client)
+    assert scraped[("sluice_share_records_total", frozenset({("event", "archived")}))] == 1
+
+
 async def test_records_across_partitions_and_topics_are_acquired_in_turn(
     client: Client, clock: Clock
 ) -> None:

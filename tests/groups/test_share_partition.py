@@ -315,6 +315,27 @@ def test_at_the_delivery_limit_a_record_given_back_is_archived_and_never_deliver
     not_acquired(w, [0], now + 10 * LOCK_MS, "not in the window")
 
 
+def test_a_lowered_delivery_limit_archives_what_was_given_back_that_many_times() -> None:
+    """A record given back after 2 deliveries under a limit of 3 may not be delivered a third
+    time once the limit is 2: archived at once. One held is archived when it is given back;
+    one with fewer deliveries stays."""
+    w = window()
+    w.acquire([0, 1, 2], A, 0)
+    w.acknowledge(0, 1, A, RELEASE, 0)
+    w.acquire([0], A, 0)
+    w.acknowledge(0, 2, A, RELEASE, 0, delay_ms=500)  # given back twice, due later
+    w.acknowledge(2, 1, A, RELEASE, 0)  # given back once
+    assert w.configure(replace(CONFIG, delivery_limit=2)) == [
+        Transition(0, ARCHIVED, 2, "archived")
+    ]
+    assert w.start == 1 and w.available(1_000) == [2]
+    not_acquired(w, [0], 1_000, "not in the window")
+    w.acquire([2], B, 1_000)
+    assert w.acknowledge(2, 2, B, RELEASE, 1_000).state is ARCHIVED
+    assert w.acknowledge(1, 1, A, RELEASE, 0).state is AVAILABLE  # its first delivery
+    assert w.configure(CONFIG) == []
+
+
 def test_a_member_leaving_gives_back_what_it_holds_and_nothing_else() -> None:
     w = window()
     w.acquire([0, 1], A, 0)

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from engine.producer_state import ProducerIdentity
 from replication.acks import Acks
 from replication.errors import NodeUnreachable
 from replication.forward_client import ForwardClient, RemoteError
@@ -30,7 +31,7 @@ class Leader(ForwardClient):
 
     async def produce_batches(
         self, url: str, topic: str, partition: int, data: bytes | bytearray, acks: Acks,
-        timeout_ms: int,
+        timeout_ms: int, producer: ProducerIdentity | None = None,
     ) -> int:  # fmt: skip
         self.sent.append((topic, partition, bytes(data), acks, timeout_ms))
         await asyncio.sleep(0)  # the network: the answer comes in a later turn

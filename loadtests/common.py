@@ -25,6 +25,8 @@ import orjson
 
 from gateway.workers.local_cluster import free_port
 
+CHECKOUT = Path(__file__).resolve().parents[1]
+
 
 def start_gateway(
     data_dir: Path,
@@ -56,6 +58,25 @@ def start_gateway(
         said = "" if log is None else "\n" + log.read_text()
         raise RuntimeError(f"gateway did not start: {line!r}{said}")
     return process, line.split()[-1]
+
+
+def source_commit() -> str:
+    """HEAD of this checkout, and the source files that differ from it (another person's work
+    in progress): what a report says it measured."""
+
+    def git(*args: str) -> str:
+        done = subprocess.run(
+            ["git", *args], capture_output=True, text=True, check=False, cwd=CHECKOUT
+        )
+        return done.stdout.rstrip("\n")
+
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    changed = [
+        line[3:]
+        for line in git("status", "--porcelain", "--untracked-files=no").splitlines()
+        if line[3:].endswith(".py") and not line[3:].startswith(("tests/", "loadtests/"))
+    ]
+    return head + (f" (with local changes to {', '.join(changed)})" if changed else "")
 
 
 def separate_cpus(*server_pids: int) -> str:

@@ -35,14 +35,9 @@ import contextlib
 import dataclasses
 import os
 import re
-import shutil
-import signal
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -61,11 +56,13 @@ from loadtests.common import (
     progress,
     raise_fd_limit,
     separate_cpus,
+    source_commit,
     start_gateway,
     stop_on_sigterm,
 )
 from loadtests.consumers import Clock, RawHttp, Shared, run_workers
 from loadtests.jetstream import NatsServer
+from loadtests.profiling import py_spy, recording, summarize
 from loadtests.rows import MEDIA, VALUE, body_for
 
 SYSTEMS = ("sluice", "redis", "jetstream")
@@ -81,9 +78,6 @@ FAIR_POLL_MS = 300_000  # a parked fairness acquire's timeout (the longest): no 
 FAIR_TICK_S = 0.01  # the fairness producer sends what is due this often
 DESCRIBE_EVERY_S = 0.02  # how often the poison cell asks whether the poison is archived
 POISON_DEADLINE_S = 300.0
-IDLE_FRAME = "_worker (concurrent/futures/thread.py)"  # an executor thread waiting for work
-LIBRARY = re.compile(r"^.*/(site-packages|lib/python3\.\d+)/")
-REPO = Path(__file__).resolve().parents[1]
 SHARE_CODE = re.compile(r"\((groups/share/|gateway/api/share_groups\.py|groups/offsets_log\.py)")
 
 
@@ -890,73 +884,13 @@ def _archived(url: str) -> int:
 def profile(servers: Servers, plan: Plan, out: Path) -> dict[str, Any]:
     """One more Sluice cell per batch size under `py-spy record -r 200`; the raw stacks to
     `out`, and where the samples fell."""
-    spy = py_spy()
     summaries = {}
     for batch in plan.cell_records:
         raw = out / f"queues-profile-batch-{batch}.txt"
-        command = [spy, "record", "-r", "200", "-p", str(servers.gateway.pid)]
-        recorder = subprocess.Popen(
-            [*command, "--format", "raw", "-o", str(raw)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
+        with recording(servers.gateway.pid, raw):
             row = servers.cell("sluice", batch)
-        finally:
-            recorder.send_signal(signal.SIGINT)
-            recorder.wait(60)
-        summaries[str(batch)] = {"cell": row, **summarize(raw.read_text())}
+        summaries[str(batch)] = {"cell": row, **summarize(raw.read_text(), SHARE_CODE)}
     return summaries
-
-
-def py_spy() -> str:
-    """The py-spy beside this Python, or on the PATH."""
-    beside = Path(sys.executable).with_name("py-spy")
-    found = str(beside) if beside.exists() else shutil.which("py-spy")
-    if found is None:
-        raise SystemExit("--profile needs py-spy: pip install py-spy")
-    return found
-
-
-def summarize(collapsed: str, top: int = 25) -> dict[str, Any]:
-    """Samples by function, in per cent of the samples not idle: its own (the leaf) and
-    inclusive (anywhere on the stack), over everything and over the share-group code. An
-    executor thread waiting for work (py-spy counts it busy) is left out."""
-    own: Counter[str] = Counter()
-    inclusive: Counter[str] = Counter()
-    total = idle = 0
-    for line in collapsed.splitlines():
-        stack, _, count_text = line.rpartition(" ")
-        if not stack:
-            continue
-        count = int(count_text)
-        frames = [_frame(f) for f in stack.split(";")]
-        if frames[-1] == IDLE_FRAME:
-            idle += count
-            continue
-        total += count
-        own[frames[-1]] += count
-        for frame in dict.fromkeys(frames):  # once per stack, root first
-            inclusive[frame] += count
-
-    def shares(pairs: list[tuple[str, int]]) -> list[list[Any]]:
-        return [[f, round(100 * n / total, 1)] for f, n in pairs[:top]]
-
-    share_code = [(f, n) for f, n in inclusive.most_common() if SHARE_CODE.search(f)]
-    return {
-        "samples": total,
-        "idle_samples": idle,
-        "own": shares(own.most_common(top)),
-        "inclusive": shares(inclusive.most_common(top)),
-        "share_code": shares(share_code),
-    }
-
-
-def _frame(frame: str) -> str:
-    """`function (path:line)` as `function (path relative to the tree)`."""
-    name, _, where = frame.partition(" (")
-    path = LIBRARY.sub("", where.rsplit(":", 1)[0]).removeprefix(f"{REPO}/")
-    return f"{name} ({path})"
 
 
 # -- the report -----------------------------------------------------------------------------------
@@ -1068,26 +1002,10 @@ def markdown(doc: dict[str, Any]) -> str:
             "| share-group code, inclusive % | function | | own % | function |",
             "|---|---|---|---|---|",
         ]
-        for (name, share), (leaf, mine) in zip(summary["share_code"], summary["own"], strict=False):
+        for (name, share), (leaf, mine) in zip(summary["code"], summary["own"], strict=False):
             lines.append(f"| {share} | `{name}` | | {mine} | `{leaf}` |")
         lines.append("")
     return "\n".join(lines)
-
-
-def _commit() -> str:
-    """HEAD, and the source files that differ from it (another person's work in progress)."""
-
-    def git(*args: str) -> str:
-        done = subprocess.run(["git", *args], capture_output=True, text=True, check=False)
-        return done.stdout.rstrip("\n")
-
-    head = git("rev-parse", "--short", "HEAD") or "unknown"
-    changed = [
-        line[3:]
-        for line in git("status", "--porcelain", "--untracked-files=no").splitlines()
-        if line[3:].endswith(".py") and not line[3:].startswith(("tests/", "loadtests/"))
-    ]
-    return head + (f" (with local changes to {', '.join(changed)})" if changed else "")
 
 
 def run(plan: Plan, scratch: Path, out: Path | None) -> dict[str, Any]:
@@ -1133,7 +1051,7 @@ def main() -> None:
     raise_fd_limit()
     args.out.mkdir(parents=True, exist_ok=True)
     before = [round(x, 2) for x in os.getloadavg()]
-    commit = _commit()
+    commit = source_commit()
     with tempfile.TemporaryDirectory(prefix="sluice-queue-bench-") as scratch:
         doc = run(plan, Path(scratch), args.out if args.profile else None)
     doc["meta"] = {

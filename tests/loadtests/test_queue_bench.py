@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.queue_bench import QUICK, SYSTEMS, fairness_figures, summarize
+from loadtests.queue_bench import QUICK, SYSTEMS, fairness_figures
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -62,24 +62,3 @@ def test_a_wait_past_twice_the_mean_misses_the_fairness_goal() -> None:
     assert unfair["met"] is False
     assert unfair["consumers_within_2x_mean"] == 2 and unfair["consumers_measured"] == 3
     assert unfair["wait_s"]["mean"] == pytest.approx(10 / 6, abs=1e-3)
-
-
-def test_a_profile_summary_leaves_out_executor_threads_waiting_for_work() -> None:
-    collapsed = "\n".join(
-        [
-            "run (/srv/venv/lib/python3.11/site-packages/uvloop/__init__.py:10);"
-            f"acquire ({REPO}/gateway/api/share_groups.py:120);"
-            f"_runs ({REPO}/groups/share/partition_state.py:300) 3",
-            "run (/srv/venv/lib/python3.11/site-packages/uvloop/__init__.py:10);"
-            "write (aiohttp/http_writer.py:5) 1",
-            "Thread.run (threading.py:982);_worker (concurrent/futures/thread.py:81) 96",
-        ]
-    )
-    summary = summarize(collapsed)
-    assert summary["samples"] == 4 and summary["idle_samples"] == 96
-    assert summary["own"][0] == ["_runs (groups/share/partition_state.py)", 75.0]
-    assert ["run (uvloop/__init__.py)", 100.0] in summary["inclusive"]
-    assert summary["share_code"] == [
-        ["acquire (gateway/api/share_groups.py)", 75.0],
-        ["_runs (groups/share/partition_state.py)", 75.0],
-    ]

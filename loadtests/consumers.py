@@ -16,7 +16,7 @@ import re
 import threading
 import time
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from multiprocessing.sharedctypes import Synchronized
 from typing import Any
@@ -52,22 +52,32 @@ class RawHttp:
         return await self._answer()
 
     async def send(
-        self, method: str, target: str, body: bytes = b"", content_type: str = "application/json"
+        self,
+        method: str,
+        target: str,
+        body: bytes = b"",
+        content_type: str = "application/json",
+        headers: Mapping[str, str] | None = None,
     ) -> tuple[int, bytes, bytes]:
-        """Status, head and body of one request with a body (a POST, a DELETE)."""
+        """Status, head and body of one request with a body (a POST, a DELETE), with
+        `headers` besides its own (an Idempotency-Key)."""
+        extra = "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items())
         head = (
             f"{method} {target} HTTP/1.1\r\nHost: b\r\nContent-Type: {content_type}\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n"
+            f"{extra}Content-Length: {len(body)}\r\n\r\n"
         )
         self.writer.write(head.encode() + body)
         return await self._answer()
 
     async def _answer(self) -> tuple[int, bytes, bytes]:
         head = await self.reader.readuntil(b"\r\n\r\n")
+        status = int(head[9:12])
+        if status == 204:  # no body, and no Content-Length to say so
+            return status, head, b""
         length = CONTENT_LENGTH.search(head)
         if length is None:
             raise RuntimeError(f"no Content-Length in {head[:200]!r}")
-        return int(head[9:12]), head, await self.reader.readexactly(int(length.group(1)))
+        return status, head, await self.reader.readexactly(int(length.group(1)))
 
     def close(self) -> None:
         self.writer.close()

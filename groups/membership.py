@@ -3,19 +3,28 @@
 Kafka's GroupMetadataManager. A partition has at most one owner: a rebalance gives members new
 targets, and a partition moves to its new owner only once the old one gave it up (at once if
 nothing is at stake, else at the old owner's next fetch, after its auto-commit).
+
+Every change that writes the group's record is one append, and stands only if the offsets
+partition took it: refused, the group is put back as it was (see `_Saved`), so that memory is
+always what replaying the log gives. A change the partition took stands even if waiting for
+its replicas (`durable`) then fails, as in Kafka: the record is in the log, and will be
+replayed if it is committed; the client, answered an error, joins or leaves again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import copy
 import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import orjson
 
 from engine import offsets_topic
+from engine.errors import EngineError
 from engine.offsets_topic import StoredGroup, TopicPartition
 from groups.assignors import ASSIGNORS
 from groups.errors import GroupError
@@ -25,6 +34,7 @@ from groups.offsets_log import OffsetsLog
 from replication.replica_manager import ReplicaManager
 
 METADATA_OVERHEAD = 4096  # the batch and record headers, the key, and slack
+RETRY_S = 1.0  # a refused change no client retries (an expiry, a rebalance) is tried again
 logger = logging.getLogger("groups.coordinator")  # every part logs as the coordinator
 
 
@@ -55,6 +65,7 @@ class Membership:
         self.max_members = max_members
         self.closing = False  # shutting down: sessions stop running out
         self._loop = asyncio.get_running_loop()
+        self._rebalances: dict[str, asyncio.TimerHandle] = {}  # refused ones, to try again
 
     # -- start and stop ------------------------------------------------------------------------
 
@@ -79,6 +90,9 @@ class Membership:
         """The group is coordinated elsewhere now: its parked fetches answer, and its sessions
         stop running out here (each cancelled timer stays in place, so that a fetch ending on
         the dropped group arms no new one)."""
+        retry = self._rebalances.pop(group.name, None)
+        if retry is not None:
+            retry.cancel()
         for member in group.members.values():
             if member.expiry is not None:
                 member.expiry.cancel()
@@ -87,6 +101,9 @@ class Membership:
     def close(self) -> None:
         """Shutting down: no more expiries; parked member fetches answer now."""
         self.closing = True
+        for retry in self._rebalances.values():
+            retry.cancel()
+        self._rebalances.clear()
         for group in self.groups.values():
             for member in group.members.values():
                 if member.expiry is not None:
@@ -105,14 +122,25 @@ class Membership:
             raise unknown_member(name, member_id)
         return group, member
 
-    def join(self, name: str, request: JoinRequest) -> tuple[Group, Member]:
+    def join(
+        self, name: str, request: JoinRequest, instance: dict[str, Any] | None = None
+    ) -> tuple[Group, Member]:
         """Add a member and rebalance. A static member (`instance_id`) joining again is the
         same member restarted: it keeps its partitions, without a rebalance unless its topics
-        changed, and what it was delivered but did not commit comes again."""
+        changed, and what it was delivered but did not commit comes again. `instance`: a
+        consumer instance's settings, kept with the member."""
         self.log.coordinator(name)
+        group = self.groups.get(name) or Group(name)
+        with self._changing(group):
+            member = self._join(group, request, instance)
+        self.schedule_expiry(group, member)
+        return group, member
+
+    def _join(self, group: Group, request: JoinRequest, instance: dict[str, Any] | None) -> Member:
+        """Join's change of the group, up to its write."""
+        name = group.name
         for topic in request.topics:
             self.replicas.topic(topic)
-        group = self.groups.get(name) or Group(name)
         existing = group.members.get(request.instance_id or "")
         others = len(group.members) - (existing is not None)
         assignor = request.assignor
@@ -144,13 +172,14 @@ class Membership:
             existing.auto_offset_reset = member.auto_offset_reset
             existing.auto_commit = member.auto_commit
             member = existing
+        if instance is not None:
+            member.instance = instance
         group.members[member.member_id] = member
         if reassign:
             self._rebalance(group)
         else:
             self.write_metadata(group)
-        self.schedule_expiry(group, member)
-        return group, member
+        return member
 
     def _check_room(self, group: Group, member: Member, replacing: Member | None) -> None:
         """Refuse a member the group cannot hold: past `max_members`, or one whose group
@@ -178,11 +207,13 @@ class Membership:
             )
 
     def leave(self, name: str, member_id: str) -> None:
-        """A member leaves: with auto_commit, what it was delivered is committed first."""
+        """A member leaves: with auto_commit, what it was delivered is committed with the
+        group's record, in the same append."""
         group, member = self.member(name, member_id)
-        if member.auto_commit:
-            self.offsets.commit_positions(group, member)
-        self._remove(group, member)
+        with self._changing(group):
+            if member.auto_commit:
+                self.offsets.commit_positions(group, member, write=False)
+            self._remove(group, member)
 
     def create_instance(
         self, name: str, request: JoinRequest, instance: dict[str, Any]
@@ -197,10 +228,7 @@ class Membership:
                 "MEMBER_ALREADY_EXISTS",
                 f"group {name!r} has a member {request.instance_id!r} already",
             )
-        group, member = self.join(name, request)
-        member.instance = instance
-        self.write_metadata(group)
-        return group, member
+        return self.join(name, request, instance)
 
     def subscribe(
         self,
@@ -216,24 +244,20 @@ class Membership:
         group, member = self.member(name, member_id)
         if member.manual and topics:
             raise _illegal_state(name, member_id, "has a manual assignment")
-        if member.auto_commit:  # before its positions go, as a Kafka consumer rejoining
-            self.offsets.commit_positions(group, member)
-        if member.manual:
-            self._assign(group, member, ())
-        if instance is None:
-            instance = member.instance
-        member.instance = instance
-        _, member = self.join(
-            name,
-            JoinRequest(
-                topics,
-                member.session_timeout_ms,
-                member.auto_offset_reset,
-                member.auto_commit,
-                instance_id=member_id,
-            ),
+        request = JoinRequest(
+            topics,
+            member.session_timeout_ms,
+            member.auto_offset_reset,
+            member.auto_commit,
+            instance_id=member_id,
         )
-        member.instance = instance
+        with self._changing(group):
+            if member.auto_commit:  # before its positions go, as a Kafka consumer rejoining
+                self.offsets.commit_positions(group, member, write=False)
+            if member.manual:
+                self._assign(group, member, ())
+            self._join(group, request, instance)
+        self.schedule_expiry(group, member)
         return member
 
     def assign(self, name: str, member_id: str, partitions: tuple[TopicPartition, ...]) -> Member:
@@ -244,8 +268,9 @@ class Membership:
             raise _illegal_state(name, member_id, "is subscribed to topics")
         for topic, partition in partitions:
             self.replicas.check_partition(topic, partition)
-        self._assign(group, member, partitions)
-        self.write_metadata(group)
+        with self._changing(group):
+            self._assign(group, member, partitions)
+            self.write_metadata(group)
         self.schedule_expiry(group, member)
         return member
 
@@ -285,17 +310,32 @@ class Membership:
             return  # gone, or a request in flight: its end arms the timer again
         if self._loop.time() < member.deadline:
             member.expiry = self._loop.call_at(member.deadline, self._expire, group, member)
-        else:
-            self._remove(group, member)
+            return
+        try:
+            with self._changing(group):
+                self._remove(group, member)
+        except EngineError as exc:
+            if self.groups.get(group.name) is not group:
+                return  # coordinated elsewhere now
+            logger.warning(
+                "group %r: the session of member %r ran out, but its removal was not written "
+                "(%s); trying again in %.0f s",
+                group.name,
+                member.member_id,
+                exc,
+                RETRY_S,
+            )
+            member.expiry = self._loop.call_later(RETRY_S, self._expire, group, member)
 
     def _remove(self, group: Group, member: Member) -> None:
-        if member.expiry is not None:
-            member.expiry.cancel()
+        """The member goes, and the others rebalance; its session ends once that is written."""
         del group.members[member.member_id]
         for tp in list(member.owned):
             self._release(group, member, tp)
         member.poke()
         self._rebalance(group)
+        if member.expiry is not None:
+            member.expiry.cancel()
 
     # -- assignment ----------------------------------------------------------------------------
 
@@ -308,9 +348,31 @@ class Membership:
                     member.target.discard(tp)
 
     def topics_changed(self, group: Group) -> None:
-        """Rebalance the group if its topics' partitions no longer match its assignment."""
-        if group.members and group.partition_counts != self._partition_counts(group):
-            self._rebalance(group)
+        """Rebalance the group if its topics' partitions no longer match its assignment; if
+        its record is refused, try again in RETRY_S (no client asks for this rebalance)."""
+        if not group.members or group.partition_counts == self._partition_counts(group):
+            return
+        try:
+            with self._changing(group):
+                self._rebalance(group)
+        except EngineError as exc:
+            if self.groups.get(group.name) is not group or group.name in self._rebalances:
+                return
+            logger.warning(
+                "group %r: its topics' partitions changed, but its rebalance was not written "
+                "(%s); trying again in %.0f s",
+                group.name,
+                exc,
+                RETRY_S,
+            )
+            self._rebalances[group.name] = self._loop.call_later(
+                RETRY_S, self._rebalance_again, group
+            )
+
+    def _rebalance_again(self, group: Group) -> None:
+        del self._rebalances[group.name]
+        if self.groups.get(group.name) is group and not self.closing:
+            self.topics_changed(group)
 
     def _partition_counts(self, group: Group) -> dict[str, int]:
         topics = self.replicas.store.view.topics
@@ -370,6 +432,82 @@ class Membership:
         """The group's record (members, generation, assignment), with its pending commits."""
         doc = orjson.dumps(group.metadata())
         self.offsets.write_group(group, [(offsets_topic.group_key(group.name), doc)])
+
+    @contextlib.contextmanager
+    def _changing(self, group: Group) -> Iterator[None]:
+        """A change of the group ending in its one append: if anything in it fails (the
+        append refused, above all), the group is put back as it was."""
+        saved = _Saved(self.groups, group)
+        try:
+            yield
+        except BaseException:
+            saved.restore()
+            raise
+
+
+_MEMBER_STATE = (
+    "topics",
+    "session_timeout_ms",
+    "auto_offset_reset",
+    "auto_commit",
+    "target",
+    "owned",
+    "positions",
+    "before_last",
+    "fetch_turn",
+    "handovers",
+    "instance",
+    "manual",
+)
+
+
+class _Saved:
+    """A group as it was before a change, put back if the change's append is refused.
+
+    Kept and put back, rather than the change computed on a copy and applied once appended:
+    a change is many edits in place across members (targets, owners, positions, hand-overs)
+    that fetches make too, on the Member objects that parked fetches and timers hold; a copy
+    to compute on would be a second group model. From its first edit to its append a change
+    never awaits, so no one sees the group in between, and putting the fields back is exact.
+    Not saved, as no part of the group's state: sessions' timers, parked fetches (one woken
+    by the change looks again and finds the group as it was) and read cursors."""
+
+    def __init__(self, groups: dict[str, Group], group: Group) -> None:
+        self.groups = groups
+        self.group = group
+        self.registered = groups.get(group.name) is group
+        self.generation = group.generation
+        self.assignor = group.assignor
+        self.partition_counts = dict(group.partition_counts)
+        self.members = dict(group.members)
+        self.owners = dict(group.owners)
+        self.offsets = dict(group.offsets)
+        self.unwritten = dict(group.unwritten)
+        self.member_states = [
+            (member, [copy.copy(getattr(member, f)) for f in _MEMBER_STATE])
+            for member in group.members.values()
+        ]
+
+    def restore(self) -> None:
+        group = self.group
+        if not self.registered and self.groups.get(group.name) is group:
+            del self.groups[group.name]
+        group.generation = self.generation
+        group.assignor = self.assignor
+        group.partition_counts = self.partition_counts
+        _refill(group.members, self.members)
+        _refill(group.owners, self.owners)
+        _refill(group.offsets, self.offsets)
+        _refill(group.unwritten, self.unwritten)
+        for member, state in self.member_states:
+            for name, value in zip(_MEMBER_STATE, state, strict=True):
+                setattr(member, name, value)
+
+
+def _refill(now: dict[Any, Any], saved: dict[Any, Any]) -> None:
+    """Put a dict's saved items back in place (others may hold the dict itself)."""
+    now.clear()
+    now.update(saved)
 
 
 def _start_afresh(member: Member, tp: TopicPartition) -> None:

@@ -91,20 +91,21 @@ class Offsets:
         self._store(group, offsets)
 
     def commit_positions(
-        self, group: Group, member: Member, *, durable: bool = True
+        self, group: Group, member: Member, *, durable: bool = True, write: bool = True
     ) -> list[tuple[TopicPartition, int]]:
         """Commit the member's positions on its owned partitions. An answered commit
         (`durable`) writes them all, changed or not, as Kafka appends every OffsetCommit, so
         that its answer rests on the offsets partition's replicas, not on this node's memory:
         a coordinator paused while another took its groups over resumes with old offsets, and
-        its write cannot commit. An auto-commit writes only what changed."""
+        its write cannot commit. An auto-commit writes only what changed. `write` False holds
+        them for the caller's own write of the group: its record and these in one append."""
         positions = sorted((tp, pos) for tp, pos in member.positions.items() if tp in member.owned)
         written = [
             (tp, pos, "")
             for tp, pos in positions
             if durable or (c := group.offsets.get(tp)) is None or c.offset != pos
         ]
-        self._store(group, written, durable=durable)
+        self._store(group, written, durable=durable, write=write)
         return positions
 
     async def reset(
@@ -225,31 +226,50 @@ class Offsets:
         offsets: list[tuple[TopicPartition, int, str]],
         *,
         durable: bool = True,
+        write: bool = True,
     ) -> None:
         """Commit offsets: at once in memory (hand-overs and views use them); in the log now,
         or, for auto-commits (`durable=False`), with the group's next write, at most
-        AUTO_COMMIT_WRITE_S later, as Kafka's consumers auto-commit on an interval."""
+        AUTO_COMMIT_WRITE_S later, as Kafka's consumers auto-commit on an interval; or, not
+        `write`, with the caller's next write of the group."""
         if not offsets:
             return
         now = int(time.time() * 1000)
         committed = {tp: CommittedOffset(offset, meta, now) for tp, offset, meta in offsets}
         group.offsets.update(committed)
         group.unwritten.update(committed)
+        if not write:
+            return
         if durable:
             self.write_group(group)
         elif group.write_timer is None:
-            group.write_timer = self._loop.call_later(AUTO_COMMIT_WRITE_S, self.write_group, group)
+            self._write_later(group)
+
+    def _write_later(self, group: Group) -> None:
+        group.write_timer = self._loop.call_later(AUTO_COMMIT_WRITE_S, self._write_held, group)
+
+    def _write_held(self, group: Group) -> None:
+        """The auto-commits' timer: write them; if the offsets partition refuses, they stay
+        held and are tried again (as long as the group is coordinated here)."""
+        group.write_timer = None
+        try:
+            self.write_group(group)
+        except EngineError as exc:
+            if self.groups.get(group.name) is group:
+                logger.warning("group %r: its auto-commits were not written: %s", group.name, exc)
+                self._write_later(group)
 
     def write_group(self, group: Group, records: Sequence[tuple[bytes, bytes | None]] = ()) -> None:
-        """One append: the group's auto-commits not yet in the log, then `records`."""
-        self.forget(group)
+        """One append: the group's auto-commits not yet in the log, then `records`. Refused,
+        the auto-commits stay held for the next write."""
         pending = [
             (offset_key(group.name, tp), offsets_topic.offset_value(c))
             for tp, c in group.unwritten.items()
         ]
-        group.unwritten.clear()
         if pending or records:
             self.log.append(group.name, [*pending, *records])
+        self.forget(group)
+        group.unwritten.clear()
 
     def forget(self, group: Group) -> None:
         """Stop the group's pending auto-commit write (written now, or no longer ours)."""

@@ -90,7 +90,7 @@ def test_a_graceful_shutdown_answers_a_parked_acquire(tmp_path: Path) -> None:
     parked = threading.Thread(target=park)
     parked.start()
     with httpx.Client(base_url=server.url) as http:
-        # The acquire parks one long-poll on the partition (its watch), counted as a fetch.
+        # The parked acquire counts as a parked fetch (its partition's watch does not).
         until(lambda: "sluice_parked_fetches 1.0" in http.get("/metrics").text, "a parked acquire")
     server.process.send_signal(signal.SIGTERM)
     parked.join(WAIT_S)

@@ -325,7 +325,8 @@ class TransactionCoordinator:
         self, transactional_id: str, decide: Callable[[int], Transition]
     ) -> TransactionMetadata:
         """Decide a transition under the id's lock, store it on every in-sync replica, then
-        apply it (a decided transaction starts completing). Raised refusals store nothing."""
+        apply it (a decided transaction starts completing). Raised refusals, and transitions
+        that change nothing, store nothing."""
         transition = await self._store(transactional_id, decide)
         assert transition.metadata is not None
         return transition.metadata
@@ -338,12 +339,13 @@ class TransactionCoordinator:
         async with lock:
             self.log.coordinator(transactional_id)  # it may have left while queued
             transition = decide(self.clock())
-            # no await between the decision and its append: producer id counters are
-            # appended in the order they were allocated
-            self.log.append(transactional_id, state_topic.records(transition))
-            await self.log.durable(transactional_id, self.write_timeout_ms)
-            self.log.coordinator(transactional_id)  # still ours: else the next one has it
-            self.machine.apply(transition)
+            if transition.changed:
+                # no await between the decision and its append: producer id counters are
+                # appended in the order they were allocated
+                self.log.append(transactional_id, state_topic.records(transition))
+                await self.log.durable(transactional_id, self.write_timeout_ms)
+                self.log.coordinator(transactional_id)  # still ours: else the next one has it
+                self.machine.apply(transition)
         meta = transition.metadata
         if meta is not None and meta.state.deciding:
             self._complete_later(transactional_id)

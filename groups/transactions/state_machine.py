@@ -61,6 +61,7 @@ class Transition:
     transactional_id: str
     metadata: TransactionMetadata | None
     producer_ids: tuple[int, int] | None = None  # (state partition, last counter allocated)
+    changed: bool = True  # False: `metadata` is the stored state as it is, nothing to store
 
 
 class TransactionStateMachine:
@@ -132,11 +133,16 @@ class TransactionStateMachine:
         principal: str | None,
         now: int,
     ) -> Transition:
-        """Partitions the transaction writes: each gets its marker when it ends."""
+        """Partitions the transaction writes: each gets its marker when it ends. Partitions
+        all in it already (every produce of a transaction but its first to them) change
+        nothing, as Kafka's AddPartitionsToTxn."""
         meta = self._open(transactional_id, epoch, principal)
-        added = meta.partitions | frozenset(partitions)
+        named = frozenset(partitions)
+        if named <= meta.partitions:
+            return Transition(transactional_id, meta, changed=False)
         return Transition(
-            transactional_id, dataclasses.replace(meta, partitions=added, updated_ms=now)
+            transactional_id,
+            dataclasses.replace(meta, partitions=meta.partitions | named, updated_ms=now),
         )
 
     def add_offsets(

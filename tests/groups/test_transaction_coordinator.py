@@ -220,6 +220,29 @@ async def test_concurrent_changes_of_an_id_are_made_one_after_the_other(node: No
     assert c.describe(TID).partitions == {T0, T1, U0}
 
 
+async def test_partitions_already_in_the_transaction_are_not_stored_again(node: Node) -> None:
+    """Every produce of a transaction names its partitions: after the first, the add is
+    answered at once, without a write to wait for on the in-sync replicas."""
+    await node.with_follower()
+    c = node.coordinator
+    began = asyncio.create_task(c.begin(TID, 60_000, ME))
+    await until(lambda: node.states_stored() == ["Ongoing"], "the begin's write")
+    node.follower_fetched()
+    epoch = (await began).producer_epoch
+    first = asyncio.create_task(c.add_partitions(TID, epoch, [T0, T1], ME))
+    await until(lambda: len(node.states_stored()) == 2, "the first add's write")
+    node.follower_fetched()
+    added = await first
+    # the follower fetches nothing more: a write would keep these waiting
+    assert await c.add_partitions(TID, epoch, [T1, T0], ME) == added
+    assert await c.add_partitions(TID, epoch, [T0], ME) == added
+    assert node.states_stored() == ["Ongoing", "Ongoing"]
+    with pytest.raises(ProducerFenced):
+        await c.add_partitions(TID, epoch + 1, [T0], ME)
+    with pytest.raises(UnknownPartition):
+        await c.add_partitions(TID, epoch, [T0, ("t", 9)], ME)
+
+
 async def test_a_commit_marks_every_partition_commits_the_offsets_and_completes(
     node: Node,
 ) -> None:

@@ -101,6 +101,21 @@ def test_partitions_and_offsets_are_added_to_the_open_transaction() -> None:
     }
 
 
+def test_partitions_all_in_the_transaction_already_change_nothing() -> None:
+    m = machine()
+    began(m)
+    meta = do(m, m.add_partitions(TID, 0, [("t", 0), ("t", 1)], ME, 1))
+    again = m.add_partitions(TID, 0, [("t", 1), ("t", 0)], ME, 2)
+    assert (again.metadata, again.changed) == (meta, False)  # the state as it is, not stored
+    assert meta.updated_ms == 1
+    more = m.add_partitions(TID, 0, [("t", 1), ("u", 0)], ME, 3)
+    assert more.changed and more.metadata is not None
+    assert more.metadata.partitions == {("t", 0), ("t", 1), ("u", 0)}
+    refused(ProducerFenced, lambda: m.add_partitions(TID, 1, [("t", 0)], ME, 4))
+    do(m, m.end(TID, 0, True, ME, 5))
+    refused(InvalidTxnState, lambda: m.add_partitions(TID, 0, [("t", 0)], ME, 6))
+
+
 def test_commit_decides_then_completes_and_clears_the_transaction() -> None:
     m = machine()
     began(m)

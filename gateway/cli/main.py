@@ -26,6 +26,7 @@ from gateway.cli import quotas as quota_cli
 from gateway.cli import schemas as schemas_cli
 from gateway.cli import share_groups as share_groups_cli
 from gateway.cli import subscriptions as subscriptions_cli
+from gateway.cli import transactions as transactions_cli
 from gateway.cli.client import CommandError
 from gateway.cli.progress import Progress
 from gateway.settings import Settings
@@ -536,6 +537,7 @@ def parser() -> argparse.ArgumentParser:
     reset.add_argument("group")
     client.add_reset_arguments(reset)
     share_groups_cli.add_commands(commands, with_url)
+    transactions_cli.add_commands(commands, with_url)
     auth_cli.add_commands(commands, with_url)
     quota_cli.add_commands(commands, with_url)
     subscriptions_cli.add_commands(commands, with_url)
@@ -620,6 +622,7 @@ def _main(argv: Sequence[str] | None) -> None:
         "consume": consume_command,
         "groups": groups_command,
         "share-groups": share_groups_cli.share_groups_command,
+        "transactions": transactions_cli.transactions_command,
         "auth": auth_cli.auth_command,
         "acls": auth_cli.acls_command,
         "quotas": quota_cli.quotas_command,

@@ -26,6 +26,7 @@ from gateway.metrics.collectors import ForwardedCollector, Metrics
 from gateway.metrics.quotas import QuotaCollector
 from gateway.metrics.share_groups import ShareGroupCollector
 from gateway.metrics.subscriptions import SubscriptionCollector
+from gateway.metrics.transactions import TransactionCollector
 from gateway.produce.front import Producer, ProduceRequest
 from gateway.produce.idempotency import InFlight
 from gateway.produce.partitioner import partition_for_key
@@ -132,6 +133,7 @@ class Gateway:
         metrics = Metrics(lambda: replicas, lambda: broker.notifier, lambda: groups)
         metrics.registry.register(QuotaCollector(lambda: auth.quotas))
         metrics.registry.register(ShareGroupCollector(lambda: share_groups))
+        metrics.registry.register(TransactionCollector(lambda: transactions))
         producer = Producer(
             replicas, metrics, in_flight, forwarder, keyless_led_here=settings.workers > 1
         )

@@ -1,7 +1,7 @@
 """Committed records of any partition of the cluster, read wherever it is led: here (the
 partition layer's long-poll, tiered offsets included), from a sibling worker's files, or from
-its leader over the node-to-node routes. What a reader that is not a group member needs: a
-Server-Sent Events stream, and the push subscriptions to come."""
+its leader over the node-to-node routes, at either isolation level. What a reader that is not
+a group member needs: a Server-Sent Events stream, the push subscriptions, the share groups."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from engine.errors import OffsetOutOfRange
+from engine.producer_state import Isolation
 from groups import remote
 from replication.errors import LeaderNotAvailable, NotLeader
 from replication.forward_client import ForwardClient
@@ -44,27 +45,31 @@ class PartitionReader:
         max_bytes: int,
         timeout_ms: int,
         counted: bool = True,
+        isolation: Isolation = Isolation.READ_UNCOMMITTED,
     ) -> PartitionRead:
         """Batches from `position`, waiting up to `timeout_ms` for the first one; raises
         OffsetOutOfRange with the leader's bounds, LeaderNotAvailable while none leads.
-        `counted` False: the server's own follower, not among the parked fetches here."""
+        `counted` False: the server's own follower, not among the parked fetches here.
+        `isolation` read_committed: below the last stable offset, aborted batches emptied."""
         for _ in range(LEADER_MOVES):
             url = self._leader_url(topic, partition)
             if url is None:
                 try:
                     got = await self.replicas.fetch(
-                        topic, partition, position, max_bytes, 1, timeout_ms, counted=counted
-                    )
+                        topic, partition, position, max_bytes, 1, timeout_ms,
+                        counted=counted, isolation=isolation,
+                    )  # fmt: skip
                 except NotLeader:
                     continue
                 return PartitionRead(position, got.data, got.high_watermark)
-            beside = self.replicas.fetch_from_sibling(
-                topic, partition, position, max_bytes, 1, timeout_ms
-            )
-            if beside is not None:
-                return PartitionRead(position, beside[1].data, beside[1].high_watermark)
+            if isolation is not Isolation.READ_COMMITTED:  # the LSO is the leader's to know
+                beside = self.replicas.fetch_from_sibling(
+                    topic, partition, position, max_bytes, 1, timeout_ms
+                )
+                if beside is not None:
+                    return PartitionRead(position, beside[1].data, beside[1].high_watermark)
             found = await remote.fetch(
-                self.forwarder, url, topic, partition, position, max_bytes, timeout_ms
+                self.forwarder, url, topic, partition, position, max_bytes, timeout_ms, isolation
             )
             return PartitionRead(position, found.data, found.high_watermark)
         raise LeaderNotAvailable(f"the leader of {topic}-{partition} keeps moving; retry shortly")

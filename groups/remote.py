@@ -54,10 +54,13 @@ async def fetch(
     position: int,
     max_bytes: int,
     timeout_ms: int,
+    isolation: Isolation = Isolation.READ_UNCOMMITTED,
 ) -> RemoteRead:
-    """Batches from `position` at the leader, long-polling up to `timeout_ms` for one.
-    OffsetOutOfRange carries the leader's log bounds."""
+    """Batches from `position` at the leader, long-polling up to `timeout_ms` for one, as a
+    consumer at `isolation` reads them. OffsetOutOfRange carries the leader's log bounds."""
     query = f"?offset={position}&max_bytes={max_bytes}&timeout_ms={timeout_ms}"
+    if isolation is Isolation.READ_COMMITTED:
+        query += f"&isolation={isolation.value}"
     answer = await forwarder.forward(
         url, "GET", _path(topic, partition, "records") + query, {"Accept": RECORD_BATCH}, b""
     )

@@ -26,7 +26,8 @@ CLIENT_CLOSED = 499  # the status label of a request whose client left before it
 class PartitionCollector(Collector):
     """Each hosted partition's offsets and size, and the node's replication health (the
     seeds' operations talk: under-replicated and offline partitions, ISR churn, follower lag,
-    leadership), read at scrape time."""
+    leadership) and, for partitions led here that held transactions, the LSO's lag behind the
+    high watermark, read at scrape time."""
 
     def __init__(self, replicas: Callable[[], ReplicaManager | None]) -> None:
         self.replicas = replicas
@@ -54,7 +55,13 @@ class PartitionCollector(Collector):
             "Largest time a follower of this leader has not been caught up, in ms",
             labels=labels,
         )
-        families: list[Metric] = [end, hw, start, local_start, size, lag_records, lag_ms]
+        lso_lag = GaugeMetricFamily(
+            "sluice_partition_lso_lag",
+            "High watermark minus last stable offset: records read_committed readers wait for "
+            "while a transaction is open (partitions led here whose log held a transaction)",
+            labels=labels,
+        )
+        families: list[Metric] = [end, hw, start, local_start, size, lag_records, lag_ms, lso_lag]
         replicas = self.replicas()
         if replicas is None:
             return families
@@ -72,6 +79,11 @@ class PartitionCollector(Collector):
                 under += health.under_replicated
                 lag_records.add_metric(values, health.max_lag_records)
                 lag_ms.add_metric(values, health.max_lag_ms)
+                if partition.log.producer_state.first_transactional is not None:
+                    # the LSO costs a min over this partition's open transactions
+                    lso_lag.add_metric(
+                        values, partition.high_watermark - partition.last_stable_offset
+                    )
         view = replicas.store.view
         node = replicas.node_id
         startup = replicas.manager.startup

@@ -32,6 +32,7 @@ from groups.partition_reader import PartitionReader
 from groups.share import state_topic
 from groups.share.model import (
     DELIVERY_LIMIT,
+    ISOLATION_LEVEL,
     LOCK_DURATION,
     MAX_RECORD_LOCKS,
     Parked,
@@ -229,6 +230,8 @@ class ShareCoordinator:
             if value is None:
                 merged.pop(key, None)
         check_configs(merged)
+        if merged.get(ISOLATION_LEVEL) != group.configs.get(ISOLATION_LEVEL):
+            group.ahead.clear()  # read at the other level: what a transaction left may differ
         group.configs = merged
         config = _config_of(group)
         changed = []
@@ -492,7 +495,7 @@ class ShareCoordinator:
                 return ahead
             position = window.end
             try:
-                data, end = await self._read(window, tp, position, 0)
+                data, end = await self._read(group, window, tp, position, 0)
             except EngineError as exc:
                 logger.debug("share group %r: reading %s-%d: %s", group.name, *tp, exc)
                 return None
@@ -502,6 +505,7 @@ class ShareCoordinator:
 
     async def _read(
         self,
+        group: ShareGroup,
         window: SharePartition,
         tp: TopicPartition,
         position: int,
@@ -509,10 +513,11 @@ class ShareCoordinator:
         counted: bool = True,
     ) -> tuple[memoryview, int]:
         """Committed batches at `position` (a window that fell below the log start moves up to
-        it first) and where they end. `counted` False: a watch for parked acquires, which
-        count themselves among the parked fetches."""
+        it first) and where they end, at the group's isolation level. `counted` False: a
+        watch for parked acquires, which count themselves among the parked fetches."""
+        isolation = group.isolation
         try:
-            read = await self.reader.read(*tp, position, READ_BYTES, timeout_ms, counted)
+            read = await self.reader.read(*tp, position, READ_BYTES, timeout_ms, counted, isolation)
         except OffsetOutOfRange as exc:
             if exc.offset >= exc.log_start_offset:
                 raise
@@ -522,7 +527,7 @@ class ShareCoordinator:
                     "%s-%d: %d records not yet acknowledged fell out of the log", *tp, lost
                 )
             position = window.end
-            read = await self.reader.read(*tp, position, READ_BYTES, timeout_ms, counted)
+            read = await self.reader.read(*tp, position, READ_BYTES, timeout_ms, counted, isolation)
         data = read.data
         end = position
         if data:
@@ -541,7 +546,7 @@ class ShareCoordinator:
         window = group.partitions[tp]
         while wanted and position <= offsets[-1]:
             try:
-                data, end = await self._read(window, tp, position, 0)
+                data, end = await self._read(group, window, tp, position, 0)
             except EngineError as exc:
                 logger.debug("share group %r: reading %s-%d: %s", group.name, *tp, exc)
                 break
@@ -677,7 +682,9 @@ class ShareCoordinator:
                 position = window.end
                 started = loop.time()
                 try:
-                    data, end = await self._read(window, tp, position, WATCH_MS, counted=False)
+                    data, end = await self._read(
+                        group, window, tp, position, WATCH_MS, counted=False
+                    )
                 except EngineError as exc:
                     logger.debug("share group %r: watching %s-%d: %s", group.name, *tp, exc)
                     await asyncio.sleep(WATCH_RETRY_S)

@@ -11,6 +11,7 @@ from typing import Any
 
 from engine import batch as fmt
 from engine.offsets_topic import TopicPartition
+from engine.producer_state import Isolation
 from groups.errors import GroupError
 from groups.share.partition_state import (
     DEFAULT_DELIVERY_LIMIT,
@@ -23,6 +24,10 @@ AUTO_OFFSET_RESET = "share.auto.offset.reset"
 LOCK_DURATION = "share.record.lock.duration.ms"
 DELIVERY_LIMIT = "share.delivery.count.limit"
 MAX_RECORD_LOCKS = "share.partition.max.record.locks"
+# KIP-932's group config: what the group's members see of transactions (read_uncommitted, the
+# default as for consumers, or read_committed).
+ISOLATION_LEVEL = "share.isolation.level"
+ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 # Each config's default and bounds (Kafka's group.share.* broker bounds, the lock's widened).
 CONFIG_BOUNDS: dict[str, tuple[int, int, int]] = {
     LOCK_DURATION: (DEFAULT_LOCK_MS, 1_000, 3_600_000),
@@ -57,12 +62,15 @@ def check_configs(configs: dict[str, Any]) -> dict[str, Any]:
             if not isinstance(value, str):
                 raise ValueError(f"{name} must be a string")
             reset_lookback_ms(value)
+        elif name == ISOLATION_LEVEL:
+            if value not in ISOLATION_LEVELS:
+                raise ValueError(f"{name} must be {' or '.join(ISOLATION_LEVELS)}")
         elif name in CONFIG_BOUNDS:
             _, low, high = CONFIG_BOUNDS[name]
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
                 raise ValueError(f"{name} must be an integer between {low} and {high}")
         else:
-            known = ", ".join(sorted([AUTO_OFFSET_RESET, *CONFIG_BOUNDS]))
+            known = ", ".join(sorted([AUTO_OFFSET_RESET, ISOLATION_LEVEL, *CONFIG_BOUNDS]))
             raise ValueError(f"unknown config {name!r}; known: {known}")
         out[name] = value
     return out
@@ -179,6 +187,11 @@ class ShareGroup:
     @property
     def reset(self) -> str:
         return str(self.configs.get(AUTO_OFFSET_RESET, DEFAULT_RESET))
+
+    @property
+    def isolation(self) -> Isolation:
+        """How the group reads its partitions (share.isolation.level)."""
+        return Isolation(self.configs.get(ISOLATION_LEVEL, Isolation.READ_UNCOMMITTED.value))
 
     @property
     def exists(self) -> bool:

@@ -1,9 +1,9 @@
 """The async driver around one partition's delivery state (state.py): it reads committed
-records where the partition is led (this node: the dispatcher runs on the leader), filters
-them, POSTs each batch (client.py), produces what exhausts its budget to the dead-letter
-topic, and commits the position. Attempts run as tasks, as many as the ordering and the
-subscription's flow control (flow.py) allow; the position committed is the lowest offset not
-yet acknowledged or dead-lettered.
+records (at the subscription's isolation level) where the partition is led (this node: the
+dispatcher runs on the leader), filters them, POSTs each batch (client.py), produces what
+exhausts its budget to the dead-letter topic, and commits the position. Attempts run as
+tasks, as many as the ordering and the subscription's flow control (flow.py) allow; the
+position committed is the lowest offset not yet acknowledged or dead-lettered.
 
 Commits are coalesced: at most one every COMMIT_INTERVAL_S (a timer wakes the loop for it),
 at once when the records done but uncommitted reach UNCOMMITTED_WINDOWS windows or when a
@@ -29,6 +29,7 @@ import msgspec
 
 from engine import batch as fmt
 from engine.errors import EngineError, OffsetOutOfRange, UnknownPartition, UnknownTopic
+from engine.producer_state import Isolation
 from groups.coordinator import RecordDecoder
 from groups.partition_reader import PartitionRead, PartitionReader, out_of_range_start
 from groups.subscriptions import formats, partial
@@ -421,8 +422,9 @@ class PartitionDispatcher:
         schema`, their values read by the schema registry too)."""
         sub = self.sub
         got = await self.services.reader.read(
-            sub.topic, self.partition, position, sub.batching.max_bytes, READ_WAIT_MS
-        )
+            sub.topic, self.partition, position, sub.batching.max_bytes, READ_WAIT_MS,
+            isolation=Isolation(sub.isolation),
+        )  # fmt: skip
         if not got.data:
             return got, [], position
         if sub.decode_values == "schema":

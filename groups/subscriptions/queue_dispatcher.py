@@ -69,6 +69,7 @@ def share_configs(sub: Subscription) -> dict[str, Any]:
         "share.auto.offset.reset": reset,
         "share.record.lock.duration.ms": lock_ms(sub),
         "share.delivery.count.limit": max(2, min(SHARE_DELIVERY_LIMIT, sub.retry.max_attempts)),
+        "share.isolation.level": sub.isolation,
     }
 
 

@@ -30,6 +30,7 @@ FORMATS = ("binary", "structured", "json")
 DECODINGS = ("none", "schema")
 ORDERINGS = ("partition", "key", "none")
 MODES = ("log", "queue")
+ISOLATIONS = ("read_uncommitted", "read_committed")
 MAX_QUEUE_ATTEMPTS = 10  # a share group's highest delivery limit
 MAX_RATE_PER_S = 100_000.0
 MAX_PIPELINE = 64  # requests on one connection before their answers
@@ -47,16 +48,18 @@ FIELDS = frozenset(
     {
         "name", "topic", "endpoint", "start", "ordering", "batching", "format", "ce_type",
         "retry", "dead_letter_topic", "filter", "auth", "signing_secret", "paused",
-        "concurrency", "rate_limit_per_s", "decode_values", "mode",
+        "concurrency", "rate_limit_per_s", "decode_values", "mode", "isolation",
     }
 )  # fmt: skip
 # What PATCH may change: not the name, the topic, the start (the position is the group's) or
-# the mode (a log's positions and a queue's windows are different states).
+# the mode (a log's positions and a queue's windows are different states). The isolation may
+# change: an offset is the same record at either level, so the position holds across it.
 MUTABLE = FIELDS - {"name", "topic", "start", "mode"}
 
 Start = Literal["earliest", "latest"] | int  # an int: the first record at or after it (ms)
 Ordering = Literal["partition", "key", "none"]
 Mode = Literal["log", "queue"]
+Isolation = Literal["read_uncommitted", "read_committed"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +123,8 @@ class Subscription:
     signing_secret: str
     start: Start = "latest"
     mode: Mode = "log"  # queue: records acquired from a share group, one a request
+    # read_committed: only records of committed transactions (and plain ones), below the LSO
+    isolation: Isolation = "read_uncommitted"
     ordering: Ordering = "partition"
     batching: Batching = field(default_factory=Batching)
     concurrency: Concurrency = field(default_factory=Concurrency)
@@ -188,6 +193,13 @@ def parse(doc: Mapping[str, Any], *, uid: str, version: int = 0) -> Subscription
             '"queue" (records acquired one at a time from a share group)',
             "/mode",
         )
+    isolation = doc.get("isolation", "read_uncommitted")
+    if isolation not in ISOLATIONS:
+        raise invalid(
+            'isolation must be "read_uncommitted" (every record, as Kafka\'s default) or '
+            '"read_committed" (only records of committed transactions, and plain ones)',
+            "/isolation",
+        )
     ordering = doc.get("ordering", "none" if mode == "queue" else "partition")
     if ordering not in ORDERINGS:
         raise invalid(
@@ -226,6 +238,7 @@ def parse(doc: Mapping[str, Any], *, uid: str, version: int = 0) -> Subscription
         signing_secret=secret,
         start=_start(doc.get("start", "latest")),
         mode=mode,
+        isolation=isolation,
         ordering=ordering,
         batching=_batching(doc.get("batching", {})),
         concurrency=_concurrency(doc.get("concurrency", {})),
@@ -336,8 +349,11 @@ def document(sub: Subscription) -> dict[str, Any]:
         "signing_secret": sub.signing_secret,
         "paused": sub.paused,
     }
-    if sub.mode == "queue":  # a log's documents stay as they were before queue mode
+    # Defaults are left out, so that documents stay as nodes that predate a field read them.
+    if sub.mode == "queue":
         doc["mode"] = sub.mode
+    if sub.isolation != "read_uncommitted":
+        doc["isolation"] = sub.isolation
     if sub.filter.key_prefix is None:
         del doc["filter"]["key_prefix"]
     if sub.dead_letter_topic is not None:
@@ -375,6 +391,7 @@ def public_view(sub: Subscription) -> dict[str, Any]:
             if sub.auth.bearer
             else {"header": {"name": sub.auth.header, "value": MASK}}
         )
+    doc["isolation"] = sub.isolation
     doc["group"] = sub.group
     return doc
 

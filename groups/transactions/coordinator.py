@@ -19,6 +19,7 @@ import asyncio
 import functools
 import logging
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 
 from engine.errors import EngineError, UnknownPartition, UnknownTopic
@@ -26,7 +27,12 @@ from engine.offsets_topic import TopicPartition, partition_for
 from groups.offsets_log import CoordinatorLog, partition_count
 from groups.transactions import state_topic
 from groups.transactions.errors import ConcurrentTransactions, TransactionError
-from groups.transactions.model import OffsetEntry, TransactionMetadata, TransactionState
+from groups.transactions.model import (
+    AbortCause,
+    OffsetEntry,
+    TransactionMetadata,
+    TransactionState,
+)
 from groups.transactions.state_machine import (
     DEFAULT_MAX_TIMEOUT_MS,
     TransactionStateMachine,
@@ -40,6 +46,13 @@ EXPIRATION_MS = 7 * 24 * 3600 * 1000  # transactional.id.expiration.ms
 RETRY_BACKOFF_MS = 100  # a failed marker or offsets commit, first retry
 RETRY_BACKOFF_MAX_MS = 1000
 logger = logging.getLogger("groups.transactions")
+_ABORTED_BY = {
+    None: "aborted",
+    AbortCause.TIMEOUT: "timed_out",
+    AbortCause.FENCED: "fenced",
+    AbortCause.OPERATOR: "operator",
+}
+OUTCOMES = ("committed", *_ABORTED_BY.values())  # how a transaction ends, as counted
 
 WriteMarker = Callable[[str, int, int, int, bool, int], Awaitable[None]]
 """(topic, partition, producer_id, producer_epoch, commit, coordinator_epoch): append a
@@ -55,6 +68,12 @@ generation (KIP-447: a zombie's offsets are refused when sent)."""
 def now_ms() -> int:
     """Wall-clock milliseconds: transaction timeouts outlive the node that started them."""
     return int(time.time() * 1000)
+
+
+def outcome(meta: TransactionMetadata) -> str:
+    """How a decided transaction ends: committed, or aborted by its producer (aborted), its
+    timeout (timed_out), a newer begin of its id (fenced) or an operator (operator)."""
+    return "committed" if meta.state.commits else _ABORTED_BY[meta.abort_cause]
 
 
 class TransactionCoordinator:
@@ -100,6 +119,8 @@ class TransactionCoordinator:
         self._locks: dict[str, asyncio.Lock] = {}  # one change of an id at a time
         self._completions: dict[str, asyncio.Task[None]] = {}  # decided ids being completed
         self._timer: asyncio.Task[None] | None = None
+        # transactions completed here by outcome (one of OUTCOMES), for the metrics
+        self.outcomes: Counter[str] = Counter()
 
     # -- start and stop --------------------------------------------------------------------------
 
@@ -346,6 +367,8 @@ class TransactionCoordinator:
                 await self.log.durable(transactional_id, self.write_timeout_ms)
                 self.log.coordinator(transactional_id)  # still ours: else the next one has it
                 self.machine.apply(transition)
+                if transition.metadata is not None and transition.metadata.state.complete:
+                    self.outcomes[outcome(transition.metadata)] += 1
         meta = transition.metadata
         if meta is not None and meta.state.deciding:
             self._complete_later(transactional_id)

@@ -59,10 +59,26 @@ def test_orderings_concurrency_and_rate_round_trip() -> None:
     assert not unlimited.same_delivery(sub)
 
 
+def test_isolation_defaults_as_kafka_round_trips_and_may_change() -> None:
+    assert parsed().isolation == "read_uncommitted"
+    assert "isolation" not in specs.document(parsed())  # as nodes before the field stored it
+    assert specs.public_view(parsed())["isolation"] == "read_uncommitted"
+    sub = parsed(isolation="read_committed")
+    assert specs.loaded(specs.stored(sub), 3) == specs.parse(
+        specs.document(sub), uid="u", version=3
+    )
+    assert specs.loaded(specs.stored(sub), 3).isolation == "read_committed"
+    back = specs.patched(sub, {"isolation": None})
+    assert back.isolation == "read_uncommitted" and not back.same_delivery(sub)
+    assert parsed(mode="queue", isolation="read_committed").isolation == "read_committed"
+
+
 @pytest.mark.parametrize(
     ("fields", "pointer"),
     [
         ({"name": "a/b"}, "/name"),
+        ({"isolation": "serializable"}, "/isolation"),
+        ({"isolation": None}, "/isolation"),
         ({"name": "x" * 201}, "/name"),
         ({"endpoint": 5}, "/endpoint"),
         ({"ordering": "keys"}, "/ordering"),

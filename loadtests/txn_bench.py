@@ -14,7 +14,8 @@ run: one gateway on the first CPU and the clients on the others, then a three-no
   transactions one after another through node 0 (ids taken in turn from LATENCY_IDS, so some
   are coordinated by node 0 and some forwarded): begin, one acks=all produce of `batch`
   records over `partitions` partitions, commit; each step's time and the whole (begin sent to
-  commit answered), p50/p99/max. Beside each, the same produce alone.
+  commit answered), p50/p99/max. Beside each, the same produce alone, and the second produce
+  of a transaction of two (its partitions added by the first).
 - pipeline: exactly-once read-process-write over HTTP, done by the client. `members` members of
   one consumer group (auto_commit off, each with its own connection) each loop: a member fetch
   of up to `batch` records at isolation=read_committed, then, transactional: begin, one
@@ -22,12 +23,13 @@ run: one gateway on the first CPU and the clients on the others, then a three-no
   (`POST /v1/transactions/{id}/offsets` with member_id and generation_id), commit; plain: the
   produce with an Idempotency-Key, then the member's commit of the offsets. A cell processes
   `pipeline_records` records written beforehand; records/s of each, and the gateway's CPU.
-- `--profile`: `py-spy record -r 200` of the gateway over one more transactional cell of each
-  kind (produce and pipeline); the top costs, over everything and in the transaction code.
+- `--profile`: `py-spy record -r 200` of the gateway over one more cell of each produce and
+  the transactional pipeline; the top costs, over everything and in the transaction code.
 - `--before DIR`: an earlier checkout's gateway (its compiled extensions in place) runs the
   produce cells too, in the same rounds.
 
 Cells alternate over the rounds; figures are medians of the ratios taken within each round.
+Every gateway runs without admission control's shedding (`--admission-target-delay-ms 0`).
 
     python -m loadtests.txn_bench --out DIR [--quick] [--rounds N] [--profile] [--before DIR]
 """
@@ -79,6 +81,9 @@ WARM_TRANSACTIONS = 3  # before the latency is measured: the state topic made, p
 COORDINATOR_WAIT_S = 120.0  # for the first begin, while __transaction_state is made
 TXN_CODE = re.compile(r"\((groups/transactions/|gateway/api/transactions\.py)")
 GOAL = 0.8  # transactional records/s against plain
+# The cells measure what a produce costs, not overload: the other work on a shared machine
+# can hold the loop's delay past admission control's target, which would shed produces.
+NO_SHEDDING = ("--admission-target-delay-ms", "0")
 # a profile's frames from the process's start to its event loop: on every stack
 ENTRY_FRAMES = re.compile(
     r"\((<frozen runpy>|gateway/__main__\.py|gateway/cli/main\.py|gateway/server\.py|"
@@ -337,7 +342,11 @@ class Gateway:
     def __init__(self, scratch: Path, name: str, plan: Plan, tree: Path | None = None) -> None:
         self.plan = plan
         self.process, self.url = start_gateway(
-            scratch / name, preexec=raise_fd_limit, log=scratch / f"{name}.log", tree=tree
+            scratch / name,
+            *NO_SHEDDING,
+            preexec=raise_fd_limit,
+            log=scratch / f"{name}.log",
+            tree=tree,
         )
         self.body = spread_body(plan.batch, plan.partitions)
         asyncio.run(coordinator_ready(self.url))
@@ -445,45 +454,67 @@ def pipeline_rounds(this: Gateway, plan: Plan) -> dict[str, list[dict[str, Any]]
 # -- the cluster: commit latency -----------------------------------------------------------------
 
 
-async def _timed_transactions(url: str, topic: str, plan: Plan) -> dict[str, Any]:
-    """`commits` transactions one after another, each followed by the same produce alone;
-    every step's time in milliseconds."""
-    await coordinator_ready(url)
-    http = await RawHttp.open(url)
-    body = spread_body(plan.batch, plan.partitions)
+STEPS = ("begin", "produce", "commit", "total", "produce_alone", "produce_again")
+SPANS = ((0, 1), (1, 2), (2, 3), (0, 3), (3, 4), (5, 6))  # each step's times in a round
+
+
+async def _timed_round(
+    http: RawHttp, topic: str, body: bytes, transactional_id: str
+) -> tuple[list[float], bool]:
+    """A transaction of one produce (begin, produce, commit), the same produce alone, and a
+    transaction of two produces: when each call was answered, and whether both commits were
+    answered complete."""
     target = f"/v1/topics/{topic}/records?acks=all"
-    steps: dict[str, list[float]] = {"begin": [], "produce": [], "commit": [], "total": []}
-    alone: list[float] = []
-    prepared = 0
+    times = [time.perf_counter()]
+    epoch = await _begin(http, transactional_id)
+    times.append(time.perf_counter())
+    await _call(http, f"{target}&{_in(transactional_id, epoch)}", body)
+    times.append(time.perf_counter())
+    complete = await _commit(http, transactional_id, epoch)
+    times.append(time.perf_counter())
+    await _call(http, target, body)
+    times.append(time.perf_counter())
+    epoch = await _begin(http, transactional_id)
+    inside = f"{target}&{_in(transactional_id, epoch)}"
+    await _call(http, inside, body)
+    times.append(time.perf_counter())
+    await _call(http, inside, body)
+    times.append(time.perf_counter())
+    return times, await _commit(http, transactional_id, epoch) and complete
+
+
+async def _timed_transactions(
+    clusters: dict[str, tuple[str, str]], plan: Plan
+) -> dict[str, dict[str, Any]]:
+    """`commits` rounds (`_timed_round`) on each cluster (name -> URL of node 0 and topic),
+    the clusters taking turns; every step's quantiles in milliseconds."""
+    body = spread_body(plan.batch, plan.partitions)
+    connections = {}
+    for name, (url, _) in clusters.items():
+        await coordinator_ready(url)
+        connections[name] = await RawHttp.open(url)
+    steps: dict[str, dict[str, list[float]]] = {n: {step: [] for step in STEPS} for n in clusters}
+    prepared = dict.fromkeys(clusters, 0)
     try:
         for n in range(WARM_TRANSACTIONS + plan.commits):
-            transactional_id = f"latency-{n % LATENCY_IDS}"
-            began = time.perf_counter()
-            epoch = await _begin(http, transactional_id)
-            opened = time.perf_counter()
-            await _call(http, f"{target}&{_in(transactional_id, epoch)}", body)
-            written = time.perf_counter()
-            complete = await _commit(http, transactional_id, epoch)
-            ended = time.perf_counter()
-            await _call(http, target, body)
-            plain = time.perf_counter()
-            if n < WARM_TRANSACTIONS:
-                continue
-            prepared += not complete
-            for name, since, until in (
-                ("begin", began, opened),
-                ("produce", opened, written),
-                ("commit", written, ended),
-                ("total", began, ended),
-            ):
-                steps[name].append((until - since) * 1000)
-            alone.append((plain - ended) * 1000)
+            for name, (_, topic) in clusters.items():
+                times, complete = await _timed_round(
+                    connections[name], topic, body, f"latency-{n % LATENCY_IDS}"
+                )
+                if n < WARM_TRANSACTIONS:
+                    continue
+                prepared[name] += not complete
+                for step, (since, until) in zip(STEPS, SPANS, strict=True):
+                    steps[name][step].append((times[until] - times[since]) * 1000)
     finally:
-        http.close()
+        for http in connections.values():
+            http.close()
     return {
-        **{f"{name}_ms": quantiles(times) for name, times in steps.items()},
-        "produce_alone_ms": quantiles(alone),
-        "commits_answered_prepared": prepared,
+        name: {
+            **{f"{step}_ms": quantiles(times) for step, times in steps[name].items()},
+            "commits_answered_prepared": prepared[name],
+        }
+        for name in clusters
     }
 
 
@@ -528,16 +559,22 @@ def _nearest(ordered: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, int(q * len(ordered) + 0.5) - 1))]
 
 
-def commit_latency(scratch: Path, plan: Plan) -> dict[str, Any]:
-    """The latency section on a cluster of its own, stopped after."""
-    cluster = SluiceCluster(scratch / "cluster")
-    cluster.start()
-    try:
-        topic, _ = cluster.topic("latency", plan.partitions)
-        row = asyncio.run(_timed_transactions(cluster.url(0), topic, plan))
-    finally:
-        cluster.stop()
-    return {"nodes": 3, "replication_factor": 3, "min_insync_replicas": 2, **row}
+def commit_latency(scratch: Path, plan: Plan, before: Path | None) -> dict[str, dict[str, Any]]:
+    """The latency section on a cluster of this tree (and one of `before`'s), stopped after."""
+    trees = {"this tree": None} | ({} if before is None else {"before": before})
+    with contextlib.ExitStack() as stack:
+        clusters: dict[str, tuple[str, str]] = {}
+        for name, tree in trees.items():
+            cluster = SluiceCluster(scratch / f"cluster-{len(clusters)}")
+            for node in cluster.local.nodes:
+                node.extra += NO_SHEDDING
+                if tree is not None:  # `python -m gateway` there imports its code
+                    node.wrapper = ["env", f"--chdir={tree}"]
+            cluster.start()
+            stack.callback(cluster.stop)
+            topic, _ = cluster.topic("latency", plan.partitions)
+            clusters[name] = (cluster.url(0), topic)
+        return asyncio.run(_timed_transactions(clusters, plan))
 
 
 # -- figures and the report ----------------------------------------------------------------------
@@ -659,19 +696,26 @@ def markdown(doc: dict[str, Any]) -> str:
         f"{plan['commits']} transactions of one {plan['batch']:,}-record produce over "
         f"{plan['partitions']} partitions (acks=all), through node 0",
         "",
-        "| step | p50 ms | p99 ms | max ms | mean ms |",
-        "|---|---|---|---|---|",
+        "| step | " + " | ".join(f"{name}: p50, p99, max ms" for name in latency) + " |",
+        "|---|" + "---|" * len(latency),
     ]
-    for step in ("begin", "produce", "commit", "total", "produce_alone"):
-        q = latency[f"{step}_ms"]
-        label = {"total": "begin sent → commit answered", "produce_alone": "the produce alone"}
+    labels = {
+        "produce": "produce (adds its partitions)",
+        "total": "begin sent → commit answered",
+        "produce_alone": "the produce alone",
+        "produce_again": "a second produce in a transaction (its partitions in it)",
+    }
+    for step in STEPS:
+        cells = [latency[name][f"{step}_ms"] for name in latency]
         lines.append(
-            f"| {label.get(step, step)} | {q['p50']} | {q['p99']} | {q['max']} | {q['mean']} |"
+            f"| {labels.get(step, step)} | "
+            + " | ".join(f"{q['p50']}, {q['p99']}, {q['max']}" for q in cells)
+            + " |"
         )
+    prepared = ", ".join(f"{n} {row['commits_answered_prepared']}" for n, row in latency.items())
     lines += [
         "",
-        f"Commits answered PrepareCommit (decided, markers still going): "
-        f"{latency['commits_answered_prepared']}.",
+        f"Commits answered PrepareCommit (decided, markers still going): {prepared}.",
         "",
     ]
     for name, summary in doc.get("profile", {}).items():
@@ -696,11 +740,12 @@ def markdown(doc: dict[str, Any]) -> str:
 
 
 def profile(this: Gateway, plan: Plan, out: Path) -> dict[str, Any]:
-    """One more transactional cell of each kind under py-spy; where the samples fell."""
+    """One more cell of each produce and the transactional pipeline under py-spy; where the
+    samples fell."""
     summaries: dict[str, Any] = {}
     cells: list[tuple[str, Callable[[], dict[str, Any]]]] = [
         (f"produce, {cell_name(n)}", functools.partial(this.produce_cell, n))
-        for n in plan.per_transaction
+        for n in (PLAIN, *plan.per_transaction)
     ]
     cells.append(("pipeline, transactional", functools.partial(this.pipeline_cell, True)))
     for name, cell in cells:
@@ -732,7 +777,7 @@ def run(
             doc["profile"] = profile(this, plan, out)
     os.sched_setaffinity(0, everywhere)  # the cluster's nodes may run on every CPU
     progress(f"commit latency: {plan.commits} transactions on three nodes")
-    doc["latency"] = commit_latency(scratch, plan)
+    doc["latency"] = commit_latency(scratch, plan, before)
     doc["produce"] = {name: median_row(rows) for name, rows in doc["produce_rounds"].items()}
     doc["pipeline"] = {name: median_row(rows) for name, rows in doc["pipeline_rounds"].items()}
     doc["figures"] = figures(doc, plan)

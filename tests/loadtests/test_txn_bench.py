@@ -37,8 +37,9 @@ def test_quick_run_reports_every_cell(tmp_path: Path) -> None:
     # the transactional pipeline's sink holds a marker per partition per transaction too
     assert doc["pipeline"]["plain"]["sink_offsets"] == QUICK.pipeline_records
     assert doc["pipeline"]["transactional"]["sink_offsets"] > QUICK.pipeline_records
-    latency = doc["latency"]
-    for step in ("begin", "produce", "commit", "total", "produce_alone"):
+    assert list(doc["latency"]) == ["this tree"]
+    latency = doc["latency"]["this tree"]
+    for step in ("begin", "produce", "commit", "total", "produce_alone", "produce_again"):
         q = latency[f"{step}_ms"]
         assert 0 < q["p50"] <= q["p99"] <= q["max"], (step, q)
     assert latency["total_ms"]["max"] >= latency["commit_ms"]["max"]

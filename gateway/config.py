@@ -322,6 +322,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("offsets-retention-check-interval-ms", "offsets_retention_check_interval_ms",
            "groups", "how often expired offsets are looked for", positive, "MS",
            "offsets.retention.check.interval.ms"),
+    Option("transaction-abort-interval-ms", "transaction_abort_interval_ms", "groups", "how "
+           "often a transaction coordinator aborts the transactions open past their timeout_ms "
+           "(a transaction may stay open this much longer)", positive, "MS",
+           "transaction.abort.timed.out.transaction.cleanup.interval.ms"),
     Option("subscription-allowed-hosts", "subscription_allowed_hosts", "groups", "endpoint "
            "hosts push subscriptions may call even when they are loopback or link-local "
            "(refused otherwise), comma-separated", hosts, "HOST[,HOST...]", show=_show_list),

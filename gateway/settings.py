@@ -69,6 +69,8 @@ class Settings:
     group_max_members: int = 1_000  # group.max.size (Kafka: unbounded)
     offsets_retention_minutes: int = 7 * 24 * 60  # offsets.retention.minutes
     offsets_retention_check_interval_ms: int = 600_000  # offsets.retention.check.interval.ms
+    # how often a transaction coordinator aborts the transactions open past their timeout
+    transaction_abort_interval_ms: int = 10_000
     # Push subscriptions' endpoints that may be loopback or link-local (refused otherwise).
     subscription_allowed_hosts: tuple[str, ...] = ()
     cors_origins: tuple[str, ...] = ()  # browser origins served CORS headers; empty: CORS off

@@ -121,6 +121,7 @@ class Gateway:
             txn_offsets.commit,
             txn_offsets.check_generation,
             settings.default_produce_timeout_ms,
+            abort_interval_ms=settings.transaction_abort_interval_ms,
         )
         in_flight = InFlight()
         replicas.add_role_listener(groups.role_changed)

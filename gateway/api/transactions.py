@@ -23,6 +23,7 @@ from gateway.http.params import json_object, json_response, query_int
 from gateway.http.problem import bad_request
 from gateway.state import Gateway, gateway_of
 from groups.transactions.coordinator import TransactionCoordinator
+from groups.transactions.group_offsets import NO_GENERATION
 from groups.transactions.model import OffsetEntry, TransactionMetadata, TransactionState
 from replication.errors import NodeUnreachable
 from replication.forward_client import RemoteError
@@ -75,8 +76,11 @@ def transaction_doc(meta: TransactionMetadata) -> dict[str, Any]:
     doc["pending_offsets"] = [
         {
             "group_id": group,
-            "member_id": pending.member_id,
-            "generation_id": pending.generation_id,
+            **(
+                {"member_id": pending.member_id, "generation_id": pending.generation_id}
+                if pending.member_id
+                else {}
+            ),
             "offsets": [
                 {"topic": t, "partition": p, "offset": o, "metadata": m}
                 for t, p, o, m in pending.offsets
@@ -109,20 +113,23 @@ async def describe(request: web.Request) -> web.Response:
 
 
 async def add_offsets(request: web.Request) -> web.Response:
-    """A consumer group's offsets, committed with the transaction (sendOffsetsToTransaction)."""
+    """A consumer group's offsets, committed with the transaction (sendOffsetsToTransaction).
+    Without member_id and generation_id (both absent), the offsets of a group that has no
+    members (a push subscription's), unchecked, as Kafka's older
+    sendOffsetsToTransaction(offsets, groupId)."""
     gateway = gateway_of(request)
     name = transactional_id_param(request)
     doc = await json_object(request, gateway.settings)
     check_fields(doc, {"producer_epoch", "group_id", "member_id", "generation_id", "offsets"})
     epoch = int_field(doc, "producer_epoch", 0, MAX_EPOCH)
-    group, member_id = doc.get("group_id"), doc.get("member_id")
-    if not valid_group_id(group) or not valid_group_id(member_id):
+    group = doc.get("group_id")
+    if not valid_group_id(group):
         raise bad_request(
-            f"group_id and member_id must be 1 to {MAX_GROUP_ID} printable characters without '/'",
+            f"group_id must be 1 to {MAX_GROUP_ID} printable characters without '/'",
             "INVALID_PARAMETER",
         )
-    assert isinstance(group, str) and isinstance(member_id, str)
-    generation = int_field(doc, "generation_id", 0, 2**31 - 1)
+    assert isinstance(group, str)
+    member_id, generation = _member(doc)
     offsets = _offsets(doc.get("offsets"))
     require(request, "group", group, "read")
     for topic in {t for t, _, _, _ in offsets}:
@@ -131,6 +138,27 @@ async def add_offsets(request: web.Request) -> web.Response:
         name, epoch, group, member_id, generation, offsets, principal_of(request)
     )
     return json_response(transaction_doc(meta))
+
+
+def _member(doc: dict[str, Any]) -> tuple[str, int]:
+    """The member sending offsets and its generation; ("", NO_GENERATION) when the body names
+    neither (no generation check)."""
+    named = [f for f in ("member_id", "generation_id") if f in doc]
+    if not named:
+        return "", NO_GENERATION
+    if len(named) == 1:
+        raise bad_request(
+            "member_id and generation_id go together: both (a member's offsets, checked "
+            "against the group's generation) or neither (a group without members)",
+            "INVALID_PARAMETER",
+        )
+    member_id = doc["member_id"]
+    if not valid_group_id(member_id):
+        raise bad_request(
+            f"member_id must be 1 to {MAX_GROUP_ID} printable characters without '/'",
+            "INVALID_PARAMETER",
+        )
+    return str(member_id), int_field(doc, "generation_id", 0, 2**31 - 1)
 
 
 def _offsets(raw: object) -> list[OffsetEntry]:

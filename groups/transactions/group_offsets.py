@@ -1,6 +1,7 @@
 """A transaction's consumer-group offsets at the group's coordinator, here or on the node that
 is (over the internal transaction-offsets route): the generation check when offsets are sent
-(KIP-447), and their commit once the transaction committed."""
+(KIP-447; none for offsets sent without a member), and their commit once the transaction
+committed."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from replication.errors import LeaderNotAvailable, NotLeader
 from replication.forward_client import ForwardClient, RemoteError
 from replication.node_contract import TRANSACTION_OFFSETS_ROUTE
 
+NO_GENERATION = -1  # the generation of offsets sent without a member
+
 
 class TransactionOffsets:
     """The transaction coordinator's way to a group's coordinator."""
@@ -26,7 +29,11 @@ class TransactionOffsets:
         self.durable_timeout_ms = durable_timeout_ms
 
     async def check_generation(self, group: str, member_id: str, generation_id: int) -> None:
-        """Raise unless the member is of the group's current generation."""
+        """Raise unless the member is of the group's current generation. No member (""): the
+        offsets of a group without members (a push subscription's), not checked, as Kafka's
+        sendOffsetsToTransaction(offsets, groupId) before KIP-447."""
+        if not member_id:
+            return
         try:
             self.groups.check_generation(group, member_id, generation_id)
         except NotLeader as exc:

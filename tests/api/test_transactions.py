@@ -178,6 +178,37 @@ async def test_offsets_take_effect_if_and_only_if_the_transaction_commits(topics
     await problem(resp, 409, "STALE_GENERATION")
 
 
+async def test_offsets_of_a_group_without_members_are_sent_without_a_generation(
+    topics: Client,
+) -> None:
+    """Both member_id and generation_id left out: no generation to check (a push
+    subscription's group has no member), committed iff the transaction commits."""
+    client = topics
+    offsets = {"group_id": "lone", "offsets": [{"topic": "orders", "partition": 1, "offset": 3}]}
+
+    async def committed() -> list[object]:
+        resp = await client.get("/v1/groups/lone")
+        if resp.status == 404:
+            return []
+        doc = await resp.json()
+        return [p["committed_offset"] for p in doc["partitions"] if p["partition"] == 1]
+
+    epoch = (await begin(client))["producer_epoch"]
+    resp = await client.post(f"{T}/offsets", json={"producer_epoch": epoch, **offsets})
+    assert resp.status == 200, await resp.text()
+    (pending,) = (await resp.json())["pending_offsets"]
+    assert pending == {"group_id": "lone", **offsets} | {
+        "offsets": [{"topic": "orders", "partition": 1, "offset": 3, "metadata": ""}]
+    }
+    await end(client, "abort", epoch)
+    assert await committed() in ([], [None])
+    epoch = (await begin(client))["producer_epoch"]
+    resp = await client.post(f"{T}/offsets", json={"producer_epoch": epoch, **offsets})
+    assert resp.status == 200, await resp.text()
+    await end(client, "commit", epoch)
+    assert await committed() == [3]
+
+
 async def test_a_transaction_past_its_timeout_is_aborted_by_the_cluster(
     topics: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -309,6 +340,28 @@ async def test_a_produce_to_a_transaction_not_open_or_to_an_internal_topic_is_re
         ("/commit", {"producer_epoch": -1}, 400, "INVALID_PARAMETER"),
         ("/commit", {"producer_epoch": True}, 400, "INVALID_PARAMETER"),
         ("/offsets", {"producer_epoch": 0}, 400, "INVALID_PARAMETER"),
+        (
+            "/offsets",
+            {
+                "producer_epoch": 0,
+                "group_id": "g",
+                "member_id": "m",
+                "offsets": [{"topic": "orders", "partition": 0, "offset": 1}],
+            },
+            400,
+            "INVALID_PARAMETER",
+        ),
+        (
+            "/offsets",
+            {
+                "producer_epoch": 0,
+                "group_id": "g",
+                "generation_id": 1,
+                "offsets": [{"topic": "orders", "partition": 0, "offset": 1}],
+            },
+            400,
+            "INVALID_PARAMETER",
+        ),
         (
             "/offsets",
             {

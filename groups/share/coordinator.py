@@ -670,16 +670,21 @@ class ShareCoordinator:
             group.wake(count, tp[0])
 
     async def _watch(self, group: ShareGroup, tp: TopicPartition, window: SharePartition) -> None:
-        """While acquires are parked, long-poll the partition's leader past the window's end;
-        what it brings is read ahead for them, and wakes them."""
+        """While acquires are parked, long-poll the partition's leader past what the window
+        and its read-ahead hold; what comes is read ahead for them, and wakes as many. It
+        stops once none is parked, or when the window can take no more than is read ahead
+        (room made wakes them, and the next to park watches again)."""
         loop = self.loop()
         try:
             while group.parked and self.groups.get(group.name) is group and not self.closing:
+                if group.partitions.get(tp) is not window:
+                    return  # reset or dropped
                 ahead = group.ahead.get(tp)
-                if ahead is not None and ahead.records and ahead.records[-1].offset >= window.end:
-                    group.wake(_fresh(ahead, window), tp[0])
-                    return
                 position = window.end
+                if ahead is not None and ahead.records and ahead.records[-1].offset >= position:
+                    if _fresh(ahead, window) >= window.room:
+                        return
+                    position = ahead.end
                 started = loop.time()
                 try:
                     data, end = await self._read(
@@ -689,19 +694,43 @@ class ShareCoordinator:
                     logger.debug("share group %r: watching %s-%d: %s", group.name, *tp, exc)
                     await asyncio.sleep(WATCH_RETRY_S)
                     continue
-                if data and window.end == position and group.partitions.get(tp) is window:
-                    ahead = group.ahead[tp] = ReadAhead(deque(_records(tp, data, position)), end)
-                    if ahead.records:
-                        group.wake(_fresh(ahead, window), tp[0])
-                        return
-                    window.skip_to(end)  # nothing to deliver there: watch on from its end
-                    continue
-                if not data and loop.time() - started < WATCH_MS / 2000:
+                if data:
+                    self._took_in(group, tp, window, position, _records(tp, data, position), end)
+                elif loop.time() - started < WATCH_MS / 2000:
                     # answered early with nothing (the node is draining its long-polls)
                     await asyncio.sleep(WATCH_RETRY_S)
         finally:
             if group.watchers.get(tp) is asyncio.current_task():
                 del group.watchers[tp]
+
+    def _took_in(
+        self,
+        group: ShareGroup,
+        tp: TopicPartition,
+        window: SharePartition,
+        position: int,
+        records: list[ShareRecord],
+        end: int,
+    ) -> None:
+        """A watch's read from `position` to `end`: added to the read-ahead if it follows on
+        from it (or the window's end, with nothing read ahead), and as many parked acquires
+        woken as it brought records; a read that raced an acquirer's is dropped."""
+        if group.partitions.get(tp) is not window:
+            return
+        ahead = group.ahead.get(tp)
+        if ahead is not None and ahead.records and ahead.records[-1].offset >= window.end:
+            if ahead.end != position:
+                return
+            ahead.records.extend(records)
+            ahead.end = end
+        elif window.end == position:
+            group.ahead[tp] = ReadAhead(deque(records), end)
+            if not records:
+                window.skip_to(end)  # nothing to deliver there: watch on from its end
+        else:
+            return
+        if records:
+            group.wake(min(len(records), window.room), tp[0])
 
     # -- acknowledge -----------------------------------------------------------------------------
 

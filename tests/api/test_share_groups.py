@@ -348,6 +348,21 @@ async def test_a_record_wakes_one_parked_acquire_not_all(
         task.cancel()
 
 
+async def test_records_keep_coming_to_the_parked_after_one_was_served(client: Client) -> None:
+    first = await setup(client, 0)
+    share = gateway(client).share_groups
+    second = await join(client)
+    served = asyncio.ensure_future(share.acquire("q", first, 1, 1 << 20, 30_000))
+    await wait_until(lambda: len(share.groups["q"].parked) == 1)
+    waiting = asyncio.ensure_future(share.acquire("q", second, 1, 1 << 20, 30_000))
+    await wait_until(lambda: len(share.groups["q"].parked) == 2)
+    await produce(client, [{"value": "one"}])
+    assert [r.offset for r in await asyncio.wait_for(served, 10)] == [0]
+    # The first consumer does not come back: the partition is still watched for the second.
+    await produce(client, [{"value": "two"}])
+    assert [r.offset for r in await asyncio.wait_for(waiting, 10)] == [1]
+
+
 async def test_a_woken_acquire_whose_client_went_passes_its_wake_on(
     client: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -23,9 +23,16 @@ import orjson
 from aiohttp import web
 
 from engine import batch as fmt
-from engine.errors import EngineError, OffsetOutOfRange, UnknownPartition, UnknownTopic
+from engine.errors import (
+    EngineError,
+    IsolationUnavailable,
+    OffsetOutOfRange,
+    UnknownPartition,
+    UnknownTopic,
+)
+from engine.producer_state import Isolation
 from gateway.api.event_cursor import format_cursor, parse_cursor
-from gateway.api.fetch import refuse_when_full
+from gateway.api.fetch import isolation_of, refuse_when_full
 from gateway.api.group_events import GroupStream, group_events
 from gateway.api.groups import DEFAULT_SESSION_TIMEOUT_MS, valid_group_id
 from gateway.auth.middleware import require
@@ -99,11 +106,14 @@ async def events(request: web.Request) -> web.StreamResponse:
         request, "max_bytes", settings.default_fetch_bytes, 1, settings.max_fetch_bytes
     )
     decode = decode_values(request.query)
+    isolation = isolation_of(request.query)
     if "group" in request.query:
         ask = _group_stream(request, topic, spec.partitions, keep, heartbeat_ms, max_events)
         refuse_when_full(gateway.notifier, settings)
         return await group_events(
-            request, gateway, replace(ask, max_bytes=max_bytes, decode_values=decode)
+            request,
+            gateway,
+            replace(ask, max_bytes=max_bytes, decode_values=decode, isolation=isolation),
         )
     wanted = _partitions(request.query.get("partitions"), spec.partitions)
     raw_cursor = request.headers.get("Last-Event-ID") or request.query.get("cursor")
@@ -126,6 +136,7 @@ async def events(request: web.Request) -> web.StreamResponse:
         keep,
         max(MIN_READ_BYTES, max_bytes // len(positions)),
         gateway.value_decoder if decode else None,
+        isolation,
     )
     try:
         await stream.run(writer, heartbeat_ms / 1000, max_events)
@@ -146,8 +157,10 @@ class _Stream:
         keep: RecordFilter,
         read_bytes: int,
         decoder: ValueDecoder | None,
+        isolation: Isolation,
     ) -> None:
         self.gateway = gateway
+        self.isolation = isolation  # read_committed: below the LSO, aborted batches emptied
         self.decoder = decoder  # decode_values=schema
         self.reader = reader
         self.topic = topic
@@ -238,7 +251,12 @@ class _Stream:
         while True:
             try:
                 got = await self.reader.read(
-                    self.topic, partition, position, self.read_bytes, READ_WAIT_MS
+                    self.topic,
+                    partition,
+                    position,
+                    self.read_bytes,
+                    READ_WAIT_MS,
+                    isolation=self.isolation,
                 )
             except OffsetOutOfRange as exc:
                 to = out_of_range_start(exc)
@@ -247,6 +265,9 @@ class _Stream:
                 continue
             except (UnknownTopic, UnknownPartition) as exc:
                 await self.items.put(_End(Problem(404, exc.code, str(exc))))
+                return
+            except IsolationUnavailable as exc:  # no retry would read it at read_committed
+                await self.items.put(_End(Problem(416, exc.code, str(exc))))
                 return
             except (ReplicationError, EngineError, OSError) as exc:
                 if self.gateway.notifier.closing:

@@ -22,6 +22,7 @@ import orjson
 from aiohttp import web
 
 from engine.errors import EngineError
+from engine.producer_state import Isolation
 from gateway.api.event_cursor import format_cursor
 from gateway.api.forwarding import relay_stream
 from gateway.api.problems import from_engine_error
@@ -53,6 +54,7 @@ class GroupStream:
     max_bytes: int
     resume: dict[int, int]  # Last-Event-ID: where the client was, per partition
     decode_values: bool = False  # values in the registry's wire format as their JSON
+    isolation: Isolation = Isolation.READ_UNCOMMITTED  # Kafka's isolation.level
 
 
 async def group_events(
@@ -103,7 +105,9 @@ class _Member:
         sent = 0
         while not self.gateway.notifier.closing:
             left = ask.max_events - sent if ask.max_events else MAX_RECORDS
-            limits = FetchLimits(min(MAX_RECORDS, left), ask.max_bytes, 1, ask.heartbeat_ms)
+            limits = FetchLimits(
+                min(MAX_RECORDS, left), ask.max_bytes, 1, ask.heartbeat_ms, ask.isolation
+            )
             try:
                 answer = await coordinator.fetch(
                     ask.group, self.member_id, limits, decode=self.decode

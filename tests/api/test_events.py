@@ -1,5 +1,6 @@
 """Server-Sent Events (`GET /v1/topics/{topic}/events`): records as events, resumable cursors,
-filters, heartbeats, gaps, a deleted topic, slow readers, and bad input."""
+filters, heartbeats, gaps, a deleted topic, slow readers, read_committed streams, and bad
+input."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from tests.api.support import (
     produce_raw,
     wait_until,
 )
+from tests.api.test_transactions import begin, end, in_txn
 
 SSE = {"Accept": "text/event-stream"}
 Event = dict[str, str]
@@ -266,6 +268,7 @@ async def test_a_client_that_takes_nothing_is_cut_off(
         ({"heartbeat_ms": "0"}, {}, 400, "INVALID_PARAMETER"),
         ({"max_events": "-1"}, {}, 400, "INVALID_PARAMETER"),
         ({"header": "no-colon"}, {}, 400, "INVALID_PARAMETER"),
+        ({"isolation": "serializable"}, {}, 400, "INVALID_PARAMETER"),
         ({}, {"Accept": "application/json"}, 406, "NOT_ACCEPTABLE"),
     ],
 )
@@ -291,3 +294,26 @@ async def test_a_stream_from_a_timestamp(client: Client) -> None:
     await produce(client, [{"value": n, "timestamp": 1000 * (n + 1)} for n in range(4)])
     got = await read_events(await stream(client, timestamp=2500, max_events=2), 2)
     assert [data(e)["value"] for e in got] == [2, 3]
+
+
+async def test_read_committed_waits_for_the_open_transaction_and_skips_aborted_ones(
+    client: Client,
+) -> None:
+    await create_topic(client)
+    epoch = (await begin(client))["producer_epoch"]
+    await produce(client, [{"value": "gone"}], params=in_txn(epoch))  # offset 0, marker 1
+    await end(client, "abort", epoch)
+    epoch = (await begin(client))["producer_epoch"]
+    await produce(client, [{"value": "kept"}], params=in_txn(epoch))  # offset 2
+    await produce(client, [{"value": "plain"}])  # offset 3, past the last stable offset
+    before = parked(client)
+    resp = await stream(client, offset="earliest", isolation="read_committed", max_events=2)
+    await wait_until(lambda: parked(client) > before)  # held at the open transaction
+    await end(client, "commit", epoch)  # its marker at 4
+    got = await read_events(resp, 2)
+    assert [(data(e)["value"], data(e)["offset"], e["id"]) for e in got] == [
+        ("kept", 2, "0-3"),
+        ("plain", 3, "0-4"),
+    ]
+    uncommitted = await read_events(await stream(client, offset="earliest", max_events=3), 3)
+    assert [data(e)["value"] for e in uncommitted] == ["gone", "kept", "plain"]  # the default

@@ -1,6 +1,7 @@
 """A consumer group's Server-Sent Events (`GET /v1/topics/{topic}/events?group=NAME`): the
 stream is a member of the group; streams share its partitions, commit what they were sent,
-leave when they go, and a Last-Event-ID takes a stream's partitions back to where it was."""
+leave when they go, a Last-Event-ID takes a stream's partitions back to where it was, and
+a read_committed stream sends only committed records."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from aiohttp import ClientResponse
 
 from tests.api.support import Client, create_topic, gateway, problem, produce, wait_until
 from tests.api.test_events import SSE, Event, data, read_events
+from tests.api.test_transactions import begin, end, in_txn
 
 G = "/v1/groups/g"
 
@@ -147,6 +149,7 @@ async def test_the_stream_shows_in_the_group_while_it_is_open(client: Client) ->
         ({"group": "g", "timestamp": "5"}, {}, 400, "INVALID_PARAMETER"),
         ({"group": "g", "offset": "7"}, {}, 400, "INVALID_PARAMETER"),
         ({"group": "g", "session_timeout_ms": "1"}, {}, 400, "INVALID_PARAMETER"),
+        ({"group": "g", "isolation": "committed"}, {}, 400, "INVALID_PARAMETER"),
         ({"group": "g"}, {"Last-Event-ID": "0-x"}, 400, "INVALID_CURSOR"),
         ({"group": "g"}, {"Last-Event-ID": "5-1"}, 400, "INVALID_CURSOR"),
     ],
@@ -165,3 +168,21 @@ async def test_an_unknown_topic_is_a_problem_and_joins_nothing(client: Client) -
     resp = await client.get("/v1/topics/nope/events", params={"group": "g"}, headers=SSE)
     await problem(resp, 404, "UNKNOWN_TOPIC")
     assert members(client) == 0
+
+
+async def test_a_read_committed_stream_sends_only_committed_records(client: Client) -> None:
+    await create_topic(client)
+    epoch = (await begin(client))["producer_epoch"]
+    await produce(client, [{"value": "gone"}], params=in_txn(epoch))
+    await end(client, "abort", epoch)
+    epoch = (await begin(client))["producer_epoch"]
+    await produce(client, [{"value": "kept"}], params=in_txn(epoch))
+    await produce(client, [{"value": "plain"}])
+    resp = await group_stream(client, isolation="read_committed", max_events=2)
+    [assigned] = await read_events(resp, 1)
+    assert assigned["event"] == "assignment"
+    await end(client, "commit", epoch)
+    got = records(await read_events(resp, 2))
+    assert [(r["value"], r["offset"]) for r in got] == [("kept", 2), ("plain", 3)]
+    await wait_until(lambda: members(client) == 0)
+    assert await committed(client) == {0: 4}

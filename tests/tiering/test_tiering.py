@@ -27,6 +27,8 @@ from tests.api.support import (
     sample,
     wait_until,
 )
+from tests.api.test_events import data, read_block, read_events, stream
+from tests.api.test_transactions import begin, end, in_txn
 from tests.s3 import MotoServer, S3Proxy
 
 PREFIX = "pre/fix"
@@ -284,3 +286,22 @@ async def test_a_group_member_reads_what_only_s3_holds(
         assert records, f"no records after {len(values)}"
         values.extend(r["value"]["n"] for r in records)
     assert values == list(range(120))
+
+
+async def test_a_read_committed_event_stream_of_offsets_only_s3_holds_ends_with_a_problem(
+    start: Start, s3_proxy: S3Proxy, bucket: str
+) -> None:
+    """S3 keeps no aborted-transaction index: the stream ends at once, not retrying forever."""
+    client = await tiered_gateway(start, s3_proxy, bucket)
+    await create_topic(client, configs=TIERED)
+    epoch = (await begin(client))["producer_epoch"]
+    await produce(client, [{"value": "in a transaction"}], params=in_txn(epoch))
+    await end(client, "commit", epoch)
+    await produce_numbered(client, 120)
+    partition = local(client)
+    await wait_until(lambda: partition.local_log_start_offset >= 60, UPLOAD_WAIT_S)
+    resp = await stream(client, offset="earliest", isolation="read_committed")
+    [event] = await read_events(resp, 1)
+    assert event["event"] == "problem"
+    assert (data(event)["status"], data(event)["code"]) == (416, "ISOLATION_UNAVAILABLE")
+    assert await read_block(resp) is None

@@ -1,6 +1,6 @@
 """REST Proxy v2 consumer instances in process: the lifecycle a v2 client drives (create,
 subscribe, records, commit, committed offsets, seek, delete), instances as members of the
-Sluice group, and v2 error bodies for bad input, never a 500."""
+Sluice group, read_committed instances, and v2 error bodies for bad input, never a 500."""
 
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ from typing import Any
 import orjson
 import pytest
 
+from tests.api import support
 from tests.api.support import Client, Start, gateway, wait_until
 from tests.api.test_rest_proxy_v2 import JSON_V2, V2, produce, v2_error
+from tests.api.test_transactions import begin, end, in_txn
 
 BINARY_V2 = "application/vnd.kafka.binary.v2+json"
 BASE = "/consumers/billing/instances"
@@ -161,6 +163,8 @@ async def test_idle_instances_expire(start: Start) -> None:
         ({"name": "c9", "format": "xml"}, 422, 42204),
         ({"name": "c9", "auto.offset.reset": "soon"}, 422, 42204),
         ({"name": "c9", "auto.commit.enable": "maybe"}, 422, 42204),
+        ({"name": "c9", "isolation.level": "serializable"}, 422, 42204),
+        ({"name": "c9", "isolation.level": 1}, 422, 42204),
         ({"name": "c9", "fetch.min.bytes": "many"}, 422, 42204),
         ({"name": "c9", "consumer.request.timeout.ms": -1}, 422, 42204),
         ({"name": "a/b"}, 422, 42204),
@@ -169,6 +173,27 @@ async def test_idle_instances_expire(start: Start) -> None:
 )
 async def test_bad_instance_settings(client: Client, body: object, status: int, code: int) -> None:
     await v2_error(await call(client, "POST", "/consumers/billing", body), status, code)
+
+
+async def test_a_read_committed_instance_reads_only_committed_records(client: Client) -> None:
+    assert (await client.post("/v1/topics", json={"name": "ledger"})).status == 201
+    epoch = (await begin(client))["producer_epoch"]
+    await support.produce(client, [{"value": "gone"}], topic="ledger", params=in_txn(epoch))
+    await end(client, "abort", epoch)
+    epoch = (await begin(client))["producer_epoch"]
+    await support.produce(client, [{"value": "kept"}], topic="ledger", params=in_txn(epoch))
+    await support.produce(client, [{"value": "plain"}], topic="ledger")
+    earliest = {"auto.offset.reset": "earliest", "auto.commit.enable": "false"}
+    await create(client, "rc", format="json", **earliest, **{"isolation.level": "read_committed"})
+    await create(client, "ru", format="json", **earliest)  # read_uncommitted, as Kafka's default
+    ledger = {"partitions": [{"topic": "ledger", "partition": 0}]}
+    for name in ("rc", "ru"):
+        assert (await call(client, "POST", f"{BASE}/{name}/assignments", ledger)).status == 204
+    assert [r["value"] for r in await read(client, "ru")] == ["gone", "kept", "plain"]
+    assert await read(client, "rc") == []  # held at the open transaction
+    await end(client, "commit", epoch)
+    got = await read(client, "rc")
+    assert [(r["value"], r["offset"]) for r in got] == [("kept", 2), ("plain", 3)]
 
 
 async def test_schema_format_instances_and_other_settings(client: Client, orders: str) -> None:

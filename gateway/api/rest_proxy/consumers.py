@@ -16,7 +16,8 @@ import orjson
 from aiohttp import web
 
 from engine.internal_topics import INTERNAL_TOPICS
-from gateway.api.fetch import refuse_when_full
+from engine.producer_state import Isolation
+from gateway.api.fetch import ISOLATIONS, refuse_when_full
 from gateway.api.groups import valid_group_id
 from gateway.api.rest_proxy import schema_formats
 from gateway.api.rest_proxy.errors import (
@@ -145,6 +146,9 @@ async def create(request: web.Request) -> web.Response:
     auto_commit = str(doc.get("auto.commit.enable", "true")).lower()
     if auto_commit not in ("true", "false"):
         raise _invalid("auto.commit.enable must be true or false")
+    isolation = doc.get("isolation.level", Isolation.READ_UNCOMMITTED.value)
+    if not isinstance(isolation, str) or isolation not in ISOLATIONS:
+        raise _invalid("isolation.level must be read_uncommitted or read_committed")
     settings = gateway.settings
     min_bytes = _config_int(doc, "fetch.min.bytes", 1, 1, settings.max_fetch_bytes)
     timeout_ms = _config_int(
@@ -157,7 +161,12 @@ async def create(request: web.Request) -> web.Response:
     _coordinator(request).create_instance(
         name,
         JoinRequest((), session, reset, auto_commit == "true", instance_id=instance),
-        {"format": embedded, "fetch_min_bytes": min_bytes, "request_timeout_ms": timeout_ms},
+        {
+            "format": embedded,
+            "fetch_min_bytes": min_bytes,
+            "request_timeout_ms": timeout_ms,
+            "isolation": isolation,
+        },
     )
     await _durable(request, name)
     return answer(
@@ -279,7 +288,9 @@ async def records(request: web.Request) -> web.Response:
     for topic in _topics_of(member):
         require(request, "topic", topic, "read")
     refuse_when_full(gateway.notifier, settings)
-    limits = FetchLimits(MAX_RECORDS, max_bytes, min_bytes, timeout_ms)
+    # An instance created before it had the setting reads as Kafka's default does.
+    isolation = ISOLATIONS[member.instance.get("isolation", Isolation.READ_UNCOMMITTED.value)]
+    limits = FetchLimits(MAX_RECORDS, max_bytes, min_bytes, timeout_ms, isolation)
     schemas = embedded in SCHEMA_FORMATS
     decode = record_decoder("binary" if schemas else embedded, codecs.ByteBudget(max_bytes))
     fetched = await coordinator.fetch(name, instance, limits, decode=decode)

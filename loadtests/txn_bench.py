@@ -7,8 +7,9 @@ run: one gateway on the first CPU and the clients on the others, then a three-no
   Plain: those requests alone. Transactional, N batches a transaction: begin, N of the same
   requests naming `transactional_id` and `producer_epoch`, commit. A cell sends
   `cell_records` records to a fresh topic; records/s over the cell and the gateway's CPU per
-  record (its /proc time). Every cell then checks the topic holds its records and a marker per
-  partition per transaction. Goal: transactional >= 0.8 x plain in records/s.
+  record (its /proc time), and the records a transaction appended to `__transaction_state`.
+  Every cell then checks the topic holds its records and a marker per partition per
+  transaction. Goal: transactional >= 0.8 x plain in records/s.
 - commit latency: a three-node `LocalCluster` (etcd; replication factor 3,
   min.insync.replicas 2, as loadtests.cluster_bench starts it). One client runs `commits`
   transactions one after another through node 0 (ids taken in turn from LATENCY_IDS, so some
@@ -81,6 +82,7 @@ WARM_TRANSACTIONS = 3  # before the latency is measured: the state topic made, p
 COORDINATOR_WAIT_S = 120.0  # for the first begin, while __transaction_state is made
 TXN_CODE = re.compile(r"\((groups/transactions/|gateway/api/transactions\.py)")
 GOAL = 0.8  # transactional records/s against plain
+STATE_TOPIC = "__transaction_state"  # every state change a record (two with a producer id)
 # The cells measure what a produce costs, not overload: the other work on a shared machine
 # can hold the loop's delay past admission control's target, which would shed produces.
 NO_SHEDDING = ("--admission-target-delay-ms", "0")
@@ -369,6 +371,7 @@ class Gateway:
             "per_transaction": per_transaction,
             "ids": ids,
         }
+        state_before = end_offsets(self.url, STATE_TOPIC)
         row = run_workers("txn_produce", [params], plan.cell_records, self.process.pid)
         if "error" in row:
             raise RuntimeError(f"{cell_name(per_transaction)}: {row['error']}")
@@ -377,6 +380,8 @@ class Gateway:
         if per_transaction != PLAIN:
             transactions = row["records"] // (plan.batch * per_transaction)
             out["transactions"] = transactions
+            stored = end_offsets(self.url, STATE_TOPIC) - state_before
+            out["state_records_per_transaction"] = round(stored / transactions, 2)
         held = end_offsets(self.url, topic)
         if held != row["records"] + transactions * plan.partitions:
             raise RuntimeError(
@@ -658,13 +663,15 @@ def markdown(doc: dict[str, Any]) -> str:
         f"{plan['partitions']} partitions, {plan['cell_records']:,} records a cell",
         "",
         "| cell | records/s | gateway CPU µs a record | gateway cores busy | transactions "
-        "| client CPU s | rounds (records/s) | rounds (µs a record) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| state records a transaction | client CPU s | rounds (records/s) "
+        "| rounds (µs a record) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, row in doc["produce"].items():
         lines.append(
             f"| {name} | {_n(row['records_per_s'])} | {row['server_cpu_us_per_record']} | "
             f"{row['server_cores_busy']} | {_n(row.get('transactions', ''))} | "
+            f"{row.get('state_records_per_transaction', '')} | "
             f"{row['client_cpu_s']} | {row['rounds_records_per_s']} | "
             f"{row['rounds_server_cpu_us_per_record']} |"
         )

@@ -32,6 +32,8 @@ def test_quick_run_reports_every_cell(tmp_path: Path) -> None:
     for per_transaction in QUICK.per_transaction:
         cell = doc["produce"][cell_name(per_transaction)]
         assert cell["transactions"] * QUICK.batch * per_transaction == cell["records"], cell
+        # begin (and a producer id at an id's first), partitions added once, decided, complete
+        assert 4 <= cell["state_records_per_transaction"] <= 5, cell
     for name, cell in doc["pipeline"].items():
         assert cell["records"] == QUICK.pipeline_records, (name, cell)
     # the transactional pipeline's sink holds a marker per partition per transaction too

@@ -94,6 +94,29 @@ def read_values(
     return values
 
 
+def write_in_transaction(
+    http: httpx.Client, name: str, partition: int, group: str, offset: tuple[int, int]
+) -> None:
+    """Into `name`'s open transaction (epoch 0): a record on `orders`' `partition`, and the
+    offset (partition, offset) of `orders` for a new member of `group`."""
+    produced = http.post(
+        "/v1/topics/orders/records",
+        params={"transactional_id": name, "producer_epoch": "0"},
+        json={"records": [{"value": "in a transaction", "partition": partition}]},
+    )
+    assert produced.status_code == 200, produced.text
+    member = http.post(f"/v1/groups/{group}/members", json={"topics": ["orders"]}).json()
+    offsets = {
+        "producer_epoch": 0,
+        "group_id": group,
+        "member_id": member["member_id"],
+        "generation_id": member["generation"],
+        "offsets": [{"topic": "orders", "partition": offset[0], "offset": offset[1]}],
+    }
+    sent = http.post(f"/v1/transactions/{name}/offsets", json=offsets)
+    assert sent.status_code == 200, sent.text
+
+
 def held_produce(port: int, path: str, body: bytes) -> socket.socket:
     """A JSON produce to `path` whose chunked body stops after its first five bytes: in
     progress until `finish`ed (the admission control counts it meanwhile)."""

@@ -3,51 +3,21 @@ written and the offsets sent), an operator's abort, and what each says of bad in
 
 from __future__ import annotations
 
-from typing import Any
-
 import httpx
 import orjson
 
-from tests.e2e.conftest import Server
+from tests.e2e.conftest import Server, write_in_transaction
 from tests.e2e.test_cli_share_groups import ok, refused
-
-
-def begin(server: Server, name: str) -> dict[str, Any]:
-    answer = httpx.post(f"{server.url}/v1/transactions/{name}", json={"timeout_ms": 600_000})
-    assert answer.status_code == 201, answer.text
-    doc: dict[str, Any] = answer.json()
-    return doc
 
 
 def test_list_describe_abort(server: Server) -> None:
     ok(server, "topics", "create", "orders", "--partitions", "2")
-    open_one = begin(server, "runner")
-    produced = httpx.post(
-        f"{server.url}/v1/topics/orders/records",
-        params={"transactional_id": "runner", "producer_epoch": "0"},
-        json={"records": [{"value": 1, "partition": 1}]},
-    )
-    assert produced.status_code == 200, produced.text
-    member = httpx.post(
-        f"{server.url}/v1/groups/audit/members",
-        json={"topics": ["orders"], "auto_offset_reset": "earliest"},
-    ).json()
-    sent = httpx.post(
-        f"{server.url}/v1/transactions/runner/offsets",
-        json={
-            "producer_epoch": 0,
-            "group_id": "audit",
-            "member_id": member["member_id"],
-            "generation_id": member["generation"],
-            "offsets": [{"topic": "orders", "partition": 0, "offset": 7}],
-        },
-    )
-    assert sent.status_code == 200, sent.text
-    done = begin(server, "billing")
-    committed = httpx.post(
-        f"{server.url}/v1/transactions/billing/commit", json={"producer_epoch": 0}
-    )
-    assert committed.json()["state"] == "CompleteCommit"
+    with httpx.Client(base_url=server.url, timeout=30) as http:
+        begun = http.post("/v1/transactions/runner", json={"timeout_ms": 600_000}).json()
+        write_in_transaction(http, "runner", 1, "audit", (0, 7))
+        assert http.post("/v1/transactions/billing", json={}).status_code == 201
+        committed = http.post("/v1/transactions/billing/commit", json={"producer_epoch": 0})
+        assert committed.json()["state"] == "CompleteCommit"
 
     listed = orjson.loads(ok(server, "transactions", "list"))
     assert [(t["transactional_id"], t["state"]) for t in listed] == [
@@ -57,7 +27,7 @@ def test_list_describe_abort(server: Server) -> None:
     table = ok(server, "transactions", "list", "--state", "Ongoing", "--output", "table")
     assert [line.split() for line in table.splitlines()] == [
         ["TRANSACTIONAL-ID", "PRODUCER-ID", "PRODUCER-EPOCH", "STATE"],
-        ["runner", str(open_one["producer_id"]), "0", "Ongoing"],
+        ["runner", str(begun["producer_id"]), "0", "Ongoing"],
     ]
     both = ok(server, "transactions", "list", "--state", "CompleteCommit,Ongoing")
     assert len(orjson.loads(both)) == 2
@@ -66,7 +36,7 @@ def test_list_describe_abort(server: Server) -> None:
     assert described == httpx.get(f"{server.url}/v1/transactions/runner").json()
     lines = ok(server, "transactions", "describe", "runner", "--output", "table").splitlines()
     assert lines[0].startswith(
-        f"transaction runner (Ongoing): producer id {open_one['producer_id']}, epoch 0, "
+        f"transaction runner (Ongoing): producer id {begun['producer_id']}, epoch 0, "
         "timeout 600000 ms; began "
     )
     assert ", expires " in lines[0]
@@ -89,7 +59,6 @@ def test_list_describe_abort(server: Server) -> None:
     assert summary.rstrip().endswith("; aborted (operator)")
     again = orjson.loads(ok(server, "transactions", "abort", "runner"))
     assert again["state"] == "CompleteAbort"
-    assert done["state"] == "Ongoing"
     assert "409 INVALID_TXN_STATE" in refused(server, "transactions", "abort", "billing")
 
 

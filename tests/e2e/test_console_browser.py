@@ -24,7 +24,14 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from gateway.workers.local_cluster import LocalCluster, free_port
 from tests.auth.support import binding, make_basic, make_key
 from tests.e2e.chromium import needs_chromium, start_chromium
-from tests.e2e.conftest import Server, finish, held_produce, start_server, until
+from tests.e2e.conftest import (
+    Server,
+    finish,
+    held_produce,
+    start_server,
+    until,
+    write_in_transaction,
+)
 
 pytestmark = needs_chromium
 PAGES = (
@@ -37,6 +44,9 @@ PAGES = (
     "/groups/billing",
     "/queues",
     "/queues/workers",
+    "/transactions",
+    "/transactions?state=Ongoing",
+    "/transactions/pay-runner",
     "/subscriptions",
     "/subscriptions/orders-hook",
     "/schemas",
@@ -48,7 +58,7 @@ CONSOLE_FILES = {"/console"} | {
     f"/console/{name}"
     for name in ("app.js", "api.js", "ui.js", "style.css", "cluster.js", "topics.js",
                  "messages.js", "groups.js", "queues.js", "subscriptions.js", "schemas.js",
-                 "access.js", "throughput.js")
+                 "access.js", "throughput.js", "transactions.js")
 }  # fmt: skip
 
 
@@ -186,8 +196,8 @@ def confirm_dialog(browser: Any, typed: str | None = None) -> None:
 
 def seed(url: str, headers: dict[str, str] | None = None) -> None:
     """A topic with records (JSON, keys, headers), a group with committed offsets and no
-    members, a share group with a member holding records, and a push subscription (`headers`:
-    the credentials, on a node with --auth)."""
+    members, a share group with a member holding records, a push subscription and an open
+    transaction (`headers`: the credentials, on a node with --auth)."""
     with httpx.Client(base_url=url, headers=headers, timeout=30) as http:
         assert http.post("/v1/topics", json={"name": "orders", "partitions": 3}).status_code == 201
         records = [
@@ -213,6 +223,8 @@ def seed(url: str, headers: dict[str, str] | None = None) -> None:
         schema = {"schema": json.dumps(ORDER_SCHEMA)}
         answer = http.post("/schema-registry/subjects/orders-value/versions", json=schema)
         assert answer.status_code == 200, answer.text
+        begun = http.post("/v1/transactions/pay-runner", json={"timeout_ms": 900_000})
+        assert begun.status_code == 201, begun.text
 
 
 @pytest.fixture
@@ -265,13 +277,12 @@ def test_keyboard_reaches_every_page_from_the_navigation(node: Server, browser: 
     shown(browser, "/cluster", node.url)
     body = browser.find_element("tag name", "body")
     reached = []
-    for _ in range(10):  # the skip link, the brand, then the eight pages
+    for _ in range(11):  # the skip link, the brand, then the nine pages
         body.send_keys(Keys.TAB)
         reached.append(browser.execute_script("return document.activeElement.textContent;"))
     assert reached[0] == "Skip to the page"
-    pages = (
-        "Cluster", "Topics", "Groups", "Queues", "Subscriptions", "Schemas", "Access", "Throughput"
-    )  # fmt: skip
+    pages = ("Cluster", "Topics", "Groups", "Queues", "Transactions", "Subscriptions", "Schemas",
+             "Access", "Throughput")  # fmt: skip
     for page in pages:
         assert page in reached
     browser.switch_to.active_element.send_keys(Keys.ENTER)  # the last one: Throughput
@@ -515,8 +526,8 @@ def seeded_with_auth(tmp_path: Path) -> Iterator[tuple[Server, dict[str, str]]]:
     assert running.stop() == 0
 
 
-NAVIGATION = ("/cluster", "/topics", "/groups", "/queues", "/subscriptions", "/schemas",
-              "/access", "/throughput")  # fmt: skip
+NAVIGATION = ("/cluster", "/topics", "/groups", "/queues", "/transactions", "/subscriptions",
+              "/schemas", "/access", "/throughput")  # fmt: skip
 
 
 def test_a_tour_with_auth_logs_nothing_severe(
@@ -906,6 +917,7 @@ def test_error_pages_say_what_was_not_found(node: Server, browser: Any) -> None:
         ("/topics/nope", "Topic 'nope' not found"),
         ("/topics/nope/messages", "Topic 'nope' not found"),
         ("/groups/nobody", "Group 'nobody' not found"),
+        ("/transactions/nobody", "Transaction 'nobody' not found"),
         ("/subscriptions/nothing", "Subscription 'nothing' not found"),
         ("/nowhere", "Page '/nowhere' not found"),
     ):
@@ -1099,3 +1111,78 @@ def test_throughput_shows_produces_shed(tmp_path: Path, browser: Any) -> None:
             assert finish(held, body).startswith(b"HTTP/1.1 200 OK")
     finally:
         assert server.stop() == 0
+
+
+def state(http: httpx.Client, name: str) -> tuple[str, str | None]:
+    doc = http.get(f"/v1/transactions/{name}").json()
+    return doc["state"], doc["abort_cause"]
+
+
+def test_list_filter_describe_and_abort(node: Server, browser: Any) -> None:
+    with httpx.Client(base_url=node.url, timeout=30) as http:
+        write_in_transaction(http, "pay-runner", 1, "audit", (2, 3))
+        assert http.post("/v1/transactions/nightly", json={}).status_code == 201
+        http.post("/v1/transactions/nightly/commit", json={"producer_epoch": 0})
+        assert state(http, "nightly") == ("CompleteCommit", None)
+
+        shown(browser, "/transactions", node.url)
+        assert first_column(browser) == ["nightly", "pay-runner"]
+        assert "2 transactions" in main_text(browser)
+        choose(browser, "transactions-state", "Ongoing")
+        submit(browser, "Show transactions in")
+        wait(browser, lambda: ready(browser, "#/transactions?state=Ongoing"), "the filtered list")
+        assert first_column(browser) == ["pay-runner"]
+        assert "1 transaction Ongoing" in main_text(browser)
+
+        browser.find_element("link text", "pay-runner").click()
+        wait(browser, lambda: ready(browser, "#/transactions/pay-runner"), "the transaction")
+        assert heading(browser) == "Transaction pay-runner"
+        tables: list[list[list[str]]] = browser.execute_script(
+            "return [...document.querySelectorAll('main table')].map(t =>"
+            "  [...t.tBodies[0].rows].map(r => [...r.cells].map(c => c.textContent)));"
+        )
+        assert tables == [[["orders", "1"]], [["audit", "orders", "2", "3"]]]
+
+        browser.find_element("id", "abort-transaction").click()
+        wait(browser, lambda: browser.find_elements("css selector", "dialog[open]"), "the question")
+        browser.find_element("css selector", "dialog[open] button[value=cancel]").click()
+        assert state(http, "pay-runner") == ("Ongoing", None)
+
+        def abort() -> None:
+            browser.find_element("id", "abort-transaction").click()
+            wait(browser, lambda: browser.find_elements("css selector", "dialog[open]"), "it")
+            browser.find_element("css selector", "dialog[open] button[type=submit]").click()
+
+        acted(browser, abort, "the transaction aborted")
+        assert state(http, "pay-runner") == ("CompleteAbort", "operator")
+        text = main_text(browser)
+        assert "CompleteAbort" in text and "Nothing to abort" in text
+        assert browser.find_elements("id", "abort-transaction") == []
+    assert severe(browser) == []
+
+
+def test_no_abort_without_alter_on_the_cluster(
+    secured: tuple[Server, dict[str, str]],
+    browser: Any,
+) -> None:
+    """Bob may describe the transaction and not alter the cluster: he sees it, without the
+    abort button; nothing is tried, and it stays open."""
+    server, keys = secured
+    admin = {"Authorization": f"Bearer {keys['admin']}"}
+    with httpx.Client(base_url=server.url, headers=admin, timeout=30) as http:
+        assert http.post("/v1/transactions/pay-runner", json={}).status_code == 201
+        grant = binding("bob", "transactional_id", "pay-runner", "describe")
+        assert http.post("/v1/acls", json=grant).status_code == 201
+        browser.get(f"{server.url}/console#/transactions")
+        sign_in(browser, "key", keys["bob"])
+        wait(browser, lambda: ready(browser, "#/transactions"), "bob's transactions")
+        assert first_column(browser) == ["pay-runner"]
+        shown(browser, "/transactions/pay-runner", server.url)
+        assert browser.find_elements("id", "abort-transaction") == []
+        assert "You may not abort transactions" in main_text(browser)
+        browser.find_element("css selector", "#account button").click()
+        sign_in(browser, "key", keys["admin"])
+        wait(browser, lambda: ready(browser, "#/transactions/pay-runner"), "the admin's page")
+        assert browser.find_elements("id", "abort-transaction")
+        assert state(http, "pay-runner") == ("Ongoing", None)
+    assert severe(browser) == [unauthenticated(server)] * 2

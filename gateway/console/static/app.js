@@ -11,6 +11,7 @@ import * as schemas from "./schemas.js";
 import * as subscriptions from "./subscriptions.js";
 import * as throughput from "./throughput.js";
 import * as topics from "./topics.js";
+import * as transactions from "./transactions.js";
 import { field, h, heading, problem } from "./ui.js";
 
 // [pattern, page, navigation section, what the route's name names (for "Topic 'x' not found")]
@@ -24,6 +25,8 @@ const ROUTES = [
   [/^\/groups\/([^/]+)$/, groups.detail, "groups", "Group"],
   [/^\/queues$/, queues.list, "queues"],
   [/^\/queues\/([^/]+)$/, queues.detail, "queues", "Share group"],
+  [/^\/transactions$/, transactions.list, "transactions"],
+  [/^\/transactions\/([^/]+)$/, transactions.detail, "transactions", "Transaction"],
   [/^\/subscriptions$/, subscriptions.list, "subscriptions"],
   [/^\/subscriptions\/([^/]+)$/, subscriptions.detail, "subscriptions", "Subscription"],
   [/^\/schemas$/, schemas.list, "schemas"],

@@ -11,7 +11,7 @@ from urllib.parse import quote
 import orjson
 
 from engine import batch as fmt
-from engine.errors import EngineError, OffsetOutOfRange
+from engine.errors import EngineError, IsolationUnavailable, OffsetOutOfRange
 from engine.producer_state import Isolation
 from replication import session_wire
 from replication.errors import ReplicationError
@@ -66,6 +66,8 @@ async def fetch(
     )
     if answer.status != 200:
         problem = orjson.loads(answer.body) if answer.body else {}
+        if answer.status == 416 and problem.get("code") == IsolationUnavailable.code:
+            raise IsolationUnavailable(str(problem.get("detail", "read_committed unavailable")))
         if answer.status == 416:
             raise OffsetOutOfRange(
                 position, int(problem["log_start_offset"]), int(problem["log_end_offset"])

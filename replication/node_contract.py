@@ -11,7 +11,7 @@ from urllib.parse import quote
 
 import orjson
 
-from engine.errors import EngineError, OffsetOutOfRange
+from engine.errors import EngineError, IsolationUnavailable, OffsetOutOfRange
 from replication import errors
 
 # Headers
@@ -104,6 +104,8 @@ def error_of(status: int, body: bytes) -> EngineError:
             int(problem.get("log_start_offset", 0)),
             int(problem.get("log_end_offset", 0)),
         )
+    if code == IsolationUnavailable.code:
+        return IsolationUnavailable(detail)
     cls = _ERRORS.get(code)
     if cls is errors.NotLeader:
         leader = problem.get("leader")

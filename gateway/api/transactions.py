@@ -97,7 +97,7 @@ async def begin(request: web.Request) -> web.Response:
     """Begin a transaction: a new producer epoch, fencing every earlier holder of the id."""
     gateway = gateway_of(request)
     name = transactional_id_param(request)
-    doc = await json_object(request, gateway.settings) if request.can_read_body else {}
+    doc = await json_object(request, gateway.settings) if request.body_exists else {}
     check_fields(doc, {"timeout_ms"})
     timeout_ms = DEFAULT_TIMEOUT_MS
     if "timeout_ms" in doc:
@@ -216,7 +216,7 @@ async def abort(request: web.Request) -> web.Response:
 async def _end_request(request: web.Request, *, epoch_required: bool) -> tuple[str, int | None]:
     gateway = gateway_of(request)
     name = transactional_id_param(request)
-    doc = await json_object(request, gateway.settings) if request.can_read_body else {}
+    doc = await json_object(request, gateway.settings) if request.body_exists else {}
     check_fields(doc, {"producer_epoch"})
     if "producer_epoch" not in doc and not epoch_required:
         return name, None

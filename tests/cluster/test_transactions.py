@@ -126,3 +126,31 @@ def new_coordinator_of(cluster: Cluster, tid: str, old: Any) -> Any:
         lambda s: s.leader != old.leader and s.leader >= 0 and s.leader_epoch > old.leader_epoch,
         f"a coordinator of {tid!r} other than node {old.leader}",
     )
+
+
+def test_a_call_run_again_after_its_coordinators_death_keeps_its_body(healthy: Cluster) -> None:
+    """A node forwarding a call to a coordinator it then finds dead waits for the next one
+    and runs the call again, with the body it was sent: the commit's epoch (not refused as
+    lacking it), the begin's timeout (not the default one)."""
+    cluster = healthy
+    topic = spread_topic(cluster)
+    tid = "run-again"
+    epoch = begin(cluster, 0, tid)
+    produce(cluster, 0, tid, epoch, topic, ["a", "b", "c"])
+    for how in ("commit", "begin"):
+        state = leader_state(cluster, STATE_TOPIC, coordinator_partition(cluster, tid))
+        other = next(n for n in range(cluster.size) if n != state.leader)
+        cluster.kill(state.leader)  # its lease still runs: the others' views route to it
+        if how == "commit":
+            assert end(cluster, other, tid, "commit", epoch)["state"] == "CompleteCommit"
+        else:
+            body = {"timeout_ms": 45_000}
+            doc = call(cluster, other, "POST", f"/v1/transactions/{tid}", json=body)
+            assert (doc["state"], doc["timeout_ms"]) == ("Ongoing", 45_000)
+        cluster.heal()
+        cluster.wait_state(
+            STATE_TOPIC,
+            coordinator_partition(cluster, tid),
+            lambda s: len(s.isr) == cluster.size,
+            "every replica back in the ISR",
+        )

@@ -97,7 +97,24 @@ class ForwardClient:
         self, url: str, method: str, path_qs: str, headers: Mapping[str, str], body: bytes
     ) -> Answer:
         """Send the request to the node at `url` and return its answer as it is."""
-        sent = self._sent_headers(headers, REQUEST_HEADERS)
+        return await self._send(
+            url, method, path_qs, self._sent_headers(headers, REQUEST_HEADERS), body
+        )
+
+    async def call(
+        self, url: str, method: str, path_qs: str, headers: Mapping[str, str], body: bytes
+    ) -> Answer:
+        """Call the public API of the node at `url` as a client would, with this node's key
+        (the internal principal): not marked forwarded, so that node forwards it on to the
+        coordinator or leader that serves it, as it does a client's request."""
+        sent = {name: headers[name] for name in REQUEST_HEADERS if name in headers}
+        if self.authorization is not None:
+            sent["Authorization"] = self.authorization
+        return await self._send(url, method, path_qs, sent, body)
+
+    async def _send(
+        self, url: str, method: str, path_qs: str, sent: dict[str, str], body: bytes
+    ) -> Answer:
         try:
             reply = await self._pool.request(url, method, path_qs, sent, body)
         except ConnectFailed as exc:

@@ -59,6 +59,26 @@ def _may_change(request: web.Request, sub: Subscription) -> None:
     require(request, "topic", sub.topic, "read")
     if sub.dead_letter_topic is not None:
         require(request, "topic", sub.dead_letter_topic, "write")
+    if sub.reply is not None:
+        require(request, "topic", sub.reply.topic, "write")
+
+
+def _reply_topic(request: web.Request, doc: dict[str, Any]) -> None:
+    """A document's reply topic: Write on it (ACLs first: no probing by error answers), and a
+    node that may call its own API as the internal principal (OwnApiTransactions)."""
+    reply = doc.get("reply")
+    if not isinstance(reply, dict):
+        return
+    if isinstance(reply.get("topic"), str):
+        require(request, "topic", reply["topic"], "write")
+    gateway = gateway_of(request)
+    if gateway.settings.auth and gateway.auth.authorization is None:
+        raise SubscriptionError(
+            "INVALID_SUBSCRIPTION",
+            "a subscription with a reply topic commits its replies through the node's own API "
+            "as the internal principal: with --auth, start the nodes with --internal-key-file",
+            pointer="/reply",
+        )
 
 
 async def create(request: web.Request) -> web.Response:
@@ -69,6 +89,7 @@ async def create(request: web.Request) -> web.Response:
     for field in ("topic", "dead_letter_topic"):  # ACLs first: no probing by error answers
         if isinstance(doc.get(field), str):
             require(request, "topic", doc[field], "read" if field == "topic" else "write")
+    _reply_topic(request, doc)
     if doc.get("mode") == "queue":
         await gateway.share_groups_ready()  # its share group's state topic, made at first use
     sub = await service.create(doc)
@@ -107,6 +128,7 @@ async def change(request: web.Request) -> web.Response:
     patch = await json_object(request, gateway_of(request).settings)
     if isinstance(patch.get("dead_letter_topic"), str):
         require(request, "topic", patch["dead_letter_topic"], "write")
+    _reply_topic(request, patch)
     await service.update(name, patch)
     return json_response(await service.describe(name))
 

@@ -37,9 +37,11 @@ from groups.subscriptions.client import DeliveryClient, Request, Response
 from groups.subscriptions.errors import SubscriptionError
 from groups.subscriptions.flow import FlowControl, outcome
 from groups.subscriptions.positions import GroupPositions
+from groups.subscriptions.replies import Transactions
 from groups.subscriptions.spec import Subscription
 from groups.subscriptions.state import (
     Answer,
+    Batch,
     DeadLetter,
     DeliveryRecord,
     PartitionDispatch,
@@ -117,6 +119,7 @@ class Services:
     schema_values: SchemaValues
     client: DeliveryClient
     set_paused: Callable[[str, str], Awaitable[None]]  # (name, reason): pause the subscription
+    transactions: Transactions  # a reply subscription's (reply_dispatcher.py)
     latency: dict[str, LatencyHistogram] = field(default_factory=dict)
 
 
@@ -545,16 +548,24 @@ class PartitionDispatcher:
 
     async def _post(self, send: Send) -> Answer:
         """One request; the endpoint's answer, or why there was none."""
+        return self._answer(send, *await self._exchange(send))
+
+    async def _exchange(
+        self, send: Send, body_limit: int | None = None
+    ) -> tuple[Response | None, BaseException | None]:
+        """One request: the endpoint's response (at most `body_limit` bytes of its body, if
+        given), or the error that stood for it (a timeout, a connection, an answer that could
+        not be read)."""
         sub = self.sub
         try:
             body, head, limit = self._request(send)
             response = await self.services.client.post(
-                sub.endpoint, head, body, sub.retry.timeout_ms / 1000, limit,
+                sub.endpoint, head, body, sub.retry.timeout_ms / 1000, body_limit or limit,
                 sub.concurrency.pipeline,
             )  # fmt: skip
         except (OSError, ValueError) as exc:
-            return self._answer(send, None, exc)
-        return self._answer(send, response, None)
+            return None, exc
+        return response, None
 
     def _answer(self, send: Send, response: Response | None, error: BaseException | None) -> Answer:
         """The endpoint's answer to `send`, or why there was none (`error`: a timeout, a
@@ -570,7 +581,7 @@ class PartitionDispatcher:
         after = None
         if "retry-after" in headers:
             after = retry_after_s(headers["retry-after"], time.time())
-        if 200 <= status < 300 and len(send.records) > 1:
+        if 200 <= status < 300 and len(send.records) > 1 and sub.reply is None:
             media = headers.get("content-type", "").partition(";")[0].strip().lower()
             if media.endswith("json"):
                 failed, why = partial.failures(sub.topic, self.partition, send, response.body)
@@ -587,13 +598,18 @@ class PartitionDispatcher:
             return None
         now = self._loop.time()
         if not state.settle_now():
-            wait = self._committed_at + COMMIT_INTERVAL_S - now
+            wait = self._committed_at + self.commit_interval_s - now
             if wait > 0:
                 return wait
         self._committed_at = now
         self._commit_task = asyncio.create_task(self._commit(state))
         self._commit_task.add_done_callback(self._commit_ended)
         return None
+
+    @property
+    def commit_interval_s(self) -> float:
+        """The least time between two coalesced commits."""
+        return COMMIT_INTERVAL_S
 
     def _commit_ended(self, task: asyncio.Task[None]) -> None:
         self._commit_task = None
@@ -661,8 +677,13 @@ class PartitionDispatcher:
             for r in step.records
         ]
         await produce_dead_letters(self.services, sub, records, self._failed)
+        await self._past_dead_letters(state, step.batch)
         self.counts.dead_lettered += len(step.records)
         state.dead_lettered(step.batch)
+
+    async def _past_dead_letters(self, state: PartitionDispatch, batch: Batch) -> None:
+        """What moving past a dead-lettered batch waits for: nothing here (the loop's
+        commits follow it); a reply subscription commits the position in a transaction."""
 
 
 async def produce_dead_letters(

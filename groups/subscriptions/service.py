@@ -43,6 +43,8 @@ from groups.subscriptions.errors import SubscriptionError
 from groups.subscriptions.flow import FlowControl
 from groups.subscriptions.positions import GroupPositions
 from groups.subscriptions.queue_dispatcher import QueueDispatcher
+from groups.subscriptions.replies import Transactions
+from groups.subscriptions.reply_dispatcher import ReplyDispatcher
 from groups.subscriptions.spec import Subscription
 from replication.errors import NodeUnreachable, NotLeader
 from replication.forward_client import ForwardClient
@@ -77,10 +79,12 @@ class SubscriptionService:
         schema_values: SchemaValues,
         share: ShareCoordinator,
         share_json: Callable[[ShareRecord], bytes],
+        transactions: Transactions,
         allowed_hosts: Collection[str] = (),
     ) -> None:
         """`share` and `share_json`: the share groups queue-mode subscriptions acquire from,
-        and how a record they acquire is written in the `json` format."""
+        and how a record they acquire is written in the `json` format; `transactions`, the
+        calls reply subscriptions commit their replies with."""
         self.replicas = replicas
         self.share = share
         self.share_json = share_json
@@ -108,6 +112,7 @@ class SubscriptionService:
                 self.allowed_hosts, CONNECT_TIMEOUT_S, POOL_LIMIT, POOL_LIMIT_PER_HOST
             ),
             set_paused=self._paused_by_endpoint,
+            transactions=transactions,
         )
 
     @property
@@ -221,9 +226,8 @@ class SubscriptionService:
             if key not in self.dispatchers:
                 counts = self.counts.setdefault(key, Counts())
                 flow = self._flow(sub)
-                self.dispatchers[key] = PartitionDispatcher(
-                    self.services, sub, key[1], counts, flow
-                )
+                kind = PartitionDispatcher if sub.reply is None else ReplyDispatcher
+                self.dispatchers[key] = kind(self.services, sub, key[1], counts, flow)
         for name in set(self.flows) - {n for n, _ in self.dispatchers} - set(self.queues):
             del self.flows[name]
         for key in set(self.counts) - {(n, p) for n, p in self.counts if n in self.subscriptions}:
@@ -269,6 +273,26 @@ class SubscriptionService:
                     pointer="/dead_letter_topic",
                 )
             self.replicas.topic(sub.dead_letter_topic)
+        if sub.reply is not None:
+            self._check_reply_topic(sub.reply.topic)
+
+    def _check_reply_topic(self, topic: str) -> None:
+        """A reply topic is written in transactions: a topic of the cluster's, not internal,
+        not compacted (a compacted topic refuses transactional records)."""
+        if topic in INTERNAL_TOPICS:
+            raise SubscriptionError(
+                "INVALID_SUBSCRIPTION",
+                "the reply topic must not be an internal topic",
+                pointer="/reply/topic",
+            )
+        self.replicas.topic(topic)
+        if self.replicas.topic_config(topic).compact:
+            raise SubscriptionError(
+                "INVALID_SUBSCRIPTION",
+                "the reply topic must not be compacted: replies are written in transactions, "
+                "which a compacted topic refuses",
+                pointer="/reply/topic",
+            )
 
     async def create(self, doc: dict[str, Any]) -> Subscription:
         """Store a new subscription (SUBSCRIPTION_EXISTS if the name is taken)."""

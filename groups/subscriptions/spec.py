@@ -48,7 +48,7 @@ FIELDS = frozenset(
     {
         "name", "topic", "endpoint", "start", "ordering", "batching", "format", "ce_type",
         "retry", "dead_letter_topic", "filter", "auth", "signing_secret", "paused",
-        "concurrency", "rate_limit_per_s", "decode_values", "mode", "isolation",
+        "concurrency", "rate_limit_per_s", "decode_values", "mode", "isolation", "reply",
     }
 )  # fmt: skip
 # What PATCH may change: not the name, the topic, the start (the position is the group's) or
@@ -115,6 +115,15 @@ class EndpointAuth:
 
 
 @dataclass(frozen=True, slots=True)
+class Reply:
+    """Exactly-once functions (Knative's reply events, made atomic): the records of the
+    endpoint's 2xx answer are produced to `topic` in one transaction with the position past
+    the batch (reply_dispatcher.py)."""
+
+    topic: str
+
+
+@dataclass(frozen=True, slots=True)
 class Subscription:
     name: str
     topic: str
@@ -136,6 +145,7 @@ class Subscription:
     dead_letter_topic: str | None = None
     filter: RecordFilter = field(default_factory=RecordFilter)
     auth: EndpointAuth | None = None
+    reply: Reply | None = None
     paused: bool = False
     pause_reason: str | None = None
     version: int = 0  # the metadata store's revision of it; 0 before it is stored
@@ -252,13 +262,39 @@ def parse(doc: Mapping[str, Any], *, uid: str, version: int = 0) -> Subscription
         else _topic(doc["dead_letter_topic"], "/dead_letter_topic"),
         filter=_filter(doc.get("filter", {})),
         auth=_auth(doc.get("auth")),
+        reply=_reply(doc.get("reply")),
         paused=paused,
         pause_reason=reason if paused else None,
         version=version,
     )
     if mode == "queue":
         _check_queue(sub)
+    if sub.reply is not None:
+        _check_reply(sub)
     return sub
+
+
+def _check_reply(sub: Subscription) -> None:
+    """A reply subscription delivers each partition one batch at a time, in offset order: its
+    transactions commit the position past each batch in turn."""
+    if sub.mode == "queue":
+        raise invalid(
+            "a subscription with a reply topic is in log mode: its replies commit with the "
+            "partition's position, which a queue does not have",
+            "/mode",
+        )
+    if sub.ordering != "partition":
+        raise invalid(
+            'a subscription with a reply topic has ordering "partition": one batch of a '
+            "partition at a time, each committed with its replies before the next",
+            "/ordering",
+        )
+    if sub.reply is not None and sub.reply.topic == sub.topic:
+        raise invalid(
+            "the reply topic must not be the subscription's own topic: each reply would be "
+            "delivered in turn",
+            "/reply/topic",
+        )
 
 
 def _check_queue(sub: Subscription) -> None:
@@ -358,6 +394,8 @@ def document(sub: Subscription) -> dict[str, Any]:
         del doc["filter"]["key_prefix"]
     if sub.dead_letter_topic is not None:
         doc["dead_letter_topic"] = sub.dead_letter_topic
+    if sub.reply is not None:
+        doc["reply"] = {"topic": sub.reply.topic}
     if sub.auth is not None:
         doc["auth"] = (
             {"bearer": sub.auth.value}
@@ -513,6 +551,13 @@ def _filter(value: object) -> RecordFilter:
             raise invalid(f"filter.headers.{name[:50]} must be a string", "/filter/headers")
         pairs.append((name, wanted.encode()))
     return RecordFilter(None if prefix is None else prefix.encode(), tuple(pairs))
+
+
+def _reply(value: object) -> Reply | None:
+    if value is None:
+        return None
+    doc = _object(value, "/reply", {"topic"})
+    return Reply(_topic(doc.get("topic"), "/reply/topic"))
 
 
 def _auth(value: object) -> EndpointAuth | None:

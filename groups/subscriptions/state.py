@@ -268,9 +268,15 @@ class PartitionDispatch:
     def committable(self) -> int:
         """The lowest offset not yet acknowledged, dead-lettered or filtered out: the position
         to commit (the buffer stays in offset order, and so does each batch)."""
+        return self.committable_after(None)
+
+    def committable_after(self, done: Batch | None) -> int:
+        """`committable` once the outstanding batch `done` is acknowledged or dead-lettered:
+        what a reply subscription commits with its replies before this machine is told."""
         low = self.buffered[0].offset if self.buffered else self.position
         for batch in self.batches:
-            low = min(low, batch.records[0].offset)
+            if batch is not done:
+                low = min(low, batch.records[0].offset)
         return low
 
     @property

@@ -50,6 +50,8 @@ class Receiver:
     changed: asyncio.Condition = field(default_factory=asyncio.Condition)
     peers: set[tuple[str, int]] = field(default_factory=set)  # the connections requests came on
     url: str = ""
+    # A 2xx's body and Content-Type, made from the request's (a reply subscription's replies)
+    reply: Callable[[bytes], tuple[bytes, str]] | None = None
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
@@ -66,7 +68,11 @@ class Receiver:
         if answer is None:
             await asyncio.sleep(3600)
         assert answer is not None
-        return web.Response(status=answer[0], headers=answer[1])
+        status, answered = answer
+        if self.reply is not None and 200 <= status < 300:
+            content, media = self.reply(body)
+            return web.Response(status=status, headers=answered, body=content, content_type=media)
+        return web.Response(status=status, headers=answered)
 
     async def until(self, what: Callable[[list[Attempt]], bool], timeout: float = 30.0) -> None:
         """Wait for the attempts to satisfy `what` (bounded)."""

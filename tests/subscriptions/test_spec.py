@@ -73,9 +73,26 @@ def test_isolation_defaults_as_kafka_round_trips_and_may_change() -> None:
     assert parsed(mode="queue", isolation="read_committed").isolation == "read_committed"
 
 
+def test_a_reply_topic_round_trips_and_may_change() -> None:
+    assert parsed().reply is None and "reply" not in specs.document(parsed())
+    sub = parsed(reply={"topic": "out"})
+    assert sub.reply == specs.Reply("out")
+    assert specs.loaded(specs.stored(sub), 4) == specs.parse(
+        specs.document(sub), uid="u", version=4
+    )
+    moved = specs.patched(sub, {"reply": {"topic": "elsewhere"}})
+    assert moved.reply == specs.Reply("elsewhere") and not moved.same_delivery(sub)
+    assert specs.patched(sub, {"reply": None}).reply is None
+
+
 @pytest.mark.parametrize(
     ("fields", "pointer"),
     [
+        ({"reply": {"topic": "out"}, "mode": "queue"}, "/mode"),
+        ({"reply": {"topic": "out"}, "ordering": "key"}, "/ordering"),
+        ({"reply": {"topic": "t"}}, "/reply/topic"),
+        ({"reply": {"topic": "out", "partitions": 1}}, "/reply"),
+        ({"reply": ["out"]}, "/reply"),
         ({"name": "a/b"}, "/name"),
         ({"isolation": "serializable"}, "/isolation"),
         ({"isolation": None}, "/isolation"),

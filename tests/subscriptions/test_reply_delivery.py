@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -18,6 +19,7 @@ import pytest
 from gateway.state import OwnApiTransactions
 from replication.errors import NodeUnreachable
 from tests.api.support import Client, Start, create_topic, fetch, gateway, produce
+from tests.auth.support import bearer, binding, grant, make_key
 from tests.subscriptions.receiver import Receiver
 
 FAST = {"timeout_ms": 2000, "max_attempts": 3, "min_backoff_ms": 50, "max_backoff_ms": 100}
@@ -322,3 +324,47 @@ async def test_bad_reply_specs_are_refused(
     assert resp.status == 201, await resp.text()
     resp = await client.patch("/v1/subscriptions/ok", json={"ordering": "none"})
     assert resp.status == 400 and (await resp.json())["pointer"] == "/ordering"
+
+
+async def test_with_auth_a_reply_takes_write_on_its_topic_and_the_nodes_key(
+    start: Start, data_dir: Path, tmp_path: Path, receiver: Receiver
+) -> None:
+    """Creating one needs Write on the reply topic, and a node with an internal key (its
+    transactions are made as the internal principal); with both, replies are committed."""
+    admin_key = make_key(data_dir, "admin")
+    admin, user = bearer(admin_key), bearer(make_key(data_dir, "user"))
+    settings: dict[str, Any] = {
+        "auth": True, "super_users": ("admin",), "subscription_allowed_hosts": ("127.0.0.1",),
+    }  # fmt: skip
+    client = await start(**settings)
+    for topic in ("t", "out"):
+        assert (await client.post("/v1/topics", json={"name": topic}, headers=admin)).status == 201
+    await grant(client, admin_key, binding("user", "topic", "t", "read"))
+    doc = {"name": "s", "topic": "t", "endpoint": receiver.url, "start": "earliest",
+           "format": "json", "reply": {"topic": "out"}}  # fmt: skip
+    resp = await client.post("/v1/subscriptions", json=doc, headers=user)
+    assert resp.status == 403, await resp.text()
+    await grant(client, admin_key, binding("user", "topic", "out", "write"))
+    resp = await client.post("/v1/subscriptions", json=doc, headers=user)
+    assert resp.status == 400 and (await resp.json())["pointer"] == "/reply"
+    await client.close()
+    key = tmp_path / "internal.key"
+    key.write_text("reply-test-internal-key-0123456789\n")
+    client = await bound(await start(**settings, internal_key_file=key))
+    resp = await client.post("/v1/subscriptions", json=doc, headers=user)
+    assert resp.status == 201, await resp.text()
+    receiver.behaviour, receiver.reply = answered, echo
+    records = {"records": [{"key": "k", "value": 7}]}
+    assert (await client.post("/v1/topics/t/records", json=records, headers=admin)).status == 200
+    async with asyncio.timeout(20):
+        while True:
+            resp = await client.get(
+                "/v1/topics/out/partitions/0/records",
+                params={"isolation": "read_committed", "timeout_ms": "0"},
+                headers=admin,
+            )
+            values = [r["value"] for r in (await resp.json())["records"]]
+            if values:
+                break
+            await asyncio.sleep(0.02)
+    assert values == [{"echo": 7}]

@@ -64,6 +64,24 @@ Properties (each violation names one):
   its duration, to its deadline or a renewal's answered, cut where a release, accept or reject
   of it or its member's leave was sent; a few ms allowed for the clocks). Delivered records
   are consumer reads too (divergence, read-changed).
+- txn-torn / txn-commit-lost / txn-aborted-read / txn-past-lso / txn-offsets / txn-hung:
+  the transactions (txnload.py). Read at read_committed from the start once everything
+  settled, a transaction shows all of its acknowledged records or none of them (a record of it
+  shown, answered or not, means it committed), and all of them when its commit was answered
+  CompleteCommit or PrepareCommit; no read at read_committed (a partition's, during the faults
+  or the final one, or a group member's) shows a record of a transaction whose abort was
+  answered, that was answered TRANSACTION_TIMED_OUT, or whose producer was fenced before its
+  commit (a newer begin of its id answered before its commit was first sent, or no commit
+  sent at all); no such partition read shows a record at or past the last stable offset its
+  answer names (Sluice-Last-Stable-Offset), nor lacks that header; a group's committed offsets
+  after healing are those sent by the last of its transactions that committed, never those of
+  one aborted (one whose outcome is unknown may have set them); once the faults stopped,
+  every partition's last stable offset reaches its high watermark and every transactional id's
+  transaction is complete within the timeout, the abort timer's interval and a coordinator's
+  failover. Records read at read_committed from the schedule's topic are consumer reads too
+  (divergence, read-changed), a record read twice by the final read is a duplicate, and a
+  transaction call answered an error without a problem+json code is unclean-error. Reads at
+  read_uncommitted pass over the transactions' markers: their offsets skip the markers only.
 - registry-lost / registry-id-reused / registry-two-ids / registry-id-order /
   registry-version-order / registry-config-lost / registry-divergence / registry-refused /
   validation-refused / unclean-error: the schema registry (registryload.py). A register
@@ -91,6 +109,7 @@ from tests.cluster.harness import NO_LEADER, LogRecord, PartitionState
 from tests.cluster.registryload import RegistryHistory, RegistryOp
 from tests.cluster.shareload import ShareAck, ShareDelivery, ShareHistory
 from tests.cluster.sideload import PROBLEM_JSON, Move, ReassignOp, SideHistory, TopicOp
+from tests.cluster.txnload import Txn, TxnCall, TxnHistory
 from tests.cluster.workload import Attempt, History, ProduceOp
 
 Content = tuple[str | None, str]  # (record key, canonical JSON of the value)
@@ -124,6 +143,7 @@ class Verdict:
     reassignments: Counter[str] = field(default_factory=Counter)
     registry: Counter[str] = field(default_factory=Counter)  # "new ok", "produce accepted"...
     share: Counter[str] = field(default_factory=Counter)  # "deliveries", "ack accept ok"...
+    txn: Counter[str] = field(default_factory=Counter)  # "committed", "produce ok"...
 
     def add(self, kind: str, detail: str) -> None:
         self.violations.append(Violation(kind, detail))
@@ -186,11 +206,11 @@ def check(
     verdict.ops_by = Counter(f"acks={op.acks}" for op in history.ops)
     verdict.ops_by.update(op.format for op in history.ops)
     reference = _Reference(verdict)
-    for kind, detail in history.anomalies + history.side.anomalies:
+    for kind, detail in history.anomalies + history.side.anomalies + history.txn.anomalies:
         verdict.add(kind, detail)
     removed = _removed_replicas(etcd_changes)
     _check_logs(history, final_logs, final_end, reference, removed, verdict)
-    _check_reads(history, final_end, reference, verdict)
+    _check_reads(history, final_end, _markers(final_logs), reference, verdict)
     # Partitions whose leader changed during the schedule: only there may acks 0 and 1 lose.
     changed = {
         p for p, states in etcd_changes.items() if len({s.leader_epoch for s in states if s}) > 1
@@ -200,6 +220,7 @@ def check(
     _check_states(history, etcd_changes, final_logs, verdict)
     _check_group(history.side, final_end, reference, verdict)
     _check_share(history.share, final_end, reference, verdict)
+    _check_transactions(history.txn, final_end, reference, verdict)
     _check_topics(history.side, verdict)
     _check_reassignments(history.side, etcd_changes, verdict)
     _check_settle(history.side, verdict)
@@ -278,18 +299,39 @@ def _check_logs(
             reference.observe(snap.partition, r.offset, _disk_content(r), source)
 
 
+def _markers(final_logs: dict[int, dict[int, list[LogRecord]]]) -> dict[int, set[int]]:
+    """Per partition, the offsets of the transactions' markers in the first node's final log
+    (the others hold the same, or divergence says where not)."""
+    if not final_logs:
+        return {}
+    partitions = final_logs[min(final_logs)]
+    return {p: {r.offset for r in records if r.control} for p, records in partitions.items()}
+
+
 def _check_reads(
-    history: History, final_end: dict[int, int], reference: _Reference, verdict: Verdict
+    history: History,
+    final_end: dict[int, int],
+    markers: dict[int, set[int]],
+    reference: _Reference,
+    verdict: Verdict,
 ) -> None:
+    """A read's records are at consecutive offsets from the one asked, but for the markers it
+    passes over, below the high watermark; its next offset follows the last (or the markers
+    after it)."""
     for read in history.reads:
         source = f"a read through node {read.node} at {read.start:.2f}s"
         offsets = [o for o, _, _ in read.records]
-        if offsets != list(range(read.offset, read.offset + len(offsets))):
+        skipped = markers.get(read.partition, set())
+        stop = offsets[-1] + 1 if offsets else read.offset
+        if offsets != [o for o in range(read.offset, stop) if o not in skipped]:
             verdict.add(
                 "offsets",
                 f"{source} p{read.partition} from {read.offset}: offsets {offsets[:5]}...",
             )
-        if offsets and read.next_offset != offsets[-1] + 1:
+        if offsets and (
+            read.next_offset <= offsets[-1]
+            or not skipped.issuperset(range(offsets[-1] + 1, read.next_offset))
+        ):
             verdict.add("offsets", f"{source}: next_offset {read.next_offset} after {offsets[-1]}")
         if offsets and offsets[-1] >= read.high_watermark:
             verdict.add(
@@ -806,6 +848,205 @@ def _held_until(share: ShareHistory, d: ShareDelivery, acks: list[ShareAck]) -> 
             elif leave.status is None or leave.status >= 500:
                 until = taken
     return until
+
+
+COMMITTED = ("CompleteCommit", "PrepareCommit")  # the states a commit is answered with
+
+
+def _committed(t: Txn) -> bool:
+    """Whether a commit of the transaction was answered with its decision."""
+    return any(c.kind == "commit" and c.outcome == "ok" and c.state in COMMITTED for c in t.calls)
+
+
+def _aborted(t: Txn, begins: list[TxnCall]) -> str | None:
+    """Why the transaction surely did not commit, if it surely did not: its abort answered,
+    a call answered TRANSACTION_TIMED_OUT, or its producer fenced before its commit (a begin
+    of its id answered a newer epoch before its commit was first sent, or none was sent)."""
+    for c in t.calls:
+        if c.kind == "abort" and c.outcome == "ok":
+            return f"its abort was answered {c.state}"
+        if c.code == "TRANSACTION_TIMED_OUT":
+            return f"its {c.kind} was answered TRANSACTION_TIMED_OUT"
+    sent = min((c.start for c in t.of("commit")), default=float("inf"))
+    for b in begins:
+        if b.tid == t.tid and b.epoch is not None and b.epoch > t.epoch and b.end < sent:
+            return (
+                f"a begin of its id answered epoch {b.epoch} at {b.end:.2f}s, before its commit "
+                "was sent"
+            )
+    if sent == float("inf"):
+        return "no commit of it was sent"
+    return None
+
+
+def _txn_record(value: Any) -> tuple[str, int] | None:
+    """(produce key, record index) of a transaction's record."""
+    if isinstance(value, dict) and isinstance(value.get("tx"), str):
+        return value["tx"], int(value.get("i", -1))
+    return None
+
+
+def _calls(t: Txn) -> str:
+    return "; ".join(map(str, t.calls))
+
+
+def _check_transactions(
+    txn: TxnHistory, final_end: dict[int, int], reference: _Reference, verdict: Verdict
+) -> None:
+    """The transaction rules (the module's docstring)."""
+    if not txn.topic:
+        return
+    owner: dict[str, Txn] = {}  # produce key -> its transaction
+    aborted: dict[str, str] = {}  # produce key -> why its transaction surely did not commit
+    for t in txn.txns:
+        why = _aborted(t, txn.begins)
+        fate = "committed" if _committed(t) else "aborted" if why else "unknown"
+        verdict.txn[fate] += 1
+        verdict.txn[f"mode {t.mode}"] += 1
+        for c in t.of("produce"):
+            owner[c.key] = t
+            if why:
+                aborted[c.key] = why
+    for c in txn.begins + [c for t in txn.txns for c in t.calls if c.kind != "begin"]:
+        verdict.txn[f"{c.kind} {c.code or c.outcome}"] += 1
+        if (c.status or 0) >= 300 and (c.content_type != PROBLEM_JSON or not c.code):
+            verdict.add(
+                "unclean-error",
+                f"{c.tid}: {c}: answered {c.content_type} without a problem+json code",
+            )
+    seen: Counter[tuple[str, int]] = Counter()  # records of the final read
+    for read in txn.reads:
+        verdict.txn["reads final" if read.final else "reads"] += 1
+        source = (
+            f"a read_committed fetch of {read.topic}-{read.partition} from {read.offset} "
+            f"through node {read.node} at {read.start:.2f}s" + (" (final)" if read.final else "")
+        )
+        for offset, key, value in read.records:
+            lso = read.last_stable_offset
+            if lso is None or offset >= lso:
+                verdict.add(
+                    "txn-past-lso",
+                    f"{source}: a record at {offset}; last stable offset {lso}, high watermark "
+                    f"{read.high_watermark}",
+                )
+            if read.topic == txn.topic:
+                _committed_read(read.partition, offset, key, value, source, final_end, reference)
+            ident = _txn_record(value)
+            if ident is not None and ident[0] in aborted:
+                verdict.add(
+                    "txn-aborted-read",
+                    f"{source}: {ident} at {offset}, of {owner[ident[0]]}, though "
+                    f"{aborted[ident[0]]}; {_calls(owner[ident[0]])}",
+                )
+            if ident is not None and read.final:
+                seen[ident] += 1
+    for fetch in txn.fetches:
+        source = f"member {fetch.member} of {fetch.group} through node {fetch.node}"
+        for topic, p, offset, key, value in fetch.records:
+            if topic == txn.topic:
+                _committed_read(p, offset, key, value, source, final_end, reference)
+            ident = _txn_record(value)
+            if ident is not None and ident[0] in aborted:
+                verdict.add(
+                    "txn-aborted-read",
+                    f"{source} at {fetch.start:.2f}s: {ident} at p{p} offset {offset}, of "
+                    f"{owner[ident[0]]}, though {aborted[ident[0]]}",
+                )
+    for ident, count in sorted(seen.items()):
+        if count > 1:
+            verdict.duplicates += count - 1
+            verdict.add("duplicate", f"record {ident} read committed {count} times")
+    for t in txn.txns:
+        _check_txn_records(txn, t, seen, verdict)
+    _check_txn_offsets(txn, verdict)
+    settle = txn.settle
+    if settle is not None and settle.reached_in is None:
+        verdict.add(
+            "txn-hung",
+            f"{settle.bound_s:.0f} s after healing, last stable offsets and high watermarks "
+            f"{sorted(settle.lso.items())}, states {sorted(settle.states.items())} "
+            f"({settle.note or 'every answer read'})",
+        )
+
+
+def _committed_read(
+    p: int,
+    offset: int,
+    key: str | None,
+    value: Any,
+    source: str,
+    final_end: dict[int, int],
+    reference: _Reference,
+) -> None:
+    """A record of the schedule's topic read at read_committed is a consumer read: in the
+    final log at its offset."""
+    if offset >= final_end[p]:
+        reference.verdict.add(
+            "read-changed",
+            f"{source}: p{p} offset {offset} is past the final log end {final_end[p]}: it "
+            "disappeared",
+        )
+    else:
+        reference.observe(p, offset, (key, _canonical(value)), source)
+
+
+def _check_txn_records(
+    txn: TxnHistory, t: Txn, seen: Counter[tuple[str, int]], verdict: Verdict
+) -> None:
+    """The final read shows all of the transaction's acknowledged records or none, and all
+    once its commit was answered (judged where every partition it wrote was read)."""
+    produces = t.of("produce")
+    if not {(c.topic, p) for c in produces for p, _ in c.records} <= txn.final_read:
+        return
+    acked = {(c.key, i) for c in produces if c.outcome == "ok" for _, i in c.records}
+    shown = {(c.key, i) for c in produces for _, i in c.records if seen[(c.key, i)]}
+    missing = sorted(acked - shown)
+    if shown and missing:
+        verdict.add(
+            "txn-torn",
+            f"{t}: the final read shows {sorted(shown)}, not {missing}; {_calls(t)}",
+        )
+    if missing and _committed(t):
+        verdict.add(
+            "txn-commit-lost",
+            f"{t}: its commit was answered, yet the final read lacks {missing}; {_calls(t)}",
+        )
+
+
+def _check_txn_offsets(txn: TxnHistory, verdict: Verdict) -> None:
+    """Each group's committed offsets after healing: per partition, what the last of its
+    transactions that committed sent, or what one of unknown outcome after it sent; never
+    what an aborted one sent."""
+    for group, committed in sorted(txn.final_committed.items()):
+        if committed is None:
+            continue  # unreadable: an anomaly says so
+        allowed: dict[tuple[str, int], set[int | None]] = defaultdict(lambda: {None})
+        told: dict[tuple[str, int], list[str]] = defaultdict(list)
+        for t in sorted(txn.txns, key=lambda t: t.begun):
+            fate = (
+                "committed"
+                if _committed(t)
+                else "aborted"
+                if _aborted(t, txn.begins)
+                else "unknown"
+            )
+            for c in t.of("offsets"):
+                if c.group != group or c.outcome == "refused":
+                    continue
+                for tp, offset in c.offsets.items():
+                    told[tp].append(f"{offset} by {t} ({fate}, the call {c.outcome})")
+                    if fate == "committed" and c.outcome == "ok":
+                        allowed[tp] = {offset}
+                    elif fate != "aborted":
+                        allowed[tp].add(offset)
+        for tp in sorted(set(allowed) | set(committed)):
+            if committed.get(tp) not in allowed[tp]:
+                verdict.add(
+                    "txn-offsets",
+                    f"group {group} has {committed.get(tp)} committed for {tp[0]}-{tp[1]}, "
+                    f"expected one of {sorted(allowed[tp], key=str)}; sent: "
+                    + ("; ".join(told[tp]) or "none"),
+                )
 
 
 def _check_topics(side: SideHistory, verdict: Verdict) -> None:

@@ -25,11 +25,14 @@ T = TypeVar("T")
 
 LEASE_TTL_S = 2.0
 REPLICA_LAG_TIME_MAX_MS = 2000
+TRANSACTION_ABORT_INTERVAL_MS = 1000  # a timed-out transaction is aborted within a second
 NODE_OPTIONS = (
     "--lease-ttl",
     str(LEASE_TTL_S),
     "--replica-lag-time-max-ms",
     str(REPLICA_LAG_TIME_MAX_MS),
+    "--transaction-abort-interval-ms",
+    str(TRANSACTION_ABORT_INTERVAL_MS),
     # One partition (replicated 3 ways) instead of 50: the groups topic is not under test here.
     "--offsets-topic-partitions",
     "1",
@@ -185,6 +188,7 @@ class LogRecord:
     key: bytes | None
     value: bytes | None
     idempotency: bytes | None  # the sluice-idempotency-key header, if any
+    control: bool = False  # a transaction's COMMIT or ABORT marker
 
 
 def read_replica_log(data_dir: Path, topic: str, partition: int) -> list[LogRecord]:
@@ -207,7 +211,12 @@ def read_replica_log(data_dir: Path, topic: str, partition: int) -> list[LogReco
                     marker = dict(rec.headers).get(fmt.IDEMPOTENCY_HEADER)
                     records.append(
                         LogRecord(
-                            rec.offset, header.partition_leader_epoch, rec.key, rec.value, marker
+                            rec.offset,
+                            header.partition_leader_epoch,
+                            rec.key,
+                            rec.value,
+                            marker,
+                            header.is_control,
                         )
                     )
             except InvalidRecord:

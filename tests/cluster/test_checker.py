@@ -18,6 +18,7 @@ from tests.cluster.registryload import RegistryHistory, RegistryOp, RegistryView
 from tests.cluster.shareload import ShareAck, ShareDelivery, ShareHistory, ShareLeave
 from tests.cluster.sideload import (
     MOVES,
+    PROBLEM_JSON,
     Commit,
     GroupFetch,
     Move,
@@ -27,6 +28,7 @@ from tests.cluster.sideload import (
     TopicOp,
     TopicView,
 )
+from tests.cluster.txnload import MemberFetch, Txn, TxnCall, TxnHistory, TxnRead, TxnSettle
 from tests.cluster.workload import Attempt, History, Observation, ProduceOp, Read, Snapshot
 
 T0 = 1_000_000.0  # wall clock of the first attempt
@@ -209,6 +211,7 @@ def read(offset: int, offsets: list[int], next_offset: int, hw: int) -> Read:
         (read(1, [0, 1], 2, 2), "from 1: offsets [0, 1]"),  # began before it
         (read(0, [1, 0], 1, 2), "from 0: offsets [1, 0]"),  # out of order
         (read(0, [0], 2, 2), "next_offset 2 after 0"),
+        (read(0, [0, 1], 1, 2), "next_offset 1 after 1"),
         (read(0, [0, 1], 2, 1), "record 1 at or past hw 1"),
     ],
 )
@@ -1306,3 +1309,327 @@ def test_registry_histories_that_break_a_rule(
     history, logs, end, states = clean()
     breaks(with_registry(history))
     assert kind in kinds(check(history, logs, end, states))
+
+
+def tcall(
+    kind: str,
+    start: float,
+    status: int | None = 200,
+    *,
+    code: str | None = None,
+    state: str | None = None,
+    epoch: int | None = None,
+    tid: str = "t.tx0",
+) -> TxnCall:
+    """A transaction call answered `status` (a refusal as problem+json with `code`)."""
+    content_type = None if status is None else "application/json"
+    if status is not None and status >= 300:
+        content_type = PROBLEM_JSON
+    return TxnCall(
+        kind,
+        tid,
+        0,
+        start,
+        start + 0.05,
+        status,
+        content_type,
+        code,
+        state=state,
+        epoch=epoch,
+    )
+
+
+def tproduce(
+    key: str, records: list[tuple[int, int]], start: float, status: int | None = 200
+) -> TxnCall:
+    call = tcall("produce", start, status)
+    call.key, call.topic, call.records = key, "t-tx", records
+    return call
+
+
+def toffsets(offset: int, start: float, status: int | None = 200) -> TxnCall:
+    call = tcall("offsets", start, status)
+    call.group, call.offsets = "g", {("t", 0): offset}
+    return call
+
+
+def tvalue(key: str, i: int) -> tuple[str, dict[str, object]]:
+    return f"{key}#{i}", {"tx": key, "i": i}
+
+
+def tread(
+    partition: int,
+    records: list[tuple[int, str, int]],
+    next_offset: int,
+    lso: int | None,
+    final: bool = True,
+    topic: str = "t-tx",
+) -> TxnRead:
+    """A read_committed read from 0 showing (offset, produce key, index) records."""
+    shown: list[tuple[int, str | None, object]] = [(o, *tvalue(key, i)) for o, key, i in records]
+    return TxnRead(topic, partition, 0, 4.0, 0, shown, next_offset, next_offset, lso, final)
+
+
+C, A = "t.tx0/e0/0", "t.tx0/e1/0"  # the committed and the aborted transaction's produces
+
+
+def with_txn(history: History) -> TxnHistory:
+    """Two transactions of one id: epoch 0 writes one record to each side partition and
+    offset 1 of the group, and commits; epoch 1 writes to side partition 0 and offset 2, and
+    aborts. The final read at read_committed shows the committed records alone (the markers
+    and the aborted record passed over), a member read the campaign's records, the group has
+    offset 1 committed, and everything settled at once."""
+    txn = TxnHistory("t", "t-tx")
+    committed = Txn(
+        "t.tx0",
+        0,
+        "commit",
+        6_000,
+        0.15,
+        [
+            tcall("begin", 0.1, 201, state="Ongoing", epoch=0),
+            tproduce(C, [(0, 0), (1, 1)], 0.2),
+            toffsets(1, 0.3),
+            tcall("commit", 0.4, state="CompleteCommit"),
+        ],
+    )
+    aborted = Txn(
+        "t.tx0",
+        1,
+        "abort",
+        6_000,
+        0.55,
+        [
+            tcall("begin", 0.5, 201, state="Ongoing", epoch=1),
+            tproduce(A, [(0, 0)], 0.6),
+            toffsets(2, 0.7),
+            tcall("abort", 0.8, state="CompleteAbort"),
+        ],
+    )
+    txn.txns += [committed, aborted]
+    txn.begins += [committed.calls[0], aborted.calls[0]]
+    txn.reads += [
+        tread(0, [(0, C, 0)], 1, 1, final=False),
+        tread(0, [(0, C, 0)], 4, 4),
+        tread(1, [(0, C, 1)], 2, 2),
+    ]
+    plain: list[tuple[int, str | None, object]] = [
+        (0, "o1#0", {"op": "o1", "i": 0}),
+        (1, "o1#1", {"op": "o1", "i": 1}),
+    ]
+    txn.reads.append(TxnRead("t", 0, 0, 4.0, 0, plain, 2, 2, 2, True))
+    txn.fetches.append(MemberFetch("g", "m", 0, 0.25, [("t", 0, 0, "o1#0", plain[0][2])]))
+    txn.final_read = {("t-tx", 0), ("t-tx", 1)}
+    txn.final_committed = {"g": {("t", 0): 1}}
+    txn.settle = TxnSettle(13.0, reached_in=0.5)
+    history.txn = txn
+    return txn
+
+
+def test_transactions_that_keep_every_rule() -> None:
+    history, logs, end, states = clean()
+    with_txn(history)
+    verdict = check(history, logs, end, states)
+    assert verdict.violations == []
+    assert (verdict.txn["committed"], verdict.txn["aborted"]) == (1, 1)
+    assert verdict.txn["produce ok"] == 2 and verdict.txn["reads final"] == 3
+
+
+def test_a_committed_transaction_read_in_part() -> None:
+    """The final read shows one of the two records of the transaction whose commit was
+    answered: torn, and its commit lost; whatever its answer, torn; with none shown, only an
+    answered commit is lost. A record whose produce went unanswered may be missing."""
+    history, logs, end, states = clean()
+    txn = with_txn(history)
+    del txn.reads[2].records[0]
+    assert kinds(check(history, logs, end, states)) == {"txn-torn", "txn-commit-lost"}
+    commit = txn.txns[0].calls[-1]
+    commit.status, commit.state = None, None
+    assert kinds(check(history, logs, end, states)) == {"txn-torn"}
+    txn.reads[1].records.clear()
+    assert check(history, logs, end, states).violations == []  # unknown: none shown
+    commit.status, commit.state = 200, "PrepareCommit"
+    assert kinds(check(history, logs, end, states)) == {"txn-commit-lost"}
+    txn.reads[1] = tread(0, [(0, C, 0)], 4, 4)
+    txn.reads[2] = tread(1, [], 2, 2)
+    txn.txns[0].calls[1].status = None  # its produce went unanswered: it may not have landed
+    assert check(history, logs, end, states).violations == []
+
+
+def test_a_partition_not_read_to_its_end_is_not_judged() -> None:
+    history, logs, end, states = clean()
+    txn = with_txn(history)
+    del txn.reads[2].records[0]
+    txn.final_read.discard(("t-tx", 1))
+    assert check(history, logs, end, states).violations == []
+
+
+def _timed_out(txn: TxnHistory) -> None:
+    txn.txns[1].calls[-1] = tcall("commit", 0.8, 409, code="TRANSACTION_TIMED_OUT")
+
+
+def _fenced(txn: TxnHistory) -> None:
+    """A begin of epoch 3 answered before the holder's commit was sent."""
+    txn.txns[1].calls[-1] = tcall("commit", 0.8, None)
+    txn.begins.append(tcall("begin", 0.7, 201, state="Ongoing", epoch=3))
+
+
+def _never_committed(txn: TxnHistory) -> None:
+    del txn.txns[1].calls[-1]
+
+
+@pytest.mark.parametrize("why", [lambda txn: None, _timed_out, _fenced, _never_committed])
+@pytest.mark.parametrize("where", ["final", "during", "member"])
+def test_a_record_of_an_aborted_transaction_read_committed(
+    why: Callable[[TxnHistory], None], where: str
+) -> None:
+    """Aborted (answered), timed out, fenced before its commit or never committed: its record
+    is read at read_committed by the final read, a read during the faults, or a member."""
+    history, logs, end, states = clean()
+    txn = with_txn(history)
+    why(txn)
+    if where == "member":
+        txn.fetches[0].records.append(("t-tx", 0, 2, *tvalue(A, 0)))
+    else:
+        txn.reads[0].last_stable_offset = 4
+        txn.reads[1 if where == "final" else 0].records.append((2, *tvalue(A, 0)))
+    verdict = check(history, logs, end, states)
+    assert kinds(verdict) == {"txn-aborted-read"}, verdict
+
+
+def test_a_commit_sent_before_the_newer_begin_was_answered_may_have_committed() -> None:
+    history, logs, end, states = clean()
+    txn = with_txn(history)
+    txn.txns[1].calls[-1] = tcall("commit", 0.8, None)
+    txn.begins.append(tcall("begin", 0.78, 201, state="Ongoing", epoch=3))  # answered 0.83
+    txn.reads[1].records.append((2, *tvalue(A, 0)))
+    txn.final_committed["g"] = {("t", 0): 2}
+    assert check(history, logs, end, states).violations == []
+
+
+@pytest.mark.parametrize("lso", [None, 0])
+def test_a_record_at_or_past_the_last_stable_offset(lso: int | None) -> None:
+    """A read_committed answer without its last stable offset, or a record at it."""
+    history, logs, end, states = clean()
+    txn = with_txn(history)
+    txn.reads[0].last_stable_offset = lso
+    assert kinds(check(history, logs, end, states)) == {"txn-past-lso"}
+
+
+@pytest.mark.parametrize(
+    ("committed", "ok"),
+    [
+        ({("t", 0): 1}, True),
+        ({("t", 0): 2}, False),  # the aborted transaction's
+        ({("t", 0): None}, False),  # the committed one's lost
+        ({("t", 0): 1, ("t", 1): 5}, False),  # never sent
+        ({}, False),
+    ],
+)
+def test_a_groups_offsets_are_the_committed_transactions(
+    committed: dict[tuple[str, int], int | None], ok: bool
+) -> None:
+    history, logs, end, states = clean()
+    with_txn(history).final_committed["g"] = committed
+    verdict = check(history, logs, end, states)
+    assert kinds(verdict) == (set() if ok else {"txn-offsets"})
+
+
+def test_offsets_of_a_transaction_of_unknown_outcome_may_be_committed() -> None:
+    """Its commit unanswered, the aborted one's offset 2 may be the group's; so may the
+    earlier 1. An offsets call without an answer in a committed transaction, the same."""
+    history, logs, end, states = clean()
+    txn = with_txn(history)
+    txn.txns[1].calls[-1] = tcall("commit", 0.8, None)
+    for offset in (1, 2):
+        txn.final_committed["g"] = {("t", 0): offset}
+        assert check(history, logs, end, states).violations == []
+    txn.final_committed["g"] = {("t", 0): None}
+    assert kinds(check(history, logs, end, states)) == {"txn-offsets"}
+    history, logs, end, states = clean()
+    txn = with_txn(history)
+    txn.txns[0].calls[2].status = None
+    for maybe in (None, 1):
+        txn.final_committed["g"] = {("t", 0): maybe}
+        assert check(history, logs, end, states).violations == []
+
+
+def test_a_transaction_that_never_ended() -> None:
+    history, logs, end, states = clean()
+    with_txn(history).settle = TxnSettle(13.0, lso={("t-tx", 0): (2, 4)}, note="held")
+    verdict = check(history, logs, end, states)
+    assert kinds(verdict) == {"txn-hung"} and named(verdict, "txn-hung", "(2, 4)")
+
+
+def test_a_transactions_record_read_committed_twice() -> None:
+    history, logs, end, states = clean()
+    with_txn(history).reads[2].records.append((1, *tvalue(C, 1)))
+    verdict = check(history, logs, end, states)
+    assert kinds(verdict) == {"duplicate"} and verdict.duplicates == 1
+
+
+@pytest.mark.parametrize("call", ["begin", "commit"])
+@pytest.mark.parametrize(
+    ("content_type", "code"),
+    [("application/json", "COORDINATOR_NOT_AVAILABLE"), (PROBLEM_JSON, None)],
+)
+def test_a_transaction_call_answered_an_unclean_error(
+    call: str, content_type: str, code: str | None
+) -> None:
+    history, logs, end, states = clean()
+    txn = with_txn(history)
+    bad = tcall(call, 0.9, 503)
+    bad.content_type, bad.code = content_type, code
+    if call == "begin":
+        txn.begins.append(bad)
+    else:
+        txn.txns[0].calls.append(bad)
+    assert kinds(check(history, logs, end, states)) == {"unclean-error"}
+
+
+@pytest.mark.parametrize("source", ["read", "member"])
+def test_a_record_read_committed_that_changed_or_disappeared(source: str) -> None:
+    """A record of the schedule's topic read at read_committed is a consumer read."""
+    history, logs, end, states = clean()
+    txn = with_txn(history)
+    txn.reads[3].last_stable_offset = 3
+    records = txn.reads[3].records if source == "read" else txn.fetches[0].records
+    old = records[0]
+    records[0] = (*old[:-1], {"op": "else"})
+    assert kinds(check(history, logs, end, states)) == {"divergence"}
+    records[0] = (*old[:-3], 2, *old[-2:])
+    assert kinds(check(history, logs, end, states)) == {"read-changed"}
+
+
+def test_transaction_anomalies_are_violations() -> None:
+    history, logs, end, states = clean()
+    with_txn(history).anomalies.append(("not-live", "t-tx-1 not read"))
+    assert check(history, logs, end, states).violations == [
+        Violation("not-live", "t-tx-1 not read")
+    ]
+
+
+def test_a_read_uncommitted_passes_over_the_markers() -> None:
+    """Markers at offsets 1 and 3: a read from 0 shows 0 and 2 and goes on at 4; skipping
+    a record that is not a marker, or a next offset at or before the last, is wrong."""
+    history, _, _, states = clean()
+    log = [
+        rec(0, "o1", 0, mark=marker("o1", T0 + 0.05)),
+        LogRecord(1, 0, b"\x00\x00\x00\x01", b"\x00\x00\x00\x00\x00\x00", None, True),
+        rec(2, "o1", 1),
+        LogRecord(3, 0, b"\x00\x00\x00\x01", b"\x00\x00\x00\x00\x00\x00", None, True),
+    ]
+    logs = {0: {0: log}, 1: {0: list(log)}}
+    history.ops[0].attempts[0].results = [(0, 0, 1)]
+    history.ops[0].records = [(0, 0)]
+    history.reads[0] = read(0, [0, 2], 4, 4)
+    history.reads[0].records[1] = (2, "o1#1", {"op": "o1", "i": 1})
+    assert check(history, logs, {0: 4}, states).violations == []
+    history.reads[0].next_offset = 2
+    assert named(check(history, logs, {0: 4}, states), "offsets", "next_offset 2 after 2")
+    history.reads[0].next_offset = 4
+    history.reads[0].records = history.reads[0].records[1:]
+    history.reads[0].offset = 1
+    assert check(history, logs, {0: 4}, states).violations == []
+    history.reads[0].offset = 0
+    assert named(check(history, logs, {0: 4}, states), "offsets", "from 0: offsets [2]")

@@ -4,7 +4,7 @@ requests through another node once their partition's leader changed; partition c
 pollers of every node's view of the topic, and snapshots of the replicas' logs read from disk.
 Every call and its outcome goes into a `History`, which the checker judges after the schedule
 (group members and topic changes record theirs too: sideload.py; the share group's consumers:
-shareload.py)."""
+shareload.py; the transactions: txnload.py)."""
 
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ from tests.cluster.harness import (
 from tests.cluster.registryload import RegistryHistory
 from tests.cluster.shareload import ShareHistory
 from tests.cluster.sideload import SideHistory
+from tests.cluster.txnload import TxnHistory
 
 FORWARDED_BY = "Sluice-Forwarded-By"  # a request carrying it is answered where it lands
 PRODUCE_TIMEOUT_MS = 2500  # the server's wait for acks
@@ -176,6 +177,7 @@ class History:
     side: SideHistory = field(default_factory=lambda: SideHistory(""))
     registry: RegistryHistory = field(default_factory=RegistryHistory)
     share: ShareHistory = field(default_factory=ShareHistory)
+    txn: TxnHistory = field(default_factory=TxnHistory)
     unreplayed: int = 0  # acknowledged requests picked for a replay whose leader never changed
 
     def now(self) -> float:

@@ -5,7 +5,7 @@ while; its target is resolved when it fires (a random node that is up, the curre
 partition, the controller), so the schedule stays meaningful whatever happened before it.
 Every fault is undone at its end (restart, SIGCONT, link healed); the campaign heals whatever
 remains before checking. A fault that hits the share group's coordinator (the node leading its
-state partition) says so, and is counted apart.
+state partition), or a transactional id's, says so, and is counted apart.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from engine.internal_topics import SHARE_GROUP_STATE
+from engine.internal_topics import SHARE_GROUP_STATE, TRANSACTION_STATE
 from engine.offsets_topic import partition_for
 from tests.cluster.harness import (
     ETCD_PREFIX,
@@ -121,6 +121,7 @@ class FaultLog:
     injected: Counter[str] = field(default_factory=Counter)
     skipped: Counter[str] = field(default_factory=Counter)
     coordinator: Counter[str] = field(default_factory=Counter)  # the injected that hit it
+    txn_coordinator: Counter[str] = field(default_factory=Counter)  # ... a transaction's
     events: list[str] = field(default_factory=list)
 
 
@@ -136,11 +137,13 @@ class FaultRunner:
         clock: Callable[[], float],
         partitions: int,
         share_group: str = "",
+        transactional_ids: tuple[str, ...] = (),
     ) -> None:
         self.cluster = cluster
         self.topic = topic
         self.partitions = partitions
         self.share_group = share_group
+        self.transactional_ids = transactional_ids
         self.rng = rng
         self.log = log
         self.clock = clock
@@ -231,25 +234,37 @@ class FaultRunner:
             self.busy.discard(node)
 
     async def _coordinating(self, kind: str, nodes: tuple[int, ...]) -> str:
-        """Whether a fault of `kind` on `nodes` hits the share group's coordinator: counted,
-        and said in the timeline (what to add to the fault's note)."""
-        if not self.share_group:
-            return ""
-        coordinator = await asyncio.to_thread(self._coordinator)
-        if coordinator not in nodes:
-            return ""
-        self.log.coordinator[kind] += 1
-        return f", the share group's coordinator {coordinator}"
+        """Whether a fault of `kind` on `nodes` hits the share group's coordinator or a
+        transactional id's: counted, and said in the timeline (what to add to the fault's
+        note)."""
+        note = ""
+        if self.share_group:
+            coordinator = await asyncio.to_thread(
+                self._coordinator, SHARE_GROUP_STATE, self.share_group
+            )
+            if coordinator in nodes:
+                self.log.coordinator[kind] += 1
+                note += f", the share group's coordinator {coordinator}"
+        hit = []
+        for tid in self.transactional_ids:
+            coordinator = await asyncio.to_thread(self._coordinator, TRANSACTION_STATE, tid)
+            if coordinator in nodes:
+                hit.append(f"{tid}'s {coordinator}")
+        if hit:
+            self.log.txn_coordinator[kind] += 1
+            note += ", the transaction coordinator of " + ", ".join(hit)
+        return note
 
-    def _coordinator(self) -> int | None:
-        """The leader of the share group's state partition (None before the topic is made)."""
-        prefix = f"{ETCD_PREFIX}/partitions/{SHARE_GROUP_STATE}/"
+    def _coordinator(self, state_topic: str, key: str) -> int | None:
+        """The leader of `key`'s partition of a coordinator's state topic (None before the
+        topic is made)."""
+        prefix = f"{ETCD_PREFIX}/partitions/{state_topic}/"
         try:
             kvs, _ = self.cluster.etcd.range(prefix.encode())
             if not kvs:
                 return None
-            p = partition_for(self.share_group, len(kvs))
-            state = self.cluster.etcd.partition(SHARE_GROUP_STATE, p)
+            p = partition_for(key, len(kvs))
+            state = self.cluster.etcd.partition(state_topic, p)
         except (httpx.HTTPError, OSError, ValueError, KeyError):
             return None
         return None if state is None else state.leader

@@ -4,10 +4,12 @@ fresh topic with producers of JSON, NDJSON and binary batches with acks=0, 1 and
 partition consumers, pollers, group members (join, fetch, commit), a share group's consumers
 (acquire; accept, release, reject, renew, let locks lapse), topic changes (create, config) and
 reassignments of the topic (shrink, grow, reorder, throttle, cancel, balance, decommission dry
-runs) and the schema registry (registers, levels, produces framed with an id just acknowledged
-into a topic that validates them); after each schedule every fault is healed, every partition
-is put back on every node, the ISR must fill again, the share group must be done with every
-record, the checker judges the whole history (see checker.py for the properties), every kind
+runs), the schema registry (registers, levels, produces framed with an id just acknowledged
+into a topic that validates them) and transactions (over the topic and a side topic, with a
+group's offsets; committed, aborted, timed out, zombies) read at read_committed; after each
+schedule every fault is healed, every transaction must end, every partition is put back on
+every node, the ISR must fill again, the share group must be done with every record, the
+checker judges the whole history (see checker.py for the properties), every kind
 of operation must succeed again (liveness.py), and the schedule must have injected a fault and
 acknowledged records (docs/cluster.md, "The fault campaign").
 
@@ -38,6 +40,7 @@ from tests.cluster.registryload import Registrar
 from tests.cluster.schedule import FAULT_WEIGHTS, FaultLog, FaultRunner, Schedule, make_schedule
 from tests.cluster.shareload import ShareConsumers
 from tests.cluster.sideload import GroupMembers, Reassigner, SideHistory, TopicAdmin
+from tests.cluster.txnload import SIDE_PARTITIONS, Transactions, side_topic
 from tests.cluster.workload import ATTEMPT_TIMEOUT_S, History, Workload
 
 PARTITIONS = 3  # preferred leaders on every node
@@ -73,6 +76,10 @@ class Campaign:
     share: Counter[str] = field(default_factory=Counter)
     share_errors: Counter[str] = field(default_factory=Counter)
     share_drained_s: float = 0.0  # the longest wait for a share group to finish after healing
+    txn: Counter[str] = field(default_factory=Counter)
+    txn_errors: Counter[str] = field(default_factory=Counter)
+    txn_coordinator_faults: Counter[str] = field(default_factory=Counter)
+    txn_settled_s: float = 0.0  # the longest wait for every transaction to end after healing
     reassign_refusals: Counter[str] = field(default_factory=Counter)  # "409 CODE" -> calls
     divergences: int = 0
     duplicates: int = 0
@@ -92,6 +99,7 @@ class Campaign:
         self.schedules += 1
         self.faults.update(faults.injected)
         self.coordinator_faults.update(faults.coordinator)
+        self.txn_coordinator_faults.update(faults.txn_coordinator)
         self.skipped.update(faults.skipped)
         self.ops.update(verdict.ops)
         self.ops_by.update(verdict.ops_by)
@@ -106,7 +114,12 @@ class Campaign:
         self.reassignments.update(verdict.reassignments)
         self.registry.update(verdict.registry)
         self.share.update(verdict.share)
+        self.txn.update(verdict.txn)
         if history is not None:
+            self.txn_errors.update(history.txn.errors)
+            settle = history.txn.settle
+            if settle is not None and settle.reached_in is not None:
+                self.txn_settled_s = max(self.txn_settled_s, settle.reached_in)
             self.share_errors.update(history.share.errors)
             self.share_drained_s = max(self.share_drained_s, history.share.drained_in)
             self.unreplayed += history.unreplayed
@@ -175,6 +188,14 @@ class Campaign:
             + _counts(Counter({k[4:]: n for k, n in self.share.items() if k.startswith("ack ")}))
             + f"; failed calls: {_counts(self.share_errors)}; done at most "
             f"{self.share_drained_s:.1f} s after the final log end was known",
+            f"  transactions: {self.txn['committed']} committed (commit answered), "
+            f"{self.txn['aborted']} surely aborted, {self.txn['unknown']} of unknown outcome; "
+            "by mode: " + _counts(self._txn("mode ")),
+            "    calls: " + _counts(self._txn("", modes=False)),
+            f"    reads at read_committed: {self.txn['reads']} during the faults, "
+            f"{self.txn['reads final']} final; failed calls: {_counts(self.txn_errors)}; every "
+            f"transaction ended at most {self.txn_settled_s:.1f} s after healing",
+            f"    on a transaction coordinator: {_counts(self.txn_coordinator_faults)}",
             f"  divergences: {self.divergences}",
             f"  duplicates: {self.duplicates}",
             f"  violations by kind: {kinds}",
@@ -183,6 +204,15 @@ class Campaign:
             lines.append(f"  faults skipped (no target up): {dict(self.skipped)}")
         lines += ["  " + f for f in self.failing[:20]]
         return lines
+
+    def _txn(self, prefix: str, modes: bool = True) -> Counter[str]:
+        """The transaction counters under `prefix` (modes, or the calls by answer)."""
+        if modes:
+            return Counter(
+                {k[len(prefix) :]: n for k, n in self.txn.items() if k.startswith(prefix)}
+            )
+        calls = ("begin ", "produce ", "offsets ", "commit ", "abort ")
+        return Counter({k: n for k, n in self.txn.items() if k.startswith(calls)})
 
     def _registry(self, kind: str) -> Counter[str]:
         """The registry calls of one kind by outcome."""
@@ -280,6 +310,8 @@ async def run_schedule(
         cluster.create_topic, topic, PARTITIONS, via=rng.randrange(cluster.size)
     )
     await asyncio.to_thread(cluster.wait_topic_everywhere, topic)
+    await asyncio.to_thread(cluster.create_topic, side_topic(topic), SIDE_PARTITIONS)
+    await asyncio.to_thread(cluster.wait_topic_everywhere, side_topic(topic))
     history = History(topic, PARTITIONS, side=SideHistory(f"group-{topic}"))
     history.share.group = f"share-{topic}"
     faults = FaultLog()
@@ -298,6 +330,7 @@ async def run_schedule(
     share = ShareConsumers(
         cluster, history.share, random.Random(seed + 6), session, topic, history.now
     )
+    txn = Transactions(cluster, history.txn, random.Random(seed + 7), session, topic, history.now)
     await asyncio.to_thread(registrar.create_topic)
     runner = FaultRunner(
         cluster,
@@ -307,6 +340,7 @@ async def run_schedule(
         history.now,
         PARTITIONS,
         history.share.group,
+        Transactions.ids(topic),
     )
 
     async def snapshot_midway() -> None:
@@ -320,6 +354,7 @@ async def run_schedule(
     reassigner.start()
     registrar.start()
     share.start()
+    txn.start()
     final_end: dict[int, int] | None = None
     stuck: Verdict | None = None
     # Its consumers accept what is left while the final reads go on, then leave.
@@ -328,6 +363,7 @@ async def run_schedule(
         await asyncio.gather(runner.run(schedule), snapshot_midway())
         workload.stop_new.set()
         share.draining = True  # from now on its consumers accept what they acquire
+        txn.stop_new()  # from now on its producers end what they began, and begin nothing
         faults.events.append(f"{history.now():6.2f}s heal everything")
         await asyncio.gather(
             members.close(),
@@ -337,6 +373,7 @@ async def run_schedule(
             asyncio.to_thread(cluster.heal),
         )
         faults.events.append(f"{history.now():6.2f}s healed")
+        healed_at = asyncio.get_running_loop().time()
         # Every partition back on every node before the final logs are read from each.
         settled = await reassigner.settle(PARTITIONS)
         workload.give_up_at = time.monotonic() + DRAIN_S
@@ -347,6 +384,9 @@ async def run_schedule(
         elif not await workload.replays_done(DRAIN_S + ATTEMPT_TIMEOUT_S + 1):
             stuck = _stuck(f"replays still failing {DRAIN_S:.0f} s after healing", cluster, topic)
         else:
+            # Every transaction ends before the log ends are read: no marker lands past them.
+            await txn.drain(healed_at, DRAIN_S)
+            faults.events.append(f"{history.now():6.2f}s transactions: {txn.settled()}")
             try:
                 rows = await asyncio.to_thread(cluster.wait_in_sync, topic, PARTITIONS)
             except WaitTimeout as exc:
@@ -363,7 +403,12 @@ async def run_schedule(
         raise
     finally:
         await asyncio.gather(
-            members.close(), admin.close(), reassigner.close(), registrar.close(), workload.close()
+            members.close(),
+            admin.close(),
+            reassigner.close(),
+            registrar.close(),
+            workload.close(),
+            txn.close(),
         )
     if stuck is not None or final_end is None or share_drain is None:
         await _stop_share(share, share_drain)
@@ -372,7 +417,11 @@ async def run_schedule(
         verdict.ops = Counter(op.outcome for op in history.ops)
         return schedule, faults, verdict, history
     await asyncio.gather(
-        members.read_final(PARTITIONS), admin.read_final(), registrar.drain(), share_drain
+        members.read_final(PARTITIONS),
+        admin.read_final(),
+        registrar.drain(),
+        share_drain,
+        txn.read_final(),
     )
     await registrar.read_final()
     faults.events.append(
@@ -408,6 +457,7 @@ async def run_schedule(
         assert response.status_code == 204, response.text
         await admin.delete()
         await share.delete()
+        await txn.delete()
         await asyncio.to_thread(
             cluster.http.delete, cluster.url(0) + f"/v1/topics/{registrar.validated}"
         )

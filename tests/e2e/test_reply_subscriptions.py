@@ -1,21 +1,28 @@
-"""A reply subscription against a real `python -m gateway` process: the node is killed with
-SIGKILL as soon as a batch's replies are in the reply topic (while that batch's transaction is
-under way: its offsets and commit follow), started again, and the reply topic read at
-read_committed holds every reply exactly once."""
+"""Reply subscriptions against real `python -m gateway` processes: a node killed with SIGKILL
+as soon as a batch's replies are in the reply topic (while that batch's transaction is under
+way: its offsets and commit follow), then started again; and a three-node cluster on a real
+etcd whose partition leader is killed mid-delivery. Read at read_committed, the reply topic
+holds every reply exactly once."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from aiohttp import web
 
+from gateway.workers.local_cluster import LocalCluster
 from tests.e2e.conftest import Server, start_server
+from tests.e2e.test_subscription_faults import DEADLINE_S, call, cluster
 from tests.subscriptions.receiver import Receiver, serve
+
+__all__ = ["cluster"]  # the three-node cluster fixture
 
 RECORDS, BATCH = 100, 5
 HELD = 6  # the request held until the test watches the reply topic
@@ -91,3 +98,64 @@ async def test_sigkill_between_the_replies_and_the_commit(tmp_path: Path) -> Non
         await runner.cleanup()
     delivered = [r["offset"] for a in receiver.acked() for r in json.loads(a.body)["records"]]
     assert sorted(set(delivered)) == list(range(RECORDS))
+
+
+def echo_partitioned(body: bytes) -> tuple[bytes, str]:
+    doc = json.loads(body)
+    replies = [{"value": [doc["partition"], r["value"]]} for r in doc["records"]]
+    return json.dumps({"records": replies}).encode(), "application/json"
+
+
+async def committed_everywhere(http: httpx.AsyncClient, url: str) -> list[Any]:
+    """The reply topic's values read at read_committed, all partitions (through `url`)."""
+    found: list[Any] = []
+    params = {"isolation": "read_committed", "timeout_ms": "0", "max_records": "10000"}
+    for partition in range(3):
+        path = f"{url}/v1/topics/out/partitions/{partition}/records"
+        answer = await call(http, "GET", path, params=params)
+        assert answer.status_code == 200, answer.text
+        found += [r["value"] for r in answer.json()["records"]]
+    return found
+
+
+@pytest.mark.skipif(shutil.which("etcd") is None, reason="needs etcd (etcd-server)")
+async def test_a_cluster_commits_each_reply_once_through_a_leaders_death(
+    cluster: LocalCluster,
+) -> None:
+    """Three nodes: each partition's transactions go to their ids' coordinators wherever they
+    are; a partition's leader is killed mid-delivery, the new leader's dispatcher begins under
+    the same id (aborting what the dead one left open) and goes on from the committed
+    position."""
+    receiver = Receiver(behaviour=lambda n, _: (200, {}), reply=echo_partitioned)
+    runner = await serve(receiver)
+    urls = [node.url for node in cluster.nodes]
+    per_partition = 60
+    try:
+        async with httpx.AsyncClient(timeout=30) as http:
+            for name in ("t", "out"):
+                doc = {"name": name, "partitions": 3, "replication_factor": 3}
+                answer = await call(http, "POST", f"{urls[0]}/v1/topics", json=doc)
+                assert answer.status_code == 201, answer.text
+            answer = await call(http, "POST", f"{urls[1]}/v1/subscriptions", json={
+                "name": "s", "topic": "t", "endpoint": receiver.url, "start": "earliest",
+                "format": "json", "batching": {"max_records": BATCH, "max_wait_ms": 0},
+                "reply": {"topic": "out"}, "isolation": "read_committed",
+            })  # fmt: skip
+            assert answer.status_code == 201, answer.text
+            for partition in range(3):
+                records = [{"value": i} for i in range(per_partition)]
+                path = f"{urls[2]}/v1/topics/t/partitions/{partition}/records"
+                answer = await call(http, "POST", path, json={"records": records})
+                assert answer.status_code == 200, answer.text
+            topic = (await call(http, "GET", f"{urls[0]}/v1/topics/t")).json()
+            victim = topic["partitions"][0]["leader"]
+            await receiver.until(lambda a: len(a) >= 4)
+            await asyncio.to_thread(cluster.nodes[victim].kill)
+            alive = next(node.url for node in cluster.nodes if node.running)
+            expected = sorted([p, i] for p in range(3) for i in range(per_partition))
+            async with asyncio.timeout(DEADLINE_S):
+                while len(found := await committed_everywhere(http, alive)) < len(expected):
+                    await asyncio.sleep(0.2)
+            assert sorted(found) == expected  # each exactly once
+    finally:
+        await runner.cleanup()

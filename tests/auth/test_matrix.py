@@ -39,6 +39,7 @@ V2_REFUSED = {401: 40101, 403: 40301}  # the REST Proxy's error_code of a refusa
 REGISTRY = "/schema-registry"
 SR_JSON = "application/vnd.schemaregistry.v1+json"  # the registry's answers, errors too
 SUBJECT = "m-subject"
+TRANSACTIONAL_ID = "m-txn"
 SHARER = "m-sharer"  # a member of the share group GROUP
 EMPTY_SHARE = "m-empty-share"  # a share group without members
 SCHEMA = {"schema": '{"type": "record", "name": "M", "fields": [{"name": "a", "type": "int"}]}'}
@@ -107,6 +108,21 @@ SAMPLES: dict[tuple[str, str], Sample] = {
     ("POST", "/v1/share-groups/{group}/members/{member}/acknowledge"): Sample(
         params={"member": SHARER}, json={"acknowledgements": [{"token": f"{TOPIC}:0:0:1"}]}
     ),
+    ("GET", "/v1/transactions"): Sample(),
+    ("POST", "/v1/transactions/{transactional_id}"): Sample(json={"timeout_ms": 60_000}),
+    ("GET", "/v1/transactions/{transactional_id}"): Sample(),
+    ("POST", "/v1/transactions/{transactional_id}/offsets"): Sample(
+        json={
+            "producer_epoch": 0,
+            "group_id": GROUP,
+            "member_id": "m-nobody",
+            "generation_id": 1,
+            "offsets": [{"topic": TOPIC, "partition": 0, "offset": 0}],
+        },
+        also=(("group", GROUP, "read"), ("topic", TOPIC, "read")),
+    ),
+    ("POST", "/v1/transactions/{transactional_id}/commit"): Sample(json={"producer_epoch": 0}),
+    ("POST", "/v1/transactions/{transactional_id}/abort"): Sample(json={"producer_epoch": 0}),
     ("POST", "/v1/subscriptions"): Sample(
         json={"name": "m-new", "topic": TOPIC, "endpoint": "https://example.com/hook"},
         also=READ_TOPIC,
@@ -244,6 +260,18 @@ SAMPLES: dict[tuple[str, str], Sample] = {
     ("POST", "/internal/v1/partitions/{topic}/{partition}/append"): Sample(
         query="acks=1", data=BATCH, content_type="application/vnd.sluice.record-batch"
     ),
+    ("POST", "/internal/v1/partitions/{topic}/{partition}/markers"): Sample(
+        json={
+            "producer_id": 1,
+            "producer_epoch": 0,
+            "commit": False,
+            "coordinator_epoch": 0,
+            "timeout_ms": 1000,
+        }
+    ),
+    ("POST", "/internal/v1/groups/{group}/transaction-offsets"): Sample(
+        json={"member_id": "m-nobody", "generation_id": 0, "offsets": None}
+    ),
     ("GET", "/internal/v1/ready"): Sample(),
     ("GET", "/internal/v1/reassignments/replicas"): Sample(),
     ("GET", "/internal/v1/partition-sizes"): Sample(),
@@ -361,7 +389,7 @@ async def test_authorization_matrix(
     params = {"topic": TOPIC, "partition": "0", "group": GROUP, "member": keys["member"],
               "instance": INSTANCE, "key_id": keys["key_id"], "name": SUBSCRIPTION,
               "cluster_id": keys["cluster_id"], "subject": SUBJECT, "version": "1", "id": "1",
-              **sample.params}  # fmt: skip
+              "transactional_id": TRANSACTIONAL_ID, **sample.params}  # fmt: skip
     url = re.sub(r"\{(\w+)\}", lambda m: params[m.group(1)], path)
     url += f"?{sample.query}" if sample.query else ""
     rule = access(method, path)

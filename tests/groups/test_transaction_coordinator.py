@@ -173,6 +173,16 @@ async def open_with(node: Node, *partitions: tuple[str, int]) -> TransactionMeta
     return await c.add_partitions(TID, meta.producer_epoch, partitions, ME)
 
 
+async def begun_on_two_replicas(node: Node) -> int:
+    """Node 1 in the state partition's ISR, and a transaction begun once it fetched the begin;
+    its epoch."""
+    await node.with_follower()
+    began = asyncio.create_task(node.coordinator.begin(TID, 60_000, ME))
+    await until(lambda: node.states_stored() == ["Ongoing"], "the begin's write")
+    node.follower_fetched()
+    return (await began).producer_epoch
+
+
 async def test_a_begin_is_stored_and_described(node: Node) -> None:
     c = node.coordinator
     meta = await c.begin(TID, 60_000, ME)
@@ -204,12 +214,8 @@ async def test_a_change_is_answered_only_once_every_in_sync_replica_has_it(node:
 async def test_concurrent_changes_of_an_id_are_made_one_after_the_other(node: Node) -> None:
     """Two adds in flight together: the second is decided on the first's outcome, so no
     partition is lost (and left without its marker)."""
-    await node.with_follower()
     c = node.coordinator
-    began = asyncio.create_task(c.begin(TID, 60_000, ME))
-    await until(lambda: node.states_stored() == ["Ongoing"], "the begin's write")
-    node.follower_fetched()
-    epoch = (await began).producer_epoch
+    epoch = await begun_on_two_replicas(node)
     adds = [asyncio.create_task(c.add_partitions(TID, epoch, [tp], ME)) for tp in (T0, T1, U0)]
 
     def fetched_all() -> bool:
@@ -223,12 +229,8 @@ async def test_concurrent_changes_of_an_id_are_made_one_after_the_other(node: No
 async def test_partitions_already_in_the_transaction_are_not_stored_again(node: Node) -> None:
     """Every produce of a transaction names its partitions: after the first, the add is
     answered at once, without a write to wait for on the in-sync replicas."""
-    await node.with_follower()
     c = node.coordinator
-    began = asyncio.create_task(c.begin(TID, 60_000, ME))
-    await until(lambda: node.states_stored() == ["Ongoing"], "the begin's write")
-    node.follower_fetched()
-    epoch = (await began).producer_epoch
+    epoch = await begun_on_two_replicas(node)
     first = asyncio.create_task(c.add_partitions(TID, epoch, [T0, T1], ME))
     await until(lambda: len(node.states_stored()) == 2, "the first add's write")
     node.follower_fetched()

@@ -279,6 +279,7 @@ def produce_transaction(
     name = query.get("transactional_id")
     if name is None:
         if "producer_epoch" in query:
+            query_int(query, "producer_epoch", None, 0, MAX_EPOCH)  # a bad one says its bounds
             raise bad_request("producer_epoch goes with transactional_id", "INVALID_PARAMETER")
         return None
     if not valid_transactional_id(name):

@@ -90,11 +90,12 @@ def test_a_transaction_outlives_its_coordinators_death(healthy: Cluster) -> None
     topic = spread_topic(cluster)
     tid = "survivor"
     epoch = begin(cluster, 0, tid)
-    state = leader_state(cluster, STATE_TOPIC, coordinator_partition(cluster, tid))
+    partition = coordinator_partition(cluster, tid)
+    state = leader_state(cluster, STATE_TOPIC, partition)
     others = [n for n in range(cluster.size) if n != state.leader]
     produce(cluster, others[1], tid, epoch, topic, ["p0", "p1", "p2"])
     cluster.kill(state.leader)
-    moved = new_coordinator_of(cluster, tid, state)
+    moved = new_coordinator_of(cluster, partition, state)
     assert moved.leader in others
     described = call(cluster, others[1], "GET", f"/v1/transactions/{tid}")
     assert (described["state"], described["producer_epoch"]) == ("Ongoing", epoch)
@@ -108,23 +109,31 @@ def test_a_transaction_outlives_its_coordinators_death(healthy: Cluster) -> None
     wait_for(all_read, SETTLE_S, "the committed records, read committed", 0.1)
     next_epoch = begin(cluster, others[1], tid)
     assert next_epoch > epoch
-    response = cluster.post(
-        others[0],
-        f"/v1/topics/{topic}/records",
-        params={"transactional_id": tid, "producer_epoch": epoch},
-        json={"records": [{"value": "zombie", "partition": 0}]},
-    )
-    assert response.status_code == 409 and response.json()["code"] == "PRODUCER_FENCED"
+
+    def zombie() -> dict[str, Any] | None:
+        response = cluster.post(
+            others[0],
+            f"/v1/topics/{topic}/records",
+            params={"transactional_id": tid, "producer_epoch": epoch},
+            json={"records": [{"value": "zombie", "partition": 0}]},
+        )
+        if response.status_code in (421, 503, 504):
+            return None  # the cluster is still settling: ask again
+        found: dict[str, Any] = response.json()
+        return {"status": response.status_code, **found}
+
+    refused = wait_for(zombie, SETTLE_S, "the zombie's produce answered", 0.1)
+    assert (refused["status"], refused["code"]) == (409, "PRODUCER_FENCED")
 
 
-def new_coordinator_of(cluster: Cluster, tid: str, old: Any) -> Any:
-    """The state partition of `tid` led by a node other than `old`'s."""
-    partition = coordinator_partition(cluster, tid)
+def new_coordinator_of(cluster: Cluster, partition: int, old: Any) -> Any:
+    """The state partition `partition` led by a node other than `old`'s (its partition asked
+    before the old one was stopped: node 0 may be the one)."""
     return cluster.wait_state(
         STATE_TOPIC,
         partition,
         lambda s: s.leader != old.leader and s.leader >= 0 and s.leader_epoch > old.leader_epoch,
-        f"a coordinator of {tid!r} other than node {old.leader}",
+        f"a coordinator of {STATE_TOPIC}-{partition} other than node {old.leader}",
     )
 
 
@@ -137,8 +146,9 @@ def test_a_call_run_again_after_its_coordinators_death_keeps_its_body(healthy: C
     tid = "run-again"
     epoch = begin(cluster, 0, tid)
     produce(cluster, 0, tid, epoch, topic, ["a", "b", "c"])
+    partition = coordinator_partition(cluster, tid)
     for how in ("commit", "begin"):
-        state = leader_state(cluster, STATE_TOPIC, coordinator_partition(cluster, tid))
+        state = leader_state(cluster, STATE_TOPIC, partition)
         other = next(n for n in range(cluster.size) if n != state.leader)
         cluster.kill(state.leader)  # its lease still runs: the others' views route to it
         if how == "commit":
@@ -150,7 +160,7 @@ def test_a_call_run_again_after_its_coordinators_death_keeps_its_body(healthy: C
         cluster.heal()
         cluster.wait_state(
             STATE_TOPIC,
-            coordinator_partition(cluster, tid),
+            partition,
             lambda s: len(s.isr) == cluster.size,
             "every replica back in the ISR",
         )

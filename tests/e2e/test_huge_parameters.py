@@ -119,7 +119,8 @@ async def try_parameters(
             low, high = bounds[name]
             past = [str(low - 1), str(high + 1)]
             stated = "a 64-bit integer" if name == "offset" else f"between {low} and {high}"
-            at_most = 416 if name == "offset" else 200  # the largest offset is past the log
+            # The largest offset is past the log; a producer epoch goes with a transaction.
+            at_most = {"offset": 416, "producer_epoch": 400}.get(name, 200)
             tries = [(str(high), at_most), *[(value, 400) for value in past], *tries]
         for value, status in tries:
             answer = await http.request(method, path, params={**base, name: value}, json=body)

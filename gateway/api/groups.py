@@ -63,25 +63,32 @@ def _coordinator(request: web.Request) -> GroupCoordinator:
     return gateway_of(request).groups
 
 
-def valid_group_id(value: object) -> bool:
-    """A group or instance id: 1 to MAX_GROUP_ID printable characters without '/'."""
+def valid_id(value: object, max_length: int) -> bool:
+    """An id that goes in a path: 1 to `max_length` printable characters without '/'."""
     return (
         isinstance(value, str)
-        and 1 <= len(value) <= MAX_GROUP_ID
+        and 1 <= len(value) <= max_length
         and value.isprintable()
         and "/" not in value
     )
 
 
+def valid_group_id(value: object) -> bool:
+    """A group or instance id: 1 to MAX_GROUP_ID printable characters without '/'."""
+    return valid_id(value, MAX_GROUP_ID)
+
+
+def id_param(request: web.Request, name: str, max_length: int, what: str, code: str) -> str:
+    """The route's {name}, checked as `valid_id` (400 `code` naming `what` otherwise)."""
+    value = request.match_info[name]
+    if not valid_id(value, max_length):
+        raise bad_request(f"{what} is 1 to {max_length} printable characters without '/'", code)
+    return value
+
+
 def group_param(request: web.Request) -> str:
     """The route's {group}, checked."""
-    name = request.match_info["group"]
-    if not valid_group_id(name):
-        raise bad_request(
-            f"a group id is 1 to {MAX_GROUP_ID} printable characters without '/'",
-            "INVALID_GROUP_ID",
-        )
-    return name
+    return id_param(request, "group", MAX_GROUP_ID, "a group id", "INVALID_GROUP_ID")
 
 
 def check_fields(doc: dict[str, Any], allowed: set[str]) -> None:

@@ -16,7 +16,14 @@ import orjson
 from aiohttp import web
 
 from engine.producer_state import ProducerIdentity
-from gateway.api.groups import MAX_GROUP_ID, check_fields, int_field, valid_group_id
+from gateway.api.groups import (
+    MAX_GROUP_ID,
+    check_fields,
+    id_param,
+    int_field,
+    valid_group_id,
+    valid_id,
+)
 from gateway.auth.acl import CLUSTER
 from gateway.auth.middleware import may, principal_of, require
 from gateway.http.params import json_object, json_response, query_int
@@ -46,23 +53,14 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post(_BASE + "/abort", abort)
 
 
-def valid_transactional_id(value: object) -> bool:
-    return (
-        isinstance(value, str)
-        and 1 <= len(value) <= MAX_TRANSACTIONAL_ID
-        and value.isprintable()
-        and "/" not in value
-    )
-
-
 def transactional_id_param(request: web.Request) -> str:
-    name = request.match_info["transactional_id"]
-    if not valid_transactional_id(name):
-        raise bad_request(
-            f"a transactional id is 1 to {MAX_TRANSACTIONAL_ID} printable characters without '/'",
-            "INVALID_TRANSACTIONAL_ID",
-        )
-    return name
+    return id_param(
+        request,
+        "transactional_id",
+        MAX_TRANSACTIONAL_ID,
+        "a transactional id",
+        "INVALID_TRANSACTIONAL_ID",
+    )
 
 
 async def _coordinator(request: web.Request) -> TransactionCoordinator:
@@ -282,7 +280,7 @@ def produce_transaction(
             query_int(query, "producer_epoch", None, 0, MAX_EPOCH)  # a bad one says its bounds
             raise bad_request("producer_epoch goes with transactional_id", "INVALID_PARAMETER")
         return None
-    if not valid_transactional_id(name):
+    if not valid_id(name, MAX_TRANSACTIONAL_ID):
         raise bad_request(
             f"transactional_id must be 1 to {MAX_TRANSACTIONAL_ID} printable characters "
             "without '/'",

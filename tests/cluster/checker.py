@@ -64,7 +64,8 @@ Properties (each violation names one):
   its duration, to its deadline or a renewal's answered, cut where a release, accept or reject
   of it or its member's leave was sent; a few ms allowed for the clocks). Delivered records
   are consumer reads too (divergence, read-changed).
-- txn-torn / txn-commit-lost / txn-aborted-read / txn-past-lso / txn-offsets / txn-hung:
+- txn-torn / txn-commit-lost / txn-aborted-read / txn-past-lso / txn-offsets / txn-hung /
+  txn-refused:
   the transactions (txnload.py). Read at read_committed from the start once everything
   settled, a transaction shows all of its acknowledged records or none of them (a record of it
   shown, answered or not, means it committed), and all of them when its commit was answered
@@ -80,8 +81,10 @@ Properties (each violation names one):
   transaction is complete within the timeout, the abort timer's interval and a coordinator's
   failover. Records read at read_committed from the schedule's topic are consumer reads too
   (divergence, read-changed), a record read twice by the final read is a duplicate, and a
-  transaction call answered an error without a problem+json code is unclean-error. Reads at
-  read_uncommitted pass over the transactions' markers: their offsets skip the markers only.
+  transaction call answered an error without a problem+json code is unclean-error, and one
+  refused as malformed (400, 404, 413, 415, 422: every call the campaign makes is well-formed,
+  of an id it began, to partitions that exist) txn-refused. Reads at read_uncommitted pass
+  over the transactions' markers: their offsets skip the markers only.
 - registry-lost / registry-id-reused / registry-two-ids / registry-id-order /
   registry-version-order / registry-config-lost / registry-divergence / registry-refused /
   validation-refused / unclean-error: the schema registry (registryload.py). A register
@@ -851,6 +854,7 @@ def _held_until(share: ShareHistory, d: ShareDelivery, acks: list[ShareAck]) -> 
 
 
 COMMITTED = ("CompleteCommit", "PrepareCommit")  # the states a commit is answered with
+MALFORMED = (400, 404, 413, 415, 422)  # refusals of the request itself, not of its moment
 
 
 def _committed(t: Txn) -> bool:
@@ -914,6 +918,8 @@ def _check_transactions(
                 "unclean-error",
                 f"{c.tid}: {c}: answered {c.content_type} without a problem+json code",
             )
+        if c.status in MALFORMED:
+            verdict.add("txn-refused", f"{c.tid}: {c}: a well-formed call refused as malformed")
     seen: Counter[tuple[str, int]] = Counter()  # records of the final read
     for read in txn.reads:
         verdict.txn["reads final" if read.final else "reads"] += 1

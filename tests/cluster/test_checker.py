@@ -1587,6 +1587,18 @@ def test_a_transaction_call_answered_an_unclean_error(
     assert kinds(check(history, logs, end, states)) == {"unclean-error"}
 
 
+@pytest.mark.parametrize(("status", "code"), [(400, "INVALID_PARAMETER"), (404, "UNKNOWN_TOPIC")])
+def test_a_transaction_call_refused_as_malformed(status: int, code: str) -> None:
+    """The campaign's calls are well-formed: a commit refused 400 (its body lost on the way)
+    or a produce refused 404 is the cluster's fault; a refusal of the moment is not."""
+    history, logs, end, states = clean()
+    txn = with_txn(history)
+    txn.txns[0].calls.append(tcall("commit", 0.45, status, code=code))
+    assert kinds(check(history, logs, end, states)) == {"txn-refused"}
+    txn.txns[0].calls[-1] = tcall("commit", 0.45, 409, code="CONCURRENT_TRANSACTIONS")
+    assert check(history, logs, end, states).violations == []
+
+
 @pytest.mark.parametrize("source", ["read", "member"])
 def test_a_record_read_committed_that_changed_or_disappeared(source: str) -> None:
     """A record of the schedule's topic read at read_committed is a consumer read."""

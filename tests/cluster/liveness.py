@@ -38,7 +38,7 @@ async def _until_ok(
     deadline = loop.time() + LIVENESS_S
     last = "no attempt"
     while loop.time() < deadline:
-        status, _, raw, error = await json_request(session, method, url, body, params, ATTEMPT_S)
+        status, _, raw, _, error = await json_request(session, method, url, body, params, ATTEMPT_S)
         if status == ok:
             return json.loads(raw) if raw else None
         last = error or f"{status} {raw[:200].decode(errors='replace')}"

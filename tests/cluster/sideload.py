@@ -202,9 +202,9 @@ async def json_request(
     body: dict[str, Any] | None = None,
     params: dict[str, str] | None = None,
     timeout_s: float = CALL_TIMEOUT_S,
-) -> tuple[int | None, str | None, bytes, str | None]:
-    """One call with a JSON body: (status, content type, answer body, and when there was no
-    answer, the error that stopped it)."""
+) -> tuple[int | None, str | None, bytes, dict[str, str], str | None]:
+    """One call with a JSON body: (status, content type, answer body, headers lower-cased, and
+    when there was no answer, the error that stopped it)."""
     try:
         async with session.request(
             method,
@@ -214,9 +214,29 @@ async def json_request(
             params=params,
             timeout=aiohttp.ClientTimeout(total=timeout_s),
         ) as response:
-            return response.status, response.content_type, await response.read(), None
+            raw = await response.read()
+            headers = {k.lower(): v for k, v in response.headers.items()}
+            return response.status, response.content_type, raw, headers, None
     except (aiohttp.ClientError, TimeoutError) as exc:
-        return None, None, b"", f"{type(exc).__name__}: {exc}"
+        return None, None, b"", {}, f"{type(exc).__name__}: {exc}"
+
+
+async def call_json_headers(
+    session: aiohttp.ClientSession,
+    method: str,
+    url: str,
+    body: dict[str, Any] | None = None,
+    params: dict[str, str] | None = None,
+) -> tuple[int | None, str | None, Any, dict[str, str], str | None]:
+    """(status, content type, JSON answer or None, headers lower-cased, error name when there
+    was no answer)."""
+    status, content_type, raw, headers, error = await json_request(
+        session, method, url, body, params
+    )
+    doc: Any = None
+    with contextlib.suppress(ValueError):
+        doc = json.loads(raw) if raw else None
+    return status, content_type, doc, headers, None if error is None else error.split(":", 1)[0]
 
 
 async def call_json(
@@ -227,11 +247,10 @@ async def call_json(
     params: dict[str, str] | None = None,
 ) -> tuple[int | None, str | None, Any, str | None]:
     """(status, content type, JSON answer or None, error name when there was no answer)."""
-    status, content_type, raw, error = await json_request(session, method, url, body, params)
-    doc: Any = None
-    with contextlib.suppress(ValueError):
-        doc = json.loads(raw) if raw else None
-    return status, content_type, doc, None if error is None else error.split(":", 1)[0]
+    status, content_type, doc, _, error = await call_json_headers(
+        session, method, url, body, params
+    )
+    return status, content_type, doc, error
 
 
 def failed_call(call: str, status: int | None, error: str | None) -> str:

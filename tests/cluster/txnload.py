@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import random
 from collections import Counter
 from collections.abc import Callable
@@ -24,7 +23,13 @@ from typing import Any
 import aiohttp
 
 from tests.cluster.harness import LEASE_TTL_S, TRANSACTION_ABORT_INTERVAL_MS, Cluster
-from tests.cluster.sideload import CALL_TIMEOUT_S, SentOnce, SideActor, call_json, failed_call
+from tests.cluster.sideload import (
+    SentOnce,
+    SideActor,
+    call_json,
+    call_json_headers,
+    failed_call,
+)
 
 PRODUCERS = 3
 SIDE_PARTITIONS = 2  # the side topic's: with the schedule's three, 1 to 5 partitions
@@ -167,33 +172,6 @@ class TxnHistory:
         return [(self.topic, p) for p in range(3)] + [
             (self.side_topic, p) for p in range(SIDE_PARTITIONS)
         ]
-
-
-async def request(
-    session: aiohttp.ClientSession,
-    method: str,
-    url: str,
-    body: dict[str, Any] | None = None,
-    params: dict[str, str] | None = None,
-) -> tuple[int | None, str | None, Any, dict[str, str], str | None]:
-    """(status, content type, JSON answer or None, headers, error name when no answer)."""
-    try:
-        async with session.request(
-            method,
-            url,
-            data=None if body is None else json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"},
-            params=params,
-            timeout=aiohttp.ClientTimeout(total=CALL_TIMEOUT_S),
-        ) as response:
-            raw = await response.read()
-            doc: Any = None
-            with contextlib.suppress(ValueError):
-                doc = json.loads(raw) if raw else None
-            headers = {k.lower(): v for k, v in response.headers.items()}
-            return response.status, response.content_type, doc, headers, None
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        return None, None, None, {}, type(exc).__name__
 
 
 def _int(value: str | None) -> int | None:
@@ -379,7 +357,7 @@ class Transactions(SideActor[TxnHistory]):
         body: dict[str, Any],
         params: dict[str, str] | None = None,
     ) -> None:
-        call.status, call.content_type, doc, _, call.error = await request(
+        call.status, call.content_type, doc, _, call.error = await call_json_headers(
             self.session, "POST", url, body, params
         )
         call.end = self.clock()
@@ -496,7 +474,7 @@ class Transactions(SideActor[TxnHistory]):
     async def _read(self, topic: str, p: int, offset: int, wait_ms: int) -> TxnRead | None:
         node, url = self._node()
         start = self.clock()
-        status, _, doc, headers, error = await request(
+        status, _, doc, headers, error = await call_json_headers(
             self.session,
             "GET",
             f"{url}/v1/topics/{topic}/partitions/{p}/records",
@@ -565,7 +543,7 @@ class Transactions(SideActor[TxnHistory]):
         done = True
         for topic, p in self.side.partitions():
             node, url = self._node()
-            status, _, doc, headers, error = await request(
+            status, _, doc, headers, error = await call_json_headers(
                 self.session,
                 "GET",
                 f"{url}/v1/topics/{topic}/partitions/{p}/records",

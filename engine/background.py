@@ -1,4 +1,5 @@
-"""Background maintenance for a LogManager: flush.ms, retention, compaction, checkpoints.
+"""Background maintenance for a LogManager: flush.ms, retention, compaction, checkpoints,
+producer expiration.
 
 Each job runs in a worker thread on its own interval (Kafka's defaults), so fsync, segment
 deletion and cleaning never block the event loop. A failing pass is logged and retried later.
@@ -24,6 +25,7 @@ class Intervals:
     retention_check: float = 300.0  # log.retention.check.interval.ms
     cleaner_backoff: float = 15.0  # log.cleaner.backoff.ms
     checkpoint: float = 60.0  # log.flush.offset.checkpoint.interval.ms
+    producer_expiration_check: float = 600.0  # producer.id.expiration.check.interval.ms
 
 
 class BackgroundTasks:
@@ -41,6 +43,11 @@ class BackgroundTasks:
             ("retention", self.intervals.retention_check, self.manager.apply_retention),
             ("cleaner", self.intervals.cleaner_backoff, self.manager.clean_logs),
             ("checkpoint", self.intervals.checkpoint, self.manager.write_checkpoints),
+            (
+                "producer expiration",
+                self.intervals.producer_expiration_check,
+                self.manager.remove_expired_producers,
+            ),
         ]
         for name, interval, job in jobs:
             self._tasks.append(asyncio.create_task(self._every(name, interval, job)))

@@ -159,8 +159,10 @@ class ProducerFenced(EngineError):
 
 
 class TransactionNotOngoing(EngineError):
-    """A transactional write after the partition's marker for that producer epoch: the
-    transaction already ended, so the write would hang a new one (KIP-890's defence)."""
+    """A transactional write that does not fit the partition's transaction of its producer:
+    after the marker for that producer epoch (the transaction already ended, so the write would
+    hang a new one: KIP-890's defence), or of a newer epoch while an older epoch's transaction
+    is still open there (the two would be ended by one marker)."""
 
     code = "INVALID_TXN_STATE"
 

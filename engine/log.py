@@ -634,6 +634,17 @@ class PartitionLog:
         hw = self.high_watermark
         return hw if unstable is None else min(unstable, hw)
 
+    def remove_expired_producers(self, expiration_ms: int) -> int:
+        """Forget the producers idle past `expiration_ms` with no transaction open here
+        (Kafka's producer.id.expiration.ms), in memory and in a snapshot at the log end, so the
+        state of a log written by many one-off producers does not grow forever; how many."""
+        with self._lock, self._io("writing the producer-state snapshot"):
+            self._check_open()
+            removed = self.producer_state.remove_expired(self.now_ms(), expiration_ms)
+            if removed:
+                self._snapshot_producers()
+            return len(removed)
+
     def aborted_transactions(self, start: int, end: int) -> list[AbortedTxn]:
         """The aborted transactions with records in [start, end), from the segments' indexes."""
         found: list[AbortedTxn] = []

@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 import orjson
 
-from engine import checkpoint, cleaner, file_cache
+from engine import checkpoint, cleaner, file_cache, producer_state
 from engine.config import (
     TopicConfig,
     collision_key,
@@ -155,6 +155,7 @@ class LogManager:
         file_cache_size: int | None = None,
         publish_watermarks: bool = False,
         close_threads: int = CLOSE_THREADS,
+        producer_id_expiration_ms: int = producer_state.EXPIRATION_MS,
     ) -> None:
         """`file_cache_size` bounds the descriptors of closed segments kept open (process-wide;
         default: `file_cache.default_capacity()`, from the descriptor limit).
@@ -162,10 +163,13 @@ class LogManager:
         processes on this host that read it (engine.sibling_log).
         `close_threads`: how many logs `close` fsyncs at once, so their fsyncs overlap (as
         Kafka's num.recovery.threads.per.data.dir). Opening stays one log at a time: it is
-        CPU work, which threads only slow down under the GIL."""
+        CPU work, which threads only slow down under the GIL.
+        `producer_id_expiration_ms`: how long a transactional producer with no transaction open
+        is remembered by a partition after its last write there (producer.id.expiration.ms)."""
         if close_threads < 1:
             raise ValueError(f"close_threads must be at least 1, got {close_threads}")
         self.close_threads = close_threads
+        self.producer_id_expiration_ms = producer_id_expiration_ms
         self.data_dir = Path(data_dir)
         self.files = file_cache.shared
         self.files.resize(
@@ -475,6 +479,19 @@ class LogManager:
             except StorageError as exc:
                 logger.warning("retention failed: %s", exc)
         return deleted
+
+    def remove_expired_producers(self) -> int:
+        """Forget, in every online log, the producers idle past producer.id.expiration.ms
+        with no transaction open there; how many."""
+        removed = 0
+        for partition_log in self.all_logs():
+            if partition_log.offline:
+                continue
+            try:
+                removed += partition_log.remove_expired_producers(self.producer_id_expiration_ms)
+            except StorageError as exc:
+                logger.warning("producer expiration failed: %s", exc)
+        return removed
 
     def clean_logs(self, *, force: bool = False) -> list[cleaner.CleanStats]:
         """One compaction pass over every compacted log that needs it."""

@@ -5,7 +5,8 @@ epoch (older ones are fenced), and the aborted transactions its markers complete
 Built from the batch headers of every append, leader's and follower's alike, so each replica
 knows the same. A snapshot (`<offset>.snapshot`, JSON) is written at each segment roll; a
 restart or a truncation loads the latest one at or below its offset and replays the batches
-after it.
+after it. A producer idle past producer.id.expiration.ms with no transaction open here is
+forgotten (`remove_expired`), as Kafka's, so one-off producers do not pile up.
 """
 
 from __future__ import annotations
@@ -44,6 +45,10 @@ class ProducerIdentity(NamedTuple):
 
 SNAPSHOT_SUFFIX = ".snapshot"
 SNAPSHOTS_KEPT = 2
+EXPIRATION_MS = 86_400_000  # producer.id.expiration.ms (Kafka's default: a day)
+
+
+UNKNOWN_TIMESTAMP = -1  # an entry from a snapshot written before timestamps were kept
 
 
 @dataclass
@@ -51,6 +56,9 @@ class ProducerEntry:
     epoch: int
     first_offset: int | None  # of its open transaction here; None when none is open
     ended: bool  # a marker of `epoch` was written: that transaction is over here
+    # The max timestamp of its last batch here; once its transaction ended, that of the marker,
+    # stamped with the leader's clock when written.
+    last_timestamp: int = UNKNOWN_TIMESTAMP
 
 
 class ProducerState:
@@ -68,7 +76,11 @@ class ProducerState:
         return min(self.ongoing.values()) if self.ongoing else None
 
     def check(self, producer_id: int, epoch: int) -> None:
-        """Whether a transactional batch of `producer_id` at `epoch` may be appended now."""
+        """Whether a transactional batch of `producer_id` at `epoch` may be appended now: not
+        of an older epoch (fenced), nor of the epoch whose transaction ended here, nor of a
+        newer epoch while an older one's transaction is still open here (a coordinator aborts
+        that one, markers and all, before a begin under the next epoch is answered; a write
+        that finds it open would merge two transactions under one marker)."""
         entry = self.producers.get(producer_id)
         if entry is None:
             return
@@ -80,6 +92,12 @@ class ProducerState:
         if epoch == entry.epoch and entry.ended:
             raise TransactionNotOngoing(
                 f"the transaction of producer {producer_id} epoch {epoch} has ended"
+            )
+        if epoch > entry.epoch and entry.first_offset is not None:
+            raise TransactionNotOngoing(
+                f"producer {producer_id} epoch {epoch}: the transaction of its epoch "
+                f"{entry.epoch} is still open here (from offset {entry.first_offset}) with no "
+                "marker; it must end before a newer epoch writes"
             )
 
     def marker_due(self, producer_id: int, epoch: int) -> bool:
@@ -103,7 +121,9 @@ class ProducerState:
             if header.attributes & fmt.CONTROL_MASK:
                 commit = fmt.control_type(view[pos : pos + header.size]) == fmt.CONTROL_COMMIT
                 first = self.ongoing.pop(pid, None)
-                self.producers[pid] = ProducerEntry(header.producer_epoch, None, True)
+                self.producers[pid] = ProducerEntry(
+                    header.producer_epoch, None, True, header.max_timestamp
+                )
                 if not commit and first is not None:
                     unstable = self.first_unstable_offset()
                     lso = header.base_offset + 1 if unstable is None else unstable
@@ -114,12 +134,30 @@ class ProducerState:
             entry = self.producers.get(pid)
             if entry is None or entry.ended:
                 self.producers[pid] = ProducerEntry(
-                    header.producer_epoch, header.base_offset, False
+                    header.producer_epoch, header.base_offset, False, header.max_timestamp
                 )
                 self.ongoing[pid] = header.base_offset
             else:  # its transaction is open here: it keeps its first offset
                 entry.epoch = max(entry.epoch, header.producer_epoch)
+                entry.last_timestamp = max(entry.last_timestamp, header.max_timestamp)
         return aborted
+
+    def remove_expired(self, now_ms: int, expiration_ms: int) -> list[int]:
+        """Forget the producers with no transaction open here whose last batch is
+        `expiration_ms` old (Kafka's producer.id.expiration.ms); their ids. A later write of
+        one is a new producer's. An entry without a timestamp (an older snapshot's) starts
+        its wait now."""
+        expired = []
+        for pid, entry in self.producers.items():
+            if entry.first_offset is not None:
+                continue
+            if entry.last_timestamp == UNKNOWN_TIMESTAMP:
+                entry.last_timestamp = now_ms
+            elif now_ms - entry.last_timestamp >= expiration_ms:
+                expired.append(pid)
+        for pid in expired:
+            del self.producers[pid]
+        return expired
 
     # -- snapshots -----------------------------------------------------------------------------
 
@@ -127,7 +165,8 @@ class ProducerState:
         return orjson.dumps(
             {
                 "producers": [
-                    [pid, e.epoch, e.first_offset, e.ended] for pid, e in self.producers.items()
+                    [pid, e.epoch, e.first_offset, e.ended, e.last_timestamp]
+                    for pid, e in self.producers.items()
                 ],
                 "first_transactional": self.first_transactional,
             }
@@ -137,8 +176,8 @@ class ProducerState:
     def decode(cls, data: bytes) -> ProducerState:
         doc = orjson.loads(data)
         state = cls()
-        for pid, epoch, first, ended in doc["producers"]:
-            state.producers[pid] = ProducerEntry(epoch, first, ended)
+        for pid, epoch, first, ended, *last in doc["producers"]:
+            state.producers[pid] = ProducerEntry(epoch, first, ended, *last)
             if first is not None:
                 state.ongoing[pid] = first
         state.first_transactional = doc["first_transactional"]

@@ -326,6 +326,10 @@ OPTIONS: tuple[Option, ...] = (
            "often a transaction coordinator aborts the transactions open past their timeout_ms "
            "(a transaction may stay open this much longer)", positive, "MS",
            "transaction.abort.timed.out.transaction.cleanup.interval.ms"),
+    Option("producer-id-expiration-ms", "producer_id_expiration_ms", "groups", "a partition "
+           "forgets a transactional producer this long after its last write there when none of "
+           "its transactions is open there (a later write of it is a new producer's)", positive,
+           "MS", "producer.id.expiration.ms"),
     Option("subscription-allowed-hosts", "subscription_allowed_hosts", "groups", "endpoint "
            "hosts push subscriptions may call even when they are loopback or link-local "
            "(refused otherwise), comma-separated", hosts, "HOST[,HOST...]", show=_show_list),

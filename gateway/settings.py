@@ -71,6 +71,8 @@ class Settings:
     offsets_retention_check_interval_ms: int = 600_000  # offsets.retention.check.interval.ms
     # how often a transaction coordinator aborts the transactions open past their timeout
     transaction_abort_interval_ms: int = 10_000
+    # a partition forgets a transactional producer idle this long with no transaction open there
+    producer_id_expiration_ms: int = 86_400_000
     # Push subscriptions' endpoints that may be loopback or link-local (refused otherwise).
     subscription_allowed_hosts: tuple[str, ...] = ()
     cors_origins: tuple[str, ...] = ()  # browser origins served CORS headers; empty: CORS off

@@ -409,6 +409,7 @@ def broker_settings(settings: Settings, authorization: str | None = None) -> Bro
         etcd_prefix=settings.etcd_prefix,
         lease_ttl_s=settings.lease_ttl_s,
         default_replication_factor=settings.default_replication_factor,
+        producer_id_expiration_ms=settings.producer_id_expiration_ms,
         replication=ReplicationSettings(
             replica_lag_time_max_ms=settings.replica_lag_time_max_ms,
             leader_wait_ms=settings.leader_wait_ms,

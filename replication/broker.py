@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine import producer_state
 from engine.background import BackgroundTasks
 from engine.config import TopicConfig
 from engine.errors import InvalidConfig, TopicAlreadyExists
@@ -62,6 +63,7 @@ class BrokerSettings:
     default_replication_factor: int | None = None  # None: 3, or the live nodes when fewer
     replication: ReplicationSettings = field(default_factory=ReplicationSettings)
     topic_wait_s: float = 10.0  # how long a topic change waits to reach this node's disk
+    producer_id_expiration_ms: int = producer_state.EXPIRATION_MS  # producer.id.expiration.ms
     tiering: TieringSettings | None = None  # S3 for topics with remote.storage.enable
     authorization: str | None = None  # the Authorization header of calls to other nodes
     # The data directories of the other nodes on this host, by node id (sibling workers): this
@@ -86,6 +88,7 @@ class Broker:
             settings.data_dir,
             file_cache_size=settings.file_cache_size,
             publish_watermarks=bool(settings.siblings),
+            producer_id_expiration_ms=settings.producer_id_expiration_ms,
         )
         report = self.manager.startup
         log.info("node %d: %s: %s", self.settings.node_id, self.settings.data_dir, report.summary())

@@ -108,3 +108,18 @@ async def test_background_tasks_run_and_stop(tmp_path: Path) -> None:
     assert running and all(task.done() and not task.cancelled() for task in running)
     assert not tasks._tasks
     manager.close()
+
+
+async def test_the_producer_expiration_pass_forgets_idle_producers(tmp_path: Path) -> None:
+    manager = LogManager(tmp_path, producer_id_expiration_ms=1)
+    log = manager.create_topic("t", 1).partitions[0]
+    log.append_transactional_as_leader(batch_of([b"x"]), 0, 1000, 0)
+    log.append_marker_as_leader(1000, 0, True, 0, 0)
+    assert set(log.producer_state.producers) == {1000}
+    tasks = BackgroundTasks(manager, Intervals(600, 600, 600, 600, 0.001))
+    tasks.start()
+    async with asyncio.timeout(10):
+        while log.producer_state.producers:
+            await asyncio.sleep(0.001)
+    await tasks.stop()
+    manager.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import orjson
 import pytest
 from kafka.record.default_records import DefaultRecordBatch as KafkaBatch
 
@@ -14,10 +15,11 @@ from engine import producer_state, txn_index
 from engine.errors import InvalidRecord, ProducerFenced, TransactionNotOngoing
 from engine.log import PartitionLog
 from engine.producer_state import Isolation
-from tests.engine.conftest import LogFactory, batch_of
+from tests.engine.conftest import FakeClock, LogFactory, batch_of
 
 PID, OTHER = 1000, 2000
 LEADER_EPOCH = 3
+EXPIRATION_MS = 3_600_000
 
 
 def txn(log: PartitionLog, values: list[bytes], pid: int = PID, epoch: int = 0) -> int:
@@ -232,3 +234,65 @@ def test_a_kafka_decoder_reads_the_markers_as_kafka_wrote_them(make_log: LogFact
     (record,) = list(marker)
     assert record.key == b"\x00\x00\x00\x01"  # version 0, COMMIT
     assert record.value == b"\x00\x00\x00\x00\x00\x07"  # version 0, coordinator epoch 7
+
+
+def test_a_newer_epoch_is_refused_while_an_older_ones_transaction_is_open_here(
+    make_log: LogFactory,
+) -> None:
+    """A coordinator aborts an open transaction, markers and all, before a begin under the next
+    epoch is answered; a partition that still finds it open refuses the newer epoch rather
+    than end both transactions with one marker."""
+    log = make_log()
+    first = txn(log, [b"a"], epoch=1)
+    with pytest.raises(TransactionNotOngoing, match="epoch 1 is still open"):
+        txn(log, [b"b"], epoch=2)
+    assert log.producer_state.producers[PID].epoch == 1
+    end(log, commit=False, epoch=2)  # the fencing abort of epoch 1, under epoch 2
+    assert log.aborted_transactions(0, 10)[0].first_offset == first
+    with pytest.raises(TransactionNotOngoing):
+        txn(log, [b"late"], epoch=2)
+    txn(log, [b"next"], epoch=3)
+    assert values(log, Isolation.READ_UNCOMMITTED) == [b"a", b"next"]
+
+
+def test_idle_producers_expire_unless_their_transaction_is_open(
+    make_log: LogFactory, clock: FakeClock, tmp_path: Path
+) -> None:
+    """producer.id.expiration.ms after its marker a producer is forgotten, in memory and in
+    the snapshot; one whose transaction is open here stays, whatever its age. A later write of
+    a forgotten producer is a new producer's."""
+    log = make_log()
+    txn(log, [b"a"], pid=PID, epoch=4)
+    end(log, commit=True, pid=PID, epoch=4)
+    txn(log, [b"open"], pid=OTHER)
+    clock.advance(EXPIRATION_MS - 1)
+    assert log.remove_expired_producers(EXPIRATION_MS) == 0
+    clock.advance(1)
+    assert log.remove_expired_producers(EXPIRATION_MS) == 1
+    assert set(log.producer_state.producers) == {OTHER}
+    assert log.last_stable_offset == 2  # OTHER's transaction still holds it
+    log.close()
+    again = make_log(high_watermark=100)
+    assert set(again.producer_state.producers) == {OTHER}
+    txn(again, [b"again"], pid=PID, epoch=4)  # the ended epoch 4 was forgotten with it
+    assert again.producer_state.producers[PID].first_offset == 3
+
+
+def test_a_snapshot_without_timestamps_starts_its_producers_wait_at_the_first_check(
+    make_log: LogFactory, clock: FakeClock, tmp_path: Path
+) -> None:
+    log = make_log()
+    txn(log, [b"a"])
+    end(log, commit=True)
+    log.close()
+    directory = tmp_path / "t-0"
+    [offset] = producer_state.snapshot_offsets(directory)
+    path = producer_state.snapshot_path(directory, offset)
+    doc = orjson.loads(path.read_bytes())
+    doc["producers"] = [entry[:4] for entry in doc["producers"]]  # as written before
+    path.write_bytes(orjson.dumps(doc))
+    again = make_log(high_watermark=100)
+    clock.advance(2 * EXPIRATION_MS)
+    assert again.remove_expired_producers(EXPIRATION_MS) == 0
+    clock.advance(EXPIRATION_MS)
+    assert again.remove_expired_producers(EXPIRATION_MS) == 1

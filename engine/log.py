@@ -36,6 +36,7 @@ from engine import file_cache, producer_state, txn_index
 from engine.config import INT_MAX, TopicConfig
 from engine.epoch_cache import LeaderEpochCache
 from engine.errors import (
+    EngineError,
     InsufficientStorage,
     InvalidRecord,
     KafkaStorageError,
@@ -48,7 +49,7 @@ from engine.errors import (
 )
 from engine.file_cache import FileCache, FileGone
 from engine.fsync import FileStateUnknown
-from engine.producer_state import Isolation, ProducerState
+from engine.producer_state import Isolation, ProducerIdentity, ProducerState
 from engine.segment import LogSegment
 from engine.txn_index import AbortedTxn
 from engine.watermarks import WatermarkFile
@@ -60,6 +61,9 @@ CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 
 Listener = Callable[["PartitionLog"], None]
+# A leader's request of checked batches: bytes, headers, and the producer whose transaction
+# they are in (None: no transaction).
+TransactionalRequest = tuple[bytearray, list[tuple[int, fmt.BatchHeader]], ProducerIdentity | None]
 _key_of = attrgetter("key")
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -339,20 +343,81 @@ class PartitionLog:
         `producer_epoch`: each becomes transactional and carries them. An older epoch is
         ProducerFenced, the epoch of a transaction this partition saw end TransactionNotOngoing
         (a late write would open a transaction no marker closes)."""
+        buf = data if isinstance(data, bytearray) else bytearray(data)
+        producer = ProducerIdentity(producer_id, producer_epoch)
+        headers = self.check_transactional_as_leader(buf, producer)
+        outcome = self.append_checked_in_transactions([(buf, headers, producer)], leader_epoch)[0]
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    def check_transactional_as_leader(
+        self, buf: bytearray, producer: ProducerIdentity
+    ) -> list[tuple[int, fmt.BatchHeader]]:
+        """`check_as_leader` of batches inside `producer`'s transaction, each made
+        transactional and carrying the producer (re-CRCed in `buf`); their headers, for
+        `append_checked_in_transactions`. A compacted topic refuses them."""
         if self.config.compact:
             raise InvalidRecord(
                 f"{self.topic} is compacted: transactions write to topics with cleanup.policy "
                 "delete only"
             )
-        buf = data if isinstance(data, bytearray) else bytearray(data)
-        checked = self._validate(buf, leader=True)
-        headers = [
-            (pos, fmt.set_producer(buf, pos, header, producer_id, producer_epoch))
-            for pos, header in checked
+        producer_id, epoch = producer
+        set_producer = fmt.set_producer
+        return [
+            (pos, set_producer(buf, pos, header, producer_id, epoch))
+            for pos, header in self._validate(buf, leader=True)
         ]
+
+    def append_checked_in_transactions(
+        self, requests: Sequence[TransactionalRequest], leader_epoch: int
+    ) -> list[AppendInfo | Exception]:
+        """`append_checked_as_leader` of requests some of which are inside transactions
+        (`check_transactional_as_leader`'s, with their producer), one outcome each. Each of
+        those is checked against its producer's state here as if written alone (an older epoch
+        ProducerFenced, the epoch of a transaction ended here TransactionNotOngoing) and a
+        refused one fails alone; the rest go in one write, but for a request of a producer that
+        an earlier one of the write names at another epoch, which goes in a write after it and
+        is checked then. A write's failure is the outcome of each of its requests."""
+        outcomes: list[AppendInfo | Exception | None] = [None] * len(requests)
+        waiting: Sequence[int] = range(len(requests))
+        check = self.producer_state.check
         with self._lock:
-            self.producer_state.check(producer_id, producer_epoch)
-            return self.append_batches_as_leader(buf, headers, leader_epoch, [len(headers)])[0]
+            while waiting:
+                epochs: dict[int, int] = {}  # producer id -> its epoch in this write
+                joined: list[int] = []
+                later: list[int] = []
+                for i in waiting:
+                    producer = requests[i][2]
+                    if producer is not None:
+                        producer_id, epoch = producer
+                        if epochs.get(producer_id, epoch) != epoch:
+                            later.append(i)
+                            continue
+                        try:
+                            check(producer_id, epoch)
+                        except EngineError as exc:
+                            outcomes[i] = exc
+                            continue
+                        epochs[producer_id] = epoch
+                    joined.append(i)
+                if joined:
+                    infos: Sequence[AppendInfo | Exception]
+                    try:
+                        infos = self.append_checked_as_leader(
+                            [(requests[i][0], requests[i][1]) for i in joined], leader_epoch
+                        )
+                    except Exception as exc:  # the write failed: nothing of it was appended
+                        infos = [exc] * len(joined)
+                    for i, info in zip(joined, infos, strict=True):
+                        outcomes[i] = info
+                waiting = later
+        done: list[AppendInfo | Exception] = []
+        for outcome in outcomes:
+            if outcome is None:
+                raise RuntimeError("a request of the write was left without an outcome")
+            done.append(outcome)
+        return done
 
     def append_marker_as_leader(
         self,

@@ -2,11 +2,13 @@
 
 Appends that reach a partition in the same event-loop turn are written together at the end of
 that turn (`Partition.append_together`), so an idle partition waits for nothing but the turn it
-is already in, and a busy one pays one write for many requests. A write that would first roll
-a segment (creating files, which can wait on the disk) or wait for another thread holding the
-log makes room in a thread; the partition's requests gather meanwhile and go in the next write.
-fsyncs the flush policy asks for run one at a time per partition in a thread; the requests that
-arrive while one runs share the next.
+is already in, and a busy one pays one write for many requests. Appends inside a transaction
+join it too: their batches stay their own (each carries its producer id and epoch), and each
+request's producer is checked alone, so a fenced request fails without failing the others. A
+write that would first roll a segment (creating files, which can wait on the disk) or wait for
+another thread holding the log makes room in a thread; the partition's requests gather
+meanwhile and go in the next write. fsyncs the flush policy asks for run one at a time per
+partition in a thread; the requests that arrive while one runs share the next.
 
 A landing's future resolves in the write's own pass, but its callbacks run only in the loop's
 next pass, after every connection that became readable meanwhile was read; past a few thousand
@@ -21,11 +23,20 @@ import asyncio
 from collections.abc import Callable
 
 from engine.log import AppendInfo
+from engine.producer_state import ProducerIdentity
 from replication.acks import Acks
 from replication.partition import Partition
 
 Then = Callable[["asyncio.Future[AppendInfo]"], None]
-Waiting = list[tuple[bytes | bytearray, Acks, "asyncio.Future[AppendInfo]", Then | None]]
+Waiting = list[
+    tuple[
+        bytes | bytearray,
+        Acks,
+        ProducerIdentity | None,
+        "asyncio.Future[AppendInfo]",
+        Then | None,
+    ]
+]
 
 
 class AppendGroups:
@@ -41,11 +52,17 @@ class AppendGroups:
         self.on_written: list[Callable[[], None]] = []
 
     def append(
-        self, partition: Partition, data: bytes | bytearray, acks: Acks, then: Then | None = None
+        self,
+        partition: Partition,
+        data: bytes | bytearray,
+        acks: Acks,
+        then: Then | None = None,
+        producer: ProducerIdentity | None = None,
     ) -> asyncio.Future[AppendInfo]:
         """Where `data` landed, once this turn's appends to `partition` are written. `then` is
         called with the landing in the write's own pass (also if it was cancelled meanwhile),
-        where a callback of the future would run a pass later."""
+        where a callback of the future would run a pass later. With `producer`, the batches are
+        written inside its transaction, as separate batches carrying it, its epoch checked."""
         loop = self._loop
         if loop is None:  # bound once, not looked up (a getpid() system call) per produce
             loop = self._loop = asyncio.get_running_loop()
@@ -54,13 +71,13 @@ class AppendGroups:
             waiting = self._waiting[partition] = []
             loop.call_soon(self._write, partition)
         done: asyncio.Future[AppendInfo] = loop.create_future()
-        waiting.append((data, acks, done, then))
+        waiting.append((data, acks, producer, done, then))
         return done
 
     def _write(self, partition: Partition, room_made: bool = False) -> None:
         waiting = self._waiting[partition]
         if not room_made:
-            size = sum(len(data) for data, _, _, _ in waiting)
+            size = sum(len(data) for data, _, _, _, _ in waiting)
             if partition.log.needs_room(size):
                 self._make_room(partition, size)
                 return
@@ -69,10 +86,10 @@ class AppendGroups:
         self.requests += len(waiting)
         outcomes: list[AppendInfo | Exception]
         try:
-            outcomes = partition.append_together([(data, acks) for data, acks, _, _ in waiting])
+            outcomes = partition.append_together([entry[:3] for entry in waiting])
         except Exception as exc:  # no longer leader, or closed: the same answer for every one
             outcomes = [exc] * len(waiting)
-        for (_, _, done, then), outcome in zip(waiting, outcomes, strict=True):
+        for (_, _, _, done, then), outcome in zip(waiting, outcomes, strict=True):
             if not done.cancelled():
                 if isinstance(outcome, Exception):
                     done.set_exception(outcome)

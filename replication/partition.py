@@ -15,10 +15,10 @@ from dataclasses import replace
 from itertools import accumulate
 from typing import NamedTuple
 
-from engine.batch import IDEMPOTENT_MASK, BatchHeader
+from engine.batch import IDEMPOTENT_MASK
 from engine.config import TopicConfig
 from engine.errors import OffsetOutOfRange
-from engine.log import AppendInfo, PartitionLog, ReadResult
+from engine.log import AppendInfo, PartitionLog, ReadResult, TransactionalRequest
 from engine.producer_state import Isolation, ProducerIdentity
 from replication.acks import Acks
 from replication.errors import (
@@ -32,6 +32,10 @@ from replication.errors import (
 from replication.idempotency import IdempotencyIndex, Marker, first_marker
 from replication.metadata import NO_LEADER, LogEnd, PartitionState, with_eligible_leaders
 from replication.replica_state import LeaderState
+
+# A produce request as a leader appends it: its batches, its acks, and the producer whose
+# transaction it is in (None: none).
+Request = tuple[bytes | bytearray, Acks, ProducerIdentity | None]
 
 
 class ReplicationHealth(NamedTuple):
@@ -192,21 +196,6 @@ class Partition:
         self.update_high_watermark()
         return info
 
-    def append_transactional(
-        self, data: bytes | bytearray, acks: Acks, producer: ProducerIdentity
-    ) -> AppendInfo:
-        """Append producer batches inside `producer`'s transaction (no idempotency marker:
-        the producer epoch fences retries and zombies)."""
-        leading = self._leading()
-        self.log.check_online("nothing was appended")
-        if acks is Acks.ALL:
-            self.check_enough_replicas()
-        info = self.log.append_transactional_as_leader(
-            data, leading.leader_epoch, producer.producer_id, producer.epoch
-        )
-        self.update_high_watermark()
-        return info
-
     def write_marker(
         self, producer: ProducerIdentity, commit: bool, coordinator_epoch: int
     ) -> AppendInfo | None:
@@ -223,12 +212,12 @@ class Partition:
     def last_stable_offset(self) -> int:
         return self.log.last_stable_offset
 
-    def append_together(
-        self, requests: Sequence[tuple[bytes | bytearray, Acks]]
-    ) -> list[AppendInfo | Exception]:
-        """Append several produce requests (data, acks) in one write, each judged alone: a
-        repeat answers with its first attempt's offsets, a refused one gets its own error, the
-        rest get consecutive offsets in request order."""
+    def append_together(self, requests: Sequence[Request]) -> list[AppendInfo | Exception]:
+        """Append several produce requests (data, acks, and the producer whose transaction it
+        is in, or None) in one write, each judged alone: a repeat answers with its first
+        attempt's offsets, a refused one gets its own error (a transactional one also its
+        producer's: fenced, or its transaction ended here), the rest get consecutive offsets
+        in request order."""
         leading = self._leading()
         self.log.check_online("nothing was appended")
         if len(requests) > 1:
@@ -236,11 +225,19 @@ class Partition:
             if plain is not None:
                 return plain
         outcomes: list[AppendInfo | Exception | None] = [None] * len(requests)
-        checked: list[tuple[int, bytearray, list[tuple[int, BatchHeader]]]] = []
+        checked: list[tuple[int, TransactionalRequest]] = []
         markers: dict[int, Marker] = {}
         later: list[int] = []  # a second request with a key already in this write: after it
-        for i, (data, acks) in enumerate(requests):
+        for i, (data, acks, producer) in enumerate(requests):
+            marker = None
             try:
+                if producer is not None:  # no marker: the producer epoch fences retries
+                    if acks is Acks.ALL:
+                        self.check_enough_replicas()
+                    buf = data if isinstance(data, bytearray) else bytearray(data)
+                    headers = self.log.check_transactional_as_leader(buf, producer)
+                    checked.append((i, (buf, headers, producer)))
+                    continue
                 marker = first_marker(data)
                 if marker is not None:
                     if any(m.key == marker.key for m in markers.values()):
@@ -253,31 +250,26 @@ class Partition:
                 if acks is Acks.ALL:
                     self.check_enough_replicas()
                 buf = data if isinstance(data, bytearray) else bytearray(data)
-                checked.append((i, buf, self.log.check_as_leader(buf)))
+                checked.append((i, (buf, self.log.check_as_leader(buf), None)))
             except Exception as exc:  # this request's own refusal; the others go on
                 outcomes[i] = exc
                 continue
             if marker is not None:
                 markers[i] = marker
         if checked:
-            try:
-                infos: list[AppendInfo] | None = self.log.append_checked_as_leader(
-                    [(buf, headers) for _, buf, headers in checked], leading.leader_epoch
-                )
-            except Exception as exc:  # the write failed: nothing of it was appended
-                for i, _, _ in checked:
-                    outcomes[i] = exc
-                infos = None
-            if infos is not None:
-                for (i, _, _), info in zip(checked, infos, strict=True):
-                    marker = markers.get(i)
-                    if marker is not None:
-                        self.idempotency.note(marker, info.first_offset)
-                    outcomes[i] = info
-                self.update_high_watermark()
+            landed = self.log.append_checked_in_transactions(
+                [request for _, request in checked], leading.leader_epoch
+            )
+            for (i, _), landing in zip(checked, landed, strict=True):
+                marker = markers.get(i)
+                if marker is not None and isinstance(landing, AppendInfo):
+                    self.idempotency.note(marker, landing.first_offset)
+                outcomes[i] = landing
+            self.update_high_watermark()
         for i in later:
+            data, acks, _ = requests[i]
             try:
-                outcomes[i] = self.append(*requests[i])
+                outcomes[i] = self.append(data, acks)
             except Exception as exc:
                 outcomes[i] = exc
         done: list[AppendInfo | Exception] = []
@@ -288,21 +280,24 @@ class Partition:
         return done
 
     def _append_plain_together(
-        self, requests: Sequence[tuple[bytes | bytearray, Acks]], leader_epoch: int
+        self, requests: Sequence[Request], leader_epoch: int
     ) -> list[AppendInfo | Exception] | None:
         """The common write, checked in one pass over the requests' bytes joined: each request
-        is whole valid batches, none is marked, the ISR is large enough for acks=all. None when
-        any of that fails: `append_together` then judges each request alone, as it would anyway."""
-        buf = bytearray().join([data for data, _ in requests])
+        is whole valid batches, none is marked nor in a transaction, the ISR is large enough for
+        acks=all. None when any of that fails: `append_together` then judges each request
+        alone, as it would anyway."""
+        if any(producer is not None for _, _, producer in requests):
+            return None
+        buf = bytearray().join([data for data, _, _ in requests])
         try:
-            if any(acks is Acks.ALL for _, acks in requests):
+            if any(acks is Acks.ALL for _, acks, _ in requests):
                 self.check_enough_replicas()
             headers = self.log.check_as_leader(buf)
         except Exception:
             return None
         if any(header.attributes & IDEMPOTENT_MASK for _, header in headers):
             return None
-        lengths = [len(data) for data, _ in requests]
+        lengths = [len(data) for data, _, _ in requests]
         starts = list(accumulate(lengths[:-1], initial=0))
         positions = [pos for pos, _ in headers]
         if positions == starts:  # one batch a request, the common case

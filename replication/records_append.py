@@ -71,6 +71,7 @@ class RecordsAppender:
         *,
         may_forward: bool = True,
         joinable: bool = True,
+        producer: ProducerIdentity | None = None,
     ) -> None:
         """Append every partition's batches in this loop turn's writes, then honour acks.
 
@@ -78,7 +79,9 @@ class RecordsAppender:
         an idempotent retry after a failure part-way never appends a partition twice.
         `may_forward`: a partition led elsewhere goes to its leader (else NotLeader);
         `joinable`: forwarded batches may share an internal append with this turn's others
-        (not an idempotent request's, whose marker the leader answers a retry by).
+        (not an idempotent request's, whose marker the leader answers a retry by, nor a
+        transaction's); `producer`: the batches are written inside its transaction, its epoch
+        checked by each leader.
         """
         refuse_internal(topic)
         replicas = self.replicas
@@ -106,13 +109,15 @@ class RecordsAppender:
         if len(local) == 1 and not remote:
             # The common case, without gather's tasks: one partition, led here.
             item, leader = local[0]
-            info = await replicas.appends.append(leader, item.data, acks)
+            info = await replicas.appends.append(leader, item.data, acks, producer=producer)
             landed[item.partition] = (info.first_offset, item.count)
             if info.flush_due or acks is Acks.ALL:
                 await replicas.acknowledge(leader, info, acks, timeout_ms)
             return
         # Every local partition's append joins this loop turn's write before any is awaited.
-        appending = [replicas.appends.append(leader, i.data, acks) for i, leader in local]
+        appending = [
+            replicas.appends.append(leader, i.data, acks, producer=producer) for i, leader in local
+        ]
         landings = await asyncio.gather(*appending, return_exceptions=True)
         failed: list[tuple[int, BaseException]] = []
         acknowledging: list[tuple[Partition, AppendInfo]] = []
@@ -128,7 +133,7 @@ class RecordsAppender:
         outcomes = await asyncio.gather(
             *(replicas.acknowledge(p, info, acks, timeout_ms) for p, info in acknowledging),
             *(
-                self._forward(topic, item, url, acks, timeout_ms, landed, joinable)
+                self._forward(topic, item, url, acks, timeout_ms, landed, joinable, producer)
                 for item, url in remote
             ),
             return_exceptions=True,
@@ -146,32 +151,10 @@ class RecordsAppender:
         producer: ProducerIdentity,
     ) -> None:
         """`append_records` inside `producer`'s transaction: each partition's batches on its
-        leader, here or forwarded once; the leaders check the producer's epoch."""
-        refuse_internal(topic)
-        replicas = self.replicas
-
-        async def one(item: PartitionBatch) -> None:
-            try:
-                info = await replicas.append_transactional(
-                    topic, item.partition, item.data, acks, timeout_ms, producer
-                )
-                landed[item.partition] = (info.first_offset, item.count)
-            except NotLeader as exc:
-                node = replicas.store.view.nodes.get(-1 if exc.leader is None else exc.leader)
-                if node is None:
-                    raise
-                base = await self.forwarder.produce_batches(
-                    node.url, topic, item.partition, item.data, acks, timeout_ms, producer
-                )
-                landed[item.partition] = (base, item.count)
-
-        if acks is Acks.ALL:
-            for item in batches:
-                replicas.check_enough_replicas(topic, item.partition)
-        outcomes = await asyncio.gather(*(one(item) for item in batches), return_exceptions=True)
-        _raise_failures(
-            [(i.partition, o) for i, o in zip(batches, outcomes, strict=True) if o is not None],
-            landed,
+        leader, here (in this loop turn's write) or forwarded once; the leaders check the
+        producer's epoch."""
+        await self.append_records(
+            topic, batches, acks, timeout_ms, landed, joinable=False, producer=producer
         )
 
     async def _forward(
@@ -183,6 +166,7 @@ class RecordsAppender:
         timeout_ms: int,
         landed: Landed,
         joinable: bool,
+        producer: ProducerIdentity | None,
     ) -> None:
         try:
             if joinable:
@@ -191,7 +175,7 @@ class RecordsAppender:
                 )
             else:
                 base = await self.forwarder.produce_batches(
-                    url, topic, item.partition, item.data, acks, timeout_ms
+                    url, topic, item.partition, item.data, acks, timeout_ms, producer
                 )
         except NodeUnreachable as exc:
             if exc.delivered:
@@ -201,10 +185,12 @@ class RecordsAppender:
             leader = await self._next_leader(topic, item.partition, url)
             if isinstance(leader, str):
                 base = await self.forwarder.produce_batches(
-                    leader, topic, item.partition, item.data, acks, timeout_ms
+                    leader, topic, item.partition, item.data, acks, timeout_ms, producer
                 )
             else:
-                info = await self.replicas.appends.append(leader, item.data, acks)
+                info = await self.replicas.appends.append(
+                    leader, item.data, acks, producer=producer
+                )
                 # Recorded before the acks: if they fail, the answer must still say that
                 # this partition has the records.
                 landed[item.partition] = (info.first_offset, item.count)

@@ -23,7 +23,6 @@ from engine import batch as fmt
 from engine.config import TopicConfig
 from engine.errors import (
     EngineError,
-    IsolationUnavailable,
     LogClosed,
     OffsetMovedToTieredStorage,
     OffsetOutOfRange,
@@ -533,9 +532,7 @@ class ReplicaManager:
         added the partition to the transaction at its coordinator first, KIP-890)."""
         refuse_internal(topic)
         leader = await self.leader(topic, partition)
-        if leader.log.needs_room(len(data)):
-            await asyncio.to_thread(leader.log.make_room, len(data))
-        info = leader.append_transactional(data, acks, producer)
+        info = await self.appends.append(leader, data, acks, producer=producer)
         await self.acknowledge(leader, info, acks, timeout_ms)
         return info
 
@@ -677,7 +674,8 @@ class ReplicaManager:
             )
             return read, False
         except OffsetMovedToTieredStorage as exc:
-            return await self._read_tiered(leader, offset, max_bytes, exc, isolation), True
+            read = await self._read_tiered(leader, offset, max_bytes, exc, isolation)
+            return read, bool(read.data)  # none below the last stable offset: wait as locally
         except LogClosed:
             raise UnknownTopic(f"topic {leader.topic!r} was deleted") from None
         except OffsetOutOfRange as exc:
@@ -786,8 +784,9 @@ class ReplicaManager:
         isolation: Isolation,
     ) -> ReadResult:
         """Batches below the local log start, from S3; where S3 has nothing there (a gap from
-        before tiering was on), the first local batches. Control batches are emptied; S3 keeps
-        no aborted-transaction index, so a read_committed reader is refused there."""
+        before tiering was on), the first local batches. Control batches are emptied, and for a
+        read_committed reader the aborted transactions' batches, below the last stable offset
+        (`TieringService.committed_view`)."""
         if self.tiering is None:
             raise OffsetOutOfRange(offset, exc.local_log_start_offset, leader.log_end_offset)
         log_ = leader.log
@@ -795,21 +794,17 @@ class ReplicaManager:
             return ReadResult(
                 memoryview(b""), log_.high_watermark, log_.log_start_offset, log_.log_end_offset
             )
-        if (
-            isolation is Isolation.READ_COMMITTED
-            and log_.producer_state.first_transactional is not None
-        ):
-            raise IsolationUnavailable(
-                f"offset {offset} of {leader.topic}-{leader.partition} is on remote storage only, "
-                "where no aborted-transaction index is kept; read_committed reads from offset "
-                f"{exc.local_log_start_offset} on"
-            )
         data = await self.tiering.read(leader, offset, max_bytes)
-        if data:
-            if isolation is not Isolation.RAW:
-                data = consumer_view(data, (), committed=False)
-            return ReadResult(data, log_.high_watermark, log_.log_start_offset, log_.log_end_offset)
-        return leader.read(log_.local_log_start_offset, max_bytes, isolation=isolation)
+        if not data:
+            return leader.read(log_.local_log_start_offset, max_bytes, isolation=isolation)
+        lso = -1
+        if isolation is Isolation.READ_COMMITTED:
+            data, lso = await self.tiering.committed_view(leader, offset, data)
+        elif isolation is not Isolation.RAW:
+            data = consumer_view(data, (), committed=False)
+        return ReadResult(
+            data, log_.high_watermark, log_.log_start_offset, log_.log_end_offset, lso
+        )
 
     async def offset_for_timestamp(
         self, leader: Partition, timestamp: int

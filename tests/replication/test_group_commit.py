@@ -14,10 +14,19 @@ from pathlib import Path
 import pytest
 
 from engine import batch as fmt
+from engine import txn_index
 from engine.config import TopicConfig
-from engine.errors import InsufficientStorage, InvalidRecord, RecordTooLarge
+from engine.errors import (
+    InsufficientStorage,
+    InvalidRecord,
+    ProducerFenced,
+    RecordTooLarge,
+    TransactionNotOngoing,
+)
 from engine.log import AppendInfo, PartitionLog
+from engine.producer_state import Isolation, ProducerIdentity
 from engine.segment import LogSegment
+from engine.txn_index import AbortedTxn
 from replication.acks import Acks
 from replication.errors import IdempotencyKeyReused, NotEnoughReplicas, NotLeader
 from replication.group_commit import AppendGroups, FlushGroups
@@ -27,6 +36,7 @@ from replication.partition import Partition
 from tests.replication.test_idempotency import marked
 
 EVENT_TIMEOUT_S = 10.0  # bounds a wait on another thread; never reached when right
+P, Q = 1000, 2000  # transactional producers' ids
 
 
 def records(*values: bytes) -> bytearray:
@@ -190,6 +200,86 @@ async def test_a_refused_request_fails_alone(leader: Partition, writes: list[int
     assert [(o.first_offset, o.record_count) for o in good] == [(0, 1), (1, 1)]
     assert len(writes) == 1
     assert values_of(leader.log) == [b"a", b"b"]
+
+
+async def test_transactional_requests_join_the_turns_write_as_their_own_batches(
+    leader: Partition, writes: list[int]
+) -> None:
+    """Requests inside transactions share the turn's one write with plain ones; each keeps
+    its own batch carrying its producer, and a zombie's (an epoch older than the partition
+    saw) is refused alone."""
+    groups = AppendGroups()
+    await groups.append(leader, records(b"first"), Acks.LEADER, producer=ProducerIdentity(P, 1))
+    writes.clear()
+    outcomes = await asyncio.gather(
+        groups.append(leader, records(b"zombie"), Acks.LEADER, producer=ProducerIdentity(P, 0)),
+        groups.append(leader, records(b"a"), Acks.LEADER, producer=ProducerIdentity(P, 1)),
+        groups.append(leader, records(b"plain"), Acks.LEADER),
+        groups.append(leader, records(b"b", b"c"), Acks.LEADER, producer=ProducerIdentity(Q, 0)),
+        return_exceptions=True,
+    )
+    assert isinstance(outcomes[0], ProducerFenced)
+    landed = [(o.first_offset, o.record_count) for o in outcomes[1:] if isinstance(o, AppendInfo)]
+    assert landed == [(1, 1), (2, 1), (3, 2)]
+    assert len(writes) == 1
+    assert values_of(leader.log) == [b"first", b"a", b"plain", b"b", b"c"]
+    headers = fmt.scan(leader.log.read(1, 1 << 20, upper_offset=5).data, check_crc=True).headers
+    assert [(h.producer_id, h.producer_epoch) for _, h in headers] == [(P, 1), (-1, -1), (Q, 0)]
+    assert [bool(h.attributes & fmt.TRANSACTIONAL_MASK) for _, h in headers] == [1, 0, 1]
+    assert leader.log.producer_state.ongoing == {P: 0, Q: 3}
+    assert leader.last_stable_offset == 0
+
+
+async def test_a_transactions_newer_epoch_fences_an_older_one_later_in_the_same_turn(
+    leader: Partition, writes: list[int]
+) -> None:
+    """Two epochs of one producer in a turn are judged as if written one after the other: the
+    newer one, first, fences the older (checked against the state before the write alone,
+    both would pass). A transaction ended here refuses its epoch's late write (KIP-890)."""
+    groups = AppendGroups()
+    outcomes = await asyncio.gather(
+        groups.append(leader, records(b"new"), Acks.LEADER, producer=ProducerIdentity(P, 1)),
+        groups.append(leader, records(b"zombie"), Acks.LEADER, producer=ProducerIdentity(P, 0)),
+        groups.append(leader, records(b"other"), Acks.LEADER, producer=ProducerIdentity(Q, 0)),
+        return_exceptions=True,
+    )
+    assert isinstance(outcomes[1], ProducerFenced)
+    assert [o.first_offset for o in outcomes if isinstance(o, AppendInfo)] == [0, 1]
+    assert len(writes) == 1
+    leader.write_marker(ProducerIdentity(Q, 0), True, 0)
+    late = await asyncio.gather(
+        groups.append(leader, records(b"late"), Acks.LEADER, producer=ProducerIdentity(Q, 0)),
+        groups.append(leader, records(b"more"), Acks.LEADER, producer=ProducerIdentity(P, 1)),
+        return_exceptions=True,
+    )
+    assert isinstance(late[0], TransactionNotOngoing)
+    assert isinstance(late[1], AppendInfo) and late[1].first_offset == 3
+    read = leader.log.read(0, 1 << 20, upper_offset=4).data  # Q's marker at 2 reaches no one
+    assert [r.value for r in fmt.iter_records(read)] == [b"new", b"other", b"more"]
+
+
+async def test_the_lso_and_aborted_index_follow_a_joined_write_at_once(leader: Partition) -> None:
+    """Right after a write that opened two transactions the last stable offset is held at the
+    first; once that one is aborted, the index names its records (read_committed leaves them
+    out) and the LSO moves to the other's."""
+    groups = AppendGroups()
+    await asyncio.gather(
+        groups.append(leader, records(b"p1"), Acks.LEADER, producer=ProducerIdentity(P, 0)),
+        groups.append(leader, records(b"q1"), Acks.LEADER, producer=ProducerIdentity(Q, 0)),
+        groups.append(leader, records(b"p2"), Acks.LEADER, producer=ProducerIdentity(P, 0)),
+    )
+    log = leader.log
+    assert (log.high_watermark, log.last_stable_offset) == (3, 0)
+    leader.write_marker(ProducerIdentity(P, 0), False, 0)
+    assert log.last_stable_offset == 1
+    assert log.aborted_transactions(0, 4) == [AbortedTxn(P, 0, 3, 1)]
+    assert txn_index.read_entries(txn_index.index_path(log.directory, 0)) == [
+        AbortedTxn(P, 0, 3, 1)
+    ]
+    leader.write_marker(ProducerIdentity(Q, 0), True, 0)
+    assert log.last_stable_offset == log.high_watermark == 5
+    read = log.read(0, 1 << 20, isolation=Isolation.READ_COMMITTED).data
+    assert [r.value for r in fmt.iter_records(read)] == [b"q1"]
 
 
 async def test_acks_all_below_min_insync_is_refused_per_request(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ isolation levels through the replica manager, and the refusals that keep zombies
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from engine.errors import ProducerFenced, TransactionNotOngoing
 from engine.manager import LogManager
 from engine.notify import ChangeNotifier
 from engine.producer_state import Isolation, ProducerIdentity
+from engine.segment import LogSegment
 from replication.acks import Acks
 from replication.errors import InternalTopicWrite
 from replication.forward_client import ForwardClient
@@ -105,6 +107,39 @@ async def test_a_fenced_or_finished_epoch_appends_nothing(node: Node) -> None:
     with pytest.raises(TransactionNotOngoing):
         await node.produce(newer, batch(0, b"late"))
     assert await node.values(0, Isolation.READ_UNCOMMITTED) == [b"new"]
+
+
+async def test_a_turns_transactional_produces_share_each_partitions_write(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Produces of several transactions in one loop turn write each partition once, as plain
+    produces do (group commit), each producer's batches its own; a zombie among them is
+    refused and the others land."""
+    newer = ProducerIdentity(PRODUCER.producer_id, 1)
+    await node.produce(newer, batch(0, b"first"))
+    writes: list[int] = []
+    original = LogSegment.append
+
+    def counted(self: LogSegment, data: bytes | bytearray | memoryview, *args: object) -> None:
+        writes.append(len(data))
+        original(self, data, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(LogSegment, "append", counted)
+    other = ProducerIdentity(88, 0)
+    outcomes = await asyncio.gather(
+        node.produce(newer, batch(0, b"a"), batch(1, b"b")),
+        node.produce(other, batch(0, b"c"), batch(1, b"d")),
+        node.produce(PRODUCER, batch(0, b"zombie"), batch(1, b"zombie")),
+        return_exceptions=True,
+    )
+    assert outcomes[:2] == [{0: (1, 1), 1: (0, 1)}, {0: (2, 1), 1: (1, 1)}]
+    assert isinstance(outcomes[2], ProducerFenced)
+    assert len(writes) == 2  # one a partition
+    for p in (0, 1):
+        for producer in (newer, other):
+            await node.markers.write(TOPIC, p, producer, True, 0)
+    assert await node.values(0, Isolation.READ_COMMITTED) == [b"first", b"a", b"c"]
+    assert await node.values(1, Isolation.READ_COMMITTED) == [b"b", b"d"]
 
 
 async def test_clients_may_not_write_internal_topics_in_a_transaction(node: Node) -> None:

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from engine.errors import (
     EngineError,
+    IsolationUnavailable,
     LogClosed,
     OffsetMovedToTieredStorage,
     OffsetOutOfRange,
@@ -219,7 +220,9 @@ class MemberFetch:
         self, group: Group, member: Member, limits: FetchLimits
     ) -> dict[TopicPartition, remote.RemoteRead]:
         """The member's partitions led here whose position is on S3 only, read from there
-        (the partition layer's fetch serves tiered offsets), like reads of other leaders."""
+        (the partition layer's fetch serves tiered offsets), like reads of other leaders. A
+        read the isolation cannot be served at there is the member's answer, as a partition
+        fetch's: no retry would read it."""
         out = {}
         for tp in sorted(member.owned):
             local = self.replicas.local(*tp)
@@ -230,6 +233,8 @@ class MemberFetch:
                 read = await self.replicas.fetch(
                     *tp, position, limits.max_bytes, 0, 0, isolation=limits.isolation
                 )
+            except IsolationUnavailable:
+                raise
             except EngineError:
                 continue
             out[tp] = remote.RemoteRead(position, read.data, read.high_watermark)
@@ -252,7 +257,8 @@ class MemberFetch:
         limits: FetchLimits,
     ) -> dict[TopicPartition, remote.RemoteRead]:
         """Fetch the partitions led elsewhere at the member's positions: one request per leader
-        node, all at once."""
+        node, all at once. A group's refusal, or a read the isolation cannot be served at, is
+        the member's answer; other failures leave their partitions out of this pass."""
         found = await asyncio.gather(
             *(
                 self._fetch_remote(group, member, url, tps, limits)
@@ -264,7 +270,7 @@ class MemberFetch:
             for tp, read in reads.items():
                 if isinstance(read, remote.RemoteRead):
                     out[tp] = read
-                elif isinstance(read, GroupError):
+                elif isinstance(read, GroupError | IsolationUnavailable):
                     raise read
                 elif not isinstance(read, EngineError | asyncio.CancelledError):
                     logger.warning("reading %s-%d from its leader failed: %r", tp[0], tp[1], read)

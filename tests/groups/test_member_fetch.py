@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from dataclasses import replace
 
 import orjson
 import pytest
 
-from engine.errors import OffsetOutOfRange
+from engine.errors import IsolationUnavailable, OffsetOutOfRange
 from engine.offsets_topic import TopicPartition
+from engine.producer_state import Isolation
 from groups.coordinator import JoinRequest, Member
 from replication import session_wire
 from replication.forward_client import Answer, ForwardClient
@@ -125,3 +127,69 @@ async def test_a_start_looked_up_while_the_partition_went_and_came_back_is_not_k
     await fetching
     await node.groups.member_fetch.fetch(GROUP, "z", NOW)
     assert forwarder.fetched and all(asked == {("r", 0): 10} for asked in forwarder.fetched)
+
+
+class IsolationUnavailableLeader(ForwardClient):
+    """Node 1 leading "r", whose records at the member's position only remote storage holds:
+    its start is 0, a read_committed fetch of it is refused 416 ISOLATION_UNAVAILABLE, a
+    read_uncommitted one finds nothing yet."""
+
+    def __init__(self) -> None:
+        super().__init__(0)
+
+    async def forward(
+        self, url: str, method: str, path_qs: str, headers: Mapping[str, str], body: bytes
+    ) -> Answer:
+        if "/offsets" in path_qs:
+            return Answer(200, {}, orjson.dumps({"offset": 0}))
+        request = session_wire.decode_request(body)
+        problem = {"status": 416, "code": "ISOLATION_UNAVAILABLE", "detail": "on S3 only"}
+        refused = session_wire.PartitionAnswer(9, 0, b"", 416, orjson.dumps(problem))
+        empty = session_wire.PartitionAnswer(9, 0)
+        committed = request.isolation is Isolation.READ_COMMITTED
+        parts = {key: refused if committed else empty for key in request.partitions}
+        answer = session_wire.SessionFetchAnswer(0, parts)
+        return Answer(200, {}, b"".join(session_wire.encode_answer(answer)))
+
+
+async def test_a_read_committed_fetch_the_leader_cannot_serve_is_the_members_answer(
+    node: Node,
+) -> None:
+    """As a partition fetch answers it: not an empty answer that hides why nothing comes."""
+    await led_by_node_1(node)
+    node.groups.member_fetch.forwarder = IsolationUnavailableLeader()
+    node.groups.membership.join(
+        GROUP, JoinRequest(("r",), 30_000, "earliest", False, instance_id="z")
+    )
+    committed = replace(NOW, isolation=Isolation.READ_COMMITTED)
+    with pytest.raises(IsolationUnavailable, match="on S3 only"):
+        await node.groups.member_fetch.fetch(GROUP, "z", committed)
+    assert (await node.groups.member_fetch.fetch(GROUP, "z", NOW)).records == []
+
+
+async def test_a_read_committed_fetch_of_offsets_only_s3_holds_here_is_the_members_answer(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A partition led here whose records at the member's position are on S3 only: what the
+    read layer refuses at read_committed (IsolationUnavailable) is the member's answer."""
+    configs = {"remote.storage.enable": True, "segment.bytes": 200, "local.retention.bytes": 0}
+    await node.store.create_topic(
+        node.fence, TopicSpec("s", "d" * 32, 1, 1, configs), [PartitionState(0, 1, (0,), (0,))]
+    )
+    assert await node.replicas.applied(lambda: ("s", 0) in node.replicas.partitions, 10)
+    for _ in range(10):
+        node.produce(3, ("s", 0))
+    log = node.replicas.partitions[("s", 0)].log
+    log.remote_end_offset = log.segments[-1].base_offset  # S3 holds every closed segment
+    log.apply_retention()
+    assert log.log_start_offset == 0 < log.local_log_start_offset
+
+    async def refused(*args: object, **kwargs: object) -> None:
+        raise IsolationUnavailable("offset 0 of s-0 is on remote storage only")
+
+    monkeypatch.setattr(node.replicas, "fetch", refused)
+    node.groups.membership.join(GROUP, JoinRequest(("s",), 30_000, "earliest", False))
+    [member] = node.groups.groups[GROUP].members
+    committed = replace(NOW, isolation=Isolation.READ_COMMITTED)
+    with pytest.raises(IsolationUnavailable, match="remote storage only"):
+        await node.groups.member_fetch.fetch(GROUP, member, committed)

@@ -154,41 +154,94 @@ def _input_size(stream: BinaryIO) -> int | None:
 
 
 async def _send(
-    session: aiohttp.ClientSession, url: str, records: list[dict[str, object]], acks: str
+    session: aiohttp.ClientSession,
+    url: str,
+    records: list[dict[str, object]],
+    params: dict[str, str],
 ) -> int:
     """Produce `records`; how many."""
-    await client.call(session, "POST", url, json={"records": records}, params={"acks": acks})
+    await client.call(session, "POST", url, json={"records": records}, params=params)
     return len(records)
+
+
+async def _produce_lines(
+    session: aiohttp.ClientSession,
+    args: argparse.Namespace,
+    url: str,
+    params: dict[str, str],
+    progress: Progress,
+) -> int:
+    """stdin's lines, sent in batches of `--batch-size` (one a line when typed); how many."""
+    batch_size = 1 if sys.stdin.isatty() else args.batch_size
+    sent = 0
+    batch: list[dict[str, object]] = []
+    read = 0  # bytes of input since the last request
+    for number, raw in enumerate(sys.stdin.buffer, 1):
+        read += len(raw)
+        line = _line(raw, number)
+        if line:
+            batch.append(_record(line, args.key_separator))
+        if len(batch) >= batch_size:
+            sent += await _send(session, url, batch, params)
+            progress.advance(read, f"{sent:,} records")
+            batch, read = [], 0
+    if batch:
+        sent += await _send(session, url, batch, params)
+    progress.advance(read, f"{sent:,} records")
+    return sent
+
+
+async def _in_transaction(
+    session: aiohttp.ClientSession,
+    args: argparse.Namespace,
+    url: str,
+    params: dict[str, str],
+    progress: Progress,
+) -> int:
+    """The whole input as one transaction of `--transactional-id`: begun, produced, committed;
+    aborted when anything fails first (nothing of it is then read committed)."""
+    base = f"{args.url}/v1/transactions/{quote(args.transactional_id, safe='')}"
+    begun = await client.call(session, "POST", base, json={})
+    epoch = {"producer_epoch": begun["producer_epoch"]}
+    params["producer_epoch"] = str(begun["producer_epoch"])
+    try:
+        sent = await _produce_lines(session, args, url, params, progress)
+    except BaseException:
+        with contextlib.suppress(client.CommandError, aiohttp.ClientError):
+            await client.call(session, "POST", f"{base}/abort", json=epoch)
+        raise
+    await client.call(session, "POST", f"{base}/commit", json=epoch)
+    return sent
 
 
 async def produce_command(args: argparse.Namespace) -> None:
     """stdin lines -> records; a JSON line is sent as that JSON value, anything else as a string.
-    Input that is not typed at a terminal shows its progress on stderr."""
+    Input that is not typed at a terminal shows its progress on stderr. With
+    `--transactional-id`, inside a transaction: the open one of `--producer-epoch`, or else one
+    of its own around the whole input."""
+    if args.producer_epoch is not None and args.transactional_id is None:
+        raise CommandError("--producer-epoch names a transaction: give --transactional-id too")
     path = f"/v1/topics/{args.topic}" + (
         f"/partitions/{args.partition}" if args.partition is not None else ""
     )
     url = f"{args.url}{path}/records"
-    typed = sys.stdin.isatty()
-    batch_size = 1 if typed else args.batch_size
-    stdin = sys.stdin.buffer
-    sent = 0
-    size = _input_size(stdin)
-    with Progress(f"produce {args.topic}", size, unit="bytes", show=not typed) as progress:
+    params = {"acks": args.acks}
+    if args.transactional_id is not None:
+        params["transactional_id"] = args.transactional_id
+    if args.producer_epoch is not None:
+        params["producer_epoch"] = str(args.producer_epoch)
+    size = _input_size(sys.stdin.buffer)
+    show = not sys.stdin.isatty()
+    with Progress(f"produce {args.topic}", size, unit="bytes", show=show) as progress:
         async with client.session(args) as session:
-            batch: list[dict[str, object]] = []
-            read = 0  # bytes of input since the last request
-            for number, raw in enumerate(stdin, 1):
-                read += len(raw)
-                line = _line(raw, number)
-                if line:
-                    batch.append(_record(line, args.key_separator))
-                if len(batch) >= batch_size:
-                    sent += await _send(session, url, batch, args.acks)
-                    progress.advance(read, f"{sent:,} records")
-                    batch, read = [], 0
-            if batch:
-                sent += await _send(session, url, batch, args.acks)
-            progress.advance(read, f"{sent:,} records")
+            if args.transactional_id is not None and args.producer_epoch is None:
+                sent = await _in_transaction(session, args, url, params, progress)
+                print(
+                    f"produced {sent} records, committed in transaction {args.transactional_id}",
+                    file=sys.stderr,
+                )
+                return
+            sent = await _produce_lines(session, args, url, params, progress)
     print(f"produced {sent} records", file=sys.stderr)
 
 
@@ -469,6 +522,14 @@ def parser() -> argparse.ArgumentParser:
     produce.add_argument("--key-separator", help="split each line into key and value")
     produce.add_argument("--acks", choices=["0", "1", "all"], default="all")
     produce.add_argument("--batch-size", type=int, default=1000)
+    produce.add_argument(
+        "--transactional-id",
+        help="produce in a transaction: its own around the whole input (begun, committed at "
+        "the end, aborted on failure), or the open one of --producer-epoch",
+    )
+    produce.add_argument(
+        "--producer-epoch", type=int, help="the open transaction's epoch (`transactions begin`)"
+    )
 
     consume = with_url(commands.add_parser("consume", help="print records as they arrive"))
     consume.add_argument("topic")

@@ -7,9 +7,11 @@ from bisect import bisect_right
 
 import msgspec
 
+from engine import txn_index
 from engine.errors import EngineError
 
 FORMAT = 1
+OBJECTS = (".log", ".index", ".timeindex", ".epochs")  # every segment's, by suffix
 
 
 class ManifestError(EngineError):
@@ -28,6 +30,10 @@ class RemoteSegment(msgspec.Struct, frozen=True):
     sha256: str
     epochs: list[tuple[int, int]]  # (leader epoch, first offset) of each epoch it holds
     uploaded_ms: int
+    # The entries of its `.txnindex` object, the aborted transactions whose ABORT marker it
+    # holds (0: no object, as Kafka's copy ships a transaction index only when there is one);
+    # None: uploaded before transaction indexes were, so what it aborts is not known.
+    aborted_transactions: int | None = None
 
     @property
     def next_offset(self) -> int:
@@ -36,6 +42,13 @@ class RemoteSegment(msgspec.Struct, frozen=True):
     @property
     def name(self) -> str:
         return f"{self.base_offset:020d}-{self.last_offset:020d}"
+
+    @property
+    def suffixes(self) -> tuple[str, ...]:
+        """Those of its objects: `<name><suffix>`."""
+        if self.aborted_transactions:
+            return (*OBJECTS, txn_index.SUFFIX)
+        return OBJECTS
 
 
 class Manifest(msgspec.Struct, frozen=True):

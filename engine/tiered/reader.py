@@ -1,7 +1,8 @@
 """Reads of tiered offsets from S3: the segment's offset index locates the batch, a ranged GET
-brings whole batches from there. A small LRU cache holds indexes and recent ranges, and the
-range after the one a consumer is reading is fetched ahead, so a consumer reading old data in
-order mostly finds it in memory."""
+brings whole batches from there; a read_committed reader's aborted transactions come from the
+segments' aborted-transaction indexes. A small LRU cache holds indexes and recent ranges, and
+the range after the one a consumer is reading is fetched ahead, so a consumer reading old data
+in order mostly finds it in memory."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from engine import batch as fmt
+from engine import txn_index
 from engine.errors import RemoteStorageError
 from engine.tiered.manifest import Manifest, RemoteSegment, partition_prefix
 from engine.tiered.remote import RemoteStorage
+from engine.txn_index import AbortedTxn
 
 _OFFSET_ENTRY = struct.Struct(">ii")
 RANGE = 2 * 1024 * 1024  # the smallest GET; a consumer halfway through one gets the next read ahead
@@ -116,11 +119,41 @@ class RemoteReader:
             position += pos  # only batches below `offset` so far: read on from the next one
         return b""
 
+    def aborted_transactions(
+        self, manifest: Manifest, start: int, end: int
+    ) -> list[AbortedTxn] | None:
+        """The aborted transactions with records in [start, end) whose ABORT marker S3 holds,
+        from the `.txnindex` objects of the segments from the one holding `start` on, up to an
+        entry whose last stable offset reaches `end` (every transaction open below `end` had
+        ended by then: Kafka's search); a segment without entries is not asked. None if one on
+        the way was uploaded before its index was (what it aborts is not known)."""
+        found: list[AbortedTxn] = []
+        prefix = partition_prefix(self.prefix, manifest.topic, manifest.partition)
+        for segment in manifest.segments:
+            if segment.last_offset < start:
+                continue
+            if segment.aborted_transactions is None:
+                return None
+            if not segment.aborted_transactions:
+                continue
+            index = self._whole(prefix + segment.name + txn_index.SUFFIX)
+            for entry in txn_index.decode(index):
+                if entry.last_offset >= start and entry.first_offset < end:
+                    found.append(entry)
+                if entry.last_stable_offset >= end:
+                    return found
+        return found
+
+    def _whole(self, key: str) -> bytes:
+        """An index object, from the cache or S3 (then cached)."""
+        data = self.cache.whole(key)
+        if data is None:
+            data = self.storage.get(key)
+            self.cache.put(key, 0, data)
+        return data
+
     def _position(self, key: str, segment: RemoteSegment, offset: int) -> int:
-        index = self.cache.whole(key)
-        if index is None:
-            index = self.storage.get(key)
-            self.cache.put(key, 0, index)
+        index = self._whole(key)
         entries = [
             (relative + segment.base_offset, position)
             for relative, position in _OFFSET_ENTRY.iter_unpack(index)

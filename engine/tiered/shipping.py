@@ -1,7 +1,8 @@
 """A closed segment's upload: the scan that checks, hashes and indexes its batches, and the PUTs
-of its four objects. A node runs `ship` in processes of their own at a lower CPU priority
-(`Shipper`), so that neither the scan's per-batch Python nor boto3's takes the event loop's GIL;
-the manifest that commits an upload is written by the partition (engine.tiered.uploader)."""
+of its objects (four; five with an aborted-transaction index). A node runs `ship` in processes
+of their own at a lower CPU priority (`Shipper`), so that neither the scan's per-batch Python
+nor boto3's takes the event loop's GIL; the manifest that commits an upload is written by the
+partition (engine.tiered.uploader)."""
 
 from __future__ import annotations
 
@@ -20,8 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+import msgspec
+
 from engine import batch as fmt
-from engine import heap
+from engine import heap, txn_index
 from engine.errors import EngineError
 from engine.segment import batch_chunks
 from engine.tiered.manifest import ManifestError, RemoteSegment
@@ -30,6 +33,7 @@ from engine.tiered.remote import RemoteStorage, S3Location
 _OFFSET_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
 OBJECTS_IN_FLIGHT = 4  # an upload's PUTs at once: its .log, .index, .timeindex and .epochs
+# (a .txnindex, small and rare, goes up as soon as one of them is done)
 NICENESS = 10  # the shipper's CPU priority below the node's: requests come first
 ARENAS = 2  # a shipper's malloc arenas: what its sender threads free stays reusable
 
@@ -87,6 +91,9 @@ class Shipment:
     size: int
     from_offset: int
     index_interval: int
+    # The aborted-transaction index of the batches uploaded (txn_index.encode: the entries
+    # whose ABORT marker is among them), from the node's log; empty: none, no object.
+    txn_index: bytes
 
 
 class _FileRange(io.RawIOBase):
@@ -164,8 +171,8 @@ def scan_segment(segment: ReadableSegment, from_offset: int, index_interval: int
 
 
 def ship(shipment: Shipment) -> RemoteSegment:
-    """Scan one closed segment and put its four objects (side by side, in this process's pool
-    of senders); returns what the manifest is to list. Nothing is committed here."""
+    """Scan one closed segment and put its objects (side by side, in this process's pool of
+    senders); returns what the manifest is to list. Nothing is committed here."""
     segment = SegmentFile(Path(shipment.path), shipment.base_offset, shipment.size)
     storage = _storage(shipment.location)
     pool = _senders()
@@ -185,12 +192,16 @@ def ship(shipment: Shipment) -> RemoteSegment:
             body = _FileRange(segment, scanned.start_position, scanned.segment.size)
             key = f"{prefix}{scanned.segment.name}.log"
             sent.append(pool.submit(storage.upload_stream, key, body))
-        remote = scanned.segment
-        for suffix, data in (
+        aborted = len(shipment.txn_index) // txn_index.ENTRY.size
+        remote = msgspec.structs.replace(scanned.segment, aborted_transactions=aborted)
+        objects = [
             (".index", scanned.index),
             (".timeindex", scanned.time_index),
             (".epochs", scanned.epochs),
-        ):
+        ]
+        if aborted:
+            objects.append((txn_index.SUFFIX, shipment.txn_index))
+        for suffix, data in objects:
             sent.append(pool.submit(storage.put, f"{prefix}{remote.name}{suffix}", data))
     finally:
         wait(sent)  # none left running if the scan failed

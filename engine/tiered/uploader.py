@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import msgspec
 
+from engine import txn_index
 from engine.log import PartitionLog
 from engine.segment import LogSegment
 from engine.tiered.manifest import (
@@ -97,6 +98,11 @@ class PartitionTier:
         self._check_epoch(manifest, leader_epoch)
         end = manifest.end_offset
         start_offset = segment.base_offset if end is None else max(end, segment.base_offset)
+        aborted = [  # those whose ABORT marker is among the uploaded batches, as Kafka ships
+            entry
+            for entry in self.log.aborted_transactions(start_offset, segment.next_offset)
+            if entry.last_offset < segment.next_offset
+        ]
         shipment = Shipment(
             location=self.storage.location,
             key_prefix=self.prefix,
@@ -106,6 +112,7 @@ class PartitionTier:
             size=segment.size,
             from_offset=start_offset,
             index_interval=self.log.config.index_interval_bytes,
+            txn_index=txn_index.encode(aborted),
         )
         remote = self.ship(shipment)
         log_start = manifest.log_start_offset if manifest.segments else remote.base_offset
@@ -148,11 +155,7 @@ class PartitionTier:
         if not dropped and new_start == manifest.log_start_offset:
             return 0
         self._commit(manifest, leader_epoch, new_start, kept)
-        self.storage.delete(
-            self.key(s, suffix)
-            for s in dropped
-            for suffix in (".log", ".index", ".timeindex", ".epochs")
-        )
+        self.storage.delete(self.key(s, suffix) for s in dropped for suffix in s.suffixes)
         if new_start > self.log.log_start_offset:
             self.log.delete_records(min(new_start, self.log.high_watermark))
         return len(dropped)

@@ -16,15 +16,17 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from engine import batch as fmt
+from engine import txn_index
 from engine.config import TopicConfig
 from engine.errors import CorruptRecord, OffsetMovedToTieredStorage
 from engine.log import PartitionLog
 from engine.segment import LogSegment
 from engine.tiered import shipping
-from engine.tiered.manifest import RemoteSegment, decode_manifest
+from engine.tiered.manifest import Manifest, RemoteSegment, decode_manifest
 from engine.tiered.reader import RemoteReader
 from engine.tiered.remote import ManifestConflict, RemoteStorage, S3Location
 from engine.tiered.shipping import NICENESS, OBJECTS_IN_FLIGHT, Shipper, ShipperFailed, scan_segment
@@ -185,6 +187,158 @@ def test_an_earlier_topic_of_the_same_name_is_not_continued(
     assert second.refresh().segments == []
     second.upload(second.pending()[0], 0)
     assert second.refresh().topic_id == "new-id"
+
+
+PRODUCERS = (1000, 2000, 3000)
+
+
+def in_txn(log: PartitionLog, producer_id: int, value: bytes) -> None:
+    batch = fmt.encode_batch([fmt.RecordInput(None, value, [], RECENT_MS)])
+    log.append_transactional_as_leader(batch, 0, producer_id, 0)
+    log.advance_high_watermark(log.log_end_offset)
+
+
+def marker(log: PartitionLog, producer_id: int, commit: bool) -> None:
+    log.append_marker_as_leader(producer_id, 0, commit, 0, 0)
+    log.advance_high_watermark(log.log_end_offset)
+
+
+def transactions(log: PartitionLog) -> None:
+    """An aborted transaction whose records and ABORT marker lie in different segments (a
+    committed one open across it), one aborted within a segment, plain batches around them and
+    after, so that every marker is in a closed segment."""
+    a, b, c = PRODUCERS
+    fill(log, 2)
+    in_txn(log, a, b"a1")
+    fill(log, 6)
+    in_txn(log, b, b"b1")
+    in_txn(log, a, b"a2")
+    marker(log, a, commit=False)
+    fill(log, 2)
+    in_txn(log, b, b"b2")
+    marker(log, b, commit=True)
+    in_txn(log, c, b"c1")
+    marker(log, c, commit=False)
+    fill(log, 8)
+
+
+def batch_bounds(log: PartitionLog, end: int) -> list[int]:
+    """Every batch's base offset below `end`, and `end`."""
+    bases = [
+        h.base_offset
+        for s in log.segments
+        for _, data in s.batches()
+        for h in [fmt.read_header(data)]
+    ]
+    return sorted({b for b in bases if b < end} | {end})
+
+
+def check_aborted_reads(reader: RemoteReader, manifest: Manifest, log: PartitionLog) -> None:
+    """Over every range of whole batches S3 holds, the aborted transactions its indexes give
+    are those the log's own indexes give."""
+    end = manifest.end_offset
+    assert end is not None
+    bounds = batch_bounds(log, end)
+    for i, start in enumerate(bounds):
+        for stop in bounds[i + 1 :]:
+            remote = reader.aborted_transactions(manifest, start, stop)
+            assert remote is not None
+            assert sorted(remote) == sorted(log.aborted_transactions(start, stop)), (start, stop)
+
+
+def test_a_segments_aborted_transactions_go_up_beside_it_and_are_read_back(
+    tmp_path: Path, storage: RemoteStorage, ship: Ship, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As Kafka's copy: a segment holding ABORT markers goes up with its `.txnindex` (the local
+    file's bytes, Kafka's format), one holding none without; the manifest counts the entries.
+    A read_committed reader's aborted transactions come back from them, each object GET once."""
+    log = make_log(tmp_path, 600)
+    transactions(log)
+    local = {
+        s.base_offset: txn_index.index_path(log.directory, s.base_offset) for s in log.segments
+    }
+    tier = PartitionTier(storage, "p", log, "id", ship)
+    for segment in tier.pending():
+        tier.upload(segment, 0)
+    manifest = tier.refresh()
+    assert manifest.end_offset == log.segments[-1].base_offset
+    keys = set(storage.list_keys("p/t/0/"))
+    with_entries = 0
+    for remote in manifest.segments:
+        path, key = local[remote.base_offset], f"p/t/0/{remote.name}{txn_index.SUFFIX}"
+        entries = txn_index.read_entries(path)
+        assert remote.aborted_transactions == len(entries)
+        if entries:
+            with_entries += 1
+            assert storage.get(key) == path.read_bytes()
+            assert remote.suffixes[-1] == txn_index.SUFFIX
+        else:
+            assert key not in keys and txn_index.SUFFIX not in remote.suffixes
+    assert with_entries >= 1
+    assert sum(s.aborted_transactions or 0 for s in manifest.segments) == 2  # a's and c's
+
+    reader = RemoteReader(storage, "p")
+    fetched: list[str] = []
+    get = storage.get
+
+    def counted(key: str) -> bytes:
+        fetched.append(key)
+        return get(key)
+
+    monkeypatch.setattr(storage, "get", counted)
+    check_aborted_reads(reader, manifest, log)
+    indexes = [k for k in fetched if k.endswith(txn_index.SUFFIX)]
+    assert indexes and len(indexes) == len(set(indexes))  # cached after the first read
+
+
+def test_a_new_leader_ships_the_aborted_transactions_of_what_it_uploads(
+    tmp_path: Path, storage: RemoteStorage, ship: Ship
+) -> None:
+    """A successor whose segments are cut elsewhere uploads from mid-segment: its index holds
+    the ABORT markers from there on, none the old leader's object already holds."""
+    leader = make_log(tmp_path / "leader", 600)
+    transactions(leader)
+    follower = make_log(tmp_path / "follower", 1000)
+    copy_batches(leader, follower)
+    tier = PartitionTier(storage, "p", leader, "id", ship)
+    for segment in tier.pending()[:3]:
+        tier.upload(segment, 0)
+    successor = PartitionTier(storage, "p", follower, "id", ship)
+    successor.refresh()
+    for segment in successor.pending():
+        successor.upload(segment, 1)
+    manifest = successor.refresh()
+    assert sum(s.aborted_transactions or 0 for s in manifest.segments) == 2
+    check_aborted_reads(RemoteReader(storage, "p"), manifest, leader)
+
+
+def test_segments_uploaded_before_their_index_was_leave_aborted_transactions_unknown(
+    tmp_path: Path, storage: RemoteStorage, ship: Ship
+) -> None:
+    """A segment listed without a count (uploaded before indexes were shipped) may hold ABORT
+    markers: a search that reaches it knows nothing; one from a later segment on does."""
+    log = make_log(tmp_path, 600)
+    transactions(log)
+    tier = PartitionTier(storage, "p", log, "id", ship)
+    for segment in tier.pending():
+        tier.upload(segment, 0)
+    manifest = tier.refresh()
+    first, second = manifest.segments[:2]
+    old = msgspec.structs.replace(
+        manifest,
+        segments=[
+            msgspec.structs.replace(first, aborted_transactions=None),
+            *manifest.segments[1:],
+        ],
+    )
+    reader = RemoteReader(storage, "p")
+    end = manifest.end_offset
+    assert end is not None
+    assert reader.aborted_transactions(old, first.base_offset, end) is None
+    found = reader.aborted_transactions(old, second.base_offset, end)
+    assert found is not None
+    assert sorted(found) == sorted(log.aborted_transactions(second.base_offset, end))
+    assert found  # a's and c's
 
 
 def shipper_processes() -> list[int]:

@@ -1,7 +1,8 @@
 """Tiering, the partition layer's side (Kafka's RemoteLogManager): each partition this node
 leads uploads its closed segments and applies total retention to S3; each it follows learns
 from the manifest what S3 holds, so its local retention may delete those segments too. Reads
-below a leader's local log start are served from S3. All S3 work runs in threads; each segment's
+below a leader's local log start are served from S3, at read_committed with the aborted
+transactions of the segments' indexes there. All S3 work runs in threads; each segment's
 upload (its scan and objects) in a shipper process (engine.tiered.shipping)."""
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from engine import batch as fmt
-from engine.errors import EngineError
+from engine.errors import EngineError, IsolationUnavailable
+from engine.producer_state import consumer_view
 from engine.tiered.manifest import Manifest, empty_manifest, partition_prefix, topic_prefix
 from engine.tiered.reader import RemoteReader
 from engine.tiered.remote import RemoteStorage, S3Location
@@ -227,6 +229,46 @@ class TieringService:
         async with self._threads:
             data = await asyncio.to_thread(self.reader.read, manifest, offset, max_bytes)
         return memoryview(data)
+
+    async def committed_view(
+        self, partition: Partition, offset: int, data: memoryview
+    ) -> tuple[memoryview, int]:
+        """Batches read from S3 from `offset` as a read_committed consumer sees them, as the
+        local read gives them, and the last stable offset they stop at: the batches below it,
+        each of an aborted transaction and each control batch emptied to its header. The
+        aborted transactions are those of the log's local segments and of the segments' indexes
+        on S3, read after them (a segment deleted locally meanwhile is in the manifest by then).
+        A transactional batch in a segment uploaded before its index was ends the answer
+        before it; IsolationUnavailable when it comes first."""
+        log_ = partition.log
+        lso = log_.last_stable_offset
+        stable = [
+            (pos, h) for pos, h in fmt.scan(data, check_crc=False).headers if h.last_offset < lso
+        ]
+        if not stable:
+            return data[:0], lso
+        last_pos, last = stable[-1]
+        data, end = data[: last_pos + last.size], last.next_offset
+        transactional = next(
+            (pos for pos, h in stable if h.is_transactional and not h.is_control), None
+        )
+        if transactional is None:
+            return consumer_view(data, (), committed=True), lso
+        local = log_.aborted_transactions(offset, end)
+        manifest = await self.manifest(partition)
+        async with self._threads:
+            remote = await asyncio.to_thread(
+                self.reader.aborted_transactions, manifest, offset, end
+            )
+        if remote is not None:
+            return consumer_view(data, [*local, *remote], committed=True), lso
+        if transactional == 0:
+            raise IsolationUnavailable(
+                f"offset {offset} of {partition.topic}-{partition.partition} is a transactional "
+                "batch in a segment uploaded to remote storage without an aborted-transaction "
+                "index: read_uncommitted reads it"
+            )
+        return consumer_view(data[:transactional], (), committed=True), lso
 
     async def offset_for_timestamp(
         self, partition: Partition, timestamp: int

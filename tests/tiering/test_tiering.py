@@ -8,12 +8,15 @@ import hashlib
 import time
 from typing import Any
 
+import msgspec
+import orjson
 from kafka.record.default_records import DefaultRecordBatch
 
 from engine.tiered.manifest import Manifest, decode_manifest
 from gateway.formats.codecs import RECORD_BATCH
 from replication.partition import Partition
 from tests.api.support import (
+    JSON,
     Client,
     Start,
     create_topic,
@@ -27,7 +30,7 @@ from tests.api.support import (
     sample,
     wait_until,
 )
-from tests.api.test_events import data, read_block, read_events, stream
+from tests.api.test_events import data, read_events, stream
 from tests.api.test_transactions import begin, end, in_txn
 from tests.s3 import MotoServer, S3Proxy
 
@@ -288,20 +291,213 @@ async def test_a_group_member_reads_what_only_s3_holds(
     assert values == list(range(120))
 
 
-async def test_a_read_committed_event_stream_of_offsets_only_s3_holds_ends_with_a_problem(
-    start: Start, s3_proxy: S3Proxy, bucket: str
+async def produce_transactions(client: Client) -> int:
+    """Plain records around an aborted transaction whose records and ABORT marker lie in
+    different segments, a committed one and one aborted at once; the offset after the last
+    marker. Plain records follow, so every marker ends up in a closed segment."""
+    await produce_numbered(client, 20)
+    aborted = (await begin(client))["producer_epoch"]
+    await produce(client, [{"value": "a1"}], params=in_txn(aborted))
+    await produce_numbered(client, 60, first=20)
+    await produce(client, [{"value": "a2"}], params=in_txn(aborted))
+    await end(client, "abort", aborted)
+    committed = (await begin(client))["producer_epoch"]
+    await produce(client, [{"value": "b1"}], params=in_txn(committed))
+    await produce_numbered(client, 20, first=80)
+    await produce(client, [{"value": "b2"}], params=in_txn(committed))
+    await end(client, "commit", committed)
+    at_once = (await begin(client))["producer_epoch"]
+    await produce(client, [{"value": "c1"}], params=in_txn(at_once))
+    await end(client, "abort", at_once)
+    markers_end = local(client).log_end_offset
+    await produce_numbered(client, 100, first=100)
+    return markers_end
+
+
+COMMITTED = [
+    *({"n": n} for n in range(80)),
+    "b1",
+    *({"n": n} for n in range(80, 100)),
+    "b2",
+    *({"n": n} for n in range(100, 200)),
+]
+
+
+async def committed_walk(client: Client, accept: str) -> list[tuple[int, int, str, bytes]]:
+    """A read_committed reader's answers from offset 0 to the end, each as it came: (offset,
+    status, last stable offset, body)."""
+    answers: list[tuple[int, int, str, bytes]] = []
+    offset = 0
+    while True:
+        response = await client.get(
+            records_path("t", 0),
+            params={"offset": str(offset), "isolation": "read_committed", "timeout_ms": "0"},
+            headers={"Accept": accept},
+        )
+        body = await response.read()
+        assert response.status == 200, body
+        lso = response.headers["Sluice-Last-Stable-Offset"]
+        answers.append((offset, response.status, lso, body))
+        next_offset = int(response.headers["Sluice-Next-Offset"])
+        if next_offset >= int(lso):
+            return answers
+        assert next_offset > offset
+        offset = next_offset
+
+
+async def committed_values(client: Client) -> list[Any]:
+    """Every value a read_committed reader reads from offset 0 (JSON answers)."""
+    return [
+        record["value"]
+        for *_, body in await committed_walk(client, JSON)
+        for record in orjson.loads(body)["records"]
+    ]
+
+
+def txn_index_keys(moto: MotoServer, bucket: str) -> set[str]:
+    listed = moto.client().list_objects_v2(Bucket=bucket, Prefix=f"{PREFIX}/t/0/")
+    return {o["Key"] for o in listed.get("Contents", ()) if o["Key"].endswith(".txnindex")}
+
+
+async def test_read_committed_reads_of_offsets_only_s3_holds_answer_as_the_local_log_did(
+    start: Start, s3_proxy: S3Proxy, moto: MotoServer, bucket: str
 ) -> None:
-    """S3 keeps no aborted-transaction index: the stream ends at once, not retrying forever."""
+    """Each segment's aborted-transaction index goes to S3 beside it: once only S3 holds the
+    transactions, a read_committed reader gets the answers the local log gave, byte for byte
+    (committed records, no aborted one, control batches emptied as locally)."""
+    client = await tiered_gateway(start, s3_proxy, bucket)
+    await create_topic(client, configs={**TIERED, "local.retention.bytes": -1})
+    markers_end = await produce_transactions(client)
+    partition = local(client)
+    local_walks = [await committed_walk(client, accept) for accept in (RECORD_BATCH, JSON)]
+    assert await committed_values(client) == COMMITTED
+    local_indexes = {
+        path.name[:20]: path.read_bytes() for path in partition.log.directory.glob("*.txnindex")
+    }
+    assert len(local_indexes) >= 1
+
+    response = await client.patch("/v1/topics/t", json={"configs": {"local.retention.bytes": 0}})
+    assert response.status == 200, await response.text()
+    directory = partition.log.directory
+    await wait_until(  # only S3's indexes are left to read
+        lambda: (
+            partition.local_log_start_offset >= markers_end
+            and not any(directory.glob("*.txnindex"))
+        ),
+        UPLOAD_WAIT_S,
+    )
+    manifest = read_manifest(moto, bucket)
+    remote_indexes = {
+        f"{s.base_offset:020d}": get(moto, bucket, f"{PREFIX}/t/0/{s.name}.txnindex")
+        for s in manifest.segments
+        if s.aborted_transactions
+    }
+    assert remote_indexes == local_indexes  # Kafka's format, as the segment's file held it
+    assert len(txn_index_keys(moto, bucket)) == len(local_indexes)  # none without entries
+    assert sum(s.aborted_transactions or 0 for s in manifest.segments) == 2
+
+    assert [await committed_walk(client, accept) for accept in (RECORD_BATCH, JSON)] == local_walks
+    assert await committed_values(client) == COMMITTED
+    uncommitted = [r["value"] for r in await fetch_everything(client)]
+    assert [v for v in uncommitted if isinstance(v, str)] == ["a1", "a2", "b1", "b2", "c1"]
+
+
+async def test_remote_retention_deletes_a_segments_aborted_transaction_index(
+    start: Start, s3_proxy: S3Proxy, moto: MotoServer, bucket: str
+) -> None:
     client = await tiered_gateway(start, s3_proxy, bucket)
     await create_topic(client, configs=TIERED)
-    epoch = (await begin(client))["producer_epoch"]
-    await produce(client, [{"value": "in a transaction"}], params=in_txn(epoch))
-    await end(client, "commit", epoch)
-    await produce_numbered(client, 120)
+    markers_end = await produce_transactions(client)
+    await produce_numbered(client, 100, first=200)  # the newest remote segment stays
     partition = local(client)
-    await wait_until(lambda: partition.local_log_start_offset >= 60, UPLOAD_WAIT_S)
-    resp = await stream(client, offset="earliest", isolation="read_committed")
-    [event] = await read_events(resp, 1)
-    assert event["event"] == "problem"
-    assert (data(event)["status"], data(event)["code"]) == (416, "ISOLATION_UNAVAILABLE")
-    assert await read_block(resp) is None
+    await wait_until(lambda: partition.local_log_start_offset >= markers_end, UPLOAD_WAIT_S)
+    indexes = txn_index_keys(moto, bucket)
+    assert indexes
+
+    response = await client.patch("/v1/topics/t", json={"configs": {"retention.ms": 1000}})
+    assert response.status == 200, await response.text()
+    await wait_until(lambda: partition.log_start_offset > markers_end, UPLOAD_WAIT_S)
+    assert not txn_index_keys(moto, bucket)
+    kept = read_manifest(moto, bucket).segments
+    assert kept and all(s.base_offset >= markers_end for s in kept)
+
+
+async def test_segments_closed_before_a_restart_go_up_with_their_index_and_are_read_back(
+    start: Start, s3_proxy: S3Proxy, moto: MotoServer, bucket: str
+) -> None:
+    """Segments S3 did not take before a restart go up after it with the index the restarted
+    log rebuilt; a node started again reads the indexes back from S3."""
+    client = await tiered_gateway(start, s3_proxy, bucket)
+    await create_topic(client, configs=TIERED)
+    s3_proxy.down()
+    markers_end = await produce_transactions(client)
+    assert local(client).local_log_start_offset == 0  # nothing went up
+    local_walk = await committed_walk(client, JSON)
+    await client.close()
+
+    s3_proxy.up()
+    client = await tiered_gateway(start, s3_proxy, bucket)
+    partition = local(client)
+    await wait_until(lambda: partition.local_log_start_offset >= markers_end, UPLOAD_WAIT_S)
+    assert sum(s.aborted_transactions or 0 for s in read_manifest(moto, bucket).segments) == 2
+    assert await committed_walk(client, JSON) == local_walk
+    await client.close()
+
+    client = await tiered_gateway(start, s3_proxy, bucket)
+    assert local(client).local_log_start_offset >= markers_end
+    assert await committed_walk(client, JSON) == local_walk
+    assert await committed_values(client) == COMMITTED
+
+
+async def test_segments_uploaded_without_an_index_serve_read_committed_up_to_a_transaction(
+    start: Start, s3_proxy: S3Proxy, moto: MotoServer, bucket: str
+) -> None:
+    """A manifest written before indexes were shipped lists no count: read_committed reads its
+    segments up to their first transactional batch, and is refused there (416
+    ISOLATION_UNAVAILABLE), where read_uncommitted reads on."""
+    client = await tiered_gateway(start, s3_proxy, bucket)
+    await create_topic(client, configs=TIERED)
+    markers_end = await produce_transactions(client)
+    partition = local(client)
+    await wait_until(lambda: partition.local_log_start_offset >= markers_end, UPLOAD_WAIT_S)
+    await client.close()
+    manifest = read_manifest(moto, bucket)
+    older = msgspec.structs.replace(
+        manifest,
+        segments=[msgspec.structs.replace(s, aborted_transactions=None) for s in manifest.segments],
+    )
+    s3 = moto.client()
+    s3.put_object(Bucket=bucket, Key=f"{PREFIX}/t/0/manifest.json", Body=older.encode())
+    s3.delete_objects(
+        Bucket=bucket, Delete={"Objects": [{"Key": k} for k in txn_index_keys(moto, bucket)]}
+    )
+
+    client = await tiered_gateway(start, s3_proxy, bucket)
+    plain = await fetch(client, offset=0, isolation="read_committed")
+    assert [r["value"] for r in plain["records"]] == [{"n": n} for n in range(20)]
+    assert plain["next_offset"] == 20
+    body = await problem(
+        await client.get(
+            records_path("t", 0),
+            params={"offset": "20", "isolation": "read_committed", "timeout_ms": "0"},
+        ),
+        416,
+        "ISOLATION_UNAVAILABLE",
+    )
+    assert "read_uncommitted" in body["detail"]
+    assert (await fetch(client, offset=20, max_records=1))["records"][0]["value"] == "a1"
+
+
+async def test_a_read_committed_event_stream_reads_what_only_s3_holds(
+    start: Start, s3_proxy: S3Proxy, bucket: str
+) -> None:
+    client = await tiered_gateway(start, s3_proxy, bucket)
+    await create_topic(client, configs=TIERED)
+    markers_end = await produce_transactions(client)
+    partition = local(client)
+    await wait_until(lambda: partition.local_log_start_offset >= markers_end, UPLOAD_WAIT_S)
+    resp = await stream(
+        client, offset="earliest", isolation="read_committed", max_events=len(COMMITTED)
+    )
+    events = await read_events(resp, len(COMMITTED) + 1)
+    assert [data(e)["value"] for e in events] == COMMITTED

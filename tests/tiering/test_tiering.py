@@ -4,6 +4,7 @@ offsets are served back from S3, and an S3 outage delays uploads without losing 
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
 from typing import Any
@@ -24,6 +25,7 @@ from tests.api.support import (
     fetch,
     gateway,
     metrics,
+    parked,
     problem,
     produce,
     records_path,
@@ -486,6 +488,43 @@ async def test_segments_uploaded_without_an_index_serve_read_committed_up_to_a_t
     )
     assert "read_uncommitted" in body["detail"]
     assert (await fetch(client, offset=20, max_records=1))["records"][0]["value"] == "a1"
+
+
+async def test_read_committed_reads_of_s3_stop_at_the_last_stable_offset_and_wait_there(
+    start: Start, s3_proxy: S3Proxy, bucket: str
+) -> None:
+    """Records of a transaction still open may go to S3 (closed segments below the high
+    watermark do): a read_committed reader of what only S3 holds stops before them, is told
+    the last stable offset, and a fetch parked there is answered once the commit moves it."""
+    client = await tiered_gateway(start, s3_proxy, bucket)
+    await create_topic(client, configs=TIERED)
+    await produce_numbered(client, 20)
+    epoch = (await begin(client))["producer_epoch"]
+    await produce(client, [{"value": "open"}], params=in_txn(epoch))
+    await produce_numbered(client, 100, first=20)
+    partition = local(client)
+    await wait_until(lambda: partition.local_log_start_offset > 21, UPLOAD_WAIT_S)
+
+    response = await client.get(
+        records_path("t", 0),
+        params={"offset": "0", "isolation": "read_committed", "timeout_ms": "0"},
+    )
+    assert response.status == 200, await response.text()
+    assert response.headers["Sluice-Last-Stable-Offset"] == "20"
+    assert [r["value"] for r in (await response.json())["records"]] == [{"n": n} for n in range(20)]
+
+    before = parked(client)
+    waiting = asyncio.create_task(
+        client.get(
+            records_path("t", 0),
+            params={"offset": "20", "isolation": "read_committed", "timeout_ms": "20000"},
+        )
+    )
+    await wait_until(lambda: parked(client) > before)
+    await end(client, "commit", epoch)
+    response = await waiting
+    assert response.status == 200, await response.text()
+    assert (await response.json())["records"][0]["value"] == "open"
 
 
 async def test_a_read_committed_event_stream_reads_what_only_s3_holds(

@@ -132,7 +132,7 @@ async def test_a_turns_transactional_produces_share_each_partitions_write(
         node.produce(PRODUCER, batch(0, b"zombie"), batch(1, b"zombie")),
         return_exceptions=True,
     )
-    assert outcomes[:2] == [{0: (1, 1), 1: (0, 1)}, {0: (2, 1), 1: (1, 1)}]
+    assert list(outcomes[:2]) == [{0: (1, 1), 1: (0, 1)}, {0: (2, 1), 1: (1, 1)}]
     assert isinstance(outcomes[2], ProducerFenced)
     assert len(writes) == 2  # one a partition
     for p in (0, 1):

@@ -23,6 +23,7 @@ from typing import Any
 
 from engine import offsets_topic
 from engine.offsets_topic import CommittedOffset, StoredGroup, TopicPartition
+from engine.producer_state import Isolation
 from groups import views
 from groups.errors import GroupError
 from groups.member_fetch import CURSOR_MASK, GroupFetch, MemberFetch, RecordDecoder
@@ -182,9 +183,11 @@ class GroupCoordinator:
         member_id: str,
         targets: list[tuple[TopicPartition, object]],
         within_log: bool = True,
+        isolation: Isolation = Isolation.READ_UNCOMMITTED,
     ) -> None:
-        """Set the member's next position on owned partitions (`within_log`: see MemberFetch)."""
-        await self.member_fetch.seek(name, member_id, targets, within_log)
+        """Set the member's next position on owned partitions (`within_log`, `isolation`: see
+        MemberFetch)."""
+        await self.member_fetch.seek(name, member_id, targets, within_log, isolation)
 
     # -- offsets -------------------------------------------------------------------------------
 

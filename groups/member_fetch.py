@@ -32,7 +32,7 @@ from groups.model import Group, Member, not_assigned, unknown_member
 from groups.offsets import Offsets
 from groups.offsets_log import OffsetsLog, local_leader
 from replication.errors import ReplicationError
-from replication.fetch_limits import FetchLimits
+from replication.fetch_limits import FetchLimits, latest_offset
 from replication.forward_client import ForwardClient
 from replication.partition import Partition
 from replication.replica_manager import ReplicaManager
@@ -175,11 +175,12 @@ class MemberFetch:
         member_id: str,
         targets: list[tuple[TopicPartition, object]],
         within_log: bool = True,
+        isolation: Isolation = Isolation.READ_UNCOMMITTED,
     ) -> None:
         """Set the member's next position on owned partitions: an offset within the log,
-        `earliest` or `latest` (Kafka's seek, seekToBeginning, seekToEnd). `within_log` False
-        takes any offset as Kafka's seek() does: a read finds it out of range and starts
-        where auto_offset_reset says."""
+        `earliest` or `latest` (Kafka's seek, seekToBeginning, seekToEnd; `latest` as a reader
+        at `isolation` has it). `within_log` False takes any offset as Kafka's seek() does: a
+        read finds it out of range and starts where auto_offset_reset says."""
         group, member = self.membership.member(name, member_id)
         for tp, _ in targets:
             if tp not in member.owned:
@@ -189,7 +190,7 @@ class MemberFetch:
                 tp,
                 to
                 if isinstance(to, int) and not within_log
-                else await self.offsets.resolve(*tp, to),
+                else await self.offsets.resolve(*tp, to, isolation),
             )
             for tp, to in targets
         ]
@@ -229,7 +230,7 @@ class MemberFetch:
             if local is None or not local.is_leader or not self._tiered(member, tp):
                 continue
             try:
-                position = _position(group, member, tp, local)
+                position = _position(group, member, tp, local, limits.isolation)
                 read = await self.replicas.fetch(
                     *tp, position, limits.max_bytes, 0, 0, isolation=limits.isolation
                 )
@@ -290,7 +291,7 @@ class MemberFetch:
         out: dict[TopicPartition, remote.RemoteRead | BaseException] = {}
         handovers = member.handovers
         positions = await asyncio.gather(
-            *(self._remote_position(group, member, tp, url) for tp in tps),
+            *(self._remote_position(group, member, tp, url, limits.isolation) for tp in tps),
             return_exceptions=True,
         )
         if member.handovers != handovers:  # what was found may be a former ownership's
@@ -316,7 +317,10 @@ class MemberFetch:
         found = await self._read_many(url, asked, limits)
         moved = {tp: exc for tp, exc in found.items() if isinstance(exc, OffsetOutOfRange)}
         resets = await asyncio.gather(
-            *(self._remote_reset(member, tp, url, exc) for tp, exc in moved.items()),
+            *(
+                self._remote_reset(member, tp, url, exc, limits.isolation)
+                for tp, exc in moved.items()
+            ),
             return_exceptions=True,
         )
         if member.handovers != handovers:
@@ -351,24 +355,31 @@ class MemberFetch:
         return dict(found)
 
     async def _remote_position(
-        self, group: Group, member: Member, tp: TopicPartition, url: str
+        self, group: Group, member: Member, tp: TopicPartition, url: str, isolation: Isolation
     ) -> int:
         """The member's position in a partition led elsewhere: where it is, else the
-        committed offset, else where auto_offset_reset says (asked of the leader). The caller
-        records it, unless the partition changed hands while it was asked."""
+        committed offset, else where auto_offset_reset says (asked of the leader, at the
+        fetch's isolation). The caller records it, unless the partition changed hands while
+        it was asked."""
         position = member.positions.get(tp)
         if position is None:
             committed = group.offsets.get(tp)
             if committed is None:
-                return await self._remote_reset(member, tp, url, None)
+                return await self._remote_reset(member, tp, url, None, isolation)
             return committed.offset
         return position
 
     async def _remote_reset(
-        self, member: Member, tp: TopicPartition, url: str, out_of_range: OffsetOutOfRange | None
+        self,
+        member: Member,
+        tp: TopicPartition,
+        url: str,
+        out_of_range: OffsetOutOfRange | None,
+        isolation: Isolation,
     ) -> int:
         if member.auto_offset_reset in ("earliest", "latest"):
-            return await remote.offset(self.forwarder, url, *tp, member.auto_offset_reset)
+            reset = member.auto_offset_reset
+            return await remote.offset(self.forwarder, url, *tp, reset, isolation)
         if out_of_range is None:
             raise _no_committed_offset(tp)
         raise out_of_range
@@ -450,7 +461,7 @@ class MemberFetch:
         """Batches at the member's position of a partition led here (None: nothing to read)."""
         try:
             log = local_leader(self.replicas, *tp)
-            position = _position(group, member, tp, log)
+            position = _position(group, member, tp, log, limits.isolation)
             committed = limits.isolation is Isolation.READ_COMMITTED
             if position >= (log.last_stable_offset if committed else log.high_watermark):
                 return None
@@ -492,18 +503,21 @@ def _in_turn(member: Member) -> list[TopicPartition]:
     return owned[start:] + owned[:start]
 
 
-def _position(group: Group, member: Member, tp: TopicPartition, log: Partition) -> int:
+def _position(
+    group: Group, member: Member, tp: TopicPartition, log: Partition, isolation: Isolation
+) -> int:
     """The member's position in a partition led here: where it is, else the committed
-    offset, else where auto_offset_reset says. Out of range only outside the log: a new
-    leader's high watermark trails its log until its followers fetch, and a position past
-    it waits there, as a partition fetch does, rather than starting over."""
+    offset, else where auto_offset_reset says (`latest` as a reader at `isolation` has it).
+    Out of range only outside the log: a new leader's high watermark trails its log until its
+    followers fetch, and a position past it waits there, as a partition fetch does, rather
+    than starting over."""
     position = member.positions.get(tp)
     if position is None:
         committed = group.offsets.get(tp)
-        position = _reset(member, tp, log) if committed is None else committed.offset
+        position = _reset(member, tp, log, isolation) if committed is None else committed.offset
         member.positions[tp] = position
     if not log.log_start_offset <= position <= log.log_end_offset:
-        reset = member.positions[tp] = _reset(member, tp, log, position)
+        reset = member.positions[tp] = _reset(member, tp, log, isolation, position)
         bounds = (log.log_start_offset, log.log_end_offset)
         _log_reset(group, member, tp, position, bounds, reset)
         position = reset
@@ -511,12 +525,16 @@ def _position(group: Group, member: Member, tp: TopicPartition, log: Partition) 
 
 
 def _reset(
-    member: Member, tp: TopicPartition, log: Partition, out_of_range: int | None = None
+    member: Member,
+    tp: TopicPartition,
+    log: Partition,
+    isolation: Isolation,
+    out_of_range: int | None = None,
 ) -> int:
     if member.auto_offset_reset == "earliest":
         return log.log_start_offset
     if member.auto_offset_reset == "latest":
-        return log.high_watermark
+        return latest_offset(log, isolation)
     if out_of_range is None:
         raise _no_committed_offset(tp)
     raise OffsetOutOfRange(out_of_range, log.log_start_offset, log.high_watermark)

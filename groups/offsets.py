@@ -15,11 +15,13 @@ from collections.abc import Sequence
 from engine import offsets_topic
 from engine.errors import EngineError, OffsetOutOfRange
 from engine.offsets_topic import CommittedOffset, TopicPartition
+from engine.producer_state import Isolation
 from groups import remote
 from groups.errors import GroupError
 from groups.model import Group, Member, not_assigned
 from groups.offsets_log import OffsetsLog
 from replication.errors import LeaderNotAvailable, ReplicationError
+from replication.fetch_limits import latest_offset
 from replication.forward_client import ForwardClient
 from replication.replica_manager import ReplicaManager
 
@@ -187,9 +189,12 @@ class Offsets:
         if gone:
             self.write_group(group, [(offset_key(group.name, tp), None) for tp in gone])
 
-    async def resolve(self, topic: str, p: int, to: object) -> int:
+    async def resolve(
+        self, topic: str, p: int, to: object, isolation: Isolation = Isolation.READ_UNCOMMITTED
+    ) -> int:
         """The offset `to` names in a partition (earliest, latest, {timestamp} or an offset
-        within the log), asked of its leader wherever that is."""
+        within the log), asked of its leader wherever that is; `latest` and a timestamp's as
+        a reader at `isolation` has them (`replication.fetch_limits.latest_offset`)."""
         local = self.replicas.local(topic, p)
         if local is None or not local.is_leader:
             url = self._leader_url(topic, p)
@@ -200,14 +205,15 @@ class Offsets:
                     raise OffsetOutOfRange(to, start, end)
                 return to
             at = int(to["timestamp"]) if isinstance(to, dict) else str(to)
-            return await remote.offset(self.forwarder, url, topic, p, at)
+            return await remote.offset(self.forwarder, url, topic, p, at, isolation)
         if to == "earliest":
             return local.log_start_offset
         if to == "latest":
-            return local.high_watermark
+            return latest_offset(local, isolation)
         if isinstance(to, dict):
             found = await self.replicas.offset_for_timestamp(local, int(to["timestamp"]))
-            return local.high_watermark if found is None else found[0]
+            latest = latest_offset(local, isolation)
+            return latest if found is None or found[0] >= latest else found[0]
         assert isinstance(to, int)
         if not local.log_start_offset <= to <= local.high_watermark:
             raise OffsetOutOfRange(to, local.log_start_offset, local.high_watermark)

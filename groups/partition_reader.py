@@ -12,6 +12,7 @@ from engine.errors import OffsetOutOfRange
 from engine.producer_state import Isolation
 from groups import remote
 from replication.errors import LeaderNotAvailable, NotLeader
+from replication.fetch_limits import latest_offset
 from replication.forward_client import ForwardClient
 from replication.metadata import NO_LEADER
 from replication.replica_manager import ReplicaManager
@@ -75,14 +76,20 @@ class PartitionReader:
         raise LeaderNotAvailable(f"the leader of {topic}-{partition} keeps moving; retry shortly")
 
     async def offset(
-        self, topic: str, partition: int, at: Literal["earliest", "latest"] | int
+        self,
+        topic: str,
+        partition: int,
+        at: Literal["earliest", "latest"] | int,
+        isolation: Isolation = Isolation.READ_UNCOMMITTED,
     ) -> int:
-        """The partition's log start (`earliest`), high watermark (`latest`), or the first
-        offset at or after a timestamp in ms (the high watermark if none is)."""
+        """The partition's log start (`earliest`), its latest offset for a reader at
+        `isolation` (`latest`: the last stable offset at read_committed, else the high
+        watermark), or the first offset at or after a timestamp in ms below that (that latest
+        offset if none is)."""
         for _ in range(LEADER_MOVES):
             url = self._leader_url(topic, partition)
             if url is not None:
-                return await remote.offset(self.forwarder, url, topic, partition, at)
+                return await remote.offset(self.forwarder, url, topic, partition, at, isolation)
             try:
                 leader = await self.replicas.leader(topic, partition)
             except NotLeader:
@@ -90,9 +97,10 @@ class PartitionReader:
             if at == "earliest":
                 return leader.log_start_offset
             if at == "latest":
-                return leader.high_watermark
+                return latest_offset(leader, isolation)
             found = await self.replicas.offset_for_timestamp(leader, at)
-            return leader.high_watermark if found is None else found[0]
+            latest = latest_offset(leader, isolation)
+            return latest if found is None or found[0] >= latest else found[0]
         raise LeaderNotAvailable(f"the leader of {topic}-{partition} keeps moving; retry shortly")
 
     def _leader_url(self, topic: str, partition: int) -> str | None:

@@ -117,11 +117,20 @@ async def fetch_many(
 
 
 async def offset(
-    forwarder: ForwardClient, url: str, topic: str, partition: int, at: str | int
+    forwarder: ForwardClient,
+    url: str,
+    topic: str,
+    partition: int,
+    at: str | int,
+    isolation: Isolation = Isolation.READ_UNCOMMITTED,
 ) -> int:
-    """The leader's offset for `at`: earliest, latest (its high watermark) or a timestamp."""
+    """The leader's offset for `at`: earliest, latest or a timestamp, as a reader at
+    `isolation` has it (`replication.fetch_limits.latest_offset`)."""
+    query = f"?timestamp={at}"
+    if isolation is Isolation.READ_COMMITTED:
+        query += f"&isolation={isolation.value}"
     answer = await forwarder.forward(
-        url, "GET", _path(topic, partition, "offsets") + f"?timestamp={at}", {}, b""
+        url, "GET", _path(topic, partition, "offsets") + query, {}, b""
     )
     doc = orjson.loads(answer.body) if answer.body else {}
     if answer.status != 200:

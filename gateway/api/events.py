@@ -123,7 +123,8 @@ async def events(request: web.Request) -> web.StreamResponse:
     refuse_when_full(gateway.notifier, settings)
     reader = PartitionReader(gateway.replicas, gateway.forwarder)
     positions = {
-        p: cursor[p] if p in cursor else await reader.offset(topic, p, start) for p in partitions
+        p: cursor[p] if p in cursor else await reader.offset(topic, p, start, isolation)
+        for p in partitions
     }
     response = web.StreamResponse(headers=sse.HEADERS)
     await response.prepare(request)

@@ -17,7 +17,7 @@ from gateway.formats.decoded import decoded_records
 from gateway.http.params import parse_int, query_int
 from gateway.http.problem import Problem, bad_request
 from gateway.settings import Settings
-from replication.fetch_limits import FetchLimits
+from replication.fetch_limits import FetchLimits, latest_offset
 from replication.partition import Partition
 from schemas.decoding import ValueDecoder
 
@@ -80,12 +80,15 @@ def parse_offset(raw: str) -> int | str:
     return offset
 
 
-def start_offset(offset: int | str, leader: Partition) -> int:
-    """Where a fetch starts: the offset asked for, or the leader's log start or high watermark."""
+def start_offset(
+    offset: int | str, leader: Partition, isolation: Isolation = Isolation.READ_UNCOMMITTED
+) -> int:
+    """Where a fetch starts: the offset asked for, or the leader's log start, or where `latest`
+    is at the fetch's isolation (the last stable offset at read_committed)."""
     if offset == "earliest":
         return leader.log_start_offset
     if offset == "latest":
-        return leader.high_watermark
+        return latest_offset(leader, isolation)
     return int(offset)
 
 

@@ -12,6 +12,7 @@ from gateway.api.fetch import (
     INT64_MAX,
     FetchAnswer,
     fetch_position,
+    isolation_of,
     read_from_sibling,
     read_in_sync,
     read_partition,
@@ -38,7 +39,7 @@ from gateway.settings import Settings
 from gateway.state import Gateway, gateway_of
 from replication.acks import Acks
 from replication.errors import NotLeader
-from replication.fetch_limits import FetchLimits
+from replication.fetch_limits import FetchLimits, latest_offset
 from replication.metadata import RACK_NAME
 from replication.node_contract import FORWARDED_BY
 from schemas.validation import MAX_SCHEMA_ID, Field, Named
@@ -132,7 +133,7 @@ async def fetch(request: web.Request) -> web.StreamResponse:
     else:
         accept, offset, limits = _fetch_params(request, settings)
         refuse_when_full(gateway.notifier, settings)
-        start = start_offset(offset, leader)
+        start = start_offset(offset, leader, limits.isolation)
         answer = await read_partition(gateway, topic, partition, start, limits, accept)
     return web.Response(body=answer.body, content_type=answer.content_type, headers=answer.headers)
 
@@ -151,7 +152,7 @@ async def _fetch_decoded(request: web.Request, topic: str, partition: int) -> we
             "carry values as stored",
         )
     refuse_when_full(gateway.notifier, gateway.settings)
-    start = start_offset(offset, leader)
+    start = start_offset(offset, leader, limits.isolation)
     answer = await read_partition(
         gateway, topic, partition, start, limits, accept, gateway.value_decoder
     )
@@ -182,7 +183,7 @@ async def _fetch_in_rack(
     if local is None:
         return None
     return await read_in_sync(
-        gateway, topic, partition, start_offset(offset, local), limits, accept
+        gateway, topic, partition, start_offset(offset, local, limits.isolation), limits, accept
     )
 
 
@@ -199,14 +200,17 @@ def _fetch_params(request: web.Request, settings: Settings) -> tuple[str, int | 
 
 
 async def offsets(request: web.Request) -> web.Response:
-    """The first offset at or after a timestamp, like Kafka's ListOffsets."""
+    """The first offset at or after a timestamp, like Kafka's ListOffsets: at `isolation`
+    read_committed, `latest` is the last stable offset, and a timestamp's offset one below it
+    (none at or past it: the last stable offset is answered)."""
     gateway = gateway_of(request)
     leader = await gateway.replicas.leader(request.match_info["topic"], partition_param(request))
     raw = request.query.get("timestamp", "latest")
+    isolation = isolation_of(request.query)
     if raw == "earliest":
         return json_response({"offset": leader.log_start_offset, "timestamp": None})
     if raw == "latest":
-        return json_response({"offset": leader.high_watermark, "timestamp": None})
+        return json_response({"offset": latest_offset(leader, isolation), "timestamp": None})
     timestamp = parse_int(raw)
     if timestamp is None or not 0 <= timestamp <= INT64_MAX:
         raise bad_request(
@@ -214,8 +218,9 @@ async def offsets(request: web.Request) -> web.Response:
             "INVALID_PARAMETER",
         )
     found = await gateway.replicas.offset_for_timestamp(leader, timestamp)
-    if found is None:
-        return json_response({"offset": leader.high_watermark, "timestamp": None})
+    latest = latest_offset(leader, isolation)
+    if found is None or found[0] >= latest:
+        return json_response({"offset": latest, "timestamp": None})
     return json_response({"offset": found[0], "timestamp": found[1]})
 
 

@@ -249,7 +249,8 @@ class PartitionDispatcher:
         sub, reader = self.sub, self.services.reader
         committed = await self.services.positions.committed(sub, self.partition)
         if committed is None:
-            committed = await reader.offset(sub.topic, self.partition, sub.start)
+            isolation = Isolation(sub.isolation)
+            committed = await reader.offset(sub.topic, self.partition, sub.start, isolation)
             await self.services.positions.commit(sub, self.partition, committed)
         self.committed = committed
         return committed

@@ -193,3 +193,43 @@ async def test_a_read_committed_fetch_of_offsets_only_s3_holds_here_is_the_membe
     committed = replace(NOW, isolation=Isolation.READ_COMMITTED)
     with pytest.raises(IsolationUnavailable, match="remote storage only"):
         await node.groups.member_fetch.fetch(GROUP, member, committed)
+
+
+class OffsetsAsked(ForwardClient):
+    """Node 1 leading "r": keeps the offset lookups asked of it (answered 4), and answers
+    every records fetch with nothing."""
+
+    def __init__(self) -> None:
+        super().__init__(0)
+        self.asked: list[str] = []
+
+    async def forward(
+        self, url: str, method: str, path_qs: str, headers: Mapping[str, str], body: bytes
+    ) -> Answer:
+        if "/offsets" in path_qs:
+            self.asked.append(path_qs.partition("?")[2])
+            return Answer(200, {}, orjson.dumps({"offset": 4}))
+        request = session_wire.decode_request(body)
+        parts = {key: session_wire.PartitionAnswer(9, 0) for key in request.partitions}
+        answer = session_wire.SessionFetchAnswer(0, parts)
+        return Answer(200, {}, b"".join(session_wire.encode_answer(answer)))
+
+
+@pytest.mark.parametrize(
+    ("isolation", "query"),
+    [
+        (Isolation.READ_COMMITTED, "timestamp=latest&isolation=read_committed"),
+        (Isolation.READ_UNCOMMITTED, "timestamp=latest"),
+    ],
+)
+async def test_a_reset_to_latest_asks_the_leader_at_the_fetchs_isolation(
+    node: Node, isolation: Isolation, query: str
+) -> None:
+    """The leader's latest for a read_committed member is its last stable offset."""
+    await led_by_node_1(node)
+    forwarder = node.groups.member_fetch.forwarder = OffsetsAsked()
+    node.groups.membership.join(
+        GROUP, JoinRequest(("r",), 30_000, "latest", False, instance_id="z")
+    )
+    await node.groups.member_fetch.fetch(GROUP, "z", replace(NOW, isolation=isolation))
+    assert forwarder.asked == [query]

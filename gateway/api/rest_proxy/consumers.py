@@ -433,7 +433,11 @@ async def _seek(
 ) -> web.Response:
     for (topic, _), _ in targets:
         require(request, "topic", topic, "read")
-    await _coordinator(request).seek(_group(request), _instance(request), targets, within_log=False)
+    name, instance = _group(request), _instance(request)
+    coordinator = _coordinator(request)
+    configs = coordinator.touch(name, instance).instance  # seekToEnd: at its isolation.level
+    isolation = ISOLATIONS[configs.get("isolation", Isolation.READ_UNCOMMITTED.value)]
+    await coordinator.seek(name, instance, targets, within_log=False, isolation=isolation)
     return web.Response(status=204)
 
 

@@ -263,7 +263,7 @@ class Gateway:
         try:
             async with asyncio.timeout(settings.leader_wait_ms / 1000):
                 await self.broker.ensure_topic(
-                    topic, settings.offsets_topic_partitions, factor, configs
+                    topic, settings.offsets_topic_partitions, factor, _for_replicas(configs, factor)
                 )
         except TimeoutError:
             raise _state_topic_unavailable(
@@ -285,6 +285,15 @@ def _state_topic_unavailable(topic: str, why: str) -> GroupError:
         "COORDINATOR_NOT_AVAILABLE",
         f"the {topic} topic cannot be made yet: {why}; retry once enough nodes are alive",
     )
+
+
+def _for_replicas(configs: dict[str, object], factor: int) -> dict[str, object]:
+    """A coordinator topic's configs for `factor` replicas: its min.insync.replicas no more
+    than the replicas (Kafka's 2 would refuse every write of a single node's one)."""
+    wanted = configs.get("min.insync.replicas")
+    if not isinstance(wanted, int) or wanted <= factor:
+        return configs
+    return {**configs, "min.insync.replicas": factor}
 
 
 async def _expire_offsets(groups: GroupCoordinator, settings: Settings) -> None:

@@ -25,6 +25,9 @@ DEFAULT_PARTITIONS = 50  # share.coordinator.state.topic.num.partitions
 TOPIC_CONFIGS: dict[str, object] = {
     "cleanup.policy": "compact",
     "segment.bytes": 100 * 1024 * 1024,  # share.coordinator.state.topic.segment.bytes
+    # share.coordinator.state.topic.min.isr: a state write is answered once on two replicas
+    # (no more than the topic has: a single node's one)
+    "min.insync.replicas": 2,
 }
 
 log = logging.getLogger(__name__)

@@ -289,3 +289,27 @@ def test_the_first_share_group_request_through_a_node_that_is_not_the_controller
         answer = wait_for(attempt, SETTLE_S, "the first share-group request", 0.1)
         assert answer.status_code == 200, answer.text
         assert http.get(f"{via.url}/v1/topics/{STATE_TOPIC}").status_code == 200
+
+
+def test_the_state_topic_answers_only_what_two_in_sync_replicas_hold(healthy: Cluster) -> None:
+    """`__share_group_state` is made with min.insync.replicas 2 (Kafka's
+    share.coordinator.state.topic.min.isr), where `__consumer_offsets` keeps the default: with
+    the state partition's leader alone in its ISR, a share-group change is refused (503), not
+    answered from one copy, and taken once the followers are back in sync."""
+    cluster = healthy
+    topic = share_topic(cluster, 1)
+    group = new_group(cluster, 0, LOCK_MS)
+    assert cluster.describe(0, STATE_TOPIC)["overrides"]["min.insync.replicas"] == 2
+    assert "min.insync.replicas" not in cluster.describe(0, "__consumer_offsets")["overrides"]
+    state = leader_state(cluster, STATE_TOPIC)
+    for node in range(cluster.size):
+        if node != state.leader:
+            cluster.pause(node)
+    cluster.wait_state(STATE_TOPIC, 0, lambda s: s.isr == (state.leader,), "the leader alone")
+    path = f"{cluster.url(state.leader)}/v1/share-groups/{group}/members"
+    refused = cluster.http.post(path, json={"topics": [topic], "member_id": "alone"}, timeout=10)
+    assert refused.status_code == 503, refused.text
+    assert refused.json()["code"].startswith("NOT_ENOUGH_REPLICAS"), refused.text
+    cluster.heal()
+    cluster.wait_state(STATE_TOPIC, 0, lambda s: len(s.isr) >= 2, "a follower back in sync")
+    join(cluster, state.leader, group, topic, "back")

@@ -1,6 +1,6 @@
-"""The produces the fast routes take (a plain produce, REST Proxy v2's json-format produce,
-another node's internal append), each checked as its route checks it; anything else is left
-to the Application, which says why."""
+"""The produces the fast routes take (a plain produce, one inside a transaction this node
+coordinates, REST Proxy v2's json-format produce, another node's internal append), each checked
+as its route checks it; anything else is left to the Application, which says why."""
 
 from __future__ import annotations
 
@@ -17,10 +17,13 @@ from gateway.api.fast_targets import (
     partition_number,
     plain_query,
 )
+from gateway.api.groups import valid_id
 from gateway.api.records import produce_delivery
 from gateway.api.rest_proxy import fast as rest_proxy
+from gateway.api.transactions import MAX_EPOCH, MAX_TRANSACTIONAL_ID
 from gateway.formats import codecs
 from gateway.http.memo import Memo
+from gateway.http.params import parse_int
 from gateway.http.problem import Problem
 from gateway.produce.errors import ProduceError
 from gateway.produce.front import Built, ProduceRequest
@@ -29,21 +32,23 @@ from gateway.state import Gateway
 from replication.acks import Acks
 from replication.node_contract import APPEND_PREFIX
 
-_PRODUCE_PARAMS = frozenset({"acks", "timeout_ms", "key"})
+_PRODUCE_PARAMS = frozenset({"acks", "timeout_ms", "key", "transactional_id", "producer_epoch"})
 _APPEND_PARAMS = frozenset({"acks", "timeout_ms"})
 _V2_PRODUCE_PARAMS = frozenset({"acks", "timeout_ms"})
 # A produce target's plain reading (`_plain_produce_target`), remembered: clients repeat their
 # target, and reading it costs ~2 µs of a produce. At most this many, then forgotten.
 _TARGETS_KEPT = 1024
-PlainProduce = tuple[str, int | None, Acks, int, str | None, str]
-_NOT_PLAIN: PlainProduce = ("", None, Acks.ALL, 0, None, "")  # a target the fast routes leave
+Transaction = tuple[str, int]  # a produce's transactional id and producer epoch
+PlainProduce = tuple[str, int | None, Acks, int, str | None, str, Transaction | None]
+_NOT_PLAIN: PlainProduce = ("", None, Acks.ALL, 0, None, "", None)  # one the fast routes leave
 
 
 @dataclass(slots=True)
 class FastProduce:
     """A produce the fast routes took: what to produce, its route template and body size; a
     REST Proxy v2 produce also its batches (built in C as it was taken), each record's
-    partition, and its answer's media type (its answers and errors are v2's)."""
+    partition, and its answer's media type (its answers and errors are v2's); a produce inside
+    a transaction its transactional id and epoch, and (with --auth) the principal sending it."""
 
     produce: ProduceRequest
     route: str
@@ -52,6 +57,8 @@ class FastProduce:
     built: Built | None = None
     owners: bytes | None = None  # v2: each record's partition (uint32s, request order)
     answer_type: str = codecs.JSON
+    transaction: Transaction | None = None
+    principal: str | None = None
 
 
 @dataclass(slots=True)
@@ -96,12 +103,16 @@ class ProduceIntake:
             self._targets.remember(target, plain)
         if plain is _NOT_PLAIN:
             return None
-        name, partition, acks, timeout_ms, record_key, route = plain
+        name, partition, acks, timeout_ms, record_key, route, transaction = plain
         topic = self.gateway.broker.store.view.topics.get(name)
         if topic is None or (partition is not None and partition >= topic.partitions):
             return None
         key = headers.get("Idempotency-Key")
-        if key is not None:
+        if transaction is not None:
+            # Its route refuses an Idempotency-Key; another node's coordinator gets it whole.
+            if key is not None or not self.gateway.transactions.coordinates(transaction[0]):
+                return None
+        elif key is not None:
             try:
                 validate_key(key)
             except ProduceError:
@@ -119,7 +130,7 @@ class ProduceIntake:
             idempotency_key=key,
             target=target,
         )
-        return FastProduce(produce, route, len(body))
+        return FastProduce(produce, route, len(body), transaction=transaction)
 
     def v2_produce(
         self, target: str, headers: Mapping[str, str], body: bytes, connection: object
@@ -174,7 +185,8 @@ class ProduceIntake:
 
     def _plain_produce_target(self, target: str) -> PlainProduce | None:
         """What a produce's target says, when the fast routes may take it (the topic's existence
-        and partitions aside, which change): topic, partition, acks, timeout, record key, route."""
+        and partitions aside, which change): topic, partition, acks, timeout, record key, route,
+        and its transaction if it names one."""
         parsed = parse_route(target, _PRODUCE_PARAMS)
         if parsed is None or parsed[0] in INTERNAL_TOPICS:
             return None
@@ -183,8 +195,13 @@ class ProduceIntake:
         if delivery is None:
             return None
         acks, timeout_ms = delivery
+        transaction = None
+        if "transactional_id" in params or "producer_epoch" in params:
+            transaction = _transaction(params)
+            if transaction is None:
+                return None
         route = PARTITION_ROUTE if partition is not None else TOPIC_ROUTE
-        return name, partition, acks, timeout_ms, params.get("key"), route
+        return name, partition, acks, timeout_ms, params.get("key"), route, transaction
 
     def append(
         self, target: str, headers: Mapping[str, str], body: bytes, connection: object
@@ -206,3 +223,13 @@ class ProduceIntake:
         if delivery is None or not self.inflight.room_for(len(body), connection):
             return None
         return FastAppend(topic.name, partition, body, *delivery, target)
+
+
+def _transaction(params: Mapping[str, str]) -> Transaction | None:
+    """A produce's transactional id and producer epoch, when both are there and good (as
+    `gateway.api.transactions.produce_transaction` reads them); None leaves it to the route."""
+    name, raw = params.get("transactional_id"), params.get("producer_epoch")
+    epoch = None if raw is None else parse_int(raw)
+    if name is None or epoch is None or not 0 <= epoch <= MAX_EPOCH:
+        return None
+    return (name, epoch) if valid_id(name, MAX_TRANSACTIONAL_ID) else None

@@ -7,16 +7,17 @@ every request: for a one-record produce, or a long-poll that returns a few recor
 more than the work itself (see docs/PERFORMANCE.md "Request cost"). The connections
 (gateway.http.connections, gateway.http.http2) offer each complete request here first (the
 app hands them this object as their fast path); `take` accepts only the plain case (a produce
-whose body has arrived whole, a fetch of a partition led here, a fetch by a member of a group
-coordinated here, the batches another node's front forwards to a partition led here), and
-everything else, including every request that would fail before producing or fetching, goes
-through the Application, which stays the reference. The middlewares' checks (credentials, ACLs,
-quotas, CORS headers) are steps of `take`, through the same functions, whatever the options.
-What the fast routes serve is what the general path would answer: the same Producer, partition
-read and group fetch, the same refusals and error rendering, the same request metrics and body
-accounting. Which produces and fetches they take is `fast_produce`'s and `fast_fetch`'s, the
-share-group requests `fast_share`'s, the targets they read `fast_targets`', and the answer's
-head `fast_answer`'s.
+whose body has arrived whole, also one inside a transaction coordinated here, a fetch of a
+partition led here, a fetch by a member of a group coordinated here, the batches another node's
+front forwards to a partition led here), and everything else, including every request that
+would fail before producing or fetching, goes through the Application, which stays the
+reference. The middlewares' checks (credentials, ACLs, quotas, CORS headers) and the handlers'
+own (a member fetch's topics, a produce's transactional id) are steps of `take`, through the
+same functions, whatever the options. What the fast routes serve is what the general path
+would answer: the same Producer, partition read and group fetch, the same refusals and error
+rendering, the same request metrics and body accounting. Which produces and fetches they take
+is `fast_produce`'s and `fast_fetch`'s, the share-group requests `fast_share`'s, the targets
+they read `fast_targets`', and the answer's head `fast_answer`'s.
 """
 
 from __future__ import annotations
@@ -57,9 +58,11 @@ from gateway.api.fast_targets import (
 from gateway.api.problems import problem_of
 from gateway.api.records import produced
 from gateway.api.rest_proxy import fast as rest_proxy
+from gateway.api.transactions import partitions_adder
 from gateway.auth.checks import (
     UNLIMITED_AUDIENCES,
     admit,
+    denied,
     quota_charged,
     quota_refusal,
     require_reads,
@@ -178,6 +181,12 @@ class FastRoutes:
         taken: FastRequest | FastRefusal | None = plain
         if plain is not None and (self.auth.enabled or self.auth.quotas.active or self.cors):
             taken = self._checked(plain, headers, connection)
+        if isinstance(taken, FastProduce) and taken.transaction is not None:
+            name, epoch = taken.transaction
+            topic = taken.produce.topic
+            taken.produce.transaction = partitions_adder(
+                self.gateway, name, epoch, topic, taken.principal
+            )
         if admitted and not isinstance(taken, FastProduce):
             self.admission.done()  # refused, or left to the Application, which admits it itself
         return taken
@@ -226,9 +235,10 @@ class FastRoutes:
         self, taken: FastRequest, headers: Mapping[str, str], connection: object
     ) -> FastRequest | FastRefusal | None:
         """The middlewares' steps, in their order: CORS headers for its answer, credentials
-        (401), what the route needs (403), the quota (429), what a member's fetch reads (403).
-        None where only the Application can tell: credentials not seen before (it checks them
-        and remembers them for the next request), a delayed quota."""
+        (401), what the route needs (403), the quota (429), then the handlers': what a member's
+        fetch reads (403), write on a produce's transactional id (403). None where only the
+        Application can tell: credentials not seen before (it checks them and remembers them
+        for the next request), a delayed quota."""
         if self.cors is not None:
             taken.cors = self._cors_of(headers.get("Origin"))
         auth = self.auth
@@ -280,6 +290,11 @@ class FastRoutes:
                 require_reads(auth, principal, taken.topics)
             except Problem as problem:
                 return self._refused(taken, problem)
+        if auth.enabled and isinstance(taken, FastProduce) and taken.transaction is not None:
+            name = taken.transaction[0]
+            if not auth.allowed(principal, "transactional_id", name, "write"):
+                return self._refused(taken, denied(principal, "transactional_id", name, "write"))
+            taken.principal = principal
         return taken
 
     def _admit(self, taken: FastRequest, principal: str) -> FastRefusal | None:

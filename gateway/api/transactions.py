@@ -294,11 +294,20 @@ def produce_transaction(
             "INVALID_PARAMETER",
         )
     require(request, "transactional_id", name, "write")
-    topic = request.match_info["topic"]
-    principal = principal_of(request)
+    return partitions_adder(
+        gateway_of(request), name, epoch, request.match_info["topic"], principal_of(request)
+    )
+
+
+def partitions_adder(
+    gateway: Gateway, name: str, epoch: int, topic: str, principal: str | None
+) -> Callable[[list[int]], Awaitable[ProducerIdentity]]:
+    """What adds a produce's partitions of `topic` to transaction `name` at its coordinator
+    (KIP-890's server side: before any is written) and says who writes them; the produce
+    routes' and the fast routes' alike."""
 
     async def add(partitions: list[int]) -> ProducerIdentity:
-        coordinator = await _coordinator(request)
+        coordinator = await gateway.transactions_ready()
         meta = await coordinator.add_partitions(
             name, epoch, [(topic, p) for p in partitions], principal
         )

@@ -191,9 +191,9 @@ class Producer:
         self, request: ProduceRequest, built: Built, then: LandedThen
     ) -> asyncio.Future[AppendInfo] | None:
         """The common produce's append, joining this loop turn's write without a coroutine:
-        one partition led here. Its landing, which `then` gets with its leader in the write's
-        pass; None for any other request (`produce` appends those)."""
-        if len(built.batches) != 1:
+        one partition led here, no transaction. Its landing, which `then` gets with its leader
+        in the write's pass; None for any other request (`produce` appends those)."""
+        if len(built.batches) != 1 or request.transaction is not None:
             return None
         return self.appender.append_now(built.topic.name, built.batches[0], request.acks, then)
 

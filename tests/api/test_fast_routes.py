@@ -28,6 +28,8 @@ from tests.api.support import (
     Client,
     Start,
     create_topic,
+    end_offsets,
+    fetch,
     fetch_all,
     gateway,
     metrics,
@@ -442,3 +444,147 @@ async def test_a_refused_produce_is_counted_at_once_its_bytes_made_once_a_second
     second = "Sat, 28 Nov 2026 07:00:03 GMT"
     later_fields = answer.h2_headers()
     assert later_fields is not fields and (b"date", second.encode()) in later_fields
+
+
+def _in_txn(name: str, epoch: int, target: str = "/v1/topics/t/records") -> str:
+    return f"{target}?transactional_id={name}&producer_epoch={epoch}"
+
+
+async def _begin(client: Client, name: str, headers: dict[str, str] | None = None) -> int:
+    begun = await client.post(f"/v1/transactions/{name}", json={}, headers=headers)
+    assert begun.status == 201, await begun.text()
+    epoch: int = (await begun.json())["producer_epoch"]
+    return epoch
+
+
+async def _fast_refusal_like_the_routes(
+    client: Client, target: str, body: bytes, status: int, code: str
+) -> None:
+    """The fast routes take `target`'s produce and refuse it as its route does, problem+json
+    and all, writing nothing."""
+    routes = fast_routes_of(client)
+    before = await end_offsets(client)
+    headers = CIMultiDict({"Content-Type": JSON})
+    taken = routes.take("POST", target, headers, body, 1)
+    assert isinstance(taken, FastProduce) and taken.produce.transaction is not None
+    answer = await routes.serve(taken, 1)
+    assert (answer.status, answer.content_type) == (status, PROBLEM), answer.body
+    assert await end_offsets(client) == before
+    through_route = await problem(
+        await client.post(target, data=body, headers=headers), status, code
+    )
+    assert orjson.loads(answer.body) == through_route
+    assert await end_offsets(client) == before
+
+
+async def test_a_produce_in_a_transaction_coordinated_here_is_taken(start: Start) -> None:
+    """A produce naming a transaction this node coordinates is the fast routes' (not the
+    Application's): its partitions are added to the transaction, its batches written inside
+    it, read_committed readers see them once it commits."""
+    client = await start()
+    await create_topic(client, partitions=2)
+    epoch = await _begin(client, "tx")
+    routes = fast_routes_of(client)
+    body = orjson.dumps(
+        {"records": [{"value": "a", "partition": 0}, {"value": "b", "partition": 1}]}
+    )
+    headers = CIMultiDict({"Content-Type": JSON})
+    _, answers = await _started(client, _in_txn("tx", epoch), [body])
+    assert answers[0] is not None and answers[0].status == 200, answers[0]
+    assert orjson.loads(answers[0].body)["results"] == [
+        {"partition": 0, "base_offset": 0, "count": 1},
+        {"partition": 1, "base_offset": 0, "count": 1},
+    ]
+    one = routes.take(
+        "POST", _in_txn("tx", epoch, "/v1/topics/t/partitions/0/records"), headers, _one("c"), 1
+    )
+    assert isinstance(one, FastProduce)
+    assert (await routes.serve(one, 1)).status == 200
+    described = await (await client.get("/v1/transactions/tx")).json()
+    assert described["partitions"] == [
+        {"topic": "t", "partition": 0},
+        {"topic": "t", "partition": 1},
+    ]
+    assert (await fetch(client, "t", 0, isolation="read_committed"))["records"] == []
+    assert (
+        await client.post("/v1/transactions/tx/commit", json={"producer_epoch": epoch})
+    ).status == 200
+    committed = await fetch(client, "t", 0, isolation="read_committed")
+    assert [r["value"] for r in committed["records"]] == ["a", "c"]
+
+
+async def test_transactional_produces_the_fast_routes_leave_to_their_route(start: Start) -> None:
+    """What the route refuses for its input (an Idempotency-Key, an epoch out of bounds or
+    without its id, an id that is not one) is left to it, to say why."""
+    client = await start()
+    await create_topic(client)
+    epoch = await _begin(client, "tx")
+    routes = fast_routes_of(client)
+    headers = CIMultiDict({"Content-Type": JSON})
+    keyed = CIMultiDict({"Content-Type": JSON, "Idempotency-Key": "k"})
+    assert routes.take("POST", _in_txn("tx", epoch), keyed, _one(1), 1) is None
+    for target in (
+        _in_txn("tx", 2**15),
+        "/v1/topics/t/records?producer_epoch=0",
+        "/v1/topics/t/records?transactional_id=tx",
+        "/v1/topics/t/records?transactional_id=tx&producer_epoch=",
+        "/v1/topics/t/records?transactional_id=&producer_epoch=0",
+        _in_txn("x" * 250, 0),
+    ):
+        assert routes.take("POST", target, headers, _one(1), 1) is None, target
+
+
+async def test_fast_transactional_produces_refused_as_their_route_refuses_them(
+    start: Start,
+) -> None:
+    """A zombie's produce (an epoch a newer begin fenced), one to a transaction no longer open
+    and one to an id never begun are taken and refused as the route refuses them, writing
+    nothing."""
+    client = await start()
+    await create_topic(client)
+    old = await _begin(client, "tx")
+    new = await _begin(client, "tx")
+    await _fast_refusal_like_the_routes(client, _in_txn("tx", old), _one(1), 409, "PRODUCER_FENCED")
+    committed = await client.post("/v1/transactions/tx/commit", json={"producer_epoch": new})
+    assert committed.status == 200
+    await _fast_refusal_like_the_routes(
+        client, _in_txn("tx", new), _one(2), 409, "INVALID_TXN_STATE"
+    )
+    await _fast_refusal_like_the_routes(
+        client, _in_txn("nobody", 0), _one(3), 404, "UNKNOWN_TRANSACTIONAL_ID"
+    )
+
+
+async def test_a_transactional_produce_needs_write_on_its_transactional_id(
+    start: Start, data_dir: Path
+) -> None:
+    """With --auth the fast routes check write on the produce's transactional id, as its
+    route does (403 ACL_DENIED, the same problem, nothing written); granted, it is written
+    under the principal that began the transaction."""
+    keys = {name: make_key(data_dir, name) for name in ("admin", "erin")}
+    client = await start(auth=True, super_users=("admin",))
+    admin, erin = bearer(keys["admin"]), bearer(keys["erin"])
+    assert (await client.post("/v1/topics", json={"name": "t"}, headers=admin)).status == 201
+    await grant(client, keys["admin"], binding("erin", "topic", "t", "write"))
+    allowed = binding("erin", "transactional_id", "tx", "write")
+    await grant(client, keys["admin"], allowed)
+    epoch = await _begin(client, "tx", erin)
+    assert (await client.delete("/v1/acls", json=allowed, headers=admin)).status == 204
+    target = _in_txn("tx", epoch)
+    headers = CIMultiDict({"Content-Type": JSON, **erin})
+    through_route = await problem(
+        await client.post(target, data=_one(1), headers=headers), 403, "ACL_DENIED"
+    )
+    assert through_route["resource_type"] == "transactional_id"
+    routes = fast_routes_of(client)
+    refused = routes.take("POST", target, headers, _one(1), 1)
+    assert isinstance(refused, FastRefusal)
+    assert (refused.answer.status, refused.answer.content_type) == (403, PROBLEM)
+    assert orjson.loads(refused.answer.body) == through_route
+    log = gateway(client).replicas.local("t", 0)
+    assert log is not None and log.log_end_offset == 0
+    await grant(client, keys["admin"], allowed)
+    taken = routes.take("POST", target, headers, _one(1), 1)
+    assert isinstance(taken, FastProduce) and taken.principal == "erin"
+    assert (await routes.serve(taken, 1)).status == 200
+    assert log.log_end_offset == 1

@@ -228,6 +228,61 @@ async def test_bulk_produces_are_answered_exactly_as_the_application(
     assert [record["value"] for record in fast_records] == [f"{i:098d}" for i in range(1000)]
 
 
+def _in_txn(epoch: int, name: str = "tx") -> str:
+    return f"/v1/topics/t/records?transactional_id={name}&producer_epoch={epoch}"
+
+
+def _transaction_call(server: Server, action: str, epoch: int | None = None) -> int:
+    """Begin (action ""), commit or abort transaction `tx`; the answer's producer epoch."""
+    answer = httpx.post(
+        f"{server.url}/v1/transactions/tx{action}",
+        json={} if epoch is None else {"producer_epoch": epoch},
+        timeout=WAIT_S,
+    )
+    assert answer.status_code in (200, 201), answer.text
+    epoch_now: int = answer.json()["producer_epoch"]
+    return epoch_now
+
+
+async def test_transactional_produces_are_answered_exactly_as_the_application(
+    servers: list[Server], tmp_path: Path
+) -> None:
+    """Produces inside a transaction this node coordinates are the fast routes', answered as
+    the Application answers them: written, a zombie's epoch fenced, a transaction no longer
+    open, an id never begun; one with an Idempotency-Key is left to the Application."""
+    fast, app = launch(servers, tmp_path), launch(servers, tmp_path)
+    for server in (fast, app):
+        create_topic(server, partitions=2)
+    records = b'{"records":[{"value":"a","partition":0},{"value":"b","partition":1}]}'
+    keyed = {"Idempotency-Key": "k"}
+    fast_conn, app_conn = await Connection.open(fast), await Connection.open(app)
+    try:
+        old = {_transaction_call(server, "") for server in (fast, app)}.pop()
+        before = fast_served(fast)
+        await answered_alike(fast_conn, app_conn, [(_in_txn(old), records, {})])
+        new = {_transaction_call(server, "") for server in (fast, app)}.pop()
+        await answered_alike(fast_conn, app_conn, [
+            (_in_txn(old), records, {}),  # fenced
+            (_in_txn(new), records, {}),
+            (_in_txn(new), records, keyed),  # left: the route refuses the key
+        ])  # fmt: skip
+        for server in (fast, app):
+            _transaction_call(server, "/commit", new)
+        await answered_alike(fast_conn, app_conn, [
+            (_in_txn(new), records, {}),  # not open
+            (_in_txn(0, "nobody"), records, {}),
+        ])  # fmt: skip
+    finally:
+        fast_conn.close()
+        app_conn.close()
+    assert fast_served(fast) - before == 5
+    fetch = "/v1/topics/t/partitions/1/records?offset=0&isolation=read_committed"
+    fast_records, app_records = (
+        httpx.get(server.url + fetch, timeout=WAIT_S).json()["records"] for server in (fast, app)
+    )
+    assert [r["value"] for r in fast_records] == [r["value"] for r in app_records] == ["b"]
+
+
 FORWARDED = {"Content-Type": RECORD_BATCH, "Sluice-Forwarded-By": "7"}
 APPEND = "/internal/v1/partitions/t/{}/append"
 # Internal appends (another node's front forwarding batches it built) the fast routes take.

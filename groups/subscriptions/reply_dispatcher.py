@@ -14,7 +14,11 @@ one's begin, and so fences it, two transactions never both commit from one posit
 position committed is never delivered again, and a crash anywhere before the commit leaves
 neither replies nor position (the next dispatcher's begin aborts the open transaction, and it
 delivers the batch again). A commit whose answer was lost is found by the next begin's check:
-the position moved, and delivery starts again from it.
+the position moved, and delivery starts again from it. A dispatcher stopped mid-transaction
+(its subscription deleted or changed, its partition's leadership gone) aborts that transaction
+as it stops, rather than leave it holding the last stable offset of the partitions it wrote
+(and every read_committed reader of them) until its timeout; a node whose API has closed
+before its subscriptions stop cannot, and leaves it to the next begin or the timeout.
 
 The transaction calls are the gateway's (Services.transactions), which makes them through the
 node's own public API; groups know nothing of it. A failing call (a coordinator moving, a node
@@ -38,6 +42,7 @@ log = logging.getLogger(__name__)
 
 TRANSACTION_TIMEOUT_MS = 30_000  # spans the produce, the offsets and the commit, not the POST
 FILTERED_COMMIT_S = 1.0  # a position moved only by records filtered out: committed this often
+STOP_ABORT_S = 10.0  # a stopping dispatcher's wait for its begin's answer and its abort
 
 
 class PositionMoved(ReplicationError):
@@ -51,6 +56,8 @@ class ReplyDispatcher(PartitionDispatcher):
     replies and the position past it."""
 
     _transacting: asyncio.Lock  # one transaction at a time under the id, per run
+    # The begin of the transaction under way (its epoch), until that transaction has ended.
+    _open: asyncio.Future[int] | None = None
 
     @property
     def transactional_id(self) -> str:
@@ -108,6 +115,29 @@ class ReplyDispatcher(PartitionDispatcher):
     async def _flush(self) -> None:
         """Nothing: a stopped dispatcher's position is where its last transaction left it."""
 
+    async def stop(self) -> None:
+        """Stop, then abort the transaction left open by the attempt it cancelled, if any
+        (one whose begin was on its way too, once it is answered): at once, rather than at
+        the next begin of its id or at its timeout."""
+        await super().stop()
+        begun, self._open = self._open, None
+        if begun is None:
+            return
+        tid = self.transactional_id
+        try:
+            async with asyncio.timeout(STOP_ABORT_S):
+                try:
+                    epoch = await begun
+                except (ReplicationError, EngineError, OSError):
+                    return  # refused or not answered: it began nothing this one knows of
+                await self.services.transactions.abort(tid, epoch)
+        except (ReplicationError, EngineError, OSError, TimeoutError) as exc:
+            log.info(
+                "subscription %r: stopped; its transaction %s is left to the next begin or its "
+                "timeout: %r",
+                self.sub.name, tid, exc,
+            )  # fmt: skip
+
     async def _transact(self, body: bytes | None, position: int) -> None:
         """Commit the replies in `body` (a JSON produce body) and `position` in one
         transaction, trying again from the begin until it commits (held by `_transacting`)."""
@@ -131,7 +161,10 @@ class ReplyDispatcher(PartitionDispatcher):
     async def _transaction(self, body: bytes | None, position: int) -> None:
         sub, txn, tid = self.sub, self.services.transactions, self.transactional_id
         assert sub.reply is not None
-        epoch = await txn.begin(tid, TRANSACTION_TIMEOUT_MS)
+        # Shielded: an attempt cancelled by `stop` leaves its begin to finish, for `stop` to
+        # abort what it began.
+        begun = self._open = asyncio.ensure_future(txn.begin(tid, TRANSACTION_TIMEOUT_MS))
+        epoch = await asyncio.shield(begun)
         try:
             committed = await self.services.positions.committed(sub, self.partition)
             if committed != self.committed:
@@ -148,4 +181,8 @@ class ReplyDispatcher(PartitionDispatcher):
                 await txn.abort(tid, epoch)
             except (ReplicationError, EngineError, OSError) as exc:
                 log.debug("subscription %r: abort of %s: %r", sub.name, tid, exc)
+            if self._open is begun:
+                self._open = None
             raise
+        if self._open is begun:
+            self._open = None

@@ -27,6 +27,8 @@ from replication.forward_client import Answer
 from replication.metadata import ClusterView
 from replication.node_contract import FORWARDED_BY, ON_BEHALF_OF
 
+MISDIRECTED = 421  # NotLeader, NotController: the node refused the request before doing anything
+
 
 @web.middleware
 async def forwarding_middleware(
@@ -35,7 +37,9 @@ async def forwarding_middleware(
     """On NotLeader or NotController, send the request to the node named; a request that was
     forwarded already is answered here (no loops: a stale view shows as 421 or 503). If that
     node is down, wait (bounded by leader_wait_ms in all) for the cluster to notice and choose
-    another, and try again."""
+    another, and try again; if it answers 421, route again once this node's view is newer (the
+    controller that made a coordinator's topic for the request may find the coordinator is
+    the node it came from)."""
     gateway = gateway_of(request)
     store = gateway.broker.store
     deadline = asyncio.get_running_loop().time() + gateway.settings.leader_wait_ms / 1000
@@ -82,6 +86,14 @@ async def forwarding_middleware(
             continue
         if answer is None:
             raise error  # this node drains: the client asks again, elsewhere
+        if answer.status == MISDIRECTED:
+            # Refused there as not its own, nothing done: that node's view is newer or older
+            # than the one this request was routed by (a topic it just made, a leader moved).
+            # Routed again once this node's view has moved on too.
+            remaining = deadline - asyncio.get_running_loop().time()
+            newer = functools.partial(_newer, view.revision)
+            if remaining > 0 and await store.wait_for(newer, remaining):
+                continue
         return web.Response(status=answer.status, body=answer.body, headers=answer.headers)
 
 

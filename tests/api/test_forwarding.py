@@ -1,12 +1,13 @@
 """The forwarding middleware when the node a request is routed to refuses connections: it waits
 (bounded by leader_wait_ms in all) for the view to name another node, routes there, and
 otherwise answers LEADER_NOT_AVAILABLE; it never calls itself again while the view still names
-the dead node (that recursed until a RecursionError, a 500)."""
+the dead node (that recursed until a RecursionError, a 500). When that node answers 421 (not
+its own), the request is routed again once this node's view moved on."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -23,13 +24,16 @@ from replication.metadata import NodeInfo
 
 
 class Forwarder:
-    """Node 1 refuses connections; node 2 answers 200."""
+    """Node 1 refuses connections; node 2 answers 200, or what a test puts in `answers`."""
 
     def __init__(self) -> None:
         self.calls: list[str] = []
+        self.answers: dict[str, Callable[[], Answer]] = {}
 
     async def forward(self, url: str, *args: Any) -> Answer:
         self.calls.append(url)
+        if url in self.answers:
+            return self.answers[url]()
         if url.endswith("node1"):
             raise NodeUnreachable("connection refused", delivered=False)
         return Answer(200, {"Content-Type": "text/plain"}, b"served by node 2")
@@ -48,6 +52,8 @@ async def world() -> AsyncIterator[tuple[TestClient[Any, Any], MemoryBackend, li
     refusals: Refusals = []
 
     async def handler(request: web.Request) -> web.Response:
+        if leader[0] == 0:
+            return web.Response(text="served by node 0")
         raise NotLeader("not here", leader[0])
 
     @web.middleware
@@ -108,3 +114,42 @@ async def test_a_dead_node_is_left_for_the_one_elected_in_its_place(world: World
     calls = client.app[GATEWAY].forwarder.calls
     assert calls[-1] == "http://node2" and calls.count("http://node1") <= 1
     assert refusals == []
+
+
+MISDIRECTED = Answer(
+    421,
+    {"Content-Type": "application/problem+json"},
+    b'{"status":421,"code":"NOT_LEADER_OR_FOLLOWER","leader":0}',
+)
+
+
+async def test_a_request_the_node_named_refuses_as_misdirected_is_routed_again(
+    world: World,
+) -> None:
+    """Node 2 refuses the request as not its own: its view, newer than this node's, has this
+    node lead (as a controller that made a coordinator's topic finds the coordinator is the
+    node the request came from). Once this node's view moves on too, it serves the request."""
+    client, backend, leader, refusals = world
+    leader[0] = 2
+    forwarder = client.app[GATEWAY].forwarder
+
+    def refused_there() -> Answer:
+        leader[0] = 0
+        backend.revive(0)  # a new revision: this node's view moves on
+        return MISDIRECTED
+
+    forwarder.answers["http://node2"] = refused_there
+    response = await client.get("/thing")
+    assert response.status == 200 and await response.text() == "served by node 0"
+    assert forwarder.calls == ["http://node2"] and refusals == []
+
+
+async def test_a_misdirected_answer_is_passed_on_if_the_view_does_not_move(world: World) -> None:
+    """Within leader_wait_ms the view never changes: the 421 is the answer, asked once."""
+    client, _, leader, _ = world
+    leader[0] = 2
+    forwarder = client.app[GATEWAY].forwarder
+    forwarder.answers["http://node2"] = lambda: MISDIRECTED
+    response = await client.get("/thing")
+    assert response.status == 421 and (await response.json())["leader"] == 0
+    assert forwarder.calls == ["http://node2"]

@@ -490,6 +490,82 @@ def test_a_group_through_connections_on_both_workers(
     assert zero.get("/v1/groups/g").json()["state"] == "Empty"
 
 
+def test_a_share_group_through_connections_on_both_workers(
+    pair: tuple[httpx.Client, httpx.Client],
+) -> None:
+    """The first share-group request, through the worker that is not the controller, is
+    served (the controller makes `__share_group_state`, and either worker may be the group's
+    coordinator: never a 421; a 503 with Retry-After while the workers take up the new
+    partitions). Members acquire through one worker and acknowledge through the other: a
+    record given back comes to the other member with its second delivery, and none accepted
+    comes again."""
+    zero, one = pair
+    create_topic(zero, "queued")
+    records = {"records": [{"value": i} for i in range(40)]}
+    assert one.post("/v1/topics/queued/records", json=records).status_code == 200
+    configs = {"configs": {"share.auto.offset.reset": "earliest"}}
+    assert "__share_group_state" not in {
+        t["name"] for t in zero.get("/v1/topics", params={"internal": "true"}).json()["topics"]
+    }
+    via = pair[1 - zero.get("/v1/cluster").json()["controller"]]
+    answers: list[httpx.Response] = []
+
+    def served() -> bool:
+        answers.append(via.put("/v1/share-groups/q/configs", json=configs))
+        return answers[-1].status_code != 503 or "Retry-After" not in answers[-1].headers
+
+    until(served, "the first share-group request")
+    assert answers[-1].status_code == 200, answers[-1].text
+    members = ("a", "b")
+    for client, member in zip(pair, members, strict=True):
+        body = {"topics": ["queued"], "member_id": member}
+        joined = client.post("/v1/share-groups/q/members", json=body)
+        assert joined.status_code == 201, joined.text
+    # the state topic's min.insync.replicas is no more than its one replica
+    state = one.get("/v1/topics/__share_group_state").json()
+    assert state["overrides"]["min.insync.replicas"] == 1
+    deliveries: dict[int, list[tuple[str, int]]] = {}  # value -> (member, delivery count)
+    accepted: set[int] = set()
+    released = False
+    deadline = time.monotonic() + 60
+    turn = 0
+    while len(accepted) < 40:
+        assert time.monotonic() < deadline, f"only {sorted(accepted)} accepted"
+        member = members[turn % 2]
+        taking, acknowledging = pair[turn % 2], pair[(turn + 1) % 2]
+        turn += 1
+        path = f"/v1/share-groups/q/members/{member}"
+        answer = taking.post(f"{path}/acquire", params={"max_records": 6, "timeout_ms": 200})
+        assert answer.status_code == 200, answer.text
+        got = answer.json()["records"]
+        for r in got:
+            deliveries.setdefault(r["value"], []).append((member, r["delivery_count"]))
+        assert not {r["value"] for r in got} & accepted, "an accepted record came again"
+        acks = [{"token": r["token"], "type": "accept"} for r in got]
+        if got and not released:
+            acks[0]["type"], released = "release", True
+        if not acks:
+            continue
+        done = acknowledging.post(f"{path}/acknowledge", json={"acknowledgements": acks})
+        assert done.status_code == 200, done.text
+        assert [r["status"] for r in done.json()["results"]] == ["ok"] * len(acks)
+        accepted |= {r["value"] for r, a in zip(got, acks, strict=True) if a["type"] == "accept"}
+    assert accepted == set(range(40))
+    again = {value: seen for value, seen in deliveries.items() if len(seen) > 1}
+    assert len(again) == 1, again
+    ((first, second),) = again.values()
+    assert (first[1], second[1]) == (1, 2) and first[0] != second[0]
+    for client in pair:
+        described = client.get("/v1/share-groups/q").json()
+        assert described["lag"] == 0
+        ends = [(p["start_offset"], p["high_watermark"]) for p in described["partitions"]]
+        assert len(ends) == 2 and all(start == end for start, end in ends), ends
+        assert sum(end for _, end in ends) == 40
+        assert sorted(m["member_id"] for m in described["members"]) == list(members)
+    for client, member in zip(pair, members, strict=True):
+        assert client.delete(f"/v1/share-groups/q/members/{member}").status_code == 200
+
+
 def curl(*args: str) -> str:
     done = subprocess.run(["curl", "-s", *args], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

@@ -274,8 +274,14 @@ class PartitionLog:
 
     def _snapshot_producers(self) -> None:
         """Write the producer state as of the log end (at a roll or a clean close), so a
-        restart replays only the batches after it."""
-        producer_state.write_snapshot(self.directory, self.log_end_offset, self.producer_state)
+        restart replays only the batches after it. A tiered log keeps those of the segments S3
+        does not hold yet: each goes up with its segment (engine.tiered)."""
+        kept_past = None
+        if self.config.remote_storage_enable:
+            kept_past = -1 if self.remote_end_offset is None else self.remote_end_offset
+        producer_state.write_snapshot(
+            self.directory, self.log_end_offset, self.producer_state, kept_past
+        )
 
     # -- appends -------------------------------------------------------------------------------
 
@@ -645,8 +651,8 @@ class PartitionLog:
             if old.empty:
                 return old
             old.flush(fsync=False)
-            if self.producer_state.producers:
-                self._snapshot_producers()
+            if self.producer_state.producers or self.config.remote_storage_enable:
+                self._snapshot_producers()  # a tiered segment's goes up with it, even empty
             new = self._new_active_segment(self.log_end_offset)  # may fail: old stays active
             old.seal()
             segments, bases = self._view  # one more at the end: no walk over all of them

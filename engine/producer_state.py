@@ -197,15 +197,29 @@ def snapshot_offsets(directory: Path) -> list[int]:
     )
 
 
-def write_snapshot(directory: Path, offset: int, state: ProducerState) -> None:
+def write_snapshot(
+    directory: Path, offset: int, state: ProducerState, kept_past: int | None = None
+) -> None:
     """The state as of `offset` (every batch below it applied), written whole or not at all;
-    older snapshots past the last SNAPSHOTS_KEPT go."""
+    older snapshots past the last SNAPSHOTS_KEPT go, but those past `kept_past` stay (a
+    tiered log's at the ends of the segments not uploaded yet, each to go up with its
+    segment)."""
     path = snapshot_path(directory, offset)
     tmp = path.with_suffix(SNAPSHOT_SUFFIX + ".tmp")
     tmp.write_bytes(state.encode())
     os.replace(tmp, path)
     for old in snapshot_offsets(directory)[:-SNAPSHOTS_KEPT]:
-        snapshot_path(directory, old).unlink(missing_ok=True)
+        if kept_past is None or old <= kept_past:
+            snapshot_path(directory, old).unlink(missing_ok=True)
+
+
+def read_snapshot(directory: Path, offset: int) -> bytes | None:
+    """The bytes of the snapshot as of exactly `offset`, None if there is none; nothing is
+    deleted (a reader beside the log: tiering)."""
+    try:
+        return snapshot_path(directory, offset).read_bytes()
+    except FileNotFoundError:
+        return None
 
 
 def load_snapshot(directory: Path, at_most: int) -> tuple[int, ProducerState] | None:

@@ -115,6 +115,12 @@ def cpu_seconds(pid: int) -> float:
     return sum(stats[p][1] for p in _tree(pid, stats)) / os.sysconf("SC_CLK_TCK")
 
 
+def runqueue_wait_seconds(pid: int) -> float:
+    """How long the main thread of `pid` (a server's event loop) has waited for a CPU while it
+    could run: other processes on its core, from the scheduler's statistics."""
+    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) / 1e9
+
+
 def tree_rss_bytes(pid: int) -> int:
     """Resident bytes of a server and its live descendants (worker processes, tiering's
     shipper processes)."""

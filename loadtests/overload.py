@@ -46,6 +46,7 @@ from loadtests.common import (
     cpu_seconds,
     http_json,
     raise_fd_limit,
+    runqueue_wait_seconds,
     separate_cpus,
     start_gateway,
     stop_on_sigterm,
@@ -111,8 +112,13 @@ class _PhaseTally:
         }
 
 
-async def drive(port: int, topic: str, phases: list[Phase], connections: int) -> dict[str, Any]:
-    """Run the schedule over `connections` connections; per phase and per 100 ms, what came back."""
+async def drive(
+    port: int, topic: str, phases: list[Phase], connections: int, server_pid: int | None = None
+) -> dict[str, Any]:
+    """Run the schedule over `connections` connections; per phase and per 100 ms, what came back.
+    With `server_pid`, that server's CPU from the schedule's start to its last answer and how long
+    its main thread waited for a CPU meanwhile, and when those were (time.monotonic: the machine's
+    stalls are read over the same seconds)."""
     request = produce_request(topic)
     tallies = [_PhaseTally() for _ in phases]
     buckets: dict[int, list[float]] = {}  # scheduled 100 ms bucket -> 2xx latencies
@@ -174,6 +180,9 @@ async def drive(port: int, topic: str, phases: list[Phase], connections: int) ->
         protocol.transport.close()
 
     cpu_before = time.process_time()
+    server_before = cpu_seconds(server_pid) if server_pid is not None else 0.0
+    waited_before = runqueue_wait_seconds(server_pid) if server_pid is not None else 0.0
+    clock_start = time.monotonic()
     start = time.perf_counter() + 0.05
     phase_start = start
     for index, phase in enumerate(phases):
@@ -209,6 +218,11 @@ async def drive(port: int, topic: str, phases: list[Phase], connections: int) ->
     deadline = time.perf_counter() + DRAIN_S
     while any(pending) and time.perf_counter() < deadline:
         await asyncio.sleep(0.01)
+    scheduled_window = {"clock_start": clock_start, "clock_end": time.monotonic()}
+    if server_pid is not None:
+        scheduled_window["server_cpu_s"] = cpu_seconds(server_pid) - server_before
+        waited = runqueue_wait_seconds(server_pid) - waited_before
+        scheduled_window["server_runqueue_wait_s"] = waited
     async with asyncio.timeout(DRAIN_S):
         await asyncio.gather(*fresh_tasks, return_exceptions=True)
     for protocol in pool:
@@ -240,6 +254,7 @@ async def drive(port: int, topic: str, phases: list[Phase], connections: int) ->
         "timeline": timeline,
         "send_late": percentiles(late),
         "driver_cpu_s": round(time.process_time() - cpu_before, 2),
+        "scheduled_window": scheduled_window,
     }
 
 
@@ -257,12 +272,14 @@ def recovery_seconds(
     return round(recovered_at - flood_end_s, 2)
 
 
-def _run_driver(port: int, topic: str, phases: list[Phase], connections: int) -> dict[str, Any]:
-    """The driver in its own process (it needs a core of its own), the gateway's CPU and peak
-    RSS sampled meanwhile."""
+def run_driver(
+    port: int, topic: str, phases: list[Phase], connections: int, server_pid: int | None = None
+) -> dict[str, Any]:
+    """The driver in its own process (it needs a core of its own); with `server_pid`, it reads
+    that server's CPU over the schedule itself (`drive`)."""
     spec = orjson.dumps(
         {"port": port, "topic": topic, "connections": connections,
-         "phases": [phase.__dict__ for phase in phases]}
+         "phases": [phase.__dict__ for phase in phases], "server_pid": server_pid}
     )  # fmt: skip
     process = subprocess.Popen(
         [sys.executable, "-m", "loadtests.overload", "--drive", spec.decode()],
@@ -301,7 +318,7 @@ def cell(
     sampler.start()
     cpu_before = cpu_seconds(gateway_pid)
     try:
-        result = _run_driver(port, topic, phases, connections)
+        result = run_driver(port, topic, phases, connections)
     finally:
         sampler.stop.set()
         sampler.join()
@@ -338,7 +355,9 @@ def main() -> None:
     if args.drive:
         spec = orjson.loads(args.drive)
         phases = [Phase(**phase) for phase in spec["phases"]]
-        result = uvloop.run(drive(spec["port"], spec["topic"], phases, spec["connections"]))
+        result = uvloop.run(
+            drive(spec["port"], spec["topic"], phases, spec["connections"], spec.get("server_pid"))
+        )
         sys.stdout.write(orjson.dumps(result).decode())
         return
     report = run(args)

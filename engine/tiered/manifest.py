@@ -9,6 +9,7 @@ import msgspec
 
 from engine import txn_index
 from engine.errors import EngineError
+from engine.producer_state import SNAPSHOT_SUFFIX
 
 FORMAT = 1
 OBJECTS = (".log", ".index", ".timeindex", ".epochs")  # every segment's, by suffix
@@ -34,6 +35,10 @@ class RemoteSegment(msgspec.Struct, frozen=True):
     # holds (0: no object, as Kafka's copy ships a transaction index only when there is one);
     # None: uploaded before transaction indexes were, so what it aborts is not known.
     aborted_transactions: int | None = None
+    # The producers of its `.snapshot` object, the partition's producer state as of its end
+    # (Kafka's remote producer snapshot: what a replica that starts after it loads; 0: no
+    # producer, no object); None: uploaded without one, so that state is not known.
+    producers: int | None = None
 
     @property
     def next_offset(self) -> int:
@@ -46,9 +51,12 @@ class RemoteSegment(msgspec.Struct, frozen=True):
     @property
     def suffixes(self) -> tuple[str, ...]:
         """Those of its objects: `<name><suffix>`."""
+        suffixes: tuple[str, ...] = OBJECTS
         if self.aborted_transactions:
-            return (*OBJECTS, txn_index.SUFFIX)
-        return OBJECTS
+            suffixes = (*suffixes, txn_index.SUFFIX)
+        if self.producers:
+            suffixes = (*suffixes, SNAPSHOT_SUFFIX)
+        return suffixes
 
 
 class Manifest(msgspec.Struct, frozen=True):

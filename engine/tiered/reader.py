@@ -1,8 +1,9 @@
 """Reads of tiered offsets from S3: the segment's offset index locates the batch, a ranged GET
 brings whole batches from there; a read_committed reader's aborted transactions come from the
-segments' aborted-transaction indexes. A small LRU cache holds indexes and recent ranges, and
-the range after the one a consumer is reading is fetched ahead, so a consumer reading old data
-in order mostly finds it in memory."""
+segments' aborted-transaction indexes, a replica that starts after a segment takes the producer
+state shipped with it. A small LRU cache holds indexes and recent ranges, and the range after
+the one a consumer is reading is fetched ahead, so a consumer reading old data in order mostly
+finds it in memory."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from engine import batch as fmt
 from engine import txn_index
 from engine.errors import RemoteStorageError
+from engine.producer_state import SNAPSHOT_SUFFIX, ProducerState
 from engine.tiered.manifest import Manifest, RemoteSegment, partition_prefix
 from engine.tiered.remote import RemoteStorage
 from engine.txn_index import AbortedTxn
@@ -143,6 +145,26 @@ class RemoteReader:
                 if entry.last_stable_offset >= end:
                     return found
         return found
+
+    def producer_state_before(
+        self, manifest: Manifest, offset: int
+    ) -> tuple[int, ProducerState] | None:
+        """For a replica that starts over at `offset` (its leader's local log start), Kafka's
+        remote auxiliary state: the end of the segment S3 holds `offset - 1` in, and the
+        producer state as of that end (its `.snapshot`), where the replica is to start. None
+        if S3 holds no such segment, or it went up without a producer state (or an
+        unreadable one)."""
+        segment = manifest.segment_for(offset - 1)
+        if segment is None or segment.base_offset >= offset or segment.producers is None:
+            return None
+        if not segment.producers:
+            return segment.next_offset, ProducerState()
+        prefix = partition_prefix(self.prefix, manifest.topic, manifest.partition)
+        data = self.storage.get(prefix + segment.name + SNAPSHOT_SUFFIX)
+        try:
+            return segment.next_offset, ProducerState.decode(data)
+        except (ValueError, KeyError, TypeError):
+            return None
 
     def _whole(self, key: str) -> bytes:
         """An index object, from the cache or S3 (then cached)."""

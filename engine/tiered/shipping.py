@@ -1,8 +1,8 @@
 """A closed segment's upload: the scan that checks, hashes and indexes its batches, and the PUTs
-of its objects (four; five with an aborted-transaction index). A node runs `ship` in processes
-of their own at a lower CPU priority (`Shipper`), so that neither the scan's per-batch Python
-nor boto3's takes the event loop's GIL; the manifest that commits an upload is written by the
-partition (engine.tiered.uploader)."""
+of its objects (four, and its aborted-transaction index and producer snapshot when they have
+entries). A node runs `ship` in processes of their own at a lower CPU priority (`Shipper`), so
+that neither the scan's per-batch Python nor boto3's takes the event loop's GIL; the manifest
+that commits an upload is written by the partition (engine.tiered.uploader)."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ import msgspec
 from engine import batch as fmt
 from engine import heap, txn_index
 from engine.errors import EngineError
+from engine.producer_state import SNAPSHOT_SUFFIX
 from engine.segment import batch_chunks
 from engine.tiered.manifest import ManifestError, RemoteSegment
 from engine.tiered.remote import RemoteStorage, S3Location
@@ -33,7 +34,7 @@ from engine.tiered.remote import RemoteStorage, S3Location
 _OFFSET_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
 OBJECTS_IN_FLIGHT = 4  # an upload's PUTs at once: its .log, .index, .timeindex and .epochs
-# (a .txnindex, small and rare, goes up as soon as one of them is done)
+# (a .txnindex and a .snapshot, small, go up as soon as one of them is done)
 NICENESS = 10  # the shipper's CPU priority below the node's: requests come first
 ARENAS = 2  # a shipper's malloc arenas: what its sender threads free stays reusable
 
@@ -94,6 +95,10 @@ class Shipment:
     # The aborted-transaction index of the batches uploaded (txn_index.encode: the entries
     # whose ABORT marker is among them), from the node's log; empty: none, no object.
     txn_index: bytes
+    # The producer state as of the segment's end (the log's snapshot there), and how many
+    # producers it holds: 0, no object; None, no snapshot known, none shipped.
+    producer_snapshot: bytes
+    producers: int | None
 
 
 class _FileRange(io.RawIOBase):
@@ -193,7 +198,9 @@ def ship(shipment: Shipment) -> RemoteSegment:
             key = f"{prefix}{scanned.segment.name}.log"
             sent.append(pool.submit(storage.upload_stream, key, body))
         aborted = len(shipment.txn_index) // txn_index.ENTRY.size
-        remote = msgspec.structs.replace(scanned.segment, aborted_transactions=aborted)
+        remote = msgspec.structs.replace(
+            scanned.segment, aborted_transactions=aborted, producers=shipment.producers
+        )
         objects = [
             (".index", scanned.index),
             (".timeindex", scanned.time_index),
@@ -201,6 +208,8 @@ def ship(shipment: Shipment) -> RemoteSegment:
         ]
         if aborted:
             objects.append((txn_index.SUFFIX, shipment.txn_index))
+        if shipment.producers:
+            objects.append((SNAPSHOT_SUFFIX, shipment.producer_snapshot))
         for suffix, data in objects:
             sent.append(pool.submit(storage.put, f"{prefix}{remote.name}{suffix}", data))
     finally:

@@ -10,8 +10,9 @@ from collections.abc import Callable
 
 import msgspec
 
-from engine import txn_index
+from engine import producer_state, txn_index
 from engine.log import PartitionLog
+from engine.producer_state import ProducerState
 from engine.segment import LogSegment
 from engine.tiered.manifest import (
     Manifest,
@@ -103,6 +104,7 @@ class PartitionTier:
             for entry in self.log.aborted_transactions(start_offset, segment.next_offset)
             if entry.last_offset < segment.next_offset
         ]
+        snapshot, producers = self._producer_snapshot(segment)
         shipment = Shipment(
             location=self.storage.location,
             key_prefix=self.prefix,
@@ -113,6 +115,8 @@ class PartitionTier:
             from_offset=start_offset,
             index_interval=self.log.config.index_interval_bytes,
             txn_index=txn_index.encode(aborted),
+            producer_snapshot=snapshot,
+            producers=producers,
         )
         remote = self.ship(shipment)
         log_start = manifest.log_start_offset if manifest.segments else remote.base_offset
@@ -123,6 +127,25 @@ class PartitionTier:
             [*manifest.segments, remote],
         )
         return remote
+
+    def _producer_snapshot(self, segment: LogSegment) -> tuple[bytes, int | None]:
+        """The log's producer-state snapshot as of the segment's end (written as it rolled,
+        kept until it goes up), and how many producers it holds; (b"", None) for a segment
+        closed without one (before snapshots were kept for upload, or lost in a crash)."""
+        data = producer_state.read_snapshot(self.log.directory, segment.next_offset)
+        if data is not None:
+            try:
+                return data, len(ProducerState.decode(data).producers)
+            except (ValueError, KeyError, TypeError):
+                pass
+        log.warning(
+            "%s-%d: no producer-state snapshot at %d: segment %d goes to S3 without one",
+            self.log.topic,
+            self.log.partition,
+            segment.next_offset,
+            segment.base_offset,
+        )
+        return b"", None
 
     def expire(self, leader_epoch: int, now_ms: int) -> int:
         """Total retention over what S3 holds (retention.ms / retention.bytes over local and

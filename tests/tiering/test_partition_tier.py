@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import os
 import select
 import signal
@@ -20,10 +21,11 @@ import msgspec
 import pytest
 
 from engine import batch as fmt
-from engine import txn_index
+from engine import producer_state, txn_index
 from engine.config import TopicConfig
 from engine.errors import CorruptRecord, OffsetMovedToTieredStorage
 from engine.log import PartitionLog
+from engine.producer_state import ProducerState
 from engine.segment import LogSegment
 from engine.tiered import shipping
 from engine.tiered.manifest import Manifest, RemoteSegment, decode_manifest
@@ -271,7 +273,7 @@ def test_a_segments_aborted_transactions_go_up_beside_it_and_are_read_back(
         if entries:
             with_entries += 1
             assert storage.get(key) == path.read_bytes()
-            assert remote.suffixes[-1] == txn_index.SUFFIX
+            assert txn_index.SUFFIX in remote.suffixes
         else:
             assert key not in keys and txn_index.SUFFIX not in remote.suffixes
     assert with_entries >= 1
@@ -339,6 +341,93 @@ def test_segments_uploaded_before_their_index_was_leave_aborted_transactions_unk
     assert found is not None
     assert sorted(found) == sorted(log.aborted_transactions(second.base_offset, end))
     assert found  # a's and c's
+
+
+def state_at(log: PartitionLog, end: int) -> ProducerState:
+    """The producer state after every batch of `log` below `end`, replayed from the start."""
+    state = ProducerState()
+    for segment in log.segments:
+        for header, data in segment.batches():
+            if header.base_offset < end:
+                state.apply(data, [(0, header)])
+    return state
+
+
+def same_state(one: ProducerState, other: ProducerState) -> bool:
+    return (one.producers, one.ongoing, one.first_transactional) == (
+        other.producers,
+        other.ongoing,
+        other.first_transactional,
+    )
+
+
+def test_each_segment_goes_up_with_the_producer_state_as_of_its_end(
+    tmp_path: Path, storage: RemoteStorage, ship: Ship
+) -> None:
+    """As Kafka's remote producer snapshot: the log's snapshot at a segment's end (written as it
+    rolled, kept on disk until it goes up however many rolls come first) is put beside it,
+    counted in the manifest, and no object for a segment with no producer; a replica starting
+    past any offset reads the state at the end of the segment holding the offset before it.
+    Remote retention deletes the objects with their segments."""
+    log = make_log(tmp_path, 600)
+    fill(log, 6)  # a segment before any transaction
+    transactions(log)
+    tier = PartitionTier(storage, "p", log, "id", ship)
+    pending = tier.pending()
+    assert len(pending) > producer_state.SNAPSHOTS_KEPT  # more than a log keeps untiered
+    for segment in pending:
+        tier.upload(segment, 0)
+    manifest = tier.refresh()
+    keys = set(storage.list_keys("p/t/0/"))
+    reader = RemoteReader(storage, "p")
+    counts = [remote.producers for remote in manifest.segments]
+    assert counts[0] == 0 and max(c or 0 for c in counts) == len(PRODUCERS)
+    for remote in manifest.segments:
+        expected = state_at(log, remote.next_offset)
+        assert remote.producers == len(expected.producers)
+        key = f"p/t/0/{remote.name}{producer_state.SNAPSHOT_SUFFIX}"
+        assert (key in keys) == bool(remote.producers)
+        if remote.producers:
+            assert same_state(ProducerState.decode(storage.get(key)), expected)
+        for offset in (remote.base_offset + 1, remote.next_offset):
+            found = reader.producer_state_before(manifest, offset)
+            assert found is not None
+            assert found[0] == remote.next_offset and same_state(found[1], expected)
+    assert any(state_at(log, s.next_offset).ongoing for s in manifest.segments)  # a's, open
+
+    fill(log, 4)  # a roll now lets the uploaded segments' snapshots go but the last ones
+    kept = producer_state.snapshot_offsets(log.directory)
+    assert (
+        len(kept) == producer_state.SNAPSHOTS_KEPT and kept[0] >= manifest.segments[-1].last_offset
+    )
+
+    dropped = manifest.segments[:3]
+    log.delete_records(dropped[-1].next_offset)
+    assert tier.expire(0, log.now_ms()) == len(dropped)
+    left = set(storage.list_keys("p/t/0/"))
+    assert not any(k.startswith(f"p/t/0/{s.name}") for s in dropped for k in left)
+    assert any(k.endswith(producer_state.SNAPSHOT_SUFFIX) for k in left)
+
+
+def test_a_segment_closed_without_a_producer_snapshot_goes_up_without_one(
+    tmp_path: Path, storage: RemoteStorage, ship: Ship, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A segment rolled before snapshots were kept for upload has none on disk: it goes up
+    without one (the manifest counts None, warned), and a replica starting past it learns that
+    the state is unknown."""
+    log = make_log(tmp_path, 600)
+    transactions(log)
+    producer_state.delete_snapshots(log.directory)
+    tier = PartitionTier(storage, "p", log, "id", ship)
+    first = tier.pending()[0]
+    with caplog.at_level(logging.WARNING, "engine.tiered.uploader"):
+        remote = tier.upload(first, 0)
+    assert remote.producers is None
+    assert producer_state.SNAPSHOT_SUFFIX not in remote.suffixes
+    assert f"no producer-state snapshot at {first.next_offset}" in caplog.text
+    assert (
+        RemoteReader(storage, "p").producer_state_before(tier.refresh(), first.next_offset) is None
+    )
 
 
 def shipper_processes() -> list[int]:

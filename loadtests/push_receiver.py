@@ -1,8 +1,10 @@
 """The endpoint of `loadtests.subscriptions_bench`: a process of its own that answers every POST
 with 204 at once and counts what arrived, read from the request's head only (no body is
 parsed): records from `webhook-id` (`topic/partition/offset` for one record,
-`topic/partition/first-last` for a batch), and for a single-record CloudEvent the delay from
-its `ce-time` (the record's timestamp) to the arrival. A bare asyncio Protocol on uvloop, as
+`topic/partition/first-last` for a batch), and for a single-record CloudEvent the delay to the
+arrival from its `ce-sent` if it has one (a record header `sent`: the producer's wall-clock send
+time in milliseconds, with a fraction), else from its `ce-time` (the record's timestamp, whole
+milliseconds). A bare asyncio Protocol on uvloop, as
 `loadtests.floor_server`, so that the receiver costs little beside what it receives.
 
     python -m loadtests.push_receiver     # prints "listening on PORT" once it accepts
@@ -30,6 +32,7 @@ MAX_LATENCIES = 500_000  # delays kept for the percentiles; later arrivals are c
 MAX_PENDING = 64 << 20  # a client that sends more without a whole request is hung up on
 WEBHOOK_ID = re.compile(rb"\r\nwebhook-id:[ \t]*([^\r]*)", re.IGNORECASE)
 CE_TIME = re.compile(rb"\r\nce-time:[ \t]*([^\r]*)", re.IGNORECASE)
+CE_SENT = re.compile(rb"\r\nce-sent:[ \t]*([^\r]*)", re.IGNORECASE)
 NO_CONTENT = b"HTTP/1.1 204 No Content\r\n\r\n"
 NOT_FOUND = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"
 JSON_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
@@ -46,7 +49,7 @@ class Counts:
         self.latencies_ms: list[float] = []
         self.covered: dict[str, list[list[int]]] = {}  # "topic/partition" -> [first, last]s
 
-    def arrived(self, message_id: str, ce_time: str | None) -> None:
+    def arrived(self, message_id: str, ce_time: str | None, sent_ms: float | None = None) -> None:
         now = time.monotonic()
         if self.first_at is None:
             self.first_at = now
@@ -57,7 +60,11 @@ class Counts:
         first, _, last = offsets.partition("-")
         if where and first.isdigit():
             cover(self.covered.setdefault(where, []), int(first), int(last or first))
-        if ce_time is not None and len(self.latencies_ms) < MAX_LATENCIES:
+        if len(self.latencies_ms) >= MAX_LATENCIES:
+            return
+        if sent_ms is not None:
+            self.latencies_ms.append(time.time() * 1000 - sent_ms)
+        elif ce_time is not None:
             sent = datetime.datetime.fromisoformat(ce_time).timestamp()
             self.latencies_ms.append((time.time() - sent) * 1000)
 
@@ -99,9 +106,11 @@ class ReceiverProtocol(HttpRequests):
         if target == [b"POST", b"/hook"]:
             message_id = WEBHOOK_ID.search(head)
             ce_time = CE_TIME.search(head)
+            sent = CE_SENT.search(head)
             self.counts[0].arrived(
                 "-/0" if message_id is None else message_id.group(1).decode(),
                 None if ce_time is None else ce_time.group(1).decode(),
+                None if sent is None else float(sent.group(1)),
             )
             self.transport.write(NO_CONTENT)
         elif target[0] == b"GET" and target[1].startswith(b"/stats"):

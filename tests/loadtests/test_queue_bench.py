@@ -45,6 +45,10 @@ def test_quick_run_reports_every_cell(tmp_path: Path) -> None:
     for case in (trickle, backlog):
         # more records than consumers: some consumer waited again after its first record
         assert case["steady_waits"] > 0 and case["wait_s"]["max"] >= case["wait_s"]["mean"]
+        # each wait up to the gateway's acquisition too, within the wait the consumer saw
+        at_gateway = case["at_gateway"]
+        assert at_gateway["steady_waits"] == case["steady_waits"]
+        assert at_gateway["wait_s"]["mean"] <= case["wait_s"]["mean"]
     for case in doc["poison"]:
         assert case["delivery_counts"] == list(range(1, QUICK.delivery_limit + 1)), case
         assert case["archived_metric"] == 1 and case["accepted"] == QUICK.poison_behind, case

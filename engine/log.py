@@ -845,13 +845,20 @@ class PartitionLog:
         self.epoch_cache.truncate_from_end(self.log_end_offset)
         self._rebuild_producer_state(self.log_end_offset)
 
-    def truncate_fully_and_start_at(self, offset: int) -> None:
+    def truncate_fully_and_start_at(
+        self, offset: int, producers: ProducerState | None = None
+    ) -> None:
         """Empty the log and restart it at `offset` (a follower behind the leader's log start,
-        as Kafka's truncateFullyAndStartAt)."""
+        as Kafka's truncateFullyAndStartAt), with `producers` as the producer state there if
+        known (a tiered partition's, from S3: the transactions open across `offset`), kept in
+        a snapshot at `offset` so a restart starts from it too."""
         with self._lock, self._io("truncating the log"):
             self._check_open()
             with self._changing_files():
                 self._truncate_fully(offset)
+                if producers is not None:
+                    self.producer_state = producers
+                    self._snapshot_producers()
         self._notify()
 
     def _truncate_fully(self, offset: int) -> None:

@@ -139,7 +139,11 @@ class Broker:
         # A parked fetch must come back well within replica.lag.time.max.ms.
         wait_ms = min(FetcherSettings.wait_ms, settings.replication.replica_lag_time_max_ms // 3)
         self.fetchers = ReplicaFetchers(
-            self.store, self.client, settings.node_id, FetcherSettings(wait_ms=wait_ms)
+            self.store,
+            self.client,
+            settings.node_id,
+            FetcherSettings(wait_ms=wait_ms),
+            self.tiering,
         )
         self.replicas.add_role_listener(self.fetchers.role_changed)
 

@@ -12,7 +12,9 @@ where it diverges from the new leader's (KIP-279: it asks the leader where its l
 ends, repeating with older epochs until they agree; never to its own high watermark, the
 KIP-101 bug). Then it fetches from its log end offset, appends the batches as they are
 (offsets and epochs kept) and takes the leader's high watermark and log start from each
-answer. Its fetch offset is how the leader learns its progress. A partition the leader refuses
+answer. Its fetch offset is how the leader learns its progress. A follower behind the leader's
+log start starts over there (behind a tiered leader's local start, after the segment S3 holds
+before it, with the producer state shipped with that segment). A partition the leader refuses
 (a stale epoch, a failure) leaves the session for a backoff; the others go on.
 
 The leader notes the marks it sent as it answers, so a part this follower does not take (its
@@ -48,6 +50,7 @@ from replication.partition import Partition
 from replication.replica_client import ReplicaClient
 from replication.replica_state import Truncate, truncation_request, truncation_step
 from replication.session_wire import FetchPosition, SessionFetchAnswer, SessionFetchRequest
+from replication.tiering import TieringService
 
 log = logging.getLogger(__name__)
 
@@ -163,11 +166,15 @@ class ReplicaFetchers:
         client: ReplicaClient,
         node_id: int,
         settings: FetcherSettings | None = None,
+        tiering: TieringService | None = None,
     ) -> None:
+        """`tiering`: the node's S3, where a follower that starts over at a tiered leader's
+        local log start finds the producer state there."""
         self.store = store
         self.client = client
         self.node_id = node_id
         self.settings = settings or FetcherSettings()
+        self.tiering = tiering
         self._links: dict[int, _Link] = {}
         self._leader_of: dict[TopicPartition, int] = {}  # the link each followed partition is in
         # A move's copy is written at the lowest CPU priority: on shared cores it yields to
@@ -347,7 +354,7 @@ class ReplicaFetchers:
             except OffsetOutOfRange as exc:
                 if partition.log_end_offset < exc.log_start_offset:
                     log.info("%s-%d: below the leader's log start %d", *key, exc.log_start_offset)
-                    partition.restart_at(exc.log_start_offset)
+                    await self._start_over(key, followed, exc.log_start_offset)
                 else:
                     followed.truncated = False
             except OffsetMismatch:
@@ -361,6 +368,43 @@ class ReplicaFetchers:
                 followed.retry_at = time.monotonic() + self.settings.max_backoff_ms / 1000
             except EngineError as exc:
                 self._back_off(key, followed, exc)
+
+    async def _start_over(
+        self, key: TopicPartition, followed: _Followed, leader_start: int
+    ) -> None:
+        """Empty the log and start it at the leader's log start. A tiered partition's leader
+        answers with its local log start (S3 holds what is below): as Kafka's
+        buildRemoteLogAuxState, the follower starts at the end of the segment S3 holds before
+        it, with the producer state shipped with that segment, so the transactions open across
+        it are known here (the last stable offset, the aborted entries their markers make).
+        S3 holding none (segments uploaded without one): at the leader's local start without
+        it, warned. S3 failing: the partition backs off and asks again."""
+        partition = followed.partition
+        start, producers = leader_start, None
+        if partition.config.remote_storage_enable:
+            spec = self.store.view.topics.get(partition.topic)
+            found = None
+            if self.tiering is not None and spec is not None:
+                try:
+                    found = await self.tiering.producer_state_before(
+                        partition, spec.topic_id, leader_start
+                    )
+                except EngineError as exc:
+                    self._back_off(key, followed, exc)
+                    return
+                if not followed.current():
+                    return  # the role changed while S3 was read
+            if found is None:
+                log.warning(
+                    "%s-%d starts over at its leader's local log start %d without the producer "
+                    "state there (remote storage has none for it): transactions open across "
+                    "it are unknown here",
+                    *key,
+                    leader_start,
+                )
+            else:
+                start, producers = found
+        partition.restart_at(start, producers)
 
     def _back_off(self, key: TopicPartition, followed: _Followed, exc: Exception) -> None:
         settings = self.settings

@@ -19,7 +19,7 @@ from engine.batch import IDEMPOTENT_MASK
 from engine.config import TopicConfig
 from engine.errors import OffsetOutOfRange
 from engine.log import AppendInfo, PartitionLog, ReadResult, TransactionalRequest
-from engine.producer_state import Isolation, ProducerIdentity
+from engine.producer_state import Isolation, ProducerIdentity, ProducerState
 from replication.acks import Acks
 from replication.errors import (
     FencedLeaderEpoch,
@@ -465,9 +465,10 @@ class Partition:
         self.log.truncate_to(offset)
         self.idempotency.truncate(offset)
 
-    def restart_at(self, offset: int) -> None:
-        """Empty the log and start it at `offset` (the leader's log start is past this end)."""
-        self.log.truncate_fully_and_start_at(offset)
+    def restart_at(self, offset: int, producers: ProducerState | None = None) -> None:
+        """Empty the log and start it at `offset` (the leader's log start is past this end),
+        with the producer state there if known (`PartitionLog.truncate_fully_and_start_at`)."""
+        self.log.truncate_fully_and_start_at(offset, producers)
         self.idempotency.clear()
 
     # -- reads ---------------------------------------------------------------------------------

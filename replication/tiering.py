@@ -2,8 +2,9 @@
 leads uploads its closed segments and applies total retention to S3; each it follows learns
 from the manifest what S3 holds, so its local retention may delete those segments too. Reads
 below a leader's local log start are served from S3, at read_committed with the aborted
-transactions of the segments' indexes there. All S3 work runs in threads; each segment's
-upload (its scan and objects) in a shipper process (engine.tiered.shipping)."""
+transactions of the segments' indexes there; a follower that starts over at its leader's local
+start takes the producer state shipped with the segment before it. All S3 work runs in threads;
+each segment's upload (its scan and objects) in a shipper process (engine.tiered.shipping)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 
 from engine import batch as fmt
 from engine.errors import EngineError, IsolationUnavailable
-from engine.producer_state import consumer_view
+from engine.producer_state import ProducerState, consumer_view
 from engine.tiered.manifest import Manifest, empty_manifest, partition_prefix, topic_prefix
 from engine.tiered.reader import RemoteReader
 from engine.tiered.remote import RemoteStorage, S3Location
@@ -209,6 +210,24 @@ class TieringService:
                 )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self.settings.backoff_max_s)
+
+    async def producer_state_before(
+        self, partition: Partition, topic_id: str, offset: int
+    ) -> tuple[int, ProducerState] | None:
+        """Where a follower behind its leader's local log start `offset` starts over, and the
+        producer state there (`RemoteReader.producer_state_before`, from the manifest read
+        now: a follower's copy may be older than the leader's local start); None when S3 has
+        none for it (nothing there, or segments uploaded without one). S3 failing raises."""
+        key = partition_prefix(self.settings.location.prefix, partition.topic, partition.partition)
+
+        def read() -> tuple[int, ProducerState] | None:
+            found = self.storage.read_manifest(key + "manifest.json")
+            if found is None or found[0].topic_id != topic_id:
+                return None
+            return self.reader.producer_state_before(found[0], offset)
+
+        async with self._threads:
+            return await asyncio.to_thread(read)
 
     # -- reads -------------------------------------------------------------------------------
 

@@ -1,10 +1,10 @@
 """A follower behind a tiered leader's local log start, against moto_server, two nodes in one
 process (each its replica manager; the follower's fetcher asks the leader's as its routes
 would): it starts over after the segment S3 holds before that start with the producer state
-shipped with it, so a transaction open across the start is known there. Its last stable offset
-holds at that transaction's first offset, and once it is aborted (by the old leader or by the
-follower once it leads) the aborted-transaction index the new leader uploads names it, so
-read_committed readers of what only S3 holds never see its records."""
+shipped with it (kept there across a restart), so a transaction open across the start is known
+there. Its last stable offset holds at that transaction's first offset, and once it is aborted
+(by the old leader or by the follower once it leads) the aborted-transaction index the new
+leader uploads names it, so read_committed readers of what only S3 holds never see its records."""
 
 from __future__ import annotations
 
@@ -18,10 +18,12 @@ import pytest
 
 from engine import batch as fmt
 from engine import producer_state, txn_index
+from engine.config import TopicConfig
 from engine.errors import EngineError
+from engine.log import PartitionLog
 from engine.manager import LogManager
 from engine.notify import ChangeNotifier
-from engine.producer_state import Isolation, ProducerIdentity
+from engine.producer_state import Isolation, ProducerEntry, ProducerIdentity, ProducerState
 from engine.tiered import shipping
 from engine.tiered.remote import RemoteStorage, S3Location
 from engine.tiered.uploader import PartitionTier
@@ -287,3 +289,28 @@ async def test_without_a_producer_state_on_s3_a_follower_starts_at_the_local_sta
     [line] = [r for r in caplog.records if r.name == "replication.fetcher"]
     assert line.levelno == logging.WARNING
     assert f"t-0 starts over at its leader's local log start {start} without" in line.getMessage()
+
+
+def test_a_log_started_over_with_a_producer_state_keeps_it_across_a_restart(
+    tmp_path: Path,
+) -> None:
+    """The state a follower loads as it starts over is snapshotted there: a restart after a
+    crash (no clean close writing a later snapshot) before its next roll starts from it, not
+    from an empty state."""
+    config = TopicConfig().with_overrides(CONFIGS)
+    log = PartitionLog(tmp_path, TOPIC, 0, config)
+    state = ProducerState()
+    state.producers[ABORTED.producer_id] = ProducerEntry(0, 15, False, RECENT_MS)
+    state.ongoing[ABORTED.producer_id] = 15
+    state.first_transactional = 15
+    log.truncate_fully_and_start_at(40, state)
+    log.append_as_leader(fmt.encode_batch([fmt.RecordInput(None, b"x", [], RECENT_MS)]), 0)
+    log.advance_high_watermark(log.log_end_offset)
+    assert log.last_stable_offset == 15
+    again = PartitionLog(tmp_path, TOPIC, 0, config, log_start_offset=40, high_watermark=41)
+    try:
+        assert again.producer_state.ongoing == {ABORTED.producer_id: 15}
+        assert again.last_stable_offset == 15 and again.high_watermark == 41
+    finally:
+        again.close()
+        log.close()

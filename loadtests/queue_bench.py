@@ -350,6 +350,7 @@ async def _fair_consumers(
     base = f"/v1/share-groups/{group}/members"
     waits: list[list[float]] = [[] for _ in members]
     served: list[list[float]] = [[] for _ in members]
+    order: list[tuple[float, int]] = []  # every acquire: sent, acquired (wall-clock ms)
     total = 0
 
     async def one(http: RawHttp, member: str, mine: list[float], at_gateway: list[float]) -> None:
@@ -367,7 +368,9 @@ async def _fair_consumers(
             mine.append(time.monotonic() - since)
             expires = LOCK_EXPIRES.search(body)
             assert expires is not None, body[:300]
-            at_gateway.append((int(expires.group(1)) - FAIR_LOCK_MS - since_ms) / 1000)
+            acquired_ms = int(expires.group(1)) - FAIR_LOCK_MS
+            at_gateway.append((acquired_ms - since_ms) / 1000)
+            order.append((since_ms, acquired_ms))
             await _accept(http, acknowledge, tokens)
             total += len(tokens)
             clock.saw(len(tokens))
@@ -397,7 +400,8 @@ async def _fair_consumers(
     finally:
         for http in connections:
             http.close()
-    Path(params["waits"]).write_bytes(orjson.dumps({"seen": waits, "at_gateway": served}))
+    doc = {"seen": waits, "at_gateway": served, "order": order}
+    Path(params["waits"]).write_bytes(orjson.dumps(doc))
     return total
 
 
@@ -723,6 +727,7 @@ def fairness_cell(scratch: Path, plan: Plan, backlog: bool) -> dict[str, Any]:
         "rate": None if backlog else plan.fair_rate,
         **fairness_figures(per_consumer, row),
         "at_gateway": steady_figures(at_gateway),
+        "out_of_order": out_of_order([tuple(o) for doc in docs for o in doc["order"]]),
         "produces_shed": int(refusals.read_text()),
     }
 
@@ -741,6 +746,25 @@ def fairness_figures(per_consumer: list[list[float]], row: dict[str, Any]) -> di
         "first_wait_s": _spread(first),
     }
     return {**out, **steady_figures(per_consumer)}
+
+
+def out_of_order(acquires: list[tuple[float, int]]) -> dict[str, Any]:
+    """Whether the gateway served the acquires in the order they were sent: for each, how
+    long after it the gateway had already served one sent later (0 in that order; the
+    clients' sends and the ms of lock_expires_at blur it by a few ms)."""
+    ordered = sorted(acquires)
+    later: list[float] = []
+    soonest = float("inf")  # the first acquisition among those sent after
+    for _, acquired in reversed(ordered):
+        later.append(max(0.0, acquired - soonest))
+        soonest = min(soonest, acquired)
+    late = sorted(later)
+    return {
+        "acquires": len(late),
+        "after_a_later_one_by_over_10ms": round(sum(1 for d in late if d > 10) / len(late), 4),
+        "p99_ms": _quantile(late, 0.99),
+        "max_ms": late[-1],
+    }
 
 
 def steady_figures(per_consumer: list[list[float]]) -> dict[str, Any]:
@@ -1004,6 +1028,21 @@ def markdown(doc: dict[str, Any]) -> str:
             f"| {'a backlog' if fair['rate'] is None else 'parked'} | {w['mean']} | {w['p50']} | "
             f"{w['p90']} | {w['p99']} | {w['max']} | {at['within_2x_mean']:.1%} | "
             f"{at['under_half_the_mean']:.1%} | {at['max_over_mean']} | {at['p99_over_mean']} |"
+        )
+    lines += [
+        "",
+        "The order the gateway served them in: how long after each acquire the gateway had "
+        "already served one sent later (0 in send order):",
+        "",
+        "| case | acquires | served after a later one by over 10 ms | p99 ms | max ms |",
+        "|---|---|---|---|---|",
+    ]
+    for fair in doc["fairness"]:
+        late = fair["out_of_order"]
+        lines.append(
+            f"| {'a backlog' if fair['rate'] is None else 'parked'} | {late['acquires']:,} | "
+            f"{late['after_a_later_one_by_over_10ms']:.1%} | {late['p99_ms']} | "
+            f"{late['max_ms']} |"
         )
     shed = sum(f["produces_shed"] for f in doc["fairness"])
     lines += ["", f"Produces shed by the gateway (503) and sent again: {shed}.", ""]

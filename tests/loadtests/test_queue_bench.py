@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.queue_bench import QUICK, SYSTEMS, fairness_figures
+from loadtests.queue_bench import QUICK, SYSTEMS, fairness_figures, out_of_order
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -49,6 +49,7 @@ def test_quick_run_reports_every_cell(tmp_path: Path) -> None:
         at_gateway = case["at_gateway"]
         assert at_gateway["steady_waits"] == case["steady_waits"]
         assert at_gateway["wait_s"]["mean"] <= case["wait_s"]["mean"]
+        assert case["out_of_order"]["acquires"] == case["records"]
     for case in doc["poison"]:
         assert case["delivery_counts"] == list(range(1, QUICK.delivery_limit + 1)), case
         assert case["archived_metric"] == 1 and case["accepted"] == QUICK.poison_behind, case
@@ -56,6 +57,14 @@ def test_quick_run_reports_every_cell(tmp_path: Path) -> None:
     text = (tmp_path / "queues.md").read_text()
     for heading in ("## Acquire and accept", "## Fairness", "## A poison record"):
         assert heading in text
+
+
+def test_an_acquire_served_after_one_sent_later_is_out_of_order_by_the_difference() -> None:
+    in_order = out_of_order([(0.0, 10), (1.0, 11), (2.0, 12)])
+    assert in_order["max_ms"] == 0 and in_order["after_a_later_one_by_over_10ms"] == 0
+    # sent first, served 39 ms after one sent later was
+    overtaken = out_of_order([(0.0, 50), (1.0, 11), (2.0, 20)])
+    assert overtaken["max_ms"] == 39 and overtaken["after_a_later_one_by_over_10ms"] == 0.3333
 
 
 def test_a_wait_past_twice_the_mean_misses_the_fairness_goal() -> None:

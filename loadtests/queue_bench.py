@@ -370,7 +370,7 @@ async def _fair_consumers(
             assert expires is not None, body[:300]
             acquired_ms = int(expires.group(1)) - FAIR_LOCK_MS
             at_gateway.append((acquired_ms - since_ms) / 1000)
-            if len(mine) > 1:  # the first ones all go at once: their order is the kernel's
+            if len(mine) > 1:  # as the waits: the thousand first ones all go out at once
                 order.append((since_ms, acquired_ms))
             await _accept(http, acknowledge, tokens)
             total += len(tokens)

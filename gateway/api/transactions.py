@@ -3,13 +3,16 @@ group's offsets, commit or abort, describe and list; and the produce routes' way
 transaction (`transactional_id` and `producer_epoch` in the query).
 
 Every input is checked here; the transaction coordinator (groups.transactions.coordinator)
-does the rest. A call reaching a node that does not coordinate the id is forwarded there.
+does the rest. A call reaching a node that does not coordinate the id is forwarded there; one
+whose coordinator cannot be found now answers 503 COORDINATOR_NOT_AVAILABLE with Retry-After
+(`_at_coordinator`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
+import contextlib
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
 import orjson
@@ -29,10 +32,11 @@ from gateway.auth.middleware import may, principal_of, require
 from gateway.http.params import json_object, json_response, query_int
 from gateway.http.problem import bad_request
 from gateway.state import Gateway, gateway_of
+from groups.errors import GroupError
 from groups.transactions.coordinator import TransactionCoordinator
 from groups.transactions.group_offsets import NO_GENERATION
 from groups.transactions.model import OffsetEntry, TransactionMetadata, TransactionState
-from replication.errors import NodeUnreachable
+from replication.errors import LeaderNotAvailable, NodeUnreachable, NotController, NotLeader
 from replication.forward_client import RemoteError
 from replication.node_contract import FORWARDED_BY
 
@@ -65,6 +69,34 @@ def transactional_id_param(request: web.Request) -> str:
 
 async def _coordinator(request: web.Request) -> TransactionCoordinator:
     return await gateway_of(request).transactions_ready()
+
+
+@contextlib.contextmanager
+def _at_coordinator(request: web.Request, transactional_id: str) -> Iterator[None]:
+    """A call only the id's coordinator serves. NotLeader (NotController while
+    `__transaction_state` does not exist here) goes on to the forwarding middleware, which
+    sends the call to the node it names, unless the call was forwarded here already: then the
+    node that sent it saw this one as the coordinator (or the controller) and this node's view
+    differs (the state topic just made and its leaders not known everywhere yet, or the
+    coordinator moving). That, and a coordinator without a leader or still loading its state
+    partition (LeaderNotAvailable), answers 503 COORDINATOR_NOT_AVAILABLE with Retry-After, as
+    Kafka's coordinators answer while they move or load; the client asks again."""
+    try:
+        yield
+    except LeaderNotAvailable as exc:
+        raise _coordinator_not_available(transactional_id, exc) from exc
+    except (NotLeader, NotController) as exc:
+        if FORWARDED_BY not in request.headers:
+            raise
+        raise _coordinator_not_available(transactional_id, exc) from exc
+
+
+def _coordinator_not_available(transactional_id: str, exc: Exception) -> GroupError:
+    return GroupError(
+        "COORDINATOR_NOT_AVAILABLE",
+        f"the coordinator of transactional id {transactional_id!r} cannot serve the call now "
+        f"({exc}); retry shortly",
+    )
 
 
 def transaction_doc(meta: TransactionMetadata) -> dict[str, Any]:
@@ -100,14 +132,17 @@ async def begin(request: web.Request) -> web.Response:
     timeout_ms = DEFAULT_TIMEOUT_MS
     if "timeout_ms" in doc:
         timeout_ms = int_field(doc, "timeout_ms", 1, 2**31 - 1)
-    coordinator = await _coordinator(request)
-    meta = await coordinator.begin(name, timeout_ms, principal_of(request))
+    with _at_coordinator(request, name):
+        coordinator = await _coordinator(request)
+        meta = await coordinator.begin(name, timeout_ms, principal_of(request))
     return json_response(transaction_doc(meta), 201)
 
 
 async def describe(request: web.Request) -> web.Response:
     name = transactional_id_param(request)
-    return json_response(transaction_doc((await _coordinator(request)).describe(name)))
+    with _at_coordinator(request, name):
+        meta = (await _coordinator(request)).describe(name)
+    return json_response(transaction_doc(meta))
 
 
 async def add_offsets(request: web.Request) -> web.Response:
@@ -132,9 +167,10 @@ async def add_offsets(request: web.Request) -> web.Response:
     require(request, "group", group, "read")
     for topic in {t for t, _, _, _ in offsets}:
         require(request, "topic", topic, "read")
-    meta = await (await _coordinator(request)).add_offsets(
-        name, epoch, group, member_id, generation, offsets, principal_of(request)
-    )
+    with _at_coordinator(request, name):
+        meta = await (await _coordinator(request)).add_offsets(
+            name, epoch, group, member_id, generation, offsets, principal_of(request)
+        )
     return json_response(transaction_doc(meta))
 
 
@@ -193,8 +229,9 @@ async def commit(request: web.Request) -> web.Response:
     """Commit: every record produced in the transaction and its offsets, or none of them."""
     name, epoch = await _end_request(request, epoch_required=True)
     assert epoch is not None
-    coordinator = await _coordinator(request)
-    meta = await coordinator.commit(name, epoch, principal_of(request))
+    with _at_coordinator(request, name):
+        coordinator = await _coordinator(request)
+        meta = await coordinator.commit(name, epoch, principal_of(request))
     return json_response(transaction_doc(meta))
 
 
@@ -202,12 +239,14 @@ async def abort(request: web.Request) -> web.Response:
     """Abort: the producer's (with its epoch), or an operator's (without: alter on the
     cluster, as kafka-transactions.sh abort) of a hanging transaction."""
     name, epoch = await _end_request(request, epoch_required=False)
-    coordinator = await _coordinator(request)
     if epoch is None:
         require(request, "cluster", CLUSTER, "alter")
-        meta = await coordinator.abort_by_operator(name)
-    else:
-        meta = await coordinator.abort(name, epoch, principal_of(request))
+    with _at_coordinator(request, name):
+        coordinator = await _coordinator(request)
+        if epoch is None:
+            meta = await coordinator.abort_by_operator(name)
+        else:
+            meta = await coordinator.abort(name, epoch, principal_of(request))
     return json_response(transaction_doc(meta))
 
 

@@ -6,9 +6,17 @@ of an aborted one is ever read committed."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import httpx
+import pytest
+
 from engine.offsets_topic import partition_for
+from gateway.workers.local_cluster import LocalCluster
+from tests.cluster.conftest import WORKDIR_MARKER
 from tests.cluster.harness import SETTLE_S, Cluster, wait_for
 from tests.cluster.test_cluster import leader_state, new_topic
 from tests.cluster.test_share_groups import call
@@ -164,3 +172,48 @@ def test_a_call_run_again_after_its_coordinators_death_keeps_its_body(healthy: C
             lambda s: len(s.isr) == cluster.size,
             "every replica back in the ISR",
         )
+
+
+@pytest.fixture
+def fresh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A cluster of its own on which no transaction was ever begun (no state topic yet), the
+    topic's partitions led by every node."""
+    workdir = tmp_path_factory.mktemp(f"{WORKDIR_MARKER}-{os.getpid()}-")  # reaped if orphaned
+    options = ("--lease-ttl", "2", "--offsets-topic-partitions", "12")
+    cluster = LocalCluster(workdir, 3, node_options=options)
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def test_the_first_begins_through_a_node_that_is_not_the_controller(fresh: LocalCluster) -> None:
+    """Only the controller makes `__transaction_state`: begins sent at once through another
+    node go there, and while the topic's coordinators become known on every node the answer
+    is 201, or 503 COORDINATOR_NOT_AVAILABLE with Retry-After (asked again), never a
+    misdirected 421; asked again, each begins."""
+    with httpx.Client(timeout=30.0) as http:
+        controller = http.get(fresh.nodes[0].url + "/v1/cluster").json()["controller"]
+        via = next(node for node in fresh.nodes if node.node_id != controller)
+        ids = [f"first-{i}" for i in range(12)]
+
+        def begin_through(tid: str) -> httpx.Response:
+            return http.post(f"{via.url}/v1/transactions/{tid}", json={"timeout_ms": 60_000})
+
+        with ThreadPoolExecutor(len(ids)) as pool:
+            first = list(pool.map(begin_through, ids))
+        for tid, answer in zip(ids, first, strict=True):
+            if answer.status_code == 201:
+                continue
+            assert answer.status_code == 503, (tid, answer.status_code, answer.text)
+            assert answer.headers["content-type"] == "application/problem+json"
+            assert answer.headers["retry-after"] == "1"
+            assert answer.json()["code"] == "COORDINATOR_NOT_AVAILABLE", answer.text
+
+            def again(tid: str = tid) -> httpx.Response | None:
+                answer = begin_through(tid)
+                return None if answer.status_code == 503 else answer
+
+            begun = wait_for(again, SETTLE_S, f"the begin of {tid}", 0.1)
+            assert begun.status_code == 201, begun.text

@@ -282,11 +282,34 @@ def set_producer(
     buf: bytearray | memoryview, pos: int, header: BatchHeader, producer_id: int, epoch: int
 ) -> BatchHeader:
     """Make the batch at `pos` a transactional one of `producer_id` at `epoch` (sequence -1:
-    Sluice fences by epoch, not by sequence), re-CRC it; its new header."""
+    Sluice fences by epoch, not by sequence), re-CRC it; its new header (made from `header`,
+    not read back: this runs for every batch of a transactional produce)."""
+    (base_offset, length, leader_epoch, magic, _, attributes, delta, first, last, *_, count) = (
+        header
+    )
+    attributes |= TRANSACTIONAL_MASK
     _PRODUCER_FIELDS.pack_into(buf, pos + PRODUCER_ID_AT, producer_id, epoch, -1)
-    attributes = header.attributes | TRANSACTIONAL_MASK
-    set_attributes(buf, pos, header, attributes)
-    return read_header(buf, pos)
+    _ATTRIBUTES_FIELD.pack_into(buf, pos + ATTRIBUTES_AT, attributes)
+    crc = crc32c(memoryview(buf)[pos + ATTRIBUTES_AT : pos + length + LOG_OVERHEAD])
+    _CRC_FIELD.pack_into(buf, pos + CRC_AT, crc)
+    return _new_tuple(
+        BatchHeader,
+        (
+            base_offset,
+            length,
+            leader_epoch,
+            magic,
+            crc,
+            attributes,
+            delta,
+            first,
+            last,
+            producer_id,
+            epoch,
+            -1,
+            count,
+        ),
+    )
 
 
 def encode_control_batch(

@@ -27,6 +27,7 @@ import threading
 import time
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import accumulate
 from operator import attrgetter
 from pathlib import Path
 from typing import NamedTuple, TypeVar
@@ -61,9 +62,10 @@ CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 
 Listener = Callable[["PartitionLog"], None]
-# A leader's request of checked batches: bytes, headers, and the producer whose transaction
-# they are in (None: no transaction).
-TransactionalRequest = tuple[bytearray, list[tuple[int, fmt.BatchHeader]], ProducerIdentity | None]
+Headers = list[tuple[int, fmt.BatchHeader]]  # each batch's position in its bytes, and header
+# One request of a leader's write: how many of the write's batches it holds, in order, and the
+# producer whose transaction they are in (None: none).
+WrittenRequest = tuple[int, ProducerIdentity | None]
 _key_of = attrgetter("key")
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -292,32 +294,22 @@ class PartitionLog:
         leaves the log unchanged.
         """
         buf = data if isinstance(data, bytearray) else bytearray(data)
-        return self.append_checked_as_leader([(buf, self.check_as_leader(buf))], leader_epoch)[0]
+        headers = self.check_as_leader(buf)
+        return self.append_batches_as_leader(buf, headers, leader_epoch, [len(headers)])[0]
 
-    def check_as_leader(self, data: bytes | bytearray) -> list[tuple[int, fmt.BatchHeader]]:
+    def check_as_leader(self, data: bytes | bytearray) -> Headers:
         """Validate producer batches as `append_as_leader` would, without appending; their
-        headers, for `append_checked_as_leader`."""
+        headers, for `append_batches_as_leader` or `append_checked_in_transactions`."""
         return self._validate(data, leader=True)
 
-    def append_checked_as_leader(
-        self,
-        requests: Sequence[tuple[bytearray, list[tuple[int, fmt.BatchHeader]]]],
-        leader_epoch: int,
-    ) -> list[AppendInfo]:
-        """Append several checked producer requests (bytes and headers from `check_as_leader`)
-        in one write: consecutive offsets in request order, one AppendInfo per request."""
-        if len(requests) == 1:
-            buf, headers = requests[0]
-        else:
-            buf = bytearray().join(part for part, _ in requests)
-            headers = []
-            shift = 0
-            for part, part_headers in requests:
-                headers.extend((pos + shift, header) for pos, header in part_headers)
-                shift += len(part)
-        return self.append_batches_as_leader(
-            buf, headers, leader_epoch, [len(part_headers) for _, part_headers in requests]
-        )
+    def check_transactions_allowed(self) -> None:
+        """A compacted topic refuses transactional batches (InvalidRecord): the cleaner keeps
+        a key's latest record whatever its transaction's outcome."""
+        if self.config.compact:
+            raise InvalidRecord(
+                f"{self.topic} is compacted: transactions write to topics with cleanup.policy "
+                "delete only"
+            )
 
     def append_batches_as_leader(
         self,
@@ -328,7 +320,7 @@ class PartitionLog:
     ) -> list[AppendInfo]:
         """Append checked producer batches (`check_as_leader` of `buf`) in one write: one
         AppendInfo per request, `batches` saying how many of the batches, in order, each holds
-        (requests checked together as one, or joined by `append_checked_as_leader`)."""
+        (requests checked together as one, or joined by `join_checked`)."""
         start, append_time, flush_due = self._stamp_and_write(buf, headers, leader_epoch)
         infos = []
         at = 0
@@ -349,42 +341,32 @@ class PartitionLog:
         `producer_epoch`: each becomes transactional and carries them. An older epoch is
         ProducerFenced, the epoch of a transaction this partition saw end TransactionNotOngoing
         (a late write would open a transaction no marker closes)."""
+        self.check_transactions_allowed()
         buf = data if isinstance(data, bytearray) else bytearray(data)
+        headers = self.check_as_leader(buf)
         producer = ProducerIdentity(producer_id, producer_epoch)
-        headers = self.check_transactional_as_leader(buf, producer)
-        outcome = self.append_checked_in_transactions([(buf, headers, producer)], leader_epoch)[0]
+        outcome = self.append_checked_in_transactions(
+            buf, headers, [(len(headers), producer)], leader_epoch
+        )[0]
         if isinstance(outcome, Exception):
             raise outcome
         return outcome
 
-    def check_transactional_as_leader(
-        self, buf: bytearray, producer: ProducerIdentity
-    ) -> list[tuple[int, fmt.BatchHeader]]:
-        """`check_as_leader` of batches inside `producer`'s transaction, each made
-        transactional and carrying the producer (re-CRCed in `buf`); their headers, for
-        `append_checked_in_transactions`. A compacted topic refuses them."""
-        if self.config.compact:
-            raise InvalidRecord(
-                f"{self.topic} is compacted: transactions write to topics with cleanup.policy "
-                "delete only"
-            )
-        producer_id, epoch = producer
-        set_producer = fmt.set_producer
-        return [
-            (pos, set_producer(buf, pos, header, producer_id, epoch))
-            for pos, header in self._validate(buf, leader=True)
-        ]
-
     def append_checked_in_transactions(
-        self, requests: Sequence[TransactionalRequest], leader_epoch: int
+        self,
+        buf: bytearray,
+        headers: Headers,
+        requests: Sequence[WrittenRequest],
+        leader_epoch: int,
     ) -> list[AppendInfo | Exception]:
-        """`append_checked_as_leader` of requests some of which are inside transactions
-        (`check_transactional_as_leader`'s, with their producer), one outcome each. Each of
-        those is checked against its producer's state here as if written alone (an older epoch
-        ProducerFenced, the epoch of a transaction ended here TransactionNotOngoing) and a
-        refused one fails alone; the rest go in one write, but for a request of a producer that
-        an earlier one of the write names at another epoch, which goes in a write after it and
-        is checked then. A write's failure is the outcome of each of its requests."""
+        """`append_batches_as_leader` of requests some of which are inside transactions (their
+        batches made transactional and carrying the producer, re-CRCed), one outcome each.
+        Each of those is checked against its producer's state here as if written alone (an
+        older epoch ProducerFenced, the epoch of a transaction ended here TransactionNotOngoing)
+        and a refused one fails alone; the rest go in one write, but for a request of a
+        producer that an earlier one of the write names at another epoch, which goes in a write
+        after it and is checked then. A write's failure is the outcome of each of its requests.
+        `buf` is written as it is when every request goes in the first write."""
         outcomes: list[AppendInfo | Exception | None] = [None] * len(requests)
         waiting: Sequence[int] = range(len(requests))
         check = self.producer_state.check
@@ -394,7 +376,7 @@ class PartitionLog:
                 joined: list[int] = []
                 later: list[int] = []
                 for i in waiting:
-                    producer = requests[i][2]
+                    producer = requests[i][1]
                     if producer is not None:
                         producer_id, epoch = producer
                         if epochs.get(producer_id, epoch) != epoch:
@@ -410,9 +392,12 @@ class PartitionLog:
                 if joined:
                     infos: Sequence[AppendInfo | Exception]
                     try:
-                        infos = self.append_checked_as_leader(
-                            [(requests[i][0], requests[i][1]) for i in joined], leader_epoch
-                        )
+                        if len(joined) == len(requests):  # all of `buf`
+                            infos = self._write_requests(buf, headers, requests, leader_epoch)
+                        else:
+                            infos = self._write_requests(
+                                *_chosen(buf, headers, requests, joined), leader_epoch
+                            )
                     except Exception as exc:  # the write failed: nothing of it was appended
                         infos = [exc] * len(joined)
                     for i, info in zip(joined, infos, strict=True):
@@ -424,6 +409,28 @@ class PartitionLog:
                 raise RuntimeError("a request of the write was left without an outcome")
             done.append(outcome)
         return done
+
+    def _write_requests(
+        self,
+        buf: bytearray,
+        headers: Headers,
+        requests: Sequence[WrittenRequest],
+        leader_epoch: int,
+    ) -> list[AppendInfo]:
+        """Write `buf`, all of `requests`' batches in order, each transactional one's stamped
+        with its producer first (in `buf` and `headers`)."""
+        set_producer = fmt.set_producer
+        at = 0
+        for count, producer in requests:
+            if producer is not None:
+                producer_id, epoch = producer
+                for k in range(at, at + count):
+                    pos, header = headers[k]
+                    headers[k] = (pos, set_producer(buf, pos, header, producer_id, epoch))
+            at += count
+        return self.append_batches_as_leader(
+            buf, headers, leader_epoch, [count for count, _ in requests]
+        )
 
     def append_marker_as_leader(
         self,
@@ -1238,6 +1245,37 @@ class PartitionLog:
             self.go_offline(f"swapping in a cleaned segment failed: {exc}")
             raise self._offline_error() from exc
         self._set_segments([fresh if s is old else s for s in self._view.segments])
+
+
+def join_checked(parts: Sequence[tuple[bytearray, Headers]]) -> tuple[bytearray, Headers]:
+    """Checked requests (bytes and headers from `check_as_leader`) as one write's bytes and
+    headers, in order."""
+    if len(parts) == 1:
+        return parts[0]
+    buf = bytearray().join(part for part, _ in parts)
+    headers: Headers = []
+    shift = 0
+    for part, part_headers in parts:
+        headers.extend((pos + shift, header) for pos, header in part_headers)
+        shift += len(part)
+    return buf, headers
+
+
+def _chosen(
+    buf: bytearray, headers: Headers, requests: Sequence[WrittenRequest], chosen: list[int]
+) -> tuple[bytearray, Headers, list[WrittenRequest]]:
+    """The bytes, headers and requests of the `chosen` (indexes, ascending) of `requests`,
+    whose batches `headers` of `buf` are, in order: a copy, on their own."""
+    ends = list(accumulate([count for count, _ in requests], initial=0))
+    parts: list[tuple[bytearray, Headers]] = []
+    for i in chosen:
+        first, end = ends[i], ends[i + 1]
+        start = headers[first][0]
+        last_pos, last = headers[end - 1]
+        part_headers = [(pos - start, header) for pos, header in headers[first:end]]
+        parts.append((buf[start : last_pos + last.size], part_headers))
+    joined, joined_headers = join_checked(parts)
+    return joined, joined_headers, [requests[i] for i in chosen]
 
 
 def finish_interrupted_swaps(directory: Path) -> None:

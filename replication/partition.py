@@ -18,7 +18,7 @@ from typing import NamedTuple
 from engine.batch import IDEMPOTENT_MASK
 from engine.config import TopicConfig
 from engine.errors import OffsetOutOfRange
-from engine.log import AppendInfo, PartitionLog, ReadResult, TransactionalRequest
+from engine.log import AppendInfo, Headers, PartitionLog, ReadResult, join_checked
 from engine.producer_state import Isolation, ProducerIdentity, ProducerState
 from replication.acks import Acks
 from replication.errors import (
@@ -221,24 +221,18 @@ class Partition:
         leading = self._leading()
         self.log.check_online("nothing was appended")
         if len(requests) > 1:
-            plain = self._append_plain_together(requests, leading.leader_epoch)
-            if plain is not None:
-                return plain
+            at_once = self._append_at_once(requests, leading.leader_epoch)
+            if at_once is not None:
+                return at_once
         outcomes: list[AppendInfo | Exception | None] = [None] * len(requests)
-        checked: list[tuple[int, TransactionalRequest]] = []
+        checked: list[tuple[int, bytearray, Headers, ProducerIdentity | None]] = []
         markers: dict[int, Marker] = {}
         later: list[int] = []  # a second request with a key already in this write: after it
         for i, (data, acks, producer) in enumerate(requests):
             marker = None
             try:
-                if producer is not None:  # no marker: the producer epoch fences retries
-                    if acks is Acks.ALL:
-                        self.check_enough_replicas()
-                    buf = data if isinstance(data, bytearray) else bytearray(data)
-                    headers = self.log.check_transactional_as_leader(buf, producer)
-                    checked.append((i, (buf, headers, producer)))
-                    continue
-                marker = first_marker(data)
+                if producer is None:  # in a transaction, the producer epoch fences retries
+                    marker = first_marker(data)
                 if marker is not None:
                     if any(m.key == marker.key for m in markers.values()):
                         later.append(i)
@@ -249,18 +243,24 @@ class Partition:
                         continue
                 if acks is Acks.ALL:
                     self.check_enough_replicas()
+                if producer is not None:
+                    self.log.check_transactions_allowed()
                 buf = data if isinstance(data, bytearray) else bytearray(data)
-                checked.append((i, (buf, self.log.check_as_leader(buf), None)))
+                checked.append((i, buf, self.log.check_as_leader(buf), producer))
             except Exception as exc:  # this request's own refusal; the others go on
                 outcomes[i] = exc
                 continue
             if marker is not None:
                 markers[i] = marker
         if checked:
+            buf, headers = join_checked([(buf, headers) for _, buf, headers, _ in checked])
             landed = self.log.append_checked_in_transactions(
-                [request for _, request in checked], leading.leader_epoch
+                buf,
+                headers,
+                [(len(headers), producer) for _, _, headers, producer in checked],
+                leading.leader_epoch,
             )
-            for (i, _), landing in zip(checked, landed, strict=True):
+            for (i, _, _, _), landing in zip(checked, landed, strict=True):
                 marker = markers.get(i)
                 if marker is not None and isinstance(landing, AppendInfo):
                     self.idempotency.note(marker, landing.first_offset)
@@ -279,19 +279,21 @@ class Partition:
             done.append(outcome)
         return done
 
-    def _append_plain_together(
+    def _append_at_once(
         self, requests: Sequence[Request], leader_epoch: int
     ) -> list[AppendInfo | Exception] | None:
         """The common write, checked in one pass over the requests' bytes joined: each request
-        is whole valid batches, none is marked nor in a transaction, the ISR is large enough for
-        acks=all. None when any of that fails: `append_together` then judges each request
-        alone, as it would anyway."""
-        if any(producer is not None for _, _, producer in requests):
-            return None
+        is whole valid batches, none is marked, none is in a transaction of a compacted topic,
+        the ISR is large enough for acks=all. None when any of that fails: `append_together`
+        then judges each request alone, as it would anyway. Requests inside transactions are
+        each checked against their producer's state (`append_checked_in_transactions`)."""
         buf = bytearray().join([data for data, _, _ in requests])
+        transactional = any(producer is not None for _, _, producer in requests)
         try:
             if any(acks is Acks.ALL for _, acks, _ in requests):
                 self.check_enough_replicas()
+            if transactional:
+                self.log.check_transactions_allowed()
             headers = self.log.check_as_leader(buf)
         except Exception:
             return None
@@ -309,12 +311,19 @@ class Partition:
                 return None
             ends = [*firsts[1:], len(headers)]
             batches = [end - begin for begin, end in zip(firsts, ends, strict=True)]
-        try:
-            infos: list[AppendInfo | Exception] = list(
-                self.log.append_batches_as_leader(buf, headers, leader_epoch, batches)
+        infos: list[AppendInfo | Exception]
+        if transactional:
+            infos = self.log.append_checked_in_transactions(
+                buf,
+                headers,
+                [(n, producer) for n, (_, _, producer) in zip(batches, requests, strict=True)],
+                leader_epoch,
             )
-        except Exception as exc:  # the write failed: nothing of it was appended
-            return [exc] * len(requests)
+        else:
+            try:
+                infos = list(self.log.append_batches_as_leader(buf, headers, leader_epoch, batches))
+            except Exception as exc:  # the write failed: nothing of it was appended
+                return [exc] * len(requests)
         self.update_high_watermark()
         return infos
 

@@ -89,6 +89,19 @@ def test_restamped_header_is_the_stamped_batchs_header() -> None:
     )
 
 
+def test_set_producers_header_is_the_batchs_header_read_back() -> None:
+    """A transactional produce's batches are stamped with their producer, re-CRCed, and the
+    header `set_producer` makes (not read back) is what reading the batch gives."""
+    data = make() + make()
+    first, second = (header for _, header in fmt.scan(data).headers)
+    made = fmt.set_producer(data, first.size, second, 1 << 40, 3)
+    assert made == fmt.read_header(data, first.size)
+    assert (made.producer_id, made.producer_epoch, made.base_sequence) == (1 << 40, 3, -1)
+    assert made.attributes & fmt.TRANSACTIONAL_MASK
+    assert fmt.crc_matches(data, first.size, made)
+    assert fmt.read_header(data) == first  # the batch before it is left alone
+
+
 def test_log_append_time_rewrites_crc_and_record_timestamps() -> None:
     data = make()
     fmt.set_log_append_time(data, 0, fmt.read_header(data), 99_999)

@@ -230,6 +230,27 @@ async def test_transactional_requests_join_the_turns_write_as_their_own_batches(
     assert leader.last_stable_offset == 0
 
 
+async def test_a_turn_with_transactional_requests_is_checked_in_one_pass(
+    leader: Partition, checks: list[int], writes: list[int]
+) -> None:
+    """A turn whose requests are inside transactions (or beside them) is validated in one
+    pass over its bytes joined, as a plain turn is, and written in one write."""
+    groups = AppendGroups()
+    bodies = [records(b"a"), records(b"b") + records(b"c"), records(b"d")]
+    producers = [ProducerIdentity(P, 0), None, ProducerIdentity(Q, 0)]
+    infos = await asyncio.gather(
+        *(
+            groups.append(leader, body, Acks.LEADER, producer=producer)
+            for body, producer in zip(bodies, producers, strict=True)
+        )
+    )
+    assert checks == [sum(len(body) for body in bodies)]
+    assert len(writes) == 1
+    assert [(i.first_offset, i.record_count) for i in infos] == [(0, 1), (1, 2), (3, 1)]
+    headers = fmt.scan(leader.log.read(0, 1 << 20, upper_offset=4).data, check_crc=True).headers
+    assert [h.producer_id for _, h in headers] == [P, -1, -1, Q]
+
+
 async def test_a_transactions_newer_epoch_fences_an_older_one_later_in_the_same_turn(
     leader: Partition, writes: list[int]
 ) -> None:

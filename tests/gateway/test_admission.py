@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -19,6 +21,7 @@ from gateway.api.admission import Admission
 from gateway.settings import Settings
 
 TARGET_S = 0.005
+SHARED_CORE = Path(__file__).with_name("data") / "admission-shared-core.txt"
 
 
 def admission_of(max_inflight: int = 1024, target_delay_ms: int = 5) -> Admission:
@@ -50,6 +53,130 @@ def stand(
         control.observe_delay(delay_s, now)
         now += every
     return now
+
+
+class _Timer:
+    def __init__(self, when: float, callback: Callable[[], None]) -> None:
+        self.when, self.callback, self.cancelled = when, callback, False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class ManualLoop:
+    """The part of an event loop the admission's probe uses, with a clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.timers: list[_Timer] = []
+
+    def time(self) -> float:
+        return self.now
+
+    def call_at(self, when: float, callback: Callable[[], None]) -> _Timer:
+        timer = _Timer(when, callback)
+        self.timers.append(timer)
+        return timer
+
+    def pending(self) -> _Timer | None:
+        live = [timer for timer in self.timers if not timer.cancelled]
+        return live[-1] if live else None
+
+    def fire(self, late_s: float = 0.0) -> float:
+        """Run the pending timer `late_s` after it fell due; the period it had been armed for."""
+        timer = self.pending()
+        assert timer is not None
+        period = timer.when - self.now
+        self.timers.remove(timer)
+        self.now = timer.when + late_s
+        timer.callback()
+        return round(period, 6)
+
+
+def probed(control: Admission) -> ManualLoop:
+    loop = ManualLoop()
+    control.start(cast(asyncio.AbstractEventLoop, loop))
+    return loop
+
+
+def test_a_loop_on_time_is_probed_less_often_and_a_late_one_every_millisecond() -> None:
+    """While produces arrive and the probe finds the loop on time, its period doubles up to
+    PROBE_MAX_S: an idle-ish loop is not woken every millisecond to be told it is on time. The
+    first late probe brings it back to PROBE_S."""
+    control = admission_of()
+    loop = probed(control)
+    periods = []
+    for _ in range(7):
+        assert control.admit()
+        control.done()
+        periods.append(loop.fire())
+    assert periods == [0.001, 0.002, 0.004, 0.008, 0.016, 0.016, 0.016]
+    assert admission.PROBE_MAX_S == 0.016
+    assert control.admit()
+    control.done()
+    loop.fire(late_s=0.003)
+    assert loop.fire() == admission.PROBE_S
+    assert loop.fire() == 2 * admission.PROBE_S
+
+
+def test_the_probe_stops_once_no_produce_came_for_a_while_and_the_next_one_restarts_it() -> None:
+    control = admission_of()
+    loop = probed(control)
+    assert control.admit()
+    control.done()
+    start, fired = loop.now, 0
+    while loop.pending() is not None:
+        loop.fire()
+        fired += 1
+    assert loop.now - start >= admission.IDLE_S
+    assert fired < 12, "a quiet loop is probed a few times, not every millisecond"
+    assert control.admit()
+    control.done()
+    assert loop.fire() == admission.PROBE_S
+
+
+def test_the_time_the_loops_thread_did_not_run_is_not_its_queue() -> None:
+    """The probe ran 50 ms late, but the loop's thread was on a CPU for 5 ms of it (the rest it
+    waited for one, behind other processes): refusing produces would not shorten that wait.
+    The same delay with the thread running throughout is the loop's own queue."""
+    waiting, working = admission_of(), admission_of()
+    now = 0.0
+    while now < 1.0:
+        waiting.observe_delay(0.050, now, ran_s=0.005)
+        working.observe_delay(0.050, now, ran_s=0.051)
+        now += 0.01
+    assert waiting.share == 1.0
+    assert working.share == admission.MIN_SHARE
+    assert waiting.longest_delay_s() == 0.050, "the loop's stalls, whatever their cause"
+
+
+def recorded(path: Path) -> list[tuple[float, float, float, float, float]]:
+    """A probe's samples: loop time, delay, produces' wait, busy share, CPU time ran."""
+    rows = []
+    for line in path.read_text().splitlines():
+        if line and not line.startswith("#"):
+            now, delay, waited, busy, ran = map(float, line.split())
+            rows.append((now, delay, waited, busy, ran))
+    return rows
+
+
+def test_a_gateway_below_capacity_on_a_shared_core_refuses_nothing() -> None:
+    """The samples a real gateway's probe took at a fifth of its maximum while two CPU-bound
+    processes shared its core: the loop ran tens of milliseconds late while its thread ran a
+    few of them, and the rule, counting the whole delay, refused four produces in ten. Fed to
+    the rule with the gateway's defaults, they lower nothing now."""
+    samples = recorded(SHARED_CORE)
+    assert len(samples) == 500
+    control = Admission(Settings(data_dir=Path("unused")))
+    whole = Admission(Settings(data_dir=Path("unused")))
+    lowest = 1.0
+    for now, delay_s, waited_s, busy, ran_s in samples:
+        control.observe_delay(delay_s, now, waited_s, busy, ran_s)
+        whole.observe_delay(delay_s, now, waited_s, busy)
+        assert control.share == 1.0, now
+        lowest = min(lowest, whole.share)
+    assert all(decisions(control, 1000))
+    assert lowest == admission.MIN_SHARE, "the whole delay (its wait for the core) lowered it"
 
 
 def test_a_burst_shorter_than_the_interval_sheds_nothing() -> None:
@@ -201,8 +328,10 @@ async def test_a_stall_of_the_loop_shows_as_its_delay() -> None:
     probed = asyncio.get_running_loop().create_future()
     original = control.observe_delay
 
-    def watched(delay_s: float, now: float, waited_s: float = 0.0, busy: float = 1.0) -> None:
-        original(delay_s, now, waited_s, busy)
+    def watched(
+        delay_s: float, now: float, waited_s: float = 0.0, busy: float = 1.0, ran_s: float = 0.0
+    ) -> None:
+        original(delay_s, now, waited_s, busy, ran_s)
         if delay_s >= 0.04 and not probed.done():
             probed.set_result(delay_s)
 
@@ -220,8 +349,8 @@ async def test_a_stall_of_the_loop_shows_as_its_delay() -> None:
 
 async def test_after_a_quiet_spell_every_produce_is_admitted_again() -> None:
     """A flood that stops at once leaves the share lowered and the wait's average high; once
-    no produce came for `IDLE_PROBES` probes, the probe stops and the next produces are all
-    admitted, whatever came before."""
+    no produce came for `IDLE_S`, the probe stops and the next produces are all admitted,
+    whatever came before."""
     control = admission_of()
     control.start(asyncio.get_running_loop())
     rested = asyncio.get_running_loop().create_future()

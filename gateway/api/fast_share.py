@@ -25,7 +25,7 @@ from gateway.auth.quotas import PrincipalUsage
 from gateway.formats import codecs
 from gateway.http.problem import Problem
 from gateway.state import Gateway
-from groups.share.partition_state import AckType
+from groups.share.coordinator import Ack
 
 SHARE_PREFIX = "/v1/share-groups/"
 ACQUIRE_ROUTE = "/v1/share-groups/{group}/members/{member}/acquire"
@@ -62,7 +62,7 @@ class FastShareAck:
 
     group: str
     member: str
-    acks: list[tuple[str, AckType, int]]
+    acks: list[Ack]
     target: str
     cors: Headers = ()
     usage: PrincipalUsage | None = None

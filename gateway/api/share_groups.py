@@ -1,5 +1,5 @@
 """Share-group routes (queues, KIP-932): configs, join and leave, acquire records under locks,
-acknowledge them one by one, describe, list, reset the start, delete.
+acknowledge them one by one or by offset ranges, describe, list, reset the start, delete.
 
 Every input is checked here; the share coordinator (groups.share.coordinator) does the rest.
 """
@@ -26,12 +26,12 @@ from gateway.api.groups import (
 )
 from gateway.auth.middleware import may, require
 from gateway.formats import codecs
-from gateway.formats.share_records import share_record_doc
+from gateway.formats.share_records import deliveries_json
 from gateway.http.params import json_object, json_response, query_int, read_body
 from gateway.http.problem import Problem, bad_request, problem_body
 from gateway.settings import Settings
 from gateway.state import Gateway, gateway_of
-from groups.share.coordinator import AckResult, ShareCoordinator
+from groups.share.coordinator import Ack, AckRange, AckResult, ShareCoordinator
 from groups.share.partition_state import AckType
 
 MAX_ACQUIRE_RECORDS = 1_000  # records one acquire may take
@@ -42,6 +42,10 @@ _MEMBER = _BASE + "/members/{member}"
 _ENCODER = msgspec.json.Encoder()
 _ACK_TYPES = {t.value: t for t in AckType}
 _ACK_FIELDS = frozenset({"token", "type", "delay_ms"})
+_RANGE = ("topic", "partition", "first_offset", "last_offset")
+_RANGE_FIELDS = frozenset({*_RANGE, "type", "delay_ms"})
+_MAX_OFFSET = 2**63 - 1
+_MAX_PARTITION = 2**31 - 1
 
 
 def add_routes(app: web.Application) -> None:
@@ -147,16 +151,15 @@ async def acquired(
 ) -> bytes:
     """A member's acquire as its answer's body, JSON or NDJSON; the records counted per topic
     (the route's and the fast routes')."""
-    records = await gateway.share_groups.acquire(
+    deliveries = await gateway.share_groups.deliver(
         name, member_id, max_records, max_bytes, timeout_ms
     )
     traffic = gateway.metrics.traffic
-    for r in records:
-        traffic.fetched(r.topic, 1, 0)
-    docs = [share_record_doc(r) for r in records]
+    for d in deliveries:
+        traffic.fetched(d.topic, d.count, 0)
     if accept == codecs.NDJSON:
-        return b"".join(_ENCODER.encode(d) + b"\n" for d in docs)
-    return _ENCODER.encode({"records": docs})
+        return deliveries_json(deliveries, b"\n") + b"\n" if deliveries else b""
+    return b'{"records":[' + deliveries_json(deliveries, b",") + b"]}"
 
 
 async def acknowledge(request: web.Request) -> web.Response:
@@ -170,18 +173,14 @@ async def acknowledge(request: web.Request) -> web.Response:
     return web.Response(body=body, content_type=codecs.JSON)
 
 
-async def acknowledged(
-    gateway: Gateway, name: str, member_id: str, items: list[tuple[str, AckType, int]]
-) -> bytes:
+async def acknowledged(gateway: Gateway, name: str, member_id: str, items: list[Ack]) -> bytes:
     """A member's acknowledgements as their answer's body (the route's and the fast
     routes')."""
     results = await gateway.share_groups.acknowledge(name, member_id, items)
     return _ENCODER.encode({"results": [_result(r) for r in results]})
 
 
-async def _acknowledgements(
-    request: web.Request, gateway: Gateway
-) -> list[tuple[str, AckType, int]]:
+async def _acknowledgements(request: web.Request, gateway: Gateway) -> list[Ack]:
     """The body's acknowledgements: {"acknowledgements": [...]} as JSON, or one per line as
     NDJSON."""
     if request.content_type == codecs.NDJSON:
@@ -206,40 +205,83 @@ def json_items(doc: dict[str, Any]) -> list[Any]:
     check_fields(doc, {"acknowledgements"})
     items = doc.get("acknowledgements")
     if not isinstance(items, list):
-        raise bad_request("acknowledgements must be a list of {token, type}")
+        raise bad_request(
+            "acknowledgements must be a list of {token, type} or "
+            "{topic, partition, first_offset, last_offset, type}"
+        )
     return items
 
 
-def acknowledgements_of(items: list[Any]) -> list[tuple[str, AckType, int]]:
-    """Each acknowledgement checked, {"token", "type": accept|release|reject|renew,
-    "delay_ms"?}, as (token, type, delay_ms); a bad one refuses the whole request (400)."""
+def acknowledgements_of(items: list[Any]) -> list[Ack]:
+    """Each acknowledgement checked, of a delivery by its token {"token", "type", "delay_ms"?}
+    or of records by their offsets {"topic", "partition", "first_offset", "last_offset",
+    "type", "delay_ms"?} (type accept|release|reject|renew, accept by default), as (token or
+    range, type, delay_ms); a bad one refuses the whole request (400)."""
     if not 1 <= len(items) <= MAX_ACKNOWLEDGEMENTS:
         raise bad_request(f"a request acknowledges 1 to {MAX_ACKNOWLEDGEMENTS} records")
-    out = []
+    out: list[Ack] = []
     for i, item in enumerate(items):
+        where = f"acknowledgements[{i}]"
         if not isinstance(item, dict):
-            raise bad_request(f"acknowledgements[{i}] must be an object {{token, type}}")
-        if not item.keys() <= _ACK_FIELDS:
-            check_fields(item, set(_ACK_FIELDS))
-        token = item.get("token")
-        if not isinstance(token, str) or not 1 <= len(token) <= 512:
-            raise bad_request(f"acknowledgements[{i}].token must be a token from an acquire")
+            raise bad_request(
+                f"{where} must be an object {{token, type}} or "
+                "{topic, partition, first_offset, last_offset, type}"
+            )
+        target: str | AckRange
+        if "token" in item or "topic" not in item:
+            if not item.keys() <= _ACK_FIELDS:
+                check_fields(item, set(_ACK_FIELDS))
+            token = item.get("token")
+            if not isinstance(token, str) or not 1 <= len(token) <= 512:
+                raise bad_request(f"{where}.token must be a token from an acquire")
+            target = token
+        else:
+            target = _range(item, where)
         name = item.get("type", "accept")
         kind = _ACK_TYPES.get(name) if isinstance(name, str) else None
         if kind is None:
-            raise bad_request(f"acknowledgements[{i}].type must be one of {', '.join(_ACK_TYPES)}")
+            raise bad_request(f"{where}.type must be one of {', '.join(_ACK_TYPES)}")
         delay = 0
         if "delay_ms" in item:
-            where = f"acknowledgements[{i}]"
             if kind is not AckType.RELEASE:
                 raise bad_request(f"{where}.delay_ms is for a release only")
             delay = int_field(item, "delay_ms", 0, MAX_RELEASE_DELAY_MS, f"{where}.")
-        out.append((token, kind, delay))
+        out.append((target, kind, delay))
     return out
 
 
+def _range(item: dict[str, Any], where: str) -> AckRange:
+    """An acknowledgement of records by their offsets, checked."""
+    if not item.keys() <= _RANGE_FIELDS:
+        check_fields(item, set(_RANGE_FIELDS))
+    missing = [name for name in _RANGE if name not in item]
+    if missing:
+        raise bad_request(
+            f"{where} names records by topic, partition, first_offset and last_offset "
+            f"(or one delivery by its token); {', '.join(missing)} missing"
+        )
+    topic = item["topic"]
+    if not isinstance(topic, str) or not topic:
+        raise bad_request(f"{where}.topic must be a topic's name")
+    partition = int_field(item, "partition", 0, _MAX_PARTITION, f"{where}.")
+    first = int_field(item, "first_offset", 0, _MAX_OFFSET, f"{where}.")
+    last = int_field(item, "last_offset", first, _MAX_OFFSET, f"{where}.")
+    return AckRange(topic, partition, first, last)
+
+
 def _result(r: AckResult) -> dict[str, Any]:
-    doc: dict[str, Any] = {"token": r.token, "type": r.kind.value}
+    target = r.target
+    doc: dict[str, Any]
+    if isinstance(target, AckRange):
+        doc = {
+            "topic": target.topic,
+            "partition": target.partition,
+            "first_offset": target.first,
+            "last_offset": target.last,
+            "type": r.kind.value,
+        }
+    else:
+        doc = {"token": target, "type": r.kind.value}
     if r.refused is None:
         doc["status"] = "ok"
         if r.lock_deadline_ms is not None:

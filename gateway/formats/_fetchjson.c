@@ -15,6 +15,11 @@
  * timestamp, as Karapace gives it; no headers) are what codecs.rest_proxy_records writes in Python
  * (tests/gateway/test_rest_proxy_codecs.py).
  *
+ * A share group's acquire answers records as a fetch does, each closed by its delivery: the
+ * delivery count, the lock's deadline and the token, the same for consecutive records but for
+ * the offset in the token (share_json; gateway/formats/share_records.py is the Python path,
+ * tests/gateway/test_share_json.py compares them).
+ *
  * Every read is bounds-checked against the buffer, and within a record against its length.
  */
 #define PY_SSIZE_T_CLEAN
@@ -34,6 +39,7 @@ static const char IDEMPOTENCY_HEADER[] = "sluice-idempotency-key";
 /* What a record's fixed parts may add around its prefix, key and value: the field names, two
  * 20-digit integers with signs, "null" twice and the closing braces, rounded up. */
 #define RECORD_OVERHEAD 128
+#define LAST_OFFSET_DELTA_AT 23
 
 /* The record's headers: 0 if the caller may go on (see the mode), -1 to leave the batch to
  * Python. Skipped records (below the fetch offset) may hold any header whose name decodes; the
@@ -160,8 +166,19 @@ enum outcome { DONE, PYTHON, FAILED };
 
 /* What a record's JSON looks like: Sluice's /v1 (offset, timestamp, key as text, value, headers),
  * or REST Proxy v2's records (offset, key, value: json, keys and values as JSON; binary, both
- * base64), each after the caller's prefix (which names topic and partition for v2). */
-enum shape { SHAPE_V1, SHAPE_V2_JSON, SHAPE_V2_BINARY, SHAPES };
+ * base64), each after the caller's prefix (which names topic and partition for v2); or /v1's
+ * closed by a share group's delivery (`struct delivery`). batch_json takes the first three. */
+enum shape { SHAPE_V1, SHAPE_V2_JSON, SHAPE_V2_BINARY, SHAPE_SHARE };
+#define FETCH_SHAPES SHAPE_SHARE
+
+/* What closes each record of a share group's delivery after its headers: `middle` (the delivery
+ * count, the lock's deadline and the token up to its offset), the record's offset, `tail`. */
+struct delivery {
+    const char *middle;
+    Py_ssize_t middle_len;
+    const char *tail;
+    Py_ssize_t tail_len;
+};
 
 /* How v2's json format writes a key, as the Python path decides it (orjson.loads succeeds: the
  * key as it is; else the key as a JSON string): 1 as it is, 0 as a string, -1 unsure (Python).
@@ -255,12 +272,14 @@ struct scratch {
  * then discarded) or FAILED (a Python exception is set). */
 /* `budget`: the key and value bytes the records may take (negative: no bound); a record that
  * would go over it ends the batch, unless it is the first and `first_free`. What they took is
- * added to `*spent`. */
+ * added to `*spent`. The walk starts at record `index`, at byte `pos` (0 and HEADER_SIZE: the
+ * first). Each record is raw(bytes), or the bytes if raw is NULL. `delivery`: SHAPE_SHARE's. */
 static enum outcome
 encode_records(const unsigned char *buf, Py_ssize_t end, int64_t start, Py_ssize_t limit,
                const char *prefix, Py_ssize_t prefix_len, PyObject *raw, PyObject *records,
                struct scratch *scratch, int64_t *last_offset, enum shape shape,
-               int64_t budget, int first_free, int64_t *spent)
+               int64_t budget, int first_free, int64_t *spent, int32_t index, Py_ssize_t pos,
+               const struct delivery *delivery)
 {
     if (end < HEADER_SIZE) {
         return PYTHON;
@@ -280,8 +299,8 @@ encode_records(const unsigned char *buf, Py_ssize_t end, int64_t start, Py_ssize
         return PYTHON;
     }
     struct int_text offset_text = {0}, timestamp_text = {0};
-    Py_ssize_t pos = HEADER_SIZE;
-    for (int32_t i = 0; i < count && PyList_GET_SIZE(records) < limit; i++) {
+    int v2 = shape == SHAPE_V2_JSON || shape == SHAPE_V2_BINARY;
+    for (int32_t i = index; i < count && PyList_GET_SIZE(records) < limit; i++) {
         int64_t length, attrs, timestamp_delta, offset_delta, key_len, value_len, headers;
         Py_ssize_t key_at, value_at;
         if (read_varint32(buf, end, &pos, &length) < 0 || length < 0 || length > end - pos) {
@@ -302,7 +321,7 @@ encode_records(const unsigned char *buf, Py_ssize_t end, int64_t start, Py_ssize
         }
         int emit = offset >= start;
         /* v2 shows no headers: any that decode are passed over. */
-        enum header_mode mode = !emit || shape != SHAPE_V1 ? HEADERS_SKIPPED
+        enum header_mode mode = !emit || v2                ? HEADERS_SKIPPED
                                 : idempotent              ? HEADERS_IDEMPOTENCY_ONLY
                                                           : HEADERS_NONE;
         if (check_headers(buf, record_end, &pos, headers, mode) < 0 || pos != record_end) {
@@ -310,6 +329,9 @@ encode_records(const unsigned char *buf, Py_ssize_t end, int64_t start, Py_ssize
         }
         if (!emit) {
             continue;
+        }
+        if (delivery != NULL && offset != start + PyList_GET_SIZE(records)) {
+            return PYTHON; /* a delivery's records are at consecutive offsets */
         }
         int64_t size = (key_len > 0 ? key_len : 0) + (value_len > 0 ? value_len : 0);
         if (budget >= 0 && *spent + size > budget &&
@@ -336,7 +358,8 @@ encode_records(const unsigned char *buf, Py_ssize_t end, int64_t start, Py_ssize
         }
         /* base64 takes 4 bytes per 3 (plus padding), within twice the size */
         Py_ssize_t need = prefix_len + RECORD_OVERHEAD + 6 * (key_len > 0 ? key_len : 0) +
-                          2 * (value_len > 0 ? value_len : 0);
+                          2 * (value_len > 0 ? value_len : 0) +
+                          (delivery ? delivery->middle_len + delivery->tail_len : 0);
         if (need > scratch->size) {
             char *grown = PyMem_Realloc(scratch->data, (size_t)need);
             if (grown == NULL) {
@@ -349,7 +372,7 @@ encode_records(const unsigned char *buf, Py_ssize_t end, int64_t start, Py_ssize
         char *w = scratch->data;
         memcpy(w, prefix, (size_t)prefix_len);
         w += prefix_len;
-        if (shape != SHAPE_V1) {
+        if (v2) {
             w = write_literal(w, "\"offset\":");
             w = write_int(w, &offset_text, offset);
             w = write_literal(w, ",\"timestamp\":");
@@ -401,16 +424,28 @@ encode_records(const unsigned char *buf, Py_ssize_t end, int64_t start, Py_ssize
             memcpy(w, buf + value_at, (size_t)value_len);
             w += value_len;
         }
-        w = write_literal(w, ",\"headers\":{}}");
+        if (delivery != NULL) {
+            w = write_literal(w, ",\"headers\":{}");
+            memcpy(w, delivery->middle, (size_t)delivery->middle_len);
+            w = write_int(w + delivery->middle_len, &offset_text, offset);
+            memcpy(w, delivery->tail, (size_t)delivery->tail_len);
+            w += delivery->tail_len;
+        }
+        else {
+            w = write_literal(w, ",\"headers\":{}}");
+        }
     emitted:;
         PyObject *text = PyBytes_FromStringAndSize(scratch->data, w - scratch->data);
         if (text == NULL) {
             return FAILED;
         }
-        PyObject *item = PyObject_CallOneArg(raw, text);
-        Py_DECREF(text);
-        if (item == NULL) {
-            return FAILED;
+        PyObject *item = text;
+        if (raw != NULL) {
+            item = PyObject_CallOneArg(raw, text);
+            Py_DECREF(text);
+            if (item == NULL) {
+                return FAILED;
+            }
         }
         int failed = PyList_Append(records, item);
         Py_DECREF(item);
@@ -458,7 +493,7 @@ batch_json(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (first_free < 0) {
         return NULL;
     }
-    if (shape < 0 || shape >= SHAPES) {
+    if (shape < 0 || shape >= FETCH_SHAPES) {
         PyErr_SetString(PyExc_ValueError, "batch_json: shape must be 0 (v1), 1 or 2 (v2)");
         return NULL;
     }
@@ -488,7 +523,7 @@ batch_json(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     enum outcome outcome = encode_records(
         (const unsigned char *)view.buf, view.len, start, limit, PyBytes_AS_STRING(args[3]),
         PyBytes_GET_SIZE(args[3]), args[4], records, &scratch, &last_offset,
-        (enum shape)shape, budget, first_free, &spent);
+        (enum shape)shape, budget, first_free, &spent, 0, HEADER_SIZE, NULL);
     PyMem_Free(scratch.data);
     PyBuffer_Release(&view);
     if (outcome != DONE) {
@@ -505,8 +540,89 @@ batch_json(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return Py_BuildValue("(NL)", records, next_offset);
 }
 
+PyDoc_STRVAR(share_json_doc,
+"share_json(batch, first, count, prefix, middle, tail, /)\n"
+"--\n\n"
+"The JSON objects of `count` records of one batch from offset `first` on, consecutive\n"
+"offsets (a share group's delivery), each opened with prefix and closed, after its headers,\n"
+"with middle, its offset and tail: a list of bytes. None when the batch is not one this path\n"
+"covers, is malformed or has fewer: decode it in Python. In a batch without gaps the records\n"
+"before `first` are passed over by their lengths alone.");
+
+static PyObject *
+share_json(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "share_json takes 6 positional arguments");
+        return NULL;
+    }
+    if (!PyBytes_Check(args[3]) || !PyBytes_Check(args[4]) || !PyBytes_Check(args[5])) {
+        PyErr_SetString(PyExc_TypeError, "prefix, middle and tail must be bytes");
+        return NULL;
+    }
+    long long first = PyLong_AsLongLong(args[1]);
+    if (first == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    Py_ssize_t count = PyLong_AsSsize_t(args[2]);
+    if (count == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    const unsigned char *buf = (const unsigned char *)view.buf;
+    Py_ssize_t end = view.len;
+    int32_t index = 0;
+    Py_ssize_t pos = HEADER_SIZE;
+    if (end >= HEADER_SIZE) {
+        int64_t base_offset = be_i64(buf);
+        int32_t records_in = be_i32(buf + RECORD_COUNT_AT);
+        if (records_in > 0 && be_i32(buf + LAST_OFFSET_DELTA_AT) == records_in - 1 &&
+            first > base_offset && first - base_offset < records_in) {
+            /* No gaps: record i is at offset base + i, so only the lengths are read. */
+            for (; index < first - base_offset; index++) {
+                int64_t length;
+                if (read_varint32(buf, end, &pos, &length) < 0 || length < 0 ||
+                    length > end - pos) {
+                    PyBuffer_Release(&view);
+                    Py_RETURN_NONE;
+                }
+                pos += (Py_ssize_t)length;
+            }
+        }
+    }
+    PyObject *records = PyList_New(0);
+    if (records == NULL) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    struct delivery delivery = {
+        PyBytes_AS_STRING(args[4]), PyBytes_GET_SIZE(args[4]),
+        PyBytes_AS_STRING(args[5]), PyBytes_GET_SIZE(args[5]),
+    };
+    struct scratch scratch = {NULL, 0};
+    int64_t last_offset = 0, spent = 0;
+    enum outcome outcome = encode_records(
+        buf, end, first, count, PyBytes_AS_STRING(args[3]), PyBytes_GET_SIZE(args[3]), NULL,
+        records, &scratch, &last_offset, SHAPE_SHARE, -1, 0, &spent, index, pos, &delivery);
+    PyMem_Free(scratch.data);
+    PyBuffer_Release(&view);
+    if (outcome != DONE || PyList_GET_SIZE(records) != count) {
+        Py_DECREF(records);
+        if (outcome == FAILED) {
+            return NULL;
+        }
+        Py_RETURN_NONE;
+    }
+    return records;
+}
+
 static PyMethodDef methods[] = {
     {"batch_json", (PyCFunction)(void (*)(void))batch_json, METH_FASTCALL, batch_json_doc},
+    {"share_json", (PyCFunction)(void (*)(void))share_json, METH_FASTCALL, share_json_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -17,3 +17,10 @@ def batch_json(
     Proxy v2's json format, 2: its binary format); None: decode in Python. With a budget (>= 0)
     their key and value bytes stay within it (the first may pass it if first_free), and the
     bytes they took come third."""
+
+def share_json(
+    batch: memoryview, first: int, count: int, prefix: bytes, middle: bytes, tail: bytes, /
+) -> list[bytes] | None:
+    """`count` records of one plain batch from offset `first` on (consecutive offsets: a share
+    group's delivery) as JSON, each opened with prefix and closed, after its headers, with
+    middle, its offset and tail; None: decode in Python."""

@@ -4,6 +4,7 @@ caller to its Python path, the reference that gives the same bytes and the error
 never ask whether C was built; a test swaps a name for its stand-in to compare the paths.
 
 - `batch_json` (`_fetchjson.c`): whole batches to JSON records for a fetch answer;
+- `share_json` (`_fetchjson.c`): a share group's delivery of a batch's records to JSON;
 - `records_well_formed` (`_batchcheck.c`): a produced batch's records decode;
 - `wire_schema_ids` (`_batchcheck.c`): the schema ids of a batch's keys or values;
 - `json_batches`, `v2_json_batches`, `v2_offsets` (`_producejson.c`): a JSON produce body (or
@@ -33,6 +34,7 @@ def cannot_say(batch: memoryview) -> bool:
 
 
 batch_json: Callable[..., tuple[list[Any], int] | tuple[list[Any], int, int] | None]
+share_json: Callable[[memoryview, int, int, bytes, bytes, bytes], list[bytes] | None]
 records_well_formed: Callable[[memoryview], bool]
 wire_schema_ids: Callable[[memoryview, bool], tuple[int, tuple[int, ...]] | None]
 json_batches: JsonBatches
@@ -40,9 +42,9 @@ v2_json_batches: V2JsonBatches
 v2_offsets: Callable[[bytes, dict[int, int]], bytes | None]
 
 try:
-    from gateway.formats._fetchjson import batch_json
+    from gateway.formats._fetchjson import batch_json, share_json
 except ImportError:  # built without a C compiler
-    batch_json = declines
+    batch_json = share_json = declines
 try:
     from gateway.formats._batchcheck import records_well_formed, wire_schema_ids
 except ImportError:

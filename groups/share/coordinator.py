@@ -16,8 +16,9 @@ import contextlib
 import logging
 import time
 import uuid
+from bisect import bisect_left, bisect_right
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,15 +36,18 @@ from groups.share.model import (
     ISOLATION_LEVEL,
     LOCK_DURATION,
     MAX_RECORD_LOCKS,
+    Delivery,
     Parked,
     PendingWrite,
     ReadAhead,
     ShareGroup,
     ShareMember,
     ShareRecord,
+    Stretch,
     check_configs,
     parse_token,
     reset_lookback_ms,
+    stretches,
 )
 from groups.share.partition_state import (
     AckRefused,
@@ -51,6 +55,7 @@ from groups.share.partition_state import (
     RecordState,
     ShareConfig,
     SharePartition,
+    Span,
     Transition,
 )
 from replication.partition import Partition
@@ -67,14 +72,43 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+@dataclass(frozen=True, slots=True)
+class AckRange:
+    """Records of one partition named by their offsets, `first` to `last` (as Kafka's
+    ShareAcknowledge names them), rather than one delivery by its token."""
+
+    topic: str
+    partition: int
+    first: int
+    last: int
+
+
+# An acknowledgement: a token or a range, its type, and a release's delay (ms).
+Ack = tuple[str | AckRange, AckType, int]
+
+
 @dataclass(slots=True)
 class AckResult:
     """One acknowledgement's outcome: None when it took effect, else why not."""
 
-    token: str
+    target: str | AckRange  # the token or the range acknowledged
     kind: AckType
     refused: AckRefused | None
     lock_deadline_ms: int | None = None  # a renewal's new deadline
+
+
+@dataclass(slots=True)
+class _Acks:
+    """Acknowledgements of one window taken together: a range, or tokens of consecutive
+    records of one delivery count asking the same (`at`: their places in the request)."""
+
+    tp: TopicPartition
+    first: int
+    last: int
+    delivery_count: int | None  # None: a range, whatever the delivery
+    kind: AckType
+    delay_ms: int
+    at: list[int]
 
 
 class ShareCoordinator:
@@ -294,7 +328,7 @@ class ShareCoordinator:
             if moved:
                 self._count(moved)
                 changed.append(tp)
-                released += len(moved)
+                released += sum(t.count for t in moved)
         await self._store(group, changed, with_group=True)
         for tp in changed:
             self._wake_for(group, tp, tp in full)
@@ -351,6 +385,21 @@ class ShareCoordinator:
         timeout_ms: int,
         counted: bool = True,
     ) -> list[ShareRecord]:
+        """`deliver`'s records, each decoded."""
+        deliveries = await self.deliver(
+            name, member_id, max_records, max_bytes, timeout_ms, counted
+        )
+        return [record for d in deliveries for record in d.records()]
+
+    async def deliver(
+        self,
+        name: str,
+        member_id: str,
+        max_records: int,
+        max_bytes: int,
+        timeout_ms: int,
+        counted: bool = True,
+    ) -> list[Delivery]:
         """Up to `max_records` records (and about `max_bytes`; the first always comes)
         acquired for the member across its partitions, waiting up to `timeout_ms` for one.
         Answered once their acquisition is stored. While parked, it counts among the node's
@@ -403,7 +452,7 @@ class ShareCoordinator:
 
     async def _acquire_pass(
         self, group: ShareGroup, member: ShareMember, max_records: int, max_bytes: int
-    ) -> tuple[list[ShareRecord], list[TopicPartition]]:
+    ) -> tuple[list[Delivery], list[TopicPartition]]:
         """One turn over the member's partitions from where the last one left off: records
         due again first, then records new to each window."""
         partitions = self._member_partitions(member)
@@ -412,10 +461,10 @@ class ShareCoordinator:
         turn = member.rotation % len(partitions)
         member.rotation += 1
         changed: list[TopicPartition] = []
-        got: list[ShareRecord] = []
-        size = 0
+        got: list[Delivery] = []
+        taken = size = 0
         for tp in partitions[turn:] + partitions[:turn]:
-            if len(got) >= max_records or (got and size >= max_bytes):
+            if taken >= max_records or (got and size >= max_bytes):
                 break
             window = group.partitions.get(tp)
             if window is None:
@@ -427,12 +476,13 @@ class ShareCoordinator:
             if expired:
                 self._count(expired)
                 changed.append(tp)
-            taken = await self._take(group, member, tp, window, max_records - len(got))
-            if taken:
+            delivered = await self._take(group, member, tp, window, max_records - taken)
+            if delivered:
                 changed.append(tp)
-                for record in taken:
-                    got.append(record)
-                    size += record.size
+                for d in delivered:
+                    got.append(d)
+                    taken += d.count
+                    size += d.size
         return got, list(dict.fromkeys(changed))
 
     async def _take(
@@ -442,42 +492,65 @@ class ShareCoordinator:
         tp: TopicPartition,
         window: SharePartition,
         limit: int,
-    ) -> list[ShareRecord]:
+    ) -> list[Delivery]:
         """Acquire up to `limit` records of one window: those due again, then new ones."""
-        out: list[ShareRecord] = []
-        due = window.available(now_ms())[:limit]
+        out: list[Delivery] = []
+        due = _offsets(window.available(now_ms()), limit)
         if due:
             found, read_to = await self._read_offsets(group, tp, due)
             now = now_ms()
-            still = set(window.available(now))
+            still = _among(window.available(now), due)
             gone = [o for o in due if o in still and o not in found and o < read_to]
             if gone:  # compacted away since their last delivery: nothing left to deliver
                 window.forget(gone)
             due = [o for o in due if o in still and o in found]
             if due:
-                for t in window.acquire(due, member.member_id, now):
-                    out.append(_delivered(found[t.offset], t, now + window.config.lock_ms))
+                deadline = now + window.config.lock_ms
+                for t in window.acquire(_spans(due), member.member_id, now):
+                    out += _redelivered(tp, found, t, deadline)
                 self._count_acquired(out)
-        left = limit - len(out)
+        left = limit - sum(d.count for d in out)
         if left > 0 and window.room:
             ahead = await self._read_ahead(group, tp, window)
             if ahead is None or group.partitions.get(tp) is not window:
                 return out
             now = now_ms()
-            while ahead.records and ahead.records[0].offset < window.end:
-                ahead.records.popleft()
-            take: list[ShareRecord] = []
-            while ahead.records and len(take) < min(left, window.room):
-                take.append(ahead.records.popleft())
+            stretches = ahead.stretches
+            end = window.end
+            while stretches and stretches[0].last < end:
+                stretches.popleft()
+            if stretches and stretches[0].first < end:
+                stretches[0].first = end
+            want = min(left, window.room)
+            take: list[Stretch] = []
+            while stretches and want:
+                s = stretches[0]
+                if s.last - s.first < want:
+                    take.append(stretches.popleft())
+                    want -= s.last - s.first + 1
+                else:
+                    take.append(Stretch(s.batch, s.first, s.first + want - 1, s.record_bytes))
+                    s.first += want
+                    want = 0
             if take:
-                transitions = window.acquire([r.offset for r in take], member.member_id, now)
+                window.acquire([(s.first, s.last) for s in take], member.member_id, now)
+                deadline = now + window.config.lock_ms
                 new = [
-                    _delivered(r, t, now + window.config.lock_ms)
-                    for r, t in zip(take, transitions, strict=True)
+                    Delivery(
+                        tp[0],
+                        tp[1],
+                        s.batch,
+                        s.first,
+                        s.last,
+                        1,
+                        deadline,
+                        (s.last - s.first + 1) * s.record_bytes,
+                    )
+                    for s in take
                 ]
                 self._count_acquired(new)
                 out += new
-            elif not ahead.records:
+            elif not stretches:
                 window.skip_to(ahead.end)
         return out
 
@@ -486,20 +559,20 @@ class ShareCoordinator:
     ) -> ReadAhead | None:
         """Records from the window's end on, read once for every acquirer."""
         ahead = group.ahead.get(tp)
-        if ahead is not None and ahead.records and ahead.records[-1].offset >= window.end:
+        if ahead is not None and ahead.reaches(window.end):
             return ahead
         lock = group.reading.setdefault(tp, asyncio.Lock())
         async with lock:
             ahead = group.ahead.get(tp)
-            if ahead is not None and ahead.records and ahead.records[-1].offset >= window.end:
+            if ahead is not None and ahead.reaches(window.end):
                 return ahead
             position = window.end
             try:
-                data, end = await self._read(group, window, tp, position, 0)
+                data, batches, end = await self._read(group, window, tp, position, 0)
             except EngineError as exc:
                 logger.debug("share group %r: reading %s-%d: %s", group.name, *tp, exc)
                 return None
-            ahead = ReadAhead(deque(_records(tp, data, position)), end)
+            ahead = ReadAhead(deque(stretches(data, batches, position)), end)
             group.ahead[tp] = ahead
             return ahead
 
@@ -511,10 +584,11 @@ class ShareCoordinator:
         position: int,
         timeout_ms: int,
         counted: bool = True,
-    ) -> tuple[memoryview, int]:
+    ) -> tuple[memoryview, list[tuple[int, fmt.BatchHeader]], int]:
         """Committed batches at `position` (a window that fell below the log start moves up to
-        it first) and where they end, at the group's isolation level. `counted` False: a
-        watch for parked acquires, which count themselves among the parked fetches."""
+        it first), their headers, and where they end, at the group's isolation level.
+        `counted` False: a watch for parked acquires, which count themselves among the parked
+        fetches."""
         isolation = group.isolation
         try:
             read = await self.reader.read(*tp, position, READ_BYTES, timeout_ms, counted, isolation)
@@ -530,30 +604,36 @@ class ShareCoordinator:
             read = await self.reader.read(*tp, position, READ_BYTES, timeout_ms, counted, isolation)
         data = read.data
         end = position
+        batches: list[tuple[int, fmt.BatchHeader]] = []
         if data:
-            end = max(position, fmt.scan(data, check_crc=False).headers[-1][1].next_offset)
-        return data, end
+            batches = fmt.scan(data, check_crc=False).headers
+            end = max(position, batches[-1][1].next_offset)
+        return data, batches, end
 
     async def _read_offsets(
         self, group: ShareGroup, tp: TopicPartition, offsets: list[int]
-    ) -> tuple[dict[int, ShareRecord], int]:
-        """The records at `offsets` (ascending), read again for their redelivery, and the
-        offset the reads covered the log up to (a wanted offset below it is no longer there)."""
-        found: dict[int, ShareRecord] = {}
+    ) -> tuple[dict[int, Stretch], int]:
+        """The records at `offsets` (ascending), read again for their redelivery, each as the
+        stretch of its batch that holds it alone; and the offset the reads covered the log up to
+        (a wanted offset below it is no longer there)."""
+        found: dict[int, Stretch] = {}
         wanted = set(offsets)
         position = offsets[0]
         covered = position
         window = group.partitions[tp]
         while wanted and position <= offsets[-1]:
             try:
-                data, end = await self._read(group, window, tp, position, 0)
+                data, batches, end = await self._read(group, window, tp, position, 0)
             except EngineError as exc:
                 logger.debug("share group %r: reading %s-%d: %s", group.name, *tp, exc)
                 break
-            for record in _records(tp, data, position):
-                if record.offset in wanted:
-                    found[record.offset] = record
-                    wanted.discard(record.offset)
+            for s in stretches(data, batches, position):
+                for offset in offsets[
+                    bisect_left(offsets, s.first) : bisect_right(offsets, s.last)
+                ]:
+                    if offset in wanted:
+                        found[offset] = Stretch(s.batch, offset, offset, s.record_bytes)
+                        wanted.discard(offset)
             if end <= position:
                 break
             if position == covered:
@@ -621,7 +701,7 @@ class ShareCoordinator:
             if tp[0] not in topics:
                 continue
             ahead = group.ahead.get(tp)
-            fresh = ahead is not None and ahead.records and ahead.records[-1].offset >= window.end
+            fresh = ahead is not None and ahead.reaches(window.end)
             waiting = (fresh and window.room) or window.available(now)
             if waiting and group.wake(1, tp[0], before=wake):
                 return
@@ -663,7 +743,9 @@ class ShareCoordinator:
         window = group.partitions.get(tp)
         if window is None or not group.parked:
             return
-        count = len(window.available(now_ms() if now is None else now))
+        count = sum(
+            last - first + 1 for first, last in window.available(now_ms() if now is None else now)
+        )
         if was_full:
             count += window.room
         if count:
@@ -681,13 +763,13 @@ class ShareCoordinator:
                     return  # reset or dropped
                 ahead = group.ahead.get(tp)
                 position = window.end
-                if ahead is not None and ahead.records and ahead.records[-1].offset >= position:
-                    if _fresh(ahead, window) >= window.room:
+                if ahead is not None and ahead.reaches(position):
+                    if ahead.records_from(position) >= window.room:
                         return
                     position = ahead.end
                 started = loop.time()
                 try:
-                    data, end = await self._read(
+                    data, batches, end = await self._read(
                         group, window, tp, position, WATCH_MS, counted=False
                     )
                 except EngineError as exc:
@@ -695,7 +777,9 @@ class ShareCoordinator:
                     await asyncio.sleep(WATCH_RETRY_S)
                     continue
                 if data:
-                    self._took_in(group, tp, window, position, _records(tp, data, position), end)
+                    self._took_in(
+                        group, tp, window, position, stretches(data, batches, position), end
+                    )
                 elif loop.time() - started < WATCH_MS / 2000:
                     # answered early with nothing (the node is draining its long-polls)
                     await asyncio.sleep(WATCH_RETRY_S)
@@ -709,7 +793,7 @@ class ShareCoordinator:
         tp: TopicPartition,
         window: SharePartition,
         position: int,
-        records: list[ShareRecord],
+        read: list[Stretch],
         end: int,
     ) -> None:
         """A watch's read from `position` to `end`: added to the read-ahead if it follows on
@@ -718,48 +802,42 @@ class ShareCoordinator:
         if group.partitions.get(tp) is not window:
             return
         ahead = group.ahead.get(tp)
-        if ahead is not None and ahead.records and ahead.records[-1].offset >= window.end:
+        if ahead is not None and ahead.reaches(window.end):
             if ahead.end != position:
                 return
-            ahead.records.extend(records)
+            ahead.stretches.extend(read)
             ahead.end = end
         elif window.end == position:
-            group.ahead[tp] = ReadAhead(deque(records), end)
-            if not records:
+            group.ahead[tp] = ReadAhead(deque(read), end)
+            if not read:
                 window.skip_to(end)  # nothing to deliver there: watch on from its end
         else:
             return
-        if records:
-            group.wake(min(len(records), window.room), tp[0])
+        if read:
+            group.wake(min(sum(s.last - s.first + 1 for s in read), window.room), tp[0])
 
     # -- acknowledge -----------------------------------------------------------------------------
 
-    async def acknowledge(
-        self, name: str, member_id: str, acks: list[tuple[str, AckType, int]]
-    ) -> list[AckResult]:
-        """Apply each (token, type, delay_ms) in order; each answers whether it took effect.
-        Answered once the changes are stored."""
+    async def acknowledge(self, name: str, member_id: str, acks: Sequence[Ack]) -> list[AckResult]:
+        """Apply each (token or range, type, delay_ms) in order; each answers whether it took
+        effect, a range as a whole. Answered once the changes are stored."""
         group = self._group(name)
         member = group.member(member_id)
         self._renew(group, member)
         now = now_ms()
-        results = []
+        results: list[AckResult | None] = [None] * len(acks)
         changed: list[TopicPartition] = []
         touched: dict[TopicPartition, bool] = {}  # each window acknowledged in: was it full
-        for token, kind, delay_ms in acks:
-            try:
-                tp, offset, delivery = parse_token(token)
-            except ValueError:
-                refused = AckRefused("INVALID_TOKEN", f"{token!r} is not a token of an acquire")
-                results.append(AckResult(token, kind, refused))
-                continue
+        for taken in _together(acks, results):
+            tp = taken.tp
             window = group.partitions.get(tp)
             if window is None or tp[0] not in member.topics:
                 refused = AckRefused(
                     "RECORD_NOT_ACQUIRED",
                     f"{tp[0]}-{tp[1]} has no record acquired in share group {name!r}",
                 )
-                results.append(AckResult(token, kind, refused))
+                for at in taken.at:
+                    results[at] = AckResult(acks[at][0], taken.kind, refused)
                 continue
             if tp not in touched:
                 touched[tp] = not window.room
@@ -767,25 +845,52 @@ class ShareCoordinator:
                 if expired:
                     self._count(expired)
                     changed.append(tp)
-            try:
-                done = window.acknowledge(offset, delivery, member_id, kind, now, delay_ms)
-            except AckRefused as exc:
-                results.append(AckResult(token, kind, exc))
-                if exc.code == "ALREADY_ACKNOWLEDGED":
-                    # a retry of an acknowledgement whose answer was lost or failed: the
-                    # window is written and waited for again, never answered from memory
-                    changed.append(tp)
-                continue
-            self._count([done])
-            changed.append(tp)
-            deadline = now + window.config.lock_ms if kind is AckType.RENEW else None
-            results.append(AckResult(token, kind, None, deadline))
+            if self._apply(window, member_id, taken, now, acks, results):
+                changed.append(tp)
+            elif len(taken.at) > 1:  # one of the tokens does not take effect: each by itself
+                for k, at in enumerate(taken.at):
+                    offset = taken.first + k
+                    one = _Acks(
+                        tp, offset, offset, taken.delivery_count, taken.kind, taken.delay_ms, [at]
+                    )
+                    if self._apply(window, member_id, one, now, acks, results):
+                        changed.append(tp)
         await self._store(group, list(dict.fromkeys(changed)))
         if changed and group.parked:
             for tp, was_full in touched.items():
                 self._wake_for(group, tp, was_full)
             self._arm_timer(group)
-        return results
+        return [r for r in results if r is not None]
+
+    def _apply(
+        self,
+        window: SharePartition,
+        member_id: str,
+        taken: _Acks,
+        now: int,
+        acks: Sequence[Ack],
+        results: list[AckResult | None],
+    ) -> bool:
+        """Acknowledgements of one window taken together: each answered if they took effect
+        (or, one alone, its refusal). Whether the window is to be written: changed, or a retry
+        of what is acknowledged already, whose answer must wait for the write as the first
+        did (never answered from memory)."""
+        kind = taken.kind
+        try:
+            done = window.acknowledge(
+                taken.first, taken.last, member_id, kind, now, taken.delay_ms, taken.delivery_count
+            )
+        except AckRefused as exc:
+            if len(taken.at) > 1:
+                return False
+            at = taken.at[0]
+            results[at] = AckResult(acks[at][0], kind, exc)
+            return exc.code == "ALREADY_ACKNOWLEDGED"
+        self._count(done)
+        deadline = now + window.config.lock_ms if kind is AckType.RENEW else None
+        for at in taken.at:
+            results[at] = AckResult(acks[at][0], kind, None, deadline)
+        return True
 
     # -- operations ------------------------------------------------------------------------------
 
@@ -820,7 +925,7 @@ class ShareCoordinator:
                     "start_offset": window.start,
                     "end_offset": window.end,
                     "high_watermark": high_watermark,
-                    "in_flight": len(window.records),
+                    "in_flight": window.size,
                     "acquired": counts["acquired"],
                     "available": counts["available"],
                     "acknowledged": counts["acknowledged"],
@@ -830,7 +935,7 @@ class ShareCoordinator:
             )
         members = []
         for member in sorted(group.members.values(), key=lambda m: m.member_id):
-            held = sum(len(w.held_by(member.member_id)) for w in group.partitions.values())
+            held = sum(w.held_by(member.member_id) for w in group.partitions.values())
             members.append(
                 {
                     "member_id": member.member_id,
@@ -984,13 +1089,13 @@ class ShareCoordinator:
         counts = self.counts
         for t in transitions:
             if t.cause != "archived":
-                counts[t.cause] += 1
+                counts[t.cause] += t.last - t.first + 1
             if t.state is RecordState.ARCHIVED:
-                counts["archived"] += 1
+                counts["archived"] += t.last - t.first + 1
 
-    def _count_acquired(self, records: list[ShareRecord]) -> None:
-        self.counts["acquired"] += len(records)
-        self.counts["redelivered"] += sum(1 for r in records if r.delivery_count > 1)
+    def _count_acquired(self, deliveries: list[Delivery]) -> None:
+        self.counts["acquired"] += sum(d.count for d in deliveries)
+        self.counts["redelivered"] += sum(d.count for d in deliveries if d.delivery_count > 1)
 
 
 def _refuse_members(group: ShareGroup, what: str) -> None:
@@ -1008,17 +1113,6 @@ def _time_up(waiter: asyncio.Future[int | None]) -> None:
         waiter.set_result(None)
 
 
-def _fresh(ahead: ReadAhead, window: SharePartition) -> int:
-    """How many records read ahead the window may take now."""
-    records = ahead.records
-    new = (
-        len(records)
-        if records[0].offset >= window.end
-        else sum(1 for r in records if r.offset >= window.end)
-    )
-    return min(new, window.room)
-
-
 def _retrieved(written: asyncio.Task[None]) -> None:
     """A write's failure is its waiters' to answer; one whose waiters all went is not logged
     as never retrieved."""
@@ -1032,46 +1126,97 @@ def _config_of(group: ShareGroup) -> ShareConfig:
     )
 
 
-def _delivered(record: ShareRecord, t: Transition, deadline_ms: int) -> ShareRecord:
-    """The record as this delivery hands it out (a record read for it, held by nothing else:
-    marked in place, not copied)."""
-    record.delivery_count = t.delivery_count
-    record.lock_deadline_ms = deadline_ms
-    return record
+def _spans(offsets: list[int]) -> list[Span]:
+    """Ascending offsets as spans of consecutive ones."""
+    out: list[Span] = []
+    first = last = offsets[0]
+    for offset in offsets[1:]:
+        if offset != last + 1:
+            out.append((first, last))
+            first = offset
+        last = offset
+    out.append((first, last))
+    return out
 
 
-def _records(tp: TopicPartition, data: memoryview, start: int) -> list[ShareRecord]:
-    """The data records of whole batches from `start` on (control batches left out, Sluice's
-    own idempotency header taken off)."""
-    out = []
-    pos = 0
-    end = len(data)
-    while pos < end:
-        header = fmt.read_header(data, pos)
-        view = data[pos : pos + header.size]
-        pos += header.size
-        if header.last_offset < start or header.is_control:
-            continue
-        internal = header.idempotent
-        for rec in fmt.batch_records(view):
-            if rec.offset < start:
-                continue
-            headers = rec.headers
-            if internal:
-                internal = False
-                headers = [h for h in headers if h[0] != fmt.IDEMPOTENCY_HEADER]
+def _offsets(spans: list[Span], limit: int) -> list[int]:
+    """The first `limit` offsets of the spans."""
+    out: list[int] = []
+    for first, last in spans:
+        out += range(first, min(last, first + limit - len(out) - 1) + 1)
+        if len(out) >= limit:
+            break
+    return out
+
+
+def _among(spans: list[Span], offsets: list[int]) -> set[int]:
+    """The offsets (ascending) that lie in the spans."""
+    lasts = [last for _, last in spans]
+    out = set()
+    for offset in offsets:
+        i = bisect_left(lasts, offset)
+        if i < len(spans) and spans[i][0] <= offset:
+            out.add(offset)
+    return out
+
+
+def _redelivered(
+    tp: TopicPartition, found: dict[int, Stretch], t: Transition, deadline_ms: int
+) -> list[Delivery]:
+    """The deliveries of records acquired again, read again one by one: consecutive ones of a
+    batch go together."""
+    out: list[Delivery] = []
+    for offset in range(t.first, t.last + 1):
+        s = found[offset]
+        last = out[-1] if out else None
+        if last is not None and last.batch is s.batch and last.last + 1 == offset:
+            last.last = offset
+            last.size += s.record_bytes
+        else:
             out.append(
-                ShareRecord(
+                Delivery(
                     tp[0],
                     tp[1],
-                    rec.offset,
-                    rec.timestamp,
-                    rec.key,
-                    rec.value,
-                    headers,
-                    header.values_json,
-                    0,
-                    0,
+                    s.batch,
+                    offset,
+                    offset,
+                    t.delivery_count,
+                    deadline_ms,
+                    s.record_bytes,
                 )
             )
+    return out
+
+
+def _together(acks: Sequence[Ack], results: list[AckResult | None]) -> list[_Acks]:
+    """The acknowledgements, each range by itself and tokens of consecutive records of one
+    window and delivery count asking the same together; a malformed token is answered here."""
+    out: list[_Acks] = []
+    last: _Acks | None = None
+    for at, (target, kind, delay_ms) in enumerate(acks):
+        if isinstance(target, AckRange):
+            tp = (target.topic, target.partition)
+            out.append(_Acks(tp, target.first, target.last, None, kind, delay_ms, [at]))
+            last = None
+            continue
+        try:
+            tp, offset, delivery = parse_token(target)
+        except ValueError:
+            refused = AckRefused("INVALID_TOKEN", f"{target!r} is not a token of an acquire")
+            results[at] = AckResult(target, kind, refused)
+            last = None
+            continue
+        if (
+            last is not None
+            and last.last + 1 == offset
+            and last.delivery_count == delivery
+            and last.tp == tp
+            and last.kind is kind
+            and last.delay_ms == delay_ms
+        ):
+            last.last = offset
+            last.at.append(at)
+        else:
+            last = _Acks(tp, offset, offset, delivery, kind, delay_ms, [at])
+            out.append(last)
     return out

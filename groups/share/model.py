@@ -1,5 +1,6 @@
 """A share group's state in memory: its configs, members and share-partitions, the records
-read ahead of its windows, and who waits for records."""
+read ahead of its windows (as the batches' bytes), what an acquire delivers, and who waits for
+records."""
 
 from __future__ import annotations
 
@@ -134,13 +135,113 @@ class ShareMember:
         }
 
 
+@dataclass(slots=True)
+class Stretch:
+    """Records of one batch at consecutive offsets, `first` to `last`: `batch` is the whole
+    batch's bytes (decoded only into an answer); `record_bytes` about what one takes (the
+    batch's bytes over its records), for an acquire's max_bytes."""
+
+    batch: memoryview
+    first: int
+    last: int
+    record_bytes: int
+
+
+@dataclass(slots=True)
+class Delivery:
+    """Records of one batch at consecutive offsets acquired together, under one lock and
+    with one delivery count: what an acquire hands out. Their JSON is written from the batch
+    (gateway.formats.share_records); `records()` decodes them."""
+
+    topic: str
+    partition: int
+    batch: memoryview
+    first: int
+    last: int
+    delivery_count: int
+    lock_deadline_ms: int  # wall-clock ms
+    size: int  # about their key and value bytes
+
+    @property
+    def count(self) -> int:
+        return self.last - self.first + 1
+
+    def records(self) -> list[ShareRecord]:
+        """Each record decoded (Sluice's own idempotency header taken off)."""
+        header = fmt.read_header(self.batch)
+        internal = header.idempotent  # the first record read carries the header
+        out = []
+        for rec in fmt.batch_records(self.batch):
+            if rec.offset < self.first:
+                continue
+            headers = rec.headers
+            if internal:
+                internal = False
+                headers = [h for h in headers if h[0] != fmt.IDEMPOTENCY_HEADER]
+            out.append(
+                ShareRecord(
+                    self.topic,
+                    self.partition,
+                    rec.offset,
+                    rec.timestamp,
+                    rec.key,
+                    rec.value,
+                    headers,
+                    header.values_json,
+                    self.delivery_count,
+                    self.lock_deadline_ms,
+                )
+            )
+            if rec.offset >= self.last:
+                break  # the rest is not read, as the C path does not
+        return out
+
+
+def stretches(
+    data: memoryview, batches: list[tuple[int, fmt.BatchHeader]], start: int
+) -> list[Stretch]:
+    """The records of the batches (as scanned from `data`) from `start` on, as stretches of
+    consecutive offsets; control batches left out. A batch whose record count spans its offsets
+    has no gap and is not decoded; others' offsets are read."""
+    out = []
+    for pos, header in batches:
+        last = header.last_offset
+        count = header.record_count
+        if last < start or header.is_control or count <= 0:
+            continue
+        view = data[pos : pos + header.size]
+        each = max(1, header.size // count)
+        if count == header.last_offset_delta + 1:
+            out.append(Stretch(view, max(start, header.base_offset), last, each))
+            continue
+        run: Stretch | None = None
+        for rec in fmt.batch_records(view):
+            offset = rec.offset
+            if offset < start:
+                continue
+            if run is not None and run.last + 1 == offset:
+                run.last = offset
+            else:
+                run = Stretch(view, offset, offset, each)
+                out.append(run)
+    return out
+
+
 @dataclass
 class ReadAhead:
     """Records read from the log past the window's end, not yet acquired: the next acquirers
     take them without another read. `end` is where the read stopped."""
 
-    records: deque[ShareRecord]
+    stretches: deque[Stretch]
     end: int
+
+    def reaches(self, offset: int) -> bool:
+        """Whether records at or past `offset` are read ahead."""
+        return bool(self.stretches) and self.stretches[-1].last >= offset
+
+    def records_from(self, offset: int) -> int:
+        """How many records at or past `offset` are read ahead."""
+        return sum(s.last - max(s.first, offset) + 1 for s in self.stretches if s.last >= offset)
 
 
 @dataclass(slots=True, eq=False)

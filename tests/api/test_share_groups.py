@@ -1,6 +1,7 @@
 """Share groups over HTTP, in process: join, acquire under locks, acknowledge one record at a
-time (accept, release, reject, renew), lock expiry and the delivery limit, long-poll, leave,
-expiry, reset, delete, a restart, and every kind of bad input."""
+time by its token or records by offset ranges (accept, release, reject, renew), lock expiry and
+the delivery limit, long-poll, leave, expiry, reset, delete, a restart, and every kind of bad
+input."""
 
 from __future__ import annotations
 
@@ -89,6 +90,19 @@ async def ack(
     assert resp.status == 200, await resp.text()
     results: list[dict[str, Any]] = (await resp.json())["results"]
     return results
+
+
+async def ack_ranges(client: Client, member: str, *items: dict[str, Any]) -> list[dict[str, Any]]:
+    """Acknowledgements of offset ranges of partition t-0 (unless an item names another)."""
+    acks = [{"topic": "t", "partition": 0, **item} for item in items]
+    resp = await client.post(f"{G}/members/{member}/acknowledge", json={"acknowledgements": acks})
+    assert resp.status == 200, await resp.text()
+    results: list[dict[str, Any]] = (await resp.json())["results"]
+    return results
+
+
+def span(first: int, last: int, kind: str = "accept", **more: Any) -> dict[str, Any]:
+    return {"first_offset": first, "last_offset": last, "type": kind, **more}
 
 
 def codes(results: list[dict[str, Any]]) -> list[str]:
@@ -444,6 +458,146 @@ async def test_ndjson_acquire_and_acknowledge(client: Client, clock: Clock) -> N
     )
     assert resp.status == 200, await resp.text()
     assert [r["status"] for r in (await resp.json())["results"]] == ["ok", "ok"]
+
+
+# -- acknowledgements of offset ranges -------------------------------------------------------------
+
+
+async def test_records_acknowledged_by_an_offset_range_never_come_again(
+    client: Client, clock: Clock
+) -> None:
+    member = await setup(client, 5)
+    assert len(await acquire(client, member)) == 5
+    results = await ack_ranges(client, member, span(0, 4))
+    assert results == [
+        {
+            "topic": "t",
+            "partition": 0,
+            "first_offset": 0,
+            "last_offset": 4,
+            "type": "accept",
+            "status": "ok",
+        }
+    ]
+    clock.now += 60_000  # past every lock
+    assert await acquire(client, member) == []
+    part = (await describe(client))["partitions"][0]
+    assert (part["start_offset"], part["in_flight"], part["lag"]) == (5, 0, 0)
+
+
+async def test_ranges_release_reject_and_renew_as_tokens_do(client: Client, clock: Clock) -> None:
+    member = await setup(client, 6, lock_ms=10_000)
+    assert len(await acquire(client, member)) == 6
+    results = await ack_ranges(
+        client,
+        member,
+        span(0, 1, "release"),
+        span(2, 2, "reject"),
+        span(3, 4, "release", delay_ms=5_000),
+        span(5, 5, "renew"),
+    )
+    assert codes(results) == ["ok"] * 4
+    assert results[3]["lock_expires_at"] == clock.now + 10_000
+    assert "lock_expires_at" not in results[0]
+    again = await acquire(client, member)
+    assert [(r["offset"], r["delivery_count"]) for r in again] == [(0, 2), (1, 2)]
+    clock.now += 5_000
+    assert [(r["offset"], r["delivery_count"]) for r in await acquire(client, member)] == [
+        (3, 2),
+        (4, 2),
+    ]
+    part = (await describe(client))["partitions"][0]
+    assert (part["archived"], part["acquired"]) == (1, 5)  # 2 rejected
+
+
+async def test_a_refused_range_says_why_and_changes_nothing(client: Client, clock: Clock) -> None:
+    await setup(client, 6, lock_ms=2_000)
+    a, b = await join(client), await join(client)
+    assert len(await acquire(client, a, max_records=3)) == 3  # 0 to 2
+    assert len(await acquire(client, b, max_records=1)) == 1  # 3
+    assert codes(await ack_ranges(client, a, span(1, 1))) == ["ok"]
+    before = (await describe(client))["partitions"]
+    results = await ack_ranges(
+        client,
+        a,
+        span(2, 3),  # 3 is b's
+        span(0, 1),  # 1 accepted already
+        span(4, 5),  # never acquired
+        span(0, 0, partition=1),  # a partition with no record acquired
+        {"topic": "other", "partition": 0, **span(0, 0)},  # a topic the member does not read
+    )
+    assert codes(results) == [
+        "NOT_HOLDER",
+        "ALREADY_ACKNOWLEDGED",
+        "RECORD_NOT_ACQUIRED",
+        "RECORD_NOT_ACQUIRED",
+        "RECORD_NOT_ACQUIRED",
+    ]
+    assert "offset 3" in results[0]["problem"]["detail"]
+    assert results[0]["problem"]["status"] == 409
+    assert results[0]["first_offset"] == 2 and results[0]["last_offset"] == 3
+    assert (await describe(client))["partitions"] == before
+    clock.now += 2_000  # every lock lapsed
+    assert codes(await ack_ranges(client, a, span(2, 2))) == ["LOCK_EXPIRED"]
+    assert (await describe(client))["partitions"][0]["acknowledged"] == 1
+
+
+async def test_tokens_and_ranges_mix_and_a_refused_token_among_consecutive_ones_stands_alone(
+    client: Client, clock: Clock
+) -> None:
+    member = await setup(client, 6)
+    got = await acquire(client, member)
+    assert codes(await ack(client, member, (got[1]["token"], "release"))) == ["ok"]
+    acks = [{"token": r["token"]} for r in got[:3]]  # 0 and 2 still held, 1 given back
+    acks.append({"topic": "t", "partition": 0, "first_offset": 3, "last_offset": 5})
+    body = b"".join(orjson.dumps(a) + b"\n" for a in acks)
+    resp = await client.post(
+        f"{G}/members/{member}/acknowledge", data=body, headers={"Content-Type": NDJSON}
+    )
+    assert resp.status == 200, await resp.text()
+    results = (await resp.json())["results"]
+    assert codes(results) == ["ok", "LOCK_EXPIRED", "ok", "ok"]
+    assert [r.get("token") for r in results] == ["t:0:0:1", "t:0:1:1", "t:0:2:1", None]
+    part = (await describe(client))["partitions"][0]
+    assert (part["start_offset"], part["available"], part["acknowledged"]) == (1, 1, 4)
+
+
+@pytest.mark.parametrize(
+    ("item", "detail"),
+    [
+        ({"topic": "t", "partition": 0, "first_offset": 1}, "last_offset missing"),
+        ({"topic": "t", "first_offset": 1, "last_offset": 1}, "partition missing"),
+        ({"topic": "t", "partition": 0, "first_offset": 3, "last_offset": 2}, "between 3"),
+        ({"topic": "t", "partition": -1, "first_offset": 0, "last_offset": 0}, "partition must be"),
+        ({"topic": "t", "partition": 0, "first_offset": -1, "last_offset": 0}, "first_offset must"),
+        ({"topic": "t", "partition": 0, "first_offset": "0", "last_offset": 0}, "integer"),
+        ({"topic": 5, "partition": 0, "first_offset": 0, "last_offset": 0}, "topic's name"),
+        ({"topic": "t", "partition": 0, "first_offset": 0, "last_offset": 0, "x": 1}, "fields x;"),
+        (
+            {"topic": "t", "partition": 0, "first_offset": 0, "last_offset": 0, "token": "t"},
+            "unknown",
+        ),
+        (
+            {"topic": "t", "partition": 0, "first_offset": 0, "last_offset": 0, "delay_ms": 1},
+            "release",
+        ),
+        (
+            {"topic": "t", "partition": 0, "first_offset": 0, "last_offset": 0, "type": "x"},
+            "one of",
+        ),
+    ],
+)
+async def test_malformed_ranges_are_refused_whole(
+    client: Client, item: dict[str, Any], detail: str
+) -> None:
+    member = await setup(client, 1)
+    await acquire(client, member)
+    good = {"topic": "t", "partition": 0, "first_offset": 0, "last_offset": 0}
+    body = {"acknowledgements": [good, item]}
+    resp = await client.post(f"{G}/members/{member}/acknowledge", json=body)
+    assert resp.status == 400, await resp.text()
+    assert detail in (await resp.json())["detail"]
+    assert (await describe(client))["partitions"][0]["acquired"] == 1  # the good one too: none
 
 
 # -- members ------------------------------------------------------------------------------------

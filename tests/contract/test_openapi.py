@@ -575,7 +575,8 @@ def test_group_answers_conform(live: Server) -> None:
 
 
 def test_share_group_answers_conform(live: Server) -> None:
-    """A share group's configs, join, acquire (JSON and NDJSON), acknowledge, views, reset."""
+    """A share group's configs, join, acquire (JSON and NDJSON), acknowledge (by tokens and by
+    ranges), views, reset."""
     base = f"{live.url}/v1/share-groups/contract-share-group"
     configs: dict[str, Any] = {
         "configs": {"share.auto.offset.reset": "earliest", "share.delivery.count.limit": 3}
@@ -597,12 +598,27 @@ def test_share_group_answers_conform(live: Server) -> None:
     schema["/v1/share-groups/{group}/members/{member}/acquire"]["POST"].validate_response(lines)
     tokens = [r["token"] for r in records] + ["nonsense"]
     kinds = ["accept", "release", "reject", "renew", "accept"]
-    acks = [{"token": t, "type": k} for t, k in zip(tokens, kinds, strict=True)]
+    acks: list[dict[str, Any]] = [
+        {"token": t, "type": k} for t, k in zip(tokens, kinds, strict=True)
+    ]
+    ranges = [json.loads(line) for line in lines.content.splitlines()]
+    ranges.append({"topic": SAMPLES, "partition": 0, "offset": 10**9})  # never acquired
+    acks += [
+        {
+            "topic": r["topic"],
+            "partition": r["partition"],
+            "first_offset": r["offset"],
+            "last_offset": r["offset"],
+            "type": "accept",
+        }
+        for r in ranges
+    ]
     acked = requests.post(
         f"{base}/members/{member}/acknowledge", json={"acknowledgements": acks}, timeout=10
     )
     schema["/v1/share-groups/{group}/members/{member}/acknowledge"]["POST"].validate_response(acked)
-    assert [r["status"] for r in acked.json()["results"]] == ["ok"] * 4 + ["refused"]
+    statuses = [r["status"] for r in acked.json()["results"]]
+    assert statuses == ["ok"] * 4 + ["refused"] + ["ok"] * (len(ranges) - 1) + ["refused"]
     described = requests.get(base, timeout=10)
     schema["/v1/share-groups/{group}"]["GET"].validate_response(described)
     listed = requests.get(f"{live.url}/v1/share-groups", timeout=10)

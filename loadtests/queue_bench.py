@@ -3,10 +3,12 @@ side by side in one run, every server on the first CPU and the clients on the ot
 
 - throughput: `consumers` consumers (in PROCESSES client processes) acquire N records at a
   time (N = 1, 10, 100) and accept them, each consumer one request in flight: Sluice `POST
-  …/acquire?max_records=N` then one `POST …/acknowledge` of the N accepts, over keep-alive
-  HTTP/1.1; Redis `XREADGROUP COUNT N` then `XACK` of the N (redis-py + hiredis); JetStream a
-  pull of N from a work-queue stream's durable pull consumer with explicit acks (`nats-server
-  -js`, file store), then an ack of each. Each server holds `records` 100-byte records first; a
+  …/acquire?max_records=N` then one `POST …/acknowledge` of the N accepts (as offset ranges,
+  consecutive records of a partition in one, as Kafka's share consumer sends them; `--acks
+  tokens`: each record's token), over keep-alive HTTP/1.1; Redis `XREADGROUP COUNT N` then
+  `XACK` of the N (redis-py + hiredis); JetStream a pull of N from a work-queue stream's
+  durable pull consumer with explicit acks (`nats-server -js`, file store), then an ack of
+  each. Each server holds `records` 100-byte records first; a
   cell acquires and accepts `cell_records[N]` of them with a new share group or Redis group
   (JetStream's one consumer goes on; its stream is filled up again first). Records/s over the
   cell, and records per server CPU-second (the server's /proc time over the cell). Cells
@@ -99,6 +101,7 @@ class Plan:
     poison_batch: int
     lock_ms: int  # the poison cell's share.record.lock.duration.ms
     delivery_limit: int  # its share.delivery.count.limit
+    acks: str = "ranges"  # how the throughput cells' Sluice consumers accept: ranges or tokens
 
 
 FULL = Plan(
@@ -168,6 +171,25 @@ async def _accept(http: RawHttp, target: str, tokens: list[bytes]) -> None:
         raise RuntimeError(f"acknowledge -> {status} {answer[:300]!r}")
 
 
+def _range_accepts(tokens: list[bytes]) -> tuple[bytes, int]:
+    """The tokens' records accepted by offset ranges (consecutive offsets of a partition in
+    one), and how many ranges."""
+    runs: list[list[Any]] = []
+    for token in tokens:
+        topic, partition, offset, _ = token.decode().rsplit(":", 3)
+        at = int(offset)
+        last = runs[-1] if runs else None
+        if last is not None and (last[0], last[1], last[3] + 1) == (topic, partition, at):
+            last[3] = at
+        else:
+            runs.append([topic, partition, at, at])
+    items = [
+        {"topic": t, "partition": int(p), "first_offset": a, "last_offset": b, "type": "accept"}
+        for t, p, a, b in runs
+    ]
+    return orjson.dumps({"acknowledgements": items}), len(items)
+
+
 async def _sluice_share(
     params: dict[str, Any], shared: Shared, clock: Clock, ready: Callable[[], None]
 ) -> int:
@@ -190,8 +212,14 @@ async def _sluice_share(
             if status != 200:
                 raise RuntimeError(f"acquire -> {status} {body[:300]!r}")
             tokens = TOKEN.findall(body)
-            if tokens:
+            if tokens and params["acks"] == "ranges":
+                accepts, count = _range_accepts(tokens)
+                status, _, answer = await http.send("POST", acknowledge, accepts)
+                if status != 200 or answer.count(b'"status":"ok"') != count:
+                    raise RuntimeError(f"acknowledge -> {status} {answer[:300]!r}")
+            elif tokens:
                 await _accept(http, acknowledge, tokens)
+            if tokens:
                 total += len(tokens)
                 clock.saw(len(tokens))
                 shared.add(len(tokens))
@@ -549,7 +577,14 @@ class Servers:
         if system == "sluice":
             group = share_group(self.url)
             params = [
-                {**common, "url": self.url, "group": group, "topic": self.topic, "consumers": n}
+                {
+                    **common,
+                    "url": self.url,
+                    "group": group,
+                    "topic": self.topic,
+                    "consumers": n,
+                    "acks": self.plan.acks,
+                }
                 for n in shares
             ]
         elif system == "redis":
@@ -956,7 +991,7 @@ def markdown(doc: dict[str, Any]) -> str:
         f"{plan['rounds']} rounds, the median shown.",
         "",
         f"## Acquire and accept: {plan['consumers']} consumers, {plan['records']:,} records "
-        "of 100 bytes in each server",
+        f"of 100 bytes in each server (Sluice's accepts by {plan['acks']})",
         "",
         "| batch | server | records | records/s | server CPU s | server cores busy "
         "| records / server CPU s | client CPU s | rounds (records / server CPU s) |",
@@ -1115,6 +1150,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, help=f"default {FULL.rounds}")
     parser.add_argument("--out", type=Path, default=Path("bench-out"))
     parser.add_argument(
+        "--acks",
+        choices=["ranges", "tokens"],
+        default="ranges",
+        help="Sluice's consumers accept by offset ranges (as Kafka's) or each record's token",
+    )
+    parser.add_argument(
         "--profile",
         action="store_true",
         help="py-spy the gateway over one more Sluice cell a batch",
@@ -1124,6 +1165,7 @@ def main() -> None:
     plan = QUICK if args.quick else FULL
     if args.rounds is not None:
         plan = dataclasses.replace(plan, rounds=args.rounds)
+    plan = dataclasses.replace(plan, acks=args.acks)
     if args.profile:
         py_spy()
     raise_fd_limit()
@@ -1136,6 +1178,7 @@ def main() -> None:
         "command": "python -m loadtests.queue_bench"
         + (" --quick" if args.quick else "")
         + (f" --rounds {args.rounds}" if args.rounds is not None else "")
+        + (" --acks tokens" if args.acks == "tokens" else "")
         + (" --profile" if args.profile else ""),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "commit": commit,

@@ -12,7 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.queue_bench import QUICK, SYSTEMS, fairness_figures, out_of_order
+from loadtests.queue_bench import (
+    QUICK,
+    SYSTEMS,
+    _range_accepts,
+    fairness_figures,
+    out_of_order,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -75,3 +81,13 @@ def test_a_wait_past_twice_the_mean_misses_the_fairness_goal() -> None:
     assert unfair["met"] is False
     assert unfair["consumers_within_2x_mean"] == 2 and unfair["consumers_measured"] == 3
     assert unfair["wait_s"]["mean"] == pytest.approx(10 / 6, abs=1e-3)
+
+
+def test_sluice_consumers_accept_consecutive_offsets_of_a_partition_as_one_range() -> None:
+    body, count = _range_accepts([b"q:0:5:1", b"q:0:6:1", b"q:1:7:1", b"q:0:8:2", b"q:0:9:1"])
+    assert count == 3
+    assert json.loads(body)["acknowledgements"] == [
+        {"topic": "q", "partition": 0, "first_offset": 5, "last_offset": 6, "type": "accept"},
+        {"topic": "q", "partition": 1, "first_offset": 7, "last_offset": 7, "type": "accept"},
+        {"topic": "q", "partition": 0, "first_offset": 8, "last_offset": 9, "type": "accept"},
+    ]

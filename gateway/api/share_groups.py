@@ -202,7 +202,8 @@ def ndjson_items(body: bytes) -> list[Any]:
 
 def json_items(doc: dict[str, Any]) -> list[Any]:
     """A JSON body's acknowledgements: {"acknowledgements": [...]}."""
-    check_fields(doc, {"acknowledgements"})
+    if len(doc) != 1 or "acknowledgements" not in doc:
+        check_fields(doc, {"acknowledgements"})
     items = doc.get("acknowledgements")
     if not isinstance(items, list):
         raise bad_request(
@@ -254,6 +255,18 @@ def _range(item: dict[str, Any], where: str) -> AckRange:
     """An acknowledgement of records by their offsets, checked."""
     if not item.keys() <= _RANGE_FIELDS:
         check_fields(item, set(_RANGE_FIELDS))
+    topic, partition = item.get("topic"), item.get("partition")
+    first, last = item.get("first_offset"), item.get("last_offset")
+    if (
+        type(topic) is str
+        and topic
+        and type(partition) is int
+        and type(first) is int
+        and type(last) is int
+        and 0 <= partition <= _MAX_PARTITION
+        and 0 <= first <= last <= _MAX_OFFSET
+    ):
+        return AckRange(topic, partition, first, last)
     missing = [name for name in _RANGE if name not in item]
     if missing:
         raise bad_request(

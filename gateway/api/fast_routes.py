@@ -1,23 +1,25 @@
 """The fast routes: plain produces, partition fetches, group members' fetches, share-group
-members' acquires and acknowledgements, and other nodes' internal appends served without
-aiohttp's per-request machinery.
+members' acquires and acknowledgements, transactions' begins, commits and aborts, and other
+nodes' internal appends served without aiohttp's per-request machinery.
 
 aiohttp builds a Request, runs the middlewares and the router and writes a StreamResponse for
 every request: for a one-record produce, or a long-poll that returns a few records, that costs
 more than the work itself (see docs/PERFORMANCE.md "Request cost"). The connections
-(gateway.http.connections, gateway.http.http2) offer each complete request here first (the
-app hands them this object as their fast path); `take` accepts only the plain case (a produce
-whose body has arrived whole, also one inside a transaction coordinated here, a fetch of a
-partition led here, a fetch by a member of a group coordinated here, the batches another node's
-front forwards to a partition led here), and everything else, including every request that
-would fail before producing or fetching, goes through the Application, which stays the
-reference. The middlewares' checks (credentials, ACLs, quotas, CORS headers) and the handlers'
-own (a member fetch's topics, a produce's transactional id) are steps of `take`, through the
-same functions, whatever the options. What the fast routes serve is what the general path
-would answer: the same Producer, partition read and group fetch, the same refusals and error
-rendering, the same request metrics and body accounting. Which produces and fetches they take
-is `fast_produce`'s and `fast_fetch`'s, the share-group requests `fast_share`'s, the targets
-they read `fast_targets`', and the answer's head `fast_answer`'s.
+(gateway.http.connections, gateway.http.http2) offer each complete request here first (the app
+hands them this object as their fast path); `take` accepts only the plain case (a produce whose
+body has arrived whole, also one inside a transaction coordinated here, a fetch of a partition
+led here, a fetch by a member of a group coordinated here, a producer's begin, commit or abort
+of a transaction coordinated here, the batches another node's front forwards to a partition led
+here), and everything else, including every request that would fail before producing or
+fetching, goes through the Application, which stays the reference. The middlewares' checks
+(credentials, ACLs, quotas, CORS headers) and the handlers' own (a member fetch's topics, a
+produce's transactional id) are steps of `take`, through the same functions, whatever the
+options. What the fast routes serve is what the general path would answer: the same Producer,
+partition read and group fetch, the same refusals and error rendering, the same request metrics
+and body accounting. Which produces and fetches they take is `fast_produce`'s and
+`fast_fetch`'s, the share-group requests `fast_share`'s, the transaction calls
+`fast_transactions`', the targets they read `fast_targets`', and the answer's head
+`fast_answer`'s.
 """
 
 from __future__ import annotations
@@ -55,10 +57,17 @@ from gateway.api.fast_targets import (
     TOPIC_ROUTE,
     TOPICS_PREFIX,
 )
+from gateway.api.fast_transactions import FastTransaction, TransactionIntake
 from gateway.api.problems import problem_of
 from gateway.api.records import produced
 from gateway.api.rest_proxy import fast as rest_proxy
-from gateway.api.transactions import partitions_adder
+from gateway.api.transactions import (
+    ABORT_ROUTE,
+    COMMIT_ROUTE,
+    TRANSACTION_ROUTE,
+    TRANSACTIONS_PREFIX,
+    partitions_adder,
+)
 from gateway.auth.checks import (
     UNLIMITED_AUDIENCES,
     admit,
@@ -108,7 +117,13 @@ class FastRefusal:
 
 
 FastRequest = (
-    FastProduce | FastAppend | FastFetch | FastMemberFetch | FastShareAcquire | FastShareAck
+    FastProduce
+    | FastAppend
+    | FastFetch
+    | FastMemberFetch
+    | FastShareAcquire
+    | FastShareAck
+    | FastTransaction
 )
 
 
@@ -132,6 +147,7 @@ class FastRoutes:
         self.produces = ProduceIntake(gateway, inflight)
         self.fetches = FetchIntake(gateway)
         self.shares = ShareIntake(gateway)
+        self.transactions = TransactionIntake(gateway)
         self.served = 0  # requests answered here: sluice_lane_requests_total
         self._cors_headers: Memo[str | None, Headers] = Memo(_ORIGINS_KEPT)
         # Per route (as `_resource_of` names it): its access rule, and whether quotas limit it
@@ -229,6 +245,8 @@ class FastRoutes:
             return self.fetches.member_fetch(target, headers)
         if method == "POST" and target.startswith(SHARE_PREFIX):
             return self.shares.take(target, headers, body)
+        if method == "POST" and target.startswith(TRANSACTIONS_PREFIX):
+            return self.transactions.take(target, headers, body)
         return None
 
     def _checked(
@@ -295,6 +313,8 @@ class FastRoutes:
             if not auth.allowed(principal, "transactional_id", name, "write"):
                 return self._refused(taken, denied(principal, "transactional_id", name, "write"))
             taken.principal = principal
+        if auth.enabled and isinstance(taken, FastTransaction):
+            taken.principal = principal  # the route checked write on its id (`_admit`)
         return taken
 
     def _admit(self, taken: FastRequest, principal: str) -> FastRefusal | None:
@@ -467,6 +487,8 @@ class FastRoutes:
                 answer = await self._write(request, connection, built)
             elif isinstance(request, FastShareAcquire | FastShareAck):
                 answer = await self.shares.answer(request)
+            elif isinstance(request, FastTransaction):
+                answer = await self.transactions.answer(request)
             else:
                 if isinstance(request, FastFetch):
                     answer = await self.fetches.answer_fetch(request)
@@ -523,6 +545,9 @@ _ROUTES = {  # `_resource_of`'s name of a route -> its method and template
     APPEND_ROUTE: ("POST", APPEND_ROUTE),
     ACQUIRE_ROUTE: ("POST", ACQUIRE_ROUTE),
     ACKNOWLEDGE_ROUTE: ("POST", ACKNOWLEDGE_ROUTE),
+    TRANSACTION_ROUTE: ("POST", TRANSACTION_ROUTE),
+    COMMIT_ROUTE: ("POST", COMMIT_ROUTE),
+    ABORT_ROUTE: ("POST", ABORT_ROUTE),
 }
 
 
@@ -544,6 +569,8 @@ def _route_of(request: FastRequest) -> tuple[str, str, dict[str, str]]:
         return "POST", ACQUIRE_ROUTE, {"group": request.group}
     if isinstance(request, FastShareAck):
         return "POST", ACKNOWLEDGE_ROUTE, {"group": request.group}
+    if isinstance(request, FastTransaction):
+        return "POST", request.route, {"transactional_id": request.transactional_id}
     return "POST", APPEND_ROUTE, {}
 
 
@@ -560,6 +587,8 @@ def _resource_of(request: FastRequest) -> tuple[str, str]:
         return ACQUIRE_ROUTE, request.group
     if isinstance(request, FastShareAck):
         return ACKNOWLEDGE_ROUTE, request.group
+    if isinstance(request, FastTransaction):
+        return request.route, request.transactional_id
     return APPEND_ROUTE, ""
 
 

@@ -5,7 +5,7 @@ transaction (`transactional_id` and `producer_epoch` in the query).
 Every input is checked here; the transaction coordinator (groups.transactions.coordinator)
 does the rest. A call reaching a node that does not coordinate the id is forwarded there; one
 whose coordinator cannot be found now answers 503 COORDINATOR_NOT_AVAILABLE with Retry-After
-(`_at_coordinator`).
+(`at_coordinator`).
 """
 
 from __future__ import annotations
@@ -44,17 +44,20 @@ MAX_TRANSACTIONAL_ID = 249  # Kafka's limit on a transactional id's length
 MAX_EPOCH = 2**15 - 1
 MAX_OFFSETS = 10_000  # offsets in one request
 DEFAULT_TIMEOUT_MS = 60_000  # Kafka's transaction.timeout.ms default
-_BASE = "/v1/transactions/{transactional_id}"
+TRANSACTIONS_PREFIX = "/v1/transactions/"
+TRANSACTION_ROUTE = TRANSACTIONS_PREFIX + "{transactional_id}"
+COMMIT_ROUTE = TRANSACTION_ROUTE + "/commit"
+ABORT_ROUTE = TRANSACTION_ROUTE + "/abort"
 _STATES = {s.value: s for s in TransactionState}
 
 
 def add_routes(app: web.Application) -> None:
     app.router.add_get("/v1/transactions", list_transactions)
-    app.router.add_post(_BASE, begin)
-    app.router.add_get(_BASE, describe)
-    app.router.add_post(_BASE + "/offsets", add_offsets)
-    app.router.add_post(_BASE + "/commit", commit)
-    app.router.add_post(_BASE + "/abort", abort)
+    app.router.add_post(TRANSACTION_ROUTE, begin)
+    app.router.add_get(TRANSACTION_ROUTE, describe)
+    app.router.add_post(TRANSACTION_ROUTE + "/offsets", add_offsets)
+    app.router.add_post(COMMIT_ROUTE, commit)
+    app.router.add_post(ABORT_ROUTE, abort)
 
 
 def transactional_id_param(request: web.Request) -> str:
@@ -73,20 +76,29 @@ async def _coordinator(request: web.Request) -> TransactionCoordinator:
 
 @contextlib.contextmanager
 def _at_coordinator(request: web.Request, transactional_id: str) -> Iterator[None]:
+    """A call only the id's coordinator serves, on the Application's path: `at_coordinator`,
+    forwarding a NotLeader unless the call was forwarded here already."""
+    with at_coordinator(transactional_id, FORWARDED_BY not in request.headers):
+        yield
+
+
+@contextlib.contextmanager
+def at_coordinator(transactional_id: str, forwardable: bool) -> Iterator[None]:
     """A call only the id's coordinator serves. NotLeader (NotController while
     `__transaction_state` does not exist here) goes on to the forwarding middleware, which
-    sends the call to the node it names, unless the call was forwarded here already: then the
-    node that sent it saw this one as the coordinator (or the controller) and this node's view
-    differs (the state topic just made and its leaders not known everywhere yet, or the
-    coordinator moving). That, and a coordinator without a leader or still loading its state
-    partition (LeaderNotAvailable), answers 503 COORDINATOR_NOT_AVAILABLE with Retry-After, as
-    Kafka's coordinators answer while they move or load; the client asks again."""
+    sends the call to the node it names, when `forwardable`; otherwise (a forwarded call: the
+    node that sent it saw this one as the coordinator or the controller and this node's view
+    differs, the state topic just made or the coordinator moving; or the fast routes' call,
+    taken because this node coordinated the id), and for a coordinator without a leader or
+    still loading its state partition (LeaderNotAvailable), it answers 503
+    COORDINATOR_NOT_AVAILABLE with Retry-After, as Kafka's coordinators answer while they move
+    or load; the client asks again."""
     try:
         yield
     except LeaderNotAvailable as exc:
         raise _coordinator_not_available(transactional_id, exc) from exc
     except (NotLeader, NotController) as exc:
-        if FORWARDED_BY not in request.headers:
+        if forwardable:
             raise
         raise _coordinator_not_available(transactional_id, exc) from exc
 
@@ -128,14 +140,19 @@ async def begin(request: web.Request) -> web.Response:
     gateway = gateway_of(request)
     name = transactional_id_param(request)
     doc = await json_object(request, gateway.settings) if request.body_exists else {}
-    check_fields(doc, {"timeout_ms"})
-    timeout_ms = DEFAULT_TIMEOUT_MS
-    if "timeout_ms" in doc:
-        timeout_ms = int_field(doc, "timeout_ms", 1, 2**31 - 1)
+    timeout_ms = begin_timeout(doc)
     with _at_coordinator(request, name):
         coordinator = await _coordinator(request)
         meta = await coordinator.begin(name, timeout_ms, principal_of(request))
     return json_response(transaction_doc(meta), 201)
+
+
+def begin_timeout(doc: dict[str, Any]) -> int:
+    """A begin's body: its transaction.timeout.ms (Kafka's default when not given)."""
+    check_fields(doc, {"timeout_ms"})
+    if "timeout_ms" not in doc:
+        return DEFAULT_TIMEOUT_MS
+    return int_field(doc, "timeout_ms", 1, 2**31 - 1)
 
 
 async def describe(request: web.Request) -> web.Response:
@@ -254,10 +271,16 @@ async def _end_request(request: web.Request, *, epoch_required: bool) -> tuple[s
     gateway = gateway_of(request)
     name = transactional_id_param(request)
     doc = await json_object(request, gateway.settings) if request.body_exists else {}
+    return name, end_epoch(doc, epoch_required=epoch_required)
+
+
+def end_epoch(doc: dict[str, Any], *, epoch_required: bool) -> int | None:
+    """A commit's or abort's body: the producer epoch ending the transaction (None: an
+    operator's abort, which names none)."""
     check_fields(doc, {"producer_epoch"})
     if "producer_epoch" not in doc and not epoch_required:
-        return name, None
-    return name, int_field(doc, "producer_epoch", 0, MAX_EPOCH)
+        return None
+    return int_field(doc, "producer_epoch", 0, MAX_EPOCH)
 
 
 async def list_transactions(request: web.Request) -> web.Response:

@@ -18,6 +18,7 @@ from gateway.api.fast_produce import FastProduce
 from gateway.api.fast_routes import FastRefusal, FastRoutes
 from gateway.api.fast_share import FastShareAck, FastShareAcquire
 from gateway.api.fast_targets import PARTITION_ROUTE
+from gateway.api.fast_transactions import FastTransaction
 from gateway.auth.quotas import ANONYMOUS
 from gateway.http.connections import Http1Connection, turn_answers
 from gateway.http.fast_path import FAST_PATH
@@ -588,3 +589,61 @@ async def test_a_transactional_produce_needs_write_on_its_transactional_id(
     assert isinstance(taken, FastProduce) and taken.principal == "erin"
     assert (await routes.serve(taken, 1)).status == 200
     assert log.log_end_offset == 1
+
+
+async def test_transaction_calls_coordinated_here_are_taken(start: Start) -> None:
+    """A begin, commit or producer's abort is the fast routes' once this node coordinates its
+    id (not before `__transaction_state` exists: the Application makes it); an operator's
+    abort (no epoch: alter on the cluster) and a body the route would refuse are left to it."""
+    client = await start()
+    routes = fast_routes_of(client)
+    headers = CIMultiDict({"Content-Type": JSON})
+    assert routes.take("POST", "/v1/transactions/tx", headers, b"{}", 1) is None
+    epoch = await _begin(client, "tx")
+    begin = routes.take("POST", "/v1/transactions/tx", CIMultiDict(), b"", 1)
+    assert isinstance(begin, FastTransaction) and (begin.action, begin.value) == ("begin", 60_000)
+    begun = await routes.serve(begin, 1)
+    assert begun.status == 201
+    new_epoch = orjson.loads(begun.body)["producer_epoch"]
+    assert new_epoch > epoch  # the open transaction aborted, its producer fenced
+    ended = orjson.dumps({"producer_epoch": new_epoch})
+    commit = routes.take("POST", "/v1/transactions/tx/commit", headers, ended, 1)
+    assert isinstance(commit, FastTransaction) and commit.value == new_epoch
+    assert orjson.loads((await routes.serve(commit, 1)).body)["state"] == "CompleteCommit"
+    for target, body in (
+        ("/v1/transactions/tx/abort", b"{}"),  # an operator's
+        ("/v1/transactions/tx/abort", b'{"producer_epoch":-1}'),
+        ("/v1/transactions/tx/commit", b'{"producer_epoch":true}'),
+        ("/v1/transactions/tx", b'{"timeout_ms":1,"x":1}'),
+        ("/v1/transactions/tx", b"[]"),
+        ("/v1/transactions/tx/offsets", ended),
+        ("/v1/transactions/t%78/commit", ended),
+        ("/v1/transactions/tx", b"{" + b" " * 2000 + b"}"),
+    ):
+        assert routes.take("POST", target, headers, body, 1) is None, (target, body)
+    text = CIMultiDict({"Content-Type": "text/plain"})
+    assert routes.take("POST", "/v1/transactions/tx/commit", text, ended, 1) is None
+
+
+async def test_a_transaction_call_needs_write_on_its_transactional_id(
+    start: Start, data_dir: Path
+) -> None:
+    """With --auth a begin taken by the fast routes is refused as its route refuses it (403
+    ACL_DENIED, the same problem) without write on the id; granted, the transaction is the
+    principal's."""
+    keys = {name: make_key(data_dir, name) for name in ("admin", "erin")}
+    client = await start(auth=True, super_users=("admin",))
+    admin, erin = bearer(keys["admin"]), bearer(keys["erin"])
+    await _begin(client, "made", admin)  # `__transaction_state` made
+    headers = CIMultiDict({"Content-Type": JSON, **erin})
+    through_route = await problem(
+        await client.post("/v1/transactions/tx", data=b"{}", headers=headers), 403, "ACL_DENIED"
+    )
+    routes = fast_routes_of(client)
+    refused = routes.take("POST", "/v1/transactions/tx", headers, b"{}", 1)
+    assert isinstance(refused, FastRefusal)
+    assert orjson.loads(refused.answer.body) == through_route
+    await grant(client, keys["admin"], binding("erin", "transactional_id", "tx", "write"))
+    taken = routes.take("POST", "/v1/transactions/tx", headers, b"{}", 1)
+    assert isinstance(taken, FastTransaction) and taken.principal == "erin"
+    assert orjson.loads((await routes.serve(taken, 1)).body)["principal"] == "erin"

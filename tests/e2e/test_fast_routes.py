@@ -283,6 +283,99 @@ async def test_transactional_produces_are_answered_exactly_as_the_application(
     assert [r["value"] for r in fast_records] == [r["value"] for r in app_records] == ["b"]
 
 
+def _call(action: str, doc: object) -> tuple[str, bytes, dict[str, str]]:
+    """A transaction call of `tx` (action "", "/commit" or "/abort") with a JSON body."""
+    body = doc if isinstance(doc, bytes) else orjson.dumps(doc)
+    return f"/v1/transactions/tx{action}", body, {}
+
+
+def _without_times(answer: tuple[bytes, dict[str, str], bytes]) -> tuple[object, ...]:
+    """An answer as `comparable` has it, a transaction's clock readings left out (each
+    server's own)."""
+    status, headers, body = comparable(answer)
+    assert isinstance(headers, dict) and isinstance(body, bytes)
+    doc = orjson.loads(body)
+    for name in ("started_ms", "updated_ms", "expires_ms"):
+        if name in doc:
+            doc[name] = type(doc[name]).__name__
+    return status, {k: v for k, v in headers.items() if k != "content-length"}, doc
+
+
+async def test_transaction_calls_are_answered_exactly_as_the_application(
+    servers: list[Server], tmp_path: Path
+) -> None:
+    """A producer's begin, commit and abort of a transaction this node coordinates are the
+    fast routes', answered as the Application answers them: begun, committed, a commit
+    retried, an abort after the commit, a fenced epoch, an id never begun. A bad body, an
+    operator's abort and a query are left to the Application, which says why."""
+    fast, app = launch(servers, tmp_path), launch(servers, tmp_path)
+    for server in (fast, app):
+        create_topic(server)
+        _transaction_call(server, "")  # the state topic made: the id is coordinated here
+    fast_conn, app_conn = await Connection.open(fast), await Connection.open(app)
+
+    async def alike(calls: list[tuple[str, bytes, dict[str, str]]]) -> list[Any]:
+        docs = []
+        for target, body, headers in calls:
+            through_fast = await fast_conn.exchange(request(target, body, FAST_TYPE, headers))
+            through_app = await app_conn.exchange(request(target, body, APP_TYPE, headers))
+            assert _without_times(through_fast) == _without_times(through_app), (target, body)
+            docs.append(_without_times(through_fast)[2])
+        return docs
+
+    try:
+        before = fast_served(fast)
+        begun = await alike([_call("", {"timeout_ms": 5000})])
+        epoch = begun[0]["producer_epoch"]
+        assert (begun[0]["state"], begun[0]["timeout_ms"]) == ("Ongoing", 5000)
+        ended = await alike([
+            _call("/commit", {"producer_epoch": epoch}),
+            _call("/commit", {"producer_epoch": epoch}),  # a retry answers as the first
+            _call("/abort", {"producer_epoch": epoch}),  # after the commit: refused
+            _call("", {}),
+            _call("/commit", {"producer_epoch": epoch}),  # fenced by the begin
+            _call("/abort", {"producer_epoch": epoch + 1}),
+            ("/v1/transactions/nobody/commit", b'{"producer_epoch":0}', {}),
+        ])  # fmt: skip
+        assert fast_served(fast) - before == 8
+        assert [doc.get("state", doc.get("code")) for doc in ended] == [
+            "CompleteCommit",
+            "CompleteCommit",
+            "INVALID_TXN_STATE",
+            "Ongoing",
+            "PRODUCER_FENCED",
+            "CompleteAbort",
+            "UNKNOWN_TRANSACTIONAL_ID",
+        ]
+        left = fast_served(fast)
+        refused = await alike([
+            _call("", b'{"timeout_ms":'),  # malformed JSON
+            _call("", {"timeout_ms": "soon"}),
+            _call("", {"timeout_ms": 0}),
+            _call("", {"timeout_ms": 1, "other": 1}),
+            _call("", []),
+            _call("/commit", {}),
+            _call("/commit", {"producer_epoch": 2**15}),
+            ("/v1/transactions/tx/commit?x=1", b'{"producer_epoch":0}', {}),
+            ("/v1/transactions/" + "x" * 250, b"{}", {}),
+        ])  # fmt: skip
+        assert [doc["code"] for doc in refused] == [
+            "INVALID_JSON",
+            "INVALID_PARAMETER",
+            "INVALID_PARAMETER",
+            "INVALID_REQUEST",
+            "INVALID_JSON",
+            "INVALID_PARAMETER",
+            "INVALID_PARAMETER",
+            "PRODUCER_FENCED",  # the route reads no query: as without it
+            "INVALID_TRANSACTIONAL_ID",
+        ]
+        assert fast_served(fast) == left
+    finally:
+        fast_conn.close()
+        app_conn.close()
+
+
 FORWARDED = {"Content-Type": RECORD_BATCH, "Sluice-Forwarded-By": "7"}
 APPEND = "/internal/v1/partitions/t/{}/append"
 # Internal appends (another node's front forwarding batches it built) the fast routes take.

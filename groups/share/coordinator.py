@@ -654,7 +654,7 @@ class ShareCoordinator:
         """Where share.auto.offset.reset starts a share-partition now."""
         lookback = reset_lookback_ms(group.reset)
         at: str | int = group.reset if lookback is None else now_ms() - lookback
-        return await self.reader.offset(tp[0], tp[1], at)  # type: ignore[arg-type]
+        return await self.reader.offset(tp[0], tp[1], at, group.isolation)  # type: ignore[arg-type]
 
     # -- waiting ---------------------------------------------------------------------------------
 

@@ -165,3 +165,30 @@ async def test_a_share_group_takes_an_isolation_level_and_refuses_others(client:
     assert (await resp.json())["configs"] == {"share.isolation.level": "read_committed"}
     resp = await client.put(path, json={"configs": {"share.isolation.level": "dirty"}})
     assert resp.status == 400 and (await resp.json())["code"] == "INVALID_CONFIG"
+
+
+async def test_a_read_committed_share_group_at_latest_starts_at_the_last_stable_offset(
+    client: Client,
+) -> None:
+    """share.auto.offset.reset=latest at read_committed starts where such a reader's latest
+    is, the last stable offset, not the high watermark: the open transaction's record and
+    the one behind it are acquired once it commits, not passed over."""
+    epoch = await open_transaction(client)  # ABORTED at 0 (open), HELD at 1
+    configs = {"share.isolation.level": "read_committed"}
+    resp = await client.put("/v1/share-groups/g/configs", json={"configs": configs})
+    assert resp.status == 200, await resp.text()
+    resp = await client.post("/v1/share-groups/g/members", json={"topics": ["t"]})
+    assert resp.status == 201, await resp.text()
+    acquire = f"/v1/share-groups/g/members/{(await resp.json())['member_id']}/acquire"
+    resp = await client.post(acquire, params={"timeout_ms": "0"})
+    assert resp.status == 200 and (await resp.json())["records"] == []
+    described = await (await client.get("/v1/share-groups/g")).json()
+    assert described["partitions"][0]["start_offset"] == 0
+    await end(client, "a", "commit", epoch)
+    values: list[Any] = []
+    while HELD not in values:  # an acquire may end at a batch: each long-polls for the next
+        resp = await client.post(acquire, params={"timeout_ms": "10000"})
+        records = (await resp.json())["records"]
+        assert records, values
+        values += [r["value"] for r in records]
+    assert values == [ABORTED, HELD]

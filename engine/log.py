@@ -706,11 +706,12 @@ class PartitionLog:
 
     @property
     def last_stable_offset(self) -> int:
-        """The high watermark, or the first offset of the oldest open transaction if lower:
+        """The high watermark, or the first offset of the oldest open transaction if lower
+        (the log start if that is higher, as Kafka clamps it: records below it are gone):
         read_committed consumers read below it."""
         unstable = self.producer_state.first_unstable_offset()
         hw = self.high_watermark
-        return hw if unstable is None else min(unstable, hw)
+        return hw if unstable is None else min(max(unstable, self.log_start_offset), hw)
 
     def remove_expired_producers(self, expiration_ms: int) -> int:
         """Forget the producers idle past `expiration_ms` with no transaction open here

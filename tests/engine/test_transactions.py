@@ -114,6 +114,20 @@ def test_an_open_transaction_holds_the_last_stable_offset_for_every_reader(
     assert values(log, Isolation.READ_COMMITTED) == [b"before", b"a", b"b", b"later"]
 
 
+def test_the_last_stable_offset_is_never_below_the_log_start(make_log: LogFactory) -> None:
+    """Records deleted below an open transaction's first offset (DeleteRecords, retention)
+    leave the last stable offset at the log start, as Kafka clamps it: a read_committed
+    reader's latest is an offset the log still has."""
+    log = make_log()
+    txn(log, [b"a"])
+    plain(log, [b"b", b"c"])
+    assert log.delete_records(2) == 2
+    assert log.last_stable_offset == 2
+    end(log, commit=True)
+    assert log.last_stable_offset == log.high_watermark == 4
+    assert values(log, Isolation.READ_COMMITTED, 2) == [b"c"]
+
+
 def test_an_older_epoch_is_fenced_and_a_late_write_after_the_marker_refused(
     make_log: LogFactory,
 ) -> None:

@@ -214,8 +214,19 @@ class TransactionCoordinator:
         principal: str | None,
     ) -> TransactionMetadata:
         """Partitions the transaction writes (before its first write to each): each gets a
-        marker when the transaction ends."""
+        marker when the transaction ends. Every produce of a transaction but its first to a
+        partition names only partitions in it already: while no change of the id is being
+        stored, that is decided (and refused: fenced, not open, not the owner) without storing
+        anything, as the locked path would decide it."""
         wanted = list(partitions)
+        self.log.coordinator(transactional_id)
+        lock = self._locks.get(transactional_id)
+        if lock is None or not lock.locked():
+            unchanged = self.machine.add_partitions(
+                transactional_id, producer_epoch, wanted, principal, self.clock()
+            )
+            if not unchanged.changed and unchanged.metadata is not None:
+                return unchanged.metadata
 
         def decide(now: int) -> Transition:
             transition = self.machine.add_partitions(

@@ -245,6 +245,34 @@ async def test_partitions_already_in_the_transaction_are_not_stored_again(node: 
         await c.add_partitions(TID, epoch, [T0, ("t", 9)], ME)
 
 
+async def test_an_add_while_the_ids_change_is_stored_is_decided_on_its_outcome(
+    node: Node,
+) -> None:
+    """Partitions already in the transaction are answered at once only while nothing of the
+    id is being stored: during a commit's write an add waits for it, and is refused (the
+    transaction no longer open), never answered from the state before the commit."""
+    c = node.coordinator
+    epoch = await begun_on_two_replicas(node)
+    first = asyncio.create_task(c.add_partitions(TID, epoch, [T0], ME))
+    await until(lambda: len(node.states_stored()) == 2, "the add's write")
+    node.follower_fetched()
+    await first
+    commit = asyncio.create_task(c.commit(TID, epoch, ME))
+    await until(lambda: "PrepareCommit" in node.states_stored(), "the commit's write")
+    add = asyncio.create_task(c.add_partitions(TID, epoch, [T0], ME))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert not add.done()  # behind the commit's write, which the follower has not fetched
+
+    def fetched_all() -> bool:
+        node.follower_fetched()
+        return commit.done() and add.done()
+
+    await until(fetched_all, "the commit and the add")
+    with pytest.raises(InvalidTxnState):
+        add.result()
+
+
 async def test_a_commit_marks_every_partition_commits_the_offsets_and_completes(
     node: Node,
 ) -> None:

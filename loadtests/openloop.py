@@ -13,6 +13,7 @@ generators spend is taken from the server they measure.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import multiprocessing
 import queue
@@ -134,28 +135,47 @@ async def connect(port: int, split: Splitter, on_answer: Callable[[int, bytes], 
     return protocol
 
 
-async def _produce(params: dict[str, Any], barrier: threading.Barrier) -> dict[str, Any]:
-    """Send `rate` requests/s for `seconds` by the clock; ack latency counts from the schedule."""
-    redis = params["system"] == "redis"
-    make = _redis_request if redis else _sluice_request
-    split = _redis_answer if redis else http_answer
-    pending: list[deque[float]] = [deque() for _ in range(CONNECTIONS)]
-    acks: list[float] = []
+@dataclasses.dataclass(frozen=True)
+class Sent:
+    """What an open-loop producer did (milliseconds, counted from each request's schedule)."""
+
+    sent: int
+    answers: list[float]  # from the schedule to each answer
+    failures: int  # answers not 2xx
+    late: list[float]  # from the schedule to each send
+    achieved_rate: float  # sent over the seconds the sends took
+    sends_ended: float  # time.monotonic() after the last send
+    cpu_s: float  # this process's, from the first send to the end of the drain
+
+
+async def send_on_schedule(
+    port: int,
+    split: Splitter,
+    connections: int,
+    rate: float,
+    seconds: float,
+    request: Callable[[int, float], bytes],
+    ready: Callable[[], object] = lambda: None,
+) -> Sent:
+    """Send `rate` requests/s for `seconds` by the clock over `connections` pipelined
+    connections in turn, `request(i, scheduled_ms)` the i-th, never waiting for an answer before
+    the next send; then up to DRAIN_S for the answers. `ready` runs once connected."""
+    pending: list[deque[float]] = [deque() for _ in range(connections)]
+    answers: list[float] = []
     failures = 0
 
-    def acknowledged(slot: int, status: int, _: bytes) -> None:
+    def answered(slot: int, status: int, _: bytes) -> None:
         nonlocal failures
-        acks.append(time.time() * 1000 - pending[slot].popleft())
+        answers.append(time.time() * 1000 - pending[slot].popleft())
         failures += not 200 <= status < 300
 
-    connections = [
-        await connect(params["port"], split, functools.partial(acknowledged, slot))
-        for slot in range(CONNECTIONS)
+    opened = [
+        await connect(port, split, functools.partial(answered, slot)) for slot in range(connections)
     ]
-    total = int(params["rate"] * params["seconds"])
-    barrier.wait(timeout=120)
+    total = int(rate * seconds)
+    ready()
     cpu_before = time.process_time()
-    interval = 1.0 / params["rate"]
+    interval = 1.0 / rate
     start = time.time() + 0.05
     sent = 0
     late: list[float] = []
@@ -171,27 +191,52 @@ async def _produce(params: dict[str, Any], barrier: threading.Barrier) -> dict[s
         while sent < total and start + sent * interval <= now:
             scheduled_ms = (start + sent * interval) * 1000
             late.append(now * 1000 - scheduled_ms)
-            slot = sent % CONNECTIONS
+            slot = sent % connections
             pending[slot].append(scheduled_ms)
-            transport = connections[slot].transport
+            transport = opened[slot].transport
             assert transport is not None
-            transport.write(make(params, scheduled_ms))
+            transport.write(request(sent, scheduled_ms))
             sent += 1
     send_seconds = time.time() - start
+    sends_ended = time.monotonic()
     deadline = time.time() + DRAIN_S
-    while len(acks) < total and time.time() < deadline:
+    while len(answers) < total and time.time() < deadline:
         await asyncio.sleep(DRAIN_POLL_S)
-    for connection in connections:
+    for connection in opened:
         if connection.transport is not None:
             connection.transport.close()
+    return Sent(
+        sent=sent,
+        answers=answers,
+        failures=failures,
+        late=late,
+        achieved_rate=round(sent / send_seconds, 1),
+        sends_ended=sends_ended,
+        cpu_s=time.process_time() - cpu_before,
+    )
+
+
+async def _produce(params: dict[str, Any], barrier: threading.Barrier) -> dict[str, Any]:
+    """Send `rate` requests/s for `seconds` by the clock; ack latency counts from the schedule."""
+    redis = params["system"] == "redis"
+    make = _redis_request if redis else _sluice_request
+    done = await send_on_schedule(
+        params["port"],
+        _redis_answer if redis else http_answer,
+        CONNECTIONS,
+        params["rate"],
+        params["seconds"],
+        lambda _, scheduled_ms: make(params, scheduled_ms),
+        lambda: barrier.wait(timeout=120),
+    )
     return {
-        "sent": sent,
-        "acknowledged": len(acks),
-        "failures": failures,
-        "achieved_rate": round(sent / send_seconds, 1),
-        "ack": percentiles(acks),
-        "send_late": percentiles(late),
-        "cpu_s": time.process_time() - cpu_before,
+        "sent": done.sent,
+        "acknowledged": len(done.answers),
+        "failures": done.failures,
+        "achieved_rate": done.achieved_rate,
+        "ack": percentiles(done.answers),
+        "send_late": percentiles(done.late),
+        "cpu_s": done.cpu_s,
     }
 
 

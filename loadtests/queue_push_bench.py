@@ -35,16 +35,13 @@ the gateway with py-spy over the latency cell (its collapsed stacks beside the r
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import dataclasses
-import functools
 import os
 import re
 import statistics
 import tempfile
 import time
-from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -110,56 +107,22 @@ def produce_request(topic: str, partition: int, scheduled_ms: float) -> bytes:
 async def produce(port: int, topic: str, rate: float, seconds: float) -> dict[str, Any]:
     """`rate` one-record produces a second for `seconds`, each at its scheduled time, the
     partitions in turn; how late the sends went out and the produces' answers."""
-    pending: list[deque[float]] = [deque() for _ in range(CONNECTIONS)]
-    acks: list[float] = []
-    failures = 0
-
-    def answered(slot: int, status: int, _: bytes) -> None:
-        nonlocal failures
-        acks.append(time.time() * 1000 - pending[slot].popleft())
-        failures += not 200 <= status < 300
-
-    connections = [
-        await openloop.connect(port, openloop.http_answer, functools.partial(answered, slot))
-        for slot in range(CONNECTIONS)
-    ]
-    total = int(rate * seconds)
-    interval = 1.0 / rate
-    start = time.time() + 0.05
-    sent = 0
-    late: list[float] = []
-    while sent < total:
-        now = time.time()
-        if start + sent * interval > now:
-            # the loop's timers tick in milliseconds; what fell due meanwhile goes together,
-            # its lateness counted from the schedule
-            await asyncio.sleep(max(start + sent * interval - now, openloop.MIN_SLEEP_S))
-            continue
-        while sent < total and start + sent * interval <= now:
-            scheduled_ms = (start + sent * interval) * 1000
-            late.append(now * 1000 - scheduled_ms)
-            slot = sent % CONNECTIONS
-            pending[slot].append(scheduled_ms)
-            transport = connections[slot].transport
-            assert transport is not None
-            transport.write(produce_request(topic, sent % PARTITIONS, scheduled_ms))
-            sent += 1
-    send_seconds = time.time() - start
-    sends_ended = time.monotonic()
-    deadline = time.time() + openloop.DRAIN_S
-    while len(acks) < total and time.time() < deadline:
-        await asyncio.sleep(openloop.DRAIN_POLL_S)
-    for connection in connections:
-        if connection.transport is not None:
-            connection.transport.close()
+    done = await openloop.send_on_schedule(
+        port,
+        openloop.http_answer,
+        CONNECTIONS,
+        rate,
+        seconds,
+        lambda i, scheduled_ms: produce_request(topic, i % PARTITIONS, scheduled_ms),
+    )
     return {
-        "sent": sent,
-        "answered": len(acks),
-        "failures": failures,
-        "achieved_rate": round(sent / send_seconds, 1),
-        "sends_ended": sends_ended,
-        "produce_answer": openloop.percentiles(acks),
-        "send_late": openloop.percentiles(late),
+        "sent": done.sent,
+        "answered": len(done.answers),
+        "failures": done.failures,
+        "achieved_rate": done.achieved_rate,
+        "sends_ended": done.sends_ended,
+        "produce_answer": openloop.percentiles(done.answers),
+        "send_late": openloop.percentiles(done.late),
     }
 
 

@@ -203,7 +203,7 @@ async def _sluice_group_consume(
     return total
 
 
-def _redis_client(port: int) -> aioredis.Redis:
+def redis_client(port: int) -> aioredis.Redis:
     """redis-py without its per-entry Python conversion of stream replies: hiredis's nested lists
     are enough to count entries and find the last id, and keep the client off the critical path."""
     client = aioredis.Redis(port=port)
@@ -220,7 +220,7 @@ async def _redis_xread(
     params: dict[str, Any], shared: Shared, clock: Clock, ready: Callable[[], None]
 ) -> int:
     """XREAD BLOCK through each stream from the start, one call in flight per stream."""
-    client = _redis_client(params["port"])
+    client = redis_client(params["port"])
     total = 0
     await client.execute_command("PING")  # type: ignore[no-untyped-call]
 
@@ -251,7 +251,7 @@ async def _redis_xreadgroup(
     params: dict[str, Any], shared: Shared, clock: Clock, ready: Callable[[], None]
 ) -> int:
     """Consumers of one group: XACK what the previous call delivered, pipelined with XREADGROUP."""
-    client = _redis_client(params["port"])
+    client = redis_client(params["port"])
     streams: list[str] = params["streams"]
     total = 0
     await client.execute_command("PING")  # type: ignore[no-untyped-call]

@@ -46,7 +46,6 @@ from typing import Any
 
 import httpx
 import orjson
-import redis.asyncio as aioredis
 from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy, StorageType, StreamConfig
 
 from gateway.workers.local_cluster import free_port
@@ -239,8 +238,7 @@ async def _redis_share(
     params: dict[str, Any], shared: Shared, clock: Clock, ready: Callable[[], None]
 ) -> int:
     """Consumers of one Redis group: XREADGROUP COUNT `max_records`, then XACK of what came."""
-    client = aioredis.Redis(port=params["port"])
-    client.response_callbacks["XREADGROUP"] = _raw  # hiredis's lists: ids without conversion
+    client = consumers.redis_client(params["port"])
     stream, group = params["stream"], params["group"]
     total = 0
     await client.execute_command("PING")  # type: ignore[no-untyped-call]
@@ -266,10 +264,6 @@ async def _redis_share(
     finally:
         await client.aclose()
     return total
-
-
-def _raw(response: Any, **_: Any) -> Any:
-    return response
 
 
 async def _jetstream_share(

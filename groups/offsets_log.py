@@ -44,10 +44,10 @@ def partition_count(replicas: ReplicaManager, topic: str = offsets_topic.OFFSETS
 
 def local_leader(replicas: ReplicaManager, topic: str, p: int) -> Partition:
     """This node's replica of a partition the group reads or commits; it must lead it."""
-    state = replicas.state(topic, p)
-    partition = replicas.local(topic, p)
-    if partition is not None and partition.is_leader:
+    partition = replicas.leading(topic, p)
+    if partition is not None:
         return partition
+    state = replicas.state(topic, p)
     if state.leader not in (NO_LEADER, replicas.node_id):
         raise NotLeader(f"node {state.leader} leads {topic}-{p}", state.leader)
     raise LeaderNotAvailable(f"{topic}-{p} has no leader on this node yet; retry shortly")

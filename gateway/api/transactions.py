@@ -366,13 +366,15 @@ def partitions_adder(
 ) -> Callable[[list[int]], Awaitable[ProducerIdentity]]:
     """What adds a produce's partitions of `topic` to transaction `name` at its coordinator
     (KIP-890's server side: before any is written) and says who writes them; the produce
-    routes' and the fast routes' alike."""
+    routes' and the fast routes' alike. Partitions in it already are answered without the
+    coordinator's coroutines (`TransactionCoordinator.added`)."""
 
     async def add(partitions: list[int]) -> ProducerIdentity:
-        coordinator = await gateway.transactions_ready()
-        meta = await coordinator.add_partitions(
-            name, epoch, [(topic, p) for p in partitions], principal
-        )
+        wanted = [(topic, p) for p in partitions]
+        meta = gateway.transactions.added(name, epoch, wanted, principal)
+        if meta is None:
+            coordinator = await gateway.transactions_ready()
+            meta = await coordinator.add_partitions(name, epoch, wanted, principal)
         return ProducerIdentity(meta.producer_id, meta.producer_epoch)
 
     return add

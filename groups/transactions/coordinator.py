@@ -214,19 +214,11 @@ class TransactionCoordinator:
         principal: str | None,
     ) -> TransactionMetadata:
         """Partitions the transaction writes (before its first write to each): each gets a
-        marker when the transaction ends. Every produce of a transaction but its first to a
-        partition names only partitions in it already: while no change of the id is being
-        stored, that is decided (and refused: fenced, not open, not the owner) without storing
-        anything, as the locked path would decide it."""
+        marker when the transaction ends."""
         wanted = list(partitions)
-        self.log.coordinator(transactional_id)
-        lock = self._locks.get(transactional_id)
-        if lock is None or not lock.locked():
-            unchanged = self.machine.add_partitions(
-                transactional_id, producer_epoch, wanted, principal, self.clock()
-            )
-            if not unchanged.changed and unchanged.metadata is not None:
-                return unchanged.metadata
+        known = self.added(transactional_id, producer_epoch, wanted, principal)
+        if known is not None:
+            return known
 
         def decide(now: int) -> Transition:
             transition = self.machine.add_partitions(
@@ -237,6 +229,31 @@ class TransactionCoordinator:
             return transition
 
         return await self._change(transactional_id, decide)
+
+    def added(
+        self,
+        transactional_id: str,
+        producer_epoch: int,
+        partitions: Collection[TopicPartition],
+        principal: str | None,
+    ) -> TransactionMetadata | None:
+        """The open transaction, if `partitions` are all in it already (every produce of a
+        transaction but its first to a partition), decided at once without storing anything
+        while no change of the id is being stored; refused as `add_partitions` refuses
+        (fenced, not open, not the owner). None: `add_partitions` must decide, under the id's
+        lock, or say why this node cannot (the id coordinated elsewhere, its state partition
+        loading, the state topic not made yet)."""
+        try:
+            self.log.coordinator(transactional_id)
+        except EngineError:
+            return None
+        lock = self._locks.get(transactional_id)
+        if lock is not None and lock.locked():
+            return None
+        unchanged = self.machine.add_partitions(
+            transactional_id, producer_epoch, partitions, principal, self.clock()
+        )
+        return None if unchanged.changed else unchanged.metadata
 
     async def add_offsets(
         self,

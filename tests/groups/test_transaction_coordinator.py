@@ -238,6 +238,8 @@ async def test_partitions_already_in_the_transaction_are_not_stored_again(node: 
     # the follower fetches nothing more: a write would keep these waiting
     assert await c.add_partitions(TID, epoch, [T1, T0], ME) == added
     assert await c.add_partitions(TID, epoch, [T0], ME) == added
+    assert c.added(TID, epoch, [T0], ME) == added  # at once, no coroutine
+    assert c.added(TID, epoch, [T0, U0], ME) is None  # U0 is new: add_partitions stores it
     assert node.states_stored() == ["Ongoing", "Ongoing"]
     with pytest.raises(ProducerFenced):
         await c.add_partitions(TID, epoch + 1, [T0], ME)

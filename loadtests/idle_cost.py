@@ -44,8 +44,6 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from loadtests import generators
 from loadtests.bench import machine
 from loadtests.common import (
@@ -53,12 +51,12 @@ from loadtests.common import (
     progress,
     raise_fd_limit,
     separate_cpus,
-    source_commit,
     start_gateway,
     stop_on_sigterm,
 )
 from loadtests.machine_stalls import Probes, longest_ms
 from loadtests.overload import BODY, Phase, run_driver
+from loadtests.ratio_cli import Stamp, write
 
 TOPIC = "idle"
 TARGET = f"/v1/topics/{TOPIC}/partitions/0/records?acks=1"
@@ -339,24 +337,20 @@ def main() -> None:
     priority = own_priority(args.nice)
     stop_on_sigterm()
     raise_fd_limit()
-    load_before = [round(x, 2) for x in os.getloadavg()]
+    stamp = Stamp()
     with tempfile.TemporaryDirectory(prefix="sluice-idle-") as scratch:
         doc = run(args, Path(scratch))
     doc["meta"] = {
-        "command": " ".join(["python -m loadtests.idle_cost", *sys.argv[1:]]),
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "commit": source_commit(),
-        "cpus": doc.pop("cpus"),
-        "priority": priority,
-        "load_average_before": load_before,
-        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        **stamp.meta(
+            " ".join(["python -m loadtests.idle_cost", *sys.argv[1:]]),
+            commit=stamp.commit,
+            cpus=doc.pop("cpus"),
+            priority=priority,
+        ),
         "machine": machine(),
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "idle-cost.json").write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
-    text = markdown(doc)
-    (args.out / "idle-cost.md").write_text(text)
-    print(text)
+    write(args.out, "idle-cost", doc, markdown(doc))
 
 
 if __name__ == "__main__":

@@ -31,11 +31,9 @@ side by side in one run, every server on the first CPU and the clients on the ot
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import dataclasses
-import os
 import re
 import statistics
 import tempfile
@@ -57,13 +55,13 @@ from loadtests.common import (
     progress,
     raise_fd_limit,
     separate_cpus,
-    source_commit,
     start_gateway,
     stop_on_sigterm,
 )
 from loadtests.consumers import Clock, RawHttp, Shared, run_workers
 from loadtests.jetstream import NatsServer
 from loadtests.profiling import py_spy, recording, summarize
+from loadtests.ratio_cli import Stamp, chosen_plan, command, plan_options, write
 from loadtests.rows import MEDIA, VALUE, body_for
 
 SYSTEMS = ("sluice", "redis", "jetstream")
@@ -1137,12 +1135,7 @@ def run(plan: Plan, scratch: Path, out: Path | None) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--quick", action="store_true", help="tiny sizes, one round (CI)")
-    parser.add_argument("--rounds", type=int, help=f"default {FULL.rounds}")
-    parser.add_argument("--out", type=Path, default=Path("bench-out"))
+    parser = plan_options(__doc__ or "", f"default {FULL.rounds}")
     parser.add_argument(
         "--acks",
         choices=["ranges", "tokens"],
@@ -1156,39 +1149,25 @@ def main() -> None:
     )
     args = parser.parse_args()
     stop_on_sigterm()
-    plan = QUICK if args.quick else FULL
-    if args.rounds is not None:
-        plan = dataclasses.replace(plan, rounds=args.rounds)
-    plan = dataclasses.replace(plan, acks=args.acks)
+    plan = dataclasses.replace(chosen_plan(args, QUICK, FULL), acks=args.acks)
     if args.profile:
         py_spy()
     raise_fd_limit()
     args.out.mkdir(parents=True, exist_ok=True)
-    before = [round(x, 2) for x in os.getloadavg()]
-    commit = source_commit()
+    stamp = Stamp()
     with tempfile.TemporaryDirectory(prefix="sluice-queue-bench-") as scratch:
         doc = run(plan, Path(scratch), args.out if args.profile else None)
-    doc["meta"] = {
-        "command": "python -m loadtests.queue_bench"
-        + (" --quick" if args.quick else "")
-        + (f" --rounds {args.rounds}" if args.rounds is not None else "")
-        + (" --acks tokens" if args.acks == "tokens" else "")
-        + (" --profile" if args.profile else ""),
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "commit": commit,
-        "plan": {
+    doc["meta"] = stamp.meta(
+        command("loadtests.queue_bench", parser, args),
+        commit=stamp.commit,
+        plan={
             **dataclasses.asdict(plan),
             "cell_records": {str(k): v for k, v in plan.cell_records.items()},
         },
-        "machine": machine(),
-        "cpus": doc.pop("cpus"),
-        "load_average_before": before,
-        "load_average_after": [round(x, 2) for x in os.getloadavg()],
-    }
-    (args.out / "queues.json").write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
-    text = markdown(doc)
-    (args.out / "queues.md").write_text(text)
-    print(text)
+        machine=machine(),
+        cpus=doc.pop("cpus"),
+    )
+    write(args.out, "queues", doc, markdown(doc))
 
 
 if __name__ == "__main__":

@@ -34,7 +34,6 @@ the gateway with py-spy over the latency cell (its collapsed stacks beside the r
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import os
@@ -45,7 +44,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import orjson
 import uvloop
 
 from loadtests import machine_stalls, openloop
@@ -57,10 +55,10 @@ from loadtests.common import (
     raise_fd_limit,
     runqueue_wait_seconds,
     separate_cpus,
-    source_commit,
     stop_on_sigterm,
 )
 from loadtests.profiling import py_spy, recording, summarize
+from loadtests.ratio_cli import Stamp, chosen_plan, command, plan_options, write
 from loadtests.rows import VALUE
 from loadtests.subscriptions_bench import (
     PARTITIONS,
@@ -384,48 +382,29 @@ def _shown(value: Any) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--quick", action="store_true", help="tiny sizes, one round (CI)")
-    parser.add_argument("--rounds", type=int, help=f"of the maximum; default {FULL.rounds}")
+    parser = plan_options(__doc__ or "", f"of the maximum; default {FULL.rounds}")
     parser.add_argument("--seconds", type=float, help=f"of the latency; default {FULL.seconds}")
     parser.add_argument("--rate", type=float, help="records/s of the latency cell (no maximum)")
-    parser.add_argument("--out", type=Path, default=Path("bench-out"))
     parser.add_argument("--profile", action="store_true", help="py-spy the gateway's latency")
     args = parser.parse_args()
     stop_on_sigterm()
-    plan = QUICK if args.quick else FULL
-    if args.rounds is not None:
-        plan = dataclasses.replace(plan, rounds=args.rounds)
+    plan = chosen_plan(args, QUICK, FULL)
     if args.seconds is not None:
         plan = dataclasses.replace(plan, seconds=args.seconds)
     if args.profile:
         py_spy()
     raise_fd_limit()
     args.out.mkdir(parents=True, exist_ok=True)
-    before = [round(x, 2) for x in os.getloadavg()]
-    commit = source_commit()
+    stamp = Stamp()
     with tempfile.TemporaryDirectory(prefix="sluice-queue-push-") as scratch:
         doc = run(plan, Path(scratch), args.rate, args.out if args.profile else None)
-    doc["meta"] = {
-        "command": "python -m loadtests.queue_push_bench"
-        + (" --quick" if args.quick else "")
-        + (f" --rounds {args.rounds}" if args.rounds is not None else "")
-        + (f" --seconds {args.seconds:g}" if args.seconds is not None else "")
-        + (f" --rate {args.rate:g}" if args.rate is not None else "")
-        + (" --profile" if args.profile else ""),
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "commit": commit,
-        "plan": dataclasses.asdict(plan),
-        "machine": machine(),
-        "load_average_before": before,
-        "load_average_after": [round(x, 2) for x in os.getloadavg()],
-    }
-    (args.out / "queue-push.json").write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
-    text = markdown(doc)
-    (args.out / "queue-push.md").write_text(text)
-    print(text)
+    doc["meta"] = stamp.meta(
+        command("loadtests.queue_push_bench", parser, args),
+        commit=stamp.commit,
+        plan=dataclasses.asdict(plan),
+        machine=machine(),
+    )
+    write(args.out, "queue-push", doc, markdown(doc))
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ tree's gateway also delivers the one-record cell, in the same rounds, to the sam
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import dataclasses
@@ -53,6 +52,7 @@ from loadtests.common import (
     rss_bytes,
     start_gateway,
 )
+from loadtests.ratio_cli import Stamp, chosen_plan, command, plan_options, write
 from loadtests.rows import VALUE
 
 PARTITIONS = 4
@@ -627,42 +627,24 @@ def markdown(doc: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--quick", action="store_true", help="tiny sizes, one round (CI)")
-    parser.add_argument("--rounds", type=int, help=f"default {FULL.rounds}")
-    parser.add_argument("--out", type=Path, default=Path("bench-out"))
+    parser = plan_options(__doc__ or "", f"default {FULL.rounds}")
     parser.add_argument(
         "--before", type=Path, help="an earlier checkout whose gateway runs the one-record cell too"
     )
     args = parser.parse_args()
-    plan = QUICK if args.quick else FULL
-    if args.rounds is not None:
-        plan = Plan(
-            plan.batch_records, plan.single_records, plan.latency_seconds, plan.idle, args.rounds
-        )
+    plan = chosen_plan(args, QUICK, FULL)
     raise_fd_limit()
-    before = [round(x, 2) for x in os.getloadavg()]
+    stamp = Stamp()
     with tempfile.TemporaryDirectory(prefix="sluice-subs-bench-") as scratch:
         doc = run(plan, Path(scratch), args.before)
-    doc["meta"] = {
-        "command": "python -m loadtests.subscriptions_bench"
-        + (" --quick" if args.quick else "")
-        + (f" --rounds {args.rounds}" if args.rounds is not None else "")
-        + (f" --before {args.before}" if args.before else ""),
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "rounds": plan.rounds,
-        "plan": dataclasses.asdict(plan),
-        "machine": machine(),
-        "load_average_before": before,
-        "load_average_after": [round(x, 2) for x in os.getloadavg()],
-    }
+    doc["meta"] = stamp.meta(
+        command("loadtests.subscriptions_bench", parser, args),
+        rounds=plan.rounds,
+        plan=dataclasses.asdict(plan),
+        machine=machine(),
+    )
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "subscriptions.json").write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
-    text = markdown(doc)
-    (args.out / "subscriptions.md").write_text(text)
-    print(text)
+    write(args.out, "subscriptions", doc, markdown(doc))
 
 
 if __name__ == "__main__":

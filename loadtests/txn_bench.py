@@ -37,7 +37,6 @@ Every gateway runs without admission control's shedding (`--admission-target-del
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import dataclasses
@@ -62,13 +61,12 @@ from loadtests.common import (
     progress,
     raise_fd_limit,
     separate_cpus,
-    source_commit,
     start_gateway,
     stop_on_sigterm,
 )
 from loadtests.consumers import Clock, RawHttp, Shared, run_workers
 from loadtests.profiling import py_spy, recording, summarize
-from loadtests.ratio_cli import write
+from loadtests.ratio_cli import Stamp, chosen_plan, command, plan_options, utc, write
 from loadtests.rows import VALUE, judged
 
 PLAIN = 0  # batches a transaction of the plain cells: none
@@ -792,12 +790,7 @@ def run(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--quick", action="store_true", help="tiny sizes, one round (CI)")
-    parser.add_argument("--rounds", type=int, help=f"default {FULL.rounds}")
-    parser.add_argument("--out", type=Path, default=Path("bench-out"))
+    parser = plan_options(__doc__ or "", f"default {FULL.rounds}")
     parser.add_argument(
         "--profile", action="store_true", help="py-spy the gateway over one more cell of each kind"
     )
@@ -806,33 +799,23 @@ def main() -> None:
     )
     args = parser.parse_args()
     stop_on_sigterm()
-    plan = QUICK if args.quick else FULL
-    if args.rounds is not None:
-        plan = dataclasses.replace(plan, rounds=args.rounds)
+    plan = chosen_plan(args, QUICK, FULL)
     if args.profile:
         py_spy()
     raise_fd_limit()
     args.out.mkdir(parents=True, exist_ok=True)
-    load_before = [round(x, 2) for x in os.getloadavg()]
-    commit = source_commit()
-    started = time.gmtime()
+    stamp = Stamp()
     with tempfile.TemporaryDirectory(prefix="sluice-txn-bench-") as scratch:
         doc = run(plan, Path(scratch), args.out, args.profile, args.before)
-    doc["meta"] = {
-        "command": "python -m loadtests.txn_bench"
-        + (" --quick" if args.quick else "")
-        + (f" --rounds {args.rounds}" if args.rounds is not None else "")
-        + (" --profile" if args.profile else "")
-        + (f" --before {args.before}" if args.before else ""),
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", started),
-        "ended": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "commit": commit,
-        "plan": dataclasses.asdict(plan),
-        "machine": machine(),
-        "cpus": doc.pop("cpus"),
-        "load_average_before": load_before,
-        "load_average_after": [round(x, 2) for x in os.getloadavg()],
-    }
+    doc["meta"] = stamp.meta(
+        command("loadtests.txn_bench", parser, args),
+        date=utc(stamp.started),
+        ended=utc(),
+        commit=stamp.commit,
+        plan=dataclasses.asdict(plan),
+        machine=machine(),
+        cpus=doc.pop("cpus"),
+    )
     write(args.out, "transactions", doc, markdown(doc))
 
 

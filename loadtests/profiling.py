@@ -84,3 +84,16 @@ def _frame(frame: str) -> str:
     name, _, where = frame.partition(" (")
     path = LIBRARY.sub("", where.rsplit(":", 1)[0]).removeprefix(f"{REPO}/")
     return f"{name} ({path})"
+
+
+def own_beside(summary: dict[str, Any], shares: str, heading: str) -> list[str]:
+    """A report's table of a `summarize` result: its `shares` ("inclusive" or "code") under
+    `heading`, beside its own shares, rank by rank."""
+    return [
+        f"| {heading} | function | | own % | function |",
+        "|---|---|---|---|---|",
+        *(
+            f"| {share} | `{name}` | | {mine} | `{leaf}` |"
+            for (name, share), (leaf, mine) in zip(summary[shares], summary["own"], strict=False)
+        ),
+    ]

@@ -60,8 +60,8 @@ from loadtests.common import (
 )
 from loadtests.consumers import Clock, RawHttp, Shared, run_workers
 from loadtests.jetstream import NatsServer
-from loadtests.profiling import py_spy, recording, summarize
-from loadtests.ratio_cli import Stamp, chosen_plan, command, plan_options, write
+from loadtests.profiling import own_beside, py_spy, recording, summarize
+from loadtests.ratio_cli import Stamp, chosen_plan, command, plan_options, stamp_line, write
 from loadtests.rows import MEDIA, VALUE, body_for
 
 SYSTEMS = ("sluice", "redis", "jetstream")
@@ -977,10 +977,7 @@ def markdown(doc: dict[str, Any]) -> str:
     lines = [
         f"# Queues (share groups), {meta['date']}",
         "",
-        f"`{meta['command']}` at {meta['commit']} on {meta['machine']['cpu_model']} "
-        f"({meta['machine']['nproc']} CPUs; {meta['cpus']}), load average before "
-        f"{meta['load_average_before']}, after {meta['load_average_after']}; "
-        f"{plan['rounds']} rounds, the median shown.",
+        stamp_line(meta, meta["cpus"]) + f"; {plan['rounds']} rounds, the median shown.",
         "",
         f"## Acquire and accept: {plan['consumers']} consumers, {plan['records']:,} records "
         f"of 100 bytes in each server (Sluice's accepts by {plan['acks']})",
@@ -1104,12 +1101,9 @@ def markdown(doc: dict[str, Any]) -> str:
             f"{_cell(summary['cell']['records_per_server_cpu_s'])} records per gateway "
             "CPU-second while sampled)",
             "",
-            "| share-group code, inclusive % | function | | own % | function |",
-            "|---|---|---|---|---|",
+            *own_beside(summary, "code", "share-group code, inclusive %"),
+            "",
         ]
-        for (name, share), (leaf, mine) in zip(summary["code"], summary["own"], strict=False):
-            lines.append(f"| {share} | `{name}` | | {mine} | `{leaf}` |")
-        lines.append("")
     return "\n".join(lines)
 
 

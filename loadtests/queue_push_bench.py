@@ -57,8 +57,8 @@ from loadtests.common import (
     separate_cpus,
     stop_on_sigterm,
 )
-from loadtests.profiling import py_spy, recording, summarize
-from loadtests.ratio_cli import Stamp, chosen_plan, command, plan_options, write
+from loadtests.profiling import own_beside, py_spy, recording, summarize
+from loadtests.ratio_cli import Stamp, chosen_plan, command, plan_options, stamp_line, write
 from loadtests.rows import VALUE
 from loadtests.subscriptions_bench import (
     PARTITIONS,
@@ -304,11 +304,9 @@ def markdown(doc: dict[str, Any]) -> str:
     lines = [
         f"# Push in queue mode, {meta['date']}",
         "",
-        f"`{meta['command']}` at {meta['commit']} on {meta['machine']['cpu_model']} "
-        f"({meta['machine']['nproc']} CPUs; {doc['cpus']}), load average before "
-        f"{meta['load_average_before']}, after {meta['load_average_after']}. A queue-mode "
-        f"subscription, max_requests {MAX_REQUESTS}, {PARTITIONS} partitions, 100-byte values, "
-        "the receiver answering 204 at once.",
+        stamp_line(meta, doc["cpus"])
+        + f". A queue-mode subscription, max_requests {MAX_REQUESTS}, {PARTITIONS} partitions, "
+        "100-byte values, the receiver answering 204 at once.",
         "",
     ]
     if "backlog" in doc:
@@ -368,12 +366,9 @@ def markdown(doc: dict[str, Any]) -> str:
         lines += [
             f"## Profile of the gateway over the latency cell ({summary['samples']} samples)",
             "",
-            "| inclusive % | function | | own % | function |",
-            "|---|---|---|---|---|",
+            *own_beside(summary, "inclusive", "inclusive %"),
+            "",
         ]
-        for (name, share), (leaf, mine) in zip(summary["inclusive"], summary["own"], strict=False):
-            lines.append(f"| {share} | `{name}` | | {mine} | `{leaf}` |")
-        lines.append("")
     return "\n".join(lines)
 
 

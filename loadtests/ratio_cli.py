@@ -145,6 +145,16 @@ class Stamp:
         }
 
 
+def stamp_line(meta: dict[str, Any], cpus: str) -> str:
+    """A report's line of what a `Stamp` recorded: the command, the commit, the machine and
+    where the run put its processes (`cpus`), the load average before and after."""
+    return (
+        f"`{meta['command']}` at {meta['commit']} on {meta['machine']['cpu_model']} "
+        f"({meta['machine']['nproc']} CPUs; {cpus}), load average before "
+        f"{meta['load_average_before']}, after {meta['load_average_after']}"
+    )
+
+
 def _parser(description: str) -> argparse.ArgumentParser:
     return argparse.ArgumentParser(
         description=description, formatter_class=argparse.RawDescriptionHelpFormatter

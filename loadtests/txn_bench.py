@@ -65,8 +65,8 @@ from loadtests.common import (
     stop_on_sigterm,
 )
 from loadtests.consumers import Clock, RawHttp, Shared, run_workers
-from loadtests.profiling import py_spy, recording, summarize
-from loadtests.ratio_cli import Stamp, chosen_plan, command, plan_options, utc, write
+from loadtests.profiling import own_beside, py_spy, recording, summarize
+from loadtests.ratio_cli import Stamp, chosen_plan, command, plan_options, stamp_line, utc, write
 from loadtests.rows import VALUE, judged
 
 PLAIN = 0  # batches a transaction of the plain cells: none
@@ -652,10 +652,7 @@ def markdown(doc: dict[str, Any]) -> str:
     lines = [
         f"# Transactions, {meta['date']}",
         "",
-        f"`{meta['command']}` at {meta['commit']} on {meta['machine']['cpu_model']} "
-        f"({meta['machine']['nproc']} CPUs; {meta['cpus']}), load average before "
-        f"{meta['load_average_before']}, after {meta['load_average_after']}; "
-        f"{plan['rounds']} rounds, the median shown.",
+        stamp_line(meta, meta["cpus"]) + f"; {plan['rounds']} rounds, the median shown.",
         "",
         f"## Produce: {plan['producers']} producers, {plan['batch']:,} records a request over "
         f"{plan['partitions']} partitions, {plan['cell_records']:,} records a cell",
@@ -729,12 +726,11 @@ def markdown(doc: dict[str, Any]) -> str:
             f"{summary['cell']['server_cpu_us_per_record']} µs of gateway CPU a record while "
             "sampled)",
             "",
-            "| transaction code, inclusive % | function | | own % | function |",
-            "|---|---|---|---|---|",
+            *own_beside(summary, "code", "transaction code, inclusive %"),
+            "",
+            "| inclusive % (below the event loop) | function |",
+            "|---|---|",
         ]
-        for (code, share), (leaf, mine) in zip(summary["code"], summary["own"], strict=False):
-            lines.append(f"| {share} | `{code}` | | {mine} | `{leaf}` |")
-        lines += ["", "| inclusive % (below the event loop) | function |", "|---|---|"]
         lines += [
             f"| {share} | `{frame}` |"
             for frame, share in summary["inclusive"]

@@ -1,12 +1,13 @@
 """`loadtests.profiling.summarize`: where a py-spy profile's samples fell, in per cent of those
-not idle, with the frames of the code a bench is about picked out."""
+not idle, with the frames of the code a bench is about picked out; `own_beside`: the table a
+report shows of it."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from loadtests.profiling import summarize
+from loadtests.profiling import own_beside, summarize
 
 REPO = Path(__file__).resolve().parents[2]
 SHARE_CODE = re.compile(r"\((groups/share/|gateway/api/share_groups\.py)")
@@ -30,4 +31,17 @@ def test_a_profile_summary_leaves_out_executor_threads_waiting_for_work() -> Non
     assert summary["code"] == [
         ["acquire (gateway/api/share_groups.py)", 75.0],
         ["_runs (groups/share/partition_state.py)", 75.0],
+    ]
+
+
+def test_a_reports_table_sets_each_rank_of_inclusive_shares_beside_the_same_rank_of_own() -> None:
+    summary = {
+        "code": [["acquire (gateway/api/share_groups.py)", 75.0]],
+        "own": [["_runs (groups/share/partition_state.py)", 75.0], ["write (aiohttp)", 25.0]],
+    }
+    assert own_beside(summary, "code", "share-group code, inclusive %") == [
+        "| share-group code, inclusive % | function | | own % | function |",
+        "|---|---|---|---|---|",
+        "| 75.0 | `acquire (gateway/api/share_groups.py)` | | 75.0 "
+        "| `_runs (groups/share/partition_state.py)` |",
     ]

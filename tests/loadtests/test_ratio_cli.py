@@ -1,5 +1,6 @@
 """What the benches of a QUICK and a FULL plan take from `loadtests.ratio_cli`: the plan the
-options choose, the command line a report quotes, and the order of its `meta`."""
+options choose, the command line a report quotes, the order of its `meta` and the line that
+tells it."""
 
 from __future__ import annotations
 
@@ -66,3 +67,17 @@ def test_meta_dates_the_runs_end_unless_told_and_ends_with_the_load() -> None:
     assert meta["date"] == "1970-01-01T00:00:00Z"
     assert meta["load_average_before"] == stamp.load_average
     assert len(meta["load_average_after"]) == 3
+
+
+def test_the_stamp_line_tells_the_command_commit_machine_cpus_and_load() -> None:
+    meta = {
+        "command": "python -m loadtests.a --quick",
+        "commit": "abc1234",
+        "machine": {"cpu_model": "Some CPU", "nproc": 2},
+        "load_average_before": [0.5, 0.4, 0.3],
+        "load_average_after": [1.0, 0.5, 0.3],
+    }
+    assert ratio_cli.stamp_line(meta, "servers on CPU 0") == (
+        "`python -m loadtests.a --quick` at abc1234 on Some CPU (2 CPUs; servers on CPU 0), "
+        "load average before [0.5, 0.4, 0.3], after [1.0, 0.5, 0.3]"
+    )

@@ -26,6 +26,9 @@ DEFAULT_PARTITIONS = 50  # transaction.state.log.num.partitions
 TOPIC_CONFIGS: dict[str, object] = {
     "cleanup.policy": "compact",
     "segment.bytes": 100 * 1024 * 1024,  # transaction.state.log.segment.bytes
+    # transaction.state.log.min.isr: a state write is answered once on two replicas (no more
+    # than the topic has: a single node's one)
+    "min.insync.replicas": 2,
 }
 COUNTER_KEY = orjson.dumps(["producer_ids"])
 

@@ -134,6 +134,30 @@ def test_a_transaction_outlives_its_coordinators_death(healthy: Cluster) -> None
     assert (refused["status"], refused["code"]) == (409, "PRODUCER_FENCED")
 
 
+def test_the_state_topic_answers_only_what_two_in_sync_replicas_hold(healthy: Cluster) -> None:
+    """`__transaction_state` is made with min.insync.replicas 2 (Kafka's
+    transaction.state.log.min.isr): with the id's state partition's leader alone in its ISR, a
+    begin is refused (503), not answered from one copy that a failover could lose, and taken
+    once the followers are back in sync."""
+    cluster = healthy
+    tid = "two-copies"
+    begin(cluster, 0, tid)  # the state topic made
+    assert cluster.describe(0, STATE_TOPIC)["overrides"]["min.insync.replicas"] == 2
+    partition = coordinator_partition(cluster, tid)
+    state = leader_state(cluster, STATE_TOPIC, partition)
+    for node in range(cluster.size):
+        if node != state.leader:
+            cluster.pause(node)
+    cluster.wait_state(STATE_TOPIC, partition, lambda s: s.isr == (state.leader,), "leader alone")
+    path = f"{cluster.url(state.leader)}/v1/transactions/{tid}"
+    refused = cluster.http.post(path, json={}, timeout=10)
+    assert refused.status_code == 503, refused.text
+    assert refused.json()["code"].startswith("NOT_ENOUGH_REPLICAS"), refused.text
+    cluster.heal()
+    cluster.wait_state(STATE_TOPIC, partition, lambda s: len(s.isr) >= 2, "a follower in sync")
+    assert begin(cluster, state.leader, tid) > 0
+
+
 def new_coordinator_of(cluster: Cluster, partition: int, old: Any) -> Any:
     """The state partition `partition` led by a node other than `old`'s (its partition asked
     before the old one was stopped: node 0 may be the one)."""

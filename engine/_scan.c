@@ -9,6 +9,10 @@
  * objects are made afterwards: the (position, BatchHeader) pairs, the valid prefix's length,
  * the error (the Python path's words) and the bytes a cut batch needs. engine/batch.py's
  * Python walk is the reference; tests/engine/test_scan.py checks the two agree.
+ *
+ * stamp_producer does engine.batch.set_producer to each batch of a transactional request's
+ * range in one call (a 1000-record produce over 10 partitions is 10 batches a request, each
+ * re-CRCed once its producer is known), its Python loop the reference.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -20,6 +24,9 @@
 #define HEADER_SIZE 61
 #define LOG_OVERHEAD 12 /* base offset and length: the bytes a batch's length leaves out */
 #define ATTRIBUTES_AT 21
+#define CRC_AT 17
+#define PRODUCER_ID_AT 43 /* then the producer epoch and the base sequence */
+#define TRANSACTIONAL_MASK 0x10
 #define MAGIC 2
 #define MIN_BATCH_LENGTH (HEADER_SIZE - LOG_OVERHEAD)
 #define FIELDS 13               /* BatchHeader's */
@@ -266,8 +273,102 @@ scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return result;
 }
 
+static void
+put_be(unsigned char *p, uint64_t v, int bytes)
+{
+    for (int i = bytes - 1; i >= 0; i--) {
+        p[i] = (unsigned char)(v & 0xff);
+        v >>= 8;
+    }
+}
+
+PyDoc_STRVAR(stamp_producer_doc,
+             "stamp_producer(buf, start, end, producer_id, producer_epoch, header_type)\n"
+             "-> [(position, header_type(...)), ...]\n\n"
+             "engine.batch.set_producer over every batch of buf[start:end] (whole batches,\n"
+             "checked before): each made transactional, of the producer at that epoch, base\n"
+             "sequence -1, its CRC computed again; each one's position and header as stamped.");
+
+static PyObject *
+stamp_producer(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError,
+                        "stamp_producer() takes buf, start, end, producer_id, producer_epoch "
+                        "and header_type");
+        return NULL;
+    }
+    if (!PyType_Check(args[5]) || !PyType_IsSubtype((PyTypeObject *)args[5], &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "header_type must be a tuple type");
+        return NULL;
+    }
+    PyTypeObject *type = (PyTypeObject *)args[5];
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+    Py_ssize_t end = PyLong_AsSsize_t(args[2]);
+    long long producer_id = PyLong_AsLongLong(args[3]);
+    long epoch = PyLong_AsLong(args[4]);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    if (epoch < INT16_MIN || epoch > INT16_MAX) {
+        PyErr_SetString(PyExc_ValueError, "producer_epoch out of range");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_WRITABLE) < 0) {
+        return NULL;
+    }
+    if (start < 0 || end > view.len || start > end) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "start and end must lie within the buffer");
+        return NULL;
+    }
+    unsigned char *buf = view.buf;
+    PyObject *stamped = PyList_New(0);
+    Py_ssize_t pos = start;
+    while (stamped != NULL && pos < end) {
+        Header h;
+        if (end - pos < HEADER_SIZE) {
+            PyErr_SetString(PyExc_ValueError, "truncated batch header");
+            Py_CLEAR(stamped);
+            break;
+        }
+        read_header(buf + pos, &h);
+        Py_ssize_t size = (Py_ssize_t)h.length + LOG_OVERHEAD;
+        if (h.length < MIN_BATCH_LENGTH || size > end - pos) {
+            PyErr_SetString(PyExc_ValueError, "truncated batch");
+            Py_CLEAR(stamped);
+            break;
+        }
+        h.attributes = (int16_t)(h.attributes | TRANSACTIONAL_MASK);
+        h.producer_id = producer_id;
+        h.producer_epoch = (int16_t)epoch;
+        h.base_sequence = -1;
+        put_be(buf + pos + ATTRIBUTES_AT, (uint16_t)h.attributes, 2);
+        put_be(buf + pos + PRODUCER_ID_AT, (uint64_t)h.producer_id, 8);
+        put_be(buf + pos + PRODUCER_ID_AT + 8, (uint16_t)h.producer_epoch, 2);
+        put_be(buf + pos + PRODUCER_ID_AT + 10, (uint32_t)h.base_sequence, 4);
+        h.crc = crc32c(buf + pos + ATTRIBUTES_AT, (size_t)(size - ATTRIBUTES_AT));
+        put_be(buf + pos + CRC_AT, h.crc, 4);
+        PyObject *header = header_object(type, &h);
+        PyObject *pair = header == NULL ? NULL : Py_BuildValue("(nN)", pos, header);
+        if (pair == NULL || PyList_Append(stamped, pair) < 0) {
+            Py_XDECREF(pair);
+            Py_CLEAR(stamped);
+            break;
+        }
+        Py_DECREF(pair);
+        pos += size;
+    }
+    PyBuffer_Release(&view);
+    return stamped;
+}
+
 static PyMethodDef methods[] = {
     {"scan", (PyCFunction)(void (*)(void))scan, METH_FASTCALL, scan_doc},
+    {"stamp_producer", (PyCFunction)(void (*)(void))stamp_producer, METH_FASTCALL,
+     stamp_producer_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -289,7 +390,7 @@ static struct PyModuleDef_Slot slots[] = {
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT,
     .m_name = "engine._scan",
-    .m_doc = "engine.batch.scan's walk over record batches, in C.",
+    .m_doc = "engine.batch.scan's walk over record batches, and set_producer's stamping, in C.",
     .m_size = 0,
     .m_methods = methods,
     .m_slots = slots,

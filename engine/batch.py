@@ -119,10 +119,14 @@ NativeScan = Callable[
     [bytes | bytearray | memoryview, bool, type], tuple[list[Any], int, str | None, int]
 ]
 _native_scan: NativeScan | None
+NativeStamp = Callable[[bytearray | memoryview, int, int, int, int, type], list[Any]]
+_native_stamp: NativeStamp | None
 try:
-    from engine._scan import scan as _native_scan
-except ImportError:  # built without a C compiler: `python_scan`
-    _native_scan = None
+    from engine import _scan
+except ImportError:  # built without a C compiler: `python_scan`, `set_producer`
+    _native_scan = _native_stamp = None
+else:
+    _native_scan, _native_stamp = _scan.scan, _scan.stamp_producer
 
 
 class Record(NamedTuple):
@@ -310,6 +314,27 @@ def set_producer(
             count,
         ),
     )
+
+
+def set_producers(
+    buf: bytearray | memoryview,
+    headers: Sequence[tuple[int, BatchHeader]],
+    producer_id: int,
+    epoch: int,
+) -> list[tuple[int, BatchHeader]]:
+    """`set_producer` on each of a request's batches (`headers`: consecutive, whole, checked),
+    in one C call where engine/_scan.c was built (a Python call and a header a batch cost more
+    than the CRC); their positions and new headers."""
+    if _native_stamp is None or not headers:
+        return [(pos, set_producer(buf, pos, h, producer_id, epoch)) for pos, h in headers]
+    last_pos, last = headers[-1]
+    end = last_pos + last.length + LOG_OVERHEAD
+    stamped: list[tuple[int, BatchHeader]] = _native_stamp(
+        buf, headers[0][0], end, producer_id, epoch, BatchHeader
+    )
+    if len(stamped) != len(headers):
+        raise ValueError(f"{len(headers)} batches to stamp, {len(stamped)} found between them")
+    return stamped
 
 
 def encode_control_batch(

@@ -419,14 +419,13 @@ class PartitionLog:
     ) -> list[AppendInfo]:
         """Write `buf`, all of `requests`' batches in order, each transactional one's stamped
         with its producer first (in `buf` and `headers`)."""
-        set_producer = fmt.set_producer
         at = 0
         for count, producer in requests:
             if producer is not None:
                 producer_id, epoch = producer
-                for k in range(at, at + count):
-                    pos, header = headers[k]
-                    headers[k] = (pos, set_producer(buf, pos, header, producer_id, epoch))
+                headers[at : at + count] = fmt.set_producers(
+                    buf, headers[at : at + count], producer_id, epoch
+                )
             at += count
         return self.append_batches_as_leader(
             buf, headers, leader_epoch, [count for count, _ in requests]

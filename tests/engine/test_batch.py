@@ -102,6 +102,28 @@ def test_set_producers_header_is_the_batchs_header_read_back() -> None:
     assert fmt.read_header(data) == first  # the batch before it is left alone
 
 
+def test_set_producers_stamps_a_requests_batches_as_set_producer_does() -> None:
+    """A request's batches stamped in one call (in C where it was built) come out byte for
+    byte, and header for header, as `set_producer` makes them one by one; the batch before
+    the range is left alone, and a range that cuts a batch is refused."""
+    data = make() + make() + make()
+    headers = fmt.scan(data).headers
+    one_by_one = bytearray(data)
+    expected = [(pos, fmt.set_producer(one_by_one, pos, h, 1 << 40, 3)) for pos, h in headers[1:]]
+    together = bytearray(data)
+    assert fmt.set_producers(together, headers[1:], 1 << 40, 3) == expected
+    assert together == one_by_one
+    assert fmt.read_header(together) == headers[0][1]
+    assert fmt.set_producers(together, [], 1, 0) == []
+    if fmt._native_stamp is not None:
+        with pytest.raises(ValueError, match="truncated batch"):
+            fmt._native_stamp(together, 0, len(together) - 1, 1, 0, fmt.BatchHeader)
+        with pytest.raises(ValueError, match="within the buffer"):
+            fmt._native_stamp(together, 0, len(together) + 1, 1, 0, fmt.BatchHeader)
+        with pytest.raises(ValueError, match="producer_epoch"):
+            fmt._native_stamp(together, 0, len(together), 1, 2**15, fmt.BatchHeader)
+
+
 def test_log_append_time_rewrites_crc_and_record_timestamps() -> None:
     data = make()
     fmt.set_log_append_time(data, 0, fmt.read_header(data), 99_999)

@@ -146,7 +146,9 @@ async def node(tmp_path: Path) -> AsyncIterator[Node]:
     store = MemoryMetadataStore()
     await store.start(NodeInfo(0, "http://node0:8080"))
     fence = await store.campaign()
-    spec = TopicSpec(STATE, "a" * 32, 1, 1, dict(state_topic.TOPIC_CONFIGS))
+    # one replica: its min.insync.replicas no more than that, as the gateway makes it
+    configs = {**state_topic.TOPIC_CONFIGS, "min.insync.replicas": 1}
+    spec = TopicSpec(STATE, "a" * 32, 1, 1, configs)
     await store.create_topic(fence, spec, [PartitionState(0, 1, (0,), (0,))])
     for name, count in (("t", 2), ("u", 1)):
         topic = TopicSpec(name, name.encode().hex().ljust(32, "0")[:32], count, 1, {})

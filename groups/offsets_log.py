@@ -151,10 +151,13 @@ class CoordinatorLog(Generic[Stored]):
         return partition
 
     def append(self, group: str, records: Sequence[tuple[bytes, bytes | None]]) -> None:
-        """Append to the group's partition (`durable` waits for its replicas)."""
+        """Append to the group's partition (`durable` waits for its replicas). With fewer
+        in-sync replicas than the topic's min.insync.replicas nothing is appended
+        (NotEnoughReplicas), as Kafka's coordinators append with acks=all: a change refused
+        then is not on the leader's log for a new coordinator to find."""
         partition = self.coordinator(group)
         limit = partition.config.max_message_bytes
-        info = partition.append(offsets_topic.encode(records, limit), Acks.LEADER)
+        info = partition.append(offsets_topic.encode(records, limit), Acks.ALL)
         self._written[group] = (partition, info.last_offset)
 
     async def durable(self, name: str, timeout_ms: int) -> None:

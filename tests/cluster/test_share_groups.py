@@ -307,10 +307,13 @@ def test_the_state_topic_answers_only_what_two_in_sync_replicas_hold(healthy: Cl
         if node != state.leader:
             cluster.pause(node)
     cluster.wait_state(STATE_TOPIC, 0, lambda s: s.isr == (state.leader,), "the leader alone")
+    end_before = cluster.describe(state.leader, STATE_TOPIC)["partitions"][0]["log_end_offset"]
     path = f"{cluster.url(state.leader)}/v1/share-groups/{group}/members"
     refused = cluster.http.post(path, json={"topics": [topic], "member_id": "alone"}, timeout=10)
     assert refused.status_code == 503, refused.text
-    assert refused.json()["code"].startswith("NOT_ENOUGH_REPLICAS"), refused.text
+    assert refused.json()["code"] == "NOT_ENOUGH_REPLICAS", refused.text
+    ended = cluster.describe(state.leader, STATE_TOPIC)["partitions"][0]["log_end_offset"]
+    assert ended == end_before  # refused before it was written, as Kafka refuses it
     cluster.heal()
     cluster.wait_state(STATE_TOPIC, 0, lambda s: len(s.isr) >= 2, "a follower back in sync")
     join(cluster, state.leader, group, topic, "back")

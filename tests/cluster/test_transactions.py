@@ -137,8 +137,8 @@ def test_a_transaction_outlives_its_coordinators_death(healthy: Cluster) -> None
 def test_the_state_topic_answers_only_what_two_in_sync_replicas_hold(healthy: Cluster) -> None:
     """`__transaction_state` is made with min.insync.replicas 2 (Kafka's
     transaction.state.log.min.isr): with the id's state partition's leader alone in its ISR, a
-    begin is refused (503), not answered from one copy that a failover could lose, and taken
-    once the followers are back in sync."""
+    begin is refused (503) before anything is written, not answered from one copy that a
+    failover could lose, and taken once the followers are back in sync."""
     cluster = healthy
     tid = "two-copies"
     begin(cluster, 0, tid)  # the state topic made
@@ -149,10 +149,18 @@ def test_the_state_topic_answers_only_what_two_in_sync_replicas_hold(healthy: Cl
         if node != state.leader:
             cluster.pause(node)
     cluster.wait_state(STATE_TOPIC, partition, lambda s: s.isr == (state.leader,), "leader alone")
+
+    def log_end() -> int:
+        rows = cluster.describe(state.leader, STATE_TOPIC)["partitions"]
+        end: int = next(r["log_end_offset"] for r in rows if r["partition"] == partition)
+        return end
+
+    end_before = log_end()
     path = f"{cluster.url(state.leader)}/v1/transactions/{tid}"
     refused = cluster.http.post(path, json={}, timeout=10)
     assert refused.status_code == 503, refused.text
-    assert refused.json()["code"].startswith("NOT_ENOUGH_REPLICAS"), refused.text
+    assert refused.json()["code"] == "NOT_ENOUGH_REPLICAS", refused.text
+    assert log_end() == end_before  # refused before it was written, as Kafka refuses it
     cluster.heal()
     cluster.wait_state(STATE_TOPIC, partition, lambda s: len(s.isr) >= 2, "a follower in sync")
     assert begin(cluster, state.leader, tid) > 0

@@ -403,12 +403,7 @@ class PartitionLog:
                     for i, info in zip(joined, infos, strict=True):
                         outcomes[i] = info
                 waiting = later
-        done: list[AppendInfo | Exception] = []
-        for outcome in outcomes:
-            if outcome is None:
-                raise RuntimeError("a request of the write was left without an outcome")
-            done.append(outcome)
-        return done
+        return decided(outcomes)
 
     def _write_requests(
         self,
@@ -1259,6 +1254,17 @@ def join_checked(parts: Sequence[tuple[bytearray, Headers]]) -> tuple[bytearray,
         headers.extend((pos + shift, header) for pos, header in part_headers)
         shift += len(part)
     return buf, headers
+
+
+def decided(outcomes: Sequence[AppendInfo | Exception | None]) -> list[AppendInfo | Exception]:
+    """A write's outcome per request, once every request has one (RuntimeError if one was
+    left without: each request must be answered)."""
+    done: list[AppendInfo | Exception] = []
+    for outcome in outcomes:
+        if outcome is None:
+            raise RuntimeError("a request of the write was left without an outcome")
+        done.append(outcome)
+    return done
 
 
 def _chosen(

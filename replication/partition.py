@@ -18,7 +18,7 @@ from typing import NamedTuple
 from engine.batch import IDEMPOTENT_MASK
 from engine.config import TopicConfig
 from engine.errors import OffsetOutOfRange
-from engine.log import AppendInfo, Headers, PartitionLog, ReadResult, join_checked
+from engine.log import AppendInfo, Headers, PartitionLog, ReadResult, decided, join_checked
 from engine.producer_state import Isolation, ProducerIdentity, ProducerState
 from replication.acks import Acks
 from replication.errors import (
@@ -272,12 +272,7 @@ class Partition:
                 outcomes[i] = self.append(data, acks)
             except Exception as exc:
                 outcomes[i] = exc
-        done: list[AppendInfo | Exception] = []
-        for outcome in outcomes:
-            if outcome is None:
-                raise RuntimeError("a request of the write was left without an outcome")
-            done.append(outcome)
-        return done
+        return decided(outcomes)
 
     def _append_at_once(
         self, requests: Sequence[Request], leader_epoch: int

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from gateway.workers.local_cluster import LocalCluster
 from tests.cluster.harness import Cluster
 from tests.cluster.netfaults import NamespaceTopology, detect, make_topology, reap_stale
 
@@ -115,3 +116,18 @@ def healthy(cluster: Cluster) -> Iterator[Cluster]:
         with contextlib.suppress(Exception):
             cluster.topology.heal()
         cluster.heal()
+
+
+@contextlib.contextmanager
+def own_cluster(
+    tmp_path_factory: pytest.TempPathFactory, size: int, *options: str
+) -> Iterator[LocalCluster]:
+    """A cluster of its own beside the session's (started, stopped after), its work directory
+    reaped by a later run if this one is killed."""
+    workdir = tmp_path_factory.mktemp(f"{WORKDIR_MARKER}-{os.getpid()}-")
+    cluster = LocalCluster(workdir, size, node_options=options)
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

@@ -7,7 +7,6 @@ member's until its lock lapses, then comes again with its delivery counted."""
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -16,7 +15,7 @@ import httpx
 import pytest
 
 from gateway.workers.local_cluster import LocalCluster
-from tests.cluster.conftest import WORKDIR_MARKER
+from tests.cluster.conftest import own_cluster
 from tests.cluster.harness import NO_LEADER, SETTLE_S, Cluster, PartitionState, wait_for
 from tests.cluster.test_cluster import leader_state, new_topic, produce_until_ok
 from tests.cluster.test_controlled_shutdown import terminate
@@ -262,14 +261,10 @@ def test_a_share_group_moves_with_its_coordinators_controlled_shutdown(
 @pytest.fixture
 def fresh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """A cluster of its own, on which no share group was ever used (no state topic yet)."""
-    workdir = tmp_path_factory.mktemp(f"{WORKDIR_MARKER}-{os.getpid()}-")  # reaped if orphaned
-    options = ("--lease-ttl", "2", "--offsets-topic-partitions", "1")
-    cluster = LocalCluster(workdir, 3, node_options=options)
-    cluster.start()
-    try:
+    with own_cluster(
+        tmp_path_factory, 3, "--lease-ttl", "2", "--offsets-topic-partitions", "1"
+    ) as cluster:
         yield cluster
-    finally:
-        cluster.stop()
 
 
 def test_the_first_share_group_request_through_a_node_that_is_not_the_controller(

@@ -6,7 +6,6 @@ of an aborted one is ever read committed."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -16,7 +15,7 @@ import pytest
 
 from engine.offsets_topic import partition_for
 from gateway.workers.local_cluster import LocalCluster
-from tests.cluster.conftest import WORKDIR_MARKER
+from tests.cluster.conftest import own_cluster
 from tests.cluster.harness import SETTLE_S, Cluster, wait_for
 from tests.cluster.test_cluster import leader_state, new_topic
 from tests.cluster.test_share_groups import call
@@ -210,14 +209,10 @@ def test_a_call_run_again_after_its_coordinators_death_keeps_its_body(healthy: C
 def fresh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """A cluster of its own on which no transaction was ever begun (no state topic yet), the
     topic's partitions led by every node."""
-    workdir = tmp_path_factory.mktemp(f"{WORKDIR_MARKER}-{os.getpid()}-")  # reaped if orphaned
-    options = ("--lease-ttl", "2", "--offsets-topic-partitions", "12")
-    cluster = LocalCluster(workdir, 3, node_options=options)
-    cluster.start()
-    try:
+    with own_cluster(
+        tmp_path_factory, 3, "--lease-ttl", "2", "--offsets-topic-partitions", "12"
+    ) as cluster:
         yield cluster
-    finally:
-        cluster.stop()
 
 
 def test_the_first_begins_through_a_node_that_is_not_the_controller(fresh: LocalCluster) -> None:

@@ -23,6 +23,7 @@ TARGETS = (
     "json_produce_native",
     "ndjson_produce",
     "fetch_json",
+    "share_json",
     "http2_frames",
 )
 INSTRUMENTED = ["engine", "gateway", "tests.fuzz"]

@@ -28,6 +28,7 @@ SANITIZED = {  # target: C path
     "fetch_json": "_fetchjson",
     "http2_frames": "_h2session",
     "json_produce_native": "_producejson",
+    "share_json": "_fetchjson",
 }
 PACKAGE = {  # C path: the package its extension module lives in
     "_batchcheck": "gateway.formats",

@@ -109,6 +109,56 @@ def test_what_is_not_a_buffer_is_refused() -> None:
         _scan.scan(b"", True, int)
 
 
+@SETTINGS
+@given(
+    st.lists(batches(), min_size=1, max_size=5), st.integers(0, 2**62), st.integers(0, 2**15 - 1)
+)
+def test_stamping_a_requests_batches_is_set_producers_python_loop(
+    parts: list[bytes], producer_id: int, epoch: int
+) -> None:
+    """stamp_producer (C) leaves the bytes and makes the headers `set_producer` does, batch
+    by batch."""
+    data = bytearray(b"".join(parts))
+    headers = fmt.scan(data).headers
+    by_python = bytearray(data)
+    expected = [
+        (pos, fmt.set_producer(by_python, pos, h, producer_id, epoch)) for pos, h in headers
+    ]
+    end = headers[-1][0] + headers[-1][1].size
+    assert _scan.stamp_producer(data, 0, end, producer_id, epoch, fmt.BatchHeader) == expected
+    assert data == by_python
+
+
+@SETTINGS
+@given(damaged(), st.data())
+def test_stamping_any_range_of_any_bytes_refuses_or_stamps(
+    body: bytes, data: st.DataObject
+) -> None:
+    """Whatever the bytes and the range, stamp_producer stamps whole batches or says why it
+    cannot (ValueError), touching nothing outside the range."""
+    buf = bytearray(body)
+    start = data.draw(st.integers(-2, len(buf) + 2))
+    end = data.draw(st.integers(-2, len(buf) + 2))
+    before = bytes(buf)
+    try:
+        stamped = _scan.stamp_producer(buf, start, end, 5, 1, fmt.BatchHeader)
+    except ValueError:
+        return
+    assert 0 <= start <= end <= len(buf)
+    assert buf[:start] == before[:start] and buf[end:] == before[end:]
+    for pos, header in stamped:
+        assert fmt.read_header(buf, pos) == header and fmt.crc_matches(buf, pos, header)
+
+
+def test_stamping_needs_a_writable_buffer_and_a_header_type() -> None:
+    with pytest.raises((TypeError, BufferError)):
+        _scan.stamp_producer(b"", 0, 0, 1, 0, fmt.BatchHeader)
+    with pytest.raises(TypeError):
+        _scan.stamp_producer(bytearray(), 0, 0, 1, 0, int)
+    with pytest.raises(TypeError):
+        _scan.stamp_producer(bytearray(), 0, 0)
+
+
 def test_under_sanitizers(tmp_path: Path) -> None:
     """This file's tests again, against engine/_scan.c built with ASan and UBSan (and the
     portable CRC-32C): every access checked, any undefined behaviour fatal."""

@@ -18,6 +18,7 @@ from engine import batch as fmt
 from gateway.formats import native as c_paths
 from gateway.formats.share_records import deliveries_json
 from groups.share.model import Delivery, stretches
+from tests.fuzz import fetch_json
 from tests.fuzz.fetch_json import built_batches, framed
 
 assert c_paths.share_json is not c_paths.declines, "gateway.formats._fetchjson is not built"
@@ -81,12 +82,5 @@ def one_input(data: bytes) -> None:
 
 
 def seeds() -> Iterator[bytes]:
-    yield bytes(range(256))
-    yield b"\x00" * 64
-    built = fmt.encode_batches(
-        [(b"k%d" % i, b"%d" % i, [], None) for i in range(4)],
-        max_batch_bytes=2**20,
-        values_json=True,
-        default_timestamp=1_700_000_000_000,
-    )
-    yield b"\x01\x00\x00\x00\x00\x00\x00\x00\x05\x00" + bytes(built)
+    """fetch_json's: the same first byte chooses between built batches and arbitrary bytes."""
+    yield from fetch_json.seeds()

@@ -6,6 +6,7 @@ instances alike; a read_uncommitted reader starts at the high watermark."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -24,10 +25,13 @@ async def held(client: Client) -> int:
     """Topic `t`: "before", then "open" in a transaction left open, then "after" (plain):
     the last stable offset is 1, the high watermark 3. The transaction's epoch."""
     assert (await client.post("/v1/topics", json={"name": "t"})).status == 201
-    await produce(client, [{"value": "before"}])
+    # Timestamps of their own: produced within one millisecond, "open" and "after" would share
+    # one, and a lookup by "after"'s would find "open" first.
+    before_ms = int(time.time() * 1000) - 60_000
+    await produce(client, [{"value": "before", "timestamp": before_ms}])
     epoch: int = (await begin(client))["producer_epoch"]
-    await produce(client, [{"value": "open"}], params=in_txn(epoch))
-    await produce(client, [{"value": "after"}])
+    await produce(client, [{"value": "open", "timestamp": before_ms + 1}], params=in_txn(epoch))
+    await produce(client, [{"value": "after", "timestamp": before_ms + 2}])
     return epoch
 
 

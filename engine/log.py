@@ -700,12 +700,18 @@ class PartitionLog:
 
     @property
     def last_stable_offset(self) -> int:
-        """The high watermark, or the first offset of the oldest open transaction if lower
-        (the log start if that is higher, as Kafka clamps it: records below it are gone):
-        read_committed consumers read below it."""
+        """The high watermark, or the first offset of the oldest open transaction if lower:
+        read_committed consumers read below it. Never below the log start, as Kafka clamps it
+        (the records below are gone), but on a tiered log: there the records below the start a
+        follower started over at are on S3 and readable until it learns the logical start, so
+        an open transaction among them must keep holding the readers back."""
         unstable = self.producer_state.first_unstable_offset()
         hw = self.high_watermark
-        return hw if unstable is None else min(max(unstable, self.log_start_offset), hw)
+        if unstable is None:
+            return hw
+        if unstable < self.log_start_offset and not self.config.remote_storage_enable:
+            unstable = self.log_start_offset
+        return min(unstable, hw)
 
     def remove_expired_producers(self, expiration_ms: int) -> int:
         """Forget the producers idle past `expiration_ms` with no transaction open here

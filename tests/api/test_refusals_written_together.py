@@ -126,6 +126,10 @@ async def test_refusals_and_an_admitted_produce_of_one_read_are_answered_in_orde
     served, accepted = site
     connection, writer = await _refusing_connection(served, accepted)
     admission = served.runner.app[FAST_PATH].admission  # type: ignore[attr-defined]
+    # The delay probe off: woken by the produces, it would raise the share back towards 1
+    # between the admitted produce's write and the next request's turn on a slow machine.
+    admission.target_s = 0
+    admission.stop()
     admission.max_inflight, admission.share = 10, 0.5  # every other produce: refused, admitted
     with _recorded(connection, writer) as transport:
         connection.data_received(REQUEST * 3)

@@ -15,6 +15,7 @@ from gateway.formats import codecs
 from gateway.formats import native as c_paths
 from gateway.http.problem import Problem
 from tests.fuzz import batch_validator
+from tests.fuzz.c_paths import both_ways
 
 
 def answer(body: bytes) -> Any:
@@ -26,14 +27,9 @@ def answer(body: bytes) -> Any:
 
 def both_paths(body: bytes) -> Any:
     """The answer to `body`, the same with the C check as without it."""
-    records_well_formed = c_paths.records_well_formed
-    assert records_well_formed is not c_paths.cannot_say, "gateway.formats._batchcheck is not built"
-    native = answer(body)
-    c_paths.records_well_formed = c_paths.cannot_say
-    try:
-        python = answer(body)
-    finally:
-        c_paths.records_well_formed = records_well_formed
+    built = c_paths.records_well_formed is not c_paths.cannot_say
+    assert built, "gateway.formats._batchcheck is not built"
+    native, python = both_ways("records_well_formed", c_paths.cannot_say, lambda: answer(body))
     assert native == python, (native, python)
     return native
 

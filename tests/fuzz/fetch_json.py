@@ -19,6 +19,7 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from engine import batch as fmt
 from gateway.formats import codecs
 from gateway.formats import native as c_paths
+from tests.fuzz.c_paths import both_ways
 
 assert c_paths.batch_json is not c_paths.declines, "gateway.formats._fetchjson is not built"
 batch_json = c_paths.batch_json
@@ -40,12 +41,9 @@ def answer(data: bytes, start: int, max_records: int, source: Source) -> tuple[A
 
 
 def compare(data: bytes, start: int, max_records: int, source: Source) -> None:
-    native = answer(data, start, max_records, source)
-    c_paths.batch_json = c_paths.declines
-    try:
-        python = answer(data, start, max_records, source)
-    finally:
-        c_paths.batch_json = batch_json
+    native, python = both_ways(
+        "batch_json", c_paths.declines, lambda: answer(data, start, max_records, source)
+    )
     assert native == python, (native, python)
 
 

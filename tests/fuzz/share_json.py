@@ -19,6 +19,7 @@ from gateway.formats import native as c_paths
 from gateway.formats.share_records import deliveries_json
 from groups.share.model import Delivery, stretches
 from tests.fuzz import fetch_json
+from tests.fuzz.c_paths import both_ways
 from tests.fuzz.fetch_json import built_batches, framed
 
 assert c_paths.share_json is not c_paths.declines, "gateway.formats._fetchjson is not built"
@@ -33,12 +34,7 @@ def answer(taken: list[Delivery]) -> Any:
 
 
 def compare(taken: list[Delivery]) -> None:
-    native = answer(taken)
-    c_paths.share_json = c_paths.declines
-    try:
-        python = answer(taken)
-    finally:
-        c_paths.share_json = share_json
+    native, python = both_ways("share_json", c_paths.declines, lambda: answer(taken))
     assert native == python, (native, python)
 
 

@@ -548,7 +548,7 @@ class ReplicaManager:
         """End `producer`'s transaction on a partition led here: its COMMIT or ABORT marker
         (internal topics too: a transaction's offsets), on every in-sync replica before this
         returns. Written once: a coordinator's retry waits for the first one to commit."""
-        leader = self.leading(topic, partition) or await self.leader(topic, partition)
+        leader = await self.leader(topic, partition)
         info = leader.write_marker(producer, commit, coordinator_epoch)
         last = leader.log_end_offset - 1 if info is None else info.last_offset
         await self.wait_committed(leader, last, timeout_ms)

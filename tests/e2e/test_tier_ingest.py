@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,7 +23,9 @@ from tests.s3 import CREDENTIALS, MotoServer, manifest_of
 
 PREFIX = "tiers"
 HOUR_MS = 3_600_000
-BASE_TS = 1_795_341_600_000  # 2026-11-22 08:00 UTC
+# An hour boundary four hours ago: a fixed date would pass the topic's 7-day retention.ms one
+# week later, and the records would be deleted from S3 before the test reads them back.
+BASE_TS = (time.time_ns() // 1_000_000 // HOUR_MS - 4) * HOUR_MS
 CONFIGS = {
     "remote.storage.enable": True,
     "segment.bytes": 4096,

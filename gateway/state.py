@@ -123,8 +123,8 @@ class Gateway:
         txn_offsets = TransactionOffsets(groups, forwarder, settings.default_produce_timeout_ms)
         transactions = TransactionCoordinator(
             replicas,
-            lambda topic, p, pid, epoch, commit, ce: markers.write(
-                topic, p, ProducerIdentity(pid, epoch), commit, ce
+            lambda partitions, pid, epoch, commit, ce: markers.write_all(
+                partitions, ProducerIdentity(pid, epoch), commit, ce
             ),
             txn_offsets.commit,
             txn_offsets.check_generation,

@@ -4,6 +4,10 @@ manager, elsewhere through the leader's internal markers route."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Sequence
+
+from engine.offsets_topic import TopicPartition
 from engine.producer_state import ProducerIdentity
 from replication.errors import LeaderNotAvailable, NotLeader
 from replication.forward_client import ForwardClient
@@ -19,6 +23,50 @@ class MarkerWriter:
         self.replicas = replicas
         self.forwarder = forwarder
 
+    async def write_all(
+        self,
+        partitions: Sequence[TopicPartition],
+        producer: ProducerIdentity,
+        commit: bool,
+        coordinator_epoch: int,
+    ) -> dict[TopicPartition, Exception]:
+        """Write the marker on every partition and wait until their in-sync replicas have
+        them: those led here in one pass without a task each, the others concurrently. The
+        partitions whose marker could not be written, with why (the coordinator retries them:
+        a marker already written is not written twice)."""
+        failed: dict[TopicPartition, Exception] = {}
+        waits: list[tuple[TopicPartition, Awaitable[None]]] = []
+        for topic, partition in partitions:
+            leader = self.replicas.leading(topic, partition)
+            if leader is None:
+                waits.append(
+                    (
+                        (topic, partition),
+                        self.write(topic, partition, producer, commit, coordinator_epoch),
+                    )
+                )
+                continue
+            try:
+                last = self.replicas.mark(leader, producer, commit, coordinator_epoch)
+            except Exception as exc:
+                failed[(topic, partition)] = exc
+                continue
+            if not self.replicas.committed(leader, last):
+                waits.append(
+                    (
+                        (topic, partition),
+                        self.replicas.wait_committed(leader, last, MARKER_TIMEOUT_MS),
+                    )
+                )
+        if waits:
+            outcomes = await asyncio.gather(*(wait for _, wait in waits), return_exceptions=True)
+            for (where, _), outcome in zip(waits, outcomes, strict=True):
+                if isinstance(outcome, Exception):
+                    failed[where] = outcome
+                elif isinstance(outcome, BaseException):
+                    raise outcome
+        return failed
+
     async def write(
         self,
         topic: str,
@@ -28,7 +76,7 @@ class MarkerWriter:
         coordinator_epoch: int,
     ) -> None:
         """Write the marker and wait until every in-sync replica has it; raises when it could
-        not (the coordinator retries: a marker already written is not written twice)."""
+        not."""
         try:
             await self.replicas.write_marker(
                 topic, partition, producer, commit, coordinator_epoch, MARKER_TIMEOUT_MS

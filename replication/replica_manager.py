@@ -549,9 +549,17 @@ class ReplicaManager:
         (internal topics too: a transaction's offsets), on every in-sync replica before this
         returns. Written once: a coordinator's retry waits for the first one to commit."""
         leader = await self.leader(topic, partition)
+        await self.wait_committed(
+            leader, self.mark(leader, producer, commit, coordinator_epoch), timeout_ms
+        )
+
+    def mark(
+        self, leader: Partition, producer: ProducerIdentity, commit: bool, coordinator_epoch: int
+    ) -> int:
+        """Write `producer`'s marker on a partition led here, at once; the offset the high
+        watermark must pass for it to be on every in-sync replica (`wait_committed`)."""
         info = leader.write_marker(producer, commit, coordinator_epoch)
-        last = leader.log_end_offset - 1 if info is None else info.last_offset
-        await self.wait_committed(leader, last, timeout_ms)
+        return leader.log_end_offset - 1 if info is None else info.last_offset
 
     async def acknowledge(
         self, leader: Partition, info: AppendInfo, acks: Acks, timeout_ms: int

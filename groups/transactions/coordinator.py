@@ -54,9 +54,12 @@ _ABORTED_BY = {
 }
 OUTCOMES = ("committed", *_ABORTED_BY.values())  # how a transaction ends, as counted
 
-WriteMarker = Callable[[str, int, int, int, bool, int], Awaitable[None]]
-"""(topic, partition, producer_id, producer_epoch, commit, coordinator_epoch): append a
-COMMIT (ABORT) marker as that partition's leader, on every in-sync replica; raises if not."""
+WriteMarkers = Callable[
+    [list[TopicPartition], int, int, bool, int], Awaitable[Mapping[TopicPartition, Exception]]
+]
+"""(partitions, producer_id, producer_epoch, commit, coordinator_epoch): append a COMMIT
+(ABORT) marker as each partition's leader, on every in-sync replica; the partitions where it
+could not, with why."""
 CommitOffsets = Callable[[str, str, int, list[OffsetEntry]], Awaitable[None]]
 """(group, member_id, generation_id, [(topic, partition, offset, metadata)]): the group
 coordinator's commit of a committed transaction's offsets; raises if not done."""
@@ -82,7 +85,7 @@ class TransactionCoordinator:
     def __init__(
         self,
         replicas: ReplicaManager,
-        write_marker: WriteMarker,
+        write_markers: WriteMarkers,
         commit_offsets: CommitOffsets,
         check_generation: CheckGeneration,
         write_timeout_ms: int,
@@ -95,7 +98,7 @@ class TransactionCoordinator:
         clock: Callable[[], int] = now_ms,
     ) -> None:
         self.replicas = replicas
-        self.write_marker = write_marker
+        self.write_markers = write_markers
         self.commit_offsets = commit_offsets
         self.check_generation = check_generation
         self.write_timeout_ms = (
@@ -460,30 +463,25 @@ class TransactionCoordinator:
         """Write every marker (and a commit's offsets), each until done, then store the
         transaction complete."""
         meta = self.machine.get(transactional_id)
-        jobs = [
+        offsets = [
             self._retry(
                 transactional_id,
-                f"the marker on {topic}-{p}",
-                functools.partial(self._mark, meta, topic, p),
+                f"the offsets of group {group!r}",
+                functools.partial(
+                    self.commit_offsets,
+                    group,
+                    pending.member_id,
+                    pending.generation_id,
+                    list(pending.offsets),
+                ),
             )
-            for topic, p in sorted(meta.partitions)
+            for group, pending in sorted(meta.pending_offsets.items())
+            if meta.state.commits
         ]
-        if meta.state.commits:
-            jobs += [
-                self._retry(
-                    transactional_id,
-                    f"the offsets of group {group!r}",
-                    functools.partial(
-                        self.commit_offsets,
-                        group,
-                        pending.member_id,
-                        pending.generation_id,
-                        list(pending.offsets),
-                    ),
-                )
-                for group, pending in sorted(meta.pending_offsets.items())
-            ]
-        await asyncio.gather(*jobs)
+        if offsets:
+            await asyncio.gather(self._mark_all(meta), *offsets)
+        else:
+            await self._mark_all(meta)
         await self._retry(
             transactional_id,
             "its completion",
@@ -494,31 +492,67 @@ class TransactionCoordinator:
             ),
         )
 
-    async def _mark(self, meta: TransactionMetadata, topic: str, partition: int) -> None:
-        spec = self.replicas.store.view.topics.get(topic)
-        if spec is None or partition >= spec.partitions:
-            logger.info(
-                "transaction %r: %s-%d no longer exists; no marker",
-                meta.transactional_id,
-                topic,
-                partition,
+    async def _mark_all(self, meta: TransactionMetadata) -> None:
+        """Every partition's marker: all at once first, then each that failed on its own,
+        with backoff, until written."""
+        failed = await self._mark(meta, sorted(meta.partitions))
+        if failed:
+            await asyncio.gather(
+                *(
+                    self._retry(
+                        meta.transactional_id,
+                        f"the marker on {topic}-{p}",
+                        functools.partial(self._mark_one, meta, topic, p),
+                        failed=exc,
+                    )
+                    for (topic, p), exc in failed.items()
+                )
             )
-            return
+
+    async def _mark_one(self, meta: TransactionMetadata, topic: str, partition: int) -> None:
+        failed = await self._mark(meta, [(topic, partition)])
+        if failed:
+            raise failed[(topic, partition)]
+
+    async def _mark(
+        self, meta: TransactionMetadata, partitions: list[TopicPartition]
+    ) -> Mapping[TopicPartition, Exception]:
+        """Markers on `partitions` that still exist (a deleted one needs none); where they
+        failed, with why."""
+        topics = self.replicas.store.view.topics
+        existing: list[TopicPartition] = []
+        for topic, partition in partitions:
+            spec = topics.get(topic)
+            if spec is None or partition >= spec.partitions:
+                logger.info(
+                    "transaction %r: %s-%d no longer exists; no marker",
+                    meta.transactional_id,
+                    topic,
+                    partition,
+                )
+            else:
+                existing.append((topic, partition))
+        if not existing:
+            return {}
         coordinator_epoch = self.log.coordinator(meta.transactional_id).leader_epoch
-        await self.write_marker(
-            topic,
-            partition,
-            meta.producer_id,
-            meta.producer_epoch,
-            meta.state.commits,
-            coordinator_epoch,
+        return await self.write_markers(
+            existing, meta.producer_id, meta.producer_epoch, meta.state.commits, coordinator_epoch
         )
 
     async def _retry(
-        self, transactional_id: str, what: str, attempt: Callable[[], Awaitable[object]]
+        self,
+        transactional_id: str,
+        what: str,
+        attempt: Callable[[], Awaitable[object]],
+        failed: Exception | None = None,
     ) -> None:
-        """Until `attempt` succeeds, with backoff (cancelled when the id leaves this node)."""
+        """Until `attempt` succeeds, with backoff (cancelled when the id leaves this node);
+        `failed`: a first attempt made already failed so."""
         backoff = self.retry_backoff_ms
+        if failed is not None:
+            self._retrying(transactional_id, what, failed, backoff)
+            await asyncio.sleep(backoff / 1000)
+            backoff = min(backoff * 2, self.retry_backoff_max_ms)
         while True:
             try:
                 await attempt()
@@ -527,15 +561,19 @@ class TransactionCoordinator:
                 logger.error("transaction %r: %s refused: %s", transactional_id, what, exc)
                 return
             except Exception as exc:
-                logger.warning(
-                    "transaction %r: writing %s failed (%s); retrying in %d ms",
-                    transactional_id,
-                    what,
-                    exc,
-                    backoff,
-                )
+                self._retrying(transactional_id, what, exc, backoff)
             await asyncio.sleep(backoff / 1000)
             backoff = min(backoff * 2, self.retry_backoff_max_ms)
+
+    @staticmethod
+    def _retrying(transactional_id: str, what: str, exc: Exception, backoff: int) -> None:
+        logger.warning(
+            "transaction %r: writing %s failed (%s); retrying in %d ms",
+            transactional_id,
+            what,
+            exc,
+            backoff,
+        )
 
     async def _tick(self) -> None:
         """Every abort_interval_ms: abort what timed out, delete the ids expired."""

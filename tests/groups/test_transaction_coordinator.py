@@ -83,6 +83,7 @@ class Node:
     markers: Collaborator = field(default_factory=Collaborator)
     offsets: Collaborator = field(default_factory=Collaborator)
     generations: Collaborator = field(default_factory=Collaborator)
+    marker_calls: list[list[tuple[str, int]]] = field(default_factory=list)  # write_markers' calls
     coordinator: TransactionCoordinator = field(init=False)
 
     @property
@@ -95,7 +96,7 @@ class Node:
             self.coordinator.close()
         self.coordinator = TransactionCoordinator(
             self.replicas,
-            self.markers,
+            self.write_markers,
             self.offsets,
             self.generations,
             settings.pop("write_timeout_ms", 5_000),
@@ -105,6 +106,20 @@ class Node:
             **settings,
         )
         return self.coordinator
+
+    async def write_markers(
+        self, partitions: list[tuple[str, int]], *rest: Any
+    ) -> dict[tuple[str, int], Exception]:
+        """The coordinator's markers, one `markers` call a partition, all at once."""
+        self.marker_calls.append(list(partitions))
+        outcomes = await asyncio.gather(
+            *(self.markers(topic, p, *rest) for topic, p in partitions), return_exceptions=True
+        )
+        return {
+            where: outcome
+            for where, outcome in zip(partitions, outcomes, strict=True)
+            if isinstance(outcome, Exception)
+        }
 
     async def fresh(self, **settings: Any) -> TransactionCoordinator:
         """A new coordinator, which replays the state partition as a node that comes to lead
@@ -334,6 +349,16 @@ async def test_failed_markers_and_offsets_are_retried_until_written(node: Node) 
     assert done.state is S.COMPLETE_COMMIT
     assert len(node.markers.attempts) == 7 and len(node.markers.done) == 2
     assert len(node.offsets.attempts) == 4 and len(node.offsets.done) == 1
+
+
+async def test_markers_go_out_together_and_only_the_failed_are_retried(node: Node) -> None:
+    c = node.coordinator
+    meta = await open_with(node, T0, T1, U0)
+    node.markers.failures = 1  # the first marker written (t-0) fails once
+    done = await c.commit(TID, meta.producer_epoch, ME)
+    assert done.state is S.COMPLETE_COMMIT
+    assert node.marker_calls == [[T0, T1, U0], [T0]]
+    assert sorted(m[:2] for m in node.markers.done) == [T0, T1, U0]
 
 
 async def test_a_decided_commit_stays_prepared_until_every_marker_is_written(node: Node) -> None:

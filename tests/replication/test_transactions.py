@@ -17,7 +17,7 @@ from engine.notify import ChangeNotifier
 from engine.producer_state import Isolation, ProducerIdentity
 from engine.segment import LogSegment
 from replication.acks import Acks
-from replication.errors import InternalTopicWrite
+from replication.errors import InternalTopicWrite, LeaderNotAvailable
 from replication.forward_client import ForwardClient
 from replication.markers import MarkerWriter
 from replication.memory_store import MemoryMetadataStore
@@ -96,6 +96,27 @@ async def test_an_aborted_transaction_is_never_read_committed(node: Node) -> Non
     assert leader is not None and leader.log_end_offset == 2
     assert await node.values(0, Isolation.READ_COMMITTED) == []
     assert await node.values(0, Isolation.READ_UNCOMMITTED) == [b"gone"]
+
+
+async def test_markers_written_together_name_the_partitions_they_missed(node: Node) -> None:
+    """`write_all` writes the markers of the partitions led here in one pass, and answers the
+    partition it could not reach with why, so that only it is retried."""
+    fence = await node.replicas.store.campaign()
+    spec = TopicSpec("elsewhere", "c" * 32, 1, 1, {})
+    await node.replicas.store.create_topic(fence, spec, [PartitionState(1, 1, (1,), (1,))])
+    assert await node.replicas.applied(lambda: "elsewhere" in node.replicas.store.view.topics, 5)
+    await node.produce(PRODUCER, batch(0, b"a"), batch(1, b"b"))
+    partitions = [(TOPIC, 0), (TOPIC, 1), ("elsewhere", 0)]
+    failed = await node.markers.write_all(partitions, PRODUCER, True, 0)
+    assert list(failed) == [("elsewhere", 0)]
+    assert isinstance(failed["elsewhere", 0], LeaderNotAvailable)
+    assert await node.values(0, Isolation.READ_COMMITTED) == [b"a"]
+    assert await node.values(1, Isolation.READ_COMMITTED) == [b"b"]
+    # a retry of the whole writes nothing twice
+    assert list(await node.markers.write_all(partitions[:2], PRODUCER, True, 0)) == []
+    for p in (0, 1):
+        leader = node.replicas.leading(TOPIC, p)
+        assert leader is not None and leader.log_end_offset == 2
 
 
 async def test_a_fenced_or_finished_epoch_appends_nothing(node: Node) -> None:

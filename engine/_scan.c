@@ -341,16 +341,20 @@ stamp_producer(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             Py_CLEAR(stamped);
             break;
         }
-        h.attributes = (int16_t)(h.attributes | TRANSACTIONAL_MASK);
-        h.producer_id = producer_id;
-        h.producer_epoch = (int16_t)epoch;
-        h.base_sequence = -1;
-        put_be(buf + pos + ATTRIBUTES_AT, (uint16_t)h.attributes, 2);
-        put_be(buf + pos + PRODUCER_ID_AT, (uint64_t)h.producer_id, 8);
-        put_be(buf + pos + PRODUCER_ID_AT + 8, (uint16_t)h.producer_epoch, 2);
-        put_be(buf + pos + PRODUCER_ID_AT + 10, (uint32_t)h.base_sequence, 4);
-        h.crc = crc32c(buf + pos + ATTRIBUTES_AT, (size_t)(size - ATTRIBUTES_AT));
-        put_be(buf + pos + CRC_AT, h.crc, 4);
+        if (!((h.attributes & TRANSACTIONAL_MASK) && h.producer_id == producer_id &&
+              h.producer_epoch == epoch && h.base_sequence == -1)) {
+            /* else built for this producer already (json_batches): nothing to change */
+            h.attributes = (int16_t)(h.attributes | TRANSACTIONAL_MASK);
+            h.producer_id = producer_id;
+            h.producer_epoch = (int16_t)epoch;
+            h.base_sequence = -1;
+            put_be(buf + pos + ATTRIBUTES_AT, (uint16_t)h.attributes, 2);
+            put_be(buf + pos + PRODUCER_ID_AT, (uint64_t)h.producer_id, 8);
+            put_be(buf + pos + PRODUCER_ID_AT + 8, (uint16_t)h.producer_epoch, 2);
+            put_be(buf + pos + PRODUCER_ID_AT + 10, (uint32_t)h.base_sequence, 4);
+            h.crc = crc32c(buf + pos + ATTRIBUTES_AT, (size_t)(size - ATTRIBUTES_AT));
+            put_be(buf + pos + CRC_AT, h.crc, 4);
+        }
         PyObject *header = header_object(type, &h);
         PyObject *pair = header == NULL ? NULL : Py_BuildValue("(nN)", pos, header);
         if (pair == NULL || PyList_Append(stamped, pair) < 0) {

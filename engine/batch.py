@@ -287,10 +287,13 @@ def set_producer(
 ) -> BatchHeader:
     """Make the batch at `pos` a transactional one of `producer_id` at `epoch` (sequence -1:
     Sluice fences by epoch, not by sequence), re-CRC it; its new header (made from `header`,
-    not read back: this runs for every batch of a transactional produce)."""
-    (base_offset, length, leader_epoch, magic, _, attributes, delta, first, last, *_, count) = (
+    not read back: this runs for every batch of a transactional produce). A batch built so
+    already (the C JSON path builds a transaction's batches stamped) is left as it is."""
+    (base_offset, length, leader_epoch, magic, _, attributes, delta, first, last, *was, count) = (
         header
     )
+    if attributes & TRANSACTIONAL_MASK and was == [producer_id, epoch, -1]:
+        return header
     attributes |= TRANSACTIONAL_MASK
     _PRODUCER_FIELDS.pack_into(buf, pos + PRODUCER_ID_AT, producer_id, epoch, -1)
     _ATTRIBUTES_FIELD.pack_into(buf, pos + ATTRIBUTES_AT, attributes)

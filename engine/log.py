@@ -58,6 +58,9 @@ from engine.watermarks import WatermarkFile
 EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 _NOTHING_APPENDED = "nothing was appended"
 _REFUSED_FROM_PRODUCERS = fmt.CONTROL_MASK | fmt.TRANSACTIONAL_MASK
+# In a transaction a batch may come transactional already (built for its producer): it is
+# stamped with the transaction's producer either way.
+_REFUSED_IN_TRANSACTIONS = fmt.CONTROL_MASK
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 
@@ -297,10 +300,13 @@ class PartitionLog:
         headers = self.check_as_leader(buf)
         return self.append_batches_as_leader(buf, headers, leader_epoch, [len(headers)])[0]
 
-    def check_as_leader(self, data: bytes | bytearray) -> Headers:
+    def check_as_leader(self, data: bytes | bytearray, *, in_transaction: bool = False) -> Headers:
         """Validate producer batches as `append_as_leader` would, without appending; their
-        headers, for `append_batches_as_leader` or `append_checked_in_transactions`."""
-        return self._validate(data, leader=True)
+        headers, for `append_batches_as_leader` or `append_checked_in_transactions`.
+        `in_transaction`: they are written in a transaction, which stamps them with its
+        producer, so they may be transactional already (never control batches)."""
+        refused = _REFUSED_IN_TRANSACTIONS if in_transaction else _REFUSED_FROM_PRODUCERS
+        return self._validate(data, leader=True, refused=refused)
 
     def check_transactions_allowed(self) -> None:
         """A compacted topic refuses transactional batches (InvalidRecord): the cleaner keeps
@@ -343,7 +349,7 @@ class PartitionLog:
         (a late write would open a transaction no marker closes)."""
         self.check_transactions_allowed()
         buf = data if isinstance(data, bytearray) else bytearray(data)
-        headers = self.check_as_leader(buf)
+        headers = self.check_as_leader(buf, in_transaction=True)
         producer = ProducerIdentity(producer_id, producer_epoch)
         outcome = self.append_checked_in_transactions(
             buf, headers, [(len(headers), producer)], leader_epoch
@@ -508,7 +514,11 @@ class PartitionLog:
         return info
 
     def _validate(
-        self, data: bytes | bytearray | memoryview, *, leader: bool
+        self,
+        data: bytes | bytearray | memoryview,
+        *,
+        leader: bool,
+        refused: int = _REFUSED_FROM_PRODUCERS,
     ) -> list[tuple[int, fmt.BatchHeader]]:
         result = fmt.scan(data, check_crc=True)
         if result.error is not None:
@@ -523,8 +533,9 @@ class PartitionLog:
                     f"{self.config.max_message_bytes}"
                 )
             if leader:
-                if header.attributes & _REFUSED_FROM_PRODUCERS:
-                    raise InvalidRecord(f"batch {i}: control and transactional batches are refused")
+                if header.attributes & refused:
+                    what = "control" if refused == fmt.CONTROL_MASK else "control and transactional"
+                    raise InvalidRecord(f"batch {i}: {what} batches are refused")
                 count = header.record_count
                 if count == 0 or count != header.last_offset_delta + 1:
                     raise InvalidRecord(

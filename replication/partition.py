@@ -15,7 +15,7 @@ from dataclasses import replace
 from itertools import accumulate
 from typing import NamedTuple
 
-from engine.batch import IDEMPOTENT_MASK
+from engine.batch import IDEMPOTENT_MASK, TRANSACTIONAL_MASK
 from engine.config import TopicConfig
 from engine.errors import OffsetOutOfRange
 from engine.log import AppendInfo, Headers, PartitionLog, ReadResult, decided, join_checked
@@ -246,7 +246,9 @@ class Partition:
                 if producer is not None:
                     self.log.check_transactions_allowed()
                 buf = data if isinstance(data, bytearray) else bytearray(data)
-                checked.append((i, buf, self.log.check_as_leader(buf), producer))
+                in_transaction = producer is not None
+                headers = self.log.check_as_leader(buf, in_transaction=in_transaction)
+                checked.append((i, buf, headers, producer))
             except Exception as exc:  # this request's own refusal; the others go on
                 outcomes[i] = exc
                 continue
@@ -289,7 +291,7 @@ class Partition:
                 self.check_enough_replicas()
             if transactional:
                 self.log.check_transactions_allowed()
-            headers = self.log.check_as_leader(buf)
+            headers = self.log.check_as_leader(buf, in_transaction=transactional)
         except Exception:
             return None
         if any(header.attributes & IDEMPOTENT_MASK for _, header in headers):
@@ -306,6 +308,8 @@ class Partition:
                 return None
             ends = [*firsts[1:], len(headers)]
             batches = [end - begin for begin, end in zip(firsts, ends, strict=True)]
+        if transactional and not self._transactional_only_inside(requests, headers, batches):
+            return None
         infos: list[AppendInfo | Exception]
         if transactional:
             infos = self.log.append_checked_in_transactions(
@@ -321,6 +325,21 @@ class Partition:
                 return [exc] * len(requests)
         self.update_high_watermark()
         return infos
+
+    @staticmethod
+    def _transactional_only_inside(
+        requests: Sequence[Request], headers: Headers, batches: list[int]
+    ) -> bool:
+        """Whether every transactional batch of a write is in a transaction's request (the
+        checks let them through for those); one outside is refused when judged alone."""
+        at = 0
+        for count, (_, _, producer) in zip(batches, requests, strict=True):
+            if producer is None and any(
+                header.attributes & TRANSACTIONAL_MASK for _, header in headers[at : at + count]
+            ):
+                return False
+            at += count
+        return True
 
     def _repeat(self, marker: Marker) -> AppendInfo | None:
         """Where a request this log already holds put its records; None for a new request."""

@@ -66,7 +66,7 @@ from gateway.api.transactions import (
     COMMIT_ROUTE,
     TRANSACTION_ROUTE,
     TRANSACTIONS_PREFIX,
-    partitions_adder,
+    PartitionsAdder,
 )
 from gateway.auth.checks import (
     UNLIMITED_AUDIENCES,
@@ -200,7 +200,7 @@ class FastRoutes:
         if isinstance(taken, FastProduce) and taken.transaction is not None:
             name, epoch = taken.transaction
             topic = taken.produce.topic
-            taken.produce.transaction = partitions_adder(
+            taken.produce.transaction = PartitionsAdder(
                 self.gateway, name, epoch, topic, taken.principal
             )
         if admitted and not isinstance(taken, FastProduce):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import orjson
@@ -331,9 +331,7 @@ async def _other_nodes(gateway: Gateway, path_qs: str) -> list[dict[str, Any]]:
     return out
 
 
-def produce_transaction(
-    request: web.Request, query: Mapping[str, str]
-) -> Callable[[list[int]], Awaitable[ProducerIdentity]] | None:
+def produce_transaction(request: web.Request, query: Mapping[str, str]) -> PartitionsAdder | None:
     """A produce's transaction, if its query names one (`transactional_id` with
     `producer_epoch`): what adds the produce's partitions to it at its coordinator."""
     name = query.get("transactional_id")
@@ -356,25 +354,35 @@ def produce_transaction(
             "INVALID_PARAMETER",
         )
     require(request, "transactional_id", name, "write")
-    return partitions_adder(
+    return PartitionsAdder(
         gateway_of(request), name, epoch, request.match_info["topic"], principal_of(request)
     )
 
 
-def partitions_adder(
-    gateway: Gateway, name: str, epoch: int, topic: str, principal: str | None
-) -> Callable[[list[int]], Awaitable[ProducerIdentity]]:
+class PartitionsAdder:
     """What adds a produce's partitions of `topic` to transaction `name` at its coordinator
     (KIP-890's server side: before any is written) and says who writes them; the produce
-    routes' and the fast routes' alike. Partitions in it already are answered without the
-    coordinator's coroutines (`TransactionCoordinator.added`)."""
+    routes' and the fast routes' alike (`gateway.produce.front.InTransaction`). Partitions in
+    it already are answered without the coordinator's coroutines
+    (`TransactionCoordinator.added`)."""
 
-    async def add(partitions: list[int]) -> ProducerIdentity:
-        wanted = [(topic, p) for p in partitions]
-        meta = gateway.transactions.added(name, epoch, wanted, principal)
+    __slots__ = ("epoch", "gateway", "name", "principal", "producer", "topic")
+
+    def __init__(
+        self, gateway: Gateway, name: str, epoch: int, topic: str, principal: str | None
+    ) -> None:
+        self.gateway = gateway
+        self.name = name
+        self.epoch = epoch
+        self.topic = topic
+        self.principal = principal
+        self.producer = gateway.transactions.producer_of(name, epoch)
+
+    async def __call__(self, partitions: list[int]) -> ProducerIdentity:
+        wanted = [(self.topic, p) for p in partitions]
+        name, epoch, principal = self.name, self.epoch, self.principal
+        meta = self.gateway.transactions.added(name, epoch, wanted, principal)
         if meta is None:
-            coordinator = await gateway.transactions_ready()
+            coordinator = await self.gateway.transactions_ready()
             meta = await coordinator.add_partitions(name, epoch, wanted, principal)
         return ProducerIdentity(meta.producer_id, meta.producer_epoch)
-
-    return add

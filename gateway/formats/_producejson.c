@@ -40,6 +40,7 @@
 #define CRC_AT 17
 #define ATTRIBUTES_AT 21
 #define VALUES_JSON_MASK 0x4000
+#define TRANSACTIONAL_MASK 0x10
 #define MAGIC 2
 
 /* Containers open at once, the body's own two levels and a record's included. Python's parser
@@ -898,6 +899,9 @@ struct batching {
     const struct parse *ps;
     int64_t now;             /* the timestamp of records that give none */
     int64_t max_batch_bytes; /* max.message.bytes */
+    int transactional;       /* batches of a transaction: of this producer, at this epoch */
+    int64_t producer_id;
+    int16_t producer_epoch;
 };
 
 static unsigned char *
@@ -913,19 +917,21 @@ put_bytes(unsigned char *w, const struct parse *ps, const struct span *s)
 }
 
 static void
-finish_batch(unsigned char *batch, Py_ssize_t size, int32_t count, int64_t first_timestamp,
-             int64_t max_timestamp)
+finish_batch(const struct batching *b, unsigned char *batch, Py_ssize_t size, int32_t count,
+             int64_t first_timestamp, int64_t max_timestamp)
 {
     put_be(batch, 0, 8);                                  /* base offset: the log's */
     put_be(batch + 8, (uint64_t)(size - LOG_OVERHEAD), 4);
     put_be(batch + 12, UINT32_MAX, 4);                    /* leader epoch: the log's */
     batch[16] = MAGIC;
-    put_be(batch + ATTRIBUTES_AT, VALUES_JSON_MASK, 2);
+    put_be(batch + ATTRIBUTES_AT,
+           VALUES_JSON_MASK | (b->transactional ? TRANSACTIONAL_MASK : 0), 2);
     put_be(batch + 23, (uint64_t)(count - 1), 4);         /* last offset delta */
     put_be(batch + 27, (uint64_t)first_timestamp, 8);
     put_be(batch + 35, (uint64_t)max_timestamp, 8);
-    put_be(batch + 43, UINT64_MAX, 8);                    /* producer id -1 */
-    put_be(batch + 51, UINT16_MAX, 2);                    /* producer epoch -1 */
+    /* producer id and epoch: -1 outside a transaction */
+    put_be(batch + 43, b->transactional ? (uint64_t)b->producer_id : UINT64_MAX, 8);
+    put_be(batch + 51, b->transactional ? (uint16_t)b->producer_epoch : UINT16_MAX, 2);
     put_be(batch + 53, UINT32_MAX, 4);                    /* base sequence -1 */
     put_be(batch + 57, (uint64_t)count, 4);
     put_be(batch + CRC_AT,
@@ -952,7 +958,7 @@ encode_group(const struct batching *b, const uint32_t *order, Py_ssize_t n, unsi
         Py_ssize_t size = body + varint_size(zigzag(body));
         if (count && pos - batch_start + size >= b->max_batch_bytes) {
             if (out != NULL) {
-                finish_batch(out + batch_start, pos - batch_start, count, first_timestamp,
+                finish_batch(b, out + batch_start, pos - batch_start, count, first_timestamp,
                              max_timestamp);
             }
             batch_start = pos;
@@ -990,7 +996,8 @@ encode_group(const struct batching *b, const uint32_t *order, Py_ssize_t n, unsi
         }
     }
     if (out != NULL) {
-        finish_batch(out + batch_start, pos - batch_start, count, first_timestamp, max_timestamp);
+        finish_batch(b, out + batch_start, pos - batch_start, count, first_timestamp,
+                     max_timestamp);
     }
     return pos;
 }
@@ -1130,18 +1137,21 @@ build(struct parse *ps, Py_ssize_t partitions, Py_ssize_t url_partition, PyObjec
 }
 
 PyDoc_STRVAR(json_batches_doc,
-"json_batches(body, partitions, url_partition, keyless, max_batch_bytes, now, compact, /)\n"
+"json_batches(body, partitions, url_partition, keyless, max_batch_bytes, now, compact,\n"
+"             producer=None, /)\n"
 "--\n\n"
 "A JSON produce body of the common shape -> [(partition, batches, record count)], in\n"
 "partition order: what Producer._build makes of it without the Idempotency-Key. keyless()\n"
-"gives the partition of key-less records (called at most once). None when the body is not one\n"
-"this path covers, or is refused: take the Python path, which gives the error.");
+"gives the partition of key-less records (called at most once). producer: (producer id,\n"
+"epoch) of the transaction the batches are written in; they are built as\n"
+"engine.batch.set_producers would stamp them. None when the body is not one this path\n"
+"covers, or is refused: take the Python path, which gives the error.");
 
 static PyObject *
 batches_of(PyObject *const *args, Py_ssize_t nargs, int json_keys)
 {
-    if (nargs != 7) {
-        PyErr_SetString(PyExc_TypeError, "json_batches takes 7 positional arguments");
+    if (nargs != 7 && nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "json_batches takes 7 or 8 positional arguments");
         return NULL;
     }
     Py_ssize_t partitions = PyLong_AsSsize_t(args[1]);
@@ -1165,6 +1175,24 @@ batches_of(PyObject *const *args, Py_ssize_t nargs, int json_keys)
     int compact = PyObject_IsTrue(args[6]);
     if (compact < 0) {
         return NULL;
+    }
+    if (nargs == 8 && args[7] != Py_None) {
+        long long producer_id;
+        int epoch;
+        if (!PyTuple_Check(args[7])) {
+            PyErr_SetString(PyExc_TypeError, "json_batches: producer must be a tuple or None");
+            return NULL;
+        }
+        if (!PyArg_ParseTuple(args[7], "Li", &producer_id, &epoch)) {
+            return NULL;
+        }
+        if (producer_id < 0 || epoch < 0 || epoch > INT16_MAX) {
+            PyErr_SetString(PyExc_ValueError, "json_batches: producer id or epoch out of range");
+            return NULL;
+        }
+        b.transactional = 1;
+        b.producer_id = producer_id;
+        b.producer_epoch = (int16_t)epoch;
     }
     if (partitions < 1 || partitions > INT32_MAX || url_partition >= partitions ||
         (args[2] != Py_None && url_partition < 0) || b.now < 0) {

@@ -10,9 +10,11 @@ def json_batches(
     max_batch_bytes: int,
     now: int,
     compact: bool,
+    producer: tuple[int, int] | None = None,
     /,
 ) -> list[tuple[int, bytearray, int]] | None:
-    """A JSON produce body's batches per partition; None: take the Python path."""
+    """A JSON produce body's batches per partition (with `producer`, stamped as the
+    transaction's, as engine.batch.set_producers does); None: take the Python path."""
 
 def v2_json_batches(
     body: bytes,

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 JsonBatches = Callable[
-    [bytes, int, int | None, Callable[[], int], int, int, bool],
+    [bytes, int, int | None, Callable[[], int], int, int, bool, tuple[int, int] | None],
     list[tuple[int, bytearray, int]] | None,
 ]
 V2JsonBatches = Callable[..., tuple[list[tuple[int, bytearray, int]], bytes] | None]

@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 
 from engine.errors import EngineError, UnknownPartition, UnknownTopic
 from engine.offsets_topic import TopicPartition, partition_for
+from engine.producer_state import ProducerIdentity
 from groups.offsets_log import CoordinatorLog, partition_count
 from groups.transactions import state_topic
 from groups.transactions.errors import ConcurrentTransactions, TransactionError
@@ -257,6 +258,19 @@ class TransactionCoordinator:
             transactional_id, producer_epoch, partitions, principal, self.clock()
         )
         return None if unchanged.changed else unchanged.metadata
+
+    def producer_of(self, transactional_id: str, producer_epoch: int) -> ProducerIdentity | None:
+        """Who writes in the id's open transaction at `producer_epoch`, if it is coordinated
+        here: what its produces' batches are built stamped for (their partitions' add decides;
+        None: unknown here)."""
+        meta = self.machine.transactions.get(transactional_id)
+        if (
+            meta is None
+            or meta.producer_epoch != producer_epoch
+            or meta.state is not TransactionState.ONGOING
+        ):
+            return None
+        return ProducerIdentity(meta.producer_id, producer_epoch)
 
     async def add_offsets(
         self,

@@ -135,7 +135,8 @@ def test_stamping_any_range_of_any_bytes_refuses_or_stamps(
     body: bytes, data: st.DataObject
 ) -> None:
     """Whatever the bytes and the range, stamp_producer stamps whole batches or says why it
-    cannot (ValueError), touching nothing outside the range."""
+    cannot (ValueError), touching nothing outside the range. A batch that carried the producer
+    already is left as it was, its CRC right or wrong."""
     buf = bytearray(body)
     start = data.draw(st.integers(-2, len(buf) + 2))
     end = data.draw(st.integers(-2, len(buf) + 2))
@@ -147,7 +148,28 @@ def test_stamping_any_range_of_any_bytes_refuses_or_stamps(
     assert 0 <= start <= end <= len(buf)
     assert buf[:start] == before[:start] and buf[end:] == before[end:]
     for pos, header in stamped:
-        assert fmt.read_header(buf, pos) == header and fmt.crc_matches(buf, pos, header)
+        assert fmt.read_header(buf, pos) == header
+        assert header.attributes & fmt.TRANSACTIONAL_MASK
+        assert (header.producer_id, header.producer_epoch, header.base_sequence) == (5, 1, -1)
+        end_of = pos + header.length + fmt.LOG_OVERHEAD
+        assert fmt.crc_matches(buf, pos, header) or buf[pos:end_of] == before[pos:end_of]
+
+
+def test_a_batch_built_for_its_producer_is_not_stamped_again() -> None:
+    """json_batches builds a transaction's batches stamped: stamping them again changes no byte
+    and computes no CRC (a wrong one stays wrong, which it would not if it were computed)."""
+    data = fmt.encode_batch([fmt.RecordInput(None, b"v", [], 0)] * 3)
+    (pos, header), *_ = fmt.scan(data).headers
+    fmt.set_producers(data, [(pos, header)], 9, 2)
+    stamped = bytes(data)
+    data[fmt.CRC_AT] ^= 0xFF
+    damaged = bytes(data)
+    (_, again), *_ = fmt.scan(data, check_crc=False).headers
+    assert _scan.stamp_producer(data, 0, len(data), 9, 2, fmt.BatchHeader)[0][1] == again
+    assert bytes(data) == damaged
+    assert fmt.set_producer(data, 0, again, 9, 2) == again and bytes(data) == damaged
+    data[fmt.CRC_AT] ^= 0xFF
+    assert bytes(data) == stamped
 
 
 def test_stamping_needs_a_writable_buffer_and_a_header_type() -> None:

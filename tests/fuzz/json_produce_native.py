@@ -102,6 +102,7 @@ def covered(body: bytes, topic: Topic) -> bool:
         topic.max_message_bytes,
         int(NOW * 1000),
         topic.compact,
+        None,
     )
     return built is not None
 

@@ -10,8 +10,9 @@ them; the tests below check that the common shapes are covered.
 from __future__ import annotations
 
 import json
+import types
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import pytest
@@ -19,6 +20,11 @@ from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 
 from engine import batch as fmt
+from engine.config import TopicConfig
+from engine.producer_state import ProducerIdentity
+from gateway.formats import codecs
+from gateway.produce import front as produce
+from replication.acks import Acks
 from tests.fuzz import sanitizers
 
 _producejson = pytest.importorskip("gateway.formats._producejson")
@@ -27,6 +33,7 @@ from tests.fuzz.json_produce_native import (  # noqa: E402 - needs the extension
     MAX_MESSAGE_BYTES,
     NOW,
     Topic,
+    _Replicas,
     compare,
     covered,
 )
@@ -322,6 +329,76 @@ def test_bad_arguments() -> None:
             _producejson.json_batches(body, 2, url_partition, lambda: 0, 1000, 0, False)
     with pytest.raises(RuntimeError, match="no"):
         _producejson.json_batches(body, 2, None, _refuse, 1000, 0, False)
+
+
+def test_a_transactions_batches_are_built_as_set_producers_stamps_them() -> None:
+    """With a producer, every batch (several partitions, several batches each) is the one
+    built without it and then stamped by engine.batch.set_producers, byte for byte."""
+    body = orjson.dumps(
+        {"records": [{"value": "v" * 40, "partition": i % 3, "key": str(i)} for i in range(60)]}
+    )
+    args = (body, 3, None, lambda: 0, 600, int(NOW * 1000), False)
+    assert _producejson.json_batches(*args, None) == _producejson.json_batches(*args)
+    plain = _producejson.json_batches(*args)
+    built = _producejson.json_batches(*args, (2**40 + 7, 3))
+    assert plain is not None and built is not None
+    assert [(p, n) for p, _, n in built] == [(p, n) for p, _, n in plain]
+    for (_, data, _), (_, stamped, _) in zip(plain, built, strict=True):
+        headers = fmt.scan(data).headers
+        assert len(headers) > 1
+        for pos, header in headers:
+            fmt.set_producer(data, pos, header, 2**40 + 7, 3)
+        assert stamped == data
+        assert fmt.scan(stamped).headers  # every CRC holds
+
+
+class _InTransaction:
+    """A produce's transaction whose producer this node knows (`front.InTransaction`)."""
+
+    def __init__(self, producer: ProducerIdentity | None) -> None:
+        self.producer = producer
+
+    async def __call__(self, partitions: list[int]) -> ProducerIdentity:
+        raise AssertionError("building adds no partition")
+
+
+def test_a_produce_in_a_known_transaction_is_built_stamped() -> None:
+    """Producer._build hands the transaction's producer to the C path, so the batches need no
+    stamping (and no second CRC) when they are written; unknown, they are built plain."""
+    config = TopicConfig()
+    unused: Any = None
+    producer = produce.Producer(cast(Any, _Replicas(config)), unused, unused, unused)
+    spec = cast(Any, types.SimpleNamespace(name="t", partitions=2))
+    body = b'{"records": [{"value": 1, "partition": 0}, {"value": 2, "partition": 1}]}'
+    for writer in (ProducerIdentity(41, 2), None):
+        request = produce.ProduceRequest(
+            "t", None, Acks.LEADER, 1000, codecs.JSON, body, None, None, "/"
+        )
+        request.transaction = _InTransaction(writer)
+        built = producer._build(spec, request, None, None)
+        for item in built:
+            ((_, header),) = fmt.scan(item.data).headers
+            got = (header.producer_id, header.producer_epoch)
+            if writer is None:
+                assert got == (-1, -1) and not header.attributes & fmt.TRANSACTIONAL_MASK
+            else:
+                assert got == (41, 2) and header.attributes & fmt.TRANSACTIONAL_MASK
+
+
+def test_a_bad_producer_is_refused() -> None:
+    body = b'{"records": [{}]}'
+    for producer, error in (
+        ((-1, 0), ValueError),
+        ((1, 2**15), ValueError),
+        ((1, -1), ValueError),
+        ((1,), TypeError),
+        ([1, 2], TypeError),
+        (("1", 2), TypeError),
+    ):
+        with pytest.raises(error):
+            _producejson.json_batches(body, 2, None, lambda: 0, 1000, 0, False, producer)
+    with pytest.raises(TypeError):
+        _producejson.json_batches(body, 2, None, lambda: 0, 1000, 0, False, None, None)
 
 
 def _refuse() -> int:

@@ -77,9 +77,11 @@ def checks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     sizes: list[int] = []
     check = PartitionLog.check_as_leader
 
-    def counted(log: PartitionLog, data: bytes | bytearray) -> list[tuple[int, fmt.BatchHeader]]:
+    def counted(
+        log: PartitionLog, data: bytes | bytearray, *, in_transaction: bool = False
+    ) -> list[tuple[int, fmt.BatchHeader]]:
         sizes.append(len(data))
-        return check(log, data)
+        return check(log, data, in_transaction=in_transaction)
 
     monkeypatch.setattr(PartitionLog, "check_as_leader", counted)
     return sizes
@@ -277,6 +279,40 @@ async def test_a_transactions_newer_epoch_fences_an_older_one_later_in_the_same_
     assert isinstance(late[1], AppendInfo) and late[1].first_offset == 3
     read = leader.log.read(0, 1 << 20, upper_offset=4).data  # Q's marker at 2 reaches no one
     assert [r.value for r in fmt.iter_records(read)] == [b"new", b"other", b"more"]
+
+
+def stamped(producer: ProducerIdentity, *values: bytes) -> bytearray:
+    """Batches built for `producer`'s transaction already (as the C JSON path builds them)."""
+    data = records(*values)
+    fmt.set_producers(data, fmt.scan(data).headers, *producer)
+    return data
+
+
+async def test_batches_built_for_their_transaction_go_in_and_plain_ones_may_not_claim_one(
+    leader: Partition, checks: list[int]
+) -> None:
+    """A transaction's request may come stamped for its producer, or for another one (it is
+    stamped again for its own); a request outside any transaction whose batch claims one is
+    refused alone, while the others of its write go in."""
+    groups = AppendGroups()
+    built = stamped(ProducerIdentity(P, 0), b"p")
+    outcomes = await asyncio.gather(
+        groups.append(leader, built, Acks.LEADER, producer=ProducerIdentity(P, 0)),
+        groups.append(leader, stamped(ProducerIdentity(9, 9), b"q"), Acks.LEADER,
+                      producer=ProducerIdentity(Q, 0)),
+        groups.append(leader, stamped(ProducerIdentity(Q, 0), b"claims"), Acks.LEADER),
+        groups.append(leader, records(b"plain"), Acks.LEADER),
+        return_exceptions=True,
+    )  # fmt: skip
+    assert isinstance(outcomes[2], InvalidRecord)
+    assert "transactional batches are refused" in str(outcomes[2])
+    assert [o.first_offset for o in outcomes if isinstance(o, AppendInfo)] == [0, 1, 2]
+    assert len(checks) == 1 + 4  # the joined check, then each request's own
+    read = leader.log.read(0, 1 << 20, upper_offset=3).data
+    headers = [h for _, h in fmt.scan(read).headers]
+    assert [(h.producer_id, h.producer_epoch) for h in headers] == [(P, 0), (Q, 0), (-1, -1)]
+    assert [bool(h.attributes & fmt.TRANSACTIONAL_MASK) for h in headers] == [True, True, False]
+    assert [r.value for r in fmt.iter_records(read)] == [b"p", b"q", b"plain"]
 
 
 async def test_the_lso_and_aborted_index_follow_a_joined_write_at_once(leader: Partition) -> None:

@@ -175,6 +175,13 @@ class HandlerInternals(RequestHandler):
         """aiohttp's parser takes `data` (a subclass adds to it)."""
         RequestHandler.data_received(self, data)
 
+    @property
+    def reading_paused(self) -> bool:
+        """Whether a body's reader paused the transport (its buffer reached its high water),
+        which reads again only once the body is read from."""
+        paused: bool = self._reading_paused
+        return paused
+
     def take_first_queued(self) -> None:
         """Take the first queued request off the queue, as aiohttp's loop does."""
         self._messages.popleft()

@@ -242,6 +242,7 @@ class Http1Connection(_ProblemErrors):
 
     __slots__ = (
         "_answers",
+        "_body_deadline",
         "_fast",
         "_fast_idle",
         "_fast_task",
@@ -266,6 +267,9 @@ class Http1Connection(_ProblemErrors):
         super().__init__(manager, **kwargs)
         self._header_timeout = header_timeout
         self._header_deadline: asyncio.TimerHandle | None = None
+        # Set while the first queued request's body is still arriving and the fast path waits
+        # for it (`_dispatch`); aiohttp's loop takes the request if it has not come by then.
+        self._body_deadline: asyncio.TimerHandle | None = None
         self._last_payload: StreamReader | None = None  # the newest request's body
         # Set at the Application's startup, which runs before any connection is accepted.
         self._fast: FastPath[Any] | None = None if app is None else app.get(FAST_PATH)
@@ -290,7 +294,7 @@ class Http1Connection(_ProblemErrors):
         """aiohttp's request loop, begun once the fast path is done with the connection's first
         requests (the first arrives before this task first runs; until the loop begins, the
         fast path may take the next ones too, so that none waits for this task to run)."""
-        while self._fast_task is not None:
+        while self._fast_task is not None or self._body_deadline is not None:
             self._fast_idle = self.event_loop.create_future()
             await self._fast_idle
         self._loop_started = True
@@ -469,11 +473,15 @@ class Http1Connection(_ProblemErrors):
                 and message.method in _FAST_METHODS
                 and message.version == HttpVersion11
                 and not message.should_close
-                and payload.is_eof()
                 and not self.closing
             ):
-                body = buffered_body(payload)
-                taken = fast.take(message.method, message.path, message.headers, body, self)
+                if not payload.is_eof():
+                    if self._body_may_come(message):
+                        break  # taken when it is whole, or aiohttp's loop takes it
+                else:
+                    body = buffered_body(payload)
+                    taken = fast.take(message.method, message.path, message.headers, body, self)
+            self._stop_body_deadline()
             if taken is None:
                 if not made:
                     if waiter is not None:
@@ -488,6 +496,39 @@ class Http1Connection(_ProblemErrors):
         # Re-parses what the parser held back, which comes back here (data_received(b"")) and
         # must not take the next request while these answers are to come.
         self.resume_reading_if_drained()
+
+    def _body_may_come(self, message: RawRequestMessage) -> bool:
+        """Whether the fast path waits for the rest of the first queued request's body (a
+        produce's, arriving in several reads) rather than give the request to aiohttp's loop:
+        while it has a length that fits what is held back, the body's reader has not paused
+        reading, and for at most the header timeout (`_body_too_slow`)."""
+        if self.reading_paused or message.chunked:
+            return False
+        length = message.headers.get("Content-Length", "")
+        if not length.isdigit() or int(length) > _HELD_BACK_MAX_BYTES:
+            return False
+        if self._body_deadline is None:
+            self._body_deadline = self.event_loop.call_later(
+                self._header_timeout, self._body_too_slow
+            )
+        return True
+
+    def _body_too_slow(self) -> None:
+        """The body did not come whole in time: aiohttp's loop takes the request, its body
+        read under the body timeout."""
+        self._body_deadline = None
+        waiter = self.loop_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+        self._wake_start()
+
+    def _stop_body_deadline(self) -> None:
+        """The body came (or the connection went): start() may go on once nothing else holds
+        it."""
+        if self._body_deadline is not None:
+            self._body_deadline.cancel()
+            self._body_deadline = None
+            self._wake_start()
 
     def _start_fast(self, fast: FastPath[Any], taken: object) -> None:
         self.request_started()
@@ -547,11 +588,16 @@ class Http1Connection(_ProblemErrors):
     def _wake_start(self) -> None:
         """start() waits for the fast path to hold none of the connection's requests."""
         idle = self._fast_idle
-        if self._fast_task is None and idle is not None and not idle.done():
+        if (
+            self._fast_task is None
+            and self._body_deadline is None
+            and idle is not None
+            and not idle.done()
+        ):
             idle.set_result(None)
 
     def busy(self) -> bool:
-        return self._fast_task is not None
+        return self._fast_task is not None or self._body_deadline is not None
 
     def parse(self, data: bytes) -> None:
         queue = self.request_queue
@@ -583,6 +629,7 @@ class Http1Connection(_ProblemErrors):
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self._stop_header_deadline()
+        self._stop_body_deadline()
         if self._fast_task is not None:  # as aiohttp cancels its handler: a long-poll lets go
             self._fast_task.cancel()
         super().connection_lost(exc)

@@ -581,8 +581,8 @@ async def test_a_head_the_fast_routes_took_is_served_again_without_the_parser(
     split = await Connection.open(fast)
     before_split = fast_served(fast)
     try:
-        # In the request line's first bytes (which may yet begin a produce) and in the head the
-        # fast routes serve it; cut in the body, the Application reads the rest.
+        # Cut in the request line's first bytes (which may yet begin a produce), in the head or
+        # in the body, the fast routes serve it once it is whole.
         for n, at in enumerate((3, 20, len(one_record("g")) - 5)):
             whole = one_record("g")
             split.writer.write(whole[:at])
@@ -592,7 +592,7 @@ async def test_a_head_the_fast_routes_took_is_served_again_without_the_parser(
             assert offsets_of([await split.answer()]) == [1009 + n]
     finally:
         split.close()
-    assert fast_served(fast) - before_split == 2
+    assert fast_served(fast) - before_split == 3
     served = fast_served(fast)
     for server in (fast, app):  # gone: the known head's produce is the Application's again
         assert httpx.delete(f"{server.url}/v1/topics/t", timeout=WAIT_S).status_code == 204
@@ -605,6 +605,51 @@ async def test_a_head_the_fast_routes_took_is_served_again_without_the_parser(
         app_conn.close()
     assert status.split()[1] == b"404" and orjson.loads(body)["code"] == "UNKNOWN_TOPIC"
     assert fast_served(fast) == served
+
+
+async def test_bodies_arriving_in_pieces_are_served_whole_by_the_fast_routes(
+    servers: list[Server], tmp_path: Path
+) -> None:
+    """A produce whose body comes in several reads is served by the fast routes once it is
+    whole, on a new head and on a known one; a body slower than the header timeout, or one
+    larger than a body's reader buffers (it pauses reading), is left to the Application, which
+    reads the rest; the connection goes on either way."""
+    server = launch(servers, tmp_path, "--header-read-timeout", "1")
+    create_topic(server)
+    body = orjson.dumps({"records": [{"value": "v" * 100} for _ in range(1000)]})
+    bulk = request("/v1/topics/t/records", body)
+    conn = await Connection.open(server)
+    try:
+        offset = 0
+        before = fast_served(server)
+        for cut in (len(bulk) - len(body) // 2, len(bulk) - 1):
+            for piece in (bulk[:cut], bulk[cut:]):
+                conn.writer.write(piece)
+                await conn.writer.drain()
+                await asyncio.sleep(0.05)  # the client's pace: the rest in a later segment
+            assert offsets_of([await conn.answer()]) == [offset]
+            offset += 1000
+        assert fast_served(server) - before == 2
+        before = fast_served(server)
+        conn.writer.write(bulk[:-10])
+        await asyncio.sleep(3)  # a client slower than the header timeout (1 s)
+        conn.writer.write(bulk[-10:])
+        assert offsets_of([await conn.answer()]) == [offset]
+        offset += 1000
+        assert fast_served(server) == before
+        large = request(
+            "/v1/topics/t/records",
+            orjson.dumps({"records": [{"value": "w" * 100} for _ in range(1800)]}),
+        )
+        assert 128 * 1024 < len(large) < 256 * 1024
+        for piece in (large[:1000], large[1000:]):
+            conn.writer.write(piece)
+            await conn.writer.drain()
+            await asyncio.sleep(0.05)
+        assert offsets_of([await conn.answer()]) == [offset]
+        assert offsets_of([await conn.exchange(bulk)]) == [offset + 1800]
+    finally:
+        conn.close()
 
 
 async def test_requests_held_back_behind_a_long_poll_are_all_answered_in_order(

@@ -501,8 +501,9 @@ class Http1Connection(_ProblemErrors):
         """Whether the fast path waits for the rest of the first queued request's body (a
         produce's, arriving in several reads) rather than give the request to aiohttp's loop:
         while it has a length that fits what is held back, the body's reader has not paused
-        reading, and for at most the header timeout (`_body_too_slow`)."""
-        if self.reading_paused or message.chunked:
+        reading, and for at most the header timeout (`_body_too_slow`). Never for a client
+        that waits for `100 Continue` before it sends its body: aiohttp's loop answers that."""
+        if self.reading_paused or message.chunked or "Expect" in message.headers:
             return False
         length = message.headers.get("Content-Length", "")
         if not length.isdigit() or int(length) > _HELD_BACK_MAX_BYTES:

@@ -652,6 +652,29 @@ async def test_bodies_arriving_in_pieces_are_served_whole_by_the_fast_routes(
         conn.close()
 
 
+async def test_a_client_that_expects_100_continue_is_asked_for_its_body_at_once(
+    servers: list[Server], tmp_path: Path
+) -> None:
+    """A produce head with `Expect: 100-continue` and no body yet is not waited on by the fast
+    routes (its client would wait for them in turn until the header timeout): aiohttp's loop
+    answers 100 Continue at once, then the produce."""
+    server = launch(servers, tmp_path, "--header-read-timeout", "120")
+    create_topic(server)
+    body = b'{"records":[{"value":1}]}'
+    head, _, _ = request(
+        "/v1/topics/t/records", body, headers={"Expect": "100-continue"}
+    ).partition(b"\r\n\r\n")
+    conn = await Connection.open(server)
+    try:
+        conn.writer.write(head + b"\r\n\r\n")
+        interim = await asyncio.wait_for(conn.reader.readuntil(b"\r\n\r\n"), WAIT_S)
+        assert interim.startswith(b"HTTP/1.1 100 Continue"), interim
+        conn.writer.write(body)
+        assert offsets_of([await conn.answer()]) == [0]
+    finally:
+        conn.close()
+
+
 async def test_requests_held_back_behind_a_long_poll_are_all_answered_in_order(
     servers: list[Server], tmp_path: Path
 ) -> None:

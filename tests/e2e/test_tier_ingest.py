@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -34,12 +35,19 @@ CONFIGS = {
 }
 
 
+@pytest.fixture
+def moto() -> Iterator[MotoServer]:
+    """The S3 endpoint, stopped however the test ends."""
+    server = MotoServer()
+    yield server
+    server.close()
+
+
 def test_produce_tier_fetch_and_ingest_exactly_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, moto: MotoServer
 ) -> None:
     for name, value in CREDENTIALS.items():
         monkeypatch.setenv(name, value)
-    moto = MotoServer()
     bucket = moto.new_bucket()
     server = start_server(
         tmp_path / "data",
@@ -105,36 +113,33 @@ def test_produce_tier_fetch_and_ingest_exactly_once(
         "--prefix", PREFIX, "--topics", "events", "--out", str(out),
         "--checkpoint", str(checkpoint), "--master", "local[2]",
     ]  # fmt: skip
-    try:
-        done = subprocess.run(ingest, capture_output=True, text=True, timeout=600, check=False)
-        assert done.returncode == 0, done.stderr[-3000:]
-        files = sorted(out.rglob("*.parquet"))
-        rows: list[dict[str, Any]] = []
-        for path in files:
-            table = pq.read_table(path)
-            hour = {
-                part.split("=", 1)[0]: part.split("=", 1)[1]
-                for part in path.relative_to(out).parts[:-1]
-            }
-            for row in table.to_pylist():
-                ts = row["timestamp"]
-                assert isinstance(ts, datetime)
-                stamp = ts.astimezone(UTC)
-                assert hour == {
-                    "topic": "events",
-                    "dt": stamp.strftime("%Y-%m-%d"),
-                    "hr": stamp.strftime("%H"),
-                }, path
-                rows.append(row)
-        seen = Counter((row["partition"], row["offset"]) for row in rows)
-        assert set(seen) == set(produced) and set(seen.values()) == {1}
-        for row in rows:
-            value, ts = produced[(row["partition"], row["offset"])]
-            assert orjson.loads(str(row["value"])) == value
-            assert round(row["timestamp"].timestamp() * 1000) == ts
+    done = subprocess.run(ingest, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    files = sorted(out.rglob("*.parquet"))
+    rows: list[dict[str, Any]] = []
+    for path in files:
+        table = pq.read_table(path)
+        hour = {
+            part.split("=", 1)[0]: part.split("=", 1)[1]
+            for part in path.relative_to(out).parts[:-1]
+        }
+        for row in table.to_pylist():
+            ts = row["timestamp"]
+            assert isinstance(ts, datetime)
+            stamp = ts.astimezone(UTC)
+            assert hour == {
+                "topic": "events",
+                "dt": stamp.strftime("%Y-%m-%d"),
+                "hr": stamp.strftime("%H"),
+            }, path
+            rows.append(row)
+    seen = Counter((row["partition"], row["offset"]) for row in rows)
+    assert set(seen) == set(produced) and set(seen.values()) == {1}
+    for row in rows:
+        value, ts = produced[(row["partition"], row["offset"])]
+        assert orjson.loads(str(row["value"])) == value
+        assert round(row["timestamp"].timestamp() * 1000) == ts
 
-        again = subprocess.run(ingest, capture_output=True, text=True, timeout=600, check=False)
-        assert again.returncode == 0, again.stderr[-3000:]
-        assert sorted(out.rglob("*.parquet")) == files  # nothing new, nothing twice
-    finally:
-        moto.close()
+    again = subprocess.run(ingest, capture_output=True, text=True, timeout=600, check=False)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert sorted(out.rglob("*.parquet")) == files  # nothing new, nothing twice

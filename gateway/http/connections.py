@@ -277,7 +277,8 @@ class Http1Connection(_ProblemErrors):
         self._fast_task: asyncio.Future[Any] | _Posted | None = None
         self._answers = turn_answers(self.event_loop)
         self._fast_idle: asyncio.Future[None] | None = None  # start() waits for the fast path
-        self._loop_started = False  # whether aiohttp's request loop (start) has begun
+        # whether aiohttp's request loop (start) has begun, or has a request it will take
+        self._loop_started = False
         # Bytes held back from aiohttp's parser, which has ended every request it was given and
         # has none queued: requests whose head the fast path took before are served from here
         # (`_serve_unparsed`). None once the parser takes everything, for the connection's life.
@@ -519,7 +520,11 @@ class Http1Connection(_ProblemErrors):
         read under the body timeout."""
         self._body_deadline = None
         waiter = self.loop_waiter
-        if waiter is not None and not waiter.done():
+        if waiter is None:
+            # The loop has not begun: until start() runs, `_dispatch` must not wait for this
+            # body again (a byte arriving meanwhile would start a new deadline).
+            self._loop_started = True
+        elif not waiter.done():
             waiter.set_result(None)
         self._wake_start()
 

@@ -563,31 +563,26 @@ class TransactionCoordinator:
         """Until `attempt` succeeds, with backoff (cancelled when the id leaves this node);
         `failed`: a first attempt made already failed so."""
         backoff = self.retry_backoff_ms
-        if failed is not None:
-            self._retrying(transactional_id, what, failed, backoff)
-            await asyncio.sleep(backoff / 1000)
-            backoff = min(backoff * 2, self.retry_backoff_max_ms)
         while True:
-            try:
-                await attempt()
-                return
-            except TransactionError as exc:  # the state machine's: nothing left to do
-                logger.error("transaction %r: %s refused: %s", transactional_id, what, exc)
-                return
-            except Exception as exc:
-                self._retrying(transactional_id, what, exc, backoff)
+            if failed is None:
+                try:
+                    await attempt()
+                    return
+                except TransactionError as exc:  # the state machine's: nothing left to do
+                    logger.error("transaction %r: %s refused: %s", transactional_id, what, exc)
+                    return
+                except Exception as exc:
+                    failed = exc
+            logger.warning(
+                "transaction %r: writing %s failed (%s); retrying in %d ms",
+                transactional_id,
+                what,
+                failed,
+                backoff,
+            )
+            failed = None
             await asyncio.sleep(backoff / 1000)
             backoff = min(backoff * 2, self.retry_backoff_max_ms)
-
-    @staticmethod
-    def _retrying(transactional_id: str, what: str, exc: Exception, backoff: int) -> None:
-        logger.warning(
-            "transaction %r: writing %s failed (%s); retrying in %d ms",
-            transactional_id,
-            what,
-            exc,
-            backoff,
-        )
 
     async def _tick(self) -> None:
         """Every abort_interval_ms: abort what timed out, delete the ids expired."""

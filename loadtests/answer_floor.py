@@ -34,6 +34,7 @@ import orjson
 from gateway.workers.local_cluster import free_port
 from loadtests import generators, overload, ratio_cli
 from loadtests.common import http_json, separate_cpus, start_gateway
+from loadtests.floor_server import LISTEN_BACKLOG
 
 ONE_RECORD = orjson.dumps({"records": [{"value": {"event": "click", "user": 42}}]})
 TARGET = "/v1/topics/answers/partitions/0/records?acks=1"
@@ -59,7 +60,10 @@ OPEN_CONNECTIONS = 1024
 
 def nginx_config(directory: Path, port: int, h2c_port: int) -> Path:
     """One nginx worker in the foreground answering every request with `CANNED` (HTTP/1.1
-    on `port`, h2c with prior knowledge on `h2c_port`), nothing logged, connections kept."""
+    on `port`, h2c with prior knowledge on `h2c_port`), nothing logged, connections kept, and
+    a listen queue as long as the gateway's: with nginx's default (511) the 1,024 connections
+    of a cell opening at once overflowed it, and h2load, whose late connections never stop,
+    ran on past its duration."""
     body = directory / "canned.json"
     body.write_bytes(CANNED)
     config = directory / "nginx.conf"
@@ -82,8 +86,8 @@ http {{
   uwsgi_temp_path {directory}/uwsgi;
   scgi_temp_path {directory}/scgi;
   server {{
-    listen 127.0.0.1:{port};
-    listen 127.0.0.1:{h2c_port} http2;
+    listen 127.0.0.1:{port} backlog={LISTEN_BACKLOG};
+    listen 127.0.0.1:{h2c_port} http2 backlog={LISTEN_BACKLOG};
     location / {{
       default_type application/problem+json;
       add_header Retry-After 1;

@@ -18,6 +18,9 @@ import uvloop
 HEAD_END = b"\r\n\r\n"
 CONTENT_LENGTH = re.compile(rb"\r\ncontent-length:[ \t]*(\d{1,9})", re.IGNORECASE)
 MAX_PENDING = 1 << 20  # a client that sends more without a whole request is hung up on
+# The listen queue of the benchmarks' own servers, as the gateway's (`listen_backlog`): a cell's
+# connections open at once, and one the kernel drops waits a second to try again.
+LISTEN_BACKLOG = 4096
 _BODY = b'{"results":[{"partition":0,"base_offset":1234567,"count":1}]}'
 ANSWER = (
     b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
@@ -71,7 +74,7 @@ class FloorProtocol(HttpRequests):
 
 async def serve(port: int) -> None:
     server = await asyncio.get_running_loop().create_server(
-        FloorProtocol, "127.0.0.1", port, backlog=1024
+        FloorProtocol, "127.0.0.1", port, backlog=LISTEN_BACKLOG
     )
     print(f"listening on {server.sockets[0].getsockname()[1]}", flush=True)
     await server.serve_forever()

@@ -17,6 +17,11 @@ import orjson
 
 from loadtests.common import children_cpu_seconds, cpu_seconds
 
+# How long a generator run for a time may go on past it: connecting and a last answer take
+# moments; h2load never ends if a connection of its opens after its duration (one that waited
+# for a full listen queue), and a wrk request's timeout is 30 s.
+OVERRUN_S = 60.0
+
 WRK_DONE = """
 done = function(summary, latency, requests)
   local e = summary.errors
@@ -90,7 +95,7 @@ end
         "--timeout", "30s", "-s", script.name, base_url,
     ]  # fmt: skip
     try:
-        done, generator_cpu, server_cpu = _timed(command, server_pid)
+        done, generator_cpu, server_cpu = _timed(command, server_pid, max(1, round(seconds)))
     finally:
         Path(script.name).unlink()
     match = re.search(r"^WRKJSON (.*)$", done.stdout, re.M)
@@ -138,7 +143,7 @@ def h2load(
         uri_file.write("\n".join(urls) + "\n")
     command += ["-i", uri_file.name]
     try:
-        done, generator_cpu, server_cpu = _timed(command, server_pid)
+        done, generator_cpu, server_cpu = _timed(command, server_pid, seconds)
     finally:
         Path(uri_file.name).unlink()
     out = done.stdout
@@ -205,11 +210,20 @@ def redis_benchmark(
 
 
 def _timed(
-    command: list[str], server_pid: int
+    command: list[str], server_pid: int, seconds: float | None = None
 ) -> tuple[subprocess.CompletedProcess[str], float, float]:
-    """Run a generator to completion; its CPU seconds and the server's over the same span."""
+    """Run a generator to completion; its CPU seconds and the server's over the same span. One
+    that runs for `seconds` is killed `OVERRUN_S` after them: a run that does not end is an
+    error that shows what the generator printed, not a wait for the caller's timeout."""
     children_before, server_before = children_cpu_seconds(), cpu_seconds(server_pid)
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    limit = None if seconds is None else seconds + OVERRUN_S
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=limit)
+    except subprocess.TimeoutExpired as stuck:
+        raise RuntimeError(
+            f"{command[0]} did not end {OVERRUN_S:.0f} s after its {seconds} s:\n"
+            f"{_text(stuck.stdout)}\n{_text(stuck.stderr)}"
+        ) from None
     generator_cpu = children_cpu_seconds() - children_before
     server_cpu = cpu_seconds(server_pid) - server_before
     if done.returncode != 0:
@@ -217,3 +231,10 @@ def _timed(
             f"{command[0]} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
         )
     return done, round(generator_cpu, 2), round(server_cpu, 2)
+
+
+def _text(output: str | bytes | None) -> str:
+    """What a killed generator had printed (bytes even under text=True, when cut short)."""
+    if isinstance(output, bytes):
+        return output.decode(errors="replace")
+    return output or ""

@@ -3,10 +3,14 @@ memory counts its children's."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from loadtests import generators
 from loadtests.common import rss_bytes, tree_rss_bytes
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,3 +51,14 @@ def test_a_servers_rss_counts_its_children() -> None:
         assert process.stdin is not None
         process.stdin.close()
         process.wait(30)
+
+
+def test_a_generator_that_does_not_end_is_an_error_with_its_output(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A generator run for a time and still running past it is killed and named, with what it
+    printed, instead of holding its caller until the caller's own timeout."""
+    monkeypatch.setattr(generators, "OVERRUN_S", 0.2)
+    command = [sys.executable, "-c", "import time; print('started', flush=True); time.sleep(60)"]
+    with pytest.raises(RuntimeError, match=r"did not end 0 s after its 0\.1 s:\nstarted"):
+        generators._timed(command, os.getpid(), 0.1)

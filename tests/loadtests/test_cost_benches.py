@@ -15,7 +15,8 @@ import pytest
 from gateway.api.admission import Admission
 from gateway.api.fast_answer import problem_answer
 from gateway.settings import Settings
-from loadtests.answer_floor import CANNED, flood_bound
+from loadtests.answer_floor import CANNED, CELLS, OPEN_CONNECTIONS, flood_bound, nginx_config
+from loadtests.floor_server import LISTEN_BACKLOG
 from loadtests.rows import judged
 
 REPO = Path(__file__).resolve().parents[2]
@@ -189,6 +190,19 @@ def test_answer_floor_measures_every_server_and_bounds_from_the_same_run(tmp_pat
 def test_nginx_answers_with_a_body_as_long_as_the_gateways_refusal() -> None:
     refusal = Admission(Settings(data_dir=Path("unused"))).refusal()
     assert len(CANNED) == len(problem_answer(refusal).body)
+
+
+def test_nginx_queues_every_connection_a_cell_opens_at_once(tmp_path: Path) -> None:
+    """With nginx's default listen queue (511) some of a cell's 1,024 connections were dropped
+    and opened after h2load's duration, and h2load never ended."""
+    listens = [
+        line.split()
+        for line in nginx_config(tmp_path, 1, 2).read_text().splitlines()
+        if line.strip().startswith("listen ")
+    ]
+    assert len(listens) == 2
+    assert all(f"backlog={LISTEN_BACKLOG};" in words for words in listens), listens
+    assert max(OPEN_CONNECTIONS, *(c for _, _, c in CELLS)) <= LISTEN_BACKLOG
 
 
 def test_the_flood_bound_is_what_a_core_can_answer() -> None:

@@ -24,6 +24,16 @@ run: one gateway on the first CPU and the clients on the others, then a three-no
   (`POST /v1/transactions/{id}/offsets` with member_id and generation_id), commit; plain: the
   produce with an Idempotency-Key, then the member's commit of the offsets. A cell processes
   `pipeline_records` records written beforehand; records/s of each, and the gateway's CPU.
+- push pipeline: the same read-process-write done by push subscriptions (ordering `partition`,
+  `format: json`, read_committed) to a receiver process (`loadtests.push_receiver`) that
+  answers each delivered record with one 100-byte record to the same partition of another
+  topic. Exactly-once: a reply subscription (`"reply": {"topic": ...}`); the receiver answers
+  200 with the records, and the gateway produces them and moves the subscription's position in
+  one transaction a batch. Against: a plain subscription whose receiver produces the records
+  to the gateway itself with the `webhook-id` as its `Idempotency-Key`, then answers 204. A
+  cell delivers a topic written beforehand, in batches of `batch` records (`push_records`) and
+  of one (`push_single_records`), from the subscription's creation to its position at the
+  topic's end; records/s of each, and the gateway's CPU a record.
 - `--profile`: `py-spy record -r 200` of the gateway over one more cell of each produce and
   the transactional pipeline; the top costs, over everything and in the transaction code.
 - `--before DIR`: an earlier checkout's gateway (its compiled extensions in place) runs the
@@ -57,6 +67,7 @@ from loadtests import consumers
 from loadtests.bench import machine
 from loadtests.cluster_bench import SluiceCluster
 from loadtests.common import (
+    cpu_seconds,
     http_json,
     progress,
     raise_fd_limit,
@@ -68,6 +79,7 @@ from loadtests.consumers import Clock, RawHttp, Shared, run_workers
 from loadtests.profiling import own_beside, py_spy, recording, summarize
 from loadtests.ratio_cli import Stamp, chosen_plan, command, plan_options, stamp_line, utc, write
 from loadtests.rows import VALUE, judged
+from loadtests.subscriptions_bench import ALLOWED, Receiver, subscribe
 
 PLAIN = 0  # batches a transaction of the plain cells: none
 POLL_MS = 200  # a pipeline member's fetch wait once nothing is left
@@ -84,6 +96,8 @@ STATE_TOPIC = "__transaction_state"  # every state change a record (two with a p
 # The cells measure what a produce costs, not overload: the other work on a shared machine
 # can hold the loop's delay past admission control's target, which would shed produces.
 NO_SHEDDING = ("--admission-target-delay-ms", "0")
+PUSH_DEADLINE_S = 600.0  # for a push cell's position to reach its topic's end
+PUSH_POLL_S = 0.02  # how often a push cell asks how far its subscription got
 # a profile's frames from the process's start to its event loop: on every stack
 ENTRY_FRAMES = re.compile(
     r"\((<frozen runpy>|gateway/__main__\.py|gateway/cli/main\.py|gateway/server\.py|"
@@ -102,6 +116,8 @@ class Plan:
     commits: int  # transactions timed on the cluster
     members: int  # of the pipeline's group
     pipeline_records: int  # a pipeline cell processes
+    push_records: int  # a push pipeline cell delivers in batches of `batch`
+    push_single_records: int  # a push pipeline cell delivers one at a time
 
 
 FULL = Plan(
@@ -114,6 +130,8 @@ FULL = Plan(
     commits=200,
     members=4,
     pipeline_records=300_000,
+    push_records=300_000,
+    push_single_records=20_000,
 )
 QUICK = Plan(
     batch=100,
@@ -125,6 +143,8 @@ QUICK = Plan(
     commits=5,
     members=2,
     pipeline_records=2_000,
+    push_records=2_000,
+    push_single_records=200,
 )
 
 
@@ -344,6 +364,7 @@ class Gateway:
         self.process, self.url = start_gateway(
             scratch / name,
             *NO_SHEDDING,
+            *ALLOWED,
             preexec=raise_fd_limit,
             log=scratch / f"{name}.log",
             tree=tree,
@@ -392,15 +413,8 @@ class Gateway:
         """A fresh group reads `pipeline_records` records from a topic written beforehand and
         writes them to another; then every offset is committed and every record written."""
         plan = self.plan
-        source = new_topic(self.url, plan.partitions)
+        source = self.filled(plan.pipeline_records)
         sink = new_topic(self.url, plan.partitions)
-        with httpx.Client(timeout=120) as client:
-            for _ in range(plan.pipeline_records // plan.batch):
-                client.post(
-                    f"{self.url}/v1/topics/{source}/records",
-                    content=self.body,
-                    headers={"Content-Type": "application/json"},
-                ).raise_for_status()
         group = next(NAMES)
         params = {
             "url": self.url,
@@ -427,6 +441,78 @@ class Gateway:
         out["sink_offsets"] = written  # the records and, in transactions, the markers
         return out
 
+    def filled(self, records: int) -> str:
+        """A fresh topic holding `records` records (a multiple of `batch`) over its partitions."""
+        topic = new_topic(self.url, self.plan.partitions)
+        with httpx.Client(timeout=120) as client:
+            for _ in range(records // self.plan.batch):
+                client.post(
+                    f"{self.url}/v1/topics/{topic}/records",
+                    content=self.body,
+                    headers={"Content-Type": "application/json"},
+                ).raise_for_status()
+        return topic
+
+    def push_cell(
+        self, receiver: Receiver, batch: int, records: int, exactly_once: bool
+    ) -> dict[str, Any]:
+        """A subscription delivers a fresh topic of `records` records to `receiver`, whose
+        replies land in another topic (module docstring); timed from the subscription's
+        creation until its position is at the topic's end, then the replies are checked."""
+        source = self.filled(records)
+        sink = new_topic(self.url, self.plan.partitions)
+        fields: dict[str, Any] = {
+            "ordering": "partition",
+            "format": "json",
+            "isolation": "read_committed",
+            "batching": {"max_records": batch, "max_wait_ms": 0},
+        }
+        if exactly_once:
+            endpoint = receiver.base + "/reply"
+            fields["reply"] = {"topic": sink}
+        else:
+            endpoint = f"{receiver.base}/produce/{self.url.rsplit(':', 1)[1]}/{sink}"
+        receiver.reset()
+        cpu = cpu_seconds(self.process.pid)
+        started = time.monotonic()
+        name = subscribe(self.url, source, endpoint, **fields)
+        self._until_delivered(name, records)
+        seconds = time.monotonic() - started
+        spent = cpu_seconds(self.process.pid) - cpu
+        http_json("DELETE", f"{self.url}/v1/subscriptions/{name}")
+        deliveries = receiver.stats()["requests"]
+        held = end_offsets(self.url, sink)
+        # a transaction's replies go to one partition: one marker each
+        most = records + (deliveries if exactly_once else 0)
+        if not records <= held <= most:
+            raise RuntimeError(
+                f"push pipeline: {sink} holds {held} offsets for {records} records "
+                f"({deliveries} deliveries, exactly-once {exactly_once})"
+            )
+        return {
+            "records": records,
+            "seconds": round(seconds, 3),
+            "records_per_s": round(records / seconds),
+            "server_cpu_s": round(spent, 2),
+            "server_cores_busy": round(spent / seconds, 2),
+            "server_cpu_us_per_record": round(spent / records * 1e6, 3),
+            "deliveries": deliveries,
+            "sink_offsets": held,
+        }
+
+    def _until_delivered(self, subscription: str, records: int) -> None:
+        """Once every partition's committed position adds up to `records` (bounded)."""
+        deadline = time.monotonic() + PUSH_DEADLINE_S
+        while True:
+            rows = http_json("GET", f"{self.url}/v1/subscriptions/{subscription}")["partitions"]
+            committed = [row.get("committed_offset") for row in rows]
+            whole = len(rows) == self.plan.partitions and None not in committed
+            if whole and sum(committed) >= records:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"push pipeline: {subscription} committed only {committed}")
+            time.sleep(PUSH_POLL_S)
+
 
 def produce_rounds(
     this: Gateway, before: Gateway | None, plan: Plan
@@ -441,6 +527,24 @@ def produce_rounds(
             name = cell_name(per_transaction) + suffix
             progress(f"round {number + 1}: produce, {name}")
             rows.setdefault(name, []).append(gateway.produce_cell(per_transaction))
+    return rows
+
+
+def push_name(batch: int, exactly_once: bool) -> str:
+    size = "one record" if batch == 1 else f"batches of {batch:,}"
+    return f"{'exactly-once' if exactly_once else 'idempotency key'}, {size}"
+
+
+def push_rounds(this: Gateway, receiver: Receiver, plan: Plan) -> dict[str, list[dict[str, Any]]]:
+    """Both push pipelines, batched and one record at a time, `rounds` times, alternating."""
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for number in range(plan.rounds):
+        for batch, records in ((plan.batch, plan.push_records), (1, plan.push_single_records)):
+            for exactly_once in (True, False) if number % 2 == 0 else (False, True):
+                name = push_name(batch, exactly_once)
+                progress(f"round {number + 1}: push pipeline, {name}")
+                cell = this.push_cell(receiver, batch, records, exactly_once)
+                rows.setdefault(name, []).append(cell)
     return rows
 
 
@@ -604,7 +708,7 @@ def median_row(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def figures(doc: dict[str, Any], plan: Plan) -> list[dict[str, Any]]:
     """Within each round, transactional against plain (and this tree against --before's);
     the median over the rounds, with every round's."""
-    produce, pipeline = doc["produce_rounds"], doc["pipeline_rounds"]
+    produce, pipeline, push = doc["produce_rounds"], doc["pipeline_rounds"], doc["push_rounds"]
     out: list[dict[str, Any]] = []
 
     def add(name: str, ratios: list[float], target: float | None = None) -> None:
@@ -640,6 +744,17 @@ def figures(doc: dict[str, Any], plan: Plan) -> list[dict[str, Any]]:
         "pipeline, transactional / plain, gateway CPU a record",
         _ratios(pipeline["transactional"], pipeline["plain"], "server_cpu_us_per_record"),
     )
+    for batch in (plan.batch, 1):
+        once, keyed = (push[push_name(batch, e)] for e in (True, False))
+        size = push_name(batch, True).split(", ", 1)[1]
+        add(
+            f"push pipeline, {size}: exactly-once / idempotency key, records/s",
+            _ratios(once, keyed, "records_per_s"),
+        )
+        add(
+            f"push pipeline, {size}: exactly-once / idempotency key, gateway CPU a record",
+            _ratios(once, keyed, "server_cpu_us_per_record"),
+        )
     return out
 
 
@@ -684,6 +799,21 @@ def markdown(doc: dict[str, Any]) -> str:
             f"| {name} | {_n(row['records_per_s'])} | {row['server_cpu_us_per_record']} | "
             f"{row['server_cores_busy']} | {row['client_cpu_s']} | "
             f"{row['rounds_records_per_s']} |"
+        )
+    lines += [
+        "",
+        f"## Push pipeline: {plan['partitions']} partitions, {plan['push_records']:,} records in "
+        f"batches of {plan['batch']:,}, {plan['push_single_records']:,} one at a time",
+        "",
+        "| cell | records/s | gateway CPU µs a record | gateway cores busy | deliveries "
+        "| reply topic offsets | rounds (records/s) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, row in doc["push"].items():
+        lines.append(
+            f"| {name} | {_n(row['records_per_s'])} | {row['server_cpu_us_per_record']} | "
+            f"{row['server_cores_busy']} | {_n(row['deliveries'])} | {_n(row['sink_offsets'])} "
+            f"| {row['rounds_records_per_s']} |"
         )
     lines += ["", "| figure (median of the rounds' ratios) | value | rounds | goal | met |"]
     lines.append("|---|---|---|---|---|")
@@ -774,6 +904,9 @@ def run(
         doc["cpus"] = separate_cpus(*pids)
         doc["produce_rounds"] = produce_rounds(this, old, plan)
         doc["pipeline_rounds"] = pipeline_rounds(this, plan)
+        receiver = Receiver()  # started here: on the clients' CPUs
+        stack.callback(receiver.close)
+        doc["push_rounds"] = push_rounds(this, receiver, plan)
         if profiled:
             doc["profile"] = profile(this, plan, out)
     os.sched_setaffinity(0, everywhere)  # the cluster's nodes may run on every CPU
@@ -781,6 +914,7 @@ def run(
     doc["latency"] = commit_latency(scratch, plan, before)
     doc["produce"] = {name: median_row(rows) for name, rows in doc["produce_rounds"].items()}
     doc["pipeline"] = {name: median_row(rows) for name, rows in doc["pipeline_rounds"].items()}
+    doc["push"] = {name: median_row(rows) for name, rows in doc["push_rounds"].items()}
     doc["figures"] = figures(doc, plan)
     return doc
 

@@ -240,15 +240,21 @@ class Gateway:
         return self.transactions
 
     async def _state_topic_ready(
-        self, topic: str, configs: dict[str, object], loaded: Callable[[], Awaitable[None]]
+        self,
+        topic: str,
+        configs: dict[str, object],
+        loaded: Callable[[float | None], Awaitable[None]],
     ) -> None:
         """Make a coordinator's internal state topic if it does not exist yet, then wait for
-        the replays of its partitions led here. Only the controller makes it: another node
-        sends that first call there."""
+        the replays of its partitions led here (those under way when it exists: a node that
+        just started, or took a partition over, answers its groups once it has replayed them,
+        not 503 while it does; at most `leader_wait_ms`, as a produce waits for a leader).
+        Only the controller makes it: another node sends that first call there."""
         view = self.broker.store.view
-        if topic in view.topics:
-            return
         settings = self.settings
+        if topic in view.topics:
+            await loaded(settings.leader_wait_ms / 1000)  # still replaying after: 503, retry
+            return
         if view.controller != settings.node_id:
             raise NotController(
                 f"{topic} does not exist yet; the controller (node {view.controller}) makes it"
@@ -269,7 +275,7 @@ class Gateway:
             raise _state_topic_unavailable(
                 topic, f"it was not made within {settings.leader_wait_ms} ms"
             ) from None
-        await loaded()
+        await loaded(None)
 
     async def reload(self) -> None:
         """SIGHUP: what the auth settings name is read again; calls to other nodes carry the

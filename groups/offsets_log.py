@@ -120,10 +120,13 @@ class CoordinatorLog(Generic[Stored]):
             self._loaded[partition.partition] = epoch
             self._replayed()
 
-    async def loaded(self) -> None:
+    async def loaded(self, timeout_s: float | None = None) -> None:
         """Wait for the replays under way (a starting node answers for its groups once the
-        offsets partitions it leads are replayed, as Kafka's coordinator loads on start)."""
-        await asyncio.gather(*self._loads.values(), return_exceptions=True)
+        offsets partitions it leads are replayed, as Kafka's coordinator loads on start), at
+        most `timeout_s`; at once when none is, as on every call to a loaded coordinator.
+        Neither a timeout nor a cancelled wait stops a replay."""
+        if self._loads:
+            await asyncio.wait(list(self._loads.values()), timeout=timeout_s)
 
     def _loaded_by(self, offsets_partition: int, load: asyncio.Task[None]) -> None:
         """A replay ended: forget it, and say why if it failed."""

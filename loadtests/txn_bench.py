@@ -131,7 +131,7 @@ FULL = Plan(
     members=4,
     pipeline_records=300_000,
     push_records=300_000,
-    push_single_records=20_000,
+    push_single_records=5_000,
 )
 QUICK = Plan(
     batch=100,

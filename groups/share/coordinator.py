@@ -170,8 +170,9 @@ class ShareCoordinator:
         """A state partition came to this node, moved to a new epoch, or left it."""
         await self.log.role_changed(partition)
 
-    async def loaded(self) -> None:
-        await self.log.loaded()
+    async def loaded(self, timeout_s: float | None = None) -> None:
+        """Wait for the replays under way, at most `timeout_s`."""
+        await self.log.loaded(timeout_s)
 
     def close(self) -> None:
         """Shutting down (from the drain on): parked acquires answer now and new ones do not

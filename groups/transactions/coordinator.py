@@ -132,9 +132,9 @@ class TransactionCoordinator:
         """A state partition came to this node, moved to a new epoch, or left it."""
         await self.log.role_changed(partition)
 
-    async def loaded(self) -> None:
-        """Wait for the replays under way."""
-        await self.log.loaded()
+    async def loaded(self, timeout_s: float | None = None) -> None:
+        """Wait for the replays under way, at most `timeout_s`."""
+        await self.log.loaded(timeout_s)
 
     def close(self) -> None:
         """Shutting down: replays, completions and the timer stop (a decided transaction is

@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 import pytest
 
+from groups.offsets_log import CoordinatorLog
 from groups.share import coordinator as share_coordinator
 from groups.share.partition_state import AckType
 from groups.share.state_topic import STATE_TOPIC, partition_key
@@ -692,6 +693,35 @@ async def test_state_survives_a_restart_with_deliveries_counted_and_accepts_kept
     doc = await describe(client)
     assert doc["configs"] == {"share.auto.offset.reset": "earliest"}
     assert [m["member_id"] for m in doc["members"]] == [member]
+
+
+async def test_a_restarted_node_answers_once_it_has_replayed_its_share_groups(
+    start: Start, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call that comes while the state partition is being replayed waits for the replay,
+    rather than answering 503 LEADER_NOT_AVAILABLE because it came first: the replay here is
+    held until such a call waits for it."""
+    client = await start()
+    await setup(client, 3)
+    await client.close()
+    gate = asyncio.Event()
+    replay, wait = CoordinatorLog._load, CoordinatorLog.loaded
+
+    async def held_replay(self: CoordinatorLog[Any], partition: Any, epoch: int) -> None:
+        if self.topic == STATE_TOPIC:  # the consumer groups' replay is awaited as the node starts
+            await gate.wait()
+        await replay(self, partition, epoch)
+
+    async def waited(self: CoordinatorLog[Any], timeout_s: float | None = None) -> None:
+        if self.topic == STATE_TOPIC:
+            gate.set()
+        await wait(self, timeout_s)
+
+    monkeypatch.setattr(CoordinatorLog, "_load", held_replay)
+    monkeypatch.setattr(CoordinatorLog, "loaded", waited)
+    client = await start()
+    doc = await describe(client)
+    assert [p["partition"] for p in doc["partitions"]] == [0]
 
 
 async def test_a_stored_window_whose_runs_overlap_is_skipped_on_replay(

@@ -350,8 +350,10 @@ class OwnApiTransactions:
     waiting out a node's loss, and its checks apply as to any produce. That is why not the
     TransactionCoordinator in process: a subscription partition's id is mostly coordinated by
     another node, and a transactional produce there too, so in process would be this routing
-    again. One hop on loopback per call is small beside the POST it follows. With --auth,
-    the node needs an internal key (--internal-key-file, which a cluster has anyway)."""
+    again. Each call is a hop on loopback, paid as client and as server: little beside a batch
+    of 1,000 records, most of the cost of a one-record batch (docs/perf/transactions/README.md).
+    With --auth, the node needs an internal key (--internal-key-file, which a cluster has
+    anyway)."""
 
     def __init__(self, forwarder: ForwardClient, broker: Broker, node_id: int) -> None:
         self.forwarder = forwarder

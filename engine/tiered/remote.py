@@ -1,5 +1,7 @@
 """S3 through boto3, synchronous (callers run it in threads): segment objects, the manifest
-with conditional writes, ranged reads and deletions. Credentials come from boto3's chain."""
+with conditional writes, ranged reads and deletions. Credentials come from boto3's chain.
+boto3 itself is imported by the first RemoteStorage: a node without tiering (and every CLI
+call) starts without its eighth of a second of imports."""
 
 from __future__ import annotations
 
@@ -8,10 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import boto3
 import botocore.exceptions
-from boto3.s3.transfer import TransferConfig
-from botocore.config import Config
 
 from engine.errors import EngineError, RemoteStorageError
 from engine.tiered.manifest import Manifest, decode_manifest
@@ -39,6 +38,10 @@ class RemoteStorage:
     """One bucket and prefix; thread-safe (boto3 clients are)."""
 
     def __init__(self, location: S3Location, *, timeout_s: float = 10.0) -> None:
+        import boto3
+        from boto3.s3.transfer import TransferConfig
+        from botocore.config import Config
+
         self.location = location
         config = Config(
             connect_timeout=timeout_s,
@@ -82,6 +85,8 @@ class RemoteStorage:
         self._transfer_call(key, self._s3.upload_fileobj, stream)
 
     def _transfer_call(self, key: str, method: Any, source: Any) -> None:
+        import boto3.exceptions
+
         try:
             method(source, self.bucket, key, Config=self._transfer)
         except (

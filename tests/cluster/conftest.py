@@ -2,7 +2,7 @@
 the fault campaign; each test starts from, and leaves, a healed cluster.
 
 Options (give tests/cluster on the command line, so that pytest loads this file first):
-  --schedules N              random fault schedules the campaign runs (default 16: CI's short
+  --schedules N              random fault schedules the campaign runs (default 12: CI's short
                              run, whose fixed seed draws every kind of fault at least once)
   --fault-seed S|random      seed of the campaign (default fixed, so CI repeats the same
                              schedules; `random` explores new ones, printed to rerun them)
@@ -27,7 +27,7 @@ from tests.cluster.netfaults import NamespaceTopology, detect, make_topology, re
 
 WORKDIR_MARKER = "sluice-cluster"
 DEFAULT_FAULT_SEED = 20261122
-DEFAULT_SCHEDULES = 16
+DEFAULT_SCHEDULES = 12
 SUMMARY: list[str] = []  # lines for the end of the run (campaign figures, mechanism)
 
 

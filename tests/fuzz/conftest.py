@@ -1,6 +1,6 @@
 """Options of the fuzz tests (give tests/fuzz on the command line, so that pytest loads this
 file first):
-  --fuzz-seconds N     how long each target runs under atheris (default 5)
+  --fuzz-seconds N     how long each target runs under atheris (default 2)
   --fuzz-seed S|random libFuzzer's seed (default fixed; `random` explores anew, and prints it)
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-DEFAULT_SECONDS = 5
+DEFAULT_SECONDS = 2
 DEFAULT_SEED = "20261122"
 
 

@@ -22,6 +22,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from multiprocessing.sharedctypes import Synchronized
 from typing import Any, cast
 
 import orjson
@@ -216,7 +217,17 @@ async def send_on_schedule(
     )
 
 
-async def _produce(params: dict[str, Any], barrier: threading.Barrier) -> dict[str, Any]:
+def _all_arrived(received: int, total: int, failed: Synchronized[int]) -> bool:
+    """Every record that can arrive did: `total`, less the produces that failed once the
+    producer has its answers (`failed` is -1 until then): a consumer that waited for those
+    spent the whole drain on a starved cell."""
+    refused = failed.value
+    return received >= total - max(refused, 0)
+
+
+async def _produce(
+    params: dict[str, Any], barrier: threading.Barrier, failed: Synchronized[int]
+) -> dict[str, Any]:
     """Send `rate` requests/s for `seconds` by the clock; ack latency counts from the schedule."""
     redis = params["system"] == "redis"
     make = _redis_request if redis else _sluice_request
@@ -229,6 +240,7 @@ async def _produce(params: dict[str, Any], barrier: threading.Barrier) -> dict[s
         lambda _, scheduled_ms: make(params, scheduled_ms),
         lambda: barrier.wait(timeout=120),
     )
+    failed.value = done.failures
     return {
         "sent": done.sent,
         "acknowledged": len(done.answers),
@@ -241,9 +253,14 @@ async def _produce(params: dict[str, Any], barrier: threading.Barrier) -> dict[s
 
 
 async def _consume_sluice(
-    params: dict[str, Any], total: int, latencies: list[float], deadline: float
+    params: dict[str, Any],
+    total: int,
+    latencies: list[float],
+    deadline: float,
+    failed: Synchronized[int],
 ) -> None:
-    """Long-poll fetches on one keep-alive connection until `total` records arrived."""
+    """Long-poll fetches on one keep-alive connection until every record that can arrive
+    did (`_all_arrived`)."""
     loop = asyncio.get_running_loop()
     answer: asyncio.Future[tuple[int, bytes]] = loop.create_future()
 
@@ -256,7 +273,7 @@ async def _consume_sluice(
     target = f"/v1/topics/{params['topic']}/partitions/0/records"
     offset = 0
     try:
-        while len(latencies) < total and time.time() < deadline:
+        while not _all_arrived(len(latencies), total, failed) and time.time() < deadline:
             transport.write(
                 b"GET %s?offset=%d&timeout_ms=1000&max_records=1000 HTTP/1.1\r\nHost: bench\r\n\r\n"
                 % (target.encode(), offset)
@@ -277,8 +294,10 @@ async def _consume_sluice(
         transport.close()
 
 
-async def _consume(params: dict[str, Any], barrier: threading.Barrier) -> dict[str, Any]:
-    """Long-poll until every produced record arrived (or the drain deadline passed)."""
+async def _consume(
+    params: dict[str, Any], barrier: threading.Barrier, failed: Synchronized[int]
+) -> dict[str, Any]:
+    """Long-poll until every record that can arrive did (or the drain deadline passed)."""
     total = int(params["rate"] * params["seconds"])
     latencies: list[float] = []
     deadline_after = params["seconds"] + DRAIN_S
@@ -288,7 +307,7 @@ async def _consume(params: dict[str, Any], barrier: threading.Barrier) -> dict[s
         barrier.wait(timeout=120)
         cpu_before, deadline = time.process_time(), time.time() + deadline_after
         last: bytes | str = "0-0"
-        while len(latencies) < total and time.time() < deadline:
+        while not _all_arrived(len(latencies), total, failed) and time.time() < deadline:
             reply = await client.xread({params["stream"]: last}, count=1000, block=1000)
             now_ms = time.time() * 1000
             for _, entries in reply or []:
@@ -298,7 +317,7 @@ async def _consume(params: dict[str, Any], barrier: threading.Barrier) -> dict[s
     else:
         barrier.wait(timeout=120)
         cpu_before = time.process_time()
-        await _consume_sluice(params, total, latencies, time.time() + deadline_after)
+        await _consume_sluice(params, total, latencies, time.time() + deadline_after, failed)
     return {
         "received": len(latencies),
         "latency": percentiles(latencies),
@@ -311,11 +330,12 @@ def _role_main(
     params: dict[str, Any],
     barrier: threading.Barrier,
     results: multiprocessing.Queue[Any],
+    failed: Synchronized[int],
 ) -> None:
     """Process entry for the producer or the consumer; every failure goes back to the bench."""
     try:
         runner = _produce if role == "producer" else _consume
-        results.put((role, uvloop.run(runner(params, barrier))))
+        results.put((role, uvloop.run(runner(params, barrier, failed))))
     except BaseException as error:  # report every failure to the bench, then end the process
         barrier.abort()
         results.put((role, {"error": f"{role}: {type(error).__name__}: {error}"}))
@@ -326,8 +346,11 @@ def run_latency(params: dict[str, Any], server_pid: int) -> dict[str, Any]:
     context = multiprocessing.get_context("fork")
     barrier = context.Barrier(3)
     results: multiprocessing.Queue[Any] = context.Queue()
+    failed: Synchronized[int] = context.Value("q", -1)
     processes = [
-        context.Process(target=_role_main, args=(role, params, barrier, results), daemon=True)
+        context.Process(
+            target=_role_main, args=(role, params, barrier, results, failed), daemon=True
+        )
         for role in ("consumer", "producer")
     ]
     for process in processes:

@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from loadtests import cluster_bench
+
 REPO = Path(__file__).resolve().parents[2]
 PLOTS = ["produce.png", "fetch-consume.png", "latency.png", "partitions.png", "parked-polls.png"]
 # Without these the cluster section must still be there, as error rows that say what is missing.
@@ -175,7 +177,7 @@ def _cluster_section_has_every_figure(report: tuple[Path, dict[str, Any]]) -> No
         if "error" in failover:  # a trial past its deadline on a starved machine: no figure
             assert not CLUSTER_TOOLS or "trials failed" in failover["error"], failover
             continue
-        assert failover["count"] == len(failover["trials"]) == 3
+        assert failover["count"] == len(failover["trials"]) == cluster_bench.QUICK.failover_trials
         assert 0 < failover["p50_s"] <= failover["p99_s"] <= failover["max_s"] < 30
         for trial in failover["trials"]:
             assert trial["killed"] != trial["new_leader"], trial

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import threading
+from collections.abc import Awaitable, Callable
 from multiprocessing.sharedctypes import Synchronized
 from typing import Any
 
@@ -18,21 +19,29 @@ from loadtests import openloop
 OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"
 
 
-async def _answer_every_request(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """A server that answers each pipelined single-record produce with 200."""
-    while True:
-        try:
-            head = await reader.readuntil(b"\r\n\r\n")
-        except asyncio.IncompleteReadError:
-            break
-        length = openloop.CONTENT_LENGTH.search(head)
-        await reader.readexactly(int(length.group(1)) if length else 0)
-        writer.write(OK)
-    writer.close()
+def _answering(answer: Callable[[int], bytes]) -> Callable[..., Awaitable[None]]:
+    """A server's connection handler that answers its n-th pipelined produce (n from 1, counted
+    over every connection) with `answer(n)`."""
+    answered = 0
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal answered
+        while True:
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except asyncio.IncompleteReadError:
+                break
+            length = openloop.CONTENT_LENGTH.search(head)
+            await reader.readexactly(int(length.group(1)) if length else 0)
+            answered += 1
+            writer.write(answer(answered))
+        writer.close()
+
+    return handle
 
 
 async def test_the_producer_never_sleeps_below_a_tick(monkeypatch: pytest.MonkeyPatch) -> None:
-    server = await asyncio.start_server(_answer_every_request, "127.0.0.1", 0)
+    server = await asyncio.start_server(_answering(lambda _: OK), "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     sleeps: list[float] = []
     real_sleep = asyncio.sleep
@@ -95,23 +104,7 @@ async def test_the_consumer_is_told_how_many_produces_failed() -> None:
     """A refused produce's record never arrives: the producer hands its failures on once it
     has its answers, and the consumer's wait ends at the records that can arrive."""
     refused = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 2\r\n\r\n{}"
-    answered = 0
-
-    async def every_other_refused(
-        reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
-        nonlocal answered
-        while True:
-            try:
-                head = await reader.readuntil(b"\r\n\r\n")
-            except asyncio.IncompleteReadError:
-                break
-            length = openloop.CONTENT_LENGTH.search(head)
-            await reader.readexactly(int(length.group(1)) if length else 0)
-            answered += 1
-            writer.write(refused if answered % 2 else OK)
-        writer.close()
-
+    every_other_refused = _answering(lambda n: refused if n % 2 else OK)
     server = await asyncio.start_server(every_other_refused, "127.0.0.1", 0)
     params = {"system": "sluice", "port": server.sockets[0].getsockname()[1], "topic": "t",
               "rate": 1_000, "seconds": 0.1}  # fmt: skip

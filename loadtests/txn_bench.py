@@ -530,9 +530,13 @@ def produce_rounds(
     return rows
 
 
+def push_size(batch: int) -> str:
+    """How a push cell's records go out, as its name and figures say it."""
+    return "one record" if batch == 1 else f"batches of {batch:,}"
+
+
 def push_name(batch: int, exactly_once: bool) -> str:
-    size = "one record" if batch == 1 else f"batches of {batch:,}"
-    return f"{'exactly-once' if exactly_once else 'idempotency key'}, {size}"
+    return f"{'exactly-once' if exactly_once else 'idempotency key'}, {push_size(batch)}"
 
 
 def push_rounds(this: Gateway, receiver: Receiver, plan: Plan) -> dict[str, list[dict[str, Any]]]:
@@ -746,7 +750,7 @@ def figures(doc: dict[str, Any], plan: Plan) -> list[dict[str, Any]]:
     )
     for batch in (plan.batch, 1):
         once, keyed = (push[push_name(batch, e)] for e in (True, False))
-        size = push_name(batch, True).split(", ", 1)[1]
+        size = push_size(batch)
         add(
             f"push pipeline, {size}: exactly-once / idempotency key, records/s",
             _ratios(once, keyed, "records_per_s"),

@@ -9,10 +9,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
-from urllib.parse import quote, urlencode
 
-import orjson
 from aiohttp import web
 
 from engine import batch as fmt
@@ -33,6 +30,7 @@ from gateway.metrics.transactions import TransactionCollector
 from gateway.produce.front import Producer, ProduceRequest
 from gateway.produce.idempotency import InFlight
 from gateway.produce.partitioner import partition_for_key
+from gateway.reply_transactions import OwnApiTransactions, ReplyTransactions
 from gateway.settings import Settings
 from gateway.worker_dirs import sibling_data_dirs
 from groups.coordinator import GroupCoordinator
@@ -41,15 +39,14 @@ from groups.partition_reader import PartitionReader
 from groups.share import state_topic
 from groups.share.coordinator import ShareCoordinator
 from groups.subscriptions.positions import GroupPositions
-from groups.subscriptions.replies import ReplyRefused
 from groups.subscriptions.service import SubscriptionService
 from groups.transactions import state_topic as txn_state_topic
 from groups.transactions.coordinator import TransactionCoordinator
 from groups.transactions.group_offsets import TransactionOffsets
 from replication.acks import Acks
 from replication.broker import Broker, BrokerSettings
-from replication.errors import LeaderNotAvailable, NotController
-from replication.forward_client import ForwardClient, RemoteError
+from replication.errors import NotController
+from replication.forward_client import ForwardClient
 from replication.markers import MarkerWriter
 from replication.replica_manager import ReplicaManager, ReplicationSettings
 from replication.tiering import TieringSettings
@@ -58,10 +55,6 @@ from schemas.decoding import ValueDecoder
 from schemas.store import SchemaStore
 
 log = logging.getLogger(__name__)
-
-# A reply's produce refused for the records themselves (malformed, too large, unprocessable):
-# the endpoint's answer is at fault, not the transaction.
-REPLY_REFUSALS = frozenset({400, 413, 415, 422})
 
 
 @dataclass
@@ -159,7 +152,13 @@ class Gateway:
             SubscriptionValues(value_decoder),
             share_groups,
             share_record_json,
-            OwnApiTransactions(forwarder, broker, settings.node_id),
+            ReplyTransactions(
+                transactions,
+                producer,
+                OwnApiTransactions(forwarder, broker, settings.node_id),
+                auth=settings.auth,
+                timeout_ms=settings.default_produce_timeout_ms,
+            ),
             settings.subscription_allowed_hosts,
         )
         gateway = cls(
@@ -340,70 +339,6 @@ async def _dead_letter(
             target=f"/v1/topics/{topic}/partitions/{p}/records",
         )
         await producer.produce(request)
-
-
-class OwnApiTransactions:
-    """Reply subscriptions' transactions (groups.subscriptions.replies.Transactions), as calls
-    of this node's own public API made as a client's, with the internal key (the internal
-    principal): its forwarding middleware sends each to whoever serves it (the transactional
-    id's coordinator, the partition leaders, the controller that makes `__transaction_state`),
-    waiting out a node's loss, and its checks apply as to any produce. That is why not the
-    TransactionCoordinator in process: a subscription partition's id is mostly coordinated by
-    another node, and a transactional produce there too, so in process would be this routing
-    again. Each call is a hop on loopback, paid as client and as server: little beside a batch
-    of 1,000 records, most of the cost of a one-record batch (docs/perf/transactions/README.md).
-    With --auth, the node needs an internal key (--internal-key-file, which a cluster has
-    anyway)."""
-
-    def __init__(self, forwarder: ForwardClient, broker: Broker, node_id: int) -> None:
-        self.forwarder = forwarder
-        self.broker = broker
-        self.node_id = node_id
-
-    async def begin(self, transactional_id: str, timeout_ms: int) -> int:
-        doc = await self._call(_transaction(transactional_id), {"timeout_ms": timeout_ms})
-        return int(doc["producer_epoch"])
-
-    async def produce(self, transactional_id: str, epoch: int, topic: str, body: bytes) -> None:
-        query = urlencode({"transactional_id": transactional_id, "producer_epoch": epoch})
-        path = f"/v1/topics/{quote(topic, safe='')}/records?{query}"
-        try:
-            await self._call(path, body)
-        except RemoteError as exc:
-            if exc.status in REPLY_REFUSALS:
-                raise ReplyRefused(f"{exc.status} {exc.code}: {exc}") from None
-            raise
-
-    async def send_offsets(
-        self, transactional_id: str, epoch: int, group: str, topic: str, partition: int, offset: int
-    ) -> None:
-        offsets = [{"topic": topic, "partition": partition, "offset": offset}]
-        doc = {"producer_epoch": epoch, "group_id": group, "offsets": offsets}
-        await self._call(_transaction(transactional_id, "/offsets"), doc)
-
-    async def commit(self, transactional_id: str, epoch: int) -> None:
-        await self._call(_transaction(transactional_id, "/commit"), {"producer_epoch": epoch})
-
-    async def abort(self, transactional_id: str, epoch: int) -> None:
-        await self._call(_transaction(transactional_id, "/abort"), {"producer_epoch": epoch})
-
-    async def _call(self, path: str, body: dict[str, object] | bytes) -> dict[str, Any]:
-        """POST to this node's public API; its answer, or RemoteError with its problem."""
-        me = self.broker.store.view.nodes.get(self.node_id)
-        if me is None:
-            raise LeaderNotAvailable(f"node {self.node_id} is not in the cluster's view yet")
-        data = body if isinstance(body, bytes) else orjson.dumps(body)
-        answer = await self.forwarder.call(
-            me.url, "POST", path, {"Content-Type": codecs.JSON}, data
-        )
-        doc = orjson.loads(answer.body) if answer.body else {}
-        if answer.status >= 400:
-            raise RemoteError(answer.status, doc if isinstance(doc, dict) else {})
-        return doc if isinstance(doc, dict) else {}
-
-
-def _transaction(transactional_id: str, action: str = "") -> str:
-    return f"/v1/transactions/{quote(transactional_id, safe='')}{action}"
 
 
 def _topics_changed(groups: GroupCoordinator, deleted: set[str]) -> None:

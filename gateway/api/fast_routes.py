@@ -66,7 +66,6 @@ from gateway.api.transactions import (
     COMMIT_ROUTE,
     TRANSACTION_ROUTE,
     TRANSACTIONS_PREFIX,
-    PartitionsAdder,
 )
 from gateway.auth.checks import (
     UNLIMITED_AUDIENCES,
@@ -86,6 +85,7 @@ from gateway.metrics.collectors import CLIENT_CLOSED
 from gateway.metrics.requests import Labels
 from gateway.produce.errors import SchemaViewBehind
 from gateway.produce.front import Built
+from gateway.produce.transaction import PartitionsAdder
 from gateway.state import Gateway
 from replication.acks import Acks
 from replication.errors import PartiallyAppended
@@ -200,8 +200,14 @@ class FastRoutes:
         if isinstance(taken, FastProduce) and taken.transaction is not None:
             name, epoch = taken.transaction
             topic = taken.produce.topic
+            gateway = self.gateway
             taken.produce.transaction = PartitionsAdder(
-                self.gateway, name, epoch, topic, taken.principal
+                gateway.transactions,
+                gateway.transactions_ready,
+                name,
+                epoch,
+                topic,
+                taken.principal,
             )
         if admitted and not isinstance(taken, FastProduce):
             self.admission.done()  # refused, or left to the Application, which admits it itself

@@ -18,7 +18,6 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from engine.producer_state import ProducerIdentity
 from gateway.api.groups import (
     MAX_GROUP_ID,
     check_fields,
@@ -31,6 +30,7 @@ from gateway.auth.acl import CLUSTER
 from gateway.auth.middleware import may, principal_of, require
 from gateway.http.params import json_object, json_response, query_int
 from gateway.http.problem import bad_request
+from gateway.produce.transaction import PartitionsAdder
 from gateway.state import Gateway, gateway_of
 from groups.errors import GroupError
 from groups.transactions.coordinator import TransactionCoordinator
@@ -354,35 +354,12 @@ def produce_transaction(request: web.Request, query: Mapping[str, str]) -> Parti
             "INVALID_PARAMETER",
         )
     require(request, "transactional_id", name, "write")
+    gateway = gateway_of(request)
     return PartitionsAdder(
-        gateway_of(request), name, epoch, request.match_info["topic"], principal_of(request)
+        gateway.transactions,
+        gateway.transactions_ready,
+        name,
+        epoch,
+        request.match_info["topic"],
+        principal_of(request),
     )
-
-
-class PartitionsAdder:
-    """What adds a produce's partitions of `topic` to transaction `name` at its coordinator
-    (KIP-890's server side: before any is written) and says who writes them; the produce
-    routes' and the fast routes' alike (`gateway.produce.front.InTransaction`). Partitions in
-    it already are answered without the coordinator's coroutines
-    (`TransactionCoordinator.added`)."""
-
-    __slots__ = ("epoch", "gateway", "name", "principal", "producer", "topic")
-
-    def __init__(
-        self, gateway: Gateway, name: str, epoch: int, topic: str, principal: str | None
-    ) -> None:
-        self.gateway = gateway
-        self.name = name
-        self.epoch = epoch
-        self.topic = topic
-        self.principal = principal
-        self.producer = gateway.transactions.producer_of(name, epoch)
-
-    async def __call__(self, partitions: list[int]) -> ProducerIdentity:
-        wanted = [(self.topic, p) for p in partitions]
-        name, epoch, principal = self.name, self.epoch, self.principal
-        meta = self.gateway.transactions.added(name, epoch, wanted, principal)
-        if meta is None:
-            coordinator = await self.gateway.transactions_ready()
-            meta = await coordinator.add_partitions(name, epoch, wanted, principal)
-        return ProducerIdentity(meta.producer_id, meta.producer_epoch)

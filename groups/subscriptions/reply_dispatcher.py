@@ -17,15 +17,17 @@ delivers the batch again). A commit whose answer was lost is found by the next b
 the position moved, and delivery starts again from it. A dispatcher stopped mid-transaction
 (its subscription deleted or changed, its partition's leadership gone) aborts that transaction
 as it stops, rather than leave it holding the last stable offset of the partitions it wrote
-(and every read_committed reader of them) until its timeout; a node whose API has closed
-before its subscriptions stop cannot, and leaves it to the next begin or the timeout.
+(and every read_committed reader of them) until its timeout; one whose abort cannot reach the
+coordinator (a node whose API has closed before its subscriptions stop, when another node
+coordinates the id) leaves it to the next begin or the timeout.
 
-The transaction calls are the gateway's (Services.transactions), which makes them through the
-node's own public API; groups know nothing of it. A failing call (a coordinator moving, a node
-down) is retried from the begin, with backoff, without asking the endpoint again; records the
-reply topic refuses fail the attempt as a 5xx would (retried, then dead-lettered). Dead letters
-are produced as in log mode (at least once), then the position past them is committed in a
-transaction of its own, as is a position that only records filtered out moved."""
+The transaction calls are the gateway's (Services.transactions: in process where this node
+coordinates the id, through its own public API otherwise); groups know nothing of either. A
+failing call (a coordinator moving, a node down) is retried from the begin, with backoff,
+without asking the endpoint again; records the reply topic refuses fail the attempt as a 5xx
+would (retried, then dead-lettered). Dead letters are produced as in log mode (at least once),
+then the position past them is committed in a transaction of its own, as is a position that
+only records filtered out moved."""
 
 from __future__ import annotations
 

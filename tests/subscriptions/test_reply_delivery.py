@@ -12,11 +12,13 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import orjson
 import pytest
 
-from gateway.state import OwnApiTransactions
+from gateway.reply_transactions import OwnApiTransactions, ReplyTransactions
+from groups.transactions.coordinator import TransactionCoordinator
 from replication.errors import NodeUnreachable
 from tests.api.support import Client, Start, create_topic, fetch, gateway, produce
 from tests.auth.support import bearer, binding, grant, make_key
@@ -108,6 +110,95 @@ async def test_each_reply_is_committed_once_with_the_position(
     assert all(r["key"].startswith("k") for r in keyed["records"])
 
 
+def api_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The calls made through the node's own API from now on: each one's path, sans query."""
+    paths: list[str] = []
+    real = OwnApiTransactions._call
+
+    async def recorded(self: OwnApiTransactions, path: str, body: Any) -> dict[str, Any]:
+        paths.append(path.partition("?")[0])
+        return await real(self, path, body)
+
+    monkeypatch.setattr(OwnApiTransactions, "_call", recorded)
+    return paths
+
+
+async def state_topic_made(client: Client) -> None:
+    """`__transaction_state` made, as any first transactional call makes it."""
+    resp = await client.post("/v1/transactions/first", json={})
+    assert resp.status == 201, await resp.text()
+
+
+def coordinated_elsewhere(monkeypatch: pytest.MonkeyPatch, methods: tuple[str, ...]) -> None:
+    """While one of ReplyTransactions' `methods` runs, this node sees the transactional ids as
+    coordinated by another (as a cluster node does that does not lead their state partition)."""
+    elsewhere: list[bool] = []
+    coordinates = TransactionCoordinator.coordinates
+    monkeypatch.setattr(
+        TransactionCoordinator,
+        "coordinates",
+        lambda self, tid: not elsewhere and coordinates(self, tid),
+    )
+    for method in methods:
+        real = getattr(ReplyTransactions, method)
+
+        async def patched(self: ReplyTransactions, *args: Any, real: Any = real) -> Any:
+            elsewhere.append(True)
+            try:
+                return await real(self, *args)
+            finally:
+                elsewhere.pop()
+
+        monkeypatch.setattr(ReplyTransactions, method, patched)
+
+
+async def test_a_transaction_coordinated_here_is_made_in_process(
+    replying: Client, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The node coordinates every id and leads the reply topic: once `__transaction_state`
+    exists (the first transactional call makes it, through the API), none of a transaction's
+    calls goes through the node's own API."""
+    client = replying
+    await state_topic_made(client)
+    paths = api_calls(monkeypatch)
+    await subscribe(client, receiver.url)
+    expected = await inputs(client, 3)
+    await until_committed(client, 3)
+    assert await replies(client) == expected
+    assert await replies(client, "read_uncommitted") == expected
+    assert paths == []
+
+
+@pytest.mark.parametrize(
+    "methods",
+    [("begin", "produce", "send_offsets", "commit"), ("produce", "commit")],
+    ids=["every-call", "produce-and-commit"],
+)
+async def test_calls_for_a_coordinator_elsewhere_go_through_the_api(
+    replying: Client, receiver: Receiver, monkeypatch: pytest.MonkeyPatch, methods: tuple[str, ...]
+) -> None:
+    """A call whose id this node does not coordinate goes through the node's own API (which
+    forwards it to the coordinator), and a transaction begun one way is ended the other:
+    every reply committed once, and only those calls made through the API."""
+    client = replying
+    await state_topic_made(client)
+    paths = api_calls(monkeypatch)
+    coordinated_elsewhere(monkeypatch, methods)
+    sub = await subscribe(client, receiver.url)
+    expected = await inputs(client, 2)
+    await until_committed(client, 2)
+    assert await replies(client) == expected
+    assert await replies(client, "read_uncommitted") == expected
+    tid = quote(f"{sub['group']}.0", safe="")
+    by_method = {
+        "begin": f"/v1/transactions/{tid}",
+        "produce": "/v1/topics/out/records",
+        "send_offsets": f"/v1/transactions/{tid}/offsets",
+        "commit": f"/v1/transactions/{tid}/commit",
+    }
+    assert paths == [by_method[m] for m in methods] * 2
+
+
 async def test_a_5xx_then_a_2xx_replies_once(replying: Client, receiver: Receiver) -> None:
     client = replying
     receiver.behaviour = lambda n, _: (503, {}) if n == 1 else (200, {})
@@ -176,18 +267,18 @@ def failing_once(
     method: str,
     how: Callable[[Callable[..., Awaitable[None]], tuple[Any, ...]], Awaitable[None]],
 ) -> list[int]:
-    """Patch OwnApiTransactions.`method` so that its first call goes `how`; the calls made."""
-    real = getattr(OwnApiTransactions, method)
+    """Patch ReplyTransactions.`method` so that its first call goes `how`; the calls made."""
+    real = getattr(ReplyTransactions, method)
     calls: list[int] = []
 
-    async def patched(self: OwnApiTransactions, *args: Any) -> None:
+    async def patched(self: ReplyTransactions, *args: Any) -> None:
         calls.append(1)
         if len(calls) == 1:
             await how(lambda *a: real(self, *a), args)
             return
         await real(self, *args)
 
-    monkeypatch.setattr(OwnApiTransactions, method, patched)
+    monkeypatch.setattr(ReplyTransactions, method, patched)
     return calls
 
 

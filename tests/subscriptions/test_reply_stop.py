@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gateway.state import OwnApiTransactions
+from gateway.reply_transactions import ReplyTransactions
 from groups.subscriptions.dispatcher import PartitionDispatcher
 from tests.api.support import Client, gateway
 from tests.subscriptions.receiver import Receiver
@@ -20,13 +20,13 @@ WAIT_S = 10.0  # well within the transactions' 30 s timeout
 
 
 def held(monkeypatch: pytest.MonkeyPatch, method: str) -> tuple[asyncio.Event, asyncio.Event]:
-    """Patch OwnApiTransactions.`method`: its first call is made, then sets the first event
+    """Patch ReplyTransactions.`method`: its first call is made, then sets the first event
     and answers only once the second is set (forever, unless the caller sets it)."""
-    real = getattr(OwnApiTransactions, method)
+    real = getattr(ReplyTransactions, method)
     reached, release = asyncio.Event(), asyncio.Event()
     calls: list[int] = []
 
-    async def patched(self: OwnApiTransactions, *args: Any) -> Any:
+    async def patched(self: ReplyTransactions, *args: Any) -> Any:
         calls.append(1)
         answer = await real(self, *args)
         if len(calls) == 1:
@@ -34,7 +34,7 @@ def held(monkeypatch: pytest.MonkeyPatch, method: str) -> tuple[asyncio.Event, a
             await release.wait()
         return answer
 
-    monkeypatch.setattr(OwnApiTransactions, method, patched)
+    monkeypatch.setattr(ReplyTransactions, method, patched)
     return reached, release
 
 

@@ -16,7 +16,7 @@ from urllib.parse import quote, urlencode
 
 import orjson
 
-from engine.errors import CorruptRecord, EngineError, InvalidRecord, RecordTooLarge
+from engine.errors import CorruptRecord, InvalidRecord, RecordTooLarge
 from gateway.auth.credentials import INTERNAL_PRINCIPAL
 from gateway.formats import codecs
 from gateway.http.problem import Problem
@@ -153,10 +153,8 @@ class ReplyTransactions:
             if isinstance(exc, CorruptRecord):
                 raise
             raise ReplyRefused(f"{type(exc).__name__}: {exc}") from None
-        except Problem as exc:  # the body's format refused it
-            if exc.status in REPLY_REFUSALS:
-                raise ReplyRefused(f"{exc.status} {exc.code}: {exc.detail}") from None
-            raise EngineError(f"{exc.status} {exc.code}: {exc.detail}") from None
+        except Problem as exc:  # the body's format refused it (400)
+            raise ReplyRefused(f"{exc.status} {exc.code}: {exc.detail}") from None
 
     async def send_offsets(
         self, transactional_id: str, epoch: int, group: str, topic: str, partition: int, offset: int

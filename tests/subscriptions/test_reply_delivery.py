@@ -210,19 +210,27 @@ async def test_a_5xx_then_a_2xx_replies_once(replying: Client, receiver: Receive
     assert doc["retried"] == 3 and doc["delivered"] == 3
 
 
+@pytest.mark.parametrize(
+    "refused",
+    [{"value": 1, "surprise": True}, {"value": "x" * 4000}],
+    ids=["unknown-field", "over-max-message-bytes"],
+)
 async def test_replies_the_topic_refuses_fail_the_attempt(
-    replying: Client, receiver: Receiver
+    replying: Client, receiver: Receiver, refused: dict[str, Any]
 ) -> None:
-    """The first answer's record has a field the produce API does not know: the produce is
-    refused, the transaction aborted, the batch retried; the second answer's is committed."""
+    """The first answer's record is one the produce refuses (a field the produce API does not
+    know; a record over the reply topic's max.message.bytes): the produce is refused, the
+    transaction aborted, the batch retried; the second answer's is committed."""
     client = replying
+    resp = await client.patch("/v1/topics/out", json={"configs": {"max.message.bytes": 2048}})
+    assert resp.status == 200, await resp.text()
     answered = 0
 
     def reply(body: bytes) -> tuple[bytes, str]:
         nonlocal answered
         answered += 1
         if answered == 1:
-            return orjson.dumps({"records": [{"value": 1, "surprise": True}]}), "application/json"
+            return orjson.dumps({"records": [refused]}), "application/json"
         return echo(body)
 
     receiver.reply = reply
@@ -230,6 +238,7 @@ async def test_replies_the_topic_refuses_fail_the_attempt(
     expected = await inputs(client, 1)
     doc = await until_committed(client, 1)
     assert await replies(client) == expected
+    # asked again: a refusal of the records, not a failed call retried with the same replies
     assert len(receiver.attempts) == 2 and doc["retried"] == 1
 
 

@@ -282,6 +282,17 @@ def set_attributes(
     _CRC_FIELD.pack_into(buf, pos + CRC_AT, crc)
 
 
+def stamped_for(header: BatchHeader, producer_id: int, epoch: int) -> bool:
+    """Whether the batch is a transactional one of `producer_id` at `epoch` already, as
+    `set_producer` leaves it (the C JSON path builds a transaction's batches so)."""
+    return (
+        header.attributes & TRANSACTIONAL_MASK != 0
+        and header.producer_id == producer_id
+        and header.producer_epoch == epoch
+        and header.base_sequence == -1
+    )
+
+
 def set_producer(
     buf: bytearray | memoryview, pos: int, header: BatchHeader, producer_id: int, epoch: int
 ) -> BatchHeader:
@@ -289,11 +300,11 @@ def set_producer(
     Sluice fences by epoch, not by sequence), re-CRC it; its new header (made from `header`,
     not read back: this runs for every batch of a transactional produce). A batch built so
     already (the C JSON path builds a transaction's batches stamped) is left as it is."""
-    (base_offset, length, leader_epoch, magic, _, attributes, delta, first, last, *was, count) = (
+    if stamped_for(header, producer_id, epoch):
+        return header
+    (base_offset, length, leader_epoch, magic, _, attributes, delta, first, last, *_, count) = (
         header
     )
-    if attributes & TRANSACTIONAL_MASK and was == [producer_id, epoch, -1]:
-        return header
     attributes |= TRANSACTIONAL_MASK
     _PRODUCER_FIELDS.pack_into(buf, pos + PRODUCER_ID_AT, producer_id, epoch, -1)
     _ATTRIBUTES_FIELD.pack_into(buf, pos + ATTRIBUTES_AT, attributes)

@@ -424,9 +424,10 @@ class PartitionLog:
         for count, producer in requests:
             if producer is not None:
                 producer_id, epoch = producer
-                headers[at : at + count] = fmt.set_producers(
-                    buf, headers[at : at + count], producer_id, epoch
-                )
+                if count != 1 or not fmt.stamped_for(headers[at][1], producer_id, epoch):
+                    headers[at : at + count] = fmt.set_producers(
+                        buf, headers[at : at + count], producer_id, epoch
+                    )
             at += count
         return self.append_batches_as_leader(
             buf, headers, leader_epoch, [count for count, _ in requests]

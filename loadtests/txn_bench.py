@@ -41,6 +41,9 @@ run: one gateway on the first CPU and the clients on the others, then a three-no
 
 Cells alternate over the rounds; figures are medians of the ratios taken within each round.
 Every gateway runs without admission control's shedding (`--admission-target-delay-ms 0`).
+Before each produce cell the page cache's dirty pages are written out (`os.sync`): a cell
+writes about 330 MB, and the kernel's writeback of the cells before it otherwise lands in
+whichever cell runs when it starts, moving that cell's cost of a write by a third.
 
     python -m loadtests.txn_bench --out DIR [--quick] [--rounds N] [--profile] [--before DIR]
 """
@@ -382,6 +385,7 @@ class Gateway:
         plan = self.plan
         topic = new_topic(self.url, plan.partitions)
         ids = [f"{topic}-{i}" for i in range(plan.producers)]
+        os.sync()  # the cells before this one written out now, not while it runs
         params = {
             "url": self.url,
             "topic": topic,

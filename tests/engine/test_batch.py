@@ -124,6 +124,23 @@ def test_set_producers_stamps_a_requests_batches_as_set_producer_does() -> None:
             fmt._native_stamp(together, 0, len(together), 1, 2**15, fmt.BatchHeader)
 
 
+def test_stamped_for_is_what_set_producer_leaves_as_it_is() -> None:
+    """A batch is stamped for a producer when it is transactional and carries that producer's
+    id and epoch with sequence -1 (what the log's write of a transaction may then skip);
+    anything else is not, and `set_producer` changes it."""
+    data = make()
+    (pos, plain), *_ = fmt.scan(data).headers
+    assert not fmt.stamped_for(plain, 7, 1)
+    stamped = fmt.set_producer(data, pos, plain, 7, 1)
+    assert fmt.stamped_for(stamped, 7, 1)
+    assert not fmt.stamped_for(stamped, 7, 2) and not fmt.stamped_for(stamped, 8, 1)
+    assert fmt.set_producer(data, pos, stamped, 7, 1) is stamped
+    sequenced = stamped._replace(base_sequence=0)
+    assert not fmt.stamped_for(sequenced, 7, 1)
+    untransactional = stamped._replace(attributes=stamped.attributes & ~fmt.TRANSACTIONAL_MASK)
+    assert not fmt.stamped_for(untransactional, 7, 1)
+
+
 def test_log_append_time_rewrites_crc_and_record_timestamps() -> None:
     data = make()
     fmt.set_log_append_time(data, 0, fmt.read_header(data), 99_999)

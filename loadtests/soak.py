@@ -184,6 +184,7 @@ class Tally:
     records: int = 0
     errors: int = 0
     examples: list[str] = field(default_factory=list)
+    retries: dict[str, int] = field(default_factory=dict)  # retried answers, by status
 
     def fail(self, what: str) -> None:
         self.errors += 1
@@ -507,11 +508,16 @@ class Consumers:
 
     async def stream(self, http: aiohttp.ClientSession, url: str, tally: Tally, query: str) -> None:
         """Follow the checked topic as SSE from its start; reconnect with Last-Event-ID after a
-        drop (counted as an error). Unless filtered, every partition's offsets must follow one
-        another: a jump is a gap, a step back a repeat."""
+        drop (counted as an error). A stream refused 503 or 421 as it opens (a leader not
+        elected yet, a node whose view differs for a moment) is opened again after
+        RETRY_BACKOFF_S for up to RETRY_FOR_S and counted apart, as the group's requests are.
+        Unless filtered, every partition's offsets must follow one another: a jump is a gap, a
+        step back a repeat."""
         checked = "key_prefix" not in query
         expected = [0] * PARTITIONS
         last_id: str | None = None
+        loop = asyncio.get_running_loop()
+        retry_until = loop.time() + RETRY_FOR_S
         while not self.stopping.is_set():
             headers = {"Accept": "text/event-stream"}
             if last_id is not None:
@@ -526,8 +532,14 @@ class Consumers:
                 async with http.get(
                     target, headers=headers, timeout=aiohttp.ClientTimeout()
                 ) as answer:
+                    if answer.status in RETRIED and loop.time() < retry_until:
+                        key = str(answer.status)
+                        tally.retries[key] = tally.retries.get(key, 0) + 1
+                        await self.pause(RETRY_BACKOFF_S)
+                        continue
                     if answer.status != 200:
                         raise RuntimeError(f"status {answer.status}")
+                    retry_until = loop.time() + RETRY_FOR_S
                     async for raw in answer.content:
                         line = raw.rstrip(b"\r\n")
                         if line.startswith(b"event: "):
@@ -595,6 +607,10 @@ class Consumers:
                 "filtered_records": self.filtered.records,
                 "gaps": self.gaps,
                 "repeats": self.repeats,
+                "retries": {
+                    status: self.sse.retries.get(status, 0) + self.filtered.retries.get(status, 0)
+                    for status in sorted({*self.sse.retries, *self.filtered.retries})
+                },
                 "errors": self.sse.errors + self.filtered.errors,
                 "error_examples": self.sse.examples + self.filtered.examples,
             },

@@ -186,6 +186,9 @@ class Tally:
     examples: list[str] = field(default_factory=list)
     retries: dict[str, int] = field(default_factory=dict)  # retried answers, by status
 
+    def retried(self, status: int) -> None:
+        self.retries[str(status)] = self.retries.get(str(status), 0) + 1
+
     def fail(self, what: str) -> None:
         self.errors += 1
         if len(self.examples) < SHOWN:
@@ -412,7 +415,6 @@ class Consumers:
         self.counts = bytearray()  # times the group delivered each sequence number (max 255)
         self.group = Tally()
         self.joins = 0
-        self.retries: dict[str, int] = {}  # the group's retried answers, by status
         self.sse = Tally()
         self.filtered = Tally()
         self.gaps = 0
@@ -449,9 +451,7 @@ class Consumers:
                         return orjson.loads(data) if data else {}
                     failure = f"{method} {url} -> {answer.status} {data[:200]!r}"
                     if answer.status in RETRIED and loop.time() < deadline:
-                        self.retries[str(answer.status)] = (
-                            self.retries.get(str(answer.status), 0) + 1
-                        )
+                        self.group.retried(answer.status)
                         await asyncio.sleep(RETRY_BACKOFF_S)
                         continue
             except (aiohttp.ClientError, TimeoutError) as error:
@@ -533,8 +533,7 @@ class Consumers:
                     target, headers=headers, timeout=aiohttp.ClientTimeout()
                 ) as answer:
                     if answer.status in RETRIED and loop.time() < retry_until:
-                        key = str(answer.status)
-                        tally.retries[key] = tally.retries.get(key, 0) + 1
+                        tally.retried(answer.status)
                         await self.pause(RETRY_BACKOFF_S)
                         continue
                     if answer.status != 200:
@@ -598,7 +597,7 @@ class Consumers:
                 "requests": self.group.requests,
                 "records": self.group.records,
                 "joins": self.joins,
-                "retries": self.retries,
+                "retries": self.group.retries,
                 "errors": self.group.errors,
                 "error_examples": self.group.examples,
             },

@@ -16,7 +16,7 @@ from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerialize
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from tests.cluster.harness import SETTLE_S, Cluster, PartitionState, wait_for
+from tests.cluster.harness import NO_LEADER, SETTLE_S, Cluster, PartitionState, wait_for
 
 TOPIC = "_schemas"
 
@@ -127,10 +127,19 @@ def test_a_paused_writer_is_fenced(healthy: Cluster) -> None:
             )
         )
         sender.start()
+        writer = healthy.wait_state(
+            TOPIC, 0, lambda s: s.leader not in (leader, NO_LEADER), "another writer"
+        ).leader
+        # Until a node's view names the new writer it forwards a register to the paused one,
+        # where the request waits, unanswered, for the resume that comes after this wait.
         wait_for(
-            lambda: (s := healthy.etcd.partition(TOPIC, 0)) is not None and s.leader != leader,
+            lambda: all(
+                healthy.describe(i, TOPIC)["partitions"][0]["leader"] == writer
+                for i in range(healthy.size)
+                if i != leader
+            ),
             SETTLE_S,
-            "another writer",
+            "the live nodes' views to name the new writer",
         )
 
         def registered() -> httpx.Response | None:

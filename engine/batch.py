@@ -25,11 +25,13 @@ MAGIC = 2
 LEADER_EPOCH_AT = 12
 CRC_AT = 17
 ATTRIBUTES_AT = 21
+FIRST_TIMESTAMP_AT = 27
 MAX_TIMESTAMP_AT = 35
 _OFFSET_FIELD = struct.Struct(">q")
 _EPOCH_FIELD = struct.Struct(">i")
 _OFFSET_LENGTH_EPOCH = struct.Struct(">qii")
 _CRC_FIELD = struct.Struct(">I")
+_TIMESTAMPS = struct.Struct(">qq")  # first and max timestamp
 _ATTRIBUTES_FIELD = struct.Struct(">h")
 
 COMPRESSION_MASK = 0x07
@@ -50,6 +52,7 @@ CONTROL_ABORT = 0
 CONTROL_COMMIT = 1
 _CONTROL_KEY = struct.Struct(">hh")
 _CONTROL_VALUE = struct.Struct(">hi")
+_COORDINATOR_EPOCH_FROM_END = 1 + 4  # the value's int32, before the record's header count
 _PRODUCER_FIELDS = struct.Struct(">qhi")  # producer id, producer epoch, base sequence
 PRODUCER_ID_AT = 43
 
@@ -355,13 +358,40 @@ def encode_control_batch(
     producer_id: int, epoch: int, commit: bool, coordinator_epoch: int, timestamp: int
 ) -> bytearray:
     """A COMMIT or ABORT marker as Kafka writes it: a transactional control batch of one record."""
-    builder = DefaultRecordBatchBuilder(2, 0, 1, producer_id, epoch, -1, 2**31 - 1)
+    return control_batch(producer_id, epoch, commit, coordinator_epoch, timestamp)[0]
+
+
+def control_batch(
+    producer_id: int, epoch: int, commit: bool, coordinator_epoch: int, timestamp: int
+) -> tuple[bytearray, BatchHeader]:
+    """`encode_control_batch`'s batch and its header: the codec's batch for the marker's type,
+    built once, with this marker's fields and CRC written in (a transaction writes one on
+    every partition it touched; building each cost more than its write)."""
+    out = bytearray(_CONTROL_BATCHES[commit])
+    _TIMESTAMPS.pack_into(out, FIRST_TIMESTAMP_AT, timestamp, timestamp)
+    _PRODUCER_FIELDS.pack_into(out, PRODUCER_ID_AT, producer_id, epoch, -1)
+    _EPOCH_FIELD.pack_into(out, len(out) - _COORDINATOR_EPOCH_FROM_END, coordinator_epoch)
+    _CRC_FIELD.pack_into(out, CRC_AT, crc32c(memoryview(out)[ATTRIBUTES_AT:]))
+    return out, BatchHeader._make(HEADER.unpack_from(out))
+
+
+def _built_control_batch(commit: bool) -> bytes:
+    """A marker of the type built by the codec (producer, timestamps and coordinator epoch
+    zero), flagged a control batch: what `control_batch` fills in."""
+    builder = DefaultRecordBatchBuilder(2, 0, 1, 0, 0, -1, 2**31 - 1)
     key = _CONTROL_KEY.pack(0, CONTROL_COMMIT if commit else CONTROL_ABORT)
-    builder.append(0, timestamp, key, _CONTROL_VALUE.pack(0, coordinator_epoch), [])
+    builder.append(0, 0, key, _CONTROL_VALUE.pack(0, 0), [])
     out: bytearray = builder.build()
     header = read_header(out)
     set_attributes(out, 0, header, header.attributes | CONTROL_MASK)
-    return out
+    # The record ends with its value (version, coordinator epoch) and no headers (one byte).
+    value_at = len(out) - 1 - _CONTROL_VALUE.size
+    if out[value_at:-1] != _CONTROL_VALUE.pack(0, 0) or out[-1] != 0:
+        raise RuntimeError("the codec's control record is not laid out as expected")
+    return bytes(out)
+
+
+_CONTROL_BATCHES = {commit: _built_control_batch(commit) for commit in (True, False)}
 
 
 def empty_batch(header: BatchHeader) -> bytearray:

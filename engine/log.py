@@ -446,11 +446,10 @@ class PartitionLog:
         with self._lock:
             if not self.producer_state.marker_due(producer_id, producer_epoch):
                 return None
-            buf = fmt.encode_control_batch(
+            buf, header = fmt.control_batch(
                 producer_id, producer_epoch, commit, coordinator_epoch, self.now_ms()
             )
-            headers = fmt.scan(buf, check_crc=False).headers
-            return self.append_batches_as_leader(buf, headers, leader_epoch, [1])[0]
+            return self.append_batches_as_leader(buf, [(0, header)], leader_epoch, [1])[0]
 
     def _stamp_and_write(
         self, buf: bytearray, headers: list[tuple[int, fmt.BatchHeader]], leader_epoch: int
@@ -473,8 +472,14 @@ class PartitionLog:
                 stamped.append((pos, restamped(header, offset, leader_epoch, max_ts)))
                 offset += header.last_offset_delta + 1
             # The epoch goes in first (as in Kafka), so no stamped batch outlives its entry.
-            with self._io("writing the leader epoch checkpoint", _NOTHING_APPENDED):
+            # (`_io`'s work inline, here and in `_write`: its generator costs more than a
+            # marker's own write.)
+            try:
                 self.epoch_cache.assign(leader_epoch, first)
+            except OSError as exc:
+                raise self._failed(
+                    "writing the leader epoch checkpoint", exc, _NOTHING_APPENDED
+                ) from exc
             try:
                 self._write(buf, stamped, now)
             except BaseException:
@@ -562,9 +567,11 @@ class PartitionLog:
         now: int,
     ) -> None:
         last_offset = headers[-1][1].last_offset
-        with self._io("writing the log", _NOTHING_APPENDED):
+        try:
             segment = self._maybe_roll(len(data), last_offset, now)
             segment.append(data, headers)
+        except OSError as exc:
+            raise self._failed("writing the log", exc, _NOTHING_APPENDED) from exc
         if segment.rolling_base_ms is None:
             segment.rolling_base_ms = now
         self.log_end_offset = segment.next_offset

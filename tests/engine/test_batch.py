@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
+from hypothesis import given
+from hypothesis import strategies as st
 
 from engine import batch as fmt
 from engine.errors import InvalidRecord
@@ -148,6 +151,38 @@ def test_log_append_time_rewrites_crc_and_record_timestamps() -> None:
     assert header.log_append_time and header.max_timestamp == 99_999
     assert fmt.crc_matches(data, 0, header)
     assert {r.timestamp for r in fmt.iter_records(data)} == {99_999}
+
+
+def codec_marker(
+    producer_id: int, epoch: int, commit: bool, coordinator_epoch: int, timestamp: int
+) -> bytes:
+    """A marker built record by record by aiokafka's codec, as Kafka's EndTransactionMarker."""
+    builder = DefaultRecordBatchBuilder(2, 0, 1, producer_id, epoch, -1, 2**31 - 1)
+    key = (fmt.CONTROL_COMMIT if commit else fmt.CONTROL_ABORT).to_bytes(4, "big")
+    value = b"\x00\x00" + coordinator_epoch.to_bytes(4, "big", signed=True)
+    builder.append(0, timestamp, key, value, [])
+    out = builder.build()
+    fmt.set_attributes(out, 0, fmt.read_header(out), fmt.read_header(out).attributes | 0x20)
+    return bytes(out)
+
+
+@given(
+    st.integers(0, 2**63 - 1),
+    st.integers(0, 2**15 - 1),
+    st.booleans(),
+    st.integers(-(2**31), 2**31 - 1),
+    st.integers(0, 2**50),
+)
+def test_a_control_batch_is_the_codecs_marker_byte_for_byte(
+    producer_id: int, epoch: int, commit: bool, coordinator_epoch: int, timestamp: int
+) -> None:
+    """Markers are filled into a batch built once; each must be the batch the codec builds
+    for it, with its header and a good CRC."""
+    out, header = fmt.control_batch(producer_id, epoch, commit, coordinator_epoch, timestamp)
+    assert bytes(out) == codec_marker(producer_id, epoch, commit, coordinator_epoch, timestamp)
+    assert header == fmt.read_header(out) and fmt.crc_matches(out, 0, header)
+    assert header.is_control and header.is_transactional
+    assert fmt.control_type(out) == (fmt.CONTROL_COMMIT if commit else fmt.CONTROL_ABORT)
 
 
 def test_malformed_records_raise_invalid_record() -> None:

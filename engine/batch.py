@@ -392,6 +392,7 @@ def _built_control_batch(commit: bool) -> bytes:
 
 
 _CONTROL_BATCHES = {commit: _built_control_batch(commit) for commit in (True, False)}
+CONTROL_BATCH_SIZE = len(_CONTROL_BATCHES[True])  # bytes a marker takes in a log
 
 
 def empty_batch(header: BatchHeader) -> bytearray:

@@ -50,7 +50,7 @@ from engine.errors import (
 )
 from engine.file_cache import FileCache, FileGone
 from engine.fsync import FileStateUnknown
-from engine.producer_state import Isolation, ProducerIdentity, ProducerState
+from engine.producer_state import EndMarker, Isolation, ProducerIdentity, ProducerState
 from engine.segment import LogSegment
 from engine.txn_index import AbortedTxn
 from engine.watermarks import WatermarkFile
@@ -85,6 +85,14 @@ class AppendInfo(NamedTuple):
     record_count: int
     log_append_time: int  # -1 unless the topic uses LogAppendTime
     flush_due: bool  # the flush policy asks for an fsync before acknowledging
+
+
+class Landings(NamedTuple):
+    """What a write gave each of its produce requests (where it landed, or why not) and each
+    of its markers (None: not due, written already or a newer epoch wrote since)."""
+
+    requests: list[AppendInfo | Exception]
+    markers: list[AppendInfo | Exception | None]
 
 
 class ReadResult(NamedTuple):
@@ -353,7 +361,7 @@ class PartitionLog:
         producer = ProducerIdentity(producer_id, producer_epoch)
         outcome = self.append_checked_in_transactions(
             buf, headers, [(len(headers), producer)], leader_epoch
-        )[0]
+        ).requests[0]
         if isinstance(outcome, Exception):
             raise outcome
         return outcome
@@ -364,7 +372,8 @@ class PartitionLog:
         headers: Headers,
         requests: Sequence[WrittenRequest],
         leader_epoch: int,
-    ) -> list[AppendInfo | Exception]:
+        markers: Sequence[EndMarker] = (),
+    ) -> Landings:
         """`append_batches_as_leader` of requests some of which are inside transactions (their
         batches made transactional and carrying the producer, re-CRCed), one outcome each.
         Each of those is checked against its producer's state here as if written alone (an
@@ -372,12 +381,15 @@ class PartitionLog:
         and a refused one fails alone; the rest go in one write, but for a request of a
         producer that an earlier one of the write names at another epoch, which goes in a write
         after it and is checked then. A write's failure is the outcome of each of its requests.
-        `buf` is written as it is when every request goes in the first write."""
+        `buf` is written as it is when every request goes in the first write (and extended by
+        the markers: it must be the write's own). `markers` (of producers no request names,
+        each once) go at the end of the first write, those due."""
         outcomes: list[AppendInfo | Exception | None] = [None] * len(requests)
+        marked: list[AppendInfo | Exception | None] = [None] * len(markers)
         waiting: Sequence[int] = range(len(requests))
         check = self.producer_state.check
         with self._lock:
-            while waiting:
+            while True:
                 epochs: dict[int, int] = {}  # producer id -> its epoch in this write
                 joined: list[int] = []
                 later: list[int] = []
@@ -395,21 +407,26 @@ class PartitionLog:
                             continue
                         epochs[producer_id] = epoch
                     joined.append(i)
-                if joined:
+                if joined or markers:
                     infos: Sequence[AppendInfo | Exception]
                     try:
                         if len(joined) == len(requests):  # all of `buf`
-                            infos = self._write_requests(buf, headers, requests, leader_epoch)
+                            infos, marked = self._write_requests(
+                                buf, headers, requests, leader_epoch, markers
+                            )
                         else:
-                            infos = self._write_requests(
-                                *_chosen(buf, headers, requests, joined), leader_epoch
+                            infos, marked = self._write_requests(
+                                *_chosen(buf, headers, requests, joined), leader_epoch, markers
                             )
                     except Exception as exc:  # the write failed: nothing of it was appended
                         infos = [exc] * len(joined)
+                        marked = [exc] * len(markers)
                     for i, info in zip(joined, infos, strict=True):
                         outcomes[i] = info
+                    markers = ()
+                if not later:
+                    return Landings(decided(outcomes), marked)
                 waiting = later
-        return decided(outcomes)
 
     def _write_requests(
         self,
@@ -417,9 +434,11 @@ class PartitionLog:
         headers: Headers,
         requests: Sequence[WrittenRequest],
         leader_epoch: int,
-    ) -> list[AppendInfo]:
+        markers: Sequence[EndMarker] = (),
+    ) -> tuple[list[AppendInfo], list[AppendInfo | Exception | None]]:
         """Write `buf`, all of `requests`' batches in order, each transactional one's stamped
-        with its producer first (in `buf` and `headers`)."""
+        with its producer first (in `buf` and `headers`), then the `markers` still due (None
+        for one that is not: written already, or a newer epoch wrote since), in one write."""
         at = 0
         for count, producer in requests:
             if producer is not None:
@@ -429,9 +448,26 @@ class PartitionLog:
                         buf, headers[at : at + count], producer_id, epoch
                     )
             at += count
-        return self.append_batches_as_leader(
-            buf, headers, leader_epoch, [count for count, _ in requests]
-        )
+        counts = [count for count, _ in requests]
+        marked: list[AppendInfo | Exception | None] = [None] * len(markers)
+        due: list[int] = []
+        if markers:
+            now = self.now_ms()
+            for k, (producer_id, epoch, commit, coordinator_epoch) in enumerate(markers):
+                if self.producer_state.marker_due(producer_id, epoch):
+                    batch, header = fmt.control_batch(
+                        producer_id, epoch, commit, coordinator_epoch, now
+                    )
+                    headers.append((len(buf), header))
+                    buf += batch
+                    due.append(k)
+            counts += [1] * len(due)
+        if not headers:
+            return [], marked
+        infos = self.append_batches_as_leader(buf, headers, leader_epoch, counts)
+        for k, info in zip(due, infos[len(requests) :], strict=True):
+            marked[k] = info
+        return infos[: len(requests)], marked
 
     def append_marker_as_leader(
         self,
@@ -443,13 +479,13 @@ class PartitionLog:
     ) -> AppendInfo | None:
         """Write the COMMIT or ABORT marker ending the transaction of `producer_id` here; None
         when it is already written (a coordinator's retry) or a newer epoch wrote since."""
-        with self._lock:
-            if not self.producer_state.marker_due(producer_id, producer_epoch):
-                return None
-            buf, header = fmt.control_batch(
-                producer_id, producer_epoch, commit, coordinator_epoch, self.now_ms()
-            )
-            return self.append_batches_as_leader(buf, [(0, header)], leader_epoch, [1])[0]
+        marker = EndMarker(producer_id, producer_epoch, commit, coordinator_epoch)
+        outcome = self.append_checked_in_transactions(
+            bytearray(), [], [], leader_epoch, [marker]
+        ).markers[0]
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
 
     def _stamp_and_write(
         self, buf: bytearray, headers: list[tuple[int, fmt.BatchHeader]], leader_epoch: int

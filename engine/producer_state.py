@@ -43,6 +43,16 @@ class ProducerIdentity(NamedTuple):
     epoch: int
 
 
+class EndMarker(NamedTuple):
+    """A COMMIT or ABORT marker to write on a partition, ending the transaction of
+    `producer_id` at `epoch` there (Kafka's EndTransactionMarker)."""
+
+    producer_id: int
+    epoch: int
+    commit: bool
+    coordinator_epoch: int
+
+
 SNAPSHOT_SUFFIX = ".snapshot"
 SNAPSHOTS_KEPT = 2
 EXPIRATION_MS = 86_400_000  # producer.id.expiration.ms (Kafka's default: a day)

@@ -5,6 +5,7 @@ that turn (`Partition.append_together`), so an idle partition waits for nothing 
 is already in, and a busy one pays one write for many requests. Appends inside a transaction
 join it too: their batches stay their own (each carries its producer id and epoch), and each
 request's producer is checked alone, so a fenced request fails without failing the others. A
+transaction's COMMIT and ABORT markers join the turn's write too, after its requests. A
 write that would first roll a segment (creating files, which can wait on the disk) or wait for
 another thread holding the log makes room in a thread; the partition's requests gather
 meanwhile and go in the next write. fsyncs the flush policy asks for run one at a time per
@@ -22,8 +23,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+from engine import batch as fmt
 from engine.log import AppendInfo
-from engine.producer_state import ProducerIdentity
+from engine.producer_state import EndMarker, ProducerIdentity
 from replication.acks import Acks
 from replication.partition import Partition
 
@@ -38,12 +40,15 @@ Waiting = list[
     ]
 ]
 
+Marking = list[tuple[EndMarker, "asyncio.Future[AppendInfo | None]"]]
+
 
 class AppendGroups:
     """Collects each leader partition's appends of the current loop turn and writes them."""
 
     def __init__(self) -> None:
         self._waiting: dict[Partition, Waiting] = {}
+        self._marking: dict[Partition, Marking] = {}  # markers, written after the requests
         self._loop: asyncio.AbstractEventLoop | None = None
         self.writes = 0  # turns written; `requests / writes` is how much sharing happens
         self.requests = 0
@@ -74,21 +79,59 @@ class AppendGroups:
         waiting.append((data, acks, producer, done, then))
         return done
 
+    def mark(self, partition: Partition, marker: EndMarker) -> asyncio.Future[AppendInfo | None]:
+        """Where `marker` landed (None: it was not due), once written after the requests of a
+        write to `partition`: this turn's, or, with none yet, the next pass's. A marker is
+        written from a coordinator's task, whose step runs before the produces read in the
+        same pass start theirs; one pass later they have joined it, and the markers share
+        their write instead of costing one each."""
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        marking = self._marking.get(partition)
+        if marking is None:
+            marking = self._marking[partition] = []
+            if partition not in self._waiting:
+                loop.call_soon(self._write_in_next_pass, partition)
+        done: asyncio.Future[AppendInfo | None] = loop.create_future()
+        marking.append((marker, done))
+        return done
+
+    def _write_in_next_pass(self, partition: Partition) -> None:
+        assert self._loop is not None
+        self._loop.call_soon(self._write, partition)
+
     def _write(self, partition: Partition, room_made: bool = False) -> None:
-        waiting = self._waiting[partition]
+        waiting = self._waiting.get(partition, [])
+        marking = self._marking.get(partition, [])
+        if not waiting and not marking:
+            return  # an earlier call of the pass wrote them (markers join requests' writes)
         if not room_made:
             size = sum(len(data) for data, _, _, _, _ in waiting)
+            size += len(marking) * fmt.CONTROL_BATCH_SIZE
             if partition.log.needs_room(size):
                 self._make_room(partition, size)
                 return
-        del self._waiting[partition]
-        self.writes += 1
-        self.requests += len(waiting)
+        self._waiting.pop(partition, None)
+        self._marking.pop(partition, None)
+        if waiting:  # the metrics count produce writes
+            self.writes += 1
+            self.requests += len(waiting)
         outcomes: list[AppendInfo | Exception]
+        marked: list[AppendInfo | Exception | None]
         try:
-            outcomes = partition.append_together([entry[:3] for entry in waiting])
+            outcomes, marked = partition.append_together(
+                [entry[:3] for entry in waiting], [marker for marker, _ in marking]
+            )
         except Exception as exc:  # no longer leader, or closed: the same answer for every one
             outcomes = [exc] * len(waiting)
+            marked = [exc] * len(marking)
+        for (_, ended), outcome in zip(marking, marked, strict=True):
+            if not ended.cancelled():
+                if isinstance(outcome, Exception):
+                    ended.set_exception(outcome)
+                else:
+                    ended.set_result(outcome)
         for (_, _, _, done, then), outcome in zip(waiting, outcomes, strict=True):
             if not done.cancelled():
                 if isinstance(outcome, Exception):

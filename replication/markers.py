@@ -7,11 +7,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Sequence
 
+from engine.log import AppendInfo
 from engine.offsets_topic import TopicPartition
-from engine.producer_state import ProducerIdentity
+from engine.producer_state import EndMarker, ProducerIdentity
 from replication.errors import LeaderNotAvailable, NotLeader
 from replication.forward_client import ForwardClient
-from replication.replica_manager import ReplicaManager
+from replication.partition import Partition
+from replication.replica_manager import ReplicaManager, marked_through
 
 MARKER_TIMEOUT_MS = 10_000  # a marker's wait for the partition's in-sync replicas
 
@@ -31,33 +33,35 @@ class MarkerWriter:
         coordinator_epoch: int,
     ) -> dict[TopicPartition, Exception]:
         """Write the marker on every partition and wait until their in-sync replicas have
-        them: those led here in one pass without a task each, the others concurrently. The
+        them: those led here in this loop turn's writes to them (with the produces that
+        arrive meanwhile), without a task each, the others concurrently. The
         partitions whose marker could not be written, with why (the coordinator retries them:
         a marker already written is not written twice)."""
         failed: dict[TopicPartition, Exception] = {}
-        waits: list[tuple[TopicPartition, Awaitable[None]]] = []
+        marking: list[tuple[TopicPartition, Partition, asyncio.Future[AppendInfo | None]]] = []
+        elsewhere: list[TopicPartition] = []
+        end = EndMarker(producer.producer_id, producer.epoch, commit, coordinator_epoch)
         for topic, partition in partitions:
             leader = self.replicas.leading(topic, partition)
             if leader is None:
-                waits.append(
-                    (
-                        (topic, partition),
-                        self.write(topic, partition, producer, commit, coordinator_epoch),
-                    )
+                elsewhere.append((topic, partition))
+            else:
+                marking.append(
+                    ((topic, partition), leader, self.replicas.appends.mark(leader, end))
                 )
-                continue
+        waits: list[tuple[TopicPartition, Awaitable[None]]] = []
+        for where, leader, marked in marking:
             try:
-                last = self.replicas.mark(leader, producer, commit, coordinator_epoch)
+                last = marked_through(leader, await marked)
             except Exception as exc:
-                failed[(topic, partition)] = exc
+                failed[where] = exc
                 continue
             if not self.replicas.committed(leader, last):
-                waits.append(
-                    (
-                        (topic, partition),
-                        self.replicas.wait_committed(leader, last, MARKER_TIMEOUT_MS),
-                    )
-                )
+                waits.append((where, self.replicas.wait_committed(leader, last, MARKER_TIMEOUT_MS)))
+        waits += [
+            ((topic, partition), self.write(topic, partition, producer, commit, coordinator_epoch))
+            for topic, partition in elsewhere
+        ]
         if waits:
             outcomes = await asyncio.gather(*(wait for _, wait in waits), return_exceptions=True)
             for (where, _), outcome in zip(waits, outcomes, strict=True):

@@ -18,8 +18,16 @@ from typing import NamedTuple
 from engine.batch import IDEMPOTENT_MASK, TRANSACTIONAL_MASK
 from engine.config import TopicConfig
 from engine.errors import OffsetOutOfRange
-from engine.log import AppendInfo, Headers, PartitionLog, ReadResult, decided, join_checked
-from engine.producer_state import Isolation, ProducerIdentity, ProducerState
+from engine.log import (
+    AppendInfo,
+    Headers,
+    Landings,
+    PartitionLog,
+    ReadResult,
+    decided,
+    join_checked,
+)
+from engine.producer_state import EndMarker, Isolation, ProducerIdentity, ProducerState
 from replication.acks import Acks
 from replication.errors import (
     FencedLeaderEpoch,
@@ -212,21 +220,28 @@ class Partition:
     def last_stable_offset(self) -> int:
         return self.log.last_stable_offset
 
-    def append_together(self, requests: Sequence[Request]) -> list[AppendInfo | Exception]:
+    def append_together(
+        self, requests: Sequence[Request], markers: Sequence[EndMarker] = ()
+    ) -> Landings:
         """Append several produce requests (data, acks, and the producer whose transaction it
         is in, or None) in one write, each judged alone: a repeat answers with its first
         attempt's offsets, a refused one gets its own error (a transactional one also its
         producer's: fenced, or its transaction ended here), the rest get consecutive offsets
-        in request order."""
+        in request order. `markers` end transactions here in the same write, after the
+        requests; one whose producer a request names (or another marker) goes in a write of
+        its own after it."""
         leading = self._leading()
         self.log.check_online("nothing was appended")
+        joined, alone = _joinable(requests, markers)
         if len(requests) > 1:
-            at_once = self._append_at_once(requests, leading.leader_epoch)
+            at_once = self._append_at_once(
+                requests, leading.leader_epoch, [markers[k] for k in joined]
+            )
             if at_once is not None:
-                return at_once
+                return self._marked_alone(at_once, joined, alone, markers)
         outcomes: list[AppendInfo | Exception | None] = [None] * len(requests)
         checked: list[tuple[int, bytearray, Headers, ProducerIdentity | None]] = []
-        markers: dict[int, Marker] = {}
+        idempotent: dict[int, Marker] = {}
         later: list[int] = []  # a second request with a key already in this write: after it
         for i, (data, acks, producer) in enumerate(requests):
             marker = None
@@ -234,7 +249,7 @@ class Partition:
                 if producer is None:  # in a transaction, the producer epoch fences retries
                     marker = first_marker(data)
                 if marker is not None:
-                    if any(m.key == marker.key for m in markers.values()):
+                    if any(m.key == marker.key for m in idempotent.values()):
                         later.append(i)
                         continue
                     repeat = self._repeat(marker)
@@ -253,17 +268,21 @@ class Partition:
                 outcomes[i] = exc
                 continue
             if marker is not None:
-                markers[i] = marker
-        if checked:
+                idempotent[i] = marker
+        marked: list[AppendInfo | Exception | None] = []
+        if checked or joined:
             buf, headers = join_checked([(buf, headers) for _, buf, headers, _ in checked])
-            landed = self.log.append_checked_in_transactions(
+            if joined and len(checked) == 1:
+                buf = bytearray(buf)  # the request's own bytes: the markers extend the write's
+            landed, marked = self.log.append_checked_in_transactions(
                 buf,
                 headers,
                 [(len(headers), producer) for _, _, headers, producer in checked],
                 leading.leader_epoch,
+                [markers[k] for k in joined],
             )
             for (i, _, _, _), landing in zip(checked, landed, strict=True):
-                marker = markers.get(i)
+                marker = idempotent.get(i)
                 if marker is not None and isinstance(landing, AppendInfo):
                     self.idempotency.note(marker, landing.first_offset)
                 outcomes[i] = landing
@@ -274,18 +293,20 @@ class Partition:
                 outcomes[i] = self.append(data, acks)
             except Exception as exc:
                 outcomes[i] = exc
-        return decided(outcomes)
+        return self._marked_alone(Landings(decided(outcomes), marked), joined, alone, markers)
 
     def _append_at_once(
-        self, requests: Sequence[Request], leader_epoch: int
-    ) -> list[AppendInfo | Exception] | None:
+        self, requests: Sequence[Request], leader_epoch: int, markers: Sequence[EndMarker]
+    ) -> Landings | None:
         """The common write, checked in one pass over the requests' bytes joined: each request
         is whole valid batches, none is marked, none is in a transaction of a compacted topic,
         the ISR is large enough for acks=all. None when any of that fails: `append_together`
         then judges each request alone, as it would anyway. Requests inside transactions are
-        each checked against their producer's state (`append_checked_in_transactions`)."""
+        each checked against their producer's state (`append_checked_in_transactions`), and
+        `markers` go at the end of the write."""
         buf = bytearray().join([data for data, _, _ in requests])
-        transactional = any(producer is not None for _, _, producer in requests)
+        producers = [producer for _, _, producer in requests]
+        transactional = producers.count(None) < len(producers)
         try:
             if any(acks is Acks.ALL for _, acks, _ in requests):
                 self.check_enough_replicas()
@@ -308,23 +329,49 @@ class Partition:
                 return None
             ends = [*firsts[1:], len(headers)]
             batches = [end - begin for begin, end in zip(firsts, ends, strict=True)]
-        if transactional and not self._transactional_only_inside(requests, headers, batches):
+        if (
+            transactional
+            and None in producers
+            and not self._transactional_only_inside(requests, headers, batches)
+        ):
             return None
-        infos: list[AppendInfo | Exception]
-        if transactional:
-            infos = self.log.append_checked_in_transactions(
-                buf,
-                headers,
-                [(n, producer) for n, (_, _, producer) in zip(batches, requests, strict=True)],
-                leader_epoch,
+        landings: Landings
+        if transactional or markers:
+            landings = self.log.append_checked_in_transactions(
+                buf, headers, list(zip(batches, producers, strict=True)), leader_epoch, markers
             )
         else:
             try:
-                infos = list(self.log.append_batches_as_leader(buf, headers, leader_epoch, batches))
+                infos = self.log.append_batches_as_leader(buf, headers, leader_epoch, batches)
             except Exception as exc:  # the write failed: nothing of it was appended
-                return [exc] * len(requests)
+                return Landings([exc] * len(requests), [])
+            landings = Landings(list(infos), [])
         self.update_high_watermark()
-        return infos
+        return landings
+
+    def _marked_alone(
+        self,
+        landings: Landings,
+        joined: list[int],
+        alone: list[int],
+        markers: Sequence[EndMarker],
+    ) -> Landings:
+        """`landings` with every marker's outcome in the order given: those of the write, then
+        those written each in a write of its own after it."""
+        if not markers:
+            return landings
+        marked: list[AppendInfo | Exception | None] = [None] * len(markers)
+        for k, outcome in zip(joined, landings.markers, strict=True):
+            marked[k] = outcome
+        for k in alone:
+            producer_id, epoch, commit, coordinator_epoch = markers[k]
+            try:
+                marked[k] = self.write_marker(
+                    ProducerIdentity(producer_id, epoch), commit, coordinator_epoch
+                )
+            except Exception as exc:
+                marked[k] = exc
+        return Landings(landings.requests, marked)
 
     @staticmethod
     def _transactional_only_inside(
@@ -548,3 +595,21 @@ class Partition:
     def delete_records(self, before_offset: int) -> int:
         self._leading()
         return self.log.delete_records(before_offset)
+
+
+def _joinable(
+    requests: Sequence[Request], markers: Sequence[EndMarker]
+) -> tuple[list[int], list[int]]:
+    """The markers (indexes) that may end a write of `requests`, and those to write alone
+    after it: one whose producer a request or an earlier marker names, so that every
+    producer's state is checked before the write as it is when its batch is written."""
+    named = {producer.producer_id for _, _, producer in requests if producer is not None}
+    joined: list[int] = []
+    alone: list[int] = []
+    for k, marker in enumerate(markers):
+        if marker.producer_id in named:
+            alone.append(k)
+        else:
+            named.add(marker.producer_id)
+            joined.append(k)
+    return joined, alone

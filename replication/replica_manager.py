@@ -33,7 +33,7 @@ from engine.internal_topics import INTERNAL_TOPICS
 from engine.log import AppendInfo, PartitionLog, ReadResult
 from engine.manager import LogManager
 from engine.notify import ChangeNotifier
-from engine.producer_state import Isolation, ProducerIdentity, consumer_view
+from engine.producer_state import EndMarker, Isolation, ProducerIdentity, consumer_view
 from replication.acks import Acks
 from replication.errors import (
     InternalTopicWrite,
@@ -549,17 +549,9 @@ class ReplicaManager:
         (internal topics too: a transaction's offsets), on every in-sync replica before this
         returns. Written once: a coordinator's retry waits for the first one to commit."""
         leader = await self.leader(topic, partition)
-        await self.wait_committed(
-            leader, self.mark(leader, producer, commit, coordinator_epoch), timeout_ms
-        )
-
-    def mark(
-        self, leader: Partition, producer: ProducerIdentity, commit: bool, coordinator_epoch: int
-    ) -> int:
-        """Write `producer`'s marker on a partition led here, at once; the offset the high
-        watermark must pass for it to be on every in-sync replica (`wait_committed`)."""
-        info = leader.write_marker(producer, commit, coordinator_epoch)
-        return leader.log_end_offset - 1 if info is None else info.last_offset
+        marker = EndMarker(producer.producer_id, producer.epoch, commit, coordinator_epoch)
+        info = await self.appends.mark(leader, marker)
+        await self.wait_committed(leader, marked_through(leader, info), timeout_ms)
 
     async def acknowledge(
         self, leader: Partition, info: AppendInfo, acks: Acks, timeout_ms: int
@@ -1183,3 +1175,9 @@ def covers(data: memoryview, end_offset: int) -> bool:
     """Whether the batches reach `end_offset`: all the records the caller asked for are there."""
     headers = fmt.scan(data, check_crc=False).headers
     return bool(headers) and headers[-1][1].next_offset >= end_offset
+
+
+def marked_through(leader: Partition, info: AppendInfo | None) -> int:
+    """The offset the high watermark must pass for a marker written on `leader` (`info`;
+    None: written there before) to be on every in-sync replica (`wait_committed`)."""
+    return leader.log_end_offset - 1 if info is None else info.last_offset

@@ -24,7 +24,7 @@ from engine.errors import (
     TransactionNotOngoing,
 )
 from engine.log import AppendInfo, PartitionLog
-from engine.producer_state import Isolation, ProducerIdentity
+from engine.producer_state import EndMarker, Isolation, ProducerIdentity
 from engine.segment import LogSegment
 from engine.txn_index import AbortedTxn
 from replication.acks import Acks
@@ -337,6 +337,114 @@ async def test_the_lso_and_aborted_index_follow_a_joined_write_at_once(leader: P
     assert log.last_stable_offset == log.high_watermark == 5
     read = log.read(0, 1 << 20, isolation=Isolation.READ_COMMITTED).data
     assert [r.value for r in fmt.iter_records(read)] == [b"q1"]
+
+
+async def test_markers_of_several_transactions_share_one_write_after_the_requests(
+    leader: Partition, writes: list[int]
+) -> None:
+    """Markers asked for while a pass's requests gather go at the end of their write, one write
+    for all: a commit of transactions that end together costs one write a partition, not
+    one a marker. Each gets its own offset, and its transaction ends there."""
+    groups = AppendGroups()
+    await asyncio.gather(
+        groups.append(leader, records(b"p"), Acks.LEADER, producer=ProducerIdentity(P, 0)),
+        groups.append(leader, records(b"q"), Acks.LEADER, producer=ProducerIdentity(Q, 0)),
+    )
+    writes.clear()
+    marked = groups.mark(leader, EndMarker(P, 0, True, 3))
+    other = groups.mark(leader, EndMarker(Q, 0, False, 3))
+    plain = groups.append(leader, records(b"plain"), Acks.LEADER)
+    landed = await asyncio.gather(marked, other, plain)
+    assert len(writes) == 1
+    assert [(i.first_offset, i.record_count) for i in landed if i is not None] == [
+        (3, 1),
+        (4, 1),
+        (2, 1),
+    ]
+    raw = leader.log.read(2, 1 << 20, isolation=Isolation.RAW).data
+    headers = [h for _, h in fmt.scan(raw).headers]
+    assert [(h.producer_id, h.is_control) for h in headers] == [(-1, False), (P, True), (Q, True)]
+    log = leader.log
+    assert log.producer_state.ongoing == {}
+    assert log.last_stable_offset == log.high_watermark == 5
+    assert log.aborted_transactions(0, 5) == [AbortedTxn(Q, 1, 4, 5)]
+    read = log.read(0, 1 << 20, isolation=Isolation.READ_COMMITTED).data
+    assert [r.value for r in fmt.iter_records(read)] == [b"p", b"plain"]
+
+
+async def test_a_marker_waits_a_pass_for_the_requests_read_after_it(
+    leader: Partition, writes: list[int]
+) -> None:
+    """A marker asked for with no request waiting is written a pass later, with the requests
+    that arrived meanwhile (a coordinator's step runs before the produces read in its pass
+    reach the partition), and alone when none did."""
+    groups = AppendGroups()
+    await groups.append(leader, records(b"p"), Acks.LEADER, producer=ProducerIdentity(P, 0))
+    writes.clear()
+    marked = groups.mark(leader, EndMarker(P, 0, True, 0))
+    await asyncio.sleep(0)  # the next pass: a produce read then
+    plain = groups.append(leader, records(b"plain"), Acks.LEADER)
+    info, landing = await asyncio.gather(marked, plain)
+    assert len(writes) == 1
+    assert info is not None and (info.first_offset, landing.first_offset) == (2, 1)
+    alone = await groups.mark(leader, EndMarker(Q, 0, False, 0))
+    assert alone is not None and alone.first_offset == 3 and len(writes) == 2
+
+
+async def test_a_marker_of_a_producer_in_the_same_write_goes_in_its_own_write_after_it(
+    leader: Partition, writes: list[int]
+) -> None:
+    """A marker whose producer a request of the write names (or another marker) is written
+    alone after the write, so that each producer's state is checked as it is when its
+    batch goes in: the request joins the transaction, the marker then ends it, and a second
+    marker of the same transaction is not written (None)."""
+    groups = AppendGroups()
+    await groups.append(leader, records(b"p"), Acks.LEADER, producer=ProducerIdentity(P, 0))
+    writes.clear()
+    landing = groups.append(leader, records(b"more"), Acks.LEADER, producer=ProducerIdentity(P, 0))
+    first = groups.mark(leader, EndMarker(P, 0, False, 0))
+    again = groups.mark(leader, EndMarker(P, 0, False, 0))
+    outcomes = await asyncio.gather(landing, first, again)
+    assert outcomes[0].first_offset == 1
+    assert outcomes[1] is not None and outcomes[1].first_offset == 2
+    assert outcomes[2] is None
+    assert len(writes) == 2
+    assert leader.log.aborted_transactions(0, 3) == [AbortedTxn(P, 0, 2, 3)]
+
+
+async def test_a_marker_not_due_is_answered_none_and_writes_nothing(
+    leader: Partition, writes: list[int]
+) -> None:
+    """A coordinator's retry of a marker already written, or of an epoch older than one the
+    partition has seen since, writes nothing."""
+    groups = AppendGroups()
+    await groups.append(leader, records(b"p"), Acks.LEADER, producer=ProducerIdentity(P, 1))
+    assert await groups.mark(leader, EndMarker(P, 1, True, 0)) is not None
+    writes.clear()
+    assert await groups.mark(leader, EndMarker(P, 1, True, 0)) is None
+    assert await groups.mark(leader, EndMarker(P, 0, False, 0)) is None
+    assert writes == [] and leader.log.log_end_offset == 2
+
+
+async def test_a_failed_write_fails_its_markers_too(
+    leader: Partition, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write that fails (a full disk) fails the markers it carried; nothing of it is in the
+    log, and the coordinator retries them."""
+    groups = AppendGroups()
+    await groups.append(leader, records(b"p"), Acks.LEADER, producer=ProducerIdentity(P, 0))
+
+    def full(*_: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(LogSegment, "append", full)
+    outcomes = await asyncio.gather(
+        groups.append(leader, records(b"q"), Acks.LEADER),
+        groups.mark(leader, EndMarker(P, 0, True, 0)),
+        return_exceptions=True,
+    )
+    assert all(isinstance(o, InsufficientStorage) for o in outcomes), outcomes
+    assert leader.log.log_end_offset == 1 and leader.log.producer_state.ongoing == {P: 0}
 
 
 async def test_acks_all_below_min_insync_is_refused_per_request(tmp_path: Path) -> None:

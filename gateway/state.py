@@ -249,8 +249,19 @@ class Gateway:
         just started, or took a partition over, answers its groups once it has replayed them,
         not 503 while it does; at most `leader_wait_ms`, as a produce waits for a leader).
         Only the controller makes it: another node sends that first call there."""
-        view = self.broker.store.view
+        store = self.broker.store
+        view = store.view
         settings = self.settings
+        # Made by the controller a moment ago, the topic may be in the store before it is in
+        # this node's view (a call forwarded here by a node whose view has it): wait for the
+        # view, bounded, rather than send the call back as misdirected.
+        if (
+            topic not in view.topics
+            and view.controller != settings.node_id
+            and await store.topic_exists(topic)
+        ):
+            await store.wait_for(lambda v: topic in v.topics, settings.leader_wait_ms / 1000)
+            view = store.view
         if topic in view.topics:
             await loaded(settings.leader_wait_ms / 1000)  # still replaying after: 503, retry
             return

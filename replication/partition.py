@@ -603,6 +603,8 @@ def _joinable(
     """The markers (indexes) that may end a write of `requests`, and those to write alone
     after it: one whose producer a request or an earlier marker names, so that every
     producer's state is checked before the write as it is when its batch is written."""
+    if not markers:  # every produce write but a commit's: no set to build
+        return [], []
     named = {producer.producer_id for _, _, producer in requests if producer is not None}
     joined: list[int] = []
     alone: list[int] = []

@@ -162,7 +162,8 @@ def codec_marker(
     value = b"\x00\x00" + coordinator_epoch.to_bytes(4, "big", signed=True)
     builder.append(0, timestamp, key, value, [])
     out = builder.build()
-    fmt.set_attributes(out, 0, fmt.read_header(out), fmt.read_header(out).attributes | 0x20)
+    header = fmt.read_header(out)
+    fmt.set_attributes(out, 0, header, header.attributes | fmt.CONTROL_MASK)
     return bytes(out)
 
 

@@ -152,9 +152,10 @@ def held_across_a_move(cluster: Cluster, move: Callable[[PartitionState], None])
     and it accepts some of it through the new coordinator) until each lock's deadline, then
     comes again with its second delivery."""
     topic = share_topic(cluster, 10)
+    # The cluster's first share-group call creates the state topic: the group comes first.
+    group = new_group(cluster, 0, LOCK_MS)
     state = leader_state(cluster, STATE_TOPIC)
     others = [n for n in range(cluster.size) if n != state.leader]
-    group = new_group(cluster, others[0], LOCK_MS)
     # Each member talks to a node that is not the coordinator: its requests are forwarded.
     members = {n: f"m{n}" for n in others}
     for node, member in members.items():

@@ -3,8 +3,9 @@
 tests/cluster/test_checker.py when disabled.
 
 For each check site of tests/cluster/checker.py it makes a mutant of the module and runs
-test_checker.py against it (in this process: the mutant's functions replace the checker's code,
-the file on disk is never touched), then lists the mutants no test killed. The sites:
+test_checker.py against it until a test fails (in this process, in one pytest session that
+collects the tests once: the mutant's functions replace the checker's code, the file on disk is
+never touched), then lists the mutants no test killed. The sites:
 
 - every `verdict.add(...)` call (a violation the checker reports), replaced by `pass`;
 - every disjunct of a condition that guards one (`if a or b: verdict.add(...)`), forced False,
@@ -28,9 +29,12 @@ import io
 import sys
 import time
 import types
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
+
+import pytest
 
 CHECKER = "tests/cluster/checker.py"
 # The repository: this script's parent directory's parent (scripts/..), else the working one.
@@ -47,6 +51,14 @@ class Mutant:
     start: tuple[int, int]  # (line, byte column) of the span replaced
     end: tuple[int, int]
     replacement: str
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """The kinds of violation the mutant's check reports (in its label's brackets)."""
+        if not self.label.startswith("["):
+            return ()
+        named = self.label[1 : self.label.index("]")].split("/")
+        return tuple(n for kind in named for n in (kind, kind.replace("-", "_")))
 
     def apply(self, source: str) -> str:
         lines = source.encode().splitlines(keepends=True)
@@ -167,33 +179,74 @@ def _functions(namespace: dict[str, Any], module: str) -> dict[str, types.Functi
     return out
 
 
-class _Failures:
-    """A pytest plugin that keeps the failed tests' ids."""
+class Run(Protocol):
+    """Runs test_checker.py's tests, those named after one of `kinds` first, up to the first
+    that fails; the failed tests' ids."""
 
-    def __init__(self) -> None:
+    def __call__(self, kinds: tuple[str, ...] = ()) -> list[str]: ...
+
+
+class _Runs:
+    """A pytest plugin: test_checker.py is collected once, then its loop runs `judge`, which
+    runs the tests as often as it needs (against the checker as it is, the control, each
+    mutant), each time until one fails."""
+
+    def __init__(self, judge: Callable[[Run], int]) -> None:
+        self.judge = judge
         self.failed: list[str] = []
+        self.killer: str | None = None  # the test that failed last: tried first the next time
+        self.code: int | None = None
 
     def pytest_runtest_logreport(self, report: Any) -> None:
         if report.failed:
             self.failed.append(report.nodeid)
 
-
-def run_tests(verbose: bool) -> list[str]:
-    """test_checker.py in this process; the failed tests' ids (stops at the first)."""
-    import pytest
-
-    failures = _Failures()
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-        code = pytest.main(
-            ["-q", "-x", "-p", "no:cacheprovider", "--no-header", str(ROOT / TESTS)],
-            plugins=[failures],
+    def run(self, session: Any, kinds: tuple[str, ...]) -> list[str]:
+        """Every test up to the first that fails (first the last one that failed, then those
+        named after one of `kinds`, then the rest); the failed tests' ids. A test that fails
+        does so whatever ran before it: the order changes how soon a mutant is found out, not
+        whether."""
+        items = sorted(
+            session.items,
+            key=lambda item: (
+                item.nodeid != self.killer,
+                not any(kind in item.nodeid for kind in kinds),
+            ),
         )
-    if code not in (0, 1) and not failures.failed:
-        raise RuntimeError(f"pytest exited {code}:\n{out.getvalue()}")
-    if verbose and failures.failed:
-        print(out.getvalue())
-    return failures.failed or ([] if code == 0 else [f"exit {code}"])
+        self.failed = []
+        for item in items:
+            item.ihook.pytest_runtest_protocol(item=item, nextitem=None)
+            if self.failed:
+                self.killer = self.failed[0]
+                break
+        return self.failed
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session: Any) -> bool:
+        if session.testsfailed:  # collection errors: judge nothing
+            return False
+        self.code = self.judge(lambda kinds=(): self.run(session, kinds))
+        return True
+
+
+def in_one_session(judge: Callable[[Run], int], verbose: bool) -> int:
+    """`judge(run)` inside one pytest session over test_checker.py, `run()` running its tests
+    (stopping at the first failure) and giving the failed tests' ids; judge's exit status."""
+    runs = _Runs(judge)
+    out = io.StringIO()
+    # -s: pytest leaves the process's stdout alone, so the judge's lines reach it as they come.
+    args = ["-s", "-p", "no:cacheprovider", str(ROOT / TESTS)]
+    with contextlib.ExitStack() as quiet:
+        if verbose:
+            args += ["-q", "--no-header"]
+        else:  # and no traceback formatted for a failure
+            args += ["-q", "--tb=no"]
+            quiet.enter_context(contextlib.redirect_stdout(out))
+            quiet.enter_context(contextlib.redirect_stderr(out))
+        code = pytest.main(args, plugins=[runs])
+    if runs.code is None:
+        raise RuntimeError(f"pytest exited {code} before running the tests:\n{out.getvalue()}")
+    return runs.code
 
 
 @contextlib.contextmanager
@@ -231,30 +284,38 @@ def main() -> int:
             print(f"{CHECKER}:{m.line}: {m.label}")
         return 0
     began = time.monotonic()
-    if failed := run_tests(args.verbose):
-        print(f"test_checker.py fails on the checker as it is: {failed}")
-        return 2
-    # A control: the checker that finds nothing must fail the tests, or the swap is broken.
-    control = source.replace("    return verdict\n", "    return Verdict()\n", 1)
-    with mutated(checker, control):
-        if not run_tests(args.verbose):
-            print("the control mutant (a checker that reports nothing) survived: swap broken")
+    stdout = sys.stdout
+
+    def say(*parts: str, end: str = "\n") -> None:
+        print(*parts, end=end, file=stdout, flush=True)
+
+    def judge(run: Run) -> int:
+        if failed := run():
+            say(f"test_checker.py fails on the checker as it is: {failed}")
             return 2
-    survivors = []
-    for m in found:
-        with mutated(checker, m.apply(source)):
-            failed = run_tests(args.verbose)
-        print(f"{'killed  ' if failed else 'SURVIVED'} {CHECKER}:{m.line}: {m.label}", end="")
-        print(f"  <- {failed[0].split('::')[-1]}" if failed else "")
-        if not failed:
-            survivors.append(m)
-    print(
-        f"{len(found)} mutants, {len(found) - len(survivors)} killed, "
-        f"{len(survivors)} survived ({time.monotonic() - began:.1f} s)"
-    )
-    for m in survivors:
-        print(f"  survivor: {CHECKER}:{m.line}: {m.label}")
-    return 1 if survivors else 0
+        # A control: the checker that finds nothing must fail the tests, or the swap is broken.
+        control = source.replace("    return verdict\n", "    return Verdict()\n", 1)
+        with mutated(checker, control):
+            if not run():
+                say("the control mutant (a checker that reports nothing) survived: swap broken")
+                return 2
+        survivors = []
+        for m in found:
+            with mutated(checker, m.apply(source)):
+                failed = run(m.kinds)
+            say(f"{'killed  ' if failed else 'SURVIVED'} {CHECKER}:{m.line}: {m.label}", end="")
+            say(f"  <- {failed[0].split('::')[-1]}" if failed else "")
+            if not failed:
+                survivors.append(m)
+        say(
+            f"{len(found)} mutants, {len(found) - len(survivors)} killed, "
+            f"{len(survivors)} survived ({time.monotonic() - began:.1f} s)"
+        )
+        for m in survivors:
+            say(f"  survivor: {CHECKER}:{m.line}: {m.label}")
+        return 1 if survivors else 0
+
+    return in_one_session(judge, args.verbose)
 
 
 if __name__ == "__main__":

@@ -364,6 +364,10 @@ OPTIONS: tuple[Option, ...] = (
            "as gone", positive_float, "S"),
     Option("leader-wait-ms", "leader_wait_ms", "cluster", "how long a request waits for a "
            "partition's new leader", positive, "MS"),
+    Option("forward-timeout-ms", "forward_timeout_ms", "cluster", "how long a request "
+           "forwarded to another node waits for its answer, past the request's own timeout_ms "
+           "(then 504 NODE_TIMED_OUT: it may have been served there)", positive, "MS",
+           "request.timeout.ms"),
     Option("replica-lag-time-max-ms", "replica_lag_time_max_ms", "cluster", "a follower not "
            "caught up for this long leaves the ISR", positive, "MS", "replica.lag.time.max.ms"),
     Option("controlled-shutdown-timeout", "controlled_shutdown_timeout_s", "cluster", "on "

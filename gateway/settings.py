@@ -53,6 +53,8 @@ class Settings:
     default_replication_factor: int | None = None  # None: 3, or the live nodes when fewer
     lease_ttl_s: float = 2.0  # a node silent this long is gone (etcd's lease minimum is ~1.5 s)
     leader_wait_ms: int = 5_000  # a request waits this long for a partition's new leader
+    # a forwarded request's answer, past what the request itself waits for (its timeout_ms)
+    forward_timeout_ms: int = 30_000
     replica_lag_time_max_ms: int = 30_000  # replica.lag.time.max.ms
     # On SIGTERM a cluster node waits this long at most for its leaderships to move; 0: no wait
     controlled_shutdown_timeout_s: float = 10.0

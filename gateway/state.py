@@ -99,7 +99,11 @@ class Gateway:
             await auth.close()
             raise
         replicas = broker.replicas
-        forwarder = ForwardClient(settings.node_id, authorization=auth.authorization)
+        forwarder = ForwardClient(
+            settings.node_id,
+            authorization=auth.authorization,
+            answer_timeout_s=settings.forward_timeout_ms / 1000,
+        )
         groups = GroupCoordinator(
             replicas,
             forwarder,

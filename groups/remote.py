@@ -62,7 +62,12 @@ async def fetch(
     if isolation is Isolation.READ_COMMITTED:
         query += f"&isolation={isolation.value}"
     answer = await forwarder.forward(
-        url, "GET", _path(topic, partition, "records") + query, {"Accept": RECORD_BATCH}, b""
+        url,
+        "GET",
+        _path(topic, partition, "records") + query,
+        {"Accept": RECORD_BATCH},
+        b"",
+        timeout_ms,
     )
     if answer.status != 200:
         problem = orjson.loads(answer.body) if answer.body else {}
@@ -97,6 +102,7 @@ async def fetch_many(
         SESSION_FETCH_ROUTE,
         {"Content-Type": SESSION_FETCH},
         session_wire.encode_request(request),
+        timeout_ms,
     )
     if answer.status != 200:
         raise RemoteError(answer.status, orjson.loads(answer.body) if answer.body else {})

@@ -97,6 +97,13 @@ class NodeUnreachable(ReplicationError):
         self.delivered = delivered
 
 
+class NodeTimedOut(NodeUnreachable):
+    """Another node took the request but gave no answer within the forwarding bound (a
+    paused or overloaded process): it may have been served there."""
+
+    code = "NODE_TIMED_OUT"
+
+
 class NotAReplica(ReplicationError):
     """A replica fetch from a node that is not one of the partition's followers."""
 

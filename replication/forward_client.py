@@ -15,7 +15,7 @@ import orjson
 
 from engine.producer_state import ProducerIdentity
 from replication.acks import Acks
-from replication.errors import NodeUnreachable, ReplicationError
+from replication.errors import NodeTimedOut, NodeUnreachable, ReplicationError
 from replication.http1 import ConnectFailed, Http1Pool
 from replication.node_contract import (
     ANSWER_HEADERS,
@@ -52,15 +52,22 @@ class RemoteError(ReplicationError):
 
 
 class ForwardClient:
-    """Keep-alive connections pooled per node (replication.http1); no total timeout (a
-    long-poll forwarded waits at the leader, which bounds it), a bounded connect."""
+    """Keep-alive connections pooled per node (replication.http1), a bounded connect, and a
+    bounded wait for each answer: `answer_timeout_s` past what the call asks the other node
+    to wait for (a long-poll's or an acks wait's `timeout_ms`), so that a node that took a
+    request and stopped (paused, overloaded) answers NodeTimedOut instead of holding it."""
 
     def __init__(
-        self, node_id: int, connect_timeout_s: float = 5.0, authorization: str | None = None
+        self,
+        node_id: int,
+        connect_timeout_s: float = 5.0,
+        authorization: str | None = None,
+        answer_timeout_s: float = 30.0,
     ) -> None:
         self.node_id = node_id
         self.authorization = authorization  # when set, it replaces the client's on every call
         self.connect_timeout_s = connect_timeout_s
+        self.answer_timeout_s = answer_timeout_s
         self._pool = Http1Pool(connect_timeout_s)
         self._streams: aiohttp.ClientSession | None = None  # made at the first stream
 
@@ -94,11 +101,18 @@ class ForwardClient:
             raise NodeUnreachable(f"{url} refused the connection: {exc}", delivered=False) from exc
 
     async def forward(
-        self, url: str, method: str, path_qs: str, headers: Mapping[str, str], body: bytes
+        self,
+        url: str,
+        method: str,
+        path_qs: str,
+        headers: Mapping[str, str],
+        body: bytes,
+        waits_ms: int = 0,
     ) -> Answer:
-        """Send the request to the node at `url` and return its answer as it is."""
+        """Send the request to the node at `url` and return its answer as it is; `waits_ms`:
+        how long the request itself may wait there (its `timeout_ms`), added to the bound."""
         return await self._send(
-            url, method, path_qs, self._sent_headers(headers, REQUEST_HEADERS), body
+            url, method, path_qs, self._sent_headers(headers, REQUEST_HEADERS), body, waits_ms
         )
 
     async def call(
@@ -113,12 +127,24 @@ class ForwardClient:
         return await self._send(url, method, path_qs, sent, body)
 
     async def _send(
-        self, url: str, method: str, path_qs: str, sent: dict[str, str], body: bytes
+        self,
+        url: str,
+        method: str,
+        path_qs: str,
+        sent: dict[str, str],
+        body: bytes,
+        waits_ms: int = 0,
     ) -> Answer:
+        bound_s = self.answer_timeout_s + waits_ms / 1000
         try:
-            reply = await self._pool.request(url, method, path_qs, sent, body)
+            reply = await self._pool.request(url, method, path_qs, sent, body, bound_s)
         except ConnectFailed as exc:
             raise NodeUnreachable(f"{url} refused the connection: {exc}", delivered=False) from exc
+        except TimeoutError:
+            raise NodeTimedOut(
+                f"{url} took the request and did not answer within {bound_s:g} s; it may have "
+                "been served there"
+            ) from None
         except (OSError, ValueError, asyncio.IncompleteReadError) as exc:
             raise NodeUnreachable(f"forwarding to {url} failed: {exc!r}") from exc
         kept = {
@@ -146,7 +172,7 @@ class ForwardClient:
         if producer is not None:
             query += f"&producer_id={producer.producer_id}&producer_epoch={producer.epoch}"
         answer = await self.forward(
-            url, "POST", path + query, {"Content-Type": RECORD_BATCH}, bytes(data)
+            url, "POST", path + query, {"Content-Type": RECORD_BATCH}, bytes(data), timeout_ms
         )
         doc = orjson.loads(answer.body) if answer.body else {}
         if answer.status >= 400:
@@ -175,7 +201,9 @@ class ForwardClient:
             }
         )
         path = marker_path(topic, partition)
-        answer = await self.forward(url, "POST", path, {"Content-Type": "application/json"}, body)
+        answer = await self.forward(
+            url, "POST", path, {"Content-Type": "application/json"}, body, timeout_ms
+        )
         if answer.status >= 400:
             doc = orjson.loads(answer.body) if answer.body else {}
             raise RemoteError(answer.status, doc if isinstance(doc, dict) else {})

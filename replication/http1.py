@@ -139,10 +139,17 @@ class Http1Pool:
         return origin
 
     async def request(
-        self, url: str, method: str, target: str, headers: Mapping[str, str], body: bytes
+        self,
+        url: str,
+        method: str,
+        target: str,
+        headers: Mapping[str, str],
+        body: bytes,
+        timeout_s: float | None = None,
     ) -> Reply:
         """One call; ConnectFailed if no connection could be made, else OSError (AnswerError
-        for an answer that cannot be read) once the request may have been sent."""
+        for an answer that cannot be read, TimeoutError for none within `timeout_s` of the
+        connection) once the request may have been sent."""
         host, port, netloc = self._origin(url)
         key = (host, port)
         head = [
@@ -155,7 +162,8 @@ class Http1Pool:
         connection = self._take(key) or await self._connect(host, port)
         reader = AnswerReader(bodiless=method == "HEAD")
         try:
-            await connection.exchange(b"".join(head), body, reader)
+            async with asyncio.timeout(timeout_s):
+                await connection.exchange(b"".join(head), body, reader)
         except BaseException:
             connection.close()
             raise

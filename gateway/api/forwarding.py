@@ -14,7 +14,7 @@ from multidict import CIMultiDict
 from engine.errors import UnknownTopic
 from gateway.auth.middleware import ROUTE_PREFIX, principal_of
 from gateway.http import sse
-from gateway.http.params import read_body
+from gateway.http.params import parse_int, read_body
 from gateway.state import Gateway, gateway_of
 from replication.errors import (
     LeaderNotAvailable,
@@ -111,7 +111,7 @@ async def _forward(gateway: Gateway, request: web.Request, url: str, body: bytes
     waits for it nor cuts it off unanswered. Writes always run to their end."""
     path = request.app.get(ROUTE_PREFIX, "") + request.path_qs
     forwarding = gateway.forwarder.forward(
-        url, request.method, path, _forwarded_headers(request), body
+        url, request.method, path, _forwarded_headers(request), body, _waits_ms(request)
     )
     if request.method != "GET":
         return await forwarding
@@ -130,6 +130,15 @@ async def _forward(gateway: Gateway, request: web.Request, url: str, body: bytes
     return None
 
 
+def _waits_ms(request: web.Request) -> int:
+    """How long the request may wait at the other node by its own `timeout_ms` (a long-poll,
+    a produce's acks): the forwarding bound comes on top. A value that node will refuse adds
+    nothing."""
+    waits = parse_int(request.query.get("timeout_ms", ""))
+    return waits if waits is not None and 0 <= waits <= MAX_WAITS_MS else 0
+
+
+MAX_WAITS_MS = 24 * 3600 * 1000
 MAX_RELAYED_PROBLEM = 64 * 1024  # a refusal's body, passed on whole
 
 

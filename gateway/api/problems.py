@@ -67,6 +67,7 @@ _ENGINE_STATUS: dict[type[errors.EngineError], int] = {
     replication.FetchSessionIdNotFound: 404,
     replication.InvalidFetchSessionEpoch: 409,
     replication.FetchSessionTooLarge: 422,
+    replication.NodeTimedOut: 504,  # before NodeUnreachable, its base
     replication.NodeUnreachable: 502,
     replication.PartiallyAppended: 503,
     replication.InvalidReassignment: 400,

@@ -2,8 +2,10 @@
 the fault campaign; each test starts from, and leaves, a healed cluster.
 
 Options (give tests/cluster on the command line, so that pytest loads this file first):
-  --schedules N              random fault schedules the campaign runs (default 12: CI's short
-                             run, whose fixed seed draws every kind of fault at least once)
+  --schedules N              random fault schedules the campaign runs (default 6: CI's short
+                             run, whose fixed seed draws every kind of fault, every link fault
+                             and every target at least once; `--schedules 200` and
+                             `--fault-seed random` make a long one)
   --fault-seed S|random      seed of the campaign (default fixed, so CI repeats the same
                              schedules; `random` explores new ones, printed to rerun them)
   --partition-mechanism M    auto (network namespaces where possible, else the TCP proxy),
@@ -26,8 +28,8 @@ from tests.cluster.harness import Cluster
 from tests.cluster.netfaults import NamespaceTopology, detect, make_topology, reap_stale
 
 WORKDIR_MARKER = "sluice-cluster"
-DEFAULT_FAULT_SEED = 20261122
-DEFAULT_SCHEDULES = 12
+DEFAULT_FAULT_SEED = 20261207
+DEFAULT_SCHEDULES = 6
 SUMMARY: list[str] = []  # lines for the end of the run (campaign figures, mechanism)
 
 

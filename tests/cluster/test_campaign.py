@@ -13,10 +13,12 @@ checker judges the whole history (see checker.py for the properties), every kind
 of operation must succeed again (liveness.py), and the schedule must have injected a fault and
 acknowledged records (docs/cluster.md, "The fault campaign").
 
+CI runs a short campaign: the first 6 schedules of a fixed seed, which draw every kind of fault,
+every link fault and every target (leader, follower, random node) at least once.
 `pytest tests/cluster/test_campaign.py --schedules 200 --fault-seed random` runs a longer
-campaign on new schedules, `--fault-seed S` repeats one (CI runs 16 on a fixed seed, which
-draw every kind of fault); the figures are printed at the end of the run and the full report
-(every violation, each failing schedule's fault timeline) is written next to the cluster's data.
+campaign on new schedules, `--fault-seed S` repeats one; the figures are printed at the end of
+the run and the full report (every violation, each failing schedule's fault timeline) is
+written next to the cluster's data.
 """
 
 from __future__ import annotations
@@ -34,10 +36,24 @@ import pytest
 
 from tests.cluster.checker import Verdict, check, judge_settle
 from tests.cluster.conftest import DEFAULT_FAULT_SEED, DEFAULT_SCHEDULES, SUMMARY, option
-from tests.cluster.harness import ETCD_PREFIX, Cluster, LogRecord, PartitionState, WaitTimeout
+from tests.cluster.harness import (
+    ETCD_PREFIX,
+    LEASE_TTL_S,
+    Cluster,
+    LogRecord,
+    PartitionState,
+    WaitTimeout,
+)
 from tests.cluster.liveness import NotLive, probe
 from tests.cluster.registryload import Registrar
-from tests.cluster.schedule import FAULT_WEIGHTS, FaultLog, FaultRunner, Schedule, make_schedule
+from tests.cluster.schedule import (
+    FAULT_WEIGHTS,
+    LINK_KINDS,
+    FaultLog,
+    FaultRunner,
+    Schedule,
+    make_schedule,
+)
 from tests.cluster.shareload import ShareConsumers
 from tests.cluster.sideload import GroupMembers, Reassigner, SideHistory, TopicAdmin
 from tests.cluster.txnload import SIDE_PARTITIONS, Transactions, side_topic
@@ -537,10 +553,19 @@ def schedule_seeds(seed: int) -> Iterator[int]:
 
 
 def test_the_default_campaign_draws_every_kind_of_fault() -> None:
-    """CI's short campaign still injects each fault the schedules know."""
+    """CI's short campaign still draws each fault the schedules know, each link fault, each
+    target of a node fault, and kills whose node comes back before its lease runs out and
+    after."""
     seeds = itertools.islice(schedule_seeds(DEFAULT_FAULT_SEED), DEFAULT_SCHEDULES)
-    drawn = {step.kind for seed in seeds for step in make_schedule(seed, PARTITIONS).steps}
-    assert drawn == set(FAULT_WEIGHTS)
+    steps = [step for seed in seeds for step in make_schedule(seed, PARTITIONS).steps]
+    assert {step.kind for step in steps} == set(FAULT_WEIGHTS)
+    assert {step.link for step in steps if step.kind == "link"} == set(LINK_KINDS)
+    node_faults = ("sigkill", "sigstop", "lose-unsynced")
+    targets = {step.target for step in steps if step.kind in node_faults}
+    assert targets == {"random", "leader", "follower"}
+    kills = ("sigkill", "controller-kill", "lose-unsynced")
+    back = {step.duration > LEASE_TTL_S for step in steps if step.kind in kills}
+    assert back == {False, True}
 
 
 def test_fault_campaign(cluster: Cluster, request: pytest.FixtureRequest) -> None:

@@ -3,10 +3,12 @@
 Both live as long as this package's tests (package scope: the environment they need is
 restored before other packages run). Nothing is skipped: without Java or pyspark the Spark
 fixture fails. `--ingest-kills N` sets how many of the job's crash points the exactly-once
-test tries on the default path (default 7: one of each kind) and a third as many on the
-data-source path (at most its 4), `--ingest-random-kills N` how many kills at a random moment
-per write path (default 1), and `--ingest-seed S|random` those moments (default 0). CI runs
-the defaults; longer runs raise them (docs/ingest.md).
+test tries on the default path (default 7: one of each kind) and a sixth as many on the
+data-source path (at least 1, halfway through a part file, where its writer differs; at most
+its 4), `--ingest-random-kills N` how many kills at a random moment per write path (default 1),
+and `--ingest-seed S|random` those moments (default 0). CI runs the defaults, a short run (a
+data-source crash costs a fresh JVM's whole job, about 20 s); longer runs raise them
+(docs/ingest.md: `--ingest-kills 40 --ingest-random-kills 20 --ingest-seed random`).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         type=int,
         default=KILLS,
         help=f"crash points the exactly-once ingest test kills the job at (default {KILLS}; "
-        "a third as many on the data-source path)",
+        "a sixth as many, at least 1, on the data-source path)",
     )
     parser.getgroup("sluice-ingest").addoption(
         "--ingest-random-kills",
@@ -153,7 +155,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "kill_index" in metafunc.fixturenames:
         metafunc.parametrize("kill_index", range(ingest_kills(metafunc.config)))
     if "data_source_point" in metafunc.fixturenames:
-        count = max(1, min(len(DATA_SOURCE_POINTS), ingest_kills(metafunc.config) // 3))
+        count = max(1, min(len(DATA_SOURCE_POINTS), ingest_kills(metafunc.config) // 6))
         metafunc.parametrize("data_source_point", DATA_SOURCE_POINTS[:count])
     if "random_kill" in metafunc.fixturenames:
         try:

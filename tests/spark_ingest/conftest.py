@@ -3,12 +3,13 @@
 Both live as long as this package's tests (package scope: the environment they need is
 restored before other packages run). Nothing is skipped: without Java or pyspark the Spark
 fixture fails. `--ingest-kills N` sets how many of the job's crash points the exactly-once
-test tries on the default path (default 7: one of each kind) and a sixth as many on the
-data-source path (at least 1, halfway through a part file, where its writer differs; at most
-its 4), `--ingest-random-kills N` how many kills at a random moment per write path (default 1),
-and `--ingest-seed S|random` those moments (default 0). CI runs the defaults, a short run (a
-data-source crash costs a fresh JVM's whole job, about 20 s); longer runs raise them
-(docs/ingest.md: `--ingest-kills 40 --ingest-random-kills 20 --ingest-seed random`).
+test tries on the default path (default 5, each state a rerun meets; 7, one of each kind: see
+test_exactly_once.kill_points) and a sixth as many on the data-source path (at least 1,
+halfway through a part file, where its writer differs; at most its 4), `--ingest-random-kills
+N` how many kills at a random moment per write path (default 1), and `--ingest-seed S|random`
+those moments (default 0). CI runs the defaults, a short run (each crash costs a fresh JVM
+and the job up to its point, 5 to 20 s); longer runs raise them (docs/ingest.md:
+`--ingest-kills 40 --ingest-random-kills 20 --ingest-seed random`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ from tests.spark_ingest.support import CREDENTIALS, SUBMIT_ARGS
 from tests.spark_ingest.tiered import Partition
 
 MOTO_SERVER = Path(sys.executable).with_name("moto_server")
-KILLS = 7  # the first seven crash points are one of each kind (test_exactly_once.kill_points)
+# The first five crash points leave each state a rerun meets, the first seven are one of each
+# kind (test_exactly_once.kill_points).
+KILLS = 5
 RANDOM_KILLS = 1
 # The data-source path's crash points, mid-write first: halfway through a part file, after
 # the summary, after a part file, halfway through a _SUCCESS marker.

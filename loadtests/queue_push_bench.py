@@ -86,10 +86,11 @@ class Plan:
     rounds: int
     probe_seconds: float  # of each probe of the search
     seconds: float  # of the latency cell's open-loop produce
+    warm_up_seconds: float  # each new stream's WARM_UP records are produced over this long
 
 
-FULL = Plan(backlog=30_000, rounds=3, probe_seconds=10.0, seconds=30.0)
-QUICK = Plan(backlog=300, rounds=1, probe_seconds=1.0, seconds=2.0)
+FULL = Plan(backlog=30_000, rounds=3, probe_seconds=10.0, seconds=30.0, warm_up_seconds=2.0)
+QUICK = Plan(backlog=300, rounds=1, probe_seconds=0.5, seconds=1.0, warm_up_seconds=0.5)
 
 
 def produce_request(topic: str, partition: int, scheduled_ms: float) -> bytes:
@@ -140,16 +141,17 @@ def backlog(url: str, pid: int, receiver: Receiver, plan: Plan) -> dict[str, Any
 
 class Stream:
     """A new topic, a queue-mode subscription delivering it to the receiver, and the
-    dispatcher running (WARM_UP records delivered); `close` deletes both."""
+    dispatcher running (WARM_UP records, produced over `warm_up_s`, delivered); `close`
+    deletes both."""
 
-    def __init__(self, url: str, receiver: Receiver) -> None:
+    def __init__(self, url: str, receiver: Receiver, warm_up_s: float) -> None:
         self.url, self.receiver = url, receiver
         self.port = int(url.rsplit(":", 1)[1])
         self.topic = f"push-{time.monotonic_ns() % 10**12}"
         http_json("POST", url + "/v1/topics", {"name": self.topic, "partitions": PARTITIONS})
         self.name = subscribe(url, self.topic, receiver.url, **QUEUE)  # earliest: none skipped
         receiver.reset()
-        uvloop.run(produce(self.port, self.topic, WARM_UP / 2, 2.0))
+        uvloop.run(produce(self.port, self.topic, WARM_UP / warm_up_s, warm_up_s))
         receiver.until(WARM_UP)
         receiver.reset()
 
@@ -161,10 +163,12 @@ class Stream:
         http_json("DELETE", f"{self.url}/v1/topics/{self.topic}")
 
 
-def probe(url: str, pid: int, receiver: Receiver, rate: float, seconds: float) -> dict[str, Any]:
+def probe(
+    url: str, pid: int, receiver: Receiver, rate: float, seconds: float, warm_up_s: float
+) -> dict[str, Any]:
     """Whether delivery keeps pace with an open-loop produce at `rate` for `seconds`; how long
     the gateway's event loop waited for a CPU meanwhile."""
-    stream = Stream(url, receiver)
+    stream = Stream(url, receiver, warm_up_s)
     try:
         waited, started = runqueue_wait_seconds(pid), time.monotonic()
         produced = stream.produce(rate, seconds)
@@ -198,16 +202,15 @@ def probe(url: str, pid: int, receiver: Receiver, rate: float, seconds: float) -
     }
 
 
-def sustained(
-    url: str, pid: int, receiver: Receiver, ceiling: float, seconds: float
-) -> dict[str, Any]:
+def sustained(url: str, pid: int, receiver: Receiver, ceiling: float, plan: Plan) -> dict[str, Any]:
     """The highest probed rate that delivery kept pace with, searched down from the backlog's
     rate (`ceiling`), then once halfway back up."""
+    seconds, warm_up_s = plan.probe_seconds, plan.warm_up_seconds
     probes: list[dict[str, Any]] = []
     rate = ceiling * SEARCH_START
     failed = ceiling
     for _ in range(MAX_PROBES):
-        probes.append(probe(url, pid, receiver, rate, seconds))
+        probes.append(probe(url, pid, receiver, rate, seconds, warm_up_s))
         if probes[-1]["kept_up"]:
             break
         failed, rate = rate, rate * SEARCH_STEP
@@ -215,7 +218,7 @@ def sustained(
         raise RuntimeError(f"delivery kept pace with none of {[p['rate'] for p in probes]}")
     best = rate
     middle = (rate + failed) / 2
-    probes.append(probe(url, pid, receiver, middle, seconds))
+    probes.append(probe(url, pid, receiver, middle, seconds, warm_up_s))
     if probes[-1]["kept_up"]:
         best = middle
     return {"records_per_s": round(best), "probes": probes}
@@ -226,14 +229,15 @@ def latency(
     pid: int,
     receiver: Receiver,
     rate: float,
-    seconds: float,
+    plan: Plan,
     cpus: list[int],
     profile: Path | None,
 ) -> dict[str, Any]:
-    """Open-loop produce at `rate` to a new topic a queue-mode subscription delivers; the
-    delays at the receiver, the gateway's CPU, its waits for one, and the machine's stalls
-    over the same seconds."""
-    stream = Stream(url, receiver)
+    """Open-loop produce at `rate` for `plan.seconds` to a new topic a queue-mode subscription
+    delivers; the delays at the receiver, the gateway's CPU, its waits for one, and the
+    machine's stalls over the same seconds."""
+    seconds = plan.seconds
+    stream = Stream(url, receiver, plan.warm_up_seconds)
     try:
         with machine_stalls.Probes(cpus) as probes:
             with recording(pid, profile) if profile is not None else contextlib.nullcontext():
@@ -284,13 +288,11 @@ def run(plan: Plan, scratch: Path, rate: float | None, out: Path | None) -> dict
             if rate is None:
                 doc["backlog"] = backlog(url, process.pid, receiver, plan)
                 ceiling = doc["backlog"]["records_per_s"]
-                doc["sustained"] = sustained(
-                    url, process.pid, receiver, ceiling, plan.probe_seconds
-                )
+                doc["sustained"] = sustained(url, process.pid, receiver, ceiling, plan)
                 rate = doc["sustained"]["records_per_s"] / 2
             progress(f"latency: {rate:.0f} records/s for {plan.seconds} s")
             raw = None if out is None else out / "queue-push-profile.txt"
-            doc["latency"] = latency(url, process.pid, receiver, rate, plan.seconds, cpus, raw)
+            doc["latency"] = latency(url, process.pid, receiver, rate, plan, cpus, raw)
             if raw is not None:
                 doc["profile"] = summarize(raw.read_text(), SHARE_CODE)
         finally:

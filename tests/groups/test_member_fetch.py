@@ -61,7 +61,13 @@ class HeldForwarder(ForwardClient):
         self.fetched: list[dict[TopicPartition, int]] = []
 
     async def forward(
-        self, url: str, method: str, path_qs: str, headers: Mapping[str, str], body: bytes
+        self,
+        url: str,
+        method: str,
+        path_qs: str,
+        headers: Mapping[str, str],
+        body: bytes,
+        waits_ms: int = 0,
     ) -> Answer:
         if "/offsets" in path_qs:
             self.asked.set()
@@ -138,7 +144,13 @@ class IsolationUnavailableLeader(ForwardClient):
         super().__init__(0)
 
     async def forward(
-        self, url: str, method: str, path_qs: str, headers: Mapping[str, str], body: bytes
+        self,
+        url: str,
+        method: str,
+        path_qs: str,
+        headers: Mapping[str, str],
+        body: bytes,
+        waits_ms: int = 0,
     ) -> Answer:
         if "/offsets" in path_qs:
             return Answer(200, {}, orjson.dumps({"offset": 0}))
@@ -204,7 +216,13 @@ class OffsetsAsked(ForwardClient):
         self.asked: list[str] = []
 
     async def forward(
-        self, url: str, method: str, path_qs: str, headers: Mapping[str, str], body: bytes
+        self,
+        url: str,
+        method: str,
+        path_qs: str,
+        headers: Mapping[str, str],
+        body: bytes,
+        waits_ms: int = 0,
     ) -> Answer:
         if "/offsets" in path_qs:
             self.asked.append(path_qs.partition("?")[2])

@@ -162,7 +162,9 @@ def test_a_move_survives_the_controller_and_the_receiving_node_killed(healthy: C
     before = cluster.etcd.partition(topic, 0)
     assert before is not None
     joining = next(n for n in range(3) if n not in before.replicas)
-    acked = fill(cluster, topic, 300)
+    # 1.2 MB at 20 KB/s: a copy of a minute, past any two restarts on a loaded machine, so the
+    # move is still under way when the nodes are back (300 records finished first once).
+    acked = fill(cluster, topic, 1_200)
     assert set_throttle(cluster, 0, 20_000).status_code == 200
     try:
         target = [before.replicas[1], joining]
